@@ -1,0 +1,569 @@
+//! The dependency core of the threaded engines: pushing ops onto vars, running them when every
+//! var has granted them, and completing them (poison, versions, grants, idle signal).
+//!
+//! Where ready ops run is left to a [`Dispatch`] (worker pools in production, a plain queue in the
+//! loom models), so the models check exactly this code.
+//!
+//! An op's `wait` starts at (number of vars + 1). Each var that grants it takes one off; the pusher
+//! takes the last one after appending to every var, so an op never starts while it is still
+//! being appended. Whoever takes `wait` to zero makes the op ready.
+
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, VecDeque};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+use crate::error::{panic_message, EngineError, OpFailure, OpResult};
+use crate::op::{dedup, BulkMember, Completion, FnProperty, Op, OpBlock, OpFn, OpRef, RunContext};
+use crate::profiler::Profiler;
+use crate::sync::{thread_local, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::var::{Access, Granted, Var};
+
+/// Where ready ops go.
+pub(crate) trait Dispatch: Send + Sync + 'static {
+    /// Arranges for `core.execute(op, ..)` to be called on some worker.
+    fn dispatch(&self, core: &Arc<Core>, op: OpRef);
+    /// Stops and joins every worker; called once, after the engine went idle.
+    fn shutdown(&self);
+}
+
+/// How a finished op leaves the vars it wrote.
+pub(crate) enum Outcome {
+    Ok,
+    /// Every written var is poisoned with this failure.
+    Poison(Arc<OpFailure>),
+    /// Per written var (bulk units, whose members fail separately).
+    PerWrite(SmallVec<[Option<Arc<OpFailure>>; 4]>),
+}
+
+
+pub(crate) struct Core {
+    pub(crate) id: u64,
+    next_var: AtomicU64,
+    next_seq: AtomicU64,
+    /// Ops pushed and not yet finished.
+    pending: AtomicUsize,
+    idle: Mutex<()>,
+    idle_cv: Condvar,
+    /// Root failures not yet reported, by push order.
+    failures: Mutex<BTreeMap<u64, Arc<OpFailure>>>,
+    dispatch: Box<dyn Dispatch>,
+    pub(crate) profiler: Option<Arc<Profiler>>,
+}
+
+thread_local! {
+    /// The op this thread is running, so that a blocking wait from inside it is refused.
+    static RUNNING: RefCell<Option<(u64, Cow<'static, str>)>> = const { RefCell::new(None) };
+    /// Ops made ready while this thread is already running inline ops; drained by the outermost
+    /// call so that chains of inline ops do not grow the stack.
+    static INLINE: RefCell<Option<VecDeque<(Arc<Core>, OpRef)>>> = const { RefCell::new(None) };
+}
+
+/// Resets the inline queue even if something unwinds through it.
+struct InlineScope;
+
+impl Drop for InlineScope {
+    fn drop(&mut self) {
+        INLINE.with(|q| *q.borrow_mut() = None);
+    }
+}
+
+/// Marks the running op on this thread for the duration of a user closure.
+struct RunningScope(Option<(u64, Cow<'static, str>)>);
+
+impl RunningScope {
+    fn enter(engine: u64, name: &Cow<'static, str>) -> Self {
+        RunningScope(RUNNING.with(|r| r.borrow_mut().replace((engine, name.clone()))))
+    }
+}
+
+impl Drop for RunningScope {
+    fn drop(&mut self) {
+        let prev = self.0.take();
+        RUNNING.with(|r| *r.borrow_mut() = prev);
+    }
+}
+
+/// Engine ids are process-wide and never modelled by loom, so they use std directly.
+static NEXT_ENGINE_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+pub(crate) fn next_engine_id() -> u64 {
+    NEXT_ENGINE_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+impl Core {
+    pub(crate) fn new(dispatch: Box<dyn Dispatch>, profiler: Option<Arc<Profiler>>) -> Arc<Core> {
+        Arc::new(Core {
+            id: next_engine_id(),
+            next_var: AtomicU64::new(0),
+            next_seq: AtomicU64::new(0),
+            pending: AtomicUsize::new(0),
+            idle: Mutex::new(()),
+            idle_cv: Condvar::new(),
+            failures: Mutex::new(BTreeMap::new()),
+            dispatch,
+            profiler,
+        })
+    }
+
+    pub(crate) fn new_var(&self) -> Var {
+        Var::new(self.next_var.fetch_add(1, Ordering::Relaxed), self.id)
+    }
+
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.next_seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Refuses vars of other engines and vars already deleted (the common, same-thread case; a
+    /// delete racing with this push is caught when appending).
+    pub(crate) fn check_vars<'a>(
+        &self,
+        op: &str,
+        vars: impl Iterator<Item = &'a Var>,
+    ) -> Result<(), EngineError> {
+        check_vars(self.id, op, vars)
+    }
+
+    pub(crate) fn push(self: &Arc<Self>, op: Op) -> Result<(), EngineError> {
+        self.check_vars(&op.name, op.vars())?;
+        let (reads, writes) = dedup(op.reads, op.writes);
+        let block = OpBlock {
+            wait: AtomicUsize::new(reads.len() + writes.len() + 1),
+            func: Mutex::new(Some(op.func)),
+            reads,
+            writes: writes.into_iter().map(|v| (v, 1)).collect(),
+            name: op.name,
+            ctx: op.ctx,
+            prop: op.prop,
+            priority: op.priority,
+            seq: self.next_seq(),
+            dead_var: AtomicU64::new(0),
+        };
+        self.enqueue(Arc::new(block));
+        Ok(())
+    }
+
+    /// Fuses already checked, bulkable ops into one unit: it reads every var some member reads
+    /// and none writes, and writes every var some member writes (counting one version bump per
+    /// member). Members run in push order inside the unit.
+    pub(crate) fn push_bulk(self: &Arc<Self>, ops: Vec<Op>) -> Result<(), EngineError> {
+        for op in &ops {
+            self.check_vars(&op.name, op.vars())?;
+        }
+        let Some(first) = ops.first() else {
+            return Ok(());
+        };
+        let (ctx, priority) = (first.ctx, first.priority);
+        let mut members = Vec::with_capacity(ops.len());
+        let mut all_reads: SmallVec<[Var; 4]> = SmallVec::new();
+        let mut writes: SmallVec<[(Var, u64); 4]> = SmallVec::new();
+        for op in ops {
+            let OpFn::Sync(func) = op.func else {
+                return Err(EngineError::InvalidOp {
+                    op: op.name.into_owned(),
+                    reason: "only synchronous ops can be bulked".into(),
+                });
+            };
+            let (reads, ws) = dedup(op.reads, op.writes);
+            for w in &ws {
+                match writes.iter_mut().find(|(v, _)| v.key() == w.key()) {
+                    Some((_, n)) => *n += 1,
+                    None => writes.push((w.clone(), 1)),
+                }
+            }
+            all_reads.extend(reads.iter().cloned());
+            members.push(BulkMember {
+                name: op.name,
+                seq: self.next_seq(),
+                func,
+                reads,
+                writes: ws,
+            });
+        }
+        let write_vars: SmallVec<[Var; 4]> = writes.iter().map(|(v, _)| v.clone()).collect();
+        let (reads, _) = dedup(all_reads, write_vars);
+        let name: Cow<'static, str> = if members.len() == 1 {
+            members[0].name.clone()
+        } else {
+            Cow::Owned(format!("bulk[{}]", members.len()))
+        };
+        let block = OpBlock {
+            wait: AtomicUsize::new(reads.len() + writes.len() + 1),
+            seq: members[0].seq,
+            func: Mutex::new(Some(OpFn::Bulk(members))),
+            reads,
+            writes,
+            name,
+            ctx,
+            prop: FnProperty::Normal,
+            priority,
+            dead_var: AtomicU64::new(0),
+        };
+        self.enqueue(Arc::new(block));
+        Ok(())
+    }
+
+    fn enqueue(self: &Arc<Self>, op: OpRef) {
+        self.pending.fetch_add(1, Ordering::AcqRel);
+        let mut granted_now = 0;
+        for v in &op.reads {
+            let mut g = v.lock();
+            if g.is_deleted() {
+                op.mark_dead(v.id());
+            }
+            granted_now += usize::from(g.append(&op, Access::Read));
+        }
+        for (v, _) in &op.writes {
+            let mut g = v.lock();
+            if g.is_deleted() {
+                op.mark_dead(v.id());
+            }
+            granted_now += usize::from(g.append(&op, Access::Write));
+        }
+        self.release(op, granted_now + 1);
+    }
+
+    /// Takes `n` off the op's wait count and makes it ready if that was the last.
+    fn release(self: &Arc<Self>, op: OpRef, n: usize) {
+        if op.wait.fetch_sub(n, Ordering::AcqRel) == n {
+            self.ready(op);
+        }
+    }
+
+    fn ready(self: &Arc<Self>, op: OpRef) {
+        if op.runs_inline() {
+            self.run_inline(op);
+        } else {
+            self.dispatch.dispatch(self, op);
+        }
+    }
+
+    /// Runs an inline op on this thread now, or queues it behind the inline op already running.
+    fn run_inline(self: &Arc<Self>, op: OpRef) {
+        let mut op = Some(op);
+        INLINE.with(|q| {
+            let mut q = q.borrow_mut();
+            match q.as_mut() {
+                Some(queue) => queue.push_back((self.clone(), op.take().expect("op present"))),
+                None => *q = Some(VecDeque::new()),
+            }
+        });
+        let Some(op) = op else { return };
+        let _scope = InlineScope;
+        let ctx = op.ctx;
+        self.execute(op, &RunContext::new(ctx));
+        while let Some((core, next)) = INLINE.with(|q| q.borrow_mut().as_mut()?.pop_front()) {
+            let ctx = next.ctx;
+            core.execute(next, &RunContext::new(ctx));
+        }
+    }
+
+    /// Runs a ready op (all its vars granted) and completes it, unless it is asynchronous, in
+    /// which case its [`Completion`] completes it.
+    pub(crate) fn execute(self: &Arc<Self>, op: OpRef, rctx: &RunContext) {
+        let Some(func) = op.func.lock().take() else {
+            debug_assert!(false, "op '{}' executed twice", op.name);
+            return;
+        };
+        match func {
+            OpFn::Wait(shot) => {
+                let poison = op.writes[0].0.lock().take_poison();
+                if let Some(p) = &poison {
+                    self.failures.lock().retain(|_, f| !Arc::ptr_eq(f, p));
+                }
+                self.finish(op, Outcome::Ok);
+                shot.send(poison);
+            }
+            OpFn::Delete(f) => {
+                let t0 = self.profile_start();
+                if let Err(panic) = catch_unwind(AssertUnwindSafe(f)) {
+                    self.record(op.seq, &op.name, panic_message(&*panic), true);
+                }
+                self.profile_end(t0, &op.name, rctx);
+                self.finish(op, Outcome::Ok);
+            }
+            OpFn::Sync(f) => {
+                if let Some(root) = self.blocking_failure(&op) {
+                    return self.finish(op, Outcome::Poison(root));
+                }
+                let t0 = self.profile_start();
+                let result = {
+                    let _running = RunningScope::enter(self.id, &op.name);
+                    catch_unwind(AssertUnwindSafe(|| f(rctx)))
+                };
+                self.profile_end(t0, &op.name, rctx);
+                let outcome = self.outcome(op.seq, &op.name, result);
+                self.finish(op, outcome);
+            }
+            OpFn::Async(f) => {
+                if let Some(root) = self.blocking_failure(&op) {
+                    return self.finish(op, Outcome::Poison(root));
+                }
+                let t0 = self.profile_start();
+                let (core, pending) = (self.clone(), op.clone());
+                let ctx = rctx.clone();
+                let completion = Completion::new(move |result: OpResult| {
+                    core.profile_end(t0, &pending.name, &ctx);
+                    let outcome = core.outcome(pending.seq, &pending.name, Ok(result));
+                    core.finish(pending, outcome);
+                });
+                let _running = RunningScope::enter(self.id, &op.name);
+                // A panic drops `completion` while unwinding, which completes the op with an error.
+                let _ = catch_unwind(AssertUnwindSafe(|| f(rctx, completion)));
+            }
+            OpFn::Bulk(members) => self.execute_bulk(op, members, rctx),
+        }
+    }
+
+    /// Runs a bulk unit's members in order. A member is skipped when one of its vars is poisoned,
+    /// counting poison left by earlier members, exactly as if they had been pushed one by one.
+    fn execute_bulk(self: &Arc<Self>, op: OpRef, members: Vec<BulkMember>, rctx: &RunContext) {
+        let mut poison: SmallVec<[(usize, Arc<OpFailure>); 4]> = SmallVec::new();
+        let unit_vars = op.reads.iter().chain(op.writes.iter().map(|(v, _)| v));
+        for v in unit_vars {
+            if let Some(p) = self.var_failure(&op, v) {
+                poison.push((v.key(), p));
+            }
+        }
+        let lookup = |poison: &[(usize, Arc<OpFailure>)], v: &Var| {
+            poison.iter().find(|(k, _)| *k == v.key()).map(|(_, p)| p.clone())
+        };
+        for m in members {
+            let root = m.reads.iter().chain(m.writes.iter()).find_map(|v| lookup(&poison, v));
+            let failure = match root {
+                Some(root) => root,
+                None => {
+                    let t0 = self.profile_start();
+                    let result = {
+                        let _running = RunningScope::enter(self.id, &m.name);
+                        catch_unwind(AssertUnwindSafe(|| (m.func)(rctx)))
+                    };
+                    self.profile_end(t0, &m.name, rctx);
+                    match self.outcome(m.seq, &m.name, result) {
+                        Outcome::Poison(f) => f,
+                        _ => continue,
+                    }
+                }
+            };
+            for w in &m.writes {
+                match poison.iter_mut().find(|(k, _)| *k == w.key()) {
+                    Some(slot) => slot.1 = failure.clone(),
+                    None => poison.push((w.key(), failure.clone())),
+                }
+            }
+        }
+        let per_write = op.writes.iter().map(|(v, _)| lookup(&poison, v)).collect();
+        self.finish(op, Outcome::PerWrite(per_write));
+    }
+
+    /// The failure that stops this op from running: a dead var, or poison on any of its vars.
+    fn blocking_failure(&self, op: &OpBlock) -> Option<Arc<OpFailure>> {
+        let vars = op.reads.iter().chain(op.writes.iter().map(|(v, _)| v));
+        vars.into_iter().find_map(|v| self.var_failure(op, v))
+    }
+
+    fn var_failure(&self, op: &OpBlock, v: &Var) -> Option<Arc<OpFailure>> {
+        if let Some(id) = op.dead_var() {
+            if id == v.id() {
+                let message = format!("var #{id} was deleted by a delete_var that raced with this push");
+                return Some(self.record(op.seq, &op.name, message, false));
+            }
+        }
+        if v.inner.maybe_poisoned() {
+            return v.lock().poison();
+        }
+        None
+    }
+
+    /// Turns what a closure returned into an outcome, recording new failures.
+    fn outcome(
+        &self,
+        seq: u64,
+        name: &str,
+        result: std::thread::Result<OpResult>,
+    ) -> Outcome {
+        match result {
+            Ok(Ok(())) => Outcome::Ok,
+            Ok(Err(e)) => Outcome::Poison(self.record(seq, name, e.to_string(), false)),
+            Err(panic) => Outcome::Poison(self.record(seq, name, panic_message(&*panic), true)),
+        }
+    }
+
+    fn record(&self, seq: u64, op: &str, message: String, panicked: bool) -> Arc<OpFailure> {
+        let failure = Arc::new(OpFailure {
+            op: op.to_string(),
+            message,
+            panicked,
+        });
+        self.failures.lock().entry(seq).or_insert_with(|| failure.clone());
+        failure
+    }
+
+    /// Releases the op's vars, making ready whatever that unblocks, then drops the op.
+    pub(crate) fn finish(self: &Arc<Self>, op: OpRef, outcome: Outcome) {
+        let mut granted = Granted::new();
+        for v in &op.reads {
+            v.lock().complete_read(&mut granted);
+        }
+        for (i, (v, bumps)) in op.writes.iter().enumerate() {
+            let poison = match &outcome {
+                Outcome::Ok => None,
+                Outcome::Poison(p) => Some(p.clone()),
+                Outcome::PerWrite(per) => per[i].clone(),
+            };
+            v.lock().complete_write(*bumps, poison, &mut granted);
+        }
+        drop(op);
+        for g in granted {
+            self.release(g, 1);
+        }
+        if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let _g = self.idle.lock();
+            self.idle_cv.notify_all();
+        }
+    }
+
+    /// Appends `op` as a writer of `var` and marks the var deleted, atomically with respect to
+    /// other pushes on it: every op appended before runs first, every one after is refused.
+    pub(crate) fn delete_var(
+        self: &Arc<Self>,
+        f: Box<dyn FnOnce() + Send>,
+        var: &Var,
+    ) -> Result<(), EngineError> {
+        self.check_vars("delete_var", std::iter::once(var))?;
+        let op = self.marker(OpFn::Delete(f), var, 0, "delete_var", FnProperty::Delete);
+        let granted = {
+            let mut g = var.lock();
+            if g.is_deleted() {
+                return Err(EngineError::DeadVar {
+                    op: "delete_var".into(),
+                    var: var.id(),
+                });
+            }
+            g.mark_deleted();
+            self.pending.fetch_add(1, Ordering::AcqRel);
+            g.append(&op, Access::Write)
+        };
+        self.release(op, usize::from(granted) + 1);
+        Ok(())
+    }
+
+    /// A one-var op the engine itself pushes (delete and wait markers).
+    fn marker(&self, func: OpFn, var: &Var, bumps: u64, name: &'static str, prop: FnProperty) -> OpRef {
+        Arc::new(OpBlock {
+            wait: AtomicUsize::new(2),
+            func: Mutex::new(Some(func)),
+            reads: SmallVec::new(),
+            writes: smallvec::smallvec![(var.clone(), bumps)],
+            name: Cow::Borrowed(name),
+            ctx: storage::Context::cpu(0),
+            prop,
+            priority: 0,
+            seq: self.next_seq(),
+            dead_var: AtomicU64::new(0),
+        })
+    }
+
+    /// Waits until every op pushed before on `var` has finished, then reports and clears its
+    /// poison. The marker is exclusive (no version bump) so that later ops see the poison either
+    /// entirely before or entirely after the clear, as on the inline engine.
+    pub(crate) fn wait_for_var(self: &Arc<Self>, var: &Var) -> Result<(), EngineError> {
+        self.refuse_inside_op("wait_for_var")?;
+        self.check_vars("wait_for_var", std::iter::once(var))?;
+        let shot = Arc::new(crate::op::Oneshot::new());
+        let op = self.marker(OpFn::Wait(shot.clone()), var, 0, "wait_for_var", FnProperty::Async);
+        let granted = {
+            let mut g = var.lock();
+            if g.is_deleted() {
+                return Err(EngineError::DeadVar {
+                    op: "wait_for_var".into(),
+                    var: var.id(),
+                });
+            }
+            self.pending.fetch_add(1, Ordering::AcqRel);
+            g.append(&op, Access::Write)
+        };
+        self.release(op, usize::from(granted) + 1);
+        match shot.recv() {
+            Some(f) => Err(EngineError::OpFailed(f)),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits until every op pushed so far has finished; reports the earliest-pushed failure not
+    /// yet reported (by `wait_for_var` or an earlier `wait_for_all`) and forgets the rest.
+    pub(crate) fn wait_for_all(&self) -> Result<(), EngineError> {
+        self.refuse_inside_op("wait_for_all")?;
+        self.wait_idle();
+        let mut failures = self.failures.lock();
+        let first = failures.values().next().cloned();
+        failures.clear();
+        match first {
+            Some(f) => Err(EngineError::OpFailed(f)),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn wait_idle(&self) {
+        let mut g = self.idle.lock();
+        while self.pending.load(Ordering::Acquire) != 0 {
+            g = self.idle_cv.wait(g);
+        }
+    }
+
+    pub(crate) fn inside_own_op(&self) -> Option<String> {
+        RUNNING.with(|r| match &*r.borrow() {
+            Some((id, name)) if *id == self.id => Some(name.to_string()),
+            _ => None,
+        })
+    }
+
+    fn refuse_inside_op(&self, call: &'static str) -> Result<(), EngineError> {
+        match self.inside_own_op() {
+            Some(op) => Err(EngineError::WaitInsideOp { call, op }),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn shutdown(&self) {
+        self.dispatch.shutdown();
+    }
+
+    fn profile_start(&self) -> Option<u64> {
+        self.profiler.as_ref().map(|p| p.now_ns())
+    }
+
+    fn profile_end(&self, start: Option<u64>, name: &str, rctx: &RunContext) {
+        if let (Some(p), Some(t0)) = (&self.profiler, start) {
+            p.record(name, t0, rctx.ctx);
+        }
+    }
+}
+
+/// Shared by both engines: vars must belong to the engine and be alive.
+pub(crate) fn check_vars<'a>(
+    engine: u64,
+    op: &str,
+    vars: impl Iterator<Item = &'a Var>,
+) -> Result<(), EngineError> {
+    for v in vars {
+        if v.inner.engine != engine {
+            return Err(EngineError::ForeignVar {
+                op: op.to_string(),
+                var: v.id(),
+                owner: v.inner.engine,
+                engine,
+            });
+        }
+        if v.is_deleted() {
+            return Err(EngineError::DeadVar {
+                op: op.to_string(),
+                var: v.id(),
+            });
+        }
+    }
+    Ok(())
+}

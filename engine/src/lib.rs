@@ -1,0 +1,147 @@
+//! `engine`: a threaded dependency engine with versioned variables, in the tradition of MXNet.
+//!
+//! Ops are closures that declare the [`Var`]s they read and write. For each var, the order of
+//! pushes is the order of effect: reads between two writes may run together, nothing else may.
+//! Every completed write bumps the var's version. An op that fails (returns `Err` or panics)
+//! poisons the vars it writes; later ops touching a poisoned var are skipped and pass the poison
+//! on, and `wait_for_var` / `wait_for_all` report it. Results of any program equal those of the
+//! inline [`EngineKind::Naive`] engine.
+//!
+//! ```
+//! use engine::{EngineBuilder, EngineKind, Op};
+//! use std::sync::{Arc, atomic::{AtomicI64, Ordering}};
+//!
+//! let engine = EngineBuilder::new(EngineKind::ThreadedPerDevice).build();
+//! let x = engine.new_var();
+//! let cell = Arc::new(AtomicI64::new(1));
+//! for _ in 0..10 {
+//!     let c = cell.clone();
+//!     engine.push(Op::sync("double", move |_| { c.fetch_add(c.load(Ordering::SeqCst), Ordering::SeqCst); Ok(()) }).write(&x)).unwrap();
+//! }
+//! engine.wait_for_var(&x).unwrap();
+//! assert_eq!(cell.load(Ordering::SeqCst), 1024);
+//! assert_eq!(x.version(), 10);
+//! ```
+
+#![warn(missing_docs)]
+
+mod bulk;
+mod config;
+mod core;
+#[cfg(feature = "cuda")]
+mod cuda;
+mod error;
+mod naive;
+mod op;
+mod pool;
+mod profiler;
+mod sync;
+mod threaded;
+mod var;
+
+#[cfg(all(test, loom))]
+mod loom_tests;
+
+use std::borrow::Cow;
+
+pub use bulk::BulkPusher;
+pub use config::{env, EngineBuilder, EngineConfig, EngineKind};
+pub use error::{BoxError, EngineError, OpFailure, OpResult};
+pub use naive::NaiveEngine;
+pub use op::{Completion, FnProperty, Op, RunContext};
+pub use profiler::{ProfileEvent, Profiler};
+pub use storage::Context;
+pub use threaded::ThreadedEngine;
+pub use var::Var;
+
+/// What every engine offers. Hold engines as `Arc<dyn Engine>`; [`EngineBuilder`] makes them.
+pub trait Engine: Send + Sync {
+    /// Which engine this is.
+    fn kind(&self) -> EngineKind;
+
+    /// A fresh var, version 0.
+    fn new_var(&self) -> Var;
+
+    /// Schedules `op`; returns at once (the inline engine runs it first). Refuses, with nothing
+    /// scheduled, an op naming a deleted var or another engine's var.
+    fn push(&self, op: Op) -> Result<(), EngineError>;
+
+    /// Schedules synchronous CPU ops as one fused unit; prefer [`Engine::bulk`].
+    fn push_bulk(&self, ops: Vec<Op>) -> Result<(), EngineError>;
+
+    /// Runs `f` once every op pushed earlier on `var` has finished; `var` is dead from this call
+    /// on, and any later use of it is an error. `f` runs even if `var` is poisoned.
+    fn delete_var(&self, f: Box<dyn FnOnce() + Send>, var: &Var) -> Result<(), EngineError>;
+
+    /// Returns once every op pushed earlier that writes `var` has finished; reports the failure
+    /// poisoning `var`, if any, and clears it.
+    fn wait_for_var(&self, var: &Var) -> Result<(), EngineError>;
+
+    /// Returns once every op pushed earlier has finished; reports the earliest-pushed failure not
+    /// yet reported and forgets the others (vars stay poisoned until `wait_for_var`).
+    fn wait_for_all(&self) -> Result<(), EngineError>;
+
+    /// The largest unit [`Engine::bulk`] fuses.
+    fn bulk_size(&self) -> usize;
+
+    /// The profiler, when it is on.
+    fn profiler(&self) -> Option<&Profiler>;
+}
+
+impl dyn Engine {
+    /// Pushes a synchronous op.
+    pub fn push_sync(
+        &self,
+        name: impl Into<Cow<'static, str>>,
+        ctx: Context,
+        reads: &[&Var],
+        writes: &[&Var],
+        f: impl FnOnce(&RunContext) -> OpResult + Send + 'static,
+    ) -> Result<(), EngineError>
+    {
+        self.push(
+            Op::sync(name, f)
+                .on(ctx)
+                .reads(reads.iter().copied())
+                .writes(writes.iter().copied()),
+        )
+    }
+
+    /// Pushes an asynchronous op, complete when its [`Completion`] is.
+    pub fn push_async(
+        &self,
+        name: impl Into<Cow<'static, str>>,
+        ctx: Context,
+        reads: &[&Var],
+        writes: &[&Var],
+        f: impl FnOnce(&RunContext, Completion) + Send + 'static,
+    ) -> Result<(), EngineError>
+    {
+        self.push(
+            Op::asynchronous(name, f)
+                .on(ctx)
+                .reads(reads.iter().copied())
+                .writes(writes.iter().copied()),
+        )
+    }
+
+    /// A pusher that fuses consecutive synchronous CPU ops into units of [`Engine::bulk_size`].
+    pub fn bulk(&self) -> BulkPusher<'_> {
+        BulkPusher::new(self, self.bulk_size())
+    }
+
+    /// A pusher that fuses up to `size` ops per unit.
+    pub fn bulk_with(&self, size: usize) -> BulkPusher<'_> {
+        BulkPusher::new(self, size)
+    }
+}
+
+fn write_profile_on_drop(profiler: Option<&Profiler>) {
+    if let Some(p) = profiler {
+        if let Some(path) = p.output() {
+            if let Err(e) = p.write(path) {
+                eprintln!("engine profiler: cannot write {}: {e}", path.display());
+            }
+        }
+    }
+}

@@ -1,0 +1,331 @@
+//! Ops: what a user pushes ([`Op`]) and what the engine keeps while it waits ([`OpBlock`]).
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+use storage::Context;
+
+use crate::error::{BoxError, OpFailure, OpResult};
+use crate::sync::{AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::var::Var;
+
+/// How an op is scheduled (MXNet's `FnProperty`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FnProperty {
+    /// Runs on the compute workers of its context.
+    Normal,
+    /// A copy from host to its device: runs on the copy workers.
+    CopyToDevice,
+    /// A copy from its device to host: runs on the copy workers.
+    CopyFromDevice,
+    /// Urgent CPU work (e.g. feeding data): runs on the priority worker, ahead of normal ops.
+    CpuPrioritized,
+    /// Only launches work (e.g. on a GPU stream) and completes through its [`Completion`]: runs
+    /// at once on whichever thread made it ready, never occupying a worker.
+    Async,
+    /// Frees a deleted var's resources; never skipped because of poison.
+    Delete,
+}
+
+/// What an op sees when it runs.
+#[derive(Clone, Debug)]
+pub struct RunContext {
+    /// The device the op was pushed for.
+    pub ctx: Context,
+    /// The CUDA stream of the worker running the op (GPU contexts, `cuda` feature, GPU present).
+    #[cfg(feature = "cuda")]
+    pub stream: Option<Arc<cudarc::driver::CudaStream>>,
+}
+
+impl RunContext {
+    pub(crate) fn new(ctx: Context) -> Self {
+        RunContext {
+            ctx,
+            #[cfg(feature = "cuda")]
+            stream: None,
+        }
+    }
+}
+
+type SyncFn = Box<dyn FnOnce(&RunContext) -> OpResult + Send + 'static>;
+type AsyncFn = Box<dyn FnOnce(&RunContext, Completion) + Send + 'static>;
+
+/// The work an op does.
+pub(crate) enum OpFn {
+    Sync(SyncFn),
+    Async(AsyncFn),
+    /// The function given to `delete_var`.
+    Delete(Box<dyn FnOnce() + Send + 'static>),
+    /// The marker `wait_for_var` pushes: reports and clears the var's poison.
+    Wait(Arc<Oneshot>),
+    /// Consecutive synchronous CPU ops fused into one scheduled unit.
+    Bulk(Vec<BulkMember>),
+}
+
+/// One op inside a bulk unit; its vars are a subset of the unit's.
+pub(crate) struct BulkMember {
+    pub(crate) name: Cow<'static, str>,
+    pub(crate) seq: u64,
+    pub(crate) func: SyncFn,
+    pub(crate) reads: VarList,
+    pub(crate) writes: VarList,
+}
+
+pub(crate) type VarList = SmallVec<[Var; 4]>;
+
+/// An op to push: a closure, the vars it reads and writes, where and how it runs.
+///
+/// ```
+/// use engine::{EngineBuilder, EngineKind, Op};
+/// let engine = EngineBuilder::new(EngineKind::ThreadedPerDevice).build();
+/// let (a, b) = (engine.new_var(), engine.new_var());
+/// engine.push(Op::sync("copy", |_| Ok(())).read(&a).write(&b)).unwrap();
+/// engine.wait_for_var(&b).unwrap();
+/// assert_eq!(b.version(), 1);
+/// ```
+pub struct Op {
+    pub(crate) name: Cow<'static, str>,
+    pub(crate) func: OpFn,
+    pub(crate) reads: VarList,
+    pub(crate) writes: VarList,
+    pub(crate) ctx: Context,
+    pub(crate) prop: FnProperty,
+    pub(crate) priority: i32,
+}
+
+impl Op {
+    /// A synchronous op: the closure runs to completion on a worker.
+    pub fn sync<F>(name: impl Into<Cow<'static, str>>, f: F) -> Op
+    where
+        F: FnOnce(&RunContext) -> OpResult + Send + 'static,
+    {
+        Op::with_fn(name.into(), OpFn::Sync(Box::new(f)))
+    }
+
+    /// An asynchronous op: the closure gets a [`Completion`] and the op is done when that is
+    /// completed, from any thread, possibly long after the closure returned.
+    pub fn asynchronous<F>(name: impl Into<Cow<'static, str>>, f: F) -> Op
+    where
+        F: FnOnce(&RunContext, Completion) + Send + 'static,
+    {
+        Op::with_fn(name.into(), OpFn::Async(Box::new(f)))
+    }
+
+    fn with_fn(name: Cow<'static, str>, func: OpFn) -> Op {
+        Op {
+            name,
+            func,
+            reads: SmallVec::new(),
+            writes: SmallVec::new(),
+            ctx: Context::cpu(0),
+            prop: FnProperty::Normal,
+            priority: 0,
+        }
+    }
+
+    /// Adds a var the op reads.
+    pub fn read(mut self, var: &Var) -> Op {
+        self.reads.push(var.clone());
+        self
+    }
+
+    /// Adds vars the op reads.
+    pub fn reads<'a>(mut self, vars: impl IntoIterator<Item = &'a Var>) -> Op {
+        self.reads.extend(vars.into_iter().cloned());
+        self
+    }
+
+    /// Adds a var the op writes.
+    pub fn write(mut self, var: &Var) -> Op {
+        self.writes.push(var.clone());
+        self
+    }
+
+    /// Adds vars the op writes.
+    pub fn writes<'a>(mut self, vars: impl IntoIterator<Item = &'a Var>) -> Op {
+        self.writes.extend(vars.into_iter().cloned());
+        self
+    }
+
+    /// Sets the device whose workers run the op (default `cpu(0)`).
+    pub fn on(mut self, ctx: Context) -> Op {
+        self.ctx = ctx;
+        self
+    }
+
+    /// Sets the scheduling property (default [`FnProperty::Normal`]).
+    pub fn prop(mut self, prop: FnProperty) -> Op {
+        self.prop = prop;
+        self
+    }
+
+    /// Sets the priority: among runnable ops of one pool, higher runs first (default 0).
+    pub fn priority(mut self, priority: i32) -> Op {
+        self.priority = priority;
+        self
+    }
+
+    /// The op's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether the op may join a bulk unit: synchronous, normal, on a CPU context.
+    pub fn is_bulkable(&self) -> bool {
+        matches!(self.func, OpFn::Sync(_)) && self.prop == FnProperty::Normal && self.ctx.is_cpu()
+    }
+
+    pub(crate) fn vars(&self) -> impl Iterator<Item = &Var> {
+        self.reads.iter().chain(self.writes.iter())
+    }
+}
+
+impl fmt::Debug for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Op")
+            .field("name", &self.name)
+            .field("reads", &self.reads)
+            .field("writes", &self.writes)
+            .field("ctx", &self.ctx)
+            .field("prop", &self.prop)
+            .field("priority", &self.priority)
+            .finish()
+    }
+}
+
+/// Removes repeated vars; a var both read and written is only written ("write wins"), so an op
+/// never waits for itself.
+pub(crate) fn dedup(reads: VarList, writes: VarList) -> (VarList, VarList) {
+    let mut w: VarList = SmallVec::with_capacity(writes.len());
+    for v in writes {
+        if !w.iter().any(|x| x.key() == v.key()) {
+            w.push(v);
+        }
+    }
+    let mut r: VarList = SmallVec::with_capacity(reads.len());
+    for v in reads {
+        if !w.iter().any(|x| x.key() == v.key()) && !r.iter().any(|x| x.key() == v.key()) {
+            r.push(v);
+        }
+    }
+    (r, w)
+}
+
+/// The engine's record of a pushed op while it waits for its vars and runs.
+pub(crate) struct OpBlock {
+    /// Grants still missing, plus one held by the pusher until every var has seen the op.
+    pub(crate) wait: AtomicUsize,
+    /// Taken exactly once, by the thread that runs the op.
+    pub(crate) func: Mutex<Option<OpFn>>,
+    pub(crate) reads: VarList,
+    /// Each written var with the number of writes the op completes on it.
+    pub(crate) writes: SmallVec<[(Var, u64); 4]>,
+    pub(crate) name: Cow<'static, str>,
+    pub(crate) ctx: Context,
+    pub(crate) prop: FnProperty,
+    pub(crate) priority: i32,
+    pub(crate) seq: u64,
+    /// Id + 1 of a var that was deleted by a `delete_var` racing with this push (0: none).
+    pub(crate) dead_var: AtomicU64,
+}
+
+pub(crate) type OpRef = Arc<OpBlock>;
+
+impl OpBlock {
+    /// Whether it is cheap bookkeeping that should run on the thread that made it ready.
+    pub(crate) fn runs_inline(&self) -> bool {
+        matches!(self.prop, FnProperty::Async | FnProperty::Delete)
+    }
+
+    /// The priority a pool orders it by; CPU-prioritized ops count as at least 1.
+    pub(crate) fn effective_priority(&self) -> i32 {
+        if self.prop == FnProperty::CpuPrioritized {
+            self.priority.max(1)
+        } else {
+            self.priority
+        }
+    }
+
+    pub(crate) fn mark_dead(&self, var_id: u64) {
+        self.dead_var.store(var_id + 1, Ordering::Release);
+    }
+
+    pub(crate) fn dead_var(&self) -> Option<u64> {
+        match self.dead_var.load(Ordering::Acquire) {
+            0 => None,
+            n => Some(n - 1),
+        }
+    }
+}
+
+/// Completes an asynchronous op. Dropping it without calling [`Completion::complete`] completes
+/// the op with an error, so a forgotten handle never hangs the engine.
+pub struct Completion {
+    done: Option<Box<dyn FnOnce(OpResult) + Send + 'static>>,
+}
+
+impl Completion {
+    pub(crate) fn new(done: impl FnOnce(OpResult) + Send + 'static) -> Self {
+        Completion {
+            done: Some(Box::new(done)),
+        }
+    }
+
+    /// Marks the op done, successfully or not. May be called from any thread.
+    pub fn complete(mut self, result: OpResult) {
+        if let Some(done) = self.done.take() {
+            done(result);
+        }
+    }
+}
+
+impl Drop for Completion {
+    fn drop(&mut self) {
+        if let Some(done) = self.done.take() {
+            let why: BoxError = if std::thread::panicking() {
+                "the async op panicked before completing".into()
+            } else {
+                "the async op dropped its Completion without calling complete()".into()
+            };
+            done(Err(why));
+        }
+    }
+}
+
+impl fmt::Debug for Completion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Completion")
+    }
+}
+
+/// A one-shot slot a blocked caller waits on (`wait_for_var`, async ops on the inline engine).
+pub(crate) struct Oneshot {
+    slot: Mutex<Option<Option<Arc<OpFailure>>>>,
+    cv: Condvar,
+}
+
+impl Oneshot {
+    pub(crate) fn new() -> Self {
+        Oneshot {
+            slot: Mutex::new(None),
+            cv: Condvar::new(),
+        }
+    }
+
+    pub(crate) fn send(&self, value: Option<Arc<OpFailure>>) {
+        *self.slot.lock() = Some(value);
+        self.cv.notify_all();
+    }
+
+    pub(crate) fn recv(&self) -> Option<Arc<OpFailure>> {
+        let mut g = self.slot.lock();
+        loop {
+            if let Some(v) = g.take() {
+                return v;
+            }
+            g = self.cv.wait(g);
+        }
+    }
+}

@@ -1,0 +1,245 @@
+//! The two threaded engines: one dependency [`Core`] each, differing only in where ready ops run.
+//!
+//! * `ThreadedPooled`: one shared compute pool for every device, plus a copy pool.
+//! * `ThreadedPerDevice`: per device context, a compute pool, a one-thread priority pool and a
+//!   copy pool, started when the first op for that context arrives. With the `cuda` feature,
+//!   each worker of a `gpu(i)` context owns a CUDA stream, handed to ops in their [`RunContext`].
+
+use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
+
+use parking_lot::{Mutex, RwLock};
+use storage::Context;
+
+use crate::config::EngineConfig;
+use crate::core::{Core, Dispatch};
+use crate::error::EngineError;
+use crate::op::{FnProperty, Op, OpRef, RunContext};
+use crate::pool::{Pool, WorkerInit};
+use crate::profiler::Profiler;
+use crate::var::Var;
+use crate::{Engine, EngineKind};
+
+/// Worker threads of every pool, joined at shutdown.
+#[derive(Default)]
+struct Threads(Mutex<Vec<JoinHandle<()>>>);
+
+impl Threads {
+    fn keep(&self, handles: Vec<JoinHandle<()>>) {
+        self.0.lock().extend(handles);
+    }
+
+    fn join(&self) {
+        let handles = std::mem::take(&mut *self.0.lock());
+        let me = std::thread::current().id();
+        // The last engine handle may be dropped by an op on a worker: that worker cannot join
+        // itself; it exits on its own once it returns to its (stopped) pool.
+        for h in handles.into_iter().filter(|h| h.thread().id() != me) {
+            // A worker only panics on a bug in the engine itself; nothing is left to clean up.
+            let _ = h.join();
+        }
+    }
+}
+
+fn is_copy(op: &OpRef) -> bool {
+    matches!(op.prop, FnProperty::CopyToDevice | FnProperty::CopyFromDevice)
+}
+
+/// What each worker of a device's pools starts with: the context and, for GPUs, its own stream.
+fn worker_init(ctx: Context) -> WorkerInit {
+    Arc::new(move |_index| {
+        #[allow(unused_mut)]
+        let mut rctx = RunContext::new(ctx);
+        #[cfg(feature = "cuda")]
+        if ctx.dev_type == storage::DeviceType::Gpu {
+            rctx.stream = crate::cuda::worker_stream(ctx.dev_id);
+        }
+        rctx
+    })
+}
+
+struct PooledDispatch {
+    compute_threads: usize,
+    copy_threads: usize,
+    pools: OnceLock<(Arc<Pool>, Arc<Pool>)>,
+    threads: Threads,
+}
+
+impl Dispatch for PooledDispatch {
+    fn dispatch(&self, core: &Arc<Core>, op: OpRef) {
+        let (compute, copy) = self.pools.get_or_init(|| {
+            let init = worker_init(Context::cpu(0));
+            let (compute, h1) = Pool::start(core, "pooled", self.compute_threads, init.clone());
+            let (copy, h2) = Pool::start(core, "pooled-copy", self.copy_threads, init);
+            self.threads.keep(h1);
+            self.threads.keep(h2);
+            (compute, copy)
+        });
+        if is_copy(&op) {
+            copy.submit(op)
+        } else {
+            compute.submit(op)
+        }
+    }
+
+    fn shutdown(&self) {
+        if let Some((a, b)) = self.pools.get() {
+            a.stop();
+            b.stop();
+        }
+        self.threads.join();
+    }
+}
+
+struct DevicePools {
+    ctx: Context,
+    compute: Arc<Pool>,
+    priority: Arc<Pool>,
+    copy: Arc<Pool>,
+}
+
+struct PerDeviceDispatch {
+    config: EngineConfig,
+    devices: RwLock<Vec<Arc<DevicePools>>>,
+    threads: Threads,
+}
+
+impl PerDeviceDispatch {
+    fn device(&self, core: &Arc<Core>, ctx: Context) -> Arc<DevicePools> {
+        if let Some(d) = self.devices.read().iter().find(|d| d.ctx == ctx) {
+            return d.clone();
+        }
+        let mut devices = self.devices.write();
+        if let Some(d) = devices.iter().find(|d| d.ctx == ctx) {
+            return d.clone();
+        }
+        let compute_threads = if ctx.is_cpu() {
+            self.config.cpu_workers
+        } else {
+            self.config.gpu_workers
+        };
+        let init = worker_init(ctx);
+        let (compute, h1) = Pool::start(core, &format!("{ctx}"), compute_threads, init.clone());
+        let (priority, h2) = Pool::start(
+            core,
+            &format!("{ctx}-prio"),
+            self.config.priority_workers,
+            init.clone(),
+        );
+        let (copy, h3) = Pool::start(core, &format!("{ctx}-copy"), self.config.copy_workers, init);
+        for h in [h1, h2, h3] {
+            self.threads.keep(h);
+        }
+        let d = Arc::new(DevicePools {
+            ctx,
+            compute,
+            priority,
+            copy,
+        });
+        devices.push(d.clone());
+        d
+    }
+}
+
+impl Dispatch for PerDeviceDispatch {
+    fn dispatch(&self, core: &Arc<Core>, op: OpRef) {
+        let device = self.device(core, op.ctx);
+        if is_copy(&op) {
+            device.copy.submit(op)
+        } else if op.effective_priority() > 0 {
+            device.priority.submit(op)
+        } else {
+            device.compute.submit(op)
+        }
+    }
+
+    fn shutdown(&self) {
+        for d in self.devices.read().iter() {
+            d.compute.stop();
+            d.priority.stop();
+            d.copy.stop();
+        }
+        self.threads.join();
+    }
+}
+
+/// `ThreadedPooled` or `ThreadedPerDevice`.
+pub struct ThreadedEngine {
+    core: Arc<Core>,
+    kind: EngineKind,
+    bulk_size: usize,
+}
+
+impl ThreadedEngine {
+    pub(crate) fn new(kind: EngineKind, config: EngineConfig) -> Self {
+        let profiler = config.profiler();
+        let bulk_size = config.bulk_size;
+        let dispatch: Box<dyn Dispatch> = match kind {
+            EngineKind::ThreadedPooled => Box::new(PooledDispatch {
+                compute_threads: config.pooled_workers,
+                copy_threads: config.copy_workers,
+                pools: OnceLock::new(),
+                threads: Threads::default(),
+            }),
+            _ => Box::new(PerDeviceDispatch {
+                config,
+                devices: RwLock::new(Vec::new()),
+                threads: Threads::default(),
+            }),
+        };
+        ThreadedEngine {
+            core: Core::new(dispatch, profiler),
+            kind,
+            bulk_size,
+        }
+    }
+}
+
+impl Engine for ThreadedEngine {
+    fn kind(&self) -> EngineKind {
+        self.kind
+    }
+
+    fn new_var(&self) -> Var {
+        self.core.new_var()
+    }
+
+    fn push(&self, op: Op) -> Result<(), EngineError> {
+        self.core.push(op)
+    }
+
+    fn push_bulk(&self, ops: Vec<Op>) -> Result<(), EngineError> {
+        self.core.push_bulk(ops)
+    }
+
+    fn delete_var(&self, f: Box<dyn FnOnce() + Send>, var: &Var) -> Result<(), EngineError> {
+        self.core.delete_var(f, var)
+    }
+
+    fn wait_for_var(&self, var: &Var) -> Result<(), EngineError> {
+        self.core.wait_for_var(var)
+    }
+
+    fn wait_for_all(&self) -> Result<(), EngineError> {
+        self.core.wait_for_all()
+    }
+
+    fn bulk_size(&self) -> usize {
+        self.bulk_size
+    }
+
+    fn profiler(&self) -> Option<&Profiler> {
+        self.core.profiler.as_deref()
+    }
+}
+
+impl Drop for ThreadedEngine {
+    /// Drains every pushed op, joins every worker, then writes the profile if one was asked for.
+    fn drop(&mut self) {
+        if self.core.inside_own_op().is_none() {
+            self.core.wait_idle();
+        }
+        self.core.shutdown();
+        crate::write_profile_on_drop(self.core.profiler.as_deref());
+    }
+}

@@ -1,0 +1,250 @@
+//! Versioned variables and their dependency state machine.
+//!
+//! Every var keeps a FIFO of the ops waiting on it. An op asks for *read* or *write* access on
+//! each of its vars; it runs once every var has granted it. A var grants:
+//!
+//! * a read at once when no write is running and nobody is queued ahead of it (so consecutive reads
+//!   run together), otherwise it queues;
+//! * a write at once when nothing is running and nobody is queued, otherwise it queues.
+//!
+//! When the last running read or the running write completes, the var grants the head of its
+//! queue: one write, or every read up to the next write. Completed writes bump the version.
+//!
+//! Invariants (checked by the loom models in `loom_tests.rs`):
+//! * `writing` implies `running_reads == 0`;
+//! * a non-empty queue implies something is running (a write, or reads with a write at the head),
+//!   so every queued op is eventually granted by some completion;
+//! * grants happen in push order, so the order of pushes is the order of effect.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Arc;
+
+use crate::error::OpFailure;
+use crate::op::OpRef;
+
+/// Ops a completion unblocked; usually none or one.
+pub(crate) type Granted = smallvec::SmallVec<[OpRef; 4]>;
+use crate::sync::{AtomicBool, AtomicU64, Mutex, MutexGuard, Ordering};
+
+/// A handle to a versioned variable of one engine. Cloning the handle does not copy the var.
+#[derive(Clone)]
+pub struct Var {
+    pub(crate) inner: Arc<VarInner>,
+}
+
+pub(crate) struct VarInner {
+    pub(crate) id: u64,
+    pub(crate) engine: u64,
+    /// Completed writes; only changed under `state`'s lock, readable without it.
+    version: AtomicU64,
+    /// Mirrors `state.poison.is_some()` so that the common, healthy case costs no lock.
+    poisoned: AtomicBool,
+    /// Set once, under `state`'s lock, by `delete_var`; readable without it.
+    deleted: AtomicBool,
+    state: Mutex<VarState>,
+}
+
+/// Whether an op asks for shared or exclusive access to a var.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Access {
+    Read,
+    Write,
+}
+
+struct Pending {
+    op: OpRef,
+    access: Access,
+}
+
+/// The part of a var guarded by its lock.
+pub(crate) struct VarState {
+    queue: VecDeque<Pending>,
+    running_reads: usize,
+    writing: bool,
+    poison: Option<Arc<OpFailure>>,
+}
+
+impl Var {
+    pub(crate) fn new(id: u64, engine: u64) -> Var {
+        Var {
+            inner: Arc::new(VarInner {
+                id,
+                engine,
+                version: AtomicU64::new(0),
+                poisoned: AtomicBool::new(false),
+                deleted: AtomicBool::new(false),
+                state: Mutex::new(VarState {
+                    queue: VecDeque::new(),
+                    running_reads: 0,
+                    writing: false,
+                    poison: None,
+                }),
+            }),
+        }
+    }
+
+    /// A number unique among the vars of its engine (used in errors and traces).
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    /// How many writes to this var have completed (run, failed or skipped).
+    pub fn version(&self) -> u64 {
+        self.inner.version.load(Ordering::Acquire)
+    }
+
+    /// Whether `delete_var` was called on it; a deleted var cannot be used in new ops.
+    pub fn is_deleted(&self) -> bool {
+        self.inner.deleted.load(Ordering::Acquire)
+    }
+
+    /// The failure poisoning this var, if any (without clearing it, unlike `wait_for_var`).
+    pub fn poison(&self) -> Option<Arc<OpFailure>> {
+        if !self.inner.poisoned.load(Ordering::Acquire) {
+            return None;
+        }
+        self.inner.state.lock().poison.clone()
+    }
+
+    /// Whether two handles name the same var.
+    pub fn same(&self, other: &Var) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    pub(crate) fn lock(&self) -> VarGuard<'_> {
+        VarGuard {
+            inner: &self.inner,
+            state: self.inner.state.lock(),
+        }
+    }
+
+    /// Address of the shared state, used to deduplicate vars cheaply.
+    pub(crate) fn key(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
+    }
+}
+
+impl fmt::Debug for Var {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Var#{}(v{})", self.id(), self.version())
+    }
+}
+
+/// A locked var: the only way to touch its dependency state.
+pub(crate) struct VarGuard<'a> {
+    inner: &'a VarInner,
+    state: MutexGuard<'a, VarState>,
+}
+
+impl VarGuard<'_> {
+    pub(crate) fn is_deleted(&self) -> bool {
+        self.inner.deleted.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn mark_deleted(&mut self) {
+        self.inner.deleted.store(true, Ordering::Release);
+    }
+
+    /// Asks for access for `op`. Returns true when granted at once; otherwise `op` is queued and
+    /// will be returned by a later `complete_*` call.
+    pub(crate) fn append(&mut self, op: &OpRef, access: Access) -> bool {
+        let s = &mut *self.state;
+        let granted = match access {
+            Access::Read => !s.writing && s.queue.is_empty(),
+            Access::Write => !s.writing && s.running_reads == 0 && s.queue.is_empty(),
+        };
+        if granted {
+            match access {
+                Access::Read => s.running_reads += 1,
+                Access::Write => s.writing = true,
+            }
+        } else {
+            s.queue.push_back(Pending {
+                op: op.clone(),
+                access,
+            });
+        }
+        granted
+    }
+
+    /// A granted read has finished; pushes the ops this unblocks onto `granted`.
+    pub(crate) fn complete_read(&mut self, granted: &mut Granted) {
+        let s = &mut *self.state;
+        debug_assert!(s.running_reads > 0 && !s.writing);
+        s.running_reads -= 1;
+        if s.running_reads == 0 {
+            Self::grant_head(s, granted);
+        }
+    }
+
+    /// A granted write has finished after `bumps` writes (an op counts one, a bulk of ops one per
+    /// member that writes this var, a wait marker none). `poison` is set when it failed.
+    pub(crate) fn complete_write(
+        &mut self,
+        bumps: u64,
+        poison: Option<Arc<OpFailure>>,
+        granted: &mut Granted,
+    ) {
+        let s = &mut *self.state;
+        debug_assert!(s.writing && s.running_reads == 0);
+        if let Some(p) = poison {
+            s.poison = Some(p);
+            self.inner.poisoned.store(true, Ordering::Release);
+        }
+        if bumps > 0 {
+            self.inner.version.fetch_add(bumps, Ordering::Release);
+        }
+        s.writing = false;
+        Self::grant_head(s, granted);
+    }
+
+    /// The current poison, if any. Stable while the caller holds access to the var: only writes
+    /// (exclusive) change it.
+    pub(crate) fn poison(&self) -> Option<Arc<OpFailure>> {
+        self.state.poison.clone()
+    }
+
+    /// Removes and returns the poison (what `wait_for_var` reports).
+    pub(crate) fn take_poison(&mut self) -> Option<Arc<OpFailure>> {
+        self.inner.poisoned.store(false, Ordering::Release);
+        self.state.poison.take()
+    }
+
+    /// Sets the poison directly; used by the inline engine, which has no queues.
+    pub(crate) fn set_poison(&mut self, p: Arc<OpFailure>) {
+        self.state.poison = Some(p);
+        self.inner.poisoned.store(true, Ordering::Release);
+    }
+
+    /// Bumps the version directly; used by the inline engine, which has no queues.
+    pub(crate) fn bump(&mut self, n: u64) {
+        self.inner.version.fetch_add(n, Ordering::Release);
+    }
+
+    fn grant_head(s: &mut VarState, granted: &mut Granted) {
+        debug_assert!(!s.writing && s.running_reads == 0);
+        match s.queue.front().map(|p| p.access) {
+            None => {}
+            Some(Access::Write) => {
+                let p = s.queue.pop_front().expect("head exists");
+                s.writing = true;
+                granted.push(p.op);
+            }
+            Some(Access::Read) => {
+                while s.queue.front().is_some_and(|p| p.access == Access::Read) {
+                    let p = s.queue.pop_front().expect("head exists");
+                    s.running_reads += 1;
+                    granted.push(p.op);
+                }
+            }
+        }
+    }
+}
+
+impl VarInner {
+    /// Cheap check used on the hot path before looking for poison under the lock.
+    pub(crate) fn maybe_poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::Acquire)
+    }
+}
