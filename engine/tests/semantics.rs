@@ -1,0 +1,412 @@
+//! The engine contract, checked on every engine.
+#![cfg(not(loom))]
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::Duration;
+
+use common::{engine, engines, watchdog};
+use engine::{Context, EngineBuilder, EngineError, EngineKind, FnProperty, Op};
+
+fn log_op(log: &Arc<Mutex<Vec<String>>>, s: &str) -> impl FnOnce(&engine::RunContext) -> engine::OpResult + Send + 'static {
+    let (log, s) = (log.clone(), s.to_string());
+    move |_| {
+        log.lock().unwrap().push(s);
+        Ok(())
+    }
+}
+
+#[test]
+fn writes_and_reads_take_effect_in_push_order() {
+    watchdog("push order", 60, || {
+        for e in engines() {
+            let v = e.new_var();
+            let log = Arc::new(Mutex::new(Vec::new()));
+            for i in 0..50 {
+                let name = format!("w{i}");
+                e.push(Op::sync("w", log_op(&log, &name)).write(&v)).unwrap();
+                // A read between writes must see exactly the writes before it.
+                let (l2, want) = (log.clone(), name.clone());
+                e.push(Op::sync("r", move |_| {
+                    assert_eq!(l2.lock().unwrap().last(), Some(&want));
+                    Ok(())
+                }).read(&v)).unwrap();
+            }
+            e.wait_for_all().unwrap_or_else(|err| panic!("{:?}: {err}", e.kind()));
+            let got = log.lock().unwrap().clone();
+            let want: Vec<String> = (0..50).map(|i| format!("w{i}")).collect();
+            assert_eq!(got, want, "{:?}", e.kind());
+            assert_eq!(v.version(), 50, "{:?}", e.kind());
+        }
+    });
+}
+
+#[test]
+fn consecutive_reads_run_concurrently() {
+    watchdog("concurrent reads", 60, || {
+        for kind in [EngineKind::ThreadedPooled, EngineKind::ThreadedPerDevice] {
+            let e = engine(kind);
+            let v = e.new_var();
+            // Both reads must be running at once to pass the barrier.
+            let barrier = Arc::new(Barrier::new(2));
+            for _ in 0..2 {
+                let b = barrier.clone();
+                e.push(Op::sync("read", move |_| {
+                    b.wait();
+                    Ok(())
+                }).read(&v)).unwrap();
+            }
+            e.wait_for_all().unwrap();
+            assert_eq!(v.version(), 0);
+        }
+    });
+}
+
+#[test]
+fn a_write_excludes_reads_and_writes() {
+    watchdog("write exclusion", 60, || {
+        for e in engines() {
+            let v = e.new_var();
+            let active = Arc::new(AtomicUsize::new(0));
+            let violations = Arc::new(AtomicUsize::new(0));
+            for i in 0..200 {
+                let (a, bad) = (active.clone(), violations.clone());
+                let write = i % 3 == 0;
+                let op = Op::sync("op", move |_| {
+                    const W: usize = 1 << 20;
+                    let before = a.fetch_add(if write { W } else { 1 }, Ordering::SeqCst);
+                    if (write && before != 0) || (!write && before >= W) {
+                        bad.fetch_add(1, Ordering::SeqCst);
+                    }
+                    std::thread::yield_now();
+                    a.fetch_sub(if write { W } else { 1 }, Ordering::SeqCst);
+                    Ok(())
+                });
+                e.push(if write { op.write(&v) } else { op.read(&v) }).unwrap();
+            }
+            e.wait_for_all().unwrap();
+            assert_eq!(violations.load(Ordering::SeqCst), 0, "{:?}", e.kind());
+            assert_eq!(v.version(), 67);
+        }
+    });
+}
+
+#[test]
+fn duplicate_vars_and_read_write_overlap_are_deduplicated() {
+    watchdog("dedup", 30, || {
+        for e in engines() {
+            let (a, b) = (e.new_var(), e.new_var());
+            e.push(Op::sync("dup", |_| Ok(())).reads([&a, &a, &b]).writes([&a, &b, &b])).unwrap();
+            e.push(Op::sync("dup2", |_| Ok(())).read(&a).read(&a)).unwrap();
+            e.wait_for_all().unwrap();
+            assert_eq!((a.version(), b.version()), (1, 1), "{:?}", e.kind());
+        }
+    });
+}
+
+#[test]
+fn delete_var_runs_after_pending_ops_and_kills_the_var() {
+    watchdog("delete", 30, || {
+        for e in engines() {
+            let v = e.new_var();
+            let log = Arc::new(Mutex::new(Vec::new()));
+            for i in 0..5 {
+                let l = log.clone();
+                e.push(Op::sync("slow", move |_| {
+                    std::thread::sleep(Duration::from_millis(2));
+                    l.lock().unwrap().push(i);
+                    Ok(())
+                }).write(&v)).unwrap();
+            }
+            let l = log.clone();
+            e.delete_var(Box::new(move || l.lock().unwrap().push(99)), &v).unwrap();
+            assert!(v.is_deleted());
+            let err = e.push(Op::sync("late", |_| Ok(())).read(&v)).unwrap_err();
+            assert!(matches!(err, EngineError::DeadVar { .. }), "{err}");
+            assert!(err.to_string().contains("late") && err.to_string().contains("deleted"), "{err}");
+            assert!(matches!(e.wait_for_var(&v), Err(EngineError::DeadVar { .. })));
+            assert!(matches!(e.delete_var(Box::new(|| ()), &v), Err(EngineError::DeadVar { .. })));
+            e.wait_for_all().unwrap();
+            assert_eq!(*log.lock().unwrap(), vec![0, 1, 2, 3, 4, 99], "{:?}", e.kind());
+        }
+    });
+}
+
+#[test]
+fn failures_poison_written_vars_and_propagate() {
+    watchdog("poison", 30, || {
+        for e in engines() {
+            let (a, b, c, other) = (e.new_var(), e.new_var(), e.new_var(), e.new_var());
+            e.push(Op::sync("boom", |_| Err("disk on fire".into())).write(&a)).unwrap();
+            let ran = Arc::new(AtomicUsize::new(0));
+            let r = ran.clone();
+            e.push(Op::sync("downstream", move |_| {
+                r.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }).read(&a).write(&b)).unwrap();
+            let r = ran.clone();
+            e.push(Op::sync("healthy", move |_| {
+                r.fetch_add(10, Ordering::SeqCst);
+                Ok(())
+            }).write(&other)).unwrap();
+            e.push(Op::sync("panics", |_| panic!("index out of range")).write(&c)).unwrap();
+
+            let err = e.wait_for_var(&b).unwrap_err();
+            let f = err.failure().expect("an op failure");
+            assert_eq!((f.op.as_str(), f.message.as_str(), f.panicked), ("boom", "disk on fire", false));
+            assert_eq!(err.to_string(), "op 'boom' failed: disk on fire");
+            // Reported and cleared for b only.
+            e.wait_for_var(&b).unwrap();
+            assert!(a.poison().is_some());
+            let err = e.wait_for_var(&c).unwrap_err();
+            assert!(err.failure().unwrap().panicked && err.to_string().contains("index out of range"));
+            // 'boom' was reported through b; nothing else is unreported.
+            e.wait_for_all().unwrap();
+            assert_eq!(ran.load(Ordering::SeqCst), 10, "{:?}: downstream must be skipped", e.kind());
+            assert_eq!(b.version(), 1, "a skipped write still completes");
+            // The engine keeps serving.
+            e.push(Op::sync("after", |_| Ok(())).write(&other)).unwrap();
+            e.wait_for_var(&other).unwrap();
+            assert_eq!(other.version(), 2);
+        }
+    });
+}
+
+#[test]
+fn wait_for_all_reports_the_earliest_unreported_failure() {
+    watchdog("wait_for_all", 30, || {
+        for e in engines() {
+            let vars: Vec<_> = (0..4).map(|_| e.new_var()).collect();
+            for (i, v) in vars.iter().enumerate() {
+                e.push(Op::sync(format!("fail{i}"), move |_| {
+                    std::thread::sleep(Duration::from_millis(4 - i as u64));
+                    Err(format!("#{i}").into())
+                }).write(v)).unwrap();
+            }
+            let err = e.wait_for_all().unwrap_err();
+            assert_eq!(err.failure().unwrap().op, "fail0", "{:?}", e.kind());
+            e.wait_for_all().unwrap();
+            // Vars stay poisoned until waited on.
+            assert_eq!(e.wait_for_var(&vars[3]).unwrap_err().failure().unwrap().op, "fail3");
+        }
+    });
+}
+
+#[test]
+fn async_ops_complete_from_other_threads() {
+    watchdog("async", 30, || {
+        for e in engines() {
+            let v = e.new_var();
+            let seen = Arc::new(AtomicUsize::new(0));
+            for i in 0..20 {
+                let s = seen.clone();
+                e.push(Op::asynchronous("remote", move |_, done| {
+                    std::thread::spawn(move || {
+                        std::thread::sleep(Duration::from_micros(200));
+                        // Ordered: each write sees all earlier ones.
+                        assert_eq!(s.fetch_add(1, Ordering::SeqCst), i);
+                        done.complete(Ok(()));
+                    });
+                }).write(&v)).unwrap();
+            }
+            e.wait_for_var(&v).unwrap();
+            assert_eq!(seen.load(Ordering::SeqCst), 20);
+            assert_eq!(v.version(), 20);
+            // A forgotten completion is an error, not a hang.
+            e.push(Op::asynchronous("forgot", |_, done| drop(done)).write(&v)).unwrap();
+            let err = e.wait_for_var(&v).unwrap_err();
+            assert!(err.to_string().contains("without calling complete"), "{err}");
+            e.push(Op::asynchronous("failed", |_, done| done.complete(Err("dma error".into()))).prop(FnProperty::Async).write(&v)).unwrap();
+            assert_eq!(e.wait_for_var(&v).unwrap_err().to_string(), "op 'failed' failed: dma error");
+        }
+    });
+}
+
+#[test]
+fn higher_priority_runs_first_on_a_busy_pool() {
+    watchdog("priority", 30, || {
+        for kind in [EngineKind::ThreadedPooled, EngineKind::ThreadedPerDevice] {
+            let e = EngineBuilder::new(kind).pooled_workers(1).cpu_workers(1).build();
+            let gate = Arc::new(Barrier::new(2));
+            let g = gate.clone();
+            e.push(Op::sync("gate", move |_| {
+                g.wait();
+                Ok(())
+            })).unwrap();
+            let order = Arc::new(Mutex::new(Vec::new()));
+            for (name, prio) in [("low", -1), ("normal", 0), ("high", 5), ("higher", 9)] {
+                let o = order.clone();
+                e.push(Op::sync(name, move |_| {
+                    o.lock().unwrap().push(name);
+                    Ok(())
+                }).priority(prio)).unwrap();
+            }
+            gate.wait();
+            e.wait_for_all().unwrap();
+            let order = order.lock().unwrap().clone();
+            // On the per-device engine positive priorities run on the priority worker, so only
+            // their order among themselves and against 'low' is fixed.
+            let pos = |n| order.iter().position(|x| *x == n).unwrap();
+            assert!(pos("higher") < pos("high"), "{kind:?}: {order:?}");
+            assert!(pos("normal") < pos("low"), "{kind:?}: {order:?}");
+            if kind == EngineKind::ThreadedPooled {
+                assert_eq!(order, ["higher", "high", "normal", "low"]);
+            }
+        }
+    });
+}
+
+#[test]
+fn waiting_inside_an_op_is_an_error_not_a_deadlock() {
+    watchdog("wait inside op", 30, || {
+        for kind in [EngineKind::ThreadedPooled, EngineKind::ThreadedPerDevice] {
+            let e = engine(kind);
+            let v = e.new_var();
+            let e2 = e.clone();
+            let v2 = v.clone();
+            e.push(Op::sync("impatient", move |_| {
+                let err = e2.wait_for_var(&v2).unwrap_err();
+                assert!(matches!(err, EngineError::WaitInsideOp { .. }), "{err}");
+                Err(err.into())
+            }).write(&v)).unwrap();
+            let err = e.wait_for_var(&v).unwrap_err();
+            assert!(err.to_string().contains("would wait for itself"), "{err}");
+        }
+    });
+}
+
+#[test]
+fn vars_of_another_engine_are_refused() {
+    let a = engine(EngineKind::ThreadedPerDevice);
+    let b = engine(EngineKind::Naive);
+    let v = b.new_var();
+    let err = a.push(Op::sync("x", |_| Ok(())).read(&v)).unwrap_err();
+    assert!(matches!(err, EngineError::ForeignVar { .. }), "{err}");
+}
+
+#[test]
+fn ops_run_on_the_requested_context_and_pool() {
+    watchdog("contexts", 30, || {
+        let e = engine(EngineKind::ThreadedPerDevice);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let cases = [
+            (Context::cpu(0), FnProperty::Normal, "cpu(0)#"),
+            (Context::cpu(1), FnProperty::Normal, "cpu(1)#"),
+            (Context::cpu(1), FnProperty::CopyToDevice, "cpu(1)-copy#"),
+            (Context::cpu(0), FnProperty::CpuPrioritized, "cpu(0)-prio#"),
+            (Context::gpu(0), FnProperty::CopyFromDevice, "gpu(0)-copy#"),
+        ];
+        for (ctx, prop, _) in cases {
+            let s = seen.clone();
+            e.push(Op::sync("where", move |rc| {
+                let name = std::thread::current().name().unwrap_or("").to_string();
+                s.lock().unwrap().push((rc.ctx, name));
+                Ok(())
+            }).on(ctx).prop(prop).write(&e.new_var())).unwrap();
+            e.wait_for_all().unwrap();
+        }
+        let seen = seen.lock().unwrap().clone();
+        for ((ctx, _, prefix), (got_ctx, thread)) in cases.iter().zip(seen) {
+            assert_eq!(*ctx, got_ctx);
+            assert!(thread.starts_with(prefix), "{thread} should start with {prefix}");
+        }
+    });
+}
+
+#[test]
+fn dropping_the_engine_drains_pending_ops() {
+    watchdog("drop drains", 30, || {
+        for kind in EngineKind::ALL {
+            let done = Arc::new(AtomicUsize::new(0));
+            {
+                let e = engine(kind);
+                let v = e.new_var();
+                for _ in 0..100 {
+                    let d = done.clone();
+                    e.push(Op::sync("tick", move |_| {
+                        d.fetch_add(1, Ordering::SeqCst);
+                        Ok(())
+                    }).write(&v)).unwrap();
+                }
+            }
+            assert_eq!(done.load(Ordering::SeqCst), 100, "{kind:?}");
+        }
+    });
+}
+
+#[test]
+fn bulked_ops_give_the_same_results() {
+    watchdog("bulk", 60, || {
+        let mut results = Vec::new();
+        for e in engines() {
+            let vars: Vec<_> = (0..4).map(|_| e.new_var()).collect();
+            let cells: Arc<Vec<Mutex<i64>>> = Arc::new((0..4).map(|i| Mutex::new(i)).collect());
+            {
+                let mut bulk = e.bulk_with(5);
+                for k in 0..103usize {
+                    let (r, w) = (k % 4, (k * 7 + 1) % 4);
+                    let c = cells.clone();
+                    let op = Op::sync("mix", move |_| {
+                        let x = *c[r].lock().unwrap();
+                        let mut y = c[w].lock().unwrap();
+                        *y = y.wrapping_mul(31).wrapping_add(x + k as i64);
+                        if k == 50 {
+                            return Err("member 50 fails".into());
+                        }
+                        Ok(())
+                    });
+                    bulk.push(op.read(&vars[r]).write(&vars[w])).unwrap();
+                }
+            }
+            let errs: Vec<_> = vars.iter().map(|v| e.wait_for_var(v).err().map(|x| x.to_string())).collect();
+            let versions: Vec<_> = vars.iter().map(|v| v.version()).collect();
+            let vals: Vec<i64> = cells.iter().map(|c| *c.lock().unwrap()).collect();
+            results.push((e.kind(), vals, versions, errs));
+        }
+        for r in &results[1..] {
+            assert_eq!((&r.1, &r.2, &r.3), (&results[0].1, &results[0].2, &results[0].3), "{:?} vs naive", r.0);
+        }
+        assert!(results[0].3.iter().any(|e| e.is_some()));
+    });
+}
+
+#[test]
+fn profiler_writes_a_chrome_trace() {
+    watchdog("profiler", 30, || {
+        let path = std::env::temp_dir().join(format!("engine-profile-{}.json", std::process::id()));
+        {
+            let e = EngineBuilder::new(EngineKind::ThreadedPerDevice).profiler(Some(path.clone())).build();
+            let v = e.new_var();
+            for _ in 0..10 {
+                e.push(Op::sync("traced_op", |_| Ok(())).write(&v).on(Context::cpu(1))).unwrap();
+            }
+            e.wait_for_all().unwrap();
+            let events = e.profiler().unwrap().events();
+            assert_eq!(events.iter().filter(|ev| ev.name == "traced_op").count(), 10);
+            assert!(events.iter().all(|ev| ev.end_ns >= ev.start_ns && ev.ctx == Context::cpu(1)));
+        }
+        let trace: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let evs = trace["traceEvents"].as_array().unwrap();
+        let ops: Vec<_> = evs.iter().filter(|e| e["ph"] == "X").collect();
+        assert_eq!(ops.len(), 10);
+        assert!(ops.iter().all(|e| e["name"] == "traced_op" && e["pid"] == "cpu(1)" && e["dur"].is_number()));
+        std::fs::remove_file(path).ok();
+    });
+}
+
+#[test]
+fn environment_variables_choose_and_size_the_engine() {
+    let env = |pairs: &'static [(&'static str, &'static str)]| {
+        move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+    };
+    let b = EngineBuilder::from_lookup(env(&[("MXRS_ENGINE_TYPE", "naive"), ("MXRS_ENGINE_BULK_SIZE", "8")])).unwrap();
+    assert_eq!((b.config().kind, b.config().bulk_size), (EngineKind::Naive, 8));
+    let b = EngineBuilder::from_lookup(env(&[("MXRS_CPU_WORKER_NTHREADS", "3")])).unwrap();
+    assert_eq!((b.config().kind, b.config().cpu_workers), (EngineKind::ThreadedPerDevice, 3));
+    let err = EngineBuilder::from_lookup(env(&[("MXRS_ENGINE_TYPE", "turbo")])).unwrap_err();
+    assert!(err.to_string().contains("MXRS_ENGINE_TYPE") && err.to_string().contains("turbo"), "{err}");
+    let err = EngineBuilder::from_lookup(env(&[("MXRS_COPY_WORKER_NTHREADS", "0")])).unwrap_err();
+    assert!(err.to_string().contains("at least 1"), "{err}");
+}
