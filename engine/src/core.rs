@@ -14,12 +14,15 @@ use std::collections::{BTreeMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
+use crossbeam_utils::CachePadded;
 use smallvec::SmallVec;
 
 use crate::error::{panic_message, EngineError, OpFailure, OpResult};
-use crate::op::{dedup, BulkMember, Completion, FnProperty, Op, OpBlock, OpFn, OpRef, RunContext};
+use crate::op::{
+    dedup, BulkMember, Bumps, Completion, FnProperty, Op, OpBlock, OpFn, OpRef, RunContext, VarList,
+};
 use crate::profiler::Profiler;
-use crate::sync::{thread_local, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::sync::{AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
 use crate::var::{Access, Granted, Var};
 
 /// Where ready ops go.
@@ -39,13 +42,16 @@ pub(crate) enum Outcome {
     PerWrite(SmallVec<[Option<Arc<OpFailure>>; 4]>),
 }
 
-
 pub(crate) struct Core {
     pub(crate) id: u64,
     next_var: AtomicU64,
     next_seq: AtomicU64,
-    /// Ops pushed and not yet finished.
-    pending: AtomicUsize,
+    /// Ops pushed (written by pushers) and ops finished (written by workers), kept on separate
+    /// cache lines so that a pusher and a worker do not bounce one line per op. The engine is
+    /// idle when they are equal; `waiters` tells finishers whether anyone needs to hear that.
+    pushed: CachePadded<AtomicUsize>,
+    finished: CachePadded<AtomicUsize>,
+    waiters: AtomicUsize,
     idle: Mutex<()>,
     idle_cv: Condvar,
     /// Root failures not yet reported, by push order.
@@ -54,13 +60,21 @@ pub(crate) struct Core {
     pub(crate) profiler: Option<Arc<Profiler>>,
 }
 
-thread_local! {
+// No `const { }` initializers: loom's `thread_local!` does not accept them.
+#[allow(clippy::missing_const_for_thread_local)]
+mod tls {
+    use super::{Cow, RefCell};
+    crate::sync::thread_local! {
     /// The op this thread is running, so that a blocking wait from inside it is refused.
-    static RUNNING: RefCell<Option<(u64, Cow<'static, str>)>> = const { RefCell::new(None) };
+    pub(super) static RUNNING: RefCell<Option<(u64, Cow<'static, str>)>> = RefCell::new(None);
     /// Ops made ready while this thread is already running inline ops; drained by the outermost
     /// call so that chains of inline ops do not grow the stack.
-    static INLINE: RefCell<Option<VecDeque<(Arc<Core>, OpRef)>>> = const { RefCell::new(None) };
+    pub(super) static INLINE: RefCell<Option<super::InlineQueue>> = RefCell::new(None);
+    }
 }
+use tls::{INLINE, RUNNING};
+
+type InlineQueue = VecDeque<(Arc<Core>, OpRef)>;
 
 /// Resets the inline queue even if something unwinds through it.
 struct InlineScope;
@@ -75,8 +89,8 @@ impl Drop for InlineScope {
 struct RunningScope(Option<(u64, Cow<'static, str>)>);
 
 impl RunningScope {
-    fn enter(engine: u64, name: &Cow<'static, str>) -> Self {
-        RunningScope(RUNNING.with(|r| r.borrow_mut().replace((engine, name.clone()))))
+    fn enter(engine: u64, name: Cow<'static, str>) -> Self {
+        RunningScope(RUNNING.with(|r| r.borrow_mut().replace((engine, name))))
     }
 }
 
@@ -100,7 +114,9 @@ impl Core {
             id: next_engine_id(),
             next_var: AtomicU64::new(0),
             next_seq: AtomicU64::new(0),
-            pending: AtomicUsize::new(0),
+            pushed: CachePadded::new(AtomicUsize::new(0)),
+            finished: CachePadded::new(AtomicUsize::new(0)),
+            waiters: AtomicUsize::new(0),
             idle: Mutex::new(()),
             idle_cv: Condvar::new(),
             failures: Mutex::new(BTreeMap::new()),
@@ -129,12 +145,14 @@ impl Core {
 
     pub(crate) fn push(self: &Arc<Self>, op: Op) -> Result<(), EngineError> {
         self.check_vars(&op.name, op.vars())?;
-        let (reads, writes) = dedup(op.reads, op.writes);
+        let (mut reads, mut writes) = (op.reads, op.writes);
+        dedup(&mut reads, &mut writes);
         let block = OpBlock {
             wait: AtomicUsize::new(reads.len() + writes.len() + 1),
             func: Mutex::new(Some(op.func)),
             reads,
-            writes: writes.into_iter().map(|v| (v, 1)).collect(),
+            writes,
+            bumps: Bumps::One,
             name: op.name,
             ctx: op.ctx,
             prop: op.prop,
@@ -158,8 +176,9 @@ impl Core {
         };
         let (ctx, priority) = (first.ctx, first.priority);
         let mut members = Vec::with_capacity(ops.len());
-        let mut all_reads: SmallVec<[Var; 4]> = SmallVec::new();
-        let mut writes: SmallVec<[(Var, u64); 4]> = SmallVec::new();
+        let mut reads: VarList = SmallVec::new();
+        let mut writes: VarList = SmallVec::new();
+        let mut bumps: SmallVec<[u64; 4]> = SmallVec::new();
         for op in ops {
             let OpFn::Sync(func) = op.func else {
                 return Err(EngineError::InvalidOp {
@@ -167,24 +186,27 @@ impl Core {
                     reason: "only synchronous ops can be bulked".into(),
                 });
             };
-            let (reads, ws) = dedup(op.reads, op.writes);
-            for w in &ws {
-                match writes.iter_mut().find(|(v, _)| v.key() == w.key()) {
-                    Some((_, n)) => *n += 1,
-                    None => writes.push((w.clone(), 1)),
+            let (mut r, mut w) = (op.reads, op.writes);
+            dedup(&mut r, &mut w);
+            for v in &w {
+                match writes.iter().position(|x| x.key() == v.key()) {
+                    Some(i) => bumps[i] += 1,
+                    None => {
+                        writes.push(v.clone());
+                        bumps.push(1);
+                    }
                 }
             }
-            all_reads.extend(reads.iter().cloned());
+            reads.extend(r.iter().cloned());
             members.push(BulkMember {
                 name: op.name,
                 seq: self.next_seq(),
                 func,
-                reads,
-                writes: ws,
+                reads: r,
+                writes: w,
             });
         }
-        let write_vars: SmallVec<[Var; 4]> = writes.iter().map(|(v, _)| v.clone()).collect();
-        let (reads, _) = dedup(all_reads, write_vars);
+        dedup(&mut reads, &mut writes);
         let name: Cow<'static, str> = if members.len() == 1 {
             members[0].name.clone()
         } else {
@@ -196,6 +218,7 @@ impl Core {
             func: Mutex::new(Some(OpFn::Bulk(members))),
             reads,
             writes,
+            bumps: Bumps::Each(bumps),
             name,
             ctx,
             prop: FnProperty::Normal,
@@ -207,7 +230,7 @@ impl Core {
     }
 
     fn enqueue(self: &Arc<Self>, op: OpRef) {
-        self.pending.fetch_add(1, Ordering::AcqRel);
+        self.pushed.fetch_add(1, Ordering::SeqCst);
         let mut granted_now = 0;
         for v in &op.reads {
             let mut g = v.lock();
@@ -216,7 +239,7 @@ impl Core {
             }
             granted_now += usize::from(g.append(&op, Access::Read));
         }
-        for (v, _) in &op.writes {
+        for v in &op.writes {
             let mut g = v.lock();
             if g.is_deleted() {
                 op.mark_dead(v.id());
@@ -270,7 +293,7 @@ impl Core {
         };
         match func {
             OpFn::Wait(shot) => {
-                let poison = op.writes[0].0.lock().take_poison();
+                let poison = op.writes[0].lock().take_poison();
                 if let Some(p) = &poison {
                     self.failures.lock().retain(|_, f| !Arc::ptr_eq(f, p));
                 }
@@ -291,7 +314,7 @@ impl Core {
                 }
                 let t0 = self.profile_start();
                 let result = {
-                    let _running = RunningScope::enter(self.id, &op.name);
+                    let _running = RunningScope::enter(self.id, op.name.clone());
                     catch_unwind(AssertUnwindSafe(|| f(rctx)))
                 };
                 self.profile_end(t0, &op.name, rctx);
@@ -310,7 +333,7 @@ impl Core {
                     let outcome = core.outcome(pending.seq, &pending.name, Ok(result));
                     core.finish(pending, outcome);
                 });
-                let _running = RunningScope::enter(self.id, &op.name);
+                let _running = RunningScope::enter(self.id, op.name.clone());
                 // A panic drops `completion` while unwinding, which completes the op with an error.
                 let _ = catch_unwind(AssertUnwindSafe(|| f(rctx, completion)));
             }
@@ -322,23 +345,29 @@ impl Core {
     /// counting poison left by earlier members, exactly as if they had been pushed one by one.
     fn execute_bulk(self: &Arc<Self>, op: OpRef, members: Vec<BulkMember>, rctx: &RunContext) {
         let mut poison: SmallVec<[(usize, Arc<OpFailure>); 4]> = SmallVec::new();
-        let unit_vars = op.reads.iter().chain(op.writes.iter().map(|(v, _)| v));
-        for v in unit_vars {
+        for v in op.reads.iter().chain(op.writes.iter()) {
             if let Some(p) = self.var_failure(&op, v) {
                 poison.push((v.key(), p));
             }
         }
         let lookup = |poison: &[(usize, Arc<OpFailure>)], v: &Var| {
-            poison.iter().find(|(k, _)| *k == v.key()).map(|(_, p)| p.clone())
+            poison
+                .iter()
+                .find(|(k, _)| *k == v.key())
+                .map(|(_, p)| p.clone())
         };
         for m in members {
-            let root = m.reads.iter().chain(m.writes.iter()).find_map(|v| lookup(&poison, v));
+            let root = m
+                .reads
+                .iter()
+                .chain(m.writes.iter())
+                .find_map(|v| lookup(&poison, v));
             let failure = match root {
                 Some(root) => root,
                 None => {
                     let t0 = self.profile_start();
                     let result = {
-                        let _running = RunningScope::enter(self.id, &m.name);
+                        let _running = RunningScope::enter(self.id, m.name.clone());
                         catch_unwind(AssertUnwindSafe(|| (m.func)(rctx)))
                     };
                     self.profile_end(t0, &m.name, rctx);
@@ -355,20 +384,21 @@ impl Core {
                 }
             }
         }
-        let per_write = op.writes.iter().map(|(v, _)| lookup(&poison, v)).collect();
+        let per_write = op.writes.iter().map(|v| lookup(&poison, v)).collect();
         self.finish(op, Outcome::PerWrite(per_write));
     }
 
     /// The failure that stops this op from running: a dead var, or poison on any of its vars.
     fn blocking_failure(&self, op: &OpBlock) -> Option<Arc<OpFailure>> {
-        let vars = op.reads.iter().chain(op.writes.iter().map(|(v, _)| v));
-        vars.into_iter().find_map(|v| self.var_failure(op, v))
+        let mut vars = op.reads.iter().chain(op.writes.iter());
+        vars.find_map(|v| self.var_failure(op, v))
     }
 
     fn var_failure(&self, op: &OpBlock, v: &Var) -> Option<Arc<OpFailure>> {
         if let Some(id) = op.dead_var() {
             if id == v.id() {
-                let message = format!("var #{id} was deleted by a delete_var that raced with this push");
+                let message =
+                    format!("var #{id} was deleted by a delete_var that raced with this push");
                 return Some(self.record(op.seq, &op.name, message, false));
             }
         }
@@ -379,12 +409,7 @@ impl Core {
     }
 
     /// Turns what a closure returned into an outcome, recording new failures.
-    fn outcome(
-        &self,
-        seq: u64,
-        name: &str,
-        result: std::thread::Result<OpResult>,
-    ) -> Outcome {
+    fn outcome(&self, seq: u64, name: &str, result: std::thread::Result<OpResult>) -> Outcome {
         match result {
             Ok(Ok(())) => Outcome::Ok,
             Ok(Err(e)) => Outcome::Poison(self.record(seq, name, e.to_string(), false)),
@@ -398,7 +423,10 @@ impl Core {
             message,
             panicked,
         });
-        self.failures.lock().entry(seq).or_insert_with(|| failure.clone());
+        self.failures
+            .lock()
+            .entry(seq)
+            .or_insert_with(|| failure.clone());
         failure
     }
 
@@ -408,19 +436,23 @@ impl Core {
         for v in &op.reads {
             v.lock().complete_read(&mut granted);
         }
-        for (i, (v, bumps)) in op.writes.iter().enumerate() {
+        for (i, v) in op.writes.iter().enumerate() {
             let poison = match &outcome {
                 Outcome::Ok => None,
                 Outcome::Poison(p) => Some(p.clone()),
                 Outcome::PerWrite(per) => per[i].clone(),
             };
-            v.lock().complete_write(*bumps, poison, &mut granted);
+            v.lock()
+                .complete_write(op.bumps.get(i), poison, &mut granted);
         }
         drop(op);
         for g in granted {
             self.release(g, 1);
         }
-        if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+        // SeqCst pairs with `wait_idle`: either it sees this op finished, or this sees it waiting.
+        let finished = self.finished.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.waiters.load(Ordering::SeqCst) > 0 && finished == self.pushed.load(Ordering::SeqCst)
+        {
             let _g = self.idle.lock();
             self.idle_cv.notify_all();
         }
@@ -434,7 +466,7 @@ impl Core {
         var: &Var,
     ) -> Result<(), EngineError> {
         self.check_vars("delete_var", std::iter::once(var))?;
-        let op = self.marker(OpFn::Delete(f), var, 0, "delete_var", FnProperty::Delete);
+        let op = self.marker(OpFn::Delete(f), var, "delete_var", FnProperty::Delete);
         let granted = {
             let mut g = var.lock();
             if g.is_deleted() {
@@ -444,7 +476,7 @@ impl Core {
                 });
             }
             g.mark_deleted();
-            self.pending.fetch_add(1, Ordering::AcqRel);
+            self.pushed.fetch_add(1, Ordering::SeqCst);
             g.append(&op, Access::Write)
         };
         self.release(op, usize::from(granted) + 1);
@@ -452,12 +484,13 @@ impl Core {
     }
 
     /// A one-var op the engine itself pushes (delete and wait markers).
-    fn marker(&self, func: OpFn, var: &Var, bumps: u64, name: &'static str, prop: FnProperty) -> OpRef {
+    fn marker(&self, func: OpFn, var: &Var, name: &'static str, prop: FnProperty) -> OpRef {
         Arc::new(OpBlock {
             wait: AtomicUsize::new(2),
             func: Mutex::new(Some(func)),
             reads: SmallVec::new(),
-            writes: smallvec::smallvec![(var.clone(), bumps)],
+            writes: smallvec::smallvec![var.clone()],
+            bumps: Bumps::Zero,
             name: Cow::Borrowed(name),
             ctx: storage::Context::cpu(0),
             prop,
@@ -474,7 +507,12 @@ impl Core {
         self.refuse_inside_op("wait_for_var")?;
         self.check_vars("wait_for_var", std::iter::once(var))?;
         let shot = Arc::new(crate::op::Oneshot::new());
-        let op = self.marker(OpFn::Wait(shot.clone()), var, 0, "wait_for_var", FnProperty::Async);
+        let op = self.marker(
+            OpFn::Wait(shot.clone()),
+            var,
+            "wait_for_var",
+            FnProperty::Async,
+        );
         let granted = {
             let mut g = var.lock();
             if g.is_deleted() {
@@ -483,7 +521,7 @@ impl Core {
                     var: var.id(),
                 });
             }
-            self.pending.fetch_add(1, Ordering::AcqRel);
+            self.pushed.fetch_add(1, Ordering::SeqCst);
             g.append(&op, Access::Write)
         };
         self.release(op, usize::from(granted) + 1);
@@ -509,9 +547,14 @@ impl Core {
 
     pub(crate) fn wait_idle(&self) {
         let mut g = self.idle.lock();
-        while self.pending.load(Ordering::Acquire) != 0 {
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        // `finished` never exceeds `pushed`, so equal readings (finished first) mean that when
+        // `pushed` was read every op pushed so far had finished.
+        while self.finished.load(Ordering::SeqCst) != self.pushed.load(Ordering::SeqCst) {
             g = self.idle_cv.wait(g);
         }
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        drop(g);
     }
 
     pub(crate) fn inside_own_op(&self) -> Option<String> {

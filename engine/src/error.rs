@@ -43,7 +43,9 @@ pub enum EngineError {
         var: u64,
     },
     /// A var created by one engine was handed to another.
-    #[error("op '{op}' uses var #{var}, which belongs to engine #{owner}, not to this engine #{engine}")]
+    #[error(
+        "op '{op}' uses var #{var}, which belongs to engine #{owner}, not to this engine #{engine}"
+    )]
     ForeignVar {
         /// The op that was refused.
         op: String,
@@ -56,7 +58,9 @@ pub enum EngineError {
     },
     /// A blocking wait was called from inside an op running on this engine's workers; it would
     /// wait for itself.
-    #[error("{call} called from inside op '{op}' running on an engine worker; it would wait for itself")]
+    #[error(
+        "{call} called from inside op '{op}' running on an engine worker; it would wait for itself"
+    )]
     WaitInsideOp {
         /// `wait_for_var` or `wait_for_all`.
         call: &'static str,

@@ -97,8 +97,7 @@ impl dyn Engine {
         reads: &[&Var],
         writes: &[&Var],
         f: impl FnOnce(&RunContext) -> OpResult + Send + 'static,
-    ) -> Result<(), EngineError>
-    {
+    ) -> Result<(), EngineError> {
         self.push(
             Op::sync(name, f)
                 .on(ctx)
@@ -115,8 +114,7 @@ impl dyn Engine {
         reads: &[&Var],
         writes: &[&Var],
         f: impl FnOnce(&RunContext, Completion) + Send + 'static,
-    ) -> Result<(), EngineError>
-    {
+    ) -> Result<(), EngineError> {
         self.push(
             Op::asynchronous(name, f)
                 .on(ctx)

@@ -46,7 +46,8 @@ impl NaiveEngine {
     fn run(&self, op: Op) -> Result<(), EngineError> {
         check_vars(self.id, &op.name, op.vars())?;
         let (name, func, ctx) = (op.name, op.func, op.ctx);
-        let (reads, writes) = dedup(op.reads, op.writes);
+        let (mut reads, mut writes) = (op.reads, op.writes);
+        dedup(&mut reads, &mut writes);
         let poisoned = reads.iter().chain(writes.iter()).find_map(Var::poison);
         let t0 = self.profiler.as_ref().map(|p| p.now_ns());
         let rctx = RunContext::new(ctx);
@@ -74,7 +75,8 @@ impl NaiveEngine {
                 });
                 // A panic drops `done` while unwinding, which completes it with an error.
                 let _ = catch_unwind(AssertUnwindSafe(|| f(&rctx, done)));
-                shot.recv().map(|e| self.fail(&name, e.message.clone(), false))
+                shot.recv()
+                    .map(|e| self.fail(&name, e.message.clone(), false))
             }
             (None, OpFn::Bulk(_) | OpFn::Wait(_)) => {
                 return Err(EngineError::InvalidOp {

@@ -197,20 +197,44 @@ impl fmt::Debug for Op {
 
 /// Removes repeated vars; a var both read and written is only written ("write wins"), so an op
 /// never waits for itself.
-pub(crate) fn dedup(reads: VarList, writes: VarList) -> (VarList, VarList) {
-    let mut w: VarList = SmallVec::with_capacity(writes.len());
-    for v in writes {
-        if !w.iter().any(|x| x.key() == v.key()) {
-            w.push(v);
+pub(crate) fn dedup(reads: &mut VarList, writes: &mut VarList) {
+    let mut i = 1;
+    while i < writes.len() {
+        if writes[..i].iter().any(|x| x.key() == writes[i].key()) {
+            writes.remove(i);
+        } else {
+            i += 1;
         }
     }
-    let mut r: VarList = SmallVec::with_capacity(reads.len());
-    for v in reads {
-        if !w.iter().any(|x| x.key() == v.key()) && !r.iter().any(|x| x.key() == v.key()) {
-            r.push(v);
+    let mut i = 0;
+    while i < reads.len() {
+        let k = reads[i].key();
+        if writes.iter().any(|x| x.key() == k) || reads[..i].iter().any(|x| x.key() == k) {
+            reads.remove(i);
+        } else {
+            i += 1;
         }
     }
-    (r, w)
+}
+
+/// How many versions each written var gains when an op completes.
+pub(crate) enum Bumps {
+    /// An ordinary op: one write each.
+    One,
+    /// An engine marker (wait, delete): no write.
+    Zero,
+    /// A bulk unit: one per member writing the var, in `writes` order.
+    Each(SmallVec<[u64; 4]>),
+}
+
+impl Bumps {
+    pub(crate) fn get(&self, i: usize) -> u64 {
+        match self {
+            Bumps::One => 1,
+            Bumps::Zero => 0,
+            Bumps::Each(n) => n[i],
+        }
+    }
 }
 
 /// The engine's record of a pushed op while it waits for its vars and runs.
@@ -220,8 +244,8 @@ pub(crate) struct OpBlock {
     /// Taken exactly once, by the thread that runs the op.
     pub(crate) func: Mutex<Option<OpFn>>,
     pub(crate) reads: VarList,
-    /// Each written var with the number of writes the op completes on it.
-    pub(crate) writes: SmallVec<[(Var, u64); 4]>,
+    pub(crate) writes: VarList,
+    pub(crate) bumps: Bumps,
     pub(crate) name: Cow<'static, str>,
     pub(crate) ctx: Context,
     pub(crate) prop: FnProperty,

@@ -158,7 +158,13 @@ impl Pool {
         self.wake.notify_all();
     }
 
-    fn work(&self, index: usize, local: Worker<OpRef>, core: &Arc<Core>, init: &dyn Fn(usize) -> RunContext) {
+    fn work(
+        &self,
+        index: usize,
+        local: Worker<OpRef>,
+        core: &Arc<Core>,
+        init: &dyn Fn(usize) -> RunContext,
+    ) {
         let rctx_template = init(index);
         LOCAL.with(|l| *l.borrow_mut() = Some((self.id, local)));
         loop {

@@ -42,7 +42,10 @@ impl Threads {
 }
 
 fn is_copy(op: &OpRef) -> bool {
-    matches!(op.prop, FnProperty::CopyToDevice | FnProperty::CopyFromDevice)
+    matches!(
+        op.prop,
+        FnProperty::CopyToDevice | FnProperty::CopyFromDevice
+    )
 }
 
 /// What each worker of a device's pools starts with: the context and, for GPUs, its own stream.

@@ -10,7 +10,10 @@ use std::time::Duration;
 use common::{engine, engines, watchdog};
 use engine::{Context, EngineBuilder, EngineError, EngineKind, FnProperty, Op};
 
-fn log_op(log: &Arc<Mutex<Vec<String>>>, s: &str) -> impl FnOnce(&engine::RunContext) -> engine::OpResult + Send + 'static {
+fn log_op(
+    log: &Arc<Mutex<Vec<String>>>,
+    s: &str,
+) -> impl FnOnce(&engine::RunContext) -> engine::OpResult + Send + 'static {
     let (log, s) = (log.clone(), s.to_string());
     move |_| {
         log.lock().unwrap().push(s);
@@ -26,15 +29,21 @@ fn writes_and_reads_take_effect_in_push_order() {
             let log = Arc::new(Mutex::new(Vec::new()));
             for i in 0..50 {
                 let name = format!("w{i}");
-                e.push(Op::sync("w", log_op(&log, &name)).write(&v)).unwrap();
+                e.push(Op::sync("w", log_op(&log, &name)).write(&v))
+                    .unwrap();
                 // A read between writes must see exactly the writes before it.
                 let (l2, want) = (log.clone(), name.clone());
-                e.push(Op::sync("r", move |_| {
-                    assert_eq!(l2.lock().unwrap().last(), Some(&want));
-                    Ok(())
-                }).read(&v)).unwrap();
+                e.push(
+                    Op::sync("r", move |_| {
+                        assert_eq!(l2.lock().unwrap().last(), Some(&want));
+                        Ok(())
+                    })
+                    .read(&v),
+                )
+                .unwrap();
             }
-            e.wait_for_all().unwrap_or_else(|err| panic!("{:?}: {err}", e.kind()));
+            e.wait_for_all()
+                .unwrap_or_else(|err| panic!("{:?}: {err}", e.kind()));
             let got = log.lock().unwrap().clone();
             let want: Vec<String> = (0..50).map(|i| format!("w{i}")).collect();
             assert_eq!(got, want, "{:?}", e.kind());
@@ -53,10 +62,14 @@ fn consecutive_reads_run_concurrently() {
             let barrier = Arc::new(Barrier::new(2));
             for _ in 0..2 {
                 let b = barrier.clone();
-                e.push(Op::sync("read", move |_| {
-                    b.wait();
-                    Ok(())
-                }).read(&v)).unwrap();
+                e.push(
+                    Op::sync("read", move |_| {
+                        b.wait();
+                        Ok(())
+                    })
+                    .read(&v),
+                )
+                .unwrap();
             }
             e.wait_for_all().unwrap();
             assert_eq!(v.version(), 0);
@@ -84,7 +97,8 @@ fn a_write_excludes_reads_and_writes() {
                     a.fetch_sub(if write { W } else { 1 }, Ordering::SeqCst);
                     Ok(())
                 });
-                e.push(if write { op.write(&v) } else { op.read(&v) }).unwrap();
+                e.push(if write { op.write(&v) } else { op.read(&v) })
+                    .unwrap();
             }
             e.wait_for_all().unwrap();
             assert_eq!(violations.load(Ordering::SeqCst), 0, "{:?}", e.kind());
@@ -98,8 +112,14 @@ fn duplicate_vars_and_read_write_overlap_are_deduplicated() {
     watchdog("dedup", 30, || {
         for e in engines() {
             let (a, b) = (e.new_var(), e.new_var());
-            e.push(Op::sync("dup", |_| Ok(())).reads([&a, &a, &b]).writes([&a, &b, &b])).unwrap();
-            e.push(Op::sync("dup2", |_| Ok(())).read(&a).read(&a)).unwrap();
+            e.push(
+                Op::sync("dup", |_| Ok(()))
+                    .reads([&a, &a, &b])
+                    .writes([&a, &b, &b]),
+            )
+            .unwrap();
+            e.push(Op::sync("dup2", |_| Ok(())).read(&a).read(&a))
+                .unwrap();
             e.wait_for_all().unwrap();
             assert_eq!((a.version(), b.version()), (1, 1), "{:?}", e.kind());
         }
@@ -114,22 +134,41 @@ fn delete_var_runs_after_pending_ops_and_kills_the_var() {
             let log = Arc::new(Mutex::new(Vec::new()));
             for i in 0..5 {
                 let l = log.clone();
-                e.push(Op::sync("slow", move |_| {
-                    std::thread::sleep(Duration::from_millis(2));
-                    l.lock().unwrap().push(i);
-                    Ok(())
-                }).write(&v)).unwrap();
+                e.push(
+                    Op::sync("slow", move |_| {
+                        std::thread::sleep(Duration::from_millis(2));
+                        l.lock().unwrap().push(i);
+                        Ok(())
+                    })
+                    .write(&v),
+                )
+                .unwrap();
             }
             let l = log.clone();
-            e.delete_var(Box::new(move || l.lock().unwrap().push(99)), &v).unwrap();
+            e.delete_var(Box::new(move || l.lock().unwrap().push(99)), &v)
+                .unwrap();
             assert!(v.is_deleted());
             let err = e.push(Op::sync("late", |_| Ok(())).read(&v)).unwrap_err();
             assert!(matches!(err, EngineError::DeadVar { .. }), "{err}");
-            assert!(err.to_string().contains("late") && err.to_string().contains("deleted"), "{err}");
-            assert!(matches!(e.wait_for_var(&v), Err(EngineError::DeadVar { .. })));
-            assert!(matches!(e.delete_var(Box::new(|| ()), &v), Err(EngineError::DeadVar { .. })));
+            assert!(
+                err.to_string().contains("late") && err.to_string().contains("deleted"),
+                "{err}"
+            );
+            assert!(matches!(
+                e.wait_for_var(&v),
+                Err(EngineError::DeadVar { .. })
+            ));
+            assert!(matches!(
+                e.delete_var(Box::new(|| ()), &v),
+                Err(EngineError::DeadVar { .. })
+            ));
             e.wait_for_all().unwrap();
-            assert_eq!(*log.lock().unwrap(), vec![0, 1, 2, 3, 4, 99], "{:?}", e.kind());
+            assert_eq!(
+                *log.lock().unwrap(),
+                vec![0, 1, 2, 3, 4, 99],
+                "{:?}",
+                e.kind()
+            );
         }
     });
 }
@@ -139,32 +178,53 @@ fn failures_poison_written_vars_and_propagate() {
     watchdog("poison", 30, || {
         for e in engines() {
             let (a, b, c, other) = (e.new_var(), e.new_var(), e.new_var(), e.new_var());
-            e.push(Op::sync("boom", |_| Err("disk on fire".into())).write(&a)).unwrap();
+            e.push(Op::sync("boom", |_| Err("disk on fire".into())).write(&a))
+                .unwrap();
             let ran = Arc::new(AtomicUsize::new(0));
             let r = ran.clone();
-            e.push(Op::sync("downstream", move |_| {
-                r.fetch_add(1, Ordering::SeqCst);
-                Ok(())
-            }).read(&a).write(&b)).unwrap();
+            e.push(
+                Op::sync("downstream", move |_| {
+                    r.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                })
+                .read(&a)
+                .write(&b),
+            )
+            .unwrap();
             let r = ran.clone();
-            e.push(Op::sync("healthy", move |_| {
-                r.fetch_add(10, Ordering::SeqCst);
-                Ok(())
-            }).write(&other)).unwrap();
-            e.push(Op::sync("panics", |_| panic!("index out of range")).write(&c)).unwrap();
+            e.push(
+                Op::sync("healthy", move |_| {
+                    r.fetch_add(10, Ordering::SeqCst);
+                    Ok(())
+                })
+                .write(&other),
+            )
+            .unwrap();
+            e.push(Op::sync("panics", |_| panic!("index out of range")).write(&c))
+                .unwrap();
 
             let err = e.wait_for_var(&b).unwrap_err();
             let f = err.failure().expect("an op failure");
-            assert_eq!((f.op.as_str(), f.message.as_str(), f.panicked), ("boom", "disk on fire", false));
+            assert_eq!(
+                (f.op.as_str(), f.message.as_str(), f.panicked),
+                ("boom", "disk on fire", false)
+            );
             assert_eq!(err.to_string(), "op 'boom' failed: disk on fire");
             // Reported and cleared for b only.
             e.wait_for_var(&b).unwrap();
             assert!(a.poison().is_some());
             let err = e.wait_for_var(&c).unwrap_err();
-            assert!(err.failure().unwrap().panicked && err.to_string().contains("index out of range"));
+            assert!(
+                err.failure().unwrap().panicked && err.to_string().contains("index out of range")
+            );
             // 'boom' was reported through b; nothing else is unreported.
             e.wait_for_all().unwrap();
-            assert_eq!(ran.load(Ordering::SeqCst), 10, "{:?}: downstream must be skipped", e.kind());
+            assert_eq!(
+                ran.load(Ordering::SeqCst),
+                10,
+                "{:?}: downstream must be skipped",
+                e.kind()
+            );
             assert_eq!(b.version(), 1, "a skipped write still completes");
             // The engine keeps serving.
             e.push(Op::sync("after", |_| Ok(())).write(&other)).unwrap();
@@ -180,16 +240,23 @@ fn wait_for_all_reports_the_earliest_unreported_failure() {
         for e in engines() {
             let vars: Vec<_> = (0..4).map(|_| e.new_var()).collect();
             for (i, v) in vars.iter().enumerate() {
-                e.push(Op::sync(format!("fail{i}"), move |_| {
-                    std::thread::sleep(Duration::from_millis(4 - i as u64));
-                    Err(format!("#{i}").into())
-                }).write(v)).unwrap();
+                e.push(
+                    Op::sync(format!("fail{i}"), move |_| {
+                        std::thread::sleep(Duration::from_millis(4 - i as u64));
+                        Err(format!("#{i}").into())
+                    })
+                    .write(v),
+                )
+                .unwrap();
             }
             let err = e.wait_for_all().unwrap_err();
             assert_eq!(err.failure().unwrap().op, "fail0", "{:?}", e.kind());
             e.wait_for_all().unwrap();
             // Vars stay poisoned until waited on.
-            assert_eq!(e.wait_for_var(&vars[3]).unwrap_err().failure().unwrap().op, "fail3");
+            assert_eq!(
+                e.wait_for_var(&vars[3]).unwrap_err().failure().unwrap().op,
+                "fail3"
+            );
         }
     });
 }
@@ -202,24 +269,40 @@ fn async_ops_complete_from_other_threads() {
             let seen = Arc::new(AtomicUsize::new(0));
             for i in 0..20 {
                 let s = seen.clone();
-                e.push(Op::asynchronous("remote", move |_, done| {
-                    std::thread::spawn(move || {
-                        std::thread::sleep(Duration::from_micros(200));
-                        // Ordered: each write sees all earlier ones.
-                        assert_eq!(s.fetch_add(1, Ordering::SeqCst), i);
-                        done.complete(Ok(()));
-                    });
-                }).write(&v)).unwrap();
+                e.push(
+                    Op::asynchronous("remote", move |_, done| {
+                        std::thread::spawn(move || {
+                            std::thread::sleep(Duration::from_micros(200));
+                            // Ordered: each write sees all earlier ones.
+                            assert_eq!(s.fetch_add(1, Ordering::SeqCst), i);
+                            done.complete(Ok(()));
+                        });
+                    })
+                    .write(&v),
+                )
+                .unwrap();
             }
             e.wait_for_var(&v).unwrap();
             assert_eq!(seen.load(Ordering::SeqCst), 20);
             assert_eq!(v.version(), 20);
             // A forgotten completion is an error, not a hang.
-            e.push(Op::asynchronous("forgot", |_, done| drop(done)).write(&v)).unwrap();
+            e.push(Op::asynchronous("forgot", |_, done| drop(done)).write(&v))
+                .unwrap();
             let err = e.wait_for_var(&v).unwrap_err();
-            assert!(err.to_string().contains("without calling complete"), "{err}");
-            e.push(Op::asynchronous("failed", |_, done| done.complete(Err("dma error".into()))).prop(FnProperty::Async).write(&v)).unwrap();
-            assert_eq!(e.wait_for_var(&v).unwrap_err().to_string(), "op 'failed' failed: dma error");
+            assert!(
+                err.to_string().contains("without calling complete"),
+                "{err}"
+            );
+            e.push(
+                Op::asynchronous("failed", |_, done| done.complete(Err("dma error".into())))
+                    .prop(FnProperty::Async)
+                    .write(&v),
+            )
+            .unwrap();
+            assert_eq!(
+                e.wait_for_var(&v).unwrap_err().to_string(),
+                "op 'failed' failed: dma error"
+            );
         }
     });
 }
@@ -228,20 +311,28 @@ fn async_ops_complete_from_other_threads() {
 fn higher_priority_runs_first_on_a_busy_pool() {
     watchdog("priority", 30, || {
         for kind in [EngineKind::ThreadedPooled, EngineKind::ThreadedPerDevice] {
-            let e = EngineBuilder::new(kind).pooled_workers(1).cpu_workers(1).build();
+            let e = EngineBuilder::new(kind)
+                .pooled_workers(1)
+                .cpu_workers(1)
+                .build();
             let gate = Arc::new(Barrier::new(2));
             let g = gate.clone();
             e.push(Op::sync("gate", move |_| {
                 g.wait();
                 Ok(())
-            })).unwrap();
+            }))
+            .unwrap();
             let order = Arc::new(Mutex::new(Vec::new()));
             for (name, prio) in [("low", -1), ("normal", 0), ("high", 5), ("higher", 9)] {
                 let o = order.clone();
-                e.push(Op::sync(name, move |_| {
-                    o.lock().unwrap().push(name);
-                    Ok(())
-                }).priority(prio)).unwrap();
+                e.push(
+                    Op::sync(name, move |_| {
+                        o.lock().unwrap().push(name);
+                        Ok(())
+                    })
+                    .priority(prio),
+                )
+                .unwrap();
             }
             gate.wait();
             e.wait_for_all().unwrap();
@@ -266,11 +357,15 @@ fn waiting_inside_an_op_is_an_error_not_a_deadlock() {
             let v = e.new_var();
             let e2 = e.clone();
             let v2 = v.clone();
-            e.push(Op::sync("impatient", move |_| {
-                let err = e2.wait_for_var(&v2).unwrap_err();
-                assert!(matches!(err, EngineError::WaitInsideOp { .. }), "{err}");
-                Err(err.into())
-            }).write(&v)).unwrap();
+            e.push(
+                Op::sync("impatient", move |_| {
+                    let err = e2.wait_for_var(&v2).unwrap_err();
+                    assert!(matches!(err, EngineError::WaitInsideOp { .. }), "{err}");
+                    Err(err.into())
+                })
+                .write(&v),
+            )
+            .unwrap();
             let err = e.wait_for_var(&v).unwrap_err();
             assert!(err.to_string().contains("would wait for itself"), "{err}");
         }
@@ -300,17 +395,26 @@ fn ops_run_on_the_requested_context_and_pool() {
         ];
         for (ctx, prop, _) in cases {
             let s = seen.clone();
-            e.push(Op::sync("where", move |rc| {
-                let name = std::thread::current().name().unwrap_or("").to_string();
-                s.lock().unwrap().push((rc.ctx, name));
-                Ok(())
-            }).on(ctx).prop(prop).write(&e.new_var())).unwrap();
+            e.push(
+                Op::sync("where", move |rc| {
+                    let name = std::thread::current().name().unwrap_or("").to_string();
+                    s.lock().unwrap().push((rc.ctx, name));
+                    Ok(())
+                })
+                .on(ctx)
+                .prop(prop)
+                .write(&e.new_var()),
+            )
+            .unwrap();
             e.wait_for_all().unwrap();
         }
         let seen = seen.lock().unwrap().clone();
         for ((ctx, _, prefix), (got_ctx, thread)) in cases.iter().zip(seen) {
             assert_eq!(*ctx, got_ctx);
-            assert!(thread.starts_with(prefix), "{thread} should start with {prefix}");
+            assert!(
+                thread.starts_with(prefix),
+                "{thread} should start with {prefix}"
+            );
         }
     });
 }
@@ -325,10 +429,14 @@ fn dropping_the_engine_drains_pending_ops() {
                 let v = e.new_var();
                 for _ in 0..100 {
                     let d = done.clone();
-                    e.push(Op::sync("tick", move |_| {
-                        d.fetch_add(1, Ordering::SeqCst);
-                        Ok(())
-                    }).write(&v)).unwrap();
+                    e.push(
+                        Op::sync("tick", move |_| {
+                            d.fetch_add(1, Ordering::SeqCst);
+                            Ok(())
+                        })
+                        .write(&v),
+                    )
+                    .unwrap();
                 }
             }
             assert_eq!(done.load(Ordering::SeqCst), 100, "{kind:?}");
@@ -360,13 +468,21 @@ fn bulked_ops_give_the_same_results() {
                     bulk.push(op.read(&vars[r]).write(&vars[w])).unwrap();
                 }
             }
-            let errs: Vec<_> = vars.iter().map(|v| e.wait_for_var(v).err().map(|x| x.to_string())).collect();
+            let errs: Vec<_> = vars
+                .iter()
+                .map(|v| e.wait_for_var(v).err().map(|x| x.to_string()))
+                .collect();
             let versions: Vec<_> = vars.iter().map(|v| v.version()).collect();
             let vals: Vec<i64> = cells.iter().map(|c| *c.lock().unwrap()).collect();
             results.push((e.kind(), vals, versions, errs));
         }
         for r in &results[1..] {
-            assert_eq!((&r.1, &r.2, &r.3), (&results[0].1, &results[0].2, &results[0].3), "{:?} vs naive", r.0);
+            assert_eq!(
+                (&r.1, &r.2, &r.3),
+                (&results[0].1, &results[0].2, &results[0].3),
+                "{:?} vs naive",
+                r.0
+            );
         }
         assert!(results[0].3.iter().any(|e| e.is_some()));
     });
@@ -377,21 +493,36 @@ fn profiler_writes_a_chrome_trace() {
     watchdog("profiler", 30, || {
         let path = std::env::temp_dir().join(format!("engine-profile-{}.json", std::process::id()));
         {
-            let e = EngineBuilder::new(EngineKind::ThreadedPerDevice).profiler(Some(path.clone())).build();
+            let e = EngineBuilder::new(EngineKind::ThreadedPerDevice)
+                .profiler(Some(path.clone()))
+                .build();
             let v = e.new_var();
             for _ in 0..10 {
-                e.push(Op::sync("traced_op", |_| Ok(())).write(&v).on(Context::cpu(1))).unwrap();
+                e.push(
+                    Op::sync("traced_op", |_| Ok(()))
+                        .write(&v)
+                        .on(Context::cpu(1)),
+                )
+                .unwrap();
             }
             e.wait_for_all().unwrap();
             let events = e.profiler().unwrap().events();
-            assert_eq!(events.iter().filter(|ev| ev.name == "traced_op").count(), 10);
-            assert!(events.iter().all(|ev| ev.end_ns >= ev.start_ns && ev.ctx == Context::cpu(1)));
+            assert_eq!(
+                events.iter().filter(|ev| ev.name == "traced_op").count(),
+                10
+            );
+            assert!(events
+                .iter()
+                .all(|ev| ev.end_ns >= ev.start_ns && ev.ctx == Context::cpu(1)));
         }
-        let trace: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let trace: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         let evs = trace["traceEvents"].as_array().unwrap();
         let ops: Vec<_> = evs.iter().filter(|e| e["ph"] == "X").collect();
         assert_eq!(ops.len(), 10);
-        assert!(ops.iter().all(|e| e["name"] == "traced_op" && e["pid"] == "cpu(1)" && e["dur"].is_number()));
+        assert!(ops
+            .iter()
+            .all(|e| e["name"] == "traced_op" && e["pid"] == "cpu(1)" && e["dur"].is_number()));
         std::fs::remove_file(path).ok();
     });
 }
@@ -399,14 +530,32 @@ fn profiler_writes_a_chrome_trace() {
 #[test]
 fn environment_variables_choose_and_size_the_engine() {
     let env = |pairs: &'static [(&'static str, &'static str)]| {
-        move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        move |k: &str| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
     };
-    let b = EngineBuilder::from_lookup(env(&[("MXRS_ENGINE_TYPE", "naive"), ("MXRS_ENGINE_BULK_SIZE", "8")])).unwrap();
-    assert_eq!((b.config().kind, b.config().bulk_size), (EngineKind::Naive, 8));
+    let b = EngineBuilder::from_lookup(env(&[
+        ("MXRS_ENGINE_TYPE", "naive"),
+        ("MXRS_ENGINE_BULK_SIZE", "8"),
+    ]))
+    .unwrap();
+    assert_eq!(
+        (b.config().kind, b.config().bulk_size),
+        (EngineKind::Naive, 8)
+    );
     let b = EngineBuilder::from_lookup(env(&[("MXRS_CPU_WORKER_NTHREADS", "3")])).unwrap();
-    assert_eq!((b.config().kind, b.config().cpu_workers), (EngineKind::ThreadedPerDevice, 3));
+    assert_eq!(
+        (b.config().kind, b.config().cpu_workers),
+        (EngineKind::ThreadedPerDevice, 3)
+    );
     let err = EngineBuilder::from_lookup(env(&[("MXRS_ENGINE_TYPE", "turbo")])).unwrap_err();
-    assert!(err.to_string().contains("MXRS_ENGINE_TYPE") && err.to_string().contains("turbo"), "{err}");
+    assert!(
+        err.to_string().contains("MXRS_ENGINE_TYPE") && err.to_string().contains("turbo"),
+        "{err}"
+    );
     let err = EngineBuilder::from_lookup(env(&[("MXRS_COPY_WORKER_NTHREADS", "0")])).unwrap_err();
     assert!(err.to_string().contains("at least 1"), "{err}");
 }

@@ -47,7 +47,10 @@ fn program(rng: &mut StdRng, len: usize) -> Vec<Cmd> {
     let mut bulk_run: u32 = 0;
     for _ in 0..len {
         let pick = |rng: &mut StdRng, alive: &[bool; VARS], n: usize| -> Vec<usize> {
-            (0..n).map(|_| rng.gen_range(0..VARS)).filter(|&v| alive[v]).collect()
+            (0..n)
+                .map(|_| rng.gen_range(0..VARS))
+                .filter(|&v| alive[v])
+                .collect()
         };
         let roll = rng.gen_range(0..1000);
         if roll < 8 {
@@ -82,7 +85,11 @@ fn program(rng: &mut StdRng, len: usize) -> Vec<Cmd> {
             reads: pick(rng, &alive, nr),
             writes: pick(rng, &alive, nw),
             kind,
-            sleep_us: if rng.gen_bool(0.05) { rng.gen_range(1..200) } else { 0 },
+            sleep_us: if rng.gen_bool(0.05) {
+                rng.gen_range(1..200)
+            } else {
+                0
+            },
             bulk: in_bulk,
         }));
     }
@@ -121,7 +128,8 @@ fn run(engine: Arc<dyn Engine>, prog: &[Cmd], rng_seed: u64) -> Outcome {
     let vars: Vec<Var> = (0..VARS).map(|_| engine.new_var()).collect();
     let values: Arc<Vec<AtomicI64>> = Arc::new((0..VARS as i64).map(AtomicI64::new).collect());
     let n_ops = prog.iter().filter(|c| matches!(c, Cmd::Op(_))).count();
-    let seen: Arc<Vec<Mutex<Option<Vec<i64>>>>> = Arc::new((0..n_ops).map(|_| Mutex::new(None)).collect());
+    let seen: Arc<Vec<Mutex<Option<Vec<i64>>>>> =
+        Arc::new((0..n_ops).map(|_| Mutex::new(None)).collect());
     let deletes = Arc::new(AtomicUsize::new(0));
     let tx = completer();
     let mut wait_errors = Vec::new();
@@ -133,7 +141,12 @@ fn run(engine: Arc<dyn Engine>, prog: &[Cmd], rng_seed: u64) -> Outcome {
                 bulk.flush().unwrap();
                 let d = deletes.clone();
                 engine
-                    .delete_var(Box::new(move || { d.fetch_add(1, Ordering::SeqCst); }), &vars[*v])
+                    .delete_var(
+                        Box::new(move || {
+                            d.fetch_add(1, Ordering::SeqCst);
+                        }),
+                        &vars[*v],
+                    )
                     .unwrap();
             }
             Cmd::Wait(v) => {
@@ -150,8 +163,14 @@ fn run(engine: Arc<dyn Engine>, prog: &[Cmd], rng_seed: u64) -> Outcome {
                     } else {
                         std::thread::yield_now();
                     }
-                    let inputs: Vec<i64> = s.reads.iter().map(|&r| vals[r].load(Ordering::SeqCst)).collect();
-                    let mix = inputs.iter().fold(id as i64, |acc, x| acc.wrapping_mul(1_000_003).wrapping_add(*x));
+                    let inputs: Vec<i64> = s
+                        .reads
+                        .iter()
+                        .map(|&r| vals[r].load(Ordering::SeqCst))
+                        .collect();
+                    let mix = inputs.iter().fold(id as i64, |acc, x| {
+                        acc.wrapping_mul(1_000_003).wrapping_add(*x)
+                    });
                     for &w in &s.writes {
                         let old = vals[w].load(Ordering::SeqCst);
                         vals[w].store(old.wrapping_mul(31).wrapping_add(mix), Ordering::SeqCst);
@@ -192,7 +211,13 @@ fn run(engine: Arc<dyn Engine>, prog: &[Cmd], rng_seed: u64) -> Outcome {
     let all_error = engine.wait_for_all().err().map(|e| e.to_string());
     let var_errors = vars
         .iter()
-        .map(|v| if v.is_deleted() { None } else { engine.wait_for_var(v).err().map(|e| e.to_string()) })
+        .map(|v| {
+            if v.is_deleted() {
+                None
+            } else {
+                engine.wait_for_var(v).err().map(|e| e.to_string())
+            }
+        })
         .collect();
     let out = Outcome {
         seen: seen.iter().map(|s| s.lock().unwrap().clone()).collect(),
@@ -203,22 +228,36 @@ fn run(engine: Arc<dyn Engine>, prog: &[Cmd], rng_seed: u64) -> Outcome {
         all_error,
         deleted: vars.iter().map(Var::is_deleted).collect(),
     };
-    assert_eq!(deletes.load(Ordering::SeqCst), out.deleted.iter().filter(|d| **d).count());
+    assert_eq!(
+        deletes.load(Ordering::SeqCst),
+        out.deleted.iter().filter(|d| **d).count()
+    );
     out
 }
 
 fn check_seeds(seeds: std::ops::Range<u64>, len: usize) {
     let naive = EngineBuilder::new(EngineKind::Naive).build();
     let threaded = [
-        EngineBuilder::new(EngineKind::ThreadedPooled).pooled_workers(3).bulk_size(4).build(),
-        EngineBuilder::new(EngineKind::ThreadedPerDevice).cpu_workers(2).bulk_size(4).build(),
+        EngineBuilder::new(EngineKind::ThreadedPooled)
+            .pooled_workers(3)
+            .bulk_size(4)
+            .build(),
+        EngineBuilder::new(EngineKind::ThreadedPerDevice)
+            .cpu_workers(2)
+            .bulk_size(4)
+            .build(),
     ];
     for seed in seeds {
         let prog = program(&mut StdRng::seed_from_u64(seed), len);
         let want = run(naive.clone(), &prog, seed);
         for e in &threaded {
             let got = run(e.clone(), &prog, seed);
-            assert_eq!(got, want, "seed {seed} on {:?} differs from naive", e.kind());
+            assert_eq!(
+                got,
+                want,
+                "seed {seed} on {:?} differs from naive",
+                e.kind()
+            );
         }
     }
 }
@@ -231,5 +270,7 @@ fn random_programs_match_the_naive_engine() {
 
 #[test]
 fn long_random_programs_match_the_naive_engine() {
-    watchdog("long random programs", 300, || check_seeds(10_000..10_100, 600));
+    watchdog("long random programs", 300, || {
+        check_seeds(10_000..10_100, 600)
+    });
 }

@@ -48,19 +48,31 @@ pub struct Context {
 impl Context {
     /// `cpu(id)`.
     pub const fn cpu(dev_id: u32) -> Self {
-        Context { dev_type: DeviceType::Cpu, dev_id }
+        Context {
+            dev_type: DeviceType::Cpu,
+            dev_id,
+        }
     }
     /// `cpu_pinned(id)`.
     pub const fn cpu_pinned(dev_id: u32) -> Self {
-        Context { dev_type: DeviceType::CpuPinned, dev_id }
+        Context {
+            dev_type: DeviceType::CpuPinned,
+            dev_id,
+        }
     }
     /// `cpu_shared(id)`.
     pub const fn cpu_shared(dev_id: u32) -> Self {
-        Context { dev_type: DeviceType::CpuShared, dev_id }
+        Context {
+            dev_type: DeviceType::CpuShared,
+            dev_id,
+        }
     }
     /// `gpu(id)`.
     pub const fn gpu(dev_id: u32) -> Self {
-        Context { dev_type: DeviceType::Gpu, dev_id }
+        Context {
+            dev_type: DeviceType::Gpu,
+            dev_id,
+        }
     }
     /// True for every host-memory context (ops on it run on CPU workers).
     pub fn is_cpu(&self) -> bool {
@@ -108,10 +120,11 @@ impl FromStr for Context {
             .into_iter()
             .find(|d| d.name() == kind)
             .ok_or_else(|| err(&format!("unknown device type {kind:?}")))?;
-        let dev_id = inner
-            .trim()
-            .parse::<u32>()
-            .map_err(|e| err(&format!("device id {inner:?} is not a non-negative integer: {e}")))?;
+        let dev_id = inner.trim().parse::<u32>().map_err(|e| {
+            err(&format!(
+                "device id {inner:?} is not a non-negative integer: {e}"
+            ))
+        })?;
         Ok(Context { dev_type, dev_id })
     }
 }
@@ -135,7 +148,9 @@ mod tests {
 
     #[test]
     fn bad_strings_are_clear_errors() {
-        for bad in ["", "cpu", "cpu(", "cpu(x)", "tpu(0)", "gpu(-1)", "cpu(0", "gpu()"] {
+        for bad in [
+            "", "cpu", "cpu(", "cpu(x)", "tpu(0)", "gpu(-1)", "cpu(0", "gpu()",
+        ] {
             let e = bad.parse::<Context>().unwrap_err();
             assert_eq!(e.input, bad);
             assert!(e.to_string().contains("expected one of"), "{e}");

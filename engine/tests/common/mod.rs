@@ -9,7 +9,11 @@ use engine::{Engine, EngineBuilder, EngineKind};
 
 /// Runs `f` on its own thread and fails the test if it has not finished within `secs`: a hang
 /// becomes a failure instead of a stuck CI job.
-pub fn watchdog<T: Send + 'static>(what: &str, secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+pub fn watchdog<T: Send + 'static>(
+    what: &str,
+    secs: u64,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
     let (tx, rx) = mpsc::channel();
     let handle = std::thread::spawn(move || {
         let out = f();
@@ -17,7 +21,9 @@ pub fn watchdog<T: Send + 'static>(what: &str, secs: u64, f: impl FnOnce() -> T 
         out
     });
     match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(()) => handle.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+        Ok(()) => handle
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p)),
         Err(mpsc::RecvTimeoutError::Disconnected) => {
             // The closure panicked: surface its panic.
             match handle.join() {
@@ -25,7 +31,9 @@ pub fn watchdog<T: Send + 'static>(what: &str, secs: u64, f: impl FnOnce() -> T 
                 Ok(_) => unreachable!("sender dropped without sending"),
             }
         }
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what}: still running after {secs}s (hang)"),
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            panic!("{what}: still running after {secs}s (hang)")
+        }
     }
 }
 

@@ -1,0 +1,244 @@
+//! Loom models of the dependency core: the production `Core`, `Var` state machine, wait
+//! counters, completion and idle signalling, with loom threads standing in for pool workers.
+//! Run with `RUSTFLAGS="--cfg loom" cargo test -p engine --release --lib`.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::Mutex as LoomMutex;
+
+use crate::core::{Core, Dispatch};
+use crate::op::{Op, OpRef, RunContext};
+use crate::var::Var;
+
+/// Ready ops wait here until a model thread runs them.
+#[derive(Default)]
+struct Queue(LoomMutex<VecDeque<OpRef>>);
+
+struct QueueDispatch(Arc<Queue>);
+
+impl Dispatch for QueueDispatch {
+    fn dispatch(&self, _core: &Arc<Core>, op: OpRef) {
+        self.0 .0.lock().unwrap().push_back(op);
+    }
+    fn shutdown(&self) {}
+}
+
+fn core() -> (Arc<Core>, Arc<Queue>) {
+    let q = Arc::new(Queue::default());
+    (Core::new(Box::new(QueueDispatch(q.clone())), None), q)
+}
+
+/// A worker: runs ready ops until `done` of them have finished overall.
+fn worker(core: Arc<Core>, q: Arc<Queue>, finished: Arc<AtomicUsize>, total: usize) {
+    while finished.load(Ordering::SeqCst) < total {
+        let op = q.0.lock().unwrap().pop_front();
+        match op {
+            Some(op) => {
+                let ctx = op.ctx;
+                core.execute(op, &RunContext::new(ctx));
+                finished.fetch_add(1, Ordering::SeqCst);
+            }
+            None => loom::thread::yield_now(),
+        }
+    }
+}
+
+fn spawn_workers(
+    core: &Arc<Core>,
+    q: &Arc<Queue>,
+    total: usize,
+    n: usize,
+) -> (Arc<AtomicUsize>, Vec<loom::thread::JoinHandle<()>>) {
+    let finished = Arc::new(AtomicUsize::new(0));
+    let handles = (0..n)
+        .map(|_| {
+            let (c, q, f) = (core.clone(), q.clone(), finished.clone());
+            loom::thread::spawn(move || worker(c, q, f, total))
+        })
+        .collect();
+    (finished, handles)
+}
+
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(3);
+    b.check(f);
+}
+
+/// Shared log of (op, event) for checking overlap and order.
+type Log = Arc<LoomMutex<Vec<(&'static str, bool)>>>;
+
+fn logged(name: &'static str, log: &Log) -> Op {
+    let log = log.clone();
+    Op::sync(name, move |_| {
+        log.lock().unwrap().push((name, true));
+        log.lock().unwrap().push((name, false));
+        Ok(())
+    })
+}
+
+#[test]
+fn reads_run_together_writes_alone_in_push_order() {
+    model(|| {
+        let (core, q) = core();
+        let v: Var = core.new_var();
+        let log: Log = Arc::default();
+        core.push(logged("r1", &log).read(&v)).unwrap();
+        core.push(logged("r2", &log).read(&v)).unwrap();
+        // Both reads were granted at once: both are ready before anything ran.
+        assert_eq!(q.0.lock().unwrap().len(), 2);
+        core.push(logged("w", &log).write(&v)).unwrap();
+        core.push(logged("r3", &log).read(&v)).unwrap();
+        assert_eq!(q.0.lock().unwrap().len(), 2, "w and r3 wait");
+        let (_, hs) = spawn_workers(&core, &q, 4, 2);
+        for h in hs {
+            h.join().unwrap();
+        }
+        core.wait_for_all().unwrap();
+        let log = log.lock().unwrap().clone();
+        let pos = |n: &str, start: bool| log.iter().position(|e| e.0 == n && e.1 == start).unwrap();
+        // The write starts after both earlier reads ended and ends before the later read starts.
+        assert!(pos("w", true) > pos("r1", false) && pos("w", true) > pos("r2", false));
+        assert!(pos("r3", true) > pos("w", false));
+        assert_eq!(v.version(), 1);
+    });
+}
+
+#[test]
+fn writes_from_two_pushers_are_exclusive_and_counted() {
+    model(|| {
+        let (core, q) = core();
+        let v = core.new_var();
+        let inside = Arc::new(AtomicUsize::new(0));
+        let make = |inside: &Arc<AtomicUsize>| {
+            let inside = inside.clone();
+            Op::sync("w", move |_| {
+                assert_eq!(
+                    inside.fetch_add(1, Ordering::SeqCst),
+                    0,
+                    "two writes overlap"
+                );
+                inside.fetch_sub(1, Ordering::SeqCst);
+                Ok(())
+            })
+        };
+        let (c2, v2, op2) = (core.clone(), v.clone(), make(&inside));
+        let pusher = loom::thread::spawn(move || c2.push(op2.write(&v2)).unwrap());
+        core.push(make(&inside).write(&v)).unwrap();
+        let (_, hs) = spawn_workers(&core, &q, 2, 1);
+        pusher.join().unwrap();
+        for h in hs {
+            h.join().unwrap();
+        }
+        core.wait_for_all().unwrap();
+        assert_eq!(v.version(), 2);
+    });
+}
+
+#[test]
+fn delete_runs_after_pending_ops_and_refuses_later_pushes() {
+    model(|| {
+        let (core, q) = core();
+        let v = core.new_var();
+        let log: Log = Arc::default();
+        core.push(logged("r", &log).read(&v)).unwrap();
+        core.push(logged("w", &log).write(&v)).unwrap();
+        let l = log.clone();
+        core.delete_var(Box::new(move || l.lock().unwrap().push(("del", true))), &v)
+            .unwrap();
+        assert!(core.push(Op::sync("late", |_| Ok(())).read(&v)).is_err());
+        let (_, hs) = spawn_workers(&core, &q, 2, 2);
+        for h in hs {
+            h.join().unwrap();
+        }
+        core.wait_for_all().unwrap();
+        let log = log.lock().unwrap().clone();
+        assert_eq!(log.last(), Some(&("del", true)));
+        assert_eq!(log.len(), 5);
+    });
+}
+
+#[test]
+fn poison_propagates_and_wait_for_var_reports_it_once() {
+    model(|| {
+        let (core, q) = core();
+        let (a, b) = (core.new_var(), core.new_var());
+        let ran = Arc::new(AtomicUsize::new(0));
+        core.push(Op::sync("fail", |_| Err("bad".into())).write(&a))
+            .unwrap();
+        let r = ran.clone();
+        core.push(
+            Op::sync("next", move |_| {
+                r.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            })
+            .read(&a)
+            .write(&b),
+        )
+        .unwrap();
+        let (_, hs) = spawn_workers(&core, &q, 2, 2);
+        for h in hs {
+            h.join().unwrap();
+        }
+        let err = core.wait_for_var(&b).unwrap_err();
+        assert_eq!(err.failure().unwrap().op, "fail");
+        assert!(core.wait_for_var(&b).is_ok());
+        assert_eq!(ran.load(Ordering::SeqCst), 0);
+        assert_eq!((a.version(), b.version()), (1, 1));
+        // Reported through b, so wait_for_all has nothing left to say.
+        core.wait_for_all().unwrap();
+    });
+}
+
+#[test]
+fn wait_for_var_returns_after_a_concurrent_write() {
+    model(|| {
+        let (core, q) = core();
+        let v = core.new_var();
+        let done = Arc::new(AtomicUsize::new(0));
+        let d = done.clone();
+        core.push(
+            Op::sync("w", move |_| {
+                d.store(1, Ordering::SeqCst);
+                Ok(())
+            })
+            .write(&v),
+        )
+        .unwrap();
+        let (_, hs) = spawn_workers(&core, &q, 1, 1);
+        core.wait_for_var(&v).unwrap();
+        assert_eq!(done.load(Ordering::SeqCst), 1);
+        for h in hs {
+            h.join().unwrap();
+        }
+    });
+}
+
+#[test]
+fn wait_for_all_races_with_finishing_workers() {
+    model(|| {
+        let (core, q) = core();
+        let (a, b) = (core.new_var(), core.new_var());
+        let done = Arc::new(AtomicUsize::new(0));
+        for v in [&a, &b] {
+            let d = done.clone();
+            core.push(
+                Op::sync("w", move |_| {
+                    d.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                })
+                .write(v),
+            )
+            .unwrap();
+        }
+        let (_, hs) = spawn_workers(&core, &q, 2, 2);
+        // Must neither return early nor miss the last finisher's wake-up.
+        core.wait_for_all().unwrap();
+        assert_eq!(done.load(Ordering::SeqCst), 2);
+        for h in hs {
+            h.join().unwrap();
+        }
+    });
+}
