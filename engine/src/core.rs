@@ -22,7 +22,7 @@ use crate::op::{
     dedup, BulkMember, Bumps, Completion, FnProperty, Op, OpBlock, OpFn, OpRef, RunContext, VarList,
 };
 use crate::profiler::Profiler;
-use crate::sync::{AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::sync::{fence, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
 use crate::var::{Access, Granted, Var};
 
 /// Where ready ops go.
@@ -449,8 +449,11 @@ impl Core {
         for g in granted {
             self.release(g, 1);
         }
-        // SeqCst pairs with `wait_idle`: either it sees this op finished, or this sees it waiting.
+        // The fence pairs with the one in `wait_idle`: either that sees this op finished, or
+        // this sees it waiting. (Loom checks this only with fences: it models SeqCst accesses as
+        // acquire/release.)
         let finished = self.finished.fetch_add(1, Ordering::SeqCst) + 1;
+        fence(Ordering::SeqCst);
         if self.waiters.load(Ordering::SeqCst) > 0 && finished == self.pushed.load(Ordering::SeqCst)
         {
             let _g = self.idle.lock();
@@ -548,6 +551,7 @@ impl Core {
     pub(crate) fn wait_idle(&self) {
         let mut g = self.idle.lock();
         self.waiters.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
         // `finished` never exceeds `pushed`, so equal readings (finished first) mean that when
         // `pushed` was read every op pushed so far had finished.
         while self.finished.load(Ordering::SeqCst) != self.pushed.load(Ordering::SeqCst) {
