@@ -2,7 +2,7 @@
 //! floor: what running the same boxed closures on the same number of threads costs with no
 //! dependency tracking at all).
 //!
-//! `cargo run --release --example engine_bench -- [--json] [--threads N] [--repeats R] [--scale F]`
+//! `cargo run --release --example engine_bench -- [--json] [--threads N] [--repeats R] [--scale F] [--only ENGINE]`
 //!
 //! Workloads (ns per op, median of R runs):
 //! * independent: 1,000,000 ops, op i writes var i % 1024, then `wait_for_all`;
@@ -26,6 +26,7 @@ struct Args {
     threads: usize,
     repeats: usize,
     scale: f64,
+    only: Option<String>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -34,12 +35,14 @@ fn parse_args() -> Result<Args, String> {
         threads: 1,
         repeats: 5,
         scale: 1.0,
+        only: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
         match arg.as_str() {
             "--json" => a.json = true,
+            "--only" => a.only = Some(value("--only")?),
             "--threads" => {
                 a.threads = value("--threads")?
                     .parse()
@@ -56,7 +59,9 @@ fn parse_args() -> Result<Args, String> {
                     .map_err(|e| format!("--scale: {e}"))?
             }
             "-h" | "--help" => {
-                println!("engine_bench [--json] [--threads N] [--repeats R] [--scale F]");
+                println!(
+                    "engine_bench [--json] [--threads N] [--repeats R] [--scale F] [--only ENGINE]"
+                );
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument {other:?} (try --help)")),
@@ -199,6 +204,9 @@ fn main() {
     let mut engines = serde_json::Map::new();
     let mut lines = Vec::new();
     for kind in EngineKind::ALL {
+        if args.only.as_ref().is_some_and(|o| o != kind.name()) {
+            continue;
+        }
         let e = EngineBuilder::new(kind)
             .pooled_workers(args.threads)
             .cpu_workers(args.threads)

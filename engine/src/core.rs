@@ -197,13 +197,17 @@ impl Core {
                     }
                 }
             }
-            reads.extend(r.iter().cloned());
+            for v in &r {
+                if !reads.iter().any(|x| x.key() == v.key()) {
+                    reads.push(v.clone());
+                }
+            }
             members.push(BulkMember {
                 name: op.name,
                 seq: self.next_seq(),
                 func,
-                reads: r,
-                writes: w,
+                reads: r.iter().map(Var::key).collect(),
+                writes: w.iter().map(Var::key).collect(),
             });
         }
         dedup(&mut reads, &mut writes);
@@ -350,10 +354,10 @@ impl Core {
                 poison.push((v.key(), p));
             }
         }
-        let lookup = |poison: &[(usize, Arc<OpFailure>)], v: &Var| {
+        let lookup = |poison: &[(usize, Arc<OpFailure>)], key: usize| {
             poison
                 .iter()
-                .find(|(k, _)| *k == v.key())
+                .find(|(k, _)| *k == key)
                 .map(|(_, p)| p.clone())
         };
         for m in members {
@@ -361,7 +365,7 @@ impl Core {
                 .reads
                 .iter()
                 .chain(m.writes.iter())
-                .find_map(|v| lookup(&poison, v));
+                .find_map(|&k| lookup(&poison, k));
             let failure = match root {
                 Some(root) => root,
                 None => {
@@ -377,14 +381,14 @@ impl Core {
                     }
                 }
             };
-            for w in &m.writes {
-                match poison.iter_mut().find(|(k, _)| *k == w.key()) {
+            for &w in &m.writes {
+                match poison.iter_mut().find(|(k, _)| *k == w) {
                     Some(slot) => slot.1 = failure.clone(),
-                    None => poison.push((w.key(), failure.clone())),
+                    None => poison.push((w, failure.clone())),
                 }
             }
         }
-        let per_write = op.writes.iter().map(|v| lookup(&poison, v)).collect();
+        let per_write = op.writes.iter().map(|v| lookup(&poison, v.key())).collect();
         self.finish(op, Outcome::PerWrite(per_write));
     }
 

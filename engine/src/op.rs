@@ -64,13 +64,14 @@ pub(crate) enum OpFn {
     Bulk(Vec<BulkMember>),
 }
 
-/// One op inside a bulk unit; its vars are a subset of the unit's.
+/// One op inside a bulk unit. The unit holds the vars; a member keeps only their keys (see
+/// [`Var::key`]), so that it costs no reference-count traffic on the vars' cache lines.
 pub(crate) struct BulkMember {
     pub(crate) name: Cow<'static, str>,
     pub(crate) seq: u64,
     pub(crate) func: SyncFn,
-    pub(crate) reads: VarList,
-    pub(crate) writes: VarList,
+    pub(crate) reads: SmallVec<[usize; 4]>,
+    pub(crate) writes: SmallVec<[usize; 4]>,
 }
 
 pub(crate) type VarList = SmallVec<[Var; 4]>;
