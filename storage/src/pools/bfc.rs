@@ -1,0 +1,276 @@
+//! Best fit with coalescing, after TensorFlow's BFC allocator.
+//!
+//! Device memory is taken in *regions*. A region is cut into *chunks* kept in address order (a
+//! doubly linked list per region). Free chunks sit in size-class *bins* (bin `b` holds sizes in
+//! `[256 << b, 256 << (b+1))`, ordered by size then address). A request, rounded to 256 bytes,
+//! takes the smallest free chunk that fits, searching its own bin upwards; the chunk is split when
+//! the remainder is at least 256 bytes. A freed chunk merges with free neighbours in its region.
+//! When nothing fits, a new region is taken: at least the request, otherwise an eighth of what is
+//! already reserved (at least 2 MiB, at most 1 GiB), so that growth is geometric but the last
+//! region never strands more than about 12% of the total. On memory pressure (`release_cached`)
+//! every entirely free region goes back to the device.
+
+use std::collections::BTreeSet;
+use std::ptr::NonNull;
+
+use super::Policy;
+use crate::device::RawBlock;
+use crate::manager::{AllocError, Backing, Block};
+
+const GRANULE: usize = 256;
+const BINS: usize = 24;
+const MIN_REGION: usize = 2 << 20;
+const MAX_REGION: usize = 1 << 30;
+
+#[derive(Clone, Debug)]
+struct Chunk {
+    addr: usize,
+    size: usize,
+    free: bool,
+    prev: Option<usize>,
+    next: Option<usize>,
+    region: usize,
+}
+
+pub(crate) struct Bfc {
+    /// Chunk slots; `None` is a slot free for reuse.
+    chunks: Vec<Option<Chunk>>,
+    spare: Vec<usize>,
+    bins: Vec<BTreeSet<(usize, usize, usize)>>,
+    /// Region id -> its device block (None once returned).
+    regions: Vec<Option<RawBlock>>,
+}
+
+fn bin_of(size: usize) -> usize {
+    let b = (usize::BITS - 1 - (size / GRANULE).max(1).leading_zeros()) as usize;
+    b.min(BINS - 1)
+}
+
+impl Bfc {
+    pub(crate) fn new() -> Self {
+        Bfc {
+            chunks: Vec::new(),
+            spare: Vec::new(),
+            bins: (0..BINS).map(|_| BTreeSet::new()).collect(),
+            regions: Vec::new(),
+        }
+    }
+
+    fn chunk(&self, id: usize) -> &Chunk {
+        self.chunks[id].as_ref().expect("live chunk")
+    }
+
+    fn chunk_mut(&mut self, id: usize) -> &mut Chunk {
+        self.chunks[id].as_mut().expect("live chunk")
+    }
+
+    fn new_chunk(&mut self, c: Chunk) -> usize {
+        match self.spare.pop() {
+            Some(id) => {
+                self.chunks[id] = Some(c);
+                id
+            }
+            None => {
+                self.chunks.push(Some(c));
+                self.chunks.len() - 1
+            }
+        }
+    }
+
+    fn drop_chunk(&mut self, id: usize) {
+        self.chunks[id] = None;
+        self.spare.push(id);
+    }
+
+    fn bin_insert(&mut self, id: usize) {
+        let c = self.chunk(id);
+        let key = (c.size, c.addr, id);
+        self.bins[bin_of(key.0)].insert(key);
+    }
+
+    fn bin_remove(&mut self, id: usize) {
+        let c = self.chunk(id);
+        let key = (c.size, c.addr, id);
+        self.bins[bin_of(key.0)].remove(&key);
+    }
+
+    /// The smallest free chunk of at least `size` bytes (lowest address among equals).
+    fn best_fit(&self, size: usize) -> Option<usize> {
+        self.bins[bin_of(size)..]
+            .iter()
+            .find_map(|bin| bin.range((size, 0, 0)..).next())
+            .map(|&(_, _, id)| id)
+    }
+
+    fn reserved(&self) -> usize {
+        self.regions.iter().flatten().map(|r| r.size).sum()
+    }
+
+    /// Takes a new region big enough for `size`.
+    fn grow(&mut self, size: usize, back: &mut Backing) -> Result<(), AllocError> {
+        let want = (self.reserved() / 8)
+            .clamp(MIN_REGION, MAX_REGION)
+            .next_multiple_of(GRANULE)
+            .max(size);
+        let raw = match back.reserve(want) {
+            Ok(raw) => raw,
+            // Under pressure, settle for exactly what is needed.
+            Err(AllocError::Exhausted) if want > size => back.reserve(size)?,
+            Err(e) => return Err(e),
+        };
+        let region = self.regions.len();
+        let id = self.new_chunk(Chunk {
+            addr: raw.ptr.as_ptr() as usize,
+            size: raw.size,
+            free: true,
+            prev: None,
+            next: None,
+            region,
+        });
+        self.regions.push(Some(raw));
+        self.bin_insert(id);
+        Ok(())
+    }
+
+    /// Marks chunk `id` used for `size` bytes, splitting off the rest when it is worth keeping.
+    fn take(&mut self, id: usize, size: usize) -> Block {
+        self.bin_remove(id);
+        let c = self.chunk(id).clone();
+        if c.size - size >= GRANULE {
+            let rest = self.new_chunk(Chunk {
+                addr: c.addr + size,
+                size: c.size - size,
+                free: true,
+                prev: Some(id),
+                next: c.next,
+                region: c.region,
+            });
+            if let Some(n) = c.next {
+                self.chunk_mut(n).prev = Some(rest);
+            }
+            let me = self.chunk_mut(id);
+            me.size = size;
+            me.next = Some(rest);
+            self.bin_insert(rest);
+        }
+        let me = self.chunk_mut(id);
+        me.free = false;
+        Block {
+            ptr: NonNull::new(me.addr as *mut u8).expect("region addresses are non-null"),
+            size: me.size,
+            token: id,
+            fd: None,
+        }
+    }
+
+    /// Frees chunk `id` and merges it with free neighbours; returns the merged chunk.
+    fn release_chunk(&mut self, id: usize) -> usize {
+        self.chunk_mut(id).free = true;
+        let mut id = id;
+        if let Some(n) = self.chunk(id).next.filter(|&n| self.chunk(n).free) {
+            self.bin_remove(n);
+            self.absorb_next(id, n);
+        }
+        if let Some(p) = self.chunk(id).prev.filter(|&p| self.chunk(p).free) {
+            self.bin_remove(p);
+            self.absorb_next(p, id);
+            id = p;
+        }
+        self.bin_insert(id);
+        id
+    }
+
+    /// Merges chunk `b` (the next of `a`) into `a`.
+    fn absorb_next(&mut self, a: usize, b: usize) {
+        let nb = self.chunk(b).clone();
+        let ca = self.chunk_mut(a);
+        ca.size += nb.size;
+        ca.next = nb.next;
+        if let Some(n) = nb.next {
+            self.chunk_mut(n).prev = Some(a);
+        }
+        self.drop_chunk(b);
+    }
+
+    /// Returns the region of chunk `id` to the device if the chunk covers all of it.
+    fn release_if_whole(&mut self, id: usize, back: &mut Backing) {
+        let c = self.chunk(id);
+        if c.free && c.prev.is_none() && c.next.is_none() {
+            let region = c.region;
+            self.bin_remove(id);
+            self.drop_chunk(id);
+            if let Some(raw) = self.regions[region].take() {
+                back.unreserve(raw);
+            }
+        }
+    }
+
+    /// Free chunks in each live region (one, after coalescing, when the region is empty).
+    #[cfg(test)]
+    pub(crate) fn free_chunks_per_region(&self) -> Vec<usize> {
+        let mut counts = vec![0; self.regions.len()];
+        for c in self.chunks.iter().flatten() {
+            if c.free {
+                counts[c.region] += 1;
+            }
+        }
+        counts
+            .into_iter()
+            .enumerate()
+            .filter(|(r, _)| self.regions[*r].is_some())
+            .map(|(_, n)| n)
+            .collect()
+    }
+}
+
+impl Policy for Bfc {
+    fn block_size(&self, size: usize) -> usize {
+        size.next_multiple_of(GRANULE)
+    }
+
+    fn alloc(&mut self, size: usize, back: &mut Backing) -> Result<(Block, bool), AllocError> {
+        let size = self.block_size(size);
+        if let Some(id) = self.best_fit(size) {
+            return Ok((self.take(id, size), true));
+        }
+        self.grow(size, back)?;
+        let id = self.best_fit(size).expect("a new region fits the request");
+        Ok((self.take(id, size), false))
+    }
+
+    fn free(&mut self, block: Block, _back: &mut Backing) {
+        self.release_chunk(block.token);
+    }
+
+    fn direct_free(&mut self, block: Block, back: &mut Backing) {
+        let id = self.release_chunk(block.token);
+        self.release_if_whole(id, back);
+    }
+
+    fn release_cached(&mut self, back: &mut Backing) {
+        let whole: Vec<usize> = (0..self.chunks.len())
+            .filter(|&id| {
+                self.chunks[id]
+                    .as_ref()
+                    .is_some_and(|c| c.free && c.prev.is_none() && c.next.is_none())
+            })
+            .collect();
+        for id in whole {
+            self.release_if_whole(id, back);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bins_are_size_classes() {
+        assert_eq!(bin_of(256), 0);
+        assert_eq!(bin_of(511), 0);
+        assert_eq!(bin_of(512), 1);
+        assert_eq!(bin_of(1 << 20), 12);
+        assert_eq!(bin_of(usize::MAX / 2), BINS - 1);
+    }
+}
