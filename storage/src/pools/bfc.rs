@@ -264,6 +264,43 @@ impl Policy for Bfc {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::for_context;
+    use crate::manager::Block;
+    use crate::{Context, Stats};
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Whatever happens in between, freeing everything leaves exactly one free chunk per
+        /// region, and releasing the cache returns every region.
+        #[test]
+        fn freeing_everything_coalesces_each_region_to_one_chunk(
+            steps in prop::collection::vec((1usize..(3 << 20), any::<bool>(), any::<usize>()), 1..200)
+        ) {
+            let device = for_context(Context::cpu(0));
+            let mut stats = Stats::default();
+            let mut back = Backing { device: &*device, stats: &mut stats };
+            let mut bfc = Bfc::new();
+            let mut live: Vec<Block> = Vec::new();
+            for (size, alloc, pick) in steps {
+                if alloc || live.is_empty() {
+                    let size = size.next_multiple_of(crate::ALIGN);
+                    live.push(bfc.alloc(size, &mut back).ok().expect("no limit").0);
+                } else {
+                    let b = live.swap_remove(pick % live.len());
+                    bfc.free(b, &mut back);
+                }
+            }
+            for b in live {
+                bfc.free(b, &mut back);
+            }
+            prop_assert!(bfc.free_chunks_per_region().iter().all(|&n| n == 1));
+            bfc.release_cached(&mut back);
+            prop_assert!(bfc.free_chunks_per_region().is_empty());
+            prop_assert_eq!(back.stats.reserved, 0);
+        }
+    }
 
     #[test]
     fn bins_are_size_classes() {
