@@ -88,6 +88,7 @@ fn main() {
         }
     }
     let mut alloc = serde_json::Map::new();
+    let mut speedups = serde_json::Map::new();
     let mut table = vec![];
     let sys: Vec<f64> = SIZES.iter().map(|&s| system(s, quick)).collect();
     let mut row = |name: &str, ns: Vec<f64>| {
@@ -103,7 +104,7 @@ fn main() {
             .collect();
         alloc.insert(name.to_string(), cells.into());
         if name != "system" {
-            alloc.insert(format!("{name}_speedup_vs_system"), ratios.into());
+            speedups.insert(name.to_string(), ratios.into());
         }
         table.push((name.to_string(), ns));
     };
@@ -144,7 +145,11 @@ fn main() {
         traces.insert(name.into(), per.into());
     }
 
-    let report = serde_json::json!({ "alloc_free_ns": alloc, "traces": traces });
+    let report = serde_json::json!({
+        "alloc_free_ns": alloc,
+        "speedup_vs_system": speedups,
+        "traces": traces,
+    });
     if json {
         println!("{report}");
         return;

@@ -253,7 +253,7 @@ impl Trace {
                     _ => (1usize << (rng.next() % 20 + 8)) - (rng.next() % 32) as usize,
                 };
                 let id = b.alloc(size);
-                if rng.next() % 50 == 0 {
+                if rng.next().is_multiple_of(50) {
                     pinned.push(id);
                 } else {
                     live.push(id);
