@@ -1,8 +1,35 @@
 //! `ndarray_ops`: the array and graph layer on top of [`engine`] and [`storage`].
 //!
-//! The imperative `NDArray`, the op registry, symbols, graph passes and the executor live here
-//! (see the NDArray and symbolic issues); today the crate only re-exports the layers below so that
-//! the dependency direction `ndarray_ops -> engine -> storage` is fixed from the start.
+//! Today: the asynchronous imperative [`NDArray`], made by a [`Runtime`] (an engine plus
+//! per-context storage), and the op registry with its first kernels ([`ops::invoke`]). Symbols,
+//! graph passes, the memory planner and the executor follow (see the issues).
+//!
+//! ```
+//! use ndarray_ops::{DType, Runtime};
+//! use engine::EngineKind;
+//! use storage::Context;
+//!
+//! let rt = Runtime::with_engine(EngineKind::ThreadedPerDevice);
+//! let a = rt.arange(0.0, 6.0, 1.0, DType::F32, Context::cpu(0)).unwrap().reshape(&[2, 3]).unwrap();
+//! let b = rt.full(&[3], 10.0, DType::F32, Context::cpu(0)).unwrap();
+//! let c = (&a + &b).unwrap();                   // returns at once; the engine computes it
+//! assert_eq!(c.to_vec::<f32>().unwrap(), vec![10.0, 11.0, 12.0, 13.0, 14.0, 15.0]);
+//! ```
+
+#![warn(missing_docs)]
+
+mod array;
+mod dtype;
+mod error;
+mod operators;
+pub mod ops;
+mod runtime;
+
+pub use array::NDArray;
+pub use dtype::{DType, Element};
+pub use error::{NdError, Result};
+pub use ops::{invoke, Attrs};
+pub use runtime::Runtime;
 
 pub use engine;
 pub use storage;

@@ -1,0 +1,376 @@
+//! `NDArray`: an asynchronous, device-placed array. Every call returns at once; the engine runs
+//! the kernel when the array's earlier readers and writers allow.
+//!
+//! An array is a view (shape, dtype, byte offset) of a shared [`Chunk`]: a storage block plus the
+//! engine var that orders every op touching it. Views, slices and reshapes share the chunk and
+//! its var. When the last view is dropped, the chunk pushes a delete op on its var that hands
+//! the block back to the storage pool — after every op still using it has finished. Kernels
+//! therefore capture plain pointers into the block: the var's ordering keeps them valid.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use engine::{FnProperty, Op, Var};
+use ndarray::{ArrayD, IxDyn};
+use storage::{Context, Handle};
+
+use crate::error::{invalid, NdError, Result};
+use crate::ops::{RawBuf, TensorRef};
+use crate::runtime::Runtime;
+use crate::{DType, Element};
+
+/// A storage block and the engine var that orders access to it.
+pub(crate) struct Chunk {
+    rt: Arc<Runtime>,
+    var: Var,
+    ctx: Context,
+    ptr: usize,
+    handle: Option<Handle>,
+}
+
+impl Drop for Chunk {
+    fn drop(&mut self) {
+        if let Some(h) = self.handle.take() {
+            // The block returns to the pool only once every op pushed on the var has finished.
+            // The var belongs to this chunk alone, so the delete cannot be refused.
+            let _ = self
+                .rt
+                .engine()
+                .delete_var(Box::new(move || drop(h)), &self.var);
+        }
+    }
+}
+
+/// An n-dimensional array on a device (row-major, contiguous).
+#[derive(Clone)]
+pub struct NDArray {
+    chunk: Arc<Chunk>,
+    shape: Vec<usize>,
+    dtype: DType,
+    /// Bytes from the start of the chunk.
+    offset: usize,
+}
+
+fn elements(op: &str, shape: &[usize], dtype: DType) -> Result<(usize, usize)> {
+    let n = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+    let bytes = n.and_then(|n| n.checked_mul(dtype.size()));
+    match (n, bytes) {
+        (Some(n), Some(b)) if b <= isize::MAX as usize => Ok((n, b)),
+        _ => Err(NdError::Shape {
+            op: op.into(),
+            arg: "shape".into(),
+            found: shape.to_vec(),
+            expected: "a size that fits in memory".into(),
+        }),
+    }
+}
+
+pub(crate) fn require_host(op: &str, ctx: Context) -> Result<()> {
+    if ctx.is_cpu() {
+        Ok(())
+    } else {
+        Err(NdError::Context {
+            op: op.into(),
+            arg: "array".into(),
+            found: ctx.to_string(),
+            expected: "a CPU context (GPU kernels are not built yet)".into(),
+        })
+    }
+}
+
+impl NDArray {
+    pub(crate) fn alloc(
+        rt: &Arc<Runtime>,
+        shape: &[usize],
+        dtype: DType,
+        ctx: Context,
+    ) -> Result<NDArray> {
+        let (_, bytes) = elements("empty", shape, dtype)?;
+        let handle = rt.storage(ctx).alloc(bytes)?;
+        let chunk = Chunk {
+            rt: rt.clone(),
+            var: rt.engine().new_var(),
+            ctx,
+            ptr: handle.addr(),
+            handle: Some(handle),
+        };
+        Ok(NDArray {
+            chunk: Arc::new(chunk),
+            shape: shape.to_vec(),
+            dtype,
+            offset: 0,
+        })
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// Number of dimensions.
+    pub fn ndim(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// Number of elements.
+    pub fn size(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The device.
+    pub fn ctx(&self) -> Context {
+        self.chunk.ctx
+    }
+
+    /// The runtime that made it.
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.chunk.rt
+    }
+
+    /// The engine var ordering access to its chunk (shared by its views).
+    pub fn var(&self) -> &Var {
+        &self.chunk.var
+    }
+
+    /// Whether two arrays share one chunk (one is a view of the other, or both of a third).
+    pub fn shares_chunk(&self, other: &NDArray) -> bool {
+        Arc::ptr_eq(&self.chunk, &other.chunk)
+    }
+
+    pub(crate) fn tensor(&self) -> TensorRef {
+        TensorRef {
+            buf: RawBuf {
+                ptr: (self.chunk.ptr + self.offset) as *mut u8,
+                bytes: self.size() * self.dtype.size(),
+            },
+            shape: self.shape.clone(),
+            dtype: self.dtype,
+        }
+    }
+
+    fn push(
+        &self,
+        name: &'static str,
+        reads: &[&NDArray],
+        writes: &[&NDArray],
+        f: impl FnOnce() -> std::result::Result<(), String> + Send + 'static,
+    ) -> Result<()> {
+        let engine = self.runtime().engine();
+        let op = Op::sync(name, move |_| f().map_err(Into::into))
+            .on(self.ctx())
+            .reads(reads.iter().map(|a| a.var()))
+            .writes(writes.iter().map(|a| a.var()));
+        Ok(engine.push(op)?)
+    }
+
+    /// Sets every element to `value` (converted to the dtype).
+    pub fn fill(&self, value: f64) -> Result<()> {
+        require_host("fill", self.ctx())?;
+        let t = self.tensor();
+        self.push("fill", &[], &[self], move || {
+            crate::with_dtype!(t.dtype, T => {
+                // SAFETY: the engine gives this op exclusive access to the block.
+                unsafe { t.slice_mut::<T>() }.fill(T::from_f64(value));
+            });
+            Ok(())
+        })
+    }
+
+    /// Copies `data` in (its length must equal the size; its type the dtype).
+    pub(crate) fn write_from<T: Element>(&self, data: Vec<T>) -> Result<()> {
+        require_host("write", self.ctx())?;
+        self.check_dtype::<T>("write")?;
+        if data.len() != self.size() {
+            return Err(invalid(
+                "write",
+                format!(
+                    "{} values for an array of {} elements",
+                    data.len(),
+                    self.size()
+                ),
+            ));
+        }
+        let t = self.tensor();
+        self.push("write", &[], &[self], move || {
+            // SAFETY: the engine gives this op exclusive access to the block.
+            unsafe { t.slice_mut::<T>() }.copy_from_slice(&data);
+            Ok(())
+        })
+    }
+
+    fn check_dtype<T: Element>(&self, op: &str) -> Result<()> {
+        if self.dtype == T::DTYPE {
+            Ok(())
+        } else {
+            Err(NdError::DType {
+                op: op.into(),
+                arg: "array".into(),
+                found: self.dtype.to_string(),
+                expected: T::DTYPE.to_string(),
+            })
+        }
+    }
+
+    /// Waits for the pending writes and copies the elements out.
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        require_host("to_vec", self.ctx())?;
+        self.check_dtype::<T>("to_vec")?;
+        let out: Arc<Mutex<Vec<T>>> = Arc::default();
+        let (t, sink) = (self.tensor(), out.clone());
+        self.push("copy_out", &[self], &[], move || {
+            // SAFETY: the engine orders this read after every earlier write of the block.
+            let data = unsafe { t.slice::<T>() }.to_vec();
+            *sink.lock().map_err(|e| e.to_string())? = data;
+            Ok(())
+        })?;
+        self.wait_to_read()?;
+        let v = std::mem::take(&mut *out.lock().map_err(|e| invalid("to_vec", e.to_string()))?);
+        Ok(v)
+    }
+
+    /// Waits and copies out as an `ndarray` array.
+    pub fn to_ndarray<T: Element>(&self) -> Result<ArrayD<T>> {
+        let v = self.to_vec::<T>()?;
+        ArrayD::from_shape_vec(IxDyn(&self.shape), v)
+            .map_err(|e| invalid("to_ndarray", e.to_string()))
+    }
+
+    /// Returns when every op pushed so far that writes this array has finished; reports the
+    /// failure of one of them (or of an op they depended on).
+    pub fn wait_to_read(&self) -> Result<()> {
+        Ok(self.runtime().engine().wait_for_var(self.var())?)
+    }
+
+    /// Returns when every op pushed so far that reads or writes this array has finished.
+    pub fn wait_to_write(&self) -> Result<()> {
+        // The engine's wait marker is exclusive, so it also waits for earlier reads.
+        self.wait_to_read()
+    }
+
+    /// A view with another shape of the same size (shares the chunk).
+    pub fn reshape(&self, shape: &[usize]) -> Result<NDArray> {
+        let (n, _) = elements("reshape", shape, self.dtype)?;
+        if n != self.size() {
+            return Err(NdError::Shape {
+                op: "reshape".into(),
+                arg: "new shape".into(),
+                found: shape.to_vec(),
+                expected: format!(
+                    "{} elements, as the array of shape {:?} has",
+                    self.size(),
+                    self.shape
+                ),
+            });
+        }
+        Ok(NDArray {
+            shape: shape.to_vec(),
+            ..self.clone()
+        })
+    }
+
+    /// Rows `start..end` of the first axis (shares the chunk).
+    pub fn slice(&self, start: usize, end: usize) -> Result<NDArray> {
+        let rows = *self
+            .shape
+            .first()
+            .ok_or_else(|| invalid("slice", "a 0-d array has no first axis"))?;
+        if start > end || end > rows {
+            return Err(invalid(
+                "slice",
+                format!(
+                    "range {start}..{end} is outside 0..{rows} of shape {:?}",
+                    self.shape
+                ),
+            ));
+        }
+        let row_bytes = self.shape[1..].iter().product::<usize>() * self.dtype.size();
+        let mut shape = self.shape.clone();
+        shape[0] = end - start;
+        Ok(NDArray {
+            shape,
+            offset: self.offset + start * row_bytes,
+            ..self.clone()
+        })
+    }
+
+    /// Row `i` of the first axis, without that axis (shares the chunk).
+    pub fn at(&self, i: usize) -> Result<NDArray> {
+        let s = self.slice(i, i + 1)?;
+        Ok(NDArray {
+            shape: s.shape[1..].to_vec(),
+            ..s
+        })
+    }
+
+    /// A copy on `ctx` (an asynchronous copy op; copy workers run it when a GPU is involved).
+    pub fn copy_to(&self, ctx: Context) -> Result<NDArray> {
+        let dst = self.runtime().empty(&self.shape, self.dtype, ctx)?;
+        self.copy_into(&dst)?;
+        Ok(dst)
+    }
+
+    /// This array on `ctx`: itself if it is already there, else a copy.
+    pub fn as_in_context(&self, ctx: Context) -> Result<NDArray> {
+        if ctx == self.ctx() {
+            Ok(self.clone())
+        } else {
+            self.copy_to(ctx)
+        }
+    }
+
+    /// Copies this array's elements into `dst` (same shape and dtype, any context).
+    pub fn copy_into(&self, dst: &NDArray) -> Result<()> {
+        if dst.shape != self.shape || dst.dtype != self.dtype {
+            return Err(NdError::Shape {
+                op: "copy".into(),
+                arg: "destination".into(),
+                found: dst.shape.clone(),
+                expected: format!(
+                    "shape {:?} and dtype {} like the source (it has {})",
+                    self.shape, self.dtype, dst.dtype
+                ),
+            });
+        }
+        if !Arc::ptr_eq(self.runtime(), dst.runtime()) {
+            return Err(invalid("copy", "the arrays belong to different runtimes"));
+        }
+        require_host("copy", self.ctx())?;
+        require_host("copy", dst.ctx())?;
+        let (src_t, dst_t) = (self.tensor(), dst.tensor());
+        let prop = if self.ctx() == dst.ctx() {
+            FnProperty::Normal
+        } else {
+            FnProperty::CopyToDevice
+        };
+        let engine = self.runtime().engine();
+        let op = Op::sync("copy", move |_| {
+            // SAFETY: the engine orders this op after the source's writes and gives it exclusive
+            // access to the destination; ranges of distinct arrays in one chunk may overlap, so
+            // the copy tolerates overlap.
+            unsafe { src_t.copy_bytes_to(&dst_t) };
+            Ok(())
+        })
+        .on(dst.ctx())
+        .prop(prop)
+        .read(self.var())
+        .write(dst.var());
+        Ok(engine.push(op)?)
+    }
+}
+
+impl fmt::Debug for NDArray {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "NDArray({:?}, {}, {})",
+            self.shape,
+            self.dtype,
+            self.ctx()
+        )
+    }
+}

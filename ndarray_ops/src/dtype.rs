@@ -1,0 +1,194 @@
+//! Element types.
+
+use std::fmt;
+
+use ndarray::{ArrayView2, ArrayViewMut2};
+
+/// The element type of an array.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DType {
+    /// 32-bit float.
+    F32,
+    /// 64-bit float.
+    F64,
+    /// 32-bit signed integer.
+    I32,
+    /// 64-bit signed integer.
+    I64,
+    /// 8-bit unsigned integer.
+    U8,
+}
+
+impl DType {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::F32 | DType::I32 => 4,
+            DType::F64 | DType::I64 => 8,
+            DType::U8 => 1,
+        }
+    }
+
+    /// MXNet's name (`float32`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "float32",
+            DType::F64 => "float64",
+            DType::I32 => "int32",
+            DType::I64 => "int64",
+            DType::U8 => "uint8",
+        }
+    }
+
+    /// Parses MXNet's names (and `f32`-style short ones).
+    pub fn parse(s: &str) -> Option<DType> {
+        match s.trim() {
+            "float32" | "f32" => Some(DType::F32),
+            "float64" | "f64" => Some(DType::F64),
+            "int32" | "i32" => Some(DType::I32),
+            "int64" | "i64" => Some(DType::I64),
+            "uint8" | "u8" => Some(DType::U8),
+            _ => None,
+        }
+    }
+
+    /// Whether it is a floating-point type.
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F64)
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A Rust type that can be an array element. Integer arithmetic wraps (as in MXNet's kernels);
+/// integer division by zero gives zero instead of trapping.
+pub trait Element: Copy + Send + Sync + PartialOrd + Default + fmt::Debug + 'static {
+    /// The matching [`DType`].
+    const DTYPE: DType;
+    /// Converts from f64 (saturating for integers).
+    fn from_f64(v: f64) -> Self;
+    /// Converts to f64.
+    fn to_f64(self) -> f64;
+    /// `a + b`.
+    fn add(self, b: Self) -> Self;
+    /// `a - b`.
+    fn sub(self, b: Self) -> Self;
+    /// `a * b`.
+    fn mul(self, b: Self) -> Self;
+    /// `a / b`.
+    fn div(self, b: Self) -> Self;
+    /// `c = a x b` (a blocked GEMM for floats, a plain triple loop for integers).
+    fn gemm(a: &ArrayView2<'_, Self>, b: &ArrayView2<'_, Self>, c: &mut ArrayViewMut2<'_, Self>) {
+        for i in 0..a.nrows() {
+            for j in 0..b.ncols() {
+                let mut acc = Self::default();
+                for p in 0..a.ncols() {
+                    acc = acc.add(a[(i, p)].mul(b[(p, j)]));
+                }
+                c[(i, j)] = acc;
+            }
+        }
+    }
+}
+
+macro_rules! float_element {
+    ($t:ty, $d:expr) => {
+        impl Element for $t {
+            const DTYPE: DType = $d;
+            fn from_f64(v: f64) -> Self {
+                v as $t
+            }
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            fn add(self, b: Self) -> Self {
+                self + b
+            }
+            fn sub(self, b: Self) -> Self {
+                self - b
+            }
+            fn mul(self, b: Self) -> Self {
+                self * b
+            }
+            fn div(self, b: Self) -> Self {
+                self / b
+            }
+            fn gemm(
+                a: &ArrayView2<'_, Self>,
+                b: &ArrayView2<'_, Self>,
+                c: &mut ArrayViewMut2<'_, Self>,
+            ) {
+                ndarray::linalg::general_mat_mul(1.0, a, b, 0.0, c);
+            }
+        }
+    };
+}
+
+macro_rules! int_element {
+    ($t:ty, $d:expr) => {
+        impl Element for $t {
+            const DTYPE: DType = $d;
+            fn from_f64(v: f64) -> Self {
+                v as $t
+            }
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            fn add(self, b: Self) -> Self {
+                self.wrapping_add(b)
+            }
+            fn sub(self, b: Self) -> Self {
+                self.wrapping_sub(b)
+            }
+            fn mul(self, b: Self) -> Self {
+                self.wrapping_mul(b)
+            }
+            fn div(self, b: Self) -> Self {
+                if b == 0 {
+                    0
+                } else {
+                    self.wrapping_div(b)
+                }
+            }
+        }
+    };
+}
+
+float_element!(f32, DType::F32);
+float_element!(f64, DType::F64);
+int_element!(i32, DType::I32);
+int_element!(i64, DType::I64);
+int_element!(u8, DType::U8);
+
+/// Runs `$body` with `$t` bound to the Rust type of `$dtype`.
+#[macro_export]
+macro_rules! with_dtype {
+    ($dtype:expr, $t:ident => $body:expr) => {
+        match $dtype {
+            $crate::DType::F32 => {
+                type $t = f32;
+                $body
+            }
+            $crate::DType::F64 => {
+                type $t = f64;
+                $body
+            }
+            $crate::DType::I32 => {
+                type $t = i32;
+                $body
+            }
+            $crate::DType::I64 => {
+                type $t = i64;
+                $body
+            }
+            $crate::DType::U8 => {
+                type $t = u8;
+                $body
+            }
+        }
+    };
+}

@@ -1,0 +1,72 @@
+//! What the array layer reports.
+
+use engine::EngineError;
+use storage::StorageError;
+
+/// Errors from array calls: a bad call is reported at the call; a failing kernel at wait.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum NdError {
+    /// Shapes that do not fit the op.
+    #[error("{op}: {arg} has shape {found:?}, {expected}")]
+    Shape {
+        /// The op.
+        op: String,
+        /// Which argument.
+        arg: String,
+        /// Its shape.
+        found: Vec<usize>,
+        /// What the op needs.
+        expected: String,
+    },
+    /// Element types that do not fit the op.
+    #[error("{op}: {arg} has dtype {found}, expected {expected}")]
+    DType {
+        /// The op.
+        op: String,
+        /// Which argument.
+        arg: String,
+        /// Its dtype.
+        found: String,
+        /// What the op needs.
+        expected: String,
+    },
+    /// Arrays on different devices, or of different runtimes, in one op.
+    #[error("{op}: {arg} is on {found}, but the op runs on {expected}")]
+    Context {
+        /// The op.
+        op: String,
+        /// Which argument.
+        arg: String,
+        /// Where it is.
+        found: String,
+        /// Where the op runs.
+        expected: String,
+    },
+    /// Anything else wrong with a call: arity, attributes, indices.
+    #[error("{op}: {reason}")]
+    Invalid {
+        /// The op.
+        op: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// No op of that name is registered.
+    #[error("unknown op {0:?}")]
+    UnknownOp(String),
+    /// From the engine: a kernel failed (reported at wait) or a var was misused.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// From storage: out of memory, device unavailable.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// Shorthand.
+pub type Result<T, E = NdError> = std::result::Result<T, E>;
+
+pub(crate) fn invalid(op: &str, reason: impl Into<String>) -> NdError {
+    NdError::Invalid {
+        op: op.to_string(),
+        reason: reason.into(),
+    }
+}

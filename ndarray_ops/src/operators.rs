@@ -1,0 +1,114 @@
+//! Arithmetic on `&NDArray` (`&a + &b`, `&a * 2.0`, ...) and the in-place and named forms.
+//! Operators return `Result`, because a shape mismatch is an error at the call, never a panic.
+
+use std::ops::{Add, Div, Mul, Sub};
+
+use crate::ops::{invoke, Attrs};
+use crate::{NDArray, Result};
+
+fn one(name: &str, inputs: &[&NDArray], attrs: &Attrs) -> Result<NDArray> {
+    Ok(invoke(name, inputs, attrs, None)?.remove(0))
+}
+
+fn scalar(name: &str, a: &NDArray, s: f64) -> Result<NDArray> {
+    one(name, &[a], &Attrs::new().with("scalar", s))
+}
+
+macro_rules! binop {
+    ($trait:ident, $method:ident, $op:expr, $scalar:expr) => {
+        impl $trait<&NDArray> for &NDArray {
+            type Output = Result<NDArray>;
+            fn $method(self, rhs: &NDArray) -> Result<NDArray> {
+                one($op, &[self, rhs], &Attrs::new())
+            }
+        }
+        impl $trait<f64> for &NDArray {
+            type Output = Result<NDArray>;
+            fn $method(self, rhs: f64) -> Result<NDArray> {
+                scalar($scalar, self, rhs)
+            }
+        }
+    };
+}
+
+binop!(Add, add, "broadcast_add", "_plus_scalar");
+binop!(Sub, sub, "broadcast_sub", "_minus_scalar");
+binop!(Mul, mul, "broadcast_mul", "_mul_scalar");
+binop!(Div, div, "broadcast_div", "_div_scalar");
+
+impl NDArray {
+    /// Runs op `name` with this array as the only input.
+    pub fn apply(&self, name: &str, attrs: &Attrs) -> Result<NDArray> {
+        one(name, &[self], attrs)
+    }
+
+    /// `self += rhs` (broadcasting `rhs`), in this array's own memory.
+    pub fn add_inplace(&self, rhs: &NDArray) -> Result<()> {
+        invoke("broadcast_add", &[self, rhs], &Attrs::new(), Some(&[self])).map(drop)
+    }
+
+    /// `self -= rhs`.
+    pub fn sub_inplace(&self, rhs: &NDArray) -> Result<()> {
+        invoke("broadcast_sub", &[self, rhs], &Attrs::new(), Some(&[self])).map(drop)
+    }
+
+    /// `self *= rhs`.
+    pub fn mul_inplace(&self, rhs: &NDArray) -> Result<()> {
+        invoke("broadcast_mul", &[self, rhs], &Attrs::new(), Some(&[self])).map(drop)
+    }
+
+    /// `self /= rhs`.
+    pub fn div_inplace(&self, rhs: &NDArray) -> Result<()> {
+        invoke("broadcast_div", &[self, rhs], &Attrs::new(), Some(&[self])).map(drop)
+    }
+
+    /// `self += s`.
+    pub fn add_scalar_inplace(&self, s: f64) -> Result<()> {
+        invoke(
+            "_plus_scalar",
+            &[self],
+            &Attrs::new().with("scalar", s),
+            Some(&[self]),
+        )
+        .map(drop)
+    }
+
+    /// `self *= s`.
+    pub fn mul_scalar_inplace(&self, s: f64) -> Result<()> {
+        invoke(
+            "_mul_scalar",
+            &[self],
+            &Attrs::new().with("scalar", s),
+            Some(&[self]),
+        )
+        .map(drop)
+    }
+
+    /// Matrix product (see the `dot` op).
+    pub fn dot(&self, rhs: &NDArray) -> Result<NDArray> {
+        one("dot", &[self, rhs], &Attrs::new())
+    }
+
+    /// Sum over `axes` (all when empty).
+    pub fn sum(&self, axes: &[i64], keepdims: bool) -> Result<NDArray> {
+        self.reduce("sum", axes, keepdims)
+    }
+
+    /// Mean over `axes` (all when empty).
+    pub fn mean(&self, axes: &[i64], keepdims: bool) -> Result<NDArray> {
+        self.reduce("mean", axes, keepdims)
+    }
+
+    fn reduce(&self, op: &str, axes: &[i64], keepdims: bool) -> Result<NDArray> {
+        let list = axes
+            .iter()
+            .map(i64::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut attrs = Attrs::new().with("keepdims", keepdims);
+        if !axes.is_empty() {
+            attrs = attrs.with("axis", format!("({list})"));
+        }
+        self.apply(op, &attrs)
+    }
+}

@@ -1,0 +1,342 @@
+//! Elementwise ops: broadcasting binary arithmetic and comparisons, ops with a scalar, unary
+//! math. Kernels read and write through raw pointers, so an output that is exactly one of the
+//! inputs (the in-place forms) is safe.
+
+use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
+use crate::error::{NdError, Result};
+use crate::{DType, Element};
+
+/// Numpy broadcasting of two shapes.
+pub(crate) fn broadcast_shape(op: &str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
+    let n = a.len().max(b.len());
+    let mut out = vec![0; n];
+    for i in 0..n {
+        let da = if i + a.len() >= n {
+            a[i + a.len() - n]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= n {
+            b[i + b.len() - n]
+        } else {
+            1
+        };
+        out[i] = match (da, db) {
+            (x, y) if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            _ => {
+                return Err(NdError::Shape {
+                    op: op.into(),
+                    arg: "rhs".into(),
+                    found: b.to_vec(),
+                    expected: format!("a shape that broadcasts with lhs {a:?}"),
+                })
+            }
+        };
+    }
+    Ok(out)
+}
+
+fn infer_broadcast(
+    op: &str,
+    _: &Attrs,
+    s: &[Vec<usize>],
+    d: &[DType],
+) -> Result<(Vec<Vec<usize>>, Vec<DType>)> {
+    let dt = same_dtypes(op, d)?;
+    Ok((vec![broadcast_shape(op, &s[0], &s[1])?], vec![dt]))
+}
+
+fn infer_same_shape(
+    op: &str,
+    _: &Attrs,
+    s: &[Vec<usize>],
+    d: &[DType],
+) -> Result<(Vec<Vec<usize>>, Vec<DType>)> {
+    let dt = same_dtypes(op, d)?;
+    for (i, x) in s.iter().enumerate().skip(1) {
+        if *x != s[0] {
+            return Err(NdError::Shape {
+                op: op.into(),
+                arg: format!("input {i}"),
+                found: x.clone(),
+                expected: format!("the shape of input 0, {:?}", s[0]),
+            });
+        }
+    }
+    Ok((vec![s[0].clone()], vec![dt]))
+}
+
+fn infer_unary(
+    _: &str,
+    _: &Attrs,
+    s: &[Vec<usize>],
+    d: &[DType],
+) -> Result<(Vec<Vec<usize>>, Vec<DType>)> {
+    Ok((vec![s[0].clone()], vec![d[0]]))
+}
+
+fn infer_scalar(
+    op: &str,
+    attrs: &Attrs,
+    s: &[Vec<usize>],
+    d: &[DType],
+) -> Result<(Vec<Vec<usize>>, Vec<DType>)> {
+    attrs.f64(op, "scalar", None)?;
+    infer_unary(op, attrs, s, d)
+}
+
+/// Row-major strides of `shape` aligned to `ndim` output dimensions, 0 where broadcast.
+fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
+    let mut strides = vec![0; out.len()];
+    let mut acc = 1;
+    for i in (0..shape.len()).rev() {
+        let o = i + out.len() - shape.len();
+        strides[o] = if shape[i] == 1 { 0 } else { acc };
+        acc *= shape[i];
+    }
+    strides
+}
+
+/// `out[i] = f(a[ia], b[ib])` with broadcasting.
+fn binary_map<T: Element>(a: &TensorRef, b: &TensorRef, out: &TensorRef, f: impl Fn(T, T) -> T) {
+    let n = out.len();
+    let (pa, pb, po) = (a.ptr::<T>(), b.ptr::<T>(), out.ptr::<T>());
+    // SAFETY (every block below): indices stay below each tensor's length (shapes were checked
+    // by inference); the output is either disjoint from the inputs or exactly one of them, and
+    // only raw pointers are used, so no reference aliases another.
+    unsafe {
+        if a.shape == out.shape && b.shape == out.shape {
+            for i in 0..n {
+                *po.add(i) = f(*pa.add(i), *pb.add(i));
+            }
+        } else if a.shape == out.shape && b.len() == 1 {
+            let y = *pb;
+            for i in 0..n {
+                *po.add(i) = f(*pa.add(i), y);
+            }
+        } else if b.shape == out.shape && a.len() == 1 {
+            let x = *pa;
+            for i in 0..n {
+                *po.add(i) = f(x, *pb.add(i));
+            }
+        } else if n > 0 {
+            let (sa, sb) = (
+                broadcast_strides(&a.shape, &out.shape),
+                broadcast_strides(&b.shape, &out.shape),
+            );
+            let nd = out.shape.len();
+            let mut idx = vec![0usize; nd];
+            let (mut ia, mut ib) = (0usize, 0usize);
+            for i in 0..n {
+                *po.add(i) = f(*pa.add(ia), *pb.add(ib));
+                // Advance the multi-index (last axis fastest), keeping the input offsets in step.
+                for d in (0..nd).rev() {
+                    idx[d] += 1;
+                    ia += sa[d];
+                    ib += sb[d];
+                    if idx[d] < out.shape[d] {
+                        break;
+                    }
+                    ia -= sa[d] * idx[d];
+                    ib -= sb[d] * idx[d];
+                    idx[d] = 0;
+                }
+            }
+        }
+    }
+}
+
+fn unary_map<T: Element>(a: &TensorRef, out: &TensorRef, f: impl Fn(T) -> T) {
+    let (pa, po) = (a.ptr::<T>(), out.ptr::<T>());
+    // SAFETY: same length; output disjoint from or exactly the input; raw pointers only.
+    unsafe {
+        for i in 0..out.len() {
+            *po.add(i) = f(*pa.add(i));
+        }
+    }
+}
+
+fn truth<T: Element>(c: bool) -> T {
+    T::from_f64(if c { 1.0 } else { 0.0 })
+}
+
+fn binary_fn<T: Element>(op: &str) -> Option<fn(T, T) -> T> {
+    Some(match op {
+        "broadcast_add" | "elemwise_add" => T::add,
+        "broadcast_sub" | "elemwise_sub" => T::sub,
+        "broadcast_mul" | "elemwise_mul" => T::mul,
+        "broadcast_div" | "elemwise_div" => T::div,
+        "broadcast_maximum" => |a, b| if b > a { b } else { a },
+        "broadcast_minimum" => |a, b| if b < a { b } else { a },
+        "broadcast_power" => |a: T, b: T| T::from_f64(a.to_f64().powf(b.to_f64())),
+        "broadcast_equal" => |a, b| truth(a == b),
+        "broadcast_not_equal" => |a, b| truth(a != b),
+        "broadcast_greater" => |a, b| truth(a > b),
+        "broadcast_greater_equal" => |a, b| truth(a >= b),
+        "broadcast_lesser" => |a, b| truth(a < b),
+        "broadcast_lesser_equal" => |a, b| truth(a <= b),
+        _ => return None,
+    })
+}
+
+fn binary_kernel(
+    op: &str,
+    _: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+) -> std::result::Result<(), String> {
+    crate::with_dtype!(outs[0].dtype, T => {
+        let f = binary_fn::<T>(op).ok_or_else(|| format!("no binary kernel for {op}"))?;
+        binary_map::<T>(&ins[0], &ins[1], &outs[0], f);
+    });
+    Ok(())
+}
+
+fn scalar_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+) -> std::result::Result<(), String> {
+    let s = attrs.f64(op, "scalar", None).map_err(|e| e.to_string())?;
+    crate::with_dtype!(outs[0].dtype, T => {
+        let y = T::from_f64(s);
+        let f: Box<dyn Fn(T) -> T> = match op {
+            "_plus_scalar" => Box::new(move |x: T| x.add(y)),
+            "_minus_scalar" => Box::new(move |x: T| x.sub(y)),
+            "_rminus_scalar" => Box::new(move |x: T| y.sub(x)),
+            "_mul_scalar" => Box::new(move |x: T| x.mul(y)),
+            "_div_scalar" => Box::new(move |x: T| x.div(y)),
+            "_rdiv_scalar" => Box::new(move |x: T| y.div(x)),
+            "_maximum_scalar" => Box::new(move |x: T| if y > x { y } else { x }),
+            "_minimum_scalar" => Box::new(move |x: T| if y < x { y } else { x }),
+            "_power_scalar" => Box::new(move |x: T| T::from_f64(x.to_f64().powf(s))),
+            "_equal_scalar" => Box::new(move |x: T| truth(x == y)),
+            "_greater_scalar" => Box::new(move |x: T| truth(x > y)),
+            "_lesser_scalar" => Box::new(move |x: T| truth(x < y)),
+            _ => return Err(format!("no scalar kernel for {op}")),
+        };
+        unary_map::<T>(&ins[0], &outs[0], f);
+    });
+    Ok(())
+}
+
+fn softrelu(x: f64) -> f64 {
+    // log(1 + e^x) without overflow for large x.
+    if x > 20.0 {
+        x
+    } else {
+        x.exp().ln_1p()
+    }
+}
+
+fn unary_kernel(
+    op: &str,
+    _: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+) -> std::result::Result<(), String> {
+    crate::with_dtype!(outs[0].dtype, T => {
+        let via = |g: fn(f64) -> f64| move |x: T| T::from_f64(g(x.to_f64()));
+        let zero = T::default();
+        let f: Box<dyn Fn(T) -> T> = match op {
+            "_copy" => Box::new(|x| x),
+            "negative" => Box::new(move |x: T| zero.sub(x)),
+            "abs" => Box::new(move |x: T| if x < zero { zero.sub(x) } else { x }),
+            "square" => Box::new(|x: T| x.mul(x)),
+            "relu" => Box::new(move |x: T| if x > zero { x } else { zero }),
+            "exp" => Box::new(via(f64::exp)),
+            "log" => Box::new(via(f64::ln)),
+            "sqrt" => Box::new(via(f64::sqrt)),
+            "tanh" => Box::new(via(f64::tanh)),
+            "sigmoid" => Box::new(via(|x| 1.0 / (1.0 + (-x).exp()))),
+            "softrelu" => Box::new(via(softrelu)),
+            _ => return Err(format!("no unary kernel for {op}")),
+        };
+        // Single-precision floats keep their own precision for the common ops.
+        if T::DTYPE == DType::F32 {
+            let g: Option<fn(f32) -> f32> = match op {
+                "exp" => Some(f32::exp),
+                "log" => Some(f32::ln),
+                "sqrt" => Some(f32::sqrt),
+                "tanh" => Some(f32::tanh),
+                "sigmoid" => Some(|x| 1.0 / (1.0 + (-x).exp())),
+                _ => None,
+            };
+            if let Some(g) = g {
+                unary_map::<f32>(&ins[0], &outs[0], g);
+                return Ok(());
+            }
+        }
+        unary_map::<T>(&ins[0], &outs[0], f);
+    });
+    Ok(())
+}
+
+macro_rules! def {
+    ($name:expr, $arity:expr, $infer:expr, $kernel:expr, inplace $inplace:expr, ignores $ign:expr) => {
+        OpDef {
+            name: $name,
+            aliases: &[],
+            arity: $arity,
+            infer: $infer,
+            kernel: $kernel,
+            inplace: $inplace,
+            identity: false,
+            backward_ignores: $ign,
+            alias_safe: true,
+        }
+    };
+}
+
+pub(super) fn ops() -> &'static [OpDef] {
+    const B: Arity = Arity::Exactly(2);
+    const U: Arity = Arity::Exactly(1);
+    const IP2: &[(usize, usize)] = &[(0, 0), (1, 0)];
+    const IP1: &[(usize, usize)] = &[(0, 0)];
+    static OPS: &[OpDef] = &[
+        def!("broadcast_add", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]),
+        def!("broadcast_sub", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]),
+        def!("broadcast_mul", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[]),
+        def!("broadcast_div", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[]),
+        def!("broadcast_maximum", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[]),
+        def!("broadcast_minimum", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[]),
+        def!("broadcast_power", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[]),
+        def!("broadcast_equal", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]),
+        def!("broadcast_not_equal", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]),
+        def!("broadcast_greater", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]),
+        def!("broadcast_greater_equal", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]),
+        def!("broadcast_lesser", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]),
+        def!("broadcast_lesser_equal", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]),
+        def!("elemwise_add", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1]),
+        def!("elemwise_sub", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1]),
+        def!("elemwise_mul", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[]),
+        def!("elemwise_div", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[]),
+        def!("_plus_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]),
+        def!("_minus_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]),
+        def!("_rminus_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]),
+        def!("_mul_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]),
+        def!("_div_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]),
+        def!("_rdiv_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[]),
+        def!("_maximum_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[]),
+        def!("_minimum_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[]),
+        def!("_power_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[]),
+        def!("_equal_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]),
+        def!("_greater_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]),
+        def!("_lesser_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]),
+        def!("_copy", U, infer_unary, unary_kernel, inplace IP1, ignores &[0]),
+        def!("negative", U, infer_unary, unary_kernel, inplace IP1, ignores &[0]),
+        def!("abs", U, infer_unary, unary_kernel, inplace IP1, ignores &[]),
+        def!("square", U, infer_unary, unary_kernel, inplace IP1, ignores &[]),
+        def!("relu", U, infer_unary, unary_kernel, inplace IP1, ignores &[]),
+        def!("exp", U, infer_unary, unary_kernel, inplace IP1, ignores &[0]),
+        def!("log", U, infer_unary, unary_kernel, inplace IP1, ignores &[]),
+        def!("sqrt", U, infer_unary, unary_kernel, inplace IP1, ignores &[0]),
+        def!("tanh", U, infer_unary, unary_kernel, inplace IP1, ignores &[0]),
+        def!("sigmoid", U, infer_unary, unary_kernel, inplace IP1, ignores &[0]),
+        def!("softrelu", U, infer_unary, unary_kernel, inplace IP1, ignores &[]),
+    ];
+    OPS
+}

@@ -1,0 +1,198 @@
+//! Matrix products: `dot` (2-D with transposes; N-D flattens the leading axes of the left and
+//! the trailing axes of the right) and `batch_dot` (3-D, one product per leading index).
+
+use ndarray::{ArrayView2, ArrayViewMut2, ShapeBuilder};
+
+use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
+use crate::error::{NdError, Result};
+use crate::{DType, Element};
+
+/// (rows, inner, cols) of `op(a) x op(b)` for 2-D `a` and `b`.
+fn mm_dims(
+    op: &str,
+    a: &[usize],
+    b: &[usize],
+    ta: bool,
+    tb: bool,
+) -> Result<(usize, usize, usize)> {
+    let (m, ka) = if ta { (a[1], a[0]) } else { (a[0], a[1]) };
+    let (kb, n) = if tb { (b[1], b[0]) } else { (b[0], b[1]) };
+    if ka != kb {
+        return Err(NdError::Shape {
+            op: op.into(),
+            arg: "rhs".into(),
+            found: b.to_vec(),
+            expected: format!(
+                "{} rows{} to match lhs {:?}{}",
+                ka,
+                if tb { " (transposed)" } else { "" },
+                a,
+                if ta { " (transposed)" } else { "" }
+            ),
+        });
+    }
+    Ok((m, ka, n))
+}
+
+fn as_2d(op: &str, which: &str, s: &[usize], split_last: bool) -> Result<Vec<usize>> {
+    match s.len() {
+        0 => Err(NdError::Shape {
+            op: op.into(),
+            arg: which.into(),
+            found: s.to_vec(),
+            expected: "at least 1 dimension".into(),
+        }),
+        1 if split_last => Ok(vec![1, s[0]]),
+        1 => Ok(vec![s[0], 1]),
+        _ if split_last => Ok(vec![s[..s.len() - 1].iter().product(), s[s.len() - 1]]),
+        _ => Ok(vec![s[0], s[1..].iter().product()]),
+    }
+}
+
+fn infer(
+    op: &str,
+    attrs: &Attrs,
+    s: &[Vec<usize>],
+    d: &[DType],
+) -> Result<(Vec<Vec<usize>>, Vec<DType>)> {
+    let dt = same_dtypes(op, d)?;
+    let (ta, tb) = (
+        attrs.bool(op, "transpose_a", false)?,
+        attrs.bool(op, "transpose_b", false)?,
+    );
+    if op == "batch_dot" {
+        for (i, x) in s.iter().enumerate() {
+            if x.len() != 3 {
+                return Err(NdError::Shape {
+                    op: op.into(),
+                    arg: format!("input {i}"),
+                    found: x.clone(),
+                    expected: "3 dimensions (batch, rows, cols)".into(),
+                });
+            }
+        }
+        if s[0][0] != s[1][0] {
+            return Err(NdError::Shape {
+                op: op.into(),
+                arg: "rhs".into(),
+                found: s[1].clone(),
+                expected: format!("batch {} like lhs", s[0][0]),
+            });
+        }
+        let (m, _, n) = mm_dims(op, &s[0][1..], &s[1][1..], ta, tb)?;
+        return Ok((vec![vec![s[0][0], m, n]], vec![dt]));
+    }
+    if (ta || tb) && (s[0].len() != 2 || s[1].len() != 2) {
+        return Err(crate::error::invalid(
+            op,
+            "transpose_a/transpose_b need 2-D inputs",
+        ));
+    }
+    let (a2, b2) = (
+        as_2d(op, "lhs", &s[0], true)?,
+        as_2d(op, "rhs", &s[1], false)?,
+    );
+    mm_dims(op, &a2, &b2, ta, tb)?;
+    let mut out: Vec<usize> = if ta {
+        vec![s[0][1]]
+    } else {
+        s[0][..s[0].len().saturating_sub(1)].to_vec()
+    };
+    if tb {
+        out.push(s[1][0]);
+    } else {
+        out.extend_from_slice(&s[1][1.min(s[1].len())..]);
+    }
+    if out.is_empty() {
+        out.push(1);
+    }
+    Ok((vec![out], vec![dt]))
+}
+
+/// `c = op(a) x op(b)` for row-major buffers.
+///
+/// # Safety
+/// `a`, `b`, `c` point to `m*k`, `k*n`, `m*n` elements; `c` does not overlap `a` or `b`.
+unsafe fn matmul<T: Element>(
+    a: *const T,
+    b: *const T,
+    c: *mut T,
+    (m, k, n): (usize, usize, usize),
+    ta: bool,
+    tb: bool,
+) {
+    // Transposes are views with swapped strides, so no data moves.
+    let sa = if ta { (1, m) } else { (k, 1) };
+    let sb = if tb { (1, k) } else { (n, 1) };
+    // SAFETY: per the function's contract.
+    let (av, bv, mut cv) = unsafe {
+        (
+            ArrayView2::from_shape_ptr((m, k).strides(sa), a),
+            ArrayView2::from_shape_ptr((k, n).strides(sb), b),
+            ArrayViewMut2::from_shape_ptr((m, n), c),
+        )
+    };
+    T::gemm(&av, &bv, &mut cv);
+}
+
+fn kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+) -> std::result::Result<(), String> {
+    let (ta, tb) = (
+        attrs
+            .bool(op, "transpose_a", false)
+            .map_err(|e| e.to_string())?,
+        attrs
+            .bool(op, "transpose_b", false)
+            .map_err(|e| e.to_string())?,
+    );
+    let (a, b, c) = (&ins[0], &ins[1], &outs[0]);
+    crate::with_dtype!(c.dtype, T => {
+        if op == "batch_dot" {
+            let dims = mm_dims(op, &a.shape[1..], &b.shape[1..], ta, tb).map_err(|e| e.to_string())?;
+            let (m, k, n) = dims;
+            for i in 0..a.shape[0] {
+                // SAFETY: slice i of each batch lies inside its buffer; the output is disjoint.
+                unsafe { matmul::<T>(a.ptr::<T>().add(i * m * k), b.ptr::<T>().add(i * k * n), c.ptr::<T>().add(i * m * n), dims, ta, tb) };
+            }
+        } else {
+            let a2 = as_2d(op, "lhs", &a.shape, true).map_err(|e| e.to_string())?;
+            let b2 = as_2d(op, "rhs", &b.shape, false).map_err(|e| e.to_string())?;
+            let dims = mm_dims(op, &a2, &b2, ta, tb).map_err(|e| e.to_string())?;
+            // SAFETY: shapes were inferred from these buffers; the output is disjoint.
+            unsafe { matmul::<T>(a.ptr::<T>(), b.ptr::<T>(), c.ptr::<T>(), dims, ta, tb) };
+        }
+    });
+    Ok(())
+}
+
+pub(super) fn ops() -> &'static [OpDef] {
+    static OPS: &[OpDef] = &[
+        OpDef {
+            name: "dot",
+            aliases: &[],
+            arity: Arity::Exactly(2),
+            infer,
+            kernel,
+            inplace: &[],
+            identity: false,
+            backward_ignores: &[],
+            alias_safe: false,
+        },
+        OpDef {
+            name: "batch_dot",
+            aliases: &[],
+            arity: Arity::Exactly(2),
+            infer,
+            kernel,
+            inplace: &[],
+            identity: false,
+            backward_ignores: &[],
+            alias_safe: false,
+        },
+    ];
+    OPS
+}

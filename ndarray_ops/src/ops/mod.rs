@@ -1,0 +1,398 @@
+//! The op registry, shared by the imperative API and (later) the symbolic layer.
+//!
+//! Each op declares, under its MXNet name: how many inputs, its attributes (parsed from strings,
+//! as MXNet's JSON stores them), shape and dtype inference, its CPU kernel, which inputs may
+//! share memory with which outputs (in place), whether it is an identity (reshape-like), and
+//! which inputs its backward pass does not need. `invoke` checks a call synchronously (arity,
+//! contexts, shapes, dtypes), allocates the outputs and pushes one engine op that runs the
+//! kernel when the inputs are ready.
+
+mod elemwise;
+mod linalg;
+mod reduce;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, OnceLock};
+
+use engine::Op;
+
+use crate::array::{require_host, NDArray};
+use crate::error::{invalid, NdError, Result};
+use crate::DType;
+
+/// A pointer and length into a chunk, handed to kernels.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RawBuf {
+    pub(crate) ptr: *mut u8,
+    pub(crate) bytes: usize,
+}
+
+// SAFETY: a RawBuf is only dereferenced inside engine ops that name the chunk's var, so the
+// engine orders every access to the memory and the chunk's delete op keeps it alive until then.
+unsafe impl Send for RawBuf {}
+// SAFETY: as above; sharing the pointer value itself is harmless.
+unsafe impl Sync for RawBuf {}
+
+/// What a kernel sees of an array: memory, shape and dtype (row-major, contiguous).
+#[derive(Clone, Debug)]
+pub(crate) struct TensorRef {
+    pub(crate) buf: RawBuf,
+    pub(crate) shape: Vec<usize>,
+    pub(crate) dtype: DType,
+}
+
+impl TensorRef {
+    pub(crate) fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    pub(crate) fn ptr<T>(&self) -> *mut T {
+        self.buf.ptr.cast()
+    }
+
+    /// # Safety
+    /// The caller holds read access to the memory (an engine op reading its var) and nothing
+    /// writes it through another reference meanwhile.
+    pub(crate) unsafe fn slice<T>(&self) -> &[T] {
+        // SAFETY: per the caller's contract; the pointer is aligned (64-byte blocks, offsets in
+        // whole elements) and the length is within the block.
+        unsafe { std::slice::from_raw_parts(self.ptr::<T>(), self.len()) }
+    }
+
+    /// # Safety
+    /// The caller holds write access to the memory and no other reference to it exists.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn slice_mut<T>(&self) -> &mut [T] {
+        // SAFETY: per the caller's contract, as for `slice`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr::<T>(), self.len()) }
+    }
+
+    /// Copies this tensor's bytes over `dst`'s (ranges may overlap).
+    ///
+    /// # Safety
+    /// Read access to `self`, write access to `dst`, and `dst` at least as large.
+    pub(crate) unsafe fn copy_bytes_to(&self, dst: &TensorRef) {
+        // SAFETY: per the caller's contract.
+        unsafe { std::ptr::copy(self.buf.ptr, dst.buf.ptr, self.buf.bytes.min(dst.buf.bytes)) }
+    }
+
+    pub(crate) fn overlaps(&self, other: &TensorRef) -> bool {
+        let (a, b) = (self.buf.ptr as usize, other.buf.ptr as usize);
+        a < b + other.buf.bytes
+            && b < a + self.buf.bytes
+            && self.buf.bytes > 0
+            && other.buf.bytes > 0
+    }
+
+    pub(crate) fn same_memory(&self, other: &TensorRef) -> bool {
+        self.buf.ptr == other.buf.ptr && self.buf.bytes == other.buf.bytes
+    }
+}
+
+/// An op's attributes as strings (MXNet's JSON form), with typed getters that name the op and the
+/// key in their errors.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Attrs(pub BTreeMap<String, String>);
+
+impl Attrs {
+    /// No attributes.
+    pub fn new() -> Self {
+        Attrs::default()
+    }
+
+    /// Adds one.
+    pub fn with(mut self, key: &str, value: impl ToString) -> Self {
+        self.0.insert(key.to_string(), value.to_string());
+        self
+    }
+
+    /// The raw string.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(String::as_str)
+    }
+
+    fn parse<T: std::str::FromStr>(&self, op: &str, key: &str, what: &str) -> Result<Option<T>> {
+        self.get(key)
+            .map(|v| {
+                v.trim()
+                    .parse::<T>()
+                    .map_err(|_| invalid(op, format!("attribute {key}={v:?} is not {what}")))
+            })
+            .transpose()
+    }
+
+    /// A float attribute.
+    pub fn f64(&self, op: &str, key: &str, default: Option<f64>) -> Result<f64> {
+        self.parse::<f64>(op, key, "a number")?
+            .or(default)
+            .ok_or_else(|| invalid(op, format!("attribute {key} is required")))
+    }
+
+    /// A boolean attribute (`true`/`false`/`1`/`0`, any case).
+    pub fn bool(&self, op: &str, key: &str, default: bool) -> Result<bool> {
+        match self.get(key).map(|v| v.trim().to_ascii_lowercase()) {
+            None => Ok(default),
+            Some(v) if v == "true" || v == "1" => Ok(true),
+            Some(v) if v == "false" || v == "0" => Ok(false),
+            Some(v) => Err(invalid(
+                op,
+                format!("attribute {key}={v:?} is not a boolean"),
+            )),
+        }
+    }
+
+    /// An integer tuple such as `(0, 2)`, `[1]`, `1` or `()`; `None` when absent or `None`.
+    pub fn ints(&self, op: &str, key: &str) -> Result<Option<Vec<i64>>> {
+        let Some(v) = self.get(key) else {
+            return Ok(None);
+        };
+        let t = v
+            .trim()
+            .trim_start_matches(['(', '['])
+            .trim_end_matches([')', ']']);
+        if t.eq_ignore_ascii_case("none") {
+            return Ok(None);
+        }
+        t.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                s.parse::<i64>().map_err(|_| {
+                    invalid(
+                        op,
+                        format!("attribute {key}={v:?} is not a tuple of integers"),
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>>>()
+            .map(Some)
+    }
+}
+
+/// How many inputs an op takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arity {
+    /// Exactly this many.
+    Exactly(usize),
+    /// At least this many.
+    AtLeast(usize),
+}
+
+/// Shape and dtype inference: input shapes and dtypes to output shapes and dtypes.
+pub type InferFn =
+    fn(&str, &Attrs, &[Vec<usize>], &[DType]) -> Result<(Vec<Vec<usize>>, Vec<DType>)>;
+/// A CPU kernel: inputs and outputs (already allocated, inferred shapes).
+pub(crate) type KernelFn =
+    fn(&str, &Attrs, &[TensorRef], &[TensorRef]) -> std::result::Result<(), String>;
+
+/// One registered op.
+pub struct OpDef {
+    /// MXNet's name.
+    pub name: &'static str,
+    /// Other names it answers to.
+    pub aliases: &'static [&'static str],
+    /// Inputs taken.
+    pub arity: Arity,
+    /// Shape and dtype inference.
+    pub infer: InferFn,
+    pub(crate) kernel: KernelFn,
+    /// (input, output) pairs that may share memory.
+    pub inplace: &'static [(usize, usize)],
+    /// The output is the input reinterpreted (reshape, flatten): always shares.
+    pub identity: bool,
+    /// Inputs the backward pass does not read.
+    pub backward_ignores: &'static [usize],
+    /// Whether the kernel handles an output that is exactly one of its inputs (else such inputs
+    /// are copied first).
+    pub(crate) alias_safe: bool,
+}
+
+fn registry() -> &'static HashMap<&'static str, &'static OpDef> {
+    static REG: OnceLock<HashMap<&'static str, &'static OpDef>> = OnceLock::new();
+    REG.get_or_init(|| {
+        let mut m = HashMap::new();
+        for def in elemwise::ops()
+            .iter()
+            .chain(reduce::ops())
+            .chain(linalg::ops())
+        {
+            m.insert(def.name, def);
+            for a in def.aliases {
+                m.insert(*a, def);
+            }
+        }
+        m
+    })
+}
+
+/// The op registered under `name`.
+pub fn lookup(name: &str) -> Result<&'static OpDef> {
+    registry()
+        .get(name)
+        .copied()
+        .ok_or_else(|| NdError::UnknownOp(name.to_string()))
+}
+
+/// Every registered op name (aliases included), sorted.
+pub fn op_names() -> Vec<&'static str> {
+    let mut v: Vec<_> = registry().keys().copied().collect();
+    v.sort_unstable();
+    v
+}
+
+/// Runs op `name` on `inputs` imperatively: checks the call now, returns the outputs at once
+/// and pushes the kernel to the engine. With `out`, writes into those arrays instead of new ones.
+pub fn invoke(
+    name: &str,
+    inputs: &[&NDArray],
+    attrs: &Attrs,
+    out: Option<&[&NDArray]>,
+) -> Result<Vec<NDArray>> {
+    let def = lookup(name)?;
+    let op = def.name;
+    let ok = match def.arity {
+        Arity::Exactly(n) => inputs.len() == n,
+        Arity::AtLeast(n) => inputs.len() >= n,
+    };
+    if !ok {
+        return Err(invalid(
+            op,
+            format!("takes {:?} inputs, got {}", def.arity, inputs.len()),
+        ));
+    }
+    let first = inputs
+        .first()
+        .ok_or_else(|| invalid(op, "needs at least one input"))?;
+    let (rt, ctx) = (first.runtime().clone(), first.ctx());
+    for (i, a) in inputs.iter().enumerate() {
+        if !Arc::ptr_eq(a.runtime(), &rt) {
+            return Err(invalid(op, format!("input {i} belongs to another runtime")));
+        }
+        if a.ctx() != ctx {
+            return Err(NdError::Context {
+                op: op.into(),
+                arg: format!("input {i}"),
+                found: a.ctx().to_string(),
+                expected: ctx.to_string(),
+            });
+        }
+    }
+    require_host(op, ctx)?;
+    let shapes: Vec<Vec<usize>> = inputs.iter().map(|a| a.shape().to_vec()).collect();
+    let dtypes: Vec<DType> = inputs.iter().map(|a| a.dtype()).collect();
+    let (oshapes, odtypes) = (def.infer)(op, attrs, &shapes, &dtypes)?;
+    let outputs: Vec<NDArray> = match out {
+        Some(out) => {
+            if out.len() != oshapes.len() {
+                return Err(invalid(
+                    op,
+                    format!("writes {} outputs, {} given", oshapes.len(), out.len()),
+                ));
+            }
+            for (i, (o, (s, d))) in out.iter().zip(oshapes.iter().zip(&odtypes)).enumerate() {
+                if o.shape() != s.as_slice()
+                    || o.dtype() != *d
+                    || o.ctx() != ctx
+                    || !Arc::ptr_eq(o.runtime(), &rt)
+                {
+                    return Err(NdError::Shape {
+                        op: op.into(),
+                        arg: format!("output {i}"),
+                        found: o.shape().to_vec(),
+                        expected: format!(
+                            "shape {s:?}, dtype {d} on {ctx} (it is {} on {})",
+                            o.dtype(),
+                            o.ctx()
+                        ),
+                    });
+                }
+            }
+            out.iter().map(|o| (*o).clone()).collect()
+        }
+        None => oshapes
+            .iter()
+            .zip(&odtypes)
+            .map(|(s, d)| rt.empty(s, *d, ctx))
+            .collect::<Result<_>>()?,
+    };
+    let ins: Vec<TensorRef> = inputs.iter().map(|a| a.tensor()).collect();
+    let outs: Vec<TensorRef> = outputs.iter().map(NDArray::tensor).collect();
+    let (kernel, alias_safe, attrs2) = (def.kernel, def.alias_safe, attrs.clone());
+    let engine_op = Op::sync(op, move |_| {
+        run_kernel(op, kernel, alias_safe, &attrs2, ins, &outs).map_err(Into::into)
+    })
+    .on(ctx)
+    .reads(inputs.iter().map(|a| a.var()))
+    .writes(outputs.iter().map(|a| a.var()));
+    rt.engine().push(engine_op)?;
+    Ok(outputs)
+}
+
+/// Runs a kernel, first copying any input that overlaps an output (unless it is exactly that
+/// output and the kernel handles that), so kernels never see partially aliased memory.
+fn run_kernel(
+    op: &str,
+    kernel: KernelFn,
+    alias_safe: bool,
+    attrs: &Attrs,
+    mut ins: Vec<TensorRef>,
+    outs: &[TensorRef],
+) -> std::result::Result<(), String> {
+    let mut scratch: Vec<Vec<u64>> = Vec::new();
+    for t in ins.iter_mut() {
+        let clash = outs
+            .iter()
+            .any(|o| o.overlaps(t) && !(alias_safe && o.same_memory(t)));
+        if clash {
+            let mut copy = vec![0u64; t.buf.bytes.div_ceil(8)];
+            // SAFETY: `t` is readable (the engine ordered this op after its writers); `copy` is a
+            // fresh buffer of at least as many bytes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    t.buf.ptr,
+                    copy.as_mut_ptr().cast::<u8>(),
+                    t.buf.bytes,
+                )
+            };
+            t.buf.ptr = copy.as_mut_ptr().cast();
+            scratch.push(copy);
+        }
+    }
+    kernel(op, attrs, &ins, outs)
+}
+
+/// Shared inference checks.
+pub(crate) fn same_dtypes(op: &str, dtypes: &[DType]) -> Result<DType> {
+    let d = dtypes[0];
+    for (i, x) in dtypes.iter().enumerate().skip(1) {
+        if *x != d {
+            return Err(NdError::DType {
+                op: op.into(),
+                arg: format!("input {i}"),
+                found: x.to_string(),
+                expected: format!("{d} like input 0"),
+            });
+        }
+    }
+    Ok(d)
+}
+
+/// Normalizes possibly negative axes against `ndim`; errors name the op.
+pub(crate) fn norm_axes(op: &str, axes: &[i64], ndim: usize) -> Result<Vec<usize>> {
+    let mut out = Vec::with_capacity(axes.len());
+    for &a in axes {
+        let n = ndim as i64;
+        let ax = if a < 0 { a + n } else { a };
+        if ax < 0 || ax >= n {
+            return Err(invalid(
+                op,
+                format!("axis {a} is out of range for {ndim} dimensions"),
+            ));
+        }
+        if out.contains(&(ax as usize)) {
+            return Err(invalid(op, format!("axis {a} is repeated")));
+        }
+        out.push(ax as usize);
+    }
+    Ok(out)
+}

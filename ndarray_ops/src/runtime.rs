@@ -1,0 +1,160 @@
+//! A runtime: the engine that runs kernels and the storage managers that hold arrays. It makes
+//! arrays; arrays of one runtime never mix with another's.
+
+use std::sync::{Arc, OnceLock};
+
+use engine::{Engine, EngineBuilder, EngineKind};
+use ndarray::ArrayD;
+use storage::{Context, StorageConfig, StorageManager, StorageRegistry};
+
+use crate::array::NDArray;
+use crate::error::{NdError, Result};
+use crate::{DType, Element};
+
+/// An engine plus per-context storage.
+pub struct Runtime {
+    engine: Arc<dyn Engine>,
+    storage: StorageRegistry,
+    pub(crate) id: u64,
+}
+
+static NEXT_RUNTIME: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+impl Runtime {
+    /// A runtime on `engine` with storage configured by `storage`.
+    pub fn new(engine: Arc<dyn Engine>, storage: StorageConfig) -> Arc<Runtime> {
+        Arc::new(Runtime {
+            engine,
+            storage: StorageRegistry::new(storage),
+            id: NEXT_RUNTIME.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        })
+    }
+
+    /// A runtime on a fresh engine of `kind` (default settings) with default storage.
+    pub fn with_engine(kind: EngineKind) -> Arc<Runtime> {
+        Runtime::new(EngineBuilder::new(kind).build(), StorageConfig::default())
+    }
+
+    /// The process-wide runtime, configured from the `MXRS_*` environment variables the first
+    /// time it is asked for. A bad variable is reported then and every time after.
+    pub fn global() -> Result<Arc<Runtime>> {
+        static GLOBAL: OnceLock<Result<Arc<Runtime>>> = OnceLock::new();
+        GLOBAL
+            .get_or_init(|| {
+                let engine = EngineBuilder::from_env()?.build();
+                let storage = StorageConfig::from_env()?;
+                Ok(Runtime::new(engine, storage))
+            })
+            .clone()
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Arc<dyn Engine> {
+        &self.engine
+    }
+
+    /// The storage manager of `ctx`.
+    pub fn storage(&self, ctx: Context) -> StorageManager {
+        self.storage.manager(ctx)
+    }
+
+    /// Every storage manager used so far.
+    pub fn storage_managers(&self) -> Vec<StorageManager> {
+        self.storage.managers()
+    }
+
+    /// Waits for every pushed op; reports the first unreported kernel failure.
+    pub fn wait_all(&self) -> Result<()> {
+        Ok(self.engine.wait_for_all()?)
+    }
+
+    /// An array whose contents are unspecified until written.
+    pub fn empty(self: &Arc<Self>, shape: &[usize], dtype: DType, ctx: Context) -> Result<NDArray> {
+        NDArray::alloc(self, shape, dtype, ctx)
+    }
+
+    /// An array of `value` (converted to `dtype`).
+    pub fn full(
+        self: &Arc<Self>,
+        shape: &[usize],
+        value: f64,
+        dtype: DType,
+        ctx: Context,
+    ) -> Result<NDArray> {
+        let a = self.empty(shape, dtype, ctx)?;
+        a.fill(value)?;
+        Ok(a)
+    }
+
+    /// Zeros.
+    pub fn zeros(self: &Arc<Self>, shape: &[usize], dtype: DType, ctx: Context) -> Result<NDArray> {
+        self.full(shape, 0.0, dtype, ctx)
+    }
+
+    /// Ones.
+    pub fn ones(self: &Arc<Self>, shape: &[usize], dtype: DType, ctx: Context) -> Result<NDArray> {
+        self.full(shape, 1.0, dtype, ctx)
+    }
+
+    /// `start, start + step, ...` below `stop` (above, for a negative step), as a 1-D array.
+    pub fn arange(
+        self: &Arc<Self>,
+        start: f64,
+        stop: f64,
+        step: f64,
+        dtype: DType,
+        ctx: Context,
+    ) -> Result<NDArray> {
+        if step == 0.0 || !step.is_finite() || !start.is_finite() || !stop.is_finite() {
+            return Err(crate::error::invalid(
+                "arange",
+                format!(
+                    "start {start}, stop {stop}, step {step}: step must be finite and non-zero"
+                ),
+            ));
+        }
+        let n = ((stop - start) / step).ceil().max(0.0) as usize;
+        let values: Vec<f64> = (0..n).map(|i| start + step * i as f64).collect();
+        crate::with_dtype!(dtype, T => {
+            let v: Vec<T> = values.iter().map(|&x| T::from_f64(x)).collect();
+            self.from_vec(v, &[n], ctx)
+        })
+    }
+
+    /// Copies an `ndarray` array in.
+    pub fn from_array<T: Element>(
+        self: &Arc<Self>,
+        a: &ArrayD<T>,
+        ctx: Context,
+    ) -> Result<NDArray> {
+        let v: Vec<T> = a.iter().copied().collect();
+        self.from_vec(v, a.shape(), ctx)
+    }
+
+    /// Copies a vector in, with a shape whose element count must match.
+    pub fn from_vec<T: Element>(
+        self: &Arc<Self>,
+        data: Vec<T>,
+        shape: &[usize],
+        ctx: Context,
+    ) -> Result<NDArray> {
+        let n: usize = shape.iter().product();
+        if n != data.len() {
+            return Err(NdError::Shape {
+                op: "from_vec".into(),
+                arg: "shape".into(),
+                found: shape.to_vec(),
+                expected: format!("{} elements to hold the {} values given", n, data.len()),
+            });
+        }
+        let a = self.empty(shape, T::DTYPE, ctx)?;
+        a.write_from(data)?;
+        Ok(a)
+    }
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Runtime#{}({:?})", self.id, self.engine.kind())
+    }
+}
