@@ -1,0 +1,303 @@
+//! Every op against a plain `ndarray` computation of the same thing: broadcasting edge cases,
+//! zero-size shapes, views as inputs, in-place forms against out-of-place ones.
+
+use std::sync::Arc;
+
+use engine::EngineKind;
+use ndarray::{ArrayD, Axis, IxDyn};
+use ndarray_ops::{invoke, Attrs, DType, NDArray, NdError, Runtime};
+use storage::Context;
+
+fn rt() -> Arc<Runtime> {
+    Runtime::with_engine(EngineKind::ThreadedPerDevice)
+}
+
+/// Deterministic values in [-2, 2) without zeros (so division is tame).
+fn data(shape: &[usize], seed: u64) -> ArrayD<f64> {
+    let n: usize = shape.iter().product();
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let v: Vec<f64> = (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let x = ((s >> 33) as f64 / (1u64 << 31) as f64) * 4.0 - 2.0;
+            if x.abs() < 0.05 { 0.5 } else { x }
+        })
+        .collect();
+    ArrayD::from_shape_vec(IxDyn(shape), v).unwrap()
+}
+
+fn close(got: &ArrayD<f64>, want: &ArrayD<f64>, what: &str) {
+    assert_eq!(got.shape(), want.shape(), "{what}: shape");
+    for (g, w) in got.iter().zip(want.iter()) {
+        let ok = (g - w).abs() <= 1e-9 * (1.0 + w.abs()) || (g.is_nan() && w.is_nan());
+        assert!(ok, "{what}: got {g}, want {w}");
+    }
+}
+
+fn run1(name: &str, inputs: &[&NDArray], attrs: &Attrs) -> ArrayD<f64> {
+    invoke(name, inputs, attrs, None).unwrap()[0].to_ndarray::<f64>().unwrap()
+}
+
+#[test]
+fn broadcasting_binary_ops_match_ndarray() {
+    let rt = rt();
+    let pairs: &[(&[usize], &[usize])] = &[
+        (&[2, 3], &[2, 3]),
+        (&[2, 3], &[3]),
+        (&[2, 3], &[1]),
+        (&[1], &[4, 1, 3]),
+        (&[4, 1, 3], &[1, 5, 1]),
+        (&[0, 3], &[3]),
+        (&[2, 0], &[2, 1]),
+        (&[3, 1], &[1, 4]),
+    ];
+    let ops: &[(&str, fn(f64, f64) -> f64)] = &[
+        ("broadcast_add", |a, b| a + b),
+        ("broadcast_sub", |a, b| a - b),
+        ("broadcast_mul", |a, b| a * b),
+        ("broadcast_div", |a, b| a / b),
+        ("broadcast_maximum", f64::max),
+        ("broadcast_minimum", f64::min),
+        ("broadcast_power", |a: f64, b: f64| a.abs().powf(b)),
+        ("broadcast_greater", |a, b| (a > b) as i32 as f64),
+        ("broadcast_lesser_equal", |a, b| (a <= b) as i32 as f64),
+        ("broadcast_equal", |a, b| (a == b) as i32 as f64),
+    ];
+    for (i, (sa, sb)) in pairs.iter().enumerate() {
+        for (name, f) in ops {
+            let (mut a, b) = (data(sa, i as u64), data(sb, 100 + i as u64));
+            if *name == "broadcast_power" {
+                a.mapv_inplace(f64::abs);
+            }
+            let (na, nb) = (rt.from_array(&a, Context::cpu(0)).unwrap(), rt.from_array(&b, Context::cpu(0)).unwrap());
+            let got = run1(name, &[&na, &nb], &Attrs::new());
+            let (ba, bb) = {
+                let shape = got.shape().to_vec();
+                (a.broadcast(IxDyn(&shape)).unwrap().to_owned(), b.broadcast(IxDyn(&shape)).unwrap().to_owned())
+            };
+            let want = ndarray::Zip::from(&ba).and(&bb).map_collect(|&x, &y| f(x, y));
+            close(&got, &want, &format!("{name} {sa:?} {sb:?}"));
+        }
+    }
+}
+
+#[test]
+fn incompatible_shapes_are_errors_at_the_call() {
+    let rt = rt();
+    let a = rt.zeros(&[2, 3], DType::F32, Context::cpu(0)).unwrap();
+    let b = rt.zeros(&[4], DType::F32, Context::cpu(0)).unwrap();
+    let e = (&a + &b).unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, NdError::Shape { .. }) && msg.contains("broadcast_add") && msg.contains("[4]") && msg.contains("[2, 3]"), "{msg}");
+    let c = rt.zeros(&[2, 3], DType::F64, Context::cpu(0)).unwrap();
+    let e = (&a + &c).unwrap_err();
+    assert!(matches!(e, NdError::DType { .. }) && e.to_string().contains("float64"), "{e}");
+    let d = rt.zeros(&[2, 3], DType::F32, Context::cpu(1)).unwrap();
+    let e = (&a + &d).unwrap_err();
+    assert!(matches!(e, NdError::Context { .. }) && e.to_string().contains("cpu(1)"), "{e}");
+    let e = invoke("elemwise_add", &[&a, &b], &Attrs::new(), None).unwrap_err();
+    assert!(e.to_string().contains("elemwise_add"), "{e}");
+    assert!(matches!(invoke("no_such_op", &[&a], &Attrs::new(), None), Err(NdError::UnknownOp(_))));
+    let e = invoke("_plus_scalar", &[&a], &Attrs::new(), None).unwrap_err();
+    assert!(e.to_string().contains("scalar is required"), "{e}");
+    let e = invoke("_plus_scalar", &[&a], &Attrs::new().with("scalar", "abc"), None).unwrap_err();
+    assert!(e.to_string().contains("not a number"), "{e}");
+    let e = invoke("broadcast_add", &[&a], &Attrs::new(), None).unwrap_err();
+    assert!(e.to_string().contains("inputs"), "{e}");
+}
+
+#[test]
+fn scalar_and_unary_ops_match_ndarray() {
+    let rt = rt();
+    let a = data(&[3, 4], 7);
+    let na = rt.from_array(&a, Context::cpu(0)).unwrap();
+    let s = 1.5;
+    let scalar: &[(&str, fn(f64, f64) -> f64)] = &[
+        ("_plus_scalar", |x, s| x + s),
+        ("_minus_scalar", |x, s| x - s),
+        ("_rminus_scalar", |x, s| s - x),
+        ("_mul_scalar", |x, s| x * s),
+        ("_div_scalar", |x, s| x / s),
+        ("_rdiv_scalar", |x, s| s / x),
+        ("_maximum_scalar", f64::max),
+        ("_minimum_scalar", f64::min),
+        ("_greater_scalar", |x, s| (x > s) as i32 as f64),
+    ];
+    for (name, f) in scalar {
+        let got = run1(name, &[&na], &Attrs::new().with("scalar", s));
+        close(&got, &a.mapv(|x| f(x, s)), name);
+    }
+    let unary: &[(&str, fn(f64) -> f64)] = &[
+        ("_copy", |x| x),
+        ("negative", |x| -x),
+        ("abs", f64::abs),
+        ("square", |x| x * x),
+        ("relu", |x| x.max(0.0)),
+        ("exp", f64::exp),
+        ("tanh", f64::tanh),
+        ("sigmoid", |x| 1.0 / (1.0 + (-x).exp())),
+        ("softrelu", |x| (1.0 + x.exp()).ln()),
+    ];
+    for (name, f) in unary {
+        close(&run1(name, &[&na], &Attrs::new()), &a.mapv(f), name);
+    }
+    let pos = a.mapv(f64::abs);
+    let np = rt.from_array(&pos, Context::cpu(0)).unwrap();
+    close(&run1("log", &[&np], &Attrs::new()), &pos.mapv(f64::ln), "log");
+    close(&run1("sqrt", &[&np], &Attrs::new()), &pos.mapv(f64::sqrt), "sqrt");
+}
+
+#[test]
+fn every_dtype_runs_arithmetic() {
+    let rt = rt();
+    for dtype in [DType::F32, DType::F64, DType::I32, DType::I64, DType::U8] {
+        let a = rt.arange(0.0, 6.0, 1.0, dtype, Context::cpu(0)).unwrap().reshape(&[2, 3]).unwrap();
+        let b = rt.full(&[3], 2.0, dtype, Context::cpu(0)).unwrap();
+        let c = (&(&a * &b).unwrap() + 1.0).unwrap();
+        assert_eq!(c.dtype(), dtype);
+        let got: Vec<f64> = ndarray_ops::with_dtype!(dtype, T => c.to_vec::<T>().unwrap().into_iter().map(|x| ndarray_ops::Element::to_f64(x)).collect());
+        assert_eq!(got, vec![1.0, 3.0, 5.0, 7.0, 9.0, 11.0], "{dtype}");
+    }
+    // Integer division by zero is zero, not a trap.
+    let i = rt.from_vec(vec![7i32, 8], &[2], Context::cpu(0)).unwrap();
+    let z = rt.zeros(&[2], DType::I32, Context::cpu(0)).unwrap();
+    assert_eq!((&i / &z).unwrap().to_vec::<i32>().unwrap(), vec![0, 0]);
+}
+
+#[test]
+fn reductions_match_ndarray() {
+    let rt = rt();
+    let a = data(&[2, 3, 4], 3);
+    let na = rt.from_array(&a, Context::cpu(0)).unwrap();
+    for (axes, keep) in [(vec![], false), (vec![0i64], false), (vec![1], true), (vec![0, 2], false), (vec![-1], true)] {
+        let norm: Vec<usize> = axes.iter().map(|&x: &i64| if x < 0 { (x + 3) as usize } else { x as usize }).collect();
+        let mut sum = a.clone();
+        let mut max = a.clone();
+        let all: Vec<usize> = if norm.is_empty() { vec![0, 1, 2] } else { norm.clone() };
+        for &ax in all.iter().rev() {
+            sum = sum.sum_axis(Axis(ax));
+            max = max.fold_axis(Axis(ax), f64::NEG_INFINITY, |m, x| m.max(*x));
+            if keep {
+                sum.insert_axis_inplace(Axis(ax));
+                max.insert_axis_inplace(Axis(ax));
+            }
+        }
+        let count: usize = all.iter().map(|&d| a.shape()[d]).product();
+        if sum.ndim() == 0 {
+            sum = sum.into_shape_with_order(IxDyn(&[1])).unwrap();
+            max = max.into_shape_with_order(IxDyn(&[1])).unwrap();
+        }
+        let mut attrs = Attrs::new().with("keepdims", keep);
+        if !axes.is_empty() {
+            attrs = attrs.with("axis", format!("{axes:?}"));
+        }
+        close(&run1("sum", &[&na], &attrs), &sum, &format!("sum {axes:?} {keep}"));
+        close(&run1("mean", &[&na], &attrs), &sum.mapv(|x| x / count as f64), &format!("mean {axes:?}"));
+        close(&run1("max", &[&na], &attrs), &max, &format!("max {axes:?}"));
+    }
+    // argmax along an axis, and over everything.
+    let got = run1("argmax", &[&na], &Attrs::new().with("axis", 2));
+    let want = a.map_axis(Axis(2), |lane| lane.iter().enumerate().fold((0, f64::NEG_INFINITY), |(bi, bv), (i, &x)| if x > bv { (i, x) } else { (bi, bv) }).0 as f64);
+    close(&got, &want, "argmax axis 2");
+    let e = invoke("sum", &[&na], &Attrs::new().with("axis", 3), None).unwrap_err();
+    assert!(e.to_string().contains("axis 3 is out of range"), "{e}");
+    let empty = rt.zeros(&[0, 3], DType::F64, Context::cpu(0)).unwrap();
+    assert_eq!(run1("sum", &[&empty], &Attrs::new().with("axis", 0)).shape(), &[3]);
+    assert!(invoke("max", &[&empty], &Attrs::new().with("axis", 0), None).is_err());
+}
+
+#[test]
+fn dot_and_batch_dot_match_ndarray() {
+    let rt = rt();
+    let a = data(&[3, 4], 1).into_dimensionality::<ndarray::Ix2>().unwrap();
+    let b = data(&[4, 5], 2).into_dimensionality::<ndarray::Ix2>().unwrap();
+    let (na, nb) = (rt.from_array(&a.clone().into_dyn(), Context::cpu(0)).unwrap(), rt.from_array(&b.clone().into_dyn(), Context::cpu(0)).unwrap());
+    close(&na.dot(&nb).unwrap().to_ndarray::<f64>().unwrap(), &a.dot(&b).into_dyn(), "dot");
+    let at = rt.from_array(&a.t().to_owned().into_dyn(), Context::cpu(0)).unwrap();
+    let bt = rt.from_array(&b.t().to_owned().into_dyn(), Context::cpu(0)).unwrap();
+    let attrs = Attrs::new().with("transpose_a", true).with("transpose_b", "True");
+    close(&run1("dot", &[&at, &bt], &attrs), &a.dot(&b).into_dyn(), "dot with transposes");
+    for dtype in [DType::F32, DType::I64] {
+        let x = rt.arange(0.0, 6.0, 1.0, dtype, Context::cpu(0)).unwrap().reshape(&[2, 3]).unwrap();
+        let y = rt.arange(0.0, 6.0, 1.0, dtype, Context::cpu(0)).unwrap().reshape(&[3, 2]).unwrap();
+        let z = x.dot(&y).unwrap();
+        let got: Vec<f64> = ndarray_ops::with_dtype!(dtype, T => z.to_vec::<T>().unwrap().into_iter().map(|v| ndarray_ops::Element::to_f64(v)).collect());
+        assert_eq!(got, vec![10.0, 13.0, 28.0, 40.0], "{dtype}");
+    }
+    let p = data(&[2, 3, 4], 5);
+    let q = data(&[2, 4, 2], 6);
+    let (np, nq) = (rt.from_array(&p, Context::cpu(0)).unwrap(), rt.from_array(&q, Context::cpu(0)).unwrap());
+    let got = run1("batch_dot", &[&np, &nq], &Attrs::new());
+    for i in 0..2 {
+        let pi = p.index_axis(Axis(0), i).into_dimensionality::<ndarray::Ix2>().unwrap();
+        let qi = q.index_axis(Axis(0), i).into_dimensionality::<ndarray::Ix2>().unwrap();
+        close(&got.index_axis(Axis(0), i).to_owned(), &pi.dot(&qi).into_dyn(), "batch_dot");
+    }
+    let e = na.dot(&na).unwrap_err();
+    assert!(e.to_string().contains("dot") && e.to_string().contains("[3, 4]"), "{e}");
+}
+
+#[test]
+fn in_place_forms_equal_out_of_place_ones() {
+    let rt = rt();
+    let a = data(&[4, 3], 11);
+    let b = data(&[3], 12);
+    let nb = rt.from_array(&b, Context::cpu(0)).unwrap();
+    for (name, f) in [
+        ("add", NDArray::add_inplace as fn(&NDArray, &NDArray) -> ndarray_ops::Result<()>),
+        ("sub", NDArray::sub_inplace),
+        ("mul", NDArray::mul_inplace),
+        ("div", NDArray::div_inplace),
+    ] {
+        let x = rt.from_array(&a, Context::cpu(0)).unwrap();
+        let out_of_place = invoke(&format!("broadcast_{name}"), &[&x, &nb], &Attrs::new(), None).unwrap()[0].to_ndarray::<f64>().unwrap();
+        f(&x, &nb).unwrap();
+        close(&x.to_ndarray::<f64>().unwrap(), &out_of_place, name);
+    }
+    let x = rt.from_array(&a, Context::cpu(0)).unwrap();
+    x.mul_scalar_inplace(3.0).unwrap();
+    x.add_scalar_inplace(1.0).unwrap();
+    close(&x.to_ndarray::<f64>().unwrap(), &a.mapv(|v| v * 3.0 + 1.0), "scalar in place");
+    // x += x: the output is exactly an input.
+    let y = rt.from_array(&a, Context::cpu(0)).unwrap();
+    y.add_inplace(&y).unwrap();
+    close(&y.to_ndarray::<f64>().unwrap(), &a.mapv(|v| 2.0 * v), "x += x");
+}
+
+#[test]
+fn views_share_memory_and_partial_overlap_is_safe() {
+    let rt = rt();
+    let a = rt.arange(0.0, 12.0, 1.0, DType::F64, Context::cpu(0)).unwrap().reshape(&[4, 3]).unwrap();
+    let row = a.at(1).unwrap();
+    assert_eq!(row.shape(), &[3]);
+    assert_eq!(row.to_vec::<f64>().unwrap(), vec![3.0, 4.0, 5.0]);
+    assert!(row.shares_chunk(&a));
+    // Writing through a view changes the base.
+    row.mul_scalar_inplace(10.0).unwrap();
+    assert_eq!(a.to_vec::<f64>().unwrap()[3..6], [30.0, 40.0, 50.0]);
+    // rows 1..3 += rows 0..2: overlapping, not identical: the kernel must see the old values.
+    let base: Vec<f64> = a.to_vec().unwrap();
+    let (dst, src) = (a.slice(1, 3).unwrap(), a.slice(0, 2).unwrap());
+    dst.add_inplace(&src).unwrap();
+    let got = a.to_vec::<f64>().unwrap();
+    for i in 3..9 {
+        assert_eq!(got[i], base[i] + base[i - 3], "element {i}");
+    }
+    assert!(a.slice(3, 5).is_err());
+    assert!(a.reshape(&[5, 2]).is_err());
+    let e = a.at(9).unwrap_err();
+    assert!(e.to_string().contains("outside 0..4"), "{e}");
+}
+
+#[test]
+fn copies_between_contexts() {
+    let rt = rt();
+    let a = rt.arange(0.0, 5.0, 1.0, DType::F32, Context::cpu(0)).unwrap();
+    let b = a.copy_to(Context::cpu(1)).unwrap();
+    assert_eq!(b.ctx(), Context::cpu(1));
+    a.fill(9.0).unwrap();
+    assert_eq!(b.to_vec::<f32>().unwrap(), vec![0.0, 1.0, 2.0, 3.0, 4.0]);
+    assert!(a.as_in_context(Context::cpu(0)).unwrap().shares_chunk(&a));
+    let e = rt.zeros(&[2], DType::F32, Context::gpu(0)).unwrap_err();
+    assert!(e.to_string().contains("gpu(0)"), "{e}");
+}
