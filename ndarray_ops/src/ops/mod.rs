@@ -9,6 +9,7 @@
 
 mod elemwise;
 mod linalg;
+mod nn;
 mod reduce;
 
 use std::collections::{BTreeMap, HashMap};
@@ -214,7 +215,7 @@ fn registry() -> &'static HashMap<&'static str, &'static OpDef> {
         for def in elemwise::ops()
             .iter()
             .chain(reduce::ops())
-            .chain(linalg::ops())
+            .chain(linalg::ops()).chain(nn::ops())
         {
             m.insert(def.name, def);
             for a in def.aliases {

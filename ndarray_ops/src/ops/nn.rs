@@ -1,0 +1,348 @@
+//! Neural-network ops: activations, softmax family, FullyConnected, one_hot, transpose, Flatten,
+//! clip, and the optimizer updates that write into the weight (as MXNet's do).
+
+use ndarray::{ArrayViewD, ArrayViewMutD, Axis, IxDyn};
+
+use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef};
+use crate::error::{invalid, NdError, Result};
+use crate::{DType, Element};
+
+type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
+type KResult = std::result::Result<(), String>;
+
+fn e2s(e: crate::NdError) -> String {
+    e.to_string()
+}
+
+fn require_float(op: &str, d: &[DType]) -> Result<DType> {
+    let dt = same_dtypes(op, d)?;
+    if dt.is_float() {
+        Ok(dt)
+    } else {
+        Err(NdError::DType { op: op.into(), arg: "input 0".into(), found: dt.to_string(), expected: "float32 or float64".into() })
+    }
+}
+
+// ---- Activation / clip --------------------------------------------------------------------
+
+fn act_fn(op: &str, attrs: &Attrs) -> Result<fn(f64) -> f64> {
+    let kind = attrs.get("act_type").unwrap_or("relu");
+    Ok(match kind {
+        "relu" => |x: f64| x.max(0.0),
+        "sigmoid" => |x: f64| 1.0 / (1.0 + (-x).exp()),
+        "tanh" => f64::tanh,
+        "softrelu" => |x: f64| if x > 20.0 { x } else { x.exp().ln_1p() },
+        "softsign" => |x: f64| x / (1.0 + x.abs()),
+        other => return Err(invalid(op, format!("act_type {other:?} is not one of relu, sigmoid, tanh, softrelu, softsign"))),
+    })
+}
+
+fn infer_activation(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    act_fn(op, attrs)?;
+    Ok((vec![s[0].clone()], vec![require_float(op, d)?]))
+}
+
+fn infer_clip(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let (lo, hi) = (attrs.f64(op, "a_min", None)?, attrs.f64(op, "a_max", None)?);
+    if lo > hi {
+        return Err(invalid(op, format!("a_min {lo} is above a_max {hi}")));
+    }
+    Ok((vec![s[0].clone()], vec![d[0]]))
+}
+
+fn map_kernel(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef]) -> KResult {
+    let f: Box<dyn Fn(f64) -> f64> = match op {
+        "Activation" => Box::new(act_fn(op, attrs).map_err(e2s)?),
+        "clip" => {
+            let (lo, hi) = (attrs.f64(op, "a_min", None).map_err(e2s)?, attrs.f64(op, "a_max", None).map_err(e2s)?);
+            Box::new(move |x: f64| x.clamp(lo, hi))
+        }
+        _ => return Err(format!("no kernel for {op}")),
+    };
+    crate::with_dtype!(outs[0].dtype, T => {
+        let (pa, po) = (ins[0].ptr::<T>(), outs[0].ptr::<T>());
+        // SAFETY: equal lengths; output disjoint from or exactly the input; raw pointers only.
+        unsafe {
+            for i in 0..outs[0].len() {
+                *po.add(i) = T::from_f64(f((*pa.add(i)).to_f64()));
+            }
+        }
+    });
+    Ok(())
+}
+
+// ---- softmax family -----------------------------------------------------------------------
+
+fn softmax_axis(op: &str, attrs: &Attrs, ndim: usize) -> Result<usize> {
+    let axis = attrs.ints(op, "axis")?.and_then(|v| v.first().copied()).unwrap_or(-1);
+    if ndim == 0 {
+        return Err(invalid(op, "needs at least one dimension"));
+    }
+    Ok(norm_axes(op, &[axis], ndim)?[0])
+}
+
+fn infer_softmax(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let dt = require_float(op, &d[..1])?;
+    if op == "SoftmaxOutput" {
+        // data (batch, classes...) and label (batch,): the output is the softmax of the data.
+        if s[0].is_empty() || s[1].first() != s[0].first() {
+            return Err(NdError::Shape { op: op.into(), arg: "label".into(), found: s[1].clone(), expected: format!("the batch size of data {:?} as its first axis", s[0]) });
+        }
+        return Ok((vec![s[0].clone()], vec![dt]));
+    }
+    softmax_axis(op, attrs, s[0].len())?;
+    Ok((vec![s[0].clone()], vec![dt]))
+}
+
+fn softmax_kernel(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef]) -> KResult {
+    let (a, o) = (&ins[0], &outs[0]);
+    let (axis, log) = match op {
+        // MXNet's SoftmaxOutput normalizes over axis 1 (the class axis) by default.
+        "SoftmaxOutput" => (1.min(a.shape.len() - 1), false),
+        _ => (softmax_axis(op, attrs, a.shape.len()).map_err(e2s)?, op == "log_softmax"),
+    };
+    let temp = attrs.f64(op, "temperature", Some(1.0)).map_err(e2s)?;
+    crate::with_dtype!(o.dtype, T => {
+        // SAFETY: read access to the input and exclusive access to the disjoint output (the
+        // registry marks this kernel as not alias-safe, so an aliased input was copied).
+        let (x, mut y) = unsafe { (ArrayViewD::from_shape_ptr(IxDyn(&a.shape), a.ptr::<T>() as *const T), ArrayViewMutD::from_shape_ptr(IxDyn(&o.shape), o.ptr::<T>())) };
+        for (xl, mut yl) in x.lanes(Axis(axis)).into_iter().zip(y.lanes_mut(Axis(axis))) {
+            let m = xl.iter().fold(f64::NEG_INFINITY, |m, v| m.max(v.to_f64() / temp));
+            let z: f64 = xl.iter().map(|v| (v.to_f64() / temp - m).exp()).sum();
+            for (yv, xv) in yl.iter_mut().zip(xl.iter()) {
+                let s = xv.to_f64() / temp - m;
+                *yv = T::from_f64(if log { s - z.ln() } else { s.exp() / z });
+            }
+        }
+    });
+    Ok(())
+}
+
+// ---- FullyConnected -------------------------------------------------------------------------
+
+fn infer_fc(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let dt = require_float(op, d)?;
+    let no_bias = attrs.bool(op, "no_bias", false)?;
+    let want = if no_bias { 2 } else { 3 };
+    if s.len() != want {
+        return Err(invalid(op, format!("takes {want} inputs (data, weight{}) with no_bias={no_bias}, got {}", if no_bias { "" } else { ", bias" }, s.len())));
+    }
+    let hidden = attrs.f64(op, "num_hidden", None)? as usize;
+    let flatten = attrs.bool(op, "flatten", true)?;
+    let x = &s[0];
+    if x.is_empty() {
+        return Err(NdError::Shape { op: op.into(), arg: "data".into(), found: x.clone(), expected: "at least 1 dimension".into() });
+    }
+    let (k, mut out) = if flatten { (x[1..].iter().product(), vec![x[0]]) } else { (x[x.len() - 1], x[..x.len() - 1].to_vec()) };
+    if s[1] != [hidden, k] {
+        return Err(NdError::Shape { op: op.into(), arg: "weight".into(), found: s[1].clone(), expected: format!("[{hidden}, {k}] (num_hidden, input features of data {x:?})") });
+    }
+    if !no_bias && s[2] != [hidden] {
+        return Err(NdError::Shape { op: op.into(), arg: "bias".into(), found: s[2].clone(), expected: format!("[{hidden}]") });
+    }
+    out.push(hidden);
+    Ok((vec![out], vec![dt]))
+}
+
+fn fc_kernel(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef]) -> KResult {
+    let (x, w, y) = (&ins[0], &ins[1], &outs[0]);
+    let hidden = w.shape[0];
+    let k = w.shape[1];
+    let m = if k == 0 { 0 } else { x.len() / k };
+    crate::with_dtype!(y.dtype, T => {
+        // SAFETY: shapes were inferred from these buffers; the output is disjoint from inputs.
+        unsafe {
+            let xv = ndarray::ArrayView2::from_shape_ptr((m, k), x.ptr::<T>() as *const T);
+            let wt = ndarray::ArrayView2::from_shape_ptr((k, hidden).strides((1, k)), w.ptr::<T>() as *const T);
+            let mut yv = ndarray::ArrayViewMut2::from_shape_ptr((m, hidden), y.ptr::<T>());
+            T::gemm(&xv, &wt, &mut yv);
+            if !attrs.bool(op, "no_bias", false).map_err(e2s)? {
+                let b = ins[2].slice::<T>();
+                for mut row in yv.rows_mut() {
+                    for (v, bias) in row.iter_mut().zip(b) {
+                        *v = v.add(*bias);
+                    }
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+use ndarray::ShapeBuilder;
+
+// ---- one_hot, transpose, Flatten ------------------------------------------------------------
+
+fn infer_one_hot(op: &str, attrs: &Attrs, s: &[Vec<usize>], _d: &[DType]) -> Infer {
+    let depth = attrs.f64(op, "depth", None)?;
+    if depth < 0.0 || depth.fract() != 0.0 {
+        return Err(invalid(op, format!("depth {depth} is not a non-negative integer")));
+    }
+    let dt = match attrs.get("dtype") {
+        None => DType::F32,
+        Some(name) => DType::parse(name).ok_or_else(|| invalid(op, format!("dtype {name:?} is unknown")))?,
+    };
+    let mut out = s[0].clone();
+    out.push(depth as usize);
+    Ok((vec![out], vec![dt]))
+}
+
+fn one_hot_kernel(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef]) -> KResult {
+    let depth = attrs.f64(op, "depth", None).map_err(e2s)? as usize;
+    let (on, off) = (attrs.f64(op, "on_value", Some(1.0)).map_err(e2s)?, attrs.f64(op, "off_value", Some(0.0)).map_err(e2s)?);
+    let idx: Vec<f64> = crate::with_dtype!(ins[0].dtype, T => {
+        // SAFETY: read access to the indices.
+        unsafe { ins[0].slice::<T>() }.iter().map(|v| v.to_f64()).collect()
+    });
+    crate::with_dtype!(outs[0].dtype, T => {
+        // SAFETY: exclusive access to the (disjoint) output.
+        let out = unsafe { outs[0].slice_mut::<T>() };
+        out.fill(T::from_f64(off));
+        for (row, &i) in idx.iter().enumerate() {
+            // Out-of-range indices give an all-off row, as in MXNet.
+            if i >= 0.0 && (i as usize) < depth {
+                out[row * depth + i as usize] = T::from_f64(on);
+            }
+        }
+    });
+    Ok(())
+}
+
+fn transpose_axes(op: &str, attrs: &Attrs, ndim: usize) -> Result<Vec<usize>> {
+    match attrs.ints(op, "axes")? {
+        None => Ok((0..ndim).rev().collect()),
+        Some(a) if a.is_empty() => Ok((0..ndim).rev().collect()),
+        Some(a) if a.len() == ndim => norm_axes(op, &a, ndim),
+        Some(a) => Err(invalid(op, format!("axes {a:?} must name each of the {ndim} axes once"))),
+    }
+}
+
+fn infer_transpose(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let axes = transpose_axes(op, attrs, s[0].len())?;
+    Ok((vec![axes.iter().map(|&a| s[0][a]).collect()], vec![d[0]]))
+}
+
+fn transpose_kernel(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef]) -> KResult {
+    let axes = transpose_axes(op, attrs, ins[0].shape.len()).map_err(e2s)?;
+    crate::with_dtype!(outs[0].dtype, T => {
+        // SAFETY: read access to the input; exclusive access to the disjoint output.
+        let x = unsafe { ArrayViewD::from_shape_ptr(IxDyn(&ins[0].shape), ins[0].ptr::<T>() as *const T) };
+        let out = unsafe { outs[0].slice_mut::<T>() };
+        for (o, v) in out.iter_mut().zip(x.permuted_axes(IxDyn(&axes)).iter()) {
+            *o = *v;
+        }
+    });
+    Ok(())
+}
+
+fn infer_flatten(_: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let x = &s[0];
+    let out = match x.len() {
+        0 => vec![1, 1],
+        _ => vec![x[0], x[1..].iter().product()],
+    };
+    Ok((vec![out], vec![d[0]]))
+}
+
+fn copy_kernel(_: &str, _: &Attrs, ins: &[TensorRef], outs: &[TensorRef]) -> KResult {
+    if !ins[0].same_memory(&outs[0]) {
+        // SAFETY: read access to the input, write access to the output; `copy` tolerates overlap.
+        unsafe { ins[0].copy_bytes_to(&outs[0]) };
+    }
+    Ok(())
+}
+
+// ---- optimizer updates ----------------------------------------------------------------------
+
+/// The gradient as the optimizers see it: rescaled, clipped, plus weight decay.
+fn prepared_grad(g: f64, w: f64, rescale: f64, clip: f64, wd: f64) -> f64 {
+    let g = g * rescale;
+    let g = if clip > 0.0 { g.clamp(-clip, clip) } else { g };
+    g + wd * w
+}
+
+fn infer_update(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let dt = require_float(op, d)?;
+    attrs.f64(op, "lr", None)?;
+    for (i, x) in s.iter().enumerate().skip(1) {
+        if *x != s[0] {
+            return Err(NdError::Shape { op: op.into(), arg: format!("input {i}"), found: x.clone(), expected: format!("the weight's shape {:?}", s[0]) });
+        }
+    }
+    // Outputs: the new weight, then the new optimizer states (callers pass the states as `out`
+    // to update them in place).
+    let outputs = s.len() - 1;
+    Ok((vec![s[0].clone(); outputs.max(1)], vec![dt; outputs.max(1)]))
+}
+
+fn update_kernel(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef]) -> KResult {
+    let get = |k: &str, d: Option<f64>| attrs.f64(op, k, d).map_err(e2s);
+    let (lr, wd, rescale, clip) = (get("lr", None)?, get("wd", Some(0.0))?, get("rescale_grad", Some(1.0))?, get("clip_gradient", Some(-1.0))?);
+    let n = outs[0].len();
+    crate::with_dtype!(outs[0].dtype, T => {
+        let r = |t: &TensorRef, i: usize| -> f64 {
+            // SAFETY: i < n = the shared length; raw reads tolerate outputs aliasing inputs.
+            unsafe { (*t.ptr::<T>().add(i)).to_f64() }
+        };
+        let w = |t: &TensorRef, i: usize, v: f64| {
+            // SAFETY: as above, for writes.
+            unsafe { *t.ptr::<T>().add(i) = T::from_f64(v) }
+        };
+        match op {
+            "sgd_update" => {
+                for i in 0..n {
+                    let wt = r(&ins[0], i);
+                    w(&outs[0], i, wt - lr * prepared_grad(r(&ins[1], i), wt, rescale, clip, wd));
+                }
+            }
+            "sgd_mom_update" => {
+                let mom = get("momentum", Some(0.0))?;
+                for i in 0..n {
+                    let wt = r(&ins[0], i);
+                    let m = mom * r(&ins[2], i) - lr * prepared_grad(r(&ins[1], i), wt, rescale, clip, wd);
+                    w(&outs[1], i, m);
+                    w(&outs[0], i, wt + m);
+                }
+            }
+            "adam_update" => {
+                let (b1, b2, eps) = (get("beta1", Some(0.9))?, get("beta2", Some(0.999))?, get("epsilon", Some(1e-8))?);
+                for i in 0..n {
+                    let wt = r(&ins[0], i);
+                    let g = prepared_grad(r(&ins[1], i), wt, rescale, clip, wd);
+                    let mean = b1 * r(&ins[2], i) + (1.0 - b1) * g;
+                    let var = b2 * r(&ins[3], i) + (1.0 - b2) * g * g;
+                    w(&outs[1], i, mean);
+                    w(&outs[2], i, var);
+                    w(&outs[0], i, wt - lr * mean / (var.sqrt() + eps));
+                }
+            }
+            _ => return Err(format!("no kernel for {op}")),
+        }
+    });
+    Ok(())
+}
+
+macro_rules! def {
+    ($name:expr, $arity:expr, $infer:expr, $kernel:expr, $inplace:expr, $identity:expr, $ign:expr, $alias:expr) => {
+        OpDef { name: $name, aliases: &[], arity: $arity, infer: $infer, kernel: $kernel, inplace: $inplace, identity: $identity, backward_ignores: $ign, alias_safe: $alias }
+    };
+}
+
+pub(super) fn ops() -> &'static [OpDef] {
+    const IP1: &[(usize, usize)] = &[(0, 0)];
+    static OPS: &[OpDef] = &[
+        def!("Activation", Arity::Exactly(1), infer_activation, map_kernel, IP1, false, &[0], true),
+        def!("clip", Arity::Exactly(1), infer_clip, map_kernel, IP1, false, &[], true),
+        def!("softmax", Arity::Exactly(1), infer_softmax, softmax_kernel, &[], false, &[0], false),
+        def!("log_softmax", Arity::Exactly(1), infer_softmax, softmax_kernel, &[], false, &[0], false),
+        def!("SoftmaxOutput", Arity::Exactly(2), infer_softmax, softmax_kernel, &[], false, &[0], false),
+        def!("FullyConnected", Arity::AtLeast(2), infer_fc, fc_kernel, &[], false, &[], false),
+        def!("one_hot", Arity::Exactly(1), infer_one_hot, one_hot_kernel, &[], false, &[0], false),
+        def!("transpose", Arity::Exactly(1), infer_transpose, transpose_kernel, &[], false, &[0], false),
+        def!("Flatten", Arity::Exactly(1), infer_flatten, copy_kernel, IP1, true, &[0], true),
+        def!("sgd_update", Arity::Exactly(2), infer_update, update_kernel, IP1, false, &[], true),
+        def!("sgd_mom_update", Arity::Exactly(3), infer_update, update_kernel, IP1, false, &[], true),
+        def!("adam_update", Arity::Exactly(4), infer_update, update_kernel, IP1, false, &[], true),
+    ];
+    OPS
+}
