@@ -20,11 +20,13 @@ fn runtime(kind: EngineKind, pool: PoolKind) -> Arc<Runtime> {
 /// An op that writes `x` slowly, so whatever reads `x` next waits for it.
 fn slow_writer(rt: &Runtime, x: &NDArray, ms: u64) {
     rt.engine()
-        .push(Op::sync("slow", move |_| {
-            std::thread::sleep(Duration::from_millis(ms));
-            Ok(())
-        })
-        .write(x.var()))
+        .push(
+            Op::sync("slow", move |_| {
+                std::thread::sleep(Duration::from_millis(ms));
+                Ok(())
+            })
+            .write(x.var()),
+        )
         .unwrap();
 }
 
@@ -44,11 +46,19 @@ fn a_dropped_array_keeps_its_block_until_pending_readers_finish() {
         let in_use_with_a = pool.stats().in_use;
         drop(a);
         // The delete op waits behind `c`: the block is still in use.
-        assert_eq!(pool.stats().in_use, in_use_with_a, "{kind:?}: block released before its reader ran");
+        assert_eq!(
+            pool.stats().in_use,
+            in_use_with_a,
+            "{kind:?}: block released before its reader ran"
+        );
         // A new array of the same size must get another block: fill it with 99 right away.
         let d = rt.full(&[4096], 99.0, DType::F32, ctx).unwrap();
         d.wait_to_read().unwrap();
-        assert_eq!(c.to_vec::<f32>().unwrap(), vec![7.0; 4096], "{kind:?}: the reader saw reused memory");
+        assert_eq!(
+            c.to_vec::<f32>().unwrap(),
+            vec![7.0; 4096],
+            "{kind:?}: the reader saw reused memory"
+        );
         rt.wait_all().unwrap();
         // Now the block is back in the pool.
         assert!(pool.stats().in_use < in_use_with_a + 4096 * 4, "{kind:?}");
@@ -68,7 +78,10 @@ fn a_failing_kernel_surfaces_at_wait_on_what_depends_on_it() {
     let b = (&a * 2.0).unwrap(); // the call itself succeeds: it is checked, not run
     let c = (&b + 1.0).unwrap();
     let e = c.to_vec::<f32>().unwrap_err();
-    assert!(e.to_string().contains("corrupt_input") && e.to_string().contains("sensor unplugged"), "{e}");
+    assert!(
+        e.to_string().contains("corrupt_input") && e.to_string().contains("sensor unplugged"),
+        "{e}"
+    );
     // Unrelated arrays keep working.
     let z = rt.ones(&[2], DType::F32, Context::cpu(0)).unwrap();
     assert_eq!((&z + &z).unwrap().to_vec::<f32>().unwrap(), vec![2.0, 2.0]);
@@ -80,12 +93,18 @@ fn program(rt: &Arc<Runtime>, seed: u64) -> Vec<Vec<f32>> {
     let ctx = Context::cpu(rng.gen_range(0..2));
     let mut arrays: Vec<NDArray> = (0..6)
         .map(|i| {
-            let v: Vec<f32> = (0..12).map(|j| ((i * 12 + j) as f32 * 0.37).sin()).collect();
+            let v: Vec<f32> = (0..12)
+                .map(|j| ((i * 12 + j) as f32 * 0.37).sin())
+                .collect();
             rt.from_vec(v, &[3, 4], ctx).unwrap()
         })
         .collect();
     for _ in 0..40 {
-        let (i, j, k) = (rng.gen_range(0..6), rng.gen_range(0..6), rng.gen_range(0..6));
+        let (i, j, k) = (
+            rng.gen_range(0..6),
+            rng.gen_range(0..6),
+            rng.gen_range(0..6),
+        );
         let (a, b) = (arrays[i].clone(), arrays[j].clone());
         match rng.gen_range(0..9) {
             0 => arrays[k] = (&a + &b).unwrap(),
@@ -98,10 +117,21 @@ fn program(rt: &Arc<Runtime>, seed: u64) -> Vec<Vec<f32>> {
                 arrays[k] = (&b - &s).unwrap();
             }
             6 => {
-                let p = invoke("dot", &[&a, &b], &Attrs::new().with("transpose_b", true), None).unwrap().remove(0);
+                let p = invoke(
+                    "dot",
+                    &[&a, &b],
+                    &Attrs::new().with("transpose_b", true),
+                    None,
+                )
+                .unwrap()
+                .remove(0);
                 arrays[k] = p.dot(&b).unwrap();
             }
-            7 => a.at(rng.gen_range(0..3)).unwrap().mul_scalar_inplace(0.5).unwrap(),
+            7 => a
+                .at(rng.gen_range(0..3))
+                .unwrap()
+                .mul_scalar_inplace(0.5)
+                .unwrap(),
             _ => arrays[k] = b.copy_to(ctx).unwrap(),
         }
     }
@@ -117,7 +147,11 @@ fn random_array_programs_agree_on_every_engine() {
             .collect();
         for (k, r) in EngineKind::ALL.iter().zip(&results).skip(1) {
             // Bit-identical: same kernels, same order of effects.
-            let same = r.iter().flatten().zip(results[0].iter().flatten()).all(|(x, y)| x.to_bits() == y.to_bits());
+            let same = r
+                .iter()
+                .flatten()
+                .zip(results[0].iter().flatten())
+                .all(|(x, y)| x.to_bits() == y.to_bits());
             assert!(same, "seed {seed}: {k:?} differs from naive");
         }
     }

@@ -13,7 +13,9 @@ fn rt() -> Arc<Runtime> {
 
 fn data(shape: &[usize], seed: u64) -> ArrayD<f64> {
     let n: usize = shape.iter().product();
-    let v: Vec<f64> = (0..n).map(|i| ((i as f64 + 1.0) * 0.731 + seed as f64 * 1.37).sin() * 2.0).collect();
+    let v: Vec<f64> = (0..n)
+        .map(|i| ((i as f64 + 1.0) * 0.731 + seed as f64 * 1.37).sin() * 2.0)
+        .collect();
     ArrayD::from_shape_vec(IxDyn(shape), v).unwrap()
 }
 
@@ -24,12 +26,17 @@ fn nd(rt: &Arc<Runtime>, a: &ArrayD<f64>) -> NDArray {
 fn close(got: &ArrayD<f64>, want: &ArrayD<f64>, what: &str) {
     assert_eq!(got.shape(), want.shape(), "{what}: shape");
     for (g, w) in got.iter().zip(want) {
-        assert!((g - w).abs() <= 1e-9 * (1.0 + w.abs()), "{what}: got {g}, want {w}");
+        assert!(
+            (g - w).abs() <= 1e-9 * (1.0 + w.abs()),
+            "{what}: got {g}, want {w}"
+        );
     }
 }
 
 fn run(name: &str, inputs: &[&NDArray], attrs: &Attrs) -> ArrayD<f64> {
-    invoke(name, inputs, attrs, None).unwrap()[0].to_ndarray().unwrap()
+    invoke(name, inputs, attrs, None).unwrap()[0]
+        .to_ndarray()
+        .unwrap()
 }
 
 #[test]
@@ -44,11 +51,29 @@ fn activations_and_clip() {
         ("softrelu", |x| (1.0 + x.exp()).ln()),
         ("softsign", |x| x / (1.0 + x.abs())),
     ] {
-        close(&run("Activation", &[&na], &Attrs::new().with("act_type", act)), &a.mapv(f), act);
+        close(
+            &run("Activation", &[&na], &Attrs::new().with("act_type", act)),
+            &a.mapv(f),
+            act,
+        );
     }
-    let e = invoke("Activation", &[&na], &Attrs::new().with("act_type", "swish"), None).unwrap_err();
+    let e = invoke(
+        "Activation",
+        &[&na],
+        &Attrs::new().with("act_type", "swish"),
+        None,
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("swish"), "{e}");
-    close(&run("clip", &[&na], &Attrs::new().with("a_min", -0.5).with("a_max", 1)), &a.mapv(|x| x.clamp(-0.5, 1.0)), "clip");
+    close(
+        &run(
+            "clip",
+            &[&na],
+            &Attrs::new().with("a_min", -0.5).with("a_max", 1),
+        ),
+        &a.mapv(|x| x.clamp(-0.5, 1.0)),
+        "clip",
+    );
 }
 
 #[test]
@@ -65,11 +90,21 @@ fn softmax_family() {
             lane.mapv_inplace(|x| (x - m).exp() / z);
         }
         let attrs = Attrs::new().with("axis", axis);
-        close(&run("softmax", &[&na], &attrs), &want, &format!("softmax axis {axis}"));
-        close(&run("log_softmax", &[&na], &attrs), &want.mapv(f64::ln), &format!("log_softmax axis {axis}"));
+        close(
+            &run("softmax", &[&na], &attrs),
+            &want,
+            &format!("softmax axis {axis}"),
+        );
+        close(
+            &run("log_softmax", &[&na], &attrs),
+            &want.mapv(f64::ln),
+            &format!("log_softmax axis {axis}"),
+        );
     }
     let x = data(&[6, 3], 3);
-    let label = rt.from_vec(vec![0.0f64, 1.0, 2.0, 0.0, 1.0, 2.0], &[6], Context::cpu(0)).unwrap();
+    let label = rt
+        .from_vec(vec![0.0f64, 1.0, 2.0, 0.0, 1.0, 2.0], &[6], Context::cpu(0))
+        .unwrap();
     let so = run("SoftmaxOutput", &[&nd(&rt, &x), &label], &Attrs::new());
     let sm = run("softmax", &[&nd(&rt, &x)], &Attrs::new().with("axis", 1));
     close(&so, &sm, "SoftmaxOutput forward");
@@ -85,27 +120,71 @@ fn fully_connected() {
     let b = data(&[5], 6);
     let x2: Array2<f64> = x.clone().into_shape_with_order((4, 6)).unwrap();
     let w2: Array2<f64> = w.clone().into_dimensionality().unwrap();
-    let want = (x2.dot(&w2.t()) + &b.clone().into_dimensionality::<ndarray::Ix1>().unwrap()).into_dyn();
+    let want =
+        (x2.dot(&w2.t()) + &b.clone().into_dimensionality::<ndarray::Ix1>().unwrap()).into_dyn();
     let attrs = Attrs::new().with("num_hidden", 5);
-    close(&run("FullyConnected", &[&nd(&rt, &x), &nd(&rt, &w), &nd(&rt, &b)], &attrs), &want, "fc");
+    close(
+        &run(
+            "FullyConnected",
+            &[&nd(&rt, &x), &nd(&rt, &w), &nd(&rt, &b)],
+            &attrs,
+        ),
+        &want,
+        "fc",
+    );
     let nb = Attrs::new().with("num_hidden", 5).with("no_bias", true);
-    close(&run("FullyConnected", &[&nd(&rt, &x), &nd(&rt, &w)], &nb), &x2.dot(&w2.t()).into_dyn(), "fc no_bias");
+    close(
+        &run("FullyConnected", &[&nd(&rt, &x), &nd(&rt, &w)], &nb),
+        &x2.dot(&w2.t()).into_dyn(),
+        "fc no_bias",
+    );
     // flatten=False applies the weight to the last axis.
     let w3 = data(&[5, 3], 7);
-    let got = run("FullyConnected", &[&nd(&rt, &x), &nd(&rt, &w3)], &Attrs::new().with("num_hidden", 5).with("no_bias", 1).with("flatten", false));
+    let got = run(
+        "FullyConnected",
+        &[&nd(&rt, &x), &nd(&rt, &w3)],
+        &Attrs::new()
+            .with("num_hidden", 5)
+            .with("no_bias", 1)
+            .with("flatten", false),
+    );
     assert_eq!(got.shape(), &[4, 2, 5]);
     let w3t: Array2<f64> = w3.clone().into_dimensionality::<ndarray::Ix2>().unwrap();
-    let want3 = x.clone().into_shape_with_order((8, 3)).unwrap().dot(&w3t.t()).into_shape_with_order(IxDyn(&[4, 2, 5])).unwrap();
+    let want3 = x
+        .clone()
+        .into_shape_with_order((8, 3))
+        .unwrap()
+        .dot(&w3t.t())
+        .into_shape_with_order(IxDyn(&[4, 2, 5]))
+        .unwrap();
     close(&got, &want3, "fc flatten=false");
-    let e = invoke("FullyConnected", &[&nd(&rt, &x), &nd(&rt, &w3), &nd(&rt, &b)], &attrs, None).unwrap_err();
-    assert!(e.to_string().contains("weight") && e.to_string().contains("[5, 6]"), "{e}");
+    let e = invoke(
+        "FullyConnected",
+        &[&nd(&rt, &x), &nd(&rt, &w3), &nd(&rt, &b)],
+        &attrs,
+        None,
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("weight") && e.to_string().contains("[5, 6]"),
+        "{e}"
+    );
 }
 
 #[test]
 fn one_hot_transpose_flatten() {
     let rt = rt();
-    let idx = rt.from_vec(vec![1.0f32, 0.0, 3.0, 7.0], &[4], Context::cpu(0)).unwrap();
-    let oh = invoke("one_hot", &[&idx], &Attrs::new().with("depth", 4).with("dtype", "float64"), None).unwrap().remove(0);
+    let idx = rt
+        .from_vec(vec![1.0f32, 0.0, 3.0, 7.0], &[4], Context::cpu(0))
+        .unwrap();
+    let oh = invoke(
+        "one_hot",
+        &[&idx],
+        &Attrs::new().with("depth", 4).with("dtype", "float64"),
+        None,
+    )
+    .unwrap()
+    .remove(0);
     assert_eq!(oh.shape(), &[4, 4]);
     assert_eq!(
         oh.to_vec::<f64>().unwrap(),
@@ -113,12 +192,33 @@ fn one_hot_transpose_flatten() {
     );
     let a = data(&[2, 3, 4], 8);
     let na = nd(&rt, &a);
-    close(&run("transpose", &[&na], &Attrs::new()), &a.clone().reversed_axes(), "transpose");
+    close(
+        &run("transpose", &[&na], &Attrs::new()),
+        &a.clone().reversed_axes(),
+        "transpose",
+    );
     let got = run("transpose", &[&na], &Attrs::new().with("axes", "(1, 0, 2)"));
-    close(&got, &a.clone().permuted_axes(IxDyn(&[1, 0, 2])).as_standard_layout().to_owned(), "transpose axes");
-    assert!(invoke("transpose", &[&na], &Attrs::new().with("axes", "(0, 0, 1)"), None).is_err());
+    close(
+        &got,
+        &a.clone()
+            .permuted_axes(IxDyn(&[1, 0, 2]))
+            .as_standard_layout()
+            .to_owned(),
+        "transpose axes",
+    );
+    assert!(invoke(
+        "transpose",
+        &[&na],
+        &Attrs::new().with("axes", "(0, 0, 1)"),
+        None
+    )
+    .is_err());
     let f = run("Flatten", &[&na], &Attrs::new());
-    close(&f, &a.clone().into_shape_with_order(IxDyn(&[2, 12])).unwrap(), "Flatten");
+    close(
+        &f,
+        &a.clone().into_shape_with_order(IxDyn(&[2, 12])).unwrap(),
+        "Flatten",
+    );
     assert!(ndarray_ops::ops::lookup("Flatten").unwrap().identity);
 }
 
@@ -126,25 +226,63 @@ fn one_hot_transpose_flatten() {
 fn optimizer_updates_write_into_the_weight() {
     let rt = rt();
     let (w0, g) = (data(&[10], 9), data(&[10], 10));
-    let attrs = Attrs::new().with("lr", 0.1).with("wd", 0.01).with("rescale_grad", 0.5).with("clip_gradient", 0.8);
+    let attrs = Attrs::new()
+        .with("lr", 0.1)
+        .with("wd", 0.01)
+        .with("rescale_grad", 0.5)
+        .with("clip_gradient", 0.8);
     let prep = |g: f64, w: f64| (g * 0.5).clamp(-0.8, 0.8) + 0.01 * w;
 
     let w = nd(&rt, &w0);
     invoke("sgd_update", &[&w, &nd(&rt, &g)], &attrs, Some(&[&w])).unwrap();
-    let want: Vec<f64> = w0.iter().zip(&g).map(|(&w, &g)| w - 0.1 * prep(g, w)).collect();
-    close(&w.to_ndarray().unwrap(), &ArrayD::from_shape_vec(IxDyn(&[10]), want).unwrap(), "sgd");
+    let want: Vec<f64> = w0
+        .iter()
+        .zip(&g)
+        .map(|(&w, &g)| w - 0.1 * prep(g, w))
+        .collect();
+    close(
+        &w.to_ndarray().unwrap(),
+        &ArrayD::from_shape_vec(IxDyn(&[10]), want).unwrap(),
+        "sgd",
+    );
 
     let (w, m) = (nd(&rt, &w0), nd(&rt, &data(&[10], 11)));
     let m0 = data(&[10], 11);
     let mom = attrs.clone().with("momentum", 0.9);
-    invoke("sgd_mom_update", &[&w, &nd(&rt, &g), &m], &mom, Some(&[&w, &m])).unwrap();
-    let mw: Vec<f64> = (0..10).map(|i| 0.9 * m0[i] - 0.1 * prep(g[i], w0[i])).collect();
+    invoke(
+        "sgd_mom_update",
+        &[&w, &nd(&rt, &g), &m],
+        &mom,
+        Some(&[&w, &m]),
+    )
+    .unwrap();
+    let mw: Vec<f64> = (0..10)
+        .map(|i| 0.9 * m0[i] - 0.1 * prep(g[i], w0[i]))
+        .collect();
     let ww: Vec<f64> = (0..10).map(|i| w0[i] + mw[i]).collect();
-    close(&m.to_ndarray().unwrap(), &ArrayD::from_shape_vec(IxDyn(&[10]), mw).unwrap(), "sgd_mom state");
-    close(&w.to_ndarray().unwrap(), &ArrayD::from_shape_vec(IxDyn(&[10]), ww).unwrap(), "sgd_mom weight");
+    close(
+        &m.to_ndarray().unwrap(),
+        &ArrayD::from_shape_vec(IxDyn(&[10]), mw).unwrap(),
+        "sgd_mom state",
+    );
+    close(
+        &w.to_ndarray().unwrap(),
+        &ArrayD::from_shape_vec(IxDyn(&[10]), ww).unwrap(),
+        "sgd_mom weight",
+    );
 
-    let (w, mean, var) = (nd(&rt, &w0), nd(&rt, &ArrayD::zeros(IxDyn(&[10]))), nd(&rt, &ArrayD::zeros(IxDyn(&[10]))));
-    invoke("adam_update", &[&w, &nd(&rt, &g), &mean, &var], &attrs, Some(&[&w, &mean, &var])).unwrap();
+    let (w, mean, var) = (
+        nd(&rt, &w0),
+        nd(&rt, &ArrayD::zeros(IxDyn(&[10]))),
+        nd(&rt, &ArrayD::zeros(IxDyn(&[10]))),
+    );
+    invoke(
+        "adam_update",
+        &[&w, &nd(&rt, &g), &mean, &var],
+        &attrs,
+        Some(&[&w, &mean, &var]),
+    )
+    .unwrap();
     let want: Vec<f64> = (0..10)
         .map(|i| {
             let gg = prep(g[i], w0[i]);
@@ -152,7 +290,11 @@ fn optimizer_updates_write_into_the_weight() {
             w0[i] - 0.1 * m / (v.sqrt() + 1e-8)
         })
         .collect();
-    close(&w.to_ndarray().unwrap(), &ArrayD::from_shape_vec(IxDyn(&[10]), want).unwrap(), "adam");
+    close(
+        &w.to_ndarray().unwrap(),
+        &ArrayD::from_shape_vec(IxDyn(&[10]), want).unwrap(),
+        "adam",
+    );
     let e = invoke("sgd_update", &[&w, &nd(&rt, &data(&[3], 1))], &attrs, None).unwrap_err();
     assert!(e.to_string().contains("weight's shape"), "{e}");
     let e = invoke("sgd_update", &[&w, &nd(&rt, &g)], &Attrs::new(), None).unwrap_err();

@@ -15,12 +15,20 @@ fn rt() -> Arc<Runtime> {
 /// Deterministic values in [-2, 2) without zeros (so division is tame).
 fn data(shape: &[usize], seed: u64) -> ArrayD<f64> {
     let n: usize = shape.iter().product();
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     let v: Vec<f64> = (0..n)
         .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let x = ((s >> 33) as f64 / (1u64 << 31) as f64) * 4.0 - 2.0;
-            if x.abs() < 0.05 { 0.5 } else { x }
+            if x.abs() < 0.05 {
+                0.5
+            } else {
+                x
+            }
         })
         .collect();
     ArrayD::from_shape_vec(IxDyn(shape), v).unwrap()
@@ -35,7 +43,9 @@ fn close(got: &ArrayD<f64>, want: &ArrayD<f64>, what: &str) {
 }
 
 fn run1(name: &str, inputs: &[&NDArray], attrs: &Attrs) -> ArrayD<f64> {
-    invoke(name, inputs, attrs, None).unwrap()[0].to_ndarray::<f64>().unwrap()
+    invoke(name, inputs, attrs, None).unwrap()[0]
+        .to_ndarray::<f64>()
+        .unwrap()
 }
 
 #[test]
@@ -69,13 +79,21 @@ fn broadcasting_binary_ops_match_ndarray() {
             if *name == "broadcast_power" {
                 a.mapv_inplace(f64::abs);
             }
-            let (na, nb) = (rt.from_array(&a, Context::cpu(0)).unwrap(), rt.from_array(&b, Context::cpu(0)).unwrap());
+            let (na, nb) = (
+                rt.from_array(&a, Context::cpu(0)).unwrap(),
+                rt.from_array(&b, Context::cpu(0)).unwrap(),
+            );
             let got = run1(name, &[&na, &nb], &Attrs::new());
             let (ba, bb) = {
                 let shape = got.shape().to_vec();
-                (a.broadcast(IxDyn(&shape)).unwrap().to_owned(), b.broadcast(IxDyn(&shape)).unwrap().to_owned())
+                (
+                    a.broadcast(IxDyn(&shape)).unwrap().to_owned(),
+                    b.broadcast(IxDyn(&shape)).unwrap().to_owned(),
+                )
             };
-            let want = ndarray::Zip::from(&ba).and(&bb).map_collect(|&x, &y| f(x, y));
+            let want = ndarray::Zip::from(&ba)
+                .and(&bb)
+                .map_collect(|&x, &y| f(x, y));
             close(&got, &want, &format!("{name} {sa:?} {sb:?}"));
         }
     }
@@ -88,19 +106,40 @@ fn incompatible_shapes_are_errors_at_the_call() {
     let b = rt.zeros(&[4], DType::F32, Context::cpu(0)).unwrap();
     let e = (&a + &b).unwrap_err();
     let msg = e.to_string();
-    assert!(matches!(e, NdError::Shape { .. }) && msg.contains("broadcast_add") && msg.contains("[4]") && msg.contains("[2, 3]"), "{msg}");
+    assert!(
+        matches!(e, NdError::Shape { .. })
+            && msg.contains("broadcast_add")
+            && msg.contains("[4]")
+            && msg.contains("[2, 3]"),
+        "{msg}"
+    );
     let c = rt.zeros(&[2, 3], DType::F64, Context::cpu(0)).unwrap();
     let e = (&a + &c).unwrap_err();
-    assert!(matches!(e, NdError::DType { .. }) && e.to_string().contains("float64"), "{e}");
+    assert!(
+        matches!(e, NdError::DType { .. }) && e.to_string().contains("float64"),
+        "{e}"
+    );
     let d = rt.zeros(&[2, 3], DType::F32, Context::cpu(1)).unwrap();
     let e = (&a + &d).unwrap_err();
-    assert!(matches!(e, NdError::Context { .. }) && e.to_string().contains("cpu(1)"), "{e}");
+    assert!(
+        matches!(e, NdError::Context { .. }) && e.to_string().contains("cpu(1)"),
+        "{e}"
+    );
     let e = invoke("elemwise_add", &[&a, &b], &Attrs::new(), None).unwrap_err();
     assert!(e.to_string().contains("elemwise_add"), "{e}");
-    assert!(matches!(invoke("no_such_op", &[&a], &Attrs::new(), None), Err(NdError::UnknownOp(_))));
+    assert!(matches!(
+        invoke("no_such_op", &[&a], &Attrs::new(), None),
+        Err(NdError::UnknownOp(_))
+    ));
     let e = invoke("_plus_scalar", &[&a], &Attrs::new(), None).unwrap_err();
     assert!(e.to_string().contains("scalar is required"), "{e}");
-    let e = invoke("_plus_scalar", &[&a], &Attrs::new().with("scalar", "abc"), None).unwrap_err();
+    let e = invoke(
+        "_plus_scalar",
+        &[&a],
+        &Attrs::new().with("scalar", "abc"),
+        None,
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("not a number"), "{e}");
     let e = invoke("broadcast_add", &[&a], &Attrs::new(), None).unwrap_err();
     assert!(e.to_string().contains("inputs"), "{e}");
@@ -143,15 +182,27 @@ fn scalar_and_unary_ops_match_ndarray() {
     }
     let pos = a.mapv(f64::abs);
     let np = rt.from_array(&pos, Context::cpu(0)).unwrap();
-    close(&run1("log", &[&np], &Attrs::new()), &pos.mapv(f64::ln), "log");
-    close(&run1("sqrt", &[&np], &Attrs::new()), &pos.mapv(f64::sqrt), "sqrt");
+    close(
+        &run1("log", &[&np], &Attrs::new()),
+        &pos.mapv(f64::ln),
+        "log",
+    );
+    close(
+        &run1("sqrt", &[&np], &Attrs::new()),
+        &pos.mapv(f64::sqrt),
+        "sqrt",
+    );
 }
 
 #[test]
 fn every_dtype_runs_arithmetic() {
     let rt = rt();
     for dtype in [DType::F32, DType::F64, DType::I32, DType::I64, DType::U8] {
-        let a = rt.arange(0.0, 6.0, 1.0, dtype, Context::cpu(0)).unwrap().reshape(&[2, 3]).unwrap();
+        let a = rt
+            .arange(0.0, 6.0, 1.0, dtype, Context::cpu(0))
+            .unwrap()
+            .reshape(&[2, 3])
+            .unwrap();
         let b = rt.full(&[3], 2.0, dtype, Context::cpu(0)).unwrap();
         let c = (&(&a * &b).unwrap() + 1.0).unwrap();
         assert_eq!(c.dtype(), dtype);
@@ -169,11 +220,24 @@ fn reductions_match_ndarray() {
     let rt = rt();
     let a = data(&[2, 3, 4], 3);
     let na = rt.from_array(&a, Context::cpu(0)).unwrap();
-    for (axes, keep) in [(vec![], false), (vec![0i64], false), (vec![1], true), (vec![0, 2], false), (vec![-1], true)] {
-        let norm: Vec<usize> = axes.iter().map(|&x: &i64| if x < 0 { (x + 3) as usize } else { x as usize }).collect();
+    for (axes, keep) in [
+        (vec![], false),
+        (vec![0i64], false),
+        (vec![1], true),
+        (vec![0, 2], false),
+        (vec![-1], true),
+    ] {
+        let norm: Vec<usize> = axes
+            .iter()
+            .map(|&x: &i64| if x < 0 { (x + 3) as usize } else { x as usize })
+            .collect();
         let mut sum = a.clone();
         let mut max = a.clone();
-        let all: Vec<usize> = if norm.is_empty() { vec![0, 1, 2] } else { norm.clone() };
+        let all: Vec<usize> = if norm.is_empty() {
+            vec![0, 1, 2]
+        } else {
+            norm.clone()
+        };
         for &ax in all.iter().rev() {
             sum = sum.sum_axis(Axis(ax));
             max = max.fold_axis(Axis(ax), f64::NEG_INFINITY, |m, x| m.max(*x));
@@ -191,50 +255,119 @@ fn reductions_match_ndarray() {
         if !axes.is_empty() {
             attrs = attrs.with("axis", format!("{axes:?}"));
         }
-        close(&run1("sum", &[&na], &attrs), &sum, &format!("sum {axes:?} {keep}"));
-        close(&run1("mean", &[&na], &attrs), &sum.mapv(|x| x / count as f64), &format!("mean {axes:?}"));
+        close(
+            &run1("sum", &[&na], &attrs),
+            &sum,
+            &format!("sum {axes:?} {keep}"),
+        );
+        close(
+            &run1("mean", &[&na], &attrs),
+            &sum.mapv(|x| x / count as f64),
+            &format!("mean {axes:?}"),
+        );
         close(&run1("max", &[&na], &attrs), &max, &format!("max {axes:?}"));
     }
     // argmax along an axis, and over everything.
     let got = run1("argmax", &[&na], &Attrs::new().with("axis", 2));
-    let want = a.map_axis(Axis(2), |lane| lane.iter().enumerate().fold((0, f64::NEG_INFINITY), |(bi, bv), (i, &x)| if x > bv { (i, x) } else { (bi, bv) }).0 as f64);
+    let want = a.map_axis(Axis(2), |lane| {
+        lane.iter()
+            .enumerate()
+            .fold((0, f64::NEG_INFINITY), |(bi, bv), (i, &x)| {
+                if x > bv {
+                    (i, x)
+                } else {
+                    (bi, bv)
+                }
+            })
+            .0 as f64
+    });
     close(&got, &want, "argmax axis 2");
     let e = invoke("sum", &[&na], &Attrs::new().with("axis", 3), None).unwrap_err();
     assert!(e.to_string().contains("axis 3 is out of range"), "{e}");
     let empty = rt.zeros(&[0, 3], DType::F64, Context::cpu(0)).unwrap();
-    assert_eq!(run1("sum", &[&empty], &Attrs::new().with("axis", 0)).shape(), &[3]);
+    assert_eq!(
+        run1("sum", &[&empty], &Attrs::new().with("axis", 0)).shape(),
+        &[3]
+    );
     assert!(invoke("max", &[&empty], &Attrs::new().with("axis", 0), None).is_err());
 }
 
 #[test]
 fn dot_and_batch_dot_match_ndarray() {
     let rt = rt();
-    let a = data(&[3, 4], 1).into_dimensionality::<ndarray::Ix2>().unwrap();
-    let b = data(&[4, 5], 2).into_dimensionality::<ndarray::Ix2>().unwrap();
-    let (na, nb) = (rt.from_array(&a.clone().into_dyn(), Context::cpu(0)).unwrap(), rt.from_array(&b.clone().into_dyn(), Context::cpu(0)).unwrap());
-    close(&na.dot(&nb).unwrap().to_ndarray::<f64>().unwrap(), &a.dot(&b).into_dyn(), "dot");
-    let at = rt.from_array(&a.t().to_owned().into_dyn(), Context::cpu(0)).unwrap();
-    let bt = rt.from_array(&b.t().to_owned().into_dyn(), Context::cpu(0)).unwrap();
-    let attrs = Attrs::new().with("transpose_a", true).with("transpose_b", "True");
-    close(&run1("dot", &[&at, &bt], &attrs), &a.dot(&b).into_dyn(), "dot with transposes");
+    let a = data(&[3, 4], 1)
+        .into_dimensionality::<ndarray::Ix2>()
+        .unwrap();
+    let b = data(&[4, 5], 2)
+        .into_dimensionality::<ndarray::Ix2>()
+        .unwrap();
+    let (na, nb) = (
+        rt.from_array(&a.clone().into_dyn(), Context::cpu(0))
+            .unwrap(),
+        rt.from_array(&b.clone().into_dyn(), Context::cpu(0))
+            .unwrap(),
+    );
+    close(
+        &na.dot(&nb).unwrap().to_ndarray::<f64>().unwrap(),
+        &a.dot(&b).into_dyn(),
+        "dot",
+    );
+    let at = rt
+        .from_array(&a.t().to_owned().into_dyn(), Context::cpu(0))
+        .unwrap();
+    let bt = rt
+        .from_array(&b.t().to_owned().into_dyn(), Context::cpu(0))
+        .unwrap();
+    let attrs = Attrs::new()
+        .with("transpose_a", true)
+        .with("transpose_b", "True");
+    close(
+        &run1("dot", &[&at, &bt], &attrs),
+        &a.dot(&b).into_dyn(),
+        "dot with transposes",
+    );
     for dtype in [DType::F32, DType::I64] {
-        let x = rt.arange(0.0, 6.0, 1.0, dtype, Context::cpu(0)).unwrap().reshape(&[2, 3]).unwrap();
-        let y = rt.arange(0.0, 6.0, 1.0, dtype, Context::cpu(0)).unwrap().reshape(&[3, 2]).unwrap();
+        let x = rt
+            .arange(0.0, 6.0, 1.0, dtype, Context::cpu(0))
+            .unwrap()
+            .reshape(&[2, 3])
+            .unwrap();
+        let y = rt
+            .arange(0.0, 6.0, 1.0, dtype, Context::cpu(0))
+            .unwrap()
+            .reshape(&[3, 2])
+            .unwrap();
         let z = x.dot(&y).unwrap();
         let got: Vec<f64> = ndarray_ops::with_dtype!(dtype, T => z.to_vec::<T>().unwrap().into_iter().map(|v| ndarray_ops::Element::to_f64(v)).collect());
         assert_eq!(got, vec![10.0, 13.0, 28.0, 40.0], "{dtype}");
     }
     let p = data(&[2, 3, 4], 5);
     let q = data(&[2, 4, 2], 6);
-    let (np, nq) = (rt.from_array(&p, Context::cpu(0)).unwrap(), rt.from_array(&q, Context::cpu(0)).unwrap());
+    let (np, nq) = (
+        rt.from_array(&p, Context::cpu(0)).unwrap(),
+        rt.from_array(&q, Context::cpu(0)).unwrap(),
+    );
     let got = run1("batch_dot", &[&np, &nq], &Attrs::new());
     for i in 0..2 {
-        let pi = p.index_axis(Axis(0), i).into_dimensionality::<ndarray::Ix2>().unwrap();
-        let qi = q.index_axis(Axis(0), i).into_dimensionality::<ndarray::Ix2>().unwrap();
-        close(&got.index_axis(Axis(0), i).to_owned(), &pi.dot(&qi).into_dyn(), "batch_dot");
+        let pi = p
+            .index_axis(Axis(0), i)
+            .into_dimensionality::<ndarray::Ix2>()
+            .unwrap();
+        let qi = q
+            .index_axis(Axis(0), i)
+            .into_dimensionality::<ndarray::Ix2>()
+            .unwrap();
+        close(
+            &got.index_axis(Axis(0), i).to_owned(),
+            &pi.dot(&qi).into_dyn(),
+            "batch_dot",
+        );
     }
     let e = na.dot(&na).unwrap_err();
-    assert!(e.to_string().contains("dot") && e.to_string().contains("[3, 4]"), "{e}");
+    assert!(
+        e.to_string().contains("dot") && e.to_string().contains("[3, 4]"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -244,30 +377,53 @@ fn in_place_forms_equal_out_of_place_ones() {
     let b = data(&[3], 12);
     let nb = rt.from_array(&b, Context::cpu(0)).unwrap();
     for (name, f) in [
-        ("add", NDArray::add_inplace as fn(&NDArray, &NDArray) -> ndarray_ops::Result<()>),
+        (
+            "add",
+            NDArray::add_inplace as fn(&NDArray, &NDArray) -> ndarray_ops::Result<()>,
+        ),
         ("sub", NDArray::sub_inplace),
         ("mul", NDArray::mul_inplace),
         ("div", NDArray::div_inplace),
     ] {
         let x = rt.from_array(&a, Context::cpu(0)).unwrap();
-        let out_of_place = invoke(&format!("broadcast_{name}"), &[&x, &nb], &Attrs::new(), None).unwrap()[0].to_ndarray::<f64>().unwrap();
+        let out_of_place = invoke(
+            &format!("broadcast_{name}"),
+            &[&x, &nb],
+            &Attrs::new(),
+            None,
+        )
+        .unwrap()[0]
+            .to_ndarray::<f64>()
+            .unwrap();
         f(&x, &nb).unwrap();
         close(&x.to_ndarray::<f64>().unwrap(), &out_of_place, name);
     }
     let x = rt.from_array(&a, Context::cpu(0)).unwrap();
     x.mul_scalar_inplace(3.0).unwrap();
     x.add_scalar_inplace(1.0).unwrap();
-    close(&x.to_ndarray::<f64>().unwrap(), &a.mapv(|v| v * 3.0 + 1.0), "scalar in place");
+    close(
+        &x.to_ndarray::<f64>().unwrap(),
+        &a.mapv(|v| v * 3.0 + 1.0),
+        "scalar in place",
+    );
     // x += x: the output is exactly an input.
     let y = rt.from_array(&a, Context::cpu(0)).unwrap();
     y.add_inplace(&y).unwrap();
-    close(&y.to_ndarray::<f64>().unwrap(), &a.mapv(|v| 2.0 * v), "x += x");
+    close(
+        &y.to_ndarray::<f64>().unwrap(),
+        &a.mapv(|v| 2.0 * v),
+        "x += x",
+    );
 }
 
 #[test]
 fn views_share_memory_and_partial_overlap_is_safe() {
     let rt = rt();
-    let a = rt.arange(0.0, 12.0, 1.0, DType::F64, Context::cpu(0)).unwrap().reshape(&[4, 3]).unwrap();
+    let a = rt
+        .arange(0.0, 12.0, 1.0, DType::F64, Context::cpu(0))
+        .unwrap()
+        .reshape(&[4, 3])
+        .unwrap();
     let row = a.at(1).unwrap();
     assert_eq!(row.shape(), &[3]);
     assert_eq!(row.to_vec::<f64>().unwrap(), vec![3.0, 4.0, 5.0]);
@@ -292,7 +448,9 @@ fn views_share_memory_and_partial_overlap_is_safe() {
 #[test]
 fn copies_between_contexts() {
     let rt = rt();
-    let a = rt.arange(0.0, 5.0, 1.0, DType::F32, Context::cpu(0)).unwrap();
+    let a = rt
+        .arange(0.0, 5.0, 1.0, DType::F32, Context::cpu(0))
+        .unwrap();
     let b = a.copy_to(Context::cpu(1)).unwrap();
     assert_eq!(b.ctx(), Context::cpu(1));
     a.fill(9.0).unwrap();

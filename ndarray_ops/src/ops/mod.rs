@@ -215,7 +215,8 @@ fn registry() -> &'static HashMap<&'static str, &'static OpDef> {
         for def in elemwise::ops()
             .iter()
             .chain(reduce::ops())
-            .chain(linalg::ops()).chain(nn::ops())
+            .chain(linalg::ops())
+            .chain(nn::ops())
         {
             m.insert(def.name, def);
             for a in def.aliases {

@@ -19,7 +19,12 @@ fn require_float(op: &str, d: &[DType]) -> Result<DType> {
     if dt.is_float() {
         Ok(dt)
     } else {
-        Err(NdError::DType { op: op.into(), arg: "input 0".into(), found: dt.to_string(), expected: "float32 or float64".into() })
+        Err(NdError::DType {
+            op: op.into(),
+            arg: "input 0".into(),
+            found: dt.to_string(),
+            expected: "float32 or float64".into(),
+        })
     }
 }
 
@@ -33,7 +38,12 @@ fn act_fn(op: &str, attrs: &Attrs) -> Result<fn(f64) -> f64> {
         "tanh" => f64::tanh,
         "softrelu" => |x: f64| if x > 20.0 { x } else { x.exp().ln_1p() },
         "softsign" => |x: f64| x / (1.0 + x.abs()),
-        other => return Err(invalid(op, format!("act_type {other:?} is not one of relu, sigmoid, tanh, softrelu, softsign"))),
+        other => {
+            return Err(invalid(
+                op,
+                format!("act_type {other:?} is not one of relu, sigmoid, tanh, softrelu, softsign"),
+            ))
+        }
     })
 }
 
@@ -54,7 +64,10 @@ fn map_kernel(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef]) ->
     let f: Box<dyn Fn(f64) -> f64> = match op {
         "Activation" => Box::new(act_fn(op, attrs).map_err(e2s)?),
         "clip" => {
-            let (lo, hi) = (attrs.f64(op, "a_min", None).map_err(e2s)?, attrs.f64(op, "a_max", None).map_err(e2s)?);
+            let (lo, hi) = (
+                attrs.f64(op, "a_min", None).map_err(e2s)?,
+                attrs.f64(op, "a_max", None).map_err(e2s)?,
+            );
             Box::new(move |x: f64| x.clamp(lo, hi))
         }
         _ => return Err(format!("no kernel for {op}")),
@@ -74,7 +87,10 @@ fn map_kernel(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef]) ->
 // ---- softmax family -----------------------------------------------------------------------
 
 fn softmax_axis(op: &str, attrs: &Attrs, ndim: usize) -> Result<usize> {
-    let axis = attrs.ints(op, "axis")?.and_then(|v| v.first().copied()).unwrap_or(-1);
+    let axis = attrs
+        .ints(op, "axis")?
+        .and_then(|v| v.first().copied())
+        .unwrap_or(-1);
     if ndim == 0 {
         return Err(invalid(op, "needs at least one dimension"));
     }
@@ -86,7 +102,12 @@ fn infer_softmax(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infe
     if op == "SoftmaxOutput" {
         // data (batch, classes...) and label (batch,): the output is the softmax of the data.
         if s[0].is_empty() || s[1].first() != s[0].first() {
-            return Err(NdError::Shape { op: op.into(), arg: "label".into(), found: s[1].clone(), expected: format!("the batch size of data {:?} as its first axis", s[0]) });
+            return Err(NdError::Shape {
+                op: op.into(),
+                arg: "label".into(),
+                found: s[1].clone(),
+                expected: format!("the batch size of data {:?} as its first axis", s[0]),
+            });
         }
         return Ok((vec![s[0].clone()], vec![dt]));
     }
@@ -99,7 +120,10 @@ fn softmax_kernel(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef]
     let (axis, log) = match op {
         // MXNet's SoftmaxOutput normalizes over axis 1 (the class axis) by default.
         "SoftmaxOutput" => (1.min(a.shape.len() - 1), false),
-        _ => (softmax_axis(op, attrs, a.shape.len()).map_err(e2s)?, op == "log_softmax"),
+        _ => (
+            softmax_axis(op, attrs, a.shape.len()).map_err(e2s)?,
+            op == "log_softmax",
+        ),
     };
     let temp = attrs.f64(op, "temperature", Some(1.0)).map_err(e2s)?;
     crate::with_dtype!(o.dtype, T => {
@@ -125,20 +149,46 @@ fn infer_fc(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let no_bias = attrs.bool(op, "no_bias", false)?;
     let want = if no_bias { 2 } else { 3 };
     if s.len() != want {
-        return Err(invalid(op, format!("takes {want} inputs (data, weight{}) with no_bias={no_bias}, got {}", if no_bias { "" } else { ", bias" }, s.len())));
+        return Err(invalid(
+            op,
+            format!(
+                "takes {want} inputs (data, weight{}) with no_bias={no_bias}, got {}",
+                if no_bias { "" } else { ", bias" },
+                s.len()
+            ),
+        ));
     }
     let hidden = attrs.f64(op, "num_hidden", None)? as usize;
     let flatten = attrs.bool(op, "flatten", true)?;
     let x = &s[0];
     if x.is_empty() {
-        return Err(NdError::Shape { op: op.into(), arg: "data".into(), found: x.clone(), expected: "at least 1 dimension".into() });
+        return Err(NdError::Shape {
+            op: op.into(),
+            arg: "data".into(),
+            found: x.clone(),
+            expected: "at least 1 dimension".into(),
+        });
     }
-    let (k, mut out) = if flatten { (x[1..].iter().product(), vec![x[0]]) } else { (x[x.len() - 1], x[..x.len() - 1].to_vec()) };
+    let (k, mut out) = if flatten {
+        (x[1..].iter().product(), vec![x[0]])
+    } else {
+        (x[x.len() - 1], x[..x.len() - 1].to_vec())
+    };
     if s[1] != [hidden, k] {
-        return Err(NdError::Shape { op: op.into(), arg: "weight".into(), found: s[1].clone(), expected: format!("[{hidden}, {k}] (num_hidden, input features of data {x:?})") });
+        return Err(NdError::Shape {
+            op: op.into(),
+            arg: "weight".into(),
+            found: s[1].clone(),
+            expected: format!("[{hidden}, {k}] (num_hidden, input features of data {x:?})"),
+        });
     }
     if !no_bias && s[2] != [hidden] {
-        return Err(NdError::Shape { op: op.into(), arg: "bias".into(), found: s[2].clone(), expected: format!("[{hidden}]") });
+        return Err(NdError::Shape {
+            op: op.into(),
+            arg: "bias".into(),
+            found: s[2].clone(),
+            expected: format!("[{hidden}]"),
+        });
     }
     out.push(hidden);
     Ok((vec![out], vec![dt]))
@@ -148,7 +198,7 @@ fn fc_kernel(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef]) -> 
     let (x, w, y) = (&ins[0], &ins[1], &outs[0]);
     let hidden = w.shape[0];
     let k = w.shape[1];
-    let m = if k == 0 { 0 } else { x.len() / k };
+    let m = x.len().checked_div(k).unwrap_or(0);
     crate::with_dtype!(y.dtype, T => {
         // SAFETY: shapes were inferred from these buffers; the output is disjoint from inputs.
         unsafe {
@@ -176,11 +226,16 @@ use ndarray::ShapeBuilder;
 fn infer_one_hot(op: &str, attrs: &Attrs, s: &[Vec<usize>], _d: &[DType]) -> Infer {
     let depth = attrs.f64(op, "depth", None)?;
     if depth < 0.0 || depth.fract() != 0.0 {
-        return Err(invalid(op, format!("depth {depth} is not a non-negative integer")));
+        return Err(invalid(
+            op,
+            format!("depth {depth} is not a non-negative integer"),
+        ));
     }
     let dt = match attrs.get("dtype") {
         None => DType::F32,
-        Some(name) => DType::parse(name).ok_or_else(|| invalid(op, format!("dtype {name:?} is unknown")))?,
+        Some(name) => {
+            DType::parse(name).ok_or_else(|| invalid(op, format!("dtype {name:?} is unknown")))?
+        }
     };
     let mut out = s[0].clone();
     out.push(depth as usize);
@@ -189,7 +244,10 @@ fn infer_one_hot(op: &str, attrs: &Attrs, s: &[Vec<usize>], _d: &[DType]) -> Inf
 
 fn one_hot_kernel(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef]) -> KResult {
     let depth = attrs.f64(op, "depth", None).map_err(e2s)? as usize;
-    let (on, off) = (attrs.f64(op, "on_value", Some(1.0)).map_err(e2s)?, attrs.f64(op, "off_value", Some(0.0)).map_err(e2s)?);
+    let (on, off) = (
+        attrs.f64(op, "on_value", Some(1.0)).map_err(e2s)?,
+        attrs.f64(op, "off_value", Some(0.0)).map_err(e2s)?,
+    );
     let idx: Vec<f64> = crate::with_dtype!(ins[0].dtype, T => {
         // SAFETY: read access to the indices.
         unsafe { ins[0].slice::<T>() }.iter().map(|v| v.to_f64()).collect()
@@ -213,7 +271,10 @@ fn transpose_axes(op: &str, attrs: &Attrs, ndim: usize) -> Result<Vec<usize>> {
         None => Ok((0..ndim).rev().collect()),
         Some(a) if a.is_empty() => Ok((0..ndim).rev().collect()),
         Some(a) if a.len() == ndim => norm_axes(op, &a, ndim),
-        Some(a) => Err(invalid(op, format!("axes {a:?} must name each of the {ndim} axes once"))),
+        Some(a) => Err(invalid(
+            op,
+            format!("axes {a:?} must name each of the {ndim} axes once"),
+        )),
     }
 }
 
@@ -266,7 +327,12 @@ fn infer_update(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer
     attrs.f64(op, "lr", None)?;
     for (i, x) in s.iter().enumerate().skip(1) {
         if *x != s[0] {
-            return Err(NdError::Shape { op: op.into(), arg: format!("input {i}"), found: x.clone(), expected: format!("the weight's shape {:?}", s[0]) });
+            return Err(NdError::Shape {
+                op: op.into(),
+                arg: format!("input {i}"),
+                found: x.clone(),
+                expected: format!("the weight's shape {:?}", s[0]),
+            });
         }
     }
     // Outputs: the new weight, then the new optimizer states (callers pass the states as `out`
@@ -277,7 +343,12 @@ fn infer_update(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer
 
 fn update_kernel(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef]) -> KResult {
     let get = |k: &str, d: Option<f64>| attrs.f64(op, k, d).map_err(e2s);
-    let (lr, wd, rescale, clip) = (get("lr", None)?, get("wd", Some(0.0))?, get("rescale_grad", Some(1.0))?, get("clip_gradient", Some(-1.0))?);
+    let (lr, wd, rescale, clip) = (
+        get("lr", None)?,
+        get("wd", Some(0.0))?,
+        get("rescale_grad", Some(1.0))?,
+        get("clip_gradient", Some(-1.0))?,
+    );
     let n = outs[0].len();
     crate::with_dtype!(outs[0].dtype, T => {
         let r = |t: &TensorRef, i: usize| -> f64 {
@@ -324,25 +395,143 @@ fn update_kernel(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef])
 
 macro_rules! def {
     ($name:expr, $arity:expr, $infer:expr, $kernel:expr, $inplace:expr, $identity:expr, $ign:expr, $alias:expr) => {
-        OpDef { name: $name, aliases: &[], arity: $arity, infer: $infer, kernel: $kernel, inplace: $inplace, identity: $identity, backward_ignores: $ign, alias_safe: $alias }
+        OpDef {
+            name: $name,
+            aliases: &[],
+            arity: $arity,
+            infer: $infer,
+            kernel: $kernel,
+            inplace: $inplace,
+            identity: $identity,
+            backward_ignores: $ign,
+            alias_safe: $alias,
+        }
     };
 }
 
 pub(super) fn ops() -> &'static [OpDef] {
     const IP1: &[(usize, usize)] = &[(0, 0)];
     static OPS: &[OpDef] = &[
-        def!("Activation", Arity::Exactly(1), infer_activation, map_kernel, IP1, false, &[0], true),
-        def!("clip", Arity::Exactly(1), infer_clip, map_kernel, IP1, false, &[], true),
-        def!("softmax", Arity::Exactly(1), infer_softmax, softmax_kernel, &[], false, &[0], false),
-        def!("log_softmax", Arity::Exactly(1), infer_softmax, softmax_kernel, &[], false, &[0], false),
-        def!("SoftmaxOutput", Arity::Exactly(2), infer_softmax, softmax_kernel, &[], false, &[0], false),
-        def!("FullyConnected", Arity::AtLeast(2), infer_fc, fc_kernel, &[], false, &[], false),
-        def!("one_hot", Arity::Exactly(1), infer_one_hot, one_hot_kernel, &[], false, &[0], false),
-        def!("transpose", Arity::Exactly(1), infer_transpose, transpose_kernel, &[], false, &[0], false),
-        def!("Flatten", Arity::Exactly(1), infer_flatten, copy_kernel, IP1, true, &[0], true),
-        def!("sgd_update", Arity::Exactly(2), infer_update, update_kernel, IP1, false, &[], true),
-        def!("sgd_mom_update", Arity::Exactly(3), infer_update, update_kernel, IP1, false, &[], true),
-        def!("adam_update", Arity::Exactly(4), infer_update, update_kernel, IP1, false, &[], true),
+        def!(
+            "Activation",
+            Arity::Exactly(1),
+            infer_activation,
+            map_kernel,
+            IP1,
+            false,
+            &[0],
+            true
+        ),
+        def!(
+            "clip",
+            Arity::Exactly(1),
+            infer_clip,
+            map_kernel,
+            IP1,
+            false,
+            &[],
+            true
+        ),
+        def!(
+            "softmax",
+            Arity::Exactly(1),
+            infer_softmax,
+            softmax_kernel,
+            &[],
+            false,
+            &[0],
+            false
+        ),
+        def!(
+            "log_softmax",
+            Arity::Exactly(1),
+            infer_softmax,
+            softmax_kernel,
+            &[],
+            false,
+            &[0],
+            false
+        ),
+        def!(
+            "SoftmaxOutput",
+            Arity::Exactly(2),
+            infer_softmax,
+            softmax_kernel,
+            &[],
+            false,
+            &[0],
+            false
+        ),
+        def!(
+            "FullyConnected",
+            Arity::AtLeast(2),
+            infer_fc,
+            fc_kernel,
+            &[],
+            false,
+            &[],
+            false
+        ),
+        def!(
+            "one_hot",
+            Arity::Exactly(1),
+            infer_one_hot,
+            one_hot_kernel,
+            &[],
+            false,
+            &[0],
+            false
+        ),
+        def!(
+            "transpose",
+            Arity::Exactly(1),
+            infer_transpose,
+            transpose_kernel,
+            &[],
+            false,
+            &[0],
+            false
+        ),
+        def!(
+            "Flatten",
+            Arity::Exactly(1),
+            infer_flatten,
+            copy_kernel,
+            IP1,
+            true,
+            &[0],
+            true
+        ),
+        def!(
+            "sgd_update",
+            Arity::Exactly(2),
+            infer_update,
+            update_kernel,
+            IP1,
+            false,
+            &[],
+            true
+        ),
+        def!(
+            "sgd_mom_update",
+            Arity::Exactly(3),
+            infer_update,
+            update_kernel,
+            IP1,
+            false,
+            &[],
+            true
+        ),
+        def!(
+            "adam_update",
+            Arity::Exactly(4),
+            infer_update,
+            update_kernel,
+            IP1,
+            false,
+            &[],
+            true
+        ),
     ];
     OPS
 }
