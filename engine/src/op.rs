@@ -329,6 +329,9 @@ impl fmt::Debug for Completion {
 pub(crate) struct Oneshot {
     slot: Mutex<Option<Option<Arc<OpFailure>>>>,
     cv: Condvar,
+    /// Set after `slot` is filled, so a waiter can spin on it before blocking.
+    #[cfg(not(loom))]
+    sent: std::sync::atomic::AtomicBool,
 }
 
 impl Oneshot {
@@ -336,15 +339,32 @@ impl Oneshot {
         Oneshot {
             slot: Mutex::new(None),
             cv: Condvar::new(),
+            #[cfg(not(loom))]
+            sent: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
     pub(crate) fn send(&self, value: Option<Arc<OpFailure>>) {
         *self.slot.lock() = Some(value);
+        #[cfg(not(loom))]
+        self.sent.store(true, std::sync::atomic::Ordering::Release);
         self.cv.notify_all();
     }
 
     pub(crate) fn recv(&self) -> Option<Arc<OpFailure>> {
+        // A short op usually finishes within microseconds; waking from a condition variable
+        // takes tens of them on a busy machine, so look for a while before blocking.
+        #[cfg(not(loom))]
+        for i in 0..4096u32 {
+            if self.sent.load(std::sync::atomic::Ordering::Acquire) {
+                break;
+            }
+            if i < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
         let mut g = self.slot.lock();
         loop {
             if let Some(v) = g.take() {

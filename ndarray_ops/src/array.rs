@@ -15,7 +15,7 @@ use ndarray::{ArrayD, IxDyn};
 use storage::{Context, Handle};
 
 use crate::error::{invalid, NdError, Result};
-use crate::ops::{RawBuf, TensorRef};
+use crate::ops::{Dims, RawBuf, TensorRef};
 use crate::runtime::Runtime;
 use crate::{DType, Element};
 
@@ -45,7 +45,7 @@ impl Drop for Chunk {
 #[derive(Clone)]
 pub struct NDArray {
     chunk: Arc<Chunk>,
-    shape: Vec<usize>,
+    shape: Dims,
     dtype: DType,
     /// Bytes from the start of the chunk.
     offset: usize,
@@ -96,7 +96,7 @@ impl NDArray {
         };
         Ok(NDArray {
             chunk: Arc::new(chunk),
-            shape: shape.to_vec(),
+            shape: Dims::from_slice(shape),
             dtype,
             offset: 0,
         })
@@ -268,7 +268,7 @@ impl NDArray {
             });
         }
         Ok(NDArray {
-            shape: shape.to_vec(),
+            shape: Dims::from_slice(shape),
             ..self.clone()
         })
     }
@@ -302,7 +302,7 @@ impl NDArray {
     pub fn at(&self, i: usize) -> Result<NDArray> {
         let s = self.slice(i, i + 1)?;
         Ok(NDArray {
-            shape: s.shape[1..].to_vec(),
+            shape: Dims::from_slice(&s.shape[1..]),
             ..s
         })
     }
@@ -329,7 +329,7 @@ impl NDArray {
             return Err(NdError::Shape {
                 op: "copy".into(),
                 arg: "destination".into(),
-                found: dst.shape.clone(),
+                found: dst.shape.to_vec(),
                 expected: format!(
                     "shape {:?} and dtype {} like the source (it has {})",
                     self.shape, self.dtype, dst.dtype

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use parking_lot::Mutex;
+use parking_lot::RwLock;
 
 use crate::stats::parse_bytes;
 use crate::{Context, PoolKind, StorageError, StorageManager};
@@ -104,7 +104,8 @@ impl StorageConfig {
 #[derive(Debug)]
 pub struct StorageRegistry {
     config: StorageConfig,
-    managers: Mutex<HashMap<Context, StorageManager>>,
+    /// Few contexts per process: a list under a read-mostly lock is the cheapest lookup.
+    managers: RwLock<Vec<StorageManager>>,
 }
 
 impl StorageRegistry {
@@ -112,7 +113,7 @@ impl StorageRegistry {
     pub fn new(config: StorageConfig) -> Self {
         StorageRegistry {
             config,
-            managers: Mutex::new(HashMap::new()),
+            managers: RwLock::new(Vec::new()),
         }
     }
 
@@ -128,13 +129,16 @@ impl StorageRegistry {
 
     /// The manager of `ctx`.
     pub fn manager(&self, ctx: Context) -> StorageManager {
-        self.managers
-            .lock()
-            .entry(ctx)
-            .or_insert_with(|| {
-                StorageManager::with_limit(ctx, self.config.kind, self.config.limit_for(ctx))
-            })
-            .clone()
+        if let Some(m) = self.managers.read().iter().find(|m| m.ctx() == ctx) {
+            return m.clone();
+        }
+        let mut all = self.managers.write();
+        if let Some(m) = all.iter().find(|m| m.ctx() == ctx) {
+            return m.clone();
+        }
+        let m = StorageManager::with_limit(ctx, self.config.kind, self.config.limit_for(ctx));
+        all.push(m.clone());
+        m
     }
 
     /// The settings.
@@ -144,7 +148,7 @@ impl StorageRegistry {
 
     /// Every manager created so far.
     pub fn managers(&self) -> Vec<StorageManager> {
-        let mut v: Vec<_> = self.managers.lock().values().cloned().collect();
+        let mut v: Vec<_> = self.managers.read().clone();
         v.sort_by_key(|m| m.ctx());
         v
     }

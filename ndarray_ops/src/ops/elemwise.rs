@@ -99,19 +99,69 @@ fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
     strides
 }
 
+/// Below this many elements a kernel runs on its engine worker alone; above, it is split across
+/// rayon's threads (the split costs a few microseconds, a 64K-element pass about as much).
+const PARALLEL_MIN: usize = 1 << 16;
+
+/// Runs `body(start, end)` over `0..n`, in parallel chunks when `n` is large.
+fn for_ranges(n: usize, body: impl Fn(usize, usize) + Sync) {
+    if n < PARALLEL_MIN {
+        return body(0, n);
+    }
+    let chunk = n
+        .div_ceil(rayon::current_num_threads().max(1) * 4)
+        .max(PARALLEL_MIN / 4);
+    rayon::scope(|s| {
+        for start in (0..n).step_by(chunk) {
+            let body = &body;
+            s.spawn(move |_| body(start, (start + chunk).min(n)));
+        }
+    });
+}
+
+/// A pointer that may cross into rayon's threads: each thread touches a disjoint range.
+#[derive(Clone, Copy)]
+struct Shared<T>(*mut T);
+// SAFETY: used only by `for_ranges` bodies, which write disjoint index ranges.
+unsafe impl<T> Send for Shared<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for Shared<T> {}
+
+impl<T> Shared<T> {
+    fn get(self) -> *mut T {
+        self.0
+    }
+}
+
 /// `out[i] = f(a[ia], b[ib])` with broadcasting.
-fn binary_map<T: Element>(a: &TensorRef, b: &TensorRef, out: &TensorRef, f: impl Fn(T, T) -> T) {
+fn binary_map<T: Element>(
+    a: &TensorRef,
+    b: &TensorRef,
+    out: &TensorRef,
+    f: impl Fn(T, T) -> T + Sync,
+) {
     let n = out.len();
     let (pa, pb, po) = (a.ptr::<T>(), b.ptr::<T>(), out.ptr::<T>());
+    if a.shape == out.shape && b.shape == out.shape {
+        let (sa, sb, so) = (Shared(pa), Shared(pb), Shared(po));
+        for_ranges(n, |lo, hi| {
+            let (pa, pb, po) = (sa.get(), sb.get(), so.get());
+            // SAFETY: `lo..hi` lies inside every tensor (equal shapes); ranges of different
+            // calls are disjoint; the output is disjoint from the inputs or exactly one of them,
+            // and only raw pointers are used, so no reference aliases another.
+            unsafe {
+                for i in lo..hi {
+                    *po.add(i) = f(*pa.add(i), *pb.add(i));
+                }
+            }
+        });
+        return;
+    }
     // SAFETY (every block below): indices stay below each tensor's length (shapes were checked
     // by inference); the output is either disjoint from the inputs or exactly one of them, and
     // only raw pointers are used, so no reference aliases another.
     unsafe {
-        if a.shape == out.shape && b.shape == out.shape {
-            for i in 0..n {
-                *po.add(i) = f(*pa.add(i), *pb.add(i));
-            }
-        } else if a.shape == out.shape && b.len() == 1 {
+        if a.shape == out.shape && b.len() == 1 {
             let y = *pb;
             for i in 0..n {
                 *po.add(i) = f(*pa.add(i), y);
@@ -148,37 +198,54 @@ fn binary_map<T: Element>(a: &TensorRef, b: &TensorRef, out: &TensorRef, f: impl
     }
 }
 
-fn unary_map<T: Element>(a: &TensorRef, out: &TensorRef, f: impl Fn(T) -> T) {
-    let (pa, po) = (a.ptr::<T>(), out.ptr::<T>());
-    // SAFETY: same length; output disjoint from or exactly the input; raw pointers only.
-    unsafe {
-        for i in 0..out.len() {
-            *po.add(i) = f(*pa.add(i));
+fn unary_map<T: Element>(a: &TensorRef, out: &TensorRef, f: impl Fn(T) -> T + Sync) {
+    let (sa, so) = (Shared(a.ptr::<T>()), Shared(out.ptr::<T>()));
+    for_ranges(out.len(), |lo, hi| {
+        let (pa, po) = (sa.get(), so.get());
+        // SAFETY: same length; disjoint ranges per call; output disjoint from or exactly the
+        // input; raw pointers only.
+        unsafe {
+            for i in lo..hi {
+                *po.add(i) = f(*pa.add(i));
+            }
         }
-    }
+    });
 }
 
 fn truth<T: Element>(c: bool) -> T {
     T::from_f64(if c { 1.0 } else { 0.0 })
 }
 
-fn binary_fn<T: Element>(op: &str) -> Option<fn(T, T) -> T> {
-    Some(match op {
-        "broadcast_add" | "elemwise_add" => T::add,
-        "broadcast_sub" | "elemwise_sub" => T::sub,
-        "broadcast_mul" | "elemwise_mul" => T::mul,
-        "broadcast_div" | "elemwise_div" => T::div,
-        "broadcast_maximum" => |a, b| if b > a { b } else { a },
-        "broadcast_minimum" => |a, b| if b < a { b } else { a },
-        "broadcast_power" => |a: T, b: T| T::from_f64(a.to_f64().powf(b.to_f64())),
-        "broadcast_equal" => |a, b| truth(a == b),
-        "broadcast_not_equal" => |a, b| truth(a != b),
-        "broadcast_greater" => |a, b| truth(a > b),
-        "broadcast_greater_equal" => |a, b| truth(a >= b),
-        "broadcast_lesser" => |a, b| truth(a < b),
-        "broadcast_lesser_equal" => |a, b| truth(a <= b),
-        _ => return None,
-    })
+/// Runs `binary_map` with the op's function inlined into the loop (a function pointer per
+/// element would block vectorization: it cost 10x on a large add).
+fn binary_dispatch<T: Element>(
+    op: &str,
+    a: &TensorRef,
+    b: &TensorRef,
+    o: &TensorRef,
+) -> std::result::Result<(), String> {
+    macro_rules! go {
+        ($f:expr) => {
+            binary_map::<T>(a, b, o, $f)
+        };
+    }
+    match op {
+        "broadcast_add" | "elemwise_add" => go!(T::add),
+        "broadcast_sub" | "elemwise_sub" => go!(T::sub),
+        "broadcast_mul" | "elemwise_mul" => go!(T::mul),
+        "broadcast_div" | "elemwise_div" => go!(T::div),
+        "broadcast_maximum" => go!(|a, b| if b > a { b } else { a }),
+        "broadcast_minimum" => go!(|a, b| if b < a { b } else { a }),
+        "broadcast_power" => go!(|a: T, b: T| T::from_f64(a.to_f64().powf(b.to_f64()))),
+        "broadcast_equal" => go!(|a, b| truth(a == b)),
+        "broadcast_not_equal" => go!(|a, b| truth(a != b)),
+        "broadcast_greater" => go!(|a, b| truth(a > b)),
+        "broadcast_greater_equal" => go!(|a, b| truth(a >= b)),
+        "broadcast_lesser" => go!(|a, b| truth(a < b)),
+        "broadcast_lesser_equal" => go!(|a, b| truth(a <= b)),
+        _ => return Err(format!("no binary kernel for {op}")),
+    }
+    Ok(())
 }
 
 fn binary_kernel(
@@ -187,10 +254,36 @@ fn binary_kernel(
     ins: &[TensorRef],
     outs: &[TensorRef],
 ) -> std::result::Result<(), String> {
-    crate::with_dtype!(outs[0].dtype, T => {
-        let f = binary_fn::<T>(op).ok_or_else(|| format!("no binary kernel for {op}"))?;
-        binary_map::<T>(&ins[0], &ins[1], &outs[0], f);
-    });
+    crate::with_dtype!(outs[0].dtype, T => binary_dispatch::<T>(op, &ins[0], &ins[1], &outs[0]))
+}
+
+fn scalar_dispatch<T: Element>(
+    op: &str,
+    s: f64,
+    a: &TensorRef,
+    o: &TensorRef,
+) -> std::result::Result<(), String> {
+    let y = T::from_f64(s);
+    macro_rules! go {
+        ($f:expr) => {
+            unary_map::<T>(a, o, $f)
+        };
+    }
+    match op {
+        "_plus_scalar" => go!(|x: T| x.add(y)),
+        "_minus_scalar" => go!(|x: T| x.sub(y)),
+        "_rminus_scalar" => go!(|x: T| y.sub(x)),
+        "_mul_scalar" => go!(|x: T| x.mul(y)),
+        "_div_scalar" => go!(|x: T| x.div(y)),
+        "_rdiv_scalar" => go!(|x: T| y.div(x)),
+        "_maximum_scalar" => go!(|x: T| if y > x { y } else { x }),
+        "_minimum_scalar" => go!(|x: T| if y < x { y } else { x }),
+        "_power_scalar" => go!(|x: T| T::from_f64(x.to_f64().powf(s))),
+        "_equal_scalar" => go!(|x: T| truth(x == y)),
+        "_greater_scalar" => go!(|x: T| truth(x > y)),
+        "_lesser_scalar" => go!(|x: T| truth(x < y)),
+        _ => return Err(format!("no scalar kernel for {op}")),
+    }
     Ok(())
 }
 
@@ -201,26 +294,7 @@ fn scalar_kernel(
     outs: &[TensorRef],
 ) -> std::result::Result<(), String> {
     let s = attrs.f64(op, "scalar", None).map_err(|e| e.to_string())?;
-    crate::with_dtype!(outs[0].dtype, T => {
-        let y = T::from_f64(s);
-        let f: Box<dyn Fn(T) -> T> = match op {
-            "_plus_scalar" => Box::new(move |x: T| x.add(y)),
-            "_minus_scalar" => Box::new(move |x: T| x.sub(y)),
-            "_rminus_scalar" => Box::new(move |x: T| y.sub(x)),
-            "_mul_scalar" => Box::new(move |x: T| x.mul(y)),
-            "_div_scalar" => Box::new(move |x: T| x.div(y)),
-            "_rdiv_scalar" => Box::new(move |x: T| y.div(x)),
-            "_maximum_scalar" => Box::new(move |x: T| if y > x { y } else { x }),
-            "_minimum_scalar" => Box::new(move |x: T| if y < x { y } else { x }),
-            "_power_scalar" => Box::new(move |x: T| T::from_f64(x.to_f64().powf(s))),
-            "_equal_scalar" => Box::new(move |x: T| truth(x == y)),
-            "_greater_scalar" => Box::new(move |x: T| truth(x > y)),
-            "_lesser_scalar" => Box::new(move |x: T| truth(x < y)),
-            _ => return Err(format!("no scalar kernel for {op}")),
-        };
-        unary_map::<T>(&ins[0], &outs[0], f);
-    });
-    Ok(())
+    crate::with_dtype!(outs[0].dtype, T => scalar_dispatch::<T>(op, s, &ins[0], &outs[0]))
 }
 
 fn softrelu(x: f64) -> f64 {
@@ -241,7 +315,7 @@ fn unary_kernel(
     crate::with_dtype!(outs[0].dtype, T => {
         let via = |g: fn(f64) -> f64| move |x: T| T::from_f64(g(x.to_f64()));
         let zero = T::default();
-        let f: Box<dyn Fn(T) -> T> = match op {
+        let f: Box<dyn Fn(T) -> T + Sync> = match op {
             "_copy" => Box::new(|x| x),
             "negative" => Box::new(move |x: T| zero.sub(x)),
             "abs" => Box::new(move |x: T| if x < zero { zero.sub(x) } else { x }),

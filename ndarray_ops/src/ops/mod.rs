@@ -34,11 +34,14 @@ unsafe impl Send for RawBuf {}
 // SAFETY: as above; sharing the pointer value itself is harmless.
 unsafe impl Sync for RawBuf {}
 
+/// A shape, stored inline up to 6 dimensions (no allocation on the hot path of small ops).
+pub(crate) type Dims = smallvec::SmallVec<[usize; 6]>;
+
 /// What a kernel sees of an array: memory, shape and dtype (row-major, contiguous).
 #[derive(Clone, Debug)]
 pub(crate) struct TensorRef {
     pub(crate) buf: RawBuf,
-    pub(crate) shape: Vec<usize>,
+    pub(crate) shape: Dims,
     pub(crate) dtype: DType,
 }
 
@@ -91,9 +94,9 @@ impl TensorRef {
 }
 
 /// An op's attributes as strings (MXNet's JSON form), with typed getters that name the op and the
-/// key in their errors.
+/// key in their errors. Cloning shares the map (kernels keep a copy without allocating).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Attrs(pub BTreeMap<String, String>);
+pub struct Attrs(Arc<BTreeMap<String, String>>);
 
 impl Attrs {
     /// No attributes.
@@ -103,13 +106,18 @@ impl Attrs {
 
     /// Adds one.
     pub fn with(mut self, key: &str, value: impl ToString) -> Self {
-        self.0.insert(key.to_string(), value.to_string());
+        Arc::make_mut(&mut self.0).insert(key.to_string(), value.to_string());
         self
     }
 
     /// The raw string.
     pub fn get(&self, key: &str) -> Option<&str> {
         self.0.get(key).map(String::as_str)
+    }
+
+    /// Every attribute, sorted by key.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
 
     fn parse<T: std::str::FromStr>(&self, op: &str, key: &str, what: &str) -> Result<Option<T>> {

@@ -1,0 +1,153 @@
+//! NDArray overheads and kernel speed, each beside a plain `ndarray` baseline in the same run.
+//!
+//! `cargo run --release --example ndarray_bench -- [--json] [--quick]`
+//!
+//! * tiny_chain_ns: `x = x + 1` on a (4,) f32 array, 100,000 times (each op depends on the
+//!   last, allocates its output and frees its input through the engine), then wait;
+//! * tiny_independent_ns: the same over 64 arrays round-robin (64 independent chains);
+//! * add_gbps: a 1000x1000 f32 `a + b` (3 x 4 MB moved) against `&a + &b` in `ndarray`;
+//! * dot_gflops: a 1024x1024 f32 `dot` against `ndarray`'s `dot`.
+//!
+//! Each kernel repetition waits for its result (latency, engine round trip included), so the
+//! output block is recycled while hot, as in the `ndarray` loop; pushing them all before one wait
+//! keeps many 4 MB outputs in flight, beyond the cache, and measures memory bandwidth instead.
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use std::time::Instant;
+
+use engine::{EngineBuilder, EngineKind};
+use ndarray::Array2;
+use ndarray_ops::{DType, NDArray, Runtime};
+use storage::{Context, StorageConfig};
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Median of `reps` timed runs after one untimed run (which grows the pools and faults pages in).
+fn best_of(reps: usize, mut f: impl FnMut() -> f64) -> f64 {
+    f();
+    median((0..reps).map(|_| f()).collect())
+}
+
+fn main() {
+    let (mut json, mut quick) = (false, false);
+    for a in std::env::args().skip(1) {
+        match a.as_str() {
+            "--json" => json = true,
+            "--quick" => quick = true,
+            other => {
+                eprintln!("ndarray_bench: unknown argument {other:?} (use --json, --quick)");
+                std::process::exit(2);
+            }
+        }
+    }
+    let rt = Runtime::new(
+        EngineBuilder::new(EngineKind::ThreadedPerDevice).build(),
+        StorageConfig::default(),
+    );
+    let ctx = Context::cpu(0);
+    let n_tiny = if quick { 10_000 } else { 100_000 };
+    let reps = if quick { 3 } else { 5 };
+    let ok = |r: ndarray_ops::Result<NDArray>| r.expect("bench op");
+
+    let tiny_chain = best_of(reps, || {
+        let mut x = ok(rt.zeros(&[4], DType::F32, ctx));
+        let t = Instant::now();
+        for _ in 0..n_tiny {
+            x = ok(&x + 1.0);
+        }
+        x.wait_to_read().expect("wait");
+        t.elapsed().as_nanos() as f64 / n_tiny as f64
+    });
+    let tiny_inplace = best_of(reps, || {
+        let x = ok(rt.zeros(&[4], DType::F32, ctx));
+        let t = Instant::now();
+        for _ in 0..n_tiny {
+            x.add_scalar_inplace(1.0).expect("op");
+        }
+        x.wait_to_read().expect("wait");
+        t.elapsed().as_nanos() as f64 / n_tiny as f64
+    });
+    let tiny_independent = best_of(reps, || {
+        let mut xs: Vec<NDArray> = (0..64)
+            .map(|_| ok(rt.zeros(&[4], DType::F32, ctx)))
+            .collect();
+        let t = Instant::now();
+        for i in 0..n_tiny {
+            xs[i % 64] = ok(&xs[i % 64] + 1.0);
+        }
+        rt.wait_all().expect("wait");
+        t.elapsed().as_nanos() as f64 / n_tiny as f64
+    });
+
+    // 1000x1000 f32 add: bytes read and written per op.
+    let (m, bytes) = (1000usize, 3.0 * 1000.0 * 1000.0 * 4.0);
+    let pa = Array2::<f32>::from_shape_fn((m, m), |(i, j)| (i * m + j) as f32 * 1e-3);
+    let pb = pa.mapv(|v| v * 0.5);
+    let (a, b) = (
+        ok(rt.from_array(&pa.clone().into_dyn(), ctx)),
+        ok(rt.from_array(&pb.clone().into_dyn(), ctx)),
+    );
+    let add_reps = if quick { 20 } else { 100 };
+    let add_gbps = best_of(reps, || {
+        let t = Instant::now();
+        for _ in 0..add_reps {
+            ok(&a + &b).wait_to_read().expect("wait");
+        }
+        bytes * add_reps as f64 / t.elapsed().as_secs_f64() / 1e9
+    });
+    let nd_add_gbps = best_of(reps, || {
+        let t = Instant::now();
+        for _ in 0..add_reps {
+            std::hint::black_box(&pa + &pb);
+        }
+        bytes * add_reps as f64 / t.elapsed().as_secs_f64() / 1e9
+    });
+
+    let k = 1024usize;
+    let flops = 2.0 * (k * k * k) as f64;
+    let da = Array2::<f32>::from_shape_fn((k, k), |(i, j)| ((i + 2 * j) % 7) as f32 * 0.1);
+    let db = da.t().to_owned();
+    let (na, nb) = (
+        ok(rt.from_array(&da.clone().into_dyn(), ctx)),
+        ok(rt.from_array(&db.clone().into_dyn(), ctx)),
+    );
+    let dot_reps = if quick { 2 } else { 5 };
+    let dot_gflops = best_of(reps, || {
+        let t = Instant::now();
+        for _ in 0..dot_reps {
+            ok(na.dot(&nb)).wait_to_read().expect("wait");
+        }
+        flops * dot_reps as f64 / t.elapsed().as_secs_f64() / 1e9
+    });
+    let nd_dot_gflops = best_of(reps, || {
+        let t = Instant::now();
+        for _ in 0..dot_reps {
+            std::hint::black_box(da.dot(&db));
+        }
+        flops * dot_reps as f64 / t.elapsed().as_secs_f64() / 1e9
+    });
+
+    let report = serde_json::json!({
+        "tiny_chain_ns": tiny_chain,
+        "tiny_inplace_chain_ns": tiny_inplace,
+        "tiny_independent_ns": tiny_independent,
+        "add_gbps": add_gbps,
+        "ndarray_add_gbps": nd_add_gbps,
+        "dot_gflops": dot_gflops,
+        "ndarray_dot_gflops": nd_dot_gflops,
+        "mxnet_1_9_1_tiny_op_from_python_ns": [17000, 26000],
+    });
+    if json {
+        println!("{report}");
+    } else {
+        println!("tiny (4,) f32 op, dependent chain:      {tiny_chain:>8.0} ns/op  (in place: {tiny_inplace:.0} ns/op)");
+        println!("tiny op, 64 independent chains:         {tiny_independent:>8.0} ns/op  (MXNet 1.9.1 from Python: 17,000-26,000)");
+        println!("1000x1000 f32 add:                      {add_gbps:>8.2} GB/s  (ndarray: {nd_add_gbps:.2} GB/s, ratio {:.2})", nd_add_gbps / add_gbps);
+        println!("1024x1024 f32 dot:                      {dot_gflops:>8.2} GFLOP/s (ndarray: {nd_dot_gflops:.2}, ratio {:.2})", nd_dot_gflops / dot_gflops);
+    }
+}
