@@ -23,12 +23,14 @@ mod dtype;
 mod error;
 mod operators;
 pub mod ops;
+mod resources;
 mod runtime;
 
 pub use array::NDArray;
 pub use dtype::{DType, Element};
 pub use error::{NdError, Result};
-pub use ops::{invoke, Attrs};
+pub use ops::{invoke, invoke_on, Attrs};
+pub use resources::Resource;
 pub use runtime::Runtime;
 
 pub use engine;

@@ -3,18 +3,23 @@
 
 use std::sync::{Arc, OnceLock};
 
-use engine::{Engine, EngineBuilder, EngineKind};
+use engine::{Engine, EngineBuilder, EngineKind, Op};
 use ndarray::ArrayD;
+use parking_lot::RwLock;
+use rand::SeedableRng;
 use storage::{Context, StorageConfig, StorageManager, StorageRegistry};
 
 use crate::array::NDArray;
 use crate::error::{NdError, Result};
+use crate::resources::{device_seed, DeviceResources};
 use crate::{DType, Element};
 
 /// An engine plus per-context storage.
 pub struct Runtime {
     engine: Arc<dyn Engine>,
     storage: StorageRegistry,
+    resources: RwLock<Vec<Arc<DeviceResources>>>,
+    seed: std::sync::atomic::AtomicU64,
     pub(crate) id: u64,
 }
 
@@ -26,6 +31,8 @@ impl Runtime {
         Arc::new(Runtime {
             engine,
             storage: StorageRegistry::new(storage),
+            resources: RwLock::new(Vec::new()),
+            seed: std::sync::atomic::AtomicU64::new(0),
             id: NEXT_RUNTIME.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         })
     }
@@ -61,6 +68,45 @@ impl Runtime {
     /// Every storage manager used so far.
     pub fn storage_managers(&self) -> Vec<StorageManager> {
         self.storage.managers()
+    }
+
+    /// The resources of `ctx` (random generator, temp space), created on first use.
+    pub(crate) fn resources(&self, ctx: Context) -> Arc<DeviceResources> {
+        if let Some(r) = self.resources.read().iter().find(|r| r.ctx == ctx) {
+            return r.clone();
+        }
+        let mut all = self.resources.write();
+        if let Some(r) = all.iter().find(|r| r.ctx == ctx) {
+            return r.clone();
+        }
+        let seed = self.seed.load(std::sync::atomic::Ordering::Relaxed);
+        let r = DeviceResources::new(
+            ctx,
+            self.storage(ctx),
+            self.engine.new_var(),
+            self.engine.new_var(),
+            seed,
+        );
+        all.push(r.clone());
+        r
+    }
+
+    /// Reseeds every device's random generator (in push order: ops pushed before still draw from
+    /// the old stream). The same seed gives the same random numbers on every engine.
+    pub fn seed(&self, seed: u64) -> Result<()> {
+        self.seed.store(seed, std::sync::atomic::Ordering::Relaxed);
+        for r in self.resources.read().iter() {
+            let res = r.clone();
+            self.engine.push(
+                Op::sync("seed", move |_| {
+                    *res.rng.lock() = rand::rngs::StdRng::seed_from_u64(device_seed(seed, res.ctx));
+                    Ok(())
+                })
+                .on(r.ctx)
+                .write(&r.rng_var),
+            )?;
+        }
+        Ok(())
     }
 
     /// Waits for every pushed op; reports the first unreported kernel failure.

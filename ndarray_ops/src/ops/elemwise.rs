@@ -4,6 +4,7 @@
 
 use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{NdError, Result};
+use crate::resources::KernelRes;
 use crate::{DType, Element};
 
 /// Numpy broadcasting of two shapes.
@@ -253,6 +254,7 @@ fn binary_kernel(
     _: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
+    _res: &mut KernelRes,
 ) -> std::result::Result<(), String> {
     crate::with_dtype!(outs[0].dtype, T => binary_dispatch::<T>(op, &ins[0], &ins[1], &outs[0]))
 }
@@ -292,6 +294,7 @@ fn scalar_kernel(
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
+    _res: &mut KernelRes,
 ) -> std::result::Result<(), String> {
     let s = attrs.f64(op, "scalar", None).map_err(|e| e.to_string())?;
     crate::with_dtype!(outs[0].dtype, T => scalar_dispatch::<T>(op, s, &ins[0], &outs[0]))
@@ -311,6 +314,7 @@ fn unary_kernel(
     _: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
+    _res: &mut KernelRes,
 ) -> std::result::Result<(), String> {
     crate::with_dtype!(outs[0].dtype, T => {
         let via = |g: fn(f64) -> f64| move |x: T| T::from_f64(g(x.to_f64()));
@@ -361,6 +365,8 @@ macro_rules! def {
             identity: false,
             backward_ignores: $ign,
             alias_safe: true,
+            mutate_inputs: &[],
+            resources: &[],
         }
     };
 }

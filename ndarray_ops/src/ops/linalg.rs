@@ -5,6 +5,7 @@ use ndarray::{ArrayView2, ArrayViewMut2, ShapeBuilder};
 
 use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{NdError, Result};
+use crate::resources::KernelRes;
 use crate::{DType, Element};
 
 /// (rows, inner, cols) of `op(a) x op(b)` for 2-D `a` and `b`.
@@ -140,6 +141,7 @@ fn kernel(
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
+    _res: &mut KernelRes,
 ) -> std::result::Result<(), String> {
     let (ta, tb) = (
         attrs
@@ -181,6 +183,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             identity: false,
             backward_ignores: &[],
             alias_safe: false,
+            mutate_inputs: &[],
+            resources: &[],
         },
         OpDef {
             name: "batch_dot",
@@ -192,6 +196,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             identity: false,
             backward_ignores: &[],
             alias_safe: false,
+            mutate_inputs: &[],
+            resources: &[],
         },
     ];
     OPS

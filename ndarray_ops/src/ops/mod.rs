@@ -7,10 +7,15 @@
 //! contexts, shapes, dtypes), allocates the outputs and pushes one engine op that runs the
 //! kernel when the inputs are ready.
 
+mod conv;
 mod elemwise;
 mod linalg;
 mod nn;
 mod reduce;
+mod shape;
+mod stochastic;
+
+pub use stochastic::IS_TRAIN;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, OnceLock};
@@ -19,6 +24,8 @@ use engine::Op;
 
 use crate::array::{require_host, NDArray};
 use crate::error::{invalid, NdError, Result};
+use crate::resources::{KernelRes, Resource};
+use crate::runtime::Runtime;
 use crate::DType;
 
 /// A pointer and length into a chunk, handed to kernels.
@@ -192,7 +199,7 @@ pub type InferFn =
     fn(&str, &Attrs, &[Vec<usize>], &[DType]) -> Result<(Vec<Vec<usize>>, Vec<DType>)>;
 /// A CPU kernel: inputs and outputs (already allocated, inferred shapes).
 pub(crate) type KernelFn =
-    fn(&str, &Attrs, &[TensorRef], &[TensorRef]) -> std::result::Result<(), String>;
+    fn(&str, &Attrs, &[TensorRef], &[TensorRef], &mut KernelRes) -> std::result::Result<(), String>;
 
 /// One registered op.
 pub struct OpDef {
@@ -214,6 +221,10 @@ pub struct OpDef {
     /// Whether the kernel handles an output that is exactly one of its inputs (else such inputs
     /// are copied first).
     pub(crate) alias_safe: bool,
+    /// Inputs the kernel also writes (BatchNorm's moving statistics): written, not just read.
+    pub mutate_inputs: &'static [usize],
+    /// Per-device resources the kernel uses.
+    pub resources: &'static [Resource],
 }
 
 fn registry() -> &'static HashMap<&'static str, &'static OpDef> {
@@ -225,6 +236,9 @@ fn registry() -> &'static HashMap<&'static str, &'static OpDef> {
             .chain(reduce::ops())
             .chain(linalg::ops())
             .chain(nn::ops())
+            .chain(shape::ops())
+            .chain(conv::ops())
+            .chain(stochastic::ops())
         {
             m.insert(def.name, def);
             for a in def.aliases {
@@ -258,6 +272,26 @@ pub fn invoke(
     attrs: &Attrs,
     out: Option<&[&NDArray]>,
 ) -> Result<Vec<NDArray>> {
+    let first = inputs.first().ok_or_else(|| {
+        invalid(
+            name,
+            "needs at least one input (invoke_on runs ops without inputs)",
+        )
+    })?;
+    invoke_on(first.runtime(), first.ctx(), name, inputs, attrs, out)
+}
+
+/// Like [`invoke`], on an explicit runtime and context (ops without inputs, such as the random
+/// generators, need it).
+pub fn invoke_on(
+    rt: &Arc<Runtime>,
+    ctx: storage::Context,
+    name: &str,
+    inputs: &[&NDArray],
+    attrs: &Attrs,
+    out: Option<&[&NDArray]>,
+) -> Result<Vec<NDArray>> {
+    let rt = rt.clone();
     let def = lookup(name)?;
     let op = def.name;
     let ok = match def.arity {
@@ -270,10 +304,6 @@ pub fn invoke(
             format!("takes {:?} inputs, got {}", def.arity, inputs.len()),
         ));
     }
-    let first = inputs
-        .first()
-        .ok_or_else(|| invalid(op, "needs at least one input"))?;
-    let (rt, ctx) = (first.runtime().clone(), first.ctx());
     for (i, a) in inputs.iter().enumerate() {
         if !Arc::ptr_eq(a.runtime(), &rt) {
             return Err(invalid(op, format!("input {i} belongs to another runtime")));
@@ -328,12 +358,41 @@ pub fn invoke(
     let ins: Vec<TensorRef> = inputs.iter().map(|a| a.tensor()).collect();
     let outs: Vec<TensorRef> = outputs.iter().map(NDArray::tensor).collect();
     let (kernel, alias_safe, attrs2) = (def.kernel, def.alias_safe, attrs.clone());
+    let res = (!def.resources.is_empty()).then(|| rt.resources(ctx));
+    let mut writes: Vec<engine::Var> = outputs.iter().map(|a| a.var().clone()).collect();
+    writes.extend(
+        def.mutate_inputs
+            .iter()
+            .filter_map(|&i| inputs.get(i))
+            .map(|a| a.var().clone()),
+    );
+    let wants_rng = def.resources.contains(&Resource::Random);
+    let wants_temp = def.resources.contains(&Resource::TempSpace);
+    if let Some(r) = &res {
+        if wants_rng {
+            writes.push(r.rng_var.clone());
+        }
+        if wants_temp {
+            writes.push(r.temp_var.clone());
+        }
+    }
     let engine_op = Op::sync(op, move |_| {
-        run_kernel(op, kernel, alias_safe, &attrs2, ins, &outs).map_err(Into::into)
+        let (mut rng, mut temp) = match &res {
+            Some(r) => (
+                wants_rng.then(|| r.rng.lock()),
+                wants_temp.then(|| r.temp.lock()),
+            ),
+            None => (None, None),
+        };
+        let mut kres = KernelRes {
+            rng: rng.as_deref_mut(),
+            temp: temp.as_deref_mut(),
+        };
+        run_kernel(op, kernel, alias_safe, &attrs2, ins, &outs, &mut kres).map_err(Into::into)
     })
     .on(ctx)
     .reads(inputs.iter().map(|a| a.var()))
-    .writes(outputs.iter().map(|a| a.var()));
+    .writes(&writes);
     rt.engine().push(engine_op)?;
     Ok(outputs)
 }
@@ -347,6 +406,7 @@ fn run_kernel(
     attrs: &Attrs,
     mut ins: Vec<TensorRef>,
     outs: &[TensorRef],
+    res: &mut KernelRes,
 ) -> std::result::Result<(), String> {
     let mut scratch: Vec<Vec<u64>> = Vec::new();
     for t in ins.iter_mut() {
@@ -368,7 +428,7 @@ fn run_kernel(
             scratch.push(copy);
         }
     }
-    kernel(op, attrs, &ins, outs)
+    kernel(op, attrs, &ins, outs, res)
 }
 
 /// Shared inference checks.

@@ -5,6 +5,7 @@ use ndarray::{ArrayViewD, ArrayViewMutD, Axis, IxDyn};
 
 use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, NdError, Result};
+use crate::resources::KernelRes;
 use crate::{DType, Element};
 
 type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
@@ -60,7 +61,13 @@ fn infer_clip(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     Ok((vec![s[0].clone()], vec![d[0]]))
 }
 
-fn map_kernel(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef]) -> KResult {
+fn map_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
     let f: Box<dyn Fn(f64) -> f64> = match op {
         "Activation" => Box::new(act_fn(op, attrs).map_err(e2s)?),
         "clip" => {
@@ -115,7 +122,13 @@ fn infer_softmax(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infe
     Ok((vec![s[0].clone()], vec![dt]))
 }
 
-fn softmax_kernel(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef]) -> KResult {
+fn softmax_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
     let (a, o) = (&ins[0], &outs[0]);
     let (axis, log) = match op {
         // MXNet's SoftmaxOutput normalizes over axis 1 (the class axis) by default.
@@ -194,7 +207,13 @@ fn infer_fc(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     Ok((vec![out], vec![dt]))
 }
 
-fn fc_kernel(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef]) -> KResult {
+fn fc_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
     let (x, w, y) = (&ins[0], &ins[1], &outs[0]);
     let hidden = w.shape[0];
     let k = w.shape[1];
@@ -242,7 +261,13 @@ fn infer_one_hot(op: &str, attrs: &Attrs, s: &[Vec<usize>], _d: &[DType]) -> Inf
     Ok((vec![out], vec![dt]))
 }
 
-fn one_hot_kernel(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef]) -> KResult {
+fn one_hot_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
     let depth = attrs.f64(op, "depth", None).map_err(e2s)? as usize;
     let (on, off) = (
         attrs.f64(op, "on_value", Some(1.0)).map_err(e2s)?,
@@ -283,7 +308,13 @@ fn infer_transpose(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> In
     Ok((vec![axes.iter().map(|&a| s[0][a]).collect()], vec![d[0]]))
 }
 
-fn transpose_kernel(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef]) -> KResult {
+fn transpose_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
     let axes = transpose_axes(op, attrs, ins[0].shape.len()).map_err(e2s)?;
     crate::with_dtype!(outs[0].dtype, T => {
         // SAFETY: read access to the input; exclusive access to the disjoint output.
@@ -305,7 +336,13 @@ fn infer_flatten(_: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     Ok((vec![out], vec![d[0]]))
 }
 
-fn copy_kernel(_: &str, _: &Attrs, ins: &[TensorRef], outs: &[TensorRef]) -> KResult {
+fn copy_kernel(
+    _: &str,
+    _: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
     if !ins[0].same_memory(&outs[0]) {
         // SAFETY: read access to the input, write access to the output; `copy` tolerates overlap.
         unsafe { ins[0].copy_bytes_to(&outs[0]) };
@@ -341,7 +378,13 @@ fn infer_update(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer
     Ok((vec![s[0].clone(); outputs.max(1)], vec![dt; outputs.max(1)]))
 }
 
-fn update_kernel(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef]) -> KResult {
+fn update_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
     let get = |k: &str, d: Option<f64>| attrs.f64(op, k, d).map_err(e2s);
     let (lr, wd, rescale, clip) = (
         get("lr", None)?,
@@ -405,6 +448,8 @@ macro_rules! def {
             identity: $identity,
             backward_ignores: $ign,
             alias_safe: $alias,
+            mutate_inputs: &[],
+            resources: &[],
         }
     };
 }

@@ -5,6 +5,7 @@ use ndarray::{ArrayD, ArrayViewD, Axis, IxDyn};
 
 use super::{norm_axes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::Result;
+use crate::resources::KernelRes;
 use crate::{DType, Element};
 
 fn axes_of(op: &str, attrs: &Attrs, ndim: usize) -> Result<Vec<usize>> {
@@ -98,6 +99,7 @@ fn kernel(
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
+    _res: &mut KernelRes,
 ) -> std::result::Result<(), String> {
     let (a, out) = (&ins[0], &outs[0]);
     crate::with_dtype!(a.dtype, T => {
@@ -149,6 +151,8 @@ macro_rules! def {
             identity: false,
             backward_ignores: $ign,
             alias_safe: false,
+            mutate_inputs: &[],
+            resources: &[],
         }
     };
 }

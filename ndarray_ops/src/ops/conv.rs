@@ -1,0 +1,403 @@
+//! 2-D Convolution (NCHW; stride, pad, dilation, groups) as im2col into the device's temp space
+//! plus one GEMM per image and group, and 2-D Pooling (max, avg, sum; global; valid or full
+//! rounding).
+
+use ndarray::{ArrayView2, ArrayViewMut2};
+
+use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
+use crate::error::{invalid, NdError, Result};
+use crate::resources::{KernelRes, Resource};
+use crate::{DType, Element};
+
+type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
+type KResult = std::result::Result<(), String>;
+
+/// A 2-tuple attribute (`(3, 3)`; one value applies to both axes).
+fn pair(
+    op: &str,
+    attrs: &Attrs,
+    key: &str,
+    default: Option<(usize, usize)>,
+) -> Result<(usize, usize)> {
+    match attrs.ints(op, key)? {
+        None => default.ok_or_else(|| invalid(op, format!("attribute {key} is required"))),
+        Some(v) if v.is_empty() => {
+            default.ok_or_else(|| invalid(op, format!("attribute {key} is required")))
+        }
+        Some(v) if v.iter().any(|&x| x < 0) => {
+            Err(invalid(op, format!("{key}={v:?} has a negative entry")))
+        }
+        Some(v) if v.len() == 1 => Ok((v[0] as usize, v[0] as usize)),
+        Some(v) if v.len() == 2 => Ok((v[0] as usize, v[1] as usize)),
+        Some(v) => Err(invalid(
+            op,
+            format!("{key}={v:?}: only 2-D (two values) is supported"),
+        )),
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Conv {
+    k: (usize, usize),
+    s: (usize, usize),
+    p: (usize, usize),
+    d: (usize, usize),
+    filters: usize,
+    groups: usize,
+    bias: bool,
+}
+
+fn conv_params(op: &str, attrs: &Attrs) -> Result<Conv> {
+    let c = Conv {
+        k: pair(op, attrs, "kernel", None)?,
+        s: pair(op, attrs, "stride", Some((1, 1)))?,
+        p: pair(op, attrs, "pad", Some((0, 0)))?,
+        d: pair(op, attrs, "dilate", Some((1, 1)))?,
+        filters: attrs.f64(op, "num_filter", None)? as usize,
+        groups: attrs.f64(op, "num_group", Some(1.0))? as usize,
+        bias: !attrs.bool(op, "no_bias", false)?,
+    };
+    if c.k.0 == 0
+        || c.k.1 == 0
+        || c.s.0 == 0
+        || c.s.1 == 0
+        || c.d.0 == 0
+        || c.d.1 == 0
+        || c.groups == 0
+    {
+        return Err(invalid(
+            op,
+            format!(
+                "kernel {:?}, stride {:?}, dilate {:?} and num_group {} must be positive",
+                c.k, c.s, c.d, c.groups
+            ),
+        ));
+    }
+    Ok(c)
+}
+
+fn out_len(
+    op: &str,
+    n: usize,
+    k: usize,
+    s: usize,
+    p: usize,
+    d: usize,
+    ceil: bool,
+) -> Result<usize> {
+    let span = d * (k - 1) + 1;
+    if n + 2 * p < span {
+        return Err(invalid(
+            op,
+            format!(
+                "window of {span} (kernel {k}, dilation {d}) is larger than the padded input {}",
+                n + 2 * p
+            ),
+        ));
+    }
+    let room = n + 2 * p - span;
+    Ok(if ceil {
+        room.div_ceil(s) + 1
+    } else {
+        room / s + 1
+    })
+}
+
+fn infer_conv(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let dt = same_dtypes(op, d)?;
+    let c = conv_params(op, attrs)?;
+    let want = if c.bias { 3 } else { 2 };
+    if s.len() != want {
+        return Err(invalid(
+            op,
+            format!(
+                "takes {want} inputs with no_bias={}, got {}",
+                !c.bias,
+                s.len()
+            ),
+        ));
+    }
+    let x = &s[0];
+    if x.len() != 4 {
+        return Err(NdError::Shape {
+            op: op.into(),
+            arg: "data".into(),
+            found: x.clone(),
+            expected: "4 dimensions (N, C, H, W)".into(),
+        });
+    }
+    if !x[1].is_multiple_of(c.groups) || !c.filters.is_multiple_of(c.groups) {
+        return Err(invalid(
+            op,
+            format!(
+                "num_group {} must divide the {} input channels and the {} filters",
+                c.groups, x[1], c.filters
+            ),
+        ));
+    }
+    let wshape = vec![c.filters, x[1] / c.groups, c.k.0, c.k.1];
+    if s[1] != wshape {
+        return Err(NdError::Shape {
+            op: op.into(),
+            arg: "weight".into(),
+            found: s[1].clone(),
+            expected: format!("{wshape:?}"),
+        });
+    }
+    if c.bias && s[2] != [c.filters] {
+        return Err(NdError::Shape {
+            op: op.into(),
+            arg: "bias".into(),
+            found: s[2].clone(),
+            expected: format!("[{}]", c.filters),
+        });
+    }
+    let ho = out_len(op, x[2], c.k.0, c.s.0, c.p.0, c.d.0, false)?;
+    let wo = out_len(op, x[3], c.k.1, c.s.1, c.p.1, c.d.1, false)?;
+    Ok((vec![vec![x[0], c.filters, ho, wo]], vec![dt]))
+}
+
+/// Lays the receptive fields of `cg` channels out as columns: row (c, i, j), column (y, x).
+///
+/// # Safety
+/// `src` holds `cg * h * w` elements, `col` `cg * kh * kw * ho * wo`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn im2col<T: Element>(
+    src: *const T,
+    cg: usize,
+    h: usize,
+    w: usize,
+    c: &Conv,
+    ho: usize,
+    wo: usize,
+    col: *mut T,
+) {
+    let mut row = 0;
+    for ch in 0..cg {
+        for i in 0..c.k.0 {
+            for j in 0..c.k.1 {
+                for y in 0..ho {
+                    let iy = (y * c.s.0 + i * c.d.0) as isize - c.p.0 as isize;
+                    for x in 0..wo {
+                        let ix = (x * c.s.1 + j * c.d.1) as isize - c.p.1 as isize;
+                        let v = if iy >= 0 && (iy as usize) < h && ix >= 0 && (ix as usize) < w {
+                            // SAFETY: the index is inside channel `ch` of `src`.
+                            unsafe { *src.add((ch * h + iy as usize) * w + ix as usize) }
+                        } else {
+                            T::default()
+                        };
+                        // SAFETY: `row < cg*kh*kw` and `y*wo + x < ho*wo`.
+                        unsafe { *col.add(row * ho * wo + y * wo + x) = v };
+                    }
+                }
+                row += 1;
+            }
+        }
+    }
+}
+
+fn conv_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    res: &mut KernelRes,
+) -> KResult {
+    let c = conv_params(op, attrs).map_err(|e| e.to_string())?;
+    let (x, wt, o) = (&ins[0], &ins[1], &outs[0]);
+    let (n, ch, h, w) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
+    let (ho, wo) = (o.shape[2], o.shape[3]);
+    let (cg, fg) = (ch / c.groups, c.filters / c.groups);
+    let rows = cg * c.k.0 * c.k.1;
+    crate::with_dtype!(o.dtype, T => {
+        let col = res.temp(rows * ho * wo * std::mem::size_of::<T>())?.cast::<T>();
+        for img in 0..n {
+            for g in 0..c.groups {
+                // SAFETY: image `img`, group `g` lies inside the data; `col` holds rows*ho*wo
+                // elements (temp space sized above); the weight slice and output slice lie inside
+                // their buffers; the output is disjoint from the inputs and the temp space.
+                unsafe {
+                    im2col::<T>(x.ptr::<T>().add((img * ch + g * cg) * h * w), cg, h, w, &c, ho, wo, col);
+                    let wv = ArrayView2::from_shape_ptr((fg, rows), wt.ptr::<T>().add(g * fg * rows) as *const T);
+                    let cv = ArrayView2::from_shape_ptr((rows, ho * wo), col as *const T);
+                    let mut ov = ArrayViewMut2::from_shape_ptr((fg, ho * wo), o.ptr::<T>().add((img * c.filters + g * fg) * ho * wo));
+                    T::gemm(&wv, &cv, &mut ov);
+                    if c.bias {
+                        let b = ins[2].slice::<T>();
+                        for (f, mut row) in ov.rows_mut().into_iter().enumerate() {
+                            let bias = b[g * fg + f];
+                            row.mapv_inplace(|v| v.add(bias));
+                        }
+                    }
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+// ---- Pooling --------------------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PoolType {
+    Max,
+    Avg,
+    Sum,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Pool {
+    kind: PoolType,
+    k: (usize, usize),
+    s: (usize, usize),
+    p: (usize, usize),
+    ceil: bool,
+    count_pad: bool,
+}
+
+fn pool_params(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Pool> {
+    let kind = match attrs.get("pool_type").unwrap_or("max") {
+        "max" => PoolType::Max,
+        "avg" => PoolType::Avg,
+        "sum" => PoolType::Sum,
+        other => {
+            return Err(invalid(
+                op,
+                format!("pool_type {other:?} is not one of max, avg, sum"),
+            ))
+        }
+    };
+    if shape.len() != 4 {
+        return Err(NdError::Shape {
+            op: op.into(),
+            arg: "data".into(),
+            found: shape.to_vec(),
+            expected: "4 dimensions (N, C, H, W)".into(),
+        });
+    }
+    let global = attrs.bool(op, "global_pool", false)?;
+    let ceil = match attrs.get("pooling_convention").unwrap_or("valid") {
+        "valid" => false,
+        "full" => true,
+        other => {
+            return Err(invalid(
+                op,
+                format!("pooling_convention {other:?} is not valid or full"),
+            ))
+        }
+    };
+    let p = if global {
+        Pool {
+            kind,
+            k: (shape[2], shape[3]),
+            s: (1, 1),
+            p: (0, 0),
+            ceil: false,
+            count_pad: true,
+        }
+    } else {
+        Pool {
+            kind,
+            k: pair(op, attrs, "kernel", None)?,
+            s: pair(op, attrs, "stride", Some((1, 1)))?,
+            p: pair(op, attrs, "pad", Some((0, 0)))?,
+            ceil,
+            count_pad: attrs.bool(op, "count_include_pad", true)?,
+        }
+    };
+    if p.k.0 == 0 || p.k.1 == 0 || p.s.0 == 0 || p.s.1 == 0 {
+        return Err(invalid(
+            op,
+            format!("kernel {:?} and stride {:?} must be positive", p.k, p.s),
+        ));
+    }
+    Ok(p)
+}
+
+fn infer_pool(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let p = pool_params(op, attrs, &s[0])?;
+    let x = &s[0];
+    let ho = out_len(op, x[2], p.k.0, p.s.0, p.p.0, 1, p.ceil)?;
+    let wo = out_len(op, x[3], p.k.1, p.s.1, p.p.1, 1, p.ceil)?;
+    Ok((vec![vec![x[0], x[1], ho, wo]], vec![d[0]]))
+}
+
+fn pool_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let (x, o) = (&ins[0], &outs[0]);
+    let p = pool_params(op, attrs, &x.shape).map_err(|e| e.to_string())?;
+    let (h, w, ho, wo) = (x.shape[2], x.shape[3], o.shape[2], o.shape[3]);
+    let planes = x.shape[0] * x.shape[1];
+    crate::with_dtype!(o.dtype, T => {
+        // SAFETY: read access to the input, exclusive access to the disjoint output.
+        let (src, dst) = unsafe { (x.slice::<T>(), o.slice_mut::<T>()) };
+        for plane in 0..planes {
+            let sp = &src[plane * h * w..(plane + 1) * h * w];
+            for y in 0..ho {
+                let ys = (y * p.s.0) as isize - p.p.0 as isize;
+                let ye = (ys + p.k.0 as isize).min((h + p.p.0) as isize);
+                for xx in 0..wo {
+                    let xs = (xx * p.s.1) as isize - p.p.1 as isize;
+                    let xe = (xs + p.k.1 as isize).min((w + p.p.1) as isize);
+                    // The window clipped to the padded input (what MXNet divides by) and to the
+                    // input itself (what is read).
+                    let padded = ((ye - ys) * (xe - xs)).max(1) as f64;
+                    let (y0, y1) = (ys.max(0) as usize, (ye.max(0) as usize).min(h));
+                    let (x0, x1) = (xs.max(0) as usize, (xe.max(0) as usize).min(w));
+                    let mut acc = if p.kind == PoolType::Max { f64::NEG_INFINITY } else { 0.0 };
+                    for iy in y0..y1 {
+                        for ix in x0..x1 {
+                            let v = sp[iy * w + ix].to_f64();
+                            acc = if p.kind == PoolType::Max { acc.max(v) } else { acc + v };
+                        }
+                    }
+                    let inside = ((y1 - y0) * (x1 - x0)).max(1) as f64;
+                    let v = match p.kind {
+                        PoolType::Max if y1 <= y0 || x1 <= x0 => 0.0,
+                        PoolType::Max | PoolType::Sum => acc,
+                        PoolType::Avg => acc / if p.count_pad { padded } else { inside },
+                    };
+                    dst[plane * ho * wo + y * wo + xx] = T::from_f64(v);
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+pub(super) fn ops() -> &'static [OpDef] {
+    static OPS: &[OpDef] = &[
+        OpDef {
+            name: "Convolution",
+            aliases: &[],
+            arity: Arity::AtLeast(2),
+            infer: infer_conv,
+            kernel: conv_kernel,
+            inplace: &[],
+            identity: false,
+            backward_ignores: &[],
+            alias_safe: false,
+            mutate_inputs: &[],
+            resources: &[Resource::TempSpace],
+        },
+        OpDef {
+            name: "Pooling",
+            aliases: &[],
+            arity: Arity::Exactly(1),
+            infer: infer_pool,
+            kernel: pool_kernel,
+            inplace: &[],
+            identity: false,
+            backward_ignores: &[],
+            alias_safe: false,
+            mutate_inputs: &[],
+            resources: &[],
+        },
+    ];
+    OPS
+}

@@ -1,0 +1,317 @@
+//! Ops whose behaviour depends on training mode or randomness: BatchNorm (batch statistics and
+//! moving-average updates in training, moving statistics in inference), Dropout (seeded masks),
+//! and the random generators.
+//!
+//! Training mode is the attribute `__is_train__` (the executor sets it from `forward(is_train)`;
+//! imperative callers pass it), as MXNet's op context carries `is_train`.
+
+use rand::Rng;
+use rand_distr::{Distribution, Normal};
+
+use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef};
+use crate::error::{invalid, NdError, Result};
+use crate::resources::{KernelRes, Resource};
+use crate::{DType, Element};
+
+type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
+type KResult = std::result::Result<(), String>;
+
+/// The training-mode attribute.
+pub const IS_TRAIN: &str = "__is_train__";
+
+fn is_train(op: &str, attrs: &Attrs) -> Result<bool> {
+    attrs.bool(op, IS_TRAIN, false)
+}
+
+// ---- BatchNorm ------------------------------------------------------------------------------
+
+fn bn_axis(op: &str, attrs: &Attrs, ndim: usize) -> Result<usize> {
+    let a = attrs
+        .ints(op, "axis")?
+        .and_then(|v| v.first().copied())
+        .unwrap_or(1);
+    Ok(norm_axes(op, &[a], ndim)?[0])
+}
+
+fn infer_bn(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let dt = same_dtypes(op, d)?;
+    if !dt.is_float() {
+        return Err(NdError::DType {
+            op: op.into(),
+            arg: "data".into(),
+            found: dt.to_string(),
+            expected: "float32 or float64".into(),
+        });
+    }
+    if s[0].len() < 2 {
+        return Err(NdError::Shape {
+            op: op.into(),
+            arg: "data".into(),
+            found: s[0].clone(),
+            expected: "at least 2 dimensions".into(),
+        });
+    }
+    let c = s[0][bn_axis(op, attrs, s[0].len())?];
+    for (i, name) in [
+        (1, "gamma"),
+        (2, "beta"),
+        (3, "moving_mean"),
+        (4, "moving_var"),
+    ] {
+        if s[i] != [c] {
+            return Err(NdError::Shape {
+                op: op.into(),
+                arg: name.into(),
+                found: s[i].clone(),
+                expected: format!("[{c}] (the channels of data {:?})", s[0]),
+            });
+        }
+    }
+    attrs.f64(op, "eps", Some(1e-3))?;
+    attrs.f64(op, "momentum", Some(0.9))?;
+    is_train(op, attrs)?;
+    // Outputs: the normalized data, then the mean and variance used (MXNet's hidden outputs).
+    Ok((vec![s[0].clone(), vec![c], vec![c]], vec![dt; 3]))
+}
+
+fn bn_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let e = |e: crate::NdError| e.to_string();
+    let x = &ins[0];
+    let axis = bn_axis(op, attrs, x.shape.len()).map_err(e)?;
+    let (eps, momentum) = (
+        attrs.f64(op, "eps", Some(1e-3)).map_err(e)?,
+        attrs.f64(op, "momentum", Some(0.9)).map_err(e)?,
+    );
+    let fix_gamma = attrs.bool(op, "fix_gamma", true).map_err(e)?;
+    let batch_stats =
+        is_train(op, attrs).map_err(e)? && !attrs.bool(op, "use_global_stats", false).map_err(e)?;
+    let c = x.shape[axis];
+    let inner: usize = x.shape[axis + 1..].iter().product();
+    let outer: usize = x.shape[..axis].iter().product();
+    let count = (outer * inner).max(1) as f64;
+    crate::with_dtype!(x.dtype, T => {
+        // SAFETY: read access to data, gamma, beta; moving statistics are declared mutated
+        // inputs (write access); outputs are disjoint from the inputs (not alias-safe: copied).
+        let (xs, gamma, beta) = unsafe { (x.slice::<T>(), ins[1].slice::<T>(), ins[2].slice::<T>()) };
+        let (mm, mv) = unsafe { (ins[3].slice_mut::<T>(), ins[4].slice_mut::<T>()) };
+        let (ys, mean_out, var_out) = unsafe { (outs[0].slice_mut::<T>(), outs[1].slice_mut::<T>(), outs[2].slice_mut::<T>()) };
+        for ch in 0..c {
+            let at = |o: usize, i: usize| (o * c + ch) * inner + i;
+            let (mean, var) = if batch_stats {
+                let mut sum = 0.0;
+                for o in 0..outer {
+                    for i in 0..inner {
+                        sum += xs[at(o, i)].to_f64();
+                    }
+                }
+                let mean = sum / count;
+                let mut sq = 0.0;
+                for o in 0..outer {
+                    for i in 0..inner {
+                        let d = xs[at(o, i)].to_f64() - mean;
+                        sq += d * d;
+                    }
+                }
+                let var = sq / count;
+                mm[ch] = T::from_f64(mm[ch].to_f64() * momentum + mean * (1.0 - momentum));
+                mv[ch] = T::from_f64(mv[ch].to_f64() * momentum + var * (1.0 - momentum));
+                (mean, var)
+            } else {
+                (mm[ch].to_f64(), mv[ch].to_f64())
+            };
+            let g = if fix_gamma { 1.0 } else { gamma[ch].to_f64() };
+            let scale = g / (var + eps).sqrt();
+            let shift = beta[ch].to_f64() - mean * scale;
+            for o in 0..outer {
+                for i in 0..inner {
+                    ys[at(o, i)] = T::from_f64(xs[at(o, i)].to_f64() * scale + shift);
+                }
+            }
+            mean_out[ch] = T::from_f64(mean);
+            var_out[ch] = T::from_f64(var);
+        }
+    });
+    Ok(())
+}
+
+// ---- Dropout --------------------------------------------------------------------------------
+
+fn dropout_p(op: &str, attrs: &Attrs) -> Result<f64> {
+    let p = attrs.f64(op, "p", Some(0.5))?;
+    if !(0.0..1.0).contains(&p) {
+        return Err(invalid(op, format!("p={p} must be in [0, 1)")));
+    }
+    Ok(p)
+}
+
+fn infer_dropout(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    dropout_p(op, attrs)?;
+    is_train(op, attrs)?;
+    if !d[0].is_float() {
+        return Err(NdError::DType {
+            op: op.into(),
+            arg: "data".into(),
+            found: d[0].to_string(),
+            expected: "float32 or float64".into(),
+        });
+    }
+    // Outputs: the data with units dropped, and the mask (scaled by 1 / (1 - p)).
+    Ok((vec![s[0].clone(), s[0].clone()], vec![d[0], d[0]]))
+}
+
+fn dropout_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    res: &mut KernelRes,
+) -> KResult {
+    let e = |e: crate::NdError| e.to_string();
+    let p = dropout_p(op, attrs).map_err(e)?;
+    let active = is_train(op, attrs).map_err(e)? || attrs.get("mode") == Some("always");
+    crate::with_dtype!(outs[0].dtype, T => {
+        // SAFETY: read access to the input; exclusive access to the two disjoint outputs.
+        let (x, y, mask) = unsafe { (ins[0].slice::<T>(), outs[0].slice_mut::<T>(), outs[1].slice_mut::<T>()) };
+        if active && p > 0.0 {
+            let rng = res.rng()?;
+            let keep = T::from_f64(1.0 / (1.0 - p));
+            for ((yv, mv), xv) in y.iter_mut().zip(mask.iter_mut()).zip(x) {
+                *mv = if rng.gen::<f64>() < p { T::default() } else { keep };
+                *yv = xv.mul(*mv);
+            }
+        } else {
+            y.copy_from_slice(x);
+            mask.fill(T::from_f64(1.0));
+        }
+    });
+    Ok(())
+}
+
+// ---- random generators ----------------------------------------------------------------------
+
+fn infer_random(op: &str, attrs: &Attrs, _s: &[Vec<usize>], _d: &[DType]) -> Infer {
+    let shape = attrs
+        .ints(op, "shape")?
+        .ok_or_else(|| invalid(op, "attribute shape is required"))?;
+    if shape.iter().any(|&d| d < 0) {
+        return Err(invalid(op, format!("shape {shape:?} has a negative size")));
+    }
+    let dt = match attrs.get("dtype") {
+        None => DType::F32,
+        Some(n) => DType::parse(n)
+            .filter(|d| d.is_float())
+            .ok_or_else(|| invalid(op, format!("dtype {n:?} is not float32 or float64")))?,
+    };
+    let (a, b) = random_params(op, attrs)?;
+    if op == "_random_uniform" && a > b {
+        return Err(invalid(op, format!("low {a} is above high {b}")));
+    }
+    if op == "_random_normal" && b < 0.0 {
+        return Err(invalid(op, format!("scale {b} is negative")));
+    }
+    Ok((vec![shape.iter().map(|&d| d as usize).collect()], vec![dt]))
+}
+
+fn random_params(op: &str, attrs: &Attrs) -> Result<(f64, f64)> {
+    if op == "_random_uniform" {
+        Ok((
+            attrs.f64(op, "low", Some(0.0))?,
+            attrs.f64(op, "high", Some(1.0))?,
+        ))
+    } else {
+        Ok((
+            attrs.f64(op, "loc", Some(0.0))?,
+            attrs.f64(op, "scale", Some(1.0))?,
+        ))
+    }
+}
+
+fn random_kernel(
+    op: &str,
+    attrs: &Attrs,
+    _ins: &[TensorRef],
+    outs: &[TensorRef],
+    res: &mut KernelRes,
+) -> KResult {
+    let (a, b) = random_params(op, attrs).map_err(|e| e.to_string())?;
+    let rng = res.rng()?;
+    crate::with_dtype!(outs[0].dtype, T => {
+        // SAFETY: exclusive access to the output.
+        let out = unsafe { outs[0].slice_mut::<T>() };
+        if op == "_random_uniform" {
+            for v in out.iter_mut() {
+                *v = T::from_f64(a + (b - a) * rng.gen::<f64>());
+            }
+        } else {
+            let normal = Normal::new(a, b).map_err(|e| format!("{op}: {e}"))?;
+            for v in out.iter_mut() {
+                *v = T::from_f64(normal.sample(rng));
+            }
+        }
+    });
+    Ok(())
+}
+
+pub(super) fn ops() -> &'static [OpDef] {
+    static OPS: &[OpDef] = &[
+        OpDef {
+            name: "BatchNorm",
+            aliases: &[],
+            arity: Arity::Exactly(5),
+            infer: infer_bn,
+            kernel: bn_kernel,
+            inplace: &[],
+            identity: false,
+            backward_ignores: &[],
+            alias_safe: false,
+            mutate_inputs: &[3, 4],
+            resources: &[],
+        },
+        OpDef {
+            name: "Dropout",
+            aliases: &[],
+            arity: Arity::Exactly(1),
+            infer: infer_dropout,
+            kernel: dropout_kernel,
+            inplace: &[],
+            identity: false,
+            backward_ignores: &[0],
+            alias_safe: false,
+            mutate_inputs: &[],
+            resources: &[Resource::Random],
+        },
+        OpDef {
+            name: "_random_uniform",
+            aliases: &["uniform", "random_uniform"],
+            arity: Arity::Exactly(0),
+            infer: infer_random,
+            kernel: random_kernel,
+            inplace: &[],
+            identity: false,
+            backward_ignores: &[],
+            alias_safe: false,
+            mutate_inputs: &[],
+            resources: &[Resource::Random],
+        },
+        OpDef {
+            name: "_random_normal",
+            aliases: &["normal", "random_normal"],
+            arity: Arity::Exactly(0),
+            infer: infer_random,
+            kernel: random_kernel,
+            inplace: &[],
+            identity: false,
+            backward_ignores: &[],
+            alias_safe: false,
+            mutate_inputs: &[],
+            resources: &[Resource::Random],
+        },
+    ];
+    OPS
+}

@@ -1,0 +1,102 @@
+//! Per-device resources kernels may ask for, as MXNet's resource manager provides them:
+//!
+//! * a seeded random generator: random ops take write access to its engine var, so they draw in
+//!   push order and a program gives the same numbers for the same seed on every engine;
+//! * temporary space from the device's storage pool, grown on demand and reused by every op that
+//!   asks for it (those ops are ordered by its var, so one buffer serves them all).
+
+use std::sync::Arc;
+
+use engine::Var;
+use parking_lot::Mutex;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use storage::{Context, Handle, StorageManager};
+
+/// Which resources an op's kernel needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resource {
+    /// The device's random generator.
+    Random,
+    /// The device's temporary space.
+    TempSpace,
+}
+
+/// A device's resources.
+pub(crate) struct DeviceResources {
+    pub(crate) ctx: Context,
+    pub(crate) rng: Mutex<StdRng>,
+    pub(crate) rng_var: Var,
+    pub(crate) temp: Mutex<TempSpace>,
+    pub(crate) temp_var: Var,
+}
+
+/// Scratch memory from the storage pool, kept between ops.
+pub(crate) struct TempSpace {
+    pool: StorageManager,
+    block: Option<Handle>,
+}
+
+impl TempSpace {
+    /// At least `bytes` bytes of scratch (contents unspecified), 64-byte aligned.
+    pub(crate) fn get(&mut self, bytes: usize) -> Result<*mut u8, String> {
+        if self.block.as_ref().is_none_or(|b| b.capacity() < bytes) {
+            self.block = None;
+            self.block = Some(
+                self.pool
+                    .alloc(bytes)
+                    .map_err(|e| format!("temp space: {e}"))?,
+            );
+        }
+        Ok(self
+            .block
+            .as_ref()
+            .map_or(std::ptr::null_mut(), Handle::as_ptr))
+    }
+}
+
+/// The seed of device `ctx` under the runtime seed `seed`: different devices draw different
+/// streams.
+pub(crate) fn device_seed(seed: u64, ctx: Context) -> u64 {
+    seed ^ (u64::from(ctx.dev_id) << 32) ^ ((ctx.dev_type as u64) << 48) ^ 0x5DEE_CE66_D1CE_4E5B
+}
+
+impl DeviceResources {
+    pub(crate) fn new(
+        ctx: Context,
+        pool: StorageManager,
+        rng_var: Var,
+        temp_var: Var,
+        seed: u64,
+    ) -> Arc<Self> {
+        Arc::new(DeviceResources {
+            ctx,
+            rng: Mutex::new(StdRng::seed_from_u64(device_seed(seed, ctx))),
+            rng_var,
+            temp: Mutex::new(TempSpace { pool, block: None }),
+            temp_var,
+        })
+    }
+}
+
+/// What a kernel gets: the resources its op declared, locked for the kernel's duration (the
+/// engine already serializes their users, so the locks are never contended).
+pub(crate) struct KernelRes<'a> {
+    pub(crate) rng: Option<&'a mut StdRng>,
+    pub(crate) temp: Option<&'a mut TempSpace>,
+}
+
+impl KernelRes<'_> {
+    pub(crate) fn rng(&mut self) -> Result<&mut StdRng, String> {
+        self.rng
+            .as_deref_mut()
+            .ok_or_else(|| "op did not declare the random resource".to_string())
+    }
+
+    pub(crate) fn temp(&mut self, bytes: usize) -> Result<*mut u8, String> {
+        self.temp
+            .as_deref_mut()
+            .ok_or_else(|| "op did not declare temp space".to_string())?
+            .get(bytes)
+    }
+}

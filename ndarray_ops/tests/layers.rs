@@ -1,0 +1,551 @@
+//! Data-movement ops, Convolution, Pooling, BatchNorm, Dropout and the random generators against
+//! direct reference computations.
+
+use std::sync::Arc;
+
+use engine::{EngineBuilder, EngineKind};
+use ndarray::{s, ArrayD, Axis, IxDyn};
+use ndarray_ops::ops::IS_TRAIN;
+use ndarray_ops::{invoke, invoke_on, Attrs, DType, NDArray, Runtime};
+use storage::{Context, StorageConfig};
+
+fn rt() -> Arc<Runtime> {
+    Runtime::with_engine(EngineKind::ThreadedPerDevice)
+}
+
+fn data(shape: &[usize], seed: u64) -> ArrayD<f64> {
+    let n: usize = shape.iter().product();
+    let v: Vec<f64> = (0..n)
+        .map(|i| ((i as f64 + 1.0) * 0.619 + seed as f64 * 2.3).sin())
+        .collect();
+    ArrayD::from_shape_vec(IxDyn(shape), v).unwrap()
+}
+
+fn nd(rt: &Arc<Runtime>, a: &ArrayD<f64>) -> NDArray {
+    rt.from_array(a, Context::cpu(0)).unwrap()
+}
+
+fn close(got: &ArrayD<f64>, want: &ArrayD<f64>, what: &str) {
+    assert_eq!(got.shape(), want.shape(), "{what}: shape");
+    for (g, w) in got.iter().zip(want) {
+        assert!(
+            (g - w).abs() <= 1e-9 * (1.0 + w.abs()),
+            "{what}: got {g}, want {w}"
+        );
+    }
+}
+
+fn run(name: &str, inputs: &[&NDArray], attrs: &Attrs) -> Vec<ArrayD<f64>> {
+    invoke(name, inputs, attrs, None)
+        .unwrap()
+        .iter()
+        .map(|a| a.to_ndarray().unwrap())
+        .collect()
+}
+
+#[test]
+fn concat_split_slice_take() {
+    let rt = rt();
+    let (a, b) = (data(&[2, 3, 4], 1), data(&[2, 5, 4], 2));
+    let got = run(
+        "Concat",
+        &[&nd(&rt, &a), &nd(&rt, &b)],
+        &Attrs::new().with("dim", 1).with("num_args", 2),
+    );
+    close(
+        &got[0],
+        &ndarray::concatenate(Axis(1), &[a.view(), b.view()]).unwrap(),
+        "Concat",
+    );
+    assert!(invoke(
+        "concat",
+        &[&nd(&rt, &a), &nd(&rt, &b)],
+        &Attrs::new().with("dim", 2),
+        None
+    )
+    .is_err());
+
+    let x = data(&[2, 6, 3], 3);
+    let parts = run(
+        "SliceChannel",
+        &[&nd(&rt, &x)],
+        &Attrs::new().with("num_outputs", 3).with("axis", 1),
+    );
+    for (k, p) in parts.iter().enumerate() {
+        close(
+            p,
+            &x.slice(s![.., 2 * k..2 * k + 2, ..]).to_owned().into_dyn(),
+            "split",
+        );
+    }
+    let sq = run(
+        "split",
+        &[&nd(&rt, &x)],
+        &Attrs::new()
+            .with("num_outputs", 3)
+            .with("axis", 2)
+            .with("squeeze_axis", true),
+    );
+    close(
+        &sq[1],
+        &x.index_axis(Axis(2), 1).to_owned(),
+        "split squeeze",
+    );
+    assert!(invoke(
+        "split",
+        &[&nd(&rt, &x)],
+        &Attrs::new().with("num_outputs", 4),
+        None
+    )
+    .is_err());
+
+    let got = run(
+        "slice_axis",
+        &[&nd(&rt, &x)],
+        &Attrs::new()
+            .with("axis", 1)
+            .with("begin", 1)
+            .with("end", -1),
+    );
+    close(
+        &got[0],
+        &x.slice(s![.., 1..5, ..]).to_owned().into_dyn(),
+        "slice_axis",
+    );
+    let got = run(
+        "slice",
+        &[&nd(&rt, &x)],
+        &Attrs::new()
+            .with("begin", "(1, None, 1)")
+            .with("end", "(2, 4, None)"),
+    );
+    close(
+        &got[0],
+        &x.slice(s![1..2, 0..4, 1..3]).to_owned().into_dyn(),
+        "slice",
+    );
+    let e = invoke(
+        "slice_axis",
+        &[&nd(&rt, &x)],
+        &Attrs::new().with("axis", 1).with("begin", 5).with("end", 9),
+        None,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("outside"), "{e}");
+
+    let table = data(&[5, 3], 4);
+    let idx = rt
+        .from_vec(vec![4.0f64, 0.0, 2.0, 9.0, -3.0], &[5], Context::cpu(0))
+        .unwrap();
+    let got = run("take", &[&nd(&rt, &table), &idx], &Attrs::new());
+    for (k, r) in [4usize, 0, 2, 4, 0].iter().enumerate() {
+        close(
+            &got[0].index_axis(Axis(0), k).to_owned(),
+            &table.index_axis(Axis(0), *r).to_owned(),
+            "take (clip)",
+        );
+    }
+    let ids = rt
+        .from_vec(vec![1.0f64, 3.0, 3.0, 0.0], &[2, 2], Context::cpu(0))
+        .unwrap();
+    let emb = run(
+        "Embedding",
+        &[&ids, &nd(&rt, &table)],
+        &Attrs::new().with("input_dim", 5).with("output_dim", 3),
+    );
+    assert_eq!(emb[0].shape(), &[2, 2, 3]);
+    close(
+        &emb[0].slice(s![1, 0, ..]).to_owned().into_dyn(),
+        &table.slice(s![3, ..]).to_owned().into_dyn(),
+        "Embedding",
+    );
+
+    let r = run(
+        "Reshape",
+        &[&nd(&rt, &x)],
+        &Attrs::new().with("shape", "(0, -1)"),
+    );
+    assert_eq!(r[0].shape(), &[2, 18]);
+    assert_eq!(
+        run(
+            "expand_dims",
+            &[&nd(&rt, &x)],
+            &Attrs::new().with("axis", -1)
+        )[0]
+        .shape(),
+        &[2, 6, 3, 1]
+    );
+    let one = data(&[1, 4, 1], 5);
+    assert_eq!(
+        run("squeeze", &[&nd(&rt, &one)], &Attrs::new())[0].shape(),
+        &[4]
+    );
+    assert!(invoke(
+        "squeeze",
+        &[&nd(&rt, &one)],
+        &Attrs::new().with("axis", 1),
+        None
+    )
+    .is_err());
+}
+
+/// Direct convolution, for reference.
+fn conv_ref(
+    x: &ArrayD<f64>,
+    w: &ArrayD<f64>,
+    b: Option<&ArrayD<f64>>,
+    stride: usize,
+    pad: usize,
+    dil: usize,
+    groups: usize,
+) -> ArrayD<f64> {
+    let (n, c, h, wd) = (x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]);
+    let (f, cg, kh, kw) = (w.shape()[0], w.shape()[1], w.shape()[2], w.shape()[3]);
+    let ho = (h + 2 * pad - dil * (kh - 1) - 1) / stride + 1;
+    let wo = (wd + 2 * pad - dil * (kw - 1) - 1) / stride + 1;
+    let fg = f / groups;
+    let mut out = ArrayD::zeros(IxDyn(&[n, f, ho, wo]));
+    for i in 0..n {
+        for o in 0..f {
+            let g = o / fg;
+            for y in 0..ho {
+                for xx in 0..wo {
+                    let mut acc = b.map_or(0.0, |b| b[[o]]);
+                    for ci in 0..cg {
+                        for p in 0..kh {
+                            for q in 0..kw {
+                                let iy = (y * stride + p * dil) as isize - pad as isize;
+                                let ix = (xx * stride + q * dil) as isize - pad as isize;
+                                if iy >= 0 && ix >= 0 && (iy as usize) < h && (ix as usize) < wd {
+                                    acc += x[[i, g * cg + ci, iy as usize, ix as usize]]
+                                        * w[[o, ci, p, q]];
+                                }
+                            }
+                        }
+                    }
+                    out[[i, o, y, xx]] = acc;
+                }
+            }
+        }
+    }
+    let _ = c;
+    out
+}
+
+#[test]
+fn convolution_matches_direct_computation() {
+    let rt = rt();
+    for (stride, pad, dil, groups, bias) in [
+        (1, 0, 1, 1, true),
+        (2, 1, 1, 1, false),
+        (1, 2, 2, 1, true),
+        (1, 1, 1, 2, true),
+        (3, 1, 1, 4, false),
+    ] {
+        let x = data(&[2, 4, 7, 6], 6);
+        let w = data(&[8, 4 / groups, 3, 3], 7);
+        let b = data(&[8], 8);
+        let mut attrs = Attrs::new()
+            .with("kernel", "(3, 3)")
+            .with("num_filter", 8)
+            .with("stride", format!("({stride}, {stride})"))
+            .with("pad", format!("({pad}, {pad})"))
+            .with("dilate", format!("({dil}, {dil})"))
+            .with("num_group", groups);
+        let (xn, wn, bn) = (nd(&rt, &x), nd(&rt, &w), nd(&rt, &b));
+        let got = if bias {
+            run("Convolution", &[&xn, &wn, &bn], &attrs)
+        } else {
+            attrs = attrs.with("no_bias", true);
+            run("Convolution", &[&xn, &wn], &attrs)
+        };
+        close(
+            &got[0],
+            &conv_ref(&x, &w, bias.then_some(&b), stride, pad, dil, groups),
+            &format!("conv s{stride} p{pad} d{dil} g{groups}"),
+        );
+    }
+    let x = nd(&rt, &data(&[1, 3, 5, 5], 1));
+    let bad_w = nd(&rt, &data(&[4, 2, 3, 3], 2));
+    let e = invoke(
+        "Convolution",
+        &[&x, &bad_w],
+        &Attrs::new()
+            .with("kernel", "(3,3)")
+            .with("num_filter", 4)
+            .with("no_bias", 1),
+        None,
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("weight") && e.to_string().contains("[4, 3, 3, 3]"),
+        "{e}"
+    );
+    let e = invoke(
+        "Convolution",
+        &[&x, &bad_w],
+        &Attrs::new()
+            .with("kernel", "(9,9)")
+            .with("num_filter", 4)
+            .with("no_bias", 1),
+        None,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("Convolution"), "{e}");
+}
+
+#[test]
+fn pooling_matches_direct_computation() {
+    let rt = rt();
+    let x = data(&[2, 3, 7, 6], 9);
+    let xn = nd(&rt, &x);
+    for (kind, k, s, p, full) in [
+        ("max", 2, 2, 0, false),
+        ("avg", 3, 2, 1, false),
+        ("sum", 3, 1, 1, false),
+        ("max", 3, 2, 0, true),
+        ("avg", 2, 2, 0, true),
+    ] {
+        let attrs = Attrs::new()
+            .with("pool_type", kind)
+            .with("kernel", format!("({k},{k})"))
+            .with("stride", format!("({s},{s})"))
+            .with("pad", format!("({p},{p})"))
+            .with("pooling_convention", if full { "full" } else { "valid" });
+        let got = &run("Pooling", &[&xn], &attrs)[0];
+        let (h, w) = (7usize, 6usize);
+        let olen = |n: usize| {
+            if full {
+                (n + 2 * p - k).div_ceil(s) + 1
+            } else {
+                (n + 2 * p - k) / s + 1
+            }
+        };
+        let (ho, wo) = (olen(h), olen(w));
+        assert_eq!(got.shape(), &[2, 3, ho, wo], "{kind}");
+        for i in 0..2 {
+            for c in 0..3 {
+                for y in 0..ho {
+                    for xx in 0..wo {
+                        let (ys, xs) = (
+                            y as isize * s as isize - p as isize,
+                            xx as isize * s as isize - p as isize,
+                        );
+                        let (ye, xe) = (
+                            (ys + k as isize).min((h + p) as isize),
+                            (xs + k as isize).min((w + p) as isize),
+                        );
+                        let mut vals = vec![];
+                        for iy in ys.max(0)..ye.min(h as isize) {
+                            for ix in xs.max(0)..xe.min(w as isize) {
+                                vals.push(x[[i, c, iy as usize, ix as usize]]);
+                            }
+                        }
+                        let want = match kind {
+                            "max" => vals.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
+                            "sum" => vals.iter().sum(),
+                            _ => vals.iter().sum::<f64>() / ((ye - ys) * (xe - xs)) as f64,
+                        };
+                        let g = got[[i, c, y, xx]];
+                        assert!(
+                            (g - want).abs() < 1e-9,
+                            "{kind} k{k} s{s} p{p} full={full} at {i},{c},{y},{xx}: {g} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    let glob = &run(
+        "Pooling",
+        &[&xn],
+        &Attrs::new()
+            .with("pool_type", "avg")
+            .with("global_pool", true),
+    )[0];
+    close(
+        glob,
+        &x.mean_axis(Axis(3))
+            .unwrap()
+            .mean_axis(Axis(2))
+            .unwrap()
+            .insert_axis(Axis(2))
+            .insert_axis(Axis(3)),
+        "global avg",
+    );
+}
+
+#[test]
+fn batchnorm_trains_and_infers() {
+    let rt = rt();
+    let x = data(&[4, 3, 2, 2], 10);
+    let (gamma, beta) = (data(&[3], 11), data(&[3], 12));
+    let (mm0, mv0) = (
+        ArrayD::<f64>::zeros(IxDyn(&[3])),
+        ArrayD::<f64>::ones(IxDyn(&[3])),
+    );
+    let (mm, mv) = (nd(&rt, &mm0), nd(&rt, &mv0));
+    let attrs = Attrs::new()
+        .with("eps", 1e-5)
+        .with("momentum", 0.8)
+        .with("fix_gamma", false);
+    let train = attrs.clone().with(IS_TRAIN, true);
+    let outs = run(
+        "BatchNorm",
+        &[&nd(&rt, &x), &nd(&rt, &gamma), &nd(&rt, &beta), &mm, &mv],
+        &train,
+    );
+    let mut want = x.clone();
+    for c in 0..3 {
+        let lane = x.index_axis(Axis(1), c);
+        let mean = lane.mean().unwrap();
+        let var = lane.mapv(|v| (v - mean).powi(2)).mean().unwrap();
+        want.index_axis_mut(Axis(1), c)
+            .mapv_inplace(|v| (v - mean) / (var + 1e-5).sqrt() * gamma[[c]] + beta[[c]]);
+        assert!((outs[1][[c]] - mean).abs() < 1e-12 && (outs[2][[c]] - var).abs() < 1e-12);
+        assert!(
+            (mm.to_vec::<f64>().unwrap()[c] - 0.2 * mean).abs() < 1e-12,
+            "moving mean updated in place"
+        );
+        assert!(
+            (mv.to_vec::<f64>().unwrap()[c] - (0.8 + 0.2 * var)).abs() < 1e-12,
+            "moving var updated in place"
+        );
+    }
+    close(&outs[0], &want, "BatchNorm train");
+    // Inference uses (and leaves) the moving statistics.
+    let before = mm.to_vec::<f64>().unwrap();
+    let inf = run(
+        "BatchNorm",
+        &[&nd(&rt, &x), &nd(&rt, &gamma), &nd(&rt, &beta), &mm, &mv],
+        &attrs,
+    );
+    assert_eq!(mm.to_vec::<f64>().unwrap(), before);
+    let (m, v) = (before, mv.to_vec::<f64>().unwrap());
+    let mut want = x.clone();
+    for c in 0..3 {
+        want.index_axis_mut(Axis(1), c)
+            .mapv_inplace(|val| (val - m[c]) / (v[c] + 1e-5).sqrt() * gamma[[c]] + beta[[c]]);
+    }
+    close(&inf[0], &want, "BatchNorm inference");
+    let e = invoke(
+        "BatchNorm",
+        &[
+            &nd(&rt, &x),
+            &nd(&rt, &gamma),
+            &nd(&rt, &data(&[4], 1)),
+            &mm,
+            &mv,
+        ],
+        &attrs,
+        None,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("beta"), "{e}");
+}
+
+fn seeded(kind: EngineKind) -> Arc<Runtime> {
+    let rt = Runtime::new(
+        EngineBuilder::new(kind).cpu_workers(2).build(),
+        StorageConfig::default(),
+    );
+    rt.seed(1234).unwrap();
+    rt
+}
+
+#[test]
+fn random_ops_and_dropout_are_reproducible_per_seed_on_every_engine() {
+    let mut runs = Vec::new();
+    for kind in EngineKind::ALL {
+        let rt = seeded(kind);
+        let ctx = Context::cpu(0);
+        let u = invoke_on(
+            &rt,
+            ctx,
+            "_random_uniform",
+            &[],
+            &Attrs::new()
+                .with("low", -2)
+                .with("high", 3)
+                .with("shape", "(1000,)"),
+            None,
+        )
+        .unwrap()
+        .remove(0);
+        let n = invoke_on(
+            &rt,
+            ctx,
+            "normal",
+            &[],
+            &Attrs::new()
+                .with("loc", 1)
+                .with("scale", 2)
+                .with("shape", "(100, 100)")
+                .with("dtype", "float64"),
+            None,
+        )
+        .unwrap()
+        .remove(0);
+        let x = rt.ones(&[2000], DType::F32, ctx).unwrap();
+        let d = invoke(
+            "Dropout",
+            &[&x],
+            &Attrs::new().with("p", 0.25).with(IS_TRAIN, 1),
+            None,
+        )
+        .unwrap();
+        let uv = u.to_vec::<f32>().unwrap();
+        assert!(uv.iter().all(|&v| (-2.0..3.0).contains(&v)));
+        let nv = n.to_vec::<f64>().unwrap();
+        let mean = nv.iter().sum::<f64>() / nv.len() as f64;
+        let sd = (nv.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / nv.len() as f64).sqrt();
+        assert!(
+            (mean - 1.0).abs() < 0.1 && (sd - 2.0).abs() < 0.1,
+            "normal: mean {mean}, sd {sd}"
+        );
+        let dv = d[0].to_vec::<f32>().unwrap();
+        let dropped = dv.iter().filter(|&&v| v == 0.0).count() as f64 / dv.len() as f64;
+        assert!((dropped - 0.25).abs() < 0.05, "dropped {dropped}");
+        assert!(dv
+            .iter()
+            .all(|&v| v == 0.0 || (v - 1.0 / 0.75).abs() < 1e-6));
+        // Outside training, dropout is the identity.
+        let id = invoke("Dropout", &[&x], &Attrs::new().with("p", 0.25), None).unwrap();
+        assert_eq!(id[0].to_vec::<f32>().unwrap(), vec![1.0; 2000]);
+        runs.push((uv, nv, dv));
+    }
+    assert!(
+        runs.windows(2).all(|w| w[0] == w[1]),
+        "same seed, different numbers across engines"
+    );
+    // Another seed gives other numbers.
+    let rt = seeded(EngineKind::Naive);
+    rt.seed(99).unwrap();
+    let u = invoke_on(
+        &rt,
+        Context::cpu(0),
+        "uniform",
+        &[],
+        &Attrs::new()
+            .with("shape", "(1000,)")
+            .with("low", -2)
+            .with("high", 3),
+        None,
+    )
+    .unwrap()
+    .remove(0);
+    assert_ne!(u.to_vec::<f32>().unwrap(), runs[0].0);
+    let e = invoke_on(
+        &rt,
+        Context::cpu(0),
+        "uniform",
+        &[],
+        &Attrs::new()
+            .with("low", 2)
+            .with("high", 1)
+            .with("shape", "(3,)"),
+        None,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("above"), "{e}");
+}
