@@ -22,6 +22,7 @@ mod cuda;
 mod device;
 mod error;
 mod manager;
+pub mod plan;
 mod pools;
 mod registry;
 mod stats;

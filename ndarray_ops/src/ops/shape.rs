@@ -384,72 +384,73 @@ fn take_kernel(
 fn infer_reshape(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let x = &s[0];
     let n: usize = x.iter().product();
-    let out: Vec<usize> =
-        match op {
-            "expand_dims" => {
-                let a = attrs
-                    .ints(op, "axis")?
-                    .and_then(|v| v.first().copied())
-                    .ok_or_else(|| invalid(op, "attribute axis is required"))?;
-                let ax = norm_axes(op, &[a], x.len() + 1)?[0];
-                let mut out = x.clone();
-                out.insert(ax, 1);
-                out
-            }
-            "squeeze" => match attrs.ints(op, "axis")? {
-                None => x.iter().copied().filter(|&v| v != 1).collect(),
-                Some(a) => {
-                    let axes = norm_axes(op, &a, x.len())?;
-                    if let Some(&bad) = axes.iter().find(|&&a| x[a] != 1) {
-                        return Err(invalid(op, format!("axis {bad} of shape {x:?} is not 1")));
-                    }
-                    x.iter()
-                        .enumerate()
-                        .filter(|(i, _)| !axes.contains(i))
-                        .map(|(_, &v)| v)
-                        .collect()
+    let out: Vec<usize> = match op {
+        "expand_dims" => {
+            let a = attrs
+                .ints(op, "axis")?
+                .and_then(|v| v.first().copied())
+                .ok_or_else(|| invalid(op, "attribute axis is required"))?;
+            let ax = norm_axes(op, &[a], x.len() + 1)?[0];
+            let mut out = x.clone();
+            out.insert(ax, 1);
+            out
+        }
+        "squeeze" => match attrs.ints(op, "axis")? {
+            None => x.iter().copied().filter(|&v| v != 1).collect(),
+            Some(a) => {
+                let axes = norm_axes(op, &a, x.len())?;
+                if let Some(&bad) = axes.iter().find(|&&a| x[a] != 1) {
+                    return Err(invalid(op, format!("axis {bad} of shape {x:?} is not 1")));
                 }
-            },
-            _ => {
-                // MXNet's codes: 0 copies the input's dimension, -1 infers one dimension.
-                let spec = attrs
-                    .ints(op, "shape")?
-                    .ok_or_else(|| invalid(op, "attribute shape is required"))?;
-                let mut out = Vec::with_capacity(spec.len());
-                let mut infer_at = None;
-                for (i, &v) in spec.iter().enumerate() {
-                    match v {
-                        0 => out.push(*x.get(i).ok_or_else(|| {
-                            invalid(op, format!("shape code 0 at {i} has no input dimension"))
-                        })?),
-                        -1 if infer_at.is_none() => {
-                            infer_at = Some(i);
-                            out.push(1);
-                        }
-                        v if v > 0 => out.push(v as usize),
-                        v => return Err(invalid(
+                x.iter()
+                    .enumerate()
+                    .filter(|(i, _)| !axes.contains(i))
+                    .map(|(_, &v)| v)
+                    .collect()
+            }
+        },
+        _ => {
+            // MXNet's codes: 0 copies the input's dimension, -1 infers one dimension.
+            let spec = attrs
+                .ints(op, "shape")?
+                .ok_or_else(|| invalid(op, "attribute shape is required"))?;
+            let mut out = Vec::with_capacity(spec.len());
+            let mut infer_at = None;
+            for (i, &v) in spec.iter().enumerate() {
+                match v {
+                    0 => out.push(*x.get(i).ok_or_else(|| {
+                        invalid(op, format!("shape code 0 at {i} has no input dimension"))
+                    })?),
+                    -1 if infer_at.is_none() => {
+                        infer_at = Some(i);
+                        out.push(1);
+                    }
+                    v if v > 0 => out.push(v as usize),
+                    v => {
+                        return Err(invalid(
                             op,
                             format!(
                                 "shape code {v} is not supported (0, -1 and positive sizes are)"
                             ),
-                        )),
+                        ))
                     }
                 }
-                if let Some(i) = infer_at {
-                    let known: usize = out.iter().product();
-                    if known == 0 || !n.is_multiple_of(known) {
-                        return Err(NdError::Shape {
-                            op: op.into(),
-                            arg: "data".into(),
-                            found: x.clone(),
-                            expected: format!("a size divisible into shape {spec:?}"),
-                        });
-                    }
-                    out[i] = n / known;
-                }
-                out
             }
-        };
+            if let Some(i) = infer_at {
+                let known: usize = out.iter().product();
+                if known == 0 || !n.is_multiple_of(known) {
+                    return Err(NdError::Shape {
+                        op: op.into(),
+                        arg: "data".into(),
+                        found: x.clone(),
+                        expected: format!("a size divisible into shape {spec:?}"),
+                    });
+                }
+                out[i] = n / known;
+            }
+            out
+        }
+    };
     if out.iter().product::<usize>() != n {
         return Err(NdError::Shape {
             op: op.into(),
