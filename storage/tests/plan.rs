@@ -170,69 +170,10 @@ fn problems_and_plans_round_trip_through_json() {
     );
 }
 
-/// The liveness of an MXNet bound graph: every entry produced by an op, live from its node to
-/// its last reader (graph outputs to the end); variables and bound gradients are external. No
-/// in-place sharing (that needs the graph side).
 fn liveness(path: &std::path::Path) -> (Problem, u64) {
-    let g: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let nodes = g["nodes"].as_array().unwrap();
-    let external: Vec<u64> = g["gradient_outputs_external"]
-        .as_object()
-        .unwrap()
-        .values()
-        .map(|v| v.as_u64().unwrap())
-        .collect();
-    let outputs: Vec<u64> = g["outputs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_u64().unwrap())
-        .collect();
-    let last = nodes.len() as u32 - 1;
-    let mut made_at = std::collections::HashMap::new();
-    let mut last_use = std::collections::HashMap::new();
-    for (step, n) in nodes.iter().enumerate() {
-        for e in n["inputs"].as_array().unwrap() {
-            last_use.insert(e.as_u64().unwrap(), step as u32);
-        }
-        if !n["op"].is_null() {
-            for e in n["outputs"].as_array().unwrap() {
-                made_at.insert(e.as_u64().unwrap(), step as u32);
-            }
-        }
-    }
-    let mut buffers = vec![];
-    let mut ids: Vec<_> = made_at
-        .keys()
-        .copied()
-        .filter(|e| !external.contains(e))
-        .collect();
-    ids.sort_unstable();
-    for e in ids {
-        let shape = g["entry_shapes"][e.to_string()].as_array().unwrap();
-        let size = shape.iter().map(|d| d.as_u64().unwrap()).product::<u64>() * 4;
-        let start = made_at[&e];
-        let end = if outputs.contains(&e) {
-            last
-        } else {
-            last_use.get(&e).copied().unwrap_or(start).max(start)
-        };
-        buffers.push(Buffer {
-            size,
-            start,
-            end,
-            align: 64,
-            name: format!("entry{e}"),
-        });
-    }
-    (
-        Problem {
-            buffers,
-            groups: vec![],
-        },
-        g["mxnet_planner_bytes"].as_u64().unwrap(),
-    )
+    let (p, mxnet) =
+        storage::plan::mxnet::liveness_problem(&std::fs::read_to_string(path).unwrap()).unwrap();
+    (p, mxnet.unwrap())
 }
 
 #[test]

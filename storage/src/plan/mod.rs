@@ -10,6 +10,7 @@
 //!   range, and the automatic search over ranges), greedy-by-size offsets (TFLite), a best-fit heap
 //!   simulator, and a strong solver that tries several orders and improves the best.
 
+pub mod mxnet;
 mod solvers;
 
 use serde::{Deserialize, Serialize};

@@ -1,0 +1,110 @@
+//! Plans the liveness of MXNet's own bound graphs (`graphs/*-bound.json`: MXNet's graph and
+//! execution order) with every solver, beside the lower bound and MXNet's own plan size.
+//!
+//! `cargo run --release --example plan_bound -- [--json] [FILE...]`
+//!
+//! Liveness only: no in-place sharing yet (MXNet's figure includes its in-place sharing, which
+//! can take it below this lower bound).
+
+use std::time::{Duration, Instant};
+
+use storage::plan::{lower_bound, mxnet, solve, verify, SolverKind};
+
+fn main() {
+    let mut json = false;
+    let mut files: Vec<String> = vec![];
+    for a in std::env::args().skip(1) {
+        if a == "--json" {
+            json = true;
+        } else {
+            files.push(a);
+        }
+    }
+    if files.is_empty() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/graphs");
+        let mut found: Vec<String> = std::fs::read_dir(dir)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.path().to_string_lossy().into_owned())
+                    .filter(|p| p.ends_with("-bound.json"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        found.sort();
+        files = found;
+    }
+    let solvers = [
+        SolverKind::NnvmBlocks(16),
+        SolverKind::NnvmAuto,
+        SolverKind::GreedyBySize,
+        SolverKind::BestFitHeap,
+        SolverKind::Strong(Duration::from_millis(200)),
+    ];
+    if !json {
+        println!(
+            "{:<38} {:>14} {:>14} {:>9} {:>9} {:>9} {:>9} {:>8}",
+            "graph", "lower bound", "best plan", "strong", "greedy", "nnvm16", "nnvm auto", "ms"
+        );
+    }
+    for f in files {
+        let text = match std::fs::read_to_string(&f) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("plan_bound: cannot read {f}: {e}");
+                std::process::exit(2);
+            }
+        };
+        let (p, mxnet_bytes) = match mxnet::liveness_problem(&text) {
+            Ok(x) => x,
+            Err(e) => {
+                eprintln!("plan_bound: {f}: {e}");
+                std::process::exit(2);
+            }
+        };
+        let lb = lower_bound(&p);
+        let mut res = serde_json::Map::new();
+        let mut arenas = vec![];
+        let mut strong_ms = 0.0;
+        for k in solvers {
+            let t = Instant::now();
+            let plan = solve(&p, k);
+            let ms = t.elapsed().as_secs_f64() * 1e3;
+            if let Err(e) = verify(&p, &plan) {
+                eprintln!(
+                    "plan_bound: {f}: {} produced an invalid plan: {e}",
+                    plan.solver
+                );
+                std::process::exit(1);
+            }
+            if matches!(k, SolverKind::Strong(_)) {
+                strong_ms = ms;
+            }
+            arenas.push(plan.arena);
+            res.insert(plan.solver.clone(), serde_json::json!({"bytes": plan.arena, "ratio_to_lower_bound": plan.arena as f64 / lb.max(1) as f64, "plan_ms": ms}));
+        }
+        let name = std::path::Path::new(&f)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or(f.clone());
+        let best = *arenas.iter().min().unwrap_or(&0);
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({"graph": name, "entries": p.buffers.len(), "no_reuse_bytes": p.total_bytes(), "lower_bound_bytes": lb, "planned_bytes": best, "ratio_to_lower_bound": best as f64 / lb.max(1) as f64, "mxnet_bytes": mxnet_bytes, "solvers": res})
+            );
+        } else {
+            let r = |a: u64| a as f64 / lb.max(1) as f64;
+            println!(
+                "{name:<38} {lb:>14} {best:>14} {:>9.4} {:>9.4} {:>9.4} {:>9.4} {:>8.1}",
+                r(arenas[4]),
+                r(arenas[2]),
+                r(arenas[0]),
+                r(arenas[1]),
+                strong_ms
+            );
+            if let Some(m) = mxnet_bytes {
+                println!("{:<38} MXNet's own plan (with in-place): {m} = {:.4}x this bound; ours {:.4}x of MXNet's", "", r(m), best as f64 / m as f64);
+            }
+        }
+    }
+}
