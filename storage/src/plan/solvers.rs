@@ -165,14 +165,13 @@ fn nnvm_blocks(us: &[Unit], range: u64) -> Vec<u64> {
     for t in 0..steps {
         for &i in &starting[t] {
             let size = us[i].size;
-            let found = if range == 0 {
-                None
-            } else {
-                let (lo, hi) = (size / range, size.saturating_mul(range));
+            // A match range of 0 turns reuse off.
+            let found = size.checked_div(range).and_then(|lo| {
+                let hi = size.saturating_mul(range);
                 let bigger = free.range(size..=hi).next().map(|(&s, _)| s);
                 let smaller = free.range(lo..size).next_back().map(|(&s, _)| s);
                 bigger.or(smaller).and_then(|s| take(&mut free, s))
-            };
+            });
             let b = found.unwrap_or_else(|| {
                 block_size.push(0);
                 block_align.push(1);
