@@ -319,7 +319,14 @@ fn infer_pool(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let x = &s[0];
     let ho = out_len(op, x[2], p.k.0, p.s.0, p.p.0, 1, p.ceil)?;
     let wo = out_len(op, x[3], p.k.1, p.s.1, p.p.1, 1, p.ceil)?;
-    Ok((vec![vec![x[0], x[1], ho, wo]], vec![d[0]]))
+    let out = vec![x[0], x[1], ho, wo];
+    // Max pooling also writes where each maximum came from (a hidden output, as in MXNet 1.9's
+    // CPU build, which its model files record); the backward pass reads it.
+    if p.kind == PoolType::Max {
+        Ok((vec![out.clone(), out], vec![d[0]; 2]))
+    } else {
+        Ok((vec![out], vec![d[0]]))
+    }
 }
 
 fn pool_kernel(
@@ -350,11 +357,22 @@ fn pool_kernel(
                     let (y0, y1) = (ys.max(0) as usize, (ye.max(0) as usize).min(h));
                     let (x0, x1) = (xs.max(0) as usize, (xe.max(0) as usize).min(w));
                     let mut acc = if p.kind == PoolType::Max { f64::NEG_INFINITY } else { 0.0 };
+                    let mut at = 0usize;
                     for iy in y0..y1 {
                         for ix in x0..x1 {
                             let v = sp[iy * w + ix].to_f64();
-                            acc = if p.kind == PoolType::Max { acc.max(v) } else { acc + v };
+                            if p.kind != PoolType::Max {
+                                acc += v;
+                            } else if v > acc {
+                                acc = v;
+                                at = iy * w + ix;
+                            }
                         }
+                    }
+                    if p.kind == PoolType::Max {
+                        // SAFETY: the hidden output has the output's shape and is disjoint.
+                        let mask = unsafe { outs[1].slice_mut::<T>() };
+                        mask[plane * ho * wo + y * wo + xx] = T::from_f64(at as f64);
                     }
                     let inside = ((y1 - y0) * (x1 - x0)).max(1) as f64;
                     let v = match p.kind {
@@ -384,6 +402,7 @@ pub(super) fn ops() -> &'static [OpDef] {
             alias_safe: false,
             mutate_inputs: &[],
             resources: &[Resource::TempSpace],
+            infer_inputs: Some(super::param_shapes::convolution),
         },
         OpDef {
             name: "Pooling",
@@ -397,6 +416,7 @@ pub(super) fn ops() -> &'static [OpDef] {
             alias_safe: false,
             mutate_inputs: &[],
             resources: &[],
+            infer_inputs: None,
         },
     ];
     OPS

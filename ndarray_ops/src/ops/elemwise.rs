@@ -367,6 +367,7 @@ macro_rules! def {
             alias_safe: true,
             mutate_inputs: &[],
             resources: &[],
+            infer_inputs: None,
         }
     };
 }
@@ -390,10 +391,22 @@ pub(super) fn ops() -> &'static [OpDef] {
         def!("broadcast_greater_equal", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]),
         def!("broadcast_lesser", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]),
         def!("broadcast_lesser_equal", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]),
-        def!("elemwise_add", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1]),
-        def!("elemwise_sub", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1]),
-        def!("elemwise_mul", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[]),
-        def!("elemwise_div", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[]),
+        OpDef {
+            infer_inputs: Some(super::param_shapes::same_shape),
+            ..def!("elemwise_add", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1])
+        },
+        OpDef {
+            infer_inputs: Some(super::param_shapes::same_shape),
+            ..def!("elemwise_sub", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1])
+        },
+        OpDef {
+            infer_inputs: Some(super::param_shapes::same_shape),
+            ..def!("elemwise_mul", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[])
+        },
+        OpDef {
+            infer_inputs: Some(super::param_shapes::same_shape),
+            ..def!("elemwise_div", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[])
+        },
         def!("_plus_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]),
         def!("_minus_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]),
         def!("_rminus_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]),

@@ -185,6 +185,7 @@ pub(super) fn ops() -> &'static [OpDef] {
             alias_safe: false,
             mutate_inputs: &[],
             resources: &[],
+            infer_inputs: None,
         },
         OpDef {
             name: "batch_dot",
@@ -198,6 +199,7 @@ pub(super) fn ops() -> &'static [OpDef] {
             alias_safe: false,
             mutate_inputs: &[],
             resources: &[],
+            infer_inputs: None,
         },
     ];
     OPS

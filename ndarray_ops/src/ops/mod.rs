@@ -11,6 +11,7 @@ mod conv;
 mod elemwise;
 mod linalg;
 mod nn;
+mod param_shapes;
 mod reduce;
 mod shape;
 mod stochastic;
@@ -197,6 +198,10 @@ pub enum Arity {
 /// Shape and dtype inference: input shapes and dtypes to output shapes and dtypes.
 pub type InferFn =
     fn(&str, &Attrs, &[Vec<usize>], &[DType]) -> Result<(Vec<Vec<usize>>, Vec<DType>)>;
+/// Backward shape inference: from the inputs known so far (`None` = unknown), the shapes other
+/// inputs must have (weights from the data shape and attributes, the other operand of a
+/// same-shape op). Entries it cannot determine are `None`.
+pub type InferInputsFn = fn(&str, &Attrs, &[Option<Vec<usize>>]) -> Result<Vec<Option<Vec<usize>>>>;
 /// A CPU kernel: inputs and outputs (already allocated, inferred shapes).
 pub(crate) type KernelFn =
     fn(&str, &Attrs, &[TensorRef], &[TensorRef], &mut KernelRes) -> std::result::Result<(), String>;
@@ -225,6 +230,8 @@ pub struct OpDef {
     pub mutate_inputs: &'static [usize],
     /// Per-device resources the kernel uses.
     pub resources: &'static [Resource],
+    /// Backward shape inference of inputs, for ops that can tell.
+    pub infer_inputs: Option<InferInputsFn>,
 }
 
 fn registry() -> &'static HashMap<&'static str, &'static OpDef> {
@@ -246,6 +253,44 @@ fn registry() -> &'static HashMap<&'static str, &'static OpDef> {
             }
         }
         m
+    })
+}
+
+/// How many outputs a node of op `def` with `attrs` has, hidden ones included (what MXNet's
+/// files record in `node_row_ptr`), and how many of them are visible to users.
+pub fn num_outputs(def: &OpDef, attrs: &Attrs) -> Result<(usize, usize)> {
+    let op = def.name;
+    Ok(match op {
+        "SliceChannel" => {
+            let n = attrs.f64(op, "num_outputs", None)?;
+            if n < 1.0 || n.fract() != 0.0 {
+                return Err(invalid(
+                    op,
+                    format!("num_outputs={n} is not a positive integer"),
+                ));
+            }
+            (n as usize, n as usize)
+        }
+        "BatchNorm" => (
+            3,
+            if attrs.bool(op, "output_mean_var", false)? {
+                3
+            } else {
+                1
+            },
+        ),
+        "Dropout" => (2, 1),
+        "Pooling" => {
+            let max = attrs.get("pool_type").unwrap_or("max") == "max";
+            if max {
+                (2, 1)
+            } else {
+                (1, 1)
+            }
+        }
+        "sgd_mom_update" => (2, 1),
+        "adam_update" => (3, 1),
+        _ => (1, 1),
     })
 }
 

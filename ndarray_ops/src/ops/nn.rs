@@ -450,6 +450,7 @@ macro_rules! def {
             alias_safe: $alias,
             mutate_inputs: &[],
             resources: &[],
+            infer_inputs: None,
         }
     };
 }
@@ -497,26 +498,32 @@ pub(super) fn ops() -> &'static [OpDef] {
             &[0],
             false
         ),
-        def!(
-            "SoftmaxOutput",
-            Arity::Exactly(2),
-            infer_softmax,
-            softmax_kernel,
-            &[],
-            false,
-            &[0],
-            false
-        ),
-        def!(
-            "FullyConnected",
-            Arity::AtLeast(2),
-            infer_fc,
-            fc_kernel,
-            &[],
-            false,
-            &[],
-            false
-        ),
+        OpDef {
+            infer_inputs: Some(super::param_shapes::softmax_output),
+            ..def!(
+                "SoftmaxOutput",
+                Arity::Exactly(2),
+                infer_softmax,
+                softmax_kernel,
+                &[],
+                false,
+                &[0],
+                false
+            )
+        },
+        OpDef {
+            infer_inputs: Some(super::param_shapes::fully_connected),
+            ..def!(
+                "FullyConnected",
+                Arity::AtLeast(2),
+                infer_fc,
+                fc_kernel,
+                &[],
+                false,
+                &[],
+                false
+            )
+        },
         def!(
             "one_hot",
             Arity::Exactly(1),

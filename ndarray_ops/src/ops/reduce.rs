@@ -153,6 +153,7 @@ macro_rules! def {
             alias_safe: false,
             mutate_inputs: &[],
             resources: &[],
+            infer_inputs: None,
         }
     };
 }

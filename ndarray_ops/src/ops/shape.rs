@@ -493,6 +493,7 @@ macro_rules! def {
             alias_safe: $alias_safe,
             mutate_inputs: &[],
             resources: &[],
+            infer_inputs: None,
         }
     };
 }
@@ -555,17 +556,20 @@ pub(super) fn ops() -> &'static [OpDef] {
             &[],
             false
         ),
-        def!(
-            "Embedding",
-            &[],
-            Arity::Exactly(2),
-            infer_take,
-            take_kernel,
-            &[],
-            false,
-            &[1],
-            false
-        ),
+        OpDef {
+            infer_inputs: Some(super::param_shapes::embedding),
+            ..def!(
+                "Embedding",
+                &[],
+                Arity::Exactly(2),
+                infer_take,
+                take_kernel,
+                &[],
+                false,
+                &[1],
+                false
+            )
+        },
         def!(
             "Reshape",
             &["reshape"],

@@ -272,6 +272,7 @@ pub(super) fn ops() -> &'static [OpDef] {
             alias_safe: false,
             mutate_inputs: &[3, 4],
             resources: &[],
+            infer_inputs: Some(super::param_shapes::batch_norm),
         },
         OpDef {
             name: "Dropout",
@@ -285,6 +286,7 @@ pub(super) fn ops() -> &'static [OpDef] {
             alias_safe: false,
             mutate_inputs: &[],
             resources: &[Resource::Random],
+            infer_inputs: None,
         },
         OpDef {
             name: "_random_uniform",
@@ -298,6 +300,7 @@ pub(super) fn ops() -> &'static [OpDef] {
             alias_safe: false,
             mutate_inputs: &[],
             resources: &[Resource::Random],
+            infer_inputs: None,
         },
         OpDef {
             name: "_random_normal",
@@ -311,6 +314,7 @@ pub(super) fn ops() -> &'static [OpDef] {
             alias_safe: false,
             mutate_inputs: &[],
             resources: &[Resource::Random],
+            infer_inputs: None,
         },
     ];
     OPS
