@@ -25,6 +25,7 @@ mod operators;
 pub mod ops;
 mod resources;
 mod runtime;
+pub mod symbol;
 
 pub use array::NDArray;
 pub use dtype::{DType, Element};
@@ -32,6 +33,7 @@ pub use error::{NdError, Result};
 pub use ops::{invoke, invoke_on, Attrs};
 pub use resources::Resource;
 pub use runtime::Runtime;
+pub use symbol::Symbol;
 
 pub use engine;
 pub use storage;

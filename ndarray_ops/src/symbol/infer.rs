@@ -1,0 +1,259 @@
+//! Shape and dtype inference over a graph, forward (each op's inference from its inputs) and
+//! backward (each op's rules for its parameter inputs, e.g. a weight from the data shape), until
+//! nothing changes. Dimensions of 0 are unknown, as in MXNet's partial shapes (`(64, 0, 3, 3)`).
+//! A clash names the node, the input or output, and both shapes.
+
+use std::collections::HashMap;
+
+use super::{IndexedGraph, Symbol};
+use crate::error::{NdError, Result};
+use crate::DType;
+
+/// What inference found, per entry id (see [`IndexedGraph::entry`]).
+pub struct Inferred {
+    /// The graph it ran on.
+    pub graph: IndexedGraph,
+    /// Shape of every entry.
+    pub shapes: Vec<Vec<usize>>,
+    /// Dtype of every entry.
+    pub dtypes: Vec<DType>,
+}
+
+impl std::fmt::Debug for Inferred {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Inferred({} entries, outputs {:?})",
+            self.shapes.len(),
+            self.output_shapes()
+        )
+    }
+}
+
+impl Inferred {
+    /// Shape of output `index` of the node named `name`.
+    pub fn shape_of(&self, name: &str, index: usize) -> Option<&[usize]> {
+        let n = self.graph.nodes.iter().position(|n| n.name == name)?;
+        self.shapes
+            .get(self.graph.entry(n, index))
+            .map(Vec::as_slice)
+    }
+
+    /// Shapes of the graph outputs.
+    pub fn output_shapes(&self) -> Vec<Vec<usize>> {
+        self.graph
+            .outputs
+            .iter()
+            .map(|&(n, i)| self.shapes[self.graph.entry(n, i)].clone())
+            .collect()
+    }
+}
+
+/// MXNet's dtype codes (`__dtype__`).
+fn dtype_code(code: &str) -> Option<DType> {
+    match code.trim() {
+        "0" => Some(DType::F32),
+        "1" => Some(DType::F64),
+        "3" => Some(DType::U8),
+        "4" => Some(DType::I32),
+        "6" => Some(DType::I64),
+        _ => None,
+    }
+}
+
+/// The largest element count a shape may claim (2^48): bigger ones are errors, so that no
+/// arithmetic on them overflows and nothing is ever allocated for them.
+const MAX_ELEMENTS: u128 = 1 << 48;
+
+fn check_size(shape: &[usize], at: &str) -> Result<()> {
+    let n = shape
+        .iter()
+        .try_fold(1u128, |a, &d| a.checked_mul(d.max(1) as u128));
+    match n {
+        Some(n) if n <= MAX_ELEMENTS => Ok(()),
+        _ => Err(NdError::Invalid {
+            op: "infer_shape".into(),
+            reason: format!("{at}: shape {shape:?} claims more than 2^48 elements"),
+        }),
+    }
+}
+
+fn complete(s: &Option<Vec<usize>>) -> bool {
+    s.as_ref().is_some_and(|s| !s.contains(&0))
+}
+
+/// Merges what is known with a new (possibly partial) shape; `Err` on a clash.
+fn unify(old: &Option<Vec<usize>>, new: &[usize]) -> std::result::Result<Option<Vec<usize>>, ()> {
+    match old {
+        None => Ok(Some(new.to_vec())),
+        Some(o) if o.len() != new.len() => Err(()),
+        Some(o) => {
+            let mut out = o.clone();
+            for (a, &b) in out.iter_mut().zip(new) {
+                match (*a, b) {
+                    (_, 0) => {}
+                    (0, b) => *a = b,
+                    (x, y) if x == y => {}
+                    _ => return Err(()),
+                }
+            }
+            Ok((out != *o).then_some(out))
+        }
+    }
+}
+
+/// Infers every entry's shape and dtype. `known` gives argument shapes by name (over `__shape__`
+/// attributes); `dtypes` argument dtypes (over `__dtype__`; float32 otherwise).
+pub fn infer(
+    sym: &Symbol,
+    known: &HashMap<String, Vec<usize>>,
+    dtypes: &HashMap<String, DType>,
+) -> Result<Inferred> {
+    let g = sym.indexed();
+    let n_entries = g.num_entries();
+    let mut shapes: Vec<Option<Vec<usize>>> = vec![None; n_entries];
+    let mut types: Vec<Option<DType>> = vec![None; n_entries];
+    for (i, n) in g.nodes.iter().enumerate() {
+        if !n.is_variable() {
+            continue;
+        }
+        let e = g.entry(i, 0);
+        let given = match known.get(&n.name) {
+            Some(s) => Some(s.clone()),
+            None => n
+                .attrs
+                .ints("infer_shape", "__shape__")?
+                .map(|v| v.iter().map(|&d| d.max(0) as usize).collect()),
+        };
+        if let Some(s) = &given {
+            check_size(s, &format!("variable '{}'", n.name))?;
+        }
+        shapes[e] = given;
+        types[e] = Some(
+            dtypes
+                .get(&n.name)
+                .copied()
+                .or_else(|| n.attrs.get("__dtype__").and_then(dtype_code))
+                .unwrap_or(DType::F32),
+        );
+    }
+    // Forward and backward rules until a fixed point; every round fills at least one entry or stops.
+    for _round in 0..=g.nodes.len() {
+        let mut changed = false;
+        for (i, n) in g.nodes.iter().enumerate() {
+            let Some(def) = n.op else { continue };
+            let at = |what: String| format!("node '{}' ({}): {what}", n.name, def.name);
+            let ins: Vec<Option<Vec<usize>>> = g.inputs[i]
+                .iter()
+                .map(|&(src, idx)| shapes[g.entry(src, idx)].clone())
+                .collect();
+            if let Some(rule) = def.infer_inputs {
+                let wanted = rule(def.name, &n.attrs, &ins).map_err(|e| NdError::Invalid {
+                    op: "infer_shape".into(),
+                    reason: at(e.to_string()),
+                })?;
+                for (k, w) in wanted.into_iter().enumerate() {
+                    let (Some(w), Some(&(src, idx))) = (w, g.inputs[i].get(k)) else {
+                        continue;
+                    };
+                    let e = g.entry(src, idx);
+                    match unify(&shapes[e], &w) {
+                        Ok(Some(s)) => {
+                            check_size(&s, &at(format!("input {k}")))?;
+                            shapes[e] = Some(s);
+                            changed = true;
+                        }
+                        Ok(None) => {}
+                        Err(()) => {
+                            return Err(NdError::Shape {
+                                op: format!("infer_shape: node '{}' ({})", n.name, def.name),
+                                arg: format!("input {k} ('{}')", g.nodes[src].name),
+                                found: shapes[e].clone().unwrap_or_default(),
+                                expected: format!("{w:?} as the op requires"),
+                            })
+                        }
+                    }
+                }
+            }
+            let outs_known = (0..n.num_outputs()).all(|k| complete(&shapes[g.entry(i, k)]));
+            if outs_known || !ins.iter().all(complete) {
+                continue;
+            }
+            let in_shapes: Vec<Vec<usize>> =
+                ins.into_iter().map(|s| s.unwrap_or_default()).collect();
+            let in_types: Vec<DType> = g.inputs[i]
+                .iter()
+                .map(|&(s, x)| types[g.entry(s, x)].unwrap_or(DType::F32))
+                .collect();
+            let (os, ot) = (def.infer)(def.name, &n.attrs, &in_shapes, &in_types).map_err(|e| {
+                NdError::Invalid {
+                    op: "infer_shape".into(),
+                    reason: at(e.to_string()),
+                }
+            })?;
+            if os.len() != n.num_outputs() {
+                return Err(NdError::Invalid {
+                    op: "infer_shape".into(),
+                    reason: at(format!(
+                        "inference gave {} outputs for a node with {}",
+                        os.len(),
+                        n.num_outputs()
+                    )),
+                });
+            }
+            for (k, (s, t)) in os.into_iter().zip(ot).enumerate() {
+                let e = g.entry(i, k);
+                check_size(&s, &at(format!("output {k}")))?;
+                match unify(&shapes[e], &s) {
+                    Ok(Some(new)) => {
+                        shapes[e] = Some(new);
+                        changed = true;
+                    }
+                    Ok(None) => {}
+                    Err(()) => {
+                        return Err(NdError::Shape {
+                            op: format!("infer_shape: node '{}' ({})", n.name, def.name),
+                            arg: format!("output {k}"),
+                            found: shapes[e].clone().unwrap_or_default(),
+                            expected: format!("{s:?} as inferred from its inputs"),
+                        })
+                    }
+                }
+                types[e] = Some(t);
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    let missing: Vec<String> = g
+        .nodes
+        .iter()
+        .enumerate()
+        .flat_map(|(i, n)| (0..n.num_outputs()).map(move |k| (i, k, n)))
+        .filter(|&(i, k, _)| !complete(&shapes[g.entry(i, k)]))
+        .map(|(_, k, n)| {
+            if n.is_variable() {
+                format!("'{}'", n.name)
+            } else {
+                format!("output {k} of '{}'", n.name)
+            }
+        })
+        .collect();
+    if !missing.is_empty() {
+        let shown: Vec<_> = missing.iter().take(8).cloned().collect();
+        return Err(NdError::Invalid {
+            op: "infer_shape".into(),
+            reason: format!(
+                "cannot infer the shapes of {} entries, e.g. {} (give the input shapes)",
+                missing.len(),
+                shown.join(", ")
+            ),
+        });
+    }
+    Ok(Inferred {
+        shapes: shapes.into_iter().map(|s| s.unwrap_or_default()).collect(),
+        dtypes: types.into_iter().map(|t| t.unwrap_or(DType::F32)).collect(),
+        graph: g,
+    })
+}

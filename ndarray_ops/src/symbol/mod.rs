@@ -1,0 +1,418 @@
+//! Symbols: graphs of ops built in code or loaded from MXNet's JSON, listed, composed, and
+//! inferred (shapes and dtypes).
+//!
+//! As in NNVM, a graph is a DAG of shared nodes; a [`Symbol`] is a list of node outputs. The
+//! [`IndexedGraph`] of a symbol orders its nodes by a depth-first post-order from the outputs
+//! (inputs in order), which is NNVM's and therefore MXNet's order: entry ids here match the ids in
+//! MXNet's dumps.
+
+mod infer;
+mod json;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use crate::error::{invalid, Result};
+use crate::ops::{lookup, num_outputs, Arity, Attrs, OpDef};
+
+pub use infer::{infer, Inferred};
+
+/// A node: an op applied to entries of other nodes, or a variable (no op).
+pub struct Node {
+    /// The op; `None` for a variable.
+    pub op: Option<&'static OpDef>,
+    /// The node's name.
+    pub name: String,
+    /// Attributes (for variables: `__shape__`, `__dtype__`, ...).
+    pub attrs: Attrs,
+    /// Inputs.
+    pub inputs: Vec<NodeEntry>,
+    outputs: (usize, usize),
+}
+
+impl Node {
+    /// Outputs, hidden ones included.
+    pub fn num_outputs(&self) -> usize {
+        self.outputs.0
+    }
+
+    /// Outputs users see.
+    pub fn num_visible_outputs(&self) -> usize {
+        self.outputs.1
+    }
+
+    /// Whether it is a variable.
+    pub fn is_variable(&self) -> bool {
+        self.op.is_none()
+    }
+
+    /// The op's name, or `null` for a variable (as MXNet's JSON writes it).
+    pub fn op_name(&self) -> &str {
+        self.op.map_or("null", |d| d.name)
+    }
+}
+
+/// One output of a node. `version` counts writes to a variable (MXNet marks inputs an op mutates
+/// with version 1).
+#[derive(Clone)]
+pub struct NodeEntry {
+    /// The node.
+    pub node: Arc<Node>,
+    /// Which output.
+    pub index: usize,
+    /// Version (see above).
+    pub version: u32,
+}
+
+/// A list of node outputs.
+#[derive(Clone)]
+pub struct Symbol {
+    outputs: Vec<NodeEntry>,
+}
+
+impl Symbol {
+    /// A variable.
+    pub fn var(name: &str) -> Symbol {
+        Symbol::var_with(name, Attrs::new())
+    }
+
+    /// A variable with attributes (`__shape__` as `(2, 3)`, `__dtype__` as MXNet's code).
+    pub fn var_with(name: &str, attrs: Attrs) -> Symbol {
+        let node = Arc::new(Node {
+            op: None,
+            name: name.to_string(),
+            attrs,
+            inputs: vec![],
+            outputs: (1, 1),
+        });
+        Symbol {
+            outputs: vec![NodeEntry {
+                node,
+                index: 0,
+                version: 0,
+            }],
+        }
+    }
+
+    /// Op `op` applied to `inputs` (each a single-output symbol), named `name`.
+    pub fn op(op: &str, name: &str, inputs: &[&Symbol], attrs: Attrs) -> Result<Symbol> {
+        let def = lookup(op)?;
+        let mut entries = Vec::with_capacity(inputs.len());
+        for (i, s) in inputs.iter().enumerate() {
+            match s.outputs.as_slice() {
+                [e] => entries.push(NodeEntry {
+                    version: u32::from(def.mutate_inputs.contains(&i)),
+                    ..e.clone()
+                }),
+                other => {
+                    return Err(invalid(
+                        def.name,
+                        format!(
+                            "input {i} of node '{name}' has {} outputs; pick one with get_output",
+                            other.len()
+                        ),
+                    ))
+                }
+            }
+        }
+        let node = Symbol::node(def, name, attrs, entries)?;
+        let visible = node.num_visible_outputs();
+        Ok(Symbol {
+            outputs: (0..visible)
+                .map(|index| NodeEntry {
+                    node: node.clone(),
+                    index,
+                    version: 0,
+                })
+                .collect(),
+        })
+    }
+
+    pub(crate) fn node(
+        def: &'static OpDef,
+        name: &str,
+        attrs: Attrs,
+        inputs: Vec<NodeEntry>,
+    ) -> Result<Arc<Node>> {
+        let ok = match def.arity {
+            Arity::Exactly(n) => inputs.len() == n,
+            Arity::AtLeast(n) => inputs.len() >= n,
+        };
+        if !ok {
+            return Err(invalid(
+                def.name,
+                format!(
+                    "node '{name}' has {} inputs; the op takes {:?}",
+                    inputs.len(),
+                    def.arity
+                ),
+            ));
+        }
+        let outputs = num_outputs(def, &attrs)?;
+        Ok(Arc::new(Node {
+            op: Some(def),
+            name: name.to_string(),
+            attrs,
+            inputs,
+            outputs,
+        }))
+    }
+
+    /// The outputs of several symbols, as one.
+    pub fn group(symbols: &[Symbol]) -> Symbol {
+        Symbol {
+            outputs: symbols
+                .iter()
+                .flat_map(|s| s.outputs.iter().cloned())
+                .collect(),
+        }
+    }
+
+    /// Output `i` alone.
+    pub fn get_output(&self, i: usize) -> Result<Symbol> {
+        let e = self.outputs.get(i).ok_or_else(|| {
+            invalid(
+                "get_output",
+                format!(
+                    "index {i} is out of range for {} outputs",
+                    self.outputs.len()
+                ),
+            )
+        })?;
+        Ok(Symbol {
+            outputs: vec![e.clone()],
+        })
+    }
+
+    /// Every output of every node (visible ones), in graph order.
+    pub fn get_internals(&self) -> Symbol {
+        let g = self.indexed();
+        let outputs = g
+            .nodes
+            .iter()
+            .flat_map(|n| {
+                (0..n.num_visible_outputs()).map(move |index| NodeEntry {
+                    node: n.clone(),
+                    index,
+                    version: 0,
+                })
+            })
+            .collect();
+        Symbol { outputs }
+    }
+
+    /// The outputs.
+    pub fn outputs(&self) -> &[NodeEntry] {
+        &self.outputs
+    }
+
+    /// Names of the variables that are not auxiliary states, in graph order.
+    pub fn list_arguments(&self) -> Vec<String> {
+        let (args, _) = self.variables();
+        args
+    }
+
+    /// Names of the auxiliary states (variables that ops mutate, such as BatchNorm's moving
+    /// statistics), in graph order.
+    pub fn list_auxiliary_states(&self) -> Vec<String> {
+        let (_, aux) = self.variables();
+        aux
+    }
+
+    fn variables(&self) -> (Vec<String>, Vec<String>) {
+        let g = self.indexed();
+        let mut mutated = vec![false; g.nodes.len()];
+        for (i, n) in g.nodes.iter().enumerate() {
+            if let Some(def) = n.op {
+                for &m in def.mutate_inputs {
+                    if let Some(&(src, _)) = g.inputs[i].get(m) {
+                        mutated[src] = true;
+                    }
+                }
+            }
+        }
+        let (mut args, mut aux) = (vec![], vec![]);
+        for (i, n) in g.nodes.iter().enumerate() {
+            if n.is_variable() {
+                if mutated[i] {
+                    aux.push(n.name.clone())
+                } else {
+                    args.push(n.name.clone())
+                }
+            }
+        }
+        (args, aux)
+    }
+
+    /// Output names as MXNet gives them: `name_output` (`name_output{i}` for several), or the
+    /// variable's own name.
+    pub fn list_outputs(&self) -> Vec<String> {
+        self.outputs
+            .iter()
+            .map(|e| {
+                if e.node.is_variable() {
+                    e.node.name.clone()
+                } else if e.node.num_visible_outputs() == 1 {
+                    format!("{}_output", e.node.name)
+                } else {
+                    format!("{}_output{}", e.node.name, e.index)
+                }
+            })
+            .collect()
+    }
+
+    /// Replaces variables by name with other single-output symbols (calling a symbol on others).
+    pub fn compose(&self, args: &HashMap<String, Symbol>) -> Result<Symbol> {
+        for (k, v) in args {
+            if v.outputs.len() != 1 {
+                return Err(invalid(
+                    "compose",
+                    format!("argument {k} has {} outputs, expected 1", v.outputs.len()),
+                ));
+            }
+        }
+        let g = self.indexed();
+        let mut new: Vec<Option<NodeEntry>> = vec![None; g.nodes.len()];
+        let mut rebuilt: Vec<Arc<Node>> = Vec::with_capacity(g.nodes.len());
+        for (i, n) in g.nodes.iter().enumerate() {
+            let node = if n.is_variable() {
+                if let Some(s) = args.get(&n.name) {
+                    new[i] = Some(s.outputs[0].clone());
+                }
+                n.clone()
+            } else {
+                let inputs = g.inputs[i]
+                    .iter()
+                    .zip(&n.inputs)
+                    .map(|(&(src, idx), e)| match &new[src] {
+                        Some(sub) if g.nodes[src].is_variable() => sub.clone(),
+                        _ => NodeEntry {
+                            node: rebuilt[src].clone(),
+                            index: idx,
+                            version: e.version,
+                        },
+                    })
+                    .collect();
+                Arc::new(Node {
+                    op: n.op,
+                    name: n.name.clone(),
+                    attrs: n.attrs.clone(),
+                    inputs,
+                    outputs: n.outputs,
+                })
+            };
+            rebuilt.push(node);
+        }
+        let outputs = self
+            .outputs
+            .iter()
+            .map(|e| {
+                let i = g.index_of(&e.node);
+                match &new[i] {
+                    Some(sub) if e.node.is_variable() => sub.clone(),
+                    _ => NodeEntry {
+                        node: rebuilt[i].clone(),
+                        index: e.index,
+                        version: e.version,
+                    },
+                }
+            })
+            .collect();
+        Ok(Symbol { outputs })
+    }
+
+    /// The graph with an index: nodes in order, their inputs as indices, entry ids.
+    pub fn indexed(&self) -> IndexedGraph {
+        IndexedGraph::new(&self.outputs)
+    }
+}
+
+impl fmt::Debug for Symbol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Symbol({:?})", self.list_outputs())
+    }
+}
+
+/// A graph with its nodes in dependency order.
+pub struct IndexedGraph {
+    /// Nodes, each after its inputs.
+    pub nodes: Vec<Arc<Node>>,
+    /// Per node, its inputs as (node index, output index).
+    pub inputs: Vec<Vec<(usize, usize)>>,
+    /// Entry id of output 0 of each node (MXNet's `node_row_ptr`), plus the total at the end.
+    pub row_ptr: Vec<usize>,
+    /// The graph outputs as (node index, output index).
+    pub outputs: Vec<(usize, usize)>,
+    index: HashMap<usize, usize>,
+}
+
+impl IndexedGraph {
+    fn new(outputs: &[NodeEntry]) -> IndexedGraph {
+        let mut index: HashMap<usize, usize> = HashMap::new();
+        let mut nodes: Vec<Arc<Node>> = Vec::new();
+        // Iterative post-order DFS (deep graphs must not overflow the stack).
+        for out in outputs {
+            let mut stack: Vec<(Arc<Node>, usize)> = vec![(out.node.clone(), 0)];
+            while let Some((n, next)) = stack.pop() {
+                let key = Arc::as_ptr(&n) as usize;
+                if index.contains_key(&key) {
+                    continue;
+                }
+                if next < n.inputs.len() {
+                    let child = n.inputs[next].node.clone();
+                    stack.push((n, next + 1));
+                    if !index.contains_key(&(Arc::as_ptr(&child) as usize)) {
+                        stack.push((child, 0));
+                    }
+                } else {
+                    index.insert(key, nodes.len());
+                    nodes.push(n);
+                }
+            }
+        }
+        let key = |n: &Arc<Node>| Arc::as_ptr(n) as usize;
+        let inputs = nodes
+            .iter()
+            .map(|n| {
+                n.inputs
+                    .iter()
+                    .map(|e| (index[&key(&e.node)], e.index))
+                    .collect()
+            })
+            .collect();
+        let mut row_ptr = Vec::with_capacity(nodes.len() + 1);
+        let mut at = 0;
+        for n in &nodes {
+            row_ptr.push(at);
+            at += n.num_outputs();
+        }
+        row_ptr.push(at);
+        let outputs = outputs
+            .iter()
+            .map(|e| (index[&key(&e.node)], e.index))
+            .collect();
+        IndexedGraph {
+            nodes,
+            inputs,
+            row_ptr,
+            outputs,
+            index,
+        }
+    }
+
+    /// The index of a node of this graph.
+    pub fn index_of(&self, node: &Arc<Node>) -> usize {
+        self.index[&(Arc::as_ptr(node) as usize)]
+    }
+
+    /// The entry id of output `index` of node `node`.
+    pub fn entry(&self, node: usize, index: usize) -> usize {
+        self.row_ptr[node] + index
+    }
+
+    /// Number of entries.
+    pub fn num_entries(&self) -> usize {
+        *self.row_ptr.last().unwrap_or(&0)
+    }
+}

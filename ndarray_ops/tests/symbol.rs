@@ -1,0 +1,348 @@
+//! Symbols: every real MXNet model loads, infers shapes identical to MXNet's own (entry by
+//! entry), round-trips through JSON; bad files are errors naming the problem, never panics.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use ndarray_ops::symbol::infer;
+use ndarray_ops::{Attrs, NdError, Symbol};
+
+fn graphs() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../graphs"))
+}
+
+const MODELS: [&str; 5] = ["mlp", "mobilenet1.0", "resnet18_v1", "resnet50_v1", "vgg16"];
+
+fn load(model: &str) -> (Symbol, HashMap<String, Vec<usize>>) {
+    let text = std::fs::read_to_string(graphs().join(format!("{model}-symbol.json"))).unwrap();
+    let shapes: HashMap<String, Vec<usize>> = serde_json::from_str(
+        &std::fs::read_to_string(graphs().join(format!("{model}-shapes.json"))).unwrap(),
+    )
+    .unwrap();
+    (
+        Symbol::from_json(&text).unwrap_or_else(|e| panic!("{model}: {e}")),
+        shapes,
+    )
+}
+
+#[test]
+fn real_models_infer_the_same_shapes_as_mxnet() {
+    for model in MODELS {
+        let (sym, shapes) = load(model);
+        let inf = infer(&sym, &shapes, &HashMap::new()).unwrap_or_else(|e| panic!("{model}: {e}"));
+        let classes = if model == "mlp" { 10 } else { 1000 };
+        assert_eq!(inf.output_shapes(), vec![vec![32, classes]], "{model}");
+        // MXNet's dump of the same graph at batch 32 lists every entry's shape by entry id.
+        let bound: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(graphs().join(format!("{model}-inference-b32-bound.json")))
+                .unwrap(),
+        )
+        .unwrap();
+        let theirs = bound["entry_shapes"].as_object().unwrap();
+        assert_eq!(theirs.len(), inf.shapes.len(), "{model}: entry count");
+        for (id, shape) in theirs {
+            let want: Vec<usize> = shape
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d.as_u64().unwrap() as usize)
+                .collect();
+            let id: usize = id.parse().unwrap();
+            assert_eq!(inf.shapes[id], want, "{model}: entry {id}");
+        }
+        // Node order is MXNet's too.
+        let names: Vec<&str> = bound["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["name"].as_str().unwrap())
+            .collect();
+        let ours: Vec<&str> = inf.graph.nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(ours, names, "{model}: node order");
+    }
+}
+
+#[test]
+fn real_models_round_trip_through_json() {
+    for model in MODELS {
+        let text = std::fs::read_to_string(graphs().join(format!("{model}-symbol.json"))).unwrap();
+        let original: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let sym = Symbol::from_json(&text).unwrap();
+        let saved = sym.to_json();
+        let again = Symbol::from_json(&saved).unwrap();
+        assert_eq!(
+            again.to_json(),
+            saved,
+            "{model}: load -> save -> load changed the graph"
+        );
+        let ours: serde_json::Value = serde_json::from_str(&saved).unwrap();
+        for key in ["arg_nodes", "node_row_ptr", "heads"] {
+            assert_eq!(ours[key], original[key], "{model}: {key}");
+        }
+        let (a, b) = (
+            ours["nodes"].as_array().unwrap(),
+            original["nodes"].as_array().unwrap(),
+        );
+        assert_eq!(a.len(), b.len());
+        for (x, y) in a.iter().zip(b) {
+            assert_eq!(
+                (&x["op"], &x["name"], &x["inputs"]),
+                (&y["op"], &y["name"], &y["inputs"]),
+                "{model}"
+            );
+            let attrs =
+                |v: &serde_json::Value| v.get("attrs").cloned().unwrap_or(serde_json::json!({}));
+            assert_eq!(attrs(x), attrs(y), "{model}: attrs of {}", x["name"]);
+        }
+    }
+}
+
+#[test]
+fn arguments_outputs_and_auxiliary_states() {
+    let (sym, _) = load("resnet18_v1");
+    let aux = sym.list_auxiliary_states();
+    assert_eq!(aux.len(), 40);
+    assert!(aux
+        .iter()
+        .all(|a| a.ends_with("running_mean") || a.ends_with("running_var")));
+    let args = sym.list_arguments();
+    assert_eq!(args[0], "data");
+    assert_eq!(args.len() + aux.len(), 103);
+    assert_eq!(sym.list_outputs(), vec!["resnetv10_dense0_fwd_output"]);
+    let internals = sym.get_internals();
+    assert!(internals
+        .list_outputs()
+        .contains(&"resnetv10_pool0_fwd_output".to_string()));
+    assert!(sym.get_output(1).is_err());
+}
+
+#[test]
+fn graphs_built_in_code_match_loaded_ones_and_compose() {
+    // The MLP file, built in code.
+    let data = Symbol::var("data");
+    let mut h = data.clone();
+    for (i, n) in [(0, 512), (1, 512), (2, 10)] {
+        let w = Symbol::var(&format!("mlp_dense{i}_weight"));
+        let b = Symbol::var(&format!("mlp_dense{i}_bias"));
+        h = Symbol::op(
+            "FullyConnected",
+            &format!("mlp_dense{i}_fwd"),
+            &[&h, &w, &b],
+            Attrs::new()
+                .with("flatten", "True")
+                .with("no_bias", "False")
+                .with("num_hidden", n),
+        )
+        .unwrap();
+        if i < 2 {
+            h = Symbol::op(
+                "Activation",
+                &format!("mlp_dense{i}_relu_fwd"),
+                &[&h],
+                Attrs::new().with("act_type", "relu"),
+            )
+            .unwrap();
+        }
+    }
+    let (loaded, shapes) = load("mlp");
+    assert_eq!(h.list_arguments(), loaded.list_arguments());
+    let (a, b) = (
+        infer(&h, &shapes, &HashMap::new()).unwrap(),
+        infer(&loaded, &shapes, &HashMap::new()).unwrap(),
+    );
+    assert_eq!(a.shapes, b.shapes);
+    // Composition: feed the MLP from a Flatten of an image input.
+    let img = Symbol::var("img");
+    let flat = Symbol::op("Flatten", "flat", &[&img], Attrs::new()).unwrap();
+    let composed = h
+        .compose(&HashMap::from([("data".to_string(), flat)]))
+        .unwrap();
+    assert_eq!(composed.list_arguments()[0], "img");
+    let inf = infer(
+        &composed,
+        &HashMap::from([("img".into(), vec![8, 28, 28])]),
+        &HashMap::new(),
+    )
+    .unwrap();
+    assert_eq!(inf.output_shapes(), vec![vec![8, 10]]);
+    assert!(infer(&h, &HashMap::new(), &HashMap::new())
+        .unwrap_err()
+        .to_string()
+        .contains("'data'"));
+}
+
+fn err(text: &str) -> String {
+    match Symbol::from_json(text) {
+        Ok(_) => panic!("accepted: {text}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn malformed_files_are_clear_errors() {
+    let var = r#"{"op": "null", "name": "x", "inputs": []}"#;
+    let cases = [
+        ("not json", "not valid JSON"),
+        ("{}", "\"nodes\""),
+        (&format!(r#"{{"nodes": [{var}], "heads": []}}"#), "heads"),
+        (
+            &format!(
+                r#"{{"nodes": [{var}, {{"op": "Frobnicate", "name": "f", "inputs": [[0, 0, 0]]}}], "heads": [[1, 0, 0]]}}"#
+            ),
+            "node 1 ('f') uses op 'Frobnicate'",
+        ),
+        (
+            &format!(
+                r#"{{"nodes": [{var}, {{"op": "relu", "name": "r", "inputs": [[2, 0, 0]]}}, {{"op": "relu", "name": "s", "inputs": [[1, 0, 0]]}}], "heads": [[2, 0, 0]]}}"#
+            ),
+            "does not come before it",
+        ),
+        (
+            &format!(
+                r#"{{"nodes": [{var}, {{"op": "relu", "name": "r", "inputs": [[0, 3, 0]]}}], "heads": [[1, 0, 0]]}}"#
+            ),
+            "uses output 3",
+        ),
+        (
+            &format!(r#"{{"nodes": [{var}], "heads": [[5, 0, 0]]}}"#),
+            "head 0 refers to node 5",
+        ),
+        (
+            &format!(r#"{{"nodes": [{var}], "heads": [["a", 0]]}}"#),
+            "head 0",
+        ),
+        (
+            &format!(r#"{{"nodes": [{var}], "node_row_ptr": [0, 7], "heads": [[0, 0, 0]]}}"#),
+            "node_row_ptr",
+        ),
+        (
+            &format!(
+                r#"{{"nodes": [{var}, {{"op": "Activation", "name": "a", "inputs": []}}], "heads": [[1, 0, 0]]}}"#
+            ),
+            "node 'a' has 0 inputs",
+        ),
+    ];
+    for (text, needle) in cases {
+        let e = err(text);
+        assert!(e.contains(needle), "{text}: {e}");
+    }
+    // A node_row_ptr that disagrees with an op's output count (Dropout has a hidden mask output).
+    let bn = r#"{"nodes": [{"op": "null", "name": "x", "inputs": []}, {"op": "Dropout", "name": "d", "inputs": [[0, 0, 0]]}], "node_row_ptr": [0, 1, 2], "heads": [[1, 0, 0]]}"#;
+    assert!(err(bn).contains("node_row_ptr"));
+    let bad_ptr = r#"{"nodes": [{"op": "null", "name": "x", "inputs": []}, {"op": "Dropout", "name": "d", "inputs": [[0, 0, 0]]}, {"op": "relu", "name": "r", "inputs": [[1, 0, 0]]}], "node_row_ptr": [0, 1, 2, 3], "heads": [[2, 0, 0]]}"#;
+    assert!(err(bad_ptr).contains("node 2 ('r'"));
+    // Deep nesting is refused by the parser, not by the stack.
+    let deep = "[".repeat(100_000);
+    assert!(err(&deep).contains("not valid JSON"));
+}
+
+#[test]
+fn shape_clashes_and_huge_shapes_are_errors() {
+    let x = Symbol::var("x");
+    let w = Symbol::var_with("w", Attrs::new().with("__shape__", "(4, 5)"));
+    let fc = Symbol::op(
+        "FullyConnected",
+        "fc",
+        &[&x, &w],
+        Attrs::new().with("num_hidden", 4).with("no_bias", true),
+    )
+    .unwrap();
+    let e = infer(
+        &fc,
+        &HashMap::from([("x".into(), vec![2, 3])]),
+        &HashMap::new(),
+    )
+    .unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        matches!(e, NdError::Shape { .. })
+            && msg.contains("'fc'")
+            && msg.contains("'w'")
+            && msg.contains("[4, 5]")
+            && msg.contains("[4, 3]"),
+        "{msg}"
+    );
+    let e = infer(
+        &fc,
+        &HashMap::from([("x".into(), vec![1 << 40, 1 << 40])]),
+        &HashMap::new(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("2^48"), "{e}");
+    let huge = Symbol::var_with(
+        "h",
+        Attrs::new().with("__shape__", "(99999999999999, 99999999999999, 9999999)"),
+    );
+    let r = Symbol::op("relu", "r", &[&huge], Attrs::new()).unwrap();
+    assert!(infer(&r, &HashMap::new(), &HashMap::new()).is_err());
+}
+
+/// A small deterministic generator for the fuzzer.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+#[test]
+fn mutated_files_and_random_bytes_never_panic() {
+    let mut rng = Rng(0x1234_5678_9abc_def1);
+    let started = std::time::Instant::now();
+    let (mut accepted, mut tried) = (0, 0);
+    for model in ["mlp", "resnet18_v1", "vgg16"] {
+        let text = std::fs::read_to_string(graphs().join(format!("{model}-symbol.json"))).unwrap();
+        let shapes: HashMap<String, Vec<usize>> = serde_json::from_str(
+            &std::fs::read_to_string(graphs().join(format!("{model}-shapes.json"))).unwrap(),
+        )
+        .unwrap();
+        let bytes = text.as_bytes();
+        for _ in 0..300 {
+            let mut m = bytes.to_vec();
+            for _ in 0..(rng.next() % 4 + 1) {
+                let at = (rng.next() as usize) % m.len();
+                match rng.next() % 4 {
+                    0 => m[at] = b"0123456789[]{},:\"-e. "[rng.next() as usize % 21],
+                    1 => {
+                        m.remove(at);
+                    }
+                    2 => m.insert(at, b"9"[0]),
+                    _ => {
+                        // Grow a number into a huge one.
+                        for _ in 0..12 {
+                            m.insert(at, b'9');
+                        }
+                    }
+                }
+            }
+            let Ok(s) = String::from_utf8(m) else {
+                continue;
+            };
+            tried += 1;
+            let outcome = std::panic::catch_unwind(|| match Symbol::from_json(&s) {
+                Ok(sym) => {
+                    let _ = infer(&sym, &shapes, &HashMap::new());
+                    true
+                }
+                Err(_) => false,
+            });
+            accepted +=
+                usize::from(outcome.expect("a mutated file made the loader or inference panic"));
+        }
+    }
+    for _ in 0..300 {
+        let len = (rng.next() % 200) as usize;
+        let junk: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+        let s = String::from_utf8_lossy(&junk).into_owned();
+        assert!(std::panic::catch_unwind(|| Symbol::from_json(&s).is_err())
+            .expect("random bytes made the loader panic"));
+    }
+    assert!(
+        started.elapsed().as_secs() < 120,
+        "fuzzing took too long: a hang?"
+    );
+    println!("{accepted} of {tried} mutated files still loaded");
+}
