@@ -21,6 +21,7 @@
 mod array;
 mod dtype;
 mod error;
+mod executor;
 mod operators;
 pub mod ops;
 mod resources;
@@ -30,6 +31,7 @@ pub mod symbol;
 pub use array::NDArray;
 pub use dtype::{DType, Element};
 pub use error::{NdError, Result};
+pub use executor::{Executor, MemoryReport};
 pub use ops::{invoke, invoke_on, Attrs};
 pub use resources::Resource;
 pub use runtime::Runtime;

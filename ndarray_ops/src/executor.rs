@@ -1,0 +1,272 @@
+//! Binds a symbol to arrays on a device and runs it: one engine op per node, in graph order,
+//! through the same op registry as the imperative API.
+//!
+//! Today every entry gets its own array (no memory reuse); the memory report gives what the
+//! planner would need for the same entries (`planned_bytes`, greedy offsets from
+//! `storage::plan`) beside that (`no_reuse_bytes`). The gradient pass, the planned arena and
+//! bulking follow.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use storage::plan::{lower_bound, solve, Buffer, Problem, SolverKind};
+use storage::Context;
+
+use crate::error::{invalid, NdError, Result};
+use crate::ops::{invoke, IS_TRAIN};
+use crate::symbol::{infer, Inferred};
+use crate::{NDArray, Runtime, Symbol};
+
+/// A symbol bound to arrays.
+pub struct Executor {
+    rt: Arc<Runtime>,
+    ctx: Context,
+    symbol: Symbol,
+    inferred: Inferred,
+    /// One array per entry (variables: the bound argument or auxiliary array).
+    entries: Vec<NDArray>,
+    arg_names: Vec<String>,
+    aux_names: Vec<String>,
+}
+
+/// Memory figures of a bound graph's internal entries (arguments and auxiliary states excluded).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryReport {
+    /// Every internal entry in its own block.
+    pub no_reuse_bytes: u64,
+    /// The planner's arena for the forward pass's liveness.
+    pub planned_bytes: u64,
+    /// The lower bound for that liveness.
+    pub lower_bound_bytes: u64,
+}
+
+impl Executor {
+    /// Infers every shape from `shapes` (by argument name), allocates arguments (zeros),
+    /// auxiliary states (zeros; `*_var` states ones, as BatchNorm expects) and every internal entry.
+    pub fn simple_bind(
+        rt: &Arc<Runtime>,
+        ctx: Context,
+        symbol: &Symbol,
+        shapes: &HashMap<String, Vec<usize>>,
+    ) -> Result<Executor> {
+        Executor::bind_with(rt, ctx, symbol, shapes, HashMap::new())
+    }
+
+    /// Binds given arrays (arguments and auxiliary states by name); shapes of the rest are
+    /// inferred from them, and those arrays are allocated as in [`Executor::simple_bind`].
+    pub fn bind(
+        rt: &Arc<Runtime>,
+        ctx: Context,
+        symbol: &Symbol,
+        arrays: HashMap<String, NDArray>,
+    ) -> Result<Executor> {
+        let shapes = arrays
+            .iter()
+            .map(|(k, v)| (k.clone(), v.shape().to_vec()))
+            .collect();
+        Executor::bind_with(rt, ctx, symbol, &shapes, arrays)
+    }
+
+    fn bind_with(
+        rt: &Arc<Runtime>,
+        ctx: Context,
+        symbol: &Symbol,
+        shapes: &HashMap<String, Vec<usize>>,
+        mut given: HashMap<String, NDArray>,
+    ) -> Result<Executor> {
+        let dtypes = given.iter().map(|(k, v)| (k.clone(), v.dtype())).collect();
+        let inferred = infer(symbol, shapes, &dtypes)?;
+        let g = &inferred.graph;
+        let (arg_names, aux_names) = (symbol.list_arguments(), symbol.list_auxiliary_states());
+        let mut entries = Vec::with_capacity(g.num_entries());
+        for (i, n) in g.nodes.iter().enumerate() {
+            for k in 0..n.num_outputs() {
+                let e = g.entry(i, k);
+                let (shape, dtype) = (&inferred.shapes[e], inferred.dtypes[e]);
+                let array = match given.remove(&n.name).filter(|_| n.is_variable()) {
+                    Some(a) => {
+                        if a.shape() != shape.as_slice() || a.dtype() != dtype || a.ctx() != ctx {
+                            return Err(NdError::Shape {
+                                op: "bind".into(),
+                                arg: n.name.clone(),
+                                found: a.shape().to_vec(),
+                                expected: format!(
+                                    "shape {shape:?}, dtype {dtype} on {ctx} (it is {} on {})",
+                                    a.dtype(),
+                                    a.ctx()
+                                ),
+                            });
+                        }
+                        a
+                    }
+                    None if n.is_variable() => {
+                        let one = aux_names.contains(&n.name) && n.name.ends_with("var");
+                        rt.full(shape, if one { 1.0 } else { 0.0 }, dtype, ctx)?
+                    }
+                    None => rt.empty(shape, dtype, ctx)?,
+                };
+                entries.push(array);
+            }
+        }
+        if let Some(name) = given.keys().next() {
+            return Err(invalid(
+                "bind",
+                format!("array '{name}' names no argument or auxiliary state of the symbol"),
+            ));
+        }
+        Ok(Executor {
+            rt: rt.clone(),
+            ctx,
+            symbol: symbol.clone(),
+            inferred,
+            entries,
+            arg_names,
+            aux_names,
+        })
+    }
+
+    /// Pushes one op per node; returns at once (wait on the outputs). `is_train` selects training
+    /// behaviour (batch statistics in BatchNorm, dropout masks).
+    pub fn forward(&self, is_train: bool) -> Result<()> {
+        let g = &self.inferred.graph;
+        for (i, n) in g.nodes.iter().enumerate() {
+            let Some(def) = n.op else { continue };
+            let inputs: Vec<&NDArray> = g.inputs[i]
+                .iter()
+                .map(|&(s, k)| &self.entries[g.entry(s, k)])
+                .collect();
+            let outputs: Vec<&NDArray> = (0..n.num_outputs())
+                .map(|k| &self.entries[g.entry(i, k)])
+                .collect();
+            let attrs = n.attrs.clone().with(IS_TRAIN, is_train);
+            invoke(def.name, &inputs, &attrs, Some(&outputs))
+                .map_err(|e| invalid("forward", format!("node '{}': {e}", n.name)))?;
+        }
+        Ok(())
+    }
+
+    /// The graph outputs.
+    pub fn outputs(&self) -> Vec<NDArray> {
+        let g = &self.inferred.graph;
+        g.outputs
+            .iter()
+            .map(|&(n, k)| self.entries[g.entry(n, k)].clone())
+            .collect()
+    }
+
+    fn variable(&self, name: &str) -> Option<&NDArray> {
+        let g = &self.inferred.graph;
+        let i = g
+            .nodes
+            .iter()
+            .position(|n| n.is_variable() && n.name == name)?;
+        self.entries.get(g.entry(i, 0))
+    }
+
+    /// Arguments by name.
+    pub fn arg_dict(&self) -> HashMap<String, NDArray> {
+        self.arg_names
+            .iter()
+            .filter_map(|n| Some((n.clone(), self.variable(n)?.clone())))
+            .collect()
+    }
+
+    /// Auxiliary states by name.
+    pub fn aux_dict(&self) -> HashMap<String, NDArray> {
+        self.aux_names
+            .iter()
+            .filter_map(|n| Some((n.clone(), self.variable(n)?.clone())))
+            .collect()
+    }
+
+    /// The runtime and device it runs on.
+    pub fn context(&self) -> (&Arc<Runtime>, Context) {
+        (&self.rt, self.ctx)
+    }
+
+    /// The symbol it runs.
+    pub fn symbol(&self) -> &Symbol {
+        &self.symbol
+    }
+
+    /// The forward pass's internal entries as a planning problem (one step per node).
+    pub fn forward_problem(&self) -> Problem {
+        let g = &self.inferred.graph;
+        let mut last_use: Vec<Option<u32>> = vec![None; g.num_entries()];
+        for (i, ins) in g.inputs.iter().enumerate() {
+            for &(s, k) in ins {
+                last_use[g.entry(s, k)] = Some(i as u32);
+            }
+        }
+        let outputs: Vec<usize> = g.outputs.iter().map(|&(n, k)| g.entry(n, k)).collect();
+        let last = g.nodes.len().saturating_sub(1) as u32;
+        let mut buffers = vec![];
+        for (i, n) in g.nodes.iter().enumerate() {
+            if n.is_variable() {
+                continue;
+            }
+            for k in 0..n.num_outputs() {
+                let e = g.entry(i, k);
+                let size = (self.inferred.shapes[e].iter().product::<usize>()
+                    * self.inferred.dtypes[e].size()) as u64;
+                let end = if outputs.contains(&e) {
+                    last
+                } else {
+                    last_use[e].unwrap_or(i as u32).max(i as u32)
+                };
+                buffers.push(Buffer {
+                    size,
+                    start: i as u32,
+                    end,
+                    align: 64,
+                    name: format!("{}:{k}", n.name),
+                });
+            }
+        }
+        Problem {
+            buffers,
+            groups: vec![],
+        }
+    }
+
+    /// Memory of the internal entries: without reuse, and as the planner would place them.
+    pub fn memory_report(&self) -> MemoryReport {
+        let p = self.forward_problem();
+        MemoryReport {
+            no_reuse_bytes: p.total_bytes(),
+            planned_bytes: solve(&p, SolverKind::GreedyBySize).arena,
+            lower_bound_bytes: lower_bound(&p),
+        }
+    }
+
+    /// Every node with its op, output shapes and bytes.
+    pub fn debug_str(&self) -> String {
+        let g = &self.inferred.graph;
+        let mut s = String::new();
+        for (i, n) in g.nodes.iter().enumerate() {
+            let outs: Vec<String> = (0..n.num_outputs())
+                .map(|k| {
+                    let e = g.entry(i, k);
+                    let bytes = self.inferred.shapes[e].iter().product::<usize>()
+                        * self.inferred.dtypes[e].size();
+                    format!(
+                        "{:?} {} ({} B)",
+                        self.inferred.shapes[e], self.inferred.dtypes[e], bytes
+                    )
+                })
+                .collect();
+            s += &format!(
+                "#{i:<4} {:<16} {:<40} -> {}\n",
+                n.op_name(),
+                n.name,
+                outs.join(", ")
+            );
+        }
+        let m = self.memory_report();
+        s += &format!(
+            "internal entries: {} bytes without reuse, {} planned, lower bound {}\n",
+            m.no_reuse_bytes, m.planned_bytes, m.lower_bound_bytes
+        );
+        s
+    }
+}
