@@ -24,6 +24,7 @@ mod error;
 mod executor;
 mod operators;
 pub mod ops;
+pub mod plan;
 mod resources;
 mod runtime;
 pub mod symbol;
