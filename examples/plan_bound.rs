@@ -96,7 +96,7 @@ fn main() {
         if json {
             println!(
                 "{}",
-                serde_json::json!({"graph": name, "entries": p.buffers.len(), "no_reuse_bytes": p.total_bytes(), "lower_bound_bytes": lb, "planned_bytes": best, "ratio_to_lower_bound": best as f64 / lb.max(1) as f64, "mxnet_bytes": mxnet_bytes, "solvers": res})
+                serde_json::json!({"graph": name, "entries": gp.entries, "inplace_entries": gp.inplace, "buffers": p.buffers.len(), "no_reuse_bytes": liveness.total_bytes(), "liveness_lower_bound_bytes": liveness_bound, "lower_bound_bytes": lb, "planned_bytes": best, "ratio_to_lower_bound": best as f64 / lb.max(1) as f64, "mxnet_bytes": mxnet_bytes, "solvers": res})
             );
         } else {
             let r = |a: u64| a as f64 / lb.max(1) as f64;
