@@ -14,8 +14,19 @@ use storage::Context;
 
 use crate::error::{invalid, NdError, Result};
 use crate::ops::{invoke, IS_TRAIN};
-use crate::symbol::{infer, Inferred};
+use crate::symbol::{gradient, head_grad_names, infer, Inferred};
 use crate::{NDArray, Runtime, Symbol};
+
+/// What `backward` does with an argument's gradient (MXNet's `grad_req`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GradReq {
+    /// Overwrite the gradient array.
+    Write,
+    /// Add to the gradient array (accumulate over several backward passes).
+    Add,
+    /// No gradient.
+    Null,
+}
 
 /// A symbol bound to arrays.
 pub struct Executor {
@@ -27,6 +38,12 @@ pub struct Executor {
     entries: Vec<NDArray>,
     arg_names: Vec<String>,
     aux_names: Vec<String>,
+    /// Graph outputs that are the symbol's own (the rest are gradients).
+    num_outputs: usize,
+    /// With a gradient graph: which nodes the forward pass runs.
+    forward_nodes: Option<Vec<bool>>,
+    /// Gradient arrays of the arguments differentiated, with their requests.
+    grads: Vec<(String, NDArray, GradReq)>,
 }
 
 /// Memory figures of a bound graph's internal entries (arguments and auxiliary states excluded).
@@ -114,6 +131,7 @@ impl Executor {
                 format!("array '{name}' names no argument or auxiliary state of the symbol"),
             ));
         }
+        let num_outputs = symbol.outputs().len();
         Ok(Executor {
             rt: rt.clone(),
             ctx,
@@ -122,15 +140,114 @@ impl Executor {
             entries,
             arg_names,
             aux_names,
+            num_outputs,
+            forward_nodes: None,
+            grads: vec![],
         })
+    }
+
+    /// Like [`Executor::simple_bind`], plus the gradient graph: `backward` computes the gradients
+    /// of the arguments whose request is not `Null` (arguments not named are `Null`). Loss ops
+    /// (SoftmaxOutput) start their own gradient; other outputs take head gradients, arguments
+    /// named `<node>_head_grad<k>` (set them through `arg_dict`).
+    pub fn simple_bind_grad(
+        rt: &Arc<Runtime>,
+        ctx: Context,
+        symbol: &Symbol,
+        shapes: &HashMap<String, Vec<usize>>,
+        grad_req: &HashMap<String, GradReq>,
+    ) -> Result<Executor> {
+        let args = symbol.list_arguments();
+        if let Some(bad) = grad_req.keys().find(|k| !args.contains(k)) {
+            return Err(invalid(
+                "simple_bind",
+                format!("grad_req names '{bad}', which is not an argument"),
+            ));
+        }
+        let wrt: Vec<String> = args
+            .iter()
+            .filter(|a| grad_req.get(*a).is_some_and(|r| *r != GradReq::Null))
+            .cloned()
+            .collect();
+        let forward = infer(symbol, shapes, &HashMap::new())?;
+        let mut all_shapes = shapes.clone();
+        let out_shapes = forward.output_shapes();
+        for (name, i) in head_grad_names(symbol) {
+            all_shapes.insert(name, out_shapes[i].clone());
+        }
+        let full = gradient(symbol, &wrt)?;
+        let mut exec = Executor::bind_with(rt, ctx, &full, &all_shapes, HashMap::new())?;
+        exec.num_outputs = symbol.outputs().len();
+        // The forward pass runs what the symbol's own outputs need.
+        let g = &exec.inferred.graph;
+        let mut needed = vec![false; g.nodes.len()];
+        let mut stack: Vec<usize> = g.outputs[..exec.num_outputs]
+            .iter()
+            .map(|&(n, _)| n)
+            .collect();
+        while let Some(n) = stack.pop() {
+            if !std::mem::replace(&mut needed[n], true) {
+                stack.extend(g.inputs[n].iter().map(|&(s, _)| s));
+            }
+        }
+        exec.forward_nodes = Some(needed);
+        for name in wrt {
+            let arg =
+                exec.arg_dict().get(&name).cloned().ok_or_else(|| {
+                    invalid("simple_bind", format!("no array for argument '{name}'"))
+                })?;
+            let grad = rt.zeros(arg.shape(), arg.dtype(), ctx)?;
+            exec.grads.push((name.clone(), grad, grad_req[&name]));
+        }
+        Ok(exec)
     }
 
     /// Pushes one op per node; returns at once (wait on the outputs). `is_train` selects training
     /// behaviour (batch statistics in BatchNorm, dropout masks).
     pub fn forward(&self, is_train: bool) -> Result<()> {
+        self.run_nodes(is_train, true)
+    }
+
+    /// Pushes the backward nodes, then writes or adds each argument's gradient into its gradient
+    /// array. Call after `forward(true)`.
+    pub fn backward(&self) -> Result<()> {
+        if self.forward_nodes.is_none() {
+            return Err(invalid(
+                "backward",
+                "the executor was bound without gradients (use simple_bind_grad)",
+            ));
+        }
+        self.run_nodes(true, false)?;
+        let g = &self.inferred.graph;
+        for (k, (_, grad, req)) in self.grads.iter().enumerate() {
+            let (n, i) = g.outputs[self.num_outputs + k];
+            let computed = &self.entries[g.entry(n, i)];
+            match req {
+                GradReq::Write => computed.copy_into(grad)?,
+                GradReq::Add => grad.add_inplace(computed)?,
+                GradReq::Null => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Gradient arrays by argument name.
+    pub fn grad_dict(&self) -> HashMap<String, NDArray> {
+        self.grads
+            .iter()
+            .map(|(n, g, _)| (n.clone(), g.clone()))
+            .collect()
+    }
+
+    fn run_nodes(&self, is_train: bool, forward: bool) -> Result<()> {
         let g = &self.inferred.graph;
         for (i, n) in g.nodes.iter().enumerate() {
             let Some(def) = n.op else { continue };
+            if let Some(mask) = &self.forward_nodes {
+                if mask[i] != forward {
+                    continue;
+                }
+            }
             let inputs: Vec<&NDArray> = g.inputs[i]
                 .iter()
                 .map(|&(s, k)| &self.entries[g.entry(s, k)])
@@ -139,16 +256,20 @@ impl Executor {
                 .map(|k| &self.entries[g.entry(i, k)])
                 .collect();
             let attrs = n.attrs.clone().with(IS_TRAIN, is_train);
-            invoke(def.name, &inputs, &attrs, Some(&outputs))
-                .map_err(|e| invalid("forward", format!("node '{}': {e}", n.name)))?;
+            invoke(def.name, &inputs, &attrs, Some(&outputs)).map_err(|e| {
+                invalid(
+                    if forward { "forward" } else { "backward" },
+                    format!("node '{}': {e}", n.name),
+                )
+            })?;
         }
         Ok(())
     }
 
-    /// The graph outputs.
+    /// The symbol's outputs.
     pub fn outputs(&self) -> Vec<NDArray> {
         let g = &self.inferred.graph;
-        g.outputs
+        g.outputs[..self.num_outputs]
             .iter()
             .map(|&(n, k)| self.entries[g.entry(n, k)].clone())
             .collect()

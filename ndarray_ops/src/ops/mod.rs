@@ -7,6 +7,7 @@
 //! contexts, shapes, dtypes), allocates the outputs and pushes one engine op that runs the
 //! kernel when the inputs are ready.
 
+mod backward;
 mod conv;
 mod elemwise;
 mod linalg;
@@ -246,6 +247,7 @@ fn registry() -> &'static HashMap<&'static str, &'static OpDef> {
             .chain(shape::ops())
             .chain(conv::ops())
             .chain(stochastic::ops())
+            .chain(backward::ops())
         {
             m.insert(def.name, def);
             for a in def.aliases {
@@ -289,6 +291,15 @@ pub fn num_outputs(def: &OpDef, attrs: &Attrs) -> Result<(usize, usize)> {
             }
         }
         "sgd_mom_update" => (2, 1),
+        "_backward_FullyConnected" => {
+            let n = if attrs.bool(op, "no_bias", false)? {
+                2
+            } else {
+                3
+            };
+            (n, n)
+        }
+        "_backward_SoftmaxOutput" => (2, 2),
         "adam_update" => (3, 1),
         _ => (1, 1),
     })

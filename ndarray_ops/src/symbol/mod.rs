@@ -6,6 +6,7 @@
 //! (inputs in order), which is NNVM's and therefore MXNet's order: entry ids here match the ids in
 //! MXNet's dumps.
 
+mod grad;
 mod infer;
 mod json;
 
@@ -16,6 +17,7 @@ use std::sync::Arc;
 use crate::error::{invalid, Result};
 use crate::ops::{lookup, num_outputs, Arity, Attrs, OpDef};
 
+pub use grad::{gradient, head_grad_names};
 pub use infer::{infer, Inferred};
 
 /// A node: an op applied to entries of other nodes, or a variable (no op).

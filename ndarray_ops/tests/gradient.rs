@@ -1,0 +1,222 @@
+//! The gradient pass and backward: analytic gradients against finite differences (f64), the sum
+//! over an entry used twice, grad_req add, and clear errors.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use engine::EngineKind;
+use ndarray_ops::{invoke_on, Attrs, Executor, GradReq, NDArray, Runtime, Symbol};
+use storage::Context;
+
+fn f64_var(name: &str) -> Symbol {
+    Symbol::var_with(name, Attrs::new().with("__dtype__", 1))
+}
+
+/// x -> FC(6) -> act -> {FC(4), FC(4)} -> add -> SoftmaxOutput: the activation feeds two layers.
+fn net(act: &str) -> Symbol {
+    let x = f64_var("x");
+    let (w1, b1, w2, b2, w3) = (
+        f64_var("w1"),
+        f64_var("b1"),
+        f64_var("w2"),
+        f64_var("b2"),
+        f64_var("w3"),
+    );
+    let h = Symbol::op(
+        "FullyConnected",
+        "fc1",
+        &[&x, &w1, &b1],
+        Attrs::new().with("num_hidden", 6),
+    )
+    .unwrap();
+    let a = Symbol::op(
+        "Activation",
+        "act",
+        &[&h],
+        Attrs::new().with("act_type", act),
+    )
+    .unwrap();
+    let p = Symbol::op(
+        "FullyConnected",
+        "fc2",
+        &[&a, &w2, &b2],
+        Attrs::new().with("num_hidden", 4),
+    )
+    .unwrap();
+    let q = Symbol::op(
+        "FullyConnected",
+        "fc3",
+        &[&a, &w3],
+        Attrs::new().with("num_hidden", 4).with("no_bias", true),
+    )
+    .unwrap();
+    let s = Symbol::op("elemwise_add", "sum", &[&p, &q], Attrs::new()).unwrap();
+    Symbol::op(
+        "SoftmaxOutput",
+        "out",
+        &[&s, &f64_var("label")],
+        Attrs::new(),
+    )
+    .unwrap()
+}
+
+fn shapes() -> HashMap<String, Vec<usize>> {
+    HashMap::from([("x".into(), vec![5, 3]), ("label".into(), vec![5])])
+}
+
+fn fill(rt: &Arc<Runtime>, a: &NDArray, lo: f64, hi: f64) {
+    let shape = format!("{:?}", a.shape())
+        .replace('[', "(")
+        .replace(']', ")");
+    invoke_on(
+        rt,
+        a.ctx(),
+        "_random_uniform",
+        &[],
+        &Attrs::new()
+            .with("low", lo)
+            .with("high", hi)
+            .with("shape", shape)
+            .with("dtype", "float64"),
+        Some(&[a]),
+    )
+    .unwrap();
+}
+
+/// Cross-entropy of the softmax output against the labels.
+fn loss(exec: &Executor, labels: &[f64]) -> f64 {
+    exec.forward(false).unwrap();
+    let p = exec.outputs()[0].to_vec::<f64>().unwrap();
+    labels
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| -p[i * 4 + l as usize].ln())
+        .sum()
+}
+
+#[test]
+fn gradients_match_finite_differences() {
+    for act in ["tanh", "sigmoid", "softrelu", "relu"] {
+        let rt = Runtime::with_engine(EngineKind::ThreadedPerDevice);
+        rt.seed(3).unwrap();
+        let sym = net(act);
+        let req: HashMap<String, GradReq> = ["x", "w1", "b1", "w2", "b2", "w3"]
+            .iter()
+            .map(|n| (n.to_string(), GradReq::Write))
+            .collect();
+        let exec = Executor::simple_bind_grad(&rt, Context::cpu(0), &sym, &shapes(), &req).unwrap();
+        let args = exec.arg_dict();
+        let mut names: Vec<_> = args.keys().cloned().collect();
+        names.sort();
+        for n in &names {
+            if n != "label" {
+                fill(&rt, &args[n], -1.0, 1.0);
+            }
+        }
+        let labels = vec![0.0, 3.0, 1.0, 2.0, 1.0];
+        rt.from_vec(labels.clone(), &[5], Context::cpu(0))
+            .unwrap()
+            .copy_into(&args["label"])
+            .unwrap();
+        exec.forward(true).unwrap();
+        exec.backward().unwrap();
+        let grads = exec.grad_dict();
+        for name in ["x", "w1", "b1", "w2", "b2", "w3"] {
+            let analytic = grads[name].to_vec::<f64>().unwrap();
+            let base = args[name].to_vec::<f64>().unwrap();
+            for (i, &g) in analytic.iter().enumerate() {
+                let eps = 1e-6;
+                let mut v = base.clone();
+                v[i] += eps;
+                rt.from_vec(v.clone(), args[name].shape(), Context::cpu(0))
+                    .unwrap()
+                    .copy_into(&args[name])
+                    .unwrap();
+                let up = loss(&exec, &labels);
+                v[i] -= 2.0 * eps;
+                rt.from_vec(v, args[name].shape(), Context::cpu(0))
+                    .unwrap()
+                    .copy_into(&args[name])
+                    .unwrap();
+                let down = loss(&exec, &labels);
+                rt.from_vec(base.clone(), args[name].shape(), Context::cpu(0))
+                    .unwrap()
+                    .copy_into(&args[name])
+                    .unwrap();
+                let numeric = (up - down) / (2.0 * eps);
+                assert!(
+                    (g - numeric).abs() <= 1e-5 * (1.0 + numeric.abs()),
+                    "{act}: d loss / d {name}[{i}]: analytic {g}, numeric {numeric}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn grad_req_add_accumulates_and_errors_are_clear() {
+    let rt = Runtime::with_engine(EngineKind::ThreadedPerDevice);
+    rt.seed(5).unwrap();
+    let sym = net("tanh");
+    let req = HashMap::from([
+        ("w1".to_string(), GradReq::Add),
+        ("w2".to_string(), GradReq::Write),
+    ]);
+    let exec = Executor::simple_bind_grad(&rt, Context::cpu(0), &sym, &shapes(), &req).unwrap();
+    let args = exec.arg_dict();
+    for (n, a) in &args {
+        if n != "label" {
+            fill(&rt, a, -1.0, 1.0);
+        }
+    }
+    exec.forward(true).unwrap();
+    exec.backward().unwrap();
+    let once = exec.grad_dict()["w1"].to_vec::<f64>().unwrap();
+    exec.forward(true).unwrap();
+    exec.backward().unwrap();
+    let twice = exec.grad_dict()["w1"].to_vec::<f64>().unwrap();
+    for (a, b) in once.iter().zip(&twice) {
+        assert!((2.0 * a - b).abs() < 1e-12, "add: {a} then {b}");
+    }
+    assert!(!exec.grad_dict().contains_key("x"), "x was not asked for");
+    let bad = HashMap::from([("nope".to_string(), GradReq::Write)]);
+    assert!(
+        Executor::simple_bind_grad(&rt, Context::cpu(0), &sym, &shapes(), &bad)
+            .err()
+            .unwrap()
+            .to_string()
+            .contains("nope")
+    );
+    let plain = Executor::simple_bind(&rt, Context::cpu(0), &sym, &shapes()).unwrap();
+    assert!(plain
+        .backward()
+        .unwrap_err()
+        .to_string()
+        .contains("without gradients"));
+    // An op without a gradient rule yet is reported at bind, naming the node.
+    let data = Symbol::var("data");
+    let w = Symbol::var("w");
+    let conv = Symbol::op(
+        "Convolution",
+        "conv",
+        &[&data, &w],
+        Attrs::new()
+            .with("kernel", "(3,3)")
+            .with("num_filter", 2)
+            .with("no_bias", true),
+    )
+    .unwrap();
+    let e = Executor::simple_bind_grad(
+        &rt,
+        Context::cpu(0),
+        &conv,
+        &HashMap::from([("data".into(), vec![1, 1, 5, 5])]),
+        &HashMap::from([("w".to_string(), GradReq::Write)]),
+    )
+    .err()
+    .unwrap();
+    assert!(
+        e.to_string().contains("'conv'") && e.to_string().contains("not implemented"),
+        "{e}"
+    );
+}
