@@ -1,0 +1,16 @@
+//! The main job learns: symbolic bind-and-run training of the MLP on digits passes 95% held out.
+
+#[allow(dead_code)]
+#[path = "../examples/train_digits.rs"]
+mod train_digits;
+
+#[test]
+fn symbolic_mlp_reaches_95_percent_on_held_out_digits() {
+    let r = train_digits::train(20, false).unwrap();
+    assert!(
+        r.test_accuracy >= 0.95,
+        "held-out accuracy {}",
+        r.test_accuracy
+    );
+    assert!(r.planned_bytes <= r.no_reuse_bytes);
+}
