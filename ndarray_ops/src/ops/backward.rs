@@ -257,3 +257,258 @@ pub(super) fn ops() -> &'static [OpDef] {
     ];
     OPS
 }
+
+// ---- _backward_Convolution: (ograd, data, weight) -> (data grad, weight grad[, bias grad]) ----
+
+fn infer_conv_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let dt = same_dtypes(op, d)?;
+    let c = super::conv::conv_params(op, attrs)?;
+    let mut out = vec![s[1].clone(), s[2].clone()];
+    if c.bias {
+        out.push(vec![c.filters]);
+    }
+    let n = out.len();
+    Ok((out, vec![dt; n]))
+}
+
+/// Adds the columns back into the image they were gathered from (the adjoint of `im2col`).
+///
+/// # Safety
+/// As for `im2col`, with `dst` writable.
+#[allow(clippy::too_many_arguments)]
+unsafe fn col2im<T: Element>(
+    col: *const T,
+    cg: usize,
+    h: usize,
+    w: usize,
+    c: &super::conv::Conv,
+    ho: usize,
+    wo: usize,
+    dst: *mut T,
+) {
+    let mut row = 0;
+    for ch in 0..cg {
+        for i in 0..c.k.0 {
+            for j in 0..c.k.1 {
+                for y in 0..ho {
+                    let iy = (y * c.s.0 + i * c.d.0) as isize - c.p.0 as isize;
+                    if iy < 0 || iy as usize >= h {
+                        continue;
+                    }
+                    for x in 0..wo {
+                        let ix = (x * c.s.1 + j * c.d.1) as isize - c.p.1 as isize;
+                        if ix >= 0 && (ix as usize) < w {
+                            // SAFETY: both indices are inside their buffers (per the contract).
+                            unsafe {
+                                let d = dst.add((ch * h + iy as usize) * w + ix as usize);
+                                *d = (*d).add(*col.add(row * ho * wo + y * wo + x));
+                            }
+                        }
+                    }
+                }
+                row += 1;
+            }
+        }
+    }
+}
+
+fn conv_backward_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    res: &mut KernelRes,
+) -> KResult {
+    let c = super::conv::conv_params(op, attrs).map_err(|e| e.to_string())?;
+    let (dy, x, wt) = (&ins[0], &ins[1], &ins[2]);
+    let (n, ch, h, w) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
+    let (ho, wo) = (dy.shape[2], dy.shape[3]);
+    let (cg, fg) = (ch / c.groups, c.filters / c.groups);
+    let rows = cg * c.k.0 * c.k.1;
+    crate::with_dtype!(dy.dtype, T => {
+        let col = res.temp(2 * rows * ho * wo * std::mem::size_of::<T>())?.cast::<T>();
+        // SAFETY: the temp space holds two column buffers; every slice below lies inside its
+        // buffer (shapes from inference); outputs are disjoint from inputs and temp space.
+        unsafe {
+            let dcol = col.add(rows * ho * wo);
+            outs[0].slice_mut::<T>().fill(T::default());
+            outs[1].slice_mut::<T>().fill(T::default());
+            let mut dw_acc = vec![T::default(); fg * rows];
+            for img in 0..n {
+                for g in 0..c.groups {
+                    let xg = x.ptr::<T>().add((img * ch + g * cg) * h * w);
+                    super::conv::im2col::<T>(xg, cg, h, w, &c, ho, wo, col);
+                    let dyv = ArrayView2::from_shape_ptr((fg, ho * wo), dy.ptr::<T>().add((img * c.filters + g * fg) * ho * wo) as *const T);
+                    let colv = ArrayView2::from_shape_ptr((rows, ho * wo), col as *const T);
+                    // Weight gradient: dY_g x col^T, summed over images.
+                    let mut part = ArrayViewMut2::from_shape_ptr((fg, rows), dw_acc.as_mut_ptr());
+                    T::gemm(&dyv, &colv.t(), &mut part);
+                    let dw = outs[1].ptr::<T>().add(g * fg * rows);
+                    for (k, v) in dw_acc.iter().enumerate() {
+                        *dw.add(k) = (*dw.add(k)).add(*v);
+                    }
+                    // Data gradient: W_g^T x dY_g, scattered back.
+                    let wv = ArrayView2::from_shape_ptr((fg, rows), wt.ptr::<T>().add(g * fg * rows) as *const T);
+                    let mut dcolv = ArrayViewMut2::from_shape_ptr((rows, ho * wo), dcol);
+                    T::gemm(&wv.t(), &dyv, &mut dcolv);
+                    col2im::<T>(dcol, cg, h, w, &c, ho, wo, outs[0].ptr::<T>().add((img * ch + g * cg) * h * w));
+                }
+            }
+            if c.bias {
+                let db = outs[2].slice_mut::<T>();
+                let dys = dy.slice::<T>();
+                for (f, b) in db.iter_mut().enumerate() {
+                    let mut acc = T::default();
+                    for img in 0..n {
+                        for v in &dys[(img * c.filters + f) * ho * wo..(img * c.filters + f + 1) * ho * wo] {
+                            acc = acc.add(*v);
+                        }
+                    }
+                    *b = acc;
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+// ---- _backward_Pooling: (ograd, data) -> data grad ------------------------------------------
+
+fn infer_pool_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    super::conv::pool_params(op, attrs, &s[1])?;
+    Ok((vec![s[1].clone()], vec![d[1]]))
+}
+
+fn pool_backward_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    use super::conv::PoolType;
+    let (dy, x) = (&ins[0], &ins[1]);
+    let p = super::conv::pool_params(op, attrs, &x.shape).map_err(|e| e.to_string())?;
+    let (h, w, ho, wo) = (x.shape[2], x.shape[3], dy.shape[2], dy.shape[3]);
+    crate::with_dtype!(dy.dtype, T => {
+        // SAFETY: read access to the inputs, exclusive access to the disjoint output.
+        let (dys, xs, dx) = unsafe { (dy.slice::<T>(), x.slice::<T>(), outs[0].slice_mut::<T>()) };
+        dx.fill(T::default());
+        for plane in 0..x.shape[0] * x.shape[1] {
+            let (xp, base) = (&xs[plane * h * w..(plane + 1) * h * w], plane * h * w);
+            for y in 0..ho {
+                let ys = (y * p.s.0) as isize - p.p.0 as isize;
+                let ye = (ys + p.k.0 as isize).min((h + p.p.0) as isize);
+                for xx in 0..wo {
+                    let xs0 = (xx * p.s.1) as isize - p.p.1 as isize;
+                    let xe = (xs0 + p.k.1 as isize).min((w + p.p.1) as isize);
+                    let (y0, y1) = (ys.max(0) as usize, (ye.max(0) as usize).min(h));
+                    let (x0, x1) = (xs0.max(0) as usize, (xe.max(0) as usize).min(w));
+                    let g = dys[plane * ho * wo + y * wo + xx];
+                    match p.kind {
+                        PoolType::Max => {
+                            // The first maximum takes the gradient, as the forward pass chose it.
+                            let mut best: Option<(usize, T)> = None;
+                            for iy in y0..y1 {
+                                for ix in x0..x1 {
+                                    let v = xp[iy * w + ix];
+                                    if best.is_none_or(|(_, b)| v > b) {
+                                        best = Some((iy * w + ix, v));
+                                    }
+                                }
+                            }
+                            if let Some((at, _)) = best {
+                                dx[base + at] = dx[base + at].add(g);
+                            }
+                        }
+                        PoolType::Avg | PoolType::Sum => {
+                            let padded = ((ye - ys) * (xe - xs0)).max(1) as f64;
+                            let inside = ((y1 - y0) * (x1 - x0)).max(1) as f64;
+                            let share = match p.kind {
+                                PoolType::Sum => 1.0,
+                                _ if p.count_pad => 1.0 / padded,
+                                _ => 1.0 / inside,
+                            };
+                            let gv = T::from_f64(g.to_f64() * share);
+                            for iy in y0..y1 {
+                                for ix in x0..x1 {
+                                    dx[base + iy * w + ix] = dx[base + iy * w + ix].add(gv);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+// ---- reshape_like: a's elements in b's shape --------------------------------------------------
+
+fn infer_reshape_like(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    if s[0].iter().product::<usize>() != s[1].iter().product::<usize>() {
+        return Err(NdError::Shape {
+            op: op.into(),
+            arg: "rhs".into(),
+            found: s[1].clone(),
+            expected: format!("as many elements as lhs {:?}", s[0]),
+        });
+    }
+    Ok((vec![s[1].clone()], vec![d[0]]))
+}
+
+fn copy_kernel(
+    _: &str,
+    _: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    if !ins[0].same_memory(&outs[0]) {
+        // SAFETY: read access to the input, write access to the output; `copy` tolerates overlap.
+        unsafe { ins[0].copy_bytes_to(&outs[0]) };
+    }
+    Ok(())
+}
+
+pub(super) fn more_ops() -> &'static [OpDef] {
+    static OPS: &[OpDef] = &[
+        OpDef {
+            alias_safe: false,
+            resources: &[super::Resource::TempSpace],
+            ..def!(
+                "_backward_Convolution",
+                &[],
+                Arity::Exactly(3),
+                infer_conv_backward,
+                conv_backward_kernel,
+                &[]
+            )
+        },
+        OpDef {
+            alias_safe: false,
+            ..def!(
+                "_backward_Pooling",
+                &[],
+                Arity::Exactly(2),
+                infer_pool_backward,
+                pool_backward_kernel,
+                &[]
+            )
+        },
+        OpDef {
+            identity: true,
+            backward_ignores: &[1],
+            ..def!(
+                "reshape_like",
+                &[],
+                Arity::Exactly(2),
+                infer_reshape_like,
+                copy_kernel,
+                &[(0, 0)]
+            )
+        },
+    ];
+    OPS
+}

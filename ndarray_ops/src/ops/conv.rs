@@ -37,17 +37,17 @@ fn pair(
 }
 
 #[derive(Clone, Copy, Debug)]
-struct Conv {
-    k: (usize, usize),
-    s: (usize, usize),
-    p: (usize, usize),
-    d: (usize, usize),
-    filters: usize,
-    groups: usize,
-    bias: bool,
+pub(super) struct Conv {
+    pub(super) k: (usize, usize),
+    pub(super) s: (usize, usize),
+    pub(super) p: (usize, usize),
+    pub(super) d: (usize, usize),
+    pub(super) filters: usize,
+    pub(super) groups: usize,
+    pub(super) bias: bool,
 }
 
-fn conv_params(op: &str, attrs: &Attrs) -> Result<Conv> {
+pub(super) fn conv_params(op: &str, attrs: &Attrs) -> Result<Conv> {
     let c = Conv {
         k: pair(op, attrs, "kernel", None)?,
         s: pair(op, attrs, "stride", Some((1, 1)))?,
@@ -162,7 +162,7 @@ fn infer_conv(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
 /// # Safety
 /// `src` holds `cg * h * w` elements, `col` `cg * kh * kw * ho * wo`.
 #[allow(clippy::too_many_arguments)]
-unsafe fn im2col<T: Element>(
+pub(super) unsafe fn im2col<T: Element>(
     src: *const T,
     cg: usize,
     h: usize,
@@ -239,23 +239,23 @@ fn conv_kernel(
 // ---- Pooling --------------------------------------------------------------------------------
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum PoolType {
+pub(super) enum PoolType {
     Max,
     Avg,
     Sum,
 }
 
 #[derive(Clone, Copy, Debug)]
-struct Pool {
-    kind: PoolType,
-    k: (usize, usize),
-    s: (usize, usize),
-    p: (usize, usize),
-    ceil: bool,
-    count_pad: bool,
+pub(super) struct Pool {
+    pub(super) kind: PoolType,
+    pub(super) k: (usize, usize),
+    pub(super) s: (usize, usize),
+    pub(super) p: (usize, usize),
+    pub(super) ceil: bool,
+    pub(super) count_pad: bool,
 }
 
-fn pool_params(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Pool> {
+pub(super) fn pool_params(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Pool> {
     let kind = match attrs.get("pool_type").unwrap_or("max") {
         "max" => PoolType::Max,
         "avg" => PoolType::Avg,

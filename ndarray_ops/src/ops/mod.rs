@@ -248,6 +248,7 @@ fn registry() -> &'static HashMap<&'static str, &'static OpDef> {
             .chain(conv::ops())
             .chain(stochastic::ops())
             .chain(backward::ops())
+            .chain(backward::more_ops())
         {
             m.insert(def.name, def);
             for a in def.aliases {
@@ -300,6 +301,14 @@ pub fn num_outputs(def: &OpDef, attrs: &Attrs) -> Result<(usize, usize)> {
             (n, n)
         }
         "_backward_SoftmaxOutput" => (2, 2),
+        "_backward_Convolution" => {
+            let n = if attrs.bool(op, "no_bias", false)? {
+                2
+            } else {
+                3
+            };
+            (n, n)
+        }
         "adam_update" => (3, 1),
         _ => (1, 1),
     })

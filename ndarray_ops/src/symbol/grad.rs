@@ -68,6 +68,39 @@ fn softmax_output(n: &Arc<Node>, _og: &[Option<NodeEntry>]) -> Result<Vec<Option
     Ok(vec![Some(out(&bw, 0)), Some(out(&bw, 1))])
 }
 
+fn convolution(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let ins = vec![need(n, og)?, n.inputs[0].clone(), n.inputs[1].clone()];
+    let bw = make(
+        "_backward_Convolution",
+        format!("{}_backward", n.name),
+        ins,
+        n.attrs.clone(),
+    )?;
+    Ok((0..n.inputs.len()).map(|k| Some(out(&bw, k))).collect())
+}
+
+fn pooling(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let ins = vec![need(n, og)?, n.inputs[0].clone()];
+    let bw = make(
+        "_backward_Pooling",
+        format!("{}_backward", n.name),
+        ins,
+        n.attrs.clone(),
+    )?;
+    Ok(vec![Some(out(&bw, 0))])
+}
+
+fn flatten(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let ins = vec![need(n, og)?, n.inputs[0].clone()];
+    let bw = make(
+        "reshape_like",
+        format!("{}_backward", n.name),
+        ins,
+        Attrs::new(),
+    )?;
+    Ok(vec![Some(out(&bw, 0))])
+}
+
 fn add(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let g = need(n, og)?;
     Ok(vec![Some(g.clone()), Some(g)])
@@ -84,6 +117,9 @@ fn rule(op: &str) -> Option<GradFn> {
         "Activation" => activation,
         "SoftmaxOutput" => softmax_output,
         "elemwise_add" => add,
+        "Convolution" => convolution,
+        "Pooling" => pooling,
+        "Flatten" | "Reshape" | "reshape" => flatten,
         "_copy" => identity,
         _ => return None,
     })
