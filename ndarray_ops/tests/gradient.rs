@@ -85,7 +85,12 @@ fn fill(rt: &Arc<Runtime>, a: &NDArray, lo: f64, hi: f64) {
 
 /// Cross-entropy of the softmax output against the labels.
 fn loss(exec: &Executor, labels: &[f64]) -> f64 {
-    exec.forward(false).unwrap();
+    loss_in(exec, labels, false)
+}
+
+/// The same, with training-mode behaviour (BatchNorm's batch statistics).
+fn loss_in(exec: &Executor, labels: &[f64], train: bool) -> f64 {
+    exec.forward(train).unwrap();
     let p = exec.outputs()[0].to_vec::<f64>().unwrap();
     labels
         .iter()
@@ -203,6 +208,16 @@ fn cnn(pool: &str) -> Symbol {
 }
 
 fn check(sym: &Symbol, shapes: HashMap<String, Vec<usize>>, wrt: &[&str], what: &str) {
+    check_in(sym, shapes, wrt, what, false)
+}
+
+fn check_in(
+    sym: &Symbol,
+    shapes: HashMap<String, Vec<usize>>,
+    wrt: &[&str],
+    what: &str,
+    train: bool,
+) {
     let rt = Runtime::with_engine(EngineKind::ThreadedPerDevice);
     rt.seed(11).unwrap();
     let req: HashMap<String, GradReq> = wrt
@@ -240,10 +255,10 @@ fn check(sym: &Symbol, shapes: HashMap<String, Vec<usize>>, wrt: &[&str], what: 
             let mut v = base.clone();
             v[i] += eps;
             set(v.clone());
-            let up = loss(&exec, &labels);
+            let up = loss_in(&exec, &labels, train);
             v[i] -= 2.0 * eps;
             set(v);
-            let down = loss(&exec, &labels);
+            let down = loss_in(&exec, &labels, train);
             set(base.clone());
             let numeric = (up - down) / (2.0 * eps);
             assert!(
@@ -260,6 +275,56 @@ fn convolution_pooling_flatten_gradients_match_finite_differences() {
         let shapes = HashMap::from([("x".into(), vec![2, 2, 6, 6]), ("label".into(), vec![2])]);
         check(&cnn(pool), shapes, &["x", "cw", "cb", "fw", "fb"], pool);
     }
+}
+
+#[test]
+fn batchnorm_gradients_match_finite_differences_in_training_mode() {
+    let x = f64_var("x");
+    let aux = |n: &str| Symbol::var_with(n, Attrs::new().with("__dtype__", 1));
+    let bn = Symbol::op(
+        "BatchNorm",
+        "bn",
+        &[
+            &x,
+            &f64_var("gamma"),
+            &f64_var("beta"),
+            &aux("mean"),
+            &aux("var"),
+        ],
+        Attrs::new().with("fix_gamma", false).with("eps", 1e-5),
+    )
+    .unwrap();
+    let a = Symbol::op(
+        "Activation",
+        "act",
+        &[&bn],
+        Attrs::new().with("act_type", "tanh"),
+    )
+    .unwrap();
+    let f = Symbol::op("Flatten", "flat", &[&a], Attrs::new()).unwrap();
+    let o = Symbol::op(
+        "FullyConnected",
+        "fc",
+        &[&f, &f64_var("fw"), &f64_var("fb")],
+        Attrs::new().with("num_hidden", 4),
+    )
+    .unwrap();
+    let sym = Symbol::op(
+        "SoftmaxOutput",
+        "out",
+        &[&o, &f64_var("label")],
+        Attrs::new(),
+    )
+    .unwrap();
+    assert_eq!(sym.list_auxiliary_states(), vec!["mean", "var"]);
+    let shapes = HashMap::from([("x".into(), vec![2, 3, 2, 2]), ("label".into(), vec![2])]);
+    check_in(
+        &sym,
+        shapes,
+        &["x", "gamma", "beta", "fw"],
+        "batchnorm",
+        true,
+    );
 }
 
 #[test]

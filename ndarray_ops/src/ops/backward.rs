@@ -512,3 +512,97 @@ pub(super) fn more_ops() -> &'static [OpDef] {
     ];
     OPS
 }
+
+// ---- _backward_BatchNorm: (ograd, data, gamma, mean, var) -> (data, gamma, beta grads) -------
+
+fn infer_bn_backward(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let dt = same_dtypes(op, d)?;
+    if s[0] != s[1] {
+        return Err(NdError::Shape {
+            op: op.into(),
+            arg: "data".into(),
+            found: s[1].clone(),
+            expected: format!("{:?} like the gradient", s[0]),
+        });
+    }
+    Ok((vec![s[1].clone(), s[2].clone(), s[2].clone()], vec![dt; 3]))
+}
+
+fn bn_backward_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let e = |e: crate::NdError| e.to_string();
+    let x = &ins[1];
+    let axis = {
+        let a = attrs
+            .ints(op, "axis")
+            .map_err(e)?
+            .and_then(|v| v.first().copied())
+            .unwrap_or(1);
+        if a < 0 {
+            (a + x.shape.len() as i64) as usize
+        } else {
+            a as usize
+        }
+    };
+    let eps = attrs.f64(op, "eps", Some(1e-3)).map_err(e)?;
+    let fix_gamma = attrs.bool(op, "fix_gamma", true).map_err(e)?;
+    let batch_stats = attrs.bool(op, super::IS_TRAIN, false).map_err(e)?
+        && !attrs.bool(op, "use_global_stats", false).map_err(e)?;
+    let c = x.shape[axis];
+    let inner: usize = x.shape[axis + 1..].iter().product();
+    let outer: usize = x.shape[..axis].iter().product();
+    let m = (outer * inner).max(1) as f64;
+    crate::with_dtype!(x.dtype, T => {
+        // SAFETY: read access to the inputs; exclusive access to the three disjoint outputs.
+        let (dy, xs, gamma, mean, var) = unsafe { (ins[0].slice::<T>(), x.slice::<T>(), ins[2].slice::<T>(), ins[3].slice::<T>(), ins[4].slice::<T>()) };
+        let (dx, dgamma, dbeta) = unsafe { (outs[0].slice_mut::<T>(), outs[1].slice_mut::<T>(), outs[2].slice_mut::<T>()) };
+        for ch in 0..c {
+            let at = |o: usize, i: usize| (o * c + ch) * inner + i;
+            let (mu, inv) = (mean[ch].to_f64(), 1.0 / (var[ch].to_f64() + eps).sqrt());
+            let g = if fix_gamma { 1.0 } else { gamma[ch].to_f64() };
+            let (mut sum_dy, mut sum_dy_xhat) = (0.0, 0.0);
+            for o in 0..outer {
+                for i in 0..inner {
+                    let d = dy[at(o, i)].to_f64();
+                    sum_dy += d;
+                    sum_dy_xhat += d * (xs[at(o, i)].to_f64() - mu) * inv;
+                }
+            }
+            dbeta[ch] = T::from_f64(sum_dy);
+            dgamma[ch] = T::from_f64(if fix_gamma { 0.0 } else { sum_dy_xhat });
+            for o in 0..outer {
+                for i in 0..inner {
+                    let d = dy[at(o, i)].to_f64();
+                    let v = if batch_stats {
+                        let xhat = (xs[at(o, i)].to_f64() - mu) * inv;
+                        g * inv * (d - sum_dy / m - xhat * sum_dy_xhat / m)
+                    } else {
+                        g * inv * d
+                    };
+                    dx[at(o, i)] = T::from_f64(v);
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+pub(super) fn norm_ops() -> &'static [OpDef] {
+    static OPS: &[OpDef] = &[OpDef {
+        alias_safe: false,
+        ..def!(
+            "_backward_BatchNorm",
+            &[],
+            Arity::Exactly(5),
+            infer_bn_backward,
+            bn_backward_kernel,
+            &[]
+        )
+    }];
+    OPS
+}

@@ -249,6 +249,7 @@ fn registry() -> &'static HashMap<&'static str, &'static OpDef> {
             .chain(stochastic::ops())
             .chain(backward::ops())
             .chain(backward::more_ops())
+            .chain(backward::norm_ops())
         {
             m.insert(def.name, def);
             for a in def.aliases {
@@ -301,6 +302,7 @@ pub fn num_outputs(def: &OpDef, attrs: &Attrs) -> Result<(usize, usize)> {
             (n, n)
         }
         "_backward_SoftmaxOutput" => (2, 2),
+        "_backward_BatchNorm" => (3, 3),
         "_backward_Convolution" => {
             let n = if attrs.bool(op, "no_bias", false)? {
                 2

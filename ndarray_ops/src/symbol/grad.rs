@@ -90,6 +90,31 @@ fn pooling(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEnt
     Ok(vec![Some(out(&bw, 0))])
 }
 
+fn batch_norm(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    // Reads the mean and variance the forward pass used (its hidden outputs).
+    let ins = vec![
+        need(n, og)?,
+        n.inputs[0].clone(),
+        n.inputs[1].clone(),
+        out(n, 1),
+        out(n, 2),
+    ];
+    let bw = make(
+        "_backward_BatchNorm",
+        format!("{}_backward", n.name),
+        ins,
+        n.attrs.clone(),
+    )?;
+    // No gradient for the moving statistics (auxiliary states).
+    Ok(vec![
+        Some(out(&bw, 0)),
+        Some(out(&bw, 1)),
+        Some(out(&bw, 2)),
+        None,
+        None,
+    ])
+}
+
 fn flatten(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let ins = vec![need(n, og)?, n.inputs[0].clone()];
     let bw = make(
@@ -119,6 +144,7 @@ fn rule(op: &str) -> Option<GradFn> {
         "elemwise_add" => add,
         "Convolution" => convolution,
         "Pooling" => pooling,
+        "BatchNorm" => batch_norm,
         "Flatten" | "Reshape" | "reshape" => flatten,
         "_copy" => identity,
         _ => return None,
