@@ -1,9 +1,10 @@
-//! Binds a real MXNet model with random weights and times its forward pass.
+//! Binds a real MXNet model with random weights and times it.
 //!
-//! `cargo run --release --example run_model -- graphs/resnet18_v1-symbol.json --shape data=1,3,224,224 [--iters N] [--engine KIND] [--json]`
+//! `cargo run --release --example run_model -- graphs/resnet18_v1-symbol.json --shape data=1,3,224,224 [--train] [--iters N] [--engine KIND] [--json]`
 //!
-//! Prints the output shapes, the median forward time and the memory report. (Backward comes
-//! with the gradient pass.)
+//! Prints the output shapes, the median forward time (inference mode) and, with `--train`, the
+//! median forward+backward time (training mode; gradients of every argument but the inputs named
+//! by `--shape`; head gradients of ones), and the memory report.
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -12,41 +13,45 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use engine::{EngineBuilder, EngineKind};
-use ndarray_ops::{invoke_on, Attrs, Executor, Runtime, Symbol};
+use ndarray_ops::{invoke_on, Attrs, Executor, GradReq, Runtime, Symbol};
 use storage::{Context, StorageConfig};
 
-fn main() {
-    if let Err(e) = run() {
-        eprintln!("run_model: {e}");
-        std::process::exit(1);
-    }
+struct Args {
+    file: String,
+    shapes: HashMap<String, Vec<usize>>,
+    iters: usize,
+    json: bool,
+    train: bool,
+    kind: EngineKind,
 }
 
-fn run() -> Result<(), String> {
-    let mut args = std::env::args().skip(1);
-    let (mut file, mut shapes, mut iters, mut json, mut kind) = (
+fn parse() -> Result<Args, String> {
+    let mut it = std::env::args().skip(1);
+    let (mut file, mut shapes, mut iters, mut json, mut train, mut kind) = (
         None,
         HashMap::new(),
         10usize,
         false,
+        false,
         EngineKind::ThreadedPerDevice,
     );
-    while let Some(a) = args.next() {
+    while let Some(a) = it.next() {
         match a.as_str() {
             "--json" => json = true,
+            "--train" => train = true,
             "--iters" => {
-                iters = args
+                iters = it
                     .next()
                     .and_then(|v| v.parse().ok())
                     .filter(|&n| n > 0)
                     .ok_or("--iters needs a positive number")?
             }
             "--engine" => {
-                let v = args.next().ok_or("--engine needs a name")?;
+                let v = it.next().ok_or("--engine needs a name")?;
                 kind = EngineKind::parse(&v).ok_or(format!("unknown engine {v:?}"))?;
             }
             "--shape" => {
-                let spec = args.next().ok_or("--shape needs name=d0,d1,...")?;
+                let spec = it.next().ok_or("--shape needs name=d0,d1,...")?;
                 let (name, dims) = spec
                     .split_once('=')
                     .ok_or(format!("--shape {spec:?}: expected name=d0,d1,..."))?;
@@ -65,58 +70,112 @@ fn run() -> Result<(), String> {
         }
     }
     let file = file.ok_or("give a *-symbol.json file")?;
-    let text = std::fs::read_to_string(&file).map_err(|e| format!("cannot read {file}: {e}"))?;
-    let sym = Symbol::from_json(&text).map_err(|e| format!("{file}: {e}"))?;
     if shapes.is_empty() {
         let side = file.replace("-symbol.json", "-shapes.json");
         if let Ok(t) = std::fs::read_to_string(&side) {
             shapes = serde_json::from_str(&t).map_err(|e| format!("{side}: {e}"))?;
         }
     }
-    let rt = Runtime::new(EngineBuilder::new(kind).build(), StorageConfig::default());
-    rt.seed(0).map_err(|e| e.to_string())?;
+    Ok(Args {
+        file,
+        shapes,
+        iters,
+        json,
+        train,
+        kind,
+    })
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("run_model: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), String> {
+    let a = parse()?;
+    let err = |e: ndarray_ops::NdError| e.to_string();
+    let text =
+        std::fs::read_to_string(&a.file).map_err(|e| format!("cannot read {}: {e}", a.file))?;
+    let sym = Symbol::from_json(&text).map_err(|e| format!("{}: {e}", a.file))?;
+    let rt = Runtime::new(EngineBuilder::new(a.kind).build(), StorageConfig::default());
+    rt.seed(0).map_err(err)?;
     let ctx = Context::cpu(0);
-    let exec = Executor::simple_bind(&rt, ctx, &sym, &shapes).map_err(|e| e.to_string())?;
-    // Random weights and inputs, small enough that activations stay finite.
-    for (name, a) in exec.arg_dict() {
-        let shape = format!("{:?}", a.shape())
+    let exec = if a.train {
+        let req: HashMap<String, GradReq> = sym
+            .list_arguments()
+            .into_iter()
+            .filter(|n| !a.shapes.contains_key(n))
+            .map(|n| (n, GradReq::Write))
+            .collect();
+        Executor::simple_bind_grad(&rt, ctx, &sym, &a.shapes, &req).map_err(err)?
+    } else {
+        Executor::simple_bind(&rt, ctx, &sym, &a.shapes).map_err(err)?
+    };
+    // Random weights and inputs, small enough that activations stay finite; head gradients of 1.
+    let mut args: Vec<_> = exec.arg_dict().into_iter().collect();
+    args.sort_by(|x, y| x.0.cmp(&y.0));
+    for (name, arr) in args {
+        if name.contains("_head_grad") {
+            arr.fill(1.0).map_err(err)?;
+            continue;
+        }
+        let shape = format!("{:?}", arr.shape())
             .replace('[', "(")
             .replace(']', ")");
         let attrs = Attrs::new()
             .with("low", -0.05)
             .with("high", 0.05)
             .with("shape", shape)
-            .with("dtype", a.dtype().name());
-        let _ = name;
-        invoke_on(&rt, ctx, "_random_uniform", &[], &attrs, Some(&[&a]))
-            .map_err(|e| e.to_string())?;
+            .with("dtype", arr.dtype().name());
+        invoke_on(&rt, ctx, "_random_uniform", &[], &attrs, Some(&[&arr])).map_err(err)?;
     }
-    let mut times = vec![];
-    for i in 0..iters + 2 {
-        let t = Instant::now();
-        exec.forward(false).map_err(|e| e.to_string())?;
-        for o in exec.outputs() {
-            o.wait_to_read().map_err(|e| e.to_string())?;
+    let grads: Vec<_> = exec.grad_dict().into_values().collect();
+    let time = |step: &dyn Fn() -> ndarray_ops::Result<()>| -> Result<f64, String> {
+        let mut times = vec![];
+        for i in 0..a.iters + 2 {
+            let t = Instant::now();
+            step().map_err(err)?;
+            for o in exec.outputs().iter().chain(&grads) {
+                o.wait_to_read().map_err(err)?;
+            }
+            if i >= 2 {
+                times.push(t.elapsed().as_secs_f64() * 1e3);
+            }
         }
-        if i >= 2 {
-            times.push(t.elapsed().as_secs_f64() * 1e3);
-        }
-    }
-    times.sort_by(f64::total_cmp);
-    let forward_ms = times[times.len() / 2];
+        times.sort_by(f64::total_cmp);
+        Ok(times[times.len() / 2])
+    };
+    let forward_ms = time(&|| exec.forward(false))?;
+    let forward_backward_ms = if a.train {
+        Some(time(&|| {
+            exec.forward(true)?;
+            exec.backward()
+        })?)
+    } else {
+        None
+    };
     let mem = exec.memory_report();
     let out_shapes: Vec<Vec<usize>> = exec.outputs().iter().map(|o| o.shape().to_vec()).collect();
-    if json {
+    if a.json {
         println!(
             "{}",
-            serde_json::json!({"forward_ms": forward_ms, "planned_bytes": mem.planned_bytes, "no_reuse_bytes": mem.no_reuse_bytes, "lower_bound_bytes": mem.lower_bound_bytes, "output_shapes": out_shapes, "engine": kind.name(), "iters": iters})
+            serde_json::json!({"forward_ms": forward_ms, "forward_backward_ms": forward_backward_ms, "planned_bytes": mem.planned_bytes, "no_reuse_bytes": mem.no_reuse_bytes, "lower_bound_bytes": mem.lower_bound_bytes, "output_shapes": out_shapes, "engine": a.kind.name(), "iters": a.iters})
         );
     } else {
-        println!("{file}: outputs {out_shapes:?}");
+        println!("{}: outputs {out_shapes:?}", a.file);
         println!(
-            "forward: {forward_ms:.2} ms (median of {iters}, {})",
-            kind.name()
+            "forward: {forward_ms:.2} ms (median of {}, {})",
+            a.iters,
+            a.kind.name()
         );
+        if let Some(fb) = forward_backward_ms {
+            println!(
+                "forward+backward: {fb:.2} ms (training mode, median of {})",
+                a.iters
+            );
+        }
         println!(
             "internal entries: {} bytes without reuse, {} planned, lower bound {}",
             mem.no_reuse_bytes, mem.planned_bytes, mem.lower_bound_bytes

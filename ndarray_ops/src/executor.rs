@@ -51,7 +51,8 @@ pub struct Executor {
 pub struct MemoryReport {
     /// Every internal entry in its own block.
     pub no_reuse_bytes: u64,
-    /// The planner's arena for the forward pass's liveness.
+    /// The planner's arena for the bound graph's liveness (forward, and backward when bound with
+    /// gradients).
     pub planned_bytes: u64,
     /// The lower bound for that liveness.
     pub lower_bound_bytes: u64,
@@ -310,8 +311,9 @@ impl Executor {
         &self.symbol
     }
 
-    /// The forward pass's internal entries as a planning problem (one step per node).
-    pub fn forward_problem(&self) -> Problem {
+    /// The bound graph's internal entries as a planning problem (one step per node, in the order
+    /// `forward` then `backward` run them).
+    pub fn plan_problem(&self) -> Problem {
         let g = &self.inferred.graph;
         let mut last_use: Vec<Option<u32>> = vec![None; g.num_entries()];
         for (i, ins) in g.inputs.iter().enumerate() {
@@ -352,7 +354,7 @@ impl Executor {
 
     /// Memory of the internal entries: without reuse, and as the planner would place them.
     pub fn memory_report(&self) -> MemoryReport {
-        let p = self.forward_problem();
+        let p = self.plan_problem();
         MemoryReport {
             no_reuse_bytes: p.total_bytes(),
             planned_bytes: solve(&p, SolverKind::GreedyBySize).arena,
