@@ -78,11 +78,7 @@ impl Executor {
         symbol: &Symbol,
         arrays: HashMap<String, NDArray>,
     ) -> Result<Executor> {
-        let shapes = arrays
-            .iter()
-            .map(|(k, v)| (k.clone(), v.shape().to_vec()))
-            .collect();
-        Executor::bind_with(rt, ctx, symbol, &shapes, arrays)
+        Executor::bind_with(rt, ctx, symbol, &HashMap::new(), arrays)
     }
 
     fn bind_with(
@@ -92,8 +88,11 @@ impl Executor {
         shapes: &HashMap<String, Vec<usize>>,
         mut given: HashMap<String, NDArray>,
     ) -> Result<Executor> {
+        // Given arrays fix their own shapes and dtypes.
         let dtypes = given.iter().map(|(k, v)| (k.clone(), v.dtype())).collect();
-        let inferred = infer(symbol, shapes, &dtypes)?;
+        let mut shapes = shapes.clone();
+        shapes.extend(given.iter().map(|(k, v)| (k.clone(), v.shape().to_vec())));
+        let inferred = infer(symbol, &shapes, &dtypes)?;
         let g = &inferred.graph;
         let (arg_names, aux_names) = (symbol.list_arguments(), symbol.list_auxiliary_states());
         let mut entries = Vec::with_capacity(g.num_entries());
@@ -171,13 +170,14 @@ impl Executor {
             .cloned()
             .collect();
         let forward = infer(symbol, shapes, &HashMap::new())?;
-        let mut all_shapes = shapes.clone();
-        let out_shapes = forward.output_shapes();
+        // Head gradients take their output's shape and dtype.
+        let (out_shapes, out_dtypes) = (forward.output_shapes(), forward.output_dtypes());
+        let mut heads = HashMap::new();
         for (name, i) in head_grad_names(symbol) {
-            all_shapes.insert(name, out_shapes[i].clone());
+            heads.insert(name, rt.zeros(&out_shapes[i], out_dtypes[i], ctx)?);
         }
         let full = gradient(symbol, &wrt)?;
-        let mut exec = Executor::bind_with(rt, ctx, &full, &all_shapes, HashMap::new())?;
+        let mut exec = Executor::bind_with(rt, ctx, &full, shapes, heads)?;
         exec.num_outputs = symbol.outputs().len();
         // The forward pass runs what the symbol's own outputs need.
         let g = &exec.inferred.graph;

@@ -380,3 +380,119 @@ fn grad_req_add_accumulates_and_errors_are_clear() {
         "{e}"
     );
 }
+
+/// Checks an op's gradient with random head gradients r: the loss is sum(r * y).
+fn check_op(op: &str, attrs: Attrs, shapes: &[Vec<usize>], range: (f64, f64)) {
+    let rt = Runtime::with_engine(EngineKind::ThreadedPerDevice);
+    rt.seed(17).unwrap();
+    let names: Vec<String> = (0..shapes.len()).map(|i| format!("in{i}")).collect();
+    let vars: Vec<Symbol> = names.iter().map(|n| f64_var(n)).collect();
+    let refs: Vec<&Symbol> = vars.iter().collect();
+    let sym = Symbol::op(op, "node", &refs, attrs).unwrap();
+    let shape_map: HashMap<String, Vec<usize>> =
+        names.iter().cloned().zip(shapes.iter().cloned()).collect();
+    let req: HashMap<String, GradReq> = names.iter().map(|n| (n.clone(), GradReq::Write)).collect();
+    let exec = Executor::simple_bind_grad(&rt, Context::cpu(0), &sym, &shape_map, &req)
+        .unwrap_or_else(|e| panic!("{op}: {e}"));
+    let args = exec.arg_dict();
+    for n in &names {
+        fill(&rt, &args[n], range.0, range.1);
+    }
+    let head = &args["node_head_grad0"];
+    fill(&rt, head, -1.0, 1.0);
+    let r = head.to_vec::<f64>().unwrap();
+    exec.forward(false).unwrap();
+    exec.backward().unwrap();
+    let objective = || {
+        exec.forward(false).unwrap();
+        exec.outputs()[0]
+            .to_vec::<f64>()
+            .unwrap()
+            .iter()
+            .zip(&r)
+            .map(|(y, r)| y * r)
+            .sum::<f64>()
+    };
+    let grads = exec.grad_dict();
+    for n in &names {
+        let analytic = grads[n].to_vec::<f64>().unwrap();
+        let base = args[n].to_vec::<f64>().unwrap();
+        let set = |v: Vec<f64>| {
+            rt.from_vec(v, args[n].shape(), Context::cpu(0))
+                .unwrap()
+                .copy_into(&args[n])
+                .unwrap()
+        };
+        for (i, &g) in analytic.iter().enumerate() {
+            let eps = 1e-6;
+            let mut v = base.clone();
+            v[i] += eps;
+            set(v.clone());
+            let up = objective();
+            v[i] -= 2.0 * eps;
+            set(v);
+            let down = objective();
+            set(base.clone());
+            let numeric = (up - down) / (2.0 * eps);
+            assert!(
+                (g - numeric).abs() <= 1e-5 * (1.0 + numeric.abs()),
+                "{op}: d/d {n}[{i}]: analytic {g}, numeric {numeric}"
+            );
+        }
+    }
+}
+
+#[test]
+fn elementwise_scalar_and_dot_gradients_match_finite_differences() {
+    let s = vec![3, 4];
+    for op in [
+        "negative", "exp", "square", "relu", "sigmoid", "tanh", "softrelu", "_copy",
+    ] {
+        check_op(op, Attrs::new(), &[s.clone()], (-1.0, 1.0));
+    }
+    for op in ["log", "sqrt"] {
+        check_op(op, Attrs::new(), &[s.clone()], (0.5, 1.5));
+    }
+    for op in [
+        "_plus_scalar",
+        "_minus_scalar",
+        "_rminus_scalar",
+        "_mul_scalar",
+        "_div_scalar",
+        "_rdiv_scalar",
+    ] {
+        check_op(
+            op,
+            Attrs::new().with("scalar", 1.7),
+            &[s.clone()],
+            (0.5, 1.5),
+        );
+    }
+    for op in [
+        "elemwise_add",
+        "elemwise_sub",
+        "elemwise_mul",
+        "elemwise_div",
+    ] {
+        check_op(op, Attrs::new(), &[s.clone(), s.clone()], (0.5, 1.5));
+    }
+    for (ta, tb, a, b) in [
+        (false, false, [3, 4], [4, 2]),
+        (true, false, [4, 3], [4, 2]),
+        (false, true, [3, 4], [2, 4]),
+        (true, true, [4, 3], [2, 4]),
+    ] {
+        check_op(
+            "dot",
+            Attrs::new().with("transpose_a", ta).with("transpose_b", tb),
+            &[a.to_vec(), b.to_vec()],
+            (-1.0, 1.0),
+        );
+    }
+    check_op(
+        "FullyConnected",
+        Attrs::new().with("num_hidden", 3),
+        &[vec![2, 5], vec![3, 5], vec![3]],
+        (-1.0, 1.0),
+    );
+}

@@ -126,6 +126,176 @@ fn flatten(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEnt
     Ok(vec![Some(out(&bw, 0))])
 }
 
+/// One forward op as a backward node with a single output.
+fn op1(op: &str, name: String, inputs: Vec<NodeEntry>, attrs: Attrs) -> Result<NodeEntry> {
+    Ok(out(&make(op, name, inputs, attrs)?, 0))
+}
+
+fn scaled(n: &Node, tag: &str, g: NodeEntry, by: f64) -> Result<NodeEntry> {
+    op1(
+        "_mul_scalar",
+        format!("{}_{tag}", n.name),
+        vec![g],
+        Attrs::new().with("scalar", by),
+    )
+}
+
+/// Unary math: each rule reuses forward ops on the output gradient, the input and the output.
+fn unary(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let g = need(n, og)?;
+    let (x, y) = (n.inputs[0].clone(), out(n, 0));
+    let name = |t: &str| format!("{}_backward{t}", n.name);
+    let d = match n.op_name() {
+        "negative" => op1("negative", name(""), vec![g], Attrs::new())?,
+        "exp" => op1("elemwise_mul", name(""), vec![g, y], Attrs::new())?,
+        "log" => op1("elemwise_div", name(""), vec![g, x], Attrs::new())?,
+        "sqrt" => op1(
+            "elemwise_div",
+            name(""),
+            vec![scaled(n, "half", g, 0.5)?, y],
+            Attrs::new(),
+        )?,
+        "square" => op1(
+            "elemwise_mul",
+            name(""),
+            vec![scaled(n, "twice", x, 2.0)?, g],
+            Attrs::new(),
+        )?,
+        act @ ("relu" | "sigmoid" | "tanh" | "softrelu") => op1(
+            "_backward_Activation",
+            name(""),
+            vec![g, y],
+            Attrs::new().with("act_type", act),
+        )?,
+        other => {
+            return Err(invalid(
+                other,
+                format!("node '{}': no gradient rule", n.name),
+            ))
+        }
+    };
+    Ok(vec![Some(d)])
+}
+
+/// Ops with a scalar attribute.
+fn scalar(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let g = need(n, og)?;
+    let s = n.attrs.f64(n.op_name(), "scalar", None)?;
+    let name = format!("{}_backward", n.name);
+    let d = match n.op_name() {
+        "_plus_scalar" | "_minus_scalar" => g,
+        "_rminus_scalar" => op1("negative", name, vec![g], Attrs::new())?,
+        "_mul_scalar" => scaled(n, "backward", g, s)?,
+        "_div_scalar" => scaled(n, "backward", g, 1.0 / s)?,
+        // d(s / x) = -y / x
+        "_rdiv_scalar" => {
+            let gy = op1(
+                "elemwise_mul",
+                format!("{name}_gy"),
+                vec![g, out(n, 0)],
+                Attrs::new(),
+            )?;
+            op1(
+                "negative",
+                name.clone(),
+                vec![op1(
+                    "elemwise_div",
+                    format!("{name}_q"),
+                    vec![gy, n.inputs[0].clone()],
+                    Attrs::new(),
+                )?],
+                Attrs::new(),
+            )?
+        }
+        other => {
+            return Err(invalid(
+                other,
+                format!("node '{}': no gradient rule", n.name),
+            ))
+        }
+    };
+    Ok(vec![Some(d)])
+}
+
+/// Same-shape binary arithmetic.
+fn elemwise(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let g = need(n, og)?;
+    let (a, b, y) = (n.inputs[0].clone(), n.inputs[1].clone(), out(n, 0));
+    let name = |t: &str| format!("{}_backward_{t}", n.name);
+    Ok(match n.op_name() {
+        "elemwise_sub" => vec![
+            Some(g.clone()),
+            Some(op1("negative", name("rhs"), vec![g], Attrs::new())?),
+        ],
+        "elemwise_mul" => vec![
+            Some(op1(
+                "elemwise_mul",
+                name("lhs"),
+                vec![g.clone(), b],
+                Attrs::new(),
+            )?),
+            Some(op1("elemwise_mul", name("rhs"), vec![g, a], Attrs::new())?),
+        ],
+        // d(a / b) = g / b and -g * y / b
+        "elemwise_div" => {
+            let da = op1(
+                "elemwise_div",
+                name("lhs"),
+                vec![g.clone(), b.clone()],
+                Attrs::new(),
+            )?;
+            let gy = op1("elemwise_mul", name("gy"), vec![g, y], Attrs::new())?;
+            let q = op1("elemwise_div", name("q"), vec![gy, b], Attrs::new())?;
+            vec![
+                Some(da),
+                Some(op1("negative", name("rhs"), vec![q], Attrs::new())?),
+            ]
+        }
+        other => {
+            return Err(invalid(
+                other,
+                format!("node '{}': no gradient rule", n.name),
+            ))
+        }
+    })
+}
+
+/// 2-D `dot` with its transposes: each input gradient is another `dot` of the output gradient
+/// with the other input.
+fn dot(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let g = need(n, og)?;
+    let (a, b) = (n.inputs[0].clone(), n.inputs[1].clone());
+    let ta = n.attrs.bool("dot", "transpose_a", false)?;
+    let tb = n.attrs.bool("dot", "transpose_b", false)?;
+    let mk = |t: &str, x: NodeEntry, y: NodeEntry, tx: bool, ty: bool| {
+        op1(
+            "dot",
+            format!("{}_backward_{t}", n.name),
+            vec![x, y],
+            Attrs::new().with("transpose_a", tx).with("transpose_b", ty),
+        )
+    };
+    let (da, db) = match (ta, tb) {
+        (false, false) => (
+            mk("lhs", g.clone(), b, false, true)?,
+            mk("rhs", a, g, true, false)?,
+        ),
+        (true, false) => (
+            mk("lhs", b, g.clone(), false, true)?,
+            mk("rhs", a, g, false, false)?,
+        ),
+        (false, true) => (
+            mk("lhs", g.clone(), b, false, false)?,
+            mk("rhs", g, a, true, false)?,
+        ),
+        (true, true) => (
+            mk("lhs", b, g.clone(), true, true)?,
+            mk("rhs", g, a, true, true)?,
+        ),
+    };
+    Ok(vec![Some(da), Some(db)])
+}
+
 fn add(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let g = need(n, og)?;
     Ok(vec![Some(g.clone()), Some(g)])
@@ -142,6 +312,12 @@ fn rule(op: &str) -> Option<GradFn> {
         "Activation" => activation,
         "SoftmaxOutput" => softmax_output,
         "elemwise_add" => add,
+        "negative" | "exp" | "log" | "sqrt" | "square" | "relu" | "sigmoid" | "tanh"
+        | "softrelu" => unary,
+        "_plus_scalar" | "_minus_scalar" | "_rminus_scalar" | "_mul_scalar" | "_div_scalar"
+        | "_rdiv_scalar" => scalar,
+        "elemwise_sub" | "elemwise_mul" | "elemwise_div" => elemwise,
+        "dot" => dot,
         "Convolution" => convolution,
         "Pooling" => pooling,
         "BatchNorm" => batch_norm,

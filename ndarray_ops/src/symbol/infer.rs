@@ -39,6 +39,15 @@ impl Inferred {
             .map(Vec::as_slice)
     }
 
+    /// Dtypes of the graph outputs.
+    pub fn output_dtypes(&self) -> Vec<DType> {
+        self.graph
+            .outputs
+            .iter()
+            .map(|&(n, i)| self.dtypes[self.graph.entry(n, i)])
+            .collect()
+    }
+
     /// Shapes of the graph outputs.
     pub fn output_shapes(&self) -> Vec<Vec<usize>> {
         self.graph
