@@ -549,3 +549,171 @@ fn random_ops_and_dropout_are_reproducible_per_seed_on_every_engine() {
     .unwrap_err();
     assert!(e.to_string().contains("above"), "{e}");
 }
+
+#[test]
+fn leaky_relu_stack_fill_where() {
+    let rt = rt();
+    let a = data(&[3, 4], 21);
+    let na = nd(&rt, &a);
+    close(
+        &run("LeakyReLU", &[&na], &Attrs::new().with("slope", 0.1))[0],
+        &a.mapv(|x| if x > 0.0 { x } else { 0.1 * x }),
+        "leaky",
+    );
+    close(
+        &run(
+            "LeakyReLU",
+            &[&na],
+            &Attrs::new().with("act_type", "elu").with("slope", 0.5),
+        )[0],
+        &a.mapv(|x| if x > 0.0 { x } else { 0.5 * (x.exp() - 1.0) }),
+        "elu",
+    );
+    let b = data(&[3, 4], 22);
+    for axis in [0usize, 1, 2] {
+        let got = &run(
+            "stack",
+            &[&na, &nd(&rt, &b)],
+            &Attrs::new().with("axis", axis),
+        )[0];
+        let want = ndarray::stack(Axis(axis), &[a.view(), b.view()]).unwrap();
+        close(got, &want, &format!("stack axis {axis}"));
+    }
+    let z = invoke_on(
+        &rt,
+        Context::cpu(0),
+        "_zeros",
+        &[],
+        &Attrs::new().with("shape", "(2, 3)").with("dtype", "int32"),
+        None,
+    )
+    .unwrap()
+    .remove(0);
+    assert_eq!(
+        (z.shape(), z.to_vec::<i32>().unwrap()),
+        (&[2usize, 3][..], vec![0; 6])
+    );
+    let o = invoke_on(
+        &rt,
+        Context::cpu(0),
+        "ones",
+        &[],
+        &Attrs::new().with("shape", "(4,)"),
+        None,
+    )
+    .unwrap()
+    .remove(0);
+    assert_eq!(o.to_vec::<f32>().unwrap(), vec![1.0; 4]);
+    let cond = rt
+        .from_vec(
+            vec![
+                1.0f64, 0.0, 0.0, 2.0, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0,
+            ],
+            &[3, 4],
+            Context::cpu(0),
+        )
+        .unwrap();
+    let got = &run("where", &[&cond, &na, &nd(&rt, &b)], &Attrs::new())[0];
+    let c = cond.to_vec::<f64>().unwrap();
+    let want = ArrayD::from_shape_vec(
+        IxDyn(&[3, 4]),
+        (0..12)
+            .map(|i| {
+                if c[i] != 0.0 {
+                    a.as_slice().unwrap()[i]
+                } else {
+                    b.as_slice().unwrap()[i]
+                }
+            })
+            .collect(),
+    )
+    .unwrap();
+    close(got, &want, "where");
+    let rowc = rt
+        .from_vec(vec![0.0f64, 1.0, 0.0], &[3], Context::cpu(0))
+        .unwrap();
+    let got = &run("where", &[&rowc, &na, &nd(&rt, &b)], &Attrs::new())[0];
+    close(
+        &got.index_axis(Axis(0), 1).to_owned(),
+        &a.index_axis(Axis(0), 1).to_owned(),
+        "where by row",
+    );
+    close(
+        &got.index_axis(Axis(0), 0).to_owned(),
+        &b.index_axis(Axis(0), 0).to_owned(),
+        "where by row",
+    );
+    assert!(invoke(
+        "where",
+        &[&na, &na, &nd(&rt, &data(&[2, 2], 1))],
+        &Attrs::new(),
+        None
+    )
+    .is_err());
+}
+
+#[test]
+fn deconvolution_is_the_transpose_of_convolution() {
+    let rt = rt();
+    for (stride, pad, dil, groups) in [(1usize, 0usize, 1usize, 1usize), (2, 1, 1, 1), (2, 0, 2, 2)]
+    {
+        let (n, cin, h, w, f, k) = (2, 4, 4, 3, 6, 3);
+        let x = data(&[n, cin, h, w], 30);
+        let wt = data(&[cin, f / groups, k, k], 31);
+        let b = data(&[f], 32);
+        let attrs = Attrs::new()
+            .with("kernel", "(3,3)")
+            .with("num_filter", f)
+            .with("stride", format!("({stride},{stride})"))
+            .with("pad", format!("({pad},{pad})"))
+            .with("dilate", format!("({dil},{dil})"))
+            .with("num_group", groups);
+        let got = &run(
+            "Deconvolution",
+            &[&nd(&rt, &x), &nd(&rt, &wt), &nd(&rt, &b)],
+            &attrs,
+        )[0];
+        let ho = (h - 1) * stride + dil * (k - 1) + 1 - 2 * pad;
+        let wo = (w - 1) * stride + dil * (k - 1) + 1 - 2 * pad;
+        assert_eq!(got.shape(), &[n, f, ho, wo]);
+        let (cg, fg) = (cin / groups, f / groups);
+        let mut want = ArrayD::<f64>::zeros(IxDyn(&[n, f, ho, wo]));
+        for img in 0..n {
+            for c in 0..cin {
+                let g = c / cg;
+                for fo in 0..fg {
+                    for iy in 0..h {
+                        for ix in 0..w {
+                            for i in 0..k {
+                                for j in 0..k {
+                                    let oy = (iy * stride + i * dil) as isize - pad as isize;
+                                    let ox = (ix * stride + j * dil) as isize - pad as isize;
+                                    if oy >= 0
+                                        && ox >= 0
+                                        && (oy as usize) < ho
+                                        && (ox as usize) < wo
+                                    {
+                                        want[[img, g * fg + fo, oy as usize, ox as usize]] +=
+                                            x[[img, c, iy, ix]] * wt[[c, fo, i, j]];
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for img in 0..n {
+            for fo in 0..f {
+                want.index_axis_mut(Axis(0), img)
+                    .index_axis_mut(Axis(0), fo)
+                    .mapv_inplace(|v| v + b[[fo]]);
+            }
+        }
+        close(
+            got,
+            &want,
+            &format!("deconv s{stride} p{pad} d{dil} g{groups}"),
+        );
+    }
+}

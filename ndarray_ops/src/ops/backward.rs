@@ -276,7 +276,7 @@ fn infer_conv_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -
 /// # Safety
 /// As for `im2col`, with `dst` writable.
 #[allow(clippy::too_many_arguments)]
-unsafe fn col2im<T: Element>(
+pub(super) unsafe fn col2im<T: Element>(
     col: *const T,
     cg: usize,
     h: usize,

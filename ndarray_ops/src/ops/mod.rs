@@ -10,6 +10,7 @@
 mod backward;
 mod conv;
 mod elemwise;
+mod extra;
 mod linalg;
 mod nn;
 mod param_shapes;
@@ -250,6 +251,7 @@ fn registry() -> &'static HashMap<&'static str, &'static OpDef> {
             .chain(backward::ops())
             .chain(backward::more_ops())
             .chain(backward::norm_ops())
+            .chain(extra::ops())
         {
             m.insert(def.name, def);
             for a in def.aliases {

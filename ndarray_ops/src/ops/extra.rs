@@ -1,0 +1,376 @@
+//! The rest of the MXNet ops the model zoo uses: LeakyReLU (leaky, elu), stack, `_zeros`/`_ones`,
+//! `where`, and Deconvolution (the transpose of Convolution: GEMM then col2im).
+
+use ndarray::{ArrayView2, ArrayViewMut2};
+
+use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef};
+use crate::error::{invalid, NdError, Result};
+use crate::resources::{KernelRes, Resource};
+use crate::{DType, Element};
+
+type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
+type KResult = std::result::Result<(), String>;
+
+// ---- LeakyReLU -------------------------------------------------------------------------------
+
+fn leaky_fn(op: &str, attrs: &Attrs) -> Result<Box<dyn Fn(f64) -> f64 + Sync>> {
+    let slope = attrs.f64(op, "slope", Some(0.25))?;
+    Ok(match attrs.get("act_type").unwrap_or("leaky") {
+        "leaky" => Box::new(move |x| if x > 0.0 { x } else { slope * x }),
+        "elu" => Box::new(move |x| if x > 0.0 { x } else { slope * (x.exp() - 1.0) }),
+        other => {
+            return Err(invalid(
+                op,
+                format!("act_type {other:?} is not leaky or elu"),
+            ))
+        }
+    })
+}
+
+fn infer_leaky(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let _check = leaky_fn(op, attrs)?;
+    Ok((vec![s[0].clone()], vec![d[0]]))
+}
+
+fn leaky_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let f = leaky_fn(op, attrs).map_err(|e| e.to_string())?;
+    crate::with_dtype!(outs[0].dtype, T => {
+        let (x, y) = (ins[0].ptr::<T>(), outs[0].ptr::<T>());
+        for i in 0..outs[0].len() {
+            // SAFETY: equal lengths; raw pointers tolerate the output being exactly the input.
+            unsafe { *y.add(i) = T::from_f64(f((*x.add(i)).to_f64())) };
+        }
+    });
+    Ok(())
+}
+
+// ---- stack -----------------------------------------------------------------------------------
+
+fn infer_stack(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let dt = same_dtypes(op, d)?;
+    for (i, x) in s.iter().enumerate().skip(1) {
+        if *x != s[0] {
+            return Err(NdError::Shape {
+                op: op.into(),
+                arg: format!("input {i}"),
+                found: x.clone(),
+                expected: format!("{:?} like input 0", s[0]),
+            });
+        }
+    }
+    let axis = attrs
+        .ints(op, "axis")?
+        .and_then(|v| v.first().copied())
+        .unwrap_or(0);
+    let axis = norm_axes(op, &[axis], s[0].len() + 1)?[0];
+    let mut out = s[0].clone();
+    out.insert(axis, s.len());
+    Ok((vec![out], vec![dt]))
+}
+
+fn stack_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let o = &outs[0];
+    let axis = attrs
+        .ints(op, "axis")
+        .map_err(|e| e.to_string())?
+        .and_then(|v| v.first().copied())
+        .unwrap_or(0);
+    let axis = norm_axes(op, &[axis], o.shape.len()).map_err(|e| e.to_string())?[0];
+    let es = o.dtype.size();
+    let outer: usize = o.shape[..axis].iter().product();
+    let inner: usize = o.shape[axis + 1..].iter().product::<usize>() * es;
+    for (k, t) in ins.iter().enumerate() {
+        for r in 0..outer {
+            // SAFETY: block r of input k lies in the input; its slot in the output lies in the
+            // output; inputs overlapping the output were copied first.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    t.buf.ptr.add(r * inner),
+                    o.buf.ptr.add((r * ins.len() + k) * inner),
+                    inner,
+                )
+            };
+        }
+    }
+    Ok(())
+}
+
+// ---- _zeros, _ones ----------------------------------------------------------------------------
+
+fn infer_fill(op: &str, attrs: &Attrs, _s: &[Vec<usize>], _d: &[DType]) -> Infer {
+    let shape = attrs
+        .ints(op, "shape")?
+        .ok_or_else(|| invalid(op, "attribute shape is required"))?;
+    if shape.iter().any(|&d| d < 0) {
+        return Err(invalid(op, format!("shape {shape:?} has a negative size")));
+    }
+    let dt = match attrs.get("dtype") {
+        None => DType::F32,
+        Some(n) => DType::parse(n).ok_or_else(|| invalid(op, format!("dtype {n:?} is unknown")))?,
+    };
+    Ok((vec![shape.iter().map(|&d| d as usize).collect()], vec![dt]))
+}
+
+fn fill_kernel(
+    op: &str,
+    _: &Attrs,
+    _ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let v = if op == "_ones" { 1.0 } else { 0.0 };
+    crate::with_dtype!(outs[0].dtype, T => {
+        // SAFETY: exclusive access to the output.
+        unsafe { outs[0].slice_mut::<T>() }.fill(T::from_f64(v));
+    });
+    Ok(())
+}
+
+// ---- where(condition, x, y) ---------------------------------------------------------------------
+
+fn infer_where(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    if s[1] != s[2] || d[1] != d[2] {
+        return Err(NdError::Shape {
+            op: op.into(),
+            arg: "y".into(),
+            found: s[2].clone(),
+            expected: format!("shape {:?} and dtype {} like x", s[1], d[1]),
+        });
+    }
+    let ok = s[0] == s[1] || (s[0].len() == 1 && s[1].first() == s[0].first());
+    if !ok {
+        return Err(NdError::Shape {
+            op: op.into(),
+            arg: "condition".into(),
+            found: s[0].clone(),
+            expected: format!("{:?}, or a vector over its first axis", s[1]),
+        });
+    }
+    Ok((vec![s[1].clone()], vec![d[1]]))
+}
+
+fn where_kernel(
+    _: &str,
+    _: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let (c, o) = (&ins[0], &outs[0]);
+    let per_row = if c.len() == o.len() {
+        1
+    } else {
+        o.len() / c.len().max(1)
+    };
+    let cond: Vec<bool> = crate::with_dtype!(c.dtype, C => {
+        // SAFETY: read access to the condition.
+        unsafe { c.slice::<C>() }.iter().map(|v| v.to_f64() != 0.0).collect()
+    });
+    crate::with_dtype!(o.dtype, T => {
+        let (x, y, out) = (ins[1].ptr::<T>(), ins[2].ptr::<T>(), o.ptr::<T>());
+        for i in 0..o.len() {
+            // SAFETY: equal lengths; raw pointers tolerate the output being exactly an input.
+            unsafe { *out.add(i) = if cond[i / per_row] { *x.add(i) } else { *y.add(i) } };
+        }
+    });
+    Ok(())
+}
+
+// ---- Deconvolution ------------------------------------------------------------------------------
+
+fn deconv_params(op: &str, attrs: &Attrs) -> Result<super::conv::Conv> {
+    super::conv::conv_params(op, attrs)
+}
+
+fn infer_deconv(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let dt = same_dtypes(op, d)?;
+    let c = deconv_params(op, attrs)?;
+    let x = &s[0];
+    if x.len() != 4 {
+        return Err(NdError::Shape {
+            op: op.into(),
+            arg: "data".into(),
+            found: x.clone(),
+            expected: "4 dimensions (N, C, H, W)".into(),
+        });
+    }
+    // Weight (in channels, filters / groups, kh, kw), as MXNet lays it out.
+    if x[1] % c.groups != 0 || c.filters % c.groups != 0 {
+        return Err(invalid(
+            op,
+            format!(
+                "num_group {} must divide {} channels and {} filters",
+                c.groups, x[1], c.filters
+            ),
+        ));
+    }
+    let w = vec![x[1], c.filters / c.groups, c.k.0, c.k.1];
+    if s[1] != w {
+        return Err(NdError::Shape {
+            op: op.into(),
+            arg: "weight".into(),
+            found: s[1].clone(),
+            expected: format!("{w:?}"),
+        });
+    }
+    if c.bias && s.get(2) != Some(&vec![c.filters]) {
+        return Err(invalid(
+            op,
+            format!("takes a bias of [{}] unless no_bias", c.filters),
+        ));
+    }
+    let len = |n: usize, k: usize, st: usize, dl: usize| (n - 1) * st + dl * (k - 1) + 1;
+    let (ho, wo) = (
+        len(x[2], c.k.0, c.s.0, c.d.0),
+        len(x[3], c.k.1, c.s.1, c.d.1),
+    );
+    if ho < 2 * c.p.0 + 1 || wo < 2 * c.p.1 + 1 {
+        return Err(invalid(
+            op,
+            format!("pad {:?} removes the whole {ho}x{wo} output", c.p),
+        ));
+    }
+    Ok((
+        vec![vec![x[0], c.filters, ho - 2 * c.p.0, wo - 2 * c.p.1]],
+        vec![dt],
+    ))
+}
+
+fn deconv_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    res: &mut KernelRes,
+) -> KResult {
+    let c = deconv_params(op, attrs).map_err(|e| e.to_string())?;
+    let (x, w, o) = (&ins[0], &ins[1], &outs[0]);
+    let (n, cin, h, wd) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
+    let (ho, wo) = (o.shape[2], o.shape[3]);
+    let (cg, fg) = (cin / c.groups, c.filters / c.groups);
+    let rows = fg * c.k.0 * c.k.1;
+    crate::with_dtype!(o.dtype, T => {
+        let col = res.temp(rows * h * wd * std::mem::size_of::<T>())?.cast::<T>();
+        // SAFETY: every view lies inside its buffer (shapes from inference); the output is
+        // disjoint from the inputs and the temp space.
+        unsafe {
+            o.slice_mut::<T>().fill(T::default());
+            for img in 0..n {
+                for g in 0..c.groups {
+                    // The adjoint of convolution's im2col + GEMM: col = W_g^T x X_g, then scatter.
+                    let wv = ArrayView2::from_shape_ptr((cg, rows), w.ptr::<T>().add(g * cg * rows) as *const T);
+                    let xv = ArrayView2::from_shape_ptr((cg, h * wd), x.ptr::<T>().add((img * cin + g * cg) * h * wd) as *const T);
+                    let mut cv = ArrayViewMut2::from_shape_ptr((rows, h * wd), col);
+                    T::gemm(&wv.t(), &xv, &mut cv);
+                    super::backward::col2im::<T>(col, fg, ho, wo, &c, h, wd, o.ptr::<T>().add((img * c.filters + g * fg) * ho * wo));
+                }
+            }
+            if c.bias {
+                let b = ins[2].slice::<T>();
+                let out = o.slice_mut::<T>();
+                for img in 0..n {
+                    for f in 0..c.filters {
+                        for v in &mut out[(img * c.filters + f) * ho * wo..(img * c.filters + f + 1) * ho * wo] {
+                            *v = v.add(b[f]);
+                        }
+                    }
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+macro_rules! def {
+    ($name:expr, $aliases:expr, $arity:expr, $infer:expr, $kernel:expr, $inplace:expr, $alias_safe:expr) => {
+        OpDef {
+            name: $name,
+            aliases: $aliases,
+            arity: $arity,
+            infer: $infer,
+            kernel: $kernel,
+            inplace: $inplace,
+            identity: false,
+            backward_ignores: &[],
+            alias_safe: $alias_safe,
+            mutate_inputs: &[],
+            resources: &[],
+            infer_inputs: None,
+        }
+    };
+}
+
+pub(super) fn ops() -> &'static [OpDef] {
+    static OPS: &[OpDef] = &[
+        def!(
+            "LeakyReLU",
+            &[],
+            Arity::Exactly(1),
+            infer_leaky,
+            leaky_kernel,
+            &[(0, 0)],
+            true
+        ),
+        def!(
+            "stack",
+            &[],
+            Arity::AtLeast(1),
+            infer_stack,
+            stack_kernel,
+            &[],
+            false
+        ),
+        def!(
+            "_zeros",
+            &["zeros"],
+            Arity::Exactly(0),
+            infer_fill,
+            fill_kernel,
+            &[],
+            false
+        ),
+        def!(
+            "_ones",
+            &["ones"],
+            Arity::Exactly(0),
+            infer_fill,
+            fill_kernel,
+            &[],
+            false
+        ),
+        def!(
+            "where",
+            &[],
+            Arity::Exactly(3),
+            infer_where,
+            where_kernel,
+            &[(1, 0), (2, 0)],
+            true
+        ),
+        OpDef {
+            resources: &[Resource::TempSpace],
+            ..def!(
+                "Deconvolution",
+                &[],
+                Arity::AtLeast(2),
+                infer_deconv,
+                deconv_kernel,
+                &[],
+                false
+            )
+        },
+    ];
+    OPS
+}
