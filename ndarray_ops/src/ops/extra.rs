@@ -207,7 +207,7 @@ fn infer_deconv(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer
         });
     }
     // Weight (in channels, filters / groups, kh, kw), as MXNet lays it out.
-    if x[1] % c.groups != 0 || c.filters % c.groups != 0 {
+    if !x[1].is_multiple_of(c.groups) || !c.filters.is_multiple_of(c.groups) {
         return Err(invalid(
             op,
             format!(
