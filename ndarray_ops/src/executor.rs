@@ -88,6 +88,8 @@ impl Executor {
         shapes: &HashMap<String, Vec<usize>>,
         mut given: HashMap<String, NDArray>,
     ) -> Result<Executor> {
+        // Each output gets storage of its own (MXNet's copy nodes).
+        let symbol = &symbol.with_copy_nodes()?;
         // Given arrays fix their own shapes and dtypes.
         let dtypes = given.iter().map(|(k, v)| (k.clone(), v.dtype())).collect();
         let mut shapes = shapes.clone();

@@ -324,6 +324,34 @@ impl Symbol {
         Ok(Symbol { outputs })
     }
 
+    /// The same symbol where every output has storage of its own: an output that is a variable,
+    /// or an entry listed as an output more than once, becomes a `_copy` of it.
+    pub fn with_copy_nodes(&self) -> Result<Symbol> {
+        let copy = lookup("_copy")?;
+        let mut seen: Vec<(usize, usize)> = Vec::new();
+        let mut outputs = Vec::with_capacity(self.outputs.len());
+        for (k, e) in self.outputs.iter().enumerate() {
+            let key = (Arc::as_ptr(&e.node) as usize, e.index);
+            if e.node.is_variable() || seen.contains(&key) {
+                let node = Symbol::node(
+                    copy,
+                    &format!("{}_copy{k}", e.node.name),
+                    Attrs::new(),
+                    vec![e.clone()],
+                )?;
+                outputs.push(NodeEntry {
+                    node,
+                    index: 0,
+                    version: 0,
+                });
+            } else {
+                seen.push(key);
+                outputs.push(e.clone());
+            }
+        }
+        Ok(Symbol { outputs })
+    }
+
     /// The graph with an index: nodes in order, their inputs as indices, entry ids.
     pub fn indexed(&self) -> IndexedGraph {
         IndexedGraph::new(&self.outputs)
