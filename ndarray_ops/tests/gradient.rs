@@ -496,3 +496,49 @@ fn elementwise_scalar_and_dot_gradients_match_finite_differences() {
         (-1.0, 1.0),
     );
 }
+
+#[test]
+fn dropout_gradient_is_the_head_gradient_through_the_same_mask() {
+    let rt = Runtime::with_engine(EngineKind::ThreadedPerDevice);
+    rt.seed(23).unwrap();
+    let sym = Symbol::op(
+        "Dropout",
+        "drop",
+        &[&f64_var("x")],
+        Attrs::new().with("p", 0.5),
+    )
+    .unwrap();
+    let req = HashMap::from([("x".to_string(), GradReq::Write)]);
+    let exec = Executor::simple_bind_grad(
+        &rt,
+        Context::cpu(0),
+        &sym,
+        &HashMap::from([("x".into(), vec![200])]),
+        &req,
+    )
+    .unwrap();
+    let args = exec.arg_dict();
+    fill(&rt, &args["x"], 0.5, 1.5);
+    fill(&rt, &args["drop_head_grad0"], -1.0, 1.0);
+    exec.forward(true).unwrap();
+    exec.backward().unwrap();
+    let (x, y) = (
+        args["x"].to_vec::<f64>().unwrap(),
+        exec.outputs()[0].to_vec::<f64>().unwrap(),
+    );
+    let (r, g) = (
+        args["drop_head_grad0"].to_vec::<f64>().unwrap(),
+        exec.grad_dict()["x"].to_vec::<f64>().unwrap(),
+    );
+    let dropped = y.iter().filter(|v| **v == 0.0).count();
+    assert!(dropped > 50 && dropped < 150, "{dropped} of 200 dropped");
+    for i in 0..200 {
+        let mask = y[i] / x[i];
+        assert!(
+            (g[i] - r[i] * mask).abs() < 1e-12,
+            "element {i}: grad {} vs {}",
+            g[i],
+            r[i] * mask
+        );
+    }
+}

@@ -115,6 +115,16 @@ fn batch_norm(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<Node
     ])
 }
 
+fn dropout(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    // The mask (hidden output 1) already holds 0 or 1 / (1 - p): the gradient is og * mask.
+    Ok(vec![Some(op1(
+        "elemwise_mul",
+        format!("{}_backward", n.name),
+        vec![need(n, og)?, out(n, 1)],
+        Attrs::new(),
+    )?)])
+}
+
 fn flatten(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let ins = vec![need(n, og)?, n.inputs[0].clone()];
     let bw = make(
@@ -321,6 +331,7 @@ fn rule(op: &str) -> Option<GradFn> {
         "Convolution" => convolution,
         "Pooling" => pooling,
         "BatchNorm" => batch_norm,
+        "Dropout" => dropout,
         "Flatten" | "Reshape" | "reshape" => flatten,
         "_copy" => identity,
         _ => return None,
