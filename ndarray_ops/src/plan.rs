@@ -15,6 +15,8 @@ use storage::plan::{Buffer, Problem};
 
 use crate::error::{invalid, Result};
 use crate::ops::lookup;
+use crate::symbol::{gradient, head_grad_names, infer};
+use crate::Symbol;
 
 #[derive(Deserialize)]
 struct BoundNode {
@@ -33,6 +35,21 @@ struct BoundGraph {
     #[serde(default)]
     gradient_outputs_external: HashMap<String, usize>,
     mxnet_planner_bytes: Option<u64>,
+}
+
+/// A node as the planner sees it: op name (None for variables), name, input and output entries.
+pub type DescNode = (Option<String>, String, Vec<usize>, Vec<usize>);
+
+/// A graph in execution order, as the planner sees it.
+pub struct GraphDesc {
+    /// Nodes in execution order.
+    pub nodes: Vec<DescNode>,
+    /// Bytes of every entry.
+    pub entry_bytes: Vec<u64>,
+    /// Entries owned outside the plan (arguments, weights, auxiliary states, bound gradients).
+    pub external: Vec<bool>,
+    /// Graph outputs (kept to the end).
+    pub outputs: Vec<usize>,
 }
 
 /// A planning problem and how it was formed.
@@ -70,16 +87,114 @@ pub fn bound_graph_problem(json: &str) -> Result<GraphProblem> {
             external[e] = true;
         }
     }
+    let mut entry_bytes = vec![0u64; n_entries];
+    for (e, b) in entry_bytes.iter_mut().enumerate() {
+        let s = g
+            .entry_shapes
+            .get(&e.to_string())
+            .ok_or_else(|| invalid("bound graph", format!("entry {e} has no shape")))?;
+        *b = s.iter().product::<u64>() * 4;
+    }
+    let desc = GraphDesc {
+        nodes: g
+            .nodes
+            .into_iter()
+            .map(|n| (n.op, n.name, n.inputs, n.outputs))
+            .collect(),
+        entry_bytes,
+        external,
+        outputs: g.outputs,
+    };
+    let mut p = graph_problem(&desc)?;
+    p.mxnet_bytes = g.mxnet_planner_bytes;
+    Ok(p)
+}
+
+/// The planning problem of `symbol` bound with `shapes`: inference only, or (`train`) with the
+/// gradients of every argument not given a shape (MXNet's "training": grad_req write for the
+/// parameters, null for the data). Arguments, auxiliary states, head gradients and bound
+/// gradients are external; the symbol's outputs live to the end. Returns the problem and the
+/// number of nodes.
+pub fn symbol_problem(
+    symbol: &Symbol,
+    shapes: &HashMap<String, Vec<usize>>,
+    train: bool,
+) -> Result<(GraphProblem, usize)> {
+    let symbol = symbol.with_copy_nodes()?;
+    let forward = infer(&symbol, shapes, &HashMap::new())?;
+    let mut all_shapes = shapes.clone();
+    let graph = if train {
+        let wrt: Vec<String> = symbol
+            .list_arguments()
+            .into_iter()
+            .filter(|a| !shapes.contains_key(a))
+            .collect();
+        let out_shapes = forward.output_shapes();
+        for (name, i) in head_grad_names(&symbol) {
+            all_shapes.insert(name, out_shapes[i].clone());
+        }
+        gradient(&symbol, &wrt)?
+    } else {
+        symbol.clone()
+    };
+    let inf = infer(&graph, &all_shapes, &HashMap::new())?;
+    let g = &inf.graph;
+    let n_forward = symbol.outputs().len();
+    let mut external = vec![false; g.num_entries()];
+    for (i, n) in g.nodes.iter().enumerate() {
+        if n.is_variable() {
+            external[g.entry(i, 0)] = true;
+        }
+    }
+    for &(n, k) in &g.outputs[n_forward..] {
+        external[g.entry(n, k)] = true;
+    }
+    let nodes = g
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let inputs = g.inputs[i].iter().map(|&(s, k)| g.entry(s, k)).collect();
+            let outputs = (0..n.num_outputs()).map(|k| g.entry(i, k)).collect();
+            (
+                n.op.map(|d| d.name.to_string()),
+                n.name.clone(),
+                inputs,
+                outputs,
+            )
+        })
+        .collect();
+    let desc = GraphDesc {
+        nodes,
+        entry_bytes: inf
+            .shapes
+            .iter()
+            .zip(&inf.dtypes)
+            .map(|(s, d)| (s.iter().product::<usize>() * d.size()) as u64)
+            .collect(),
+        external,
+        outputs: g.outputs[..n_forward]
+            .iter()
+            .map(|&(n, k)| g.entry(n, k))
+            .collect(),
+    };
+    Ok((graph_problem(&desc)?, g.nodes.len()))
+}
+
+/// The planning problem of a graph, with NNVM-style in-place sharing by the registry's rules.
+pub fn graph_problem(g: &GraphDesc) -> Result<GraphProblem> {
+    let n_entries = g.entry_bytes.len();
+    let external = &g.external;
     let last_step = g.nodes.len().saturating_sub(1);
     // Reads left per entry; graph outputs are read "after the end".
     let mut reads = vec![0usize; n_entries];
     let mut last_use = vec![None::<usize>; n_entries];
-    for (t, n) in g.nodes.iter().enumerate() {
-        for &e in &n.inputs {
+    for (t, (_, name, inputs, _)) in g.nodes.iter().enumerate() {
+        for &e in inputs {
             let slot = reads.get_mut(e).ok_or_else(|| {
                 invalid(
                     "bound graph",
-                    format!("node '{}' reads entry {e}, which no node makes", n.name),
+                    format!("node '{name}' reads entry {e}, which no node makes"),
                 )
             })?;
             *slot += 1;
@@ -92,30 +207,23 @@ pub fn bound_graph_problem(json: &str) -> Result<GraphProblem> {
             last_use[e] = Some(last_step);
         }
     }
-    let size = |e: usize| -> Result<u64> {
-        let s = g
-            .entry_shapes
-            .get(&e.to_string())
-            .ok_or_else(|| invalid("bound graph", format!("entry {e} has no shape")))?;
-        Ok(s.iter().product::<u64>() * 4)
-    };
     // Buffers: (size, start, end, name); entry -> buffer.
     let mut buffers: Vec<(u64, usize, usize, String)> = vec![];
     let mut buffer_of: Vec<Option<usize>> = vec![None; n_entries];
     let (mut entries, mut inplace) = (0, 0);
-    for (t, n) in g.nodes.iter().enumerate() {
-        let def = n.op.as_deref().and_then(|op| lookup(op).ok());
+    for (t, (op, name, inputs, outputs)) in g.nodes.iter().enumerate() {
+        let def = op.as_deref().and_then(|op| lookup(op).ok());
         let mut taken = vec![];
-        for (k, &out) in n.outputs.iter().enumerate() {
-            if external[out] {
+        for (k, &out) in outputs.iter().enumerate() {
+            if external.get(out).copied().unwrap_or(true) {
                 continue;
             }
             entries += 1;
-            let out_size = size(out)?;
+            let out_size = g.entry_bytes[out];
             let end_of_out = last_use[out].unwrap_or(t).max(t);
             // Inputs this output may share, by the op's rules.
             let candidates: Vec<usize> = match def {
-                Some(d) if d.identity => (0..n.inputs.len()).filter(|_| k == 0).collect(),
+                Some(d) if d.identity => (0..inputs.len()).filter(|_| k == 0).collect(),
                 Some(d) => d
                     .inplace
                     .iter()
@@ -125,9 +233,9 @@ pub fn bound_graph_problem(json: &str) -> Result<GraphProblem> {
                 None => vec![],
             };
             let shared = candidates.into_iter().find_map(|i| {
-                let e_in = *n.inputs.get(i)?;
+                let e_in = *inputs.get(i)?;
                 let b = buffer_of[e_in]?;
-                let reads_here = n.inputs.iter().filter(|&&x| x == e_in).count();
+                let reads_here = inputs.iter().filter(|&&x| x == e_in).count();
                 let last_reader = !external[e_in]
                     && reads[e_in] == reads_here
                     && last_use[e_in] == Some(t)
@@ -143,11 +251,11 @@ pub fn bound_graph_problem(json: &str) -> Result<GraphProblem> {
                 }
                 None => {
                     buffer_of[out] = Some(buffers.len());
-                    buffers.push((out_size, t, end_of_out, format!("{}:{k}", n.name)));
+                    buffers.push((out_size, t, end_of_out, format!("{name}:{k}")));
                 }
             }
         }
-        for &e in &n.inputs {
+        for &e in inputs {
             reads[e] -= 1;
         }
     }
@@ -168,6 +276,6 @@ pub fn bound_graph_problem(json: &str) -> Result<GraphProblem> {
         problem,
         entries,
         inplace,
-        mxnet_bytes: g.mxnet_planner_bytes,
+        mxnet_bytes: None,
     })
 }

@@ -69,3 +69,67 @@ fn mxnet_graphs_plan_near_the_bound_and_below_mxnet() {
         );
     }
 }
+
+/// MXNet 1.9.1's own totals (graphs/README.md): inference b1, inference b32, training b32.
+const MXNET: [(&str, [u64; 3]); 5] = [
+    ("mlp", [4_136, 132_352, 233_984]),
+    ("resnet18_v1", [7_432_096, 237_831_168, 790_396_416]),
+    ("resnet50_v1", [9_842_688, 314_840_064, 2_907_186_688]),
+    ("mobilenet1.0", [6_631_424, 212_210_688, 1_394_294_272]),
+    ("vgg16", [29_820_928, 954_269_696, 2_545_674_240]),
+];
+
+#[test]
+fn every_model_plans_at_the_bound_below_nnvm_and_below_mxnet() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../graphs");
+    let mut ratios = vec![];
+    for (model, mx) in MXNET {
+        let sym = ndarray_ops::Symbol::from_json(
+            &std::fs::read_to_string(format!("{dir}/{model}-symbol.json")).unwrap(),
+        )
+        .unwrap();
+        let base: std::collections::HashMap<String, Vec<usize>> = serde_json::from_str(
+            &std::fs::read_to_string(format!("{dir}/{model}-shapes.json")).unwrap(),
+        )
+        .unwrap();
+        for (k, (train, batch)) in [(false, 1usize), (false, 32), (true, 32)]
+            .into_iter()
+            .enumerate()
+        {
+            let shapes = base
+                .iter()
+                .map(|(n, s)| {
+                    (
+                        n.clone(),
+                        std::iter::once(batch)
+                            .chain(s[1..].iter().copied())
+                            .collect(),
+                    )
+                })
+                .collect();
+            let (gp, _) = ndarray_ops::plan::symbol_problem(&sym, &shapes, train).unwrap();
+            let plan = solve(&gp.problem, SolverKind::Strong(Duration::from_millis(200)));
+            verify(&gp.problem, &plan).unwrap();
+            let (lb, nnvm) = (
+                lower_bound(&gp.problem),
+                solve(&gp.problem, SolverKind::NnvmBlocks(16)).arena,
+            );
+            let what = format!(
+                "{model} {} b{batch}",
+                if train { "training" } else { "inference" }
+            );
+            let ratio = plan.arena as f64 / lb as f64;
+            assert!(ratio <= 1.05, "{what}: {ratio} over 1.05x the bound");
+            assert!(plan.arena <= nnvm, "{what}: worse than NNVM's block plan");
+            assert!(
+                plan.arena < mx[k],
+                "{what}: {} not below MXNet's {}",
+                plan.arena,
+                mx[k]
+            );
+            ratios.push(ratio);
+        }
+    }
+    let geo = (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64).exp();
+    assert!(geo <= 1.02, "geometric mean {geo}");
+}

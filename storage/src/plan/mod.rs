@@ -158,18 +158,38 @@ impl Problem {
     }
 }
 
-/// The largest total of live bytes at any step: a lower bound on every plan's arena.
+/// A lower bound on every plan's arena: the largest total of live bytes at any step, counting
+/// alignment. Every alignment is a multiple of g (the smallest one), so every offset is too, and
+/// of the buffers live at one step each but the highest occupies at least its size rounded up
+/// to g: the bound is the larger of the plain live total and the rounded total less g - 1.
 pub fn lower_bound(p: &Problem) -> u64 {
-    let steps = p.steps() as usize;
-    let mut delta = vec![0i128; steps + 1];
-    for b in &p.buffers {
-        delta[b.start as usize] += i128::from(b.size);
-        delta[b.end as usize + 1] -= i128::from(b.size);
+    let g = p.buffers.iter().map(|b| b.align.max(1)).min().unwrap_or(1);
+    let sizes: Vec<(u32, u32, u64)> = p.buffers.iter().map(|b| (b.start, b.end, b.size)).collect();
+    live_bound(&sizes, g)
+}
+
+/// `lower_bound` over (start, end, size) triples with alignment granularity `g`.
+pub(crate) fn live_bound(buffers: &[(u32, u32, u64)], g: u64) -> u64 {
+    let steps = buffers.iter().map(|b| b.1 as usize + 1).max().unwrap_or(0);
+    let mut plain = vec![0i128; steps + 1];
+    let mut padded = vec![0i128; steps + 1];
+    for &(start, end, size) in buffers {
+        let rounded = size.div_ceil(g) * g;
+        plain[start as usize] += i128::from(size);
+        plain[end as usize + 1] -= i128::from(size);
+        padded[start as usize] += i128::from(rounded);
+        padded[end as usize + 1] -= i128::from(rounded);
     }
-    let (mut live, mut peak) = (0i128, 0i128);
-    for d in delta {
-        live += d;
-        peak = peak.max(live);
+    let (mut a, mut b, mut peak) = (0i128, 0i128, 0i128);
+    for (dp, dr) in plain.into_iter().zip(padded) {
+        a += dp;
+        b += dr;
+        let at_step = if b > 0 {
+            a.max(b - (i128::from(g) - 1))
+        } else {
+            a
+        };
+        peak = peak.max(at_step);
     }
     peak as u64
 }

@@ -333,20 +333,11 @@ fn best_fit_heap(us: &[Unit]) -> Vec<u64> {
     offsets
 }
 
-/// The largest total of live unit bytes at any step.
+/// The lower bound over units (see [`super::lower_bound`]).
 fn unit_lower_bound(us: &[Unit]) -> u64 {
-    let steps = us.iter().map(|u| u.end as usize + 2).max().unwrap_or(0);
-    let mut delta = vec![0i128; steps];
-    for u in us {
-        delta[u.start as usize] += i128::from(u.size);
-        delta[u.end as usize + 1] -= i128::from(u.size);
-    }
-    let (mut live, mut peak) = (0i128, 0i128);
-    for d in delta {
-        live += d;
-        peak = peak.max(live);
-    }
-    peak as u64
+    let g = us.iter().map(|u| u.align.max(1)).min().unwrap_or(1);
+    let triples: Vec<(u32, u32, u64)> = us.iter().map(|u| (u.start, u.end, u.size)).collect();
+    super::live_bound(&triples, g)
 }
 
 /// A small deterministic generator for the improvement phase.
@@ -396,7 +387,9 @@ fn strong(us: &[Unit], budget: Duration) -> Vec<u64> {
     let bound = unit_lower_bound(us);
     let mut rng = Xorshift(0x2545_F491_4F6C_DD1D);
     let mut rounds = 0;
-    while best_arena > bound && t0.elapsed() < budget && rounds < 400 && us.len() > 1 {
+    // Small problems are cheap to search much longer.
+    let max_rounds = if us.len() <= 64 { 20_000 } else { 400 };
+    while best_arena > bound && t0.elapsed() < budget && rounds < max_rounds && us.len() > 1 {
         rounds += 1;
         let mut order = best_order.clone();
         // Units touching the top of the best greedy plan are what to move earlier.

@@ -1,0 +1,279 @@
+//! Plans the memory of a model's bound graph.
+//!
+//! `cargo run --release --example plan -- FILE-symbol.json --shape data=32,3,224,224 [--train] [--solver NAME] [--json] [--svg OUT.svg] [--mxnet-bound FILE-bound.json]`
+//! `cargo run --release --example plan -- --table` (every model in graphs/: inference at batch 1
+//! and 32, training at batch 1 and 32, beside MXNet 1.9.1's own totals)
+//!
+//! Solvers: strong (default), greedy, heap, nnvm (match range 16), nnvm_auto. `--mxnet-bound`
+//! plans exactly MXNet's graph and order from its dump and adds `mxnet_bytes`.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use ndarray_ops::plan::{bound_graph_problem, symbol_problem, GraphProblem};
+use ndarray_ops::Symbol;
+use storage::plan::{lower_bound, solve, verify, Plan, Problem, SolverKind};
+
+fn solver(name: &str) -> Result<SolverKind, String> {
+    Ok(match name {
+        "strong" => SolverKind::Strong(Duration::from_millis(500)),
+        "greedy" | "greedy_by_size" => SolverKind::GreedyBySize,
+        "heap" | "best_fit_heap" => SolverKind::BestFitHeap,
+        "nnvm" => SolverKind::NnvmBlocks(16),
+        "nnvm_auto" => SolverKind::NnvmAuto,
+        other => {
+            return Err(format!(
+                "unknown solver {other:?} (strong, greedy, heap, nnvm, nnvm_auto)"
+            ))
+        }
+    })
+}
+
+struct Outcome {
+    nodes: usize,
+    gp: GraphProblem,
+    lb: u64,
+    nnvm: u64,
+    plan: Plan,
+    ms: f64,
+}
+
+fn plan(gp: GraphProblem, nodes: usize, kind: SolverKind) -> Result<Outcome, String> {
+    let lb = lower_bound(&gp.problem);
+    let nnvm = solve(&gp.problem, SolverKind::NnvmBlocks(16)).arena;
+    let t = Instant::now();
+    let plan = solve(&gp.problem, kind);
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    verify(&gp.problem, &plan).map_err(|e| format!("{}: invalid plan: {e}", plan.solver))?;
+    Ok(Outcome {
+        nodes,
+        gp,
+        lb,
+        nnvm,
+        plan,
+        ms,
+    })
+}
+
+/// Time across, address up, one rectangle per buffer.
+fn svg(p: &Problem, plan: &Plan) -> String {
+    let (w, h) = (1200.0, 700.0);
+    let steps = p.steps().max(1) as f64;
+    let arena = plan.arena.max(1) as f64;
+    let mut s = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{}" font-family="sans-serif" font-size="9">"#,
+        h + 40.0
+    );
+    let _ = write!(
+        s,
+        r#"<text x="4" y="14" font-size="13">{} buffers, arena {} bytes, {} — time (steps) across, address up</text>"#,
+        p.buffers.len(),
+        plan.arena,
+        plan.solver
+    );
+    for (i, (b, &off)) in p.buffers.iter().zip(&plan.offsets).enumerate() {
+        let x = b.start as f64 / steps * w;
+        let bw = ((b.end - b.start + 1) as f64 / steps * w).max(1.0);
+        let y = 30.0 + h - (off + b.size) as f64 / arena * h;
+        let bh = (b.size as f64 / arena * h).max(0.5);
+        let hue = (i * 47) % 360;
+        let _ = write!(
+            s,
+            r##"<rect x="{x:.1}" y="{y:.1}" width="{bw:.1}" height="{bh:.1}" fill="hsl({hue},60%,70%)" stroke="#333" stroke-width="0.3"><title>{} ({} bytes, steps {}..{})</title></rect>"##,
+            b.name, b.size, b.start, b.end
+        );
+        if bh > 10.0 && bw > 40.0 {
+            let _ = write!(
+                s,
+                r#"<text x="{:.1}" y="{:.1}">{}</text>"#,
+                x + 2.0,
+                y + 9.0,
+                b.name.chars().take((bw / 6.0) as usize).collect::<String>()
+            );
+        }
+    }
+    s + "</svg>"
+}
+
+/// MXNet 1.9.1's own totals (graphs/README.md): inference b1, inference b32, training b1, training b32.
+const MXNET: [(&str, [u64; 4]); 5] = [
+    ("mlp", [4_136, 132_352, 7_312, 233_984]),
+    (
+        "resnet18_v1",
+        [7_432_096, 237_831_168, 24_737_088, 790_396_416],
+    ),
+    (
+        "resnet50_v1",
+        [9_842_688, 314_840_064, 91_055_424, 2_907_186_688],
+    ),
+    (
+        "mobilenet1.0",
+        [6_631_424, 212_210_688, 43_656_512, 1_394_294_272],
+    ),
+    (
+        "vgg16",
+        [29_820_928, 954_269_696, 79_552_320, 2_545_674_240],
+    ),
+];
+
+fn table() -> Result<(), String> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/graphs");
+    println!("| model | mode | batch | lower bound | planned | ratio | NNVM (16) | MXNet 1.9.1 | planned / MXNet | plan ms |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let mut ratios = vec![];
+    for (model, mx) in MXNET {
+        let text = std::fs::read_to_string(format!("{dir}/{model}-symbol.json"))
+            .map_err(|e| format!("{model}: {e}"))?;
+        let sym = Symbol::from_json(&text).map_err(|e| e.to_string())?;
+        let base: HashMap<String, Vec<usize>> = serde_json::from_str(
+            &std::fs::read_to_string(format!("{dir}/{model}-shapes.json"))
+                .map_err(|e| e.to_string())?,
+        )
+        .map_err(|e| e.to_string())?;
+        for (k, (train, batch)) in [(false, 1usize), (false, 32), (true, 1), (true, 32)]
+            .into_iter()
+            .enumerate()
+        {
+            let shapes: HashMap<String, Vec<usize>> = base
+                .iter()
+                .map(|(n, s)| {
+                    (
+                        n.clone(),
+                        std::iter::once(batch)
+                            .chain(s[1..].iter().copied())
+                            .collect(),
+                    )
+                })
+                .collect();
+            let (gp, nodes) =
+                symbol_problem(&sym, &shapes, train).map_err(|e| format!("{model}: {e}"))?;
+            let o = plan(gp, nodes, SolverKind::Strong(Duration::from_millis(500)))?;
+            let ratio = o.plan.arena as f64 / o.lb.max(1) as f64;
+            ratios.push(ratio);
+            println!(
+                "| {model} | {} | {batch} | {} | {} | {ratio:.4} | {} | {} | {:.3} | {:.1} |",
+                if train { "training" } else { "inference" },
+                o.lb,
+                o.plan.arena,
+                o.nnvm,
+                mx[k],
+                o.plan.arena as f64 / mx[k] as f64,
+                o.ms
+            );
+        }
+    }
+    let geo = (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64).exp();
+    println!(
+        "\ngeometric mean of planned / lower bound: {geo:.4}; worst {:.4}",
+        ratios.iter().cloned().fold(0.0, f64::max)
+    );
+    Ok(())
+}
+
+fn run() -> Result<(), String> {
+    let mut args = std::env::args().skip(1);
+    let (mut file, mut shapes, mut train, mut json, mut svg_out, mut bound, mut kind) = (
+        None,
+        HashMap::new(),
+        false,
+        false,
+        None,
+        None,
+        solver("strong")?,
+    );
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--table" => return table(),
+            "--train" => train = true,
+            "--json" => json = true,
+            "--svg" => svg_out = Some(args.next().ok_or("--svg needs a file")?),
+            "--mxnet-bound" => bound = Some(args.next().ok_or("--mxnet-bound needs a file")?),
+            "--solver" => kind = solver(&args.next().ok_or("--solver needs a name")?)?,
+            "--shape" => {
+                let spec = args.next().ok_or("--shape needs name=d0,d1,...")?;
+                let (name, dims) = spec
+                    .split_once('=')
+                    .ok_or(format!("--shape {spec:?}: expected name=d0,d1,..."))?;
+                let dims: Vec<usize> = dims
+                    .split(',')
+                    .map(|d| {
+                        d.trim()
+                            .parse::<usize>()
+                            .map_err(|e| format!("--shape {spec:?}: {e}"))
+                    })
+                    .collect::<Result<_, _>>()?;
+                shapes.insert(name.to_string(), dims);
+            }
+            f if !f.starts_with("--") && file.is_none() => file = Some(f.to_string()),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    let o = match (&bound, &file) {
+        (Some(b), _) => {
+            let text = std::fs::read_to_string(b).map_err(|e| format!("cannot read {b}: {e}"))?;
+            let gp = bound_graph_problem(&text).map_err(|e| format!("{b}: {e}"))?;
+            let nodes = serde_json::from_str::<serde_json::Value>(&text)
+                .ok()
+                .and_then(|v| v["nodes"].as_array().map(Vec::len))
+                .unwrap_or(0);
+            plan(gp, nodes, kind)?
+        }
+        (None, Some(f)) => {
+            let text = std::fs::read_to_string(f).map_err(|e| format!("cannot read {f}: {e}"))?;
+            let sym = Symbol::from_json(&text).map_err(|e| format!("{f}: {e}"))?;
+            if shapes.is_empty() {
+                let side = f.replace("-symbol.json", "-shapes.json");
+                shapes = serde_json::from_str(
+                    &std::fs::read_to_string(&side)
+                        .map_err(|e| format!("give --shape (no {side}: {e})"))?,
+                )
+                .map_err(|e| format!("{side}: {e}"))?;
+            }
+            let (gp, nodes) = symbol_problem(&sym, &shapes, train).map_err(|e| e.to_string())?;
+            plan(gp, nodes, kind)?
+        }
+        (None, None) => {
+            return Err("give a *-symbol.json file, --mxnet-bound FILE, or --table".into())
+        }
+    };
+    if let Some(path) = &svg_out {
+        std::fs::write(path, svg(&o.gp.problem, &o.plan))
+            .map_err(|e| format!("cannot write {path}: {e}"))?;
+    }
+    let ratio = o.plan.arena as f64 / o.lb.max(1) as f64;
+    if json {
+        let mut v = serde_json::json!({
+            "nodes": o.nodes, "entries": o.gp.entries, "buffers": o.gp.problem.buffers.len(), "inplace_entries": o.gp.inplace,
+            "no_reuse_bytes": o.gp.problem.total_bytes(), "lower_bound_bytes": o.lb, "nnvm_bytes": o.nnvm,
+            "planned_bytes": o.plan.arena, "ratio_to_lower_bound": ratio, "solver": o.plan.solver, "plan_ms": o.ms,
+        });
+        if let Some(m) = o.gp.mxnet_bytes {
+            v["mxnet_bytes"] = m.into();
+        }
+        println!("{v}");
+    } else {
+        println!(
+            "{} nodes, {} internal entries ({} shared in place) in {} buffers",
+            o.nodes,
+            o.gp.entries,
+            o.gp.inplace,
+            o.gp.problem.buffers.len()
+        );
+        println!("no reuse {} bytes; lower bound {}; NNVM (range 16) {}; {} {} ({ratio:.4}x the bound) in {:.1} ms", o.gp.problem.total_bytes(), o.lb, o.nnvm, o.plan.solver, o.plan.arena, o.ms);
+        if let Some(m) = o.gp.mxnet_bytes {
+            println!(
+                "MXNet's own plan: {m} bytes; ours is {:.4}x of it",
+                o.plan.arena as f64 / m as f64
+            );
+        }
+    }
+    Ok(())
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("plan: {e}");
+        std::process::exit(1);
+    }
+}
