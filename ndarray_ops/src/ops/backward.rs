@@ -606,3 +606,276 @@ pub(super) fn norm_ops() -> &'static [OpDef] {
     }];
     OPS
 }
+
+// ---- softmax / log_softmax: (ograd, output) -> input grad -----------------------------------
+
+fn infer_like_first(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let dt = same_dtypes(op, &d[..2])?;
+    if s[0] != s[1] {
+        return Err(NdError::Shape {
+            op: op.into(),
+            arg: "input 1".into(),
+            found: s[1].clone(),
+            expected: format!("{:?} like the gradient", s[0]),
+        });
+    }
+    Ok((vec![s[0].clone()], vec![dt]))
+}
+
+fn softmax_backward_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let (g, y) = (&ins[0], &ins[1]);
+    let nd = g.shape.len();
+    let axis = attrs
+        .ints(op, "axis")
+        .map_err(|e| e.to_string())?
+        .and_then(|v| v.first().copied())
+        .unwrap_or(-1);
+    let axis = if axis < 0 {
+        (axis + nd as i64) as usize
+    } else {
+        axis as usize
+    };
+    let temp = attrs
+        .f64(op, "temperature", Some(1.0))
+        .map_err(|e| e.to_string())?;
+    let log = op == "_backward_log_softmax";
+    crate::with_dtype!(g.dtype, T => {
+        // SAFETY: read access to the inputs, exclusive access to the disjoint output.
+        let (gv, yv, dx) = unsafe {
+            (ndarray::ArrayViewD::from_shape_ptr(ndarray::IxDyn(&g.shape), g.ptr::<T>() as *const T),
+             ndarray::ArrayViewD::from_shape_ptr(ndarray::IxDyn(&y.shape), y.ptr::<T>() as *const T),
+             ndarray::ArrayViewMutD::from_shape_ptr(ndarray::IxDyn(&outs[0].shape), outs[0].ptr::<T>()))
+        };
+        let mut dx = dx;
+        let lanes = gv.lanes(ndarray::Axis(axis)).into_iter().zip(yv.lanes(ndarray::Axis(axis))).zip(dx.lanes_mut(ndarray::Axis(axis)));
+        for ((gl, yl), mut dl) in lanes {
+            if log {
+                // y = log softmax: dx = g - softmax * sum(g)
+                let sum: f64 = gl.iter().map(|v| v.to_f64()).sum();
+                for ((d, gv), yv) in dl.iter_mut().zip(gl.iter()).zip(yl.iter()) {
+                    *d = T::from_f64((gv.to_f64() - yv.to_f64().exp() * sum) / temp);
+                }
+            } else {
+                // y = softmax: dx = y * (g - sum(g * y))
+                let dot: f64 = gl.iter().zip(yl.iter()).map(|(a, b)| a.to_f64() * b.to_f64()).sum();
+                for ((d, gv), yv) in dl.iter_mut().zip(gl.iter()).zip(yl.iter()) {
+                    *d = T::from_f64(yv.to_f64() * (gv.to_f64() - dot) / temp);
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+// ---- _broadcast_backward: spreads a reduced gradient back over the input's shape -----------
+// (ograd of sum/mean, input) -> input grad. Attributes are the reduction's.
+
+fn infer_reduce_backward(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let _ = op;
+    Ok((vec![s[1].clone()], vec![d[0]]))
+}
+
+fn reduced_axes(op: &str, attrs: &Attrs, ndim: usize) -> std::result::Result<Vec<usize>, String> {
+    let e = |e: crate::NdError| e.to_string();
+    let mut axes: Vec<usize> = match attrs.ints(op, "axis").map_err(e)? {
+        None => (0..ndim).collect(),
+        Some(a) if a.is_empty() => (0..ndim).collect(),
+        Some(a) => super::norm_axes(op, &a, ndim).map_err(e)?,
+    };
+    if attrs.bool(op, "exclude", false).map_err(e)? {
+        axes = (0..ndim).filter(|d| !axes.contains(d)).collect();
+    }
+    Ok(axes)
+}
+
+fn reduce_backward_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let (g, o) = (&ins[0], &outs[0]);
+    let shape = &o.shape;
+    let axes = reduced_axes(op, attrs, shape.len())?;
+    let count: usize = axes.iter().map(|&a| shape[a]).product();
+    let scale = if attrs.get("__reduce__") == Some("mean") {
+        1.0 / count.max(1) as f64
+    } else {
+        1.0
+    };
+    // Strides of the reduced gradient laid out with kept dims (reduced axes have size 1).
+    let kept: Vec<usize> = shape
+        .iter()
+        .enumerate()
+        .map(|(d, &n)| if axes.contains(&d) { 1 } else { n })
+        .collect();
+    let mut gstride = vec![0usize; shape.len()];
+    let mut acc = 1;
+    for d in (0..shape.len()).rev() {
+        gstride[d] = if axes.contains(&d) { 0 } else { acc };
+        acc *= kept[d];
+    }
+    crate::with_dtype!(o.dtype, T => {
+        // SAFETY: read access to the gradient, exclusive access to the disjoint output.
+        let (gs, out) = unsafe { (g.slice::<T>(), o.slice_mut::<T>()) };
+        let mut idx = vec![0usize; shape.len()];
+        for v in out.iter_mut() {
+            let src: usize = idx.iter().zip(&gstride).map(|(i, s)| i * s).sum();
+            *v = T::from_f64(gs[src].to_f64() * scale);
+            for d in (0..shape.len()).rev() {
+                idx[d] += 1;
+                if idx[d] < shape[d] {
+                    break;
+                }
+                idx[d] = 0;
+            }
+        }
+    });
+    Ok(())
+}
+
+// ---- _sum_to_like: sums a broadcast gradient back to an operand's shape ----------------------
+
+fn infer_sum_to_like(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let _ = op;
+    Ok((vec![s[1].clone()], vec![d[0]]))
+}
+
+fn sum_to_like_kernel(
+    _: &str,
+    _: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let (g, o) = (&ins[0], &outs[0]);
+    let (gs, os) = (&g.shape, &o.shape);
+    let lead = gs.len() - os.len();
+    // Each element of the gradient adds into the operand element it was broadcast from.
+    let mut ostride = vec![0usize; gs.len()];
+    let mut acc = 1;
+    for d in (0..os.len()).rev() {
+        ostride[d + lead] = if os[d] == 1 { 0 } else { acc };
+        acc *= os[d];
+    }
+    crate::with_dtype!(o.dtype, T => {
+        // SAFETY: read access to the gradient, exclusive access to the disjoint output.
+        let (gv, out) = unsafe { (g.slice::<T>(), o.slice_mut::<T>()) };
+        out.fill(T::default());
+        let mut idx = vec![0usize; gs.len()];
+        for v in gv {
+            let dst: usize = idx.iter().zip(&ostride).map(|(i, s)| i * s).sum();
+            out[dst] = out[dst].add(*v);
+            for d in (0..gs.len()).rev() {
+                idx[d] += 1;
+                if idx[d] < gs[d] {
+                    break;
+                }
+                idx[d] = 0;
+            }
+        }
+    });
+    Ok(())
+}
+
+// ---- _backward_Embedding: (ograd, indices) -> weight grad (rows scatter-added) --------------
+
+fn infer_embedding_backward(op: &str, attrs: &Attrs, _s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let (i, o) = (
+        attrs.f64(op, "input_dim", None)? as usize,
+        attrs.f64(op, "output_dim", None)? as usize,
+    );
+    Ok((vec![vec![i, o]], vec![d[0]]))
+}
+
+fn embedding_backward_kernel(
+    _: &str,
+    _: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let (g, idx, w) = (&ins[0], &ins[1], &outs[0]);
+    let (rows, width) = (w.shape[0], w.shape[1]);
+    let indices: Vec<f64> = crate::with_dtype!(idx.dtype, I => unsafe { idx.slice::<I>() }.iter().map(|v| v.to_f64()).collect());
+    crate::with_dtype!(w.dtype, T => {
+        // SAFETY: read access to the inputs, exclusive access to the disjoint output.
+        let (gs, ws) = unsafe { (g.slice::<T>(), w.slice_mut::<T>()) };
+        ws.fill(T::default());
+        for (k, &i) in indices.iter().enumerate() {
+            let r = (i as i64).clamp(0, rows as i64 - 1) as usize;
+            for c in 0..width {
+                ws[r * width + c] = ws[r * width + c].add(gs[k * width + c]);
+            }
+        }
+    });
+    Ok(())
+}
+
+pub(super) fn grad_ops() -> &'static [OpDef] {
+    static OPS: &[OpDef] = &[
+        OpDef {
+            alias_safe: false,
+            ..def!(
+                "_backward_softmax",
+                &[],
+                Arity::Exactly(2),
+                infer_like_first,
+                softmax_backward_kernel,
+                &[]
+            )
+        },
+        OpDef {
+            alias_safe: false,
+            ..def!(
+                "_backward_log_softmax",
+                &[],
+                Arity::Exactly(2),
+                infer_like_first,
+                softmax_backward_kernel,
+                &[]
+            )
+        },
+        OpDef {
+            alias_safe: false,
+            ..def!(
+                "_broadcast_backward",
+                &[],
+                Arity::Exactly(2),
+                infer_reduce_backward,
+                reduce_backward_kernel,
+                &[]
+            )
+        },
+        OpDef {
+            alias_safe: false,
+            ..def!(
+                "_sum_to_like",
+                &[],
+                Arity::Exactly(2),
+                infer_sum_to_like,
+                sum_to_like_kernel,
+                &[]
+            )
+        },
+        OpDef {
+            alias_safe: false,
+            ..def!(
+                "_backward_Embedding",
+                &[],
+                Arity::Exactly(2),
+                infer_embedding_backward,
+                embedding_backward_kernel,
+                &[]
+            )
+        },
+    ];
+    OPS
+}

@@ -251,6 +251,7 @@ fn registry() -> &'static HashMap<&'static str, &'static OpDef> {
             .chain(backward::ops())
             .chain(backward::more_ops())
             .chain(backward::norm_ops())
+            .chain(backward::grad_ops())
             .chain(extra::ops())
         {
             m.insert(def.name, def);

@@ -306,6 +306,103 @@ fn dot(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>
     Ok(vec![Some(da), Some(db)])
 }
 
+fn softmax(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let bw = if n.op_name() == "log_softmax" {
+        "_backward_log_softmax"
+    } else {
+        "_backward_softmax"
+    };
+    Ok(vec![Some(op1(
+        bw,
+        format!("{}_backward", n.name),
+        vec![need(n, og)?, out(n, 0)],
+        n.attrs.clone(),
+    )?)])
+}
+
+fn reduction(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let attrs = n.attrs.clone().with("__reduce__", n.op_name());
+    Ok(vec![Some(op1(
+        "_broadcast_backward",
+        format!("{}_backward", n.name),
+        vec![need(n, og)?, n.inputs[0].clone()],
+        attrs,
+    )?)])
+}
+
+/// Broadcasting arithmetic: each operand's gradient is summed back to the operand's shape.
+fn broadcast(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let g = need(n, og)?;
+    let (a, b, y) = (n.inputs[0].clone(), n.inputs[1].clone(), out(n, 0));
+    let name = |t: &str| format!("{}_backward_{t}", n.name);
+    let to = |t: &str, x: NodeEntry, like: NodeEntry| {
+        op1("_sum_to_like", name(t), vec![x, like], Attrs::new())
+    };
+    let (da, db) = match n.op_name() {
+        "broadcast_add" => (g.clone(), g),
+        "broadcast_sub" => (
+            g.clone(),
+            op1("negative", name("neg"), vec![g], Attrs::new())?,
+        ),
+        "broadcast_mul" => (
+            op1(
+                "broadcast_mul",
+                name("gb"),
+                vec![g.clone(), b.clone()],
+                Attrs::new(),
+            )?,
+            op1(
+                "broadcast_mul",
+                name("ga"),
+                vec![g, a.clone()],
+                Attrs::new(),
+            )?,
+        ),
+        // d(a / b) = g / b and -g * y / b
+        "broadcast_div" => {
+            let gy = op1(
+                "broadcast_mul",
+                name("gy"),
+                vec![g.clone(), y],
+                Attrs::new(),
+            )?;
+            let q = op1(
+                "broadcast_div",
+                name("q"),
+                vec![gy, b.clone()],
+                Attrs::new(),
+            )?;
+            (
+                op1(
+                    "broadcast_div",
+                    name("gb"),
+                    vec![g, b.clone()],
+                    Attrs::new(),
+                )?,
+                op1("negative", name("neg"), vec![q], Attrs::new())?,
+            )
+        }
+        other => {
+            return Err(invalid(
+                other,
+                format!("node '{}': no gradient rule", n.name),
+            ))
+        }
+    };
+    Ok(vec![Some(to("lhs", da, a)?), Some(to("rhs", db, b)?)])
+}
+
+fn embedding(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let w = op1(
+        "_backward_Embedding",
+        format!("{}_backward", n.name),
+        vec![need(n, og)?, n.inputs[0].clone()],
+        n.attrs.clone(),
+    )?;
+    // Indices have no gradient.
+    Ok(vec![None, Some(w)])
+}
+
 fn add(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let g = need(n, og)?;
     Ok(vec![Some(g.clone()), Some(g)])
@@ -328,6 +425,10 @@ fn rule(op: &str) -> Option<GradFn> {
         | "_rdiv_scalar" => scalar,
         "elemwise_sub" | "elemwise_mul" | "elemwise_div" => elemwise,
         "dot" => dot,
+        "softmax" | "log_softmax" => softmax,
+        "sum" | "mean" => reduction,
+        "broadcast_add" | "broadcast_sub" | "broadcast_mul" | "broadcast_div" => broadcast,
+        "Embedding" => embedding,
         "Convolution" => convolution,
         "Pooling" => pooling,
         "BatchNorm" => batch_norm,
