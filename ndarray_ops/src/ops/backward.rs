@@ -879,3 +879,113 @@ pub(super) fn grad_ops() -> &'static [OpDef] {
     ];
     OPS
 }
+
+// ---- _backward_slice: (ograd, input) -> input grad, zero outside the slice --------------------
+// Attributes are the forward op's; `__slice_op__` names it (slice or slice_axis).
+
+fn infer_slice_backward(_: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    Ok((vec![s[1].clone()], vec![d[0]]))
+}
+
+fn slice_backward_kernel(
+    _: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let (g, o) = (&ins[0], &outs[0]);
+    let fwd = attrs.get("__slice_op__").unwrap_or("slice");
+    let r = super::shape::slice_ranges(fwd, attrs, &o.shape).map_err(|e| e.to_string())?;
+    let es = o.dtype.size();
+    // SAFETY: exclusive access to the output.
+    unsafe { std::ptr::write_bytes(o.buf.ptr, 0, o.buf.bytes) };
+    let nd = o.shape.len();
+    let run = (r[nd - 1].1 - r[nd - 1].0) * es;
+    if g.len() == 0 || run == 0 {
+        return Ok(());
+    }
+    let mut strides = vec![1usize; nd];
+    for d in (0..nd - 1).rev() {
+        strides[d] = strides[d + 1] * o.shape[d + 1];
+    }
+    let mut idx: Vec<usize> = r.iter().map(|(b, _)| *b).collect();
+    for row in 0..g.len() * es / run {
+        let dst: usize = idx.iter().zip(&strides).map(|(i, s)| i * s).sum::<usize>() * es;
+        // SAFETY: `idx` stays inside the kept ranges; row `row` of the gradient is one run.
+        unsafe { std::ptr::copy_nonoverlapping(g.buf.ptr.add(row * run), o.buf.ptr.add(dst), run) };
+        for d in (0..nd - 1).rev() {
+            idx[d] += 1;
+            if idx[d] < r[d].1 {
+                break;
+            }
+            idx[d] = r[d].0;
+        }
+    }
+    Ok(())
+}
+
+// ---- _backward_Concat: (ograd, inputs...) -> one gradient per input -------------------------
+
+fn infer_concat_backward(_: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    Ok((s[1..].to_vec(), d[1..].to_vec()))
+}
+
+fn concat_backward_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let g = &ins[0];
+    let axis =
+        super::shape::axis_attr(op, attrs, "dim", 1, g.shape.len()).map_err(|e| e.to_string())?;
+    let es = g.dtype.size();
+    let (outer, inner) = super::shape::outer_inner(&g.shape, axis);
+    let src_stride = g.shape[axis] * inner * es;
+    let mut offset = 0;
+    for o in outs {
+        let len = o.shape[axis] * inner * es;
+        for r in 0..outer {
+            // SAFETY: block r of output o lies inside it; its source inside the gradient.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    g.buf.ptr.add(r * src_stride + offset),
+                    o.buf.ptr.add(r * len),
+                    len,
+                )
+            };
+        }
+        offset += len;
+    }
+    Ok(())
+}
+
+pub(super) fn shape_grad_ops() -> &'static [OpDef] {
+    static OPS: &[OpDef] = &[
+        OpDef {
+            alias_safe: false,
+            ..def!(
+                "_backward_slice",
+                &[],
+                Arity::Exactly(2),
+                infer_slice_backward,
+                slice_backward_kernel,
+                &[]
+            )
+        },
+        OpDef {
+            alias_safe: false,
+            ..def!(
+                "_backward_Concat",
+                &[],
+                Arity::AtLeast(2),
+                infer_concat_backward,
+                concat_backward_kernel,
+                &[]
+            )
+        },
+    ];
+    OPS
+}

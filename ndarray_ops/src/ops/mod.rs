@@ -252,6 +252,7 @@ fn registry() -> &'static HashMap<&'static str, &'static OpDef> {
             .chain(backward::more_ops())
             .chain(backward::norm_ops())
             .chain(backward::grad_ops())
+            .chain(backward::shape_grad_ops())
             .chain(extra::ops())
         {
             m.insert(def.name, def);
@@ -306,6 +307,10 @@ pub fn num_outputs(def: &OpDef, attrs: &Attrs) -> Result<(usize, usize)> {
         }
         "_backward_SoftmaxOutput" => (2, 2),
         "_backward_BatchNorm" => (3, 3),
+        "_backward_Concat" => {
+            let n = attrs.f64(op, "num_args", None)? as usize;
+            (n, n)
+        }
         "_backward_Convolution" => {
             let n = if attrs.bool(op, "no_bias", false)? {
                 2

@@ -9,7 +9,13 @@ use crate::{DType, Element};
 type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
 type KResult = std::result::Result<(), String>;
 
-fn axis_attr(op: &str, attrs: &Attrs, key: &str, default: i64, ndim: usize) -> Result<usize> {
+pub(super) fn axis_attr(
+    op: &str,
+    attrs: &Attrs,
+    key: &str,
+    default: i64,
+    ndim: usize,
+) -> Result<usize> {
     let a = attrs
         .ints(op, key)?
         .and_then(|v| v.first().copied())
@@ -38,7 +44,7 @@ unsafe fn copy_blocks(
     }
 }
 
-fn outer_inner(shape: &[usize], axis: usize) -> (usize, usize) {
+pub(super) fn outer_inner(shape: &[usize], axis: usize) -> (usize, usize) {
     (
         shape[..axis].iter().product(),
         shape[axis + 1..].iter().product(),
@@ -186,7 +192,11 @@ fn range(op: &str, begin: Option<i64>, end: Option<i64>, dim: usize) -> Result<(
 }
 
 /// Per axis, the kept range.
-fn slice_ranges(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Vec<(usize, usize)>> {
+pub(super) fn slice_ranges(
+    op: &str,
+    attrs: &Attrs,
+    shape: &[usize],
+) -> Result<Vec<(usize, usize)>> {
     let parse = |key: &str| -> Result<Vec<Option<i64>>> {
         let Some(v) = attrs.get(key) else {
             return Ok(vec![]);

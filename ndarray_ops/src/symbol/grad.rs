@@ -403,6 +403,84 @@ fn embedding(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeE
     Ok(vec![None, Some(w)])
 }
 
+fn transpose(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    // The inverse permutation (the default reversal is its own inverse).
+    let attrs = match n.attrs.ints("transpose", "axes")? {
+        Some(axes) if !axes.is_empty() => {
+            let nd = axes.len() as i64;
+            let mut inv = vec![0i64; axes.len()];
+            for (i, &a) in axes.iter().enumerate() {
+                inv[(if a < 0 { a + nd } else { a }) as usize] = i as i64;
+            }
+            Attrs::new().with("axes", format!("{inv:?}"))
+        }
+        _ => Attrs::new(),
+    };
+    Ok(vec![Some(op1(
+        "transpose",
+        format!("{}_backward", n.name),
+        vec![need(n, og)?],
+        attrs,
+    )?)])
+}
+
+fn slice(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let attrs = n.attrs.clone().with("__slice_op__", n.op_name());
+    Ok(vec![Some(op1(
+        "_backward_slice",
+        format!("{}_backward", n.name),
+        vec![need(n, og)?, n.inputs[0].clone()],
+        attrs,
+    )?)])
+}
+
+fn concat(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let mut ins = vec![need(n, og)?];
+    ins.extend(n.inputs.iter().cloned());
+    let attrs = n.attrs.clone().with("num_args", n.inputs.len());
+    let bw = make(
+        "_backward_Concat",
+        format!("{}_backward", n.name),
+        ins,
+        attrs,
+    )?;
+    Ok((0..n.inputs.len()).map(|k| Some(out(&bw, k))).collect())
+}
+
+fn split(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let axis = n
+        .attrs
+        .ints("SliceChannel", "axis")?
+        .and_then(|v| v.first().copied())
+        .unwrap_or(1);
+    let squeeze = n.attrs.bool("SliceChannel", "squeeze_axis", false)?;
+    let mut parts = Vec::with_capacity(n.num_outputs());
+    for (k, g) in og.iter().enumerate() {
+        // An output nobody used contributes zeros.
+        let g = match g {
+            Some(g) => g.clone(),
+            None => scaled(n, &format!("zero{k}"), out(n, k), 0.0)?,
+        };
+        parts.push(if squeeze {
+            op1(
+                "expand_dims",
+                format!("{}_backward_expand{k}", n.name),
+                vec![g],
+                Attrs::new().with("axis", axis),
+            )?
+        } else {
+            g
+        });
+    }
+    let attrs = Attrs::new().with("dim", axis).with("num_args", parts.len());
+    Ok(vec![Some(op1(
+        "Concat",
+        format!("{}_backward", n.name),
+        parts,
+        attrs,
+    )?)])
+}
+
 fn add(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let g = need(n, og)?;
     Ok(vec![Some(g.clone()), Some(g)])
@@ -433,7 +511,11 @@ fn rule(op: &str) -> Option<GradFn> {
         "Pooling" => pooling,
         "BatchNorm" => batch_norm,
         "Dropout" => dropout,
-        "Flatten" | "Reshape" | "reshape" => flatten,
+        "Flatten" | "Reshape" | "reshape" | "expand_dims" | "squeeze" => flatten,
+        "transpose" => transpose,
+        "slice" | "slice_axis" => slice,
+        "Concat" => concat,
+        "SliceChannel" => split,
         "_copy" => identity,
         _ => return None,
     })
