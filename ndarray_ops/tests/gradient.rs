@@ -542,3 +542,48 @@ fn dropout_gradient_is_the_head_gradient_through_the_same_mask() {
         );
     }
 }
+
+#[test]
+fn where_routes_the_gradient_by_the_condition() {
+    let rt = Runtime::with_engine(EngineKind::ThreadedPerDevice);
+    rt.seed(29).unwrap();
+    let sym = Symbol::op(
+        "where",
+        "w",
+        &[&f64_var("c"), &f64_var("x"), &f64_var("y")],
+        Attrs::new(),
+    )
+    .unwrap();
+    let shapes = HashMap::from([
+        ("c".into(), vec![6]),
+        ("x".into(), vec![6]),
+        ("y".into(), vec![6]),
+    ]);
+    let req = HashMap::from([
+        ("x".to_string(), GradReq::Write),
+        ("y".to_string(), GradReq::Write),
+    ]);
+    let exec = Executor::simple_bind_grad(&rt, Context::cpu(0), &sym, &shapes, &req).unwrap();
+    let args = exec.arg_dict();
+    let cond = vec![1.0, 0.0, 0.0, 2.0, 0.0, -1.0];
+    rt.from_vec(cond.clone(), &[6], Context::cpu(0))
+        .unwrap()
+        .copy_into(&args["c"])
+        .unwrap();
+    fill(&rt, &args["w_head_grad0"], -1.0, 1.0);
+    exec.forward(false).unwrap();
+    exec.backward().unwrap();
+    let r = args["w_head_grad0"].to_vec::<f64>().unwrap();
+    let (dx, dy) = (
+        exec.grad_dict()["x"].to_vec::<f64>().unwrap(),
+        exec.grad_dict()["y"].to_vec::<f64>().unwrap(),
+    );
+    for i in 0..6 {
+        let (want_x, want_y) = if cond[i] != 0.0 {
+            (r[i], 0.0)
+        } else {
+            (0.0, r[i])
+        };
+        assert_eq!((dx[i], dy[i]), (want_x, want_y), "element {i}");
+    }
+}

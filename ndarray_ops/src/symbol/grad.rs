@@ -481,6 +481,179 @@ fn split(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry
     )?)])
 }
 
+/// Gradients that are the output gradient times a mask or factor built from forward ops.
+fn masked(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let g = need(n, og)?;
+    let (x, y) = (n.inputs[0].clone(), out(n, 0));
+    let op = n.op_name();
+    let name = |t: &str| format!("{}_backward_{t}", n.name);
+    let cmp = |t: &str, which: &str, v: f64| {
+        op1(
+            which,
+            name(t),
+            vec![x.clone()],
+            Attrs::new().with("scalar", v),
+        )
+    };
+    let factor = match op {
+        // d|x| = x / |x|
+        "abs" => op1(
+            "elemwise_div",
+            name("sign"),
+            vec![x.clone(), y],
+            Attrs::new(),
+        )?,
+        "clip" => {
+            let (lo, hi) = (
+                n.attrs.f64(op, "a_min", None)?,
+                n.attrs.f64(op, "a_max", None)?,
+            );
+            op1(
+                "elemwise_mul",
+                name("inside"),
+                vec![
+                    cmp("above", "_greater_scalar", lo)?,
+                    cmp("below", "_lesser_scalar", hi)?,
+                ],
+                Attrs::new(),
+            )?
+        }
+        "_maximum_scalar" => cmp("mask", "_greater_scalar", n.attrs.f64(op, "scalar", None)?)?,
+        "_minimum_scalar" => cmp("mask", "_lesser_scalar", n.attrs.f64(op, "scalar", None)?)?,
+        // d x^s = s x^(s-1)
+        "_power_scalar" => {
+            let s = n.attrs.f64(op, "scalar", None)?;
+            scaled(
+                n,
+                "coef",
+                op1(
+                    "_power_scalar",
+                    name("pow"),
+                    vec![x.clone()],
+                    Attrs::new().with("scalar", s - 1.0),
+                )?,
+                s,
+            )?
+        }
+        "LeakyReLU" => {
+            let slope = n.attrs.f64(op, "slope", Some(0.25))?;
+            let pos = cmp("pos", "_greater_scalar", 0.0)?;
+            match n.attrs.get("act_type").unwrap_or("leaky") {
+                // 1 above zero, slope below: slope + (1 - slope) * pos
+                "leaky" => op1(
+                    "_plus_scalar",
+                    name("factor"),
+                    vec![scaled(n, "pos_part", pos, 1.0 - slope)?],
+                    Attrs::new().with("scalar", slope),
+                )?,
+                // 1 above zero, y + slope below
+                "elu" => {
+                    let below = op1(
+                        "_plus_scalar",
+                        name("elu"),
+                        vec![y],
+                        Attrs::new().with("scalar", slope),
+                    )?;
+                    let one = op1(
+                        "_plus_scalar",
+                        name("one"),
+                        vec![scaled(n, "zero_x", x.clone(), 0.0)?],
+                        Attrs::new().with("scalar", 1.0),
+                    )?;
+                    op1("where", name("factor"), vec![pos, one, below], Attrs::new())?
+                }
+                other => {
+                    return Err(invalid(
+                        op,
+                        format!("node '{}': no gradient for act_type {other:?}", n.name),
+                    ))
+                }
+            }
+        }
+        other => {
+            return Err(invalid(
+                other,
+                format!("node '{}': no gradient rule", n.name),
+            ))
+        }
+    };
+    Ok(vec![Some(op1(
+        "elemwise_mul",
+        name("out"),
+        vec![g, factor],
+        Attrs::new(),
+    )?)])
+}
+
+fn batch_dot(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let g = need(n, og)?;
+    let (a, b) = (n.inputs[0].clone(), n.inputs[1].clone());
+    let ta = n.attrs.bool("batch_dot", "transpose_a", false)?;
+    let tb = n.attrs.bool("batch_dot", "transpose_b", false)?;
+    let mk = |t: &str, x: NodeEntry, y: NodeEntry, tx: bool, ty: bool| {
+        op1(
+            "batch_dot",
+            format!("{}_backward_{t}", n.name),
+            vec![x, y],
+            Attrs::new().with("transpose_a", tx).with("transpose_b", ty),
+        )
+    };
+    let (da, db) = match (ta, tb) {
+        (false, false) => (
+            mk("lhs", g.clone(), b, false, true)?,
+            mk("rhs", a, g, true, false)?,
+        ),
+        (true, false) => (
+            mk("lhs", b, g.clone(), false, true)?,
+            mk("rhs", a, g, false, false)?,
+        ),
+        (false, true) => (
+            mk("lhs", g.clone(), b, false, false)?,
+            mk("rhs", g, a, true, false)?,
+        ),
+        (true, true) => (
+            mk("lhs", b, g.clone(), true, true)?,
+            mk("rhs", g, a, true, true)?,
+        ),
+    };
+    Ok(vec![Some(da), Some(db)])
+}
+
+fn stack(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let axis = n
+        .attrs
+        .ints("stack", "axis")?
+        .and_then(|v| v.first().copied())
+        .unwrap_or(0);
+    let parts = Symbol::node(
+        lookup("SliceChannel")?,
+        &format!("{}_backward", n.name),
+        Attrs::new()
+            .with("num_outputs", n.inputs.len())
+            .with("axis", axis)
+            .with("squeeze_axis", true),
+        vec![need(n, og)?],
+    )?;
+    Ok((0..n.inputs.len()).map(|k| Some(out(&parts, k))).collect())
+}
+
+fn where_(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let g = need(n, og)?;
+    let cond = n.inputs[0].clone();
+    let zero = scaled(n, "zero", g.clone(), 0.0)?;
+    let name = |t: &str| format!("{}_backward_{t}", n.name);
+    Ok(vec![
+        None,
+        Some(op1(
+            "where",
+            name("x"),
+            vec![cond.clone(), g.clone(), zero.clone()],
+            Attrs::new(),
+        )?),
+        Some(op1("where", name("y"), vec![cond, zero, g], Attrs::new())?),
+    ])
+}
+
 fn add(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let g = need(n, og)?;
     Ok(vec![Some(g.clone()), Some(g)])
@@ -507,6 +680,12 @@ fn rule(op: &str) -> Option<GradFn> {
         "sum" | "mean" => reduction,
         "broadcast_add" | "broadcast_sub" | "broadcast_mul" | "broadcast_div" => broadcast,
         "Embedding" => embedding,
+        "abs" | "clip" | "_maximum_scalar" | "_minimum_scalar" | "_power_scalar" | "LeakyReLU" => {
+            masked
+        }
+        "batch_dot" => batch_dot,
+        "stack" => stack,
+        "where" => where_,
         "Convolution" => convolution,
         "Pooling" => pooling,
         "BatchNorm" => batch_norm,
