@@ -369,9 +369,17 @@ fn grad_req_add_accumulates_and_errors_are_clear() {
         .contains("without gradients"));
     // An op without a gradient rule yet is reported at bind, naming the node.
     let data = Symbol::var("data");
-    let sm = Symbol::op("max", "sm", &[&data], Attrs::new()).unwrap();
-    let shapes = HashMap::from([("data".into(), vec![2, 3])]);
-    let req = HashMap::from([("data".to_string(), GradReq::Write)]);
+    let w = Symbol::var("w");
+    let deconv = Attrs::new()
+        .with("kernel", "(3,3)")
+        .with("num_filter", 2)
+        .with("no_bias", true);
+    let sm = Symbol::op("Deconvolution", "sm", &[&data, &w], deconv).unwrap();
+    let shapes = HashMap::from([
+        ("data".into(), vec![1, 2, 3, 3]),
+        ("w".into(), vec![2, 2, 3, 3]),
+    ]);
+    let req = HashMap::from([("w".to_string(), GradReq::Write)]);
     let e = Executor::simple_bind_grad(&rt, Context::cpu(0), &sm, &shapes, &req)
         .err()
         .unwrap();

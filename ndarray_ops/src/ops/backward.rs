@@ -989,3 +989,51 @@ pub(super) fn shape_grad_ops() -> &'static [OpDef] {
     ];
     OPS
 }
+
+// ---- _backward_take: (ograd, indices, table) -> table grad (rows scatter-added) --------------
+
+fn infer_take_backward(_: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    Ok((vec![s[2].clone()], vec![d[0]]))
+}
+
+fn take_backward_kernel(
+    _: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let (g, idx, w) = (&ins[0], &ins[1], &outs[0]);
+    let rows = w.shape[0].max(1);
+    let width = w.len() / rows;
+    let wrap = attrs.get("mode") == Some("wrap");
+    let indices: Vec<f64> = crate::with_dtype!(idx.dtype, I => unsafe { idx.slice::<I>() }.iter().map(|v| v.to_f64()).collect());
+    crate::with_dtype!(w.dtype, T => {
+        // SAFETY: read access to the inputs, exclusive access to the disjoint output.
+        let (gs, ws) = unsafe { (g.slice::<T>(), w.slice_mut::<T>()) };
+        ws.fill(T::default());
+        for (k, &i) in indices.iter().enumerate() {
+            let i = i as i64;
+            let r = if wrap { i.rem_euclid(rows as i64) as usize } else { i.clamp(0, rows as i64 - 1) as usize };
+            for c in 0..width {
+                ws[r * width + c] = ws[r * width + c].add(gs[k * width + c]);
+            }
+        }
+    });
+    Ok(())
+}
+
+pub(super) fn take_grad_ops() -> &'static [OpDef] {
+    static OPS: &[OpDef] = &[OpDef {
+        alias_safe: false,
+        ..def!(
+            "_backward_take",
+            &[],
+            Arity::Exactly(3),
+            infer_take_backward,
+            take_backward_kernel,
+            &[]
+        )
+    }];
+    OPS
+}

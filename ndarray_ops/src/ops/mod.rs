@@ -253,6 +253,7 @@ fn registry() -> &'static HashMap<&'static str, &'static OpDef> {
             .chain(backward::norm_ops())
             .chain(backward::grad_ops())
             .chain(backward::shape_grad_ops())
+            .chain(backward::take_grad_ops())
             .chain(extra::ops())
         {
             m.insert(def.name, def);

@@ -654,6 +654,106 @@ fn where_(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntr
     ])
 }
 
+/// Ops whose outputs do not depend smoothly on their inputs: no gradient flows (as in MXNet).
+fn none(n: &Arc<Node>, _og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    Ok(vec![None; n.inputs.len()])
+}
+
+fn add_n(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let g = need(n, og)?;
+    Ok(vec![Some(g); n.inputs.len()])
+}
+
+fn take(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let ins = vec![need(n, og)?, n.inputs[1].clone(), n.inputs[0].clone()];
+    Ok(vec![
+        Some(op1(
+            "_backward_take",
+            format!("{}_backward", n.name),
+            ins,
+            n.attrs.clone(),
+        )?),
+        None,
+    ])
+}
+
+/// broadcast_maximum/minimum (ties go to the left operand) and broadcast_power.
+fn broadcast_select(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let g = need(n, og)?;
+    let (a, b, y) = (n.inputs[0].clone(), n.inputs[1].clone(), out(n, 0));
+    let name = |t: &str| format!("{}_backward_{t}", n.name);
+    let bin =
+        |t: &str, op: &str, x: NodeEntry, z: NodeEntry| op1(op, name(t), vec![x, z], Attrs::new());
+    let (da, db) = match n.op_name() {
+        op @ ("broadcast_maximum" | "broadcast_minimum") => {
+            let (left, right) = if op == "broadcast_maximum" {
+                ("broadcast_greater_equal", "broadcast_lesser")
+            } else {
+                ("broadcast_lesser_equal", "broadcast_greater")
+            };
+            let ma = bin("ma", left, a.clone(), b.clone())?;
+            let mb = bin("mb", right, a.clone(), b.clone())?;
+            (
+                bin("ga", "broadcast_mul", g.clone(), ma)?,
+                bin("gb", "broadcast_mul", g, mb)?,
+            )
+        }
+        // d a^b = b a^(b-1) = b y / a, and y ln a
+        "broadcast_power" => {
+            let gy = bin("gy", "broadcast_mul", g, y)?;
+            let da = bin(
+                "da",
+                "broadcast_div",
+                bin("gyb", "broadcast_mul", gy.clone(), b.clone())?,
+                a.clone(),
+            )?;
+            let db = bin(
+                "db",
+                "broadcast_mul",
+                gy,
+                op1("log", name("ln"), vec![a.clone()], Attrs::new())?,
+            )?;
+            (da, db)
+        }
+        other => {
+            return Err(invalid(
+                other,
+                format!("node '{}': no gradient rule", n.name),
+            ))
+        }
+    };
+    let to = |t: &str, x: NodeEntry, like: NodeEntry| {
+        op1("_sum_to_like", name(t), vec![x, like], Attrs::new())
+    };
+    Ok(vec![Some(to("lhs", da, a)?), Some(to("rhs", db, b)?)])
+}
+
+/// max/min over axes: the gradient goes to every element equal to the result.
+fn extremum(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let x = n.inputs[0].clone();
+    let name = |t: &str| format!("{}_backward_{t}", n.name);
+    let spread = |t: &str, v: NodeEntry| {
+        op1(
+            "_broadcast_backward",
+            name(t),
+            vec![v, x.clone()],
+            n.attrs.clone().with("__reduce__", "sum"),
+        )
+    };
+    let mask = op1(
+        "broadcast_equal",
+        name("mask"),
+        vec![x.clone(), spread("y", out(n, 0))?],
+        Attrs::new(),
+    )?;
+    Ok(vec![Some(op1(
+        "elemwise_mul",
+        name("out"),
+        vec![spread("g", need(n, og)?)?, mask],
+        Attrs::new(),
+    )?)])
+}
+
 fn add(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let g = need(n, og)?;
     Ok(vec![Some(g.clone()), Some(g)])
@@ -686,6 +786,21 @@ fn rule(op: &str) -> Option<GradFn> {
         "batch_dot" => batch_dot,
         "stack" => stack,
         "where" => where_,
+        "add_n" => add_n,
+        "take" => take,
+        "broadcast_maximum" | "broadcast_minimum" | "broadcast_power" => broadcast_select,
+        "max" | "min" => extremum,
+        "argmax"
+        | "one_hot"
+        | "broadcast_equal"
+        | "broadcast_not_equal"
+        | "broadcast_greater"
+        | "broadcast_greater_equal"
+        | "broadcast_lesser"
+        | "broadcast_lesser_equal"
+        | "_equal_scalar"
+        | "_greater_scalar"
+        | "_lesser_scalar" => none,
         "Convolution" => convolution,
         "Pooling" => pooling,
         "BatchNorm" => batch_norm,
