@@ -99,6 +99,40 @@ fn loss_in(exec: &Executor, labels: &[f64], train: bool) -> f64 {
         .sum()
 }
 
+/// Compares each element of `arg`'s analytic gradient with a central finite difference of
+/// `objective`, restoring the argument afterwards.
+fn assert_matches_finite_differences(
+    rt: &Arc<Runtime>,
+    arg: &NDArray,
+    analytic: &[f64],
+    objective: impl Fn() -> f64,
+    what: &str,
+) {
+    let base = arg.to_vec::<f64>().unwrap();
+    let set = |v: Vec<f64>| {
+        rt.from_vec(v, arg.shape(), Context::cpu(0))
+            .unwrap()
+            .copy_into(arg)
+            .unwrap()
+    };
+    for (i, &g) in analytic.iter().enumerate() {
+        let eps = 1e-6;
+        let mut v = base.clone();
+        v[i] += eps;
+        set(v.clone());
+        let up = objective();
+        v[i] -= 2.0 * eps;
+        set(v);
+        let down = objective();
+        set(base.clone());
+        let numeric = (up - down) / (2.0 * eps);
+        assert!(
+            (g - numeric).abs() <= 1e-5 * (1.0 + numeric.abs()),
+            "{what}[{i}]: analytic {g}, numeric {numeric}"
+        );
+    }
+}
+
 #[test]
 fn gradients_match_finite_differences() {
     for act in ["tanh", "sigmoid", "softrelu", "relu"] {
@@ -128,32 +162,13 @@ fn gradients_match_finite_differences() {
         let grads = exec.grad_dict();
         for name in ["x", "w1", "b1", "w2", "b2", "w3"] {
             let analytic = grads[name].to_vec::<f64>().unwrap();
-            let base = args[name].to_vec::<f64>().unwrap();
-            for (i, &g) in analytic.iter().enumerate() {
-                let eps = 1e-6;
-                let mut v = base.clone();
-                v[i] += eps;
-                rt.from_vec(v.clone(), args[name].shape(), Context::cpu(0))
-                    .unwrap()
-                    .copy_into(&args[name])
-                    .unwrap();
-                let up = loss(&exec, &labels);
-                v[i] -= 2.0 * eps;
-                rt.from_vec(v, args[name].shape(), Context::cpu(0))
-                    .unwrap()
-                    .copy_into(&args[name])
-                    .unwrap();
-                let down = loss(&exec, &labels);
-                rt.from_vec(base.clone(), args[name].shape(), Context::cpu(0))
-                    .unwrap()
-                    .copy_into(&args[name])
-                    .unwrap();
-                let numeric = (up - down) / (2.0 * eps);
-                assert!(
-                    (g - numeric).abs() <= 1e-5 * (1.0 + numeric.abs()),
-                    "{act}: d loss / d {name}[{i}]: analytic {g}, numeric {numeric}"
-                );
-            }
+            assert_matches_finite_differences(
+                &rt,
+                &args[name],
+                &analytic,
+                || loss(&exec, &labels),
+                &format!("{act}: d loss / d {name}"),
+            );
         }
     }
 }
@@ -243,29 +258,13 @@ fn check_in(
     let grads = exec.grad_dict();
     for name in wrt {
         let analytic = grads[*name].to_vec::<f64>().unwrap();
-        let base = args[*name].to_vec::<f64>().unwrap();
-        for (i, &g) in analytic.iter().enumerate() {
-            let eps = 1e-6;
-            let set = |v: Vec<f64>| {
-                rt.from_vec(v, args[*name].shape(), Context::cpu(0))
-                    .unwrap()
-                    .copy_into(&args[*name])
-                    .unwrap()
-            };
-            let mut v = base.clone();
-            v[i] += eps;
-            set(v.clone());
-            let up = loss_in(&exec, &labels, train);
-            v[i] -= 2.0 * eps;
-            set(v);
-            let down = loss_in(&exec, &labels, train);
-            set(base.clone());
-            let numeric = (up - down) / (2.0 * eps);
-            assert!(
-                (g - numeric).abs() <= 1e-5 * (1.0 + numeric.abs()),
-                "{what}: d loss / d {name}[{i}]: analytic {g}, numeric {numeric}"
-            );
-        }
+        assert_matches_finite_differences(
+            &rt,
+            &args[*name],
+            &analytic,
+            || loss_in(&exec, &labels, train),
+            &format!("{what}: d loss / d {name}"),
+        );
     }
 }
 
@@ -424,29 +423,13 @@ fn check_op(op: &str, attrs: Attrs, shapes: &[Vec<usize>], range: (f64, f64)) {
     let grads = exec.grad_dict();
     for n in &names {
         let analytic = grads[n].to_vec::<f64>().unwrap();
-        let base = args[n].to_vec::<f64>().unwrap();
-        let set = |v: Vec<f64>| {
-            rt.from_vec(v, args[n].shape(), Context::cpu(0))
-                .unwrap()
-                .copy_into(&args[n])
-                .unwrap()
-        };
-        for (i, &g) in analytic.iter().enumerate() {
-            let eps = 1e-6;
-            let mut v = base.clone();
-            v[i] += eps;
-            set(v.clone());
-            let up = objective();
-            v[i] -= 2.0 * eps;
-            set(v);
-            let down = objective();
-            set(base.clone());
-            let numeric = (up - down) / (2.0 * eps);
-            assert!(
-                (g - numeric).abs() <= 1e-5 * (1.0 + numeric.abs()),
-                "{op}: d/d {n}[{i}]: analytic {g}, numeric {numeric}"
-            );
-        }
+        assert_matches_finite_differences(
+            &rt,
+            &args[n],
+            &analytic,
+            &objective,
+            &format!("{op}: d/d {n}"),
+        );
     }
 }
 

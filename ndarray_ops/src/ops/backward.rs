@@ -785,40 +785,6 @@ fn sum_to_like_kernel(
     Ok(())
 }
 
-// ---- _backward_Embedding: (ograd, indices) -> weight grad (rows scatter-added) --------------
-
-fn infer_embedding_backward(op: &str, attrs: &Attrs, _s: &[Vec<usize>], d: &[DType]) -> Infer {
-    let (i, o) = (
-        attrs.f64(op, "input_dim", None)? as usize,
-        attrs.f64(op, "output_dim", None)? as usize,
-    );
-    Ok((vec![vec![i, o]], vec![d[0]]))
-}
-
-fn embedding_backward_kernel(
-    _: &str,
-    _: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
-    let (g, idx, w) = (&ins[0], &ins[1], &outs[0]);
-    let (rows, width) = (w.shape[0], w.shape[1]);
-    let indices: Vec<f64> = crate::with_dtype!(idx.dtype, I => unsafe { idx.slice::<I>() }.iter().map(|v| v.to_f64()).collect());
-    crate::with_dtype!(w.dtype, T => {
-        // SAFETY: read access to the inputs, exclusive access to the disjoint output.
-        let (gs, ws) = unsafe { (g.slice::<T>(), w.slice_mut::<T>()) };
-        ws.fill(T::default());
-        for (k, &i) in indices.iter().enumerate() {
-            let r = (i as i64).clamp(0, rows as i64 - 1) as usize;
-            for c in 0..width {
-                ws[r * width + c] = ws[r * width + c].add(gs[k * width + c]);
-            }
-        }
-    });
-    Ok(())
-}
-
 pub(super) fn grad_ops() -> &'static [OpDef] {
     static OPS: &[OpDef] = &[
         OpDef {
@@ -862,17 +828,6 @@ pub(super) fn grad_ops() -> &'static [OpDef] {
                 Arity::Exactly(2),
                 infer_sum_to_like,
                 sum_to_like_kernel,
-                &[]
-            )
-        },
-        OpDef {
-            alias_safe: false,
-            ..def!(
-                "_backward_Embedding",
-                &[],
-                Arity::Exactly(2),
-                infer_embedding_backward,
-                embedding_backward_kernel,
                 &[]
             )
         },

@@ -270,16 +270,17 @@ fn elemwise(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEn
     })
 }
 
-/// 2-D `dot` with its transposes: each input gradient is another `dot` of the output gradient
-/// with the other input.
+/// `dot` (2-D) and `batch_dot` with their transposes: each input gradient is another product of
+/// the output gradient with the other input.
 fn dot(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let g = need(n, og)?;
+    let op = n.op_name();
     let (a, b) = (n.inputs[0].clone(), n.inputs[1].clone());
-    let ta = n.attrs.bool("dot", "transpose_a", false)?;
-    let tb = n.attrs.bool("dot", "transpose_b", false)?;
+    let ta = n.attrs.bool(op, "transpose_a", false)?;
+    let tb = n.attrs.bool(op, "transpose_b", false)?;
     let mk = |t: &str, x: NodeEntry, y: NodeEntry, tx: bool, ty: bool| {
         op1(
-            "dot",
+            op,
             format!("{}_backward_{t}", n.name),
             vec![x, y],
             Attrs::new().with("transpose_a", tx).with("transpose_b", ty),
@@ -393,11 +394,12 @@ fn broadcast(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeE
 }
 
 fn embedding(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let ins = vec![need(n, og)?, n.inputs[0].clone(), n.inputs[1].clone()];
     let w = op1(
-        "_backward_Embedding",
+        "_backward_take",
         format!("{}_backward", n.name),
-        vec![need(n, og)?, n.inputs[0].clone()],
-        n.attrs.clone(),
+        ins,
+        Attrs::new(),
     )?;
     // Indices have no gradient.
     Ok(vec![None, Some(w)])
@@ -585,40 +587,6 @@ fn masked(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntr
     )?)])
 }
 
-fn batch_dot(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
-    let g = need(n, og)?;
-    let (a, b) = (n.inputs[0].clone(), n.inputs[1].clone());
-    let ta = n.attrs.bool("batch_dot", "transpose_a", false)?;
-    let tb = n.attrs.bool("batch_dot", "transpose_b", false)?;
-    let mk = |t: &str, x: NodeEntry, y: NodeEntry, tx: bool, ty: bool| {
-        op1(
-            "batch_dot",
-            format!("{}_backward_{t}", n.name),
-            vec![x, y],
-            Attrs::new().with("transpose_a", tx).with("transpose_b", ty),
-        )
-    };
-    let (da, db) = match (ta, tb) {
-        (false, false) => (
-            mk("lhs", g.clone(), b, false, true)?,
-            mk("rhs", a, g, true, false)?,
-        ),
-        (true, false) => (
-            mk("lhs", b, g.clone(), false, true)?,
-            mk("rhs", a, g, false, false)?,
-        ),
-        (false, true) => (
-            mk("lhs", g.clone(), b, false, false)?,
-            mk("rhs", g, a, true, false)?,
-        ),
-        (true, true) => (
-            mk("lhs", b, g.clone(), true, true)?,
-            mk("rhs", g, a, true, true)?,
-        ),
-    };
-    Ok(vec![Some(da), Some(db)])
-}
-
 fn stack(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let axis = n
         .attrs
@@ -775,7 +743,7 @@ fn rule(op: &str) -> Option<GradFn> {
         "_plus_scalar" | "_minus_scalar" | "_rminus_scalar" | "_mul_scalar" | "_div_scalar"
         | "_rdiv_scalar" => scalar,
         "elemwise_sub" | "elemwise_mul" | "elemwise_div" => elemwise,
-        "dot" => dot,
+        "dot" | "batch_dot" => dot,
         "softmax" | "log_softmax" => softmax,
         "sum" | "mean" => reduction,
         "broadcast_add" | "broadcast_sub" | "broadcast_mul" | "broadcast_div" => broadcast,
@@ -783,7 +751,6 @@ fn rule(op: &str) -> Option<GradFn> {
         "abs" | "clip" | "_maximum_scalar" | "_minimum_scalar" | "_power_scalar" | "LeakyReLU" => {
             masked
         }
-        "batch_dot" => batch_dot,
         "stack" => stack,
         "where" => where_,
         "add_n" => add_n,
