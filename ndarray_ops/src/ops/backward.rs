@@ -458,20 +458,6 @@ fn infer_reshape_like(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Inf
     Ok((vec![s[1].clone()], vec![d[0]]))
 }
 
-fn copy_kernel(
-    _: &str,
-    _: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
-    if !ins[0].same_memory(&outs[0]) {
-        // SAFETY: read access to the input, write access to the output; `copy` tolerates overlap.
-        unsafe { ins[0].copy_bytes_to(&outs[0]) };
-    }
-    Ok(())
-}
-
 pub(super) fn more_ops() -> &'static [OpDef] {
     static OPS: &[OpDef] = &[
         OpDef {
@@ -505,7 +491,7 @@ pub(super) fn more_ops() -> &'static [OpDef] {
                 &[],
                 Arity::Exactly(2),
                 infer_reshape_like,
-                copy_kernel,
+                super::copy_kernel,
                 &[(0, 0)]
             )
         },

@@ -507,6 +507,22 @@ fn run_kernel(
     kernel(op, attrs, &ins, outs, res)
 }
 
+/// The kernel of identity ops (reshape family, Flatten, reshape_like): a copy, or nothing when
+/// the output already is the input.
+pub(crate) fn copy_kernel(
+    _: &str,
+    _: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> std::result::Result<(), String> {
+    if !ins[0].same_memory(&outs[0]) {
+        // SAFETY: read access to the input, write access to the output; `copy` tolerates overlap.
+        unsafe { ins[0].copy_bytes_to(&outs[0]) };
+    }
+    Ok(())
+}
+
 /// Shared inference checks.
 pub(crate) fn same_dtypes(op: &str, dtypes: &[DType]) -> Result<DType> {
     let d = dtypes[0];

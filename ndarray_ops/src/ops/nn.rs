@@ -336,20 +336,6 @@ fn infer_flatten(_: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     Ok((vec![out], vec![d[0]]))
 }
 
-fn copy_kernel(
-    _: &str,
-    _: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
-    if !ins[0].same_memory(&outs[0]) {
-        // SAFETY: read access to the input, write access to the output; `copy` tolerates overlap.
-        unsafe { ins[0].copy_bytes_to(&outs[0]) };
-    }
-    Ok(())
-}
-
 // ---- optimizer updates ----------------------------------------------------------------------
 
 /// The gradient as the optimizers see it: rescaled, clipped, plus weight decay.
@@ -548,7 +534,7 @@ pub(super) fn ops() -> &'static [OpDef] {
             "Flatten",
             Arity::Exactly(1),
             infer_flatten,
-            copy_kernel,
+            super::copy_kernel,
             IP1,
             true,
             &[0],

@@ -475,20 +475,6 @@ fn infer_reshape(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infe
     Ok((vec![out], vec![d[0]]))
 }
 
-fn copy_kernel(
-    _: &str,
-    _: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
-    if !ins[0].same_memory(&outs[0]) {
-        // SAFETY: read access to the input, write access to the output; `copy` tolerates overlap.
-        unsafe { ins[0].copy_bytes_to(&outs[0]) };
-    }
-    Ok(())
-}
-
 macro_rules! def {
     ($name:expr, $aliases:expr, $arity:expr, $infer:expr, $kernel:expr, $inplace:expr, $identity:expr, $ign:expr, $alias_safe:expr) => {
         OpDef {
@@ -585,7 +571,7 @@ pub(super) fn ops() -> &'static [OpDef] {
             &["reshape"],
             Arity::Exactly(1),
             infer_reshape,
-            copy_kernel,
+            super::copy_kernel,
             IP1,
             true,
             &[0],
@@ -596,7 +582,7 @@ pub(super) fn ops() -> &'static [OpDef] {
             &[],
             Arity::Exactly(1),
             infer_reshape,
-            copy_kernel,
+            super::copy_kernel,
             IP1,
             true,
             &[0],
@@ -607,7 +593,7 @@ pub(super) fn ops() -> &'static [OpDef] {
             &[],
             Arity::Exactly(1),
             infer_reshape,
-            copy_kernel,
+            super::copy_kernel,
             IP1,
             true,
             &[0],
