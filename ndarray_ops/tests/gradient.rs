@@ -366,25 +366,53 @@ fn grad_req_add_accumulates_and_errors_are_clear() {
         .unwrap_err()
         .to_string()
         .contains("without gradients"));
-    // An op without a gradient rule yet is reported at bind, naming the node.
+    // An op without a gradient rule (here a backward op: no second derivatives) is reported at
+    // bind, naming the node.
+    let og = Symbol::var("og");
     let data = Symbol::var("data");
-    let w = Symbol::var("w");
-    let deconv = Attrs::new()
-        .with("kernel", "(3,3)")
-        .with("num_filter", 2)
-        .with("no_bias", true);
-    let sm = Symbol::op("Deconvolution", "sm", &[&data, &w], deconv).unwrap();
+    let pool = Attrs::new()
+        .with("kernel", "(2,2)")
+        .with("stride", "(2,2)")
+        .with("pool_type", "max");
+    let bw = Symbol::op("_backward_Pooling", "bw", &[&og, &data], pool).unwrap();
     let shapes = HashMap::from([
-        ("data".into(), vec![1, 2, 3, 3]),
-        ("w".into(), vec![2, 2, 3, 3]),
+        ("og".into(), vec![1, 2, 2, 2]),
+        ("data".into(), vec![1, 2, 4, 4]),
     ]);
-    let req = HashMap::from([("w".to_string(), GradReq::Write)]);
-    let e = Executor::simple_bind_grad(&rt, Context::cpu(0), &sm, &shapes, &req)
+    let req = HashMap::from([("data".to_string(), GradReq::Write)]);
+    let e = Executor::simple_bind_grad(&rt, Context::cpu(0), &bw, &shapes, &req)
         .err()
         .unwrap();
     assert!(
-        e.to_string().contains("'sm'") && e.to_string().contains("not implemented"),
+        e.to_string().contains("'bw'") && e.to_string().contains("not implemented"),
         "{e}"
+    );
+}
+
+/// Deconvolution (stride, pad, dilation, groups, with and without bias) against finite
+/// differences of data, weight and bias.
+#[test]
+fn deconvolution_gradient_matches_finite_differences() {
+    let base = || {
+        Attrs::new()
+            .with("kernel", "(3,2)")
+            .with("num_filter", 4)
+            .with("stride", "(2,1)")
+            .with("pad", "(1,0)")
+            .with("dilate", "(1,2)")
+            .with("num_group", 2)
+    };
+    check_op(
+        "Deconvolution",
+        base(),
+        &[vec![2, 4, 3, 3], vec![4, 2, 3, 2], vec![4]],
+        (-1.0, 1.0),
+    );
+    check_op(
+        "Deconvolution",
+        base().with("no_bias", true),
+        &[vec![1, 4, 2, 3], vec![4, 2, 3, 2]],
+        (-1.0, 1.0),
     );
 }
 

@@ -1,5 +1,5 @@
 //! The rest of the MXNet ops the model zoo uses: LeakyReLU (leaky, elu), stack, `_zeros`/`_ones`,
-//! `where`, and Deconvolution (the transpose of Convolution: GEMM then col2im).
+//! `where`, and Deconvolution (the transpose of Convolution: GEMM then col2im) with its backward op.
 
 use ndarray::{ArrayView2, ArrayViewMut2};
 
@@ -293,6 +293,89 @@ fn deconv_kernel(
     Ok(())
 }
 
+/// Deconvolution's backward pass, `(ograd, data, weight) -> (data grad, weight grad[, bias
+/// grad])`. The forward op scatters `W_g^T X_g` with col2im, so the backward op gathers the output
+/// gradient with im2col (`dcol`) and then `dX_g = W_g dcol` and `dW_g += X_g dcol^T`.
+fn infer_deconv_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let dt = same_dtypes(op, d)?;
+    let c = deconv_params(op, attrs)?;
+    // The forward inputs, with the bias shape the attributes imply (the backward op reads none).
+    let mut fwd = s[1..].to_vec();
+    if c.bias {
+        fwd.push(vec![c.filters]);
+    }
+    let expected = infer_deconv(op, attrs, &fwd, &[dt])?.0.remove(0);
+    if s[0] != expected {
+        return Err(NdError::Shape {
+            op: op.into(),
+            arg: "output gradient".into(),
+            found: s[0].clone(),
+            expected: format!("{expected:?}, the forward output"),
+        });
+    }
+    let mut out = vec![s[1].clone(), s[2].clone()];
+    if c.bias {
+        out.push(vec![c.filters]);
+    }
+    let n = out.len();
+    Ok((out, vec![dt; n]))
+}
+
+fn deconv_backward_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    res: &mut KernelRes,
+) -> KResult {
+    let c = deconv_params(op, attrs).map_err(|e| e.to_string())?;
+    let (dy, x, w) = (&ins[0], &ins[1], &ins[2]);
+    let (n, cin, h, wd) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
+    let (ho, wo) = (dy.shape[2], dy.shape[3]);
+    let (cg, fg) = (cin / c.groups, c.filters / c.groups);
+    let rows = fg * c.k.0 * c.k.1;
+    crate::with_dtype!(dy.dtype, T => {
+        let dcol = res.temp(rows * h * wd * std::mem::size_of::<T>())?.cast::<T>();
+        // SAFETY: every view lies inside its buffer (shapes from inference); outputs are disjoint
+        // from the inputs and the temp space.
+        unsafe {
+            outs[1].slice_mut::<T>().fill(T::default());
+            let mut dw_part = vec![T::default(); cg * rows];
+            for img in 0..n {
+                for g in 0..c.groups {
+                    let dyg = dy.ptr::<T>().add((img * c.filters + g * fg) * ho * wo);
+                    super::conv::im2col::<T>(dyg, fg, ho, wo, &c, h, wd, dcol);
+                    let dcolv = ArrayView2::from_shape_ptr((rows, h * wd), dcol as *const T);
+                    let wv = ArrayView2::from_shape_ptr((cg, rows), w.ptr::<T>().add(g * cg * rows) as *const T);
+                    let off = (img * cin + g * cg) * h * wd;
+                    let mut dxv = ArrayViewMut2::from_shape_ptr((cg, h * wd), outs[0].ptr::<T>().add(off));
+                    T::gemm(&wv, &dcolv, &mut dxv);
+                    let xv = ArrayView2::from_shape_ptr((cg, h * wd), x.ptr::<T>().add(off) as *const T);
+                    let mut part = ArrayViewMut2::from_shape_ptr((cg, rows), dw_part.as_mut_ptr());
+                    T::gemm(&xv, &dcolv.t(), &mut part);
+                    let dw = outs[1].ptr::<T>().add(g * cg * rows);
+                    for (k, v) in dw_part.iter().enumerate() {
+                        *dw.add(k) = (*dw.add(k)).add(*v);
+                    }
+                }
+            }
+            if c.bias {
+                let dys = dy.slice::<T>();
+                for (f, b) in outs[2].slice_mut::<T>().iter_mut().enumerate() {
+                    let mut acc = T::default();
+                    for img in 0..n {
+                        for v in &dys[(img * c.filters + f) * ho * wo..(img * c.filters + f + 1) * ho * wo] {
+                            acc = acc.add(*v);
+                        }
+                    }
+                    *b = acc;
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
 macro_rules! def {
     ($name:expr, $aliases:expr, $arity:expr, $infer:expr, $kernel:expr, $inplace:expr, $alias_safe:expr) => {
         OpDef {
@@ -367,6 +450,18 @@ pub(super) fn ops() -> &'static [OpDef] {
                 Arity::AtLeast(2),
                 infer_deconv,
                 deconv_kernel,
+                &[],
+                false
+            )
+        },
+        OpDef {
+            resources: &[Resource::TempSpace],
+            ..def!(
+                "_backward_Deconvolution",
+                &[],
+                Arity::Exactly(3),
+                infer_deconv_backward,
+                deconv_backward_kernel,
                 &[],
                 false
             )

@@ -312,7 +312,7 @@ pub fn num_outputs(def: &OpDef, attrs: &Attrs) -> Result<(usize, usize)> {
             let n = attrs.f64(op, "num_args", None)? as usize;
             (n, n)
         }
-        "_backward_Convolution" => {
+        "_backward_Convolution" | "_backward_Deconvolution" => {
             let n = if attrs.bool(op, "no_bias", false)? {
                 2
             } else {

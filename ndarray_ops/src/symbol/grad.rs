@@ -68,10 +68,12 @@ fn softmax_output(n: &Arc<Node>, _og: &[Option<NodeEntry>]) -> Result<Vec<Option
     Ok(vec![Some(out(&bw, 0)), Some(out(&bw, 1))])
 }
 
+/// Convolution and Deconvolution: one backward op reading `(ograd, data, weight)`.
 fn convolution(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let ins = vec![need(n, og)?, n.inputs[0].clone(), n.inputs[1].clone()];
+    let op = n.op.map_or("Convolution", |d| d.name);
     let bw = make(
-        "_backward_Convolution",
+        &format!("_backward_{op}"),
         format!("{}_backward", n.name),
         ins,
         n.attrs.clone(),
@@ -768,7 +770,7 @@ fn rule(op: &str) -> Option<GradFn> {
         | "_equal_scalar"
         | "_greater_scalar"
         | "_lesser_scalar" => none,
-        "Convolution" => convolution,
+        "Convolution" | "Deconvolution" => convolution,
         "Pooling" => pooling,
         "BatchNorm" => batch_norm,
         "Dropout" => dropout,
