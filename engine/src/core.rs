@@ -360,6 +360,8 @@ impl Core {
                 .find(|(k, _)| *k == key)
                 .map(|(_, p)| p.clone())
         };
+        // The unit gets a trace event of its own, spanning its members' events.
+        let unit_t0 = self.profile_start();
         for m in members {
             let root = m
                 .reads
@@ -388,6 +390,7 @@ impl Core {
                 }
             }
         }
+        self.profile_end(unit_t0, &op.name, rctx);
         let per_write = op.writes.iter().map(|v| lookup(&poison, v.key())).collect();
         self.finish(op, Outcome::PerWrite(per_write));
     }

@@ -95,6 +95,38 @@ pub trait Element: Copy + Send + Sync + PartialOrd + Default + fmt::Debug + 'sta
     }
 }
 
+/// Below this many rows of `a`, [`small_gemm`] beats packing for a blocked GEMM.
+const SMALL_GEMM_ROWS: usize = 8;
+
+/// `c = a x b` one row of `a` at a time, without packing: dot products against the columns of
+/// `b` when they are contiguous (`x W^T`), scaled row sums when its rows are. Returns false,
+/// touching nothing, when `b` has neither layout.
+fn small_gemm<T>(a: &ArrayView2<'_, T>, b: &ArrayView2<'_, T>, c: &mut ArrayViewMut2<'_, T>) -> bool
+where
+    T: ndarray::LinalgScalar,
+{
+    let (k, n) = b.dim();
+    let col_major = b.strides()[0] == 1 || k <= 1;
+    let row_major = b.strides()[1] == 1 || n <= 1;
+    if col_major {
+        for (ar, mut cr) in a.outer_iter().zip(c.outer_iter_mut()) {
+            for (bc, cv) in b.columns().into_iter().zip(cr.iter_mut()) {
+                *cv = ar.dot(&bc);
+            }
+        }
+    } else if row_major {
+        for (ar, mut cr) in a.outer_iter().zip(c.outer_iter_mut()) {
+            cr.fill(T::zero());
+            for (av, br) in ar.iter().zip(b.outer_iter()) {
+                cr.scaled_add(*av, &br);
+            }
+        }
+    } else {
+        return false;
+    }
+    true
+}
+
 macro_rules! float_element {
     ($t:ty, $d:expr) => {
         impl Element for $t {
@@ -122,6 +154,12 @@ macro_rules! float_element {
                 b: &ArrayView2<'_, Self>,
                 c: &mut ArrayViewMut2<'_, Self>,
             ) {
+                // A blocked GEMM packs all of `b` on every call, which for a few rows of `a`
+                // (FullyConnected at batch 1, a depthwise convolution) costs more than the
+                // multiply itself; those products go row by row without packing.
+                if a.nrows() < SMALL_GEMM_ROWS && small_gemm(a, b, c) {
+                    return;
+                }
                 ndarray::linalg::general_mat_mul(1.0, a, b, 0.0, c);
             }
         }
@@ -191,4 +229,40 @@ macro_rules! with_dtype {
             }
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use ndarray::{s, Array2};
+    use proptest::prelude::*;
+
+    use super::Element;
+
+    fn reference(a: &Array2<f64>, b: &Array2<f64>) -> Array2<f64> {
+        Array2::from_shape_fn((a.nrows(), b.ncols()), |(i, j)| {
+            (0..a.ncols()).map(|p| a[(i, p)] * b[(p, j)]).sum()
+        })
+    }
+
+    proptest! {
+        /// Small and large row counts, `b` row-major, column-major (a transposed view) and
+        /// strided (a slice with step), all against a plain triple loop.
+        #[test]
+        fn gemm_matches_the_triple_loop(m in 0usize..12, k in 0usize..20, n in 1usize..20, seed in 0u64..1000) {
+            let val = |i: usize| ((i as u64 * 2654435761 + seed) % 1000) as f64 / 500.0 - 1.0;
+            let a = Array2::from_shape_fn((m, k), |(i, j)| val(i * 31 + j));
+            let b = Array2::from_shape_fn((k, n), |(i, j)| val(i * 17 + j + 7));
+            let want = reference(&a, &b);
+            let bt = b.t().to_owned();
+            let wide = Array2::from_shape_fn((k, 2 * n), |(i, j)| if j % 2 == 0 { b[(i, j / 2)] } else { 9.0 });
+            let views = [b.view(), bt.t(), wide.slice(s![.., ..;2])];
+            for bv in views {
+                let mut c = Array2::from_elem((m, n), f64::NAN);
+                f64::gemm(&a.view(), &bv, &mut c.view_mut());
+                for (x, y) in c.iter().zip(want.iter()) {
+                    prop_assert!((x - y).abs() < 1e-9, "{x} vs {y} (m {m}, k {k}, n {n})");
+                }
+            }
+        }
+    }
 }

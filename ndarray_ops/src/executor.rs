@@ -13,7 +13,7 @@ use storage::plan::{lower_bound, solve, Buffer, Problem, SolverKind};
 use storage::Context;
 
 use crate::error::{invalid, NdError, Result};
-use crate::ops::{invoke, IS_TRAIN};
+use crate::ops::{prepare, IS_TRAIN};
 use crate::symbol::{gradient, head_grad_names, infer, Inferred};
 use crate::{NDArray, Runtime, Symbol};
 
@@ -242,8 +242,13 @@ impl Executor {
             .collect()
     }
 
+    /// Pushes the nodes of one pass in order through a bulk pusher, so runs of consecutive
+    /// CPU nodes (up to the engine's bulk size) are scheduled as one unit, as MXNet's executor
+    /// bulks segments of its graph.
     fn run_nodes(&self, is_train: bool, forward: bool) -> Result<()> {
         let g = &self.inferred.graph;
+        let engine = self.rt.engine();
+        let mut bulk = engine.bulk();
         for (i, n) in g.nodes.iter().enumerate() {
             let Some(def) = n.op else { continue };
             if let Some(mask) = &self.forward_nodes {
@@ -259,13 +264,24 @@ impl Executor {
                 .map(|k| &self.entries[g.entry(i, k)])
                 .collect();
             let attrs = n.attrs.clone().with(IS_TRAIN, is_train);
-            invoke(def.name, &inputs, &attrs, Some(&outputs)).map_err(|e| {
+            let at_node = |e: NdError| {
                 invalid(
                     if forward { "forward" } else { "backward" },
                     format!("node '{}': {e}", n.name),
                 )
-            })?;
+            };
+            let (op, _) = prepare(
+                &self.rt,
+                self.ctx,
+                def.name,
+                &inputs,
+                &attrs,
+                Some(&outputs),
+            )
+            .map_err(at_node)?;
+            bulk.push(op).map_err(|e| at_node(e.into()))?;
         }
+        bulk.flush()?;
         Ok(())
     }
 

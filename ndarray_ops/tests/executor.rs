@@ -146,7 +146,12 @@ fn binding_checks_shapes_and_names() {
 /// Trains one step of the MLP file's graph (with a SoftmaxOutput head) and returns the outputs
 /// and every gradient.
 fn step(sym: &Symbol, kind: EngineKind) -> (Vec<f32>, Vec<(String, Vec<f32>)>) {
-    let rt = runtime(kind);
+    step_on(&runtime(kind), sym)
+}
+
+/// One forward and backward pass of `sym` under a softmax loss: the output and every gradient.
+fn step_on(rt: &Arc<Runtime>, sym: &Symbol) -> (Vec<f32>, Vec<(String, Vec<f32>)>) {
+    let rt = rt.clone();
     let label = Symbol::var("label");
     let loss = Symbol::op("SoftmaxOutput", "loss", &[sym, &label], Attrs::new()).unwrap();
     let shapes = HashMap::from([
@@ -178,6 +183,32 @@ fn step(sym: &Symbol, kind: EngineKind) -> (Vec<f32>, Vec<(String, Vec<f32>)>) {
         .collect();
     grads.sort_by(|a, b| a.0.cmp(&b.0));
     (exec.outputs()[0].to_vec::<f32>().unwrap(), grads)
+}
+
+#[test]
+fn the_executor_bulks_runs_of_nodes_without_changing_results() {
+    let (mlp, _) = graph("mlp");
+    let mut results = Vec::new();
+    for bulk in [1, 4] {
+        let rt = Runtime::new(
+            EngineBuilder::new(EngineKind::ThreadedPerDevice)
+                .cpu_workers(2)
+                .bulk_size(bulk)
+                .profiler(None)
+                .build(),
+            StorageConfig::default(),
+        );
+        rt.seed(7).unwrap();
+        results.push(step_on(&rt, &mlp));
+        rt.engine().wait_for_all().unwrap();
+        let events = rt.engine().profiler().unwrap().events();
+        let units = events
+            .iter()
+            .filter(|e| e.name.starts_with("bulk["))
+            .count();
+        assert_eq!(units > 0, bulk > 1, "bulk size {bulk}: {units} fused units");
+    }
+    assert_eq!(results[0], results[1]);
 }
 
 #[test]

@@ -367,6 +367,21 @@ pub fn invoke_on(
     attrs: &Attrs,
     out: Option<&[&NDArray]>,
 ) -> Result<Vec<NDArray>> {
+    let (op, outputs) = prepare(rt, ctx, name, inputs, attrs, out)?;
+    rt.engine().push(op)?;
+    Ok(outputs)
+}
+
+/// Checks a call and builds its engine op without pushing it (the executor pushes through a
+/// bulk pusher): the op, and the arrays it writes.
+pub(crate) fn prepare(
+    rt: &Arc<Runtime>,
+    ctx: storage::Context,
+    name: &str,
+    inputs: &[&NDArray],
+    attrs: &Attrs,
+    out: Option<&[&NDArray]>,
+) -> Result<(Op, Vec<NDArray>)> {
     let rt = rt.clone();
     let def = lookup(name)?;
     let op = def.name;
@@ -469,8 +484,7 @@ pub fn invoke_on(
     .on(ctx)
     .reads(inputs.iter().map(|a| a.var()))
     .writes(&writes);
-    rt.engine().push(engine_op)?;
-    Ok(outputs)
+    Ok((engine_op, outputs))
 }
 
 /// Runs a kernel, first copying any input that overlaps an output (unless it is exactly that
