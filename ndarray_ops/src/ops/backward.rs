@@ -260,7 +260,7 @@ pub(super) fn ops() -> &'static [OpDef] {
 
 // ---- _backward_Convolution: (ograd, data, weight) -> (data grad, weight grad[, bias grad]) ----
 
-fn infer_conv_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+pub(super) fn infer_conv_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let dt = same_dtypes(op, d)?;
     let c = super::conv::conv_params(op, attrs)?;
     let mut out = vec![s[1].clone(), s[2].clone()];
@@ -269,6 +269,17 @@ fn infer_conv_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -
     }
     let n = out.len();
     Ok((out, vec![dt; n]))
+}
+
+/// The bias gradient of a convolution-like op: `out[f]` is the sum of channel `f` of `dy`
+/// (laid out `(N, out.len(), plane)`) over images and positions.
+pub(super) fn channel_sums<T: Element>(dy: &[T], plane: usize, out: &mut [T]) {
+    out.fill(T::default());
+    let channels = out.len();
+    for (i, chunk) in dy.chunks_exact(plane.max(1)).enumerate() {
+        let b = &mut out[i % channels];
+        *b = chunk.iter().fold(*b, |acc, v| acc.add(*v));
+    }
 }
 
 /// Adds the columns back into the image they were gathered from (the adjoint of `im2col`).
@@ -355,17 +366,7 @@ fn conv_backward_kernel(
                 }
             }
             if c.bias {
-                let db = outs[2].slice_mut::<T>();
-                let dys = dy.slice::<T>();
-                for (f, b) in db.iter_mut().enumerate() {
-                    let mut acc = T::default();
-                    for img in 0..n {
-                        for v in &dys[(img * c.filters + f) * ho * wo..(img * c.filters + f + 1) * ho * wo] {
-                            acc = acc.add(*v);
-                        }
-                    }
-                    *b = acc;
-                }
+                channel_sums(dy.slice::<T>(), ho * wo, outs[2].slice_mut::<T>());
             }
         }
     });

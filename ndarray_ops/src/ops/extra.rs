@@ -313,12 +313,8 @@ fn infer_deconv_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType])
             expected: format!("{expected:?}, the forward output"),
         });
     }
-    let mut out = vec![s[1].clone(), s[2].clone()];
-    if c.bias {
-        out.push(vec![c.filters]);
-    }
-    let n = out.len();
-    Ok((out, vec![dt; n]))
+    // The outputs are those of Convolution's backward op: one per forward input.
+    super::backward::infer_conv_backward(op, attrs, s, d)
 }
 
 fn deconv_backward_kernel(
@@ -360,16 +356,7 @@ fn deconv_backward_kernel(
                 }
             }
             if c.bias {
-                let dys = dy.slice::<T>();
-                for (f, b) in outs[2].slice_mut::<T>().iter_mut().enumerate() {
-                    let mut acc = T::default();
-                    for img in 0..n {
-                        for v in &dys[(img * c.filters + f) * ho * wo..(img * c.filters + f + 1) * ho * wo] {
-                            acc = acc.add(*v);
-                        }
-                    }
-                    *b = acc;
-                }
+                super::backward::channel_sums(dy.slice::<T>(), ho * wo, outs[2].slice_mut::<T>());
             }
         }
     });
