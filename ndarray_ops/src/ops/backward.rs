@@ -198,18 +198,9 @@ fn softmax_output_backward_kernel(
 macro_rules! def {
     ($name:expr, $aliases:expr, $arity:expr, $infer:expr, $kernel:expr, $inplace:expr) => {
         OpDef {
-            name: $name,
             aliases: $aliases,
-            arity: $arity,
-            infer: $infer,
-            kernel: $kernel,
             inplace: $inplace,
-            identity: false,
-            backward_ignores: &[],
-            alias_safe: true,
-            mutate_inputs: &[],
-            resources: &[],
-            infer_inputs: None,
+            ..OpDef::new($name, $arity, $infer, $kernel)
         }
     };
 }

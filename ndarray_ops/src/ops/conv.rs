@@ -103,6 +103,29 @@ fn out_len(
     })
 }
 
+/// The data of Convolution and Deconvolution: `(N, C, H, W)`, with `num_group` dividing both the
+/// channels and the filters.
+pub(super) fn check_grouped_data(op: &str, x: &[usize], c: &Conv) -> Result<()> {
+    if x.len() != 4 {
+        return Err(NdError::Shape {
+            op: op.into(),
+            arg: "data".into(),
+            found: x.to_vec(),
+            expected: "4 dimensions (N, C, H, W)".into(),
+        });
+    }
+    if !x[1].is_multiple_of(c.groups) || !c.filters.is_multiple_of(c.groups) {
+        return Err(invalid(
+            op,
+            format!(
+                "num_group {} must divide the {} input channels and the {} filters",
+                c.groups, x[1], c.filters
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn infer_conv(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let dt = same_dtypes(op, d)?;
     let c = conv_params(op, attrs)?;
@@ -118,23 +141,7 @@ fn infer_conv(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
         ));
     }
     let x = &s[0];
-    if x.len() != 4 {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "data".into(),
-            found: x.clone(),
-            expected: "4 dimensions (N, C, H, W)".into(),
-        });
-    }
-    if !x[1].is_multiple_of(c.groups) || !c.filters.is_multiple_of(c.groups) {
-        return Err(invalid(
-            op,
-            format!(
-                "num_group {} must divide the {} input channels and the {} filters",
-                c.groups, x[1], c.filters
-            ),
-        ));
-    }
+    check_grouped_data(op, x, &c)?;
     let wshape = vec![c.filters, x[1] / c.groups, c.k.0, c.k.1];
     if s[1] != wshape {
         return Err(NdError::Shape {
@@ -391,32 +398,14 @@ fn pool_kernel(
 pub(super) fn ops() -> &'static [OpDef] {
     static OPS: &[OpDef] = &[
         OpDef {
-            name: "Convolution",
-            aliases: &[],
-            arity: Arity::AtLeast(2),
-            infer: infer_conv,
-            kernel: conv_kernel,
-            inplace: &[],
-            identity: false,
-            backward_ignores: &[],
             alias_safe: false,
-            mutate_inputs: &[],
             resources: &[Resource::TempSpace],
             infer_inputs: Some(super::param_shapes::convolution),
+            ..OpDef::new("Convolution", Arity::AtLeast(2), infer_conv, conv_kernel)
         },
         OpDef {
-            name: "Pooling",
-            aliases: &[],
-            arity: Arity::Exactly(1),
-            infer: infer_pool,
-            kernel: pool_kernel,
-            inplace: &[],
-            identity: false,
-            backward_ignores: &[],
             alias_safe: false,
-            mutate_inputs: &[],
-            resources: &[],
-            infer_inputs: None,
+            ..OpDef::new("Pooling", Arity::Exactly(1), infer_pool, pool_kernel)
         },
     ];
     OPS

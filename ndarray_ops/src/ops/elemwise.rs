@@ -356,18 +356,9 @@ fn unary_kernel(
 macro_rules! def {
     ($name:expr, $arity:expr, $infer:expr, $kernel:expr, inplace $inplace:expr, ignores $ign:expr) => {
         OpDef {
-            name: $name,
-            aliases: &[],
-            arity: $arity,
-            infer: $infer,
-            kernel: $kernel,
             inplace: $inplace,
-            identity: false,
             backward_ignores: $ign,
-            alias_safe: true,
-            mutate_inputs: &[],
-            resources: &[],
-            infer_inputs: None,
+            ..OpDef::new($name, $arity, $infer, $kernel)
         }
     };
 }

@@ -3,6 +3,7 @@
 
 use ndarray::{ArrayView2, ArrayViewMut2};
 
+use super::conv::{check_grouped_data, conv_params};
 use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, NdError, Result};
 use crate::resources::{KernelRes, Resource};
@@ -190,32 +191,12 @@ fn where_kernel(
 
 // ---- Deconvolution ------------------------------------------------------------------------------
 
-fn deconv_params(op: &str, attrs: &Attrs) -> Result<super::conv::Conv> {
-    super::conv::conv_params(op, attrs)
-}
-
 fn infer_deconv(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let dt = same_dtypes(op, d)?;
-    let c = deconv_params(op, attrs)?;
+    let c = conv_params(op, attrs)?;
     let x = &s[0];
-    if x.len() != 4 {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "data".into(),
-            found: x.clone(),
-            expected: "4 dimensions (N, C, H, W)".into(),
-        });
-    }
+    check_grouped_data(op, x, &c)?;
     // Weight (in channels, filters / groups, kh, kw), as MXNet lays it out.
-    if !x[1].is_multiple_of(c.groups) || !c.filters.is_multiple_of(c.groups) {
-        return Err(invalid(
-            op,
-            format!(
-                "num_group {} must divide {} channels and {} filters",
-                c.groups, x[1], c.filters
-            ),
-        ));
-    }
     let w = vec![x[1], c.filters / c.groups, c.k.0, c.k.1];
     if s[1] != w {
         return Err(NdError::Shape {
@@ -255,7 +236,7 @@ fn deconv_kernel(
     outs: &[TensorRef],
     res: &mut KernelRes,
 ) -> KResult {
-    let c = deconv_params(op, attrs).map_err(|e| e.to_string())?;
+    let c = conv_params(op, attrs).map_err(|e| e.to_string())?;
     let (x, w, o) = (&ins[0], &ins[1], &outs[0]);
     let (n, cin, h, wd) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
     let (ho, wo) = (o.shape[2], o.shape[3]);
@@ -298,7 +279,7 @@ fn deconv_kernel(
 /// gradient with im2col (`dcol`) and then `dX_g = W_g dcol` and `dW_g += X_g dcol^T`.
 fn infer_deconv_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let dt = same_dtypes(op, d)?;
-    let c = deconv_params(op, attrs)?;
+    let c = conv_params(op, attrs)?;
     // The forward inputs, with the bias shape the attributes imply (the backward op reads none).
     let mut fwd = s[1..].to_vec();
     if c.bias {
@@ -324,7 +305,7 @@ fn deconv_backward_kernel(
     outs: &[TensorRef],
     res: &mut KernelRes,
 ) -> KResult {
-    let c = deconv_params(op, attrs).map_err(|e| e.to_string())?;
+    let c = conv_params(op, attrs).map_err(|e| e.to_string())?;
     let (dy, x, w) = (&ins[0], &ins[1], &ins[2]);
     let (n, cin, h, wd) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
     let (ho, wo) = (dy.shape[2], dy.shape[3]);
@@ -366,18 +347,10 @@ fn deconv_backward_kernel(
 macro_rules! def {
     ($name:expr, $aliases:expr, $arity:expr, $infer:expr, $kernel:expr, $inplace:expr, $alias_safe:expr) => {
         OpDef {
-            name: $name,
             aliases: $aliases,
-            arity: $arity,
-            infer: $infer,
-            kernel: $kernel,
             inplace: $inplace,
-            identity: false,
-            backward_ignores: &[],
             alias_safe: $alias_safe,
-            mutate_inputs: &[],
-            resources: &[],
-            infer_inputs: None,
+            ..OpDef::new($name, $arity, $infer, $kernel)
         }
     };
 }

@@ -174,32 +174,12 @@ fn kernel(
 pub(super) fn ops() -> &'static [OpDef] {
     static OPS: &[OpDef] = &[
         OpDef {
-            name: "dot",
-            aliases: &[],
-            arity: Arity::Exactly(2),
-            infer,
-            kernel,
-            inplace: &[],
-            identity: false,
-            backward_ignores: &[],
             alias_safe: false,
-            mutate_inputs: &[],
-            resources: &[],
-            infer_inputs: None,
+            ..OpDef::new("dot", Arity::Exactly(2), infer, kernel)
         },
         OpDef {
-            name: "batch_dot",
-            aliases: &[],
-            arity: Arity::Exactly(2),
-            infer,
-            kernel,
-            inplace: &[],
-            identity: false,
-            backward_ignores: &[],
             alias_safe: false,
-            mutate_inputs: &[],
-            resources: &[],
-            infer_inputs: None,
+            ..OpDef::new("batch_dot", Arity::Exactly(2), infer, kernel)
         },
     ];
     OPS

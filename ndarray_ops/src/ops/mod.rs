@@ -236,6 +236,33 @@ pub struct OpDef {
     pub infer_inputs: Option<InferInputsFn>,
 }
 
+impl OpDef {
+    /// An op with the common defaults: no aliases, no in-place pairs, not an identity, every input
+    /// read by its backward pass, aliasing handled by the kernel, nothing mutated, no resources, no
+    /// backward shape rule. The op tables override fields with struct update syntax.
+    pub(crate) const fn new(
+        name: &'static str,
+        arity: Arity,
+        infer: InferFn,
+        kernel: KernelFn,
+    ) -> OpDef {
+        OpDef {
+            name,
+            aliases: &[],
+            arity,
+            infer,
+            kernel,
+            inplace: &[],
+            identity: false,
+            backward_ignores: &[],
+            alias_safe: true,
+            mutate_inputs: &[],
+            resources: &[],
+            infer_inputs: None,
+        }
+    }
+}
+
 fn registry() -> &'static HashMap<&'static str, &'static OpDef> {
     static REG: OnceLock<HashMap<&'static str, &'static OpDef>> = OnceLock::new();
     REG.get_or_init(|| {

@@ -425,18 +425,11 @@ fn update_kernel(
 macro_rules! def {
     ($name:expr, $arity:expr, $infer:expr, $kernel:expr, $inplace:expr, $identity:expr, $ign:expr, $alias:expr) => {
         OpDef {
-            name: $name,
-            aliases: &[],
-            arity: $arity,
-            infer: $infer,
-            kernel: $kernel,
             inplace: $inplace,
             identity: $identity,
             backward_ignores: $ign,
             alias_safe: $alias,
-            mutate_inputs: &[],
-            resources: &[],
-            infer_inputs: None,
+            ..OpDef::new($name, $arity, $infer, $kernel)
         }
     };
 }

@@ -142,18 +142,9 @@ fn kernel(
 macro_rules! def {
     ($name:expr, $ign:expr) => {
         OpDef {
-            name: $name,
-            aliases: &[],
-            arity: Arity::Exactly(1),
-            infer,
-            kernel,
-            inplace: &[],
-            identity: false,
             backward_ignores: $ign,
             alias_safe: false,
-            mutate_inputs: &[],
-            resources: &[],
-            infer_inputs: None,
+            ..OpDef::new($name, Arity::Exactly(1), infer, kernel)
         }
     };
 }

@@ -478,18 +478,12 @@ fn infer_reshape(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infe
 macro_rules! def {
     ($name:expr, $aliases:expr, $arity:expr, $infer:expr, $kernel:expr, $inplace:expr, $identity:expr, $ign:expr, $alias_safe:expr) => {
         OpDef {
-            name: $name,
             aliases: $aliases,
-            arity: $arity,
-            infer: $infer,
-            kernel: $kernel,
             inplace: $inplace,
             identity: $identity,
             backward_ignores: $ign,
             alias_safe: $alias_safe,
-            mutate_inputs: &[],
-            resources: &[],
-            infer_inputs: None,
+            ..OpDef::new($name, $arity, $infer, $kernel)
         }
     };
 }

@@ -261,60 +261,38 @@ fn random_kernel(
 pub(super) fn ops() -> &'static [OpDef] {
     static OPS: &[OpDef] = &[
         OpDef {
-            name: "BatchNorm",
-            aliases: &[],
-            arity: Arity::Exactly(5),
-            infer: infer_bn,
-            kernel: bn_kernel,
-            inplace: &[],
-            identity: false,
-            backward_ignores: &[],
             alias_safe: false,
             mutate_inputs: &[3, 4],
-            resources: &[],
             infer_inputs: Some(super::param_shapes::batch_norm),
+            ..OpDef::new("BatchNorm", Arity::Exactly(5), infer_bn, bn_kernel)
         },
         OpDef {
-            name: "Dropout",
-            aliases: &[],
-            arity: Arity::Exactly(1),
-            infer: infer_dropout,
-            kernel: dropout_kernel,
-            inplace: &[],
-            identity: false,
             backward_ignores: &[0],
             alias_safe: false,
-            mutate_inputs: &[],
             resources: &[Resource::Random],
-            infer_inputs: None,
+            ..OpDef::new("Dropout", Arity::Exactly(1), infer_dropout, dropout_kernel)
         },
         OpDef {
-            name: "_random_uniform",
             aliases: &["uniform", "random_uniform"],
-            arity: Arity::Exactly(0),
-            infer: infer_random,
-            kernel: random_kernel,
-            inplace: &[],
-            identity: false,
-            backward_ignores: &[],
             alias_safe: false,
-            mutate_inputs: &[],
             resources: &[Resource::Random],
-            infer_inputs: None,
+            ..OpDef::new(
+                "_random_uniform",
+                Arity::Exactly(0),
+                infer_random,
+                random_kernel,
+            )
         },
         OpDef {
-            name: "_random_normal",
             aliases: &["normal", "random_normal"],
-            arity: Arity::Exactly(0),
-            infer: infer_random,
-            kernel: random_kernel,
-            inplace: &[],
-            identity: false,
-            backward_ignores: &[],
             alias_safe: false,
-            mutate_inputs: &[],
             resources: &[Resource::Random],
-            infer_inputs: None,
+            ..OpDef::new(
+                "_random_normal",
+                Arity::Exactly(0),
+                infer_random,
+                random_kernel,
+            )
         },
     ];
     OPS
