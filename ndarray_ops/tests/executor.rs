@@ -4,6 +4,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+mod common;
+
 use engine::{EngineBuilder, EngineKind};
 use ndarray_ops::{invoke, invoke_on, Attrs, DType, Executor, NDArray, Runtime, Symbol};
 use storage::{Context, StorageConfig};
@@ -214,33 +216,7 @@ fn the_executor_bulks_runs_of_nodes_without_changing_results() {
 #[test]
 fn forward_and_backward_agree_across_engines_and_with_the_graph_built_in_code() {
     let (loaded, _) = graph("mlp");
-    // The same MLP, built in code with the file's names and attributes.
-    let mut built = Symbol::var("data");
-    for (i, n) in [(0, 512), (1, 512), (2, 10)] {
-        let (w, b) = (
-            Symbol::var(&format!("mlp_dense{i}_weight")),
-            Symbol::var(&format!("mlp_dense{i}_bias")),
-        );
-        built = Symbol::op(
-            "FullyConnected",
-            &format!("mlp_dense{i}_fwd"),
-            &[&built, &w, &b],
-            Attrs::new()
-                .with("flatten", "True")
-                .with("no_bias", "False")
-                .with("num_hidden", n),
-        )
-        .unwrap();
-        if i < 2 {
-            built = Symbol::op(
-                "Activation",
-                &format!("mlp_dense{i}_relu_fwd"),
-                &[&built],
-                Attrs::new().with("act_type", "relu"),
-            )
-            .unwrap();
-        }
-    }
+    let built = common::mlp_in_code();
     let reference = step(&loaded, EngineKind::Naive);
     assert_eq!(reference.1.len(), 7, "data and six parameters");
     for kind in EngineKind::ALL {

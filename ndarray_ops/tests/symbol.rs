@@ -1,6 +1,8 @@
 //! Symbols: every real MXNet model loads, infers shapes identical to MXNet's own (entry by
 //! entry), round-trips through JSON; bad files are errors naming the problem, never panics.
 
+mod common;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 
@@ -119,31 +121,7 @@ fn arguments_outputs_and_auxiliary_states() {
 #[test]
 fn graphs_built_in_code_match_loaded_ones_and_compose() {
     // The MLP file, built in code.
-    let data = Symbol::var("data");
-    let mut h = data.clone();
-    for (i, n) in [(0, 512), (1, 512), (2, 10)] {
-        let w = Symbol::var(&format!("mlp_dense{i}_weight"));
-        let b = Symbol::var(&format!("mlp_dense{i}_bias"));
-        h = Symbol::op(
-            "FullyConnected",
-            &format!("mlp_dense{i}_fwd"),
-            &[&h, &w, &b],
-            Attrs::new()
-                .with("flatten", "True")
-                .with("no_bias", "False")
-                .with("num_hidden", n),
-        )
-        .unwrap();
-        if i < 2 {
-            h = Symbol::op(
-                "Activation",
-                &format!("mlp_dense{i}_relu_fwd"),
-                &[&h],
-                Attrs::new().with("act_type", "relu"),
-            )
-            .unwrap();
-        }
-    }
+    let h = common::mlp_in_code();
     let (loaded, shapes) = load("mlp");
     assert_eq!(h.list_arguments(), loaded.list_arguments());
     let (a, b) = (
