@@ -161,7 +161,7 @@ fn run() -> Result<(), String> {
     if a.json {
         println!(
             "{}",
-            serde_json::json!({"forward_ms": forward_ms, "forward_backward_ms": forward_backward_ms, "planned_bytes": mem.planned_bytes, "no_reuse_bytes": mem.no_reuse_bytes, "lower_bound_bytes": mem.lower_bound_bytes, "output_shapes": out_shapes, "engine": a.kind.name(), "iters": a.iters})
+            serde_json::json!({"forward_ms": forward_ms, "forward_backward_ms": forward_backward_ms, "planned_bytes": mem.planned_bytes, "no_reuse_bytes": mem.no_reuse_bytes, "lower_bound_bytes": mem.lower_bound_bytes, "allocated_bytes": mem.allocated_bytes, "inplace_entries": mem.inplace, "output_shapes": out_shapes, "engine": a.kind.name(), "iters": a.iters})
         );
     } else {
         println!("{}: outputs {out_shapes:?}", a.file);
@@ -177,8 +177,8 @@ fn run() -> Result<(), String> {
             );
         }
         println!(
-            "internal entries: {} bytes without reuse, {} planned, lower bound {}",
-            mem.no_reuse_bytes, mem.planned_bytes, mem.lower_bound_bytes
+            "internal entries: {} ({} in place), {} bytes without reuse, {} planned, lower bound {}, {} allocated",
+            mem.entries, mem.inplace, mem.no_reuse_bytes, mem.planned_bytes, mem.lower_bound_bytes, mem.allocated_bytes
         );
     }
     Ok(())

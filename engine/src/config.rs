@@ -68,6 +68,8 @@ pub mod env {
     pub const BULK_SIZE: &str = "MXRS_ENGINE_BULK_SIZE";
     /// Turns the profiler on and names the Chrome trace file written when the engine is dropped.
     pub const PROFILER_OUTPUT: &str = "MXRS_PROFILER_OUTPUT";
+    /// Maximum random delay before each op, in microseconds (testing aid; 0 is off).
+    pub const JITTER_US: &str = "MXRS_ENGINE_JITTER_US";
 }
 
 /// Every setting of an engine.
@@ -89,6 +91,9 @@ pub struct EngineConfig {
     pub bulk_size: usize,
     /// Profiler on, and where to write its trace on drop (None: in memory only).
     pub profiler: Option<Option<PathBuf>>,
+    /// Testing aid for the threaded engines: every op first sleeps a pseudo-random 0..=this many
+    /// microseconds, to expose missing dependencies (0: off).
+    pub jitter_us: u64,
 }
 
 impl EngineConfig {
@@ -131,6 +136,7 @@ impl EngineBuilder {
                 copy_workers: 1,
                 bulk_size: 16,
                 profiler: None,
+                jitter_us: 0,
             },
         }
     }
@@ -164,10 +170,24 @@ impl EngineBuilder {
                 *slot = parse_count(var, &v)?;
             }
         }
+        if let Some(v) = lookup(env::JITTER_US) {
+            b.config.jitter_us = v.trim().parse().map_err(|_| EngineError::Config {
+                var: env::JITTER_US.into(),
+                value: v.clone(),
+                expected: "a whole number of microseconds".into(),
+            })?;
+        }
         if let Some(path) = lookup(env::PROFILER_OUTPUT).filter(|p| !p.is_empty()) {
             b.config.profiler = Some(Some(PathBuf::from(path)));
         }
         Ok(b)
+    }
+
+    /// Testing aid: every op on a threaded engine first sleeps up to `max` (rounded to
+    /// microseconds), so that tests explore unusual execution orders.
+    pub fn jitter(mut self, max: std::time::Duration) -> Self {
+        self.config.jitter_us = max.as_micros().min(u128::from(u64::MAX)) as u64;
+        self
     }
 
     /// Which engine.

@@ -58,6 +58,8 @@ pub(crate) struct Core {
     failures: Mutex<BTreeMap<u64, Arc<OpFailure>>>,
     dispatch: Box<dyn Dispatch>,
     pub(crate) profiler: Option<Arc<Profiler>>,
+    /// Testing aid: each op sleeps up to this many microseconds before it runs (0: never).
+    jitter_us: u64,
 }
 
 // No `const { }` initializers: loom's `thread_local!` does not accept them.
@@ -109,7 +111,11 @@ pub(crate) fn next_engine_id() -> u64 {
 }
 
 impl Core {
-    pub(crate) fn new(dispatch: Box<dyn Dispatch>, profiler: Option<Arc<Profiler>>) -> Arc<Core> {
+    pub(crate) fn new(
+        dispatch: Box<dyn Dispatch>,
+        profiler: Option<Arc<Profiler>>,
+        jitter_us: u64,
+    ) -> Arc<Core> {
         Arc::new(Core {
             id: next_engine_id(),
             next_var: AtomicU64::new(0),
@@ -122,7 +128,23 @@ impl Core {
             failures: Mutex::new(BTreeMap::new()),
             dispatch,
             profiler,
+            jitter_us,
         })
+    }
+
+    /// Sleeps a pseudo-random time of up to `jitter_us` (derived from the op's sequence number),
+    /// so tests see orders of execution the scheduler rarely produces on its own.
+    fn jitter(&self, seq: u64) {
+        if self.jitter_us > 0 {
+            // splitmix64: consecutive sequence numbers get unrelated delays.
+            let mut z = seq
+                .wrapping_add(self.id << 32)
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^= z >> 31;
+            std::thread::sleep(std::time::Duration::from_micros(z % (self.jitter_us + 1)));
+        }
     }
 
     pub(crate) fn new_var(&self) -> Var {
@@ -316,6 +338,7 @@ impl Core {
                 if let Some(root) = self.blocking_failure(&op) {
                     return self.finish(op, Outcome::Poison(root));
                 }
+                self.jitter(op.seq);
                 let t0 = self.profile_start();
                 let result = {
                     let _running = RunningScope::enter(self.id, op.name.clone());
@@ -329,6 +352,7 @@ impl Core {
                 if let Some(root) = self.blocking_failure(&op) {
                     return self.finish(op, Outcome::Poison(root));
                 }
+                self.jitter(op.seq);
                 let t0 = self.profile_start();
                 let (core, pending) = (self.clone(), op.clone());
                 let ctx = rctx.clone();
@@ -371,6 +395,7 @@ impl Core {
             let failure = match root {
                 Some(root) => root,
                 None => {
+                    self.jitter(m.seq);
                     let t0 = self.profile_start();
                     let result = {
                         let _running = RunningScope::enter(self.id, m.name.clone());

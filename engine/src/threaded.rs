@@ -176,7 +176,7 @@ pub struct ThreadedEngine {
 impl ThreadedEngine {
     pub(crate) fn new(kind: EngineKind, config: EngineConfig) -> Self {
         let profiler = config.profiler();
-        let bulk_size = config.bulk_size;
+        let (bulk_size, jitter_us) = (config.bulk_size, config.jitter_us);
         let dispatch: Box<dyn Dispatch> = match kind {
             EngineKind::ThreadedPooled => Box::new(PooledDispatch {
                 compute_threads: config.pooled_workers,
@@ -191,7 +191,7 @@ impl ThreadedEngine {
             }),
         };
         ThreadedEngine {
-            core: Core::new(dispatch, profiler),
+            core: Core::new(dispatch, profiler, jitter_us),
             kind,
             bulk_size,
         }

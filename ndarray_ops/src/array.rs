@@ -6,6 +6,12 @@
 //! its var. When the last view is dropped, the chunk pushes a delete op on its var that hands
 //! the block back to the storage pool — after every op still using it has finished. Kernels
 //! therefore capture plain pointers into the block: the var's ordering keeps them valid.
+//!
+//! A *region* is a chunk carved out of another one with a var of its own (the executor's planned
+//! arena: one block, one region per planned buffer, so ops on different buffers do not serialize
+//! on one var). Its delete op releases its hold on the parent, so the parent block goes back to
+//! the pool only after every op on every region has finished. Ordering between regions that
+//! share addresses is the carver's job.
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -19,24 +25,33 @@ use crate::ops::{Dims, RawBuf, TensorRef};
 use crate::runtime::Runtime;
 use crate::{DType, Element};
 
-/// A storage block and the engine var that orders access to it.
+/// A storage block (or a region of another chunk's block) and the engine var that orders access
+/// to it.
 pub(crate) struct Chunk {
     rt: Arc<Runtime>,
     var: Var,
     ctx: Context,
     ptr: usize,
-    handle: Option<Handle>,
+    /// What keeps the memory alive; released by the var's delete op.
+    owner: Option<Owner>,
+}
+
+enum Owner {
+    /// The block itself, handed back to its pool.
+    Block(#[allow(dead_code)] Handle),
+    /// A region of a parent chunk, which lives at least as long.
+    Region(#[allow(dead_code)] Arc<Chunk>),
 }
 
 impl Drop for Chunk {
     fn drop(&mut self) {
-        if let Some(h) = self.handle.take() {
-            // The block returns to the pool only once every op pushed on the var has finished.
-            // The var belongs to this chunk alone, so the delete cannot be refused.
+        if let Some(owner) = self.owner.take() {
+            // The memory is released only once every op pushed on the var has finished. The var
+            // belongs to this chunk alone, so the delete cannot be refused.
             let _ = self
                 .rt
                 .engine()
-                .delete_var(Box::new(move || drop(h)), &self.var);
+                .delete_var(Box::new(move || drop(owner)), &self.var);
         }
     }
 }
@@ -92,13 +107,57 @@ impl NDArray {
             var: rt.engine().new_var(),
             ctx,
             ptr: handle.addr(),
-            handle: Some(handle),
+            owner: Some(Owner::Block(handle)),
         };
         Ok(NDArray {
             chunk: Arc::new(chunk),
             shape: Dims::from_slice(shape),
             dtype,
             offset: 0,
+        })
+    }
+
+    /// An array of `shape` and `dtype` at byte `offset` of this array's chunk, in a region with
+    /// a var of its own: ops on it are not ordered against ops on this array or on other regions,
+    /// so the caller must order them where their bytes overlap.
+    pub(crate) fn region(&self, offset: usize, shape: &[usize], dtype: DType) -> Result<NDArray> {
+        let (_, bytes) = elements("region", shape, dtype)?;
+        let have = self.size() * self.dtype.size();
+        if offset.checked_add(bytes).is_none_or(|end| end > have) {
+            return Err(invalid(
+                "region",
+                format!("{bytes} bytes at offset {offset} do not fit in an array of {have} bytes"),
+            ));
+        }
+        let chunk = Chunk {
+            rt: self.chunk.rt.clone(),
+            var: self.runtime().engine().new_var(),
+            ctx: self.chunk.ctx,
+            ptr: self.chunk.ptr + self.offset + offset,
+            owner: Some(Owner::Region(self.chunk.clone())),
+        };
+        Ok(NDArray {
+            chunk: Arc::new(chunk),
+            shape: Dims::from_slice(shape),
+            dtype,
+            offset: 0,
+        })
+    }
+
+    /// The same chunk (and var) read as another shape and dtype that fit in it.
+    pub(crate) fn retyped(&self, shape: &[usize], dtype: DType) -> Result<NDArray> {
+        let (_, bytes) = elements("retype", shape, dtype)?;
+        let have = self.size() * self.dtype.size();
+        if bytes > have {
+            return Err(invalid(
+                "retype",
+                format!("{bytes} bytes do not fit in an array of {have} bytes"),
+            ));
+        }
+        Ok(NDArray {
+            shape: Dims::from_slice(shape),
+            dtype,
+            ..self.clone()
         })
     }
 

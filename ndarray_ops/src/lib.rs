@@ -32,7 +32,7 @@ pub mod symbol;
 pub use array::NDArray;
 pub use dtype::{DType, Element};
 pub use error::{NdError, Result};
-pub use executor::{Executor, GradReq, MemoryReport};
+pub use executor::{BindOptions, Executor, GradReq, MemoryPlanning, MemoryReport};
 pub use ops::{invoke, invoke_on, Attrs};
 pub use resources::Resource;
 pub use runtime::Runtime;

@@ -15,7 +15,7 @@ use storage::plan::{Buffer, Problem};
 
 use crate::error::{invalid, Result};
 use crate::ops::lookup;
-use crate::symbol::{gradient, head_grad_names, infer};
+use crate::symbol::{gradient, head_grad_names, infer, Inferred};
 use crate::Symbol;
 
 #[derive(Deserialize)]
@@ -52,6 +52,39 @@ pub struct GraphDesc {
     pub outputs: Vec<usize>,
 }
 
+impl GraphDesc {
+    /// An inferred graph in its own order, with the given external entries and kept outputs.
+    pub fn of(inf: &Inferred, external: Vec<bool>, outputs: Vec<usize>) -> GraphDesc {
+        let g = &inf.graph;
+        let nodes = g
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let inputs = g.inputs[i].iter().map(|&(s, k)| g.entry(s, k)).collect();
+                let outputs = (0..n.num_outputs()).map(|k| g.entry(i, k)).collect();
+                (
+                    n.op.map(|d| d.name.to_string()),
+                    n.name.clone(),
+                    inputs,
+                    outputs,
+                )
+            })
+            .collect();
+        GraphDesc {
+            nodes,
+            entry_bytes: inf
+                .shapes
+                .iter()
+                .zip(&inf.dtypes)
+                .map(|(s, d)| (s.iter().product::<usize>() * d.size()) as u64)
+                .collect(),
+            external,
+            outputs,
+        }
+    }
+}
+
 /// A planning problem and how it was formed.
 pub struct GraphProblem {
     /// Buffers after in-place sharing.
@@ -60,6 +93,8 @@ pub struct GraphProblem {
     pub entries: usize,
     /// Entries that took over an input's buffer.
     pub inplace: usize,
+    /// The buffer of each entry (`None` for external entries and entries no node makes).
+    pub buffer_of: Vec<Option<usize>>,
     /// MXNet's own plan size for the same graph, when the file gives it.
     pub mxnet_bytes: Option<u64>,
 }
@@ -149,35 +184,11 @@ pub fn symbol_problem(
     for &(n, k) in &g.outputs[n_forward..] {
         external[g.entry(n, k)] = true;
     }
-    let nodes = g
-        .nodes
+    let outputs = g.outputs[..n_forward]
         .iter()
-        .enumerate()
-        .map(|(i, n)| {
-            let inputs = g.inputs[i].iter().map(|&(s, k)| g.entry(s, k)).collect();
-            let outputs = (0..n.num_outputs()).map(|k| g.entry(i, k)).collect();
-            (
-                n.op.map(|d| d.name.to_string()),
-                n.name.clone(),
-                inputs,
-                outputs,
-            )
-        })
+        .map(|&(n, k)| g.entry(n, k))
         .collect();
-    let desc = GraphDesc {
-        nodes,
-        entry_bytes: inf
-            .shapes
-            .iter()
-            .zip(&inf.dtypes)
-            .map(|(s, d)| (s.iter().product::<usize>() * d.size()) as u64)
-            .collect(),
-        external,
-        outputs: g.outputs[..n_forward]
-            .iter()
-            .map(|&(n, k)| g.entry(n, k))
-            .collect(),
-    };
+    let desc = GraphDesc::of(&inf, external, outputs);
     Ok((graph_problem(&desc)?, g.nodes.len()))
 }
 
@@ -276,6 +287,7 @@ pub fn graph_problem(g: &GraphDesc) -> Result<GraphProblem> {
         problem,
         entries,
         inplace,
+        buffer_of,
         mxnet_bytes: None,
     })
 }

@@ -1,0 +1,344 @@
+//! The executor's planned arena: safe under the threaded engine (random wide graphs with random
+//! delays equal the Naive engine without reuse, bit for bit) and invisible to training (the same
+//! weights, bit for bit, as training without reuse).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use engine::{EngineBuilder, EngineKind};
+use ndarray_ops::{
+    invoke, Attrs, BindOptions, DType, Executor, GradReq, MemoryPlanning, NDArray, Runtime, Symbol,
+};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use storage::{Context, StorageConfig};
+
+const CPU: Context = Context::cpu(0);
+
+fn naive() -> Arc<Runtime> {
+    Runtime::new(
+        EngineBuilder::new(EngineKind::Naive).build(),
+        StorageConfig::default(),
+    )
+}
+
+/// Four compute workers on two cores, each op delayed up to `jitter`, bulking off so that every
+/// node is scheduled on its own.
+fn threaded(jitter: Duration) -> Arc<Runtime> {
+    Runtime::new(
+        EngineBuilder::new(EngineKind::ThreadedPerDevice)
+            .cpu_workers(4)
+            .bulk_size(1)
+            .jitter(jitter)
+            .build(),
+        StorageConfig::default(),
+    )
+}
+
+/// A random graph of layers of parallel branches over a pool of entries: every branch starts
+/// from a random entry and applies 1-3 random unary or binary elementwise ops (the binary ones
+/// take a second random entry), so branches are unordered with each other and entries die at
+/// scattered points. The output sums every entry nothing else read.
+fn random_graph(rng: &mut StdRng, n_weights: usize) -> Symbol {
+    let mut pool: Vec<(Symbol, bool)> = vec![(Symbol::var("x"), false)];
+    for w in 0..n_weights {
+        pool.push((Symbol::var(&format!("w{w}")), false));
+    }
+    let mut id = 0;
+    let mut name = |op: &str| {
+        id += 1;
+        format!("{op}{id}")
+    };
+    let layers = rng.gen_range(2..5);
+    for _ in 0..layers {
+        let width = rng.gen_range(2..7);
+        let mut ends = vec![];
+        for _ in 0..width {
+            let pick = rng.gen_range(0..pool.len());
+            pool[pick].1 = true;
+            let mut h = pool[pick].0.clone();
+            for _ in 0..rng.gen_range(1..4) {
+                h = match rng.gen_range(0..7) {
+                    0 => Symbol::op("tanh", &name("tanh"), &[&h], Attrs::new()),
+                    1 => Symbol::op("sigmoid", &name("sigmoid"), &[&h], Attrs::new()),
+                    2 => Symbol::op("relu", &name("relu"), &[&h], Attrs::new()),
+                    3 => Symbol::op(
+                        "_mul_scalar",
+                        &name("mul_scalar"),
+                        &[&h],
+                        Attrs::new().with("scalar", 0.75),
+                    ),
+                    k => {
+                        let other = rng.gen_range(0..pool.len());
+                        pool[other].1 = true;
+                        let op = if k == 4 {
+                            "elemwise_mul"
+                        } else {
+                            "elemwise_add"
+                        };
+                        Symbol::op(op, &name(op), &[&h, &pool[other].0], Attrs::new())
+                    }
+                }
+                .unwrap();
+            }
+            ends.push((h, false));
+        }
+        pool.extend(ends);
+    }
+    let leaves: Vec<&Symbol> = pool
+        .iter()
+        .filter(|(_, read)| !read)
+        .map(|(s, _)| s)
+        .collect();
+    Symbol::op("add_n", "total", &leaves, Attrs::new()).unwrap()
+}
+
+/// Binds `sym` with gradients of every weight, sets `x`, the weights and the head gradient from
+/// `seed`, runs the passes `F F B F B` (forward twice, backward after a repeated forward,
+/// forward again) and returns every output and gradient after each backward.
+fn run_passes(
+    rt: &Arc<Runtime>,
+    sym: &Symbol,
+    n: usize,
+    seed: u64,
+    memory: MemoryPlanning,
+) -> Vec<Vec<f32>> {
+    let args = sym.list_arguments();
+    let shapes = args.iter().map(|a| (a.clone(), vec![n])).collect();
+    let opts = BindOptions {
+        memory,
+        grad_req: args
+            .iter()
+            .filter(|a| a.starts_with('w'))
+            .map(|a| (a.clone(), GradReq::Write))
+            .collect(),
+    };
+    let exec = Executor::bind_with_options(rt, CPU, sym, &shapes, HashMap::new(), &opts).unwrap();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut names: Vec<_> = exec.arg_dict().into_iter().collect();
+    names.sort_by(|a, b| a.0.cmp(&b.0));
+    let fill = |a: &NDArray, rng: &mut StdRng| {
+        let v: Vec<f32> = (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect();
+        rt.from_vec(v, &[n], CPU).unwrap().copy_into(a).unwrap();
+    };
+    for (_, a) in &names {
+        fill(a, &mut rng);
+    }
+    let x = exec.arg_dict()["x"].clone();
+    let mut seen = vec![];
+    let record = |exec: &Executor, seen: &mut Vec<Vec<f32>>| {
+        seen.push(exec.outputs()[0].to_vec::<f32>().unwrap());
+        let mut grads: Vec<_> = exec.grad_dict().into_iter().collect();
+        grads.sort_by(|a, b| a.0.cmp(&b.0));
+        seen.extend(grads.iter().map(|(_, g)| g.to_vec::<f32>().unwrap()));
+    };
+    exec.forward(true).unwrap();
+    fill(&x, &mut rng);
+    exec.forward(true).unwrap();
+    exec.backward().unwrap();
+    record(&exec, &mut seen);
+    fill(&x, &mut rng);
+    exec.forward(true).unwrap();
+    exec.backward().unwrap();
+    record(&exec, &mut seen);
+    seen
+}
+
+#[test]
+fn random_wide_graphs_on_the_threaded_engine_with_reuse_equal_naive_without_reuse() {
+    let mut rng = StdRng::seed_from_u64(2026);
+    let reference_rt = naive();
+    let rt = threaded(Duration::from_micros(300));
+    let mut shared = 0;
+    for case in 0..40 {
+        let weights = rng.gen_range(1..4);
+        let sym = random_graph(&mut rng, weights);
+        let n = rng.gen_range(256..2048);
+        let reference = run_passes(&reference_rt, &sym, n, case, MemoryPlanning::NoReuse);
+        let planned = run_passes(&rt, &sym, n, case, MemoryPlanning::default());
+        assert_eq!(planned, reference, "case {case}: {:?}", sym.list_outputs());
+        let shapes = sym
+            .list_arguments()
+            .into_iter()
+            .map(|a| (a, vec![n]))
+            .collect();
+        let exec = Executor::simple_bind(&rt, CPU, &sym, &shapes).unwrap();
+        let m = exec.memory_report();
+        assert!(m.allocated_bytes <= m.no_reuse_bytes);
+        if m.allocated_bytes < m.no_reuse_bytes {
+            shared += 1;
+        }
+    }
+    // The test only means something if the plans do reuse memory.
+    assert!(shared >= 30, "only {shared} of 40 graphs reuse memory");
+}
+
+/// A small convolutional net: Convolution, BatchNorm, relu, pooling, two dense layers, softmax.
+fn convnet() -> Symbol {
+    let op = |op: &str, name: &str, ins: &[&Symbol], attrs: Attrs| {
+        Symbol::op(op, name, ins, attrs).unwrap()
+    };
+    let data = Symbol::var("data");
+    let c = op(
+        "Convolution",
+        "conv",
+        &[
+            &data,
+            &Symbol::var("conv_weight"),
+            &Symbol::var("conv_bias"),
+        ],
+        Attrs::new()
+            .with("kernel", "(3, 3)")
+            .with("num_filter", 6)
+            .with("pad", "(1, 1)"),
+    );
+    let bn = op(
+        "BatchNorm",
+        "bn",
+        &[
+            &c,
+            &Symbol::var("bn_gamma"),
+            &Symbol::var("bn_beta"),
+            &Symbol::var("bn_moving_mean"),
+            &Symbol::var("bn_moving_var"),
+        ],
+        Attrs::new(),
+    );
+    let r = op(
+        "Activation",
+        "relu",
+        &[&bn],
+        Attrs::new().with("act_type", "relu"),
+    );
+    let p = op(
+        "Pooling",
+        "pool",
+        &[&r],
+        Attrs::new()
+            .with("kernel", "(2, 2)")
+            .with("stride", "(2, 2)")
+            .with("pool_type", "max"),
+    );
+    let mut h = op("Flatten", "flat", &[&p], Attrs::new());
+    for (i, hidden) in [(0, 32), (1, 10)] {
+        let w = Symbol::var(&format!("fc{i}_weight"));
+        let b = Symbol::var(&format!("fc{i}_bias"));
+        h = op(
+            "FullyConnected",
+            &format!("fc{i}"),
+            &[&h, &w, &b],
+            Attrs::new().with("num_hidden", hidden),
+        );
+        if i == 0 {
+            h = op(
+                "Activation",
+                "fc_relu",
+                &[&h],
+                Attrs::new().with("act_type", "tanh"),
+            );
+        }
+    }
+    op(
+        "SoftmaxOutput",
+        "softmax",
+        &[&h, &Symbol::var("label")],
+        Attrs::new(),
+    )
+}
+
+/// Trains `sym` for a few SGD-with-momentum steps on seeded random batches; returns every
+/// weight, auxiliary state and the last output.
+fn train(rt: &Arc<Runtime>, sym: &Symbol, memory: MemoryPlanning) -> Vec<(String, Vec<f32>)> {
+    let batch = 16;
+    let shapes = HashMap::from([
+        ("data".to_string(), vec![batch, 1, 8, 8]),
+        ("label".to_string(), vec![batch]),
+    ]);
+    let grad_req = sym
+        .list_arguments()
+        .into_iter()
+        .filter(|a| a != "data" && a != "label")
+        .map(|a| (a, GradReq::Write))
+        .collect();
+    let opts = BindOptions { memory, grad_req };
+    let exec = Executor::bind_with_options(rt, CPU, sym, &shapes, HashMap::new(), &opts).unwrap();
+    let mut rng = StdRng::seed_from_u64(11);
+    let mut args: Vec<_> = exec.arg_dict().into_iter().collect();
+    args.sort_by(|a, b| a.0.cmp(&b.0));
+    let set = |a: &NDArray, lo: f32, hi: f32, rng: &mut StdRng| {
+        let v: Vec<f32> = (0..a.size()).map(|_| rng.gen_range(lo..hi)).collect();
+        rt.from_vec(v, a.shape(), CPU)
+            .unwrap()
+            .copy_into(a)
+            .unwrap();
+    };
+    for (name, a) in &args {
+        if name.ends_with("gamma") {
+            a.fill(1.0).unwrap();
+        } else if name != "label" {
+            set(a, -0.3, 0.3, &mut rng);
+        }
+    }
+    let grads = exec.grad_dict();
+    let moms: HashMap<String, NDArray> = grads
+        .iter()
+        .map(|(k, g)| (k.clone(), rt.zeros(g.shape(), DType::F32, CPU).unwrap()))
+        .collect();
+    let sgd = Attrs::new()
+        .with("lr", 0.1)
+        .with("momentum", 0.9)
+        .with("wd", 1e-4)
+        .with("rescale_grad", 1.0 / batch as f64);
+    let arg_dict = exec.arg_dict();
+    for _ in 0..5 {
+        set(&arg_dict["data"], 0.0, 1.0, &mut rng);
+        let labels: Vec<f32> = (0..batch).map(|_| rng.gen_range(0..10) as f32).collect();
+        rt.from_vec(labels, &[batch], CPU)
+            .unwrap()
+            .copy_into(&arg_dict["label"])
+            .unwrap();
+        exec.forward(true).unwrap();
+        exec.backward().unwrap();
+        let mut names: Vec<_> = grads.keys().cloned().collect();
+        names.sort();
+        for k in names {
+            let (w, g, m) = (&arg_dict[&k], &grads[&k], &moms[&k]);
+            invoke("sgd_mom_update", &[w, g, m], &sgd, Some(&[w, m])).unwrap();
+        }
+    }
+    let mut out: Vec<(String, Vec<f32>)> = exec
+        .arg_dict()
+        .into_iter()
+        .chain(exec.aux_dict())
+        .map(|(k, v)| (k, v.to_vec::<f32>().unwrap()))
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out.push(("output".into(), exec.outputs()[0].to_vec().unwrap()));
+    out
+}
+
+#[test]
+fn training_with_the_planned_arena_is_bit_identical_to_training_without_reuse() {
+    let sym = convnet();
+    let reference = train(&naive(), &sym, MemoryPlanning::NoReuse);
+    let rt = threaded(Duration::from_micros(100));
+    let planned = train(&rt, &sym, MemoryPlanning::default());
+    assert_eq!(planned.len(), reference.len());
+    for ((name, a), (_, b)) in planned.iter().zip(&reference) {
+        assert!(
+            a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
+            "{name} differs"
+        );
+    }
+    // The arena is smaller than the entries it holds.
+    let shapes = HashMap::from([
+        ("data".to_string(), vec![16, 1, 8, 8]),
+        ("label".to_string(), vec![16]),
+    ]);
+    let m = Executor::simple_bind(&rt, CPU, &sym, &shapes)
+        .unwrap()
+        .memory_report();
+    assert!(m.allocated_bytes < m.no_reuse_bytes, "{m:?}");
+    assert!(m.inplace > 0, "{m:?}");
+}
