@@ -384,6 +384,13 @@ impl NDArray {
 
     /// Copies this array's elements into `dst` (same shape and dtype, any context).
     pub fn copy_into(&self, dst: &NDArray) -> Result<()> {
+        let op = self.copy_op(dst)?;
+        Ok(self.runtime().engine().push(op)?)
+    }
+
+    /// The engine op of [`NDArray::copy_into`], not yet pushed. Between two devices it is a copy
+    /// op, which the destination's copy workers run.
+    pub(crate) fn copy_op(&self, dst: &NDArray) -> Result<Op> {
         if dst.shape != self.shape || dst.dtype != self.dtype {
             return Err(NdError::Shape {
                 op: "copy".into(),
@@ -406,8 +413,7 @@ impl NDArray {
         } else {
             FnProperty::CopyToDevice
         };
-        let engine = self.runtime().engine();
-        let op = Op::sync("copy", move |_| {
+        Ok(Op::sync("copy", move |_| {
             // SAFETY: the engine orders this op after the source's writes and gives it exclusive
             // access to the destination; ranges of distinct arrays in one chunk may overlap, so
             // the copy tolerates overlap.
@@ -417,8 +423,7 @@ impl NDArray {
         .on(dst.ctx())
         .prop(prop)
         .read(self.var())
-        .write(dst.var());
-        Ok(engine.push(op)?)
+        .write(dst.var()))
     }
 }
 

@@ -28,6 +28,7 @@ pub mod plan;
 mod resources;
 mod runtime;
 pub mod symbol;
+mod trainer;
 
 pub use array::NDArray;
 pub use dtype::{DType, Element};
@@ -37,6 +38,7 @@ pub use ops::{invoke, invoke_on, Attrs};
 pub use resources::Resource;
 pub use runtime::Runtime;
 pub use symbol::Symbol;
+pub use trainer::{DataParallel, Sgd};
 
 pub use engine;
 pub use storage;

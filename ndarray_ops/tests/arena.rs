@@ -113,6 +113,7 @@ fn run_passes(
             .filter(|a| a.starts_with('w'))
             .map(|a| (a.clone(), GradReq::Write))
             .collect(),
+        ..BindOptions::default()
     };
     let exec = Executor::bind_with_options(rt, CPU, sym, &shapes, HashMap::new(), &opts).unwrap();
     let mut rng = StdRng::seed_from_u64(seed);
@@ -261,7 +262,11 @@ fn train(rt: &Arc<Runtime>, sym: &Symbol, memory: MemoryPlanning) -> Vec<(String
         .filter(|a| a != "data" && a != "label")
         .map(|a| (a, GradReq::Write))
         .collect();
-    let opts = BindOptions { memory, grad_req };
+    let opts = BindOptions {
+        memory,
+        grad_req,
+        ..BindOptions::default()
+    };
     let exec = Executor::bind_with_options(rt, CPU, sym, &shapes, HashMap::new(), &opts).unwrap();
     let mut rng = StdRng::seed_from_u64(11);
     let mut args: Vec<_> = exec.arg_dict().into_iter().collect();

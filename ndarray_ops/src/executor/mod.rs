@@ -19,7 +19,7 @@ use storage::Context;
 use crate::error::{invalid, NdError, Result};
 use crate::ops::{prepare, IS_TRAIN};
 use crate::plan::{graph_problem, GraphDesc};
-use crate::symbol::{gradient, head_grad_names, infer, Inferred};
+use crate::symbol::{gradient, head_grad_names, infer, place, Inferred, Placed};
 use crate::{NDArray, Runtime, Symbol};
 
 use memory::Arena;
@@ -58,6 +58,9 @@ pub struct BindOptions {
     pub memory: MemoryPlanning,
     /// Gradient requests by argument name (arguments not named get none). Empty: no backward.
     pub grad_req: HashMap<String, GradReq>,
+    /// Devices of context groups (nodes' `__ctx_group__` attribute) for model parallelism.
+    /// Empty: every node on the bind's context.
+    pub group2ctx: HashMap<String, Context>,
 }
 
 /// A symbol bound to arrays.
@@ -76,9 +79,12 @@ pub struct Executor {
     forward_nodes: Option<Vec<bool>>,
     /// Gradient arrays of the arguments differentiated, with their requests.
     grads: Vec<(String, NDArray, GradReq)>,
-    /// The planned arena (`None` with [`MemoryPlanning::NoReuse`]).
-    arena: Option<Arena>,
-    memory: MemoryReport,
+    /// The device of each node.
+    devices: Vec<Context>,
+    /// The planned arena of each device (none with [`MemoryPlanning::NoReuse`]).
+    arenas: Vec<Arena>,
+    /// Memory figures per device.
+    memory: Vec<(Context, MemoryReport)>,
 }
 
 /// Memory figures of a bound graph's internal entries (arguments, auxiliary states and bound
@@ -156,7 +162,8 @@ impl Executor {
     }
 
     /// The general bind: shapes for arguments not given, given arrays (arguments and auxiliary
-    /// states by name), and options (gradients, memory planning).
+    /// states by name), and options (gradients, memory planning, device placement). `ctx` is the
+    /// default device: every node without a context group, and none placed by propagation.
     pub fn bind_with_options(
         rt: &Arc<Runtime>,
         ctx: Context,
@@ -179,7 +186,7 @@ impl Executor {
             .collect();
         let num_outputs = symbol.outputs().len();
         // Given arrays fix their own shapes and dtypes.
-        let dtypes: HashMap<_, _> = given.iter().map(|(k, v)| (k.clone(), v.dtype())).collect();
+        let mut dtypes: HashMap<_, _> = given.iter().map(|(k, v)| (k.clone(), v.dtype())).collect();
         let mut shapes = shapes.clone();
         shapes.extend(given.iter().map(|(k, v)| (k.clone(), v.shape().to_vec())));
         let full = if wrt.is_empty() {
@@ -189,33 +196,58 @@ impl Executor {
             let forward = infer(symbol, &shapes, &dtypes)?;
             let (out_shapes, out_dtypes) = (forward.output_shapes(), forward.output_dtypes());
             for (name, i) in head_grad_names(symbol) {
-                given.insert(name, rt.zeros(&out_shapes[i], out_dtypes[i], ctx)?);
+                shapes.insert(name.clone(), out_shapes[i].clone());
+                dtypes.insert(name, out_dtypes[i]);
             }
             gradient(symbol, &wrt)?
         };
-        // Each output gets storage of its own (MXNet's copy nodes).
+        // Each output gets storage of its own (MXNet's copy nodes), then every node a device.
         let full = full.with_copy_nodes()?;
-        let dtypes = given.iter().map(|(k, v)| (k.clone(), v.dtype())).collect();
-        shapes.extend(given.iter().map(|(k, v)| (k.clone(), v.shape().to_vec())));
+        let placed = if opts.group2ctx.is_empty() {
+            let devices = vec![ctx; full.indexed().nodes.len()];
+            Placed {
+                symbol: full,
+                devices,
+            }
+        } else {
+            // Gradients are wanted where their arguments live.
+            let first = place(&full, &opts.group2ctx, ctx, &[])?;
+            let g = first.symbol.indexed();
+            let var_device = |name: &str| {
+                g.nodes
+                    .iter()
+                    .position(|n| n.is_variable() && n.name == name)
+                    .map(|i| first.devices[i])
+            };
+            let wanted: Vec<Option<Context>> = (0..num_outputs)
+                .map(|_| None)
+                .chain(wrt.iter().map(|a| var_device(a)))
+                .collect();
+            place(&full, &opts.group2ctx, ctx, &wanted)?
+        };
+        let (full, devices) = (placed.symbol, placed.devices);
         let inferred = infer(&full, &shapes, &dtypes)?;
         let g = &inferred.graph;
         let (arg_names, aux_names) = (full.list_arguments(), full.list_auxiliary_states());
         let n = g.num_entries();
+        let entry_device: Vec<Context> = (0..g.nodes.len())
+            .flat_map(|i| std::iter::repeat_n(devices[i], g.nodes[i].num_outputs()))
+            .collect();
         let mut bound: Vec<Option<NDArray>> = vec![None; n];
 
-        // Variables: given arrays or fresh ones.
+        // Variables: given arrays or fresh ones, on their devices.
         for (i, node) in g.nodes.iter().enumerate().filter(|(_, v)| v.is_variable()) {
             let e = g.entry(i, 0);
-            let (shape, dtype) = (&inferred.shapes[e], inferred.dtypes[e]);
+            let (shape, dtype, dev) = (&inferred.shapes[e], inferred.dtypes[e], devices[i]);
             bound[e] = Some(match given.remove(&node.name) {
                 Some(a) => {
-                    if a.shape() != shape.as_slice() || a.dtype() != dtype || a.ctx() != ctx {
+                    if a.shape() != shape.as_slice() || a.dtype() != dtype || a.ctx() != dev {
                         return Err(NdError::Shape {
                             op: "bind".into(),
                             arg: node.name.clone(),
                             found: a.shape().to_vec(),
                             expected: format!(
-                                "shape {shape:?}, dtype {dtype} on {ctx} (it is {} on {})",
+                                "shape {shape:?}, dtype {dtype} on {dev} (it is {} on {})",
                                 a.dtype(),
                                 a.ctx()
                             ),
@@ -225,7 +257,7 @@ impl Executor {
                 }
                 None => {
                     let one = aux_names.contains(&node.name) && node.name.ends_with("var");
-                    rt.full(shape, if one { 1.0 } else { 0.0 }, dtype, ctx)?
+                    rt.full(shape, if one { 1.0 } else { 0.0 }, dtype, dev)?
                 }
             });
         }
@@ -245,7 +277,7 @@ impl Executor {
         for (k, name) in wrt.iter().enumerate() {
             let (node, i) = g.outputs[num_outputs + k];
             let e = g.entry(node, i);
-            let grad = rt.zeros(&inferred.shapes[e], inferred.dtypes[e], ctx)?;
+            let grad = rt.zeros(&inferred.shapes[e], inferred.dtypes[e], entry_device[e])?;
             let req = opts.grad_req[name];
             match req {
                 GradReq::Write => bound[e] = Some(grad.clone()),
@@ -253,43 +285,64 @@ impl Executor {
             }
             grads.push((name.clone(), grad, req));
         }
-        let external = bound.iter().map(Option::is_some).collect();
-        let desc = GraphDesc::of(&inferred, external, kept);
-        let gp = graph_problem(&desc)?;
-        let no_reuse_bytes = (0..n)
-            .filter(|&e| bound[e].is_none())
-            .map(|e| desc.entry_bytes[e])
-            .sum();
+        // One plan and one arena per device.
+        let mut device_list: Vec<Context> = devices.clone();
+        device_list.sort_by_key(|c| c.to_string());
+        device_list.dedup();
         let solver = match opts.memory {
             MemoryPlanning::Arena(kind) => kind,
             MemoryPlanning::NoReuse => SolverKind::GreedyBySize,
         };
-        let plan = solve(&gp.problem, solver);
-        verify(&gp.problem, &plan)
-            .map_err(|e| invalid("bind", format!("the memory plan is invalid: {e}")))?;
-        let arena = match opts.memory {
-            MemoryPlanning::Arena(_) => {
-                Some(Arena::new(rt, ctx, &gp.problem, &plan, g.nodes.len())?)
+        let mut entries: Vec<Option<NDArray>> = bound.clone();
+        let mut memory = Vec::with_capacity(device_list.len());
+        let mut arenas = Vec::new();
+        for &dev in &device_list {
+            let external = (0..n)
+                .map(|e| bound[e].is_some() || entry_device[e] != dev)
+                .collect();
+            let kept_here = kept.iter().copied().filter(|&e| entry_device[e] == dev);
+            let desc = GraphDesc::of(&inferred, external, kept_here.collect());
+            let gp = graph_problem(&desc)?;
+            let mine: Vec<usize> = (0..n)
+                .filter(|&e| bound[e].is_none() && entry_device[e] == dev)
+                .collect();
+            let no_reuse_bytes = mine.iter().map(|&e| desc.entry_bytes[e]).sum();
+            let plan = solve(&gp.problem, solver);
+            verify(&gp.problem, &plan).map_err(|e| {
+                invalid("bind", format!("the memory plan for {dev} is invalid: {e}"))
+            })?;
+            let arena = match opts.memory {
+                MemoryPlanning::Arena(_) => Some(
+                    Arena::new(rt, dev, &gp.problem, &plan, g.nodes.len())
+                        .map_err(|e| invalid("bind", format!("memory for {dev}: {e}")))?,
+                ),
+                MemoryPlanning::NoReuse => None,
+            };
+            for &e in &mine {
+                let (shape, dtype) = (&inferred.shapes[e], inferred.dtypes[e]);
+                entries[e] = Some(match (&arena, gp.buffer_of[e]) {
+                    (Some(arena), Some(b)) => arena.entry(b, shape, dtype)?,
+                    _ => rt.empty(shape, dtype, dev)?,
+                });
             }
-            MemoryPlanning::NoReuse => None,
-        };
-        let mut entries = Vec::with_capacity(n);
-        for (e, b) in bound.into_iter().enumerate() {
-            let (shape, dtype) = (&inferred.shapes[e], inferred.dtypes[e]);
-            entries.push(match (b, &arena, gp.buffer_of[e]) {
-                (Some(a), _, _) => a,
-                (None, Some(arena), Some(buf)) => arena.entry(buf, shape, dtype)?,
-                _ => rt.empty(shape, dtype, ctx)?,
-            });
+            memory.push((
+                dev,
+                MemoryReport {
+                    no_reuse_bytes,
+                    planned_bytes: plan.arena,
+                    lower_bound_bytes: lower_bound(&gp.problem),
+                    allocated_bytes: arena.as_ref().map_or(no_reuse_bytes, Arena::bytes),
+                    entries: gp.entries,
+                    inplace: gp.inplace,
+                },
+            ));
+            arenas.extend(arena);
         }
-        let memory = MemoryReport {
-            no_reuse_bytes,
-            planned_bytes: plan.arena,
-            lower_bound_bytes: lower_bound(&gp.problem),
-            allocated_bytes: arena.as_ref().map_or(no_reuse_bytes, Arena::bytes),
-            entries: gp.entries,
-            inplace: gp.inplace,
-        };
+        let entries = entries
+            .into_iter()
+            .enumerate()
+            .map(|(e, a)| a.ok_or_else(|| invalid("bind", format!("entry {e} got no array"))))
+            .collect::<Result<Vec<_>>>()?;
         // With gradients, the forward pass runs what the symbol's own outputs need.
         let forward_nodes = (!wrt.is_empty()).then(|| {
             let mut needed = vec![false; g.nodes.len()];
@@ -306,13 +359,14 @@ impl Executor {
             ctx,
             symbol: full,
             inferred,
+            devices,
             entries,
             arg_names,
             aux_names,
             num_outputs,
             forward_nodes,
             grads,
-            arena,
+            arenas,
             memory,
         })
     }
@@ -357,7 +411,8 @@ impl Executor {
     fn run_nodes(&self, is_train: bool, forward: bool) -> Result<()> {
         let g = &self.inferred.graph;
         let engine = self.rt.engine();
-        let mut pass = self.arena.as_ref().map(Arena::pass);
+        // Arenas are locked in one order (by device), so concurrent passes cannot deadlock.
+        let mut passes: Vec<_> = self.arenas.iter().map(Arena::pass).collect();
         let mut bulk = engine.bulk();
         for (i, n) in g.nodes.iter().enumerate() {
             let Some(def) = n.op else { continue };
@@ -373,27 +428,23 @@ impl Executor {
             let outputs: Vec<&NDArray> = (0..n.num_outputs())
                 .map(|k| &self.entries[g.entry(i, k)])
                 .collect();
-            let attrs = n.attrs.clone().with(IS_TRAIN, is_train);
             let at_node = |e: NdError| {
                 invalid(
                     if forward { "forward" } else { "backward" },
                     format!("node '{}': {e}", n.name),
                 )
             };
-            let (op, _) = prepare(
-                &self.rt,
-                self.ctx,
-                def.name,
-                &inputs,
-                &attrs,
-                Some(&outputs),
-            )
-            .map_err(at_node)?;
-            let op = match &mut pass {
-                Some(p) => op.writes(&p.reuse_deps(i)),
-                None => op,
+            let op = if def.name == "_CrossDeviceCopy" {
+                inputs[0].copy_op(outputs[0]).map_err(at_node)?
+            } else {
+                let attrs = n.attrs.clone().with(IS_TRAIN, is_train);
+                let ctx = self.devices[i];
+                prepare(&self.rt, ctx, def.name, &inputs, &attrs, Some(&outputs))
+                    .map_err(at_node)?
+                    .0
             };
-            bulk.push(op).map_err(|e| at_node(e.into()))?;
+            let deps: Vec<_> = passes.iter_mut().flat_map(|p| p.reuse_deps(i)).collect();
+            bulk.push(op.writes(&deps)).map_err(|e| at_node(e.into()))?;
         }
         bulk.flush()?;
         Ok(())
@@ -443,9 +494,41 @@ impl Executor {
         &self.symbol
     }
 
-    /// Memory of the internal entries: without reuse, as planned, the bound, and what is held.
+    /// Memory of the internal entries, summed over devices: without reuse, as planned, the
+    /// bound, and what is held.
     pub fn memory_report(&self) -> MemoryReport {
+        let mut total = MemoryReport {
+            no_reuse_bytes: 0,
+            planned_bytes: 0,
+            lower_bound_bytes: 0,
+            allocated_bytes: 0,
+            entries: 0,
+            inplace: 0,
+        };
+        for (_, m) in &self.memory {
+            total.no_reuse_bytes += m.no_reuse_bytes;
+            total.planned_bytes += m.planned_bytes;
+            total.lower_bound_bytes += m.lower_bound_bytes;
+            total.allocated_bytes += m.allocated_bytes;
+            total.entries += m.entries;
+            total.inplace += m.inplace;
+        }
+        total
+    }
+
+    /// Memory of the internal entries on each device the graph uses.
+    pub fn memory_by_device(&self) -> Vec<(Context, MemoryReport)> {
         self.memory.clone()
+    }
+
+    /// The device of every node of [`Executor::symbol`]'s indexed graph (model parallelism).
+    pub fn node_devices(&self) -> Vec<(String, Context)> {
+        let g = &self.inferred.graph;
+        g.nodes
+            .iter()
+            .zip(&self.devices)
+            .map(|(n, &d)| (n.name.clone(), d))
+            .collect()
     }
 
     /// Every node with its op, output shapes and bytes.
@@ -471,7 +554,7 @@ impl Executor {
                 outs.join(", ")
             );
         }
-        let m = &self.memory;
+        let m = &self.memory_report();
         s += &format!(
             "internal entries: {} ({} in place), {} bytes without reuse, {} planned, lower bound {}, {} allocated\n",
             m.entries, m.inplace, m.no_reuse_bytes, m.planned_bytes, m.lower_bound_bytes, m.allocated_bytes

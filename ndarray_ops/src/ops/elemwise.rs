@@ -411,6 +411,12 @@ pub(super) fn ops() -> &'static [OpDef] {
         def!("_greater_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]),
         def!("_lesser_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]),
         def!("_copy", U, infer_unary, unary_kernel, inplace IP1, ignores &[0]),
+        // The copy the placement pass puts on an edge between devices; the executor runs it as an
+        // engine copy op on the destination's copy workers (its kernel serves same-device calls).
+        OpDef {
+            backward_ignores: &[0],
+            ..OpDef::new("_CrossDeviceCopy", U, infer_unary, super::copy_kernel)
+        },
         def!("negative", U, infer_unary, unary_kernel, inplace IP1, ignores &[0]),
         def!("abs", U, infer_unary, unary_kernel, inplace IP1, ignores &[]),
         def!("square", U, infer_unary, unary_kernel, inplace IP1, ignores &[]),

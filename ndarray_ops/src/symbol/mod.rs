@@ -9,6 +9,7 @@
 mod grad;
 mod infer;
 mod json;
+mod place;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -19,6 +20,7 @@ use crate::ops::{lookup, num_outputs, Arity, Attrs, OpDef};
 
 pub use grad::{gradient, head_grad_names};
 pub use infer::{infer, Inferred};
+pub use place::{place, Placed, CTX_GROUP};
 
 /// A node: an op applied to entries of other nodes, or a variable (no op).
 pub struct Node {

@@ -1,0 +1,324 @@
+//! Data-parallel training: one executor per device, each batch split across them by rows.
+//!
+//! A step pushes, for every device, the copy of its rows of the batch, forward and backward;
+//! then, per parameter, a tree reduction of the gradients onto the first device (at distance 1,
+//! 2, 4, ... a device receives its partner's gradient with an engine copy op and adds it), the
+//! optimizer update there, and copies of the new weights back to the other devices. Everything is
+//! pushed at once and ordered only by the engine's vars, so devices run concurrently, and a
+//! parameter's reduction starts as soon as its gradients exist, overlapping the rest of backward.
+//!
+//! The summed gradient equals the whole batch's gradient (losses give per-sample gradients and
+//! the update rescales by the whole batch), so training matches one device on the whole batch
+//! up to the order of float additions.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
+
+use storage::Context;
+
+use crate::error::{invalid, Result};
+use crate::executor::{BindOptions, Executor, GradReq, MemoryReport};
+use crate::ops::{invoke, Attrs};
+use crate::{NDArray, Runtime, Symbol};
+
+/// Stochastic gradient descent with momentum and weight decay (MXNet's `sgd_mom_update`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sgd {
+    /// Learning rate.
+    pub lr: f64,
+    /// Momentum (0 for plain SGD).
+    pub momentum: f64,
+    /// Weight decay.
+    pub wd: f64,
+}
+
+/// A parameter: its arrays on every device, momentum on the first, and receive buffers for the
+/// reduction (`(level stride, device, buffer on that device)`).
+struct Param {
+    name: String,
+    weights: Vec<NDArray>,
+    grads: Vec<NDArray>,
+    momentum: NDArray,
+    recv: Vec<(usize, usize, NDArray)>,
+}
+
+/// Trains one symbol data-parallel over several devices.
+pub struct DataParallel {
+    rt: Arc<Runtime>,
+    contexts: Vec<Context>,
+    execs: Vec<Executor>,
+    rows: Vec<Range<usize>>,
+    data_names: Vec<String>,
+    /// Per device, its data arrays by name.
+    inputs: Vec<HashMap<String, NDArray>>,
+    params: Vec<Param>,
+    update: Attrs,
+}
+
+/// Splits `n` rows into `parts` ranges whose sizes differ by at most one.
+fn split_rows(n: usize, parts: usize) -> Vec<Range<usize>> {
+    let (base, extra) = (n / parts, n % parts);
+    let mut start = 0;
+    (0..parts)
+        .map(|k| {
+            let len = base + usize::from(k < extra);
+            let r = start..start + len;
+            start += len;
+            r
+        })
+        .collect()
+}
+
+impl DataParallel {
+    /// Binds `symbol` once per context. `shapes` gives the whole batch's shapes; the arrays named
+    /// in `data_names` (data and labels) are split by their first axis, every other argument is a
+    /// parameter, trained with `sgd`, and replicated on every device.
+    pub fn new(
+        rt: &Arc<Runtime>,
+        symbol: &Symbol,
+        contexts: &[Context],
+        shapes: &HashMap<String, Vec<usize>>,
+        data_names: &[&str],
+        sgd: Sgd,
+    ) -> Result<DataParallel> {
+        let first = *contexts
+            .first()
+            .ok_or_else(|| invalid("data parallel", "no contexts given"))?;
+        if let Some(c) = contexts
+            .iter()
+            .enumerate()
+            .find_map(|(i, c)| contexts[..i].contains(c).then_some(c))
+        {
+            return Err(invalid(
+                "data parallel",
+                format!("context {c} is listed twice"),
+            ));
+        }
+        let mut batch = None;
+        for name in data_names {
+            let shape = shapes.get(*name).ok_or_else(|| {
+                invalid("data parallel", format!("no shape given for data '{name}'"))
+            })?;
+            let rows = *shape.first().ok_or_else(|| {
+                invalid("data parallel", format!("data '{name}' has no batch axis"))
+            })?;
+            if batch.is_some_and(|b| b != rows) {
+                return Err(invalid(
+                    "data parallel",
+                    format!(
+                        "data '{name}' has {rows} rows, the others {}",
+                        batch.unwrap_or(0)
+                    ),
+                ));
+            }
+            batch = Some(rows);
+        }
+        let batch = batch.ok_or_else(|| invalid("data parallel", "no data names given"))?;
+        if batch < contexts.len() {
+            return Err(invalid(
+                "data parallel",
+                format!(
+                    "a batch of {batch} cannot be split over {} devices",
+                    contexts.len()
+                ),
+            ));
+        }
+        let rows = split_rows(batch, contexts.len());
+        let grad_req: HashMap<String, GradReq> = symbol
+            .list_arguments()
+            .into_iter()
+            .filter(|a| !data_names.contains(&a.as_str()))
+            .map(|a| (a, GradReq::Write))
+            .collect();
+        let opts = BindOptions {
+            grad_req,
+            ..BindOptions::default()
+        };
+        let mut execs = Vec::with_capacity(contexts.len());
+        for (&ctx, r) in contexts.iter().zip(&rows) {
+            let mut local = shapes.clone();
+            for name in data_names {
+                if let Some(s) = local.get_mut(*name) {
+                    s[0] = r.len();
+                }
+            }
+            let exec = Executor::bind_with_options(rt, ctx, symbol, &local, HashMap::new(), &opts)
+                .map_err(|e| invalid("data parallel", format!("binding on {ctx}: {e}")))?;
+            execs.push(exec);
+        }
+        let args: Vec<_> = execs.iter().map(Executor::arg_dict).collect();
+        let inputs = args
+            .iter()
+            .map(|a| {
+                a.iter()
+                    .filter(|(k, _)| data_names.contains(&k.as_str()))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            })
+            .collect();
+        let grads: Vec<_> = execs.iter().map(Executor::grad_dict).collect();
+        let mut names: Vec<String> = grads[0].keys().cloned().collect();
+        names.sort();
+        let mut params = Vec::with_capacity(names.len());
+        for name in names {
+            let weights: Vec<NDArray> = args.iter().map(|a| a[&name].clone()).collect();
+            let g: Vec<NDArray> = grads.iter().map(|a| a[&name].clone()).collect();
+            let momentum = rt.zeros(weights[0].shape(), weights[0].dtype(), first)?;
+            let mut recv = vec![];
+            let mut stride = 1;
+            while stride < contexts.len() {
+                for dst in (0..contexts.len()).step_by(2 * stride) {
+                    if dst + stride < contexts.len() {
+                        let buf = rt.empty(g[dst].shape(), g[dst].dtype(), contexts[dst])?;
+                        recv.push((stride, dst, buf));
+                    }
+                }
+                stride *= 2;
+            }
+            params.push(Param {
+                name,
+                weights,
+                grads: g,
+                momentum,
+                recv,
+            });
+        }
+        Ok(DataParallel {
+            rt: rt.clone(),
+            contexts: contexts.to_vec(),
+            execs,
+            rows,
+            data_names: data_names.iter().map(|s| s.to_string()).collect(),
+            inputs,
+            params,
+            update: Attrs::new()
+                .with("lr", sgd.lr)
+                .with("momentum", sgd.momentum)
+                .with("wd", sgd.wd)
+                .with("rescale_grad", 1.0 / batch as f64),
+        })
+    }
+
+    /// The devices, in order (the first holds the reduced gradients and optimizer state).
+    pub fn contexts(&self) -> &[Context] {
+        &self.contexts
+    }
+
+    /// The executors, one per device.
+    pub fn executors(&self) -> &[Executor] {
+        &self.execs
+    }
+
+    /// The rows of a batch each device takes.
+    pub fn rows(&self) -> &[Range<usize>] {
+        &self.rows
+    }
+
+    /// Parameters (on the first device) by name.
+    pub fn params(&self) -> HashMap<String, NDArray> {
+        self.params
+            .iter()
+            .map(|p| (p.name.clone(), p.weights[0].clone()))
+            .collect()
+    }
+
+    /// Sets parameters on every device from arrays on any device (each must match the
+    /// parameter's shape and dtype).
+    pub fn set_params(&self, values: &HashMap<String, NDArray>) -> Result<()> {
+        for (name, v) in values {
+            let p = self
+                .params
+                .iter()
+                .find(|p| &p.name == name)
+                .ok_or_else(|| invalid("set_params", format!("'{name}' is not a parameter")))?;
+            for w in &p.weights {
+                v.copy_into(w)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies each device's rows of `batch` (arrays named as the data names, whole batch) in.
+    fn load(&self, batch: &[(&str, &NDArray)]) -> Result<()> {
+        for (name, data) in batch {
+            if !self.data_names.iter().any(|d| d == name) {
+                return Err(invalid(
+                    "data parallel",
+                    format!(
+                        "'{name}' is not one of the data names {:?}",
+                        self.data_names
+                    ),
+                ));
+            }
+            for (inputs, r) in self.inputs.iter().zip(&self.rows) {
+                let dst = inputs.get(*name).ok_or_else(|| {
+                    invalid(
+                        "data parallel",
+                        format!("the symbol has no argument '{name}'"),
+                    )
+                })?;
+                let rows = data.slice(r.start, r.end)?;
+                rows.reshape(dst.shape())?.copy_into(dst)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One training step on a whole batch: forward and backward on every device, gradients
+    /// reduced onto the first, the update, and the new weights sent back. Returns at once.
+    pub fn step(&self, batch: &[(&str, &NDArray)]) -> Result<()> {
+        self.load(batch)?;
+        for exec in &self.execs {
+            exec.forward(true)?;
+            exec.backward()?;
+        }
+        // Last layers' gradients are ready first: reduce them first.
+        for p in self.params.iter().rev() {
+            for (stride, dst, buf) in &p.recv {
+                p.grads[dst + stride].copy_into(buf)?;
+                p.grads[*dst].add_inplace(buf)?;
+            }
+            let (w, g, m) = (&p.weights[0], &p.grads[0], &p.momentum);
+            invoke("sgd_mom_update", &[w, g, m], &self.update, Some(&[w, m]))?;
+            for other in &p.weights[1..] {
+                w.copy_into(other)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Inference on a whole batch: every device's outputs (its rows), in device order.
+    pub fn predict(&self, batch: &[(&str, &NDArray)]) -> Result<Vec<Vec<NDArray>>> {
+        self.load(batch)?;
+        for exec in &self.execs {
+            exec.forward(false)?;
+        }
+        Ok(self.execs.iter().map(Executor::outputs).collect())
+    }
+
+    /// Memory of each device's internal entries.
+    pub fn memory_by_device(&self) -> Vec<(Context, MemoryReport)> {
+        self.execs
+            .iter()
+            .flat_map(Executor::memory_by_device)
+            .collect()
+    }
+
+    /// Waits for everything pushed so far.
+    pub fn wait(&self) -> Result<()> {
+        self.rt.wait_all()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_rows;
+
+    #[test]
+    fn rows_split_evenly_with_the_remainder_first() {
+        assert_eq!(split_rows(32, 2), vec![0..16, 16..32]);
+        assert_eq!(split_rows(10, 4), vec![0..3, 3..6, 6..8, 8..10]);
+        assert_eq!(split_rows(3, 3), vec![0..1, 1..2, 2..3]);
+    }
+}

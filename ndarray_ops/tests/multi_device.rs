@@ -1,0 +1,368 @@
+//! Several devices (CPU contexts with their own workers and pools): a graph placed on two
+//! devices equals the same graph on one; data-parallel training over 2 and 4 devices matches one
+//! device on the whole batch; a device out of memory fails its own bind, clearly, and nothing
+//! else.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use engine::{EngineBuilder, EngineKind};
+use ndarray_ops::symbol::CTX_GROUP;
+use ndarray_ops::{
+    Attrs, BindOptions, DataParallel, Executor, GradReq, NDArray, Runtime, Sgd, Symbol,
+};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use storage::{Context, StorageConfig};
+
+fn runtime(storage: StorageConfig) -> Arc<Runtime> {
+    Runtime::new(
+        EngineBuilder::new(EngineKind::ThreadedPerDevice)
+            .cpu_workers(2)
+            .jitter(Duration::from_micros(50))
+            .build(),
+        storage,
+    )
+}
+
+fn in_group(group: Option<&str>) -> Attrs {
+    match group {
+        Some(g) => Attrs::new().with(CTX_GROUP, g),
+        None => Attrs::new(),
+    }
+}
+
+/// An MLP of three dense layers and a softmax loss; the first two layers in context group `a`,
+/// the rest in `b` (when `groups`).
+fn mlp(groups: bool) -> Symbol {
+    let g = |name: &'static str| groups.then_some(name);
+    let mut h = Symbol::var("data");
+    for (i, (hidden, group)) in [(32, g("a")), (24, g("a")), (10, g("b"))]
+        .into_iter()
+        .enumerate()
+    {
+        let w = Symbol::var(&format!("fc{i}_weight"));
+        let b = Symbol::var(&format!("fc{i}_bias"));
+        h = Symbol::op(
+            "FullyConnected",
+            &format!("fc{i}"),
+            &[&h, &w, &b],
+            in_group(group).with("num_hidden", hidden),
+        )
+        .unwrap();
+        if i < 2 {
+            h = Symbol::op(
+                "Activation",
+                &format!("act{i}"),
+                &[&h],
+                in_group(group).with("act_type", "tanh"),
+            )
+            .unwrap();
+        }
+    }
+    Symbol::op(
+        "SoftmaxOutput",
+        "softmax",
+        &[&h, &Symbol::var("label")],
+        in_group(g("b")),
+    )
+    .unwrap()
+}
+
+fn random(rt: &Arc<Runtime>, shape: &[usize], rng: &mut StdRng, ctx: Context) -> NDArray {
+    let n = shape.iter().product();
+    let v: Vec<f32> = (0..n).map(|_| rng.gen_range(-0.5..0.5)).collect();
+    rt.from_vec(v, shape, ctx).unwrap()
+}
+
+fn labels(rt: &Arc<Runtime>, n: usize, rng: &mut StdRng) -> NDArray {
+    let v: Vec<f32> = (0..n).map(|_| rng.gen_range(0..10) as f32).collect();
+    rt.from_vec(v, &[n], Context::cpu(0)).unwrap()
+}
+
+fn shapes(batch: usize) -> HashMap<String, Vec<usize>> {
+    HashMap::from([
+        ("data".to_string(), vec![batch, 20]),
+        ("label".to_string(), vec![batch]),
+    ])
+}
+
+fn sorted(m: HashMap<String, NDArray>) -> Vec<(String, Vec<f32>)> {
+    let mut v: Vec<_> = m
+        .into_iter()
+        .map(|(k, a)| (k, a.to_vec::<f32>().unwrap()))
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+/// Binds `sym` (with `group2ctx`), sets seeded arguments, runs forward and backward twice;
+/// returns the outputs, the gradients and where each node ran.
+fn run_placed(
+    rt: &Arc<Runtime>,
+    sym: &Symbol,
+    group2ctx: HashMap<String, Context>,
+) -> (Vec<(String, Vec<f32>)>, Vec<(String, Context)>, Executor) {
+    let grad_req = sym
+        .list_arguments()
+        .into_iter()
+        .filter(|a| a != "label")
+        .map(|a| (a, GradReq::Write))
+        .collect();
+    let opts = BindOptions {
+        grad_req,
+        group2ctx,
+        ..BindOptions::default()
+    };
+    let exec =
+        Executor::bind_with_options(rt, Context::cpu(0), sym, &shapes(8), HashMap::new(), &opts)
+            .unwrap();
+    let mut rng = StdRng::seed_from_u64(5);
+    let mut args: Vec<_> = exec.arg_dict().into_iter().collect();
+    args.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut seen = vec![];
+    for round in 0..2 {
+        for (name, a) in &args {
+            let v = if name == "label" {
+                labels(rt, 8, &mut rng)
+            } else {
+                random(rt, a.shape(), &mut rng, Context::cpu(0))
+            };
+            v.copy_into(a).unwrap();
+        }
+        exec.forward(true).unwrap();
+        exec.backward().unwrap();
+        seen.push((
+            format!("output {round}"),
+            exec.outputs()[0].to_vec().unwrap(),
+        ));
+        seen.extend(sorted(exec.grad_dict()));
+    }
+    (seen, exec.node_devices(), exec)
+}
+
+#[test]
+fn a_graph_placed_on_two_devices_equals_the_graph_on_one() {
+    let rt = runtime(StorageConfig::default());
+    let (cpu0, cpu1) = (Context::cpu(0), Context::cpu(1));
+    let (single, _, _) = run_placed(&rt, &mlp(false), HashMap::new());
+    let groups = HashMap::from([("a".to_string(), cpu0), ("b".to_string(), cpu1)]);
+    let (placed, devices, exec) = run_placed(&rt, &mlp(true), groups);
+    assert_eq!(placed, single, "outputs and gradients on two devices");
+    let device = |name: &str| {
+        devices
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no node {name}"))
+            .1
+    };
+    // Annotated nodes, their backward nodes, and weights by their consumers.
+    assert_eq!(device("fc0"), cpu0);
+    assert_eq!(device("fc2"), cpu1);
+    assert_eq!(device("fc2_backward"), cpu1);
+    assert_eq!(device("fc1_backward"), cpu0);
+    assert_eq!(device("fc2_weight"), cpu1);
+    assert_eq!(device("fc0_weight"), cpu0);
+    assert_eq!(exec.arg_dict()["fc2_weight"].ctx(), cpu1);
+    assert_eq!(exec.grad_dict()["fc2_weight"].ctx(), cpu1);
+    // One copy forward (act1 to b), one backward (the gradient of act1 back to a), and the
+    // data gradient, made on a, wanted where the data lives.
+    let copies: Vec<_> = devices
+        .iter()
+        .filter(|(n, _)| n.contains("_copy_to_"))
+        .collect();
+    assert!(copies.len() >= 2, "{copies:?}");
+    let per_device = exec.memory_by_device();
+    assert_eq!(
+        per_device.iter().map(|(c, _)| *c).collect::<Vec<_>>(),
+        vec![cpu0, cpu1]
+    );
+    assert!(per_device.iter().all(|(_, m)| m.allocated_bytes > 0));
+}
+
+#[test]
+fn wrong_annotations_are_clear_errors() {
+    let rt = runtime(StorageConfig::default());
+    let only_a = HashMap::from([("a".to_string(), Context::cpu(0))]);
+    let opts = BindOptions {
+        group2ctx: only_a,
+        ..BindOptions::default()
+    };
+    let err = Executor::bind_with_options(
+        &rt,
+        Context::cpu(0),
+        &mlp(true),
+        &shapes(4),
+        HashMap::new(),
+        &opts,
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(err.contains("'b'") && err.contains("fc2"), "{err}");
+
+    // BatchNorm on cpu(1) updating moving statistics that live on cpu(0).
+    let x = Symbol::var("x");
+    let stat = |n: &str| Symbol::var_with(n, Attrs::new().with(CTX_GROUP, "a"));
+    let bn = Symbol::op(
+        "BatchNorm",
+        "bn",
+        &[
+            &x,
+            &Symbol::var("gamma"),
+            &Symbol::var("beta"),
+            &stat("mean"),
+            &stat("var"),
+        ],
+        Attrs::new().with(CTX_GROUP, "b"),
+    )
+    .unwrap();
+    let opts = BindOptions {
+        group2ctx: HashMap::from([
+            ("a".to_string(), Context::cpu(0)),
+            ("b".to_string(), Context::cpu(1)),
+        ]),
+        ..BindOptions::default()
+    };
+    let x_shape = HashMap::from([("x".to_string(), vec![4, 3])]);
+    let err =
+        Executor::bind_with_options(&rt, Context::cpu(0), &bn, &x_shape, HashMap::new(), &opts)
+            .err()
+            .unwrap()
+            .to_string();
+    assert!(err.contains("two devices") && err.contains("mean"), "{err}");
+
+    // A given array on another device than its variable's group.
+    let given = HashMap::from([(
+        "fc2_weight".to_string(),
+        rt.zeros(&[10, 24], ndarray_ops::DType::F32, Context::cpu(0))
+            .unwrap(),
+    )]);
+    let opts = BindOptions {
+        group2ctx: HashMap::from([
+            ("a".to_string(), Context::cpu(0)),
+            ("b".to_string(), Context::cpu(1)),
+        ]),
+        ..BindOptions::default()
+    };
+    let err =
+        Executor::bind_with_options(&rt, Context::cpu(0), &mlp(true), &shapes(4), given, &opts)
+            .err()
+            .unwrap()
+            .to_string();
+    assert!(
+        err.contains("fc2_weight") && err.contains("cpu(1)"),
+        "{err}"
+    );
+}
+
+/// Trains the MLP data-parallel over `contexts` for three steps from the same initial weights;
+/// returns the final weights.
+fn train_over(contexts: &[Context]) -> Vec<(String, Vec<f32>)> {
+    let rt = runtime(StorageConfig::default());
+    let batch = 16;
+    let sgd = Sgd {
+        lr: 0.5,
+        momentum: 0.9,
+        wd: 1e-3,
+    };
+    let dp = DataParallel::new(
+        &rt,
+        &mlp(false),
+        contexts,
+        &shapes(batch),
+        &["data", "label"],
+        sgd,
+    )
+    .unwrap();
+    let mut rng = StdRng::seed_from_u64(9);
+    let mut init: Vec<_> = dp.params().into_iter().collect();
+    init.sort_by(|a, b| a.0.cmp(&b.0));
+    let init: HashMap<String, NDArray> = init
+        .into_iter()
+        .map(|(k, a)| (k, random(&rt, a.shape(), &mut rng, Context::cpu(0))))
+        .collect();
+    dp.set_params(&init).unwrap();
+    let start = sorted(init);
+    for _ in 0..3 {
+        let x = random(&rt, &[batch, 20], &mut rng, Context::cpu(0));
+        let y = labels(&rt, batch, &mut rng);
+        dp.step(&[("data", &x), ("label", &y)]).unwrap();
+    }
+    dp.wait().unwrap();
+    // Every device holds the same weights after the broadcast.
+    for exec in &dp.executors()[1..] {
+        let args = exec.arg_dict();
+        for (k, w) in dp.params() {
+            assert_eq!(
+                args[&k].to_vec::<f32>().unwrap(),
+                w.to_vec::<f32>().unwrap(),
+                "{k} on {}",
+                args[&k].ctx()
+            );
+        }
+    }
+    let end = sorted(dp.params());
+    // Training moved every parameter.
+    for ((name, a), (_, b)) in end.iter().zip(&start) {
+        assert!(
+            a.iter().zip(b).any(|(x, y)| (x - y).abs() > 1e-4),
+            "{name} did not move"
+        );
+    }
+    end
+}
+
+#[test]
+fn data_parallel_training_over_two_and_four_devices_matches_one_device() {
+    let one = train_over(&[Context::cpu(0)]);
+    for n in [2, 4] {
+        let contexts: Vec<Context> = (0..n).map(Context::cpu).collect();
+        let many = train_over(&contexts);
+        for ((name, a), (_, b)) in many.iter().zip(&one) {
+            let worst = a
+                .iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0f32, f32::max);
+            assert!(worst < 1e-5, "{n} devices: {name} differs by {worst}");
+        }
+        assert_eq!(many.len(), one.len());
+    }
+}
+
+#[test]
+fn a_device_over_its_memory_limit_fails_its_bind_and_the_others_keep_working() {
+    let storage = StorageConfig {
+        limits: HashMap::from([(Context::cpu(1), 4096)]),
+        ..StorageConfig::default()
+    };
+    let rt = runtime(storage);
+    let big = HashMap::from([
+        ("data".to_string(), vec![64, 20]),
+        ("label".to_string(), vec![64]),
+    ]);
+    let err = Executor::simple_bind(&rt, Context::cpu(1), &mlp(false), &big)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("cpu(1)") && err.contains("limit"), "{err}");
+    // The same failure through data parallelism names the device.
+    let sgd = Sgd {
+        lr: 0.1,
+        momentum: 0.0,
+        wd: 0.0,
+    };
+    let contexts = [Context::cpu(0), Context::cpu(1)];
+    let err = DataParallel::new(&rt, &mlp(false), &contexts, &big, &["data", "label"], sgd)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("binding on cpu(1)"), "{err}");
+    // cpu(0) is unaffected.
+    let exec = Executor::simple_bind(&rt, Context::cpu(0), &mlp(false), &big).unwrap();
+    exec.forward(false).unwrap();
+    assert_eq!(exec.outputs()[0].to_vec::<f32>().unwrap().len(), 640);
+    rt.wait_all().unwrap();
+}
