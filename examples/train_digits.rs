@@ -2,7 +2,10 @@
 //! per-device engine: build the graph, infer shapes, derive the backward graph, bind, and run
 //! forward/backward with in-place SGD updates.
 //!
-//! `cargo run --release --example train_digits -- [--json] [--epochs N]`
+//! `cargo run --release --example train_digits -- [--json] [--epochs N] [--contexts cpu(0),cpu(1)]`
+//!
+//! With several contexts, each batch is split across them (data parallel: one executor per
+//! device, gradients summed onto the first, weights sent back); per-device memory is printed.
 //!
 //! Two models: an MLP (64-128-64-10) and a small CNN (3x3 convolution with 16 filters, ReLU,
 //! 2x2 max pooling, a 64-unit layer, 10 classes).
@@ -17,7 +20,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use engine::{EngineBuilder, EngineKind};
-use ndarray_ops::{invoke, invoke_on, Attrs, Executor, GradReq, NDArray, Runtime, Symbol};
+use ndarray_ops::{invoke, invoke_on, Attrs, DataParallel, NDArray, Runtime, Sgd, Symbol};
 use storage::{Context, StorageConfig};
 
 /// Which model.
@@ -125,46 +128,48 @@ pub struct Report {
     pub samples_per_second: f64,
     pub planned_bytes: u64,
     pub no_reuse_bytes: u64,
+    /// Per device: context, planned and allocated bytes of its internal entries.
+    pub devices: Vec<(Context, u64, u64)>,
 }
 
 /// Held-out accuracy over whole batches (the last partial batch of the split is left out).
 fn accuracy(
-    exec: &Executor,
+    dp: &DataParallel,
     data: &NDArray,
     x: &digits::Split,
     batch: usize,
+    sample: &[usize],
 ) -> ndarray_ops::Result<f64> {
     let (mut hits, mut seen) = (0usize, 0usize);
-    let args = exec.arg_dict();
+    let shape: Vec<usize> = std::iter::once(batch)
+        .chain(sample.iter().copied())
+        .collect();
     for start in (0..x.n).step_by(batch) {
         if start + batch > x.n {
             break;
         }
-        let chunk = data.slice(start, start + batch)?;
-        chunk
-            .reshape(args["data"].shape())?
-            .copy_into(&args["data"])?;
-        exec.forward(false)?;
-        let pred = invoke(
-            "argmax",
-            &[&exec.outputs()[0]],
-            &Attrs::new().with("axis", 1),
-            None,
-        )?
-        .remove(0)
-        .to_vec::<f32>()?;
-        hits += pred
-            .iter()
-            .zip(&x.y[start..start + batch])
-            .filter(|(p, y)| **p == **y)
-            .count();
+        let chunk = data.slice(start, start + batch)?.reshape(&shape)?;
+        let outputs = dp.predict(&[("data", &chunk)])?;
+        for (out, rows) in outputs.iter().zip(dp.rows()) {
+            let pred = invoke("argmax", &[&out[0]], &Attrs::new().with("axis", 1), None)?
+                .remove(0)
+                .to_vec::<f32>()?;
+            let truth = &x.y[start + rows.start..start + rows.end];
+            hits += pred.iter().zip(truth).filter(|(p, y)| **p == **y).count();
+        }
         seen += batch;
     }
     Ok(hits as f64 / seen.max(1) as f64)
 }
 
-/// Trains `model` for `epochs` and evaluates it on the held-out split.
-pub fn train(model: Model, epochs: usize, verbose: bool) -> ndarray_ops::Result<Report> {
+/// Trains `model` for `epochs`, data-parallel over `contexts`, and evaluates it on the held-out
+/// split.
+pub fn train(
+    model: Model,
+    epochs: usize,
+    contexts: &[Context],
+    verbose: bool,
+) -> ndarray_ops::Result<Report> {
     let (train, test) = digits::load(42).map_err(|e| ndarray_ops::NdError::Invalid {
         op: "digits".into(),
         reason: e,
@@ -174,7 +179,7 @@ pub fn train(model: Model, epochs: usize, verbose: bool) -> ndarray_ops::Result<
         StorageConfig::default(),
     );
     rt.seed(1)?;
-    let ctx = Context::cpu(0);
+    let host = Context::cpu(0);
     let batch = 32;
     let (sym, sample): (Symbol, Vec<usize>) = match model {
         Model::Mlp => (mlp()?, vec![digits::FEATURES]),
@@ -187,20 +192,24 @@ pub fn train(model: Model, epochs: usize, verbose: bool) -> ndarray_ops::Result<
         ("data".to_string(), data_shape.clone()),
         ("softmax_label".to_string(), vec![batch]),
     ]);
-    let req: HashMap<String, GradReq> = sym
-        .list_arguments()
-        .into_iter()
-        .filter(|a| a != "data" && a != "softmax_label")
-        .map(|a| (a, GradReq::Write))
-        .collect();
-    let exec = Executor::simple_bind_grad(&rt, ctx, &sym, &shapes, &req)?;
-    let args = exec.arg_dict();
-    let grads = exec.grad_dict();
-    // Uniform initialization scaled by fan-in (Xavier-like).
-    let mut names: Vec<&String> = grads.keys().collect();
-    names.sort();
-    for name in &names {
-        let a = &args[*name];
+    let sgd = Sgd {
+        lr: 0.1,
+        momentum: 0.9,
+        wd: 1e-4,
+    };
+    let dp = DataParallel::new(
+        &rt,
+        &sym,
+        contexts,
+        &shapes,
+        &["data", "softmax_label"],
+        sgd,
+    )?;
+    // Uniform initialization scaled by fan-in (Xavier-like), drawn on the host in name order.
+    let mut params: Vec<(String, NDArray)> = dp.params().into_iter().collect();
+    params.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut init = HashMap::new();
+    for (name, a) in &params {
         let fan_in: usize = if a.ndim() >= 2 {
             a.shape()[1..].iter().product()
         } else {
@@ -214,30 +223,24 @@ pub fn train(model: Model, epochs: usize, verbose: bool) -> ndarray_ops::Result<
         let shape = format!("{:?}", a.shape())
             .replace('[', "(")
             .replace(']', ")");
-        invoke_on(
+        let value = invoke_on(
             &rt,
-            ctx,
+            host,
             "_random_uniform",
             &[],
             &Attrs::new()
                 .with("low", -r)
                 .with("high", r.max(1e-12))
                 .with("shape", shape),
-            Some(&[a]),
-        )?;
+            None,
+        )?
+        .remove(0);
+        init.insert(name.clone(), value);
     }
-    let xtr = rt.from_vec(train.x.clone(), &[train.n, digits::FEATURES], ctx)?;
-    let ytr = rt.from_vec(train.y.clone(), &[train.n], ctx)?;
-    let xte = rt.from_vec(test.x.clone(), &[test.n, digits::FEATURES], ctx)?;
-    let sgd = Attrs::new()
-        .with("lr", 0.1)
-        .with("momentum", 0.9)
-        .with("wd", 1e-4)
-        .with("rescale_grad", 1.0 / batch as f64);
-    let moms: HashMap<&String, NDArray> = names
-        .iter()
-        .map(|n| Ok((*n, rt.zeros(args[*n].shape(), args[*n].dtype(), ctx)?)))
-        .collect::<ndarray_ops::Result<_>>()?;
+    dp.set_params(&init)?;
+    let xtr = rt.from_vec(train.x.clone(), &[train.n, digits::FEATURES], host)?;
+    let ytr = rt.from_vec(train.y.clone(), &[train.n], host)?;
+    let xte = rt.from_vec(test.x.clone(), &[test.n, digits::FEATURES], host)?;
     let t0 = Instant::now();
     let mut samples = 0usize;
     for epoch in 0..epochs {
@@ -245,43 +248,50 @@ pub fn train(model: Model, epochs: usize, verbose: bool) -> ndarray_ops::Result<
             if start + batch > train.n {
                 break;
             }
-            xtr.slice(start, start + batch)?
-                .reshape(&data_shape)?
-                .copy_into(&args["data"])?;
-            ytr.slice(start, start + batch)?
-                .copy_into(&args["softmax_label"])?;
-            exec.forward(true)?;
-            exec.backward()?;
-            for n in &names {
-                let (w, g, m) = (&args[*n], &grads[*n], &moms[*n]);
-                invoke("sgd_mom_update", &[w, g, m], &sgd, Some(&[w, m]))?;
-            }
+            let x = xtr.slice(start, start + batch)?.reshape(&data_shape)?;
+            let y = ytr.slice(start, start + batch)?;
+            dp.step(&[("data", &x), ("softmax_label", &y)])?;
             samples += batch;
         }
         if verbose {
-            rt.wait_all()?;
+            dp.wait()?;
             println!(
                 "epoch {:>2}: test accuracy {:.2}%",
                 epoch + 1,
-                accuracy(&exec, &xte, &test, batch)? * 100.0
+                accuracy(&dp, &xte, &test, batch, &sample)? * 100.0
             );
         }
     }
-    rt.wait_all()?;
+    dp.wait()?;
     let seconds = t0.elapsed().as_secs_f64();
-    let test_accuracy = accuracy(&exec, &xte, &test, batch)?;
-    let mem = exec.memory_report();
+    let test_accuracy = accuracy(&dp, &xte, &test, batch, &sample)?;
+    let mem = dp.memory_by_device();
     Ok(Report {
         test_accuracy,
         seconds,
         samples_per_second: samples as f64 / seconds,
-        planned_bytes: mem.planned_bytes,
-        no_reuse_bytes: mem.no_reuse_bytes,
+        planned_bytes: mem.iter().map(|(_, m)| m.planned_bytes).sum(),
+        no_reuse_bytes: mem.iter().map(|(_, m)| m.no_reuse_bytes).sum(),
+        devices: mem
+            .iter()
+            .map(|(c, m)| (*c, m.planned_bytes, m.allocated_bytes))
+            .collect(),
     })
 }
 
+/// Parses `cpu(0),cpu(1)`.
+fn parse_contexts(s: &str) -> Result<Vec<Context>, String> {
+    s.split(',')
+        .map(|c| {
+            c.trim()
+                .parse::<Context>()
+                .map_err(|e| format!("--contexts: {c:?}: {e}"))
+        })
+        .collect()
+}
+
 fn main() {
-    let (mut json, mut epochs) = (false, 20usize);
+    let (mut json, mut epochs, mut contexts) = (false, 20usize, vec![Context::cpu(0)]);
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -293,8 +303,19 @@ fn main() {
                     std::process::exit(2);
                 }
             },
+            "--contexts" => match args.next().map(|v| parse_contexts(&v)) {
+                Some(Ok(c)) if !c.is_empty() => contexts = c,
+                Some(Err(e)) => {
+                    eprintln!("train_digits: {e}");
+                    std::process::exit(2);
+                }
+                _ => {
+                    eprintln!("train_digits: --contexts needs a list such as cpu(0),cpu(1)");
+                    std::process::exit(2);
+                }
+            },
             other => {
-                eprintln!("train_digits: unknown argument {other:?} (use --json, --epochs N)");
+                eprintln!("train_digits: unknown argument {other:?} (use --json, --epochs N, --contexts cpu(0),cpu(1))");
                 std::process::exit(2);
             }
         }
@@ -307,9 +328,14 @@ fn main() {
         if !json {
             println!("== {label}");
         }
-        match train(model, epochs, !json) {
+        match train(model, epochs, &contexts, !json) {
             Ok(r) => {
-                report.insert(key.into(), serde_json::json!({"test_accuracy": r.test_accuracy, "seconds": r.seconds, "samples_per_second": r.samples_per_second, "planned_bytes": r.planned_bytes, "no_reuse_bytes": r.no_reuse_bytes}));
+                let devices: Vec<_> = r
+                    .devices
+                    .iter()
+                    .map(|(c, planned, allocated)| serde_json::json!({"context": c.to_string(), "planned_bytes": planned, "allocated_bytes": allocated}))
+                    .collect();
+                report.insert(key.into(), serde_json::json!({"test_accuracy": r.test_accuracy, "seconds": r.seconds, "samples_per_second": r.samples_per_second, "planned_bytes": r.planned_bytes, "no_reuse_bytes": r.no_reuse_bytes, "devices": devices}));
                 if !json {
                     println!(
                         "{label}: test accuracy {:.2}% in {:.2} s ({:.0} samples/s); internal entries {} bytes without reuse, {} planned",
@@ -319,6 +345,9 @@ fn main() {
                         r.no_reuse_bytes,
                         r.planned_bytes
                     );
+                    for (c, planned, allocated) in &r.devices {
+                        println!("  {c}: {planned} bytes planned, {allocated} allocated");
+                    }
                 }
             }
             Err(e) => {

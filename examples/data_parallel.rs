@@ -1,0 +1,170 @@
+//! Data-parallel scaling on CPU contexts: trains one model with the whole batch split over 1, 2,
+//! ... contexts (each its own engine workers and storage pool) and reports samples per second.
+//!
+//! `cargo run --release --example data_parallel -- [FILE-symbol.json] [--batch N] [--steps N] [--max-contexts N] [--json]`
+//!
+//! Default model: `graphs/mlp-symbol.json` (784-512-512-10) with a softmax loss, batch 256, on
+//! random data; every run starts from the same weights. JSON:
+//! `{"model", "batch", "steps", "results": [{"contexts", "samples_per_second"}], "speedup"}`,
+//! where `speedup` is the largest context count's samples/s over one context's, and
+//! `kernel_threads` says whether GEMMs thread on their own (`MATMUL_NUM_THREADS`; with
+//! `MATMUL_NUM_THREADS=1 RAYON_NUM_THREADS=1` each context's kernels use one core, so the contexts
+//! are what runs in parallel).
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use engine::{EngineBuilder, EngineKind};
+use ndarray_ops::{Attrs, DataParallel, NDArray, Runtime, Sgd, Symbol};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use storage::{Context, StorageConfig};
+
+struct Args {
+    file: String,
+    batch: usize,
+    steps: usize,
+    max_contexts: usize,
+    json: bool,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut a = Args {
+        file: "graphs/mlp-symbol.json".into(),
+        batch: 256,
+        steps: 30,
+        max_contexts: 2,
+        json: false,
+    };
+    let mut it = std::env::args().skip(1);
+    let number = |v: Option<String>, flag: &str| {
+        v.and_then(|v| v.parse::<usize>().ok())
+            .filter(|&n| n > 0)
+            .ok_or(format!("{flag} needs a positive number"))
+    };
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--json" => a.json = true,
+            "--batch" => a.batch = number(it.next(), "--batch")?,
+            "--steps" => a.steps = number(it.next(), "--steps")?,
+            "--max-contexts" => a.max_contexts = number(it.next(), "--max-contexts")?,
+            f if !f.starts_with("--") => a.file = f.to_string(),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok(a)
+}
+
+fn random(rt: &std::sync::Arc<Runtime>, shape: &[usize], rng: &mut StdRng) -> NDArray {
+    let n = shape.iter().product();
+    let v: Vec<f32> = (0..n).map(|_| rng.gen_range(-0.1..0.1)).collect();
+    rt.from_vec(v, shape, Context::cpu(0)).expect("host array")
+}
+
+/// Samples per second of `steps` training steps over `n` contexts (after two warm-up steps).
+fn measure(sym: &Symbol, data_shape: &[usize], a: &Args, n: usize) -> Result<f64, String> {
+    let err = |e: ndarray_ops::NdError| e.to_string();
+    let rt = Runtime::new(
+        EngineBuilder::new(EngineKind::ThreadedPerDevice).build(),
+        StorageConfig::default(),
+    );
+    let shapes = HashMap::from([
+        ("data".to_string(), data_shape.to_vec()),
+        ("softmax_label".to_string(), vec![a.batch]),
+    ]);
+    let contexts: Vec<Context> = (0..n as u32).map(Context::cpu).collect();
+    let sgd = Sgd {
+        lr: 0.01,
+        momentum: 0.9,
+        wd: 0.0,
+    };
+    let dp = DataParallel::new(
+        &rt,
+        sym,
+        &contexts,
+        &shapes,
+        &["data", "softmax_label"],
+        sgd,
+    )
+    .map_err(err)?;
+    let mut rng = StdRng::seed_from_u64(3);
+    let mut params: Vec<_> = dp.params().into_iter().collect();
+    params.sort_by(|x, y| x.0.cmp(&y.0));
+    let init = params
+        .iter()
+        .map(|(k, p)| (k.clone(), random(&rt, p.shape(), &mut rng)))
+        .collect();
+    dp.set_params(&init).map_err(err)?;
+    let x = random(&rt, data_shape, &mut rng);
+    let labels: Vec<f32> = (0..a.batch).map(|_| rng.gen_range(0..10) as f32).collect();
+    let y = rt
+        .from_vec(labels, &[a.batch], Context::cpu(0))
+        .map_err(err)?;
+    let batch = [("data", &x), ("softmax_label", &y)];
+    for _ in 0..2 {
+        dp.step(&batch).map_err(err)?;
+    }
+    dp.wait().map_err(err)?;
+    let t0 = Instant::now();
+    for _ in 0..a.steps {
+        dp.step(&batch).map_err(err)?;
+    }
+    dp.wait().map_err(err)?;
+    Ok((a.steps * a.batch) as f64 / t0.elapsed().as_secs_f64())
+}
+
+fn run() -> Result<(), String> {
+    let a = parse()?;
+    let text =
+        std::fs::read_to_string(&a.file).map_err(|e| format!("cannot read {}: {e}", a.file))?;
+    let net = Symbol::from_json(&text).map_err(|e| e.to_string())?;
+    let sym = Symbol::op(
+        "SoftmaxOutput",
+        "softmax",
+        &[&net, &Symbol::var("softmax_label")],
+        Attrs::new(),
+    )
+    .map_err(|e| e.to_string())?;
+    // The data shape: the model's shapes file with the batch replaced.
+    let side = a.file.replace("-symbol.json", "-shapes.json");
+    let mut data_shape: Vec<usize> = std::fs::read_to_string(&side)
+        .ok()
+        .and_then(|t| serde_json::from_str::<HashMap<String, Vec<usize>>>(&t).ok())
+        .and_then(|m| m.get("data").cloned())
+        .ok_or(format!("{side}: no data shape"))?;
+    data_shape[0] = a.batch;
+    let mut results = vec![];
+    for n in 1..=a.max_contexts {
+        let sps = measure(&sym, &data_shape, &a, n)?;
+        if !a.json {
+            println!("{n} context(s): {sps:.0} samples/s");
+        }
+        results.push(serde_json::json!({"contexts": n, "samples_per_second": sps}));
+    }
+    let first = results[0]["samples_per_second"].as_f64().unwrap_or(1.0);
+    let last = results[results.len() - 1]["samples_per_second"]
+        .as_f64()
+        .unwrap_or(0.0);
+    let speedup = last / first;
+    // Kernels thread on their own unless told not to (see the README's scaling figures).
+    let kernel_threads = std::env::var("MATMUL_NUM_THREADS").unwrap_or_else(|_| "all cores".into());
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({"model": a.file, "batch": a.batch, "steps": a.steps, "results": results, "speedup": speedup, "kernel_threads": kernel_threads})
+        );
+    } else {
+        println!("speedup with {} contexts: {speedup:.2}x", a.max_contexts);
+    }
+    Ok(())
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("data_parallel: {e}");
+        std::process::exit(1);
+    }
+}
