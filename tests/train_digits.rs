@@ -1,19 +1,24 @@
 //! The main job learns: symbolic bind-and-run training of the MLP and the CNN on digits passes 95%
-//! held out.
+//! held out, on one context and data-parallel over two.
 
 #[allow(dead_code)]
 #[path = "../examples/train_digits.rs"]
 mod train_digits;
 
+use storage::Context;
+
 #[test]
 fn symbolic_mlp_and_cnn_reach_95_percent_on_held_out_digits() {
-    for model in [train_digits::Model::Mlp, train_digits::Model::Cnn] {
-        let r = train_digits::train(model, 20, false).unwrap();
-        assert!(
-            r.test_accuracy >= 0.95,
-            "{model:?}: held-out accuracy {}",
-            r.test_accuracy
-        );
-        assert!(r.planned_bytes <= r.no_reuse_bytes);
+    for contexts in [vec![Context::cpu(0)], vec![Context::cpu(0), Context::cpu(1)]] {
+        for model in [train_digits::Model::Mlp, train_digits::Model::Cnn] {
+            let r = train_digits::train(model, 20, &contexts, false).unwrap();
+            assert!(
+                r.test_accuracy >= 0.95,
+                "{model:?} on {contexts:?}: held-out accuracy {}",
+                r.test_accuracy
+            );
+            assert!(r.planned_bytes <= r.no_reuse_bytes);
+            assert_eq!(r.devices.len(), contexts.len());
+        }
     }
 }
