@@ -9,7 +9,10 @@ use storage::Context;
 
 #[test]
 fn symbolic_mlp_and_cnn_reach_95_percent_on_held_out_digits() {
-    for contexts in [vec![Context::cpu(0)], vec![Context::cpu(0), Context::cpu(1)]] {
+    for contexts in [
+        vec![Context::cpu(0)],
+        vec![Context::cpu(0), Context::cpu(1)],
+    ] {
         for model in [train_digits::Model::Mlp, train_digits::Model::Cnn] {
             let r = train_digits::train(model, 20, &contexts, false).unwrap();
             assert!(

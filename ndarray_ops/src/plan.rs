@@ -188,8 +188,87 @@ pub fn symbol_problem(
         .iter()
         .map(|&(n, k)| g.entry(n, k))
         .collect();
-    let desc = GraphDesc::of(&inf, external, outputs);
+    let mut desc = GraphDesc::of(&inf, external, outputs);
+    for (e, _) in assign_aliases(&desc, &[]).entries {
+        desc.external[e] = true;
+    }
     Ok((graph_problem(&desc)?, g.nodes.len()))
+}
+
+/// Where assignments put their results (see [`assign_aliases`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Aliases {
+    /// `(entry, variable entry)`: the entry lives in the variable's memory.
+    pub entries: Vec<(usize, usize)>,
+    /// `_assign` nodes whose value was computed straight into the variable: nothing to run.
+    pub noops: Vec<usize>,
+}
+
+/// Assign semantics, NNVM's three cases. An op that assigns output `k` to input `i` (optimizer
+/// updates, `_assign`), where input `i` is an external entry (a variable) that no later node
+/// reads:
+/// 1. the output lives in the variable's memory (the update writes the variable in place);
+/// 2. for `_assign(var, rhs)`, when `rhs` is an internal entry read only by the assign and no node
+///    reads the variable between `rhs`'s producer and the assign, `rhs` itself is computed into
+///    the variable and the assign has nothing left to do;
+/// 3. otherwise the assign copies `rhs` into the variable (case 1 for its output).
+///
+/// `device` gives each entry's device (aliases never cross devices); entries read after the end
+/// (graph outputs) count as read by a later node.
+pub fn assign_aliases(g: &GraphDesc, device: &[usize]) -> Aliases {
+    let n_entries = g.entry_bytes.len();
+    let same = |a: usize, b: usize| device.get(a) == device.get(b);
+    // Per entry, the steps that read it (graph outputs are read at an extra, final step).
+    let mut readers: Vec<Vec<usize>> = vec![vec![]; n_entries];
+    for (t, (_, _, inputs, _)) in g.nodes.iter().enumerate() {
+        for &e in inputs {
+            if let Some(r) = readers.get_mut(e) {
+                r.push(t);
+            }
+        }
+    }
+    for &e in &g.outputs {
+        if let Some(r) = readers.get_mut(e) {
+            r.push(g.nodes.len());
+        }
+    }
+    let mut producer = vec![usize::MAX; n_entries];
+    for (t, (_, _, _, outputs)) in g.nodes.iter().enumerate() {
+        for &e in outputs {
+            if let Some(p) = producer.get_mut(e) {
+                *p = t;
+            }
+        }
+    }
+    let external = |e: usize| g.external.get(e).copied().unwrap_or(true);
+    let mut out = Aliases::default();
+    for (t, (op, _, inputs, outputs)) in g.nodes.iter().enumerate() {
+        let Some(def) = op.as_deref().and_then(|op| lookup(op).ok()) else {
+            continue;
+        };
+        for &(i, k) in def.assign {
+            let (Some(&var), Some(&o)) = (inputs.get(i), outputs.get(k)) else {
+                continue;
+            };
+            let read_later = readers[var].iter().any(|&r| r > t);
+            if !external(var) || external(o) || read_later || !same(var, o) {
+                continue;
+            }
+            out.entries.push((o, var));
+            if def.name != "_assign" {
+                continue;
+            }
+            let Some(&rhs) = inputs.get(1) else { continue };
+            let p = producer[rhs];
+            let only_here = readers[rhs].iter().all(|&r| r == t);
+            let var_quiet = readers[var].iter().all(|&r| r <= p || r == t);
+            if p != usize::MAX && !external(rhs) && only_here && var_quiet && same(rhs, var) {
+                out.entries.push((rhs, var));
+                out.noops.push(t);
+            }
+        }
+    }
+    out
 }
 
 /// The planning problem of a graph, with NNVM-style in-place sharing by the registry's rules.

@@ -347,3 +347,106 @@ fn training_with_the_planned_arena_is_bit_identical_to_training_without_reuse() 
     assert!(m.allocated_bytes < m.no_reuse_bytes, "{m:?}");
     assert!(m.inplace > 0, "{m:?}");
 }
+
+fn v(a: &NDArray) -> Vec<f32> {
+    a.to_vec::<f32>().unwrap()
+}
+
+#[test]
+fn assignments_write_their_variables_in_place() {
+    let rt = threaded(Duration::from_micros(20));
+    let (w, x, g, m) = (
+        Symbol::var("w"),
+        Symbol::var("x"),
+        Symbol::var("g"),
+        Symbol::var("m"),
+    );
+    let shapes: HashMap<String, Vec<usize>> = ["w", "x", "g", "m"]
+        .iter()
+        .map(|n| (n.to_string(), vec![256]))
+        .collect();
+    let set = |exec: &Executor, name: &str, value: f32| {
+        exec.arg_dict()[name].fill(f64::from(value)).unwrap();
+    };
+
+    // Case 2: w = w - 0.5 * x, with the right-hand side read only by the assign, is computed
+    // straight into w; nothing internal remains but the scaled x.
+    let scaled = Symbol::op(
+        "_mul_scalar",
+        "scaled",
+        &[&x],
+        Attrs::new().with("scalar", 0.5),
+    )
+    .unwrap();
+    let rhs = Symbol::op("elemwise_sub", "rhs", &[&w, &scaled], Attrs::new()).unwrap();
+    let assign = Symbol::op("_assign", "assign", &[&w, &rhs], Attrs::new()).unwrap();
+    let exec = Executor::simple_bind(&rt, CPU, &assign, &shapes).unwrap();
+    set(&exec, "w", 3.0);
+    set(&exec, "x", 2.0);
+    exec.forward(false).unwrap();
+    exec.forward(false).unwrap();
+    assert_eq!(v(&exec.arg_dict()["w"]), vec![1.0; 256]);
+    assert!(exec.outputs()[0].shares_chunk(&exec.arg_dict()["w"]));
+    let m2 = exec.memory_report();
+    assert_eq!(
+        m2.allocated_bytes, 1024,
+        "only `scaled` is internal: {m2:?}"
+    );
+    assert!(exec.debug_str().contains("assign"));
+
+    // Case 3: the right-hand side is also an output, so the assign copies it.
+    let both = Symbol::group(&[assign.clone(), rhs.clone()]);
+    let exec = Executor::simple_bind(&rt, CPU, &both, &shapes).unwrap();
+    set(&exec, "w", 3.0);
+    set(&exec, "x", 2.0);
+    exec.forward(false).unwrap();
+    assert_eq!(v(&exec.arg_dict()["w"]), vec![2.0; 256]);
+    assert_eq!(v(&exec.outputs()[1]), vec![2.0; 256]);
+    assert!(!exec.outputs()[1].shares_chunk(&exec.arg_dict()["w"]));
+
+    // Case 1: an optimizer update keeps its results in the weight and the momentum.
+    let upd = Symbol::op(
+        "sgd_mom_update",
+        "upd",
+        &[&w, &g, &m],
+        Attrs::new().with("lr", 0.1).with("momentum", 0.5),
+    )
+    .unwrap();
+    let exec = Executor::simple_bind(&rt, CPU, &upd, &shapes).unwrap();
+    set(&exec, "w", 1.0);
+    set(&exec, "g", 2.0);
+    set(&exec, "m", 0.0);
+    exec.forward(false).unwrap();
+    exec.forward(false).unwrap();
+    // m: 0 -> -0.2 -> -0.3; w: 1 -> 0.8 -> 0.5.
+    let w_now = v(&exec.arg_dict()["w"]);
+    assert!((w_now[0] - 0.5).abs() < 1e-6, "{w_now:?}");
+    let m_now = v(&exec.arg_dict()["m"]);
+    assert!((m_now[0] + 0.3).abs() < 1e-6, "{m_now:?}");
+    assert_eq!(exec.memory_report().allocated_bytes, 0);
+
+    // A later reader of the variable keeps the update out of place: it must see the old value.
+    let old_plus = Symbol::op(
+        "_plus_scalar",
+        "old",
+        &[&w],
+        Attrs::new().with("scalar", 0.0),
+    )
+    .unwrap();
+    let upd = Symbol::op(
+        "sgd_update",
+        "upd2",
+        &[&w, &g],
+        Attrs::new().with("lr", 0.1),
+    )
+    .unwrap();
+    let later = Symbol::group(&[upd, old_plus]);
+    let exec = Executor::simple_bind(&rt, CPU, &later, &shapes).unwrap();
+    set(&exec, "w", 1.0);
+    set(&exec, "g", 2.0);
+    exec.forward(false).unwrap();
+    assert_eq!(v(&exec.arg_dict()["w"]), vec![1.0; 256]);
+    let new_w = v(&exec.outputs()[0]);
+    assert!((new_w[0] - 0.8).abs() < 1e-6);
+    assert_eq!(v(&exec.outputs()[1]), vec![1.0; 256]);
+}

@@ -18,7 +18,7 @@ use storage::Context;
 
 use crate::error::{invalid, NdError, Result};
 use crate::ops::{prepare, IS_TRAIN};
-use crate::plan::{graph_problem, GraphDesc};
+use crate::plan::{assign_aliases, graph_problem, GraphDesc};
 use crate::symbol::{gradient, head_grad_names, infer, place, Inferred, Placed};
 use crate::{NDArray, Runtime, Symbol};
 
@@ -77,6 +77,8 @@ pub struct Executor {
     num_outputs: usize,
     /// With a gradient graph: which nodes the forward pass runs.
     forward_nodes: Option<Vec<bool>>,
+    /// Nodes with nothing to run (assignments whose value was computed in place).
+    skip: Vec<bool>,
     /// Gradient arrays of the arguments differentiated, with their requests.
     grads: Vec<(String, NDArray, GradReq)>,
     /// The device of each node.
@@ -285,6 +287,23 @@ impl Executor {
             }
             grads.push((name.clone(), grad, req));
         }
+        // Assignments write into their variables (NNVM's assign cases).
+        let device_index: Vec<usize> = entry_device
+            .iter()
+            .map(|d| devices.iter().position(|x| x == d).unwrap_or(0))
+            .collect();
+        let external = bound.iter().map(Option::is_some).collect();
+        let aliases = assign_aliases(
+            &GraphDesc::of(&inferred, external, kept.clone()),
+            &device_index,
+        );
+        for &(e, var) in &aliases.entries {
+            bound[e] = bound[var].clone();
+        }
+        let mut skip = vec![false; g.nodes.len()];
+        for &t in &aliases.noops {
+            skip[t] = true;
+        }
         // One plan and one arena per device.
         let mut device_list: Vec<Context> = devices.clone();
         device_list.sort_by_key(|c| c.to_string());
@@ -365,6 +384,7 @@ impl Executor {
             aux_names,
             num_outputs,
             forward_nodes,
+            skip,
             grads,
             arenas,
             memory,
@@ -415,7 +435,9 @@ impl Executor {
         let mut passes: Vec<_> = self.arenas.iter().map(Arena::pass).collect();
         let mut bulk = engine.bulk();
         for (i, n) in g.nodes.iter().enumerate() {
-            let Some(def) = n.op else { continue };
+            let Some(def) = n.op.filter(|_| !self.skip[i]) else {
+                continue;
+            };
             if let Some(mask) = &self.forward_nodes {
                 if mask[i] != forward {
                     continue;

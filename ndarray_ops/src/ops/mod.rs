@@ -230,6 +230,10 @@ pub struct OpDef {
     pub(crate) alias_safe: bool,
     /// Inputs the kernel also writes (BatchNorm's moving statistics): written, not just read.
     pub mutate_inputs: &'static [usize],
+    /// Assignments, `(input, output)`: the output is the input's new value (optimizer updates,
+    /// `_assign`), so a bound graph keeps it in the input's memory when nothing reads the input
+    /// afterwards (see [`crate::plan::assign_aliases`]).
+    pub assign: &'static [(usize, usize)],
     /// Per-device resources the kernel uses.
     pub resources: &'static [Resource],
     /// Backward shape inference of inputs, for ops that can tell.
@@ -257,6 +261,7 @@ impl OpDef {
             backward_ignores: &[],
             alias_safe: true,
             mutate_inputs: &[],
+            assign: &[],
             resources: &[],
             infer_inputs: None,
         }

@@ -364,6 +364,33 @@ fn infer_update(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer
     Ok((vec![s[0].clone(); outputs.max(1)], vec![dt; outputs.max(1)]))
 }
 
+fn infer_assign(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    if s[1] != s[0] || d[1] != d[0] {
+        return Err(NdError::Shape {
+            op: op.into(),
+            arg: "value".into(),
+            found: s[1].clone(),
+            expected: format!("the variable's shape {:?} and dtype {}", s[0], d[0]),
+        });
+    }
+    Ok((vec![s[0].clone()], vec![d[0]]))
+}
+
+fn assign_kernel(
+    _: &str,
+    _: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    if !ins[1].same_memory(&outs[0]) {
+        // SAFETY: read access to the value, write access to the output; the copy tolerates
+        // overlap.
+        unsafe { ins[1].copy_bytes_to(&outs[0]) };
+    }
+    Ok(())
+}
+
 fn update_kernel(
     op: &str,
     attrs: &Attrs,
@@ -533,36 +560,51 @@ pub(super) fn ops() -> &'static [OpDef] {
             &[0],
             true
         ),
-        def!(
-            "sgd_update",
-            Arity::Exactly(2),
-            infer_update,
-            update_kernel,
-            IP1,
-            false,
-            &[],
-            true
-        ),
-        def!(
-            "sgd_mom_update",
-            Arity::Exactly(3),
-            infer_update,
-            update_kernel,
-            IP1,
-            false,
-            &[],
-            true
-        ),
-        def!(
-            "adam_update",
-            Arity::Exactly(4),
-            infer_update,
-            update_kernel,
-            IP1,
-            false,
-            &[],
-            true
-        ),
+        OpDef {
+            assign: &[(0, 0)],
+            ..def!(
+                "sgd_update",
+                Arity::Exactly(2),
+                infer_update,
+                update_kernel,
+                IP1,
+                false,
+                &[],
+                true
+            )
+        },
+        OpDef {
+            assign: &[(0, 0), (2, 1)],
+            ..def!(
+                "sgd_mom_update",
+                Arity::Exactly(3),
+                infer_update,
+                update_kernel,
+                IP1,
+                false,
+                &[],
+                true
+            )
+        },
+        OpDef {
+            assign: &[(0, 0), (2, 1), (3, 2)],
+            ..def!(
+                "adam_update",
+                Arity::Exactly(4),
+                infer_update,
+                update_kernel,
+                IP1,
+                false,
+                &[],
+                true
+            )
+        },
+        // `_assign(var, rhs)`: the variable's new value is `rhs`.
+        OpDef {
+            assign: &[(0, 0)],
+            backward_ignores: &[0, 1],
+            ..OpDef::new("_assign", Arity::Exactly(2), infer_assign, assign_kernel)
+        },
     ];
     OPS
 }
