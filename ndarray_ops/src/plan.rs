@@ -370,3 +370,38 @@ pub fn graph_problem(g: &GraphDesc) -> Result<GraphProblem> {
         mxnet_bytes: None,
     })
 }
+
+/// A generated deep residual MLP for planning at scale: `blocks` blocks of `FullyConnected`
+/// (hidden width cycling through 64, 128, 256, 512, 96) - ReLU - `FullyConnected` (256) plus the
+/// block's input; with data of shape `(batch, 256)`. Its training graph has about 12 nodes per
+/// block (8,300 blocks: about 100,000 nodes).
+pub fn generated_residual_mlp(blocks: usize) -> Result<Symbol> {
+    let fc = |name: String, x: &Symbol, hidden: usize| {
+        let w = Symbol::var(&format!("{name}_weight"));
+        let b = Symbol::var(&format!("{name}_bias"));
+        Symbol::op(
+            "FullyConnected",
+            &name,
+            &[x, &w, &b],
+            crate::Attrs::new().with("num_hidden", hidden),
+        )
+    };
+    let mut h = Symbol::var("data");
+    for i in 0..blocks {
+        let a = fc(format!("fa{i}"), &h, [64, 128, 256, 512, 96][i % 5])?;
+        let r = Symbol::op(
+            "Activation",
+            &format!("relu{i}"),
+            &[&a],
+            crate::Attrs::new().with("act_type", "relu"),
+        )?;
+        let b = fc(format!("fb{i}"), &r, 256)?;
+        h = Symbol::op(
+            "elemwise_add",
+            &format!("add{i}"),
+            &[&h, &b],
+            crate::Attrs::new(),
+        )?;
+    }
+    Ok(h)
+}

@@ -856,17 +856,18 @@ pub fn gradient(sym: &Symbol, wrt: &[String]) -> Result<Symbol> {
         }
     }
     let mut outputs: Vec<NodeEntry> = sym.outputs().to_vec();
+    // The first variable of each name, as a search in node order would find it.
+    let mut variables: HashMap<&str, usize> = HashMap::new();
+    for (i, n) in g.nodes.iter().enumerate().filter(|(_, n)| n.is_variable()) {
+        variables.entry(n.name.as_str()).or_insert(i);
+    }
     for name in wrt {
-        let v = g
-            .nodes
-            .iter()
-            .position(|n| n.is_variable() && &n.name == name)
-            .ok_or_else(|| {
-                invalid(
-                    "gradient",
-                    format!("'{name}' is not an argument of the symbol"),
-                )
-            })?;
+        let v = variables.get(name.as_str()).copied().ok_or_else(|| {
+            invalid(
+                "gradient",
+                format!("'{name}' is not an argument of the symbol"),
+            )
+        })?;
         let grad = match contributions.remove(&(v, 0)) {
             Some(parts) => sum(&g.nodes[v], 0, parts)?,
             // An argument the outputs do not depend on has a zero gradient.

@@ -152,11 +152,15 @@ pub fn infer(
         for (i, n) in g.nodes.iter().enumerate() {
             let Some(def) = n.op else { continue };
             let at = |what: String| format!("node '{}' ({}): {what}", n.name, def.name);
-            let ins: Vec<Option<Vec<usize>>> = g.inputs[i]
-                .iter()
-                .map(|&(src, idx)| shapes[g.entry(src, idx)].clone())
-                .collect();
+            let read = |shapes: &[Option<Vec<usize>>]| -> Vec<Option<Vec<usize>>> {
+                g.inputs[i]
+                    .iter()
+                    .map(|&(src, idx)| shapes[g.entry(src, idx)].clone())
+                    .collect()
+            };
+            let mut ins = read(&shapes);
             if let Some(rule) = def.infer_inputs {
+                let mut filled = false;
                 let wanted = rule(def.name, &n.attrs, &ins).map_err(|e| NdError::Invalid {
                     op: "infer_shape".into(),
                     reason: at(e.to_string()),
@@ -171,6 +175,7 @@ pub fn infer(
                             check_size(&s, &at(format!("input {k}")))?;
                             shapes[e] = Some(s);
                             changed = true;
+                            filled = true;
                         }
                         Ok(None) => {}
                         Err(()) => {
@@ -182,6 +187,12 @@ pub fn infer(
                             })
                         }
                     }
+                }
+                // Inputs just filled (weights from the data shape) serve this node's forward
+                // rule in the same round, so a deep stack of layers needs one round, not one per
+                // layer.
+                if filled {
+                    ins = read(&shapes);
                 }
             }
             let outs_known = (0..n.num_outputs()).all(|k| complete(&shapes[g.entry(i, k)]));

@@ -228,25 +228,78 @@ fn best_gap(taken: &mut [(u64, u64)], size: u64, align: u64) -> u64 {
     best.unwrap_or_else(|| align_up(cursor, align))
 }
 
+/// Placed units, found by time: a unit of short lifetime (at most `span` steps) sits in the bucket
+/// of its start step, so the ones meeting `[s, e]` started in `[s - span, e]`; the few long-lived
+/// units (above the 95th percentile of lifetimes) are checked one by one. Chain-like graphs then
+/// place in near-linear time instead of comparing every pair of units.
+struct TimeIndex {
+    span: u32,
+    width: u32,
+    buckets: Vec<Vec<usize>>,
+    long: Vec<usize>,
+}
+
+impl TimeIndex {
+    fn new(us: &[Unit]) -> TimeIndex {
+        let mut spans: Vec<u32> = us.iter().map(|u| u.end - u.start).collect();
+        spans.sort_unstable();
+        let span = spans.get(spans.len() * 95 / 100).copied().unwrap_or(0);
+        let steps = us.iter().map(|u| u.end + 1).max().unwrap_or(1);
+        let width = span.max(1);
+        TimeIndex {
+            span,
+            width,
+            buckets: vec![Vec::new(); (steps / width + 1) as usize],
+            long: Vec::new(),
+        }
+    }
+
+    fn insert(&mut self, us: &[Unit], i: usize) {
+        if us[i].end - us[i].start > self.span {
+            self.long.push(i);
+        } else {
+            self.buckets[(us[i].start / self.width) as usize].push(i);
+        }
+    }
+
+    /// Calls `f` with every inserted unit that overlaps unit `i` in time.
+    fn meeting(&self, us: &[Unit], i: usize, mut f: impl FnMut(usize)) {
+        let u = &us[i];
+        let lo = (u.start.saturating_sub(self.span) / self.width) as usize;
+        let hi = ((u.end / self.width) as usize).min(self.buckets.len() - 1);
+        for bucket in &self.buckets[lo..=hi] {
+            for &j in bucket {
+                if overlaps(u, &us[j]) {
+                    f(j);
+                }
+            }
+        }
+        for &j in &self.long {
+            if overlaps(u, &us[j]) {
+                f(j);
+            }
+        }
+    }
+}
+
 /// Places units in `order`, each at the best gap among already placed units it meets in time.
 fn greedy(us: &[Unit], order: &[usize]) -> Vec<u64> {
     let mut offsets = vec![0u64; us.len()];
-    let mut placed: Vec<usize> = Vec::with_capacity(us.len());
+    let mut placed = TimeIndex::new(us);
     let mut taken: Vec<(u64, u64)> = Vec::new();
     for &i in order {
         taken.clear();
-        taken.extend(
-            placed
-                .iter()
-                .filter(|&&j| overlaps(&us[i], &us[j]) && us[j].size > 0)
-                .map(|&j| (offsets[j], offsets[j] + us[j].size)),
-        );
+        placed.meeting(us, i, |j| {
+            if us[j].size > 0 {
+                taken.push((offsets[j], offsets[j] + us[j].size));
+            }
+        });
         offsets[i] = if us[i].size == 0 {
             0
         } else {
             best_gap(&mut taken, us[i].size, us[i].align)
         };
-        placed.push(i);
+        placed.insert(us, i);
     }
     offsets
 }
@@ -352,12 +405,33 @@ impl Xorshift {
     }
 }
 
+/// How many pairs of units meet in time (each pair once): about what one greedy placement costs.
+fn meeting_pairs(us: &[Unit]) -> u64 {
+    let mut starts: Vec<u32> = us.iter().map(|u| u.start).collect();
+    let mut ends: Vec<u32> = us.iter().map(|u| u.end).collect();
+    starts.sort_unstable();
+    ends.sort_unstable();
+    // The k-th unit to start meets every earlier-started unit that has not ended before it.
+    starts
+        .iter()
+        .enumerate()
+        .map(|(k, &s)| (k - ends.partition_point(|&e| e < s).min(k)) as u64)
+        .sum()
+}
+
 /// Tries greedy placement under several orders, the heap simulator and NNVM's search; then,
 /// until the budget is spent (or 400 rounds pass), perturbs the best order — moving a unit that
-/// touches the top of the arena earlier — and keeps any improvement. Never worse than
-/// greedy-by-size, which is among the candidates.
+/// touches the top of the arena earlier — and keeps any improvement. Stops as soon as a plan
+/// reaches the lower bound. Greedy placement costs about one step per pair of units that meet in
+/// time; where that would not fit the budget (the long-lived activations of very large training
+/// graphs), the near-linear heap simulator and NNVM's search go first and greedy runs only while
+/// its estimated cost still fits, so the strong solver is never worse than greedy-by-size within
+/// its budget, and never much slower than the budget.
 fn strong(us: &[Unit], budget: Duration) -> Vec<u64> {
     let t0 = Instant::now();
+    let bound = unit_lower_bound(us);
+    let greedy_cost = Duration::from_nanos(meeting_pairs(us).saturating_mul(8));
+    let greedy_fits = || t0.elapsed() + greedy_cost <= budget;
     let dur = |u: &Unit| u64::from(u.end - u.start + 1);
     let orders: Vec<Vec<usize>> = vec![
         order_by(us, |u| (u.size, dur(u))),
@@ -366,34 +440,47 @@ fn strong(us: &[Unit], budget: Duration) -> Vec<u64> {
         order_by(us, |u| (std::cmp::Reverse(u.start), u.size)),
         order_by(us, |u| (u.end, u.size)),
     ];
-    let mut best_order = orders[0].clone();
-    let mut best = greedy(us, &best_order);
-    let mut best_arena = arena_of(us, &best);
-    for o in &orders[1..] {
-        let cand = greedy(us, o);
+    let mut best: Option<(u64, Vec<u64>)> = None;
+    let mut best_order: Option<Vec<usize>> = None;
+    let mut consider = |cand: Vec<u64>, order: Option<&Vec<usize>>| {
         let a = arena_of(us, &cand);
-        if a < best_arena {
-            (best, best_arena, best_order) = (cand, a, o.clone());
+        if best.as_ref().is_none_or(|(b, _)| a < *b) {
+            best = Some((a, cand));
+            if let Some(o) = order {
+                best_order = Some(o.clone());
+            }
+        }
+        a <= bound
+    };
+    let cheap_first = !greedy_fits();
+    if cheap_first && (consider(best_fit_heap(us), None) || consider(best_nnvm(us).1, None)) {
+        return best.map(|b| b.1).unwrap_or_default();
+    }
+    for o in &orders {
+        if (!cheap_first || greedy_fits()) && consider(greedy(us, o), Some(o)) {
+            return best.map(|b| b.1).unwrap_or_default();
         }
     }
-    for cand in [best_fit_heap(us), best_nnvm(us).1] {
-        let a = arena_of(us, &cand);
-        if a < best_arena {
-            // Keep the order of the greedy best for further search; adopt the better plan.
-            (best, best_arena) = (cand, a);
-        }
+    if !cheap_first && (consider(best_fit_heap(us), None) || consider(best_nnvm(us).1, None)) {
+        return best.map(|b| b.1).unwrap_or_default();
     }
-    // Nothing beats the lower bound: stop searching once it is reached.
-    let bound = unit_lower_bound(us);
+    let (mut best_arena, mut best) = best.unwrap_or_default();
+    let Some(mut best_order) = best_order else {
+        return best;
+    };
     let mut rng = Xorshift(0x2545_F491_4F6C_DD1D);
     let mut rounds = 0;
     // Small problems are cheap to search much longer.
     let max_rounds = if us.len() <= 64 { 20_000 } else { 400 };
-    while best_arena > bound && t0.elapsed() < budget && rounds < max_rounds && us.len() > 1 {
+    let mut greedy_best = greedy(us, &best_order);
+    while best_arena > bound
+        && t0.elapsed() + greedy_cost < budget
+        && rounds < max_rounds
+        && us.len() > 1
+    {
         rounds += 1;
         let mut order = best_order.clone();
         // Units touching the top of the best greedy plan are what to move earlier.
-        let greedy_best = greedy(us, &order);
         let top = arena_of(us, &greedy_best);
         let tops: Vec<usize> = (0..order.len())
             .filter(|&k| greedy_best[order[k]] + us[order[k]].size == top)
@@ -410,10 +497,11 @@ fn strong(us: &[Unit], budget: Duration) -> Vec<u64> {
         let a = arena_of(us, &cand);
         if a <= best_arena {
             if a < best_arena {
-                best = cand;
+                best = cand.clone();
                 best_arena = a;
             }
             best_order = order;
+            greedy_best = cand;
         }
     }
     best
