@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use engine::{EngineBuilder, EngineKind};
-use ndarray_ops::{invoke, invoke_on, Attrs, DataParallel, NDArray, Runtime, Sgd, Symbol};
+use ndarray_ops::{invoke_on, Attrs, DataParallel, NDArray, Runtime, Sgd, Symbol};
 use storage::{Context, StorageConfig};
 
 /// Which model.
@@ -124,6 +124,8 @@ fn mlp() -> ndarray_ops::Result<Symbol> {
 /// What a training run measured.
 pub struct Report {
     pub test_accuracy: f64,
+    /// Mean cross-entropy over the training split at the end.
+    pub train_loss: f64,
     pub seconds: f64,
     pub samples_per_second: f64,
     pub planned_bytes: u64,
@@ -132,15 +134,16 @@ pub struct Report {
     pub devices: Vec<(Context, u64, u64)>,
 }
 
-/// Held-out accuracy over whole batches (the last partial batch of the split is left out).
-fn accuracy(
+/// Accuracy and mean cross-entropy over whole batches of a split (the last partial batch is left
+/// out), in inference mode.
+fn evaluate(
     dp: &DataParallel,
     data: &NDArray,
     x: &digits::Split,
     batch: usize,
     sample: &[usize],
-) -> ndarray_ops::Result<f64> {
-    let (mut hits, mut seen) = (0usize, 0usize);
+) -> ndarray_ops::Result<(f64, f64)> {
+    let (mut hits, mut seen, mut loss) = (0usize, 0usize, 0f64);
     let shape: Vec<usize> = std::iter::once(batch)
         .chain(sample.iter().copied())
         .collect();
@@ -151,15 +154,20 @@ fn accuracy(
         let chunk = data.slice(start, start + batch)?.reshape(&shape)?;
         let outputs = dp.predict(&[("data", &chunk)])?;
         for (out, rows) in outputs.iter().zip(dp.rows()) {
-            let pred = invoke("argmax", &[&out[0]], &Attrs::new().with("axis", 1), None)?
-                .remove(0)
-                .to_vec::<f32>()?;
+            let probs = out[0].to_vec::<f32>()?;
             let truth = &x.y[start + rows.start..start + rows.end];
-            hits += pred.iter().zip(truth).filter(|(p, y)| **p == **y).count();
+            for (p, &y) in probs.chunks(digits::CLASSES).zip(truth) {
+                let best = (0..p.len())
+                    .max_by(|&a, &b| p[a].total_cmp(&p[b]))
+                    .unwrap_or(0);
+                hits += usize::from(best as f32 == y);
+                loss -= f64::from(p[y as usize].max(1e-12)).ln();
+            }
         }
         seen += batch;
     }
-    Ok(hits as f64 / seen.max(1) as f64)
+    let seen = seen.max(1) as f64;
+    Ok((hits as f64 / seen, loss / seen))
 }
 
 /// Trains `model` for `epochs`, data-parallel over `contexts`, and evaluates it on the held-out
@@ -255,19 +263,23 @@ pub fn train(
         }
         if verbose {
             dp.wait()?;
+            let (_, train_loss) = evaluate(&dp, &xtr, &train, batch, &sample)?;
+            let (acc, _) = evaluate(&dp, &xte, &test, batch, &sample)?;
             println!(
-                "epoch {:>2}: test accuracy {:.2}%",
+                "epoch {:>2}: train loss {train_loss:.4}, test accuracy {:.2}%",
                 epoch + 1,
-                accuracy(&dp, &xte, &test, batch, &sample)? * 100.0
+                acc * 100.0
             );
         }
     }
     dp.wait()?;
     let seconds = t0.elapsed().as_secs_f64();
-    let test_accuracy = accuracy(&dp, &xte, &test, batch, &sample)?;
+    let (test_accuracy, _) = evaluate(&dp, &xte, &test, batch, &sample)?;
+    let (_, train_loss) = evaluate(&dp, &xtr, &train, batch, &sample)?;
     let mem = dp.memory_by_device();
     Ok(Report {
         test_accuracy,
+        train_loss,
         seconds,
         samples_per_second: samples as f64 / seconds,
         planned_bytes: mem.iter().map(|(_, m)| m.planned_bytes).sum(),
@@ -335,10 +347,11 @@ fn main() {
                     .iter()
                     .map(|(c, planned, allocated)| serde_json::json!({"context": c.to_string(), "planned_bytes": planned, "allocated_bytes": allocated}))
                     .collect();
-                report.insert(key.into(), serde_json::json!({"test_accuracy": r.test_accuracy, "seconds": r.seconds, "samples_per_second": r.samples_per_second, "planned_bytes": r.planned_bytes, "no_reuse_bytes": r.no_reuse_bytes, "devices": devices}));
+                report.insert(key.into(), serde_json::json!({"test_accuracy": r.test_accuracy, "train_loss": r.train_loss, "seconds": r.seconds, "samples_per_second": r.samples_per_second, "planned_bytes": r.planned_bytes, "no_reuse_bytes": r.no_reuse_bytes, "devices": devices}));
                 if !json {
                     println!(
-                        "{label}: test accuracy {:.2}% in {:.2} s ({:.0} samples/s); internal entries {} bytes without reuse, {} planned",
+                        "{label}: train loss {:.4}, test accuracy {:.2}% in {:.2} s ({:.0} samples/s); internal entries {} bytes without reuse, {} planned",
+                        r.train_loss,
                         r.test_accuracy * 100.0,
                         r.seconds,
                         r.samples_per_second,

@@ -266,3 +266,53 @@ fn outputs_that_repeat_or_are_inputs_get_copies() {
     assert_eq!(outs[2].to_vec::<f32>().unwrap(), vec![-1.0, 2.0, -3.0, 4.0]);
     assert!(exec.debug_str().contains("_copy"));
 }
+
+#[test]
+fn backward_takes_head_gradients_and_bind_takes_gradient_arrays() {
+    let rt = runtime(EngineKind::ThreadedPerDevice);
+    let ctx = Context::cpu(0);
+    // y = x * w (elementwise): dy/dw = x * head.
+    let (x, w) = (Symbol::var("x"), Symbol::var("w"));
+    let y = Symbol::op("elemwise_mul", "y", &[&x, &w], Attrs::new()).unwrap();
+    let shapes = HashMap::from([("x".to_string(), vec![4]), ("w".to_string(), vec![4])]);
+    let mine = rt.zeros(&[4], DType::F32, ctx).unwrap();
+    let opts = ndarray_ops::BindOptions {
+        grad_req: HashMap::from([("w".to_string(), ndarray_ops::GradReq::Write)]),
+        grad_arrays: HashMap::from([("w".to_string(), mine.clone())]),
+        ..Default::default()
+    };
+    let exec = Executor::bind_with_options(&rt, ctx, &y, &shapes, HashMap::new(), &opts).unwrap();
+    let args = exec.arg_dict();
+    rt.from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[4], ctx)
+        .unwrap()
+        .copy_into(&args["x"])
+        .unwrap();
+    exec.forward(true).unwrap();
+    let head = rt
+        .from_vec(vec![10.0f32, 20.0, 30.0, 40.0], &[4], ctx)
+        .unwrap();
+    exec.backward_with(&[head.clone()]).unwrap();
+    assert_eq!(mine.to_vec::<f32>().unwrap(), vec![10.0, 40.0, 90.0, 160.0]);
+    assert!(exec.grad_dict()["w"].shares_chunk(&mine));
+    let err = exec.backward_with(&[]).err().unwrap().to_string();
+    assert!(
+        err.contains("0 head gradients") && err.contains("take 1"),
+        "{err}"
+    );
+    // A gradient array of the wrong shape, or for an argument without a request, is refused.
+    for (name, shape) in [("w", vec![5]), ("x", vec![4])] {
+        let opts = ndarray_ops::BindOptions {
+            grad_req: HashMap::from([("w".to_string(), ndarray_ops::GradReq::Write)]),
+            grad_arrays: HashMap::from([(
+                name.to_string(),
+                rt.zeros(&shape, DType::F32, ctx).unwrap(),
+            )]),
+            ..Default::default()
+        };
+        let err = Executor::bind_with_options(&rt, ctx, &y, &shapes, HashMap::new(), &opts)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains(&format!("'{name}'")), "{err}");
+    }
+}

@@ -61,6 +61,8 @@ pub struct BindOptions {
     /// Devices of context groups (nodes' `__ctx_group__` attribute) for model parallelism.
     /// Empty: every node on the bind's context.
     pub group2ctx: HashMap<String, Context>,
+    /// Gradient arrays to write (or add) into, by argument name; the others are allocated.
+    pub grad_arrays: HashMap<String, NDArray>,
 }
 
 /// A symbol bound to arrays.
@@ -79,6 +81,8 @@ pub struct Executor {
     forward_nodes: Option<Vec<bool>>,
     /// Nodes with nothing to run (assignments whose value was computed in place).
     skip: Vec<bool>,
+    /// The head-gradient arguments, in output order (with gradients).
+    head_names: Vec<String>,
     /// Gradient arrays of the arguments differentiated, with their requests.
     grads: Vec<(String, NDArray, GradReq)>,
     /// The device of each node.
@@ -276,10 +280,37 @@ impl Executor {
             .iter()
             .map(|&(n, k)| g.entry(n, k))
             .collect();
+        let mut given_grads = opts.grad_arrays.clone();
+        if let Some(bad) = given_grads.keys().find(|k| !wrt.contains(k)) {
+            return Err(invalid(
+                "bind",
+                format!("a gradient array is given for '{bad}', which has no gradient request"),
+            ));
+        }
         for (k, name) in wrt.iter().enumerate() {
             let (node, i) = g.outputs[num_outputs + k];
             let e = g.entry(node, i);
-            let grad = rt.zeros(&inferred.shapes[e], inferred.dtypes[e], entry_device[e])?;
+            let (shape, dtype, dev) = (&inferred.shapes[e], inferred.dtypes[e], entry_device[e]);
+            let grad = match given_grads.remove(name) {
+                Some(a)
+                    if a.shape() == shape.as_slice() && a.dtype() == dtype && a.ctx() == dev =>
+                {
+                    a
+                }
+                Some(a) => {
+                    return Err(NdError::Shape {
+                        op: "bind".into(),
+                        arg: format!("gradient of '{name}'"),
+                        found: a.shape().to_vec(),
+                        expected: format!(
+                            "shape {shape:?}, dtype {dtype} on {dev} (it is {} on {})",
+                            a.dtype(),
+                            a.ctx()
+                        ),
+                    })
+                }
+                None => rt.zeros(shape, dtype, dev)?,
+            };
             let req = opts.grad_req[name];
             match req {
                 GradReq::Write => bound[e] = Some(grad.clone()),
@@ -385,6 +416,14 @@ impl Executor {
             num_outputs,
             forward_nodes,
             skip,
+            head_names: if wrt.is_empty() {
+                vec![]
+            } else {
+                head_grad_names(symbol)
+                    .into_iter()
+                    .map(|(n, _)| n)
+                    .collect()
+            },
             grads,
             arenas,
             memory,
@@ -415,6 +454,32 @@ impl Executor {
             }
         }
         Ok(())
+    }
+
+    /// [`Executor::backward`] with head gradients: `head_grads[k]` is copied into the head
+    /// gradient of the `k`-th output that takes one (outputs of loss ops take none), as MXNet's
+    /// `backward(out_grads)`.
+    pub fn backward_with(&self, head_grads: &[NDArray]) -> Result<()> {
+        let args = self.arg_dict();
+        let heads: Vec<&NDArray> = self
+            .head_names
+            .iter()
+            .filter_map(|name| args.get(name))
+            .collect();
+        if heads.len() != head_grads.len() {
+            return Err(invalid(
+                "backward",
+                format!(
+                    "{} head gradients given; the outputs take {}",
+                    head_grads.len(),
+                    heads.len()
+                ),
+            ));
+        }
+        for (src, dst) in head_grads.iter().zip(heads) {
+            src.copy_into(dst)?;
+        }
+        self.backward()
     }
 
     /// Gradient arrays by argument name.
