@@ -155,6 +155,16 @@ pub fn symbol_problem(
     shapes: &HashMap<String, Vec<usize>>,
     train: bool,
 ) -> Result<(GraphProblem, usize)> {
+    let desc = symbol_desc(symbol, shapes, train)?;
+    Ok((graph_problem(&desc)?, desc.nodes.len()))
+}
+
+/// The graph [`symbol_problem`] plans, before the in-place pass (for reordering).
+pub fn symbol_desc(
+    symbol: &Symbol,
+    shapes: &HashMap<String, Vec<usize>>,
+    train: bool,
+) -> Result<GraphDesc> {
     let symbol = symbol.with_copy_nodes()?;
     let forward = infer(&symbol, shapes, &HashMap::new())?;
     let mut all_shapes = shapes.clone();
@@ -192,7 +202,101 @@ pub fn symbol_problem(
     for (e, _) in assign_aliases(&desc, &[]).entries {
         desc.external[e] = true;
     }
-    Ok((graph_problem(&desc)?, g.nodes.len()))
+    Ok(desc)
+}
+
+/// A topological order chosen to lower peak memory (beyond the references, which plan in the
+/// order they are given): list scheduling that, among the nodes whose inputs are ready, runs the
+/// one that adds the fewest live bytes — its internal outputs minus the internal inputs it reads
+/// last, plus what a consumer it alone unblocks would free right after — earliest original
+/// position first among equals. Variables run first (they allocate
+/// nothing). The same entries, nodes and outputs, in another order.
+pub fn reorder_for_memory(g: &GraphDesc) -> GraphDesc {
+    let n = g.nodes.len();
+    let n_entries = g.entry_bytes.len();
+    let internal = |e: usize| !g.external.get(e).copied().unwrap_or(true);
+    let mut producer = vec![usize::MAX; n_entries];
+    for (t, (_, _, _, outs)) in g.nodes.iter().enumerate() {
+        for &e in outs {
+            if let Some(p) = producer.get_mut(e) {
+                *p = t;
+            }
+        }
+    }
+    let mut waiting = vec![0usize; n];
+    let mut consumers: Vec<Vec<usize>> = vec![vec![]; n];
+    let mut readers_left = vec![0usize; n_entries];
+    for (t, (_, _, ins, _)) in g.nodes.iter().enumerate() {
+        for &e in ins {
+            if let Some(r) = readers_left.get_mut(e) {
+                *r += 1;
+            }
+            if let Some(&p) = producer.get(e).filter(|&&p| p != usize::MAX) {
+                waiting[t] += 1;
+                consumers[p].push(t);
+            }
+        }
+    }
+    let kept: Vec<bool> = (0..n_entries).map(|e| g.outputs.contains(&e)).collect();
+    let cost = |t: usize, readers_left: &[usize]| -> i64 {
+        let (_, _, ins, outs) = &g.nodes[t];
+        let alloc: u64 = outs
+            .iter()
+            .filter(|&&e| internal(e))
+            .map(|&e| g.entry_bytes[e])
+            .sum();
+        let mut freed = 0u64;
+        for (k, &e) in ins.iter().enumerate() {
+            let here = ins.iter().filter(|&&x| x == e).count();
+            let first = ins.iter().position(|&x| x == e) == Some(k);
+            if first && internal(e) && !kept[e] && readers_left[e] == here {
+                freed += g.entry_bytes[e];
+            }
+        }
+        alloc as i64 - freed as i64
+    };
+    // One step of lookahead: a node that allocates but lets a consumer run at once and free
+    // more (a big intermediate reduced right away) scores by the pair.
+    let score = |t: usize, readers_left: &[usize], waiting: &[usize]| -> i64 {
+        let own = cost(t, readers_left);
+        let next = consumers[t]
+            .iter()
+            .filter(|&&c| waiting[c] == consumers[t].iter().filter(|&&x| x == c).count())
+            .map(|&c| cost(c, readers_left))
+            .min()
+            .unwrap_or(0);
+        own + next.min(0)
+    };
+    let mut ready: Vec<usize> = (0..n).filter(|&t| waiting[t] == 0).collect();
+    let mut order = Vec::with_capacity(n);
+    while !ready.is_empty() {
+        let pick = (0..ready.len())
+            .min_by_key(|&k| {
+                let t = ready[k];
+                let variable = g.nodes[t].0.is_none();
+                (!variable, score(t, &readers_left, &waiting), t)
+            })
+            .unwrap_or(0);
+        let t = ready.swap_remove(pick);
+        order.push(t);
+        for &e in &g.nodes[t].2 {
+            if let Some(r) = readers_left.get_mut(e) {
+                *r = r.saturating_sub(1);
+            }
+        }
+        for &c in &consumers[t] {
+            waiting[c] -= 1;
+            if waiting[c] == 0 {
+                ready.push(c);
+            }
+        }
+    }
+    GraphDesc {
+        nodes: order.into_iter().map(|t| g.nodes[t].clone()).collect(),
+        entry_bytes: g.entry_bytes.clone(),
+        external: g.external.clone(),
+        outputs: g.outputs.clone(),
+    }
 }
 
 /// Where assignments put their results (see [`assign_aliases`]).
