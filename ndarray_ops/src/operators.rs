@@ -11,7 +11,27 @@ fn one(name: &str, inputs: &[&NDArray], attrs: &Attrs) -> Result<NDArray> {
 }
 
 fn scalar(name: &str, a: &NDArray, s: f64) -> Result<NDArray> {
-    one(name, &[a], &Attrs::new().with("scalar", s))
+    one(name, &[a], &scalar_attrs(s))
+}
+
+/// `scalar=s` as attributes. Loops apply the same scalar again and again (`x = &x + 1.0`), so
+/// the last one made on this thread is kept: building the map costs four allocations and a float
+/// formatting, a tenth of a tiny op.
+fn scalar_attrs(s: f64) -> Attrs {
+    thread_local! {
+        static LAST: std::cell::RefCell<Option<(u64, Attrs)>> = const { std::cell::RefCell::new(None) };
+    }
+    LAST.with(|last| {
+        let mut last = last.borrow_mut();
+        match &*last {
+            Some((bits, attrs)) if *bits == s.to_bits() => attrs.clone(),
+            _ => {
+                let attrs = Attrs::new().with("scalar", s);
+                *last = Some((s.to_bits(), attrs.clone()));
+                attrs
+            }
+        }
+    })
 }
 
 macro_rules! binop {
@@ -64,24 +84,12 @@ impl NDArray {
 
     /// `self += s`.
     pub fn add_scalar_inplace(&self, s: f64) -> Result<()> {
-        invoke(
-            "_plus_scalar",
-            &[self],
-            &Attrs::new().with("scalar", s),
-            Some(&[self]),
-        )
-        .map(drop)
+        invoke("_plus_scalar", &[self], &scalar_attrs(s), Some(&[self])).map(drop)
     }
 
     /// `self *= s`.
     pub fn mul_scalar_inplace(&self, s: f64) -> Result<()> {
-        invoke(
-            "_mul_scalar",
-            &[self],
-            &Attrs::new().with("scalar", s),
-            Some(&[self]),
-        )
-        .map(drop)
+        invoke("_mul_scalar", &[self], &scalar_attrs(s), Some(&[self])).map(drop)
     }
 
     /// Matrix product (see the `dot` op).

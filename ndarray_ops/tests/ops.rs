@@ -459,3 +459,25 @@ fn copies_between_contexts() {
     let e = rt.zeros(&[2], DType::F32, Context::gpu(0)).unwrap_err();
     assert!(e.to_string().contains("gpu(0)"), "{e}");
 }
+
+#[test]
+fn scalar_operators_use_the_scalar_given_each_time() {
+    let rt = rt();
+    let x = rt
+        .from_vec(vec![1.0f32, 2.0], &[2], Context::cpu(0))
+        .unwrap();
+    // The operators keep the last scalar's attributes; alternating scalars must not mix them up.
+    for (s, want) in [
+        (1.0, [2.0f32, 3.0]),
+        (2.0, [3.0, 4.0]),
+        (1.0, [2.0, 3.0]),
+        (-0.0, [1.0, 2.0]),
+    ] {
+        assert_eq!((&x + s).unwrap().to_vec::<f32>().unwrap(), want, "x + {s}");
+    }
+    assert_eq!((&x * 3.0).unwrap().to_vec::<f32>().unwrap(), [3.0, 6.0]);
+    let y = x.copy_to(Context::cpu(0)).unwrap();
+    y.add_scalar_inplace(0.5).unwrap();
+    y.mul_scalar_inplace(2.0).unwrap();
+    assert_eq!(y.to_vec::<f32>().unwrap(), [3.0, 5.0]);
+}
