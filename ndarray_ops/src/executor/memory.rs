@@ -1,5 +1,6 @@
-//! The executor's planned memory on one device: one arena block from the storage pool, one region
-//! (with a var of its own) per planned buffer, and the engine dependencies that make reuse safe.
+//! The executor's planned memory: per device, a plan of the entries there, one arena block from
+//! the storage pool, one region (with a var of its own) per planned buffer, and the engine
+//! dependencies that make reuse safe.
 //!
 //! Two buffers may share addresses when the plan's order never has them live at once, but the
 //! threaded engine does not run ops in that order: a node writing buffer B may start while an
@@ -18,11 +19,93 @@ use std::sync::Arc;
 
 use engine::Var;
 use parking_lot::Mutex;
-use storage::plan::{Plan, Problem};
+use storage::plan::{lower_bound, solve, verify, Plan, Problem, SolverKind};
 use storage::Context;
 
-use crate::error::Result;
+use super::bind::FullGraph;
+use super::{MemoryPlanning, MemoryReport};
+use crate::error::{invalid, Result};
+use crate::plan::{graph_problem, GraphDesc};
 use crate::{DType, NDArray, Runtime};
+
+/// Every entry's array, the arenas, and the memory figures per device.
+pub(super) struct Allocated {
+    pub(super) entries: Vec<NDArray>,
+    pub(super) arenas: Vec<Arena>,
+    pub(super) reports: Vec<(Context, MemoryReport)>,
+}
+
+/// Plans and allocates the entries not `bound`, one device at a time (entries elsewhere are
+/// external to a device's problem; `kept` entries live to the end of a pass).
+pub(super) fn allocate(
+    rt: &Arc<Runtime>,
+    full: &FullGraph,
+    bound: &[Option<NDArray>],
+    kept: &[usize],
+    planning: MemoryPlanning,
+) -> Result<Allocated> {
+    let (inf, n) = (&full.inferred, bound.len());
+    let mut devices: Vec<Context> = full.devices.clone();
+    devices.sort_by_key(|c| c.to_string());
+    devices.dedup();
+    let solver = match planning {
+        MemoryPlanning::Arena(kind) => kind,
+        MemoryPlanning::NoReuse => SolverKind::GreedyBySize,
+    };
+    let mut entries: Vec<Option<NDArray>> = bound.to_vec();
+    let mut out = Allocated {
+        entries: vec![],
+        arenas: vec![],
+        reports: vec![],
+    };
+    for dev in devices {
+        let here = |e: usize| full.entry_device[e] == dev;
+        let external = (0..n).map(|e| bound[e].is_some() || !here(e)).collect();
+        let desc = GraphDesc::of(
+            inf,
+            external,
+            kept.iter().copied().filter(|&e| here(e)).collect(),
+        );
+        let gp = graph_problem(&desc)?;
+        let mine: Vec<usize> = (0..n).filter(|&e| bound[e].is_none() && here(e)).collect();
+        let no_reuse_bytes = mine.iter().map(|&e| desc.entry_bytes[e]).sum();
+        let plan = solve(&gp.problem, solver);
+        verify(&gp.problem, &plan)
+            .map_err(|e| invalid("bind", format!("the memory plan for {dev} is invalid: {e}")))?;
+        let arena = match planning {
+            MemoryPlanning::Arena(_) => Some(
+                Arena::new(rt, dev, &gp.problem, &plan, inf.graph.nodes.len())
+                    .map_err(|e| invalid("bind", format!("memory for {dev}: {e}")))?,
+            ),
+            MemoryPlanning::NoReuse => None,
+        };
+        for &e in &mine {
+            let (shape, dtype) = (&inf.shapes[e], inf.dtypes[e]);
+            entries[e] = Some(match (&arena, gp.buffer_of[e]) {
+                (Some(arena), Some(b)) => arena.entry(b, shape, dtype)?,
+                _ => rt.empty(shape, dtype, dev)?,
+            });
+        }
+        out.reports.push((
+            dev,
+            MemoryReport {
+                no_reuse_bytes,
+                planned_bytes: plan.arena,
+                lower_bound_bytes: lower_bound(&gp.problem),
+                allocated_bytes: arena.as_ref().map_or(no_reuse_bytes, Arena::bytes),
+                entries: gp.entries,
+                inplace: gp.inplace,
+            },
+        ));
+        out.arenas.extend(arena);
+    }
+    out.entries = entries
+        .into_iter()
+        .enumerate()
+        .map(|(e, a)| a.ok_or_else(|| invalid("bind", format!("entry {e} got no array"))))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(out)
+}
 
 /// A bound graph's internal buffers placed in one arena.
 pub(crate) struct Arena {

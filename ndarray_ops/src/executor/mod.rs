@@ -7,19 +7,20 @@
 //! wherever two buffers share addresses, so the plan is safe on the threaded engines. With
 //! [`MemoryPlanning::NoReuse`] every entry gets its own block instead (the reference).
 
+mod bind;
 mod memory;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use storage::plan::{lower_bound, solve, verify, SolverKind};
+use storage::plan::SolverKind;
 use storage::Context;
 
 use crate::error::{invalid, NdError, Result};
 use crate::ops::{prepare, IS_TRAIN};
-use crate::plan::{assign_aliases, graph_problem, GraphDesc};
-use crate::symbol::{gradient, head_grad_names, infer, place, Inferred, Placed};
+use crate::plan::{assign_aliases, GraphDesc};
+use crate::symbol::Inferred;
 use crate::{NDArray, Runtime, Symbol};
 
 use memory::Arena;
@@ -178,156 +179,14 @@ impl Executor {
         mut given: HashMap<String, NDArray>,
         opts: &BindOptions,
     ) -> Result<Executor> {
-        let args = symbol.list_arguments();
-        if let Some(bad) = opts.grad_req.keys().find(|k| !args.contains(k)) {
-            return Err(invalid(
-                "bind",
-                format!("grad_req names '{bad}', which is not an argument"),
-            ));
-        }
-        let wrt: Vec<String> = args
-            .iter()
-            .filter(|a| opts.grad_req.get(*a).is_some_and(|r| *r != GradReq::Null))
-            .cloned()
-            .collect();
-        let num_outputs = symbol.outputs().len();
-        // Given arrays fix their own shapes and dtypes.
-        let mut dtypes: HashMap<_, _> = given.iter().map(|(k, v)| (k.clone(), v.dtype())).collect();
-        let mut shapes = shapes.clone();
-        shapes.extend(given.iter().map(|(k, v)| (k.clone(), v.shape().to_vec())));
-        let full = if wrt.is_empty() {
-            symbol.clone()
-        } else {
-            // Head gradients take their output's shape and dtype.
-            let forward = infer(symbol, &shapes, &dtypes)?;
-            let (out_shapes, out_dtypes) = (forward.output_shapes(), forward.output_dtypes());
-            for (name, i) in head_grad_names(symbol) {
-                shapes.insert(name.clone(), out_shapes[i].clone());
-                dtypes.insert(name, out_dtypes[i]);
-            }
-            gradient(symbol, &wrt)?
-        };
-        // Each output gets storage of its own (MXNet's copy nodes), then every node a device.
-        let full = full.with_copy_nodes()?;
-        let placed = if opts.group2ctx.is_empty() {
-            let devices = vec![ctx; full.indexed().nodes.len()];
-            Placed {
-                symbol: full,
-                devices,
-            }
-        } else {
-            // Gradients are wanted where their arguments live.
-            let first = place(&full, &opts.group2ctx, ctx, &[])?;
-            let g = first.symbol.indexed();
-            let var_device = |name: &str| {
-                g.nodes
-                    .iter()
-                    .position(|n| n.is_variable() && n.name == name)
-                    .map(|i| first.devices[i])
-            };
-            let wanted: Vec<Option<Context>> = (0..num_outputs)
-                .map(|_| None)
-                .chain(wrt.iter().map(|a| var_device(a)))
-                .collect();
-            place(&full, &opts.group2ctx, ctx, &wanted)?
-        };
-        let (full, devices) = (placed.symbol, placed.devices);
-        let inferred = infer(&full, &shapes, &dtypes)?;
-        let g = &inferred.graph;
-        let (arg_names, aux_names) = (full.list_arguments(), full.list_auxiliary_states());
-        let n = g.num_entries();
-        let entry_device: Vec<Context> = (0..g.nodes.len())
-            .flat_map(|i| std::iter::repeat_n(devices[i], g.nodes[i].num_outputs()))
-            .collect();
-        let mut bound: Vec<Option<NDArray>> = vec![None; n];
-
-        // Variables: given arrays or fresh ones, on their devices.
-        for (i, node) in g.nodes.iter().enumerate().filter(|(_, v)| v.is_variable()) {
-            let e = g.entry(i, 0);
-            let (shape, dtype, dev) = (&inferred.shapes[e], inferred.dtypes[e], devices[i]);
-            bound[e] = Some(match given.remove(&node.name) {
-                Some(a) => {
-                    if a.shape() != shape.as_slice() || a.dtype() != dtype || a.ctx() != dev {
-                        return Err(NdError::Shape {
-                            op: "bind".into(),
-                            arg: node.name.clone(),
-                            found: a.shape().to_vec(),
-                            expected: format!(
-                                "shape {shape:?}, dtype {dtype} on {dev} (it is {} on {})",
-                                a.dtype(),
-                                a.ctx()
-                            ),
-                        });
-                    }
-                    a
-                }
-                None => {
-                    let one = aux_names.contains(&node.name) && node.name.ends_with("var");
-                    rt.full(shape, if one { 1.0 } else { 0.0 }, dtype, dev)?
-                }
-            });
-        }
-        if let Some(name) = given.keys().next() {
-            return Err(invalid(
-                "bind",
-                format!("array '{name}' names no argument or auxiliary state of the symbol"),
-            ));
-        }
-        // Gradients: `write` gradients are computed straight into the bound array; `add`
-        // gradients into a planned entry kept to the end, then added.
-        let mut grads = vec![];
-        let mut kept: Vec<usize> = g.outputs[..num_outputs]
-            .iter()
-            .map(|&(n, k)| g.entry(n, k))
-            .collect();
-        let mut given_grads = opts.grad_arrays.clone();
-        if let Some(bad) = given_grads.keys().find(|k| !wrt.contains(k)) {
-            return Err(invalid(
-                "bind",
-                format!("a gradient array is given for '{bad}', which has no gradient request"),
-            ));
-        }
-        for (k, name) in wrt.iter().enumerate() {
-            let (node, i) = g.outputs[num_outputs + k];
-            let e = g.entry(node, i);
-            let (shape, dtype, dev) = (&inferred.shapes[e], inferred.dtypes[e], entry_device[e]);
-            let grad = match given_grads.remove(name) {
-                Some(a)
-                    if a.shape() == shape.as_slice() && a.dtype() == dtype && a.ctx() == dev =>
-                {
-                    a
-                }
-                Some(a) => {
-                    return Err(NdError::Shape {
-                        op: "bind".into(),
-                        arg: format!("gradient of '{name}'"),
-                        found: a.shape().to_vec(),
-                        expected: format!(
-                            "shape {shape:?}, dtype {dtype} on {dev} (it is {} on {})",
-                            a.dtype(),
-                            a.ctx()
-                        ),
-                    })
-                }
-                None => rt.zeros(shape, dtype, dev)?,
-            };
-            let req = opts.grad_req[name];
-            match req {
-                GradReq::Write => bound[e] = Some(grad.clone()),
-                _ => kept.push(e),
-            }
-            grads.push((name.clone(), grad, req));
-        }
+        let full = bind::full_graph(symbol, ctx, shapes, &given, opts)?;
+        let g = &full.inferred.graph;
+        let arrays = bind::bind_arrays(rt, &full, &mut given, opts)?;
         // Assignments write into their variables (NNVM's assign cases).
-        let device_index: Vec<usize> = entry_device
-            .iter()
-            .map(|d| devices.iter().position(|x| x == d).unwrap_or(0))
-            .collect();
+        let mut bound = arrays.bound;
         let external = bound.iter().map(Option::is_some).collect();
-        let aliases = assign_aliases(
-            &GraphDesc::of(&inferred, external, kept.clone()),
-            &device_index,
-        );
+        let desc = GraphDesc::of(&full.inferred, external, arrays.kept.clone());
+        let aliases = assign_aliases(&desc, &full.entry_device_ids());
         for &(e, var) in &aliases.entries {
             bound[e] = bound[var].clone();
         }
@@ -335,98 +194,28 @@ impl Executor {
         for &t in &aliases.noops {
             skip[t] = true;
         }
-        // One plan and one arena per device.
-        let mut device_list: Vec<Context> = devices.clone();
-        device_list.sort_by_key(|c| c.to_string());
-        device_list.dedup();
-        let solver = match opts.memory {
-            MemoryPlanning::Arena(kind) => kind,
-            MemoryPlanning::NoReuse => SolverKind::GreedyBySize,
-        };
-        let mut entries: Vec<Option<NDArray>> = bound.clone();
-        let mut memory = Vec::with_capacity(device_list.len());
-        let mut arenas = Vec::new();
-        for &dev in &device_list {
-            let external = (0..n)
-                .map(|e| bound[e].is_some() || entry_device[e] != dev)
-                .collect();
-            let kept_here = kept.iter().copied().filter(|&e| entry_device[e] == dev);
-            let desc = GraphDesc::of(&inferred, external, kept_here.collect());
-            let gp = graph_problem(&desc)?;
-            let mine: Vec<usize> = (0..n)
-                .filter(|&e| bound[e].is_none() && entry_device[e] == dev)
-                .collect();
-            let no_reuse_bytes = mine.iter().map(|&e| desc.entry_bytes[e]).sum();
-            let plan = solve(&gp.problem, solver);
-            verify(&gp.problem, &plan).map_err(|e| {
-                invalid("bind", format!("the memory plan for {dev} is invalid: {e}"))
-            })?;
-            let arena = match opts.memory {
-                MemoryPlanning::Arena(_) => Some(
-                    Arena::new(rt, dev, &gp.problem, &plan, g.nodes.len())
-                        .map_err(|e| invalid("bind", format!("memory for {dev}: {e}")))?,
-                ),
-                MemoryPlanning::NoReuse => None,
-            };
-            for &e in &mine {
-                let (shape, dtype) = (&inferred.shapes[e], inferred.dtypes[e]);
-                entries[e] = Some(match (&arena, gp.buffer_of[e]) {
-                    (Some(arena), Some(b)) => arena.entry(b, shape, dtype)?,
-                    _ => rt.empty(shape, dtype, dev)?,
-                });
-            }
-            memory.push((
-                dev,
-                MemoryReport {
-                    no_reuse_bytes,
-                    planned_bytes: plan.arena,
-                    lower_bound_bytes: lower_bound(&gp.problem),
-                    allocated_bytes: arena.as_ref().map_or(no_reuse_bytes, Arena::bytes),
-                    entries: gp.entries,
-                    inplace: gp.inplace,
-                },
-            ));
-            arenas.extend(arena);
-        }
-        let entries = entries
-            .into_iter()
-            .enumerate()
-            .map(|(e, a)| a.ok_or_else(|| invalid("bind", format!("entry {e} got no array"))))
-            .collect::<Result<Vec<_>>>()?;
-        // With gradients, the forward pass runs what the symbol's own outputs need.
-        let forward_nodes = (!wrt.is_empty()).then(|| {
-            let mut needed = vec![false; g.nodes.len()];
-            let mut stack: Vec<usize> = g.outputs[..num_outputs].iter().map(|&(n, _)| n).collect();
-            while let Some(n) = stack.pop() {
-                if !std::mem::replace(&mut needed[n], true) {
-                    stack.extend(g.inputs[n].iter().map(|&(s, _)| s));
-                }
-            }
-            needed
-        });
+        let memory = memory::allocate(rt, &full, &bound, &arrays.kept, opts.memory)?;
+        let forward_nodes = (!full.wrt.is_empty()).then(|| full.forward_nodes());
+        let (arg_names, aux_names) = (
+            full.symbol.list_arguments(),
+            full.symbol.list_auxiliary_states(),
+        );
         Ok(Executor {
             rt: rt.clone(),
             ctx,
-            symbol: full,
-            inferred,
-            devices,
-            entries,
+            symbol: full.symbol,
+            inferred: full.inferred,
+            devices: full.devices,
+            entries: memory.entries,
             arg_names,
             aux_names,
-            num_outputs,
+            num_outputs: full.num_outputs,
             forward_nodes,
             skip,
-            head_names: if wrt.is_empty() {
-                vec![]
-            } else {
-                head_grad_names(symbol)
-                    .into_iter()
-                    .map(|(n, _)| n)
-                    .collect()
-            },
-            grads,
-            arenas,
-            memory,
+            head_names: full.head_names,
+            grads: arrays.grads,
+            arenas: memory.arenas,
+            memory: memory.reports,
         })
     }
 

@@ -1,0 +1,227 @@
+//! The stages of a bind before memory: the graph to run (gradients, copy nodes, placement,
+//! inference), then the arrays the caller owns (arguments, auxiliary states, gradients).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use storage::Context;
+
+use super::{BindOptions, GradReq};
+use crate::error::{invalid, NdError, Result};
+use crate::symbol::{gradient, head_grad_names, infer, place, Inferred, Placed};
+use crate::{DType, NDArray, Runtime, Symbol};
+
+/// The graph a bind runs: the symbol's outputs followed by the requested gradients, with copy
+/// nodes, a device per node, and every shape and dtype.
+pub(super) struct FullGraph {
+    pub(super) symbol: Symbol,
+    pub(super) inferred: Inferred,
+    /// The device of each node.
+    pub(super) devices: Vec<Context>,
+    /// The device of each entry.
+    pub(super) entry_device: Vec<Context>,
+    /// The symbol's own outputs (the rest are gradients).
+    pub(super) num_outputs: usize,
+    /// Arguments differentiated, in gradient-output order.
+    pub(super) wrt: Vec<String>,
+    /// Head-gradient arguments, in output order (empty without gradients).
+    pub(super) head_names: Vec<String>,
+}
+
+impl FullGraph {
+    /// Each entry's device as a small integer (equal devices, equal ids).
+    pub(super) fn entry_device_ids(&self) -> Vec<usize> {
+        self.entry_device
+            .iter()
+            .map(|d| self.devices.iter().position(|x| x == d).unwrap_or(0))
+            .collect()
+    }
+
+    /// The nodes the forward pass runs: what the symbol's own outputs need.
+    pub(super) fn forward_nodes(&self) -> Vec<bool> {
+        let g = &self.inferred.graph;
+        let mut needed = vec![false; g.nodes.len()];
+        let mut stack: Vec<usize> = g.outputs[..self.num_outputs]
+            .iter()
+            .map(|&(n, _)| n)
+            .collect();
+        while let Some(n) = stack.pop() {
+            if !std::mem::replace(&mut needed[n], true) {
+                stack.extend(g.inputs[n].iter().map(|&(s, _)| s));
+            }
+        }
+        needed
+    }
+}
+
+/// Gradient pass (for the arguments with a request), copy nodes, placement and inference.
+pub(super) fn full_graph(
+    symbol: &Symbol,
+    ctx: Context,
+    shapes: &HashMap<String, Vec<usize>>,
+    given: &HashMap<String, NDArray>,
+    opts: &BindOptions,
+) -> Result<FullGraph> {
+    let args = symbol.list_arguments();
+    if let Some(bad) = opts.grad_req.keys().find(|k| !args.contains(k)) {
+        return Err(invalid(
+            "bind",
+            format!("grad_req names '{bad}', which is not an argument"),
+        ));
+    }
+    let wrt: Vec<String> = args
+        .iter()
+        .filter(|a| opts.grad_req.get(*a).is_some_and(|r| *r != GradReq::Null))
+        .cloned()
+        .collect();
+    let num_outputs = symbol.outputs().len();
+    // Given arrays fix their own shapes and dtypes.
+    let mut dtypes: HashMap<String, DType> =
+        given.iter().map(|(k, v)| (k.clone(), v.dtype())).collect();
+    let mut shapes = shapes.clone();
+    shapes.extend(given.iter().map(|(k, v)| (k.clone(), v.shape().to_vec())));
+    let mut head_names = vec![];
+    let full = if wrt.is_empty() {
+        symbol.clone()
+    } else {
+        // Head gradients take their output's shape and dtype.
+        let forward = infer(symbol, &shapes, &dtypes)?;
+        let (out_shapes, out_dtypes) = (forward.output_shapes(), forward.output_dtypes());
+        for (name, i) in head_grad_names(symbol) {
+            shapes.insert(name.clone(), out_shapes[i].clone());
+            dtypes.insert(name.clone(), out_dtypes[i]);
+            head_names.push(name);
+        }
+        gradient(symbol, &wrt)?
+    };
+    // Each output gets storage of its own (MXNet's copy nodes), then every node a device.
+    let full = full.with_copy_nodes()?;
+    let placed = if opts.group2ctx.is_empty() {
+        let devices = vec![ctx; full.indexed().nodes.len()];
+        Placed {
+            symbol: full,
+            devices,
+        }
+    } else {
+        // Gradients are wanted where their arguments live.
+        let first = place(&full, &opts.group2ctx, ctx, &[])?;
+        let g = first.symbol.indexed();
+        let var_device = |name: &str| {
+            g.nodes
+                .iter()
+                .position(|n| n.is_variable() && n.name == name)
+                .map(|i| first.devices[i])
+        };
+        let wanted: Vec<Option<Context>> = (0..num_outputs)
+            .map(|_| None)
+            .chain(wrt.iter().map(|a| var_device(a)))
+            .collect();
+        place(&full, &opts.group2ctx, ctx, &wanted)?
+    };
+    let inferred = infer(&placed.symbol, &shapes, &dtypes)?;
+    let g = &inferred.graph;
+    let entry_device = (0..g.nodes.len())
+        .flat_map(|i| std::iter::repeat_n(placed.devices[i], g.nodes[i].num_outputs()))
+        .collect();
+    Ok(FullGraph {
+        symbol: placed.symbol,
+        inferred,
+        devices: placed.devices,
+        entry_device,
+        num_outputs,
+        wrt,
+        head_names,
+    })
+}
+
+/// The arrays a bind owns or was given.
+pub(super) struct BoundArrays {
+    /// Per entry: the array it is (variables, `write` gradients), or `None` (planned).
+    pub(super) bound: Vec<Option<NDArray>>,
+    /// Internal entries kept to the end of a pass (outputs, `add` gradients).
+    pub(super) kept: Vec<usize>,
+    /// Gradient arrays with their requests.
+    pub(super) grads: Vec<(String, NDArray, GradReq)>,
+}
+
+fn mismatch(arg: String, a: &NDArray, shape: &[usize], dtype: DType, dev: Context) -> NdError {
+    NdError::Shape {
+        op: "bind".into(),
+        arg,
+        found: a.shape().to_vec(),
+        expected: format!(
+            "shape {shape:?}, dtype {dtype} on {dev} (it is {} on {})",
+            a.dtype(),
+            a.ctx()
+        ),
+    }
+}
+
+/// Variables (given arrays, checked, or fresh ones on their devices: zeros, `*_var` auxiliary
+/// states ones as BatchNorm expects) and gradients: `write` gradients are computed straight into
+/// the gradient array; `add` gradients into a planned entry kept to the end, then added.
+pub(super) fn bind_arrays(
+    rt: &Arc<Runtime>,
+    full: &FullGraph,
+    given: &mut HashMap<String, NDArray>,
+    opts: &BindOptions,
+) -> Result<BoundArrays> {
+    let (inf, g) = (&full.inferred, &full.inferred.graph);
+    let aux_names = full.symbol.list_auxiliary_states();
+    let mut bound: Vec<Option<NDArray>> = vec![None; g.num_entries()];
+    for (i, node) in g.nodes.iter().enumerate().filter(|(_, v)| v.is_variable()) {
+        let e = g.entry(i, 0);
+        let (shape, dtype, dev) = (&inf.shapes[e], inf.dtypes[e], full.devices[i]);
+        bound[e] = Some(match given.remove(&node.name) {
+            Some(a) if a.shape() == shape.as_slice() && a.dtype() == dtype && a.ctx() == dev => a,
+            Some(a) => return Err(mismatch(node.name.clone(), &a, shape, dtype, dev)),
+            None => {
+                let one = aux_names.contains(&node.name) && node.name.ends_with("var");
+                rt.full(shape, if one { 1.0 } else { 0.0 }, dtype, dev)?
+            }
+        });
+    }
+    if let Some(name) = given.keys().next() {
+        return Err(invalid(
+            "bind",
+            format!("array '{name}' names no argument or auxiliary state of the symbol"),
+        ));
+    }
+    let mut kept: Vec<usize> = g.outputs[..full.num_outputs]
+        .iter()
+        .map(|&(n, k)| g.entry(n, k))
+        .collect();
+    let mut given_grads = opts.grad_arrays.clone();
+    if let Some(bad) = given_grads.keys().find(|k| !full.wrt.contains(k)) {
+        return Err(invalid(
+            "bind",
+            format!("a gradient array is given for '{bad}', which has no gradient request"),
+        ));
+    }
+    let mut grads = vec![];
+    for (k, name) in full.wrt.iter().enumerate() {
+        let (node, i) = g.outputs[full.num_outputs + k];
+        let e = g.entry(node, i);
+        let (shape, dtype, dev) = (&inf.shapes[e], inf.dtypes[e], full.entry_device[e]);
+        let grad = match given_grads.remove(name) {
+            Some(a) if a.shape() == shape.as_slice() && a.dtype() == dtype && a.ctx() == dev => a,
+            Some(a) => {
+                return Err(mismatch(
+                    format!("gradient of '{name}'"),
+                    &a,
+                    shape,
+                    dtype,
+                    dev,
+                ))
+            }
+            None => rt.zeros(shape, dtype, dev)?,
+        };
+        let req = opts.grad_req[name];
+        match req {
+            GradReq::Write => bound[e] = Some(grad.clone()),
+            _ => kept.push(e),
+        }
+        grads.push((name.clone(), grad, req));
+    }
+    Ok(BoundArrays { bound, kept, grads })
+}
