@@ -461,6 +461,17 @@ macro_rules! def {
     };
 }
 
+/// An optimizer update: the weight (input 0) and states (inputs 2..) assigned their new values.
+macro_rules! update {
+    ($name:expr, $arity:expr, $assign:expr) => {
+        OpDef {
+            inplace: &[(0, 0)],
+            assign: $assign,
+            ..OpDef::new($name, Arity::Exactly($arity), infer_update, update_kernel)
+        }
+    };
+}
+
 pub(super) fn ops() -> &'static [OpDef] {
     const IP1: &[(usize, usize)] = &[(0, 0)];
     static OPS: &[OpDef] = &[
@@ -560,45 +571,9 @@ pub(super) fn ops() -> &'static [OpDef] {
             &[0],
             true
         ),
-        OpDef {
-            assign: &[(0, 0)],
-            ..def!(
-                "sgd_update",
-                Arity::Exactly(2),
-                infer_update,
-                update_kernel,
-                IP1,
-                false,
-                &[],
-                true
-            )
-        },
-        OpDef {
-            assign: &[(0, 0), (2, 1)],
-            ..def!(
-                "sgd_mom_update",
-                Arity::Exactly(3),
-                infer_update,
-                update_kernel,
-                IP1,
-                false,
-                &[],
-                true
-            )
-        },
-        OpDef {
-            assign: &[(0, 0), (2, 1), (3, 2)],
-            ..def!(
-                "adam_update",
-                Arity::Exactly(4),
-                infer_update,
-                update_kernel,
-                IP1,
-                false,
-                &[],
-                true
-            )
-        },
+        update!("sgd_update", 2, &[(0, 0)]),
+        update!("sgd_mom_update", 3, &[(0, 0), (2, 1)]),
+        update!("adam_update", 4, &[(0, 0), (2, 1), (3, 2)]),
         // `_assign(var, rhs)`: the variable's new value is `rhs`.
         OpDef {
             assign: &[(0, 0)],
