@@ -366,3 +366,77 @@ fn a_device_over_its_memory_limit_fails_its_bind_and_the_others_keep_working() {
     assert_eq!(exec.outputs()[0].to_vec::<f32>().unwrap().len(), 640);
     rt.wait_all().unwrap();
 }
+
+/// Trains the MLP for three steps on `ctx` (seeded data and weights); returns the weights.
+fn train_alone(rt: &Arc<Runtime>, ctx: Context) -> Vec<(String, Vec<f32>)> {
+    let grad_req = mlp(false)
+        .list_arguments()
+        .into_iter()
+        .filter(|a| a != "data" && a != "label")
+        .map(|a| (a, GradReq::Write))
+        .collect();
+    let opts = BindOptions {
+        grad_req,
+        ..BindOptions::default()
+    };
+    let exec = Executor::bind_with_options(rt, ctx, &mlp(false), &shapes(8), HashMap::new(), &opts)
+        .unwrap();
+    let mut rng = StdRng::seed_from_u64(21);
+    let args = exec.arg_dict();
+    let mut names: Vec<&String> = args.keys().collect();
+    names.sort();
+    for name in &names {
+        random(rt, args[*name].shape(), &mut rng, Context::cpu(0))
+            .copy_into(&args[*name])
+            .unwrap();
+    }
+    let grads = exec.grad_dict();
+    let sgd = Attrs::new().with("lr", 0.1);
+    for _ in 0..3 {
+        random(rt, &[8, 20], &mut rng, Context::cpu(0))
+            .copy_into(&args["data"])
+            .unwrap();
+        labels(rt, 8, &mut rng).copy_into(&args["label"]).unwrap();
+        exec.forward(true).unwrap();
+        exec.backward().unwrap();
+        for name in &names {
+            if let Some(g) = grads.get(*name) {
+                let w = &args[*name];
+                ndarray_ops::invoke("sgd_update", &[w, g], &sgd, Some(&[w])).unwrap();
+            }
+        }
+    }
+    sorted(exec.arg_dict())
+}
+
+#[test]
+fn executors_driven_from_several_threads_on_their_own_devices_match_one_thread() {
+    let reference = train_alone(
+        &Runtime::new(
+            EngineBuilder::new(EngineKind::Naive).build(),
+            StorageConfig::default(),
+        ),
+        Context::cpu(0),
+    );
+    let rt = runtime(StorageConfig::default());
+    let results: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|i| {
+                let rt = rt.clone();
+                s.spawn(move || train_alone(&rt, Context::cpu(i)))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (i, r) in results.iter().enumerate() {
+        assert_eq!(r, &reference, "the executor on cpu({i})");
+    }
+    // Each device's pool served its own executor.
+    let used: Vec<Context> = rt
+        .storage_managers()
+        .iter()
+        .filter(|m| m.stats().peak_in_use > 0)
+        .map(|m| m.ctx())
+        .collect();
+    assert!((0..4).all(|i| used.contains(&Context::cpu(i))), "{used:?}");
+}
