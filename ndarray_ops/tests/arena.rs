@@ -450,3 +450,64 @@ fn assignments_write_their_variables_in_place() {
     assert!((new_w[0] - 0.8).abs() < 1e-6);
     assert_eq!(v(&exec.outputs()[1]), vec![1.0; 256]);
 }
+
+#[test]
+fn a_bind_takes_one_block_per_device_with_long_lived_arrays_at_its_top() {
+    let rt = threaded(Duration::ZERO);
+    let ctx = Context::cpu(5);
+    let sym = convnet();
+    let shapes = HashMap::from([
+        ("data".to_string(), vec![16, 1, 8, 8]),
+        ("label".to_string(), vec![16]),
+    ]);
+    let grad_req: HashMap<String, GradReq> = sym
+        .list_arguments()
+        .into_iter()
+        .filter(|a| a != "data" && a != "label")
+        .map(|a| (a, GradReq::Write))
+        .collect();
+    let before = rt.storage(ctx).stats().allocs;
+    let exec = Executor::simple_bind_grad(&rt, ctx, &sym, &shapes, &grad_req).unwrap();
+    assert_eq!(
+        rt.storage(ctx).stats().allocs - before,
+        1,
+        "one block for the whole bind"
+    );
+    // Weights, auxiliary states and gradients sit above the arena, 64-byte aligned, in the block.
+    let m = exec.memory_report();
+    let aligned = |a: &NDArray| ((a.size() * a.dtype().size()).div_ceil(64) * 64) as u64;
+    let expect: u64 = exec
+        .arg_dict()
+        .values()
+        .chain(exec.aux_dict().values())
+        .chain(exec.grad_dict().values())
+        .map(aligned)
+        .sum();
+    assert_eq!(m.long_lived_bytes, expect);
+    let block = rt.storage(ctx).stats().in_use as u64;
+    assert!(
+        block >= m.allocated_bytes + m.long_lived_bytes,
+        "{block} {m:?}"
+    );
+    // Moving variances start at one, everything else at zero.
+    assert!(exec.aux_dict()["bn_moving_var"]
+        .to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .all(|&v| v == 1.0));
+    assert!(exec.grad_dict()["fc0_weight"]
+        .to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .all(|&v| v == 0.0));
+    // Dropping the executor returns the block once every op on it is done; arrays a user still
+    // holds keep it alive.
+    let kept = exec.arg_dict()["fc1_weight"].clone();
+    drop(exec);
+    rt.wait_all().unwrap();
+    assert!(rt.storage(ctx).stats().in_use > 0);
+    assert_eq!(kept.to_vec::<f32>().unwrap().len(), 10 * 32);
+    drop(kept);
+    rt.wait_all().unwrap();
+    assert_eq!(rt.storage(ctx).stats().in_use, 0);
+}

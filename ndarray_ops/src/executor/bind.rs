@@ -6,8 +6,10 @@ use std::sync::Arc;
 
 use storage::Context;
 
+use super::memory::Blocks;
 use super::{BindOptions, GradReq};
 use crate::error::{invalid, NdError, Result};
+use crate::plan::{assign_aliases, Aliases, GraphDesc};
 use crate::symbol::{gradient, head_grad_names, infer, place, Inferred, Placed};
 use crate::{DType, NDArray, Runtime, Symbol};
 
@@ -134,12 +136,83 @@ pub(super) fn full_graph(
     })
 }
 
+/// What the memory plan leaves alone, and what it keeps.
+pub(super) struct Layout {
+    /// Entries that are not planned: variables, `write` gradients (the gradient arrays), and
+    /// entries an assignment keeps in its variable.
+    pub(super) external: Vec<bool>,
+    /// Internal entries kept to the end of a pass (outputs, `add` gradients).
+    pub(super) kept: Vec<usize>,
+    /// Assignments (NNVM's cases).
+    pub(super) aliases: Aliases,
+}
+
+/// The layout of `full` under `opts`: needs no arrays, so memory can be planned before any is
+/// allocated.
+pub(super) fn layout(full: &FullGraph, opts: &BindOptions) -> Layout {
+    let g = &full.inferred.graph;
+    let mut external = vec![false; g.num_entries()];
+    for (i, _) in g.nodes.iter().enumerate().filter(|(_, n)| n.is_variable()) {
+        external[g.entry(i, 0)] = true;
+    }
+    let mut kept: Vec<usize> = g.outputs[..full.num_outputs]
+        .iter()
+        .map(|&(n, k)| g.entry(n, k))
+        .collect();
+    for (k, name) in full.wrt.iter().enumerate() {
+        let (node, i) = g.outputs[full.num_outputs + k];
+        match opts.grad_req[name] {
+            GradReq::Write => external[g.entry(node, i)] = true,
+            _ => kept.push(g.entry(node, i)),
+        }
+    }
+    let desc = GraphDesc::of(&full.inferred, external.clone(), kept.clone());
+    let aliases = assign_aliases(&desc, &full.entry_device_ids());
+    for &(e, _) in &aliases.entries {
+        external[e] = true;
+    }
+    Layout {
+        external,
+        kept,
+        aliases,
+    }
+}
+
+/// Bytes per device of the arrays a bind allocates for good: variables not given and gradient
+/// arrays not given.
+pub(super) fn long_lived_bytes(
+    full: &FullGraph,
+    given: &HashMap<String, NDArray>,
+    opts: &BindOptions,
+) -> Vec<(Context, u64)> {
+    let (inf, g) = (&full.inferred, &full.inferred.graph);
+    let mut out: Vec<(Context, u64)> = vec![];
+    let mut add = |dev: Context, e: usize| {
+        let b = Blocks::bytes_of(&inf.shapes[e], inf.dtypes[e]);
+        match out.iter_mut().find(|(c, _)| *c == dev) {
+            Some((_, total)) => *total += b,
+            None => out.push((dev, b)),
+        }
+    };
+    for (i, node) in g.nodes.iter().enumerate().filter(|(_, n)| n.is_variable()) {
+        if !given.contains_key(&node.name) {
+            add(full.devices[i], g.entry(i, 0));
+        }
+    }
+    for (k, name) in full.wrt.iter().enumerate() {
+        let (node, i) = g.outputs[full.num_outputs + k];
+        let e = g.entry(node, i);
+        if !opts.grad_arrays.contains_key(name) {
+            add(full.entry_device[e], e);
+        }
+    }
+    out
+}
+
 /// The arrays a bind owns or was given.
 pub(super) struct BoundArrays {
     /// Per entry: the array it is (variables, `write` gradients), or `None` (planned).
     pub(super) bound: Vec<Option<NDArray>>,
-    /// Internal entries kept to the end of a pass (outputs, `add` gradients).
-    pub(super) kept: Vec<usize>,
     /// Gradient arrays with their requests.
     pub(super) grads: Vec<(String, NDArray, GradReq)>,
 }
@@ -157,14 +230,17 @@ fn mismatch(arg: String, a: &NDArray, shape: &[usize], dtype: DType, dev: Contex
     }
 }
 
-/// Variables (given arrays, checked, or fresh ones on their devices: zeros, `*_var` auxiliary
-/// states ones as BatchNorm expects) and gradients: `write` gradients are computed straight into
-/// the gradient array; `add` gradients into a planned entry kept to the end, then added.
+/// Variables (given arrays, checked, or fresh ones from the top of their device's block: zeros,
+/// `*_var` auxiliary states ones as BatchNorm expects) and gradients: `write` gradients are
+/// computed straight into the gradient array; `add` gradients into a planned entry kept to the
+/// end, then added. Entries an assignment keeps in a variable are that variable's array.
 pub(super) fn bind_arrays(
     rt: &Arc<Runtime>,
     full: &FullGraph,
+    layout: &Layout,
     given: &mut HashMap<String, NDArray>,
     opts: &BindOptions,
+    blocks: &mut Blocks,
 ) -> Result<BoundArrays> {
     let (inf, g) = (&full.inferred, &full.inferred.graph);
     let aux_names = full.symbol.list_auxiliary_states();
@@ -177,7 +253,7 @@ pub(super) fn bind_arrays(
             Some(a) => return Err(mismatch(node.name.clone(), &a, shape, dtype, dev)),
             None => {
                 let one = aux_names.contains(&node.name) && node.name.ends_with("var");
-                rt.full(shape, if one { 1.0 } else { 0.0 }, dtype, dev)?
+                blocks.long_lived(rt, shape, dtype, dev, if one { 1.0 } else { 0.0 })?
             }
         });
     }
@@ -187,10 +263,6 @@ pub(super) fn bind_arrays(
             format!("array '{name}' names no argument or auxiliary state of the symbol"),
         ));
     }
-    let mut kept: Vec<usize> = g.outputs[..full.num_outputs]
-        .iter()
-        .map(|&(n, k)| g.entry(n, k))
-        .collect();
     let mut given_grads = opts.grad_arrays.clone();
     if let Some(bad) = given_grads.keys().find(|k| !full.wrt.contains(k)) {
         return Err(invalid(
@@ -214,14 +286,16 @@ pub(super) fn bind_arrays(
                     dev,
                 ))
             }
-            None => rt.zeros(shape, dtype, dev)?,
+            None => blocks.long_lived(rt, shape, dtype, dev, 0.0)?,
         };
         let req = opts.grad_req[name];
-        match req {
-            GradReq::Write => bound[e] = Some(grad.clone()),
-            _ => kept.push(e),
+        if req == GradReq::Write {
+            bound[e] = Some(grad.clone());
         }
         grads.push((name.clone(), grad, req));
     }
-    Ok(BoundArrays { bound, kept, grads })
+    for &(e, var) in &layout.aliases.entries {
+        bound[e] = bound[var].clone();
+    }
+    Ok(BoundArrays { bound, grads })
 }

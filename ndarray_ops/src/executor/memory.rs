@@ -28,23 +28,24 @@ use crate::error::{invalid, Result};
 use crate::plan::{graph_problem, GraphDesc};
 use crate::{DType, NDArray, Runtime};
 
-/// Every entry's array, the arenas, and the memory figures per device.
-pub(super) struct Allocated {
-    pub(super) entries: Vec<NDArray>,
-    pub(super) arenas: Vec<Arena>,
-    pub(super) reports: Vec<(Context, MemoryReport)>,
+/// One device's plan of the internal entries there.
+pub(super) struct DevicePlan {
+    dev: Context,
+    problem: Problem,
+    plan: Plan,
+    buffer_of: Vec<Option<usize>>,
+    report: MemoryReport,
 }
 
-/// Plans and allocates the entries not `bound`, one device at a time (entries elsewhere are
+/// Plans each device's internal entries (those not `external`; entries on other devices are
 /// external to a device's problem; `kept` entries live to the end of a pass).
-pub(super) fn allocate(
-    rt: &Arc<Runtime>,
+pub(super) fn plan(
     full: &FullGraph,
-    bound: &[Option<NDArray>],
+    external: &[bool],
     kept: &[usize],
     planning: MemoryPlanning,
-) -> Result<Allocated> {
-    let (inf, n) = (&full.inferred, bound.len());
+) -> Result<Vec<DevicePlan>> {
+    let (inf, n) = (&full.inferred, external.len());
     let mut devices: Vec<Context> = full.devices.clone();
     devices.sort_by_key(|c| c.to_string());
     devices.dedup();
@@ -52,51 +53,161 @@ pub(super) fn allocate(
         MemoryPlanning::Arena(kind) => kind,
         MemoryPlanning::NoReuse => SolverKind::GreedyBySize,
     };
-    let mut entries: Vec<Option<NDArray>> = bound.to_vec();
+    let mut plans = Vec::with_capacity(devices.len());
+    for dev in devices {
+        let here = |e: usize| full.entry_device[e] == dev;
+        let ext = (0..n).map(|e| external[e] || !here(e)).collect();
+        let desc = GraphDesc::of(
+            inf,
+            ext,
+            kept.iter().copied().filter(|&e| here(e)).collect(),
+        );
+        let gp = graph_problem(&desc)?;
+        let plan = solve(&gp.problem, solver);
+        verify(&gp.problem, &plan)
+            .map_err(|e| invalid("bind", format!("the memory plan for {dev} is invalid: {e}")))?;
+        let no_reuse_bytes = (0..n)
+            .filter(|&e| !external[e] && here(e))
+            .map(|e| desc.entry_bytes[e])
+            .sum();
+        let report = MemoryReport {
+            no_reuse_bytes,
+            planned_bytes: plan.arena,
+            lower_bound_bytes: lower_bound(&gp.problem),
+            allocated_bytes: match planning {
+                MemoryPlanning::Arena(_) => plan.arena,
+                MemoryPlanning::NoReuse => no_reuse_bytes,
+            },
+            long_lived_bytes: 0,
+            entries: gp.entries,
+            inplace: gp.inplace,
+        };
+        plans.push(DevicePlan {
+            dev,
+            problem: gp.problem,
+            plan,
+            buffer_of: gp.buffer_of,
+            report,
+        });
+    }
+    Ok(plans)
+}
+
+fn align(bytes: u64) -> u64 {
+    bytes.div_ceil(64) * 64
+}
+
+/// One block per device, MindSpore's layout: the planned arena grows up from the bottom, and
+/// the arrays a bind allocates for good (weights, auxiliary states, gradients) are taken from
+/// the top down, so a device's executor costs one allocation from its pool. Without reuse,
+/// every array is a block of its own instead.
+pub(super) struct Blocks {
+    /// Per device: the block and the top cursor (bytes from the start).
+    blocks: Vec<(Context, NDArray, u64)>,
+}
+
+impl Blocks {
+    /// Allocates each device's block: its arena plus `long_lived` bytes (64-byte aligned sizes).
+    pub(super) fn new(
+        rt: &Arc<Runtime>,
+        plans: &[DevicePlan],
+        long_lived: &[(Context, u64)],
+        planning: MemoryPlanning,
+    ) -> Result<Blocks> {
+        let mut blocks = vec![];
+        if let MemoryPlanning::Arena(_) = planning {
+            for p in plans {
+                let extra: u64 = long_lived
+                    .iter()
+                    .filter(|(c, _)| *c == p.dev)
+                    .map(|(_, b)| b)
+                    .sum();
+                let total = align(p.plan.arena) + extra;
+                let block = rt
+                    .empty(&[total.max(1) as usize], DType::U8, p.dev)
+                    .map_err(|e| invalid("bind", format!("memory for {}: {e}", p.dev)))?;
+                blocks.push((p.dev, block, total));
+            }
+        }
+        Ok(Blocks { blocks })
+    }
+
+    /// The bytes an array of `shape` and `dtype` takes from the top of a block.
+    pub(super) fn bytes_of(shape: &[usize], dtype: DType) -> u64 {
+        align((shape.iter().product::<usize>() * dtype.size()) as u64)
+    }
+
+    /// An array filled with `value`: from the top of `dev`'s block, or a block of its own.
+    pub(super) fn long_lived(
+        &mut self,
+        rt: &Arc<Runtime>,
+        shape: &[usize],
+        dtype: DType,
+        dev: Context,
+        value: f64,
+    ) -> Result<NDArray> {
+        let Some((_, block, top)) = self.blocks.iter_mut().find(|(c, _, _)| *c == dev) else {
+            return rt.full(shape, value, dtype, dev);
+        };
+        *top -= Blocks::bytes_of(shape, dtype);
+        let a = block.region(*top as usize, shape, dtype)?;
+        a.fill(value)?;
+        Ok(a)
+    }
+}
+
+/// Every entry's array, the arenas, and the memory figures per device.
+pub(super) struct Allocated {
+    pub(super) entries: Vec<NDArray>,
+    pub(super) arenas: Vec<Arena>,
+    pub(super) reports: Vec<(Context, MemoryReport)>,
+}
+
+/// Gives every entry its array: `bound` ones as they are, the rest from their device's arena
+/// (or blocks of their own without reuse).
+pub(super) fn allocate(
+    rt: &Arc<Runtime>,
+    full: &FullGraph,
+    bound: Vec<Option<NDArray>>,
+    plans: Vec<DevicePlan>,
+    blocks: &Blocks,
+    long_lived: &[(Context, u64)],
+) -> Result<Allocated> {
+    let inf = &full.inferred;
+    let mut entries = bound;
     let mut out = Allocated {
         entries: vec![],
         arenas: vec![],
         reports: vec![],
     };
-    for dev in devices {
-        let here = |e: usize| full.entry_device[e] == dev;
-        let external = (0..n).map(|e| bound[e].is_some() || !here(e)).collect();
-        let desc = GraphDesc::of(
-            inf,
-            external,
-            kept.iter().copied().filter(|&e| here(e)).collect(),
-        );
-        let gp = graph_problem(&desc)?;
-        let mine: Vec<usize> = (0..n).filter(|&e| bound[e].is_none() && here(e)).collect();
-        let no_reuse_bytes = mine.iter().map(|&e| desc.entry_bytes[e]).sum();
-        let plan = solve(&gp.problem, solver);
-        verify(&gp.problem, &plan)
-            .map_err(|e| invalid("bind", format!("the memory plan for {dev} is invalid: {e}")))?;
-        let arena = match planning {
-            MemoryPlanning::Arena(_) => Some(
-                Arena::new(rt, dev, &gp.problem, &plan, inf.graph.nodes.len())
-                    .map_err(|e| invalid("bind", format!("memory for {dev}: {e}")))?,
-            ),
-            MemoryPlanning::NoReuse => None,
+    for p in plans {
+        let block = blocks.blocks.iter().find(|(c, _, _)| *c == p.dev);
+        let arena = match block {
+            Some((_, block, _)) => Some(Arena::new(
+                block,
+                &p.problem,
+                &p.plan,
+                inf.graph.nodes.len(),
+            )?),
+            None => None,
         };
-        for &e in &mine {
+        for (e, slot) in entries.iter_mut().enumerate() {
+            if slot.is_some() || full.entry_device[e] != p.dev {
+                continue;
+            }
             let (shape, dtype) = (&inf.shapes[e], inf.dtypes[e]);
-            entries[e] = Some(match (&arena, gp.buffer_of[e]) {
+            *slot = Some(match (&arena, p.buffer_of[e]) {
                 (Some(arena), Some(b)) => arena.entry(b, shape, dtype)?,
-                _ => rt.empty(shape, dtype, dev)?,
+                _ => rt.empty(shape, dtype, p.dev)?,
             });
         }
-        out.reports.push((
-            dev,
-            MemoryReport {
-                no_reuse_bytes,
-                planned_bytes: plan.arena,
-                lower_bound_bytes: lower_bound(&gp.problem),
-                allocated_bytes: arena.as_ref().map_or(no_reuse_bytes, Arena::bytes),
-                entries: gp.entries,
-                inplace: gp.inplace,
-            },
-        ));
+        let mut report = p.report;
+        report.long_lived_bytes = long_lived
+            .iter()
+            .filter(|(c, _)| *c == p.dev)
+            .map(|(_, b)| b)
+            .sum();
+        out.reports.push((p.dev, report));
         out.arenas.extend(arena);
     }
     out.entries = entries
@@ -109,7 +220,6 @@ pub(super) fn allocate(
 
 /// A bound graph's internal buffers placed in one arena.
 pub(crate) struct Arena {
-    bytes: u64,
     /// One byte region per planned buffer.
     buffers: Vec<NDArray>,
     /// Per node, the buffers it writes first.
@@ -121,15 +231,8 @@ pub(crate) struct Arena {
 }
 
 impl Arena {
-    /// Allocates the arena of `plan` for `problem` (steps are node indices) on `ctx`.
-    pub(crate) fn new(
-        rt: &Arc<Runtime>,
-        ctx: Context,
-        problem: &Problem,
-        plan: &Plan,
-        nodes: usize,
-    ) -> Result<Arena> {
-        let block = rt.empty(&[plan.arena.max(1) as usize], DType::U8, ctx)?;
+    /// The arena of `plan` for `problem` (steps are node indices) at the start of `block`.
+    fn new(block: &NDArray, problem: &Problem, plan: &Plan, nodes: usize) -> Result<Arena> {
         let mut cuts: Vec<u64> = problem
             .buffers
             .iter()
@@ -150,17 +253,11 @@ impl Arena {
             }
         }
         Ok(Arena {
-            bytes: plan.arena,
             buffers,
             starts_at,
             segments,
             occupant: Mutex::new(vec![usize::MAX; cuts.len().saturating_sub(1)]),
         })
-    }
-
-    /// Bytes of the arena block.
-    pub(crate) fn bytes(&self) -> u64 {
-        self.bytes
     }
 
     /// Buffer `b` read as `shape` and `dtype`.

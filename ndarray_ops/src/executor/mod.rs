@@ -19,7 +19,6 @@ use storage::Context;
 
 use crate::error::{invalid, NdError, Result};
 use crate::ops::{prepare, IS_TRAIN};
-use crate::plan::{assign_aliases, GraphDesc};
 use crate::symbol::Inferred;
 use crate::{NDArray, Runtime, Symbol};
 
@@ -107,6 +106,9 @@ pub struct MemoryReport {
     pub lower_bound_bytes: u64,
     /// What the executor holds for internal entries: the arena, or every block without reuse.
     pub allocated_bytes: u64,
+    /// Bytes of the arrays the bind allocated for good (weights, auxiliary states, gradients),
+    /// taken from the top of the arena's block (64-byte aligned sizes).
+    pub long_lived_bytes: u64,
     /// Internal entries, and how many of them share an input's buffer in place.
     pub entries: usize,
     /// Entries sharing an input's buffer.
@@ -181,20 +183,17 @@ impl Executor {
     ) -> Result<Executor> {
         let full = bind::full_graph(symbol, ctx, shapes, &given, opts)?;
         let g = &full.inferred.graph;
-        let arrays = bind::bind_arrays(rt, &full, &mut given, opts)?;
-        // Assignments write into their variables (NNVM's assign cases).
-        let mut bound = arrays.bound;
-        let external = bound.iter().map(Option::is_some).collect();
-        let desc = GraphDesc::of(&full.inferred, external, arrays.kept.clone());
-        let aliases = assign_aliases(&desc, &full.entry_device_ids());
-        for &(e, var) in &aliases.entries {
-            bound[e] = bound[var].clone();
-        }
+        // Plan first, then take one block per device for the arena and the long-lived arrays.
+        let layout = bind::layout(&full, opts);
+        let plans = memory::plan(&full, &layout.external, &layout.kept, opts.memory)?;
+        let long_lived = bind::long_lived_bytes(&full, &given, opts);
+        let mut blocks = memory::Blocks::new(rt, &plans, &long_lived, opts.memory)?;
+        let arrays = bind::bind_arrays(rt, &full, &layout, &mut given, opts, &mut blocks)?;
         let mut skip = vec![false; g.nodes.len()];
-        for &t in &aliases.noops {
+        for &t in &layout.aliases.noops {
             skip[t] = true;
         }
-        let memory = memory::allocate(rt, &full, &bound, &arrays.kept, opts.memory)?;
+        let memory = memory::allocate(rt, &full, arrays.bound, plans, &blocks, &long_lived)?;
         let forward_nodes = (!full.wrt.is_empty()).then(|| full.forward_nodes());
         let (arg_names, aux_names) = (
             full.symbol.list_arguments(),
@@ -378,6 +377,7 @@ impl Executor {
             planned_bytes: 0,
             lower_bound_bytes: 0,
             allocated_bytes: 0,
+            long_lived_bytes: 0,
             entries: 0,
             inplace: 0,
         };
@@ -386,6 +386,7 @@ impl Executor {
             total.planned_bytes += m.planned_bytes;
             total.lower_bound_bytes += m.lower_bound_bytes;
             total.allocated_bytes += m.allocated_bytes;
+            total.long_lived_bytes += m.long_lived_bytes;
             total.entries += m.entries;
             total.inplace += m.inplace;
         }
