@@ -198,10 +198,12 @@ impl Core {
         };
         let (ctx, priority) = (first.ctx, first.priority);
         let mut members = Vec::with_capacity(ops.len());
+        // One reservation of consecutive sequence numbers for the whole unit.
+        let first_seq = self.next_seq.fetch_add(ops.len() as u64, Ordering::Relaxed);
         let mut reads: VarList = SmallVec::new();
         let mut writes: VarList = SmallVec::new();
         let mut bumps: SmallVec<[u64; 4]> = SmallVec::new();
-        for op in ops {
+        for (k, op) in ops.into_iter().enumerate() {
             let OpFn::Sync(func) = op.func else {
                 return Err(EngineError::InvalidOp {
                     op: op.name.into_owned(),
@@ -226,17 +228,23 @@ impl Core {
             }
             members.push(BulkMember {
                 name: op.name,
-                seq: self.next_seq(),
+                seq: first_seq + k as u64,
                 func,
                 reads: r.iter().map(Var::key).collect(),
                 writes: w.iter().map(Var::key).collect(),
             });
         }
         dedup(&mut reads, &mut writes);
-        let name: Cow<'static, str> = if members.len() == 1 {
-            members[0].name.clone()
-        } else {
-            Cow::Owned(format!("bulk[{}]", members.len()))
+        // Units of the default sizes get static names (no allocation per unit).
+        const NAMES: [&str; 17] = [
+            "bulk[0]", "bulk[1]", "bulk[2]", "bulk[3]", "bulk[4]", "bulk[5]", "bulk[6]", "bulk[7]",
+            "bulk[8]", "bulk[9]", "bulk[10]", "bulk[11]", "bulk[12]", "bulk[13]", "bulk[14]",
+            "bulk[15]", "bulk[16]",
+        ];
+        let name: Cow<'static, str> = match members.len() {
+            1 => members[0].name.clone(),
+            n if n < NAMES.len() => Cow::Borrowed(NAMES[n]),
+            n => Cow::Owned(format!("bulk[{n}]")),
         };
         let block = OpBlock {
             wait: AtomicUsize::new(reads.len() + writes.len() + 1),
