@@ -60,6 +60,9 @@ pub(crate) struct Core {
     pub(crate) profiler: Option<Arc<Profiler>>,
     /// Testing aid: each op sleeps up to this many microseconds before it runs (0: never).
     jitter_us: u64,
+    /// Emptied member lists of finished bulk units, handed back to pushers so that a unit does
+    /// not allocate (and free across threads) its list every time.
+    spare_members: CachePadded<Mutex<Vec<Vec<BulkMember>>>>,
 }
 
 // No `const { }` initializers: loom's `thread_local!` does not accept them.
@@ -129,6 +132,7 @@ impl Core {
             dispatch,
             profiler,
             jitter_us,
+            spare_members: CachePadded::new(Mutex::new(Vec::new())),
         })
     }
 
@@ -197,7 +201,8 @@ impl Core {
             return Ok(());
         };
         let (ctx, priority) = (first.ctx, first.priority);
-        let mut members = Vec::with_capacity(ops.len());
+        let mut members = self.spare_members.lock().pop().unwrap_or_default();
+        members.reserve(ops.len());
         // One reservation of consecutive sequence numbers for the whole unit.
         let first_seq = self.next_seq.fetch_add(ops.len() as u64, Ordering::Relaxed);
         let mut reads: VarList = SmallVec::new();
@@ -379,7 +384,7 @@ impl Core {
 
     /// Runs a bulk unit's members in order. A member is skipped when one of its vars is poisoned,
     /// counting poison left by earlier members, exactly as if they had been pushed one by one.
-    fn execute_bulk(self: &Arc<Self>, op: OpRef, members: Vec<BulkMember>, rctx: &RunContext) {
+    fn execute_bulk(self: &Arc<Self>, op: OpRef, mut members: Vec<BulkMember>, rctx: &RunContext) {
         let mut poison: SmallVec<[(usize, Arc<OpFailure>); 4]> = SmallVec::new();
         for v in op.reads.iter().chain(op.writes.iter()) {
             if let Some(p) = self.var_failure(&op, v) {
@@ -394,7 +399,7 @@ impl Core {
         };
         // The unit gets a trace event of its own, spanning its members' events.
         let unit_t0 = self.profile_start();
-        for m in members {
+        for m in members.drain(..) {
             let root = m
                 .reads
                 .iter()
@@ -424,6 +429,12 @@ impl Core {
             }
         }
         self.profile_end(unit_t0, &op.name, rctx);
+        {
+            let mut spare = self.spare_members.lock();
+            if spare.len() < 64 {
+                spare.push(members);
+            }
+        }
         let per_write = op.writes.iter().map(|v| lookup(&poison, v.key())).collect();
         self.finish(op, Outcome::PerWrite(per_write));
     }
