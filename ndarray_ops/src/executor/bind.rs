@@ -33,9 +33,16 @@ pub(super) struct FullGraph {
 impl FullGraph {
     /// Each entry's device as a small integer (equal devices, equal ids).
     pub(super) fn entry_device_ids(&self) -> Vec<usize> {
+        let mut distinct: Vec<Context> = vec![];
         self.entry_device
             .iter()
-            .map(|d| self.devices.iter().position(|x| x == d).unwrap_or(0))
+            .map(|d| match distinct.iter().position(|x| x == d) {
+                Some(i) => i,
+                None => {
+                    distinct.push(*d);
+                    distinct.len() - 1
+                }
+            })
             .collect()
     }
 
@@ -108,15 +115,15 @@ pub(super) fn full_graph(
         // Gradients are wanted where their arguments live.
         let first = place(&full, &opts.group2ctx, ctx, &[])?;
         let g = first.symbol.indexed();
-        let var_device = |name: &str| {
-            g.nodes
-                .iter()
-                .position(|n| n.is_variable() && n.name == name)
-                .map(|i| first.devices[i])
-        };
+        let mut var_device: HashMap<&str, Context> = HashMap::new();
+        for (i, n) in g.nodes.iter().enumerate().filter(|(_, n)| n.is_variable()) {
+            var_device
+                .entry(n.name.as_str())
+                .or_insert(first.devices[i]);
+        }
         let wanted: Vec<Option<Context>> = (0..num_outputs)
             .map(|_| None)
-            .chain(wrt.iter().map(|a| var_device(a)))
+            .chain(wrt.iter().map(|a| var_device.get(a.as_str()).copied()))
             .collect();
         place(&full, &opts.group2ctx, ctx, &wanted)?
     };

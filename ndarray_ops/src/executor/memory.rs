@@ -47,7 +47,7 @@ pub(super) fn plan(
 ) -> Result<Vec<DevicePlan>> {
     let (inf, n) = (&full.inferred, external.len());
     let mut devices: Vec<Context> = full.devices.clone();
-    devices.sort_by_key(|c| c.to_string());
+    devices.sort();
     devices.dedup();
     let solver = match planning {
         MemoryPlanning::Arena(kind) => kind,

@@ -562,11 +562,18 @@ pub(crate) fn copy_kernel(
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> std::result::Result<(), String> {
-    if !ins[0].same_memory(&outs[0]) {
-        // SAFETY: read access to the input, write access to the output; `copy` tolerates overlap.
-        unsafe { ins[0].copy_bytes_to(&outs[0]) };
-    }
+    copy_unless_same(&ins[0], &outs[0]);
     Ok(())
+}
+
+/// Copies `src` into `dst` inside a kernel, unless they are the same memory already (an output
+/// planned in place of its input).
+pub(crate) fn copy_unless_same(src: &TensorRef, dst: &TensorRef) {
+    if !src.same_memory(dst) {
+        // SAFETY: kernels get read access to their inputs and write access to their outputs;
+        // `copy_bytes_to` tolerates overlap.
+        unsafe { src.copy_bytes_to(dst) };
+    }
 }
 
 /// Shared inference checks.

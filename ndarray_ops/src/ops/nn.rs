@@ -383,11 +383,7 @@ fn assign_kernel(
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
-    if !ins[1].same_memory(&outs[0]) {
-        // SAFETY: read access to the value, write access to the output; the copy tolerates
-        // overlap.
-        unsafe { ins[1].copy_bytes_to(&outs[0]) };
-    }
+    super::copy_unless_same(&ins[1], &outs[0]);
     Ok(())
 }
 
