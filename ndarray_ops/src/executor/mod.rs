@@ -18,7 +18,7 @@ use storage::plan::SolverKind;
 use storage::Context;
 
 use crate::error::{invalid, NdError, Result};
-use crate::ops::{prepare, IS_TRAIN};
+use crate::ops::{prepare, Attrs, IS_TRAIN};
 use crate::symbol::Inferred;
 use crate::{NDArray, Runtime, Symbol};
 
@@ -83,6 +83,8 @@ pub struct Executor {
     skip: Vec<bool>,
     /// The head-gradient arguments, in output order (with gradients).
     head_names: Vec<String>,
+    /// Each node's attributes for inference and for training (`__is_train__` set), made once.
+    node_attrs: Vec<[Attrs; 2]>,
     /// Gradient arrays of the arguments differentiated, with their requests.
     grads: Vec<(String, NDArray, GradReq)>,
     /// The device of each node.
@@ -195,6 +197,16 @@ impl Executor {
         }
         let memory = memory::allocate(rt, &full, arrays.bound, plans, &blocks, &long_lived)?;
         let forward_nodes = (!full.wrt.is_empty()).then(|| full.forward_nodes());
+        let node_attrs = g
+            .nodes
+            .iter()
+            .map(|n| {
+                [false, true].map(|train| match n.op {
+                    Some(_) => n.attrs.clone().with(IS_TRAIN, train),
+                    None => Attrs::new(),
+                })
+            })
+            .collect();
         let (arg_names, aux_names) = (
             full.symbol.list_arguments(),
             full.symbol.list_auxiliary_states(),
@@ -212,6 +224,7 @@ impl Executor {
             forward_nodes,
             skip,
             head_names: full.head_names,
+            node_attrs,
             grads: arrays.grads,
             arenas: memory.arenas,
             memory: memory.reports,
@@ -312,9 +325,9 @@ impl Executor {
             let op = if def.name == "_CrossDeviceCopy" {
                 inputs[0].copy_op(outputs[0]).map_err(at_node)?
             } else {
-                let attrs = n.attrs.clone().with(IS_TRAIN, is_train);
+                let attrs = &self.node_attrs[i][usize::from(is_train)];
                 let ctx = self.devices[i];
-                prepare(&self.rt, ctx, def.name, &inputs, &attrs, Some(&outputs))
+                prepare(&self.rt, ctx, def.name, &inputs, attrs, Some(&outputs))
                     .map_err(at_node)?
                     .0
             };
