@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use storage::Context;
 
-use crate::error::{invalid, Result};
+use crate::error::{invalid, NdError, Result};
 use crate::executor::{BindOptions, Executor, GradReq, MemoryReport};
 use crate::ops::{invoke, Attrs};
 use crate::{NDArray, Runtime, Symbol};
@@ -50,6 +50,8 @@ pub struct DataParallel {
     execs: Vec<Executor>,
     rows: Vec<Range<usize>>,
     data_names: Vec<String>,
+    /// The whole batch's shape of each data array.
+    data_shapes: HashMap<String, Vec<usize>>,
     /// Per device, its data arrays by name.
     inputs: Vec<HashMap<String, NDArray>>,
     params: Vec<Param>,
@@ -190,6 +192,10 @@ impl DataParallel {
             execs,
             rows,
             data_names: data_names.iter().map(|s| s.to_string()).collect(),
+            data_shapes: data_names
+                .iter()
+                .filter_map(|n| Some((n.to_string(), shapes.get(*n)?.clone())))
+                .collect(),
             inputs,
             params,
             update: Attrs::new()
@@ -241,8 +247,9 @@ impl DataParallel {
 
     /// Copies each device's rows of `batch` (arrays named as the data names, whole batch) in.
     fn load(&self, batch: &[(&str, &NDArray)]) -> Result<()> {
+        // Everything is checked before anything is pushed, so a bad batch changes nothing.
         for (name, data) in batch {
-            if !self.data_names.iter().any(|d| d == name) {
+            let Some(want) = self.data_shapes.get(*name) else {
                 return Err(invalid(
                     "data parallel",
                     format!(
@@ -250,7 +257,20 @@ impl DataParallel {
                         self.data_names
                     ),
                 ));
+            };
+            let elements: usize = want.iter().product();
+            if data.shape().first() != want.first() || data.size() != elements {
+                return Err(NdError::Shape {
+                    op: "data parallel".into(),
+                    arg: format!("data '{name}'"),
+                    found: data.shape().to_vec(),
+                    expected: format!(
+                        "the whole batch, shape {want:?} (or that many rows of as many elements)"
+                    ),
+                });
             }
+        }
+        for (name, data) in batch {
             for (inputs, r) in self.inputs.iter().zip(&self.rows) {
                 let dst = inputs.get(*name).ok_or_else(|| {
                     invalid(

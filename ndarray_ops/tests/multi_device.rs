@@ -440,3 +440,62 @@ fn executors_driven_from_several_threads_on_their_own_devices_match_one_thread()
         .collect();
     assert!((0..4).all(|i| used.contains(&Context::cpu(i))), "{used:?}");
 }
+
+#[test]
+fn data_parallel_refuses_bad_batches_before_pushing_anything() {
+    let rt = runtime(StorageConfig::default());
+    let sgd = Sgd {
+        lr: 0.1,
+        momentum: 0.0,
+        wd: 0.0,
+    };
+    let contexts = [Context::cpu(0), Context::cpu(1)];
+    let dp = DataParallel::new(
+        &rt,
+        &mlp(false),
+        &contexts,
+        &shapes(8),
+        &["data", "label"],
+        sgd,
+    )
+    .unwrap();
+    let mut rng = StdRng::seed_from_u64(1);
+    let before = sorted(dp.params());
+    let y = labels(&rt, 8, &mut rng);
+    for (x, what) in [
+        (random(&rt, &[6, 20], &mut rng, Context::cpu(0)), "[6, 20]"),
+        (random(&rt, &[8, 21], &mut rng, Context::cpu(0)), "[8, 21]"),
+    ] {
+        let err = dp
+            .step(&[("label", &y), ("data", &x)])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains("'data'") && err.contains(what) && err.contains("[8, 20]"),
+            "{err}"
+        );
+    }
+    let err = dp.step(&[("nope", &y)]).err().unwrap().to_string();
+    assert!(err.contains("'nope'"), "{err}");
+    assert!(DataParallel::new(&rt, &mlp(false), &[], &shapes(8), &["data"], sgd).is_err());
+    let twice = [Context::cpu(0), Context::cpu(0)];
+    let err = DataParallel::new(
+        &rt,
+        &mlp(false),
+        &twice,
+        &shapes(8),
+        &["data", "label"],
+        sgd,
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(err.contains("twice"), "{err}");
+    dp.wait().unwrap();
+    assert_eq!(sorted(dp.params()), before, "nothing ran");
+    // The labels were not loaded either: a good step still works.
+    let x = random(&rt, &[8, 20], &mut rng, Context::cpu(0));
+    dp.step(&[("data", &x), ("label", &y)]).unwrap();
+    dp.wait().unwrap();
+}
