@@ -14,6 +14,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use storage::{Context, StorageConfig};
 
+mod common;
+
 const CPU: Context = Context::cpu(0);
 
 fn naive() -> Arc<Runtime> {
@@ -36,116 +38,6 @@ fn threaded(jitter: Duration) -> Arc<Runtime> {
     )
 }
 
-/// A random graph of layers of parallel branches over a pool of entries: every branch starts
-/// from a random entry and applies 1-3 random unary or binary elementwise ops (the binary ones
-/// take a second random entry), so branches are unordered with each other and entries die at
-/// scattered points. The output sums every entry nothing else read.
-fn random_graph(rng: &mut StdRng, n_weights: usize) -> Symbol {
-    let mut pool: Vec<(Symbol, bool)> = vec![(Symbol::var("x"), false)];
-    for w in 0..n_weights {
-        pool.push((Symbol::var(&format!("w{w}")), false));
-    }
-    let mut id = 0;
-    let mut name = |op: &str| {
-        id += 1;
-        format!("{op}{id}")
-    };
-    let layers = rng.gen_range(2..5);
-    for _ in 0..layers {
-        let width = rng.gen_range(2..7);
-        let mut ends = vec![];
-        for _ in 0..width {
-            let pick = rng.gen_range(0..pool.len());
-            pool[pick].1 = true;
-            let mut h = pool[pick].0.clone();
-            for _ in 0..rng.gen_range(1..4) {
-                h = match rng.gen_range(0..7) {
-                    0 => Symbol::op("tanh", &name("tanh"), &[&h], Attrs::new()),
-                    1 => Symbol::op("sigmoid", &name("sigmoid"), &[&h], Attrs::new()),
-                    2 => Symbol::op("relu", &name("relu"), &[&h], Attrs::new()),
-                    3 => Symbol::op(
-                        "_mul_scalar",
-                        &name("mul_scalar"),
-                        &[&h],
-                        Attrs::new().with("scalar", 0.75),
-                    ),
-                    k => {
-                        let other = rng.gen_range(0..pool.len());
-                        pool[other].1 = true;
-                        let op = if k == 4 {
-                            "elemwise_mul"
-                        } else {
-                            "elemwise_add"
-                        };
-                        Symbol::op(op, &name(op), &[&h, &pool[other].0], Attrs::new())
-                    }
-                }
-                .unwrap();
-            }
-            ends.push((h, false));
-        }
-        pool.extend(ends);
-    }
-    let leaves: Vec<&Symbol> = pool
-        .iter()
-        .filter(|(_, read)| !read)
-        .map(|(s, _)| s)
-        .collect();
-    Symbol::op("add_n", "total", &leaves, Attrs::new()).unwrap()
-}
-
-/// Binds `sym` with gradients of every weight, sets `x`, the weights and the head gradient from
-/// `seed`, runs the passes `F F B F B` (forward twice, backward after a repeated forward,
-/// forward again) and returns every output and gradient after each backward.
-fn run_passes(
-    rt: &Arc<Runtime>,
-    sym: &Symbol,
-    n: usize,
-    seed: u64,
-    memory: MemoryPlanning,
-) -> Vec<Vec<f32>> {
-    let args = sym.list_arguments();
-    let shapes = args.iter().map(|a| (a.clone(), vec![n])).collect();
-    let opts = BindOptions {
-        memory,
-        grad_req: args
-            .iter()
-            .filter(|a| a.starts_with('w'))
-            .map(|a| (a.clone(), GradReq::Write))
-            .collect(),
-        ..BindOptions::default()
-    };
-    let exec = Executor::bind_with_options(rt, CPU, sym, &shapes, HashMap::new(), &opts).unwrap();
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut names: Vec<_> = exec.arg_dict().into_iter().collect();
-    names.sort_by(|a, b| a.0.cmp(&b.0));
-    let fill = |a: &NDArray, rng: &mut StdRng| {
-        let v: Vec<f32> = (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect();
-        rt.from_vec(v, &[n], CPU).unwrap().copy_into(a).unwrap();
-    };
-    for (_, a) in &names {
-        fill(a, &mut rng);
-    }
-    let x = exec.arg_dict()["x"].clone();
-    let mut seen = vec![];
-    let record = |exec: &Executor, seen: &mut Vec<Vec<f32>>| {
-        seen.push(exec.outputs()[0].to_vec::<f32>().unwrap());
-        let mut grads: Vec<_> = exec.grad_dict().into_iter().collect();
-        grads.sort_by(|a, b| a.0.cmp(&b.0));
-        seen.extend(grads.iter().map(|(_, g)| g.to_vec::<f32>().unwrap()));
-    };
-    exec.forward(true).unwrap();
-    fill(&x, &mut rng);
-    exec.forward(true).unwrap();
-    exec.backward().unwrap();
-    record(&exec, &mut seen);
-    fill(&x, &mut rng);
-    exec.forward(true).unwrap();
-    exec.backward().unwrap();
-    record(&exec, &mut seen);
-    seen
-}
-
 #[test]
 fn random_wide_graphs_on_the_threaded_engine_with_reuse_equal_naive_without_reuse() {
     let mut rng = StdRng::seed_from_u64(2026);
@@ -154,10 +46,14 @@ fn random_wide_graphs_on_the_threaded_engine_with_reuse_equal_naive_without_reus
     let mut shared = 0;
     for case in 0..40 {
         let weights = rng.gen_range(1..4);
-        let sym = random_graph(&mut rng, weights);
+        let sym = common::random_graph(&mut rng, weights, &[]);
         let n = rng.gen_range(256..2048);
-        let reference = run_passes(&reference_rt, &sym, n, case, MemoryPlanning::NoReuse);
-        let planned = run_passes(&rt, &sym, n, case, MemoryPlanning::default());
+        let no_reuse = BindOptions {
+            memory: MemoryPlanning::NoReuse,
+            ..BindOptions::default()
+        };
+        let reference = common::run_passes(&reference_rt, &sym, n, case, no_reuse);
+        let planned = common::run_passes(&rt, &sym, n, case, BindOptions::default());
         assert_eq!(planned, reference, "case {case}: {:?}", sym.list_outputs());
         let shapes = sym
             .list_arguments()

@@ -16,6 +16,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use storage::{Context, StorageConfig};
 
+mod common;
+
 fn runtime(storage: StorageConfig) -> Arc<Runtime> {
     Runtime::new(
         EngineBuilder::new(EngineKind::ThreadedPerDevice)
@@ -498,4 +500,61 @@ fn data_parallel_refuses_bad_batches_before_pushing_anything() {
     let x = random(&rt, &[8, 20], &mut rng, Context::cpu(0));
     dp.step(&[("data", &x), ("label", &y)]).unwrap();
     dp.wait().unwrap();
+}
+
+#[test]
+fn random_graphs_placed_on_three_devices_equal_one_device_without_reuse() {
+    let mut rng = StdRng::seed_from_u64(77);
+    let reference_rt = Runtime::new(
+        EngineBuilder::new(EngineKind::Naive).build(),
+        StorageConfig::default(),
+    );
+    let rt = Runtime::new(
+        EngineBuilder::new(EngineKind::ThreadedPerDevice)
+            .cpu_workers(2)
+            .bulk_size(1)
+            .jitter(Duration::from_micros(200))
+            .build(),
+        StorageConfig::default(),
+    );
+    let group2ctx: HashMap<String, Context> = [("a", 0), ("b", 1), ("c", 2)]
+        .into_iter()
+        .map(|(g, i)| (g.to_string(), Context::cpu(i)))
+        .collect();
+    let mut crossing = 0;
+    for case in 0..25 {
+        let weights = rng.gen_range(1..4);
+        let sym = common::random_graph(&mut rng, weights, &["a", "b", "c"]);
+        let n = rng.gen_range(64..512);
+        let no_reuse = BindOptions {
+            memory: ndarray_ops::MemoryPlanning::NoReuse,
+            ..BindOptions::default()
+        };
+        let reference = common::run_passes(&reference_rt, &sym, n, case, no_reuse);
+        let placed = BindOptions {
+            group2ctx: group2ctx.clone(),
+            ..BindOptions::default()
+        };
+        let got = common::run_passes(&rt, &sym, n, case, placed.clone());
+        assert_eq!(got, reference, "case {case}");
+        let shapes = sym
+            .list_arguments()
+            .into_iter()
+            .map(|a| (a, vec![n]))
+            .collect();
+        let exec = Executor::bind_with_options(
+            &rt,
+            Context::cpu(0),
+            &sym,
+            &shapes,
+            HashMap::new(),
+            &placed,
+        )
+        .unwrap();
+        if exec.memory_by_device().len() > 1 {
+            crossing += 1;
+        }
+    }
+    // The test only means something if graphs do span devices.
+    assert!(crossing >= 20, "only {crossing} of 25 graphs span devices");
 }

@@ -1,7 +1,15 @@
 //! Helpers shared by the integration tests.
 
-use ndarray_ops::{Attrs, Symbol};
+use std::collections::HashMap;
+use std::sync::Arc;
 
+use ndarray_ops::symbol::CTX_GROUP;
+use ndarray_ops::{Attrs, BindOptions, Executor, GradReq, NDArray, Runtime, Symbol};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use storage::Context;
+
+#[allow(dead_code)]
 /// `graphs/mlp-symbol.json` built in code, with the file's node names and attributes.
 pub fn mlp_in_code() -> Symbol {
     let mut h = Symbol::var("data");
@@ -29,4 +37,127 @@ pub fn mlp_in_code() -> Symbol {
         }
     }
     h
+}
+
+/// A random graph of layers of parallel branches over a pool of entries: every branch starts
+/// from a random entry and applies 1-3 random unary or binary elementwise ops (the binary ones
+/// take a second random entry), so branches are unordered with each other and entries die at
+/// scattered points. The output sums every entry nothing else read. With `groups`, each op node
+/// is put in a random one of them or left to placement (for model parallelism).
+#[allow(dead_code)]
+pub fn random_graph(rng: &mut StdRng, n_weights: usize, groups: &[&str]) -> Symbol {
+    let mut pool: Vec<(Symbol, bool)> = vec![(Symbol::var("x"), false)];
+    for w in 0..n_weights {
+        pool.push((Symbol::var(&format!("w{w}")), false));
+    }
+    let mut id = 0;
+    let mut name = |op: &str| {
+        id += 1;
+        format!("{op}{id}")
+    };
+    let attrs = |rng: &mut StdRng| match rng.gen_range(0..=groups.len()) {
+        k if k < groups.len() => Attrs::new().with(CTX_GROUP, groups[k]),
+        _ => Attrs::new(),
+    };
+    let layers = rng.gen_range(2..5);
+    for _ in 0..layers {
+        let width = rng.gen_range(2..7);
+        let mut ends = vec![];
+        for _ in 0..width {
+            let pick = rng.gen_range(0..pool.len());
+            pool[pick].1 = true;
+            let mut h = pool[pick].0.clone();
+            for _ in 0..rng.gen_range(1..4) {
+                let a = attrs(rng);
+                h = match rng.gen_range(0..7) {
+                    0 => Symbol::op("tanh", &name("tanh"), &[&h], a),
+                    1 => Symbol::op("sigmoid", &name("sigmoid"), &[&h], a),
+                    2 => Symbol::op("relu", &name("relu"), &[&h], a),
+                    3 => Symbol::op(
+                        "_mul_scalar",
+                        &name("mul_scalar"),
+                        &[&h],
+                        a.with("scalar", 0.75),
+                    ),
+                    k => {
+                        let other = rng.gen_range(0..pool.len());
+                        pool[other].1 = true;
+                        let op = if k == 4 {
+                            "elemwise_mul"
+                        } else {
+                            "elemwise_add"
+                        };
+                        Symbol::op(op, &name(op), &[&h, &pool[other].0], a)
+                    }
+                }
+                .unwrap();
+            }
+            ends.push((h, false));
+        }
+        pool.extend(ends);
+    }
+    let leaves: Vec<&Symbol> = pool
+        .iter()
+        .filter(|(_, read)| !read)
+        .map(|(s, _)| s)
+        .collect();
+    Symbol::op("add_n", "total", &leaves, Attrs::new()).unwrap()
+}
+
+/// Binds `sym` with gradients of every weight, sets `x`, the weights and the head gradient from
+/// `seed`, runs the passes `F F B F B` (forward twice, backward after a repeated forward,
+/// forward again) and returns every output and gradient after each backward. `opts` gives the
+/// memory planning and placement.
+#[allow(dead_code)]
+pub fn run_passes(
+    rt: &Arc<Runtime>,
+    sym: &Symbol,
+    n: usize,
+    seed: u64,
+    opts: BindOptions,
+) -> Vec<Vec<f32>> {
+    let args = sym.list_arguments();
+    let shapes = args.iter().map(|a| (a.clone(), vec![n])).collect();
+    let opts = BindOptions {
+        grad_req: args
+            .iter()
+            .filter(|a| a.starts_with('w'))
+            .map(|a| (a.clone(), GradReq::Write))
+            .collect(),
+        ..opts
+    };
+    let exec =
+        Executor::bind_with_options(rt, Context::cpu(0), sym, &shapes, HashMap::new(), &opts)
+            .unwrap();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut names: Vec<_> = exec.arg_dict().into_iter().collect();
+    names.sort_by(|a, b| a.0.cmp(&b.0));
+    let fill = |a: &NDArray, rng: &mut StdRng| {
+        let v: Vec<f32> = (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect();
+        rt.from_vec(v, &[n], Context::cpu(0))
+            .unwrap()
+            .copy_into(a)
+            .unwrap();
+    };
+    for (_, a) in &names {
+        fill(a, &mut rng);
+    }
+    let x = exec.arg_dict()["x"].clone();
+    let mut seen = vec![];
+    let record = |exec: &Executor, seen: &mut Vec<Vec<f32>>| {
+        seen.push(exec.outputs()[0].to_vec::<f32>().unwrap());
+        let mut grads: Vec<_> = exec.grad_dict().into_iter().collect();
+        grads.sort_by(|a, b| a.0.cmp(&b.0));
+        seen.extend(grads.iter().map(|(_, g)| g.to_vec::<f32>().unwrap()));
+    };
+    exec.forward(true).unwrap();
+    fill(&x, &mut rng);
+    exec.forward(true).unwrap();
+    exec.backward().unwrap();
+    record(&exec, &mut seen);
+    fill(&x, &mut rng);
+    exec.forward(true).unwrap();
+    exec.backward().unwrap();
+    record(&exec, &mut seen);
+    seen
 }
