@@ -11,6 +11,9 @@
 //! Solvers: strong (default), greedy, heap, nnvm (match range 16), nnvm_auto. `--mxnet-bound`
 //! plans exactly MXNet's graph and order from its dump and adds `mxnet_bytes`.
 
+#[path = "common/shape_arg.rs"]
+mod shape_arg;
+
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
@@ -211,18 +214,8 @@ fn run() -> Result<(), String> {
             "--solver" => kind = solver(&args.next().ok_or("--solver needs a name")?)?,
             "--shape" => {
                 let spec = args.next().ok_or("--shape needs name=d0,d1,...")?;
-                let (name, dims) = spec
-                    .split_once('=')
-                    .ok_or(format!("--shape {spec:?}: expected name=d0,d1,..."))?;
-                let dims: Vec<usize> = dims
-                    .split(',')
-                    .map(|d| {
-                        d.trim()
-                            .parse::<usize>()
-                            .map_err(|e| format!("--shape {spec:?}: {e}"))
-                    })
-                    .collect::<Result<_, _>>()?;
-                shapes.insert(name.to_string(), dims);
+                let (name, dims) = shape_arg::parse_shape(&spec)?;
+                shapes.insert(name, dims);
             }
             f if !f.starts_with("--") && file.is_none() => file = Some(f.to_string()),
             other => return Err(format!("unknown argument {other:?}")),

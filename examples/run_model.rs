@@ -9,6 +9,9 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+#[path = "common/shape_arg.rs"]
+mod shape_arg;
+
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -52,18 +55,8 @@ fn parse() -> Result<Args, String> {
             }
             "--shape" => {
                 let spec = it.next().ok_or("--shape needs name=d0,d1,...")?;
-                let (name, dims) = spec
-                    .split_once('=')
-                    .ok_or(format!("--shape {spec:?}: expected name=d0,d1,..."))?;
-                let dims: Vec<usize> = dims
-                    .split(',')
-                    .map(|d| {
-                        d.trim()
-                            .parse::<usize>()
-                            .map_err(|e| format!("--shape {spec:?}: {e}"))
-                    })
-                    .collect::<Result<_, _>>()?;
-                shapes.insert(name.to_string(), dims);
+                let (name, dims) = shape_arg::parse_shape(&spec)?;
+                shapes.insert(name, dims);
             }
             f if !f.starts_with("--") && file.is_none() => file = Some(f.to_string()),
             other => return Err(format!("unknown argument {other:?}")),
