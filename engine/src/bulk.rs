@@ -8,7 +8,7 @@ use crate::op::Op;
 use crate::var::Var;
 use crate::Engine;
 
-/// Collects ops and pushes them as fused units. Created by [`Engine::bulk`]; what it still
+/// Collects ops and pushes them as fused units. Created by `engine.bulk()`; what it still
 /// holds is pushed on [`BulkPusher::flush`] and on drop.
 pub struct BulkPusher<'e> {
     engine: &'e dyn Engine,

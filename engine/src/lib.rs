@@ -66,7 +66,7 @@ pub trait Engine: Send + Sync {
     /// scheduled, an op naming a deleted var or another engine's var.
     fn push(&self, op: Op) -> Result<(), EngineError>;
 
-    /// Schedules synchronous CPU ops as one fused unit; prefer [`Engine::bulk`].
+    /// Schedules synchronous CPU ops as one fused unit; prefer `engine.bulk()` (a [`BulkPusher`]).
     fn push_bulk(&self, ops: Vec<Op>) -> Result<(), EngineError>;
 
     /// Runs `f` once every op pushed earlier on `var` has finished; `var` is dead from this call
@@ -81,7 +81,7 @@ pub trait Engine: Send + Sync {
     /// yet reported and forgets the others (vars stay poisoned until `wait_for_var`).
     fn wait_for_all(&self) -> Result<(), EngineError>;
 
-    /// The largest unit [`Engine::bulk`] fuses.
+    /// The largest unit `engine.bulk()` fuses.
     fn bulk_size(&self) -> usize;
 
     /// The profiler, when it is on.
