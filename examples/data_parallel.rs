@@ -1,15 +1,18 @@
 //! Data-parallel scaling on CPU contexts: trains one model with the whole batch split over 1, 2,
 //! ... contexts (each its own engine workers and storage pool) and reports samples per second.
 //!
-//! `cargo run --release --example data_parallel -- [FILE-symbol.json] [--batch N] [--steps N] [--max-contexts N] [--json]`
+//! `cargo run --release --example data_parallel -- [FILE-symbol.json] [--batch N] [--steps N] [--max-contexts N] [--profile] [--json]`
 //!
 //! Default model: `graphs/mlp-symbol.json` (784-512-512-10) with a softmax loss, batch 256, on
 //! random data; every run starts from the same weights. JSON:
-//! `{"model", "batch", "steps", "results": [{"contexts", "samples_per_second"}], "speedup"}`,
-//! where `speedup` is the largest context count's samples/s over one context's, and
+//! `{"model", "batch", "steps", "results": [{"contexts", "samples_per_second"}], "speedup",
+//! "kernel_threads"}`, where `speedup` is the largest context count's samples/s over one
+//! context's, and
 //! `kernel_threads` says whether GEMMs thread on their own (`MATMUL_NUM_THREADS`; with
 //! `MATMUL_NUM_THREADS=1 RAYON_NUM_THREADS=1` each context's kernels use one core, so the contexts
-//! are what runs in parallel).
+//! are what runs in parallel). With `--profile` (the engine's profiler on, which costs some
+//! speed) each result adds `reductions` and `reductions_during_backward`: the gradient
+//! reductions that started while some backward kernel was still running.
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -29,6 +32,7 @@ struct Args {
     steps: usize,
     max_contexts: usize,
     json: bool,
+    profile: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -38,6 +42,7 @@ fn parse() -> Result<Args, String> {
         steps: 30,
         max_contexts: 2,
         json: false,
+        profile: false,
     };
     let mut it = std::env::args().skip(1);
     let number = |v: Option<String>, flag: &str| {
@@ -48,6 +53,7 @@ fn parse() -> Result<Args, String> {
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--json" => a.json = true,
+            "--profile" => a.profile = true,
             "--batch" => a.batch = number(it.next(), "--batch")?,
             "--steps" => a.steps = number(it.next(), "--steps")?,
             "--max-contexts" => a.max_contexts = number(it.next(), "--max-contexts")?,
@@ -64,11 +70,43 @@ fn random(rt: &std::sync::Arc<Runtime>, shape: &[usize], rng: &mut StdRng) -> ND
     rt.from_vec(v, shape, Context::cpu(0)).expect("host array")
 }
 
-/// Samples per second of `steps` training steps over `n` contexts (after two warm-up steps).
-fn measure(sym: &Symbol, data_shape: &[usize], a: &Args, n: usize) -> Result<f64, String> {
+/// Of the gradient reductions (`reduce_copy` ops), how many started while a backward kernel
+/// was still running: the overlap of communication with backward.
+fn overlap(events: &[engine::ProfileEvent]) -> (usize, usize) {
+    let backward: Vec<(u64, u64)> = events
+        .iter()
+        .filter(|e| e.name.starts_with("_backward_"))
+        .map(|e| (e.start_ns, e.end_ns))
+        .collect();
+    let copies: Vec<u64> = events
+        .iter()
+        .filter(|e| e.name == "reduce_copy")
+        .map(|e| e.start_ns)
+        .collect();
+    let during = copies
+        .iter()
+        .filter(|&&t| backward.iter().any(|&(s, e)| s <= t && t < e))
+        .count();
+    (during, copies.len())
+}
+
+/// Samples per second of `steps` training steps over `n` contexts (after two warm-up steps),
+/// and how many gradient reductions overlapped a backward kernel.
+fn measure(
+    sym: &Symbol,
+    data_shape: &[usize],
+    a: &Args,
+    n: usize,
+) -> Result<(f64, (usize, usize)), String> {
     let err = |e: ndarray_ops::NdError| e.to_string();
     let rt = Runtime::new(
-        EngineBuilder::new(EngineKind::ThreadedPerDevice).build(),
+        if a.profile {
+            EngineBuilder::new(EngineKind::ThreadedPerDevice)
+                .profiler(None)
+                .build()
+        } else {
+            EngineBuilder::new(EngineKind::ThreadedPerDevice).build()
+        },
         StorageConfig::default(),
     );
     let shapes = HashMap::from([
@@ -113,7 +151,13 @@ fn measure(sym: &Symbol, data_shape: &[usize], a: &Args, n: usize) -> Result<f64
         dp.step(&batch).map_err(err)?;
     }
     dp.wait().map_err(err)?;
-    Ok((a.steps * a.batch) as f64 / t0.elapsed().as_secs_f64())
+    let sps = (a.steps * a.batch) as f64 / t0.elapsed().as_secs_f64();
+    let events = rt
+        .engine()
+        .profiler()
+        .map(|p| p.events())
+        .unwrap_or_default();
+    Ok((sps, overlap(&events)))
 }
 
 fn run() -> Result<(), String> {
@@ -138,11 +182,20 @@ fn run() -> Result<(), String> {
     data_shape[0] = a.batch;
     let mut results = vec![];
     for n in 1..=a.max_contexts {
-        let sps = measure(&sym, &data_shape, &a, n)?;
-        if !a.json {
-            println!("{n} context(s): {sps:.0} samples/s");
+        let (sps, (during, reductions)) = measure(&sym, &data_shape, &a, n)?;
+        let mut r = serde_json::json!({"contexts": n, "samples_per_second": sps});
+        if a.profile {
+            r["reductions"] = reductions.into();
+            r["reductions_during_backward"] = during.into();
         }
-        results.push(serde_json::json!({"contexts": n, "samples_per_second": sps}));
+        if !a.json {
+            print!("{n} context(s): {sps:.0} samples/s");
+            if a.profile {
+                print!("; {during} of {reductions} gradient reductions started while backward was running");
+            }
+            println!();
+        }
+        results.push(r);
     }
     let first = results[0]["samples_per_second"].as_f64().unwrap_or(1.0);
     let last = results[results.len() - 1]["samples_per_second"]

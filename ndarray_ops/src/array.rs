@@ -384,13 +384,13 @@ impl NDArray {
 
     /// Copies this array's elements into `dst` (same shape and dtype, any context).
     pub fn copy_into(&self, dst: &NDArray) -> Result<()> {
-        let op = self.copy_op(dst)?;
+        let op = self.copy_op(dst, "copy")?;
         Ok(self.runtime().engine().push(op)?)
     }
 
-    /// The engine op of [`NDArray::copy_into`], not yet pushed. Between two devices it is a copy
-    /// op, which the destination's copy workers run.
-    pub(crate) fn copy_op(&self, dst: &NDArray) -> Result<Op> {
+    /// The engine op of [`NDArray::copy_into`], not yet pushed, named `name` (for errors and the
+    /// profiler). Between two devices it is a copy op, which the destination's copy workers run.
+    pub(crate) fn copy_op(&self, dst: &NDArray, name: &'static str) -> Result<Op> {
         if dst.shape != self.shape || dst.dtype != self.dtype {
             return Err(NdError::Shape {
                 op: "copy".into(),
@@ -413,7 +413,7 @@ impl NDArray {
         } else {
             FnProperty::CopyToDevice
         };
-        Ok(Op::sync("copy", move |_| {
+        Ok(Op::sync(name, move |_| {
             // SAFETY: the engine orders this op after the source's writes and gives it exclusive
             // access to the destination; ranges of distinct arrays in one chunk may overlap, so
             // the copy tolerates overlap.

@@ -293,16 +293,18 @@ impl DataParallel {
             exec.forward(true)?;
             exec.backward()?;
         }
-        // Last layers' gradients are ready first: reduce them first.
+        // Last layers' gradients are ready first: reduce them first. (The copies are named for
+        // the profiler: `reduce_copy`, `broadcast_copy`.)
+        let engine = self.rt.engine();
         for p in self.params.iter().rev() {
             for (stride, dst, buf) in &p.recv {
-                p.grads[dst + stride].copy_into(buf)?;
+                engine.push(p.grads[dst + stride].copy_op(buf, "reduce_copy")?)?;
                 p.grads[*dst].add_inplace(buf)?;
             }
             let (w, g, m) = (&p.weights[0], &p.grads[0], &p.momentum);
             invoke("sgd_mom_update", &[w, g, m], &self.update, Some(&[w, m]))?;
             for other in &p.weights[1..] {
-                w.copy_into(other)?;
+                engine.push(w.copy_op(other, "broadcast_copy")?)?;
             }
         }
         Ok(())

@@ -323,7 +323,9 @@ impl Executor {
                 )
             };
             let op = if def.name == "_CrossDeviceCopy" {
-                inputs[0].copy_op(outputs[0]).map_err(at_node)?
+                inputs[0]
+                    .copy_op(outputs[0], "_CrossDeviceCopy")
+                    .map_err(at_node)?
             } else {
                 let attrs = &self.node_attrs[i][usize::from(is_train)];
                 let ctx = self.devices[i];
