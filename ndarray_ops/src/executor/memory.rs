@@ -38,11 +38,13 @@ pub(super) struct DevicePlan {
 }
 
 /// Plans each device's internal entries (those not `external`; entries on other devices are
-/// external to a device's problem; `kept` entries live to the end of a pass).
+/// external to a device's problem; `kept` entries live to the end of a pass). `long_lived` gives
+/// each device's bytes of arrays the bind allocates for good, which its block holds too.
 pub(super) fn plan(
     full: &FullGraph,
     external: &[bool],
     kept: &[usize],
+    long_lived: &[(Context, u64)],
     planning: MemoryPlanning,
 ) -> Result<Vec<DevicePlan>> {
     let (inf, n) = (&full.inferred, external.len());
@@ -78,7 +80,10 @@ pub(super) fn plan(
                 MemoryPlanning::Arena(_) => plan.arena,
                 MemoryPlanning::NoReuse => no_reuse_bytes,
             },
-            long_lived_bytes: 0,
+            long_lived_bytes: long_lived
+                .iter()
+                .find(|(c, _)| *c == dev)
+                .map_or(0, |&(_, b)| b),
             entries: gp.entries,
             inplace: gp.inplace,
         };
@@ -107,22 +112,16 @@ pub(super) struct Blocks {
 }
 
 impl Blocks {
-    /// Allocates each device's block: its arena plus `long_lived` bytes (64-byte aligned sizes).
+    /// Allocates each device's block: its arena plus its long-lived bytes.
     pub(super) fn new(
         rt: &Arc<Runtime>,
         plans: &[DevicePlan],
-        long_lived: &[(Context, u64)],
         planning: MemoryPlanning,
     ) -> Result<Blocks> {
         let mut blocks = vec![];
         if let MemoryPlanning::Arena(_) = planning {
             for p in plans {
-                let extra: u64 = long_lived
-                    .iter()
-                    .filter(|(c, _)| *c == p.dev)
-                    .map(|(_, b)| b)
-                    .sum();
-                let total = align(p.plan.arena) + extra;
+                let total = align(p.plan.arena) + p.report.long_lived_bytes;
                 let block = rt
                     .empty(&[total.max(1) as usize], DType::U8, p.dev)
                     .map_err(|e| invalid("bind", format!("memory for {}: {e}", p.dev)))?;
@@ -171,7 +170,6 @@ pub(super) fn allocate(
     bound: Vec<Option<NDArray>>,
     plans: Vec<DevicePlan>,
     blocks: &Blocks,
-    long_lived: &[(Context, u64)],
 ) -> Result<Allocated> {
     let inf = &full.inferred;
     let mut entries = bound;
@@ -201,13 +199,7 @@ pub(super) fn allocate(
                 _ => rt.empty(shape, dtype, p.dev)?,
             });
         }
-        let mut report = p.report;
-        report.long_lived_bytes = long_lived
-            .iter()
-            .filter(|(c, _)| *c == p.dev)
-            .map(|(_, b)| b)
-            .sum();
-        out.reports.push((p.dev, report));
+        out.reports.push((p.dev, p.report));
         out.arenas.extend(arena);
     }
     out.entries = entries

@@ -45,7 +45,7 @@ pub enum MemoryPlanning {
 }
 
 impl Default for MemoryPlanning {
-    /// The strong solver with a 20 ms budget (it stops early at the lower bound).
+    /// The strong solver with a 20 ms budget (it stops early near the lower bound).
     fn default() -> Self {
         MemoryPlanning::Arena(SolverKind::Strong(Duration::from_millis(20)))
     }
@@ -111,7 +111,7 @@ pub struct MemoryReport {
     /// Bytes of the arrays the bind allocated for good (weights, auxiliary states, gradients),
     /// taken from the top of the arena's block (64-byte aligned sizes).
     pub long_lived_bytes: u64,
-    /// Internal entries, and how many of them share an input's buffer in place.
+    /// Internal entries.
     pub entries: usize,
     /// Entries sharing an input's buffer.
     pub inplace: usize,
@@ -187,15 +187,21 @@ impl Executor {
         let g = &full.inferred.graph;
         // Plan first, then take one block per device for the arena and the long-lived arrays.
         let layout = bind::layout(&full, opts);
-        let plans = memory::plan(&full, &layout.external, &layout.kept, opts.memory)?;
         let long_lived = bind::long_lived_bytes(&full, &given, opts);
-        let mut blocks = memory::Blocks::new(rt, &plans, &long_lived, opts.memory)?;
+        let plans = memory::plan(
+            &full,
+            &layout.external,
+            &layout.kept,
+            &long_lived,
+            opts.memory,
+        )?;
+        let mut blocks = memory::Blocks::new(rt, &plans, opts.memory)?;
         let arrays = bind::bind_arrays(rt, &full, &layout, &mut given, opts, &mut blocks)?;
         let mut skip = vec![false; g.nodes.len()];
         for &t in &layout.aliases.noops {
             skip[t] = true;
         }
-        let memory = memory::allocate(rt, &full, arrays.bound, plans, &blocks, &long_lived)?;
+        let memory = memory::allocate(rt, &full, arrays.bound, plans, &blocks)?;
         let forward_nodes = (!full.wrt.is_empty()).then(|| full.forward_nodes());
         let node_attrs = g
             .nodes
