@@ -2,7 +2,7 @@
 //! floor: what running the same boxed closures on the same number of threads costs with no
 //! dependency tracking at all).
 //!
-//! `cargo run --release --example engine_bench -- [--json] [--threads N] [--repeats R] [--scale F] [--only ENGINE]`
+//! `cargo run --release --example engine_bench -- [--json] [--threads N] [--repeats R] [--scale F] [--only ENGINE] [--workload NAME]`
 //!
 //! Workloads (ns per op, median of R runs):
 //! * independent: 1,000,000 ops, op i writes var i % 1024, then `wait_for_all`;
@@ -27,6 +27,8 @@ struct Args {
     repeats: usize,
     scale: f64,
     only: Option<String>,
+    /// Run only this workload (the others report 0), e.g. to profile it alone.
+    workload: Option<String>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -36,6 +38,7 @@ fn parse_args() -> Result<Args, String> {
         repeats: 5,
         scale: 1.0,
         only: None,
+        workload: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -43,6 +46,7 @@ fn parse_args() -> Result<Args, String> {
         match arg.as_str() {
             "--json" => a.json = true,
             "--only" => a.only = Some(value("--only")?),
+            "--workload" => a.workload = Some(value("--workload")?),
             "--threads" => {
                 a.threads = value("--threads")?
                     .parse()
@@ -60,7 +64,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "-h" | "--help" => {
                 println!(
-                    "engine_bench [--json] [--threads N] [--repeats R] [--scale F] [--only ENGINE]"
+                    "engine_bench [--json] [--threads N] [--repeats R] [--scale F] [--only ENGINE] [--workload independent|chain|chain_bulk|fanout]"
                 );
                 std::process::exit(0);
             }
@@ -122,20 +126,16 @@ fn bare_pool(threads: usize, n: usize) -> usize {
             })
         })
         .collect();
-    let t = Instant::now();
     for _ in 0..n {
         injector.push(Box::new(|| {}));
     }
     while done.load(Ordering::Acquire) < n {
         std::thread::yield_now();
     }
-    let elapsed = t.elapsed();
     stop.store(true, Ordering::Release);
     for w in workers {
         w.join().expect("bench worker");
     }
-    // Report through the same "ops per call" protocol as the engine workloads.
-    let _ = elapsed;
     n
 }
 
@@ -193,13 +193,12 @@ fn main() {
     let scaled = |n: f64| ((n * args.scale) as usize).max(1);
     let (n_ind, n_chain, rounds) = (scaled(1_000_000.0), scaled(100_000.0), scaled(10_000.0));
 
-    // The floor is timed the same way as the engines: push everything, wait for all.
-    let floor = measure(args.repeats, || {
-        let t = Instant::now();
-        let n = bare_pool(args.threads, n_ind);
-        let _ = t;
-        n
-    });
+    // The floor is timed the same way as the engines: push everything, wait for all. It is what
+    // `independent` is compared with, so it is skipped when only another workload runs.
+    let floor = match args.workload.as_deref() {
+        Some(w) if w != "independent" => 0.0,
+        _ => measure(args.repeats, || bare_pool(args.threads, n_ind)),
+    };
 
     let mut engines = serde_json::Map::new();
     let mut lines = Vec::new();
@@ -216,10 +215,15 @@ fn main() {
         let outs: Vec<Var> = (0..8).map(|_| e.new_var()).collect();
         // Warm up: start the workers.
         independent(&*e, &vars, 10_000);
-        let ind = measure(args.repeats, || independent(&*e, &vars, n_ind));
-        let ch = measure(args.repeats, || chain(&*e, &one, n_chain));
-        let chb = measure(args.repeats, || chain_bulk(&e, &one, n_chain));
-        let fo = measure(args.repeats, || fanout(&*e, &one, &outs, rounds));
+        let wanted = |w: &str| args.workload.as_ref().is_none_or(|x| x == w);
+        let timed = |w: &str, f: &mut dyn FnMut() -> usize| match wanted(w) {
+            true => measure(args.repeats, f),
+            false => 0.0,
+        };
+        let ind = timed("independent", &mut || independent(&*e, &vars, n_ind));
+        let ch = timed("chain", &mut || chain(&*e, &one, n_chain));
+        let chb = timed("chain_bulk", &mut || chain_bulk(&e, &one, n_chain));
+        let fo = timed("fanout", &mut || fanout(&*e, &one, &outs, rounds));
         engines.insert(
             kind.name().to_string(),
             serde_json::json!({
@@ -227,7 +231,7 @@ fn main() {
                 "chain_ns": ch,
                 "chain_bulk_ns": chb,
                 "fanout_ns": fo,
-                "independent_vs_floor": ind / floor,
+                "independent_vs_floor": if floor > 0.0 { ind / floor } else { 0.0 },
                 "chain_bulk_speedup": ch / chb,
             }),
         );
@@ -238,7 +242,7 @@ fn main() {
             ch,
             chb,
             fo,
-            ind / floor
+            if floor > 0.0 { ind / floor } else { 0.0 }
         ));
     }
     let report = serde_json::json!({

@@ -17,10 +17,9 @@ use std::sync::Arc;
 use crossbeam_utils::CachePadded;
 use smallvec::SmallVec;
 
+use crate::bulk::{BulkBody, BulkMember, BulkUnit};
 use crate::error::{panic_message, EngineError, OpFailure, OpResult};
-use crate::op::{
-    dedup, BulkMember, Bumps, Completion, FnProperty, Op, OpBlock, OpFn, OpRef, RunContext, VarList,
-};
+use crate::op::{dedup, Bumps, Completion, FnProperty, Op, OpBlock, OpFn, OpRef, RunContext};
 use crate::profiler::Profiler;
 use crate::sync::{fence, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
 use crate::var::{Access, Granted, Var};
@@ -175,7 +174,7 @@ impl Core {
         dedup(&mut reads, &mut writes);
         let block = OpBlock {
             wait: AtomicUsize::new(reads.len() + writes.len() + 1),
-            func: Mutex::new(Some(op.func)),
+            func: Mutex::new(Some(op.func.into())),
             reads,
             writes,
             bumps: Bumps::One,
@@ -190,74 +189,27 @@ impl Core {
         Ok(())
     }
 
-    /// Fuses already checked, bulkable ops into one unit: it reads every var some member reads
-    /// and none writes, and writes every var some member writes (counting one version bump per
-    /// member). Members run in push order inside the unit.
-    pub(crate) fn push_bulk(self: &Arc<Self>, ops: Vec<Op>) -> Result<(), EngineError> {
-        for op in &ops {
-            self.check_vars(&op.name, op.vars())?;
-        }
-        let Some(first) = ops.first() else {
+    /// Schedules a unit built by a [`crate::BulkPusher`] (its ops already checked), leaving it
+    /// empty with a recycled member list. Members run in push order inside the unit; member `k`
+    /// has sequence number `seq + k` (one reservation for the whole unit).
+    pub(crate) fn push_bulk(self: &Arc<Self>, unit: &mut BulkUnit) -> Result<(), EngineError> {
+        let n = unit.len();
+        if n == 0 {
             return Ok(());
-        };
-        let (ctx, priority) = (first.ctx, first.priority);
-        let mut members = self.spare_members.lock().pop().unwrap_or_default();
-        members.reserve(ops.len());
-        // One reservation of consecutive sequence numbers for the whole unit.
-        let first_seq = self.next_seq.fetch_add(ops.len() as u64, Ordering::Relaxed);
-        let mut reads: VarList = SmallVec::new();
-        let mut writes: VarList = SmallVec::new();
-        let mut bumps: SmallVec<[u64; 4]> = SmallVec::new();
-        for (k, op) in ops.into_iter().enumerate() {
-            let OpFn::Sync(func) = op.func else {
-                return Err(EngineError::InvalidOp {
-                    op: op.name.into_owned(),
-                    reason: "only synchronous ops can be bulked".into(),
-                });
-            };
-            let (mut r, mut w) = (op.reads, op.writes);
-            dedup(&mut r, &mut w);
-            for v in &w {
-                match writes.iter().position(|x| x.key() == v.key()) {
-                    Some(i) => bumps[i] += 1,
-                    None => {
-                        writes.push(v.clone());
-                        bumps.push(1);
-                    }
-                }
-            }
-            for v in &r {
-                if !reads.iter().any(|x| x.key() == v.key()) {
-                    reads.push(v.clone());
-                }
-            }
-            members.push(BulkMember {
-                name: op.name,
-                seq: first_seq + k as u64,
-                func,
-                reads: r.iter().map(Var::key).collect(),
-                writes: w.iter().map(Var::key).collect(),
-            });
         }
-        dedup(&mut reads, &mut writes);
-        // Units of the default sizes get static names (no allocation per unit).
-        const NAMES: [&str; 17] = [
-            "bulk[0]", "bulk[1]", "bulk[2]", "bulk[3]", "bulk[4]", "bulk[5]", "bulk[6]", "bulk[7]",
-            "bulk[8]", "bulk[9]", "bulk[10]", "bulk[11]", "bulk[12]", "bulk[13]", "bulk[14]",
-            "bulk[15]", "bulk[16]",
-        ];
-        let name: Cow<'static, str> = match members.len() {
-            1 => members[0].name.clone(),
-            n if n < NAMES.len() => Cow::Borrowed(NAMES[n]),
-            n => Cow::Owned(format!("bulk[{n}]")),
-        };
+        let name = unit.name();
+        let (ctx, priority) = (unit.ctx, unit.priority);
+        let bumps = Bumps::Each(unit.bumps.clone());
+        let spare = self.spare_members.lock().pop().unwrap_or_default();
+        let (body, reads, writes) = unit.take(spare);
+        let seq = self.next_seq.fetch_add(n as u64, Ordering::Relaxed);
         let block = OpBlock {
             wait: AtomicUsize::new(reads.len() + writes.len() + 1),
-            seq: members[0].seq,
-            func: Mutex::new(Some(OpFn::Bulk(members))),
+            seq,
+            func: Mutex::new(Some(OpFn::Bulk(body))),
             reads,
             writes,
-            bumps: Bumps::Each(bumps),
+            bumps,
             name,
             ctx,
             prop: FnProperty::Normal,
@@ -384,58 +336,61 @@ impl Core {
 
     /// Runs a bulk unit's members in order. A member is skipped when one of its vars is poisoned,
     /// counting poison left by earlier members, exactly as if they had been pushed one by one.
-    fn execute_bulk(self: &Arc<Self>, op: OpRef, mut members: Vec<BulkMember>, rctx: &RunContext) {
-        let mut poison: SmallVec<[(usize, Arc<OpFailure>); 4]> = SmallVec::new();
-        for v in op.reads.iter().chain(op.writes.iter()) {
+    fn execute_bulk(self: &Arc<Self>, op: OpRef, mut body: BulkBody, rctx: &RunContext) {
+        // The failure poisoning each slot's var, grown only once there is one.
+        let mut poison: SmallVec<[Option<Arc<OpFailure>>; 4]> = SmallVec::new();
+        let set = |poison: &mut SmallVec<_>, slot: u8, failure: &Arc<OpFailure>| {
+            let slot = usize::from(slot);
+            if poison.len() <= slot {
+                poison.resize(slot + 1, None);
+            }
+            poison[slot] = Some(failure.clone());
+        };
+        let unit_vars = op.reads.iter().zip(&body.read_slots);
+        for (v, &slot) in unit_vars.chain(op.writes.iter().zip(&body.write_slots)) {
             if let Some(p) = self.var_failure(&op, v) {
-                poison.push((v.key(), p));
+                set(&mut poison, slot, &p);
             }
         }
-        let lookup = |poison: &[(usize, Arc<OpFailure>)], key: usize| {
-            poison
-                .iter()
-                .find(|(k, _)| *k == key)
-                .map(|(_, p)| p.clone())
+        let of = |poison: &[Option<Arc<OpFailure>>], slot: u8| -> Option<Arc<OpFailure>> {
+            poison.get(usize::from(slot)).cloned().flatten()
         };
         // The unit gets a trace event of its own, spanning its members' events.
         let unit_t0 = self.profile_start();
-        for m in members.drain(..) {
-            let root = m
-                .reads
-                .iter()
-                .chain(m.writes.iter())
-                .find_map(|&k| lookup(&poison, k));
+        for (k, m) in body.members.drain(..).enumerate() {
+            let seq = op.seq + k as u64;
+            let root = match poison.is_empty() {
+                true => None,
+                false => m.vars.slots().iter().find_map(|&s| of(&poison, s)),
+            };
             let failure = match root {
                 Some(root) => root,
                 None => {
-                    self.jitter(m.seq);
+                    self.jitter(seq);
                     let t0 = self.profile_start();
                     let result = {
                         let _running = RunningScope::enter(self.id, m.name.clone());
                         catch_unwind(AssertUnwindSafe(|| (m.func)(rctx)))
                     };
                     self.profile_end(t0, &m.name, rctx);
-                    match self.outcome(m.seq, &m.name, result) {
+                    match self.outcome(seq, &m.name, result) {
                         Outcome::Poison(f) => f,
                         _ => continue,
                     }
                 }
             };
-            for &w in &m.writes {
-                match poison.iter_mut().find(|(k, _)| *k == w) {
-                    Some(slot) => slot.1 = failure.clone(),
-                    None => poison.push((w, failure.clone())),
-                }
+            for &w in m.vars.write_slots() {
+                set(&mut poison, w, &failure);
             }
         }
         self.profile_end(unit_t0, &op.name, rctx);
         {
             let mut spare = self.spare_members.lock();
             if spare.len() < 64 {
-                spare.push(members);
+                spare.push(body.members);
             }
         }
-        let per_write = op.writes.iter().map(|v| lookup(&poison, v.key())).collect();
+        let per_write = body.write_slots.iter().map(|&s| of(&poison, s)).collect();
         self.finish(op, Outcome::PerWrite(per_write));
     }
 
@@ -642,6 +597,7 @@ impl Core {
 }
 
 /// Shared by both engines: vars must belong to the engine and be alive.
+#[inline]
 pub(crate) fn check_vars<'a>(
     engine: u64,
     op: &str,

@@ -44,7 +44,7 @@ mod loom_tests;
 
 use std::borrow::Cow;
 
-pub use bulk::BulkPusher;
+pub use bulk::{BulkPusher, BulkUnit};
 pub use config::{env, EngineBuilder, EngineConfig, EngineKind};
 pub use error::{BoxError, EngineError, OpFailure, OpResult};
 pub use naive::NaiveEngine;
@@ -59,6 +59,10 @@ pub trait Engine: Send + Sync {
     /// Which engine this is.
     fn kind(&self) -> EngineKind;
 
+    /// A number unique to this engine within the process; its vars carry it, so that a var of
+    /// another engine is refused.
+    fn id(&self) -> u64;
+
     /// A fresh var, version 0.
     fn new_var(&self) -> Var;
 
@@ -66,8 +70,8 @@ pub trait Engine: Send + Sync {
     /// scheduled, an op naming a deleted var or another engine's var.
     fn push(&self, op: Op) -> Result<(), EngineError>;
 
-    /// Schedules synchronous CPU ops as one fused unit; prefer `engine.bulk()` (a [`BulkPusher`]).
-    fn push_bulk(&self, ops: Vec<Op>) -> Result<(), EngineError>;
+    /// Schedules the ops a [`BulkPusher`] fused (use `engine.bulk()`), leaving `unit` empty.
+    fn push_bulk(&self, unit: &mut BulkUnit) -> Result<(), EngineError>;
 
     /// Runs `f` once every op pushed earlier on `var` has finished; `var` is dead from this call
     /// on, and any later use of it is an error. `f` runs even if `var` is poisoned.

@@ -2,17 +2,20 @@
 //! waited for). Pushes from several threads are not ordered against each other. It is the reference the threaded engines are checked against, so it shares
 //! only the `Var` type with them and none of their dependency machinery.
 
+use std::borrow::Cow;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use crate::bulk::BulkUnit;
 use crate::core::{check_vars, next_engine_id};
 use crate::error::{panic_message, EngineError, OpFailure, OpResult};
-use crate::op::{dedup, Completion, Oneshot, Op, OpFn, RunContext};
+use crate::op::{dedup, Completion, Oneshot, Op, RunContext, UserFn, VarList};
 use crate::profiler::Profiler;
 use crate::var::Var;
 use crate::{Engine, EngineKind};
+use storage::Context;
 
 /// Runs each op inline, in push order.
 pub struct NaiveEngine {
@@ -45,23 +48,32 @@ impl NaiveEngine {
 
     fn run(&self, op: Op) -> Result<(), EngineError> {
         check_vars(self.id, &op.name, op.vars())?;
-        let (name, func, ctx) = (op.name, op.func, op.ctx);
         let (mut reads, mut writes) = (op.reads, op.writes);
         dedup(&mut reads, &mut writes);
+        self.execute(op.name, op.func, op.ctx, &reads, &writes);
+        Ok(())
+    }
+
+    /// Runs one op whose vars are checked and deduplicated, then poisons and bumps its writes.
+    fn execute(
+        &self,
+        name: Cow<'static, str>,
+        func: UserFn,
+        ctx: Context,
+        reads: &[Var],
+        writes: &[Var],
+    ) {
         let poisoned = reads.iter().chain(writes.iter()).find_map(Var::poison);
         let t0 = self.profiler.as_ref().map(|p| p.now_ns());
         let rctx = RunContext::new(ctx);
         let failure = match (poisoned, func) {
-            (_, OpFn::Delete(f)) => catch_unwind(AssertUnwindSafe(f))
-                .err()
-                .map(|p| self.fail(&name, panic_message(&*p), true)),
             (Some(root), _) => Some(root),
-            (None, OpFn::Sync(f)) => match catch_unwind(AssertUnwindSafe(|| f(&rctx))) {
+            (None, UserFn::Sync(f)) => match catch_unwind(AssertUnwindSafe(|| f(&rctx))) {
                 Ok(Ok(())) => None,
                 Ok(Err(e)) => Some(self.fail(&name, e.to_string(), false)),
                 Err(p) => Some(self.fail(&name, panic_message(&*p), true)),
             },
-            (None, OpFn::Async(f)) => {
+            (None, UserFn::Async(f)) => {
                 let shot = Arc::new(Oneshot::new());
                 let tx = shot.clone();
                 let done = Completion::new(move |r: OpResult| {
@@ -78,30 +90,27 @@ impl NaiveEngine {
                 shot.recv()
                     .map(|e| self.fail(&name, e.message.clone(), false))
             }
-            (None, OpFn::Bulk(_) | OpFn::Wait(_)) => {
-                return Err(EngineError::InvalidOp {
-                    op: name.into_owned(),
-                    reason: "engine-internal op pushed to the naive engine".into(),
-                })
-            }
         };
         if let (Some(p), Some(t0)) = (&self.profiler, t0) {
             p.record(&name, t0, ctx);
         }
-        for w in &writes {
+        for w in writes {
             let mut g = w.lock();
             if let Some(f) = &failure {
                 g.set_poison(f.clone());
             }
             g.bump(1);
         }
-        Ok(())
     }
 }
 
 impl Engine for NaiveEngine {
     fn kind(&self) -> EngineKind {
         EngineKind::Naive
+    }
+
+    fn id(&self) -> u64 {
+        self.id
     }
 
     fn new_var(&self) -> Var {
@@ -115,8 +124,35 @@ impl Engine for NaiveEngine {
         self.run(op)
     }
 
-    fn push_bulk(&self, ops: Vec<Op>) -> Result<(), EngineError> {
-        ops.into_iter().try_for_each(|op| self.run(op))
+    /// Runs the members one by one, each exactly as if it had been pushed alone. A member whose
+    /// var was deleted after it joined the unit fails, as on the threaded engines.
+    fn push_bulk(&self, unit: &mut BulkUnit) -> Result<(), EngineError> {
+        let (ctx, (body, reads, writes)) = (unit.ctx, unit.take(Vec::new()));
+        let mut by_slot: Vec<Option<&Var>> = vec![None; reads.len() + writes.len()];
+        let unit_vars = reads.iter().zip(&body.read_slots);
+        for (v, &slot) in unit_vars.chain(writes.iter().zip(&body.write_slots)) {
+            by_slot[usize::from(slot)] = Some(v);
+        }
+        let of = |slots: &[u8]| -> VarList {
+            slots
+                .iter()
+                .filter_map(|&s| by_slot[usize::from(s)].cloned())
+                .collect()
+        };
+        for m in body.members {
+            let (reads, writes) = (of(m.vars.read_slots()), of(m.vars.write_slots()));
+            if let Err(e) = check_vars(self.id, &m.name, reads.iter().chain(writes.iter())) {
+                let failure = self.fail(&m.name, e.to_string(), false);
+                for w in &writes {
+                    let mut g = w.lock();
+                    g.set_poison(failure.clone());
+                    g.bump(1);
+                }
+                continue;
+            }
+            self.execute(m.name, UserFn::Sync(m.func), ctx, &reads, &writes);
+        }
+        Ok(())
     }
 
     fn delete_var(&self, f: Box<dyn FnOnce() + Send>, var: &Var) -> Result<(), EngineError> {

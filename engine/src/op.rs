@@ -49,10 +49,16 @@ impl RunContext {
     }
 }
 
-type SyncFn = Box<dyn FnOnce(&RunContext) -> OpResult + Send + 'static>;
+pub(crate) type SyncFn = Box<dyn FnOnce(&RunContext) -> OpResult + Send + 'static>;
 type AsyncFn = Box<dyn FnOnce(&RunContext, Completion) + Send + 'static>;
 
-/// The work an op does.
+/// The work a user's op does.
+pub(crate) enum UserFn {
+    Sync(SyncFn),
+    Async(AsyncFn),
+}
+
+/// The work a scheduled op does: a user's, or the engine's own.
 pub(crate) enum OpFn {
     Sync(SyncFn),
     Async(AsyncFn),
@@ -61,17 +67,7 @@ pub(crate) enum OpFn {
     /// The marker `wait_for_var` pushes: reports and clears the var's poison.
     Wait(Arc<Oneshot>),
     /// Consecutive synchronous CPU ops fused into one scheduled unit.
-    Bulk(Vec<BulkMember>),
-}
-
-/// One op inside a bulk unit. The unit holds the vars; a member keeps only their keys (see
-/// [`Var::key`]), so that it costs no reference-count traffic on the vars' cache lines.
-pub(crate) struct BulkMember {
-    pub(crate) name: Cow<'static, str>,
-    pub(crate) seq: u64,
-    pub(crate) func: SyncFn,
-    pub(crate) reads: SmallVec<[usize; 4]>,
-    pub(crate) writes: SmallVec<[usize; 4]>,
+    Bulk(crate::bulk::BulkBody),
 }
 
 pub(crate) type VarList = SmallVec<[Var; 4]>;
@@ -88,7 +84,7 @@ pub(crate) type VarList = SmallVec<[Var; 4]>;
 /// ```
 pub struct Op {
     pub(crate) name: Cow<'static, str>,
-    pub(crate) func: OpFn,
+    pub(crate) func: UserFn,
     pub(crate) reads: VarList,
     pub(crate) writes: VarList,
     pub(crate) ctx: Context,
@@ -102,7 +98,7 @@ impl Op {
     where
         F: FnOnce(&RunContext) -> OpResult + Send + 'static,
     {
-        Op::with_fn(name.into(), OpFn::Sync(Box::new(f)))
+        Op::with_fn(name.into(), UserFn::Sync(Box::new(f)))
     }
 
     /// An asynchronous op: the closure gets a [`Completion`] and the op is done when that is
@@ -111,10 +107,11 @@ impl Op {
     where
         F: FnOnce(&RunContext, Completion) + Send + 'static,
     {
-        Op::with_fn(name.into(), OpFn::Async(Box::new(f)))
+        Op::with_fn(name.into(), UserFn::Async(Box::new(f)))
     }
 
-    fn with_fn(name: Cow<'static, str>, func: OpFn) -> Op {
+    #[inline]
+    fn with_fn(name: Cow<'static, str>, func: UserFn) -> Op {
         Op {
             name,
             func,
@@ -127,6 +124,7 @@ impl Op {
     }
 
     /// Adds a var the op reads.
+    #[inline]
     pub fn read(mut self, var: &Var) -> Op {
         self.reads.push(var.clone());
         self
@@ -139,6 +137,7 @@ impl Op {
     }
 
     /// Adds a var the op writes.
+    #[inline]
     pub fn write(mut self, var: &Var) -> Op {
         self.writes.push(var.clone());
         self
@@ -151,18 +150,21 @@ impl Op {
     }
 
     /// Sets the device whose workers run the op (default `cpu(0)`).
+    #[inline]
     pub fn on(mut self, ctx: Context) -> Op {
         self.ctx = ctx;
         self
     }
 
     /// Sets the scheduling property (default [`FnProperty::Normal`]).
+    #[inline]
     pub fn prop(mut self, prop: FnProperty) -> Op {
         self.prop = prop;
         self
     }
 
     /// Sets the priority: among runnable ops of one pool, higher runs first (default 0).
+    #[inline]
     pub fn priority(mut self, priority: i32) -> Op {
         self.priority = priority;
         self
@@ -174,10 +176,12 @@ impl Op {
     }
 
     /// Whether the op may join a bulk unit: synchronous, normal, on a CPU context.
+    #[inline]
     pub fn is_bulkable(&self) -> bool {
-        matches!(self.func, OpFn::Sync(_)) && self.prop == FnProperty::Normal && self.ctx.is_cpu()
+        matches!(self.func, UserFn::Sync(_)) && self.prop == FnProperty::Normal && self.ctx.is_cpu()
     }
 
+    #[inline]
     pub(crate) fn vars(&self) -> impl Iterator<Item = &Var> {
         self.reads.iter().chain(self.writes.iter())
     }
@@ -214,6 +218,15 @@ pub(crate) fn dedup(reads: &mut VarList, writes: &mut VarList) {
             reads.remove(i);
         } else {
             i += 1;
+        }
+    }
+}
+
+impl From<UserFn> for OpFn {
+    fn from(f: UserFn) -> OpFn {
+        match f {
+            UserFn::Sync(f) => OpFn::Sync(f),
+            UserFn::Async(f) => OpFn::Async(f),
         }
     }
 }

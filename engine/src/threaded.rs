@@ -11,6 +11,7 @@ use std::thread::JoinHandle;
 use parking_lot::{Mutex, RwLock};
 use storage::Context;
 
+use crate::bulk::BulkUnit;
 use crate::config::EngineConfig;
 use crate::core::{Core, Dispatch};
 use crate::error::EngineError;
@@ -203,6 +204,10 @@ impl Engine for ThreadedEngine {
         self.kind
     }
 
+    fn id(&self) -> u64 {
+        self.core.id
+    }
+
     fn new_var(&self) -> Var {
         self.core.new_var()
     }
@@ -211,8 +216,8 @@ impl Engine for ThreadedEngine {
         self.core.push(op)
     }
 
-    fn push_bulk(&self, ops: Vec<Op>) -> Result<(), EngineError> {
-        self.core.push_bulk(ops)
+    fn push_bulk(&self, unit: &mut BulkUnit) -> Result<(), EngineError> {
+        self.core.push_bulk(unit)
     }
 
     fn delete_var(&self, f: Box<dyn FnOnce() + Send>, var: &Var) -> Result<(), EngineError> {

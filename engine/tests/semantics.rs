@@ -488,6 +488,67 @@ fn bulked_ops_give_the_same_results() {
     });
 }
 
+/// Units mixing ops with many vars (more than a bulk member records, so pushed alone) and units
+/// that need more distinct vars than one unit holds give the inline engine's values, versions and
+/// errors; a var of another engine is refused by the pusher with nothing taken.
+#[test]
+fn bulk_units_with_many_vars_match_naive() {
+    watchdog("bulk many vars", 60, || {
+        let mut results = Vec::new();
+        for e in engines() {
+            let vars: Vec<_> = (0..300).map(|_| e.new_var()).collect();
+            let cells: Arc<Vec<Mutex<i64>>> =
+                Arc::new((0..300).map(|i| Mutex::new(i as i64)).collect());
+            {
+                let mut bulk = e.bulk_with(64);
+                for k in 0..400usize {
+                    // Every 7th op reads 30 vars; the others read 1 and write 1 of 300 vars, so
+                    // units run past 255 distinct vars.
+                    let width = if k % 7 == 0 { 30 } else { 1 };
+                    let reads: Vec<usize> = (0..width).map(|j| (k * 13 + j * 17) % 300).collect();
+                    let w = (k * 31 + 5) % 300;
+                    let (c, r) = (cells.clone(), reads.clone());
+                    let op = Op::sync("wide", move |_| {
+                        let sum: i64 = r.iter().map(|&i| *c[i].lock().unwrap()).sum();
+                        let mut y = c[w].lock().unwrap();
+                        *y = y.wrapping_mul(7).wrapping_add(sum);
+                        if k == 123 {
+                            return Err("op 123 fails".into());
+                        }
+                        Ok(())
+                    });
+                    bulk.push(op.reads(reads.iter().map(|&i| &vars[i])).write(&vars[w]))
+                        .unwrap();
+                }
+                let other = EngineBuilder::new(EngineKind::Naive).build();
+                let foreign = other.new_var();
+                let pending = bulk.pending();
+                let err = bulk
+                    .push(Op::sync("foreign", |_| Ok(())).write(&foreign))
+                    .unwrap_err();
+                assert!(matches!(err, EngineError::ForeignVar { .. }), "{err}");
+                assert_eq!(bulk.pending(), pending);
+            }
+            let errs: Vec<_> = vars
+                .iter()
+                .map(|v| e.wait_for_var(v).err().map(|x| x.to_string()))
+                .collect();
+            let versions: Vec<_> = vars.iter().map(|v| v.version()).collect();
+            let vals: Vec<i64> = cells.iter().map(|c| *c.lock().unwrap()).collect();
+            results.push((e.kind(), vals, versions, errs));
+        }
+        for r in &results[1..] {
+            assert_eq!(
+                (&r.1, &r.2, &r.3),
+                (&results[0].1, &results[0].2, &results[0].3),
+                "{:?} vs naive",
+                r.0
+            );
+        }
+        assert!(results[0].3.iter().any(|e| e.is_some()));
+    });
+}
+
 #[test]
 fn profiler_writes_a_chrome_trace() {
     watchdog("profiler", 30, || {
