@@ -1,6 +1,7 @@
 //! NDArray overheads and kernel speed, each beside a plain `ndarray` baseline in the same run.
 //!
-//! `cargo run --release --example ndarray_bench -- [--json] [--quick]`
+//! `cargo run --release --example ndarray_bench -- [--json] [--quick] [--tiny-only]`
+//! (`--tiny-only` skips the kernel workloads, e.g. to profile the per-op path alone).
 //!
 //! * tiny_chain_ns: `x = x + 1` on a (4,) f32 array, 100,000 times (each op depends on the
 //!   last, allocates its output and frees its input through the engine), then wait;
@@ -34,13 +35,16 @@ fn best_of(reps: usize, mut f: impl FnMut() -> f64) -> f64 {
 }
 
 fn main() {
-    let (mut json, mut quick) = (false, false);
+    let (mut json, mut quick, mut tiny_only) = (false, false, false);
     for a in std::env::args().skip(1) {
         match a.as_str() {
             "--json" => json = true,
             "--quick" => quick = true,
+            "--tiny-only" => tiny_only = true,
             other => {
-                eprintln!("ndarray_bench: unknown argument {other:?} (use --json, --quick)");
+                eprintln!(
+                    "ndarray_bench: unknown argument {other:?} (use --json, --quick, --tiny-only)"
+                );
                 std::process::exit(2);
             }
         }
@@ -84,6 +88,43 @@ fn main() {
         t.elapsed().as_nanos() as f64 / n_tiny as f64
     });
 
+    let (add_gbps, nd_add_gbps, dot_gflops, nd_dot_gflops) = match tiny_only {
+        true => (0.0, 0.0, 0.0, 0.0),
+        false => kernels(&rt, ctx, quick, reps),
+    };
+
+    let report = serde_json::json!({
+        "tiny_chain_ns": tiny_chain,
+        "tiny_inplace_chain_ns": tiny_inplace,
+        "tiny_independent_ns": tiny_independent,
+        "add_gbps": add_gbps,
+        "ndarray_add_gbps": nd_add_gbps,
+        "dot_gflops": dot_gflops,
+        "ndarray_dot_gflops": nd_dot_gflops,
+        "mxnet_1_9_1_tiny_op_from_python_ns": [17000, 26000],
+    });
+    if json {
+        println!("{report}");
+    } else {
+        println!("tiny (4,) f32 op, dependent chain:      {tiny_chain:>8.0} ns/op  (in place: {tiny_inplace:.0} ns/op)");
+        println!("tiny op, 64 independent chains:         {tiny_independent:>8.0} ns/op  (MXNet 1.9.1 from Python: 17,000-26,000)");
+        if tiny_only {
+            return;
+        }
+        println!("1000x1000 f32 add:                      {add_gbps:>8.2} GB/s  (ndarray: {nd_add_gbps:.2} GB/s, ratio {:.2})", nd_add_gbps / add_gbps);
+        println!("1024x1024 f32 dot:                      {dot_gflops:>8.2} GFLOP/s (ndarray: {nd_dot_gflops:.2}, ratio {:.2})", nd_dot_gflops / dot_gflops);
+    }
+}
+
+/// The kernel workloads: GB/s of a 1000x1000 add and GFLOP/s of a 1024x1024 dot, each beside
+/// `ndarray` doing the same in this run.
+fn kernels(
+    rt: &std::sync::Arc<Runtime>,
+    ctx: Context,
+    quick: bool,
+    reps: usize,
+) -> (f64, f64, f64, f64) {
+    let ok = |r: ndarray_ops::Result<NDArray>| r.expect("bench op");
     // 1000x1000 f32 add: bytes read and written per op.
     let (m, bytes) = (1000usize, 3.0 * 1000.0 * 1000.0 * 4.0);
     let pa = Array2::<f32>::from_shape_fn((m, m), |(i, j)| (i * m + j) as f32 * 1e-3);
@@ -131,23 +172,5 @@ fn main() {
         }
         flops * dot_reps as f64 / t.elapsed().as_secs_f64() / 1e9
     });
-
-    let report = serde_json::json!({
-        "tiny_chain_ns": tiny_chain,
-        "tiny_inplace_chain_ns": tiny_inplace,
-        "tiny_independent_ns": tiny_independent,
-        "add_gbps": add_gbps,
-        "ndarray_add_gbps": nd_add_gbps,
-        "dot_gflops": dot_gflops,
-        "ndarray_dot_gflops": nd_dot_gflops,
-        "mxnet_1_9_1_tiny_op_from_python_ns": [17000, 26000],
-    });
-    if json {
-        println!("{report}");
-    } else {
-        println!("tiny (4,) f32 op, dependent chain:      {tiny_chain:>8.0} ns/op  (in place: {tiny_inplace:.0} ns/op)");
-        println!("tiny op, 64 independent chains:         {tiny_independent:>8.0} ns/op  (MXNet 1.9.1 from Python: 17,000-26,000)");
-        println!("1000x1000 f32 add:                      {add_gbps:>8.2} GB/s  (ndarray: {nd_add_gbps:.2} GB/s, ratio {:.2})", nd_add_gbps / add_gbps);
-        println!("1024x1024 f32 dot:                      {dot_gflops:>8.2} GFLOP/s (ndarray: {nd_dot_gflops:.2}, ratio {:.2})", nd_dot_gflops / dot_gflops);
-    }
+    (add_gbps, nd_add_gbps, dot_gflops, nd_dot_gflops)
 }

@@ -20,8 +20,6 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 
-use crossbeam_utils::CachePadded;
-
 use crate::error::OpFailure;
 use crate::op::OpRef;
 
@@ -44,7 +42,11 @@ pub(crate) struct VarInner {
     pub(crate) engine: u64,
     /// Set once, under `state`'s lock, by `delete_var`; readable without it.
     deleted: AtomicBool,
-    sched: CachePadded<Sched>,
+    /// Keeps `sched` off the cache line of the fields above. Plain bytes rather than an aligned
+    /// wrapper: a 128-byte-aligned var would take the allocator's slow, over-allocating path,
+    /// and arrays make a var each.
+    _gap: [u8; 64],
+    sched: Sched,
 }
 
 struct Sched {
@@ -82,7 +84,8 @@ impl Var {
                 id,
                 engine,
                 deleted: AtomicBool::new(false),
-                sched: CachePadded::new(Sched {
+                _gap: [0; 64],
+                sched: Sched {
                     version: AtomicU64::new(0),
                     poisoned: AtomicBool::new(false),
                     state: Mutex::new(VarState {
@@ -91,7 +94,7 @@ impl Var {
                         writing: false,
                         poison: None,
                     }),
-                }),
+                },
             }),
         }
     }

@@ -481,3 +481,29 @@ fn scalar_operators_use_the_scalar_given_each_time() {
     y.mul_scalar_inplace(2.0).unwrap();
     assert_eq!(y.to_vec::<f32>().unwrap(), [3.0, 5.0]);
 }
+
+/// Inference is remembered per thread for the last (op, attributes, input shapes and dtypes);
+/// calls that differ in any one of them, alternating with repeats, must each get their own
+/// shapes, dtypes and errors.
+#[test]
+fn repeated_calls_infer_each_call_own_shapes() {
+    let rt = rt();
+    let ctx = Context::cpu(0);
+    let a = rt.ones(&[2, 3], DType::F32, ctx).unwrap();
+    let b = rt.ones(&[4, 5], DType::F32, ctx).unwrap();
+    let c = rt.ones(&[2, 3], DType::F64, ctx).unwrap();
+    let row = rt.ones(&[1, 3], DType::F32, ctx).unwrap();
+    for _ in 0..3 {
+        assert_eq!((&a + 1.0).unwrap().shape(), &[2, 3]);
+        assert_eq!((&b + 1.0).unwrap().shape(), &[4, 5]);
+        assert_eq!((&c + 1.0).unwrap().dtype(), DType::F64);
+        assert_eq!((&a + &row).unwrap().shape(), &[2, 3]);
+        assert!((&b + &row).is_err());
+        assert_eq!(a.sum(&[0], false).unwrap().shape(), &[3]);
+        assert_eq!(a.sum(&[1], false).unwrap().shape(), &[2]);
+        assert_eq!(a.sum(&[1], true).unwrap().shape(), &[2, 1]);
+        let e = (&a + &c).unwrap_err();
+        assert!(matches!(e, NdError::DType { .. }), "{e}");
+    }
+    assert_eq!((&c * 2.0).unwrap().to_ndarray::<f64>().unwrap().sum(), 12.0);
+}

@@ -20,10 +20,13 @@ mod stochastic;
 
 pub use stochastic::IS_TRAIN;
 
-use std::collections::{BTreeMap, HashMap};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
 use std::sync::{Arc, OnceLock};
 
 use engine::Op;
+use rustc_hash::FxHashMap;
 
 use crate::array::{require_host, NDArray};
 use crate::error::{invalid, NdError, Result};
@@ -109,9 +112,12 @@ impl TensorRef {
 pub struct Attrs(Arc<BTreeMap<String, String>>);
 
 impl Attrs {
-    /// No attributes.
+    /// No attributes (one shared empty map: making one costs no allocation).
     pub fn new() -> Self {
-        Attrs::default()
+        static EMPTY: OnceLock<Attrs> = OnceLock::new();
+        EMPTY
+            .get_or_init(|| Attrs(Arc::new(BTreeMap::new())))
+            .clone()
     }
 
     /// Adds one.
@@ -268,10 +274,12 @@ impl OpDef {
     }
 }
 
-fn registry() -> &'static HashMap<&'static str, &'static OpDef> {
-    static REG: OnceLock<HashMap<&'static str, &'static OpDef>> = OnceLock::new();
+/// Every op by name. Imperative calls look their op up each time, so the map hashes with
+/// rustc's fast hasher rather than the default DoS-resistant one (the keys are our own names).
+fn registry() -> &'static FxHashMap<&'static str, &'static OpDef> {
+    static REG: OnceLock<FxHashMap<&'static str, &'static OpDef>> = OnceLock::new();
     REG.get_or_init(|| {
-        let mut m = HashMap::new();
+        let mut m = FxHashMap::default();
         for def in elemwise::ops()
             .iter()
             .chain(reduce::ops())
@@ -441,9 +449,8 @@ pub(crate) fn prepare(
         }
     }
     require_host(op, ctx)?;
-    let shapes: Vec<Vec<usize>> = inputs.iter().map(|a| a.shape().to_vec()).collect();
-    let dtypes: Vec<DType> = inputs.iter().map(|a| a.dtype()).collect();
-    let (oshapes, odtypes) = (def.infer)(op, attrs, &shapes, &dtypes)?;
+    let inferred = infer_outputs(def, attrs, inputs)?;
+    let (oshapes, odtypes) = (&inferred.0, &inferred.1);
     let outputs: Vec<NDArray> = match out {
         Some(out) => {
             if out.len() != oshapes.len() {
@@ -452,7 +459,7 @@ pub(crate) fn prepare(
                     format!("writes {} outputs, {} given", oshapes.len(), out.len()),
                 ));
             }
-            for (i, (o, (s, d))) in out.iter().zip(oshapes.iter().zip(&odtypes)).enumerate() {
+            for (i, (o, (s, d))) in out.iter().zip(oshapes.iter().zip(odtypes)).enumerate() {
                 if o.shape() != s.as_slice()
                     || o.dtype() != *d
                     || o.ctx() != ctx
@@ -474,7 +481,7 @@ pub(crate) fn prepare(
         }
         None => oshapes
             .iter()
-            .zip(&odtypes)
+            .zip(odtypes)
             .map(|(s, d)| rt.empty(s, *d, ctx))
             .collect::<Result<_>>()?,
     };
@@ -517,6 +524,50 @@ pub(crate) fn prepare(
     .reads(inputs.iter().map(|a| a.var()))
     .writes(&writes);
     Ok((engine_op, outputs))
+}
+
+/// Output shapes and dtypes, as an op's inference gives them.
+type Inferred = (Vec<Vec<usize>>, Vec<DType>);
+
+/// The last inference made on this thread: inference is a pure function of the op, its
+/// attributes and its inputs' shapes and dtypes, and imperative code applies the same op to
+/// same-shaped arrays again and again (`x = &x + 1.0` in a loop), so a repeat skips building the
+/// shape lists and running the op's rule.
+struct LastInference {
+    def: &'static OpDef,
+    attrs: Attrs,
+    shapes: Vec<Vec<usize>>,
+    dtypes: Vec<DType>,
+    out: Rc<Inferred>,
+}
+
+fn infer_outputs(def: &'static OpDef, attrs: &Attrs, inputs: &[&NDArray]) -> Result<Rc<Inferred>> {
+    thread_local! {
+        static LAST: RefCell<Option<LastInference>> = const { RefCell::new(None) };
+    }
+    LAST.with(|last| {
+        if let Some(m) = &*last.borrow() {
+            let same_inputs = m.shapes.len() == inputs.len()
+                && inputs
+                    .iter()
+                    .zip(m.shapes.iter().zip(&m.dtypes))
+                    .all(|(a, (s, d))| a.shape() == s.as_slice() && a.dtype() == *d);
+            if std::ptr::eq(m.def, def) && same_inputs && m.attrs == *attrs {
+                return Ok(m.out.clone());
+            }
+        }
+        let shapes: Vec<Vec<usize>> = inputs.iter().map(|a| a.shape().to_vec()).collect();
+        let dtypes: Vec<DType> = inputs.iter().map(|a| a.dtype()).collect();
+        let out = Rc::new((def.infer)(def.name, attrs, &shapes, &dtypes)?);
+        *last.borrow_mut() = Some(LastInference {
+            def,
+            attrs: attrs.clone(),
+            shapes,
+            dtypes,
+            out: out.clone(),
+        });
+        Ok(out)
+    })
 }
 
 /// Runs a kernel, first copying any input that overlaps an output (unless it is exactly that
