@@ -11,11 +11,14 @@ use parking_lot::Mutex;
 use crate::bulk::BulkUnit;
 use crate::core::{check_vars, next_engine_id};
 use crate::error::{panic_message, EngineError, OpFailure, OpResult};
-use crate::op::{dedup, Completion, Oneshot, Op, RunContext, UserFn, VarList};
+use crate::op::{dedup, Completion, Oneshot, Op, RunContext, UserFn};
 use crate::profiler::Profiler;
 use crate::var::Var;
 use crate::{Engine, EngineKind};
 use storage::Context;
+
+/// Borrowed var lists of one op.
+type VarRefs<'a> = smallvec::SmallVec<[&'a Var; 4]>;
 
 /// Runs each op inline, in push order.
 pub struct NaiveEngine {
@@ -50,6 +53,7 @@ impl NaiveEngine {
         check_vars(self.id, &op.name, op.vars())?;
         let (mut reads, mut writes) = (op.reads, op.writes);
         dedup(&mut reads, &mut writes);
+        let (reads, writes): (VarRefs, VarRefs) = (reads.iter().collect(), writes.iter().collect());
         self.execute(op.name, op.func, op.ctx, &reads, &writes);
         Ok(())
     }
@@ -60,10 +64,10 @@ impl NaiveEngine {
         name: Cow<'static, str>,
         func: UserFn,
         ctx: Context,
-        reads: &[Var],
-        writes: &[Var],
+        reads: &[&Var],
+        writes: &[&Var],
     ) {
-        let poisoned = reads.iter().chain(writes.iter()).find_map(Var::poison);
+        let poisoned = reads.iter().chain(writes.iter()).find_map(|v| v.poison());
         let t0 = self.profiler.as_ref().map(|p| p.now_ns());
         let rctx = RunContext::new(ctx);
         let failure = match (poisoned, func) {
@@ -133,15 +137,15 @@ impl Engine for NaiveEngine {
         for (v, &slot) in unit_vars.chain(writes.iter().zip(&body.write_slots)) {
             by_slot[usize::from(slot)] = Some(v);
         }
-        let of = |slots: &[u8]| -> VarList {
+        let of = |slots: &[u8]| -> VarRefs {
             slots
                 .iter()
-                .filter_map(|&s| by_slot[usize::from(s)].cloned())
+                .filter_map(|&s| by_slot[usize::from(s)])
                 .collect()
         };
         for m in body.members {
             let (reads, writes) = (of(m.vars.read_slots()), of(m.vars.write_slots()));
-            if let Err(e) = check_vars(self.id, &m.name, reads.iter().chain(writes.iter())) {
+            if let Err(e) = check_vars(self.id, &m.name, reads.iter().chain(&writes).copied()) {
                 let failure = self.fail(&m.name, e.to_string(), false);
                 for w in &writes {
                     let mut g = w.lock();
