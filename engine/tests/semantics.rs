@@ -450,7 +450,7 @@ fn bulked_ops_give_the_same_results() {
         let mut results = Vec::new();
         for e in engines() {
             let vars: Vec<_> = (0..4).map(|_| e.new_var()).collect();
-            let cells: Arc<Vec<Mutex<i64>>> = Arc::new((0..4).map(|i| Mutex::new(i)).collect());
+            let cells: Arc<Vec<Mutex<i64>>> = Arc::new((0..4).map(Mutex::new).collect());
             {
                 let mut bulk = e.bulk_with(5);
                 for k in 0..103usize {
