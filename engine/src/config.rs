@@ -70,6 +70,8 @@ pub mod env {
     pub const PROFILER_OUTPUT: &str = "MXRS_PROFILER_OUTPUT";
     /// Maximum random delay before each op, in microseconds (testing aid; 0 is off).
     pub const JITTER_US: &str = "MXRS_ENGINE_JITTER_US";
+    /// `0` makes the threaded engines hand every op to a worker, cheap ones included (default 1).
+    pub const INLINE_CHEAP: &str = "MXRS_ENGINE_INLINE_CHEAP";
 }
 
 /// Every setting of an engine.
@@ -94,6 +96,9 @@ pub struct EngineConfig {
     /// Testing aid for the threaded engines: every op first sleeps a pseudo-random 0..=this many
     /// microseconds, to expose missing dependencies (0: off).
     pub jitter_us: u64,
+    /// Whether a threaded engine runs an op marked [`crate::Op::cheap`] on the pushing thread
+    /// when it is runnable at push (see `Op::cheap`).
+    pub inline_cheap: bool,
 }
 
 impl EngineConfig {
@@ -137,6 +142,7 @@ impl EngineBuilder {
                 bulk_size: 16,
                 profiler: None,
                 jitter_us: 0,
+                inline_cheap: true,
             },
         }
     }
@@ -177,6 +183,19 @@ impl EngineBuilder {
                 expected: "a whole number of microseconds".into(),
             })?;
         }
+        if let Some(v) = lookup(env::INLINE_CHEAP) {
+            b.config.inline_cheap = match v.trim() {
+                "1" => true,
+                "0" => false,
+                _ => {
+                    return Err(EngineError::Config {
+                        var: env::INLINE_CHEAP.into(),
+                        value: v.clone(),
+                        expected: "0 or 1".into(),
+                    })
+                }
+            };
+        }
         if let Some(path) = lookup(env::PROFILER_OUTPUT).filter(|p| !p.is_empty()) {
             b.config.profiler = Some(Some(PathBuf::from(path)));
         }
@@ -187,6 +206,13 @@ impl EngineBuilder {
     /// microseconds), so that tests explore unusual execution orders.
     pub fn jitter(mut self, max: std::time::Duration) -> Self {
         self.config.jitter_us = max.as_micros().min(u128::from(u64::MAX)) as u64;
+        self
+    }
+
+    /// Whether cheap ops runnable at push run on the pushing thread (default on; see
+    /// [`crate::Op::cheap`]).
+    pub fn inline_cheap(mut self, on: bool) -> Self {
+        self.config.inline_cheap = on;
         self
     }
 

@@ -59,6 +59,8 @@ pub(crate) struct Core {
     pub(crate) profiler: Option<Arc<Profiler>>,
     /// Testing aid: each op sleeps up to this many microseconds before it runs (0: never).
     jitter_us: u64,
+    /// Whether cheap ops runnable at push run on the pushing thread.
+    inline_cheap: bool,
     /// Emptied member lists of finished bulk units, handed back to pushers so that a unit does
     /// not allocate (and free across threads) its list every time.
     spare_members: CachePadded<Mutex<Vec<Vec<BulkMember>>>>,
@@ -117,6 +119,7 @@ impl Core {
         dispatch: Box<dyn Dispatch>,
         profiler: Option<Arc<Profiler>>,
         jitter_us: u64,
+        inline_cheap: bool,
     ) -> Arc<Core> {
         Arc::new(Core {
             id: next_engine_id(),
@@ -131,6 +134,7 @@ impl Core {
             dispatch,
             profiler,
             jitter_us,
+            inline_cheap,
             spare_members: CachePadded::new(Mutex::new(Vec::new())),
         })
     }
@@ -183,6 +187,7 @@ impl Core {
             prop: op.prop,
             priority: op.priority,
             seq: self.next_seq(),
+            cheap: op.cheap,
             dead_var: AtomicU64::new(0),
         };
         self.enqueue(Arc::new(block));
@@ -214,6 +219,7 @@ impl Core {
             ctx,
             prop: FnProperty::Normal,
             priority,
+            cheap: false,
             dead_var: AtomicU64::new(0),
         };
         self.enqueue(Arc::new(block));
@@ -237,7 +243,20 @@ impl Core {
             }
             granted_now += usize::from(g.append(&op, Access::Write));
         }
-        self.release(op, granted_now + 1);
+        let n = granted_now + 1;
+        if op.wait.fetch_sub(n, Ordering::AcqRel) == n {
+            // Runnable at push: a cheap op runs here, unless this thread is inside an op of this
+            // engine (a worker's op pushing more work keeps the pool's scheduling).
+            let here = self.inline_cheap
+                && op.cheap
+                && op.prop == FnProperty::Normal
+                && op.ctx.is_cpu()
+                && self.inside_own_op().is_none();
+            match here {
+                true => self.run_inline(op),
+                false => self.ready(op),
+            }
+        }
     }
 
     /// Takes `n` off the op's wait count and makes it ready if that was the last.
@@ -505,6 +524,7 @@ impl Core {
             prop,
             priority: 0,
             seq: self.next_seq(),
+            cheap: false,
             dead_var: AtomicU64::new(0),
         })
     }

@@ -27,7 +27,10 @@ impl Dispatch for QueueDispatch {
 
 fn core() -> (Arc<Core>, Arc<Queue>) {
     let q = Arc::new(Queue::default());
-    (Core::new(Box::new(QueueDispatch(q.clone())), None, 0), q)
+    (
+        Core::new(Box::new(QueueDispatch(q.clone())), None, 0, false),
+        q,
+    )
 }
 
 /// A worker: runs ready ops until `done` of them have finished overall.

@@ -90,6 +90,7 @@ pub struct Op {
     pub(crate) ctx: Context,
     pub(crate) prop: FnProperty,
     pub(crate) priority: i32,
+    pub(crate) cheap: bool,
 }
 
 impl Op {
@@ -120,6 +121,7 @@ impl Op {
             ctx: Context::cpu(0),
             prop: FnProperty::Normal,
             priority: 0,
+            cheap: false,
         }
     }
 
@@ -170,6 +172,19 @@ impl Op {
         self
     }
 
+    /// Marks the op cheap: it takes about a microsecond and never blocks. When a cheap,
+    /// normal, CPU op is runnable the moment it is pushed (every var grants it at once), a threaded
+    /// engine runs it on the pushing thread instead of handing it to a worker, as TensorFlow's
+    /// executor runs inexpensive kernels inline: handing over costs more than the work (the
+    /// record, its closure and the vars cross between cores). An op that must wait for its vars is
+    /// scheduled as usual. Off with [`crate::EngineBuilder::inline_cheap`] or
+    /// `MXRS_ENGINE_INLINE_CHEAP=0`.
+    #[inline]
+    pub fn cheap(mut self) -> Op {
+        self.cheap = true;
+        self
+    }
+
     /// The op's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -196,6 +211,7 @@ impl fmt::Debug for Op {
             .field("ctx", &self.ctx)
             .field("prop", &self.prop)
             .field("priority", &self.priority)
+            .field("cheap", &self.cheap)
             .finish()
     }
 }
@@ -265,6 +281,8 @@ pub(crate) struct OpBlock {
     pub(crate) prop: FnProperty,
     pub(crate) priority: i32,
     pub(crate) seq: u64,
+    /// Pushed as [`Op::cheap`].
+    pub(crate) cheap: bool,
     /// Id + 1 of a var that was deleted by a `delete_var` racing with this push (0: none).
     pub(crate) dead_var: AtomicU64,
 }

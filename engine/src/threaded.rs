@@ -177,7 +177,8 @@ pub struct ThreadedEngine {
 impl ThreadedEngine {
     pub(crate) fn new(kind: EngineKind, config: EngineConfig) -> Self {
         let profiler = config.profiler();
-        let (bulk_size, jitter_us) = (config.bulk_size, config.jitter_us);
+        let (bulk_size, jitter_us, inline_cheap) =
+            (config.bulk_size, config.jitter_us, config.inline_cheap);
         let dispatch: Box<dyn Dispatch> = match kind {
             EngineKind::ThreadedPooled => Box::new(PooledDispatch {
                 compute_threads: config.pooled_workers,
@@ -192,7 +193,7 @@ impl ThreadedEngine {
             }),
         };
         ThreadedEngine {
-            core: Core::new(dispatch, profiler, jitter_us),
+            core: Core::new(dispatch, profiler, jitter_us, inline_cheap),
             kind,
             bulk_size,
         }

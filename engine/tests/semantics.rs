@@ -619,4 +619,72 @@ fn environment_variables_choose_and_size_the_engine() {
     );
     let err = EngineBuilder::from_lookup(env(&[("MXRS_COPY_WORKER_NTHREADS", "0")])).unwrap_err();
     assert!(err.to_string().contains("at least 1"), "{err}");
+    let b = EngineBuilder::from_lookup(env(&[("MXRS_ENGINE_INLINE_CHEAP", "0")])).unwrap();
+    assert!(!b.config().inline_cheap);
+    assert!(
+        EngineBuilder::new(EngineKind::ThreadedPooled)
+            .config()
+            .inline_cheap
+    );
+    let err = EngineBuilder::from_lookup(env(&[("MXRS_ENGINE_INLINE_CHEAP", "yes")])).unwrap_err();
+    assert!(
+        err.to_string().contains("MXRS_ENGINE_INLINE_CHEAP"),
+        "{err}"
+    );
+}
+
+/// A cheap op runnable at push runs on the pushing thread; one that must wait for its var runs
+/// on a worker once granted (the push returns first); with inlining off, or when not marked
+/// cheap, ops always go to a worker.
+#[test]
+fn cheap_ops_run_on_the_pushing_thread_only_when_runnable_at_push() {
+    watchdog("cheap inline", 60, || {
+        for kind in [EngineKind::ThreadedPooled, EngineKind::ThreadedPerDevice] {
+            for inline in [true, false] {
+                let e = EngineBuilder::new(kind).inline_cheap(inline).build();
+                let me = std::thread::current().id();
+                let v = e.new_var();
+                let ran_on = Arc::new(Mutex::new(Vec::new()));
+                let record = |tag: &'static str| {
+                    let r = ran_on.clone();
+                    move |_: &engine::RunContext| {
+                        r.lock().unwrap().push((tag, std::thread::current().id()));
+                        Ok(())
+                    }
+                };
+                e.push(Op::sync("ready", record("ready")).write(&v).cheap())
+                    .unwrap();
+                e.push(Op::sync("plain", record("plain")).write(&v))
+                    .unwrap();
+                e.wait_for_var(&v).unwrap();
+                // Behind a slow write, the cheap op cannot run at push.
+                let gate = Arc::new(Barrier::new(2));
+                let g = gate.clone();
+                e.push(
+                    Op::sync("slow", move |_| {
+                        g.wait();
+                        Ok(())
+                    })
+                    .write(&v),
+                )
+                .unwrap();
+                e.push(Op::sync("queued", record("queued")).read(&v).cheap())
+                    .unwrap();
+                assert!(
+                    ran_on.lock().unwrap().iter().all(|(t, _)| *t != "queued"),
+                    "{kind:?}: the queued cheap op ran before its writer"
+                );
+                gate.wait();
+                e.wait_for_all().unwrap();
+                let log = ran_on.lock().unwrap().clone();
+                let on_pusher = |tag: &str| log.iter().any(|(t, id)| *t == tag && *id == me);
+                assert_eq!(on_pusher("ready"), inline, "{kind:?} inline={inline}");
+                assert!(
+                    !on_pusher("plain") && !on_pusher("queued"),
+                    "{kind:?}: {log:?}"
+                );
+                assert_eq!(v.version(), 3);
+            }
+        }
+    });
 }

@@ -32,6 +32,8 @@ struct Step {
     sleep_us: u64,
     /// Pushed through a bulk pusher together with neighbours marked the same.
     bulk: bool,
+    /// Marked `Op::cheap` (run on the pushing thread when runnable at push).
+    cheap: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -91,6 +93,7 @@ fn program(rng: &mut StdRng, len: usize) -> Vec<Cmd> {
                 0
             },
             bulk: in_bulk,
+            cheap: rng.gen_bool(0.3),
         }));
     }
     out
@@ -198,6 +201,7 @@ fn run(engine: Arc<dyn Engine>, prog: &[Cmd], rng_seed: u64) -> Outcome {
                 let reads: Vec<&Var> = step.reads.iter().map(|&r| &vars[r]).collect();
                 let writes: Vec<&Var> = step.writes.iter().map(|&w| &vars[w]).collect();
                 let op = op.reads(reads).writes(writes);
+                let op = if step.cheap { op.cheap() } else { op };
                 if step.bulk {
                     bulk.push(op).unwrap();
                 } else {

@@ -412,6 +412,11 @@ pub fn invoke_on(
     Ok(outputs)
 }
 
+/// Ops touching at most this many elements (inputs and outputs together) are marked cheap
+/// ([`engine::Op::cheap`]): a few microseconds at worst (a dot of 18x18 matrices), so when one is
+/// runnable at once the pushing thread runs it rather than paying a hand-over to a worker.
+const CHEAP_ELEMENTS: usize = 1024;
+
 /// Checks a call and builds its engine op without pushing it (the executor pushes through a
 /// bulk pusher): the op, and the arrays it writes.
 pub(crate) fn prepare(
@@ -523,6 +528,12 @@ pub(crate) fn prepare(
     .on(ctx)
     .reads(inputs.iter().map(|a| a.var()))
     .writes(&writes);
+    let elements: usize = inputs.iter().map(|a| a.size()).sum::<usize>()
+        + outputs.iter().map(NDArray::size).sum::<usize>();
+    let engine_op = match elements <= CHEAP_ELEMENTS {
+        true => engine_op.cheap(),
+        false => engine_op,
+    };
     Ok((engine_op, outputs))
 }
 
