@@ -311,11 +311,7 @@ impl Core {
                 shot.send(poison);
             }
             OpFn::Delete(f) => {
-                let t0 = self.profile_start();
-                if let Err(panic) = catch_unwind(AssertUnwindSafe(f)) {
-                    self.record(op.seq, &op.name, panic_message(&*panic), true);
-                }
-                self.profile_end(t0, &op.name, rctx);
+                self.run_delete(op.seq, f, rctx);
                 self.finish(op, Outcome::Ok);
             }
             OpFn::Sync(f) => {
@@ -486,16 +482,18 @@ impl Core {
         }
     }
 
-    /// Appends `op` as a writer of `var` and marks the var deleted, atomically with respect to
-    /// other pushes on it: every op appended before runs first, every one after is refused.
+    /// Marks the var deleted and runs `f` once every op appended before has finished,
+    /// atomically with respect to other pushes on it: every op appended after is refused. When
+    /// nothing is pending on the var, `f` runs here and now; otherwise a delete marker is appended
+    /// as a writer and runs `f` when granted.
     pub(crate) fn delete_var(
         self: &Arc<Self>,
         f: Box<dyn FnOnce() + Send>,
         var: &Var,
     ) -> Result<(), EngineError> {
         self.check_vars("delete_var", std::iter::once(var))?;
-        let op = self.marker(OpFn::Delete(f), var, "delete_var", FnProperty::Delete);
-        let granted = {
+        let mut f = Some(f);
+        let marker = {
             let mut g = var.lock();
             if g.is_deleted() {
                 return Err(EngineError::DeadVar {
@@ -504,11 +502,37 @@ impl Core {
                 });
             }
             g.mark_deleted();
-            self.pushed.fetch_add(1, Ordering::SeqCst);
-            g.append(&op, Access::Write)
+            match g.is_idle() {
+                true => None,
+                false => {
+                    let f = OpFn::Delete(f.take().expect("not yet taken"));
+                    let op = self.marker(f, var, "delete_var", FnProperty::Delete);
+                    self.pushed.fetch_add(1, Ordering::SeqCst);
+                    let granted = g.append(&op, Access::Write);
+                    Some((op, granted))
+                }
+            }
         };
-        self.release(op, usize::from(granted) + 1);
+        match marker {
+            Some((op, granted)) => self.release(op, usize::from(granted) + 1),
+            // Nothing pending: run `f` now, outside the var's lock.
+            None => {
+                if let Some(f) = f {
+                    let rctx = RunContext::new(storage::Context::cpu(0));
+                    self.run_delete(self.next_seq(), f, &rctx);
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// Runs a delete function, recording a panic as a failure of the delete.
+    fn run_delete(&self, seq: u64, f: Box<dyn FnOnce() + Send>, rctx: &RunContext) {
+        let t0 = self.profile_start();
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(f)) {
+            self.record(seq, "delete_var", panic_message(&*panic), true);
+        }
+        self.profile_end(t0, "delete_var", rctx);
     }
 
     /// A one-var op the engine itself pushes (delete and wait markers).

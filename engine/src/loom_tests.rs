@@ -163,6 +163,30 @@ fn delete_runs_after_pending_ops_and_refuses_later_pushes() {
     });
 }
 
+/// A delete racing with the worker finishing the var's last op: whether it finds the var busy
+/// (and appends a marker) or idle (and runs at once on the deleting thread), it runs exactly
+/// once, after the op.
+#[test]
+fn delete_racing_with_the_last_op_runs_once_after_it() {
+    model(|| {
+        let (core, q) = core();
+        let v = core.new_var();
+        let log: Log = Arc::default();
+        core.push(logged("w", &log).write(&v)).unwrap();
+        let (_, hs) = spawn_workers(&core, &q, 1, 1);
+        let l = log.clone();
+        core.delete_var(Box::new(move || l.lock().unwrap().push(("del", true))), &v)
+            .unwrap();
+        for h in hs {
+            h.join().unwrap();
+        }
+        core.wait_for_all().unwrap();
+        let log = log.lock().unwrap().clone();
+        assert_eq!(log, vec![("w", true), ("w", false), ("del", true)]);
+        assert!(v.is_deleted());
+    });
+}
+
 #[test]
 fn poison_propagates_and_wait_for_var_reports_it_once() {
     model(|| {

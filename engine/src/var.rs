@@ -161,6 +161,12 @@ impl VarGuard<'_> {
         self.inner.deleted.store(true, Ordering::Release);
     }
 
+    /// Whether nothing runs on the var and nothing waits for it.
+    pub(crate) fn is_idle(&self) -> bool {
+        let s = &*self.state;
+        !s.writing && s.running_reads == 0 && s.queue.is_empty()
+    }
+
     /// Asks for access for `op`. Returns true when granted at once; otherwise `op` is queued and
     /// will be returned by a later `complete_*` call.
     pub(crate) fn append(&mut self, op: &OpRef, access: Access) -> bool {

@@ -494,23 +494,25 @@ pub(crate) fn prepare(
     let outs: Vec<TensorRef> = outputs.iter().map(NDArray::tensor).collect();
     let (kernel, alias_safe, attrs2) = (def.kernel, def.alias_safe, attrs.clone());
     let res = (!def.resources.is_empty()).then(|| rt.resources(ctx));
-    let mut writes: Vec<engine::Var> = outputs.iter().map(|a| a.var().clone()).collect();
-    writes.extend(
-        def.mutate_inputs
-            .iter()
-            .filter_map(|&i| inputs.get(i))
-            .map(|a| a.var().clone()),
-    );
     let wants_rng = def.resources.contains(&Resource::Random);
     let wants_temp = def.resources.contains(&Resource::TempSpace);
-    if let Some(r) = &res {
-        if wants_rng {
-            writes.push(r.rng_var.clone());
-        }
-        if wants_temp {
-            writes.push(r.temp_var.clone());
-        }
-    }
+    let mutated = def
+        .mutate_inputs
+        .iter()
+        .filter_map(|&i| inputs.get(i).copied());
+    let resource_vars: smallvec::SmallVec<[engine::Var; 2]> = res
+        .iter()
+        .flat_map(|r| {
+            let rng = wants_rng.then(|| r.rng_var.clone());
+            let temp = wants_temp.then(|| r.temp_var.clone());
+            rng.into_iter().chain(temp)
+        })
+        .collect();
+    let writes = outputs
+        .iter()
+        .chain(mutated)
+        .map(NDArray::var)
+        .chain(&resource_vars);
     let engine_op = Op::sync(op, move |_| {
         let (mut rng, mut temp) = match &res {
             Some(r) => (
@@ -527,7 +529,7 @@ pub(crate) fn prepare(
     })
     .on(ctx)
     .reads(inputs.iter().map(|a| a.var()))
-    .writes(&writes);
+    .writes(writes);
     let elements: usize = inputs.iter().map(|a| a.size()).sum::<usize>()
         + outputs.iter().map(NDArray::size).sum::<usize>();
     let engine_op = match elements <= CHEAP_ELEMENTS {
