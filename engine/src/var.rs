@@ -33,27 +33,15 @@ pub struct Var {
     pub(crate) inner: Arc<VarInner>,
 }
 
-/// What pushers read on every op (the handle's reference count, which every `Op::read` and
-/// `Op::write` changes, `engine`, `deleted`) sits apart from what workers change when ops run
-/// and finish (`Sched`), so that a pusher filling a bulk unit and the worker running the previous
-/// one do not pass one cache line back and forth.
 pub(crate) struct VarInner {
     pub(crate) id: u64,
     pub(crate) engine: u64,
-    /// Set once, under `state`'s lock, by `delete_var`; readable without it.
-    deleted: AtomicBool,
-    /// Keeps `sched` off the cache line of the fields above. Plain bytes rather than an aligned
-    /// wrapper: a 128-byte-aligned var would take the allocator's slow, over-allocating path,
-    /// and arrays make a var each.
-    _gap: [u8; 64],
-    sched: Sched,
-}
-
-struct Sched {
     /// Completed writes; only changed under `state`'s lock, readable without it.
     version: AtomicU64,
     /// Mirrors `state.poison.is_some()` so that the common, healthy case costs no lock.
     poisoned: AtomicBool,
+    /// Set once, under `state`'s lock, by `delete_var`; readable without it.
+    deleted: AtomicBool,
     state: Mutex<VarState>,
 }
 
@@ -83,18 +71,15 @@ impl Var {
             inner: Arc::new(VarInner {
                 id,
                 engine,
+                version: AtomicU64::new(0),
+                poisoned: AtomicBool::new(false),
                 deleted: AtomicBool::new(false),
-                _gap: [0; 64],
-                sched: Sched {
-                    version: AtomicU64::new(0),
-                    poisoned: AtomicBool::new(false),
-                    state: Mutex::new(VarState {
-                        queue: VecDeque::new(),
-                        running_reads: 0,
-                        writing: false,
-                        poison: None,
-                    }),
-                },
+                state: Mutex::new(VarState {
+                    queue: VecDeque::new(),
+                    running_reads: 0,
+                    writing: false,
+                    poison: None,
+                }),
             }),
         }
     }
@@ -106,7 +91,7 @@ impl Var {
 
     /// How many writes to this var have completed (run, failed or skipped).
     pub fn version(&self) -> u64 {
-        self.inner.sched.version.load(Ordering::Acquire)
+        self.inner.version.load(Ordering::Acquire)
     }
 
     /// Whether `delete_var` was called on it; a deleted var cannot be used in new ops.
@@ -116,10 +101,10 @@ impl Var {
 
     /// The failure poisoning this var, if any (without clearing it, unlike `wait_for_var`).
     pub fn poison(&self) -> Option<Arc<OpFailure>> {
-        if !self.inner.sched.poisoned.load(Ordering::Acquire) {
+        if !self.inner.poisoned.load(Ordering::Acquire) {
             return None;
         }
-        self.inner.sched.state.lock().poison.clone()
+        self.inner.state.lock().poison.clone()
     }
 
     /// Whether two handles name the same var.
@@ -130,7 +115,7 @@ impl Var {
     pub(crate) fn lock(&self) -> VarGuard<'_> {
         VarGuard {
             inner: &self.inner,
-            state: self.inner.sched.state.lock(),
+            state: self.inner.state.lock(),
         }
     }
 
@@ -211,10 +196,10 @@ impl VarGuard<'_> {
         debug_assert!(s.writing && s.running_reads == 0);
         if let Some(p) = poison {
             s.poison = Some(p);
-            self.inner.sched.poisoned.store(true, Ordering::Release);
+            self.inner.poisoned.store(true, Ordering::Release);
         }
         if bumps > 0 {
-            self.inner.sched.version.fetch_add(bumps, Ordering::Release);
+            self.inner.version.fetch_add(bumps, Ordering::Release);
         }
         s.writing = false;
         Self::grant_head(s, granted);
@@ -228,19 +213,19 @@ impl VarGuard<'_> {
 
     /// Removes and returns the poison (what `wait_for_var` reports).
     pub(crate) fn take_poison(&mut self) -> Option<Arc<OpFailure>> {
-        self.inner.sched.poisoned.store(false, Ordering::Release);
+        self.inner.poisoned.store(false, Ordering::Release);
         self.state.poison.take()
     }
 
     /// Sets the poison directly; used by the inline engine, which has no queues.
     pub(crate) fn set_poison(&mut self, p: Arc<OpFailure>) {
         self.state.poison = Some(p);
-        self.inner.sched.poisoned.store(true, Ordering::Release);
+        self.inner.poisoned.store(true, Ordering::Release);
     }
 
     /// Bumps the version directly; used by the inline engine, which has no queues.
     pub(crate) fn bump(&mut self, n: u64) {
-        self.inner.sched.version.fetch_add(n, Ordering::Release);
+        self.inner.version.fetch_add(n, Ordering::Release);
     }
 
     fn grant_head(s: &mut VarState, granted: &mut Granted) {
@@ -266,6 +251,6 @@ impl VarGuard<'_> {
 impl VarInner {
     /// Cheap check used on the hot path before looking for poison under the lock.
     pub(crate) fn maybe_poisoned(&self) -> bool {
-        self.sched.poisoned.load(Ordering::Acquire)
+        self.poisoned.load(Ordering::Acquire)
     }
 }
