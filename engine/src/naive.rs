@@ -2,7 +2,7 @@
 //! waited for). Pushes from several threads are not ordered against each other. It is the reference the threaded engines are checked against, so it shares
 //! only the `Var` type with them and none of their dependency machinery.
 
-use std::borrow::Cow;
+use std::borrow::{Borrow, Cow};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
@@ -53,21 +53,20 @@ impl NaiveEngine {
         check_vars(self.id, &op.name, op.vars())?;
         let (mut reads, mut writes) = (op.reads, op.writes);
         dedup(&mut reads, &mut writes);
-        let (reads, writes): (VarRefs, VarRefs) = (reads.iter().collect(), writes.iter().collect());
         self.execute(op.name, op.func, op.ctx, &reads, &writes);
         Ok(())
     }
 
     /// Runs one op whose vars are checked and deduplicated, then poisons and bumps its writes.
-    fn execute(
+    fn execute<V: Borrow<Var>>(
         &self,
         name: Cow<'static, str>,
         func: UserFn,
         ctx: Context,
-        reads: &[&Var],
-        writes: &[&Var],
+        reads: &[V],
+        writes: &[V],
     ) {
-        let poisoned = reads.iter().chain(writes.iter()).find_map(|v| v.poison());
+        let poisoned = reads.iter().chain(writes).find_map(|v| v.borrow().poison());
         let t0 = self.profiler.as_ref().map(|p| p.now_ns());
         let rctx = RunContext::new(ctx);
         let failure = match (poisoned, func) {
@@ -99,7 +98,7 @@ impl NaiveEngine {
             p.record(&name, t0, ctx);
         }
         for w in writes {
-            let mut g = w.lock();
+            let mut g = w.borrow().lock();
             if let Some(f) = &failure {
                 g.set_poison(f.clone());
             }
