@@ -18,7 +18,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::time::Instant;
 
-use engine::{EngineBuilder, EngineKind};
+use engine::EngineBuilder;
 use ndarray::Array2;
 use ndarray_ops::{DType, NDArray, Runtime};
 use storage::{Context, StorageConfig};
@@ -49,10 +49,16 @@ fn main() {
             }
         }
     }
-    let rt = Runtime::new(
-        EngineBuilder::new(EngineKind::ThreadedPerDevice).build(),
-        StorageConfig::default(),
-    );
+    // The threaded per-device engine unless the MXRS_* variables say otherwise (e.g.
+    // MXRS_ENGINE_INLINE_CHEAP=0 hands every tiny op to a worker).
+    let engine = match EngineBuilder::from_env() {
+        Ok(b) => b.build(),
+        Err(e) => {
+            eprintln!("ndarray_bench: {e}");
+            std::process::exit(2);
+        }
+    };
+    let rt = Runtime::new(engine, StorageConfig::default());
     let ctx = Context::cpu(0);
     let n_tiny = if quick { 10_000 } else { 100_000 };
     let reps = if quick { 3 } else { 5 };
