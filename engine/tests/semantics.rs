@@ -444,6 +444,32 @@ fn dropping_the_engine_drains_pending_ops() {
     });
 }
 
+/// What a bulked run left: values, versions and errors per var.
+type BulkRun = (EngineKind, Vec<i64>, Vec<u64>, Vec<Option<String>>);
+
+fn bulk_outcome(e: &dyn engine::Engine, vars: &[engine::Var], cells: &[Mutex<i64>]) -> BulkRun {
+    let errs = vars
+        .iter()
+        .map(|v| e.wait_for_var(v).err().map(|x| x.to_string()))
+        .collect();
+    let versions = vars.iter().map(|v| v.version()).collect();
+    let vals = cells.iter().map(|c| *c.lock().unwrap()).collect();
+    (e.kind(), vals, versions, errs)
+}
+
+/// Every engine's run equals the first one's (Naive's), and some op failed.
+fn assert_same_as_naive(results: &[BulkRun]) {
+    for r in &results[1..] {
+        assert_eq!(
+            (&r.1, &r.2, &r.3),
+            (&results[0].1, &results[0].2, &results[0].3),
+            "{:?} vs naive",
+            r.0
+        );
+    }
+    assert!(results[0].3.iter().any(|e| e.is_some()));
+}
+
 #[test]
 fn bulked_ops_give_the_same_results() {
     watchdog("bulk", 60, || {
@@ -468,23 +494,9 @@ fn bulked_ops_give_the_same_results() {
                     bulk.push(op.read(&vars[r]).write(&vars[w])).unwrap();
                 }
             }
-            let errs: Vec<_> = vars
-                .iter()
-                .map(|v| e.wait_for_var(v).err().map(|x| x.to_string()))
-                .collect();
-            let versions: Vec<_> = vars.iter().map(|v| v.version()).collect();
-            let vals: Vec<i64> = cells.iter().map(|c| *c.lock().unwrap()).collect();
-            results.push((e.kind(), vals, versions, errs));
+            results.push(bulk_outcome(&*e, &vars, &cells));
         }
-        for r in &results[1..] {
-            assert_eq!(
-                (&r.1, &r.2, &r.3),
-                (&results[0].1, &results[0].2, &results[0].3),
-                "{:?} vs naive",
-                r.0
-            );
-        }
-        assert!(results[0].3.iter().any(|e| e.is_some()));
+        assert_same_as_naive(&results);
     });
 }
 
@@ -529,23 +541,9 @@ fn bulk_units_with_many_vars_match_naive() {
                 assert!(matches!(err, EngineError::ForeignVar { .. }), "{err}");
                 assert_eq!(bulk.pending(), pending);
             }
-            let errs: Vec<_> = vars
-                .iter()
-                .map(|v| e.wait_for_var(v).err().map(|x| x.to_string()))
-                .collect();
-            let versions: Vec<_> = vars.iter().map(|v| v.version()).collect();
-            let vals: Vec<i64> = cells.iter().map(|c| *c.lock().unwrap()).collect();
-            results.push((e.kind(), vals, versions, errs));
+            results.push(bulk_outcome(&*e, &vars, &cells));
         }
-        for r in &results[1..] {
-            assert_eq!(
-                (&r.1, &r.2, &r.3),
-                (&results[0].1, &results[0].2, &results[0].3),
-                "{:?} vs naive",
-                r.0
-            );
-        }
-        assert!(results[0].3.iter().any(|e| e.is_some()));
+        assert_same_as_naive(&results);
     });
 }
 
