@@ -60,10 +60,13 @@ impl MemberVars {
 
 /// What a scheduled unit runs: its members, and the slot of each var in the unit's `reads` and
 /// `writes` lists (in their order), so that poison found on those vars can be given to members.
+#[derive(Default)]
 pub(crate) struct BulkBody {
     pub(crate) members: Vec<BulkMember>,
     pub(crate) read_slots: SmallVec<[u8; 4]>,
     pub(crate) write_slots: SmallVec<[u8; 4]>,
+    /// Per var of the unit's `writes`, how many members write it (its version bumps).
+    pub(crate) bumps: SmallVec<[u64; 4]>,
 }
 
 /// Ops fused into one scheduled unit. Only a [`BulkPusher`] makes one; engines take it whole
@@ -105,16 +108,15 @@ impl BulkUnit {
         self.members.is_empty()
     }
 
-    /// Takes what the engine schedules, leaving the unit empty with `spare` as its member list.
-    pub(crate) fn take(&mut self, spare: Vec<BulkMember>) -> (BulkBody, VarList, VarList) {
-        self.bumps.clear();
-        let body = BulkBody {
-            members: std::mem::replace(&mut self.members, spare),
-            read_slots: std::mem::take(&mut self.read_slots),
-            write_slots: std::mem::take(&mut self.write_slots),
-        };
+    /// Moves what the engine schedules into `body` (an emptied body of an earlier unit, whose
+    /// member list the unit keeps for its next ops) and returns the unit's vars.
+    pub(crate) fn take_into(&mut self, body: &mut BulkBody) -> (VarList, VarList) {
+        body.members.clear();
+        std::mem::swap(&mut self.members, &mut body.members);
+        body.read_slots = std::mem::take(&mut self.read_slots);
+        body.write_slots = std::mem::take(&mut self.write_slots);
+        body.bumps = std::mem::take(&mut self.bumps);
         (
-            body,
             std::mem::take(&mut self.reads),
             std::mem::take(&mut self.writes),
         )

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use crossbeam_utils::CachePadded;
 use smallvec::SmallVec;
 
-use crate::bulk::{BulkBody, BulkMember, BulkUnit};
+use crate::bulk::{BulkBody, BulkUnit};
 use crate::error::{panic_message, EngineError, OpFailure, OpResult};
 use crate::op::{dedup, Bumps, Completion, FnProperty, Op, OpBlock, OpFn, OpRef, RunContext};
 use crate::profiler::Profiler;
@@ -37,8 +37,11 @@ pub(crate) enum Outcome {
     Ok,
     /// Every written var is poisoned with this failure.
     Poison(Arc<OpFailure>),
-    /// Per written var (bulk units, whose members fail separately).
-    PerWrite(SmallVec<[Option<Arc<OpFailure>>; 4]>),
+    /// A bulk unit: per written var, the poison its members left and how many of them wrote it.
+    Unit {
+        poison: SmallVec<[Option<Arc<OpFailure>>; 4]>,
+        bumps: SmallVec<[u64; 4]>,
+    },
 }
 
 pub(crate) struct Core {
@@ -61,9 +64,9 @@ pub(crate) struct Core {
     jitter_us: u64,
     /// Whether cheap ops runnable at push run on the pushing thread.
     inline_cheap: bool,
-    /// Emptied member lists of finished bulk units, handed back to pushers so that a unit does
-    /// not allocate (and free across threads) its list every time.
-    spare_members: CachePadded<Mutex<Vec<Vec<BulkMember>>>>,
+    /// Emptied bodies of finished bulk units, handed back to pushers so that a unit does not
+    /// allocate (and free across threads) its body and member list every time.
+    spare_bodies: CachePadded<Mutex<Vec<Box<BulkBody>>>>,
 }
 
 // No `const { }` initializers: loom's `thread_local!` does not accept them.
@@ -135,7 +138,7 @@ impl Core {
             profiler,
             jitter_us,
             inline_cheap,
-            spare_members: CachePadded::new(Mutex::new(Vec::new())),
+            spare_bodies: CachePadded::new(Mutex::new(Vec::new())),
         })
     }
 
@@ -204,9 +207,8 @@ impl Core {
         }
         let name = unit.name();
         let (ctx, priority) = (unit.ctx, unit.priority);
-        let bumps = Bumps::Each(unit.bumps.clone());
-        let spare = self.spare_members.lock().pop().unwrap_or_default();
-        let (body, reads, writes) = unit.take(spare);
+        let mut body = self.spare_bodies.lock().pop().unwrap_or_default();
+        let (reads, writes) = unit.take_into(&mut body);
         let seq = self.next_seq.fetch_add(n as u64, Ordering::Relaxed);
         let block = OpBlock {
             wait: AtomicUsize::new(reads.len() + writes.len() + 1),
@@ -214,7 +216,7 @@ impl Core {
             func: Mutex::new(Some(OpFn::Bulk(body))),
             reads,
             writes,
-            bumps,
+            bumps: Bumps::One,
             name,
             ctx,
             prop: FnProperty::Normal,
@@ -351,7 +353,7 @@ impl Core {
 
     /// Runs a bulk unit's members in order. A member is skipped when one of its vars is poisoned,
     /// counting poison left by earlier members, exactly as if they had been pushed one by one.
-    fn execute_bulk(self: &Arc<Self>, op: OpRef, mut body: BulkBody, rctx: &RunContext) {
+    fn execute_bulk(self: &Arc<Self>, op: OpRef, mut body: Box<BulkBody>, rctx: &RunContext) {
         // The failure poisoning each slot's var, grown only once there is one.
         let mut poison: SmallVec<[Option<Arc<OpFailure>>; 4]> = SmallVec::new();
         let set = |poison: &mut SmallVec<_>, slot: u8, failure: &Arc<OpFailure>| {
@@ -399,14 +401,15 @@ impl Core {
             }
         }
         self.profile_end(unit_t0, &op.name, rctx);
+        let poison = body.write_slots.iter().map(|&s| of(&poison, s)).collect();
+        let bumps = std::mem::take(&mut body.bumps);
         {
-            let mut spare = self.spare_members.lock();
+            let mut spare = self.spare_bodies.lock();
             if spare.len() < 64 {
-                spare.push(body.members);
+                spare.push(body);
             }
         }
-        let per_write = body.write_slots.iter().map(|&s| of(&poison, s)).collect();
-        self.finish(op, Outcome::PerWrite(per_write));
+        self.finish(op, Outcome::Unit { poison, bumps });
     }
 
     /// The failure that stops this op from running: a dead var, or poison on any of its vars.
@@ -458,13 +461,12 @@ impl Core {
             v.lock().complete_read(&mut granted);
         }
         for (i, v) in op.writes.iter().enumerate() {
-            let poison = match &outcome {
-                Outcome::Ok => None,
-                Outcome::Poison(p) => Some(p.clone()),
-                Outcome::PerWrite(per) => per[i].clone(),
+            let (poison, bumps) = match &outcome {
+                Outcome::Ok => (None, op.bumps.get()),
+                Outcome::Poison(p) => (Some(p.clone()), op.bumps.get()),
+                Outcome::Unit { poison, bumps } => (poison[i].clone(), bumps[i]),
             };
-            v.lock()
-                .complete_write(op.bumps.get(i), poison, &mut granted);
+            v.lock().complete_write(bumps, poison, &mut granted);
         }
         drop(op);
         for g in granted {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::bulk::BulkUnit;
+use crate::bulk::{BulkBody, BulkUnit};
 use crate::core::{check_vars, next_engine_id};
 use crate::error::{panic_message, EngineError, OpFailure, OpResult};
 use crate::op::{dedup, Completion, Oneshot, Op, RunContext, UserFn};
@@ -130,7 +130,8 @@ impl Engine for NaiveEngine {
     /// Runs the members one by one, each exactly as if it had been pushed alone. A member whose
     /// var was deleted after it joined the unit fails, as on the threaded engines.
     fn push_bulk(&self, unit: &mut BulkUnit) -> Result<(), EngineError> {
-        let (ctx, (body, reads, writes)) = (unit.ctx, unit.take(Vec::new()));
+        let mut body = BulkBody::default();
+        let (ctx, (reads, writes)) = (unit.ctx, unit.take_into(&mut body));
         let mut by_slot: Vec<Option<&Var>> = vec![None; reads.len() + writes.len()];
         let unit_vars = reads.iter().zip(&body.read_slots);
         for (v, &slot) in unit_vars.chain(writes.iter().zip(&body.write_slots)) {

@@ -67,7 +67,8 @@ pub(crate) enum OpFn {
     /// The marker `wait_for_var` pushes: reports and clears the var's poison.
     Wait(Arc<Oneshot>),
     /// Consecutive synchronous CPU ops fused into one scheduled unit.
-    Bulk(crate::bulk::BulkBody),
+    /// Boxed: a unit's body is large, and every op record would carry its size.
+    Bulk(Box<crate::bulk::BulkBody>),
 }
 
 pub(crate) type VarList = SmallVec<[Var; 4]>;
@@ -247,22 +248,21 @@ impl From<UserFn> for OpFn {
     }
 }
 
-/// How many versions each written var gains when an op completes.
+/// How many versions each written var gains when an op completes (a bulk unit's counts, one per
+/// member writing the var, travel with its body and its outcome instead).
+#[derive(Clone, Copy)]
 pub(crate) enum Bumps {
     /// An ordinary op: one write each.
     One,
     /// An engine marker (wait, delete): no write.
     Zero,
-    /// A bulk unit: one per member writing the var, in `writes` order.
-    Each(SmallVec<[u64; 4]>),
 }
 
 impl Bumps {
-    pub(crate) fn get(&self, i: usize) -> u64 {
+    pub(crate) fn get(self) -> u64 {
         match self {
             Bumps::One => 1,
             Bumps::Zero => 0,
-            Bumps::Each(n) => n[i],
         }
     }
 }
