@@ -65,7 +65,9 @@ pub(crate) struct Core {
     /// Whether cheap ops runnable at push run on the pushing thread.
     inline_cheap: bool,
     /// Emptied bodies of finished bulk units, handed back to pushers so that a unit does not
-    /// allocate (and free across threads) its body and member list every time.
+    /// allocate (and free across threads) its body and member list every time. Boxes, because
+    /// the op record holds a unit's body boxed and this hands that very allocation back.
+    #[allow(clippy::vec_box)]
     spare_bodies: CachePadded<Mutex<Vec<Box<BulkBody>>>>,
 }
 
