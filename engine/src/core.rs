@@ -255,7 +255,7 @@ impl Core {
                 && op.cheap
                 && op.prop == FnProperty::Normal
                 && op.ctx.is_cpu()
-                && self.inside_own_op().is_none();
+                && !self.running_own_op();
             match here {
                 true => self.run_inline(op),
                 false => self.ready(op),
@@ -613,6 +613,11 @@ impl Core {
         }
         self.waiters.fetch_sub(1, Ordering::SeqCst);
         drop(g);
+    }
+
+    /// Whether this thread is running an op of this engine (without naming it).
+    pub(crate) fn running_own_op(&self) -> bool {
+        RUNNING.with(|r| matches!(&*r.borrow(), Some((id, _)) if *id == self.id))
     }
 
     pub(crate) fn inside_own_op(&self) -> Option<String> {

@@ -245,7 +245,7 @@ impl Engine for ThreadedEngine {
 impl Drop for ThreadedEngine {
     /// Drains every pushed op, joins every worker, then writes the profile if one was asked for.
     fn drop(&mut self) {
-        if self.core.inside_own_op().is_none() {
+        if !self.core.running_own_op() {
             self.core.wait_idle();
         }
         self.core.shutdown();
