@@ -9,7 +9,9 @@
 //! * chain: 100,000 ops all writing one var;
 //! * chain_bulk: the same chain pushed through a bulk pusher (units of 16);
 //! * fanout: 10,000 rounds of 8 ops reading one var and writing 8 others, then 1 op reading
-//!   those 8 and writing the first.
+//!   those 8 and writing the first;
+//! * independent_cheap / chain_cheap (extra keys): independent and chain with every op marked
+//!   `Op::cheap`, so a threaded engine runs each on the pushing thread when it is ready at push.
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -64,7 +66,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "-h" | "--help" => {
                 println!(
-                    "engine_bench [--json] [--threads N] [--repeats R] [--scale F] [--only ENGINE] [--workload independent|chain|chain_bulk|fanout]"
+                    "engine_bench [--json] [--threads N] [--repeats R] [--scale F] [--only ENGINE] [--workload independent|chain|chain_bulk|fanout|independent_cheap|chain_cheap]"
                 );
                 std::process::exit(0);
             }
@@ -141,6 +143,23 @@ fn bare_pool(threads: usize, n: usize) -> usize {
 
 fn noop(name: &'static str) -> Op {
     Op::sync(name, |_| Ok(()))
+}
+
+fn independent_cheap(e: &dyn Engine, vars: &[Var], n: usize) -> usize {
+    for i in 0..n {
+        e.push(noop("independent").write(&vars[i % vars.len()]).cheap())
+            .expect("push");
+    }
+    e.wait_for_all().expect("no failures");
+    n
+}
+
+fn chain_cheap(e: &dyn Engine, var: &Var, n: usize) -> usize {
+    for _ in 0..n {
+        e.push(noop("chain").write(var).cheap()).expect("push");
+    }
+    e.wait_for_var(var).expect("no failures");
+    n
 }
 
 fn independent(e: &dyn Engine, vars: &[Var], n: usize) -> usize {
@@ -224,6 +243,10 @@ fn main() {
         let ch = timed("chain", &mut || chain(&*e, &one, n_chain));
         let chb = timed("chain_bulk", &mut || chain_bulk(&e, &one, n_chain));
         let fo = timed("fanout", &mut || fanout(&*e, &one, &outs, rounds));
+        let ind_cheap = timed("independent_cheap", &mut || {
+            independent_cheap(&*e, &vars, n_ind)
+        });
+        let ch_cheap = timed("chain_cheap", &mut || chain_cheap(&*e, &one, n_chain));
         engines.insert(
             kind.name().to_string(),
             serde_json::json!({
@@ -233,6 +256,8 @@ fn main() {
                 "fanout_ns": fo,
                 "independent_vs_floor": if floor > 0.0 { ind / floor } else { 0.0 },
                 "chain_bulk_speedup": ch / chb,
+                "independent_cheap_ns": ind_cheap,
+                "chain_cheap_ns": ch_cheap,
             }),
         );
         lines.push(format!(
