@@ -444,6 +444,57 @@ fn dropping_the_engine_drains_pending_ops() {
     });
 }
 
+/// Four threads pushing cheap reads and writes on two shared vars, some running inline on their
+/// pushers and some on workers: a write never overlaps another op on its var, and every write
+/// counts.
+#[test]
+fn cheap_ops_from_several_pushers_keep_write_exclusion() {
+    use std::sync::atomic::AtomicI64;
+    watchdog("cheap pushers", 60, || {
+        for kind in [EngineKind::ThreadedPooled, EngineKind::ThreadedPerDevice] {
+            let e = EngineBuilder::new(kind).build();
+            let vars: Vec<_> = (0..2).map(|_| e.new_var()).collect();
+            // Per var: -1 while a write runs, else the number of running reads.
+            let state: Arc<Vec<AtomicI64>> = Arc::new((0..2).map(|_| AtomicI64::new(0)).collect());
+            let writes = Arc::new(AtomicUsize::new(0));
+            std::thread::scope(|scope| {
+                for t in 0..4usize {
+                    let (e, vars, state, writes) = (&e, &vars, &state, &writes);
+                    scope.spawn(move || {
+                        for k in 0..2000usize {
+                            let i = (t + k) % 2;
+                            let (st, w) = (state.clone(), writes.clone());
+                            let op = if k % 3 == 0 {
+                                Op::sync("read", move |_| {
+                                    assert!(st[i].fetch_add(1, Ordering::SeqCst) >= 0);
+                                    std::thread::yield_now();
+                                    st[i].fetch_sub(1, Ordering::SeqCst);
+                                    Ok(())
+                                })
+                                .read(&vars[i])
+                            } else {
+                                Op::sync("write", move |_| {
+                                    assert_eq!(st[i].swap(-1, Ordering::SeqCst), 0);
+                                    std::thread::yield_now();
+                                    w.fetch_add(1, Ordering::SeqCst);
+                                    st[i].store(0, Ordering::SeqCst);
+                                    Ok(())
+                                })
+                                .write(&vars[i])
+                            };
+                            e.push(op.cheap()).unwrap();
+                        }
+                    });
+                }
+            });
+            e.wait_for_all().unwrap();
+            let versions: u64 = vars.iter().map(|v| v.version()).sum();
+            assert_eq!(versions as usize, writes.load(Ordering::SeqCst), "{kind:?}");
+            assert_eq!(versions, 4 * (2000 - 667), "{kind:?}");
+        }
+    });
+}
+
 /// What a bulked run left: values, versions and errors per var.
 type BulkRun = (EngineKind, Vec<i64>, Vec<u64>, Vec<Option<String>>);
 
