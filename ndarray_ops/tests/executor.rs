@@ -316,3 +316,43 @@ fn backward_takes_head_gradients_and_bind_takes_gradient_arrays() {
         assert!(err.contains(&format!("'{name}'")), "{err}");
     }
 }
+
+/// `add` gradients are added into their arrays inside the backward pass, right after the node
+/// that makes them, so their planned entries do not all live to the end: the MLP's arena with
+/// every weight accumulated is smaller than its gradients together (kept to the end, they would
+/// all be in the arena at once), and within the `write` arena plus the largest gradient.
+#[test]
+fn add_gradients_do_not_all_live_to_the_end_of_backward() {
+    use ndarray_ops::GradReq;
+    let (sym, shapes) = graph("mlp");
+    let rt = runtime(EngineKind::ThreadedPerDevice);
+    let ctx = Context::cpu(0);
+    let weights: Vec<String> = sym
+        .list_arguments()
+        .into_iter()
+        .filter(|a| a.ends_with("weight") || a.ends_with("bias"))
+        .collect();
+    let bind = |req: GradReq| {
+        let reqs = weights.iter().map(|w| (w.clone(), req)).collect();
+        Executor::simple_bind_grad(&rt, ctx, &sym, &shapes, &reqs).unwrap()
+    };
+    let (write, add) = (bind(GradReq::Write), bind(GradReq::Add));
+    let grad_bytes: u64 = add
+        .grad_dict()
+        .values()
+        .map(|g| (g.size() * g.dtype().size()) as u64)
+        .sum();
+    let largest = add
+        .grad_dict()
+        .values()
+        .map(|g| (g.size() * g.dtype().size()) as u64)
+        .max()
+        .unwrap();
+    let (w, a) = (write.memory_report(), add.memory_report());
+    assert!(
+        a.planned_bytes < grad_bytes && a.planned_bytes <= w.planned_bytes + largest,
+        "add arena {} vs gradients {grad_bytes}, write arena {} + largest gradient {largest}",
+        a.planned_bytes,
+        w.planned_bytes
+    );
+}

@@ -148,10 +148,14 @@ pub(super) struct Layout {
     /// Entries that are not planned: variables, `write` gradients (the gradient arrays), and
     /// entries an assignment keeps in its variable.
     pub(super) external: Vec<bool>,
-    /// Internal entries kept to the end of a pass (outputs, `add` gradients).
+    /// Internal entries kept to the end of a pass (outputs, `add` gradients added after it).
     pub(super) kept: Vec<usize>,
     /// Assignments (NNVM's cases).
     pub(super) aliases: Aliases,
+    /// Per differentiated argument (in `wrt` order), the backward node after which its `add`
+    /// gradient is added into the gradient array, within the pass. `None`: a `write` or `null`
+    /// request, or a gradient no backward node makes (added after the pass, from a kept entry).
+    pub(super) add_after: Vec<Option<usize>>,
 }
 
 /// The layout of `full` under `opts`: needs no arrays, so memory can be planned before any is
@@ -166,10 +170,20 @@ pub(super) fn layout(full: &FullGraph, opts: &BindOptions) -> Layout {
         .iter()
         .map(|&(n, k)| g.entry(n, k))
         .collect();
+    // An `add` gradient made by a backward node is added into the gradient array right after
+    // that node, in the same pass, so its entry lives only until then (MXNet's kAddTo writes it
+    // there directly); one made elsewhere (a variable, a forward node, an assignment) is kept to
+    // the end and added after the pass.
+    let forward = full.forward_nodes();
+    let mut add_after = vec![None; full.wrt.len()];
     for (k, name) in full.wrt.iter().enumerate() {
         let (node, i) = g.outputs[full.num_outputs + k];
+        let made_in_backward = g.nodes[node]
+            .op
+            .is_some_and(|def| def.assign.is_empty() && !forward[node]);
         match opts.grad_req[name] {
             GradReq::Write => external[g.entry(node, i)] = true,
+            GradReq::Add if made_in_backward => add_after[k] = Some(node),
             _ => kept.push(g.entry(node, i)),
         }
     }
@@ -182,6 +196,7 @@ pub(super) fn layout(full: &FullGraph, opts: &BindOptions) -> Layout {
         external,
         kept,
         aliases,
+        add_after,
     }
 }
 
@@ -239,8 +254,8 @@ fn mismatch(arg: String, a: &NDArray, shape: &[usize], dtype: DType, dev: Contex
 
 /// Variables (given arrays, checked, or fresh ones from the top of their device's block: zeros,
 /// `*_var` auxiliary states ones as BatchNorm expects) and gradients: `write` gradients are
-/// computed straight into the gradient array; `add` gradients into a planned entry kept to the
-/// end, then added. Entries an assignment keeps in a variable are that variable's array.
+/// computed straight into the gradient array; `add` gradients into a planned entry, then added
+/// into the gradient array (see [`Layout::add_after`]). Entries an assignment keeps in a variable are that variable's array.
 pub(super) fn bind_arrays(
     rt: &Arc<Runtime>,
     full: &FullGraph,

@@ -87,6 +87,9 @@ pub struct Executor {
     node_attrs: Vec<[Attrs; 2]>,
     /// Gradient arrays of the arguments differentiated, with their requests.
     grads: Vec<(String, NDArray, GradReq)>,
+    /// Per gradient, the backward node after which an `add` gradient is added (see
+    /// `bind::Layout::add_after`).
+    add_after: Vec<Option<usize>>,
     /// The device of each node.
     devices: Vec<Context>,
     /// The planned arena of each device (none with [`MemoryPlanning::NoReuse`]).
@@ -232,6 +235,7 @@ impl Executor {
             head_names: full.head_names,
             node_attrs,
             grads: arrays.grads,
+            add_after: layout.add_after,
             arenas: memory.arenas,
             memory: memory.reports,
         })
@@ -255,7 +259,7 @@ impl Executor {
         self.run_nodes(true, false)?;
         let g = &self.inferred.graph;
         for (k, (_, grad, req)) in self.grads.iter().enumerate() {
-            if *req == GradReq::Add {
+            if *req == GradReq::Add && self.add_after[k].is_none() {
                 let (n, i) = g.outputs[self.num_outputs + k];
                 grad.add_inplace(&self.entries[g.entry(n, i)])?;
             }
@@ -341,6 +345,29 @@ impl Executor {
             };
             let deps: Vec<_> = passes.iter_mut().flat_map(|p| p.reuse_deps(i)).collect();
             bulk.push(op.writes(&deps)).map_err(|e| at_node(e.into()))?;
+            // `add` gradients this node made go into their arrays before anything can reuse
+            // the entry's memory: a later node taking those addresses writes the entry's var,
+            // so it waits for this read.
+            for (k, _) in self
+                .add_after
+                .iter()
+                .enumerate()
+                .filter(|(_, a)| **a == Some(i))
+            {
+                let grad = &self.grads[k].1;
+                let (n, out) = g.outputs[self.num_outputs + k];
+                let entry = &self.entries[g.entry(n, out)];
+                let (add, _) = prepare(
+                    &self.rt,
+                    grad.ctx(),
+                    "elemwise_add",
+                    &[grad, entry],
+                    &Attrs::new(),
+                    Some(&[grad]),
+                )
+                .map_err(at_node)?;
+                bulk.push(add).map_err(|e| at_node(e.into()))?;
+            }
         }
         bulk.flush()?;
         Ok(())

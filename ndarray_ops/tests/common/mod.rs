@@ -107,7 +107,8 @@ pub fn random_graph(rng: &mut StdRng, n_weights: usize, groups: &[&str]) -> Symb
 /// Binds `sym` with gradients of every weight, sets `x`, the weights and the head gradient from
 /// `seed`, runs the passes `F F B F B` (forward twice, backward after a repeated forward,
 /// forward again) and returns every output and gradient after each backward. `opts` gives the
-/// memory planning and placement.
+/// memory planning and placement, and the gradient requests (when it names none, every weight's
+/// is `write`).
 #[allow(dead_code)]
 pub fn run_passes(
     rt: &Arc<Runtime>,
@@ -118,14 +119,15 @@ pub fn run_passes(
 ) -> Vec<Vec<f32>> {
     let args = sym.list_arguments();
     let shapes = args.iter().map(|a| (a.clone(), vec![n])).collect();
-    let opts = BindOptions {
-        grad_req: args
+    let grad_req = match opts.grad_req.is_empty() {
+        true => args
             .iter()
             .filter(|a| a.starts_with('w'))
             .map(|a| (a.clone(), GradReq::Write))
             .collect(),
-        ..opts
+        false => opts.grad_req.clone(),
     };
+    let opts = BindOptions { grad_req, ..opts };
     let exec =
         Executor::bind_with_options(rt, Context::cpu(0), sym, &shapes, HashMap::new(), &opts)
             .unwrap();
