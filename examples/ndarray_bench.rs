@@ -28,9 +28,15 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Median of `reps` timed runs after one untimed run (which grows the pools and faults pages in).
+/// Median of `reps` timed runs after three untimed ones, for ours and the baseline alike. The
+/// untimed runs grow the pools and fault pages in; on this machine a kernel workload also needs a
+/// couple of runs before rayon's threads and the cores settle (the first 1000x1000 adds after the
+/// tiny-op workloads run at half speed for one to three runs of 100, in this version and the
+/// earlier ones alike), which a single warm-up run left in the median about half the time.
 fn best_of(reps: usize, mut f: impl FnMut() -> f64) -> f64 {
-    f();
+    for _ in 0..3 {
+        f();
+    }
     median((0..reps).map(|_| f()).collect())
 }
 
