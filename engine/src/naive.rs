@@ -97,6 +97,11 @@ impl NaiveEngine {
         if let (Some(p), Some(t0)) = (&self.profiler, t0) {
             p.record(&name, t0, ctx);
         }
+        Self::complete_writes(writes, failure);
+    }
+
+    /// Counts a write on each of `writes`, poisoning them when the op failed.
+    fn complete_writes<V: Borrow<Var>>(writes: &[V], failure: Option<Arc<OpFailure>>) {
         for w in writes {
             let mut g = w.borrow().lock();
             if let Some(f) = &failure {
@@ -147,11 +152,7 @@ impl Engine for NaiveEngine {
             let (reads, writes) = (of(m.vars.read_slots()), of(m.vars.write_slots()));
             if let Err(e) = check_vars(self.id, &m.name, reads.iter().chain(&writes).copied()) {
                 let failure = self.fail(&m.name, e.to_string(), false);
-                for w in &writes {
-                    let mut g = w.lock();
-                    g.set_poison(failure.clone());
-                    g.bump(1);
-                }
+                Self::complete_writes(&writes, Some(failure));
                 continue;
             }
             self.execute(m.name, UserFn::Sync(m.func), ctx, &reads, &writes);
