@@ -184,12 +184,7 @@ fn train(rt: &Arc<Runtime>, sym: &Symbol, memory: MemoryPlanning) -> Vec<(String
         ("data".to_string(), vec![batch, 1, 8, 8]),
         ("label".to_string(), vec![batch]),
     ]);
-    let grad_req = sym
-        .list_arguments()
-        .into_iter()
-        .filter(|a| a != "data" && a != "label")
-        .map(|a| (a, GradReq::Write))
-        .collect();
+    let grad_req = common::write_grads(&sym, &["data", "label"]);
     let opts = BindOptions {
         memory,
         grad_req,
@@ -388,12 +383,7 @@ fn a_bind_takes_one_block_per_device_with_long_lived_arrays_at_its_top() {
         ("data".to_string(), vec![16, 1, 8, 8]),
         ("label".to_string(), vec![16]),
     ]);
-    let grad_req: HashMap<String, GradReq> = sym
-        .list_arguments()
-        .into_iter()
-        .filter(|a| a != "data" && a != "label")
-        .map(|a| (a, GradReq::Write))
-        .collect();
+    let grad_req = common::write_grads(&sym, &["data", "label"]);
     let before = rt.storage(ctx).stats().allocs;
     let exec = Executor::simple_bind_grad(&rt, ctx, &sym, &shapes, &grad_req).unwrap();
     assert_eq!(

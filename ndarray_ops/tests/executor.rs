@@ -160,12 +160,7 @@ fn step_on(rt: &Arc<Runtime>, sym: &Symbol) -> (Vec<f32>, Vec<(String, Vec<f32>)
         ("data".to_string(), vec![8, 784]),
         ("label".to_string(), vec![8]),
     ]);
-    let req: HashMap<String, ndarray_ops::GradReq> = loss
-        .list_arguments()
-        .into_iter()
-        .filter(|a| a != "label")
-        .map(|a| (a, ndarray_ops::GradReq::Write))
-        .collect();
+    let req = common::write_grads(&loss, &["label"]);
     let exec = Executor::simple_bind_grad(&rt, Context::cpu(0), &loss, &shapes, &req).unwrap();
     randomize(&rt, &exec);
     rt.from_vec(

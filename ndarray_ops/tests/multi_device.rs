@@ -106,12 +106,7 @@ fn run_placed(
     sym: &Symbol,
     group2ctx: HashMap<String, Context>,
 ) -> (Vec<(String, Vec<f32>)>, Vec<(String, Context)>, Executor) {
-    let grad_req = sym
-        .list_arguments()
-        .into_iter()
-        .filter(|a| a != "label")
-        .map(|a| (a, GradReq::Write))
-        .collect();
+    let grad_req = common::write_grads(sym, &["label"]);
     let opts = BindOptions {
         grad_req,
         group2ctx,
@@ -371,12 +366,7 @@ fn a_device_over_its_memory_limit_fails_its_bind_and_the_others_keep_working() {
 
 /// Trains the MLP for three steps on `ctx` (seeded data and weights); returns the weights.
 fn train_alone(rt: &Arc<Runtime>, ctx: Context) -> Vec<(String, Vec<f32>)> {
-    let grad_req = mlp(false)
-        .list_arguments()
-        .into_iter()
-        .filter(|a| a != "data" && a != "label")
-        .map(|a| (a, GradReq::Write))
-        .collect();
+    let grad_req = common::write_grads(&mlp(false), &["data", "label"]);
     let opts = BindOptions {
         grad_req,
         ..BindOptions::default()

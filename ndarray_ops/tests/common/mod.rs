@@ -9,6 +9,17 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use storage::Context;
 
+/// A `write` request for the gradient of every argument of `sym` except those named in `except`
+/// (data and labels).
+#[allow(dead_code)]
+pub fn write_grads(sym: &Symbol, except: &[&str]) -> HashMap<String, GradReq> {
+    sym.list_arguments()
+        .into_iter()
+        .filter(|a| !except.contains(&a.as_str()))
+        .map(|a| (a, GradReq::Write))
+        .collect()
+}
+
 #[allow(dead_code)]
 /// `graphs/mlp-symbol.json` built in code, with the file's node names and attributes.
 pub fn mlp_in_code() -> Symbol {
