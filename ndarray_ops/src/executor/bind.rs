@@ -255,7 +255,8 @@ fn mismatch(arg: String, a: &NDArray, shape: &[usize], dtype: DType, dev: Contex
 /// Variables (given arrays, checked, or fresh ones from the top of their device's block: zeros,
 /// `*_var` auxiliary states ones as BatchNorm expects) and gradients: `write` gradients are
 /// computed straight into the gradient array; `add` gradients into a planned entry, then added
-/// into the gradient array (see [`Layout::add_after`]). Entries an assignment keeps in a variable are that variable's array.
+/// into the gradient array (see [`Layout::add_after`]). Entries an assignment keeps in a variable
+/// are that variable's array.
 pub(super) fn bind_arrays(
     rt: &Arc<Runtime>,
     full: &FullGraph,

@@ -90,6 +90,9 @@ pub struct Executor {
     /// Per gradient, the backward node after which an `add` gradient is added (see
     /// `bind::Layout::add_after`).
     add_after: Vec<Option<usize>>,
+    /// The same by node: the gradients added right after it (so a pass does not search every
+    /// gradient at every node).
+    adds_at: Vec<Vec<usize>>,
     /// The device of each node.
     devices: Vec<Context>,
     /// The planned arena of each device (none with [`MemoryPlanning::NoReuse`]).
@@ -206,6 +209,12 @@ impl Executor {
         }
         let memory = memory::allocate(rt, &full, arrays.bound, plans, &blocks)?;
         let forward_nodes = (!full.wrt.is_empty()).then(|| full.forward_nodes());
+        let mut adds_at = vec![Vec::new(); g.nodes.len()];
+        for (k, node) in layout.add_after.iter().enumerate() {
+            if let Some(node) = node {
+                adds_at[*node].push(k);
+            }
+        }
         let node_attrs = g
             .nodes
             .iter()
@@ -235,6 +244,7 @@ impl Executor {
             head_names: full.head_names,
             node_attrs,
             grads: arrays.grads,
+            adds_at,
             add_after: layout.add_after,
             arenas: memory.arenas,
             memory: memory.reports,
@@ -348,12 +358,7 @@ impl Executor {
             // `add` gradients this node made go into their arrays before anything can reuse
             // the entry's memory: a later node taking those addresses writes the entry's var,
             // so it waits for this read.
-            for (k, _) in self
-                .add_after
-                .iter()
-                .enumerate()
-                .filter(|(_, a)| **a == Some(i))
-            {
+            for &k in &self.adds_at[i] {
                 let grad = &self.grads[k].1;
                 let (n, out) = g.outputs[self.num_outputs + k];
                 let entry = &self.entries[g.entry(n, out)];
