@@ -22,6 +22,8 @@ mod array;
 mod dtype;
 mod error;
 mod executor;
+#[cfg(any(feature = "cuda", test))]
+mod gpu;
 mod operators;
 pub mod ops;
 pub mod plan;

@@ -37,17 +37,17 @@ fn pair(
 }
 
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Conv {
-    pub(super) k: (usize, usize),
-    pub(super) s: (usize, usize),
-    pub(super) p: (usize, usize),
-    pub(super) d: (usize, usize),
-    pub(super) filters: usize,
-    pub(super) groups: usize,
-    pub(super) bias: bool,
+pub(crate) struct Conv {
+    pub(crate) k: (usize, usize),
+    pub(crate) s: (usize, usize),
+    pub(crate) p: (usize, usize),
+    pub(crate) d: (usize, usize),
+    pub(crate) filters: usize,
+    pub(crate) groups: usize,
+    pub(crate) bias: bool,
 }
 
-pub(super) fn conv_params(op: &str, attrs: &Attrs) -> Result<Conv> {
+pub(crate) fn conv_params(op: &str, attrs: &Attrs) -> Result<Conv> {
     let c = Conv {
         k: pair(op, attrs, "kernel", None)?,
         s: pair(op, attrs, "stride", Some((1, 1)))?,
@@ -246,23 +246,23 @@ fn conv_kernel(
 // ---- Pooling --------------------------------------------------------------------------------
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum PoolType {
+pub(crate) enum PoolType {
     Max,
     Avg,
     Sum,
 }
 
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Pool {
-    pub(super) kind: PoolType,
-    pub(super) k: (usize, usize),
-    pub(super) s: (usize, usize),
-    pub(super) p: (usize, usize),
-    pub(super) ceil: bool,
-    pub(super) count_pad: bool,
+pub(crate) struct Pool {
+    pub(crate) kind: PoolType,
+    pub(crate) k: (usize, usize),
+    pub(crate) s: (usize, usize),
+    pub(crate) p: (usize, usize),
+    pub(crate) ceil: bool,
+    pub(crate) count_pad: bool,
 }
 
-pub(super) fn pool_params(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Pool> {
+pub(crate) fn pool_params(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Pool> {
     let kind = match attrs.get("pool_type").unwrap_or("max") {
         "max" => PoolType::Max,
         "avg" => PoolType::Avg,

@@ -8,7 +8,7 @@
 //! kernel when the inputs are ready.
 
 mod backward;
-mod conv;
+pub(crate) mod conv;
 mod elemwise;
 mod extra;
 mod linalg;
@@ -19,6 +19,7 @@ mod shape;
 mod stochastic;
 
 pub use stochastic::IS_TRAIN;
+pub(crate) use stochastic::bn_axis;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;

@@ -25,7 +25,7 @@ fn is_train(op: &str, attrs: &Attrs) -> Result<bool> {
 
 // ---- BatchNorm ------------------------------------------------------------------------------
 
-fn bn_axis(op: &str, attrs: &Attrs, ndim: usize) -> Result<usize> {
+pub(crate) fn bn_axis(op: &str, attrs: &Attrs, ndim: usize) -> Result<usize> {
     let a = attrs
         .ints(op, "axis")?
         .and_then(|v| v.first().copied())

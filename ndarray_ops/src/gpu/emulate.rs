@@ -1,0 +1,115 @@
+//! A host [`Stream`] for the tests: `kernels.cu` compiled as C++ by the system compiler and
+//! loaded as a shared library, each launch one call that loops over every index (the kernels'
+//! grid-stride loops with a grid of one thread), and a reference GEMM. It runs the GPU op layer
+//! and the device code on any machine, so both are tested against the CPU kernels without a GPU.
+
+use std::cell::RefCell;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+use super::{Gemm, KArgs, Stream, KERNELS, KERNEL_NAMES};
+
+/// The compiled kernels, or why there are none (no C++ compiler here).
+pub(super) fn kernels() -> Result<&'static libloading::Library, String> {
+    static LIB: OnceLock<Result<libloading::Library, String>> = OnceLock::new();
+    LIB.get_or_init(compile).as_ref().map_err(Clone::clone)
+}
+
+fn compile() -> Result<libloading::Library, String> {
+    let dir: PathBuf = std::env::temp_dir().join(format!("mxrs-gpu-emulation-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let (src, lib) = (dir.join("kernels.cpp"), dir.join("libkernels.so"));
+    std::fs::write(&src, KERNELS).map_err(|e| format!("{}: {e}", src.display()))?;
+    let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let out = Command::new(&compiler)
+        .args(["-O1", "-shared", "-fPIC", "-ffp-contract=off", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .output()
+        .map_err(|e| format!("{compiler} cannot be run: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{compiler} rejected kernels.cu:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    // SAFETY: a library we just built from our own source; it runs no initializers of note.
+    unsafe { libloading::Library::new(&lib) }.map_err(|e| format!("{}: {e}", lib.display()))
+}
+
+/// One op's stream on the host: scratch blocks live as long as it does.
+pub(super) struct HostStream {
+    lib: &'static libloading::Library,
+    scratch: RefCell<Vec<Vec<u64>>>,
+    /// Every kernel launched, in order (the tests check coverage with it).
+    pub(super) launched: RefCell<Vec<&'static str>>,
+}
+
+impl HostStream {
+    pub(super) fn new(lib: &'static libloading::Library) -> HostStream {
+        HostStream {
+            lib,
+            scratch: RefCell::default(),
+            launched: RefCell::default(),
+        }
+    }
+}
+
+impl Stream for HostStream {
+    fn launch(&self, kernel: &'static str, _threads: usize, args: &KArgs) -> Result<(), String> {
+        if !KERNEL_NAMES.contains(&kernel) {
+            return Err(format!("kernel {kernel} is not in KERNEL_NAMES"));
+        }
+        // SAFETY: every kernel in kernels.cu has exactly this signature (one KArgs by value).
+        let f = unsafe { self.lib.get::<unsafe extern "C" fn(KArgs)>(kernel.as_bytes()) }
+            .map_err(|e| format!("kernel {kernel}: {e}"))?;
+        self.launched.borrow_mut().push(kernel);
+        // SAFETY: the op layer passes pointers to host buffers of the sizes the kernel reads.
+        unsafe { f(*args) };
+        Ok(())
+    }
+
+    fn gemm(&self, g: &Gemm) -> Result<(), String> {
+        for i in 0..g.m {
+            for j in 0..g.n {
+                let mut acc = 0.0f64;
+                for p in 0..g.k {
+                    // SAFETY: the op layer sizes the matrices for these strides.
+                    let (a, b) = unsafe {
+                        (
+                            *g.a.add(if g.ta { p * g.lda + i } else { i * g.lda + p }),
+                            *g.b.add(if g.tb { j * g.ldb + p } else { p * g.ldb + j }),
+                        )
+                    };
+                    acc += f64::from(a) * f64::from(b);
+                }
+                // SAFETY: as above.
+                unsafe {
+                    let c = g.c.add(i * g.ldc + j);
+                    // Like BLAS, beta = 0 never reads C (it may hold anything).
+                    *c = if g.beta == 0.0 {
+                        acc as f32
+                    } else {
+                        acc as f32 + g.beta * *c
+                    };
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn copy(&self, src: *const u8, dst: *mut u8, bytes: usize) -> Result<(), String> {
+        // SAFETY: the op layer passes buffers of at least `bytes` that do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, bytes) };
+        Ok(())
+    }
+
+    fn scratch(&self, bytes: usize) -> Result<*mut u8, String> {
+        // Filled with a NaN pattern: a kernel that reads scratch before writing it shows.
+        let mut block = vec![u64::MAX; bytes.div_ceil(8)];
+        let ptr = block.as_mut_ptr().cast();
+        self.scratch.borrow_mut().push(block);
+        Ok(ptr)
+    }
+}

@@ -1,0 +1,394 @@
+// The GPU back end's kernels. NVRTC compiles this file at run time for the GPU at hand (no CUDA
+// toolkit at build time); the tests compile it as plain C++ and run it on the host, where each
+// kernel is one "thread" looping over every index (see emulate.rs). That works because every
+// kernel here is written as a grid-stride loop with no shared memory, no barriers and no
+// atomics: each index's result depends on that index alone, so any grid gives the same answer.
+//
+// Every kernel takes one KArgs by value (pointers, integers, floats), so one launch path serves
+// them all. Float32 only; reductions accumulate in double.
+
+#ifdef __CUDACC_RTC__
+#define KERNEL extern "C" __global__
+#define FIRST ((long long)blockIdx.x * blockDim.x + threadIdx.x)
+#define STEP ((long long)blockDim.x * gridDim.x)
+#else
+#include <math.h>
+#define KERNEL extern "C"
+#define FIRST 0LL
+#define STEP 1LL
+#define __device__
+#endif
+
+#define FOR_EACH(t, n) for (long long t = FIRST; t < (long long)(n); t += STEP)
+
+typedef long long i64;
+
+struct KArgs {
+    float* p[8];
+    i64 i[16];
+    float f[8];
+};
+
+__device__ inline i64 min64(i64 a, i64 b) { return a < b ? a : b; }
+__device__ inline i64 max64(i64 a, i64 b) { return a > b ? a : b; }
+
+// p0[t] = f0
+KERNEL void fill(KArgs a) {
+    FOR_EACH(t, a.i[0]) a.p[0][t] = a.f[0];
+}
+
+// p0 = p1 (op i1) p2, same shapes; i1: 0 add, 1 sub, 2 mul, 3 div.
+KERNEL void binary(KArgs a) {
+    FOR_EACH(t, a.i[0]) {
+        float x = a.p[1][t], y = a.p[2][t], r;
+        switch (a.i[1]) {
+            case 0: r = x + y; break;
+            case 1: r = x - y; break;
+            case 2: r = x * y; break;
+            default: r = x / y; break;
+        }
+        a.p[0][t] = r;
+    }
+}
+
+// p0 = p1 (op i1) f0; i1: 0 plus, 1 minus, 2 rminus, 3 mul, 4 div, 5 rdiv, 6 maximum, 7 minimum.
+KERNEL void scalar(KArgs a) {
+    float s = a.f[0];
+    FOR_EACH(t, a.i[0]) {
+        float x = a.p[1][t], r;
+        switch (a.i[1]) {
+            case 0: r = x + s; break;
+            case 1: r = x - s; break;
+            case 2: r = s - x; break;
+            case 3: r = x * s; break;
+            case 4: r = x / s; break;
+            case 5: r = s / x; break;
+            case 6: r = fmaxf(x, s); break;
+            default: r = fminf(x, s); break;
+        }
+        a.p[0][t] = r;
+    }
+}
+
+// p0 = p1 + ... + p(i1), 1 <= i1 <= 7. Each index reads all its inputs before writing, so the
+// output may be one of the inputs.
+KERNEL void add_n(KArgs a) {
+    FOR_EACH(t, a.i[0]) {
+        float s = 0.0f;
+        for (i64 k = 0; k < a.i[1]; k++) s += a.p[1 + k][t];
+        a.p[0][t] = s;
+    }
+}
+
+// Activations by code: 0 relu, 1 sigmoid, 2 tanh, 3 softrelu, 4 softsign.
+__device__ inline float activate(i64 kind, float x) {
+    switch (kind) {
+        case 0: return fmaxf(x, 0.0f);
+        case 1: return 1.0f / (1.0f + expf(-x));
+        case 2: return tanhf(x);
+        case 3: return x > 20.0f ? x : log1pf(expf(x));
+        default: return x / (1.0f + fabsf(x));
+    }
+}
+
+// The derivative as a function of the activation's output y (codes 0..3 as above).
+__device__ inline float activate_grad(i64 kind, float y) {
+    switch (kind) {
+        case 0: return y > 0.0f ? 1.0f : 0.0f;
+        case 1: return y * (1.0f - y);
+        case 2: return 1.0f - y * y;
+        default: return 1.0f - expf(-y);
+    }
+}
+
+// p0 = act(p1), act = i1.
+KERNEL void act_fwd(KArgs a) {
+    FOR_EACH(t, a.i[0]) a.p[0][t] = activate(a.i[1], a.p[1][t]);
+}
+
+// p0 = p1 (output gradient) * act'(p2 = output).
+KERNEL void act_bwd(KArgs a) {
+    FOR_EACH(t, a.i[0]) a.p[0][t] = a.p[1][t] * activate_grad(a.i[1], a.p[2][t]);
+}
+
+// p0[t] += p1[c], c = (t / i1) % i2: a bias per channel of an (outer, i2, i1) layout.
+KERNEL void add_bias(KArgs a) {
+    FOR_EACH(t, a.i[0]) a.p[0][t] += a.p[1][(t / a.i[1]) % a.i[2]];
+}
+
+// Per-channel sums over an (outer = i1, channels = i0, inner = i2) layout, in two steps so that
+// many threads share a channel: chan_partial writes i3 partial sums per channel (doubles, into
+// p0), chan_total adds them up. Modes (i4): 0 sums p1; 1 sums (p1 - p2[c])^2; 2 sums
+// p1 * (p3 - p2[c]).
+KERNEL void chan_partial(KArgs a) {
+    i64 channels = a.i[0], inner = a.i[2], parts = a.i[3], mode = a.i[4];
+    i64 m = a.i[1] * inner;
+    double* out = (double*)a.p[0];
+    FOR_EACH(t, channels * parts) {
+        i64 c = t / parts;
+        double s = 0.0;
+        for (i64 e = t % parts; e < m; e += parts) {
+            i64 at = ((e / inner) * channels + c) * inner + e % inner;
+            double v = a.p[1][at];
+            if (mode == 1) {
+                double d = v - a.p[2][c];
+                s += d * d;
+            } else if (mode == 2) {
+                s += v * ((double)a.p[3][at] - a.p[2][c]);
+            } else {
+                s += v;
+            }
+        }
+        out[t] = s;
+    }
+}
+
+// p0[c] = f0 * (the i1 partial sums of channel c in p1), for i0 channels.
+KERNEL void chan_total(KArgs a) {
+    FOR_EACH(c, a.i[0]) {
+        const double* part = (const double*)a.p[1] + c * a.i[1];
+        double s = 0.0;
+        for (i64 k = 0; k < a.i[1]; k++) s += part[k];
+        a.p[0][c] = (float)(s * a.f[0]);
+    }
+}
+
+// BatchNorm forward, per channel (i0 channels): p0 mean, p1 var (the batch's, when i1 says batch
+// statistics; written with what is used), p2 gamma, p3 beta, p4 moving mean, p5 moving var
+// (updated with momentum f1 under batch statistics), p6 scale and p7 shift out; f0 eps, i2
+// fix_gamma.
+KERNEL void bn_prepare(KArgs a) {
+    FOR_EACH(c, a.i[0]) {
+        float mean, var;
+        if (a.i[1]) {
+            mean = a.p[0][c];
+            var = a.p[1][c];
+            float mom = a.f[1];
+            a.p[4][c] = a.p[4][c] * mom + mean * (1.0f - mom);
+            a.p[5][c] = a.p[5][c] * mom + var * (1.0f - mom);
+        } else {
+            mean = a.p[4][c];
+            var = a.p[5][c];
+        }
+        a.p[0][c] = mean;
+        a.p[1][c] = var;
+        float g = a.i[2] ? 1.0f : a.p[2][c];
+        float scale = g / sqrtf(var + a.f[0]);
+        a.p[6][c] = scale;
+        a.p[7][c] = a.p[3][c] - mean * scale;
+    }
+}
+
+// p0[t] = p1[t] * p2[c] + p3[c], c = (t / i1) % i2.
+KERNEL void bn_apply(KArgs a) {
+    FOR_EACH(t, a.i[0]) {
+        i64 c = (t / a.i[1]) % a.i[2];
+        a.p[0][t] = a.p[1][t] * a.p[2][c] + a.p[3][c];
+    }
+}
+
+// BatchNorm backward, per channel (i0 channels): p0 holds sum(dy * (x - mean)) and becomes the
+// gamma gradient, p1 holds sum(dy) (the beta gradient), p2 gamma, p3 var; writes the
+// coefficients of bn_bwd_apply: p4 ka, p5 kb, p6 kc. f0 eps, f1 elements per channel, i1 batch
+// statistics, i2 fix_gamma.
+KERNEL void bn_bwd_prepare(KArgs a) {
+    FOR_EACH(c, a.i[0]) {
+        float inv = 1.0f / sqrtf(a.p[3][c] + a.f[0]);
+        float dy_xhat = a.p[0][c] * inv;
+        float g = a.i[2] ? 1.0f : a.p[2][c];
+        a.p[4][c] = g * inv;
+        a.p[5][c] = a.i[1] ? a.p[1][c] / a.f[1] : 0.0f;
+        a.p[6][c] = a.i[1] ? dy_xhat * inv / a.f[1] : 0.0f;
+        a.p[0][c] = a.i[2] ? 0.0f : dy_xhat;
+    }
+}
+
+// p0 = ka[c] * (p1 - kb[c] - (p2 - mean[c]) * kc[c]); p3 mean, p4 ka, p5 kb, p6 kc;
+// c = (t / i1) % i2.
+KERNEL void bn_bwd_apply(KArgs a) {
+    FOR_EACH(t, a.i[0]) {
+        i64 c = (t / a.i[1]) % a.i[2];
+        a.p[0][t] = a.p[4][c] * (a.p[1][t] - a.p[5][c] - (a.p[2][t] - a.p[3][c]) * a.p[6][c]);
+    }
+}
+
+// Softmax over axis 1 of an (outer, i1, i2) layout at temperature f0, one thread per lane (i0
+// lanes): p0 = softmax(p1 / f0).
+KERNEL void softmax_lanes(KArgs a) {
+    i64 len = a.i[1], inner = a.i[2];
+    double temp = a.f[0];
+    FOR_EACH(t, a.i[0]) {
+        i64 base = (t / inner) * len * inner + t % inner;
+        const float* x = a.p[1] + base;
+        float* y = a.p[0] + base;
+        double m = x[0] / temp;
+        for (i64 k = 1; k < len; k++) m = fmax(m, x[k * inner] / temp);
+        double z = 0.0;
+        for (i64 k = 0; k < len; k++) z += exp(x[k * inner] / temp - m);
+        for (i64 k = 0; k < len; k++) y[k * inner] = (float)(exp(x[k * inner] / temp - m) / z);
+    }
+}
+
+// SoftmaxOutput's gradient on an (n, i1) output: p0 = (p1 - onehot(p2)) * f0.
+KERNEL void softmax_output_bwd(KArgs a) {
+    i64 classes = a.i[1];
+    FOR_EACH(t, a.i[0]) {
+        float label = a.p[2][t / classes];
+        float hit = (label >= 0.0f && (i64)label == t % classes) ? 1.0f : 0.0f;
+        a.p[0][t] = (a.p[1][t] - hit) * a.f[0];
+    }
+}
+
+// Receptive fields of one image's channel group as columns: p1 (cg, h, w) -> p0 (cg*kh*kw,
+// ho*wo). i0 = the column buffer's size, i1 h, i2 w, i3 kh, i4 kw, i5 sh, i6 sw, i7 ph, i8 pw,
+// i9 dh, i10 dw, i11 ho, i12 wo.
+KERNEL void im2col(KArgs a) {
+    i64 h = a.i[1], w = a.i[2], kh = a.i[3], kw = a.i[4], ho = a.i[11], wo = a.i[12];
+    FOR_EACH(t, a.i[0]) {
+        i64 x = t % wo, y = (t / wo) % ho, row = t / (wo * ho);
+        i64 j = row % kw, i = (row / kw) % kh, ch = row / (kw * kh);
+        i64 iy = y * a.i[5] + i * a.i[9] - a.i[7];
+        i64 ix = x * a.i[6] + j * a.i[10] - a.i[8];
+        a.p[0][t] = (iy >= 0 && iy < h && ix >= 0 && ix < w) ? a.p[1][(ch * h + iy) * w + ix] : 0.0f;
+    }
+}
+
+// The adjoint: each pixel of p0 (cg, h, w) gathers the column entries that read it from p1.
+// i0 = cg*h*w, other integers as for im2col.
+KERNEL void col2im(KArgs a) {
+    i64 h = a.i[1], w = a.i[2], kh = a.i[3], kw = a.i[4], sh = a.i[5], sw = a.i[6];
+    i64 ph = a.i[7], pw = a.i[8], dh = a.i[9], dw = a.i[10], ho = a.i[11], wo = a.i[12];
+    FOR_EACH(t, a.i[0]) {
+        i64 ix = t % w, iy = (t / w) % h, ch = t / (w * h);
+        double s = 0.0;
+        for (i64 i = 0; i < kh; i++) {
+            i64 ny = iy + ph - i * dh;
+            if (ny < 0 || ny % sh != 0 || ny / sh >= ho) continue;
+            for (i64 j = 0; j < kw; j++) {
+                i64 nx = ix + pw - j * dw;
+                if (nx < 0 || nx % sw != 0 || nx / sw >= wo) continue;
+                s += a.p[1][((ch * kh + i) * kw + j) * ho * wo + (ny / sh) * wo + nx / sw];
+            }
+        }
+        a.p[0][t] = (float)s;
+    }
+}
+
+// One pooling window, clipped as MXNet clips it: [*y0, *y1) x [*x0, *x1) is read; *padded is the
+// window clipped to the padded input (what average pooling divides by by default).
+struct Window {
+    i64 y0, y1, x0, x1;
+    double padded;
+};
+
+__device__ inline Window pool_window(const KArgs& a, i64 y, i64 x) {
+    i64 h = a.i[1], w = a.i[2], kh = a.i[5], kw = a.i[6], sh = a.i[7], sw = a.i[8];
+    i64 ph = a.i[9], pw = a.i[10];
+    i64 ys = y * sh - ph, ye = min64(ys + kh, h + ph);
+    i64 xs = x * sw - pw, xe = min64(xs + kw, w + pw);
+    Window win;
+    win.padded = (double)max64((ye - ys) * (xe - xs), 1);
+    win.y0 = max64(ys, 0);
+    win.y1 = min64(max64(ye, 0), h);
+    win.x0 = max64(xs, 0);
+    win.x1 = min64(max64(xe, 0), w);
+    return win;
+}
+
+// Where the first maximum of a window lies (-1 for an empty window).
+__device__ inline i64 window_argmax(const float* plane, i64 w, const Window& win) {
+    i64 at = -1;
+    float best = 0.0f;
+    for (i64 iy = win.y0; iy < win.y1; iy++)
+        for (i64 ix = win.x0; ix < win.x1; ix++) {
+            float v = plane[iy * w + ix];
+            if (at < 0 || v > best) {
+                best = v;
+                at = iy * w + ix;
+            }
+        }
+    return at;
+}
+
+// Pooling: p1 (planes, h, w) -> p0 (planes, ho, wo), and for max pooling the argmax into p2 when
+// i13 is set. i0 outputs, i1 h, i2 w, i3 ho, i4 wo, i5 kh, i6 kw, i7 sh, i8 sw, i9 ph, i10 pw,
+// i11 kind (0 max, 1 avg, 2 sum), i12 count_include_pad.
+KERNEL void pool_fwd(KArgs a) {
+    i64 h = a.i[1], w = a.i[2], ho = a.i[3], wo = a.i[4], kind = a.i[11];
+    FOR_EACH(t, a.i[0]) {
+        i64 x = t % wo, y = (t / wo) % ho, plane = t / (wo * ho);
+        const float* src = a.p[1] + plane * h * w;
+        Window win = pool_window(a, y, x);
+        double r;
+        if (kind == 0) {
+            i64 at = window_argmax(src, w, win);
+            r = at < 0 ? 0.0 : src[at];
+            if (a.i[13]) a.p[2][t] = (float)(at < 0 ? 0 : at);
+        } else {
+            double s = 0.0;
+            for (i64 iy = win.y0; iy < win.y1; iy++)
+                for (i64 ix = win.x0; ix < win.x1; ix++) s += src[iy * w + ix];
+            double inside = (double)max64((win.y1 - win.y0) * (win.x1 - win.x0), 1);
+            r = kind == 2 ? s : s / (a.i[12] ? win.padded : inside);
+        }
+        a.p[0][t] = (float)r;
+    }
+}
+
+// Pooling's gradient, gathered: each input pixel of p0 (planes, h, w) adds up the output
+// gradients p1 of the windows that took it (max: it is the window's first maximum in the data
+// p2). Integers as for pool_fwd, but i0 = the number of input pixels.
+KERNEL void pool_bwd(KArgs a) {
+    i64 h = a.i[1], w = a.i[2], ho = a.i[3], wo = a.i[4], kh = a.i[5], kw = a.i[6];
+    i64 sh = a.i[7], sw = a.i[8], ph = a.i[9], pw = a.i[10], kind = a.i[11];
+    FOR_EACH(t, a.i[0]) {
+        i64 ix = t % w, iy = (t / w) % h, plane = t / (w * h);
+        const float* data = a.p[2] + plane * h * w;
+        const float* dy = a.p[1] + plane * ho * wo;
+        // Windows y with y*sh - ph <= iy < y*sh - ph + kh.
+        i64 lo_y = iy + ph - kh + 1, lo_x = ix + pw - kw + 1;
+        i64 y_first = lo_y <= 0 ? 0 : (lo_y + sh - 1) / sh;
+        i64 x_first = lo_x <= 0 ? 0 : (lo_x + sw - 1) / sw;
+        i64 y_last = min64((iy + ph) / sh, ho - 1), x_last = min64((ix + pw) / sw, wo - 1);
+        double s = 0.0;
+        for (i64 y = y_first; y <= y_last; y++)
+            for (i64 x = x_first; x <= x_last; x++) {
+                Window win = pool_window(a, y, x);
+                if (iy < win.y0 || iy >= win.y1 || ix < win.x0 || ix >= win.x1) continue;
+                double g = dy[y * wo + x];
+                if (kind == 0) {
+                    if (window_argmax(data, w, win) == iy * w + ix) s += g;
+                } else if (kind == 2) {
+                    s += g;
+                } else {
+                    double inside = (double)max64((win.y1 - win.y0) * (win.x1 - win.x0), 1);
+                    s += g / (a.i[12] ? win.padded : inside);
+                }
+            }
+        a.p[0][t] = (float)s;
+    }
+}
+
+__device__ inline float prepared_grad(float g, float w, const KArgs& a) {
+    g *= a.f[2];
+    if (a.f[3] > 0.0f) g = fminf(fmaxf(g, -a.f[3]), a.f[3]);
+    return g + a.f[1] * w;
+}
+
+// sgd_update: p0 = p1 - lr * grad(p2); f0 lr, f1 wd, f2 rescale_grad, f3 clip_gradient.
+KERNEL void sgd(KArgs a) {
+    FOR_EACH(t, a.i[0]) {
+        float w = a.p[1][t];
+        a.p[0][t] = w - a.f[0] * prepared_grad(a.p[2][t], w, a);
+    }
+}
+
+// sgd_mom_update: m = f4 * p4 - lr * grad(p3); p1 = m; p0 = p2 + m.
+KERNEL void sgd_mom(KArgs a) {
+    FOR_EACH(t, a.i[0]) {
+        float w = a.p[2][t];
+        float m = a.f[4] * a.p[4][t] - a.f[0] * prepared_grad(a.p[3][t], w, a);
+        a.p[1][t] = m;
+        a.p[0][t] = w + m;
+    }
+}

@@ -1,0 +1,647 @@
+//! The ops' GPU implementations: each checks nothing the shape inference already checked, sizes
+//! its launches from the tensors and runs kernels and GEMMs on a [`Stream`], in the stream's
+//! order. They mirror the CPU kernels (`crate::ops`) and are tested against them.
+
+use super::{Gemm, KArgs, Stream};
+use crate::ops::conv::{conv_params, pool_params, PoolType};
+use crate::ops::{Attrs, OpDef, TensorRef, IS_TRAIN};
+use crate::DType;
+
+type KResult = Result<(), String>;
+
+/// A GPU kernel: the op's name, attributes, inputs and outputs (device memory), the stream.
+pub(crate) type GpuKernel = fn(&str, &Attrs, &[TensorRef], &[TensorRef], &dyn Stream) -> KResult;
+
+/// The GPU implementation of `def`, if it has one.
+pub(crate) fn kernel_for(def: &OpDef) -> Option<GpuKernel> {
+    if def.identity {
+        return Some(copy);
+    }
+    Some(match def.name {
+        "_copy" | "_CrossDeviceCopy" => copy,
+        "_zeros" | "_ones" => fill,
+        "Activation" | "relu" | "sigmoid" | "tanh" | "softrelu" => activation,
+        "_backward_Activation" => activation_backward,
+        "elemwise_add" | "elemwise_sub" | "elemwise_mul" | "elemwise_div" => binary,
+        "_plus_scalar" | "_minus_scalar" | "_rminus_scalar" | "_mul_scalar" | "_div_scalar"
+        | "_rdiv_scalar" | "_maximum_scalar" | "_minimum_scalar" => scalar,
+        "add_n" => add_n,
+        "FullyConnected" => fully_connected,
+        "_backward_FullyConnected" => fully_connected_backward,
+        "Convolution" => convolution,
+        "_backward_Convolution" => convolution_backward,
+        "Pooling" => pooling,
+        "_backward_Pooling" => pooling_backward,
+        "BatchNorm" => batch_norm,
+        "_backward_BatchNorm" => batch_norm_backward,
+        "SoftmaxOutput" => softmax_output,
+        "_backward_SoftmaxOutput" => softmax_output_backward,
+        "sgd_update" | "sgd_mom_update" => sgd,
+        _ => return None,
+    })
+}
+
+/// The GPU kernel of `def` for these dtypes, or why there is none.
+pub(crate) fn check(def: &OpDef, dtypes: impl IntoIterator<Item = DType>) -> Result<GpuKernel, String> {
+    let kernel = kernel_for(def).ok_or_else(|| format!("{} has no GPU kernel", def.name))?;
+    match dtypes.into_iter().find(|d| *d != DType::F32) {
+        Some(d) => Err(format!(
+            "{}: GPU kernels take float32 arrays, got {d}",
+            def.name
+        )),
+        None => Ok(kernel),
+    }
+}
+
+/// Runs a GPU kernel, first moving any input that overlaps an output (unless it is exactly that
+/// output and the kernel handles that) into scratch memory, as the host path does.
+pub(crate) fn run(
+    op: &str,
+    kernel: GpuKernel,
+    alias_safe: bool,
+    attrs: &Attrs,
+    mut ins: Vec<TensorRef>,
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    for t in ins.iter_mut() {
+        let clash = outs
+            .iter()
+            .any(|o| o.overlaps(t) && !(alias_safe && o.same_memory(t)));
+        if clash {
+            let copy = s.scratch(t.buf.bytes)?;
+            s.copy(t.buf.ptr, copy, t.buf.bytes)?;
+            t.buf.ptr = copy;
+        }
+    }
+    kernel(op, attrs, &ins, outs, s)
+}
+
+fn e2s(e: crate::NdError) -> String {
+    e.to_string()
+}
+
+/// Sets `t` to `value`.
+pub(crate) fn fill_with(s: &dyn Stream, t: &TensorRef, value: f64) -> KResult {
+    s.launch("fill", t.len(), &KArgs::new(t.len()).t(0, t).f(0, value))
+}
+
+fn copy(_: &str, _: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+    if ins[0].same_memory(&outs[0]) {
+        return Ok(());
+    }
+    let bytes = ins[0].buf.bytes.min(outs[0].buf.bytes);
+    s.copy(ins[0].buf.ptr, outs[0].buf.ptr, bytes)
+}
+
+fn fill(op: &str, _: &Attrs, _: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+    fill_with(s, &outs[0], if op == "_ones" { 1.0 } else { 0.0 })
+}
+
+fn act_code(op: &str, attrs: &Attrs) -> Result<usize, String> {
+    let kind = match op {
+        "Activation" | "_backward_Activation" => attrs.get("act_type").unwrap_or("relu"),
+        other => other,
+    };
+    Ok(match kind {
+        "relu" => 0,
+        "sigmoid" => 1,
+        "tanh" => 2,
+        "softrelu" => 3,
+        "softsign" if op == "Activation" => 4,
+        other => return Err(format!("{op}: act_type {other:?} has no GPU kernel")),
+    })
+}
+
+fn activation(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+    let n = outs[0].len();
+    let a = KArgs::new(n).t(0, &outs[0]).t(1, &ins[0]).i(1, act_code(op, attrs)?);
+    s.launch("act_fwd", n, &a)
+}
+
+fn activation_backward(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+    let n = outs[0].len();
+    let a = KArgs::new(n)
+        .t(0, &outs[0])
+        .t(1, &ins[0])
+        .t(2, &ins[1])
+        .i(1, act_code(op, attrs)?);
+    s.launch("act_bwd", n, &a)
+}
+
+fn binary(op: &str, _: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+    let code = match op {
+        "elemwise_add" => 0,
+        "elemwise_sub" => 1,
+        "elemwise_mul" => 2,
+        _ => 3,
+    };
+    let n = outs[0].len();
+    let a = KArgs::new(n).t(0, &outs[0]).t(1, &ins[0]).t(2, &ins[1]).i(1, code);
+    s.launch("binary", n, &a)
+}
+
+fn scalar(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+    let code = match op {
+        "_plus_scalar" => 0,
+        "_minus_scalar" => 1,
+        "_rminus_scalar" => 2,
+        "_mul_scalar" => 3,
+        "_div_scalar" => 4,
+        "_rdiv_scalar" => 5,
+        "_maximum_scalar" => 6,
+        _ => 7,
+    };
+    let value = attrs.f64(op, "scalar", None).map_err(e2s)?;
+    let n = outs[0].len();
+    let a = KArgs::new(n).t(0, &outs[0]).t(1, &ins[0]).i(1, code).f(0, value);
+    s.launch("scalar", n, &a)
+}
+
+/// Inputs the `add_n` kernel sums in one launch.
+const ADD_N_WIDTH: usize = 7;
+
+fn add_n(_: &str, _: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+    let n = outs[0].len();
+    let sum = |dst: *mut f32, first: Option<*mut f32>, rest: &[TensorRef]| {
+        let mut a = KArgs::new(n).p(0, dst);
+        let mut k = 1;
+        if let Some(p) = first {
+            a = a.p(1, p);
+            k = 2;
+        }
+        for t in rest {
+            a = a.t(k, t);
+            k += 1;
+        }
+        s.launch("add_n", n, &a.i(1, k - 1))
+    };
+    if ins.len() <= ADD_N_WIDTH {
+        return sum(outs[0].ptr(), None, ins);
+    }
+    // More inputs than one launch takes: accumulate in scratch (an input may be the output, so the
+    // output is written only at the end).
+    let acc = s.scratch(outs[0].buf.bytes)?.cast::<f32>();
+    let (head, mut rest) = ins.split_at(ADD_N_WIDTH);
+    sum(acc, None, head)?;
+    while !rest.is_empty() {
+        let (part, tail) = rest.split_at(rest.len().min(ADD_N_WIDTH - 1));
+        sum(acc, Some(acc), part)?;
+        rest = tail;
+    }
+    s.copy(acc.cast(), outs[0].buf.ptr, outs[0].buf.bytes)
+}
+
+/// How many partial sums per channel the two-step reductions use: enough threads to fill a GPU
+/// for a few channels, few enough that the second step is short.
+fn parts(elements_per_channel: usize) -> usize {
+    (elements_per_channel / 64).clamp(1, 256)
+}
+
+/// A per-channel sum over an `(outer, channels, inner)` layout into `out` (see `chan_partial`
+/// in `kernels.cu` for the modes), times `scale`. `partials` holds `channels * parts(..)`
+/// doubles.
+#[allow(clippy::too_many_arguments)]
+fn channel_sum(
+    s: &dyn Stream,
+    partials: *mut f32,
+    out: *mut f32,
+    mode: usize,
+    src: &TensorRef,
+    aux: [*mut f32; 2],
+    (outer, channels, inner): (usize, usize, usize),
+    scale: f64,
+) -> KResult {
+    let p = parts(outer * inner);
+    let a = KArgs::new(channels)
+        .p(0, partials)
+        .t(1, src)
+        .p(2, aux[0])
+        .p(3, aux[1])
+        .i(1, outer)
+        .i(2, inner)
+        .i(3, p)
+        .i(4, mode);
+    s.launch("chan_partial", channels * p, &a)?;
+    let a = KArgs::new(channels).p(0, out).p(1, partials).i(1, p).f(0, scale);
+    s.launch("chan_total", channels, &a)
+}
+
+/// Scratch for [`channel_sum`] over `channels` channels of `per_channel` elements, plus `extra`
+/// floats after it; returns (partials, extra).
+fn reduction_scratch(
+    s: &dyn Stream,
+    channels: usize,
+    per_channel: usize,
+    extra: usize,
+) -> Result<(*mut f32, *mut f32), String> {
+    let partial_bytes = channels * parts(per_channel) * 8;
+    let base = s.scratch(partial_bytes + extra * 4)?;
+    // SAFETY: the scratch block holds both parts.
+    let extra = unsafe { base.add(partial_bytes) };
+    Ok((base.cast(), extra.cast()))
+}
+
+fn no_bias(op: &str, attrs: &Attrs) -> Result<bool, String> {
+    attrs.bool(op, "no_bias", false).map_err(e2s)
+}
+
+fn fully_connected(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+    let (x, w, y) = (&ins[0], &ins[1], &outs[0]);
+    let (hidden, k) = (w.shape[0], w.shape[1]);
+    let m = x.len().checked_div(k).unwrap_or(0);
+    s.gemm(&Gemm {
+        ta: false,
+        tb: true,
+        m,
+        n: hidden,
+        k,
+        a: x.ptr(),
+        lda: k,
+        b: w.ptr(),
+        ldb: k,
+        c: y.ptr(),
+        ldc: hidden,
+        beta: 0.0,
+    })?;
+    if !no_bias(op, attrs)? {
+        let n = y.len();
+        let a = KArgs::new(n).t(0, y).t(1, &ins[2]).i(1, 1).i(2, hidden);
+        s.launch("add_bias", n, &a)?;
+    }
+    Ok(())
+}
+
+fn fully_connected_backward(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+    let (dy, x, w) = (&ins[0], &ins[1], &ins[2]);
+    let (hidden, k) = (w.shape[0], w.shape[1]);
+    let m = x.len().checked_div(k).unwrap_or(0);
+    // dx = dy w; dw = dy^T x.
+    s.gemm(&Gemm {
+        ta: false,
+        tb: false,
+        m,
+        n: k,
+        k: hidden,
+        a: dy.ptr(),
+        lda: hidden,
+        b: w.ptr(),
+        ldb: k,
+        c: outs[0].ptr(),
+        ldc: k,
+        beta: 0.0,
+    })?;
+    s.gemm(&Gemm {
+        ta: true,
+        tb: false,
+        m: hidden,
+        n: k,
+        k: m,
+        a: dy.ptr(),
+        lda: hidden,
+        b: x.ptr(),
+        ldb: k,
+        c: outs[1].ptr(),
+        ldc: k,
+        beta: 0.0,
+    })?;
+    if !no_bias(op, attrs)? {
+        let (partials, _) = reduction_scratch(s, hidden, m, 0)?;
+        let null = std::ptr::null_mut();
+        channel_sum(s, partials, outs[2].ptr(), 0, dy, [null; 2], (m, hidden, 1), 1.0)?;
+    }
+    Ok(())
+}
+
+/// The im2col / col2im arguments of one convolution.
+fn conv_args(n: usize, c: &crate::ops::conv::Conv, h: usize, w: usize, ho: usize, wo: usize) -> KArgs {
+    KArgs::new(n)
+        .i(1, h)
+        .i(2, w)
+        .i(3, c.k.0)
+        .i(4, c.k.1)
+        .i(5, c.s.0)
+        .i(6, c.s.1)
+        .i(7, c.p.0)
+        .i(8, c.p.1)
+        .i(9, c.d.0)
+        .i(10, c.d.1)
+        .i(11, ho)
+        .i(12, wo)
+}
+
+fn convolution(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+    let c = conv_params(op, attrs).map_err(e2s)?;
+    let (x, wt, o) = (&ins[0], &ins[1], &outs[0]);
+    let (n, ch, h, w) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
+    let (ho, wo) = (o.shape[2], o.shape[3]);
+    let (cg, fg, plane) = (ch / c.groups, c.filters / c.groups, ho * wo);
+    let rows = cg * c.k.0 * c.k.1;
+    let col = s.scratch(rows * plane * 4)?.cast::<f32>();
+    for img in 0..n {
+        for g in 0..c.groups {
+            // SAFETY (pointer arithmetic): image `img`, group `g` lies inside each tensor.
+            let (src, wg, og) = unsafe {
+                (
+                    x.ptr::<f32>().add((img * ch + g * cg) * h * w),
+                    wt.ptr::<f32>().add(g * fg * rows),
+                    o.ptr::<f32>().add((img * c.filters + g * fg) * plane),
+                )
+            };
+            let a = conv_args(rows * plane, &c, h, w, ho, wo).p(0, col).p(1, src);
+            s.launch("im2col", rows * plane, &a)?;
+            s.gemm(&Gemm {
+                ta: false,
+                tb: false,
+                m: fg,
+                n: plane,
+                k: rows,
+                a: wg,
+                lda: rows,
+                b: col,
+                ldb: plane,
+                c: og,
+                ldc: plane,
+                beta: 0.0,
+            })?;
+        }
+    }
+    if c.bias {
+        let total = o.len();
+        let a = KArgs::new(total).t(0, o).t(1, &ins[2]).i(1, plane).i(2, c.filters);
+        s.launch("add_bias", total, &a)?;
+    }
+    Ok(())
+}
+
+fn convolution_backward(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+    let c = conv_params(op, attrs).map_err(e2s)?;
+    let (dy, x, wt) = (&ins[0], &ins[1], &ins[2]);
+    let (n, ch, h, w) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
+    let (ho, wo) = (dy.shape[2], dy.shape[3]);
+    let (cg, fg, plane) = (ch / c.groups, c.filters / c.groups, ho * wo);
+    let rows = cg * c.k.0 * c.k.1;
+    let col = s.scratch(2 * rows * plane * 4)?.cast::<f32>();
+    // SAFETY: the scratch holds two column buffers.
+    let dcol = unsafe { col.add(rows * plane) };
+    fill_with(s, &outs[1], 0.0)?;
+    for img in 0..n {
+        for g in 0..c.groups {
+            // SAFETY (pointer arithmetic): image `img`, group `g` lies inside each tensor.
+            let (xg, dyg, wg, dwg, dxg) = unsafe {
+                (
+                    x.ptr::<f32>().add((img * ch + g * cg) * h * w),
+                    dy.ptr::<f32>().add((img * c.filters + g * fg) * plane),
+                    wt.ptr::<f32>().add(g * fg * rows),
+                    outs[1].ptr::<f32>().add(g * fg * rows),
+                    outs[0].ptr::<f32>().add((img * ch + g * cg) * h * w),
+                )
+            };
+            let a = conv_args(rows * plane, &c, h, w, ho, wo).p(0, col).p(1, xg);
+            s.launch("im2col", rows * plane, &a)?;
+            // dW_g += dY_g col^T (summed over images); dcol = W_g^T dY_g, gathered back.
+            s.gemm(&Gemm {
+                ta: false,
+                tb: true,
+                m: fg,
+                n: rows,
+                k: plane,
+                a: dyg,
+                lda: plane,
+                b: col,
+                ldb: plane,
+                c: dwg,
+                ldc: rows,
+                beta: 1.0,
+            })?;
+            s.gemm(&Gemm {
+                ta: true,
+                tb: false,
+                m: rows,
+                n: plane,
+                k: fg,
+                a: wg,
+                lda: rows,
+                b: dyg,
+                ldb: plane,
+                c: dcol,
+                ldc: plane,
+                beta: 0.0,
+            })?;
+            let a = conv_args(cg * h * w, &c, h, w, ho, wo).p(0, dxg).p(1, dcol);
+            s.launch("col2im", cg * h * w, &a)?;
+        }
+    }
+    if c.bias {
+        let (partials, _) = reduction_scratch(s, c.filters, n * plane, 0)?;
+        let null = std::ptr::null_mut();
+        channel_sum(s, partials, outs[2].ptr(), 0, dy, [null; 2], (n, c.filters, plane), 1.0)?;
+    }
+    Ok(())
+}
+
+/// The pooling kernels' arguments: `n` threads over data of `x_shape` pooled to `ho x wo`.
+fn pool_args(op: &str, attrs: &Attrs, x_shape: &[usize], n: usize, ho: usize, wo: usize) -> Result<KArgs, String> {
+    let p = pool_params(op, attrs, x_shape).map_err(e2s)?;
+    let kind = match p.kind {
+        PoolType::Max => 0,
+        PoolType::Avg => 1,
+        PoolType::Sum => 2,
+    };
+    Ok(KArgs::new(n)
+        .i(1, x_shape[2])
+        .i(2, x_shape[3])
+        .i(3, ho)
+        .i(4, wo)
+        .i(5, p.k.0)
+        .i(6, p.k.1)
+        .i(7, p.s.0)
+        .i(8, p.s.1)
+        .i(9, p.p.0)
+        .i(10, p.p.1)
+        .i(11, kind)
+        .i(12, usize::from(p.count_pad)))
+}
+
+fn pooling(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+    let (x, o) = (&ins[0], &outs[0]);
+    let n = o.len();
+    let mut a = pool_args(op, attrs, &x.shape, n, o.shape[2], o.shape[3])?
+        .t(0, o)
+        .t(1, x);
+    if let Some(mask) = outs.get(1) {
+        a = a.t(2, mask).i(13, 1);
+    }
+    s.launch("pool_fwd", n, &a)
+}
+
+fn pooling_backward(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+    let (dy, x) = (&ins[0], &ins[1]);
+    let n = x.len();
+    let a = pool_args(op, attrs, &x.shape, n, dy.shape[2], dy.shape[3])?
+        .t(0, &outs[0])
+        .t(1, dy)
+        .t(2, x);
+    s.launch("pool_bwd", n, &a)
+}
+
+/// BatchNorm's settings: (outer, channels, inner) around the axis, eps, fix_gamma, and whether
+/// the batch's own statistics are used.
+struct BnSetup {
+    layout: (usize, usize, usize),
+    eps: f64,
+    fix_gamma: bool,
+    batch_stats: bool,
+}
+
+fn bn_setup(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<BnSetup, String> {
+    let axis = crate::ops::bn_axis(op, attrs, shape.len()).map_err(e2s)?;
+    Ok(BnSetup {
+        layout: (
+            shape[..axis].iter().product(),
+            shape[axis],
+            shape[axis + 1..].iter().product(),
+        ),
+        eps: attrs.f64(op, "eps", Some(1e-3)).map_err(e2s)?,
+        fix_gamma: attrs.bool(op, "fix_gamma", true).map_err(e2s)?,
+        batch_stats: attrs.bool(op, IS_TRAIN, false).map_err(e2s)?
+            && !attrs.bool(op, "use_global_stats", false).map_err(e2s)?,
+    })
+}
+
+fn batch_norm(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+    let b = bn_setup(op, attrs, &ins[0].shape)?;
+    let (outer, c, inner) = b.layout;
+    let momentum = attrs.f64(op, "momentum", Some(0.9)).map_err(e2s)?;
+    let (x, y, mean, var) = (&ins[0], &outs[0], &outs[1], &outs[2]);
+    let (partials, coef) = reduction_scratch(s, c, outer * inner, 2 * c)?;
+    if b.batch_stats {
+        let count = (outer * inner).max(1) as f64;
+        let null = std::ptr::null_mut();
+        channel_sum(s, partials, mean.ptr(), 0, x, [null; 2], b.layout, 1.0 / count)?;
+        channel_sum(s, partials, var.ptr(), 1, x, [mean.ptr(), null], b.layout, 1.0 / count)?;
+    }
+    // SAFETY: the scratch holds 2c floats after the partials.
+    let (scale, shift) = (coef, unsafe { coef.add(c) });
+    let a = KArgs::new(c)
+        .t(0, mean)
+        .t(1, var)
+        .t(2, &ins[1])
+        .t(3, &ins[2])
+        .t(4, &ins[3])
+        .t(5, &ins[4])
+        .p(6, scale)
+        .p(7, shift)
+        .i(1, usize::from(b.batch_stats))
+        .i(2, usize::from(b.fix_gamma))
+        .f(0, b.eps)
+        .f(1, momentum);
+    s.launch("bn_prepare", c, &a)?;
+    let n = x.len();
+    let a = KArgs::new(n)
+        .t(0, y)
+        .t(1, x)
+        .p(2, scale)
+        .p(3, shift)
+        .i(1, inner)
+        .i(2, c);
+    s.launch("bn_apply", n, &a)
+}
+
+fn batch_norm_backward(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+    let (dy, x, gamma, mean, var) = (&ins[0], &ins[1], &ins[2], &ins[3], &ins[4]);
+    let b = bn_setup(op, attrs, &x.shape)?;
+    let (outer, c, inner) = b.layout;
+    let (dx, dgamma, dbeta) = (&outs[0], &outs[1], &outs[2]);
+    let (partials, coef) = reduction_scratch(s, c, outer * inner, 3 * c)?;
+    let null = std::ptr::null_mut();
+    channel_sum(s, partials, dbeta.ptr(), 0, dy, [null; 2], b.layout, 1.0)?;
+    channel_sum(s, partials, dgamma.ptr(), 2, dy, [mean.ptr(), x.ptr()], b.layout, 1.0)?;
+    // SAFETY: the scratch holds 3c floats after the partials.
+    let (ka, kb, kc) = unsafe { (coef, coef.add(c), coef.add(2 * c)) };
+    let a = KArgs::new(c)
+        .t(0, dgamma)
+        .t(1, dbeta)
+        .t(2, gamma)
+        .t(3, var)
+        .p(4, ka)
+        .p(5, kb)
+        .p(6, kc)
+        .i(1, usize::from(b.batch_stats))
+        .i(2, usize::from(b.fix_gamma))
+        .f(0, b.eps)
+        .f(1, (outer * inner).max(1) as f64);
+    s.launch("bn_bwd_prepare", c, &a)?;
+    let n = x.len();
+    let a = KArgs::new(n)
+        .t(0, dx)
+        .t(1, dy)
+        .t(2, x)
+        .t(3, mean)
+        .p(4, ka)
+        .p(5, kb)
+        .p(6, kc)
+        .i(1, inner)
+        .i(2, c);
+    s.launch("bn_bwd_apply", n, &a)
+}
+
+fn softmax_output(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+    let shape = &ins[0].shape;
+    // MXNet's SoftmaxOutput normalizes over axis 1 (the class axis).
+    let axis = 1.min(shape.len() - 1);
+    let (outer, len) = (shape[..axis].iter().product::<usize>(), shape[axis]);
+    let inner: usize = shape[axis + 1..].iter().product();
+    let temperature = attrs.f64(op, "temperature", Some(1.0)).map_err(e2s)?;
+    let lanes = outer * inner;
+    let a = KArgs::new(lanes)
+        .t(0, &outs[0])
+        .t(1, &ins[0])
+        .i(1, len)
+        .i(2, inner)
+        .f(0, temperature);
+    s.launch("softmax_lanes", lanes, &a)
+}
+
+fn softmax_output_backward(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+    let (p, label) = (&ins[0], &ins[1]);
+    let (n, classes) = (p.shape[0], p.shape[1]);
+    let scale = attrs.f64(op, "grad_scale", Some(1.0)).map_err(e2s)?;
+    let scale = match attrs.get("normalization").unwrap_or("null") {
+        "batch" => scale / n.max(1) as f64,
+        "null" => scale,
+        other => return Err(format!("{op}: normalization {other:?} is not null or batch")),
+    };
+    let total = p.len();
+    let a = KArgs::new(total)
+        .t(0, &outs[0])
+        .t(1, p)
+        .t(2, label)
+        .i(1, classes)
+        .f(0, scale);
+    s.launch("softmax_output_bwd", total, &a)?;
+    fill_with(s, &outs[1], 0.0)
+}
+
+fn sgd(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+    let get = |k: &str, d: Option<f64>| attrs.f64(op, k, d).map_err(e2s);
+    let n = outs[0].len();
+    let a = KArgs::new(n)
+        .f(0, get("lr", None)?)
+        .f(1, get("wd", Some(0.0))?)
+        .f(2, get("rescale_grad", Some(1.0))?)
+        .f(3, get("clip_gradient", Some(-1.0))?);
+    match op {
+        "sgd_update" => s.launch("sgd", n, &a.t(0, &outs[0]).t(1, &ins[0]).t(2, &ins[1])),
+        _ => {
+            let a = a
+                .t(0, &outs[0])
+                .t(1, &outs[1])
+                .t(2, &ins[0])
+                .t(3, &ins[1])
+                .t(4, &ins[2])
+                .f(4, get("momentum", Some(0.0))?);
+            s.launch("sgd_mom", n, &a)
+        }
+    }
+}

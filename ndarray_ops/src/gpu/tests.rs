@@ -1,0 +1,352 @@
+//! The GPU op layer and kernels, run on the host emulator, against the CPU kernels: same inputs,
+//! same attributes, every output (hidden ones too) and every mutated input compared.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use engine::EngineKind;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use storage::Context;
+
+use super::emulate::{kernels, HostStream};
+use super::ops::{kernel_for, run};
+use super::KERNEL_NAMES;
+use crate::ops::{invoke, invoke_on, lookup, Attrs, IS_TRAIN};
+use crate::{DType, NDArray, Runtime};
+
+/// An input: its shape and values.
+type Input = (Vec<usize>, Vec<f32>);
+
+fn random(rng: &mut StdRng, shape: &[usize]) -> Input {
+    let n = shape.iter().product();
+    (shape.to_vec(), (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect())
+}
+
+fn labels(rng: &mut StdRng, n: usize, classes: usize) -> Input {
+    (vec![n], (0..n).map(|_| rng.gen_range(0..classes) as f32).collect())
+}
+
+fn arrays(rt: &Arc<Runtime>, inputs: &[Input]) -> Vec<NDArray> {
+    inputs
+        .iter()
+        .map(|(s, v)| rt.from_vec(v.clone(), s, Context::cpu(0)).expect("input"))
+        .collect()
+}
+
+fn close(what: &str, got: &[f32], want: &[f32], tol: f32) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= tol * (1.0 + w.abs()),
+            "{what}[{i}]: emulated GPU {g}, CPU {w}"
+        );
+    }
+}
+
+/// Runs `op` on the CPU kernel and on the emulated GPU path; compares everything it writes.
+/// Returns the kernels the GPU path launched.
+fn check(op: &str, attrs: &Attrs, inputs: &[Input], tol: f32) -> Vec<&'static str> {
+    let lib = kernels().expect("a C++ compiler builds kernels.cu");
+    let rt = Runtime::with_engine(EngineKind::Naive);
+    let cpu_in = arrays(&rt, inputs);
+    let refs: Vec<&NDArray> = cpu_in.iter().collect();
+    let cpu_out = invoke_on(&rt, Context::cpu(0), op, &refs, attrs, None).unwrap_or_else(|e| panic!("{op} on CPU: {e}"));
+
+    let gpu_in = arrays(&rt, inputs);
+    let gpu_out: Vec<NDArray> = cpu_out
+        .iter()
+        .map(|o| {
+            let a = rt.empty(o.shape(), DType::F32, Context::cpu(0)).expect("output");
+            // Anything the GPU path leaves unwritten shows as NaN.
+            a.fill(f64::NAN).expect("fill");
+            a
+        })
+        .collect();
+    rt.wait_all().expect("inputs ready");
+    let def = lookup(op).expect("registered");
+    let kernel = kernel_for(def).unwrap_or_else(|| panic!("{op} has no GPU kernel"));
+    let stream = HostStream::new(lib);
+    let outs: Vec<_> = gpu_out.iter().map(NDArray::tensor).collect();
+    run(
+        def.name,
+        kernel,
+        def.alias_safe,
+        attrs,
+        gpu_in.iter().map(NDArray::tensor).collect(),
+        &outs,
+        &stream,
+    )
+    .unwrap_or_else(|e| panic!("{op} on the emulated GPU: {e}"));
+
+    for (k, (g, c)) in gpu_out.iter().zip(&cpu_out).enumerate() {
+        let what = format!("{op} {attrs:?} output {k}");
+        close(&what, &g.to_vec::<f32>().expect("read"), &c.to_vec::<f32>().expect("read"), tol);
+    }
+    for (k, (g, c)) in gpu_in.iter().zip(&cpu_in).enumerate() {
+        let what = format!("{op} {attrs:?} input {k} (after the op)");
+        close(&what, &g.to_vec::<f32>().expect("read"), &c.to_vec::<f32>().expect("read"), tol);
+    }
+    stream.launched.into_inner()
+}
+
+fn conv_attrs(k: usize, s: usize, p: usize, d: usize, filters: usize, groups: usize, bias: bool) -> Attrs {
+    Attrs::new()
+        .with("kernel", format!("({k}, {k})"))
+        .with("stride", format!("({s}, {s})"))
+        .with("pad", format!("({p}, {p})"))
+        .with("dilate", format!("({d}, {d})"))
+        .with("num_filter", filters)
+        .with("num_group", groups)
+        .with("no_bias", !bias)
+}
+
+#[test]
+fn every_gpu_op_matches_its_cpu_kernel() {
+    let rng = &mut StdRng::seed_from_u64(7);
+    let mut launched = BTreeSet::new();
+    let mut check = |op: &str, attrs: Attrs, inputs: Vec<Input>| {
+        launched.extend(check(op, &attrs, &inputs, 1e-4));
+    };
+    let x = random(rng, &[4, 6]);
+
+    for act in ["relu", "sigmoid", "tanh", "softrelu", "softsign"] {
+        check("Activation", Attrs::new().with("act_type", act), vec![x.clone()]);
+    }
+    for act in ["relu", "sigmoid", "tanh", "softrelu"] {
+        let attrs = Attrs::new().with("act_type", act);
+        check("_backward_Activation", attrs, vec![x.clone(), random(rng, &[4, 6])]);
+    }
+    check("relu", Attrs::new(), vec![x.clone()]);
+    for op in ["elemwise_add", "elemwise_sub", "elemwise_mul", "elemwise_div"] {
+        check(op, Attrs::new(), vec![x.clone(), random(rng, &[4, 6])]);
+    }
+    for op in [
+        "_plus_scalar",
+        "_minus_scalar",
+        "_rminus_scalar",
+        "_mul_scalar",
+        "_div_scalar",
+        "_rdiv_scalar",
+        "_maximum_scalar",
+        "_minimum_scalar",
+    ] {
+        check(op, Attrs::new().with("scalar", 0.25), vec![x.clone()]);
+    }
+    for n in [1, 3, 7, 8, 15] {
+        check("add_n", Attrs::new(), (0..n).map(|_| random(rng, &[3, 5])).collect());
+    }
+    check("_copy", Attrs::new(), vec![x.clone()]);
+    check("Flatten", Attrs::new(), vec![random(rng, &[2, 3, 4])]);
+    check("_zeros", Attrs::new().with("shape", "(3, 4)"), vec![]);
+    check("_ones", Attrs::new().with("shape", "(3, 4)"), vec![]);
+
+    for bias in [true, false] {
+        let attrs = Attrs::new().with("num_hidden", 5).with("no_bias", !bias);
+        let mut ins = vec![random(rng, &[4, 2, 3]), random(rng, &[5, 6])];
+        if bias {
+            ins.push(random(rng, &[5]));
+        }
+        check("FullyConnected", attrs.clone(), ins.clone());
+        check(
+            "_backward_FullyConnected",
+            attrs,
+            vec![random(rng, &[4, 5]), ins[0].clone(), ins[1].clone()],
+        );
+    }
+
+    // (kernel, stride, pad, dilate, filters, groups, bias) over 2 images of 4 channels, 7x6.
+    for (k, s, p, d, f, g, bias) in [
+        (3, 1, 1, 1, 6, 1, true),
+        (3, 2, 1, 2, 4, 2, true),
+        (1, 1, 0, 1, 3, 1, false),
+        (2, 2, 0, 1, 8, 4, true),
+    ] {
+        let attrs = conv_attrs(k, s, p, d, f, g, bias);
+        let data = random(rng, &[2, 4, 7, 6]);
+        let mut ins = vec![data.clone(), random(rng, &[f, 4 / g, k, k])];
+        if bias {
+            ins.push(random(rng, &[f]));
+        }
+        let ho = (7 + 2 * p - d * (k - 1) - 1) / s + 1;
+        let wo = (6 + 2 * p - d * (k - 1) - 1) / s + 1;
+        check("Convolution", attrs.clone(), ins.clone());
+        check(
+            "_backward_Convolution",
+            attrs,
+            vec![random(rng, &[2, f, ho, wo]), data, ins[1].clone()],
+        );
+    }
+
+    // Different settings per axis (a mix-up of height and width would show).
+    let attrs = Attrs::new()
+        .with("kernel", "(3, 2)")
+        .with("stride", "(2, 1)")
+        .with("pad", "(1, 0)")
+        .with("dilate", "(1, 2)")
+        .with("num_filter", 3);
+    let data = random(rng, &[2, 2, 7, 6]);
+    let weight = random(rng, &[3, 2, 3, 2]);
+    let bias = random(rng, &[3]);
+    check("Convolution", attrs.clone(), vec![data.clone(), weight.clone(), bias]);
+    check(
+        "_backward_Convolution",
+        attrs,
+        vec![random(rng, &[2, 3, 4, 4]), data, weight],
+    );
+
+    // Pooling: max / avg / sum, overlapping windows, padding, full rounding, global.
+    let data = random(rng, &[2, 3, 7, 6]);
+    let pools = [
+        ("max", "(3, 3)", "(2, 2)", "(1, 1)", "valid", true, false),
+        ("max", "(2, 2)", "(2, 2)", "(0, 0)", "full", true, false),
+        ("avg", "(3, 3)", "(2, 2)", "(1, 1)", "valid", true, false),
+        ("avg", "(3, 3)", "(2, 2)", "(1, 1)", "full", false, false),
+        ("sum", "(2, 3)", "(1, 2)", "(0, 1)", "valid", true, false),
+        ("avg", "(1, 1)", "(1, 1)", "(0, 0)", "valid", true, true),
+        ("max", "(1, 1)", "(1, 1)", "(0, 0)", "valid", true, true),
+    ];
+    for (kind, k, s, p, conv, count_pad, global) in pools {
+        let attrs = Attrs::new()
+            .with("pool_type", kind)
+            .with("kernel", k)
+            .with("stride", s)
+            .with("pad", p)
+            .with("pooling_convention", conv)
+            .with("count_include_pad", count_pad)
+            .with("global_pool", global);
+        let rt = Runtime::with_engine(EngineKind::Naive);
+        let probe = rt.from_vec(data.1.clone(), &data.0, Context::cpu(0)).expect("data");
+        let out = invoke("Pooling", &[&probe], &attrs, None).expect("pooling");
+        check("Pooling", attrs.clone(), vec![data.clone()]);
+        check(
+            "_backward_Pooling",
+            attrs,
+            vec![random(rng, out[0].shape()), data.clone()],
+        );
+    }
+
+    // BatchNorm: training and inference, gamma fixed or learned, 4-D and 2-D data.
+    for (shape, train, fix_gamma, global) in [
+        (vec![3, 4, 5, 2], true, false, false),
+        (vec![3, 4, 5, 2], true, true, false),
+        (vec![3, 4, 5, 2], false, false, false),
+        (vec![6, 5], true, false, false),
+        (vec![3, 4, 5, 2], true, false, true),
+    ] {
+        let c = shape[1];
+        let attrs = Attrs::new()
+            .with(IS_TRAIN, train)
+            .with("fix_gamma", fix_gamma)
+            .with("use_global_stats", global)
+            .with("eps", 1e-3)
+            .with("momentum", 0.8);
+        let data = random(rng, &shape);
+        let gamma = random(rng, &[c]);
+        let mut var = random(rng, &[c]);
+        var.1.iter_mut().for_each(|v| *v = v.abs() + 0.5);
+        let ins = vec![data.clone(), gamma.clone(), random(rng, &[c]), random(rng, &[c]), var.clone()];
+        check("BatchNorm", attrs.clone(), ins);
+        let mean = random(rng, &[c]);
+        check(
+            "_backward_BatchNorm",
+            attrs,
+            vec![random(rng, &shape), data, gamma, mean, var],
+        );
+    }
+
+    // SoftmaxOutput: 2-D and 4-D (softmax over axis 1), temperature, and its gradient.
+    let mut label = labels(rng, 5, 4);
+    label.1[2] = -1.0;
+    check("SoftmaxOutput", Attrs::new(), vec![random(rng, &[5, 4]), label.clone()]);
+    check(
+        "SoftmaxOutput",
+        Attrs::new().with("temperature", 2.0),
+        vec![random(rng, &[3, 4, 2, 2]), labels(rng, 3, 4)],
+    );
+    for (norm, scale) in [("null", 1.0), ("batch", 0.5)] {
+        let attrs = Attrs::new().with("normalization", norm).with("grad_scale", scale);
+        let rt = Runtime::with_engine(EngineKind::Naive);
+        let logits = rt.from_vec(random(rng, &[5, 4]).1, &[5, 4], Context::cpu(0)).expect("x");
+        let l = rt.from_vec(label.1.clone(), &[5], Context::cpu(0)).expect("label");
+        let p = invoke("SoftmaxOutput", &[&logits, &l], &Attrs::new(), None).expect("softmax");
+        let prob = (vec![5, 4], p[0].to_vec::<f32>().expect("prob"));
+        check("_backward_SoftmaxOutput", attrs, vec![prob, label.clone()]);
+    }
+
+    let update = Attrs::new()
+        .with("lr", 0.1)
+        .with("wd", 0.01)
+        .with("rescale_grad", 0.5)
+        .with("clip_gradient", 0.3)
+        .with("momentum", 0.9);
+    check("sgd_update", update.clone(), vec![x.clone(), random(rng, &[4, 6])]);
+    check(
+        "sgd_mom_update",
+        update,
+        vec![x.clone(), random(rng, &[4, 6]), random(rng, &[4, 6])],
+    );
+
+    let unused: Vec<_> = KERNEL_NAMES.iter().filter(|k| !launched.contains(*k)).collect();
+    assert!(unused.is_empty(), "kernels no case launched: {unused:?}");
+}
+
+/// Runs `op` on the emulated GPU with output 0 in input 0's memory, as an in-place plan or an
+/// `out=` call makes it; the CPU kernel on separate memory is the reference.
+fn check_in_place(op: &str, attrs: &Attrs, inputs: &[Input]) {
+    let lib = kernels().expect("a C++ compiler builds kernels.cu");
+    let rt = Runtime::with_engine(EngineKind::Naive);
+    let cpu_in = arrays(&rt, inputs);
+    let refs: Vec<&NDArray> = cpu_in.iter().collect();
+    let want = invoke(op, &refs, attrs, None).expect("cpu")[0].to_vec::<f32>().expect("read");
+    let gpu_in = arrays(&rt, inputs);
+    rt.wait_all().expect("ready");
+    let def = lookup(op).expect("registered");
+    let ins: Vec<_> = gpu_in.iter().map(NDArray::tensor).collect();
+    let outs = vec![ins[0].clone()];
+    let kernel = kernel_for(def).expect("gpu kernel");
+    run(def.name, kernel, def.alias_safe, attrs, ins, &outs, &HostStream::new(lib)).expect("run");
+    close(op, &gpu_in[0].to_vec::<f32>().expect("read"), &want, 1e-5);
+}
+
+#[test]
+fn outputs_in_an_inputs_memory_give_the_same_result() {
+    let rng = &mut StdRng::seed_from_u64(11);
+    // Kernels that handle an output on their input (each index reads before it writes).
+    check_in_place("elemwise_add", &Attrs::new(), &[random(rng, &[3, 4]), random(rng, &[3, 4])]);
+    check_in_place("add_n", &Attrs::new(), &(0..12).map(|_| random(rng, &[3, 4])).collect::<Vec<_>>());
+    // A kernel that does not (rows are read after they are written): its input is moved aside.
+    check_in_place("SoftmaxOutput", &Attrs::new(), &[random(rng, &[3, 4]), labels(rng, 3, 4)]);
+}
+
+#[test]
+fn the_model_ops_all_have_gpu_kernels() {
+    // Every op of the train_digits networks and of ResNet, forward and backward, and what the
+    // trainer and the gradient pass add.
+    let ops = [
+        "Convolution",
+        "_backward_Convolution",
+        "BatchNorm",
+        "_backward_BatchNorm",
+        "Activation",
+        "_backward_Activation",
+        "Pooling",
+        "_backward_Pooling",
+        "Flatten",
+        "FullyConnected",
+        "_backward_FullyConnected",
+        "SoftmaxOutput",
+        "_backward_SoftmaxOutput",
+        "elemwise_add",
+        "add_n",
+        "_copy",
+        "_CrossDeviceCopy",
+        "sgd_mom_update",
+        "sgd_update",
+        "_zeros",
+    ];
+    for op in ops {
+        assert!(kernel_for(lookup(op).expect("registered")).is_some(), "{op}");
+    }
+    assert!(kernel_for(lookup("Dropout").expect("registered")).is_none());
+}
