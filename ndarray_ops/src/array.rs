@@ -80,16 +80,15 @@ fn elements(op: &str, shape: &[usize], dtype: DType) -> Result<(usize, usize)> {
     }
 }
 
-pub(crate) fn require_host(op: &str, ctx: Context) -> Result<()> {
-    if ctx.is_cpu() {
-        Ok(())
-    } else {
-        Err(NdError::Context {
-            op: op.into(),
-            arg: "array".into(),
-            found: ctx.to_string(),
-            expected: "a CPU context (GPU kernels are not built yet)".into(),
-        })
+/// The error for GPU work in a build without the GPU back end.
+#[cfg(not(feature = "cuda"))]
+pub(crate) fn no_device(op: &str, ctx: Context) -> NdError {
+    NdError::Context {
+        op: op.into(),
+        arg: "array".into(),
+        found: ctx.to_string(),
+        expected: "a CPU context (this build has no GPU back end: build with --features cuda)"
+            .into(),
     }
 }
 
@@ -229,7 +228,9 @@ impl NDArray {
 
     /// Sets every element to `value` (converted to the dtype).
     pub fn fill(&self, value: f64) -> Result<()> {
-        require_host("fill", self.ctx())?;
+        if !self.ctx().is_cpu() {
+            return self.fill_on_device(value);
+        }
         let t = self.tensor();
         self.push("fill", &[], &[self], move || {
             crate::with_dtype!(t.dtype, T => {
@@ -240,9 +241,30 @@ impl NDArray {
         })
     }
 
+    #[cfg(feature = "cuda")]
+    fn fill_on_device(&self, value: f64) -> Result<()> {
+        if self.dtype != DType::F32 {
+            return Err(NdError::DType {
+                op: "fill".into(),
+                arg: "array".into(),
+                found: self.dtype.to_string(),
+                expected: format!("float32 (the GPU kernels' type) on {}", self.ctx()),
+            });
+        }
+        let pool = self.runtime().storage(self.ctx());
+        let op = crate::gpu::cuda::fill_op(self.tensor(), value, pool)
+            .on(self.ctx())
+            .write(self.var());
+        Ok(self.runtime().engine().push(op)?)
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    fn fill_on_device(&self, _: f64) -> Result<()> {
+        Err(no_device("fill", self.ctx()))
+    }
+
     /// Copies `data` in (its length must equal the size; its type the dtype).
     pub(crate) fn write_from<T: Element>(&self, data: Vec<T>) -> Result<()> {
-        require_host("write", self.ctx())?;
         self.check_dtype::<T>("write")?;
         if data.len() != self.size() {
             return Err(invalid(
@@ -253,6 +275,14 @@ impl NDArray {
                     self.size()
                 ),
             ));
+        }
+        if !self.ctx().is_cpu() {
+            // Through host memory and a copy op, as MXNet's `SyncCopyFromCPU` does.
+            let staging = self
+                .runtime()
+                .empty(&self.shape, self.dtype, Context::cpu(0))?;
+            staging.write_from(data)?;
+            return staging.copy_into(self);
         }
         let t = self.tensor();
         self.push("write", &[], &[self], move || {
@@ -277,8 +307,10 @@ impl NDArray {
 
     /// Waits for the pending writes and copies the elements out.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
-        require_host("to_vec", self.ctx())?;
         self.check_dtype::<T>("to_vec")?;
+        if !self.ctx().is_cpu() {
+            return self.copy_to(Context::cpu(0))?.to_vec();
+        }
         let out: Arc<Mutex<Vec<T>>> = Arc::default();
         let (t, sink) = (self.tensor(), out.clone());
         self.push("copy_out", &[self], &[], move || {
@@ -405,9 +437,10 @@ impl NDArray {
         if !Arc::ptr_eq(self.runtime(), dst.runtime()) {
             return Err(invalid("copy", "the arrays belong to different runtimes"));
         }
-        require_host("copy", self.ctx())?;
-        require_host("copy", dst.ctx())?;
         let (src_t, dst_t) = (self.tensor(), dst.tensor());
+        if !self.ctx().is_cpu() || !dst.ctx().is_cpu() {
+            return self.device_copy_op(dst, name);
+        }
         let prop = if self.ctx() == dst.ctx() {
             FnProperty::Normal
         } else {
@@ -424,6 +457,26 @@ impl NDArray {
         .prop(prop)
         .read(self.var())
         .write(dst.var()))
+    }
+}
+
+impl NDArray {
+    /// The copy op between two contexts of which one at least is a GPU.
+    #[cfg(feature = "cuda")]
+    fn device_copy_op(&self, dst: &NDArray, name: &'static str) -> Result<Op> {
+        let op =
+            crate::gpu::cuda::copy_op(name, self.tensor(), dst.tensor(), self.ctx(), dst.ctx());
+        Ok(op.read(self.var()).write(dst.var()))
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    fn device_copy_op(&self, dst: &NDArray, _: &'static str) -> Result<Op> {
+        let gpu = if self.ctx().is_cpu() {
+            dst.ctx()
+        } else {
+            self.ctx()
+        };
+        Err(no_device("copy", gpu))
     }
 }
 

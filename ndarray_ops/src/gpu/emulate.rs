@@ -17,7 +17,8 @@ pub(super) fn kernels() -> Result<&'static libloading::Library, String> {
 }
 
 fn compile() -> Result<libloading::Library, String> {
-    let dir: PathBuf = std::env::temp_dir().join(format!("mxrs-gpu-emulation-{}", std::process::id()));
+    let dir: PathBuf =
+        std::env::temp_dir().join(format!("mxrs-gpu-emulation-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let (src, lib) = (dir.join("kernels.cpp"), dir.join("libkernels.so"));
     std::fs::write(&src, KERNELS).map_err(|e| format!("{}: {e}", src.display()))?;
@@ -62,8 +63,11 @@ impl Stream for HostStream {
             return Err(format!("kernel {kernel} is not in KERNEL_NAMES"));
         }
         // SAFETY: every kernel in kernels.cu has exactly this signature (one KArgs by value).
-        let f = unsafe { self.lib.get::<unsafe extern "C" fn(KArgs)>(kernel.as_bytes()) }
-            .map_err(|e| format!("kernel {kernel}: {e}"))?;
+        let f = unsafe {
+            self.lib
+                .get::<unsafe extern "C" fn(KArgs)>(kernel.as_bytes())
+        }
+        .map_err(|e| format!("kernel {kernel}: {e}"))?;
         self.launched.borrow_mut().push(kernel);
         // SAFETY: the op layer passes pointers to host buffers of the sizes the kernel reads.
         unsafe { f(*args) };

@@ -42,7 +42,10 @@ pub(crate) fn kernel_for(def: &OpDef) -> Option<GpuKernel> {
 }
 
 /// The GPU kernel of `def` for these dtypes, or why there is none.
-pub(crate) fn check(def: &OpDef, dtypes: impl IntoIterator<Item = DType>) -> Result<GpuKernel, String> {
+pub(crate) fn check(
+    def: &OpDef,
+    dtypes: impl IntoIterator<Item = DType>,
+) -> Result<GpuKernel, String> {
     let kernel = kernel_for(def).ok_or_else(|| format!("{} has no GPU kernel", def.name))?;
     match dtypes.into_iter().find(|d| *d != DType::F32) {
         Some(d) => Err(format!(
@@ -113,13 +116,28 @@ fn act_code(op: &str, attrs: &Attrs) -> Result<usize, String> {
     })
 }
 
-fn activation(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+fn activation(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
     let n = outs[0].len();
-    let a = KArgs::new(n).t(0, &outs[0]).t(1, &ins[0]).i(1, act_code(op, attrs)?);
+    let a = KArgs::new(n)
+        .t(0, &outs[0])
+        .t(1, &ins[0])
+        .i(1, act_code(op, attrs)?);
     s.launch("act_fwd", n, &a)
 }
 
-fn activation_backward(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+fn activation_backward(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
     let n = outs[0].len();
     let a = KArgs::new(n)
         .t(0, &outs[0])
@@ -137,11 +155,21 @@ fn binary(op: &str, _: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn St
         _ => 3,
     };
     let n = outs[0].len();
-    let a = KArgs::new(n).t(0, &outs[0]).t(1, &ins[0]).t(2, &ins[1]).i(1, code);
+    let a = KArgs::new(n)
+        .t(0, &outs[0])
+        .t(1, &ins[0])
+        .t(2, &ins[1])
+        .i(1, code);
     s.launch("binary", n, &a)
 }
 
-fn scalar(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+fn scalar(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
     let code = match op {
         "_plus_scalar" => 0,
         "_minus_scalar" => 1,
@@ -154,7 +182,11 @@ fn scalar(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dy
     };
     let value = attrs.f64(op, "scalar", None).map_err(e2s)?;
     let n = outs[0].len();
-    let a = KArgs::new(n).t(0, &outs[0]).t(1, &ins[0]).i(1, code).f(0, value);
+    let a = KArgs::new(n)
+        .t(0, &outs[0])
+        .t(1, &ins[0])
+        .i(1, code)
+        .f(0, value);
     s.launch("scalar", n, &a)
 }
 
@@ -223,7 +255,11 @@ fn channel_sum(
         .i(3, p)
         .i(4, mode);
     s.launch("chan_partial", channels * p, &a)?;
-    let a = KArgs::new(channels).p(0, out).p(1, partials).i(1, p).f(0, scale);
+    let a = KArgs::new(channels)
+        .p(0, out)
+        .p(1, partials)
+        .i(1, p)
+        .f(0, scale);
     s.launch("chan_total", channels, &a)
 }
 
@@ -246,7 +282,13 @@ fn no_bias(op: &str, attrs: &Attrs) -> Result<bool, String> {
     attrs.bool(op, "no_bias", false).map_err(e2s)
 }
 
-fn fully_connected(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+fn fully_connected(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
     let (x, w, y) = (&ins[0], &ins[1], &outs[0]);
     let (hidden, k) = (w.shape[0], w.shape[1]);
     let m = x.len().checked_div(k).unwrap_or(0);
@@ -272,7 +314,13 @@ fn fully_connected(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef
     Ok(())
 }
 
-fn fully_connected_backward(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+fn fully_connected_backward(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
     let (dy, x, w) = (&ins[0], &ins[1], &ins[2]);
     let (hidden, k) = (w.shape[0], w.shape[1]);
     let m = x.len().checked_div(k).unwrap_or(0);
@@ -308,13 +356,29 @@ fn fully_connected_backward(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[
     if !no_bias(op, attrs)? {
         let (partials, _) = reduction_scratch(s, hidden, m, 0)?;
         let null = std::ptr::null_mut();
-        channel_sum(s, partials, outs[2].ptr(), 0, dy, [null; 2], (m, hidden, 1), 1.0)?;
+        channel_sum(
+            s,
+            partials,
+            outs[2].ptr(),
+            0,
+            dy,
+            [null; 2],
+            (m, hidden, 1),
+            1.0,
+        )?;
     }
     Ok(())
 }
 
 /// The im2col / col2im arguments of one convolution.
-fn conv_args(n: usize, c: &crate::ops::conv::Conv, h: usize, w: usize, ho: usize, wo: usize) -> KArgs {
+fn conv_args(
+    n: usize,
+    c: &crate::ops::conv::Conv,
+    h: usize,
+    w: usize,
+    ho: usize,
+    wo: usize,
+) -> KArgs {
     KArgs::new(n)
         .i(1, h)
         .i(2, w)
@@ -330,7 +394,13 @@ fn conv_args(n: usize, c: &crate::ops::conv::Conv, h: usize, w: usize, ho: usize
         .i(12, wo)
 }
 
-fn convolution(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+fn convolution(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
     let c = conv_params(op, attrs).map_err(e2s)?;
     let (x, wt, o) = (&ins[0], &ins[1], &outs[0]);
     let (n, ch, h, w) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
@@ -348,7 +418,9 @@ fn convolution(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s
                     o.ptr::<f32>().add((img * c.filters + g * fg) * plane),
                 )
             };
-            let a = conv_args(rows * plane, &c, h, w, ho, wo).p(0, col).p(1, src);
+            let a = conv_args(rows * plane, &c, h, w, ho, wo)
+                .p(0, col)
+                .p(1, src);
             s.launch("im2col", rows * plane, &a)?;
             s.gemm(&Gemm {
                 ta: false,
@@ -368,13 +440,23 @@ fn convolution(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s
     }
     if c.bias {
         let total = o.len();
-        let a = KArgs::new(total).t(0, o).t(1, &ins[2]).i(1, plane).i(2, c.filters);
+        let a = KArgs::new(total)
+            .t(0, o)
+            .t(1, &ins[2])
+            .i(1, plane)
+            .i(2, c.filters);
         s.launch("add_bias", total, &a)?;
     }
     Ok(())
 }
 
-fn convolution_backward(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+fn convolution_backward(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
     let c = conv_params(op, attrs).map_err(e2s)?;
     let (dy, x, wt) = (&ins[0], &ins[1], &ins[2]);
     let (n, ch, h, w) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
@@ -435,13 +517,29 @@ fn convolution_backward(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[Tens
     if c.bias {
         let (partials, _) = reduction_scratch(s, c.filters, n * plane, 0)?;
         let null = std::ptr::null_mut();
-        channel_sum(s, partials, outs[2].ptr(), 0, dy, [null; 2], (n, c.filters, plane), 1.0)?;
+        channel_sum(
+            s,
+            partials,
+            outs[2].ptr(),
+            0,
+            dy,
+            [null; 2],
+            (n, c.filters, plane),
+            1.0,
+        )?;
     }
     Ok(())
 }
 
 /// The pooling kernels' arguments: `n` threads over data of `x_shape` pooled to `ho x wo`.
-fn pool_args(op: &str, attrs: &Attrs, x_shape: &[usize], n: usize, ho: usize, wo: usize) -> Result<KArgs, String> {
+fn pool_args(
+    op: &str,
+    attrs: &Attrs,
+    x_shape: &[usize],
+    n: usize,
+    ho: usize,
+    wo: usize,
+) -> Result<KArgs, String> {
     let p = pool_params(op, attrs, x_shape).map_err(e2s)?;
     let kind = match p.kind {
         PoolType::Max => 0,
@@ -463,7 +561,13 @@ fn pool_args(op: &str, attrs: &Attrs, x_shape: &[usize], n: usize, ho: usize, wo
         .i(12, usize::from(p.count_pad)))
 }
 
-fn pooling(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+fn pooling(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
     let (x, o) = (&ins[0], &outs[0]);
     let n = o.len();
     let mut a = pool_args(op, attrs, &x.shape, n, o.shape[2], o.shape[3])?
@@ -475,7 +579,13 @@ fn pooling(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &d
     s.launch("pool_fwd", n, &a)
 }
 
-fn pooling_backward(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+fn pooling_backward(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
     let (dy, x) = (&ins[0], &ins[1]);
     let n = x.len();
     let a = pool_args(op, attrs, &x.shape, n, dy.shape[2], dy.shape[3])?
@@ -509,7 +619,13 @@ fn bn_setup(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<BnSetup, String>
     })
 }
 
-fn batch_norm(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+fn batch_norm(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
     let b = bn_setup(op, attrs, &ins[0].shape)?;
     let (outer, c, inner) = b.layout;
     let momentum = attrs.f64(op, "momentum", Some(0.9)).map_err(e2s)?;
@@ -518,8 +634,26 @@ fn batch_norm(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s:
     if b.batch_stats {
         let count = (outer * inner).max(1) as f64;
         let null = std::ptr::null_mut();
-        channel_sum(s, partials, mean.ptr(), 0, x, [null; 2], b.layout, 1.0 / count)?;
-        channel_sum(s, partials, var.ptr(), 1, x, [mean.ptr(), null], b.layout, 1.0 / count)?;
+        channel_sum(
+            s,
+            partials,
+            mean.ptr(),
+            0,
+            x,
+            [null; 2],
+            b.layout,
+            1.0 / count,
+        )?;
+        channel_sum(
+            s,
+            partials,
+            var.ptr(),
+            1,
+            x,
+            [mean.ptr(), null],
+            b.layout,
+            1.0 / count,
+        )?;
     }
     // SAFETY: the scratch holds 2c floats after the partials.
     let (scale, shift) = (coef, unsafe { coef.add(c) });
@@ -548,7 +682,13 @@ fn batch_norm(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s:
     s.launch("bn_apply", n, &a)
 }
 
-fn batch_norm_backward(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+fn batch_norm_backward(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
     let (dy, x, gamma, mean, var) = (&ins[0], &ins[1], &ins[2], &ins[3], &ins[4]);
     let b = bn_setup(op, attrs, &x.shape)?;
     let (outer, c, inner) = b.layout;
@@ -556,7 +696,16 @@ fn batch_norm_backward(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[Tenso
     let (partials, coef) = reduction_scratch(s, c, outer * inner, 3 * c)?;
     let null = std::ptr::null_mut();
     channel_sum(s, partials, dbeta.ptr(), 0, dy, [null; 2], b.layout, 1.0)?;
-    channel_sum(s, partials, dgamma.ptr(), 2, dy, [mean.ptr(), x.ptr()], b.layout, 1.0)?;
+    channel_sum(
+        s,
+        partials,
+        dgamma.ptr(),
+        2,
+        dy,
+        [mean.ptr(), x.ptr()],
+        b.layout,
+        1.0,
+    )?;
     // SAFETY: the scratch holds 3c floats after the partials.
     let (ka, kb, kc) = unsafe { (coef, coef.add(c), coef.add(2 * c)) };
     let a = KArgs::new(c)
@@ -586,7 +735,13 @@ fn batch_norm_backward(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[Tenso
     s.launch("bn_bwd_apply", n, &a)
 }
 
-fn softmax_output(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+fn softmax_output(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
     let shape = &ins[0].shape;
     // MXNet's SoftmaxOutput normalizes over axis 1 (the class axis).
     let axis = 1.min(shape.len() - 1);
@@ -603,14 +758,24 @@ fn softmax_output(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef]
     s.launch("softmax_lanes", lanes, &a)
 }
 
-fn softmax_output_backward(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+fn softmax_output_backward(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
     let (p, label) = (&ins[0], &ins[1]);
     let (n, classes) = (p.shape[0], p.shape[1]);
     let scale = attrs.f64(op, "grad_scale", Some(1.0)).map_err(e2s)?;
     let scale = match attrs.get("normalization").unwrap_or("null") {
         "batch" => scale / n.max(1) as f64,
         "null" => scale,
-        other => return Err(format!("{op}: normalization {other:?} is not null or batch")),
+        other => {
+            return Err(format!(
+                "{op}: normalization {other:?} is not null or batch"
+            ))
+        }
     };
     let total = p.len();
     let a = KArgs::new(total)

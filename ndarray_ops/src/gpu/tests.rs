@@ -20,11 +20,17 @@ type Input = (Vec<usize>, Vec<f32>);
 
 fn random(rng: &mut StdRng, shape: &[usize]) -> Input {
     let n = shape.iter().product();
-    (shape.to_vec(), (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect())
+    (
+        shape.to_vec(),
+        (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect(),
+    )
 }
 
 fn labels(rng: &mut StdRng, n: usize, classes: usize) -> Input {
-    (vec![n], (0..n).map(|_| rng.gen_range(0..classes) as f32).collect())
+    (
+        vec![n],
+        (0..n).map(|_| rng.gen_range(0..classes) as f32).collect(),
+    )
 }
 
 fn arrays(rt: &Arc<Runtime>, inputs: &[Input]) -> Vec<NDArray> {
@@ -51,13 +57,16 @@ fn check(op: &str, attrs: &Attrs, inputs: &[Input], tol: f32) -> Vec<&'static st
     let rt = Runtime::with_engine(EngineKind::Naive);
     let cpu_in = arrays(&rt, inputs);
     let refs: Vec<&NDArray> = cpu_in.iter().collect();
-    let cpu_out = invoke_on(&rt, Context::cpu(0), op, &refs, attrs, None).unwrap_or_else(|e| panic!("{op} on CPU: {e}"));
+    let cpu_out = invoke_on(&rt, Context::cpu(0), op, &refs, attrs, None)
+        .unwrap_or_else(|e| panic!("{op} on CPU: {e}"));
 
     let gpu_in = arrays(&rt, inputs);
     let gpu_out: Vec<NDArray> = cpu_out
         .iter()
         .map(|o| {
-            let a = rt.empty(o.shape(), DType::F32, Context::cpu(0)).expect("output");
+            let a = rt
+                .empty(o.shape(), DType::F32, Context::cpu(0))
+                .expect("output");
             // Anything the GPU path leaves unwritten shows as NaN.
             a.fill(f64::NAN).expect("fill");
             a
@@ -81,16 +90,34 @@ fn check(op: &str, attrs: &Attrs, inputs: &[Input], tol: f32) -> Vec<&'static st
 
     for (k, (g, c)) in gpu_out.iter().zip(&cpu_out).enumerate() {
         let what = format!("{op} {attrs:?} output {k}");
-        close(&what, &g.to_vec::<f32>().expect("read"), &c.to_vec::<f32>().expect("read"), tol);
+        close(
+            &what,
+            &g.to_vec::<f32>().expect("read"),
+            &c.to_vec::<f32>().expect("read"),
+            tol,
+        );
     }
     for (k, (g, c)) in gpu_in.iter().zip(&cpu_in).enumerate() {
         let what = format!("{op} {attrs:?} input {k} (after the op)");
-        close(&what, &g.to_vec::<f32>().expect("read"), &c.to_vec::<f32>().expect("read"), tol);
+        close(
+            &what,
+            &g.to_vec::<f32>().expect("read"),
+            &c.to_vec::<f32>().expect("read"),
+            tol,
+        );
     }
     stream.launched.into_inner()
 }
 
-fn conv_attrs(k: usize, s: usize, p: usize, d: usize, filters: usize, groups: usize, bias: bool) -> Attrs {
+fn conv_attrs(
+    k: usize,
+    s: usize,
+    p: usize,
+    d: usize,
+    filters: usize,
+    groups: usize,
+    bias: bool,
+) -> Attrs {
     Attrs::new()
         .with("kernel", format!("({k}, {k})"))
         .with("stride", format!("({s}, {s})"))
@@ -111,14 +138,27 @@ fn every_gpu_op_matches_its_cpu_kernel() {
     let x = random(rng, &[4, 6]);
 
     for act in ["relu", "sigmoid", "tanh", "softrelu", "softsign"] {
-        check("Activation", Attrs::new().with("act_type", act), vec![x.clone()]);
+        check(
+            "Activation",
+            Attrs::new().with("act_type", act),
+            vec![x.clone()],
+        );
     }
     for act in ["relu", "sigmoid", "tanh", "softrelu"] {
         let attrs = Attrs::new().with("act_type", act);
-        check("_backward_Activation", attrs, vec![x.clone(), random(rng, &[4, 6])]);
+        check(
+            "_backward_Activation",
+            attrs,
+            vec![x.clone(), random(rng, &[4, 6])],
+        );
     }
     check("relu", Attrs::new(), vec![x.clone()]);
-    for op in ["elemwise_add", "elemwise_sub", "elemwise_mul", "elemwise_div"] {
+    for op in [
+        "elemwise_add",
+        "elemwise_sub",
+        "elemwise_mul",
+        "elemwise_div",
+    ] {
         check(op, Attrs::new(), vec![x.clone(), random(rng, &[4, 6])]);
     }
     for op in [
@@ -134,7 +174,11 @@ fn every_gpu_op_matches_its_cpu_kernel() {
         check(op, Attrs::new().with("scalar", 0.25), vec![x.clone()]);
     }
     for n in [1, 3, 7, 8, 15] {
-        check("add_n", Attrs::new(), (0..n).map(|_| random(rng, &[3, 5])).collect());
+        check(
+            "add_n",
+            Attrs::new(),
+            (0..n).map(|_| random(rng, &[3, 5])).collect(),
+        );
     }
     check("_copy", Attrs::new(), vec![x.clone()]);
     check("Flatten", Attrs::new(), vec![random(rng, &[2, 3, 4])]);
@@ -188,7 +232,11 @@ fn every_gpu_op_matches_its_cpu_kernel() {
     let data = random(rng, &[2, 2, 7, 6]);
     let weight = random(rng, &[3, 2, 3, 2]);
     let bias = random(rng, &[3]);
-    check("Convolution", attrs.clone(), vec![data.clone(), weight.clone(), bias]);
+    check(
+        "Convolution",
+        attrs.clone(),
+        vec![data.clone(), weight.clone(), bias],
+    );
     check(
         "_backward_Convolution",
         attrs,
@@ -216,7 +264,9 @@ fn every_gpu_op_matches_its_cpu_kernel() {
             .with("count_include_pad", count_pad)
             .with("global_pool", global);
         let rt = Runtime::with_engine(EngineKind::Naive);
-        let probe = rt.from_vec(data.1.clone(), &data.0, Context::cpu(0)).expect("data");
+        let probe = rt
+            .from_vec(data.1.clone(), &data.0, Context::cpu(0))
+            .expect("data");
         let out = invoke("Pooling", &[&probe], &attrs, None).expect("pooling");
         check("Pooling", attrs.clone(), vec![data.clone()]);
         check(
@@ -245,7 +295,13 @@ fn every_gpu_op_matches_its_cpu_kernel() {
         let gamma = random(rng, &[c]);
         let mut var = random(rng, &[c]);
         var.1.iter_mut().for_each(|v| *v = v.abs() + 0.5);
-        let ins = vec![data.clone(), gamma.clone(), random(rng, &[c]), random(rng, &[c]), var.clone()];
+        let ins = vec![
+            data.clone(),
+            gamma.clone(),
+            random(rng, &[c]),
+            random(rng, &[c]),
+            var.clone(),
+        ];
         check("BatchNorm", attrs.clone(), ins);
         let mean = random(rng, &[c]);
         check(
@@ -258,17 +314,27 @@ fn every_gpu_op_matches_its_cpu_kernel() {
     // SoftmaxOutput: 2-D and 4-D (softmax over axis 1), temperature, and its gradient.
     let mut label = labels(rng, 5, 4);
     label.1[2] = -1.0;
-    check("SoftmaxOutput", Attrs::new(), vec![random(rng, &[5, 4]), label.clone()]);
+    check(
+        "SoftmaxOutput",
+        Attrs::new(),
+        vec![random(rng, &[5, 4]), label.clone()],
+    );
     check(
         "SoftmaxOutput",
         Attrs::new().with("temperature", 2.0),
         vec![random(rng, &[3, 4, 2, 2]), labels(rng, 3, 4)],
     );
     for (norm, scale) in [("null", 1.0), ("batch", 0.5)] {
-        let attrs = Attrs::new().with("normalization", norm).with("grad_scale", scale);
+        let attrs = Attrs::new()
+            .with("normalization", norm)
+            .with("grad_scale", scale);
         let rt = Runtime::with_engine(EngineKind::Naive);
-        let logits = rt.from_vec(random(rng, &[5, 4]).1, &[5, 4], Context::cpu(0)).expect("x");
-        let l = rt.from_vec(label.1.clone(), &[5], Context::cpu(0)).expect("label");
+        let logits = rt
+            .from_vec(random(rng, &[5, 4]).1, &[5, 4], Context::cpu(0))
+            .expect("x");
+        let l = rt
+            .from_vec(label.1.clone(), &[5], Context::cpu(0))
+            .expect("label");
         let p = invoke("SoftmaxOutput", &[&logits, &l], &Attrs::new(), None).expect("softmax");
         let prob = (vec![5, 4], p[0].to_vec::<f32>().expect("prob"));
         check("_backward_SoftmaxOutput", attrs, vec![prob, label.clone()]);
@@ -280,14 +346,21 @@ fn every_gpu_op_matches_its_cpu_kernel() {
         .with("rescale_grad", 0.5)
         .with("clip_gradient", 0.3)
         .with("momentum", 0.9);
-    check("sgd_update", update.clone(), vec![x.clone(), random(rng, &[4, 6])]);
+    check(
+        "sgd_update",
+        update.clone(),
+        vec![x.clone(), random(rng, &[4, 6])],
+    );
     check(
         "sgd_mom_update",
         update,
         vec![x.clone(), random(rng, &[4, 6]), random(rng, &[4, 6])],
     );
 
-    let unused: Vec<_> = KERNEL_NAMES.iter().filter(|k| !launched.contains(*k)).collect();
+    let unused: Vec<_> = KERNEL_NAMES
+        .iter()
+        .filter(|k| !launched.contains(*k))
+        .collect();
     assert!(unused.is_empty(), "kernels no case launched: {unused:?}");
 }
 
@@ -298,14 +371,25 @@ fn check_in_place(op: &str, attrs: &Attrs, inputs: &[Input]) {
     let rt = Runtime::with_engine(EngineKind::Naive);
     let cpu_in = arrays(&rt, inputs);
     let refs: Vec<&NDArray> = cpu_in.iter().collect();
-    let want = invoke(op, &refs, attrs, None).expect("cpu")[0].to_vec::<f32>().expect("read");
+    let want = invoke(op, &refs, attrs, None).expect("cpu")[0]
+        .to_vec::<f32>()
+        .expect("read");
     let gpu_in = arrays(&rt, inputs);
     rt.wait_all().expect("ready");
     let def = lookup(op).expect("registered");
     let ins: Vec<_> = gpu_in.iter().map(NDArray::tensor).collect();
     let outs = vec![ins[0].clone()];
     let kernel = kernel_for(def).expect("gpu kernel");
-    run(def.name, kernel, def.alias_safe, attrs, ins, &outs, &HostStream::new(lib)).expect("run");
+    run(
+        def.name,
+        kernel,
+        def.alias_safe,
+        attrs,
+        ins,
+        &outs,
+        &HostStream::new(lib),
+    )
+    .expect("run");
     close(op, &gpu_in[0].to_vec::<f32>().expect("read"), &want, 1e-5);
 }
 
@@ -313,10 +397,22 @@ fn check_in_place(op: &str, attrs: &Attrs, inputs: &[Input]) {
 fn outputs_in_an_inputs_memory_give_the_same_result() {
     let rng = &mut StdRng::seed_from_u64(11);
     // Kernels that handle an output on their input (each index reads before it writes).
-    check_in_place("elemwise_add", &Attrs::new(), &[random(rng, &[3, 4]), random(rng, &[3, 4])]);
-    check_in_place("add_n", &Attrs::new(), &(0..12).map(|_| random(rng, &[3, 4])).collect::<Vec<_>>());
+    check_in_place(
+        "elemwise_add",
+        &Attrs::new(),
+        &[random(rng, &[3, 4]), random(rng, &[3, 4])],
+    );
+    check_in_place(
+        "add_n",
+        &Attrs::new(),
+        &(0..12).map(|_| random(rng, &[3, 4])).collect::<Vec<_>>(),
+    );
     // A kernel that does not (rows are read after they are written): its input is moved aside.
-    check_in_place("SoftmaxOutput", &Attrs::new(), &[random(rng, &[3, 4]), labels(rng, 3, 4)]);
+    check_in_place(
+        "SoftmaxOutput",
+        &Attrs::new(),
+        &[random(rng, &[3, 4]), labels(rng, 3, 4)],
+    );
 }
 
 #[test]
@@ -346,7 +442,10 @@ fn the_model_ops_all_have_gpu_kernels() {
         "_zeros",
     ];
     for op in ops {
-        assert!(kernel_for(lookup(op).expect("registered")).is_some(), "{op}");
+        assert!(
+            kernel_for(lookup(op).expect("registered")).is_some(),
+            "{op}"
+        );
     }
     assert!(kernel_for(lookup("Dropout").expect("registered")).is_none());
 }

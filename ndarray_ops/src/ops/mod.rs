@@ -18,8 +18,8 @@ mod reduce;
 mod shape;
 mod stochastic;
 
-pub use stochastic::IS_TRAIN;
 pub(crate) use stochastic::bn_axis;
+pub use stochastic::IS_TRAIN;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -29,7 +29,7 @@ use std::sync::{Arc, OnceLock};
 use engine::Op;
 use rustc_hash::FxHashMap;
 
-use crate::array::{require_host, NDArray};
+use crate::array::NDArray;
 use crate::error::{invalid, NdError, Result};
 use crate::resources::{KernelRes, Resource};
 use crate::runtime::Runtime;
@@ -454,9 +454,18 @@ pub(crate) fn prepare(
             });
         }
     }
-    require_host(op, ctx)?;
     let inferred = infer_outputs(def, attrs, inputs)?;
     let (oshapes, odtypes) = (&inferred.0, &inferred.1);
+    let device_kernel = match ctx.is_cpu() {
+        true => None,
+        false => {
+            let dtypes = inputs
+                .iter()
+                .map(|a| a.dtype())
+                .chain(odtypes.iter().copied());
+            Some(device_kernel(def, ctx, dtypes)?)
+        }
+    };
     let outputs: Vec<NDArray> = match out {
         Some(out) => {
             if out.len() != oshapes.len() {
@@ -493,14 +502,21 @@ pub(crate) fn prepare(
     };
     let ins: Vec<TensorRef> = inputs.iter().map(|a| a.tensor()).collect();
     let outs: Vec<TensorRef> = outputs.iter().map(NDArray::tensor).collect();
-    let (kernel, alias_safe, attrs2) = (def.kernel, def.alias_safe, attrs.clone());
-    let res = (!def.resources.is_empty()).then(|| rt.resources(ctx));
-    let wants_rng = def.resources.contains(&Resource::Random);
-    let wants_temp = def.resources.contains(&Resource::TempSpace);
     let mutated = def
         .mutate_inputs
         .iter()
         .filter_map(|&i| inputs.get(i).copied());
+    if let Some(kernel) = device_kernel {
+        let engine_op = device_op(&rt, ctx, def, kernel, attrs, ins, outs)
+            .on(ctx)
+            .reads(inputs.iter().map(|a| a.var()))
+            .writes(outputs.iter().chain(mutated).map(NDArray::var));
+        return Ok((engine_op, outputs));
+    }
+    let (kernel, alias_safe, attrs2) = (def.kernel, def.alias_safe, attrs.clone());
+    let res = (!def.resources.is_empty()).then(|| rt.resources(ctx));
+    let wants_rng = def.resources.contains(&Resource::Random);
+    let wants_temp = def.resources.contains(&Resource::TempSpace);
     let resource_vars: smallvec::SmallVec<[engine::Var; 2]> = res
         .iter()
         .flat_map(|r| {
@@ -538,6 +554,68 @@ pub(crate) fn prepare(
         false => engine_op,
     };
     Ok((engine_op, outputs))
+}
+
+/// What runs an op on a GPU: a kernel of the GPU back end (`cuda` builds); nothing otherwise.
+#[cfg(feature = "cuda")]
+type DeviceKernel = crate::gpu::ops::GpuKernel;
+#[cfg(not(feature = "cuda"))]
+type DeviceKernel = std::convert::Infallible;
+
+/// The GPU kernel of `def` for these dtypes on `ctx`, or why there is none.
+fn device_kernel(
+    def: &OpDef,
+    ctx: storage::Context,
+    dtypes: impl IntoIterator<Item = DType>,
+) -> Result<DeviceKernel> {
+    #[cfg(feature = "cuda")]
+    return crate::gpu::ops::check(def, dtypes).map_err(|reason| NdError::Context {
+        op: def.name.into(),
+        arg: "inputs".into(),
+        found: ctx.to_string(),
+        expected: format!("a CPU context ({reason})"),
+    });
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = dtypes;
+        Err(crate::array::no_device(def.name, ctx))
+    }
+}
+
+/// The engine op running a GPU kernel (without the vars and context, which the caller adds).
+#[cfg(feature = "cuda")]
+fn device_op(
+    rt: &Arc<Runtime>,
+    ctx: storage::Context,
+    def: &'static OpDef,
+    kernel: DeviceKernel,
+    attrs: &Attrs,
+    ins: Vec<TensorRef>,
+    outs: Vec<TensorRef>,
+) -> Op {
+    let pool = rt.storage(ctx);
+    crate::gpu::cuda::kernel_op(
+        def.name,
+        kernel,
+        def.alias_safe,
+        attrs.clone(),
+        ins,
+        outs,
+        pool,
+    )
+}
+
+#[cfg(not(feature = "cuda"))]
+fn device_op(
+    _: &Arc<Runtime>,
+    _: storage::Context,
+    _: &'static OpDef,
+    kernel: DeviceKernel,
+    _: &Attrs,
+    _: Vec<TensorRef>,
+    _: Vec<TensorRef>,
+) -> Op {
+    match kernel {}
 }
 
 /// Output shapes and dtypes, as an op's inference gives them.

@@ -1,0 +1,365 @@
+//! The CUDA [`Stream`] (`cuda` feature): kernels compiled once by NVRTC and loaded per device,
+//! GEMMs by cuBLAS, everything on the stream of the engine worker running the op.
+//!
+//! An op's work is queued on its worker's stream and the op then waits for the stream, so when
+//! the engine sees the op finish its results are in memory, and the next op on the same arrays
+//! (on any worker's stream) reads them safely — MXNet's GPU workers do the same. Copies between
+//! host and device are asynchronous engine ops instead: the copy worker queues the transfer and
+//! a host callback on the stream completes the op when the transfer is done, so copy workers
+//! never block on a transfer.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::cublas::sys::cublasOperation_t;
+use cudarc::cublas::{result as blas, CudaBlas};
+use cudarc::driver::{
+    result, sys, CudaContext, CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
+};
+use engine::{Completion, FnProperty, Op, RunContext};
+use storage::{Context, Handle, StorageManager};
+
+use super::ops::{fill_with, run, GpuKernel};
+use super::{Gemm, KArgs, Stream, KERNELS, KERNEL_NAMES};
+use crate::ops::{Attrs, TensorRef};
+
+// SAFETY: `KArgs` is `repr(C)`, plain data, laid out as the kernels' `struct KArgs`.
+unsafe impl DeviceRepr for KArgs {}
+
+/// Threads per block of every launch; grids are capped, the kernels' loops cover the rest.
+const BLOCK: u32 = 256;
+const MAX_BLOCKS: usize = 65_535;
+
+/// The kernels loaded on one device, by name.
+struct Module {
+    functions: HashMap<&'static str, CudaFunction>,
+}
+
+/// The PTX of `kernels.cu`, compiled once per process (it does not depend on the device).
+fn ptx() -> Result<&'static str, String> {
+    static PTX: OnceLock<Result<String, String>> = OnceLock::new();
+    PTX.get_or_init(compile_ptx)
+        .as_deref()
+        .map_err(Clone::clone)
+}
+
+/// Compiles the kernels with NVRTC (loaded at run time: without it, GPU ops fail with this error).
+pub(crate) fn compile_ptx() -> Result<String, String> {
+    // cudarc panics when the NVRTC library cannot be loaded.
+    std::panic::catch_unwind(|| cudarc::nvrtc::compile_ptx(KERNELS))
+        .map_err(|_| "the NVRTC library (libnvrtc) cannot be loaded on this machine".to_string())?
+        .map(|ptx| ptx.to_src())
+        .map_err(|e| format!("NVRTC rejected kernels.cu: {e:?}"))
+}
+
+fn module(ctx: &Arc<CudaContext>) -> Result<Arc<Module>, String> {
+    static MODULES: Mutex<Vec<(usize, Arc<Module>)>> = Mutex::new(Vec::new());
+    let mut modules = MODULES.lock().map_err(|e| e.to_string())?;
+    let ordinal = ctx.ordinal();
+    if let Some((_, m)) = modules.iter().find(|(o, _)| *o == ordinal) {
+        return Ok(m.clone());
+    }
+    let loaded = ctx
+        .load_module(cudarc::nvrtc::Ptx::from_src(ptx()?))
+        .map_err(|e| format!("loading the kernels on GPU {ordinal}: {e}"))?;
+    let mut functions = HashMap::new();
+    for &name in KERNEL_NAMES {
+        let f = loaded
+            .load_function(name)
+            .map_err(|e| format!("kernel {name} on GPU {ordinal}: {e}"))?;
+        functions.insert(name, f);
+    }
+    let m = Arc::new(Module { functions });
+    modules.push((ordinal, m.clone()));
+    Ok(m)
+}
+
+thread_local! {
+    /// Streams for threads whose engine gave them none (the inline and pooled engines).
+    static OWN_STREAMS: RefCell<HashMap<u32, Arc<CudaStream>>> = RefCell::default();
+    /// One cuBLAS handle per stream this thread has run GEMMs on.
+    static BLAS: RefCell<Vec<(usize, CudaBlas)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The worker's stream, or one of this thread's own for device `dev_id`.
+fn stream_for(rctx: &RunContext) -> Result<Arc<CudaStream>, String> {
+    if let Some(s) = &rctx.stream {
+        return Ok(s.clone());
+    }
+    let dev = rctx.ctx.dev_id;
+    OWN_STREAMS.with(|streams| {
+        if let Some(s) = streams.borrow().get(&dev) {
+            return Ok(s.clone());
+        }
+        let opened = std::panic::catch_unwind(|| CudaContext::new(dev as usize))
+            .map_err(|_| "the CUDA driver library cannot be loaded on this machine".to_string())?;
+        let stream = opened
+            .and_then(|c| c.new_stream())
+            .map_err(|e| format!("a stream on GPU {dev}: {e}"))?;
+        streams.borrow_mut().insert(dev, stream.clone());
+        Ok(stream)
+    })
+}
+
+/// One op's view of its stream: kernels, GEMMs, copies, and scratch from the device's pool
+/// (handed back when the op ends, after the stream has finished with it).
+struct DeviceStream<'a> {
+    stream: &'a Arc<CudaStream>,
+    module: Arc<Module>,
+    pool: &'a StorageManager,
+    held: RefCell<Vec<Handle>>,
+}
+
+fn driver_error(what: &str, e: impl std::fmt::Debug) -> String {
+    format!("{what}: {e:?}")
+}
+
+impl Stream for DeviceStream<'_> {
+    fn launch(&self, kernel: &'static str, threads: usize, args: &KArgs) -> Result<(), String> {
+        if threads == 0 {
+            return Ok(());
+        }
+        let f = self
+            .module
+            .functions
+            .get(kernel)
+            .ok_or_else(|| format!("kernel {kernel} is not loaded"))?;
+        let blocks = threads.div_ceil(BLOCK as usize).min(MAX_BLOCKS) as u32;
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: every kernel takes one `KArgs`; the op layer fills it with device pointers to
+        // buffers of the sizes the kernel reads, valid until the op ends.
+        unsafe { self.stream.launch_builder(f).arg(args).launch(cfg) }
+            .map(|_| ())
+            .map_err(|e| driver_error(kernel, e))
+    }
+
+    fn gemm(&self, g: &Gemm) -> Result<(), String> {
+        if g.m == 0 || g.n == 0 {
+            return Ok(());
+        }
+        let key = self.stream.cu_stream() as usize;
+        BLAS.with(|handles| {
+            let mut handles = handles.borrow_mut();
+            if !handles.iter().any(|(k, _)| *k == key) {
+                let h =
+                    CudaBlas::new(self.stream.clone()).map_err(|e| driver_error("cuBLAS", e))?;
+                handles.push((key, h));
+            }
+            let (_, h) = handles
+                .iter()
+                .find(|(k, _)| *k == key)
+                .ok_or("cuBLAS handle")?;
+            let op = |t: bool| match t {
+                true => cublasOperation_t::CUBLAS_OP_T,
+                false => cublasOperation_t::CUBLAS_OP_N,
+            };
+            // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
+            let alpha = 1.0f32;
+            // SAFETY: device pointers to matrices of these sizes and strides, per the op layer.
+            unsafe {
+                blas::sgemm(
+                    *h.handle(),
+                    op(g.tb),
+                    op(g.ta),
+                    g.n as i32,
+                    g.m as i32,
+                    g.k as i32,
+                    &alpha,
+                    g.b,
+                    g.ldb as i32,
+                    g.a,
+                    g.lda as i32,
+                    &g.beta,
+                    g.c,
+                    g.ldc as i32,
+                )
+            }
+            .map_err(|e| driver_error("cublasSgemm", e))
+        })
+    }
+
+    fn copy(&self, src: *const u8, dst: *mut u8, bytes: usize) -> Result<(), String> {
+        // SAFETY: device buffers of at least `bytes`, per the op layer.
+        unsafe {
+            sys::cuMemcpyAsync(dst as u64, src as u64, bytes, self.stream.cu_stream()).result()
+        }
+        .map_err(|e| driver_error("cuMemcpyAsync", e))
+    }
+
+    fn scratch(&self, bytes: usize) -> Result<*mut u8, String> {
+        let h = self
+            .pool
+            .alloc(bytes.max(1))
+            .map_err(|e| format!("GPU scratch: {e}"))?;
+        let p = h.as_ptr();
+        self.held.borrow_mut().push(h);
+        Ok(p)
+    }
+}
+
+/// Runs `f` on the worker's stream for the device of `rctx`, then waits for the stream.
+pub(crate) fn run_on_device(
+    rctx: &RunContext,
+    pool: &StorageManager,
+    f: impl FnOnce(&dyn Stream) -> Result<(), String>,
+) -> Result<(), String> {
+    let stream = stream_for(rctx)?;
+    stream
+        .context()
+        .bind_to_thread()
+        .map_err(|e| driver_error("binding the CUDA context", e))?;
+    let s = DeviceStream {
+        stream: &stream,
+        module: module(stream.context())?,
+        pool,
+        held: RefCell::default(),
+    };
+    let ran = f(&s);
+    // Kernel faults surface here too.
+    let synced = stream
+        .synchronize()
+        .map_err(|e| driver_error("waiting for the stream", e));
+    drop(s);
+    ran.and(synced)
+}
+
+/// The engine op running GPU kernel `kernel` of op `name` on `ctx`'s workers.
+pub(crate) fn kernel_op(
+    name: &'static str,
+    kernel: GpuKernel,
+    alias_safe: bool,
+    attrs: Attrs,
+    ins: Vec<TensorRef>,
+    outs: Vec<TensorRef>,
+    pool: StorageManager,
+) -> Op {
+    Op::sync(name, move |rctx| {
+        run_on_device(rctx, &pool, |s| {
+            run(name, kernel, alias_safe, &attrs, ins, &outs, s)
+        })
+        .map_err(Into::into)
+    })
+}
+
+/// The engine op setting a GPU array to `value`.
+pub(crate) fn fill_op(t: TensorRef, value: f64, pool: StorageManager) -> Op {
+    Op::sync("fill", move |rctx| {
+        run_on_device(rctx, &pool, |s| fill_with(s, &t, value)).map_err(Into::into)
+    })
+}
+
+/// An asynchronous copy between `from` and `to` (at least one a GPU), run by the GPU side's copy
+/// workers: the transfer is queued on the worker's stream and the op completes when it is done.
+pub(crate) fn copy_op(
+    name: &'static str,
+    src: TensorRef,
+    dst: TensorRef,
+    from: Context,
+    to: Context,
+) -> Op {
+    let (side, prop) = match to.is_cpu() {
+        false => (to, FnProperty::CopyToDevice),
+        true => (from, FnProperty::CopyFromDevice),
+    };
+    Op::asynchronous(name, move |rctx, done| {
+        // Whole tensors move in (not just their pointer fields, which are not `Send`).
+        let (src, dst) = (src, dst);
+        let bytes = src.buf.bytes.min(dst.buf.bytes);
+        let queued = stream_for(rctx).and_then(|stream| {
+            stream
+                .context()
+                .bind_to_thread()
+                .map_err(|e| driver_error("binding the CUDA context", e))?;
+            // SAFETY: the engine keeps both arrays alive and unwritten by others until the op
+            // completes; unified addressing tells host from device pointers.
+            unsafe {
+                sys::cuMemcpyAsync(
+                    dst.buf.ptr as u64,
+                    src.buf.ptr as u64,
+                    bytes,
+                    stream.cu_stream(),
+                )
+                .result()
+            }
+            .map_err(|e| driver_error("cuMemcpyAsync", e))?;
+            Ok(stream)
+        });
+        match queued {
+            Ok(stream) => complete_after(&stream, done),
+            Err(e) => done.complete(Err(e.into())),
+        }
+    })
+    .on(side)
+    .prop(prop)
+}
+
+/// Completes `done` once everything queued on `stream` so far has run.
+fn complete_after(stream: &Arc<CudaStream>, done: Completion) {
+    /// Runs on the driver's callback thread, which must not call CUDA: completing an op may run
+    /// other ops' code (a free that returns GPU memory), so it only hands the completion over.
+    unsafe extern "C" fn on_stream_done(user: *mut c_void) {
+        // SAFETY: `user` is the box leaked below, passed to exactly one callback.
+        let done = unsafe { Box::from_raw(user.cast::<Completion>()) };
+        if let Err(unsent) = completer().send(*done) {
+            unsent.0.complete(Ok(()));
+        }
+    }
+    let user = Box::into_raw(Box::new(done)).cast::<c_void>();
+    // SAFETY: a valid stream; the callback takes ownership of `user` when it runs.
+    let queued =
+        unsafe { result::stream::launch_host_function(stream.cu_stream(), on_stream_done, user) };
+    if let Err(e) = queued {
+        // SAFETY: the callback was not queued, so the box is still ours.
+        let done = unsafe { Box::from_raw(user.cast::<Completion>()) };
+        done.complete(Err(driver_error("cuLaunchHostFunc", e).into()));
+    }
+}
+
+/// The thread that completes copies whose transfers have finished.
+fn completer() -> &'static Sender<Completion> {
+    static TX: OnceLock<Sender<Completion>> = OnceLock::new();
+    TX.get_or_init(|| {
+        let (tx, rx) = channel::<Completion>();
+        let spawned = std::thread::Builder::new()
+            .name("mxrs-cuda-completions".into())
+            .spawn(move || {
+                for done in rx {
+                    done.complete(Ok(()));
+                }
+            });
+        if spawned.is_err() {
+            // Without the thread, sends fail and the callback completes in place.
+            let (dead, _) = channel();
+            return dead;
+        }
+        tx
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    /// The device code compiles with NVRTC wherever the library can be loaded (no GPU needed).
+    /// CI installs NVIDIA's NVRTC wheel for this; elsewhere the test says why it skipped.
+    #[test]
+    fn nvrtc_compiles_the_kernels() {
+        match super::compile_ptx() {
+            Ok(ptx) => {
+                for name in super::KERNEL_NAMES {
+                    assert!(
+                        ptx.contains(&format!(".entry {name}(")),
+                        "{name} missing from PTX"
+                    );
+                }
+            }
+            Err(e) if e.contains("cannot be loaded") => eprintln!("skipped: {e}"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
