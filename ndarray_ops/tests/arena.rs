@@ -184,7 +184,7 @@ fn train(rt: &Arc<Runtime>, sym: &Symbol, memory: MemoryPlanning) -> Vec<(String
         ("data".to_string(), vec![batch, 1, 8, 8]),
         ("label".to_string(), vec![batch]),
     ]);
-    let grad_req = common::write_grads(&sym, &["data", "label"]);
+    let grad_req = common::write_grads(sym, &["data", "label"]);
     let opts = BindOptions {
         memory,
         grad_req,

@@ -286,7 +286,7 @@ fn backward_takes_head_gradients_and_bind_takes_gradient_arrays() {
     let head = rt
         .from_vec(vec![10.0f32, 20.0, 30.0, 40.0], &[4], ctx)
         .unwrap();
-    exec.backward_with(&[head.clone()]).unwrap();
+    exec.backward_with(std::slice::from_ref(&head)).unwrap();
     assert_eq!(mine.to_vec::<f32>().unwrap(), vec![10.0, 40.0, 90.0, 160.0]);
     assert!(exec.grad_dict()["w"].shares_chunk(&mine));
     let err = exec.backward_with(&[]).err().unwrap().to_string();

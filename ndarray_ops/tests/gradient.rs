@@ -455,7 +455,7 @@ fn check_op(op: &str, attrs: Attrs, shapes: &[Vec<usize>], range: (f64, f64)) {
             &rt,
             &args[n],
             &analytic,
-            &objective,
+            objective,
             &format!("{op}: d/d {n}"),
         );
     }
@@ -467,10 +467,10 @@ fn elementwise_scalar_and_dot_gradients_match_finite_differences() {
     for op in [
         "negative", "exp", "square", "relu", "sigmoid", "tanh", "softrelu", "_copy",
     ] {
-        check_op(op, Attrs::new(), &[s.clone()], (-1.0, 1.0));
+        check_op(op, Attrs::new(), std::slice::from_ref(&s), (-1.0, 1.0));
     }
     for op in ["log", "sqrt"] {
-        check_op(op, Attrs::new(), &[s.clone()], (0.5, 1.5));
+        check_op(op, Attrs::new(), std::slice::from_ref(&s), (0.5, 1.5));
     }
     for op in [
         "_plus_scalar",
@@ -483,7 +483,7 @@ fn elementwise_scalar_and_dot_gradients_match_finite_differences() {
         check_op(
             op,
             Attrs::new().with("scalar", 1.7),
-            &[s.clone()],
+            std::slice::from_ref(&s),
             (0.5, 1.5),
         );
     }

@@ -9,9 +9,7 @@ use std::time::Duration;
 
 use engine::{EngineBuilder, EngineKind};
 use ndarray_ops::symbol::CTX_GROUP;
-use ndarray_ops::{
-    Attrs, BindOptions, DataParallel, Executor, GradReq, NDArray, Runtime, Sgd, Symbol,
-};
+use ndarray_ops::{Attrs, BindOptions, DataParallel, Executor, NDArray, Runtime, Sgd, Symbol};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use storage::{Context, StorageConfig};
@@ -99,13 +97,12 @@ fn sorted(m: HashMap<String, NDArray>) -> Vec<(String, Vec<f32>)> {
     v
 }
 
+/// What a placed run saw (outputs and gradients by name), where each node ran, the executor.
+type Placed = (Vec<(String, Vec<f32>)>, Vec<(String, Context)>, Executor);
+
 /// Binds `sym` (with `group2ctx`), sets seeded arguments, runs forward and backward twice;
 /// returns the outputs, the gradients and where each node ran.
-fn run_placed(
-    rt: &Arc<Runtime>,
-    sym: &Symbol,
-    group2ctx: HashMap<String, Context>,
-) -> (Vec<(String, Vec<f32>)>, Vec<(String, Context)>, Executor) {
+fn run_placed(rt: &Arc<Runtime>, sym: &Symbol, group2ctx: HashMap<String, Context>) -> Placed {
     let grad_req = common::write_grads(sym, &["label"]);
     let opts = BindOptions {
         grad_req,

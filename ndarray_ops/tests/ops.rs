@@ -8,6 +8,11 @@ use ndarray::{ArrayD, Axis, IxDyn};
 use ndarray_ops::{invoke, Attrs, DType, NDArray, NdError, Runtime};
 use storage::Context;
 
+/// An elementwise reference: two operands (or an operand and a scalar) to one value.
+type Binary = fn(f64, f64) -> f64;
+/// An elementwise reference of one operand.
+type Unary = fn(f64) -> f64;
+
 fn rt() -> Arc<Runtime> {
     Runtime::with_engine(EngineKind::ThreadedPerDevice)
 }
@@ -61,7 +66,7 @@ fn broadcasting_binary_ops_match_ndarray() {
         (&[2, 0], &[2, 1]),
         (&[3, 1], &[1, 4]),
     ];
-    let ops: &[(&str, fn(f64, f64) -> f64)] = &[
+    let ops: &[(&str, Binary)] = &[
         ("broadcast_add", |a, b| a + b),
         ("broadcast_sub", |a, b| a - b),
         ("broadcast_mul", |a, b| a * b),
@@ -151,7 +156,7 @@ fn scalar_and_unary_ops_match_ndarray() {
     let a = data(&[3, 4], 7);
     let na = rt.from_array(&a, Context::cpu(0)).unwrap();
     let s = 1.5;
-    let scalar: &[(&str, fn(f64, f64) -> f64)] = &[
+    let scalar: &[(&str, Binary)] = &[
         ("_plus_scalar", |x, s| x + s),
         ("_minus_scalar", |x, s| x - s),
         ("_rminus_scalar", |x, s| s - x),
@@ -166,7 +171,7 @@ fn scalar_and_unary_ops_match_ndarray() {
         let got = run1(name, &[&na], &Attrs::new().with("scalar", s));
         close(&got, &a.mapv(|x| f(x, s)), name);
     }
-    let unary: &[(&str, fn(f64) -> f64)] = &[
+    let unary: &[(&str, Unary)] = &[
         ("_copy", |x| x),
         ("negative", |x| -x),
         ("abs", f64::abs),
@@ -206,7 +211,7 @@ fn every_dtype_runs_arithmetic() {
         let b = rt.full(&[3], 2.0, dtype, Context::cpu(0)).unwrap();
         let c = (&(&a * &b).unwrap() + 1.0).unwrap();
         assert_eq!(c.dtype(), dtype);
-        let got: Vec<f64> = ndarray_ops::with_dtype!(dtype, T => c.to_vec::<T>().unwrap().into_iter().map(|x| ndarray_ops::Element::to_f64(x)).collect());
+        let got: Vec<f64> = ndarray_ops::with_dtype!(dtype, T => c.to_vec::<T>().unwrap().into_iter().map(ndarray_ops::Element::to_f64).collect());
         assert_eq!(got, vec![1.0, 3.0, 5.0, 7.0, 9.0, 11.0], "{dtype}");
     }
     // Integer division by zero is zero, not a trap.
@@ -338,7 +343,7 @@ fn dot_and_batch_dot_match_ndarray() {
             .reshape(&[3, 2])
             .unwrap();
         let z = x.dot(&y).unwrap();
-        let got: Vec<f64> = ndarray_ops::with_dtype!(dtype, T => z.to_vec::<T>().unwrap().into_iter().map(|v| ndarray_ops::Element::to_f64(v)).collect());
+        let got: Vec<f64> = ndarray_ops::with_dtype!(dtype, T => z.to_vec::<T>().unwrap().into_iter().map(ndarray_ops::Element::to_f64).collect());
         assert_eq!(got, vec![10.0, 13.0, 28.0, 40.0], "{dtype}");
     }
     let p = data(&[2, 3, 4], 5);

@@ -60,7 +60,7 @@ proptest! {
             match s {
                 Step::Alloc(size) => {
                     let mut h = m.alloc(size).unwrap();
-                    prop_assert!(h.addr() % 64 == 0 && h.capacity() >= size.max(1));
+                    prop_assert!(h.addr().is_multiple_of(64) && h.capacity() >= size.max(1));
                     // The memory is really ours: write both ends.
                     let end = h.capacity() - 1;
                     h.write(0, &[0xAB]).unwrap();

@@ -38,9 +38,9 @@ fn problem() -> impl Strategy<Value = Problem> {
         let mut groups = vec![];
         if grouped && buffers.len() >= 4 {
             // Members after the first need sizes that keep the next one aligned.
-            for i in 0..3 {
-                buffers[i].size = buffers[i].size.next_multiple_of(256);
-                buffers[i].align = 0;
+            for b in buffers.iter_mut().take(3) {
+                b.size = b.size.next_multiple_of(256);
+                b.align = 0;
             }
             buffers[0].align = 256;
             groups.push(vec![0, 1, 2]);

@@ -1,0 +1,314 @@
+//! The CUDA back end on a real GPU (`cuda` feature): a small ResNet-like block and the
+//! train_digits networks give the CPU's outputs and gradients on `gpu(0)`; data-parallel training
+//! over a GPU and a CPU matches the CPU alone; copies round-trip; a GPU over its memory limit
+//! fails its bind clearly. Every test skips, saying so, where no GPU can be used (the kernels
+//! themselves are checked on every machine by the host emulator in `src/gpu/tests.rs`).
+
+#![cfg(feature = "cuda")]
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use engine::{EngineBuilder, EngineKind};
+use ndarray_ops::{Attrs, BindOptions, DataParallel, Executor, NDArray, Runtime, Sgd, Symbol};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use storage::{Context, StorageConfig};
+
+mod common;
+
+fn gpu() -> Option<Context> {
+    if storage::gpu_available() {
+        Some(Context::gpu(0))
+    } else {
+        eprintln!("skipped: no usable GPU on this machine");
+        None
+    }
+}
+
+fn runtime(storage: StorageConfig) -> Arc<Runtime> {
+    Runtime::new(
+        EngineBuilder::new(EngineKind::ThreadedPerDevice).build(),
+        storage,
+    )
+}
+
+fn host(rng: &mut StdRng, shape: &[usize], rt: &Arc<Runtime>) -> NDArray {
+    let n = shape.iter().product();
+    let v: Vec<f32> = (0..n).map(|_| rng.gen_range(-0.5..0.5)).collect();
+    rt.from_vec(v, shape, Context::cpu(0)).unwrap()
+}
+
+fn op(name: &str, node: &str, ins: &[&Symbol], attrs: Attrs) -> Symbol {
+    Symbol::op(name, node, ins, attrs).unwrap()
+}
+
+/// Convolution, BatchNorm, ReLU, a residual add, max and global average pooling, a dense layer
+/// and a softmax loss: every op ResNet uses.
+fn resnet_block() -> Symbol {
+    let data = Symbol::var("data");
+    let conv = |name: &str, x: &Symbol, stride: usize| {
+        let w = Symbol::var(&format!("{name}_weight"));
+        op(
+            "Convolution",
+            name,
+            &[x, &w],
+            Attrs::new()
+                .with("kernel", "(3, 3)")
+                .with("pad", "(1, 1)")
+                .with("stride", format!("({stride}, {stride})"))
+                .with("num_filter", 8)
+                .with("no_bias", true),
+        )
+    };
+    let bn = |name: &str, x: &Symbol| {
+        let vars: Vec<Symbol> = ["gamma", "beta", "moving_mean", "moving_var"]
+            .iter()
+            .map(|v| Symbol::var(&format!("{name}_{v}")))
+            .collect();
+        let ins: Vec<&Symbol> = std::iter::once(x).chain(&vars).collect();
+        op(
+            "BatchNorm",
+            name,
+            &ins,
+            Attrs::new().with("fix_gamma", false),
+        )
+    };
+    let relu = |name: &str, x: &Symbol| {
+        op(
+            "Activation",
+            name,
+            &[x],
+            Attrs::new().with("act_type", "relu"),
+        )
+    };
+    let stem = relu("relu0", &bn("bn0", &conv("conv0", &data, 1)));
+    let pooled = op(
+        "Pooling",
+        "pool0",
+        &[&stem],
+        Attrs::new()
+            .with("kernel", "(3, 3)")
+            .with("stride", "(2, 2)")
+            .with("pad", "(1, 1)")
+            .with("pool_type", "max"),
+    );
+    let branch = bn(
+        "bn2",
+        &conv(
+            "conv2",
+            &relu("relu1", &bn("bn1", &conv("conv1", &pooled, 1))),
+            1,
+        ),
+    );
+    let sum = op("elemwise_add", "add", &[&branch, &pooled], Attrs::new());
+    let gap = op(
+        "Pooling",
+        "gap",
+        &[&relu("relu2", &sum)],
+        Attrs::new()
+            .with("global_pool", true)
+            .with("pool_type", "avg")
+            .with("kernel", "(1, 1)"),
+    );
+    let flat = op("Flatten", "flat", &[&gap], Attrs::new());
+    let (w, b) = (Symbol::var("fc_weight"), Symbol::var("fc_bias"));
+    let fc = op(
+        "FullyConnected",
+        "fc",
+        &[&flat, &w, &b],
+        Attrs::new().with("num_hidden", 10),
+    );
+    op(
+        "SoftmaxOutput",
+        "softmax",
+        &[&fc, &Symbol::var("label")],
+        Attrs::new(),
+    )
+}
+
+/// Binds `sym` on `ctx`, sets seeded arguments (labels in 0..10, variances positive), runs a
+/// training forward and backward; returns outputs and gradients by name.
+fn forward_backward(
+    rt: &Arc<Runtime>,
+    ctx: Context,
+    sym: &Symbol,
+    shapes: &HashMap<String, Vec<usize>>,
+) -> Vec<(String, Vec<f32>)> {
+    let opts = BindOptions {
+        grad_req: common::write_grads(sym, &["data", "label"]),
+        ..BindOptions::default()
+    };
+    let exec = Executor::bind_with_options(rt, ctx, sym, shapes, HashMap::new(), &opts).unwrap();
+    let mut rng = StdRng::seed_from_u64(3);
+    let mut args: Vec<_> = exec.arg_dict().into_iter().chain(exec.aux_dict()).collect();
+    args.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, a) in &args {
+        let v = host(&mut rng, a.shape(), rt);
+        let v = if name == "label" {
+            let l: Vec<f32> = (0..a.size()).map(|i| (i * 7 % 10) as f32).collect();
+            rt.from_vec(l, a.shape(), Context::cpu(0)).unwrap()
+        } else if name.ends_with("moving_var") {
+            rt.full(a.shape(), 1.0, ndarray_ops::DType::F32, Context::cpu(0))
+                .unwrap()
+        } else {
+            v
+        };
+        v.copy_into(a).unwrap();
+    }
+    exec.forward(true).unwrap();
+    exec.backward().unwrap();
+    let mut seen = vec![(
+        "output".to_string(),
+        exec.outputs()[0].to_vec::<f32>().unwrap(),
+    )];
+    let mut grads: Vec<_> = exec.grad_dict().into_iter().collect();
+    grads.sort_by(|a, b| a.0.cmp(&b.0));
+    seen.extend(
+        grads
+            .into_iter()
+            .map(|(k, g)| (k, g.to_vec::<f32>().unwrap())),
+    );
+    seen
+}
+
+fn assert_close(what: &str, a: &[(String, Vec<f32>)], b: &[(String, Vec<f32>)], tol: f32) {
+    assert_eq!(a.len(), b.len(), "{what}");
+    for ((name, x), (_, y)) in a.iter().zip(b) {
+        for (i, (u, v)) in x.iter().zip(y).enumerate() {
+            assert!(
+                (u - v).abs() <= tol * (1.0 + v.abs()),
+                "{what}: {name}[{i}]: GPU {u}, CPU {v}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_resnet_block_on_the_gpu_gives_the_cpus_outputs_and_gradients() {
+    let Some(gpu) = gpu() else { return };
+    let rt = runtime(StorageConfig::default());
+    let shapes = HashMap::from([
+        ("data".to_string(), vec![4, 3, 12, 12]),
+        ("label".to_string(), vec![4]),
+    ]);
+    let sym = resnet_block();
+    let on_gpu = forward_backward(&rt, gpu, &sym, &shapes);
+    let on_cpu = forward_backward(&rt, Context::cpu(0), &sym, &shapes);
+    assert_close("resnet block", &on_gpu, &on_cpu, 1e-3);
+}
+
+#[test]
+fn copies_round_trip_and_arrays_fill_on_the_gpu() {
+    let Some(gpu) = gpu() else { return };
+    let rt = runtime(StorageConfig::default());
+    let mut rng = StdRng::seed_from_u64(1);
+    let a = host(&mut rng, &[1000, 37], &rt);
+    let back = a.copy_to(gpu).unwrap().copy_to(Context::cpu(0)).unwrap();
+    assert_eq!(back.to_vec::<f32>().unwrap(), a.to_vec::<f32>().unwrap());
+    let z = rt.full(&[5, 3], 2.5, ndarray_ops::DType::F32, gpu).unwrap();
+    assert_eq!(z.to_vec::<f32>().unwrap(), vec![2.5; 15]);
+    let sum = ndarray_ops::invoke("elemwise_add", &[&z, &z], &Attrs::new(), None).unwrap();
+    assert_eq!(sum[0].to_vec::<f32>().unwrap(), vec![5.0; 15]);
+    // An op without a GPU kernel is refused at the call, clearly.
+    let err = ndarray_ops::invoke("Dropout", &[&z], &Attrs::new(), None)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("Dropout has no GPU kernel"), "{err}");
+}
+
+/// Three data-parallel steps of the MLP over `contexts` from seeded weights; the final weights.
+fn train_over(rt: &Arc<Runtime>, contexts: &[Context]) -> Vec<(String, Vec<f32>)> {
+    let batch = 16;
+    let shapes = HashMap::from([
+        ("data".to_string(), vec![batch, 20]),
+        ("label".to_string(), vec![batch]),
+    ]);
+    let mut h = Symbol::var("data");
+    for (i, n) in [32, 10].into_iter().enumerate() {
+        let (w, b) = (Symbol::var(&format!("w{i}")), Symbol::var(&format!("b{i}")));
+        h = op(
+            "FullyConnected",
+            &format!("fc{i}"),
+            &[&h, &w, &b],
+            Attrs::new().with("num_hidden", n),
+        );
+        if i == 0 {
+            h = op(
+                "Activation",
+                "act",
+                &[&h],
+                Attrs::new().with("act_type", "relu"),
+            );
+        }
+    }
+    let sym = op(
+        "SoftmaxOutput",
+        "softmax",
+        &[&h, &Symbol::var("label")],
+        Attrs::new(),
+    );
+    let sgd = Sgd {
+        lr: 0.5,
+        momentum: 0.9,
+        wd: 1e-3,
+    };
+    let dp = DataParallel::new(rt, &sym, contexts, &shapes, &["data", "label"], sgd).unwrap();
+    let mut rng = StdRng::seed_from_u64(9);
+    let mut init: Vec<_> = dp.params().into_iter().collect();
+    init.sort_by(|a, b| a.0.cmp(&b.0));
+    let init: HashMap<String, NDArray> = init
+        .into_iter()
+        .map(|(k, a)| (k, host(&mut rng, a.shape(), rt)))
+        .collect();
+    dp.set_params(&init).unwrap();
+    for _ in 0..3 {
+        let x = host(&mut rng, &[batch, 20], rt);
+        let y: Vec<f32> = (0..batch).map(|_| rng.gen_range(0..10) as f32).collect();
+        let y = rt.from_vec(y, &[batch], Context::cpu(0)).unwrap();
+        dp.step(&[("data", &x), ("label", &y)]).unwrap();
+    }
+    dp.wait().unwrap();
+    let mut end: Vec<_> = dp
+        .params()
+        .into_iter()
+        .map(|(k, a)| (k, a.to_vec::<f32>().unwrap()))
+        .collect();
+    end.sort_by(|a, b| a.0.cmp(&b.0));
+    end
+}
+
+#[test]
+fn data_parallel_over_a_gpu_and_a_cpu_matches_the_cpu_alone() {
+    let Some(gpu) = gpu() else { return };
+    let rt = runtime(StorageConfig::default());
+    let cpu = train_over(&rt, &[Context::cpu(0)]);
+    assert_close("gpu(0) alone", &train_over(&rt, &[gpu]), &cpu, 1e-4);
+    assert_close(
+        "gpu(0) + cpu(0)",
+        &train_over(&rt, &[gpu, Context::cpu(0)]),
+        &cpu,
+        1e-4,
+    );
+}
+
+#[test]
+fn a_gpu_over_its_memory_limit_fails_its_bind_clearly() {
+    let Some(gpu) = gpu() else { return };
+    let rt = runtime(StorageConfig {
+        limits: HashMap::from([(gpu, 4096)]),
+        ..StorageConfig::default()
+    });
+    let shapes = HashMap::from([
+        ("data".to_string(), vec![64, 3, 12, 12]),
+        ("label".to_string(), vec![64]),
+    ]);
+    let err = Executor::simple_bind(&rt, gpu, &resnet_block(), &shapes)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("gpu(0)") && err.contains("limit"), "{err}");
+    let exec = Executor::simple_bind(&rt, Context::cpu(0), &resnet_block(), &shapes).unwrap();
+    exec.forward(false).unwrap();
+    rt.wait_all().unwrap();
+}
