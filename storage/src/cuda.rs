@@ -4,16 +4,31 @@
 
 use std::panic::catch_unwind;
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use cudarc::driver::{result, CudaContext};
 
 use crate::device::{Device, RawBlock};
 use crate::{Context, DeviceType, StorageError};
 
+/// Whether the CUDA driver library can be loaded. Asked before calling cudarc, which panics
+/// (and the panic hook prints a backtrace) when it cannot find the library.
+pub(crate) fn driver_loadable() -> bool {
+    static LOADABLE: OnceLock<bool> = OnceLock::new();
+    *LOADABLE.get_or_init(|| {
+        ["libcuda.so.1", "libcuda.so"].into_iter().any(|name| {
+            // SAFETY: the system's CUDA driver library, which cudarc loads the same way.
+            unsafe { libloading::Library::new(name) }.is_ok()
+        })
+    })
+}
+
 /// Whether a CUDA driver and at least one GPU can be used here.
 pub fn gpu_available() -> bool {
-    catch_unwind(|| result::init().is_ok() && CudaContext::device_count().is_ok_and(|n| n > 0))
+    driver_loadable()
+        && catch_unwind(|| {
+            result::init().is_ok() && CudaContext::device_count().is_ok_and(|n| n > 0)
+        })
         .unwrap_or(false)
 }
 
@@ -25,6 +40,9 @@ pub(crate) struct CudaDevice {
 impl CudaDevice {
     /// Opens the GPU behind `ctx` (for `cpu_pinned(i)`, GPU `i` owns the pinned memory).
     pub(crate) fn open(ctx: Context) -> Result<CudaDevice, String> {
+        if !driver_loadable() {
+            return Err("the CUDA driver library cannot be loaded on this machine".into());
+        }
         let opened = catch_unwind(|| CudaContext::new(ctx.dev_id as usize));
         match opened {
             Ok(Ok(cuda)) => Ok(CudaDevice { ctx, cuda }),

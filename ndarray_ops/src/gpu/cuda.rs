@@ -48,9 +48,23 @@ fn ptx() -> Result<&'static str, String> {
 
 /// Compiles the kernels with NVRTC (loaded at run time: without it, GPU ops fail with this error).
 pub(crate) fn compile_ptx() -> Result<String, String> {
-    // cudarc panics when the NVRTC library cannot be loaded.
+    let missing = || "the NVRTC library (libnvrtc) cannot be loaded on this machine".to_string();
+    // cudarc panics (and the panic hook prints a backtrace) when it cannot find the library, so
+    // look first; its own search covers more names, hence the catch as well.
+    let present = [
+        "libnvrtc.so",
+        "libnvrtc.so.12",
+        "libnvrtc.so.13",
+        "libnvrtc.so.11",
+    ]
+    .into_iter()
+    // SAFETY: NVIDIA's NVRTC library, which cudarc loads the same way.
+    .any(|name| unsafe { libloading::Library::new(name) }.is_ok());
+    if !present {
+        return Err(missing());
+    }
     std::panic::catch_unwind(|| cudarc::nvrtc::compile_ptx(KERNELS))
-        .map_err(|_| "the NVRTC library (libnvrtc) cannot be loaded on this machine".to_string())?
+        .map_err(|_| missing())?
         .map(|ptx| ptx.to_src())
         .map_err(|e| format!("NVRTC rejected kernels.cu: {e:?}"))
 }
@@ -90,6 +104,9 @@ fn stream_for(rctx: &RunContext) -> Result<Arc<CudaStream>, String> {
         return Ok(s.clone());
     }
     let dev = rctx.ctx.dev_id;
+    if !storage::gpu_available() {
+        return Err("no usable GPU: the CUDA driver cannot be loaded or finds no device".into());
+    }
     OWN_STREAMS.with(|streams| {
         if let Some(s) = streams.borrow().get(&dev) {
             return Ok(s.clone());
