@@ -10,7 +10,7 @@ use rand::{Rng, SeedableRng};
 use storage::Context;
 
 use super::emulate::{kernels, HostStream};
-use super::ops::{kernel_for, run};
+use super::ops::{check as gpu_check, kernel_for, run};
 use super::KERNEL_NAMES;
 use crate::ops::{invoke, invoke_on, lookup, Attrs, IS_TRAIN};
 use crate::{DType, NDArray, Runtime};
@@ -447,5 +447,11 @@ fn the_model_ops_all_have_gpu_kernels() {
             "{op}"
         );
     }
-    assert!(kernel_for(lookup("Dropout").expect("registered")).is_none());
+    let dropout = gpu_check(lookup("Dropout").expect("registered"), [DType::F32]);
+    assert_eq!(dropout.err().as_deref(), Some("Dropout has no GPU kernel"));
+    let f64_add = gpu_check(lookup("elemwise_add").expect("registered"), [DType::F64; 3]);
+    assert_eq!(
+        f64_add.err().as_deref(),
+        Some("elemwise_add: GPU kernels take float32 arrays, got float64")
+    );
 }

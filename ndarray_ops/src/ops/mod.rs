@@ -18,6 +18,7 @@ mod reduce;
 mod shape;
 mod stochastic;
 
+#[cfg(any(feature = "cuda", test))]
 pub(crate) use stochastic::bn_axis;
 pub use stochastic::IS_TRAIN;
 
