@@ -437,10 +437,10 @@ impl NDArray {
         if !Arc::ptr_eq(self.runtime(), dst.runtime()) {
             return Err(invalid("copy", "the arrays belong to different runtimes"));
         }
-        let (src_t, dst_t) = (self.tensor(), dst.tensor());
         if !self.ctx().is_cpu() || !dst.ctx().is_cpu() {
             return self.device_copy_op(dst, name);
         }
+        let (src_t, dst_t) = (self.tensor(), dst.tensor());
         let prop = if self.ctx() == dst.ctx() {
             FnProperty::Normal
         } else {

@@ -98,6 +98,16 @@ thread_local! {
     static BLAS: RefCell<Vec<(usize, CudaBlas)>> = const { RefCell::new(Vec::new()) };
 }
 
+/// The stream to run on, its device's context bound to this thread.
+fn bound_stream(rctx: &RunContext) -> Result<Arc<CudaStream>, String> {
+    let stream = stream_for(rctx)?;
+    stream
+        .context()
+        .bind_to_thread()
+        .map_err(|e| driver_error("binding the CUDA context", e))?;
+    Ok(stream)
+}
+
 /// The worker's stream, or one of this thread's own for device `dev_id`.
 fn stream_for(rctx: &RunContext) -> Result<Arc<CudaStream>, String> {
     if let Some(s) = &rctx.stream {
@@ -227,11 +237,7 @@ pub(crate) fn run_on_device(
     pool: &StorageManager,
     f: impl FnOnce(&dyn Stream) -> Result<(), String>,
 ) -> Result<(), String> {
-    let stream = stream_for(rctx)?;
-    stream
-        .context()
-        .bind_to_thread()
-        .map_err(|e| driver_error("binding the CUDA context", e))?;
+    let stream = bound_stream(rctx)?;
     let s = DeviceStream {
         stream: &stream,
         module: module(stream.context())?,
@@ -289,11 +295,7 @@ pub(crate) fn copy_op(
         // Whole tensors move in (not just their pointer fields, which are not `Send`).
         let (src, dst) = (src, dst);
         let bytes = src.buf.bytes.min(dst.buf.bytes);
-        let queued = stream_for(rctx).and_then(|stream| {
-            stream
-                .context()
-                .bind_to_thread()
-                .map_err(|e| driver_error("binding the CUDA context", e))?;
+        let queued = bound_stream(rctx).and_then(|stream| {
             // SAFETY: the engine keeps both arrays alive and unwritten by others until the op
             // completes; unified addressing tells host from device pointers.
             unsafe {
