@@ -3,8 +3,8 @@
 //! order. They mirror the CPU kernels (`crate::ops`) and are tested against them.
 
 use super::{Gemm, KArgs, Stream};
-use crate::ops::conv::{conv_params, pool_params, PoolType};
-use crate::ops::{Attrs, OpDef, TensorRef, IS_TRAIN};
+use crate::ops::conv::{conv_params, pool_params, ConvDims, PoolType};
+use crate::ops::{fc_dims, Attrs, OpDef, TensorRef, IS_TRAIN};
 use crate::DType;
 
 type KResult = Result<(), String>;
@@ -290,8 +290,7 @@ fn fully_connected(
     s: &dyn Stream,
 ) -> KResult {
     let (x, w, y) = (&ins[0], &ins[1], &outs[0]);
-    let (hidden, k) = (w.shape[0], w.shape[1]);
-    let m = x.len().checked_div(k).unwrap_or(0);
+    let (m, hidden, k) = fc_dims(x, w);
     s.gemm(&Gemm {
         ta: false,
         tb: true,
@@ -322,8 +321,7 @@ fn fully_connected_backward(
     s: &dyn Stream,
 ) -> KResult {
     let (dy, x, w) = (&ins[0], &ins[1], &ins[2]);
-    let (hidden, k) = (w.shape[0], w.shape[1]);
-    let m = x.len().checked_div(k).unwrap_or(0);
+    let (m, hidden, k) = fc_dims(x, w);
     // dx = dy w; dw = dy^T x.
     s.gemm(&Gemm {
         ta: false,
@@ -403,10 +401,18 @@ fn convolution(
 ) -> KResult {
     let c = conv_params(op, attrs).map_err(e2s)?;
     let (x, wt, o) = (&ins[0], &ins[1], &outs[0]);
-    let (n, ch, h, w) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
-    let (ho, wo) = (o.shape[2], o.shape[3]);
-    let (cg, fg, plane) = (ch / c.groups, c.filters / c.groups, ho * wo);
-    let rows = cg * c.k.0 * c.k.1;
+    let ConvDims {
+        n,
+        ch,
+        h,
+        w,
+        ho,
+        wo,
+        cg,
+        fg,
+        rows,
+    } = c.dims(&x.shape, &o.shape);
+    let plane = ho * wo;
     let col = s.scratch(rows * plane * 4)?.cast::<f32>();
     for img in 0..n {
         for g in 0..c.groups {
@@ -459,10 +465,18 @@ fn convolution_backward(
 ) -> KResult {
     let c = conv_params(op, attrs).map_err(e2s)?;
     let (dy, x, wt) = (&ins[0], &ins[1], &ins[2]);
-    let (n, ch, h, w) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
-    let (ho, wo) = (dy.shape[2], dy.shape[3]);
-    let (cg, fg, plane) = (ch / c.groups, c.filters / c.groups, ho * wo);
-    let rows = cg * c.k.0 * c.k.1;
+    let ConvDims {
+        n,
+        ch,
+        h,
+        w,
+        ho,
+        wo,
+        cg,
+        fg,
+        rows,
+    } = c.dims(&x.shape, &dy.shape);
+    let plane = ho * wo;
     let col = s.scratch(2 * rows * plane * 4)?.cast::<f32>();
     // SAFETY: the scratch holds two column buffers.
     let dcol = unsafe { col.add(rows * plane) };

@@ -70,8 +70,7 @@ fn fc_backward_kernel(
     _res: &mut KernelRes,
 ) -> KResult {
     let (dy, x, w) = (&ins[0], &ins[1], &ins[2]);
-    let (hidden, k) = (w.shape[0], w.shape[1]);
-    let m = x.len().checked_div(k).unwrap_or(0);
+    let (m, hidden, k) = super::fc_dims(x, w);
     crate::with_dtype!(dy.dtype, T => {
         // SAFETY: shapes come from inference over these buffers; outputs are disjoint from inputs.
         unsafe {
@@ -323,10 +322,17 @@ fn conv_backward_kernel(
 ) -> KResult {
     let c = super::conv::conv_params(op, attrs).map_err(|e| e.to_string())?;
     let (dy, x, wt) = (&ins[0], &ins[1], &ins[2]);
-    let (n, ch, h, w) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
-    let (ho, wo) = (dy.shape[2], dy.shape[3]);
-    let (cg, fg) = (ch / c.groups, c.filters / c.groups);
-    let rows = cg * c.k.0 * c.k.1;
+    let super::conv::ConvDims {
+        n,
+        ch,
+        h,
+        w,
+        ho,
+        wo,
+        cg,
+        fg,
+        rows,
+    } = c.dims(&x.shape, &dy.shape);
     crate::with_dtype!(dy.dtype, T => {
         let col = res.temp(2 * rows * ho * wo * std::mem::size_of::<T>())?.cast::<T>();
         // SAFETY: the temp space holds two column buffers; every slice below lies inside its

@@ -47,6 +47,40 @@ pub(crate) struct Conv {
     pub(crate) bias: bool,
 }
 
+/// A convolution's sizes: data `(n, ch, h, w)`, output `ho x wo`, channels `cg` and filters `fg`
+/// per group, and the rows of its column buffer (`cg * kh * kw`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ConvDims {
+    pub(crate) n: usize,
+    pub(crate) ch: usize,
+    pub(crate) h: usize,
+    pub(crate) w: usize,
+    pub(crate) ho: usize,
+    pub(crate) wo: usize,
+    pub(crate) cg: usize,
+    pub(crate) fg: usize,
+    pub(crate) rows: usize,
+}
+
+impl Conv {
+    /// The sizes of this convolution over `data` `(N, C, H, W)` with output (or output gradient)
+    /// `out` `(N, F, Ho, Wo)` — what its CPU and GPU kernels, forward and backward, work on.
+    pub(crate) fn dims(&self, data: &[usize], out: &[usize]) -> ConvDims {
+        let cg = data[1] / self.groups;
+        ConvDims {
+            n: data[0],
+            ch: data[1],
+            h: data[2],
+            w: data[3],
+            ho: out[2],
+            wo: out[3],
+            cg,
+            fg: self.filters / self.groups,
+            rows: cg * self.k.0 * self.k.1,
+        }
+    }
+}
+
 pub(crate) fn conv_params(op: &str, attrs: &Attrs) -> Result<Conv> {
     let c = Conv {
         k: pair(op, attrs, "kernel", None)?,
@@ -212,10 +246,17 @@ fn conv_kernel(
 ) -> KResult {
     let c = conv_params(op, attrs).map_err(|e| e.to_string())?;
     let (x, wt, o) = (&ins[0], &ins[1], &outs[0]);
-    let (n, ch, h, w) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
-    let (ho, wo) = (o.shape[2], o.shape[3]);
-    let (cg, fg) = (ch / c.groups, c.filters / c.groups);
-    let rows = cg * c.k.0 * c.k.1;
+    let ConvDims {
+        n,
+        ch,
+        h,
+        w,
+        ho,
+        wo,
+        cg,
+        fg,
+        rows,
+    } = c.dims(&x.shape, &o.shape);
     crate::with_dtype!(o.dtype, T => {
         let col = res.temp(rows * ho * wo * std::mem::size_of::<T>())?.cast::<T>();
         for img in 0..n {

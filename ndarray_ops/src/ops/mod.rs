@@ -108,6 +108,13 @@ impl TensorRef {
     }
 }
 
+/// FullyConnected's sizes from its data and weight `(hidden, k)`: rows `m` (the data flattened to
+/// `k` columns), `hidden`, `k` — what its CPU and GPU kernels, forward and backward, work on.
+pub(crate) fn fc_dims(x: &TensorRef, w: &TensorRef) -> (usize, usize, usize) {
+    let (hidden, k) = (w.shape[0], w.shape[1]);
+    (x.len().checked_div(k).unwrap_or(0), hidden, k)
+}
+
 /// An op's attributes as strings (MXNet's JSON form), with typed getters that name the op and the
 /// key in their errors. Cloning shares the map (kernels keep a copy without allocating).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -215,9 +215,7 @@ fn fc_kernel(
     _res: &mut KernelRes,
 ) -> KResult {
     let (x, w, y) = (&ins[0], &ins[1], &outs[0]);
-    let hidden = w.shape[0];
-    let k = w.shape[1];
-    let m = x.len().checked_div(k).unwrap_or(0);
+    let (m, hidden, k) = super::fc_dims(x, w);
     crate::with_dtype!(y.dtype, T => {
         // SAFETY: shapes were inferred from these buffers; the output is disjoint from inputs.
         unsafe {
