@@ -21,7 +21,7 @@ use crate::bulk::{BulkBody, BulkUnit};
 use crate::error::{panic_message, EngineError, OpFailure, OpResult};
 use crate::op::{dedup, Bumps, Completion, FnProperty, Op, OpBlock, OpFn, OpRef, RunContext};
 use crate::profiler::Profiler;
-use crate::sync::{fence, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::sync::{fence, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
 use crate::var::{Access, Granted, Var};
 
 /// Where ready ops go.
@@ -194,6 +194,7 @@ impl Core {
             seq: self.next_seq(),
             cheap: op.cheap,
             dead_var: AtomicU64::new(0),
+            suspect: AtomicBool::new(false),
         };
         self.enqueue(Arc::new(block));
         Ok(())
@@ -225,6 +226,7 @@ impl Core {
             priority,
             cheap: false,
             dead_var: AtomicU64::new(0),
+            suspect: AtomicBool::new(false),
         };
         self.enqueue(Arc::new(block));
         Ok(())
@@ -247,8 +249,10 @@ impl Core {
             }
             granted_now += usize::from(g.append(&op, Access::Write));
         }
+        // An op every var granted at once sits in no queue, so nobody else can touch its count.
+        let all_granted = granted_now == op.reads.len() + op.writes.len();
         let n = granted_now + 1;
-        if op.wait.fetch_sub(n, Ordering::AcqRel) == n {
+        if all_granted || op.wait.fetch_sub(n, Ordering::AcqRel) == n {
             // Runnable at push: a cheap op runs here, unless this thread is inside an op of this
             // engine (a worker's op pushing more work keeps the pool's scheduling).
             let here = self.inline_cheap
@@ -365,10 +369,12 @@ impl Core {
             }
             poison[slot] = Some(failure.clone());
         };
-        let unit_vars = op.reads.iter().zip(&body.read_slots);
-        for (v, &slot) in unit_vars.chain(op.writes.iter().zip(&body.write_slots)) {
-            if let Some(p) = self.var_failure(&op, v) {
-                set(&mut poison, slot, &p);
+        if op.is_suspect() {
+            let unit_vars = op.reads.iter().zip(&body.read_slots);
+            for (v, &slot) in unit_vars.chain(op.writes.iter().zip(&body.write_slots)) {
+                if let Some(p) = self.var_failure(&op, v) {
+                    set(&mut poison, slot, &p);
+                }
             }
         }
         let of = |poison: &[Option<Arc<OpFailure>>], slot: u8| -> Option<Arc<OpFailure>> {
@@ -416,6 +422,9 @@ impl Core {
 
     /// The failure that stops this op from running: a dead var, or poison on any of its vars.
     fn blocking_failure(&self, op: &OpBlock) -> Option<Arc<OpFailure>> {
+        if !op.is_suspect() {
+            return None;
+        }
         let mut vars = op.reads.iter().chain(op.writes.iter());
         vars.find_map(|v| self.var_failure(op, v))
     }
@@ -554,6 +563,7 @@ impl Core {
             seq: self.next_seq(),
             cheap: false,
             dead_var: AtomicU64::new(0),
+            suspect: AtomicBool::new(false),
         })
     }
 

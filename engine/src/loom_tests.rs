@@ -219,6 +219,37 @@ fn poison_propagates_and_wait_for_var_reports_it_once() {
     });
 }
 
+/// An op learns of poison when a var grants it: either queued behind the failing write (granted
+/// by its completion) or appended after it (granted at push). Both must skip the op.
+#[test]
+fn poison_reaches_an_op_pushed_while_the_failing_write_runs() {
+    model(|| {
+        let (core, q) = core();
+        let (a, b) = (core.new_var(), core.new_var());
+        let ran = Arc::new(AtomicUsize::new(0));
+        core.push(Op::sync("fail", |_| Err("bad".into())).write(&a))
+            .unwrap();
+        let (_, hs) = spawn_workers(&core, &q, 2, 1);
+        let r = ran.clone();
+        core.push(
+            Op::sync("next", move |_| {
+                r.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            })
+            .read(&a)
+            .write(&b),
+        )
+        .unwrap();
+        for h in hs {
+            h.join().unwrap();
+        }
+        assert_eq!(ran.load(Ordering::SeqCst), 0);
+        let err = core.wait_for_var(&b).unwrap_err();
+        assert_eq!(err.failure().unwrap().op, "fail");
+        assert_eq!(b.version(), 1);
+    });
+}
+
 #[test]
 fn wait_for_var_returns_after_a_concurrent_write() {
     model(|| {

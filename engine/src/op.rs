@@ -8,7 +8,7 @@ use smallvec::SmallVec;
 use storage::Context;
 
 use crate::error::{BoxError, OpFailure, OpResult};
-use crate::sync::{AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
 use crate::var::Var;
 
 /// How an op is scheduled (MXNet's `FnProperty`).
@@ -285,6 +285,10 @@ pub(crate) struct OpBlock {
     pub(crate) cheap: bool,
     /// Id + 1 of a var that was deleted by a `delete_var` racing with this push (0: none).
     pub(crate) dead_var: AtomicU64,
+    /// Set when a var granted the op while poisoned, or was dead at push. Only such an op looks
+    /// at its vars before running: the healthy path never reads a var's state between being
+    /// granted and finishing, which would cost a cache-line transfer per var.
+    pub(crate) suspect: AtomicBool,
 }
 
 pub(crate) type OpRef = Arc<OpBlock>;
@@ -306,6 +310,18 @@ impl OpBlock {
 
     pub(crate) fn mark_dead(&self, var_id: u64) {
         self.dead_var.store(var_id + 1, Ordering::Release);
+        self.mark_suspect();
+    }
+
+    /// Called under the lock of a poisoned var granting the op. The grant's release (the
+    /// `wait` count, then the hand-over to a worker) publishes it to whoever runs the op.
+    pub(crate) fn mark_suspect(&self) {
+        self.suspect.store(true, Ordering::Release);
+    }
+
+    /// Whether a var may stop the op from running (see `suspect`).
+    pub(crate) fn is_suspect(&self) -> bool {
+        self.suspect.load(Ordering::Acquire)
     }
 
     pub(crate) fn dead_var(&self) -> Option<u64> {

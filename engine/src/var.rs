@@ -165,6 +165,9 @@ impl VarGuard<'_> {
                 Access::Read => s.running_reads += 1,
                 Access::Write => s.writing = true,
             }
+            if s.poison.is_some() {
+                op.mark_suspect();
+            }
         } else {
             s.queue.push_back(Pending {
                 op: op.clone(),
@@ -228,20 +231,30 @@ impl VarGuard<'_> {
         self.inner.version.fetch_add(n, Ordering::Release);
     }
 
+    /// Grants the head of the queue. An op granted while the var is poisoned is marked so that
+    /// it looks for the poison before running (the poison cannot change while it holds access:
+    /// only writers set or clear it).
     fn grant_head(s: &mut VarState, granted: &mut Granted) {
         debug_assert!(!s.writing && s.running_reads == 0);
+        let poisoned = s.poison.is_some();
+        let mut grant = |op: OpRef| {
+            if poisoned {
+                op.mark_suspect();
+            }
+            granted.push(op);
+        };
         match s.queue.front().map(|p| p.access) {
             None => {}
             Some(Access::Write) => {
                 let p = s.queue.pop_front().expect("head exists");
                 s.writing = true;
-                granted.push(p.op);
+                grant(p.op);
             }
             Some(Access::Read) => {
                 while s.queue.front().is_some_and(|p| p.access == Access::Read) {
                     let p = s.queue.pop_front().expect("head exists");
                     s.running_reads += 1;
-                    granted.push(p.op);
+                    grant(p.op);
                 }
             }
         }
