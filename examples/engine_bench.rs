@@ -141,7 +141,7 @@ fn bare_pool(threads: usize, n: usize) -> usize {
     n
 }
 
-fn noop(name: &'static str) -> Op {
+fn noop<'a>(name: &'static str) -> Op<'a> {
     Op::sync(name, |_| Ok(()))
 }
 

@@ -9,7 +9,7 @@ use engine::{Engine, EngineBuilder, EngineKind, Op, Var};
 
 const OPS: usize = 20_000;
 
-fn noop() -> Op {
+fn noop<'a>() -> Op<'a> {
     Op::sync("noop", |_| Ok(()))
 }
 

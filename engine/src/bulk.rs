@@ -151,7 +151,7 @@ impl BulkUnit {
 
     /// Whether `op` may join: same context and priority as the members so far, and room for
     /// its vars.
-    fn accepts(&self, op: &Op) -> bool {
+    fn accepts(&self, op: &Op<'_>) -> bool {
         if self.members.is_empty() {
             return true;
         }
@@ -168,7 +168,7 @@ impl BulkUnit {
     }
 
     /// Adds a checked, bulkable op that [`BulkUnit::accepts`] as the last member.
-    fn add(&mut self, op: Op) {
+    fn add(&mut self, op: Op<'_>) {
         let UserFn::Sync(func) = op.func else {
             unreachable!("BulkPusher adds only synchronous ops");
         };
@@ -204,12 +204,12 @@ impl BulkUnit {
     }
 
     /// The slot of a var a new member reads, giving it one if the unit has not seen it.
-    fn read_slot(&mut self, v: Var) -> u8 {
+    fn read_slot(&mut self, v: &Var) -> u8 {
         match self.slot_of(v.key()) {
             Some(slot) => slot,
             None => {
                 let slot = self.n_slots() as u8;
-                self.reads.push(v);
+                self.reads.push(v.clone());
                 self.read_slots.push(slot);
                 slot
             }
@@ -217,7 +217,7 @@ impl BulkUnit {
     }
 
     /// The slot of a var a new member writes, counting the write.
-    fn write_slot(&mut self, v: Var) -> u8 {
+    fn write_slot(&mut self, v: &Var) -> u8 {
         let key = v.key();
         if let Some(i) = self.writes.iter().position(|x| x.key() == key) {
             self.bumps[i] += 1;
@@ -232,7 +232,7 @@ impl BulkUnit {
             }
             None => self.n_slots() as u8,
         };
-        self.writes.push(v);
+        self.writes.push(v.clone());
         self.write_slots.push(slot);
         self.bumps.push(1);
         slot
@@ -273,7 +273,7 @@ impl<'e> BulkPusher<'e> {
     /// when it is full; any other op first pushes the current unit, then itself, so push order is
     /// kept. Vars are checked here, so a foreign or dead var is reported by this call and the
     /// op is not taken.
-    pub fn push(&mut self, op: Op) -> Result<(), EngineError> {
+    pub fn push(&mut self, op: Op<'_>) -> Result<(), EngineError> {
         check_vars(self.engine_id, &op.name, op.vars())?;
         if !op.is_bulkable() || self.size == 1 || op.reads.len() + op.writes.len() > MEMBER_VARS {
             self.flush()?;

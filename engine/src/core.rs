@@ -19,7 +19,9 @@ use smallvec::SmallVec;
 
 use crate::bulk::{BulkBody, BulkUnit};
 use crate::error::{panic_message, EngineError, OpFailure, OpResult};
-use crate::op::{dedup, Bumps, Completion, FnProperty, Op, OpBlock, OpFn, OpRef, RunContext};
+use crate::op::{
+    dedup, Bumps, Completion, FnProperty, Op, OpBlock, OpFn, OpRef, RunContext, VarList, VarRefs,
+};
 use crate::profiler::Profiler;
 use crate::sync::{fence, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
 use crate::var::{Access, Granted, Var};
@@ -177,15 +179,16 @@ impl Core {
         check_vars(self.id, op, vars)
     }
 
-    pub(crate) fn push(self: &Arc<Self>, op: Op) -> Result<(), EngineError> {
+    pub(crate) fn push(self: &Arc<Self>, op: Op<'_>) -> Result<(), EngineError> {
         self.check_vars(&op.name, op.vars())?;
         let (mut reads, mut writes) = (op.reads, op.writes);
         dedup(&mut reads, &mut writes);
+        let held = |vars: VarRefs<'_>| -> VarList { vars.into_iter().cloned().collect() };
         let block = OpBlock {
             wait: AtomicUsize::new(reads.len() + writes.len() + 1),
             func: Mutex::new(Some(op.func.into())),
-            reads,
-            writes,
+            reads: held(reads),
+            writes: held(writes),
             bumps: Bumps::One,
             name: op.name,
             ctx: op.ctx,

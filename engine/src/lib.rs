@@ -68,7 +68,7 @@ pub trait Engine: Send + Sync {
 
     /// Schedules `op`; returns at once (the inline engine runs it first). Refuses, with nothing
     /// scheduled, an op naming a deleted var or another engine's var.
-    fn push(&self, op: Op) -> Result<(), EngineError>;
+    fn push(&self, op: Op<'_>) -> Result<(), EngineError>;
 
     /// Schedules the ops a [`BulkPusher`] fused (use `engine.bulk()`), leaving `unit` empty.
     fn push_bulk(&self, unit: &mut BulkUnit) -> Result<(), EngineError>;

@@ -11,14 +11,11 @@ use parking_lot::Mutex;
 use crate::bulk::{BulkBody, BulkUnit};
 use crate::core::{check_vars, next_engine_id};
 use crate::error::{panic_message, EngineError, OpFailure, OpResult};
-use crate::op::{dedup, Completion, Oneshot, Op, RunContext, UserFn};
+use crate::op::{dedup, Completion, Oneshot, Op, RunContext, UserFn, VarRefs};
 use crate::profiler::Profiler;
 use crate::var::Var;
 use crate::{Engine, EngineKind};
 use storage::Context;
-
-/// Borrowed var lists of one op.
-type VarRefs<'a> = smallvec::SmallVec<[&'a Var; 4]>;
 
 /// Runs each op inline, in push order.
 pub struct NaiveEngine {
@@ -49,7 +46,7 @@ impl NaiveEngine {
         f
     }
 
-    fn run(&self, op: Op) -> Result<(), EngineError> {
+    fn run(&self, op: Op<'_>) -> Result<(), EngineError> {
         check_vars(self.id, &op.name, op.vars())?;
         let (mut reads, mut writes) = (op.reads, op.writes);
         dedup(&mut reads, &mut writes);
@@ -128,7 +125,7 @@ impl Engine for NaiveEngine {
         Var::new(id, self.id)
     }
 
-    fn push(&self, op: Op) -> Result<(), EngineError> {
+    fn push(&self, op: Op<'_>) -> Result<(), EngineError> {
         self.run(op)
     }
 

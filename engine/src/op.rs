@@ -71,9 +71,15 @@ pub(crate) enum OpFn {
     Bulk(Box<crate::bulk::BulkBody>),
 }
 
+/// The vars the engine holds for a pushed op or unit.
 pub(crate) type VarList = SmallVec<[Var; 4]>;
 
-/// An op to push: a closure, the vars it reads and writes, where and how it runs.
+/// The vars an op names before it is pushed: borrowed, so that building and bulking an op costs
+/// no reference-count traffic on its vars (the engine clones what it keeps).
+pub(crate) type VarRefs<'a> = SmallVec<[&'a Var; 4]>;
+
+/// An op to push: a closure, the vars it reads and writes, where and how it runs. It borrows
+/// its vars until it is pushed.
 ///
 /// ```
 /// use engine::{EngineBuilder, EngineKind, Op};
@@ -83,20 +89,20 @@ pub(crate) type VarList = SmallVec<[Var; 4]>;
 /// engine.wait_for_var(&b).unwrap();
 /// assert_eq!(b.version(), 1);
 /// ```
-pub struct Op {
+pub struct Op<'a> {
     pub(crate) name: Cow<'static, str>,
     pub(crate) func: UserFn,
-    pub(crate) reads: VarList,
-    pub(crate) writes: VarList,
+    pub(crate) reads: VarRefs<'a>,
+    pub(crate) writes: VarRefs<'a>,
     pub(crate) ctx: Context,
     pub(crate) prop: FnProperty,
     pub(crate) priority: i32,
     pub(crate) cheap: bool,
 }
 
-impl Op {
+impl<'a> Op<'a> {
     /// A synchronous op: the closure runs to completion on a worker.
-    pub fn sync<F>(name: impl Into<Cow<'static, str>>, f: F) -> Op
+    pub fn sync<F>(name: impl Into<Cow<'static, str>>, f: F) -> Op<'a>
     where
         F: FnOnce(&RunContext) -> OpResult + Send + 'static,
     {
@@ -105,7 +111,7 @@ impl Op {
 
     /// An asynchronous op: the closure gets a [`Completion`] and the op is done when that is
     /// completed, from any thread, possibly long after the closure returned.
-    pub fn asynchronous<F>(name: impl Into<Cow<'static, str>>, f: F) -> Op
+    pub fn asynchronous<F>(name: impl Into<Cow<'static, str>>, f: F) -> Op<'a>
     where
         F: FnOnce(&RunContext, Completion) + Send + 'static,
     {
@@ -113,7 +119,7 @@ impl Op {
     }
 
     #[inline]
-    fn with_fn(name: Cow<'static, str>, func: UserFn) -> Op {
+    fn with_fn(name: Cow<'static, str>, func: UserFn) -> Op<'a> {
         Op {
             name,
             func,
@@ -128,47 +134,47 @@ impl Op {
 
     /// Adds a var the op reads.
     #[inline]
-    pub fn read(mut self, var: &Var) -> Op {
-        self.reads.push(var.clone());
+    pub fn read(mut self, var: &'a Var) -> Op<'a> {
+        self.reads.push(var);
         self
     }
 
     /// Adds vars the op reads.
-    pub fn reads<'a>(mut self, vars: impl IntoIterator<Item = &'a Var>) -> Op {
-        self.reads.extend(vars.into_iter().cloned());
+    pub fn reads(mut self, vars: impl IntoIterator<Item = &'a Var>) -> Op<'a> {
+        self.reads.extend(vars);
         self
     }
 
     /// Adds a var the op writes.
     #[inline]
-    pub fn write(mut self, var: &Var) -> Op {
-        self.writes.push(var.clone());
+    pub fn write(mut self, var: &'a Var) -> Op<'a> {
+        self.writes.push(var);
         self
     }
 
     /// Adds vars the op writes.
-    pub fn writes<'a>(mut self, vars: impl IntoIterator<Item = &'a Var>) -> Op {
-        self.writes.extend(vars.into_iter().cloned());
+    pub fn writes(mut self, vars: impl IntoIterator<Item = &'a Var>) -> Op<'a> {
+        self.writes.extend(vars);
         self
     }
 
     /// Sets the device whose workers run the op (default `cpu(0)`).
     #[inline]
-    pub fn on(mut self, ctx: Context) -> Op {
+    pub fn on(mut self, ctx: Context) -> Op<'a> {
         self.ctx = ctx;
         self
     }
 
     /// Sets the scheduling property (default [`FnProperty::Normal`]).
     #[inline]
-    pub fn prop(mut self, prop: FnProperty) -> Op {
+    pub fn prop(mut self, prop: FnProperty) -> Op<'a> {
         self.prop = prop;
         self
     }
 
     /// Sets the priority: among runnable ops of one pool, higher runs first (default 0).
     #[inline]
-    pub fn priority(mut self, priority: i32) -> Op {
+    pub fn priority(mut self, priority: i32) -> Op<'a> {
         self.priority = priority;
         self
     }
@@ -181,7 +187,7 @@ impl Op {
     /// scheduled as usual. Off with [`crate::EngineBuilder::inline_cheap`] or
     /// `MXRS_ENGINE_INLINE_CHEAP=0`.
     #[inline]
-    pub fn cheap(mut self) -> Op {
+    pub fn cheap(mut self) -> Op<'a> {
         self.cheap = true;
         self
     }
@@ -198,12 +204,12 @@ impl Op {
     }
 
     #[inline]
-    pub(crate) fn vars(&self) -> impl Iterator<Item = &Var> {
-        self.reads.iter().chain(self.writes.iter())
+    pub(crate) fn vars(&self) -> impl Iterator<Item = &'a Var> + '_ {
+        self.reads.iter().chain(self.writes.iter()).copied()
     }
 }
 
-impl fmt::Debug for Op {
+impl fmt::Debug for Op<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Op")
             .field("name", &self.name)
@@ -219,7 +225,7 @@ impl fmt::Debug for Op {
 
 /// Removes repeated vars; a var both read and written is only written ("write wins"), so an op
 /// never waits for itself.
-pub(crate) fn dedup(reads: &mut VarList, writes: &mut VarList) {
+pub(crate) fn dedup(reads: &mut VarRefs<'_>, writes: &mut VarRefs<'_>) {
     let mut i = 1;
     while i < writes.len() {
         if writes[..i].iter().any(|x| x.key() == writes[i].key()) {

@@ -213,7 +213,7 @@ impl Engine for ThreadedEngine {
         self.core.new_var()
     }
 
-    fn push(&self, op: Op) -> Result<(), EngineError> {
+    fn push(&self, op: Op<'_>) -> Result<(), EngineError> {
         self.core.push(op)
     }
 

@@ -422,7 +422,7 @@ impl NDArray {
 
     /// The engine op of [`NDArray::copy_into`], not yet pushed, named `name` (for errors and the
     /// profiler). Between two devices it is a copy op, which the destination's copy workers run.
-    pub(crate) fn copy_op(&self, dst: &NDArray, name: &'static str) -> Result<Op> {
+    pub(crate) fn copy_op<'a>(&'a self, dst: &'a NDArray, name: &'static str) -> Result<Op<'a>> {
         if dst.shape != self.shape || dst.dtype != self.dtype {
             return Err(NdError::Shape {
                 op: "copy".into(),
@@ -463,14 +463,14 @@ impl NDArray {
 impl NDArray {
     /// The copy op between two contexts of which one at least is a GPU.
     #[cfg(feature = "cuda")]
-    fn device_copy_op(&self, dst: &NDArray, name: &'static str) -> Result<Op> {
+    fn device_copy_op<'a>(&'a self, dst: &'a NDArray, name: &'static str) -> Result<Op<'a>> {
         let op =
             crate::gpu::cuda::copy_op(name, self.tensor(), dst.tensor(), self.ctx(), dst.ctx());
         Ok(op.read(self.var()).write(dst.var()))
     }
 
     #[cfg(not(feature = "cuda"))]
-    fn device_copy_op(&self, dst: &NDArray, _: &'static str) -> Result<Op> {
+    fn device_copy_op<'a>(&'a self, dst: &'a NDArray, _: &'static str) -> Result<Op<'a>> {
         let gpu = if self.ctx().is_cpu() {
             dst.ctx()
         } else {

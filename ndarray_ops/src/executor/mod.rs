@@ -18,7 +18,7 @@ use storage::plan::SolverKind;
 use storage::Context;
 
 use crate::error::{invalid, NdError, Result};
-use crate::ops::{prepare, Attrs, IS_TRAIN};
+use crate::ops::{prepare, Attrs, Call, IS_TRAIN};
 use crate::symbol::Inferred;
 use crate::{NDArray, Runtime, Symbol};
 
@@ -342,19 +342,24 @@ impl Executor {
                     format!("node '{}': {e}", n.name),
                 )
             };
-            let op = if def.name == "_CrossDeviceCopy" {
-                inputs[0]
+            let deps: Vec<_> = passes.iter_mut().flat_map(|p| p.reuse_deps(i)).collect();
+            if def.name == "_CrossDeviceCopy" {
+                let op = inputs[0]
                     .copy_op(outputs[0], "_CrossDeviceCopy")
-                    .map_err(at_node)?
+                    .map_err(at_node)?;
+                bulk.push(op.writes(&deps)).map_err(|e| at_node(e.into()))?;
             } else {
                 let attrs = &self.node_attrs[i][usize::from(is_train)];
                 let ctx = self.devices[i];
-                prepare(&self.rt, ctx, def.name, &inputs, attrs, Some(&outputs))
-                    .map_err(at_node)?
-                    .0
-            };
-            let deps: Vec<_> = passes.iter_mut().flat_map(|p| p.reuse_deps(i)).collect();
-            bulk.push(op.writes(&deps)).map_err(|e| at_node(e.into()))?;
+                let call = Call {
+                    name: def.name,
+                    inputs: &inputs,
+                    attrs,
+                    out: Some(&outputs),
+                    also_writes: &deps,
+                };
+                prepare(&self.rt, ctx, call, |op| bulk.push(op)).map_err(at_node)?;
+            }
             // `add` gradients this node made go into their arrays before anything can reuse
             // the entry's memory: a later node taking those addresses writes the entry's var,
             // so it waits for this read.
@@ -362,16 +367,14 @@ impl Executor {
                 let grad = &self.grads[k].1;
                 let (n, out) = g.outputs[self.num_outputs + k];
                 let entry = &self.entries[g.entry(n, out)];
-                let (add, _) = prepare(
-                    &self.rt,
-                    grad.ctx(),
-                    "elemwise_add",
-                    &[grad, entry],
-                    &Attrs::new(),
-                    Some(&[grad]),
-                )
-                .map_err(at_node)?;
-                bulk.push(add).map_err(|e| at_node(e.into()))?;
+                let call = Call {
+                    name: "elemwise_add",
+                    inputs: &[grad, entry],
+                    attrs: &Attrs::new(),
+                    out: Some(&[grad]),
+                    also_writes: &[],
+                };
+                prepare(&self.rt, grad.ctx(), call, |add| bulk.push(add)).map_err(at_node)?;
             }
         }
         bulk.flush()?;

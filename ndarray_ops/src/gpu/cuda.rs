@@ -254,7 +254,7 @@ pub(crate) fn run_on_device(
 }
 
 /// The engine op running GPU kernel `kernel` of op `name` on `ctx`'s workers.
-pub(crate) fn kernel_op(
+pub(crate) fn kernel_op<'a>(
     name: &'static str,
     kernel: GpuKernel,
     alias_safe: bool,
@@ -262,7 +262,7 @@ pub(crate) fn kernel_op(
     ins: Vec<TensorRef>,
     outs: Vec<TensorRef>,
     pool: StorageManager,
-) -> Op {
+) -> Op<'a> {
     Op::sync(name, move |rctx| {
         run_on_device(rctx, &pool, |s| {
             run(name, kernel, alias_safe, &attrs, ins, &outs, s)
@@ -272,7 +272,7 @@ pub(crate) fn kernel_op(
 }
 
 /// The engine op setting a GPU array to `value`.
-pub(crate) fn fill_op(t: TensorRef, value: f64, pool: StorageManager) -> Op {
+pub(crate) fn fill_op<'a>(t: TensorRef, value: f64, pool: StorageManager) -> Op<'a> {
     Op::sync("fill", move |rctx| {
         run_on_device(rctx, &pool, |s| fill_with(s, &t, value)).map_err(Into::into)
     })
@@ -280,13 +280,13 @@ pub(crate) fn fill_op(t: TensorRef, value: f64, pool: StorageManager) -> Op {
 
 /// An asynchronous copy between `from` and `to` (at least one a GPU), run by the GPU side's copy
 /// workers: the transfer is queued on the worker's stream and the op completes when it is done.
-pub(crate) fn copy_op(
+pub(crate) fn copy_op<'a>(
     name: &'static str,
     src: TensorRef,
     dst: TensorRef,
     from: Context,
     to: Context,
-) -> Op {
+) -> Op<'a> {
     let (side, prop) = match to.is_cpu() {
         false => (to, FnProperty::CopyToDevice),
         true => (from, FnProperty::CopyFromDevice),

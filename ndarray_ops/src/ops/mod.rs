@@ -416,9 +416,14 @@ pub fn invoke_on(
     attrs: &Attrs,
     out: Option<&[&NDArray]>,
 ) -> Result<Vec<NDArray>> {
-    let (op, outputs) = prepare(rt, ctx, name, inputs, attrs, out)?;
-    rt.engine().push(op)?;
-    Ok(outputs)
+    let call = Call {
+        name,
+        inputs,
+        attrs,
+        out,
+        also_writes: &[],
+    };
+    prepare(rt, ctx, call, |op| rt.engine().push(op))
 }
 
 /// Ops touching at most this many elements (inputs and outputs together) are marked cheap
@@ -426,16 +431,33 @@ pub fn invoke_on(
 /// runnable at once the pushing thread runs it rather than paying a hand-over to a worker.
 const CHEAP_ELEMENTS: usize = 1024;
 
-/// Checks a call and builds its engine op without pushing it (the executor pushes through a
-/// bulk pusher): the op, and the arrays it writes.
+/// One call of an op, as [`prepare`] takes it.
+pub(crate) struct Call<'c> {
+    pub(crate) name: &'c str,
+    pub(crate) inputs: &'c [&'c NDArray],
+    pub(crate) attrs: &'c Attrs,
+    /// Arrays to write the results into; new ones when `None`.
+    pub(crate) out: Option<&'c [&'c NDArray]>,
+    /// Vars the op writes besides its outputs (the executor's memory-reuse dependencies).
+    pub(crate) also_writes: &'c [engine::Var],
+}
+
+/// Checks a call, builds its engine op and hands it to `push` (the engine, or the executor's bulk
+/// pusher); returns the arrays it writes. The op borrows its vars from the arrays, so it is
+/// pushed here, while the outputs it makes are still in hand.
 pub(crate) fn prepare(
     rt: &Arc<Runtime>,
     ctx: storage::Context,
-    name: &str,
-    inputs: &[&NDArray],
-    attrs: &Attrs,
-    out: Option<&[&NDArray]>,
-) -> Result<(Op, Vec<NDArray>)> {
+    call: Call<'_>,
+    push: impl FnOnce(Op<'_>) -> std::result::Result<(), engine::EngineError>,
+) -> Result<Vec<NDArray>> {
+    let Call {
+        name,
+        inputs,
+        attrs,
+        out,
+        also_writes,
+    } = call;
     let rt = rt.clone();
     let def = lookup(name)?;
     let op = def.name;
@@ -518,28 +540,29 @@ pub(crate) fn prepare(
         let engine_op = device_op(&rt, ctx, def, kernel, attrs, ins, outs)
             .on(ctx)
             .reads(inputs.iter().map(|a| a.var()))
-            .writes(outputs.iter().chain(mutated).map(NDArray::var));
-        return Ok((engine_op, outputs));
+            .writes(outputs.iter().chain(mutated).map(NDArray::var))
+            .writes(also_writes);
+        push(engine_op)?;
+        return Ok(outputs);
     }
     let (kernel, alias_safe, attrs2) = (def.kernel, def.alias_safe, attrs.clone());
     let res = (!def.resources.is_empty()).then(|| rt.resources(ctx));
     let wants_rng = def.resources.contains(&Resource::Random);
     let wants_temp = def.resources.contains(&Resource::TempSpace);
-    let resource_vars: smallvec::SmallVec<[engine::Var; 2]> = res
-        .iter()
-        .flat_map(|r| {
-            let rng = wants_rng.then(|| r.rng_var.clone());
-            let temp = wants_temp.then(|| r.temp_var.clone());
-            rng.into_iter().chain(temp)
-        })
-        .collect();
+    let resource_vars = res.iter().flat_map(|r| {
+        let rng = wants_rng.then_some(&r.rng_var);
+        let temp = wants_temp.then_some(&r.temp_var);
+        rng.into_iter().chain(temp)
+    });
     let writes = outputs
         .iter()
         .chain(mutated)
         .map(NDArray::var)
-        .chain(&resource_vars);
+        .chain(resource_vars)
+        .chain(also_writes);
+    let held = res.clone();
     let engine_op = Op::sync(op, move |_| {
-        let (mut rng, mut temp) = match &res {
+        let (mut rng, mut temp) = match &held {
             Some(r) => (
                 wants_rng.then(|| r.rng.lock()),
                 wants_temp.then(|| r.temp.lock()),
@@ -561,7 +584,8 @@ pub(crate) fn prepare(
         true => engine_op.cheap(),
         false => engine_op,
     };
-    Ok((engine_op, outputs))
+    push(engine_op)?;
+    Ok(outputs)
 }
 
 /// What runs an op on a GPU: a kernel of the GPU back end (`cuda` builds); nothing otherwise.
@@ -592,7 +616,7 @@ fn device_kernel(
 
 /// The engine op running a GPU kernel (without the vars and context, which the caller adds).
 #[cfg(feature = "cuda")]
-fn device_op(
+fn device_op<'a>(
     rt: &Arc<Runtime>,
     ctx: storage::Context,
     def: &'static OpDef,
@@ -600,7 +624,7 @@ fn device_op(
     attrs: &Attrs,
     ins: Vec<TensorRef>,
     outs: Vec<TensorRef>,
-) -> Op {
+) -> Op<'a> {
     let pool = rt.storage(ctx);
     crate::gpu::cuda::kernel_op(
         def.name,
@@ -614,7 +638,7 @@ fn device_op(
 }
 
 #[cfg(not(feature = "cuda"))]
-fn device_op(
+fn device_op<'a>(
     _: &Arc<Runtime>,
     _: storage::Context,
     _: &'static OpDef,
@@ -622,7 +646,7 @@ fn device_op(
     _: &Attrs,
     _: Vec<TensorRef>,
     _: Vec<TensorRef>,
-) -> Op {
+) -> Op<'a> {
     match kernel {}
 }
 
