@@ -73,7 +73,7 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
 /// Shared log of (op, event) for checking overlap and order.
 type Log = Arc<LoomMutex<Vec<(&'static str, bool)>>>;
 
-fn logged(name: &'static str, log: &Log) -> Op {
+fn logged<'a>(name: &'static str, log: &Log) -> Op<'a> {
     let log = log.clone();
     Op::sync(name, move |_| {
         log.lock().unwrap().push((name, true));
@@ -115,7 +115,7 @@ fn writes_from_two_pushers_are_exclusive_and_counted() {
         let (core, q) = core();
         let v = core.new_var();
         let inside = Arc::new(AtomicUsize::new(0));
-        let make = |inside: &Arc<AtomicUsize>| {
+        fn make<'a>(inside: &Arc<AtomicUsize>) -> Op<'a> {
             let inside = inside.clone();
             Op::sync("w", move |_| {
                 assert_eq!(
@@ -126,9 +126,9 @@ fn writes_from_two_pushers_are_exclusive_and_counted() {
                 inside.fetch_sub(1, Ordering::SeqCst);
                 Ok(())
             })
-        };
-        let (c2, v2, op2) = (core.clone(), v.clone(), make(&inside));
-        let pusher = loom::thread::spawn(move || c2.push(op2.write(&v2)).unwrap());
+        }
+        let (c2, v2, i2) = (core.clone(), v.clone(), inside.clone());
+        let pusher = loom::thread::spawn(move || c2.push(make(&i2).write(&v2)).unwrap());
         core.push(make(&inside).write(&v)).unwrap();
         let (_, hs) = spawn_workers(&core, &q, 2, 1);
         pusher.join().unwrap();
