@@ -20,7 +20,7 @@ use smallvec::SmallVec;
 use crate::bulk::{BulkBody, BulkUnit};
 use crate::error::{panic_message, EngineError, OpFailure, OpResult};
 use crate::op::{
-    dedup, Bumps, Completion, FnProperty, Op, OpBlock, OpFn, OpRef, RunContext, VarList, VarRefs,
+    dedup, Bumps, Completion, FnProperty, Op, OpBlock, OpFn, OpRef, RunContext, VarList,
 };
 use crate::profiler::Profiler;
 use crate::sync::{fence, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
@@ -180,21 +180,31 @@ impl Core {
     }
 
     pub(crate) fn push(self: &Arc<Self>, op: Op<'_>) -> Result<(), EngineError> {
-        self.check_vars(&op.name, op.vars())?;
         let (mut reads, mut writes) = (op.reads, op.writes);
         dedup(&mut reads, &mut writes);
-        let held = |vars: VarRefs<'_>| -> VarList { vars.into_iter().cloned().collect() };
+        // Cloning first takes each var's cache line for writing once; checking first would read
+        // it, then have to claim it again. The lists are filled in place: returning them from a
+        // helper copies them back right after writing them, which stalls on store forwarding.
+        let (mut held_reads, mut held_writes) = (VarList::new(), VarList::new());
+        for v in reads {
+            held_reads.push(v.clone());
+        }
+        for v in writes {
+            held_writes.push(v.clone());
+        }
+        self.check_vars(&op.name, held_reads.iter().chain(&held_writes))?;
+        let seq = self.next_seq();
         let block = OpBlock {
-            wait: AtomicUsize::new(reads.len() + writes.len() + 1),
+            wait: AtomicUsize::new(held_reads.len() + held_writes.len() + 1),
             func: Mutex::new(Some(op.func.into())),
-            reads: held(reads),
-            writes: held(writes),
+            reads: held_reads,
+            writes: held_writes,
             bumps: Bumps::One,
             name: op.name,
             ctx: op.ctx,
             prop: op.prop,
             priority: op.priority,
-            seq: self.next_seq(),
+            seq,
             cheap: op.cheap,
             dead_var: AtomicU64::new(0),
             suspect: AtomicBool::new(false),
