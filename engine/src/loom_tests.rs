@@ -187,6 +187,15 @@ fn delete_racing_with_the_last_op_runs_once_after_it() {
     });
 }
 
+/// An op that counts its runs in `ran`.
+fn counting<'a>(name: &'static str, ran: &Arc<AtomicUsize>) -> Op<'a> {
+    let ran = ran.clone();
+    Op::sync(name, move |_| {
+        ran.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    })
+}
+
 #[test]
 fn poison_propagates_and_wait_for_var_reports_it_once() {
     model(|| {
@@ -195,16 +204,8 @@ fn poison_propagates_and_wait_for_var_reports_it_once() {
         let ran = Arc::new(AtomicUsize::new(0));
         core.push(Op::sync("fail", |_| Err("bad".into())).write(&a))
             .unwrap();
-        let r = ran.clone();
-        core.push(
-            Op::sync("next", move |_| {
-                r.fetch_add(1, Ordering::SeqCst);
-                Ok(())
-            })
-            .read(&a)
-            .write(&b),
-        )
-        .unwrap();
+        core.push(counting("next", &ran).read(&a).write(&b))
+            .unwrap();
         let (_, hs) = spawn_workers(&core, &q, 2, 2);
         for h in hs {
             h.join().unwrap();
@@ -230,16 +231,8 @@ fn poison_reaches_an_op_pushed_while_the_failing_write_runs() {
         core.push(Op::sync("fail", |_| Err("bad".into())).write(&a))
             .unwrap();
         let (_, hs) = spawn_workers(&core, &q, 2, 1);
-        let r = ran.clone();
-        core.push(
-            Op::sync("next", move |_| {
-                r.fetch_add(1, Ordering::SeqCst);
-                Ok(())
-            })
-            .read(&a)
-            .write(&b),
-        )
-        .unwrap();
+        core.push(counting("next", &ran).read(&a).write(&b))
+            .unwrap();
         for h in hs {
             h.join().unwrap();
         }
