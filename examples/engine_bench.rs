@@ -11,7 +11,10 @@
 //! * fanout: 10,000 rounds of 8 ops reading one var and writing 8 others, then 1 op reading
 //!   those 8 and writing the first;
 //! * independent_cheap / chain_cheap (extra keys): independent and chain with every op marked
-//!   `Op::cheap`, so a threaded engine runs each on the pushing thread when it is ready at push.
+//!   `Op::cheap`, so a threaded engine runs each on the pushing thread when it is ready at push;
+//! * independent_split (extra keys `independent_push_alone_ns`, `independent_run_alone_ns`,
+//!   threaded engines): the independent workload with the compute workers held back while it is
+//!   pushed, then released: what each side costs when the other is not running beside it.
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -66,7 +69,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "-h" | "--help" => {
                 println!(
-                    "engine_bench [--json] [--threads N] [--repeats R] [--scale F] [--only ENGINE] [--workload independent|chain|chain_bulk|fanout|independent_cheap|chain_cheap]"
+                    "engine_bench [--json] [--threads N] [--repeats R] [--scale F] [--only ENGINE] [--workload independent|chain|chain_bulk|fanout|independent_cheap|chain_cheap|independent_split]"
                 );
                 std::process::exit(0);
             }
@@ -162,6 +165,62 @@ fn chain_cheap(e: &dyn Engine, var: &Var, n: usize) -> usize {
     n
 }
 
+/// The independent workload pushed while every compute worker is held by a spinning op, then run:
+/// median ns per op of each phase, or `None` when the workers could not all be held (a worker
+/// may take two holding ops at once) or the engine runs ops inline.
+fn independent_split(
+    e: &dyn Engine,
+    vars: &[Var],
+    n: usize,
+    threads: usize,
+    repeats: usize,
+) -> Option<(f64, f64)> {
+    if e.kind() == EngineKind::Naive {
+        return None;
+    }
+    let gates: Vec<Var> = (0..threads).map(|_| e.new_var()).collect();
+    let (mut push, mut run) = (Vec::new(), Vec::new());
+    for _ in 0..repeats {
+        let (held, go) = (
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        for g in &gates {
+            let (held, go) = (held.clone(), go.clone());
+            let hold = Op::sync("hold", move |_| {
+                held.fetch_add(1, Ordering::AcqRel);
+                while !go.load(Ordering::Acquire) {
+                    std::thread::yield_now();
+                }
+                Ok(())
+            });
+            e.push(hold.write(g)).expect("push");
+        }
+        let t = Instant::now();
+        while held.load(Ordering::Acquire) < threads && t.elapsed().as_secs() < 2 {
+            std::thread::yield_now();
+        }
+        let all_held = held.load(Ordering::Acquire) == threads;
+        let t = Instant::now();
+        if all_held {
+            for i in 0..n {
+                e.push(noop("independent").write(&vars[i % vars.len()]))
+                    .expect("push");
+            }
+        }
+        let pushed = t.elapsed().as_nanos() as f64 / n as f64;
+        go.store(true, Ordering::Release);
+        let t = Instant::now();
+        e.wait_for_all().expect("no failures");
+        if !all_held {
+            return None;
+        }
+        push.push(pushed);
+        run.push(t.elapsed().as_nanos() as f64 / n as f64);
+    }
+    Some((median(push), median(run)))
+}
+
 fn independent(e: &dyn Engine, vars: &[Var], n: usize) -> usize {
     for i in 0..n {
         e.push(noop("independent").write(&vars[i % vars.len()]))
@@ -247,6 +306,11 @@ fn main() {
             independent_cheap(&*e, &vars, n_ind)
         });
         let ch_cheap = timed("chain_cheap", &mut || chain_cheap(&*e, &one, n_chain));
+        let (push_alone, run_alone) = match wanted("independent_split") {
+            true => independent_split(&*e, &vars, n_ind, args.threads, args.repeats),
+            false => None,
+        }
+        .unwrap_or((0.0, 0.0));
         engines.insert(
             kind.name().to_string(),
             serde_json::json!({
@@ -258,6 +322,8 @@ fn main() {
                 "chain_bulk_speedup": ch / chb,
                 "independent_cheap_ns": ind_cheap,
                 "chain_cheap_ns": ch_cheap,
+                "independent_push_alone_ns": push_alone,
+                "independent_run_alone_ns": run_alone,
             }),
         );
         lines.push(format!(
