@@ -23,7 +23,7 @@ use crate::op::{
     dedup, Bumps, Completion, FnProperty, Op, OpBlock, OpFn, OpRef, RunContext, VarList,
 };
 use crate::profiler::Profiler;
-use crate::sync::{fence, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::sync::{fence, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering, TakeOnce};
 use crate::var::{Access, Granted, Var};
 
 /// Where ready ops go.
@@ -196,7 +196,7 @@ impl Core {
         let seq = self.next_seq();
         let block = OpBlock {
             wait: AtomicUsize::new(held_reads.len() + held_writes.len() + 1),
-            func: Mutex::new(Some(op.func.into())),
+            func: TakeOnce::new(op.func.into()),
             reads: held_reads,
             writes: held_writes,
             bumps: Bumps::One,
@@ -229,7 +229,7 @@ impl Core {
         let block = OpBlock {
             wait: AtomicUsize::new(reads.len() + writes.len() + 1),
             seq,
-            func: Mutex::new(Some(OpFn::Bulk(body))),
+            func: TakeOnce::new(OpFn::Bulk(body)),
             reads,
             writes,
             bumps: Bumps::One,
@@ -318,7 +318,10 @@ impl Core {
     /// Runs a ready op (all its vars granted) and completes it, unless it is asynchronous, in
     /// which case its [`Completion`] completes it.
     pub(crate) fn execute(self: &Arc<Self>, op: OpRef, rctx: &RunContext) {
-        let Some(func) = op.func.lock().take() else {
+        // SAFETY: an op becomes ready once (whoever takes its wait count to zero, or its pusher
+        // when every var granted it at once) and a ready op is handed to one thread, which
+        // acquired it through that count or the hand-over.
+        let Some(func) = (unsafe { op.func.take() }) else {
             debug_assert!(false, "op '{}' executed twice", op.name);
             return;
         };
@@ -565,7 +568,7 @@ impl Core {
     fn marker(&self, func: OpFn, var: &Var, name: &'static str, prop: FnProperty) -> OpRef {
         Arc::new(OpBlock {
             wait: AtomicUsize::new(2),
-            func: Mutex::new(Some(func)),
+            func: TakeOnce::new(func),
             reads: SmallVec::new(),
             writes: smallvec::smallvec![var.clone()],
             bumps: Bumps::Zero,

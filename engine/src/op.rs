@@ -8,7 +8,7 @@ use smallvec::SmallVec;
 use storage::Context;
 
 use crate::error::{BoxError, OpFailure, OpResult};
-use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering, TakeOnce};
 use crate::var::Var;
 
 /// How an op is scheduled (MXNet's `FnProperty`).
@@ -278,7 +278,7 @@ pub(crate) struct OpBlock {
     /// Grants still missing, plus one held by the pusher until every var has seen the op.
     pub(crate) wait: AtomicUsize,
     /// Taken exactly once, by the thread that runs the op.
-    pub(crate) func: Mutex<Option<OpFn>>,
+    pub(crate) func: TakeOnce<OpFn>,
     pub(crate) reads: VarList,
     pub(crate) writes: VarList,
     pub(crate) bumps: Bumps,

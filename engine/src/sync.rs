@@ -68,3 +68,39 @@ impl Condvar {
         self.0.notify_all();
     }
 }
+
+/// A value moved out once, by the one thread entitled to it: an op's record holds its closure
+/// this way, and only the thread running the op takes it. Unlike a mutex it costs no atomic
+/// instruction; under loom the cell checks that no two threads ever reach it concurrently.
+pub(crate) struct TakeOnce<T>(
+    #[cfg(loom)] loom::cell::UnsafeCell<Option<T>>,
+    #[cfg(not(loom))] std::cell::UnsafeCell<Option<T>>,
+);
+
+// SAFETY: the value is reached only through `take`, whose callers guarantee that one thread at a
+// time does so, after synchronizing with whoever touched it before; the value itself may move
+// to that thread, hence `T: Send`.
+unsafe impl<T: Send> Sync for TakeOnce<T> {}
+
+impl<T> TakeOnce<T> {
+    pub(crate) fn new(value: T) -> Self {
+        #[cfg(loom)]
+        return TakeOnce(loom::cell::UnsafeCell::new(Some(value)));
+        #[cfg(not(loom))]
+        return TakeOnce(std::cell::UnsafeCell::new(Some(value)));
+    }
+
+    /// Moves the value out (`None` once taken).
+    ///
+    /// # Safety
+    /// No other thread may call `take` at the same time, and a call on another thread must
+    /// happen before this one (through a release/acquire pair).
+    pub(crate) unsafe fn take(&self) -> Option<T> {
+        #[cfg(loom)]
+        // SAFETY: exclusive access is the caller's promise; loom checks it.
+        return self.0.with_mut(|p| unsafe { (*p).take() });
+        #[cfg(not(loom))]
+        // SAFETY: exclusive access is the caller's promise.
+        return unsafe { (*self.0.get()).take() };
+    }
+}

@@ -202,7 +202,7 @@ impl VarGuard<'_> {
             self.inner.poisoned.store(true, Ordering::Release);
         }
         if bumps > 0 {
-            self.inner.version.fetch_add(bumps, Ordering::Release);
+            self.inner.count_writes(bumps);
         }
         s.writing = false;
         Self::grant_head(s, granted);
@@ -228,7 +228,7 @@ impl VarGuard<'_> {
 
     /// Bumps the version directly; used by the inline engine, which has no queues.
     pub(crate) fn bump(&mut self, n: u64) {
-        self.inner.version.fetch_add(n, Ordering::Release);
+        self.inner.count_writes(n);
     }
 
     /// Grants the head of the queue. An op granted while the var is poisoned is marked so that
@@ -262,6 +262,13 @@ impl VarGuard<'_> {
 }
 
 impl VarInner {
+    /// Counts `n` completed writes. Called only under the var's lock, so a plain store loses no
+    /// update (and costs no atomic read-modify-write).
+    fn count_writes(&self, n: u64) {
+        let v = self.version.load(Ordering::Relaxed);
+        self.version.store(v + n, Ordering::Release);
+    }
+
     /// Cheap check used on the hot path before looking for poison under the lock.
     pub(crate) fn maybe_poisoned(&self) -> bool {
         self.poisoned.load(Ordering::Acquire)
