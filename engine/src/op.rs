@@ -79,7 +79,9 @@ pub(crate) type VarList = SmallVec<[Var; 4]>;
 pub(crate) type VarRefs<'a> = SmallVec<[&'a Var; 4]>;
 
 /// An op to push: a closure, the vars it reads and writes, where and how it runs. It borrows
-/// its vars until it is pushed.
+/// its vars until it is pushed, so it is built where it is pushed; a helper that makes ops
+/// without vars returns `Op<'a>` for any `'a` (`fn make<'a>() -> Op<'a>`), and the caller adds
+/// the vars.
 ///
 /// ```
 /// use engine::{EngineBuilder, EngineKind, Op};
