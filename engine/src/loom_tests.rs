@@ -64,6 +64,12 @@ fn spawn_workers(
     (finished, handles)
 }
 
+fn join(handles: Vec<loom::thread::JoinHandle<()>>) {
+    for h in handles {
+        h.join().unwrap();
+    }
+}
+
 fn model(f: impl Fn() + Sync + Send + 'static) {
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(3);
@@ -96,9 +102,7 @@ fn reads_run_together_writes_alone_in_push_order() {
         core.push(logged("r3", &log).read(&v)).unwrap();
         assert_eq!(q.0.lock().unwrap().len(), 2, "w and r3 wait");
         let (_, hs) = spawn_workers(&core, &q, 4, 2);
-        for h in hs {
-            h.join().unwrap();
-        }
+        join(hs);
         core.wait_for_all().unwrap();
         let log = log.lock().unwrap().clone();
         let pos = |n: &str, start: bool| log.iter().position(|e| e.0 == n && e.1 == start).unwrap();
@@ -132,9 +136,7 @@ fn writes_from_two_pushers_are_exclusive_and_counted() {
         core.push(make(&inside).write(&v)).unwrap();
         let (_, hs) = spawn_workers(&core, &q, 2, 1);
         pusher.join().unwrap();
-        for h in hs {
-            h.join().unwrap();
-        }
+        join(hs);
         core.wait_for_all().unwrap();
         assert_eq!(v.version(), 2);
     });
@@ -153,9 +155,7 @@ fn delete_runs_after_pending_ops_and_refuses_later_pushes() {
             .unwrap();
         assert!(core.push(Op::sync("late", |_| Ok(())).read(&v)).is_err());
         let (_, hs) = spawn_workers(&core, &q, 2, 2);
-        for h in hs {
-            h.join().unwrap();
-        }
+        join(hs);
         core.wait_for_all().unwrap();
         let log = log.lock().unwrap().clone();
         assert_eq!(log.last(), Some(&("del", true)));
@@ -177,9 +177,7 @@ fn delete_racing_with_the_last_op_runs_once_after_it() {
         let l = log.clone();
         core.delete_var(Box::new(move || l.lock().unwrap().push(("del", true))), &v)
             .unwrap();
-        for h in hs {
-            h.join().unwrap();
-        }
+        join(hs);
         core.wait_for_all().unwrap();
         let log = log.lock().unwrap().clone();
         assert_eq!(log, vec![("w", true), ("w", false), ("del", true)]);
@@ -207,9 +205,7 @@ fn poison_propagates_and_wait_for_var_reports_it_once() {
         core.push(counting("next", &ran).read(&a).write(&b))
             .unwrap();
         let (_, hs) = spawn_workers(&core, &q, 2, 2);
-        for h in hs {
-            h.join().unwrap();
-        }
+        join(hs);
         let err = core.wait_for_var(&b).unwrap_err();
         assert_eq!(err.failure().unwrap().op, "fail");
         assert!(core.wait_for_var(&b).is_ok());
@@ -233,9 +229,7 @@ fn poison_reaches_an_op_pushed_while_the_failing_write_runs() {
         let (_, hs) = spawn_workers(&core, &q, 2, 1);
         core.push(counting("next", &ran).read(&a).write(&b))
             .unwrap();
-        for h in hs {
-            h.join().unwrap();
-        }
+        join(hs);
         assert_eq!(ran.load(Ordering::SeqCst), 0);
         let err = core.wait_for_var(&b).unwrap_err();
         assert_eq!(err.failure().unwrap().op, "fail");
@@ -261,9 +255,7 @@ fn wait_for_var_returns_after_a_concurrent_write() {
         let (_, hs) = spawn_workers(&core, &q, 1, 1);
         core.wait_for_var(&v).unwrap();
         assert_eq!(done.load(Ordering::SeqCst), 1);
-        for h in hs {
-            h.join().unwrap();
-        }
+        join(hs);
     });
 }
 
@@ -288,8 +280,6 @@ fn wait_for_all_races_with_finishing_workers() {
         // Must neither return early nor miss the last finisher's wake-up.
         core.wait_for_all().unwrap();
         assert_eq!(done.load(Ordering::SeqCst), 2);
-        for h in hs {
-            h.join().unwrap();
-        }
+        join(hs);
     });
 }
