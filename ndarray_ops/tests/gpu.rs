@@ -10,12 +10,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use engine::{EngineBuilder, EngineKind};
-use ndarray_ops::{Attrs, BindOptions, DataParallel, Executor, NDArray, Runtime, Sgd, Symbol};
+use ndarray_ops::{Attrs, BindOptions, Executor, Runtime, Symbol};
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use storage::{Context, StorageConfig};
 
 mod common;
+
+use common::{random, train_over};
 
 fn gpu() -> Option<Context> {
     if storage::gpu_available() {
@@ -31,12 +33,6 @@ fn runtime(storage: StorageConfig) -> Arc<Runtime> {
         EngineBuilder::new(EngineKind::ThreadedPerDevice).build(),
         storage,
     )
-}
-
-fn host(rng: &mut StdRng, shape: &[usize], rt: &Arc<Runtime>) -> NDArray {
-    let n = shape.iter().product();
-    let v: Vec<f32> = (0..n).map(|_| rng.gen_range(-0.5..0.5)).collect();
-    rt.from_vec(v, shape, Context::cpu(0)).unwrap()
 }
 
 fn op(name: &str, node: &str, ins: &[&Symbol], attrs: Attrs) -> Symbol {
@@ -144,7 +140,7 @@ fn forward_backward(
     let mut args: Vec<_> = exec.arg_dict().into_iter().chain(exec.aux_dict()).collect();
     args.sort_by(|a, b| a.0.cmp(&b.0));
     for (name, a) in &args {
-        let v = host(&mut rng, a.shape(), rt);
+        let v = random(rt, a.shape(), &mut rng, Context::cpu(0));
         let v = if name == "label" {
             let l: Vec<f32> = (0..a.size()).map(|i| (i * 7 % 10) as f32).collect();
             rt.from_vec(l, a.shape(), Context::cpu(0)).unwrap()
@@ -203,7 +199,7 @@ fn copies_round_trip_and_arrays_fill_on_the_gpu() {
     let Some(gpu) = gpu() else { return };
     let rt = runtime(StorageConfig::default());
     let mut rng = StdRng::seed_from_u64(1);
-    let a = host(&mut rng, &[1000, 37], &rt);
+    let a = random(&rt, &[1000, 37], &mut rng, Context::cpu(0));
     let back = a.copy_to(gpu).unwrap().copy_to(Context::cpu(0)).unwrap();
     assert_eq!(back.to_vec::<f32>().unwrap(), a.to_vec::<f32>().unwrap());
     let z = rt.full(&[5, 3], 2.5, ndarray_ops::DType::F32, gpu).unwrap();
@@ -218,66 +214,6 @@ fn copies_round_trip_and_arrays_fill_on_the_gpu() {
 }
 
 /// Three data-parallel steps of the MLP over `contexts` from seeded weights; the final weights.
-fn train_over(rt: &Arc<Runtime>, contexts: &[Context]) -> Vec<(String, Vec<f32>)> {
-    let batch = 16;
-    let shapes = HashMap::from([
-        ("data".to_string(), vec![batch, 20]),
-        ("label".to_string(), vec![batch]),
-    ]);
-    let mut h = Symbol::var("data");
-    for (i, n) in [32, 10].into_iter().enumerate() {
-        let (w, b) = (Symbol::var(&format!("w{i}")), Symbol::var(&format!("b{i}")));
-        h = op(
-            "FullyConnected",
-            &format!("fc{i}"),
-            &[&h, &w, &b],
-            Attrs::new().with("num_hidden", n),
-        );
-        if i == 0 {
-            h = op(
-                "Activation",
-                "act",
-                &[&h],
-                Attrs::new().with("act_type", "relu"),
-            );
-        }
-    }
-    let sym = op(
-        "SoftmaxOutput",
-        "softmax",
-        &[&h, &Symbol::var("label")],
-        Attrs::new(),
-    );
-    let sgd = Sgd {
-        lr: 0.5,
-        momentum: 0.9,
-        wd: 1e-3,
-    };
-    let dp = DataParallel::new(rt, &sym, contexts, &shapes, &["data", "label"], sgd).unwrap();
-    let mut rng = StdRng::seed_from_u64(9);
-    let mut init: Vec<_> = dp.params().into_iter().collect();
-    init.sort_by(|a, b| a.0.cmp(&b.0));
-    let init: HashMap<String, NDArray> = init
-        .into_iter()
-        .map(|(k, a)| (k, host(&mut rng, a.shape(), rt)))
-        .collect();
-    dp.set_params(&init).unwrap();
-    for _ in 0..3 {
-        let x = host(&mut rng, &[batch, 20], rt);
-        let y: Vec<f32> = (0..batch).map(|_| rng.gen_range(0..10) as f32).collect();
-        let y = rt.from_vec(y, &[batch], Context::cpu(0)).unwrap();
-        dp.step(&[("data", &x), ("label", &y)]).unwrap();
-    }
-    dp.wait().unwrap();
-    let mut end: Vec<_> = dp
-        .params()
-        .into_iter()
-        .map(|(k, a)| (k, a.to_vec::<f32>().unwrap()))
-        .collect();
-    end.sort_by(|a, b| a.0.cmp(&b.0));
-    end
-}
-
 #[test]
 fn data_parallel_over_a_gpu_and_a_cpu_matches_the_cpu_alone() {
     let Some(gpu) = gpu() else { return };

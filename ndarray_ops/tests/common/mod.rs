@@ -4,7 +4,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use ndarray_ops::symbol::CTX_GROUP;
-use ndarray_ops::{Attrs, BindOptions, Executor, GradReq, NDArray, Runtime, Symbol};
+use ndarray_ops::{
+    Attrs, BindOptions, DataParallel, Executor, GradReq, NDArray, Runtime, Sgd, Symbol,
+};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use storage::Context;
@@ -173,4 +175,144 @@ pub fn run_passes(
     exec.backward().unwrap();
     record(&exec, &mut seen);
     seen
+}
+
+/// Attributes placing a node in context group `group` (none: left to placement).
+#[allow(dead_code)]
+fn in_group(group: Option<&str>) -> Attrs {
+    match group {
+        Some(g) => Attrs::new().with(CTX_GROUP, g),
+        None => Attrs::new(),
+    }
+}
+
+/// An MLP of three dense layers and a softmax loss; the first two layers in context group `a`,
+/// the rest in `b` (when `groups`).
+#[allow(dead_code)]
+pub fn mlp(groups: bool) -> Symbol {
+    let g = |name: &'static str| groups.then_some(name);
+    let mut h = Symbol::var("data");
+    for (i, (hidden, group)) in [(32, g("a")), (24, g("a")), (10, g("b"))]
+        .into_iter()
+        .enumerate()
+    {
+        let w = Symbol::var(&format!("fc{i}_weight"));
+        let b = Symbol::var(&format!("fc{i}_bias"));
+        h = Symbol::op(
+            "FullyConnected",
+            &format!("fc{i}"),
+            &[&h, &w, &b],
+            in_group(group).with("num_hidden", hidden),
+        )
+        .unwrap();
+        if i < 2 {
+            h = Symbol::op(
+                "Activation",
+                &format!("act{i}"),
+                &[&h],
+                in_group(group).with("act_type", "tanh"),
+            )
+            .unwrap();
+        }
+    }
+    Symbol::op(
+        "SoftmaxOutput",
+        "softmax",
+        &[&h, &Symbol::var("label")],
+        in_group(g("b")),
+    )
+    .unwrap()
+}
+
+/// A seeded array of `shape` with values in [-0.5, 0.5) on `ctx`.
+#[allow(dead_code)]
+pub fn random(rt: &Arc<Runtime>, shape: &[usize], rng: &mut StdRng, ctx: Context) -> NDArray {
+    let n = shape.iter().product();
+    let v: Vec<f32> = (0..n).map(|_| rng.gen_range(-0.5..0.5)).collect();
+    rt.from_vec(v, shape, ctx).unwrap()
+}
+
+/// `n` seeded class labels (0 to 9) on `cpu(0)`.
+#[allow(dead_code)]
+pub fn labels(rt: &Arc<Runtime>, n: usize, rng: &mut StdRng) -> NDArray {
+    let v: Vec<f32> = (0..n).map(|_| rng.gen_range(0..10) as f32).collect();
+    rt.from_vec(v, &[n], Context::cpu(0)).unwrap()
+}
+
+/// Input shapes of [`mlp`] for a batch of `batch`.
+#[allow(dead_code)]
+pub fn shapes(batch: usize) -> HashMap<String, Vec<usize>> {
+    HashMap::from([
+        ("data".to_string(), vec![batch, 20]),
+        ("label".to_string(), vec![batch]),
+    ])
+}
+
+/// The arrays' values, by name.
+#[allow(dead_code)]
+pub fn sorted(m: HashMap<String, NDArray>) -> Vec<(String, Vec<f32>)> {
+    let mut v: Vec<_> = m
+        .into_iter()
+        .map(|(k, a)| (k, a.to_vec::<f32>().unwrap()))
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+/// Trains [`mlp`] data-parallel over `contexts` for three seeded steps of SGD with momentum;
+/// checks that every device ends with the same weights and that every parameter moved, and
+/// returns the parameters by name.
+#[allow(dead_code)]
+pub fn train_over(rt: &Arc<Runtime>, contexts: &[Context]) -> Vec<(String, Vec<f32>)> {
+    let batch = 16;
+    let sgd = Sgd {
+        lr: 0.5,
+        momentum: 0.9,
+        wd: 1e-3,
+    };
+    let dp = DataParallel::new(
+        rt,
+        &mlp(false),
+        contexts,
+        &shapes(batch),
+        &["data", "label"],
+        sgd,
+    )
+    .unwrap();
+    let mut rng = StdRng::seed_from_u64(9);
+    let mut init: Vec<_> = dp.params().into_iter().collect();
+    init.sort_by(|a, b| a.0.cmp(&b.0));
+    let init: HashMap<String, NDArray> = init
+        .into_iter()
+        .map(|(k, a)| (k, random(rt, a.shape(), &mut rng, Context::cpu(0))))
+        .collect();
+    dp.set_params(&init).unwrap();
+    let start = sorted(init);
+    for _ in 0..3 {
+        let x = random(rt, &[batch, 20], &mut rng, Context::cpu(0));
+        let y = labels(rt, batch, &mut rng);
+        dp.step(&[("data", &x), ("label", &y)]).unwrap();
+    }
+    dp.wait().unwrap();
+    // Every device holds the same weights after the broadcast.
+    for exec in &dp.executors()[1..] {
+        let args = exec.arg_dict();
+        for (k, w) in dp.params() {
+            assert_eq!(
+                args[&k].to_vec::<f32>().unwrap(),
+                w.to_vec::<f32>().unwrap(),
+                "{k} on {}",
+                args[&k].ctx()
+            );
+        }
+    }
+    let end = sorted(dp.params());
+    // Training moved every parameter.
+    for ((name, a), (_, b)) in end.iter().zip(&start) {
+        assert!(
+            a.iter().zip(b).any(|(x, y)| (x - y).abs() > 1e-4),
+            "{name} did not move"
+        );
+    }
+    end
 }
