@@ -55,8 +55,7 @@ fn parse() -> Result<Args, String> {
             }
             "--shape" => {
                 let spec = it.next().ok_or("--shape needs name=d0,d1,...")?;
-                let (name, dims) = shape_arg::parse_shape(&spec)?;
-                shapes.insert(name, dims);
+                shape_arg::add_shape(&mut shapes, &spec)?;
             }
             f if !f.starts_with("--") && file.is_none() => file = Some(f.to_string()),
             other => return Err(format!("unknown argument {other:?}")),

@@ -1,7 +1,9 @@
 //! The `--shape name=d0,d1,...` argument of the model examples.
 
-/// Parses `name=d0,d1,...` into the name and its dimensions.
-pub fn parse_shape(spec: &str) -> Result<(String, Vec<usize>), String> {
+use std::collections::HashMap;
+
+/// Parses `name=d0,d1,...` into `shapes`, refusing a name given twice.
+pub fn add_shape(shapes: &mut HashMap<String, Vec<usize>>, spec: &str) -> Result<(), String> {
     let (name, dims) = spec
         .split_once('=')
         .ok_or(format!("--shape {spec:?}: expected name=d0,d1,..."))?;
@@ -13,5 +15,10 @@ pub fn parse_shape(spec: &str) -> Result<(String, Vec<usize>), String> {
                 .map_err(|e| format!("--shape {spec:?}: {e}"))
         })
         .collect::<Result<_, _>>()?;
-    Ok((name.to_string(), dims))
+    if let Some(before) = shapes.insert(name.to_string(), dims) {
+        return Err(format!(
+            "--shape {spec:?}: '{name}' was already given as {before:?}"
+        ));
+    }
+    Ok(())
 }

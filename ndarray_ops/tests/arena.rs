@@ -284,10 +284,13 @@ fn assignments_write_their_variables_in_place() {
         Symbol::var("g"),
         Symbol::var("m"),
     );
-    let shapes: HashMap<String, Vec<usize>> = ["w", "x", "g", "m"]
-        .iter()
-        .map(|n| (n.to_string(), vec![256]))
-        .collect();
+    // Every variable of these graphs is 256 long.
+    let shapes = |sym: &Symbol| -> HashMap<String, Vec<usize>> {
+        sym.list_arguments()
+            .into_iter()
+            .map(|n| (n, vec![256]))
+            .collect()
+    };
     let set = |exec: &Executor, name: &str, value: f32| {
         exec.arg_dict()[name].fill(f64::from(value)).unwrap();
     };
@@ -303,7 +306,7 @@ fn assignments_write_their_variables_in_place() {
     .unwrap();
     let rhs = Symbol::op("elemwise_sub", "rhs", &[&w, &scaled], Attrs::new()).unwrap();
     let assign = Symbol::op("_assign", "assign", &[&w, &rhs], Attrs::new()).unwrap();
-    let exec = Executor::simple_bind(&rt, CPU, &assign, &shapes).unwrap();
+    let exec = Executor::simple_bind(&rt, CPU, &assign, &shapes(&assign)).unwrap();
     set(&exec, "w", 3.0);
     set(&exec, "x", 2.0);
     exec.forward(false).unwrap();
@@ -319,7 +322,7 @@ fn assignments_write_their_variables_in_place() {
 
     // Case 3: the right-hand side is also an output, so the assign copies it.
     let both = Symbol::group(&[assign.clone(), rhs.clone()]);
-    let exec = Executor::simple_bind(&rt, CPU, &both, &shapes).unwrap();
+    let exec = Executor::simple_bind(&rt, CPU, &both, &shapes(&both)).unwrap();
     set(&exec, "w", 3.0);
     set(&exec, "x", 2.0);
     exec.forward(false).unwrap();
@@ -335,7 +338,7 @@ fn assignments_write_their_variables_in_place() {
         Attrs::new().with("lr", 0.1).with("momentum", 0.5),
     )
     .unwrap();
-    let exec = Executor::simple_bind(&rt, CPU, &upd, &shapes).unwrap();
+    let exec = Executor::simple_bind(&rt, CPU, &upd, &shapes(&upd)).unwrap();
     set(&exec, "w", 1.0);
     set(&exec, "g", 2.0);
     set(&exec, "m", 0.0);
@@ -364,7 +367,7 @@ fn assignments_write_their_variables_in_place() {
     )
     .unwrap();
     let later = Symbol::group(&[upd, old_plus]);
-    let exec = Executor::simple_bind(&rt, CPU, &later, &shapes).unwrap();
+    let exec = Executor::simple_bind(&rt, CPU, &later, &shapes(&later)).unwrap();
     set(&exec, "w", 1.0);
     set(&exec, "g", 2.0);
     exec.forward(false).unwrap();

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use ndarray_ops::symbol::infer;
-use ndarray_ops::{Attrs, NdError, Symbol};
+use ndarray_ops::{Attrs, DType, NdError, Symbol};
 
 fn graphs() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../graphs"))
@@ -253,6 +253,47 @@ fn shape_clashes_and_huge_shapes_are_errors() {
     );
     let r = Symbol::op("relu", "r", &[&huge], Attrs::new()).unwrap();
     assert!(infer(&r, &HashMap::new(), &HashMap::new()).is_err());
+}
+
+#[test]
+fn misspelt_inputs_and_unknown_dimensions_are_named() {
+    let (x, w) = (Symbol::var("x"), Symbol::var("fc_weight"));
+    let fc = Symbol::op(
+        "FullyConnected",
+        "fc",
+        &[&x, &w],
+        Attrs::new().with("num_hidden", 4).with("no_bias", true),
+    )
+    .unwrap();
+    // A shape for a name the graph does not have is refused, listing the names it does have.
+    let e = infer(
+        &fc,
+        &HashMap::from([("xx".into(), vec![2, 3])]),
+        &HashMap::new(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("'xx'") && e.contains("'x'") && e.contains("'fc_weight'"),
+        "{e}"
+    );
+    let e = infer(
+        &fc,
+        &HashMap::from([("x".into(), vec![2, 3])]),
+        &HashMap::from([("w".into(), DType::F64)]),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("'w'"), "{e}");
+    // A 0 dimension is unknown (MXNet's convention); the error says so.
+    let e = infer(
+        &fc,
+        &HashMap::from([("x".into(), vec![0, 3])]),
+        &HashMap::new(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("0 dimension") && e.contains("'x' [0, 3]"), "{e}");
 }
 
 /// A small deterministic generator for the fuzzer.

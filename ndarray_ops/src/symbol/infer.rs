@@ -87,6 +87,35 @@ fn check_size(shape: &[usize], at: &str) -> Result<()> {
     }
 }
 
+/// A shape or dtype given for a name that is no variable of the graph (a misspelt input) would
+/// otherwise be ignored and surface later as an entry that cannot be inferred.
+fn check_names<'a>(g: &IndexedGraph, names: impl Iterator<Item = &'a String>) -> Result<()> {
+    let variables: Vec<&str> = g
+        .nodes
+        .iter()
+        .filter(|n| n.is_variable())
+        .map(|n| n.name.as_str())
+        .collect();
+    for name in names {
+        if !variables.contains(&name.as_str()) {
+            let shown: Vec<String> = variables.iter().take(8).map(|v| format!("'{v}'")).collect();
+            let more = match variables.len() > shown.len() {
+                true => format!(" and {} more", variables.len() - shown.len()),
+                false => String::new(),
+            };
+            return Err(NdError::Invalid {
+                op: "infer_shape".into(),
+                reason: format!(
+                    "'{name}' is given a shape or dtype but is no argument or auxiliary state of \
+                     the symbol (those are {}{more})",
+                    shown.join(", ")
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 fn complete(s: &Option<Vec<usize>>) -> bool {
     s.as_ref().is_some_and(|s| !s.contains(&0))
 }
@@ -119,6 +148,7 @@ pub fn infer(
     dtypes: &HashMap<String, DType>,
 ) -> Result<Inferred> {
     let g = sym.indexed();
+    check_names(&g, known.keys().chain(dtypes.keys()))?;
     let n_entries = g.num_entries();
     let mut shapes: Vec<Option<Vec<usize>>> = vec![None; n_entries];
     let mut types: Vec<Option<DType>> = vec![None; n_entries];
@@ -262,10 +292,23 @@ pub fn infer(
         .collect();
     if !missing.is_empty() {
         let shown: Vec<_> = missing.iter().take(8).cloned().collect();
+        // MXNet's convention: a 0 dimension is unknown, so a given shape with one is no help.
+        let zero_dims: Vec<String> = known
+            .iter()
+            .filter(|(_, s)| s.contains(&0))
+            .map(|(n, s)| format!("'{n}' {s:?}"))
+            .collect();
+        let hint = match zero_dims.is_empty() {
+            true => "give the input shapes".to_string(),
+            false => format!(
+                "a 0 dimension means unknown, as in MXNet, and {} has one",
+                zero_dims.join(", ")
+            ),
+        };
         return Err(NdError::Invalid {
             op: "infer_shape".into(),
             reason: format!(
-                "cannot infer the shapes of {} entries, e.g. {} (give the input shapes)",
+                "cannot infer the shapes of {} entries, e.g. {} ({hint})",
                 missing.len(),
                 shown.join(", ")
             ),
