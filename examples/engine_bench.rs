@@ -100,8 +100,22 @@ fn measure(repeats: usize, mut f: impl FnMut() -> usize) -> f64 {
     )
 }
 
+/// What each job of the bare pool carries.
+#[derive(Clone, Copy, PartialEq)]
+enum Floor {
+    /// A no-op closure (zero-sized: its box allocates nothing).
+    Bare,
+    /// The least a dependency engine does per op: a closure as large as an op record, holding a
+    /// handle to one of 1024 var-sized records (job i: record i % 1024) that the pusher locks
+    /// before submitting and the worker locks after running it.
+    WithVar,
+}
+
+/// A var-sized record: a lock and the state behind it.
+type VarRecord = Arc<std::sync::Mutex<[u64; 12]>>;
+
 /// The floor: `n` boxed no-op closures through an injector to `threads` workers.
-fn bare_pool(threads: usize, n: usize) -> usize {
+fn bare_pool(threads: usize, n: usize, floor: Floor) -> usize {
     type Job = Box<dyn FnOnce() + Send>;
     let injector = Arc::new(Injector::<Job>::new());
     let done = Arc::new(AtomicUsize::new(0));
@@ -131,8 +145,24 @@ fn bare_pool(threads: usize, n: usize) -> usize {
             })
         })
         .collect();
-    for _ in 0..n {
-        injector.push(Box::new(|| {}));
+    let records: Vec<VarRecord> = match floor {
+        Floor::Bare => Vec::new(),
+        Floor::WithVar => (0..1024).map(|_| Arc::default()).collect(),
+    };
+    for i in 0..n {
+        match floor {
+            Floor::Bare => injector.push(Box::new(|| {})),
+            Floor::WithVar => {
+                let var = records[i % records.len()].clone();
+                bump(&var, 0);
+                // With the handle, the closure is 168 bytes: the engine's op record.
+                let payload = [i as u64; 20];
+                injector.push(Box::new(move || {
+                    std::hint::black_box(&payload);
+                    bump(&var, 1);
+                }))
+            }
+        }
     }
     while done.load(Ordering::Acquire) < n {
         std::thread::yield_now();
@@ -142,6 +172,38 @@ fn bare_pool(threads: usize, n: usize) -> usize {
         w.join().expect("bench worker");
     }
     n
+}
+
+fn bump(var: &VarRecord, slot: usize) {
+    match var.lock() {
+        Ok(mut state) => state[slot] += 1,
+        Err(_) => unreachable!("nothing panics while holding a record's lock"),
+    }
+}
+
+/// How long a cache line takes to move from one thread's core to another's: two threads hand
+/// one atomic back and forth; half the round trip, in ns.
+fn line_transfer(handoffs: u64) -> f64 {
+    let line = Arc::new(AtomicUsize::new(0));
+    let other = line.clone();
+    let echo = std::thread::spawn(move || {
+        for i in 0..handoffs as usize {
+            while other.load(Ordering::Acquire) != 2 * i + 1 {
+                std::hint::spin_loop();
+            }
+            other.store(2 * i + 2, Ordering::Release);
+        }
+    });
+    let t = Instant::now();
+    for i in 0..handoffs as usize {
+        line.store(2 * i + 1, Ordering::Release);
+        while line.load(Ordering::Acquire) != 2 * i + 2 {
+            std::hint::spin_loop();
+        }
+    }
+    let ns = t.elapsed().as_nanos() as f64 / handoffs as f64 / 2.0;
+    echo.join().expect("echo thread");
+    ns
 }
 
 fn noop<'a>(name: &'static str) -> Op<'a> {
@@ -273,9 +335,15 @@ fn main() {
 
     // The floor is timed the same way as the engines: push everything, wait for all. It is what
     // `independent` is compared with, so it is skipped when only another workload runs.
-    let floor = match args.workload.as_deref() {
-        Some(w) if w != "independent" => 0.0,
-        _ => measure(args.repeats, || bare_pool(args.threads, n_ind)),
+    let (floor, floor_with_var, transfer) = match args.workload.as_deref() {
+        Some(w) if w != "independent" => (0.0, 0.0, 0.0),
+        _ => (
+            measure(args.repeats, || bare_pool(args.threads, n_ind, Floor::Bare)),
+            measure(args.repeats, || {
+                bare_pool(args.threads, n_ind, Floor::WithVar)
+            }),
+            median((0..args.repeats).map(|_| line_transfer(200_000)).collect()),
+        ),
     };
 
     let mut engines = serde_json::Map::new();
@@ -339,6 +407,8 @@ fn main() {
     let report = serde_json::json!({
         "threads": args.threads,
         "floor_independent_ns": floor,
+        "floor_with_var_ns": floor_with_var,
+        "line_transfer_ns": transfer,
         "engines": engines,
         "mxnet_1_9_1_per_device_ns": {"independent_ns": 739, "chain_ns": 648, "chain_bulk_ns": 253, "fanout_ns": 1013},
     });
@@ -349,7 +419,11 @@ fn main() {
             "ns per no-op op, median of {} runs, {} compute thread(s)",
             args.repeats, args.threads
         );
-        println!("bare crossbeam-deque pool (floor): {floor:.0} ns/op\n");
+        println!("bare crossbeam-deque pool (floor): {floor:.0} ns/op");
+        println!(
+            "the same with an op-sized job locking one of 1024 var-sized records on each side: {floor_with_var:.0} ns/op"
+        );
+        println!("one cache line from one core to the other: {transfer:.0} ns\n");
         println!(
             "{:<20} {:>12} {:>10} {:>12} {:>10} {:>13}",
             "engine", "independent", "chain", "chain_bulk", "fanout", "vs floor"

@@ -49,11 +49,11 @@ pub(crate) enum Outcome {
 pub(crate) struct Core {
     pub(crate) id: u64,
     next_var: AtomicU64,
-    next_seq: AtomicU64,
-    /// Ops pushed (written by pushers) and ops finished (written by workers), kept on separate
-    /// cache lines so that a pusher and a worker do not bounce one line per op. The engine is
-    /// idle when they are equal; `waiters` tells finishers whether anyone needs to hear that.
-    pushed: CachePadded<AtomicUsize>,
+    /// What pushers write on every op, and ops finished (written by workers), each on cache
+    /// lines of its own, apart from the fields workers read on every op: a pusher and a worker
+    /// would otherwise bounce one line per op. The engine is idle when `pushed` equals
+    /// `finished`; `waiters` tells finishers whether anyone needs to hear that.
+    pushes: CachePadded<Pushes>,
     finished: CachePadded<AtomicUsize>,
     waiters: AtomicUsize,
     idle: Mutex<()>,
@@ -71,6 +71,14 @@ pub(crate) struct Core {
     /// the op record holds a unit's body boxed and this hands that very allocation back.
     #[allow(clippy::vec_box)]
     spare_bodies: CachePadded<Mutex<Vec<Box<BulkBody>>>>,
+}
+
+/// The counters every push bumps.
+struct Pushes {
+    /// Sequence numbers: push order, which orders failures.
+    next_seq: AtomicU64,
+    /// Ops pushed, engine markers included.
+    pushed: AtomicUsize,
 }
 
 // No `const { }` initializers: loom's `thread_local!` does not accept them.
@@ -131,8 +139,10 @@ impl Core {
         Arc::new(Core {
             id: next_engine_id(),
             next_var: AtomicU64::new(0),
-            next_seq: AtomicU64::new(0),
-            pushed: CachePadded::new(AtomicUsize::new(0)),
+            pushes: CachePadded::new(Pushes {
+                next_seq: AtomicU64::new(0),
+                pushed: AtomicUsize::new(0),
+            }),
             finished: CachePadded::new(AtomicUsize::new(0)),
             waiters: AtomicUsize::new(0),
             idle: Mutex::new(()),
@@ -166,7 +176,7 @@ impl Core {
     }
 
     pub(crate) fn next_seq(&self) -> u64 {
-        self.next_seq.fetch_add(1, Ordering::Relaxed)
+        self.pushes.next_seq.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Refuses vars of other engines and vars already deleted (the common, same-thread case; a
@@ -225,7 +235,7 @@ impl Core {
         let (ctx, priority) = (unit.ctx, unit.priority);
         let mut body = self.spare_bodies.lock().pop().unwrap_or_default();
         let (reads, writes) = unit.take_into(&mut body);
-        let seq = self.next_seq.fetch_add(n as u64, Ordering::Relaxed);
+        let seq = self.pushes.next_seq.fetch_add(n as u64, Ordering::Relaxed);
         let block = OpBlock {
             wait: AtomicUsize::new(reads.len() + writes.len() + 1),
             seq,
@@ -246,7 +256,7 @@ impl Core {
     }
 
     fn enqueue(self: &Arc<Self>, op: OpRef) {
-        self.pushed.fetch_add(1, Ordering::SeqCst);
+        self.pushes.pushed.fetch_add(1, Ordering::SeqCst);
         let mut granted_now = 0;
         for v in &op.reads {
             let mut g = v.lock();
@@ -504,7 +514,8 @@ impl Core {
         // acquire/release.)
         let finished = self.finished.fetch_add(1, Ordering::SeqCst) + 1;
         fence(Ordering::SeqCst);
-        if self.waiters.load(Ordering::SeqCst) > 0 && finished == self.pushed.load(Ordering::SeqCst)
+        if self.waiters.load(Ordering::SeqCst) > 0
+            && finished == self.pushes.pushed.load(Ordering::SeqCst)
         {
             let _g = self.idle.lock();
             self.idle_cv.notify_all();
@@ -536,7 +547,7 @@ impl Core {
                 false => {
                     let f = OpFn::Delete(f.take().expect("not yet taken"));
                     let op = self.marker(f, var, "delete_var", FnProperty::Delete);
-                    self.pushed.fetch_add(1, Ordering::SeqCst);
+                    self.pushes.pushed.fetch_add(1, Ordering::SeqCst);
                     let granted = g.append(&op, Access::Write);
                     Some((op, granted))
                 }
@@ -604,7 +615,7 @@ impl Core {
                     var: var.id(),
                 });
             }
-            self.pushed.fetch_add(1, Ordering::SeqCst);
+            self.pushes.pushed.fetch_add(1, Ordering::SeqCst);
             g.append(&op, Access::Write)
         };
         self.release(op, usize::from(granted) + 1);
@@ -634,7 +645,7 @@ impl Core {
         fence(Ordering::SeqCst);
         // `finished` never exceeds `pushed`, so equal readings (finished first) mean that when
         // `pushed` was read every op pushed so far had finished.
-        while self.finished.load(Ordering::SeqCst) != self.pushed.load(Ordering::SeqCst) {
+        while self.finished.load(Ordering::SeqCst) != self.pushes.pushed.load(Ordering::SeqCst) {
             g = self.idle_cv.wait(g);
         }
         self.waiters.fetch_sub(1, Ordering::SeqCst);
