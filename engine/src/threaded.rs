@@ -8,7 +8,7 @@
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use storage::Context;
 
 use crate::bulk::BulkUnit;
@@ -102,20 +102,40 @@ struct DevicePools {
     copy: Arc<Pool>,
 }
 
+/// One link of the device list: a list that only grows, linked through `OnceLock`s, so that
+/// finding a device is a few plain loads. A lock or a reference count would be written by every
+/// dispatch, from pushers and workers alike, and bounce between their cores.
+struct DeviceNode {
+    pools: DevicePools,
+    next: OnceLock<Box<DeviceNode>>,
+}
+
 struct PerDeviceDispatch {
     config: EngineConfig,
-    devices: RwLock<Vec<Arc<DevicePools>>>,
+    /// The devices in the order they were first used.
+    devices: OnceLock<Box<DeviceNode>>,
+    /// Held while a device's pools start, so that each device gets one set.
+    starting: Mutex<()>,
     threads: Threads,
 }
 
 impl PerDeviceDispatch {
-    fn device(&self, core: &Arc<Core>, ctx: Context) -> Arc<DevicePools> {
-        if let Some(d) = self.devices.read().iter().find(|d| d.ctx == ctx) {
-            return d.clone();
+    fn devices(&self) -> impl Iterator<Item = &DevicePools> {
+        std::iter::successors(self.devices.get(), |node| node.next.get()).map(|node| &node.pools)
+    }
+
+    fn device(&self, core: &Arc<Core>, ctx: Context) -> &DevicePools {
+        if let Some(d) = self.devices().find(|d| d.ctx == ctx) {
+            return d;
         }
-        let mut devices = self.devices.write();
-        if let Some(d) = devices.iter().find(|d| d.ctx == ctx) {
-            return d.clone();
+        let _starting = self.starting.lock();
+        // The last link, unless another thread started this device meanwhile.
+        let mut link = &self.devices;
+        while let Some(node) = link.get() {
+            if node.pools.ctx == ctx {
+                return &node.pools;
+            }
+            link = &node.next;
         }
         let compute_threads = if ctx.is_cpu() {
             self.config.cpu_workers
@@ -134,14 +154,18 @@ impl PerDeviceDispatch {
         for h in [h1, h2, h3] {
             self.threads.keep(h);
         }
-        let d = Arc::new(DevicePools {
-            ctx,
-            compute,
-            priority,
-            copy,
+        let node = link.get_or_init(|| {
+            Box::new(DeviceNode {
+                pools: DevicePools {
+                    ctx,
+                    compute,
+                    priority,
+                    copy,
+                },
+                next: OnceLock::new(),
+            })
         });
-        devices.push(d.clone());
-        d
+        &node.pools
     }
 }
 
@@ -158,7 +182,7 @@ impl Dispatch for PerDeviceDispatch {
     }
 
     fn shutdown(&self) {
-        for d in self.devices.read().iter() {
+        for d in self.devices() {
             d.compute.stop();
             d.priority.stop();
             d.copy.stop();
@@ -188,7 +212,8 @@ impl ThreadedEngine {
             }),
             _ => Box::new(PerDeviceDispatch {
                 config,
-                devices: RwLock::new(Vec::new()),
+                devices: OnceLock::new(),
+                starting: Mutex::new(()),
                 threads: Threads::default(),
             }),
         };
