@@ -15,6 +15,12 @@
 //! * independent_split (extra keys `independent_push_alone_ns`, `independent_run_alone_ns`,
 //!   threaded engines): the independent workload with the compute workers held back while it is
 //!   pushed, then released: what each side costs when the other is not running beside it.
+//!
+//! Beside the floor, with the independent workload: `floor_with_var_ns`, the bare pool with
+//! op-sized jobs that each lock one of 1024 var-sized records on both sides (the least an engine
+//! with per-var state does per op), and `line_transfer_ns`, how long one cache line takes to move
+//! between two threads' cores (this machine alternates between ~37 and ~220 ns, and every
+//! hand-over follows it).
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
