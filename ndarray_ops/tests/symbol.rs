@@ -214,17 +214,22 @@ fn malformed_files_are_clear_errors() {
     assert!(err(&deep).contains("not valid JSON"));
 }
 
-#[test]
-fn shape_clashes_and_huge_shapes_are_errors() {
+/// `fc`: 4 outputs of the input `x` through the weight `w`, no bias.
+fn fully_connected_4(w: &Symbol) -> Symbol {
     let x = Symbol::var("x");
-    let w = Symbol::var_with("w", Attrs::new().with("__shape__", "(4, 5)"));
-    let fc = Symbol::op(
+    Symbol::op(
         "FullyConnected",
         "fc",
-        &[&x, &w],
+        &[&x, w],
         Attrs::new().with("num_hidden", 4).with("no_bias", true),
     )
-    .unwrap();
+    .unwrap()
+}
+
+#[test]
+fn shape_clashes_and_huge_shapes_are_errors() {
+    let w = Symbol::var_with("w", Attrs::new().with("__shape__", "(4, 5)"));
+    let fc = fully_connected_4(&w);
     let e = infer(
         &fc,
         &HashMap::from([("x".into(), vec![2, 3])]),
@@ -257,14 +262,7 @@ fn shape_clashes_and_huge_shapes_are_errors() {
 
 #[test]
 fn misspelt_inputs_and_unknown_dimensions_are_named() {
-    let (x, w) = (Symbol::var("x"), Symbol::var("fc_weight"));
-    let fc = Symbol::op(
-        "FullyConnected",
-        "fc",
-        &[&x, &w],
-        Attrs::new().with("num_hidden", 4).with("no_bias", true),
-    )
-    .unwrap();
+    let fc = fully_connected_4(&Symbol::var("fc_weight"));
     // A shape for a name the graph does not have is refused, listing the names it does have.
     let e = infer(
         &fc,
