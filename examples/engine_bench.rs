@@ -107,7 +107,7 @@ fn measure(repeats: usize, mut f: impl FnMut() -> usize) -> f64 {
 }
 
 /// What each job of the bare pool carries.
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy)]
 enum Floor {
     /// A no-op closure (zero-sized: its box allocates nothing).
     Bare,
