@@ -1,6 +1,6 @@
 //! Binds a real MXNet model with random weights and times it.
 //!
-//! `cargo run --release --example run_model -- graphs/resnet18_v1-symbol.json --shape data=1,3,224,224 [--train] [--iters N] [--engine KIND] [--json]`
+//! `cargo run --release --example run_model -- graphs/resnet18_v1-symbol.json --shape data=1,3,224,224 [--train] [--iters N] [--engine KIND] [--ctx cpu(0)|gpu(0)] [--json]`
 //!
 //! Prints the output shapes, the median forward time (inference mode) and, with `--train`, the
 //! median forward+backward time (training mode; gradients of every argument but the inputs named
@@ -26,17 +26,19 @@ struct Args {
     json: bool,
     train: bool,
     kind: EngineKind,
+    ctx: Context,
 }
 
 fn parse() -> Result<Args, String> {
     let mut it = std::env::args().skip(1);
-    let (mut file, mut shapes, mut iters, mut json, mut train, mut kind) = (
+    let (mut file, mut shapes, mut iters, mut json, mut train, mut kind, mut ctx) = (
         None,
         HashMap::new(),
         10usize,
         false,
         false,
         EngineKind::ThreadedPerDevice,
+        Context::cpu(0),
     );
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -52,6 +54,10 @@ fn parse() -> Result<Args, String> {
             "--engine" => {
                 let v = it.next().ok_or("--engine needs a name")?;
                 kind = EngineKind::parse(&v).ok_or(format!("unknown engine {v:?}"))?;
+            }
+            "--ctx" => {
+                let v = it.next().ok_or("--ctx needs a context such as gpu(0)")?;
+                ctx = v.parse().map_err(|e| format!("--ctx {v:?}: {e}"))?;
             }
             "--shape" => {
                 let spec = it.next().ok_or("--shape needs name=d0,d1,...")?;
@@ -75,6 +81,7 @@ fn parse() -> Result<Args, String> {
         json,
         train,
         kind,
+        ctx,
     })
 }
 
@@ -93,7 +100,7 @@ fn run() -> Result<(), String> {
     let sym = Symbol::from_json(&text).map_err(|e| format!("{}: {e}", a.file))?;
     let rt = Runtime::new(EngineBuilder::new(a.kind).build(), StorageConfig::default());
     rt.seed(0).map_err(err)?;
-    let ctx = Context::cpu(0);
+    let ctx = a.ctx;
     let exec = if a.train {
         let req: HashMap<String, GradReq> = sym
             .list_arguments()
@@ -121,7 +128,10 @@ fn run() -> Result<(), String> {
             .with("high", 0.05)
             .with("shape", shape)
             .with("dtype", arr.dtype().name());
-        invoke_on(&rt, ctx, "_random_uniform", &[], &attrs, Some(&[&arr])).map_err(err)?;
+        // Drawn on the CPU (the GPU back end has no random kernels), then copied over.
+        let host =
+            invoke_on(&rt, Context::cpu(0), "_random_uniform", &[], &attrs, None).map_err(err)?;
+        host[0].copy_into(&arr).map_err(err)?;
     }
     let grads: Vec<_> = exec.grad_dict().into_values().collect();
     let time = |step: &dyn Fn() -> ndarray_ops::Result<()>| -> Result<f64, String> {
@@ -153,12 +163,12 @@ fn run() -> Result<(), String> {
     if a.json {
         println!(
             "{}",
-            serde_json::json!({"forward_ms": forward_ms, "forward_backward_ms": forward_backward_ms, "planned_bytes": mem.planned_bytes, "no_reuse_bytes": mem.no_reuse_bytes, "lower_bound_bytes": mem.lower_bound_bytes, "allocated_bytes": mem.allocated_bytes, "inplace_entries": mem.inplace, "output_shapes": out_shapes, "engine": a.kind.name(), "iters": a.iters})
+            serde_json::json!({"forward_ms": forward_ms, "forward_backward_ms": forward_backward_ms, "planned_bytes": mem.planned_bytes, "no_reuse_bytes": mem.no_reuse_bytes, "lower_bound_bytes": mem.lower_bound_bytes, "allocated_bytes": mem.allocated_bytes, "inplace_entries": mem.inplace, "output_shapes": out_shapes, "engine": a.kind.name(), "context": ctx.to_string(), "iters": a.iters})
         );
     } else {
         println!("{}: outputs {out_shapes:?}", a.file);
         println!(
-            "forward: {forward_ms:.2} ms (median of {}, {})",
+            "forward: {forward_ms:.2} ms (median of {}, {} on {ctx})",
             a.iters,
             a.kind.name()
         );

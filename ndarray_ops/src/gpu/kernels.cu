@@ -37,15 +37,40 @@ KERNEL void fill(KArgs a) {
     FOR_EACH(t, a.i[0]) a.p[0][t] = a.f[0];
 }
 
-// p0 = p1 (op i1) p2, same shapes; i1: 0 add, 1 sub, 2 mul, 3 div.
+// p0 = p1 (op i1) p2 with broadcasting. The output has rank i2 <= 4 and dims i3..i6; p1 and p2
+// step i7..i10 and i11..i14 elements along those dims (0 where they broadcast). The host merges
+// dims first, so equal shapes arrive as rank 1 and need no index arithmetic. i1: 0 add, 1 sub,
+// 2 mul, 3 div, 4 maximum, 5 minimum, 6 power, 7 equal, 8 not_equal, 9 greater,
+// 10 greater_equal, 11 lesser, 12 lesser_equal (comparisons give 1 or 0).
 KERNEL void binary(KArgs a) {
+    i64 rank = a.i[2];
     FOR_EACH(t, a.i[0]) {
-        float x = a.p[1][t], y = a.p[2][t], r;
+        i64 rest = t, ia = 0, ib = 0;
+        for (i64 d = rank - 1; d > 0; d--) {
+            i64 k = rest % a.i[3 + d];
+            rest /= a.i[3 + d];
+            ia += k * a.i[7 + d];
+            ib += k * a.i[11 + d];
+        }
+        if (rank > 0) {
+            ia += rest * a.i[7];
+            ib += rest * a.i[11];
+        }
+        float x = a.p[1][ia], y = a.p[2][ib], r;
         switch (a.i[1]) {
             case 0: r = x + y; break;
             case 1: r = x - y; break;
             case 2: r = x * y; break;
-            default: r = x / y; break;
+            case 3: r = x / y; break;
+            case 4: r = y > x ? y : x; break;
+            case 5: r = y < x ? y : x; break;
+            case 6: r = (float)pow((double)x, (double)y); break;
+            case 7: r = x == y ? 1.0f : 0.0f; break;
+            case 8: r = x != y ? 1.0f : 0.0f; break;
+            case 9: r = x > y ? 1.0f : 0.0f; break;
+            case 10: r = x >= y ? 1.0f : 0.0f; break;
+            case 11: r = x < y ? 1.0f : 0.0f; break;
+            default: r = x <= y ? 1.0f : 0.0f; break;
         }
         a.p[0][t] = r;
     }

@@ -4,6 +4,7 @@
 
 use super::{Gemm, KArgs, Stream};
 use crate::ops::conv::{conv_params, pool_params, ConvDims, PoolType};
+use crate::ops::elemwise::broadcast_strides;
 use crate::ops::{fc_dims, Attrs, OpDef, TensorRef, IS_TRAIN};
 use crate::DType;
 
@@ -22,7 +23,7 @@ pub(crate) fn kernel_for(def: &OpDef) -> Option<GpuKernel> {
         "_zeros" | "_ones" => fill,
         "Activation" | "relu" | "sigmoid" | "tanh" | "softrelu" => activation,
         "_backward_Activation" => activation_backward,
-        "elemwise_add" | "elemwise_sub" | "elemwise_mul" | "elemwise_div" => binary,
+        op if binary_code(op).is_some() => binary,
         "_plus_scalar" | "_minus_scalar" | "_rminus_scalar" | "_mul_scalar" | "_div_scalar"
         | "_rdiv_scalar" | "_maximum_scalar" | "_minimum_scalar" => scalar,
         "add_n" => add_n,
@@ -147,20 +148,72 @@ fn activation_backward(
     s.launch("act_bwd", n, &a)
 }
 
+/// The `binary` kernel's code for `op`.
+fn binary_code(op: &str) -> Option<usize> {
+    Some(match op {
+        "elemwise_add" | "broadcast_add" => 0,
+        "elemwise_sub" | "broadcast_sub" => 1,
+        "elemwise_mul" | "broadcast_mul" => 2,
+        "elemwise_div" | "broadcast_div" => 3,
+        "broadcast_maximum" => 4,
+        "broadcast_minimum" => 5,
+        "broadcast_power" => 6,
+        "broadcast_equal" => 7,
+        "broadcast_not_equal" => 8,
+        "broadcast_greater" => 9,
+        "broadcast_greater_equal" => 10,
+        "broadcast_lesser" => 11,
+        "broadcast_lesser_equal" => 12,
+        _ => return None,
+    })
+}
+
+/// The most dims the `binary` kernel indexes (its arguments hold four dims and two strides each).
+const BINARY_RANK: usize = 4;
+
+/// The dims of a broadcast `out = a op b` as the `binary` kernel walks them: `[dim, a's stride,
+/// b's stride]` per dim, outermost first, with size-1 dims dropped and each dim merged into the
+/// one outside it wherever both inputs step through the pair as through one dim. Equal shapes
+/// become one dim, a bias added along one axis at most three.
+fn broadcast_dims(a: &[usize], b: &[usize], out: &[usize]) -> Vec<[usize; 3]> {
+    let (sa, sb) = (broadcast_strides(a, out), broadcast_strides(b, out));
+    let mut dims: Vec<[usize; 3]> = Vec::with_capacity(out.len());
+    for (d, &n) in out.iter().enumerate().filter(|(_, &n)| n != 1) {
+        match dims.last_mut() {
+            Some(last) if last[1] == sa[d] * n && last[2] == sb[d] * n => {
+                *last = [last[0] * n, sa[d], sb[d]];
+            }
+            _ => dims.push([n, sa[d], sb[d]]),
+        }
+    }
+    dims
+}
+
 fn binary(op: &str, _: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
-    let code = match op {
-        "elemwise_add" => 0,
-        "elemwise_sub" => 1,
-        "elemwise_mul" => 2,
-        _ => 3,
-    };
-    let n = outs[0].len();
-    let a = KArgs::new(n)
-        .t(0, &outs[0])
-        .t(1, &ins[0])
-        .t(2, &ins[1])
-        .i(1, code);
-    s.launch("binary", n, &a)
+    let code = binary_code(op).ok_or_else(|| format!("no binary kernel for {op}"))?;
+    let (a, b, out) = (&ins[0], &ins[1], &outs[0]);
+    let dims = broadcast_dims(&a.shape, &b.shape, &out.shape);
+    if dims.len() > BINARY_RANK {
+        return Err(format!(
+            "{op}: broadcasting {:?} and {:?} to {:?} takes {} dims after merging; the GPU \
+             kernel walks at most {BINARY_RANK}",
+            a.shape,
+            b.shape,
+            out.shape,
+            dims.len()
+        ));
+    }
+    let n = out.len();
+    let mut k = KArgs::new(n)
+        .t(0, out)
+        .t(1, a)
+        .t(2, b)
+        .i(1, code)
+        .i(2, dims.len());
+    for (d, [dim, sa, sb]) in dims.into_iter().enumerate() {
+        k = k.i(3 + d, dim).i(7 + d, sa).i(11 + d, sb);
+    }
+    s.launch("binary", n, &k)
 }
 
 fn scalar(

@@ -109,6 +109,42 @@ fn check(op: &str, attrs: &Attrs, inputs: &[Input], tol: f32) -> Vec<&'static st
     stream.launched.into_inner()
 }
 
+#[test]
+fn broadcasts_the_kernel_cannot_walk_are_refused_clearly() {
+    // Six dims that alternate which side broadcasts cannot merge into the kernel's four.
+    let lib = kernels().expect("a C++ compiler builds kernels.cu");
+    let rt = Runtime::with_engine(EngineKind::Naive);
+    let rng = &mut StdRng::seed_from_u64(3);
+    let ins = arrays(
+        &rt,
+        &[
+            random(rng, &[2, 1, 2, 1, 2, 1]),
+            random(rng, &[1, 2, 1, 2, 1, 2]),
+        ],
+    );
+    let out = rt
+        .empty(&[2; 6], DType::F32, Context::cpu(0))
+        .expect("output");
+    rt.wait_all().expect("inputs ready");
+    let def = lookup("broadcast_add").expect("registered");
+    let err = run(
+        def.name,
+        kernel_for(def).expect("a GPU kernel"),
+        def.alias_safe,
+        &Attrs::new(),
+        ins.iter().map(NDArray::tensor).collect(),
+        &[out.tensor()],
+        &HostStream::new(lib),
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("broadcast_add")
+            && err.contains("6 dims")
+            && err.contains("[2, 1, 2, 1, 2, 1]"),
+        "{err}"
+    );
+}
+
 fn conv_attrs(
     k: usize,
     s: usize,
@@ -160,6 +196,45 @@ fn every_gpu_op_matches_its_cpu_kernel() {
         "elemwise_div",
     ] {
         check(op, Attrs::new(), vec![x.clone(), random(rng, &[4, 6])]);
+    }
+    // Broadcasts the kernel merges to one, two, three and four dims, scalars on either side,
+    // and every binary op (power on positive bases, as the CPU's gives NaN for the others).
+    let cases: [(&[usize], &[usize]); 7] = [
+        (&[2, 3, 4], &[2, 3, 4]),
+        (&[4, 6], &[1, 6]),
+        (&[4, 6], &[4, 1]),
+        (&[2, 3, 4, 5], &[1, 3, 1, 1]),
+        (&[1], &[3, 2]),
+        (&[2, 1, 4, 1, 1], &[1, 3, 1, 5, 1]),
+        (&[3, 4], &[1]),
+    ];
+    for op in [
+        "broadcast_add",
+        "broadcast_sub",
+        "broadcast_mul",
+        "broadcast_div",
+        "broadcast_maximum",
+        "broadcast_minimum",
+        "broadcast_power",
+        "broadcast_equal",
+        "broadcast_not_equal",
+        "broadcast_greater",
+        "broadcast_greater_equal",
+        "broadcast_lesser",
+        "broadcast_lesser_equal",
+    ] {
+        for (a, b) in cases {
+            let (mut x, mut y) = (random(rng, a), random(rng, b));
+            if op == "broadcast_power" {
+                x.1.iter_mut().for_each(|v| *v = v.abs() + 0.1);
+            }
+            if op.contains("equal") {
+                // Some equal pairs, so both answers occur.
+                y.1.iter_mut().step_by(2).for_each(|v| *v = 0.5);
+                x.1.iter_mut().step_by(3).for_each(|v| *v = 0.5);
+            }
+            check(op, Attrs::new(), vec![x, y]);
+        }
     }
     for op in [
         "_plus_scalar",
@@ -434,6 +509,7 @@ fn the_model_ops_all_have_gpu_kernels() {
         "SoftmaxOutput",
         "_backward_SoftmaxOutput",
         "elemwise_add",
+        "broadcast_add",
         "add_n",
         "_copy",
         "_CrossDeviceCopy",

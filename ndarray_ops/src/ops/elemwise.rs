@@ -89,7 +89,7 @@ fn infer_scalar(
 }
 
 /// Row-major strides of `shape` aligned to `ndim` output dimensions, 0 where broadcast.
-fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
+pub(crate) fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
     let mut strides = vec![0; out.len()];
     let mut acc = 1;
     for i in (0..shape.len()).rev() {

@@ -9,7 +9,7 @@
 
 mod backward;
 pub(crate) mod conv;
-mod elemwise;
+pub(crate) mod elemwise;
 mod extra;
 mod linalg;
 mod nn;
