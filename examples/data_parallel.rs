@@ -20,11 +20,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::collections::HashMap;
 use std::time::Instant;
 
-use engine::{EngineBuilder, EngineKind};
 use ndarray_ops::{Attrs, DataParallel, NDArray, Runtime, Sgd, Symbol};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use storage::{Context, StorageConfig};
+use storage::Context;
 
 struct Args {
     file: String,
@@ -99,16 +98,7 @@ fn measure(
     n: usize,
 ) -> Result<(f64, (usize, usize)), String> {
     let err = |e: ndarray_ops::NdError| e.to_string();
-    let rt = Runtime::new(
-        if a.profile {
-            EngineBuilder::new(EngineKind::ThreadedPerDevice)
-                .profiler(None)
-                .build()
-        } else {
-            EngineBuilder::new(EngineKind::ThreadedPerDevice).build()
-        },
-        StorageConfig::default(),
-    );
+    let rt = Runtime::from_env(|b| if a.profile { b.profiler(None) } else { b }).map_err(err)?;
     let shapes = HashMap::from([
         ("data".to_string(), data_shape.to_vec()),
         ("softmax_label".to_string(), vec![a.batch]),

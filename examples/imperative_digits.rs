@@ -10,9 +10,8 @@ mod softmax_regression;
 
 use std::time::Instant;
 
-use engine::{EngineBuilder, EngineKind};
+use engine::EngineKind;
 use ndarray_ops::Runtime;
-use storage::StorageConfig;
 
 fn main() {
     if let Err(e) = run() {
@@ -22,7 +21,7 @@ fn main() {
 }
 
 fn run() -> Result<(), String> {
-    let (mut json, mut epochs, mut kind) = (false, 30usize, EngineKind::ThreadedPerDevice);
+    let (mut json, mut epochs, mut kind) = (false, 30usize, None);
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -35,13 +34,18 @@ fn run() -> Result<(), String> {
             }
             "--engine" => {
                 let v = args.next().ok_or("--engine needs a name")?;
-                kind = EngineKind::parse(&v).ok_or(format!("unknown engine {v:?}"))?;
+                kind = Some(EngineKind::parse(&v).ok_or(format!("unknown engine {v:?}"))?);
             }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
     let (train, test) = digits::load(42)?;
-    let rt = Runtime::new(EngineBuilder::new(kind).build(), StorageConfig::default());
+    let rt = Runtime::from_env(|b| match kind {
+        Some(k) => b.kind(k),
+        None => b,
+    })
+    .map_err(|e| e.to_string())?;
+    let kind = rt.engine().kind();
     let t0 = Instant::now();
     let model = softmax_regression::train(&rt, &train, epochs, |epoch, m| {
         if !json && (epoch + 1) % 5 == 0 {

@@ -15,9 +15,9 @@ mod shape_arg;
 use std::collections::HashMap;
 use std::time::Instant;
 
-use engine::{EngineBuilder, EngineKind};
+use engine::EngineKind;
 use ndarray_ops::{invoke_on, Attrs, Executor, GradReq, Runtime, Symbol};
-use storage::{Context, StorageConfig};
+use storage::Context;
 
 struct Args {
     file: String,
@@ -25,7 +25,7 @@ struct Args {
     iters: usize,
     json: bool,
     train: bool,
-    kind: EngineKind,
+    kind: Option<EngineKind>,
     ctx: Context,
 }
 
@@ -37,7 +37,7 @@ fn parse() -> Result<Args, String> {
         10usize,
         false,
         false,
-        EngineKind::ThreadedPerDevice,
+        None,
         Context::cpu(0),
     );
     while let Some(a) = it.next() {
@@ -53,7 +53,7 @@ fn parse() -> Result<Args, String> {
             }
             "--engine" => {
                 let v = it.next().ok_or("--engine needs a name")?;
-                kind = EngineKind::parse(&v).ok_or(format!("unknown engine {v:?}"))?;
+                kind = Some(EngineKind::parse(&v).ok_or(format!("unknown engine {v:?}"))?);
             }
             "--ctx" => {
                 let v = it.next().ok_or("--ctx needs a context such as gpu(0)")?;
@@ -98,7 +98,13 @@ fn run() -> Result<(), String> {
     let text =
         std::fs::read_to_string(&a.file).map_err(|e| format!("cannot read {}: {e}", a.file))?;
     let sym = Symbol::from_json(&text).map_err(|e| format!("{}: {e}", a.file))?;
-    let rt = Runtime::new(EngineBuilder::new(a.kind).build(), StorageConfig::default());
+    // The engine and storage follow the MXRS_* variables; --engine overrides the engine kind.
+    let rt = Runtime::from_env(|b| match a.kind {
+        Some(k) => b.kind(k),
+        None => b,
+    })
+    .map_err(err)?;
+    let kind = rt.engine().kind();
     rt.seed(0).map_err(err)?;
     let ctx = a.ctx;
     let exec = if a.train {
@@ -163,14 +169,14 @@ fn run() -> Result<(), String> {
     if a.json {
         println!(
             "{}",
-            serde_json::json!({"forward_ms": forward_ms, "forward_backward_ms": forward_backward_ms, "planned_bytes": mem.planned_bytes, "no_reuse_bytes": mem.no_reuse_bytes, "lower_bound_bytes": mem.lower_bound_bytes, "allocated_bytes": mem.allocated_bytes, "inplace_entries": mem.inplace, "output_shapes": out_shapes, "engine": a.kind.name(), "context": ctx.to_string(), "iters": a.iters})
+            serde_json::json!({"forward_ms": forward_ms, "forward_backward_ms": forward_backward_ms, "planned_bytes": mem.planned_bytes, "no_reuse_bytes": mem.no_reuse_bytes, "lower_bound_bytes": mem.lower_bound_bytes, "allocated_bytes": mem.allocated_bytes, "inplace_entries": mem.inplace, "output_shapes": out_shapes, "engine": kind.name(), "context": ctx.to_string(), "iters": a.iters})
         );
     } else {
         println!("{}: outputs {out_shapes:?}", a.file);
         println!(
             "forward: {forward_ms:.2} ms (median of {}, {} on {ctx})",
             a.iters,
-            a.kind.name()
+            kind.name()
         );
         if let Some(fb) = forward_backward_ms {
             println!(

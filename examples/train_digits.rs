@@ -19,9 +19,8 @@ mod digits;
 use std::collections::HashMap;
 use std::time::Instant;
 
-use engine::{EngineBuilder, EngineKind};
 use ndarray_ops::{invoke_on, Attrs, DataParallel, NDArray, Runtime, Sgd, Symbol};
-use storage::{Context, StorageConfig};
+use storage::Context;
 
 /// Which model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -182,10 +181,7 @@ pub fn train(
         op: "digits".into(),
         reason: e,
     })?;
-    let rt = Runtime::new(
-        EngineBuilder::new(EngineKind::ThreadedPerDevice).build(),
-        StorageConfig::default(),
-    );
+    let rt = Runtime::from_env(|b| b)?;
     rt.seed(1)?;
     let host = Context::cpu(0);
     let batch = 32;

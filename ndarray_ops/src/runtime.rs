@@ -46,13 +46,16 @@ impl Runtime {
     /// time it is asked for. A bad variable is reported then and every time after.
     pub fn global() -> Result<Arc<Runtime>> {
         static GLOBAL: OnceLock<Result<Arc<Runtime>>> = OnceLock::new();
-        GLOBAL
-            .get_or_init(|| {
-                let engine = EngineBuilder::from_env()?.build();
-                let storage = StorageConfig::from_env()?;
-                Ok(Runtime::new(engine, storage))
-            })
-            .clone()
+        GLOBAL.get_or_init(|| Runtime::from_env(|b| b)).clone()
+    }
+
+    /// A fresh runtime configured from the `MXRS_*` environment variables as [`Runtime::global`]
+    /// is, with `adjust` applied to the engine's settings after them (a program's own flags,
+    /// such as an engine chosen on its command line).
+    pub fn from_env(adjust: impl FnOnce(EngineBuilder) -> EngineBuilder) -> Result<Arc<Runtime>> {
+        let engine = adjust(EngineBuilder::from_env()?).build();
+        let storage = StorageConfig::from_env()?;
+        Ok(Runtime::new(engine, storage))
     }
 
     /// The engine.
