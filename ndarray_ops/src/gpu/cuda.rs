@@ -167,8 +167,8 @@ impl Stream for DeviceStream<'_> {
             .map_err(|e| driver_error(kernel, e))
     }
 
-    fn gemm(&self, g: &Gemm) -> Result<(), String> {
-        if g.m == 0 || g.n == 0 {
+    fn gemm_batched(&self, g: &Gemm, batch: usize, strides: [usize; 3]) -> Result<(), String> {
+        if g.m == 0 || g.n == 0 || batch == 0 {
             return Ok(());
         }
         let key = self.stream.cu_stream() as usize;
@@ -189,26 +189,34 @@ impl Stream for DeviceStream<'_> {
             };
             // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
             let alpha = 1.0f32;
-            // SAFETY: device pointers to matrices of these sizes and strides, per the op layer.
+            let int = |v: usize| {
+                i32::try_from(v).map_err(|_| format!("GEMM dimension {v} exceeds cuBLAS's int"))
+            };
+            // SAFETY: device pointers to `batch` matrices of these sizes and strides, per the
+            // op layer.
             unsafe {
-                blas::sgemm(
+                blas::sgemm_strided_batched(
                     *h.handle(),
                     op(g.tb),
                     op(g.ta),
-                    g.n as i32,
-                    g.m as i32,
-                    g.k as i32,
+                    int(g.n)?,
+                    int(g.m)?,
+                    int(g.k)?,
                     &alpha,
                     g.b,
-                    g.ldb as i32,
+                    int(g.ldb)?,
+                    strides[1] as i64,
                     g.a,
-                    g.lda as i32,
+                    int(g.lda)?,
+                    strides[0] as i64,
                     &g.beta,
                     g.c,
-                    g.ldc as i32,
+                    int(g.ldc)?,
+                    strides[2] as i64,
+                    int(batch)?,
                 )
             }
-            .map_err(|e| driver_error("cublasSgemm", e))
+            .map_err(|e| driver_error("cublasSgemmStridedBatched", e))
         })
     }
 

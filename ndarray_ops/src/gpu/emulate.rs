@@ -74,31 +74,17 @@ impl Stream for HostStream {
         Ok(())
     }
 
-    fn gemm(&self, g: &Gemm) -> Result<(), String> {
-        for i in 0..g.m {
-            for j in 0..g.n {
-                let mut acc = 0.0f64;
-                for p in 0..g.k {
-                    // SAFETY: the op layer sizes the matrices for these strides.
-                    let (a, b) = unsafe {
-                        (
-                            *g.a.add(if g.ta { p * g.lda + i } else { i * g.lda + p }),
-                            *g.b.add(if g.tb { j * g.ldb + p } else { p * g.ldb + j }),
-                        )
-                    };
-                    acc += f64::from(a) * f64::from(b);
-                }
-                // SAFETY: as above.
-                unsafe {
-                    let c = g.c.add(i * g.ldc + j);
-                    // Like BLAS, beta = 0 never reads C (it may hold anything).
-                    *c = if g.beta == 0.0 {
-                        acc as f32
-                    } else {
-                        acc as f32 + g.beta * *c
-                    };
-                }
-            }
+    fn gemm_batched(&self, g: &Gemm, batch: usize, strides: [usize; 3]) -> Result<(), String> {
+        for i in 0..batch {
+            // SAFETY: the op layer sizes the matrices for `batch` products at these strides.
+            let (a, b, c) = unsafe {
+                (
+                    g.a.add(i * strides[0]),
+                    g.b.add(i * strides[1]),
+                    g.c.add(i * strides[2]),
+                )
+            };
+            reference_gemm(&Gemm { a, b, c, ..*g });
         }
         Ok(())
     }
@@ -115,5 +101,34 @@ impl Stream for HostStream {
         let ptr = block.as_mut_ptr().cast();
         self.scratch.borrow_mut().push(block);
         Ok(ptr)
+    }
+}
+
+/// `C = op(A) op(B) + beta C`, one dot product at a time in double.
+fn reference_gemm(g: &Gemm) {
+    for i in 0..g.m {
+        for j in 0..g.n {
+            let mut acc = 0.0f64;
+            for p in 0..g.k {
+                // SAFETY: the op layer sizes the matrices for these strides.
+                let (a, b) = unsafe {
+                    (
+                        *g.a.add(if g.ta { p * g.lda + i } else { i * g.lda + p }),
+                        *g.b.add(if g.tb { j * g.ldb + p } else { p * g.ldb + j }),
+                    )
+                };
+                acc += f64::from(a) * f64::from(b);
+            }
+            // SAFETY: as above.
+            unsafe {
+                let c = g.c.add(i * g.ldc + j);
+                // Like BLAS, beta = 0 never reads C (it may hold anything).
+                *c = if g.beta == 0.0 {
+                    acc as f32
+                } else {
+                    acc as f32 + g.beta * *c
+                };
+            }
+        }
     }
 }

@@ -264,27 +264,33 @@ KERNEL void softmax_output_bwd(KArgs a) {
     }
 }
 
-// Receptive fields of one image's channel group as columns: p1 (cg, h, w) -> p0 (cg*kh*kw,
-// ho*wo). i0 = the column buffer's size, i1 h, i2 w, i3 kh, i4 kw, i5 sh, i6 sw, i7 ph, i8 pw,
-// i9 dh, i10 dw, i11 ho, i12 wo.
+// Receptive fields of a channel group of i13 images as columns: p1 holds the images, i14 floats
+// apart, each (cg, h, w); p0 gets (cg*kh*kw, i13, ho*wo), so that one image's columns are a
+// submatrix (row stride i13*ho*wo) and all images' columns side by side are one matrix. i0 = the
+// column buffer's size, i1 h, i2 w, i3 kh, i4 kw, i5 sh, i6 sw, i7 ph, i8 pw, i9 dh, i10 dw,
+// i11 ho, i12 wo. With a 1x1 window this regroups planes: (nb, rows, plane) -> (rows, nb, plane).
 KERNEL void im2col(KArgs a) {
     i64 h = a.i[1], w = a.i[2], kh = a.i[3], kw = a.i[4], ho = a.i[11], wo = a.i[12];
+    i64 nb = a.i[13];
     FOR_EACH(t, a.i[0]) {
-        i64 x = t % wo, y = (t / wo) % ho, row = t / (wo * ho);
+        i64 x = t % wo, y = (t / wo) % ho, b = (t / (wo * ho)) % nb, row = t / (wo * ho * nb);
         i64 j = row % kw, i = (row / kw) % kh, ch = row / (kw * kh);
         i64 iy = y * a.i[5] + i * a.i[9] - a.i[7];
         i64 ix = x * a.i[6] + j * a.i[10] - a.i[8];
-        a.p[0][t] = (iy >= 0 && iy < h && ix >= 0 && ix < w) ? a.p[1][(ch * h + iy) * w + ix] : 0.0f;
+        bool inside = iy >= 0 && iy < h && ix >= 0 && ix < w;
+        a.p[0][t] = inside ? a.p[1][b * a.i[14] + (ch * h + iy) * w + ix] : 0.0f;
     }
 }
 
-// The adjoint: each pixel of p0 (cg, h, w) gathers the column entries that read it from p1.
-// i0 = cg*h*w, other integers as for im2col.
+// The adjoint: each pixel of i13 images at p0 (i14 floats apart, each (i15 = cg, h, w)) gathers
+// the entries of the columns p1 (laid out as im2col writes them) that read it.
+// i0 = i13*cg*h*w, other integers as for im2col.
 KERNEL void col2im(KArgs a) {
     i64 h = a.i[1], w = a.i[2], kh = a.i[3], kw = a.i[4], sh = a.i[5], sw = a.i[6];
     i64 ph = a.i[7], pw = a.i[8], dh = a.i[9], dw = a.i[10], ho = a.i[11], wo = a.i[12];
+    i64 nb = a.i[13], cg = a.i[15];
     FOR_EACH(t, a.i[0]) {
-        i64 ix = t % w, iy = (t / w) % h, ch = t / (w * h);
+        i64 ix = t % w, iy = (t / w) % h, ch = (t / (w * h)) % cg, b = t / (w * h * cg);
         double s = 0.0;
         for (i64 i = 0; i < kh; i++) {
             i64 ny = iy + ph - i * dh;
@@ -292,10 +298,11 @@ KERNEL void col2im(KArgs a) {
             for (i64 j = 0; j < kw; j++) {
                 i64 nx = ix + pw - j * dw;
                 if (nx < 0 || nx % sw != 0 || nx / sw >= wo) continue;
-                s += a.p[1][((ch * kh + i) * kw + j) * ho * wo + (ny / sh) * wo + nx / sw];
+                i64 row = (ch * kh + i) * kw + j;
+                s += a.p[1][(row * nb + b) * ho * wo + (ny / sh) * wo + nx / sw];
             }
         }
-        a.p[0][t] = (float)s;
+        a.p[0][b * a.i[14] + (ch * h + iy) * w + ix] = (float)s;
     }
 }
 

@@ -117,7 +117,12 @@ pub(crate) trait Stream {
     /// Launches `kernel` with enough threads for `threads` loop indices.
     fn launch(&self, kernel: &'static str, threads: usize, args: &KArgs) -> Result<(), String>;
     /// A matrix product (see [`Gemm`]).
-    fn gemm(&self, g: &Gemm) -> Result<(), String>;
+    fn gemm(&self, g: &Gemm) -> Result<(), String> {
+        self.gemm_batched(g, 1, [0; 3])
+    }
+    /// `batch` independent products: product `i` is `g` with `A`, `B` and `C` moved on by `i`
+    /// times `strides[0]`, `[1]` and `[2]` elements (a stride of 0 shares that matrix).
+    fn gemm_batched(&self, g: &Gemm, batch: usize, strides: [usize; 3]) -> Result<(), String>;
     /// Copies `bytes` from `src` to `dst` (device memory, not overlapping).
     fn copy(&self, src: *const u8, dst: *mut u8, bytes: usize) -> Result<(), String>;
     /// Device scratch memory of at least `bytes`, 8-byte aligned, its own until the op ends.

@@ -445,6 +445,49 @@ fn conv_args(
         .i(12, wo)
 }
 
+/// How a convolution walks its batch: `chunk` images at a time, each chunk's columns in one
+/// scratch buffer, so that a chunk is one im2col launch and one (batched) GEMM per group rather
+/// than one of each per image — per-image products of a late ResNet layer (7x7 planes) are too
+/// small to fill a GPU. The chunk is as large as the op's `workspace` (MXNet's attribute, in MB,
+/// default 1024) allows for `per_image` bytes of scratch.
+fn conv_chunk(op: &str, attrs: &Attrs, n: usize, per_image: usize) -> Result<usize, String> {
+    let mb = attrs.f64(op, "workspace", Some(1024.0)).map_err(e2s)?;
+    if mb.is_nan() || mb <= 0.0 {
+        return Err(format!(
+            "{op}: workspace must be a positive number of MB, got {mb}"
+        ));
+    }
+    let bytes = (mb * (1 << 20) as f64) as usize;
+    Ok((bytes / per_image.max(1)).clamp(1, n.max(1)))
+}
+
+/// Whether the convolution's columns are its input itself (1x1 window, stride 1, no padding).
+fn columns_are_input(c: &crate::ops::conv::Conv) -> bool {
+    c.k == (1, 1) && c.s == (1, 1) && c.p == (0, 0)
+}
+
+/// im2col over `nb` images of one channel group: `src` is the first image's group, the images
+/// `image` floats apart; `dst` gets (rows, nb, plane).
+#[allow(clippy::too_many_arguments)]
+fn im2col(
+    s: &dyn Stream,
+    c: &crate::ops::conv::Conv,
+    (h, w, ho, wo): (usize, usize, usize, usize),
+    rows: usize,
+    nb: usize,
+    src: *mut f32,
+    image: usize,
+    dst: *mut f32,
+) -> KResult {
+    let n = rows * nb * ho * wo;
+    let a = conv_args(n, c, h, w, ho, wo)
+        .p(0, dst)
+        .p(1, src)
+        .i(13, nb)
+        .i(14, image);
+    s.launch("im2col", n, &a)
+}
+
 fn convolution(
     op: &str,
     attrs: &Attrs,
@@ -466,22 +509,36 @@ fn convolution(
         rows,
     } = c.dims(&x.shape, &o.shape);
     let plane = ho * wo;
-    let col = s.scratch(rows * plane * 4)?.cast::<f32>();
-    for img in 0..n {
+    let direct = columns_are_input(&c);
+    let chunk = if direct {
+        n
+    } else {
+        conv_chunk(op, attrs, n, rows * plane * 4)?
+    };
+    let col = if direct {
+        std::ptr::null_mut()
+    } else {
+        s.scratch(chunk * rows * plane * 4)?.cast::<f32>()
+    };
+    for first in (0..n).step_by(chunk) {
+        let nb = chunk.min(n - first);
         for g in 0..c.groups {
-            // SAFETY (pointer arithmetic): image `img`, group `g` lies inside each tensor.
+            // SAFETY (pointer arithmetic): image `first`, group `g` lies inside each tensor.
             let (src, wg, og) = unsafe {
                 (
-                    x.ptr::<f32>().add((img * ch + g * cg) * h * w),
+                    x.ptr::<f32>().add((first * ch + g * cg) * h * w),
                     wt.ptr::<f32>().add(g * fg * rows),
-                    o.ptr::<f32>().add((img * c.filters + g * fg) * plane),
+                    o.ptr::<f32>().add((first * c.filters + g * fg) * plane),
                 )
             };
-            let a = conv_args(rows * plane, &c, h, w, ho, wo)
-                .p(0, col)
-                .p(1, src);
-            s.launch("im2col", rows * plane, &a)?;
-            s.gemm(&Gemm {
+            // Image b's columns: at b * stride, rows ld apart.
+            let (b, ld, stride) = if direct {
+                (src, plane, ch * h * w)
+            } else {
+                im2col(s, &c, (h, w, ho, wo), rows, nb, src, ch * h * w, col)?;
+                (col, nb * plane, plane)
+            };
+            let gemm = Gemm {
                 ta: false,
                 tb: false,
                 m: fg,
@@ -489,12 +546,13 @@ fn convolution(
                 k: rows,
                 a: wg,
                 lda: rows,
-                b: col,
-                ldb: plane,
+                b,
+                ldb: ld,
                 c: og,
                 ldc: plane,
                 beta: 0.0,
-            })?;
+            };
+            s.gemm_batched(&gemm, nb, [0, stride, c.filters * plane])?;
         }
     }
     if c.bias {
@@ -530,40 +588,61 @@ fn convolution_backward(
         rows,
     } = c.dims(&x.shape, &dy.shape);
     let plane = ho * wo;
-    let col = s.scratch(2 * rows * plane * 4)?.cast::<f32>();
-    // SAFETY: the scratch holds two column buffers.
-    let dcol = unsafe { col.add(rows * plane) };
-    fill_with(s, &outs[1], 0.0)?;
-    for img in 0..n {
+    let direct = columns_are_input(&c);
+    // Per image: x's columns and dY's planes regrouped as (fg, nb, plane), and unless dX comes
+    // straight from the GEMM, dX's columns.
+    let per_image = (rows * plane + fg * plane + if direct { 0 } else { rows * plane }) * 4;
+    let chunk = conv_chunk(op, attrs, n, per_image)?;
+    let col = s.scratch(chunk * per_image)?.cast::<f32>();
+    // SAFETY: the scratch holds the three buffers, one after another.
+    let (dyt, dcol) = unsafe {
+        let dyt = col.add(chunk * rows * plane);
+        (dyt, dyt.add(chunk * fg * plane))
+    };
+    let one = crate::ops::conv::Conv {
+        k: (1, 1),
+        s: (1, 1),
+        p: (0, 0),
+        d: (1, 1),
+        ..c
+    };
+    if n == 0 {
+        fill_with(s, &outs[1], 0.0)?;
+    }
+    for first in (0..n).step_by(chunk) {
+        let nb = chunk.min(n - first);
         for g in 0..c.groups {
-            // SAFETY (pointer arithmetic): image `img`, group `g` lies inside each tensor.
+            // SAFETY (pointer arithmetic): image `first`, group `g` lies inside each tensor.
             let (xg, dyg, wg, dwg, dxg) = unsafe {
                 (
-                    x.ptr::<f32>().add((img * ch + g * cg) * h * w),
-                    dy.ptr::<f32>().add((img * c.filters + g * fg) * plane),
+                    x.ptr::<f32>().add((first * ch + g * cg) * h * w),
+                    dy.ptr::<f32>().add((first * c.filters + g * fg) * plane),
                     wt.ptr::<f32>().add(g * fg * rows),
                     outs[1].ptr::<f32>().add(g * fg * rows),
-                    outs[0].ptr::<f32>().add((img * ch + g * cg) * h * w),
+                    outs[0].ptr::<f32>().add((first * ch + g * cg) * h * w),
                 )
             };
-            let a = conv_args(rows * plane, &c, h, w, ho, wo).p(0, col).p(1, xg);
-            s.launch("im2col", rows * plane, &a)?;
-            // dW_g += dY_g col^T (summed over images); dcol = W_g^T dY_g, gathered back.
+            im2col(s, &c, (h, w, ho, wo), rows, nb, xg, ch * h * w, col)?;
+            let (filters, image) = (c.filters * plane, ch * h * w);
+            im2col(s, &one, (ho, wo, ho, wo), fg, nb, dyg, filters, dyt)?;
+            // dW_g (+)= dY_g col^T over the chunk's images at once (k = nb * plane).
             s.gemm(&Gemm {
                 ta: false,
                 tb: true,
                 m: fg,
                 n: rows,
-                k: plane,
-                a: dyg,
-                lda: plane,
+                k: nb * plane,
+                a: dyt,
+                lda: nb * plane,
                 b: col,
-                ldb: plane,
+                ldb: nb * plane,
                 c: dwg,
                 ldc: rows,
-                beta: 1.0,
+                beta: if first == 0 { 0.0 } else { 1.0 },
             })?;
-            s.gemm(&Gemm {
+            // dX: W_g^T dY_g, straight into dX when the columns are the input, else into
+            // columns gathered back.
+            let gemm = Gemm {
                 ta: true,
                 tb: false,
                 m: rows,
@@ -573,12 +652,30 @@ fn convolution_backward(
                 lda: rows,
                 b: dyg,
                 ldb: plane,
-                c: dcol,
+                c: dxg,
                 ldc: plane,
                 beta: 0.0,
-            })?;
-            let a = conv_args(cg * h * w, &c, h, w, ho, wo).p(0, dxg).p(1, dcol);
-            s.launch("col2im", cg * h * w, &a)?;
+            };
+            if direct {
+                s.gemm_batched(&gemm, nb, [0, filters, image])?;
+            } else {
+                let gemm = Gemm {
+                    n: nb * plane,
+                    b: dyt,
+                    ldb: nb * plane,
+                    c: dcol,
+                    ldc: nb * plane,
+                    ..gemm
+                };
+                s.gemm(&gemm)?;
+                let a = conv_args(nb * cg * h * w, &c, h, w, ho, wo)
+                    .p(0, dxg)
+                    .p(1, dcol)
+                    .i(13, nb)
+                    .i(14, image)
+                    .i(15, cg);
+                s.launch("col2im", nb * cg * h * w, &a)?;
+            }
         }
     }
     if c.bias {

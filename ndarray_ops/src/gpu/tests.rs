@@ -274,27 +274,44 @@ fn every_gpu_op_matches_its_cpu_kernel() {
         );
     }
 
-    // (kernel, stride, pad, dilate, filters, groups, bias) over 2 images of 4 channels, 7x6.
+    // (kernel, stride, pad, dilate, filters, groups, bias) over images of 4 channels, 7x6: two
+    // images in one chunk, and five with a `workspace` that holds one image or two and a half
+    // (chunks of 2, 2 and 1), forward and backward. 1x1 windows of stride 1 skip im2col.
     for (k, s, p, d, f, g, bias) in [
         (3, 1, 1, 1, 6, 1, true),
         (3, 2, 1, 2, 4, 2, true),
         (1, 1, 0, 1, 3, 1, false),
+        (1, 1, 0, 1, 4, 2, true),
+        (1, 2, 0, 1, 3, 1, false),
         (2, 2, 0, 1, 8, 4, true),
     ] {
-        let attrs = conv_attrs(k, s, p, d, f, g, bias);
-        let data = random(rng, &[2, 4, 7, 6]);
-        let mut ins = vec![data.clone(), random(rng, &[f, 4 / g, k, k])];
-        if bias {
-            ins.push(random(rng, &[f]));
-        }
         let ho = (7 + 2 * p - d * (k - 1) - 1) / s + 1;
         let wo = (6 + 2 * p - d * (k - 1) - 1) / s + 1;
-        check("Convolution", attrs.clone(), ins.clone());
-        check(
-            "_backward_Convolution",
-            attrs,
-            vec![random(rng, &[2, f, ho, wo]), data, ins[1].clone()],
-        );
+        let (rows, plane, direct) = (4 / g * k * k, ho * wo, k == 1 && s == 1);
+        let forward_image = rows * plane * 4;
+        let backward_image =
+            (rows * plane + f / g * plane + if direct { 0 } else { rows * plane }) * 4;
+        let mb = |images: f64, per_image: usize| images * per_image as f64 / (1 << 20) as f64;
+        for (n, images) in [(2, None), (5, Some(1.0)), (5, Some(2.5))] {
+            let mut attrs = conv_attrs(k, s, p, d, f, g, bias);
+            let data = random(rng, &[n, 4, 7, 6]);
+            let mut ins = vec![data.clone(), random(rng, &[f, 4 / g, k, k])];
+            if bias {
+                ins.push(random(rng, &[f]));
+            }
+            if let Some(images) = images {
+                attrs = attrs.with("workspace", mb(images, forward_image));
+            }
+            check("Convolution", attrs.clone(), ins.clone());
+            if let Some(images) = images {
+                attrs = attrs.with("workspace", mb(images, backward_image));
+            }
+            check(
+                "_backward_Convolution",
+                attrs,
+                vec![random(rng, &[n, f, ho, wo]), data, ins[1].clone()],
+            );
+        }
     }
 
     // Different settings per axis (a mix-up of height and width would show).
