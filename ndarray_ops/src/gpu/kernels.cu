@@ -141,29 +141,53 @@ KERNEL void add_bias(KArgs a) {
     FOR_EACH(t, a.i[0]) a.p[0][t] += a.p[1][(t / a.i[1]) % a.i[2]];
 }
 
-// Per-channel sums over an (outer = i1, channels = i0, inner = i2) layout, in two steps so that
+// Per-channel sums over an (outer = i1, channels = i0, inner = i2) layout, in steps so that
 // many threads share a channel: chan_partial writes i3 partial sums per channel (doubles, into
-// p0), chan_total adds them up. Modes (i4): 0 sums p1; 1 sums (p1 - p2[c])^2; 2 sums
-// p1 * (p3 - p2[c]).
+// p0), chan_fold adds runs of them up until few are left, chan_total adds those. Modes (i4):
+// 0 sums p1; 1 sums (p1 - p2[c])^2; 2 sums p1 * (p3 - p2[c]).
 KERNEL void chan_partial(KArgs a) {
     i64 channels = a.i[0], inner = a.i[2], parts = a.i[3], mode = a.i[4];
     i64 m = a.i[1] * inner;
+    // Partial sum k of channel c takes elements k, k + parts, ... of the channel; neighbouring
+    // threads read neighbouring addresses. Element e lies at (e / inner, e % inner); stepping
+    // e by parts moves that pair by (dq, dr), so the loop needs no division.
+    i64 dq = parts / inner, dr = parts % inner;
     double* out = (double*)a.p[0];
     FOR_EACH(t, channels * parts) {
-        i64 c = t / parts;
-        double s = 0.0;
-        for (i64 e = t % parts; e < m; e += parts) {
-            i64 at = ((e / inner) * channels + c) * inner + e % inner;
+        i64 c = t / parts, e = t % parts;
+        i64 o = e / inner, i = e % inner;
+        double mu = mode ? (double)a.p[2][c] : 0.0, s = 0.0;
+        for (; e < m; e += parts) {
+            i64 at = (o * channels + c) * inner + i;
             double v = a.p[1][at];
             if (mode == 1) {
-                double d = v - a.p[2][c];
-                s += d * d;
+                s += (v - mu) * (v - mu);
             } else if (mode == 2) {
-                s += v * ((double)a.p[3][at] - a.p[2][c]);
+                s += v * ((double)a.p[3][at] - mu);
             } else {
                 s += v;
             }
+            o += dq;
+            i += dr;
+            if (i >= inner) {
+                i -= inner;
+                o += 1;
+            }
         }
+        out[t] = s;
+    }
+}
+
+// p0[t] = the sum of p1[t * i1 .. (t + 1) * i1) clipped to each channel's i2 partial sums
+// (doubles both), over i0 = channels * ceil(i2 / i1) outputs.
+KERNEL void chan_fold(KArgs a) {
+    i64 run = a.i[1], parts = a.i[2], folded = (parts + run - 1) / run;
+    const double* in = (const double*)a.p[1];
+    double* out = (double*)a.p[0];
+    FOR_EACH(t, a.i[0]) {
+        i64 c = t / folded, k0 = (t % folded) * run, k1 = min64(k0 + run, parts);
+        double s = 0.0;
+        for (i64 k = k0; k < k1; k++) s += in[c * parts + k];
         out[t] = s;
     }
 }

@@ -33,6 +33,7 @@ pub(crate) const KERNEL_NAMES: &[&str] = &[
     "act_bwd",
     "add_bias",
     "chan_partial",
+    "chan_fold",
     "chan_total",
     "bn_prepare",
     "bn_apply",

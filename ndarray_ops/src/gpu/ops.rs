@@ -277,15 +277,28 @@ fn add_n(_: &str, _: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stre
     s.copy(acc.cast(), outs[0].buf.ptr, outs[0].buf.bytes)
 }
 
-/// How many partial sums per channel the two-step reductions use: enough threads to fill a GPU
-/// for a few channels, few enough that the second step is short.
-fn parts(elements_per_channel: usize) -> usize {
-    (elements_per_channel / 64).clamp(1, 256)
+/// How many partial sums per channel the reductions start with: enough threads to keep a GPU's
+/// memory busy (a quarter million in flight; too few left BatchNorm's sums at a tenth of the
+/// memory's speed), each summing at least 32 elements.
+fn parts(channels: usize, per_channel: usize) -> usize {
+    const THREADS: usize = 1 << 18;
+    (per_channel / 32)
+        .min(THREADS / channels.max(1))
+        .clamp(1, 1 << 12)
+}
+
+/// How many partial sums one `chan_fold` thread adds.
+const FOLD: usize = 32;
+
+/// Doubles of scratch [`channel_sum`] needs for `parts` partial sums per channel: the partial
+/// sums and, folded, a second buffer for what each fold leaves.
+fn partial_doubles(channels: usize, parts: usize) -> usize {
+    channels * (parts + parts.div_ceil(FOLD))
 }
 
 /// A per-channel sum over an `(outer, channels, inner)` layout into `out` (see `chan_partial`
-/// in `kernels.cu` for the modes), times `scale`. `partials` holds `channels * parts(..)`
-/// doubles.
+/// in `kernels.cu` for the modes), times `scale`. `partials` holds
+/// [`partial_doubles`] doubles.
 #[allow(clippy::too_many_arguments)]
 fn channel_sum(
     s: &dyn Stream,
@@ -297,7 +310,7 @@ fn channel_sum(
     (outer, channels, inner): (usize, usize, usize),
     scale: f64,
 ) -> KResult {
-    let p = parts(outer * inner);
+    let mut p = parts(channels, outer * inner);
     let a = KArgs::new(channels)
         .p(0, partials)
         .t(1, src)
@@ -308,9 +321,24 @@ fn channel_sum(
         .i(3, p)
         .i(4, mode);
     s.launch("chan_partial", channels * p, &a)?;
+    // SAFETY: the scratch holds the second buffer after the partial sums.
+    let (mut from, mut to) = (
+        partials,
+        unsafe { partials.cast::<f64>().add(channels * p) }.cast(),
+    );
+    while p > FOLD {
+        let folded = p.div_ceil(FOLD);
+        let a = KArgs::new(channels * folded)
+            .p(0, to)
+            .p(1, from)
+            .i(1, FOLD)
+            .i(2, p);
+        s.launch("chan_fold", channels * folded, &a)?;
+        (from, to, p) = (to, from, folded);
+    }
     let a = KArgs::new(channels)
         .p(0, out)
-        .p(1, partials)
+        .p(1, from)
         .i(1, p)
         .f(0, scale);
     s.launch("chan_total", channels, &a)
@@ -324,7 +352,7 @@ fn reduction_scratch(
     per_channel: usize,
     extra: usize,
 ) -> Result<(*mut f32, *mut f32), String> {
-    let partial_bytes = channels * parts(per_channel) * 8;
+    let partial_bytes = partial_doubles(channels, parts(channels, per_channel)) * 8;
     let base = s.scratch(partial_bytes + extra * 4)?;
     // SAFETY: the scratch block holds both parts.
     let extra = unsafe { base.add(partial_bytes) };

@@ -368,8 +368,12 @@ fn every_gpu_op_matches_its_cpu_kernel() {
         );
     }
 
-    // BatchNorm: training and inference, gamma fixed or learned, 4-D and 2-D data.
+    // BatchNorm: training and inference, gamma fixed or learned, 4-D and 2-D data; channels of
+    // 2,400 and 36,000 elements, whose partial sums are folded once and twice, the first with
+    // more partial sums per channel than elements per plane.
     for (shape, train, fix_gamma, global) in [
+        (vec![600, 2, 2, 2], true, false, false),
+        (vec![2, 2, 150, 120], true, false, false),
         (vec![3, 4, 5, 2], true, false, false),
         (vec![3, 4, 5, 2], true, true, false),
         (vec![3, 4, 5, 2], false, false, false),
