@@ -32,6 +32,22 @@ struct KArgs {
 __device__ inline i64 min64(i64 a, i64 b) { return a < b ? a : b; }
 __device__ inline i64 max64(i64 a, i64 b) { return a > b ? a : b; }
 
+// t / d, with the remainder into *r. Index arithmetic is most of the work of the layout kernels
+// (im2col, col2im, per-channel maps) and a 64-bit division costs several 32-bit ones, so this
+// divides in 32 bits whenever both numbers fit, as they do for all but huge tensors.
+__device__ inline i64 divmod(i64 t, i64 d, i64* r) {
+    i64 q = ((t | d) >> 32) == 0 ? (i64)((unsigned)t / (unsigned)d) : t / d;
+    *r = t - q * d;
+    return q;
+}
+
+// (t / inner) % channels: the channel of element t in an (outer, channels, inner) layout.
+__device__ inline i64 channel_of(i64 t, i64 inner, i64 channels) {
+    i64 r, c;
+    divmod(divmod(t, inner, &r), channels, &c);
+    return c;
+}
+
 // p0[t] = f0
 KERNEL void fill(KArgs a) {
     FOR_EACH(t, a.i[0]) a.p[0][t] = a.f[0];
@@ -47,8 +63,8 @@ KERNEL void binary(KArgs a) {
     FOR_EACH(t, a.i[0]) {
         i64 rest = t, ia = 0, ib = 0;
         for (i64 d = rank - 1; d > 0; d--) {
-            i64 k = rest % a.i[3 + d];
-            rest /= a.i[3 + d];
+            i64 k;
+            rest = divmod(rest, a.i[3 + d], &k);
             ia += k * a.i[7 + d];
             ib += k * a.i[11 + d];
         }
@@ -138,7 +154,7 @@ KERNEL void act_bwd(KArgs a) {
 
 // p0[t] += p1[c], c = (t / i1) % i2: a bias per channel of an (outer, i2, i1) layout.
 KERNEL void add_bias(KArgs a) {
-    FOR_EACH(t, a.i[0]) a.p[0][t] += a.p[1][(t / a.i[1]) % a.i[2]];
+    FOR_EACH(t, a.i[0]) a.p[0][t] += a.p[1][channel_of(t, a.i[1], a.i[2])];
 }
 
 // Per-channel sums over an (outer = i1, channels = i0, inner = i2) layout, in steps so that
@@ -231,7 +247,7 @@ KERNEL void bn_prepare(KArgs a) {
 // p0[t] = p1[t] * p2[c] + p3[c], c = (t / i1) % i2.
 KERNEL void bn_apply(KArgs a) {
     FOR_EACH(t, a.i[0]) {
-        i64 c = (t / a.i[1]) % a.i[2];
+        i64 c = channel_of(t, a.i[1], a.i[2]);
         a.p[0][t] = a.p[1][t] * a.p[2][c] + a.p[3][c];
     }
 }
@@ -256,7 +272,7 @@ KERNEL void bn_bwd_prepare(KArgs a) {
 // c = (t / i1) % i2.
 KERNEL void bn_bwd_apply(KArgs a) {
     FOR_EACH(t, a.i[0]) {
-        i64 c = (t / a.i[1]) % a.i[2];
+        i64 c = channel_of(t, a.i[1], a.i[2]);
         a.p[0][t] = a.p[4][c] * (a.p[1][t] - a.p[5][c] - (a.p[2][t] - a.p[3][c]) * a.p[6][c]);
     }
 }
@@ -297,8 +313,9 @@ KERNEL void im2col(KArgs a) {
     i64 h = a.i[1], w = a.i[2], kh = a.i[3], kw = a.i[4], ho = a.i[11], wo = a.i[12];
     i64 nb = a.i[13];
     FOR_EACH(t, a.i[0]) {
-        i64 x = t % wo, y = (t / wo) % ho, b = (t / (wo * ho)) % nb, row = t / (wo * ho * nb);
-        i64 j = row % kw, i = (row / kw) % kh, ch = row / (kw * kh);
+        i64 x, y, b, j, i;
+        i64 row = divmod(divmod(divmod(t, wo, &x), ho, &y), nb, &b);
+        i64 ch = divmod(divmod(row, kw, &j), kh, &i);
         i64 iy = y * a.i[5] + i * a.i[9] - a.i[7];
         i64 ix = x * a.i[6] + j * a.i[10] - a.i[8];
         bool inside = iy >= 0 && iy < h && ix >= 0 && ix < w;
@@ -314,16 +331,21 @@ KERNEL void col2im(KArgs a) {
     i64 ph = a.i[7], pw = a.i[8], dh = a.i[9], dw = a.i[10], ho = a.i[11], wo = a.i[12];
     i64 nb = a.i[13], cg = a.i[15];
     FOR_EACH(t, a.i[0]) {
-        i64 ix = t % w, iy = (t / w) % h, ch = (t / (w * h)) % cg, b = t / (w * h * cg);
+        i64 ix, iy, ch;
+        i64 b = divmod(divmod(divmod(t, w, &ix), h, &iy), cg, &ch);
         double s = 0.0;
         for (i64 i = 0; i < kh; i++) {
-            i64 ny = iy + ph - i * dh;
-            if (ny < 0 || ny % sh != 0 || ny / sh >= ho) continue;
+            i64 ny = iy + ph - i * dh, oy, ry;
+            if (ny < 0) continue;
+            oy = divmod(ny, sh, &ry);
+            if (ry != 0 || oy >= ho) continue;
             for (i64 j = 0; j < kw; j++) {
-                i64 nx = ix + pw - j * dw;
-                if (nx < 0 || nx % sw != 0 || nx / sw >= wo) continue;
+                i64 nx = ix + pw - j * dw, ox, rx;
+                if (nx < 0) continue;
+                ox = divmod(nx, sw, &rx);
+                if (rx != 0 || ox >= wo) continue;
                 i64 row = (ch * kh + i) * kw + j;
-                s += a.p[1][(row * nb + b) * ho * wo + (ny / sh) * wo + nx / sw];
+                s += a.p[1][(row * nb + b) * ho * wo + oy * wo + ox];
             }
         }
         a.p[0][b * a.i[14] + (ch * h + iy) * w + ix] = (float)s;
@@ -372,7 +394,8 @@ __device__ inline i64 window_argmax(const float* plane, i64 w, const Window& win
 KERNEL void pool_fwd(KArgs a) {
     i64 h = a.i[1], w = a.i[2], ho = a.i[3], wo = a.i[4], kind = a.i[11];
     FOR_EACH(t, a.i[0]) {
-        i64 x = t % wo, y = (t / wo) % ho, plane = t / (wo * ho);
+        i64 x, y;
+        i64 plane = divmod(divmod(t, wo, &x), ho, &y);
         const float* src = a.p[1] + plane * h * w;
         Window win = pool_window(a, y, x);
         double r;
@@ -398,7 +421,8 @@ KERNEL void pool_bwd(KArgs a) {
     i64 h = a.i[1], w = a.i[2], ho = a.i[3], wo = a.i[4], kh = a.i[5], kw = a.i[6];
     i64 sh = a.i[7], sw = a.i[8], ph = a.i[9], pw = a.i[10], kind = a.i[11];
     FOR_EACH(t, a.i[0]) {
-        i64 ix = t % w, iy = (t / w) % h, plane = t / (w * h);
+        i64 ix, iy;
+        i64 plane = divmod(divmod(t, w, &ix), h, &iy);
         const float* data = a.p[2] + plane * h * w;
         const float* dy = a.p[1] + plane * ho * wo;
         // Windows y with y*sh - ph <= iy < y*sh - ph + kh.
