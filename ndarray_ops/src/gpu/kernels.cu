@@ -11,40 +11,53 @@
 #define KERNEL extern "C" __global__
 #define FIRST ((long long)blockIdx.x * blockDim.x + threadIdx.x)
 #define STEP ((long long)blockDim.x * gridDim.x)
+#define umulhi32 __umulhi
 #else
 #include <math.h>
 #define KERNEL extern "C"
 #define FIRST 0LL
 #define STEP 1LL
 #define __device__
+inline unsigned umulhi32(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
 #endif
 
 #define FOR_EACH(t, n) for (long long t = FIRST; t < (long long)(n); t += STEP)
 
 typedef long long i64;
 
+// m[k] is i[k]'s divider for split(), set by the host with every integer.
 struct KArgs {
     float* p[8];
     i64 i[16];
     float f[8];
+    unsigned long long m[16];
 };
 
 __device__ inline i64 min64(i64 a, i64 b) { return a < b ? a : b; }
 __device__ inline i64 max64(i64 a, i64 b) { return a > b ? a : b; }
 
-// t / d, with the remainder into *r. Index arithmetic is most of the work of the layout kernels
-// (im2col, col2im, per-channel maps) and a 64-bit division costs several 32-bit ones, so this
-// divides in 32 bits whenever both numbers fit, as they do for all but huge tensors.
-__device__ inline i64 divmod(i64 t, i64 d, i64* r) {
-    i64 q = ((t | d) >> 32) == 0 ? (i64)((unsigned)t / (unsigned)d) : t / d;
-    *r = t - q * d;
+// t / i[k] for t >= 0, the remainder into *r. Index arithmetic is most of the work of the
+// layout kernels (im2col, col2im, per-channel maps) and a division costs tens of instructions, so
+// the host gives every integer a multiplier and shift (m[k]: Granlund and Montgomery's division
+// by an invariant integer) and this divides with one multiply-high, an add and a shift, exact
+// while t and i[k] are below 2^31; beyond that (m[k] == 0 or t too large) it divides.
+__device__ inline i64 split(const KArgs& a, int k, i64 t, i64* r) {
+    unsigned long long m = a.m[k];
+    i64 q;
+    if (m != 0 && t < 2147483648LL) {
+        unsigned n = (unsigned)t;
+        q = (i64)((umulhi32(n, (unsigned)m) + n) >> (unsigned)(m >> 32));
+    } else {
+        q = t / a.i[k];
+    }
+    *r = t - q * a.i[k];
     return q;
 }
 
-// (t / inner) % channels: the channel of element t in an (outer, channels, inner) layout.
-__device__ inline i64 channel_of(i64 t, i64 inner, i64 channels) {
+// (t / i1) % i2: the channel of element t in an (outer, channels = i2, inner = i1) layout.
+__device__ inline i64 channel_of(const KArgs& a, i64 t) {
     i64 r, c;
-    divmod(divmod(t, inner, &r), channels, &c);
+    split(a, 2, split(a, 1, t, &r), &c);
     return c;
 }
 
@@ -64,7 +77,7 @@ KERNEL void binary(KArgs a) {
         i64 rest = t, ia = 0, ib = 0;
         for (i64 d = rank - 1; d > 0; d--) {
             i64 k;
-            rest = divmod(rest, a.i[3 + d], &k);
+            rest = split(a, (int)(3 + d), rest, &k);
             ia += k * a.i[7 + d];
             ib += k * a.i[11 + d];
         }
@@ -154,7 +167,7 @@ KERNEL void act_bwd(KArgs a) {
 
 // p0[t] += p1[c], c = (t / i1) % i2: a bias per channel of an (outer, i2, i1) layout.
 KERNEL void add_bias(KArgs a) {
-    FOR_EACH(t, a.i[0]) a.p[0][t] += a.p[1][channel_of(t, a.i[1], a.i[2])];
+    FOR_EACH(t, a.i[0]) a.p[0][t] += a.p[1][channel_of(a, t)];
 }
 
 // Per-channel sums over an (outer = i1, channels = i0, inner = i2) layout, in steps so that
@@ -247,7 +260,7 @@ KERNEL void bn_prepare(KArgs a) {
 // p0[t] = p1[t] * p2[c] + p3[c], c = (t / i1) % i2.
 KERNEL void bn_apply(KArgs a) {
     FOR_EACH(t, a.i[0]) {
-        i64 c = channel_of(t, a.i[1], a.i[2]);
+        i64 c = channel_of(a, t);
         a.p[0][t] = a.p[1][t] * a.p[2][c] + a.p[3][c];
     }
 }
@@ -272,7 +285,7 @@ KERNEL void bn_bwd_prepare(KArgs a) {
 // c = (t / i1) % i2.
 KERNEL void bn_bwd_apply(KArgs a) {
     FOR_EACH(t, a.i[0]) {
-        i64 c = channel_of(t, a.i[1], a.i[2]);
+        i64 c = channel_of(a, t);
         a.p[0][t] = a.p[4][c] * (a.p[1][t] - a.p[5][c] - (a.p[2][t] - a.p[3][c]) * a.p[6][c]);
     }
 }
@@ -314,8 +327,8 @@ KERNEL void im2col(KArgs a) {
     i64 nb = a.i[13];
     FOR_EACH(t, a.i[0]) {
         i64 x, y, b, j, i;
-        i64 row = divmod(divmod(divmod(t, wo, &x), ho, &y), nb, &b);
-        i64 ch = divmod(divmod(row, kw, &j), kh, &i);
+        i64 row = split(a, 13, split(a, 11, split(a, 12, t, &x), &y), &b);
+        i64 ch = split(a, 3, split(a, 4, row, &j), &i);
         i64 iy = y * a.i[5] + i * a.i[9] - a.i[7];
         i64 ix = x * a.i[6] + j * a.i[10] - a.i[8];
         bool inside = iy >= 0 && iy < h && ix >= 0 && ix < w;
@@ -332,17 +345,17 @@ KERNEL void col2im(KArgs a) {
     i64 nb = a.i[13], cg = a.i[15];
     FOR_EACH(t, a.i[0]) {
         i64 ix, iy, ch;
-        i64 b = divmod(divmod(divmod(t, w, &ix), h, &iy), cg, &ch);
+        i64 b = split(a, 15, split(a, 1, split(a, 2, t, &ix), &iy), &ch);
         double s = 0.0;
         for (i64 i = 0; i < kh; i++) {
             i64 ny = iy + ph - i * dh, oy, ry;
             if (ny < 0) continue;
-            oy = divmod(ny, sh, &ry);
+            oy = split(a, 5, ny, &ry);
             if (ry != 0 || oy >= ho) continue;
             for (i64 j = 0; j < kw; j++) {
                 i64 nx = ix + pw - j * dw, ox, rx;
                 if (nx < 0) continue;
-                ox = divmod(nx, sw, &rx);
+                ox = split(a, 6, nx, &rx);
                 if (rx != 0 || ox >= wo) continue;
                 i64 row = (ch * kh + i) * kw + j;
                 s += a.p[1][(row * nb + b) * ho * wo + oy * wo + ox];
@@ -395,7 +408,7 @@ KERNEL void pool_fwd(KArgs a) {
     i64 h = a.i[1], w = a.i[2], ho = a.i[3], wo = a.i[4], kind = a.i[11];
     FOR_EACH(t, a.i[0]) {
         i64 x, y;
-        i64 plane = divmod(divmod(t, wo, &x), ho, &y);
+        i64 plane = split(a, 3, split(a, 4, t, &x), &y);
         const float* src = a.p[1] + plane * h * w;
         Window win = pool_window(a, y, x);
         double r;
@@ -422,7 +435,7 @@ KERNEL void pool_bwd(KArgs a) {
     i64 sh = a.i[7], sw = a.i[8], ph = a.i[9], pw = a.i[10], kind = a.i[11];
     FOR_EACH(t, a.i[0]) {
         i64 ix, iy;
-        i64 plane = divmod(divmod(t, w, &ix), h, &iy);
+        i64 plane = split(a, 1, split(a, 2, t, &ix), &iy);
         const float* data = a.p[2] + plane * h * w;
         const float* dy = a.p[1] + plane * ho * wo;
         // Windows y with y*sh - ph <= iy < y*sh - ph + kh.

@@ -57,18 +57,35 @@ pub(crate) struct KArgs {
     p: [*mut f32; 8],
     i: [i64; 16],
     f: [f32; 8],
+    /// `divider(i[k])`, for the kernels' `split`.
+    m: [u64; 16],
+}
+
+/// `d`'s multiplier and shift for dividing by it with a multiply-high, an add and a shift
+/// (Granlund and Montgomery, "Division by invariant integers using multiplication"): with
+/// `s = ceil(log2 d)` and `m = 2^32 (2^s - d) / d + 1`, `t / d = (umulhi(t, m) + t) >> s` for all
+/// `t, d < 2^31`. Packed as `m | s << 32` for `kernels.cu`'s `split`; 0 (divide plainly) where
+/// `d` is 0 or too large.
+fn divider(d: i64) -> u64 {
+    if !(1..1 << 31).contains(&d) {
+        return 0;
+    }
+    let d = d as u64;
+    let s = u64::from(64 - (d - 1).leading_zeros());
+    let m = (((1u64 << s) - d) << 32) / d + 1;
+    m | s << 32
 }
 
 impl KArgs {
     /// Arguments with `i0 = n` (most kernels' element count).
     pub(crate) fn new(n: usize) -> KArgs {
-        let mut i = [0; 16];
-        i[0] = n as i64;
         KArgs {
             p: [std::ptr::null_mut(); 8],
-            i,
+            i: [0; 16],
             f: [0.0; 8],
+            m: [0; 16],
         }
+        .i(0, n)
     }
 
     /// Pointer slot `k` = the tensor's memory.
@@ -85,6 +102,7 @@ impl KArgs {
     /// Integer slot `k`.
     pub(crate) fn i(mut self, k: usize, v: usize) -> KArgs {
         self.i[k] = v as i64;
+        self.m[k] = divider(self.i[k]);
         self
     }
 
@@ -128,4 +146,37 @@ pub(crate) trait Stream {
     fn copy(&self, src: *const u8, dst: *mut u8, bytes: usize) -> Result<(), String>;
     /// Device scratch memory of at least `bytes`, 8-byte aligned, its own until the op ends.
     fn scratch(&self, bytes: usize) -> Result<*mut u8, String>;
+}
+
+#[cfg(test)]
+mod divider_tests {
+    use super::divider;
+
+    /// `kernels.cu`'s fast path, in Rust.
+    fn split(t: u32, packed: u64) -> u32 {
+        let hi = ((u64::from(t) * (packed & 0xffff_ffff)) >> 32) as u32;
+        (hi + t) >> (packed >> 32)
+    }
+
+    #[test]
+    fn dividers_divide_exactly_below_two_to_the_31() {
+        let big = (1u32 << 31) - 1;
+        let mut divisors: Vec<u32> = (1..=2048).collect();
+        divisors.extend([3_136, 12_544, 50_176, 65_535, 65_536, 1 << 20, 1 << 30, big - 1, big]);
+        for d in divisors {
+            let packed = divider(i64::from(d));
+            assert_ne!(packed, 0, "{d}");
+            let near = |x: u32| [x.saturating_sub(1), x, x.saturating_add(1).min(big)];
+            let mut ts: Vec<u32> = (0..4096).collect();
+            for k in [1, 2, 7, 1000, big / d] {
+                ts.extend(near(k.saturating_mul(d).min(big)));
+            }
+            ts.extend(near(big));
+            for t in ts {
+                assert_eq!(split(t, packed), t / d, "{t} / {d}");
+            }
+        }
+        assert_eq!(divider(0), 0);
+        assert_eq!(divider(1 << 31), 0);
+    }
 }
