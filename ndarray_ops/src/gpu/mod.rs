@@ -162,7 +162,17 @@ mod divider_tests {
     fn dividers_divide_exactly_below_two_to_the_31() {
         let big = (1u32 << 31) - 1;
         let mut divisors: Vec<u32> = (1..=2048).collect();
-        divisors.extend([3_136, 12_544, 50_176, 65_535, 65_536, 1 << 20, 1 << 30, big - 1, big]);
+        divisors.extend([
+            3_136,
+            12_544,
+            50_176,
+            65_535,
+            65_536,
+            1 << 20,
+            1 << 30,
+            big - 1,
+            big,
+        ]);
         for d in divisors {
             let packed = divider(i64::from(d));
             assert_ne!(packed, 0, "{d}");
