@@ -91,9 +91,12 @@ mod tls {
     /// Ops made ready while this thread is already running inline ops; drained by the outermost
     /// call so that chains of inline ops do not grow the stack.
     pub(super) static INLINE: RefCell<Option<super::InlineQueue>> = RefCell::new(None);
+    /// Finished ops a pool worker has not dropped yet (see [`super::retire`]); `None` on
+    /// threads that drop them at once.
+    pub(super) static RETIRED: RefCell<Option<Vec<super::OpRef>>> = RefCell::new(None);
     }
 }
-use tls::{INLINE, RUNNING};
+use tls::{INLINE, RETIRED, RUNNING};
 
 type InlineQueue = VecDeque<(Arc<Core>, OpRef)>;
 
@@ -505,7 +508,7 @@ impl Core {
             };
             v.lock().complete_write(bumps, poison, &mut granted);
         }
-        drop(op);
+        retire(op);
         for g in granted {
             self.release(g, 1);
         }
@@ -684,6 +687,49 @@ impl Core {
             p.record(name, t0, rctx.ctx);
         }
     }
+}
+
+/// How many finished ops a pool worker holds before dropping them together.
+const RETIRE_BATCH: usize = 64;
+
+/// Drops a finished op, or on a pool worker keeps it to drop later with others.
+///
+/// Dropping an op record releases its vars (a reference count on each var's first cache line)
+/// and frees the record to the pusher's allocator. A worker doing that right after every op
+/// writes, per op, lines the pusher is about to use again: the var it appends the next op to
+/// and the allocator page it takes the next record from. Dropped in batches, consecutive
+/// releases of one var and frees to one page cost one transfer together.
+fn retire(op: OpRef) {
+    let mut op = Some(op);
+    let batch = RETIRED.with(|r| {
+        let mut r = r.borrow_mut();
+        let held = r.as_mut()?;
+        held.extend(op.take());
+        match held.len() >= RETIRE_BATCH {
+            true => Some(std::mem::replace(held, Vec::with_capacity(RETIRE_BATCH))),
+            false => None,
+        }
+    });
+    // Outside the borrow, in case dropping a var ever reaches back into the engine.
+    drop(batch);
+    drop(op);
+}
+
+/// Makes this thread (a pool worker) drop finished ops in batches, until [`stop_retiring`].
+pub(crate) fn start_retiring() {
+    RETIRED.with(|r| *r.borrow_mut() = Some(Vec::with_capacity(RETIRE_BATCH)));
+}
+
+/// Drops the finished ops this thread holds (a worker about to wait for work keeps nothing alive).
+pub(crate) fn flush_retired() {
+    let batch = RETIRED.with(|r| r.borrow_mut().as_mut().map(std::mem::take));
+    drop(batch);
+}
+
+/// Drops what this thread holds and goes back to dropping ops at once.
+pub(crate) fn stop_retiring() {
+    let batch = RETIRED.with(|r| r.borrow_mut().take());
+    drop(batch);
 }
 
 /// Shared by both engines: vars must belong to the engine and be alive.

@@ -167,6 +167,7 @@ impl Pool {
     ) {
         let rctx_template = init(index);
         LOCAL.with(|l| *l.borrow_mut() = Some((self.id, local)));
+        crate::core::start_retiring();
         loop {
             match self.find_work(index) {
                 Some(op) => {
@@ -181,6 +182,7 @@ impl Pool {
                 }
             }
         }
+        crate::core::stop_retiring();
         LOCAL.with(|l| *l.borrow_mut() = None);
     }
 
@@ -249,6 +251,8 @@ impl Pool {
                 std::thread::yield_now();
             }
         }
+        // About to sleep: keep nothing alive meanwhile.
+        crate::core::flush_retired();
         let mut tokens = self.tokens.lock();
         self.sleepers.fetch_add(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
