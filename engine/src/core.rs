@@ -506,7 +506,7 @@ impl Core {
                 Outcome::Poison(p) => (Some(p.clone()), op.bumps.get()),
                 Outcome::Unit { poison, bumps } => (poison[i].clone(), bumps[i]),
             };
-            v.lock().complete_write(bumps, poison, &mut granted);
+            v.complete_write(bumps, poison, &mut granted);
         }
         retire(op);
         for g in granted {

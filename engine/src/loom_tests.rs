@@ -283,3 +283,53 @@ fn wait_for_all_races_with_finishing_workers() {
         join(hs);
     });
 }
+
+/// Writes queued behind a running write are granted as a run: each completion hands write access
+/// to the next without the var's lock. The run's last write also waits on another var, so its
+/// two grants (from the run and from that var's writer) race.
+#[test]
+fn a_run_of_writes_passes_access_along_in_push_order() {
+    model(|| {
+        let (core, q) = core();
+        let (v, b) = (core.new_var(), core.new_var());
+        let log: Log = Arc::default();
+        core.push(logged("wb", &log).write(&b)).unwrap();
+        core.push(logged("w1", &log).write(&v)).unwrap();
+        core.push(logged("w2", &log).write(&v)).unwrap();
+        core.push(logged("w3", &log).write(&v).write(&b)).unwrap();
+        let (_, hs) = spawn_workers(&core, &q, 4, 2);
+        join(hs);
+        core.wait_for_all().unwrap();
+        let log = log.lock().unwrap().clone();
+        let pos = |n: &str, start: bool| log.iter().position(|e| e.0 == n && e.1 == start).unwrap();
+        for (before, after) in [("w1", "w2"), ("w2", "w3"), ("wb", "w3")] {
+            assert!(
+                pos(after, true) > pos(before, false),
+                "{before} before {after}"
+            );
+        }
+        assert_eq!((v.version(), b.version()), (3, 2));
+    });
+}
+
+/// A write of a run that fails poisons the var for the rest of the run, which is skipped, and a
+/// wait marker queued behind the run reports the failure once.
+#[test]
+fn a_failing_write_poisons_the_rest_of_its_run() {
+    model(|| {
+        let (core, q) = core();
+        let v = core.new_var();
+        let ran = Arc::new(AtomicUsize::new(0));
+        core.push(counting("w1", &ran).write(&v)).unwrap();
+        core.push(Op::sync("fail", |_| Err("bad".into())).write(&v))
+            .unwrap();
+        core.push(counting("w3", &ran).write(&v)).unwrap();
+        let (_, hs) = spawn_workers(&core, &q, 3, 2);
+        let err = core.wait_for_var(&v).unwrap_err();
+        assert_eq!(err.failure().unwrap().op, "fail");
+        join(hs);
+        assert_eq!(ran.load(Ordering::SeqCst), 1, "only w1 ran");
+        assert_eq!(v.version(), 3);
+        core.wait_for_all().unwrap();
+    });
+}

@@ -69,38 +69,59 @@ impl Condvar {
     }
 }
 
-/// A value moved out once, by the one thread entitled to it: an op's record holds its closure
-/// this way, and only the thread running the op takes it. Unlike a mutex it costs no atomic
-/// instruction; under loom the cell checks that no two threads ever reach it concurrently.
-pub(crate) struct TakeOnce<T>(
-    #[cfg(loom)] loom::cell::UnsafeCell<Option<T>>,
-    #[cfg(not(loom))] std::cell::UnsafeCell<Option<T>>,
+/// A value reached by one thread at a time, handed from thread to thread by the engine's own
+/// release/acquire pairs (a wait count, a pool's queue) rather than by a lock of its own. Costs no
+/// atomic instruction; under loom the cell checks that no two threads ever reach it concurrently.
+pub(crate) struct Exclusive<T>(
+    #[cfg(loom)] loom::cell::UnsafeCell<T>,
+    #[cfg(not(loom))] std::cell::UnsafeCell<T>,
 );
 
-// SAFETY: the value is reached only through `take`, whose callers guarantee that one thread at a
-// time does so, after synchronizing with whoever touched it before; the value itself may move
-// to that thread, hence `T: Send`.
-unsafe impl<T: Send> Sync for TakeOnce<T> {}
+// SAFETY: the value is reached only through `with_mut`, whose callers guarantee that one thread
+// at a time does so, after synchronizing with whoever reached it before; the value may therefore
+// be used from any thread, hence `T: Send`.
+unsafe impl<T: Send> Sync for Exclusive<T> {}
+
+impl<T> Exclusive<T> {
+    pub(crate) fn new(value: T) -> Self {
+        #[cfg(loom)]
+        return Exclusive(loom::cell::UnsafeCell::new(value));
+        #[cfg(not(loom))]
+        return Exclusive(std::cell::UnsafeCell::new(value));
+    }
+
+    /// Runs `f` on the value.
+    ///
+    /// # Safety
+    /// No other thread may be inside `with_mut` on this cell at the same time, and the previous
+    /// call from another thread must happen before this one (through a release/acquire pair).
+    pub(crate) unsafe fn with_mut<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        #[cfg(loom)]
+        // SAFETY: exclusive access is the caller's promise; loom checks it.
+        return self.0.with_mut(|p| f(unsafe { &mut *p }));
+        #[cfg(not(loom))]
+        // SAFETY: exclusive access is the caller's promise.
+        return f(unsafe { &mut *self.0.get() });
+    }
+}
+
+/// A value moved out once, by the one thread entitled to it: an op's record holds its closure
+/// this way, and only the thread running the op takes it. Unlike a mutex it costs no atomic
+/// instruction.
+pub(crate) struct TakeOnce<T>(Exclusive<Option<T>>);
 
 impl<T> TakeOnce<T> {
     pub(crate) fn new(value: T) -> Self {
-        #[cfg(loom)]
-        return TakeOnce(loom::cell::UnsafeCell::new(Some(value)));
-        #[cfg(not(loom))]
-        return TakeOnce(std::cell::UnsafeCell::new(Some(value)));
+        TakeOnce(Exclusive::new(Some(value)))
     }
 
     /// Moves the value out (`None` once taken).
     ///
     /// # Safety
-    /// No other thread may call `take` at the same time, and a call on another thread must
-    /// happen before this one (through a release/acquire pair).
+    /// As for [`Exclusive::with_mut`]: no other thread may call `take` at the same time, and a
+    /// call on another thread must happen before this one.
     pub(crate) unsafe fn take(&self) -> Option<T> {
-        #[cfg(loom)]
-        // SAFETY: exclusive access is the caller's promise; loom checks it.
-        return self.0.with_mut(|p| unsafe { (*p).take() });
-        #[cfg(not(loom))]
-        // SAFETY: exclusive access is the caller's promise.
-        return unsafe { (*self.0.get()).take() };
+        // SAFETY: the caller's promise is `with_mut`'s.
+        unsafe { self.0.with_mut(Option::take) }
     }
 }

@@ -8,24 +8,37 @@
 //! * a write at once when nothing is running and nobody is queued, otherwise it queues.
 //!
 //! When the last running read or the running write completes, the var grants the head of its
-//! queue: one write, or every read up to the next write. Completed writes bump the version.
+//! queue: every read up to the next write, or every write up to the next read as a *run*. The
+//! first write of a run is granted; the others wait in the var's `run`, and each completing
+//! write of the run grants the next one itself, without taking the lock. Completed writes bump
+//! the version.
+//!
+//! Why runs: pushers take the lock on every push. If the worker took it on every completion too,
+//! a chain of writes pushed faster than it runs (the common shape: an optimizer updating one
+//! weight, a loop writing one array) would move the lock's cache line between the pushing and
+//! the running core twice per op. In a run the worker touches only the var's holder-side line
+//! (version, poison flag, run), which pushers never write, and the lock once per run.
 //!
 //! Invariants (checked by the loom models in `loom_tests.rs`):
 //! * `writing` implies `running_reads == 0`;
 //! * a non-empty queue implies something is running (a write, or reads with a write at the head),
 //!   so every queued op is eventually granted by some completion;
-//! * grants happen in push order, so the order of pushes is the order of effect.
+//! * grants happen in push order, so the order of pushes is the order of effect;
+//! * `run` is non-empty only while `writing`, and only the op holding write access touches it
+//!   (or whoever grants that access, under the lock, before granting it).
 
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
+
+use crossbeam_utils::CachePadded;
 
 use crate::error::OpFailure;
 use crate::op::OpRef;
 
 /// Ops a completion unblocked; usually none or one.
 pub(crate) type Granted = smallvec::SmallVec<[OpRef; 4]>;
-use crate::sync::{AtomicBool, AtomicU64, Mutex, MutexGuard, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, Exclusive, Mutex, MutexGuard, Ordering};
 
 /// A handle to a versioned variable of one engine. Cloning the handle does not copy the var.
 #[derive(Clone)]
@@ -36,13 +49,24 @@ pub struct Var {
 pub(crate) struct VarInner {
     pub(crate) id: u64,
     pub(crate) engine: u64,
-    /// Completed writes; only changed under `state`'s lock, readable without it.
-    version: AtomicU64,
-    /// Mirrors `state.poison.is_some()` so that the common, healthy case costs no lock.
-    poisoned: AtomicBool,
     /// Set once, under `state`'s lock, by `delete_var`; readable without it.
     deleted: AtomicBool,
+    /// What pushers lock on every push.
     state: Mutex<VarState>,
+    /// What the op holding write access changes, on cache lines pushers do not write.
+    held: CachePadded<Held>,
+}
+
+/// The var's holder side.
+struct Held {
+    /// Completed writes; changed only by the op holding write access (so a plain store loses
+    /// no update), readable by anyone.
+    version: AtomicU64,
+    /// Mirrors `state.poison.is_some()` so that the common, healthy case costs no lock. Changed
+    /// under the lock by the op holding write access, so that op may read it without the lock.
+    poisoned: AtomicBool,
+    /// The rest of the run of writes the var is granting, in push order.
+    run: Exclusive<VecDeque<OpRef>>,
 }
 
 /// Whether an op asks for shared or exclusive access to a var.
@@ -71,14 +95,17 @@ impl Var {
             inner: Arc::new(VarInner {
                 id,
                 engine,
-                version: AtomicU64::new(0),
-                poisoned: AtomicBool::new(false),
                 deleted: AtomicBool::new(false),
                 state: Mutex::new(VarState {
                     queue: VecDeque::new(),
                     running_reads: 0,
                     writing: false,
                     poison: None,
+                }),
+                held: CachePadded::new(Held {
+                    version: AtomicU64::new(0),
+                    poisoned: AtomicBool::new(false),
+                    run: Exclusive::new(VecDeque::new()),
                 }),
             }),
         }
@@ -91,7 +118,7 @@ impl Var {
 
     /// How many writes to this var have completed (run, failed or skipped).
     pub fn version(&self) -> u64 {
-        self.inner.version.load(Ordering::Acquire)
+        self.inner.held.version.load(Ordering::Acquire)
     }
 
     /// Whether `delete_var` was called on it; a deleted var cannot be used in new ops.
@@ -101,7 +128,7 @@ impl Var {
 
     /// The failure poisoning this var, if any (without clearing it, unlike `wait_for_var`).
     pub fn poison(&self) -> Option<Arc<OpFailure>> {
-        if !self.inner.poisoned.load(Ordering::Acquire) {
+        if !self.inner.maybe_poisoned() {
             return None;
         }
         self.inner.state.lock().poison.clone()
@@ -117,6 +144,32 @@ impl Var {
             inner: &self.inner,
             state: self.inner.state.lock(),
         }
+    }
+
+    /// A granted write has finished after `bumps` writes (an op counts one, a bulk of ops one per
+    /// member that writes this var, a wait marker none). `poison` is set when it failed. The
+    /// caller holds write access, which passes on to the next write of a run without the lock
+    /// when the write succeeded; otherwise the lock is taken.
+    pub(crate) fn complete_write(
+        &self,
+        bumps: u64,
+        poison: Option<Arc<OpFailure>>,
+        granted: &mut Granted,
+    ) {
+        let inner = &*self.inner;
+        if poison.is_none() {
+            // SAFETY: the caller holds write access, so it is the one thread reaching `run`;
+            // whoever reached it before granted that access, through the op's wait count.
+            if let Some(next) = unsafe { inner.held.run.with_mut(VecDeque::pop_front) } {
+                inner.count_writes(bumps);
+                if inner.maybe_poisoned() {
+                    next.mark_suspect();
+                }
+                granted.push(next);
+                return;
+            }
+        }
+        self.lock().complete_write(bumps, poison, granted);
     }
 
     /// Address of the shared state, used to deduplicate vars cheaply.
@@ -183,13 +236,12 @@ impl VarGuard<'_> {
         debug_assert!(s.running_reads > 0 && !s.writing);
         s.running_reads -= 1;
         if s.running_reads == 0 {
-            Self::grant_head(s, granted);
+            Self::grant_head(self.inner, s, granted);
         }
     }
 
-    /// A granted write has finished after `bumps` writes (an op counts one, a bulk of ops one per
-    /// member that writes this var, a wait marker none). `poison` is set when it failed.
-    pub(crate) fn complete_write(
+    /// [`Var::complete_write`] under the lock: a failed write, or the last write of a run.
+    fn complete_write(
         &mut self,
         bumps: u64,
         poison: Option<Arc<OpFailure>>,
@@ -199,13 +251,22 @@ impl VarGuard<'_> {
         debug_assert!(s.writing && s.running_reads == 0);
         if let Some(p) = poison {
             s.poison = Some(p);
-            self.inner.poisoned.store(true, Ordering::Release);
+            self.inner.held.poisoned.store(true, Ordering::Release);
         }
-        if bumps > 0 {
-            self.inner.count_writes(bumps);
+        self.inner.count_writes(bumps);
+        // SAFETY: as in `Var::complete_write`: the caller holds write access.
+        match unsafe { self.inner.held.run.with_mut(VecDeque::pop_front) } {
+            Some(next) => {
+                if s.poison.is_some() {
+                    next.mark_suspect();
+                }
+                granted.push(next);
+            }
+            None => {
+                s.writing = false;
+                Self::grant_head(self.inner, s, granted);
+            }
         }
-        s.writing = false;
-        Self::grant_head(s, granted);
     }
 
     /// The current poison, if any. Stable while the caller holds access to the var: only writes
@@ -216,14 +277,14 @@ impl VarGuard<'_> {
 
     /// Removes and returns the poison (what `wait_for_var` reports).
     pub(crate) fn take_poison(&mut self) -> Option<Arc<OpFailure>> {
-        self.inner.poisoned.store(false, Ordering::Release);
+        self.inner.held.poisoned.store(false, Ordering::Release);
         self.state.poison.take()
     }
 
     /// Sets the poison directly; used by the inline engine, which has no queues.
     pub(crate) fn set_poison(&mut self, p: Arc<OpFailure>) {
         self.state.poison = Some(p);
-        self.inner.poisoned.store(true, Ordering::Release);
+        self.inner.held.poisoned.store(true, Ordering::Release);
     }
 
     /// Bumps the version directly; used by the inline engine, which has no queues.
@@ -231,10 +292,11 @@ impl VarGuard<'_> {
         self.inner.count_writes(n);
     }
 
-    /// Grants the head of the queue. An op granted while the var is poisoned is marked so that
-    /// it looks for the poison before running (the poison cannot change while it holds access:
-    /// only writers set or clear it).
-    fn grant_head(s: &mut VarState, granted: &mut Granted) {
+    /// Grants the head of the queue: every read up to the next write, or the first write of a
+    /// run of them, the rest going to the var's `run`. An op granted while the var is poisoned is
+    /// marked so that it looks for the poison before running (the poison cannot change while it
+    /// holds access: only writers set or clear it).
+    fn grant_head(inner: &VarInner, s: &mut VarState, granted: &mut Granted) {
         debug_assert!(!s.writing && s.running_reads == 0);
         let poisoned = s.poison.is_some();
         let mut grant = |op: OpRef| {
@@ -248,6 +310,19 @@ impl VarGuard<'_> {
             Some(Access::Write) => {
                 let p = s.queue.pop_front().expect("head exists");
                 s.writing = true;
+                if s.queue.front().is_some_and(|p| p.access == Access::Write) {
+                    // SAFETY: nobody holds write access (`writing` was false), so nobody else
+                    // reaches `run`; the op granted below reaches it after this, through its
+                    // wait count.
+                    unsafe {
+                        inner.held.run.with_mut(|run| {
+                            debug_assert!(run.is_empty());
+                            while s.queue.front().is_some_and(|p| p.access == Access::Write) {
+                                run.push_back(s.queue.pop_front().expect("head exists").op);
+                            }
+                        })
+                    };
+                }
                 grant(p.op);
             }
             Some(Access::Read) => {
@@ -262,15 +337,18 @@ impl VarGuard<'_> {
 }
 
 impl VarInner {
-    /// Counts `n` completed writes. Called only under the var's lock, so a plain store loses no
-    /// update (and costs no atomic read-modify-write).
+    /// Counts `n` completed writes. Called only by the op holding write access (or the inline
+    /// engine under the lock), so a plain store loses no update and costs no atomic
+    /// read-modify-write.
     fn count_writes(&self, n: u64) {
-        let v = self.version.load(Ordering::Relaxed);
-        self.version.store(v + n, Ordering::Release);
+        if n > 0 {
+            let v = self.held.version.load(Ordering::Relaxed);
+            self.held.version.store(v + n, Ordering::Release);
+        }
     }
 
     /// Cheap check used on the hot path before looking for poison under the lock.
     pub(crate) fn maybe_poisoned(&self) -> bool {
-        self.poisoned.load(Ordering::Acquire)
+        self.held.poisoned.load(Ordering::Acquire)
     }
 }

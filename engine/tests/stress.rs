@@ -43,20 +43,43 @@ enum Cmd {
     Wait(usize),
 }
 
-fn program(rng: &mut StdRng, len: usize) -> Vec<Cmd> {
+/// How a program picks each op's vars: among the first `vars`, `reads` reads and `writes` writes
+/// (before duplicates and dead vars drop out).
+#[derive(Clone)]
+struct Mix {
+    vars: usize,
+    reads: std::ops::Range<usize>,
+    writes: std::ops::Range<usize>,
+}
+
+/// Reads and writes over every var.
+const MIXED: Mix = Mix {
+    vars: VARS,
+    reads: 0..4,
+    writes: 0..3,
+};
+
+/// Mostly writes over a few vars: long queues of writes, which vars grant as runs.
+const WRITE_HEAVY: Mix = Mix {
+    vars: 6,
+    reads: 0..2,
+    writes: 1..3,
+};
+
+fn program(rng: &mut StdRng, len: usize, mix: &Mix) -> Vec<Cmd> {
     let mut alive = [true; VARS];
     let mut out = Vec::with_capacity(len);
     let mut bulk_run: u32 = 0;
     for _ in 0..len {
         let pick = |rng: &mut StdRng, alive: &[bool; VARS], n: usize| -> Vec<usize> {
             (0..n)
-                .map(|_| rng.gen_range(0..VARS))
+                .map(|_| rng.gen_range(0..mix.vars))
                 .filter(|&v| alive[v])
                 .collect()
         };
         let roll = rng.gen_range(0..1000);
         if roll < 8 {
-            let v = rng.gen_range(0..VARS);
+            let v = rng.gen_range(0..mix.vars);
             if alive[v] {
                 alive[v] = false;
                 out.push(Cmd::Delete(v));
@@ -64,7 +87,7 @@ fn program(rng: &mut StdRng, len: usize) -> Vec<Cmd> {
             }
         }
         if roll < 30 {
-            let v = rng.gen_range(0..VARS);
+            let v = rng.gen_range(0..mix.vars);
             if alive[v] {
                 out.push(Cmd::Wait(v));
                 continue;
@@ -75,8 +98,8 @@ fn program(rng: &mut StdRng, len: usize) -> Vec<Cmd> {
         }
         let in_bulk = bulk_run > 0;
         bulk_run = bulk_run.saturating_sub(1);
-        let nr = rng.gen_range(0..4);
-        let nw = rng.gen_range(0..3);
+        let nr = rng.gen_range(mix.reads.clone());
+        let nw = rng.gen_range(mix.writes.clone());
         let kind = match rng.gen_range(0..1000) {
             0..=6 => Kind::Fail,
             7..=9 => Kind::Panic,
@@ -250,7 +273,7 @@ fn seed_base() -> u64 {
     }
 }
 
-fn check_seeds(seeds: std::ops::Range<u64>, len: usize) {
+fn check_seeds(seeds: std::ops::Range<u64>, len: usize, mix: &Mix) {
     let base = seed_base();
     let naive = EngineBuilder::new(EngineKind::Naive).build();
     let threaded = [
@@ -265,7 +288,7 @@ fn check_seeds(seeds: std::ops::Range<u64>, len: usize) {
     ];
     for seed in seeds {
         let seed = seed.wrapping_add(base);
-        let prog = program(&mut StdRng::seed_from_u64(seed), len);
+        let prog = program(&mut StdRng::seed_from_u64(seed), len, mix);
         let want = run(naive.clone(), &prog, seed);
         for e in &threaded {
             let got = run(e.clone(), &prog, seed);
@@ -282,12 +305,19 @@ fn check_seeds(seeds: std::ops::Range<u64>, len: usize) {
 #[test]
 fn random_programs_match_the_naive_engine() {
     // 2,000 programs of 60 ops, plus 100 longer ones, on both threaded engines.
-    watchdog("random programs", 300, || check_seeds(0..2000, 60));
+    watchdog("random programs", 300, || check_seeds(0..2000, 60, &MIXED));
+}
+
+#[test]
+fn write_heavy_random_programs_match_the_naive_engine() {
+    watchdog("write-heavy random programs", 300, || {
+        check_seeds(20_000..21_000, 60, &WRITE_HEAVY)
+    });
 }
 
 #[test]
 fn long_random_programs_match_the_naive_engine() {
     watchdog("long random programs", 300, || {
-        check_seeds(10_000..10_100, 600)
+        check_seeds(10_000..10_100, 600, &MIXED)
     });
 }
