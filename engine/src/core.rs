@@ -512,11 +512,10 @@ impl Core {
         for g in granted {
             self.release(g, 1);
         }
-        // The fence pairs with the one in `wait_idle`: either that sees this op finished, or
-        // this sees it waiting. (Loom checks this only with fences: it models SeqCst accesses as
-        // acquire/release.)
+        // Pairs with `wait_idle`'s increment and fence: either that sees this op finished, or
+        // this sees it waiting.
         let finished = self.finished.fetch_add(1, Ordering::SeqCst) + 1;
-        fence(Ordering::SeqCst);
+        crate::sync::fence_after_seq_cst_rmw();
         if self.waiters.load(Ordering::SeqCst) > 0
             && finished == self.pushes.pushed.load(Ordering::SeqCst)
         {

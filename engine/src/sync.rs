@@ -10,6 +10,16 @@ pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Or
 #[cfg(not(loom))]
 pub(crate) use std::thread_local;
 
+/// Orders a SeqCst read-modify-write before this thread's later SeqCst loads: already so in the
+/// Rust memory model (SeqCst operations have one total order that respects program order, and
+/// on x86 the locked instruction is a full barrier), so a no-op there; loom models SeqCst
+/// accesses as acquire/release only, so its models get the fence they need to see it.
+#[inline]
+pub(crate) fn fence_after_seq_cst_rmw() {
+    #[cfg(loom)]
+    fence(Ordering::SeqCst);
+}
+
 /// A mutex whose `lock` cannot fail (poisoning is meaningless here: ops run outside every lock).
 pub(crate) struct Mutex<T>(
     #[cfg(loom)] loom::sync::Mutex<T>,
