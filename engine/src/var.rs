@@ -156,18 +156,8 @@ impl Var {
         poison: Option<Arc<OpFailure>>,
         granted: &mut Granted,
     ) {
-        let inner = &*self.inner;
-        if poison.is_none() {
-            // SAFETY: the caller holds write access, so it is the one thread reaching `run`;
-            // whoever reached it before granted that access, through the op's wait count.
-            if let Some(next) = unsafe { inner.held.run.with_mut(VecDeque::pop_front) } {
-                inner.count_writes(bumps);
-                if inner.maybe_poisoned() {
-                    next.mark_suspect();
-                }
-                granted.push(next);
-                return;
-            }
+        if poison.is_none() && self.inner.pass_run(bumps, granted) {
+            return;
         }
         self.lock().complete_write(bumps, poison, granted);
     }
@@ -253,19 +243,10 @@ impl VarGuard<'_> {
             s.poison = Some(p);
             self.inner.held.poisoned.store(true, Ordering::Release);
         }
-        self.inner.count_writes(bumps);
-        // SAFETY: as in `Var::complete_write`: the caller holds write access.
-        match unsafe { self.inner.held.run.with_mut(VecDeque::pop_front) } {
-            Some(next) => {
-                if s.poison.is_some() {
-                    next.mark_suspect();
-                }
-                granted.push(next);
-            }
-            None => {
-                s.writing = false;
-                Self::grant_head(self.inner, s, granted);
-            }
+        if !self.inner.pass_run(bumps, granted) {
+            self.inner.count_writes(bumps);
+            s.writing = false;
+            Self::grant_head(self.inner, s, granted);
         }
     }
 
@@ -345,6 +326,23 @@ impl VarInner {
             let v = self.held.version.load(Ordering::Relaxed);
             self.held.version.store(v + n, Ordering::Release);
         }
+    }
+
+    /// Hands write access to the next write of the run, if there is one: counts the finished
+    /// write's `bumps` and grants the next (marked if the var is poisoned). Returns false, having
+    /// done nothing, when the run is empty. The caller holds write access.
+    fn pass_run(&self, bumps: u64, granted: &mut Granted) -> bool {
+        // SAFETY: the caller holds write access, so it is the one thread reaching `run`;
+        // whoever reached it before granted that access, through the op's wait count.
+        let Some(next) = (unsafe { self.held.run.with_mut(VecDeque::pop_front) }) else {
+            return false;
+        };
+        self.count_writes(bumps);
+        if self.maybe_poisoned() {
+            next.mark_suspect();
+        }
+        granted.push(next);
+        true
     }
 
     /// Cheap check used on the hot path before looking for poison under the lock.
