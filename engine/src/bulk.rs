@@ -3,11 +3,11 @@
 //! var its members only read and write access to every var any member writes, and runs its
 //! members in push order, so results, versions and errors are those of pushing them one by one.
 //!
-//! The pusher builds the unit as ops arrive: each op's closure and name move into a member, its
-//! vars move into the unit's lists the first time the unit sees them and get a small slot
-//! number; a member keeps only its vars' slots. An op so costs one record of about one cache line
-//! (what the worker must read back) and no reference-count traffic beyond dropping the handles
-//! the caller gave it.
+//! The pusher builds the unit as ops arrive: each op's closure and name move into the unit's
+//! `Members`, its vars move into the unit's lists the first time the unit sees them and get a
+//! small slot number; a member keeps only its vars' slots. An op so costs about 20 bytes that the
+//! worker must read back (a third of a cache line) and no reference-count traffic beyond
+//! dropping the handles the caller gave it.
 
 use std::borrow::Cow;
 
@@ -16,45 +16,149 @@ use storage::Context;
 
 use crate::core::check_vars;
 use crate::error::EngineError;
-use crate::op::{dedup, Op, SyncFn, UserFn, VarList};
+use crate::op::{Op, SyncFn, UserFn, VarList};
 use crate::var::Var;
 use crate::Engine;
 
-/// Most distinct vars in one unit (slots are `u8`); an op that would pass it starts a new unit.
+/// Most distinct vars in one unit (slots are `u8`); an op that would pass it starts a new unit,
+/// and an op listing more vars than this is pushed alone.
 const MAX_SLOTS: usize = 255;
 
-/// Most vars one bulked op may list; an op with more is pushed alone. It keeps a member within
-/// one cache line, which is what the worker reads back for each op.
-const MEMBER_VARS: usize = 22;
+/// A unit's ops, kept column by column so that the pusher appends a few small values per op
+/// (the closure, two counts, a byte per var) and the worker reads back about a third of a cache
+/// line per op, instead of a whole record each. Names are kept as runs: an op named like the op
+/// before it (the usual case in a loop) adds nothing.
+#[derive(Default)]
+pub(crate) struct Members {
+    funcs: Vec<SyncFn>,
+    /// Per op, how many of its slots are reads and writes; its slots lie in `slots`, after the
+    /// previous op's, writes first.
+    counts: Vec<(u8, u8)>,
+    slots: Vec<u8>,
+    /// Each name with the index of the first op of its run.
+    names: Vec<(usize, Cow<'static, str>)>,
+}
 
-/// One op inside a unit.
-pub(crate) struct BulkMember {
-    pub(crate) name: Cow<'static, str>,
+impl Members {
+    /// Lists with room for `n` ops of one or two vars each.
+    fn with_capacity(n: usize) -> Self {
+        Members {
+            funcs: Vec::with_capacity(n),
+            counts: Vec::with_capacity(n),
+            slots: Vec::with_capacity(2 * n),
+            names: Vec::with_capacity(1),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.funcs.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.funcs.is_empty()
+    }
+
+    /// Empties the lists, keeping their room.
+    pub(crate) fn clear(&mut self) {
+        self.funcs.clear();
+        self.counts.clear();
+        self.slots.clear();
+        self.names.clear();
+    }
+
+    /// Starts an op whose slots `push_slot` appends next, writes first.
+    fn push(&mut self, name: Cow<'static, str>, func: SyncFn) {
+        let same = |last: &str| {
+            last.len() == name.len()
+                && (std::ptr::eq(last.as_ptr(), name.as_ptr()) || *last == *name)
+        };
+        if !self.names.last().is_some_and(|(_, last)| same(last)) {
+            self.names.push((self.funcs.len(), name));
+        }
+        self.funcs.push(func);
+        self.counts.push((0, 0));
+    }
+
+    /// Appends a slot to the last op's, as a read or a write.
+    fn push_slot(&mut self, slot: u8, write: bool) {
+        self.slots.push(slot);
+        if let Some((reads, writes)) = self.counts.last_mut() {
+            match write {
+                false => *reads += 1,
+                true => *writes += 1,
+            }
+        }
+    }
+
+    fn first_name(&self) -> Option<&Cow<'static, str>> {
+        self.names.first().map(|(_, n)| n)
+    }
+
+    /// Takes the ops out in order; `clear` then empties what is left (slots and names).
+    pub(crate) fn drain(&mut self) -> Drain<'_> {
+        Drain {
+            funcs: self.funcs.drain(..),
+            counts: &self.counts,
+            slots: &self.slots,
+            names: &self.names,
+            k: 0,
+            at: 0,
+            run: 0,
+        }
+    }
+}
+
+/// One op of a unit, as [`Members::drain`] gives it.
+pub(crate) struct Member<'a> {
+    pub(crate) name: &'a Cow<'static, str>,
     pub(crate) func: SyncFn,
-    pub(crate) vars: MemberVars,
+    pub(crate) reads: &'a [u8],
+    pub(crate) writes: &'a [u8],
 }
 
-/// The slots of a member's vars: those it reads, then those it writes (deduplicated as for any
-/// op).
-#[derive(Clone, Copy)]
-pub(crate) struct MemberVars {
-    slots: [u8; MEMBER_VARS],
-    n_slots: u8,
-    n_reads: u8,
+impl Member<'_> {
+    /// Its slots, reads first: the order in which an op's vars are searched for poison.
+    pub(crate) fn slots(&self) -> impl Iterator<Item = u8> + '_ {
+        self.reads.iter().chain(self.writes).copied()
+    }
 }
 
-impl MemberVars {
-    /// The slots of its vars, reads first.
-    pub(crate) fn slots(&self) -> &[u8] {
-        &self.slots[..usize::from(self.n_slots)]
-    }
+/// The iterator of [`Members::drain`]. A unit's first op always starts a name run, so every op
+/// has a name.
+pub(crate) struct Drain<'a> {
+    funcs: std::vec::Drain<'a, SyncFn>,
+    counts: &'a [(u8, u8)],
+    slots: &'a [u8],
+    names: &'a [(usize, Cow<'static, str>)],
+    /// The next op, its first slot, and its name's run.
+    k: usize,
+    at: usize,
+    run: usize,
+}
 
-    pub(crate) fn read_slots(&self) -> &[u8] {
-        &self.slots[..usize::from(self.n_reads)]
-    }
+impl<'a> Iterator for Drain<'a> {
+    type Item = Member<'a>;
 
-    pub(crate) fn write_slots(&self) -> &[u8] {
-        &self.slots[usize::from(self.n_reads)..usize::from(self.n_slots)]
+    fn next(&mut self) -> Option<Member<'a>> {
+        let func = self.funcs.next()?;
+        let (r, w) = self.counts[self.k];
+        let (r, w) = (usize::from(r), usize::from(w));
+        let (writes, rest) = self.slots[self.at..].split_at(w);
+        self.at += r + w;
+        if self
+            .names
+            .get(self.run + 1)
+            .is_some_and(|(first, _)| *first == self.k)
+        {
+            self.run += 1;
+        }
+        self.k += 1;
+        Some(Member {
+            name: &self.names[self.run].1,
+            func,
+            reads: &rest[..r],
+            writes,
+        })
     }
 }
 
@@ -62,17 +166,28 @@ impl MemberVars {
 /// `writes` lists (in their order), so that poison found on those vars can be given to members.
 #[derive(Default)]
 pub(crate) struct BulkBody {
-    pub(crate) members: Vec<BulkMember>,
+    pub(crate) members: Members,
     pub(crate) read_slots: SmallVec<[u8; 4]>,
     pub(crate) write_slots: SmallVec<[u8; 4]>,
     /// Per var of the unit's `writes`, how many members write it (its version bumps).
     pub(crate) bumps: SmallVec<[u64; 4]>,
 }
 
+impl BulkBody {
+    /// An empty body whose lists have room for `n` members. Its lists go to the pusher's unit
+    /// for its next ops (see [`BulkUnit::take_into`]), which so do not grow op by op.
+    pub(crate) fn with_capacity(n: usize) -> Self {
+        BulkBody {
+            members: Members::with_capacity(n),
+            ..BulkBody::default()
+        }
+    }
+}
+
 /// Ops fused into one scheduled unit. Only a [`BulkPusher`] makes one; engines take it whole
 /// through [`Engine::push_bulk`].
 pub struct BulkUnit {
-    pub(crate) members: Vec<BulkMember>,
+    pub(crate) members: Members,
     /// Vars some member reads and none writes, and their slots.
     pub(crate) reads: VarList,
     pub(crate) read_slots: SmallVec<[u8; 4]>,
@@ -87,7 +202,7 @@ pub struct BulkUnit {
 impl BulkUnit {
     fn new() -> Self {
         BulkUnit {
-            members: Vec::new(),
+            members: Members::default(),
             reads: SmallVec::new(),
             read_slots: SmallVec::new(),
             writes: SmallVec::new(),
@@ -131,7 +246,11 @@ impl BulkUnit {
             "bulk[15]", "bulk[16]",
         ];
         match self.members.len() {
-            1 => self.members[0].name.clone(),
+            1 => self
+                .members
+                .first_name()
+                .cloned()
+                .unwrap_or(Cow::Borrowed("bulk[1]")),
             n if n < NAMES.len() => Cow::Borrowed(NAMES[n]),
             n => Cow::Owned(format!("bulk[{n}]")),
         }
@@ -167,39 +286,24 @@ impl BulkUnit {
                 <= MAX_SLOTS
     }
 
-    /// Adds a checked, bulkable op that [`BulkUnit::accepts`] as the last member.
-    fn add(&mut self, op: Op<'_>) {
-        let UserFn::Sync(func) = op.func else {
-            unreachable!("BulkPusher adds only synchronous ops");
-        };
-        if self.members.is_empty() {
-            self.ctx = op.ctx;
-            self.priority = op.priority;
+    /// Adds a checked, bulkable op that [`BulkUnit::accepts`] as the last member. Its vars are
+    /// deduplicated here, as for any op (a var both read and written is only written), while
+    /// taking their slots: writes first, so that a var the op also reads is never made a read
+    /// of the unit first.
+    fn add(&mut self, name: Cow<'static, str>, func: SyncFn, reads: &[&Var], writes: &[&Var]) {
+        let seen = |vars: &[&Var], v: &Var| vars.iter().any(|x| x.key() == v.key());
+        self.members.push(name, func);
+        for (i, v) in writes.iter().enumerate() {
+            if !seen(&writes[..i], v) {
+                let slot = self.write_slot(v);
+                self.members.push_slot(slot, true);
+            }
         }
-        let (mut reads, mut writes) = (op.reads, op.writes);
-        dedup(&mut reads, &mut writes);
-        // The member goes in first and its slots (bytes) are written in place: building them
-        // on the stack and then copying the whole record stalls on store forwarding.
-        self.members.push(BulkMember {
-            name: op.name,
-            func,
-            vars: MemberVars {
-                slots: [0; MEMBER_VARS],
-                n_slots: 0,
-                n_reads: 0,
-            },
-        });
-        let n_reads = reads.len() as u8;
-        for v in reads {
-            let slot = self.read_slot(v);
-            self.note(slot);
-        }
-        for v in writes {
-            let slot = self.write_slot(v);
-            self.note(slot);
-        }
-        if let Some(m) = self.members.last_mut() {
-            m.vars.n_reads = n_reads;
+        for (i, v) in reads.iter().enumerate() {
+            if !seen(writes, v) && !seen(&reads[..i], v) {
+                let slot = self.read_slot(v);
+                self.members.push_slot(slot, false);
+            }
         }
     }
 
@@ -237,17 +341,6 @@ impl BulkUnit {
         self.bumps.push(1);
         slot
     }
-
-    /// Appends a slot to the last member's.
-    fn note(&mut self, slot: u8) {
-        let vars = &mut self
-            .members
-            .last_mut()
-            .expect("a member was just added")
-            .vars;
-        vars.slots[usize::from(vars.n_slots)] = slot;
-        vars.n_slots += 1;
-    }
 }
 
 /// Collects ops and pushes them as fused units. Created by `engine.bulk()`; what it still
@@ -275,14 +368,27 @@ impl<'e> BulkPusher<'e> {
     /// op is not taken.
     pub fn push(&mut self, op: Op<'_>) -> Result<(), EngineError> {
         check_vars(self.engine_id, &op.name, op.vars())?;
-        if !op.is_bulkable() || self.size == 1 || op.reads.len() + op.writes.len() > MEMBER_VARS {
+        if !op.is_bulkable() || self.size == 1 || op.reads.len() + op.writes.len() > MAX_SLOTS {
             self.flush()?;
             return self.engine.push(op);
         }
         if !self.unit.accepts(&op) {
             self.flush()?;
         }
-        self.unit.add(op);
+        if self.unit.is_empty() {
+            (self.unit.ctx, self.unit.priority) = (op.ctx, op.priority);
+        }
+        let Op {
+            name,
+            func: UserFn::Sync(func),
+            reads,
+            writes,
+            ..
+        } = op
+        else {
+            unreachable!("a bulkable op is synchronous");
+        };
+        self.unit.add(name, func, &reads, &writes);
         if self.unit.len() >= self.size {
             self.flush()?;
         }

@@ -236,7 +236,8 @@ impl Core {
         }
         let name = unit.name();
         let (ctx, priority) = (unit.ctx, unit.priority);
-        let mut body = self.spare_bodies.lock().pop().unwrap_or_default();
+        let spare = self.spare_bodies.lock().pop();
+        let mut body = spare.unwrap_or_else(|| Box::new(BulkBody::with_capacity(n)));
         let (reads, writes) = unit.take_into(&mut body);
         let seq = self.pushes.next_seq.fetch_add(n as u64, Ordering::Relaxed);
         let block = OpBlock {
@@ -411,11 +412,11 @@ impl Core {
         };
         // The unit gets a trace event of its own, spanning its members' events.
         let unit_t0 = self.profile_start();
-        for (k, m) in body.members.drain(..).enumerate() {
+        for (k, m) in body.members.drain().enumerate() {
             let seq = op.seq + k as u64;
             let root = match poison.is_empty() {
                 true => None,
-                false => m.vars.slots().iter().find_map(|&s| of(&poison, s)),
+                false => m.slots().find_map(|s| of(&poison, s)),
             };
             let failure = match root {
                 Some(root) => root,
@@ -426,17 +427,18 @@ impl Core {
                         let _running = RunningScope::enter(self.id, m.name.clone());
                         catch_unwind(AssertUnwindSafe(|| (m.func)(rctx)))
                     };
-                    self.profile_end(t0, &m.name, rctx);
-                    match self.outcome(seq, &m.name, result) {
+                    self.profile_end(t0, m.name, rctx);
+                    match self.outcome(seq, m.name, result) {
                         Outcome::Poison(f) => f,
                         _ => continue,
                     }
                 }
             };
-            for &w in m.vars.write_slots() {
+            for &w in m.writes {
                 set(&mut poison, w, &failure);
             }
         }
+        body.members.clear();
         self.profile_end(unit_t0, &op.name, rctx);
         let poison = body.write_slots.iter().map(|&s| of(&poison, s)).collect();
         let bumps = std::mem::take(&mut body.bumps);

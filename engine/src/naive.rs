@@ -145,14 +145,14 @@ impl Engine for NaiveEngine {
                 .filter_map(|&s| by_slot[usize::from(s)])
                 .collect()
         };
-        for m in body.members {
-            let (reads, writes) = (of(m.vars.read_slots()), of(m.vars.write_slots()));
-            if let Err(e) = check_vars(self.id, &m.name, reads.iter().chain(&writes).copied()) {
-                let failure = self.fail(&m.name, e.to_string(), false);
+        for m in body.members.drain() {
+            let (reads, writes) = (of(m.reads), of(m.writes));
+            if let Err(e) = check_vars(self.id, m.name, reads.iter().chain(&writes).copied()) {
+                let failure = self.fail(m.name, e.to_string(), false);
                 Self::complete_writes(&writes, Some(failure));
                 continue;
             }
-            self.execute(m.name, UserFn::Sync(m.func), ctx, &reads, &writes);
+            self.execute(m.name.clone(), UserFn::Sync(m.func), ctx, &reads, &writes);
         }
         Ok(())
     }

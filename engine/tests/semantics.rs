@@ -551,9 +551,10 @@ fn bulked_ops_give_the_same_results() {
     });
 }
 
-/// Units mixing ops with many vars (more than a bulk member records, so pushed alone) and units
-/// that need more distinct vars than one unit holds give the inline engine's values, versions and
-/// errors; a var of another engine is refused by the pusher with nothing taken.
+/// Units mixing ops with one var and ops with many, units that need more distinct vars than one
+/// unit holds, and ops listing more vars than any unit holds (so pushed alone) give the inline
+/// engine's values, versions and errors; a var of another engine is refused by the pusher with
+/// nothing taken.
 #[test]
 fn bulk_units_with_many_vars_match_naive() {
     watchdog("bulk many vars", 60, || {
@@ -565,9 +566,13 @@ fn bulk_units_with_many_vars_match_naive() {
             {
                 let mut bulk = e.bulk_with(64);
                 for k in 0..400usize {
-                    // Every 7th op reads 30 vars; the others read 1 and write 1 of 300 vars, so
-                    // units run past 255 distinct vars.
-                    let width = if k % 7 == 0 { 30 } else { 1 };
+                    // Every 7th op reads 30 vars, every 97th 260 (more than a unit holds); the
+                    // others read 1 and write 1 of 300 vars, so units run past 255 distinct vars.
+                    let width = match k {
+                        k if k % 97 == 0 => 260,
+                        k if k % 7 == 0 => 30,
+                        _ => 1,
+                    };
                     let reads: Vec<usize> = (0..width).map(|j| (k * 13 + j * 17) % 300).collect();
                     let w = (k * 31 + 5) % 300;
                     let (c, r) = (cells.clone(), reads.clone());
