@@ -66,8 +66,9 @@ impl Members {
         self.names.clear();
     }
 
-    /// Starts an op whose slots `push_slot` appends next, writes first.
-    fn push(&mut self, name: Cow<'static, str>, func: SyncFn) {
+    /// Starts an op: `push_slot` then appends the slots of the vars it writes, then of those it
+    /// reads, and `end_op` says how many of each there were.
+    fn start_op(&mut self, name: Cow<'static, str>, func: SyncFn) {
         let same = |last: &str| {
             last.len() == name.len()
                 && (std::ptr::eq(last.as_ptr(), name.as_ptr()) || *last == *name)
@@ -76,18 +77,15 @@ impl Members {
             self.names.push((self.funcs.len(), name));
         }
         self.funcs.push(func);
-        self.counts.push((0, 0));
     }
 
-    /// Appends a slot to the last op's, as a read or a write.
-    fn push_slot(&mut self, slot: u8, write: bool) {
+    fn push_slot(&mut self, slot: u8) {
         self.slots.push(slot);
-        if let Some((reads, writes)) = self.counts.last_mut() {
-            match write {
-                false => *reads += 1,
-                true => *writes += 1,
-            }
-        }
+    }
+
+    /// Both fit in a byte: an op lists at most `MAX_SLOTS` vars.
+    fn end_op(&mut self, reads: u8, writes: u8) {
+        self.counts.push((reads, writes));
     }
 
     fn first_name(&self) -> Option<&Cow<'static, str>> {
@@ -188,13 +186,9 @@ impl BulkBody {
 /// through [`Engine::push_bulk`].
 pub struct BulkUnit {
     pub(crate) members: Members,
-    /// Vars some member reads and none writes, and their slots.
-    pub(crate) reads: VarList,
-    pub(crate) read_slots: SmallVec<[u8; 4]>,
-    /// Vars some member writes, their slots, and how many members write each (version bumps).
-    pub(crate) writes: VarList,
-    pub(crate) write_slots: SmallVec<[u8; 4]>,
-    pub(crate) bumps: SmallVec<[u64; 4]>,
+    /// Every var the members list, in the order they first did; a var's index is its slot.
+    /// With each, how many members write it (its version bumps; 0: only read).
+    vars: Vec<(Var, u64)>,
     pub(crate) ctx: Context,
     pub(crate) priority: i32,
 }
@@ -203,11 +197,7 @@ impl BulkUnit {
     fn new() -> Self {
         BulkUnit {
             members: Members::default(),
-            reads: SmallVec::new(),
-            read_slots: SmallVec::new(),
-            writes: SmallVec::new(),
-            write_slots: SmallVec::new(),
-            bumps: SmallVec::new(),
+            vars: Vec::new(),
             ctx: Context::cpu(0),
             priority: 0,
         }
@@ -224,17 +214,28 @@ impl BulkUnit {
     }
 
     /// Moves what the engine schedules into `body` (an emptied body of an earlier unit, whose
-    /// member list the unit keeps for its next ops) and returns the unit's vars.
+    /// member lists the unit keeps for its next ops) and returns the vars the unit reads (none
+    /// of its members writes them) and writes.
     pub(crate) fn take_into(&mut self, body: &mut BulkBody) -> (VarList, VarList) {
         body.members.clear();
         std::mem::swap(&mut self.members, &mut body.members);
-        body.read_slots = std::mem::take(&mut self.read_slots);
-        body.write_slots = std::mem::take(&mut self.write_slots);
-        body.bumps = std::mem::take(&mut self.bumps);
-        (
-            std::mem::take(&mut self.reads),
-            std::mem::take(&mut self.writes),
-        )
+        body.read_slots.clear();
+        body.write_slots.clear();
+        body.bumps.clear();
+        let (mut reads, mut writes) = (VarList::new(), VarList::new());
+        for (slot, (v, bumps)) in self.vars.drain(..).enumerate() {
+            // Slots fit in a byte: a unit holds at most `MAX_SLOTS` vars.
+            let slot = slot as u8;
+            if bumps == 0 {
+                reads.push(v);
+                body.read_slots.push(slot);
+            } else {
+                writes.push(v);
+                body.write_slots.push(slot);
+                body.bumps.push(bumps);
+            }
+        }
+        (reads, writes)
     }
 
     /// The unit's name: its only member's, else `bulk[n]` (static for the usual sizes, so that a
@@ -256,16 +257,9 @@ impl BulkUnit {
         }
     }
 
-    fn slot_of(&self, key: usize) -> Option<u8> {
-        let find = |vars: &VarList, slots: &[u8]| {
-            let i = vars.iter().position(|v| v.key() == key)?;
-            Some(slots[i])
-        };
-        find(&self.writes, &self.write_slots).or_else(|| find(&self.reads, &self.read_slots))
-    }
-
-    fn n_slots(&self) -> usize {
-        self.reads.len() + self.writes.len()
+    fn slot_of(&self, v: &Var) -> Option<usize> {
+        let key = v.key();
+        self.vars.iter().position(|(x, _)| x.key() == key)
     }
 
     /// Whether `op` may join: same context and priority as the members so far, and room for
@@ -278,68 +272,50 @@ impl BulkUnit {
             return false;
         }
         let listed = op.reads.len() + op.writes.len();
-        self.n_slots() + listed <= MAX_SLOTS
-            || self.n_slots()
-                + op.vars()
-                    .filter(|v| self.slot_of(v.key()).is_none())
-                    .count()
+        self.vars.len() + listed <= MAX_SLOTS
+            || self.vars.len() + op.vars().filter(|v| self.slot_of(v).is_none()).count()
                 <= MAX_SLOTS
     }
 
     /// Adds a checked, bulkable op that [`BulkUnit::accepts`] as the last member. Its vars are
-    /// deduplicated here, as for any op (a var both read and written is only written), while
-    /// taking their slots: writes first, so that a var the op also reads is never made a read
-    /// of the unit first.
+    /// deduplicated here, as for any op: a var listed twice counts once, and a var both read
+    /// and written is only written.
     fn add(&mut self, name: Cow<'static, str>, func: SyncFn, reads: &[&Var], writes: &[&Var]) {
-        let seen = |vars: &[&Var], v: &Var| vars.iter().any(|x| x.key() == v.key());
-        self.members.push(name, func);
+        let listed = |vars: &[&Var], v: &Var| vars.iter().any(|x| x.key() == v.key());
+        self.members.start_op(name, func);
+        let (mut n_reads, mut n_writes) = (0, 0);
         for (i, v) in writes.iter().enumerate() {
-            if !seen(&writes[..i], v) {
-                let slot = self.write_slot(v);
-                self.members.push_slot(slot, true);
+            if !listed(&writes[..i], v) {
+                let slot = self.take_slot(v, 1);
+                self.members.push_slot(slot);
+                n_writes += 1;
             }
         }
         for (i, v) in reads.iter().enumerate() {
-            if !seen(writes, v) && !seen(&reads[..i], v) {
-                let slot = self.read_slot(v);
-                self.members.push_slot(slot, false);
+            if !listed(writes, v) && !listed(&reads[..i], v) {
+                let slot = self.take_slot(v, 0);
+                self.members.push_slot(slot);
+                n_reads += 1;
             }
         }
+        self.members.end_op(n_reads, n_writes);
     }
 
-    /// The slot of a var a new member reads, giving it one if the unit has not seen it.
-    fn read_slot(&mut self, v: &Var) -> u8 {
-        match self.slot_of(v.key()) {
-            Some(slot) => slot,
-            None => {
-                let slot = self.n_slots() as u8;
-                self.reads.push(v.clone());
-                self.read_slots.push(slot);
+    /// The slot of a var a new member lists, giving it one if the unit has not seen it, and
+    /// counting `bumps` more writes of it.
+    fn take_slot(&mut self, v: &Var, bumps: u64) -> u8 {
+        let slot = match self.slot_of(v) {
+            Some(slot) => {
+                self.vars[slot].1 += bumps;
                 slot
             }
-        }
-    }
-
-    /// The slot of a var a new member writes, counting the write.
-    fn write_slot(&mut self, v: &Var) -> u8 {
-        let key = v.key();
-        if let Some(i) = self.writes.iter().position(|x| x.key() == key) {
-            self.bumps[i] += 1;
-            return self.write_slots[i];
-        }
-        // A var read by earlier members and written by this one becomes a write of the unit,
-        // keeping its slot.
-        let slot = match self.reads.iter().position(|x| x.key() == key) {
-            Some(i) => {
-                self.reads.remove(i);
-                self.read_slots.remove(i)
+            None => {
+                self.vars.push((v.clone(), bumps));
+                self.vars.len() - 1
             }
-            None => self.n_slots() as u8,
         };
-        self.writes.push(v.clone());
-        self.write_slots.push(slot);
-        self.bumps.push(1);
-        slot
+        // `accepts` kept the unit within `MAX_SLOTS` vars.
+        slot as u8
     }
 }
 
