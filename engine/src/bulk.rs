@@ -392,3 +392,67 @@ impl Drop for BulkPusher<'_> {
         let _ = self.flush();
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn noop() -> SyncFn {
+        Box::new(|_| Ok(()))
+    }
+
+    /// What a unit's members say, in order: name, read slots, write slots.
+    type Drained = Vec<(String, Vec<u8>, Vec<u8>)>;
+
+    fn drained(body: &mut BulkBody) -> Drained {
+        let out = body
+            .members
+            .drain()
+            .map(|m| (m.name.to_string(), m.reads.to_vec(), m.writes.to_vec()))
+            .collect();
+        body.members.clear();
+        out
+    }
+
+    /// Names come back per op from their runs (equal names, static or owned, share a run), and
+    /// each op's slots come back split into its deduplicated reads and writes.
+    #[test]
+    fn a_unit_gives_back_each_op_with_its_name_and_slots() {
+        let v: Vec<Var> = (0..4).map(|i| Var::new(i, 1)).collect();
+        let mut unit = BulkUnit::new();
+        let owned = |s: &str| Cow::Owned(s.to_string());
+        unit.add("a".into(), noop(), &[&v[0]], &[&v[1]]);
+        unit.add("a".into(), noop(), &[&v[1], &v[1]], &[&v[2], &v[2]]);
+        unit.add("b".into(), noop(), &[&v[3], &v[0]], &[&v[0]]);
+        unit.add(owned("b"), noop(), &[], &[&v[1]]);
+        unit.add(owned("c"), noop(), &[&v[3]], &[]);
+        unit.add("a".into(), noop(), &[&v[2]], &[&v[2]]);
+        assert_eq!(unit.len(), 6);
+        assert_eq!(unit.members.names.len(), 4, "runs: a, b, c, a");
+
+        let mut body = BulkBody::with_capacity(2);
+        let (reads, writes) = unit.take_into(&mut body);
+        // Slots in order of first sight, an op's writes before its reads: v1 = 0, v0 = 1,
+        // v2 = 2, v3 = 3. v0 is written by the third op, so the unit writes v1, v0 and v2 and
+        // reads only v3.
+        let ids = |l: &VarList| l.iter().map(|x| x.id()).collect::<Vec<_>>();
+        assert_eq!((ids(&reads), ids(&writes)), (vec![3], vec![1, 0, 2]));
+        assert_eq!(body.read_slots.as_slice(), &[3]);
+        assert_eq!(body.write_slots.as_slice(), &[0, 1, 2]);
+        assert_eq!(body.bumps.as_slice(), &[2, 1, 2]);
+        let expect = |n: &str, r: &[u8], w: &[u8]| (n.to_string(), r.to_vec(), w.to_vec());
+        assert_eq!(
+            drained(&mut body),
+            vec![
+                expect("a", &[1], &[0]),
+                expect("a", &[0], &[2]),
+                expect("b", &[3], &[1]),
+                expect("b", &[], &[0]),
+                expect("c", &[3], &[]),
+                expect("a", &[], &[2]),
+            ]
+        );
+        assert!(unit.is_empty());
+        assert!(body.members.is_empty());
+    }
+}
