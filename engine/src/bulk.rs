@@ -83,7 +83,8 @@ impl Members {
         self.slots.push(slot);
     }
 
-    /// Both fit in a byte: an op lists at most `MAX_SLOTS` vars.
+    /// Ends the op started last: how many of its slots are reads and writes (each fits in a
+    /// byte, as a bulked op lists at most `MAX_SLOTS` vars).
     fn end_op(&mut self, reads: u8, writes: u8) {
         self.counts.push((reads, writes));
     }
