@@ -192,6 +192,10 @@ pub struct BulkUnit {
     vars: Vec<(Var, u64)>,
     pub(crate) ctx: Context,
     pub(crate) priority: i32,
+    /// Emptied bodies of earlier units this pusher took from its engine in one go, used before
+    /// it takes more.
+    #[allow(clippy::vec_box)]
+    pub(crate) spare: Vec<Box<BulkBody>>,
 }
 
 impl BulkUnit {
@@ -201,6 +205,7 @@ impl BulkUnit {
             vars: Vec::new(),
             ctx: Context::cpu(0),
             priority: 0,
+            spare: Vec::new(),
         }
     }
 

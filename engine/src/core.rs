@@ -236,7 +236,12 @@ impl Core {
         }
         let name = unit.name();
         let (ctx, priority) = (unit.ctx, unit.priority);
-        let spare = self.spare_bodies.lock().pop();
+        if unit.spare.is_empty() {
+            let mut shared = self.spare_bodies.lock();
+            let keep = shared.len().saturating_sub(SPARE_BATCH);
+            unit.spare.extend(shared.drain(keep..));
+        }
+        let spare = unit.spare.pop();
         let mut body = spare.unwrap_or_else(|| Box::new(BulkBody::with_capacity(n)));
         let (reads, writes) = unit.take_into(&mut body);
         let seq = self.pushes.next_seq.fetch_add(n as u64, Ordering::Relaxed);
@@ -692,6 +697,11 @@ impl Core {
 
 /// How many finished ops a pool worker holds before dropping them together.
 const RETIRE_BATCH: usize = 64;
+
+/// How many spare unit bodies a pusher takes from the engine at once. Workers hand bodies back
+/// one by one to a list under a lock; a pusher taking one at a time would pull that lock's line
+/// (and the list's) back from the worker's core for every unit.
+const SPARE_BATCH: usize = 8;
 
 /// Drops a finished op, or on a pool worker keeps it to drop later with others.
 ///
