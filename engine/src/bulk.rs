@@ -16,8 +16,8 @@ use storage::Context;
 
 use crate::core::check_vars;
 use crate::error::EngineError;
-use crate::op::{Op, SyncFn, UserFn, VarList};
-use crate::var::Var;
+use crate::op::{distinct, Op, SyncFn, UserFn, VarList};
+use crate::var::{Access, Var};
 use crate::Engine;
 
 /// Most distinct vars in one unit (slots are `u8`); an op that would pass it starts a new unit,
@@ -287,22 +287,21 @@ impl BulkUnit {
     /// deduplicated here, as for any op: a var listed twice counts once, and a var both read
     /// and written is only written.
     fn add(&mut self, name: Cow<'static, str>, func: SyncFn, reads: &[&Var], writes: &[&Var]) {
-        let listed = |vars: &[&Var], v: &Var| vars.iter().any(|x| x.key() == v.key());
         self.members.start_op(name, func);
         let (mut n_reads, mut n_writes) = (0, 0);
-        for (i, v) in writes.iter().enumerate() {
-            if !listed(&writes[..i], v) {
-                let slot = self.take_slot(v, 1);
-                self.members.push_slot(slot);
-                n_writes += 1;
-            }
-        }
-        for (i, v) in reads.iter().enumerate() {
-            if !listed(writes, v) && !listed(&reads[..i], v) {
-                let slot = self.take_slot(v, 0);
-                self.members.push_slot(slot);
-                n_reads += 1;
-            }
+        for (v, access) in distinct(reads, writes) {
+            let bumps = match access {
+                Access::Read => {
+                    n_reads += 1;
+                    0
+                }
+                Access::Write => {
+                    n_writes += 1;
+                    1
+                }
+            };
+            let slot = self.take_slot(v, bumps);
+            self.members.push_slot(slot);
         }
         self.members.end_op(n_reads, n_writes);
     }

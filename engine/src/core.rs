@@ -20,7 +20,7 @@ use smallvec::SmallVec;
 use crate::bulk::{BulkBody, BulkUnit};
 use crate::error::{panic_message, EngineError, OpFailure, OpResult};
 use crate::op::{
-    dedup, Bumps, Completion, FnProperty, Op, OpBlock, OpFn, OpRef, RunContext, VarList,
+    distinct, Bumps, Completion, FnProperty, Op, OpBlock, OpFn, OpRef, RunContext, VarList,
 };
 use crate::profiler::Profiler;
 use crate::sync::{fence, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering, TakeOnce};
@@ -193,17 +193,15 @@ impl Core {
     }
 
     pub(crate) fn push(self: &Arc<Self>, op: Op<'_>) -> Result<(), EngineError> {
-        let (mut reads, mut writes) = (op.reads, op.writes);
-        dedup(&mut reads, &mut writes);
         // Cloning first takes each var's cache line for writing once; checking first would read
         // it, then have to claim it again. The lists are filled in place: returning them from a
         // helper copies them back right after writing them, which stalls on store forwarding.
         let (mut held_reads, mut held_writes) = (VarList::new(), VarList::new());
-        for v in reads {
-            held_reads.push(v.clone());
-        }
-        for v in writes {
-            held_writes.push(v.clone());
+        for (v, access) in distinct(&op.reads, &op.writes) {
+            match access {
+                Access::Read => held_reads.push(v.clone()),
+                Access::Write => held_writes.push(v.clone()),
+            }
         }
         self.check_vars(&op.name, held_reads.iter().chain(&held_writes))?;
         let seq = self.next_seq();

@@ -11,9 +11,9 @@ use parking_lot::Mutex;
 use crate::bulk::{BulkBody, BulkUnit};
 use crate::core::{check_vars, next_engine_id};
 use crate::error::{panic_message, EngineError, OpFailure, OpResult};
-use crate::op::{dedup, Completion, Oneshot, Op, RunContext, UserFn, VarRefs};
+use crate::op::{distinct, Completion, Oneshot, Op, RunContext, UserFn, VarRefs};
 use crate::profiler::Profiler;
-use crate::var::Var;
+use crate::var::{Access, Var};
 use crate::{Engine, EngineKind};
 use storage::Context;
 
@@ -48,8 +48,13 @@ impl NaiveEngine {
 
     fn run(&self, op: Op<'_>) -> Result<(), EngineError> {
         check_vars(self.id, &op.name, op.vars())?;
-        let (mut reads, mut writes) = (op.reads, op.writes);
-        dedup(&mut reads, &mut writes);
+        let (mut reads, mut writes) = (VarRefs::new(), VarRefs::new());
+        for (v, access) in distinct(&op.reads, &op.writes) {
+            match access {
+                Access::Read => reads.push(v),
+                Access::Write => writes.push(v),
+            }
+        }
         self.execute(op.name, op.func, op.ctx, &reads, &writes);
         Ok(())
     }

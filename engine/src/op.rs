@@ -9,7 +9,7 @@ use storage::Context;
 
 use crate::error::{BoxError, OpFailure, OpResult};
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering, TakeOnce};
-use crate::var::Var;
+use crate::var::{Access, Var};
 
 /// How an op is scheduled (MXNet's `FnProperty`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -225,26 +225,21 @@ impl fmt::Debug for Op<'_> {
     }
 }
 
-/// Removes repeated vars; a var both read and written is only written ("write wins"), so an op
-/// never waits for itself.
-pub(crate) fn dedup(reads: &mut VarRefs<'_>, writes: &mut VarRefs<'_>) {
-    let mut i = 1;
-    while i < writes.len() {
-        if writes[..i].iter().any(|x| x.key() == writes[i].key()) {
-            writes.remove(i);
-        } else {
-            i += 1;
-        }
-    }
-    let mut i = 0;
-    while i < reads.len() {
-        let k = reads[i].key();
-        if writes.iter().any(|x| x.key() == k) || reads[..i].iter().any(|x| x.key() == k) {
-            reads.remove(i);
-        } else {
-            i += 1;
-        }
-    }
+/// An op's vars, each once: its writes, then the reads it does not also write ("write wins", so
+/// an op never waits for itself), each kind in the order listed. Every engine, and a bulk unit,
+/// takes an op's vars through this, so they all agree on what an op holds.
+pub(crate) fn distinct<'v>(
+    reads: &'v [&'v Var],
+    writes: &'v [&'v Var],
+) -> impl Iterator<Item = (&'v Var, Access)> {
+    let listed = |vars: &[&Var], v: &Var| vars.iter().any(|x| x.key() == v.key());
+    let writes_once = (0..writes.len())
+        .filter(move |&i| !listed(&writes[..i], writes[i]))
+        .map(move |i| (writes[i], Access::Write));
+    let reads_once = (0..reads.len())
+        .filter(move |&i| !listed(writes, reads[i]) && !listed(&reads[..i], reads[i]))
+        .map(move |i| (reads[i], Access::Read));
+    writes_once.chain(reads_once)
 }
 
 impl From<UserFn> for OpFn {
