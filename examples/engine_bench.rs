@@ -2,12 +2,12 @@
 //! floor: what running the same boxed closures on the same number of threads costs with no
 //! dependency tracking at all).
 //!
-//! `cargo run --release --example engine_bench -- [--json] [--threads N] [--repeats R] [--scale F] [--only ENGINE] [--workload NAME]`
+//! `cargo run --release --example engine_bench -- [--json] [--threads N] [--repeats R] [--scale F] [--only ENGINE] [--bulk-size N] [--workload NAME]`
 //!
 //! Workloads (ns per op, median of R runs):
 //! * independent: 1,000,000 ops, op i writes var i % 1024, then `wait_for_all`;
 //! * chain: 100,000 ops all writing one var;
-//! * chain_bulk: the same chain pushed through a bulk pusher (units of 16);
+//! * chain_bulk: the same chain pushed through a bulk pusher (units of 16, or `--bulk-size N`);
 //! * fanout: 10,000 rounds of 8 ops reading one var and writing 8 others, then 1 op reading
 //!   those 8 and writing the first;
 //! * independent_cheap / chain_cheap (extra keys): independent and chain with every op marked
@@ -38,6 +38,8 @@ struct Args {
     repeats: usize,
     scale: f64,
     only: Option<String>,
+    /// Ops per unit in the bulked chain (16, as MXNet's figure).
+    bulk_size: usize,
     /// Run only this workload (the others report 0), e.g. to profile it alone.
     workload: Option<String>,
 }
@@ -49,6 +51,7 @@ fn parse_args() -> Result<Args, String> {
         repeats: 5,
         scale: 1.0,
         only: None,
+        bulk_size: 16,
         workload: None,
     };
     let mut it = std::env::args().skip(1);
@@ -58,6 +61,11 @@ fn parse_args() -> Result<Args, String> {
             "--json" => a.json = true,
             "--only" => a.only = Some(value("--only")?),
             "--workload" => a.workload = Some(value("--workload")?),
+            "--bulk-size" => {
+                a.bulk_size = value("--bulk-size")?
+                    .parse()
+                    .map_err(|e| format!("--bulk-size: {e}"))?
+            }
             "--threads" => {
                 a.threads = value("--threads")?
                     .parse()
@@ -75,7 +83,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "-h" | "--help" => {
                 println!(
-                    "engine_bench [--json] [--threads N] [--repeats R] [--scale F] [--only ENGINE] [--workload independent|chain|chain_bulk|fanout|independent_cheap|chain_cheap|independent_split]"
+                    "engine_bench [--json] [--threads N] [--repeats R] [--scale F] [--only ENGINE] [--bulk-size N] [--workload independent|chain|chain_bulk|fanout|independent_cheap|chain_cheap|independent_split]"
                 );
                 std::process::exit(0);
             }
@@ -306,9 +314,9 @@ fn chain(e: &dyn Engine, var: &Var, n: usize) -> usize {
     n
 }
 
-fn chain_bulk(e: &Arc<dyn Engine>, var: &Var, n: usize) -> usize {
+fn chain_bulk(e: &Arc<dyn Engine>, var: &Var, n: usize, size: usize) -> usize {
     {
-        let mut bulk = e.bulk_with(16);
+        let mut bulk = e.bulk_with(size);
         for _ in 0..n {
             bulk.push(noop("chain").write(var)).expect("push");
         }
@@ -374,7 +382,9 @@ fn main() {
         };
         let ind = timed("independent", &mut || independent(&*e, &vars, n_ind));
         let ch = timed("chain", &mut || chain(&*e, &one, n_chain));
-        let chb = timed("chain_bulk", &mut || chain_bulk(&e, &one, n_chain));
+        let chb = timed("chain_bulk", &mut || {
+            chain_bulk(&e, &one, n_chain, args.bulk_size)
+        });
         let fo = timed("fanout", &mut || fanout(&*e, &one, &outs, rounds));
         let ind_cheap = timed("independent_cheap", &mut || {
             independent_cheap(&*e, &vars, n_ind)
@@ -412,6 +422,7 @@ fn main() {
     }
     let report = serde_json::json!({
         "threads": args.threads,
+        "bulk_size": args.bulk_size,
         "floor_independent_ns": floor,
         "floor_with_var_ns": floor_with_var,
         "line_transfer_ns": transfer,

@@ -362,14 +362,14 @@ impl<'e> BulkPusher<'e> {
         let Op {
             name,
             func: UserFn::Sync(func),
-            reads,
-            writes,
+            ref reads,
+            ref writes,
             ..
         } = op
         else {
             unreachable!("a bulkable op is synchronous");
         };
-        self.unit.add(name, func, &reads, &writes);
+        self.unit.add(name, func, reads, writes);
         if self.unit.len() >= self.size {
             self.flush()?;
         }
