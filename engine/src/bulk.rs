@@ -268,19 +268,19 @@ impl BulkUnit {
         self.vars.iter().position(|(x, _)| x.key() == key)
     }
 
-    /// Whether `op` may join: same context and priority as the members so far, and room for
-    /// its vars.
-    fn accepts(&self, op: &Op<'_>) -> bool {
+    /// Whether an op on `ctx` with `priority`, listing `reads` and `writes`, may join: same
+    /// context and priority as the members so far, and room for its vars.
+    fn accepts(&self, ctx: Context, priority: i32, reads: &[&Var], writes: &[&Var]) -> bool {
         if self.members.is_empty() {
             return true;
         }
-        if op.ctx != self.ctx || op.priority != self.priority {
+        if ctx != self.ctx || priority != self.priority {
             return false;
         }
-        let listed = op.reads.len() + op.writes.len();
+        let listed = reads.len() + writes.len();
+        let new = |v: &&&Var| self.slot_of(v).is_none();
         self.vars.len() + listed <= MAX_SLOTS
-            || self.vars.len() + op.vars().filter(|v| self.slot_of(v).is_none()).count()
-                <= MAX_SLOTS
+            || self.vars.len() + reads.iter().chain(writes).filter(new).count() <= MAX_SLOTS
     }
 
     /// Adds a checked, bulkable op that [`BulkUnit::accepts`] as the last member. Its vars are
@@ -353,22 +353,27 @@ impl<'e> BulkPusher<'e> {
             self.flush()?;
             return self.engine.push(op);
         }
-        if !self.unit.accepts(&op) {
-            self.flush()?;
-        }
-        if self.unit.is_empty() {
-            (self.unit.ctx, self.unit.priority) = (op.ctx, op.priority);
-        }
         let Op {
             name,
             func: UserFn::Sync(func),
             ref reads,
             ref writes,
+            ctx,
+            priority,
             ..
         } = op
         else {
             unreachable!("a bulkable op is synchronous");
         };
+        // The var lists as slices once: each look through a `SmallVec` checks where it keeps
+        // its items.
+        let (reads, writes): (&[&Var], &[&Var]) = (reads, writes);
+        if !self.unit.accepts(ctx, priority, reads, writes) {
+            self.flush()?;
+        }
+        if self.unit.is_empty() {
+            (self.unit.ctx, self.unit.priority) = (ctx, priority);
+        }
         self.unit.add(name, func, reads, writes);
         if self.unit.len() >= self.size {
             self.flush()?;
