@@ -7,6 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use smallvec::SmallVec;
 
 use crate::bulk::{BulkBody, BulkUnit};
 use crate::core::{check_vars, next_engine_id};
@@ -48,7 +49,8 @@ impl NaiveEngine {
 
     fn run(&self, op: Op<'_>) -> Result<(), EngineError> {
         check_vars(self.id, &op.name, op.vars())?;
-        let (mut reads, mut writes) = (VarRefs::new(), VarRefs::new());
+        // Room for a fan-in's vars, so that splitting an op's vars allocates nothing.
+        let (mut reads, mut writes) = (SmallVec::<[&Var; 8]>::new(), SmallVec::<[&Var; 8]>::new());
         for (v, access) in distinct(&op.reads, &op.writes) {
             match access {
                 Access::Read => reads.push(v),
