@@ -263,34 +263,24 @@ fn shape_clashes_and_huge_shapes_are_errors() {
 #[test]
 fn misspelt_inputs_and_unknown_dimensions_are_named() {
     let fc = fully_connected_4(&Symbol::var("fc_weight"));
+    let refused = |shapes: &[(&str, Vec<usize>)], dtypes: &[(&str, DType)]| {
+        let shapes = shapes
+            .iter()
+            .map(|(n, s)| (n.to_string(), s.clone()))
+            .collect();
+        let dtypes = dtypes.iter().map(|(n, d)| (n.to_string(), *d)).collect();
+        infer(&fc, &shapes, &dtypes).unwrap_err().to_string()
+    };
     // A shape for a name the graph does not have is refused, listing the names it does have.
-    let e = infer(
-        &fc,
-        &HashMap::from([("xx".into(), vec![2, 3])]),
-        &HashMap::new(),
-    )
-    .unwrap_err()
-    .to_string();
+    let e = refused(&[("xx", vec![2, 3])], &[]);
     assert!(
         e.contains("'xx'") && e.contains("'x'") && e.contains("'fc_weight'"),
         "{e}"
     );
-    let e = infer(
-        &fc,
-        &HashMap::from([("x".into(), vec![2, 3])]),
-        &HashMap::from([("w".into(), DType::F64)]),
-    )
-    .unwrap_err()
-    .to_string();
+    let e = refused(&[("x", vec![2, 3])], &[("w", DType::F64)]);
     assert!(e.contains("'w'"), "{e}");
     // A 0 dimension is unknown (MXNet's convention); the error says so.
-    let e = infer(
-        &fc,
-        &HashMap::from([("x".into(), vec![0, 3])]),
-        &HashMap::new(),
-    )
-    .unwrap_err()
-    .to_string();
+    let e = refused(&[("x", vec![0, 3])], &[]);
     assert!(e.contains("0 dimension") && e.contains("'x' [0, 3]"), "{e}");
 }
 
