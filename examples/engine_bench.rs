@@ -14,7 +14,9 @@
 //!   `Op::cheap`, so a threaded engine runs each on the pushing thread when it is ready at push;
 //! * independent_split (extra keys `independent_push_alone_ns`, `independent_run_alone_ns`,
 //!   threaded engines): the independent workload with the compute workers held back while it is
-//!   pushed, then released: what each side costs when the other is not running beside it.
+//!   pushed, then released: what each side costs when the other is not running beside it;
+//! * chain_bulk_split (extra keys `chain_bulk_push_alone_ns`, `chain_bulk_run_alone_ns`): the
+//!   same for the bulked chain.
 //!
 //! Beside the floor, with the independent workload: `floor_with_var_ns`, the bare pool with
 //! op-sized jobs that each lock one of 1024 var-sized records on both sides (the least an engine
@@ -83,7 +85,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "-h" | "--help" => {
                 println!(
-                    "engine_bench [--json] [--threads N] [--repeats R] [--scale F] [--only ENGINE] [--bulk-size N] [--workload independent|chain|chain_bulk|fanout|independent_cheap|chain_cheap|independent_split]"
+                    "engine_bench [--json] [--threads N] [--repeats R] [--scale F] [--only ENGINE] [--bulk-size N] [--workload independent|chain|chain_bulk|fanout|independent_cheap|chain_cheap|independent_split|chain_bulk_split]"
                 );
                 std::process::exit(0);
             }
@@ -241,21 +243,21 @@ fn chain_cheap(e: &dyn Engine, var: &Var, n: usize) -> usize {
     n
 }
 
-/// The independent workload pushed while every compute worker is held by a spinning op, then run:
-/// median ns per op of each phase, or `None` when the workers could not all be held (a worker
-/// may take two holding ops at once) or the engine runs ops inline.
-fn independent_split(
+/// A workload pushed while every compute worker is held by a spinning op, then run: median ns
+/// per op of each phase, or `None` when the workers could not all be held (a worker may take
+/// two holding ops at once) or the engine runs ops inline. `push` pushes the workload and
+/// returns how many ops it pushed.
+fn split(
     e: &dyn Engine,
-    vars: &[Var],
-    n: usize,
     threads: usize,
     repeats: usize,
+    push: &mut dyn FnMut() -> usize,
 ) -> Option<(f64, f64)> {
     if e.kind() == EngineKind::Naive {
         return None;
     }
     let gates: Vec<Var> = (0..threads).map(|_| e.new_var()).collect();
-    let (mut push, mut run) = (Vec::new(), Vec::new());
+    let (mut pushed, mut ran) = (Vec::new(), Vec::new());
     for _ in 0..repeats {
         let (held, go) = (
             Arc::new(AtomicUsize::new(0)),
@@ -278,31 +280,34 @@ fn independent_split(
         }
         let all_held = held.load(Ordering::Acquire) == threads;
         let t = Instant::now();
-        if all_held {
-            for i in 0..n {
-                e.push(noop("independent").write(&vars[i % vars.len()]))
-                    .expect("push");
-            }
-        }
-        let pushed = t.elapsed().as_nanos() as f64 / n as f64;
+        let n = match all_held {
+            true => push(),
+            false => 1,
+        };
+        let push_ns = t.elapsed().as_nanos() as f64 / n as f64;
         go.store(true, Ordering::Release);
         let t = Instant::now();
         e.wait_for_all().expect("no failures");
         if !all_held {
             return None;
         }
-        push.push(pushed);
-        run.push(t.elapsed().as_nanos() as f64 / n as f64);
+        pushed.push(push_ns);
+        ran.push(t.elapsed().as_nanos() as f64 / n as f64);
     }
-    Some((median(push), median(run)))
+    Some((median(pushed), median(ran)))
 }
 
 fn independent(e: &dyn Engine, vars: &[Var], n: usize) -> usize {
+    push_independent(e, vars, n);
+    e.wait_for_all().expect("no failures");
+    n
+}
+
+fn push_independent(e: &dyn Engine, vars: &[Var], n: usize) -> usize {
     for i in 0..n {
         e.push(noop("independent").write(&vars[i % vars.len()]))
             .expect("push");
     }
-    e.wait_for_all().expect("no failures");
     n
 }
 
@@ -315,13 +320,16 @@ fn chain(e: &dyn Engine, var: &Var, n: usize) -> usize {
 }
 
 fn chain_bulk(e: &Arc<dyn Engine>, var: &Var, n: usize, size: usize) -> usize {
-    {
-        let mut bulk = e.bulk_with(size);
-        for _ in 0..n {
-            bulk.push(noop("chain").write(var)).expect("push");
-        }
-    }
+    push_chain_bulk(e, var, n, size);
     e.wait_for_var(var).expect("no failures");
+    n
+}
+
+fn push_chain_bulk(e: &Arc<dyn Engine>, var: &Var, n: usize, size: usize) -> usize {
+    let mut bulk = e.bulk_with(size);
+    for _ in 0..n {
+        bulk.push(noop("chain").write(var)).expect("push");
+    }
     n
 }
 
@@ -390,11 +398,19 @@ fn main() {
             independent_cheap(&*e, &vars, n_ind)
         });
         let ch_cheap = timed("chain_cheap", &mut || chain_cheap(&*e, &one, n_chain));
-        let (push_alone, run_alone) = match wanted("independent_split") {
-            true => independent_split(&*e, &vars, n_ind, args.threads, args.repeats),
-            false => None,
-        }
-        .unwrap_or((0.0, 0.0));
+        let timed_split = |w: &str, push: &mut dyn FnMut() -> usize| {
+            match wanted(w) {
+                true => split(&*e, args.threads, args.repeats, push),
+                false => None,
+            }
+            .unwrap_or((0.0, 0.0))
+        };
+        let (push_alone, run_alone) = timed_split("independent_split", &mut || {
+            push_independent(&*e, &vars, n_ind)
+        });
+        let (bulk_push_alone, bulk_run_alone) = timed_split("chain_bulk_split", &mut || {
+            push_chain_bulk(&e, &one, n_chain, args.bulk_size)
+        });
         engines.insert(
             kind.name().to_string(),
             serde_json::json!({
@@ -408,6 +424,8 @@ fn main() {
                 "chain_cheap_ns": ch_cheap,
                 "independent_push_alone_ns": push_alone,
                 "independent_run_alone_ns": run_alone,
+                "chain_bulk_push_alone_ns": bulk_push_alone,
+                "chain_bulk_run_alone_ns": bulk_run_alone,
             }),
         );
         lines.push(format!(

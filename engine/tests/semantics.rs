@@ -355,19 +355,29 @@ fn waiting_inside_an_op_is_an_error_not_a_deadlock() {
         for kind in [EngineKind::ThreadedPooled, EngineKind::ThreadedPerDevice] {
             let e = engine(kind);
             let v = e.new_var();
-            let e2 = e.clone();
-            let v2 = v.clone();
-            e.push(
-                Op::sync("impatient", move |_| {
+            // Owned names, so that the refusal shows the running op's own name, not a copy
+            // made when it was pushed; once pushed alone, once as a member of a bulk unit.
+            for (k, bulked) in [false, true].into_iter().enumerate() {
+                let (e2, v2) = (e.clone(), v.clone());
+                let name = format!("impatient #{k}");
+                let op = Op::sync(name.clone(), move |_| {
                     let err = e2.wait_for_var(&v2).unwrap_err();
                     assert!(matches!(err, EngineError::WaitInsideOp { .. }), "{err}");
                     Err(err.into())
                 })
-                .write(&v),
-            )
-            .unwrap();
-            let err = e.wait_for_var(&v).unwrap_err();
-            assert!(err.to_string().contains("would wait for itself"), "{err}");
+                .write(&v);
+                match bulked {
+                    false => e.push(op).unwrap(),
+                    true => {
+                        let mut bulk = e.bulk_with(4);
+                        bulk.push(Op::sync("before", |_| Ok(())).write(&v)).unwrap();
+                        bulk.push(op).unwrap();
+                    }
+                }
+                let err = e.wait_for_var(&v).unwrap_err().to_string();
+                assert!(err.contains("would wait for itself"), "{err}");
+                assert!(err.contains(&format!("inside op '{name}'")), "{err}");
+            }
         }
     });
 }
