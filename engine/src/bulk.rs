@@ -16,7 +16,7 @@ use storage::Context;
 
 use crate::core::check_vars;
 use crate::error::EngineError;
-use crate::op::{distinct, Op, SyncFn, UserFn, VarList};
+use crate::op::{distinct, split_lists, Op, SyncFn, UserFn, VarList};
 use crate::var::{Access, Var};
 use crate::Engine;
 
@@ -348,16 +348,16 @@ impl<'e> BulkPusher<'e> {
     /// kept. Vars are checked here, so a foreign or dead var is reported by this call and the
     /// op is not taken.
     pub fn push(&mut self, op: Op<'_>) -> Result<(), EngineError> {
-        check_vars(self.engine_id, &op.name, op.vars())?;
-        if !op.is_bulkable() || self.size == 1 || op.reads.len() + op.writes.len() > MAX_SLOTS {
+        check_vars(self.engine_id, &op.name, op.vars().iter().copied())?;
+        if !op.is_bulkable() || self.size == 1 || op.vars().len() > MAX_SLOTS {
             self.flush()?;
             return self.engine.push(op);
         }
         let Op {
             name,
             func: UserFn::Sync(func),
-            ref reads,
-            ref writes,
+            ref vars,
+            n_writes,
             ctx,
             priority,
             ..
@@ -365,9 +365,7 @@ impl<'e> BulkPusher<'e> {
         else {
             unreachable!("a bulkable op is synchronous");
         };
-        // The var lists as slices once: each look through a `SmallVec` checks where it keeps
-        // its items.
-        let (reads, writes): (&[&Var], &[&Var]) = (reads, writes);
+        let (reads, writes) = split_lists(vars, n_writes);
         if !self.unit.accepts(ctx, priority, reads, writes) {
             self.flush()?;
         }

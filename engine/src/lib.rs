@@ -35,6 +35,7 @@ mod naive;
 mod op;
 mod pool;
 mod profiler;
+mod running;
 mod sync;
 mod threaded;
 mod var;

@@ -48,10 +48,11 @@ impl NaiveEngine {
     }
 
     fn run(&self, op: Op<'_>) -> Result<(), EngineError> {
-        check_vars(self.id, &op.name, op.vars())?;
+        check_vars(self.id, &op.name, op.vars().iter().copied())?;
         // Room for a fan-in's vars, so that splitting an op's vars allocates nothing.
         let (mut reads, mut writes) = (SmallVec::<[&Var; 8]>::new(), SmallVec::<[&Var; 8]>::new());
-        for (v, access) in distinct(&op.reads, &op.writes) {
+        let (op_reads, op_writes) = op.var_lists();
+        for (v, access) in distinct(op_reads, op_writes) {
             match access {
                 Access::Read => reads.push(v),
                 Access::Write => writes.push(v),

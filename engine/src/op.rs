@@ -94,8 +94,10 @@ pub(crate) type VarRefs<'a> = SmallVec<[&'a Var; 4]>;
 pub struct Op<'a> {
     pub(crate) name: Cow<'static, str>,
     pub(crate) func: UserFn,
-    pub(crate) reads: VarRefs<'a>,
-    pub(crate) writes: VarRefs<'a>,
+    /// The vars it writes, then those it reads (see [`Op::var_lists`]): one list, so that
+    /// looking at both costs one check of where the list keeps its items.
+    pub(crate) vars: VarRefs<'a>,
+    pub(crate) n_writes: usize,
     pub(crate) ctx: Context,
     pub(crate) prop: FnProperty,
     pub(crate) priority: i32,
@@ -125,8 +127,8 @@ impl<'a> Op<'a> {
         Op {
             name,
             func,
-            reads: SmallVec::new(),
-            writes: SmallVec::new(),
+            vars: SmallVec::new(),
+            n_writes: 0,
             ctx: Context::cpu(0),
             prop: FnProperty::Normal,
             priority: 0,
@@ -137,26 +139,32 @@ impl<'a> Op<'a> {
     /// Adds a var the op reads.
     #[inline]
     pub fn read(mut self, var: &'a Var) -> Op<'a> {
-        self.reads.push(var);
+        self.vars.push(var);
         self
     }
 
     /// Adds vars the op reads.
     pub fn reads(mut self, vars: impl IntoIterator<Item = &'a Var>) -> Op<'a> {
-        self.reads.extend(vars);
+        self.vars.extend(vars);
         self
     }
 
     /// Adds a var the op writes.
     #[inline]
     pub fn write(mut self, var: &'a Var) -> Op<'a> {
-        self.writes.push(var);
+        match self.vars.len() == self.n_writes {
+            true => self.vars.push(var),
+            false => self.vars.insert(self.n_writes, var),
+        }
+        self.n_writes += 1;
         self
     }
 
     /// Adds vars the op writes.
     pub fn writes(mut self, vars: impl IntoIterator<Item = &'a Var>) -> Op<'a> {
-        self.writes.extend(vars);
+        let before = self.vars.len();
+        self.vars.insert_many(self.n_writes, vars);
+        self.n_writes += self.vars.len() - before;
         self
     }
 
@@ -205,18 +213,26 @@ impl<'a> Op<'a> {
         matches!(self.func, UserFn::Sync(_)) && self.prop == FnProperty::Normal && self.ctx.is_cpu()
     }
 
+    /// The vars it reads and those it writes, as listed (duplicates included).
     #[inline]
-    pub(crate) fn vars(&self) -> impl Iterator<Item = &'a Var> + '_ {
-        self.reads.iter().chain(self.writes.iter()).copied()
+    pub(crate) fn var_lists(&self) -> (&[&'a Var], &[&'a Var]) {
+        split_lists(&self.vars, self.n_writes)
+    }
+
+    /// Every var it lists.
+    #[inline]
+    pub(crate) fn vars(&self) -> &[&'a Var] {
+        &self.vars
     }
 }
 
 impl fmt::Debug for Op<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (reads, writes) = self.var_lists();
         f.debug_struct("Op")
             .field("name", &self.name)
-            .field("reads", &self.reads)
-            .field("writes", &self.writes)
+            .field("reads", &reads)
+            .field("writes", &writes)
             .field("ctx", &self.ctx)
             .field("prop", &self.prop)
             .field("priority", &self.priority)
@@ -225,13 +241,23 @@ impl fmt::Debug for Op<'_> {
     }
 }
 
+/// An op's list of vars split into its reads and its writes (listed first, `n_writes` of them).
+#[inline]
+pub(crate) fn split_lists<'v, 'a>(
+    vars: &'v [&'a Var],
+    n_writes: usize,
+) -> (&'v [&'a Var], &'v [&'a Var]) {
+    let (writes, reads) = vars.split_at(n_writes);
+    (reads, writes)
+}
+
 /// An op's vars, each once: its writes, then the reads it does not also write ("write wins", so
 /// an op never waits for itself), each kind in the order listed. Every engine, and a bulk unit,
 /// takes an op's vars through this, so they all agree on what an op holds.
-pub(crate) fn distinct<'v>(
-    reads: &'v [&'v Var],
-    writes: &'v [&'v Var],
-) -> impl Iterator<Item = (&'v Var, Access)> {
+pub(crate) fn distinct<'v, 'a: 'v>(
+    reads: &'v [&'a Var],
+    writes: &'v [&'a Var],
+) -> impl Iterator<Item = (&'a Var, Access)> + 'v {
     let listed = |vars: &[&Var], v: &Var| vars.iter().any(|x| x.key() == v.key());
     let writes_once = (0..writes.len())
         .filter(move |&i| !listed(&writes[..i], writes[i]))
@@ -422,5 +448,32 @@ impl Oneshot {
             }
             g = self.cv.wait(g);
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// Reads and writes added in any order, one by one or in bulk, come back as the two lists
+    /// the caller built, each in its own order.
+    #[test]
+    fn an_op_keeps_its_reads_and_writes_apart_in_order() {
+        let v: Vec<Var> = (0..7).map(|i| Var::new(i, 1)).collect();
+        let op = Op::sync("mixed", |_| Ok(()))
+            .read(&v[0])
+            .write(&v[1])
+            .reads([&v[2], &v[3]])
+            .writes([&v[4], &v[5]])
+            .read(&v[0])
+            .write(&v[6]);
+        let ids = |l: &[&Var]| l.iter().map(|x| x.id()).collect::<Vec<_>>();
+        let (reads, writes) = op.var_lists();
+        assert_eq!(ids(reads), [0, 2, 3, 0]);
+        assert_eq!(ids(writes), [1, 4, 5, 6]);
+        assert_eq!(op.vars().len(), 8);
+        let shown = format!("{op:?}");
+        assert!(shown.contains("reads: [Var#0"), "{shown}");
+        assert!(shown.contains("writes: [Var#1"), "{shown}");
     }
 }
