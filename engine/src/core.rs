@@ -23,7 +23,6 @@ use crate::op::{
     distinct, Bumps, Completion, FnProperty, Op, OpBlock, OpFn, OpRef, RunContext, VarList,
 };
 use crate::profiler::Profiler;
-use crate::running::{running_op_name, running_op_of, RunningScope};
 use crate::sync::{fence, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering, TakeOnce};
 use crate::var::{Access, Granted, Var};
 
@@ -85,8 +84,10 @@ struct Pushes {
 // No `const { }` initializers: loom's `thread_local!` does not accept them.
 #[allow(clippy::missing_const_for_thread_local)]
 mod tls {
-    use super::RefCell;
+    use super::{Cow, RefCell};
     crate::sync::thread_local! {
+    /// The op this thread is running, so that a blocking wait from inside it is refused.
+    pub(super) static RUNNING: RefCell<Option<(u64, Cow<'static, str>)>> = RefCell::new(None);
     /// Ops made ready while this thread is already running inline ops; drained by the outermost
     /// call so that chains of inline ops do not grow the stack.
     pub(super) static INLINE: RefCell<Option<super::InlineQueue>> = RefCell::new(None);
@@ -95,7 +96,7 @@ mod tls {
     pub(super) static RETIRED: RefCell<Option<Vec<super::OpRef>>> = RefCell::new(None);
     }
 }
-use tls::{INLINE, RETIRED};
+use tls::{INLINE, RETIRED, RUNNING};
 
 type InlineQueue = VecDeque<(Arc<Core>, OpRef)>;
 
@@ -105,6 +106,22 @@ struct InlineScope;
 impl Drop for InlineScope {
     fn drop(&mut self) {
         INLINE.with(|q| *q.borrow_mut() = None);
+    }
+}
+
+/// Marks the running op on this thread for the duration of a user closure.
+struct RunningScope(Option<(u64, Cow<'static, str>)>);
+
+impl RunningScope {
+    fn enter(engine: u64, name: Cow<'static, str>) -> Self {
+        RunningScope(RUNNING.with(|r| r.borrow_mut().replace((engine, name))))
+    }
+}
+
+impl Drop for RunningScope {
+    fn drop(&mut self) {
+        let prev = self.0.take();
+        RUNNING.with(|r| *r.borrow_mut() = prev);
     }
 }
 
@@ -346,7 +363,7 @@ impl Core {
                 self.jitter(op.seq);
                 let t0 = self.profile_start();
                 let result = {
-                    let _running = RunningScope::enter(self.id, &op.name);
+                    let _running = RunningScope::enter(self.id, op.name.clone());
                     catch_unwind(AssertUnwindSafe(|| f(rctx)))
                 };
                 self.profile_end(t0, &op.name, rctx);
@@ -366,7 +383,7 @@ impl Core {
                     let outcome = core.outcome(pending.seq, &pending.name, Ok(result));
                     core.finish(pending, outcome);
                 });
-                let _running = RunningScope::enter(self.id, &op.name);
+                let _running = RunningScope::enter(self.id, op.name.clone());
                 // A panic drops `completion` while unwinding, which completes the op with an error.
                 let _ = catch_unwind(AssertUnwindSafe(|| f(rctx, completion)));
             }
@@ -411,7 +428,7 @@ impl Core {
                     self.jitter(seq);
                     let t0 = self.profile_start();
                     let result = {
-                        let _running = RunningScope::enter(self.id, m.name);
+                        let _running = RunningScope::enter(self.id, m.name.clone());
                         catch_unwind(AssertUnwindSafe(|| (m.func)(rctx)))
                     };
                     self.profile_end(t0, m.name, rctx);
@@ -645,11 +662,18 @@ impl Core {
 
     /// Whether this thread is running an op of this engine (without naming it).
     pub(crate) fn running_own_op(&self) -> bool {
-        running_op_of(self.id)
+        RUNNING.with(|r| matches!(&*r.borrow(), Some((id, _)) if *id == self.id))
+    }
+
+    pub(crate) fn inside_own_op(&self) -> Option<String> {
+        RUNNING.with(|r| match &*r.borrow() {
+            Some((id, name)) if *id == self.id => Some(name.to_string()),
+            _ => None,
+        })
     }
 
     fn refuse_inside_op(&self, call: &'static str) -> Result<(), EngineError> {
-        match running_op_name(self.id) {
+        match self.inside_own_op() {
             Some(op) => Err(EngineError::WaitInsideOp { call, op }),
             None => Ok(()),
         }

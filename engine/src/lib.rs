@@ -35,7 +35,6 @@ mod naive;
 mod op;
 mod pool;
 mod profiler;
-mod running;
 mod sync;
 mod threaded;
 mod var;
