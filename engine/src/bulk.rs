@@ -348,8 +348,8 @@ impl<'e> BulkPusher<'e> {
     /// kept. Vars are checked here, so a foreign or dead var is reported by this call and the
     /// op is not taken.
     pub fn push(&mut self, op: Op<'_>) -> Result<(), EngineError> {
-        check_vars(self.engine_id, &op.name, op.vars().iter().copied())?;
-        if !op.is_bulkable() || self.size == 1 || op.vars().len() > MAX_SLOTS {
+        check_vars(self.engine_id, &op.name, op.vars.iter().copied())?;
+        if !op.is_bulkable() || self.size == 1 || op.vars.len() > MAX_SLOTS {
             self.flush()?;
             return self.engine.push(op);
         }

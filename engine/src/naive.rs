@@ -48,7 +48,7 @@ impl NaiveEngine {
     }
 
     fn run(&self, op: Op<'_>) -> Result<(), EngineError> {
-        check_vars(self.id, &op.name, op.vars().iter().copied())?;
+        check_vars(self.id, &op.name, op.vars.iter().copied())?;
         // Room for a fan-in's vars, so that splitting an op's vars allocates nothing.
         let (mut reads, mut writes) = (SmallVec::<[&Var; 8]>::new(), SmallVec::<[&Var; 8]>::new());
         let (op_reads, op_writes) = op.var_lists();

@@ -218,12 +218,6 @@ impl<'a> Op<'a> {
     pub(crate) fn var_lists(&self) -> (&[&'a Var], &[&'a Var]) {
         split_lists(&self.vars, self.n_writes)
     }
-
-    /// Every var it lists.
-    #[inline]
-    pub(crate) fn vars(&self) -> &[&'a Var] {
-        &self.vars
-    }
 }
 
 impl fmt::Debug for Op<'_> {
@@ -471,7 +465,7 @@ mod tests {
         let (reads, writes) = op.var_lists();
         assert_eq!(ids(reads), [0, 2, 3, 0]);
         assert_eq!(ids(writes), [1, 4, 5, 6]);
-        assert_eq!(op.vars().len(), 8);
+        assert_eq!(op.vars.len(), 8);
         let shown = format!("{op:?}");
         assert!(shown.contains("reads: [Var#0"), "{shown}");
         assert!(shown.contains("writes: [Var#1"), "{shown}");
