@@ -88,6 +88,13 @@ fn logged<'a>(name: &'static str, log: &Log) -> Op<'a> {
     })
 }
 
+/// Where in a copy of a [`Log`] the op `name` started (`start`) or ended.
+fn event_at(log: &[(&str, bool)], name: &str, start: bool) -> usize {
+    log.iter()
+        .position(|e| e.0 == name && e.1 == start)
+        .unwrap_or_else(|| panic!("no event ({name}, start: {start}) in {log:?}"))
+}
+
 #[test]
 fn reads_run_together_writes_alone_in_push_order() {
     model(|| {
@@ -105,7 +112,7 @@ fn reads_run_together_writes_alone_in_push_order() {
         join(hs);
         core.wait_for_all().unwrap();
         let log = log.lock().unwrap().clone();
-        let pos = |n: &str, start: bool| log.iter().position(|e| e.0 == n && e.1 == start).unwrap();
+        let pos = |n: &str, start: bool| event_at(&log, n, start);
         // The write starts after both earlier reads ended and ends before the later read starts.
         assert!(pos("w", true) > pos("r1", false) && pos("w", true) > pos("r2", false));
         assert!(pos("r3", true) > pos("w", false));
@@ -301,7 +308,7 @@ fn a_run_of_writes_passes_access_along_in_push_order() {
         join(hs);
         core.wait_for_all().unwrap();
         let log = log.lock().unwrap().clone();
-        let pos = |n: &str, start: bool| log.iter().position(|e| e.0 == n && e.1 == start).unwrap();
+        let pos = |n: &str, start: bool| event_at(&log, n, start);
         for (before, after) in [("w1", "w2"), ("w2", "w3"), ("wb", "w3")] {
             assert!(
                 pos(after, true) > pos(before, false),
