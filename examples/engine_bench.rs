@@ -2,7 +2,7 @@
 //! floor: what running the same boxed closures on the same number of threads costs with no
 //! dependency tracking at all).
 //!
-//! `cargo run --release --example engine_bench -- [--json] [--threads N] [--repeats R] [--scale F] [--only ENGINE] [--bulk-size N] [--workload NAME]`
+//! `cargo run --release --example engine_bench -- [--json] [--threads N] [--repeats R] [--scale F] [--only ENGINE] [--bulk-size N] [--workload NAME[,NAME...]]`
 //!
 //! Workloads (ns per op, median of R runs):
 //! * independent: 1,000,000 ops, op i writes var i % 1024, then `wait_for_all`;
@@ -42,9 +42,22 @@ struct Args {
     only: Option<String>,
     /// Ops per unit in the bulked chain (16, as MXNet's figure).
     bulk_size: usize,
-    /// Run only this workload (the others report 0), e.g. to profile it alone.
-    workload: Option<String>,
+    /// Run only these workloads, in the bench's own order (the others report 0), e.g. to
+    /// profile one alone or to see what an earlier workload does to a later one.
+    workload: Option<Vec<String>>,
 }
+
+/// Every workload `--workload` can name, in the order a run times them.
+const WORKLOADS: [&str; 8] = [
+    "independent",
+    "chain",
+    "chain_bulk",
+    "fanout",
+    "independent_cheap",
+    "chain_cheap",
+    "independent_split",
+    "chain_bulk_split",
+];
 
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {
@@ -62,7 +75,19 @@ fn parse_args() -> Result<Args, String> {
         match arg.as_str() {
             "--json" => a.json = true,
             "--only" => a.only = Some(value("--only")?),
-            "--workload" => a.workload = Some(value("--workload")?),
+            "--workload" => {
+                let names: Vec<String> = value("--workload")?
+                    .split(',')
+                    .map(str::to_string)
+                    .collect();
+                if let Some(bad) = names.iter().find(|n| !WORKLOADS.contains(&n.as_str())) {
+                    return Err(format!(
+                        "--workload: unknown workload {bad:?} (known: {})",
+                        WORKLOADS.join(", ")
+                    ));
+                }
+                a.workload = Some(names)
+            }
             "--bulk-size" => {
                 a.bulk_size = value("--bulk-size")?
                     .parse()
@@ -85,7 +110,8 @@ fn parse_args() -> Result<Args, String> {
             }
             "-h" | "--help" => {
                 println!(
-                    "engine_bench [--json] [--threads N] [--repeats R] [--scale F] [--only ENGINE] [--bulk-size N] [--workload independent|chain|chain_bulk|fanout|independent_cheap|chain_cheap|independent_split|chain_bulk_split]"
+                    "engine_bench [--json] [--threads N] [--repeats R] [--scale F] [--only ENGINE] [--bulk-size N] [--workload NAME[,NAME...]]\nworkloads: {}",
+                    WORKLOADS.join(", ")
                 );
                 std::process::exit(0);
             }
@@ -357,8 +383,8 @@ fn main() {
 
     // The floor is timed the same way as the engines: push everything, wait for all. It is what
     // `independent` is compared with, so it is skipped when only another workload runs.
-    let (floor, floor_with_var, transfer) = match args.workload.as_deref() {
-        Some(w) if w != "independent" => (0.0, 0.0, 0.0),
+    let (floor, floor_with_var, transfer) = match &args.workload {
+        Some(ws) if !ws.iter().any(|w| w == "independent") => (0.0, 0.0, 0.0),
         _ => (
             measure(args.repeats, || bare_pool(args.threads, n_ind, Floor::Bare)),
             measure(args.repeats, || {
@@ -383,7 +409,11 @@ fn main() {
         let outs: Vec<Var> = (0..8).map(|_| e.new_var()).collect();
         // Warm up: start the workers.
         independent(&*e, &vars, 10_000);
-        let wanted = |w: &str| args.workload.as_ref().is_none_or(|x| x == w);
+        let wanted = |w: &str| {
+            args.workload
+                .as_ref()
+                .is_none_or(|ws| ws.iter().any(|x| x == w))
+        };
         let timed = |w: &str, f: &mut dyn FnMut() -> usize| match wanted(w) {
             true => measure(args.repeats, f),
             false => 0.0,
