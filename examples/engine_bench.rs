@@ -39,7 +39,7 @@ struct Args {
     threads: usize,
     repeats: usize,
     scale: f64,
-    only: Option<String>,
+    only: Option<EngineKind>,
     /// Ops per unit in the bulked chain (16, as MXNet's figure).
     bulk_size: usize,
     /// Run only these workloads, in the bench's own order (the others report 0), e.g. to
@@ -74,7 +74,14 @@ fn parse_args() -> Result<Args, String> {
         let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
         match arg.as_str() {
             "--json" => a.json = true,
-            "--only" => a.only = Some(value("--only")?),
+            "--only" => {
+                let name = value("--only")?;
+                let known = EngineKind::ALL.map(EngineKind::name).join(", ");
+                a.only =
+                    Some(EngineKind::parse(&name).ok_or_else(|| {
+                        format!("--only: unknown engine {name:?} (known: {known})")
+                    })?)
+            }
             "--workload" => {
                 let names: Vec<String> = value("--workload")?
                     .split(',')
@@ -397,7 +404,7 @@ fn main() {
     let mut engines = serde_json::Map::new();
     let mut lines = Vec::new();
     for kind in EngineKind::ALL {
-        if args.only.as_ref().is_some_and(|o| o != kind.name()) {
+        if args.only.is_some_and(|o| o != kind) {
             continue;
         }
         let e = EngineBuilder::new(kind)
