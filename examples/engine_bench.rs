@@ -18,11 +18,13 @@
 //! * chain_bulk_split (extra keys `chain_bulk_push_alone_ns`, `chain_bulk_run_alone_ns`): the
 //!   same for the bulked chain.
 //!
-//! Beside the floor, with the independent workload: `floor_with_var_ns`, the bare pool with
-//! op-sized jobs that each lock one of 1024 var-sized records on both sides (the least an engine
-//! with per-var state does per op), and `line_transfer_ns`, how long one cache line takes to move
-//! between two threads' cores (this machine alternates between ~37 and ~220 ns, and every
-//! hand-over follows it).
+//! Beside the floor, with the independent workload, the same bare pool with jobs that carry
+//! more: `floor_boxed_ns`, 16 bytes each (so each job is one allocation the pusher makes and the
+//! worker frees); `floor_op_sized_ns`, 168 bytes each (an op record's size);
+//! `floor_with_var_ns`, op-sized jobs that each lock one of 1024 var-sized records on both
+//! sides (the least an engine with per-var state does per op); and `line_transfer_ns`, how long
+//! one cache line takes to move between two threads' cores (this machine alternates between
+//! ~37 and ~220 ns, and every hand-over follows it).
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -154,6 +156,11 @@ fn measure(repeats: usize, mut f: impl FnMut() -> usize) -> f64 {
 enum Floor {
     /// A no-op closure (zero-sized: its box allocates nothing).
     Bare,
+    /// A closure holding 16 bytes: each job is one allocation, made by the pusher and freed by
+    /// the worker, and nothing else.
+    Boxed,
+    /// A closure as large as an op record (168 bytes), with no var.
+    OpSized,
     /// The least a dependency engine does per op: a closure as large as an op record, holding a
     /// handle to one of 1024 var-sized records (job i: record i % 1024) that the pusher locks
     /// before submitting and the worker locks after running it.
@@ -195,12 +202,24 @@ fn bare_pool(threads: usize, n: usize, floor: Floor) -> usize {
         })
         .collect();
     let records: Vec<VarRecord> = match floor {
-        Floor::Bare => Vec::new(),
+        Floor::Bare | Floor::Boxed | Floor::OpSized => Vec::new(),
         Floor::WithVar => (0..1024).map(|_| Arc::default()).collect(),
     };
     for i in 0..n {
         match floor {
             Floor::Bare => injector.push(Box::new(|| {})),
+            Floor::Boxed => {
+                let payload = [i as u64; 2];
+                injector.push(Box::new(move || {
+                    std::hint::black_box(&payload);
+                }))
+            }
+            Floor::OpSized => {
+                let payload = [i as u64; 21];
+                injector.push(Box::new(move || {
+                    std::hint::black_box(&payload);
+                }))
+            }
             Floor::WithVar => {
                 let var = records[i % records.len()].clone();
                 bump(&var, 0);
@@ -390,15 +409,15 @@ fn main() {
 
     // The floor is timed the same way as the engines: push everything, wait for all. It is what
     // `independent` is compared with, so it is skipped when only another workload runs.
-    let (floor, floor_with_var, transfer) = match &args.workload {
-        Some(ws) if !ws.iter().any(|w| w == "independent") => (0.0, 0.0, 0.0),
-        _ => (
-            measure(args.repeats, || bare_pool(args.threads, n_ind, Floor::Bare)),
-            measure(args.repeats, || {
-                bare_pool(args.threads, n_ind, Floor::WithVar)
-            }),
-            median((0..args.repeats).map(|_| line_transfer(200_000)).collect()),
-        ),
+    let floors = match &args.workload {
+        Some(ws) if !ws.iter().any(|w| w == "independent") => [0.0; 4],
+        _ => [Floor::Bare, Floor::Boxed, Floor::OpSized, Floor::WithVar]
+            .map(|f| measure(args.repeats, || bare_pool(args.threads, n_ind, f))),
+    };
+    let [floor, floor_boxed, floor_op_sized, floor_with_var] = floors;
+    let transfer = match floors[0] > 0.0 {
+        true => median((0..args.repeats).map(|_| line_transfer(200_000)).collect()),
+        false => 0.0,
     };
 
     let mut engines = serde_json::Map::new();
@@ -479,6 +498,8 @@ fn main() {
         "threads": args.threads,
         "bulk_size": args.bulk_size,
         "floor_independent_ns": floor,
+        "floor_boxed_ns": floor_boxed,
+        "floor_op_sized_ns": floor_op_sized,
         "floor_with_var_ns": floor_with_var,
         "line_transfer_ns": transfer,
         "engines": engines,
@@ -492,6 +513,10 @@ fn main() {
             args.repeats, args.threads
         );
         println!("bare crossbeam-deque pool (floor): {floor:.0} ns/op");
+        println!(
+            "the same with 16 bytes per job (one allocation, freed by the worker): {floor_boxed:.0} ns/op"
+        );
+        println!("the same with an op-sized job (168 bytes): {floor_op_sized:.0} ns/op");
         println!(
             "the same with an op-sized job locking one of 1024 var-sized records on each side: {floor_with_var:.0} ns/op"
         );
