@@ -133,6 +133,14 @@ fn parse_args() -> Result<Args, String> {
     Ok(a)
 }
 
+/// `a / b`, or 0 when `b` was not measured (a workload left out reports 0).
+fn ratio(a: f64, b: f64) -> f64 {
+    match b > 0.0 {
+        true => a / b,
+        false => 0.0,
+    }
+}
+
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     xs[xs.len() / 2]
@@ -208,18 +216,8 @@ fn bare_pool(threads: usize, n: usize, floor: Floor) -> usize {
     for i in 0..n {
         match floor {
             Floor::Bare => injector.push(Box::new(|| {})),
-            Floor::Boxed => {
-                let payload = [i as u64; 2];
-                injector.push(Box::new(move || {
-                    std::hint::black_box(&payload);
-                }))
-            }
-            Floor::OpSized => {
-                let payload = [i as u64; 21];
-                injector.push(Box::new(move || {
-                    std::hint::black_box(&payload);
-                }))
-            }
+            Floor::Boxed => injector.push(carrying::<2>(i)),
+            Floor::OpSized => injector.push(carrying::<21>(i)),
             Floor::WithVar => {
                 let var = records[i % records.len()].clone();
                 bump(&var, 0);
@@ -240,6 +238,14 @@ fn bare_pool(threads: usize, n: usize, floor: Floor) -> usize {
         w.join().expect("bench worker");
     }
     n
+}
+
+/// A no-op job holding `WORDS` words (its box allocates `8 * WORDS` bytes).
+fn carrying<const WORDS: usize>(i: usize) -> Box<dyn FnOnce() + Send> {
+    let payload = [i as u64; WORDS];
+    Box::new(move || {
+        std::hint::black_box(&payload);
+    })
 }
 
 fn bump(var: &VarRecord, slot: usize) {
@@ -407,15 +413,19 @@ fn main() {
     let scaled = |n: f64| ((n * args.scale) as usize).max(1);
     let (n_ind, n_chain, rounds) = (scaled(1_000_000.0), scaled(100_000.0), scaled(10_000.0));
 
-    // The floor is timed the same way as the engines: push everything, wait for all. It is what
-    // `independent` is compared with, so it is skipped when only another workload runs.
-    let floors = match &args.workload {
-        Some(ws) if !ws.iter().any(|w| w == "independent") => [0.0; 4],
-        _ => [Floor::Bare, Floor::Boxed, Floor::OpSized, Floor::WithVar]
-            .map(|f| measure(args.repeats, || bare_pool(args.threads, n_ind, f))),
+    let wanted = |w: &str| {
+        args.workload
+            .as_ref()
+            .is_none_or(|ws| ws.iter().any(|x| x == w))
     };
-    let [floor, floor_boxed, floor_op_sized, floor_with_var] = floors;
-    let transfer = match floors[0] > 0.0 {
+    // The floors are timed the same way as the engines: push everything, wait for all. They are
+    // what `independent` is compared with, so they are skipped when it does not run.
+    let [floor, floor_boxed, floor_op_sized, floor_with_var] = match wanted("independent") {
+        true => [Floor::Bare, Floor::Boxed, Floor::OpSized, Floor::WithVar]
+            .map(|f| measure(args.repeats, || bare_pool(args.threads, n_ind, f))),
+        false => [0.0; 4],
+    };
+    let transfer = match wanted("independent") {
         true => median((0..args.repeats).map(|_| line_transfer(200_000)).collect()),
         false => 0.0,
     };
@@ -435,11 +445,6 @@ fn main() {
         let outs: Vec<Var> = (0..8).map(|_| e.new_var()).collect();
         // Warm up: start the workers.
         independent(&*e, &vars, 10_000);
-        let wanted = |w: &str| {
-            args.workload
-                .as_ref()
-                .is_none_or(|ws| ws.iter().any(|x| x == w))
-        };
         let timed = |w: &str, f: &mut dyn FnMut() -> usize| match wanted(w) {
             true => measure(args.repeats, f),
             false => 0.0,
@@ -474,8 +479,8 @@ fn main() {
                 "chain_ns": ch,
                 "chain_bulk_ns": chb,
                 "fanout_ns": fo,
-                "independent_vs_floor": if floor > 0.0 { ind / floor } else { 0.0 },
-                "chain_bulk_speedup": ch / chb,
+                "independent_vs_floor": ratio(ind, floor),
+                "chain_bulk_speedup": ratio(ch, chb),
                 "independent_cheap_ns": ind_cheap,
                 "chain_cheap_ns": ch_cheap,
                 "independent_push_alone_ns": push_alone,
@@ -491,7 +496,7 @@ fn main() {
             ch,
             chb,
             fo,
-            if floor > 0.0 { ind / floor } else { 0.0 }
+            ratio(ind, floor)
         ));
     }
     let report = serde_json::json!({
