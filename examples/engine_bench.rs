@@ -36,7 +36,7 @@ use std::time::Instant;
 use crossbeam_deque::{Injector, Steal, Worker};
 use engine::{Engine, EngineBuilder, EngineKind, Op, Var};
 
-struct Args {
+pub struct Args {
     json: bool,
     threads: usize,
     repeats: usize,
@@ -61,7 +61,8 @@ const WORKLOADS: [&str; 8] = [
     "chain_bulk_split",
 ];
 
-fn parse_args() -> Result<Args, String> {
+/// Reads the command line (without the program name).
+pub fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
     let mut a = Args {
         json: false,
         threads: 1,
@@ -71,7 +72,7 @@ fn parse_args() -> Result<Args, String> {
         bulk_size: 16,
         workload: None,
     };
-    let mut it = std::env::args().skip(1);
+    let mut it = argv.into_iter();
     while let Some(arg) = it.next() {
         let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
         match arg.as_str() {
@@ -403,13 +404,23 @@ fn fanout(e: &dyn Engine, src: &Var, outs: &[Var], rounds: usize) -> usize {
 }
 
 fn main() {
-    let args = match parse_args() {
+    let args = match parse_args(std::env::args().skip(1)) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("engine_bench: {e}");
             std::process::exit(2);
         }
     };
+    let report = run(&args);
+    match args.json {
+        true => println!("{report}"),
+        false => print_table(&report, args.repeats),
+    }
+}
+
+/// Runs the floors and every engine's workloads that `args` asks for; the report in the
+/// schema `--json` prints.
+pub fn run(args: &Args) -> serde_json::Value {
     let scaled = |n: f64| ((n * args.scale) as usize).max(1);
     let (n_ind, n_chain, rounds) = (scaled(1_000_000.0), scaled(100_000.0), scaled(10_000.0));
 
@@ -426,12 +437,14 @@ fn main() {
         false => [0.0; 4],
     };
     let transfer = match wanted("independent") {
-        true => median((0..args.repeats).map(|_| line_transfer(200_000)).collect()),
+        true => {
+            let handoffs = scaled(200_000.0) as u64;
+            median((0..args.repeats).map(|_| line_transfer(handoffs)).collect())
+        }
         false => 0.0,
     };
 
     let mut engines = serde_json::Map::new();
-    let mut lines = Vec::new();
     for kind in EngineKind::ALL {
         if args.only.is_some_and(|o| o != kind) {
             continue;
@@ -489,17 +502,8 @@ fn main() {
                 "chain_bulk_run_alone_ns": bulk_run_alone,
             }),
         );
-        lines.push(format!(
-            "{:<20} {:>12.0} {:>10.0} {:>12.0} {:>10.0} {:>12.2}x",
-            kind.name(),
-            ind,
-            ch,
-            chb,
-            fo,
-            ratio(ind, floor)
-        ));
     }
-    let report = serde_json::json!({
+    serde_json::json!({
         "threads": args.threads,
         "bulk_size": args.bulk_size,
         "floor_independent_ns": floor,
@@ -509,30 +513,55 @@ fn main() {
         "line_transfer_ns": transfer,
         "engines": engines,
         "mxnet_1_9_1_per_device_ns": {"independent_ns": 739, "chain_ns": 648, "chain_bulk_ns": 253, "fanout_ns": 1013},
-    });
-    if args.json {
-        println!("{report}");
-    } else {
-        println!(
-            "ns per no-op op, median of {} runs, {} compute thread(s)",
-            args.repeats, args.threads
-        );
-        println!("bare crossbeam-deque pool (floor): {floor:.0} ns/op");
-        println!(
-            "the same with 16 bytes per job (one allocation, freed by the worker): {floor_boxed:.0} ns/op"
-        );
-        println!("the same with an op-sized job (168 bytes): {floor_op_sized:.0} ns/op");
-        println!(
-            "the same with an op-sized job locking one of 1024 var-sized records on each side: {floor_with_var:.0} ns/op"
-        );
-        println!("one cache line from one core to the other: {transfer:.0} ns\n");
-        println!(
-            "{:<20} {:>12} {:>10} {:>12} {:>10} {:>13}",
-            "engine", "independent", "chain", "chain_bulk", "fanout", "vs floor"
-        );
-        for l in lines {
-            println!("{l}");
-        }
-        println!("\nMXNet 1.9.1 ThreadedEnginePerDevice on this kind of machine: independent 739, chain 648, chain bulked 253, fanout 1013");
+    })
+}
+
+/// The report for a reader: the floors, then a line per engine.
+fn print_table(report: &serde_json::Value, repeats: usize) {
+    let ns = |v: &serde_json::Value, key: &str| v[key].as_f64().unwrap_or(0.0);
+    println!(
+        "ns per no-op op, median of {repeats} runs, {} compute thread(s)",
+        report["threads"]
+    );
+    for (what, key) in [
+        ("bare crossbeam-deque pool (floor)", "floor_independent_ns"),
+        (
+            "the same with 16 bytes per job (one allocation, freed by the worker)",
+            "floor_boxed_ns",
+        ),
+        (
+            "the same with an op-sized job (168 bytes)",
+            "floor_op_sized_ns",
+        ),
+        (
+            "the same with an op-sized job locking one of 1024 var-sized records on each side",
+            "floor_with_var_ns",
+        ),
+    ] {
+        println!("{what}: {:.0} ns/op", ns(report, key));
     }
+    println!(
+        "one cache line from one core to the other: {:.0} ns\n",
+        ns(report, "line_transfer_ns")
+    );
+    println!(
+        "{:<20} {:>12} {:>10} {:>12} {:>10} {:>13}",
+        "engine", "independent", "chain", "chain_bulk", "fanout", "vs floor"
+    );
+    for name in EngineKind::ALL.map(EngineKind::name) {
+        let e = &report["engines"][name];
+        if e.is_null() {
+            continue;
+        }
+        println!(
+            "{:<20} {:>12.0} {:>10.0} {:>12.0} {:>10.0} {:>12.2}x",
+            name,
+            ns(e, "independent_ns"),
+            ns(e, "chain_ns"),
+            ns(e, "chain_bulk_ns"),
+            ns(e, "fanout_ns"),
+            ns(e, "independent_vs_floor")
+        );
+    }
+    println!("\nMXNet 1.9.1 ThreadedEnginePerDevice on this kind of machine: independent 739, chain 648, chain bulked 253, fanout 1013");
 }
