@@ -431,18 +431,19 @@ pub fn run(args: &Args) -> serde_json::Value {
     };
     // The floors are timed the same way as the engines: push everything, wait for all. They are
     // what `independent` is compared with, so they are skipped when it does not run.
-    let [floor, floor_boxed, floor_op_sized, floor_with_var] = match wanted("independent") {
-        true => [Floor::Bare, Floor::Boxed, Floor::OpSized, Floor::WithVar]
-            .map(|f| measure(args.repeats, || bare_pool(args.threads, n_ind, f))),
-        false => [0.0; 4],
-    };
-    let transfer = match wanted("independent") {
-        true => {
-            let handoffs = scaled(200_000.0) as u64;
-            median((0..args.repeats).map(|_| line_transfer(handoffs)).collect())
-        }
-        false => 0.0,
-    };
+    let ([floor, floor_boxed, floor_op_sized, floor_with_var], transfer) =
+        match wanted("independent") {
+            true => (
+                [Floor::Bare, Floor::Boxed, Floor::OpSized, Floor::WithVar]
+                    .map(|f| measure(args.repeats, || bare_pool(args.threads, n_ind, f))),
+                median(
+                    (0..args.repeats)
+                        .map(|_| line_transfer(scaled(200_000.0) as u64))
+                        .collect(),
+                ),
+            ),
+            false => ([0.0; 4], 0.0),
+        };
 
     let mut engines = serde_json::Map::new();
     for kind in EngineKind::ALL {

@@ -12,6 +12,14 @@ fn args(argv: &[&str]) -> Result<engine_bench::Args, String> {
     engine_bench::parse_args(argv.iter().map(|a| a.to_string()))
 }
 
+/// Fails unless each of `keys` in `v` holds a positive number (`whose` prefixes the message).
+fn assert_positive(v: &serde_json::Value, whose: &str, keys: &[&str]) {
+    for key in keys {
+        let x = v[key].as_f64();
+        assert!(x.is_some_and(|x| x > 0.0), "{whose}{key}: {:?}", v[key]);
+    }
+}
+
 #[test]
 fn the_report_has_every_key_of_the_schema_for_every_engine() {
     // Tiny: 2,000 independent ops, a 200-op chain, 20 fan-out rounds.
@@ -21,31 +29,33 @@ fn the_report_has_every_key_of_the_schema_for_every_engine() {
     });
     assert_eq!(report["threads"], 1);
     assert_eq!(report["bulk_size"], 16);
-    for key in [
-        "floor_independent_ns",
-        "floor_boxed_ns",
-        "floor_op_sized_ns",
-        "floor_with_var_ns",
-        "line_transfer_ns",
-    ] {
-        let v = report[key].as_f64();
-        assert!(v.is_some_and(|v| v > 0.0), "{key}: {:?}", report[key]);
-    }
+    assert_positive(
+        &report,
+        "",
+        &[
+            "floor_independent_ns",
+            "floor_boxed_ns",
+            "floor_op_sized_ns",
+            "floor_with_var_ns",
+            "line_transfer_ns",
+        ],
+    );
     for engine in ["naive", "threaded_pooled", "threaded_per_device"] {
         let e = &report["engines"][engine];
-        for key in [
-            "independent_ns",
-            "chain_ns",
-            "chain_bulk_ns",
-            "fanout_ns",
-            "independent_vs_floor",
-            "chain_bulk_speedup",
-            "independent_cheap_ns",
-            "chain_cheap_ns",
-        ] {
-            let v = e[key].as_f64();
-            assert!(v.is_some_and(|v| v > 0.0), "{engine}.{key}: {:?}", e[key]);
-        }
+        assert_positive(
+            e,
+            &format!("{engine}."),
+            &[
+                "independent_ns",
+                "chain_ns",
+                "chain_bulk_ns",
+                "fanout_ns",
+                "independent_vs_floor",
+                "chain_bulk_speedup",
+                "independent_cheap_ns",
+                "chain_cheap_ns",
+            ],
+        );
         // Split runs need every worker held; on a busy machine that may fail and report 0.
         for key in [
             "independent_push_alone_ns",
@@ -78,8 +88,7 @@ fn a_workload_list_runs_those_workloads_and_nothing_else() {
     let engines = report["engines"].as_object().unwrap();
     assert_eq!(engines.keys().collect::<Vec<_>>(), ["naive"]);
     let naive = &report["engines"]["naive"];
-    assert!(naive["chain_ns"].as_f64().unwrap() > 0.0);
-    assert!(naive["fanout_ns"].as_f64().unwrap() > 0.0);
+    assert_positive(naive, "naive.", &["chain_ns", "fanout_ns"]);
     assert_eq!(naive["independent_ns"], 0.0);
     assert_eq!(naive["chain_bulk_ns"], 0.0);
     assert_eq!(naive["chain_bulk_speedup"], 0.0);
