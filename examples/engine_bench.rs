@@ -257,20 +257,25 @@ fn bump(var: &VarRecord, slot: usize) {
 }
 
 /// How long a cache line takes to move from one thread's core to another's: two threads hand
-/// one atomic back and forth; half the round trip, in ns.
+/// one atomic back and forth; half the round trip, in ns. The clock starts after the first
+/// round trip, so the echo thread's start-up is not counted (it dominates short probes).
 fn line_transfer(handoffs: u64) -> f64 {
+    let rounds = handoffs as usize + 1;
     let line = Arc::new(AtomicUsize::new(0));
     let other = line.clone();
     let echo = std::thread::spawn(move || {
-        for i in 0..handoffs as usize {
+        for i in 0..rounds {
             while other.load(Ordering::Acquire) != 2 * i + 1 {
                 std::hint::spin_loop();
             }
             other.store(2 * i + 2, Ordering::Release);
         }
     });
-    let t = Instant::now();
-    for i in 0..handoffs as usize {
+    let mut t = Instant::now();
+    for i in 0..rounds {
+        if i == 1 {
+            t = Instant::now();
+        }
         line.store(2 * i + 1, Ordering::Release);
         while line.load(Ordering::Acquire) != 2 * i + 2 {
             std::hint::spin_loop();
