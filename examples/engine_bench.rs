@@ -16,7 +16,10 @@
 //!   threaded engines): the independent workload with the compute workers held back while it is
 //!   pushed, then released: what each side costs when the other is not running beside it;
 //! * chain_bulk_split (extra keys `chain_bulk_push_alone_ns`, `chain_bulk_run_alone_ns`): the
-//!   same for the bulked chain.
+//!   same for the bulked chain;
+//! * independent_profiled (extra keys `independent_profiled_ns`, `profiler_cost`): the
+//!   independent workload on a fresh engine of the same kind with the profiler on (recording
+//!   every op, writing no file), and its cost beside the unprofiled run.
 //!
 //! Beside the floor, with the independent workload, the same bare pool with jobs that carry
 //! more: `floor_boxed_ns`, 16 bytes each (so each job is one allocation the pusher makes and the
@@ -50,7 +53,7 @@ pub struct Args {
 }
 
 /// Every workload `--workload` can name, in the order a run times them.
-const WORKLOADS: [&str; 8] = [
+const WORKLOADS: [&str; 9] = [
     "independent",
     "chain",
     "chain_bulk",
@@ -59,6 +62,7 @@ const WORKLOADS: [&str; 8] = [
     "chain_cheap",
     "independent_split",
     "chain_bulk_split",
+    "independent_profiled",
 ];
 
 /// Reads the command line (without the program name).
@@ -397,6 +401,27 @@ fn push_chain_bulk(e: &Arc<dyn Engine>, var: &Var, n: usize, size: usize) -> usi
     n
 }
 
+/// The independent workload on an engine of `kind` with the profiler on (no trace file): median
+/// ns per op. A fresh engine per repeat, so that each run starts with an empty profile.
+fn profiled(kind: EngineKind, threads: usize, repeats: usize, n: usize) -> f64 {
+    median(
+        (0..repeats)
+            .map(|_| {
+                let e = EngineBuilder::new(kind)
+                    .pooled_workers(threads)
+                    .cpu_workers(threads)
+                    .profiler(None)
+                    .build();
+                let vars: Vec<Var> = (0..1024).map(|_| e.new_var()).collect();
+                independent(&*e, &vars, 10_000);
+                let t = Instant::now();
+                independent(&*e, &vars, n);
+                t.elapsed().as_nanos() as f64 / n as f64
+            })
+            .collect(),
+    )
+}
+
 fn fanout(e: &dyn Engine, src: &Var, outs: &[Var], rounds: usize) -> usize {
     for _ in 0..rounds {
         for o in outs {
@@ -491,6 +516,10 @@ pub fn run(args: &Args) -> serde_json::Value {
         let (bulk_push_alone, bulk_run_alone) = timed_split("chain_bulk_split", &mut || {
             push_chain_bulk(&e, &one, n_chain, args.bulk_size)
         });
+        let ind_profiled = match wanted("independent_profiled") {
+            true => profiled(kind, args.threads, args.repeats, n_ind),
+            false => 0.0,
+        };
         engines.insert(
             kind.name().to_string(),
             serde_json::json!({
@@ -506,6 +535,8 @@ pub fn run(args: &Args) -> serde_json::Value {
                 "independent_run_alone_ns": run_alone,
                 "chain_bulk_push_alone_ns": bulk_push_alone,
                 "chain_bulk_run_alone_ns": bulk_run_alone,
+                "independent_profiled_ns": ind_profiled,
+                "profiler_cost": ratio(ind_profiled, ind),
             }),
         );
     }

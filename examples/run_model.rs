@@ -1,10 +1,12 @@
 //! Binds a real MXNet model with random weights and times it.
 //!
-//! `cargo run --release --example run_model -- graphs/resnet18_v1-symbol.json --shape data=1,3,224,224 [--train] [--iters N] [--engine KIND] [--ctx cpu(0)|gpu(0)] [--json]`
+//! `cargo run --release --example run_model -- graphs/resnet18_v1-symbol.json --shape data=1,3,224,224 [--train] [--iters N] [--engine KIND] [--ctx cpu(0)|gpu(0)] [--profile] [--json]`
 //!
 //! Prints the output shapes, the median forward time (inference mode) and, with `--train`, the
 //! median forward+backward time (training mode; gradients of every argument but the inputs named
-//! by `--shape`; head gradients of ones), and the memory report.
+//! by `--shape`; head gradients of ones), and the memory report. `--profile` turns the engine's
+//! profiler on for the timed iterations and prints its per-op totals (the 20 largest; in
+//! `--json`, key `profile`).
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -27,6 +29,7 @@ struct Args {
     train: bool,
     kind: Option<EngineKind>,
     ctx: Context,
+    profile: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -40,10 +43,12 @@ fn parse() -> Result<Args, String> {
         None,
         Context::cpu(0),
     );
+    let mut profile = false;
     while let Some(a) = it.next() {
         match a.as_str() {
             "--json" => json = true,
             "--train" => train = true,
+            "--profile" => profile = true,
             "--iters" => {
                 iters = it
                     .next()
@@ -82,6 +87,7 @@ fn parse() -> Result<Args, String> {
         train,
         kind,
         ctx,
+        profile,
     })
 }
 
@@ -99,11 +105,18 @@ fn run() -> Result<(), String> {
         std::fs::read_to_string(&a.file).map_err(|e| format!("cannot read {}: {e}", a.file))?;
     let sym = Symbol::from_json(&text).map_err(|e| format!("{}: {e}", a.file))?;
     // The engine and storage follow the MXRS_* variables; --engine overrides the engine kind.
-    let rt = Runtime::from_env(|b| match a.kind {
-        Some(k) => b.kind(k),
-        None => b,
+    let rt = Runtime::from_env(|b| {
+        let b = match a.kind {
+            Some(k) => b.kind(k),
+            None => b,
+        };
+        match a.profile {
+            true => b.profiler(None),
+            false => b,
+        }
     })
     .map_err(err)?;
+    let profiler = rt.engine().profiler();
     let kind = rt.engine().kind();
     rt.seed(0).map_err(err)?;
     let ctx = a.ctx;
@@ -151,6 +164,10 @@ fn run() -> Result<(), String> {
             if i >= 2 {
                 times.push(t.elapsed().as_secs_f64() * 1e3);
             }
+            // Profile the timed iterations only.
+            if i == 1 {
+                profiler.inspect(|p| p.reset());
+            }
         }
         times.sort_by(f64::total_cmp);
         Ok(times[times.len() / 2])
@@ -166,11 +183,16 @@ fn run() -> Result<(), String> {
     };
     let mem = exec.memory_report();
     let out_shapes: Vec<Vec<usize>> = exec.outputs().iter().map(|o| o.shape().to_vec()).collect();
+    const TOP: usize = 20;
     if a.json {
-        println!(
-            "{}",
-            serde_json::json!({"forward_ms": forward_ms, "forward_backward_ms": forward_backward_ms, "planned_bytes": mem.planned_bytes, "no_reuse_bytes": mem.no_reuse_bytes, "lower_bound_bytes": mem.lower_bound_bytes, "allocated_bytes": mem.allocated_bytes, "inplace_entries": mem.inplace, "output_shapes": out_shapes, "engine": kind.name(), "context": ctx.to_string(), "iters": a.iters})
-        );
+        let mut report = serde_json::json!({"forward_ms": forward_ms, "forward_backward_ms": forward_backward_ms, "planned_bytes": mem.planned_bytes, "no_reuse_bytes": mem.no_reuse_bytes, "lower_bound_bytes": mem.lower_bound_bytes, "allocated_bytes": mem.allocated_bytes, "inplace_entries": mem.inplace, "output_shapes": out_shapes, "engine": kind.name(), "context": ctx.to_string(), "iters": a.iters});
+        if let Some(p) = profiler {
+            let top: Vec<_> = p.summary().into_iter().take(TOP).map(|s| {
+                serde_json::json!({"op": s.name, "context": s.ctx.to_string(), "count": s.count, "total_ns": s.total_ns, "min_ns": s.min_ns, "max_ns": s.max_ns})
+            }).collect();
+            report["profile"] = top.into();
+        }
+        println!("{report}");
     } else {
         println!("{}: outputs {out_shapes:?}", a.file);
         println!(
@@ -188,6 +210,12 @@ fn run() -> Result<(), String> {
             "internal entries: {} ({} in place), {} bytes without reuse, {} planned, lower bound {}, {} allocated",
             mem.entries, mem.inplace, mem.no_reuse_bytes, mem.planned_bytes, mem.lower_bound_bytes, mem.allocated_bytes
         );
+        if let Some(p) = profiler {
+            println!("\nengine profile of the timed iterations, largest totals first:");
+            for line in p.summary_table().lines().take(TOP + 1) {
+                println!("{line}");
+            }
+        }
     }
     Ok(())
 }

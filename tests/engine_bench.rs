@@ -54,6 +54,8 @@ fn the_report_has_every_key_of_the_schema_for_every_engine() {
                 "chain_bulk_speedup",
                 "independent_cheap_ns",
                 "chain_cheap_ns",
+                "independent_profiled_ns",
+                "profiler_cost",
             ],
         );
         // Split runs need every worker held; on a busy machine that may fail and report 0.

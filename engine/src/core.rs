@@ -580,7 +580,7 @@ impl Core {
         if let Err(panic) = catch_unwind(AssertUnwindSafe(f)) {
             self.record(seq, "delete_var", panic_message(&*panic), true);
         }
-        self.profile_end(t0, "delete_var", rctx);
+        self.profile_end(t0, &Cow::Borrowed("delete_var"), rctx);
     }
 
     /// A one-var op the engine itself pushes (delete and wait markers).
@@ -684,10 +684,12 @@ impl Core {
     }
 
     fn profile_start(&self) -> Option<u64> {
-        self.profiler.as_ref().map(|p| p.now_ns())
+        self.profiler.as_ref().and_then(|p| p.start())
     }
 
-    fn profile_end(&self, start: Option<u64>, name: &str, rctx: &RunContext) {
+    // The name as the op holds it: the profiler keeps a clone, free for a static name.
+    #[allow(clippy::ptr_arg)]
+    fn profile_end(&self, start: Option<u64>, name: &Cow<'static, str>, rctx: &RunContext) {
         if let (Some(p), Some(t0)) = (&self.profiler, start) {
             p.record(name, t0, rctx.ctx);
         }

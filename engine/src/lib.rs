@@ -49,7 +49,7 @@ pub use config::{env, EngineBuilder, EngineConfig, EngineKind};
 pub use error::{BoxError, EngineError, OpFailure, OpResult};
 pub use naive::NaiveEngine;
 pub use op::{Completion, FnProperty, Op, RunContext};
-pub use profiler::{ProfileEvent, Profiler};
+pub use profiler::{OpStats, ProfileEvent, Profiler};
 pub use storage::Context;
 pub use threaded::ThreadedEngine;
 pub use var::Var;

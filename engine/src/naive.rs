@@ -72,7 +72,7 @@ impl NaiveEngine {
         writes: &[V],
     ) {
         let poisoned = reads.iter().chain(writes).find_map(|v| v.borrow().poison());
-        let t0 = self.profiler.as_ref().map(|p| p.now_ns());
+        let t0 = self.profiler.as_ref().and_then(|p| p.start());
         let rctx = RunContext::new(ctx);
         let failure = match (poisoned, func) {
             (Some(root), _) => Some(root),

@@ -639,15 +639,33 @@ fn profiler_writes_a_chrome_trace() {
             assert!(events
                 .iter()
                 .all(|ev| ev.end_ns >= ev.start_ns && ev.ctx == Context::cpu(1)));
+            let stats = e.profiler().unwrap().summary();
+            assert_eq!(stats.len(), 1);
+            assert_eq!((stats[0].name.as_str(), stats[0].count), ("traced_op", 10));
+            // Paused, the engine records nothing; resumed, it records again.
+            let p = e.profiler().unwrap();
+            p.pause();
+            e.push(Op::sync("unseen", |_| Ok(())).write(&v)).unwrap();
+            e.wait_for_all().unwrap();
+            p.resume();
+            e.push(Op::sync("seen", |_| Ok(())).write(&v)).unwrap();
+            e.wait_for_all().unwrap();
+            let names: Vec<String> = p.summary().into_iter().map(|s| s.name).collect();
+            assert_eq!(names.len(), 2);
+            assert!(names.contains(&"seen".to_string()), "{names:?}");
         }
         let trace: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         let evs = trace["traceEvents"].as_array().unwrap();
         let ops: Vec<_> = evs.iter().filter(|e| e["ph"] == "X").collect();
-        assert_eq!(ops.len(), 10);
-        assert!(ops
-            .iter()
-            .all(|e| e["name"] == "traced_op" && e["pid"] == "cpu(1)" && e["dur"].is_number()));
+        assert_eq!(ops.len(), 11);
+        assert!(ops.iter().all(|e| e["dur"].is_number()));
+        assert_eq!(
+            ops.iter()
+                .filter(|e| e["name"] == "traced_op" && e["pid"] == "cpu(1)")
+                .count(),
+            10
+        );
         std::fs::remove_file(path).ok();
     });
 }
