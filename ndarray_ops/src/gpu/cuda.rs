@@ -23,7 +23,7 @@ use engine::{Completion, FnProperty, Op, RunContext};
 use storage::{Context, Handle, StorageManager};
 
 use super::ops::{fill_with, run, GpuKernel};
-use super::{Gemm, KArgs, Stream, KERNELS, KERNEL_NAMES};
+use super::{ptx_cache, Gemm, KArgs, Stream, KERNELS, KERNEL_NAMES};
 use crate::ops::{Attrs, TensorRef};
 
 // SAFETY: `KArgs` is `repr(C)`, plain data, laid out as the kernels' `struct KArgs`.
@@ -38,19 +38,35 @@ struct Module {
     functions: HashMap<&'static str, CudaFunction>,
 }
 
-/// The PTX of `kernels.cu`, compiled once per process (it does not depend on the device).
+/// The PTX of `kernels.cu`, made once per process (it does not depend on the device): read from
+/// the kernel cache when an earlier process compiled the same source with the same NVRTC,
+/// otherwise compiled now and stored there (see `ptx_cache`).
 fn ptx() -> Result<&'static str, String> {
     static PTX: OnceLock<Result<String, String>> = OnceLock::new();
-    PTX.get_or_init(compile_ptx)
+    PTX.get_or_init(|| ptx_in(ptx_cache::dir_from(|k| std::env::var(k).ok()).as_deref()))
         .as_deref()
         .map_err(Clone::clone)
 }
 
-/// Compiles the kernels with NVRTC (loaded at run time: without it, GPU ops fail with this error).
-pub(crate) fn compile_ptx() -> Result<String, String> {
-    let missing = || "the NVRTC library (libnvrtc) cannot be loaded on this machine".to_string();
-    // cudarc panics (and the panic hook prints a backtrace) when it cannot find the library, so
-    // look first; its own search covers more names, hence the catch as well.
+/// The PTX through the cache in `dir` (`None`: no cache).
+pub(crate) fn ptx_in(dir: Option<&std::path::Path>) -> Result<String, String> {
+    let (major, minor) = nvrtc_version()?;
+    let version = format!("nvrtc {major}.{minor}");
+    // The inputs of the PTX: the source, the compiler, its options (cudarc's defaults).
+    let key = ptx_cache::key(&[KERNELS.as_bytes(), version.as_bytes(), b"default options"]);
+    ptx_cache::cached(dir, key, holds_every_kernel, compile_ptx)
+}
+
+fn holds_every_kernel(ptx: &str) -> bool {
+    KERNEL_NAMES
+        .iter()
+        .all(|name| ptx.contains(&format!(".entry {name}(")))
+}
+
+/// Whether NVRTC can be loaded. cudarc panics (and the panic hook prints a backtrace) when it
+/// cannot find the library, so look first; its own search covers more names, hence callers
+/// catch panics as well.
+fn nvrtc_present() -> Result<(), String> {
     let present = [
         "libnvrtc.so",
         "libnvrtc.so.12",
@@ -60,11 +76,36 @@ pub(crate) fn compile_ptx() -> Result<String, String> {
     .into_iter()
     // SAFETY: NVIDIA's NVRTC library, which cudarc loads the same way.
     .any(|name| unsafe { libloading::Library::new(name) }.is_ok());
-    if !present {
-        return Err(missing());
+    match present {
+        true => Ok(()),
+        false => Err(nvrtc_missing()),
     }
+}
+
+fn nvrtc_missing() -> String {
+    "the NVRTC library (libnvrtc) cannot be loaded on this machine".to_string()
+}
+
+fn nvrtc_version() -> Result<(i32, i32), String> {
+    nvrtc_present()?;
+    let (mut major, mut minor) = (0, 0);
+    let status = std::panic::catch_unwind(move || {
+        // SAFETY: two valid out-pointers; the library is present (checked above).
+        let r = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+        (r, major, minor)
+    })
+    .map_err(|_| nvrtc_missing())?;
+    match status {
+        (cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS, major, minor) => Ok((major, minor)),
+        (r, ..) => Err(format!("NVRTC could not say its version: {r:?}")),
+    }
+}
+
+/// Compiles the kernels with NVRTC (loaded at run time: without it, GPU ops fail with this error).
+pub(crate) fn compile_ptx() -> Result<String, String> {
+    nvrtc_present()?;
     std::panic::catch_unwind(|| cudarc::nvrtc::compile_ptx(KERNELS))
-        .map_err(|_| missing())?
+        .map_err(|_| nvrtc_missing())?
         .map(|ptx| ptx.to_src())
         .map_err(|e| format!("NVRTC rejected kernels.cu: {e:?}"))
 }
@@ -373,26 +414,39 @@ fn completer() -> &'static Sender<Completion> {
 #[cfg(test)]
 mod tests {
     /// The device code compiles with NVRTC wherever the library can be loaded (no GPU needed).
-    /// CI installs NVIDIA's NVRTC wheel and sets `MXRS_REQUIRE_NVRTC=1`, so there a missing
-    /// library fails the test; elsewhere it says why it skipped.
     #[test]
     fn nvrtc_compiles_the_kernels() {
         match super::compile_ptx() {
-            Ok(ptx) => {
-                for name in super::KERNEL_NAMES {
-                    assert!(
-                        ptx.contains(&format!(".entry {name}(")),
-                        "{name} missing from PTX"
-                    );
-                }
+            Ok(ptx) => assert!(super::holds_every_kernel(&ptx), "a kernel is missing"),
+            Err(e) => skip_unless_required(e),
+        }
+    }
+
+    /// A second process (here: a second call) takes the PTX from the cache, as compiled.
+    #[test]
+    fn the_ptx_cache_keeps_what_nvrtc_compiled() {
+        let dir = std::env::temp_dir().join(format!("mxrs-ptx-nvrtc-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        match super::ptx_in(Some(&dir)) {
+            Ok(first) => {
+                let entries: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+                assert_eq!(entries.len(), 1, "one entry: {entries:?}");
+                let t = std::time::Instant::now();
+                let second = super::ptx_in(Some(&dir)).unwrap();
+                assert_eq!(first, second);
+                eprintln!("PTX from the cache in {:?}", t.elapsed());
             }
-            Err(e)
-                if e.contains("cannot be loaded")
-                    && std::env::var_os("MXRS_REQUIRE_NVRTC").is_none() =>
-            {
-                eprintln!("skipped: {e}")
-            }
-            Err(e) => panic!("{e}"),
+            Err(e) => skip_unless_required(e),
+        }
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// CI installs NVIDIA's NVRTC wheel and sets `MXRS_REQUIRE_NVRTC=1`, so there a missing
+    /// library fails the test; elsewhere it says why it skipped.
+    fn skip_unless_required(e: String) {
+        match e.contains("cannot be loaded") && std::env::var_os("MXRS_REQUIRE_NVRTC").is_none() {
+            true => eprintln!("skipped: {e}"),
+            false => panic!("{e}"),
         }
     }
 }

@@ -15,6 +15,7 @@ pub(crate) mod cuda;
 #[cfg(test)]
 mod emulate;
 pub(crate) mod ops;
+mod ptx_cache;
 #[cfg(test)]
 mod tests;
 
