@@ -401,17 +401,20 @@ fn push_chain_bulk(e: &Arc<dyn Engine>, var: &Var, n: usize, size: usize) -> usi
     n
 }
 
+/// An engine of `kind` with `threads` compute workers (on either threaded engine).
+fn builder(kind: EngineKind, threads: usize) -> EngineBuilder {
+    EngineBuilder::new(kind)
+        .pooled_workers(threads)
+        .cpu_workers(threads)
+}
+
 /// The independent workload on an engine of `kind` with the profiler on (no trace file): median
 /// ns per op. A fresh engine per repeat, so that each run starts with an empty profile.
 fn profiled(kind: EngineKind, threads: usize, repeats: usize, n: usize) -> f64 {
     median(
         (0..repeats)
             .map(|_| {
-                let e = EngineBuilder::new(kind)
-                    .pooled_workers(threads)
-                    .cpu_workers(threads)
-                    .profiler(None)
-                    .build();
+                let e = builder(kind, threads).profiler(None).build();
                 let vars: Vec<Var> = (0..1024).map(|_| e.new_var()).collect();
                 independent(&*e, &vars, 10_000);
                 let t = Instant::now();
@@ -480,10 +483,7 @@ pub fn run(args: &Args) -> serde_json::Value {
         if args.only.is_some_and(|o| o != kind) {
             continue;
         }
-        let e = EngineBuilder::new(kind)
-            .pooled_workers(args.threads)
-            .cpu_workers(args.threads)
-            .build();
+        let e = builder(kind, args.threads).build();
         let vars: Vec<Var> = (0..1024).map(|_| e.new_var()).collect();
         let one = e.new_var();
         let outs: Vec<Var> = (0..8).map(|_| e.new_var()).collect();

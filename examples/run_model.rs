@@ -5,8 +5,8 @@
 //! Prints the output shapes, the median forward time (inference mode) and, with `--train`, the
 //! median forward+backward time (training mode; gradients of every argument but the inputs named
 //! by `--shape`; head gradients of ones), and the memory report. `--profile` turns the engine's
-//! profiler on for the timed iterations and prints its per-op totals (the 20 largest; in
-//! `--json`, key `profile`).
+//! profiler on and prints its per-op totals over the last timed iterations (forward+backward
+//! with `--train`, else forward; the 20 largest; in `--json`, key `profile`).
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -110,7 +110,8 @@ fn run() -> Result<(), String> {
             Some(k) => b.kind(k),
             None => b,
         };
-        match a.profile {
+        // Keeps a trace file MXRS_PROFILER_OUTPUT asked for.
+        match a.profile && b.config().profiler.is_none() {
             true => b.profiler(None),
             false => b,
         }
@@ -164,7 +165,7 @@ fn run() -> Result<(), String> {
             if i >= 2 {
                 times.push(t.elapsed().as_secs_f64() * 1e3);
             }
-            // Profile the timed iterations only.
+            // Profile this run's timed iterations only.
             if i == 1 {
                 profiler.inspect(|p| p.reset());
             }
@@ -211,7 +212,11 @@ fn run() -> Result<(), String> {
             mem.entries, mem.inplace, mem.no_reuse_bytes, mem.planned_bytes, mem.lower_bound_bytes, mem.allocated_bytes
         );
         if let Some(p) = profiler {
-            println!("\nengine profile of the timed iterations, largest totals first:");
+            let what = match a.train {
+                true => "forward+backward",
+                false => "forward",
+            };
+            println!("\nengine profile of the timed {what} iterations, largest totals first:");
             for line in p.summary_table().lines().take(TOP + 1) {
                 println!("{line}");
             }
