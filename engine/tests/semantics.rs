@@ -672,14 +672,7 @@ fn profiler_writes_a_chrome_trace() {
 
 #[test]
 fn environment_variables_choose_and_size_the_engine() {
-    let env = |pairs: &'static [(&'static str, &'static str)]| {
-        move |k: &str| {
-            pairs
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        }
-    };
+    let env = storage::lookup_in;
     let b = EngineBuilder::from_lookup(env(&[
         ("MXRS_ENGINE_TYPE", "naive"),
         ("MXRS_ENGINE_BULK_SIZE", "8"),

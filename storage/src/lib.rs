@@ -34,7 +34,7 @@ pub use cuda::gpu_available;
 pub use device::ALIGN;
 pub use error::StorageError;
 pub use manager::{Handle, PoolKind, StorageManager};
-pub use registry::{env, StorageConfig, StorageRegistry};
+pub use registry::{env, lookup_in, StorageConfig, StorageRegistry};
 pub use stats::{human, parse_bytes, Stats};
 pub use trace::{ReplayReport, Trace, TraceEvent};
 

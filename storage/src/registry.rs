@@ -39,6 +39,18 @@ impl Default for StorageConfig {
     }
 }
 
+/// A `lookup` for the `from_lookup` constructors (this crate's, the engine's, the GPU kernel
+/// cache's) that reads settings from `pairs` instead of the environment: for tests, or a
+/// program that keeps its settings elsewhere.
+pub fn lookup_in<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+    move |k| {
+        pairs
+            .iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| v.to_string())
+    }
+}
+
 impl StorageConfig {
     /// Defaults (`bfc`, no limits) overridden by the `MXRS_*` environment variables.
     pub fn from_env() -> Result<Self, StorageError> {

@@ -250,14 +250,7 @@ fn summary_is_a_readable_table() {
 
 #[test]
 fn environment_configures_pool_and_limits() {
-    let env = |pairs: &'static [(&'static str, &'static str)]| {
-        move |k: &str| {
-            pairs
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        }
-    };
+    let env = storage::lookup_in;
     let c = StorageConfig::from_lookup(env(&[
         ("MXRS_STORAGE_POOL_TYPE", "round"),
         ("MXRS_POOL_ROUND_CUTOFF", "1M"),

@@ -148,14 +148,7 @@ mod tests {
 
     #[test]
     fn the_directory_follows_the_environment() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
+        let env = storage::lookup_in;
         let home = env(&[("HOME", "/home/u")]);
         assert_eq!(dir_from(home), Some("/home/u/.cache/mxrs".into()));
         let xdg = env(&[("HOME", "/home/u"), ("XDG_CACHE_HOME", "/c")]);
