@@ -116,6 +116,15 @@ impl RunningScope {
     fn enter(engine: u64, name: Cow<'static, str>) -> Self {
         RunningScope(RUNNING.with(|r| r.borrow_mut().replace((engine, name))))
     }
+
+    /// Names another op of the same engine as running (the next member of a bulk unit).
+    fn rename(&self, name: Cow<'static, str>) {
+        RUNNING.with(|r| {
+            if let Some((_, running)) = r.borrow_mut().as_mut() {
+                *running = name;
+            }
+        });
+    }
 }
 
 impl Drop for RunningScope {
@@ -416,6 +425,9 @@ impl Core {
         };
         // The unit gets a trace event of its own, spanning its members' events.
         let unit_t0 = self.profile_start();
+        // One running-op marker for the whole unit, renamed when a member's name differs from
+        // the one before (members named alike share one name, so a loop's ops cost nothing).
+        let mut named: Option<(RunningScope, *const Cow<'static, str>)> = None;
         for (k, m) in body.members.drain().enumerate() {
             let seq = op.seq + k as u64;
             let root = match poison.is_empty() {
@@ -427,10 +439,17 @@ impl Core {
                 None => {
                     self.jitter(seq);
                     let t0 = self.profile_start();
-                    let result = {
-                        let _running = RunningScope::enter(self.id, m.name.clone());
-                        catch_unwind(AssertUnwindSafe(|| (m.func)(rctx)))
-                    };
+                    match &mut named {
+                        Some((_, last)) if std::ptr::eq(*last, m.name) => {}
+                        Some((scope, last)) => {
+                            scope.rename(m.name.clone());
+                            *last = m.name;
+                        }
+                        None => {
+                            named = Some((RunningScope::enter(self.id, m.name.clone()), m.name))
+                        }
+                    }
+                    let result = catch_unwind(AssertUnwindSafe(|| (m.func)(rctx)));
                     self.profile_end(t0, m.name, rctx);
                     match self.outcome(seq, m.name, result) {
                         Outcome::Poison(f) => f,
@@ -442,6 +461,7 @@ impl Core {
                 set(&mut poison, w, &failure);
             }
         }
+        drop(named);
         body.members.clear();
         self.profile_end(unit_t0, &op.name, rctx);
         let poison = body.write_slots.iter().map(|&s| of(&poison, s)).collect();
