@@ -82,7 +82,7 @@ struct ThreadLog {
 pub struct Profiler {
     /// Tells this profiler's logs apart in a thread's list (an engine each, any number at once).
     id: u64,
-    clock: quanta::Clock,
+    clock: Clock,
     /// The reading every time is counted from.
     origin: u64,
     running: AtomicBool,
@@ -110,10 +110,47 @@ fn thread_no() -> u64 {
     })
 }
 
+/// Raw clock readings, turned into nanoseconds only when read: the time-stamp counter where
+/// there is one (`quanta`). Finding one takes `cpuid`, which Miri cannot execute, so under Miri
+/// the readings are the system's monotonic clock in nanoseconds.
+struct Clock {
+    #[cfg(not(miri))]
+    tsc: quanta::Clock,
+    #[cfg(miri)]
+    origin: std::time::Instant,
+}
+
+impl Clock {
+    fn new() -> Self {
+        Clock {
+            #[cfg(not(miri))]
+            tsc: quanta::Clock::new(),
+            #[cfg(miri)]
+            origin: std::time::Instant::now(),
+        }
+    }
+
+    #[inline]
+    fn raw(&self) -> u64 {
+        #[cfg(not(miri))]
+        return self.tsc.raw();
+        #[cfg(miri)]
+        return self.origin.elapsed().as_nanos() as u64;
+    }
+
+    /// Nanoseconds from reading `start` to reading `end`.
+    fn nanos(&self, start: u64, end: u64) -> u64 {
+        #[cfg(not(miri))]
+        return self.tsc.delta_as_nanos(start, end);
+        #[cfg(miri)]
+        return end.saturating_sub(start);
+    }
+}
+
 impl Profiler {
     /// A running profiler that writes to `output` (if given) when its engine is dropped.
     pub fn new(output: Option<PathBuf>) -> Self {
-        let clock = quanta::Clock::new();
+        let clock = Clock::new();
         let origin = clock.raw();
         Profiler {
             id: NEXT_PROFILER.fetch_add(1, Ordering::Relaxed),
@@ -190,7 +227,7 @@ impl Profiler {
     }
 
     fn ns(&self, raw: u64) -> u64 {
-        self.clock.delta_as_nanos(self.origin, raw)
+        self.clock.nanos(self.origin, raw)
     }
 
     /// Everything recorded so far, by start time.
@@ -216,7 +253,7 @@ impl Profiler {
         let mut by_op: HashMap<(Cow<'static, str>, Context), OpStats> = HashMap::new();
         for log in self.logs.lock().iter() {
             for r in log.records.lock().iter() {
-                let ns = self.clock.delta_as_nanos(r.start, r.end);
+                let ns = self.clock.nanos(r.start, r.end);
                 let s = by_op
                     .entry((r.name.clone(), r.ctx))
                     .or_insert_with(|| OpStats {

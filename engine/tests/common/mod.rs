@@ -8,12 +8,14 @@ use std::time::Duration;
 use engine::{Engine, EngineBuilder, EngineKind};
 
 /// Runs `f` on its own thread and fails the test if it has not finished within `secs`: a hang
-/// becomes a failure instead of a stuck CI job.
+/// becomes a failure instead of a stuck CI job. Under Miri, which interprets the program a few
+/// hundred times slower, the limit is a hundred times longer.
 pub fn watchdog<T: Send + 'static>(
     what: &str,
     secs: u64,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> T {
+    let secs = if cfg!(miri) { secs * 100 } else { secs };
     let (tx, rx) = mpsc::channel();
     let handle = std::thread::spawn(move || {
         let out = f();
