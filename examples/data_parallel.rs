@@ -14,8 +14,10 @@
 //! speed) each result adds `reductions` and `reductions_during_backward`: the gradient
 //! reductions that started while some backward kernel was still running.
 
+#[path = "common/allocator.rs"]
+mod allocator;
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: allocator::PlainMiMalloc = allocator::PlainMiMalloc;
 
 use std::collections::HashMap;
 use std::time::Instant;

@@ -29,8 +29,10 @@
 //! one cache line takes to move between two threads' cores (this machine alternates between
 //! ~37 and ~220 ns, and every hand-over follows it).
 
+#[path = "common/allocator.rs"]
+mod allocator;
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: allocator::PlainMiMalloc = allocator::PlainMiMalloc;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -8,8 +8,10 @@
 //! profiler on and prints its per-op totals over the last timed iterations (forward+backward
 //! with `--train`, else forward; the 20 largest; in `--json`, key `profile`).
 
+#[path = "common/allocator.rs"]
+mod allocator;
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: allocator::PlainMiMalloc = allocator::PlainMiMalloc;
 
 #[path = "common/shape_arg.rs"]
 mod shape_arg;

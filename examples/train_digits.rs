@@ -10,8 +10,10 @@
 //! Two models: an MLP (64-128-64-10) and a small CNN (3x3 convolution with 16 filters, ReLU,
 //! 2x2 max pooling, a 64-unit layer, 10 classes).
 
+#[path = "common/allocator.rs"]
+mod allocator;
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: allocator::PlainMiMalloc = allocator::PlainMiMalloc;
 
 #[path = "common/digits.rs"]
 mod digits;

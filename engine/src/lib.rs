@@ -105,8 +105,8 @@ impl dyn Engine {
         self.push(
             Op::sync(name, f)
                 .on(ctx)
-                .reads(reads.iter().copied())
-                .writes(writes.iter().copied()),
+                .writes(writes.iter().copied())
+                .reads(reads.iter().copied()),
         )
     }
 
@@ -122,8 +122,8 @@ impl dyn Engine {
         self.push(
             Op::asynchronous(name, f)
                 .on(ctx)
-                .reads(reads.iter().copied())
-                .writes(writes.iter().copied()),
+                .writes(writes.iter().copied())
+                .reads(reads.iter().copied()),
         )
     }
 

@@ -160,10 +160,14 @@ impl<'a> Op<'a> {
         self
     }
 
-    /// Adds vars the op writes.
+    /// Adds vars the op writes. Cheapest before any read is added (the writes then go at the
+    /// end of the list instead of being inserted before the reads).
     pub fn writes(mut self, vars: impl IntoIterator<Item = &'a Var>) -> Op<'a> {
         let before = self.vars.len();
-        self.vars.insert_many(self.n_writes, vars);
+        match before == self.n_writes {
+            true => self.vars.extend(vars),
+            false => self.vars.insert_many(self.n_writes, vars),
+        }
         self.n_writes += self.vars.len() - before;
         self
     }

@@ -206,7 +206,8 @@ impl NDArray {
                 ptr: (self.chunk.ptr + self.offset) as *mut u8,
                 bytes: self.size() * self.dtype.size(),
             },
-            shape: self.shape.clone(),
+            // `from_slice` copies the dims at once, where `clone` pushes them one by one.
+            shape: Dims::from_slice(&self.shape),
             dtype: self.dtype,
         }
     }
@@ -221,8 +222,8 @@ impl NDArray {
         let engine = self.runtime().engine();
         let op = Op::sync(name, move |_| f().map_err(Into::into))
             .on(self.ctx())
-            .reads(reads.iter().map(|a| a.var()))
-            .writes(writes.iter().map(|a| a.var()));
+            .writes(writes.iter().map(|a| a.var()))
+            .reads(reads.iter().map(|a| a.var()));
         Ok(engine.push(op)?)
     }
 

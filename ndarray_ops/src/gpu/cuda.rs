@@ -308,8 +308,8 @@ pub(crate) fn kernel_op<'a>(
     kernel: GpuKernel,
     alias_safe: bool,
     attrs: Attrs,
-    ins: Vec<TensorRef>,
-    outs: Vec<TensorRef>,
+    ins: crate::ops::Tensors,
+    outs: crate::ops::Tensors,
     pool: StorageManager,
 ) -> Op<'a> {
     Op::sync(name, move |rctx| {

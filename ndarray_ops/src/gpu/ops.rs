@@ -64,7 +64,7 @@ pub(crate) fn run(
     kernel: GpuKernel,
     alias_safe: bool,
     attrs: &Attrs,
-    mut ins: Vec<TensorRef>,
+    mut ins: crate::ops::Tensors,
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {

@@ -473,7 +473,7 @@ fn check_in_place(op: &str, attrs: &Attrs, inputs: &[Input]) {
     let gpu_in = arrays(&rt, inputs);
     rt.wait_all().expect("ready");
     let def = lookup(op).expect("registered");
-    let ins: Vec<_> = gpu_in.iter().map(NDArray::tensor).collect();
+    let ins: crate::ops::Tensors = gpu_in.iter().map(NDArray::tensor).collect();
     let outs = vec![ins[0].clone()];
     let kernel = kernel_for(def).expect("gpu kernel");
     run(

@@ -52,6 +52,10 @@ unsafe impl Sync for RawBuf {}
 /// A shape, stored inline up to 6 dimensions (no allocation on the hot path of small ops).
 pub(crate) type Dims = smallvec::SmallVec<[usize; 6]>;
 
+/// An op's inputs or outputs as its kernel sees them, inline up to two (no allocation for most
+/// ops: a tiny op's closure carries its tensors).
+pub(crate) type Tensors = smallvec::SmallVec<[TensorRef; 2]>;
+
 /// What a kernel sees of an array: memory, shape and dtype (row-major, contiguous).
 #[derive(Clone, Debug)]
 pub(crate) struct TensorRef {
@@ -530,8 +534,8 @@ pub(crate) fn prepare(
             .map(|(s, d)| rt.empty(s, *d, ctx))
             .collect::<Result<_>>()?,
     };
-    let ins: Vec<TensorRef> = inputs.iter().map(|a| a.tensor()).collect();
-    let outs: Vec<TensorRef> = outputs.iter().map(NDArray::tensor).collect();
+    let ins: Tensors = inputs.iter().map(|a| a.tensor()).collect();
+    let outs: Tensors = outputs.iter().map(NDArray::tensor).collect();
     let mutated = def
         .mutate_inputs
         .iter()
@@ -539,9 +543,9 @@ pub(crate) fn prepare(
     if let Some(kernel) = device_kernel {
         let engine_op = device_op(&rt, ctx, def, kernel, attrs, ins, outs)
             .on(ctx)
-            .reads(inputs.iter().map(|a| a.var()))
             .writes(outputs.iter().chain(mutated).map(NDArray::var))
-            .writes(also_writes);
+            .writes(also_writes)
+            .reads(inputs.iter().map(|a| a.var()));
         push(engine_op)?;
         return Ok(outputs);
     }
@@ -576,8 +580,8 @@ pub(crate) fn prepare(
         run_kernel(op, kernel, alias_safe, &attrs2, ins, &outs, &mut kres).map_err(Into::into)
     })
     .on(ctx)
-    .reads(inputs.iter().map(|a| a.var()))
-    .writes(writes);
+    .writes(writes)
+    .reads(inputs.iter().map(|a| a.var()));
     let elements: usize = inputs.iter().map(|a| a.size()).sum::<usize>()
         + outputs.iter().map(NDArray::size).sum::<usize>();
     let engine_op = match elements <= CHEAP_ELEMENTS {
@@ -622,8 +626,8 @@ fn device_op<'a>(
     def: &'static OpDef,
     kernel: DeviceKernel,
     attrs: &Attrs,
-    ins: Vec<TensorRef>,
-    outs: Vec<TensorRef>,
+    ins: Tensors,
+    outs: Tensors,
 ) -> Op<'a> {
     let pool = rt.storage(ctx);
     crate::gpu::cuda::kernel_op(
@@ -644,8 +648,8 @@ fn device_op<'a>(
     _: &'static OpDef,
     kernel: DeviceKernel,
     _: &Attrs,
-    _: Vec<TensorRef>,
-    _: Vec<TensorRef>,
+    _: Tensors,
+    _: Tensors,
 ) -> Op<'a> {
     match kernel {}
 }
@@ -701,7 +705,7 @@ fn run_kernel(
     kernel: KernelFn,
     alias_safe: bool,
     attrs: &Attrs,
-    mut ins: Vec<TensorRef>,
+    mut ins: Tensors,
     outs: &[TensorRef],
     res: &mut KernelRes,
 ) -> std::result::Result<(), String> {
