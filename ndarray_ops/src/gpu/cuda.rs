@@ -308,13 +308,13 @@ pub(crate) fn kernel_op<'a>(
     kernel: GpuKernel,
     alias_safe: bool,
     attrs: Attrs,
-    ins: crate::ops::Tensors,
-    outs: crate::ops::Tensors,
+    mut tensors: crate::ops::Tensors,
     pool: StorageManager,
 ) -> Op<'a> {
     Op::sync(name, move |rctx| {
         run_on_device(rctx, &pool, |s| {
-            run(name, kernel, alias_safe, &attrs, ins, &outs, s)
+            let (ins, outs) = tensors.split();
+            run(name, kernel, alias_safe, &attrs, ins, outs, s)
         })
         .map_err(Into::into)
     })

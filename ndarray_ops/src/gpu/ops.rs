@@ -64,7 +64,7 @@ pub(crate) fn run(
     kernel: GpuKernel,
     alias_safe: bool,
     attrs: &Attrs,
-    mut ins: crate::ops::Tensors,
+    ins: &mut [TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
@@ -78,7 +78,7 @@ pub(crate) fn run(
             t.buf.ptr = copy;
         }
     }
-    kernel(op, attrs, &ins, outs, s)
+    kernel(op, attrs, ins, outs, s)
 }
 
 fn e2s(e: crate::NdError) -> String {

@@ -82,7 +82,7 @@ fn check(op: &str, attrs: &Attrs, inputs: &[Input], tol: f32) -> Vec<&'static st
         kernel,
         def.alias_safe,
         attrs,
-        gpu_in.iter().map(NDArray::tensor).collect(),
+        &mut gpu_in.iter().map(NDArray::tensor).collect::<Vec<_>>(),
         &outs,
         &stream,
     )
@@ -132,7 +132,7 @@ fn broadcasts_the_kernel_cannot_walk_are_refused_clearly() {
         kernel_for(def).expect("a GPU kernel"),
         def.alias_safe,
         &Attrs::new(),
-        ins.iter().map(NDArray::tensor).collect(),
+        &mut ins.iter().map(NDArray::tensor).collect::<Vec<_>>(),
         &[out.tensor()],
         &HostStream::new(lib),
     )
@@ -473,7 +473,7 @@ fn check_in_place(op: &str, attrs: &Attrs, inputs: &[Input]) {
     let gpu_in = arrays(&rt, inputs);
     rt.wait_all().expect("ready");
     let def = lookup(op).expect("registered");
-    let ins: crate::ops::Tensors = gpu_in.iter().map(NDArray::tensor).collect();
+    let mut ins: Vec<_> = gpu_in.iter().map(NDArray::tensor).collect();
     let outs = vec![ins[0].clone()];
     let kernel = kernel_for(def).expect("gpu kernel");
     run(
@@ -481,7 +481,7 @@ fn check_in_place(op: &str, attrs: &Attrs, inputs: &[Input]) {
         kernel,
         def.alias_safe,
         attrs,
-        ins,
+        &mut ins,
         &outs,
         &HostStream::new(lib),
     )

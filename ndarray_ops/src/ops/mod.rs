@@ -52,9 +52,30 @@ unsafe impl Sync for RawBuf {}
 /// A shape, stored inline up to 6 dimensions (no allocation on the hot path of small ops).
 pub(crate) type Dims = smallvec::SmallVec<[usize; 6]>;
 
-/// An op's inputs or outputs as its kernel sees them, inline up to two (no allocation for most
-/// ops: a tiny op's closure carries its tensors).
-pub(crate) type Tensors = smallvec::SmallVec<[TensorRef; 2]>;
+/// An op's inputs, then its outputs, as its kernel sees them: one allocation per op, and a
+/// small closure to move around (a tiny op's closure is built, boxed and called once each).
+pub(crate) struct Tensors {
+    all: Vec<TensorRef>,
+    inputs: usize,
+}
+
+impl Tensors {
+    fn new(inputs: &[&NDArray], outputs: &[NDArray]) -> Tensors {
+        let mut all = Vec::with_capacity(inputs.len() + outputs.len());
+        all.extend(inputs.iter().map(|a| a.tensor()));
+        all.extend(outputs.iter().map(NDArray::tensor));
+        Tensors {
+            all,
+            inputs: inputs.len(),
+        }
+    }
+
+    /// The inputs (a kernel runner may point one at a copy) and the outputs.
+    pub(crate) fn split(&mut self) -> (&mut [TensorRef], &[TensorRef]) {
+        let (ins, outs) = self.all.split_at_mut(self.inputs);
+        (ins, outs)
+    }
+}
 
 /// What a kernel sees of an array: memory, shape and dtype (row-major, contiguous).
 #[derive(Clone, Debug)]
@@ -534,14 +555,13 @@ pub(crate) fn prepare(
             .map(|(s, d)| rt.empty(s, *d, ctx))
             .collect::<Result<_>>()?,
     };
-    let ins: Tensors = inputs.iter().map(|a| a.tensor()).collect();
-    let outs: Tensors = outputs.iter().map(NDArray::tensor).collect();
+    let mut tensors = Tensors::new(inputs, &outputs);
     let mutated = def
         .mutate_inputs
         .iter()
         .filter_map(|&i| inputs.get(i).copied());
     if let Some(kernel) = device_kernel {
-        let engine_op = device_op(&rt, ctx, def, kernel, attrs, ins, outs)
+        let engine_op = device_op(&rt, ctx, def, kernel, attrs, tensors)
             .on(ctx)
             .writes(outputs.iter().chain(mutated).map(NDArray::var))
             .writes(also_writes)
@@ -577,7 +597,8 @@ pub(crate) fn prepare(
             rng: rng.as_deref_mut(),
             temp: temp.as_deref_mut(),
         };
-        run_kernel(op, kernel, alias_safe, &attrs2, ins, &outs, &mut kres).map_err(Into::into)
+        let (ins, outs) = tensors.split();
+        run_kernel(op, kernel, alias_safe, &attrs2, ins, outs, &mut kres).map_err(Into::into)
     })
     .on(ctx)
     .writes(writes)
@@ -626,8 +647,7 @@ fn device_op<'a>(
     def: &'static OpDef,
     kernel: DeviceKernel,
     attrs: &Attrs,
-    ins: Tensors,
-    outs: Tensors,
+    tensors: Tensors,
 ) -> Op<'a> {
     let pool = rt.storage(ctx);
     crate::gpu::cuda::kernel_op(
@@ -635,8 +655,7 @@ fn device_op<'a>(
         kernel,
         def.alias_safe,
         attrs.clone(),
-        ins,
-        outs,
+        tensors,
         pool,
     )
 }
@@ -648,7 +667,6 @@ fn device_op<'a>(
     _: &'static OpDef,
     kernel: DeviceKernel,
     _: &Attrs,
-    _: Tensors,
     _: Tensors,
 ) -> Op<'a> {
     match kernel {}
@@ -705,7 +723,7 @@ fn run_kernel(
     kernel: KernelFn,
     alias_safe: bool,
     attrs: &Attrs,
-    mut ins: Tensors,
+    ins: &mut [TensorRef],
     outs: &[TensorRef],
     res: &mut KernelRes,
 ) -> std::result::Result<(), String> {
@@ -729,7 +747,7 @@ fn run_kernel(
             scratch.push(copy);
         }
     }
-    kernel(op, attrs, &ins, outs, res)
+    kernel(op, attrs, ins, outs, res)
 }
 
 /// The kernel of identity ops (reshape family, Flatten, reshape_like): a copy, or nothing when
