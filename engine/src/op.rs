@@ -145,7 +145,7 @@ impl<'a> Op<'a> {
 
     /// Adds vars the op reads.
     pub fn reads(mut self, vars: impl IntoIterator<Item = &'a Var>) -> Op<'a> {
-        self.vars.extend(vars);
+        vars.into_iter().for_each(|v| self.vars.push(v));
         self
     }
 
@@ -165,7 +165,10 @@ impl<'a> Op<'a> {
     pub fn writes(mut self, vars: impl IntoIterator<Item = &'a Var>) -> Op<'a> {
         let before = self.vars.len();
         match before == self.n_writes {
-            true => self.vars.extend(vars),
+            // Pushed one by one, as in `reads`: `extend` first asks a chained iterator for its
+            // size, which walks the chain and costs more than the pushes (an op lists a var or
+            // two).
+            true => vars.into_iter().for_each(|v| self.vars.push(v)),
             false => self.vars.insert_many(self.n_writes, vars),
         }
         self.n_writes += self.vars.len() - before;

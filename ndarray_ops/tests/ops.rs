@@ -484,6 +484,19 @@ fn scalar_operators_use_the_scalar_given_each_time() {
         assert_eq!((&x + s).unwrap().to_vec::<f32>().unwrap(), want, "x + {s}");
     }
     assert_eq!((&x * 3.0).unwrap().to_vec::<f32>().unwrap(), [3.0, 6.0]);
+    // A map remembers its numbers once read; one made from it with a new value reads that.
+    let three = Attrs::new().with("scalar", 3);
+    let four = three.clone().with("scalar", " 4 ");
+    for (attrs, want) in [
+        (&three, [4.0f32, 5.0]),
+        (&four, [5.0, 6.0]),
+        (&three, [4.0, 5.0]),
+    ] {
+        let got = invoke("_plus_scalar", &[&x], attrs, None).unwrap()[0]
+            .to_vec::<f32>()
+            .unwrap();
+        assert_eq!(got, want, "{attrs:?}");
+    }
     let y = x.copy_to(Context::cpu(0)).unwrap();
     y.add_scalar_inplace(0.5).unwrap();
     y.mul_scalar_inplace(2.0).unwrap();

@@ -24,6 +24,7 @@ pub use stochastic::IS_TRAIN;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::fmt;
 use std::rc::Rc;
 use std::sync::{Arc, OnceLock};
 
@@ -143,7 +144,43 @@ pub(crate) fn fc_dims(x: &TensorRef, w: &TensorRef) -> (usize, usize, usize) {
 /// An op's attributes as strings (MXNet's JSON form), with typed getters that name the op and the
 /// key in their errors. Cloning shares the map (kernels keep a copy without allocating).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Attrs(Arc<BTreeMap<String, String>>);
+pub struct Attrs(Arc<BTreeMap<String, Value>>);
+
+/// One attribute: its text, and its number once a kernel has asked for one. Kernels read their
+/// attributes every time they run, and a map is shared by every run of its node (or, for
+/// `x + 1.0` in a loop, by every op of the loop), so a number is parsed once per map.
+#[derive(Clone)]
+pub(crate) struct Value {
+    text: String,
+    number: OnceLock<Option<f64>>,
+}
+
+impl Value {
+    fn new(text: String) -> Value {
+        Value {
+            text,
+            number: OnceLock::new(),
+        }
+    }
+
+    fn number(&self) -> Option<f64> {
+        *self.number.get_or_init(|| self.text.trim().parse().ok())
+    }
+}
+
+impl PartialEq for Value {
+    fn eq(&self, other: &Value) -> bool {
+        self.text == other.text
+    }
+}
+
+impl Eq for Value {}
+
+impl fmt::Debug for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.text, f)
+    }
+}
 
 impl Attrs {
     /// No attributes (one shared empty map: making one costs no allocation).
@@ -156,35 +193,28 @@ impl Attrs {
 
     /// Adds one.
     pub fn with(mut self, key: &str, value: impl ToString) -> Self {
-        Arc::make_mut(&mut self.0).insert(key.to_string(), value.to_string());
+        Arc::make_mut(&mut self.0).insert(key.to_string(), Value::new(value.to_string()));
         self
     }
 
     /// The raw string.
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).map(String::as_str)
+        self.0.get(key).map(|v| v.text.as_str())
     }
 
     /// Every attribute, sorted by key.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
-    }
-
-    fn parse<T: std::str::FromStr>(&self, op: &str, key: &str, what: &str) -> Result<Option<T>> {
-        self.get(key)
-            .map(|v| {
-                v.trim()
-                    .parse::<T>()
-                    .map_err(|_| invalid(op, format!("attribute {key}={v:?} is not {what}")))
-            })
-            .transpose()
+        self.0.iter().map(|(k, v)| (k.as_str(), v.text.as_str()))
     }
 
     /// A float attribute.
     pub fn f64(&self, op: &str, key: &str, default: Option<f64>) -> Result<f64> {
-        self.parse::<f64>(op, key, "a number")?
-            .or(default)
-            .ok_or_else(|| invalid(op, format!("attribute {key} is required")))
+        match self.0.get(key) {
+            Some(v) => v.number().ok_or_else(|| {
+                invalid(op, format!("attribute {key}={:?} is not a number", v.text))
+            }),
+            None => default.ok_or_else(|| invalid(op, format!("attribute {key} is required"))),
+        }
     }
 
     /// A boolean attribute (`true`/`false`/`1`/`0`, any case).
