@@ -29,6 +29,7 @@
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
@@ -43,7 +44,16 @@ use crate::sync::{AtomicBool, AtomicU64, Exclusive, Mutex, MutexGuard, Ordering}
 /// A handle to a versioned variable of one engine. Cloning the handle does not copy the var.
 #[derive(Clone)]
 pub struct Var {
-    pub(crate) inner: Arc<VarInner>,
+    /// Taken by `drop`, which may keep the var for reuse (see `spare`).
+    pub(crate) inner: ManuallyDrop<Arc<VarInner>>,
+}
+
+impl Drop for Var {
+    fn drop(&mut self) {
+        // SAFETY: `inner` is taken once, here, and the handle is not used afterwards.
+        let inner = unsafe { ManuallyDrop::take(&mut self.inner) };
+        spare::keep(inner);
+    }
 }
 
 pub(crate) struct VarInner {
@@ -91,23 +101,34 @@ pub(crate) struct VarState {
 
 impl Var {
     pub(crate) fn new(id: u64, engine: u64) -> Var {
-        Var {
-            inner: Arc::new(VarInner {
-                id,
-                engine,
-                deleted: AtomicBool::new(false),
-                state: Mutex::new(VarState {
-                    queue: VecDeque::new(),
-                    running_reads: 0,
-                    writing: false,
-                    poison: None,
-                }),
-                held: CachePadded::new(Held {
-                    version: AtomicU64::new(0),
-                    poisoned: AtomicBool::new(false),
-                    run: Exclusive::new(VecDeque::new()),
-                }),
+        let fresh = VarInner {
+            id,
+            engine,
+            deleted: AtomicBool::new(false),
+            state: Mutex::new(VarState {
+                queue: VecDeque::new(),
+                running_reads: 0,
+                writing: false,
+                poison: None,
             }),
+            held: CachePadded::new(Held {
+                version: AtomicU64::new(0),
+                poisoned: AtomicBool::new(false),
+                run: Exclusive::new(VecDeque::new()),
+            }),
+        };
+        let inner = match spare::take() {
+            Some(mut dead) => match Arc::get_mut(&mut dead) {
+                Some(slot) => {
+                    *slot = fresh;
+                    dead
+                }
+                None => Arc::new(fresh),
+            },
+            None => Arc::new(fresh),
+        };
+        Var {
+            inner: ManuallyDrop::new(inner),
         }
     }
 
@@ -165,6 +186,60 @@ impl Var {
     /// Address of the shared state, used to deduplicate vars cheaply.
     pub(crate) fn key(&self) -> usize {
         Arc::as_ptr(&self.inner) as usize
+    }
+}
+
+/// Dead vars kept for reuse, as MXNet keeps its vars in an object pool. Every new NDArray makes a
+/// var and every dropped one ends it, so a loop of small ops would allocate and free one per op;
+/// and a var is over-aligned (its holder side has cache lines of its own), which some allocators
+/// serve slowly: glibc's `posix_memalign` splits a larger chunk and frees the pieces on every
+/// call. One list for every engine and thread, because a var's last handle is often dropped on a
+/// worker (with a finished op) and the next var made on the pushing thread. A var is kept when
+/// its last handle goes, so nothing can reach it; `Var::new` overwrites it whole.
+#[cfg(not(loom))]
+mod spare {
+    use std::sync::Arc;
+
+    use parking_lot::Mutex;
+
+    use super::VarInner;
+
+    /// At most this many (256 KB).
+    const MAX: usize = 1024;
+
+    static SPARE: Mutex<Vec<Arc<VarInner>>> = Mutex::new(Vec::new());
+
+    /// Keeps `inner` for reuse if this was its last handle and the list has room.
+    pub(super) fn keep(inner: Arc<VarInner>) {
+        // A stale count can only say "not last" (a handle's clone needs a live handle, and
+        // only this one is left when the count is 1); `Var::new` checks uniqueness again with
+        // `Arc::get_mut`, which orders every other handle's drop before the reuse.
+        if Arc::strong_count(&inner) == 1 {
+            let mut spare = SPARE.lock();
+            if spare.len() < MAX {
+                spare.push(inner);
+            }
+        }
+    }
+
+    /// A dead var to overwrite, if one is kept.
+    pub(super) fn take() -> Option<Arc<VarInner>> {
+        SPARE.lock().pop()
+    }
+}
+
+/// Under loom every model run makes its own vars (their atomics belong to that run), so none is
+/// kept.
+#[cfg(loom)]
+mod spare {
+    use std::sync::Arc;
+
+    use super::VarInner;
+
+    pub(super) fn keep(_: Arc<VarInner>) {}
+
+    pub(super) fn take() -> Option<Arc<VarInner>> {
+        None
     }
 }
 
@@ -348,5 +423,50 @@ impl VarInner {
     /// Cheap check used on the hot path before looking for poison under the lock.
     pub(crate) fn maybe_poisoned(&self) -> bool {
         self.held.poisoned.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use crate::{EngineBuilder, EngineKind, Op};
+
+    /// A var whose last handle is dropped is kept and made again whole, for any engine: the new
+    /// var has version 0, no poison, is not deleted and takes ops, whatever the old one was.
+    #[test]
+    fn a_reused_var_starts_fresh() {
+        let old_engine = EngineBuilder::new(EngineKind::Naive).build();
+        let v = old_engine.new_var();
+        old_engine
+            .push(Op::sync("write", |_| Ok(())).write(&v))
+            .unwrap();
+        let fail = Op::sync("fail", |_| Err("failed on purpose".into())).write(&v);
+        old_engine.push(fail).unwrap();
+        assert_eq!(v.version(), 2);
+        assert!(v.poison().is_some());
+        old_engine.delete_var(Box::new(|| {}), &v).unwrap();
+        assert!(v.is_deleted());
+        let key = v.key();
+        drop(v);
+
+        // Other tests drop and make vars too, so look for the old one among a few new ones
+        // (all kept alive, so none goes back while looking).
+        let engine = EngineBuilder::new(EngineKind::ThreadedPerDevice).build();
+        let mut made = Vec::new();
+        let reused = loop {
+            assert!(made.len() < 4096, "the dropped var was not reused");
+            let var = engine.new_var();
+            if var.key() == key {
+                break var;
+            }
+            made.push(var);
+        };
+        assert_eq!(reused.version(), 0);
+        assert!(reused.poison().is_none());
+        assert!(!reused.is_deleted());
+        engine
+            .push(Op::sync("write", |_| Ok(())).write(&reused))
+            .unwrap();
+        engine.wait_for_var(&reused).unwrap();
+        assert_eq!(reused.version(), 1);
     }
 }
