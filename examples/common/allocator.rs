@@ -9,9 +9,10 @@
 //! the generic path moves back. The plain API does the same work on its own, cheaper, generic
 //! path. Measured with `ndarray_bench --tiny-only` (see the README): about 10% per tiny op.
 //!
-//! A plain block is aligned to at least 8 bytes, and to 16 for sizes that are multiples of 16,
-//! but rather than lean on that, each block is checked and a misaligned one is given back for an
-//! aligned request, so the allocator is sound whatever mimalloc's build does with alignment.
+//! A plain block is almost always aligned enough (mimalloc's blocks sit at multiples of their
+//! size class), but rather than lean on that, each block is checked and a misaligned one is
+//! given back for an aligned request, so the allocator is sound whatever mimalloc's build does
+//! with alignment.
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::ffi::c_void;
