@@ -24,38 +24,40 @@ use libmimalloc_sys::{
 /// mimalloc through its plain API where the block it gives is aligned enough.
 pub struct PlainMiMalloc;
 
-/// Whether `p` (possibly null: out of memory) may be handed out for `layout`.
-fn fits(p: *mut c_void, layout: Layout) -> bool {
-    (p as usize) & (layout.align() - 1) == 0
+/// A block for `layout` from the plain call, or, if that one is not aligned enough (or null:
+/// out of memory), from the aligned call, the plain block given back.
+///
+/// # Safety
+/// `plain` and `aligned` are mimalloc's (zeroing or not) allocation calls; `layout` is valid.
+unsafe fn plain_or_aligned(
+    layout: Layout,
+    plain: unsafe extern "C" fn(usize) -> *mut c_void,
+    aligned: unsafe extern "C" fn(usize, usize) -> *mut c_void,
+) -> *mut u8 {
+    // SAFETY: plain C allocation calls; a block that does not fit is freed once.
+    unsafe {
+        let p = plain(layout.size());
+        if (p as usize) & (layout.align() - 1) == 0 {
+            return p.cast();
+        }
+        mi_free(p);
+        aligned(layout.size(), layout.align()).cast()
+    }
 }
 
-// SAFETY: every pointer handed out comes from mimalloc and is aligned for its layout (`fits`,
-// or mimalloc's aligned API); mimalloc frees and reallocates blocks from either API.
+// SAFETY: every pointer handed out comes from mimalloc and is aligned for its layout (checked,
+// or from mimalloc's aligned API); mimalloc frees and reallocates blocks from either API.
 unsafe impl GlobalAlloc for PlainMiMalloc {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: plain C allocation calls; a block that does not fit is freed once.
-        unsafe {
-            let p = mi_malloc(layout.size());
-            if fits(p, layout) {
-                return p.cast();
-            }
-            mi_free(p);
-            mi_malloc_aligned(layout.size(), layout.align()).cast()
-        }
+        // SAFETY: mimalloc's allocation calls, a layout from the caller.
+        unsafe { plain_or_aligned(layout, mi_malloc, mi_malloc_aligned) }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: as in `alloc`.
-        unsafe {
-            let p = mi_zalloc(layout.size());
-            if fits(p, layout) {
-                return p.cast();
-            }
-            mi_free(p);
-            mi_zalloc_aligned(layout.size(), layout.align()).cast()
-        }
+        unsafe { plain_or_aligned(layout, mi_zalloc, mi_zalloc_aligned) }
     }
 
     #[inline]
