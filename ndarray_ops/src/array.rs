@@ -21,7 +21,7 @@ use ndarray::{ArrayD, IxDyn};
 use storage::{Context, Handle};
 
 use crate::error::{invalid, NdError, Result};
-use crate::ops::{Dims, RawBuf, TensorRef};
+use crate::ops::{cheap_if_small, Dims, RawBuf, TensorRef};
 use crate::runtime::Runtime;
 use crate::{DType, Element};
 
@@ -224,7 +224,8 @@ impl NDArray {
             .on(self.ctx())
             .writes(writes.iter().map(|a| a.var()))
             .reads(reads.iter().map(|a| a.var()));
-        Ok(engine.push(op)?)
+        let elements = reads.iter().chain(writes).map(|a| a.size()).sum();
+        Ok(engine.push(cheap_if_small(op, elements))?)
     }
 
     /// Sets every element to `value` (converted to the dtype).

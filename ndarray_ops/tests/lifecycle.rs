@@ -156,3 +156,43 @@ fn random_array_programs_agree_on_every_engine() {
         }
     }
 }
+
+/// Tiny arrays stay on the calling thread from start to finish: made (`from_vec`, `zeros`),
+/// computed on and read back, each op runs where it is pushed once its inputs are ready, so a
+/// loop over small arrays never starts out behind a hand-over to a worker. The same steps on
+/// arrays too large to be cheap run on the workers.
+#[test]
+fn tiny_arrays_are_made_computed_and_read_on_the_calling_thread() {
+    for kind in [EngineKind::ThreadedPooled, EngineKind::ThreadedPerDevice] {
+        for (n, on_caller) in [(4, true), (4096, false)] {
+            let engine = EngineBuilder::new(kind).profiler(None).build();
+            let rt = Runtime::new(engine, StorageConfig::default());
+            let ctx = Context::cpu(0);
+            let a = rt.from_vec(vec![1.0f32; n], &[n], ctx).unwrap();
+            let mut b = rt.zeros(&[n], DType::F32, ctx).unwrap();
+            for _ in 0..3 {
+                b = (&b + &a).unwrap();
+            }
+            assert_eq!(b.to_vec::<f32>().unwrap(), vec![3.0f32; n]);
+            rt.wait_all().unwrap();
+            let me = std::thread::current().name().unwrap_or("").to_string();
+            let events = rt.engine().profiler().expect("profiler on").events();
+            let names: Vec<&str> = events.iter().map(|e| e.name.as_str()).collect();
+            for op in ["write", "fill", "broadcast_add", "copy_out"] {
+                assert!(
+                    names.contains(&op),
+                    "{kind:?} n={n}: no '{op}' in {names:?}"
+                );
+            }
+            for e in events.iter().filter(|e| e.name != "delete_var") {
+                assert_eq!(
+                    e.thread_name == me,
+                    on_caller,
+                    "{kind:?} n={n}: '{}' ran on '{}'",
+                    e.name,
+                    e.thread_name
+                );
+            }
+        }
+    }
+}

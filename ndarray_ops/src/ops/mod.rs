@@ -486,6 +486,15 @@ pub fn invoke_on(
 /// runnable at once the pushing thread runs it rather than paying a hand-over to a worker.
 const CHEAP_ELEMENTS: usize = 1024;
 
+/// Marks `op` cheap when it touches at most [`CHEAP_ELEMENTS`] elements: the one rule for every
+/// op the NDArray layer pushes (registry ops, fills, writes, reads back).
+pub(crate) fn cheap_if_small(op: Op<'_>, elements: usize) -> Op<'_> {
+    match elements <= CHEAP_ELEMENTS {
+        true => op.cheap(),
+        false => op,
+    }
+}
+
 /// One call of an op, as [`prepare`] takes it.
 pub(crate) struct Call<'c> {
     pub(crate) name: &'c str,
@@ -635,11 +644,7 @@ pub(crate) fn prepare(
     .reads(inputs.iter().map(|a| a.var()));
     let elements: usize = inputs.iter().map(|a| a.size()).sum::<usize>()
         + outputs.iter().map(NDArray::size).sum::<usize>();
-    let engine_op = match elements <= CHEAP_ELEMENTS {
-        true => engine_op.cheap(),
-        false => engine_op,
-    };
-    push(engine_op)?;
+    push(cheap_if_small(engine_op, elements))?;
     Ok(outputs)
 }
 
