@@ -448,7 +448,7 @@ impl NDArray {
         } else {
             FnProperty::CopyToDevice
         };
-        Ok(Op::sync(name, move |_| {
+        let op = Op::sync(name, move |_| {
             // SAFETY: the engine orders this op after the source's writes and gives it exclusive
             // access to the destination; ranges of distinct arrays in one chunk may overlap, so
             // the copy tolerates overlap.
@@ -458,7 +458,8 @@ impl NDArray {
         .on(dst.ctx())
         .prop(prop)
         .read(self.var())
-        .write(dst.var()))
+        .write(dst.var());
+        Ok(cheap_if_small(op, self.size() + dst.size()))
     }
 }
 

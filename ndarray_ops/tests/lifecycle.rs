@@ -158,11 +158,11 @@ fn random_array_programs_agree_on_every_engine() {
 }
 
 /// Tiny arrays stay on the calling thread from start to finish: made (`from_vec`, `zeros`),
-/// computed on and read back, each op runs where it is pushed once its inputs are ready, so a
+/// computed on, copied and read back, each op runs where it is pushed once its inputs are ready, so a
 /// loop over small arrays never starts out behind a hand-over to a worker. The same steps on
 /// arrays too large to be cheap run on the workers.
 #[test]
-fn tiny_arrays_are_made_computed_and_read_on_the_calling_thread() {
+fn tiny_arrays_are_made_computed_copied_and_read_on_the_calling_thread() {
     for kind in [EngineKind::ThreadedPooled, EngineKind::ThreadedPerDevice] {
         for (n, on_caller) in [(4, true), (4096, false)] {
             let engine = EngineBuilder::new(kind).profiler(None).build();
@@ -173,12 +173,14 @@ fn tiny_arrays_are_made_computed_and_read_on_the_calling_thread() {
             for _ in 0..3 {
                 b = (&b + &a).unwrap();
             }
-            assert_eq!(b.to_vec::<f32>().unwrap(), vec![3.0f32; n]);
+            let c = rt.empty(&[n], DType::F32, ctx).unwrap();
+            b.copy_into(&c).unwrap();
+            assert_eq!(c.to_vec::<f32>().unwrap(), vec![3.0f32; n]);
             rt.wait_all().unwrap();
             let me = std::thread::current().name().unwrap_or("").to_string();
             let events = rt.engine().profiler().expect("profiler on").events();
             let names: Vec<&str> = events.iter().map(|e| e.name.as_str()).collect();
-            for op in ["write", "fill", "broadcast_add", "copy_out"] {
+            for op in ["write", "fill", "broadcast_add", "copy", "copy_out"] {
                 assert!(
                     names.contains(&op),
                     "{kind:?} n={n}: no '{op}' in {names:?}"
