@@ -158,9 +158,9 @@ fn random_array_programs_agree_on_every_engine() {
 }
 
 /// Tiny arrays stay on the calling thread from start to finish: made (`from_vec`, `zeros`),
-/// computed on, copied and read back, each op runs where it is pushed once its inputs are ready, so a
-/// loop over small arrays never starts out behind a hand-over to a worker. The same steps on
-/// arrays too large to be cheap run on the workers.
+/// computed on, copied and read back, each op runs where it is pushed once its inputs are
+/// ready, so a loop over small arrays never starts out behind a hand-over to a worker. The same
+/// steps on arrays too large to be cheap run on the workers.
 #[test]
 fn tiny_arrays_are_made_computed_copied_and_read_on_the_calling_thread() {
     for kind in [EngineKind::ThreadedPooled, EngineKind::ThreadedPerDevice] {

@@ -487,7 +487,7 @@ pub fn invoke_on(
 const CHEAP_ELEMENTS: usize = 1024;
 
 /// Marks `op` cheap when it touches at most [`CHEAP_ELEMENTS`] elements: the one rule for every
-/// op the NDArray layer pushes (registry ops, fills, writes, reads back).
+/// op the NDArray layer pushes (registry ops, fills, writes, copies, reads back).
 pub(crate) fn cheap_if_small(op: Op<'_>, elements: usize) -> Op<'_> {
     match elements <= CHEAP_ELEMENTS {
         true => op.cheap(),
