@@ -24,8 +24,9 @@ use libmimalloc_sys::{
 /// mimalloc through its plain API where the block it gives is aligned enough.
 pub struct PlainMiMalloc;
 
-/// A block for `layout` from the plain call, or, if that one is not aligned enough (or null:
-/// out of memory), from the aligned call, the plain block given back.
+/// A block for `layout` from the plain call when it is aligned enough (a null one, out of
+/// memory, passes the check and is returned as is); otherwise from the aligned call, the plain
+/// block given back.
 ///
 /// # Safety
 /// `plain` and `aligned` are mimalloc's (zeroing or not) allocation calls; `layout` is valid.
