@@ -29,7 +29,7 @@ mod bulk;
 mod config;
 mod core;
 #[cfg(feature = "cuda")]
-mod cuda;
+pub mod cuda;
 mod error;
 mod naive;
 mod op;

@@ -34,7 +34,8 @@ pub enum FnProperty {
 pub struct RunContext {
     /// The device the op was pushed for.
     pub ctx: Context,
-    /// The CUDA stream of the worker running the op (GPU contexts, `cuda` feature, GPU present).
+    /// The stream of the op's GPU, which the worker running it queues on (GPU contexts, `cuda`
+    /// feature, GPU present; see [`crate::cuda`]).
     #[cfg(feature = "cuda")]
     pub stream: Option<Arc<cudarc::driver::CudaStream>>,
 }

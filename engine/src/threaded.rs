@@ -3,7 +3,8 @@
 //! * `ThreadedPooled`: one shared compute pool for every device, plus a copy pool.
 //! * `ThreadedPerDevice`: per device context, a compute pool, a one-thread priority pool and a
 //!   copy pool, started when the first op for that context arrives. With the `cuda` feature,
-//!   each worker of a `gpu(i)` context owns a CUDA stream, handed to ops in their [`RunContext`].
+//!   the workers of a `gpu(i)` context queue on that GPU's one stream (see [`crate::cuda`]),
+//!   handed to ops in their [`RunContext`].
 
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
@@ -49,14 +50,14 @@ fn is_copy(op: &OpRef) -> bool {
     )
 }
 
-/// What each worker of a device's pools starts with: the context and, for GPUs, its own stream.
+/// What each worker of a device's pools starts with: the context and, for GPUs, the device's stream.
 fn worker_init(ctx: Context) -> WorkerInit {
     Arc::new(move |_index| {
         #[allow(unused_mut)]
         let mut rctx = RunContext::new(ctx);
         #[cfg(feature = "cuda")]
         if ctx.dev_type == storage::DeviceType::Gpu {
-            rctx.stream = crate::cuda::worker_stream(ctx.dev_id);
+            rctx.stream = crate::cuda::device_stream(ctx.dev_id);
         }
         rctx
     })

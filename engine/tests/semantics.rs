@@ -317,22 +317,29 @@ fn higher_priority_runs_first_on_a_busy_pool() {
                 .build();
             // Every worker that could run the ops below waits at the gate until all are pushed:
             // the compute worker, and on the per-device engine the priority worker too (else it
-            // may take 'high' before 'higher' is pushed; Miri's scheduler does).
+            // may take 'high' before 'higher' is pushed). The ops are pushed only once both are
+            // inside their gate op: a worker that had not yet taken it would take 'high' first,
+            // as higher than the gate's priority (seen on a 16-core machine, and under Miri).
             let gated = match kind {
                 EngineKind::ThreadedPerDevice => [0, 1].as_slice(),
                 _ => [0].as_slice(),
             };
             let gate = Arc::new(Barrier::new(gated.len() + 1));
+            let (entered, at_gate) = std::sync::mpsc::channel();
             for &prio in gated {
-                let g = gate.clone();
+                let (g, entered) = (gate.clone(), entered.clone());
                 e.push(
                     Op::sync("gate", move |_| {
+                        entered.send(()).unwrap();
                         g.wait();
                         Ok(())
                     })
                     .priority(prio),
                 )
                 .unwrap();
+            }
+            for _ in gated {
+                at_gate.recv().unwrap();
             }
             let order = Arc::new(Mutex::new(Vec::new()));
             for (name, prio) in [("low", -1), ("normal", 0), ("high", 5), ("higher", 9)] {

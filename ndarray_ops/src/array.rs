@@ -334,9 +334,13 @@ impl NDArray {
     }
 
     /// Returns when every op pushed so far that writes this array has finished; reports the
-    /// failure of one of them (or of an op they depended on).
+    /// failure of one of them (or of an op they depended on). For a GPU array, also when its
+    /// device has run them (GPU ops end once queued; see the GPU back end).
     pub fn wait_to_read(&self) -> Result<()> {
-        Ok(self.runtime().engine().wait_for_var(self.var())?)
+        self.runtime().engine().wait_for_var(self.var())?;
+        #[cfg(feature = "cuda")]
+        crate::gpu::cuda::settle(self.ctx())?;
+        Ok(())
     }
 
     /// Returns when every op pushed so far that reads or writes this array has finished.

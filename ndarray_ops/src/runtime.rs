@@ -112,9 +112,13 @@ impl Runtime {
         Ok(())
     }
 
-    /// Waits for every pushed op; reports the first unreported kernel failure.
+    /// Waits for every pushed op (and, for GPU ops, for their devices to run them); reports the
+    /// first unreported kernel failure.
     pub fn wait_all(&self) -> Result<()> {
-        Ok(self.engine.wait_for_all()?)
+        self.engine.wait_for_all()?;
+        #[cfg(feature = "cuda")]
+        crate::gpu::cuda::settle_all()?;
+        Ok(())
     }
 
     /// An array whose contents are unspecified until written.

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use engine::{EngineBuilder, EngineKind};
-use ndarray_ops::{Attrs, BindOptions, Executor, Runtime, Symbol};
+use ndarray_ops::{Attrs, BindOptions, DType, Executor, NDArray, Runtime, Symbol};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use storage::{Context, StorageConfig};
@@ -247,4 +247,58 @@ fn a_gpu_over_its_memory_limit_fails_its_bind_clearly() {
     let exec = Executor::simple_bind(&rt, Context::cpu(0), &resnet_block(), &shapes).unwrap();
     exec.forward(false).unwrap();
     rt.wait_all().unwrap();
+}
+
+/// GPU ops end once their work is queued on the device's stream (`gpu/cuda.rs`), so the order
+/// of the work rests on every op of a device sharing that stream. A program that reads an array
+/// and then overwrites it, chains on the result, frees temporaries for the pool to hand out
+/// again, and copies to the host along the way gives the CPU's result on every engine,
+/// including one whose four GPU workers launch at once; waiting for it waits for the device.
+#[test]
+fn gpu_ops_queued_without_waiting_keep_their_dependency_order() {
+    let Some(gpu) = gpu() else { return };
+    let add = |a: &NDArray, b: &NDArray| {
+        ndarray_ops::invoke("elemwise_add", &[a, b], &Attrs::new(), None)
+            .unwrap()
+            .remove(0)
+    };
+    // Large enough that each kernel takes a while; every value stays exact in float32.
+    let program = |rt: &Arc<Runtime>, ctx: Context| -> (Vec<f32>, Vec<Vec<f32>>) {
+        let mut x = rt.full(&[1 << 22], 1.0, DType::F32, ctx).unwrap();
+        let mut on_host = vec![];
+        for round in 0..20 {
+            let doubled = add(&x, &x);
+            // Overwrites what `doubled` read: must wait for that read on the device.
+            x.fill(-1.0).unwrap();
+            x = add(&doubled, &doubled);
+            drop(doubled);
+            if round % 5 == 4 {
+                let host = x
+                    .slice(0, 1 << 10)
+                    .unwrap()
+                    .copy_to(Context::cpu(0))
+                    .unwrap();
+                on_host.push(host);
+            }
+        }
+        x.wait_to_read().unwrap();
+        let sums = on_host.iter().map(|h| h.to_vec::<f32>().unwrap()).collect();
+        (x.to_vec::<f32>().unwrap(), sums)
+    };
+    let cpu_rt = runtime(StorageConfig::default());
+    let expected = program(&cpu_rt, Context::cpu(0));
+    assert_eq!(expected.0[0], 4f32.powi(20));
+    let engines = [
+        EngineBuilder::new(EngineKind::Naive),
+        EngineBuilder::new(EngineKind::ThreadedPooled).pooled_workers(4),
+        EngineBuilder::new(EngineKind::ThreadedPerDevice).gpu_workers(4),
+    ];
+    for builder in engines {
+        let kind = builder.config().kind;
+        let rt = Runtime::new(builder.build(), StorageConfig::default());
+        let got = program(&rt, gpu);
+        assert!(got.0 == expected.0, "{kind:?}: the last array differs");
+        assert!(got.1 == expected.1, "{kind:?}: a copy to the host differs");
+        rt.wait_all().unwrap();
+    }
 }

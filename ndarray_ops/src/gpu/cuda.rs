@@ -1,12 +1,16 @@
 //! The CUDA [`Stream`] (`cuda` feature): kernels compiled once by NVRTC and loaded per device,
-//! GEMMs by cuBLAS, everything on the stream of the engine worker running the op.
+//! GEMMs by cuBLAS, everything on the device's one stream (`engine::cuda`).
 //!
-//! An op's work is queued on its worker's stream and the op then waits for the stream, so when
-//! the engine sees the op finish its results are in memory, and the next op on the same arrays
-//! (on any worker's stream) reads them safely — MXNet's GPU workers do the same. Copies between
-//! host and device are asynchronous engine ops instead: the copy worker queues the transfer and
-//! a host callback on the stream completes the op when the transfer is done, so copy workers
-//! never block on a transfer.
+//! An op's work is queued on its device's stream and the op ends there, without waiting for the
+//! GPU: the engine starts an op only after the ops it depends on have ended, and every op
+//! touching a device's memory queues on that device's stream, so the stream runs the work in
+//! dependency order while the engine's workers run ahead (as CUDA programs do within one
+//! stream). Memory an op hands back (its scratch, a deleted array) is reused only by work queued
+//! after it. Where the host needs the results, the wait is explicit: copies to and from the host
+//! complete from a host callback on the stream once their transfer is done (so copy workers never
+//! block), and waiting for a GPU array, or for everything, waits for its stream too
+//! ([`settle`]). `MXRS_GPU_SYNC=1` makes every op wait for its stream instead, so a kernel fault
+//! is reported by the op that caused it and the profiler times kernels, not launches.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -133,15 +137,13 @@ fn module(ctx: &Arc<CudaContext>) -> Result<Arc<Module>, String> {
 }
 
 thread_local! {
-    /// Streams for threads whose engine gave them none (the inline and pooled engines).
-    static OWN_STREAMS: RefCell<HashMap<u32, Arc<CudaStream>>> = RefCell::default();
     /// One cuBLAS handle per stream this thread has run GEMMs on.
     static BLAS: RefCell<Vec<(usize, CudaBlas)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// The stream to run on, its device's context bound to this thread.
 fn bound_stream(rctx: &RunContext) -> Result<Arc<CudaStream>, String> {
-    let stream = stream_for(rctx)?;
+    let stream = stream_for(rctx.ctx)?;
     stream
         .context()
         .bind_to_thread()
@@ -149,27 +151,50 @@ fn bound_stream(rctx: &RunContext) -> Result<Arc<CudaStream>, String> {
     Ok(stream)
 }
 
-/// The worker's stream, or one of this thread's own for device `dev_id`.
-fn stream_for(rctx: &RunContext) -> Result<Arc<CudaStream>, String> {
-    if let Some(s) = &rctx.stream {
-        return Ok(s.clone());
-    }
-    let dev = rctx.ctx.dev_id;
-    if !storage::gpu_available() {
-        return Err("no usable GPU: the CUDA driver cannot be loaded or finds no device".into());
-    }
-    OWN_STREAMS.with(|streams| {
-        if let Some(s) = streams.borrow().get(&dev) {
-            return Ok(s.clone());
-        }
-        let opened = std::panic::catch_unwind(|| CudaContext::new(dev as usize))
-            .map_err(|_| "the CUDA driver library cannot be loaded on this machine".to_string())?;
-        let stream = opened
-            .and_then(|c| c.new_stream())
-            .map_err(|e| format!("a stream on GPU {dev}: {e}"))?;
-        streams.borrow_mut().insert(dev, stream.clone());
-        Ok(stream)
+/// The stream of `ctx`'s GPU: the one the engine's workers for it are given, and the one a
+/// thread the engine gave none (inline and pooled engines) must use, so that it is the same.
+fn stream_for(ctx: Context) -> Result<Arc<CudaStream>, String> {
+    engine::cuda::device_stream(ctx.dev_id).ok_or_else(|| match storage::gpu_available() {
+        true => format!("GPU {} gives no stream", ctx.dev_id),
+        false => "no usable GPU: the CUDA driver cannot be loaded or finds no device".into(),
     })
+}
+
+/// Whether every op waits for its stream (`MXRS_GPU_SYNC=1`), read once.
+fn sync_each_op() -> bool {
+    static SYNC: OnceLock<bool> = OnceLock::new();
+    *SYNC.get_or_init(|| std::env::var("MXRS_GPU_SYNC").is_ok_and(|v| v.trim() == "1"))
+}
+
+/// Waits until the GPU of `ctx` has run everything queued on its stream so far (nothing for
+/// other contexts); a fault of a kernel queued earlier is reported here.
+pub(crate) fn settle(ctx: Context) -> Result<(), storage::StorageError> {
+    if ctx.is_cpu() {
+        return Ok(());
+    }
+    let stream = stream_for(ctx).map_err(|reason| device_failure(ctx, reason))?;
+    stream
+        .synchronize()
+        .map_err(|e| device_failure(ctx, driver_error("a GPU op queued earlier failed", e)))
+}
+
+/// [`settle`] for every GPU used so far.
+pub(crate) fn settle_all() -> Result<(), storage::StorageError> {
+    for stream in engine::cuda::device_streams() {
+        let ctx = Context::gpu(stream.context().ordinal() as u32);
+        stream
+            .synchronize()
+            .map_err(|e| device_failure(ctx, driver_error("a GPU op queued earlier failed", e)))?;
+    }
+    Ok(())
+}
+
+fn device_failure(ctx: Context, reason: String) -> storage::StorageError {
+    storage::StorageError::Device {
+        ctx,
+        op: "waiting for the GPU's stream".into(),
+        reason,
+    }
 }
 
 /// One op's view of its stream: kernels, GEMMs, copies, and scratch from the device's pool
@@ -280,7 +305,7 @@ impl Stream for DeviceStream<'_> {
     }
 }
 
-/// Runs `f` on the worker's stream for the device of `rctx`, then waits for the stream.
+/// Runs `f` on the stream of `rctx`'s device; waits for the stream only under `MXRS_GPU_SYNC=1`.
 pub(crate) fn run_on_device(
     rctx: &RunContext,
     pool: &StorageManager,
@@ -294,12 +319,16 @@ pub(crate) fn run_on_device(
         held: RefCell::default(),
     };
     let ran = f(&s);
-    // Kernel faults surface here too.
-    let synced = stream
-        .synchronize()
-        .map_err(|e| driver_error("waiting for the stream", e));
+    // The scratch goes back to the pool now: only work queued behind this op's reuses it.
     drop(s);
-    ran.and(synced)
+    ran?;
+    if sync_each_op() {
+        // Kernel faults surface here too.
+        stream
+            .synchronize()
+            .map_err(|e| driver_error("waiting for the stream", e))?;
+    }
+    Ok(())
 }
 
 /// The engine op running GPU kernel `kernel` of op `name` on `ctx`'s workers.
@@ -328,7 +357,10 @@ pub(crate) fn fill_op<'a>(t: TensorRef, value: f64, pool: StorageManager) -> Op<
 }
 
 /// An asynchronous copy between `from` and `to` (at least one a GPU), run by the GPU side's copy
-/// workers: the transfer is queued on the worker's stream and the op completes when it is done.
+/// workers: the transfer is queued on that GPU's stream and the op completes when it is done.
+/// Between two GPUs the destination's stream carries it, first waiting for the source's stream
+/// to reach this point (the ops that wrote the source may still be queued there); the source's
+/// later writers wait for the op itself, which ends after the transfer.
 pub(crate) fn copy_op<'a>(
     name: &'static str,
     src: TensorRef,
@@ -345,6 +377,12 @@ pub(crate) fn copy_op<'a>(
         let (src, dst) = (src, dst);
         let bytes = src.buf.bytes.min(dst.buf.bytes);
         let queued = bound_stream(rctx).and_then(|stream| {
+            if !from.is_cpu() && from.dev_id != side.dev_id {
+                let source = stream_for(from)?;
+                stream
+                    .join(&source)
+                    .map_err(|e| driver_error("waiting for the source GPU's stream", e))?;
+            }
             // SAFETY: the engine keeps both arrays alive and unwritten by others until the op
             // completes; unified addressing tells host from device pointers.
             unsafe {
