@@ -14,14 +14,13 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::ffi::c_void;
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::cublas::sys::cublasOperation_t;
 use cudarc::cublas::{result as blas, CudaBlas};
 use cudarc::driver::{
-    result, sys, CudaContext, CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
+    sys, CudaContext, CudaEvent, CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 use engine::{Completion, FnProperty, Op, RunContext};
 use storage::{Context, Handle, StorageManager};
@@ -406,47 +405,59 @@ pub(crate) fn copy_op<'a>(
     .prop(prop)
 }
 
-/// Completes `done` once everything queued on `stream` so far has run.
+/// Completes `done` once everything queued on `stream` so far has run, or with the device's
+/// error if the stream faults first.
+///
+/// An event recorded on the stream is handed to the device's completer thread, which waits for
+/// it. A host callback on the stream would be lighter, but the driver never calls one once the
+/// context has faulted, and the op would then never complete; an event wait returns the fault.
 fn complete_after(stream: &Arc<CudaStream>, done: Completion) {
-    /// Runs on the driver's callback thread, which must not call CUDA: completing an op may run
-    /// other ops' code (a free that returns GPU memory), so it only hands the completion over.
-    unsafe extern "C" fn on_stream_done(user: *mut c_void) {
-        // SAFETY: `user` is the box leaked below, passed to exactly one callback.
-        let done = unsafe { Box::from_raw(user.cast::<Completion>()) };
-        if let Err(unsent) = completer().send(*done) {
-            unsent.0.complete(Ok(()));
+    let recorded = stream.record_event(Some(sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC));
+    match recorded {
+        Ok(event) => {
+            if let Err(unsent) = completer(stream.context().ordinal()).send((event, done)) {
+                let (event, done) = unsent.0;
+                finish(&event, done);
+            }
         }
-    }
-    let user = Box::into_raw(Box::new(done)).cast::<c_void>();
-    // SAFETY: a valid stream; the callback takes ownership of `user` when it runs.
-    let queued =
-        unsafe { result::stream::launch_host_function(stream.cu_stream(), on_stream_done, user) };
-    if let Err(e) = queued {
-        // SAFETY: the callback was not queued, so the box is still ours.
-        let done = unsafe { Box::from_raw(user.cast::<Completion>()) };
-        done.complete(Err(driver_error("cuLaunchHostFunc", e).into()));
+        Err(e) => done.complete(Err(driver_error("recording the copy's event", e).into())),
     }
 }
 
-/// The thread that completes copies whose transfers have finished.
-fn completer() -> &'static Sender<Completion> {
-    static TX: OnceLock<Sender<Completion>> = OnceLock::new();
-    TX.get_or_init(|| {
-        let (tx, rx) = channel::<Completion>();
-        let spawned = std::thread::Builder::new()
-            .name("mxrs-cuda-completions".into())
-            .spawn(move || {
-                for done in rx {
-                    done.complete(Ok(()));
-                }
-            });
-        if spawned.is_err() {
-            // Without the thread, sends fail and the callback completes in place.
-            let (dead, _) = channel();
-            return dead;
-        }
-        tx
-    })
+/// Completes `done` when `event` has happened.
+fn finish(event: &CudaEvent, done: Completion) {
+    let waited = event
+        .synchronize()
+        .map_err(|e| driver_error("the GPU's stream failed before the copy ended", e).into());
+    done.complete(waited);
+}
+
+/// A copy waiting for its transfer: the event after it and the op to complete.
+type Pending = (CudaEvent, Completion);
+
+/// The thread that completes device `ordinal`'s copies as their events happen. Events of one
+/// stream happen in the order they were recorded, so it waits for them in turn.
+fn completer(ordinal: usize) -> Sender<Pending> {
+    static TX: Mutex<Vec<(usize, Sender<Pending>)>> = Mutex::new(Vec::new());
+    let mut senders = TX.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, tx)) = senders.iter().find(|(o, _)| *o == ordinal) {
+        return tx.clone();
+    }
+    let (tx, rx) = channel::<Pending>();
+    let spawned = std::thread::Builder::new()
+        .name(format!("mxrs-gpu{ordinal}-completions"))
+        .spawn(move || {
+            for (event, done) in rx {
+                finish(&event, done);
+            }
+        });
+    // Without the thread, sends fail and the copy's worker waits for the event itself.
+    let tx = match spawned {
+        Ok(_) => tx,
+        Err(_) => channel().0,
+    };
+    senders.push((ordinal, tx.clone()));
+    tx
 }
 
 #[cfg(test)]
@@ -477,6 +488,67 @@ mod tests {
             Err(e) => skip_unless_required(e),
         }
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    const FAULT_CHILD: &str = "MXRS_TEST_FAULT_CHILD";
+
+    /// A kernel that faults makes the waits after it fail instead of hanging: the copy to the
+    /// host (completed from the device's completer thread), and waiting for everything. A fault
+    /// spoils the process's CUDA context, so the test runs itself again in a child process.
+    #[test]
+    fn a_device_fault_fails_later_waits_instead_of_hanging() {
+        use engine::{EngineBuilder, EngineKind, RunContext};
+        use storage::{Context, StorageConfig};
+
+        use super::KArgs;
+        use crate::{DType, Runtime};
+
+        let name = "gpu::cuda::tests::a_device_fault_fails_later_waits_instead_of_hanging";
+        if !storage::gpu_available() {
+            return eprintln!("skipped: no usable GPU on this machine");
+        }
+        if std::env::var_os(FAULT_CHILD).is_none() {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", name, "--nocapture", "--test-threads=1"])
+                .env(FAULT_CHILD, "1")
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success() && text.contains("1 passed"), "{text}");
+            return;
+        }
+        std::thread::spawn(|| {
+            std::thread::sleep(std::time::Duration::from_secs(60));
+            eprintln!("hung: no answer within 60 s of the fault");
+            std::process::exit(3);
+        });
+        let rt = Runtime::new(
+            EngineBuilder::new(EngineKind::ThreadedPerDevice).build(),
+            StorageConfig::default(),
+        );
+        let gpu = Context::gpu(0);
+        let a = rt.full(&[1 << 20], 1.0, DType::F32, gpu).unwrap();
+        a.wait_to_read().unwrap();
+        // A fill through an address no allocation holds, queued like any op's kernels behind
+        // ~10 ms of other work, so that the copy below is queued before the fault happens.
+        let rctx = RunContext {
+            ctx: gpu,
+            stream: engine::cuda::device_stream(0),
+        };
+        super::run_on_device(&rctx, &rt.storage(gpu), |s| {
+            let big = 1 << 28;
+            let buf = s.scratch(big * 4)?.cast::<f32>();
+            for _ in 0..30 {
+                s.launch("fill", big, &KArgs::new(big).p(0, buf))?;
+            }
+            s.launch("fill", 1 << 20, &KArgs::new(1 << 20).p(0, 16 as *mut f32))
+        })
+        .unwrap();
+        let err = a.to_vec::<f32>().unwrap_err().to_string();
+        assert!(err.contains("ILLEGAL_ADDRESS"), "{err}");
+        let err = rt.wait_all().unwrap_err().to_string();
+        assert!(err.contains("ILLEGAL_ADDRESS"), "{err}");
     }
 
     /// CI installs NVIDIA's NVRTC wheel and sets `MXRS_REQUIRE_NVRTC=1`, so there a missing
