@@ -545,6 +545,12 @@ mod tests {
             s.launch("fill", 1 << 20, &KArgs::new(1 << 20).p(0, 16 as *mut f32))
         })
         .unwrap();
+        // A copy from pageable host memory returns once staged and completes after the fault:
+        // the engine must hear of it (a copy to the host waits for the stream in its call).
+        let host = rt.full(&[4], 1.0, DType::F32, Context::cpu(0)).unwrap();
+        let b = host.copy_to(gpu).unwrap();
+        let err = rt.engine().wait_for_var(b.var()).unwrap_err().to_string();
+        assert!(err.contains("ILLEGAL_ADDRESS"), "{err}");
         let err = a.to_vec::<f32>().unwrap_err().to_string();
         assert!(err.contains("ILLEGAL_ADDRESS"), "{err}");
         let err = rt.wait_all().unwrap_err().to_string();
