@@ -427,9 +427,22 @@ KERNEL void pool_fwd(KArgs a) {
     }
 }
 
+// Max pooling's window maxima for its gradient: p0[t] = where in its plane output window t's
+// first maximum lies in p1 (planes, h, w), -1 for an empty window; exact while h * w < 2^24.
+// Integers as for pool_fwd.
+KERNEL void pool_argmax(KArgs a) {
+    i64 h = a.i[1], w = a.i[2];
+    FOR_EACH(t, a.i[0]) {
+        i64 x, y;
+        i64 plane = split(a, 3, split(a, 4, t, &x), &y);
+        a.p[0][t] = (float)window_argmax(a.p[1] + plane * h * w, w, pool_window(a, y, x));
+    }
+}
+
 // Pooling's gradient, gathered: each input pixel of p0 (planes, h, w) adds up the output
 // gradients p1 of the windows that took it (max: it is the window's first maximum in the data
-// p2). Integers as for pool_fwd, but i0 = the number of input pixels.
+// p2, read from pool_argmax's p3 when given: one search per window instead of one per window
+// and pixel under it). Integers as for pool_fwd, but i0 = the number of input pixels.
 KERNEL void pool_bwd(KArgs a) {
     i64 h = a.i[1], w = a.i[2], ho = a.i[3], wo = a.i[4], kh = a.i[5], kw = a.i[6];
     i64 sh = a.i[7], sw = a.i[8], ph = a.i[9], pw = a.i[10], kind = a.i[11];
@@ -450,7 +463,9 @@ KERNEL void pool_bwd(KArgs a) {
                 if (iy < win.y0 || iy >= win.y1 || ix < win.x0 || ix >= win.x1) continue;
                 double g = dy[y * wo + x];
                 if (kind == 0) {
-                    if (window_argmax(data, w, win) == iy * w + ix) s += g;
+                    i64 at = a.p[3] ? (i64)a.p[3][(plane * ho + y) * wo + x]
+                                    : window_argmax(data, w, win);
+                    if (at == iy * w + ix) s += g;
                 } else if (kind == 2) {
                     s += g;
                 } else {

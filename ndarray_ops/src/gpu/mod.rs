@@ -45,6 +45,7 @@ pub(crate) const KERNEL_NAMES: &[&str] = &[
     "im2col",
     "col2im",
     "pool_fwd",
+    "pool_argmax",
     "pool_bwd",
     "sgd",
     "sgd_mom",
