@@ -6,7 +6,7 @@
 //! * [`ops`]: one function per op (MXNet's semantics, float32) that launches kernels and GEMMs on a
 //!   [`Stream`] — the same op list the CPU kernels implement for `train_digits` and ResNet;
 //! * the streams: [`cuda`] (the `cuda` feature) compiles the kernels with NVRTC, runs GEMMs with
-//!   cuBLAS and launches on the engine worker's own CUDA stream; the tests' host emulator compiles
+//!   cuBLAS and launches on the op's GPU's one stream; the tests' host emulator compiles
 //!   `kernels.cu` as C++ and runs each kernel as one loop, with a reference GEMM, so the op layer
 //!   and the kernels are checked against the CPU kernels on every machine (no GPU needed).
 
