@@ -282,8 +282,8 @@ fn gpu_ops_queued_without_waiting_keep_their_dependency_order() {
             }
         }
         x.wait_to_read().unwrap();
-        let sums = on_host.iter().map(|h| h.to_vec::<f32>().unwrap()).collect();
-        (x.to_vec::<f32>().unwrap(), sums)
+        let copies = on_host.iter().map(|h| h.to_vec::<f32>().unwrap()).collect();
+        (x.to_vec::<f32>().unwrap(), copies)
     };
     let cpu_rt = runtime(StorageConfig::default());
     let expected = program(&cpu_rt, Context::cpu(0));

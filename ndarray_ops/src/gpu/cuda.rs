@@ -7,9 +7,9 @@
 //! dependency order while the engine's workers run ahead (as CUDA programs do within one
 //! stream). Memory an op hands back (its scratch, a deleted array) is reused only by work queued
 //! after it. Where the host needs the results, the wait is explicit: copies to and from the host
-//! complete from a host callback on the stream once their transfer is done (so copy workers never
-//! block), and waiting for a GPU array, or for everything, waits for its stream too
-//! ([`settle`]). `MXRS_GPU_SYNC=1` makes every op wait for its stream instead, so a kernel fault
+//! complete once their transfer is done (a per-device thread waits for an event recorded behind
+//! each, so copy workers never block, and a fault of the device fails them), and waiting for a
+//! GPU array, or for everything, waits for its stream too ([`settle`]). `MXRS_GPU_SYNC=1` makes every op wait for its stream instead, so a kernel fault
 //! is reported by the op that caused it and the profiler times kernels, not launches.
 
 use std::cell::RefCell;
@@ -172,20 +172,21 @@ pub(crate) fn settle(ctx: Context) -> Result<(), storage::StorageError> {
         return Ok(());
     }
     let stream = stream_for(ctx).map_err(|reason| device_failure(ctx, reason))?;
-    stream
-        .synchronize()
-        .map_err(|e| device_failure(ctx, driver_error("a GPU op queued earlier failed", e)))
+    wait_for(ctx, &stream)
 }
 
 /// [`settle`] for every GPU used so far.
 pub(crate) fn settle_all() -> Result<(), storage::StorageError> {
     for stream in engine::cuda::device_streams() {
-        let ctx = Context::gpu(stream.context().ordinal() as u32);
-        stream
-            .synchronize()
-            .map_err(|e| device_failure(ctx, driver_error("a GPU op queued earlier failed", e)))?;
+        wait_for(Context::gpu(stream.context().ordinal() as u32), &stream)?;
     }
     Ok(())
+}
+
+fn wait_for(ctx: Context, stream: &CudaStream) -> Result<(), storage::StorageError> {
+    stream
+        .synchronize()
+        .map_err(|e| device_failure(ctx, driver_error("a GPU op queued earlier failed", e)))
 }
 
 fn device_failure(ctx: Context, reason: String) -> storage::StorageError {
@@ -492,9 +493,10 @@ mod tests {
 
     const FAULT_CHILD: &str = "MXRS_TEST_FAULT_CHILD";
 
-    /// A kernel that faults makes the waits after it fail instead of hanging: the copy to the
-    /// host (completed from the device's completer thread), and waiting for everything. A fault
-    /// spoils the process's CUDA context, so the test runs itself again in a child process.
+    /// A kernel that faults makes the waits after it fail instead of hanging: a copy to the GPU
+    /// queued behind it (completed from the device's completer thread), a copy back to the host
+    /// and waiting for everything. A fault spoils the process's CUDA context, so the test runs
+    /// itself again in a child process.
     #[test]
     fn a_device_fault_fails_later_waits_instead_of_hanging() {
         use engine::{EngineBuilder, EngineKind, RunContext};

@@ -785,14 +785,12 @@ fn pooling_backward(
         .t(0, &outs[0])
         .t(1, dy)
         .t(2, x);
-    // Max pooling: find each window's maximum once, not once per pixel under the window.
+    // Max pooling (kind 0 in slot 11): find each window's maximum once, not once per pixel
+    // under the window.
     let (windows, plane) = (dy.len(), x.shape[2] * x.shape[3]);
     if a.i[11] == 0 && windows > 0 && plane < 1 << 24 {
         let at = s.scratch(windows * 4)?.cast::<f32>();
-        let find = pool_args(op, attrs, &x.shape, windows, ho, wo)?
-            .p(0, at)
-            .t(1, x);
-        s.launch("pool_argmax", windows, &find)?;
+        s.launch("pool_argmax", windows, &a.i(0, windows).p(0, at).t(1, x))?;
         a = a.p(3, at);
     }
     s.launch("pool_bwd", n, &a)
