@@ -172,8 +172,13 @@ KERNEL void add_bias(KArgs a) {
 
 // Per-channel sums over an (outer = i1, channels = i0, inner = i2) layout, in steps so that
 // many threads share a channel: chan_partial writes i3 partial sums per channel (doubles, into
-// p0), chan_fold adds runs of them up until few are left, chan_total adds those. Modes (i4):
-// 0 sums p1; 1 sums (p1 - p2[c])^2; 2 sums p1 * (p3 - p2[c]).
+// p0), chan_fold adds runs of them up until few are left, and chan_total (or BatchNorm's
+// prepare kernels) adds those. Mode (i4) 0 sums p1 into one plane of partial sums; modes 1 and 2
+// sum two things in the same pass, into two planes (all channels' first sums, then all their
+// second sums, so that the folds treat them as 2 * i0 channels): 1 sums p1 and p1^2, 2 sums p1
+// and p1 * p2. One pass reads the data once where a sum around the mean needs the mean first;
+// in double, E[x^2] - E[x]^2 loses nothing that matters for float data (a float's square is
+// exact in a double).
 KERNEL void chan_partial(KArgs a) {
     i64 channels = a.i[0], inner = a.i[2], parts = a.i[3], mode = a.i[4];
     i64 m = a.i[1] * inner;
@@ -185,16 +190,15 @@ KERNEL void chan_partial(KArgs a) {
     FOR_EACH(t, channels * parts) {
         i64 c = t / parts, e = t % parts;
         i64 o = e / inner, i = e % inner;
-        double mu = mode ? (double)a.p[2][c] : 0.0, s = 0.0;
+        double s = 0.0, s2 = 0.0;
         for (; e < m; e += parts) {
             i64 at = (o * channels + c) * inner + i;
             double v = a.p[1][at];
+            s += v;
             if (mode == 1) {
-                s += (v - mu) * (v - mu);
+                s2 += v * v;
             } else if (mode == 2) {
-                s += v * ((double)a.p[3][at] - mu);
-            } else {
-                s += v;
+                s2 += v * (double)a.p[2][at];
             }
             o += dq;
             i += dr;
@@ -204,6 +208,7 @@ KERNEL void chan_partial(KArgs a) {
             }
         }
         out[t] = s;
+        if (mode != 0) out[channels * parts + t] = s2;
     }
 }
 
@@ -221,26 +226,32 @@ KERNEL void chan_fold(KArgs a) {
     }
 }
 
-// p0[c] = f0 * (the i1 partial sums of channel c in p1), for i0 channels.
-KERNEL void chan_total(KArgs a) {
-    FOR_EACH(c, a.i[0]) {
-        const double* part = (const double*)a.p[1] + c * a.i[1];
-        double s = 0.0;
-        for (i64 k = 0; k < a.i[1]; k++) s += part[k];
-        a.p[0][c] = (float)(s * a.f[0]);
-    }
+// The sum of channel c's n partial sums (doubles) at p.
+__device__ inline double chan_sum(const float* p, i64 c, i64 n) {
+    const double* part = (const double*)p + c * n;
+    double s = 0.0;
+    for (i64 k = 0; k < n; k++) s += part[k];
+    return s;
 }
 
-// BatchNorm forward, per channel (i0 channels): p0 mean, p1 var (the batch's, when i1 says batch
-// statistics; written with what is used), p2 gamma, p3 beta, p4 moving mean, p5 moving var
-// (updated with momentum f1 under batch statistics), p6 scale and p7 shift out; f0 eps, i2
-// fix_gamma.
+// p0[c] = f0 * (the i1 partial sums of channel c in p1), for i0 channels.
+KERNEL void chan_total(KArgs a) {
+    FOR_EACH(c, a.i[0]) a.p[0][c] = (float)(chan_sum(a.p[1], c, a.i[1]) * a.f[0]);
+}
+
+// BatchNorm forward, per channel (i0 channels): p0 mean and p1 var out (the batch's when i1
+// says batch statistics, else the moving ones), p2 gamma, p3 beta, p4 moving mean, p5 moving
+// var (updated with momentum f1 under batch statistics), p6 scale out for bn_apply; under batch statistics p7 holds chan_partial's two planes of sums of
+// x and x^2 (i3 partial sums per channel) over f2 elements per channel. f0 eps, i2 fix_gamma.
 KERNEL void bn_prepare(KArgs a) {
     FOR_EACH(c, a.i[0]) {
         float mean, var;
         if (a.i[1]) {
-            mean = a.p[0][c];
-            var = a.p[1][c];
+            double n = a.f[2];
+            double m = chan_sum(a.p[7], c, a.i[3]) / n;
+            double sq = chan_sum(a.p[7], a.i[0] + c, a.i[3]) / n;
+            mean = (float)m;
+            var = (float)fmax(sq - m * m, 0.0);
             float mom = a.f[1];
             a.p[4][c] = a.p[4][c] * mom + mean * (1.0f - mom);
             a.p[5][c] = a.p[5][c] * mom + var * (1.0f - mom);
@@ -251,33 +262,39 @@ KERNEL void bn_prepare(KArgs a) {
         a.p[0][c] = mean;
         a.p[1][c] = var;
         float g = a.i[2] ? 1.0f : a.p[2][c];
-        float scale = g / sqrtf(var + a.f[0]);
-        a.p[6][c] = scale;
-        a.p[7][c] = a.p[3][c] - mean * scale;
+        a.p[6][c] = g / sqrtf(var + a.f[0]);
     }
 }
 
-// p0[t] = p1[t] * p2[c] + p3[c], c = (t / i1) % i2.
+// p0[t] = (p1[t] - p4[c]) * p2[c] + p3[c] (x, mean, scale, beta), c = (t / i1) % i2. Centring
+// first keeps data far from zero accurate, where x * scale + (beta - mean * scale) cancels.
 KERNEL void bn_apply(KArgs a) {
     FOR_EACH(t, a.i[0]) {
         i64 c = channel_of(a, t);
-        a.p[0][t] = a.p[1][t] * a.p[2][c] + a.p[3][c];
+        a.p[0][t] = (a.p[1][t] - a.p[4][c]) * a.p[2][c] + a.p[3][c];
     }
 }
 
-// BatchNorm backward, per channel (i0 channels): p0 holds sum(dy * (x - mean)) and becomes the
-// gamma gradient, p1 holds sum(dy) (the beta gradient), p2 gamma, p3 var; writes the
-// coefficients of bn_bwd_apply: p4 ka, p5 kb, p6 kc. f0 eps, f1 elements per channel, i1 batch
-// statistics, i2 fix_gamma.
+// BatchNorm backward, per channel (i0 channels): p0 gets the gamma gradient and p1 the beta
+// gradient; p2 gamma, p3 var, p5 mean; p6 holds chan_partial's two planes of sums of dy and
+// dy * x (i3 partial sums per channel), so that sum(dy * (x - mean)) = sum(dy * x) - mean *
+// sum(dy). Writes bn_bwd_apply's coefficients ka, kb, kc to p4 (three runs of i0 floats). f0
+// eps, f1 elements per channel, i1 batch statistics, i2 fix_gamma.
 KERNEL void bn_bwd_prepare(KArgs a) {
-    FOR_EACH(c, a.i[0]) {
+    i64 channels = a.i[0];
+    FOR_EACH(c, channels) {
+        double dy = chan_sum(a.p[6], c, a.i[3]);
+        double dy_x = chan_sum(a.p[6], channels + c, a.i[3]);
+        float dy_centred = (float)(dy_x - (double)a.p[5][c] * dy);
         float inv = 1.0f / sqrtf(a.p[3][c] + a.f[0]);
-        float dy_xhat = a.p[0][c] * inv;
+        float dy_xhat = dy_centred * inv;
         float g = a.i[2] ? 1.0f : a.p[2][c];
-        a.p[4][c] = g * inv;
-        a.p[5][c] = a.i[1] ? a.p[1][c] / a.f[1] : 0.0f;
-        a.p[6][c] = a.i[1] ? dy_xhat * inv / a.f[1] : 0.0f;
+        float* k = a.p[4];
+        k[c] = g * inv;
+        k[channels + c] = a.i[1] ? (float)(dy / a.f[1]) : 0.0f;
+        k[2 * channels + c] = a.i[1] ? dy_xhat * inv / a.f[1] : 0.0f;
         a.p[0][c] = a.i[2] ? 0.0f : dy_xhat;
+        a.p[1][c] = (float)dy;
     }
 }
 

@@ -290,69 +290,106 @@ fn parts(channels: usize, per_channel: usize) -> usize {
 /// How many partial sums one `chan_fold` thread adds.
 const FOLD: usize = 32;
 
-/// Doubles of scratch [`channel_sum`] needs for `parts` partial sums per channel: the partial
-/// sums and, folded, a second buffer for what each fold leaves.
-fn partial_doubles(channels: usize, parts: usize) -> usize {
-    channels * (parts + parts.div_ceil(FOLD))
+/// Doubles of scratch [`channel_partials`] needs for `parts` partial sums in each of `sums`
+/// planes of `channels` channels: the partial sums and, folded, a second buffer for what each
+/// fold leaves.
+fn partial_doubles(sums: usize, parts: usize) -> usize {
+    sums * (parts + parts.div_ceil(FOLD))
 }
 
-/// A per-channel sum over an `(outer, channels, inner)` layout into `out` (see `chan_partial`
-/// in `kernels.cu` for the modes), times `scale`. `partials` holds
-/// [`partial_doubles`] doubles.
-#[allow(clippy::too_many_arguments)]
-fn channel_sum(
+/// What [`channel_partials`] sums per channel (`chan_partial`'s modes in `kernels.cu`).
+#[derive(Clone, Copy)]
+enum ChannelSums {
+    /// The data.
+    Plain,
+    /// The data and its squares, two planes.
+    AndSquares,
+    /// The data and its products with another tensor of the same layout, two planes.
+    AndProducts(*mut f32),
+}
+
+impl ChannelSums {
+    fn planes(self) -> usize {
+        match self {
+            ChannelSums::Plain => 1,
+            _ => 2,
+        }
+    }
+}
+
+/// Per-channel partial sums over an `(outer, channels, inner)` layout, folded until at most
+/// [`FOLD`] are left per channel and plane; returns where they are (doubles, planes one after
+/// another) and how many each channel has. `partials` holds [`partial_doubles`] doubles.
+fn channel_partials(
     s: &dyn Stream,
     partials: *mut f32,
-    out: *mut f32,
-    mode: usize,
+    sums: ChannelSums,
     src: &TensorRef,
-    aux: [*mut f32; 2],
     (outer, channels, inner): (usize, usize, usize),
-    scale: f64,
-) -> KResult {
+) -> Result<(*mut f32, usize), String> {
     let mut p = parts(channels, outer * inner);
+    let (mode, other) = match sums {
+        ChannelSums::Plain => (0, std::ptr::null_mut()),
+        ChannelSums::AndSquares => (1, std::ptr::null_mut()),
+        ChannelSums::AndProducts(other) => (2, other),
+    };
     let a = KArgs::new(channels)
         .p(0, partials)
         .t(1, src)
-        .p(2, aux[0])
-        .p(3, aux[1])
+        .p(2, other)
         .i(1, outer)
         .i(2, inner)
         .i(3, p)
         .i(4, mode);
     s.launch("chan_partial", channels * p, &a)?;
+    let rows = sums.planes() * channels;
     // SAFETY: the scratch holds the second buffer after the partial sums.
     let (mut from, mut to) = (
         partials,
-        unsafe { partials.cast::<f64>().add(channels * p) }.cast(),
+        unsafe { partials.cast::<f64>().add(rows * p) }.cast(),
     );
     while p > FOLD {
         let folded = p.div_ceil(FOLD);
-        let a = KArgs::new(channels * folded)
+        let a = KArgs::new(rows * folded)
             .p(0, to)
             .p(1, from)
             .i(1, FOLD)
             .i(2, p);
-        s.launch("chan_fold", channels * folded, &a)?;
+        s.launch("chan_fold", rows * folded, &a)?;
         (from, to, p) = (to, from, folded);
     }
+    Ok((from, p))
+}
+
+/// A per-channel sum over an `(outer, channels, inner)` layout into `out`, times `scale`.
+fn channel_sum(
+    s: &dyn Stream,
+    out: *mut f32,
+    src: &TensorRef,
+    layout: (usize, usize, usize),
+    scale: f64,
+) -> KResult {
+    let channels = layout.1;
+    let (partials, _) = reduction_scratch(s, ChannelSums::Plain, layout, 0)?;
+    let (sums, p) = channel_partials(s, partials, ChannelSums::Plain, src, layout)?;
     let a = KArgs::new(channels)
         .p(0, out)
-        .p(1, from)
+        .p(1, sums)
         .i(1, p)
         .f(0, scale);
     s.launch("chan_total", channels, &a)
 }
 
-/// Scratch for [`channel_sum`] over `channels` channels of `per_channel` elements, plus `extra`
-/// floats after it; returns (partials, extra).
+/// Scratch for [`channel_partials`] of `sums` over `layout`, plus `extra` floats after it;
+/// returns (partials, extra).
 fn reduction_scratch(
     s: &dyn Stream,
-    channels: usize,
-    per_channel: usize,
+    sums: ChannelSums,
+    (outer, channels, inner): (usize, usize, usize),
     extra: usize,
 ) -> Result<(*mut f32, *mut f32), String> {
-    let partial_bytes = partial_doubles(channels, parts(channels, per_channel)) * 8;
+    let p = parts(channels, outer * inner);
+    let partial_bytes = partial_doubles(sums.planes() * channels, p) * 8;
     let base = s.scratch(partial_bytes + extra * 4)?;
     // SAFETY: the scratch block holds both parts.
     let extra = unsafe { base.add(partial_bytes) };
@@ -433,18 +470,7 @@ fn fully_connected_backward(
         beta: 0.0,
     })?;
     if !no_bias(op, attrs)? {
-        let (partials, _) = reduction_scratch(s, hidden, m, 0)?;
-        let null = std::ptr::null_mut();
-        channel_sum(
-            s,
-            partials,
-            outs[2].ptr(),
-            0,
-            dy,
-            [null; 2],
-            (m, hidden, 1),
-            1.0,
-        )?;
+        channel_sum(s, outs[2].ptr(), dy, (m, hidden, 1), 1.0)?;
     }
     Ok(())
 }
@@ -707,18 +733,7 @@ fn convolution_backward(
         }
     }
     if c.bias {
-        let (partials, _) = reduction_scratch(s, c.filters, n * plane, 0)?;
-        let null = std::ptr::null_mut();
-        channel_sum(
-            s,
-            partials,
-            outs[2].ptr(),
-            0,
-            dy,
-            [null; 2],
-            (n, c.filters, plane),
-            1.0,
-        )?;
+        channel_sum(s, outs[2].ptr(), dy, (n, c.filters, plane), 1.0)?;
     }
     Ok(())
 }
@@ -830,54 +845,36 @@ fn batch_norm(
     let b = bn_setup(op, attrs, &ins[0].shape)?;
     let (outer, c, inner) = b.layout;
     let momentum = attrs.f64(op, "momentum", Some(0.9)).map_err(e2s)?;
-    let (x, y, mean, var) = (&ins[0], &outs[0], &outs[1], &outs[2]);
-    let (partials, coef) = reduction_scratch(s, c, outer * inner, 2 * c)?;
-    if b.batch_stats {
-        let count = (outer * inner).max(1) as f64;
-        let null = std::ptr::null_mut();
-        channel_sum(
-            s,
-            partials,
-            mean.ptr(),
-            0,
-            x,
-            [null; 2],
-            b.layout,
-            1.0 / count,
-        )?;
-        channel_sum(
-            s,
-            partials,
-            var.ptr(),
-            1,
-            x,
-            [mean.ptr(), null],
-            b.layout,
-            1.0 / count,
-        )?;
-    }
-    // SAFETY: the scratch holds 2c floats after the partials.
-    let (scale, shift) = (coef, unsafe { coef.add(c) });
+    let x = &ins[0];
+    let (partials, scale) = reduction_scratch(s, ChannelSums::AndSquares, b.layout, c)?;
+    let (sums, p) = if b.batch_stats {
+        channel_partials(s, partials, ChannelSums::AndSquares, x, b.layout)?
+    } else {
+        (std::ptr::null_mut(), 0)
+    };
     let a = KArgs::new(c)
-        .t(0, mean)
-        .t(1, var)
+        .t(0, &outs[1])
+        .t(1, &outs[2])
         .t(2, &ins[1])
         .t(3, &ins[2])
         .t(4, &ins[3])
         .t(5, &ins[4])
         .p(6, scale)
-        .p(7, shift)
+        .p(7, sums)
         .i(1, usize::from(b.batch_stats))
         .i(2, usize::from(b.fix_gamma))
+        .i(3, p)
         .f(0, b.eps)
-        .f(1, momentum);
+        .f(1, momentum)
+        .f(2, (outer * inner).max(1) as f64);
     s.launch("bn_prepare", c, &a)?;
     let n = x.len();
     let a = KArgs::new(n)
-        .t(0, y)
+        .t(0, &outs[0])
         .t(1, x)
         .p(2, scale)
-        .p(3, shift)
+        .t(3, &ins[2])
+        .t(4, &outs[1])
         .i(1, inner)
         .i(2, c);
     s.launch("bn_apply", n, &a)
@@ -893,42 +890,32 @@ fn batch_norm_backward(
     let (dy, x, gamma, mean, var) = (&ins[0], &ins[1], &ins[2], &ins[3], &ins[4]);
     let b = bn_setup(op, attrs, &x.shape)?;
     let (outer, c, inner) = b.layout;
-    let (dx, dgamma, dbeta) = (&outs[0], &outs[1], &outs[2]);
-    let (partials, coef) = reduction_scratch(s, c, outer * inner, 3 * c)?;
-    let null = std::ptr::null_mut();
-    channel_sum(s, partials, dbeta.ptr(), 0, dy, [null; 2], b.layout, 1.0)?;
-    channel_sum(
-        s,
-        partials,
-        dgamma.ptr(),
-        2,
-        dy,
-        [mean.ptr(), x.ptr()],
-        b.layout,
-        1.0,
-    )?;
-    // SAFETY: the scratch holds 3c floats after the partials.
-    let (ka, kb, kc) = unsafe { (coef, coef.add(c), coef.add(2 * c)) };
+    let sums = ChannelSums::AndProducts(x.ptr());
+    let (partials, coef) = reduction_scratch(s, sums, b.layout, 3 * c)?;
+    let (totals, p) = channel_partials(s, partials, sums, dy, b.layout)?;
     let a = KArgs::new(c)
-        .t(0, dgamma)
-        .t(1, dbeta)
+        .t(0, &outs[1])
+        .t(1, &outs[2])
         .t(2, gamma)
         .t(3, var)
-        .p(4, ka)
-        .p(5, kb)
-        .p(6, kc)
+        .p(4, coef)
+        .t(5, mean)
+        .p(6, totals)
         .i(1, usize::from(b.batch_stats))
         .i(2, usize::from(b.fix_gamma))
+        .i(3, p)
         .f(0, b.eps)
         .f(1, (outer * inner).max(1) as f64);
     s.launch("bn_bwd_prepare", c, &a)?;
     let n = x.len();
+    // SAFETY: the scratch holds ka, kb and kc, c floats each.
+    let (kb, kc) = unsafe { (coef.add(c), coef.add(2 * c)) };
     let a = KArgs::new(n)
-        .t(0, dx)
+        .t(0, &outs[0])
         .t(1, dy)
         .t(2, x)
         .t(3, mean)
-        .p(4, ka)
+        .p(4, coef)
         .p(5, kb)
         .p(6, kc)
         .i(1, inner)

@@ -370,15 +370,17 @@ fn every_gpu_op_matches_its_cpu_kernel() {
 
     // BatchNorm: training and inference, gamma fixed or learned, 4-D and 2-D data; channels of
     // 2,400 and 36,000 elements, whose partial sums are folded once and twice, the first with
-    // more partial sums per channel than elements per plane.
-    for (shape, train, fix_gamma, global) in [
-        (vec![600, 2, 2, 2], true, false, false),
-        (vec![2, 2, 150, 120], true, false, false),
-        (vec![3, 4, 5, 2], true, false, false),
-        (vec![3, 4, 5, 2], true, true, false),
-        (vec![3, 4, 5, 2], false, false, false),
-        (vec![6, 5], true, false, false),
-        (vec![3, 4, 5, 2], true, false, true),
+    // more partial sums per channel than elements per plane; data a thousand times its spread
+    // away from zero, where one-pass sums in float would lose the variance.
+    for (shape, train, fix_gamma, global, offset) in [
+        (vec![600, 2, 2, 2], true, false, false, 0.0),
+        (vec![2, 2, 150, 120], true, false, false, 0.0),
+        (vec![3, 4, 5, 2], true, false, false, 0.0),
+        (vec![3, 4, 5, 2], true, true, false, 0.0),
+        (vec![3, 4, 5, 2], false, false, false, 0.0),
+        (vec![6, 5], true, false, false, 0.0),
+        (vec![3, 4, 5, 2], true, false, true, 0.0),
+        (vec![8, 3, 10, 10], true, false, false, 1000.0),
     ] {
         let c = shape[1];
         let attrs = Attrs::new()
@@ -387,7 +389,8 @@ fn every_gpu_op_matches_its_cpu_kernel() {
             .with("use_global_stats", global)
             .with("eps", 1e-3)
             .with("momentum", 0.8);
-        let data = random(rng, &shape);
+        let mut data = random(rng, &shape);
+        data.1.iter_mut().for_each(|v| *v += offset);
         let gamma = random(rng, &[c]);
         let mut var = random(rng, &[c]);
         var.1.iter_mut().for_each(|v| *v = v.abs() + 0.5);
@@ -399,11 +402,16 @@ fn every_gpu_op_matches_its_cpu_kernel() {
             var.clone(),
         ];
         check("BatchNorm", attrs.clone(), ins);
-        let mean = random(rng, &[c]);
+        let mut mean = random(rng, &[c]);
+        mean.1.iter_mut().for_each(|v| *v += offset);
+        // Gradients with a mean of their own there, so that sum(dy * x) - mean * sum(dy)
+        // cancels as well.
+        let mut dy = random(rng, &shape);
+        dy.1.iter_mut().for_each(|v| *v += offset.signum());
         check(
             "_backward_BatchNorm",
             attrs,
-            vec![random(rng, &shape), data, gamma, mean, var],
+            vec![dy, data, gamma, mean, var],
         );
     }
 
