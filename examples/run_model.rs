@@ -189,6 +189,10 @@ fn run() -> Result<(), String> {
     const TOP: usize = 20;
     if a.json {
         let mut report = serde_json::json!({"forward_ms": forward_ms, "forward_backward_ms": forward_backward_ms, "planned_bytes": mem.planned_bytes, "no_reuse_bytes": mem.no_reuse_bytes, "lower_bound_bytes": mem.lower_bound_bytes, "allocated_bytes": mem.allocated_bytes, "inplace_entries": mem.inplace, "output_shapes": out_shapes, "engine": kind.name(), "context": ctx.to_string(), "iters": a.iters});
+        if !ctx.is_cpu() {
+            // Which path the GPU's convolutions took: a cuDNN version, or null for im2col.
+            report["cudnn"] = ndarray_ops::cudnn_version().into();
+        }
         if let Some(p) = profiler {
             let top: Vec<_> = p.summary().into_iter().take(TOP).map(|s| {
                 serde_json::json!({"op": s.name, "context": s.ctx.to_string(), "count": s.count, "total_ns": s.total_ns, "min_ns": s.min_ns, "max_ns": s.max_ns})

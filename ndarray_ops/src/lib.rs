@@ -44,3 +44,13 @@ pub use trainer::{DataParallel, Sgd};
 
 pub use engine;
 pub use storage;
+
+/// The cuDNN version GPU convolutions run on (`9_14_00` for 9.14.0), or `None` where they take
+/// the im2col path: the `cuda` feature is off, the library cannot be loaded, or `MXRS_CUDNN=0`.
+pub fn cudnn_version() -> Option<usize> {
+    #[cfg(feature = "cuda")]
+    if gpu::cudnn::available() {
+        return Some(gpu::cudnn::version());
+    }
+    None
+}

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use engine::{EngineBuilder, EngineKind};
-use ndarray_ops::{Attrs, BindOptions, DType, Executor, NDArray, Runtime, Symbol};
+use ndarray_ops::{invoke_on, Attrs, BindOptions, DType, Executor, NDArray, Runtime, Symbol};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use storage::{Context, StorageConfig};
@@ -300,5 +300,135 @@ fn gpu_ops_queued_without_waiting_keep_their_dependency_order() {
         assert!(got.0 == expected.0, "{kind:?}: the last array differs");
         assert!(got.1 == expected.1, "{kind:?}: a copy to the host differs");
         rt.wait_all().unwrap();
+    }
+}
+
+/// A convolution to check: data shape, window, filters, groups, bias, further attributes.
+type ConvCase = (
+    &'static [usize],
+    (usize, usize),
+    usize,
+    usize,
+    bool,
+    &'static [(&'static str, &'static str)],
+);
+
+/// Every convolution shape ResNet and VGG use, and the rest of what the op takes (dilation,
+/// groups, bias, rectangular windows and strides, a workspace of one byte): cuDNN (where it
+/// loads) and the im2col path (`cudnn_off`) both give the CPU's outputs and gradients.
+/// `MXRS_REQUIRE_CUDNN=1` fails the test where cuDNN is not used.
+#[test]
+fn convolutions_by_cudnn_and_by_columns_give_the_cpus_results() {
+    let Some(gpu) = gpu() else { return };
+    match ndarray_ops::cudnn_version() {
+        Some(v) => eprintln!("cuDNN {v}"),
+        None if std::env::var("MXRS_REQUIRE_CUDNN").is_ok_and(|v| v == "1") => {
+            panic!("MXRS_REQUIRE_CUDNN=1, but convolutions do not use cuDNN here")
+        }
+        None => eprintln!("no cuDNN: both runs take the im2col path"),
+    }
+    let rt = runtime(StorageConfig::default());
+    let mut rng = StdRng::seed_from_u64(11);
+    let cases: [ConvCase; 9] = [
+        (&[2, 4, 9, 9], (3, 3), 6, 1, false, &[("pad", "(1, 1)")]),
+        (
+            &[2, 4, 9, 9],
+            (3, 3),
+            6,
+            1,
+            true,
+            &[("pad", "(1, 1)"), ("stride", "(2, 2)")],
+        ),
+        (&[2, 4, 9, 9], (1, 1), 6, 1, false, &[]),
+        (&[2, 4, 9, 9], (1, 1), 6, 1, false, &[("stride", "(2, 2)")]),
+        (
+            &[1, 3, 15, 15],
+            (7, 7),
+            5,
+            1,
+            false,
+            &[("pad", "(3, 3)"), ("stride", "(2, 2)")],
+        ),
+        (
+            &[2, 4, 9, 9],
+            (3, 3),
+            6,
+            1,
+            false,
+            &[("pad", "(2, 2)"), ("dilate", "(2, 2)")],
+        ),
+        (&[2, 4, 9, 9], (3, 3), 6, 2, false, &[("pad", "(1, 1)")]),
+        (
+            &[3, 2, 5, 7],
+            (3, 2),
+            4,
+            1,
+            true,
+            &[("pad", "(1, 0)"), ("stride", "(2, 1)")],
+        ),
+        (
+            &[2, 4, 9, 9],
+            (3, 3),
+            6,
+            1,
+            false,
+            &[("pad", "(1, 1)"), ("workspace", "0.000001")],
+        ),
+    ];
+    for (shape, (kh, kw), filters, groups, bias, extra) in cases {
+        let mut attrs = Attrs::new()
+            .with("kernel", format!("({kh}, {kw})"))
+            .with("num_filter", filters)
+            .with("num_group", groups)
+            .with("no_bias", !bias);
+        for (k, v) in extra {
+            attrs = attrs.with(k, v);
+        }
+        let cpu = Context::cpu(0);
+        let mut ins = vec![
+            random(&rt, shape, &mut rng, cpu),
+            random(&rt, &[filters, shape[1] / groups, kh, kw], &mut rng, cpu),
+        ];
+        if bias {
+            ins.push(random(&rt, &[filters], &mut rng, cpu));
+        }
+        let run = |ctx: Context, attrs: &Attrs| -> Vec<Vec<f32>> {
+            let on: Vec<NDArray> = ins.iter().map(|a| a.copy_to(ctx).unwrap()).collect();
+            let refs: Vec<&NDArray> = on.iter().collect();
+            let y = invoke_on(&rt, ctx, "Convolution", &refs, attrs, None).unwrap();
+            let dy = random(&rt, y[0].shape(), &mut StdRng::seed_from_u64(5), ctx);
+            let back = [&dy, refs[0], refs[1]];
+            let grads = invoke_on(&rt, ctx, "_backward_Convolution", &back, attrs, None).unwrap();
+            y.iter()
+                .chain(&grads)
+                .map(|a| a.to_vec::<f32>().unwrap())
+                .collect()
+        };
+        let named = |v: Vec<Vec<f32>>| -> Vec<(String, Vec<f32>)> {
+            v.into_iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    (
+                        ["output", "data grad", "weight grad", "bias grad"][i].into(),
+                        v,
+                    )
+                })
+                .collect()
+        };
+        let on_cpu = named(run(Context::cpu(0), &attrs));
+        let by_library = named(run(gpu, &attrs));
+        let by_columns = named(run(gpu, &attrs.clone().with("cudnn_off", true)));
+        assert_close(
+            &format!("cuDNN, {shape:?} {attrs:?}"),
+            &by_library,
+            &on_cpu,
+            1e-4,
+        );
+        assert_close(
+            &format!("im2col, {shape:?} {attrs:?}"),
+            &by_columns,
+            &on_cpu,
+            1e-4,
+        );
     }
 }

@@ -26,7 +26,7 @@ use engine::{Completion, FnProperty, Op, RunContext};
 use storage::{Context, Handle, StorageManager};
 
 use super::ops::{fill_with, run, GpuKernel};
-use super::{ptx_cache, Gemm, KArgs, Stream, KERNELS, KERNEL_NAMES};
+use super::{ptx_cache, ConvCall, Gemm, KArgs, Stream, KERNELS, KERNEL_NAMES};
 use crate::ops::{Attrs, TensorRef};
 
 // SAFETY: `KArgs` is `repr(C)`, plain data, laid out as the kernels' `struct KArgs`.
@@ -292,6 +292,11 @@ impl Stream for DeviceStream<'_> {
             sys::cuMemcpyAsync(dst as u64, src as u64, bytes, self.stream.cu_stream()).result()
         }
         .map_err(|e| driver_error("cuMemcpyAsync", e))
+    }
+
+    fn conv(&self, call: &ConvCall) -> Option<Result<(), String>> {
+        super::cudnn::available()
+            .then(|| super::cudnn::convolve(self.stream, |bytes| self.scratch(bytes), call))
     }
 
     fn scratch(&self, bytes: usize) -> Result<*mut u8, String> {

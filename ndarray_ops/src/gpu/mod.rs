@@ -12,6 +12,8 @@
 
 #[cfg(feature = "cuda")]
 pub(crate) mod cuda;
+#[cfg(feature = "cuda")]
+pub(crate) mod cudnn;
 #[cfg(test)]
 mod emulate;
 pub(crate) mod ops;
@@ -133,6 +135,50 @@ pub(crate) struct Gemm {
     pub(crate) beta: f32,
 }
 
+/// Which convolution a [`ConvCall`] computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum ConvPass {
+    /// `out = conv(data, filter)`.
+    Forward,
+    /// `data = the gradient of data` from `out` (the output's gradient) and `filter`.
+    Data,
+    /// `filter = the gradient of the filters` from `data` and `out` (the output's gradient).
+    Filter,
+}
+
+impl ConvPass {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            ConvPass::Forward => "convolution forward",
+            ConvPass::Data => "convolution backward data",
+            ConvPass::Filter => "convolution backward filter",
+        }
+    }
+}
+
+/// One 2-D convolution pass for a library that computes it whole (cuDNN): float32, data
+/// `x = (n, channels, h, w)`, filters `w = (filters, channels / groups, kh, kw)`, output
+/// `y = (n, filters, ho, wo)`, all dense. The pass writes (not adds to) its result.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ConvCall {
+    pub(crate) pass: ConvPass,
+    pub(crate) x: [usize; 4],
+    pub(crate) w: [usize; 4],
+    pub(crate) y: [usize; 4],
+    pub(crate) pad: (usize, usize),
+    pub(crate) stride: (usize, usize),
+    pub(crate) dilate: (usize, usize),
+    pub(crate) groups: usize,
+    /// The most workspace the pass may use, in bytes.
+    pub(crate) workspace: usize,
+    /// The data, or its gradient.
+    pub(crate) data: *mut f32,
+    /// The filters, or their gradient.
+    pub(crate) filter: *mut f32,
+    /// The output, or its gradient.
+    pub(crate) out: *mut f32,
+}
+
 /// What the op layer runs on: one device queue, in order.
 pub(crate) trait Stream {
     /// Launches `kernel` with enough threads for `threads` loop indices.
@@ -148,6 +194,11 @@ pub(crate) trait Stream {
     fn copy(&self, src: *const u8, dst: *mut u8, bytes: usize) -> Result<(), String>;
     /// Device scratch memory of at least `bytes`, 8-byte aligned, its own until the op ends.
     fn scratch(&self, bytes: usize) -> Result<*mut u8, String>;
+    /// Runs a convolution pass through a library (cuDNN) where the stream has one; `None`
+    /// where it has none, and the op layer uses im2col and GEMMs.
+    fn conv(&self, _call: &ConvCall) -> Option<Result<(), String>> {
+        None
+    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! its launches from the tensors and runs kernels and GEMMs on a [`Stream`], in the stream's
 //! order. They mirror the CPU kernels (`crate::ops`) and are tested against them.
 
-use super::{Gemm, KArgs, Stream};
+use super::{ConvCall, ConvPass, Gemm, KArgs, Stream};
 use crate::ops::conv::{conv_params, pool_params, ConvDims, PoolType};
 use crate::ops::elemwise::broadcast_strides;
 use crate::ops::{fc_dims, Attrs, OpDef, TensorRef, IS_TRAIN};
@@ -505,14 +505,54 @@ fn conv_args(
 /// small to fill a GPU. The chunk is as large as the op's `workspace` (MXNet's attribute, in MB,
 /// default 1024) allows for `per_image` bytes of scratch.
 fn conv_chunk(op: &str, attrs: &Attrs, n: usize, per_image: usize) -> Result<usize, String> {
+    let bytes = workspace_bytes(op, attrs)?;
+    Ok((bytes / per_image.max(1)).clamp(1, n.max(1)))
+}
+
+/// The op's `workspace` attribute in bytes.
+fn workspace_bytes(op: &str, attrs: &Attrs) -> Result<usize, String> {
     let mb = attrs.f64(op, "workspace", Some(1024.0)).map_err(e2s)?;
     if mb.is_nan() || mb <= 0.0 {
         return Err(format!(
             "{op}: workspace must be a positive number of MB, got {mb}"
         ));
     }
-    let bytes = (mb * (1 << 20) as f64) as usize;
-    Ok((bytes / per_image.max(1)).clamp(1, n.max(1)))
+    Ok((mb * (1 << 20) as f64) as usize)
+}
+
+/// Runs one pass of a convolution through the stream's convolution library (cuDNN), unless the
+/// op's `cudnn_off` says not to, the batch is empty or the stream has none; whether it did.
+/// `[data, filter, out]` as [`ConvCall`] names them.
+fn by_library(
+    op: &str,
+    attrs: &Attrs,
+    c: &crate::ops::conv::Conv,
+    d: &ConvDims,
+    pass: ConvPass,
+    [data, filter, out]: [*mut f32; 3],
+    s: &dyn Stream,
+) -> Result<bool, String> {
+    if d.n == 0 || attrs.bool(op, "cudnn_off", false).map_err(e2s)? {
+        return Ok(false);
+    }
+    let call = ConvCall {
+        pass,
+        x: [d.n, d.ch, d.h, d.w],
+        w: [c.filters, d.cg, c.k.0, c.k.1],
+        y: [d.n, c.filters, d.ho, d.wo],
+        pad: c.p,
+        stride: c.s,
+        dilate: c.d,
+        groups: c.groups,
+        workspace: workspace_bytes(op, attrs)?,
+        data,
+        filter,
+        out,
+    };
+    match s.conv(&call) {
+        Some(done) => done.map(|()| true).map_err(|e| format!("{op}: {e}")),
+        None => Ok(false),
+    }
 }
 
 /// Whether the convolution's columns are its input itself (1x1 window, stride 1, no padding).
@@ -551,6 +591,32 @@ fn convolution(
 ) -> KResult {
     let c = conv_params(op, attrs).map_err(e2s)?;
     let (x, wt, o) = (&ins[0], &ins[1], &outs[0]);
+    let dims = c.dims(&x.shape, &o.shape);
+    let pointers = [x.ptr(), wt.ptr(), o.ptr()];
+    if !by_library(op, attrs, &c, &dims, ConvPass::Forward, pointers, s)? {
+        conv_forward_columns(op, attrs, &c, &dims, [x, wt, o], s)?;
+    }
+    if c.bias {
+        let total = o.len();
+        let a = KArgs::new(total)
+            .t(0, o)
+            .t(1, &ins[2])
+            .i(1, dims.ho * dims.wo)
+            .i(2, c.filters);
+        s.launch("add_bias", total, &a)?;
+    }
+    Ok(())
+}
+
+/// The forward pass by im2col and batched GEMMs.
+fn conv_forward_columns(
+    op: &str,
+    attrs: &Attrs,
+    c: &crate::ops::conv::Conv,
+    dims: &ConvDims,
+    [x, wt, o]: [&TensorRef; 3],
+    s: &dyn Stream,
+) -> KResult {
     let ConvDims {
         n,
         ch,
@@ -561,9 +627,9 @@ fn convolution(
         cg,
         fg,
         rows,
-    } = c.dims(&x.shape, &o.shape);
+    } = *dims;
     let plane = ho * wo;
-    let direct = columns_are_input(&c);
+    let direct = columns_are_input(c);
     let chunk = if direct {
         n
     } else {
@@ -589,7 +655,7 @@ fn convolution(
             let (b, ld, stride) = if direct {
                 (src, plane, ch * h * w)
             } else {
-                im2col(s, &c, (h, w, ho, wo), rows, nb, src, ch * h * w, col)?;
+                im2col(s, c, (h, w, ho, wo), rows, nb, src, ch * h * w, col)?;
                 (col, nb * plane, plane)
             };
             let gemm = Gemm {
@@ -609,15 +675,6 @@ fn convolution(
             s.gemm_batched(&gemm, nb, [0, stride, c.filters * plane])?;
         }
     }
-    if c.bias {
-        let total = o.len();
-        let a = KArgs::new(total)
-            .t(0, o)
-            .t(1, &ins[2])
-            .i(1, plane)
-            .i(2, c.filters);
-        s.launch("add_bias", total, &a)?;
-    }
     Ok(())
 }
 
@@ -630,6 +687,31 @@ fn convolution_backward(
 ) -> KResult {
     let c = conv_params(op, attrs).map_err(e2s)?;
     let (dy, x, wt) = (&ins[0], &ins[1], &ins[2]);
+    let dims = c.dims(&x.shape, &dy.shape);
+    let (dx, dw) = (&outs[0], &outs[1]);
+    let data = [dx.ptr(), wt.ptr(), dy.ptr()];
+    let filter = [x.ptr(), dw.ptr(), dy.ptr()];
+    if !(by_library(op, attrs, &c, &dims, ConvPass::Data, data, s)?
+        && by_library(op, attrs, &c, &dims, ConvPass::Filter, filter, s)?)
+    {
+        conv_backward_columns(op, attrs, &c, &dims, [dy, x, wt, dx, dw], s)?;
+    }
+    if c.bias {
+        let layout = (dims.n, c.filters, dims.ho * dims.wo);
+        channel_sum(s, outs[2].ptr(), dy, layout, 1.0)?;
+    }
+    Ok(())
+}
+
+/// The backward pass by im2col, GEMMs and col2im.
+fn conv_backward_columns(
+    op: &str,
+    attrs: &Attrs,
+    c: &crate::ops::conv::Conv,
+    dims: &ConvDims,
+    [dy, x, wt, dx, dw]: [&TensorRef; 5],
+    s: &dyn Stream,
+) -> KResult {
     let ConvDims {
         n,
         ch,
@@ -640,9 +722,9 @@ fn convolution_backward(
         cg,
         fg,
         rows,
-    } = c.dims(&x.shape, &dy.shape);
+    } = *dims;
     let plane = ho * wo;
-    let direct = columns_are_input(&c);
+    let direct = columns_are_input(c);
     // Per image: x's columns and dY's planes regrouped as (fg, nb, plane), and unless dX comes
     // straight from the GEMM, dX's columns.
     let per_image = (rows * plane + fg * plane + if direct { 0 } else { rows * plane }) * 4;
@@ -658,10 +740,10 @@ fn convolution_backward(
         s: (1, 1),
         p: (0, 0),
         d: (1, 1),
-        ..c
+        ..*c
     };
     if n == 0 {
-        fill_with(s, &outs[1], 0.0)?;
+        fill_with(s, dw, 0.0)?;
     }
     for first in (0..n).step_by(chunk) {
         let nb = chunk.min(n - first);
@@ -672,11 +754,11 @@ fn convolution_backward(
                     x.ptr::<f32>().add((first * ch + g * cg) * h * w),
                     dy.ptr::<f32>().add((first * c.filters + g * fg) * plane),
                     wt.ptr::<f32>().add(g * fg * rows),
-                    outs[1].ptr::<f32>().add(g * fg * rows),
-                    outs[0].ptr::<f32>().add((first * ch + g * cg) * h * w),
+                    dw.ptr::<f32>().add(g * fg * rows),
+                    dx.ptr::<f32>().add((first * ch + g * cg) * h * w),
                 )
             };
-            im2col(s, &c, (h, w, ho, wo), rows, nb, xg, ch * h * w, col)?;
+            im2col(s, c, (h, w, ho, wo), rows, nb, xg, ch * h * w, col)?;
             let (filters, image) = (c.filters * plane, ch * h * w);
             im2col(s, &one, (ho, wo, ho, wo), fg, nb, dyg, filters, dyt)?;
             // dW_g (+)= dY_g col^T over the chunk's images at once (k = nb * plane).
@@ -722,7 +804,7 @@ fn convolution_backward(
                     ..gemm
                 };
                 s.gemm(&gemm)?;
-                let a = conv_args(nb * cg * h * w, &c, h, w, ho, wo)
+                let a = conv_args(nb * cg * h * w, c, h, w, ho, wo)
                     .p(0, dxg)
                     .p(1, dcol)
                     .i(13, nb)
@@ -731,9 +813,6 @@ fn convolution_backward(
                 s.launch("col2im", nb * cg * h * w, &a)?;
             }
         }
-    }
-    if c.bias {
-        channel_sum(s, outs[2].ptr(), dy, (n, c.filters, plane), 1.0)?;
     }
     Ok(())
 }
