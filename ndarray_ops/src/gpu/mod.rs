@@ -146,6 +146,8 @@ pub(crate) enum ConvPass {
     Filter,
 }
 
+// Only cuDNN (the `cuda` feature) reads a call; the host emulator has no convolution library.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 impl ConvPass {
     pub(crate) fn name(self) -> &'static str {
         match self {
@@ -160,6 +162,7 @@ impl ConvPass {
 /// `x = (n, channels, h, w)`, filters `w = (filters, channels / groups, kh, kw)`, output
 /// `y = (n, filters, ho, wo)`, all dense. The pass writes (not adds to) its result.
 #[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) struct ConvCall {
     pub(crate) pass: ConvPass,
     pub(crate) x: [usize; 4],
