@@ -4,11 +4,12 @@
 //! off for the process. Without the library every convolution takes the im2col path, whose
 //! results are the same up to rounding.
 //!
-//! The algorithm of each convolution shape is cuDNN's first choice by its heuristics
-//! (`cudnnGetConvolution*Algorithm_v7`, what PyTorch does unless benchmarking is on) among those
-//! within the op's `workspace` (MB, MXNet's attribute) and without tensor-core math: float32
-//! stays float32, as in our GEMMs (`CUDNN_FMA_MATH`; TF32 would round inputs to 10 bits). The
-//! choice is remembered per shape and device, so only a shape's first call asks cuDNN.
+//! The candidates for each convolution shape are the algorithms cuDNN's heuristics list
+//! (`cudnnGetConvolution*Algorithm_v7`) within the op's `workspace` (MB, MXNet's attribute) and
+//! without tensor-core math: float32 stays float32, as in our GEMMs (`CUDNN_FMA_MATH`; TF32
+//! would round inputs to 10 bits). As MXNet does by default, the first call of a shape times
+//! them and keeps the fastest (`MXRS_CUDNN_AUTOTUNE=0`, or the op's `cudnn_tune` set to `off`,
+//! takes the heuristics' first instead). The choice is remembered per shape and device.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -39,6 +40,13 @@ pub(crate) fn available() -> bool {
     })
 }
 
+/// Whether convolutions may time cuDNN's algorithms (`MXRS_CUDNN_AUTOTUNE` is not `0`), read
+/// once.
+fn autotune() -> bool {
+    static TUNE: OnceLock<bool> = OnceLock::new();
+    *TUNE.get_or_init(|| !std::env::var("MXRS_CUDNN_AUTOTUNE").is_ok_and(|v| v.trim() == "0"))
+}
+
 /// The library's version (`CUDNN_VERSION`: major * 10000 + minor * 100 + patch); only once
 /// [`available`] said yes.
 pub(crate) fn version() -> usize {
@@ -53,68 +61,90 @@ pub(super) fn convolve(
 ) -> Result<(), String> {
     let handle = handle_for(stream)?;
     let d = Descriptors::new(call).map_err(|e| cudnn_error("describing the convolution", e))?;
-    let (algo, bytes) = algorithm(handle, &d, call, stream.context().ordinal())?;
+    let shape = Shape::of(call, stream.context().ordinal());
+    let (algo, bytes) = match remembered(&shape)? {
+        Some(choice) => choice,
+        None => {
+            let choice = choose(handle, &d, call, stream, &scratch)?;
+            remember(shape, choice)?;
+            choice
+        }
+    };
     let workspace = if bytes == 0 {
         std::ptr::null_mut()
     } else {
         scratch(bytes)?
     };
+    // SAFETY: this thread's handle on the stream, live descriptors of the call's shapes, device
+    // pointers to buffers of those shapes (the op layer's promise) and a workspace of the size
+    // cuDNN asked for.
+    unsafe { run(handle, &d, call, algo, workspace, bytes) }
+        .map_err(|e| cudnn_error(call.pass.name(), e))
+}
+
+/// One cuDNN call of `call`'s pass with `algo`.
+///
+/// # Safety
+/// As in [`convolve`]: live handle and descriptors, valid device pointers, and `bytes` of
+/// workspace at `workspace`.
+unsafe fn run(
+    handle: sys::cudnnHandle_t,
+    d: &Descriptors,
+    call: &ConvCall,
+    algo: Algo,
+    workspace: *mut u8,
+    bytes: usize,
+) -> Result<(), CudnnError> {
     let (alpha, beta) = (1.0f32, 0.0f32);
     let (alpha, beta) = ((&alpha as *const f32).cast(), (&beta as *const f32).cast());
     let ws = workspace.cast();
-    // SAFETY: live descriptors of the call's shapes; device pointers to buffers of those shapes
-    // (the op layer's promise) and a workspace of the size cuDNN asked for; the handle is this
-    // thread's, bound to the stream.
-    unsafe {
-        match algo {
-            Algo::Forward(algo) => dnn::convolution_forward(
-                handle,
-                alpha,
-                d.x,
-                call.data.cast(),
-                d.w,
-                call.filter.cast(),
-                d.conv,
-                algo,
-                ws,
-                bytes,
-                beta,
-                d.y,
-                call.out.cast(),
-            ),
-            Algo::Data(algo) => dnn::convolution_backward_data(
-                handle,
-                alpha,
-                d.w,
-                call.filter.cast(),
-                d.y,
-                call.out.cast(),
-                d.conv,
-                algo,
-                ws,
-                bytes,
-                beta,
-                d.x,
-                call.data.cast(),
-            ),
-            Algo::Filter(algo) => dnn::convolution_backward_filter(
-                handle,
-                alpha,
-                d.x,
-                call.data.cast(),
-                d.y,
-                call.out.cast(),
-                d.conv,
-                algo,
-                ws,
-                bytes,
-                beta,
-                d.w,
-                call.filter.cast(),
-            ),
-        }
+    match algo {
+        Algo::Forward(algo) => dnn::convolution_forward(
+            handle,
+            alpha,
+            d.x,
+            call.data.cast(),
+            d.w,
+            call.filter.cast(),
+            d.conv,
+            algo,
+            ws,
+            bytes,
+            beta,
+            d.y,
+            call.out.cast(),
+        ),
+        Algo::Data(algo) => dnn::convolution_backward_data(
+            handle,
+            alpha,
+            d.w,
+            call.filter.cast(),
+            d.y,
+            call.out.cast(),
+            d.conv,
+            algo,
+            ws,
+            bytes,
+            beta,
+            d.x,
+            call.data.cast(),
+        ),
+        Algo::Filter(algo) => dnn::convolution_backward_filter(
+            handle,
+            alpha,
+            d.x,
+            call.data.cast(),
+            d.y,
+            call.out.cast(),
+            d.conv,
+            algo,
+            ws,
+            bytes,
+            beta,
+            d.w,
+            call.filter.cast(),
+        ),
     }
-    .map_err(|e| cudnn_error(call.pass.name(), e))
 }
 
 fn cudnn_error(what: &str, e: CudnnError) -> String {
@@ -237,6 +267,41 @@ struct Shape {
     dilate: (usize, usize),
     groups: usize,
     workspace: usize,
+    tune: bool,
+}
+
+impl Shape {
+    fn of(call: &ConvCall, device: usize) -> Shape {
+        Shape {
+            device,
+            pass: call.pass,
+            x: call.x,
+            w: call.w,
+            y: call.y,
+            pad: call.pad,
+            stride: call.stride,
+            dilate: call.dilate,
+            groups: call.groups,
+            workspace: call.workspace,
+            tune: call.tune,
+        }
+    }
+}
+
+/// The algorithm and workspace (bytes) chosen for each shape so far.
+static CHOSEN: Mutex<Option<HashMap<Shape, (Algo, usize)>>> = Mutex::new(None);
+
+fn remembered(shape: &Shape) -> Result<Option<(Algo, usize)>, String> {
+    let chosen = CHOSEN.lock().map_err(|e| e.to_string())?;
+    Ok(chosen.as_ref().and_then(|m| m.get(shape).copied()))
+}
+
+fn remember(shape: Shape, choice: (Algo, usize)) -> Result<(), String> {
+    let mut chosen = CHOSEN.lock().map_err(|e| e.to_string())?;
+    chosen
+        .get_or_insert_with(HashMap::new)
+        .insert(shape, choice);
+    Ok(())
 }
 
 /// An algorithm of one of the three passes.
@@ -255,43 +320,35 @@ struct Ranked {
     math: sys::cudnnMathType_t,
 }
 
-/// The algorithm for `call` and its workspace in bytes.
-fn algorithm(
+/// The algorithm for `call` and its workspace in bytes: among the algorithms cuDNN's heuristics
+/// list that fit the workspace and use no tensor-core math, the first, or with `call.tune` the
+/// fastest measured here (see [`fastest`]).
+fn choose(
     handle: sys::cudnnHandle_t,
     d: &Descriptors,
     call: &ConvCall,
-    device: usize,
+    stream: &CudaStream,
+    scratch: &dyn Fn(usize) -> Result<*mut u8, String>,
 ) -> Result<(Algo, usize), String> {
-    static CHOSEN: Mutex<Option<HashMap<Shape, (Algo, usize)>>> = Mutex::new(None);
-    let shape = Shape {
-        device,
-        pass: call.pass,
-        x: call.x,
-        w: call.w,
-        y: call.y,
-        pad: call.pad,
-        stride: call.stride,
-        dilate: call.dilate,
-        groups: call.groups,
-        workspace: call.workspace,
-    };
-    if let Some(&hit) = CHOSEN
-        .lock()
-        .map_err(|e| e.to_string())?
-        .get_or_insert_with(HashMap::new)
-        .get(&shape)
-    {
-        return Ok(hit);
-    }
     let ranked = rank(handle, d, call.pass).map_err(|e| cudnn_error("choosing an algorithm", e))?;
-    let fits = |r: &&Ranked| {
+    let mut candidates = Vec::new();
+    for r in ranked.iter().filter(|r| {
         r.ok && r.memory <= call.workspace
             && matches!(
                 r.math,
                 sys::cudnnMathType_t::CUDNN_FMA_MATH | sys::cudnnMathType_t::CUDNN_DEFAULT_MATH
             )
-    };
-    let best = ranked.iter().find(fits).ok_or_else(|| {
+    }) {
+        // The workspace as cuDNN states it for the algorithm (the ranking's figure can be an
+        // estimate).
+        // SAFETY: live handle and descriptors.
+        let bytes = unsafe { workspace(handle, d, r.algo) }
+            .map_err(|e| cudnn_error("sizing the workspace", e))?;
+        if bytes <= call.workspace {
+            candidates.push((r.algo, bytes));
+        }
+    }
+    let first = *candidates.first().ok_or_else(|| {
         format!(
             "cuDNN has no {} algorithm for data {:?}, filters {:?} within a workspace of {} \
              bytes (set the op's `cudnn_off` or a larger `workspace`)",
@@ -301,18 +358,68 @@ fn algorithm(
             call.workspace
         )
     })?;
-    // The workspace as cuDNN states it for the chosen algorithm (the ranking's figure can be
-    // an estimate).
-    // SAFETY: live handle and descriptors.
-    let bytes = unsafe { workspace(handle, d, best.algo) }
-        .map_err(|e| cudnn_error("sizing the workspace", e))?;
-    let choice = (best.algo, bytes);
-    CHOSEN
-        .lock()
-        .map_err(|e| e.to_string())?
-        .get_or_insert_with(HashMap::new)
-        .insert(shape, choice);
-    Ok(choice)
+    if !call.tune || !autotune() || candidates.len() == 1 {
+        return Ok(first);
+    }
+    fastest(handle, d, call, stream, scratch, &candidates)
+}
+
+/// Runs each candidate on the call's own buffers (the pass overwrites its result, so the last
+/// call of the op sets it right) and keeps the quickest: the wall time from the call to the
+/// stream's end, best of two, with the stream drained first. That counts what the call costs
+/// the host as well as the GPU: some algorithms' calls hold the host until the GPU catches up
+/// (on the H100 with cuDNN 9.14, IMPLICIT_PRECOMP_GEMM's forward calls took 240-330 µs each
+/// inside the call, IMPLICIT_GEMM's 90), which leaves the GPU idle while the next ops are
+/// queued. A candidate that fails is passed over.
+fn fastest(
+    handle: sys::cudnnHandle_t,
+    d: &Descriptors,
+    call: &ConvCall,
+    stream: &CudaStream,
+    scratch: &dyn Fn(usize) -> Result<*mut u8, String>,
+    candidates: &[(Algo, usize)],
+) -> Result<(Algo, usize), String> {
+    let most = candidates.iter().map(|c| c.1).max().unwrap_or(0);
+    let workspace = if most == 0 {
+        std::ptr::null_mut()
+    } else {
+        scratch(most)?
+    };
+    let drain = || {
+        stream
+            .synchronize()
+            .map_err(|e| format!("cuDNN, timing the algorithms: {e:?}"))
+    };
+    drain()?;
+    let mut best: Option<((Algo, usize), std::time::Duration)> = None;
+    for &(algo, bytes) in candidates {
+        let mut quickest = None;
+        for _ in 0..2 {
+            let start = std::time::Instant::now();
+            // SAFETY: as in `convolve`; the workspace holds the largest candidate's.
+            let ran = unsafe { run(handle, d, call, algo, workspace, bytes) };
+            drain()?;
+            if ran.is_err() {
+                quickest = None;
+                break;
+            }
+            let took = start.elapsed();
+            quickest = Some(quickest.map_or(took, |q: std::time::Duration| q.min(took)));
+        }
+        if let Some(took) = quickest {
+            if best.is_none_or(|(_, b)| took < b) {
+                best = Some(((algo, bytes), took));
+            }
+        }
+    }
+    best.map(|(choice, _)| choice).ok_or_else(|| {
+        format!(
+            "cuDNN: every {} algorithm failed for data {:?}, filters {:?}",
+            call.pass.name(),
+            call.x,
+            call.w
+        )
+    })
 }
 
 /// cuDNN's heuristic ranking of every algorithm of `pass`, best first.

@@ -174,6 +174,9 @@ pub(crate) struct ConvCall {
     pub(crate) groups: usize,
     /// The most workspace the pass may use, in bytes.
     pub(crate) workspace: usize,
+    /// Whether the library may time its algorithms to choose one (else it takes its
+    /// heuristics' first): the op's `cudnn_tune` is not `off`.
+    pub(crate) tune: bool,
     /// The data, or its gradient.
     pub(crate) data: *mut f32,
     /// The filters, or their gradient.

@@ -545,6 +545,7 @@ fn by_library(
         dilate: c.d,
         groups: c.groups,
         workspace: workspace_bytes(op, attrs)?,
+        tune: attrs.get("cudnn_tune") != Some("off"),
         data,
         filter,
         out,
