@@ -532,7 +532,17 @@ fn by_library(
     [data, filter, out]: [*mut f32; 3],
     s: &dyn Stream,
 ) -> Result<bool, String> {
-    if d.n == 0 || attrs.bool(op, "cudnn_off", false).map_err(e2s)? {
+    // cuDNN's 4-D descriptors take int dimensions and strides: larger tensors take im2col.
+    let fits = |len: usize| len <= i32::MAX as usize;
+    let sizes = [
+        d.n * d.ch * d.h * d.w,
+        d.n * c.filters * d.ho * d.wo,
+        c.filters * d.cg * c.k.0 * c.k.1,
+    ];
+    if d.n == 0
+        || !sizes.into_iter().all(fits)
+        || attrs.bool(op, "cudnn_off", false).map_err(e2s)?
+    {
         return Ok(false);
     }
     let call = ConvCall {
