@@ -429,79 +429,46 @@ fn rank(
     pass: ConvPass,
 ) -> Result<Vec<Ranked>, CudnnError> {
     const MAX: usize = 16;
-    let mut count: c_int = 0;
-    // SAFETY (all three): live handle and descriptors; `perf` holds MAX results, as requested.
-    unsafe {
-        match pass {
-            ConvPass::Forward => {
-                let mut perf = [std::mem::zeroed::<sys::cudnnConvolutionFwdAlgoPerf_t>(); MAX];
-                dnn::get_convolution_forward_algorithm(
-                    handle,
-                    d.x,
-                    d.w,
-                    d.conv,
-                    d.y,
-                    MAX as c_int,
-                    &mut count,
-                    perf.as_mut_ptr(),
-                )?;
-                Ok(perf[..count.max(0) as usize]
-                    .iter()
-                    .map(|p| Ranked {
-                        algo: Algo::Forward(p.algo),
-                        ok: p.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS,
-                        memory: p.memory,
-                        math: p.mathType,
-                    })
-                    .collect())
-            }
-            ConvPass::Data => {
-                let mut perf = [std::mem::zeroed::<sys::cudnnConvolutionBwdDataAlgoPerf_t>(); MAX];
-                dnn::get_convolution_backward_data_algorithm(
-                    handle,
-                    d.w,
-                    d.y,
-                    d.conv,
-                    d.x,
-                    MAX as c_int,
-                    &mut count,
-                    perf.as_mut_ptr(),
-                )?;
-                Ok(perf[..count.max(0) as usize]
-                    .iter()
-                    .map(|p| Ranked {
-                        algo: Algo::Data(p.algo),
-                        ok: p.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS,
-                        memory: p.memory,
-                        math: p.mathType,
-                    })
-                    .collect())
-            }
-            ConvPass::Filter => {
-                let mut perf =
-                    [std::mem::zeroed::<sys::cudnnConvolutionBwdFilterAlgoPerf_t>(); MAX];
-                dnn::get_convolution_backward_filter_algorithm(
-                    handle,
-                    d.x,
-                    d.y,
-                    d.conv,
-                    d.w,
-                    MAX as c_int,
-                    &mut count,
-                    perf.as_mut_ptr(),
-                )?;
-                Ok(perf[..count.max(0) as usize]
-                    .iter()
-                    .map(|p| Ranked {
-                        algo: Algo::Filter(p.algo),
-                        ok: p.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS,
-                        memory: p.memory,
-                        math: p.mathType,
-                    })
-                    .collect())
-            }
-        }
+    // The passes' queries differ in argument order and result type, not in what is done with
+    // them: `$get` fills up to MAX `$perf` results, each one a `Ranked` with `$algo`.
+    macro_rules! ranked {
+        ($perf:ty, $get:path, $algo:path, [$($desc:expr),*]) => {{
+            let mut count: c_int = 0;
+            // SAFETY: zero is a valid value of every field of the result struct.
+            let mut perf = [unsafe { std::mem::zeroed::<$perf>() }; MAX];
+            // SAFETY: live handle and descriptors; `perf` holds MAX results, as requested.
+            unsafe { $get(handle, $($desc,)* MAX as c_int, &mut count, perf.as_mut_ptr()) }?;
+            perf[..count.clamp(0, MAX as c_int) as usize]
+                .iter()
+                .map(|p| Ranked {
+                    algo: $algo(p.algo),
+                    ok: p.status == sys::cudnnStatus_t::CUDNN_STATUS_SUCCESS,
+                    memory: p.memory,
+                    math: p.mathType,
+                })
+                .collect()
+        }};
     }
+    Ok(match pass {
+        ConvPass::Forward => ranked!(
+            sys::cudnnConvolutionFwdAlgoPerf_t,
+            dnn::get_convolution_forward_algorithm,
+            Algo::Forward,
+            [d.x, d.w, d.conv, d.y]
+        ),
+        ConvPass::Data => ranked!(
+            sys::cudnnConvolutionBwdDataAlgoPerf_t,
+            dnn::get_convolution_backward_data_algorithm,
+            Algo::Data,
+            [d.w, d.y, d.conv, d.x]
+        ),
+        ConvPass::Filter => ranked!(
+            sys::cudnnConvolutionBwdFilterAlgoPerf_t,
+            dnn::get_convolution_backward_filter_algorithm,
+            Algo::Filter,
+            [d.x, d.y, d.conv, d.w]
+        ),
+    })
 }
 
 /// The workspace `algo` needs.
