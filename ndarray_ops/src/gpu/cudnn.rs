@@ -20,7 +20,7 @@ use cudarc::cudnn::result::{self as dnn, CudnnError};
 use cudarc::cudnn::sys;
 use cudarc::driver::CudaStream;
 
-use super::{ConvCall, ConvPass};
+use super::{ConvCall, ConvPass, ConvShape};
 
 /// Whether cuDNN can be used: the library loads, is version 8 or later, and `MXRS_CUDNN` is not
 /// `0`. Decided once per process.
@@ -61,7 +61,7 @@ pub(super) fn convolve(
 ) -> Result<(), String> {
     let handle = handle_for(stream)?;
     let d = Descriptors::new(call).map_err(|e| cudnn_error("describing the convolution", e))?;
-    let shape = Shape::of(call, stream.context().ordinal());
+    let shape = (stream.context().ordinal(), call.shape);
     let (algo, bytes) = match remembered(&shape)? {
         Some(choice) => choice,
         None => {
@@ -79,7 +79,7 @@ pub(super) fn convolve(
     // pointers to buffers of those shapes (the op layer's promise) and a workspace of the size
     // cuDNN asked for.
     unsafe { run(handle, &d, call, algo, workspace, bytes) }
-        .map_err(|e| cudnn_error(call.pass.name(), e))
+        .map_err(|e| cudnn_error(call.shape.pass.name(), e))
 }
 
 /// One cuDNN call of `call`'s pass with `algo`.
@@ -213,21 +213,21 @@ impl Descriptors {
         d.conv = dnn::create_convolution_descriptor()?;
         // SAFETY: descriptors just created, set once each.
         unsafe {
-            dnn::set_tensor4d_descriptor(d.x, nchw, f32_, dims(call.x))?;
-            dnn::set_tensor4d_descriptor(d.y, nchw, f32_, dims(call.y))?;
-            dnn::set_filter4d_descriptor(d.w, f32_, nchw, dims(call.w))?;
+            dnn::set_tensor4d_descriptor(d.x, nchw, f32_, dims(call.shape.x))?;
+            dnn::set_tensor4d_descriptor(d.y, nchw, f32_, dims(call.shape.y))?;
+            dnn::set_filter4d_descriptor(d.w, f32_, nchw, dims(call.shape.w))?;
             dnn::set_convolution2d_descriptor(
                 d.conv,
-                int(call.pad.0),
-                int(call.pad.1),
-                int(call.stride.0),
-                int(call.stride.1),
-                int(call.dilate.0),
-                int(call.dilate.1),
+                int(call.shape.pad.0),
+                int(call.shape.pad.1),
+                int(call.shape.stride.0),
+                int(call.shape.stride.1),
+                int(call.shape.dilate.0),
+                int(call.shape.dilate.1),
                 sys::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
                 f32_,
             )?;
-            dnn::set_convolution_group_count(d.conv, int(call.groups))?;
+            dnn::set_convolution_group_count(d.conv, int(call.shape.groups))?;
             dnn::set_convolution_math_type(d.conv, sys::cudnnMathType_t::CUDNN_FMA_MATH)?;
         }
         Ok(d)
@@ -255,48 +255,17 @@ impl Drop for Descriptors {
 }
 
 /// A convolution shape on one device, for the remembered choices.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-struct Shape {
-    device: usize,
-    pass: ConvPass,
-    x: [usize; 4],
-    w: [usize; 4],
-    y: [usize; 4],
-    pad: (usize, usize),
-    stride: (usize, usize),
-    dilate: (usize, usize),
-    groups: usize,
-    workspace: usize,
-    tune: bool,
-}
-
-impl Shape {
-    fn of(call: &ConvCall, device: usize) -> Shape {
-        Shape {
-            device,
-            pass: call.pass,
-            x: call.x,
-            w: call.w,
-            y: call.y,
-            pad: call.pad,
-            stride: call.stride,
-            dilate: call.dilate,
-            groups: call.groups,
-            workspace: call.workspace,
-            tune: call.tune,
-        }
-    }
-}
+type Key = (usize, ConvShape);
 
 /// The algorithm and workspace (bytes) chosen for each shape so far.
-static CHOSEN: Mutex<Option<HashMap<Shape, (Algo, usize)>>> = Mutex::new(None);
+static CHOSEN: Mutex<Option<HashMap<Key, (Algo, usize)>>> = Mutex::new(None);
 
-fn remembered(shape: &Shape) -> Result<Option<(Algo, usize)>, String> {
+fn remembered(shape: &Key) -> Result<Option<(Algo, usize)>, String> {
     let chosen = CHOSEN.lock().map_err(|e| e.to_string())?;
     Ok(chosen.as_ref().and_then(|m| m.get(shape).copied()))
 }
 
-fn remember(shape: Shape, choice: (Algo, usize)) -> Result<(), String> {
+fn remember(shape: Key, choice: (Algo, usize)) -> Result<(), String> {
     let mut chosen = CHOSEN.lock().map_err(|e| e.to_string())?;
     chosen
         .get_or_insert_with(HashMap::new)
@@ -321,7 +290,7 @@ struct Ranked {
 }
 
 /// The algorithm for `call` and its workspace in bytes: among the algorithms cuDNN's heuristics
-/// list that fit the workspace and use no tensor-core math, the first, or with `call.tune` the
+/// list that fit the workspace and use no tensor-core math, the first, or with `call.shape.tune` the
 /// fastest measured here (see [`fastest`]).
 fn choose(
     handle: sys::cudnnHandle_t,
@@ -330,10 +299,11 @@ fn choose(
     stream: &CudaStream,
     scratch: &dyn Fn(usize) -> Result<*mut u8, String>,
 ) -> Result<(Algo, usize), String> {
-    let ranked = rank(handle, d, call.pass).map_err(|e| cudnn_error("choosing an algorithm", e))?;
+    let ranked =
+        rank(handle, d, call.shape.pass).map_err(|e| cudnn_error("choosing an algorithm", e))?;
     let mut candidates = Vec::new();
     for r in ranked.iter().filter(|r| {
-        r.ok && r.memory <= call.workspace
+        r.ok && r.memory <= call.shape.workspace
             && matches!(
                 r.math,
                 sys::cudnnMathType_t::CUDNN_FMA_MATH | sys::cudnnMathType_t::CUDNN_DEFAULT_MATH
@@ -344,7 +314,7 @@ fn choose(
         // SAFETY: live handle and descriptors.
         let bytes = unsafe { workspace(handle, d, r.algo) }
             .map_err(|e| cudnn_error("sizing the workspace", e))?;
-        if bytes <= call.workspace {
+        if bytes <= call.shape.workspace {
             candidates.push((r.algo, bytes));
         }
     }
@@ -352,13 +322,13 @@ fn choose(
         format!(
             "cuDNN has no {} algorithm for data {:?}, filters {:?} within a workspace of {} \
              bytes (set the op's `cudnn_off` or a larger `workspace`)",
-            call.pass.name(),
-            call.x,
-            call.w,
-            call.workspace
+            call.shape.pass.name(),
+            call.shape.x,
+            call.shape.w,
+            call.shape.workspace
         )
     })?;
-    if !call.tune || !autotune() || candidates.len() == 1 {
+    if !call.shape.tune || !autotune() || candidates.len() == 1 {
         return Ok(first);
     }
     fastest(handle, d, call, stream, scratch, &candidates)
@@ -415,9 +385,9 @@ fn fastest(
     best.map(|(choice, _)| choice).ok_or_else(|| {
         format!(
             "cuDNN: every {} algorithm failed for data {:?}, filters {:?}",
-            call.pass.name(),
-            call.x,
-            call.w
+            call.shape.pass.name(),
+            call.shape.x,
+            call.shape.w
         )
     })
 }

@@ -158,12 +158,13 @@ impl ConvPass {
     }
 }
 
-/// One 2-D convolution pass for a library that computes it whole (cuDNN): float32, data
-/// `x = (n, channels, h, w)`, filters `w = (filters, channels / groups, kh, kw)`, output
-/// `y = (n, filters, ho, wo)`, all dense. The pass writes (not adds to) its result.
-#[derive(Clone, Copy, Debug)]
+/// The geometry of one 2-D convolution pass for a library that computes it whole (cuDNN):
+/// float32, data `x = (n, channels, h, w)`, filters `w = (filters, channels / groups, kh, kw)`,
+/// output `y = (n, filters, ho, wo)`, all dense; and what the op allows it. The library
+/// remembers its choice of algorithm per shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-pub(crate) struct ConvCall {
+pub(crate) struct ConvShape {
     pub(crate) pass: ConvPass,
     pub(crate) x: [usize; 4],
     pub(crate) w: [usize; 4],
@@ -177,6 +178,13 @@ pub(crate) struct ConvCall {
     /// Whether the library may time its algorithms to choose one (else it takes its
     /// heuristics' first): the op's `cudnn_tune` is not `off`.
     pub(crate) tune: bool,
+}
+
+/// One convolution pass: its shape and its buffers. The pass writes (not adds to) its result.
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) struct ConvCall {
+    pub(crate) shape: ConvShape,
     /// The data, or its gradient.
     pub(crate) data: *mut f32,
     /// The filters, or their gradient.

@@ -2,7 +2,7 @@
 //! its launches from the tensors and runs kernels and GEMMs on a [`Stream`], in the stream's
 //! order. They mirror the CPU kernels (`crate::ops`) and are tested against them.
 
-use super::{ConvCall, ConvPass, Gemm, KArgs, Stream};
+use super::{ConvCall, ConvPass, ConvShape, Gemm, KArgs, Stream};
 use crate::ops::conv::{conv_params, pool_params, ConvDims, PoolType};
 use crate::ops::elemwise::broadcast_strides;
 use crate::ops::{fc_dims, Attrs, OpDef, TensorRef, IS_TRAIN};
@@ -545,7 +545,7 @@ fn by_library(
     {
         return Ok(false);
     }
-    let call = ConvCall {
+    let shape = ConvShape {
         pass,
         x: [d.n, d.ch, d.h, d.w],
         w: [c.filters, d.cg, c.k.0, c.k.1],
@@ -556,6 +556,9 @@ fn by_library(
         groups: c.groups,
         workspace: workspace_bytes(op, attrs)?,
         tune: attrs.get("cudnn_tune") != Some("off"),
+    };
+    let call = ConvCall {
+        shape,
         data,
         filter,
         out,
