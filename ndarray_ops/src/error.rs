@@ -7,7 +7,7 @@ use storage::StorageError;
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum NdError {
     /// Shapes that do not fit the op.
-    #[error("{op}: {arg} has shape {found:?}, {expected}")]
+    #[error("{op}: {arg} has shape {found:?}, expected {expected}")]
     Shape {
         /// The op.
         op: String,
