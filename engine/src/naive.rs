@@ -140,9 +140,15 @@ impl Engine for NaiveEngine {
     /// Runs the members one by one, each exactly as if it had been pushed alone. A member whose
     /// var was deleted after it joined the unit fails, as on the threaded engines.
     fn push_bulk(&self, unit: &mut BulkUnit) -> Result<(), EngineError> {
-        let mut body = BulkBody::default();
+        // The unit's next ops go into this body's emptied lists (see `BulkUnit::take_into`), and
+        // the body goes back to the unit afterwards, so bulking allocates nothing per unit.
+        let mut body = unit
+            .spare
+            .pop()
+            .unwrap_or_else(|| Box::new(BulkBody::with_capacity(unit.len())));
         let (ctx, (reads, writes)) = (unit.ctx, unit.take_into(&mut body));
-        let mut by_slot: Vec<Option<&Var>> = vec![None; reads.len() + writes.len()];
+        let mut by_slot: SmallVec<[Option<&Var>; 16]> =
+            smallvec::smallvec![None; reads.len() + writes.len()];
         let unit_vars = reads.iter().zip(&body.read_slots);
         for (v, &slot) in unit_vars.chain(writes.iter().zip(&body.write_slots)) {
             by_slot[usize::from(slot)] = Some(v);
@@ -162,6 +168,8 @@ impl Engine for NaiveEngine {
             }
             self.execute(m.name.clone(), UserFn::Sync(m.func), ctx, &reads, &writes);
         }
+        body.members.clear();
+        unit.spare.push(body);
         Ok(())
     }
 
