@@ -2,6 +2,7 @@
 
 use ndarray::{ArrayView2, ArrayViewMut2};
 
+use super::par::{for_ranges, Shared};
 use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, NdError, Result};
 use crate::resources::KernelRes;
@@ -111,7 +112,7 @@ fn infer_act_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) ->
     Ok((vec![s[0].clone()], vec![dt]))
 }
 
-/// dy/dx as a function of the output y.
+/// dy/dx as a function of the output y, checked for the act types that have one.
 fn act_derivative(op: &str, attrs: &Attrs) -> Result<fn(f64) -> f64> {
     Ok(match attrs.get("act_type").unwrap_or("relu") {
         "relu" => |y: f64| if y > 0.0 { 1.0 } else { 0.0 },
@@ -122,6 +123,8 @@ fn act_derivative(op: &str, attrs: &Attrs) -> Result<fn(f64) -> f64> {
     })
 }
 
+/// `dx = dy * f'(y)`, computed in f64 and rounded once. ReLU's derivative, 0 or 1, is exact in
+/// every type, so its product is taken in the array's own type, where the loop vectorizes.
 fn act_backward_kernel(
     op: &str,
     attrs: &Attrs,
@@ -130,11 +133,17 @@ fn act_backward_kernel(
     _res: &mut KernelRes,
 ) -> KResult {
     let f = act_derivative(op, attrs).map_err(|e| e.to_string())?;
-    crate::with_dtype!(outs[0].dtype, T => {
-        let (g, y, o) = (ins[0].ptr::<T>(), ins[1].ptr::<T>(), outs[0].ptr::<T>());
-        for i in 0..outs[0].len() {
-            // SAFETY: equal lengths; raw pointers tolerate the output being exactly an input.
-            unsafe { *o.add(i) = T::from_f64((*g.add(i)).to_f64() * f((*y.add(i)).to_f64())) };
+    let relu = attrs.get("act_type").unwrap_or("relu") == "relu";
+    let (dy, y, dx) = (&ins[0], &ins[1], &outs[0]);
+    crate::with_dtype!(dx.dtype, T => {
+        let (zero, one) = (T::default(), T::from_f64(1.0));
+        match relu {
+            true => super::elemwise::binary_map::<T>(dy, y, dx, move |g: T, y: T| {
+                g.mul(if y > zero { one } else { zero })
+            }),
+            false => super::elemwise::binary_map::<T>(dy, y, dx, move |g: T, y: T| {
+                T::from_f64(g.to_f64() * f(y.to_f64()))
+            }),
         }
     });
     Ok(())
@@ -272,10 +281,12 @@ pub(super) fn channel_sums<T: Element>(dy: &[T], plane: usize, out: &mut [T]) {
     }
 }
 
-/// Adds the columns back into the image they were gathered from (the adjoint of `im2col`).
+/// Adds columns back into `cg` channels: the reverse of `im2col`. Channels are independent (a
+/// channel's rows are the only ones that reach it), so a large pass is split by channels; each
+/// channel adds its taps in the same order as a single thread would.
 ///
 /// # Safety
-/// As for `im2col`, with `dst` writable.
+/// `col` holds `cg * kh * kw * ho * wo` elements, `dst` `cg * h * w`, and the two are disjoint.
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn col2im<T: Element>(
     col: *const T,
@@ -287,30 +298,28 @@ pub(super) unsafe fn col2im<T: Element>(
     wo: usize,
     dst: *mut T,
 ) {
-    let mut row = 0;
-    for ch in 0..cg {
-        for i in 0..c.k.0 {
-            for j in 0..c.k.1 {
-                for y in 0..ho {
-                    let iy = (y * c.s.0 + i * c.d.0) as isize - c.p.0 as isize;
-                    if iy < 0 || iy as usize >= h {
-                        continue;
-                    }
-                    for x in 0..wo {
-                        let ix = (x * c.s.1 + j * c.d.1) as isize - c.p.1 as isize;
-                        if ix >= 0 && (ix as usize) < w {
-                            // SAFETY: both indices are inside their buffers (per the contract).
-                            unsafe {
-                                let d = dst.add((ch * h + iy as usize) * w + ix as usize);
-                                *d = (*d).add(*col.add(row * ho * wo + y * wo + x));
-                            }
-                        }
+    let (col, dst) = (Shared::new(col), Shared::new(dst));
+    let taps = c.k.0 * c.k.1;
+    for_ranges(cg, taps * ho * wo, |lo, hi| {
+        for ch in lo..hi {
+            // SAFETY: channel `ch` of `dst` and its rows of `col` lie inside them (the
+            // contract); this range alone touches those.
+            let (plane, rows) = unsafe {
+                (
+                    std::slice::from_raw_parts_mut(dst.get().add(ch * h * w), h * w),
+                    std::slice::from_raw_parts(col.get().add(ch * taps * ho * wo), taps * ho * wo),
+                )
+            };
+            for (tap, tap_rows) in rows.chunks_exact((ho * wo).max(1)).enumerate() {
+                let tap = super::conv::Tap::new(c, tap / c.k.1, tap % c.k.1, w, wo);
+                for (y, col_row) in tap_rows.chunks_exact(wo.max(1)).enumerate() {
+                    if let Some(iy) = tap.input_row(c, y, h) {
+                        tap.scatter_add(col_row, &mut plane[iy * w..(iy + 1) * w]);
                     }
                 }
-                row += 1;
             }
         }
-    }
+    });
 }
 
 fn conv_backward_kernel(
@@ -384,62 +393,83 @@ fn pool_backward_kernel(
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
-    use super::conv::PoolType;
     let (dy, x) = (&ins[0], &ins[1]);
     let p = super::conv::pool_params(op, attrs, &x.shape).map_err(|e| e.to_string())?;
     let (h, w, ho, wo) = (x.shape[2], x.shape[3], dy.shape[2], dy.shape[3]);
+    let planes = x.shape[0] * x.shape[1];
     crate::with_dtype!(dy.dtype, T => {
-        // SAFETY: read access to the inputs, exclusive access to the disjoint output.
-        let (dys, xs, dx) = unsafe { (dy.slice::<T>(), x.slice::<T>(), outs[0].slice_mut::<T>()) };
-        dx.fill(T::default());
-        for plane in 0..x.shape[0] * x.shape[1] {
-            let (xp, base) = (&xs[plane * h * w..(plane + 1) * h * w], plane * h * w);
-            for y in 0..ho {
-                let ys = (y * p.s.0) as isize - p.p.0 as isize;
-                let ye = (ys + p.k.0 as isize).min((h + p.p.0) as isize);
-                for xx in 0..wo {
-                    let xs0 = (xx * p.s.1) as isize - p.p.1 as isize;
-                    let xe = (xs0 + p.k.1 as isize).min((w + p.p.1) as isize);
-                    let (y0, y1) = (ys.max(0) as usize, (ye.max(0) as usize).min(h));
-                    let (x0, x1) = (xs0.max(0) as usize, (xe.max(0) as usize).min(w));
-                    let g = dys[plane * ho * wo + y * wo + xx];
-                    match p.kind {
-                        PoolType::Max => {
-                            // The first maximum takes the gradient, as the forward pass chose it.
-                            let mut best: Option<(usize, T)> = None;
-                            for iy in y0..y1 {
-                                for ix in x0..x1 {
-                                    let v = xp[iy * w + ix];
-                                    if best.is_none_or(|(_, b)| v > b) {
-                                        best = Some((iy * w + ix, v));
-                                    }
-                                }
-                            }
-                            if let Some((at, _)) = best {
-                                dx[base + at] = dx[base + at].add(g);
-                            }
+        let (dys, xs, dx) = (Shared::new(dy.ptr::<T>()), Shared::new(x.ptr::<T>()), Shared::new(outs[0].ptr::<T>()));
+        for_ranges(planes, ho * wo * p.k.0 * p.k.1, |lo, hi| {
+            for plane in lo..hi {
+                // SAFETY: this range alone reads plane `plane` of the inputs and writes the same
+                // plane of the output, which is disjoint from the inputs (not alias-safe).
+                let (gp, xp, dp) = unsafe {
+                    (
+                        std::slice::from_raw_parts(dys.get().add(plane * ho * wo), ho * wo),
+                        std::slice::from_raw_parts(xs.get().add(plane * h * w), h * w),
+                        std::slice::from_raw_parts_mut(dx.get().add(plane * h * w), h * w),
+                    )
+                };
+                pool_plane_backward(&p, gp, wo, xp, dp, (h, w));
+            }
+        });
+    });
+    Ok(())
+}
+
+/// One plane of pooling's gradient: each output's gradient `dy` (rows of `wo`) goes to its
+/// window's maximum in `x` (the first, as the forward pass chose it), or is shared over the
+/// window, and is added into `dx` (`h` x `w`).
+fn pool_plane_backward<T: Element>(
+    p: &super::conv::Pool,
+    dy: &[T],
+    wo: usize,
+    x: &[T],
+    dx: &mut [T],
+    (h, w): (usize, usize),
+) {
+    use super::conv::PoolType;
+    dx.fill(T::default());
+    for (at_out, &g) in dy.iter().enumerate() {
+        let (y, xx) = (at_out / wo, at_out % wo);
+        let ys = (y * p.s.0) as isize - p.p.0 as isize;
+        let ye = (ys + p.k.0 as isize).min((h + p.p.0) as isize);
+        let xs0 = (xx * p.s.1) as isize - p.p.1 as isize;
+        let xe = (xs0 + p.k.1 as isize).min((w + p.p.1) as isize);
+        let (y0, y1) = (ys.max(0) as usize, (ye.max(0) as usize).min(h));
+        let (x0, x1) = (xs0.max(0) as usize, (xe.max(0) as usize).min(w));
+        match p.kind {
+            PoolType::Max => {
+                let mut best: Option<(usize, T)> = None;
+                for iy in y0..y1 {
+                    for ix in x0..x1 {
+                        let v = x[iy * w + ix];
+                        if best.is_none_or(|(_, b)| v > b) {
+                            best = Some((iy * w + ix, v));
                         }
-                        PoolType::Avg | PoolType::Sum => {
-                            let padded = ((ye - ys) * (xe - xs0)).max(1) as f64;
-                            let inside = ((y1 - y0) * (x1 - x0)).max(1) as f64;
-                            let share = match p.kind {
-                                PoolType::Sum => 1.0,
-                                _ if p.count_pad => 1.0 / padded,
-                                _ => 1.0 / inside,
-                            };
-                            let gv = T::from_f64(g.to_f64() * share);
-                            for iy in y0..y1 {
-                                for ix in x0..x1 {
-                                    dx[base + iy * w + ix] = dx[base + iy * w + ix].add(gv);
-                                }
-                            }
-                        }
+                    }
+                }
+                if let Some((at, _)) = best {
+                    dx[at] = dx[at].add(g);
+                }
+            }
+            PoolType::Avg | PoolType::Sum => {
+                let padded = ((ye - ys) * (xe - xs0)).max(1) as f64;
+                let inside = ((y1 - y0) * (x1 - x0)).max(1) as f64;
+                let share = match p.kind {
+                    PoolType::Sum => 1.0,
+                    _ if p.count_pad => 1.0 / padded,
+                    _ => 1.0 / inside,
+                };
+                let gv = T::from_f64(g.to_f64() * share);
+                for iy in y0..y1 {
+                    for ix in x0..x1 {
+                        dx[iy * w + ix] = dx[iy * w + ix].add(gv);
                     }
                 }
             }
         }
-    });
-    Ok(())
+    }
 }
 
 // ---- reshape_like: a's elements in b's shape --------------------------------------------------
@@ -521,18 +551,7 @@ fn bn_backward_kernel(
 ) -> KResult {
     let e = |e: crate::NdError| e.to_string();
     let x = &ins[1];
-    let axis = {
-        let a = attrs
-            .ints(op, "axis")
-            .map_err(e)?
-            .and_then(|v| v.first().copied())
-            .unwrap_or(1);
-        if a < 0 {
-            (a + x.shape.len() as i64) as usize
-        } else {
-            a as usize
-        }
-    };
+    let axis = super::stochastic::bn_axis(op, attrs, x.shape.len()).map_err(e)?;
     let eps = attrs.f64(op, "eps", Some(1e-3)).map_err(e)?;
     let fix_gamma = attrs.bool(op, "fix_gamma", true).map_err(e)?;
     let batch_stats = attrs.bool(op, super::IS_TRAIN, false).map_err(e)?
@@ -542,36 +561,44 @@ fn bn_backward_kernel(
     let outer: usize = x.shape[..axis].iter().product();
     let m = (outer * inner).max(1) as f64;
     crate::with_dtype!(x.dtype, T => {
-        // SAFETY: read access to the inputs; exclusive access to the three disjoint outputs.
-        let (dy, xs, gamma, mean, var) = unsafe { (ins[0].slice::<T>(), x.slice::<T>(), ins[2].slice::<T>(), ins[3].slice::<T>(), ins[4].slice::<T>()) };
-        let (dx, dgamma, dbeta) = unsafe { (outs[0].slice_mut::<T>(), outs[1].slice_mut::<T>(), outs[2].slice_mut::<T>()) };
-        for ch in 0..c {
-            let at = |o: usize, i: usize| (o * c + ch) * inner + i;
-            let (mu, inv) = (mean[ch].to_f64(), 1.0 / (var[ch].to_f64() + eps).sqrt());
-            let g = if fix_gamma { 1.0 } else { gamma[ch].to_f64() };
-            let (mut sum_dy, mut sum_dy_xhat) = (0.0, 0.0);
-            for o in 0..outer {
-                for i in 0..inner {
-                    let d = dy[at(o, i)].to_f64();
-                    sum_dy += d;
-                    sum_dy_xhat += d * (xs[at(o, i)].to_f64() - mu) * inv;
+        let [dy, xs, gamma, mean, var] = [0, 1, 2, 3, 4].map(|k| Shared::new(ins[k].ptr::<T>()));
+        let [dx, dgamma, dbeta] = [0, 1, 2].map(|k| Shared::new(outs[k].ptr::<T>()));
+        // Channels are independent: a range of them is done by one thread.
+        for_ranges(c, 2 * outer * inner, |lo, hi| {
+            let at = |o: usize, ch: usize, i: usize| (o * c + ch) * inner + i;
+            // SAFETY: read access to the inputs; exclusive access to the three outputs, which
+            // are disjoint from them. This range alone touches channels `lo..hi`: their
+            // elements of the data and gradients, their entries of the statistics.
+            unsafe {
+                let (dy, xs) = (|k: usize| (*dy.get().add(k)).to_f64(), |k: usize| (*xs.get().add(k)).to_f64());
+                for ch in lo..hi {
+                    let (mu, inv) = ((*mean.get().add(ch)).to_f64(), 1.0 / ((*var.get().add(ch)).to_f64() + eps).sqrt());
+                    let g = if fix_gamma { 1.0 } else { (*gamma.get().add(ch)).to_f64() };
+                    let (mut sum_dy, mut sum_dy_xhat) = (0.0, 0.0);
+                    for o in 0..outer {
+                        for i in 0..inner {
+                            let d = dy(at(o, ch, i));
+                            sum_dy += d;
+                            sum_dy_xhat += d * (xs(at(o, ch, i)) - mu) * inv;
+                        }
+                    }
+                    *dbeta.get().add(ch) = T::from_f64(sum_dy);
+                    *dgamma.get().add(ch) = T::from_f64(if fix_gamma { 0.0 } else { sum_dy_xhat });
+                    for o in 0..outer {
+                        for i in 0..inner {
+                            let k = at(o, ch, i);
+                            let v = if batch_stats {
+                                let xhat = (xs(k) - mu) * inv;
+                                g * inv * (dy(k) - sum_dy / m - xhat * sum_dy_xhat / m)
+                            } else {
+                                g * inv * dy(k)
+                            };
+                            *dx.get().add(k) = T::from_f64(v);
+                        }
+                    }
                 }
             }
-            dbeta[ch] = T::from_f64(sum_dy);
-            dgamma[ch] = T::from_f64(if fix_gamma { 0.0 } else { sum_dy_xhat });
-            for o in 0..outer {
-                for i in 0..inner {
-                    let d = dy[at(o, i)].to_f64();
-                    let v = if batch_stats {
-                        let xhat = (xs[at(o, i)].to_f64() - mu) * inv;
-                        g * inv * (d - sum_dy / m - xhat * sum_dy_xhat / m)
-                    } else {
-                        g * inv * d
-                    };
-                    dx[at(o, i)] = T::from_f64(v);
-                }
-            }
-        }
+        });
     });
     Ok(())
 }

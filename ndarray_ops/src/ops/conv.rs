@@ -4,6 +4,7 @@
 
 use ndarray::{ArrayView2, ArrayViewMut2};
 
+use super::par::{for_ranges, Shared};
 use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, NdError, Result};
 use crate::resources::{KernelRes, Resource};
@@ -199,9 +200,10 @@ fn infer_conv(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
 }
 
 /// Lays the receptive fields of `cg` channels out as columns: row (c, i, j), column (y, x).
+/// Rows are independent, so a large layout is split across threads by rows.
 ///
 /// # Safety
-/// `src` holds `cg * h * w` elements, `col` `cg * kh * kw * ho * wo`.
+/// `src` holds `cg * h * w` elements, `col` `cg * kh * kw * ho * wo`, and the two are disjoint.
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn im2col<T: Element>(
     src: *const T,
@@ -213,25 +215,109 @@ pub(super) unsafe fn im2col<T: Element>(
     wo: usize,
     col: *mut T,
 ) {
-    let mut row = 0;
-    for ch in 0..cg {
-        for i in 0..c.k.0 {
-            for j in 0..c.k.1 {
-                for y in 0..ho {
-                    let iy = (y * c.s.0 + i * c.d.0) as isize - c.p.0 as isize;
-                    for x in 0..wo {
-                        let ix = (x * c.s.1 + j * c.d.1) as isize - c.p.1 as isize;
-                        let v = if iy >= 0 && (iy as usize) < h && ix >= 0 && (ix as usize) < w {
-                            // SAFETY: the index is inside channel `ch` of `src`.
-                            unsafe { *src.add((ch * h + iy as usize) * w + ix as usize) }
-                        } else {
-                            T::default()
-                        };
-                        // SAFETY: `row < cg*kh*kw` and `y*wo + x < ho*wo`.
-                        unsafe { *col.add(row * ho * wo + y * wo + x) = v };
-                    }
+    let (src, col) = (Shared::new(src), Shared::new(col));
+    let taps = c.k.0 * c.k.1;
+    for_ranges(cg * taps, ho * wo, |lo, hi| {
+        for row in lo..hi {
+            let (ch, tap) = (row / taps, row % taps);
+            // SAFETY: channel `ch` lies inside `src` and row `row` inside `col` (the contract);
+            // this range alone writes its rows.
+            let (plane, out) = unsafe {
+                (
+                    std::slice::from_raw_parts(src.get().add(ch * h * w), h * w),
+                    std::slice::from_raw_parts_mut(col.get().add(row * ho * wo), ho * wo),
+                )
+            };
+            let tap = Tap::new(c, tap / c.k.1, tap % c.k.1, w, wo);
+            for (y, out_row) in out.chunks_exact_mut(wo.max(1)).enumerate() {
+                match tap.input_row(c, y, h) {
+                    None => out_row.fill(T::default()),
+                    Some(iy) => tap.gather(&plane[iy * w..(iy + 1) * w], out_row),
                 }
-                row += 1;
+            }
+        }
+    });
+}
+
+/// One kernel tap (i, j) of a convolution, seen from its column row: which output columns
+/// read inside the input (`x0..x1`; the others read padding), and where.
+pub(super) struct Tap {
+    i: usize,
+    /// Input column of output column x: `x * stride + offset`.
+    offset: isize,
+    stride: usize,
+    x0: usize,
+    x1: usize,
+}
+
+impl Tap {
+    pub(super) fn new(c: &Conv, i: usize, j: usize, w: usize, wo: usize) -> Self {
+        let offset = (j * c.d.1) as isize - c.p.1 as isize;
+        let stride = c.s.1 as isize;
+        // The first x with x * stride + offset >= 0, and the first with it >= w.
+        let first_at = |edge: isize| {
+            let need = edge - offset;
+            if need <= 0 {
+                0
+            } else {
+                ((need + stride - 1) / stride) as usize
+            }
+        };
+        let x0 = first_at(0).min(wo);
+        let x1 = first_at(w as isize).clamp(x0, wo);
+        Tap {
+            i,
+            offset,
+            stride: c.s.1,
+            x0,
+            x1,
+        }
+    }
+
+    /// The input row output row `y` reads, if inside the input.
+    pub(super) fn input_row(&self, c: &Conv, y: usize, h: usize) -> Option<usize> {
+        let iy = (y * c.s.0 + self.i * c.d.0) as isize - c.p.0 as isize;
+        (0..h as isize).contains(&iy).then_some(iy as usize)
+    }
+
+    /// The input column output column `x0` reads (inside the input: only asked when `x0 < x1`).
+    fn first_input(&self) -> usize {
+        (self.x0 as isize * self.stride as isize + self.offset) as usize
+    }
+
+    /// Fills one column row from one input row: padding outside `x0..x1`.
+    fn gather<T: Element>(&self, input: &[T], out: &mut [T]) {
+        let (x0, x1) = (self.x0, self.x1);
+        out[..x0].fill(T::default());
+        out[x1..].fill(T::default());
+        if x0 == x1 {
+            return;
+        }
+        let from = self.first_input();
+        if self.stride == 1 {
+            out[x0..x1].copy_from_slice(&input[from..from + (x1 - x0)]);
+        } else {
+            for (k, o) in out[x0..x1].iter_mut().enumerate() {
+                *o = input[from + k * self.stride];
+            }
+        }
+    }
+
+    /// Adds one column row into one input row (the reverse of `gather`).
+    pub(super) fn scatter_add<T: Element>(&self, col: &[T], input: &mut [T]) {
+        if self.x0 == self.x1 {
+            return;
+        }
+        let from = self.first_input();
+        let col = &col[self.x0..self.x1];
+        if self.stride == 1 {
+            for (d, &v) in input[from..from + col.len()].iter_mut().zip(col) {
+                *d = d.add(v);
+            }
+        } else {
+            for (k, &v) in col.iter().enumerate() {
+                let d = &mut input[from + k * self.stride];
+                *d = d.add(v);
             }
         }
     }
@@ -389,51 +475,76 @@ fn pool_kernel(
     let (h, w, ho, wo) = (x.shape[2], x.shape[3], o.shape[2], o.shape[3]);
     let planes = x.shape[0] * x.shape[1];
     crate::with_dtype!(o.dtype, T => {
-        // SAFETY: read access to the input, exclusive access to the disjoint output.
-        let (src, dst) = unsafe { (x.slice::<T>(), o.slice_mut::<T>()) };
-        for plane in 0..planes {
-            let sp = &src[plane * h * w..(plane + 1) * h * w];
-            for y in 0..ho {
-                let ys = (y * p.s.0) as isize - p.p.0 as isize;
-                let ye = (ys + p.k.0 as isize).min((h + p.p.0) as isize);
-                for xx in 0..wo {
-                    let xs = (xx * p.s.1) as isize - p.p.1 as isize;
-                    let xe = (xs + p.k.1 as isize).min((w + p.p.1) as isize);
-                    // The window clipped to the padded input (what MXNet divides by) and to the
-                    // input itself (what is read).
-                    let padded = ((ye - ys) * (xe - xs)).max(1) as f64;
-                    let (y0, y1) = (ys.max(0) as usize, (ye.max(0) as usize).min(h));
-                    let (x0, x1) = (xs.max(0) as usize, (xe.max(0) as usize).min(w));
-                    let mut acc = if p.kind == PoolType::Max { f64::NEG_INFINITY } else { 0.0 };
-                    let mut at = 0usize;
-                    for iy in y0..y1 {
-                        for ix in x0..x1 {
-                            let v = sp[iy * w + ix].to_f64();
-                            if p.kind != PoolType::Max {
-                                acc += v;
-                            } else if v > acc {
-                                acc = v;
-                                at = iy * w + ix;
-                            }
-                        }
-                    }
-                    if p.kind == PoolType::Max {
-                        // SAFETY: the hidden output has the output's shape and is disjoint.
-                        let mask = unsafe { outs[1].slice_mut::<T>() };
-                        mask[plane * ho * wo + y * wo + xx] = T::from_f64(at as f64);
-                    }
-                    let inside = ((y1 - y0) * (x1 - x0)).max(1) as f64;
-                    let v = match p.kind {
-                        PoolType::Max if y1 <= y0 || x1 <= x0 => 0.0,
-                        PoolType::Max | PoolType::Sum => acc,
-                        PoolType::Avg => acc / if p.count_pad { padded } else { inside },
-                    };
-                    dst[plane * ho * wo + y * wo + xx] = T::from_f64(v);
+        let (src, dst) = (Shared::new(x.ptr::<T>()), Shared::new(o.ptr::<T>()));
+        // Max pooling's hidden output: where each maximum came from.
+        let mask = (p.kind == PoolType::Max).then(|| Shared::new(outs[1].ptr::<T>()));
+        for_ranges(planes, ho * wo * p.k.0 * p.k.1, |lo, hi| {
+            for plane in lo..hi {
+                // SAFETY: this range alone reads plane `plane` of the input and writes the
+                // same plane of the outputs, which are disjoint from the input (not alias-safe).
+                let (sp, dp, mp) = unsafe {
+                    (
+                        std::slice::from_raw_parts(src.get().add(plane * h * w), h * w),
+                        std::slice::from_raw_parts_mut(dst.get().add(plane * ho * wo), ho * wo),
+                        mask.map(|m| std::slice::from_raw_parts_mut(m.get().add(plane * ho * wo), ho * wo)),
+                    )
+                };
+                pool_plane(&p, sp, (h, w), dp, mp, wo);
+            }
+        });
+    });
+    Ok(())
+}
+
+/// Pools one plane of `h` x `w` into `dst` (rows of `wo`), writing each maximum's index into
+/// `mask` for max pooling.
+fn pool_plane<T: Element>(
+    p: &Pool,
+    src: &[T],
+    (h, w): (usize, usize),
+    dst: &mut [T],
+    mut mask: Option<&mut [T]>,
+    wo: usize,
+) {
+    for (at_out, out) in dst.iter_mut().enumerate() {
+        let (y, xx) = (at_out / wo, at_out % wo);
+        let ys = (y * p.s.0) as isize - p.p.0 as isize;
+        let ye = (ys + p.k.0 as isize).min((h + p.p.0) as isize);
+        let xs = (xx * p.s.1) as isize - p.p.1 as isize;
+        let xe = (xs + p.k.1 as isize).min((w + p.p.1) as isize);
+        // The window clipped to the padded input (what MXNet divides by) and to the input
+        // itself (what is read).
+        let padded = ((ye - ys) * (xe - xs)).max(1) as f64;
+        let (y0, y1) = (ys.max(0) as usize, (ye.max(0) as usize).min(h));
+        let (x0, x1) = (xs.max(0) as usize, (xe.max(0) as usize).min(w));
+        let mut acc = if p.kind == PoolType::Max {
+            f64::NEG_INFINITY
+        } else {
+            0.0
+        };
+        let mut at = 0usize;
+        for iy in y0..y1 {
+            for ix in x0..x1 {
+                let v = src[iy * w + ix].to_f64();
+                if p.kind != PoolType::Max {
+                    acc += v;
+                } else if v > acc {
+                    acc = v;
+                    at = iy * w + ix;
                 }
             }
         }
-    });
-    Ok(())
+        if let Some(mask) = mask.as_deref_mut() {
+            mask[at_out] = T::from_f64(at as f64);
+        }
+        let inside = ((y1 - y0) * (x1 - x0)).max(1) as f64;
+        let v = match p.kind {
+            PoolType::Max if y1 <= y0 || x1 <= x0 => 0.0,
+            PoolType::Max | PoolType::Sum => acc,
+            PoolType::Avg => acc / if p.count_pad { padded } else { inside },
+        };
+        *out = T::from_f64(v);
+    }
 }
 
 pub(super) fn ops() -> &'static [OpDef] {

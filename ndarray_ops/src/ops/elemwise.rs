@@ -2,6 +2,7 @@
 //! math. Kernels read and write through raw pointers, so an output that is exactly one of the
 //! inputs (the in-place forms) is safe.
 
+use super::par::{for_ranges, Shared};
 use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{NdError, Result};
 use crate::resources::KernelRes;
@@ -100,42 +101,8 @@ pub(crate) fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
     strides
 }
 
-/// Below this many elements a kernel runs on its engine worker alone; above, it is split across
-/// rayon's threads (the split costs a few microseconds, a 64K-element pass about as much).
-const PARALLEL_MIN: usize = 1 << 16;
-
-/// Runs `body(start, end)` over `0..n`, in parallel chunks when `n` is large.
-fn for_ranges(n: usize, body: impl Fn(usize, usize) + Sync) {
-    if n < PARALLEL_MIN {
-        return body(0, n);
-    }
-    let chunk = n
-        .div_ceil(rayon::current_num_threads().max(1) * 4)
-        .max(PARALLEL_MIN / 4);
-    rayon::scope(|s| {
-        for start in (0..n).step_by(chunk) {
-            let body = &body;
-            s.spawn(move |_| body(start, (start + chunk).min(n)));
-        }
-    });
-}
-
-/// A pointer that may cross into rayon's threads: each thread touches a disjoint range.
-#[derive(Clone, Copy)]
-struct Shared<T>(*mut T);
-// SAFETY: used only by `for_ranges` bodies, which write disjoint index ranges.
-unsafe impl<T> Send for Shared<T> {}
-// SAFETY: as above.
-unsafe impl<T> Sync for Shared<T> {}
-
-impl<T> Shared<T> {
-    fn get(self) -> *mut T {
-        self.0
-    }
-}
-
 /// `out[i] = f(a[ia], b[ib])` with broadcasting.
-fn binary_map<T: Element>(
+pub(super) fn binary_map<T: Element>(
     a: &TensorRef,
     b: &TensorRef,
     out: &TensorRef,
@@ -144,8 +111,8 @@ fn binary_map<T: Element>(
     let n = out.len();
     let (pa, pb, po) = (a.ptr::<T>(), b.ptr::<T>(), out.ptr::<T>());
     if a.shape == out.shape && b.shape == out.shape {
-        let (sa, sb, so) = (Shared(pa), Shared(pb), Shared(po));
-        for_ranges(n, |lo, hi| {
+        let (sa, sb, so) = (Shared::new(pa), Shared::new(pb), Shared::new(po));
+        for_ranges(n, 1, |lo, hi| {
             let (pa, pb, po) = (sa.get(), sb.get(), so.get());
             // SAFETY: `lo..hi` lies inside every tensor (equal shapes); ranges of different
             // calls are disjoint; the output is disjoint from the inputs or exactly one of them,
@@ -199,9 +166,9 @@ fn binary_map<T: Element>(
     }
 }
 
-fn unary_map<T: Element>(a: &TensorRef, out: &TensorRef, f: impl Fn(T) -> T + Sync) {
-    let (sa, so) = (Shared(a.ptr::<T>()), Shared(out.ptr::<T>()));
-    for_ranges(out.len(), |lo, hi| {
+pub(super) fn unary_map<T: Element>(a: &TensorRef, out: &TensorRef, f: impl Fn(T) -> T + Sync) {
+    let (sa, so) = (Shared::new(a.ptr::<T>()), Shared::new(out.ptr::<T>()));
+    for_ranges(out.len(), 1, |lo, hi| {
         let (pa, po) = (sa.get(), so.get());
         // SAFETY: same length; disjoint ranges per call; output disjoint from or exactly the
         // input; raw pointers only.
@@ -309,6 +276,58 @@ fn softrelu(x: f64) -> f64 {
     }
 }
 
+/// Runs `unary_map` with the function `name` inlined into the loop (a call through a pointer
+/// per element blocks vectorization). The unary ops' names, plus `softsign`, which only
+/// `Activation` asks for. Single-precision floats keep their own precision for the
+/// transcendental functions; other types go through f64.
+pub(super) fn unary_dispatch<T: Element>(
+    name: &str,
+    a: &TensorRef,
+    o: &TensorRef,
+) -> std::result::Result<(), String> {
+    if T::DTYPE == DType::F32 {
+        let g: Option<fn(f32) -> f32> = match name {
+            "exp" => Some(f32::exp),
+            "log" => Some(f32::ln),
+            "sqrt" => Some(f32::sqrt),
+            "tanh" => Some(f32::tanh),
+            "sigmoid" => Some(|x| 1.0 / (1.0 + (-x).exp())),
+            _ => None,
+        };
+        if let Some(g) = g {
+            unary_map::<f32>(a, o, g);
+            return Ok(());
+        }
+    }
+    let zero = T::default();
+    macro_rules! go {
+        ($f:expr) => {
+            unary_map::<T>(a, o, $f)
+        };
+    }
+    macro_rules! via {
+        ($g:expr) => {
+            go!(|x: T| T::from_f64($g(x.to_f64())))
+        };
+    }
+    match name {
+        "_copy" => go!(|x| x),
+        "negative" => go!(move |x: T| zero.sub(x)),
+        "abs" => go!(move |x: T| if x < zero { zero.sub(x) } else { x }),
+        "square" => go!(|x: T| x.mul(x)),
+        "relu" => go!(move |x: T| if x > zero { x } else { zero }),
+        "exp" => via!(f64::exp),
+        "log" => via!(f64::ln),
+        "sqrt" => via!(f64::sqrt),
+        "tanh" => via!(f64::tanh),
+        "sigmoid" => via!(|x: f64| 1.0 / (1.0 + (-x).exp())),
+        "softrelu" => via!(softrelu),
+        "softsign" => via!(|x: f64| x / (1.0 + x.abs())),
+        _ => return Err(format!("no unary kernel for {name}")),
+    }
+    Ok(())
+}
+
 fn unary_kernel(
     op: &str,
     _: &Attrs,
@@ -316,41 +335,7 @@ fn unary_kernel(
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> std::result::Result<(), String> {
-    crate::with_dtype!(outs[0].dtype, T => {
-        let via = |g: fn(f64) -> f64| move |x: T| T::from_f64(g(x.to_f64()));
-        let zero = T::default();
-        let f: Box<dyn Fn(T) -> T + Sync> = match op {
-            "_copy" => Box::new(|x| x),
-            "negative" => Box::new(move |x: T| zero.sub(x)),
-            "abs" => Box::new(move |x: T| if x < zero { zero.sub(x) } else { x }),
-            "square" => Box::new(|x: T| x.mul(x)),
-            "relu" => Box::new(move |x: T| if x > zero { x } else { zero }),
-            "exp" => Box::new(via(f64::exp)),
-            "log" => Box::new(via(f64::ln)),
-            "sqrt" => Box::new(via(f64::sqrt)),
-            "tanh" => Box::new(via(f64::tanh)),
-            "sigmoid" => Box::new(via(|x| 1.0 / (1.0 + (-x).exp()))),
-            "softrelu" => Box::new(via(softrelu)),
-            _ => return Err(format!("no unary kernel for {op}")),
-        };
-        // Single-precision floats keep their own precision for the common ops.
-        if T::DTYPE == DType::F32 {
-            let g: Option<fn(f32) -> f32> = match op {
-                "exp" => Some(f32::exp),
-                "log" => Some(f32::ln),
-                "sqrt" => Some(f32::sqrt),
-                "tanh" => Some(f32::tanh),
-                "sigmoid" => Some(|x| 1.0 / (1.0 + (-x).exp())),
-                _ => None,
-            };
-            if let Some(g) = g {
-                unary_map::<f32>(&ins[0], &outs[0], g);
-                return Ok(());
-            }
-        }
-        unary_map::<T>(&ins[0], &outs[0], f);
-    });
-    Ok(())
+    crate::with_dtype!(outs[0].dtype, T => unary_dispatch::<T>(op, &ins[0], &outs[0]))
 }
 
 macro_rules! def {

@@ -13,6 +13,7 @@ pub(crate) mod elemwise;
 mod extra;
 mod linalg;
 mod nn;
+mod par;
 mod param_shapes;
 mod reduce;
 mod shape;

@@ -31,25 +31,20 @@ fn require_float(op: &str, d: &[DType]) -> Result<DType> {
 
 // ---- Activation / clip --------------------------------------------------------------------
 
-fn act_fn(op: &str, attrs: &Attrs) -> Result<fn(f64) -> f64> {
-    let kind = attrs.get("act_type").unwrap_or("relu");
-    Ok(match kind {
-        "relu" => |x: f64| x.max(0.0),
-        "sigmoid" => |x: f64| 1.0 / (1.0 + (-x).exp()),
-        "tanh" => f64::tanh,
-        "softrelu" => |x: f64| if x > 20.0 { x } else { x.exp().ln_1p() },
-        "softsign" => |x: f64| x / (1.0 + x.abs()),
-        other => {
-            return Err(invalid(
-                op,
-                format!("act_type {other:?} is not one of relu, sigmoid, tanh, softrelu, softsign"),
-            ))
-        }
-    })
+/// The `act_type` of an Activation, checked: its kernel is the elementwise function of that
+/// name.
+fn act_type<'a>(op: &str, attrs: &'a Attrs) -> Result<&'a str> {
+    match attrs.get("act_type").unwrap_or("relu") {
+        kind @ ("relu" | "sigmoid" | "tanh" | "softrelu" | "softsign") => Ok(kind),
+        other => Err(invalid(
+            op,
+            format!("act_type {other:?} is not one of relu, sigmoid, tanh, softrelu, softsign"),
+        )),
+    }
 }
 
 fn infer_activation(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    act_fn(op, attrs)?;
+    act_type(op, attrs)?;
     Ok((vec![s[0].clone()], vec![require_float(op, d)?]))
 }
 
@@ -68,27 +63,24 @@ fn map_kernel(
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
-    let f: Box<dyn Fn(f64) -> f64> = match op {
-        "Activation" => Box::new(act_fn(op, attrs).map_err(e2s)?),
+    let (x, y) = (&ins[0], &outs[0]);
+    match op {
+        "Activation" => {
+            let kind = act_type(op, attrs).map_err(e2s)?;
+            crate::with_dtype!(y.dtype, T => super::elemwise::unary_dispatch::<T>(kind, x, y))
+        }
         "clip" => {
             let (lo, hi) = (
                 attrs.f64(op, "a_min", None).map_err(e2s)?,
                 attrs.f64(op, "a_max", None).map_err(e2s)?,
             );
-            Box::new(move |x: f64| x.clamp(lo, hi))
+            crate::with_dtype!(y.dtype, T => super::elemwise::unary_map::<T>(x, y, move |v: T| {
+                T::from_f64(v.to_f64().clamp(lo, hi))
+            }));
+            Ok(())
         }
-        _ => return Err(format!("no kernel for {op}")),
-    };
-    crate::with_dtype!(outs[0].dtype, T => {
-        let (pa, po) = (ins[0].ptr::<T>(), outs[0].ptr::<T>());
-        // SAFETY: equal lengths; output disjoint from or exactly the input; raw pointers only.
-        unsafe {
-            for i in 0..outs[0].len() {
-                *po.add(i) = T::from_f64(f((*pa.add(i)).to_f64()));
-            }
-        }
-    });
-    Ok(())
+        _ => Err(format!("no kernel for {op}")),
+    }
 }
 
 // ---- softmax family -----------------------------------------------------------------------

@@ -8,6 +8,7 @@
 use rand::Rng;
 use rand_distr::{Distribution, Normal};
 
+use super::par::{for_ranges, Shared};
 use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, NdError, Result};
 use crate::resources::{KernelRes, Resource};
@@ -96,46 +97,55 @@ fn bn_kernel(
     let outer: usize = x.shape[..axis].iter().product();
     let count = (outer * inner).max(1) as f64;
     crate::with_dtype!(x.dtype, T => {
-        // SAFETY: read access to data, gamma, beta; moving statistics are declared mutated
-        // inputs (write access); outputs are disjoint from the inputs (not alias-safe: copied).
-        let (xs, gamma, beta) = unsafe { (x.slice::<T>(), ins[1].slice::<T>(), ins[2].slice::<T>()) };
-        let (mm, mv) = unsafe { (ins[3].slice_mut::<T>(), ins[4].slice_mut::<T>()) };
-        let (ys, mean_out, var_out) = unsafe { (outs[0].slice_mut::<T>(), outs[1].slice_mut::<T>(), outs[2].slice_mut::<T>()) };
-        for ch in 0..c {
-            let at = |o: usize, i: usize| (o * c + ch) * inner + i;
-            let (mean, var) = if batch_stats {
-                let mut sum = 0.0;
-                for o in 0..outer {
-                    for i in 0..inner {
-                        sum += xs[at(o, i)].to_f64();
+        let [xs, gamma, beta, mm, mv] = [0, 1, 2, 3, 4].map(|k| Shared::new(ins[k].ptr::<T>()));
+        let [ys, mean_out, var_out] = [0, 1, 2].map(|k| Shared::new(outs[k].ptr::<T>()));
+        // Channels are independent: a range of them is normalized by one thread.
+        for_ranges(c, 3 * outer * inner, |lo, hi| {
+            let at = |o: usize, ch: usize, i: usize| (o * c + ch) * inner + i;
+            // SAFETY: read access to data, gamma and beta; the moving statistics are declared
+            // mutated inputs (write access); the outputs are disjoint from the inputs (not
+            // alias-safe). This range alone touches channels `lo..hi`: their elements of the
+            // data and output, their entries of the statistics.
+            unsafe {
+                let x = |k: usize| (*xs.get().add(k)).to_f64();
+                for ch in lo..hi {
+                    let (mm, mv) = (&mut *mm.get().add(ch), &mut *mv.get().add(ch));
+                    let (mean, var) = if batch_stats {
+                        let mut sum = 0.0;
+                        for o in 0..outer {
+                            for i in 0..inner {
+                                sum += x(at(o, ch, i));
+                            }
+                        }
+                        let mean = sum / count;
+                        let mut sq = 0.0;
+                        for o in 0..outer {
+                            for i in 0..inner {
+                                let d = x(at(o, ch, i)) - mean;
+                                sq += d * d;
+                            }
+                        }
+                        let var = sq / count;
+                        *mm = T::from_f64(mm.to_f64() * momentum + mean * (1.0 - momentum));
+                        *mv = T::from_f64(mv.to_f64() * momentum + var * (1.0 - momentum));
+                        (mean, var)
+                    } else {
+                        (mm.to_f64(), mv.to_f64())
+                    };
+                    let g = if fix_gamma { 1.0 } else { (*gamma.get().add(ch)).to_f64() };
+                    let scale = g / (var + eps).sqrt();
+                    let shift = (*beta.get().add(ch)).to_f64() - mean * scale;
+                    for o in 0..outer {
+                        for i in 0..inner {
+                            let k = at(o, ch, i);
+                            *ys.get().add(k) = T::from_f64(x(k) * scale + shift);
+                        }
                     }
-                }
-                let mean = sum / count;
-                let mut sq = 0.0;
-                for o in 0..outer {
-                    for i in 0..inner {
-                        let d = xs[at(o, i)].to_f64() - mean;
-                        sq += d * d;
-                    }
-                }
-                let var = sq / count;
-                mm[ch] = T::from_f64(mm[ch].to_f64() * momentum + mean * (1.0 - momentum));
-                mv[ch] = T::from_f64(mv[ch].to_f64() * momentum + var * (1.0 - momentum));
-                (mean, var)
-            } else {
-                (mm[ch].to_f64(), mv[ch].to_f64())
-            };
-            let g = if fix_gamma { 1.0 } else { gamma[ch].to_f64() };
-            let scale = g / (var + eps).sqrt();
-            let shift = beta[ch].to_f64() - mean * scale;
-            for o in 0..outer {
-                for i in 0..inner {
-                    ys[at(o, i)] = T::from_f64(xs[at(o, i)].to_f64() * scale + shift);
+                    *mean_out.get().add(ch) = T::from_f64(mean);
+                    *var_out.get().add(ch) = T::from_f64(var);
                 }
             }
-            mean_out[ch] = T::from_f64(mean);
-            var_out[ch] = T::from_f64(var);
-        }
+        });
     });
     Ok(())
 }

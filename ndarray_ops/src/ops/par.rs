@@ -1,0 +1,82 @@
+//! Splitting a CPU kernel's work across rayon's threads.
+//!
+//! A kernel runs on one engine worker; the worker asks rayon to run the pieces of a large pass
+//! and waits for them (a GEMM's threads are `matrixmultiply`'s own). Work is cut into items the
+//! caller knows are independent — elements, image planes, channels, column rows — each of a
+//! known cost in elements, and only passes large enough to pay for the split are split.
+
+/// Below this many elements of work a pass runs on its engine worker alone; above, it is split
+/// (the split costs a few microseconds, a 64K-element pass about as much).
+const PARALLEL_MIN: usize = 1 << 16;
+
+/// Runs `body(lo, hi)` over `0..n` items of about `cost` elements of work each, in parallel
+/// chunks when the whole pass is large. Chunks are disjoint and cover `0..n`.
+pub(crate) fn for_ranges(n: usize, cost: usize, body: impl Fn(usize, usize) + Sync) {
+    let cost = cost.max(1);
+    if n < 2 || n.saturating_mul(cost) < PARALLEL_MIN {
+        return body(0, n);
+    }
+    // A few chunks per thread, so a slow thread does not hold the pass up, but none so small
+    // that its share of the split's cost shows.
+    let chunk = n
+        .div_ceil(rayon::current_num_threads().max(1) * 4)
+        .max((PARALLEL_MIN / 4).div_ceil(cost));
+    rayon::scope(|s| {
+        for start in (0..n).step_by(chunk) {
+            let body = &body;
+            s.spawn(move |_| body(start, (start + chunk).min(n)));
+        }
+    });
+}
+
+/// A pointer that may cross into rayon's threads. Whoever uses one in a [`for_ranges`] body
+/// must touch only what that body's item range owns.
+#[derive(Clone, Copy)]
+pub(crate) struct Shared<T>(*mut T);
+
+// SAFETY: used only by `for_ranges` bodies, which touch disjoint parts of the buffer (the
+// caller's contract above), so sending the pointer to another thread races with nothing.
+unsafe impl<T> Send for Shared<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for Shared<T> {}
+
+impl<T> Shared<T> {
+    /// Wraps a pointer (a `*const` is cast: only the caller's contract decides what is written).
+    pub(crate) fn new(p: *const T) -> Self {
+        Shared(p as *mut T)
+    }
+
+    pub(crate) fn get(self) -> *mut T {
+        self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Every item is visited exactly once, whether the pass is split or not.
+    #[test]
+    fn chunks_cover_every_item_once() {
+        for (n, cost) in [
+            (0, 1),
+            (1, 1 << 20),
+            (10, 1),
+            (1000, 1000),
+            (70_000, 1),
+            (3, 40_000),
+        ] {
+            let seen: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+            for_ranges(n, cost, |lo, hi| {
+                for s in &seen[lo..hi] {
+                    s.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+            assert!(
+                seen.iter().all(|s| s.load(Ordering::Relaxed) == 1),
+                "n {n}, cost {cost}"
+            );
+        }
+    }
+}
