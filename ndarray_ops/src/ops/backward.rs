@@ -3,6 +3,7 @@
 use ndarray::{ArrayView2, ArrayViewMut2};
 
 use super::par::{for_ranges, Shared};
+use super::stochastic::{sum_zip, ChannelRuns};
 use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, NdError, Result};
 use crate::resources::KernelRes;
@@ -560,41 +561,41 @@ fn bn_backward_kernel(
     let inner: usize = x.shape[axis + 1..].iter().product();
     let outer: usize = x.shape[..axis].iter().product();
     let m = (outer * inner).max(1) as f64;
+    let runs = ChannelRuns { c, inner, outer };
     crate::with_dtype!(x.dtype, T => {
         let [dy, xs, gamma, mean, var] = [0, 1, 2, 3, 4].map(|k| Shared::new(ins[k].ptr::<T>()));
         let [dx, dgamma, dbeta] = [0, 1, 2].map(|k| Shared::new(outs[k].ptr::<T>()));
         // Channels are independent: a range of them is done by one thread.
         for_ranges(c, 2 * outer * inner, |lo, hi| {
-            let at = |o: usize, ch: usize, i: usize| (o * c + ch) * inner + i;
-            // SAFETY: read access to the inputs; exclusive access to the three outputs, which
-            // are disjoint from them. This range alone touches channels `lo..hi`: their
-            // elements of the data and gradients, their entries of the statistics.
-            unsafe {
-                let (dy, xs) = (|k: usize| (*dy.get().add(k)).to_f64(), |k: usize| (*xs.get().add(k)).to_f64());
-                for ch in lo..hi {
-                    let (mu, inv) = ((*mean.get().add(ch)).to_f64(), 1.0 / ((*var.get().add(ch)).to_f64() + eps).sqrt());
-                    let g = if fix_gamma { 1.0 } else { (*gamma.get().add(ch)).to_f64() };
-                    let (mut sum_dy, mut sum_dy_xhat) = (0.0, 0.0);
-                    for o in 0..outer {
-                        for i in 0..inner {
-                            let d = dy(at(o, ch, i));
-                            sum_dy += d;
-                            sum_dy_xhat += d * (xs(at(o, ch, i)) - mu) * inv;
-                        }
-                    }
-                    *dbeta.get().add(ch) = T::from_f64(sum_dy);
-                    *dgamma.get().add(ch) = T::from_f64(if fix_gamma { 0.0 } else { sum_dy_xhat });
-                    for o in 0..outer {
-                        for i in 0..inner {
-                            let k = at(o, ch, i);
-                            let v = if batch_stats {
-                                let xhat = (xs(k) - mu) * inv;
-                                g * inv * (dy(k) - sum_dy / m - xhat * sum_dy_xhat / m)
-                            } else {
-                                g * inv * dy(k)
-                            };
-                            *dx.get().add(k) = T::from_f64(v);
-                        }
+            for ch in lo..hi {
+                // SAFETY: read access to the inputs; exclusive access to the three outputs,
+                // which are disjoint from them. This range alone touches channel `ch`: its
+                // elements of the data and gradients, its entries of the statistics.
+                let (mu, var, gamma, dgamma, dbeta) = unsafe {
+                    let at = |p: Shared<T>| &mut *p.get().add(ch);
+                    (at(mean).to_f64(), at(var).to_f64(), at(gamma).to_f64(), at(dgamma), at(dbeta))
+                };
+                // SAFETY: as above.
+                let (dys, xs) = unsafe { (|| runs.of(dy, ch), || runs.of(xs, ch)) };
+                let inv = 1.0 / (var + eps).sqrt();
+                let g = if fix_gamma { 1.0 } else { gamma };
+                let sum_dy: f64 = dys().map(|r| sum_zip(r, r, |d, _| d)).sum();
+                let sum_dy_xhat: f64 =
+                    dys().zip(xs()).map(|(d, x)| sum_zip(d, x, |d, x| d * (x - mu) * inv)).sum();
+                *dbeta = T::from_f64(sum_dy);
+                *dgamma = T::from_f64(if fix_gamma { 0.0 } else { sum_dy_xhat });
+                // SAFETY: as above.
+                let dxs = unsafe { runs.of_mut(dx, ch) };
+                // With batch statistics, x's own share of the mean and variance comes off:
+                // g·inv·(dy - Σdy/m - x̂·Σdy·x̂/m), x centred before scaling (as in the
+                // forward pass, so that data far from zero does not cancel).
+                let (k, shift, tilt) = match batch_stats {
+                    true => (g * inv, g * inv * (sum_dy / m), g * inv * inv * (sum_dy_xhat / m)),
+                    false => (g * inv, 0.0, 0.0),
+                };
+                for ((dr, xr), or) in dys().zip(xs()).zip(dxs) {
+                    for ((d, x), o) in dr.iter().zip(xr).zip(or) {
+                        *o = T::from_f64(k * d.to_f64() - shift - tilt * (x.to_f64() - mu));
                     }
                 }
             }

@@ -31,8 +31,16 @@ pub(crate) fn for_ranges(n: usize, cost: usize, body: impl Fn(usize, usize) + Sy
 
 /// A pointer that may cross into rayon's threads. Whoever uses one in a [`for_ranges`] body
 /// must touch only what that body's item range owns.
-#[derive(Clone, Copy)]
 pub(crate) struct Shared<T>(*mut T);
+
+// By hand: a derive would ask `T: Copy`, and a pointer copies whatever it points to.
+impl<T> Clone for Shared<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Shared<T> {}
 
 // SAFETY: used only by `for_ranges` bodies, which touch disjoint parts of the buffer (the
 // caller's contract above), so sending the pointer to another thread races with nothing.

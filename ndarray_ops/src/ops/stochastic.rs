@@ -96,58 +96,118 @@ fn bn_kernel(
     let inner: usize = x.shape[axis + 1..].iter().product();
     let outer: usize = x.shape[..axis].iter().product();
     let count = (outer * inner).max(1) as f64;
+    let runs = ChannelRuns { c, inner, outer };
     crate::with_dtype!(x.dtype, T => {
         let [xs, gamma, beta, mm, mv] = [0, 1, 2, 3, 4].map(|k| Shared::new(ins[k].ptr::<T>()));
         let [ys, mean_out, var_out] = [0, 1, 2].map(|k| Shared::new(outs[k].ptr::<T>()));
         // Channels are independent: a range of them is normalized by one thread.
         for_ranges(c, 3 * outer * inner, |lo, hi| {
-            let at = |o: usize, ch: usize, i: usize| (o * c + ch) * inner + i;
-            // SAFETY: read access to data, gamma and beta; the moving statistics are declared
-            // mutated inputs (write access); the outputs are disjoint from the inputs (not
-            // alias-safe). This range alone touches channels `lo..hi`: their elements of the
-            // data and output, their entries of the statistics.
-            unsafe {
-                let x = |k: usize| (*xs.get().add(k)).to_f64();
-                for ch in lo..hi {
-                    let (mm, mv) = (&mut *mm.get().add(ch), &mut *mv.get().add(ch));
-                    let (mean, var) = if batch_stats {
-                        let mut sum = 0.0;
-                        for o in 0..outer {
-                            for i in 0..inner {
-                                sum += x(at(o, ch, i));
-                            }
-                        }
-                        let mean = sum / count;
-                        let mut sq = 0.0;
-                        for o in 0..outer {
-                            for i in 0..inner {
-                                let d = x(at(o, ch, i)) - mean;
-                                sq += d * d;
-                            }
-                        }
-                        let var = sq / count;
-                        *mm = T::from_f64(mm.to_f64() * momentum + mean * (1.0 - momentum));
-                        *mv = T::from_f64(mv.to_f64() * momentum + var * (1.0 - momentum));
-                        (mean, var)
-                    } else {
-                        (mm.to_f64(), mv.to_f64())
-                    };
-                    let g = if fix_gamma { 1.0 } else { (*gamma.get().add(ch)).to_f64() };
-                    let scale = g / (var + eps).sqrt();
-                    let shift = (*beta.get().add(ch)).to_f64() - mean * scale;
-                    for o in 0..outer {
-                        for i in 0..inner {
-                            let k = at(o, ch, i);
-                            *ys.get().add(k) = T::from_f64(x(k) * scale + shift);
-                        }
+            for ch in lo..hi {
+                // SAFETY: read access to data, gamma and beta; the moving statistics are
+                // declared mutated inputs (write access); the outputs are disjoint from the
+                // inputs (not alias-safe). This range alone touches channel `ch`: its elements
+                // of the data and output, its entries of the statistics.
+                let (mm, mv, gamma, beta, mean_out, var_out) = unsafe {
+                    let at = |p: Shared<T>| &mut *p.get().add(ch);
+                    (at(mm), at(mv), *at(gamma), *at(beta), at(mean_out), at(var_out))
+                };
+                // SAFETY: as above.
+                let x = || unsafe { runs.of(xs, ch) };
+                let (mean, var) = if batch_stats {
+                    let mean = x().map(|r| sum_zip(r, r, |v, _| v)).sum::<f64>() / count;
+                    let sq: f64 = x().map(|r| sum_zip(r, r, |v, _| (v - mean) * (v - mean))).sum();
+                    let var = sq / count;
+                    *mm = T::from_f64(mm.to_f64() * momentum + mean * (1.0 - momentum));
+                    *mv = T::from_f64(mv.to_f64() * momentum + var * (1.0 - momentum));
+                    (mean, var)
+                } else {
+                    (mm.to_f64(), mv.to_f64())
+                };
+                let g = if fix_gamma { 1.0 } else { gamma.to_f64() };
+                let scale = g / (var + eps).sqrt();
+                let shift = beta.to_f64() - mean * scale;
+                // SAFETY: as above.
+                for (xr, yr) in x().zip(unsafe { runs.of_mut(ys, ch) }) {
+                    for (v, y) in xr.iter().zip(yr) {
+                        *y = T::from_f64(v.to_f64() * scale + shift);
                     }
-                    *mean_out.get().add(ch) = T::from_f64(mean);
-                    *var_out.get().add(ch) = T::from_f64(var);
                 }
+                *mean_out = T::from_f64(mean);
+                *var_out = T::from_f64(var);
             }
         });
     });
     Ok(())
+}
+
+/// Where one channel's elements lie in a tensor laid out (outer, c, inner): `outer` runs of
+/// `inner` contiguous elements, `c * inner` apart.
+#[derive(Clone, Copy)]
+pub(super) struct ChannelRuns {
+    pub(super) c: usize,
+    pub(super) inner: usize,
+    pub(super) outer: usize,
+}
+
+impl ChannelRuns {
+    /// Channel `ch`'s runs in the tensor at `p`.
+    ///
+    /// # Safety
+    /// `p` holds `outer * c * inner` elements, and nobody writes channel `ch`'s while the runs
+    /// are read.
+    pub(super) unsafe fn of<'a, T: 'a>(
+        self,
+        p: Shared<T>,
+        ch: usize,
+    ) -> impl Iterator<Item = &'a [T]> {
+        (0..self.outer).map(move |o| {
+            // SAFETY: run `o` of channel `ch` lies inside the tensor (the contract).
+            unsafe {
+                std::slice::from_raw_parts(p.get().add((o * self.c + ch) * self.inner), self.inner)
+            }
+        })
+    }
+
+    /// Channel `ch`'s runs in the tensor at `p`, to write.
+    ///
+    /// # Safety
+    /// As for [`ChannelRuns::of`], and nobody else reads or writes channel `ch`'s elements
+    /// while the runs live.
+    pub(super) unsafe fn of_mut<'a, T: 'a>(
+        self,
+        p: Shared<T>,
+        ch: usize,
+    ) -> impl Iterator<Item = &'a mut [T]> {
+        (0..self.outer).map(move |o| {
+            // SAFETY: run `o` of channel `ch` lies inside the tensor and is this caller's alone
+            // (the contract).
+            unsafe {
+                std::slice::from_raw_parts_mut(
+                    p.get().add((o * self.c + ch) * self.inner),
+                    self.inner,
+                )
+            }
+        })
+    }
+}
+
+/// Σ f(a, b) over two runs of equal length, in f64 with four partial sums: a single chain of
+/// dependent adds would wait out the adder's latency at every element.
+pub(super) fn sum_zip<T: Element>(a: &[T], b: &[T], f: impl Fn(f64, f64) -> f64) -> f64 {
+    let mut acc = [0.0f64; 4];
+    let (ca, cb) = (a.chunks_exact(4), b.chunks_exact(4));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (qa, qb) in ca.zip(cb) {
+        for k in 0..4 {
+            acc[k] += f(qa[k].to_f64(), qb[k].to_f64());
+        }
+    }
+    let tail: f64 = ra
+        .iter()
+        .zip(rb)
+        .map(|(x, y)| f(x.to_f64(), y.to_f64()))
+        .sum();
+    (acc[0] + acc[1]) + (acc[2] + acc[3]) + tail
 }
 
 // ---- Dropout --------------------------------------------------------------------------------
