@@ -235,15 +235,21 @@ fn conv_ref(
 #[test]
 fn convolution_matches_direct_computation() {
     let rt = rt();
-    for (stride, pad, dil, groups, bias) in [
-        (1, 0, 1, 1, true),
-        (2, 1, 1, 1, false),
-        (1, 2, 2, 1, true),
-        (1, 1, 1, 2, true),
-        (3, 1, 1, 4, false),
+    let small = [2, 4, 7, 6];
+    // Large enough that im2col splits its rows across threads (8 channels x 9 taps x 4,620 or
+    // 1,155 columns).
+    let large = [1, 8, 70, 66];
+    for (shape, stride, pad, dil, groups, bias) in [
+        (small, 1, 0, 1, 1, true),
+        (small, 2, 1, 1, 1, false),
+        (small, 1, 2, 2, 1, true),
+        (small, 1, 1, 1, 2, true),
+        (small, 3, 1, 1, 4, false),
+        (large, 1, 1, 1, 1, false),
+        (large, 2, 2, 2, 2, true),
     ] {
-        let x = data(&[2, 4, 7, 6], 6);
-        let w = data(&[8, 4 / groups, 3, 3], 7);
+        let x = data(&shape, 6);
+        let w = data(&[8, shape[1] / groups, 3, 3], 7);
         let b = data(&[8], 8);
         let mut attrs = Attrs::new()
             .with("kernel", "(3, 3)")
@@ -297,15 +303,20 @@ fn convolution_matches_direct_computation() {
 #[test]
 fn pooling_matches_direct_computation() {
     let rt = rt();
-    let x = data(&[2, 3, 7, 6], 9);
-    let xn = nd(&rt, &x);
-    for (kind, k, s, p, full) in [
-        ("max", 2, 2, 0, false),
-        ("avg", 3, 2, 1, false),
-        ("sum", 3, 1, 1, false),
-        ("max", 3, 2, 0, true),
-        ("avg", 2, 2, 0, true),
+    let small = [2, 3, 7, 6];
+    // Large enough that pooling splits its planes across threads.
+    let large = [2, 16, 40, 38];
+    for (shape, kind, k, s, p, full) in [
+        (small, "max", 2, 2, 0, false),
+        (small, "avg", 3, 2, 1, false),
+        (small, "sum", 3, 1, 1, false),
+        (small, "max", 3, 2, 0, true),
+        (small, "avg", 2, 2, 0, true),
+        (large, "max", 3, 2, 1, false),
+        (large, "avg", 3, 1, 1, false),
     ] {
+        let x = data(&shape, 9);
+        let xn = nd(&rt, &x);
         let attrs = Attrs::new()
             .with("pool_type", kind)
             .with("kernel", format!("({k},{k})"))
@@ -313,7 +324,7 @@ fn pooling_matches_direct_computation() {
             .with("pad", format!("({p},{p})"))
             .with("pooling_convention", if full { "full" } else { "valid" });
         let got = &run("Pooling", &[&xn], &attrs)[0];
-        let (h, w) = (7usize, 6usize);
+        let (h, w) = (shape[2], shape[3]);
         let olen = |n: usize| {
             if full {
                 (n + 2 * p - k).div_ceil(s) + 1
@@ -322,9 +333,9 @@ fn pooling_matches_direct_computation() {
             }
         };
         let (ho, wo) = (olen(h), olen(w));
-        assert_eq!(got.shape(), &[2, 3, ho, wo], "{kind}");
-        for i in 0..2 {
-            for c in 0..3 {
+        assert_eq!(got.shape(), &[shape[0], shape[1], ho, wo], "{kind}");
+        for i in 0..shape[0] {
+            for c in 0..shape[1] {
                 for y in 0..ho {
                     for xx in 0..wo {
                         let (ys, xs) = (
@@ -356,6 +367,8 @@ fn pooling_matches_direct_computation() {
             }
         }
     }
+    let x = data(&small, 9);
+    let xn = nd(&rt, &x);
     let glob = &run(
         "Pooling",
         &[&xn],
@@ -378,56 +391,64 @@ fn pooling_matches_direct_computation() {
 #[test]
 fn batchnorm_trains_and_infers() {
     let rt = rt();
+    // The second shape is large enough that BatchNorm splits its channels across threads.
+    for shape in [[4, 3, 2, 2], [2, 8, 64, 62]] {
+        let c = shape[1];
+        let x = data(&shape, 10);
+        let (gamma, beta) = (data(&[c], 11), data(&[c], 12));
+        let (mm0, mv0) = (
+            ArrayD::<f64>::zeros(IxDyn(&[c])),
+            ArrayD::<f64>::ones(IxDyn(&[c])),
+        );
+        let (mm, mv) = (nd(&rt, &mm0), nd(&rt, &mv0));
+        let attrs = Attrs::new()
+            .with("eps", 1e-5)
+            .with("momentum", 0.8)
+            .with("fix_gamma", false);
+        let train = attrs.clone().with(IS_TRAIN, true);
+        let outs = run(
+            "BatchNorm",
+            &[&nd(&rt, &x), &nd(&rt, &gamma), &nd(&rt, &beta), &mm, &mv],
+            &train,
+        );
+        let mut want = x.clone();
+        for c in 0..c {
+            let lane = x.index_axis(Axis(1), c);
+            let mean = lane.mean().unwrap();
+            let var = lane.mapv(|v| (v - mean).powi(2)).mean().unwrap();
+            want.index_axis_mut(Axis(1), c)
+                .mapv_inplace(|v| (v - mean) / (var + 1e-5).sqrt() * gamma[[c]] + beta[[c]]);
+            assert!((outs[1][[c]] - mean).abs() < 1e-12 && (outs[2][[c]] - var).abs() < 1e-12);
+            assert!(
+                (mm.to_vec::<f64>().unwrap()[c] - 0.2 * mean).abs() < 1e-12,
+                "moving mean updated in place"
+            );
+            assert!(
+                (mv.to_vec::<f64>().unwrap()[c] - (0.8 + 0.2 * var)).abs() < 1e-12,
+                "moving var updated in place"
+            );
+        }
+        close(&outs[0], &want, "BatchNorm train");
+        // Inference uses (and leaves) the moving statistics.
+        let before = mm.to_vec::<f64>().unwrap();
+        let inf = run(
+            "BatchNorm",
+            &[&nd(&rt, &x), &nd(&rt, &gamma), &nd(&rt, &beta), &mm, &mv],
+            &attrs,
+        );
+        assert_eq!(mm.to_vec::<f64>().unwrap(), before);
+        let (m, v) = (before, mv.to_vec::<f64>().unwrap());
+        let mut want = x.clone();
+        for c in 0..c {
+            want.index_axis_mut(Axis(1), c)
+                .mapv_inplace(|val| (val - m[c]) / (v[c] + 1e-5).sqrt() * gamma[[c]] + beta[[c]]);
+        }
+        close(&inf[0], &want, "BatchNorm inference");
+    }
     let x = data(&[4, 3, 2, 2], 10);
-    let (gamma, beta) = (data(&[3], 11), data(&[3], 12));
-    let (mm0, mv0) = (
-        ArrayD::<f64>::zeros(IxDyn(&[3])),
-        ArrayD::<f64>::ones(IxDyn(&[3])),
-    );
-    let (mm, mv) = (nd(&rt, &mm0), nd(&rt, &mv0));
-    let attrs = Attrs::new()
-        .with("eps", 1e-5)
-        .with("momentum", 0.8)
-        .with("fix_gamma", false);
-    let train = attrs.clone().with(IS_TRAIN, true);
-    let outs = run(
-        "BatchNorm",
-        &[&nd(&rt, &x), &nd(&rt, &gamma), &nd(&rt, &beta), &mm, &mv],
-        &train,
-    );
-    let mut want = x.clone();
-    for c in 0..3 {
-        let lane = x.index_axis(Axis(1), c);
-        let mean = lane.mean().unwrap();
-        let var = lane.mapv(|v| (v - mean).powi(2)).mean().unwrap();
-        want.index_axis_mut(Axis(1), c)
-            .mapv_inplace(|v| (v - mean) / (var + 1e-5).sqrt() * gamma[[c]] + beta[[c]]);
-        assert!((outs[1][[c]] - mean).abs() < 1e-12 && (outs[2][[c]] - var).abs() < 1e-12);
-        assert!(
-            (mm.to_vec::<f64>().unwrap()[c] - 0.2 * mean).abs() < 1e-12,
-            "moving mean updated in place"
-        );
-        assert!(
-            (mv.to_vec::<f64>().unwrap()[c] - (0.8 + 0.2 * var)).abs() < 1e-12,
-            "moving var updated in place"
-        );
-    }
-    close(&outs[0], &want, "BatchNorm train");
-    // Inference uses (and leaves) the moving statistics.
-    let before = mm.to_vec::<f64>().unwrap();
-    let inf = run(
-        "BatchNorm",
-        &[&nd(&rt, &x), &nd(&rt, &gamma), &nd(&rt, &beta), &mm, &mv],
-        &attrs,
-    );
-    assert_eq!(mm.to_vec::<f64>().unwrap(), before);
-    let (m, v) = (before, mv.to_vec::<f64>().unwrap());
-    let mut want = x.clone();
-    for c in 0..3 {
-        want.index_axis_mut(Axis(1), c)
-            .mapv_inplace(|val| (val - m[c]) / (v[c] + 1e-5).sqrt() * gamma[[c]] + beta[[c]]);
-    }
-    close(&inf[0], &want, "BatchNorm inference");
+    let (gamma, mm, mv) = (data(&[3], 11), data(&[3], 13), data(&[3], 14));
+    let (mm, mv) = (nd(&rt, &mm), nd(&rt, &mv));
+    let attrs = Attrs::new();
     let e = invoke(
         "BatchNorm",
         &[
@@ -442,6 +463,118 @@ fn batchnorm_trains_and_infers() {
     )
     .unwrap_err();
     assert!(e.to_string().contains("beta"), "{e}");
+}
+
+/// The backward kernels, and Activation, on shapes large enough that each splits its pass
+/// across threads. Convolution is linear in its data and in its weight, and pooling in its data
+/// (at fixed maxima), so their gradients must satisfy the adjoint identity
+/// `<f(x), dy> = <x, f*(dy)>`; BatchNorm's gradient and Activation are checked against their
+/// formulas.
+#[test]
+fn large_passes_and_their_gradients_match_their_definitions() {
+    let rt = rt();
+    let dot = |a: &ArrayD<f64>, b: &ArrayD<f64>| (a * b).sum();
+    let same = |a: f64, b: f64, what: &str| {
+        assert!(
+            (a - b).abs() <= 1e-9 * (1.0 + a.abs()),
+            "{what}: {a} against {b}"
+        );
+    };
+    // Convolution: col2im splits 8 channels of 9 taps x 4,620 or 1,155 columns.
+    let x = data(&[1, 8, 70, 66], 20);
+    let w = data(&[8, 8, 3, 3], 21);
+    for (stride, pad, dil) in [(1, 1, 1), (2, 2, 2)] {
+        let attrs = Attrs::new()
+            .with("kernel", "(3, 3)")
+            .with("num_filter", 8)
+            .with("stride", format!("({stride}, {stride})"))
+            .with("pad", format!("({pad}, {pad})"))
+            .with("dilate", format!("({dil}, {dil})"))
+            .with("no_bias", true);
+        let y = conv_ref(&x, &w, None, stride, pad, dil, 1);
+        let dy = data(y.shape(), 22);
+        let grads = run(
+            "_backward_Convolution",
+            &[&nd(&rt, &dy), &nd(&rt, &x), &nd(&rt, &w)],
+            &attrs,
+        );
+        let what = format!("convolution s{stride} p{pad} d{dil}");
+        same(dot(&y, &dy), dot(&x, &grads[0]), &format!("{what}, data"));
+        same(dot(&y, &dy), dot(&w, &grads[1]), &format!("{what}, weight"));
+    }
+    // Pooling: 32 planes, each 20 x 19 windows of 3 x 3.
+    let x = data(&[2, 16, 40, 38], 23);
+    let xn = nd(&rt, &x);
+    for kind in ["max", "avg", "sum"] {
+        let attrs = Attrs::new()
+            .with("pool_type", kind)
+            .with("kernel", "(3, 3)")
+            .with("stride", "(2, 2)")
+            .with("pad", "(1, 1)");
+        let y = &run("Pooling", &[&xn], &attrs)[0];
+        let dy = data(y.shape(), 24);
+        let dx = &run("_backward_Pooling", &[&nd(&rt, &dy), &xn], &attrs)[0];
+        same(dot(y, &dy), dot(&x, dx), &format!("{kind} pooling"));
+    }
+    // BatchNorm's gradient with batch statistics: 8 channels of 7,936 elements.
+    let (shape, eps) = ([2, 8, 64, 62], 1e-5);
+    let (x, dy, gamma) = (data(&shape, 25), data(&shape, 26), data(&[8], 27));
+    let lanes = |a: &ArrayD<f64>, c: usize| a.index_axis(Axis(1), c).to_owned();
+    let mean = ArrayD::from_shape_fn(IxDyn(&[8]), |i| lanes(&x, i[0]).mean().unwrap());
+    let var = ArrayD::from_shape_fn(IxDyn(&[8]), |i| {
+        lanes(&x, i[0])
+            .mapv(|v| (v - mean[[i[0]]]).powi(2))
+            .mean()
+            .unwrap()
+    });
+    let grads = run(
+        "_backward_BatchNorm",
+        &[
+            &nd(&rt, &dy),
+            &nd(&rt, &x),
+            &nd(&rt, &gamma),
+            &nd(&rt, &mean),
+            &nd(&rt, &var),
+        ],
+        &Attrs::new()
+            .with("eps", eps)
+            .with("fix_gamma", false)
+            .with(IS_TRAIN, true),
+    );
+    let mut want_dx = x.clone();
+    for c in 0..8 {
+        let inv = 1.0 / (var[[c]] + eps).sqrt();
+        let xhat = lanes(&x, c).mapv(|v| (v - mean[[c]]) * inv);
+        let d = lanes(&dy, c);
+        let m = d.len() as f64;
+        let (sum_dy, sum_dy_xhat) = (d.sum(), (&d * &xhat).sum());
+        same(grads[2][[c]], sum_dy, "BatchNorm beta gradient");
+        same(grads[1][[c]], sum_dy_xhat, "BatchNorm gamma gradient");
+        let dx = (&d - sum_dy / m - &xhat * (sum_dy_xhat / m)) * (gamma[[c]] * inv);
+        want_dx.index_axis_mut(Axis(1), c).assign(&dx);
+    }
+    close(&grads[0], &want_dx, "BatchNorm data gradient");
+    // Activation and its gradient over 90,000 elements.
+    let x = data(&[3, 30_000], 28);
+    let (xn, dy) = (nd(&rt, &x), data(&[3, 30_000], 29));
+    type Act = (&'static str, fn(f64) -> f64, fn(f64) -> f64);
+    let acts: [Act; 4] = [
+        ("relu", |x| x.max(0.0), |y| if y > 0.0 { 1.0 } else { 0.0 }),
+        ("sigmoid", |x| 1.0 / (1.0 + (-x).exp()), |y| y * (1.0 - y)),
+        ("tanh", f64::tanh, |y| 1.0 - y * y),
+        ("softrelu", |x| x.exp().ln_1p(), |y| 1.0 - (-y).exp()),
+    ];
+    for (act, f, df) in acts {
+        let attrs = Attrs::new().with("act_type", act);
+        let y = &run("Activation", &[&xn], &attrs)[0];
+        close(y, &x.mapv(f), act);
+        let dx = &run(
+            "_backward_Activation",
+            &[&nd(&rt, &dy), &nd(&rt, y)],
+            &attrs,
+        )[0];
+        close(dx, &(&dy * &y.mapv(df)), &format!("{act} gradient"));
+    }
 }
 
 fn seeded(kind: EngineKind) -> Arc<Runtime> {
