@@ -57,6 +57,24 @@ impl<T> Shared<T> {
     pub(crate) fn get(self) -> *mut T {
         self.0
     }
+
+    /// Reads element `k`.
+    ///
+    /// # Safety
+    /// Element `k` lies inside the buffer, and nobody writes it meanwhile.
+    pub(crate) unsafe fn read(self, k: usize) -> T {
+        // SAFETY: the contract.
+        unsafe { self.0.add(k).read() }
+    }
+
+    /// Writes element `k`.
+    ///
+    /// # Safety
+    /// Element `k` lies inside the buffer, and nobody else reads or writes it meanwhile.
+    pub(crate) unsafe fn write(self, k: usize, v: T) {
+        // SAFETY: the contract.
+        unsafe { self.0.add(k).write(v) }
+    }
 }
 
 #[cfg(test)]

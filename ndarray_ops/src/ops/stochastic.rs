@@ -103,37 +103,38 @@ fn bn_kernel(
         // Channels are independent: a range of them is normalized by one thread.
         for_ranges(c, 3 * outer * inner, |lo, hi| {
             for ch in lo..hi {
-                // SAFETY: read access to data, gamma and beta; the moving statistics are
-                // declared mutated inputs (write access); the outputs are disjoint from the
-                // inputs (not alias-safe). This range alone touches channel `ch`: its elements
-                // of the data and output, its entries of the statistics.
-                let (mm, mv, gamma, beta, mean_out, var_out) = unsafe {
-                    let at = |p: Shared<T>| &mut *p.get().add(ch);
-                    (at(mm), at(mv), *at(gamma), *at(beta), at(mean_out), at(var_out))
-                };
-                // SAFETY: as above.
+                // SAFETY (every block below): read access to data, gamma and beta; the moving
+                // statistics are declared mutated inputs (write access); the outputs are
+                // disjoint from the inputs (not alias-safe). This range alone touches channel
+                // `ch`: its elements of the data and output, its entries of the statistics.
+                let [moving_mean, moving_var, gamma, beta] =
+                    [mm, mv, gamma, beta].map(|p| unsafe { p.read(ch) }.to_f64());
                 let x = || unsafe { runs.of(xs, ch) };
                 let (mean, var) = if batch_stats {
                     let mean = x().map(|r| sum_zip(r, r, |v, _| v)).sum::<f64>() / count;
                     let sq: f64 = x().map(|r| sum_zip(r, r, |v, _| (v - mean) * (v - mean))).sum();
                     let var = sq / count;
-                    *mm = T::from_f64(mm.to_f64() * momentum + mean * (1.0 - momentum));
-                    *mv = T::from_f64(mv.to_f64() * momentum + var * (1.0 - momentum));
+                    let blend = |old: f64, new: f64| T::from_f64(old * momentum + new * (1.0 - momentum));
+                    unsafe {
+                        mm.write(ch, blend(moving_mean, mean));
+                        mv.write(ch, blend(moving_var, var));
+                    }
                     (mean, var)
                 } else {
-                    (mm.to_f64(), mv.to_f64())
+                    (moving_mean, moving_var)
                 };
-                let g = if fix_gamma { 1.0 } else { gamma.to_f64() };
+                let g = if fix_gamma { 1.0 } else { gamma };
                 let scale = g / (var + eps).sqrt();
-                let shift = beta.to_f64() - mean * scale;
-                // SAFETY: as above.
+                let shift = beta - mean * scale;
                 for (xr, yr) in x().zip(unsafe { runs.of_mut(ys, ch) }) {
                     for (v, y) in xr.iter().zip(yr) {
                         *y = T::from_f64(v.to_f64() * scale + shift);
                     }
                 }
-                *mean_out = T::from_f64(mean);
-                *var_out = T::from_f64(var);
+                unsafe {
+                    mean_out.write(ch, T::from_f64(mean));
+                    var_out.write(ch, T::from_f64(var));
+                }
             }
         });
     });
