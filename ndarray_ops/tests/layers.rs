@@ -239,20 +239,24 @@ fn convolution_matches_direct_computation() {
     // Large enough that im2col splits its rows across threads (8 channels x 9 taps x 4,620 or
     // 1,155 columns).
     let large = [1, 8, 70, 66];
-    for (shape, stride, pad, dil, groups, bias) in [
-        (small, 1, 0, 1, 1, true),
-        (small, 2, 1, 1, 1, false),
-        (small, 1, 2, 2, 1, true),
-        (small, 1, 1, 1, 2, true),
-        (small, 3, 1, 1, 4, false),
-        (large, 1, 1, 1, 1, false),
-        (large, 2, 2, 2, 2, true),
+    // A 1x1 window of stride 1 without padding reads the data as its columns (no im2col).
+    for (shape, k, stride, pad, dil, groups, bias) in [
+        (small, 3, 1, 0, 1, 1, true),
+        (small, 3, 2, 1, 1, 1, false),
+        (small, 3, 1, 2, 2, 1, true),
+        (small, 3, 1, 1, 1, 2, true),
+        (small, 3, 3, 1, 1, 4, false),
+        (small, 1, 1, 0, 1, 2, true),
+        (small, 1, 2, 0, 1, 1, false),
+        (large, 3, 1, 1, 1, 1, false),
+        (large, 3, 2, 2, 2, 2, true),
+        (large, 1, 1, 0, 1, 1, false),
     ] {
         let x = data(&shape, 6);
-        let w = data(&[8, shape[1] / groups, 3, 3], 7);
+        let w = data(&[8, shape[1] / groups, k, k], 7);
         let b = data(&[8], 8);
         let mut attrs = Attrs::new()
-            .with("kernel", "(3, 3)")
+            .with("kernel", format!("({k}, {k})"))
             .with("num_filter", 8)
             .with("stride", format!("({stride}, {stride})"))
             .with("pad", format!("({pad}, {pad})"))
@@ -268,7 +272,7 @@ fn convolution_matches_direct_computation() {
         close(
             &got[0],
             &conv_ref(&x, &w, bias.then_some(&b), stride, pad, dil, groups),
-            &format!("conv s{stride} p{pad} d{dil} g{groups}"),
+            &format!("conv {k}x{k} s{stride} p{pad} d{dil} g{groups}"),
         );
     }
     let x = nd(&rt, &data(&[1, 3, 5, 5], 1));
@@ -480,12 +484,13 @@ fn large_passes_and_their_gradients_match_their_definitions() {
             "{what}: {a} against {b}"
         );
     };
-    // Convolution: col2im splits 8 channels of 9 taps x 4,620 or 1,155 columns.
+    // Convolution: col2im splits 8 channels of 9 taps x 4,620 or 1,155 columns; a 1x1 window
+    // of stride 1 writes its data gradient without col2im.
     let x = data(&[1, 8, 70, 66], 20);
-    let w = data(&[8, 8, 3, 3], 21);
-    for (stride, pad, dil) in [(1, 1, 1), (2, 2, 2)] {
+    for (k, stride, pad, dil) in [(3, 1, 1, 1), (3, 2, 2, 2), (1, 1, 0, 1)] {
+        let w = data(&[8, 8, k, k], 21);
         let attrs = Attrs::new()
-            .with("kernel", "(3, 3)")
+            .with("kernel", format!("({k}, {k})"))
             .with("num_filter", 8)
             .with("stride", format!("({stride}, {stride})"))
             .with("pad", format!("({pad}, {pad})"))
@@ -498,7 +503,7 @@ fn large_passes_and_their_gradients_match_their_definitions() {
             &[&nd(&rt, &dy), &nd(&rt, &x), &nd(&rt, &w)],
             &attrs,
         );
-        let what = format!("convolution s{stride} p{pad} d{dil}");
+        let what = format!("convolution {k}x{k} s{stride} p{pad} d{dil}");
         same(dot(&y, &dy), dot(&x, &grads[0]), &format!("{what}, data"));
         same(dot(&y, &dy), dot(&w, &grads[1]), &format!("{what}, weight"));
     }

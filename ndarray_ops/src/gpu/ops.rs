@@ -569,11 +569,6 @@ fn by_library(
     }
 }
 
-/// Whether the convolution's columns are its input itself (1x1 window, stride 1, no padding).
-fn columns_are_input(c: &crate::ops::conv::Conv) -> bool {
-    c.k == (1, 1) && c.s == (1, 1) && c.p == (0, 0)
-}
-
 /// im2col over `nb` images of one channel group: `src` is the first image's group, the images
 /// `image` floats apart; `dst` gets (rows, nb, plane).
 #[allow(clippy::too_many_arguments)]
@@ -643,7 +638,7 @@ fn conv_forward_columns(
         rows,
     } = *dims;
     let plane = ho * wo;
-    let direct = columns_are_input(c);
+    let direct = c.columns_are_input();
     let chunk = if direct {
         n
     } else {
@@ -738,7 +733,7 @@ fn conv_backward_columns(
         rows,
     } = *dims;
     let plane = ho * wo;
-    let direct = columns_are_input(c);
+    let direct = c.columns_are_input();
     // Per image: x's columns and dY's planes regrouped as (fg, nb, plane), and unless dX comes
     // straight from the GEMM, dX's columns.
     let per_image = (rows * plane + fg * plane + if direct { 0 } else { rows * plane }) * 4;

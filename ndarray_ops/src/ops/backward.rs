@@ -343,21 +343,34 @@ fn conv_backward_kernel(
         fg,
         rows,
     } = c.dims(&x.shape, &dy.shape);
+    // A 1x1 convolution of stride 1 reads its columns from the data and writes its data
+    // gradient's columns straight into the gradient (see `Conv::columns_are_input`).
+    let direct = c.columns_are_input();
     crate::with_dtype!(dy.dtype, T => {
-        let col = res.temp(2 * rows * ho * wo * std::mem::size_of::<T>())?.cast::<T>();
-        // SAFETY: the temp space holds two column buffers; every slice below lies inside its
-        // buffer (shapes from inference); outputs are disjoint from inputs and temp space.
+        let col = match direct {
+            true => std::ptr::null_mut(),
+            false => res.temp(2 * rows * ho * wo * std::mem::size_of::<T>())?.cast::<T>(),
+        };
+        // SAFETY: the temp space holds two column buffers unless the data and its gradient are
+        // the columns; every slice below lies inside its buffer (shapes from inference);
+        // outputs are disjoint from inputs and temp space.
         unsafe {
-            let dcol = col.add(rows * ho * wo);
             outs[0].slice_mut::<T>().fill(T::default());
             outs[1].slice_mut::<T>().fill(T::default());
             let mut dw_acc = vec![T::default(); fg * rows];
             for img in 0..n {
                 for g in 0..c.groups {
                     let xg = x.ptr::<T>().add((img * ch + g * cg) * h * w);
-                    super::conv::im2col::<T>(xg, cg, h, w, &c, ho, wo, col);
+                    let dxg = outs[0].ptr::<T>().add((img * ch + g * cg) * h * w);
+                    let (cols, dcol) = match direct {
+                        true => (xg as *const T, dxg),
+                        false => {
+                            super::conv::im2col::<T>(xg, cg, h, w, &c, ho, wo, col);
+                            (col as *const T, col.add(rows * ho * wo))
+                        }
+                    };
                     let dyv = ArrayView2::from_shape_ptr((fg, ho * wo), dy.ptr::<T>().add((img * c.filters + g * fg) * ho * wo) as *const T);
-                    let colv = ArrayView2::from_shape_ptr((rows, ho * wo), col as *const T);
+                    let colv = ArrayView2::from_shape_ptr((rows, ho * wo), cols);
                     // Weight gradient: dY_g x col^T, summed over images.
                     let mut part = ArrayViewMut2::from_shape_ptr((fg, rows), dw_acc.as_mut_ptr());
                     T::gemm(&dyv, &colv.t(), &mut part);
@@ -369,7 +382,9 @@ fn conv_backward_kernel(
                     let wv = ArrayView2::from_shape_ptr((fg, rows), wt.ptr::<T>().add(g * fg * rows) as *const T);
                     let mut dcolv = ArrayViewMut2::from_shape_ptr((rows, ho * wo), dcol);
                     T::gemm(&wv.t(), &dyv, &mut dcolv);
-                    col2im::<T>(dcol, cg, h, w, &c, ho, wo, outs[0].ptr::<T>().add((img * ch + g * cg) * h * w));
+                    if !direct {
+                        col2im::<T>(dcol, cg, h, w, &c, ho, wo, dxg);
+                    }
                 }
             }
             if c.bias {

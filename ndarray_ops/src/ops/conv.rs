@@ -80,6 +80,13 @@ impl Conv {
             rows: cg * self.k.0 * self.k.1,
         }
     }
+
+    /// Whether the columns are the input itself (1x1 window, stride 1, no padding): a group of
+    /// an image is then already its (rows, Ho*Wo) column matrix, and im2col and col2im are
+    /// skipped.
+    pub(crate) fn columns_are_input(&self) -> bool {
+        self.k == (1, 1) && self.s == (1, 1) && self.p == (0, 0)
+    }
 }
 
 pub(crate) fn conv_params(op: &str, attrs: &Attrs) -> Result<Conv> {
@@ -343,17 +350,29 @@ fn conv_kernel(
         fg,
         rows,
     } = c.dims(&x.shape, &o.shape);
+    let direct = c.columns_are_input();
     crate::with_dtype!(o.dtype, T => {
-        let col = res.temp(rows * ho * wo * std::mem::size_of::<T>())?.cast::<T>();
+        let col = match direct {
+            true => std::ptr::null_mut(),
+            false => res.temp(rows * ho * wo * std::mem::size_of::<T>())?.cast::<T>(),
+        };
         for img in 0..n {
             for g in 0..c.groups {
                 // SAFETY: image `img`, group `g` lies inside the data; `col` holds rows*ho*wo
-                // elements (temp space sized above); the weight slice and output slice lie inside
-                // their buffers; the output is disjoint from the inputs and the temp space.
+                // elements (temp space sized above) unless the data is the columns; the weight
+                // slice and output slice lie inside their buffers; the output is disjoint from
+                // the inputs and the temp space.
                 unsafe {
-                    im2col::<T>(x.ptr::<T>().add((img * ch + g * cg) * h * w), cg, h, w, &c, ho, wo, col);
+                    let xg = x.ptr::<T>().add((img * ch + g * cg) * h * w);
+                    let cols = match direct {
+                        true => xg,
+                        false => {
+                            im2col::<T>(xg, cg, h, w, &c, ho, wo, col);
+                            col
+                        }
+                    };
                     let wv = ArrayView2::from_shape_ptr((fg, rows), wt.ptr::<T>().add(g * fg * rows) as *const T);
-                    let cv = ArrayView2::from_shape_ptr((rows, ho * wo), col as *const T);
+                    let cv = ArrayView2::from_shape_ptr((rows, ho * wo), cols as *const T);
                     let mut ov = ArrayViewMut2::from_shape_ptr((fg, ho * wo), o.ptr::<T>().add((img * c.filters + g * fg) * ho * wo));
                     T::gemm(&wv, &cv, &mut ov);
                     if c.bias {
