@@ -93,6 +93,22 @@ pub trait Element: Copy + Send + Sync + PartialOrd + Default + fmt::Debug + 'sta
             }
         }
     }
+    /// `c += a x b`: a sum over several products (a weight gradient over images) built in place.
+    fn gemm_add(
+        a: &ArrayView2<'_, Self>,
+        b: &ArrayView2<'_, Self>,
+        c: &mut ArrayViewMut2<'_, Self>,
+    ) {
+        for i in 0..a.nrows() {
+            for j in 0..b.ncols() {
+                let mut acc = c[(i, j)];
+                for p in 0..a.ncols() {
+                    acc = acc.add(a[(i, p)].mul(b[(p, j)]));
+                }
+                c[(i, j)] = acc;
+            }
+        }
+    }
 }
 
 /// Below this many rows of `a`, [`small_gemm`] beats packing for a blocked GEMM.
@@ -161,6 +177,13 @@ macro_rules! float_element {
                     return;
                 }
                 ndarray::linalg::general_mat_mul(1.0, a, b, 0.0, c);
+            }
+            fn gemm_add(
+                a: &ArrayView2<'_, Self>,
+                b: &ArrayView2<'_, Self>,
+                c: &mut ArrayViewMut2<'_, Self>,
+            ) {
+                ndarray::linalg::general_mat_mul(1.0, a, b, 1.0, c);
             }
         }
     };

@@ -357,7 +357,6 @@ fn conv_backward_kernel(
         unsafe {
             outs[0].slice_mut::<T>().fill(T::default());
             outs[1].slice_mut::<T>().fill(T::default());
-            let mut dw_acc = vec![T::default(); fg * rows];
             for img in 0..n {
                 for g in 0..c.groups {
                     let xg = x.ptr::<T>().add((img * ch + g * cg) * h * w);
@@ -372,12 +371,8 @@ fn conv_backward_kernel(
                     let dyv = ArrayView2::from_shape_ptr((fg, ho * wo), dy.ptr::<T>().add((img * c.filters + g * fg) * ho * wo) as *const T);
                     let colv = ArrayView2::from_shape_ptr((rows, ho * wo), cols);
                     // Weight gradient: dY_g x col^T, summed over images.
-                    let mut part = ArrayViewMut2::from_shape_ptr((fg, rows), dw_acc.as_mut_ptr());
-                    T::gemm(&dyv, &colv.t(), &mut part);
-                    let dw = outs[1].ptr::<T>().add(g * fg * rows);
-                    for (k, v) in dw_acc.iter().enumerate() {
-                        *dw.add(k) = (*dw.add(k)).add(*v);
-                    }
+                    let mut dw = ArrayViewMut2::from_shape_ptr((fg, rows), outs[1].ptr::<T>().add(g * fg * rows));
+                    T::gemm_add(&dyv, &colv.t(), &mut dw);
                     // Data gradient: W_g^T x dY_g, scattered back.
                     let wv = ArrayView2::from_shape_ptr((fg, rows), wt.ptr::<T>().add(g * fg * rows) as *const T);
                     let mut dcolv = ArrayViewMut2::from_shape_ptr((rows, ho * wo), dcol);

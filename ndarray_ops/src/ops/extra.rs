@@ -317,7 +317,6 @@ fn deconv_backward_kernel(
         // from the inputs and the temp space.
         unsafe {
             outs[1].slice_mut::<T>().fill(T::default());
-            let mut dw_part = vec![T::default(); cg * rows];
             for img in 0..n {
                 for g in 0..c.groups {
                     let dyg = dy.ptr::<T>().add((img * c.filters + g * fg) * ho * wo);
@@ -328,12 +327,8 @@ fn deconv_backward_kernel(
                     let mut dxv = ArrayViewMut2::from_shape_ptr((cg, h * wd), outs[0].ptr::<T>().add(off));
                     T::gemm(&wv, &dcolv, &mut dxv);
                     let xv = ArrayView2::from_shape_ptr((cg, h * wd), x.ptr::<T>().add(off) as *const T);
-                    let mut part = ArrayViewMut2::from_shape_ptr((cg, rows), dw_part.as_mut_ptr());
-                    T::gemm(&xv, &dcolv.t(), &mut part);
-                    let dw = outs[1].ptr::<T>().add(g * cg * rows);
-                    for (k, v) in dw_part.iter().enumerate() {
-                        *dw.add(k) = (*dw.add(k)).add(*v);
-                    }
+                    let mut dw = ArrayViewMut2::from_shape_ptr((cg, rows), outs[1].ptr::<T>().add(g * cg * rows));
+                    T::gemm_add(&xv, &dcolv.t(), &mut dw);
                 }
             }
             if c.bias {
