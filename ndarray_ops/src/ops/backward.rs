@@ -314,7 +314,7 @@ pub(super) unsafe fn col2im<T: Element>(
             for (tap, tap_rows) in rows.chunks_exact((ho * wo).max(1)).enumerate() {
                 let tap = super::conv::Tap::new(c, tap / c.k.1, tap % c.k.1, w, wo);
                 for (y, col_row) in tap_rows.chunks_exact(wo.max(1)).enumerate() {
-                    if let Some(iy) = tap.input_row(c, y, h) {
+                    if let Some(iy) = tap.input_row(y, h) {
                         tap.scatter_add(col_row, &mut plane[iy * w..(iy + 1) * w]);
                     }
                 }

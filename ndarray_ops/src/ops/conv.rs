@@ -237,7 +237,7 @@ pub(super) unsafe fn im2col<T: Element>(
             };
             let tap = Tap::new(c, tap / c.k.1, tap % c.k.1, w, wo);
             for (y, out_row) in out.chunks_exact_mut(wo.max(1)).enumerate() {
-                match tap.input_row(c, y, h) {
+                match tap.input_row(y, h) {
                     None => out_row.fill(T::default()),
                     Some(iy) => tap.gather(&plane[iy * w..(iy + 1) * w], out_row),
                 }
@@ -246,10 +246,13 @@ pub(super) unsafe fn im2col<T: Element>(
     });
 }
 
-/// One kernel tap (i, j) of a convolution, seen from its column row: which output columns
-/// read inside the input (`x0..x1`; the others read padding), and where.
+/// One kernel tap (i, j) of a convolution, seen from its column row: which input row each
+/// output row reads, which output columns read inside the input (`x0..x1`; the others read
+/// padding), and where.
 pub(super) struct Tap {
-    i: usize,
+    /// Input row of output row y: `y * row_stride + row_offset`.
+    row_offset: isize,
+    row_stride: usize,
     /// Input column of output column x: `x * stride + offset`.
     offset: isize,
     stride: usize,
@@ -258,6 +261,7 @@ pub(super) struct Tap {
 }
 
 impl Tap {
+    /// Tap (i, j) of `c` over inputs `w` wide and outputs `wo` wide.
     pub(super) fn new(c: &Conv, i: usize, j: usize, w: usize, wo: usize) -> Self {
         let offset = (j * c.d.1) as isize - c.p.1 as isize;
         let stride = c.s.1 as isize;
@@ -273,7 +277,8 @@ impl Tap {
         let x0 = first_at(0).min(wo);
         let x1 = first_at(w as isize).clamp(x0, wo);
         Tap {
-            i,
+            row_offset: (i * c.d.0) as isize - c.p.0 as isize,
+            row_stride: c.s.0,
             offset,
             stride: c.s.1,
             x0,
@@ -281,9 +286,9 @@ impl Tap {
         }
     }
 
-    /// The input row output row `y` reads, if inside the input.
-    pub(super) fn input_row(&self, c: &Conv, y: usize, h: usize) -> Option<usize> {
-        let iy = (y * c.s.0 + self.i * c.d.0) as isize - c.p.0 as isize;
+    /// The input row output row `y` reads, if inside an input `h` high.
+    pub(super) fn input_row(&self, y: usize, h: usize) -> Option<usize> {
+        let iy = (y * self.row_stride) as isize + self.row_offset;
         (0..h as isize).contains(&iy).then_some(iy as usize)
     }
 
