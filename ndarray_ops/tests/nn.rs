@@ -225,76 +225,80 @@ fn one_hot_transpose_flatten() {
 #[test]
 fn optimizer_updates_write_into_the_weight() {
     let rt = rt();
-    let (w0, g) = (data(&[10], 9), data(&[10], 10));
     let attrs = Attrs::new()
         .with("lr", 0.1)
         .with("wd", 0.01)
         .with("rescale_grad", 0.5)
         .with("clip_gradient", 0.8);
     let prep = |g: f64, w: f64| (g * 0.5).clamp(-0.8, 0.8) + 0.01 * w;
+    // The second size is large enough that the updates split their elements across threads.
+    for n in [10, 40_000] {
+        let (w0, g) = (data(&[n], 9), data(&[n], 10));
+        let w = nd(&rt, &w0);
+        invoke("sgd_update", &[&w, &nd(&rt, &g)], &attrs, Some(&[&w])).unwrap();
+        let want: Vec<f64> = w0
+            .iter()
+            .zip(&g)
+            .map(|(&w, &g)| w - 0.1 * prep(g, w))
+            .collect();
+        close(
+            &w.to_ndarray().unwrap(),
+            &ArrayD::from_shape_vec(IxDyn(&[n]), want).unwrap(),
+            "sgd",
+        );
 
-    let w = nd(&rt, &w0);
-    invoke("sgd_update", &[&w, &nd(&rt, &g)], &attrs, Some(&[&w])).unwrap();
-    let want: Vec<f64> = w0
-        .iter()
-        .zip(&g)
-        .map(|(&w, &g)| w - 0.1 * prep(g, w))
-        .collect();
-    close(
-        &w.to_ndarray().unwrap(),
-        &ArrayD::from_shape_vec(IxDyn(&[10]), want).unwrap(),
-        "sgd",
-    );
+        let (w, m) = (nd(&rt, &w0), nd(&rt, &data(&[n], 11)));
+        let m0 = data(&[n], 11);
+        let mom = attrs.clone().with("momentum", 0.9);
+        invoke(
+            "sgd_mom_update",
+            &[&w, &nd(&rt, &g), &m],
+            &mom,
+            Some(&[&w, &m]),
+        )
+        .unwrap();
+        let mw: Vec<f64> = (0..n)
+            .map(|i| 0.9 * m0[i] - 0.1 * prep(g[i], w0[i]))
+            .collect();
+        let ww: Vec<f64> = (0..n).map(|i| w0[i] + mw[i]).collect();
+        close(
+            &m.to_ndarray().unwrap(),
+            &ArrayD::from_shape_vec(IxDyn(&[n]), mw).unwrap(),
+            "sgd_mom state",
+        );
+        close(
+            &w.to_ndarray().unwrap(),
+            &ArrayD::from_shape_vec(IxDyn(&[n]), ww).unwrap(),
+            "sgd_mom weight",
+        );
 
-    let (w, m) = (nd(&rt, &w0), nd(&rt, &data(&[10], 11)));
-    let m0 = data(&[10], 11);
-    let mom = attrs.clone().with("momentum", 0.9);
-    invoke(
-        "sgd_mom_update",
-        &[&w, &nd(&rt, &g), &m],
-        &mom,
-        Some(&[&w, &m]),
-    )
-    .unwrap();
-    let mw: Vec<f64> = (0..10)
-        .map(|i| 0.9 * m0[i] - 0.1 * prep(g[i], w0[i]))
-        .collect();
-    let ww: Vec<f64> = (0..10).map(|i| w0[i] + mw[i]).collect();
-    close(
-        &m.to_ndarray().unwrap(),
-        &ArrayD::from_shape_vec(IxDyn(&[10]), mw).unwrap(),
-        "sgd_mom state",
-    );
-    close(
-        &w.to_ndarray().unwrap(),
-        &ArrayD::from_shape_vec(IxDyn(&[10]), ww).unwrap(),
-        "sgd_mom weight",
-    );
-
-    let (w, mean, var) = (
-        nd(&rt, &w0),
-        nd(&rt, &ArrayD::zeros(IxDyn(&[10]))),
-        nd(&rt, &ArrayD::zeros(IxDyn(&[10]))),
-    );
-    invoke(
-        "adam_update",
-        &[&w, &nd(&rt, &g), &mean, &var],
-        &attrs,
-        Some(&[&w, &mean, &var]),
-    )
-    .unwrap();
-    let want: Vec<f64> = (0..10)
-        .map(|i| {
-            let gg = prep(g[i], w0[i]);
-            let (m, v) = (0.1 * gg, 0.001 * gg * gg);
-            w0[i] - 0.1 * m / (v.sqrt() + 1e-8)
-        })
-        .collect();
-    close(
-        &w.to_ndarray().unwrap(),
-        &ArrayD::from_shape_vec(IxDyn(&[10]), want).unwrap(),
-        "adam",
-    );
+        let (w, mean, var) = (
+            nd(&rt, &w0),
+            nd(&rt, &ArrayD::zeros(IxDyn(&[n]))),
+            nd(&rt, &ArrayD::zeros(IxDyn(&[n]))),
+        );
+        invoke(
+            "adam_update",
+            &[&w, &nd(&rt, &g), &mean, &var],
+            &attrs,
+            Some(&[&w, &mean, &var]),
+        )
+        .unwrap();
+        let want: Vec<f64> = (0..n)
+            .map(|i| {
+                let gg = prep(g[i], w0[i]);
+                let (m, v) = (0.1 * gg, 0.001 * gg * gg);
+                w0[i] - 0.1 * m / (v.sqrt() + 1e-8)
+            })
+            .collect();
+        close(
+            &w.to_ndarray().unwrap(),
+            &ArrayD::from_shape_vec(IxDyn(&[n]), want).unwrap(),
+            "adam",
+        );
+    }
+    let w = nd(&rt, &data(&[10], 9));
+    let g = data(&[10], 10);
     let e = invoke("sgd_update", &[&w, &nd(&rt, &data(&[3], 1))], &attrs, None).unwrap_err();
     assert!(e.to_string().contains("weight's shape"), "{e}");
     let e = invoke("sgd_update", &[&w, &nd(&rt, &g)], &Attrs::new(), None).unwrap_err();

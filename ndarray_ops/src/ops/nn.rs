@@ -3,6 +3,7 @@
 
 use ndarray::{ArrayViewD, ArrayViewMutD, Axis, IxDyn};
 
+use super::par::for_ranges;
 use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, NdError, Result};
 use crate::resources::KernelRes;
@@ -392,9 +393,12 @@ fn update_kernel(
         get("clip_gradient", Some(-1.0))?,
     );
     let n = outs[0].len();
+    // Elements are independent: a large update is split across threads by ranges, and each
+    // element is read and written by the one thread that owns its range.
     crate::with_dtype!(outs[0].dtype, T => {
         let r = |t: &TensorRef, i: usize| -> f64 {
-            // SAFETY: i < n = the shared length; raw reads tolerate outputs aliasing inputs.
+            // SAFETY: i < n = the shared length; raw reads tolerate outputs aliasing inputs;
+            // only this range's thread touches element i.
             unsafe { (*t.ptr::<T>().add(i)).to_f64() }
         };
         let w = |t: &TensorRef, i: usize, v: f64| {
@@ -402,32 +406,36 @@ fn update_kernel(
             unsafe { *t.ptr::<T>().add(i) = T::from_f64(v) }
         };
         match op {
-            "sgd_update" => {
-                for i in 0..n {
+            "sgd_update" => for_ranges(n, 2, |lo, hi| {
+                for i in lo..hi {
                     let wt = r(&ins[0], i);
                     w(&outs[0], i, wt - lr * prepared_grad(r(&ins[1], i), wt, rescale, clip, wd));
                 }
-            }
+            }),
             "sgd_mom_update" => {
                 let mom = get("momentum", Some(0.0))?;
-                for i in 0..n {
-                    let wt = r(&ins[0], i);
-                    let m = mom * r(&ins[2], i) - lr * prepared_grad(r(&ins[1], i), wt, rescale, clip, wd);
-                    w(&outs[1], i, m);
-                    w(&outs[0], i, wt + m);
-                }
+                for_ranges(n, 3, |lo, hi| {
+                    for i in lo..hi {
+                        let wt = r(&ins[0], i);
+                        let m = mom * r(&ins[2], i) - lr * prepared_grad(r(&ins[1], i), wt, rescale, clip, wd);
+                        w(&outs[1], i, m);
+                        w(&outs[0], i, wt + m);
+                    }
+                });
             }
             "adam_update" => {
                 let (b1, b2, eps) = (get("beta1", Some(0.9))?, get("beta2", Some(0.999))?, get("epsilon", Some(1e-8))?);
-                for i in 0..n {
-                    let wt = r(&ins[0], i);
-                    let g = prepared_grad(r(&ins[1], i), wt, rescale, clip, wd);
-                    let mean = b1 * r(&ins[2], i) + (1.0 - b1) * g;
-                    let var = b2 * r(&ins[3], i) + (1.0 - b2) * g * g;
-                    w(&outs[1], i, mean);
-                    w(&outs[2], i, var);
-                    w(&outs[0], i, wt - lr * mean / (var.sqrt() + eps));
-                }
+                for_ranges(n, 4, |lo, hi| {
+                    for i in lo..hi {
+                        let wt = r(&ins[0], i);
+                        let g = prepared_grad(r(&ins[1], i), wt, rescale, clip, wd);
+                        let mean = b1 * r(&ins[2], i) + (1.0 - b1) * g;
+                        let var = b2 * r(&ins[3], i) + (1.0 - b2) * g * g;
+                        w(&outs[1], i, mean);
+                        w(&outs[2], i, var);
+                        w(&outs[0], i, wt - lr * mean / (var.sqrt() + eps));
+                    }
+                });
             }
             _ => return Err(format!("no kernel for {op}")),
         }
