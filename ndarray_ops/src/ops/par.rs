@@ -6,8 +6,9 @@
 //! known cost in elements, and only passes large enough to pay for the split are split.
 
 /// Below this many elements of work a pass runs on its engine worker alone; above, it is split
-/// (the split costs a few microseconds, a 64K-element pass about as much).
-const PARALLEL_MIN: usize = 1 << 16;
+/// (the split costs a few microseconds, a 64K-element pass about as much). Under Miri, whose
+/// tests are small, passes split from a few dozen elements, so that the split is what it checks.
+const PARALLEL_MIN: usize = if cfg!(miri) { 64 } else { 1 << 16 };
 
 /// Runs `body(lo, hi)` over `0..n` items of about `cost` elements of work each, in parallel
 /// chunks when the whole pass is large. Chunks are disjoint and cover `0..n`.
