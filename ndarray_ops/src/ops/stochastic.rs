@@ -125,10 +125,11 @@ fn bn_kernel(
                 };
                 let g = if fix_gamma { 1.0 } else { gamma };
                 let scale = g / (var + eps).sqrt();
-                let shift = beta - mean * scale;
+                // Centred first, as on the GPU: `x * scale + (beta - mean * scale)` cancels for
+                // data far from zero.
                 for (xr, yr) in x().zip(unsafe { runs.of_mut(ys, ch) }) {
                     for (v, y) in xr.iter().zip(yr) {
-                        *y = T::from_f64(v.to_f64() * scale + shift);
+                        *y = T::from_f64((v.to_f64() - mean) * scale + beta);
                     }
                 }
                 unsafe {
