@@ -83,15 +83,8 @@ pub trait Element: Copy + Send + Sync + PartialOrd + Default + fmt::Debug + 'sta
     fn div(self, b: Self) -> Self;
     /// `c = a x b` (a blocked GEMM for floats, a plain triple loop for integers).
     fn gemm(a: &ArrayView2<'_, Self>, b: &ArrayView2<'_, Self>, c: &mut ArrayViewMut2<'_, Self>) {
-        for i in 0..a.nrows() {
-            for j in 0..b.ncols() {
-                let mut acc = Self::default();
-                for p in 0..a.ncols() {
-                    acc = acc.add(a[(i, p)].mul(b[(p, j)]));
-                }
-                c[(i, j)] = acc;
-            }
-        }
+        c.fill(Self::default());
+        Self::gemm_add(a, b, c);
     }
     /// `c += a x b`: a sum over several products (a weight gradient over images) built in place.
     fn gemm_add(

@@ -305,12 +305,8 @@ pub(super) unsafe fn col2im<T: Element>(
         for ch in lo..hi {
             // SAFETY: channel `ch` of `dst` and its rows of `col` lie inside them (the
             // contract); this range alone touches those.
-            let (plane, rows) = unsafe {
-                (
-                    std::slice::from_raw_parts_mut(dst.get().add(ch * h * w), h * w),
-                    std::slice::from_raw_parts(col.get().add(ch * taps * ho * wo), taps * ho * wo),
-                )
-            };
+            let (plane, rows) =
+                unsafe { (dst.piece_mut(ch, h * w), col.piece(ch, taps * ho * wo)) };
             for (tap, tap_rows) in rows.chunks_exact((ho * wo).max(1)).enumerate() {
                 let tap = super::conv::Tap::new(c, tap / c.k.1, tap % c.k.1, w, wo);
                 for (y, col_row) in tap_rows.chunks_exact(wo.max(1)).enumerate() {
@@ -416,9 +412,9 @@ fn pool_backward_kernel(
                 // plane of the output, which is disjoint from the inputs (not alias-safe).
                 let (gp, xp, dp) = unsafe {
                     (
-                        std::slice::from_raw_parts(dys.get().add(plane * ho * wo), ho * wo),
-                        std::slice::from_raw_parts(xs.get().add(plane * h * w), h * w),
-                        std::slice::from_raw_parts_mut(dx.get().add(plane * h * w), h * w),
+                        dys.piece(plane, ho * wo),
+                        xs.piece(plane, h * w),
+                        dx.piece_mut(plane, h * w),
                     )
                 };
                 pool_plane_backward(&p, gp, wo, xp, dp, (h, w));

@@ -229,12 +229,7 @@ pub(super) unsafe fn im2col<T: Element>(
             let (ch, tap) = (row / taps, row % taps);
             // SAFETY: channel `ch` lies inside `src` and row `row` inside `col` (the contract);
             // this range alone writes its rows.
-            let (plane, out) = unsafe {
-                (
-                    std::slice::from_raw_parts(src.get().add(ch * h * w), h * w),
-                    std::slice::from_raw_parts_mut(col.get().add(row * ho * wo), ho * wo),
-                )
-            };
+            let (plane, out) = unsafe { (src.piece(ch, h * w), col.piece_mut(row, ho * wo)) };
             let tap = Tap::new(c, tap / c.k.1, tap % c.k.1, w, wo);
             for (y, out_row) in out.chunks_exact_mut(wo.max(1)).enumerate() {
                 match tap.input_row(y, h) {
@@ -508,9 +503,9 @@ fn pool_kernel(
                 // same plane of the outputs, which are disjoint from the input (not alias-safe).
                 let (sp, dp, mp) = unsafe {
                     (
-                        std::slice::from_raw_parts(src.get().add(plane * h * w), h * w),
-                        std::slice::from_raw_parts_mut(dst.get().add(plane * ho * wo), ho * wo),
-                        mask.map(|m| std::slice::from_raw_parts_mut(m.get().add(plane * ho * wo), ho * wo)),
+                        src.piece(plane, h * w),
+                        dst.piece_mut(plane, ho * wo),
+                        mask.map(|m| m.piece_mut(plane, ho * wo)),
                     )
                 };
                 pool_plane(&p, sp, (h, w), dp, mp, wo);

@@ -59,6 +59,26 @@ impl<T> Shared<T> {
         self.0
     }
 
+    /// Piece `k` of a buffer cut into pieces of `len` elements (image planes, channels, column
+    /// rows), to read.
+    ///
+    /// # Safety
+    /// The piece lies inside the buffer, and nobody writes it while the slice lives.
+    pub(crate) unsafe fn piece<'a>(self, k: usize, len: usize) -> &'a [T] {
+        // SAFETY: the contract.
+        unsafe { std::slice::from_raw_parts(self.0.add(k * len), len) }
+    }
+
+    /// Piece `k` of `len` elements, to write.
+    ///
+    /// # Safety
+    /// The piece lies inside the buffer, and nobody else reads or writes it while the slice
+    /// lives.
+    pub(crate) unsafe fn piece_mut<'a>(self, k: usize, len: usize) -> &'a mut [T] {
+        // SAFETY: the contract.
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(k * len), len) }
+    }
+
     /// Reads element `k`.
     ///
     /// # Safety

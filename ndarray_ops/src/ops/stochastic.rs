@@ -164,9 +164,7 @@ impl ChannelRuns {
     ) -> impl Iterator<Item = &'a [T]> {
         (0..self.outer).map(move |o| {
             // SAFETY: run `o` of channel `ch` lies inside the tensor (the contract).
-            unsafe {
-                std::slice::from_raw_parts(p.get().add((o * self.c + ch) * self.inner), self.inner)
-            }
+            unsafe { p.piece(o * self.c + ch, self.inner) }
         })
     }
 
@@ -183,12 +181,7 @@ impl ChannelRuns {
         (0..self.outer).map(move |o| {
             // SAFETY: run `o` of channel `ch` lies inside the tensor and is this caller's alone
             // (the contract).
-            unsafe {
-                std::slice::from_raw_parts_mut(
-                    p.get().add((o * self.c + ch) * self.inner),
-                    self.inner,
-                )
-            }
+            unsafe { p.piece_mut(o * self.c + ch, self.inner) }
         })
     }
 }
