@@ -1,8 +1,11 @@
 //! `ndarray_ops`: the array and graph layer on top of [`engine`] and [`storage`].
 //!
-//! Today: the asynchronous imperative [`NDArray`], made by a [`Runtime`] (an engine plus
-//! per-context storage), and the op registry with its first kernels ([`ops::invoke`]). Symbols,
-//! graph passes, the memory planner and the executor follow (see the issues).
+//! The asynchronous imperative [`NDArray`], made by a [`Runtime`] (an engine plus per-context
+//! storage); the op registry and its CPU (and, with the `cuda` feature, GPU) kernels
+//! ([`ops::invoke`]); [`Symbol`]s with MXNet's JSON, inference and the gradient pass; the memory
+//! planner's graph side ([`plan`]); the [`Executor`] that binds and runs a symbol in its planned
+//! arena; the data-parallel trainer ([`DataParallel`]); and MXNet's NDArray files and
+//! checkpoints ([`ndfile`]).
 //!
 //! ```
 //! use ndarray_ops::{DType, Runtime};
@@ -24,6 +27,7 @@ mod error;
 mod executor;
 #[cfg(any(feature = "cuda", test))]
 mod gpu;
+pub mod ndfile;
 mod operators;
 pub mod ops;
 pub mod plan;

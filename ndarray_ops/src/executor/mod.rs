@@ -415,6 +415,62 @@ impl Executor {
             .collect()
     }
 
+    /// Copies values into the bound arguments and auxiliary states by name (MXNet's
+    /// `copy_params_from`), e.g. a checkpoint's (see [`crate::ndfile::load_checkpoint`]); they
+    /// may be on any device. Each must have its array's shape and dtype. A name the symbol does
+    /// not have is an error unless `allow_extra` (a checkpoint of a larger model); arrays not
+    /// named keep their values. Everything is checked before anything is copied.
+    pub fn copy_params_from(
+        &self,
+        arg_params: &HashMap<String, NDArray>,
+        aux_params: &HashMap<String, NDArray>,
+        allow_extra: bool,
+    ) -> Result<()> {
+        let mut copies = Vec::with_capacity(arg_params.len() + aux_params.len());
+        for (kind, names, params) in [
+            ("argument", &self.arg_names, arg_params),
+            ("auxiliary state", &self.aux_names, aux_params),
+        ] {
+            for (name, value) in params {
+                let bound = names
+                    .iter()
+                    .any(|n| n == name)
+                    .then(|| self.variable(name))
+                    .flatten();
+                let Some(dst) = bound else {
+                    if allow_extra {
+                        continue;
+                    }
+                    return Err(invalid(
+                        "copy_params_from",
+                        format!(
+                            "{kind} {name:?} is not one of the symbol's ({})",
+                            names.join(", ")
+                        ),
+                    ));
+                };
+                if dst.shape() != value.shape() || dst.dtype() != value.dtype() {
+                    return Err(NdError::Shape {
+                        op: "copy_params_from".into(),
+                        arg: format!("{kind} {name:?}"),
+                        found: value.shape().to_vec(),
+                        expected: format!(
+                            "{:?} ({}) as bound (the value given is {})",
+                            dst.shape(),
+                            dst.dtype(),
+                            value.dtype()
+                        ),
+                    });
+                }
+                copies.push((value, dst));
+            }
+        }
+        for (value, dst) in copies {
+            value.copy_into(dst)?;
+        }
+        Ok(())
+    }
+
     /// The runtime and device it runs on.
     pub fn context(&self) -> (&Arc<Runtime>, Context) {
         (&self.rt, self.ctx)
