@@ -1,6 +1,10 @@
 //! Binds a real MXNet model with random weights and times it.
 //!
-//! `cargo run --release --example run_model -- graphs/resnet18_v1-symbol.json --shape data=1,3,224,224 [--train] [--iters N] [--engine KIND] [--ctx cpu(0)|gpu(0)] [--profile] [--json]`
+//! `cargo run --release --example run_model -- graphs/resnet18_v1-symbol.json --shape data=1,3,224,224 [--train] [--iters N] [--engine KIND] [--ctx cpu(0)|gpu(0)] [--profile] [--params FILE] [--save-params FILE] [--json]`
+//!
+//! `--params FILE` loads weights from an MXNet `.params` file (a checkpoint's `arg:`/`aux:`
+//! keys, or Gluon's plain names) over the random ones; `--save-params FILE` writes the bound
+//! arguments and auxiliary states after the run, in the same format (`arg:`/`aux:` keys).
 //!
 //! Prints the output shapes, the median forward time (inference mode) and, with `--train`, the
 //! median forward+backward time (training mode; gradients of every argument but the inputs named
@@ -20,7 +24,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use engine::EngineKind;
-use ndarray_ops::{invoke_on, Attrs, Executor, GradReq, Runtime, Symbol};
+use ndarray_ops::{invoke_on, ndfile, Attrs, Executor, GradReq, Runtime, Symbol};
 use storage::Context;
 
 struct Args {
@@ -32,6 +36,8 @@ struct Args {
     kind: Option<EngineKind>,
     ctx: Context,
     profile: bool,
+    params: Option<String>,
+    save_params: Option<String>,
 }
 
 fn parse() -> Result<Args, String> {
@@ -45,7 +51,7 @@ fn parse() -> Result<Args, String> {
         None,
         Context::cpu(0),
     );
-    let mut profile = false;
+    let (mut profile, mut params, mut save_params) = (false, None, None);
     while let Some(a) = it.next() {
         match a.as_str() {
             "--json" => json = true,
@@ -65,6 +71,10 @@ fn parse() -> Result<Args, String> {
             "--ctx" => {
                 let v = it.next().ok_or("--ctx needs a context such as gpu(0)")?;
                 ctx = v.parse().map_err(|e| format!("--ctx {v:?}: {e}"))?;
+            }
+            "--params" => params = Some(it.next().ok_or("--params needs a .params file")?),
+            "--save-params" => {
+                save_params = Some(it.next().ok_or("--save-params needs a file to write")?)
             }
             "--shape" => {
                 let spec = it.next().ok_or("--shape needs name=d0,d1,...")?;
@@ -90,6 +100,8 @@ fn parse() -> Result<Args, String> {
         kind,
         ctx,
         profile,
+        params,
+        save_params,
     })
 }
 
@@ -155,6 +167,10 @@ fn run() -> Result<(), String> {
             invoke_on(&rt, Context::cpu(0), "_random_uniform", &[], &attrs, None).map_err(err)?;
         host[0].copy_into(&arr).map_err(err)?;
     }
+    let loaded = match &a.params {
+        Some(path) => Some(load_params(&exec, path)?),
+        None => None,
+    };
     let grads: Vec<_> = exec.grad_dict().into_values().collect();
     let time = |step: &dyn Fn() -> ndarray_ops::Result<()>| -> Result<f64, String> {
         let mut times = vec![];
@@ -184,11 +200,21 @@ fn run() -> Result<(), String> {
     } else {
         None
     };
+    if let Some(path) = &a.save_params {
+        // The learned arguments: not the inputs named by --shape, nor head gradients.
+        let mut learned = exec.arg_dict();
+        learned.retain(|n, _| !a.shapes.contains_key(n) && !n.contains("_head_grad"));
+        ndfile::save_params(path, &learned, &exec.aux_dict()).map_err(err)?;
+    }
     let mem = exec.memory_report();
     let out_shapes: Vec<Vec<usize>> = exec.outputs().iter().map(|o| o.shape().to_vec()).collect();
     const TOP: usize = 20;
     if a.json {
         let mut report = serde_json::json!({"forward_ms": forward_ms, "forward_backward_ms": forward_backward_ms, "planned_bytes": mem.planned_bytes, "no_reuse_bytes": mem.no_reuse_bytes, "lower_bound_bytes": mem.lower_bound_bytes, "allocated_bytes": mem.allocated_bytes, "inplace_entries": mem.inplace, "output_shapes": out_shapes, "engine": kind.name(), "context": ctx.to_string(), "iters": a.iters});
+        if let Some((n_args, n_aux)) = loaded {
+            report["params_loaded"] =
+                serde_json::json!({"arguments": n_args, "auxiliary_states": n_aux});
+        }
         if !ctx.is_cpu() {
             // Which path the GPU's convolutions took: a cuDNN version, or null for im2col.
             report["cudnn"] = ndarray_ops::cudnn_version().into();
@@ -202,6 +228,9 @@ fn run() -> Result<(), String> {
         println!("{report}");
     } else {
         println!("{}: outputs {out_shapes:?}", a.file);
+        if let (Some((n_args, n_aux)), Some(path)) = (loaded, &a.params) {
+            println!("weights: {n_args} arguments and {n_aux} auxiliary states from {path}");
+        }
         println!(
             "forward: {forward_ms:.2} ms (median of {}, {} on {ctx})",
             a.iters,
@@ -229,4 +258,26 @@ fn run() -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Loads a `.params` file into the bound arrays: `arg:`/`aux:` keys as a checkpoint writes
+/// them, else plain names (Gluon's `save_parameters`), each found among the auxiliary states
+/// or else the arguments. Returns how many arguments and auxiliary states it set.
+fn load_params(exec: &Executor, path: &str) -> Result<(usize, usize), String> {
+    let (rt, ctx) = exec.context();
+    let named = ndfile::load(path, rt, ctx)
+        .and_then(|l| l.into_named())
+        .map_err(|e| e.to_string())?;
+    let (args, aux) = match ndfile::split_params(named.clone()) {
+        Ok(split) => split,
+        Err(_) => {
+            let aux_names = exec.aux_dict();
+            named
+                .into_iter()
+                .partition(|(name, _)| !aux_names.contains_key(name))
+        }
+    };
+    exec.copy_params_from(&args, &aux, false)
+        .map_err(|e| format!("{path}: {e}"))?;
+    Ok((args.len(), aux.len()))
 }

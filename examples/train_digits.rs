@@ -2,7 +2,11 @@
 //! per-device engine: build the graph, infer shapes, derive the backward graph, bind, and run
 //! forward/backward with in-place SGD updates.
 //!
-//! `cargo run --release --example train_digits -- [--json] [--epochs N] [--contexts cpu(0),cpu(1)]`
+//! `cargo run --release --example train_digits -- [--json] [--epochs N] [--contexts cpu(0),cpu(1)] [--save PREFIX]`
+//!
+//! `--save PREFIX` writes each trained model as an MXNet checkpoint (`PREFIX-mlp-symbol.json`,
+//! `PREFIX-mlp-0020.params`, the same for `cnn`), reloads it into fresh executors and reports
+//! their held-out accuracy beside the trained ones' (`reloaded_test_accuracy`).
 //!
 //! With several contexts, each batch is split across them (data parallel: one executor per
 //! device, gradients summed onto the first, weights sent back); per-device memory is printed.
@@ -21,7 +25,7 @@ mod digits;
 use std::collections::HashMap;
 use std::time::Instant;
 
-use ndarray_ops::{invoke_on, Attrs, DataParallel, NDArray, Runtime, Sgd, Symbol};
+use ndarray_ops::{invoke_on, ndfile, Attrs, DataParallel, NDArray, Runtime, Sgd, Symbol};
 use storage::Context;
 
 /// Which model.
@@ -133,6 +137,8 @@ pub struct Report {
     pub no_reuse_bytes: u64,
     /// Per device: context, planned and allocated bytes of its internal entries.
     pub devices: Vec<(Context, u64, u64)>,
+    /// With a checkpoint prefix: the held-out accuracy of the model reloaded from it.
+    pub reloaded_test_accuracy: Option<f64>,
 }
 
 /// Accuracy and mean cross-entropy over whole batches of a split (the last partial batch is left
@@ -178,6 +184,7 @@ pub fn train(
     epochs: usize,
     contexts: &[Context],
     verbose: bool,
+    checkpoint: Option<&str>,
 ) -> ndarray_ops::Result<Report> {
     let (train, test) = digits::load(42).map_err(|e| ndarray_ops::NdError::Invalid {
         op: "digits".into(),
@@ -274,8 +281,25 @@ pub fn train(
     let seconds = t0.elapsed().as_secs_f64();
     let (test_accuracy, _) = evaluate(&dp, &xte, &test, batch, &sample)?;
     let (_, train_loss) = evaluate(&dp, &xtr, &train, batch, &sample)?;
+    // The checkpoint round trip: save, load into a new trainer, evaluate again.
+    let reloaded_test_accuracy = match checkpoint {
+        Some(prefix) => {
+            let aux = dp.executors()[0].aux_dict();
+            ndfile::save_checkpoint(prefix, epochs, &sym, &dp.params(), &aux)?;
+            let ck = ndfile::load_checkpoint(prefix, epochs, &rt, host)?;
+            let inputs = ["data", "softmax_label"];
+            let fresh = DataParallel::new(&rt, &ck.symbol, contexts, &shapes, &inputs, sgd)?;
+            fresh.set_params(&ck.arg_params)?;
+            for exec in fresh.executors() {
+                exec.copy_params_from(&HashMap::new(), &ck.aux_params, false)?;
+            }
+            Some(evaluate(&fresh, &xte, &test, batch, &sample)?.0)
+        }
+        None => None,
+    };
     let mem = dp.memory_by_device();
     Ok(Report {
+        reloaded_test_accuracy,
         test_accuracy,
         train_loss,
         seconds,
@@ -302,6 +326,7 @@ fn parse_contexts(s: &str) -> Result<Vec<Context>, String> {
 
 fn main() {
     let (mut json, mut epochs, mut contexts) = (false, 20usize, vec![Context::cpu(0)]);
+    let mut checkpoint: Option<String> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -324,8 +349,15 @@ fn main() {
                     std::process::exit(2);
                 }
             },
+            "--save" => match args.next() {
+                Some(prefix) => checkpoint = Some(prefix),
+                None => {
+                    eprintln!("train_digits: --save needs a file prefix, such as /tmp/digits");
+                    std::process::exit(2);
+                }
+            },
             other => {
-                eprintln!("train_digits: unknown argument {other:?} (use --json, --epochs N, --contexts cpu(0),cpu(1))");
+                eprintln!("train_digits: unknown argument {other:?} (use --json, --epochs N, --contexts cpu(0),cpu(1), --save PREFIX)");
                 std::process::exit(2);
             }
         }
@@ -338,14 +370,19 @@ fn main() {
         if !json {
             println!("== {label}");
         }
-        match train(model, epochs, &contexts, !json) {
+        let prefix = checkpoint.as_ref().map(|p| format!("{p}-{key}"));
+        match train(model, epochs, &contexts, !json, prefix.as_deref()) {
             Ok(r) => {
                 let devices: Vec<_> = r
                     .devices
                     .iter()
                     .map(|(c, planned, allocated)| serde_json::json!({"context": c.to_string(), "planned_bytes": planned, "allocated_bytes": allocated}))
                     .collect();
-                report.insert(key.into(), serde_json::json!({"test_accuracy": r.test_accuracy, "train_loss": r.train_loss, "seconds": r.seconds, "samples_per_second": r.samples_per_second, "planned_bytes": r.planned_bytes, "no_reuse_bytes": r.no_reuse_bytes, "devices": devices}));
+                let mut entry = serde_json::json!({"test_accuracy": r.test_accuracy, "train_loss": r.train_loss, "seconds": r.seconds, "samples_per_second": r.samples_per_second, "planned_bytes": r.planned_bytes, "no_reuse_bytes": r.no_reuse_bytes, "devices": devices});
+                if let Some(acc) = r.reloaded_test_accuracy {
+                    entry["reloaded_test_accuracy"] = acc.into();
+                }
+                report.insert(key.into(), entry);
                 if !json {
                     println!(
                         "{label}: train loss {:.4}, test accuracy {:.2}% in {:.2} s ({:.0} samples/s); internal entries {} bytes without reuse, {} planned",
@@ -358,6 +395,13 @@ fn main() {
                     );
                     for (c, planned, allocated) in &r.devices {
                         println!("  {c}: {planned} bytes planned, {allocated} allocated");
+                    }
+                    if let (Some(acc), Some(p)) = (r.reloaded_test_accuracy, &prefix) {
+                        let (json_path, params_path) = ndfile::checkpoint_paths(p, epochs);
+                        println!(
+                            "  saved {json_path} and {params_path}; reloaded, test accuracy {:.2}%",
+                            acc * 100.0
+                        );
                     }
                 }
             }

@@ -1,5 +1,6 @@
 //! The main job learns: symbolic bind-and-run training of the MLP and the CNN on digits passes 95%
-//! held out, on one context and data-parallel over two.
+//! held out, on one context and data-parallel over two; a model saved as an MXNet checkpoint
+//! and reloaded into fresh executors scores exactly what the trained one did.
 
 #[allow(dead_code)]
 #[path = "../examples/train_digits.rs"]
@@ -14,7 +15,17 @@ fn symbolic_mlp_and_cnn_reach_95_percent_on_held_out_digits() {
         vec![Context::cpu(0), Context::cpu(1)],
     ] {
         for model in [train_digits::Model::Mlp, train_digits::Model::Cnn] {
-            let r = train_digits::train(model, 20, &contexts, false).unwrap();
+            let dir = std::env::temp_dir().join(format!("mxrs-digits-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let prefix = dir.join(format!("{model:?}-{}", contexts.len()));
+            let prefix = prefix.to_string_lossy();
+            let r = train_digits::train(model, 20, &contexts, false, Some(&prefix)).unwrap();
+            assert_eq!(
+                r.reloaded_test_accuracy,
+                Some(r.test_accuracy),
+                "{model:?} on {contexts:?}: the reloaded checkpoint scores differently"
+            );
+            std::fs::remove_dir_all(&dir).unwrap();
             assert!(
                 r.test_accuracy >= 0.95,
                 "{model:?} on {contexts:?}: held-out accuracy {}",

@@ -70,3 +70,19 @@ pub(crate) fn invalid(op: &str, reason: impl Into<String>) -> NdError {
         reason: reason.into(),
     }
 }
+
+/// The first few of `names`, quoted, for an error that lists what was expected: `'a', 'b'
+/// and 3 more`.
+pub(crate) fn some_names<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
+    const SHOWN: usize = 8;
+    let names: Vec<&str> = names.into_iter().collect();
+    let shown: Vec<String> = names.iter().take(SHOWN).map(|v| format!("'{v}'")).collect();
+    match names.len() > shown.len() {
+        true => format!(
+            "{} and {} more",
+            shown.join(", "),
+            names.len() - shown.len()
+        ),
+        false => shown.join(", "),
+    }
+}

@@ -439,6 +439,16 @@ pub fn save_checkpoint(
     let (json_path, params_path) = checkpoint_paths(prefix, epoch);
     std::fs::write(&json_path, symbol.to_json())
         .map_err(|e| file_error("save_checkpoint", Path::new(&json_path), "cannot write", e))?;
+    save_params(&params_path, arg_params, aux_params)
+}
+
+/// Writes a checkpoint's `.params` file alone: arguments as `arg:NAME`, auxiliary states as
+/// `aux:NAME`, sorted by key.
+pub fn save_params(
+    path: impl AsRef<Path>,
+    arg_params: &HashMap<String, NDArray>,
+    aux_params: &HashMap<String, NDArray>,
+) -> Result<()> {
     let mut entries: Vec<(String, &NDArray)> = arg_params
         .iter()
         .map(|(n, a)| (format!("arg:{n}"), a))
@@ -446,7 +456,7 @@ pub fn save_checkpoint(
         .collect();
     entries.sort_by(|a, b| a.0.cmp(&b.0));
     let named: Vec<(&str, &NDArray)> = entries.iter().map(|(n, a)| (n.as_str(), *a)).collect();
-    save(&params_path, &named)
+    save(path, &named)
 }
 
 /// Reads a checkpoint (MXNet's `mx.model.load_checkpoint`), its arrays onto `ctx`.

@@ -443,7 +443,8 @@ fn copy_params_from_checks_everything_before_copying_anything() {
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("argument \"fc_extra_weight\" is not one of the symbol's"),
+        e.contains("argument \"fc_extra_weight\" is not one of the symbol's ('data', ")
+            && e.contains("more)"),
         "{e}"
     );
     let aux_as_arg = HashMap::from([(

@@ -17,7 +17,7 @@ use std::time::Duration;
 use storage::plan::SolverKind;
 use storage::Context;
 
-use crate::error::{invalid, NdError, Result};
+use crate::error::{invalid, some_names, NdError, Result};
 use crate::ops::{prepare, Attrs, Call, IS_TRAIN};
 use crate::symbol::Inferred;
 use crate::{NDArray, Runtime, Symbol};
@@ -445,7 +445,7 @@ impl Executor {
                         "copy_params_from",
                         format!(
                             "{kind} {name:?} is not one of the symbol's ({})",
-                            names.join(", ")
+                            some_names(names.iter().map(String::as_str))
                         ),
                     ));
                 };

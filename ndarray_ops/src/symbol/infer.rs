@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use super::{IndexedGraph, Symbol};
-use crate::error::{NdError, Result};
+use crate::error::{some_names, NdError, Result};
 use crate::DType;
 
 /// What inference found, per entry id (see [`IndexedGraph::entry`]).
@@ -98,17 +98,12 @@ fn check_names<'a>(g: &IndexedGraph, names: impl Iterator<Item = &'a String>) ->
         .collect();
     for name in names {
         if !variables.contains(&name.as_str()) {
-            let shown: Vec<String> = variables.iter().take(8).map(|v| format!("'{v}'")).collect();
-            let more = match variables.len() > shown.len() {
-                true => format!(" and {} more", variables.len() - shown.len()),
-                false => String::new(),
-            };
             return Err(NdError::Invalid {
                 op: "infer_shape".into(),
                 reason: format!(
                     "'{name}' is given a shape or dtype but is no argument or auxiliary state of \
-                     the symbol (those are {}{more})",
-                    shown.join(", ")
+                     the symbol (those are {})",
+                    some_names(variables.iter().copied())
                 ),
             });
         }
