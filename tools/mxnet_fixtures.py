@@ -3,23 +3,29 @@
     python3 -m venv /tmp/mxv && /tmp/mxv/bin/pip install numpy==1.23.5 mxnet==1.9.1
     /tmp/mxv/bin/python tools/mxnet_fixtures.py ndarray_ops/tests/data/mxnet
 
-Two things come out of MXNet 1.9.1 itself, so that the Rust side is checked against the real
+What comes out of MXNet 1.9.1 itself, so that the Rust side is checked against the real
 implementation rather than against our reading of it:
 
 * dtypes.nd: mx.nd.save of a dict with one array of every element type the runtime has, with
   values the test recomputes (k * 0.5 - 3 for element k, cast to the type);
 * net-symbol.json / net-0001.params: a small convolutional net with two BatchNorms (one with
   fix_gamma), max and global average pooling, a residual add, a fully connected layer and
-  softmax, saved by Module.save_checkpoint with random weights and running statistics;
-* net-expected.nd: for a fixed input, MXNet's inference output, and then one training step:
+  softmax, saved by mx.model.save_checkpoint with random weights and running statistics, and
+  net64-* the same in float64 (where the two implementations must agree to rounding);
+* net-expected.nd (net64-expected.nd): for a fixed input, MXNet's inference output, and then one training step:
   the training-mode output, the gradient of every argument (data included) for a fixed head
   gradient, and the auxiliary states after the step (BatchNorm's running statistics).
+
+With --models GRAPHS OUT DTYPE [NAME...], writes the same for the real graphs (`graphs/*-symbol.json`, batch 2,
+random weights, float32 or float64) into OUT, too large to commit: MXRS_MXNET_MODELS=OUT cargo test --release -p
+ndarray_ops --test mxnet_files -- --ignored compares them.
 
 With --check DIR, instead loads the files the Rust tests wrote into DIR (written by
 `cargo test -p ndarray_ops --test mxnet_files` with MXRS_WRITE_FOR_MXNET=DIR) and checks that
 MXNet reads them back with the values the test put in.
 """
 
+import json
 import os
 import sys
 
@@ -62,25 +68,29 @@ def net():
     return mx.sym.softmax(fc, name="prob")
 
 
-def checkpoint(out):
+def checkpoint(out, name, dtype):
     rng = np.random.RandomState(0)
     sym = net()
-    mod = mx.mod.Module(sym, data_names=["data"], label_names=None, context=mx.cpu())
-    mod.bind(data_shapes=[("data", SHAPE)], for_training=False)
-    mod.init_params(mx.init.Xavier(magnitude=2.0))
-    args, aux = mod.get_params()
-    for name in sorted(args):
-        args[name] = mx.nd.array(rng.uniform(-0.5, 0.5, args[name].shape))
-    for name in sorted(aux):
-        low = 0.5 if name.endswith("var") else -0.3
-        aux[name] = mx.nd.array(rng.uniform(low, low + 1.0, aux[name].shape))
-    mod.set_params(args, aux)
-    mod.save_checkpoint(os.path.join(out, "net"), 1)
+    args, aux = {}, {}
+    arg_shapes, _, aux_shapes = sym.infer_shape(data=SHAPE)
+    for n, s in sorted(zip(sym.list_arguments(), arg_shapes)):
+        if n != "data":
+            args[n] = mx.nd.array(rng.uniform(-0.5, 0.5, s), dtype=dtype)
+    for n, s in sorted(zip(sym.list_auxiliary_states(), aux_shapes)):
+        low = 0.5 if n.endswith("var") else -0.3
+        aux[n] = mx.nd.array(rng.uniform(low, low + 1.0, s), dtype=dtype)
+    prefix = os.path.join(out, name)
+    mx.model.save_checkpoint(prefix, 1, sym, args, aux)
+    expected(sym, args, aux, SHAPE, rng, prefix + "-expected.nd", True, dtype)
 
-    x = mx.nd.array(rng.uniform(-1, 1, SHAPE))
-    head = mx.nd.array(rng.uniform(-1, 1, (SHAPE[0], 10)))
-    expected = {"data": x, "head_grad": head}
-    exe = sym.simple_bind(mx.cpu(), data=SHAPE, grad_req="write")
+
+def expected(sym, args, aux, shape, rng, path, train, dtype="float32"):
+    """Runs `sym` with these weights on a random input and saves what it computed: the input,
+    the inference output and, with `train`, one training step's output, the gradients of every
+    argument for a random head gradient, and the auxiliary states after it."""
+    x = mx.nd.array(rng.uniform(-1, 1, shape), dtype=dtype)
+    exe = sym.simple_bind(mx.cpu(), data=shape, grad_req="write" if train else "null",
+                          type_dict={n: dtype for n in sym.list_arguments()})
     for name, a in args.items():
         a.copyto(exe.arg_dict[name])
     for name, a in aux.items():
@@ -88,15 +98,60 @@ def checkpoint(out):
     x.copyto(exe.arg_dict["data"])
     # Copied out synchronously: MXNet 1.9.1's `.copy()` of an executor output taken before the
     # next forward was seen to hold that next forward's values.
-    snap = lambda a: mx.nd.array(a.asnumpy())
-    expected["infer:prob"] = snap(exe.forward(is_train=False)[0])
-    expected["train:prob"] = snap(exe.forward(is_train=True)[0])
-    exe.backward(out_grads=[head])
-    for name, g in exe.grad_dict.items():
-        expected["grad:" + name] = snap(g)
-    for name, a in exe.aux_dict.items():
-        expected["aux_after:" + name] = snap(a)
-    mx.nd.save(os.path.join(out, "net-expected.nd"), expected)
+    snap = lambda a: mx.nd.array(a.asnumpy(), dtype=a.dtype)
+    saved = {"data": x, "infer:output": snap(exe.forward(is_train=False)[0])}
+    if train:
+        saved["train:output"] = snap(exe.forward(is_train=True)[0])
+        head = mx.nd.array(rng.uniform(-1, 1, exe.outputs[0].shape), dtype=dtype)
+        saved["head_grad"] = head
+        exe.backward(out_grads=[head])
+        for name, g in exe.grad_dict.items():
+            saved["grad:" + name] = snap(g)
+        for name, a in exe.aux_dict.items():
+            saved["aux_after:" + name] = snap(a)
+    mx.nd.save(path, saved)
+
+
+def models(graphs, out, dtype, only=None):
+    """The real graphs with random weights (He-scaled, BatchNorm statistics near their
+    defaults), batch 2, in `dtype`; VGG-16 (dropout) in inference only. In float32 the training
+    step is ill-conditioned (BatchNorm over a batch of 2 divides by small deviations): MXNet with
+    and without MKLDNN differ by up to 4% of a gradient's largest magnitude; in float64 they
+    agree to 1e-10, and so can we."""
+    for name, train in [("mlp", True), ("resnet18_v1", True), ("mobilenet1.0", True),
+                        ("resnet50_v1", True), ("vgg16", False)]:
+        if only and name not in only:
+            continue
+        rng = np.random.RandomState(1)
+        with open(os.path.join(graphs, name + "-symbol.json")) as f:
+            graph = json.load(f)
+        # The files pin every variable to float32 (`__dtype__`); other dtypes drop the pin.
+        if dtype != "float32":
+            for node in graph["nodes"]:
+                node.get("attrs", {}).pop("__dtype__", None)
+        sym = mx.sym.load_json(json.dumps(graph))
+        with open(os.path.join(graphs, name + "-shapes.json")) as f:
+            shape = tuple([2] + json.load(f)["data"][1:])
+        arg_shapes, _, aux_shapes = sym.infer_shape(data=shape)
+        args, aux = {}, {}
+        for n, s in zip(sym.list_arguments(), arg_shapes):
+            if n == "data":
+                continue
+            if n.endswith("weight"):
+                fan_in = int(np.prod(s[1:]))
+                v = rng.normal(0, np.sqrt(2.0 / fan_in), s)
+            elif n.endswith("gamma"):
+                v = rng.uniform(0.5, 1.5, s)
+            else:
+                v = rng.uniform(-0.1, 0.1, s)
+            args[n] = mx.nd.array(v, dtype=dtype)
+        for n, s in zip(sym.list_auxiliary_states(), aux_shapes):
+            low = 0.5 if n.endswith("var") else -0.1
+            aux[n] = mx.nd.array(rng.uniform(low, low + (1.0 if low > 0 else 0.2), s), dtype=dtype)
+        prefix = os.path.join(out, name)
+        mx.model.save_checkpoint(prefix, 0, sym, args, aux)
+        expected(sym, args, aux, shape, rng, prefix + "-expected.nd", train, dtype)
+        print(name, shape, "saved")
 
 
 def check(dirname):
@@ -117,7 +172,7 @@ def check(dirname):
     expected = mx.nd.load(os.path.join(dirname, "net-expected-from-rust.nd"))
     expected["data"].copyto(exe.arg_dict["data"])
     out = exe.forward(is_train=False)[0].asnumpy()
-    np.testing.assert_allclose(out, expected["prob"].asnumpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out, expected["output"].asnumpy(), rtol=1e-5, atol=1e-6)
     print("MXNet", mx.__version__, "read the Rust files:", sorted(got), len(args), "args,",
           len(aux), "aux; outputs agree")
 
@@ -125,7 +180,11 @@ def check(dirname):
 if __name__ == "__main__":
     if sys.argv[1] == "--check":
         check(sys.argv[2])
+    elif sys.argv[1] == "--models":
+        os.makedirs(sys.argv[3], exist_ok=True)
+        models(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:])
     else:
         os.makedirs(sys.argv[1], exist_ok=True)
         dtypes(sys.argv[1])
-        checkpoint(sys.argv[1])
+        checkpoint(sys.argv[1], "net", "float32")
+        checkpoint(sys.argv[1], "net64", "float64")

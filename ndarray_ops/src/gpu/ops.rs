@@ -916,7 +916,7 @@ fn bn_setup(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<BnSetup, String>
             shape[axis],
             shape[axis + 1..].iter().product(),
         ),
-        eps: attrs.f64(op, "eps", Some(1e-3)).map_err(e2s)?,
+        eps: crate::ops::bn_eps_momentum(op, attrs).map_err(e2s)?.0,
         fix_gamma: attrs.bool(op, "fix_gamma", true).map_err(e2s)?,
         batch_stats: attrs.bool(op, IS_TRAIN, false).map_err(e2s)?
             && !attrs.bool(op, "use_global_stats", false).map_err(e2s)?,
@@ -932,7 +932,7 @@ fn batch_norm(
 ) -> KResult {
     let b = bn_setup(op, attrs, &ins[0].shape)?;
     let (outer, c, inner) = b.layout;
-    let momentum = attrs.f64(op, "momentum", Some(0.9)).map_err(e2s)?;
+    let (_, momentum) = crate::ops::bn_eps_momentum(op, attrs).map_err(e2s)?;
     let x = &ins[0];
     let (partials, scale) = reduction_scratch(s, ChannelSums::AndSquares, b.layout, c)?;
     let (sums, p) = if b.batch_stats {

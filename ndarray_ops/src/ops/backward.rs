@@ -559,7 +559,7 @@ fn bn_backward_kernel(
     let e = |e: crate::NdError| e.to_string();
     let x = &ins[1];
     let axis = super::stochastic::bn_axis(op, attrs, x.shape.len()).map_err(e)?;
-    let eps = attrs.f64(op, "eps", Some(1e-3)).map_err(e)?;
+    let (eps, _) = super::stochastic::bn_eps_momentum(op, attrs).map_err(e)?;
     let fix_gamma = attrs.bool(op, "fix_gamma", true).map_err(e)?;
     let batch_stats = attrs.bool(op, super::IS_TRAIN, false).map_err(e)?
         && !attrs.bool(op, "use_global_stats", false).map_err(e)?;

@@ -19,9 +19,9 @@ mod reduce;
 mod shape;
 mod stochastic;
 
-#[cfg(any(feature = "cuda", test))]
-pub(crate) use stochastic::bn_axis;
 pub use stochastic::IS_TRAIN;
+#[cfg(any(feature = "cuda", test))]
+pub(crate) use stochastic::{bn_axis, bn_eps_momentum};
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;

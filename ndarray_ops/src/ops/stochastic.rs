@@ -26,6 +26,15 @@ fn is_train(op: &str, attrs: &Attrs) -> Result<bool> {
 
 // ---- BatchNorm ------------------------------------------------------------------------------
 
+/// BatchNorm's `eps` and `momentum` as MXNet holds them: `eps` a double whose default is the
+/// float `1e-3f` (0.0010000000474974513), `momentum` a float (0.9 blends as 0.9f). A float64
+/// model agrees with MXNet to rounding only with these exact values (tests/mxnet_files.rs).
+pub(crate) fn bn_eps_momentum(op: &str, attrs: &Attrs) -> Result<(f64, f64)> {
+    let eps = attrs.f64(op, "eps", Some(f64::from(1e-3f32)))?;
+    let momentum = attrs.f64(op, "momentum", Some(0.9))? as f32;
+    Ok((eps, f64::from(momentum)))
+}
+
 pub(crate) fn bn_axis(op: &str, attrs: &Attrs, ndim: usize) -> Result<usize> {
     let a = attrs
         .ints(op, "axis")?
@@ -68,8 +77,7 @@ fn infer_bn(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
             });
         }
     }
-    attrs.f64(op, "eps", Some(1e-3))?;
-    attrs.f64(op, "momentum", Some(0.9))?;
+    bn_eps_momentum(op, attrs)?;
     is_train(op, attrs)?;
     // Outputs: the normalized data, then the mean and variance used (MXNet's hidden outputs).
     Ok((vec![s[0].clone(), vec![c], vec![c]], vec![dt; 3]))
@@ -85,10 +93,7 @@ fn bn_kernel(
     let e = |e: crate::NdError| e.to_string();
     let x = &ins[0];
     let axis = bn_axis(op, attrs, x.shape.len()).map_err(e)?;
-    let (eps, momentum) = (
-        attrs.f64(op, "eps", Some(1e-3)).map_err(e)?,
-        attrs.f64(op, "momentum", Some(0.9)).map_err(e)?,
-    );
+    let (eps, momentum) = bn_eps_momentum(op, attrs).map_err(e)?;
     let fix_gamma = attrs.bool(op, "fix_gamma", true).map_err(e)?;
     let batch_stats =
         is_train(op, attrs).map_err(e)? && !attrs.bool(op, "use_global_stats", false).map_err(e)?;
