@@ -112,10 +112,11 @@ fn mxnets_array_file_loads_with_its_values_and_is_written_back_byte_for_byte() {
     }
 }
 
-/// Below this (times the dtype's epsilon over float32's), a result is rounding noise around
-/// zero: a bias feeding a training-mode BatchNorm has a gradient of exactly zero in exact
-/// arithmetic, about 1e-8 in either framework's float32.
-const NOISE: f64 = 1e-6;
+/// A gradient whose largest magnitude is below this many rounding units of the largest
+/// gradient anywhere in the model is zero up to rounding: a bias feeding a training-mode
+/// BatchNorm has a gradient of exactly zero in exact arithmetic, and whatever either framework
+/// computes for it is the rounding of a sum that cancels. Ours must then be as small.
+const NOISE_ULPS: f64 = 1e3;
 
 fn floats(a: &NDArray) -> Vec<f64> {
     match a.dtype() {
@@ -129,26 +130,23 @@ fn floats(a: &NDArray) -> Vec<f64> {
     }
 }
 
+fn largest(v: &[f64]) -> f64 {
+    v.iter().fold(0f64, |m, x| m.max(x.abs()))
+}
+
 /// The largest difference between `got` and `want`, relative to the largest magnitude in
-/// `want`, and where it is. Where `want` is zero up to noise, `got` must be too (then 0, else
+/// `want`, and where it is. Where `want` is below `noise`, `got` must be too (then 0, else
 /// infinity).
-fn relative_error(got: &NDArray, want: &NDArray) -> (f64, usize) {
-    assert_eq!((got.shape(), got.dtype()), (want.shape(), want.dtype()));
-    let noise = match want.dtype() {
-        DType::F64 => NOISE * f64::EPSILON / f64::from(f32::EPSILON),
-        _ => NOISE,
-    };
-    let (g, w) = (floats(got), floats(want));
-    let largest = |v: &[f64]| v.iter().fold(0f64, |m, x| m.max(x.abs()));
-    let scale = largest(&w);
-    if scale < noise {
-        return match largest(&g) < noise {
+fn relative_error(got: &[f64], want: &[f64], noise: f64) -> (f64, usize) {
+    let scale = largest(want);
+    if scale < noise || scale == 0.0 {
+        return match largest(got) < noise.max(f64::MIN_POSITIVE) {
             true => (0.0, 0),
             false => (f64::INFINITY, 0),
         };
     }
-    g.iter()
-        .zip(&w)
+    got.iter()
+        .zip(want)
         .map(|(a, b)| (a - b).abs() / scale)
         .enumerate()
         .fold(
@@ -160,9 +158,10 @@ fn relative_error(got: &NDArray, want: &NDArray) -> (f64, usize) {
 /// Loads the checkpoint `PREFIX-EPOCH.params` MXNet wrote and runs what `PREFIX-expected.nd`
 /// holds: the inference output and, where present, one training step (output, every
 /// gradient for the saved head gradient, the auxiliary states after it). Each must agree with
-/// MXNet's within `tol` of its largest magnitude. Returns how many arrays were compared and
-/// the largest relative error seen.
-fn check_checkpoint(prefix: &str, epoch: usize, tol: f64) -> (usize, f64) {
+/// MXNet's within `tol` of its largest magnitude (the training step's arrays within
+/// `train_tol`; `None`: reported, not judged). Returns how many arrays were compared and the
+/// largest relative error seen.
+fn check_checkpoint(prefix: &str, epoch: usize, tol: f64, train_tol: Option<f64>) -> (usize, f64) {
     let rt = runtime();
     let ck = ndfile::load_checkpoint(prefix, epoch, &rt, CPU).unwrap();
     let expected = ndfile::load(format!("{prefix}-expected.nd"), &rt, CPU)
@@ -191,21 +190,26 @@ fn check_checkpoint(prefix: &str, epoch: usize, tol: f64) -> (usize, f64) {
     };
     let exec =
         Executor::bind_with_options(&rt, CPU, &ck.symbol, &HashMap::new(), given, &opts).unwrap();
-    // Every array is compared before judging, so that a failure shows the whole picture.
-    let mut errors: Vec<(String, f64, usize)> = Vec::new();
-    let mut compare = |what: &str, got: &NDArray, want: &NDArray| {
-        let (e, at) = relative_error(got, want);
-        errors.push((what.to_string(), e, at));
+    // Every array is gathered before judging: gradients are judged against the largest
+    // gradient, and a failure shows the whole picture.
+    let mut pairs: Vec<(String, Vec<f64>, Vec<f64>)> = Vec::new();
+    let mut gather = |what: &str, got: &NDArray, want: &NDArray| {
+        assert_eq!(
+            (got.shape(), got.dtype()),
+            (want.shape(), want.dtype()),
+            "{what}"
+        );
+        pairs.push((what.to_string(), floats(got), floats(want)));
     };
     exec.forward(false).unwrap();
-    compare(
+    gather(
         "inference output",
         &exec.outputs()[0],
         &expected["infer:output"],
     );
     if train {
         exec.forward(true).unwrap();
-        compare(
+        gather(
             "training output",
             &exec.outputs()[0],
             &expected["train:output"],
@@ -217,13 +221,33 @@ fn check_checkpoint(prefix: &str, epoch: usize, tol: f64) -> (usize, f64) {
         keys.sort();
         for key in keys {
             if let Some(name) = key.strip_prefix("grad:") {
-                compare(key, &grads[name], &expected[key]);
+                gather(key, &grads[name], &expected[key]);
             } else if let Some(name) = key.strip_prefix("aux_after:") {
-                compare(key, &aux[name], &expected[key]);
+                gather(key, &aux[name], &expected[key]);
             }
         }
     }
-
+    let epsilon = match data.dtype() {
+        DType::F64 => f64::EPSILON,
+        _ => f64::from(f32::EPSILON),
+    };
+    let is_grad = |what: &str| what.starts_with("grad:");
+    let signal = pairs
+        .iter()
+        .filter(|p| is_grad(&p.0))
+        .fold(0f64, |m, p| m.max(largest(&p.2)));
+    let mut errors: Vec<(String, f64, usize)> = pairs
+        .iter()
+        .map(|(what, got, want)| {
+            let noise = match is_grad(what) {
+                true => NOISE_ULPS * epsilon * signal,
+                false => 0.0,
+            };
+            let (e, at) = relative_error(got, want, noise);
+            (what.clone(), e, at)
+        })
+        .collect();
+    drop(pairs);
     let compared = errors.len();
     errors.sort_by(|a, b| b.1.total_cmp(&a.1));
     let worst = errors[0].1;
@@ -232,15 +256,19 @@ fn check_checkpoint(prefix: &str, epoch: usize, tol: f64) -> (usize, f64) {
             println!("{prefix}: {what}[{at}]: {e:e}");
         }
     }
+    let judged = |what: &str| match what {
+        "inference output" => Some(tol),
+        _ => train_tol,
+    };
     let bad: Vec<String> = errors
         .iter()
-        .filter(|e| !(e.1 <= tol))
+        .filter(|e| judged(&e.0).is_some_and(|tol| !(e.1 <= tol)))
         .map(|(what, e, at)| format!("{what}[{at}]: {e:e}"))
         .collect();
     assert!(
         bad.is_empty(),
-        "{prefix}: {} of {compared} arrays differ from MXNet's by more than {tol:e} of their \
-         largest magnitude: {}",
+        "{prefix}: {} of {compared} arrays differ from MXNet's by more than {tol:e} \
+         ({train_tol:?} in training) of their largest magnitude: {}",
         bad.len(),
         bad.join(", ")
     );
@@ -270,7 +298,7 @@ fn check_checkpoint(prefix: &str, epoch: usize, tol: f64) -> (usize, f64) {
 
 #[test]
 fn mxnets_checkpoint_computes_here_what_it_computed_in_mxnet() {
-    let (compared, worst) = check_checkpoint(&format!("{DIR}/net"), 1, 1e-5);
+    let (compared, worst) = check_checkpoint(&format!("{DIR}/net"), 1, 1e-5, Some(1e-5));
     // Two outputs; gradients of data, conv0 weight+bias, bn0 gamma+beta, conv1 weight, bn1
     // gamma+beta, fc weight+bias; four running statistics.
     assert_eq!(compared, 2 + 10 + 4);
@@ -282,20 +310,30 @@ fn mxnets_checkpoint_computes_here_what_it_computed_in_mxnet() {
 /// blends at MXNet's float precision; at double precision they were 1e-7 apart).
 #[test]
 fn mxnets_float64_checkpoint_agrees_to_rounding() {
-    let (compared, worst) = check_checkpoint(&format!("{DIR}/net64"), 1, 1e-12);
+    let (compared, worst) = check_checkpoint(&format!("{DIR}/net64"), 1, 1e-12, Some(1e-12));
     assert_eq!(compared, 2 + 10 + 4);
     println!("largest relative difference from MXNet: {worst:e}");
 }
 
 /// The real graphs of `graphs/`, batch 2, with the random weights MXNet saved
-/// (`tools/mxnet_fixtures.py --models graphs DIR`; hundreds of MB, so not committed).
+/// (`tools/mxnet_fixtures.py --models graphs DIR float64`; gigabytes, so not committed).
+/// Float64 must agree to 1e-10 throughout. In float32 only the inference output is judged (to
+/// 1e-4): a training step of these nets at batch 2 is ill-conditioned (BatchNorm over few
+/// values divides by small deviations), and MXNet with and without MKLDNN give gradients up to
+/// 17% apart (of a gradient's largest magnitude) on ResNet-50, 12% on MobileNet.
 #[test]
 #[ignore = "needs MXRS_MXNET_MODELS, a directory tools/mxnet_fixtures.py --models wrote"]
 fn mxnets_model_checkpoints_compute_here_what_they_computed_in_mxnet() {
     let dir = std::env::var("MXRS_MXNET_MODELS")
         .expect("set MXRS_MXNET_MODELS to what tools/mxnet_fixtures.py --models wrote");
     for model in ["mlp", "resnet18_v1", "mobilenet1.0", "resnet50_v1", "vgg16"] {
-        let (compared, worst) = check_checkpoint(&format!("{dir}/{model}"), 0, 1e-3);
+        let params = format!("{dir}/{model}-0000.params");
+        let first = ndfile::load(&params, &runtime(), CPU).unwrap().arrays[0].dtype();
+        let (tol, train_tol) = match first {
+            DType::F64 => (1e-10, Some(1e-10)),
+            _ => (1e-4, None),
+        };
+        let (compared, worst) = check_checkpoint(&format!("{dir}/{model}"), 0, tol, train_tol);
         println!("{model}: {compared} arrays, largest relative difference from MXNet {worst:e}");
     }
 }
