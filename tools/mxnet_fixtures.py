@@ -12,6 +12,8 @@ implementation rather than against our reading of it:
   fix_gamma), max and global average pooling, a residual add, a fully connected layer and
   softmax, saved by mx.model.save_checkpoint with random weights and running statistics, and
   net64-* the same in float64 (where the two implementations must agree to rounding);
+* optim64.nd: one step of sgd_update, sgd_mom_update and adam_update in float64, with and
+  without gradient clipping, with their inputs;
 * net-expected.nd (net64-expected.nd): for a fixed input, MXNet's inference output, and then one training step:
   the training-mode output, the gradient of every argument (data included) for a fixed head
   gradient, and the auxiliary states after the step (BatchNorm's running statistics).
@@ -154,6 +156,38 @@ def models(graphs, out, dtype, only=None):
         print(name, shape, "saved")
 
 
+def optimizers(out):
+    """One step of each optimizer update in float64, with and without gradient clipping:
+    inputs and MXNet's results (optim64.nd)."""
+    rng = np.random.RandomState(2)
+    f64 = lambda v: mx.nd.array(v, dtype="float64")
+    n = 200
+    saved = {
+        "weight": f64(rng.uniform(-1, 1, n)),
+        "grad": f64(rng.uniform(-3, 3, n)),
+        "mom": f64(rng.uniform(-0.1, 0.1, n)),
+        "mean": f64(rng.uniform(-0.1, 0.1, n)),
+        "var": f64(rng.uniform(0, 0.1, n)),
+    }
+    common = dict(lr=0.1, wd=1e-4, rescale_grad=1.0 / 32)
+    for clip in (-1.0, 0.05):
+        tag = "clip" if clip > 0 else "noclip"
+        w = saved["weight"].copy()
+        mx.nd.sgd_update(w, saved["grad"], clip_gradient=clip, out=w, **common)
+        saved["sgd_%s:weight" % tag] = w
+        w, m = saved["weight"].copy(), saved["mom"].copy()
+        mx.nd.sgd_mom_update(w, saved["grad"], m, momentum=0.9, clip_gradient=clip, out=w,
+                             **common)
+        saved["sgd_mom_%s:weight" % tag], saved["sgd_mom_%s:mom" % tag] = w, m
+        w, mean, var = saved["weight"].copy(), saved["mean"].copy(), saved["var"].copy()
+        mx.nd.adam_update(w, saved["grad"], mean, var, beta1=0.9, beta2=0.999, epsilon=1e-8,
+                          clip_gradient=clip, out=w, **common)
+        saved["adam_%s:weight" % tag] = w
+        saved["adam_%s:mean" % tag], saved["adam_%s:var" % tag] = mean, var
+    mx.nd.save(os.path.join(out, "optim64.nd"),
+               {k: mx.nd.array(v.asnumpy(), dtype="float64") for k, v in saved.items()})
+
+
 def check(dirname):
     """What the Rust tests wrote: the same dtypes file, and a checkpoint of the net."""
     got = mx.nd.load(os.path.join(dirname, "dtypes-from-rust.nd"))
@@ -188,3 +222,4 @@ if __name__ == "__main__":
         dtypes(sys.argv[1])
         checkpoint(sys.argv[1], "net", "float32")
         checkpoint(sys.argv[1], "net64", "float64")
+        optimizers(sys.argv[1])

@@ -230,7 +230,12 @@ fn optimizer_updates_write_into_the_weight() {
         .with("wd", 0.01)
         .with("rescale_grad", 0.5)
         .with("clip_gradient", 0.8);
-    let prep = |g: f64, w: f64| (g * 0.5).clamp(-0.8, 0.8) + 0.01 * w;
+    // MXNet's optimizer parameters are floats (0.1 updates as 0.1f); SGD clips before adding
+    // weight decay, Adam after.
+    let f = |x: f64| f64::from(x as f32);
+    let (lr, wd, clip) = (f(0.1), f(0.01), f(0.8));
+    let prep = |g: f64, w: f64| (g * 0.5).clamp(-clip, clip) + wd * w;
+    let adam_prep = |g: f64, w: f64| (g * 0.5 + wd * w).clamp(-clip, clip);
     // The second size is large enough that the updates split their elements across threads.
     for n in [10, 40_000] {
         let (w0, g) = (data(&[n], 9), data(&[n], 10));
@@ -239,7 +244,7 @@ fn optimizer_updates_write_into_the_weight() {
         let want: Vec<f64> = w0
             .iter()
             .zip(&g)
-            .map(|(&w, &g)| w - 0.1 * prep(g, w))
+            .map(|(&w, &g)| w - lr * prep(g, w))
             .collect();
         close(
             &w.to_ndarray().unwrap(),
@@ -258,7 +263,7 @@ fn optimizer_updates_write_into_the_weight() {
         )
         .unwrap();
         let mw: Vec<f64> = (0..n)
-            .map(|i| 0.9 * m0[i] - 0.1 * prep(g[i], w0[i]))
+            .map(|i| f(0.9) * m0[i] - lr * prep(g[i], w0[i]))
             .collect();
         let ww: Vec<f64> = (0..n).map(|i| w0[i] + mw[i]).collect();
         close(
@@ -286,9 +291,9 @@ fn optimizer_updates_write_into_the_weight() {
         .unwrap();
         let want: Vec<f64> = (0..n)
             .map(|i| {
-                let gg = prep(g[i], w0[i]);
-                let (m, v) = (0.1 * gg, 0.001 * gg * gg);
-                w0[i] - 0.1 * m / (v.sqrt() + 1e-8)
+                let gg = adam_prep(g[i], w0[i]);
+                let (m, v) = ((1.0 - f(0.9)) * gg, (1.0 - f(0.999)) * gg * gg);
+                w0[i] - lr * m / (v.sqrt() + f(1e-8))
             })
             .collect();
         close(

@@ -329,11 +329,23 @@ fn infer_flatten(_: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
 
 // ---- optimizer updates ----------------------------------------------------------------------
 
-/// The gradient as the optimizers see it: rescaled, clipped, plus weight decay.
+/// The gradient as SGD sees it: rescaled, clipped, plus weight decay.
 fn prepared_grad(g: f64, w: f64, rescale: f64, clip: f64, wd: f64) -> f64 {
-    let g = g * rescale;
-    let g = if clip > 0.0 { g.clamp(-clip, clip) } else { g };
-    g + wd * w
+    clipped(g * rescale, clip) + wd * w
+}
+
+/// The gradient as Adam sees it: rescaled plus weight decay, then clipped (MXNet's order).
+fn adam_grad(g: f64, w: f64, rescale: f64, clip: f64, wd: f64) -> f64 {
+    clipped(g * rescale + wd * w, clip)
+}
+
+/// `g` clamped to `[-clip, clip]`; a bound that is not positive turns clipping off.
+fn clipped(g: f64, clip: f64) -> f64 {
+    if clip > 0.0 {
+        g.clamp(-clip, clip)
+    } else {
+        g
+    }
 }
 
 fn infer_update(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
@@ -385,7 +397,11 @@ fn update_kernel(
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
-    let get = |k: &str, d: Option<f64>| attrs.f64(op, k, d).map_err(e2s);
+    // MXNet's optimizer parameters are floats: 0.1 updates as 0.1f, even for float64 weights.
+    let get = |k: &str, d: Option<f64>| {
+        let v = attrs.f64(op, k, d).map_err(e2s)?;
+        Ok::<f64, String>(f64::from(v as f32))
+    };
     let (lr, wd, rescale, clip) = (
         get("lr", None)?,
         get("wd", Some(0.0))?,
@@ -428,7 +444,7 @@ fn update_kernel(
                 for_ranges(n, 4, |lo, hi| {
                     for i in lo..hi {
                         let wt = r(&ins[0], i);
-                        let g = prepared_grad(r(&ins[1], i), wt, rescale, clip, wd);
+                        let g = adam_grad(r(&ins[1], i), wt, rescale, clip, wd);
                         let mean = b1 * r(&ins[2], i) + (1.0 - b1) * g;
                         let var = b2 * r(&ins[3], i) + (1.0 - b2) * g * g;
                         w(&outs[1], i, mean);
