@@ -404,13 +404,27 @@ fn deconvolution_gradient_matches_finite_differences() {
     };
     check_op(
         "Deconvolution",
-        base(),
+        base().with("no_bias", false),
         &[vec![2, 4, 3, 3], vec![4, 2, 3, 2], vec![4]],
+        (-1.0, 1.0),
+    );
+    // No `no_bias`: MXNet's Deconvolution has no bias by default.
+    check_op(
+        "Deconvolution",
+        base(),
+        &[vec![1, 4, 2, 3], vec![4, 2, 3, 2]],
+        (-1.0, 1.0),
+    );
+    // With adj, and with target_shape (pad and adj derived from it).
+    check_op(
+        "Deconvolution",
+        base().with("adj", "(1,0)"),
+        &[vec![1, 4, 2, 3], vec![4, 2, 3, 2]],
         (-1.0, 1.0),
     );
     check_op(
         "Deconvolution",
-        base().with("no_bias", true),
+        base().with("target_shape", "(4,4)"),
         &[vec![1, 4, 2, 3], vec![4, 2, 3, 2]],
         (-1.0, 1.0),
     );

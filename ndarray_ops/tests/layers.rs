@@ -709,7 +709,8 @@ fn leaky_relu_stack_fill_where() {
     let na = nd(&rt, &a);
     close(
         &run("LeakyReLU", &[&na], &Attrs::new().with("slope", 0.1))[0],
-        &a.mapv(|x| if x > 0.0 { x } else { 0.1 * x }),
+        // MXNet holds the slope as a float: 0.1 is 0.1f.
+        &a.mapv(|x| if x > 0.0 { x } else { f64::from(0.1f32) * x }),
         "leaky",
     );
     close(
@@ -819,7 +820,8 @@ fn deconvolution_is_the_transpose_of_convolution() {
             .with("stride", format!("({stride},{stride})"))
             .with("pad", format!("({pad},{pad})"))
             .with("dilate", format!("({dil},{dil})"))
-            .with("num_group", groups);
+            .with("num_group", groups)
+            .with("no_bias", false);
         let got = &run(
             "Deconvolution",
             &[&nd(&rt, &x), &nd(&rt, &wt), &nd(&rt, &b)],

@@ -145,13 +145,14 @@ __device__ inline float activate(i64 kind, float x) {
     }
 }
 
-// The derivative as a function of the activation's output y (codes 0..3 as above).
+// The derivative as a function of the activation's output y (codes as above).
 __device__ inline float activate_grad(i64 kind, float y) {
     switch (kind) {
         case 0: return y > 0.0f ? 1.0f : 0.0f;
         case 1: return y * (1.0f - y);
         case 2: return 1.0f - y * y;
-        default: return 1.0f - expf(-y);
+        case 3: return 1.0f - expf(-y);
+        default: return (1.0f - fabsf(y)) * (1.0f - fabsf(y));
     }
 }
 

@@ -112,7 +112,7 @@ fn act_code(op: &str, attrs: &Attrs) -> Result<usize, String> {
         "sigmoid" => 1,
         "tanh" => 2,
         "softrelu" => 3,
-        "softsign" if op == "Activation" => 4,
+        "softsign" => 4,
         other => return Err(format!("{op}: act_type {other:?} has no GPU kernel")),
     })
 }

@@ -180,7 +180,7 @@ fn every_gpu_op_matches_its_cpu_kernel() {
             vec![x.clone()],
         );
     }
-    for act in ["relu", "sigmoid", "tanh", "softrelu"] {
+    for act in ["relu", "sigmoid", "tanh", "softrelu", "softsign"] {
         let attrs = Attrs::new().with("act_type", act);
         check(
             "_backward_Activation",

@@ -120,6 +120,8 @@ fn act_derivative(op: &str, attrs: &Attrs) -> Result<fn(f64) -> f64> {
         "sigmoid" => |y: f64| y * (1.0 - y),
         "tanh" => |y: f64| 1.0 - y * y,
         "softrelu" => |y: f64| 1.0 - (-y).exp(),
+        // y = x / (1 + |x|), so 1 + |x| = 1 / (1 - |y|) and dy/dx = (1 - |y|)^2.
+        "softsign" => |y: f64| (1.0 - y.abs()) * (1.0 - y.abs()),
         other => return Err(invalid(op, format!("no gradient for act_type {other:?}"))),
     })
 }
@@ -871,28 +873,14 @@ fn slice_backward_kernel(
     let es = o.dtype.size();
     // SAFETY: exclusive access to the output.
     unsafe { std::ptr::write_bytes(o.buf.ptr, 0, o.buf.bytes) };
-    let nd = o.shape.len();
-    let run = (r[nd - 1].1 - r[nd - 1].0) * es;
-    if g.len() == 0 || run == 0 {
-        return Ok(());
-    }
-    let mut strides = vec![1usize; nd];
-    for d in (0..nd - 1).rev() {
-        strides[d] = strides[d + 1] * o.shape[d + 1];
-    }
-    let mut idx: Vec<usize> = r.iter().map(|(b, _)| *b).collect();
-    for row in 0..g.len() * es / run {
-        let dst: usize = idx.iter().zip(&strides).map(|(i, s)| i * s).sum::<usize>() * es;
-        // SAFETY: `idx` stays inside the kept ranges; row `row` of the gradient is one run.
-        unsafe { std::ptr::copy_nonoverlapping(g.buf.ptr.add(row * run), o.buf.ptr.add(dst), run) };
-        for d in (0..nd - 1).rev() {
-            idx[d] += 1;
-            if idx[d] < r[d].1 {
-                break;
-            }
-            idx[d] = r[d].0;
-        }
-    }
+    let run = super::shape::slice_run_len(&r) * es;
+    super::shape::slice_runs(&r, &o.shape, |offset, k| {
+        // SAFETY: every kept position lies inside the input gradient; run k of the output
+        // gradient is one run; the two are disjoint.
+        unsafe {
+            std::ptr::copy_nonoverlapping(g.buf.ptr.add(k * run), o.buf.ptr.add(offset * es), run)
+        };
+    });
     Ok(())
 }
 
@@ -975,19 +963,23 @@ fn take_backward_kernel(
     _res: &mut KernelRes,
 ) -> KResult {
     let (g, idx, w) = (&ins[0], &ins[1], &outs[0]);
-    let rows = w.shape[0].max(1);
-    let width = w.len() / rows;
-    let wrap = attrs.get("mode") == Some("wrap");
+    let layout = super::shape::take_layout("_backward_take", attrs, &w.shape);
+    let (outer, rows, inner) = layout.map_err(|e| e.to_string())?;
     let indices: Vec<f64> = crate::with_dtype!(idx.dtype, I => unsafe { idx.slice::<I>() }.iter().map(|v| v.to_f64()).collect());
+    let picked: Vec<usize> = indices
+        .iter()
+        .map(|&i| super::shape::take_row(attrs, i, rows.max(1)))
+        .collect::<std::result::Result<_, _>>()?;
     crate::with_dtype!(w.dtype, T => {
         // SAFETY: read access to the inputs, exclusive access to the disjoint output.
         let (gs, ws) = unsafe { (g.slice::<T>(), w.slice_mut::<T>()) };
         ws.fill(T::default());
-        for (k, &i) in indices.iter().enumerate() {
-            let i = i as i64;
-            let r = if wrap { i.rem_euclid(rows as i64) as usize } else { i.clamp(0, rows as i64 - 1) as usize };
-            for c in 0..width {
-                ws[r * width + c] = ws[r * width + c].add(gs[k * width + c]);
+        for o in 0..outer {
+            for (k, &r) in picked.iter().enumerate() {
+                let (dst, src) = ((o * rows + r) * inner, (o * picked.len() + k) * inner);
+                for c in 0..inner {
+                    ws[dst + c] = ws[dst + c].add(gs[src + c]);
+                }
             }
         }
     });

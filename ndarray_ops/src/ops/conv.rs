@@ -14,7 +14,7 @@ type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
 type KResult = std::result::Result<(), String>;
 
 /// A 2-tuple attribute (`(3, 3)`; one value applies to both axes).
-fn pair(
+pub(crate) fn pair(
     op: &str,
     attrs: &Attrs,
     key: &str,
@@ -89,6 +89,13 @@ impl Conv {
     }
 }
 
+/// Whether a (de)convolution has a bias input. MXNet's defaults differ: a Convolution has one
+/// unless `no_bias`, a Deconvolution has none unless `no_bias=False`.
+pub(crate) fn has_bias(op: &str, attrs: &Attrs) -> Result<bool> {
+    let no_bias_by_default = matches!(op, "Deconvolution" | "_backward_Deconvolution");
+    Ok(!attrs.bool(op, "no_bias", no_bias_by_default)?)
+}
+
 pub(crate) fn conv_params(op: &str, attrs: &Attrs) -> Result<Conv> {
     let c = Conv {
         k: pair(op, attrs, "kernel", None)?,
@@ -97,7 +104,7 @@ pub(crate) fn conv_params(op: &str, attrs: &Attrs) -> Result<Conv> {
         d: pair(op, attrs, "dilate", Some((1, 1)))?,
         filters: attrs.f64(op, "num_filter", None)? as usize,
         groups: attrs.f64(op, "num_group", Some(1.0))? as usize,
-        bias: !attrs.bool(op, "no_bias", false)?,
+        bias: has_bias(op, attrs)?,
     };
     if c.k.0 == 0
         || c.k.1 == 0

@@ -3,7 +3,7 @@
 
 use ndarray::{ArrayView2, ArrayViewMut2};
 
-use super::conv::{check_grouped_data, conv_params};
+use super::conv::{check_grouped_data, conv_params, pair, Conv};
 use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, NdError, Result};
 use crate::resources::{KernelRes, Resource};
@@ -15,7 +15,7 @@ type KResult = std::result::Result<(), String>;
 // ---- LeakyReLU -------------------------------------------------------------------------------
 
 fn leaky_fn(op: &str, attrs: &Attrs) -> Result<Box<dyn Fn(f64) -> f64 + Sync>> {
-    let slope = attrs.f64(op, "slope", Some(0.25))?;
+    let slope = attrs.float(op, "slope", Some(0.25))?;
     Ok(match attrs.get("act_type").unwrap_or("leaky") {
         "leaky" => Box::new(move |x| if x > 0.0 { x } else { slope * x }),
         "elu" => Box::new(move |x| if x > 0.0 { x } else { slope * (x.exp() - 1.0) }),
@@ -191,6 +191,53 @@ fn where_kernel(
 
 // ---- Deconvolution ------------------------------------------------------------------------------
 
+/// Deconvolution's geometry for an input of `hw`: its parameters with the padding it really
+/// uses, and the output size. The output is the full transposed convolution, `stride * (in - 1)
+/// + dilate * (kernel - 1) + 1`, less `pad` on each side, plus `adj` rows and columns at the
+/// bottom and right. With a nonzero `target_shape`, pad and adj follow from it as MXNet derives
+/// them: of the `total` to remove, `ceil(total / 2)` is padding and `total % 2` comes back as adj.
+fn deconv_geometry(op: &str, attrs: &Attrs, hw: (usize, usize)) -> Result<(Conv, (usize, usize))> {
+    let mut c = conv_params(op, attrs)?;
+    let adj = pair(op, attrs, "adj", Some((0, 0)))?;
+    let target = pair(op, attrs, "target_shape", Some((0, 0)))?;
+    let full = |n: usize, k: usize, st: usize, dl: usize| (n.max(1) - 1) * st + dl * (k - 1) + 1;
+    let full = (
+        full(hw.0, c.k.0, c.s.0, c.d.0),
+        full(hw.1, c.k.1, c.s.1, c.d.1),
+    );
+    let side = |full: usize, pad: &mut usize, adj: usize, target: usize, stride: usize| {
+        if target == 0 {
+            if adj >= stride {
+                return Err(invalid(
+                    op,
+                    format!("adj {adj} must be smaller than the stride {stride}"),
+                ));
+            }
+            if full + adj < 2 * *pad + 1 {
+                return Err(invalid(
+                    op,
+                    format!("pad {pad} removes the whole output ({full} before padding)"),
+                ));
+            }
+            return Ok(full - 2 * *pad + adj);
+        }
+        if target > full {
+            return Err(invalid(
+                op,
+                format!("target_shape {target} is larger than the full output {full}"),
+            ));
+        }
+        let total = full - target;
+        *pad = total.div_ceil(2);
+        Ok(target)
+    };
+    let out = (
+        side(full.0, &mut c.p.0, adj.0, target.0, c.s.0)?,
+        side(full.1, &mut c.p.1, adj.1, target.1, c.s.1)?,
+    );
+    Ok((c, out))
+}
+
 fn infer_deconv(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let dt = same_dtypes(op, d)?;
     let c = conv_params(op, attrs)?;
@@ -206,27 +253,26 @@ fn infer_deconv(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer
             expected: format!("{w:?}"),
         });
     }
-    if c.bias && s.get(2) != Some(&vec![c.filters]) {
+    let want = if c.bias { 3 } else { 2 };
+    if s.len() != want {
+        return Err(invalid(
+            op,
+            format!(
+                "takes {want} inputs with no_bias={} (MXNet's Deconvolution has no bias unless \
+                 no_bias=False), got {}",
+                !c.bias,
+                s.len()
+            ),
+        ));
+    }
+    if c.bias && s[2] != [c.filters] {
         return Err(invalid(
             op,
             format!("takes a bias of [{}] unless no_bias", c.filters),
         ));
     }
-    let len = |n: usize, k: usize, st: usize, dl: usize| (n - 1) * st + dl * (k - 1) + 1;
-    let (ho, wo) = (
-        len(x[2], c.k.0, c.s.0, c.d.0),
-        len(x[3], c.k.1, c.s.1, c.d.1),
-    );
-    if ho < 2 * c.p.0 + 1 || wo < 2 * c.p.1 + 1 {
-        return Err(invalid(
-            op,
-            format!("pad {:?} removes the whole {ho}x{wo} output", c.p),
-        ));
-    }
-    Ok((
-        vec![vec![x[0], c.filters, ho - 2 * c.p.0, wo - 2 * c.p.1]],
-        vec![dt],
-    ))
+    let (_, (ho, wo)) = deconv_geometry(op, attrs, (x[2], x[3]))?;
+    Ok((vec![vec![x[0], c.filters, ho, wo]], vec![dt]))
 }
 
 fn deconv_kernel(
@@ -236,9 +282,9 @@ fn deconv_kernel(
     outs: &[TensorRef],
     res: &mut KernelRes,
 ) -> KResult {
-    let c = conv_params(op, attrs).map_err(|e| e.to_string())?;
     let (x, w, o) = (&ins[0], &ins[1], &outs[0]);
     let (n, cin, h, wd) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
+    let (c, _) = deconv_geometry(op, attrs, (h, wd)).map_err(|e| e.to_string())?;
     let (ho, wo) = (o.shape[2], o.shape[3]);
     let (cg, fg) = (cin / c.groups, c.filters / c.groups);
     let rows = fg * c.k.0 * c.k.1;
@@ -305,9 +351,9 @@ fn deconv_backward_kernel(
     outs: &[TensorRef],
     res: &mut KernelRes,
 ) -> KResult {
-    let c = conv_params(op, attrs).map_err(|e| e.to_string())?;
     let (dy, x, w) = (&ins[0], &ins[1], &ins[2]);
     let (n, cin, h, wd) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
+    let (c, _) = deconv_geometry(op, attrs, (h, wd)).map_err(|e| e.to_string())?;
     let (ho, wo) = (dy.shape[2], dy.shape[3]);
     let (cg, fg) = (cin / c.groups, c.filters / c.groups);
     let rows = fg * c.k.0 * c.k.1;

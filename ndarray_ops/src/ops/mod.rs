@@ -218,6 +218,13 @@ impl Attrs {
         }
     }
 
+    /// A float attribute that MXNet holds as a C `float` (a clip bound, a slope, an optimizer's
+    /// rate): rounded to float precision, as MXNet computes with it (0.1 is 0.1f, even for
+    /// float64 arrays).
+    pub fn float(&self, op: &str, key: &str, default: Option<f64>) -> Result<f64> {
+        Ok(f64::from(self.f64(op, key, default)? as f32))
+    }
+
     /// A boolean attribute (`true`/`false`/`1`/`0`, any case).
     pub fn bool(&self, op: &str, key: &str, default: bool) -> Result<bool> {
         match self.get(key).map(|v| v.trim().to_ascii_lowercase()) {
@@ -418,11 +425,7 @@ pub fn num_outputs(def: &OpDef, attrs: &Attrs) -> Result<(usize, usize)> {
             (n, n)
         }
         "_backward_Convolution" | "_backward_Deconvolution" => {
-            let n = if attrs.bool(op, "no_bias", false)? {
-                2
-            } else {
-                3
-            };
+            let n = if conv::has_bias(op, attrs)? { 3 } else { 2 };
             (n, n)
         }
         "adam_update" => (3, 1),

@@ -50,7 +50,10 @@ fn infer_activation(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> I
 }
 
 fn infer_clip(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    let (lo, hi) = (attrs.f64(op, "a_min", None)?, attrs.f64(op, "a_max", None)?);
+    let (lo, hi) = (
+        attrs.float(op, "a_min", None)?,
+        attrs.float(op, "a_max", None)?,
+    );
     if lo > hi {
         return Err(invalid(op, format!("a_min {lo} is above a_max {hi}")));
     }
@@ -72,8 +75,8 @@ fn map_kernel(
         }
         "clip" => {
             let (lo, hi) = (
-                attrs.f64(op, "a_min", None).map_err(e2s)?,
-                attrs.f64(op, "a_max", None).map_err(e2s)?,
+                attrs.float(op, "a_min", None).map_err(e2s)?,
+                attrs.float(op, "a_max", None).map_err(e2s)?,
             );
             crate::with_dtype!(y.dtype, T => super::elemwise::unary_map::<T>(x, y, move |v: T| {
                 T::from_f64(v.to_f64().clamp(lo, hi))
@@ -398,10 +401,7 @@ fn update_kernel(
     _res: &mut KernelRes,
 ) -> KResult {
     // MXNet's optimizer parameters are floats: 0.1 updates as 0.1f, even for float64 weights.
-    let get = |k: &str, d: Option<f64>| {
-        let v = attrs.f64(op, k, d).map_err(e2s)?;
-        Ok::<f64, String>(f64::from(v as f32))
-    };
+    let get = |k: &str, d: Option<f64>| attrs.float(op, k, d).map_err(e2s);
     let (lr, wd, rescale, clip) = (
         get("lr", None)?,
         get("wd", Some(0.0))?,

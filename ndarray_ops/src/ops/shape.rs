@@ -178,25 +178,63 @@ fn split_kernel(
 
 // ---- slice_axis / slice ---------------------------------------------------------------------
 
-/// Resolves a begin/end pair (negative from the end, None = the whole axis) against `dim`.
-fn range(op: &str, begin: Option<i64>, end: Option<i64>, dim: usize) -> Result<(usize, usize)> {
-    let fix = |v: i64| if v < 0 { v + dim as i64 } else { v };
-    let (b, e) = (fix(begin.unwrap_or(0)), end.map_or(dim as i64, fix));
-    if b < 0 || e > dim as i64 || b > e {
-        return Err(invalid(
-            op,
-            format!("range {begin:?}..{end:?} is outside an axis of length {dim}"),
-        ));
-    }
-    Ok((b as usize, e as usize))
+/// What a slice keeps of one axis: `len` elements from `start`, `step` apart.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct AxisSlice {
+    start: usize,
+    step: isize,
+    len: usize,
 }
 
-/// Per axis, the kept range.
-pub(super) fn slice_ranges(
+/// One axis's slice as Python and MXNet read `begin:end:step`: negative positions count from
+/// the end; with a positive step the defaults are the whole axis, with a negative one from the
+/// last element down to the first. Positions outside the axis are an error.
+fn axis_slice(
     op: &str,
-    attrs: &Attrs,
-    shape: &[usize],
-) -> Result<Vec<(usize, usize)>> {
+    begin: Option<i64>,
+    end: Option<i64>,
+    step: i64,
+    dim: usize,
+) -> Result<AxisSlice> {
+    let n = dim as i64;
+    let fix = |v: i64| if v < 0 { v + n } else { v };
+    let bad = || {
+        invalid(
+            op,
+            format!("range {begin:?}..{end:?} step {step} is outside an axis of length {dim}"),
+        )
+    };
+    match step {
+        0 => Err(invalid(op, "a step of 0 slices nothing")),
+        s if s > 0 => {
+            let (b, e) = (fix(begin.unwrap_or(0)), end.map_or(n, fix));
+            if b < 0 || e > n || b > e {
+                return Err(bad());
+            }
+            Ok(AxisSlice {
+                start: b as usize,
+                step: s as isize,
+                len: ((e - b) as usize).div_ceil(s as usize),
+            })
+        }
+        s => {
+            // From `b` down to just above `e` (-1: through the first element).
+            let (b, e) = (begin.map_or(n - 1, fix), end.map_or(-1, fix));
+            if b >= n || e < -1 || e > b {
+                return Err(bad());
+            }
+            Ok(AxisSlice {
+                start: b.max(0) as usize,
+                step: s as isize,
+                len: ((b - e) as usize).div_ceil(s.unsigned_abs() as usize),
+            })
+        }
+    }
+}
+
+/// Per axis, what `slice` (`begin`, `end`, `step` tuples, `None` for a default) or
+/// `slice_axis` (one axis, `begin`, `end`) keeps.
+pub(super) fn slice_ranges(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Vec<AxisSlice>> {
     let parse = |key: &str| -> Result<Vec<Option<i64>>> {
         let Some(v) = attrs.get(key) else {
             return Ok(vec![]);
@@ -222,46 +260,87 @@ pub(super) fn slice_ranges(
             })
             .collect()
     };
+    let whole = |d: usize| AxisSlice {
+        start: 0,
+        step: 1,
+        len: d,
+    };
     if op == "slice_axis" {
         let axis = axis_attr(op, attrs, "axis", 0, shape.len())?;
         let begin = attrs.ints(op, "begin")?.and_then(|v| v.first().copied());
         let end = attrs.ints(op, "end")?.and_then(|v| v.first().copied());
-        let mut r: Vec<(usize, usize)> = shape.iter().map(|&d| (0, d)).collect();
-        r[axis] = range(op, begin, end, shape[axis])?;
+        let mut r: Vec<AxisSlice> = shape.iter().map(|&d| whole(d)).collect();
+        r[axis] = axis_slice(op, begin, end, 1, shape[axis])?;
         return Ok(r);
     }
-    let (begin, end) = (parse("begin")?, parse("end")?);
-    if begin.len() > shape.len() || end.len() > shape.len() {
+    let (begin, end, step) = (parse("begin")?, parse("end")?, parse("step")?);
+    if begin.len() > shape.len() || end.len() > shape.len() || step.len() > shape.len() {
         return Err(invalid(
             op,
-            format!("begin {begin:?} / end {end:?} name more axes than shape {shape:?} has"),
+            format!(
+                "begin {begin:?} / end {end:?} / step {step:?} name more axes than shape {shape:?} has"
+            ),
         ));
-    }
-    if let Some(step) = attrs.get("step") {
-        if parse("step")?.iter().any(|s| s.is_some_and(|v| v != 1)) {
-            return Err(invalid(
-                op,
-                format!("step={step:?}: only step 1 is supported"),
-            ));
-        }
     }
     shape
         .iter()
         .enumerate()
         .map(|(d, &n)| {
-            range(
-                op,
-                begin.get(d).copied().flatten(),
-                end.get(d).copied().flatten(),
-                n,
-            )
+            let at = |v: &[Option<i64>]| v.get(d).copied().flatten();
+            axis_slice(op, at(&begin), at(&end), at(&step).unwrap_or(1), n)
         })
         .collect()
 }
 
+/// How many contiguous elements each run of [`slice_runs`] has: the last axis's kept length
+/// where its step is 1, else 1.
+pub(super) fn slice_run_len(slices: &[AxisSlice]) -> usize {
+    match slices.last() {
+        Some(s) if s.step == 1 => s.len,
+        _ => 1,
+    }
+}
+
+/// Visits what a slice keeps of an array of `shape` as runs of [`slice_run_len`] contiguous
+/// elements, in the slice's row-major order: `f(offset, k)` for run k starting at element
+/// `offset` of the whole array.
+pub(super) fn slice_runs(slices: &[AxisSlice], shape: &[usize], mut f: impl FnMut(usize, usize)) {
+    let nd = shape.len();
+    if nd == 0 || slices.iter().any(|s| s.len == 0) {
+        return;
+    }
+    let mut strides = vec![1isize; nd];
+    for d in (0..nd - 1).rev() {
+        strides[d] = strides[d + 1] * shape[d + 1] as isize;
+    }
+    // With a unit step the last axis is one run; otherwise it is walked like the others.
+    let outer = match slices[nd - 1].step {
+        1 => nd - 1,
+        _ => nd,
+    };
+    let runs: usize = slices[..outer].iter().map(|s| s.len).product();
+    let mut idx = vec![0usize; outer];
+    for k in 0..runs {
+        let offset: isize = (0..nd)
+            .map(|d| {
+                let i = if d < outer { idx[d] as isize } else { 0 };
+                (slices[d].start as isize + i * slices[d].step) * strides[d]
+            })
+            .sum();
+        f(offset as usize, k);
+        for d in (0..outer).rev() {
+            idx[d] += 1;
+            if idx[d] < slices[d].len {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
 fn infer_slice(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let r = slice_ranges(op, attrs, &s[0])?;
-    Ok((vec![r.iter().map(|(b, e)| e - b).collect()], vec![d[0]]))
+    Ok((vec![r.iter().map(|a| a.len).collect()], vec![d[0]]))
 }
 
 fn slice_kernel(
@@ -274,35 +353,54 @@ fn slice_kernel(
     let (x, o) = (&ins[0], &outs[0]);
     let r = slice_ranges(op, attrs, &x.shape).map_err(|e| e.to_string())?;
     let es = x.dtype.size();
-    let nd = x.shape.len();
-    if o.len() == 0 {
-        return Ok(());
-    }
-    // Copy the innermost axis as contiguous runs, iterating over the outer index space.
-    let mut strides = vec![1usize; nd];
-    for d in (0..nd.saturating_sub(1)).rev() {
-        strides[d] = strides[d + 1] * x.shape[d + 1];
-    }
-    let run = (r[nd - 1].1 - r[nd - 1].0) * es;
-    let rows = o.len() / (r[nd - 1].1 - r[nd - 1].0);
-    let mut idx: Vec<usize> = r.iter().map(|(b, _)| *b).collect();
-    for row in 0..rows {
-        let src: usize = idx.iter().zip(&strides).map(|(i, s)| i * s).sum::<usize>() * es;
-        // SAFETY: `idx` stays within the kept ranges, so the run lies inside the input; row
-        // `row` of the output holds exactly one run; input and output are disjoint.
-        unsafe { std::ptr::copy_nonoverlapping(x.buf.ptr.add(src), o.buf.ptr.add(row * run), run) };
-        for d in (0..nd.saturating_sub(1)).rev() {
-            idx[d] += 1;
-            if idx[d] < r[d].1 {
-                break;
-            }
-            idx[d] = r[d].0;
-        }
-    }
+    let run = slice_run_len(&r) * es;
+    slice_runs(&r, &x.shape, |offset, k| {
+        // SAFETY: every kept position lies inside the input (`axis_slice` checked the ranges);
+        // run k of the output holds exactly one run; input and output are disjoint.
+        unsafe {
+            std::ptr::copy_nonoverlapping(x.buf.ptr.add(offset * es), o.buf.ptr.add(k * run), run)
+        };
+    });
     Ok(())
 }
 
 // ---- take / Embedding -----------------------------------------------------------------------
+
+/// `take`'s axis (Embedding's is 0), normalized against a table of `ndim` dimensions.
+fn take_axis(op: &str, attrs: &Attrs, ndim: usize) -> Result<usize> {
+    match op {
+        "take" | "_backward_take" => axis_attr("take", attrs, "axis", 0, ndim),
+        _ => Ok(0),
+    }
+}
+
+/// The table's layout around the taken axis: (outer, rows, inner) element counts.
+pub(super) fn take_layout(
+    op: &str,
+    attrs: &Attrs,
+    table: &[usize],
+) -> Result<(usize, usize, usize)> {
+    let axis = take_axis(op, attrs, table.len())?;
+    Ok((
+        table[..axis].iter().product(),
+        table[axis],
+        table[axis + 1..].iter().product(),
+    ))
+}
+
+/// The row an index selects: MXNet's default mode (`clip`) clamps it into the axis, `wrap`
+/// takes it modulo the axis, `raise` refuses one outside.
+pub(super) fn take_row(attrs: &Attrs, i: f64, rows: usize) -> std::result::Result<usize, String> {
+    let i = i as i64;
+    let n = rows as i64;
+    match attrs.get("mode").unwrap_or("clip") {
+        "wrap" => Ok(i.rem_euclid(n) as usize),
+        "raise" if !(0..n).contains(&i) => Err(format!(
+            "take: index {i} is outside an axis of length {rows} (mode raise)"
+        )),
+        _ => Ok(i.clamp(0, n - 1) as usize),
+    }
+}
 
 fn infer_take(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     // take(a, indices); Embedding(data = indices, weight).
@@ -311,14 +409,13 @@ fn infer_take(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     } else {
         (&s[0], &s[1], d[0])
     };
-    if op == "take"
-        && attrs
-            .ints(op, "axis")?
-            .and_then(|v| v.first().copied())
-            .unwrap_or(0)
-            != 0
-    {
-        return Err(invalid(op, "only axis 0 is supported"));
+    if let Some(mode) = attrs.get("mode") {
+        if !["clip", "wrap", "raise"].contains(&mode) {
+            return Err(invalid(
+                op,
+                format!("mode {mode:?} is not clip, wrap or raise"),
+            ));
+        }
     }
     if op == "Embedding" {
         let (i, o) = (
@@ -342,8 +439,11 @@ fn infer_take(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
             expected: "at least 1 dimension".into(),
         });
     }
-    let mut out = idx.clone();
-    out.extend_from_slice(&table[1..]);
+    // The indices' shape takes the place of the taken axis.
+    let axis = take_axis(op, attrs, table.len())?;
+    let mut out = table[..axis].to_vec();
+    out.extend_from_slice(idx);
+    out.extend_from_slice(&table[axis + 1..]);
     Ok((vec![out], vec![dt]))
 }
 
@@ -359,37 +459,127 @@ fn take_kernel(
     } else {
         (&ins[0], &ins[1])
     };
-    let wrap = attrs.get("mode") == Some("wrap");
-    let rows = table.shape[0];
-    let row_bytes = table.len() / rows.max(1) * table.dtype.size();
+    let (outer, rows, inner) = take_layout(op, attrs, &table.shape).map_err(|e| e.to_string())?;
+    let es = table.dtype.size();
     let indices: Vec<f64> = crate::with_dtype!(idx.dtype, T => {
         // SAFETY: read access to the indices.
         unsafe { idx.slice::<T>() }.iter().map(|v| v.to_f64()).collect()
     });
     if rows == 0 && !indices.is_empty() {
-        return Err(format!("{op}: cannot index an empty table"));
+        return Err(format!("{op}: cannot index an empty axis"));
     }
-    for (k, &i) in indices.iter().enumerate() {
-        // MXNet's default mode clips out-of-range indices; "wrap" takes them modulo the rows.
-        let i = i as i64;
-        let r = if wrap {
-            i.rem_euclid(rows as i64) as usize
-        } else {
-            i.clamp(0, rows as i64 - 1) as usize
-        };
-        // SAFETY: row `r` lies in the table; slot `k` in the output; they are disjoint.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                table.buf.ptr.add(r * row_bytes),
-                outs[0].buf.ptr.add(k * row_bytes),
-                row_bytes,
-            )
-        };
+    let picked: Vec<usize> = indices
+        .iter()
+        .map(|&i| take_row(attrs, i, rows))
+        .collect::<std::result::Result<_, _>>()?;
+    let run = inner * es;
+    for o in 0..outer {
+        for (k, &r) in picked.iter().enumerate() {
+            // SAFETY: row r of block o lies in the table; slot k of block o in the output; the
+            // two are disjoint.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    table.buf.ptr.add((o * rows + r) * run),
+                    outs[0].buf.ptr.add((o * picked.len() + k) * run),
+                    run,
+                )
+            };
+        }
     }
     Ok(())
 }
 
 // ---- Reshape, expand_dims, squeeze (identities) ----------------------------------------------
+
+/// The shape MXNet's Reshape codes give for input shape `x`. Walking the codes and the input's
+/// dimensions together: a positive code is that size, 0 copies the next input dimension, -1 is
+/// inferred from the element count (one at most), -2 copies all the remaining input dimensions,
+/// -3 merges the next two, and -4 splits the next one into the two sizes that follow it (one
+/// of which may be -1).
+fn reshape_codes(op: &str, x: &[usize], spec: &[i64]) -> Result<Vec<usize>> {
+    let n: usize = x.iter().product();
+    let (mut out, mut infer_at, mut src) = (Vec::with_capacity(spec.len()), None, 0);
+    let input = |at: usize, code: i64| {
+        x.get(at).copied().ok_or_else(|| {
+            invalid(
+                op,
+                format!(
+                    "shape code {code} needs input dimension {at}, but the input {x:?} has none"
+                ),
+            )
+        })
+    };
+    let mut codes = spec.iter().copied();
+    while let Some(v) = codes.next() {
+        match v {
+            v if v > 0 => {
+                out.push(v as usize);
+                src += 1;
+            }
+            0 => {
+                out.push(input(src, 0)?);
+                src += 1;
+            }
+            -1 if infer_at.is_none() => {
+                infer_at = Some(out.len());
+                out.push(1);
+                src += 1;
+            }
+            -1 => return Err(invalid(op, format!("shape {spec:?} has more than one -1"))),
+            -2 => {
+                out.extend(x.iter().skip(src));
+                src = x.len().max(src);
+            }
+            -3 => {
+                out.push(input(src, -3)? * input(src + 1, -3)?);
+                src += 2;
+            }
+            -4 => {
+                let dim = input(src, -4)?;
+                src += 1;
+                let (Some(a), Some(b)) = (codes.next(), codes.next()) else {
+                    return Err(invalid(
+                        op,
+                        format!("shape {spec:?}: -4 needs two sizes after it"),
+                    ));
+                };
+                let split = match (a, b) {
+                    (-1, b) if b > 0 && dim % b as usize == 0 => (dim / b as usize, b as usize),
+                    (a, -1) if a > 0 && dim % a as usize == 0 => (a as usize, dim / a as usize),
+                    (a, b) if a > 0 && b > 0 && (a * b) as usize == dim => (a as usize, b as usize),
+                    _ => {
+                        return Err(invalid(
+                            op,
+                            format!(
+                            "shape {spec:?}: -4 cannot split input dimension {dim} into ({a}, {b})"
+                        ),
+                        ))
+                    }
+                };
+                out.extend([split.0, split.1]);
+            }
+            v => {
+                return Err(invalid(
+                    op,
+                    format!("shape code {v} is not one of MXNet's (a size, 0, -1, -2, -3, -4)"),
+                ))
+            }
+        }
+    }
+    if let Some(i) = infer_at {
+        let known: usize = out.iter().product();
+        if known == 0 || !n.is_multiple_of(known) {
+            return Err(NdError::Shape {
+                op: op.into(),
+                arg: "data".into(),
+                found: x.to_vec(),
+                expected: format!("a size divisible into shape {spec:?}"),
+            });
+        }
+        out[i] = n / known;
+    }
+    Ok(out)
+}
 
 fn infer_reshape(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let x = &s[0];
@@ -420,45 +610,20 @@ fn infer_reshape(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infe
             }
         },
         _ => {
-            // MXNet's codes: 0 copies the input's dimension, -1 infers one dimension.
             let spec = attrs
                 .ints(op, "shape")?
                 .ok_or_else(|| invalid(op, "attribute shape is required"))?;
-            let mut out = Vec::with_capacity(spec.len());
-            let mut infer_at = None;
-            for (i, &v) in spec.iter().enumerate() {
-                match v {
-                    0 => out.push(*x.get(i).ok_or_else(|| {
-                        invalid(op, format!("shape code 0 at {i} has no input dimension"))
-                    })?),
-                    -1 if infer_at.is_none() => {
-                        infer_at = Some(i);
-                        out.push(1);
-                    }
-                    v if v > 0 => out.push(v as usize),
-                    v => {
-                        return Err(invalid(
-                            op,
-                            format!(
-                                "shape code {v} is not supported (0, -1 and positive sizes are)"
-                            ),
-                        ))
-                    }
+            // `reverse` reads the codes right to left, against the input's last dimensions.
+            match attrs.bool(op, "reverse", false)? {
+                true => {
+                    let rev = |v: &[i64]| v.iter().rev().copied().collect::<Vec<_>>();
+                    let xr: Vec<usize> = x.iter().rev().copied().collect();
+                    let mut out = reshape_codes(op, &xr, &rev(&spec))?;
+                    out.reverse();
+                    out
                 }
+                false => reshape_codes(op, x, &spec)?,
             }
-            if let Some(i) = infer_at {
-                let known: usize = out.iter().product();
-                if known == 0 || !n.is_multiple_of(known) {
-                    return Err(NdError::Shape {
-                        op: op.into(),
-                        arg: "data".into(),
-                        found: x.clone(),
-                        expected: format!("a size divisible into shape {spec:?}"),
-                    });
-                }
-                out[i] = n / known;
-            }
-            out
         }
     };
     if out.iter().product::<usize>() != n {

@@ -31,8 +31,7 @@ fn is_train(op: &str, attrs: &Attrs) -> Result<bool> {
 /// model agrees with MXNet to rounding only with these exact values (tests/mxnet_files.rs).
 pub(crate) fn bn_eps_momentum(op: &str, attrs: &Attrs) -> Result<(f64, f64)> {
     let eps = attrs.f64(op, "eps", Some(f64::from(1e-3f32)))?;
-    let momentum = attrs.f64(op, "momentum", Some(0.9))? as f32;
-    Ok((eps, f64::from(momentum)))
+    Ok((eps, attrs.float(op, "momentum", Some(0.9))?))
 }
 
 pub(crate) fn bn_axis(op: &str, attrs: &Attrs, ndim: usize) -> Result<usize> {

@@ -509,8 +509,8 @@ fn masked(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntr
         )?,
         "clip" => {
             let (lo, hi) = (
-                n.attrs.f64(op, "a_min", None)?,
-                n.attrs.f64(op, "a_max", None)?,
+                n.attrs.float(op, "a_min", None)?,
+                n.attrs.float(op, "a_max", None)?,
             );
             op1(
                 "elemwise_mul",
@@ -540,7 +540,7 @@ fn masked(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntr
             )?
         }
         "LeakyReLU" => {
-            let slope = n.attrs.f64(op, "slope", Some(0.25))?;
+            let slope = n.attrs.float(op, "slope", Some(0.25))?;
             let pos = cmp("pos", "_greater_scalar", 0.0)?;
             match n.attrs.get("act_type").unwrap_or("leaky") {
                 // 1 above zero, slope below: slope + (1 - slope) * pos

@@ -1,0 +1,220 @@
+"""Single-op cases for ndarray_ops/tests/mxnet_ops.rs, computed by MXNet 1.9.1 in float64.
+
+    /tmp/mxv/bin/python tools/mxnet_op_cases.py ndarray_ops/tests/data/mxnet
+
+Writes ops64.json (each case: op, attributes as MXNet's JSON writes them, input names, which
+inputs are auxiliary states, which get gradients, whether the forward runs in training mode)
+and ops64.nd (per case its inputs, MXNet's outputs, and, for a random head gradient per
+output, MXNet's gradient of every input that has one). Float64, so that a difference in what
+is computed (a default, a convention, an order of operations that matters) shows instead of
+hiding in float32 rounding.
+"""
+
+import json
+import os
+import sys
+
+import mxnet as mx
+import numpy as np
+
+rng = np.random.RandomState(3)
+
+
+def u(shape, low=-1.0, high=1.0):
+    return rng.uniform(low, high, shape)
+
+
+def ints(shape, high):
+    return rng.randint(0, high, shape).astype(np.float64)
+
+
+# (name, op, attrs, [(input, array)], aux input names, inputs without gradient, train)
+CASES = []
+
+
+def case(name, op, attrs, inputs, aux=(), no_grad=(), train=False):
+    CASES.append((name, op, {k: str(v) for k, v in attrs.items()}, inputs, set(aux),
+                  set(no_grad), train))
+
+
+x4 = lambda: u((2, 4, 7, 7))
+case("fc", "FullyConnected", {"num_hidden": 6},
+     [("data", u((3, 4, 5))), ("weight", u((6, 20))), ("bias", u((6,)))])
+case("fc_noflat", "FullyConnected", {"num_hidden": 6, "flatten": False, "no_bias": True},
+     [("data", u((3, 4, 5))), ("weight", u((6, 5)))])
+case("conv", "Convolution",
+     {"kernel": (3, 3), "stride": (2, 2), "pad": (1, 1), "dilate": (2, 2), "num_filter": 6,
+      "num_group": 2},
+     [("data", u((2, 4, 9, 9))), ("weight", u((6, 2, 3, 3))), ("bias", u((6,)))])
+case("conv_rect", "Convolution",
+     {"kernel": (1, 3), "stride": (1, 2), "pad": (0, 2), "num_filter": 3, "no_bias": True},
+     [("data", u((2, 2, 5, 8))), ("weight", u((3, 2, 1, 3)))])
+case("deconv", "Deconvolution",
+     {"kernel": (4, 4), "stride": (2, 2), "pad": (1, 1), "num_filter": 3, "no_bias": False},
+     [("data", u((2, 4, 5, 5))), ("weight", u((4, 3, 4, 4))), ("bias", u((3,)))])
+# No `no_bias`: MXNet's Deconvolution has no bias by default (its Convolution has one).
+case("deconv_adj", "Deconvolution",
+     {"kernel": (3, 3), "stride": (2, 2), "pad": (1, 1), "adj": (1, 1), "num_filter": 2},
+     [("data", u((1, 3, 4, 4))), ("weight", u((3, 2, 3, 3)))])
+case("deconv_target", "Deconvolution",
+     {"kernel": (3, 3), "stride": (2, 2), "target_shape": (10, 9), "num_filter": 2},
+     [("data", u((1, 3, 5, 5))), ("weight", u((3, 2, 3, 3)))])
+for conv in ("valid", "full"):
+    case("maxpool_" + conv, "Pooling",
+         {"kernel": (3, 3), "stride": (2, 2), "pool_type": "max", "pooling_convention": conv},
+         [("data", u((2, 3, 8, 8)))])
+case("maxpool_pad", "Pooling",
+     {"kernel": (3, 3), "stride": (2, 2), "pad": (1, 1), "pool_type": "max"}, [("data", x4())])
+for incl in (True, False):
+    case("avgpool_pad_%s" % incl, "Pooling",
+         {"kernel": (3, 3), "stride": (2, 2), "pad": (1, 1), "pool_type": "avg",
+          "count_include_pad": incl}, [("data", x4())])
+case("avgpool_full", "Pooling",
+     {"kernel": (2, 2), "stride": (2, 2), "pool_type": "avg", "pooling_convention": "full"},
+     [("data", x4())])
+for t in ("max", "avg", "sum"):
+    case("global_" + t, "Pooling", {"kernel": (1, 1), "global_pool": True, "pool_type": t},
+         [("data", x4())])
+for a in ("relu", "sigmoid", "tanh", "softrelu", "softsign"):
+    case("act_" + a, "Activation", {"act_type": a}, [("data", u((3, 5)) * 3)])
+case("leaky", "LeakyReLU", {"act_type": "leaky", "slope": 0.1}, [("data", u((3, 5)))])
+case("elu", "LeakyReLU", {"act_type": "elu", "slope": 0.3}, [("data", u((3, 5)))])
+bn_in = lambda c: [("data", u((2, c, 3, 4)) * 2 + 0.5), ("gamma", u((c,), 0.5, 1.5)),
+                   ("beta", u((c,))), ("moving_mean", u((c,))),
+                   ("moving_var", u((c,), 0.5, 1.5))]
+case("bn_train", "BatchNorm", {"fix_gamma": False, "eps": 1e-4, "momentum": 0.8}, bn_in(3),
+     aux=("moving_mean", "moving_var"), train=True)
+case("bn_train_fixgamma", "BatchNorm", {}, bn_in(3), aux=("moving_mean", "moving_var"),
+     train=True)
+case("bn_infer", "BatchNorm", {"fix_gamma": False}, bn_in(3),
+     aux=("moving_mean", "moving_var"), no_grad=("data", "gamma", "beta"))
+case("bn_global_stats", "BatchNorm", {"fix_gamma": False, "use_global_stats": True}, bn_in(3),
+     aux=("moving_mean", "moving_var"), train=True)
+case("bn_axis_last", "BatchNorm", {"fix_gamma": False, "axis": -1},
+     [("data", u((2, 3, 4)) * 2), ("gamma", u((4,), 0.5, 1.5)), ("beta", u((4,))),
+      ("moving_mean", u((4,))), ("moving_var", u((4,), 0.5, 1.5))],
+     aux=("moving_mean", "moving_var"), train=True)
+case("softmax", "softmax", {"axis": -1}, [("data", u((3, 5)) * 3)])
+case("softmax_axis0_temp", "softmax", {"axis": 0, "temperature": 2.0},
+     [("data", u((3, 5)) * 3)])
+case("log_softmax", "log_softmax", {"axis": 1}, [("data", u((2, 4, 3)) * 3)])
+case("softmax_output", "SoftmaxOutput", {},
+     [("data", u((4, 5)) * 2), ("label", ints((4,), 5))], no_grad=("label",))
+case("softmax_output_scaled", "SoftmaxOutput",
+     {"grad_scale": 0.5, "normalization": "batch"},
+     [("data", u((4, 5)) * 2), ("label", ints((4,), 5))], no_grad=("label",))
+case("concat", "Concat", {"dim": 1, "num_args": 2},
+     [("a", u((2, 3, 2))), ("b", u((2, 1, 2)))])
+case("slice_channel", "SliceChannel", {"num_outputs": 2, "axis": 1},
+     [("data", u((2, 4, 3)))])
+case("slice_channel_squeeze", "SliceChannel",
+     {"num_outputs": 3, "axis": 0, "squeeze_axis": True}, [("data", u((3, 2, 2)))])
+case("stack", "stack", {"axis": 1, "num_args": 2}, [("a", u((2, 3))), ("b", u((2, 3)))])
+case("transpose", "transpose", {"axes": (2, 0, 1)}, [("data", u((2, 3, 4)))])
+case("reshape_codes", "Reshape", {"shape": (0, -1, 2)}, [("data", u((2, 3, 4)))])
+case("reshape_split", "Reshape", {"shape": (-4, 1, 2, -2)}, [("data", u((2, 3, 4)))])
+case("reshape_merge", "Reshape", {"shape": (-3, -2)}, [("data", u((2, 3, 4)))])
+case("reshape_split_infer", "Reshape", {"shape": (-4, -1, 2, -2)}, [("data", u((4, 3, 2)))])
+case("reshape_keep_rest", "Reshape", {"shape": (-1, -2)}, [("data", u((2, 3, 4)))])
+case("reshape_reverse", "Reshape", {"shape": (0, -1), "reverse": True},
+     [("data", u((2, 3, 4)))])
+case("flatten", "Flatten", {}, [("data", u((2, 3, 4)))])
+case("expand_dims", "expand_dims", {"axis": 1}, [("data", u((2, 3)))])
+case("squeeze", "squeeze", {"axis": 1}, [("data", u((2, 1, 3)))])
+case("slice", "slice", {"begin": (0, 1), "end": (2, None), "step": (1, 2)},
+     [("data", u((3, 6)))])
+case("slice_neg", "slice", {"begin": (-2, None), "end": (None, -1)}, [("data", u((3, 6)))])
+case("slice_reverse", "slice", {"begin": (None, 4), "end": (None, 0), "step": (-1, -2)},
+     [("data", u((3, 6)))])
+case("slice_step3", "slice", {"begin": (1,), "end": (None,), "step": (3,)},
+     [("data", u((8, 2)))])
+case("slice_axis", "slice_axis", {"axis": 1, "begin": 1, "end": -1}, [("data", u((2, 5)))])
+case("clip", "clip", {"a_min": -0.3, "a_max": 0.5}, [("data", u((4, 5)))])
+case("where", "where", {},
+     [("condition", ints((3, 4), 2)), ("x", u((3, 4))), ("y", u((3, 4)))],
+     no_grad=("condition",))
+case("take", "take", {"axis": 0}, [("a", u((5, 3))), ("indices", ints((2, 4), 5))],
+     no_grad=("indices",))
+case("take_clip", "take", {"axis": 1, "mode": "clip"},
+     [("a", u((2, 4))), ("indices", np.array([-1.0, 2.0, 7.0]))], no_grad=("indices",))
+case("take_wrap_last", "take", {"axis": -1, "mode": "wrap"},
+     [("a", u((2, 3, 4))), ("indices", np.array([[5.0, -1.0], [0.0, 3.0]]))],
+     no_grad=("indices",))
+case("embedding", "Embedding", {"input_dim": 6, "output_dim": 3},
+     [("data", ints((2, 3), 6)), ("weight", u((6, 3)))], no_grad=("data",))
+case("one_hot", "one_hot", {"depth": 4, "on_value": 2.0, "off_value": -1.0},
+     [("indices", ints((3,), 4))], no_grad=("indices",))
+for ta in (False, True):
+    for tb in (False, True):
+        a = u((4, 3)) if ta else u((3, 4))
+        b = u((5, 4)) if tb else u((4, 5))
+        case("dot_%d%d" % (ta, tb), "dot", {"transpose_a": ta, "transpose_b": tb},
+             [("a", a), ("b", b)])
+case("batch_dot", "batch_dot", {"transpose_b": True}, [("a", u((2, 3, 4))), ("b", u((2, 5, 4)))])
+for r in ("sum", "mean", "max", "min"):
+    case(r + "_axis", r, {"axis": 1}, [("data", u((2, 3, 4)))])
+    case(r + "_keep_exclude", r, {"axis": (0,), "keepdims": True, "exclude": True},
+         [("data", u((2, 3, 4)))])
+case("sum_all", "sum", {}, [("data", u((2, 3)))])
+for b in ("broadcast_add", "broadcast_sub", "broadcast_mul", "broadcast_div",
+          "broadcast_maximum", "broadcast_minimum"):
+    case(b, b, {}, [("a", u((2, 1, 4))), ("b", u((3, 1)) + 2.0)])
+case("broadcast_power", "broadcast_power", {},
+     [("a", u((2, 3), 0.5, 2.0)), ("b", u((1, 3)))])
+for e in ("elemwise_add", "elemwise_sub", "elemwise_mul", "elemwise_div"):
+    case(e, e, {}, [("a", u((3, 4))), ("b", u((3, 4)) + 2.0)])
+for s in ("_plus_scalar", "_minus_scalar", "_rminus_scalar", "_mul_scalar", "_div_scalar",
+          "_rdiv_scalar", "_maximum_scalar", "_minimum_scalar"):
+    case(s, s, {"scalar": 0.3}, [("data", u((3, 4)) + 2.0)])
+case("_power_scalar", "_power_scalar", {"scalar": 2.5}, [("data", u((3, 4), 0.1, 2.0))])
+for f in ("abs", "negative", "square", "exp", "tanh", "sigmoid", "relu"):
+    case("unary_" + f, f, {}, [("data", u((3, 4)) * 2)])
+for f in ("sqrt", "log"):
+    case("unary_" + f, f, {}, [("data", u((3, 4), 0.1, 3.0))])
+case("dropout_infer", "Dropout", {"p": 0.5}, [("data", u((3, 4)))], no_grad=("data",))
+
+
+def run(out):
+    saved, meta = {}, []
+    for name, op, attrs, inputs, aux, no_grad, train in CASES:
+        vars_ = [mx.sym.var(n) for n, _ in inputs]
+        make = getattr(mx.sym, op, None) or getattr(mx.sym._internal, op)
+        sym = make(*vars_, name="node", **attrs)
+        args = {n: mx.nd.array(v, dtype="float64") for n, v in inputs}
+        arg_names = sym.list_arguments()
+        grads = [n for n in arg_names if n not in no_grad]
+        types = {n: "float64" for n in arg_names}
+        exe = sym.simple_bind(mx.cpu(), type_dict=types,
+                              grad_req={n: ("write" if n in grads else "null")
+                                        for n in arg_names},
+                              **{n: v.shape for n, v in inputs if n not in aux})
+        for n, v in args.items():
+            (exe.aux_dict if n in aux else exe.arg_dict)[n][:] = v
+        outs = exe.forward(is_train=True if grads or train else False)
+        outs = [o.asnumpy() for o in outs]
+        for n, v in args.items():
+            saved["%s/in/%s" % (name, n)] = v
+        for k, o in enumerate(outs):
+            saved["%s/out/%d" % (name, k)] = mx.nd.array(o, dtype=o.dtype)
+        heads = [mx.nd.array(u(o.shape), dtype=o.dtype) for o in outs]
+        if grads:
+            exe.backward(out_grads=heads)
+            for k, h in enumerate(heads):
+                saved["%s/head/%d" % (name, k)] = h
+            for n in grads:
+                saved["%s/grad/%s" % (name, n)] = mx.nd.array(
+                    exe.grad_dict[n].asnumpy(), dtype="float64")
+        for n in aux:
+            saved["%s/aux_after/%s" % (name, n)] = mx.nd.array(
+                exe.aux_dict[n].asnumpy(), dtype="float64")
+        meta.append({"name": name, "op": op, "attrs": attrs,
+                     "inputs": [n for n, _ in inputs], "aux": sorted(aux),
+                     "grads": grads, "outputs": len(outs), "train": bool(grads or train)})
+    mx.nd.save(os.path.join(out, "ops64.nd"), saved)
+    with open(os.path.join(out, "ops64.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    print(len(meta), "cases")
+
+
+if __name__ == "__main__":
+    run(sys.argv[1])
