@@ -103,6 +103,12 @@ case("softmax_output", "SoftmaxOutput", {},
 case("softmax_output_scaled", "SoftmaxOutput",
      {"grad_scale": 0.5, "normalization": "batch"},
      [("data", u((4, 5)) * 2), ("label", ints((4,), 5))], no_grad=("label",))
+case("softmax_output_ignore", "SoftmaxOutput",
+     {"use_ignore": True, "ignore_label": 2, "normalization": "valid", "grad_scale": 2.0},
+     [("data", u((5, 4)) * 2), ("label", np.array([0.0, 2.0, 3.0, 2.0, 1.0]))],
+     no_grad=("label",))
+case("softmax_output_valid", "SoftmaxOutput", {"normalization": "valid"},
+     [("data", u((4, 5)) * 2), ("label", ints((4,), 5))], no_grad=("label",))
 case("concat", "Concat", {"dim": 1, "num_args": 2},
      [("a", u((2, 3, 2))), ("b", u((2, 1, 2)))])
 case("slice_channel", "SliceChannel", {"num_outputs": 2, "axis": 1},
@@ -151,6 +157,17 @@ for ta in (False, True):
         case("dot_%d%d" % (ta, tb), "dot", {"transpose_a": ta, "transpose_b": tb},
              [("a", a), ("b", b)])
 case("batch_dot", "batch_dot", {"transpose_b": True}, [("a", u((2, 3, 4))), ("b", u((2, 5, 4)))])
+case("batch_dot_ta", "batch_dot", {"transpose_a": True}, [("a", u((2, 4, 3))), ("b", u((2, 4, 5)))])
+case("add_n", "add_n", {"num_args": 3}, [("a", u((2, 3))), ("b", u((2, 3))), ("c", u((2, 3)))])
+case("argmax", "argmax", {"axis": 1}, [("data", u((3, 5)))], no_grad=("data",))
+case("argmax_keep", "argmax", {"axis": 0, "keepdims": True}, [("data", u((3, 5)))],
+     no_grad=("data",))
+for b in ("broadcast_equal", "broadcast_not_equal", "broadcast_greater",
+          "broadcast_greater_equal", "broadcast_lesser", "broadcast_lesser_equal"):
+    case(b, b, {}, [("a", np.round(u((2, 3)))), ("b", np.round(u((1, 3))))],
+         no_grad=("a", "b"))
+for c in ("_equal_scalar", "_greater_scalar", "_lesser_scalar"):
+    case(c, c, {"scalar": 0.0}, [("data", np.round(u((3, 4))))], no_grad=("data",))
 for r in ("sum", "mean", "max", "min"):
     case(r + "_axis", r, {"axis": 1}, [("data", u((2, 3, 4)))])
     case(r + "_keep_exclude", r, {"axis": (0,), "keepdims": True, "exclude": True},

@@ -179,26 +179,31 @@ fn softmax_output_backward_kernel(
 ) -> KResult {
     let (p, label) = (&ins[0], &ins[1]);
     let (n, c) = (p.shape[0], p.shape[1]);
-    let scale = attrs
-        .f64(op, "grad_scale", Some(1.0))
-        .map_err(|e| e.to_string())?;
+    let e = |e: NdError| e.to_string();
+    let scale = attrs.float(op, "grad_scale", Some(1.0)).map_err(e)?;
+    // With use_ignore, rows labelled ignore_label pass no gradient and do not count as valid.
+    let ignore = match attrs.bool(op, "use_ignore", false).map_err(e)? {
+        true => Some(attrs.float(op, "ignore_label", Some(-1.0)).map_err(e)?),
+        false => None,
+    };
+    // SAFETY: read access to the labels.
+    let labels: Vec<f64> = crate::with_dtype!(label.dtype, L => unsafe { label.slice::<L>() }.iter().map(|v| v.to_f64()).collect());
+    let ignored = |l: f64| ignore == Some(l);
+    // MXNet divides in float: grad_scale / count as 2.0f / 3.0f.
+    let per = |count: usize| f64::from(scale as f32 / count.max(1) as f32);
     let scale = match attrs.get("normalization").unwrap_or("null") {
-        "batch" => scale / n.max(1) as f64,
-        "null" => scale,
-        other => {
-            return Err(format!(
-                "{op}: normalization {other:?} is not null or batch"
-            ))
-        }
+        "batch" => per(n),
+        "valid" => per(labels.iter().filter(|&&l| !ignored(l)).count()),
+        _ => scale,
     };
     crate::with_dtype!(p.dtype, T => {
         // SAFETY: read access to the inputs, exclusive access to the disjoint outputs.
         let (pv, g, lg) = unsafe { (p.slice::<T>(), outs[0].slice_mut::<T>(), outs[1].slice_mut::<T>()) };
-        let labels: Vec<f64> = crate::with_dtype!(label.dtype, L => unsafe { label.slice::<L>() }.iter().map(|v| v.to_f64()).collect());
         for i in 0..n {
             for j in 0..c {
                 let hit = if labels[i] as usize == j && labels[i] >= 0.0 { 1.0 } else { 0.0 };
-                g[i * c + j] = T::from_f64((pv[i * c + j].to_f64() - hit) * scale);
+                let v = if ignored(labels[i]) { 0.0 } else { (pv[i * c + j].to_f64() - hit) * scale };
+                g[i * c + j] = T::from_f64(v);
             }
         }
         lg.fill(T::default());

@@ -103,6 +103,34 @@ fn softmax_axis(op: &str, attrs: &Attrs, ndim: usize) -> Result<usize> {
 fn infer_softmax(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let dt = require_float(op, &d[..1])?;
     if op == "SoftmaxOutput" {
+        // MXNet's options this op does not implement are refused rather than ignored.
+        for (key, off) in [
+            ("multi_output", "false"),
+            ("preserve_shape", "false"),
+            ("out_grad", "false"),
+        ] {
+            if attrs.bool(op, key, false)? {
+                return Err(invalid(
+                    op,
+                    format!("{key}=True is not supported (only {key}={off})"),
+                ));
+            }
+        }
+        if attrs.f64(op, "smooth_alpha", Some(0.0))? != 0.0 {
+            return Err(invalid(
+                op,
+                "smooth_alpha (label smoothing) is not supported",
+            ));
+        }
+        match attrs.get("normalization").unwrap_or("null") {
+            "null" | "batch" | "valid" => {}
+            other => {
+                return Err(invalid(
+                    op,
+                    format!("normalization {other:?} is not null, batch or valid"),
+                ))
+            }
+        }
         // data (batch, classes...) and label (batch,): the output is the softmax of the data.
         if s[0].is_empty() || s[1].first() != s[0].first() {
             return Err(NdError::Shape {
