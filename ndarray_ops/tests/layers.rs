@@ -871,3 +871,31 @@ fn deconvolution_is_the_transpose_of_convolution() {
         );
     }
 }
+
+/// Attributes the kernels do not implement are refused with a message, never ignored: an NHWC
+/// layout would otherwise be read as NCHW, and SoftmaxOutput's multi_output as one label per row.
+#[test]
+fn unimplemented_attributes_are_refused_not_ignored() {
+    let rt = rt();
+    let x = nd(&rt, &data(&[1, 2, 4, 4], 40));
+    let w = nd(&rt, &data(&[3, 2, 3, 3], 41));
+    let conv = Attrs::new()
+        .with("kernel", "(3,3)")
+        .with("num_filter", 3)
+        .with("no_bias", true);
+    assert!(invoke("Convolution", &[&x, &w], &conv, None).is_ok());
+    let e = invoke("Convolution", &[&x, &w], &conv.with("layout", "NHWC"), None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("layout \"NHWC\" is not supported"), "{e}");
+    let pool = Attrs::new().with("kernel", "(2,2)").with("layout", "NHWC");
+    assert!(invoke("Pooling", &[&x], &pool, None).is_err());
+    let (scores, label) = (nd(&rt, &data(&[4, 5], 42)), nd(&rt, &data(&[4], 43)));
+    for (key, value) in [("multi_output", "True"), ("smooth_alpha", "0.1")] {
+        let attrs = Attrs::new().with(key, value);
+        let e = invoke("SoftmaxOutput", &[&scores, &label], &attrs, None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(key) && e.contains("not supported"), "{e}");
+    }
+}

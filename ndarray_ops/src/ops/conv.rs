@@ -96,7 +96,20 @@ pub(crate) fn has_bias(op: &str, attrs: &Attrs) -> Result<bool> {
     Ok(!attrs.bool(op, "no_bias", no_bias_by_default)?)
 }
 
+/// The kernels lay images out as (N, C, H, W); MXNet's other layouts (NHWC, ...) are refused
+/// rather than misread.
+fn check_layout(op: &str, attrs: &Attrs) -> Result<()> {
+    match attrs.get("layout").map(str::trim) {
+        None | Some("None") | Some("NCHW") => Ok(()),
+        Some(other) => Err(invalid(
+            op,
+            format!("layout {other:?} is not supported (only NCHW)"),
+        )),
+    }
+}
+
 pub(crate) fn conv_params(op: &str, attrs: &Attrs) -> Result<Conv> {
+    check_layout(op, attrs)?;
     let c = Conv {
         k: pair(op, attrs, "kernel", None)?,
         s: pair(op, attrs, "stride", Some((1, 1)))?,
@@ -416,6 +429,7 @@ pub(crate) struct Pool {
 }
 
 pub(crate) fn pool_params(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Pool> {
+    check_layout(op, attrs)?;
     let kind = match attrs.get("pool_type").unwrap_or("max") {
         "max" => PoolType::Max,
         "avg" => PoolType::Avg,
