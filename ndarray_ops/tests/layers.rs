@@ -6,7 +6,7 @@ use std::sync::Arc;
 use engine::{EngineBuilder, EngineKind};
 use ndarray::{s, ArrayD, Axis, IxDyn};
 use ndarray_ops::ops::IS_TRAIN;
-use ndarray_ops::{invoke, invoke_on, Attrs, DType, NDArray, Runtime};
+use ndarray_ops::{invoke, invoke_on, Attrs, DType, NDArray, Runtime, Symbol};
 use storage::{Context, StorageConfig};
 
 fn rt() -> Arc<Runtime> {
@@ -890,6 +890,25 @@ fn unimplemented_attributes_are_refused_not_ignored() {
     assert!(e.contains("layout \"NHWC\" is not supported"), "{e}");
     let pool = Attrs::new().with("kernel", "(2,2)").with("layout", "NHWC");
     assert!(invoke("Pooling", &[&x], &pool, None).is_err());
+    // A misspelt attribute is refused, with the ones the op takes, imperatively and in a symbol.
+    let typo = Attrs::new()
+        .with("kernal", "(3,3)")
+        .with("num_filter", 3)
+        .with("no_bias", true);
+    let e = invoke("Convolution", &[&x, &w], &typo, None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("unknown attribute \"kernal\"") && e.contains("takes kernel, stride"),
+        "{e}"
+    );
+    let vars = [Symbol::var("x"), Symbol::var("w")];
+    let e = Symbol::op("Convolution", "c0", &[&vars[0], &vars[1]], typo)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("node 'c0'") && e.contains("kernal"), "{e}");
+    let reshape = Attrs::new().with("target_shape", "(2, 16)");
+    assert!(invoke("Reshape", &[&x], &reshape, None).is_err());
     let (scores, label) = (nd(&rt, &data(&[4, 5], 42)), nd(&rt, &data(&[4], 43)));
     for (key, value) in [("multi_output", "True"), ("smooth_alpha", "0.1")] {
         let attrs = Attrs::new().with(key, value);

@@ -1012,8 +1012,8 @@ fn batch_norm_backward(
 }
 
 fn softmax_output(
-    op: &str,
-    attrs: &Attrs,
+    _: &str,
+    _: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
@@ -1023,14 +1023,15 @@ fn softmax_output(
     let axis = 1.min(shape.len() - 1);
     let (outer, len) = (shape[..axis].iter().product::<usize>(), shape[axis]);
     let inner: usize = shape[axis + 1..].iter().product();
-    let temperature = attrs.f64(op, "temperature", Some(1.0)).map_err(e2s)?;
     let lanes = outer * inner;
+    // The kernel divides by a temperature; SoftmaxOutput has none (MXNet's takes no such
+    // attribute), so it is 1.
     let a = KArgs::new(lanes)
         .t(0, &outs[0])
         .t(1, &ins[0])
         .i(1, len)
         .i(2, inner)
-        .f(0, temperature);
+        .f(0, 1.0);
     s.launch("softmax_lanes", lanes, &a)
 }
 

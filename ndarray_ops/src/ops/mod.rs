@@ -12,6 +12,7 @@ pub(crate) mod conv;
 pub(crate) mod elemwise;
 mod extra;
 mod linalg;
+mod mxnet_params;
 mod nn;
 mod par;
 mod param_shapes;
@@ -433,6 +434,36 @@ pub fn num_outputs(def: &OpDef, attrs: &Attrs) -> Result<(usize, usize)> {
     })
 }
 
+/// Refuses an attribute that MXNet's op of the same name does not take either, naming the
+/// ones it does: a misspelt attribute would otherwise be ignored, and the op would compute
+/// something else than asked. Attributes starting with `__` are the graph's own (context
+/// groups, training mode, dtype pins) and `num_args` is how variadic ops count their inputs;
+/// both always pass. Ops MXNet does not have are not checked.
+pub(crate) fn check_attr_names(op: &str, attrs: &Attrs) -> Result<()> {
+    let table = mxnet_params::MXNET_PARAMS;
+    let Ok(i) = table.binary_search_by(|(name, _)| (*name).cmp(op)) else {
+        return Ok(());
+    };
+    let known = table[i].1;
+    match attrs
+        .iter()
+        .map(|(k, _)| k)
+        .find(|k| !k.starts_with("__") && *k != "num_args" && !known.contains(k))
+    {
+        None => Ok(()),
+        Some(key) => Err(invalid(
+            op,
+            format!(
+                "unknown attribute {key:?} (MXNet's {op} takes {})",
+                match known.is_empty() {
+                    true => "none".to_string(),
+                    false => known.join(", "),
+                }
+            ),
+        )),
+    }
+}
+
 /// The op registered under `name`.
 pub fn lookup(name: &str) -> Result<&'static OpDef> {
     registry()
@@ -743,6 +774,7 @@ fn infer_outputs(def: &'static OpDef, attrs: &Attrs, inputs: &[&NDArray]) -> Res
         }
         let shapes: Vec<Vec<usize>> = inputs.iter().map(|a| a.shape().to_vec()).collect();
         let dtypes: Vec<DType> = inputs.iter().map(|a| a.dtype()).collect();
+        check_attr_names(def.name, attrs)?;
         let out = Rc::new((def.infer)(def.name, attrs, &shapes, &dtypes)?);
         *last.borrow_mut() = Some(LastInference {
             def,

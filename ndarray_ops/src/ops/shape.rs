@@ -610,6 +610,17 @@ fn infer_reshape(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infe
             }
         },
         _ => {
+            // MXNet's deprecated form of the same thing; refused rather than ignored.
+            if attrs
+                .ints(op, "target_shape")?
+                .is_some_and(|t| !t.is_empty())
+                || attrs.bool(op, "keep_highest", false)?
+            {
+                return Err(invalid(
+                    op,
+                    "target_shape and keep_highest (deprecated in MXNet) are not supported; give shape",
+                ));
+            }
             let spec = attrs
                 .ints(op, "shape")?
                 .ok_or_else(|| invalid(op, "attribute shape is required"))?;

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
-use crate::error::{invalid, Result};
+use crate::error::{invalid, NdError, Result};
 use crate::ops::{lookup, num_outputs, Arity, Attrs, OpDef};
 
 pub use grad::{gradient, head_grad_names};
@@ -153,6 +153,10 @@ impl Symbol {
                 ),
             ));
         }
+        crate::ops::check_attr_names(def.name, &attrs).map_err(|e| match e {
+            NdError::Invalid { op, reason } => invalid(&op, format!("node '{name}': {reason}")),
+            other => other,
+        })?;
         let outputs = num_outputs(def, &attrs)?;
         Ok(Arc::new(Node {
             op: Some(def),
