@@ -12,6 +12,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+mod common;
+
+use common::{floats, largest, relative_error};
 use engine::{EngineBuilder, EngineKind};
 use ndarray_ops::ndfile;
 use ndarray_ops::{invoke, Attrs, BindOptions, DType, Executor, GradReq, NDArray, Runtime};
@@ -56,35 +59,6 @@ fn mxnets_array_file_loads_with_its_values_and_is_written_back_byte_for_byte() {
             })
             .collect()
     };
-    let as_f64 = |a: &NDArray| -> Vec<f64> {
-        match a.dtype() {
-            DType::F32 => a
-                .to_vec::<f32>()
-                .unwrap()
-                .into_iter()
-                .map(f64::from)
-                .collect(),
-            DType::F64 => a.to_vec::<f64>().unwrap(),
-            DType::I32 => a
-                .to_vec::<i32>()
-                .unwrap()
-                .into_iter()
-                .map(f64::from)
-                .collect(),
-            DType::I64 => a
-                .to_vec::<i64>()
-                .unwrap()
-                .into_iter()
-                .map(|x| x as f64)
-                .collect(),
-            DType::U8 => a
-                .to_vec::<u8>()
-                .unwrap()
-                .into_iter()
-                .map(f64::from)
-                .collect(),
-        }
-    };
     let shapes: [(&[usize], DType); 4] = [
         (&[2, 3, 4], DType::F32),
         (&[5], DType::F64),
@@ -93,7 +67,7 @@ fn mxnets_array_file_loads_with_its_values_and_is_written_back_byte_for_byte() {
     ];
     for (arr, (shape, dtype)) in a.iter().zip(shapes) {
         assert_eq!((arr.shape(), arr.dtype()), (shape, dtype));
-        assert_eq!(as_f64(arr), expect(arr.size(), dtype), "{dtype}");
+        assert_eq!(floats(arr), expect(arr.size(), dtype), "{dtype}");
     }
     assert_eq!((a[4].shape(), a[4].dtype()), (&[7usize][..], DType::U8));
     assert_eq!(
@@ -117,43 +91,6 @@ fn mxnets_array_file_loads_with_its_values_and_is_written_back_byte_for_byte() {
 /// BatchNorm has a gradient of exactly zero in exact arithmetic, and whatever either framework
 /// computes for it is the rounding of a sum that cancels. Ours must then be as small.
 const NOISE_ULPS: f64 = 1e3;
-
-fn floats(a: &NDArray) -> Vec<f64> {
-    match a.dtype() {
-        DType::F64 => a.to_vec::<f64>().unwrap(),
-        _ => a
-            .to_vec::<f32>()
-            .unwrap()
-            .into_iter()
-            .map(f64::from)
-            .collect(),
-    }
-}
-
-fn largest(v: &[f64]) -> f64 {
-    v.iter().fold(0f64, |m, x| m.max(x.abs()))
-}
-
-/// The largest difference between `got` and `want`, relative to the largest magnitude in
-/// `want`, and where it is. Where `want` is below `noise`, `got` must be too (then 0, else
-/// infinity).
-fn relative_error(got: &[f64], want: &[f64], noise: f64) -> (f64, usize) {
-    let scale = largest(want);
-    if scale < noise || scale == 0.0 {
-        return match largest(got) < noise.max(f64::MIN_POSITIVE) {
-            true => (0.0, 0),
-            false => (f64::INFINITY, 0),
-        };
-    }
-    got.iter()
-        .zip(want)
-        .map(|(a, b)| (a - b).abs() / scale)
-        .enumerate()
-        .fold(
-            (0.0, 0),
-            |(m, at), (k, e)| if e > m { (e, k) } else { (m, at) },
-        )
-}
 
 /// Loads the checkpoint `PREFIX-EPOCH.params` MXNet wrote and runs what `PREFIX-expected.nd`
 /// holds: the inference output and, where present, one training step (output, every

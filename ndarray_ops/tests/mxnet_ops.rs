@@ -9,9 +9,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+mod common;
+
+use common::{floats, relative_error};
 use engine::{EngineBuilder, EngineKind};
 use ndarray_ops::ndfile;
-use ndarray_ops::{Attrs, BindOptions, DType, Executor, GradReq, NDArray, Runtime, Symbol};
+use ndarray_ops::{Attrs, BindOptions, Executor, GradReq, NDArray, Runtime, Symbol};
 use storage::{Context, StorageConfig};
 
 const CPU: Context = Context::cpu(0);
@@ -42,9 +45,9 @@ struct Case {
     train: bool,
 }
 
-/// The largest difference relative to the largest magnitude of `want` (absolute where `want`
-/// is all zeros).
-fn relative_error(got: &NDArray, want: &NDArray) -> Result<f64, String> {
+/// The largest difference relative to the largest magnitude of `want` (where `want` is all
+/// zeros, `got` must be too).
+fn compare_arrays(got: &NDArray, want: &NDArray) -> Result<f64, String> {
     if got.shape() != want.shape() {
         return Err(format!(
             "shape {:?}, MXNet's {:?}",
@@ -55,44 +58,7 @@ fn relative_error(got: &NDArray, want: &NDArray) -> Result<f64, String> {
     if got.dtype() != want.dtype() {
         return Err(format!("dtype {}, MXNet's {}", got.dtype(), want.dtype()));
     }
-    let (g, w) = (floats(got)?, floats(want)?);
-    let scale = w.iter().fold(0f64, |m, x| m.max(x.abs()));
-    let diff = g
-        .iter()
-        .zip(&w)
-        .fold(0f64, |m, (a, b)| m.max((a - b).abs()));
-    Ok(if scale > 0.0 { diff / scale } else { diff })
-}
-
-fn floats(a: &NDArray) -> Result<Vec<f64>, String> {
-    let e = |e: ndarray_ops::NdError| e.to_string();
-    Ok(match a.dtype() {
-        DType::F64 => a.to_vec::<f64>().map_err(e)?,
-        DType::F32 => a
-            .to_vec::<f32>()
-            .map_err(e)?
-            .into_iter()
-            .map(f64::from)
-            .collect(),
-        DType::I32 => a
-            .to_vec::<i32>()
-            .map_err(e)?
-            .into_iter()
-            .map(f64::from)
-            .collect(),
-        DType::I64 => a
-            .to_vec::<i64>()
-            .map_err(e)?
-            .into_iter()
-            .map(|x| x as f64)
-            .collect(),
-        DType::U8 => a
-            .to_vec::<u8>()
-            .map_err(e)?
-            .into_iter()
-            .map(f64::from)
-            .collect(),
-    })
+    Ok(relative_error(&floats(got), &floats(want), 0.0).0)
 }
 
 /// Runs one case; the arrays that differ from MXNet's, or why it could not run.
@@ -126,7 +92,7 @@ fn run_case(rt: &Arc<Runtime>, c: &Case, f: &HashMap<String, NDArray>) -> Vec<St
         .find(|k| k.0 == c.name)
         .map_or(TOL, |k| k.1);
     let mut bad = Vec::new();
-    let mut compare = |what: String, got: &NDArray, key: String| match relative_error(got, &f[&key])
+    let mut compare = |what: String, got: &NDArray, key: String| match compare_arrays(got, &f[&key])
     {
         Ok(e) if e <= tol => {}
         Ok(e) => bad.push(format!("{what}: {e:e}")),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use ndarray_ops::symbol::CTX_GROUP;
 use ndarray_ops::{
-    Attrs, BindOptions, DataParallel, Executor, GradReq, NDArray, Runtime, Sgd, Symbol,
+    Attrs, BindOptions, DType, DataParallel, Executor, GradReq, NDArray, Runtime, Sgd, Symbol,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -315,4 +315,64 @@ pub fn train_over(rt: &Arc<Runtime>, contexts: &[Context]) -> Vec<(String, Vec<f
         );
     }
     end
+}
+
+/// The elements of an array of any dtype, as f64 (exact for every dtype but i64 beyond 2^53).
+#[allow(dead_code)]
+pub fn floats(a: &NDArray) -> Vec<f64> {
+    match a.dtype() {
+        DType::F64 => a.to_vec::<f64>().unwrap(),
+        DType::F32 => a
+            .to_vec::<f32>()
+            .unwrap()
+            .into_iter()
+            .map(f64::from)
+            .collect(),
+        DType::I32 => a
+            .to_vec::<i32>()
+            .unwrap()
+            .into_iter()
+            .map(f64::from)
+            .collect(),
+        DType::I64 => a
+            .to_vec::<i64>()
+            .unwrap()
+            .into_iter()
+            .map(|x| x as f64)
+            .collect(),
+        DType::U8 => a
+            .to_vec::<u8>()
+            .unwrap()
+            .into_iter()
+            .map(f64::from)
+            .collect(),
+    }
+}
+
+/// The largest magnitude in `v`.
+#[allow(dead_code)]
+pub fn largest(v: &[f64]) -> f64 {
+    v.iter().fold(0f64, |m, x| m.max(x.abs()))
+}
+
+/// The largest difference between `got` and `want`, relative to the largest magnitude in
+/// `want`, and where it is. Where `want` is below `noise` (or all zero), `got` must be too
+/// (then 0, else infinity).
+#[allow(dead_code)]
+pub fn relative_error(got: &[f64], want: &[f64], noise: f64) -> (f64, usize) {
+    let scale = largest(want);
+    if scale < noise || scale == 0.0 {
+        return match largest(got) < noise.max(f64::MIN_POSITIVE) {
+            true => (0.0, 0),
+            false => (f64::INFINITY, 0),
+        };
+    }
+    got.iter()
+        .zip(want)
+        .map(|(a, b)| (a - b).abs() / scale)
+        .enumerate()
+        .fold(
+            (0.0, 0),
+            |(m, at), (k, e)| if e > m { (e, k) } else { (m, at) },
+        )
 }
