@@ -127,8 +127,17 @@ fn put<const N: usize>(out: &mut Vec<u8>, bytes: [u8; N]) {
     out.extend_from_slice(&bytes);
 }
 
-/// One array, version 2, dense.
+/// One array, version 2, dense. A 0-dimensional array is refused: MXNet 1.x reads a shape of no
+/// dimensions as its empty (none) array, so the value would not come back.
 fn array_bytes(a: &NDArray) -> Result<Vec<u8>> {
+    if a.ndim() == 0 {
+        return Err(NdError::Invalid {
+            op: "save".into(),
+            reason: "a 0-dimensional array cannot be saved in MXNet's format (it would load as \
+                     an empty array); reshape it to [1]"
+                .into(),
+        });
+    }
     let mut out = Vec::with_capacity(40 + 8 * a.ndim() + a.size() * a.dtype().size());
     put(&mut out, V2_MAGIC.to_le_bytes());
     put(&mut out, 0i32.to_le_bytes());

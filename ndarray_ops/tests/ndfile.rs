@@ -297,6 +297,12 @@ fn bad_files_are_reported_with_what_and_where() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("names two arrays \"w\""), "{e}");
+    // A 0-dimensional array is refused at save (MXNet would read it back as an empty array).
+    let scalar = rt.zeros(&[], DType::F32, CPU).unwrap();
+    let e = ndfile::write_arrays(&mut Vec::new(), &[&scalar], &[])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("0-dimensional"), "{e}");
     // A missing file names itself.
     let e = ndfile::load("/nonexistent/x.params", &rt, CPU)
         .unwrap_err()
