@@ -909,6 +909,11 @@ fn unimplemented_attributes_are_refused_not_ignored() {
     assert!(e.contains("node 'c0'") && e.contains("kernal"), "{e}");
     let reshape = Attrs::new().with("target_shape", "(2, 16)");
     assert!(invoke("Reshape", &[&x], &reshape, None).is_err());
+    let dropout = Attrs::new().with("p", 0.3).with("axes", "(2, 3)");
+    let e = invoke("Dropout", &[&x], &dropout, None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("axes") && e.contains("not supported"), "{e}");
     let (scores, label) = (nd(&rt, &data(&[4, 5], 42)), nd(&rt, &data(&[4], 43)));
     for (key, value) in [("multi_output", "True"), ("smooth_alpha", "0.1")] {
         let attrs = Attrs::new().with(key, value);

@@ -212,9 +212,17 @@ pub(super) fn sum_zip<T: Element>(a: &[T], b: &[T], f: impl Fn(f64, f64) -> f64)
 // ---- Dropout --------------------------------------------------------------------------------
 
 fn dropout_p(op: &str, attrs: &Attrs) -> Result<f64> {
-    let p = attrs.f64(op, "p", Some(0.5))?;
+    let p = attrs.float(op, "p", Some(0.5))?;
     if !(0.0..1.0).contains(&p) {
         return Err(invalid(op, format!("p={p} must be in [0, 1)")));
+    }
+    // Variational dropout (one mask shared along `axes`) is not implemented; refused rather
+    // than ignored.
+    if attrs.ints(op, "axes")?.is_some_and(|a| !a.is_empty()) {
+        return Err(invalid(
+            op,
+            "axes (a mask shared along axes) is not supported",
+        ));
     }
     Ok(p)
 }
