@@ -15,21 +15,15 @@ use std::sync::Arc;
 mod common;
 
 use common::{floats, largest, relative_error};
-use engine::{EngineBuilder, EngineKind};
 use ndarray_ops::ndfile;
 use ndarray_ops::{invoke, Attrs, BindOptions, DType, Executor, GradReq, NDArray, Runtime};
-use storage::{Context, StorageConfig};
+use storage::Context;
 
 const CPU: Context = Context::cpu(0);
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/mxnet");
 
 fn runtime() -> Arc<Runtime> {
-    Runtime::new(
-        EngineBuilder::new(EngineKind::ThreadedPerDevice)
-            .cpu_workers(2)
-            .build(),
-        StorageConfig::default(),
-    )
+    common::threaded_runtime(0)
 }
 
 fn out_dir() -> Option<std::path::PathBuf> {

@@ -12,10 +12,9 @@ use std::sync::Arc;
 mod common;
 
 use common::{floats, relative_error};
-use engine::{EngineBuilder, EngineKind};
 use ndarray_ops::ndfile;
 use ndarray_ops::{Attrs, BindOptions, Executor, GradReq, NDArray, Runtime, Symbol};
-use storage::{Context, StorageConfig};
+use storage::Context;
 
 const CPU: Context = Context::cpu(0);
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/mxnet");
@@ -143,12 +142,7 @@ fn run_case(rt: &Arc<Runtime>, c: &Case, f: &HashMap<String, NDArray>) -> Vec<St
 
 #[test]
 fn every_op_computes_what_mxnet_computes_in_float64() {
-    let rt = Runtime::new(
-        EngineBuilder::new(EngineKind::ThreadedPerDevice)
-            .cpu_workers(2)
-            .build(),
-        StorageConfig::default(),
-    );
+    let rt = common::threaded_runtime(0);
     let cases: Vec<Case> =
         serde_json::from_str(&std::fs::read_to_string(format!("{DIR}/ops64.json")).unwrap())
             .unwrap();

@@ -6,21 +6,15 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use engine::{EngineBuilder, EngineKind};
+mod common;
+
 use ndarray_ops::ndfile::{self, Loaded};
 use ndarray_ops::{invoke_on, Attrs, DType, Executor, NDArray, Runtime, Symbol};
 use proptest::prelude::*;
-use storage::{Context, StorageConfig};
+use storage::Context;
 
 fn runtime() -> Arc<Runtime> {
-    let rt = Runtime::new(
-        EngineBuilder::new(EngineKind::ThreadedPerDevice)
-            .cpu_workers(2)
-            .build(),
-        StorageConfig::default(),
-    );
-    rt.seed(11).unwrap();
-    rt
+    common::threaded_runtime(11)
 }
 
 const CPU: Context = Context::cpu(0);

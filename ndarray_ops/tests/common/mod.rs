@@ -376,3 +376,16 @@ pub fn relative_error(got: &[f64], want: &[f64], noise: f64) -> (f64, usize) {
             |(m, at), (k, e)| if e > m { (e, k) } else { (m, at) },
         )
 }
+
+/// A threaded per-device runtime with two CPU workers and the default storage, seeded.
+#[allow(dead_code)]
+pub fn threaded_runtime(seed: u64) -> Arc<Runtime> {
+    let rt = Runtime::new(
+        engine::EngineBuilder::new(engine::EngineKind::ThreadedPerDevice)
+            .cpu_workers(2)
+            .build(),
+        storage::StorageConfig::default(),
+    );
+    rt.seed(seed).unwrap();
+    rt
+}
