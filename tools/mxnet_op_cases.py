@@ -188,6 +188,23 @@ for f in ("abs", "negative", "square", "exp", "tanh", "sigmoid", "relu"):
     case("unary_" + f, f, {}, [("data", u((3, 4)) * 2)])
 for f in ("sqrt", "log"):
     case("unary_" + f, f, {}, [("data", u((3, 4), 0.1, 3.0))])
+for f in ("sin", "cos", "tan", "arctan", "sinh", "cosh", "arcsinh", "erf", "expm1", "log1p",
+          "softsign", "degrees", "radians"):
+    case("math_" + f, f, {}, [("data", u((3, 4)) * 0.9)])
+for f in ("rsqrt", "reciprocal", "cbrt", "rcbrt", "log2", "log10"):
+    case("math_" + f, f, {}, [("data", u((3, 4), 0.2, 2.0))])
+for f in ("arcsin", "arccos", "arctanh"):
+    case("math_" + f, f, {}, [("data", u((3, 4), -0.9, 0.9))])
+case("math_arccosh", "arccosh", {}, [("data", u((3, 4), 1.2, 3.0))])
+halves = np.array([[-2.5, -1.5, -0.5, 0.5], [1.5, 2.5, 0.3, -0.7], [0.0, 3.49, -3.51, 7.2]])
+for f in ("round", "rint", "fix", "trunc", "floor", "ceil", "sign"):
+    case("math_" + f, f, {}, [("data", halves)])
+case("hard_sigmoid", "hard_sigmoid", {"alpha": 0.3, "beta": 0.4}, [("data", u((3, 5)) * 4)])
+case("hard_sigmoid_default", "hard_sigmoid", {}, [("data", u((3, 5)) * 4)])
+for f in ("BlockGrad", "stop_gradient", "zeros_like", "ones_like", "identity"):
+    case("unit_" + f, f, {}, [("data", u((2, 3)))])
+case("cast_f32", "Cast", {"dtype": "float32"}, [("data", u((2, 3)))])
+case("cast_i32", "cast", {"dtype": "int32"}, [("data", u((2, 3)) * 5)], no_grad=("data",))
 case("dropout_infer", "Dropout", {"p": 0.5}, [("data", u((3, 4)))], no_grad=("data",))
 
 

@@ -96,12 +96,18 @@ pub(super) fn full_graph(
         // Head gradients take their output's shape and dtype.
         let forward = infer(symbol, &shapes, &dtypes)?;
         let (out_shapes, out_dtypes) = (forward.output_shapes(), forward.output_dtypes());
+        let full = gradient(symbol, &wrt)?;
+        // A head gradient no gradient depends on (the output of `BlockGrad`, `floor`, ...) is
+        // not an argument of the full graph; `backward_with` still takes it, and drops it.
+        let arguments = full.list_arguments();
         for (name, i) in head_grad_names(symbol) {
-            shapes.insert(name.clone(), out_shapes[i].clone());
-            dtypes.insert(name.clone(), out_dtypes[i]);
+            if arguments.contains(&name) {
+                shapes.insert(name.clone(), out_shapes[i].clone());
+                dtypes.insert(name.clone(), out_dtypes[i]);
+            }
             head_names.push(name);
         }
-        gradient(symbol, &wrt)?
+        full
     };
     // Each output gets storage of its own (MXNet's copy nodes), then every node a device.
     let full = full.with_copy_nodes()?;

@@ -281,24 +281,22 @@ impl Executor {
     /// gradient of the `k`-th output that takes one (outputs of loss ops take none), as MXNet's
     /// `backward(out_grads)`.
     pub fn backward_with(&self, head_grads: &[NDArray]) -> Result<()> {
-        let args = self.arg_dict();
-        let heads: Vec<&NDArray> = self
-            .head_names
-            .iter()
-            .filter_map(|name| args.get(name))
-            .collect();
-        if heads.len() != head_grads.len() {
+        if self.head_names.len() != head_grads.len() {
             return Err(invalid(
                 "backward",
                 format!(
                     "{} head gradients given; the outputs take {}",
                     head_grads.len(),
-                    heads.len()
+                    self.head_names.len()
                 ),
             ));
         }
-        for (src, dst) in head_grads.iter().zip(heads) {
-            src.copy_into(dst)?;
+        let args = self.arg_dict();
+        for (src, name) in head_grads.iter().zip(&self.head_names) {
+            // A head no gradient depends on is not bound; it is dropped.
+            if let Some(dst) = args.get(name) {
+                src.copy_into(dst)?;
+            }
         }
         self.backward()
     }

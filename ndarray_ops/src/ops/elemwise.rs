@@ -322,7 +322,7 @@ pub(super) fn unary_dispatch<T: Element>(
         "tanh" => via!(f64::tanh),
         "sigmoid" => via!(|x: f64| 1.0 / (1.0 + (-x).exp())),
         "softrelu" => via!(softrelu),
-        "softsign" => via!(|x: f64| x / (1.0 + x.abs())),
+        "softsign" => via!(super::math::softsign),
         _ => return Err(format!("no unary kernel for {name}")),
     }
     Ok(())
@@ -395,7 +395,10 @@ pub(super) fn ops() -> &'static [OpDef] {
         def!("_equal_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]),
         def!("_greater_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]),
         def!("_lesser_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]),
-        def!("_copy", U, infer_unary, unary_kernel, inplace IP1, ignores &[0]),
+        OpDef {
+            aliases: &["identity"],
+            ..def!("_copy", U, infer_unary, unary_kernel, inplace IP1, ignores &[0])
+        },
         // The copy the placement pass puts on an edge between devices; the executor runs it as an
         // engine copy op on the destination's copy workers (its kernel serves same-device calls).
         OpDef {

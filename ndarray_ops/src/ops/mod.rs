@@ -12,6 +12,7 @@ pub(crate) mod conv;
 pub(crate) mod elemwise;
 mod extra;
 mod linalg;
+pub(crate) mod math;
 mod mxnet_params;
 mod nn;
 mod par;
@@ -368,6 +369,7 @@ fn registry() -> &'static FxHashMap<&'static str, &'static OpDef> {
             .chain(backward::shape_grad_ops())
             .chain(backward::take_grad_ops())
             .chain(extra::ops())
+            .chain(math::ops())
         {
             m.insert(def.name, def);
             for a in def.aliases {

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use super::{Node, NodeEntry, Symbol};
 use crate::error::{invalid, Result};
+use crate::ops::math::Deriv;
 use crate::ops::{lookup, Attrs};
 
 type GradFn = fn(&Arc<Node>, &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>>;
@@ -523,6 +524,28 @@ fn masked(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntr
             )?
         }
         "_maximum_scalar" => cmp("mask", "_greater_scalar", n.attrs.f64(op, "scalar", None)?)?,
+        // alpha where the output is strictly inside (0, 1)
+        "hard_sigmoid" => {
+            let (alpha, _) = crate::ops::math::hard_sigmoid_params(op, &n.attrs)?;
+            let on_output = |t: &str, which: &str, v: f64| {
+                op1(
+                    which,
+                    name(t),
+                    vec![y.clone()],
+                    Attrs::new().with("scalar", v),
+                )
+            };
+            let inside = op1(
+                "elemwise_mul",
+                name("inside"),
+                vec![
+                    on_output("above", "_greater_scalar", 0.0)?,
+                    on_output("below", "_lesser_scalar", 1.0)?,
+                ],
+                Attrs::new(),
+            )?;
+            scaled(n, "slope", inside, alpha)?
+        }
         "_minimum_scalar" => cmp("mask", "_lesser_scalar", n.attrs.f64(op, "scalar", None)?)?,
         // d x^s = s x^(s-1)
         "_power_scalar" => {
@@ -724,6 +747,34 @@ fn extremum(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEn
     )?)])
 }
 
+/// The unary math functions (`ops::math`): one `_backward_math` node reading the value the
+/// derivative is written in; none for the flat ones.
+fn math(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let op = n.op_name();
+    let at = match crate::ops::math::find(op).map(|m| m.deriv) {
+        Some(Deriv::Zero) => return Ok(vec![None]),
+        Some(Deriv::OfInput(_)) => n.inputs[0].clone(),
+        Some(Deriv::OfOutput(_)) => out(n, 0),
+        None => return Err(invalid(op, format!("node '{}': no gradient rule", n.name))),
+    };
+    Ok(vec![Some(op1(
+        "_backward_math",
+        format!("{}_backward", n.name),
+        vec![need(n, og)?, at],
+        Attrs::new().with("fn", op),
+    )?)])
+}
+
+/// Cast: the output gradient cast back to the input's dtype.
+fn cast(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    Ok(vec![Some(op1(
+        "_cast_like",
+        format!("{}_backward", n.name),
+        vec![need(n, og)?, n.inputs[0].clone()],
+        Attrs::new(),
+    )?)])
+}
+
 fn add(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let g = need(n, og)?;
     Ok(vec![Some(g.clone()), Some(g)])
@@ -750,9 +801,11 @@ fn rule(op: &str) -> Option<GradFn> {
         "sum" | "mean" => reduction,
         "broadcast_add" | "broadcast_sub" | "broadcast_mul" | "broadcast_div" => broadcast,
         "Embedding" => embedding,
-        "abs" | "clip" | "_maximum_scalar" | "_minimum_scalar" | "_power_scalar" | "LeakyReLU" => {
-            masked
-        }
+        "abs" | "clip" | "_maximum_scalar" | "_minimum_scalar" | "_power_scalar" | "LeakyReLU"
+        | "hard_sigmoid" => masked,
+        op if crate::ops::math::find(op).is_some() => math,
+        "Cast" => cast,
+        "zeros_like" | "ones_like" | "BlockGrad" => none,
         "stack" => stack,
         "where" => where_,
         "add_n" => add_n,
@@ -873,10 +926,10 @@ pub fn gradient(sym: &Symbol, wrt: &[String]) -> Result<Symbol> {
             // An argument the outputs do not depend on has a zero gradient.
             None => out(
                 &make(
-                    "_mul_scalar",
+                    "zeros_like",
                     format!("{name}_zero_grad"),
                     vec![out(&g.nodes[v], 0)],
-                    Attrs::new().with("scalar", 0),
+                    Attrs::new(),
                 )?,
                 0,
             ),
