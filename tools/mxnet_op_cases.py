@@ -31,6 +31,13 @@ def ints(shape, high):
 # (name, op, attrs, [(input, array)], aux input names, inputs without gradient, train)
 CASES = []
 
+# Cases whose MXNet gradient is wrong, with why: their expected gradients are central
+# differences of MXNet's own forward pass instead (meta "grad_source": "numeric").
+MXNET_GRAD_WRONG = {
+    "selu": "MXNet's selu_grad gives lambda * (y + alpha) below zero; the derivative of "
+            "lambda * alpha * (e^x - 1) is y + lambda * alpha",
+}
+
 
 def case(name, op, attrs, inputs, aux=(), no_grad=(), train=False):
     CASES.append((name, op, {k: str(v) for k, v in attrs.items()}, inputs, set(aux),
@@ -79,6 +86,12 @@ for a in ("relu", "sigmoid", "tanh", "softrelu", "softsign"):
     case("act_" + a, "Activation", {"act_type": a}, [("data", u((3, 5)) * 3)])
 case("leaky", "LeakyReLU", {"act_type": "leaky", "slope": 0.1}, [("data", u((3, 5)))])
 case("elu", "LeakyReLU", {"act_type": "elu", "slope": 0.3}, [("data", u((3, 5)))])
+for a in ("selu", "gelu"):
+    case(a, "LeakyReLU", {"act_type": a}, [("data", u((3, 5)) * 2)])
+case("prelu", "LeakyReLU", {"act_type": "prelu"},
+     [("data", u((2, 3, 4))), ("gamma", u((3,), 0.1, 0.5))])
+case("prelu_shared", "LeakyReLU", {"act_type": "prelu"},
+     [("data", u((2, 3, 2, 2))), ("gamma", u((1,), 0.1, 0.5))])
 bn_in = lambda c: [("data", u((2, c, 3, 4)) * 2 + 0.5), ("gamma", u((c,), 0.5, 1.5)),
                    ("beta", u((c,))), ("moving_mean", u((c,))),
                    ("moving_var", u((c,), 0.5, 1.5))]
@@ -208,6 +221,26 @@ case("cast_i32", "cast", {"dtype": "int32"}, [("data", u((2, 3)) * 5)], no_grad=
 case("dropout_infer", "Dropout", {"p": 0.5}, [("data", u((3, 4)))], no_grad=("data",))
 
 
+def numeric_grad(exe, n, heads, h=1e-6):
+    """d(sum_k heads[k] . outputs[k]) / d input n by central differences of MXNet's forward."""
+    x = exe.arg_dict[n]
+    base = x.asnumpy().copy()
+    g = np.zeros_like(base)
+
+    def loss():
+        outs = exe.forward(is_train=True)
+        return sum(float((o.asnumpy() * hd.asnumpy()).sum()) for o, hd in zip(outs, heads))
+
+    for i in np.ndindex(base.shape):
+        for sgn in (1, -1):
+            v = base.copy()
+            v[i] += sgn * h
+            x[:] = v
+            g[i] += sgn * loss() / (2 * h)
+    x[:] = base
+    return g
+
+
 def run(out):
     saved, meta = {}, []
     for name, op, attrs, inputs, aux, no_grad, train in CASES:
@@ -236,14 +269,17 @@ def run(out):
             for k, h in enumerate(heads):
                 saved["%s/head/%d" % (name, k)] = h
             for n in grads:
-                saved["%s/grad/%s" % (name, n)] = mx.nd.array(
-                    exe.grad_dict[n].asnumpy(), dtype="float64")
+                g = exe.grad_dict[n].asnumpy()
+                if name in MXNET_GRAD_WRONG:
+                    g = numeric_grad(exe, n, heads)
+                saved["%s/grad/%s" % (name, n)] = mx.nd.array(g, dtype="float64")
         for n in aux:
             saved["%s/aux_after/%s" % (name, n)] = mx.nd.array(
                 exe.aux_dict[n].asnumpy(), dtype="float64")
         meta.append({"name": name, "op": op, "attrs": attrs,
                      "inputs": [n for n, _ in inputs], "aux": sorted(aux),
-                     "grads": grads, "outputs": len(outs), "train": bool(grads or train)})
+                     "grads": grads, "outputs": len(outs), "train": bool(grads or train),
+                     "grad_source": "numeric" if name in MXNET_GRAD_WRONG else "mxnet"})
     mx.nd.save(os.path.join(out, "ops64.nd"), saved)
     with open(os.path.join(out, "ops64.json"), "w") as f:
         json.dump(meta, f, indent=1)

@@ -530,6 +530,52 @@ fn elementwise_scalar_and_dot_gradients_match_finite_differences() {
     );
 }
 
+/// The gradients MXNet gets wrong or computes with float constants (SELU's, GELU's; see
+/// `tests/mxnet_ops.rs`) are judged here by finite differences alone.
+#[test]
+fn leaky_relu_and_unary_math_gradients_match_finite_differences() {
+    for act in ["leaky", "elu", "selu", "gelu"] {
+        let attrs = Attrs::new().with("act_type", act).with("slope", 0.3);
+        check_op("LeakyReLU", attrs, &[vec![3, 4]], (-2.0, 2.0));
+    }
+    for gamma in [vec![3], vec![1]] {
+        check_op(
+            "LeakyReLU",
+            Attrs::new().with("act_type", "prelu"),
+            &[vec![2, 3, 4], gamma],
+            (-1.0, 1.0),
+        );
+    }
+    let s = vec![3, 4];
+    for op in [
+        "sin", "cos", "tan", "arctan", "sinh", "cosh", "arcsinh", "erf", "expm1", "softsign",
+        "degrees", "radians", "arcsin", "arccos", "arctanh",
+    ] {
+        check_op(op, Attrs::new(), std::slice::from_ref(&s), (-0.8, 0.8));
+    }
+    for op in [
+        "rsqrt",
+        "reciprocal",
+        "cbrt",
+        "rcbrt",
+        "log1p",
+        "log2",
+        "log10",
+    ] {
+        check_op(op, Attrs::new(), std::slice::from_ref(&s), (0.3, 2.0));
+    }
+    check_op(
+        "arccosh",
+        Attrs::new(),
+        std::slice::from_ref(&s),
+        (1.3, 3.0),
+    );
+    let hard = Attrs::new().with("alpha", 0.3).with("beta", 0.4);
+    check_op("hard_sigmoid", hard, std::slice::from_ref(&s), (-3.0, 3.0));
+    let cast = Attrs::new().with("dtype", "float64");
+    check_op("Cast", cast, std::slice::from_ref(&s), (-1.0, 1.0));
+}
+
 #[test]
 fn dropout_gradient_is_the_head_gradient_through_the_same_mask() {
     let rt = Runtime::with_engine(EngineKind::ThreadedPerDevice);

@@ -1,4 +1,4 @@
-//! The rest of the MXNet ops the model zoo uses: LeakyReLU (leaky, elu), stack, `_zeros`/`_ones`,
+//! The rest of the MXNet ops the model zoo uses: LeakyReLU (leaky, elu, selu, gelu, prelu), stack, `_zeros`/`_ones`,
 //! `where`, and Deconvolution (the transpose of Convolution: GEMM then col2im) with its backward op.
 
 use ndarray::{ArrayView2, ArrayViewMut2};
@@ -14,23 +14,129 @@ type KResult = std::result::Result<(), String>;
 
 // ---- LeakyReLU -------------------------------------------------------------------------------
 
-fn leaky_fn(op: &str, attrs: &Attrs) -> Result<Box<dyn Fn(f64) -> f64 + Sync>> {
-    let slope = attrs.float(op, "slope", Some(0.25))?;
-    Ok(match attrs.get("act_type").unwrap_or("leaky") {
-        "leaky" => Box::new(move |x| if x > 0.0 { x } else { slope * x }),
-        "elu" => Box::new(move |x| if x > 0.0 { x } else { slope * (x.exp() - 1.0) }),
-        other => {
-            return Err(invalid(
-                op,
-                format!("act_type {other:?} is not leaky or elu"),
-            ))
+/// SELU's constants (Klambauer et al.), in double; MXNet's are rounded to float.
+const SELU_ALPHA: f64 = 1.673_263_242_354_377_3;
+const SELU_LAMBDA: f64 = 1.050_700_987_355_480_5;
+
+/// LeakyReLU's activation. `prelu` learns its slope per channel (input `gamma`); MXNet's
+/// `rrelu`, with random slopes, is refused.
+#[derive(Clone, Copy)]
+enum Leaky {
+    Leaky(f64),
+    Elu(f64),
+    Selu,
+    /// The exact form, `x * Phi(x)`, as MXNet computes it.
+    Gelu,
+    Prelu,
+}
+
+impl Leaky {
+    fn of(op: &str, attrs: &Attrs) -> Result<Leaky> {
+        let slope = attrs.float(op, "slope", Some(0.25))?;
+        Ok(match attrs.get("act_type").unwrap_or("leaky") {
+            "leaky" => Leaky::Leaky(slope),
+            "elu" => Leaky::Elu(slope),
+            "selu" => Leaky::Selu,
+            "gelu" => Leaky::Gelu,
+            "prelu" => Leaky::Prelu,
+            other => {
+                return Err(invalid(
+                    op,
+                    format!("act_type {other:?} is not one of leaky, elu, selu, gelu, prelu"),
+                ))
+            }
+        })
+    }
+
+    /// The output at `x`, `gamma` being prelu's slope there.
+    fn apply(self, x: f64, gamma: f64) -> f64 {
+        match self {
+            Leaky::Gelu => 0.5 * x * (1.0 + libm::erf(x * std::f64::consts::FRAC_1_SQRT_2)),
+            Leaky::Selu if x > 0.0 => SELU_LAMBDA * x,
+            Leaky::Selu => SELU_LAMBDA * SELU_ALPHA * x.exp_m1(),
+            _ if x > 0.0 => x,
+            Leaky::Leaky(slope) => slope * x,
+            Leaky::Elu(slope) => slope * x.exp_m1(),
+            Leaky::Prelu => gamma * x,
         }
-    })
+    }
+
+    /// The derivative at `x`.
+    fn derivative(self, x: f64, gamma: f64) -> f64 {
+        match self {
+            Leaky::Gelu => {
+                let pdf = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
+                0.5 * (1.0 + libm::erf(x * std::f64::consts::FRAC_1_SQRT_2)) + x * pdf
+            }
+            Leaky::Selu if x > 0.0 => SELU_LAMBDA,
+            _ if x > 0.0 => 1.0,
+            Leaky::Leaky(slope) => slope,
+            Leaky::Elu(slope) => slope * x.exp(),
+            Leaky::Selu => SELU_LAMBDA * SELU_ALPHA * x.exp(),
+            Leaky::Prelu => gamma,
+        }
+    }
+}
+
+/// Where prelu's slope for each element of `data` sits in `gamma`: one per channel (axis 1),
+/// one for all, or one per element.
+#[derive(Clone, Copy)]
+struct GammaIndex {
+    len: usize,
+    channels: usize,
+    inner: usize,
+}
+
+impl GammaIndex {
+    fn new(data: &[usize], gamma_len: usize) -> GammaIndex {
+        GammaIndex {
+            len: gamma_len,
+            channels: data.get(1).copied().unwrap_or(1),
+            inner: data.iter().skip(2).product(),
+        }
+    }
+
+    fn of(self, i: usize) -> usize {
+        match self.len {
+            1 => 0,
+            n if n == self.channels => (i / self.inner) % n,
+            _ => i,
+        }
+    }
 }
 
 fn infer_leaky(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    let _check = leaky_fn(op, attrs)?;
-    Ok((vec![s[0].clone()], vec![d[0]]))
+    let want = match Leaky::of(op, attrs)? {
+        Leaky::Prelu => 2,
+        _ => 1,
+    };
+    if s.len() != want {
+        return Err(invalid(
+            op,
+            format!(
+                "act_type {:?} takes {want} input(s) (data{}), got {}",
+                attrs.get("act_type").unwrap_or("leaky"),
+                if want == 2 { ", gamma" } else { "" },
+                s.len()
+            ),
+        ));
+    }
+    if want == 2 {
+        let c = s[0].get(1).copied().unwrap_or(1);
+        let n: usize = s[1].iter().product();
+        if !(n == 1 || (s[1].len() == 1 && n == c) || s[1] == s[0]) {
+            return Err(NdError::Shape {
+                op: op.into(),
+                arg: "gamma".into(),
+                found: s[1].clone(),
+                expected: format!(
+                    "[{c}] (the channels of data {:?}), [1] or data's shape",
+                    s[0]
+                ),
+            });
+        }
+    }
+    Ok((vec![s[0].clone()], vec![same_dtypes(op, d)?]))
 }
 
 fn leaky_kernel(
@@ -40,12 +146,60 @@ fn leaky_kernel(
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
-    let f = leaky_fn(op, attrs).map_err(|e| e.to_string())?;
+    let kind = Leaky::of(op, attrs).map_err(|e| e.to_string())?;
     crate::with_dtype!(outs[0].dtype, T => {
         let (x, y) = (ins[0].ptr::<T>(), outs[0].ptr::<T>());
+        let gamma = ins.get(1).map(|g| (g.ptr::<T>(), GammaIndex::new(&ins[0].shape, g.len())));
         for i in 0..outs[0].len() {
-            // SAFETY: equal lengths; raw pointers tolerate the output being exactly the input.
-            unsafe { *y.add(i) = T::from_f64(f((*x.add(i)).to_f64())) };
+            // SAFETY: equal lengths, gamma indexed inside its length; raw pointers tolerate the
+            // output being exactly the input.
+            unsafe {
+                let g = gamma.map_or(0.0, |(p, at)| (*p.add(at.of(i))).to_f64());
+                *y.add(i) = T::from_f64(kind.apply((*x.add(i)).to_f64(), g));
+            }
+        }
+    });
+    Ok(())
+}
+
+/// `_backward_LeakyReLU(ograd, data[, gamma])`: the gradients of data and, for prelu, gamma.
+fn infer_leaky_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    Leaky::of(op, attrs)?;
+    let dt = same_dtypes(op, d)?;
+    Ok((s[1..].to_vec(), vec![dt; s.len() - 1]))
+}
+
+fn leaky_backward_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let kind = Leaky::of(op, attrs).map_err(|e| e.to_string())?;
+    crate::with_dtype!(outs[0].dtype, T => {
+        let (g, x, dx) = (ins[0].ptr::<T>(), ins[1].ptr::<T>(), outs[0].ptr::<T>());
+        let gamma = ins.get(2).map(|t| (t.ptr::<T>(), GammaIndex::new(&ins[1].shape, t.len())));
+        let mut dgamma = vec![0.0; ins.get(2).map_or(0, |t| t.len())];
+        for i in 0..outs[0].len() {
+            // SAFETY: equal lengths, gamma indexed inside its length; dx may be exactly ograd,
+            // whose element is read before it is written.
+            unsafe {
+                let (gi, xi) = ((*g.add(i)).to_f64(), (*x.add(i)).to_f64());
+                let slope = gamma.map_or(0.0, |(p, at)| (*p.add(at.of(i))).to_f64());
+                if let Some((_, at)) = gamma {
+                    if xi <= 0.0 {
+                        dgamma[at.of(i)] += gi * xi;
+                    }
+                }
+                *dx.add(i) = T::from_f64(gi * kind.derivative(xi, slope));
+            }
+        }
+        if let Some(out) = outs.get(1) {
+            // SAFETY: exclusive access to gamma's gradient.
+            for (o, v) in unsafe { out.slice_mut::<T>() }.iter_mut().zip(&dgamma) {
+                *o = T::from_f64(*v);
+            }
         }
     });
     Ok(())
@@ -398,12 +552,24 @@ macro_rules! def {
 
 pub(super) fn ops() -> &'static [OpDef] {
     static OPS: &[OpDef] = &[
+        OpDef {
+            infer_inputs: Some(super::param_shapes::prelu),
+            ..def!(
+                "LeakyReLU",
+                &[],
+                Arity::AtLeast(1),
+                infer_leaky,
+                leaky_kernel,
+                &[(0, 0)],
+                true
+            )
+        },
         def!(
-            "LeakyReLU",
+            "_backward_LeakyReLU",
             &[],
-            Arity::Exactly(1),
-            infer_leaky,
-            leaky_kernel,
+            Arity::AtLeast(2),
+            infer_leaky_backward,
+            leaky_backward_kernel,
             &[(0, 0)],
             true
         ),

@@ -413,6 +413,13 @@ pub fn num_outputs(def: &OpDef, attrs: &Attrs) -> Result<(usize, usize)> {
             }
         }
         "sgd_mom_update" => (2, 1),
+        "_backward_LeakyReLU" => {
+            let n = match attrs.get("act_type") {
+                Some("prelu") => 2,
+                _ => 1,
+            };
+            (n, n)
+        }
         "_backward_FullyConnected" => {
             let n = if attrs.bool(op, "no_bias", false)? {
                 2

@@ -102,3 +102,12 @@ pub(super) fn same_shape(_op: &str, _attrs: &Attrs, ins: &Known) -> Found {
     let known = ins.iter().flatten().next().cloned();
     Ok(vec![known; ins.len()])
 }
+
+/// LeakyReLU: prelu's gamma, when not given, has one slope per channel (axis 1).
+pub(super) fn prelu(_op: &str, _attrs: &Attrs, ins: &Known) -> Found {
+    let mut out = vec![None; ins.len()];
+    if let (Some(Some(x)), Some(None)) = (ins.first(), ins.get(1)) {
+        out[1] = Some(vec![x.get(1).copied().unwrap_or(1)]);
+    }
+    Ok(out)
+}

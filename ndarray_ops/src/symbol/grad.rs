@@ -562,41 +562,6 @@ fn masked(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntr
                 s,
             )?
         }
-        "LeakyReLU" => {
-            let slope = n.attrs.float(op, "slope", Some(0.25))?;
-            let pos = cmp("pos", "_greater_scalar", 0.0)?;
-            match n.attrs.get("act_type").unwrap_or("leaky") {
-                // 1 above zero, slope below: slope + (1 - slope) * pos
-                "leaky" => op1(
-                    "_plus_scalar",
-                    name("factor"),
-                    vec![scaled(n, "pos_part", pos, 1.0 - slope)?],
-                    Attrs::new().with("scalar", slope),
-                )?,
-                // 1 above zero, y + slope below
-                "elu" => {
-                    let below = op1(
-                        "_plus_scalar",
-                        name("elu"),
-                        vec![y],
-                        Attrs::new().with("scalar", slope),
-                    )?;
-                    let one = op1(
-                        "_plus_scalar",
-                        name("one"),
-                        vec![scaled(n, "zero_x", x.clone(), 0.0)?],
-                        Attrs::new().with("scalar", 1.0),
-                    )?;
-                    op1("where", name("factor"), vec![pos, one, below], Attrs::new())?
-                }
-                other => {
-                    return Err(invalid(
-                        op,
-                        format!("node '{}': no gradient for act_type {other:?}", n.name),
-                    ))
-                }
-            }
-        }
         other => {
             return Err(invalid(
                 other,
@@ -747,6 +712,19 @@ fn extremum(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEn
     )?)])
 }
 
+/// LeakyReLU: one backward node reading the output gradient, the data and prelu's gamma.
+fn leaky_relu(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let mut ins = vec![need(n, og)?];
+    ins.extend(n.inputs.iter().cloned());
+    let bw = make(
+        "_backward_LeakyReLU",
+        format!("{}_backward", n.name),
+        ins,
+        n.attrs.clone(),
+    )?;
+    Ok((0..n.inputs.len()).map(|k| Some(out(&bw, k))).collect())
+}
+
 /// The unary math functions (`ops::math`): one `_backward_math` node reading the value the
 /// derivative is written in; none for the flat ones.
 fn math(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
@@ -801,8 +779,9 @@ fn rule(op: &str) -> Option<GradFn> {
         "sum" | "mean" => reduction,
         "broadcast_add" | "broadcast_sub" | "broadcast_mul" | "broadcast_div" => broadcast,
         "Embedding" => embedding,
-        "abs" | "clip" | "_maximum_scalar" | "_minimum_scalar" | "_power_scalar" | "LeakyReLU"
+        "abs" | "clip" | "_maximum_scalar" | "_minimum_scalar" | "_power_scalar"
         | "hard_sigmoid" => masked,
+        "LeakyReLU" => leaky_relu,
         op if crate::ops::math::find(op).is_some() => math,
         "Cast" => cast,
         "zeros_like" | "ones_like" | "BlockGrad" => none,
