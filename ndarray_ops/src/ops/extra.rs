@@ -21,7 +21,7 @@ const SELU_LAMBDA: f64 = 1.050_700_987_355_480_5;
 /// LeakyReLU's activation. `prelu` learns its slope per channel (input `gamma`); MXNet's
 /// `rrelu`, with random slopes, is refused.
 #[derive(Clone, Copy)]
-enum Leaky {
+enum LeakyAct {
     Leaky(f64),
     Elu(f64),
     Selu,
@@ -30,15 +30,15 @@ enum Leaky {
     Prelu,
 }
 
-impl Leaky {
-    fn of(op: &str, attrs: &Attrs) -> Result<Leaky> {
+impl LeakyAct {
+    fn of(op: &str, attrs: &Attrs) -> Result<LeakyAct> {
         let slope = attrs.float(op, "slope", Some(0.25))?;
         Ok(match attrs.get("act_type").unwrap_or("leaky") {
-            "leaky" => Leaky::Leaky(slope),
-            "elu" => Leaky::Elu(slope),
-            "selu" => Leaky::Selu,
-            "gelu" => Leaky::Gelu,
-            "prelu" => Leaky::Prelu,
+            "leaky" => LeakyAct::Leaky(slope),
+            "elu" => LeakyAct::Elu(slope),
+            "selu" => LeakyAct::Selu,
+            "gelu" => LeakyAct::Gelu,
+            "prelu" => LeakyAct::Prelu,
             other => {
                 return Err(invalid(
                     op,
@@ -51,29 +51,29 @@ impl Leaky {
     /// The output at `x`, `gamma` being prelu's slope there.
     fn apply(self, x: f64, gamma: f64) -> f64 {
         match self {
-            Leaky::Gelu => 0.5 * x * (1.0 + libm::erf(x * std::f64::consts::FRAC_1_SQRT_2)),
-            Leaky::Selu if x > 0.0 => SELU_LAMBDA * x,
-            Leaky::Selu => SELU_LAMBDA * SELU_ALPHA * x.exp_m1(),
+            LeakyAct::Gelu => 0.5 * x * (1.0 + libm::erf(x * std::f64::consts::FRAC_1_SQRT_2)),
+            LeakyAct::Selu if x > 0.0 => SELU_LAMBDA * x,
+            LeakyAct::Selu => SELU_LAMBDA * SELU_ALPHA * x.exp_m1(),
             _ if x > 0.0 => x,
-            Leaky::Leaky(slope) => slope * x,
-            Leaky::Elu(slope) => slope * x.exp_m1(),
-            Leaky::Prelu => gamma * x,
+            LeakyAct::Leaky(slope) => slope * x,
+            LeakyAct::Elu(slope) => slope * x.exp_m1(),
+            LeakyAct::Prelu => gamma * x,
         }
     }
 
     /// The derivative at `x`.
     fn derivative(self, x: f64, gamma: f64) -> f64 {
         match self {
-            Leaky::Gelu => {
+            LeakyAct::Gelu => {
                 let pdf = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
                 0.5 * (1.0 + libm::erf(x * std::f64::consts::FRAC_1_SQRT_2)) + x * pdf
             }
-            Leaky::Selu if x > 0.0 => SELU_LAMBDA,
+            LeakyAct::Selu if x > 0.0 => SELU_LAMBDA,
             _ if x > 0.0 => 1.0,
-            Leaky::Leaky(slope) => slope,
-            Leaky::Elu(slope) => slope * x.exp(),
-            Leaky::Selu => SELU_LAMBDA * SELU_ALPHA * x.exp(),
-            Leaky::Prelu => gamma,
+            LeakyAct::Leaky(slope) => slope,
+            LeakyAct::Elu(slope) => slope * x.exp(),
+            LeakyAct::Selu => SELU_LAMBDA * SELU_ALPHA * x.exp(),
+            LeakyAct::Prelu => gamma,
         }
     }
 }
@@ -106,8 +106,8 @@ impl GammaIndex {
 }
 
 fn infer_leaky(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    let want = match Leaky::of(op, attrs)? {
-        Leaky::Prelu => 2,
+    let want = match LeakyAct::of(op, attrs)? {
+        LeakyAct::Prelu => 2,
         _ => 1,
     };
     if s.len() != want {
@@ -146,7 +146,7 @@ fn leaky_kernel(
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
-    let kind = Leaky::of(op, attrs).map_err(|e| e.to_string())?;
+    let kind = LeakyAct::of(op, attrs).map_err(|e| e.to_string())?;
     crate::with_dtype!(outs[0].dtype, T => {
         let (x, y) = (ins[0].ptr::<T>(), outs[0].ptr::<T>());
         let gamma = ins.get(1).map(|g| (g.ptr::<T>(), GammaIndex::new(&ins[0].shape, g.len())));
@@ -164,7 +164,7 @@ fn leaky_kernel(
 
 /// `_backward_LeakyReLU(ograd, data[, gamma])`: the gradients of data and, for prelu, gamma.
 fn infer_leaky_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    Leaky::of(op, attrs)?;
+    LeakyAct::of(op, attrs)?;
     let dt = same_dtypes(op, d)?;
     Ok((s[1..].to_vec(), vec![dt; s.len() - 1]))
 }
@@ -176,7 +176,7 @@ fn leaky_backward_kernel(
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
-    let kind = Leaky::of(op, attrs).map_err(|e| e.to_string())?;
+    let kind = LeakyAct::of(op, attrs).map_err(|e| e.to_string())?;
     crate::with_dtype!(outs[0].dtype, T => {
         let (g, x, dx) = (ins[0].ptr::<T>(), ins[1].ptr::<T>(), outs[0].ptr::<T>());
         let gamma = ins.get(2).map(|t| (t.ptr::<T>(), GammaIndex::new(&ins[1].shape, t.len())));
