@@ -39,6 +39,10 @@ MXNET_GRAD_WRONG = {
 }
 
 
+# Ops MXNet only runs in float32 (its legacy InstanceNorm): those cases are float32.
+FLOAT32_ONLY = {"InstanceNorm"}
+
+
 def case(name, op, attrs, inputs, aux=(), no_grad=(), train=False):
     CASES.append((name, op, {k: str(v) for k, v in attrs.items()}, inputs, set(aux),
                   set(no_grad), train))
@@ -107,6 +111,19 @@ case("bn_axis_last", "BatchNorm", {"fix_gamma": False, "axis": -1},
      [("data", u((2, 3, 4)) * 2), ("gamma", u((4,), 0.5, 1.5)), ("beta", u((4,))),
       ("moving_mean", u((4,))), ("moving_var", u((4,), 0.5, 1.5))],
      aux=("moving_mean", "moving_var"), train=True)
+ln_in = lambda shape, c: [("data", u(shape) * 2 + 0.3), ("gamma", u((c,), 0.5, 1.5)),
+                          ("beta", u((c,)))]
+case("layer_norm", "LayerNorm", {}, ln_in((3, 5), 5))
+case("layer_norm_axis1", "LayerNorm", {"axis": 1, "eps": 1e-3, "output_mean_var": True},
+     ln_in((2, 4, 3), 4))
+case("layer_norm_axis0", "LayerNorm", {"axis": 0}, ln_in((4, 3), 4))
+case("instance_norm", "InstanceNorm", {}, ln_in((2, 3, 4, 2), 3))
+case("instance_norm_eps", "InstanceNorm", {"eps": 1e-5}, ln_in((2, 3, 5), 3))
+case("group_norm", "GroupNorm", {"num_groups": 2}, ln_in((2, 4, 3, 2), 2))
+case("group_norm_mean_var", "GroupNorm", {"num_groups": 3, "output_mean_var": True},
+     ln_in((2, 6, 2), 3))
+for mode in ("instance", "channel", "spatial"):
+    case("l2norm_" + mode, "L2Normalization", {"mode": mode}, [("data", u((2, 3, 2, 2)))])
 case("softmax", "softmax", {"axis": -1}, [("data", u((3, 5)) * 3)])
 case("softmax_axis0_temp", "softmax", {"axis": 0, "temperature": 2.0},
      [("data", u((3, 5)) * 3)])
@@ -247,10 +264,11 @@ def run(out):
         vars_ = [mx.sym.var(n) for n, _ in inputs]
         make = getattr(mx.sym, op, None) or getattr(mx.sym._internal, op)
         sym = make(*vars_, name="node", **attrs)
-        args = {n: mx.nd.array(v, dtype="float64") for n, v in inputs}
+        dt = "float32" if op in FLOAT32_ONLY else "float64"
+        args = {n: mx.nd.array(v, dtype=dt) for n, v in inputs}
         arg_names = sym.list_arguments()
         grads = [n for n in arg_names if n not in no_grad]
-        types = {n: "float64" for n in arg_names}
+        types = {n: dt for n in arg_names}
         exe = sym.simple_bind(mx.cpu(), type_dict=types,
                               grad_req={n: ("write" if n in grads else "null")
                                         for n in arg_names},
@@ -272,10 +290,10 @@ def run(out):
                 g = exe.grad_dict[n].asnumpy()
                 if name in MXNET_GRAD_WRONG:
                     g = numeric_grad(exe, n, heads)
-                saved["%s/grad/%s" % (name, n)] = mx.nd.array(g, dtype="float64")
+                saved["%s/grad/%s" % (name, n)] = mx.nd.array(g, dtype=dt)
         for n in aux:
             saved["%s/aux_after/%s" % (name, n)] = mx.nd.array(
-                exe.aux_dict[n].asnumpy(), dtype="float64")
+                exe.aux_dict[n].asnumpy(), dtype=dt)
         meta.append({"name": name, "op": op, "attrs": attrs,
                      "inputs": [n for n, _ in inputs], "aux": sorted(aux),
                      "grads": grads, "outputs": len(outs), "train": bool(grads or train),

@@ -577,6 +577,32 @@ fn leaky_relu_and_unary_math_gradients_match_finite_differences() {
 }
 
 #[test]
+fn normalization_gradients_match_finite_differences() {
+    let x = vec![2, 4, 3];
+    let norm = |op: &str, attrs: Attrs, scales: usize| {
+        check_op(
+            op,
+            attrs,
+            &[x.clone(), vec![scales], vec![scales]],
+            (-1.0, 1.0),
+        );
+    };
+    norm("LayerNorm", Attrs::new(), 3);
+    norm("LayerNorm", Attrs::new().with("axis", 1), 4);
+    norm("InstanceNorm", Attrs::new(), 4);
+    norm("GroupNorm", Attrs::new().with("num_groups", 2), 2);
+    for mode in ["instance", "channel", "spatial"] {
+        let attrs = Attrs::new().with("mode", mode);
+        check_op(
+            "L2Normalization",
+            attrs,
+            std::slice::from_ref(&x),
+            (-1.0, 1.0),
+        );
+    }
+}
+
+#[test]
 fn dropout_gradient_is_the_head_gradient_through_the_same_mask() {
     let rt = Runtime::with_engine(EngineKind::ThreadedPerDevice);
     rt.seed(23).unwrap();

@@ -15,6 +15,7 @@ mod linalg;
 pub(crate) mod math;
 mod mxnet_params;
 mod nn;
+mod norm;
 mod par;
 mod param_shapes;
 mod reduce;
@@ -370,6 +371,7 @@ fn registry() -> &'static FxHashMap<&'static str, &'static OpDef> {
             .chain(backward::take_grad_ops())
             .chain(extra::ops())
             .chain(math::ops())
+            .chain(norm::ops())
         {
             m.insert(def.name, def);
             for a in def.aliases {
@@ -404,6 +406,18 @@ pub fn num_outputs(def: &OpDef, attrs: &Attrs) -> Result<(usize, usize)> {
             },
         ),
         "Dropout" => (2, 1),
+        // The per-group statistics the backward op reads are hidden outputs, as in MXNet.
+        "LayerNorm" | "GroupNorm" => (
+            3,
+            if attrs.bool(op, "output_mean_var", false)? {
+                3
+            } else {
+                1
+            },
+        ),
+        "InstanceNorm" => (3, 1),
+        "L2Normalization" => (2, 1),
+        "_backward_LayerNorm" | "_backward_InstanceNorm" | "_backward_GroupNorm" => (3, 3),
         "Pooling" => {
             let max = attrs.get("pool_type").unwrap_or("max") == "max";
             if max {

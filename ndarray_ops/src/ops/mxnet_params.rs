@@ -63,6 +63,10 @@ pub(super) const MXNET_PARAMS: &[(&str, &[&str])] = &[
     ),
     ("Flatten", &[]),
     ("FullyConnected", &["num_hidden", "no_bias", "flatten"]),
+    ("GroupNorm", &["num_groups", "eps", "output_mean_var"]),
+    ("InstanceNorm", &["eps"]),
+    ("L2Normalization", &["eps", "mode"]),
+    ("LayerNorm", &["axis", "eps", "output_mean_var"]),
     (
         "LeakyReLU",
         &["act_type", "slope", "lower_bound", "upper_bound"],

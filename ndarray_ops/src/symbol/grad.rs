@@ -725,6 +725,29 @@ fn leaky_relu(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<Node
     Ok((0..n.inputs.len()).map(|k| Some(out(&bw, k))).collect())
 }
 
+/// LayerNorm, InstanceNorm, GroupNorm: one backward node reading the data, gamma and the
+/// statistics the forward pass kept; L2Normalization: one reading its output and the norms.
+fn normalization(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let op = n.op_name();
+    let ins = match op {
+        "L2Normalization" => vec![need(n, og)?, out(n, 0), out(n, 1)],
+        _ => vec![
+            need(n, og)?,
+            n.inputs[0].clone(),
+            n.inputs[1].clone(),
+            out(n, 1),
+            out(n, 2),
+        ],
+    };
+    let bw = make(
+        &format!("_backward_{op}"),
+        format!("{}_backward", n.name),
+        ins,
+        n.attrs.clone(),
+    )?;
+    Ok((0..n.inputs.len()).map(|k| Some(out(&bw, k))).collect())
+}
+
 /// The unary math functions (`ops::math`): one `_backward_math` node reading the value the
 /// derivative is written in; none for the flat ones.
 fn math(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
@@ -782,6 +805,7 @@ fn rule(op: &str) -> Option<GradFn> {
         "abs" | "clip" | "_maximum_scalar" | "_minimum_scalar" | "_power_scalar"
         | "hard_sigmoid" => masked,
         "LeakyReLU" => leaky_relu,
+        "LayerNorm" | "InstanceNorm" | "GroupNorm" | "L2Normalization" => normalization,
         op if crate::ops::math::find(op).is_some() => math,
         "Cast" => cast,
         "zeros_like" | "ones_like" | "BlockGrad" => none,

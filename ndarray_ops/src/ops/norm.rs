@@ -1,0 +1,410 @@
+//! The normalizations other than BatchNorm: LayerNorm, InstanceNorm, GroupNorm (each
+//! `gamma * (x - mean) / sqrt(var + eps) + beta` over its own groups of elements) and
+//! L2Normalization (`x / sqrt(sum x² + eps)`), with their backward ops.
+//!
+//! All four are one computation over a different grouping of the same array: `Groups` names,
+//! for a group and a position in it, the element, so one forward and one backward loop serve
+//! every op. A group is `len` elements `inner` apart; the groups are every (outer, inner) pair.
+//! LayerNorm groups along its axis and scales by the position in the group; InstanceNorm groups
+//! each (sample, channel) and GroupNorm each (sample, group of channels), both scaling per
+//! group (MXNet 1.9.1's GroupNorm has one gamma per group, not per channel).
+//!
+//! The forward pass keeps, as hidden outputs as MXNet does, each group's mean and
+//! `sqrt(var + eps)` (L2Normalization: the norm), which the backward op reads instead of
+//! recomputing them.
+
+use super::par::{for_ranges, Shared};
+use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef};
+use crate::error::{invalid, NdError, Result};
+use crate::resources::KernelRes;
+use crate::{DType, Element};
+
+type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
+type KResult = std::result::Result<(), String>;
+
+/// `outer * inner` groups of `len` elements each, `inner` apart.
+#[derive(Clone, Copy, Debug)]
+struct Groups {
+    outer: usize,
+    len: usize,
+    inner: usize,
+}
+
+impl Groups {
+    fn count(self) -> usize {
+        self.outer * self.inner
+    }
+
+    /// The element at position `k` of group `g`.
+    fn at(self, g: usize, k: usize) -> usize {
+        let (o, i) = (g / self.inner, g % self.inner);
+        (o * self.len + k) * self.inner + i
+    }
+}
+
+/// Which of gamma's entries scales an element.
+#[derive(Clone, Copy, Debug)]
+enum Scale {
+    /// The element's position in its group (LayerNorm: one gamma along the axis).
+    ByPosition,
+    /// The group's outer index modulo the count (InstanceNorm: channels; GroupNorm: groups).
+    ByGroup(usize),
+}
+
+impl Scale {
+    fn index(self, g: usize, k: usize, groups: Groups) -> usize {
+        match self {
+            Scale::ByPosition => k,
+            Scale::ByGroup(m) => (g / groups.inner) % m,
+        }
+    }
+}
+
+/// How `op` groups an array of `shape`: the groups, the scaling, gamma's length and the shape
+/// of the per-group statistics.
+fn layout(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<(Groups, Scale, usize, Vec<usize>)> {
+    let need = |n: usize| {
+        if shape.len() < n {
+            Err(NdError::Shape {
+                op: op.into(),
+                arg: "data".into(),
+                found: shape.to_vec(),
+                expected: format!("at least {n} dimensions"),
+            })
+        } else {
+            Ok(())
+        }
+    };
+    let spatial = || shape.iter().skip(2).product::<usize>();
+    Ok(match op {
+        "LayerNorm" | "_backward_LayerNorm" => {
+            need(1)?;
+            let axis = attrs.ints(op, "axis")?.and_then(|v| v.first().copied());
+            let a = norm_axes(op, &[axis.unwrap_or(-1)], shape.len())?[0];
+            let mut stats = shape.to_vec();
+            stats[a] = 1;
+            let groups = Groups {
+                outer: shape[..a].iter().product(),
+                len: shape[a],
+                inner: shape[a + 1..].iter().product(),
+            };
+            (groups, Scale::ByPosition, shape[a], stats)
+        }
+        "InstanceNorm" | "_backward_InstanceNorm" => {
+            need(3)?;
+            let (n, c) = (shape[0], shape[1]);
+            let groups = Groups {
+                outer: n * c,
+                len: spatial(),
+                inner: 1,
+            };
+            (groups, Scale::ByGroup(c), c, vec![n, c])
+        }
+        "GroupNorm" | "_backward_GroupNorm" => {
+            need(2)?;
+            let (n, c) = (shape[0], shape[1]);
+            let g = attrs.f64(op, "num_groups", Some(1.0))?;
+            if g < 1.0 || g.fract() != 0.0 || c % (g as usize) != 0 {
+                return Err(invalid(
+                    op,
+                    format!("num_groups={g} does not divide the {c} channels of data {shape:?}"),
+                ));
+            }
+            let g = g as usize;
+            let groups = Groups {
+                outer: n * g,
+                len: c / g * spatial(),
+                inner: 1,
+            };
+            (groups, Scale::ByGroup(g), g, vec![n, g])
+        }
+        _ => {
+            // L2Normalization: no gamma; the norm's shape is the groups'.
+            need(2)?;
+            let (n, c) = (shape[0], shape[1]);
+            let rest: usize = shape[1..].iter().product();
+            match attrs.get("mode").unwrap_or("instance") {
+                "instance" => (
+                    Groups {
+                        outer: n,
+                        len: rest,
+                        inner: 1,
+                    },
+                    Scale::ByPosition,
+                    0,
+                    vec![n],
+                ),
+                "channel" => {
+                    let mut stats = shape.to_vec();
+                    stats.remove(1);
+                    let groups = Groups {
+                        outer: n,
+                        len: c,
+                        inner: spatial(),
+                    };
+                    (groups, Scale::ByPosition, 0, stats)
+                }
+                "spatial" => (
+                    Groups {
+                        outer: n * c,
+                        len: spatial(),
+                        inner: 1,
+                    },
+                    Scale::ByPosition,
+                    0,
+                    vec![n, c],
+                ),
+                other => {
+                    return Err(invalid(
+                        op,
+                        format!("mode {other:?} is not instance, channel or spatial"),
+                    ))
+                }
+            }
+        }
+    })
+}
+
+fn eps(op: &str, attrs: &Attrs) -> Result<f64> {
+    let default = match op.trim_start_matches("_backward_") {
+        "InstanceNorm" => 1e-3,
+        "L2Normalization" => 1e-10,
+        _ => 1e-5,
+    };
+    attrs.float(op, "eps", Some(default))
+}
+
+fn check_float(op: &str, dt: DType) -> Result<()> {
+    if dt.is_float() {
+        Ok(())
+    } else {
+        Err(NdError::DType {
+            op: op.into(),
+            arg: "data".into(),
+            found: dt.to_string(),
+            expected: "float32 or float64".into(),
+        })
+    }
+}
+
+/// Forward: `(data, gamma, beta) -> (out, mean, std)`; L2Normalization `data -> (out, norm)`.
+fn infer_norm(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let dt = same_dtypes(op, d)?;
+    check_float(op, dt)?;
+    let (_, _, scales, stats) = layout(op, attrs, &s[0])?;
+    eps(op, attrs)?;
+    if op == "L2Normalization" {
+        return Ok((vec![s[0].clone(), stats], vec![dt; 2]));
+    }
+    for (i, name) in [(1, "gamma"), (2, "beta")] {
+        if s[i] != [scales] {
+            return Err(NdError::Shape {
+                op: op.into(),
+                arg: name.into(),
+                found: s[i].clone(),
+                expected: format!("[{scales}] for data {:?}", s[0]),
+            });
+        }
+    }
+    Ok((vec![s[0].clone(), stats.clone(), stats], vec![dt; 3]))
+}
+
+/// Gamma's and beta's shapes from the data's, for binding from the data shape alone.
+pub(super) fn infer_params(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[Option<Vec<usize>>],
+) -> Result<Vec<Option<Vec<usize>>>> {
+    let mut out = vec![None; ins.len()];
+    if let Some(Some(x)) = ins.first() {
+        let (_, _, scales, _) = layout(op, attrs, x)?;
+        for o in out.iter_mut().skip(1) {
+            *o = Some(vec![scales]);
+        }
+    }
+    Ok(out)
+}
+
+fn norm_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let e = |e: NdError| e.to_string();
+    let x = &ins[0];
+    let (groups, scale, _, _) = layout(op, attrs, &x.shape).map_err(e)?;
+    let eps = eps(op, attrs).map_err(e)?;
+    let l2 = op == "L2Normalization";
+    crate::with_dtype!(x.dtype, T => {
+        let xs = Shared::new(x.ptr::<T>());
+        let ys = Shared::new(outs[0].ptr::<T>());
+        let stat = |k: usize| Shared::new(outs[k].ptr::<T>());
+        let (first, second) = (stat(1), if l2 { stat(1) } else { stat(2) });
+        let affine = (!l2).then(|| (Shared::new(ins[1].ptr::<T>()), Shared::new(ins[2].ptr::<T>())));
+        let n = groups.len as f64;
+        for_ranges(groups.count(), 3 * groups.len, |lo, hi| {
+            for g in lo..hi {
+                // SAFETY (this block): read access to data, gamma and beta; each group's
+                // elements and statistics are written by this call alone; an output that is
+                // exactly the data is read before written, element by element, after the
+                // statistics were taken.
+                unsafe {
+                    let at = |k: usize| (*xs.get().add(groups.at(g, k))).to_f64();
+                    let (mean, denom) = if l2 {
+                        let sq: f64 = (0..groups.len).map(|k| at(k) * at(k)).sum();
+                        (0.0, (sq + eps).sqrt())
+                    } else {
+                        let mean = (0..groups.len).map(at).sum::<f64>() / n;
+                        let var = (0..groups.len).map(|k| (at(k) - mean).powi(2)).sum::<f64>() / n;
+                        (mean, (var + eps).sqrt())
+                    };
+                    for k in 0..groups.len {
+                        let mut v = (at(k) - mean) / denom;
+                        if let Some((gamma, beta)) = affine {
+                            let c = scale.index(g, k, groups);
+                            v = v * (*gamma.get().add(c)).to_f64() + (*beta.get().add(c)).to_f64();
+                        }
+                        *ys.get().add(groups.at(g, k)) = T::from_f64(v);
+                    }
+                    if l2 {
+                        *first.get().add(g) = T::from_f64(denom);
+                    } else {
+                        *first.get().add(g) = T::from_f64(mean);
+                        *second.get().add(g) = T::from_f64(denom);
+                    }
+                }
+            }
+        });
+    });
+    Ok(())
+}
+
+/// Backward of the affine norms: `(ograd, data, gamma, mean, std) -> (d data, d gamma,
+/// d beta)`; of L2Normalization: `(ograd, out, norm) -> d data`.
+fn infer_norm_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let dt = same_dtypes(op, d)?;
+    layout(op, attrs, &s[1])?;
+    Ok(match op {
+        "_backward_L2Normalization" => (vec![s[1].clone()], vec![dt]),
+        _ => (vec![s[1].clone(), s[2].clone(), s[2].clone()], vec![dt; 3]),
+    })
+}
+
+fn norm_backward_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let e = |e: NdError| e.to_string();
+    let (groups, scale, scales, _) = layout(op, attrs, &ins[1].shape).map_err(e)?;
+    let l2 = op == "_backward_L2Normalization";
+    let n = groups.len as f64;
+    crate::with_dtype!(ins[1].dtype, T => {
+        let p = |t: &TensorRef| Shared::new(t.ptr::<T>());
+        let (gs, xs, dxs) = (p(&ins[0]), p(&ins[1]), p(&outs[0]));
+        // L2: ins = (ograd, out, norm); else (ograd, data, gamma, mean, std).
+        let (gamma, mean, std) = if l2 {
+            (None, None, p(&ins[2]))
+        } else {
+            (Some(p(&ins[2])), Some(p(&ins[3])), p(&ins[4]))
+        };
+        for_ranges(groups.count(), 4 * groups.len, |lo, hi| {
+            for g in lo..hi {
+                // SAFETY (this block): read access to the inputs; each group's elements of d
+                // data are written by this call alone, after every read of that group (d data
+                // may be exactly the output gradient).
+                unsafe {
+                    let rd = |s: Shared<T>, i: usize| s.read(i).to_f64();
+                    let denom = rd(std, g);
+                    // Per element: the normalized value and the gradient it receives.
+                    let parts: Vec<(f64, f64)> = (0..groups.len)
+                        .map(|k| {
+                            let (i, og) = (groups.at(g, k), rd(gs, groups.at(g, k)));
+                            match (gamma, mean) {
+                                (Some(gamma), Some(mean)) => {
+                                    let c = scale.index(g, k, groups);
+                                    ((rd(xs, i) - rd(mean, g)) / denom, og * rd(gamma, c))
+                                }
+                                _ => (rd(xs, i), og),
+                            }
+                        })
+                        .collect();
+                    let dot = parts.iter().map(|(h, d)| h * d).sum::<f64>();
+                    // L2: dx = (g - y * sum(g y)) / norm; affine norms subtract the mean too.
+                    let (mean_d, dot) = match l2 {
+                        true => (0.0, dot),
+                        false => (parts.iter().map(|p| p.1).sum::<f64>() / n, dot / n),
+                    };
+                    for (k, (h, d)) in parts.into_iter().enumerate() {
+                        let v = (d - mean_d - h * dot) / denom;
+                        dxs.write(groups.at(g, k), T::from_f64(v));
+                    }
+                }
+            }
+        });
+        if !l2 {
+            // SAFETY: read access to the inputs, exclusive access to d gamma and d beta.
+            let (x, og, mean, std) = unsafe {
+                (ins[1].slice::<T>(), ins[0].slice::<T>(), ins[3].slice::<T>(), ins[4].slice::<T>())
+            };
+            let (mut dgamma, mut dbeta) = (vec![0.0; scales], vec![0.0; scales]);
+            for g in 0..groups.count() {
+                let (m, s) = (mean[g].to_f64(), std[g].to_f64());
+                for k in 0..groups.len {
+                    let (i, c) = (groups.at(g, k), scale.index(g, k, groups));
+                    dgamma[c] += og[i].to_f64() * (x[i].to_f64() - m) / s;
+                    dbeta[c] += og[i].to_f64();
+                }
+            }
+            for (out, vals) in [(&outs[1], dgamma), (&outs[2], dbeta)] {
+                // SAFETY: exclusive access to this output.
+                for (o, v) in unsafe { out.slice_mut::<T>() }.iter_mut().zip(vals) {
+                    *o = T::from_f64(v);
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+pub(super) fn ops() -> &'static [OpDef] {
+    const fn norm(name: &'static str) -> OpDef {
+        OpDef {
+            infer_inputs: Some(infer_params),
+            alias_safe: false,
+            ..OpDef::new(name, Arity::Exactly(3), infer_norm, norm_kernel)
+        }
+    }
+    const fn backward(name: &'static str, inputs: usize) -> OpDef {
+        OpDef {
+            alias_safe: false,
+            ..OpDef::new(
+                name,
+                Arity::Exactly(inputs),
+                infer_norm_backward,
+                norm_backward_kernel,
+            )
+        }
+    }
+    static OPS: &[OpDef] = &[
+        norm("LayerNorm"),
+        norm("InstanceNorm"),
+        norm("GroupNorm"),
+        OpDef {
+            arity: Arity::Exactly(1),
+            infer_inputs: None,
+            // Its backward reads the output and the norm, not the data.
+            backward_ignores: &[0],
+            ..norm("L2Normalization")
+        },
+        backward("_backward_LayerNorm", 5),
+        backward("_backward_InstanceNorm", 5),
+        backward("_backward_GroupNorm", 5),
+        backward("_backward_L2Normalization", 3),
+    ];
+    OPS
+}
