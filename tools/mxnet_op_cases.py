@@ -139,6 +139,18 @@ case("softmax_output_ignore", "SoftmaxOutput",
      no_grad=("label",))
 case("softmax_output_valid", "SoftmaxOutput", {"normalization": "valid"},
      [("data", u((4, 5)) * 2), ("label", ints((4,), 5))], no_grad=("label",))
+for r in ("LinearRegressionOutput", "LogisticRegressionOutput", "MAERegressionOutput"):
+    case(r, r, {}, [("data", u((3, 4))), ("label", u((3, 4)))], no_grad=("label",))
+    case(r + "_scaled", r, {"grad_scale": 0.7}, [("data", u((4, 1))), ("label", u((4,)))],
+         no_grad=("label",))
+case("MakeLoss", "MakeLoss", {}, [("data", u((2, 3)))])
+case("MakeLoss_batch", "MakeLoss", {"normalization": "batch", "grad_scale": 2.0},
+     [("data", u((4, 3)))])
+case("MakeLoss_valid", "MakeLoss", {"normalization": "valid", "valid_thresh": 0.2},
+     [("data", u((4, 3)))])
+case("make_loss", "make_loss", {}, [("data", u((2, 3)))])
+case("softmax_cross_entropy", "softmax_cross_entropy", {},
+     [("data", u((4, 5)) * 3), ("label", ints((4,), 5))], no_grad=("label",))
 case("concat", "Concat", {"dim": 1, "num_args": 2},
      [("a", u((2, 3, 2))), ("b", u((2, 1, 2)))])
 case("slice_channel", "SliceChannel", {"num_outputs": 2, "axis": 1},

@@ -67,7 +67,14 @@ const FLOAT_INSIDE: &[(&str, f64, &str)] = &[
 ];
 
 /// Ops whose backward starts from their own loss, not from a head gradient.
-const LOSSES: &[&str] = &["SoftmaxOutput"];
+const LOSSES: &[&str] = &[
+    "SoftmaxOutput",
+    "LinearRegressionOutput",
+    "LogisticRegressionOutput",
+    "MAERegressionOutput",
+    "MakeLoss",
+    "make_loss",
+];
 
 #[derive(serde::Deserialize)]
 struct Case {

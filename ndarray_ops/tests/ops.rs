@@ -528,3 +528,60 @@ fn repeated_calls_infer_each_call_own_shapes() {
     }
     assert_eq!((&c * 2.0).unwrap().to_ndarray::<f64>().unwrap().sum(), 12.0);
 }
+
+/// The ops added from MXNet's wider set refuse what they cannot do with what was asked, what
+/// was found and where, at the call or, for values only the kernel sees, when the result is read.
+#[test]
+fn wider_mxnet_ops_refuse_bad_input_clearly() {
+    let rt = rt();
+    let cpu = Context::cpu(0);
+    let x = rt.zeros(&[2, 4, 3], DType::F64, cpu).unwrap();
+    let err = |op: &str, inputs: &[&NDArray], attrs: Attrs| {
+        invoke(op, inputs, &attrs, None).unwrap_err().to_string()
+    };
+    let e = err("LeakyReLU", &[&x], Attrs::new().with("act_type", "rrelu"));
+    assert!(e.contains("rrelu") && e.contains("prelu"), "{e}");
+    let e = err("LeakyReLU", &[&x], Attrs::new().with("act_type", "prelu"));
+    assert!(e.contains("takes 2 input(s)") && e.contains("got 1"), "{e}");
+    let g3 = rt.zeros(&[3], DType::F64, cpu).unwrap();
+    let e = err(
+        "GroupNorm",
+        &[&x, &g3, &g3],
+        Attrs::new().with("num_groups", 3),
+    );
+    assert!(
+        e.contains("num_groups=3") && e.contains("4 channels"),
+        "{e}"
+    );
+    let e = err("LayerNorm", &[&x, &g3, &g3], Attrs::new().with("axis", 1));
+    assert!(
+        e.contains("gamma") && e.contains("[4]") && e.contains("[3]"),
+        "{e}"
+    );
+    let e = err("LayerNorm", &[&x, &g3, &g3], Attrs::new().with("axes", 1));
+    assert!(
+        e.contains("unknown attribute \"axes\"") && e.contains("axis"),
+        "{e}"
+    );
+    let e = err("Cast", &[&x], Attrs::new().with("dtype", "float17"));
+    assert!(e.contains("float17"), "{e}");
+    let e = err("L2Normalization", &[&x], Attrs::new().with("mode", "row"));
+    assert!(e.contains("\"row\""), "{e}");
+    // A label no class has: the op fails when read, with the label and the class count.
+    let scores = rt.zeros(&[2, 5], DType::F64, cpu).unwrap();
+    let labels = rt.from_vec(vec![1.0f64, 7.0], &[2], cpu).unwrap();
+    let out = invoke(
+        "softmax_cross_entropy",
+        &[&scores, &labels],
+        &Attrs::new(),
+        None,
+    );
+    let e = out
+        .and_then(|o| o[0].to_vec::<f64>())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("label 7") && e.contains("below 5"), "{e}");
+    // Regression labels must have the data's elements.
+    let e = err("LinearRegressionOutput", &[&scores, &g3], Attrs::new());
+    assert!(e.contains("label") && e.contains("[2, 5]"), "{e}");
+}

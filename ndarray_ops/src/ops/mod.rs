@@ -12,6 +12,7 @@ pub(crate) mod conv;
 pub(crate) mod elemwise;
 mod extra;
 mod linalg;
+pub(crate) mod loss;
 pub(crate) mod math;
 mod mxnet_params;
 mod nn;
@@ -372,6 +373,7 @@ fn registry() -> &'static FxHashMap<&'static str, &'static OpDef> {
             .chain(extra::ops())
             .chain(math::ops())
             .chain(norm::ops())
+            .chain(loss::ops())
         {
             m.insert(def.name, def);
             for a in def.aliases {
@@ -416,6 +418,9 @@ pub fn num_outputs(def: &OpDef, attrs: &Attrs) -> Result<(usize, usize)> {
             },
         ),
         "InstanceNorm" => (3, 1),
+        "_backward_LinearRegressionOutput"
+        | "_backward_LogisticRegressionOutput"
+        | "_backward_MAERegressionOutput" => (2, 2),
         "L2Normalization" => (2, 1),
         "_backward_LayerNorm" | "_backward_InstanceNorm" | "_backward_GroupNorm" => (3, 3),
         "Pooling" => {

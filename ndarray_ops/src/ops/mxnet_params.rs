@@ -71,6 +71,10 @@ pub(super) const MXNET_PARAMS: &[(&str, &[&str])] = &[
         "LeakyReLU",
         &["act_type", "slope", "lower_bound", "upper_bound"],
     ),
+    ("LinearRegressionOutput", &["grad_scale"]),
+    ("LogisticRegressionOutput", &["grad_scale"]),
+    ("MAERegressionOutput", &["grad_scale"]),
+    ("MakeLoss", &["grad_scale", "valid_thresh", "normalization"]),
     (
         "Pooling",
         &[
@@ -189,6 +193,7 @@ pub(super) const MXNET_PARAMS: &[(&str, &[&str])] = &[
         "log_softmax",
         &["axis", "temperature", "dtype", "use_length"],
     ),
+    ("make_loss", &[]),
     ("max", &["axis", "keepdims", "exclude"]),
     ("mean", &["axis", "keepdims", "exclude"]),
     ("min", &["axis", "keepdims", "exclude"]),
@@ -235,6 +240,7 @@ pub(super) const MXNET_PARAMS: &[(&str, &[&str])] = &[
     ("slice", &["begin", "end", "step"]),
     ("slice_axis", &["axis", "begin", "end"]),
     ("softmax", &["axis", "temperature", "dtype", "use_length"]),
+    ("softmax_cross_entropy", &[]),
     ("softsign", &[]),
     ("split", &["num_outputs", "axis", "squeeze_axis"]),
     ("sqrt", &[]),

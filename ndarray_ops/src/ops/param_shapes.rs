@@ -111,3 +111,13 @@ pub(super) fn prelu(_op: &str, _attrs: &Attrs, ins: &Known) -> Found {
     }
     Ok(out)
 }
+
+/// Regression outputs: a label not given has the data's shape (a given one may also drop the
+/// data's trailing 1, which the op checks).
+pub(super) fn label_like_data(_op: &str, _attrs: &Attrs, ins: &Known) -> Found {
+    let mut out = vec![None; ins.len()];
+    if let (Some(Some(x)), Some(None)) = (ins.first(), ins.get(1)) {
+        out[1] = Some(x.clone());
+    }
+    Ok(out)
+}

@@ -748,6 +748,32 @@ fn normalization(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<N
     Ok((0..n.inputs.len()).map(|k| Some(out(&bw, k))).collect())
 }
 
+/// The loss heads of `ops::loss`: their gradient is their own, not the head gradient's.
+fn loss(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let op = n.op_name();
+    let name = format!("{}_backward", n.name);
+    let y = out(n, 0);
+    Ok(match op {
+        "make_loss" => vec![Some(op1("ones_like", name, vec![y], Attrs::new())?)],
+        "MakeLoss" => vec![Some(op1(
+            "_backward_MakeLoss",
+            name,
+            vec![y],
+            n.attrs.clone(),
+        )?)],
+        "softmax_cross_entropy" => {
+            let ins = vec![need(n, og)?, n.inputs[0].clone(), n.inputs[1].clone()];
+            let d = op1("_backward_softmax_cross_entropy", name, ins, Attrs::new())?;
+            vec![Some(d), None]
+        }
+        _ => {
+            let ins = vec![y, n.inputs[1].clone()];
+            let bw = make(&format!("_backward_{op}"), name, ins, n.attrs.clone())?;
+            vec![Some(out(&bw, 0)), Some(out(&bw, 1))]
+        }
+    })
+}
+
 /// The unary math functions (`ops::math`): one `_backward_math` node reading the value the
 /// derivative is written in; none for the flat ones.
 fn math(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
@@ -805,6 +831,12 @@ fn rule(op: &str) -> Option<GradFn> {
         "abs" | "clip" | "_maximum_scalar" | "_minimum_scalar" | "_power_scalar"
         | "hard_sigmoid" => masked,
         "LeakyReLU" => leaky_relu,
+        "LinearRegressionOutput"
+        | "LogisticRegressionOutput"
+        | "MAERegressionOutput"
+        | "MakeLoss"
+        | "make_loss"
+        | "softmax_cross_entropy" => loss,
         "LayerNorm" | "InstanceNorm" | "GroupNorm" | "L2Normalization" => normalization,
         op if crate::ops::math::find(op).is_some() => math,
         "Cast" => cast,
@@ -842,7 +874,7 @@ fn rule(op: &str) -> Option<GradFn> {
 
 /// Whether an op starts its own gradient (a loss), ignoring head gradients.
 fn is_loss(op: &str) -> bool {
-    op == "SoftmaxOutput"
+    crate::ops::loss::is_loss(op)
 }
 
 /// Names of the head-gradient arguments `gradient` adds, with the output each belongs to.

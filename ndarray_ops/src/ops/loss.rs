@@ -1,0 +1,309 @@
+//! Loss heads besides SoftmaxOutput: the regression outputs (Linear, Logistic, MAE), MakeLoss
+//! and `make_loss`, which start their own gradient as MXNet's do (the head gradient given to
+//! `backward` is ignored), and `softmax_cross_entropy`, an ordinary op whose scalar output
+//! takes a head gradient.
+//!
+//! A regression output's forward pass is its prediction (the data, or its sigmoid); its
+//! gradient is `grad_scale / m * (out - label)` (MAE: the sign of it), `m` being the outputs
+//! per sample (the label's size over its first dimension).
+
+use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
+use crate::error::{invalid, NdError, Result};
+use crate::resources::KernelRes;
+use crate::{DType, Element};
+
+type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
+type KResult = std::result::Result<(), String>;
+
+/// Whether `op` is a loss head that ignores head gradients.
+pub(crate) fn is_loss(op: &str) -> bool {
+    matches!(
+        op,
+        "SoftmaxOutput"
+            | "LinearRegressionOutput"
+            | "LogisticRegressionOutput"
+            | "MAERegressionOutput"
+            | "MakeLoss"
+            | "make_loss"
+    )
+}
+
+fn grad_scale(op: &str, attrs: &Attrs) -> Result<f64> {
+    attrs.float(op, "grad_scale", Some(1.0))
+}
+
+/// `(data, label) -> prediction`. The label has the data's elements: its shape, or, for data
+/// of one output per sample `(n, 1)`, `(n,)`.
+fn infer_regression(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    grad_scale(op, attrs)?;
+    let (x, label) = (&s[0], &s[1]);
+    let same_count = x.iter().product::<usize>() == label.iter().product::<usize>();
+    if label != x && !(same_count && label.first() == x.first()) {
+        return Err(NdError::Shape {
+            op: op.into(),
+            arg: "label".into(),
+            found: label.clone(),
+            expected: format!("{x:?} (the data's shape)"),
+        });
+    }
+    Ok((vec![x.clone()], vec![same_dtypes(op, d)?]))
+}
+
+fn regression_kernel(
+    op: &str,
+    _: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    if op == "LogisticRegressionOutput" {
+        return crate::with_dtype!(outs[0].dtype, T => {
+            super::elemwise::unary_dispatch::<T>("sigmoid", &ins[0], &outs[0])
+        });
+    }
+    super::copy_unless_same(&ins[0], &outs[0]);
+    Ok(())
+}
+
+/// `(out, label) -> (d data, d label)`; the label's gradient is zero.
+fn infer_regression_backward(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let dt = same_dtypes(op, d)?;
+    Ok((vec![s[0].clone(), s[1].clone()], vec![dt; 2]))
+}
+
+fn regression_backward_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let scale = grad_scale(op, attrs).map_err(|e| e.to_string())?;
+    let label = &ins[1];
+    let per_sample = label.len() / label.shape.first().copied().unwrap_or(1).max(1);
+    let k = scale / per_sample.max(1) as f64;
+    let mae = op == "_backward_MAERegressionOutput";
+    crate::with_dtype!(outs[0].dtype, T => {
+        // SAFETY: read access to the prediction and label, exclusive access to the gradients
+        // (not planned in place: the op is not alias-safe).
+        let (y, l, dx, dl) = unsafe {
+            (ins[0].slice::<T>(), label.slice::<T>(), outs[0].slice_mut::<T>(), outs[1].slice_mut::<T>())
+        };
+        for ((dx, y), l) in dx.iter_mut().zip(y).zip(l) {
+            let diff = y.to_f64() - l.to_f64();
+            let g = if mae { diff.signum() * (diff != 0.0) as u8 as f64 } else { diff };
+            *dx = T::from_f64(k * g);
+        }
+        dl.fill(T::from_f64(0.0));
+    });
+    Ok(())
+}
+
+/// MakeLoss's gradient: `grad_scale`, divided by the batch size (`normalization=batch`) or by
+/// the count of elements above `valid_thresh` (`valid`, at least 1).
+fn make_loss_scale(op: &str, attrs: &Attrs, out: &TensorRef) -> Result<f64> {
+    let scale = grad_scale(op, attrs)?;
+    Ok(match attrs.get("normalization").unwrap_or("null") {
+        "null" => scale,
+        "batch" => scale / out.shape.first().copied().unwrap_or(1).max(1) as f64,
+        "valid" => {
+            let thresh = attrs.float(op, "valid_thresh", Some(0.0))?;
+            let valid = crate::with_dtype!(out.dtype, T => {
+                // SAFETY: read access to the output.
+                unsafe { out.slice::<T>() }.iter().filter(|v| v.to_f64() > thresh).count()
+            });
+            scale / valid.max(1) as f64
+        }
+        other => {
+            return Err(invalid(
+                op,
+                format!("normalization {other:?} is not null, batch or valid"),
+            ))
+        }
+    })
+}
+
+fn infer_make_loss(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    if op == "MakeLoss" {
+        grad_scale(op, attrs)?;
+        attrs.float(op, "valid_thresh", Some(0.0))?;
+    }
+    Ok((vec![s[0].clone()], vec![d[0]]))
+}
+
+/// `_backward_MakeLoss(out) -> d data`.
+fn make_loss_backward_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let v = make_loss_scale(op, attrs, &ins[0]).map_err(|e| e.to_string())?;
+    crate::with_dtype!(outs[0].dtype, T => {
+        // SAFETY: exclusive access to the output, which is not the input (not alias-safe).
+        unsafe { outs[0].slice_mut::<T>() }.fill(T::from_f64(v));
+    });
+    Ok(())
+}
+
+/// `softmax_cross_entropy(data (n, k), label (n,)) -> (1,)`: the summed negative log
+/// likelihood of the labels.
+fn infer_cross_entropy(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let (x, label) = (&s[0], &s[1]);
+    if x.len() != 2 || label.len() != 1 || label[0] != x[0] {
+        return Err(NdError::Shape {
+            op: op.into(),
+            arg: "data, label".into(),
+            found: [x.clone(), label.clone()].concat(),
+            expected: "data (n, k) and label (n,)".into(),
+        });
+    }
+    Ok((vec![vec![1]], vec![same_dtypes(op, d)?]))
+}
+
+/// The class a label names, checked against the row width `k`.
+fn class_of(label: f64, k: usize, op: &str) -> std::result::Result<usize, String> {
+    if label < 0.0 || label as usize >= k || label.fract() != 0.0 {
+        return Err(format!(
+            "{op}: label {label} is not a class index below {k}"
+        ));
+    }
+    Ok(label as usize)
+}
+
+fn log_sum_exp(row: &[f64]) -> f64 {
+    let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    m + row.iter().map(|v| (v - m).exp()).sum::<f64>().ln()
+}
+
+fn cross_entropy_kernel(
+    op: &str,
+    _: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let k = ins[0].shape[1];
+    crate::with_dtype!(outs[0].dtype, T => {
+        // SAFETY: read access to the inputs, exclusive access to the output.
+        let (x, l, out) = unsafe { (ins[0].slice::<T>(), ins[1].slice::<T>(), outs[0].slice_mut::<T>()) };
+        let mut total = 0.0;
+        for (row, label) in x.chunks(k.max(1)).zip(l) {
+            let row: Vec<f64> = row.iter().map(|v| v.to_f64()).collect();
+            let c = class_of(label.to_f64(), k, op)?;
+            total += log_sum_exp(&row) - row[c];
+        }
+        out[0] = T::from_f64(total);
+    });
+    Ok(())
+}
+
+/// `(ograd (1,), data, label) -> d data = ograd * (softmax(data) - one_hot(label))`.
+fn infer_cross_entropy_backward(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    Ok((vec![s[1].clone()], vec![same_dtypes(op, &d[..2])?]))
+}
+
+fn cross_entropy_backward_kernel(
+    op: &str,
+    _: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let k = ins[1].shape[1];
+    crate::with_dtype!(outs[0].dtype, T => {
+        // SAFETY: read access to the inputs, exclusive access to the output (not alias-safe).
+        let (g, x, l, dx) = unsafe {
+            (ins[0].slice::<T>(), ins[1].slice::<T>(), ins[2].slice::<T>(), outs[0].slice_mut::<T>())
+        };
+        let g = g[0].to_f64();
+        for ((row, drow), label) in x.chunks(k.max(1)).zip(dx.chunks_mut(k.max(1))).zip(l) {
+            let row: Vec<f64> = row.iter().map(|v| v.to_f64()).collect();
+            let c = class_of(label.to_f64(), k, op)?;
+            let lse = log_sum_exp(&row);
+            for (j, (d, v)) in drow.iter_mut().zip(&row).enumerate() {
+                let p = (v - lse).exp() - if j == c { 1.0 } else { 0.0 };
+                *d = T::from_f64(g * p);
+            }
+        }
+    });
+    Ok(())
+}
+
+pub(super) fn ops() -> &'static [OpDef] {
+    const fn regression(name: &'static str) -> OpDef {
+        OpDef {
+            infer_inputs: Some(super::param_shapes::label_like_data),
+            inplace: &[(0, 0)],
+            backward_ignores: &[0],
+            ..OpDef::new(name, Arity::Exactly(2), infer_regression, regression_kernel)
+        }
+    }
+    const fn regression_backward(name: &'static str) -> OpDef {
+        OpDef {
+            alias_safe: false,
+            ..OpDef::new(
+                name,
+                Arity::Exactly(2),
+                infer_regression_backward,
+                regression_backward_kernel,
+            )
+        }
+    }
+    static OPS: &[OpDef] = &[
+        regression("LinearRegressionOutput"),
+        regression("LogisticRegressionOutput"),
+        regression("MAERegressionOutput"),
+        regression_backward("_backward_LinearRegressionOutput"),
+        regression_backward("_backward_LogisticRegressionOutput"),
+        regression_backward("_backward_MAERegressionOutput"),
+        OpDef {
+            identity: true,
+            backward_ignores: &[0],
+            ..OpDef::new(
+                "MakeLoss",
+                Arity::Exactly(1),
+                infer_make_loss,
+                super::copy_kernel,
+            )
+        },
+        OpDef {
+            alias_safe: false,
+            ..OpDef::new(
+                "_backward_MakeLoss",
+                Arity::Exactly(1),
+                infer_make_loss,
+                make_loss_backward_kernel,
+            )
+        },
+        OpDef {
+            identity: true,
+            ..OpDef::new(
+                "make_loss",
+                Arity::Exactly(1),
+                infer_make_loss,
+                super::copy_kernel,
+            )
+        },
+        OpDef {
+            alias_safe: false,
+            ..OpDef::new(
+                "softmax_cross_entropy",
+                Arity::Exactly(2),
+                infer_cross_entropy,
+                cross_entropy_kernel,
+            )
+        },
+        OpDef {
+            alias_safe: false,
+            ..OpDef::new(
+                "_backward_softmax_cross_entropy",
+                Arity::Exactly(3),
+                infer_cross_entropy_backward,
+                cross_entropy_backward_kernel,
+            )
+        },
+    ];
+    OPS
+}
