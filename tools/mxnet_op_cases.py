@@ -177,6 +177,34 @@ case("slice_reverse", "slice", {"begin": (None, 4), "end": (None, 0), "step": (-
 case("slice_step3", "slice", {"begin": (1,), "end": (None,), "step": (3,)},
      [("data", u((8, 2)))])
 case("slice_axis", "slice_axis", {"axis": 1, "begin": 1, "end": -1}, [("data", u((2, 5)))])
+case("broadcast_to", "broadcast_to", {"shape": (2, 0, 4)}, [("data", u((1, 3, 1)))])
+case("broadcast_axis", "broadcast_axis", {"axis": (0, 2), "size": (3, 2)},
+     [("data", u((1, 2, 1)))])
+case("broadcast_axes", "broadcast_axes", {"axis": 1, "size": 4}, [("data", u((2, 1)))])
+case("broadcast_like", "broadcast_like", {}, [("lhs", u((1, 3))), ("rhs", u((4, 3)))],
+     no_grad=("rhs",))
+case("broadcast_like_axes", "broadcast_like", {"lhs_axes": (0,), "rhs_axes": (1,)},
+     [("lhs", u((1, 3))), ("rhs", u((2, 5)))], no_grad=("rhs",))
+case("tile", "tile", {"reps": (2, 1, 3)}, [("data", u((2, 3)))])
+case("tile_short", "tile", {"reps": (2,)}, [("data", u((2, 3)))])
+case("repeat", "repeat", {"repeats": 3, "axis": 1}, [("data", u((2, 2, 2)))])
+case("repeat_flat", "repeat", {"repeats": 2}, [("data", u((2, 3)))])
+case("reverse", "reverse", {"axis": (0, 2)}, [("data", u((2, 3, 4)))])
+case("flip", "flip", {"axis": 1}, [("data", u((2, 3)))])
+case("swapaxis", "SwapAxis", {"dim1": 0, "dim2": 2}, [("data", u((2, 3, 4)))])
+case("swapaxes", "swapaxes", {"dim1": 1, "dim2": -1}, [("data", u((2, 3, 4)))])
+for mode in ("constant", "edge", "reflect"):
+    case("pad_" + mode, "Pad",
+         {"mode": mode, "pad_width": (0, 0, 0, 0, 1, 2, 2, 1), "constant_value": 0.5},
+         [("data", u((2, 2, 3, 4)))])
+case("pad_5d", "pad", {"mode": "edge", "pad_width": (0, 0, 0, 0, 1, 0, 0, 1, 2, 2)},
+     [("data", u((1, 2, 2, 3, 2)))])
+case("upsampling", "UpSampling", {"scale": 2, "sample_type": "nearest", "num_args": 1},
+     [("data", u((2, 3, 2, 3)))])
+case("slice_like", "slice_like", {}, [("data", u((3, 4))), ("shape_like", u((2, 3)))],
+     no_grad=("shape_like",))
+case("slice_like_axes", "slice_like", {"axes": (1,)},
+     [("data", u((3, 4))), ("shape_like", u((1, 2)))], no_grad=("shape_like",))
 case("clip", "clip", {"a_min": -0.3, "a_max": 0.5}, [("data", u((4, 5)))])
 case("where", "where", {},
      [("condition", ints((3, 4), 2)), ("x", u((3, 4))), ("y", u((3, 4)))],

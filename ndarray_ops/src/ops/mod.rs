@@ -11,6 +11,7 @@ mod backward;
 pub(crate) mod conv;
 pub(crate) mod elemwise;
 mod extra;
+pub(crate) mod gather;
 mod linalg;
 pub(crate) mod loss;
 pub(crate) mod math;
@@ -374,6 +375,7 @@ fn registry() -> &'static FxHashMap<&'static str, &'static OpDef> {
             .chain(math::ops())
             .chain(norm::ops())
             .chain(loss::ops())
+            .chain(gather::ops())
         {
             m.insert(def.name, def);
             for a in def.aliases {

@@ -774,6 +774,20 @@ fn loss(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>
     })
 }
 
+/// The gather ops (`ops::gather`: broadcast_to, tile, Pad, ...): each output gradient element
+/// goes back to the data element it was read from.
+fn gather(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let d = op1(
+        "_backward_gather",
+        format!("{}_backward", n.name),
+        vec![need(n, og)?, n.inputs[0].clone()],
+        n.attrs.clone().with("__fwd__", n.op_name()),
+    )?;
+    let mut grads = vec![Some(d)];
+    grads.resize(n.inputs.len(), None);
+    Ok(grads)
+}
+
 /// The unary math functions (`ops::math`): one `_backward_math` node reading the value the
 /// derivative is written in; none for the flat ones.
 fn math(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
@@ -839,6 +853,7 @@ fn rule(op: &str) -> Option<GradFn> {
         | "softmax_cross_entropy" => loss,
         "LayerNorm" | "InstanceNorm" | "GroupNorm" | "L2Normalization" => normalization,
         op if crate::ops::math::find(op).is_some() => math,
+        op if crate::ops::gather::is_gather(op) => gather,
         "Cast" => cast,
         "zeros_like" | "ones_like" | "BlockGrad" => none,
         "stack" => stack,

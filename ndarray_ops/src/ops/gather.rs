@@ -1,0 +1,614 @@
+//! Ops whose every output element is one input element, or a constant: broadcast_to,
+//! broadcast_axis, broadcast_like, tile, repeat, reverse, SwapAxis, Pad, UpSampling (nearest)
+//! and slice_like. One mechanism serves them all and their gradients.
+//!
+//! Each op describes, per output axis, which input offset every index along that axis reads
+//! (`AxisMap`; `None` is padding). An output element reads the sum of its indices' offsets, so
+//! broadcasting is an axis of zeros, tiling `i % n`, repeating `i / r`, reversing `n - 1 - i`,
+//! swapping axes reading another axis's stride, padding `None` or a clamped or reflected index.
+//! The backward op `_backward_gather` builds the same maps from the data's and the output
+//! gradient's shapes and adds each output gradient element into the input element it read: a
+//! broadcast's sum, a tile's sum of tiles, padding's crop.
+
+use super::{norm_axes, Arity, Attrs, OpDef, TensorRef};
+use crate::error::{invalid, NdError, Result};
+use crate::resources::KernelRes;
+use crate::{DType, Element};
+
+type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
+type KResult = std::result::Result<(), String>;
+
+/// For each index along one output axis, the input offset it contributes, or `None`: the
+/// element is padding.
+type AxisMap = Vec<Option<usize>>;
+
+fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * shape[d + 1];
+    }
+    s
+}
+
+fn usize_attr(op: &str, attrs: &Attrs, key: &str, default: Option<i64>) -> Result<i64> {
+    match attrs.ints(op, key)?.and_then(|v| v.first().copied()) {
+        Some(v) => Ok(v),
+        None => default.ok_or_else(|| invalid(op, format!("attribute {key} is required"))),
+    }
+}
+
+fn positive(op: &str, key: &str, v: i64) -> Result<usize> {
+    if v < 1 {
+        return Err(invalid(op, format!("{key}={v} is not a positive integer")));
+    }
+    Ok(v as usize)
+}
+
+fn shape_err(op: &str, arg: &str, found: &[usize], expected: String) -> NdError {
+    NdError::Shape {
+        op: op.into(),
+        arg: arg.into(),
+        found: found.to_vec(),
+        expected,
+    }
+}
+
+/// The output shape of `op` for its inputs' shapes.
+fn out_shape(op: &str, attrs: &Attrs, s: &[Vec<usize>]) -> Result<Vec<usize>> {
+    let x = &s[0];
+    Ok(match op {
+        "broadcast_to" => {
+            let want = attrs
+                .ints(op, "shape")?
+                .ok_or_else(|| invalid(op, "attribute shape is required"))?;
+            if want.len() != x.len() {
+                return Err(shape_err(
+                    op,
+                    "data",
+                    x,
+                    format!("{} dimensions", want.len()),
+                ));
+            }
+            // 0 keeps the input's size.
+            x.iter()
+                .zip(&want)
+                .map(|(&n, &w)| if w == 0 { n } else { w.max(0) as usize })
+                .collect()
+        }
+        "broadcast_axis" => {
+            let axes = attrs.ints(op, "axis")?.unwrap_or_default();
+            let sizes = attrs.ints(op, "size")?.unwrap_or_default();
+            if axes.len() != sizes.len() {
+                return Err(invalid(
+                    op,
+                    format!("axis {axes:?} and size {sizes:?} differ in length"),
+                ));
+            }
+            let mut out = x.clone();
+            for (a, n) in norm_axes(op, &axes, x.len())?.into_iter().zip(sizes) {
+                out[a] = positive(op, "size", n)?;
+            }
+            out
+        }
+        "broadcast_like" => {
+            let rhs = &s[1];
+            if rhs.len() != x.len() {
+                return Err(shape_err(
+                    op,
+                    "rhs",
+                    rhs,
+                    format!("{} dimensions like lhs", x.len()),
+                ));
+            }
+            match (attrs.ints(op, "lhs_axes")?, attrs.ints(op, "rhs_axes")?) {
+                (None, None) => rhs.clone(),
+                (Some(la), Some(ra)) if la.len() == ra.len() => {
+                    let mut out = x.clone();
+                    let ra = norm_axes(op, &ra, rhs.len())?;
+                    for (l, r) in norm_axes(op, &la, x.len())?.into_iter().zip(ra) {
+                        out[l] = rhs[r];
+                    }
+                    out
+                }
+                (la, ra) => return Err(invalid(
+                    op,
+                    format!(
+                        "lhs_axes {la:?} and rhs_axes {ra:?} must both be given, alike in length"
+                    ),
+                )),
+            }
+        }
+        "tile" => {
+            let reps = attrs
+                .ints(op, "reps")?
+                .ok_or_else(|| invalid(op, "attribute reps is required"))?;
+            if reps.iter().any(|&r| r < 0) {
+                return Err(invalid(op, format!("reps {reps:?} has a negative count")));
+            }
+            let n = x.len().max(reps.len());
+            let pad = |v: &[usize], k: usize| -> Vec<usize> {
+                std::iter::repeat_n(1, k - v.len())
+                    .chain(v.iter().copied())
+                    .collect()
+            };
+            let reps: Vec<usize> = reps.iter().map(|&r| r as usize).collect();
+            pad(x, n)
+                .iter()
+                .zip(pad(&reps, n))
+                .map(|(a, b)| a * b)
+                .collect()
+        }
+        "repeat" => {
+            let r = usize_attr(op, attrs, "repeats", None)?;
+            let r = if r < 0 {
+                return Err(invalid(op, format!("repeats={r} is negative")));
+            } else {
+                r as usize
+            };
+            match attrs.ints(op, "axis")?.and_then(|v| v.first().copied()) {
+                None => vec![x.iter().product::<usize>() * r],
+                Some(a) => {
+                    let a = norm_axes(op, &[a], x.len())?[0];
+                    let mut out = x.clone();
+                    out[a] *= r;
+                    out
+                }
+            }
+        }
+        "reverse" => {
+            norm_axes(op, &attrs.ints(op, "axis")?.unwrap_or_default(), x.len())?;
+            x.clone()
+        }
+        "SwapAxis" => {
+            let (a, b) = swapped(op, attrs, x.len())?;
+            let mut out = x.clone();
+            out.swap(a, b);
+            out
+        }
+        "Pad" => {
+            let widths = pad_widths(op, attrs, x.len())?;
+            x.iter().zip(&widths).map(|(n, (b, a))| n + b + a).collect()
+        }
+        "UpSampling" => {
+            upsampling_check(op, attrs, x)?;
+            let k = positive(op, "scale", usize_attr(op, attrs, "scale", None)?)?;
+            let mut out = x.clone();
+            out[2] *= k;
+            out[3] *= k;
+            out
+        }
+        "slice_like" => {
+            let like = &s[1];
+            if like.len() != x.len() {
+                return Err(shape_err(
+                    op,
+                    "shape_like",
+                    like,
+                    format!("{} dimensions like data", x.len()),
+                ));
+            }
+            let axes = match attrs.ints(op, "axes")? {
+                Some(a) if !a.is_empty() => norm_axes(op, &a, x.len())?,
+                _ => (0..x.len()).collect(),
+            };
+            let mut out = x.clone();
+            for a in axes {
+                if like[a] > x[a] {
+                    return Err(shape_err(
+                        op,
+                        "shape_like",
+                        like,
+                        format!("at most data's {x:?} along axis {a}"),
+                    ));
+                }
+                out[a] = like[a];
+            }
+            out
+        }
+        other => return Err(invalid(other, "is not a gather op")),
+    })
+}
+
+fn swapped(op: &str, attrs: &Attrs, ndim: usize) -> Result<(usize, usize)> {
+    let a = usize_attr(op, attrs, "dim1", Some(0))?;
+    let b = usize_attr(op, attrs, "dim2", Some(0))?;
+    let v = norm_axes(op, &[a, b], ndim)?;
+    Ok((v[0], v[1]))
+}
+
+/// Pad's (before, after) per axis from `pad_width`, two per axis.
+fn pad_widths(op: &str, attrs: &Attrs, ndim: usize) -> Result<Vec<(usize, usize)>> {
+    let w = attrs
+        .ints(op, "pad_width")?
+        .ok_or_else(|| invalid(op, "attribute pad_width is required"))?;
+    if w.len() != 2 * ndim || w.iter().any(|&v| v < 0) {
+        return Err(invalid(
+            op,
+            format!(
+                "pad_width {w:?} is not {} non-negative widths (two per axis)",
+                2 * ndim
+            ),
+        ));
+    }
+    Ok(w.chunks(2)
+        .map(|p| (p[0] as usize, p[1] as usize))
+        .collect())
+}
+
+fn upsampling_check(op: &str, attrs: &Attrs, x: &[usize]) -> Result<()> {
+    match attrs.get("sample_type") {
+        Some("nearest") => {}
+        other => return Err(invalid(
+            op,
+            format!(
+                "sample_type {other:?}: only nearest is supported (bilinear is a Deconvolution)"
+            ),
+        )),
+    }
+    if x.len() != 4 {
+        return Err(shape_err(op, "data", x, "(n, c, h, w)".into()));
+    }
+    Ok(())
+}
+
+/// Per output axis, the input offsets read: the op's gather from data of shape `x` into an
+/// output of shape `out` (already checked by `out_shape`).
+fn axis_maps(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Result<Vec<AxisMap>> {
+    let st = strides(x);
+    // Output axis `d` walking input axis `a` through `index(i)`.
+    let walk = |d: usize, a: usize, index: &dyn Fn(usize) -> Option<usize>| -> AxisMap {
+        (0..out[d]).map(|i| index(i).map(|j| j * st[a])).collect()
+    };
+    let same = |d: usize| walk(d, d, &|i| Some(i));
+    Ok(match op {
+        "broadcast_to" | "broadcast_axis" | "broadcast_like" => (0..out.len())
+            .map(|d| match (x[d], out[d]) {
+                (n, m) if n == m => Ok(same(d)),
+                (1, _) => Ok(walk(d, d, &|_| Some(0))),
+                (n, m) => Err(shape_err(
+                    op,
+                    "data",
+                    x,
+                    format!("size 1 or {m} along axis {d} to broadcast to {out:?}, not {n}"),
+                )),
+            })
+            .collect::<Result<_>>()?,
+        "tile" => {
+            // Leading axes the input lacks read nothing (offset 0).
+            let lead = out.len() - x.len();
+            (0..out.len())
+                .map(|d| match d.checked_sub(lead) {
+                    None => vec![Some(0); out[d]],
+                    Some(a) => walk(d, a, &|i| Some(i % x[a].max(1))),
+                })
+                .collect()
+        }
+        "repeat" => {
+            let r = usize_attr(op, attrs, "repeats", None)?.max(1) as usize;
+            match attrs.ints(op, "axis")?.and_then(|v| v.first().copied()) {
+                // Flattened: the one output axis walks the contiguous input.
+                None => vec![(0..out[0]).map(|i| Some(i / r)).collect()],
+                Some(a) => {
+                    let a = norm_axes(op, &[a], x.len())?[0];
+                    (0..out.len())
+                        .map(|d| {
+                            if d == a {
+                                walk(d, d, &|i| Some(i / r))
+                            } else {
+                                same(d)
+                            }
+                        })
+                        .collect()
+                }
+            }
+        }
+        "reverse" => {
+            let axes = norm_axes(op, &attrs.ints(op, "axis")?.unwrap_or_default(), x.len())?;
+            (0..out.len())
+                .map(|d| match axes.contains(&d) {
+                    true => walk(d, d, &|i| Some(x[d] - 1 - i)),
+                    false => same(d),
+                })
+                .collect()
+        }
+        "SwapAxis" => {
+            let (a, b) = swapped(op, attrs, x.len())?;
+            (0..out.len())
+                .map(|d| {
+                    let from = if d == a {
+                        b
+                    } else if d == b {
+                        a
+                    } else {
+                        d
+                    };
+                    walk(d, from, &|i| Some(i))
+                })
+                .collect()
+        }
+        "Pad" => {
+            let widths = pad_widths(op, attrs, x.len())?;
+            let mode = attrs.get("mode").unwrap_or("constant");
+            (0..out.len())
+                .map(|d| {
+                    let (n, before) = (x[d] as i64, widths[d].0 as i64);
+                    let index = |i: usize| -> Option<usize> {
+                        let j = i as i64 - before;
+                        let k = match mode {
+                            _ if (0..n).contains(&j) => j,
+                            "constant" => return None,
+                            "edge" => j.clamp(0, n - 1),
+                            // Mirrored about the edge elements, which are not repeated.
+                            _ if n == 1 => 0,
+                            _ => {
+                                let period = 2 * (n - 1);
+                                let m = j.rem_euclid(period);
+                                if m < n {
+                                    m
+                                } else {
+                                    period - m
+                                }
+                            }
+                        };
+                        Some(k as usize)
+                    };
+                    walk(d, d, &index)
+                })
+                .collect()
+        }
+        "UpSampling" => {
+            let k = usize_attr(op, attrs, "scale", None)?.max(1) as usize;
+            (0..out.len())
+                .map(|d| {
+                    if d >= 2 {
+                        walk(d, d, &|i| Some(i / k))
+                    } else {
+                        same(d)
+                    }
+                })
+                .collect()
+        }
+        "slice_like" => (0..out.len()).map(same).collect(),
+        other => return Err(invalid(other, "is not a gather op")),
+    })
+}
+
+/// Checks the op's own attributes beyond shapes (modes, values).
+fn check_attrs(op: &str, attrs: &Attrs) -> Result<()> {
+    if op == "Pad" {
+        match attrs.get("mode").unwrap_or("constant") {
+            "constant" | "edge" | "reflect" => {}
+            other => {
+                return Err(invalid(
+                    op,
+                    format!("mode {other:?} is not constant, edge or reflect"),
+                ))
+            }
+        }
+        attrs.f64(op, "constant_value", Some(0.0))?;
+    }
+    if op == "UpSampling" {
+        let n = attrs.f64(op, "num_args", Some(1.0))?;
+        if n != 1.0 {
+            return Err(invalid(
+                op,
+                format!("num_args={n}: only one input is supported"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn infer_gather(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    check_attrs(op, attrs)?;
+    let out = out_shape(op, attrs, s)?;
+    if op == "Pad" && attrs.get("mode").unwrap_or("constant") == "reflect" {
+        let widths = pad_widths(op, attrs, s[0].len())?;
+        if let Some(a) = (0..s[0].len()).find(|&a| widths[a].0.max(widths[a].1) >= s[0][a].max(1)) {
+            return Err(shape_err(
+                op,
+                "pad_width",
+                &s[0],
+                format!("reflect widths below the size along axis {a}"),
+            ));
+        }
+    }
+    axis_maps(op, attrs, &s[0], &out)?;
+    Ok((vec![out], vec![d[0]]))
+}
+
+/// Calls `f(output index, input offset or None)` for every output element, in order.
+fn for_each_offset(maps: &[AxisMap], mut f: impl FnMut(usize, Option<usize>)) {
+    let total: usize = maps.iter().map(Vec::len).product();
+    if total == 0 {
+        return;
+    }
+    if maps.is_empty() {
+        return f(0, Some(0));
+    }
+    let mut idx = vec![0usize; maps.len()];
+    let last = maps.len() - 1;
+    let mut i = 0;
+    loop {
+        // The offset of the row's first element without the last axis.
+        let base: Option<usize> = (0..last).try_fold(0, |acc, d| maps[d][idx[d]].map(|o| acc + o));
+        for &o in &maps[last] {
+            f(i, base.and_then(|b| o.map(|o| b + o)));
+            i += 1;
+        }
+        // Advance the odometer over the axes before the last.
+        let mut d = last;
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < maps[d].len() {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+fn gather_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let e = |e: NdError| e.to_string();
+    let maps = axis_maps(op, attrs, &ins[0].shape, &outs[0].shape).map_err(e)?;
+    let fill = attrs.f64(op, "constant_value", Some(0.0)).map_err(e)?;
+    crate::with_dtype!(outs[0].dtype, T => {
+        // SAFETY: read access to the data, exclusive access to the output, which is not the
+        // data (the op is not alias-safe, so an overlapping input was copied first).
+        let (x, y) = unsafe { (ins[0].slice::<T>(), outs[0].slice_mut::<T>()) };
+        let pad = T::from_f64(fill);
+        for_each_offset(&maps, |i, o| y[i] = o.map_or(pad, |o| x[o]));
+    });
+    Ok(())
+}
+
+/// `_backward_gather(ograd, data)`, with the forward op in `__fwd__` and its attributes: each
+/// output gradient element added into the data element it read.
+fn infer_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let fwd = forward_op(op, attrs)?;
+    axis_maps(fwd, attrs, &s[1], &s[0])?;
+    Ok((vec![s[1].clone()], vec![d[0]]))
+}
+
+fn forward_op<'a>(op: &str, attrs: &'a Attrs) -> Result<&'a str> {
+    attrs
+        .get("__fwd__")
+        .ok_or_else(|| invalid(op, "attribute __fwd__ (the forward op) is required"))
+}
+
+fn backward_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let e = |e: NdError| e.to_string();
+    let fwd = forward_op(op, attrs).map_err(e)?;
+    let maps = axis_maps(fwd, attrs, &outs[0].shape, &ins[0].shape).map_err(e)?;
+    crate::with_dtype!(outs[0].dtype, T => {
+        // SAFETY: read access to the output gradient, exclusive access to d data (not
+        // alias-safe). Accumulated in f64, one pass in output order.
+        let (g, dx) = unsafe { (ins[0].slice::<T>(), outs[0].slice_mut::<T>()) };
+        let mut acc = vec![0.0f64; dx.len()];
+        for_each_offset(&maps, |i, o| {
+            if let Some(o) = o {
+                acc[o] += g[i].to_f64();
+            }
+        });
+        for (d, a) in dx.iter_mut().zip(acc) {
+            *d = T::from_f64(a);
+        }
+    });
+    Ok(())
+}
+
+pub(super) fn ops() -> &'static [OpDef] {
+    const fn gather(name: &'static str, aliases: &'static [&'static str], arity: usize) -> OpDef {
+        OpDef {
+            aliases,
+            alias_safe: false,
+            // The second input (broadcast_like's rhs, slice_like's shape_like) gives a shape.
+            backward_ignores: &[1],
+            ..OpDef::new(name, Arity::Exactly(arity), infer_gather, gather_kernel)
+        }
+    }
+    static OPS: &[OpDef] = &[
+        gather("broadcast_to", &[], 1),
+        gather("broadcast_axis", &["broadcast_axes"], 1),
+        gather("broadcast_like", &[], 2),
+        gather("tile", &[], 1),
+        gather("repeat", &[], 1),
+        gather("reverse", &["flip"], 1),
+        gather("SwapAxis", &["swapaxes"], 1),
+        gather("Pad", &["pad"], 1),
+        gather("UpSampling", &[], 1),
+        gather("slice_like", &[], 2),
+        OpDef {
+            alias_safe: false,
+            ..OpDef::new(
+                "_backward_gather",
+                Arity::Exactly(2),
+                infer_backward,
+                backward_kernel,
+            )
+        },
+    ];
+    OPS
+}
+
+/// Whether `op` is one of this module's (its gradient is `_backward_gather`).
+pub(crate) fn is_gather(op: &str) -> bool {
+    matches!(
+        op,
+        "broadcast_to"
+            | "broadcast_axis"
+            | "broadcast_like"
+            | "tile"
+            | "repeat"
+            | "reverse"
+            | "SwapAxis"
+            | "Pad"
+            | "UpSampling"
+            | "slice_like"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offsets(op: &str, attrs: Attrs, x: &[usize]) -> (Vec<usize>, Vec<Option<usize>>) {
+        let out = out_shape(op, &attrs, &[x.to_vec()]).unwrap();
+        let maps = axis_maps(op, &attrs, x, &out).unwrap();
+        let mut seen = vec![];
+        for_each_offset(&maps, |i, o| {
+            assert_eq!(i, seen.len());
+            seen.push(o);
+        });
+        (out, seen)
+    }
+
+    #[test]
+    fn maps_read_the_elements_numpy_would() {
+        let (s, o) = offsets("tile", Attrs::new().with("reps", "(2,)"), &[3]);
+        assert_eq!((s, o), (vec![6], [0, 1, 2, 0, 1, 2].map(Some).to_vec()));
+        let (s, o) = offsets(
+            "repeat",
+            Attrs::new().with("repeats", 2).with("axis", 1),
+            &[2, 2],
+        );
+        assert_eq!(
+            (s, o),
+            (vec![2, 4], [0, 0, 1, 1, 2, 2, 3, 3].map(Some).to_vec())
+        );
+        let (_, o) = offsets("reverse", Attrs::new().with("axis", "(0,)"), &[3, 1]);
+        assert_eq!(o, [2, 1, 0].map(Some).to_vec());
+        let (s, o) = offsets(
+            "SwapAxis",
+            Attrs::new().with("dim1", 0).with("dim2", 1),
+            &[2, 3],
+        );
+        assert_eq!((s, o), (vec![3, 2], [0, 3, 1, 4, 2, 5].map(Some).to_vec()));
+        let pad = |mode: &str| {
+            let attrs = Attrs::new().with("mode", mode).with("pad_width", "(2, 1)");
+            offsets("Pad", attrs, &[3]).1
+        };
+        assert_eq!(
+            pad("constant"),
+            vec![None, None, Some(0), Some(1), Some(2), None]
+        );
+        assert_eq!(pad("edge"), [0, 0, 0, 1, 2, 2].map(Some).to_vec());
+        assert_eq!(pad("reflect"), [2, 1, 0, 1, 2, 1].map(Some).to_vec());
+    }
+}
