@@ -216,6 +216,13 @@ case("take_clip", "take", {"axis": 1, "mode": "clip"},
 case("take_wrap_last", "take", {"axis": -1, "mode": "wrap"},
      [("a", u((2, 3, 4))), ("indices", np.array([[5.0, -1.0], [0.0, 3.0]]))],
      no_grad=("indices",))
+case("pick", "pick", {"axis": 1}, [("data", u((3, 4))), ("index", ints((3,), 4))],
+     no_grad=("index",))
+case("pick_keep_wrap", "pick", {"axis": 0, "keepdims": True, "mode": "wrap"},
+     [("data", u((3, 2, 2))), ("index", np.array([[[4.0, -1.0], [0.0, 2.0]]]))],
+     no_grad=("index",))
+case("pick_last_clip", "pick", {},
+     [("data", u((2, 3))), ("index", np.array([5.0, -2.0]))], no_grad=("index",))
 case("embedding", "Embedding", {"input_dim": 6, "output_dim": 3},
      [("data", ints((2, 3), 6)), ("weight", u((6, 3)))], no_grad=("data",))
 case("one_hot", "one_hot", {"depth": 4, "on_value": 2.0, "off_value": -1.0},
@@ -242,6 +249,12 @@ for r in ("sum", "mean", "max", "min"):
     case(r + "_axis", r, {"axis": 1}, [("data", u((2, 3, 4)))])
     case(r + "_keep_exclude", r, {"axis": (0,), "keepdims": True, "exclude": True},
          [("data", u((2, 3, 4)))])
+case("prod_axis", "prod", {"axis": 1}, [("data", u((2, 3, 4), 0.5, 1.5))])
+case("prod_all", "prod", {}, [("data", u((2, 3), 0.5, 1.5))])
+case("norm", "norm", {}, [("data", u((3, 4)))])
+case("norm_axis_keep", "norm", {"axis": 1, "keepdims": True}, [("data", u((2, 3, 4)))])
+case("norm_l1", "norm", {"ord": 1, "axis": (0, 2)}, [("data", u((2, 3, 4)))])
+case("argmin", "argmin", {"axis": 1}, [("data", u((3, 5)))], no_grad=("data",))
 case("sum_all", "sum", {}, [("data", u((2, 3)))])
 for b in ("broadcast_add", "broadcast_sub", "broadcast_mul", "broadcast_div",
           "broadcast_maximum", "broadcast_minimum"):

@@ -1,6 +1,7 @@
 //! Ops whose every output element is one input element, or a constant: broadcast_to,
 //! broadcast_axis, broadcast_like, tile, repeat, reverse, SwapAxis, Pad, UpSampling (nearest)
-//! and slice_like. One mechanism serves them all and their gradients.
+//! and slice_like. One mechanism serves them all and their gradients. (`pick`, at the end,
+//! reads one element per lane too, but where is data: it has kernels of its own.)
 //!
 //! Each op describes, per output axis, which input offset every index along that axis reads
 //! (`AxisMap`; `None` is padding). An output element reads the sum of its indices' offsets, so
@@ -110,12 +111,14 @@ fn out_shape(op: &str, attrs: &Attrs, s: &[Vec<usize>]) -> Result<Vec<usize>> {
                     }
                     out
                 }
-                (la, ra) => return Err(invalid(
-                    op,
-                    format!(
+                (la, ra) => {
+                    return Err(invalid(
+                        op,
+                        format!(
                         "lhs_axes {la:?} and rhs_axes {ra:?} must both be given, alike in length"
                     ),
-                )),
+                    ))
+                }
             }
         }
         "tile" => {
@@ -238,12 +241,14 @@ fn pad_widths(op: &str, attrs: &Attrs, ndim: usize) -> Result<Vec<(usize, usize)
 fn upsampling_check(op: &str, attrs: &Attrs, x: &[usize]) -> Result<()> {
     match attrs.get("sample_type") {
         Some("nearest") => {}
-        other => return Err(invalid(
-            op,
-            format!(
+        other => {
+            return Err(invalid(
+                op,
+                format!(
                 "sample_type {other:?}: only nearest is supported (bilinear is a Deconvolution)"
             ),
-        )),
+            ))
+        }
     }
     if x.len() != 4 {
         return Err(shape_err(op, "data", x, "(n, c, h, w)".into()));
@@ -513,6 +518,113 @@ fn backward_kernel(
     Ok(())
 }
 
+// ---- pick(data, index): one element per lane along an axis ------------------------------------
+
+/// pick's axis, whether it keeps it, and its layout: (outer, lanes, inner) around the axis.
+fn pick_layout(op: &str, attrs: &Attrs, x: &[usize]) -> Result<(usize, bool, [usize; 3])> {
+    let a = attrs
+        .ints(op, "axis")?
+        .and_then(|v| v.first().copied())
+        .unwrap_or(-1);
+    let a = norm_axes(op, &[a], x.len())?[0];
+    let keep = attrs.bool(op, "keepdims", false)?;
+    let dims = [x[..a].iter().product(), x[a], x[a + 1..].iter().product()];
+    Ok((a, keep, dims))
+}
+
+/// The lane index picked: `mode=clip` clamps, `wrap` wraps around.
+fn pick_index(v: f64, lanes: usize, wrap: bool) -> usize {
+    let n = lanes.max(1) as i64;
+    let i = v as i64;
+    if wrap {
+        i.rem_euclid(n) as usize
+    } else {
+        i.clamp(0, n - 1) as usize
+    }
+}
+
+fn pick_wrap(op: &str, attrs: &Attrs) -> Result<bool> {
+    match attrs.get("mode").unwrap_or("clip") {
+        "clip" => Ok(false),
+        "wrap" => Ok(true),
+        other => Err(invalid(op, format!("mode {other:?} is not clip or wrap"))),
+    }
+}
+
+fn infer_pick(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    pick_wrap(op, attrs)?;
+    let (a, keep, _) = pick_layout(op, attrs, &s[0])?;
+    let mut out = s[0].clone();
+    out.remove(a);
+    let mut kept = s[0].clone();
+    kept[a] = 1;
+    if s[1] != out && s[1] != kept {
+        return Err(shape_err(
+            op,
+            "index",
+            &s[1],
+            format!("{out:?} (data {:?} without axis {a})", s[0]),
+        ));
+    }
+    Ok((vec![if keep { kept } else { out }], vec![d[0]]))
+}
+
+fn pick_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let e = |e: NdError| e.to_string();
+    let (_, _, [_, lanes, inner]) = pick_layout(op, attrs, &ins[0].shape).map_err(e)?;
+    let wrap = pick_wrap(op, attrs).map_err(e)?;
+    let index: Vec<usize> = crate::with_dtype!(ins[1].dtype, I => {
+        // SAFETY: read access to the index.
+        unsafe { ins[1].slice::<I>() }.iter().map(|v| pick_index(v.to_f64(), lanes, wrap)).collect()
+    });
+    crate::with_dtype!(outs[0].dtype, T => {
+        // SAFETY: read access to the data, exclusive access to the output (not alias-safe).
+        let (x, y) = unsafe { (ins[0].slice::<T>(), outs[0].slice_mut::<T>()) };
+        for (k, (y, &j)) in y.iter_mut().zip(&index).enumerate() {
+            let (o, i) = (k / inner.max(1), k % inner.max(1));
+            *y = x[(o * lanes + j) * inner + i];
+        }
+    });
+    Ok(())
+}
+
+/// `_backward_pick(ograd, index, data)`: each output gradient element into the element picked.
+fn infer_pick_backward(_: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    Ok((vec![s[2].clone()], vec![d[0]]))
+}
+
+fn pick_backward_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let e = |e: NdError| e.to_string();
+    let (_, _, [_, lanes, inner]) = pick_layout(op, attrs, &outs[0].shape).map_err(e)?;
+    let wrap = pick_wrap(op, attrs).map_err(e)?;
+    let index: Vec<usize> = crate::with_dtype!(ins[1].dtype, I => {
+        // SAFETY: read access to the index.
+        unsafe { ins[1].slice::<I>() }.iter().map(|v| pick_index(v.to_f64(), lanes, wrap)).collect()
+    });
+    crate::with_dtype!(outs[0].dtype, T => {
+        // SAFETY: read access to the gradient, exclusive access to d data (not alias-safe).
+        let (g, dx) = unsafe { (ins[0].slice::<T>(), outs[0].slice_mut::<T>()) };
+        dx.fill(T::default());
+        for (k, (g, &j)) in g.iter().zip(&index).enumerate() {
+            let (o, i) = (k / inner.max(1), k % inner.max(1));
+            dx[(o * lanes + j) * inner + i] = *g;
+        }
+    });
+    Ok(())
+}
+
 pub(super) fn ops() -> &'static [OpDef] {
     const fn gather(name: &'static str, aliases: &'static [&'static str], arity: usize) -> OpDef {
         OpDef {
@@ -541,6 +653,20 @@ pub(super) fn ops() -> &'static [OpDef] {
                 Arity::Exactly(2),
                 infer_backward,
                 backward_kernel,
+            )
+        },
+        OpDef {
+            alias_safe: false,
+            backward_ignores: &[0],
+            ..OpDef::new("pick", Arity::Exactly(2), infer_pick, pick_kernel)
+        },
+        OpDef {
+            alias_safe: false,
+            ..OpDef::new(
+                "_backward_pick",
+                Arity::Exactly(3),
+                infer_pick_backward,
+                pick_backward_kernel,
             )
         },
     ];

@@ -1,5 +1,5 @@
-//! Reductions along axes: sum, mean, max, min, argmax (MXNet semantics: no axis reduces
-//! everything to shape `(1,)`; `keepdims` keeps reduced axes as 1).
+//! Reductions along axes: sum, mean, prod, max, min, norm (L2 or L1), argmax, argmin (MXNet
+//! semantics: no axis reduces everything to shape `(1,)`; `keepdims` keeps reduced axes as 1).
 
 use ndarray::{ArrayD, ArrayViewD, Axis, IxDyn};
 
@@ -43,7 +43,13 @@ fn infer(
     d: &[DType],
 ) -> Result<(Vec<Vec<usize>>, Vec<DType>)> {
     let keep = attrs.bool(op, "keepdims", false)?;
-    if op == "argmax" {
+    if op == "norm" {
+        norm_ord(op, attrs)?;
+        if attrs.get("out_dtype").is_some_and(|t| t != "None") {
+            return Err(crate::error::invalid(op, "out_dtype is not supported"));
+        }
+    }
+    if matches!(op, "argmax" | "argmin") {
         let shape = match attrs.ints(op, "axis")? {
             None => vec![1],
             Some(a) => {
@@ -66,7 +72,26 @@ fn infer(
     Ok((vec![out_shape(&s[0], &axes, keep)], vec![d[0]]))
 }
 
+/// `norm`'s order: 2 (the default) or 1.
+pub(crate) fn norm_ord(op: &str, attrs: &Attrs) -> Result<u8> {
+    match attrs.f64(op, "ord", Some(2.0))? {
+        2.0 => Ok(2),
+        1.0 => Ok(1),
+        o => Err(crate::error::invalid(op, format!("ord={o} is not 1 or 2"))),
+    }
+}
+
 fn reduce_view<T: Element>(op: &str, v: ArrayViewD<'_, T>, axes: &[usize]) -> ArrayD<T> {
+    if op == "norm" {
+        // ord is checked at inference; 2 sums squares, 1 magnitudes, in f64.
+        let squares = v.mapv(|x| x.to_f64() * x.to_f64());
+        let r = reduce_view::<f64>("sum", squares.view(), axes);
+        return r.mapv(|x| T::from_f64(x.sqrt()));
+    }
+    if op == "norm1" {
+        let abs = v.mapv(|x| x.to_f64().abs());
+        return reduce_view::<f64>("sum", abs.view(), axes).mapv(T::from_f64);
+    }
     let mut acc = v.to_owned();
     let count: usize = axes.iter().map(|&a| v.shape()[a]).product();
     for &ax in axes.iter().rev() {
@@ -84,6 +109,7 @@ fn reduce_view<T: Element>(op: &str, v: ArrayViewD<'_, T>, axes: &[usize]) -> Ar
                 T::from_f64(f64::INFINITY),
                 |&m, &x| if x < m { x } else { m },
             ),
+            "prod" => acc.fold_axis(axis, T::from_f64(1.0), |&p, &x| p.mul(x)),
             _ => acc.fold_axis(axis, T::default(), |&s, &x| s.add(x)),
         };
     }
@@ -108,12 +134,13 @@ fn kernel(
         let view = unsafe { ArrayViewD::from_shape_ptr(IxDyn(&a.shape), a.ptr::<T>() as *const T) };
         // SAFETY: exclusive access to the output (disjoint from the input view).
         let dst = unsafe { out.slice_mut::<T>() };
-        if op == "argmax" {
+        if matches!(op, "argmax" | "argmin") {
+            let max = op == "argmax";
             let arg = |lane: ndarray::ArrayViewD<'_, T>| {
-                // The first maximum wins, as in MXNet.
+                // The first extremum wins, as in MXNet.
                 let mut best: Option<(usize, T)> = None;
                 for (i, &x) in lane.iter().enumerate() {
-                    if best.is_none_or(|(_, b)| x > b) {
+                    if best.is_none_or(|(_, b)| if max { x > b } else { x < b }) {
                         best = Some((i, x));
                     }
                 }
@@ -131,7 +158,11 @@ fn kernel(
             return Ok(());
         }
         let axes = axes_of(op, attrs, a.shape.len()).map_err(|e| e.to_string())?;
-        let r = reduce_view::<T>(op, view, &axes);
+        let which = match (op, norm_ord(op, attrs)) {
+            ("norm", Ok(1)) => "norm1",
+            _ => op,
+        };
+        let r = reduce_view::<T>(which, view, &axes);
         for (o, x) in dst.iter_mut().zip(r.iter()) {
             *o = *x;
         }
@@ -156,6 +187,9 @@ pub(super) fn ops() -> &'static [OpDef] {
         def!("max", &[]),
         def!("min", &[]),
         def!("argmax", &[0]),
+        def!("argmin", &[0]),
+        def!("prod", &[]),
+        def!("norm", &[]),
     ];
     OPS
 }

@@ -788,6 +788,18 @@ fn gather(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntr
     Ok(grads)
 }
 
+/// pick: the output gradient back into the picked elements; none for the index.
+fn pick(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let ins = vec![need(n, og)?, n.inputs[1].clone(), n.inputs[0].clone()];
+    let d = op1(
+        "_backward_pick",
+        format!("{}_backward", n.name),
+        ins,
+        n.attrs.clone(),
+    )?;
+    Ok(vec![Some(d), None])
+}
+
 /// The unary math functions (`ops::math`): one `_backward_math` node reading the value the
 /// derivative is written in; none for the flat ones.
 fn math(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
@@ -814,6 +826,38 @@ fn cast(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>
         vec![need(n, og)?, n.inputs[0].clone()],
         Attrs::new(),
     )?)])
+}
+
+/// prod: `y / x` spread back; norm: `x / y` (ord 2) or `sign(x)` (ord 1), times the spread
+/// output gradient.
+fn product_or_norm(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let x = n.inputs[0].clone();
+    let name = |t: &str| format!("{}_backward_{t}", n.name);
+    let spread = |t: &str, v: NodeEntry| {
+        op1(
+            "_broadcast_backward",
+            name(t),
+            vec![v, x.clone()],
+            n.attrs.clone().with("__reduce__", "sum"),
+        )
+    };
+    let g = spread("g", need(n, og)?)?;
+    let mul = |t: &str, a: NodeEntry, b: NodeEntry| {
+        op1("elemwise_mul", name(t), vec![a, b], Attrs::new())
+    };
+    let div = |t: &str, a: NodeEntry, b: NodeEntry| {
+        op1("elemwise_div", name(t), vec![a, b], Attrs::new())
+    };
+    let d = match (n.op_name(), crate::ops::norm_ord("norm", &n.attrs)?) {
+        ("prod", _) => div("out", mul("gy", g, spread("y", out(n, 0))?)?, x.clone())?,
+        (_, 2) => div("out", mul("gx", g, x.clone())?, spread("y", out(n, 0))?)?,
+        _ => mul(
+            "out",
+            g,
+            op1("sign", name("sign"), vec![x.clone()], Attrs::new())?,
+        )?,
+    };
+    Ok(vec![Some(d)])
 }
 
 fn add(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
@@ -862,7 +906,10 @@ fn rule(op: &str) -> Option<GradFn> {
         "take" => take,
         "broadcast_maximum" | "broadcast_minimum" | "broadcast_power" => broadcast_select,
         "max" | "min" => extremum,
+        "prod" | "norm" => product_or_norm,
+        "pick" => pick,
         "argmax"
+        | "argmin"
         | "one_hot"
         | "broadcast_equal"
         | "broadcast_not_equal"
