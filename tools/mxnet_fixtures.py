@@ -12,6 +12,8 @@ implementation rather than against our reading of it:
   fix_gamma), max and global average pooling, a residual add, a fully connected layer and
   softmax, saved by mx.model.save_checkpoint with random weights and running statistics, and
   net64-* the same in float64 (where the two implementations must agree to rounding);
+* block64-*: a transformer encoder block (LayerNorm, attention through batch_dot and softmax,
+  an ELU feed-forward) in float64, with its expected outputs and gradients as for the net;
 * optim64.nd: one step of sgd_update, sgd_mom_update and adam_update in float64, with and
   without gradient clipping, with their inputs;
 * net-expected.nd (net64-expected.nd): for a fixed input, MXNet's inference output, and then one training step:
@@ -70,11 +72,44 @@ def net():
     return mx.sym.softmax(fc, name="prob")
 
 
-def checkpoint(out, name, dtype):
+BLOCK_SHAPE = (2, 5, 8)
+
+
+def block():
+    """A transformer encoder block (pre-norm, two heads of 4): LayerNorm, position-wise
+    FullyConnected, split, Reshape with its special codes, transpose, batch_dot, scaled softmax
+    attention, residual adds, and an ELU feed-forward (MXNet computes GELU's and SELU's
+    constants in float, which float64 would show)."""
+    x = mx.sym.var("data")
+    h = mx.sym.LayerNorm(x, name="ln0")
+    qkv = mx.sym.FullyConnected(h, num_hidden=24, flatten=False, name="qkv")
+    q, k, v = mx.sym.split(qkv, num_outputs=3, axis=-1, name="split")
+
+    def heads(t, n):  # (b, s, 8) -> (b * 2, s, 4)
+        t = mx.sym.reshape(t, shape=(0, 0, 2, 4), name=n + "_r")
+        t = mx.sym.transpose(t, axes=(0, 2, 1, 3), name=n + "_t")
+        return mx.sym.reshape(t, shape=(-3, -2), name=n + "_h")
+
+    scores = mx.sym.batch_dot(heads(q, "q"), heads(k, "k"), transpose_b=True, name="scores")
+    att = mx.sym.softmax(scores / 2.0, axis=-1, name="att")
+    ctx = mx.sym.batch_dot(att, heads(v, "v"), name="ctx")
+    ctx = mx.sym.reshape(ctx, shape=(-4, -1, 2, -2), name="ctx_r")
+    ctx = mx.sym.transpose(ctx, axes=(0, 2, 1, 3), name="ctx_t")
+    ctx = mx.sym.reshape(ctx, shape=(0, 0, -3), name="ctx_m")
+    x1 = mx.sym.elemwise_add(x, mx.sym.FullyConnected(ctx, num_hidden=8, flatten=False,
+                                                      name="proj"), name="res0")
+    f = mx.sym.FullyConnected(mx.sym.LayerNorm(x1, name="ln1"), num_hidden=16, flatten=False,
+                              name="ff1")
+    f = mx.sym.LeakyReLU(f, act_type="elu", slope=0.5, name="act")
+    f = mx.sym.FullyConnected(f, num_hidden=8, flatten=False, name="ff2")
+    return mx.sym.elemwise_add(x1, f, name="out")
+
+
+def checkpoint(out, name, dtype, sym=None, shape=SHAPE):
     rng = np.random.RandomState(0)
-    sym = net()
+    sym = sym if sym is not None else net()
     args, aux = {}, {}
-    arg_shapes, _, aux_shapes = sym.infer_shape(data=SHAPE)
+    arg_shapes, _, aux_shapes = sym.infer_shape(data=shape)
     for n, s in sorted(zip(sym.list_arguments(), arg_shapes)):
         if n != "data":
             args[n] = mx.nd.array(rng.uniform(-0.5, 0.5, s), dtype=dtype)
@@ -83,7 +118,7 @@ def checkpoint(out, name, dtype):
         aux[n] = mx.nd.array(rng.uniform(low, low + 1.0, s), dtype=dtype)
     prefix = os.path.join(out, name)
     mx.model.save_checkpoint(prefix, 1, sym, args, aux)
-    expected(sym, args, aux, SHAPE, rng, prefix + "-expected.nd", True, dtype)
+    expected(sym, args, aux, shape, rng, prefix + "-expected.nd", True, dtype)
 
 
 def expected(sym, args, aux, shape, rng, path, train, dtype="float32"):
@@ -222,4 +257,5 @@ if __name__ == "__main__":
         dtypes(sys.argv[1])
         checkpoint(sys.argv[1], "net", "float32")
         checkpoint(sys.argv[1], "net64", "float64")
+        checkpoint(sys.argv[1], "block64", "float64", block(), BLOCK_SHAPE)
         optimizers(sys.argv[1])

@@ -246,6 +246,19 @@ fn mxnets_float64_checkpoint_agrees_to_rounding() {
     println!("largest relative difference from MXNet: {worst:e}");
 }
 
+/// A transformer encoder block as MXNet builds one (LayerNorm, position-wise FullyConnected,
+/// split into two heads through Reshape's special codes and transpose, batch_dot attention with
+/// a scaled softmax, residual adds, an ELU feed-forward), from MXNet's checkpoint, in float64:
+/// the outputs and every gradient agree to 1e-12.
+#[test]
+fn mxnets_transformer_block_agrees_in_float64() {
+    let (compared, worst) = check_checkpoint(&format!("{DIR}/block64"), 1, 1e-12, Some(1e-12));
+    // Two outputs; gradients of data, two LayerNorms' gamma and beta, and the weight and bias
+    // of qkv, proj, ff1 and ff2.
+    assert_eq!(compared, 2 + 13);
+    println!("largest relative difference from MXNet: {worst:e}");
+}
+
 /// The real graphs of `graphs/`, batch 2, with the random weights MXNet saved
 /// (`tools/mxnet_fixtures.py --models graphs DIR float64`; gigabytes, so not committed).
 /// Float64 must agree to 1e-10 throughout. In float32 only the inference output is judged (to
