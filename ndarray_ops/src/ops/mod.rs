@@ -352,6 +352,41 @@ impl OpDef {
     }
 }
 
+/// Older names MXNet still registers for these ops, which model files saved by older versions
+/// (and some exporters) carry: `_Plus` nodes in an old ResNet, `Softmax` heads.
+const LEGACY_ALIASES: &[(&str, &str)] = &[
+    ("_Plus", "elemwise_add"),
+    ("_plus", "elemwise_add"),
+    ("_add", "elemwise_add"),
+    ("_Minus", "elemwise_sub"),
+    ("_minus", "elemwise_sub"),
+    ("_sub", "elemwise_sub"),
+    ("_Mul", "elemwise_mul"),
+    ("_mul", "elemwise_mul"),
+    ("_Div", "elemwise_div"),
+    ("_div", "elemwise_div"),
+    ("_PlusScalar", "_plus_scalar"),
+    ("_MinusScalar", "_minus_scalar"),
+    ("_RMinusScalar", "_rminus_scalar"),
+    ("_MulScalar", "_mul_scalar"),
+    ("_DivScalar", "_div_scalar"),
+    ("_RDivScalar", "_rdiv_scalar"),
+    ("_MaximumScalar", "_maximum_scalar"),
+    ("_MinimumScalar", "_minimum_scalar"),
+    ("_PowerScalar", "_power_scalar"),
+    ("_EqualScalar", "_equal_scalar"),
+    ("_GreaterScalar", "_greater_scalar"),
+    ("_LesserScalar", "_lesser_scalar"),
+    ("broadcast_plus", "broadcast_add"),
+    ("broadcast_minus", "broadcast_sub"),
+    ("sum_axis", "sum"),
+    ("max_axis", "max"),
+    ("min_axis", "min"),
+    ("flatten", "Flatten"),
+    ("Softmax", "SoftmaxOutput"),
+    ("choose_element_0index", "pick"),
+];
+
 /// Every op by name. Imperative calls look their op up each time, so the map hashes with
 /// rustc's fast hasher rather than the default DoS-resistant one (the keys are our own names).
 fn registry() -> &'static FxHashMap<&'static str, &'static OpDef> {
@@ -381,6 +416,11 @@ fn registry() -> &'static FxHashMap<&'static str, &'static OpDef> {
             m.insert(def.name, def);
             for a in def.aliases {
                 m.insert(*a, def);
+            }
+        }
+        for (alias, name) in LEGACY_ALIASES {
+            if let Some(def) = m.get(name).copied() {
+                m.insert(alias, def);
             }
         }
         m
