@@ -266,6 +266,23 @@ for e in ("elemwise_add", "elemwise_sub", "elemwise_mul", "elemwise_div"):
 for s in ("_plus_scalar", "_minus_scalar", "_rminus_scalar", "_mul_scalar", "_div_scalar",
           "_rdiv_scalar", "_maximum_scalar", "_minimum_scalar"):
     case(s, s, {"scalar": 0.3}, [("data", u((3, 4)) + 2.0)])
+for c in ("_not_equal_scalar", "_greater_equal_scalar", "_lesser_equal_scalar"):
+    case(c, c, {"scalar": 0.0}, [("data", np.round(u((3, 4))))], no_grad=("data",))
+case("_rpower_scalar", "_rpower_scalar", {"scalar": 1.7}, [("data", u((3, 4)))])
+case("_mod_scalar", "_mod_scalar", {"scalar": 0.7}, [("data", u((3, 4)) * 3)])
+case("_mod_scalar_neg", "_mod_scalar", {"scalar": -0.7}, [("data", u((3, 4)) * 3)])
+case("_hypot_scalar", "_hypot_scalar", {"scalar": 0.5}, [("data", u((3, 4)))])
+for b in ("_maximum", "_minimum", "_hypot"):
+    case(b, b, {}, [("a", u((2, 3))), ("b", u((2, 3)))])
+case("_power", "_power", {}, [("a", u((2, 3), 0.5, 2.0)), ("b", u((2, 3)))])
+case("_mod", "_mod", {}, [("a", u((2, 3)) * 3), ("b", u((2, 3), 0.5, 1.0))])
+case("broadcast_mod", "broadcast_mod", {}, [("a", u((2, 3)) * 3), ("b", -u((1, 3), 0.5, 1.0))])
+case("broadcast_hypot", "broadcast_hypot", {}, [("a", u((2, 3))), ("b", u((2, 1)))])
+for b in ("_equal", "_not_equal", "_greater", "_greater_equal", "_lesser", "_lesser_equal",
+          "_logical_and", "_logical_or", "_logical_xor"):
+    case(b, b, {}, [("a", np.round(u((2, 3)))), ("b", np.round(u((2, 3))))], no_grad=("a", "b"))
+for b in ("broadcast_logical_and", "broadcast_logical_or", "broadcast_logical_xor"):
+    case(b, b, {}, [("a", np.round(u((2, 3)))), ("b", np.round(u((1, 3))))], no_grad=("a", "b"))
 case("_power_scalar", "_power_scalar", {"scalar": 2.5}, [("data", u((3, 4), 0.1, 2.0))])
 for f in ("abs", "negative", "square", "exp", "tanh", "sigmoid", "relu"):
     case("unary_" + f, f, {}, [("data", u((3, 4)) * 2)])

@@ -150,7 +150,7 @@ fn activation_backward(
 
 /// The `binary` kernel's code for `op`.
 fn binary_code(op: &str) -> Option<usize> {
-    Some(match op {
+    Some(match crate::ops::broadcast_twin(op) {
         "elemwise_add" | "broadcast_add" => 0,
         "elemwise_sub" | "broadcast_sub" => 1,
         "elemwise_mul" | "broadcast_mul" => 2,

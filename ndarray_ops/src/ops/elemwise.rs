@@ -180,6 +180,41 @@ pub(super) fn unary_map<T: Element>(a: &TensorRef, out: &TensorRef, f: impl Fn(T
     });
 }
 
+/// The broadcasting op a same-shape binary op computes (`_maximum` is `broadcast_maximum` on
+/// operands of one shape): kernels and gradient rules are written once, for the twin.
+pub(crate) fn broadcast_twin(op: &str) -> &str {
+    match op {
+        "_maximum" => "broadcast_maximum",
+        "_minimum" => "broadcast_minimum",
+        "_power" => "broadcast_power",
+        "_hypot" => "broadcast_hypot",
+        "_mod" => "broadcast_mod",
+        "_equal" => "broadcast_equal",
+        "_not_equal" => "broadcast_not_equal",
+        "_greater" => "broadcast_greater",
+        "_greater_equal" => "broadcast_greater_equal",
+        "_lesser" => "broadcast_lesser",
+        "_lesser_equal" => "broadcast_lesser_equal",
+        "_logical_and" => "broadcast_logical_and",
+        "_logical_or" => "broadcast_logical_or",
+        "_logical_xor" => "broadcast_logical_xor",
+        other => other,
+    }
+}
+
+/// MXNet's `mod`: the remainder with the divisor's sign (Python's `%`), and 0 for a zero divisor.
+pub(crate) fn modulo(a: f64, b: f64) -> f64 {
+    if b == 0.0 {
+        return 0.0;
+    }
+    let r = a % b;
+    if r != 0.0 && (r < 0.0) != (b < 0.0) {
+        r + b
+    } else {
+        r
+    }
+}
+
 fn truth<T: Element>(c: bool) -> T {
     T::from_f64(if c { 1.0 } else { 0.0 })
 }
@@ -192,6 +227,8 @@ fn binary_dispatch<T: Element>(
     b: &TensorRef,
     o: &TensorRef,
 ) -> std::result::Result<(), String> {
+    let op = broadcast_twin(op);
+    let zero = T::default();
     macro_rules! go {
         ($f:expr) => {
             binary_map::<T>(a, b, o, $f)
@@ -211,6 +248,11 @@ fn binary_dispatch<T: Element>(
         "broadcast_greater_equal" => go!(|a, b| truth(a >= b)),
         "broadcast_lesser" => go!(|a, b| truth(a < b)),
         "broadcast_lesser_equal" => go!(|a, b| truth(a <= b)),
+        "broadcast_hypot" => go!(|a: T, b: T| T::from_f64(a.to_f64().hypot(b.to_f64()))),
+        "broadcast_mod" => go!(|a: T, b: T| T::from_f64(modulo(a.to_f64(), b.to_f64()))),
+        "broadcast_logical_and" => go!(move |a, b| truth(a != zero && b != zero)),
+        "broadcast_logical_or" => go!(move |a, b| truth(a != zero || b != zero)),
+        "broadcast_logical_xor" => go!(move |a, b| truth((a != zero) != (b != zero))),
         _ => return Err(format!("no binary kernel for {op}")),
     }
     Ok(())
@@ -251,6 +293,12 @@ fn scalar_dispatch<T: Element>(
         "_equal_scalar" => go!(|x: T| truth(x == y)),
         "_greater_scalar" => go!(|x: T| truth(x > y)),
         "_lesser_scalar" => go!(|x: T| truth(x < y)),
+        "_not_equal_scalar" => go!(|x: T| truth(x != y)),
+        "_greater_equal_scalar" => go!(|x: T| truth(x >= y)),
+        "_lesser_equal_scalar" => go!(|x: T| truth(x <= y)),
+        "_rpower_scalar" => go!(|x: T| T::from_f64(s.powf(x.to_f64()))),
+        "_mod_scalar" => go!(|x: T| T::from_f64(modulo(x.to_f64(), s))),
+        "_hypot_scalar" => go!(|x: T| T::from_f64(x.to_f64().hypot(s))),
         _ => return Err(format!("no scalar kernel for {op}")),
     }
     Ok(())
@@ -367,6 +415,25 @@ pub(super) fn ops() -> &'static [OpDef] {
         def!("broadcast_greater_equal", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]),
         def!("broadcast_lesser", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]),
         def!("broadcast_lesser_equal", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]),
+        def!("broadcast_hypot", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[]),
+        def!("broadcast_mod", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[]),
+        def!("broadcast_logical_and", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]),
+        def!("broadcast_logical_or", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]),
+        def!("broadcast_logical_xor", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]),
+        def!("_maximum", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[]),
+        def!("_minimum", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[]),
+        def!("_power", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[]),
+        def!("_hypot", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[]),
+        def!("_mod", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[]),
+        def!("_equal", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1]),
+        def!("_not_equal", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1]),
+        def!("_greater", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1]),
+        def!("_greater_equal", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1]),
+        def!("_lesser", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1]),
+        def!("_lesser_equal", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1]),
+        def!("_logical_and", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1]),
+        def!("_logical_or", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1]),
+        def!("_logical_xor", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1]),
         OpDef {
             infer_inputs: Some(super::param_shapes::same_shape),
             ..def!("elemwise_add", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1])
@@ -395,6 +462,12 @@ pub(super) fn ops() -> &'static [OpDef] {
         def!("_equal_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]),
         def!("_greater_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]),
         def!("_lesser_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]),
+        def!("_not_equal_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]),
+        def!("_greater_equal_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]),
+        def!("_lesser_equal_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]),
+        def!("_rpower_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]),
+        def!("_mod_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]),
+        def!("_hypot_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[]),
         OpDef {
             aliases: &["identity"],
             ..def!("_copy", U, infer_unary, unary_kernel, inplace IP1, ignores &[0])

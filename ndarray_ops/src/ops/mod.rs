@@ -24,6 +24,7 @@ mod reduce;
 mod shape;
 mod stochastic;
 
+pub(crate) use elemwise::broadcast_twin;
 pub(crate) use reduce::norm_ord;
 pub use stochastic::IS_TRAIN;
 #[cfg(any(feature = "cuda", test))]

@@ -196,8 +196,30 @@ fn scalar(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntr
     let s = n.attrs.f64(n.op_name(), "scalar", None)?;
     let name = format!("{}_backward", n.name);
     let d = match n.op_name() {
-        "_plus_scalar" | "_minus_scalar" => g,
+        "_plus_scalar" | "_minus_scalar" | "_mod_scalar" => g,
         "_rminus_scalar" => op1("negative", name, vec![g], Attrs::new())?,
+        // d s^x = y ln s
+        "_rpower_scalar" => scaled(
+            n,
+            "backward",
+            op1(
+                "elemwise_mul",
+                format!("{name}_gy"),
+                vec![g, out(n, 0)],
+                Attrs::new(),
+            )?,
+            s.ln(),
+        )?,
+        // d hypot(x, s) = x / y
+        "_hypot_scalar" => {
+            let gx = op1(
+                "elemwise_mul",
+                format!("{name}_gx"),
+                vec![g, n.inputs[0].clone()],
+                Attrs::new(),
+            )?;
+            op1("elemwise_div", name, vec![gx, out(n, 0)], Attrs::new())?
+        }
         "_mul_scalar" => scaled(n, "backward", g, s)?,
         "_div_scalar" => scaled(n, "backward", g, 1.0 / s)?,
         // d(s / x) = -y / x
@@ -642,7 +664,7 @@ fn broadcast_select(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Optio
     let name = |t: &str| format!("{}_backward_{t}", n.name);
     let bin =
         |t: &str, op: &str, x: NodeEntry, z: NodeEntry| op1(op, name(t), vec![x, z], Attrs::new());
-    let (da, db) = match n.op_name() {
+    let (da, db) = match crate::ops::broadcast_twin(n.op_name()) {
         op @ ("broadcast_maximum" | "broadcast_minimum") => {
             let (left, right) = if op == "broadcast_maximum" {
                 ("broadcast_greater_equal", "broadcast_lesser")
@@ -672,6 +694,21 @@ fn broadcast_select(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Optio
                 op1("log", name("ln"), vec![a.clone()], Attrs::new())?,
             )?;
             (da, db)
+        }
+        // d hypot(a, b) = a / y and b / y
+        "broadcast_hypot" => {
+            let gy = bin("gy", "broadcast_div", g, y)?;
+            (
+                bin("ga", "broadcast_mul", gy.clone(), a.clone())?,
+                bin("gb", "broadcast_mul", gy, b.clone())?,
+            )
+        }
+        // d mod(a, b) = 1 and -floor(a / b)
+        "broadcast_mod" => {
+            let q = bin("q", "broadcast_div", a.clone(), b.clone())?;
+            let fq = op1("floor", name("fq"), vec![q], Attrs::new())?;
+            let gb = bin("gb", "broadcast_mul", g.clone(), fq)?;
+            (g, op1("negative", name("db"), vec![gb], Attrs::new())?)
         }
         other => {
             return Err(invalid(
@@ -879,7 +916,7 @@ fn rule(op: &str) -> Option<GradFn> {
         "negative" | "exp" | "log" | "sqrt" | "square" | "relu" | "sigmoid" | "tanh"
         | "softrelu" => unary,
         "_plus_scalar" | "_minus_scalar" | "_rminus_scalar" | "_mul_scalar" | "_div_scalar"
-        | "_rdiv_scalar" => scalar,
+        | "_rdiv_scalar" | "_rpower_scalar" | "_mod_scalar" | "_hypot_scalar" => scalar,
         "elemwise_sub" | "elemwise_mul" | "elemwise_div" => elemwise,
         "dot" | "batch_dot" => dot,
         "softmax" | "log_softmax" => softmax,
@@ -904,7 +941,10 @@ fn rule(op: &str) -> Option<GradFn> {
         "where" => where_,
         "add_n" => add_n,
         "take" => take,
-        "broadcast_maximum" | "broadcast_minimum" | "broadcast_power" => broadcast_select,
+        "broadcast_maximum" | "broadcast_minimum" | "broadcast_power" | "broadcast_hypot"
+        | "broadcast_mod" | "_maximum" | "_minimum" | "_power" | "_hypot" | "_mod" => {
+            broadcast_select
+        }
         "max" | "min" => extremum,
         "prod" | "norm" => product_or_norm,
         "pick" => pick,
@@ -919,7 +959,22 @@ fn rule(op: &str) -> Option<GradFn> {
         | "broadcast_lesser_equal"
         | "_equal_scalar"
         | "_greater_scalar"
-        | "_lesser_scalar" => none,
+        | "_lesser_scalar"
+        | "_not_equal_scalar"
+        | "_greater_equal_scalar"
+        | "_lesser_equal_scalar"
+        | "broadcast_logical_and"
+        | "broadcast_logical_or"
+        | "broadcast_logical_xor"
+        | "_equal"
+        | "_not_equal"
+        | "_greater"
+        | "_greater_equal"
+        | "_lesser"
+        | "_lesser_equal"
+        | "_logical_and"
+        | "_logical_or"
+        | "_logical_xor" => none,
         "Convolution" | "Deconvolution" => convolution,
         "Pooling" => pooling,
         "BatchNorm" => batch_norm,
