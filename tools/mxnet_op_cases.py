@@ -223,6 +223,13 @@ case("pick_keep_wrap", "pick", {"axis": 0, "keepdims": True, "mode": "wrap"},
      no_grad=("index",))
 case("pick_last_clip", "pick", {},
      [("data", u((2, 3))), ("index", np.array([5.0, -2.0]))], no_grad=("index",))
+case("sequence_mask", "SequenceMask", {"use_sequence_length": True, "value": -1.5},
+     [("data", u((4, 3, 2))), ("sequence_length", np.array([2.0, 4.0, 0.0]))],
+     no_grad=("sequence_length",))
+case("sequence_mask_axis1", "SequenceMask", {"use_sequence_length": True, "axis": 1},
+     [("data", u((2, 5, 3))), ("sequence_length", np.array([3.0, 1.0]))],
+     no_grad=("sequence_length",))
+case("sequence_mask_off", "SequenceMask", {}, [("data", u((3, 2)))])
 case("embedding", "Embedding", {"input_dim": 6, "output_dim": 3},
      [("data", ints((2, 3), 6)), ("weight", u((6, 3)))], no_grad=("data",))
 case("one_hot", "one_hot", {"depth": 4, "on_value": 2.0, "off_value": -1.0},
@@ -283,6 +290,8 @@ for b in ("_equal", "_not_equal", "_greater", "_greater_equal", "_lesser", "_les
     case(b, b, {}, [("a", np.round(u((2, 3)))), ("b", np.round(u((2, 3))))], no_grad=("a", "b"))
 for b in ("broadcast_logical_and", "broadcast_logical_or", "broadcast_logical_xor"):
     case(b, b, {}, [("a", np.round(u((2, 3)))), ("b", np.round(u((1, 3))))], no_grad=("a", "b"))
+case("smooth_l1", "smooth_l1", {"scalar": 1.5}, [("data", u((3, 4)) * 2)])
+case("smooth_l1_default", "smooth_l1", {}, [("data", u((3, 4)) * 2)])
 case("_power_scalar", "_power_scalar", {"scalar": 2.5}, [("data", u((3, 4), 0.1, 2.0))])
 for f in ("abs", "negative", "square", "exp", "tanh", "sigmoid", "relu"):
     case("unary_" + f, f, {}, [("data", u((3, 4)) * 2)])

@@ -79,13 +79,21 @@ fn infer_unary(
     Ok((vec![s[0].clone()], vec![d[0]]))
 }
 
+/// A scalar op's `scalar`: required, a double, except smooth_l1's sigma (a float, 1 by default).
+pub(crate) fn scalar_of(op: &str, attrs: &Attrs) -> Result<f64> {
+    match op {
+        "smooth_l1" => attrs.float(op, "scalar", Some(1.0)),
+        _ => attrs.f64(op, "scalar", None),
+    }
+}
+
 fn infer_scalar(
     op: &str,
     attrs: &Attrs,
     s: &[Vec<usize>],
     d: &[DType],
 ) -> Result<(Vec<Vec<usize>>, Vec<DType>)> {
-    attrs.f64(op, "scalar", None)?;
+    scalar_of(op, attrs)?;
     infer_unary(op, attrs, s, d)
 }
 
@@ -299,6 +307,15 @@ fn scalar_dispatch<T: Element>(
         "_rpower_scalar" => go!(|x: T| T::from_f64(s.powf(x.to_f64()))),
         "_mod_scalar" => go!(|x: T| T::from_f64(modulo(x.to_f64(), s))),
         "_hypot_scalar" => go!(|x: T| T::from_f64(x.to_f64().hypot(s))),
+        // Quadratic inside |x| < 1 / s^2, linear outside (Fast R-CNN's loss; `scalar` is sigma).
+        "smooth_l1" => go!(|x: T| {
+            let (x, s2) = (x.to_f64(), s * s);
+            T::from_f64(if x.abs() < 1.0 / s2 {
+                0.5 * s2 * x * x
+            } else {
+                x.abs() - 0.5 / s2
+            })
+        }),
         _ => return Err(format!("no scalar kernel for {op}")),
     }
     Ok(())
@@ -311,7 +328,7 @@ fn scalar_kernel(
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> std::result::Result<(), String> {
-    let s = attrs.f64(op, "scalar", None).map_err(|e| e.to_string())?;
+    let s = scalar_of(op, attrs).map_err(|e| e.to_string())?;
     crate::with_dtype!(outs[0].dtype, T => scalar_dispatch::<T>(op, s, &ins[0], &outs[0]))
 }
 
@@ -468,6 +485,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         def!("_rpower_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]),
         def!("_mod_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]),
         def!("_hypot_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[]),
+        def!("smooth_l1", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[]),
         OpDef {
             aliases: &["identity"],
             ..def!("_copy", U, infer_unary, unary_kernel, inplace IP1, ignores &[0])

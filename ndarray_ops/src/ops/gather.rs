@@ -1,7 +1,8 @@
 //! Ops whose every output element is one input element, or a constant: broadcast_to,
 //! broadcast_axis, broadcast_like, tile, repeat, reverse, SwapAxis, Pad, UpSampling (nearest)
-//! and slice_like. One mechanism serves them all and their gradients. (`pick`, at the end,
-//! reads one element per lane too, but where is data: it has kernels of its own.)
+//! and slice_like. One mechanism serves them all and their gradients. (`pick` and
+//! `SequenceMask`, at the end, also read one element or a constant, but which depends on data:
+//! they have kernels of their own.)
 //!
 //! Each op describes, per output axis, which input offset every index along that axis reads
 //! (`AxisMap`; `None` is padding). An output element reads the sum of its indices' offsets, so
@@ -625,6 +626,129 @@ fn pick_backward_kernel(
     Ok(())
 }
 
+// ---- SequenceMask(data[, sequence_length]) ------------------------------------------------------
+
+/// Whether SequenceMask uses its lengths, its time axis (0 or 1), and the value it writes.
+fn mask_params(op: &str, attrs: &Attrs) -> Result<(bool, usize, f64)> {
+    let axis = attrs.f64(op, "axis", Some(0.0))?;
+    if axis != 0.0 && axis != 1.0 {
+        return Err(invalid(op, format!("axis={axis} is not 0 or 1")));
+    }
+    Ok((
+        attrs.bool(op, "use_sequence_length", false)?,
+        axis as usize,
+        attrs.float(op, "value", Some(0.0))?,
+    ))
+}
+
+fn infer_sequence_mask(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let (use_len, axis, _) = mask_params(op, attrs)?;
+    let x = &s[0];
+    if x.len() < 2 {
+        return Err(shape_err(
+            op,
+            "data",
+            x,
+            "at least 2 dimensions (time and batch)".into(),
+        ));
+    }
+    if s.len() != 1 + use_len as usize {
+        return Err(invalid(
+            op,
+            format!(
+                "takes {} input(s) with use_sequence_length={use_len}, got {}",
+                1 + use_len as usize,
+                s.len()
+            ),
+        ));
+    }
+    let batch = x[1 - axis];
+    if use_len && s[1] != [batch] {
+        return Err(shape_err(
+            op,
+            "sequence_length",
+            &s[1],
+            format!("[{batch}] (data's batch)"),
+        ));
+    }
+    Ok((vec![x.clone()], vec![d[0]]))
+}
+
+/// For each element of data shaped `x`, whether it lies past its sequence's length.
+fn masked<'a>(axis: usize, x: &'a [usize], lengths: &'a [usize]) -> impl Fn(usize) -> bool + 'a {
+    let inner: usize = x[2..].iter().product();
+    let (steps, batch) = if axis == 0 {
+        (x[0], x[1])
+    } else {
+        (x[1], x[0])
+    };
+    move |i: usize| {
+        let (a, b) = ((i / inner) / x[1], (i / inner) % x[1]);
+        let (t, n) = if axis == 0 { (a, b) } else { (b, a) };
+        debug_assert!(t < steps && n < batch);
+        t >= lengths[n]
+    }
+}
+
+fn lengths_of(t: Option<&TensorRef>, x: &[usize], axis: usize) -> Vec<usize> {
+    let steps = if axis == 0 { x[0] } else { x[1] };
+    match t {
+        None => vec![steps; x[1 - axis]],
+        Some(t) => crate::with_dtype!(t.dtype, L => {
+            // SAFETY: read access to the lengths.
+            unsafe { t.slice::<L>() }.iter().map(|v| v.to_f64().max(0.0) as usize).collect()
+        }),
+    }
+}
+
+fn sequence_mask_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let (_, axis, value) = mask_params(op, attrs).map_err(|e| e.to_string())?;
+    let x = &ins[0];
+    let lengths = lengths_of(ins.get(1), &x.shape, axis);
+    let past = masked(axis, &x.shape, &lengths);
+    crate::with_dtype!(outs[0].dtype, T => {
+        let (src, dst) = (x.ptr::<T>(), outs[0].ptr::<T>());
+        for i in 0..outs[0].len() {
+            // SAFETY: equal lengths; raw pointers tolerate the output being exactly the data.
+            unsafe { *dst.add(i) = if past(i) { T::from_f64(value) } else { *src.add(i) } };
+        }
+    });
+    Ok(())
+}
+
+/// `_backward_SequenceMask(ograd[, sequence_length])`: the gradient with masked steps zeroed.
+fn sequence_mask_backward_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let (_, axis, _) = mask_params(op, attrs).map_err(|e| e.to_string())?;
+    let g = &ins[0];
+    let lengths = lengths_of(ins.get(1), &g.shape, axis);
+    let past = masked(axis, &g.shape, &lengths);
+    crate::with_dtype!(outs[0].dtype, T => {
+        let (src, dst) = (g.ptr::<T>(), outs[0].ptr::<T>());
+        for i in 0..outs[0].len() {
+            // SAFETY: equal lengths; raw pointers tolerate the output being exactly the input.
+            unsafe { *dst.add(i) = if past(i) { T::default() } else { *src.add(i) } };
+        }
+    });
+    Ok(())
+}
+
+fn infer_sequence_mask_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    mask_params(op, attrs)?;
+    Ok((vec![s[0].clone()], vec![d[0]]))
+}
+
 pub(super) fn ops() -> &'static [OpDef] {
     const fn gather(name: &'static str, aliases: &'static [&'static str], arity: usize) -> OpDef {
         OpDef {
@@ -659,6 +783,25 @@ pub(super) fn ops() -> &'static [OpDef] {
             alias_safe: false,
             backward_ignores: &[0],
             ..OpDef::new("pick", Arity::Exactly(2), infer_pick, pick_kernel)
+        },
+        OpDef {
+            inplace: &[(0, 0)],
+            backward_ignores: &[0],
+            ..OpDef::new(
+                "SequenceMask",
+                Arity::AtLeast(1),
+                infer_sequence_mask,
+                sequence_mask_kernel,
+            )
+        },
+        OpDef {
+            inplace: &[(0, 0)],
+            ..OpDef::new(
+                "_backward_SequenceMask",
+                Arity::AtLeast(1),
+                infer_sequence_mask_backward,
+                sequence_mask_backward_kernel,
+            )
         },
         OpDef {
             alias_safe: false,

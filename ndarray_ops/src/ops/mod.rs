@@ -24,7 +24,7 @@ mod reduce;
 mod shape;
 mod stochastic;
 
-pub(crate) use elemwise::broadcast_twin;
+pub(crate) use elemwise::{broadcast_twin, scalar_of};
 pub(crate) use reduce::norm_ord;
 pub use stochastic::IS_TRAIN;
 #[cfg(any(feature = "cuda", test))]

@@ -95,6 +95,7 @@ pub(super) const MXNET_PARAMS: &[(&str, &[&str])] = &[
         "Reshape",
         &["shape", "reverse", "target_shape", "keep_highest"],
     ),
+    ("SequenceMask", &["use_sequence_length", "value", "axis"]),
     ("SliceChannel", &["num_outputs", "axis", "squeeze_axis"]),
     (
         "Softmax",
@@ -331,6 +332,7 @@ pub(super) const MXNET_PARAMS: &[(&str, &[&str])] = &[
     ("slice", &["begin", "end", "step"]),
     ("slice_axis", &["axis", "begin", "end"]),
     ("slice_like", &["axes"]),
+    ("smooth_l1", &["scalar"]),
     ("softmax", &["axis", "temperature", "dtype", "use_length"]),
     ("softmax_cross_entropy", &[]),
     ("softsign", &[]),

@@ -193,7 +193,7 @@ fn unary(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry
 /// Ops with a scalar attribute.
 fn scalar(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let g = need(n, og)?;
-    let s = n.attrs.f64(n.op_name(), "scalar", None)?;
+    let s = crate::ops::scalar_of(n.op_name(), &n.attrs)?;
     let name = format!("{}_backward", n.name);
     let d = match n.op_name() {
         "_plus_scalar" | "_minus_scalar" | "_mod_scalar" => g,
@@ -210,6 +210,35 @@ fn scalar(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntr
             )?,
             s.ln(),
         )?,
+        // sigma^2 x inside |x| < 1 / sigma^2, sign(x) outside
+        "smooth_l1" => {
+            let x = n.inputs[0].clone();
+            let s2 = s * s;
+            let unary = |t: &str, op: &str, v: NodeEntry, a: Attrs| {
+                op1(op, format!("{name}_{t}"), vec![v], a)
+            };
+            let abs = unary("abs", "abs", x.clone(), Attrs::new())?;
+            let inside = unary(
+                "inside",
+                "_lesser_scalar",
+                abs,
+                Attrs::new().with("scalar", 1.0 / s2),
+            )?;
+            let quad = unary(
+                "quad",
+                "_mul_scalar",
+                x.clone(),
+                Attrs::new().with("scalar", s2),
+            )?;
+            let lin = unary("lin", "sign", x, Attrs::new())?;
+            let factor = op1(
+                "where",
+                format!("{name}_factor"),
+                vec![inside, quad, lin],
+                Attrs::new(),
+            )?;
+            op1("elemwise_mul", name, vec![g, factor], Attrs::new())?
+        }
         // d hypot(x, s) = x / y
         "_hypot_scalar" => {
             let gx = op1(
@@ -825,6 +854,21 @@ fn gather(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntr
     Ok(grads)
 }
 
+/// SequenceMask: the output gradient with the masked steps zeroed; none for the lengths.
+fn sequence_mask(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let mut ins = vec![need(n, og)?];
+    ins.extend(n.inputs.get(1).cloned());
+    let d = op1(
+        "_backward_SequenceMask",
+        format!("{}_backward", n.name),
+        ins,
+        n.attrs.clone(),
+    )?;
+    let mut grads = vec![Some(d)];
+    grads.resize(n.inputs.len(), None);
+    Ok(grads)
+}
+
 /// pick: the output gradient back into the picked elements; none for the index.
 fn pick(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let ins = vec![need(n, og)?, n.inputs[1].clone(), n.inputs[0].clone()];
@@ -916,7 +960,9 @@ fn rule(op: &str) -> Option<GradFn> {
         "negative" | "exp" | "log" | "sqrt" | "square" | "relu" | "sigmoid" | "tanh"
         | "softrelu" => unary,
         "_plus_scalar" | "_minus_scalar" | "_rminus_scalar" | "_mul_scalar" | "_div_scalar"
-        | "_rdiv_scalar" | "_rpower_scalar" | "_mod_scalar" | "_hypot_scalar" => scalar,
+        | "_rdiv_scalar" | "_rpower_scalar" | "_mod_scalar" | "_hypot_scalar" | "smooth_l1" => {
+            scalar
+        }
         "elemwise_sub" | "elemwise_mul" | "elemwise_div" => elemwise,
         "dot" | "batch_dot" => dot,
         "softmax" | "log_softmax" => softmax,
@@ -948,6 +994,7 @@ fn rule(op: &str) -> Option<GradFn> {
         "max" | "min" => extremum,
         "prod" | "norm" => product_or_norm,
         "pick" => pick,
+        "SequenceMask" => sequence_mask,
         "argmax"
         | "argmin"
         | "one_hot"
