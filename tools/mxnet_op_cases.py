@@ -230,6 +230,14 @@ case("sequence_mask_axis1", "SequenceMask", {"use_sequence_length": True, "axis"
      [("data", u((2, 5, 3))), ("sequence_length", np.array([3.0, 1.0]))],
      no_grad=("sequence_length",))
 case("sequence_mask_off", "SequenceMask", {}, [("data", u((3, 2)))])
+case("topk_value", "topk", {"k": 2, "ret_typ": "value", "axis": 1}, [("data", u((2, 4, 3)))])
+case("topk_both", "topk", {"k": 3, "ret_typ": "both"}, [("data", u((2, 5)))])
+case("topk_indices_flat", "topk", {"k": 4, "axis": "None", "is_ascend": True},
+     [("data", u((2, 3)))], no_grad=("data",))
+case("topk_mask", "topk", {"k": 2, "ret_typ": "mask", "axis": 0}, [("data", u((4, 3)))],
+     no_grad=("data",))
+case("sort", "sort", {"axis": 0, "is_ascend": False}, [("data", u((4, 3)))])
+case("argsort", "argsort", {"dtype": "float64"}, [("data", u((3, 5)))], no_grad=("data",))
 case("embedding", "Embedding", {"input_dim": 6, "output_dim": 3},
      [("data", ints((2, 3), 6)), ("weight", u((6, 3)))], no_grad=("data",))
 case("one_hot", "one_hot", {"depth": 4, "on_value": 2.0, "off_value": -1.0},

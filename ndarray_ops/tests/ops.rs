@@ -581,6 +581,10 @@ fn wider_mxnet_ops_refuse_bad_input_clearly() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("label 7") && e.contains("below 5"), "{e}");
+    let e = err("topk", &[&scores], Attrs::new().with("k", 9));
+    assert!(e.contains("k=9") && e.contains("5 elements"), "{e}");
+    let e = err("topk", &[&scores], Attrs::new().with("ret_typ", "values"));
+    assert!(e.contains("\"values\""), "{e}");
     // Regression labels must have the data's elements.
     let e = err("LinearRegressionOutput", &[&scores, &g3], Attrs::new());
     assert!(e.contains("label") && e.contains("[2, 5]"), "{e}");

@@ -22,6 +22,7 @@ mod par;
 mod param_shapes;
 mod reduce;
 mod shape;
+pub(crate) mod sort;
 mod stochastic;
 
 pub(crate) use elemwise::{broadcast_twin, scalar_of};
@@ -413,6 +414,7 @@ fn registry() -> &'static FxHashMap<&'static str, &'static OpDef> {
             .chain(norm::ops())
             .chain(loss::ops())
             .chain(gather::ops())
+            .chain(sort::ops())
         {
             m.insert(def.name, def);
             for a in def.aliases {
@@ -462,6 +464,13 @@ pub fn num_outputs(def: &OpDef, attrs: &Attrs) -> Result<(usize, usize)> {
             },
         ),
         "InstanceNorm" => (3, 1),
+        // Values keep their indices as a hidden output, as in MXNet.
+        "sort" => (2, 1),
+        "topk" => match attrs.get("ret_typ") {
+            Some("value") => (2, 1),
+            Some("both") => (2, 2),
+            _ => (1, 1),
+        },
         "_backward_LinearRegressionOutput"
         | "_backward_LogisticRegressionOutput"
         | "_backward_MAERegressionOutput" => (2, 2),

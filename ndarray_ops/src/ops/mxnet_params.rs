@@ -216,6 +216,7 @@ pub(super) const MXNET_PARAMS: &[(&str, &[&str])] = &[
     ("arctanh", &[]),
     ("argmax", &["axis", "keepdims"]),
     ("argmin", &["axis", "keepdims"]),
+    ("argsort", &["axis", "is_ascend", "dtype"]),
     (
         "batch_dot",
         &["transpose_a", "transpose_b", "forward_stype"],
@@ -336,6 +337,7 @@ pub(super) const MXNET_PARAMS: &[(&str, &[&str])] = &[
     ("softmax", &["axis", "temperature", "dtype", "use_length"]),
     ("softmax_cross_entropy", &[]),
     ("softsign", &[]),
+    ("sort", &["axis", "is_ascend"]),
     ("split", &["num_outputs", "axis", "squeeze_axis"]),
     ("sqrt", &[]),
     ("square", &[]),
@@ -349,6 +351,7 @@ pub(super) const MXNET_PARAMS: &[(&str, &[&str])] = &[
     ("tan", &[]),
     ("tanh", &[]),
     ("tile", &["reps"]),
+    ("topk", &["axis", "k", "ret_typ", "is_ascend", "dtype"]),
     ("transpose", &["axes"]),
     ("trunc", &[]),
     ("uniform", &["low", "high", "shape", "ctx", "dtype"]),

@@ -869,6 +869,18 @@ fn sequence_mask(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<N
     Ok(grads)
 }
 
+/// sort and topk returning values: each value's gradient back where it came from (the
+/// indices output); none for indices or masks.
+fn sort(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    if !crate::ops::sort::returns_values(n.op_name(), &n.attrs) {
+        return Ok(vec![None]);
+    }
+    let ins = vec![need(n, og)?, out(n, 1), n.inputs[0].clone()];
+    let attrs = n.attrs.clone().with("__fwd__", n.op_name());
+    let d = op1("_backward_topk", format!("{}_backward", n.name), ins, attrs)?;
+    Ok(vec![Some(d)])
+}
+
 /// pick: the output gradient back into the picked elements; none for the index.
 fn pick(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let ins = vec![need(n, og)?, n.inputs[1].clone(), n.inputs[0].clone()];
@@ -994,6 +1006,7 @@ fn rule(op: &str) -> Option<GradFn> {
         "max" | "min" => extremum,
         "prod" | "norm" => product_or_norm,
         "pick" => pick,
+        "sort" | "topk" | "argsort" => sort,
         "SequenceMask" => sequence_mask,
         "argmax"
         | "argmin"

@@ -1,0 +1,259 @@
+//! Sorting along an axis: `topk` (values, indices, both, or a mask of the top k), `sort` and
+//! `argsort`, as MXNet computes them: indices are floats (`dtype`, float32 by default), `k < 1`
+//! sorts the whole lane, no axis sorts the flattened array, and equal values keep their order.
+//!
+//! Ops that return values also keep the indices (a hidden output for `sort` and `topk` with
+//! `ret_typ=value`, as in MXNet), which `_backward_topk` reads to put each value's gradient back
+//! where the value came from.
+
+use super::{norm_axes, Arity, Attrs, OpDef, TensorRef};
+use crate::error::{invalid, Result};
+use crate::resources::KernelRes;
+use crate::{DType, Element};
+
+type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
+type KResult = std::result::Result<(), String>;
+
+/// What a node of `topk`, `sort` or `argsort` computes.
+#[derive(Clone, Copy, PartialEq)]
+enum Returns {
+    Values,
+    Indices,
+    Both,
+    Mask,
+}
+
+struct Params {
+    /// The axis sorted, or `None`: the flattened array.
+    axis: Option<usize>,
+    /// How many of each lane are kept (the whole lane when MXNet's k < 1).
+    k: usize,
+    ascending: bool,
+    returns: Returns,
+    index_dtype: DType,
+}
+
+fn params(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Params> {
+    // The backward op carries its forward op's name and attributes.
+    let fwd = attrs.get("__fwd__").unwrap_or(op);
+    let axis = match attrs.get("axis") {
+        Some(v) if v.trim().eq_ignore_ascii_case("none") => None,
+        _ => {
+            let a = attrs
+                .ints(op, "axis")?
+                .and_then(|v| v.first().copied())
+                .unwrap_or(-1);
+            Some(norm_axes(op, &[a], shape.len())?[0])
+        }
+    };
+    let lane = axis.map_or(shape.iter().product(), |a| shape[a]);
+    let returns = match (fwd, attrs.get("ret_typ").unwrap_or("indices")) {
+        ("sort", _) => Returns::Values,
+        ("argsort", _) => Returns::Indices,
+        (_, "value") => Returns::Values,
+        (_, "indices") => Returns::Indices,
+        (_, "both") => Returns::Both,
+        (_, "mask") => Returns::Mask,
+        (_, other) => {
+            return Err(invalid(
+                op,
+                format!("ret_typ {other:?} is not value, indices, both or mask"),
+            ))
+        }
+    };
+    let k = match fwd {
+        "topk" => attrs.f64(op, "k", Some(1.0))?,
+        _ => 0.0,
+    };
+    if k as usize > lane {
+        return Err(invalid(
+            op,
+            format!("k={k} is more than the {lane} elements along the axis"),
+        ));
+    }
+    let index_dtype = match attrs.get("dtype") {
+        None => DType::F32,
+        Some(t) => DType::parse(t).ok_or_else(|| invalid(op, format!("dtype {t:?} is unknown")))?,
+    };
+    Ok(Params {
+        axis,
+        k: if k < 1.0 { lane } else { k as usize },
+        ascending: attrs.bool(op, "is_ascend", fwd != "topk")?,
+        returns,
+        index_dtype,
+    })
+}
+
+/// The shape of the kept values or indices.
+fn kept_shape(p: &Params, shape: &[usize]) -> Vec<usize> {
+    match p.axis {
+        None => vec![p.k],
+        Some(a) => {
+            let mut s = shape.to_vec();
+            s[a] = p.k;
+            s
+        }
+    }
+}
+
+fn infer_sort(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let p = params(op, attrs, &s[0])?;
+    let kept = kept_shape(&p, &s[0]);
+    Ok(match p.returns {
+        // Values, then the indices they came from (hidden unless asked for).
+        Returns::Values | Returns::Both => (vec![kept.clone(), kept], vec![d[0], p.index_dtype]),
+        Returns::Indices => (vec![kept], vec![p.index_dtype]),
+        Returns::Mask => (vec![s[0].clone()], vec![d[0]]),
+    })
+}
+
+/// `(outer, lane, inner)` around the sorted axis (the flattened array is one lane).
+fn lanes(p: &Params, shape: &[usize]) -> (usize, usize, usize) {
+    match p.axis {
+        None => (1, shape.iter().product(), 1),
+        Some(a) => (
+            shape[..a].iter().product(),
+            shape[a],
+            shape[a + 1..].iter().product(),
+        ),
+    }
+}
+
+/// For each lane, in order, the positions along it of its k kept elements.
+fn ranked(p: &Params, shape: &[usize], values: &[f64]) -> Vec<Vec<usize>> {
+    let (outer, lane, inner) = lanes(p, shape);
+    let mut all = Vec::with_capacity(outer * inner);
+    for o in 0..outer {
+        for i in 0..inner {
+            let at = |j: usize| values[(o * lane + j) * inner + i];
+            let mut order: Vec<usize> = (0..lane).collect();
+            // Stable: equal values keep their order either way.
+            order.sort_by(|&a, &b| {
+                let c = at(a).total_cmp(&at(b));
+                if p.ascending {
+                    c
+                } else {
+                    c.reverse()
+                }
+            });
+            order.truncate(p.k);
+            all.push(order);
+        }
+    }
+    all
+}
+
+fn sort_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let x = &ins[0];
+    let p = params(op, attrs, &x.shape).map_err(|e| e.to_string())?;
+    let values: Vec<f64> = crate::with_dtype!(x.dtype, T => {
+        // SAFETY: read access to the data.
+        unsafe { x.slice::<T>() }.iter().map(|v| v.to_f64()).collect()
+    });
+    let (_, lane, inner) = lanes(&p, &x.shape);
+    let order = ranked(&p, &x.shape, &values);
+    // Lane `l` (outer o, inner i) holds its kept element r at (o * k + r) * inner + i.
+    let source = |l: usize, j: usize| ((l / inner) * lane + j) * inner + l % inner;
+    let kept = |l: usize, r: usize| ((l / inner) * p.k + r) * inner + l % inner;
+    let write = |t: &TensorRef, f: &dyn Fn(usize, usize) -> f64| {
+        crate::with_dtype!(t.dtype, T => {
+            // SAFETY: exclusive access to this output (not alias-safe).
+            let out = unsafe { t.slice_mut::<T>() };
+            for (l, js) in order.iter().enumerate() {
+                for (r, &j) in js.iter().enumerate() {
+                    out[kept(l, r)] = T::from_f64(f(l, j));
+                }
+            }
+        })
+    };
+    match p.returns {
+        Returns::Values | Returns::Both => {
+            write(&outs[0], &|l, j| values[source(l, j)]);
+            write(&outs[1], &|_, j| j as f64);
+        }
+        Returns::Indices => write(&outs[0], &|_, j| j as f64),
+        Returns::Mask => crate::with_dtype!(outs[0].dtype, T => {
+            // SAFETY: exclusive access to the output (not alias-safe).
+            let out = unsafe { outs[0].slice_mut::<T>() };
+            out.fill(T::default());
+            for (l, js) in order.iter().enumerate() {
+                for &j in js {
+                    out[source(l, j)] = T::from_f64(1.0);
+                }
+            }
+        }),
+    }
+    Ok(())
+}
+
+/// `_backward_topk(ograd, indices, data)`: each kept value's gradient back at its position.
+fn infer_sort_backward(_: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    Ok((vec![s[2].clone()], vec![d[0]]))
+}
+
+fn sort_backward_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let shape = &outs[0].shape;
+    let p = params(op, attrs, shape).map_err(|e| e.to_string())?;
+    let (_, lane, inner) = lanes(&p, shape);
+    let index: Vec<usize> = crate::with_dtype!(ins[1].dtype, I => {
+        // SAFETY: read access to the indices.
+        unsafe { ins[1].slice::<I>() }.iter().map(|v| v.to_f64() as usize).collect()
+    });
+    crate::with_dtype!(outs[0].dtype, T => {
+        // SAFETY: read access to the gradient, exclusive access to d data (not alias-safe).
+        let (g, dx) = unsafe { (ins[0].slice::<T>(), outs[0].slice_mut::<T>()) };
+        dx.fill(T::default());
+        for (e, (&j, g)) in index.iter().zip(g).enumerate() {
+            // Kept element e is rank (e / inner) % k of lane (outer, e % inner).
+            let (o, i) = (e / inner / p.k, e % inner);
+            let at = (o * lane + j.min(lane - 1)) * inner + i;
+            dx[at] = dx[at].add(*g);
+        }
+    });
+    Ok(())
+}
+
+/// Whether a node of `op` returns values (and so has a gradient).
+pub(crate) fn returns_values(op: &str, attrs: &Attrs) -> bool {
+    match op {
+        "sort" => true,
+        "topk" => matches!(attrs.get("ret_typ"), Some("value" | "both")),
+        _ => false,
+    }
+}
+
+pub(super) fn ops() -> &'static [OpDef] {
+    const fn def(name: &'static str) -> OpDef {
+        OpDef {
+            alias_safe: false,
+            ..OpDef::new(name, Arity::Exactly(1), infer_sort, sort_kernel)
+        }
+    }
+    static OPS: &[OpDef] = &[
+        def("topk"),
+        def("sort"),
+        def("argsort"),
+        OpDef {
+            alias_safe: false,
+            ..OpDef::new(
+                "_backward_topk",
+                Arity::Exactly(3),
+                infer_sort_backward,
+                sort_backward_kernel,
+            )
+        },
+    ];
+    OPS
+}
