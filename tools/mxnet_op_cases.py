@@ -238,6 +238,21 @@ case("topk_mask", "topk", {"k": 2, "ret_typ": "mask", "axis": 0}, [("data", u((4
      no_grad=("data",))
 case("sort", "sort", {"axis": 0, "is_ascend": False}, [("data", u((4, 3)))])
 case("argsort", "argsort", {"dtype": "float64"}, [("data", u((3, 5)))], no_grad=("data",))
+case("sequence_last", "SequenceLast", {"use_sequence_length": True},
+     [("data", u((4, 3, 2))), ("sequence_length", np.array([2.0, 4.0, 1.0]))],
+     no_grad=("sequence_length",))
+case("sequence_last_axis1", "SequenceLast", {"use_sequence_length": True, "axis": 1},
+     [("data", u((2, 5))), ("sequence_length", np.array([3.0, 5.0]))],
+     no_grad=("sequence_length",))
+case("sequence_last_off", "SequenceLast", {}, [("data", u((3, 2, 2)))])
+case("sequence_reverse", "SequenceReverse", {"use_sequence_length": True},
+     [("data", u((4, 3, 2))), ("sequence_length", np.array([2.0, 4.0, 1.0]))],
+     no_grad=("sequence_length",))
+case("sequence_reverse_off", "SequenceReverse", {}, [("data", u((3, 2)))])
+case("arange", "_arange", {"start": 1.5, "stop": 4.0, "step": 0.5, "repeat": 2,
+                          "dtype": "float64"}, [])
+case("arange_stop_only", "_arange", {"start": 5, "dtype": "float64"}, [])
+case("arange_down", "_arange", {"start": 3, "stop": -1, "step": -1.5, "dtype": "float64"}, [])
 case("embedding", "Embedding", {"input_dim": 6, "output_dim": 3},
      [("data", ints((2, 3), 6)), ("weight", u((6, 3)))], no_grad=("data",))
 case("one_hot", "one_hot", {"depth": 4, "on_value": 2.0, "off_value": -1.0},
@@ -358,7 +373,7 @@ def run(out):
         types = {n: dt for n in arg_names}
         exe = sym.simple_bind(mx.cpu(), type_dict=types,
                               grad_req={n: ("write" if n in grads else "null")
-                                        for n in arg_names},
+                                        for n in arg_names} or "null",
                               **{n: v.shape for n, v in inputs if n not in aux})
         for n, v in args.items():
             (exe.aux_dict if n in aux else exe.arg_dict)[n][:] = v

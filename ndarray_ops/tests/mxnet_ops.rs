@@ -139,7 +139,10 @@ fn run_case(rt: &Arc<Runtime>, c: &Case, f: &HashMap<String, NDArray>) -> Vec<St
         Ok(e) => e,
         Err(e) => return vec![format!("bind: {e}")],
     };
-    let float32 = f[&format!("{}/in/{}", c.name, c.inputs[0])].dtype() == DType::F32;
+    let float32 = c
+        .inputs
+        .first()
+        .is_some_and(|n| f[&format!("{}/in/{n}", c.name)].dtype() == DType::F32);
     let tol = FLOAT_INSIDE
         .iter()
         .find(|k| k.0 == c.name)

@@ -1,4 +1,5 @@
-//! The rest of the MXNet ops the model zoo uses: LeakyReLU (leaky, elu, selu, gelu, prelu), stack, `_zeros`/`_ones`,
+//! The rest of the MXNet ops the model zoo uses: LeakyReLU (leaky, elu, selu, gelu, prelu), stack,
+//! `_zeros`/`_ones`/`_arange`,
 //! `where`, and Deconvolution (the transpose of Convolution: GEMM then col2im) with its backward op.
 
 use ndarray::{ArrayView2, ArrayViewMut2};
@@ -289,6 +290,57 @@ fn fill_kernel(
     crate::with_dtype!(outs[0].dtype, T => {
         // SAFETY: exclusive access to the output.
         unsafe { outs[0].slice_mut::<T>() }.fill(T::from_f64(v));
+    });
+    Ok(())
+}
+
+// ---- _arange -----------------------------------------------------------------------------------
+
+/// `_arange`'s values: `start, start + step, ...` below `stop` (or `0..start` without one),
+/// each `repeat` times.
+fn arange_params(op: &str, attrs: &Attrs) -> Result<(f64, f64, usize, usize)> {
+    let start = attrs.f64(op, "start", None)?;
+    let step = attrs.f64(op, "step", Some(1.0))?;
+    let (start, stop) = match attrs.get("stop") {
+        None | Some("None") => (0.0, start),
+        Some(_) => (start, attrs.f64(op, "stop", None)?),
+    };
+    let repeat = attrs.f64(op, "repeat", Some(1.0))?;
+    if step == 0.0 || repeat < 1.0 || repeat.fract() != 0.0 {
+        return Err(invalid(
+            op,
+            format!("step={step} must be nonzero and repeat={repeat} a positive integer"),
+        ));
+    }
+    if attrs.bool(op, "infer_range", false)? {
+        return Err(invalid(op, "infer_range is not supported: give stop"));
+    }
+    let count = ((stop - start) / step).ceil().max(0.0) as usize;
+    Ok((start, step, count, repeat as usize))
+}
+
+fn infer_arange(op: &str, attrs: &Attrs, _s: &[Vec<usize>], _d: &[DType]) -> Infer {
+    let (_, _, count, repeat) = arange_params(op, attrs)?;
+    let dt = match attrs.get("dtype") {
+        None => DType::F32,
+        Some(n) => DType::parse(n).ok_or_else(|| invalid(op, format!("dtype {n:?} is unknown")))?,
+    };
+    Ok((vec![vec![count * repeat]], vec![dt]))
+}
+
+fn arange_kernel(
+    op: &str,
+    attrs: &Attrs,
+    _ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let (start, step, _, repeat) = arange_params(op, attrs).map_err(|e| e.to_string())?;
+    crate::with_dtype!(outs[0].dtype, T => {
+        // SAFETY: exclusive access to the output.
+        for (k, v) in unsafe { outs[0].slice_mut::<T>() }.iter_mut().enumerate() {
+            *v = T::from_f64(start + step * (k / repeat) as f64);
+        }
     });
     Ok(())
 }
@@ -597,6 +649,15 @@ pub(super) fn ops() -> &'static [OpDef] {
             Arity::Exactly(0),
             infer_fill,
             fill_kernel,
+            &[],
+            false
+        ),
+        def!(
+            "_arange",
+            &["arange"],
+            Arity::Exactly(0),
+            infer_arange,
+            arange_kernel,
             &[],
             false
         ),

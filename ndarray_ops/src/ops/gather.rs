@@ -1,8 +1,8 @@
 //! Ops whose every output element is one input element, or a constant: broadcast_to,
 //! broadcast_axis, broadcast_like, tile, repeat, reverse, SwapAxis, Pad, UpSampling (nearest)
-//! and slice_like. One mechanism serves them all and their gradients. (`pick` and
-//! `SequenceMask`, at the end, also read one element or a constant, but which depends on data:
-//! they have kernels of their own.)
+//! and slice_like. One mechanism serves them all and their gradients. (`pick`, `SequenceMask`,
+//! `SequenceLast` and `SequenceReverse`, at the end, also read one element or a constant, but
+//! which depends on data: they have kernels of their own.)
 //!
 //! Each op describes, per output axis, which input offset every index along that axis reads
 //! (`AxisMap`; `None` is padding). An output element reads the sum of its indices' offsets, so
@@ -749,6 +749,136 @@ fn infer_sequence_mask_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[
     Ok((vec![s[0].clone()], vec![d[0]]))
 }
 
+// ---- SequenceLast, SequenceReverse -------------------------------------------------------------
+
+/// Data shaped `(steps, batch, inner...)` (axis 0) or `(batch, steps, inner...)` (axis 1): the
+/// element of step `t` of sequence `n` at inner position `i`.
+#[derive(Clone, Copy)]
+struct Steps {
+    axis: usize,
+    steps: usize,
+    batch: usize,
+    inner: usize,
+}
+
+impl Steps {
+    fn of(axis: usize, x: &[usize]) -> Steps {
+        let (steps, batch) = if axis == 0 {
+            (x[0], x[1])
+        } else {
+            (x[1], x[0])
+        };
+        Steps {
+            axis,
+            steps,
+            batch,
+            inner: x[2..].iter().product(),
+        }
+    }
+
+    fn at(self, t: usize, n: usize, i: usize) -> usize {
+        let outer = if self.axis == 0 {
+            t * self.batch + n
+        } else {
+            n * self.steps + t
+        };
+        outer * self.inner + i
+    }
+}
+
+fn infer_sequence_last(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    infer_sequence_mask(op, attrs, s, d)?;
+    let (_, axis, _) = mask_params(op, attrs)?;
+    let mut out = s[0].clone();
+    out.remove(axis);
+    Ok((vec![out], vec![d[0]]))
+}
+
+fn infer_sequence_reverse(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    if mask_params(op, attrs)?.1 != 0 {
+        return Err(invalid(
+            op,
+            "only axis 0 (time first) is supported, as in MXNet",
+        ));
+    }
+    infer_sequence_mask(op, attrs, s, d)
+}
+
+/// For each output element, the data element it reads: SequenceLast the last step of its
+/// sequence (the first when a length is 0), SequenceReverse the mirror step within its length.
+fn sequence_sources(op: &str, st: Steps, lengths: &[usize]) -> Vec<usize> {
+    let len = |n: usize| lengths[n].min(st.steps);
+    if op.ends_with("SequenceLast") {
+        let mut v = Vec::with_capacity(st.batch * st.inner);
+        for n in 0..st.batch {
+            for i in 0..st.inner {
+                v.push(st.at(len(n).max(1) - 1, n, i));
+            }
+        }
+        return v;
+    }
+    let mut v = vec![0; st.steps * st.batch * st.inner];
+    for t in 0..st.steps {
+        for n in 0..st.batch {
+            let from = if t < len(n) { len(n) - 1 - t } else { t };
+            for i in 0..st.inner {
+                v[st.at(t, n, i)] = st.at(from, n, i);
+            }
+        }
+    }
+    v
+}
+
+fn sequence_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let (_, axis, _) = mask_params(op, attrs).map_err(|e| e.to_string())?;
+    let x = &ins[0];
+    let lengths = lengths_of(ins.get(1), &x.shape, axis);
+    let sources = sequence_sources(op, Steps::of(axis, &x.shape), &lengths);
+    crate::with_dtype!(outs[0].dtype, T => {
+        // SAFETY: read access to the data, exclusive access to the output (not alias-safe).
+        let (x, y) = unsafe { (x.slice::<T>(), outs[0].slice_mut::<T>()) };
+        for (y, &j) in y.iter_mut().zip(&sources) {
+            *y = x[j];
+        }
+    });
+    Ok(())
+}
+
+/// `_backward_SequenceLast(ograd, data[, sequence_length])`: each sequence's gradient at its
+/// last step, zero elsewhere.
+fn infer_sequence_last_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    mask_params(op, attrs)?;
+    Ok((vec![s[1].clone()], vec![d[0]]))
+}
+
+fn sequence_last_backward_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let (_, axis, _) = mask_params(op, attrs).map_err(|e| e.to_string())?;
+    let shape = &outs[0].shape;
+    let lengths = lengths_of(ins.get(2), shape, axis);
+    let sources = sequence_sources(op, Steps::of(axis, shape), &lengths);
+    crate::with_dtype!(outs[0].dtype, T => {
+        // SAFETY: read access to the gradient, exclusive access to d data (not alias-safe).
+        let (g, dx) = unsafe { (ins[0].slice::<T>(), outs[0].slice_mut::<T>()) };
+        dx.fill(T::default());
+        for (g, &j) in g.iter().zip(&sources) {
+            dx[j] = *g;
+        }
+    });
+    Ok(())
+}
+
 pub(super) fn ops() -> &'static [OpDef] {
     const fn gather(name: &'static str, aliases: &'static [&'static str], arity: usize) -> OpDef {
         OpDef {
@@ -792,6 +922,36 @@ pub(super) fn ops() -> &'static [OpDef] {
                 Arity::AtLeast(1),
                 infer_sequence_mask,
                 sequence_mask_kernel,
+            )
+        },
+        OpDef {
+            alias_safe: false,
+            backward_ignores: &[0],
+            ..OpDef::new(
+                "SequenceLast",
+                Arity::AtLeast(1),
+                infer_sequence_last,
+                sequence_kernel,
+            )
+        },
+        OpDef {
+            alias_safe: false,
+            ..OpDef::new(
+                "_backward_SequenceLast",
+                Arity::AtLeast(2),
+                infer_sequence_last_backward,
+                sequence_last_backward_kernel,
+            )
+        },
+        // Its own gradient: reversing twice is the identity.
+        OpDef {
+            alias_safe: false,
+            backward_ignores: &[0],
+            ..OpDef::new(
+                "SequenceReverse",
+                Arity::AtLeast(1),
+                infer_sequence_reverse,
+                sequence_kernel,
             )
         },
         OpDef {

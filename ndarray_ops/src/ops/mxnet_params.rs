@@ -95,7 +95,9 @@ pub(super) const MXNET_PARAMS: &[(&str, &[&str])] = &[
         "Reshape",
         &["shape", "reverse", "target_shape", "keep_highest"],
     ),
+    ("SequenceLast", &["use_sequence_length", "axis"]),
     ("SequenceMask", &["use_sequence_length", "value", "axis"]),
+    ("SequenceReverse", &["use_sequence_length", "axis"]),
     ("SliceChannel", &["num_outputs", "axis", "squeeze_axis"]),
     (
         "Softmax",
@@ -152,6 +154,18 @@ pub(super) const MXNET_PARAMS: &[(&str, &[&str])] = &[
     ("_RDivScalar", &["scalar", "is_int"]),
     ("_RMinusScalar", &["scalar", "is_int"]),
     ("_add", &[]),
+    (
+        "_arange",
+        &[
+            "start",
+            "stop",
+            "step",
+            "repeat",
+            "infer_range",
+            "ctx",
+            "dtype",
+        ],
+    ),
     ("_div", &[]),
     ("_div_scalar", &["scalar", "is_int"]),
     ("_equal", &[]),

@@ -854,16 +854,20 @@ fn gather(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntr
     Ok(grads)
 }
 
-/// SequenceMask: the output gradient with the masked steps zeroed; none for the lengths.
-fn sequence_mask(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+/// SequenceMask: the output gradient with the masked steps zeroed; SequenceLast: it at each
+/// sequence's last step; SequenceReverse: it reversed back. None for the lengths.
+fn sequence(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let mut ins = vec![need(n, og)?];
+    let op = match n.op_name() {
+        "SequenceMask" => "_backward_SequenceMask",
+        "SequenceReverse" => "SequenceReverse",
+        _ => {
+            ins.push(n.inputs[0].clone());
+            "_backward_SequenceLast"
+        }
+    };
     ins.extend(n.inputs.get(1).cloned());
-    let d = op1(
-        "_backward_SequenceMask",
-        format!("{}_backward", n.name),
-        ins,
-        n.attrs.clone(),
-    )?;
+    let d = op1(op, format!("{}_backward", n.name), ins, n.attrs.clone())?;
     let mut grads = vec![Some(d)];
     grads.resize(n.inputs.len(), None);
     Ok(grads)
@@ -1007,7 +1011,7 @@ fn rule(op: &str) -> Option<GradFn> {
         "prod" | "norm" => product_or_norm,
         "pick" => pick,
         "sort" | "topk" | "argsort" => sort,
-        "SequenceMask" => sequence_mask,
+        "SequenceMask" | "SequenceLast" | "SequenceReverse" => sequence,
         "argmax"
         | "argmin"
         | "one_hot"
