@@ -272,21 +272,23 @@ fn infer_fill(op: &str, attrs: &Attrs, _s: &[Vec<usize>], _d: &[DType]) -> Infer
     if shape.iter().any(|&d| d < 0) {
         return Err(invalid(op, format!("shape {shape:?} has a negative size")));
     }
-    let dt = match attrs.get("dtype") {
-        None => DType::F32,
-        Some(n) => DType::parse(n).ok_or_else(|| invalid(op, format!("dtype {n:?} is unknown")))?,
-    };
+    let dt = attrs.dtype(op)?;
     Ok((vec![shape.iter().map(|&d| d as usize).collect()], vec![dt]))
 }
 
-fn fill_kernel(
+/// `_zeros`, `_ones`, and `zeros_like`/`ones_like` (whose input only gives the shape).
+pub(super) fn fill_kernel(
     op: &str,
     _: &Attrs,
     _ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
-    let v = if op == "_ones" { 1.0 } else { 0.0 };
+    let v = if matches!(op, "_ones" | "ones_like") {
+        1.0
+    } else {
+        0.0
+    };
     crate::with_dtype!(outs[0].dtype, T => {
         // SAFETY: exclusive access to the output.
         unsafe { outs[0].slice_mut::<T>() }.fill(T::from_f64(v));
@@ -321,10 +323,7 @@ fn arange_params(op: &str, attrs: &Attrs) -> Result<(f64, f64, usize, usize)> {
 
 fn infer_arange(op: &str, attrs: &Attrs, _s: &[Vec<usize>], _d: &[DType]) -> Infer {
     let (_, _, count, repeat) = arange_params(op, attrs)?;
-    let dt = match attrs.get("dtype") {
-        None => DType::F32,
-        Some(n) => DType::parse(n).ok_or_else(|| invalid(op, format!("dtype {n:?} is unknown")))?,
-    };
+    let dt = attrs.dtype(op)?;
     Ok((vec![vec![count * repeat]], vec![dt]))
 }
 

@@ -570,6 +570,27 @@ fn infer_pick(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     Ok((vec![if keep { kept } else { out }], vec![d[0]]))
 }
 
+/// For each output element of pick, the offset in data of the element it picks.
+fn pick_sources(
+    op: &str,
+    attrs: &Attrs,
+    index: &TensorRef,
+    data: &[usize],
+) -> std::result::Result<Vec<usize>, String> {
+    let e = |e: NdError| e.to_string();
+    let (_, _, [_, lanes, inner]) = pick_layout(op, attrs, data).map_err(e)?;
+    let wrap = pick_wrap(op, attrs).map_err(e)?;
+    let inner = inner.max(1);
+    Ok(crate::with_dtype!(index.dtype, I => {
+        // SAFETY: read access to the index.
+        unsafe { index.slice::<I>() }
+            .iter()
+            .enumerate()
+            .map(|(k, v)| ((k / inner) * lanes + pick_index(v.to_f64(), lanes, wrap)) * inner + k % inner)
+            .collect()
+    }))
+}
+
 fn pick_kernel(
     op: &str,
     attrs: &Attrs,
@@ -577,21 +598,8 @@ fn pick_kernel(
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
-    let e = |e: NdError| e.to_string();
-    let (_, _, [_, lanes, inner]) = pick_layout(op, attrs, &ins[0].shape).map_err(e)?;
-    let wrap = pick_wrap(op, attrs).map_err(e)?;
-    let index: Vec<usize> = crate::with_dtype!(ins[1].dtype, I => {
-        // SAFETY: read access to the index.
-        unsafe { ins[1].slice::<I>() }.iter().map(|v| pick_index(v.to_f64(), lanes, wrap)).collect()
-    });
-    crate::with_dtype!(outs[0].dtype, T => {
-        // SAFETY: read access to the data, exclusive access to the output (not alias-safe).
-        let (x, y) = unsafe { (ins[0].slice::<T>(), outs[0].slice_mut::<T>()) };
-        for (k, (y, &j)) in y.iter_mut().zip(&index).enumerate() {
-            let (o, i) = (k / inner.max(1), k % inner.max(1));
-            *y = x[(o * lanes + j) * inner + i];
-        }
-    });
+    let sources = pick_sources(op, attrs, &ins[1], &ins[0].shape)?;
+    read_from(&ins[0], &outs[0], &sources);
     Ok(())
 }
 
@@ -607,23 +615,33 @@ fn pick_backward_kernel(
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
-    let e = |e: NdError| e.to_string();
-    let (_, _, [_, lanes, inner]) = pick_layout(op, attrs, &outs[0].shape).map_err(e)?;
-    let wrap = pick_wrap(op, attrs).map_err(e)?;
-    let index: Vec<usize> = crate::with_dtype!(ins[1].dtype, I => {
-        // SAFETY: read access to the index.
-        unsafe { ins[1].slice::<I>() }.iter().map(|v| pick_index(v.to_f64(), lanes, wrap)).collect()
-    });
-    crate::with_dtype!(outs[0].dtype, T => {
-        // SAFETY: read access to the gradient, exclusive access to d data (not alias-safe).
-        let (g, dx) = unsafe { (ins[0].slice::<T>(), outs[0].slice_mut::<T>()) };
-        dx.fill(T::default());
-        for (k, (g, &j)) in g.iter().zip(&index).enumerate() {
-            let (o, i) = (k / inner.max(1), k % inner.max(1));
-            dx[(o * lanes + j) * inner + i] = *g;
+    let sources = pick_sources(op, attrs, &ins[1], &outs[0].shape)?;
+    scatter(&ins[0], &outs[0], &sources);
+    Ok(())
+}
+
+/// `y[k] = x[sources[k]]`.
+fn read_from(x: &TensorRef, y: &TensorRef, sources: &[usize]) {
+    crate::with_dtype!(y.dtype, T => {
+        // SAFETY: read access to the data, exclusive access to the output (not alias-safe).
+        let (x, y) = unsafe { (x.slice::<T>(), y.slice_mut::<T>()) };
+        for (y, &j) in y.iter_mut().zip(sources) {
+            *y = x[j];
         }
     });
-    Ok(())
+}
+
+/// `dx[sources[k]] = g[k]`, every other element of `dx` zero: the gradient of reading
+/// `x[sources[k]]` into element `k` (sources distinct).
+fn scatter(g: &TensorRef, dx: &TensorRef, sources: &[usize]) {
+    crate::with_dtype!(dx.dtype, T => {
+        // SAFETY: read access to the gradient, exclusive access to d data (not alias-safe).
+        let (g, dx) = unsafe { (g.slice::<T>(), dx.slice_mut::<T>()) };
+        dx.fill(T::default());
+        for (g, &j) in g.iter().zip(sources) {
+            dx[j] = *g;
+        }
+    });
 }
 
 // ---- SequenceMask(data[, sequence_length]) ------------------------------------------------------
@@ -709,6 +727,9 @@ fn sequence_mask_kernel(
     _res: &mut KernelRes,
 ) -> KResult {
     let (_, axis, value) = mask_params(op, attrs).map_err(|e| e.to_string())?;
+    // Its backward (`_backward_SequenceMask(ograd[, sequence_length])`) masks the gradient
+    // with zeros.
+    let value = if op == "SequenceMask" { value } else { 0.0 };
     let x = &ins[0];
     let lengths = lengths_of(ins.get(1), &x.shape, axis);
     let past = masked(axis, &x.shape, &lengths);
@@ -717,28 +738,6 @@ fn sequence_mask_kernel(
         for i in 0..outs[0].len() {
             // SAFETY: equal lengths; raw pointers tolerate the output being exactly the data.
             unsafe { *dst.add(i) = if past(i) { T::from_f64(value) } else { *src.add(i) } };
-        }
-    });
-    Ok(())
-}
-
-/// `_backward_SequenceMask(ograd[, sequence_length])`: the gradient with masked steps zeroed.
-fn sequence_mask_backward_kernel(
-    op: &str,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
-    let (_, axis, _) = mask_params(op, attrs).map_err(|e| e.to_string())?;
-    let g = &ins[0];
-    let lengths = lengths_of(ins.get(1), &g.shape, axis);
-    let past = masked(axis, &g.shape, &lengths);
-    crate::with_dtype!(outs[0].dtype, T => {
-        let (src, dst) = (g.ptr::<T>(), outs[0].ptr::<T>());
-        for i in 0..outs[0].len() {
-            // SAFETY: equal lengths; raw pointers tolerate the output being exactly the input.
-            unsafe { *dst.add(i) = if past(i) { T::default() } else { *src.add(i) } };
         }
     });
     Ok(())
@@ -840,13 +839,7 @@ fn sequence_kernel(
     let x = &ins[0];
     let lengths = lengths_of(ins.get(1), &x.shape, axis);
     let sources = sequence_sources(op, Steps::of(axis, &x.shape), &lengths);
-    crate::with_dtype!(outs[0].dtype, T => {
-        // SAFETY: read access to the data, exclusive access to the output (not alias-safe).
-        let (x, y) = unsafe { (x.slice::<T>(), outs[0].slice_mut::<T>()) };
-        for (y, &j) in y.iter_mut().zip(&sources) {
-            *y = x[j];
-        }
-    });
+    read_from(x, &outs[0], &sources);
     Ok(())
 }
 
@@ -868,14 +861,7 @@ fn sequence_last_backward_kernel(
     let shape = &outs[0].shape;
     let lengths = lengths_of(ins.get(2), shape, axis);
     let sources = sequence_sources(op, Steps::of(axis, shape), &lengths);
-    crate::with_dtype!(outs[0].dtype, T => {
-        // SAFETY: read access to the gradient, exclusive access to d data (not alias-safe).
-        let (g, dx) = unsafe { (ins[0].slice::<T>(), outs[0].slice_mut::<T>()) };
-        dx.fill(T::default());
-        for (g, &j) in g.iter().zip(&sources) {
-            dx[j] = *g;
-        }
-    });
+    scatter(&ins[0], &outs[0], &sources);
     Ok(())
 }
 
@@ -960,7 +946,7 @@ pub(super) fn ops() -> &'static [OpDef] {
                 "_backward_SequenceMask",
                 Arity::AtLeast(1),
                 infer_sequence_mask_backward,
-                sequence_mask_backward_kernel,
+                sequence_mask_kernel,
             )
         },
         OpDef {

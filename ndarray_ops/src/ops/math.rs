@@ -101,11 +101,11 @@ macro_rules! math_ops {
                 },
                 OpDef {
                     backward_ignores: &[0],
-                    ..OpDef::new("zeros_like", Arity::Exactly(1), infer_same, fill_like_kernel)
+                    ..OpDef::new("zeros_like", Arity::Exactly(1), infer_same, super::extra::fill_kernel)
                 },
                 OpDef {
                     backward_ignores: &[0],
-                    ..OpDef::new("ones_like", Arity::Exactly(1), infer_same, fill_like_kernel)
+                    ..OpDef::new("ones_like", Arity::Exactly(1), infer_same, super::extra::fill_kernel)
                 },
                 // The input itself, behind which no gradient flows.
                 OpDef {
@@ -254,30 +254,11 @@ fn backward_kernel(
     Ok(())
 }
 
-fn fill_like_kernel(
-    op: &str,
-    _: &Attrs,
-    _ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
-    let v = if op == "ones_like" { 1.0 } else { 0.0 };
-    crate::with_dtype!(outs[0].dtype, T => {
-        // SAFETY: exclusive access to the output.
-        unsafe { outs[0].slice_mut::<T>() }.fill(T::from_f64(v));
-    });
-    Ok(())
-}
-
-fn cast_dtype(op: &str, attrs: &Attrs) -> Result<DType> {
-    let name = attrs
-        .get("dtype")
-        .ok_or_else(|| invalid(op, "attribute dtype is required"))?;
-    DType::parse(name).ok_or_else(|| invalid(op, format!("dtype {name:?} is unknown")))
-}
-
 fn infer_cast(op: &str, attrs: &Attrs, s: &[Vec<usize>], _: &[DType]) -> Infer {
-    Ok((vec![s[0].clone()], vec![cast_dtype(op, attrs)?]))
+    if attrs.get("dtype").is_none() {
+        return Err(invalid(op, "attribute dtype is required"));
+    }
+    Ok((vec![s[0].clone()], vec![attrs.dtype(op)?]))
 }
 
 fn cast_kernel(

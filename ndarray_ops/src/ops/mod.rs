@@ -246,6 +246,17 @@ impl Attrs {
         }
     }
 
+    /// The dtype named by `dtype` (MXNet's names: `float32`, `int64`, ...); float32 when
+    /// absent, as MXNet's ops default.
+    pub fn dtype(&self, op: &str) -> Result<DType> {
+        match self.get("dtype") {
+            None => Ok(DType::F32),
+            Some(name) => {
+                DType::parse(name).ok_or_else(|| invalid(op, format!("dtype {name:?} is unknown")))
+            }
+        }
+    }
+
     /// An integer tuple such as `(0, 2)`, `[1]`, `1` or `()`; `None` when absent or `None`.
     pub fn ints(&self, op: &str, key: &str) -> Result<Option<Vec<i64>>> {
         let Some(v) = self.get(key) else {

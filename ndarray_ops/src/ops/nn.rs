@@ -272,12 +272,7 @@ fn infer_one_hot(op: &str, attrs: &Attrs, s: &[Vec<usize>], _d: &[DType]) -> Inf
             format!("depth {depth} is not a non-negative integer"),
         ));
     }
-    let dt = match attrs.get("dtype") {
-        None => DType::F32,
-        Some(name) => {
-            DType::parse(name).ok_or_else(|| invalid(op, format!("dtype {name:?} is unknown")))?
-        }
-    };
+    let dt = attrs.dtype(op)?;
     let mut out = s[0].clone();
     out.push(depth as usize);
     Ok((vec![out], vec![dt]))

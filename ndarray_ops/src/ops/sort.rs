@@ -71,10 +71,7 @@ fn params(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Params> {
             format!("k={k} is more than the {lane} elements along the axis"),
         ));
     }
-    let index_dtype = match attrs.get("dtype") {
-        None => DType::F32,
-        Some(t) => DType::parse(t).ok_or_else(|| invalid(op, format!("dtype {t:?} is unknown")))?,
-    };
+    let index_dtype = attrs.dtype(op)?;
     Ok(Params {
         axis,
         k: if k < 1.0 { lane } else { k as usize },

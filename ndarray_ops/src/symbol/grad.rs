@@ -38,15 +38,16 @@ fn need(node: &Node, og: &[Option<NodeEntry>]) -> Result<NodeEntry> {
     })
 }
 
+/// One backward node `op` of `n`'s attributes, reading `ins`, whose outputs are the gradients
+/// of `n`'s inputs in order.
+fn backward_node(n: &Arc<Node>, op: &str, ins: Vec<NodeEntry>) -> Result<Vec<Option<NodeEntry>>> {
+    let bw = make(op, format!("{}_backward", n.name), ins, n.attrs.clone())?;
+    Ok((0..n.inputs.len()).map(|k| Some(out(&bw, k))).collect())
+}
+
 fn fully_connected(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let ins = vec![need(n, og)?, n.inputs[0].clone(), n.inputs[1].clone()];
-    let bw = make(
-        "_backward_FullyConnected",
-        format!("{}_backward", n.name),
-        ins,
-        n.attrs.clone(),
-    )?;
-    Ok((0..n.inputs.len()).map(|k| Some(out(&bw, k))).collect())
+    backward_node(n, "_backward_FullyConnected", ins)
 }
 
 fn activation(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
@@ -72,14 +73,7 @@ fn softmax_output(n: &Arc<Node>, _og: &[Option<NodeEntry>]) -> Result<Vec<Option
 /// Convolution and Deconvolution: one backward op reading `(ograd, data, weight)`.
 fn convolution(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let ins = vec![need(n, og)?, n.inputs[0].clone(), n.inputs[1].clone()];
-    let op = n.op.map_or("Convolution", |d| d.name);
-    let bw = make(
-        &format!("_backward_{op}"),
-        format!("{}_backward", n.name),
-        ins,
-        n.attrs.clone(),
-    )?;
-    Ok((0..n.inputs.len()).map(|k| Some(out(&bw, k))).collect())
+    backward_node(n, &format!("_backward_{}", n.op_name()), ins)
 }
 
 fn pooling(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
@@ -782,13 +776,7 @@ fn extremum(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEn
 fn leaky_relu(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let mut ins = vec![need(n, og)?];
     ins.extend(n.inputs.iter().cloned());
-    let bw = make(
-        "_backward_LeakyReLU",
-        format!("{}_backward", n.name),
-        ins,
-        n.attrs.clone(),
-    )?;
-    Ok((0..n.inputs.len()).map(|k| Some(out(&bw, k))).collect())
+    backward_node(n, "_backward_LeakyReLU", ins)
 }
 
 /// LayerNorm, InstanceNorm, GroupNorm: one backward node reading the data, gamma and the
@@ -805,13 +793,7 @@ fn normalization(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<N
             out(n, 2),
         ],
     };
-    let bw = make(
-        &format!("_backward_{op}"),
-        format!("{}_backward", n.name),
-        ins,
-        n.attrs.clone(),
-    )?;
-    Ok((0..n.inputs.len()).map(|k| Some(out(&bw, k))).collect())
+    backward_node(n, &format!("_backward_{op}"), ins)
 }
 
 /// The loss heads of `ops::loss`: their gradient is their own, not the head gradient's.
