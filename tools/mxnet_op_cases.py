@@ -38,9 +38,18 @@ MXNET_GRAD_WRONG = {
             "lambda * alpha * (e^x - 1) is y + lambda * alpha",
 }
 
+# Cases whose MXNet gradient is wrong where central differences are too coarse (float32-only
+# ops), with why: their expected gradient is the derivative applied to MXNet's own forward
+# output (meta "grad_source": "derived").
+MXNET_GRAD_DERIVED = {
+    # Its forward takes the softmax over the last axis, its backward over each whole sample.
+    "softmax_activation_3d": lambda y, h: y * (h - (h * y).sum(axis=-1, keepdims=True)),
+}
 
-# Ops MXNet only runs in float32 (its legacy InstanceNorm): those cases are float32.
-FLOAT32_ONLY = {"InstanceNorm"}
+
+# Ops MXNet only runs in float32 (its legacy InstanceNorm and SoftmaxActivation): those cases
+# are float32.
+FLOAT32_ONLY = {"InstanceNorm", "SoftmaxActivation"}
 
 
 def case(name, op, attrs, inputs, aux=(), no_grad=(), train=False):
@@ -124,6 +133,10 @@ case("group_norm_mean_var", "GroupNorm", {"num_groups": 3, "output_mean_var": Tr
      ln_in((2, 6, 2), 3))
 for mode in ("instance", "channel", "spatial"):
     case("l2norm_" + mode, "L2Normalization", {"mode": mode}, [("data", u((2, 3, 2, 2)))])
+case("softmax_activation", "SoftmaxActivation", {}, [("data", u((3, 4)) * 3)])
+case("softmax_activation_3d", "SoftmaxActivation", {}, [("data", u((2, 3, 2)) * 3)])
+case("softmax_activation_channel", "SoftmaxActivation", {"mode": "channel"},
+     [("data", u((2, 3, 2, 2)) * 3)])
 case("softmax", "softmax", {"axis": -1}, [("data", u((3, 5)) * 3)])
 case("softmax_axis0_temp", "softmax", {"axis": 0, "temperature": 2.0},
      [("data", u((3, 5)) * 3)])
@@ -392,6 +405,8 @@ def run(out):
                 g = exe.grad_dict[n].asnumpy()
                 if name in MXNET_GRAD_WRONG:
                     g = numeric_grad(exe, n, heads)
+                if name in MXNET_GRAD_DERIVED:
+                    g = MXNET_GRAD_DERIVED[name](outs[0], heads[0].asnumpy())
                 saved["%s/grad/%s" % (name, n)] = mx.nd.array(g, dtype=dt)
         for n in aux:
             saved["%s/aux_after/%s" % (name, n)] = mx.nd.array(
@@ -399,7 +414,8 @@ def run(out):
         meta.append({"name": name, "op": op, "attrs": attrs,
                      "inputs": [n for n, _ in inputs], "aux": sorted(aux),
                      "grads": grads, "outputs": len(outs), "train": bool(grads or train),
-                     "grad_source": "numeric" if name in MXNET_GRAD_WRONG else "mxnet"})
+                     "grad_source": "numeric" if name in MXNET_GRAD_WRONG else
+                     "derived" if name in MXNET_GRAD_DERIVED else "mxnet"})
     mx.nd.save(os.path.join(out, "ops64.nd"), saved)
     with open(os.path.join(out, "ops64.json"), "w") as f:
         json.dump(meta, f, indent=1)

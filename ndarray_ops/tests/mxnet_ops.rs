@@ -87,7 +87,8 @@ struct Case {
     outputs: usize,
     train: bool,
     /// "numeric" where MXNet's gradient is wrong and the fixture holds central differences of
-    /// MXNet's forward instead (see `MXNET_GRAD_WRONG` in the script).
+    /// MXNet's forward instead (see `MXNET_GRAD_WRONG` in the script); "derived" where it holds
+    /// the derivative applied to MXNet's forward output (`MXNET_GRAD_DERIVED`).
     grad_source: String,
 }
 

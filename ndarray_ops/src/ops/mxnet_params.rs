@@ -112,6 +112,7 @@ pub(super) const MXNET_PARAMS: &[(&str, &[&str])] = &[
             "smooth_alpha",
         ],
     ),
+    ("SoftmaxActivation", &["mode"]),
     (
         "SoftmaxOutput",
         &[

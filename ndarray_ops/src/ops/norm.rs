@@ -9,6 +9,9 @@
 //! each (sample, channel) and GroupNorm each (sample, group of channels), both scaling per
 //! group (MXNet 1.9.1's GroupNorm has one gamma per group, not per channel).
 //!
+//! SoftmaxActivation (MXNet's older softmax: over the last axis, or over the channels at each
+//! position) groups as the others do, and exponentiates and divides instead.
+//!
 //! The forward pass keeps, as hidden outputs as MXNet does, each group's mean and
 //! `sqrt(var + eps)` (L2Normalization: the norm), which the backward op reads instead of
 //! recomputing them.
@@ -118,8 +121,22 @@ fn layout(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<(Groups, Scale, us
             };
             (groups, Scale::ByGroup(g), g, vec![n, g])
         }
+        // MXNet's `instance` softmax is over the last axis (its data flattened to 2-D).
+        "SoftmaxActivation" | "_backward_SoftmaxActivation"
+            if attrs.get("mode").unwrap_or("instance") == "instance" =>
+        {
+            need(1)?;
+            let last = shape[shape.len() - 1];
+            let groups = Groups {
+                outer: shape.iter().product::<usize>() / last.max(1),
+                len: last,
+                inner: 1,
+            };
+            (groups, Scale::ByPosition, 0, vec![])
+        }
         _ => {
-            // L2Normalization: no gamma; the norm's shape is the groups'.
+            // L2Normalization and SoftmaxActivation's channel mode: no gamma; the
+            // statistics' shape is the groups'.
             need(2)?;
             let (n, c) = (shape[0], shape[1]);
             let rest: usize = shape[1..].iter().product();
@@ -371,6 +388,81 @@ fn norm_backward_kernel(
     Ok(())
 }
 
+/// SoftmaxActivation: `data -> out`, a softmax over each group (`mode` instance or channel).
+fn infer_softmax_activation(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    check_float(op, d[0])?;
+    if attrs.get("mode") == Some("spatial") {
+        return Err(invalid(op, "mode \"spatial\" is not instance or channel"));
+    }
+    layout(op, attrs, &s[0])?;
+    Ok((vec![s[0].clone()], vec![d[0]]))
+}
+
+fn softmax_activation_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let (groups, ..) = layout(op, attrs, &ins[0].shape).map_err(|e| e.to_string())?;
+    crate::with_dtype!(outs[0].dtype, T => {
+        let (xs, ys) = (Shared::new(ins[0].ptr::<T>()), Shared::new(outs[0].ptr::<T>()));
+        for_ranges(groups.count(), 3 * groups.len, |lo, hi| {
+            for g in lo..hi {
+                // SAFETY: read access to the data; each group's elements are written by this
+                // call alone, after all of them were read.
+                unsafe {
+                    let x: Vec<f64> = (0..groups.len).map(|k| xs.read(groups.at(g, k)).to_f64()).collect();
+                    let m = x.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let e: Vec<f64> = x.iter().map(|v| (v - m).exp()).collect();
+                    let sum: f64 = e.iter().sum();
+                    for (k, e) in e.into_iter().enumerate() {
+                        ys.write(groups.at(g, k), T::from_f64(e / sum));
+                    }
+                }
+            }
+        });
+    });
+    Ok(())
+}
+
+/// `_backward_SoftmaxActivation(ograd, out) -> y * (g - sum(g y))` per group.
+fn softmax_activation_backward_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let (groups, ..) = layout(op, attrs, &ins[1].shape).map_err(|e| e.to_string())?;
+    crate::with_dtype!(outs[0].dtype, T => {
+        let p = |t: &TensorRef| Shared::new(t.ptr::<T>());
+        let (gs, ys, dxs) = (p(&ins[0]), p(&ins[1]), p(&outs[0]));
+        for_ranges(groups.count(), 3 * groups.len, |lo, hi| {
+            for g in lo..hi {
+                // SAFETY: read access to the inputs; each group's elements of d data are
+                // written by this call alone, after every read of that group.
+                unsafe {
+                    let at = |k: usize| groups.at(g, k);
+                    let gy: Vec<(f64, f64)> = (0..groups.len)
+                        .map(|k| (gs.read(at(k)).to_f64(), ys.read(at(k)).to_f64()))
+                        .collect();
+                    let dot: f64 = gy.iter().map(|(g, y)| g * y).sum();
+                    for (k, (g, y)) in gy.into_iter().enumerate() {
+                        dxs.write(at(k), T::from_f64(y * (g - dot)));
+                    }
+                }
+            }
+        });
+    });
+    Ok(())
+}
+
+fn infer_softmax_activation_backward(_: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    Ok((vec![s[1].clone()], vec![d[0]]))
+}
+
 pub(super) fn ops() -> &'static [OpDef] {
     const fn norm(name: &'static str) -> OpDef {
         OpDef {
@@ -405,6 +497,25 @@ pub(super) fn ops() -> &'static [OpDef] {
         backward("_backward_InstanceNorm", 5),
         backward("_backward_GroupNorm", 5),
         backward("_backward_L2Normalization", 3),
+        OpDef {
+            alias_safe: false,
+            backward_ignores: &[0],
+            ..OpDef::new(
+                "SoftmaxActivation",
+                Arity::Exactly(1),
+                infer_softmax_activation,
+                softmax_activation_kernel,
+            )
+        },
+        OpDef {
+            alias_safe: false,
+            ..OpDef::new(
+                "_backward_SoftmaxActivation",
+                Arity::Exactly(2),
+                infer_softmax_activation_backward,
+                softmax_activation_backward_kernel,
+            )
+        },
     ];
     OPS
 }

@@ -785,6 +785,7 @@ fn normalization(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<N
     let op = n.op_name();
     let ins = match op {
         "L2Normalization" => vec![need(n, og)?, out(n, 0), out(n, 1)],
+        "SoftmaxActivation" => vec![need(n, og)?, out(n, 0)],
         _ => vec![
             need(n, og)?,
             n.inputs[0].clone(),
@@ -976,7 +977,9 @@ fn rule(op: &str) -> Option<GradFn> {
         | "MakeLoss"
         | "make_loss"
         | "softmax_cross_entropy" => loss,
-        "LayerNorm" | "InstanceNorm" | "GroupNorm" | "L2Normalization" => normalization,
+        "LayerNorm" | "InstanceNorm" | "GroupNorm" | "L2Normalization" | "SoftmaxActivation" => {
+            normalization
+        }
         op if crate::ops::math::find(op).is_some() => math,
         op if crate::ops::gather::is_gather(op) => gather,
         "Cast" => cast,
