@@ -214,6 +214,8 @@ case("pad_5d", "pad", {"mode": "edge", "pad_width": (0, 0, 0, 0, 1, 0, 0, 1, 2, 
      [("data", u((1, 2, 2, 3, 2)))])
 case("upsampling", "UpSampling", {"scale": 2, "sample_type": "nearest", "num_args": 1},
      [("data", u((2, 3, 2, 3)))])
+case("depth_to_space", "depth_to_space", {"block_size": 2}, [("data", u((2, 8, 2, 3)))])
+case("space_to_depth", "space_to_depth", {"block_size": 2}, [("data", u((1, 3, 4, 6)))])
 case("slice_like", "slice_like", {}, [("data", u((3, 4))), ("shape_like", u((2, 3)))],
      no_grad=("shape_like",))
 case("slice_like_axes", "slice_like", {"axes": (1,)},

@@ -2,7 +2,8 @@
 //! broadcast_axis, broadcast_like, tile, repeat, reverse, SwapAxis, Pad, UpSampling (nearest)
 //! and slice_like. One mechanism serves them all and their gradients. (`pick`, `SequenceMask`,
 //! `SequenceLast` and `SequenceReverse`, at the end, also read one element or a constant, but
-//! which depends on data: they have kernels of their own.)
+//! which depends on data; `depth_to_space` and `space_to_depth` mix axes: they list each
+//! output element's source instead.)
 //!
 //! Each op describes, per output axis, which input offset every index along that axis reads
 //! (`AxisMap`; `None` is padding). An output element reads the sum of its indices' offsets, so
@@ -865,6 +866,89 @@ fn sequence_last_backward_kernel(
     Ok(())
 }
 
+// ---- depth_to_space, space_to_depth -------------------------------------------------------------
+
+fn block_size(op: &str, attrs: &Attrs) -> Result<usize> {
+    positive(op, "block_size", usize_attr(op, attrs, "block_size", None)?)
+}
+
+/// `depth_to_space` moves blocks of `b * b` channels into `b x b` pixel blocks, `(n, c, h, w)
+/// -> (n, c / b², h b, w b)`; `space_to_depth` undoes it.
+fn infer_depth_space(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let b = block_size(op, attrs)?;
+    let x = &s[0];
+    if x.len() != 4 {
+        return Err(shape_err(op, "data", x, "(n, c, h, w)".into()));
+    }
+    let out = if op == "depth_to_space" {
+        if !x[1].is_multiple_of(b * b) {
+            return Err(shape_err(
+                op,
+                "data",
+                x,
+                format!("channels divisible by {}", b * b),
+            ));
+        }
+        vec![x[0], x[1] / (b * b), x[2] * b, x[3] * b]
+    } else {
+        if !x[2].is_multiple_of(b) || !x[3].is_multiple_of(b) {
+            return Err(shape_err(
+                op,
+                "data",
+                x,
+                format!("height and width divisible by {b}"),
+            ));
+        }
+        vec![x[0], x[1] * b * b, x[2] / b, x[3] / b]
+    };
+    Ok((vec![out], vec![d[0]]))
+}
+
+/// depth_to_space of a deep array shaped `deep`, as pairs (element of the spread-out array,
+/// element of the deep array it holds): `out[n, c, h b + i, w b + j] = x[n, (i b + j) c' + c,
+/// h, w]`. space_to_depth is the same pairs read the other way.
+fn depth_space_pairs(b: usize, deep: &[usize]) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let (n, c, h, w) = (deep[0], deep[1] / (b * b), deep[2], deep[3]);
+    let (hb, wb) = (h * b, w * b);
+    (0..n * c * hb * wb).map(move |o| {
+        let (x, y, ch, s) = (
+            o % wb,
+            (o / wb) % hb,
+            (o / (wb * hb)) % c,
+            o / (wb * hb * c),
+        );
+        let (i, j) = (y % b, x % b);
+        let src = ((s * b * b * c + (i * b + j) * c + ch) * h + y / b) * w + x / b;
+        (o, src)
+    })
+}
+
+fn depth_space_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let b = block_size(op, attrs).map_err(|e| e.to_string())?;
+    // Element `o` of the spread-out (space) array pairs with element `src` of the deep one.
+    let (deep, to_space) = if op == "depth_to_space" {
+        (&ins[0].shape, true)
+    } else {
+        (&outs[0].shape, false)
+    };
+    let mut sources = vec![0; outs[0].len()];
+    for (o, src) in depth_space_pairs(b, deep) {
+        if to_space {
+            sources[o] = src;
+        } else {
+            sources[src] = o;
+        }
+    }
+    read_from(&ins[0], &outs[0], &sources);
+    Ok(())
+}
+
 pub(super) fn ops() -> &'static [OpDef] {
     const fn gather(name: &'static str, aliases: &'static [&'static str], arity: usize) -> OpDef {
         OpDef {
@@ -927,6 +1011,27 @@ pub(super) fn ops() -> &'static [OpDef] {
                 Arity::AtLeast(2),
                 infer_sequence_last_backward,
                 sequence_last_backward_kernel,
+            )
+        },
+        // Each the other's gradient.
+        OpDef {
+            alias_safe: false,
+            backward_ignores: &[0],
+            ..OpDef::new(
+                "depth_to_space",
+                Arity::Exactly(1),
+                infer_depth_space,
+                depth_space_kernel,
+            )
+        },
+        OpDef {
+            alias_safe: false,
+            backward_ignores: &[0],
+            ..OpDef::new(
+                "space_to_depth",
+                Arity::Exactly(1),
+                infer_depth_space,
+                depth_space_kernel,
             )
         },
         // Its own gradient: reversing twice is the identity.

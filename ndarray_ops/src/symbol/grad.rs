@@ -868,6 +868,21 @@ fn sort(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>
     Ok(vec![Some(d)])
 }
 
+/// depth_to_space and space_to_depth: each the other's gradient.
+fn depth_space(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let other = match n.op_name() {
+        "depth_to_space" => "space_to_depth",
+        _ => "depth_to_space",
+    };
+    let d = op1(
+        other,
+        format!("{}_backward", n.name),
+        vec![need(n, og)?],
+        n.attrs.clone(),
+    )?;
+    Ok(vec![Some(d)])
+}
+
 /// pick: the output gradient back into the picked elements; none for the index.
 fn pick(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let ins = vec![need(n, og)?, n.inputs[1].clone(), n.inputs[0].clone()];
@@ -995,6 +1010,7 @@ fn rule(op: &str) -> Option<GradFn> {
         "max" | "min" => extremum,
         "prod" | "norm" => product_or_norm,
         "pick" => pick,
+        "depth_to_space" | "space_to_depth" => depth_space,
         "sort" | "topk" | "argsort" => sort,
         "SequenceMask" | "SequenceLast" | "SequenceReverse" => sequence,
         "argmax"
