@@ -172,9 +172,23 @@ fn class_of(label: f64, k: usize, op: &str) -> std::result::Result<usize, String
     Ok(label as usize)
 }
 
-fn log_sum_exp(row: &[f64]) -> f64 {
-    let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    m + row.iter().map(|v| (v - m).exp()).sum::<f64>().ln()
+/// Each row of `x` (rows of `k` scores) as f64, with its label's class and its log-sum-exp:
+/// what the cross entropy and its gradient both start from.
+fn scored_rows<T: Element>(
+    x: &[T],
+    labels: &[T],
+    k: usize,
+    op: &str,
+) -> std::result::Result<Vec<(Vec<f64>, usize, f64)>, String> {
+    x.chunks(k.max(1))
+        .zip(labels)
+        .map(|(row, label)| {
+            let row: Vec<f64> = row.iter().map(|v| v.to_f64()).collect();
+            let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let lse = m + row.iter().map(|v| (v - m).exp()).sum::<f64>().ln();
+            Ok((row, class_of(label.to_f64(), k, op)?, lse))
+        })
+        .collect()
 }
 
 fn cross_entropy_kernel(
@@ -188,13 +202,8 @@ fn cross_entropy_kernel(
     crate::with_dtype!(outs[0].dtype, T => {
         // SAFETY: read access to the inputs, exclusive access to the output.
         let (x, l, out) = unsafe { (ins[0].slice::<T>(), ins[1].slice::<T>(), outs[0].slice_mut::<T>()) };
-        let mut total = 0.0;
-        for (row, label) in x.chunks(k.max(1)).zip(l) {
-            let row: Vec<f64> = row.iter().map(|v| v.to_f64()).collect();
-            let c = class_of(label.to_f64(), k, op)?;
-            total += log_sum_exp(&row) - row[c];
-        }
-        out[0] = T::from_f64(total);
+        let rows = scored_rows(x, l, k, op)?;
+        out[0] = T::from_f64(rows.iter().map(|(row, c, lse)| lse - row[*c]).sum());
     });
     Ok(())
 }
@@ -218,10 +227,7 @@ fn cross_entropy_backward_kernel(
             (ins[0].slice::<T>(), ins[1].slice::<T>(), ins[2].slice::<T>(), outs[0].slice_mut::<T>())
         };
         let g = g[0].to_f64();
-        for ((row, drow), label) in x.chunks(k.max(1)).zip(dx.chunks_mut(k.max(1))).zip(l) {
-            let row: Vec<f64> = row.iter().map(|v| v.to_f64()).collect();
-            let c = class_of(label.to_f64(), k, op)?;
-            let lse = log_sum_exp(&row);
+        for ((row, c, lse), drow) in scored_rows(x, l, k, op)?.into_iter().zip(dx.chunks_mut(k.max(1))) {
             for (j, (d, v)) in drow.iter_mut().zip(&row).enumerate() {
                 let p = (v - lse).exp() - if j == c { 1.0 } else { 0.0 };
                 *d = T::from_f64(g * p);

@@ -746,18 +746,21 @@ fn broadcast_select(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Optio
     Ok(vec![Some(to("lhs", da, a)?), Some(to("rhs", db, b)?)])
 }
 
+/// A value of reduction `n`'s output shape spread back over its input's shape.
+fn spread(n: &Arc<Node>, tag: &str, v: NodeEntry) -> Result<NodeEntry> {
+    op1(
+        "_broadcast_backward",
+        format!("{}_backward_{tag}", n.name),
+        vec![v, n.inputs[0].clone()],
+        n.attrs.clone().with("__reduce__", "sum"),
+    )
+}
+
 /// max/min over axes: the gradient goes to every element equal to the result.
 fn extremum(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let x = n.inputs[0].clone();
     let name = |t: &str| format!("{}_backward_{t}", n.name);
-    let spread = |t: &str, v: NodeEntry| {
-        op1(
-            "_broadcast_backward",
-            name(t),
-            vec![v, x.clone()],
-            n.attrs.clone().with("__reduce__", "sum"),
-        )
-    };
+    let spread = |t: &str, v: NodeEntry| spread(n, t, v);
     let mask = op1(
         "broadcast_equal",
         name("mask"),
@@ -928,14 +931,7 @@ fn cast(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>
 fn product_or_norm(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let x = n.inputs[0].clone();
     let name = |t: &str| format!("{}_backward_{t}", n.name);
-    let spread = |t: &str, v: NodeEntry| {
-        op1(
-            "_broadcast_backward",
-            name(t),
-            vec![v, x.clone()],
-            n.attrs.clone().with("__reduce__", "sum"),
-        )
-    };
+    let spread = |t: &str, v: NodeEntry| spread(n, t, v);
     let g = spread("g", need(n, og)?)?;
     let mul = |t: &str, a: NodeEntry, b: NodeEntry| {
         op1("elemwise_mul", name(t), vec![a, b], Attrs::new())
