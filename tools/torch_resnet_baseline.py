@@ -1,10 +1,10 @@
 # The PyTorch baseline beside `run_model --ctx gpu(0)` (README, Benchmarks, GPU): torchvision's
-# ResNet-18 and ResNet-50, batch 32, 224x224, float32 (TF32 off, then on), forward in eval mode
+# ResNet-18 and ResNet-50 (or the models named on the command line, e.g. vgg16), batch 32, 224x224, float32 (TF32 off, then on), forward in eval mode
 # without autograd and forward+backward in training mode (weight gradients, no update), median of
 # 10 after 2 warm-ups, synchronized each time, as run_model times its steps.
 #
-#   python3 tools/torch_resnet_baseline.py   # on the GPU machine, where torch is installed
-import json, time, statistics
+#   python3 tools/torch_resnet_baseline.py [MODEL...]   # on the GPU machine, where torch is installed
+import json, sys, time, statistics
 import torch, torchvision
 
 def bench(name, tf32):
@@ -31,6 +31,6 @@ def bench(name, tf32):
     fbt = timed(fb)
     return {"model": name, "tf32": tf32, "forward_ms": f, "forward_backward_ms": fbt}
 
-for name in ["resnet18", "resnet50"]:
+for name in sys.argv[1:] or ["resnet18", "resnet50"]:
     for tf32 in [False, True]:
         print(json.dumps(bench(name, tf32)), flush=True)

@@ -131,6 +131,18 @@ fn forward_backward(
     sym: &Symbol,
     shapes: &HashMap<String, Vec<usize>>,
 ) -> Vec<(String, Vec<f32>)> {
+    forward_backward_from(rt, ctx, sym, shapes, false)
+}
+
+/// [`forward_backward`], the backward pass starting from seeded head gradients where `heads`
+/// says so (a graph without a loss).
+fn forward_backward_from(
+    rt: &Arc<Runtime>,
+    ctx: Context,
+    sym: &Symbol,
+    shapes: &HashMap<String, Vec<usize>>,
+    heads: bool,
+) -> Vec<(String, Vec<f32>)> {
     let opts = BindOptions {
         grad_req: common::write_grads(sym, &["data", "label"]),
         ..BindOptions::default()
@@ -153,7 +165,21 @@ fn forward_backward(
         v.copy_into(a).unwrap();
     }
     exec.forward(true).unwrap();
-    exec.backward().unwrap();
+    if heads {
+        let grads: Vec<NDArray> = exec
+            .outputs()
+            .iter()
+            .map(|o| {
+                let g = random(rt, o.shape(), &mut rng, Context::cpu(0));
+                let on = rt.empty(o.shape(), DType::F32, ctx).unwrap();
+                g.copy_into(&on).unwrap();
+                on
+            })
+            .collect();
+        exec.backward_with(&grads).unwrap();
+    } else {
+        exec.backward().unwrap();
+    }
     let mut seen = vec![(
         "output".to_string(),
         exec.outputs()[0].to_vec::<f32>().unwrap(),
@@ -192,6 +218,55 @@ fn a_resnet_block_on_the_gpu_gives_the_cpus_outputs_and_gradients() {
     let on_gpu = forward_backward(&rt, gpu, &sym, &shapes);
     let on_cpu = forward_backward(&rt, Context::cpu(0), &sym, &shapes);
     assert_close("resnet block", &on_gpu, &on_cpu, 1e-3);
+}
+
+/// MXNet's transformer encoder block (tests/data/mxnet/block64-symbol.json: LayerNorm, FC without
+/// flatten, split, Reshape codes, transpose, batch_dot, softmax, ELU) in float32.
+#[test]
+fn a_transformer_block_on_the_gpu_gives_the_cpus_outputs_and_gradients() {
+    let Some(gpu) = gpu() else { return };
+    let rt = runtime(StorageConfig::default());
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/mxnet/block64-symbol.json"
+    );
+    let sym = Symbol::from_json(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let shapes = HashMap::from([("data".to_string(), vec![3, 6, 8])]);
+    let on_gpu = forward_backward_from(&rt, gpu, &sym, &shapes, true);
+    let on_cpu = forward_backward_from(&rt, Context::cpu(0), &sym, &shapes, true);
+    assert_eq!(on_gpu.len(), 1 + 13, "the output and 13 gradients");
+    assert_close("transformer block", &on_gpu, &on_cpu, 1e-3);
+}
+
+/// Dropout in training on the GPU: the mask holds 0 or 1 / (1 - p) at about the rate p, the
+/// output is the data times it, the gradient the output's gradient times it; a reseeded runtime
+/// draws the same masks again, and the next call another.
+#[test]
+fn dropout_on_the_gpu_drops_at_the_rate_asked_and_replays_under_a_seed() {
+    let Some(gpu) = gpu() else { return };
+    let rt = runtime(StorageConfig::default());
+    let n = 100_000;
+    let x = random(&rt, &[n], &mut StdRng::seed_from_u64(4), Context::cpu(0));
+    let on = rt.empty(&[n], DType::F32, gpu).unwrap();
+    x.copy_into(&on).unwrap();
+    let attrs = Attrs::new().with("p", 0.3).with("__is_train__", true);
+    let draw = || {
+        let outs = invoke_on(&rt, gpu, "Dropout", &[&on], &attrs, None).unwrap();
+        let read = |a: &NDArray| a.to_vec::<f32>().unwrap();
+        (read(&outs[0]), read(&outs[1]))
+    };
+    rt.seed(17).unwrap();
+    let (y, mask) = draw();
+    let second = draw().1;
+    rt.seed(17).unwrap();
+    assert_eq!(draw().1, mask, "the same seed replays the mask");
+    assert_ne!(second, mask, "the next call draws another mask");
+    let keep = (1.0 / (1.0 - f64::from(0.3f32))) as f32;
+    let xs = x.to_vec::<f32>().unwrap();
+    assert!(mask.iter().all(|&m| m == 0.0 || m == keep));
+    assert!(y.iter().zip(&xs).zip(&mask).all(|((y, x), m)| *y == x * m));
+    let dropped = mask.iter().filter(|&&m| m == 0.0).count() as f64 / n as f64;
+    assert!((dropped - 0.3).abs() < 0.01, "dropped {dropped}");
 }
 
 #[test]

@@ -23,11 +23,13 @@ use cudarc::driver::{
     sys, CudaContext, CudaEvent, CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 use engine::{Completion, FnProperty, Op, RunContext};
+use rand::Rng;
 use storage::{Context, Handle, StorageManager};
 
-use super::ops::{fill_with, run, GpuKernel};
+use super::ops::{fill_with, run, GpuKernel, SEED};
 use super::{ptx_cache, ConvCall, Gemm, KArgs, Stream, KERNELS, KERNEL_NAMES};
 use crate::ops::{Attrs, TensorRef};
+use crate::resources::DeviceResources;
 
 // SAFETY: `KArgs` is `repr(C)`, plain data, laid out as the kernels' `struct KArgs`.
 unsafe impl DeviceRepr for KArgs {}
@@ -344,11 +346,17 @@ pub(crate) fn kernel_op<'a>(
     attrs: Attrs,
     mut tensors: crate::ops::Tensors,
     pool: StorageManager,
+    rng: Option<Arc<DeviceResources>>,
 ) -> Op<'a> {
     Op::sync(name, move |rctx| {
+        // The engine orders this op's draw after earlier ones: it writes the generator's var.
+        let seeded = rng
+            .as_ref()
+            .map(|r| attrs.clone().with(SEED, r.rng.lock().gen::<u64>()));
+        let attrs = seeded.as_ref().unwrap_or(&attrs);
         run_on_device(rctx, &pool, |s| {
             let (ins, outs) = tensors.split();
-            run(name, kernel, alias_safe, &attrs, ins, outs, s)
+            run(name, kernel, alias_safe, attrs, ins, outs, s)
         })
         .map_err(Into::into)
     })

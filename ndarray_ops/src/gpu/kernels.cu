@@ -309,7 +309,7 @@ KERNEL void bn_bwd_apply(KArgs a) {
 }
 
 // Softmax over axis 1 of an (outer, i1, i2) layout at temperature f0, one thread per lane (i0
-// lanes): p0 = softmax(p1 / f0).
+// lanes): p0 = softmax(p1 / f0), or its logarithm where i3 is set.
 KERNEL void softmax_lanes(KArgs a) {
     i64 len = a.i[1], inner = a.i[2];
     double temp = a.f[0];
@@ -321,7 +321,30 @@ KERNEL void softmax_lanes(KArgs a) {
         for (i64 k = 1; k < len; k++) m = fmax(m, x[k * inner] / temp);
         double z = 0.0;
         for (i64 k = 0; k < len; k++) z += exp(x[k * inner] / temp - m);
-        for (i64 k = 0; k < len; k++) y[k * inner] = (float)(exp(x[k * inner] / temp - m) / z);
+        double logz = log(z);
+        for (i64 k = 0; k < len; k++) {
+            double s = x[k * inner] / temp - m;
+            y[k * inner] = (float)(a.i[3] ? s - logz : exp(s) / z);
+        }
+    }
+}
+
+// softmax_lanes' gradient, per lane: p0 = d data from p1 (the output's gradient) and p2 (the
+// output); softmax: y * (g - sum(g * y)) / f0; log_softmax (i3): (g - exp(y) * sum(g)) / f0.
+KERNEL void softmax_lanes_bwd(KArgs a) {
+    i64 len = a.i[1], inner = a.i[2];
+    double temp = a.f[0];
+    FOR_EACH(t, a.i[0]) {
+        i64 base = (t / inner) * len * inner + t % inner;
+        const float* g = a.p[1] + base;
+        const float* y = a.p[2] + base;
+        float* dx = a.p[0] + base;
+        double s = 0.0;
+        for (i64 k = 0; k < len; k++) s += a.i[3] ? (double)g[k * inner] : (double)g[k * inner] * y[k * inner];
+        for (i64 k = 0; k < len; k++) {
+            double gk = g[k * inner], yk = y[k * inner];
+            dx[k * inner] = (float)((a.i[3] ? gk - exp(yk) * s : yk * (gk - s)) / temp);
+        }
     }
 }
 
@@ -517,4 +540,152 @@ KERNEL void sgd_mom(KArgs a) {
         a.p[1][t] = m;
         a.p[0][t] = w + m;
     }
+}
+
+// splitmix64's output function: a bijection of 64-bit words whose outputs for consecutive inputs
+// pass statistical tests, so that element t's random number is a function of (seed, t) alone.
+__device__ inline unsigned long long mix64(unsigned long long z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+// Dropout: p1 = the mask (0 where element t's uniform draw from seed i1 is below f0, else f1 =
+// 1 / (1 - p)), p0 = p2 * mask. With f0 = 0 and f1 = 1 it copies (inference).
+KERNEL void dropout(KArgs a) {
+    unsigned long long seed = (unsigned long long)a.i[1];
+    double p = a.f[0];
+    FOR_EACH(t, a.i[0]) {
+        unsigned long long bits = mix64(seed + (unsigned long long)(t + 1) * 0x9E3779B97F4A7C15ULL);
+        double u = (double)(bits >> 11) * (1.0 / 9007199254740992.0);
+        float m = u < p ? 0.0f : a.f[1];
+        a.p[1][t] = m;
+        a.p[0][t] = a.p[2][t] * m;
+    }
+}
+
+// The normalizations over groups of i1 elements i2 apart (group g starts at (g / i2) * i1 * i2 +
+// g % i2), one thread per group (i0 groups): p0 = (p1 - mean) / sqrt(var + f0) * gamma + beta
+// (p2 gamma, p3 beta; i3 = 0: indexed by the position in the group, else by (g / i2) % i3),
+// each group's mean into p4 and sqrt(var + f0) into p5; with i4 (L2Normalization) p0 = p1 /
+// sqrt(sum p1^2 + f0) and that norm into p4.
+KERNEL void norm_fwd(KArgs a) {
+    i64 len = a.i[1], inner = a.i[2], per = a.i[3], l2 = a.i[4];
+    double eps = a.f[0];
+    FOR_EACH(g, a.i[0]) {
+        i64 base = (g / inner) * len * inner + g % inner;
+        const float* x = a.p[1] + base;
+        float* y = a.p[0] + base;
+        double mean = 0.0, denom;
+        if (l2) {
+            double sq = 0.0;
+            for (i64 k = 0; k < len; k++) sq += (double)x[k * inner] * x[k * inner];
+            denom = sqrt(sq + eps);
+        } else {
+            for (i64 k = 0; k < len; k++) mean += x[k * inner];
+            mean /= (double)len;
+            double var = 0.0;
+            for (i64 k = 0; k < len; k++) var += (x[k * inner] - mean) * (x[k * inner] - mean);
+            denom = sqrt(var / (double)len + eps);
+        }
+        for (i64 k = 0; k < len; k++) {
+            double v = (x[k * inner] - mean) / denom;
+            if (!l2) {
+                i64 c = per ? (g / inner) % per : k;
+                v = v * a.p[2][c] + a.p[3][c];
+            }
+            y[k * inner] = (float)v;
+        }
+        if (l2) {
+            a.p[4][g] = (float)denom;
+        } else {
+            a.p[4][g] = (float)mean;
+            a.p[5][g] = (float)denom;
+        }
+    }
+}
+
+// norm_fwd's gradient, per group (layout and i0..i4 as there): p0 = d data from p1 (the output's
+// gradient), p2 the data (L2: the output), p3 gamma, p4 mean and p5 std (L2: p5 the norm); with
+// p6 given, p6 = p1 * the normalized data, whose sums per gamma entry are gamma's gradient.
+KERNEL void norm_bwd(KArgs a) {
+    i64 len = a.i[1], inner = a.i[2], per = a.i[3], l2 = a.i[4];
+    FOR_EACH(g, a.i[0]) {
+        i64 base = (g / inner) * len * inner + g % inner;
+        const float* og = a.p[1] + base;
+        const float* x = a.p[2] + base;
+        double denom = a.p[5][g], mean = l2 ? 0.0 : a.p[4][g];
+        double sum_d = 0.0, dot = 0.0;
+        for (i64 k = 0; k < len; k++) {
+            double h = l2 ? (double)x[k * inner] : (x[k * inner] - mean) / denom;
+            double d = og[k * inner];
+            if (!l2) d *= a.p[3][per ? (g / inner) % per : k];
+            dot += h * d;
+            sum_d += d;
+        }
+        double mean_d = l2 ? 0.0 : sum_d / (double)len;
+        if (!l2) dot /= (double)len;
+        for (i64 k = 0; k < len; k++) {
+            i64 at = base + k * inner;
+            double h = l2 ? (double)x[k * inner] : (x[k * inner] - mean) / denom;
+            double o = og[k * inner], d = o;
+            if (!l2) d *= a.p[3][per ? (g / inner) % per : k];
+            if (a.p[6]) a.p[6][at] = (float)(o * h);
+            a.p[0][at] = (float)((d - mean_d - h * dot) / denom);
+        }
+    }
+}
+
+// p0 = p1 with its axes permuted: p0's dims are i2.. (rank i1 <= 6, outermost first) and p1
+// steps i8.. elements along each of them.
+KERNEL void permute(KArgs a) {
+    i64 rank = a.i[1];
+    FOR_EACH(t, a.i[0]) {
+        i64 rest = t, at = 0;
+        for (i64 d = rank - 1; d > 0; d--) {
+            i64 k;
+            rest = split(a, (int)(2 + d), rest, &k);
+            at += k * a.i[8 + d];
+        }
+        if (rank > 0) at += rest * a.i[8];
+        a.p[0][t] = a.p[1][at];
+    }
+}
+
+// A block along an axis, between an (outer, i2, inner = i1) layout at p1 and an (outer, i3,
+// inner) layout at p0: rows [i4, i4 + i5) of p1 go to rows [i6, i6 + i5) of p0 (Concat,
+// SliceChannel). i0 = outer * i5 * inner.
+KERNEL void axis_copy(KArgs a) {
+    FOR_EACH(t, a.i[0]) {
+        i64 i, k;
+        i64 o = split(a, 5, split(a, 1, t, &i), &k);
+        a.p[0][((o * a.i[3]) + a.i[6] + k) * a.i[1] + i] = a.p[1][((o * a.i[2]) + a.i[4] + k) * a.i[1] + i];
+    }
+}
+
+// LeakyReLU's activations (i1: 0 leaky, 1 elu, 2 selu, 3 gelu; f0 the slope) and, with grad
+// set, their derivatives, at x.
+__device__ inline double leaky(i64 kind, double x, double slope, int grad) {
+    const double alpha = 1.6732632423543772, lambda = 1.0507009873554805;
+    if (kind == 3) {
+        double cdf = 0.5 * (1.0 + erf(x * 0.70710678118654752));
+        return grad ? cdf + x * exp(-0.5 * x * x) * 0.39894228040143268 : x * cdf;
+    }
+    if (kind == 2) {
+        if (x > 0.0) return grad ? lambda : lambda * x;
+        return grad ? lambda * alpha * exp(x) : lambda * alpha * expm1(x);
+    }
+    if (x > 0.0) return grad ? 1.0 : x;
+    if (kind == 1) return grad ? slope * exp(x) : slope * expm1(x);
+    return grad ? slope : slope * x;
+}
+
+// p0 = leaky(p1).
+KERNEL void leaky_fwd(KArgs a) {
+    FOR_EACH(t, a.i[0]) a.p[0][t] = (float)leaky(a.i[1], a.p[1][t], a.f[0], 0);
+}
+
+// p0 = p1 (the output's gradient) * leaky'(p2 = the data).
+KERNEL void leaky_bwd(KArgs a) {
+    FOR_EACH(t, a.i[0]) a.p[0][t] = (float)(a.p[1][t] * leaky(a.i[1], a.p[2][t], a.f[0], 1));
 }

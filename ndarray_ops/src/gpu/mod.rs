@@ -43,6 +43,7 @@ pub(crate) const KERNEL_NAMES: &[&str] = &[
     "bn_bwd_prepare",
     "bn_bwd_apply",
     "softmax_lanes",
+    "softmax_lanes_bwd",
     "softmax_output_bwd",
     "im2col",
     "col2im",
@@ -51,6 +52,13 @@ pub(crate) const KERNEL_NAMES: &[&str] = &[
     "pool_bwd",
     "sgd",
     "sgd_mom",
+    "dropout",
+    "norm_fwd",
+    "norm_bwd",
+    "permute",
+    "axis_copy",
+    "leaky_fwd",
+    "leaky_bwd",
 ];
 
 /// A kernel's one argument (the `KArgs` of `kernels.cu`, field for field): device pointers,

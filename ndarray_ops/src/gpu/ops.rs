@@ -38,16 +38,37 @@ pub(crate) fn kernel_for(def: &OpDef) -> Option<GpuKernel> {
         "SoftmaxOutput" => softmax_output,
         "_backward_SoftmaxOutput" => softmax_output_backward,
         "sgd_update" | "sgd_mom_update" => sgd,
+        "softmax" | "log_softmax" | "_backward_softmax" | "_backward_log_softmax" => softmax,
+        "Dropout" => dropout,
+        "LayerNorm"
+        | "InstanceNorm"
+        | "GroupNorm"
+        | "L2Normalization"
+        | "_backward_LayerNorm"
+        | "_backward_InstanceNorm"
+        | "_backward_GroupNorm"
+        | "_backward_L2Normalization" => normalization,
+        "transpose" => transpose,
+        "dot" | "batch_dot" => matmul,
+        "SliceChannel" => split,
+        "Concat" => concat,
+        "LeakyReLU" | "_backward_LeakyReLU" => leaky_relu,
         _ => return None,
     })
 }
 
-/// The GPU kernel of `def` for these dtypes, or why there is none.
+/// The GPU kernel of `def` with these attributes and dtypes, or why there is none.
 pub(crate) fn check(
     def: &OpDef,
+    attrs: &Attrs,
     dtypes: impl IntoIterator<Item = DType>,
 ) -> Result<GpuKernel, String> {
     let kernel = kernel_for(def).ok_or_else(|| format!("{} has no GPU kernel", def.name))?;
+    if matches!(def.name, "LeakyReLU" | "_backward_LeakyReLU")
+        && leaky_code(def.name, attrs)?.is_none()
+    {
+        return Err(format!("{}: act_type prelu has no GPU kernel", def.name));
+    }
     match dtypes.into_iter().find(|d| *d != DType::F32) {
         Some(d) => Err(format!(
             "{}: GPU kernels take float32 arrays, got {d}",
@@ -324,7 +345,7 @@ fn channel_partials(
     s: &dyn Stream,
     partials: *mut f32,
     sums: ChannelSums,
-    src: &TensorRef,
+    src: *mut f32,
     (outer, channels, inner): (usize, usize, usize),
 ) -> Result<(*mut f32, usize), String> {
     let mut p = parts(channels, outer * inner);
@@ -335,7 +356,7 @@ fn channel_partials(
     };
     let a = KArgs::new(channels)
         .p(0, partials)
-        .t(1, src)
+        .p(1, src)
         .p(2, other)
         .i(1, outer)
         .i(2, inner)
@@ -365,7 +386,7 @@ fn channel_partials(
 fn channel_sum(
     s: &dyn Stream,
     out: *mut f32,
-    src: &TensorRef,
+    src: *mut f32,
     layout: (usize, usize, usize),
     scale: f64,
 ) -> KResult {
@@ -470,7 +491,7 @@ fn fully_connected_backward(
         beta: 0.0,
     })?;
     if !no_bias(op, attrs)? {
-        channel_sum(s, outs[2].ptr(), dy, (m, hidden, 1), 1.0)?;
+        channel_sum(s, outs[2].ptr(), dy.ptr(), (m, hidden, 1), 1.0)?;
     }
     Ok(())
 }
@@ -707,7 +728,7 @@ fn convolution_backward(
     }
     if c.bias {
         let layout = (dims.n, c.filters, dims.ho * dims.wo);
-        channel_sum(s, outs[2].ptr(), dy, layout, 1.0)?;
+        channel_sum(s, outs[2].ptr(), dy.ptr(), layout, 1.0)?;
     }
     Ok(())
 }
@@ -936,7 +957,7 @@ fn batch_norm(
     let x = &ins[0];
     let (partials, scale) = reduction_scratch(s, ChannelSums::AndSquares, b.layout, c)?;
     let (sums, p) = if b.batch_stats {
-        channel_partials(s, partials, ChannelSums::AndSquares, x, b.layout)?
+        channel_partials(s, partials, ChannelSums::AndSquares, x.ptr(), b.layout)?
     } else {
         (std::ptr::null_mut(), 0)
     };
@@ -980,7 +1001,7 @@ fn batch_norm_backward(
     let (outer, c, inner) = b.layout;
     let sums = ChannelSums::AndProducts(x.ptr());
     let (partials, coef) = reduction_scratch(s, sums, b.layout, 3 * c)?;
-    let (totals, p) = channel_partials(s, partials, sums, dy, b.layout)?;
+    let (totals, p) = channel_partials(s, partials, sums, dy.ptr(), b.layout)?;
     let a = KArgs::new(c)
         .t(0, &outs[1])
         .t(1, &outs[2])
@@ -1085,5 +1106,328 @@ fn sgd(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn S
                 .f(4, get("momentum", Some(0.0))?);
             s.launch("sgd_mom", n, &a)
         }
+    }
+}
+
+/// The seed a random op's GPU kernel draws from: an attribute the engine op sets when it runs,
+/// from the device's generator, so that draws follow the order of the ops on that device as the
+/// CPU's do.
+pub(crate) const SEED: &str = "__seed__";
+
+/// (outer, len, inner) around `axis` of `shape`.
+fn around(shape: &[usize], axis: usize) -> (usize, usize, usize) {
+    (
+        shape[..axis].iter().product(),
+        shape[axis],
+        shape[axis + 1..].iter().product(),
+    )
+}
+
+/// softmax and log_softmax over any axis at any temperature, and their backward ops
+/// (`(output gradient, output) -> data gradient`).
+fn softmax(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let x = &ins[0];
+    let axis = crate::ops::softmax_axis(op, attrs, x.shape.len()).map_err(e2s)?;
+    let temp = attrs.f64(op, "temperature", Some(1.0)).map_err(e2s)?;
+    let (outer, len, inner) = around(&x.shape, axis);
+    let lanes = outer * inner;
+    let log = op.ends_with("log_softmax");
+    let a = KArgs::new(lanes)
+        .t(0, &outs[0])
+        .t(1, x)
+        .i(1, len)
+        .i(2, inner)
+        .i(3, usize::from(log))
+        .f(0, temp);
+    match op.starts_with("_backward_") {
+        true => s.launch("softmax_lanes_bwd", lanes, &a.t(2, &ins[1])),
+        false => s.launch("softmax_lanes", lanes, &a),
+    }
+}
+
+/// Dropout: `data -> (out, mask)`. Each element's draw is a hash of the op's seed and its index,
+/// so no generator state lives on the GPU; the masks differ from the CPU's (another generator)
+/// but hold the same values with the same probabilities.
+fn dropout(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let p = crate::ops::dropout_p(op, attrs).map_err(e2s)?;
+    let active = crate::ops::dropout_active(op, attrs).map_err(e2s)? && p > 0.0;
+    let (seed, p, keep) = match active {
+        false => (0, 0.0, 1.0),
+        true => {
+            let seed = attrs
+                .get(SEED)
+                .and_then(|v| v.parse::<u64>().ok())
+                .ok_or_else(|| format!("{op}: no {SEED} attribute for its random draws"))?;
+            (seed, p, 1.0 / (1.0 - p))
+        }
+    };
+    let n = ins[0].len();
+    let a = KArgs::new(n)
+        .t(0, &outs[0])
+        .t(1, &outs[1])
+        .t(2, &ins[0])
+        .i(1, seed as usize)
+        .f(0, p)
+        .f(1, keep);
+    s.launch("dropout", n, &a)
+}
+
+/// LayerNorm, InstanceNorm, GroupNorm and L2Normalization, and their backward ops: one thread
+/// per group of elements (`ops::norm`'s grouping), as the CPU loops; gamma's and beta's
+/// gradients are per-channel sums over the grouping's layout.
+fn normalization(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    use crate::ops::Scale;
+    let backward = op.starts_with("_backward_");
+    let data = &ins[usize::from(backward)];
+    let (groups, scale, _, _) = crate::ops::norm_layout(op, attrs, &data.shape).map_err(e2s)?;
+    let l2 = op.ends_with("L2Normalization");
+    let (per, layout) = match scale {
+        Scale::ByPosition => (0, (groups.outer, groups.len, groups.inner)),
+        // InstanceNorm and GroupNorm: groups are whole (sample, channel or group) runs.
+        Scale::ByGroup(m) if groups.inner == 1 => (m, (groups.outer / m, m, groups.len)),
+        Scale::ByGroup(_) => return Err(format!("{op}: groups with inner strides")),
+    };
+    let count = groups.count();
+    let a = KArgs::new(count)
+        .i(1, groups.len)
+        .i(2, groups.inner)
+        .i(3, per)
+        .i(4, usize::from(l2));
+    if !backward {
+        let a = a
+            .t(0, &outs[0])
+            .t(1, data)
+            .t(4, &outs[1])
+            .f(0, crate::ops::norm_eps(op, attrs).map_err(e2s)?);
+        let a = match l2 {
+            true => a,
+            false => a.t(2, &ins[1]).t(3, &ins[2]).t(5, &outs[2]),
+        };
+        return s.launch("norm_fwd", count, &a);
+    }
+    // (ograd, out, norm) for L2Normalization, else (ograd, data, gamma, mean, std).
+    let a = a.t(0, &outs[0]).t(1, &ins[0]).t(2, data);
+    if l2 {
+        return s.launch("norm_bwd", count, &a.t(5, &ins[2]));
+    }
+    // beta's gradient first: the data's gradient may be written over the output's.
+    channel_sum(s, outs[2].ptr(), ins[0].ptr(), layout, 1.0)?;
+    let scaled = s.scratch(data.buf.bytes)?.cast::<f32>();
+    let a = a.t(3, &ins[2]).t(4, &ins[3]).t(5, &ins[4]).p(6, scaled);
+    s.launch("norm_bwd", count, &a)?;
+    channel_sum(s, outs[1].ptr(), scaled, layout, 1.0)
+}
+
+/// The most dims the `permute` kernel walks (after merging).
+const PERMUTE_RANK: usize = 6;
+
+/// transpose: the output's dims with the input's stride along each, size-1 dims dropped and
+/// neighbours the input steps through as one dim merged (a batch of matrix transposes is three
+/// dims, whatever the rank).
+fn transpose(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let x = &ins[0];
+    let axes = crate::ops::transpose_axes(op, attrs, x.shape.len()).map_err(e2s)?;
+    let mut strides = vec![1; x.shape.len()];
+    for d in (0..x.shape.len().saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1] * x.shape[d + 1];
+    }
+    let mut dims: Vec<[usize; 2]> = Vec::with_capacity(axes.len());
+    for &ax in &axes {
+        let (n, step) = (x.shape[ax], strides[ax]);
+        match dims.last_mut() {
+            _ if n == 1 => {}
+            Some(last) if last[1] == step * n => *last = [last[0] * n, step],
+            _ => dims.push([n, step]),
+        }
+    }
+    if dims.len() > PERMUTE_RANK {
+        return Err(format!(
+            "{op}: axes {axes:?} of shape {:?} take {} dims after merging; the GPU kernel walks \
+             at most {PERMUTE_RANK}",
+            x.shape,
+            dims.len()
+        ));
+    }
+    let n = x.len();
+    let mut a = KArgs::new(n).t(0, &outs[0]).t(1, x).i(1, dims.len());
+    for (d, [dim, step]) in dims.into_iter().enumerate() {
+        a = a.i(2 + d, dim).i(8 + d, step);
+    }
+    s.launch("permute", n, &a)
+}
+
+/// dot and batch_dot: one (batched) GEMM.
+fn matmul(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let p = crate::ops::product(op, attrs, &ins[0].shape, &ins[1].shape).map_err(e2s)?;
+    let (m, k, n) = p.dims;
+    let g = Gemm {
+        ta: p.ta,
+        tb: p.tb,
+        m,
+        n,
+        k,
+        a: ins[0].ptr(),
+        lda: if p.ta { m } else { k },
+        b: ins[1].ptr(),
+        ldb: if p.tb { k } else { n },
+        c: outs[0].ptr(),
+        ldc: n,
+        beta: 0.0,
+    };
+    if k == 0 {
+        // No terms: the products are zero (a GEMM over nothing might leave them unwritten).
+        return fill_with(s, &outs[0], 0.0);
+    }
+    s.gemm_batched(&g, p.batch, [m * k, k * n, m * n])
+}
+
+/// One side of an [`axis_copy`]: a buffer, the length of its axis and the first row copied.
+struct AxisSide {
+    ptr: *mut f32,
+    len: usize,
+    first: usize,
+}
+
+/// Copies `rows` rows along an axis from `src` to `dst`, both `(outer, _, inner)` layouts.
+fn axis_copy(
+    s: &dyn Stream,
+    (outer, inner): (usize, usize),
+    src: AxisSide,
+    dst: AxisSide,
+    rows: usize,
+) -> KResult {
+    let n = outer * rows * inner;
+    let a = KArgs::new(n)
+        .p(0, dst.ptr)
+        .p(1, src.ptr)
+        .i(1, inner)
+        .i(2, src.len)
+        .i(3, dst.len)
+        .i(4, src.first)
+        .i(5, rows)
+        .i(6, dst.first);
+    s.launch("axis_copy", n, &a)
+}
+
+/// SliceChannel: piece `j` of the axis into output `j`.
+fn split(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let x = &ins[0];
+    let (pieces, axis, _) = crate::ops::split_params(op, attrs, &x.shape).map_err(e2s)?;
+    let (outer, len, inner) = around(&x.shape, axis);
+    let rows = len / pieces;
+    for (j, o) in outs.iter().enumerate() {
+        let src = AxisSide {
+            ptr: x.ptr(),
+            len,
+            first: j * rows,
+        };
+        let dst = AxisSide {
+            ptr: o.ptr(),
+            len: rows,
+            first: 0,
+        };
+        axis_copy(s, (outer, inner), src, dst, rows)?;
+    }
+    Ok(())
+}
+
+/// Concat: each input after the one before along the axis.
+fn concat(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let o = &outs[0];
+    let axis = crate::ops::axis_attr(op, attrs, "dim", 1, o.shape.len()).map_err(e2s)?;
+    let (outer, len, inner) = around(&o.shape, axis);
+    let mut first = 0;
+    for x in ins {
+        let rows = x.shape[axis];
+        let src = AxisSide {
+            ptr: x.ptr(),
+            len: rows,
+            first: 0,
+        };
+        let dst = AxisSide {
+            ptr: o.ptr(),
+            len,
+            first,
+        };
+        axis_copy(s, (outer, inner), src, dst, rows)?;
+        first += rows;
+    }
+    Ok(())
+}
+
+/// The `leaky_fwd` kernel's code and slope for LeakyReLU's `act_type`; `None` for prelu (no
+/// GPU kernel: its slope is an input with a gradient of its own).
+fn leaky_code(op: &str, attrs: &Attrs) -> Result<Option<(usize, f64)>, String> {
+    use crate::ops::LeakyAct;
+    Ok(match LeakyAct::of(op, attrs).map_err(e2s)? {
+        LeakyAct::Leaky(slope) => Some((0, slope)),
+        LeakyAct::Elu(slope) => Some((1, slope)),
+        LeakyAct::Selu => Some((2, 0.0)),
+        LeakyAct::Gelu => Some((3, 0.0)),
+        LeakyAct::Prelu => None,
+    })
+}
+
+/// LeakyReLU (`data -> out`) and its backward op (`(output gradient, data) -> data gradient`).
+fn leaky_relu(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let (code, slope) =
+        leaky_code(op, attrs)?.ok_or_else(|| format!("{op}: act_type prelu has no GPU kernel"))?;
+    let n = outs[0].len();
+    let a = KArgs::new(n)
+        .t(0, &outs[0])
+        .t(1, &ins[0])
+        .i(1, code)
+        .f(0, slope);
+    match op {
+        "LeakyReLU" => s.launch("leaky_fwd", n, &a),
+        _ => s.launch("leaky_bwd", n, &a.t(2, &ins[1])),
     }
 }

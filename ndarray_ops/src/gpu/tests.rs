@@ -460,11 +460,219 @@ fn every_gpu_op_matches_its_cpu_kernel() {
         vec![x.clone(), random(rng, &[4, 6]), random(rng, &[4, 6])],
     );
 
+    transformer_cases(rng, &mut check);
+
     let unused: Vec<_> = KERNEL_NAMES
         .iter()
         .filter(|k| !launched.contains(*k))
         .collect();
     assert!(unused.is_empty(), "kernels no case launched: {unused:?}");
+}
+
+/// The ops of a transformer block and the other layers with GPU kernels beyond ResNet's:
+/// softmax over any axis, the grouped normalizations, transpose, batch_dot, split / concat,
+/// LeakyReLU, and Dropout where it copies (its masks are checked in
+/// `dropout_masks_hold_the_cpus_values_at_the_rate_asked`).
+fn transformer_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)) {
+    let x = random(rng, &[3, 4, 5]);
+    for (op, axis, temp) in [
+        ("softmax", -1, 1.0),
+        ("softmax", 1, 2.0),
+        ("log_softmax", 0, 1.0),
+        ("log_softmax", 2, 0.5),
+    ] {
+        let attrs = Attrs::new().with("axis", axis).with("temperature", temp);
+        check(op, attrs.clone(), vec![x.clone()]);
+        let grad = random(rng, &[3, 4, 5]);
+        check(&format!("_backward_{op}"), attrs, vec![grad, x.clone()]);
+    }
+
+    check("Dropout", Attrs::new().with("p", 0.5), vec![x.clone()]);
+    let always = Attrs::new().with("p", 0.0).with("mode", "always");
+    check("Dropout", always, vec![x.clone()]);
+
+    // (op, attributes, data shape, gamma's length)
+    let norms = [
+        ("LayerNorm", Attrs::new(), vec![2, 3, 8], 8),
+        ("LayerNorm", Attrs::new().with("axis", 1), vec![2, 5, 3], 5),
+        ("InstanceNorm", Attrs::new(), vec![2, 3, 4, 4], 3),
+        (
+            "GroupNorm",
+            Attrs::new().with("num_groups", 2),
+            vec![2, 4, 3, 3],
+            2,
+        ),
+    ];
+    for (op, attrs, shape, c) in norms {
+        let stats = {
+            let rt = Runtime::with_engine(EngineKind::Naive);
+            let ins: Vec<NDArray> = arrays(
+                &rt,
+                &[random(rng, &shape), random(rng, &[c]), random(rng, &[c])],
+            );
+            let refs: Vec<&NDArray> = ins.iter().collect();
+            let outs = invoke(op, &refs, &attrs, None).expect("cpu norm");
+            let read = |k: usize| {
+                (
+                    outs[k].shape().to_vec(),
+                    outs[k].to_vec::<f32>().expect("read"),
+                )
+            };
+            (read(1), read(2))
+        };
+        let (data, gamma) = (random(rng, &shape), random(rng, &[c]));
+        check(
+            op,
+            attrs.clone(),
+            vec![data.clone(), gamma.clone(), random(rng, &[c])],
+        );
+        let backward = format!("_backward_{op}");
+        check(
+            &backward,
+            attrs,
+            vec![random(rng, &shape), data, gamma, stats.0, stats.1],
+        );
+    }
+    for mode in ["instance", "channel", "spatial"] {
+        let attrs = Attrs::new().with("mode", mode);
+        let data = random(rng, &[2, 3, 4]);
+        check("L2Normalization", attrs.clone(), vec![data.clone()]);
+        let rt = Runtime::with_engine(EngineKind::Naive);
+        let ins = arrays(&rt, &[data]);
+        let outs = invoke("L2Normalization", &[&ins[0]], &attrs, None).expect("cpu l2");
+        let read = |k: usize| {
+            (
+                outs[k].shape().to_vec(),
+                outs[k].to_vec::<f32>().expect("read"),
+            )
+        };
+        let ins = vec![random(rng, &[2, 3, 4]), read(0), read(1)];
+        check("_backward_L2Normalization", attrs, ins);
+    }
+
+    // Permutations the kernel merges to fewer dims, and one with a size-1 axis.
+    for (shape, axes) in [
+        (vec![2, 3, 4], Some("(0, 2, 1)")),
+        (vec![2, 3, 4, 5], Some("(3, 1, 0, 2)")),
+        (vec![2, 3, 4, 5], Some("(0, 2, 1, 3)")),
+        (vec![2, 1, 3, 4], Some("(0, 2, 1, 3)")),
+        (vec![3, 4, 5], None),
+    ] {
+        let attrs = axes.map_or(Attrs::new(), |a| Attrs::new().with("axes", a));
+        check("transpose", attrs, vec![random(rng, &shape)]);
+    }
+
+    for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+        let attrs = Attrs::new().with("transpose_a", ta).with("transpose_b", tb);
+        let a = if ta { [2, 4, 3] } else { [2, 3, 4] };
+        let b = if tb { [2, 5, 4] } else { [2, 4, 5] };
+        check(
+            "batch_dot",
+            attrs.clone(),
+            vec![random(rng, &a), random(rng, &b)],
+        );
+        check(
+            "dot",
+            attrs,
+            vec![random(rng, &a[1..]), random(rng, &b[1..])],
+        );
+    }
+    check(
+        "dot",
+        Attrs::new(),
+        vec![random(rng, &[2, 3, 4]), random(rng, &[4, 5])],
+    );
+
+    let split = Attrs::new().with("num_outputs", 3).with("axis", -1);
+    check("SliceChannel", split, vec![random(rng, &[2, 3, 6])]);
+    let squeeze = Attrs::new()
+        .with("num_outputs", 3)
+        .with("axis", 1)
+        .with("squeeze_axis", true);
+    check("SliceChannel", squeeze, vec![random(rng, &[2, 3, 4])]);
+    let pieces = vec![
+        random(rng, &[2, 3, 4]),
+        random(rng, &[2, 1, 4]),
+        random(rng, &[2, 2, 4]),
+    ];
+    check("Concat", Attrs::new().with("dim", 1), pieces);
+    let rows = vec![random(rng, &[1, 3]), random(rng, &[2, 3])];
+    check("Concat", Attrs::new().with("dim", 0), rows);
+
+    for act in ["leaky", "elu", "selu", "gelu"] {
+        let attrs = Attrs::new().with("act_type", act).with("slope", 0.3);
+        let data = random(rng, &[4, 6]);
+        check("LeakyReLU", attrs.clone(), vec![data.clone()]);
+        check(
+            "_backward_LeakyReLU",
+            attrs,
+            vec![random(rng, &[4, 6]), data],
+        );
+    }
+}
+
+/// Dropout on the emulated GPU in training: every mask entry is 0 or 1 / (1 - p), the output is
+/// the data times the mask, about p of the entries are dropped, and the seed decides the mask.
+#[test]
+fn dropout_masks_hold_the_cpus_values_at_the_rate_asked() {
+    let lib = kernels().expect("a C++ compiler builds kernels.cu");
+    let rt = Runtime::with_engine(EngineKind::Naive);
+    let rng = &mut StdRng::seed_from_u64(5);
+    let n = 20_000;
+    let data = rt
+        .from_vec(random(rng, &[n]).1, &[n], Context::cpu(0))
+        .expect("data");
+    let run_with = |seed: u64, p: f64| {
+        let outs: Vec<NDArray> = (0..2)
+            .map(|_| rt.empty(&[n], DType::F32, Context::cpu(0)).expect("out"))
+            .collect();
+        rt.wait_all().expect("ready");
+        let attrs = Attrs::new()
+            .with("p", p)
+            .with(IS_TRAIN, true)
+            .with(super::ops::SEED, seed);
+        let def = lookup("Dropout").expect("registered");
+        let kernel = kernel_for(def).expect("gpu kernel");
+        let stream = HostStream::new(lib);
+        let mut ins = vec![data.tensor()];
+        let o: Vec<_> = outs.iter().map(NDArray::tensor).collect();
+        run(
+            def.name,
+            kernel,
+            def.alias_safe,
+            &attrs,
+            &mut ins,
+            &o,
+            &stream,
+        )
+        .expect("dropout");
+        let read = |a: &NDArray| a.to_vec::<f32>().expect("read");
+        (read(&outs[0]), read(&outs[1]))
+    };
+    let x = data.to_vec::<f32>().expect("read");
+    for p in [0.1, 0.5, 0.9] {
+        let (y, mask) = run_with(1, p);
+        // MXNet's p is a float, as the CPU kernel reads it.
+        let keep = (1.0 / (1.0 - f64::from(p as f32))) as f32;
+        assert!(
+            mask.iter().all(|&m| m == 0.0 || m == keep),
+            "p={p}: mask values"
+        );
+        assert!(y.iter().zip(&x).zip(&mask).all(|((y, x), m)| *y == x * m));
+        let dropped = mask.iter().filter(|&&m| m == 0.0).count() as f64 / n as f64;
+        // The count is binomial: its standard deviation is at most 0.0036 here.
+        assert!((dropped - p).abs() < 0.02, "p={p}: dropped {dropped}");
+    }
+    assert_eq!(
+        run_with(9, 0.5).1,
+        run_with(9, 0.5).1,
+        "same seed, same mask"
+    );
+    assert_ne!(
+        run_with(9, 0.5).1,
+        run_with(10, 0.5).1,
+        "another seed, another mask"
+    );
 }
 
 /// Runs `op` on the emulated GPU with output 0 in input 0's memory, as an in-place plan or an
@@ -520,8 +728,8 @@ fn outputs_in_an_inputs_memory_give_the_same_result() {
 
 #[test]
 fn the_model_ops_all_have_gpu_kernels() {
-    // Every op of the train_digits networks and of ResNet, forward and backward, and what the
-    // trainer and the gradient pass add.
+    // Every op of the train_digits networks, ResNet, VGG and a transformer block, forward and
+    // backward, and what the trainer and the gradient pass add.
     let ops = [
         "Convolution",
         "_backward_Convolution",
@@ -544,6 +752,18 @@ fn the_model_ops_all_have_gpu_kernels() {
         "sgd_mom_update",
         "sgd_update",
         "_zeros",
+        // VGG's and a transformer block's.
+        "Dropout",
+        "softmax",
+        "_backward_softmax",
+        "LayerNorm",
+        "_backward_LayerNorm",
+        "transpose",
+        "batch_dot",
+        "SliceChannel",
+        "Concat",
+        "LeakyReLU",
+        "_backward_LeakyReLU",
     ];
     for op in ops {
         assert!(
@@ -551,9 +771,21 @@ fn the_model_ops_all_have_gpu_kernels() {
             "{op}"
         );
     }
-    let dropout = gpu_check(lookup("Dropout").expect("registered"), [DType::F32]);
-    assert_eq!(dropout.err().as_deref(), Some("Dropout has no GPU kernel"));
-    let f64_add = gpu_check(lookup("elemwise_add").expect("registered"), [DType::F64; 3]);
+    let none = Attrs::new();
+    let topk = gpu_check(lookup("topk").expect("registered"), &none, [DType::F32]);
+    assert_eq!(topk.err().as_deref(), Some("topk has no GPU kernel"));
+    let prelu = Attrs::new().with("act_type", "prelu");
+    let leaky = gpu_check(
+        lookup("LeakyReLU").expect("registered"),
+        &prelu,
+        [DType::F32; 3],
+    );
+    assert_eq!(
+        leaky.err().as_deref(),
+        Some("LeakyReLU: act_type prelu has no GPU kernel")
+    );
+    let add = lookup("elemwise_add").expect("registered");
+    let f64_add = gpu_check(add, &none, [DType::F64; 3]);
     assert_eq!(
         f64_add.err().as_deref(),
         Some("elemwise_add: GPU kernels take float32 arrays, got float64")

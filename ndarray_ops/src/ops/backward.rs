@@ -653,17 +653,7 @@ fn softmax_backward_kernel(
     _res: &mut KernelRes,
 ) -> KResult {
     let (g, y) = (&ins[0], &ins[1]);
-    let nd = g.shape.len();
-    let axis = attrs
-        .ints(op, "axis")
-        .map_err(|e| e.to_string())?
-        .and_then(|v| v.first().copied())
-        .unwrap_or(-1);
-    let axis = if axis < 0 {
-        (axis + nd as i64) as usize
-    } else {
-        axis as usize
-    };
+    let axis = super::softmax_axis(op, attrs, g.shape.len()).map_err(|e| e.to_string())?;
     let temp = attrs
         .f64(op, "temperature", Some(1.0))
         .map_err(|e| e.to_string())?;

@@ -22,7 +22,7 @@ const SELU_LAMBDA: f64 = 1.050_700_987_355_480_5;
 /// LeakyReLU's activation. `prelu` learns its slope per channel (input `gamma`); MXNet's
 /// `rrelu`, with random slopes, is refused.
 #[derive(Clone, Copy)]
-enum LeakyAct {
+pub(crate) enum LeakyAct {
     Leaky(f64),
     Elu(f64),
     Selu,
@@ -32,7 +32,7 @@ enum LeakyAct {
 }
 
 impl LeakyAct {
-    fn of(op: &str, attrs: &Attrs) -> Result<LeakyAct> {
+    pub(crate) fn of(op: &str, attrs: &Attrs) -> Result<LeakyAct> {
         let slope = attrs.float(op, "slope", Some(0.25))?;
         Ok(match attrs.get("act_type").unwrap_or("leaky") {
             "leaky" => LeakyAct::Leaky(slope),

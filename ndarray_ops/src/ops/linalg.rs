@@ -136,6 +136,36 @@ unsafe fn matmul<T: Element>(
     T::gemm(&av, &bv, &mut cv);
 }
 
+/// One call of `dot` or `batch_dot` as the kernels run it: `batch` products, each `op(a) x
+/// op(b)` of (rows, inner, cols) `dims`, the matrices of product `i` lying `i` times their size
+/// into each buffer.
+pub(crate) struct Product {
+    pub(crate) batch: usize,
+    pub(crate) dims: (usize, usize, usize),
+    pub(crate) ta: bool,
+    pub(crate) tb: bool,
+}
+
+/// The products `op` computes on inputs of shapes `a` and `b` (already inferred valid).
+pub(crate) fn product(op: &str, attrs: &Attrs, a: &[usize], b: &[usize]) -> Result<Product> {
+    let (ta, tb) = (
+        attrs.bool(op, "transpose_a", false)?,
+        attrs.bool(op, "transpose_b", false)?,
+    );
+    let (batch, dims) = if op == "batch_dot" {
+        (a[0], mm_dims(op, &a[1..], &b[1..], ta, tb)?)
+    } else {
+        let (a2, b2) = (as_2d(op, "lhs", a, true)?, as_2d(op, "rhs", b, false)?);
+        (1, mm_dims(op, &a2, &b2, ta, tb)?)
+    };
+    Ok(Product {
+        batch,
+        dims,
+        ta,
+        tb,
+    })
+}
+
 fn kernel(
     op: &str,
     attrs: &Attrs,
@@ -143,29 +173,13 @@ fn kernel(
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> std::result::Result<(), String> {
-    let (ta, tb) = (
-        attrs
-            .bool(op, "transpose_a", false)
-            .map_err(|e| e.to_string())?,
-        attrs
-            .bool(op, "transpose_b", false)
-            .map_err(|e| e.to_string())?,
-    );
     let (a, b, c) = (&ins[0], &ins[1], &outs[0]);
+    let p = product(op, attrs, &a.shape, &b.shape).map_err(|e| e.to_string())?;
+    let (m, k, n) = p.dims;
     crate::with_dtype!(c.dtype, T => {
-        if op == "batch_dot" {
-            let dims = mm_dims(op, &a.shape[1..], &b.shape[1..], ta, tb).map_err(|e| e.to_string())?;
-            let (m, k, n) = dims;
-            for i in 0..a.shape[0] {
-                // SAFETY: slice i of each batch lies inside its buffer; the output is disjoint.
-                unsafe { matmul::<T>(a.ptr::<T>().add(i * m * k), b.ptr::<T>().add(i * k * n), c.ptr::<T>().add(i * m * n), dims, ta, tb) };
-            }
-        } else {
-            let a2 = as_2d(op, "lhs", &a.shape, true).map_err(|e| e.to_string())?;
-            let b2 = as_2d(op, "rhs", &b.shape, false).map_err(|e| e.to_string())?;
-            let dims = mm_dims(op, &a2, &b2, ta, tb).map_err(|e| e.to_string())?;
-            // SAFETY: shapes were inferred from these buffers; the output is disjoint.
-            unsafe { matmul::<T>(a.ptr::<T>(), b.ptr::<T>(), c.ptr::<T>(), dims, ta, tb) };
+        for i in 0..p.batch {
+            // SAFETY: product i of each buffer lies inside it; the output is disjoint.
+            unsafe { matmul::<T>(a.ptr::<T>().add(i * m * k), b.ptr::<T>().add(i * k * n), c.ptr::<T>().add(i * m * n), p.dims, p.ta, p.tb) };
         }
     });
     Ok(())

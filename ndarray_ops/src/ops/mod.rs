@@ -26,10 +26,19 @@ pub(crate) mod sort;
 mod stochastic;
 
 pub(crate) use elemwise::{broadcast_twin, scalar_of};
+pub(crate) use nn::softmax_axis;
 pub(crate) use reduce::norm_ord;
 pub use stochastic::IS_TRAIN;
+// What the GPU back end shares with the CPU kernels: attribute parsing and layouts.
 #[cfg(any(feature = "cuda", test))]
-pub(crate) use stochastic::{bn_axis, bn_eps_momentum};
+pub(crate) use {
+    extra::LeakyAct,
+    linalg::product,
+    nn::transpose_axes,
+    norm::{eps as norm_eps, layout as norm_layout, Scale},
+    shape::{axis_attr, split_params},
+    stochastic::{bn_axis, bn_eps_momentum, dropout_active, dropout_p},
+};
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -42,7 +51,7 @@ use rustc_hash::FxHashMap;
 
 use crate::array::NDArray;
 use crate::error::{invalid, NdError, Result};
-use crate::resources::{KernelRes, Resource};
+use crate::resources::{DeviceResources, KernelRes, Resource};
 use crate::runtime::Runtime;
 use crate::DType;
 
@@ -684,7 +693,7 @@ pub(crate) fn prepare(
                 .iter()
                 .map(|a| a.dtype())
                 .chain(odtypes.iter().copied());
-            Some(device_kernel(def, ctx, dtypes)?)
+            Some(device_kernel(def, attrs, ctx, dtypes)?)
         }
     };
     let outputs: Vec<NDArray> = match out {
@@ -727,9 +736,15 @@ pub(crate) fn prepare(
         .iter()
         .filter_map(|&i| inputs.get(i).copied());
     if let Some(kernel) = device_kernel {
-        let engine_op = device_op(&rt, ctx, def, kernel, attrs, tensors)
+        // A random op's GPU kernel takes a seed drawn, when it runs, from the device's generator.
+        let rng = def
+            .resources
+            .contains(&Resource::Random)
+            .then(|| rt.resources(ctx));
+        let engine_op = device_op(&rt, ctx, def, kernel, attrs, tensors, rng.clone())
             .on(ctx)
             .writes(outputs.iter().chain(mutated).map(NDArray::var))
+            .writes(rng.iter().map(|r| &r.rng_var))
             .writes(also_writes)
             .reads(inputs.iter().map(|a| a.var()));
         push(engine_op)?;
@@ -784,11 +799,12 @@ type DeviceKernel = std::convert::Infallible;
 /// The GPU kernel of `def` for these dtypes on `ctx`, or why there is none.
 fn device_kernel(
     def: &OpDef,
+    attrs: &Attrs,
     ctx: storage::Context,
     dtypes: impl IntoIterator<Item = DType>,
 ) -> Result<DeviceKernel> {
     #[cfg(feature = "cuda")]
-    return crate::gpu::ops::check(def, dtypes).map_err(|reason| NdError::Context {
+    return crate::gpu::ops::check(def, attrs, dtypes).map_err(|reason| NdError::Context {
         op: def.name.into(),
         arg: "inputs".into(),
         found: ctx.to_string(),
@@ -796,7 +812,7 @@ fn device_kernel(
     });
     #[cfg(not(feature = "cuda"))]
     {
-        let _ = dtypes;
+        let _ = (attrs, dtypes);
         Err(crate::array::no_device(def.name, ctx))
     }
 }
@@ -810,6 +826,7 @@ fn device_op<'a>(
     kernel: DeviceKernel,
     attrs: &Attrs,
     tensors: Tensors,
+    rng: Option<Arc<DeviceResources>>,
 ) -> Op<'a> {
     let pool = rt.storage(ctx);
     crate::gpu::cuda::kernel_op(
@@ -819,6 +836,7 @@ fn device_op<'a>(
         attrs.clone(),
         tensors,
         pool,
+        rng,
     )
 }
 
@@ -830,6 +848,7 @@ fn device_op<'a>(
     kernel: DeviceKernel,
     _: &Attrs,
     _: Tensors,
+    _: Option<Arc<DeviceResources>>,
 ) -> Op<'a> {
     match kernel {}
 }

@@ -89,7 +89,7 @@ fn map_kernel(
 
 // ---- softmax family -----------------------------------------------------------------------
 
-fn softmax_axis(op: &str, attrs: &Attrs, ndim: usize) -> Result<usize> {
+pub(crate) fn softmax_axis(op: &str, attrs: &Attrs, ndim: usize) -> Result<usize> {
     let axis = attrs
         .ints(op, "axis")?
         .and_then(|v| v.first().copied())
@@ -308,7 +308,7 @@ fn one_hot_kernel(
     Ok(())
 }
 
-fn transpose_axes(op: &str, attrs: &Attrs, ndim: usize) -> Result<Vec<usize>> {
+pub(crate) fn transpose_axes(op: &str, attrs: &Attrs, ndim: usize) -> Result<Vec<usize>> {
     match attrs.ints(op, "axes")? {
         None => Ok((0..ndim).rev().collect()),
         Some(a) if a.is_empty() => Ok((0..ndim).rev().collect()),

@@ -27,14 +27,14 @@ type KResult = std::result::Result<(), String>;
 
 /// `outer * inner` groups of `len` elements each, `inner` apart.
 #[derive(Clone, Copy, Debug)]
-struct Groups {
-    outer: usize,
-    len: usize,
-    inner: usize,
+pub(crate) struct Groups {
+    pub(crate) outer: usize,
+    pub(crate) len: usize,
+    pub(crate) inner: usize,
 }
 
 impl Groups {
-    fn count(self) -> usize {
+    pub(crate) fn count(self) -> usize {
         self.outer * self.inner
     }
 
@@ -47,7 +47,7 @@ impl Groups {
 
 /// Which of gamma's entries scales an element.
 #[derive(Clone, Copy, Debug)]
-enum Scale {
+pub(crate) enum Scale {
     /// The element's position in its group (LayerNorm: one gamma along the axis).
     ByPosition,
     /// The group's outer index modulo the count (InstanceNorm: channels; GroupNorm: groups).
@@ -65,7 +65,11 @@ impl Scale {
 
 /// How `op` groups an array of `shape`: the groups, the scaling, gamma's length and the shape
 /// of the per-group statistics.
-fn layout(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<(Groups, Scale, usize, Vec<usize>)> {
+pub(crate) fn layout(
+    op: &str,
+    attrs: &Attrs,
+    shape: &[usize],
+) -> Result<(Groups, Scale, usize, Vec<usize>)> {
     let need = |n: usize| {
         if shape.len() < n {
             Err(NdError::Shape {
@@ -182,7 +186,7 @@ fn layout(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<(Groups, Scale, us
     })
 }
 
-fn eps(op: &str, attrs: &Attrs) -> Result<f64> {
+pub(crate) fn eps(op: &str, attrs: &Attrs) -> Result<f64> {
     let default = match op.trim_start_matches("_backward_") {
         "InstanceNorm" => 1e-3,
         "L2Normalization" => 1e-10,

@@ -9,7 +9,7 @@ use crate::{DType, Element};
 type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
 type KResult = std::result::Result<(), String>;
 
-pub(super) fn axis_attr(
+pub(crate) fn axis_attr(
     op: &str,
     attrs: &Attrs,
     key: &str,
@@ -118,7 +118,11 @@ fn concat_kernel(
 
 // ---- SliceChannel / split -------------------------------------------------------------------
 
-fn split_params(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<(usize, usize, bool)> {
+pub(crate) fn split_params(
+    op: &str,
+    attrs: &Attrs,
+    shape: &[usize],
+) -> Result<(usize, usize, bool)> {
     let n = attrs.f64(op, "num_outputs", None)?;
     let axis = axis_attr(op, attrs, "axis", 1, shape.len())?;
     let squeeze = attrs.bool(op, "squeeze_axis", false)?;

@@ -211,7 +211,7 @@ pub(super) fn sum_zip<T: Element>(a: &[T], b: &[T], f: impl Fn(f64, f64) -> f64)
 
 // ---- Dropout --------------------------------------------------------------------------------
 
-fn dropout_p(op: &str, attrs: &Attrs) -> Result<f64> {
+pub(crate) fn dropout_p(op: &str, attrs: &Attrs) -> Result<f64> {
     let p = attrs.float(op, "p", Some(0.5))?;
     if !(0.0..1.0).contains(&p) {
         return Err(invalid(op, format!("p={p} must be in [0, 1)")));
@@ -225,6 +225,11 @@ fn dropout_p(op: &str, attrs: &Attrs) -> Result<f64> {
         ));
     }
     Ok(p)
+}
+
+/// Whether Dropout drops units: in training, or always with `mode="always"`.
+pub(crate) fn dropout_active(op: &str, attrs: &Attrs) -> Result<bool> {
+    Ok(is_train(op, attrs)? || attrs.get("mode") == Some("always"))
 }
 
 fn infer_dropout(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
@@ -251,7 +256,7 @@ fn dropout_kernel(
 ) -> KResult {
     let e = |e: crate::NdError| e.to_string();
     let p = dropout_p(op, attrs).map_err(e)?;
-    let active = is_train(op, attrs).map_err(e)? || attrs.get("mode") == Some("always");
+    let active = dropout_active(op, attrs).map_err(e)?;
     crate::with_dtype!(outs[0].dtype, T => {
         // SAFETY: read access to the input; exclusive access to the two disjoint outputs.
         let (x, y, mask) = unsafe { (ins[0].slice::<T>(), outs[0].slice_mut::<T>(), outs[1].slice_mut::<T>()) };
