@@ -791,3 +791,33 @@ fn the_model_ops_all_have_gpu_kernels() {
         Some("elemwise_add: GPU kernels take float32 arrays, got float64")
     );
 }
+
+#[test]
+fn every_op_of_the_shared_models_and_a_transformer_block_trains_on_the_gpu() {
+    // The training graph (outputs and every argument's gradient) of each model in `graphs/` and
+    // of MXNet's transformer block fixture: each op has a GPU kernel taking its attributes.
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let files = ["mlp", "resnet18_v1", "resnet50_v1", "mobilenet1.0", "vgg16"]
+        .map(|m| format!("{root}/graphs/{m}-symbol.json"))
+        .into_iter()
+        .chain([format!(
+            "{root}/ndarray_ops/tests/data/mxnet/block64-symbol.json"
+        )]);
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let sym = crate::Symbol::from_json(&text).expect("graph");
+        let args = sym.list_arguments();
+        let train = crate::symbol::gradient(&sym, &args).expect("gradient graph");
+        let mut ops = BTreeSet::new();
+        for node in train.indexed().nodes {
+            if let Some(def) = node.op {
+                let attrs = node.attrs.clone().with(IS_TRAIN, true);
+                if let Err(e) = gpu_check(def, &attrs, [DType::F32]) {
+                    panic!("{file}: node {}: {e}", node.name);
+                }
+                ops.insert(def.name);
+            }
+        }
+        assert!(ops.len() > 2, "{file}: {ops:?}");
+    }
+}
