@@ -49,6 +49,9 @@ pub(crate) fn kernel_for(def: &OpDef) -> Option<GpuKernel> {
         | "_backward_GroupNorm"
         | "_backward_L2Normalization" => normalization,
         "transpose" => transpose,
+        "sum" | "mean" => reduce,
+        "_broadcast_backward" => broadcast_backward,
+        "_sum_to_like" => sum_to_like,
         "dot" | "batch_dot" => matmul,
         "SliceChannel" => split,
         "Concat" => concat,
@@ -1239,9 +1242,51 @@ fn normalization(
 /// The most dims the `permute` kernel walks (after merging).
 const PERMUTE_RANK: usize = 6;
 
-/// transpose: the output's dims with the input's stride along each, size-1 dims dropped and
-/// neighbours the input steps through as one dim merged (a batch of matrix transposes is three
-/// dims, whatever the rank).
+/// Row-major strides of `shape`.
+fn strides_of(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![1; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1] * shape[d + 1];
+    }
+    strides
+}
+
+/// Writes `dst` (dense) from `src` read along `dims`: the destination's dims, outermost first,
+/// each with the source's stride along it (0 repeats the source, as a broadcast). Size-1 dims
+/// are dropped and neighbours the source steps through as one dim merged (a batch of matrix
+/// transposes is three dims, whatever the rank), for the `permute` kernel.
+fn strided_copy(
+    s: &dyn Stream,
+    op: &str,
+    dst: *mut f32,
+    src: *mut f32,
+    dims: impl IntoIterator<Item = [usize; 2]>,
+) -> KResult {
+    let mut merged: Vec<[usize; 2]> = Vec::new();
+    let mut n = 1;
+    for [dim, step] in dims {
+        n *= dim;
+        match merged.last_mut() {
+            _ if dim == 1 => {}
+            Some(last) if last[1] == step * dim => *last = [last[0] * dim, step],
+            _ => merged.push([dim, step]),
+        }
+    }
+    if merged.len() > PERMUTE_RANK {
+        return Err(format!(
+            "{op}: the GPU kernel walks at most {PERMUTE_RANK} dims, this takes {} after \
+             merging ({merged:?})",
+            merged.len()
+        ));
+    }
+    let mut a = KArgs::new(n).p(0, dst).p(1, src).i(1, merged.len());
+    for (d, [dim, step]) in merged.into_iter().enumerate() {
+        a = a.i(2 + d, dim).i(8 + d, step);
+    }
+    s.launch("permute", n, &a)
+}
+
+/// transpose: the output's dims with the input's stride along each.
 fn transpose(
     op: &str,
     attrs: &Attrs,
@@ -1251,33 +1296,114 @@ fn transpose(
 ) -> KResult {
     let x = &ins[0];
     let axes = crate::ops::transpose_axes(op, attrs, x.shape.len()).map_err(e2s)?;
-    let mut strides = vec![1; x.shape.len()];
-    for d in (0..x.shape.len().saturating_sub(1)).rev() {
-        strides[d] = strides[d + 1] * x.shape[d + 1];
+    let strides = strides_of(&x.shape);
+    let dims = axes.iter().map(|&ax| [x.shape[ax], strides[ax]]);
+    strided_copy(s, op, outs[0].ptr(), x.ptr(), dims)
+}
+
+/// `out = scale *` the sum of `src` (of `shape`) over `axes` (sorted); `out` holds the other
+/// axes in order. Where the kept axes are one block (bias-like sums, sums of everything) the
+/// sums run on the data in place as per-channel sums; otherwise the data is first permuted into
+/// scratch with the kept axes first.
+fn sum_axes(
+    s: &dyn Stream,
+    op: &str,
+    (src, shape): (*mut f32, &[usize]),
+    axes: &[usize],
+    out: *mut f32,
+    scale: f64,
+) -> KResult {
+    let n: usize = shape.iter().product();
+    let kept_size: usize = (0..shape.len())
+        .filter(|d| !axes.contains(d))
+        .map(|d| shape[d])
+        .product();
+    // The kept axes of size above 1, and whether they are neighbours once size-1 axes go.
+    let big: Vec<usize> = (0..shape.len()).filter(|&d| shape[d] != 1).collect();
+    let kept_at: Vec<usize> = (0..big.len())
+        .filter(|&i| !axes.contains(&big[i]))
+        .collect();
+    let block = kept_at.windows(2).all(|w| w[1] == w[0] + 1);
+    if block {
+        let first = kept_at.first().map_or(0, |&i| big[i]);
+        let outer: usize = shape[..first].iter().product::<usize>();
+        let layout = (outer, kept_size, n / (outer * kept_size).max(1));
+        return channel_sum(s, out, src, layout, scale);
     }
-    let mut dims: Vec<[usize; 2]> = Vec::with_capacity(axes.len());
-    for &ax in &axes {
-        let (n, step) = (x.shape[ax], strides[ax]);
-        match dims.last_mut() {
-            _ if n == 1 => {}
-            Some(last) if last[1] == step * n => *last = [last[0] * n, step],
-            _ => dims.push([n, step]),
-        }
+    let strides = strides_of(shape);
+    let order = (0..shape.len())
+        .filter(|d| !axes.contains(d))
+        .chain(axes.iter().copied());
+    let moved = s.scratch(n * 4)?.cast::<f32>();
+    strided_copy(s, op, moved, src, order.map(|d| [shape[d], strides[d]]))?;
+    channel_sum(s, out, moved, (1, kept_size, n / kept_size.max(1)), scale)
+}
+
+/// The reductions `sum` and `mean`.
+fn reduce(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let x = &ins[0];
+    let axes = crate::ops::reduced_axes(op, attrs, x.shape.len()).map_err(e2s)?;
+    let count: usize = axes.iter().map(|&a| x.shape[a]).product();
+    let scale = match op {
+        "mean" => 1.0 / count.max(1) as f64,
+        _ => 1.0,
+    };
+    sum_axes(s, op, (x.ptr(), &x.shape), &axes, outs[0].ptr(), scale)
+}
+
+/// `_broadcast_backward` (sum's and mean's gradient): the output's gradient repeated along the
+/// reduced axes, divided by their size for mean.
+fn broadcast_backward(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let (g, o) = (&ins[0], &outs[0]);
+    let shape = &o.shape;
+    let axes = crate::ops::reduced_axes(op, attrs, shape.len()).map_err(e2s)?;
+    let kept: Vec<usize> = (0..shape.len())
+        .map(|d| if axes.contains(&d) { 1 } else { shape[d] })
+        .collect();
+    let strides = strides_of(&kept);
+    let dims = (0..shape.len()).map(|d| [shape[d], if axes.contains(&d) { 0 } else { strides[d] }]);
+    strided_copy(s, op, o.ptr(), g.ptr(), dims)?;
+    if attrs.get("__reduce__") == Some("mean") {
+        let count: usize = axes.iter().map(|&a| shape[a]).product();
+        let n = o.len();
+        // `scalar` code 3: multiply, in place (each index reads before it writes).
+        let a = KArgs::new(n)
+            .t(0, o)
+            .t(1, o)
+            .i(1, 3)
+            .f(0, 1.0 / count.max(1) as f64);
+        s.launch("scalar", n, &a)?;
     }
-    if dims.len() > PERMUTE_RANK {
-        return Err(format!(
-            "{op}: axes {axes:?} of shape {:?} take {} dims after merging; the GPU kernel walks \
-             at most {PERMUTE_RANK}",
-            x.shape,
-            dims.len()
-        ));
-    }
-    let n = x.len();
-    let mut a = KArgs::new(n).t(0, &outs[0]).t(1, x).i(1, dims.len());
-    for (d, [dim, step]) in dims.into_iter().enumerate() {
-        a = a.i(2 + d, dim).i(8 + d, step);
-    }
-    s.launch("permute", n, &a)
+    Ok(())
+}
+
+/// `_sum_to_like`: a broadcast operand's gradient, the output's gradient summed over the axes
+/// the operand was broadcast along.
+fn sum_to_like(
+    op: &str,
+    _: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let (g, o) = (&ins[0], &outs[0]);
+    let lead = g.shape.len() - o.shape.len();
+    let axes: Vec<usize> = (0..g.shape.len())
+        .filter(|&d| d < lead || o.shape[d - lead] == 1)
+        .collect();
+    sum_axes(s, op, (g.ptr(), &g.shape), &axes, o.ptr(), 1.0)
 }
 
 /// dot and batch_dot: one (batched) GEMM.

@@ -461,6 +461,7 @@ fn every_gpu_op_matches_its_cpu_kernel() {
     );
 
     transformer_cases(rng, &mut check);
+    reduction_cases(rng, &mut check);
 
     let unused: Vec<_> = KERNEL_NAMES
         .iter()
@@ -608,6 +609,44 @@ fn transformer_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<In
             attrs,
             vec![random(rng, &[4, 6]), data],
         );
+    }
+}
+
+/// sum and mean over axis sets the kernels sum in place (kept axes in one block) and ones they
+/// permute first, their gradient, and a broadcast operand's gradient.
+fn reduction_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)) {
+    // (data shape, axis, exclude, the reduced gradient's shape)
+    type Case<'a> = (&'a [usize], Option<&'a str>, bool, &'a [usize]);
+    let cases: [Case; 7] = [
+        (&[3, 4, 5], None, false, &[1]),
+        (&[3, 4, 5], Some("1"), false, &[3, 5]),
+        (&[3, 4, 5], Some("(0, 2)"), false, &[4]),
+        (&[3, 4, 5], Some("-1"), false, &[3, 4]),
+        (&[3, 4, 5], Some("1"), true, &[4]),
+        (&[2, 1, 3, 4], Some("(0, 2)"), false, &[1, 4]),
+        (&[2, 3, 4, 5], Some("(0, 2)"), false, &[3, 5]),
+    ];
+    for (shape, axis, exclude, reduced) in cases {
+        for op in ["sum", "mean"] {
+            let mut attrs = Attrs::new().with("exclude", exclude);
+            if let Some(a) = axis {
+                attrs = attrs.with("axis", a);
+            }
+            check(op, attrs.clone(), vec![random(rng, shape)]);
+            let attrs = attrs.with("__reduce__", op);
+            let ins = vec![random(rng, reduced), random(rng, shape)];
+            check("_broadcast_backward", attrs, ins);
+        }
+    }
+    let like: [(&[usize], &[usize]); 4] = [
+        (&[2, 3, 4], &[3, 1]),
+        (&[4, 6], &[1, 6]),
+        (&[4, 6], &[4, 1]),
+        (&[2, 3], &[2, 3]),
+    ];
+    for (grad, operand) in like {
+        let ins = vec![random(rng, grad), random(rng, operand)];
+        check("_sum_to_like", Attrs::new(), ins);
     }
 }
 

@@ -694,19 +694,6 @@ fn infer_reduce_backward(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> 
     Ok((vec![s[1].clone()], vec![d[0]]))
 }
 
-fn reduced_axes(op: &str, attrs: &Attrs, ndim: usize) -> std::result::Result<Vec<usize>, String> {
-    let e = |e: crate::NdError| e.to_string();
-    let mut axes: Vec<usize> = match attrs.ints(op, "axis").map_err(e)? {
-        None => (0..ndim).collect(),
-        Some(a) if a.is_empty() => (0..ndim).collect(),
-        Some(a) => super::norm_axes(op, &a, ndim).map_err(e)?,
-    };
-    if attrs.bool(op, "exclude", false).map_err(e)? {
-        axes = (0..ndim).filter(|d| !axes.contains(d)).collect();
-    }
-    Ok(axes)
-}
-
 fn reduce_backward_kernel(
     op: &str,
     attrs: &Attrs,
@@ -716,7 +703,7 @@ fn reduce_backward_kernel(
 ) -> KResult {
     let (g, o) = (&ins[0], &outs[0]);
     let shape = &o.shape;
-    let axes = reduced_axes(op, attrs, shape.len())?;
+    let axes = super::reduce::axes_of(op, attrs, shape.len()).map_err(|e| e.to_string())?;
     let count: usize = axes.iter().map(|&a| shape[a]).product();
     let scale = if attrs.get("__reduce__") == Some("mean") {
         1.0 / count.max(1) as f64

@@ -36,6 +36,7 @@ pub(crate) use {
     linalg::product,
     nn::transpose_axes,
     norm::{eps as norm_eps, layout as norm_layout, Scale},
+    reduce::axes_of as reduced_axes,
     shape::{axis_attr, split_params},
     stochastic::{bn_axis, bn_eps_momentum, dropout_active, dropout_p},
 };

@@ -8,7 +8,9 @@ use crate::error::Result;
 use crate::resources::KernelRes;
 use crate::{DType, Element};
 
-fn axes_of(op: &str, attrs: &Attrs, ndim: usize) -> Result<Vec<usize>> {
+/// The axes a reduction (or its backward op, which carries its attributes) reduces, sorted:
+/// `axis` (none or empty: all), or every other axis with `exclude`.
+pub(crate) fn axes_of(op: &str, attrs: &Attrs, ndim: usize) -> Result<Vec<usize>> {
     let mut axes = match attrs.ints(op, "axis")? {
         None => (0..ndim).collect(),
         Some(a) if a.is_empty() => (0..ndim).collect(),
