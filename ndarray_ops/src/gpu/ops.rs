@@ -1043,20 +1043,10 @@ fn softmax_output(
     s: &dyn Stream,
 ) -> KResult {
     let shape = &ins[0].shape;
-    // MXNet's SoftmaxOutput normalizes over axis 1 (the class axis).
-    let axis = 1.min(shape.len() - 1);
-    let (outer, len) = (shape[..axis].iter().product::<usize>(), shape[axis]);
-    let inner: usize = shape[axis + 1..].iter().product();
-    let lanes = outer * inner;
-    // The kernel divides by a temperature; SoftmaxOutput has none (MXNet's takes no such
-    // attribute), so it is 1.
-    let a = KArgs::new(lanes)
-        .t(0, &outs[0])
-        .t(1, &ins[0])
-        .i(1, len)
-        .i(2, inner)
-        .f(0, 1.0);
-    s.launch("softmax_lanes", lanes, &a)
+    // MXNet's SoftmaxOutput normalizes over axis 1 (the class axis), at no temperature (MXNet's
+    // takes no such attribute).
+    let (lanes, a) = lane_args(shape, 1.min(shape.len() - 1), 1.0, false);
+    s.launch("softmax_lanes", lanes, &a.t(0, &outs[0]).t(1, &ins[0]))
 }
 
 fn softmax_output_backward(
@@ -1126,6 +1116,19 @@ fn around(shape: &[usize], axis: usize) -> (usize, usize, usize) {
     )
 }
 
+/// The lanes along `axis` of `shape` and the `softmax_lanes` kernels' arguments for them (the
+/// pointers left to the caller).
+fn lane_args(shape: &[usize], axis: usize, temp: f64, log: bool) -> (usize, KArgs) {
+    let (outer, len, inner) = around(shape, axis);
+    let lanes = outer * inner;
+    let a = KArgs::new(lanes)
+        .i(1, len)
+        .i(2, inner)
+        .i(3, usize::from(log))
+        .f(0, temp);
+    (lanes, a)
+}
+
 /// softmax and log_softmax over any axis at any temperature, and their backward ops
 /// (`(output gradient, output) -> data gradient`).
 fn softmax(
@@ -1138,16 +1141,8 @@ fn softmax(
     let x = &ins[0];
     let axis = crate::ops::softmax_axis(op, attrs, x.shape.len()).map_err(e2s)?;
     let temp = attrs.f64(op, "temperature", Some(1.0)).map_err(e2s)?;
-    let (outer, len, inner) = around(&x.shape, axis);
-    let lanes = outer * inner;
-    let log = op.ends_with("log_softmax");
-    let a = KArgs::new(lanes)
-        .t(0, &outs[0])
-        .t(1, x)
-        .i(1, len)
-        .i(2, inner)
-        .i(3, usize::from(log))
-        .f(0, temp);
+    let (lanes, a) = lane_args(&x.shape, axis, temp, op.ends_with("log_softmax"));
+    let a = a.t(0, &outs[0]).t(1, x);
     match op.starts_with("_backward_") {
         true => s.launch("softmax_lanes_bwd", lanes, &a.t(2, &ins[1])),
         false => s.launch("softmax_lanes", lanes, &a),
