@@ -5,6 +5,7 @@
 use super::{ConvCall, ConvPass, ConvShape, Gemm, KArgs, Stream};
 use crate::ops::conv::{conv_params, pool_params, ConvDims, PoolType};
 use crate::ops::elemwise::broadcast_strides;
+use crate::ops::gather::strides;
 use crate::ops::{fc_dims, Attrs, OpDef, TensorRef, IS_TRAIN};
 use crate::DType;
 
@@ -247,6 +248,13 @@ fn scalar(
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let value = attrs.f64(op, "scalar", None).map_err(e2s)?;
+    scalar_with(s, op, &outs[0], &ins[0], value)
+}
+
+/// `out = x (op) value` for a scalar op's name, by the `scalar` kernel (which reads each index
+/// before writing it, so `out` may be `x`).
+fn scalar_with(s: &dyn Stream, op: &str, out: &TensorRef, x: &TensorRef, value: f64) -> KResult {
     let code = match op {
         "_plus_scalar" => 0,
         "_minus_scalar" => 1,
@@ -257,13 +265,8 @@ fn scalar(
         "_maximum_scalar" => 6,
         _ => 7,
     };
-    let value = attrs.f64(op, "scalar", None).map_err(e2s)?;
-    let n = outs[0].len();
-    let a = KArgs::new(n)
-        .t(0, &outs[0])
-        .t(1, &ins[0])
-        .i(1, code)
-        .f(0, value);
+    let n = out.len();
+    let a = KArgs::new(n).t(0, out).t(1, x).i(1, code).f(0, value);
     s.launch("scalar", n, &a)
 }
 
@@ -935,11 +938,7 @@ struct BnSetup {
 fn bn_setup(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<BnSetup, String> {
     let axis = crate::ops::bn_axis(op, attrs, shape.len()).map_err(e2s)?;
     Ok(BnSetup {
-        layout: (
-            shape[..axis].iter().product(),
-            shape[axis],
-            shape[axis + 1..].iter().product(),
-        ),
+        layout: around(shape, axis),
         eps: crate::ops::bn_eps_momentum(op, attrs).map_err(e2s)?.0,
         fix_gamma: attrs.bool(op, "fix_gamma", true).map_err(e2s)?,
         batch_stats: attrs.bool(op, IS_TRAIN, false).map_err(e2s)?
@@ -1237,15 +1236,6 @@ fn normalization(
 /// The most dims the `permute` kernel walks (after merging).
 const PERMUTE_RANK: usize = 6;
 
-/// Row-major strides of `shape`.
-fn strides_of(shape: &[usize]) -> Vec<usize> {
-    let mut strides = vec![1; shape.len()];
-    for d in (0..shape.len().saturating_sub(1)).rev() {
-        strides[d] = strides[d + 1] * shape[d + 1];
-    }
-    strides
-}
-
 /// Writes `dst` (dense) from `src` read along `dims`: the destination's dims, outermost first,
 /// each with the source's stride along it (0 repeats the source, as a broadcast). Size-1 dims
 /// are dropped and neighbours the source steps through as one dim merged (a batch of matrix
@@ -1291,8 +1281,8 @@ fn transpose(
 ) -> KResult {
     let x = &ins[0];
     let axes = crate::ops::transpose_axes(op, attrs, x.shape.len()).map_err(e2s)?;
-    let strides = strides_of(&x.shape);
-    let dims = axes.iter().map(|&ax| [x.shape[ax], strides[ax]]);
+    let steps = strides(&x.shape);
+    let dims = axes.iter().map(|&ax| [x.shape[ax], steps[ax]]);
     strided_copy(s, op, outs[0].ptr(), x.ptr(), dims)
 }
 
@@ -1325,12 +1315,12 @@ fn sum_axes(
         let layout = (outer, kept_size, n / (outer * kept_size).max(1));
         return channel_sum(s, out, src, layout, scale);
     }
-    let strides = strides_of(shape);
+    let steps = strides(shape);
     let order = (0..shape.len())
         .filter(|d| !axes.contains(d))
         .chain(axes.iter().copied());
     let moved = s.scratch(n * 4)?.cast::<f32>();
-    strided_copy(s, op, moved, src, order.map(|d| [shape[d], strides[d]]))?;
+    strided_copy(s, op, moved, src, order.map(|d| [shape[d], steps[d]]))?;
     channel_sum(s, out, moved, (1, kept_size, n / kept_size.max(1)), scale)
 }
 
@@ -1364,24 +1354,24 @@ fn broadcast_backward(
     let (g, o) = (&ins[0], &outs[0]);
     let shape = &o.shape;
     let axes = crate::ops::reduced_axes(op, attrs, shape.len()).map_err(e2s)?;
+    // The gradient is laid out as the output with the reduced axes kept as size 1, so it
+    // broadcasts along them.
     let kept: Vec<usize> = (0..shape.len())
         .map(|d| if axes.contains(&d) { 1 } else { shape[d] })
         .collect();
-    let strides = strides_of(&kept);
-    let dims = (0..shape.len()).map(|d| [shape[d], if axes.contains(&d) { 0 } else { strides[d] }]);
-    strided_copy(s, op, o.ptr(), g.ptr(), dims)?;
-    if attrs.get("__reduce__") == Some("mean") {
-        let count: usize = axes.iter().map(|&a| shape[a]).product();
-        let n = o.len();
-        // `scalar` code 3: multiply, in place (each index reads before it writes).
-        let a = KArgs::new(n)
-            .t(0, o)
-            .t(1, o)
-            .i(1, 3)
-            .f(0, 1.0 / count.max(1) as f64);
-        s.launch("scalar", n, &a)?;
+    let steps = broadcast_strides(&kept, shape);
+    strided_copy(
+        s,
+        op,
+        o.ptr(),
+        g.ptr(),
+        shape.iter().zip(steps).map(|(&n, st)| [n, st]),
+    )?;
+    if attrs.get("__reduce__") != Some("mean") {
+        return Ok(());
     }
-    Ok(())
+    let count: usize = axes.iter().map(|&a| shape[a]).product();
+    scalar_with(s, "_mul_scalar", o, o, 1.0 / count.max(1) as f64)
 }
 
 /// `_sum_to_like`: a broadcast operand's gradient, the output's gradient summed over the axes

@@ -710,18 +710,14 @@ fn reduce_backward_kernel(
     } else {
         1.0
     };
-    // Strides of the reduced gradient laid out with kept dims (reduced axes have size 1).
+    // The reduced gradient laid out with kept dims (reduced axes have size 1) broadcasts along
+    // the reduced axes.
     let kept: Vec<usize> = shape
         .iter()
         .enumerate()
         .map(|(d, &n)| if axes.contains(&d) { 1 } else { n })
         .collect();
-    let mut gstride = vec![0usize; shape.len()];
-    let mut acc = 1;
-    for d in (0..shape.len()).rev() {
-        gstride[d] = if axes.contains(&d) { 0 } else { acc };
-        acc *= kept[d];
-    }
+    let gstride = super::elemwise::broadcast_strides(&kept, shape);
     crate::with_dtype!(o.dtype, T => {
         // SAFETY: read access to the gradient, exclusive access to the disjoint output.
         let (gs, out) = unsafe { (g.slice::<T>(), o.slice_mut::<T>()) };

@@ -25,7 +25,8 @@ type KResult = std::result::Result<(), String>;
 /// element is padding.
 type AxisMap = Vec<Option<usize>>;
 
-fn strides(shape: &[usize]) -> Vec<usize> {
+/// Row-major strides of a dense `shape`, in elements.
+pub(crate) fn strides(shape: &[usize]) -> Vec<usize> {
     let mut s = vec![1; shape.len()];
     for d in (0..shape.len().saturating_sub(1)).rev() {
         s[d] = s[d + 1] * shape[d + 1];
