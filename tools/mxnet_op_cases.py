@@ -355,6 +355,36 @@ case("cast_i32", "cast", {"dtype": "int32"}, [("data", u((2, 3)) * 5)], no_grad=
 case("dropout_infer", "Dropout", {"p": 0.5}, [("data", u((3, 4)))], no_grad=("data",))
 
 
+
+def rnn_case(name, mode, layers, bidir, state_outputs, steps=4, batch=3, inputs=3, hidden=5,
+             no_grad=(), **extra):
+    """A fused RNN node: data (T, N, I), the flat parameters, the initial state(s)."""
+    gates = {"lstm": 4, "gru": 3}.get(mode, 1)
+    dirs = 2 if bidir else 1
+    count = 0
+    for layer in range(layers):
+        width = inputs if layer == 0 else dirs * hidden
+        count += dirs * gates * hidden * (width + hidden + 2)
+    state = (layers * dirs, batch, hidden)
+    ins = [("data", u((steps, batch, inputs))), ("parameters", u((count,), -0.5, 0.5)),
+           ("state", u(state))]
+    if mode == "lstm":
+        ins.append(("state_cell", u(state)))
+    attrs = {"mode": mode, "state_size": hidden, "num_layers": layers, "bidirectional": bidir,
+             "state_outputs": state_outputs}
+    attrs.update(extra)
+    case(name, "RNN", attrs, ins, no_grad=no_grad)
+
+
+rnn_case("rnn_lstm_2x2", "lstm", 2, True, True)
+rnn_case("rnn_lstm", "lstm", 1, False, False, steps=6)
+rnn_case("rnn_gru_2", "gru", 2, False, True)
+rnn_case("rnn_gru_bi", "gru", 1, True, False)
+rnn_case("rnn_tanh_2x2", "rnn_tanh", 2, True, True, steps=3)
+rnn_case("rnn_relu", "rnn_relu", 1, False, True)
+rnn_case("rnn_lstm_dropout_infer", "lstm", 2, False, True, p=0.4,
+         no_grad=("data", "parameters", "state", "state_cell"))
+
 def numeric_grad(exe, n, heads, h=1e-6):
     """d(sum_k heads[k] . outputs[k]) / d input n by central differences of MXNet's forward."""
     x = exe.arg_dict[n]

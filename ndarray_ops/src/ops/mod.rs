@@ -21,6 +21,7 @@ mod norm;
 mod par;
 mod param_shapes;
 mod reduce;
+mod rnn;
 mod shape;
 pub(crate) mod sort;
 mod stochastic;
@@ -28,6 +29,7 @@ mod stochastic;
 pub(crate) use elemwise::{broadcast_twin, scalar_of};
 pub(crate) use nn::softmax_axis;
 pub(crate) use reduce::norm_ord;
+pub(crate) use rnn::gradient_inputs as rnn_gradient_inputs;
 pub use stochastic::IS_TRAIN;
 // What the GPU back end shares with the CPU kernels: attribute parsing and layouts.
 #[cfg(any(feature = "cuda", test))]
@@ -436,6 +438,7 @@ fn registry() -> &'static FxHashMap<&'static str, &'static OpDef> {
             .chain(loss::ops())
             .chain(gather::ops())
             .chain(sort::ops())
+            .chain(rnn::ops())
         {
             m.insert(def.name, def);
             for a in def.aliases {
@@ -532,6 +535,14 @@ pub fn num_outputs(def: &OpDef, attrs: &Attrs) -> Result<(usize, usize)> {
             (n, n)
         }
         "adam_update" => (3, 1),
+        "RNN" => {
+            let n = rnn::num_outputs(op, attrs)?;
+            (n, n)
+        }
+        "_backward_RNN" => {
+            let n = rnn::num_grad_outputs(op, attrs)?;
+            (n, n)
+        }
         _ => (1, 1),
     })
 }

@@ -92,6 +92,22 @@ pub(super) const MXNET_PARAMS: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "RNN",
+        &[
+            "state_size",
+            "num_layers",
+            "bidirectional",
+            "mode",
+            "p",
+            "state_outputs",
+            "projection_size",
+            "lstm_state_clip_min",
+            "lstm_state_clip_max",
+            "lstm_state_clip_nan",
+            "use_sequence_length",
+        ],
+    ),
+    (
         "Reshape",
         &["shape", "reverse", "target_shape", "keep_highest"],
     ),

@@ -800,6 +800,35 @@ fn normalization(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<N
     backward_node(n, &format!("_backward_{op}"), ins)
 }
 
+/// RNN: one backward node reading every output's gradient (zeros for an output nothing
+/// reads, say the sequence when only the final state is used) and the forward node's inputs.
+fn rnn(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let mut ins = Vec::with_capacity(n.num_visible_outputs() + n.inputs.len());
+    for k in 0..n.num_visible_outputs() {
+        ins.push(match og.get(k).cloned().flatten() {
+            Some(g) => g,
+            None => op1(
+                "zeros_like",
+                format!("{}_head{k}_zeros", n.name),
+                vec![out(n, k)],
+                Attrs::new(),
+            )?,
+        });
+    }
+    ins.extend(n.inputs.iter().cloned());
+    let bw = make(
+        "_backward_RNN",
+        format!("{}_backward", n.name),
+        ins,
+        n.attrs.clone(),
+    )?;
+    // The sequence lengths, the last input when given, have no gradient.
+    let grads = crate::ops::rnn_gradient_inputs(&n.attrs)?;
+    Ok((0..n.inputs.len())
+        .map(|k| (k < grads).then(|| out(&bw, k)))
+        .collect())
+}
+
 /// The loss heads of `ops::loss`: their gradient is their own, not the head gradient's.
 fn loss(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let op = n.op_name();
@@ -1040,6 +1069,7 @@ fn rule(op: &str) -> Option<GradFn> {
         "Pooling" => pooling,
         "BatchNorm" => batch_norm,
         "Dropout" => dropout,
+        "RNN" => rnn,
         "Flatten" | "Reshape" | "reshape" | "expand_dims" | "squeeze" => flatten,
         "transpose" => transpose,
         "slice" | "slice_axis" => slice,

@@ -1,0 +1,958 @@
+//! MXNet's fused recurrent op `RNN` — modes `rnn_relu`, `rnn_tanh`, `lstm` and `gru`, stacked
+//! layers, one or two directions, per-sample sequence lengths — and its backward op.
+//!
+//! Layout, as MXNet's: data `(T, N, I)`, time first; the parameters one flat vector holding, for
+//! each layer and then each direction, the input weights `(G*H, In)` and the hidden weights
+//! `(G*H, H)`, then every bias in the same order (input bias `G*H`, hidden bias `G*H`); the
+//! states `(L*D, N, H)`, indexed `layer * D + direction`. Gates in order: LSTM i, f, g, o; GRU
+//! r, z, n (the candidate `tanh(x_n + r * (W_hn h + b_hn))`, then `h' = (1 - z) n + z h`). A
+//! bidirectional layer's output is `[forward, backward]` along the features, and is the next
+//! layer's input.
+//!
+//! Per layer and direction the input projection of every step is one GEMM over all `T*N` rows
+//! and only the hidden projection runs step by step; the backward pass likewise gathers every
+//! step's gate gradients and makes the weight gradients and the input gradient in one GEMM each.
+//!
+//! MXNet's CPU op keeps every step's gates from the forward to the backward pass as op state.
+//! Ours cannot keep them in a hidden output (MXNet's files fix the op's output count), so the
+//! backward op first runs the forward pass again into its temp space: one more forward's work,
+//! and nothing of the recurrence held in the arena between the passes.
+
+use ndarray::{ArrayView2, ArrayViewMut2};
+
+use super::{Arity, Attrs, OpDef, TensorRef};
+use crate::error::{invalid, NdError, Result};
+use crate::resources::{KernelRes, Resource};
+use crate::{DType, Element};
+
+type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
+type KResult = std::result::Result<(), String>;
+
+/// The recurrence of one layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Relu,
+    Tanh,
+    Lstm,
+    Gru,
+}
+
+impl Mode {
+    fn gates(self) -> usize {
+        match self {
+            Mode::Relu | Mode::Tanh => 1,
+            Mode::Lstm => 4,
+            Mode::Gru => 3,
+        }
+    }
+}
+
+/// An RNN node's attributes, checked.
+#[derive(Clone, Copy, Debug)]
+struct Rnn {
+    mode: Mode,
+    hidden: usize,
+    layers: usize,
+    dirs: usize,
+    state_outputs: bool,
+    seq_len: bool,
+}
+
+/// Where one (layer, direction)'s weights and biases start in the flat parameter vector, and
+/// the width of its input.
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    wx: usize,
+    wh: usize,
+    bx: usize,
+    bh: usize,
+    input: usize,
+}
+
+impl Rnn {
+    fn parse(op: &str, attrs: &Attrs) -> Result<Rnn> {
+        let mode = match attrs.get("mode") {
+            Some("rnn_relu") => Mode::Relu,
+            Some("rnn_tanh") => Mode::Tanh,
+            Some("lstm") => Mode::Lstm,
+            Some("gru") => Mode::Gru,
+            Some(other) => {
+                return Err(invalid(
+                    op,
+                    format!("mode {other:?} is not one of rnn_relu, rnn_tanh, lstm, gru"),
+                ))
+            }
+            None => return Err(invalid(op, "attribute mode is required")),
+        };
+        let count = |key: &str| -> Result<usize> {
+            let v = attrs.f64(op, key, None)?;
+            if v < 1.0 || v.fract() != 0.0 {
+                return Err(invalid(op, format!("{key}={v} is not a positive integer")));
+            }
+            Ok(v as usize)
+        };
+        let (hidden, layers) = (count("state_size")?, count("num_layers")?);
+        // What MXNet accepts only with cuDNN, refused rather than ignored.
+        if attrs.get("projection_size").is_some_and(|v| v != "None") {
+            return Err(invalid(op, "projection_size (LSTMP) is not supported"));
+        }
+        for key in ["lstm_state_clip_min", "lstm_state_clip_max"] {
+            if attrs.get(key).is_some_and(|v| v != "None") {
+                return Err(invalid(
+                    op,
+                    format!("{key} (cell clipping) is not supported"),
+                ));
+            }
+        }
+        let p = attrs.f64(op, "p", Some(0.0))?;
+        if !(0.0..1.0).contains(&p) {
+            return Err(invalid(op, format!("p={p} is outside [0, 1)")));
+        }
+        // Dropout between layers would need the forward pass's masks in the backward pass,
+        // which recomputes the forward pass (see the module comment); it is refused in
+        // training rather than silently left out. At inference it does nothing, as in MXNet.
+        if p > 0.0 && layers > 1 && attrs.bool(op, super::IS_TRAIN, false)? {
+            return Err(invalid(
+                op,
+                format!(
+                    "p={p} (dropout between the {layers} layers) is not supported in training; \
+                     stack one-layer RNN nodes with Dropout between them instead"
+                ),
+            ));
+        }
+        Ok(Rnn {
+            mode,
+            hidden,
+            layers,
+            dirs: if attrs.bool(op, "bidirectional", false)? {
+                2
+            } else {
+                1
+            },
+            state_outputs: attrs.bool(op, "state_outputs", false)?,
+            seq_len: attrs.bool(op, "use_sequence_length", false)?,
+        })
+    }
+
+    fn lstm(&self) -> bool {
+        self.mode == Mode::Lstm
+    }
+
+    /// Gate rows of a weight matrix.
+    fn gh(&self) -> usize {
+        self.mode.gates() * self.hidden
+    }
+
+    /// Inputs: data, parameters, state, then LSTM's cell state, then the sequence lengths.
+    fn inputs(&self) -> usize {
+        3 + usize::from(self.lstm()) + usize::from(self.seq_len)
+    }
+
+    /// Inputs that have a gradient (all but the sequence lengths).
+    fn grad_inputs(&self) -> usize {
+        3 + usize::from(self.lstm())
+    }
+
+    /// Outputs: the sequence, then with `state_outputs` the final state and LSTM's final cell.
+    fn outputs(&self) -> usize {
+        if self.state_outputs {
+            2 + usize::from(self.lstm())
+        } else {
+            1
+        }
+    }
+
+    /// Every (layer, direction)'s slot and the parameter count, for data `input` wide.
+    fn slots(&self, input: usize) -> (Vec<Slot>, usize) {
+        let (gh, h) = (self.gh(), self.hidden);
+        let mut slots = Vec::with_capacity(self.layers * self.dirs);
+        let mut at = 0;
+        for l in 0..self.layers {
+            let input = if l == 0 { input } else { self.dirs * h };
+            for _ in 0..self.dirs {
+                slots.push(Slot {
+                    wx: at,
+                    wh: at + gh * input,
+                    bx: 0,
+                    bh: 0,
+                    input,
+                });
+                at += gh * (input + h);
+            }
+        }
+        for s in &mut slots {
+            s.bx = at;
+            s.bh = at + gh;
+            at += 2 * gh;
+        }
+        (slots, at)
+    }
+
+    /// The shape each input must have for data of shape `x`.
+    fn input_shapes(&self, x: &[usize]) -> Vec<Vec<usize>> {
+        let (_, params) = self.slots(x[2]);
+        let state = vec![self.layers * self.dirs, x[1], self.hidden];
+        let mut v = vec![x.to_vec(), vec![params], state.clone()];
+        if self.lstm() {
+            v.push(state);
+        }
+        if self.seq_len {
+            v.push(vec![x[1]]);
+        }
+        v
+    }
+}
+
+/// How many outputs an RNN node has (all visible, as in MXNet).
+pub(super) fn num_outputs(op: &str, attrs: &Attrs) -> Result<usize> {
+    Ok(Rnn::parse(op, attrs)?.outputs())
+}
+
+/// How many outputs `_backward_RNN` has: a gradient for each input but the sequence lengths.
+pub(super) fn num_grad_outputs(op: &str, attrs: &Attrs) -> Result<usize> {
+    Ok(Rnn::parse(op, attrs)?.grad_inputs())
+}
+
+/// How many of an RNN node's inputs get a gradient (the first ones).
+pub(crate) fn gradient_inputs(attrs: &Attrs) -> Result<usize> {
+    Ok(Rnn::parse("RNN", attrs)?.grad_inputs())
+}
+
+/// Data is `(T, N, I)` and float (the backward shape rule passes a float dtype: it checks the
+/// shape alone).
+fn check_data(op: &str, x: &[usize], d: DType) -> Result<()> {
+    if x.len() != 3 {
+        return Err(NdError::Shape {
+            op: op.into(),
+            arg: "data".into(),
+            found: x.to_vec(),
+            expected: "3 dimensions (sequence length, batch, features)".into(),
+        });
+    }
+    if !d.is_float() {
+        return Err(NdError::DType {
+            op: op.into(),
+            arg: "data".into(),
+            found: d.to_string(),
+            expected: "float32 or float64".into(),
+        });
+    }
+    Ok(())
+}
+
+const INPUT_NAMES: [&str; 5] = [
+    "data",
+    "parameters",
+    "state",
+    "state_cell",
+    "sequence_length",
+];
+
+fn input_name(r: &Rnn, k: usize) -> &'static str {
+    // Without a cell state the sequence lengths are the fourth input.
+    if k == 3 && !r.lstm() {
+        INPUT_NAMES[4]
+    } else {
+        INPUT_NAMES[k]
+    }
+}
+
+/// Checks inputs `s` (dtypes `d`) against what data `s[0]` asks for.
+fn check_inputs(op: &str, r: &Rnn, s: &[Vec<usize>], d: &[DType]) -> Result<()> {
+    if s.len() != r.inputs() {
+        return Err(invalid(
+            op,
+            format!(
+                "takes {} inputs (data, parameters, state{}{}), got {}",
+                r.inputs(),
+                if r.lstm() { ", state_cell" } else { "" },
+                if r.seq_len { ", sequence_length" } else { "" },
+                s.len()
+            ),
+        ));
+    }
+    check_data(op, &s[0], d[0])?;
+    for (k, want) in r.input_shapes(&s[0]).into_iter().enumerate().skip(1) {
+        let arg = input_name(r, k);
+        if s[k] != want {
+            return Err(NdError::Shape {
+                op: op.into(),
+                arg: arg.into(),
+                found: s[k].clone(),
+                expected: format!("{want:?} (for data {:?})", s[0]),
+            });
+        }
+        if k < r.grad_inputs() && d[k] != d[0] {
+            return Err(NdError::DType {
+                op: op.into(),
+                arg: arg.into(),
+                found: d[k].to_string(),
+                expected: format!("{} (the data's)", d[0]),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn infer_rnn(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let r = Rnn::parse(op, attrs)?;
+    check_inputs(op, &r, s, d)?;
+    let x = &s[0];
+    let mut shapes = vec![vec![x[0], x[1], r.dirs * r.hidden]];
+    shapes.extend(std::iter::repeat_n(
+        vec![r.layers * r.dirs, x[1], r.hidden],
+        r.outputs() - 1,
+    ));
+    Ok((shapes, vec![d[0]; r.outputs()]))
+}
+
+/// The parameters' and states' shapes follow from the data's.
+fn infer_rnn_inputs(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[Option<Vec<usize>>],
+) -> Result<Vec<Option<Vec<usize>>>> {
+    let r = Rnn::parse(op, attrs)?;
+    let mut out = vec![None; ins.len()];
+    if let Some(Some(x)) = ins.first() {
+        check_data(op, x, DType::F32)?;
+        for (o, want) in out.iter_mut().zip(r.input_shapes(x)) {
+            *o = Some(want);
+        }
+    }
+    Ok(out)
+}
+
+/// `_backward_RNN`'s inputs: the gradient of each output, then the forward node's inputs.
+fn infer_rnn_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let r = Rnn::parse(op, attrs)?;
+    let heads = r.outputs();
+    if s.len() != heads + r.inputs() {
+        return Err(invalid(
+            op,
+            format!(
+                "takes {} output gradients and {} inputs, got {} arrays",
+                heads,
+                r.inputs(),
+                s.len()
+            ),
+        ));
+    }
+    let (fwd_shapes, _) = infer_rnn(op, attrs, &s[heads..], &d[heads..])?;
+    for (k, want) in fwd_shapes.iter().enumerate() {
+        if &s[k] != want {
+            return Err(NdError::Shape {
+                op: op.into(),
+                arg: format!("gradient of output {k}"),
+                found: s[k].clone(),
+                expected: format!("{want:?}"),
+            });
+        }
+    }
+    let n = r.grad_inputs();
+    Ok((s[heads..heads + n].to_vec(), d[heads..heads + n].to_vec()))
+}
+
+// ---- the recurrence -------------------------------------------------------------------------
+
+fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// A row-major matrix view of the first `r * c` elements of `s`.
+fn mat<T>(s: &[T], r: usize, c: usize) -> ArrayView2<'_, T> {
+    // The callers size every buffer from the same dimensions.
+    ArrayView2::from_shape((r, c), &s[..r * c]).unwrap_or_else(|e| panic!("{r}x{c} view: {e}"))
+}
+
+fn mat_mut<T>(s: &mut [T], r: usize, c: usize) -> ArrayViewMut2<'_, T> {
+    ArrayViewMut2::from_shape((r, c), &mut s[..r * c])
+        .unwrap_or_else(|e| panic!("{r}x{c} view: {e}"))
+}
+
+/// Adds `bias` to every `bias.len()`-wide row of `rows`.
+fn add_rows<T: Element>(rows: &mut [T], bias: &[T]) {
+    for row in rows.chunks_exact_mut(bias.len()) {
+        for (v, &b) in row.iter_mut().zip(bias) {
+            *v = v.add(b);
+        }
+    }
+}
+
+/// `acc += ` the column sums of the `acc.len()`-wide rows of `rows`.
+fn sum_rows<T: Element>(rows: &[T], acc: &mut [T]) {
+    for row in rows.chunks_exact(acc.len()) {
+        for (a, &v) in acc.iter_mut().zip(row) {
+            *a = a.add(v);
+        }
+    }
+}
+
+/// One pass over a batch: its sizes, the parameters and where each slot's lie, and how far each
+/// sample runs.
+struct Pass<'a, T> {
+    r: Rnn,
+    steps: usize,
+    batch: usize,
+    params: &'a [T],
+    slots: Vec<Slot>,
+    /// Steps each sample runs (all `steps` without `use_sequence_length`).
+    lens: Vec<usize>,
+}
+
+/// Step `s` of direction `d` is time `t`: forward in time, or backward from the end.
+fn time(d: usize, s: usize, steps: usize) -> usize {
+    if d == 0 {
+        s
+    } else {
+        steps - 1 - s
+    }
+}
+
+impl<T: Element> Pass<'_, T> {
+    fn slot(&self, l: usize, d: usize) -> Slot {
+        self.slots[l * self.r.dirs + d]
+    }
+
+    fn width(&self) -> usize {
+        self.r.dirs * self.r.hidden
+    }
+
+    /// Elements of one layer's output, `(T, N, D*H)`.
+    fn layer_len(&self) -> usize {
+        self.steps * self.batch * self.width()
+    }
+
+    /// Elements of one (layer, direction)'s trace: every step's activated gates, then one more
+    /// H-wide value per step (LSTM: the new cell; GRU: the hidden part of the candidate).
+    fn trace_len(&self) -> usize {
+        self.steps * self.batch * (self.r.gh() + self.r.hidden)
+    }
+
+    /// The state sample `n` carries into time `t` in direction `d`: the step before in the
+    /// direction's order, or `None` at its first step (the initial state).
+    fn before(&self, d: usize, t: usize, n: usize) -> Option<usize> {
+        match d {
+            0 => t.checked_sub(1),
+            _ => (t + 1 < self.lens[n]).then_some(t + 1),
+        }
+    }
+
+    /// Runs layer `l` (both directions) on `input` `(T, N, In)` into `output` `(T, N, D*H)`,
+    /// leaving each direction's trace in `traces` (one after the other, or all in one when
+    /// `traces` holds one) and the final states in `hy` / `cy` `(L*D, N, H)`.
+    #[allow(clippy::too_many_arguments)]
+    fn forward_layer(
+        &self,
+        l: usize,
+        input: &[T],
+        output: &mut [T],
+        traces: &mut [T],
+        h0: &[T],
+        c0: &[T],
+        hy: &mut [T],
+        cy: &mut [T],
+        hp: &mut [T],
+    ) -> KResult {
+        let (h, gh, nb) = (self.r.hidden, self.r.gh(), self.batch);
+        let (rows, width) = (self.steps * nb, self.width());
+        let tl = self.trace_len();
+        for d in 0..self.r.dirs {
+            let s = self.slot(l, d);
+            let k = l * self.r.dirs + d;
+            let trace = match traces.len() >= (d + 1) * tl {
+                true => &mut traces[d * tl..(d + 1) * tl],
+                false => &mut traces[..tl],
+            };
+            let (gates, extra) = trace.split_at_mut(rows * gh);
+            // Every step's input projection at once.
+            let wx = mat(&self.params[s.wx..], gh, s.input);
+            T::gemm(
+                &mat(input, rows, s.input),
+                &wx.t(),
+                &mut mat_mut(gates, rows, gh),
+            );
+            add_rows(gates, &self.params[s.bx..s.bx + gh]);
+            let wh = mat(&self.params[s.wh..], gh, h);
+            let bh = &self.params[s.bh..s.bh + gh];
+            let state = k * nb * h..(k + 1) * nb * h;
+            hy[state.clone()].copy_from_slice(&h0[state.clone()]);
+            if self.r.lstm() {
+                cy[state.clone()].copy_from_slice(&c0[state.clone()]);
+            }
+            let hs = &mut hy[state.clone()];
+            for step in 0..self.steps {
+                let t = time(d, step, self.steps);
+                T::gemm(&mat(hs, nb, h), &wh.t(), &mut mat_mut(hp, nb, gh));
+                add_rows(&mut hp[..nb * gh], bh);
+                for n in 0..nb {
+                    let row = t * nb + n;
+                    let out = &mut output[row * width + d * h..row * width + (d + 1) * h];
+                    if t >= self.lens[n] {
+                        out.fill(T::default());
+                        continue;
+                    }
+                    let g = &mut gates[row * gh..(row + 1) * gh];
+                    let e = &mut extra[row * h..(row + 1) * h];
+                    let hn = &mut hs[n * h..(n + 1) * h];
+                    let cn = match self.r.lstm() {
+                        true => &mut cy[state.start + n * h..state.start + (n + 1) * h],
+                        false => &mut [][..],
+                    };
+                    step_forward(self.r.mode, g, &hp[n * gh..(n + 1) * gh], hn, cn, e);
+                    out.copy_from_slice(hn);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One step of one sample: `g` holds the input projection and comes back as the activated
+/// gates; `hp` is the hidden projection; `h` (and LSTM's `c`) the state, updated; `e` the
+/// trace's extra value.
+fn step_forward<T: Element>(
+    mode: Mode,
+    g: &mut [T],
+    hp: &[T],
+    h: &mut [T],
+    c: &mut [T],
+    e: &mut [T],
+) {
+    let hs = h.len();
+    let v = |k: usize, g: &[T]| g[k].to_f64() + hp[k].to_f64();
+    for j in 0..hs {
+        match mode {
+            Mode::Lstm => {
+                let i = sigmoid(v(j, g));
+                let f = sigmoid(v(hs + j, g));
+                let gg = v(2 * hs + j, g).tanh();
+                let o = sigmoid(v(3 * hs + j, g));
+                let cn = f * c[j].to_f64() + i * gg;
+                c[j] = T::from_f64(cn);
+                h[j] = T::from_f64(o * cn.tanh());
+                for (k, a) in [i, f, gg, o].into_iter().enumerate() {
+                    g[k * hs + j] = T::from_f64(a);
+                }
+                e[j] = T::from_f64(cn);
+            }
+            Mode::Gru => {
+                let r = sigmoid(v(j, g));
+                let z = sigmoid(v(hs + j, g));
+                let hn = hp[2 * hs + j].to_f64();
+                let n = (g[2 * hs + j].to_f64() + r * hn).tanh();
+                h[j] = T::from_f64((1.0 - z) * n + z * h[j].to_f64());
+                for (k, a) in [r, z, n].into_iter().enumerate() {
+                    g[k * hs + j] = T::from_f64(a);
+                }
+                e[j] = T::from_f64(hn);
+            }
+            Mode::Tanh | Mode::Relu => {
+                let s = v(j, g);
+                let y = match mode {
+                    Mode::Tanh => s.tanh(),
+                    _ => s.max(0.0),
+                };
+                h[j] = T::from_f64(y);
+                g[j] = h[j];
+            }
+        }
+    }
+}
+
+/// The gradient through one step of one sample. In: `dh` the gradient of the step's output
+/// state (carried plus the layer output's), `dc` LSTM's carried cell gradient, the step's gates
+/// `g` and extra value `e`, the state before it `h_prev` / `c_prev`. Out: the gradients of the
+/// input projection `dgx` and of the hidden projection `dgh` (they differ only in GRU's
+/// candidate), `dc` becomes the previous cell's gradient, and the returned part of the previous
+/// state's gradient that bypasses the hidden projection (GRU's `z * dh`) goes to `dh_direct`.
+#[allow(clippy::too_many_arguments)]
+fn step_backward<T: Element>(
+    mode: Mode,
+    dh: &[f64],
+    dc: &mut [T],
+    g: &[T],
+    e: &[T],
+    h_prev: &[T],
+    c_prev: &[T],
+    dgx: &mut [T],
+    dgh: &mut [T],
+    dh_direct: &mut [f64],
+) {
+    let hs = dh.len();
+    let f = |k: usize| g[k].to_f64();
+    for j in 0..hs {
+        match mode {
+            Mode::Lstm => {
+                let (i, fg, gg, o) = (f(j), f(hs + j), f(2 * hs + j), f(3 * hs + j));
+                let tc = e[j].to_f64().tanh();
+                let dct = dc[j].to_f64() + dh[j] * o * (1.0 - tc * tc);
+                let ds = [
+                    dct * gg * i * (1.0 - i),
+                    dct * c_prev[j].to_f64() * fg * (1.0 - fg),
+                    dct * i * (1.0 - gg * gg),
+                    dh[j] * tc * o * (1.0 - o),
+                ];
+                for (k, v) in ds.into_iter().enumerate() {
+                    dgx[k * hs + j] = T::from_f64(v);
+                    dgh[k * hs + j] = T::from_f64(v);
+                }
+                dc[j] = T::from_f64(dct * fg);
+                dh_direct[j] = 0.0;
+            }
+            Mode::Gru => {
+                let (r, z, n) = (f(j), f(hs + j), f(2 * hs + j));
+                let dn = dh[j] * (1.0 - z) * (1.0 - n * n);
+                let dz = dh[j] * (h_prev[j].to_f64() - n) * z * (1.0 - z);
+                let dr = dn * e[j].to_f64() * r * (1.0 - r);
+                for (k, v) in [dr, dz, dn].into_iter().enumerate() {
+                    dgx[k * hs + j] = T::from_f64(v);
+                }
+                dgh[j] = T::from_f64(dr);
+                dgh[hs + j] = T::from_f64(dz);
+                dgh[2 * hs + j] = T::from_f64(dn * r);
+                dh_direct[j] = dh[j] * z;
+            }
+            Mode::Tanh => {
+                let y = f(j);
+                dgx[j] = T::from_f64(dh[j] * (1.0 - y * y));
+                dgh[j] = dgx[j];
+                dh_direct[j] = 0.0;
+            }
+            Mode::Relu => {
+                dgx[j] = T::from_f64(if f(j) > 0.0 { dh[j] } else { 0.0 });
+                dgh[j] = dgx[j];
+                dh_direct[j] = 0.0;
+            }
+        }
+    }
+}
+
+/// Carves one zeroed scratch block into buffers of the given lengths.
+fn carve<'a, T: Element>(
+    res: &mut KernelRes,
+    lens: &[usize],
+) -> std::result::Result<Vec<&'a mut [T]>, String> {
+    let total: usize = lens.iter().sum();
+    let ptr = res
+        .temp(total.max(1) * std::mem::size_of::<T>())?
+        .cast::<T>();
+    // SAFETY: the temp block holds `total` elements of `T` (asked above; the pool aligns to 64
+    // bytes), the engine gives this op alone the temp space until it ends, and zeroing makes
+    // every element a valid float before any is read.
+    let all = unsafe {
+        std::ptr::write_bytes(ptr, 0, total);
+        std::slice::from_raw_parts_mut(ptr, total)
+    };
+    let mut rest = all;
+    let mut out = Vec::with_capacity(lens.len());
+    for &n in lens {
+        let (a, b) = rest.split_at_mut(n);
+        out.push(a);
+        rest = b;
+    }
+    Ok(out)
+}
+
+/// Reads the sequence lengths (an integer in 0..=T per sample), or all T.
+fn lengths(
+    r: &Rnn,
+    ins: &[TensorRef],
+    steps: usize,
+    batch: usize,
+) -> std::result::Result<Vec<usize>, String> {
+    if !r.seq_len {
+        return Ok(vec![steps; batch]);
+    }
+    let t = &ins[r.inputs() - 1];
+    let vals: Vec<f64> = crate::with_dtype!(t.dtype, L => {
+        // SAFETY: read access to the lengths input, `batch` elements (checked at inference).
+        unsafe { t.slice::<L>() }.iter().map(|v| v.to_f64()).collect()
+    });
+    vals.into_iter()
+        .enumerate()
+        .map(|(n, v)| {
+            if v.fract() != 0.0 || !(0.0..=steps as f64).contains(&v) {
+                Err(format!(
+                    "RNN: sequence_length[{n}] = {v} is not an integer in 0..={steps} (the \
+                     sequence length)"
+                ))
+            } else {
+                Ok(v as usize)
+            }
+        })
+        .collect()
+}
+
+fn rnn_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    res: &mut KernelRes,
+) -> KResult {
+    let r = Rnn::parse(op, attrs).map_err(|e| e.to_string())?;
+    let x = &ins[0];
+    let (steps, batch) = (x.shape[0], x.shape[1]);
+    let lens = lengths(&r, ins, steps, batch)?;
+    crate::with_dtype!(x.dtype, T => {
+        // SAFETY: read access to the inputs, write access to the outputs, which the engine
+        // keeps apart from the inputs (the op is not alias-safe).
+        let (xs, params, h0) = unsafe { (x.slice::<T>(), ins[1].slice::<T>(), ins[2].slice::<T>()) };
+        let c0: &[T] = if r.lstm() { unsafe { ins[3].slice::<T>() } } else { &[] };
+        let pass = Pass { r, steps, batch, params, slots: r.slots(x.shape[2]).0, lens };
+        let state = r.layers * r.dirs * batch * r.hidden;
+        let out = unsafe { outs[0].slice_mut::<T>() };
+        // Intermediate layers' outputs, one trace reused by every layer, the hidden projection,
+        // and the final states when the op does not output them.
+        let mut b = carve::<T>(res, &[(r.layers - 1) * pass.layer_len(), pass.trace_len(), batch * r.gh(), state, state])?.into_iter();
+        let mut next = || b.next().unwrap_or_default();
+        let (mid, trace, hp, hy_unused, cy_unused) = (next(), next(), next(), next(), next());
+        let hy: &mut [T] = if r.outputs() > 1 { unsafe { outs[1].slice_mut::<T>() } } else { hy_unused };
+        let cy: &mut [T] = if r.outputs() > 2 { unsafe { outs[2].slice_mut::<T>() } } else { cy_unused };
+        let ll = pass.layer_len();
+        for l in 0..r.layers {
+            let (below, here) = mid.split_at_mut(l.min(r.layers - 1) * ll);
+            let input: &[T] = if l == 0 { xs } else { &below[(l - 1) * ll..] };
+            let output: &mut [T] = if l + 1 == r.layers { &mut *out } else { &mut here[..ll] };
+            pass.forward_layer(l, input, output, trace, h0, c0, hy, cy, hp)?;
+        }
+    });
+    Ok(())
+}
+
+fn rnn_backward_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    res: &mut KernelRes,
+) -> KResult {
+    let r = Rnn::parse(op, attrs).map_err(|e| e.to_string())?;
+    let heads = r.outputs();
+    let fwd = &ins[heads..];
+    let x = &fwd[0];
+    let (steps, batch) = (x.shape[0], x.shape[1]);
+    let lens = lengths(&r, fwd, steps, batch)?;
+    crate::with_dtype!(x.dtype, T => {
+        // SAFETY: read access to the inputs, write access to the outputs (not alias-safe: the
+        // engine keeps them apart).
+        let (xs, params, h0) = unsafe { (x.slice::<T>(), fwd[1].slice::<T>(), fwd[2].slice::<T>()) };
+        let c0: &[T] = if r.lstm() { unsafe { fwd[3].slice::<T>() } } else { &[] };
+        let dout = unsafe { ins[0].slice::<T>() };
+        let dhy: &[T] = if heads > 1 { unsafe { ins[1].slice::<T>() } } else { &[] };
+        let dcy: &[T] = if heads > 2 { unsafe { ins[2].slice::<T>() } } else { &[] };
+        let (dx, dparams, dh0) = unsafe { (outs[0].slice_mut::<T>(), outs[1].slice_mut::<T>(), outs[2].slice_mut::<T>()) };
+        let dc0: &mut [T] = if r.lstm() { unsafe { outs[3].slice_mut::<T>() } } else { &mut [] };
+        let pass = Pass { r, steps, batch, params, slots: r.slots(x.shape[2]).0, lens };
+        backward(&pass, xs, h0, c0, dout, dhy, dcy, dx, dparams, dh0, dc0, res)?;
+    });
+    Ok(())
+}
+
+/// The backward pass: the forward pass again, keeping every layer's output and every trace,
+/// then the layers from the top down.
+#[allow(clippy::too_many_arguments)]
+fn backward<T: Element>(
+    pass: &Pass<'_, T>,
+    xs: &[T],
+    h0: &[T],
+    c0: &[T],
+    dout: &[T],
+    dhy: &[T],
+    dcy: &[T],
+    dx: &mut [T],
+    dparams: &mut [T],
+    dh0: &mut [T],
+    dc0: &mut [T],
+    res: &mut KernelRes,
+) -> KResult {
+    let r = pass.r;
+    let (h, gh, nb, steps) = (r.hidden, r.gh(), pass.batch, pass.steps);
+    let (ll, tl, rows, width) = (pass.layer_len(), pass.trace_len(), steps * nb, pass.width());
+    let state = r.layers * r.dirs * nb * h;
+    let mut b = carve::<T>(
+        res,
+        &[
+            r.layers * ll,          // every layer's output
+            r.layers * r.dirs * tl, // every trace
+            nb * gh,                // the hidden projection
+            state,                  // final states (not needed)
+            if r.lstm() { state } else { 0 },
+            2 * ll,    // the gradient of a layer's output, and of the one below
+            rows * gh, // input projection gradients
+            rows * gh, // hidden projection gradients
+            rows * h,  // the states the steps started from
+            nb * h,    // the carried state gradient
+            nb * h,    // its part that bypasses the hidden projection
+            if r.lstm() { nb * h } else { 0 }, // LSTM's carried cell gradient
+        ],
+    )?
+    .into_iter();
+    let mut next = || b.next().unwrap_or_default();
+    let (ys, traces, hp, hy, cy) = (next(), next(), next(), next(), next());
+    let (dys, dgx, dgh, hprev, dhbuf, dhn, dcbuf) =
+        (next(), next(), next(), next(), next(), next(), next());
+    for l in 0..r.layers {
+        let (below, here) = ys.split_at_mut(l * ll);
+        let input: &[T] = if l == 0 { xs } else { &below[(l - 1) * ll..] };
+        let tr = &mut traces[l * r.dirs * tl..(l + 1) * r.dirs * tl];
+        pass.forward_layer(l, input, &mut here[..ll], tr, h0, c0, hy, cy, hp)?;
+    }
+    dparams.fill(T::default());
+    let (dy_a, dy_b) = dys.split_at_mut(ll);
+    let mut dh_f = vec![0.0f64; h];
+    let mut direct = vec![0.0f64; h];
+    for l in (0..r.layers).rev() {
+        // The gradient of this layer's output, and where the one below's goes.
+        let (dy, dbelow): (&[T], &mut [T]) = match r.layers - 1 - l {
+            0 => (dout, &mut *dy_a),
+            i if i % 2 == 1 => (&*dy_a, &mut *dy_b),
+            _ => (&*dy_b, &mut *dy_a),
+        };
+        let input: &[T] = if l == 0 {
+            xs
+        } else {
+            &ys[(l - 1) * ll..l * ll]
+        };
+        let y = &ys[l * ll..(l + 1) * ll];
+        for d in 0..r.dirs {
+            let s = pass.slot(l, d);
+            let k = l * r.dirs + d;
+            let tr = &traces[k * tl..(k + 1) * tl];
+            let (gates, extra) = tr.split_at(rows * gh);
+            let st = k * nb * h..(k + 1) * nb * h;
+            let dh = &mut dhbuf[..nb * h];
+            match dhy.is_empty() {
+                true => dh.fill(T::default()),
+                false => dh.copy_from_slice(&dhy[st.clone()]),
+            }
+            let dc = &mut dcbuf[..];
+            if r.lstm() && !dcy.is_empty() {
+                dc.copy_from_slice(&dcy[st.clone()]);
+            } else {
+                dc.fill(T::default());
+            }
+            let wh = mat(&pass.params[s.wh..], gh, h);
+            for step in (0..steps).rev() {
+                let t = time(d, step, steps);
+                for n in 0..nb {
+                    let row = t * nb + n;
+                    let (gx, gh_row) = (
+                        &mut dgx[row * gh..(row + 1) * gh],
+                        &mut dgh[row * gh..(row + 1) * gh],
+                    );
+                    let hp_row = &mut hprev[row * h..(row + 1) * h];
+                    if t >= pass.lens[n] {
+                        gx.fill(T::default());
+                        gh_row.fill(T::default());
+                        hp_row.fill(T::default());
+                        continue;
+                    }
+                    let prev = pass.before(d, t, n).map(|p| p * nb + n);
+                    match prev {
+                        Some(p) => {
+                            hp_row.copy_from_slice(&y[p * width + d * h..p * width + (d + 1) * h])
+                        }
+                        None => {
+                            hp_row.copy_from_slice(&h0[st.start + n * h..st.start + (n + 1) * h])
+                        }
+                    }
+                    let c_prev: &[T] = match (r.lstm(), prev) {
+                        (false, _) => &[],
+                        (true, Some(p)) => &extra[p * h..(p + 1) * h],
+                        (true, None) => &c0[st.start + n * h..st.start + (n + 1) * h],
+                    };
+                    for j in 0..h {
+                        dh_f[j] = dh[n * h + j].to_f64() + dy[row * width + d * h + j].to_f64();
+                    }
+                    let dcn = match r.lstm() {
+                        true => &mut dc[n * h..(n + 1) * h],
+                        false => &mut [][..],
+                    };
+                    step_backward(
+                        r.mode,
+                        &dh_f,
+                        dcn,
+                        &gates[row * gh..(row + 1) * gh],
+                        &extra[row * h..(row + 1) * h],
+                        hp_row,
+                        c_prev,
+                        gx,
+                        gh_row,
+                        &mut direct,
+                    );
+                    // Stash the bypassing part in this sample's row of the next gradient.
+                    for j in 0..h {
+                        dhn[n * h + j] = T::from_f64(direct[j]);
+                    }
+                }
+                // The previous state's gradient: through the hidden projection, plus the
+                // bypass; samples past their length carry theirs unchanged.
+                let dg_t = mat(&dgh[t * nb * gh..], nb, gh);
+                let mut through = mat_mut(&mut hp[..nb * h], nb, h);
+                T::gemm(&dg_t, &wh, &mut through);
+                for n in 0..nb {
+                    if t >= pass.lens[n] {
+                        continue;
+                    }
+                    for j in 0..h {
+                        let i = n * h + j;
+                        dh[i] = hp[i].add(dhn[i]);
+                    }
+                }
+            }
+            dh0[st.clone()].copy_from_slice(dh);
+            // Weight and bias gradients over every step at once, and the input's gradient.
+            let gx_all = mat(dgx, rows, gh);
+            let gh_all = mat(dgh, rows, gh);
+            let (wx_at, wh_at) = (s.wx, s.wh);
+            T::gemm(
+                &gx_all.t(),
+                &mat(input, rows, s.input),
+                &mut mat_mut(&mut dparams[wx_at..], gh, s.input),
+            );
+            T::gemm(
+                &gh_all.t(),
+                &mat(hprev, rows, h),
+                &mut mat_mut(&mut dparams[wh_at..], gh, h),
+            );
+            sum_rows(dgx, &mut dparams[s.bx..s.bx + gh]);
+            sum_rows(dgh, &mut dparams[s.bh..s.bh + gh]);
+            let wx = mat(&pass.params[s.wx..], gh, s.input);
+            let target: &mut [T] = if l == 0 { &mut *dx } else { &mut dbelow[..] };
+            let mut dxv = mat_mut(target, rows, s.input);
+            if d == 0 {
+                T::gemm(&gx_all, &wx, &mut dxv);
+            } else {
+                T::gemm_add(&gx_all, &wx, &mut dxv);
+            }
+            if r.lstm() {
+                dc0[st.clone()].copy_from_slice(dc);
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn ops() -> &'static [OpDef] {
+    static OPS: &[OpDef] = &[
+        OpDef {
+            infer_inputs: Some(infer_rnn_inputs),
+            alias_safe: false,
+            resources: &[Resource::TempSpace],
+            ..OpDef::new("RNN", Arity::AtLeast(3), infer_rnn, rnn_kernel)
+        },
+        OpDef {
+            alias_safe: false,
+            resources: &[Resource::TempSpace],
+            ..OpDef::new(
+                "_backward_RNN",
+                Arity::AtLeast(4),
+                infer_rnn_backward,
+                rnn_backward_kernel,
+            )
+        },
+    ];
+    OPS
+}

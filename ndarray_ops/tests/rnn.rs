@@ -1,0 +1,479 @@
+//! The fused RNN op beyond what `mxnet_ops.rs` checks against MXNet (every mode, stacked and
+//! bidirectional, forward and backward, in float64): per-sample sequence lengths, which MXNet's
+//! CPU op refuses, against each sample run alone; float32 against float64; the parameters'
+//! shape inferred from the data's; and what bad input is told.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+mod common;
+
+use common::floats;
+use ndarray_ops::{Attrs, BindOptions, DType, Executor, GradReq, NDArray, Runtime, Symbol};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use storage::Context;
+
+const CPU: Context = Context::cpu(0);
+
+/// An RNN's configuration.
+#[derive(Clone, Copy)]
+struct Cfg {
+    mode: &'static str,
+    layers: usize,
+    dirs: usize,
+    hidden: usize,
+    input: usize,
+}
+
+impl Cfg {
+    fn gates(&self) -> usize {
+        match self.mode {
+            "lstm" => 4,
+            "gru" => 3,
+            _ => 1,
+        }
+    }
+
+    fn lstm(&self) -> bool {
+        self.mode == "lstm"
+    }
+
+    fn params(&self) -> usize {
+        (0..self.layers)
+            .map(|l| {
+                let width = if l == 0 {
+                    self.input
+                } else {
+                    self.dirs * self.hidden
+                };
+                self.dirs * self.gates() * self.hidden * (width + self.hidden + 2)
+            })
+            .sum()
+    }
+
+    fn attrs(&self, seq_len: bool) -> Attrs {
+        Attrs::new()
+            .with("mode", self.mode)
+            .with("state_size", self.hidden)
+            .with("num_layers", self.layers)
+            .with("bidirectional", self.dirs == 2)
+            .with("state_outputs", true)
+            .with("use_sequence_length", seq_len)
+    }
+
+    fn input_names(&self, seq_len: bool) -> Vec<&'static str> {
+        let mut v = vec!["data", "parameters", "state"];
+        if self.lstm() {
+            v.push("state_cell");
+        }
+        if seq_len {
+            v.push("sequence_length");
+        }
+        v
+    }
+
+    fn symbol(&self, seq_len: bool, attrs: Attrs) -> ndarray_ops::Result<Symbol> {
+        let vars: Vec<Symbol> = self
+            .input_names(seq_len)
+            .iter()
+            .map(|n| Symbol::var(n))
+            .collect();
+        let refs: Vec<&Symbol> = vars.iter().collect();
+        Symbol::op("RNN", "rnn", &refs, attrs)
+    }
+}
+
+/// Outputs and gradients (by input name) of one forward and backward pass.
+struct Run {
+    outs: Vec<Vec<f64>>,
+    grads: HashMap<String, Vec<f64>>,
+}
+
+fn array(rt: &Arc<Runtime>, v: &[f64], shape: &[usize], dt: DType) -> NDArray {
+    match dt {
+        DType::F32 => rt.from_vec(v.iter().map(|&x| x as f32).collect(), shape, CPU),
+        _ => rt.from_vec(v.to_vec(), shape, CPU),
+    }
+    .unwrap()
+}
+
+/// Runs `cfg` over the given inputs (by name, flat values with shapes) and output heads.
+fn run(
+    rt: &Arc<Runtime>,
+    cfg: &Cfg,
+    inputs: &[(&str, Vec<f64>, Vec<usize>)],
+    heads: &[(Vec<f64>, Vec<usize>)],
+    dt: DType,
+) -> Run {
+    let seq_len = inputs.iter().any(|i| i.0 == "sequence_length");
+    let sym = cfg.symbol(seq_len, cfg.attrs(seq_len)).unwrap();
+    let given: HashMap<String, NDArray> = inputs
+        .iter()
+        .map(|(n, v, s)| (n.to_string(), array(rt, v, s, dt)))
+        .collect();
+    let opts = BindOptions {
+        grad_req: inputs
+            .iter()
+            .filter(|i| i.0 != "sequence_length")
+            .map(|i| (i.0.to_string(), GradReq::Write))
+            .collect(),
+        ..BindOptions::default()
+    };
+    let exec = Executor::bind_with_options(rt, CPU, &sym, &HashMap::new(), given, &opts).unwrap();
+    exec.forward(true).unwrap();
+    let heads: Vec<NDArray> = heads.iter().map(|(v, s)| array(rt, v, s, dt)).collect();
+    exec.backward_with(&heads).unwrap();
+    Run {
+        outs: exec.outputs().iter().map(floats).collect(),
+        grads: exec
+            .grad_dict()
+            .iter()
+            .map(|(k, v)| (k.clone(), floats(v)))
+            .collect(),
+    }
+}
+
+fn uniform(rng: &mut StdRng, n: usize, scale: f64) -> Vec<f64> {
+    (0..n).map(|_| rng.gen_range(-scale..scale)).collect()
+}
+
+/// Rows `[t0, t1)` of sample `n` of a `(T, N, W)` array.
+fn rows(v: &[f64], batch: usize, width: usize, n: usize, t0: usize, t1: usize) -> Vec<f64> {
+    (t0..t1)
+        .flat_map(|t| v[(t * batch + n) * width..(t * batch + n + 1) * width].to_vec())
+        .collect()
+}
+
+/// Sample `n` of a `(K, N, H)` state.
+fn state_of(v: &[f64], batch: usize, hidden: usize, n: usize) -> Vec<f64> {
+    let k = v.len() / (batch * hidden);
+    rows(v, batch, hidden, n, 0, k)
+}
+
+fn assert_close(got: &[f64], want: &[f64], tol: f64, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let scale = want.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= tol * scale,
+            "{what}[{i}]: got {g}, want {w} (tolerance {tol} of {scale})"
+        );
+    }
+}
+
+/// With `use_sequence_length`, each sample of a batch computes what it computes run alone over
+/// its own first steps: its output and input gradient past its length are zero, its final
+/// states are those at its last step (the first, backwards), and the parameter gradient is the
+/// sum of the samples'. A sample of length 0 passes its states through.
+#[test]
+fn sequence_lengths_run_each_sample_as_if_alone() {
+    let rt = Runtime::with_engine(engine::EngineKind::ThreadedPerDevice);
+    let mut rng = StdRng::seed_from_u64(7);
+    let cfgs = [
+        Cfg {
+            mode: "lstm",
+            layers: 2,
+            dirs: 2,
+            hidden: 4,
+            input: 3,
+        },
+        Cfg {
+            mode: "gru",
+            layers: 1,
+            dirs: 2,
+            hidden: 5,
+            input: 2,
+        },
+        Cfg {
+            mode: "rnn_tanh",
+            layers: 2,
+            dirs: 1,
+            hidden: 3,
+            input: 4,
+        },
+    ];
+    let (steps, lens) = (5, [5usize, 2, 0, 3]);
+    let batch = lens.len();
+    for cfg in cfgs {
+        let (h, k) = (cfg.hidden, cfg.layers * cfg.dirs);
+        let width = cfg.dirs * h;
+        let x = uniform(&mut rng, steps * batch * cfg.input, 1.0);
+        let p = uniform(&mut rng, cfg.params(), 0.5);
+        let h0 = uniform(&mut rng, k * batch * h, 1.0);
+        let c0 = uniform(&mut rng, k * batch * h, 1.0);
+        let head_y = uniform(&mut rng, steps * batch * width, 1.0);
+        let head_h = uniform(&mut rng, k * batch * h, 1.0);
+        let head_c = uniform(&mut rng, k * batch * h, 1.0);
+        let state_shape = vec![k, batch, h];
+        let mut inputs = vec![
+            ("data", x.clone(), vec![steps, batch, cfg.input]),
+            ("parameters", p.clone(), vec![cfg.params()]),
+            ("state", h0.clone(), state_shape.clone()),
+        ];
+        let mut heads = vec![
+            (head_y.clone(), vec![steps, batch, width]),
+            (head_h.clone(), state_shape.clone()),
+        ];
+        if cfg.lstm() {
+            inputs.push(("state_cell", c0.clone(), state_shape.clone()));
+            heads.push((head_c.clone(), state_shape.clone()));
+        }
+        let mut with_lens = inputs.clone();
+        let lv: Vec<f64> = lens.iter().map(|&l| l as f64).collect();
+        with_lens.push(("sequence_length", lv, vec![batch]));
+        let all = run(&rt, &cfg, &with_lens, &heads, DType::F64);
+        let mut dparams = vec![0.0; cfg.params()];
+        for (n, &len) in lens.iter().enumerate() {
+            let what = |s: &str| format!("{} sample {n} (length {len}): {s}", cfg.mode);
+            let pick_state = |v: &[f64]| state_of(v, batch, h, n);
+            let zeros = |w: usize| vec![0.0; (steps - len) * w];
+            assert_eq!(
+                rows(&all.outs[0], batch, width, n, len, steps),
+                zeros(width),
+                "{}",
+                what("output past the length")
+            );
+            assert_eq!(
+                rows(&all.grads["data"], batch, cfg.input, n, len, steps),
+                zeros(cfg.input),
+                "{}",
+                what("data gradient past the length")
+            );
+            if len == 0 {
+                assert_eq!(pick_state(&all.outs[1]), pick_state(&h0), "{}", what("hy"));
+                assert_eq!(
+                    pick_state(&all.grads["state"]),
+                    pick_state(&head_h),
+                    "{}",
+                    what("state gradient")
+                );
+                continue;
+            }
+            let one = |v: &[f64], w: usize| rows(v, batch, w, n, 0, len);
+            let mut alone_in = vec![
+                ("data", one(&x, cfg.input), vec![len, 1, cfg.input]),
+                ("parameters", p.clone(), vec![cfg.params()]),
+                ("state", pick_state(&h0), vec![k, 1, h]),
+            ];
+            let mut alone_heads = vec![
+                (one(&head_y, width), vec![len, 1, width]),
+                (pick_state(&head_h), vec![k, 1, h]),
+            ];
+            if cfg.lstm() {
+                alone_in.push(("state_cell", pick_state(&c0), vec![k, 1, h]));
+                alone_heads.push((pick_state(&head_c), vec![k, 1, h]));
+            }
+            let alone = run(&rt, &cfg, &alone_in, &alone_heads, DType::F64);
+            let tol = 1e-12;
+            assert_close(
+                &one(&all.outs[0], width),
+                &alone.outs[0],
+                tol,
+                &what("output"),
+            );
+            for o in 1..all.outs.len() {
+                assert_close(
+                    &pick_state(&all.outs[o]),
+                    &alone.outs[o],
+                    tol,
+                    &what("state"),
+                );
+            }
+            assert_close(
+                &one(&all.grads["data"], cfg.input),
+                &alone.grads["data"],
+                tol,
+                &what("data gradient"),
+            );
+            for s in ["state", "state_cell"]
+                .iter()
+                .filter(|s| all.grads.contains_key(**s))
+            {
+                assert_close(&pick_state(&all.grads[*s]), &alone.grads[*s], tol, &what(s));
+            }
+            for (a, b) in dparams.iter_mut().zip(&alone.grads["parameters"]) {
+                *a += b;
+            }
+        }
+        assert_close(
+            &all.grads["parameters"],
+            &dparams,
+            1e-12,
+            &format!("{}: parameter gradient", cfg.mode),
+        );
+    }
+}
+
+/// The float32 kernels compute what the float64 ones do, to float rounding.
+#[test]
+fn float32_agrees_with_float64() {
+    let rt = Runtime::with_engine(engine::EngineKind::ThreadedPerDevice);
+    let mut rng = StdRng::seed_from_u64(11);
+    for mode in ["lstm", "gru", "rnn_relu"] {
+        let cfg = Cfg {
+            mode,
+            layers: 2,
+            dirs: 2,
+            hidden: 6,
+            input: 5,
+        };
+        let (steps, batch, k) = (7, 3, 4);
+        let state = vec![k, batch, cfg.hidden];
+        let sn = k * batch * cfg.hidden;
+        let mut inputs = vec![
+            (
+                "data",
+                uniform(&mut rng, steps * batch * cfg.input, 1.0),
+                vec![steps, batch, cfg.input],
+            ),
+            (
+                "parameters",
+                uniform(&mut rng, cfg.params(), 0.4),
+                vec![cfg.params()],
+            ),
+            ("state", uniform(&mut rng, sn, 1.0), state.clone()),
+        ];
+        let width = 2 * cfg.hidden;
+        let mut heads = vec![
+            (
+                uniform(&mut rng, steps * batch * width, 1.0),
+                vec![steps, batch, width],
+            ),
+            (uniform(&mut rng, sn, 1.0), state.clone()),
+        ];
+        if cfg.lstm() {
+            inputs.push(("state_cell", uniform(&mut rng, sn, 1.0), state.clone()));
+            heads.push((uniform(&mut rng, sn, 1.0), state.clone()));
+        }
+        let (a, b) = (
+            run(&rt, &cfg, &inputs, &heads, DType::F32),
+            run(&rt, &cfg, &inputs, &heads, DType::F64),
+        );
+        for (o, (x, y)) in a.outs.iter().zip(&b.outs).enumerate() {
+            assert_close(x, y, 1e-5, &format!("{mode} output {o}"));
+        }
+        for (n, g) in &b.grads {
+            assert_close(&a.grads[n], g, 1e-4, &format!("{mode} gradient of {n}"));
+        }
+    }
+}
+
+/// Binding with the data's shape alone gives the parameters and states their shapes, and the
+/// parameters' length is MXNet's (the fixture's cases check the layout itself).
+#[test]
+fn parameter_and_state_shapes_follow_from_the_data() {
+    let rt = Runtime::with_engine(engine::EngineKind::Naive);
+    let cfg = Cfg {
+        mode: "gru",
+        layers: 3,
+        dirs: 2,
+        hidden: 8,
+        input: 5,
+    };
+    let sym = cfg.symbol(false, cfg.attrs(false)).unwrap();
+    let shapes = HashMap::from([("data".to_string(), vec![6, 4, 5])]);
+    let exec = Executor::simple_bind(&rt, CPU, &sym, &shapes).unwrap();
+    let args = exec.arg_dict();
+    // 3 gates * 8: layer 0 per direction 24 * (5 + 8 + 2), layers 1 and 2 24 * (16 + 8 + 2).
+    assert_eq!(args["parameters"].shape(), [2 * 24 * 15 + 4 * 24 * 26]);
+    assert_eq!(args["parameters"].shape(), [cfg.params()]);
+    assert_eq!(args["state"].shape(), [6, 4, 8]);
+    let outs = exec.outputs();
+    assert_eq!(outs[0].shape(), [6, 4, 16]);
+    assert_eq!(outs[1].shape(), [6, 4, 8]);
+}
+
+/// Bad input is told what was asked and what was found, at bind or when the pass runs, and
+/// never panics.
+#[test]
+fn bad_input_is_refused_with_what_was_expected() {
+    let rt = Runtime::with_engine(engine::EngineKind::ThreadedPerDevice);
+    let cfg = Cfg {
+        mode: "lstm",
+        layers: 2,
+        dirs: 1,
+        hidden: 3,
+        input: 2,
+    };
+    let bind = |attrs: Attrs, seq_len: bool, shapes: &[(&str, Vec<usize>)]| {
+        let sym = cfg.symbol(seq_len, attrs)?;
+        let shapes: HashMap<String, Vec<usize>> = shapes
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
+        Executor::simple_bind(&rt, CPU, &sym, &shapes)
+    };
+    let data = ("data", vec![4, 2, 2]);
+    let err = |r: ndarray_ops::Result<Executor>| match r {
+        Ok(_) => panic!("accepted"),
+        Err(e) => e.to_string(),
+    };
+    let e = err(bind(
+        cfg.attrs(false),
+        false,
+        &[data.clone(), ("parameters", vec![10])],
+    ));
+    assert!(
+        e.contains("parameters") && e.contains(&format!("[{}]", cfg.params())),
+        "{e}"
+    );
+    let e = err(bind(
+        cfg.attrs(false),
+        false,
+        &[data.clone(), ("state", vec![2, 3, 3])],
+    ));
+    assert!(e.contains("state") && e.contains("[2, 2, 3]"), "{e}");
+    let e = err(bind(
+        cfg.attrs(false).with("mode", "lstmp"),
+        false,
+        std::slice::from_ref(&data),
+    ));
+    assert!(e.contains("lstmp") && e.contains("gru"), "{e}");
+    let e = err(bind(
+        cfg.attrs(false).with("projection_size", 2),
+        false,
+        std::slice::from_ref(&data),
+    ));
+    assert!(e.contains("projection_size"), "{e}");
+    let e = err(bind(cfg.attrs(false), false, &[("data", vec![4, 2])]));
+    assert!(e.contains("3 dimensions"), "{e}");
+    let e = err(bind(
+        cfg.attrs(false).with("state_size", 0),
+        false,
+        std::slice::from_ref(&data),
+    ));
+    assert!(e.contains("state_size"), "{e}");
+
+    // Dropout between layers in training is refused when the pass runs; inference ignores it.
+    let exec = bind(
+        cfg.attrs(false).with("p", 0.3),
+        false,
+        std::slice::from_ref(&data),
+    )
+    .unwrap();
+    exec.forward(false).unwrap();
+    exec.outputs()[0].wait_to_read().unwrap();
+    let e = exec
+        .forward(true)
+        .and_then(|_| exec.outputs()[0].wait_to_read())
+        .expect_err("dropout in training")
+        .to_string();
+    assert!(e.contains("p=0.3"), "{e}");
+
+    // A sequence length past the sequence fails the pass, naming the sample.
+    let exec = bind(cfg.attrs(true), true, std::slice::from_ref(&data)).unwrap();
+    rt.from_vec(vec![4.0f32, 5.0], &[2], CPU)
+        .unwrap()
+        .copy_into(&exec.arg_dict()["sequence_length"])
+        .unwrap();
+    let e = exec
+        .forward(false)
+        .and_then(|_| exec.outputs()[0].wait_to_read())
+        .expect_err("length 5 of 4 steps")
+        .to_string();
+    assert!(
+        e.contains("sequence_length[1] = 5") && e.contains("0..=4"),
+        "{e}"
+    );
+}
