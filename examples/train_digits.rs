@@ -5,14 +5,15 @@
 //! `cargo run --release --example train_digits -- [--json] [--epochs N] [--contexts cpu(0),cpu(1)] [--save PREFIX]`
 //!
 //! `--save PREFIX` writes each trained model as an MXNet checkpoint (`PREFIX-mlp-symbol.json`,
-//! `PREFIX-mlp-0020.params`, the same for `cnn`), reloads it into fresh executors and reports
+//! `PREFIX-mlp-0020.params`, the same for `cnn` and `lstm`), reloads it into fresh executors and reports
 //! their held-out accuracy beside the trained ones' (`reloaded_test_accuracy`).
 //!
 //! With several contexts, each batch is split across them (data parallel: one executor per
 //! device, gradients summed onto the first, weights sent back); per-device memory is printed.
 //!
-//! Two models: an MLP (64-128-64-10) and a small CNN (3x3 convolution with 16 filters, ReLU,
-//! 2x2 max pooling, a 64-unit layer, 10 classes).
+//! Three models: an MLP (64-128-64-10), a small CNN (3x3 convolution with 16 filters, ReLU,
+//! 2x2 max pooling, a 64-unit layer, 10 classes) and an LSTM reading each image as a sequence of
+//! its 8 rows (MXNet's fused `RNN` op, 32 units; its last step feeds a 10-way layer).
 
 #[path = "common/allocator.rs"]
 mod allocator;
@@ -35,6 +36,60 @@ pub enum Model {
     Mlp,
     /// conv 3x3x16 (pad 1) - ReLU - max pool 2x2 - FC 64 - ReLU - FC 10.
     Cnn,
+    /// The 8 rows as 8 steps of an LSTM with 32 units; the last step's state - FC 10.
+    Lstm,
+}
+
+/// The LSTM's units.
+const LSTM_UNITS: usize = 32;
+
+/// Rows of 8 pixels, one per step: `(N, 8, 8)` is turned time-first, run through one LSTM
+/// layer from a zero state, and the last step classified.
+fn lstm() -> ndarray_ops::Result<Symbol> {
+    let data = Symbol::var("data");
+    let steps = Symbol::op(
+        "transpose",
+        "time_first",
+        &[&data],
+        Attrs::new().with("axes", "(1, 0, 2)"),
+    )?;
+    // A zero state (1, N, 32) made from the data, so that it follows the batch each device
+    // gets: the first step's 8 pixels, zeroed, tiled to 32 units.
+    let first = Symbol::op(
+        "slice_axis",
+        "first_step",
+        &[&steps],
+        Attrs::new().with("axis", 0).with("begin", 0).with("end", 1),
+    )?;
+    let zeros = Symbol::op("zeros_like", "zero_step", &[&first], Attrs::new())?;
+    let state = Symbol::op(
+        "tile",
+        "zero_state",
+        &[&zeros],
+        Attrs::new().with("reps", format!("(1, 1, {})", LSTM_UNITS / 8)),
+    )?;
+    let rnn = Symbol::op(
+        "RNN",
+        "lstm",
+        &[&steps, &Symbol::var("lstm_parameters"), &state, &state],
+        Attrs::new()
+            .with("mode", "lstm")
+            .with("state_size", LSTM_UNITS)
+            .with("num_layers", 1),
+    )?;
+    let last = Symbol::op("SequenceLast", "last_step", &[&rnn], Attrs::new())?;
+    let fc = Symbol::op(
+        "FullyConnected",
+        "fc0",
+        &[&last, &Symbol::var("fc0_weight"), &Symbol::var("fc0_bias")],
+        Attrs::new().with("num_hidden", digits::CLASSES),
+    )?;
+    Symbol::op(
+        "SoftmaxOutput",
+        "softmax",
+        &[&fc, &Symbol::var("softmax_label")],
+        Attrs::new(),
+    )
 }
 
 fn cnn() -> ndarray_ops::Result<Symbol> {
@@ -197,6 +252,7 @@ pub fn train(
     let (sym, sample): (Symbol, Vec<usize>) = match model {
         Model::Mlp => (mlp()?, vec![digits::FEATURES]),
         Model::Cnn => (cnn()?, vec![1, 8, 8]),
+        Model::Lstm => (lstm()?, vec![8, 8]),
     };
     let data_shape: Vec<usize> = std::iter::once(batch)
         .chain(sample.iter().copied())
@@ -218,7 +274,8 @@ pub fn train(
         &["data", "softmax_label"],
         sgd,
     )?;
-    // Uniform initialization scaled by fan-in (Xavier-like), drawn on the host in name order.
+    // Uniform initialization scaled by fan-in (Xavier-like), drawn on the host in name order;
+    // the RNN's flat parameters within 1 / sqrt(units), as PyTorch and Gluon start an LSTM.
     let mut params: Vec<(String, NDArray)> = dp.params().into_iter().collect();
     params.sort_by(|a, b| a.0.cmp(&b.0));
     let mut init = HashMap::new();
@@ -230,6 +287,8 @@ pub fn train(
         };
         let r = if name.ends_with("bias") {
             0.0
+        } else if name.ends_with("_parameters") {
+            1.0 / (LSTM_UNITS as f64).sqrt()
         } else {
             (3.0 / fan_in as f64).sqrt()
         };
@@ -366,6 +425,7 @@ fn main() {
     for (model, key, label) in [
         (Model::Mlp, "mlp", "mlp 64-128-64-10"),
         (Model::Cnn, "cnn", "cnn conv16-pool-64-10"),
+        (Model::Lstm, "lstm", "lstm 8 rows-32-10"),
     ] {
         if !json {
             println!("== {label}");

@@ -355,8 +355,37 @@ fn infer_rnn_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) ->
 
 // ---- the recurrence -------------------------------------------------------------------------
 
-fn sigmoid(x: f64) -> f64 {
-    1.0 / (1.0 + (-x).exp())
+/// The kernels' element types: the gates compute in the data's own precision.
+pub(crate) trait Real: Element + num_traits::Float {
+    /// `tanh`, to this type's rounding.
+    fn gate_tanh(self) -> Self;
+}
+
+impl Real for f32 {
+    /// Through one double `exp`: glibc's float `tanhf` goes through `expm1f`, which took 40% of
+    /// an LSTM's training step. In double, `(e^2x - 1) / (e^2x + 1)` loses about 1e-16 / |x|
+    /// relative, below float rounding for |x| >= 1e-4; smaller x take the series.
+    fn gate_tanh(self) -> f32 {
+        let x = f64::from(self);
+        if x.abs() < 1e-4 {
+            return (x - x * x * x / 3.0) as f32;
+        }
+        if x.abs() > 20.0 {
+            return 1f32.copysign(self);
+        }
+        let e = (2.0 * x).exp();
+        ((e - 1.0) / (e + 1.0)) as f32
+    }
+}
+
+impl Real for f64 {
+    fn gate_tanh(self) -> f64 {
+        self.tanh()
+    }
+}
+
+fn sigmoid<T: Real>(x: T) -> T {
+    T::one() / (T::one() + (-x).exp())
 }
 
 /// A row-major matrix view of the first `r * c` elements of `s`.
@@ -409,7 +438,7 @@ fn time(d: usize, s: usize, steps: usize) -> usize {
     }
 }
 
-impl<T: Element> Pass<'_, T> {
+impl<T: Real> Pass<'_, T> {
     fn slot(&self, l: usize, d: usize) -> Slot {
         self.slots[l * self.r.dirs + d]
     }
@@ -423,10 +452,20 @@ impl<T: Element> Pass<'_, T> {
         self.steps * self.batch * self.width()
     }
 
-    /// Elements of one (layer, direction)'s trace: every step's activated gates, then one more
-    /// H-wide value per step (LSTM: the new cell; GRU: the hidden part of the candidate).
+    /// Width of a trace's extra values per step: LSTM's new cell and its tanh, GRU's hidden
+    /// part of the candidate.
+    fn extra(&self) -> usize {
+        match self.r.mode {
+            Mode::Lstm => 2 * self.r.hidden,
+            Mode::Gru => self.r.hidden,
+            Mode::Tanh | Mode::Relu => 0,
+        }
+    }
+
+    /// Elements of one (layer, direction)'s trace: every step's activated gates, then every
+    /// step's extra values.
     fn trace_len(&self) -> usize {
-        self.steps * self.batch * (self.r.gh() + self.r.hidden)
+        self.steps * self.batch * (self.r.gh() + self.extra())
     }
 
     /// The state sample `n` carries into time `t` in direction `d`: the step before in the
@@ -454,7 +493,7 @@ impl<T: Element> Pass<'_, T> {
         cy: &mut [T],
         hp: &mut [T],
     ) -> KResult {
-        let (h, gh, nb) = (self.r.hidden, self.r.gh(), self.batch);
+        let (h, gh, nb, ew) = (self.r.hidden, self.r.gh(), self.batch, self.extra());
         let (rows, width) = (self.steps * nb, self.width());
         let tl = self.trace_len();
         for d in 0..self.r.dirs {
@@ -493,7 +532,7 @@ impl<T: Element> Pass<'_, T> {
                         continue;
                     }
                     let g = &mut gates[row * gh..(row + 1) * gh];
-                    let e = &mut extra[row * h..(row + 1) * h];
+                    let e = &mut extra[row * ew..(row + 1) * ew];
                     let hn = &mut hs[n * h..(n + 1) * h];
                     let cn = match self.r.lstm() {
                         true => &mut cy[state.start + n * h..state.start + (n + 1) * h],
@@ -510,50 +549,44 @@ impl<T: Element> Pass<'_, T> {
 
 /// One step of one sample: `g` holds the input projection and comes back as the activated
 /// gates; `hp` is the hidden projection; `h` (and LSTM's `c`) the state, updated; `e` the
-/// trace's extra value.
-fn step_forward<T: Element>(
-    mode: Mode,
-    g: &mut [T],
-    hp: &[T],
-    h: &mut [T],
-    c: &mut [T],
-    e: &mut [T],
-) {
+/// trace's extra values (LSTM: the new cell and its tanh; GRU: the candidate's hidden part).
+fn step_forward<T: Real>(mode: Mode, g: &mut [T], hp: &[T], h: &mut [T], c: &mut [T], e: &mut [T]) {
     let hs = h.len();
-    let v = |k: usize, g: &[T]| g[k].to_f64() + hp[k].to_f64();
+    let one = T::one();
     for j in 0..hs {
         match mode {
             Mode::Lstm => {
-                let i = sigmoid(v(j, g));
-                let f = sigmoid(v(hs + j, g));
-                let gg = v(2 * hs + j, g).tanh();
-                let o = sigmoid(v(3 * hs + j, g));
-                let cn = f * c[j].to_f64() + i * gg;
-                c[j] = T::from_f64(cn);
-                h[j] = T::from_f64(o * cn.tanh());
+                let i = sigmoid(g[j] + hp[j]);
+                let f = sigmoid(g[hs + j] + hp[hs + j]);
+                let gg = (g[2 * hs + j] + hp[2 * hs + j]).gate_tanh();
+                let o = sigmoid(g[3 * hs + j] + hp[3 * hs + j]);
+                let cn = f * c[j] + i * gg;
+                let tc = cn.gate_tanh();
+                c[j] = cn;
+                h[j] = o * tc;
                 for (k, a) in [i, f, gg, o].into_iter().enumerate() {
-                    g[k * hs + j] = T::from_f64(a);
+                    g[k * hs + j] = a;
                 }
-                e[j] = T::from_f64(cn);
+                e[j] = cn;
+                e[hs + j] = tc;
             }
             Mode::Gru => {
-                let r = sigmoid(v(j, g));
-                let z = sigmoid(v(hs + j, g));
-                let hn = hp[2 * hs + j].to_f64();
-                let n = (g[2 * hs + j].to_f64() + r * hn).tanh();
-                h[j] = T::from_f64((1.0 - z) * n + z * h[j].to_f64());
+                let r = sigmoid(g[j] + hp[j]);
+                let z = sigmoid(g[hs + j] + hp[hs + j]);
+                let hn = hp[2 * hs + j];
+                let n = (g[2 * hs + j] + r * hn).gate_tanh();
+                h[j] = (one - z) * n + z * h[j];
                 for (k, a) in [r, z, n].into_iter().enumerate() {
-                    g[k * hs + j] = T::from_f64(a);
+                    g[k * hs + j] = a;
                 }
-                e[j] = T::from_f64(hn);
+                e[j] = hn;
             }
-            Mode::Tanh | Mode::Relu => {
-                let s = v(j, g);
-                let y = match mode {
-                    Mode::Tanh => s.tanh(),
-                    _ => s.max(0.0),
-                };
-                h[j] = T::from_f64(y);
+            Mode::Tanh => {
+                h[j] = (g[j] + hp[j]).gate_tanh();
+                g[j] = h[j];
+            }
+            Mode::Relu => {
+                h[j] = (g[j] + hp[j]).max(T::zero());
                 g[j] = h[j];
             }
         }
@@ -562,14 +595,14 @@ fn step_forward<T: Element>(
 
 /// The gradient through one step of one sample. In: `dh` the gradient of the step's output
 /// state (carried plus the layer output's), `dc` LSTM's carried cell gradient, the step's gates
-/// `g` and extra value `e`, the state before it `h_prev` / `c_prev`. Out: the gradients of the
+/// `g` and extra values `e`, the state before it `h_prev` / `c_prev`. Out: the gradients of the
 /// input projection `dgx` and of the hidden projection `dgh` (they differ only in GRU's
-/// candidate), `dc` becomes the previous cell's gradient, and the returned part of the previous
-/// state's gradient that bypasses the hidden projection (GRU's `z * dh`) goes to `dh_direct`.
+/// candidate), `dc` becomes the previous cell's gradient, and the part of the previous state's
+/// gradient that bypasses the hidden projection (GRU's `z * dh`) goes to `dh_direct`.
 #[allow(clippy::too_many_arguments)]
-fn step_backward<T: Element>(
+fn step_backward<T: Real>(
     mode: Mode,
-    dh: &[f64],
+    dh: &[T],
     dc: &mut [T],
     g: &[T],
     e: &[T],
@@ -577,55 +610,72 @@ fn step_backward<T: Element>(
     c_prev: &[T],
     dgx: &mut [T],
     dgh: &mut [T],
-    dh_direct: &mut [f64],
+    dh_direct: &mut [T],
 ) {
     let hs = dh.len();
-    let f = |k: usize| g[k].to_f64();
+    let one = T::one();
     for j in 0..hs {
         match mode {
             Mode::Lstm => {
-                let (i, fg, gg, o) = (f(j), f(hs + j), f(2 * hs + j), f(3 * hs + j));
-                let tc = e[j].to_f64().tanh();
-                let dct = dc[j].to_f64() + dh[j] * o * (1.0 - tc * tc);
+                let (i, f, gg, o) = (g[j], g[hs + j], g[2 * hs + j], g[3 * hs + j]);
+                let tc = e[hs + j];
+                let dct = dc[j] + dh[j] * o * (one - tc * tc);
                 let ds = [
-                    dct * gg * i * (1.0 - i),
-                    dct * c_prev[j].to_f64() * fg * (1.0 - fg),
-                    dct * i * (1.0 - gg * gg),
-                    dh[j] * tc * o * (1.0 - o),
+                    dct * gg * i * (one - i),
+                    dct * c_prev[j] * f * (one - f),
+                    dct * i * (one - gg * gg),
+                    dh[j] * tc * o * (one - o),
                 ];
                 for (k, v) in ds.into_iter().enumerate() {
-                    dgx[k * hs + j] = T::from_f64(v);
-                    dgh[k * hs + j] = T::from_f64(v);
+                    dgx[k * hs + j] = v;
+                    dgh[k * hs + j] = v;
                 }
-                dc[j] = T::from_f64(dct * fg);
-                dh_direct[j] = 0.0;
+                dc[j] = dct * f;
+                dh_direct[j] = T::zero();
             }
             Mode::Gru => {
-                let (r, z, n) = (f(j), f(hs + j), f(2 * hs + j));
-                let dn = dh[j] * (1.0 - z) * (1.0 - n * n);
-                let dz = dh[j] * (h_prev[j].to_f64() - n) * z * (1.0 - z);
-                let dr = dn * e[j].to_f64() * r * (1.0 - r);
+                let (r, z, n) = (g[j], g[hs + j], g[2 * hs + j]);
+                let dn = dh[j] * (one - z) * (one - n * n);
+                let dz = dh[j] * (h_prev[j] - n) * z * (one - z);
+                let dr = dn * e[j] * r * (one - r);
                 for (k, v) in [dr, dz, dn].into_iter().enumerate() {
-                    dgx[k * hs + j] = T::from_f64(v);
+                    dgx[k * hs + j] = v;
                 }
-                dgh[j] = T::from_f64(dr);
-                dgh[hs + j] = T::from_f64(dz);
-                dgh[2 * hs + j] = T::from_f64(dn * r);
+                dgh[j] = dr;
+                dgh[hs + j] = dz;
+                dgh[2 * hs + j] = dn * r;
                 dh_direct[j] = dh[j] * z;
             }
             Mode::Tanh => {
-                let y = f(j);
-                dgx[j] = T::from_f64(dh[j] * (1.0 - y * y));
+                let y = g[j];
+                dgx[j] = dh[j] * (one - y * y);
                 dgh[j] = dgx[j];
-                dh_direct[j] = 0.0;
+                dh_direct[j] = T::zero();
             }
             Mode::Relu => {
-                dgx[j] = T::from_f64(if f(j) > 0.0 { dh[j] } else { 0.0 });
+                dgx[j] = if g[j] > T::zero() { dh[j] } else { T::zero() };
                 dgh[j] = dgx[j];
-                dh_direct[j] = 0.0;
+                dh_direct[j] = T::zero();
             }
         }
     }
+}
+
+/// Runs `$body` with `$t` the float type of `$dtype` (inference refuses other dtypes).
+macro_rules! with_float {
+    ($dtype:expr, $t:ident => $body:expr) => {
+        match $dtype {
+            DType::F32 => {
+                type $t = f32;
+                $body
+            }
+            DType::F64 => {
+                type $t = f64;
+                $body
+            }
+            other => return Err(format!("RNN: dtype {other} is not float32 or float64")),
+        }
+    };
 }
 
 /// Carves one zeroed scratch block into buffers of the given lengths.
@@ -695,7 +745,7 @@ fn rnn_kernel(
     let x = &ins[0];
     let (steps, batch) = (x.shape[0], x.shape[1]);
     let lens = lengths(&r, ins, steps, batch)?;
-    crate::with_dtype!(x.dtype, T => {
+    with_float!(x.dtype, T => {
         // SAFETY: read access to the inputs, write access to the outputs, which the engine
         // keeps apart from the inputs (the op is not alias-safe).
         let (xs, params, h0) = unsafe { (x.slice::<T>(), ins[1].slice::<T>(), ins[2].slice::<T>()) };
@@ -734,7 +784,7 @@ fn rnn_backward_kernel(
     let x = &fwd[0];
     let (steps, batch) = (x.shape[0], x.shape[1]);
     let lens = lengths(&r, fwd, steps, batch)?;
-    crate::with_dtype!(x.dtype, T => {
+    with_float!(x.dtype, T => {
         // SAFETY: read access to the inputs, write access to the outputs (not alias-safe: the
         // engine keeps them apart).
         let (xs, params, h0) = unsafe { (x.slice::<T>(), fwd[1].slice::<T>(), fwd[2].slice::<T>()) };
@@ -753,7 +803,7 @@ fn rnn_backward_kernel(
 /// The backward pass: the forward pass again, keeping every layer's output and every trace,
 /// then the layers from the top down.
 #[allow(clippy::too_many_arguments)]
-fn backward<T: Element>(
+fn backward<T: Real>(
     pass: &Pass<'_, T>,
     xs: &[T],
     h0: &[T],
@@ -768,7 +818,7 @@ fn backward<T: Element>(
     res: &mut KernelRes,
 ) -> KResult {
     let r = pass.r;
-    let (h, gh, nb, steps) = (r.hidden, r.gh(), pass.batch, pass.steps);
+    let (h, gh, nb, steps, ew) = (r.hidden, r.gh(), pass.batch, pass.steps, pass.extra());
     let (ll, tl, rows, width) = (pass.layer_len(), pass.trace_len(), steps * nb, pass.width());
     let state = r.layers * r.dirs * nb * h;
     let mut b = carve::<T>(
@@ -801,8 +851,8 @@ fn backward<T: Element>(
     }
     dparams.fill(T::default());
     let (dy_a, dy_b) = dys.split_at_mut(ll);
-    let mut dh_f = vec![0.0f64; h];
-    let mut direct = vec![0.0f64; h];
+    let mut dh_f = vec![T::zero(); h];
+    let mut direct = vec![T::zero(); h];
     for l in (0..r.layers).rev() {
         // The gradient of this layer's output, and where the one below's goes.
         let (dy, dbelow): (&[T], &mut [T]) = match r.layers - 1 - l {
@@ -860,11 +910,11 @@ fn backward<T: Element>(
                     }
                     let c_prev: &[T] = match (r.lstm(), prev) {
                         (false, _) => &[],
-                        (true, Some(p)) => &extra[p * h..(p + 1) * h],
+                        (true, Some(p)) => &extra[p * ew..p * ew + h],
                         (true, None) => &c0[st.start + n * h..st.start + (n + 1) * h],
                     };
                     for j in 0..h {
-                        dh_f[j] = dh[n * h + j].to_f64() + dy[row * width + d * h + j].to_f64();
+                        dh_f[j] = dh[n * h + j] + dy[row * width + d * h + j];
                     }
                     let dcn = match r.lstm() {
                         true => &mut dc[n * h..(n + 1) * h],
@@ -875,7 +925,7 @@ fn backward<T: Element>(
                         &dh_f,
                         dcn,
                         &gates[row * gh..(row + 1) * gh],
-                        &extra[row * h..(row + 1) * h],
+                        &extra[row * ew..(row + 1) * ew],
                         hp_row,
                         c_prev,
                         gx,
@@ -884,7 +934,7 @@ fn backward<T: Element>(
                     );
                     // Stash the bypassing part in this sample's row of the next gradient.
                     for j in 0..h {
-                        dhn[n * h + j] = T::from_f64(direct[j]);
+                        dhn[n * h + j] = direct[j];
                     }
                 }
                 // The previous state's gradient: through the hidden projection, plus the
@@ -898,7 +948,7 @@ fn backward<T: Element>(
                     }
                     for j in 0..h {
                         let i = n * h + j;
-                        dh[i] = hp[i].add(dhn[i]);
+                        dh[i] = hp[i] + dhn[i];
                     }
                 }
             }
@@ -955,4 +1005,25 @@ pub(super) fn ops() -> &'static [OpDef] {
         },
     ];
     OPS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Real;
+
+    /// The float tanh is the double one rounded, to a float step, over the whole range and
+    /// across the series' and the saturation's borders.
+    #[test]
+    fn float_tanh_is_the_double_one_rounded() {
+        let mut x = -30.0f64;
+        while x < 30.0 {
+            for v in [x, 1e-4, -1e-4, 0.99e-4, 20.0, -20.0, 1e-30, 0.0] {
+                let got = f64::from((v as f32).gate_tanh());
+                let want = f64::from(v as f32).tanh();
+                let step = f64::from(f32::EPSILON) * want.abs().max(f64::from(f32::MIN_POSITIVE));
+                assert!((got - want).abs() <= step, "tanh({v}): {got}, want {want}");
+            }
+            x += 0.0037;
+        }
+    }
 }
