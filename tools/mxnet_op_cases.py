@@ -384,6 +384,21 @@ rnn_case("rnn_tanh_2x2", "rnn_tanh", 2, True, True, steps=3)
 rnn_case("rnn_relu", "rnn_relu", 1, False, True)
 rnn_case("rnn_lstm_dropout_infer", "lstm", 2, False, True, p=0.4,
          no_grad=("data", "parameters", "state", "state_cell"))
+# Coordinates along the first axes; duplicates add up in gather_nd's gradient. Negative
+# coordinates only in a forward case: MXNet 1.9.1 wraps them in gather_nd's forward pass, but its
+# _backward_gather_nd writes outside the gradient with them (the process dies of a corrupted
+# heap) and its scatter_nd drops them (ours wrap in all three).
+case("gather_nd", "gather_nd", {},
+     [("data", u((3, 4, 2))), ("indices", np.array([[0, 2, 2, 0], [1, 0, 3, 1]], float))],
+     no_grad=("indices",))
+case("gather_nd_full", "gather_nd", {},
+     [("data", u((2, 3))), ("indices", np.array([[[1, 0], [1, 1]], [[2, 0], [1, 0]]], float))],
+     no_grad=("indices",))
+case("gather_nd_negative", "gather_nd", {},
+     [("data", u((3, 4, 2))), ("indices", np.array([[0, -1, 2], [-4, 3, -2]], float))],
+     no_grad=("data", "indices"))
+case("scatter_nd", "scatter_nd", {"shape": (4, 3, 2)},
+     [("data", u((2, 3, 2))), ("indices", np.array([[3, 0]], float))], no_grad=("indices",))
 
 def numeric_grad(exe, n, heads, h=1e-6):
     """d(sum_k heads[k] . outputs[k]) / d input n by central differences of MXNet's forward."""

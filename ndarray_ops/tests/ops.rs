@@ -589,3 +589,125 @@ fn wider_mxnet_ops_refuse_bad_input_clearly() {
     let e = err("LinearRegressionOutput", &[&scores, &g3], Attrs::new());
     assert!(e.contains("label") && e.contains("[2, 5]"), "{e}");
 }
+
+/// gather_nd, scatter_nd and `_backward_gather_nd` against plain loops over the coordinates,
+/// negative coordinates wrapping in all three (MXNet 1.9.1 wraps them in gather_nd alone); a
+/// coordinate outside its axis fails the op and names it; batch_take is pick over the last axis
+/// with indices clipped.
+#[test]
+fn coordinate_indexing_matches_plain_loops() {
+    let rt = rt();
+    let x = data(&[3, 4, 2], 5);
+    let xa = rt.from_array(&x, storage::Context::cpu(0)).unwrap();
+    // Two coordinates per position, positions (2, 3); -1 and -4 wrap.
+    let coords = [
+        [0.0, -1.0, 2.0, 1.0, 0.0, 2.0],
+        [3.0, 0.0, -4.0, 1.0, 1.0, 2.0],
+    ];
+    let flat: Vec<f64> = coords.iter().flatten().copied().collect();
+    let idx = rt
+        .from_vec(flat, &[2, 2, 3], storage::Context::cpu(0))
+        .unwrap();
+    let at = |p: usize| {
+        let w = |v: f64, n: usize| {
+            if v < 0.0 {
+                (v + n as f64) as usize
+            } else {
+                v as usize
+            }
+        };
+        (w(coords[0][p], 3), w(coords[1][p], 4))
+    };
+    let got = run1("gather_nd", &[&xa, &idx], &Attrs::new());
+    let want = ArrayD::from_shape_fn(IxDyn(&[2, 3, 2]), |d| {
+        let (i, j) = at(d[0] * 3 + d[1]);
+        x[[i, j, d[2]]]
+    });
+    close(&got, &want, "gather_nd");
+
+    // The gradient adds every position's block back: positions 1 and 2 both name (2, 0).
+    let g = data(&[2, 3, 2], 9);
+    let ga = rt.from_array(&g, storage::Context::cpu(0)).unwrap();
+    let got = run1("_backward_gather_nd", &[&ga, &idx, &xa], &Attrs::new());
+    let mut want = ArrayD::<f64>::zeros(IxDyn(&[3, 4, 2]));
+    for p in 0..6 {
+        let (i, j) = at(p);
+        for k in 0..2 {
+            want[[i, j, k]] += g[[p / 3, p % 3, k]];
+        }
+    }
+    close(&got, &want, "_backward_gather_nd");
+    let by_attr = run1(
+        "_backward_gather_nd",
+        &[&ga, &idx],
+        &Attrs::new().with("shape", "(3, 4, 2)"),
+    );
+    close(&by_attr, &want, "_backward_gather_nd with shape");
+
+    // scatter_nd writes each block (the positions name distinct blocks here).
+    let distinct = rt
+        .from_vec(
+            vec![0.0, -1.0, 2.0, 3.0, 0.0, -3.0],
+            &[2, 3],
+            storage::Context::cpu(0),
+        )
+        .unwrap();
+    let s = data(&[3, 2], 3);
+    let sa = rt.from_array(&s, storage::Context::cpu(0)).unwrap();
+    let got = run1(
+        "scatter_nd",
+        &[&sa, &distinct],
+        &Attrs::new().with("shape", "(3, 4, 2)"),
+    );
+    let mut want = ArrayD::<f64>::zeros(IxDyn(&[3, 4, 2]));
+    for (p, (i, j)) in [(0, 3), (2, 0), (2, 1)].into_iter().enumerate() {
+        for k in 0..2 {
+            want[[i, j, k]] = s[[p, k]];
+        }
+    }
+    close(&got, &want, "scatter_nd");
+
+    // Outside an axis: the op fails when it runs, naming the coordinate.
+    let bad = rt
+        .from_vec(vec![1.0, 4.0], &[2, 1], storage::Context::cpu(0))
+        .unwrap();
+    let e = invoke("gather_nd", &[&xa, &bad], &Attrs::new(), None).unwrap()[0]
+        .to_vec::<f64>()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("index 4") && e.contains("axis 1 of size 4"),
+        "{e}"
+    );
+    // Shapes that do not fit are refused at the call.
+    let too_many = rt
+        .zeros(&[4, 2], DType::F64, storage::Context::cpu(0))
+        .unwrap();
+    let e = invoke("gather_nd", &[&xa, &too_many], &Attrs::new(), None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("1 to 3 coordinates"), "{e}");
+    let e = invoke(
+        "scatter_nd",
+        &[&xa, &distinct],
+        &Attrs::new().with("shape", "(3, 4, 2)"),
+        None,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("[3, 2]"), "{e}");
+
+    // batch_take: one lane per row of the last axis, indices clipped into it.
+    let a = data(&[2, 3, 4], 8);
+    let aa = rt.from_array(&a, storage::Context::cpu(0)).unwrap();
+    let picks = [3.0, -2.0, 9.0, 0.0, 2.0, 1.0];
+    let pa = rt
+        .from_vec(picks.to_vec(), &[6], storage::Context::cpu(0))
+        .unwrap();
+    let got = run1("batch_take", &[&aa, &pa], &Attrs::new());
+    let want = ArrayD::from_shape_fn(IxDyn(&[6]), |d| {
+        let r = d[0];
+        a[[r / 3, r % 3, (picks[r] as i64).clamp(0, 3) as usize]]
+    });
+    close(&got, &want, "batch_take");
+}

@@ -12,6 +12,7 @@ pub(crate) mod conv;
 pub(crate) mod elemwise;
 mod extra;
 pub(crate) mod gather;
+mod gather_nd;
 mod linalg;
 pub(crate) mod loss;
 pub(crate) mod math;
@@ -439,6 +440,7 @@ fn registry() -> &'static FxHashMap<&'static str, &'static OpDef> {
             .chain(gather::ops())
             .chain(sort::ops())
             .chain(rnn::ops())
+            .chain(gather_nd::ops())
         {
             m.insert(def.name, def);
             for a in def.aliases {

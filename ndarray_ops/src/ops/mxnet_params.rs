@@ -252,6 +252,7 @@ pub(super) const MXNET_PARAMS: &[(&str, &[&str])] = &[
         "batch_dot",
         &["transpose_a", "transpose_b", "forward_stype"],
     ),
+    ("batch_take", &[]),
     ("broadcast_add", &[]),
     ("broadcast_axes", &["axis", "size"]),
     ("broadcast_axis", &["axis", "size"]),
@@ -300,6 +301,7 @@ pub(super) const MXNET_PARAMS: &[(&str, &[&str])] = &[
     ("flatten", &[]),
     ("flip", &["axis"]),
     ("floor", &[]),
+    ("gather_nd", &[]),
     ("hard_sigmoid", &["alpha", "beta"]),
     ("identity", &[]),
     ("log", &[]),
@@ -343,6 +345,7 @@ pub(super) const MXNET_PARAMS: &[(&str, &[&str])] = &[
     ("rint", &[]),
     ("round", &[]),
     ("rsqrt", &[]),
+    ("scatter_nd", &["shape"]),
     (
         "sgd_mom_update",
         &[

@@ -800,6 +800,23 @@ fn normalization(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<N
     backward_node(n, &format!("_backward_{op}"), ins)
 }
 
+/// gather_nd: the output gradient added back into the blocks read (a scatter that adds; the
+/// data gives the shape); scatter_nd: the output gradient gathered from the blocks written.
+fn gather_nd(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let (g, indices) = (need(n, og)?, n.inputs[1].clone());
+    let name = format!("{}_backward", n.name);
+    let d = match n.op_name() {
+        "gather_nd" => op1(
+            "_backward_gather_nd",
+            name,
+            vec![g, indices, n.inputs[0].clone()],
+            Attrs::new(),
+        )?,
+        _ => op1("gather_nd", name, vec![g, indices], Attrs::new())?,
+    };
+    Ok(vec![Some(d), None])
+}
+
 /// RNN: one backward node reading every output's gradient (zeros for an output nothing
 /// reads, say the sequence when only the final state is used) and the forward node's inputs.
 fn rnn(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
@@ -1039,6 +1056,7 @@ fn rule(op: &str) -> Option<GradFn> {
         "sort" | "topk" | "argsort" => sort,
         "SequenceMask" | "SequenceLast" | "SequenceReverse" => sequence,
         "argmax"
+        | "batch_take"
         | "argmin"
         | "one_hot"
         | "broadcast_equal"
@@ -1070,6 +1088,7 @@ fn rule(op: &str) -> Option<GradFn> {
         "BatchNorm" => batch_norm,
         "Dropout" => dropout,
         "RNN" => rnn,
+        "gather_nd" | "scatter_nd" => gather_nd,
         "Flatten" | "Reshape" | "reshape" | "expand_dims" | "squeeze" => flatten,
         "transpose" => transpose,
         "slice" | "slice_axis" => slice,
