@@ -399,6 +399,24 @@ case("gather_nd_negative", "gather_nd", {},
      no_grad=("data", "indices"))
 case("scatter_nd", "scatter_nd", {"shape": (4, 3, 2)},
      [("data", u((2, 3, 2))), ("indices", np.array([[3, 0]], float))], no_grad=("indices",))
+for name, size, shape in (("adaptive_pool", (3, 2), (2, 3, 7, 5)), ("adaptive_pool_square", 4, (1, 2, 9, 9)),
+                          ("adaptive_pool_global", None, (2, 2, 4, 3))):
+    case(name, "_contrib_AdaptiveAvgPooling2D", {} if size is None else {"output_size": size},
+         [("data", u(shape))])
+for name, attrs in (("resize_up", {"height": 7, "width": 9}),
+                    ("resize_down_unaligned", {"height": 3, "width": 4, "align_corners": False}),
+                    ("resize_up_unaligned", {"height": 8, "width": 11, "align_corners": False}),
+                    ("resize_scale", {"scale_height": 1.5, "scale_width": 2.0}),
+                    ("resize_odd_scale", {"mode": "odd_scale", "scale_height": 2.0, "scale_width": 1.5}),
+                    ("resize_to_even_up", {"mode": "to_even_up"})):
+    case(name, "_contrib_BilinearResize2D", attrs, [("data", u((2, 3, 5, 6)))])
+case("resize_like", "_contrib_BilinearResize2D", {"mode": "like"},
+     [("data", u((2, 3, 5, 6))), ("like", u((2, 3, 4, 9)))])
+rois = np.array([[0, 1, 1, 6, 6], [1, 0, 2, 7, 4], [0, 3, 3, 3, 3], [1, 5.2, 0.4, 13, 9]], float)
+case("roi_pooling", "ROIPooling", {"pooled_size": (2, 3), "spatial_scale": 1.0},
+     [("data", u((2, 3, 8, 8))), ("rois", rois)], no_grad=("rois",))
+case("roi_pooling_scaled", "ROIPooling", {"pooled_size": (3, 3), "spatial_scale": 0.5},
+     [("data", u((2, 2, 8, 8))), ("rois", rois * [1, 1.5, 1.5, 1.5, 1.5])], no_grad=("rois",))
 
 def numeric_grad(exe, n, heads, h=1e-6):
     """d(sum_k heads[k] . outputs[k]) / d input n by central differences of MXNet's forward."""
@@ -424,7 +442,8 @@ def run(out):
     saved, meta = {}, []
     for name, op, attrs, inputs, aux, no_grad, train in CASES:
         vars_ = [mx.sym.var(n) for n, _ in inputs]
-        make = getattr(mx.sym, op, None) or getattr(mx.sym._internal, op)
+        make = (getattr(mx.sym.contrib, op[len("_contrib_"):], None) if op.startswith("_contrib_")
+                else None) or getattr(mx.sym, op, None) or getattr(mx.sym._internal, op)
         sym = make(*vars_, name="node", **attrs)
         dt = "float32" if op in FLOAT32_ONLY else "float64"
         args = {n: mx.nd.array(v, dtype=dt) for n, v in inputs}

@@ -711,3 +711,57 @@ fn coordinate_indexing_matches_plain_loops() {
     });
     close(&got, &want, "batch_take");
 }
+
+/// The resampling and region ops refuse what they cannot compute, saying what they expected
+/// (their values are checked against MXNet in `mxnet_ops.rs`).
+#[test]
+fn resampling_and_region_ops_refuse_bad_input_clearly() {
+    let rt = rt();
+    let cpu = storage::Context::cpu(0);
+    let x = rt.zeros(&[2, 3, 8, 8], DType::F32, cpu).unwrap();
+    let err = |op: &str, ins: &[&NDArray], attrs: Attrs| {
+        invoke(op, ins, &attrs, None).unwrap_err().to_string()
+    };
+    let flat = rt.zeros(&[3, 8, 8], DType::F32, cpu).unwrap();
+    let e = err("_contrib_AdaptiveAvgPooling2D", &[&flat], Attrs::new());
+    assert!(e.contains("4 dimensions"), "{e}");
+    let e = err(
+        "_contrib_BilinearResize2D",
+        &[&x],
+        Attrs::new().with("mode", "like"),
+    );
+    assert!(e.contains("2 input"), "{e}");
+    let e = err(
+        "_contrib_BilinearResize2D",
+        &[&x],
+        Attrs::new().with("mode", "odd_scale"),
+    );
+    assert!(e.contains("scale_height"), "{e}");
+    let e = err(
+        "_contrib_BilinearResize2D",
+        &[&x],
+        Attrs::new().with("mode", "nearest"),
+    );
+    assert!(e.contains("to_odd_up"), "{e}");
+    let rois4 = rt.zeros(&[2, 4], DType::F32, cpu).unwrap();
+    let roi_attrs = || {
+        Attrs::new()
+            .with("pooled_size", "(2, 2)")
+            .with("spatial_scale", 0.5)
+    };
+    let e = err("ROIPooling", &[&x, &rois4], roi_attrs());
+    assert!(e.contains("(R, 5)"), "{e}");
+    // A region naming an image past the batch fails the op when it runs, naming the region.
+    let rois = rt
+        .from_vec(
+            vec![0.0f32, 0., 0., 4., 4., 2., 1., 1., 3., 3.],
+            &[2, 5],
+            cpu,
+        )
+        .unwrap();
+    let e = invoke("ROIPooling", &[&x, &rois], &roi_attrs(), None).unwrap()[0]
+        .to_vec::<f32>()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("region 1 names image 2"), "{e}");
+}

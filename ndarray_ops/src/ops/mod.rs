@@ -26,6 +26,7 @@ mod rnn;
 mod shape;
 pub(crate) mod sort;
 mod stochastic;
+mod vision;
 
 pub(crate) use elemwise::{broadcast_twin, scalar_of};
 pub(crate) use nn::softmax_axis;
@@ -441,6 +442,7 @@ fn registry() -> &'static FxHashMap<&'static str, &'static OpDef> {
             .chain(sort::ops())
             .chain(rnn::ops())
             .chain(gather_nd::ops())
+            .chain(vision::ops())
         {
             m.insert(def.name, def);
             for a in def.aliases {
@@ -537,6 +539,11 @@ pub fn num_outputs(def: &OpDef, attrs: &Attrs) -> Result<(usize, usize)> {
             (n, n)
         }
         "adam_update" => (3, 1),
+        "ROIPooling" => (2, 1),
+        "_backward_BilinearResize2D" => {
+            let n = vision::resize_grad_outputs(attrs);
+            (n, n)
+        }
         "RNN" => {
             let n = rnn::num_outputs(op, attrs)?;
             (n, n)

@@ -107,6 +107,7 @@ pub(super) const MXNET_PARAMS: &[(&str, &[&str])] = &[
             "use_sequence_length",
         ],
     ),
+    ("ROIPooling", &["pooled_size", "spatial_scale"]),
     (
         "Reshape",
         &["shape", "reverse", "target_shape", "keep_highest"],
@@ -181,6 +182,18 @@ pub(super) const MXNET_PARAMS: &[(&str, &[&str])] = &[
             "infer_range",
             "ctx",
             "dtype",
+        ],
+    ),
+    ("_contrib_AdaptiveAvgPooling2D", &["output_size"]),
+    (
+        "_contrib_BilinearResize2D",
+        &[
+            "height",
+            "width",
+            "scale_height",
+            "scale_width",
+            "mode",
+            "align_corners",
         ],
     ),
     ("_div", &[]),

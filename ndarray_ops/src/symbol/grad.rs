@@ -817,6 +817,31 @@ fn gather_nd(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeE
     Ok(vec![Some(d), None])
 }
 
+/// The resampling and region ops of `ops::vision`: one backward node reading the output
+/// gradient and the forward inputs (ROIPooling: also where each maximum was).
+fn vision(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let g = need(n, og)?;
+    let op = n.op_name();
+    let name = op.trim_start_matches("_contrib_");
+    match op {
+        "ROIPooling" => {
+            let ins = vec![g, n.inputs[1].clone(), out(n, 1), n.inputs[0].clone()];
+            let bw = make(
+                "_backward_ROIPooling",
+                format!("{}_backward", n.name),
+                ins,
+                n.attrs.clone(),
+            )?;
+            Ok(vec![Some(out(&bw, 0)), None])
+        }
+        _ => {
+            let mut ins = vec![g];
+            ins.extend(n.inputs.iter().cloned());
+            backward_node(n, &format!("_backward_{name}"), ins)
+        }
+    }
+}
+
 /// RNN: one backward node reading every output's gradient (zeros for an output nothing
 /// reads, say the sequence when only the final state is used) and the forward node's inputs.
 fn rnn(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
@@ -1088,6 +1113,7 @@ fn rule(op: &str) -> Option<GradFn> {
         "BatchNorm" => batch_norm,
         "Dropout" => dropout,
         "RNN" => rnn,
+        "_contrib_AdaptiveAvgPooling2D" | "_contrib_BilinearResize2D" | "ROIPooling" => vision,
         "gather_nd" | "scatter_nd" => gather_nd,
         "Flatten" | "Reshape" | "reshape" | "expand_dims" | "squeeze" => flatten,
         "transpose" => transpose,

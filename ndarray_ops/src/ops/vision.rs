@@ -1,0 +1,610 @@
+//! Resampling and region ops of detection and segmentation models, NCHW, with their backward
+//! ops: `_contrib_AdaptiveAvgPooling2D`, `_contrib_BilinearResize2D` and `ROIPooling`.
+//!
+//! Each forward kernel walks its output one plane at a time and each backward kernel the same
+//! walk, adding every output gradient into the inputs that output read with the weight it read
+//! them with — one description of which inputs an output reads serves both ways, as MXNet's
+//! kernels do.
+
+use super::par::{for_ranges, Shared};
+use super::{Arity, Attrs, OpDef, TensorRef};
+use crate::error::{invalid, NdError, Result};
+use crate::resources::KernelRes;
+use crate::{DType, Element};
+
+type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
+type KResult = std::result::Result<(), String>;
+
+fn check_nchw(op: &str, arg: &str, x: &[usize], d: DType) -> Result<()> {
+    if x.len() != 4 {
+        return Err(NdError::Shape {
+            op: op.into(),
+            arg: arg.into(),
+            found: x.to_vec(),
+            expected: "4 dimensions (N, C, H, W)".into(),
+        });
+    }
+    if !d.is_float() {
+        return Err(NdError::DType {
+            op: op.into(),
+            arg: arg.into(),
+            found: d.to_string(),
+            expected: "float32 or float64".into(),
+        });
+    }
+    Ok(())
+}
+
+/// A 2-tuple size attribute: one value is both; `default` when absent or empty.
+fn size_pair(
+    op: &str,
+    attrs: &Attrs,
+    key: &str,
+    default: Option<(usize, usize)>,
+) -> Result<(usize, usize)> {
+    let v = attrs.ints(op, key)?.unwrap_or_default();
+    let (a, b) = match v.as_slice() {
+        [] => return default.ok_or_else(|| invalid(op, format!("attribute {key} is required"))),
+        [a] => (*a, *a),
+        [a, b] => (*a, *b),
+        _ => return Err(invalid(op, format!("{key}={v:?} has more than two sizes"))),
+    };
+    if a < 1 || b < 1 {
+        return Err(invalid(op, format!("{key}={v:?} is not positive")));
+    }
+    Ok((a as usize, b as usize))
+}
+
+/// The inputs an output element reads and with what weight: `(offset in its input plane,
+/// weight)`, at most `N` of them.
+type Taps<const N: usize> = ([(usize, f64); N], usize);
+
+/// Runs `taps` over every output element of every plane: the forward pass sums the weighted
+/// inputs; the backward pass (with `backward`) adds each output gradient into those inputs.
+/// `planes` (N*C) planes of `inp` input and `out` output elements; `taps(o)` describes output
+/// element `o` of a plane.
+fn resample<T: Element, const N: usize>(
+    x: &TensorRef,
+    y: &TensorRef,
+    planes: usize,
+    inp: usize,
+    out: usize,
+    backward: bool,
+    taps: impl Fn(usize) -> Taps<N> + Sync,
+) {
+    let (xs, ys) = (Shared::new(x.ptr::<T>()), Shared::new(y.ptr::<T>()));
+    for_ranges(planes, out * N, |lo, hi| {
+        for p in lo..hi {
+            // SAFETY: plane `p` of the input and the output lie inside their buffers (shapes
+            // checked at inference); the side read is only read, and this range alone writes
+            // plane `p` of the side written (the output forward, the input gradient backward).
+            unsafe {
+                if backward {
+                    let (dx, g) = (xs.piece_mut(p, inp), ys.piece(p, out));
+                    dx.fill(T::default());
+                    for (o, gv) in g.iter().enumerate() {
+                        let (t, n) = taps(o);
+                        for &(i, w) in &t[..n] {
+                            dx[i] = T::from_f64(dx[i].to_f64() + w * gv.to_f64());
+                        }
+                    }
+                } else {
+                    let (xi, yo) = (xs.piece(p, inp), ys.piece_mut(p, out));
+                    for (o, yv) in yo.iter_mut().enumerate() {
+                        let (t, n) = taps(o);
+                        *yv = T::from_f64(t[..n].iter().map(|&(i, w)| w * xi[i].to_f64()).sum());
+                    }
+                }
+            }
+        }
+    });
+}
+
+// ---- AdaptiveAvgPooling2D ----------------------------------------------------------------
+
+fn adaptive_size(op: &str, attrs: &Attrs) -> Result<(usize, usize)> {
+    size_pair(op, attrs, "output_size", Some((1, 1)))
+}
+
+/// Bin `a` of `out` bins over `len` inputs: `floor(a * len / out) .. ceil((a + 1) * len / out)`.
+fn bin(a: usize, out: usize, len: usize) -> (usize, usize) {
+    (a * len / out, ((a + 1) * len).div_ceil(out))
+}
+
+fn infer_adaptive(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    check_nchw(op, "data", &s[0], d[0])?;
+    let (oh, ow) = adaptive_size(op, attrs)?;
+    Ok((vec![vec![s[0][0], s[0][1], oh, ow]], vec![d[0]]))
+}
+
+/// The average of its bin, for the forward (`backward` false) and backward passes; `x` is the
+/// data (or its gradient) and `y` the output (or its gradient).
+fn adaptive_pass(op: &str, attrs: &Attrs, x: &TensorRef, y: &TensorRef, backward: bool) -> KResult {
+    let (oh, ow) = adaptive_size(op, attrs).map_err(|e| e.to_string())?;
+    let (h, w) = (x.shape[2], x.shape[3]);
+    let planes = x.shape[0] * x.shape[1];
+    // The windows can be large (a global average): no fixed tap count, so this pass loops
+    // itself.
+    crate::with_dtype!(x.dtype, T => {
+        let (xs, ys) = (Shared::new(x.ptr::<T>()), Shared::new(y.ptr::<T>()));
+        for_ranges(planes, h * w, |lo, hi| {
+            for p in lo..hi {
+                // SAFETY: as in `resample`: plane `p` is inside both buffers and this range
+                // alone writes plane `p` of the side it writes.
+                unsafe {
+                    if backward {
+                        let (dx, g) = (xs.piece_mut(p, h * w), ys.piece(p, oh * ow));
+                        dx.fill(T::default());
+                        for a in 0..oh {
+                            let (h0, h1) = bin(a, oh, h);
+                            for b in 0..ow {
+                                let (w0, w1) = bin(b, ow, w);
+                                let share = g[a * ow + b].to_f64() / ((h1 - h0) * (w1 - w0)) as f64;
+                                for i in h0..h1 {
+                                    for d in &mut dx[i * w + w0..i * w + w1] {
+                                        *d = T::from_f64(d.to_f64() + share);
+                                    }
+                                }
+                            }
+                        }
+                    } else {
+                        let (xi, yo) = (xs.piece(p, h * w), ys.piece_mut(p, oh * ow));
+                        for a in 0..oh {
+                            let (h0, h1) = bin(a, oh, h);
+                            for b in 0..ow {
+                                let (w0, w1) = bin(b, ow, w);
+                                let sum: f64 = (h0..h1)
+                                    .flat_map(|i| &xi[i * w + w0..i * w + w1])
+                                    .map(|v| v.to_f64())
+                                    .sum();
+                                yo[a * ow + b] = T::from_f64(sum / ((h1 - h0) * (w1 - w0)) as f64);
+                            }
+                        }
+                    }
+                }
+            }
+        });
+    });
+    Ok(())
+}
+
+fn adaptive_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _: &mut KernelRes,
+) -> KResult {
+    adaptive_pass(op, attrs, &ins[0], &outs[0], false)
+}
+
+/// `_backward_AdaptiveAvgPooling2D(ograd, data)`.
+fn adaptive_backward_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _: &mut KernelRes,
+) -> KResult {
+    adaptive_pass(op, attrs, &outs[0], &ins[0], true)
+}
+
+// ---- BilinearResize2D --------------------------------------------------------------------
+
+/// The output size of a bilinear resize of data `x` (`like` the second input's shape in mode
+/// `like`), MXNet's modes.
+fn resize_size(
+    op: &str,
+    attrs: &Attrs,
+    x: &[usize],
+    like: Option<&[usize]>,
+) -> Result<(usize, usize)> {
+    let (h, w) = (x[2], x[3]);
+    let scale = |key: &str| -> Result<Option<f64>> {
+        match attrs.get(key) {
+            None | Some("None") => Ok(None),
+            Some(_) => Ok(Some(attrs.float(op, key, None)?)),
+        }
+    };
+    let (sh, sw) = (scale("scale_height")?, scale("scale_width")?);
+    let even = |n: usize| n.is_multiple_of(2);
+    let size = match attrs.get("mode").unwrap_or("size") {
+        "size" => {
+            let fixed = |key: &str| attrs.f64(op, key, Some(1.0)).map(|v| v as i64);
+            let h = match sh {
+                Some(s) => (s * h as f64) as i64,
+                None => fixed("height")?,
+            };
+            let w = match sw {
+                Some(s) => (s * w as f64) as i64,
+                None => fixed("width")?,
+            };
+            (h, w)
+        }
+        "odd_scale" => {
+            let (Some(sh), Some(sw)) = (sh, sw) else {
+                return Err(invalid(op, "mode odd_scale needs scale_height and scale_width"));
+            };
+            let odd = |n: usize, s: f64| match even(n) {
+                true => (n as f64 * s) as i64,
+                false => ((n - 1) as f64 * s) as i64 + 1,
+            };
+            (odd(h, sh), odd(w, sw))
+        }
+        "like" => match like {
+            Some(l) if l.len() == 4 => (l[2] as i64, l[3] as i64),
+            Some(l) => {
+                return Err(NdError::Shape {
+                    op: op.into(),
+                    arg: "like".into(),
+                    found: l.to_vec(),
+                    expected: "4 dimensions (N, C, H, W)".into(),
+                })
+            }
+            None => return Err(invalid(op, "mode like takes a second input, like")),
+        },
+        "to_even_down" => (h as i64 - i64::from(!even(h)), w as i64 - i64::from(!even(w))),
+        "to_even_up" => (h as i64 + i64::from(!even(h)), w as i64 + i64::from(!even(w))),
+        "to_odd_down" => (h as i64 - i64::from(even(h)), w as i64 - i64::from(even(w))),
+        "to_odd_up" => (h as i64 + i64::from(even(h)), w as i64 + i64::from(even(w))),
+        other => {
+            return Err(invalid(
+                op,
+                format!("mode {other:?} is not one of size, odd_scale, like, to_even_down, to_even_up, to_odd_down, to_odd_up"),
+            ))
+        }
+    };
+    if size.0 < 1 || size.1 < 1 {
+        return Err(invalid(
+            op,
+            format!("the output size {size:?} for data {x:?} is empty"),
+        ));
+    }
+    Ok((size.0 as usize, size.1 as usize))
+}
+
+fn resize_inputs(attrs: &Attrs) -> usize {
+    if attrs.get("mode") == Some("like") {
+        2
+    } else {
+        1
+    }
+}
+
+fn infer_resize(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let want = resize_inputs(attrs);
+    if s.len() != want {
+        return Err(invalid(
+            op,
+            format!("takes {want} input(s) in this mode, got {}", s.len()),
+        ));
+    }
+    check_nchw(op, "data", &s[0], d[0])?;
+    let (oh, ow) = resize_size(op, attrs, &s[0], s.get(1).map(Vec::as_slice))?;
+    Ok((vec![vec![s[0][0], s[0][1], oh, ow]], vec![d[0]]))
+}
+
+/// Along one axis, output index `o`'s two input indices and the second one's weight, MXNet's
+/// `area_pixel_compute_source_index`: with `align_corners` the corners' centres meet, else the
+/// whole extent scales and a source before the first input clamps to it. The scale and the
+/// source position are floats, as MXNet computes them for every dtype: with positions in double
+/// its float64 outputs came out up to 6e-7 apart from ours, with these they match to rounding.
+fn linear_taps(input: usize, output: usize, align: bool) -> Vec<(usize, usize, f64)> {
+    let scale = match (output > 1, align) {
+        (false, _) => 0.0f32,
+        (true, true) => (input - 1) as f32 / (output - 1) as f32,
+        (true, false) => input as f32 / output as f32,
+    };
+    (0..output)
+        .map(|o| {
+            let src = match align {
+                true => scale * o as f32,
+                // MXNet adds the half in double, then stores the position as a float.
+                false => ((f64::from(scale) * (o as f64 + 0.5) - 0.5) as f32).max(0.0),
+            };
+            let i = (src as usize).min(input - 1);
+            let next = if i + 1 < input { i + 1 } else { i };
+            (i, next, f64::from(src) - i as f64)
+        })
+        .collect()
+}
+
+fn resize_pass(op: &str, attrs: &Attrs, x: &TensorRef, y: &TensorRef, backward: bool) -> KResult {
+    let (h, w, oh, ow) = (x.shape[2], x.shape[3], y.shape[2], y.shape[3]);
+    let align = attrs
+        .bool(op, "align_corners", true)
+        .map_err(|e| e.to_string())?;
+    let (rows, cols) = (linear_taps(h, oh, align), linear_taps(w, ow, align));
+    let taps = |o: usize| -> Taps<4> {
+        let ((h0, h1, lh), (w0, w1, lw)) = (rows[o / ow], cols[o % ow]);
+        (
+            [
+                (h0 * w + w0, (1.0 - lh) * (1.0 - lw)),
+                (h0 * w + w1, (1.0 - lh) * lw),
+                (h1 * w + w0, lh * (1.0 - lw)),
+                (h1 * w + w1, lh * lw),
+            ],
+            4,
+        )
+    };
+    crate::with_dtype!(x.dtype, T => {
+        resample::<T, 4>(x, y, x.shape[0] * x.shape[1], h * w, oh * ow, backward, taps)
+    });
+    Ok(())
+}
+
+fn resize_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _: &mut KernelRes,
+) -> KResult {
+    resize_pass(op, attrs, &ins[0], &outs[0], false)
+}
+
+/// `_backward_BilinearResize2D(ograd, data[, like])`: the data's gradient, and zeros for `like`.
+fn resize_backward_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _: &mut KernelRes,
+) -> KResult {
+    resize_pass(op, attrs, &outs[0], &ins[0], true)?;
+    if let Some(dlike) = outs.get(1) {
+        crate::with_dtype!(dlike.dtype, T => {
+            // SAFETY: exclusive access to the output.
+            unsafe { dlike.slice_mut::<T>() }.fill(T::default());
+        });
+    }
+    Ok(())
+}
+
+fn infer_backward_like_inputs(_: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    Ok((s[1..].to_vec(), d[1..].to_vec()))
+}
+
+// ---- ROIPooling --------------------------------------------------------------------------
+
+fn roi_params(op: &str, attrs: &Attrs) -> Result<((usize, usize), f64)> {
+    let pooled = size_pair(op, attrs, "pooled_size", None)?;
+    let scale = attrs.float(op, "spatial_scale", None)?;
+    if scale.is_nan() || scale <= 0.0 {
+        return Err(invalid(
+            op,
+            format!("spatial_scale={scale} is not positive"),
+        ));
+    }
+    Ok((pooled, scale))
+}
+
+fn infer_roi_pooling(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    check_nchw(op, "data", &s[0], d[0])?;
+    let ((ph, pw), _) = roi_params(op, attrs)?;
+    if s[1].len() != 2 || s[1][1] != 5 {
+        return Err(NdError::Shape {
+            op: op.into(),
+            arg: "rois".into(),
+            found: s[1].clone(),
+            expected: "(R, 5): batch index, x1, y1, x2, y2 per region".into(),
+        });
+    }
+    let out = vec![s[1][0], s[0][1], ph, pw];
+    // The output, and (hidden, as in MXNet) where each output's maximum was.
+    Ok((vec![out.clone(), out], vec![d[0], d[0]]))
+}
+
+/// Region `r`'s image and, per output cell, its window of the feature map (empty windows
+/// give 0 and no gradient), as MXNet's ROIPooling rounds them.
+struct Region {
+    image: usize,
+    start: (i64, i64),
+    bin: (f64, f64),
+}
+
+impl Region {
+    fn read(
+        rois: &[f64],
+        r: usize,
+        scale: f64,
+        images: usize,
+        pooled: (usize, usize),
+    ) -> std::result::Result<Region, String> {
+        let v = &rois[r * 5..r * 5 + 5];
+        let image = v[0];
+        if image.fract() != 0.0 || !(0.0..images as f64).contains(&image) {
+            return Err(format!(
+                "ROIPooling: region {r} names image {image}, outside the batch of {images}"
+            ));
+        }
+        let at = |k: usize| (v[k] * scale).round() as i64;
+        let (x1, y1, x2, y2) = (at(1), at(2), at(3), at(4));
+        let (rh, rw) = ((y2 - y1 + 1).max(1), (x2 - x1 + 1).max(1));
+        Ok(Region {
+            image: image as usize,
+            start: (y1, x1),
+            bin: (rh as f64 / pooled.0 as f64, rw as f64 / pooled.1 as f64),
+        })
+    }
+
+    /// The window of cell (a, b), clamped into an `h x w` map.
+    fn window(
+        &self,
+        a: usize,
+        b: usize,
+        h: usize,
+        w: usize,
+    ) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
+        let clamp = |v: f64, start: i64, n: usize| (v as i64 + start).clamp(0, n as i64) as usize;
+        let (bh, bw) = self.bin;
+        let rows = clamp((a as f64 * bh).floor(), self.start.0, h)
+            ..clamp(((a + 1) as f64 * bh).ceil(), self.start.0, h);
+        let cols = clamp((b as f64 * bw).floor(), self.start.1, w)
+            ..clamp(((b + 1) as f64 * bw).ceil(), self.start.1, w);
+        (rows, cols)
+    }
+}
+
+fn rois_f64(t: &TensorRef) -> Vec<f64> {
+    crate::with_dtype!(t.dtype, R => {
+        // SAFETY: read access to the regions.
+        unsafe { t.slice::<R>() }.iter().map(|v| v.to_f64()).collect()
+    })
+}
+
+fn roi_pooling_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _: &mut KernelRes,
+) -> KResult {
+    let (pooled, scale) = roi_params(op, attrs).map_err(|e| e.to_string())?;
+    let (x, y, arg) = (&ins[0], &outs[0], &outs[1]);
+    let [n, c, h, w] = [x.shape[0], x.shape[1], x.shape[2], x.shape[3]];
+    let rois = rois_f64(&ins[1]);
+    let regions = (0..y.shape[0])
+        .map(|r| Region::read(&rois, r, scale, n, pooled))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let cells = pooled.0 * pooled.1;
+    crate::with_dtype!(x.dtype, T => {
+        let (xs, ys, args) = (Shared::new(x.ptr::<T>()), Shared::new(y.ptr::<T>()), Shared::new(arg.ptr::<T>()));
+        for_ranges(regions.len() * c, h * w, |lo, hi| {
+            for plane in lo..hi {
+                let (reg, ch) = (&regions[plane / c], plane % c);
+                // SAFETY: the image's channel and the output plane lie inside their buffers;
+                // this range alone writes output plane `plane` (and its argmax plane).
+                unsafe {
+                    let xi = xs.piece(reg.image * c + ch, h * w);
+                    let (yo, ao) = (ys.piece_mut(plane, cells), args.piece_mut(plane, cells));
+                    for a in 0..pooled.0 {
+                        for b in 0..pooled.1 {
+                            let (rows, cols) = reg.window(a, b, h, w);
+                            let mut best: Option<(usize, T)> = None;
+                            for i in rows {
+                                for j in cols.clone() {
+                                    let v = xi[i * w + j];
+                                    if best.is_none_or(|(_, m)| v > m) {
+                                        best = Some((i * w + j, v));
+                                    }
+                                }
+                            }
+                            let k = a * pooled.1 + b;
+                            (yo[k], ao[k]) = match best {
+                                Some((at, v)) => (v, T::from_f64(at as f64)),
+                                None => (T::default(), T::from_f64(-1.0)),
+                            };
+                        }
+                    }
+                }
+            }
+        });
+    });
+    Ok(())
+}
+
+/// `_backward_ROIPooling(ograd, rois, argmax, data)`: each output gradient into the element its
+/// maximum came from.
+fn roi_pooling_backward_kernel(
+    _: &str,
+    _: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _: &mut KernelRes,
+) -> KResult {
+    let (g, arg, dx) = (&ins[0], &ins[2], &outs[0]);
+    let [c, hw] = [dx.shape[1], dx.shape[2] * dx.shape[3]];
+    let rois = rois_f64(&ins[1]);
+    let cells = g.shape[2] * g.shape[3];
+    crate::with_dtype!(dx.dtype, T => {
+        // SAFETY: read access to the gradient and the argmax, exclusive access to d data (not
+        // alias-safe); regions were checked by the forward pass, which wrote the argmax.
+        let (gs, args, dxs) = unsafe { (g.slice::<T>(), arg.slice::<T>(), dx.slice_mut::<T>()) };
+        dxs.fill(T::default());
+        for r in 0..g.shape[0] {
+            let image = rois[r * 5] as usize;
+            for ch in 0..c {
+                let plane = r * c + ch;
+                let base = (image * c + ch) * hw;
+                for k in 0..cells {
+                    let at = args[plane * cells + k].to_f64();
+                    if at >= 0.0 {
+                        let d = &mut dxs[base + at as usize];
+                        *d = d.add(gs[plane * cells + k]);
+                    }
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+fn infer_roi_pooling_backward(_: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    Ok((vec![s[3].clone()], vec![d[0]]))
+}
+
+pub(super) fn ops() -> &'static [OpDef] {
+    static OPS: &[OpDef] = &[
+        OpDef {
+            alias_safe: false,
+            ..OpDef::new(
+                "_contrib_AdaptiveAvgPooling2D",
+                Arity::Exactly(1),
+                infer_adaptive,
+                adaptive_kernel,
+            )
+        },
+        OpDef {
+            alias_safe: false,
+            ..OpDef::new(
+                "_backward_AdaptiveAvgPooling2D",
+                Arity::Exactly(2),
+                infer_backward_like_inputs,
+                adaptive_backward_kernel,
+            )
+        },
+        OpDef {
+            alias_safe: false,
+            ..OpDef::new(
+                "_contrib_BilinearResize2D",
+                Arity::AtLeast(1),
+                infer_resize,
+                resize_kernel,
+            )
+        },
+        OpDef {
+            alias_safe: false,
+            ..OpDef::new(
+                "_backward_BilinearResize2D",
+                Arity::AtLeast(2),
+                infer_backward_like_inputs,
+                resize_backward_kernel,
+            )
+        },
+        OpDef {
+            alias_safe: false,
+            ..OpDef::new(
+                "ROIPooling",
+                Arity::Exactly(2),
+                infer_roi_pooling,
+                roi_pooling_kernel,
+            )
+        },
+        OpDef {
+            alias_safe: false,
+            ..OpDef::new(
+                "_backward_ROIPooling",
+                Arity::Exactly(4),
+                infer_roi_pooling_backward,
+                roi_pooling_backward_kernel,
+            )
+        },
+    ];
+    OPS
+}
+
+/// How many outputs `_backward_BilinearResize2D` has: the data's gradient, and `like`'s.
+pub(super) fn resize_grad_outputs(attrs: &Attrs) -> usize {
+    resize_inputs(attrs)
+}
