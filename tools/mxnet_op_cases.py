@@ -47,9 +47,9 @@ MXNET_GRAD_DERIVED = {
 }
 
 
-# Ops MXNet only runs in float32 (its legacy InstanceNorm and SoftmaxActivation): those cases
+# Ops MXNet only runs in float32 (its legacy InstanceNorm, SoftmaxActivation and Crop): those cases
 # are float32.
-FLOAT32_ONLY = {"InstanceNorm", "SoftmaxActivation"}
+FLOAT32_ONLY = {"InstanceNorm", "SoftmaxActivation", "Crop"}
 
 
 def case(name, op, attrs, inputs, aux=(), no_grad=(), train=False):
@@ -417,6 +417,20 @@ case("roi_pooling", "ROIPooling", {"pooled_size": (2, 3), "spatial_scale": 1.0},
      [("data", u((2, 3, 8, 8))), ("rois", rois)], no_grad=("rois",))
 case("roi_pooling_scaled", "ROIPooling", {"pooled_size": (3, 3), "spatial_scale": 0.5},
      [("data", u((2, 2, 8, 8))), ("rois", rois * [1, 1.5, 1.5, 1.5, 1.5])], no_grad=("rois",))
+align_rois = np.array([[0, 1.3, 0.7, 6.2, 5.9], [1, 0, 2, 7.5, 4.1], [0, 3, 3, 3.4, 3.2],
+                       [1, -1.5, 5.5, 9, 9.5]], float)
+for name, attrs, c in (("roi_align", {}, 3), ("roi_align_aligned", {"aligned": True}, 3),
+                       ("roi_align_ratio", {"sample_ratio": 2, "spatial_scale": 0.5}, 3),
+                       ("roi_align_ps", {"position_sensitive": True}, 12)):
+    full = {"pooled_size": (2, 2), "spatial_scale": 1.0}
+    full.update(attrs)
+    case(name, "_contrib_ROIAlign", full, [("data", u((2, c, 8, 8))), ("rois", align_rois)],
+         no_grad=("rois",))
+case("crop", "Crop", {"num_args": 1, "h_w": (3, 4), "offset": (1, 2)}, [("data", u((2, 3, 6, 7)))])
+case("crop_center", "Crop", {"num_args": 1, "h_w": (4, 2), "center_crop": True},
+     [("data", u((2, 3, 7, 7)))])
+case("crop_like", "Crop", {"num_args": 2, "offset": (2, 1)},
+     [("data", u((2, 3, 6, 7))), ("crop_like", u((2, 3, 3, 5)))])
 
 def numeric_grad(exe, n, heads, h=1e-6):
     """d(sum_k heads[k] . outputs[k]) / d input n by central differences of MXNet's forward."""

@@ -751,6 +751,28 @@ fn resampling_and_region_ops_refuse_bad_input_clearly() {
     };
     let e = err("ROIPooling", &[&x, &rois4], roi_attrs());
     assert!(e.contains("(R, 5)"), "{e}");
+    let e = err(
+        "_contrib_ROIAlign",
+        &[&x, &rois4],
+        roi_attrs().with("position_sensitive", true),
+    );
+    assert!(e.contains("(R, 5)"), "{e}");
+    let rois5 = rt.zeros(&[2, 5], DType::F32, cpu).unwrap();
+    let e = err(
+        "_contrib_ROIAlign",
+        &[&x, &rois5],
+        roi_attrs().with("position_sensitive", true),
+    );
+    assert!(
+        e.contains("3 channels are not a multiple of the 4 cells"),
+        "{e}"
+    );
+    let e = err(
+        "Crop",
+        &[&x],
+        Attrs::new().with("h_w", "(4, 4)").with("offset", "(5, 0)"),
+    );
+    assert!(e.contains("does not fit") && e.contains("(8, 8)"), "{e}");
     // A region naming an image past the batch fails the op when it runs, naming the region.
     let rois = rt
         .from_vec(
@@ -760,6 +782,11 @@ fn resampling_and_region_ops_refuse_bad_input_clearly() {
         )
         .unwrap();
     let e = invoke("ROIPooling", &[&x, &rois], &roi_attrs(), None).unwrap()[0]
+        .to_vec::<f32>()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("region 1 names image 2"), "{e}");
+    let e = invoke("_contrib_ROIAlign", &[&x, &rois], &roi_attrs(), None).unwrap()[0]
         .to_vec::<f32>()
         .unwrap_err()
         .to_string();

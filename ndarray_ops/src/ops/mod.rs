@@ -23,6 +23,7 @@ mod par;
 mod param_shapes;
 mod reduce;
 mod rnn;
+mod roi;
 mod shape;
 pub(crate) mod sort;
 mod stochastic;
@@ -443,6 +444,7 @@ fn registry() -> &'static FxHashMap<&'static str, &'static OpDef> {
             .chain(rnn::ops())
             .chain(gather_nd::ops())
             .chain(vision::ops())
+            .chain(roi::ops())
         {
             m.insert(def.name, def);
             for a in def.aliases {
@@ -540,8 +542,8 @@ pub fn num_outputs(def: &OpDef, attrs: &Attrs) -> Result<(usize, usize)> {
         }
         "adam_update" => (3, 1),
         "ROIPooling" => (2, 1),
-        "_backward_BilinearResize2D" => {
-            let n = vision::resize_grad_outputs(attrs);
+        "_backward_BilinearResize2D" | "_backward_Crop" => {
+            let n = vision::grad_outputs(op, attrs)?;
             (n, n)
         }
         "RNN" => {

@@ -37,6 +37,7 @@ pub(super) const MXNET_PARAMS: &[(&str, &[&str])] = &[
             "layout",
         ],
     ),
+    ("Crop", &["num_args", "offset", "h_w", "center_crop"]),
     (
         "Deconvolution",
         &[
@@ -194,6 +195,16 @@ pub(super) const MXNET_PARAMS: &[(&str, &[&str])] = &[
             "scale_width",
             "mode",
             "align_corners",
+        ],
+    ),
+    (
+        "_contrib_ROIAlign",
+        &[
+            "pooled_size",
+            "spatial_scale",
+            "sample_ratio",
+            "position_sensitive",
+            "aligned",
         ],
     ),
     ("_div", &[]),

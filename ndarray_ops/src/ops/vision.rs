@@ -1,5 +1,5 @@
-//! Resampling and region ops of detection and segmentation models, NCHW, with their backward
-//! ops: `_contrib_AdaptiveAvgPooling2D`, `_contrib_BilinearResize2D` and `ROIPooling`.
+//! Resampling ops of segmentation models, NCHW, with their backward ops:
+//! `_contrib_AdaptiveAvgPooling2D`, `_contrib_BilinearResize2D` and `Crop`.
 //!
 //! Each forward kernel walks its output one plane at a time and each backward kernel the same
 //! walk, adding every output gradient into the inputs that output read with the weight it read
@@ -15,7 +15,7 @@ use crate::{DType, Element};
 type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
 type KResult = std::result::Result<(), String>;
 
-fn check_nchw(op: &str, arg: &str, x: &[usize], d: DType) -> Result<()> {
+pub(super) fn check_nchw(op: &str, arg: &str, x: &[usize], d: DType) -> Result<()> {
     if x.len() != 4 {
         return Err(NdError::Shape {
             op: op.into(),
@@ -36,7 +36,7 @@ fn check_nchw(op: &str, arg: &str, x: &[usize], d: DType) -> Result<()> {
 }
 
 /// A 2-tuple size attribute: one value is both; `default` when absent or empty.
-fn size_pair(
+pub(super) fn size_pair(
     op: &str,
     attrs: &Attrs,
     key: &str,
@@ -352,12 +352,7 @@ fn resize_backward_kernel(
     _: &mut KernelRes,
 ) -> KResult {
     resize_pass(op, attrs, &outs[0], &ins[0], true)?;
-    if let Some(dlike) = outs.get(1) {
-        crate::with_dtype!(dlike.dtype, T => {
-            // SAFETY: exclusive access to the output.
-            unsafe { dlike.slice_mut::<T>() }.fill(T::default());
-        });
-    }
+    zero_like_gradient(outs.get(1));
     Ok(())
 }
 
@@ -365,183 +360,146 @@ fn infer_backward_like_inputs(_: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType])
     Ok((s[1..].to_vec(), d[1..].to_vec()))
 }
 
-// ---- ROIPooling --------------------------------------------------------------------------
+// ---- Crop ---------------------------------------------------------------------------------
 
-fn roi_params(op: &str, attrs: &Attrs) -> Result<((usize, usize), f64)> {
-    let pooled = size_pair(op, attrs, "pooled_size", None)?;
-    let scale = attrs.float(op, "spatial_scale", None)?;
-    if scale.is_nan() || scale <= 0.0 {
+/// MXNet's older Crop: a window of `h_w` (or of the second input's height and width) at
+/// `offset` (or centred) out of every plane. Returns the window's corner and size.
+fn crop_window(
+    op: &str,
+    attrs: &Attrs,
+    x: &[usize],
+    like: Option<&[usize]>,
+) -> Result<((usize, usize), (usize, usize))> {
+    let pair = |key: &str| -> Result<(i64, i64)> {
+        Ok(match attrs.ints(op, key)?.unwrap_or_default().as_slice() {
+            [] => (0, 0),
+            [a] => (*a, *a),
+            [a, b] => (*a, *b),
+            v => return Err(invalid(op, format!("{key}={v:?} has more than two values"))),
+        })
+    };
+    let size = match like {
+        Some(l) if l.len() == 4 => (l[2] as i64, l[3] as i64),
+        Some(l) => {
+            return Err(NdError::Shape {
+                op: op.into(),
+                arg: "crop_like".into(),
+                found: l.to_vec(),
+                expected: "4 dimensions (N, C, H, W)".into(),
+            })
+        }
+        None => pair("h_w")?,
+    };
+    let (h, w) = (x[2] as i64, x[3] as i64);
+    let at = match attrs.bool(op, "center_crop", false)? {
+        true => ((h - size.0) / 2, (w - size.1) / 2),
+        false => pair("offset")?,
+    };
+    if size.0 < 1 || size.1 < 1 || at.0 < 0 || at.1 < 0 || at.0 + size.0 > h || at.1 + size.1 > w {
         return Err(invalid(
             op,
-            format!("spatial_scale={scale} is not positive"),
+            format!(
+                "a {size:?} window at {at:?} does not fit in the {:?} planes of data {x:?}",
+                (h, w)
+            ),
         ));
     }
-    Ok((pooled, scale))
+    Ok((
+        (at.0 as usize, at.1 as usize),
+        (size.0 as usize, size.1 as usize),
+    ))
 }
 
-fn infer_roi_pooling(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+fn crop_inputs(op: &str, attrs: &Attrs) -> Result<usize> {
+    let n = attrs.f64(op, "num_args", Some(1.0))?;
+    if n != 1.0 && n != 2.0 {
+        return Err(invalid(
+            op,
+            format!("num_args={n}: takes the data, and optionally an array to crop like"),
+        ));
+    }
+    Ok(n as usize)
+}
+
+fn infer_crop(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let want = crop_inputs(op, attrs)?;
+    if s.len() != want {
+        return Err(invalid(
+            op,
+            format!("num_args={want} but {} inputs", s.len()),
+        ));
+    }
     check_nchw(op, "data", &s[0], d[0])?;
-    let ((ph, pw), _) = roi_params(op, attrs)?;
-    if s[1].len() != 2 || s[1][1] != 5 {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "rois".into(),
-            found: s[1].clone(),
-            expected: "(R, 5): batch index, x1, y1, x2, y2 per region".into(),
-        });
-    }
-    let out = vec![s[1][0], s[0][1], ph, pw];
-    // The output, and (hidden, as in MXNet) where each output's maximum was.
-    Ok((vec![out.clone(), out], vec![d[0], d[0]]))
+    let (_, (ch, cw)) = crop_window(op, attrs, &s[0], s.get(1).map(Vec::as_slice))?;
+    Ok((vec![vec![s[0][0], s[0][1], ch, cw]], vec![d[0]]))
 }
 
-/// Region `r`'s image and, per output cell, its window of the feature map (empty windows
-/// give 0 and no gradient), as MXNet's ROIPooling rounds them.
-struct Region {
-    image: usize,
-    start: (i64, i64),
-    bin: (f64, f64),
+/// Copies the window between the data (or its gradient, zero outside the window) and the
+/// output (or its gradient).
+fn crop_pass(
+    op: &str,
+    attrs: &Attrs,
+    x: &TensorRef,
+    y: &TensorRef,
+    like: Option<&[usize]>,
+    backward: bool,
+) -> KResult {
+    let ((top, left), (ch, cw)) =
+        crop_window(op, attrs, &x.shape, like).map_err(|e| e.to_string())?;
+    let (h, w) = (x.shape[2], x.shape[3]);
+    let taps = |o: usize| -> Taps<1> { ([((top + o / cw) * w + left + o % cw, 1.0)], 1) };
+    crate::with_dtype!(x.dtype, T => {
+        resample::<T, 1>(x, y, x.shape[0] * x.shape[1], h * w, ch * cw, backward, taps)
+    });
+    Ok(())
 }
 
-impl Region {
-    fn read(
-        rois: &[f64],
-        r: usize,
-        scale: f64,
-        images: usize,
-        pooled: (usize, usize),
-    ) -> std::result::Result<Region, String> {
-        let v = &rois[r * 5..r * 5 + 5];
-        let image = v[0];
-        if image.fract() != 0.0 || !(0.0..images as f64).contains(&image) {
-            return Err(format!(
-                "ROIPooling: region {r} names image {image}, outside the batch of {images}"
-            ));
-        }
-        let at = |k: usize| (v[k] * scale).round() as i64;
-        let (x1, y1, x2, y2) = (at(1), at(2), at(3), at(4));
-        let (rh, rw) = ((y2 - y1 + 1).max(1), (x2 - x1 + 1).max(1));
-        Ok(Region {
-            image: image as usize,
-            start: (y1, x1),
-            bin: (rh as f64 / pooled.0 as f64, rw as f64 / pooled.1 as f64),
-        })
-    }
-
-    /// The window of cell (a, b), clamped into an `h x w` map.
-    fn window(
-        &self,
-        a: usize,
-        b: usize,
-        h: usize,
-        w: usize,
-    ) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
-        let clamp = |v: f64, start: i64, n: usize| (v as i64 + start).clamp(0, n as i64) as usize;
-        let (bh, bw) = self.bin;
-        let rows = clamp((a as f64 * bh).floor(), self.start.0, h)
-            ..clamp(((a + 1) as f64 * bh).ceil(), self.start.0, h);
-        let cols = clamp((b as f64 * bw).floor(), self.start.1, w)
-            ..clamp(((b + 1) as f64 * bw).ceil(), self.start.1, w);
-        (rows, cols)
-    }
-}
-
-fn rois_f64(t: &TensorRef) -> Vec<f64> {
-    crate::with_dtype!(t.dtype, R => {
-        // SAFETY: read access to the regions.
-        unsafe { t.slice::<R>() }.iter().map(|v| v.to_f64()).collect()
-    })
-}
-
-fn roi_pooling_kernel(
+fn crop_kernel(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _: &mut KernelRes,
 ) -> KResult {
-    let (pooled, scale) = roi_params(op, attrs).map_err(|e| e.to_string())?;
-    let (x, y, arg) = (&ins[0], &outs[0], &outs[1]);
-    let [n, c, h, w] = [x.shape[0], x.shape[1], x.shape[2], x.shape[3]];
-    let rois = rois_f64(&ins[1]);
-    let regions = (0..y.shape[0])
-        .map(|r| Region::read(&rois, r, scale, n, pooled))
-        .collect::<std::result::Result<Vec<_>, _>>()?;
-    let cells = pooled.0 * pooled.1;
-    crate::with_dtype!(x.dtype, T => {
-        let (xs, ys, args) = (Shared::new(x.ptr::<T>()), Shared::new(y.ptr::<T>()), Shared::new(arg.ptr::<T>()));
-        for_ranges(regions.len() * c, h * w, |lo, hi| {
-            for plane in lo..hi {
-                let (reg, ch) = (&regions[plane / c], plane % c);
-                // SAFETY: the image's channel and the output plane lie inside their buffers;
-                // this range alone writes output plane `plane` (and its argmax plane).
-                unsafe {
-                    let xi = xs.piece(reg.image * c + ch, h * w);
-                    let (yo, ao) = (ys.piece_mut(plane, cells), args.piece_mut(plane, cells));
-                    for a in 0..pooled.0 {
-                        for b in 0..pooled.1 {
-                            let (rows, cols) = reg.window(a, b, h, w);
-                            let mut best: Option<(usize, T)> = None;
-                            for i in rows {
-                                for j in cols.clone() {
-                                    let v = xi[i * w + j];
-                                    if best.is_none_or(|(_, m)| v > m) {
-                                        best = Some((i * w + j, v));
-                                    }
-                                }
-                            }
-                            let k = a * pooled.1 + b;
-                            (yo[k], ao[k]) = match best {
-                                Some((at, v)) => (v, T::from_f64(at as f64)),
-                                None => (T::default(), T::from_f64(-1.0)),
-                            };
-                        }
-                    }
-                }
-            }
-        });
-    });
-    Ok(())
+    crop_pass(
+        op,
+        attrs,
+        &ins[0],
+        &outs[0],
+        ins.get(1).map(|t| &t.shape[..]),
+        false,
+    )
 }
 
-/// `_backward_ROIPooling(ograd, rois, argmax, data)`: each output gradient into the element its
-/// maximum came from.
-fn roi_pooling_backward_kernel(
-    _: &str,
-    _: &Attrs,
+/// `_backward_Crop(ograd, data[, crop_like])`: the gradient inside the window, and zeros for
+/// `crop_like`.
+fn crop_backward_kernel(
+    op: &str,
+    attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _: &mut KernelRes,
 ) -> KResult {
-    let (g, arg, dx) = (&ins[0], &ins[2], &outs[0]);
-    let [c, hw] = [dx.shape[1], dx.shape[2] * dx.shape[3]];
-    let rois = rois_f64(&ins[1]);
-    let cells = g.shape[2] * g.shape[3];
-    crate::with_dtype!(dx.dtype, T => {
-        // SAFETY: read access to the gradient and the argmax, exclusive access to d data (not
-        // alias-safe); regions were checked by the forward pass, which wrote the argmax.
-        let (gs, args, dxs) = unsafe { (g.slice::<T>(), arg.slice::<T>(), dx.slice_mut::<T>()) };
-        dxs.fill(T::default());
-        for r in 0..g.shape[0] {
-            let image = rois[r * 5] as usize;
-            for ch in 0..c {
-                let plane = r * c + ch;
-                let base = (image * c + ch) * hw;
-                for k in 0..cells {
-                    let at = args[plane * cells + k].to_f64();
-                    if at >= 0.0 {
-                        let d = &mut dxs[base + at as usize];
-                        *d = d.add(gs[plane * cells + k]);
-                    }
-                }
-            }
-        }
-    });
+    crop_pass(
+        op,
+        attrs,
+        &outs[0],
+        &ins[0],
+        ins.get(2).map(|t| &t.shape[..]),
+        true,
+    )?;
+    zero_like_gradient(outs.get(1));
     Ok(())
 }
 
-fn infer_roi_pooling_backward(_: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    Ok((vec![s[3].clone()], vec![d[0]]))
+/// Zeros the gradient of an input read for its shape alone.
+fn zero_like_gradient(t: Option<&TensorRef>) {
+    if let Some(t) = t {
+        crate::with_dtype!(t.dtype, T => {
+            // SAFETY: exclusive access to the output.
+            unsafe { t.slice_mut::<T>() }.fill(T::default());
+        });
+    }
 }
 
 pub(super) fn ops() -> &'static [OpDef] {
@@ -584,27 +542,26 @@ pub(super) fn ops() -> &'static [OpDef] {
         },
         OpDef {
             alias_safe: false,
-            ..OpDef::new(
-                "ROIPooling",
-                Arity::Exactly(2),
-                infer_roi_pooling,
-                roi_pooling_kernel,
-            )
+            ..OpDef::new("Crop", Arity::AtLeast(1), infer_crop, crop_kernel)
         },
         OpDef {
             alias_safe: false,
             ..OpDef::new(
-                "_backward_ROIPooling",
-                Arity::Exactly(4),
-                infer_roi_pooling_backward,
-                roi_pooling_backward_kernel,
+                "_backward_Crop",
+                Arity::AtLeast(2),
+                infer_backward_like_inputs,
+                crop_backward_kernel,
             )
         },
     ];
     OPS
 }
 
-/// How many outputs `_backward_BilinearResize2D` has: the data's gradient, and `like`'s.
-pub(super) fn resize_grad_outputs(attrs: &Attrs) -> usize {
-    resize_inputs(attrs)
+/// How many outputs `_backward_BilinearResize2D` and `_backward_Crop` have: the data's
+/// gradient, and the shape input's.
+pub(super) fn grad_outputs(op: &str, attrs: &Attrs) -> Result<usize> {
+    match op {
+        "_backward_Crop" => crop_inputs(op, attrs),
+        _ => Ok(resize_inputs(attrs)),
+    }
 }

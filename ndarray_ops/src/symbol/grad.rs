@@ -817,8 +817,9 @@ fn gather_nd(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeE
     Ok(vec![Some(d), None])
 }
 
-/// The resampling and region ops of `ops::vision`: one backward node reading the output
-/// gradient and the forward inputs (ROIPooling: also where each maximum was).
+/// The resampling and region ops of `ops::vision` and `ops::roi`: one backward node reading
+/// the output gradient and the forward inputs (ROIPooling: also where each maximum was; the
+/// region ops: no gradient for the regions).
 fn vision(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let g = need(n, og)?;
     let op = n.op_name();
@@ -833,6 +834,16 @@ fn vision(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntr
                 n.attrs.clone(),
             )?;
             Ok(vec![Some(out(&bw, 0)), None])
+        }
+        "_contrib_ROIAlign" => {
+            let ins = vec![g, n.inputs[1].clone(), n.inputs[0].clone()];
+            let d = op1(
+                "_backward_ROIAlign",
+                format!("{}_backward", n.name),
+                ins,
+                n.attrs.clone(),
+            )?;
+            Ok(vec![Some(d), None])
         }
         _ => {
             let mut ins = vec![g];
@@ -1113,7 +1124,11 @@ fn rule(op: &str) -> Option<GradFn> {
         "BatchNorm" => batch_norm,
         "Dropout" => dropout,
         "RNN" => rnn,
-        "_contrib_AdaptiveAvgPooling2D" | "_contrib_BilinearResize2D" | "ROIPooling" => vision,
+        "_contrib_AdaptiveAvgPooling2D"
+        | "_contrib_BilinearResize2D"
+        | "Crop"
+        | "ROIPooling"
+        | "_contrib_ROIAlign" => vision,
         "gather_nd" | "scatter_nd" => gather_nd,
         "Flatten" | "Reshape" | "reshape" | "expand_dims" | "squeeze" => flatten,
         "transpose" => transpose,
