@@ -431,6 +431,11 @@ case("crop_center", "Crop", {"num_args": 1, "h_w": (4, 2), "center_crop": True},
      [("data", u((2, 3, 7, 7)))])
 case("crop_like", "Crop", {"num_args": 2, "offset": (2, 1)},
      [("data", u((2, 3, 6, 7))), ("crop_like", u((2, 3, 3, 5)))])
+for scale in (2, 3):
+    k = 2 * scale - scale % 2
+    case("upsampling_bilinear_%d" % scale, "UpSampling",
+         {"scale": scale, "num_filter": 3, "sample_type": "bilinear", "num_args": 2},
+         [("data", u((2, 3, 4, 5))), ("weight", u((3, 1, k, k)))])
 
 def numeric_grad(exe, n, heads, h=1e-6):
     """d(sum_k heads[k] . outputs[k]) / d input n by central differences of MXNet's forward."""

@@ -395,3 +395,45 @@ fn older_op_names_load_as_todays_ops() {
     // Zero inputs: a uniform distribution over the three classes.
     assert!(p.iter().all(|v| (v - 1.0 / 3.0).abs() < 1e-6), "{p:?}");
 }
+
+/// Parameter shapes follow from the data's for Deconvolution and bilinear UpSampling (a
+/// depthwise Deconvolution: kernel 2s - s % 2), as MXNet's files leave them out.
+#[test]
+fn deconvolution_and_bilinear_upsampling_weights_follow_from_the_data() {
+    let rt = Runtime::with_engine(engine::EngineKind::Naive);
+    let data = Symbol::var("data");
+    let up = Symbol::op(
+        "UpSampling",
+        "up",
+        &[&data, &Symbol::var("up_weight")],
+        Attrs::new()
+            .with("scale", 3)
+            .with("num_filter", 4)
+            .with("sample_type", "bilinear")
+            .with("num_args", 2),
+    )
+    .unwrap();
+    let deconv = Symbol::op(
+        "Deconvolution",
+        "deconv",
+        &[
+            &up,
+            &Symbol::var("deconv_weight"),
+            &Symbol::var("deconv_bias"),
+        ],
+        Attrs::new()
+            .with("kernel", "(2, 2)")
+            .with("stride", "(2, 2)")
+            .with("num_filter", 6)
+            .with("num_group", 2)
+            .with("no_bias", "False"),
+    )
+    .unwrap();
+    let shapes = HashMap::from([("data".to_string(), vec![2, 4, 5, 5])]);
+    let exec = Executor::simple_bind(&rt, Context::cpu(0), &deconv, &shapes).unwrap();
+    let args = exec.arg_dict();
+    assert_eq!(args["up_weight"].shape(), [4, 1, 5, 5]);
+    assert_eq!(args["deconv_weight"].shape(), [4, 3, 2, 2]);
+    assert_eq!(args["deconv_bias"].shape(), [6]);
+    assert_eq!(exec.outputs()[0].shape(), [2, 6, 30, 30]);
+}

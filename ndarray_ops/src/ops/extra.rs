@@ -443,6 +443,70 @@ fn deconv_geometry(op: &str, attrs: &Attrs, hw: (usize, usize)) -> Result<(Conv,
     Ok((c, out))
 }
 
+/// UpSampling's `bilinear` mode is, as in MXNet, a depthwise Deconvolution with the weight
+/// input (MXNet initializes it to a bilinear kernel; it is learned like any weight): kernel
+/// `2s - s % 2`, stride `s`, padding `ceil((s - 1) / 2)`, one group per channel, no bias.
+/// Returns that Deconvolution's attributes, or `None` for `nearest` (a gather op).
+pub(crate) fn bilinear_upsampling(op: &str, attrs: &Attrs) -> Result<Option<Attrs>> {
+    if attrs.get("sample_type") != Some("bilinear") {
+        return Ok(None);
+    }
+    let scale = attrs.f64(op, "scale", None)?;
+    let filters = attrs.f64(op, "num_filter", Some(0.0))?;
+    if scale < 1.0 || scale.fract() != 0.0 || filters < 1.0 || filters.fract() != 0.0 {
+        return Err(invalid(
+            op,
+            format!("bilinear needs a positive integer scale and num_filter (the channels), got scale={scale}, num_filter={filters}"),
+        ));
+    }
+    if attrs.f64(op, "num_args", Some(2.0))? != 2.0 {
+        return Err(invalid(
+            op,
+            "bilinear takes num_args=2: the data and the weight",
+        ));
+    }
+    let (s, f) = (scale as usize, filters as usize);
+    let k = 2 * s - s % 2;
+    let p = (s - 1).div_ceil(2);
+    Ok(Some(
+        Attrs::new()
+            .with("kernel", format!("({k}, {k})"))
+            .with("stride", format!("({s}, {s})"))
+            .with("pad", format!("({p}, {p})"))
+            .with("num_filter", f)
+            .with("num_group", f)
+            .with("no_bias", "True"),
+    ))
+}
+
+fn infer_upsampling(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    match bilinear_upsampling(op, attrs)? {
+        Some(deconv) => infer_deconv(op, &deconv, s, d),
+        None => {
+            if s.len() != 1 {
+                return Err(invalid(
+                    op,
+                    format!("nearest takes one input, got {}", s.len()),
+                ));
+            }
+            super::gather::infer_gather(op, attrs, s, d)
+        }
+    }
+}
+
+fn upsampling_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    res: &mut KernelRes,
+) -> KResult {
+    match bilinear_upsampling(op, attrs).map_err(|e| e.to_string())? {
+        Some(deconv) => deconv_kernel(op, &deconv, ins, outs, res),
+        None => super::gather::gather_kernel(op, attrs, ins, outs, res),
+    }
+}
+
 fn infer_deconv(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let dt = same_dtypes(op, d)?;
     let c = conv_params(op, attrs)?;
@@ -671,6 +735,20 @@ pub(super) fn ops() -> &'static [OpDef] {
         ),
         OpDef {
             resources: &[Resource::TempSpace],
+            infer_inputs: Some(super::param_shapes::upsampling),
+            ..def!(
+                "UpSampling",
+                &[],
+                Arity::AtLeast(1),
+                infer_upsampling,
+                upsampling_kernel,
+                &[],
+                false
+            )
+        },
+        OpDef {
+            resources: &[Resource::TempSpace],
+            infer_inputs: Some(super::param_shapes::deconvolution),
             ..def!(
                 "Deconvolution",
                 &[],

@@ -407,7 +407,7 @@ fn check_attrs(op: &str, attrs: &Attrs) -> Result<()> {
     Ok(())
 }
 
-fn infer_gather(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+pub(super) fn infer_gather(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     check_attrs(op, attrs)?;
     let out = out_shape(op, attrs, s)?;
     if op == "Pad" && attrs.get("mode").unwrap_or("constant") == "reflect" {
@@ -460,7 +460,7 @@ fn for_each_offset(maps: &[AxisMap], mut f: impl FnMut(usize, Option<usize>)) {
     }
 }
 
-fn gather_kernel(
+pub(super) fn gather_kernel(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -969,7 +969,6 @@ pub(super) fn ops() -> &'static [OpDef] {
         gather("reverse", &["flip"], 1),
         gather("SwapAxis", &["swapaxes"], 1),
         gather("Pad", &["pad"], 1),
-        gather("UpSampling", &[], 1),
         gather("slice_like", &[], 2),
         OpDef {
             alias_safe: false,

@@ -30,6 +30,7 @@ mod stochastic;
 mod vision;
 
 pub(crate) use elemwise::{broadcast_twin, scalar_of};
+pub(crate) use extra::bilinear_upsampling;
 pub(crate) use nn::softmax_axis;
 pub(crate) use reduce::norm_ord;
 pub(crate) use rnn::gradient_inputs as rnn_gradient_inputs;

@@ -52,6 +52,33 @@ pub(super) fn convolution(op: &str, attrs: &Attrs, ins: &Known) -> Found {
     Ok(out)
 }
 
+/// Deconvolution: weight (channels, num_filter / num_group, kh, kw), bias (num_filter).
+pub(super) fn deconvolution(op: &str, attrs: &Attrs, ins: &Known) -> Found {
+    let filters = usize_attr(op, attrs, "num_filter", None)?;
+    let groups = usize_attr(op, attrs, "num_group", Some(1.0))?.max(1);
+    let kernel = attrs.ints(op, "kernel")?.unwrap_or_default();
+    let mut out = vec![None; ins.len()];
+    if let Some(Some(x)) = ins.first() {
+        if x.len() >= 2 && ins.len() > 1 {
+            let mut w = vec![x[1], filters / groups];
+            w.extend(kernel.iter().map(|&k| k.max(0) as usize));
+            out[1] = Some(w);
+        }
+    }
+    if ins.len() > 2 {
+        out[2] = Some(vec![filters]);
+    }
+    Ok(out)
+}
+
+/// UpSampling: bilinear's weight is its Deconvolution's; nearest has no parameters.
+pub(super) fn upsampling(op: &str, attrs: &Attrs, ins: &Known) -> Found {
+    match super::extra::bilinear_upsampling(op, attrs)? {
+        Some(deconv) => deconvolution(op, &deconv, ins),
+        None => Ok(vec![None; ins.len()]),
+    }
+}
+
 /// BatchNorm: gamma, beta, moving mean and variance all have the channel count.
 pub(super) fn batch_norm(op: &str, attrs: &Attrs, ins: &Known) -> Found {
     let mut out = vec![None; ins.len()];

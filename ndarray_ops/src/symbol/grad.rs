@@ -76,6 +76,24 @@ fn convolution(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<Nod
     backward_node(n, &format!("_backward_{}", n.op_name()), ins)
 }
 
+/// UpSampling: nearest is a gather op; bilinear is a Deconvolution, whose backward op takes
+/// that Deconvolution's attributes.
+fn upsampling(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    match crate::ops::bilinear_upsampling(n.op_name(), &n.attrs)? {
+        None => gather(n, og),
+        Some(deconv) => {
+            let ins = vec![need(n, og)?, n.inputs[0].clone(), n.inputs[1].clone()];
+            let bw = make(
+                "_backward_Deconvolution",
+                format!("{}_backward", n.name),
+                ins,
+                deconv,
+            )?;
+            Ok(vec![Some(out(&bw, 0)), Some(out(&bw, 1))])
+        }
+    }
+}
+
 fn pooling(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let ins = vec![need(n, og)?, n.inputs[0].clone()];
     let bw = make(
@@ -1046,6 +1064,8 @@ fn identity(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEn
 fn rule(op: &str) -> Option<GradFn> {
     Some(match op {
         "FullyConnected" => fully_connected,
+        // Before the gather ops: bilinear UpSampling is a Deconvolution.
+        "UpSampling" => upsampling,
         "Activation" => activation,
         "SoftmaxOutput" => softmax_output,
         "elemwise_add" => add,
