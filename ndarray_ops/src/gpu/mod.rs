@@ -18,6 +18,7 @@ pub(crate) mod cudnn;
 mod emulate;
 pub(crate) mod ops;
 mod ptx_cache;
+mod rnn;
 #[cfg(test)]
 mod tests;
 
@@ -59,6 +60,8 @@ pub(crate) const KERNEL_NAMES: &[&str] = &[
     "axis_copy",
     "leaky_fwd",
     "leaky_bwd",
+    "rnn_step_fwd",
+    "rnn_step_bwd",
 ];
 
 /// A kernel's one argument (the `KArgs` of `kernels.cu`, field for field): device pointers,

@@ -57,6 +57,8 @@ pub(crate) fn kernel_for(def: &OpDef) -> Option<GpuKernel> {
         "SliceChannel" => split,
         "Concat" => concat,
         "LeakyReLU" | "_backward_LeakyReLU" => leaky_relu,
+        "RNN" => super::rnn::rnn,
+        "_backward_RNN" => super::rnn::rnn_backward,
         _ => return None,
     })
 }
@@ -68,10 +70,8 @@ pub(crate) fn check(
     dtypes: impl IntoIterator<Item = DType>,
 ) -> Result<GpuKernel, String> {
     let kernel = kernel_for(def).ok_or_else(|| format!("{} has no GPU kernel", def.name))?;
-    if matches!(def.name, "LeakyReLU" | "_backward_LeakyReLU")
-        && leaky_code(def.name, attrs)?.is_none()
-    {
-        return Err(format!("{}: act_type prelu has no GPU kernel", def.name));
+    if let Some(why) = unsupported(def.name, attrs)? {
+        return Err(format!("{}: {why}", def.name));
     }
     match dtypes.into_iter().find(|d| *d != DType::F32) {
         Some(d) => Err(format!(
@@ -80,6 +80,19 @@ pub(crate) fn check(
         )),
         None => Ok(kernel),
     }
+}
+
+/// What a GPU kernel leaves to the CPU among the modes its op's attributes select.
+fn unsupported(op: &str, attrs: &Attrs) -> Result<Option<&'static str>, String> {
+    Ok(match op {
+        "LeakyReLU" | "_backward_LeakyReLU" if leaky_code(op, attrs)?.is_none() => {
+            Some("act_type prelu has no GPU kernel")
+        }
+        "RNN" | "_backward_RNN" if crate::ops::rnn::Rnn::parse(op, attrs).map_err(e2s)?.seq_len => {
+            Some("use_sequence_length has no GPU kernel")
+        }
+        _ => None,
+    })
 }
 
 /// Runs a GPU kernel, first moving any input that overlaps an output (unless it is exactly that

@@ -860,3 +860,60 @@ fn every_op_of_the_shared_models_and_a_transformer_block_trains_on_the_gpu() {
         assert!(ops.len() > 2, "{file}: {ops:?}");
     }
 }
+
+/// The fused RNN on the emulated GPU against the CPU kernel: every mode, one and two layers,
+/// one and two directions, with and without state outputs, forward and backward (the backward
+/// op from head gradients for every output); the kernels run are the RNN's own. Sequence
+/// lengths are refused on the GPU, naming the option.
+#[test]
+fn rnn_forward_and_backward_match_the_cpu() {
+    let rng = &mut StdRng::seed_from_u64(17);
+    let (steps, batch, input, hidden) = (4, 3, 5, 6);
+    for (mode, gates) in [("lstm", 4), ("gru", 3), ("rnn_tanh", 1), ("rnn_relu", 1)] {
+        for (layers, dirs, state_outputs) in [(1, 1, true), (2, 2, true), (2, 1, false)] {
+            let attrs = Attrs::new()
+                .with("mode", mode)
+                .with("state_size", hidden)
+                .with("num_layers", layers)
+                .with("bidirectional", dirs == 2)
+                .with("state_outputs", state_outputs);
+            let params: usize = (0..layers)
+                .map(|l| {
+                    let width = if l == 0 { input } else { dirs * hidden };
+                    dirs * gates * hidden * (width + hidden + 2)
+                })
+                .sum();
+            let state = [layers * dirs, batch, hidden];
+            let mut ins = vec![
+                random(rng, &[steps, batch, input]),
+                random(rng, &[params]),
+                random(rng, &state),
+            ];
+            // Smaller weights keep the gates away from saturation, where float32 says little.
+            ins[1].1.iter_mut().for_each(|v| *v *= 0.5);
+            if mode == "lstm" {
+                ins.push(random(rng, &state));
+            }
+            let launched = check("RNN", &attrs, &ins, 1e-4);
+            assert!(launched.contains(&"rnn_step_fwd"), "{launched:?}");
+            let mut heads = vec![random(rng, &[steps, batch, dirs * hidden])];
+            if state_outputs {
+                heads.push(random(rng, &state));
+                if mode == "lstm" {
+                    heads.push(random(rng, &state));
+                }
+            }
+            heads.extend(ins.iter().cloned());
+            let launched = check("_backward_RNN", &attrs, &heads, 1e-4);
+            assert!(launched.contains(&"rnn_step_bwd"), "{launched:?}");
+        }
+    }
+    let def = lookup("RNN").expect("registered");
+    let seq = Attrs::new()
+        .with("mode", "gru")
+        .with("state_size", 2)
+        .with("num_layers", 1)
+        .with("use_sequence_length", true);
+    let err = gpu_check(def, &seq, [DType::F32]).err().expect("refused");
+    assert!(err.contains("use_sequence_length"), "{err}");
+}

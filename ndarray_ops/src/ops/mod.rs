@@ -22,7 +22,7 @@ mod norm;
 mod par;
 mod param_shapes;
 mod reduce;
-mod rnn;
+pub(crate) mod rnn;
 mod roi;
 mod shape;
 pub(crate) mod sort;

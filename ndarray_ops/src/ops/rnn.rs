@@ -30,7 +30,7 @@ type KResult = std::result::Result<(), String>;
 
 /// The recurrence of one layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Mode {
+pub(crate) enum Mode {
     Relu,
     Tanh,
     Lstm,
@@ -49,28 +49,28 @@ impl Mode {
 
 /// An RNN node's attributes, checked.
 #[derive(Clone, Copy, Debug)]
-struct Rnn {
-    mode: Mode,
-    hidden: usize,
-    layers: usize,
-    dirs: usize,
+pub(crate) struct Rnn {
+    pub(crate) mode: Mode,
+    pub(crate) hidden: usize,
+    pub(crate) layers: usize,
+    pub(crate) dirs: usize,
     state_outputs: bool,
-    seq_len: bool,
+    pub(crate) seq_len: bool,
 }
 
 /// Where one (layer, direction)'s weights and biases start in the flat parameter vector, and
 /// the width of its input.
 #[derive(Clone, Copy, Debug)]
-struct Slot {
-    wx: usize,
-    wh: usize,
-    bx: usize,
-    bh: usize,
-    input: usize,
+pub(crate) struct Slot {
+    pub(crate) wx: usize,
+    pub(crate) wh: usize,
+    pub(crate) bx: usize,
+    pub(crate) bh: usize,
+    pub(crate) input: usize,
 }
 
 impl Rnn {
-    fn parse(op: &str, attrs: &Attrs) -> Result<Rnn> {
+    pub(crate) fn parse(op: &str, attrs: &Attrs) -> Result<Rnn> {
         let mode = match attrs.get("mode") {
             Some("rnn_relu") => Mode::Relu,
             Some("rnn_tanh") => Mode::Tanh,
@@ -134,12 +134,12 @@ impl Rnn {
         })
     }
 
-    fn lstm(&self) -> bool {
+    pub(crate) fn lstm(&self) -> bool {
         self.mode == Mode::Lstm
     }
 
     /// Gate rows of a weight matrix.
-    fn gh(&self) -> usize {
+    pub(crate) fn gh(&self) -> usize {
         self.mode.gates() * self.hidden
     }
 
@@ -154,7 +154,7 @@ impl Rnn {
     }
 
     /// Outputs: the sequence, then with `state_outputs` the final state and LSTM's final cell.
-    fn outputs(&self) -> usize {
+    pub(crate) fn outputs(&self) -> usize {
         if self.state_outputs {
             2 + usize::from(self.lstm())
         } else {
@@ -419,10 +419,10 @@ fn sum_rows<T: Element>(rows: &[T], acc: &mut [T]) {
 
 /// One pass over a batch: its sizes, the parameters and where each slot's lie, and how far each
 /// sample runs.
-struct Pass<'a, T> {
-    r: Rnn,
-    steps: usize,
-    batch: usize,
+pub(crate) struct Pass<'a, T> {
+    pub(crate) r: Rnn,
+    pub(crate) steps: usize,
+    pub(crate) batch: usize,
     params: &'a [T],
     slots: Vec<Slot>,
     /// Steps each sample runs (all `steps` without `use_sequence_length`).
@@ -430,7 +430,7 @@ struct Pass<'a, T> {
 }
 
 /// Step `s` of direction `d` is time `t`: forward in time, or backward from the end.
-fn time(d: usize, s: usize, steps: usize) -> usize {
+pub(crate) fn time(d: usize, s: usize, steps: usize) -> usize {
     if d == 0 {
         s
     } else {
@@ -438,23 +438,37 @@ fn time(d: usize, s: usize, steps: usize) -> usize {
     }
 }
 
-impl<T: Real> Pass<'_, T> {
-    fn slot(&self, l: usize, d: usize) -> Slot {
+impl<'a, T> Pass<'a, T> {
+    /// The pass over data of shape `data` with these parameters and, per sample, how many
+    /// steps it runs (all of them without `lens`).
+    pub(crate) fn new(r: Rnn, data: &[usize], params: &'a [T], lens: Option<Vec<usize>>) -> Self {
+        let (steps, batch) = (data[0], data[1]);
+        Pass {
+            r,
+            steps,
+            batch,
+            params,
+            slots: r.slots(data[2]).0,
+            lens: lens.unwrap_or_else(|| vec![steps; batch]),
+        }
+    }
+
+    pub(crate) fn slot(&self, l: usize, d: usize) -> Slot {
         self.slots[l * self.r.dirs + d]
     }
 
-    fn width(&self) -> usize {
+    pub(crate) fn width(&self) -> usize {
         self.r.dirs * self.r.hidden
     }
 
     /// Elements of one layer's output, `(T, N, D*H)`.
-    fn layer_len(&self) -> usize {
+    pub(crate) fn layer_len(&self) -> usize {
         self.steps * self.batch * self.width()
     }
 
     /// Width of a trace's extra values per step: LSTM's new cell and its tanh, GRU's hidden
     /// part of the candidate.
-    fn extra(&self) -> usize {
+    pub(crate) fn extra(&self) -> usize {
         match self.r.mode {
             Mode::Lstm => 2 * self.r.hidden,
             Mode::Gru => self.r.hidden,
@@ -464,10 +478,12 @@ impl<T: Real> Pass<'_, T> {
 
     /// Elements of one (layer, direction)'s trace: every step's activated gates, then every
     /// step's extra values.
-    fn trace_len(&self) -> usize {
+    pub(crate) fn trace_len(&self) -> usize {
         self.steps * self.batch * (self.r.gh() + self.extra())
     }
+}
 
+impl<T: Real> Pass<'_, T> {
     /// The state sample `n` carries into time `t` in direction `d`: the step before in the
     /// direction's order, or `None` at its first step (the initial state).
     fn before(&self, d: usize, t: usize, n: usize) -> Option<usize> {
@@ -750,7 +766,7 @@ fn rnn_kernel(
         // keeps apart from the inputs (the op is not alias-safe).
         let (xs, params, h0) = unsafe { (x.slice::<T>(), ins[1].slice::<T>(), ins[2].slice::<T>()) };
         let c0: &[T] = if r.lstm() { unsafe { ins[3].slice::<T>() } } else { &[] };
-        let pass = Pass { r, steps, batch, params, slots: r.slots(x.shape[2]).0, lens };
+        let pass = Pass::new(r, &x.shape, params, Some(lens));
         let state = r.layers * r.dirs * batch * r.hidden;
         let out = unsafe { outs[0].slice_mut::<T>() };
         // Intermediate layers' outputs, one trace reused by every layer, the hidden projection,
@@ -794,7 +810,7 @@ fn rnn_backward_kernel(
         let dcy: &[T] = if heads > 2 { unsafe { ins[2].slice::<T>() } } else { &[] };
         let (dx, dparams, dh0) = unsafe { (outs[0].slice_mut::<T>(), outs[1].slice_mut::<T>(), outs[2].slice_mut::<T>()) };
         let dc0: &mut [T] = if r.lstm() { unsafe { outs[3].slice_mut::<T>() } } else { &mut [] };
-        let pass = Pass { r, steps, batch, params, slots: r.slots(x.shape[2]).0, lens };
+        let pass = Pass::new(r, &x.shape, params, Some(lens));
         backward(&pass, xs, h0, c0, dout, dhy, dcy, dx, dparams, dh0, dc0, res)?;
     });
     Ok(())
