@@ -238,6 +238,38 @@ fn a_transformer_block_on_the_gpu_gives_the_cpus_outputs_and_gradients() {
     assert_close("transformer block", &on_gpu, &on_cpu, 1e-3);
 }
 
+/// A two-layer bidirectional LSTM and a GRU on the GPU (MXNet's fused RNN op: cuBLAS GEMMs and
+/// one kernel per step) against the CPU: the sequence output and the gradients of the data, the
+/// parameters and the initial states, from seeded head gradients for every output.
+#[test]
+fn recurrent_layers_on_the_gpu_give_the_cpus_outputs_and_gradients() {
+    let Some(gpu) = gpu() else { return };
+    let rt = runtime(StorageConfig::default());
+    for (mode, cell) in [("lstm", true), ("gru", false)] {
+        let mut ins = vec![
+            Symbol::var("data"),
+            Symbol::var("parameters"),
+            Symbol::var("state"),
+        ];
+        if cell {
+            ins.push(Symbol::var("state_cell"));
+        }
+        let refs: Vec<&Symbol> = ins.iter().collect();
+        let attrs = Attrs::new()
+            .with("mode", mode)
+            .with("state_size", 16)
+            .with("num_layers", 2)
+            .with("bidirectional", true)
+            .with("state_outputs", true);
+        let sym = op("RNN", "rnn", &refs, attrs);
+        let shapes = HashMap::from([("data".to_string(), vec![12, 4, 10])]);
+        let on_gpu = forward_backward_from(&rt, gpu, &sym, &shapes, true);
+        let on_cpu = forward_backward_from(&rt, Context::cpu(0), &sym, &shapes, true);
+        assert_eq!(on_gpu.len(), if cell { 4 } else { 3 }, "{mode}");
+        assert_close(mode, &on_gpu, &on_cpu, 1e-3);
+    }
+}
+
 /// Dropout in training on the GPU: the mask holds 0 or 1 / (1 - p) at about the rate p, the
 /// output is the data times it, the gradient the output's gradient times it; a reseeded runtime
 /// draws the same masks again, and the next call another.
