@@ -914,6 +914,6 @@ fn rnn_forward_and_backward_match_the_cpu() {
         .with("state_size", 2)
         .with("num_layers", 1)
         .with("use_sequence_length", true);
-    let err = gpu_check(def, &seq, [DType::F32]).err().expect("refused");
+    let err = gpu_check(def, &seq, [DType::F32]).expect_err("refused");
     assert!(err.contains("use_sequence_length"), "{err}");
 }
