@@ -786,3 +786,89 @@ KERNEL void rnn_step_bwd(KArgs a) {
         }
     }
 }
+
+// Unary math (ops/math.rs and the unary ops of ops/elemwise.rs), computed in double as the CPU
+// kernels do; the code is the function's place in gpu/ops.rs's UNARY list.
+__device__ inline double unary_f(i64 code, double x) {
+    const double pi = 3.14159265358979323846;
+    switch (code) {
+        case 0: return -x;
+        case 1: return fabs(x);
+        case 2: return x * x;
+        case 3: return exp(x);
+        case 4: return log(x);
+        case 5: return sqrt(x);
+        case 6: return 1.0 / sqrt(x);
+        case 7: return 1.0 / x;
+        case 8: return cbrt(x);
+        case 9: return 1.0 / cbrt(x);
+        case 10: return log1p(x);
+        case 11: return expm1(x);
+        case 12: return log2(x);
+        case 13: return log10(x);
+        case 14: return erf(x);
+        case 15: return sin(x);
+        case 16: return cos(x);
+        case 17: return tan(x);
+        case 18: return asin(x);
+        case 19: return acos(x);
+        case 20: return atan(x);
+        case 21: return sinh(x);
+        case 22: return cosh(x);
+        case 23: return asinh(x);
+        case 24: return acosh(x);
+        case 25: return atanh(x);
+        case 26: return x * (180.0 / pi);
+        case 27: return x * (pi / 180.0);
+        case 28: return x / (1.0 + fabs(x));
+        case 29: return round(x);
+        // MXNet's rint takes halves down.
+        case 30: { double d = floor(x); return x - d <= 0.5 ? d : d + 1.0; }
+        case 31: case 32: return trunc(x);
+        case 33: return floor(x);
+        case 34: return ceil(x);
+        default: return x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : 0.0);
+    }
+}
+
+// The derivative of unary_f's function `code`, written in the input or the output as ops/math.rs
+// writes it (v is whichever the backward node reads).
+__device__ inline double unary_d(i64 code, double v) {
+    const double pi = 3.14159265358979323846;
+    switch (code) {
+        case 6: return -0.5 / (v * sqrt(v));
+        case 7: return -1.0 / (v * v);
+        case 8: return 1.0 / (3.0 * v * v);
+        case 9: return -1.0 / (3.0 * v * cbrt(v));
+        case 10: return 1.0 / (1.0 + v);
+        case 11: return exp(v);
+        case 12: return 1.0 / (v * 0.69314718055994530942);
+        case 13: return 1.0 / (v * 2.30258509299404568402);
+        case 14: return 2.0 / sqrt(pi) * exp(-v * v);
+        case 15: return cos(v);
+        case 16: return -sin(v);
+        case 17: return 1.0 + v * v;
+        case 18: return 1.0 / sqrt(1.0 - v * v);
+        case 19: return -1.0 / sqrt(1.0 - v * v);
+        case 20: return 1.0 / (1.0 + v * v);
+        case 21: return cosh(v);
+        case 22: return sinh(v);
+        case 23: return 1.0 / sqrt(v * v + 1.0);
+        case 24: return 1.0 / sqrt(v * v - 1.0);
+        case 25: return 1.0 / (1.0 - v * v);
+        case 26: return 180.0 / pi;
+        case 27: return pi / 180.0;
+        case 28: return 1.0 / ((1.0 + fabs(v)) * (1.0 + fabs(v)));
+        default: return 0.0;
+    }
+}
+
+// p0 = f(p1), f the function i1.
+KERNEL void unary_fwd(KArgs a) {
+    FOR_EACH(t, a.i[0]) a.p[0][t] = (float)unary_f(a.i[1], (double)a.p[1][t]);
+}
+
+// p0 = p1 * f'(p2): the gradient p1 through the function i1, its derivative taken at p2.
+KERNEL void unary_bwd(KArgs a) {
+    FOR_EACH(t, a.i[0]) a.p[0][t] = (float)((double)a.p[1][t] * unary_d(a.i[1], (double)a.p[2][t]));
+}

@@ -62,6 +62,8 @@ pub(crate) const KERNEL_NAMES: &[&str] = &[
     "leaky_bwd",
     "rnn_step_fwd",
     "rnn_step_bwd",
+    "unary_fwd",
+    "unary_bwd",
 ];
 
 /// A kernel's one argument (the `KArgs` of `kernels.cu`, field for field): device pointers,

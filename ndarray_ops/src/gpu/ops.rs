@@ -21,7 +21,9 @@ pub(crate) fn kernel_for(def: &OpDef) -> Option<GpuKernel> {
     }
     Some(match def.name {
         "_copy" | "_CrossDeviceCopy" => copy,
-        "_zeros" | "_ones" => fill,
+        "_zeros" | "_ones" | "zeros_like" | "ones_like" => fill,
+        op if unary_code(op).is_some() => unary,
+        "_backward_math" => unary_backward,
         "Activation" | "relu" | "sigmoid" | "tanh" | "softrelu" => activation,
         "_backward_Activation" => activation_backward,
         op if binary_code(op).is_some() => binary,
@@ -137,7 +139,79 @@ fn copy(_: &str, _: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Strea
 }
 
 fn fill(op: &str, _: &Attrs, _: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
-    fill_with(s, &outs[0], if op == "_ones" { 1.0 } else { 0.0 })
+    let one = matches!(op, "_ones" | "ones_like");
+    fill_with(s, &outs[0], if one { 1.0 } else { 0.0 })
+}
+
+/// The unary functions of `unary_fwd` and `unary_bwd`, each at its code in `kernels.cu`: the
+/// unary ops of `ops::elemwise` that are not activations, then the table of `ops::math`.
+pub(crate) const UNARY: &[&str] = &[
+    "negative",
+    "abs",
+    "square",
+    "exp",
+    "log",
+    "sqrt",
+    "rsqrt",
+    "reciprocal",
+    "cbrt",
+    "rcbrt",
+    "log1p",
+    "expm1",
+    "log2",
+    "log10",
+    "erf",
+    "sin",
+    "cos",
+    "tan",
+    "arcsin",
+    "arccos",
+    "arctan",
+    "sinh",
+    "cosh",
+    "arcsinh",
+    "arccosh",
+    "arctanh",
+    "degrees",
+    "radians",
+    "softsign",
+    "round",
+    "rint",
+    "fix",
+    "trunc",
+    "floor",
+    "ceil",
+    "sign",
+];
+
+fn unary_code(op: &str) -> Option<usize> {
+    UNARY.iter().position(|u| *u == op)
+}
+
+fn unary(op: &str, _: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+    let code = unary_code(op).ok_or_else(|| format!("{op} is not a unary function"))?;
+    let n = outs[0].len();
+    let a = KArgs::new(n).t(0, &outs[0]).t(1, &ins[0]).i(1, code);
+    s.launch("unary_fwd", n, &a)
+}
+
+/// `_backward_math(ograd, v)`: the gradient through the function named by `fn`.
+fn unary_backward(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let f = attrs.get("fn").unwrap_or_default();
+    let code = unary_code(f).ok_or_else(|| format!("{op}: {f:?} is not a unary function"))?;
+    let n = outs[0].len();
+    let a = KArgs::new(n)
+        .t(0, &outs[0])
+        .t(1, &ins[0])
+        .t(2, &ins[1])
+        .i(1, code);
+    s.launch("unary_bwd", n, &a)
 }
 
 fn act_code(op: &str, attrs: &Attrs) -> Result<usize, String> {

@@ -917,3 +917,60 @@ fn rnn_forward_and_backward_match_the_cpu() {
     let err = gpu_check(def, &seq, [DType::F32]).expect_err("refused");
     assert!(err.contains("use_sequence_length"), "{err}");
 }
+
+/// Every unary function on the emulated GPU against the CPU, inside its domain, and the
+/// gradient through each one that has one (`_backward_math`, at the input or the output as
+/// the gradient pass reads it); zeros_like and ones_like; and each function's training graph
+/// (forward and gradient nodes) runs on the GPU.
+#[test]
+fn unary_math_and_its_gradients_match_the_cpu() {
+    use crate::ops::math::{find, Deriv};
+    let rng = &mut StdRng::seed_from_u64(23);
+    let domain = |op: &str| match op {
+        "log" | "sqrt" | "rsqrt" | "reciprocal" | "log2" | "log10" | "rcbrt" => (0.2, 3.0),
+        "arcsin" | "arccos" | "arctanh" => (-0.9, 0.9),
+        "arccosh" => (1.2, 3.0),
+        "log1p" => (-0.5, 2.0),
+        _ => (-2.5, 2.5),
+    };
+    let mut launched = BTreeSet::new();
+    for &op in super::ops::UNARY {
+        let (lo, hi) = domain(op);
+        let mut x = random(rng, &[3, 7]);
+        x.1.iter_mut()
+            .for_each(|v| *v = lo + (*v + 1.0) * 0.5 * (hi - lo));
+        launched.extend(check(op, &Attrs::new(), &[x.clone()], 1e-5));
+        let at = match find(op).map(|m| m.deriv) {
+            Some(Deriv::OfInput(_)) => x.1.clone(),
+            Some(Deriv::OfOutput(_)) => {
+                x.1.iter()
+                    .map(|&v| (find(op).expect("listed").f)(f64::from(v)) as f32)
+                    .collect()
+            }
+            _ => continue,
+        };
+        let g = random(rng, &[3, 7]);
+        let attrs = Attrs::new().with("fn", op);
+        launched.extend(check(
+            "_backward_math",
+            &attrs,
+            &[g, (vec![3, 7], at)],
+            1e-5,
+        ));
+
+        let data = crate::Symbol::var("data");
+        let sym = crate::Symbol::op(op, "f", &[&data], Attrs::new()).expect("node");
+        let train = crate::symbol::gradient(&sym, &["data".to_string()]).expect("gradient");
+        for node in train.indexed().nodes {
+            if let Some(def) = node.op {
+                if let Err(e) = gpu_check(def, &node.attrs, [DType::F32]) {
+                    panic!("the gradient graph of {op}: node {}: {e}", node.name);
+                }
+            }
+        }
+    }
+    assert!(launched.contains("unary_fwd") && launched.contains("unary_bwd"));
+    for op in ["zeros_like", "ones_like"] {
+        check(op, &Attrs::new(), &[random(rng, &[2, 5])], 0.0);
+    }
+}
