@@ -872,3 +872,35 @@ KERNEL void unary_fwd(KArgs a) {
 KERNEL void unary_bwd(KArgs a) {
     FOR_EACH(t, a.i[0]) a.p[0][t] = (float)((double)a.p[1][t] * unary_d(a.i[1], (double)a.p[2][t]));
 }
+
+// take / Embedding: a table (outer, rows = i2, inner = i1) read at one row per index (p2, i3 of
+// them): the output is (outer, i3, inner). i4: 0 clamps an index into the rows, 1 wraps it.
+__device__ inline i64 take_row(float v, i64 rows, i64 wrap) {
+    i64 i = (i64)v;
+    if (wrap) { i64 r = i % rows; return r < 0 ? r + rows : r; }
+    return i < 0 ? 0 : (i >= rows ? rows - 1 : i);
+}
+
+// p0 = the rows of p1 that p2 names.
+KERNEL void take_fwd(KArgs a) {
+    i64 inner = a.i[1], rows = a.i[2], count = a.i[3];
+    FOR_EACH(t, a.i[0]) {
+        i64 c, rest = split(a, 1, t, &c), k;
+        i64 o = split(a, 3, rest, &k);
+        a.p[0][t] = a.p[1][(o * rows + take_row(a.p[2][k], rows, a.i[4])) * inner + c];
+    }
+}
+
+// p0 (the table's shape, zeroed first) += the rows of p1 into the rows p2 names. One index per
+// (outer, column) walks every index in order, so repeated rows add up without atomics and in
+// the same order on every run; i0 = outer * inner.
+KERNEL void take_bwd(KArgs a) {
+    i64 inner = a.i[1], rows = a.i[2], count = a.i[3];
+    FOR_EACH(t, a.i[0]) {
+        i64 c, o = split(a, 1, t, &c);
+        for (i64 k = 0; k < count; k++) {
+            i64 r = take_row(a.p[2][k], rows, a.i[4]);
+            a.p[0][(o * rows + r) * inner + c] += a.p[1][(o * count + k) * inner + c];
+        }
+    }
+}

@@ -64,6 +64,8 @@ pub(crate) const KERNEL_NAMES: &[&str] = &[
     "rnn_step_bwd",
     "unary_fwd",
     "unary_bwd",
+    "take_fwd",
+    "take_bwd",
 ];
 
 /// A kernel's one argument (the `KArgs` of `kernels.cu`, field for field): device pointers,

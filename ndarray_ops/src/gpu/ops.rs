@@ -24,6 +24,7 @@ pub(crate) fn kernel_for(def: &OpDef) -> Option<GpuKernel> {
         "_zeros" | "_ones" | "zeros_like" | "ones_like" => fill,
         op if unary_code(op).is_some() => unary,
         "_backward_math" => unary_backward,
+        "take" | "Embedding" | "_backward_take" => take,
         "Activation" | "relu" | "sigmoid" | "tanh" | "softrelu" => activation,
         "_backward_Activation" => activation_backward,
         op if binary_code(op).is_some() => binary,
@@ -92,6 +93,9 @@ fn unsupported(op: &str, attrs: &Attrs) -> Result<Option<&'static str>, String> 
         }
         "RNN" | "_backward_RNN" if crate::ops::rnn::Rnn::parse(op, attrs).map_err(e2s)?.seq_len => {
             Some("use_sequence_length has no GPU kernel")
+        }
+        "take" | "_backward_take" if attrs.get("mode") == Some("raise") => {
+            Some("mode raise has no GPU kernel (a kernel cannot refuse an index; clip or wrap)")
         }
         _ => None,
     })
@@ -193,6 +197,36 @@ fn unary(op: &str, _: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Str
     let n = outs[0].len();
     let a = KArgs::new(n).t(0, &outs[0]).t(1, &ins[0]).i(1, code);
     s.launch("unary_fwd", n, &a)
+}
+
+/// take(table, indices), Embedding(indices, weight) and `_backward_take(ograd, indices,
+/// table)`: rows gathered, or their gradients added back row by row.
+fn take(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+    let (table, idx) = match op {
+        "Embedding" => (&ins[1], &ins[0]),
+        "take" => (&ins[0], &ins[1]),
+        _ => (&outs[0], &ins[1]),
+    };
+    let (outer, rows, inner) = crate::ops::take_layout(op, attrs, &table.shape).map_err(e2s)?;
+    if rows == 0 && idx.len() > 0 {
+        return Err(format!("{op}: cannot index an empty axis"));
+    }
+    let wrap = usize::from(attrs.get("mode") == Some("wrap"));
+    let args = |n: usize| {
+        KArgs::new(n)
+            .i(1, inner)
+            .i(2, rows.max(1))
+            .i(3, idx.len())
+            .i(4, wrap)
+            .t(2, idx)
+    };
+    if op == "_backward_take" {
+        fill_with(s, &outs[0], 0.0)?;
+        let n = outer * inner;
+        return s.launch("take_bwd", n, &args(n).t(0, &outs[0]).t(1, &ins[0]));
+    }
+    let n = outs[0].len();
+    s.launch("take_fwd", n, &args(n).t(0, &outs[0]).t(1, table))
 }
 
 /// `_backward_math(ograd, v)`: the gradient through the function named by `fn`.

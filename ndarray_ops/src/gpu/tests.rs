@@ -974,3 +974,48 @@ fn unary_math_and_its_gradients_match_the_cpu() {
         check(op, &Attrs::new(), &[random(rng, &[2, 5])], 0.0);
     }
 }
+
+/// take (any axis, clip and wrap) and Embedding on the emulated GPU against the CPU, and the
+/// table's gradient with repeated, negative and out-of-range indices (rows adding up); mode
+/// raise is refused on the GPU by name.
+#[test]
+fn take_embedding_and_their_gradient_match_the_cpu() {
+    let rng = &mut StdRng::seed_from_u64(29);
+    let idx = |v: &[f32], shape: &[usize]| (shape.to_vec(), v.to_vec());
+    let picks = idx(&[3.0, -1.0, 0.0, 7.0, 3.0, 1.0], &[2, 3]);
+    let mut launched = BTreeSet::new();
+    for (axis, mode) in [(0, "clip"), (1, "wrap"), (2, "clip"), (-1, "wrap")] {
+        let attrs = Attrs::new().with("axis", axis).with("mode", mode);
+        let table = random(rng, &[4, 5, 6]);
+        launched.extend(check("take", &attrs, &[table.clone(), picks.clone()], 0.0));
+        let rt = Runtime::with_engine(EngineKind::Naive);
+        let ins = arrays(&rt, &[table.clone(), picks.clone()]);
+        let refs: Vec<&NDArray> = ins.iter().collect();
+        let out_shape = invoke("take", &refs, &attrs, None).expect("take")[0]
+            .shape()
+            .to_vec();
+        let g = random(rng, &out_shape);
+        launched.extend(check(
+            "_backward_take",
+            &attrs,
+            &[g, picks.clone(), table],
+            1e-6,
+        ));
+    }
+    let attrs = Attrs::new().with("input_dim", 10).with("output_dim", 4);
+    let words = idx(&[9.0, 2.0, 2.0, 0.0, 5.0, 2.0, 9.0, 1.0], &[2, 4]);
+    launched.extend(check(
+        "Embedding",
+        &attrs,
+        &[words.clone(), random(rng, &[10, 4])],
+        0.0,
+    ));
+    let g = random(rng, &[2, 4, 4]);
+    let w = random(rng, &[10, 4]);
+    launched.extend(check("_backward_take", &Attrs::new(), &[g, words, w], 1e-6));
+    assert!(launched.contains("take_fwd") && launched.contains("take_bwd"));
+    let def = lookup("take").expect("registered");
+    let raise = Attrs::new().with("mode", "raise");
+    let err = gpu_check(def, &raise, [DType::F32]).expect_err("refused");
+    assert!(err.contains("mode raise"), "{err}");
+}

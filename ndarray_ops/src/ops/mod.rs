@@ -43,7 +43,7 @@ pub(crate) use {
     nn::transpose_axes,
     norm::{eps as norm_eps, layout as norm_layout, Scale},
     reduce::axes_of as reduced_axes,
-    shape::{axis_attr, split_params},
+    shape::{axis_attr, split_params, take_layout},
     stochastic::{bn_axis, bn_eps_momentum, dropout_active, dropout_p},
 };
 

@@ -379,7 +379,7 @@ fn take_axis(op: &str, attrs: &Attrs, ndim: usize) -> Result<usize> {
 }
 
 /// The table's layout around the taken axis: (outer, rows, inner) element counts.
-pub(super) fn take_layout(
+pub(crate) fn take_layout(
     op: &str,
     attrs: &Attrs,
     table: &[usize],
