@@ -20,6 +20,7 @@
 
 use ndarray::{ArrayView2, ArrayViewMut2};
 
+use super::par::{for_ranges, Shared};
 use super::{Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, NdError, Result};
 use crate::resources::{KernelRes, Resource};
@@ -540,23 +541,48 @@ impl<T: Real> Pass<'_, T> {
                 let t = time(d, step, self.steps);
                 T::gemm(&mat(hs, nb, h), &wh.t(), &mut mat_mut(hp, nb, gh));
                 add_rows(&mut hp[..nb * gh], bh);
-                for n in 0..nb {
-                    let row = t * nb + n;
-                    let out = &mut output[row * width + d * h..row * width + (d + 1) * h];
-                    if t >= self.lens[n] {
-                        out.fill(T::default());
-                        continue;
+                // Samples are independent: a large step splits across threads by samples.
+                let lstm = self.r.lstm();
+                let (po, pg, pe) = (
+                    Shared::new(output.as_mut_ptr()),
+                    Shared::new(gates.as_mut_ptr()),
+                    Shared::new(extra.as_mut_ptr()),
+                );
+                // Without a cell (not LSTM) `cy` may be empty and is never read.
+                let cell_at = state.start.min(cy.len());
+                let (ph, pc) = (
+                    Shared::new(hs.as_mut_ptr()),
+                    Shared::new(cy[cell_at..].as_mut_ptr()),
+                );
+                let hp: &[T] = hp;
+                for_ranges(nb, gh * 16, |lo, hi| {
+                    for n in lo..hi {
+                        let row = t * nb + n;
+                        // SAFETY: sample `n`'s row of the output, gates, extra values, state
+                        // and cell lie inside their buffers (sized from the same dimensions)
+                        // and this range alone touches them.
+                        unsafe {
+                            let out = std::slice::from_raw_parts_mut(
+                                po.get().add(row * width + d * h),
+                                h,
+                            );
+                            if t >= self.lens[n] {
+                                out.fill(T::default());
+                                continue;
+                            }
+                            let g = pg.piece_mut(row, gh);
+                            let e = pe.piece_mut(row, ew);
+                            let hn = ph.piece_mut(n, h);
+                            let cn = if lstm {
+                                pc.piece_mut(n, h)
+                            } else {
+                                &mut [][..]
+                            };
+                            step_forward(self.r.mode, g, &hp[n * gh..(n + 1) * gh], hn, cn, e);
+                            out.copy_from_slice(hn);
+                        }
                     }
-                    let g = &mut gates[row * gh..(row + 1) * gh];
-                    let e = &mut extra[row * ew..(row + 1) * ew];
-                    let hn = &mut hs[n * h..(n + 1) * h];
-                    let cn = match self.r.lstm() {
-                        true => &mut cy[state.start + n * h..state.start + (n + 1) * h],
-                        false => &mut [][..],
-                    };
-                    step_forward(self.r.mode, g, &hp[n * gh..(n + 1) * gh], hn, cn, e);
-                    out.copy_from_slice(hn);
-                }
+                });
             }
         }
         Ok(())
@@ -867,8 +893,7 @@ fn backward<T: Real>(
     }
     dparams.fill(T::default());
     let (dy_a, dy_b) = dys.split_at_mut(ll);
-    let mut dh_f = vec![T::zero(); h];
-    let mut direct = vec![T::zero(); h];
+    let lstm = r.lstm();
     for l in (0..r.layers).rev() {
         // The gradient of this layer's output, and where the one below's goes.
         let (dy, dbelow): (&[T], &mut [T]) = match r.layers - 1 - l {
@@ -902,57 +927,71 @@ fn backward<T: Real>(
             let wh = mat(&pass.params[s.wh..], gh, h);
             for step in (0..steps).rev() {
                 let t = time(d, step, steps);
-                for n in 0..nb {
-                    let row = t * nb + n;
-                    let (gx, gh_row) = (
-                        &mut dgx[row * gh..(row + 1) * gh],
-                        &mut dgh[row * gh..(row + 1) * gh],
-                    );
-                    let hp_row = &mut hprev[row * h..(row + 1) * h];
-                    if t >= pass.lens[n] {
-                        gx.fill(T::default());
-                        gh_row.fill(T::default());
-                        hp_row.fill(T::default());
-                        continue;
-                    }
-                    let prev = pass.before(d, t, n).map(|p| p * nb + n);
-                    match prev {
-                        Some(p) => {
-                            hp_row.copy_from_slice(&y[p * width + d * h..p * width + (d + 1) * h])
+                // Samples are independent: a large step splits across threads by samples.
+                let (pgx, pgh, php) = (
+                    Shared::new(dgx.as_mut_ptr()),
+                    Shared::new(dgh.as_mut_ptr()),
+                    Shared::new(hprev.as_mut_ptr()),
+                );
+                let (pdc, pdhn) = (Shared::new(dc.as_mut_ptr()), Shared::new(dhn.as_mut_ptr()));
+                let dh_ro: &[T] = &*dh;
+                for_ranges(nb, gh * 16, |lo, hi| {
+                    let (mut dh_f, mut direct) = (vec![T::zero(); h], vec![T::zero(); h]);
+                    for n in lo..hi {
+                        let row = t * nb + n;
+                        // SAFETY: sample `n`'s rows of the gate gradients, the previous states,
+                        // the cell gradient and the bypass lie inside their buffers (sized from
+                        // the same dimensions) and this range alone touches them.
+                        let (gx, gh_row, hp_row, dcn, dhn_row) = unsafe {
+                            (
+                                pgx.piece_mut(row, gh),
+                                pgh.piece_mut(row, gh),
+                                php.piece_mut(row, h),
+                                if lstm {
+                                    pdc.piece_mut(n, h)
+                                } else {
+                                    &mut [][..]
+                                },
+                                pdhn.piece_mut(n, h),
+                            )
+                        };
+                        if t >= pass.lens[n] {
+                            gx.fill(T::default());
+                            gh_row.fill(T::default());
+                            hp_row.fill(T::default());
+                            continue;
                         }
-                        None => {
-                            hp_row.copy_from_slice(&h0[st.start + n * h..st.start + (n + 1) * h])
+                        let prev = pass.before(d, t, n).map(|p| p * nb + n);
+                        match prev {
+                            Some(p) => hp_row
+                                .copy_from_slice(&y[p * width + d * h..p * width + (d + 1) * h]),
+                            None => hp_row
+                                .copy_from_slice(&h0[st.start + n * h..st.start + (n + 1) * h]),
                         }
+                        let c_prev: &[T] = match (lstm, prev) {
+                            (false, _) => &[],
+                            (true, Some(p)) => &extra[p * ew..p * ew + h],
+                            (true, None) => &c0[st.start + n * h..st.start + (n + 1) * h],
+                        };
+                        for j in 0..h {
+                            dh_f[j] = dh_ro[n * h + j] + dy[row * width + d * h + j];
+                        }
+                        step_backward(
+                            r.mode,
+                            &dh_f,
+                            dcn,
+                            &gates[row * gh..(row + 1) * gh],
+                            &extra[row * ew..(row + 1) * ew],
+                            hp_row,
+                            c_prev,
+                            gx,
+                            gh_row,
+                            &mut direct,
+                        );
+                        // Stash the bypassing part in this sample's row of the next gradient.
+                        dhn_row.copy_from_slice(&direct);
                     }
-                    let c_prev: &[T] = match (r.lstm(), prev) {
-                        (false, _) => &[],
-                        (true, Some(p)) => &extra[p * ew..p * ew + h],
-                        (true, None) => &c0[st.start + n * h..st.start + (n + 1) * h],
-                    };
-                    for j in 0..h {
-                        dh_f[j] = dh[n * h + j] + dy[row * width + d * h + j];
-                    }
-                    let dcn = match r.lstm() {
-                        true => &mut dc[n * h..(n + 1) * h],
-                        false => &mut [][..],
-                    };
-                    step_backward(
-                        r.mode,
-                        &dh_f,
-                        dcn,
-                        &gates[row * gh..(row + 1) * gh],
-                        &extra[row * ew..(row + 1) * ew],
-                        hp_row,
-                        c_prev,
-                        gx,
-                        gh_row,
-                        &mut direct,
-                    );
-                    // Stash the bypassing part in this sample's row of the next gradient.
-                    for j in 0..h {
-                        dhn[n * h + j] = direct[j];
-                    }
-                }
+                });
                 // The previous state's gradient: through the hidden projection, plus the
                 // bypass; samples past their length carry theirs unchanged.
                 let dg_t = mat(&dgh[t * nb * gh..], nb, gh);
