@@ -44,7 +44,8 @@ pub enum Model {
 const LSTM_UNITS: usize = 32;
 
 /// Rows of 8 pixels, one per step: `(N, 8, 8)` is turned time-first, run through one LSTM
-/// layer from a zero state, and the last step classified.
+/// layer from a zero state, and the last step classified. Built from ops that have GPU
+/// kernels too (the steps split apart, zeros, a concatenation), so it trains on any context.
 fn lstm() -> ndarray_ops::Result<Symbol> {
     let data = Symbol::var("data");
     let steps = Symbol::op(
@@ -53,20 +54,27 @@ fn lstm() -> ndarray_ops::Result<Symbol> {
         &[&data],
         Attrs::new().with("axes", "(1, 0, 2)"),
     )?;
+    let split = |name: &str, x: &Symbol, squeeze: bool| {
+        Symbol::op(
+            "SliceChannel",
+            name,
+            &[x],
+            Attrs::new()
+                .with("axis", 0)
+                .with("num_outputs", 8)
+                .with("squeeze_axis", squeeze),
+        )
+    };
     // A zero state (1, N, 32) made from the data, so that it follows the batch each device
-    // gets: the first step's 8 pixels, zeroed, tiled to 32 units.
-    let first = Symbol::op(
-        "slice_axis",
-        "first_step",
-        &[&steps],
-        Attrs::new().with("axis", 0).with("begin", 0).with("end", 1),
-    )?;
+    // gets: the first step's 8 pixels, zeroed, four times side by side.
+    let first = split("rows", &steps, false)?.get_output(0)?;
     let zeros = Symbol::op("zeros_like", "zero_step", &[&first], Attrs::new())?;
+    let copies = LSTM_UNITS / 8;
     let state = Symbol::op(
-        "tile",
+        "Concat",
         "zero_state",
-        &[&zeros],
-        Attrs::new().with("reps", format!("(1, 1, {})", LSTM_UNITS / 8)),
+        &vec![&zeros; copies],
+        Attrs::new().with("dim", 2).with("num_args", copies),
     )?;
     let rnn = Symbol::op(
         "RNN",
@@ -77,7 +85,7 @@ fn lstm() -> ndarray_ops::Result<Symbol> {
             .with("state_size", LSTM_UNITS)
             .with("num_layers", 1),
     )?;
-    let last = Symbol::op("SequenceLast", "last_step", &[&rnn], Attrs::new())?;
+    let last = split("outputs", &rnn, true)?.get_output(7)?;
     let fc = Symbol::op(
         "FullyConnected",
         "fc0",

@@ -836,15 +836,18 @@ fn the_model_ops_all_have_gpu_kernels() {
 
 #[test]
 fn every_op_of_the_shared_models_and_a_transformer_block_trains_on_the_gpu() {
-    // The training graph (outputs and every argument's gradient) of each model in `graphs/` and
-    // of MXNet's transformer block fixture: each op has a GPU kernel taking its attributes.
+    // The training graph (outputs and every argument's gradient) of each model in `graphs/`, of
+    // MXNet's transformer block fixture and of train_digits' LSTM: each op has a GPU kernel
+    // taking its attributes.
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
     let files = ["mlp", "resnet18_v1", "resnet50_v1", "mobilenet1.0", "vgg16"]
         .map(|m| format!("{root}/graphs/{m}-symbol.json"))
         .into_iter()
-        .chain([format!(
-            "{root}/ndarray_ops/tests/data/mxnet/block64-symbol.json"
-        )]);
+        .chain([
+            format!("{root}/ndarray_ops/tests/data/mxnet/block64-symbol.json"),
+            // train_digits' LSTM, as `train_digits --save` writes it.
+            format!("{root}/ndarray_ops/tests/data/digits_lstm-symbol.json"),
+        ]);
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{file}: {e}"));
         let sym = crate::Symbol::from_json(&text).expect("graph");
