@@ -187,7 +187,7 @@ fn softmax_output_backward_kernel(
         false => None,
     };
     // SAFETY: read access to the labels.
-    let labels: Vec<f64> = crate::with_dtype!(label.dtype, L => unsafe { label.slice::<L>() }.iter().map(|v| v.to_f64()).collect());
+    let labels = unsafe { label.to_f64s() };
     let ignored = |l: f64| ignore == Some(l);
     // MXNet divides in float: grad_scale / count as 2.0f / 3.0f.
     let per = |count: usize| f64::from(scale as f32 / count.max(1) as f32);
@@ -943,7 +943,8 @@ fn take_backward_kernel(
     let (g, idx, w) = (&ins[0], &ins[1], &outs[0]);
     let layout = super::shape::take_layout("_backward_take", attrs, &w.shape);
     let (outer, rows, inner) = layout.map_err(|e| e.to_string())?;
-    let indices: Vec<f64> = crate::with_dtype!(idx.dtype, I => unsafe { idx.slice::<I>() }.iter().map(|v| v.to_f64()).collect());
+    // SAFETY: read access to the indices.
+    let indices = unsafe { idx.to_f64s() };
     let picked: Vec<usize> = indices
         .iter()
         .map(|&i| super::shape::take_row(attrs, i, rows.max(1)))

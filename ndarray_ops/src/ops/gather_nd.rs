@@ -103,10 +103,8 @@ fn block_starts(
     let m = indices.shape[0];
     let positions = indices.len() / m.max(1);
     let st = strides(x);
-    let coords: Vec<f64> = crate::with_dtype!(indices.dtype, I => {
-        // SAFETY: read access to the indices.
-        unsafe { indices.slice::<I>() }.iter().map(|v| v.to_f64()).collect()
-    });
+    // SAFETY: read access to the indices.
+    let coords = unsafe { indices.to_f64s() };
     (0..positions)
         .map(|p| {
             (0..m).try_fold(0usize, |at, axis| {
@@ -204,13 +202,11 @@ fn batch_take_kernel(
 ) -> KResult {
     let (a, idx, y) = (&ins[0], &ins[1], &outs[0]);
     let lanes = a.shape.last().copied().unwrap_or(1).max(1);
-    let picks: Vec<usize> = crate::with_dtype!(idx.dtype, I => {
-        // SAFETY: read access to the indices.
-        unsafe { idx.slice::<I>() }
-            .iter()
-            .map(|v| (v.to_f64() as i64).clamp(0, lanes as i64 - 1) as usize)
-            .collect()
-    });
+    // SAFETY: read access to the indices.
+    let picks: Vec<usize> = unsafe { idx.to_f64s() }
+        .into_iter()
+        .map(|v| (v as i64).clamp(0, lanes as i64 - 1) as usize)
+        .collect();
     crate::with_dtype!(y.dtype, T => {
         // SAFETY: read access to `a`, exclusive access to the output (not alias-safe).
         let (xs, ys) = unsafe { (a.slice::<T>(), y.slice_mut::<T>()) };

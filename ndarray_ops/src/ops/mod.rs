@@ -129,6 +129,17 @@ impl TensorRef {
         unsafe { std::slice::from_raw_parts(self.ptr::<T>(), self.len()) }
     }
 
+    /// Every element as f64 (index, label and length inputs of any dtype).
+    ///
+    /// # Safety
+    /// As for [`TensorRef::slice`]: the caller holds read access to the memory.
+    pub(crate) unsafe fn to_f64s(&self) -> Vec<f64> {
+        crate::with_dtype!(self.dtype, T => {
+            // SAFETY: per the caller's contract.
+            unsafe { self.slice::<T>() }.iter().map(|v| crate::Element::to_f64(*v)).collect()
+        })
+    }
+
     /// # Safety
     /// The caller holds write access to the memory and no other reference to it exists.
     #[allow(clippy::mut_from_ref)]

@@ -290,10 +290,8 @@ fn one_hot_kernel(
         attrs.f64(op, "on_value", Some(1.0)).map_err(e2s)?,
         attrs.f64(op, "off_value", Some(0.0)).map_err(e2s)?,
     );
-    let idx: Vec<f64> = crate::with_dtype!(ins[0].dtype, T => {
-        // SAFETY: read access to the indices.
-        unsafe { ins[0].slice::<T>() }.iter().map(|v| v.to_f64()).collect()
-    });
+    // SAFETY: read access to the indices.
+    let idx = unsafe { ins[0].to_f64s() };
     crate::with_dtype!(outs[0].dtype, T => {
         // SAFETY: exclusive access to the (disjoint) output.
         let out = unsafe { outs[0].slice_mut::<T>() };

@@ -757,10 +757,8 @@ fn lengths(
         return Ok(vec![steps; batch]);
     }
     let t = &ins[r.inputs() - 1];
-    let vals: Vec<f64> = crate::with_dtype!(t.dtype, L => {
-        // SAFETY: read access to the lengths input, `batch` elements (checked at inference).
-        unsafe { t.slice::<L>() }.iter().map(|v| v.to_f64()).collect()
-    });
+    // SAFETY: read access to the lengths input, `batch` elements (checked at inference).
+    let vals = unsafe { t.to_f64s() };
     vals.into_iter()
         .enumerate()
         .map(|(n, v)| {

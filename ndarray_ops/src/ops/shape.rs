@@ -4,7 +4,7 @@
 use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, NdError, Result};
 use crate::resources::KernelRes;
-use crate::{DType, Element};
+use crate::DType;
 
 type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
 type KResult = std::result::Result<(), String>;
@@ -465,10 +465,8 @@ fn take_kernel(
     };
     let (outer, rows, inner) = take_layout(op, attrs, &table.shape).map_err(|e| e.to_string())?;
     let es = table.dtype.size();
-    let indices: Vec<f64> = crate::with_dtype!(idx.dtype, T => {
-        // SAFETY: read access to the indices.
-        unsafe { idx.slice::<T>() }.iter().map(|v| v.to_f64()).collect()
-    });
+    // SAFETY: read access to the indices.
+    let indices = unsafe { idx.to_f64s() };
     if rows == 0 && !indices.is_empty() {
         return Err(format!("{op}: cannot index an empty axis"));
     }

@@ -149,10 +149,8 @@ fn sort_kernel(
 ) -> KResult {
     let x = &ins[0];
     let p = params(op, attrs, &x.shape).map_err(|e| e.to_string())?;
-    let values: Vec<f64> = crate::with_dtype!(x.dtype, T => {
-        // SAFETY: read access to the data.
-        unsafe { x.slice::<T>() }.iter().map(|v| v.to_f64()).collect()
-    });
+    // SAFETY: read access to the data.
+    let values = unsafe { x.to_f64s() };
     let (_, lane, inner) = lanes(&p, &x.shape);
     let order = ranked(&p, &x.shape, &values);
     // Lane `l` (outer o, inner i) holds its kept element r at (o * k + r) * inner + i.

@@ -35,24 +35,19 @@ pub(super) fn check_nchw(op: &str, arg: &str, x: &[usize], d: DType) -> Result<(
     Ok(())
 }
 
-/// A 2-tuple size attribute: one value is both; `default` when absent or empty.
+/// A 2-tuple size attribute (Convolution's `pair`: one value is both, `default` when absent
+/// or empty), each size at least 1.
 pub(super) fn size_pair(
     op: &str,
     attrs: &Attrs,
     key: &str,
     default: Option<(usize, usize)>,
 ) -> Result<(usize, usize)> {
-    let v = attrs.ints(op, key)?.unwrap_or_default();
-    let (a, b) = match v.as_slice() {
-        [] => return default.ok_or_else(|| invalid(op, format!("attribute {key} is required"))),
-        [a] => (*a, *a),
-        [a, b] => (*a, *b),
-        _ => return Err(invalid(op, format!("{key}={v:?} has more than two sizes"))),
-    };
-    if a < 1 || b < 1 {
-        return Err(invalid(op, format!("{key}={v:?} is not positive")));
+    let (a, b) = super::conv::pair(op, attrs, key, default)?;
+    if a == 0 || b == 0 {
+        return Err(invalid(op, format!("{key}=({a}, {b}) is not positive")));
     }
-    Ok((a as usize, b as usize))
+    Ok((a, b))
 }
 
 /// The inputs an output element reads and with what weight: `(offset in its input plane,
