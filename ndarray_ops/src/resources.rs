@@ -3,8 +3,11 @@
 //! * a seeded random generator: random ops take write access to its engine var, so they draw in
 //!   push order and a program gives the same numbers for the same seed on every engine;
 //! * temporary space from the device's storage pool, grown on demand and reused by every op that
-//!   asks for it (those ops are ordered by its var, so one buffer serves them all).
+//!   asks for it (those ops are ordered by its var, so one buffer serves them all);
+//! * per bound node, the state an op keeps from its forward pass for its backward pass
+//!   ([`OpState`], MXNet's stateful ops).
 
+use std::any::Any;
 use std::sync::Arc;
 
 use engine::Var;
@@ -84,6 +87,35 @@ impl DeviceResources {
 pub(crate) struct KernelRes<'a> {
     pub(crate) rng: Option<&'a mut StdRng>,
     pub(crate) temp: Option<&'a mut TempSpace>,
+    /// The node's kept state, when the executor gave it one (see [`OpState`]).
+    pub(crate) state: Option<&'a mut StateSlot>,
+}
+
+/// What an [`OpState`] holds: nothing until the forward kernel keeps something, then whatever
+/// type that op's kernels agree on.
+pub(crate) type StateSlot = Option<Box<dyn Any + Send>>;
+
+/// What a forward node keeps for its backward node, as MXNet's stateful ops keep theirs (the
+/// fused RNN: every step's gates, so its backward pass need not run the forward pass again).
+///
+/// The executor makes one per bound forward node of an op with
+/// [`OpDef::keeps_state`](crate::ops::OpDef) and hands the same one to the backward node it
+/// pairs with it. The forward op writes the state's var and the backward op reads it, so the
+/// engine orders the two as it orders arrays, and the lock is never contended. Imperative calls
+/// have none: the backward kernel then works without (the RNN recomputes the forward pass).
+#[derive(Clone)]
+pub(crate) struct OpState {
+    pub(crate) var: Var,
+    pub(crate) slot: Arc<Mutex<StateSlot>>,
+}
+
+impl OpState {
+    pub(crate) fn new(var: Var) -> Self {
+        OpState {
+            var,
+            slot: Arc::new(Mutex::new(None)),
+        }
+    }
 }
 
 impl KernelRes<'_> {

@@ -1,7 +1,8 @@
 //! The fused RNN op beyond what `mxnet_ops.rs` checks against MXNet (every mode, stacked and
 //! bidirectional, forward and backward, in float64): per-sample sequence lengths, which MXNet's
-//! CPU op refuses, against each sample run alone; float32 against float64; the parameters'
-//! shape inferred from the data's; and what bad input is told.
+//! CPU op refuses, against each sample run alone; float32 against float64; a bound node's kept
+//! trace against the forward pass run again; the parameters' shape inferred from the data's;
+//! and what bad input is told.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,7 +10,7 @@ use std::sync::Arc;
 mod common;
 
 use common::floats;
-use ndarray_ops::{Attrs, BindOptions, DType, Executor, GradReq, NDArray, Runtime, Symbol};
+use ndarray_ops::{invoke, Attrs, BindOptions, DType, Executor, GradReq, NDArray, Runtime, Symbol};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use storage::Context;
@@ -356,6 +357,114 @@ fn float32_agrees_with_float64() {
         for (n, g) in &b.grads {
             assert_close(&a.grads[n], g, 1e-4, &format!("{mode} gradient of {n}"));
         }
+    }
+}
+
+/// A node bound for training keeps its forward pass's trace for its backward node; the
+/// imperative backward op, which has none, runs the forward pass again. Both give the same
+/// gradients, bit for bit, in every mode. A forward pass outside training keeps nothing, so the
+/// backward pass after it runs the forward pass again on the arrays as they are then, rather
+/// than reading the trace of an earlier training pass on other data.
+#[test]
+fn a_kept_trace_gives_the_gradients_of_the_forward_pass_run_again() {
+    let rt = Runtime::with_engine(engine::EngineKind::ThreadedPerDevice);
+    let mut rng = StdRng::seed_from_u64(5);
+    for (mode, layers, dirs, seq_len) in [
+        ("lstm", 2, 1, false),
+        ("gru", 2, 2, true),
+        ("rnn_tanh", 3, 2, false),
+        ("rnn_relu", 1, 1, true),
+    ] {
+        let cfg = Cfg {
+            mode,
+            layers,
+            dirs,
+            hidden: 5,
+            input: 4,
+        };
+        let (steps, batch, k) = (6, 3, layers * dirs);
+        let state = vec![k, batch, cfg.hidden];
+        let width = dirs * cfg.hidden;
+        let mut shapes = vec![
+            ("data", vec![steps, batch, cfg.input]),
+            ("parameters", vec![cfg.params()]),
+            ("state", state.clone()),
+        ];
+        let mut head_shapes = vec![vec![steps, batch, width], state.clone()];
+        if cfg.lstm() {
+            shapes.push(("state_cell", state.clone()));
+            head_shapes.push(state.clone());
+        }
+        let draw = |rng: &mut StdRng| -> Vec<NDArray> {
+            let mut v: Vec<NDArray> = shapes
+                .iter()
+                .map(|(_, s)| {
+                    let n = s.iter().product();
+                    array(&rt, &uniform(rng, n, 0.8), s, DType::F64)
+                })
+                .collect();
+            if seq_len {
+                let lens: Vec<f64> = (0..batch).map(|n| (steps - n) as f64).collect();
+                v.push(array(&rt, &lens, &[batch], DType::F64));
+            }
+            v
+        };
+        let (first, second) = (draw(&mut rng), draw(&mut rng));
+        let heads: Vec<NDArray> = head_shapes
+            .iter()
+            .map(|s| {
+                array(
+                    &rt,
+                    &uniform(&mut rng, s.iter().product(), 1.0),
+                    s,
+                    DType::F64,
+                )
+            })
+            .collect();
+        let names = cfg.input_names(seq_len);
+        let sym = cfg.symbol(seq_len, cfg.attrs(seq_len)).unwrap();
+        let given: HashMap<String, NDArray> = names
+            .iter()
+            .zip(&first)
+            .map(|(n, a)| (n.to_string(), a.copy_to(CPU).unwrap()))
+            .collect();
+        let opts = BindOptions {
+            grad_req: shapes
+                .iter()
+                .map(|(n, _)| (n.to_string(), GradReq::Write))
+                .collect(),
+            ..BindOptions::default()
+        };
+        let exec =
+            Executor::bind_with_options(&rt, CPU, &sym, &HashMap::new(), given, &opts).unwrap();
+        // The gradients of the forward pass run again on `inputs`, in input order.
+        let again = |inputs: &[NDArray]| -> Vec<Vec<f64>> {
+            let all: Vec<&NDArray> = heads.iter().chain(inputs).collect();
+            let grads = invoke("_backward_RNN", &all, &cfg.attrs(seq_len), None).unwrap();
+            grads.iter().map(floats).collect()
+        };
+        let bound = |exec: &Executor| -> Vec<Vec<f64>> {
+            let g = exec.grad_dict();
+            shapes.iter().map(|(n, _)| floats(&g[*n])).collect()
+        };
+        exec.forward(true).unwrap();
+        exec.backward_with(&heads).unwrap();
+        let want = again(&first);
+        assert_eq!(bound(&exec), want[..shapes.len()], "{mode}: kept trace");
+        // A training pass on the first arrays, then one outside training on the second.
+        exec.forward(true).unwrap();
+        let args = exec.arg_dict();
+        for (n, a) in names.iter().zip(&second) {
+            a.copy_into(&args[*n]).unwrap();
+        }
+        exec.forward(false).unwrap();
+        exec.backward_with(&heads).unwrap();
+        let want = again(&second);
+        assert_eq!(
+            bound(&exec),
+            want[..shapes.len()],
+            "{mode}: after inference"
+        );
     }
 }
 

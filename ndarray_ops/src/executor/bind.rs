@@ -9,7 +9,9 @@ use storage::Context;
 use super::memory::Blocks;
 use super::{BindOptions, GradReq};
 use crate::error::{invalid, NdError, Result};
+use crate::ops::StateUse;
 use crate::plan::{assign_aliases, Aliases, GraphDesc};
+use crate::resources::OpState;
 use crate::symbol::{gradient, head_grad_names, infer, place, Inferred, Placed};
 use crate::{DType, NDArray, Runtime, Symbol};
 
@@ -60,6 +62,43 @@ impl FullGraph {
             }
         }
         needed
+    }
+
+    /// The kept state of each node ([`OpState`]): one for each forward node of an op that
+    /// keeps state, shared with the backward node that reads it — the backward node of that op
+    /// whose last inputs are the forward node's inputs, with the same attributes (a node of
+    /// another forward node with the same inputs and attributes computes the same trace). Only
+    /// with gradients and when both nodes run on a CPU; any other node gets none.
+    pub(super) fn kept_states(&self, rt: &Runtime) -> Vec<Option<OpState>> {
+        let g = &self.inferred.graph;
+        let mut states: Vec<Option<OpState>> = vec![None; g.nodes.len()];
+        if self.wrt.is_empty() {
+            return states;
+        }
+        let forward = self.forward_nodes();
+        for (j, bw) in g.nodes.iter().enumerate() {
+            let Some(StateUse::ReadsOf(op)) = bw.op.map(|d| d.state) else {
+                continue;
+            };
+            let ins = &g.inputs[j];
+            let pair = (0..g.nodes.len()).find(|&i| {
+                let n = &g.nodes[i];
+                forward[i]
+                    && n.op
+                        .is_some_and(|d| d.name == op && d.state == StateUse::Keeps)
+                    && n.attrs == bw.attrs
+                    && ins.ends_with(&g.inputs[i])
+            });
+            let Some(i) = pair.filter(|&i| self.devices[i].is_cpu() && self.devices[j].is_cpu())
+            else {
+                continue;
+            };
+            let state = states[i]
+                .get_or_insert_with(|| OpState::new(rt.engine().new_var()))
+                .clone();
+            states[j] = Some(state);
+        }
+        states
     }
 }
 

@@ -19,6 +19,7 @@ use storage::Context;
 
 use crate::error::{invalid, some_names, NdError, Result};
 use crate::ops::{prepare, Attrs, Call, IS_TRAIN};
+use crate::resources::OpState;
 use crate::symbol::Inferred;
 use crate::{NDArray, Runtime, Symbol};
 
@@ -95,6 +96,8 @@ pub struct Executor {
     adds_at: Vec<Vec<usize>>,
     /// The device of each node.
     devices: Vec<Context>,
+    /// What each forward node of a stateful op keeps for its backward node, given to both.
+    states: Vec<Option<OpState>>,
     /// The planned arena of each device (none with [`MemoryPlanning::NoReuse`]).
     arenas: Vec<Arena>,
     /// Memory figures per device.
@@ -209,6 +212,7 @@ impl Executor {
         }
         let memory = memory::allocate(rt, &full, arrays.bound, plans, &blocks)?;
         let forward_nodes = (!full.wrt.is_empty()).then(|| full.forward_nodes());
+        let states = full.kept_states(rt);
         let mut adds_at = vec![Vec::new(); g.nodes.len()];
         for (k, node) in layout.add_after.iter().enumerate() {
             if let Some(node) = node {
@@ -235,6 +239,7 @@ impl Executor {
             symbol: full.symbol,
             inferred: full.inferred,
             devices: full.devices,
+            states,
             entries: memory.entries,
             arg_names,
             aux_names,
@@ -355,6 +360,7 @@ impl Executor {
                     attrs,
                     out: Some(&outputs),
                     also_writes: &deps,
+                    state: self.states[i].as_ref(),
                 };
                 prepare(&self.rt, ctx, call, |op| bulk.push(op)).map_err(at_node)?;
             }
@@ -371,6 +377,7 @@ impl Executor {
                     attrs: &Attrs::new(),
                     out: Some(&[grad]),
                     also_writes: &[],
+                    state: None,
                 };
                 prepare(&self.rt, grad.ctx(), call, |add| bulk.push(add)).map_err(at_node)?;
             }

@@ -58,7 +58,7 @@ use rustc_hash::FxHashMap;
 
 use crate::array::NDArray;
 use crate::error::{invalid, NdError, Result};
-use crate::resources::{DeviceResources, KernelRes, Resource};
+use crate::resources::{DeviceResources, KernelRes, OpState, Resource};
 use crate::runtime::Runtime;
 use crate::DType;
 
@@ -362,6 +362,20 @@ pub struct OpDef {
     pub resources: &'static [Resource],
     /// Backward shape inference of inputs, for ops that can tell.
     pub infer_inputs: Option<InferInputsFn>,
+    /// Whether a bound node keeps state from its forward pass for its backward node.
+    pub(crate) state: StateUse,
+}
+
+/// How an op takes part in a forward node's kept state ([`crate::resources::OpState`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StateUse {
+    /// None.
+    No,
+    /// A forward op that keeps state when bound for training.
+    Keeps,
+    /// The backward op of this forward op: it reads the state of the forward node whose inputs
+    /// are its own last inputs.
+    ReadsOf(&'static str),
 }
 
 impl OpDef {
@@ -388,6 +402,7 @@ impl OpDef {
             assign: &[],
             resources: &[],
             infer_inputs: None,
+            state: StateUse::No,
         }
     }
 }
@@ -648,6 +663,7 @@ pub fn invoke_on(
         attrs,
         out,
         also_writes: &[],
+        state: None,
     };
     prepare(rt, ctx, call, |op| rt.engine().push(op))
 }
@@ -675,6 +691,8 @@ pub(crate) struct Call<'c> {
     pub(crate) out: Option<&'c [&'c NDArray]>,
     /// Vars the op writes besides its outputs (the executor's memory-reuse dependencies).
     pub(crate) also_writes: &'c [engine::Var],
+    /// The bound node's kept state (executor only; see [`StateUse`]).
+    pub(crate) state: Option<&'c OpState>,
 }
 
 /// Checks a call, builds its engine op and hands it to `push` (the engine, or the executor's bulk
@@ -692,6 +710,7 @@ pub(crate) fn prepare(
         attrs,
         out,
         also_writes,
+        state,
     } = call;
     let rt = rt.clone();
     let def = lookup(name)?;
@@ -794,13 +813,19 @@ pub(crate) fn prepare(
         let temp = wants_temp.then_some(&r.temp_var);
         rng.into_iter().chain(temp)
     });
+    // The forward node writes its kept state, the backward node reads it.
+    let keeps = def.state == StateUse::Keeps;
+    let state_writes = state.filter(|_| keeps).map(|s| &s.var);
+    let state_reads = state.filter(|_| !keeps).map(|s| &s.var);
     let writes = outputs
         .iter()
         .chain(mutated)
         .map(NDArray::var)
         .chain(resource_vars)
-        .chain(also_writes);
+        .chain(also_writes)
+        .chain(state_writes);
     let held = res.clone();
+    let slot = state.map(|s| s.slot.clone());
     let engine_op = Op::sync(op, move |_| {
         let (mut rng, mut temp) = match &held {
             Some(r) => (
@@ -809,16 +834,18 @@ pub(crate) fn prepare(
             ),
             None => (None, None),
         };
+        let mut kept = slot.as_ref().map(|s| s.lock());
         let mut kres = KernelRes {
             rng: rng.as_deref_mut(),
             temp: temp.as_deref_mut(),
+            state: kept.as_deref_mut(),
         };
         let (ins, outs) = tensors.split();
         run_kernel(op, kernel, alias_safe, &attrs2, ins, outs, &mut kres).map_err(Into::into)
     })
     .on(ctx)
     .writes(writes)
-    .reads(inputs.iter().map(|a| a.var()));
+    .reads(inputs.iter().map(|a| a.var()).chain(state_reads));
     let elements: usize = inputs.iter().map(|a| a.size()).sum::<usize>()
         + outputs.iter().map(NDArray::size).sum::<usize>();
     push(cheap_if_small(engine_op, elements))?;

@@ -13,17 +13,19 @@
 //! and only the hidden projection runs step by step; the backward pass likewise gathers every
 //! step's gate gradients and makes the weight gradients and the input gradient in one GEMM each.
 //!
-//! MXNet's CPU op keeps every step's gates from the forward to the backward pass as op state.
-//! Ours cannot keep them in a hidden output (MXNet's files fix the op's output count), so the
-//! backward op first runs the forward pass again into its temp space: one more forward's work,
-//! and nothing of the recurrence held in the arena between the passes.
+//! A training forward pass of a bound node keeps every layer's output and every step's gates in
+//! the node's [`OpState`](crate::resources::OpState), as MXNet's CPU op keeps them in its op
+//! state (a hidden output cannot hold them: MXNet's files fix the op's output count), and the
+//! backward node reads them. Without a kept trace — an imperative call, a forward pass not in
+//! training, a GPU node — the backward op first runs the forward pass again into its temp
+//! space: one more forward's work.
 
 use ndarray::{ArrayView2, ArrayViewMut2};
 
 use super::par::{for_ranges, Shared};
-use super::{Arity, Attrs, OpDef, TensorRef};
+use super::{Arity, Attrs, OpDef, StateUse, TensorRef, IS_TRAIN};
 use crate::error::{invalid, NdError, Result};
-use crate::resources::{KernelRes, Resource};
+use crate::resources::{KernelRes, Resource, StateSlot};
 use crate::{DType, Element};
 
 type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
@@ -774,6 +776,52 @@ fn lengths(
         .collect()
 }
 
+/// What a training forward pass keeps for the backward pass: every layer's output and every
+/// (layer, direction)'s trace, for data of one shape.
+struct Kept<T> {
+    /// Steps, batch and input width of the data the trace is for.
+    data: [usize; 3],
+    /// Whether the last forward pass left its trace here (one outside training does not).
+    valid: bool,
+    /// `(L, T, N, D*H)`.
+    ys: Vec<T>,
+    /// `(L*D)` traces of `Pass::trace_len` elements.
+    traces: Vec<T>,
+}
+
+impl<T: Real> Kept<T> {
+    /// The slot's record for `pass` on `data`, made (or remade, for another shape or dtype)
+    /// with room for it.
+    fn for_pass<'s>(slot: &'s mut StateSlot, pass: &Pass<'_, T>, data: &[usize]) -> &'s mut Self {
+        let data = [data[0], data[1], data[2]];
+        let fits = slot
+            .as_ref()
+            .and_then(|b| b.downcast_ref::<Kept<T>>())
+            .is_some_and(|k| k.data == data);
+        if !fits {
+            let r = pass.r;
+            *slot = Some(Box::new(Kept {
+                data,
+                valid: false,
+                ys: vec![T::default(); r.layers * pass.layer_len()],
+                traces: vec![T::default(); r.layers * r.dirs * pass.trace_len()],
+            }));
+        }
+        match slot.as_mut().and_then(|b| b.downcast_mut::<Kept<T>>()) {
+            Some(k) => k,
+            None => unreachable!("the slot was just filled with this type"),
+        }
+    }
+
+    /// The trace the last forward pass kept for data of this shape, if it kept one.
+    fn valid<'s>(slot: Option<&'s StateSlot>, data: &[usize]) -> Option<&'s Self> {
+        slot?
+            .as_ref()?
+            .downcast_ref::<Kept<T>>()
+            .filter(|k| k.valid && k.data[..] == data[..3])
+    }
+}
+
 fn rnn_kernel(
     op: &str,
     attrs: &Attrs,
@@ -782,6 +830,7 @@ fn rnn_kernel(
     res: &mut KernelRes,
 ) -> KResult {
     let r = Rnn::parse(op, attrs).map_err(|e| e.to_string())?;
+    let train = attrs.bool(op, IS_TRAIN, false).map_err(|e| e.to_string())?;
     let x = &ins[0];
     let (steps, batch) = (x.shape[0], x.shape[1]);
     let lens = lengths(&r, ins, steps, batch)?;
@@ -793,19 +842,49 @@ fn rnn_kernel(
         let pass = Pass::new(r, &x.shape, params, Some(lens));
         let state = r.layers * r.dirs * batch * r.hidden;
         let out = unsafe { outs[0].slice_mut::<T>() };
-        // Intermediate layers' outputs, one trace reused by every layer, the hidden projection,
-        // and the final states when the op does not output them.
-        let mut b = carve::<T>(res, &[(r.layers - 1) * pass.layer_len(), pass.trace_len(), batch * r.gh(), state, state])?.into_iter();
+        // A bound node in training keeps every layer's output and trace for its backward node;
+        // otherwise one trace serves every layer, and only the layers below the top need room.
+        let kept = match res.state.take() {
+            Some(slot) if train => Some(Kept::for_pass(slot, &pass, &x.shape)),
+            Some(slot) => {
+                if let Some(k) = slot.as_mut().and_then(|b| b.downcast_mut::<Kept<T>>()) {
+                    k.valid = false;
+                }
+                None
+            }
+            None => None,
+        };
+        let (mid_len, trace_len) = match kept {
+            Some(_) => (0, 0),
+            None => ((r.layers - 1) * pass.layer_len(), pass.trace_len()),
+        };
+        // Intermediate layers' outputs, the trace, the hidden projection, and the final states
+        // when the op does not output them.
+        let mut b = carve::<T>(res, &[mid_len, trace_len, batch * r.gh(), state, state])?.into_iter();
         let mut next = || b.next().unwrap_or_default();
         let (mid, trace, hp, hy_unused, cy_unused) = (next(), next(), next(), next(), next());
         let hy: &mut [T] = if r.outputs() > 1 { unsafe { outs[1].slice_mut::<T>() } } else { hy_unused };
         let cy: &mut [T] = if r.outputs() > 2 { unsafe { outs[2].slice_mut::<T>() } } else { cy_unused };
-        let ll = pass.layer_len();
-        for l in 0..r.layers {
-            let (below, here) = mid.split_at_mut(l.min(r.layers - 1) * ll);
-            let input: &[T] = if l == 0 { xs } else { &below[(l - 1) * ll..] };
-            let output: &mut [T] = if l + 1 == r.layers { &mut *out } else { &mut here[..ll] };
-            pass.forward_layer(l, input, output, trace, h0, c0, hy, cy, hp)?;
+        let (ll, tl) = (pass.layer_len(), pass.trace_len() * r.dirs);
+        match kept {
+            Some(k) => {
+                for l in 0..r.layers {
+                    let (below, here) = k.ys.split_at_mut(l * ll);
+                    let input: &[T] = if l == 0 { xs } else { &below[(l - 1) * ll..] };
+                    let traces = &mut k.traces[l * tl..(l + 1) * tl];
+                    pass.forward_layer(l, input, &mut here[..ll], traces, h0, c0, hy, cy, hp)?;
+                }
+                out.copy_from_slice(&k.ys[(r.layers - 1) * ll..]);
+                k.valid = true;
+            }
+            None => {
+                for l in 0..r.layers {
+                    let (below, here) = mid.split_at_mut(l.min(r.layers - 1) * ll);
+                    let input: &[T] = if l == 0 { xs } else { &below[(l - 1) * ll..] };
+                    let output: &mut [T] = if l + 1 == r.layers { &mut *out } else { &mut here[..ll] };
+                    pass.forward_layer(l, input, output, trace, h0, c0, hy, cy, hp)?;
+                }
+            }
         }
     });
     Ok(())
@@ -835,13 +914,15 @@ fn rnn_backward_kernel(
         let (dx, dparams, dh0) = unsafe { (outs[0].slice_mut::<T>(), outs[1].slice_mut::<T>(), outs[2].slice_mut::<T>()) };
         let dc0: &mut [T] = if r.lstm() { unsafe { outs[3].slice_mut::<T>() } } else { &mut [] };
         let pass = Pass::new(r, &x.shape, params, Some(lens));
-        backward(&pass, xs, h0, c0, dout, dhy, dcy, dx, dparams, dh0, dc0, res)?;
+        let state = res.state.take();
+        let kept = Kept::<T>::valid(state.as_deref(), &x.shape);
+        backward(&pass, xs, h0, c0, dout, dhy, dcy, dx, dparams, dh0, dc0, kept, res)?;
     });
     Ok(())
 }
 
-/// The backward pass: the forward pass again, keeping every layer's output and every trace,
-/// then the layers from the top down.
+/// The backward pass: the layers from the top down, reading every layer's output and every
+/// trace from what the forward pass kept, or else from the forward pass run again here.
 #[allow(clippy::too_many_arguments)]
 fn backward<T: Real>(
     pass: &Pass<'_, T>,
@@ -855,20 +936,23 @@ fn backward<T: Real>(
     dparams: &mut [T],
     dh0: &mut [T],
     dc0: &mut [T],
+    kept: Option<&Kept<T>>,
     res: &mut KernelRes,
 ) -> KResult {
     let r = pass.r;
     let (h, gh, nb, steps, ew) = (r.hidden, r.gh(), pass.batch, pass.steps, pass.extra());
     let (ll, tl, rows, width) = (pass.layer_len(), pass.trace_len(), steps * nb, pass.width());
     let state = r.layers * r.dirs * nb * h;
+    // Room to run the forward pass again only without a kept trace.
+    let again = usize::from(kept.is_none());
     let mut b = carve::<T>(
         res,
         &[
-            r.layers * ll,          // every layer's output
-            r.layers * r.dirs * tl, // every trace
-            nb * gh,                // the hidden projection
-            state,                  // final states (not needed)
-            if r.lstm() { state } else { 0 },
+            again * r.layers * ll,          // every layer's output
+            again * r.layers * r.dirs * tl, // every trace
+            nb * gh,                        // the hidden projection
+            again * state,                  // final states (not needed)
+            again * if r.lstm() { state } else { 0 },
             2 * ll,    // the gradient of a layer's output, and of the one below
             rows * gh, // input projection gradients
             rows * gh, // hidden projection gradients
@@ -883,12 +967,18 @@ fn backward<T: Real>(
     let (ys, traces, hp, hy, cy) = (next(), next(), next(), next(), next());
     let (dys, dgx, dgh, hprev, dhbuf, dhn, dcbuf) =
         (next(), next(), next(), next(), next(), next(), next());
-    for l in 0..r.layers {
-        let (below, here) = ys.split_at_mut(l * ll);
-        let input: &[T] = if l == 0 { xs } else { &below[(l - 1) * ll..] };
-        let tr = &mut traces[l * r.dirs * tl..(l + 1) * r.dirs * tl];
-        pass.forward_layer(l, input, &mut here[..ll], tr, h0, c0, hy, cy, hp)?;
-    }
+    let (ys, traces): (&[T], &[T]) = match kept {
+        Some(k) => (&k.ys, &k.traces),
+        None => {
+            for l in 0..r.layers {
+                let (below, here) = ys.split_at_mut(l * ll);
+                let input: &[T] = if l == 0 { xs } else { &below[(l - 1) * ll..] };
+                let tr = &mut traces[l * r.dirs * tl..(l + 1) * r.dirs * tl];
+                pass.forward_layer(l, input, &mut here[..ll], tr, h0, c0, hy, cy, hp)?;
+            }
+            (ys, traces)
+        }
+    };
     dparams.fill(T::default());
     let (dy_a, dy_b) = dys.split_at_mut(ll);
     let lstm = r.lstm();
@@ -1044,11 +1134,13 @@ pub(super) fn ops() -> &'static [OpDef] {
             infer_inputs: Some(infer_rnn_inputs),
             alias_safe: false,
             resources: &[Resource::TempSpace],
+            state: StateUse::Keeps,
             ..OpDef::new("RNN", Arity::AtLeast(3), infer_rnn, rnn_kernel)
         },
         OpDef {
             alias_safe: false,
             resources: &[Resource::TempSpace],
+            state: StateUse::ReadsOf("RNN"),
             ..OpDef::new(
                 "_backward_RNN",
                 Arity::AtLeast(4),
