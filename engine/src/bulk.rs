@@ -426,7 +426,7 @@ mod tests {
     /// each op's slots come back split into its deduplicated reads and writes.
     #[test]
     fn a_unit_gives_back_each_op_with_its_name_and_slots() {
-        let v: Vec<Var> = (0..4).map(|i| Var::new(i, 1)).collect();
+        let v: Vec<Var> = (0..4).map(|i| Var::new(i, 1, false)).collect();
         let mut unit = BulkUnit::new();
         let owned = |s: &str| Cow::Owned(s.to_string());
         unit.add("a".into(), noop(), &[&v[0]], &[&v[1]]);

@@ -183,8 +183,12 @@ impl Core {
         }
     }
 
-    pub(crate) fn new_var(&self) -> Var {
-        Var::new(self.next_var.fetch_add(1, Ordering::Relaxed), self.id)
+    pub(crate) fn new_var(&self, resource: bool) -> Var {
+        Var::new(
+            self.next_var.fetch_add(1, Ordering::Relaxed),
+            self.id,
+            resource,
+        )
     }
 
     pub(crate) fn next_seq(&self) -> u64 {
@@ -457,8 +461,17 @@ impl Core {
                     }
                 }
             };
+            // A resource var never holds a failure, inside a unit as outside.
+            let resource = |slot: u8| {
+                let unit_writes = op.writes.iter().zip(&body.write_slots);
+                unit_writes
+                    .filter(|&(_, &s)| s == slot)
+                    .any(|(v, _)| v.is_resource())
+            };
             for &w in m.writes {
-                set(&mut poison, w, &failure);
+                if !resource(w) {
+                    set(&mut poison, w, &failure);
+                }
             }
         }
         drop(named);

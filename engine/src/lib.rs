@@ -66,6 +66,12 @@ pub trait Engine: Send + Sync {
     /// A fresh var, version 0.
     fn new_var(&self) -> Var;
 
+    /// A fresh *resource* var: it orders the ops that use it as any var does, but a failing op
+    /// does not poison it (it poisons the op's other writes). For state that no op's result
+    /// depends on being right after a failure — scratch space, a random generator — and that
+    /// every later op of a device shares: poisoning it would fail every one of them.
+    fn new_resource_var(&self) -> Var;
+
     /// Schedules `op`; returns at once (the inline engine runs it first). Refuses, with nothing
     /// scheduled, an op naming a deleted var or another engine's var.
     fn push(&self, op: Op<'_>) -> Result<(), EngineError>;

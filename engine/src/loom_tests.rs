@@ -99,7 +99,7 @@ fn event_at(log: &[(&str, bool)], name: &str, start: bool) -> usize {
 fn reads_run_together_writes_alone_in_push_order() {
     model(|| {
         let (core, q) = core();
-        let v: Var = core.new_var();
+        let v: Var = core.new_var(false);
         let log: Log = Arc::default();
         core.push(logged("r1", &log).read(&v)).unwrap();
         core.push(logged("r2", &log).read(&v)).unwrap();
@@ -124,7 +124,7 @@ fn reads_run_together_writes_alone_in_push_order() {
 fn writes_from_two_pushers_are_exclusive_and_counted() {
     model(|| {
         let (core, q) = core();
-        let v = core.new_var();
+        let v = core.new_var(false);
         let inside = Arc::new(AtomicUsize::new(0));
         fn make<'a>(inside: &Arc<AtomicUsize>) -> Op<'a> {
             let inside = inside.clone();
@@ -153,7 +153,7 @@ fn writes_from_two_pushers_are_exclusive_and_counted() {
 fn delete_runs_after_pending_ops_and_refuses_later_pushes() {
     model(|| {
         let (core, q) = core();
-        let v = core.new_var();
+        let v = core.new_var(false);
         let log: Log = Arc::default();
         core.push(logged("r", &log).read(&v)).unwrap();
         core.push(logged("w", &log).write(&v)).unwrap();
@@ -177,7 +177,7 @@ fn delete_runs_after_pending_ops_and_refuses_later_pushes() {
 fn delete_racing_with_the_last_op_runs_once_after_it() {
     model(|| {
         let (core, q) = core();
-        let v = core.new_var();
+        let v = core.new_var(false);
         let log: Log = Arc::default();
         core.push(logged("w", &log).write(&v)).unwrap();
         let (_, hs) = spawn_workers(&core, &q, 1, 1);
@@ -205,7 +205,7 @@ fn counting<'a>(name: &'static str, ran: &Arc<AtomicUsize>) -> Op<'a> {
 fn poison_propagates_and_wait_for_var_reports_it_once() {
     model(|| {
         let (core, q) = core();
-        let (a, b) = (core.new_var(), core.new_var());
+        let (a, b) = (core.new_var(false), core.new_var(false));
         let ran = Arc::new(AtomicUsize::new(0));
         core.push(Op::sync("fail", |_| Err("bad".into())).write(&a))
             .unwrap();
@@ -229,7 +229,7 @@ fn poison_propagates_and_wait_for_var_reports_it_once() {
 fn poison_reaches_an_op_pushed_while_the_failing_write_runs() {
     model(|| {
         let (core, q) = core();
-        let (a, b) = (core.new_var(), core.new_var());
+        let (a, b) = (core.new_var(false), core.new_var(false));
         let ran = Arc::new(AtomicUsize::new(0));
         core.push(Op::sync("fail", |_| Err("bad".into())).write(&a))
             .unwrap();
@@ -244,11 +244,38 @@ fn poison_reaches_an_op_pushed_while_the_failing_write_runs() {
     });
 }
 
+/// A failing write poisons its ordinary var but not a resource var it also writes: the next
+/// write of the resource, queued behind it or pushed while it runs, runs.
+#[test]
+fn a_failure_leaves_a_resource_var_unpoisoned() {
+    model(|| {
+        let (core, q) = core();
+        let (a, res) = (core.new_var(false), core.new_var(true));
+        let ran = Arc::new(AtomicUsize::new(0));
+        core.push(
+            Op::sync("fail", |_| Err("bad".into()))
+                .write(&a)
+                .write(&res),
+        )
+        .unwrap();
+        let (_, hs) = spawn_workers(&core, &q, 2, 1);
+        core.push(counting("next", &ran).write(&res)).unwrap();
+        join(hs);
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
+        core.wait_for_var(&res).unwrap();
+        assert_eq!(res.version(), 2);
+        assert_eq!(
+            core.wait_for_var(&a).unwrap_err().failure().unwrap().op,
+            "fail"
+        );
+    });
+}
+
 #[test]
 fn wait_for_var_returns_after_a_concurrent_write() {
     model(|| {
         let (core, q) = core();
-        let v = core.new_var();
+        let v = core.new_var(false);
         let done = Arc::new(AtomicUsize::new(0));
         let d = done.clone();
         core.push(
@@ -270,7 +297,7 @@ fn wait_for_var_returns_after_a_concurrent_write() {
 fn wait_for_all_races_with_finishing_workers() {
     model(|| {
         let (core, q) = core();
-        let (a, b) = (core.new_var(), core.new_var());
+        let (a, b) = (core.new_var(false), core.new_var(false));
         let done = Arc::new(AtomicUsize::new(0));
         for v in [&a, &b] {
             let d = done.clone();
@@ -298,7 +325,7 @@ fn wait_for_all_races_with_finishing_workers() {
 fn a_run_of_writes_passes_access_along_in_push_order() {
     model(|| {
         let (core, q) = core();
-        let (v, b) = (core.new_var(), core.new_var());
+        let (v, b) = (core.new_var(false), core.new_var(false));
         let log: Log = Arc::default();
         core.push(logged("wb", &log).write(&b)).unwrap();
         core.push(logged("w1", &log).write(&v)).unwrap();
@@ -325,7 +352,7 @@ fn a_run_of_writes_passes_access_along_in_push_order() {
 fn a_failing_write_poisons_the_rest_of_its_run() {
     model(|| {
         let (core, q) = core();
-        let v = core.new_var();
+        let v = core.new_var(false);
         let ran = Arc::new(AtomicUsize::new(0));
         core.push(counting("w1", &ran).write(&v)).unwrap();
         core.push(Op::sync("fail", |_| Err("bad".into())).write(&v))

@@ -37,6 +37,13 @@ impl NaiveEngine {
         }
     }
 
+    fn var(&self, resource: bool) -> Var {
+        let id = self
+            .next_var
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Var::new(id, self.id, resource)
+    }
+
     fn fail(&self, op: &str, message: String, panicked: bool) -> Arc<OpFailure> {
         let f = Arc::new(OpFailure {
             op: op.to_string(),
@@ -127,10 +134,11 @@ impl Engine for NaiveEngine {
     }
 
     fn new_var(&self) -> Var {
-        let id = self
-            .next_var
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Var::new(id, self.id)
+        self.var(false)
+    }
+
+    fn new_resource_var(&self) -> Var {
+        self.var(true)
     }
 
     fn push(&self, op: Op<'_>) -> Result<(), EngineError> {

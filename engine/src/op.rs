@@ -461,7 +461,7 @@ mod tests {
     /// the caller built, each in its own order.
     #[test]
     fn an_op_keeps_its_reads_and_writes_apart_in_order() {
-        let v: Vec<Var> = (0..7).map(|i| Var::new(i, 1)).collect();
+        let v: Vec<Var> = (0..7).map(|i| Var::new(i, 1, false)).collect();
         let op = Op::sync("mixed", |_| Ok(()))
             .read(&v[0])
             .write(&v[1])

@@ -236,7 +236,11 @@ impl Engine for ThreadedEngine {
     }
 
     fn new_var(&self) -> Var {
-        self.core.new_var()
+        self.core.new_var(false)
+    }
+
+    fn new_resource_var(&self) -> Var {
+        self.core.new_var(true)
     }
 
     fn push(&self, op: Op<'_>) -> Result<(), EngineError> {

@@ -59,6 +59,9 @@ impl Drop for Var {
 pub(crate) struct VarInner {
     pub(crate) id: u64,
     pub(crate) engine: u64,
+    /// A resource var: it orders its ops but never holds a failure (see
+    /// [`Engine::new_resource_var`](crate::Engine::new_resource_var)). Fixed at creation.
+    pub(crate) resource: bool,
     /// Set once, under `state`'s lock, by `delete_var`; readable without it.
     deleted: AtomicBool,
     /// What pushers lock on every push.
@@ -100,10 +103,12 @@ pub(crate) struct VarState {
 }
 
 impl Var {
-    pub(crate) fn new(id: u64, engine: u64) -> Var {
+    /// A fresh var; `resource`: one that never holds a failure.
+    pub(crate) fn new(id: u64, engine: u64, resource: bool) -> Var {
         let fresh = VarInner {
             id,
             engine,
+            resource,
             deleted: AtomicBool::new(false),
             state: Mutex::new(VarState {
                 queue: VecDeque::new(),
@@ -153,6 +158,11 @@ impl Var {
             return None;
         }
         self.inner.state.lock().poison.clone()
+    }
+
+    /// Whether it is a resource var (made by `new_resource_var`: never poisoned).
+    pub fn is_resource(&self) -> bool {
+        self.inner.resource
     }
 
     /// Whether two handles name the same var.
@@ -314,7 +324,7 @@ impl VarGuard<'_> {
     ) {
         let s = &mut *self.state;
         debug_assert!(s.writing && s.running_reads == 0);
-        if let Some(p) = poison {
+        if let Some(p) = poison.filter(|_| !self.inner.resource) {
             s.poison = Some(p);
             self.inner.held.poisoned.store(true, Ordering::Release);
         }
@@ -339,6 +349,9 @@ impl VarGuard<'_> {
 
     /// Sets the poison directly; used by the inline engine, which has no queues.
     pub(crate) fn set_poison(&mut self, p: Arc<OpFailure>) {
+        if self.inner.resource {
+            return;
+        }
         self.state.poison = Some(p);
         self.inner.held.poisoned.store(true, Ordering::Release);
     }

@@ -234,6 +234,58 @@ fn failures_poison_written_vars_and_propagate() {
     });
 }
 
+/// A resource var orders its ops but never holds a failure: a failing op poisons its other
+/// writes, and the next op on the resource runs — pushed alone, or later in the same bulk unit.
+#[test]
+fn failures_do_not_poison_resource_vars() {
+    watchdog("resource vars", 30, || {
+        for e in engines() {
+            let (res, out, log) = (
+                e.new_resource_var(),
+                e.new_var(),
+                Arc::new(Mutex::new(vec![])),
+            );
+            assert!(res.is_resource() && !out.is_resource());
+            e.push(
+                Op::sync("fails", |_| Err("bad input".into()))
+                    .write(&out)
+                    .write(&res),
+            )
+            .unwrap();
+            e.push(Op::sync("next", log_op(&log, "next")).write(&res))
+                .unwrap();
+            e.wait_for_var(&res).unwrap();
+            assert_eq!(*log.lock().unwrap(), ["next"], "{:?}", e.kind());
+            assert_eq!(res.version(), 2, "both writes count");
+            let err = e.wait_for_var(&out).unwrap_err();
+            assert_eq!(err.failure().map(|f| f.op.as_str()), Some("fails"));
+
+            let other = e.new_var();
+            let mut bulk = e.bulk();
+            bulk.push(
+                Op::sync("fails", |_| Err("bad input".into()))
+                    .write(&other)
+                    .write(&res),
+            )
+            .unwrap();
+            bulk.push(Op::sync("bulked next", log_op(&log, "bulked next")).write(&res))
+                .unwrap();
+            bulk.push(Op::sync("behind the failure", log_op(&log, "skipped")).read(&other))
+                .unwrap();
+            bulk.flush().unwrap();
+            e.wait_for_var(&res).unwrap();
+            assert_eq!(
+                *log.lock().unwrap(),
+                ["next", "bulked next"],
+                "{:?}",
+                e.kind()
+            );
+            assert!(e.wait_for_var(&other).is_err());
+            e.wait_for_all().unwrap();
+        }
+    });
+}
+
 #[test]
 fn wait_for_all_reports_the_earliest_unreported_failure() {
     watchdog("wait_for_all", 30, || {

@@ -86,8 +86,8 @@ impl Runtime {
         let r = DeviceResources::new(
             ctx,
             self.storage(ctx),
-            self.engine.new_var(),
-            self.engine.new_var(),
+            self.engine.new_resource_var(),
+            self.engine.new_resource_var(),
             seed,
         );
         all.push(r.clone());

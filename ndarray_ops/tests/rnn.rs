@@ -468,6 +468,130 @@ fn a_kept_trace_gives_the_gradients_of_the_forward_pass_run_again() {
     }
 }
 
+/// Dropout between layers (`p`), in training: the output of every layer but the top one is
+/// multiplied by a mask drawn from the device's generator before the next layer reads it. The
+/// first layer's final state is untouched, the top output is not the undropped one, inference
+/// ignores `p`, the same seed draws the same masks (on a node that keeps them for its backward
+/// pass and on one bound without gradients alike), and the gradients are those of the network
+/// with those masks fixed: central differences, reseeding before every pass.
+#[test]
+fn dropout_between_layers_trains_with_the_masks_it_drew() {
+    let rt = Runtime::with_engine(engine::EngineKind::ThreadedPerDevice);
+    let mut rng = StdRng::seed_from_u64(3);
+    for (mode, dirs) in [("lstm", 1), ("gru", 2)] {
+        let cfg = Cfg {
+            mode,
+            layers: 3,
+            dirs,
+            hidden: 4,
+            input: 3,
+        };
+        let (steps, batch, k) = (5, 2, 3 * dirs);
+        let state = vec![k, batch, cfg.hidden];
+        let sn = k * batch * cfg.hidden;
+        let mut inputs = vec![
+            (
+                "data",
+                uniform(&mut rng, steps * batch * cfg.input, 1.0),
+                vec![steps, batch, cfg.input],
+            ),
+            (
+                "parameters",
+                uniform(&mut rng, cfg.params(), 0.5),
+                vec![cfg.params()],
+            ),
+            ("state", uniform(&mut rng, sn, 1.0), state.clone()),
+        ];
+        let width = dirs * cfg.hidden;
+        let mut heads = vec![
+            (
+                uniform(&mut rng, steps * batch * width, 1.0),
+                vec![steps, batch, width],
+            ),
+            (uniform(&mut rng, sn, 1.0), state.clone()),
+        ];
+        if cfg.lstm() {
+            inputs.push(("state_cell", uniform(&mut rng, sn, 1.0), state.clone()));
+            heads.push((uniform(&mut rng, sn, 1.0), state.clone()));
+        }
+        let bind = |p: f64, grads: bool| {
+            let sym = cfg.symbol(false, cfg.attrs(false).with("p", p)).unwrap();
+            let given: HashMap<String, NDArray> = inputs
+                .iter()
+                .map(|(n, v, s)| (n.to_string(), array(&rt, v, s, DType::F64)))
+                .collect();
+            let opts = BindOptions {
+                grad_req: match grads {
+                    true => inputs
+                        .iter()
+                        .map(|i| (i.0.to_string(), GradReq::Write))
+                        .collect(),
+                    false => HashMap::new(),
+                },
+                ..BindOptions::default()
+            };
+            Executor::bind_with_options(&rt, CPU, &sym, &HashMap::new(), given, &opts).unwrap()
+        };
+        let outs = |exec: &Executor, train: bool| -> Vec<Vec<f64>> {
+            rt.seed(7).unwrap();
+            exec.forward(train).unwrap();
+            exec.outputs().iter().map(floats).collect()
+        };
+        let (plain, dropped, unkept) = (bind(0.0, true), bind(0.4, true), bind(0.4, false));
+        let (want, got) = (outs(&plain, true), outs(&dropped, true));
+        let first = dirs * batch * cfg.hidden;
+        assert_eq!(got[1][..first], want[1][..first], "{mode}: layer 0's state");
+        assert_ne!(got[0], want[0], "{mode}: the top output with dropout");
+        assert_eq!(
+            outs(&dropped, false),
+            outs(&plain, false),
+            "{mode}: inference"
+        );
+        assert_eq!(outs(&dropped, true), got, "{mode}: the same seed");
+        assert_eq!(outs(&unkept, true), got, "{mode}: a node keeping nothing");
+
+        // The loss the head gradients stand for: the sum of each output times its head.
+        let loss = |exec: &Executor| -> f64 {
+            outs(exec, true)
+                .iter()
+                .zip(&heads)
+                .map(|(o, (h, _))| o.iter().zip(h).map(|(a, b)| a * b).sum::<f64>())
+                .sum()
+        };
+        outs(&dropped, true);
+        let head_arrays: Vec<NDArray> = heads
+            .iter()
+            .map(|(v, s)| array(&rt, v, s, DType::F64))
+            .collect();
+        dropped.backward_with(&head_arrays).unwrap();
+        let grads = dropped.grad_dict();
+        let args = dropped.arg_dict();
+        let eps = 1e-6;
+        for (name, values, shape) in &inputs {
+            let analytic = floats(&grads[*name]);
+            for _ in 0..6 {
+                let i = rng.gen_range(0..values.len());
+                let at = |delta: f64| {
+                    let mut v = values.clone();
+                    v[i] += delta;
+                    array(&rt, &v, shape, DType::F64)
+                        .copy_into(&args[*name])
+                        .unwrap();
+                    loss(&dropped)
+                };
+                let numeric = (at(eps) - at(-eps)) / (2.0 * eps);
+                at(0.0);
+                assert!(
+                    (numeric - analytic[i]).abs() <= 1e-6 * numeric.abs().max(1.0),
+                    "{mode}: d loss / d {name}[{i}]: {} by the backward pass, {numeric} by \
+                     central differences",
+                    analytic[i]
+                );
+            }
+        }
+    }
+}
+
 /// Binding with the data's shape alone gives the parameters and states their shapes, and the
 /// parameters' length is MXNet's (the fixture's cases check the layout itself).
 #[test]
@@ -554,21 +678,35 @@ fn bad_input_is_refused_with_what_was_expected() {
     ));
     assert!(e.contains("state_size"), "{e}");
 
-    // Dropout between layers in training is refused when the pass runs; inference ignores it.
-    let exec = bind(
-        cfg.attrs(false).with("p", 0.3),
-        false,
-        std::slice::from_ref(&data),
-    )
-    .unwrap();
-    exec.forward(false).unwrap();
-    exec.outputs()[0].wait_to_read().unwrap();
-    let e = exec
-        .forward(true)
-        .and_then(|_| exec.outputs()[0].wait_to_read())
-        .expect_err("dropout in training")
+    // Dropout between layers in training needs the masks a bound node keeps: the backward op
+    // called on its own in training refuses, naming p.
+    let ins: Vec<NDArray> = [
+        vec![4, 2, 2],
+        vec![cfg.params()],
+        vec![2, 2, 3],
+        vec![2, 2, 3],
+    ]
+    .iter()
+    .map(|s| rt.zeros(s, DType::F32, CPU).unwrap())
+    .collect();
+    let head = rt.zeros(&[4, 2, 3], DType::F32, CPU).unwrap();
+    let all: Vec<&NDArray> = std::iter::once(&head).chain(&ins).collect();
+    let attrs = Attrs::new()
+        .with("mode", "lstm")
+        .with("state_size", 3)
+        .with("num_layers", 2)
+        .with("p", 0.3)
+        .with("__is_train__", true);
+    let e = invoke("_backward_RNN", &all, &attrs, None)
+        .and_then(|g| g[0].wait_to_read())
+        .expect_err("an imperative backward pass with dropout in training")
         .to_string();
-    assert!(e.contains("p=0.3"), "{e}");
+    assert!(e.contains("p=0.3") && e.contains("bind"), "{e}");
+    // The failure poisoned the op's outputs, not the device's temp space and generator, which
+    // every later RNN pass shares: a good pass still runs.
+    let exec = bind(cfg.attrs(false), false, std::slice::from_ref(&data)).unwrap();
+    exec.forward(true).unwrap();
+    exec.outputs()[0].wait_to_read().unwrap();
 
     // A sequence length past the sequence fails the pass, naming the sample.
     let exec = bind(cfg.attrs(true), true, std::slice::from_ref(&data)).unwrap();

@@ -91,8 +91,13 @@ fn unsupported(op: &str, attrs: &Attrs) -> Result<Option<&'static str>, String> 
         "LeakyReLU" | "_backward_LeakyReLU" if leaky_code(op, attrs)?.is_none() => {
             Some("act_type prelu has no GPU kernel")
         }
-        "RNN" | "_backward_RNN" if crate::ops::rnn::Rnn::parse(op, attrs).map_err(e2s)?.seq_len => {
-            Some("use_sequence_length has no GPU kernel")
+        "RNN" | "_backward_RNN" => {
+            let r = crate::ops::rnn::Rnn::parse(op, attrs).map_err(e2s)?;
+            match (r.seq_len, r.drops()) {
+                (true, _) => Some("use_sequence_length has no GPU kernel"),
+                (_, true) => Some("dropout between layers in training has no GPU kernel"),
+                _ => None,
+            }
         }
         "take" | "_backward_take" if attrs.get("mode") == Some("raise") => {
             Some("mode raise has no GPU kernel (a kernel cannot refuse an index; clip or wrap)")

@@ -21,6 +21,8 @@
 //! space: one more forward's work.
 
 use ndarray::{ArrayView2, ArrayViewMut2};
+use rand::rngs::StdRng;
+use rand::Rng;
 
 use super::par::{for_ranges, Shared};
 use super::{Arity, Attrs, OpDef, StateUse, TensorRef, IS_TRAIN};
@@ -59,6 +61,10 @@ pub(crate) struct Rnn {
     pub(crate) dirs: usize,
     state_outputs: bool,
     pub(crate) seq_len: bool,
+    /// Dropout probability on each layer's output but the last's, in training.
+    pub(crate) p: f64,
+    /// Whether the node runs in training (`__is_train__`).
+    train: bool,
 }
 
 /// Where one (layer, direction)'s weights and biases start in the flat parameter vector, and
@@ -111,18 +117,6 @@ impl Rnn {
         if !(0.0..1.0).contains(&p) {
             return Err(invalid(op, format!("p={p} is outside [0, 1)")));
         }
-        // Dropout between layers would need the forward pass's masks in the backward pass,
-        // which recomputes the forward pass (see the module comment); it is refused in
-        // training rather than silently left out. At inference it does nothing, as in MXNet.
-        if p > 0.0 && layers > 1 && attrs.bool(op, super::IS_TRAIN, false)? {
-            return Err(invalid(
-                op,
-                format!(
-                    "p={p} (dropout between the {layers} layers) is not supported in training; \
-                     stack one-layer RNN nodes with Dropout between them instead"
-                ),
-            ));
-        }
         Ok(Rnn {
             mode,
             hidden,
@@ -134,7 +128,15 @@ impl Rnn {
             },
             state_outputs: attrs.bool(op, "state_outputs", false)?,
             seq_len: attrs.bool(op, "use_sequence_length", false)?,
+            p,
+            train: attrs.bool(op, IS_TRAIN, false)?,
         })
+    }
+
+    /// Whether a forward pass drops units of the layers' outputs below the top one (in
+    /// training, as MXNet's Dropout; it does nothing at inference).
+    pub(crate) fn drops(&self) -> bool {
+        self.p > 0.0 && self.layers > 1 && self.train
     }
 
     pub(crate) fn lstm(&self) -> bool {
@@ -787,6 +789,9 @@ struct Kept<T> {
     ys: Vec<T>,
     /// `(L*D)` traces of `Pass::trace_len` elements.
     traces: Vec<T>,
+    /// With dropout, the masks of the layers' outputs but the top one's, `(L-1, T, N, D*H)`
+    /// (each element 0 or `1 / (1 - p)`); empty without.
+    masks: Vec<T>,
 }
 
 impl<T: Real> Kept<T> {
@@ -805,6 +810,7 @@ impl<T: Real> Kept<T> {
                 valid: false,
                 ys: vec![T::default(); r.layers * pass.layer_len()],
                 traces: vec![T::default(); r.layers * r.dirs * pass.trace_len()],
+                masks: Vec::new(),
             }));
         }
         match slot.as_mut().and_then(|b| b.downcast_mut::<Kept<T>>()) {
@@ -830,7 +836,6 @@ fn rnn_kernel(
     res: &mut KernelRes,
 ) -> KResult {
     let r = Rnn::parse(op, attrs).map_err(|e| e.to_string())?;
-    let train = attrs.bool(op, IS_TRAIN, false).map_err(|e| e.to_string())?;
     let x = &ins[0];
     let (steps, batch) = (x.shape[0], x.shape[1]);
     let lens = lengths(&r, ins, steps, batch)?;
@@ -845,7 +850,7 @@ fn rnn_kernel(
         // A bound node in training keeps every layer's output and trace for its backward node;
         // otherwise one trace serves every layer, and only the layers below the top need room.
         let kept = match res.state.take() {
-            Some(slot) if train => Some(Kept::for_pass(slot, &pass, &x.shape)),
+            Some(slot) if r.train => Some(Kept::for_pass(slot, &pass, &x.shape)),
             Some(slot) => {
                 if let Some(k) = slot.as_mut().and_then(|b| b.downcast_mut::<Kept<T>>()) {
                     k.valid = false;
@@ -854,25 +859,47 @@ fn rnn_kernel(
             }
             None => None,
         };
-        let (mid_len, trace_len) = match kept {
-            Some(_) => (0, 0),
-            None => ((r.layers - 1) * pass.layer_len(), pass.trace_len()),
+        let ll = pass.layer_len();
+        let (mid_len, trace_len, dropped_len) = match kept {
+            Some(_) => (0, 0, if r.drops() { ll } else { 0 }),
+            None => ((r.layers - 1) * ll, pass.trace_len(), 0),
         };
-        // Intermediate layers' outputs, the trace, the hidden projection, and the final states
-        // when the op does not output them.
-        let mut b = carve::<T>(res, &[mid_len, trace_len, batch * r.gh(), state, state])?.into_iter();
+        // Intermediate layers' outputs, the trace, the hidden projection, the final states
+        // when the op does not output them, and the next layer's input after dropout.
+        let mut b = carve::<T>(res, &[mid_len, trace_len, batch * r.gh(), state, state, dropped_len])?.into_iter();
         let mut next = || b.next().unwrap_or_default();
         let (mid, trace, hp, hy_unused, cy_unused) = (next(), next(), next(), next(), next());
+        let dropped = next();
         let hy: &mut [T] = if r.outputs() > 1 { unsafe { outs[1].slice_mut::<T>() } } else { hy_unused };
         let cy: &mut [T] = if r.outputs() > 2 { unsafe { outs[2].slice_mut::<T>() } } else { cy_unused };
-        let (ll, tl) = (pass.layer_len(), pass.trace_len() * r.dirs);
+        let tl = pass.trace_len() * r.dirs;
+        // Dropout draws from the device's generator, one number per unit, in the same order
+        // on both paths.
+        let mut rng = match r.drops() {
+            true => Some(res.rng()?),
+            false => None,
+        };
         match kept {
             Some(k) => {
+                // Each layer's output is kept as it was made; what the next layer reads is
+                // that times its mask, kept too.
+                k.masks.resize(if r.drops() { (r.layers - 1) * ll } else { 0 }, T::default());
                 for l in 0..r.layers {
                     let (below, here) = k.ys.split_at_mut(l * ll);
-                    let input: &[T] = if l == 0 { xs } else { &below[(l - 1) * ll..] };
+                    let input: &[T] = match (l, &rng) {
+                        (0, _) => xs,
+                        (_, Some(_)) => dropped,
+                        (_, None) => &below[(l - 1) * ll..],
+                    };
                     let traces = &mut k.traces[l * tl..(l + 1) * tl];
                     pass.forward_layer(l, input, &mut here[..ll], traces, h0, c0, hy, cy, hp)?;
+                    if let Some(rng) = rng.as_deref_mut().filter(|_| l + 1 < r.layers) {
+                        let mask = &mut k.masks[l * ll..(l + 1) * ll];
+                        draw_mask(rng, r.p, mask);
+                        for ((o, &y), &m) in dropped.iter_mut().zip(&here[..ll]).zip(&*mask) {
+                            *o = y * m;
+                        }
+                    }
                 }
                 out.copy_from_slice(&k.ys[(r.layers - 1) * ll..]);
                 k.valid = true;
@@ -881,13 +908,42 @@ fn rnn_kernel(
                 for l in 0..r.layers {
                     let (below, here) = mid.split_at_mut(l.min(r.layers - 1) * ll);
                     let input: &[T] = if l == 0 { xs } else { &below[(l - 1) * ll..] };
-                    let output: &mut [T] = if l + 1 == r.layers { &mut *out } else { &mut here[..ll] };
+                    let top = l + 1 == r.layers;
+                    let output: &mut [T] = if top { &mut *out } else { &mut here[..ll] };
                     pass.forward_layer(l, input, output, trace, h0, c0, hy, cy, hp)?;
+                    if let Some(rng) = rng.as_deref_mut().filter(|_| !top) {
+                        drop_in_place(rng, r.p, output);
+                    }
                 }
             }
         }
     });
     Ok(())
+}
+
+/// A dropout mask, as Dropout draws it: each unit 0 with probability `p`, else `1 / (1 - p)`.
+fn draw_mask<T: Real>(rng: &mut StdRng, p: f64, mask: &mut [T]) {
+    let keep = T::from_f64(1.0 / (1.0 - p));
+    for m in mask {
+        *m = if rng.gen::<f64>() < p {
+            T::zero()
+        } else {
+            keep
+        };
+    }
+}
+
+/// `y` times a mask drawn as [`draw_mask`] draws it (the same numbers for the same draws).
+fn drop_in_place<T: Real>(rng: &mut StdRng, p: f64, y: &mut [T]) {
+    let keep = T::from_f64(1.0 / (1.0 - p));
+    for v in y {
+        *v = *v
+            * if rng.gen::<f64>() < p {
+                T::zero()
+            } else {
+                keep
+            };
+    }
 }
 
 fn rnn_backward_kernel(
@@ -915,6 +971,16 @@ fn rnn_backward_kernel(
         let dc0: &mut [T] = if r.lstm() { unsafe { outs[3].slice_mut::<T>() } } else { &mut [] };
         let pass = Pass::new(r, &x.shape, params, Some(lens));
         let state = res.state.take();
+        // Without the forward node's state the masks it drew are lost: the gradient of the
+        // network without dropout would be silently wrong.
+        if state.is_none() && r.drops() {
+            return Err(format!(
+                "{op}: p={} drops units between layers in training, and the masks are kept only \
+                 by a bound RNN node for its own backward node (bind the graph; an imperative \
+                 backward call cannot know them)",
+                r.p
+            ));
+        }
         let kept = Kept::<T>::valid(state.as_deref(), &x.shape);
         backward(&pass, xs, h0, c0, dout, dhy, dcy, dx, dparams, dh0, dc0, kept, res)?;
     });
@@ -960,6 +1026,12 @@ fn backward<T: Real>(
             nb * h,    // the carried state gradient
             nb * h,    // its part that bypasses the hidden projection
             if r.lstm() { nb * h } else { 0 }, // LSTM's carried cell gradient
+            // With dropout, the layer's input as it read it (the output below times its mask).
+            if kept.is_some_and(|k| !k.masks.is_empty()) {
+                ll
+            } else {
+                0
+            },
         ],
     )?
     .into_iter();
@@ -967,6 +1039,8 @@ fn backward<T: Real>(
     let (ys, traces, hp, hy, cy) = (next(), next(), next(), next(), next());
     let (dys, dgx, dgh, hprev, dhbuf, dhn, dcbuf) =
         (next(), next(), next(), next(), next(), next(), next());
+    let dropped = next();
+    let masks: &[T] = kept.map_or(&[], |k| &k.masks);
     let (ys, traces): (&[T], &[T]) = match kept {
         Some(k) => (&k.ys, &k.traces),
         None => {
@@ -989,10 +1063,16 @@ fn backward<T: Real>(
             i if i % 2 == 1 => (&*dy_a, &mut *dy_b),
             _ => (&*dy_b, &mut *dy_a),
         };
-        let input: &[T] = if l == 0 {
-            xs
-        } else {
-            &ys[(l - 1) * ll..l * ll]
+        let input: &[T] = match l {
+            0 => xs,
+            _ if masks.is_empty() => &ys[(l - 1) * ll..l * ll],
+            _ => {
+                let (y, m) = (&ys[(l - 1) * ll..l * ll], &masks[(l - 1) * ll..l * ll]);
+                for ((o, &y), &m) in dropped.iter_mut().zip(y).zip(m) {
+                    *o = y * m;
+                }
+                &*dropped
+            }
         };
         let y = &ys[l * ll..(l + 1) * ll];
         for d in 0..r.dirs {
@@ -1124,6 +1204,12 @@ fn backward<T: Real>(
                 dc0[st.clone()].copy_from_slice(dc);
             }
         }
+        // What reached the layer below went through its mask.
+        if l > 0 && !masks.is_empty() {
+            for (g, &m) in dbelow.iter_mut().zip(&masks[(l - 1) * ll..l * ll]) {
+                *g = *g * m;
+            }
+        }
     }
     Ok(())
 }
@@ -1133,7 +1219,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         OpDef {
             infer_inputs: Some(infer_rnn_inputs),
             alias_safe: false,
-            resources: &[Resource::TempSpace],
+            resources: &[Resource::TempSpace, Resource::Random],
             state: StateUse::Keeps,
             ..OpDef::new("RNN", Arity::AtLeast(3), infer_rnn, rnn_kernel)
         },
