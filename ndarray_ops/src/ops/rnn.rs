@@ -778,6 +778,40 @@ fn lengths(
         .collect()
 }
 
+/// The forward op's inputs as both kernels read them: the sequence, the initial states, and the
+/// pass over them with its parameters and sequence lengths.
+struct Forward<'a, T> {
+    pass: Pass<'a, T>,
+    xs: &'a [T],
+    h0: &'a [T],
+    /// LSTM's initial cell (empty otherwise).
+    c0: &'a [T],
+}
+
+impl<'a, T: Real> Forward<'a, T> {
+    /// # Safety
+    /// The caller has read access to `ins` (the forward op's inputs, in order, of dtype `T`)
+    /// for `'a`.
+    unsafe fn read(r: Rnn, ins: &'a [TensorRef], lens: Vec<usize>) -> Self {
+        let x = &ins[0];
+        // SAFETY: the caller's read access.
+        let (xs, params, h0) =
+            unsafe { (x.slice::<T>(), ins[1].slice::<T>(), ins[2].slice::<T>()) };
+        let c0: &[T] = if r.lstm() {
+            // SAFETY: as above; an LSTM's fourth input is its cell.
+            unsafe { ins[3].slice::<T>() }
+        } else {
+            &[]
+        };
+        Forward {
+            pass: Pass::new(r, &x.shape, params, Some(lens)),
+            xs,
+            h0,
+            c0,
+        }
+    }
+}
+
 /// What a training forward pass keeps for the backward pass: every layer's output and every
 /// (layer, direction)'s trace, for data of one shape.
 struct Kept<T> {
@@ -837,15 +871,12 @@ fn rnn_kernel(
 ) -> KResult {
     let r = Rnn::parse(op, attrs).map_err(|e| e.to_string())?;
     let x = &ins[0];
-    let (steps, batch) = (x.shape[0], x.shape[1]);
-    let lens = lengths(&r, ins, steps, batch)?;
+    let lens = lengths(&r, ins, x.shape[0], x.shape[1])?;
     with_float!(x.dtype, T => {
         // SAFETY: read access to the inputs, write access to the outputs, which the engine
         // keeps apart from the inputs (the op is not alias-safe).
-        let (xs, params, h0) = unsafe { (x.slice::<T>(), ins[1].slice::<T>(), ins[2].slice::<T>()) };
-        let c0: &[T] = if r.lstm() { unsafe { ins[3].slice::<T>() } } else { &[] };
-        let pass = Pass::new(r, &x.shape, params, Some(lens));
-        let state = r.layers * r.dirs * batch * r.hidden;
+        let Forward { pass, xs, h0, c0 } = unsafe { Forward::<T>::read(r, ins, lens) };
+        let state = r.layers * r.dirs * pass.batch * r.hidden;
         let out = unsafe { outs[0].slice_mut::<T>() };
         // A bound node in training keeps every layer's output and trace for its backward node;
         // otherwise one trace serves every layer, and only the layers below the top need room.
@@ -866,7 +897,7 @@ fn rnn_kernel(
         };
         // Intermediate layers' outputs, the trace, the hidden projection, the final states
         // when the op does not output them, and the next layer's input after dropout.
-        let mut b = carve::<T>(res, &[mid_len, trace_len, batch * r.gh(), state, state, dropped_len])?.into_iter();
+        let mut b = carve::<T>(res, &[mid_len, trace_len, pass.batch * r.gh(), state, state, dropped_len])?.into_iter();
         let mut next = || b.next().unwrap_or_default();
         let (mid, trace, hp, hy_unused, cy_unused) = (next(), next(), next(), next(), next());
         let dropped = next();
@@ -957,19 +988,16 @@ fn rnn_backward_kernel(
     let heads = r.outputs();
     let fwd = &ins[heads..];
     let x = &fwd[0];
-    let (steps, batch) = (x.shape[0], x.shape[1]);
-    let lens = lengths(&r, fwd, steps, batch)?;
+    let lens = lengths(&r, fwd, x.shape[0], x.shape[1])?;
     with_float!(x.dtype, T => {
         // SAFETY: read access to the inputs, write access to the outputs (not alias-safe: the
         // engine keeps them apart).
-        let (xs, params, h0) = unsafe { (x.slice::<T>(), fwd[1].slice::<T>(), fwd[2].slice::<T>()) };
-        let c0: &[T] = if r.lstm() { unsafe { fwd[3].slice::<T>() } } else { &[] };
+        let f = unsafe { Forward::<T>::read(r, fwd, lens) };
         let dout = unsafe { ins[0].slice::<T>() };
         let dhy: &[T] = if heads > 1 { unsafe { ins[1].slice::<T>() } } else { &[] };
         let dcy: &[T] = if heads > 2 { unsafe { ins[2].slice::<T>() } } else { &[] };
         let (dx, dparams, dh0) = unsafe { (outs[0].slice_mut::<T>(), outs[1].slice_mut::<T>(), outs[2].slice_mut::<T>()) };
         let dc0: &mut [T] = if r.lstm() { unsafe { outs[3].slice_mut::<T>() } } else { &mut [] };
-        let pass = Pass::new(r, &x.shape, params, Some(lens));
         let state = res.state.take();
         // Without the forward node's state the masks it drew are lost: the gradient of the
         // network without dropout would be silently wrong.
@@ -982,7 +1010,7 @@ fn rnn_backward_kernel(
             ));
         }
         let kept = Kept::<T>::valid(state.as_deref(), &x.shape);
-        backward(&pass, xs, h0, c0, dout, dhy, dcy, dx, dparams, dh0, dc0, kept, res)?;
+        backward(&f, dout, dhy, dcy, dx, dparams, dh0, dc0, kept, res)?;
     });
     Ok(())
 }
@@ -991,10 +1019,7 @@ fn rnn_backward_kernel(
 /// trace from what the forward pass kept, or else from the forward pass run again here.
 #[allow(clippy::too_many_arguments)]
 fn backward<T: Real>(
-    pass: &Pass<'_, T>,
-    xs: &[T],
-    h0: &[T],
-    c0: &[T],
+    f: &Forward<'_, T>,
     dout: &[T],
     dhy: &[T],
     dcy: &[T],
@@ -1005,6 +1030,7 @@ fn backward<T: Real>(
     kept: Option<&Kept<T>>,
     res: &mut KernelRes,
 ) -> KResult {
+    let Forward { pass, xs, h0, c0 } = f;
     let r = pass.r;
     let (h, gh, nb, steps, ew) = (r.hidden, r.gh(), pass.batch, pass.steps, pass.extra());
     let (ll, tl, rows, width) = (pass.layer_len(), pass.trace_len(), steps * nb, pass.width());
