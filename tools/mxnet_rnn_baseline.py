@@ -2,7 +2,8 @@
 `run_model` on the same graph (README, Benchmarks, Recurrent layers).
 
     /tmp/mxv/bin/python tools/mxnet_rnn_baseline.py OUT-symbol.json [--mode lstm] [--layers 2]
-        [--steps 35] [--batch 32] [--input 256] [--hidden 256] [--bidirectional] [--iters 20]
+        [--steps 35] [--batch 32] [--input 256] [--hidden 256] [--bidirectional] [--dropout P]
+        [--iters 20]
 
 Writes the graph (data -> RNN, the parameters and initial states as arguments) to
 OUT-symbol.json, so that ours runs the very file MXNet wrote:
@@ -31,12 +32,15 @@ def main():
     p.add_argument("--input", type=int, default=256)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--bidirectional", action="store_true")
+    p.add_argument("--dropout", type=float, default=0.0, help="p, between layers in training")
     p.add_argument("--iters", type=int, default=20)
     a = p.parse_args()
 
     args = dict(data=mx.sym.var("data"), parameters=mx.sym.var("rnn_parameters"),
                 state=mx.sym.var("rnn_state"), state_size=a.hidden, num_layers=a.layers,
                 mode=a.mode, bidirectional=a.bidirectional, state_outputs=True, name="rnn")
+    if a.dropout > 0:
+        args["p"] = a.dropout
     if a.mode == "lstm":
         args["state_cell"] = mx.sym.var("rnn_state_cell")
     sym = mx.sym.RNN(**args)
