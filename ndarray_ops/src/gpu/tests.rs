@@ -826,6 +826,24 @@ fn the_model_ops_all_have_gpu_kernels() {
         leaky.err().as_deref(),
         Some("LeakyReLU: act_type prelu has no GPU kernel")
     );
+    // Dropout between an RNN's layers: refused in training (no GPU masks), fine at inference.
+    let rnn = Attrs::new()
+        .with("mode", "lstm")
+        .with("state_size", 4)
+        .with("num_layers", 2)
+        .with("p", 0.5);
+    for op in ["RNN", "_backward_RNN"] {
+        let def = lookup(op).expect("registered");
+        let train = gpu_check(def, &rnn.clone().with("__is_train__", true), [DType::F32]);
+        assert_eq!(
+            train.err(),
+            Some(format!(
+                "{op}: dropout between layers in training has no GPU kernel"
+            ))
+        );
+        let infer = gpu_check(def, &rnn.clone().with("__is_train__", false), [DType::F32]);
+        assert!(infer.is_ok(), "{op} at inference");
+    }
     let add = lookup("elemwise_add").expect("registered");
     let f64_add = gpu_check(add, &none, [DType::F64; 3]);
     assert_eq!(
