@@ -83,6 +83,45 @@ impl Cfg {
         let refs: Vec<&Symbol> = vars.iter().collect();
         Symbol::op("RNN", "rnn", &refs, attrs)
     }
+
+    /// A random case over `steps` x `batch`: the inputs but the sequence lengths (name, values,
+    /// shape; the parameters within `scale`, the rest within 1) and a head for every output.
+    fn draw(&self, rng: &mut StdRng, steps: usize, batch: usize, scale: f64) -> Case {
+        let state = vec![self.layers * self.dirs, batch, self.hidden];
+        let sn: usize = state.iter().product();
+        let width = self.dirs * self.hidden;
+        let mut inputs = vec![
+            (
+                "data",
+                uniform(rng, steps * batch * self.input, 1.0),
+                vec![steps, batch, self.input],
+            ),
+            (
+                "parameters",
+                uniform(rng, self.params(), scale),
+                vec![self.params()],
+            ),
+            ("state", uniform(rng, sn, 1.0), state.clone()),
+        ];
+        let mut heads = vec![
+            (
+                uniform(rng, steps * batch * width, 1.0),
+                vec![steps, batch, width],
+            ),
+            (uniform(rng, sn, 1.0), state.clone()),
+        ];
+        if self.lstm() {
+            inputs.push(("state_cell", uniform(rng, sn, 1.0), state.clone()));
+            heads.push((uniform(rng, sn, 1.0), state));
+        }
+        Case { inputs, heads }
+    }
+}
+
+/// Inputs by name (flat values with shapes) and output heads.
+struct Case {
+    inputs: Vec<(&'static str, Vec<f64>, Vec<usize>)>,
+    heads: Vec<(Vec<f64>, Vec<usize>)>,
 }
 
 /// Outputs and gradients (by input name) of one forward and backward pass.
@@ -319,34 +358,7 @@ fn float32_agrees_with_float64() {
             hidden: 6,
             input: 5,
         };
-        let (steps, batch, k) = (7, 3, 4);
-        let state = vec![k, batch, cfg.hidden];
-        let sn = k * batch * cfg.hidden;
-        let mut inputs = vec![
-            (
-                "data",
-                uniform(&mut rng, steps * batch * cfg.input, 1.0),
-                vec![steps, batch, cfg.input],
-            ),
-            (
-                "parameters",
-                uniform(&mut rng, cfg.params(), 0.4),
-                vec![cfg.params()],
-            ),
-            ("state", uniform(&mut rng, sn, 1.0), state.clone()),
-        ];
-        let width = 2 * cfg.hidden;
-        let mut heads = vec![
-            (
-                uniform(&mut rng, steps * batch * width, 1.0),
-                vec![steps, batch, width],
-            ),
-            (uniform(&mut rng, sn, 1.0), state.clone()),
-        ];
-        if cfg.lstm() {
-            inputs.push(("state_cell", uniform(&mut rng, sn, 1.0), state.clone()));
-            heads.push((uniform(&mut rng, sn, 1.0), state.clone()));
-        }
+        let Case { inputs, heads } = cfg.draw(&mut rng, 7, 3, 0.4);
         let (a, b) = (
             run(&rt, &cfg, &inputs, &heads, DType::F32),
             run(&rt, &cfg, &inputs, &heads, DType::F64),
@@ -382,26 +394,17 @@ fn a_kept_trace_gives_the_gradients_of_the_forward_pass_run_again() {
             hidden: 5,
             input: 4,
         };
-        let (steps, batch, k) = (6, 3, layers * dirs);
-        let state = vec![k, batch, cfg.hidden];
-        let width = dirs * cfg.hidden;
-        let mut shapes = vec![
-            ("data", vec![steps, batch, cfg.input]),
-            ("parameters", vec![cfg.params()]),
-            ("state", state.clone()),
-        ];
-        let mut head_shapes = vec![vec![steps, batch, width], state.clone()];
-        if cfg.lstm() {
-            shapes.push(("state_cell", state.clone()));
-            head_shapes.push(state.clone());
-        }
-        let draw = |rng: &mut StdRng| -> Vec<NDArray> {
-            let mut v: Vec<NDArray> = shapes
+        let (steps, batch) = (6, 3);
+        // Two sets of inputs (the second's heads unused), as arrays with the lengths last.
+        let (first, second) = (
+            cfg.draw(&mut rng, steps, batch, 0.8),
+            cfg.draw(&mut rng, steps, batch, 0.8),
+        );
+        let arrays = |c: &Case| -> Vec<NDArray> {
+            let mut v: Vec<NDArray> = c
+                .inputs
                 .iter()
-                .map(|(_, s)| {
-                    let n = s.iter().product();
-                    array(&rt, &uniform(rng, n, 0.8), s, DType::F64)
-                })
+                .map(|(_, x, s)| array(&rt, x, s, DType::F64))
                 .collect();
             if seq_len {
                 let lens: Vec<f64> = (0..batch).map(|n| (steps - n) as f64).collect();
@@ -409,18 +412,13 @@ fn a_kept_trace_gives_the_gradients_of_the_forward_pass_run_again() {
             }
             v
         };
-        let (first, second) = (draw(&mut rng), draw(&mut rng));
-        let heads: Vec<NDArray> = head_shapes
+        let heads: Vec<NDArray> = first
+            .heads
             .iter()
-            .map(|s| {
-                array(
-                    &rt,
-                    &uniform(&mut rng, s.iter().product(), 1.0),
-                    s,
-                    DType::F64,
-                )
-            })
+            .map(|(x, s)| array(&rt, x, s, DType::F64))
             .collect();
+        let shapes = &first.inputs;
+        let (first, second) = (arrays(&first), arrays(&second));
         let names = cfg.input_names(seq_len);
         let sym = cfg.symbol(seq_len, cfg.attrs(seq_len)).unwrap();
         let given: HashMap<String, NDArray> = names
@@ -431,7 +429,7 @@ fn a_kept_trace_gives_the_gradients_of_the_forward_pass_run_again() {
         let opts = BindOptions {
             grad_req: shapes
                 .iter()
-                .map(|(n, _)| (n.to_string(), GradReq::Write))
+                .map(|(n, _, _)| (n.to_string(), GradReq::Write))
                 .collect(),
             ..BindOptions::default()
         };
@@ -445,7 +443,7 @@ fn a_kept_trace_gives_the_gradients_of_the_forward_pass_run_again() {
         };
         let bound = |exec: &Executor| -> Vec<Vec<f64>> {
             let g = exec.grad_dict();
-            shapes.iter().map(|(n, _)| floats(&g[*n])).collect()
+            shapes.iter().map(|(n, _, _)| floats(&g[*n])).collect()
         };
         exec.forward(true).unwrap();
         exec.backward_with(&heads).unwrap();
@@ -486,34 +484,8 @@ fn dropout_between_layers_trains_with_the_masks_it_drew() {
             hidden: 4,
             input: 3,
         };
-        let (steps, batch, k) = (5, 2, 3 * dirs);
-        let state = vec![k, batch, cfg.hidden];
-        let sn = k * batch * cfg.hidden;
-        let mut inputs = vec![
-            (
-                "data",
-                uniform(&mut rng, steps * batch * cfg.input, 1.0),
-                vec![steps, batch, cfg.input],
-            ),
-            (
-                "parameters",
-                uniform(&mut rng, cfg.params(), 0.5),
-                vec![cfg.params()],
-            ),
-            ("state", uniform(&mut rng, sn, 1.0), state.clone()),
-        ];
-        let width = dirs * cfg.hidden;
-        let mut heads = vec![
-            (
-                uniform(&mut rng, steps * batch * width, 1.0),
-                vec![steps, batch, width],
-            ),
-            (uniform(&mut rng, sn, 1.0), state.clone()),
-        ];
-        if cfg.lstm() {
-            inputs.push(("state_cell", uniform(&mut rng, sn, 1.0), state.clone()));
-            heads.push((uniform(&mut rng, sn, 1.0), state.clone()));
-        }
+        let (steps, batch) = (5, 2);
+        let Case { inputs, heads } = cfg.draw(&mut rng, steps, batch, 0.5);
         let bind = |p: f64, grads: bool| {
             let sym = cfg.symbol(false, cfg.attrs(false).with("p", p)).unwrap();
             let given: HashMap<String, NDArray> = inputs
