@@ -564,6 +564,72 @@ fn dropout_between_layers_trains_with_the_masks_it_drew() {
     }
 }
 
+/// Two RNN nodes with the same inputs and attributes are twins no backward node can tell
+/// apart: without dropout each backward node runs its forward pass again (the gradients are
+/// twice one node's); with dropout, whose masks differ between the twins, the backward pass
+/// refuses rather than pair a node with its twin's masks.
+#[test]
+fn twin_nodes_keep_nothing_and_say_why_with_dropout() {
+    let rt = Runtime::with_engine(engine::EngineKind::ThreadedPerDevice);
+    let mut rng = StdRng::seed_from_u64(17);
+    let cfg = Cfg {
+        mode: "lstm",
+        layers: 2,
+        dirs: 1,
+        hidden: 3,
+        input: 2,
+    };
+    let Case { inputs, heads } = cfg.draw(&mut rng, 4, 2, 0.5);
+    let grads = |p: f64, twins: bool| {
+        let vars: Vec<Symbol> = cfg
+            .input_names(false)
+            .iter()
+            .map(|n| Symbol::var(n))
+            .collect();
+        let refs: Vec<&Symbol> = vars.iter().collect();
+        let attrs = cfg.attrs(false).with("p", p);
+        let node = |name: &str| Symbol::op("RNN", name, &refs, attrs.clone()).unwrap();
+        let sym = match twins {
+            true => Symbol::group(&[node("a"), node("b")]),
+            false => node("a"),
+        };
+        let given: HashMap<String, NDArray> = inputs
+            .iter()
+            .map(|(n, v, s)| (n.to_string(), array(&rt, v, s, DType::F64)))
+            .collect();
+        let opts = BindOptions {
+            grad_req: inputs
+                .iter()
+                .map(|i| (i.0.to_string(), GradReq::Write))
+                .collect(),
+            ..BindOptions::default()
+        };
+        let exec =
+            Executor::bind_with_options(&rt, CPU, &sym, &HashMap::new(), given, &opts).unwrap();
+        let copies = if twins { 2 } else { 1 };
+        let heads: Vec<NDArray> = (0..copies)
+            .flat_map(|_| heads.iter())
+            .map(|(v, s)| array(&rt, v, s, DType::F64))
+            .collect();
+        exec.forward(true).unwrap();
+        exec.backward_with(&heads)?;
+        let g = exec.grad_dict();
+        inputs
+            .iter()
+            .map(|(n, _, _)| g[*n].wait_to_read().map(|_| floats(&g[*n])))
+            .collect::<ndarray_ops::Result<Vec<Vec<f64>>>>()
+    };
+    let (one, two) = (grads(0.0, false).unwrap(), grads(0.0, true).unwrap());
+    for (k, (a, b)) in one.iter().zip(&two).enumerate() {
+        let doubled: Vec<f64> = a.iter().map(|x| 2.0 * x).collect();
+        assert_close(b, &doubled, 1e-12, &format!("twins' gradient of input {k}"));
+    }
+    let e = grads(0.5, true)
+        .expect_err("twins with dropout")
+        .to_string();
+    assert!(e.contains("p=0.5") && e.contains("bind"), "{e}");
+}
+
 /// Binding with the data's shape alone gives the parameters and states their shapes, and the
 /// parameters' length is MXNet's (the fixture's cases check the layout itself).
 #[test]

@@ -66,9 +66,10 @@ impl FullGraph {
 
     /// The kept state of each node ([`OpState`]): one for each forward node of an op that
     /// keeps state, shared with the backward node that reads it — the backward node of that op
-    /// whose last inputs are the forward node's inputs, with the same attributes (a node of
-    /// another forward node with the same inputs and attributes computes the same trace). Only
-    /// with gradients and when both nodes run on a CPU; any other node gets none.
+    /// whose last inputs are the forward node's inputs, with the same attributes, when exactly
+    /// one forward node answers that (twins with the same inputs draw different dropout masks,
+    /// so an ambiguous backward node keeps nothing and recomputes, or refuses with dropout).
+    /// Only with gradients and when both nodes run on a CPU; any other node gets none.
     pub(super) fn kept_states(&self, rt: &Runtime) -> Vec<Option<OpState>> {
         let g = &self.inferred.graph;
         let mut states: Vec<Option<OpState>> = vec![None; g.nodes.len()];
@@ -81,7 +82,7 @@ impl FullGraph {
                 continue;
             };
             let ins = &g.inputs[j];
-            let pair = (0..g.nodes.len()).find(|&i| {
+            let mut pairs = (0..g.nodes.len()).filter(|&i| {
                 let n = &g.nodes[i];
                 forward[i]
                     && n.op
@@ -89,10 +90,12 @@ impl FullGraph {
                     && n.attrs == bw.attrs
                     && ins.ends_with(&g.inputs[i])
             });
-            let Some(i) = pair.filter(|&i| self.devices[i].is_cpu() && self.devices[j].is_cpu())
-            else {
+            let (Some(i), None) = (pairs.next(), pairs.next()) else {
                 continue;
             };
+            if !(self.devices[i].is_cpu() && self.devices[j].is_cpu()) {
+                continue;
+            }
             let state = states[i]
                 .get_or_insert_with(|| OpState::new(rt.engine().new_var()))
                 .clone();
