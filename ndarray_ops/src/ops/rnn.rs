@@ -21,10 +21,9 @@
 //! space: one more forward's work.
 
 use ndarray::{ArrayView2, ArrayViewMut2};
-use rand::rngs::StdRng;
-use rand::Rng;
 
 use super::par::{for_ranges, Shared};
+use super::stochastic::dropout_mask;
 use super::{Arity, Attrs, OpDef, StateUse, TensorRef, IS_TRAIN};
 use crate::error::{invalid, NdError, Result};
 use crate::resources::{KernelRes, Resource, StateSlot};
@@ -891,12 +890,14 @@ fn rnn_kernel(
             None => None,
         };
         let ll = pass.layer_len();
-        let (mid_len, trace_len, dropped_len) = match kept {
-            Some(_) => (0, 0, if r.drops() { ll } else { 0 }),
-            None => ((r.layers - 1) * ll, pass.trace_len(), 0),
+        let (mid_len, trace_len) = match kept {
+            Some(_) => (0, 0),
+            None => ((r.layers - 1) * ll, pass.trace_len()),
         };
         // Intermediate layers' outputs, the trace, the hidden projection, the final states
-        // when the op does not output them, and the next layer's input after dropout.
+        // when the op does not output them, and with dropout room for one layer: its mask
+        // without a kept trace, the next layer's input with one.
+        let dropped_len = if r.drops() { ll } else { 0 };
         let mut b = carve::<T>(res, &[mid_len, trace_len, pass.batch * r.gh(), state, state, dropped_len])?.into_iter();
         let mut next = || b.next().unwrap_or_default();
         let (mid, trace, hp, hy_unused, cy_unused) = (next(), next(), next(), next(), next());
@@ -905,7 +906,7 @@ fn rnn_kernel(
         let cy: &mut [T] = if r.outputs() > 2 { unsafe { outs[2].slice_mut::<T>() } } else { cy_unused };
         let tl = pass.trace_len() * r.dirs;
         // Dropout draws from the device's generator, one number per unit, in the same order
-        // on both paths.
+        // on both paths (the Dropout op's mask rule).
         let mut rng = match r.drops() {
             true => Some(res.rng()?),
             false => None,
@@ -926,7 +927,7 @@ fn rnn_kernel(
                     pass.forward_layer(l, input, &mut here[..ll], traces, h0, c0, hy, cy, hp)?;
                     if let Some(rng) = rng.as_deref_mut().filter(|_| l + 1 < r.layers) {
                         let mask = &mut k.masks[l * ll..(l + 1) * ll];
-                        draw_mask(rng, r.p, mask);
+                        dropout_mask(rng, r.p, mask);
                         for ((o, &y), &m) in dropped.iter_mut().zip(&here[..ll]).zip(&*mask) {
                             *o = y * m;
                         }
@@ -943,38 +944,16 @@ fn rnn_kernel(
                     let output: &mut [T] = if top { &mut *out } else { &mut here[..ll] };
                     pass.forward_layer(l, input, output, trace, h0, c0, hy, cy, hp)?;
                     if let Some(rng) = rng.as_deref_mut().filter(|_| !top) {
-                        drop_in_place(rng, r.p, output);
+                        dropout_mask(rng, r.p, dropped);
+                        for (y, &m) in output.iter_mut().zip(&*dropped) {
+                            *y *= m;
+                        }
                     }
                 }
             }
         }
     });
     Ok(())
-}
-
-/// A dropout mask, as Dropout draws it: each unit 0 with probability `p`, else `1 / (1 - p)`.
-fn draw_mask<T: Real>(rng: &mut StdRng, p: f64, mask: &mut [T]) {
-    let keep = T::from_f64(1.0 / (1.0 - p));
-    for m in mask {
-        *m = if rng.gen::<f64>() < p {
-            T::zero()
-        } else {
-            keep
-        };
-    }
-}
-
-/// `y` times a mask drawn as [`draw_mask`] draws it (the same numbers for the same draws).
-fn drop_in_place<T: Real>(rng: &mut StdRng, p: f64, y: &mut [T]) {
-    let keep = T::from_f64(1.0 / (1.0 - p));
-    for v in y {
-        *v = *v
-            * if rng.gen::<f64>() < p {
-                T::zero()
-            } else {
-                keep
-            };
-    }
 }
 
 fn rnn_backward_kernel(

@@ -247,6 +247,19 @@ fn infer_dropout(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infe
     Ok((vec![s[0].clone(), s[0].clone()], vec![d[0], d[0]]))
 }
 
+/// A dropout mask: each unit 0 with probability `p`, else `1 / (1 - p)`, one draw per unit in
+/// order (Dropout's, and the fused RNN's between its layers).
+pub(crate) fn dropout_mask<T: Element>(rng: &mut rand::rngs::StdRng, p: f64, mask: &mut [T]) {
+    let keep = T::from_f64(1.0 / (1.0 - p));
+    for m in mask {
+        *m = if rng.gen::<f64>() < p {
+            T::default()
+        } else {
+            keep
+        };
+    }
+}
+
 fn dropout_kernel(
     op: &str,
     attrs: &Attrs,
@@ -261,10 +274,8 @@ fn dropout_kernel(
         // SAFETY: read access to the input; exclusive access to the two disjoint outputs.
         let (x, y, mask) = unsafe { (ins[0].slice::<T>(), outs[0].slice_mut::<T>(), outs[1].slice_mut::<T>()) };
         if active && p > 0.0 {
-            let rng = res.rng()?;
-            let keep = T::from_f64(1.0 / (1.0 - p));
-            for ((yv, mv), xv) in y.iter_mut().zip(mask.iter_mut()).zip(x) {
-                *mv = if rng.gen::<f64>() < p { T::default() } else { keep };
+            dropout_mask(res.rng()?, p, mask);
+            for ((yv, mv), xv) in y.iter_mut().zip(mask.iter()).zip(x) {
                 *yv = xv.mul(*mv);
             }
         } else {
