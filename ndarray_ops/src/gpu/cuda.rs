@@ -310,6 +310,25 @@ impl Stream for DeviceStream<'_> {
         self.held.borrow_mut().push(h);
         Ok(p)
     }
+
+    fn upload(&self, table: &[i64]) -> Result<*mut u8, String> {
+        let bytes = std::mem::size_of_val(table);
+        let p = self.scratch(bytes)?;
+        // SAFETY: fresh device scratch of `bytes`. From pageable host memory the call returns
+        // once the table is staged, so it may be dropped after; the transfer runs in stream
+        // order, before the kernels queued behind it read it.
+        unsafe {
+            sys::cuMemcpyHtoDAsync_v2(
+                p as u64,
+                table.as_ptr().cast(),
+                bytes,
+                self.stream.cu_stream(),
+            )
+            .result()
+        }
+        .map_err(|e| driver_error("cuMemcpyHtoDAsync", e))?;
+        Ok(p)
+    }
 }
 
 /// Runs `f` on the stream of `rctx`'s device; waits for the stream only under `MXRS_GPU_SYNC=1`.

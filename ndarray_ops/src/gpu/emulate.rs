@@ -102,6 +102,14 @@ impl Stream for HostStream {
         self.scratch.borrow_mut().push(block);
         Ok(ptr)
     }
+
+    fn upload(&self, table: &[i64]) -> Result<*mut u8, String> {
+        let bytes = std::mem::size_of_val(table);
+        let ptr = self.scratch(bytes)?;
+        // SAFETY: fresh scratch of `bytes`, not overlapping the table.
+        unsafe { std::ptr::copy_nonoverlapping(table.as_ptr().cast(), ptr, bytes) };
+        Ok(ptr)
+    }
 }
 
 /// `C = op(A) op(B) + beta C`, one dot product at a time in double.

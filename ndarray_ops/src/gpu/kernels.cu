@@ -904,3 +904,66 @@ KERNEL void take_bwd(KArgs a) {
         }
     }
 }
+
+// The gather family (see gather.rs for the tables). p0 = the output, p1 = the data, p2 = the
+// table [ndim, dims..., each axis's input offsets (-1: padding)...]; f0 fills padding.
+KERNEL void gather_fwd(KArgs a) {
+    const i64* tab = (const i64*)a.p[2];
+    i64 nd = tab[0], end = 1 + nd;
+    for (i64 d = 0; d < nd; d++) end += tab[1 + d];
+    FOR_EACH(t, a.i[0]) {
+        i64 rest = t, src = 0, pos = end, pad = 0;
+        for (i64 d = nd - 1; d >= 0; d--) {
+            i64 n = tab[1 + d];
+            pos -= n;
+            i64 o = tab[pos + rest % n];
+            rest /= n;
+            if (o < 0) pad = 1; else src += o;
+        }
+        a.p[0][t] = pad ? a.f[0] : a.p[1][src];
+    }
+}
+
+#define GATHER_DIMS 8
+
+// p0 (the data's gradient, i0 elements) = the sum of p1 (the output's gradient) over the output
+// elements that read each data element, in output order; p2 = gather.rs's backward table.
+KERNEL void gather_bwd(KArgs a) {
+    const i64* tab = (const i64*)a.p[2];
+    i64 ni = tab[0], no = tab[1];
+    const i64* in_dims = tab + 2;
+    const i64* out_dims = in_dims + ni;
+    const i64* from = out_dims + no;
+    const i64* starts = from + no;
+    const i64* lists = starts + no;
+    FOR_EACH(t, a.i[0]) {
+        i64 k[GATHER_DIMS], lo[GATHER_DIMS], hi[GATHER_DIMS], c[GATHER_DIMS], stride[GATHER_DIMS];
+        i64 rest = t, s = 1, empty = 0;
+        for (i64 d = ni - 1; d >= 0; d--) {
+            k[d] = rest % in_dims[d];
+            rest /= in_dims[d];
+        }
+        for (i64 d = no - 1; d >= 0; d--) {
+            i64 j = from[d] < 0 ? 0 : k[from[d]];
+            lo[d] = tab[starts[d] + j];
+            hi[d] = tab[starts[d] + j + 1];
+            if (lo[d] == hi[d]) empty = 1;
+            c[d] = lo[d];
+            stride[d] = s;
+            s *= out_dims[d];
+        }
+        double acc = 0.0;
+        while (!empty) {
+            i64 o = 0;
+            for (i64 d = 0; d < no; d++) o += tab[lists[d] + c[d]] * stride[d];
+            acc += (double)a.p[1][o];
+            i64 d = no - 1;
+            for (; d >= 0; d--) {
+                if (++c[d] < hi[d]) break;
+                c[d] = lo[d];
+            }
+            if (d < 0) empty = 1;
+        }
+        a.p[0][t] = (float)acc;
+    }
+}

@@ -16,6 +16,7 @@ pub(crate) mod cuda;
 pub(crate) mod cudnn;
 #[cfg(test)]
 mod emulate;
+mod gather;
 pub(crate) mod ops;
 mod ptx_cache;
 mod rnn;
@@ -66,6 +67,8 @@ pub(crate) const KERNEL_NAMES: &[&str] = &[
     "unary_bwd",
     "take_fwd",
     "take_bwd",
+    "gather_fwd",
+    "gather_bwd",
 ];
 
 /// A kernel's one argument (the `KArgs` of `kernels.cu`, field for field): device pointers,
@@ -223,6 +226,9 @@ pub(crate) trait Stream {
     fn copy(&self, src: *const u8, dst: *mut u8, bytes: usize) -> Result<(), String>;
     /// Device scratch memory of at least `bytes`, 8-byte aligned, its own until the op ends.
     fn scratch(&self, bytes: usize) -> Result<*mut u8, String>;
+    /// Device scratch memory (as [`Stream::scratch`]) holding a copy of `table`, in the stream's
+    /// order: for index tables a kernel reads, too long for its [`KArgs`].
+    fn upload(&self, table: &[i64]) -> Result<*mut u8, String>;
     /// Runs a convolution pass through a library (cuDNN) where the stream has one; `None`
     /// where it has none, and the op layer uses im2col and GEMMs.
     fn conv(&self, _call: &ConvCall) -> Option<Result<(), String>> {

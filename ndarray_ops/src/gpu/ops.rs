@@ -60,6 +60,9 @@ pub(crate) fn kernel_for(def: &OpDef) -> Option<GpuKernel> {
         "SliceChannel" => split,
         "Concat" => concat,
         "LeakyReLU" | "_backward_LeakyReLU" => leaky_relu,
+        "broadcast_to" | "broadcast_axis" | "broadcast_like" | "tile" | "repeat" | "reverse"
+        | "SwapAxis" | "Pad" | "UpSampling" | "slice_like" | "slice" | "slice_axis"
+        | "_backward_gather" | "_backward_slice" => super::gather::gather,
         "RNN" => super::rnn::rnn,
         "_backward_RNN" => super::rnn::rnn_backward,
         _ => return None,
@@ -98,6 +101,9 @@ fn unsupported(op: &str, attrs: &Attrs) -> Result<Option<&'static str>, String> 
                 (_, true) => Some("dropout between layers in training has no GPU kernel"),
                 _ => None,
             }
+        }
+        "UpSampling" if attrs.get("sample_type") == Some("bilinear") => {
+            Some("sample_type bilinear has no GPU kernel")
         }
         "take" | "_backward_take" if attrs.get("mode") == Some("raise") => {
             Some("mode raise has no GPU kernel (a kernel cannot refuse an index; clip or wrap)")

@@ -465,6 +465,7 @@ fn every_gpu_op_matches_its_cpu_kernel() {
     rnn_cases(rng, &mut check);
     unary_cases(rng, &mut check);
     take_cases(rng, &mut check);
+    gather_cases(rng, &mut check);
 
     let unused: Vec<_> = KERNEL_NAMES
         .iter()
@@ -997,7 +998,112 @@ fn take_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)) 
     check("_backward_take", Attrs::new(), vec![g, words, w]);
 }
 
-/// What the GPU leaves to the CPU among RNN's and take's modes is refused by name; and each
+/// The gather family, slices and their gradients: every op forward, then its gradient node with
+/// an output gradient of the output's shape (broadcasts and tiles sum, padding crops, slices
+/// scatter into zeros).
+fn gather_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)) {
+    let rt = Runtime::with_engine(EngineKind::Naive);
+    let mut both = |op: &str, attrs: Attrs, shapes: &[Vec<usize>], grad: (&str, Attrs)| {
+        let ins: Vec<Input> = shapes.iter().map(|s| random(rng, s)).collect();
+        check(op, attrs.clone(), ins.clone());
+        let arrays = arrays(&rt, &ins);
+        let refs: Vec<&NDArray> = arrays.iter().collect();
+        let out = invoke(op, &refs, &attrs, None).unwrap_or_else(|e| panic!("{op}: {e}"));
+        let g = random(rng, out[0].shape());
+        check(grad.0, grad.1, vec![g, ins[0].clone()]);
+    };
+    let cases: Vec<(&str, Attrs, Vec<Vec<usize>>)> = vec![
+        (
+            "broadcast_to",
+            Attrs::new().with("shape", "(2, 4, 3)"),
+            vec![vec![2, 1, 3]],
+        ),
+        (
+            "broadcast_to",
+            Attrs::new().with("shape", "(3, 5)"),
+            vec![vec![1, 1]],
+        ),
+        (
+            "broadcast_axis",
+            Attrs::new().with("axis", 1).with("size", 4),
+            vec![vec![3, 1, 2]],
+        ),
+        ("broadcast_like", Attrs::new(), vec![vec![1, 3], vec![4, 3]]),
+        (
+            "tile",
+            Attrs::new().with("reps", "(2, 1, 2)"),
+            vec![vec![3, 2]],
+        ),
+        (
+            "repeat",
+            Attrs::new().with("repeats", 3).with("axis", 1),
+            vec![vec![2, 3, 2]],
+        ),
+        ("repeat", Attrs::new().with("repeats", 2), vec![vec![2, 3]]),
+        (
+            "reverse",
+            Attrs::new().with("axis", "(0, 2)"),
+            vec![vec![3, 2, 4]],
+        ),
+        (
+            "SwapAxis",
+            Attrs::new().with("dim1", 0).with("dim2", 2),
+            vec![vec![2, 3, 4]],
+        ),
+        (
+            "UpSampling",
+            Attrs::new().with("scale", 2).with("sample_type", "nearest"),
+            vec![vec![1, 2, 2, 3]],
+        ),
+        (
+            "slice_like",
+            Attrs::new().with("axes", "(0, 2)"),
+            vec![vec![3, 4, 5], vec![2, 1, 3]],
+        ),
+    ];
+    let cases = cases
+        .into_iter()
+        .chain(["constant", "edge", "reflect"].map(|mode| {
+            let attrs = Attrs::new()
+                .with("mode", mode)
+                .with("pad_width", "(0, 0, 0, 0, 1, 2, 2, 1)")
+                .with("constant_value", 1.5);
+            ("Pad", attrs, vec![vec![1, 2, 3, 4]])
+        }));
+    for (op, attrs, shapes) in cases {
+        let grad = attrs.clone().with("__fwd__", op);
+        both(op, attrs, &shapes, ("_backward_gather", grad));
+    }
+    let slices = [
+        (
+            "slice",
+            Attrs::new()
+                .with("begin", "(0, 1)")
+                .with("end", "(None, 5)")
+                .with("step", "(1, 2)"),
+        ),
+        (
+            "slice",
+            Attrs::new()
+                .with("begin", "(2, -1)")
+                .with("end", "(0, None)")
+                .with("step", "(-1, -2)"),
+        ),
+        (
+            "slice_axis",
+            Attrs::new()
+                .with("axis", 1)
+                .with("begin", 1)
+                .with("end", -1),
+        ),
+    ];
+    for (op, attrs) in slices {
+        let grad = attrs.clone().with("__slice_op__", op);
+        both(op, attrs, &[vec![3, 6]], ("_backward_slice", grad));
+    }
+}
+
+/// What the GPU leaves to the CPU among RNN's, take's and UpSampling's modes is refused by name; and each
 /// unary function's training graph (forward and gradient nodes) runs on the GPU.
 #[test]
 fn modes_without_a_gpu_kernel_are_refused_and_unary_gradients_run_there() {
@@ -1013,6 +1119,10 @@ fn modes_without_a_gpu_kernel_are_refused_and_unary_gradients_run_there() {
     let raise = Attrs::new().with("mode", "raise");
     let err = gpu_check(take, &raise, [DType::F32]).expect_err("refused");
     assert!(err.contains("mode raise"), "{err}");
+    let up = lookup("UpSampling").expect("registered");
+    let bilinear = Attrs::new().with("sample_type", "bilinear");
+    let err = gpu_check(up, &bilinear, [DType::F32]).expect_err("refused");
+    assert!(err.contains("UpSampling: sample_type bilinear"), "{err}");
     for &op in super::ops::UNARY {
         let data = crate::Symbol::var("data");
         let sym = crate::Symbol::op(op, "f", &[&data], Attrs::new()).expect("node");

@@ -259,16 +259,53 @@ fn upsampling_check(op: &str, attrs: &Attrs, x: &[usize]) -> Result<()> {
     Ok(())
 }
 
+/// One output axis of a gather: the input axis it walks (`None`: none, as tile's leading axes,
+/// which read offset 0) and, per index along it, the input index it reads (`None`: padding).
+pub(crate) struct Walk {
+    pub(crate) from: Option<usize>,
+    pub(crate) index: Vec<Option<usize>>,
+}
+
+/// A gather as axis walks: the input's shape as the walks read it (repeat without an axis reads
+/// the input flattened) and one [`Walk`] per output axis. Every input axis is walked by exactly
+/// one output axis, so an input element's readers are the product of its indices' preimages
+/// (what the GPU's gradient kernel enumerates).
+pub(crate) struct Walks {
+    pub(crate) input: Vec<usize>,
+    pub(crate) axes: Vec<Walk>,
+}
+
+impl Walks {
+    /// Per output axis, the input offset each index contributes.
+    fn offsets(&self) -> Vec<AxisMap> {
+        let st = strides(&self.input);
+        self.axes
+            .iter()
+            .map(|w| {
+                let stride = w.from.map_or(0, |a| st[a]);
+                w.index.iter().map(|j| j.map(|j| j * stride)).collect()
+            })
+            .collect()
+    }
+}
+
 /// Per output axis, the input offsets read: the op's gather from data of shape `x` into an
 /// output of shape `out` (already checked by `out_shape`).
 fn axis_maps(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Result<Vec<AxisMap>> {
-    let st = strides(x);
+    Ok(walks(op, attrs, x, out)?.offsets())
+}
+
+/// The walks of the op's gather from data of shape `x` into an output of shape `out` (already
+/// checked by `out_shape`).
+pub(crate) fn walks(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Result<Walks> {
     // Output axis `d` walking input axis `a` through `index(i)`.
-    let walk = |d: usize, a: usize, index: &dyn Fn(usize) -> Option<usize>| -> AxisMap {
-        (0..out[d]).map(|i| index(i).map(|j| j * st[a])).collect()
+    let walk = |d: usize, a: usize, index: &dyn Fn(usize) -> Option<usize>| Walk {
+        from: Some(a),
+        index: (0..out[d]).map(index).collect(),
     };
     let same = |d: usize| walk(d, d, &|i| Some(i));
-    Ok(match op {
+    let mut input = x.to_vec();
+    let axes = match op {
         "broadcast_to" | "broadcast_axis" | "broadcast_like" => (0..out.len())
             .map(|d| match (x[d], out[d]) {
                 (n, m) if n == m => Ok(same(d)),
@@ -286,7 +323,10 @@ fn axis_maps(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Result<Vec<
             let lead = out.len() - x.len();
             (0..out.len())
                 .map(|d| match d.checked_sub(lead) {
-                    None => vec![Some(0); out[d]],
+                    None => Walk {
+                        from: None,
+                        index: vec![Some(0); out[d]],
+                    },
                     Some(a) => walk(d, a, &|i| Some(i % x[a].max(1))),
                 })
                 .collect()
@@ -295,7 +335,10 @@ fn axis_maps(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Result<Vec<
             let r = usize_attr(op, attrs, "repeats", None)?.max(1) as usize;
             match attrs.ints(op, "axis")?.and_then(|v| v.first().copied()) {
                 // Flattened: the one output axis walks the contiguous input.
-                None => vec![(0..out[0]).map(|i| Some(i / r)).collect()],
+                None => {
+                    input = vec![x.iter().product()];
+                    vec![walk(0, 0, &|i| Some(i / r))]
+                }
                 Some(a) => {
                     let a = norm_axes(op, &[a], x.len())?[0];
                     (0..out.len())
@@ -378,7 +421,8 @@ fn axis_maps(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Result<Vec<
         }
         "slice_like" => (0..out.len()).map(same).collect(),
         other => return Err(invalid(other, "is not a gather op")),
-    })
+    };
+    Ok(Walks { input, axes })
 }
 
 /// Checks the op's own attributes beyond shapes (modes, values).

@@ -24,7 +24,7 @@ mod param_shapes;
 mod reduce;
 pub(crate) mod rnn;
 mod roi;
-mod shape;
+pub(crate) mod shape;
 pub(crate) mod sort;
 mod stochastic;
 mod vision;

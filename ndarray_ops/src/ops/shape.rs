@@ -296,6 +296,25 @@ pub(super) fn slice_ranges(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<V
         .collect()
 }
 
+/// `slice` or `slice_axis` on data of shape `x` as a gather: output axis `d` walks input axis
+/// `d` from the slice's start by its step (the GPU runs slices through its gather kernels).
+pub(crate) fn slice_walks(op: &str, attrs: &Attrs, x: &[usize]) -> Result<super::gather::Walks> {
+    let axes = slice_ranges(op, attrs, x)?
+        .iter()
+        .enumerate()
+        .map(|(d, s)| super::gather::Walk {
+            from: Some(d),
+            index: (0..s.len)
+                .map(|i| Some((s.start as isize + i as isize * s.step) as usize))
+                .collect(),
+        })
+        .collect();
+    Ok(super::gather::Walks {
+        input: x.to_vec(),
+        axes,
+    })
+}
+
 /// How many contiguous elements each run of [`slice_runs`] has: the last axis's kept length
 /// where its step is 1, else 1.
 pub(super) fn slice_run_len(slices: &[AxisSlice]) -> usize {

@@ -1,0 +1,147 @@
+//! The gather family on the GPU: broadcast_to / broadcast_axis / broadcast_like, tile, repeat,
+//! reverse, SwapAxis, Pad, UpSampling (nearest), slice_like, slice and slice_axis, and their
+//! gradients (`_backward_gather`, `_backward_slice`). The CPU's description of the op (its
+//! [`Walks`]: per output axis, the input index each index reads) is uploaded as a table, and two
+//! kernels serve every op:
+//!
+//! * `gather_fwd`, one index per output element: the sum of its indices' input offsets, or the
+//!   fill value where one of them is padding;
+//! * `gather_bwd`, one index per input element: the sum of the output gradient over every output
+//!   element that read it. Each input axis is walked by one output axis, so those elements are
+//!   the product of one bucket per output axis (the indices reading the element's index along
+//!   the axis it walks); buckets list their indices in ascending order, so the sum runs in
+//!   output order, in double, as the CPU kernel's — the same bits, no atomics.
+
+use super::{KArgs, Stream};
+use crate::ops::gather::{walks, Walks};
+use crate::ops::shape::slice_walks;
+use crate::ops::{Attrs, TensorRef};
+
+type KResult = Result<(), String>;
+
+/// The most dims `gather_bwd` walks (its per-index arrays are this long).
+const GATHER_DIMS: usize = 8;
+
+/// The op layer's entry for every op of the family.
+pub(super) fn gather(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let e = |e: crate::NdError| e.to_string();
+    let (x, y) = (&ins[0], &outs[0]);
+    match op {
+        "_backward_gather" => {
+            let fwd = attrs
+                .get("__fwd__")
+                .ok_or_else(|| format!("{op}: attribute __fwd__ (the forward op) is required"))?;
+            backward(
+                op,
+                &walks(fwd, attrs, &y.shape, &x.shape).map_err(e)?,
+                x,
+                y,
+                s,
+            )
+        }
+        "_backward_slice" => {
+            let fwd = attrs.get("__slice_op__").unwrap_or("slice");
+            backward(op, &slice_walks(fwd, attrs, &y.shape).map_err(e)?, x, y, s)
+        }
+        "slice" | "slice_axis" => {
+            forward(&slice_walks(op, attrs, &x.shape).map_err(e)?, 0.0, x, y, s)
+        }
+        _ => {
+            let fill = attrs.f64(op, "constant_value", Some(0.0)).map_err(e)?;
+            forward(
+                &walks(op, attrs, &x.shape, &y.shape).map_err(e)?,
+                fill,
+                x,
+                y,
+                s,
+            )
+        }
+    }
+}
+
+/// `[ndim, dims..., each axis's input offsets (-1: padding)...]`.
+fn forward_table(w: &Walks) -> Vec<i64> {
+    let st = crate::ops::gather::strides(&w.input);
+    let mut t = vec![w.axes.len() as i64];
+    t.extend(w.axes.iter().map(|a| a.index.len() as i64));
+    for a in &w.axes {
+        let stride = a.from.map_or(0, |d| st[d]);
+        t.extend(
+            a.index
+                .iter()
+                .map(|j| j.map_or(-1, |j| (j * stride) as i64)),
+        );
+    }
+    t
+}
+
+fn forward(w: &Walks, fill: f64, x: &TensorRef, y: &TensorRef, s: &dyn Stream) -> KResult {
+    let n = y.len();
+    if n == 0 {
+        return Ok(());
+    }
+    let table = s.upload(&forward_table(w))?;
+    let a = KArgs::new(n).t(0, y).t(1, x).p(2, table.cast()).f(0, fill);
+    s.launch("gather_fwd", n, &a)
+}
+
+/// `[input ndim, output ndim, input dims..., output dims..., each output axis's input axis (-1:
+/// none)..., where each output axis's bucket starts begin..., where its bucket lists begin...,
+/// then per output axis its bucket starts (one per index of the input axis it walks, and the
+/// end) and its buckets' output indices]`.
+fn backward_table(w: &Walks) -> Vec<i64> {
+    let (ni, no) = (w.input.len(), w.axes.len());
+    let mut t = vec![ni as i64, no as i64];
+    t.extend(w.input.iter().map(|&d| d as i64));
+    t.extend(w.axes.iter().map(|a| a.index.len() as i64));
+    t.extend(w.axes.iter().map(|a| a.from.map_or(-1, |d| d as i64)));
+    let heads = t.len();
+    t.resize(heads + 2 * no, 0);
+    for (d, a) in w.axes.iter().enumerate() {
+        // A walk of no input axis reads index 0 of a size-1 axis.
+        let size = a.from.map_or(1, |f| w.input[f]);
+        let mut starts = vec![0i64; size + 1];
+        for j in a.index.iter().flatten() {
+            starts[j + 1] += 1;
+        }
+        for k in 0..size {
+            starts[k + 1] += starts[k];
+        }
+        let mut list = vec![0i64; starts[size] as usize];
+        let mut next = starts.clone();
+        for (i, j) in a.index.iter().enumerate() {
+            if let Some(j) = j {
+                list[next[*j] as usize] = i as i64;
+                next[*j] += 1;
+            }
+        }
+        t[heads + d] = t.len() as i64;
+        t.extend(starts);
+        t[heads + no + d] = t.len() as i64;
+        t.extend(list);
+    }
+    t
+}
+
+fn backward(op: &str, w: &Walks, g: &TensorRef, dx: &TensorRef, s: &dyn Stream) -> KResult {
+    let dims = w.input.len().max(w.axes.len());
+    if dims > GATHER_DIMS {
+        return Err(format!(
+            "{op}: the GPU's gather gradient walks at most {GATHER_DIMS} dims, got {dims} (input {:?}, output gradient {:?})",
+            dx.shape, g.shape
+        ));
+    }
+    let n = dx.len();
+    if n == 0 {
+        return Ok(());
+    }
+    let table = s.upload(&backward_table(w))?;
+    let a = KArgs::new(n).t(0, dx).t(1, g).p(2, table.cast());
+    s.launch("gather_bwd", n, &a)
+}
