@@ -12,12 +12,14 @@
 #define FIRST ((long long)blockIdx.x * blockDim.x + threadIdx.x)
 #define STEP ((long long)blockDim.x * gridDim.x)
 #define umulhi32 __umulhi
+#define INF_F __int_as_float(0x7f800000)
 #else
 #include <math.h>
 #define KERNEL extern "C"
 #define FIRST 0LL
 #define STEP 1LL
 #define __device__
+#define INF_F INFINITY
 inline unsigned umulhi32(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
 #endif
 
@@ -66,11 +68,48 @@ KERNEL void fill(KArgs a) {
     FOR_EACH(t, a.i[0]) a.p[0][t] = a.f[0];
 }
 
-// p0 = p1 (op i1) p2 with broadcasting. The output has rank i2 <= 4 and dims i3..i6; p1 and p2
-// step i7..i10 and i11..i14 elements along those dims (0 where they broadcast). The host merges
-// dims first, so equal shapes arrive as rank 1 and need no index arithmetic. i1: 0 add, 1 sub,
-// 2 mul, 3 div, 4 maximum, 5 minimum, 6 power, 7 equal, 8 not_equal, 9 greater,
-// 10 greater_equal, 11 lesser, 12 lesser_equal (comparisons give 1 or 0).
+// x (op) y for the binary and scalar kernels' codes: 0 add, 1 sub, 2 mul, 3 div, 4 maximum,
+// 5 minimum, 6 power, 7 equal, 8 not_equal, 9 greater, 10 greater_equal, 11 lesser,
+// 12 lesser_equal (comparisons and logic give 1 or 0), 13 hypot, 14 mod (the divisor's sign,
+// 0 for a zero divisor, as MXNet), 15 logical_and, 16 logical_or, 17 logical_xor, 18 smooth_l1
+// of x with sigma y. Powers, hypot and mod in double, as the CPU kernels.
+__device__ inline float apply2(i64 code, float x, float y) {
+    switch (code) {
+        case 0: return x + y;
+        case 1: return x - y;
+        case 2: return x * y;
+        case 3: return x / y;
+        case 4: return y > x ? y : x;
+        case 5: return y < x ? y : x;
+        case 6: return (float)pow((double)x, (double)y);
+        case 7: return x == y ? 1.0f : 0.0f;
+        case 8: return x != y ? 1.0f : 0.0f;
+        case 9: return x > y ? 1.0f : 0.0f;
+        case 10: return x >= y ? 1.0f : 0.0f;
+        case 11: return x < y ? 1.0f : 0.0f;
+        case 12: return x <= y ? 1.0f : 0.0f;
+        case 13: return (float)hypot((double)x, (double)y);
+        case 14: {
+            double b = y;
+            if (b == 0.0) return 0.0f;
+            double r = fmod((double)x, b);
+            if (r != 0.0 && ((r < 0.0) != (b < 0.0))) r += b;
+            return (float)r;
+        }
+        case 15: return (x != 0.0f && y != 0.0f) ? 1.0f : 0.0f;
+        case 16: return (x != 0.0f || y != 0.0f) ? 1.0f : 0.0f;
+        case 17: return ((x != 0.0f) != (y != 0.0f)) ? 1.0f : 0.0f;
+        default: {
+            double v = x, s2 = (double)y * (double)y;
+            return (float)(fabs(v) < 1.0 / s2 ? 0.5 * s2 * v * v : fabs(v) - 0.5 / s2);
+        }
+    }
+}
+
+// p0 = p1 (op i1) p2 with broadcasting (apply2's codes). The output has rank i2 <= 4 and dims
+// i3..i6; p1 and p2 step i7..i10 and i11..i14 elements along those dims (0 where they
+// broadcast). The host merges dims first, so equal shapes arrive as rank 1 and need no index
+// arithmetic.
 KERNEL void binary(KArgs a) {
     i64 rank = a.i[2];
     FOR_EACH(t, a.i[0]) {
@@ -85,42 +124,127 @@ KERNEL void binary(KArgs a) {
             ia += rest * a.i[7];
             ib += rest * a.i[11];
         }
-        float x = a.p[1][ia], y = a.p[2][ib], r;
-        switch (a.i[1]) {
-            case 0: r = x + y; break;
-            case 1: r = x - y; break;
-            case 2: r = x * y; break;
-            case 3: r = x / y; break;
-            case 4: r = y > x ? y : x; break;
-            case 5: r = y < x ? y : x; break;
-            case 6: r = (float)pow((double)x, (double)y); break;
-            case 7: r = x == y ? 1.0f : 0.0f; break;
-            case 8: r = x != y ? 1.0f : 0.0f; break;
-            case 9: r = x > y ? 1.0f : 0.0f; break;
-            case 10: r = x >= y ? 1.0f : 0.0f; break;
-            case 11: r = x < y ? 1.0f : 0.0f; break;
-            default: r = x <= y ? 1.0f : 0.0f; break;
-        }
-        a.p[0][t] = r;
+        a.p[0][t] = apply2(a.i[1], a.p[1][ia], a.p[2][ib]);
     }
 }
 
-// p0 = p1 (op i1) f0; i1: 0 plus, 1 minus, 2 rminus, 3 mul, 4 div, 5 rdiv, 6 maximum, 7 minimum.
+// p0 = p1 (op i1) f0, or f0 (op i1) p1 where i2 is 1 (apply2's codes).
 KERNEL void scalar(KArgs a) {
     float s = a.f[0];
     FOR_EACH(t, a.i[0]) {
-        float x = a.p[1][t], r;
-        switch (a.i[1]) {
-            case 0: r = x + s; break;
-            case 1: r = x - s; break;
-            case 2: r = s - x; break;
-            case 3: r = x * s; break;
-            case 4: r = x / s; break;
-            case 5: r = s / x; break;
-            case 6: r = fmaxf(x, s); break;
-            default: r = fminf(x, s); break;
+        float x = a.p[1][t];
+        a.p[0][t] = a.i[2] ? apply2(a.i[1], s, x) : apply2(a.i[1], x, s);
+    }
+}
+
+// p0 = f0 * p1 + f1 clamped to [f2, f3], in double (clip: 1, 0, a_min, a_max; hard_sigmoid:
+// alpha, beta, 0, 1). NaN stays NaN, as in the CPU kernels.
+KERNEL void clamp_affine(KArgs a) {
+    FOR_EACH(t, a.i[0]) {
+        double v = (double)a.f[0] * a.p[1][t] + (double)a.f[1];
+        a.p[0][t] = (float)(v < a.f[2] ? (double)a.f[2] : (v > a.f[3] ? (double)a.f[3] : v));
+    }
+}
+
+// where: p0 = p1 (the condition, one per i1 elements) nonzero ? p2 : p3.
+KERNEL void where_select(KArgs a) {
+    FOR_EACH(t, a.i[0]) a.p[0][t] = a.p[1][t / a.i[1]] != 0.0f ? a.p[2][t] : a.p[3][t];
+}
+
+// one_hot: p0 (rows of i1) = f0 where the column is row's index in p1 (truncated; out of range:
+// none), else f1.
+KERNEL void one_hot(KArgs a) {
+    FOR_EACH(t, a.i[0]) {
+        i64 col, row = split(a, 1, t, &col);
+        float v = a.p[1][row];
+        a.p[0][t] = (v >= 0.0f && (i64)v == col) ? a.f[0] : a.f[1];
+    }
+}
+
+// Reductions along the lanes of an (outer, i1, inner = i2) layout, one index per (outer,
+// inner) pair: i3 0 max, 1 min, 2 prod, 3 argmax, 4 argmin (the first extremum, as a float).
+// NaN is skipped by max and min as on the CPU (a comparison with NaN is false).
+KERNEL void reduce_lanes(KArgs a) {
+    i64 len = a.i[1], inner = a.i[2], code = a.i[3];
+    FOR_EACH(t, a.i[0]) {
+        i64 i, o = split(a, 2, t, &i);
+        const float* x = a.p[1] + o * len * inner + i;
+        float r = code == 0 ? -INF_F : (code == 1 ? INF_F : 1.0f), best = 0.0f;
+        i64 at = -1;
+        for (i64 l = 0; l < len; l++) {
+            float v = x[l * inner];
+            switch (code) {
+                case 0: if (v > r) r = v; break;
+                case 1: if (v < r) r = v; break;
+                case 2: r *= v; break;
+                case 3: if (at < 0 || v > best) { at = l; best = v; } break;
+                default: if (at < 0 || v < best) { at = l; best = v; } break;
+            }
         }
-        a.p[0][t] = r;
+        a.p[0][t] = code >= 3 ? (float)(at < 0 ? 0 : at) : r;
+    }
+}
+
+// adam_update in double, MXNet's order: g = clip(rescale f2 * p4 + wd f1 * w, f3), mean p1 =
+// f4 p5 + (1 - f4) g, var p2 = f5 p6 + (1 - f5) g^2, p0 = w - lr f0 * mean / (sqrt(var) + f6);
+// w = p3.
+KERNEL void adam(KArgs a) {
+    FOR_EACH(t, a.i[0]) {
+        double w = a.p[3][t];
+        double g = (double)a.p[4][t] * (double)a.f[2] + (double)a.f[1] * w;
+        double clip = a.f[3];
+        if (clip > 0.0) g = g < -clip ? -clip : (g > clip ? clip : g);
+        double b1 = a.f[4], b2 = a.f[5];
+        double mean = b1 * a.p[5][t] + (1.0 - b1) * g;
+        double var = b2 * a.p[6][t] + (1.0 - b2) * g * g;
+        a.p[1][t] = (float)mean;
+        a.p[2][t] = (float)var;
+        a.p[0][t] = (float)(w - (double)a.f[0] * mean / (sqrt(var) + (double)a.f[6]));
+    }
+}
+
+// The sequence ops on data shaped (steps i3, batch i4, inner i5) when i2 (the time axis) is 0,
+// or (batch, steps, inner) when it is 1; p2 holds the batch's lengths (null: every sequence is
+// full; a length is truncated and clamped to [0, steps]). i1: 0 SequenceMask (p0 = p1, f0
+// past each length), 1 SequenceLast (p0, (batch, inner), = p1 at each last step; the first
+// for a length of 0), 2 SequenceReverse (each sequence's steps within its length reversed),
+// 3 SequenceLast's gradient (p0, the data's shape, = p1, (batch, inner), at each last step,
+// 0 elsewhere). i0 = p0's elements.
+__device__ inline i64 seq_len(const KArgs& a, i64 n) {
+    i64 steps = a.i[3];
+    if (!a.p[2]) return steps;
+    float v = a.p[2][n];
+    i64 l = v > 0.0f ? (i64)v : 0;
+    return l < steps ? l : steps;
+}
+
+__device__ inline i64 seq_at(const KArgs& a, i64 step, i64 n, i64 i) {
+    i64 outer = a.i[2] == 0 ? step * a.i[4] + n : n * a.i[3] + step;
+    return outer * a.i[5] + i;
+}
+
+KERNEL void sequence(KArgs a) {
+    i64 mode = a.i[1], inner = a.i[5];
+    FOR_EACH(t, a.i[0]) {
+        if (mode == 1) {
+            i64 i, n = split(a, 5, t, &i), l = seq_len(a, n);
+            a.p[0][t] = a.p[1][seq_at(a, (l > 0 ? l : 1) - 1, n, i)];
+            continue;
+        }
+        i64 i, rest = split(a, 5, t, &i), step, n;
+        if (a.i[2] == 0) {
+            step = split(a, 4, rest, &n);
+        } else {
+            n = split(a, 3, rest, &step);
+        }
+        i64 l = seq_len(a, n);
+        if (mode == 0) {
+            a.p[0][t] = step >= l ? a.f[0] : a.p[1][t];
+        } else if (mode == 2) {
+            a.p[0][t] = a.p[1][seq_at(a, step < l ? l - 1 - step : step, n, i)];
+        } else {
+            a.p[0][t] = step == (l > 0 ? l : 1) - 1 ? a.p[1][n * inner + i] : 0.0f;
+        }
     }
 }
 

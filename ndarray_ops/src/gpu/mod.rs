@@ -69,6 +69,12 @@ pub(crate) const KERNEL_NAMES: &[&str] = &[
     "take_bwd",
     "gather_fwd",
     "gather_bwd",
+    "clamp_affine",
+    "where_select",
+    "one_hot",
+    "reduce_lanes",
+    "adam",
+    "sequence",
 ];
 
 /// A kernel's one argument (the `KArgs` of `kernels.cu`, field for field): device pointers,

@@ -28,8 +28,20 @@ pub(crate) fn kernel_for(def: &OpDef) -> Option<GpuKernel> {
         "Activation" | "relu" | "sigmoid" | "tanh" | "softrelu" => activation,
         "_backward_Activation" => activation_backward,
         op if binary_code(op).is_some() => binary,
-        "_plus_scalar" | "_minus_scalar" | "_rminus_scalar" | "_mul_scalar" | "_div_scalar"
-        | "_rdiv_scalar" | "_maximum_scalar" | "_minimum_scalar" => scalar,
+        op if scalar_code(op).is_some() => scalar,
+        "clip" | "hard_sigmoid" => clamp,
+        "where" => select,
+        "one_hot" => one_hot,
+        "max" | "min" | "prod" | "argmax" | "argmin" | "norm" => reduce_other,
+        "stack" => stack,
+        "_backward_Concat" => concat_backward,
+        "adam_update" => adam,
+        "SequenceMask"
+        | "_backward_SequenceMask"
+        | "SequenceLast"
+        | "_backward_SequenceLast"
+        | "SequenceReverse" => sequence,
+        "Cast" | "cast" | "_cast_like" => copy,
         "add_n" => add_n,
         "FullyConnected" => fully_connected,
         "_backward_FullyConnected" => fully_connected_backward,
@@ -321,6 +333,11 @@ fn binary_code(op: &str) -> Option<usize> {
         "broadcast_greater_equal" => 10,
         "broadcast_lesser" => 11,
         "broadcast_lesser_equal" => 12,
+        "broadcast_hypot" => 13,
+        "broadcast_mod" => 14,
+        "broadcast_logical_and" => 15,
+        "broadcast_logical_or" => 16,
+        "broadcast_logical_xor" => 17,
         _ => return None,
     })
 }
@@ -380,26 +397,190 @@ fn scalar(
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
-    let value = attrs.f64(op, "scalar", None).map_err(e2s)?;
+    let value = crate::ops::scalar_of(op, attrs).map_err(e2s)?;
     scalar_with(s, op, &outs[0], &ins[0], value)
+}
+
+/// The `scalar` kernel's code for a scalar op (the `binary` kernel's codes), and whether the
+/// scalar is the left operand.
+fn scalar_code(op: &str) -> Option<(usize, bool)> {
+    Some(match op {
+        "_plus_scalar" => (0, false),
+        "_minus_scalar" => (1, false),
+        "_rminus_scalar" => (1, true),
+        "_mul_scalar" => (2, false),
+        "_div_scalar" => (3, false),
+        "_rdiv_scalar" => (3, true),
+        "_maximum_scalar" => (4, false),
+        "_minimum_scalar" => (5, false),
+        "_power_scalar" => (6, false),
+        "_rpower_scalar" => (6, true),
+        "_equal_scalar" => (7, false),
+        "_not_equal_scalar" => (8, false),
+        "_greater_scalar" => (9, false),
+        "_greater_equal_scalar" => (10, false),
+        "_lesser_scalar" => (11, false),
+        "_lesser_equal_scalar" => (12, false),
+        "_hypot_scalar" => (13, false),
+        "_mod_scalar" => (14, false),
+        "smooth_l1" => (18, false),
+        _ => return None,
+    })
 }
 
 /// `out = x (op) value` for a scalar op's name, by the `scalar` kernel (which reads each index
 /// before writing it, so `out` may be `x`).
 fn scalar_with(s: &dyn Stream, op: &str, out: &TensorRef, x: &TensorRef, value: f64) -> KResult {
-    let code = match op {
-        "_plus_scalar" => 0,
-        "_minus_scalar" => 1,
-        "_rminus_scalar" => 2,
-        "_mul_scalar" => 3,
-        "_div_scalar" => 4,
-        "_rdiv_scalar" => 5,
-        "_maximum_scalar" => 6,
-        _ => 7,
-    };
+    let (code, left) = scalar_code(op).ok_or_else(|| format!("{op} is not a scalar op"))?;
     let n = out.len();
-    let a = KArgs::new(n).t(0, out).t(1, x).i(1, code).f(0, value);
+    let a = KArgs::new(n)
+        .t(0, out)
+        .t(1, x)
+        .i(1, code)
+        .i(2, usize::from(left))
+        .f(0, value);
     s.launch("scalar", n, &a)
+}
+
+/// clip and hard_sigmoid: an affine map, clamped.
+fn clamp(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let (scale, shift, lo, hi) = match op {
+        "clip" => (
+            1.0,
+            0.0,
+            attrs.float(op, "a_min", None).map_err(e2s)?,
+            attrs.float(op, "a_max", None).map_err(e2s)?,
+        ),
+        _ => {
+            let (alpha, beta) = crate::ops::hard_sigmoid_params(op, attrs).map_err(e2s)?;
+            (alpha, beta, 0.0, 1.0)
+        }
+    };
+    let n = outs[0].len();
+    let a = KArgs::new(n)
+        .t(0, &outs[0])
+        .t(1, &ins[0])
+        .f(0, scale)
+        .f(1, shift)
+        .f(2, lo)
+        .f(3, hi);
+    s.launch("clamp_affine", n, &a)
+}
+
+/// where(condition, x, y): the condition has x's shape or one value per row of x's first axis.
+fn select(_: &str, _: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+    let (c, o) = (&ins[0], &outs[0]);
+    let n = o.len();
+    let per_row = if c.len() == n { 1 } else { n / c.len().max(1) };
+    let a = KArgs::new(n)
+        .t(0, o)
+        .t(1, c)
+        .t(2, &ins[1])
+        .t(3, &ins[2])
+        .i(1, per_row.max(1));
+    s.launch("where_select", n, &a)
+}
+
+fn one_hot(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let get = |k: &str, d: Option<f64>| attrs.f64(op, k, d).map_err(e2s);
+    let depth = get("depth", None)? as usize;
+    let n = outs[0].len();
+    let a = KArgs::new(n)
+        .t(0, &outs[0])
+        .t(1, &ins[0])
+        .i(1, depth.max(1))
+        .f(0, get("on_value", Some(1.0))?)
+        .f(1, get("off_value", Some(0.0))?);
+    s.launch("one_hot", n, &a)
+}
+
+/// max, min, prod, argmax, argmin (`reduce_lanes`) and norm (squares or magnitudes summed as
+/// `sum` sums, then a square root for ord 2).
+fn reduce_other(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let (x, out) = (&ins[0], &outs[0]);
+    let nd = x.shape.len();
+    if op == "norm" {
+        let axes = crate::ops::reduced_axes(op, attrs, nd).map_err(e2s)?;
+        let (f, root) = match crate::ops::norm_ord(op, attrs).map_err(e2s)? {
+            1 => ("abs", false),
+            _ => ("square", true),
+        };
+        let n = x.len();
+        let mapped = s.scratch(n * 4)?.cast::<f32>();
+        let code = |f: &str| unary_code(f).ok_or_else(|| format!("{f} is not a unary function"));
+        s.launch(
+            "unary_fwd",
+            n,
+            &KArgs::new(n).p(0, mapped).t(1, x).i(1, code(f)?),
+        )?;
+        sum_axes(s, op, (mapped, &x.shape), &axes, out.ptr(), 1.0)?;
+        if !root {
+            return Ok(());
+        }
+        let m = out.len();
+        let a = KArgs::new(m).t(0, out).t(1, out).i(1, code("sqrt")?);
+        return s.launch("unary_fwd", m, &a);
+    }
+    let code = match op {
+        "max" => 0,
+        "min" => 1,
+        "prod" => 2,
+        "argmax" => 3,
+        _ => 4,
+    };
+    let axes = match op {
+        // One axis, or none: the flattened data.
+        "argmax" | "argmin" => match attrs.ints(op, "axis").map_err(e2s)? {
+            None => (0..nd).collect(),
+            Some(a) => crate::ops::norm_axes(op, &a, nd).map_err(e2s)?,
+        },
+        _ => crate::ops::reduced_axes(op, attrs, nd).map_err(e2s)?,
+    };
+    let count: usize = axes.iter().map(|&a| x.shape[a]).product();
+    let n = out.len();
+    let consecutive = axes.windows(2).all(|w| w[1] == w[0] + 1);
+    let (src, layout) = match (axes.first(), axes.last()) {
+        (Some(_), Some(&last)) if consecutive => {
+            let inner: usize = x.shape[last + 1..].iter().product();
+            (x.ptr(), (count, inner))
+        }
+        (Some(_), Some(_)) => {
+            // The kept axes first, the reduced ones last: each lane is contiguous.
+            let steps = strides(&x.shape);
+            let order = (0..nd)
+                .filter(|d| !axes.contains(d))
+                .chain(axes.iter().copied());
+            let moved = s.scratch(x.len() * 4)?.cast::<f32>();
+            strided_copy(s, op, moved, x.ptr(), order.map(|d| [x.shape[d], steps[d]]))?;
+            (moved, (count, 1))
+        }
+        _ => (x.ptr(), (1, 1)),
+    };
+    let a = KArgs::new(n)
+        .t(0, out)
+        .p(1, src)
+        .i(1, layout.0)
+        .i(2, layout.1.max(1))
+        .i(3, code);
+    s.launch("reduce_lanes", n, &a)
 }
 
 /// Inputs the `add_n` kernel sums in one launch.
@@ -1638,6 +1819,130 @@ fn concat(
         first += rows;
     }
     Ok(())
+}
+
+/// `_backward_Concat(ograd, inputs...)`: each input's rows of the output gradient.
+fn concat_backward(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let g = &ins[0];
+    let axis = crate::ops::axis_attr(op, attrs, "dim", 1, g.shape.len()).map_err(e2s)?;
+    let (outer, len, inner) = around(&g.shape, axis);
+    let mut first = 0;
+    for o in outs {
+        let rows = o.shape[axis];
+        let src = AxisSide {
+            ptr: g.ptr(),
+            len,
+            first,
+        };
+        let dst = AxisSide {
+            ptr: o.ptr(),
+            len: rows,
+            first: 0,
+        };
+        axis_copy(s, (outer, inner), src, dst, rows)?;
+        first += rows;
+    }
+    Ok(())
+}
+
+/// stack: input `j` is row `j` of the output's new axis.
+fn stack(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let o = &outs[0];
+    let axis = attrs
+        .ints(op, "axis")
+        .map_err(e2s)?
+        .and_then(|v| v.first().copied())
+        .unwrap_or(0);
+    let axis = crate::ops::norm_axes(op, &[axis], o.shape.len()).map_err(e2s)?[0];
+    let (outer, len, inner) = around(&o.shape, axis);
+    for (j, x) in ins.iter().enumerate() {
+        let src = AxisSide {
+            ptr: x.ptr(),
+            len: 1,
+            first: 0,
+        };
+        let dst = AxisSide {
+            ptr: o.ptr(),
+            len,
+            first: j,
+        };
+        axis_copy(s, (outer, inner), src, dst, 1)?;
+    }
+    Ok(())
+}
+
+/// adam_update(weight, grad, mean, var) -> (weight, mean, var).
+fn adam(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+    // MXNet's optimizer parameters are floats, as the CPU kernel reads them.
+    let get = |k: &str, d: Option<f64>| attrs.float(op, k, d).map_err(e2s);
+    let n = outs[0].len();
+    let a = KArgs::new(n)
+        .t(0, &outs[0])
+        .t(1, &outs[1])
+        .t(2, &outs[2])
+        .t(3, &ins[0])
+        .t(4, &ins[1])
+        .t(5, &ins[2])
+        .t(6, &ins[3])
+        .f(0, get("lr", None)?)
+        .f(1, get("wd", Some(0.0))?)
+        .f(2, get("rescale_grad", Some(1.0))?)
+        .f(3, get("clip_gradient", Some(-1.0))?)
+        .f(4, get("beta1", Some(0.9))?)
+        .f(5, get("beta2", Some(0.999))?)
+        .f(6, get("epsilon", Some(1e-8))?);
+    s.launch("adam", n, &a)
+}
+
+/// SequenceMask, SequenceLast, SequenceReverse and the gradients of the first two: one
+/// `sequence` kernel, its mode by op; the lengths (when used) are the last input.
+fn sequence(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let (_, axis, value) = crate::ops::sequence_params(op, attrs).map_err(e2s)?;
+    // (mode, masked value, the data, its lengths)
+    let (mode, value, data, lengths) = match op {
+        "SequenceMask" => (0, value, &ins[0], ins.get(1)),
+        "_backward_SequenceMask" => (0, 0.0, &ins[0], ins.get(1)),
+        "SequenceLast" => (1, 0.0, &ins[0], ins.get(1)),
+        "SequenceReverse" => (2, 0.0, &ins[0], ins.get(1)),
+        _ => (3, 0.0, &ins[1], ins.get(2)),
+    };
+    let x = &data.shape;
+    let (steps, batch) = match axis {
+        0 => (x[0], x[1]),
+        _ => (x[1], x[0]),
+    };
+    let n = outs[0].len();
+    let mut a = KArgs::new(n)
+        .t(0, &outs[0])
+        .t(1, &ins[0])
+        .i(1, mode)
+        .i(2, axis)
+        .i(3, steps)
+        .i(4, batch)
+        .i(5, x[2..].iter().product::<usize>().max(1))
+        .f(0, value);
+    if let Some(l) = lengths {
+        a = a.t(2, l);
+    }
+    s.launch("sequence", n, &a)
 }
 
 /// The `leaky_fwd` kernel's code and slope for LeakyReLU's `act_type`; `None` for prelu (no

@@ -43,8 +43,10 @@ fn arrays(rt: &Arc<Runtime>, inputs: &[Input]) -> Vec<NDArray> {
 fn close(what: &str, got: &[f32], want: &[f32], tol: f32) {
     assert_eq!(got.len(), want.len(), "{what}: length");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        // Infinities and NaNs (division by zero, powers of negatives) must agree exactly.
+        let same = g == w || (g.is_nan() && w.is_nan());
         assert!(
-            (g - w).abs() <= tol * (1.0 + w.abs()),
+            same || (g - w).abs() <= tol * (1.0 + w.abs()),
             "{what}[{i}]: emulated GPU {g}, CPU {w}"
         );
     }
@@ -466,6 +468,8 @@ fn every_gpu_op_matches_its_cpu_kernel() {
     unary_cases(rng, &mut check);
     take_cases(rng, &mut check);
     gather_cases(rng, &mut check);
+    elementwise_cases(rng, &mut check);
+    layer_cases(rng, &mut check);
 
     let unused: Vec<_> = KERNEL_NAMES
         .iter()
@@ -641,6 +645,40 @@ fn reduction_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Inpu
             let ins = vec![random(rng, reduced), random(rng, shape)];
             check("_broadcast_backward", attrs, ins);
         }
+    }
+    for (shape, axis, exclude, _) in cases {
+        for (op, ord) in [
+            ("max", 0),
+            ("min", 0),
+            ("prod", 0),
+            ("norm", 2),
+            ("norm", 1),
+        ] {
+            let mut attrs = match ord {
+                0 => Attrs::new().with("exclude", exclude),
+                // norm has no exclude
+                _ if exclude => continue,
+                _ => Attrs::new().with("ord", ord),
+            };
+            if let Some(a) = axis {
+                attrs = attrs.with("axis", a);
+            }
+            check(op, attrs.clone(), vec![random(rng, shape)]);
+            check(op, attrs.with("keepdims", true), vec![random(rng, shape)]);
+        }
+    }
+    // Ties: the first extremum wins.
+    let tied = (vec![2, 4], vec![1.0, 3.0, 3.0, 0.0, -2.0, -2.0, 5.0, -2.0]);
+    for op in ["argmax", "argmin"] {
+        check(op, Attrs::new(), vec![tied.clone()]);
+        check(op, Attrs::new().with("axis", 1), vec![tied.clone()]);
+        let keep = Attrs::new().with("axis", 0).with("keepdims", true);
+        check(op, keep, vec![tied.clone()]);
+        check(
+            op,
+            Attrs::new().with("axis", -2),
+            vec![random(rng, &[3, 4, 5])],
+        );
     }
     let like: [(&[usize], &[usize]); 4] = [
         (&[2, 3, 4], &[3, 1]),
@@ -1101,6 +1139,183 @@ fn gather_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)
         let grad = attrs.clone().with("__slice_op__", op);
         both(op, attrs, &[vec![3, 6]], ("_backward_slice", grad));
     }
+}
+
+/// The scalar and binary functions beyond arithmetic, clip, hard_sigmoid, where and one_hot;
+/// the data holds zeros and equal pairs, so that comparisons, logic and mod by zero count.
+fn elementwise_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)) {
+    let with_zeros = |rng: &mut StdRng| {
+        let (shape, mut v) = random(rng, &[4, 6]);
+        for i in (0..v.len()).step_by(5) {
+            v[i] = 0.0;
+        }
+        v[1] = 0.5;
+        (shape, v)
+    };
+    let x = with_zeros(rng);
+    for op in [
+        "_plus_scalar",
+        "_minus_scalar",
+        "_rminus_scalar",
+        "_mul_scalar",
+        "_div_scalar",
+        "_rdiv_scalar",
+        "_maximum_scalar",
+        "_minimum_scalar",
+        "_power_scalar",
+        "_rpower_scalar",
+        "_equal_scalar",
+        "_not_equal_scalar",
+        "_greater_scalar",
+        "_greater_equal_scalar",
+        "_lesser_scalar",
+        "_lesser_equal_scalar",
+        "_hypot_scalar",
+        "_mod_scalar",
+        "smooth_l1",
+    ] {
+        let scalar = if op == "_power_scalar" { 2.0 } else { 0.5 };
+        check(op, Attrs::new().with("scalar", scalar), vec![x.clone()]);
+    }
+    check(
+        "_mod_scalar",
+        Attrs::new().with("scalar", -0.3),
+        vec![x.clone()],
+    );
+    check(
+        "smooth_l1",
+        Attrs::new().with("scalar", 2.0),
+        vec![x.clone()],
+    );
+    let y = with_zeros(rng);
+    for op in [
+        "broadcast_hypot",
+        "broadcast_mod",
+        "broadcast_logical_and",
+        "broadcast_logical_or",
+        "broadcast_logical_xor",
+        "_mod",
+        "_logical_xor",
+        "_hypot",
+    ] {
+        check(op, Attrs::new(), vec![x.clone(), y.clone()]);
+    }
+    check(
+        "broadcast_mod",
+        Attrs::new(),
+        vec![x.clone(), random(rng, &[1, 6])],
+    );
+    let clip = Attrs::new().with("a_min", -0.3).with("a_max", 0.6);
+    check("clip", clip, vec![x.clone()]);
+    let hard = Attrs::new().with("alpha", 0.7).with("beta", 0.4);
+    check("hard_sigmoid", hard, vec![x.clone()]);
+    check("hard_sigmoid", Attrs::new(), vec![x.clone()]);
+    check(
+        "where",
+        Attrs::new(),
+        vec![y.clone(), x.clone(), random(rng, &[4, 6])],
+    );
+    let rows = (vec![4], vec![1.0, 0.0, 0.0, 2.0]);
+    check(
+        "where",
+        Attrs::new(),
+        vec![rows, x.clone(), random(rng, &[4, 6])],
+    );
+    let idx = (vec![2, 3], vec![0.0, 4.0, 2.7, -1.0, 5.0, 1.0]);
+    let hot = Attrs::new()
+        .with("depth", 5)
+        .with("on_value", 2.5)
+        .with("off_value", -1.0);
+    check("one_hot", hot, vec![idx]);
+    check(
+        "Cast",
+        Attrs::new().with("dtype", "float32"),
+        vec![x.clone()],
+    );
+}
+
+/// stack, Concat's gradient, Adam, and the sequence ops with lengths past the steps and of 0.
+fn layer_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)) {
+    for axis in [0, 1, -1] {
+        let ins = (0..3).map(|_| random(rng, &[2, 3, 4])).collect();
+        check("stack", Attrs::new().with("axis", axis), ins);
+    }
+    for dim in [0, 1, 2] {
+        let mut parts = [vec![2, 3, 4], vec![2, 3, 4]];
+        parts[1][dim] = 5;
+        let mut whole = parts[0].clone();
+        whole[dim] = parts[0][dim] + parts[1][dim];
+        let ins = vec![
+            random(rng, &whole),
+            random(rng, &parts[0]),
+            random(rng, &parts[1]),
+        ];
+        let attrs = Attrs::new().with("dim", dim).with("num_args", 2);
+        check("_backward_Concat", attrs, ins);
+    }
+    let adam = Attrs::new()
+        .with("lr", 0.01)
+        .with("wd", 0.1)
+        .with("rescale_grad", 0.5)
+        .with("clip_gradient", 0.2)
+        .with("beta1", 0.8)
+        .with("epsilon", 1e-6);
+    let var = {
+        let (shape, v) = random(rng, &[4, 6]);
+        (shape, v.iter().map(|x| x.abs()).collect())
+    };
+    let ins = vec![
+        random(rng, &[4, 6]),
+        random(rng, &[4, 6]),
+        random(rng, &[4, 6]),
+        var,
+    ];
+    check("adam_update", adam.clone(), ins.clone());
+    check("adam_update", adam.with("clip_gradient", -1.0), ins);
+
+    // Five steps, four sequences: lengths 2, -1 (as 0), 9 (past the end) and 0.
+    let lengths = (vec![4], vec![2.0, -1.0, 9.0, 0.0]);
+    for axis in [0, 1] {
+        let x = if axis == 0 {
+            vec![5, 4, 3]
+        } else {
+            vec![4, 5, 3]
+        };
+        let on = |attrs: Attrs| attrs.with("axis", axis).with("use_sequence_length", true);
+        let mask = on(Attrs::new().with("value", -7.0));
+        check(
+            "SequenceMask",
+            mask.clone(),
+            vec![random(rng, &x), lengths.clone()],
+        );
+        check(
+            "_backward_SequenceMask",
+            mask,
+            vec![random(rng, &x), lengths.clone()],
+        );
+        check(
+            "SequenceLast",
+            on(Attrs::new()),
+            vec![random(rng, &x), lengths.clone()],
+        );
+        let g = random(rng, &[4, 3]);
+        let ins = vec![g, random(rng, &x), lengths.clone()];
+        check("_backward_SequenceLast", on(Attrs::new()), ins);
+        let whole = Attrs::new().with("axis", axis);
+        check("SequenceLast", whole.clone(), vec![random(rng, &x)]);
+        check("SequenceMask", whole, vec![random(rng, &x)]);
+    }
+    let rev = Attrs::new().with("use_sequence_length", true);
+    check(
+        "SequenceReverse",
+        rev,
+        vec![random(rng, &[5, 4, 3]), lengths],
+    );
+    check(
+        "SequenceReverse",
+        Attrs::new(),
+        vec![random(rng, &[5, 4, 3])],
+    );
 }
 
 /// What the GPU leaves to the CPU among RNN's, take's and UpSampling's modes is refused by name; and each

@@ -693,7 +693,7 @@ fn scatter(g: &TensorRef, dx: &TensorRef, sources: &[usize]) {
 // ---- SequenceMask(data[, sequence_length]) ------------------------------------------------------
 
 /// Whether SequenceMask uses its lengths, its time axis (0 or 1), and the value it writes.
-fn mask_params(op: &str, attrs: &Attrs) -> Result<(bool, usize, f64)> {
+pub(crate) fn mask_params(op: &str, attrs: &Attrs) -> Result<(bool, usize, f64)> {
     let axis = attrs.f64(op, "axis", Some(0.0))?;
     if axis != 0.0 && axis != 1.0 {
         return Err(invalid(op, format!("axis={axis} is not 0 or 1")));

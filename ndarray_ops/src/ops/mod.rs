@@ -39,7 +39,9 @@ pub use stochastic::IS_TRAIN;
 #[cfg(any(feature = "cuda", test))]
 pub(crate) use {
     extra::LeakyAct,
+    gather::mask_params as sequence_params,
     linalg::product,
+    math::hard_sigmoid_params,
     nn::transpose_axes,
     norm::{eps as norm_eps, layout as norm_layout, Scale},
     reduce::axes_of as reduced_axes,
