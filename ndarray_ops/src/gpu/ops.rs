@@ -47,6 +47,9 @@ pub(crate) fn kernel_for(def: &OpDef) -> Option<GpuKernel> {
         "_backward_FullyConnected" => fully_connected_backward,
         "Convolution" => convolution,
         "_backward_Convolution" => convolution_backward,
+        "Deconvolution" => deconvolution,
+        "_backward_Deconvolution" => deconvolution_backward,
+        "UpSampling" => upsampling,
         "Pooling" => pooling,
         "_backward_Pooling" => pooling_backward,
         "BatchNorm" => batch_norm,
@@ -73,8 +76,8 @@ pub(crate) fn kernel_for(def: &OpDef) -> Option<GpuKernel> {
         "Concat" => concat,
         "LeakyReLU" | "_backward_LeakyReLU" => leaky_relu,
         "broadcast_to" | "broadcast_axis" | "broadcast_like" | "tile" | "repeat" | "reverse"
-        | "SwapAxis" | "Pad" | "UpSampling" | "slice_like" | "slice" | "slice_axis"
-        | "_backward_gather" | "_backward_slice" => super::gather::gather,
+        | "SwapAxis" | "Pad" | "slice_like" | "slice" | "slice_axis" | "_backward_gather"
+        | "_backward_slice" => super::gather::gather,
         "RNN" => super::rnn::rnn,
         "_backward_RNN" => super::rnn::rnn_backward,
         _ => return None,
@@ -113,9 +116,6 @@ fn unsupported(op: &str, attrs: &Attrs) -> Result<Option<&'static str>, String> 
                 (_, true) => Some("dropout between layers in training has no GPU kernel"),
                 _ => None,
             }
-        }
-        "UpSampling" if attrs.get("sample_type") == Some("bilinear") => {
-            Some("sample_type bilinear has no GPU kernel")
         }
         "take" | "_backward_take" if attrs.get("mode") == Some("raise") => {
             Some("mode raise has no GPU kernel (a kernel cannot refuse an index; clip or wrap)")
@@ -1043,7 +1043,7 @@ fn convolution_backward(
     if !(by_library(op, attrs, &c, &dims, ConvPass::Data, data, s)?
         && by_library(op, attrs, &c, &dims, ConvPass::Filter, filter, s)?)
     {
-        conv_backward_columns(op, attrs, &c, &dims, [dy, x, wt, dx, dw], s)?;
+        conv_backward_columns(op, attrs, &c, &dims, [dy, x, wt], [Some(dx), Some(dw)], s)?;
     }
     if c.bias {
         let layout = (dims.n, c.filters, dims.ho * dims.wo);
@@ -1052,13 +1052,104 @@ fn convolution_backward(
     Ok(())
 }
 
-/// The backward pass by im2col, GEMMs and col2im.
+/// Deconvolution: the transpose of the convolution `deconv_as_conv` describes (data of the
+/// Deconvolution's output shape, filters as many as its input channels), so its forward pass is
+/// that convolution's data-gradient pass with the input as the output gradient.
+fn deconvolution(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let (x, wt, y) = (&ins[0], &ins[1], &outs[0]);
+    let c =
+        crate::ops::deconv_as_conv(op, attrs, (x.shape[2], x.shape[3]), x.shape[1]).map_err(e2s)?;
+    let dims = c.dims(&y.shape, &x.shape);
+    let pointers = [y.ptr(), wt.ptr(), x.ptr()];
+    if !by_library(op, attrs, &c, &dims, ConvPass::Data, pointers, s)? {
+        // The convolution's data (`y`) is read only for a filter gradient, not asked here.
+        conv_backward_columns(op, attrs, &c, &dims, [x, y, wt], [Some(y), None], s)?;
+    }
+    if crate::ops::has_bias(op, attrs).map_err(e2s)? {
+        let total = y.len();
+        let a = KArgs::new(total)
+            .t(0, y)
+            .t(1, &ins[2])
+            .i(1, y.shape[2] * y.shape[3])
+            .i(2, y.shape[1]);
+        s.launch("add_bias", total, &a)?;
+    }
+    Ok(())
+}
+
+/// `_backward_Deconvolution(ograd, data, weight)`: the data's gradient is the transposed
+/// convolution's forward pass over the output gradient, the weight's its filter gradient with
+/// the output gradient as data and the data as output gradient.
+fn deconvolution_backward(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let (dy, x, wt) = (&ins[0], &ins[1], &ins[2]);
+    let c =
+        crate::ops::deconv_as_conv(op, attrs, (x.shape[2], x.shape[3]), x.shape[1]).map_err(e2s)?;
+    let dims = c.dims(&dy.shape, &x.shape);
+    let (dx, dw) = (&outs[0], &outs[1]);
+    if !by_library(
+        op,
+        attrs,
+        &c,
+        &dims,
+        ConvPass::Forward,
+        [dy.ptr(), wt.ptr(), dx.ptr()],
+        s,
+    )? {
+        conv_forward_columns(op, attrs, &c, &dims, [dy, wt, dx], s)?;
+    }
+    if !by_library(
+        op,
+        attrs,
+        &c,
+        &dims,
+        ConvPass::Filter,
+        [dy.ptr(), dw.ptr(), x.ptr()],
+        s,
+    )? {
+        conv_backward_columns(op, attrs, &c, &dims, [x, dy, wt], [None, Some(dw)], s)?;
+    }
+    if crate::ops::has_bias(op, attrs).map_err(e2s)? {
+        let layout = (dy.shape[0], dy.shape[1], dy.shape[2] * dy.shape[3]);
+        channel_sum(s, outs[2].ptr(), dy.ptr(), layout, 1.0)?;
+    }
+    Ok(())
+}
+
+/// UpSampling: nearest is a gather, bilinear a depthwise Deconvolution (as on the CPU).
+fn upsampling(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    match crate::ops::bilinear_upsampling(op, attrs).map_err(e2s)? {
+        Some(deconv) => deconvolution(op, &deconv, ins, outs, s),
+        None => super::gather::gather(op, attrs, ins, outs, s),
+    }
+}
+
+/// The backward pass by im2col, GEMMs and col2im: the data's gradient, the filters' or both
+/// (Deconvolution asks for one at a time).
 fn conv_backward_columns(
     op: &str,
     attrs: &Attrs,
     c: &crate::ops::conv::Conv,
     dims: &ConvDims,
-    [dy, x, wt, dx, dw]: [&TensorRef; 5],
+    [dy, x, wt]: [&TensorRef; 3],
+    [dx, dw]: [Option<&TensorRef>; 2],
     s: &dyn Stream,
 ) -> KResult {
     let ConvDims {
@@ -1091,40 +1182,34 @@ fn conv_backward_columns(
         d: (1, 1),
         ..*c
     };
-    if n == 0 {
+    if let (0, Some(dw)) = (n, dw) {
         fill_with(s, dw, 0.0)?;
     }
     for first in (0..n).step_by(chunk) {
         let nb = chunk.min(n - first);
         for g in 0..c.groups {
             // SAFETY (pointer arithmetic): image `first`, group `g` lies inside each tensor.
-            let (xg, dyg, wg, dwg, dxg) = unsafe {
+            let (xg, dyg, wg) = unsafe {
                 (
                     x.ptr::<f32>().add((first * ch + g * cg) * h * w),
                     dy.ptr::<f32>().add((first * c.filters + g * fg) * plane),
                     wt.ptr::<f32>().add(g * fg * rows),
-                    dw.ptr::<f32>().add(g * fg * rows),
-                    dx.ptr::<f32>().add((first * ch + g * cg) * h * w),
                 )
             };
-            im2col(s, c, (h, w, ho, wo), rows, nb, xg, ch * h * w, col)?;
             let (filters, image) = (c.filters * plane, ch * h * w);
-            im2col(s, &one, (ho, wo, ho, wo), fg, nb, dyg, filters, dyt)?;
-            // dW_g (+)= dY_g col^T over the chunk's images at once (k = nb * plane).
-            s.gemm(&Gemm {
-                ta: false,
-                tb: true,
-                m: fg,
-                n: rows,
-                k: nb * plane,
-                a: dyt,
-                lda: nb * plane,
-                b: col,
-                ldb: nb * plane,
-                c: dwg,
-                ldc: rows,
-                beta: if first == 0 { 0.0 } else { 1.0 },
-            })?;
+            // dY's planes regrouped: for dW, and for dX unless it comes straight from the GEMM.
+            if dw.is_some() || !direct {
+                im2col(s, &one, (ho, wo, ho, wo), fg, nb, dyg, filters, dyt)?;
+            }
+            if let Some(dw) = dw {
+                im2col(s, c, (h, w, ho, wo), rows, nb, xg, ch * h * w, col)?;
+                // SAFETY (pointer arithmetic): group `g`'s filters lie inside dW.
+                let dwg = unsafe { dw.ptr::<f32>().add(g * fg * rows) };
+                conv_filter_gemm(s, (fg, rows, nb * plane), dyt, col, dwg, first == 0)?;
+            }
+            let Some(dx) = dx else { continue };
+            // SAFETY (pointer arithmetic): image `first`, group `g` lies inside dX.
+            let dxg = unsafe { dx.ptr::<f32>().add((first * ch + g * cg) * h * w) };
             // dX: W_g^T dY_g, straight into dX when the columns are the input, else into
             // columns gathered back.
             let gemm = Gemm {
@@ -1164,6 +1249,32 @@ fn conv_backward_columns(
         }
     }
     Ok(())
+}
+
+/// dW_g (+)= dY_g col^T over a chunk's images at once: `(fg, rows, k = images * plane)`; the
+/// first chunk writes, the later ones add.
+fn conv_filter_gemm(
+    s: &dyn Stream,
+    (fg, rows, k): (usize, usize, usize),
+    dyt: *mut f32,
+    col: *mut f32,
+    dwg: *mut f32,
+    first: bool,
+) -> KResult {
+    s.gemm(&Gemm {
+        ta: false,
+        tb: true,
+        m: fg,
+        n: rows,
+        k,
+        a: dyt,
+        lda: k,
+        b: col,
+        ldb: k,
+        c: dwg,
+        ldc: rows,
+        beta: if first { 0.0 } else { 1.0 },
+    })
 }
 
 /// The pooling kernels' arguments: `n` threads over data of `x_shape` pooled to `ho x wo`.

@@ -337,6 +337,8 @@ fn every_gpu_op_matches_its_cpu_kernel() {
         vec![random(rng, &[2, 3, 4, 4]), data, weight],
     );
 
+    deconv_cases(rng, &mut check);
+
     // Pooling: max / avg / sum, overlapping windows, padding, full rounding, global.
     let data = random(rng, &[2, 3, 7, 6]);
     let pools = [
@@ -1141,6 +1143,58 @@ fn gather_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)
     }
 }
 
+/// Deconvolution forward and backward (strides, padding, dilation, groups, bias, `adj`,
+/// `target_shape`, 1x1 windows that skip im2col, a workspace of one image), and bilinear
+/// UpSampling, a depthwise Deconvolution.
+fn deconv_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)) {
+    let rt = Runtime::with_engine(EngineKind::Naive);
+    // ([kernel, stride, pad, dilate, filters, groups], bias, extra attributes)
+    let cases: [([usize; 6], bool, Attrs); 6] = [
+        ([3, 1, 1, 1, 5, 1], true, Attrs::new()),
+        ([4, 2, 1, 1, 6, 2], false, Attrs::new()),
+        ([3, 2, 1, 2, 4, 4], true, Attrs::new().with("adj", "(1, 1)")),
+        (
+            [3, 2, 0, 1, 3, 1],
+            false,
+            Attrs::new().with("target_shape", "(10, 8)"),
+        ),
+        ([1, 1, 0, 1, 3, 1], true, Attrs::new()),
+        (
+            [2, 2, 0, 1, 4, 2],
+            false,
+            Attrs::new().with("workspace", 0.0001),
+        ),
+    ];
+    for ([k, st, p, d, f, g], bias, extra) in cases {
+        let mut attrs = conv_attrs(k, st, p, d, f, g, bias);
+        for (key, v) in extra.iter() {
+            attrs = attrs.with(key, v);
+        }
+        let data = random(rng, &[3, 4, 5, 4]);
+        let mut ins = vec![data.clone(), random(rng, &[4, f / g, k, k])];
+        if bias {
+            ins.push(random(rng, &[f]));
+        }
+        check("Deconvolution", attrs.clone(), ins.clone());
+        let arrays = arrays(&rt, &ins);
+        let refs: Vec<&NDArray> = arrays.iter().collect();
+        let out = invoke("Deconvolution", &refs, &attrs, None).expect("cpu deconvolution");
+        let g = random(rng, out[0].shape());
+        check(
+            "_backward_Deconvolution",
+            attrs,
+            vec![g, data, ins[1].clone()],
+        );
+    }
+    let attrs = Attrs::new()
+        .with("sample_type", "bilinear")
+        .with("scale", 2)
+        .with("num_filter", 3)
+        .with("num_args", 2);
+    let ins = vec![random(rng, &[2, 3, 4, 5]), random(rng, &[3, 1, 4, 4])];
+    check("UpSampling", attrs, ins);
+}
+
 /// The scalar and binary functions beyond arithmetic, clip, hard_sigmoid, where and one_hot;
 /// the data holds zeros and equal pairs, so that comparisons, logic and mod by zero count.
 fn elementwise_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)) {
@@ -1318,7 +1372,7 @@ fn layer_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>))
     );
 }
 
-/// What the GPU leaves to the CPU among RNN's, take's and UpSampling's modes is refused by name; and each
+/// What the GPU leaves to the CPU among RNN's and take's modes is refused by name; and each
 /// unary function's training graph (forward and gradient nodes) runs on the GPU.
 #[test]
 fn modes_without_a_gpu_kernel_are_refused_and_unary_gradients_run_there() {
@@ -1334,10 +1388,6 @@ fn modes_without_a_gpu_kernel_are_refused_and_unary_gradients_run_there() {
     let raise = Attrs::new().with("mode", "raise");
     let err = gpu_check(take, &raise, [DType::F32]).expect_err("refused");
     assert!(err.contains("mode raise"), "{err}");
-    let up = lookup("UpSampling").expect("registered");
-    let bilinear = Attrs::new().with("sample_type", "bilinear");
-    let err = gpu_check(up, &bilinear, [DType::F32]).expect_err("refused");
-    assert!(err.contains("UpSampling: sample_type bilinear"), "{err}");
     for &op in super::ops::UNARY {
         let data = crate::Symbol::var("data");
         let sym = crate::Symbol::op(op, "f", &[&data], Attrs::new()).expect("node");

@@ -443,6 +443,25 @@ fn deconv_geometry(op: &str, attrs: &Attrs, hw: (usize, usize)) -> Result<(Conv,
     Ok((c, out))
 }
 
+/// Deconvolution on data of `hw` with `in_channels` channels as the convolution it transposes,
+/// whose data has the Deconvolution's output shape: its filters are the Deconvolution's input
+/// channels (the weight's layout is that convolution's), with the padding the geometry really
+/// uses and no bias. The GPU runs a Deconvolution through that convolution's passes.
+#[cfg(any(feature = "cuda", test))]
+pub(crate) fn deconv_as_conv(
+    op: &str,
+    attrs: &Attrs,
+    hw: (usize, usize),
+    in_channels: usize,
+) -> Result<Conv> {
+    let (c, _) = deconv_geometry(op, attrs, hw)?;
+    Ok(Conv {
+        filters: in_channels,
+        bias: false,
+        ..c
+    })
+}
+
 /// UpSampling's `bilinear` mode is, as in MXNet, a depthwise Deconvolution with the weight
 /// input (MXNet initializes it to a bilinear kernel; it is learned like any weight): kernel
 /// `2s - s % 2`, stride `s`, padding `ceil((s - 1) / 2)`, one group per channel, no bias.

@@ -38,7 +38,8 @@ pub use stochastic::IS_TRAIN;
 // What the GPU back end shares with the CPU kernels: attribute parsing and layouts.
 #[cfg(any(feature = "cuda", test))]
 pub(crate) use {
-    extra::LeakyAct,
+    conv::has_bias,
+    extra::{deconv_as_conv, LeakyAct},
     gather::mask_params as sequence_params,
     linalg::product,
     math::hard_sigmoid_params,
