@@ -1091,3 +1091,19 @@ KERNEL void gather_bwd(KArgs a) {
         a.p[0][t] = (float)acc;
     }
 }
+
+// The regression outputs' gradient: p0 = f0 * (p1 - p2) (the prediction less the label), or
+// f0 times its sign where i1 is set (MAE), in double.
+KERNEL void regression_bwd(KArgs a) {
+    FOR_EACH(t, a.i[0]) {
+        double d = (double)a.p[1][t] - (double)a.p[2][t];
+        if (a.i[1]) d = d > 0.0 ? 1.0 : (d < 0.0 ? -1.0 : 0.0);
+        a.p[0][t] = (float)((double)a.f[0] * d);
+    }
+}
+
+// p0[t] = f0 / max(p1[0], 1): MakeLoss's gradient over a count computed on the device.
+KERNEL void fill_ratio(KArgs a) {
+    double count = a.p[1][0];
+    FOR_EACH(t, a.i[0]) a.p[0][t] = (float)((double)a.f[0] / (count > 1.0 ? count : 1.0));
+}

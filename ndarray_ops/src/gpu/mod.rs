@@ -75,6 +75,8 @@ pub(crate) const KERNEL_NAMES: &[&str] = &[
     "reduce_lanes",
     "adam",
     "sequence",
+    "regression_bwd",
+    "fill_ratio",
 ];
 
 /// A kernel's one argument (the `KArgs` of `kernels.cu`, field for field): device pointers,

@@ -41,7 +41,15 @@ pub(crate) fn kernel_for(def: &OpDef) -> Option<GpuKernel> {
         | "SequenceLast"
         | "_backward_SequenceLast"
         | "SequenceReverse" => sequence,
-        "Cast" | "cast" | "_cast_like" => copy,
+        "Cast" | "cast" | "_cast_like" | "LinearRegressionOutput" | "MAERegressionOutput" => copy,
+        "LogisticRegressionOutput" => logistic,
+        "_backward_LinearRegressionOutput"
+        | "_backward_LogisticRegressionOutput"
+        | "_backward_MAERegressionOutput" => regression_backward,
+        "_backward_MakeLoss" => make_loss_backward,
+        "SoftmaxActivation" | "_backward_SoftmaxActivation" => softmax_activation,
+        "_assign" => assign,
+        "depth_to_space" | "space_to_depth" => depth_space,
         "add_n" => add_n,
         "FullyConnected" => fully_connected,
         "_backward_FullyConnected" => fully_connected_backward,
@@ -1570,6 +1578,137 @@ fn softmax(
         true => s.launch("softmax_lanes_bwd", lanes, &a.t(2, &ins[1])),
         false => s.launch("softmax_lanes", lanes, &a),
     }
+}
+
+/// SoftmaxActivation (a softmax over the last axis, as MXNet's `instance` mode flattens the
+/// data to 2-D keeping it, or over the channels at each position) and its backward op, as
+/// softmax lanes.
+fn softmax_activation(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let x = &ins[0];
+    let shape = match attrs.get("mode").unwrap_or("instance") {
+        "channel" => x.shape.to_vec(),
+        _ => {
+            let last = x.shape.last().copied().unwrap_or(1);
+            vec![x.len() / last.max(1), last]
+        }
+    };
+    let (lanes, a) = lane_args(&shape, 1, 1.0, false);
+    let a = a.t(0, &outs[0]).t(1, x);
+    match op.starts_with("_backward_") {
+        true => s.launch("softmax_lanes_bwd", lanes, &a.t(2, &ins[1])),
+        false => s.launch("softmax_lanes", lanes, &a),
+    }
+}
+
+/// LogisticRegressionOutput's prediction: the data's sigmoid.
+fn logistic(_: &str, _: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+    let n = outs[0].len();
+    let sigmoid = 1;
+    let a = KArgs::new(n).t(0, &outs[0]).t(1, &ins[0]).i(1, sigmoid);
+    s.launch("act_fwd", n, &a)
+}
+
+/// `_backward_*RegressionOutput(out, label) -> (d data, d label)`: `grad_scale` over the
+/// outputs per sample times the prediction's error (MAE: its sign); the label's gradient is 0.
+fn regression_backward(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let label = &ins[1];
+    let per_sample = label.len() / label.shape.first().copied().unwrap_or(1).max(1);
+    let scale = attrs.float(op, "grad_scale", Some(1.0)).map_err(e2s)?;
+    let n = outs[0].len();
+    let a = KArgs::new(n)
+        .t(0, &outs[0])
+        .t(1, &ins[0])
+        .t(2, label)
+        .i(1, usize::from(op == "_backward_MAERegressionOutput"))
+        .f(0, scale / per_sample.max(1) as f64);
+    s.launch("regression_bwd", n, &a)?;
+    fill_with(s, &outs[1], 0.0)
+}
+
+/// `_backward_MakeLoss(out) -> d data`: `grad_scale`, over the batch (`normalization=batch`) or
+/// over the count of outputs above `valid_thresh` (`valid`, counted on the device).
+fn make_loss_backward(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let (y, d) = (&ins[0], &outs[0]);
+    let scale = attrs.float(op, "grad_scale", Some(1.0)).map_err(e2s)?;
+    match attrs.get("normalization").unwrap_or("null") {
+        "null" => fill_with(s, d, scale),
+        "batch" => fill_with(
+            s,
+            d,
+            scale / y.shape.first().copied().unwrap_or(1).max(1) as f64,
+        ),
+        "valid" => {
+            let thresh = attrs.float(op, "valid_thresh", Some(0.0)).map_err(e2s)?;
+            let n = y.len();
+            let flags = s.scratch(n * 4 + 4)?.cast::<f32>();
+            // SAFETY: the scratch holds n flags and then the count.
+            let count = unsafe { flags.add(n) };
+            let above = KArgs::new(n).p(0, flags).t(1, y).i(1, 9).f(0, thresh);
+            s.launch("scalar", n, &above)?;
+            let all: Vec<usize> = (0..y.shape.len()).collect();
+            sum_axes(s, op, (flags, &y.shape), &all, count, 1.0)?;
+            let m = d.len();
+            s.launch(
+                "fill_ratio",
+                m,
+                &KArgs::new(m).t(0, d).p(1, count).f(0, scale),
+            )
+        }
+        other => Err(format!(
+            "{op}: normalization {other:?} is not null, batch or valid"
+        )),
+    }
+}
+
+/// `_assign(variable, value)`: the value, into the variable.
+fn assign(_: &str, _: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+    copy("_assign", &Attrs::new(), &ins[1..], outs, s)
+}
+
+/// depth_to_space and space_to_depth: each a permutation of the data viewed with its blocks
+/// as axes of their own.
+fn depth_space(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let b = crate::ops::gather::block_size(op, attrs).map_err(e2s)?;
+    let x = &ins[0].shape;
+    let (view, order): (Vec<usize>, [usize; 6]) = match op {
+        // (n, b, b, c, h, w) -> (n, c, h, b, w, b)
+        "depth_to_space" => (
+            vec![x[0], b, b, x[1] / (b * b), x[2], x[3]],
+            [0, 3, 4, 1, 5, 2],
+        ),
+        // (n, c, h, b, w, b) -> (n, b, b, c, h, w)
+        _ => (
+            vec![x[0], x[1], x[2] / b, b, x[3] / b, b],
+            [0, 3, 5, 1, 2, 4],
+        ),
+    };
+    let steps = strides(&view);
+    let dims = order.map(|d| [view[d], steps[d]]);
+    strided_copy(s, op, outs[0].ptr(), ins[0].ptr(), dims)
 }
 
 /// Dropout: `data -> (out, mask)`. Each element's draw is a hash of the op's seed and its index,

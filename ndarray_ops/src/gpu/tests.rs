@@ -471,6 +471,7 @@ fn every_gpu_op_matches_its_cpu_kernel() {
     take_cases(rng, &mut check);
     gather_cases(rng, &mut check);
     elementwise_cases(rng, &mut check);
+    head_cases(rng, &mut check);
     layer_cases(rng, &mut check);
 
     let unused: Vec<_> = KERNEL_NAMES
@@ -1193,6 +1194,60 @@ fn deconv_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)
         .with("num_args", 2);
     let ins = vec![random(rng, &[2, 3, 4, 5]), random(rng, &[3, 1, 4, 4])];
     check("UpSampling", attrs, ins);
+}
+
+/// The regression outputs and MakeLoss (forward and their own gradients), SoftmaxActivation,
+/// `_assign`, depth_to_space and space_to_depth.
+fn head_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)) {
+    let scaled = Attrs::new().with("grad_scale", 0.5);
+    for op in [
+        "LinearRegressionOutput",
+        "LogisticRegressionOutput",
+        "MAERegressionOutput",
+    ] {
+        let (x, label) = (random(rng, &[4, 3]), random(rng, &[4, 3]));
+        check(op, Attrs::new(), vec![x.clone(), label.clone()]);
+        let mut pred = random(rng, &[4, 3]);
+        pred.1[2] = label.1[2];
+        let backward = format!("_backward_{op}");
+        check(&backward, scaled.clone(), vec![pred, label]);
+        // One output per sample, labels as a vector.
+        let ins = vec![random(rng, &[5, 1]), random(rng, &[5])];
+        check(&backward, Attrs::new(), ins);
+    }
+    let out = random(rng, &[4, 3]);
+    for norm in ["null", "batch", "valid"] {
+        let attrs = scaled
+            .clone()
+            .with("normalization", norm)
+            .with("valid_thresh", 0.1);
+        check("_backward_MakeLoss", attrs, vec![out.clone()]);
+    }
+    let below = (vec![2, 2], vec![-1.0; 4]);
+    let valid = Attrs::new().with("normalization", "valid");
+    check("_backward_MakeLoss", valid, vec![below]);
+    for mode in ["instance", "channel"] {
+        let attrs = Attrs::new().with("mode", mode);
+        check(
+            "SoftmaxActivation",
+            attrs.clone(),
+            vec![random(rng, &[2, 3, 4])],
+        );
+        let ins = vec![random(rng, &[2, 3, 4]), random(rng, &[2, 3, 4])];
+        check("_backward_SoftmaxActivation", attrs, ins);
+    }
+    check(
+        "_assign",
+        Attrs::new(),
+        vec![random(rng, &[3, 4]), random(rng, &[3, 4])],
+    );
+    let block = Attrs::new().with("block_size", 2);
+    check(
+        "depth_to_space",
+        block.clone(),
+        vec![random(rng, &[2, 12, 3, 2])],
+    );
+    check("space_to_depth", block, vec![random(rng, &[2, 3, 4, 6])]);
 }
 
 /// The scalar and binary functions beyond arithmetic, clip, hard_sigmoid, where and one_hot;

@@ -913,7 +913,7 @@ fn sequence_last_backward_kernel(
 
 // ---- depth_to_space, space_to_depth -------------------------------------------------------------
 
-fn block_size(op: &str, attrs: &Attrs) -> Result<usize> {
+pub(crate) fn block_size(op: &str, attrs: &Attrs) -> Result<usize> {
     positive(op, "block_size", usize_attr(op, attrs, "block_size", None)?)
 }
 
