@@ -927,6 +927,110 @@ fn every_op_of_the_shared_models_and_a_transformer_block_trains_on_the_gpu() {
     }
 }
 
+#[test]
+fn segmentation_and_sequence_graphs_train_on_the_gpu() {
+    // Graphs built of the ops the shared models lack: an encoder-decoder with Deconvolution,
+    // bilinear UpSampling, skip connections through Concat and a crop by slice_like, a
+    // regression head; and a sequence model masking and picking its last steps, clipped. Every
+    // node of their training graphs has a GPU kernel taking its attributes.
+    use crate::Symbol;
+    let node = |op: &str, name: &str, ins: &[&Symbol], attrs: Attrs| {
+        Symbol::op(op, name, ins, attrs).unwrap_or_else(|e| panic!("{op}: {e}"))
+    };
+    let data = Symbol::var("data");
+    let conv = |name: &str, x: &Symbol, k: usize, s: usize| {
+        let attrs = conv_attrs(k, s, k / 2, 1, 8, 1, true);
+        let (w, b) = (
+            Symbol::var(&format!("{name}_weight")),
+            Symbol::var(&format!("{name}_bias")),
+        );
+        node("Convolution", name, &[x, &w, &b], attrs)
+    };
+    let down = conv("down", &data, 3, 2);
+    let deconv_attrs = Attrs::new()
+        .with("kernel", "(4, 4)")
+        .with("stride", "(2, 2)")
+        .with("pad", "(1, 1)")
+        .with("num_filter", 8);
+    let up = node(
+        "Deconvolution",
+        "up",
+        &[&down, &Symbol::var("up_weight")],
+        deconv_attrs,
+    );
+    let bilinear = Attrs::new()
+        .with("sample_type", "bilinear")
+        .with("scale", 2)
+        .with("num_filter", 8)
+        .with("num_args", 2);
+    let weight = Symbol::var("up2_weight");
+    let up2 = node("UpSampling", "up2", &[&down, &weight], bilinear);
+    let skip = conv("skip", &data, 1, 1);
+    let crop = node("slice_like", "crop", &[&up2, &skip], Attrs::new());
+    let cat = node(
+        "Concat",
+        "cat",
+        &[&up, &skip, &crop],
+        Attrs::new().with("num_args", 3),
+    );
+    let head = conv("head", &cat, 3, 1);
+    let clipped = node(
+        "clip",
+        "clip",
+        &[&head],
+        Attrs::new().with("a_min", -3).with("a_max", 3),
+    );
+    let label = Symbol::var("label");
+    let seg = node(
+        "LinearRegressionOutput",
+        "loss",
+        &[&clipped, &label],
+        Attrs::new(),
+    );
+
+    let steps = Symbol::var("steps");
+    let lengths = Symbol::var("lengths");
+    let on = Attrs::new().with("use_sequence_length", true);
+    let masked = node("SequenceMask", "mask", &[&steps, &lengths], on.clone());
+    let scores = node(
+        "broadcast_mul",
+        "scale",
+        &[&masked, &Symbol::var("w")],
+        Attrs::new(),
+    );
+    let last = node("SequenceLast", "last", &[&scores, &lengths], on);
+    let tail = node(
+        "slice_axis",
+        "tail",
+        &[&last],
+        Attrs::new()
+            .with("axis", 1)
+            .with("begin", 1)
+            .with("end", "None"),
+    );
+    let loss = node(
+        "MakeLoss",
+        "seq_loss",
+        &[&node("norm", "n", &[&tail], Attrs::new())],
+        Attrs::new(),
+    );
+    for sym in [seg, loss] {
+        let args = sym.list_arguments();
+        let train = crate::symbol::gradient(&sym, &args).expect("gradient graph");
+        let mut ops = BTreeSet::new();
+        for node in train.indexed().nodes {
+            if let Some(def) = node.op {
+                let attrs = node.attrs.clone().with(IS_TRAIN, true);
+                if let Err(e) = gpu_check(def, &attrs, [DType::F32]) {
+                    panic!("node {}: {e}", node.name);
+                }
+                ops.insert(def.name);
+            }
+        }
+        assert!(ops.len() > 5, "{ops:?}");
+    }
+}
+
 /// The fused RNN against the CPU kernel: every mode, one and two layers, one and two
 /// directions, with and without state outputs, forward and backward (the backward op from head
 /// gradients for every output).
