@@ -674,14 +674,19 @@ __device__ inline unsigned long long mix64(unsigned long long z) {
     return z ^ (z >> 31);
 }
 
+// Draw k of the stream `seed`: uniform in [0, 1), 53 bits.
+__device__ inline double draw(unsigned long long seed, i64 k) {
+    unsigned long long bits = mix64(seed + (unsigned long long)(k + 1) * 0x9E3779B97F4A7C15ULL);
+    return (double)(bits >> 11) * (1.0 / 9007199254740992.0);
+}
+
 // Dropout: p1 = the mask (0 where element t's uniform draw from seed i1 is below f0, else f1 =
 // 1 / (1 - p)), p0 = p2 * mask. With f0 = 0 and f1 = 1 it copies (inference).
 KERNEL void dropout(KArgs a) {
     unsigned long long seed = (unsigned long long)a.i[1];
     double p = a.f[0];
     FOR_EACH(t, a.i[0]) {
-        unsigned long long bits = mix64(seed + (unsigned long long)(t + 1) * 0x9E3779B97F4A7C15ULL);
-        double u = (double)(bits >> 11) * (1.0 / 9007199254740992.0);
+        double u = draw(seed, t);
         float m = u < p ? 0.0f : a.f[1];
         a.p[1][t] = m;
         a.p[0][t] = a.p[2][t] * m;
@@ -1106,4 +1111,21 @@ KERNEL void regression_bwd(KArgs a) {
 KERNEL void fill_ratio(KArgs a) {
     double count = a.p[1][0];
     FOR_EACH(t, a.i[0]) a.p[0][t] = (float)((double)a.f[0] / (count > 1.0 ? count : 1.0));
+}
+
+// The random generators from seed i1, in double: i2 0 uniform on [f0, f1) (draw t), 1 normal
+// with mean f0 and deviation f1 (Box-Muller on draws 2t and 2t + 1).
+KERNEL void random_fill(KArgs a) {
+    unsigned long long seed = (unsigned long long)a.i[1];
+    double lo = a.f[0], hi = a.f[1];
+    FOR_EACH(t, a.i[0]) {
+        double v;
+        if (a.i[2] == 0) {
+            v = lo + (hi - lo) * draw(seed, t);
+        } else {
+            double u1 = 1.0 - draw(seed, 2 * t), u2 = draw(seed, 2 * t + 1);
+            v = lo + hi * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+        }
+        a.p[0][t] = (float)v;
+    }
 }

@@ -77,6 +77,7 @@ pub(crate) const KERNEL_NAMES: &[&str] = &[
     "sequence",
     "regression_bwd",
     "fill_ratio",
+    "random_fill",
 ];
 
 /// A kernel's one argument (the `KArgs` of `kernels.cu`, field for field): device pointers,

@@ -67,6 +67,7 @@ pub(crate) fn kernel_for(def: &OpDef) -> Option<GpuKernel> {
         "sgd_update" | "sgd_mom_update" => sgd,
         "softmax" | "log_softmax" | "_backward_softmax" | "_backward_log_softmax" => softmax,
         "Dropout" => dropout,
+        "_random_uniform" | "_random_normal" => random_fill,
         "LayerNorm"
         | "InstanceNorm"
         | "GroupNorm"
@@ -1711,6 +1712,34 @@ fn depth_space(
     strided_copy(s, op, outs[0].ptr(), ins[0].ptr(), dims)
 }
 
+/// The seed the engine op drew for a random op's kernel.
+fn seed_of(op: &str, attrs: &Attrs) -> Result<u64, String> {
+    attrs
+        .get(SEED)
+        .and_then(|v| v.parse::<u64>().ok())
+        .ok_or_else(|| format!("{op}: no {SEED} attribute for its random draws"))
+}
+
+/// `_random_uniform` and `_random_normal`: each element a function of the seed and its index,
+/// as Dropout's masks (other numbers than the CPU's generator, the same distributions).
+fn random_fill(
+    op: &str,
+    attrs: &Attrs,
+    _: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let (a, b) = crate::ops::random_params(op, attrs).map_err(e2s)?;
+    let n = outs[0].len();
+    let args = KArgs::new(n)
+        .t(0, &outs[0])
+        .i(1, seed_of(op, attrs)? as usize)
+        .i(2, usize::from(op == "_random_normal"))
+        .f(0, a)
+        .f(1, b);
+    s.launch("random_fill", n, &args)
+}
+
 /// Dropout: `data -> (out, mask)`. Each element's draw is a hash of the op's seed and its index,
 /// so no generator state lives on the GPU; the masks differ from the CPU's (another generator)
 /// but hold the same values with the same probabilities.
@@ -1725,13 +1754,7 @@ fn dropout(
     let active = crate::ops::dropout_active(op, attrs).map_err(e2s)? && p > 0.0;
     let (seed, p, keep) = match active {
         false => (0, 0.0, 1.0),
-        true => {
-            let seed = attrs
-                .get(SEED)
-                .and_then(|v| v.parse::<u64>().ok())
-                .ok_or_else(|| format!("{op}: no {SEED} attribute for its random draws"))?;
-            (seed, p, 1.0 / (1.0 - p))
-        }
+        true => (seed_of(op, attrs)?, p, 1.0 / (1.0 - p)),
     };
     let n = ins[0].len();
     let a = KArgs::new(n)

@@ -927,6 +927,72 @@ fn every_op_of_the_shared_models_and_a_transformer_block_trains_on_the_gpu() {
     }
 }
 
+/// The GPU's uniform and normal generators: values in range, the moments and the share within
+/// one deviation of the mean as the distributions have them, the same seed the same numbers,
+/// another seed others.
+#[test]
+fn random_generators_draw_their_distributions_from_the_seed() {
+    let lib = kernels().expect("a C++ compiler builds kernels.cu");
+    let rt = Runtime::with_engine(EngineKind::Naive);
+    let n = 20_000;
+    let draw = |op: &str, seed: u64, a: f64, b: f64| -> Vec<f64> {
+        let out = rt.empty(&[n], DType::F32, Context::cpu(0)).expect("out");
+        rt.wait_all().expect("ready");
+        let (ka, kb) = match op {
+            "_random_uniform" => ("low", "high"),
+            _ => ("loc", "scale"),
+        };
+        let attrs = Attrs::new()
+            .with("shape", format!("({n},)"))
+            .with(ka, a)
+            .with(kb, b)
+            .with(super::ops::SEED, seed);
+        let def = lookup(op).expect("registered");
+        let kernel = kernel_for(def).expect("gpu kernel");
+        let stream = HostStream::new(lib);
+        run(
+            op,
+            kernel,
+            def.alias_safe,
+            &attrs,
+            &mut [],
+            &[out.tensor()],
+            &stream,
+        )
+        .expect(op);
+        let v = out.to_vec::<f32>().expect("read");
+        v.into_iter().map(f64::from).collect()
+    };
+    let moments = |v: &[f64]| {
+        let mean = v.iter().sum::<f64>() / v.len() as f64;
+        let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / v.len() as f64;
+        (mean, var)
+    };
+    let u = draw("_random_uniform", 3, -2.0, 3.0);
+    assert!(u.iter().all(|x| (-2.0..3.0).contains(x)), "uniform range");
+    let (mean, var) = moments(&u);
+    // Standard errors here: the mean's 0.010, the variance's 0.013.
+    assert!((mean - 0.5).abs() < 0.05, "uniform mean {mean}");
+    assert!((var - 25.0 / 12.0).abs() < 0.07, "uniform variance {var}");
+    let z = draw("_random_normal", 3, 1.0, 2.0);
+    let (mean, var) = moments(&z);
+    assert!((mean - 1.0).abs() < 0.07, "normal mean {mean}");
+    assert!((var - 4.0).abs() < 0.2, "normal variance {var}");
+    let within = z.iter().filter(|x| (*x - 1.0).abs() < 2.0).count() as f64 / n as f64;
+    assert!(
+        (within - 0.6827).abs() < 0.02,
+        "normal within one deviation {within}"
+    );
+    assert_eq!(
+        draw("_random_normal", 8, 0.0, 1.0),
+        draw("_random_normal", 8, 0.0, 1.0)
+    );
+    assert_ne!(
+        draw("_random_uniform", 8, 0.0, 1.0),
+        draw("_random_uniform", 9, 0.0, 1.0)
+    );
+}
+
 #[test]
 fn segmentation_and_sequence_graphs_train_on_the_gpu() {
     // Graphs built of the ops the shared models lack: an encoder-decoder with Deconvolution,
@@ -1344,6 +1410,18 @@ fn head_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)) 
         "_assign",
         Attrs::new(),
         vec![random(rng, &[3, 4]), random(rng, &[3, 4])],
+    );
+    // Degenerate distributions: every draw is the CPU's value (the distributions are checked
+    // in `random_generators_draw_their_distributions_from_the_seed`).
+    let seeded = Attrs::new()
+        .with("shape", "(3, 4)")
+        .with(super::ops::SEED, 7);
+    let uniform = seeded.clone().with("low", 0.25).with("high", 0.25);
+    check("_random_uniform", uniform, vec![]);
+    check(
+        "_random_normal",
+        seeded.with("loc", -1.5).with("scale", 0.0),
+        vec![],
     );
     let block = Attrs::new().with("block_size", 2);
     check(

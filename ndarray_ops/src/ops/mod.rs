@@ -47,7 +47,7 @@ pub(crate) use {
     norm::{eps as norm_eps, layout as norm_layout, Scale},
     reduce::axes_of as reduced_axes,
     shape::{axis_attr, split_params, take_layout},
-    stochastic::{bn_axis, bn_eps_momentum, dropout_active, dropout_p},
+    stochastic::{bn_axis, bn_eps_momentum, dropout_active, dropout_p, random_params},
 };
 
 use std::cell::RefCell;

@@ -311,7 +311,7 @@ fn infer_random(op: &str, attrs: &Attrs, _s: &[Vec<usize>], _d: &[DType]) -> Inf
     Ok((vec![shape.iter().map(|&d| d as usize).collect()], vec![dt]))
 }
 
-fn random_params(op: &str, attrs: &Attrs) -> Result<(f64, f64)> {
+pub(crate) fn random_params(op: &str, attrs: &Attrs) -> Result<(f64, f64)> {
     if op == "_random_uniform" {
         Ok((
             attrs.f64(op, "low", Some(0.0))?,
