@@ -2036,6 +2036,40 @@ fn axis_copy(
     s.launch("axis_copy", n, &a)
 }
 
+/// Copies between `whole` and consecutive blocks of its `axis`: block `k` is piece `k` (a
+/// pointer and its rows), after the blocks before it. `into_whole` copies the pieces into the
+/// whole (Concat, stack), else the whole out into the pieces (SliceChannel, Concat's gradient).
+fn blocks_along(
+    s: &dyn Stream,
+    whole: &TensorRef,
+    axis: usize,
+    pieces: impl IntoIterator<Item = (*mut f32, usize)>,
+    into_whole: bool,
+) -> KResult {
+    let (outer, len, inner) = around(&whole.shape, axis);
+    let mut first = 0;
+    for (ptr, rows) in pieces {
+        let piece = AxisSide {
+            ptr,
+            len: rows,
+            first: 0,
+        };
+        let block = AxisSide {
+            ptr: whole.ptr(),
+            len,
+            first,
+        };
+        let (src, dst) = if into_whole {
+            (piece, block)
+        } else {
+            (block, piece)
+        };
+        axis_copy(s, (outer, inner), src, dst, rows)?;
+        first += rows;
+    }
+    Ok(())
+}
+
 /// SliceChannel: piece `j` of the axis into output `j`.
 fn split(
     op: &str,
@@ -2046,22 +2080,8 @@ fn split(
 ) -> KResult {
     let x = &ins[0];
     let (pieces, axis, _) = crate::ops::split_params(op, attrs, &x.shape).map_err(e2s)?;
-    let (outer, len, inner) = around(&x.shape, axis);
-    let rows = len / pieces;
-    for (j, o) in outs.iter().enumerate() {
-        let src = AxisSide {
-            ptr: x.ptr(),
-            len,
-            first: j * rows,
-        };
-        let dst = AxisSide {
-            ptr: o.ptr(),
-            len: rows,
-            first: 0,
-        };
-        axis_copy(s, (outer, inner), src, dst, rows)?;
-    }
-    Ok(())
+    let rows = x.shape[axis] / pieces;
+    blocks_along(s, x, axis, outs.iter().map(|o| (o.ptr(), rows)), false)
 }
 
 /// Concat: each input after the one before along the axis.
@@ -2074,24 +2094,13 @@ fn concat(
 ) -> KResult {
     let o = &outs[0];
     let axis = crate::ops::axis_attr(op, attrs, "dim", 1, o.shape.len()).map_err(e2s)?;
-    let (outer, len, inner) = around(&o.shape, axis);
-    let mut first = 0;
-    for x in ins {
-        let rows = x.shape[axis];
-        let src = AxisSide {
-            ptr: x.ptr(),
-            len: rows,
-            first: 0,
-        };
-        let dst = AxisSide {
-            ptr: o.ptr(),
-            len,
-            first,
-        };
-        axis_copy(s, (outer, inner), src, dst, rows)?;
-        first += rows;
-    }
-    Ok(())
+    blocks_along(
+        s,
+        o,
+        axis,
+        ins.iter().map(|x| (x.ptr(), x.shape[axis])),
+        true,
+    )
 }
 
 /// `_backward_Concat(ograd, inputs...)`: each input's rows of the output gradient.
@@ -2104,24 +2113,13 @@ fn concat_backward(
 ) -> KResult {
     let g = &ins[0];
     let axis = crate::ops::axis_attr(op, attrs, "dim", 1, g.shape.len()).map_err(e2s)?;
-    let (outer, len, inner) = around(&g.shape, axis);
-    let mut first = 0;
-    for o in outs {
-        let rows = o.shape[axis];
-        let src = AxisSide {
-            ptr: g.ptr(),
-            len,
-            first,
-        };
-        let dst = AxisSide {
-            ptr: o.ptr(),
-            len: rows,
-            first: 0,
-        };
-        axis_copy(s, (outer, inner), src, dst, rows)?;
-        first += rows;
-    }
-    Ok(())
+    blocks_along(
+        s,
+        g,
+        axis,
+        outs.iter().map(|o| (o.ptr(), o.shape[axis])),
+        false,
+    )
 }
 
 /// stack: input `j` is row `j` of the output's new axis.
@@ -2139,21 +2137,7 @@ fn stack(
         .and_then(|v| v.first().copied())
         .unwrap_or(0);
     let axis = crate::ops::norm_axes(op, &[axis], o.shape.len()).map_err(e2s)?[0];
-    let (outer, len, inner) = around(&o.shape, axis);
-    for (j, x) in ins.iter().enumerate() {
-        let src = AxisSide {
-            ptr: x.ptr(),
-            len: 1,
-            first: 0,
-        };
-        let dst = AxisSide {
-            ptr: o.ptr(),
-            len,
-            first: j,
-        };
-        axis_copy(s, (outer, inner), src, dst, 1)?;
-    }
-    Ok(())
+    blocks_along(s, o, axis, ins.iter().map(|x| (x.ptr(), 1)), true)
 }
 
 /// adam_update(weight, grad, mean, var) -> (weight, mean, var).

@@ -911,20 +911,27 @@ fn every_op_of_the_shared_models_and_a_transformer_block_trains_on_the_gpu() {
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{file}: {e}"));
         let sym = crate::Symbol::from_json(&text).expect("graph");
-        let args = sym.list_arguments();
-        let train = crate::symbol::gradient(&sym, &args).expect("gradient graph");
-        let mut ops = BTreeSet::new();
-        for node in train.indexed().nodes {
-            if let Some(def) = node.op {
-                let attrs = node.attrs.clone().with(IS_TRAIN, true);
-                if let Err(e) = gpu_check(def, &attrs, [DType::F32]) {
-                    panic!("{file}: node {}: {e}", node.name);
-                }
-                ops.insert(def.name);
-            }
-        }
+        let ops = training_ops_on_the_gpu(&file, &sym);
         assert!(ops.len() > 2, "{file}: {ops:?}");
     }
+}
+
+/// The ops of `sym`'s training graph (outputs and every argument's gradient), each checked to
+/// have a GPU kernel taking its node's attributes in training.
+fn training_ops_on_the_gpu(what: &str, sym: &crate::Symbol) -> BTreeSet<&'static str> {
+    let args = sym.list_arguments();
+    let train = crate::symbol::gradient(sym, &args).expect("gradient graph");
+    let mut ops = BTreeSet::new();
+    for node in train.indexed().nodes {
+        if let Some(def) = node.op {
+            let attrs = node.attrs.clone().with(IS_TRAIN, true);
+            if let Err(e) = gpu_check(def, &attrs, [DType::F32]) {
+                panic!("{what}: node {}: {e}", node.name);
+            }
+            ops.insert(def.name);
+        }
+    }
+    ops
 }
 
 /// The GPU's uniform and normal generators: values in range, the moments and the share within
@@ -1080,20 +1087,9 @@ fn segmentation_and_sequence_graphs_train_on_the_gpu() {
         &[&node("norm", "n", &[&tail], Attrs::new())],
         Attrs::new(),
     );
-    for sym in [seg, loss] {
-        let args = sym.list_arguments();
-        let train = crate::symbol::gradient(&sym, &args).expect("gradient graph");
-        let mut ops = BTreeSet::new();
-        for node in train.indexed().nodes {
-            if let Some(def) = node.op {
-                let attrs = node.attrs.clone().with(IS_TRAIN, true);
-                if let Err(e) = gpu_check(def, &attrs, [DType::F32]) {
-                    panic!("node {}: {e}", node.name);
-                }
-                ops.insert(def.name);
-            }
-        }
-        assert!(ops.len() > 5, "{ops:?}");
+    for (what, sym) in [("encoder-decoder", seg), ("sequence model", loss)] {
+        let ops = training_ops_on_the_gpu(what, &sym);
+        assert!(ops.len() > 5, "{what}: {ops:?}");
     }
 }
 
