@@ -1662,7 +1662,8 @@ fn make_loss_backward(
             let flags = s.scratch(n * 4 + 4)?.cast::<f32>();
             // SAFETY: the scratch holds n flags and then the count.
             let count = unsafe { flags.add(n) };
-            let above = KArgs::new(n).p(0, flags).t(1, y).i(1, 9).f(0, thresh);
+            let (greater, _) = scalar_code("_greater_scalar").ok_or("no greater code")?;
+            let above = KArgs::new(n).p(0, flags).t(1, y).i(1, greater).f(0, thresh);
             s.launch("scalar", n, &above)?;
             let all: Vec<usize> = (0..y.shape.len()).collect();
             sum_axes(s, op, (flags, &y.shape), &all, count, 1.0)?;
