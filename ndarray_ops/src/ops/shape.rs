@@ -298,6 +298,7 @@ pub(super) fn slice_ranges(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<V
 
 /// `slice` or `slice_axis` on data of shape `x` as a gather: output axis `d` walks input axis
 /// `d` from the slice's start by its step (the GPU runs slices through its gather kernels).
+#[cfg(any(feature = "cuda", test))]
 pub(crate) fn slice_walks(op: &str, attrs: &Attrs, x: &[usize]) -> Result<super::gather::Walks> {
     let axes = slice_ranges(op, attrs, x)?
         .iter()
