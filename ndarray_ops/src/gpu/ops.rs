@@ -2132,12 +2132,7 @@ fn stack(
     s: &dyn Stream,
 ) -> KResult {
     let o = &outs[0];
-    let axis = attrs
-        .ints(op, "axis")
-        .map_err(e2s)?
-        .and_then(|v| v.first().copied())
-        .unwrap_or(0);
-    let axis = crate::ops::norm_axes(op, &[axis], o.shape.len()).map_err(e2s)?[0];
+    let axis = crate::ops::stack_axis(op, attrs, o.shape.len()).map_err(e2s)?;
     blocks_along(s, o, axis, ins.iter().map(|x| (x.ptr(), 1)), true)
 }
 

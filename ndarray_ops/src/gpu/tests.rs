@@ -238,18 +238,6 @@ fn every_gpu_op_matches_its_cpu_kernel() {
             check(op, Attrs::new(), vec![x, y]);
         }
     }
-    for op in [
-        "_plus_scalar",
-        "_minus_scalar",
-        "_rminus_scalar",
-        "_mul_scalar",
-        "_div_scalar",
-        "_rdiv_scalar",
-        "_maximum_scalar",
-        "_minimum_scalar",
-    ] {
-        check(op, Attrs::new().with("scalar", 0.25), vec![x.clone()]);
-    }
     for n in [1, 3, 7, 8, 15] {
         check(
             "add_n",
@@ -1428,8 +1416,9 @@ fn head_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)) 
     check("space_to_depth", block, vec![random(rng, &[2, 3, 4, 6])]);
 }
 
-/// The scalar and binary functions beyond arithmetic, clip, hard_sigmoid, where and one_hot;
-/// the data holds zeros and equal pairs, so that comparisons, logic and mod by zero count.
+/// Every scalar op, the binary functions beyond arithmetic, clip, hard_sigmoid, where and
+/// one_hot; the data holds zeros and equal pairs, so that comparisons, logic and mod by zero
+/// count.
 fn elementwise_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)) {
     let with_zeros = |rng: &mut StdRng| {
         let (shape, mut v) = random(rng, &[4, 6]);
@@ -1439,7 +1428,7 @@ fn elementwise_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<In
         v[1] = 0.5;
         (shape, v)
     };
-    let x = with_zeros(rng);
+    let (plain, x) = (random(rng, &[4, 6]), with_zeros(rng));
     for op in [
         "_plus_scalar",
         "_minus_scalar",
@@ -1461,8 +1450,11 @@ fn elementwise_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<In
         "_mod_scalar",
         "smooth_l1",
     ] {
-        let scalar = if op == "_power_scalar" { 2.0 } else { 0.5 };
-        check(op, Attrs::new().with("scalar", scalar), vec![x.clone()]);
+        // Plain data at 0.25, then the data with zeros and equal pairs at 0.5.
+        for (data, value) in [(&plain, 0.25), (&x, 0.5)] {
+            let scalar = if op == "_power_scalar" { 2.0 } else { value };
+            check(op, Attrs::new().with("scalar", scalar), vec![data.clone()]);
+        }
     }
     check(
         "_mod_scalar",

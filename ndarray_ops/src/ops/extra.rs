@@ -208,6 +208,15 @@ fn leaky_backward_kernel(
 
 // ---- stack -----------------------------------------------------------------------------------
 
+/// stack's new axis in an output of `ndim` dims (`axis`, 0 by default, negative from the end).
+pub(crate) fn stack_axis(op: &str, attrs: &Attrs, ndim: usize) -> Result<usize> {
+    let axis = attrs
+        .ints(op, "axis")?
+        .and_then(|v| v.first().copied())
+        .unwrap_or(0);
+    Ok(norm_axes(op, &[axis], ndim)?[0])
+}
+
 fn infer_stack(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let dt = same_dtypes(op, d)?;
     for (i, x) in s.iter().enumerate().skip(1) {
@@ -220,11 +229,7 @@ fn infer_stack(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer 
             });
         }
     }
-    let axis = attrs
-        .ints(op, "axis")?
-        .and_then(|v| v.first().copied())
-        .unwrap_or(0);
-    let axis = norm_axes(op, &[axis], s[0].len() + 1)?[0];
+    let axis = stack_axis(op, attrs, s[0].len() + 1)?;
     let mut out = s[0].clone();
     out.insert(axis, s.len());
     Ok((vec![out], vec![dt]))
@@ -238,12 +243,7 @@ fn stack_kernel(
     _res: &mut KernelRes,
 ) -> KResult {
     let o = &outs[0];
-    let axis = attrs
-        .ints(op, "axis")
-        .map_err(|e| e.to_string())?
-        .and_then(|v| v.first().copied())
-        .unwrap_or(0);
-    let axis = norm_axes(op, &[axis], o.shape.len()).map_err(|e| e.to_string())?[0];
+    let axis = stack_axis(op, attrs, o.shape.len()).map_err(|e| e.to_string())?;
     let es = o.dtype.size();
     let outer: usize = o.shape[..axis].iter().product();
     let inner: usize = o.shape[axis + 1..].iter().product::<usize>() * es;

@@ -39,7 +39,7 @@ pub use stochastic::IS_TRAIN;
 #[cfg(any(feature = "cuda", test))]
 pub(crate) use {
     conv::has_bias,
-    extra::{deconv_as_conv, LeakyAct},
+    extra::{deconv_as_conv, stack_axis, LeakyAct},
     gather::mask_params as sequence_params,
     linalg::product,
     math::hard_sigmoid_params,
