@@ -67,16 +67,10 @@ pub(super) fn gather(
 
 /// `[ndim, dims..., each axis's input offsets (-1: padding)...]`.
 fn forward_table(w: &Walks) -> Vec<i64> {
-    let st = crate::ops::gather::strides(&w.input);
     let mut t = vec![w.axes.len() as i64];
     t.extend(w.axes.iter().map(|a| a.index.len() as i64));
-    for a in &w.axes {
-        let stride = a.from.map_or(0, |d| st[d]);
-        t.extend(
-            a.index
-                .iter()
-                .map(|j| j.map_or(-1, |j| (j * stride) as i64)),
-        );
+    for map in w.offsets() {
+        t.extend(map.iter().map(|o| o.map_or(-1, |o| o as i64)));
     }
     t
 }

@@ -276,8 +276,8 @@ pub(crate) struct Walks {
 }
 
 impl Walks {
-    /// Per output axis, the input offset each index contributes.
-    fn offsets(&self) -> Vec<AxisMap> {
+    /// Per output axis, the input offset each index contributes (`None`: padding).
+    pub(crate) fn offsets(&self) -> Vec<AxisMap> {
         let st = strides(&self.input);
         self.axes
             .iter()
