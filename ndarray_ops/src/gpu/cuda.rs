@@ -311,6 +311,26 @@ impl Stream for DeviceStream<'_> {
         Ok(p)
     }
 
+    fn download(&self, t: &TensorRef) -> Result<Vec<f32>, String> {
+        let mut host = vec![0f32; t.len()];
+        // SAFETY: `t` is a device buffer of `t.len()` floats and `host` has room for them; the
+        // stream is waited for before `host` is read.
+        unsafe {
+            sys::cuMemcpyDtoHAsync_v2(
+                host.as_mut_ptr().cast(),
+                t.ptr::<f32>() as u64,
+                std::mem::size_of_val(host.as_slice()),
+                self.stream.cu_stream(),
+            )
+            .result()
+        }
+        .map_err(|e| driver_error("cuMemcpyDtoHAsync", e))?;
+        self.stream
+            .synchronize()
+            .map_err(|e| driver_error("waiting for a read back", e))?;
+        Ok(host)
+    }
+
     fn upload(&self, table: &[i64]) -> Result<*mut u8, String> {
         let bytes = std::mem::size_of_val(table);
         let p = self.scratch(bytes)?;

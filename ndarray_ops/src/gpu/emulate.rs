@@ -103,6 +103,11 @@ impl Stream for HostStream {
         Ok(ptr)
     }
 
+    fn download(&self, t: &super::TensorRef) -> Result<Vec<f32>, String> {
+        // SAFETY: the op layer passes a float32 tensor it may read.
+        Ok(unsafe { t.slice::<f32>() }.to_vec())
+    }
+
     fn upload(&self, table: &[i64]) -> Result<*mut u8, String> {
         let bytes = std::mem::size_of_val(table);
         let ptr = self.scratch(bytes)?;

@@ -1002,10 +1002,19 @@ KERNEL void unary_bwd(KArgs a) {
     FOR_EACH(t, a.i[0]) a.p[0][t] = (float)((double)a.p[1][t] * unary_d(a.i[1], (double)a.p[2][t]));
 }
 
+// A float index as an integer, as the CPU's `as` casts make it: truncated, NaN reads 0 and
+// values beyond the i64 range saturate (a plain C cast is undefined there).
+__device__ inline i64 to_index(float v) {
+    if (v != v) return 0;
+    if (v >= 9.2e18f) return 9223372036854775807LL;
+    if (v <= -9.2e18f) return -9223372036854775807LL - 1;
+    return (i64)v;
+}
+
 // take / Embedding: a table (outer, rows = i2, inner = i1) read at one row per index (p2, i3 of
 // them): the output is (outer, i3, inner). i4: 0 clamps an index into the rows, 1 wraps it.
 __device__ inline i64 take_row(float v, i64 rows, i64 wrap) {
-    i64 i = (i64)v;
+    i64 i = to_index(v);
     if (wrap) { i64 r = i % rows; return r < 0 ? r + rows : r; }
     return i < 0 ? 0 : (i >= rows ? rows - 1 : i);
 }
@@ -1031,6 +1040,35 @@ KERNEL void take_bwd(KArgs a) {
             i64 r = take_row(a.p[2][k], rows, a.i[4]);
             a.p[0][(o * rows + r) * inner + c] += a.p[1][(o * count + k) * inner + c];
         }
+    }
+}
+
+// pick: p1 is (outer, lanes = i2, inner = i1) and p2 holds one index per (outer, inner), i0 of
+// them; i3: 0 clamps an index into the lanes, 1 wraps it. i4 = 0: p0 = the element each index
+// picks; i4 = 1 (the gradient): p0, shaped like the data and zeroed first, gets p1's element at
+// the element picked (p1 then being the output gradient). The elements picked are distinct.
+KERNEL void pick(KArgs a) {
+    i64 lanes = a.i[2], inner = a.i[1];
+    FOR_EACH(t, a.i[0]) {
+        i64 c, o = split(a, 1, t, &c);
+        i64 at = (o * lanes + take_row(a.p[2][t], lanes, a.i[3])) * inner + c;
+        if (a.i[4]) a.p[0][at] = a.p[1][t]; else a.p[0][t] = a.p[1][at];
+    }
+}
+
+// An integer slot carrying a double's bits.
+__device__ inline double bits_double(i64 b) {
+    union { i64 i; double d; } u;
+    u.i = b;
+    return u.d;
+}
+
+// arange: p0[t] = start + step * (t / i1), start and step the doubles in i2 and i3.
+KERNEL void arange(KArgs a) {
+    double start = bits_double(a.i[2]), step = bits_double(a.i[3]);
+    FOR_EACH(t, a.i[0]) {
+        i64 r, k = split(a, 1, t, &r);
+        a.p[0][t] = (float)(start + step * (double)k);
     }
 }
 
@@ -1127,5 +1165,133 @@ KERNEL void random_fill(KArgs a) {
             v = lo + hi * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
         }
         a.p[0][t] = (float)v;
+    }
+}
+
+// Sorting (topk, sort, argsort; see sort.rs) as a bitonic network over each lane padded to
+// P = i2 entries (a power of two). p3 holds one i64 per entry: the value's total-order key (as
+// Rust's total_cmp orders floats; flipped bitwise for a descending sort) times 2^32 plus its
+// position in the lane, so ascending order of the i64s is the CPU's stable order. sort_keys
+// fills them from p1, laid out (outer, lane = i3, inner = i1), over i0 = lanes * P entries;
+// i4 = 1 sorts descending. Padding (positions from i3 on) sorts after every element.
+__device__ inline int float_bits(float v) {
+    union { float f; int i; } u;
+    u.f = v;
+    return u.i;
+}
+
+KERNEL void sort_keys(KArgs a) {
+    i64* keys = (i64*)a.p[3];
+    i64 lane = a.i[3], inner = a.i[1];
+    FOR_EACH(t, a.i[0]) {
+        i64 j, l = split(a, 2, t, &j);
+        if (j >= lane) {
+            keys[t] = 2147483647LL * 4294967296LL + j;
+            continue;
+        }
+        i64 c, o = split(a, 1, l, &c);
+        int b = float_bits(a.p[1][(o * lane + j) * inner + c]);
+        int k = b ^ (int)((unsigned)(b >> 31) >> 1);
+        if (a.i[4]) k = ~k;
+        keys[t] = (i64)k * 4294967296LL + j;
+    }
+}
+
+// One compare-exchange stage of the network over every lane at once: merges of i5 entries,
+// partners i6 apart, i0 = lanes * P / 2 pairs. A pair never crosses a lane (P is a multiple of
+// every merge size), and its direction is set by its position within the lane.
+KERNEL void sort_step(KArgs a) {
+    i64* keys = (i64*)a.p[3];
+    i64 within = a.i[2] - 1, merge = a.i[5], d = a.i[6];
+    FOR_EACH(t, a.i[0]) {
+        i64 r, q = split(a, 6, t, &r);
+        i64 g = q * 2 * d + r, h = g + d;
+        bool up = ((g & within) & merge) == 0;
+        i64 x = keys[g], y = keys[h];
+        if ((x > y) == up) {
+            keys[g] = y;
+            keys[h] = x;
+        }
+    }
+}
+
+// The first i5 = k entries of each sorted lane, i0 = lanes * k of them: where p0 is set, the
+// values of p1 there (i4 = 0), or 1 at each kept element's place in p0 (i4 = 1, p0 shaped like
+// p1 and zeroed first); where p2 is set, the positions as floats. Layouts as sort_keys, the
+// kept (outer, k, inner).
+KERNEL void sort_take(KArgs a) {
+    const i64* keys = (const i64*)a.p[3];
+    i64 inner = a.i[1], P = a.i[2], lane = a.i[3], k = a.i[5];
+    FOR_EACH(t, a.i[0]) {
+        i64 r, l = split(a, 5, t, &r);
+        i64 j = keys[l * P + r] & 4294967295LL;
+        i64 c, o = split(a, 1, l, &c);
+        i64 src = (o * lane + j) * inner + c, dst = (o * k + r) * inner + c;
+        if (a.p[0]) {
+            if (a.i[4]) a.p[0][src] = 1.0f; else a.p[0][dst] = a.p[1][src];
+        }
+        if (a.p[2]) a.p[2][dst] = (float)j;
+    }
+}
+
+// _backward_topk: p0 (the data's shape, zeroed first) += each kept value's gradient p1 at the
+// position p2 names (clamped into the lane), one index per lane (i0 = outer * inner) adding its
+// i5 = k gradients in order, as the CPU does.
+KERNEL void topk_bwd(KArgs a) {
+    i64 inner = a.i[1], lane = a.i[3], k = a.i[5];
+    FOR_EACH(t, a.i[0]) {
+        i64 c, o = split(a, 1, t, &c);
+        for (i64 r = 0; r < k; r++) {
+            i64 e = (o * k + r) * inner + c;
+            a.p[0][(o * lane + take_row(a.p[2][e], lane, 0)) * inner + c] += a.p[1][e];
+        }
+    }
+}
+
+// Resampling one plane at a time (Crop, AdaptiveAvgPooling2D, BilinearResize2D and their
+// gradients; see resample.rs): p2 is a table [row starts (i1 + 1), then each row's input
+// offsets, then their weights as doubles' bits]; p0 (planes, i1) = the weighted sums of p1
+// (planes, i2) over each row's taps, i0 = planes * i1. i3 = 0 sums in double and rounds once
+// (the forward passes); i3 = 1 rounds after every add, as the CPU's gradients add into float.
+KERNEL void resample(KArgs a) {
+    const i64* starts = (const i64*)a.p[2];
+    i64 rows = a.i[1], cols = a.i[2], nnz = starts[rows];
+    const i64* at = starts + rows + 1;
+    const i64* w = at + nnz;
+    FOR_EACH(t, a.i[0]) {
+        i64 r, p = split(a, 1, t, &r);
+        const float* x = a.p[1] + p * cols;
+        if (a.i[3]) {
+            float acc = 0.0f;
+            for (i64 k = starts[r]; k < starts[r + 1]; k++)
+                acc = (float)((double)acc + bits_double(w[k]) * (double)x[at[k]]);
+            a.p[0][t] = acc;
+        } else {
+            double acc = 0.0;
+            for (i64 k = starts[r]; k < starts[r + 1]; k++) acc += bits_double(w[k]) * (double)x[at[k]];
+            a.p[0][t] = (float)acc;
+        }
+    }
+}
+
+// gather_nd and its scatters (see gather_nd.rs), by blocks of i1 elements. i2 = 0: p0's block
+// b = p1's block starting at the table p2's entry b (i0 = p0's size). i2 = 1 (assign) or 2
+// (add): p2 = [i3 targets, their list starts (i3 + 1), the lists of p1's block numbers]; the
+// block of p0 at each target = the sum in order of the blocks listed, from -0 (an assign lists
+// one block, copied exactly) or +0 (an add, as the CPU adds into zeros). i0 = i3 * i1.
+KERNEL void blocks(KArgs a) {
+    const i64* tab = (const i64*)a.p[2];
+    i64 block = a.i[1];
+    FOR_EACH(t, a.i[0]) {
+        i64 e, b = split(a, 1, t, &e);
+        if (a.i[2] == 0) {
+            a.p[0][t] = a.p[1][tab[b] + e];
+            continue;
+        }
+        const i64* starts = tab + a.i[3];
+        const i64* list = starts + a.i[3] + 1;
+        float acc = a.i[2] == 1 ? -0.0f : 0.0f;
+        for (i64 k = starts[b]; k < starts[b + 1]; k++) acc += a.p[1][list[k] * block + e];
+        a.p[0][tab[b] + e] = acc;
     }
 }

@@ -17,9 +17,12 @@ pub(crate) mod cudnn;
 #[cfg(test)]
 mod emulate;
 mod gather;
+mod gather_nd;
 pub(crate) mod ops;
 mod ptx_cache;
+mod resample;
 mod rnn;
+mod sort;
 #[cfg(test)]
 mod tests;
 
@@ -78,6 +81,14 @@ pub(crate) const KERNEL_NAMES: &[&str] = &[
     "regression_bwd",
     "fill_ratio",
     "random_fill",
+    "pick",
+    "arange",
+    "sort_keys",
+    "sort_step",
+    "sort_take",
+    "topk_bwd",
+    "resample",
+    "blocks",
 ];
 
 /// A kernel's one argument (the `KArgs` of `kernels.cu`, field for field): device pointers,
@@ -134,6 +145,13 @@ impl KArgs {
     pub(crate) fn i(mut self, k: usize, v: usize) -> KArgs {
         self.i[k] = v as i64;
         self.m[k] = divider(self.i[k]);
+        self
+    }
+
+    /// Integer slot `k` carrying the bits of a double (for values a float would round).
+    pub(crate) fn bits(mut self, k: usize, v: f64) -> KArgs {
+        self.i[k] = v.to_bits() as i64;
+        self.m[k] = 0;
         self
     }
 
@@ -238,6 +256,10 @@ pub(crate) trait Stream {
     /// Device scratch memory (as [`Stream::scratch`]) holding a copy of `table`, in the stream's
     /// order: for index tables a kernel reads, too long for its [`KArgs`].
     fn upload(&self, table: &[i64]) -> Result<*mut u8, String>;
+    /// A copy of `t` (device memory, float32) on the host, once the stream has reached this
+    /// point: for the ops whose CPU kernels refuse bad indices, which the op layer checks on the
+    /// host with the CPU's code — one wait for the device per call.
+    fn download(&self, t: &TensorRef) -> Result<Vec<f32>, String>;
     /// Runs a convolution pass through a library (cuDNN) where the stream has one; `None`
     /// where it has none, and the op layer uses im2col and GEMMs.
     fn conv(&self, _call: &ConvCall) -> Option<Result<(), String>> {

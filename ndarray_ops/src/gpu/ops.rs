@@ -25,6 +25,16 @@ pub(crate) fn kernel_for(def: &OpDef) -> Option<GpuKernel> {
         op if unary_code(op).is_some() => unary,
         "_backward_math" => unary_backward,
         "take" | "Embedding" | "_backward_take" => take,
+        "pick" | "_backward_pick" | "batch_take" => pick,
+        "gather_nd" | "scatter_nd" | "_backward_gather_nd" => super::gather_nd::gather_nd,
+        "_arange" => arange,
+        "topk" | "sort" | "argsort" | "_backward_topk" => super::sort::sort,
+        "Crop"
+        | "_backward_Crop"
+        | "_contrib_AdaptiveAvgPooling2D"
+        | "_backward_AdaptiveAvgPooling2D"
+        | "_contrib_BilinearResize2D"
+        | "_backward_BilinearResize2D" => super::resample::resample,
         "Activation" | "relu" | "sigmoid" | "tanh" | "softrelu" => activation,
         "_backward_Activation" => activation_backward,
         op if binary_code(op).is_some() => binary,
@@ -157,7 +167,7 @@ pub(crate) fn run(
     kernel(op, attrs, ins, outs, s)
 }
 
-fn e2s(e: crate::NdError) -> String {
+pub(super) fn e2s(e: crate::NdError) -> String {
     e.to_string()
 }
 
@@ -259,6 +269,56 @@ fn take(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn 
     }
     let n = outs[0].len();
     s.launch("take_fwd", n, &args(n).t(0, &outs[0]).t(1, table))
+}
+
+/// pick and its gradient (`_backward_pick(ograd, index, data)`): one index per (outer, inner)
+/// of the data's layout around the axis picked from. batch_take is pick over the last axis,
+/// clipped.
+fn pick(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+    let backward = op == "_backward_pick";
+    let data = if backward { &outs[0] } else { &ins[0] };
+    let ([lanes, inner], wrap) = match op {
+        "batch_take" => ([data.shape.last().copied().unwrap_or(1), 1], false),
+        _ => {
+            let (_, _, [_, lanes, inner]) =
+                crate::ops::pick_layout(op, attrs, &data.shape).map_err(e2s)?;
+            (
+                [lanes, inner],
+                crate::ops::pick_wrap(op, attrs).map_err(e2s)?,
+            )
+        }
+    };
+    let n = ins[1].len();
+    if lanes == 0 && n > 0 {
+        return Err(format!(
+            "{op}: cannot pick from an empty axis (data {:?})",
+            data.shape
+        ));
+    }
+    if backward {
+        fill_with(s, &outs[0], 0.0)?;
+    }
+    let a = KArgs::new(n)
+        .t(0, &outs[0])
+        .t(1, &ins[0])
+        .t(2, &ins[1])
+        .i(1, inner.max(1))
+        .i(2, lanes.max(1))
+        .i(3, usize::from(wrap))
+        .i(4, usize::from(backward));
+    s.launch("pick", n, &a)
+}
+
+/// `_arange`: `start + step * (k / repeat)`, in double as the CPU computes it.
+fn arange(op: &str, attrs: &Attrs, _: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
+    let (start, step, _, repeat) = crate::ops::arange_params(op, attrs).map_err(e2s)?;
+    let n = outs[0].len();
+    let a = KArgs::new(n)
+        .t(0, &outs[0])
+        .i(1, repeat)
+        .bits(2, start)
+        .bits(3, step);
+    s.launch("arange", n, &a)
 }
 
 /// `_backward_math(ograd, v)`: the gradient through the function named by `fn`.

@@ -461,6 +461,9 @@ fn every_gpu_op_matches_its_cpu_kernel() {
     elementwise_cases(rng, &mut check);
     head_cases(rng, &mut check);
     layer_cases(rng, &mut check);
+    index_cases(rng, &mut check);
+    sort_cases(rng, &mut check);
+    resample_cases(rng, &mut check);
 
     let unused: Vec<_> = KERNEL_NAMES
         .iter()
@@ -844,8 +847,12 @@ fn the_model_ops_all_have_gpu_kernels() {
         );
     }
     let none = Attrs::new();
-    let topk = gpu_check(lookup("topk").expect("registered"), &none, [DType::F32]);
-    assert_eq!(topk.err().as_deref(), Some("topk has no GPU kernel"));
+    let roi = gpu_check(
+        lookup("ROIPooling").expect("registered"),
+        &none,
+        [DType::F32],
+    );
+    assert_eq!(roi.err().as_deref(), Some("ROIPooling has no GPU kernel"));
     let prelu = Attrs::new().with("act_type", "prelu");
     let leaky = gpu_check(
         lookup("LeakyReLU").expect("registered"),
@@ -1625,4 +1632,269 @@ fn modes_without_a_gpu_kernel_are_refused_and_unary_gradients_run_there() {
             }
         }
     }
+}
+
+/// Runs `op` on the CPU (the forward pass whose outputs a gradient case reads).
+fn cpu_outputs(op: &str, attrs: &Attrs, ins: &[Input]) -> Vec<Input> {
+    let rt = Runtime::with_engine(EngineKind::Naive);
+    let arrays = arrays(&rt, ins);
+    let refs: Vec<&NDArray> = arrays.iter().collect();
+    invoke(op, &refs, attrs, None)
+        .unwrap_or_else(|e| panic!("{op}: {e}"))
+        .iter()
+        .map(|o| (o.shape().to_vec(), o.to_vec::<f32>().expect("read")))
+        .collect()
+}
+
+/// pick (clipped and wrapped indices, fractional ones, NaN, every axis, kept or not) and its
+/// gradient; arange.
+fn index_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)) {
+    let x = random(rng, &[3, 4, 5]);
+    let picks = [2.0, -1.0, 7.0, 0.0, 1.5, -0.5, f32::NAN, 3.0, 12.0, -6.0];
+    for (axis, mode, keep) in [
+        (1, "clip", false),
+        (-1, "wrap", true),
+        (0, "wrap", false),
+        (2, "clip", true),
+    ] {
+        let attrs = Attrs::new()
+            .with("axis", axis)
+            .with("mode", mode)
+            .with("keepdims", keep);
+        let mut shape = x.0.clone();
+        shape[(axis + 3) as usize % 3] = 1;
+        let n: usize = shape.iter().product();
+        let index = (shape, (0..n).map(|k| picks[k % picks.len()]).collect());
+        check("pick", attrs.clone(), vec![x.clone(), index.clone()]);
+        let out = &cpu_outputs("pick", &attrs, &[x.clone(), index.clone()])[0];
+        let g = random(rng, &out.0);
+        check("_backward_pick", attrs, vec![g, index, x.clone()]);
+    }
+    let rows = (vec![3], vec![1.0, -2.0, 9.0]);
+    check("batch_take", Attrs::new(), vec![random(rng, &[3, 4]), rows]);
+    // Coordinates (M = 2 rows, 3 x 2 positions), negative ones counting from the end; the
+    // scatters name blocks twice (the assign keeps the last, the gradient adds both).
+    let coords = (
+        vec![2, 3, 2],
+        vec![
+            0.0, 3.0, -1.0, 3.0, 1.0, -4.0, 2.0, 0.0, 1.0, -3.0, 0.0, 1.0,
+        ],
+    );
+    let x = random(rng, &[4, 3, 5]);
+    check("gather_nd", Attrs::new(), vec![x, coords.clone()]);
+    let shape = Attrs::new().with("shape", "(4, 3, 5)");
+    for op in ["scatter_nd", "_backward_gather_nd"] {
+        let g = random(rng, &[3, 2, 5]);
+        check(op, shape.clone(), vec![g, coords.clone()]);
+    }
+    let range = Attrs::new()
+        .with("start", 2)
+        .with("stop", 11)
+        .with("step", 0.7)
+        .with("repeat", 2);
+    check("_arange", range, vec![]);
+    check("arange", Attrs::new().with("start", 5), vec![]);
+    let down = Attrs::new()
+        .with("start", 16_777_219)
+        .with("stop", 16_777_200)
+        .with("step", -1.5);
+    check("_arange", down, vec![]);
+}
+
+/// topk, sort and argsort over lanes of 1, 7, 300 and the whole array, up and down, every
+/// ret_typ, on data with ties, signed zeros, infinities and NaNs of both signs (the CPU's stable
+/// total order);
+/// `_backward_topk` through each node returning values.
+fn sort_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)) {
+    let mut tied = |shape: &[usize]| {
+        let (shape, mut v) = random(rng, shape);
+        for (k, v) in v.iter_mut().enumerate() {
+            *v = match k % 11 {
+                3 => f32::INFINITY,
+                5 => f32::NEG_INFINITY,
+                7 => -0.0,
+                8 => 0.0,
+                9 => f32::NAN,
+                // A negative NaN, every bit set: first up, and last down (beside the padding).
+                10 => f32::from_bits(u32::MAX),
+                _ => (*v * 4.0).round() / 4.0,
+            };
+        }
+        (shape, v)
+    };
+    let x = tied(&[3, 7, 5]);
+    let long = tied(&[2, 300]);
+    let one = tied(&[4, 1]);
+    let cases = [
+        ("sort", Attrs::new(), &x),
+        (
+            "sort",
+            Attrs::new().with("axis", 1).with("is_ascend", false),
+            &x,
+        ),
+        ("sort", Attrs::new(), &long),
+        ("argsort", Attrs::new().with("axis", 0), &x),
+        (
+            "argsort",
+            Attrs::new().with("axis", "None").with("is_ascend", 0),
+            &x,
+        ),
+        ("argsort", Attrs::new(), &one),
+        ("topk", Attrs::new().with("axis", 1).with("k", 3), &x),
+        (
+            "topk",
+            Attrs::new().with("k", 4).with("ret_typ", "value"),
+            &long,
+        ),
+        (
+            "topk",
+            Attrs::new()
+                .with("axis", 1)
+                .with("k", 2)
+                .with("ret_typ", "both")
+                .with("is_ascend", true),
+            &x,
+        ),
+        (
+            "topk",
+            Attrs::new().with("k", 0).with("ret_typ", "value"),
+            &x,
+        ),
+        (
+            "topk",
+            Attrs::new()
+                .with("k", 2)
+                .with("ret_typ", "mask")
+                .with("axis", 0),
+            &x,
+        ),
+    ];
+    for (op, attrs, x) in cases {
+        check(op, attrs.clone(), vec![x.clone()]);
+        if crate::ops::sort::returns_values(op, &attrs) {
+            let out = cpu_outputs(op, &attrs, std::slice::from_ref(x));
+            let g = random(rng, &out[0].0);
+            let attrs = attrs.with("__fwd__", op);
+            check("_backward_topk", attrs, vec![g, out[1].clone(), x.clone()]);
+        }
+    }
+}
+
+/// Crop (a window, and centred on a second input's size), AdaptiveAvgPooling2D (uneven and
+/// global bins) and BilinearResize2D (corners aligned or not, scaled, like a second input),
+/// each forward and through its gradient node.
+fn resample_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)) {
+    let crop = Attrs::new().with("h_w", "(4, 3)").with("offset", "(2, 1)");
+    let centred = Attrs::new().with("num_args", 2).with("center_crop", true);
+    let pool = |size: &str| Attrs::new().with("output_size", size);
+    let sized = Attrs::new().with("height", 5).with("width", 11);
+    let scaled = Attrs::new()
+        .with("scale_height", 1.7)
+        .with("scale_width", 0.6)
+        .with("align_corners", false);
+    let like = Attrs::new()
+        .with("mode", "like")
+        .with("align_corners", false);
+    let cases: [(&str, Attrs, Vec<Vec<usize>>); 8] = [
+        ("Crop", crop, vec![vec![2, 3, 7, 6]]),
+        ("Crop", centred, vec![vec![2, 3, 7, 6], vec![1, 1, 4, 3]]),
+        (
+            "_contrib_AdaptiveAvgPooling2D",
+            pool("(3, 4)"),
+            vec![vec![2, 3, 7, 9]],
+        ),
+        (
+            "_contrib_AdaptiveAvgPooling2D",
+            pool("1"),
+            vec![vec![2, 2, 5, 6]],
+        ),
+        (
+            "_contrib_AdaptiveAvgPooling2D",
+            pool("(5, 8)"),
+            vec![vec![1, 2, 3, 4]],
+        ),
+        ("_contrib_BilinearResize2D", sized, vec![vec![2, 2, 4, 6]]),
+        ("_contrib_BilinearResize2D", scaled, vec![vec![1, 3, 6, 5]]),
+        (
+            "_contrib_BilinearResize2D",
+            like,
+            vec![vec![2, 2, 3, 4], vec![1, 1, 8, 3]],
+        ),
+    ];
+    for (op, attrs, shapes) in cases {
+        let ins: Vec<Input> = shapes.iter().map(|s| random(rng, s)).collect();
+        check(op, attrs.clone(), ins.clone());
+        let out = &cpu_outputs(op, &attrs, &ins)[0];
+        let mut grad_ins = vec![random(rng, &out.0)];
+        grad_ins.extend(ins);
+        let backward = op
+            .replace("_contrib_", "_backward_")
+            .replace("Crop", "_backward_Crop");
+        check(&backward, attrs, grad_ins);
+    }
+}
+
+/// A coordinate outside its axis fails gather_nd and the scatters on the GPU as on the CPU,
+/// with the CPU's message (the GPU path reads the indices back and checks them with its code).
+#[test]
+fn coordinates_outside_their_axis_are_refused_on_the_gpu_as_on_the_cpu() {
+    let lib = kernels().expect("a C++ compiler builds kernels.cu");
+    let rt = Runtime::with_engine(EngineKind::Naive);
+    let mut rng = StdRng::seed_from_u64(3);
+    let coords = (vec![2, 2], vec![0.0, 1.0, 2.0, 5.0]);
+    let shape = Attrs::new().with("shape", "(2, 3)");
+    let cases = [
+        (
+            "gather_nd",
+            Attrs::new(),
+            vec![random(&mut rng, &[2, 3]), coords.clone()],
+        ),
+        (
+            "scatter_nd",
+            shape.clone(),
+            vec![random(&mut rng, &[2]), coords.clone()],
+        ),
+        (
+            "_backward_gather_nd",
+            shape,
+            vec![random(&mut rng, &[2]), coords],
+        ),
+    ];
+    for (op, attrs, inputs) in cases {
+        let ins = arrays(&rt, &inputs);
+        let refs: Vec<&NDArray> = ins.iter().collect();
+        let cpu = invoke_on(&rt, Context::cpu(0), op, &refs, &attrs, None)
+            .and_then(|o| rt.wait_all().map(|_| o))
+            .expect_err("the CPU refuses the coordinate");
+        let outs: Vec<NDArray> = cpu_shapes(op, &attrs, &inputs)
+            .iter()
+            .map(|s| rt.empty(s, DType::F32, Context::cpu(0)).expect("output"))
+            .collect();
+        let def = lookup(op).expect("registered");
+        let kernel = kernel_for(def).expect("a GPU kernel");
+        let stream = HostStream::new(lib);
+        let gpu = run(
+            def.name,
+            kernel,
+            def.alias_safe,
+            &attrs,
+            &mut ins.iter().map(NDArray::tensor).collect::<Vec<_>>(),
+            &outs.iter().map(NDArray::tensor).collect::<Vec<_>>(),
+            &stream,
+        )
+        .expect_err("the GPU path refuses the coordinate");
+        let want = "index 5 (coordinate 1 of position 1) is outside axis 1 of size 3";
+        assert!(gpu.contains(want), "{op} on the GPU: {gpu}");
+        assert!(cpu.to_string().contains(want), "{op} on the CPU: {cpu}");
+        assert!(stream.launched.borrow().is_empty(), "{op} ran kernels");
+    }
+}
+
+/// The output shapes `op` infers for these inputs.
+fn cpu_shapes(op: &str, attrs: &Attrs, inputs: &[Input]) -> Vec<Vec<usize>> {
+    let shapes: Vec<Vec<usize>> = inputs.iter().map(|(s, _)| s.clone()).collect();
+    let dtypes = vec![DType::F32; inputs.len()];
+    (lookup(op).expect("registered").infer)(op, attrs, &shapes, &dtypes)
+        .expect("shapes infer")
+        .0
 }

@@ -300,7 +300,7 @@ pub(super) fn fill_kernel(
 
 /// `_arange`'s values: `start, start + step, ...` below `stop` (or `0..start` without one),
 /// each `repeat` times.
-fn arange_params(op: &str, attrs: &Attrs) -> Result<(f64, f64, usize, usize)> {
+pub(crate) fn arange_params(op: &str, attrs: &Attrs) -> Result<(f64, f64, usize, usize)> {
     let start = attrs.f64(op, "start", None)?;
     let step = attrs.f64(op, "step", Some(1.0))?;
     let (start, stop) = match attrs.get("stop") {

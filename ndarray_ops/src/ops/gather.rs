@@ -568,7 +568,11 @@ fn backward_kernel(
 // ---- pick(data, index): one element per lane along an axis ------------------------------------
 
 /// pick's axis, whether it keeps it, and its layout: (outer, lanes, inner) around the axis.
-fn pick_layout(op: &str, attrs: &Attrs, x: &[usize]) -> Result<(usize, bool, [usize; 3])> {
+pub(crate) fn pick_layout(
+    op: &str,
+    attrs: &Attrs,
+    x: &[usize],
+) -> Result<(usize, bool, [usize; 3])> {
     let a = attrs
         .ints(op, "axis")?
         .and_then(|v| v.first().copied())
@@ -590,7 +594,7 @@ fn pick_index(v: f64, lanes: usize, wrap: bool) -> usize {
     }
 }
 
-fn pick_wrap(op: &str, attrs: &Attrs) -> Result<bool> {
+pub(crate) fn pick_wrap(op: &str, attrs: &Attrs) -> Result<bool> {
     match attrs.get("mode").unwrap_or("clip") {
         "clip" => Ok(false),
         "wrap" => Ok(true),

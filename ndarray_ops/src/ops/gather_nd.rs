@@ -100,11 +100,21 @@ fn block_starts(
     indices: &TensorRef,
     x: &[usize],
 ) -> std::result::Result<Vec<usize>, String> {
-    let m = indices.shape[0];
-    let positions = indices.len() / m.max(1);
-    let st = strides(x);
     // SAFETY: read access to the indices.
     let coords = unsafe { indices.to_f64s() };
+    starts_of(op, indices.shape[0], &coords, x)
+}
+
+/// [`block_starts`] from the `m` coordinate rows of the indices' values (`coords`); the GPU
+/// reads its indices back and checks them here.
+pub(crate) fn starts_of(
+    op: &str,
+    m: usize,
+    coords: &[f64],
+    x: &[usize],
+) -> std::result::Result<Vec<usize>, String> {
+    let positions = coords.len() / m.max(1);
+    let st = strides(x);
     (0..positions)
         .map(|p| {
             (0..m).try_fold(0usize, |at, axis| {

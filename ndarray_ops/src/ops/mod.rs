@@ -39,8 +39,9 @@ pub use stochastic::IS_TRAIN;
 #[cfg(any(feature = "cuda", test))]
 pub(crate) use {
     conv::has_bias,
-    extra::{deconv_as_conv, stack_axis, LeakyAct},
-    gather::mask_params as sequence_params,
+    extra::{arange_params, deconv_as_conv, stack_axis, LeakyAct},
+    gather::{mask_params as sequence_params, pick_layout, pick_wrap},
+    gather_nd::starts_of as gather_nd_starts,
     linalg::product,
     math::hard_sigmoid_params,
     nn::transpose_axes,
@@ -48,6 +49,7 @@ pub(crate) use {
     reduce::axes_of as reduced_axes,
     shape::{axis_attr, split_params, take_layout},
     stochastic::{bn_axis, bn_eps_momentum, dropout_active, dropout_p, random_params},
+    vision::{plane_taps, PlaneTaps},
 };
 
 use std::cell::RefCell;

@@ -140,6 +140,37 @@ fn ranked(p: &Params, shape: &[usize], values: &[f64]) -> Vec<Vec<usize>> {
     all
 }
 
+/// A sort as the GPU runs it: data laid out `(outer, lane, inner)` around the sorted axis, the
+/// first `k` of each lane kept, and what the node returns.
+#[cfg(any(feature = "cuda", test))]
+pub(crate) struct Plan {
+    pub(crate) outer: usize,
+    pub(crate) lane: usize,
+    pub(crate) inner: usize,
+    pub(crate) k: usize,
+    pub(crate) descending: bool,
+    /// A mask of the kept elements (outputs: the mask), else the kept values and their
+    /// positions (outputs: the values then the positions) or the positions alone.
+    pub(crate) mask: bool,
+    pub(crate) values: bool,
+}
+
+/// The plan of `op` (topk, sort, argsort or `_backward_topk`) over data of `shape`.
+#[cfg(any(feature = "cuda", test))]
+pub(crate) fn plan(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Plan> {
+    let p = params(op, attrs, shape)?;
+    let (outer, lane, inner) = lanes(&p, shape);
+    Ok(Plan {
+        outer,
+        lane,
+        inner,
+        k: p.k,
+        descending: !p.ascending,
+        mask: p.returns == Returns::Mask,
+        values: matches!(p.returns, Returns::Values | Returns::Both),
+    })
+}
+
 fn sort_kernel(
     op: &str,
     attrs: &Attrs,

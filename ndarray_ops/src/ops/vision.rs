@@ -304,13 +304,17 @@ fn linear_taps(input: usize, output: usize, align: bool) -> Vec<(usize, usize, f
         .collect()
 }
 
-fn resize_pass(op: &str, attrs: &Attrs, x: &TensorRef, y: &TensorRef, backward: bool) -> KResult {
-    let (h, w, oh, ow) = (x.shape[2], x.shape[3], y.shape[2], y.shape[3]);
-    let align = attrs
-        .bool(op, "align_corners", true)
-        .map_err(|e| e.to_string())?;
+/// The bilinear resize of planes shaped `x` into planes shaped `y` (NCHW), as taps.
+fn resize_taps(
+    op: &str,
+    attrs: &Attrs,
+    x: &[usize],
+    y: &[usize],
+) -> Result<impl Fn(usize) -> Taps<4>> {
+    let (h, w, oh, ow) = (x[2], x[3], y[2], y[3]);
+    let align = attrs.bool(op, "align_corners", true)?;
     let (rows, cols) = (linear_taps(h, oh, align), linear_taps(w, ow, align));
-    let taps = |o: usize| -> Taps<4> {
+    Ok(move |o: usize| -> Taps<4> {
         let ((h0, h1, lh), (w0, w1, lw)) = (rows[o / ow], cols[o % ow]);
         (
             [
@@ -321,7 +325,12 @@ fn resize_pass(op: &str, attrs: &Attrs, x: &TensorRef, y: &TensorRef, backward: 
             ],
             4,
         )
-    };
+    })
+}
+
+fn resize_pass(op: &str, attrs: &Attrs, x: &TensorRef, y: &TensorRef, backward: bool) -> KResult {
+    let (h, w, oh, ow) = (x.shape[2], x.shape[3], y.shape[2], y.shape[3]);
+    let taps = resize_taps(op, attrs, &x.shape, &y.shape).map_err(|e| e.to_string())?;
     crate::with_dtype!(x.dtype, T => {
         resample::<T, 4>(x, y, x.shape[0] * x.shape[1], h * w, oh * ow, backward, taps)
     });
@@ -439,14 +448,93 @@ fn crop_pass(
     like: Option<&[usize]>,
     backward: bool,
 ) -> KResult {
-    let ((top, left), (ch, cw)) =
-        crop_window(op, attrs, &x.shape, like).map_err(|e| e.to_string())?;
+    let (out, taps) = crop_taps(op, attrs, &x.shape, like).map_err(|e| e.to_string())?;
     let (h, w) = (x.shape[2], x.shape[3]);
-    let taps = |o: usize| -> Taps<1> { ([((top + o / cw) * w + left + o % cw, 1.0)], 1) };
     crate::with_dtype!(x.dtype, T => {
-        resample::<T, 1>(x, y, x.shape[0] * x.shape[1], h * w, ch * cw, backward, taps)
+        resample::<T, 1>(x, y, x.shape[0] * x.shape[1], h * w, out, backward, taps)
     });
     Ok(())
+}
+
+/// Crop's window of planes shaped `x` as taps, with the window's size.
+fn crop_taps(
+    op: &str,
+    attrs: &Attrs,
+    x: &[usize],
+    like: Option<&[usize]>,
+) -> Result<(usize, impl Fn(usize) -> Taps<1>)> {
+    let ((top, left), (ch, cw)) = crop_window(op, attrs, x, like)?;
+    let w = x[3];
+    Ok((ch * cw, move |o: usize| -> Taps<1> {
+        ([((top + o / cw) * w + left + o % cw, 1.0)], 1)
+    }))
+}
+
+/// One plane of a resampling op as a sparse matrix: output element `o` reads
+/// `taps[starts[o]..starts[o + 1]]` (offsets in the input plane, weights), in the order the
+/// CPU kernels read them — what the GPU uploads.
+#[cfg(any(feature = "cuda", test))]
+pub(crate) struct PlaneTaps {
+    pub(crate) starts: Vec<usize>,
+    pub(crate) taps: Vec<(usize, f64)>,
+}
+
+#[cfg(any(feature = "cuda", test))]
+impl PlaneTaps {
+    fn of<const N: usize>(out: usize, taps: impl Fn(usize) -> Taps<N>) -> PlaneTaps {
+        let mut p = PlaneTaps {
+            starts: vec![0],
+            taps: Vec::with_capacity(out * N),
+        };
+        for o in 0..out {
+            let (t, n) = taps(o);
+            p.taps.extend_from_slice(&t[..n]);
+            p.starts.push(p.taps.len());
+        }
+        p
+    }
+}
+
+/// The taps of Crop, AdaptiveAvgPooling2D or BilinearResize2D (or their gradients, which carry
+/// the forward attributes) from data planes shaped `x` (NCHW) into output planes shaped `y`;
+/// `like` is Crop's second input's shape. The average pool's weights are 1 / its window's
+/// size (the CPU divides the window's sum by it).
+#[cfg(any(feature = "cuda", test))]
+pub(crate) fn plane_taps(
+    op: &str,
+    attrs: &Attrs,
+    x: &[usize],
+    y: &[usize],
+    like: Option<&[usize]>,
+) -> Result<PlaneTaps> {
+    Ok(match op {
+        "Crop" | "_backward_Crop" => {
+            let (out, taps) = crop_taps(op, attrs, x, like)?;
+            PlaneTaps::of(out, taps)
+        }
+        "_contrib_BilinearResize2D" | "_backward_BilinearResize2D" => {
+            PlaneTaps::of(y[2] * y[3], resize_taps(op, attrs, x, y)?)
+        }
+        "_contrib_AdaptiveAvgPooling2D" | "_backward_AdaptiveAvgPooling2D" => {
+            let ((h, w), (oh, ow)) = ((x[2], x[3]), (y[2], y[3]));
+            let mut p = PlaneTaps {
+                starts: vec![0],
+                taps: Vec::new(),
+            };
+            for a in 0..oh {
+                let (h0, h1) = bin(a, oh, h);
+                for b in 0..ow {
+                    let (w0, w1) = bin(b, ow, w);
+                    let share = 1.0 / ((h1 - h0) * (w1 - w0)) as f64;
+                    p.taps
+                        .extend((h0..h1).flat_map(|i| (w0..w1).map(move |j| (i * w + j, share))));
+                    p.starts.push(p.taps.len());
+                }
+            }
+            p
+        }
+        _ => return Err(invalid(op, "is not a resampling op")),
+    })
 }
 
 fn crop_kernel(

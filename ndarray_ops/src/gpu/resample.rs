@@ -1,0 +1,95 @@
+//! Crop, AdaptiveAvgPooling2D and BilinearResize2D on the GPU, and their gradients. The CPU's
+//! description of one plane (which inputs each output element reads, with what weight:
+//! [`PlaneTaps`]) is uploaded as a sparse matrix, and one kernel, `resample`, computes every
+//! plane's weighted sums: the forward pass with the matrix, summing in double as the CPU does,
+//! the gradient with its transpose, each input's entries in the order the CPU adds into that
+//! input and rounded to float after every add, as the CPU's accumulation is — no atomics.
+
+use super::ops::{e2s, fill_with};
+use super::{KArgs, Stream};
+use crate::ops::{plane_taps, Attrs, PlaneTaps, TensorRef};
+
+type KResult = Result<(), String>;
+
+/// The op layer's entry for the three ops and their gradients.
+pub(super) fn resample(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    // Forward: (data[, like]) -> out; backward: (ograd, data[, like]) -> (ddata[, dlike]).
+    let backward = op.starts_with("_backward_");
+    let (x, y, like) = match backward {
+        true => (&outs[0], &ins[0], ins.get(2)),
+        false => (&ins[0], &outs[0], ins.get(1)),
+    };
+    let plane =
+        plane_taps(op, attrs, &x.shape, &y.shape, like.map(|t| &t.shape[..])).map_err(e2s)?;
+    let planes = x.shape[0] * x.shape[1];
+    let (inp, out) = (x.shape[2] * x.shape[3], y.shape[2] * y.shape[3]);
+    if backward {
+        if let Some(dlike) = outs.get(1) {
+            fill_with(s, dlike, 0.0)?;
+        }
+        let t = transpose(&plane, inp);
+        sums(s, x, y, planes, (inp, out), &table(&t), true)
+    } else {
+        sums(s, y, x, planes, (out, inp), &table(&plane), false)
+    }
+}
+
+/// `dst` (planes of `rows`) = the matrix's rows of weighted sums of `src` (planes of `cols`).
+fn sums(
+    s: &dyn Stream,
+    dst: &TensorRef,
+    src: &TensorRef,
+    planes: usize,
+    (rows, cols): (usize, usize),
+    table: &[i64],
+    round_each_add: bool,
+) -> KResult {
+    let n = planes * rows;
+    if n == 0 {
+        return Ok(());
+    }
+    let table = s.upload(table)?;
+    let a = KArgs::new(n)
+        .t(0, dst)
+        .t(1, src)
+        .p(2, table.cast())
+        .i(1, rows)
+        .i(2, cols)
+        .i(3, usize::from(round_each_add));
+    s.launch("resample", n, &a)
+}
+
+/// `[row starts..., offsets..., weights' bits...]`, as `resample` reads it.
+fn table(p: &PlaneTaps) -> Vec<i64> {
+    let mut t: Vec<i64> = p.starts.iter().map(|&k| k as i64).collect();
+    t.extend(p.taps.iter().map(|&(i, _)| i as i64));
+    t.extend(p.taps.iter().map(|&(_, w)| w.to_bits() as i64));
+    t
+}
+
+/// The transpose of `p` (`inputs` rows): each input's (output, weight) entries in the order of
+/// the outputs, and of the taps within one output — the CPU gradient's order of adds.
+fn transpose(p: &PlaneTaps, inputs: usize) -> PlaneTaps {
+    let mut starts = vec![0usize; inputs + 1];
+    for &(i, _) in &p.taps {
+        starts[i + 1] += 1;
+    }
+    for i in 0..inputs {
+        starts[i + 1] += starts[i];
+    }
+    let mut next = starts.clone();
+    let mut taps = vec![(0, 0.0); p.taps.len()];
+    for (o, w) in p.starts.windows(2).enumerate() {
+        for &(i, weight) in &p.taps[w[0]..w[1]] {
+            taps[next[i]] = (o, weight);
+            next[i] += 1;
+        }
+    }
+    PlaneTaps { starts, taps }
+}
