@@ -314,14 +314,17 @@ fn copies_round_trip_and_arrays_fill_on_the_gpu() {
     let sum = ndarray_ops::invoke("elemwise_add", &[&z, &z], &Attrs::new(), None).unwrap();
     assert_eq!(sum[0].to_vec::<f32>().unwrap(), vec![5.0; 15]);
     // An op without a GPU kernel is refused at the call, clearly.
-    let labels = rt.full(&[5], 1.0, ndarray_ops::DType::F32, gpu).unwrap();
-    let err = ndarray_ops::invoke("softmax_cross_entropy", &[&z, &labels], &Attrs::new(), None)
+    let planes = rt
+        .full(&[1, 1, 4, 4], 1.0, ndarray_ops::DType::F32, gpu)
+        .unwrap();
+    let rois = rt.full(&[1, 5], 0.0, ndarray_ops::DType::F32, gpu).unwrap();
+    let pooled = Attrs::new()
+        .with("pooled_size", "(2, 2)")
+        .with("spatial_scale", 1.0);
+    let err = ndarray_ops::invoke("ROIPooling", &[&planes, &rois], &pooled, None)
         .unwrap_err()
         .to_string();
-    assert!(
-        err.contains("softmax_cross_entropy has no GPU kernel"),
-        "{err}"
-    );
+    assert!(err.contains("ROIPooling has no GPU kernel"), "{err}");
 }
 
 /// Three data-parallel steps of the MLP over `contexts` from seeded weights; the final weights.

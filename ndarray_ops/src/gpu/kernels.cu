@@ -1295,3 +1295,33 @@ KERNEL void blocks(KArgs a) {
         a.p[0][tab[b] + e] = acc;
     }
 }
+
+// softmax_cross_entropy (see loss.rs) over i3 rows of i1 scores p1, with class labels p2 the host
+// has checked. i2 = 0: each row's loss, log-sum-exp minus the label's score, into the doubles p3
+// (i0 = rows); i2 = 1: p0[0] = their sum, in row order (i0 = 1); i2 = 2: the gradient, p0 =
+// p4[0] * (softmax - one_hot(label)) (i0 = rows). In double, as the CPU.
+KERNEL void cross_entropy(KArgs a) {
+    i64 k = a.i[1];
+    double* loss = (double*)a.p[3];
+    FOR_EACH(t, a.i[0]) {
+        if (a.i[2] == 1) {
+            double sum = 0.0;
+            for (i64 r = 0; r < a.i[3]; r++) sum += loss[r];
+            a.p[0][0] = (float)sum;
+            continue;
+        }
+        const float* x = a.p[1] + t * k;
+        double m = -(double)INF_F, z = 0.0;
+        for (i64 j = 0; j < k; j++) m = fmax(m, (double)x[j]);
+        for (i64 j = 0; j < k; j++) z += exp((double)x[j] - m);
+        double lse = m + log(z);
+        i64 c = (i64)a.p[2][t];
+        if (a.i[2] == 0) {
+            loss[t] = lse - (double)x[c];
+            continue;
+        }
+        double g = a.p[4][0];
+        for (i64 j = 0; j < k; j++)
+            a.p[0][t * k + j] = (float)(g * (exp((double)x[j] - lse) - (j == c ? 1.0 : 0.0)));
+    }
+}

@@ -89,6 +89,7 @@ pub(crate) const KERNEL_NAMES: &[&str] = &[
     "topk_bwd",
     "resample",
     "blocks",
+    "cross_entropy",
 ];
 
 /// A kernel's one argument (the `KArgs` of `kernels.cu`, field for field): device pointers,

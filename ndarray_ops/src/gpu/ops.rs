@@ -26,6 +26,7 @@ pub(crate) fn kernel_for(def: &OpDef) -> Option<GpuKernel> {
         "_backward_math" => unary_backward,
         "take" | "Embedding" | "_backward_take" => take,
         "pick" | "_backward_pick" | "batch_take" => pick,
+        "softmax_cross_entropy" | "_backward_softmax_cross_entropy" => cross_entropy,
         "gather_nd" | "scatter_nd" | "_backward_gather_nd" => super::gather_nd::gather_nd,
         "_arange" => arange,
         "topk" | "sort" | "argsort" | "_backward_topk" => super::sort::sort,
@@ -135,9 +136,6 @@ fn unsupported(op: &str, attrs: &Attrs) -> Result<Option<&'static str>, String> 
                 (_, true) => Some("dropout between layers in training has no GPU kernel"),
                 _ => None,
             }
-        }
-        "take" | "_backward_take" if attrs.get("mode") == Some("raise") => {
-            Some("mode raise has no GPU kernel (a kernel cannot refuse an index; clip or wrap)")
         }
         _ => None,
     })
@@ -254,6 +252,12 @@ fn take(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn 
         return Err(format!("{op}: cannot index an empty axis"));
     }
     let wrap = usize::from(attrs.get("mode") == Some("wrap"));
+    if attrs.get("mode") == Some("raise") {
+        // Checked on the host with the CPU's code; the kernel then clamps nothing.
+        for i in s.download(idx)? {
+            crate::ops::take_row(attrs, f64::from(i), rows)?;
+        }
+    }
     let args = |n: usize| {
         KArgs::new(n)
             .i(1, inner)
@@ -307,6 +311,48 @@ fn pick(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn 
         .i(3, usize::from(wrap))
         .i(4, usize::from(backward));
     s.launch("pick", n, &a)
+}
+
+/// softmax_cross_entropy(data (n, k), label (n,)) -> (1,), and its gradient
+/// `(ograd (1,), data, label) -> d data`. The CPU refuses a label that is not a class index, so
+/// the labels are read back and checked with its code (one wait for the device per call).
+fn cross_entropy(
+    op: &str,
+    _: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let backward = op == "_backward_softmax_cross_entropy";
+    let (x, label) = if backward {
+        (&ins[1], &ins[2])
+    } else {
+        (&ins[0], &ins[1])
+    };
+    let (rows, k) = (x.shape[0], x.shape[1]);
+    for l in s.download(label)? {
+        crate::ops::class_of(f64::from(l), k, op)?;
+    }
+    let args = |n: usize, mode: usize| {
+        KArgs::new(n)
+            .t(0, &outs[0])
+            .t(1, x)
+            .t(2, label)
+            .i(1, k)
+            .i(2, mode)
+            .i(3, rows)
+    };
+    if backward {
+        return match rows {
+            0 => Ok(()),
+            _ => s.launch("cross_entropy", rows, &args(rows, 2).t(4, &ins[0])),
+        };
+    }
+    let losses = s.scratch(rows * 8)?.cast::<f32>();
+    if rows > 0 {
+        s.launch("cross_entropy", rows, &args(rows, 0).p(3, losses))?;
+    }
+    s.launch("cross_entropy", 1, &args(1, 1).p(3, losses))
 }
 
 /// `_arange`: `start + step * (k / repeat)`, in double as the CPU computes it.

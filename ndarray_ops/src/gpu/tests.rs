@@ -1604,7 +1604,7 @@ fn layer_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>))
     );
 }
 
-/// What the GPU leaves to the CPU among RNN's and take's modes is refused by name; and each
+/// What the GPU leaves to the CPU among RNN's modes is refused by name; and each
 /// unary function's training graph (forward and gradient nodes) runs on the GPU.
 #[test]
 fn modes_without_a_gpu_kernel_are_refused_and_unary_gradients_run_there() {
@@ -1616,10 +1616,6 @@ fn modes_without_a_gpu_kernel_are_refused_and_unary_gradients_run_there() {
     let rnn = lookup("RNN").expect("registered");
     let err = gpu_check(rnn, &seq, [DType::F32]).expect_err("refused");
     assert!(err.contains("use_sequence_length"), "{err}");
-    let take = lookup("take").expect("registered");
-    let raise = Attrs::new().with("mode", "raise");
-    let err = gpu_check(take, &raise, [DType::F32]).expect_err("refused");
-    assert!(err.contains("mode raise"), "{err}");
     for &op in super::ops::UNARY {
         let data = crate::Symbol::var("data");
         let sym = crate::Symbol::op(op, "f", &[&data], Attrs::new()).expect("node");
@@ -1647,7 +1643,8 @@ fn cpu_outputs(op: &str, attrs: &Attrs, ins: &[Input]) -> Vec<Input> {
 }
 
 /// pick (clipped and wrapped indices, fractional ones, NaN, every axis, kept or not) and its
-/// gradient; arange.
+/// gradient, batch_take, gather_nd and the scatters (negative coordinates, repeated blocks),
+/// take in mode raise, softmax_cross_entropy and its gradient; arange.
 fn index_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)) {
     let x = random(rng, &[3, 4, 5]);
     let picks = [2.0, -1.0, 7.0, 0.0, 1.5, -0.5, f32::NAN, 3.0, 12.0, -6.0];
@@ -1682,6 +1679,21 @@ fn index_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>))
     );
     let x = random(rng, &[4, 3, 5]);
     check("gather_nd", Attrs::new(), vec![x, coords.clone()]);
+    let raise = Attrs::new().with("mode", "raise").with("axis", 1);
+    let columns = (vec![4], vec![2.0, 0.0, 2.0, 1.0]);
+    check("take", raise, vec![random(rng, &[2, 3, 2]), columns]);
+    let (scores, classes) = (random(rng, &[5, 4]), labels(rng, 5, 4));
+    check(
+        "softmax_cross_entropy",
+        Attrs::new(),
+        vec![scores.clone(), classes.clone()],
+    );
+    let g = (vec![1], vec![0.7]);
+    check(
+        "_backward_softmax_cross_entropy",
+        Attrs::new(),
+        vec![g, scores, classes],
+    );
     let shape = Attrs::new().with("shape", "(4, 3, 5)");
     for op in ["scatter_nd", "_backward_gather_nd"] {
         let g = random(rng, &[3, 2, 5]);
@@ -1778,6 +1790,14 @@ fn sort_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)) 
             check("_backward_topk", attrs, vec![g, out[1].clone(), x.clone()]);
         }
     }
+    // Positions given directly may repeat (and fall outside the lane): their gradients add.
+    let top3 = Attrs::new()
+        .with("k", 3)
+        .with("ret_typ", "value")
+        .with("__fwd__", "topk");
+    let positions = (vec![2, 3], vec![1.0, 1.0, 3.0, 0.0, 9.0, 0.0]);
+    let ins = vec![random(rng, &[2, 3]), positions, random(rng, &[2, 4])];
+    check("_backward_topk", top3, ins);
 }
 
 /// Crop (a window, and centred on a second input's size), AdaptiveAvgPooling2D (uneven and
@@ -1834,38 +1854,63 @@ fn resample_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input
     }
 }
 
-/// A coordinate outside its axis fails gather_nd and the scatters on the GPU as on the CPU,
-/// with the CPU's message (the GPU path reads the indices back and checks them with its code).
+/// An index the CPU kernels refuse (a coordinate outside its axis in gather_nd and the scatters,
+/// take's mode raise, a label that is no class) fails the GPU path with the CPU's message, before
+/// any kernel runs (it reads the indices back and checks them with the CPU's code).
 #[test]
-fn coordinates_outside_their_axis_are_refused_on_the_gpu_as_on_the_cpu() {
+fn indices_the_cpu_refuses_are_refused_on_the_gpu_with_its_message() {
     let lib = kernels().expect("a C++ compiler builds kernels.cu");
     let rt = Runtime::with_engine(EngineKind::Naive);
     let mut rng = StdRng::seed_from_u64(3);
     let coords = (vec![2, 2], vec![0.0, 1.0, 2.0, 5.0]);
     let shape = Attrs::new().with("shape", "(2, 3)");
+    let outside = "index 5 (coordinate 1 of position 1) is outside axis 1 of size 3";
+    let labels = (vec![2], vec![1.0, 3.0]);
+    let no_class = "label 3 is not a class index below 3";
     let cases = [
         (
             "gather_nd",
             Attrs::new(),
             vec![random(&mut rng, &[2, 3]), coords.clone()],
+            outside,
         ),
         (
             "scatter_nd",
             shape.clone(),
             vec![random(&mut rng, &[2]), coords.clone()],
+            outside,
         ),
         (
             "_backward_gather_nd",
             shape,
             vec![random(&mut rng, &[2]), coords],
+            outside,
+        ),
+        (
+            "take",
+            Attrs::new().with("mode", "raise"),
+            vec![random(&mut rng, &[4, 3]), (vec![2], vec![0.0, 7.0])],
+            "index 7 is outside an axis of length 4 (mode raise)",
+        ),
+        (
+            "softmax_cross_entropy",
+            Attrs::new(),
+            vec![random(&mut rng, &[2, 3]), labels.clone()],
+            no_class,
+        ),
+        (
+            "_backward_softmax_cross_entropy",
+            Attrs::new(),
+            vec![random(&mut rng, &[1]), random(&mut rng, &[2, 3]), labels],
+            no_class,
         ),
     ];
-    for (op, attrs, inputs) in cases {
+    for (op, attrs, inputs, want) in cases {
         let ins = arrays(&rt, &inputs);
         let refs: Vec<&NDArray> = ins.iter().collect();
         let cpu = invoke_on(&rt, Context::cpu(0), op, &refs, &attrs, None)
             .and_then(|o| rt.wait_all().map(|_| o))
-            .expect_err("the CPU refuses the coordinate");
+            .expect_err("the CPU refuses the index");
         let outs: Vec<NDArray> = cpu_shapes(op, &attrs, &inputs)
             .iter()
             .map(|s| rt.empty(s, DType::F32, Context::cpu(0)).expect("output"))
@@ -1882,8 +1927,7 @@ fn coordinates_outside_their_axis_are_refused_on_the_gpu_as_on_the_cpu() {
             &outs.iter().map(NDArray::tensor).collect::<Vec<_>>(),
             &stream,
         )
-        .expect_err("the GPU path refuses the coordinate");
-        let want = "index 5 (coordinate 1 of position 1) is outside axis 1 of size 3";
+        .expect_err("the GPU path refuses the index");
         assert!(gpu.contains(want), "{op} on the GPU: {gpu}");
         assert!(cpu.to_string().contains(want), "{op} on the CPU: {cpu}");
         assert!(stream.launched.borrow().is_empty(), "{op} ran kernels");

@@ -163,7 +163,7 @@ fn infer_cross_entropy(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> In
 }
 
 /// The class a label names, checked against the row width `k`.
-fn class_of(label: f64, k: usize, op: &str) -> std::result::Result<usize, String> {
+pub(crate) fn class_of(label: f64, k: usize, op: &str) -> std::result::Result<usize, String> {
     if label < 0.0 || label as usize >= k || label.fract() != 0.0 {
         return Err(format!(
             "{op}: label {label} is not a class index below {k}"

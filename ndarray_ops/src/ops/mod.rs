@@ -43,11 +43,12 @@ pub(crate) use {
     gather::{mask_params as sequence_params, pick_layout, pick_wrap},
     gather_nd::starts_of as gather_nd_starts,
     linalg::product,
+    loss::class_of,
     math::hard_sigmoid_params,
     nn::transpose_axes,
     norm::{eps as norm_eps, layout as norm_layout, Scale},
     reduce::axes_of as reduced_axes,
-    shape::{axis_attr, split_params, take_layout},
+    shape::{axis_attr, split_params, take_layout, take_row},
     stochastic::{bn_axis, bn_eps_momentum, dropout_active, dropout_p, random_params},
     vision::{plane_taps, PlaneTaps},
 };

@@ -414,7 +414,7 @@ pub(crate) fn take_layout(
 
 /// The row an index selects: MXNet's default mode (`clip`) clamps it into the axis, `wrap`
 /// takes it modulo the axis, `raise` refuses one outside.
-pub(super) fn take_row(attrs: &Attrs, i: f64, rows: usize) -> std::result::Result<usize, String> {
+pub(crate) fn take_row(attrs: &Attrs, i: f64, rows: usize) -> std::result::Result<usize, String> {
     let i = i as i64;
     let n = rows as i64;
     match attrs.get("mode").unwrap_or("clip") {
