@@ -12,7 +12,7 @@
 //!   the axis it walks); buckets list their indices in ascending order, so the sum runs in
 //!   output order, in double, as the CPU kernel's — the same bits, no atomics.
 
-use super::{KArgs, Stream};
+use super::{buckets, KArgs, Stream};
 use crate::ops::gather::{walks, Walks};
 use crate::ops::shape::slice_walks;
 use crate::ops::{Attrs, TensorRef};
@@ -100,25 +100,11 @@ fn backward_table(w: &Walks) -> Vec<i64> {
     for (d, a) in w.axes.iter().enumerate() {
         // A walk of no input axis reads index 0 of a size-1 axis.
         let size = a.from.map_or(1, |f| w.input[f]);
-        let mut starts = vec![0i64; size + 1];
-        for j in a.index.iter().flatten() {
-            starts[j + 1] += 1;
-        }
-        for k in 0..size {
-            starts[k + 1] += starts[k];
-        }
-        let mut list = vec![0i64; starts[size] as usize];
-        let mut next = starts.clone();
-        for (i, j) in a.index.iter().enumerate() {
-            if let Some(j) = j {
-                list[next[*j] as usize] = i as i64;
-                next[*j] += 1;
-            }
-        }
+        let (starts, list) = buckets(a.index.iter().copied(), size);
         t[heads + d] = t.len() as i64;
-        t.extend(starts);
+        t.extend(starts.iter().map(|&k| k as i64));
         t[heads + no + d] = t.len() as i64;
-        t.extend(list);
+        t.extend(list.iter().map(|&k| k as i64));
     }
     t
 }

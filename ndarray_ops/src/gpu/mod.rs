@@ -92,6 +92,32 @@ pub(crate) const KERNEL_NAMES: &[&str] = &[
     "cross_entropy",
 ];
 
+/// A counting sort, for the tables of gradient kernels that gather instead of scattering: item
+/// `k` goes to bucket `keys[k]` (none: left out). Returns where each bucket starts in the list
+/// (`size + 1` entries, the last the list's length) and the list of items, bucket by bucket, each
+/// bucket in item order — so a gradient summed over a bucket adds in the forward pass's order.
+fn buckets(
+    keys: impl Iterator<Item = Option<usize>> + Clone,
+    size: usize,
+) -> (Vec<usize>, Vec<usize>) {
+    let mut starts = vec![0usize; size + 1];
+    for j in keys.clone().flatten() {
+        starts[j + 1] += 1;
+    }
+    for j in 0..size {
+        starts[j + 1] += starts[j];
+    }
+    let mut list = vec![0; starts[size]];
+    let mut next = starts.clone();
+    for (k, j) in keys.enumerate() {
+        if let Some(j) = j {
+            list[next[j]] = k;
+            next[j] += 1;
+        }
+    }
+    (starts, list)
+}
+
 /// A kernel's one argument (the `KArgs` of `kernels.cu`, field for field): device pointers,
 /// integers and floats, each kernel documenting which slots it reads.
 #[repr(C)]

@@ -6,7 +6,7 @@
 //! input and rounded to float after every add, as the CPU's accumulation is — no atomics.
 
 use super::ops::{e2s, fill_with};
-use super::{KArgs, Stream};
+use super::{buckets, KArgs, Stream};
 use crate::ops::{plane_taps, Attrs, PlaneTaps, TensorRef};
 
 type KResult = Result<(), String>;
@@ -76,20 +76,11 @@ fn table(p: &PlaneTaps) -> Vec<i64> {
 /// The transpose of `p` (`inputs` rows): each input's (output, weight) entries in the order of
 /// the outputs, and of the taps within one output — the CPU gradient's order of adds.
 fn transpose(p: &PlaneTaps, inputs: usize) -> PlaneTaps {
-    let mut starts = vec![0usize; inputs + 1];
-    for &(i, _) in &p.taps {
-        starts[i + 1] += 1;
-    }
-    for i in 0..inputs {
-        starts[i + 1] += starts[i];
-    }
-    let mut next = starts.clone();
-    let mut taps = vec![(0, 0.0); p.taps.len()];
-    for (o, w) in p.starts.windows(2).enumerate() {
-        for &(i, weight) in &p.taps[w[0]..w[1]] {
-            taps[next[i]] = (o, weight);
-            next[i] += 1;
-        }
-    }
+    // Which output each tap belongs to.
+    let owner: Vec<usize> = (0..p.starts.len() - 1)
+        .flat_map(|o| std::iter::repeat_n(o, p.starts[o + 1] - p.starts[o]))
+        .collect();
+    let (starts, list) = buckets(p.taps.iter().map(|&(i, _)| Some(i)), inputs);
+    let taps = list.iter().map(|&k| (owner[k], p.taps[k].1)).collect();
     PlaneTaps { starts, taps }
 }

@@ -111,6 +111,18 @@ fn check(op: &str, attrs: &Attrs, inputs: &[Input], tol: f32) -> Vec<&'static st
     stream.launched.into_inner()
 }
 
+/// Runs `op` on the CPU (the forward pass whose outputs a gradient case reads).
+fn cpu_outputs(op: &str, attrs: &Attrs, ins: &[Input]) -> Vec<Input> {
+    let rt = Runtime::with_engine(EngineKind::Naive);
+    let arrays = arrays(&rt, ins);
+    let refs: Vec<&NDArray> = arrays.iter().collect();
+    invoke(op, &refs, attrs, None)
+        .unwrap_or_else(|e| panic!("{op}: {e}"))
+        .iter()
+        .map(|o| (o.shape().to_vec(), o.to_vec::<f32>().expect("read")))
+        .collect()
+}
+
 #[test]
 fn broadcasts_the_kernel_cannot_walk_are_refused_clearly() {
     // Six dims that alternate which side broadcasts cannot merge into the kernel's four.
@@ -508,20 +520,9 @@ fn transformer_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<In
     ];
     for (op, attrs, shape, c) in norms {
         let stats = {
-            let rt = Runtime::with_engine(EngineKind::Naive);
-            let ins: Vec<NDArray> = arrays(
-                &rt,
-                &[random(rng, &shape), random(rng, &[c]), random(rng, &[c])],
-            );
-            let refs: Vec<&NDArray> = ins.iter().collect();
-            let outs = invoke(op, &refs, &attrs, None).expect("cpu norm");
-            let read = |k: usize| {
-                (
-                    outs[k].shape().to_vec(),
-                    outs[k].to_vec::<f32>().expect("read"),
-                )
-            };
-            (read(1), read(2))
+            let ins = [random(rng, &shape), random(rng, &[c]), random(rng, &[c])];
+            let mut outs = cpu_outputs(op, &attrs, &ins).into_iter().skip(1);
+            (outs.next().expect("mean"), outs.next().expect("deviation"))
         };
         let (data, gamma) = (random(rng, &shape), random(rng, &[c]));
         check(
@@ -540,16 +541,8 @@ fn transformer_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<In
         let attrs = Attrs::new().with("mode", mode);
         let data = random(rng, &[2, 3, 4]);
         check("L2Normalization", attrs.clone(), vec![data.clone()]);
-        let rt = Runtime::with_engine(EngineKind::Naive);
-        let ins = arrays(&rt, &[data]);
-        let outs = invoke("L2Normalization", &[&ins[0]], &attrs, None).expect("cpu l2");
-        let read = |k: usize| {
-            (
-                outs[k].shape().to_vec(),
-                outs[k].to_vec::<f32>().expect("read"),
-            )
-        };
-        let ins = vec![random(rng, &[2, 3, 4]), read(0), read(1)];
+        let outs = cpu_outputs("L2Normalization", &attrs, &[data]);
+        let ins = vec![random(rng, &[2, 3, 4]), outs[0].clone(), outs[1].clone()];
         check("_backward_L2Normalization", attrs, ins);
     }
 
@@ -1178,15 +1171,12 @@ fn unary_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>))
 /// negative and out-of-range indices (rows adding up).
 fn take_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)) {
     let picks = (vec![2, 3], vec![3.0, -1.0, 0.0, 7.0, 3.0, 1.0]);
-    let rt = Runtime::with_engine(EngineKind::Naive);
     for (axis, mode) in [(0, "clip"), (1, "wrap"), (2, "clip"), (-1, "wrap")] {
         let attrs = Attrs::new().with("axis", axis).with("mode", mode);
         let table = random(rng, &[4, 5, 6]);
-        check("take", attrs.clone(), vec![table.clone(), picks.clone()]);
-        let ins = arrays(&rt, &[table.clone(), picks.clone()]);
-        let refs: Vec<&NDArray> = ins.iter().collect();
-        let taken = invoke("take", &refs, &attrs, None).expect("take");
-        let g = random(rng, taken[0].shape());
+        let ins = vec![table.clone(), picks.clone()];
+        check("take", attrs.clone(), ins.clone());
+        let g = random(rng, &cpu_outputs("take", &attrs, &ins)[0].0);
         check("_backward_take", attrs, vec![g, picks.clone(), table]);
     }
     let attrs = Attrs::new().with("input_dim", 10).with("output_dim", 4);
@@ -1204,14 +1194,10 @@ fn take_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)) 
 /// an output gradient of the output's shape (broadcasts and tiles sum, padding crops, slices
 /// scatter into zeros).
 fn gather_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)) {
-    let rt = Runtime::with_engine(EngineKind::Naive);
     let mut both = |op: &str, attrs: Attrs, shapes: &[Vec<usize>], grad: (&str, Attrs)| {
         let ins: Vec<Input> = shapes.iter().map(|s| random(rng, s)).collect();
         check(op, attrs.clone(), ins.clone());
-        let arrays = arrays(&rt, &ins);
-        let refs: Vec<&NDArray> = arrays.iter().collect();
-        let out = invoke(op, &refs, &attrs, None).unwrap_or_else(|e| panic!("{op}: {e}"));
-        let g = random(rng, out[0].shape());
+        let g = random(rng, &cpu_outputs(op, &attrs, &ins)[0].0);
         check(grad.0, grad.1, vec![g, ins[0].clone()]);
     };
     let cases: Vec<(&str, Attrs, Vec<Vec<usize>>)> = vec![
@@ -1309,7 +1295,6 @@ fn gather_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)
 /// `target_shape`, 1x1 windows that skip im2col, a workspace of one image), and bilinear
 /// UpSampling, a depthwise Deconvolution.
 fn deconv_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)) {
-    let rt = Runtime::with_engine(EngineKind::Naive);
     // ([kernel, stride, pad, dilate, filters, groups], bias, extra attributes)
     let cases: [([usize; 6], bool, Attrs); 6] = [
         ([3, 1, 1, 1, 5, 1], true, Attrs::new()),
@@ -1338,10 +1323,7 @@ fn deconv_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)
             ins.push(random(rng, &[f]));
         }
         check("Deconvolution", attrs.clone(), ins.clone());
-        let arrays = arrays(&rt, &ins);
-        let refs: Vec<&NDArray> = arrays.iter().collect();
-        let out = invoke("Deconvolution", &refs, &attrs, None).expect("cpu deconvolution");
-        let g = random(rng, out[0].shape());
+        let g = random(rng, &cpu_outputs("Deconvolution", &attrs, &ins)[0].0);
         check(
             "_backward_Deconvolution",
             attrs,
@@ -1628,18 +1610,6 @@ fn modes_without_a_gpu_kernel_are_refused_and_unary_gradients_run_there() {
             }
         }
     }
-}
-
-/// Runs `op` on the CPU (the forward pass whose outputs a gradient case reads).
-fn cpu_outputs(op: &str, attrs: &Attrs, ins: &[Input]) -> Vec<Input> {
-    let rt = Runtime::with_engine(EngineKind::Naive);
-    let arrays = arrays(&rt, ins);
-    let refs: Vec<&NDArray> = arrays.iter().collect();
-    invoke(op, &refs, attrs, None)
-        .unwrap_or_else(|e| panic!("{op}: {e}"))
-        .iter()
-        .map(|o| (o.shape().to_vec(), o.to_vec::<f32>().expect("read")))
-        .collect()
 }
 
 /// pick (clipped and wrapped indices, fractional ones, NaN, every axis, kept or not) and its
