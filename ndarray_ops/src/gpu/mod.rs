@@ -22,6 +22,7 @@ pub(crate) mod ops;
 mod ptx_cache;
 mod resample;
 mod rnn;
+mod roi;
 mod sort;
 #[cfg(test)]
 mod tests;
@@ -90,6 +91,10 @@ pub(crate) const KERNEL_NAMES: &[&str] = &[
     "resample",
     "blocks",
     "cross_entropy",
+    "roi_pool",
+    "roi_pool_bwd",
+    "roi_align",
+    "roi_align_bwd",
 ];
 
 /// A counting sort, for the tables of gradient kernels that gather instead of scattering: item

@@ -28,6 +28,9 @@ pub(crate) fn kernel_for(def: &OpDef) -> Option<GpuKernel> {
         "pick" | "_backward_pick" | "batch_take" => pick,
         "softmax_cross_entropy" | "_backward_softmax_cross_entropy" => cross_entropy,
         "gather_nd" | "scatter_nd" | "_backward_gather_nd" => super::gather_nd::gather_nd,
+        "ROIPooling" | "_backward_ROIPooling" | "_contrib_ROIAlign" | "_backward_ROIAlign" => {
+            super::roi::roi
+        }
         "_arange" => arange,
         "topk" | "sort" | "argsort" | "_backward_topk" => super::sort::sort,
         "Crop"

@@ -476,6 +476,7 @@ fn every_gpu_op_matches_its_cpu_kernel() {
     index_cases(rng, &mut check);
     sort_cases(rng, &mut check);
     resample_cases(rng, &mut check);
+    roi_cases(rng, &mut check);
 
     let unused: Vec<_> = KERNEL_NAMES
         .iter()
@@ -840,12 +841,11 @@ fn the_model_ops_all_have_gpu_kernels() {
         );
     }
     let none = Attrs::new();
-    let roi = gpu_check(
-        lookup("ROIPooling").expect("registered"),
-        &none,
-        [DType::F32],
-    );
-    assert_eq!(roi.err().as_deref(), Some("ROIPooling has no GPU kernel"));
+    let without: Vec<_> = crate::ops::op_names()
+        .into_iter()
+        .filter(|op| kernel_for(lookup(op).expect("registered")).is_none())
+        .collect();
+    assert!(without.is_empty(), "ops without a GPU kernel: {without:?}");
     let prelu = Attrs::new().with("act_type", "prelu");
     let leaky = gpu_check(
         lookup("LeakyReLU").expect("registered"),
@@ -1874,6 +1874,26 @@ fn indices_the_cpu_refuses_are_refused_on_the_gpu_with_its_message() {
             vec![random(&mut rng, &[1]), random(&mut rng, &[2, 3]), labels],
             no_class,
         ),
+        (
+            "ROIPooling",
+            roi_pool_attrs(1.0),
+            vec![
+                random(&mut rng, &[2, 1, 4, 4]),
+                (vec![1, 5], vec![2.0, 0.0, 0.0, 1.0, 1.0]),
+            ],
+            "region 0 names image 2, outside the batch of 2",
+        ),
+        (
+            "_contrib_ROIAlign",
+            Attrs::new()
+                .with("pooled_size", "(2, 2)")
+                .with("spatial_scale", 1.0),
+            vec![
+                random(&mut rng, &[2, 1, 4, 4]),
+                (vec![1, 5], vec![0.5, 0.0, 0.0, 1.0, 1.0]),
+            ],
+            "region 0 names image 0.5, outside the batch of 2",
+        ),
     ];
     for (op, attrs, inputs, want) in cases {
         let ins = arrays(&rt, &inputs);
@@ -1911,4 +1931,57 @@ fn cpu_shapes(op: &str, attrs: &Attrs, inputs: &[Input]) -> Vec<Vec<usize>> {
     (lookup(op).expect("registered").infer)(op, attrs, &shapes, &dtypes)
         .expect("shapes infer")
         .0
+}
+
+fn roi_pool_attrs(scale: f64) -> Attrs {
+    Attrs::new()
+        .with("pooled_size", "(3, 2)")
+        .with("spatial_scale", scale)
+}
+
+/// ROIPooling (two scales; regions inside, across the border, past the map; ties for the
+/// maximum) and ROIAlign (fixed and adaptive sampling, `aligned`, position-sensitive), each
+/// forward and through its gradient node.
+fn roi_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)) {
+    let rois = (
+        vec![5, 5],
+        vec![
+            0.0, 0.0, 0.0, 6.0, 5.0, //
+            1.0, 2.0, 1.0, 4.0, 7.0, //
+            0.0, -3.0, -2.0, 1.0, 1.0, //
+            1.0, 5.0, 6.0, 40.0, 40.0, //
+            1.0, 1.5, 2.5, 5.5, 3.0,
+        ],
+    );
+    let (shape, mut v) = random(rng, &[2, 3, 8, 7]);
+    for v in v.iter_mut() {
+        *v = (*v * 3.0).round();
+    }
+    let data = (shape, v);
+    for scale in [1.0, 0.5] {
+        let attrs = roi_pool_attrs(scale);
+        let ins = vec![data.clone(), rois.clone()];
+        check("ROIPooling", attrs.clone(), ins.clone());
+        let outs = cpu_outputs("ROIPooling", &attrs, &ins);
+        let g = random(rng, &outs[0].0);
+        let grad_ins = vec![g, rois.clone(), outs[1].clone(), data.clone()];
+        check("_backward_ROIPooling", attrs, grad_ins);
+    }
+    let align = |pooled: &str, scale: f64| {
+        Attrs::new()
+            .with("pooled_size", pooled)
+            .with("spatial_scale", scale)
+    };
+    let cases = [
+        (align("(2, 3)", 0.5).with("sample_ratio", 2), 3),
+        (align("(3, 2)", 1.0).with("aligned", true), 3),
+        (align("(2, 2)", 0.7).with("position_sensitive", true), 8),
+    ];
+    for (attrs, channels) in cases {
+        let ins = vec![random(rng, &[2, channels, 6, 5]), rois.clone()];
+        check("_contrib_ROIAlign", attrs.clone(), ins.clone());
+        let out = &cpu_outputs("_contrib_ROIAlign", &attrs, &ins)[0];
+        let grad_ins = vec![random(rng, &out.0), rois.clone(), ins[0].clone()];
+        check("_backward_ROIAlign", attrs, grad_ins);
+    }
 }

@@ -48,6 +48,7 @@ pub(crate) use {
     nn::transpose_axes,
     norm::{eps as norm_eps, layout as norm_layout, Scale},
     reduce::axes_of as reduced_axes,
+    roi::{align_plan, pooling_windows},
     shape::{axis_attr, split_params, take_layout, take_row},
     stochastic::{bn_axis, bn_eps_momentum, dropout_active, dropout_p, random_params},
     vision::{plane_taps, PlaneTaps},

@@ -199,6 +199,31 @@ fn roi_pooling_backward_kernel(
     Ok(())
 }
 
+/// ROIPooling as the GPU runs it, from the regions' values (read back from the device and
+/// checked here as the CPU kernel checks them): each region's image, and per (region, cell) its
+/// window `[row start, row end, column start, column end]` on the feature map.
+#[cfg(any(feature = "cuda", test))]
+pub(crate) fn pooling_windows(
+    op: &str,
+    attrs: &Attrs,
+    rois: &[f64],
+    x: &[usize],
+) -> std::result::Result<(Vec<usize>, Vec<[usize; 4]>), String> {
+    let (pooled, scale) = roi_params(op, attrs).map_err(|e| e.to_string())?;
+    let (mut images, mut windows) = (Vec::new(), Vec::new());
+    for r in 0..rois.len() / 5 {
+        let reg = Region::read(rois, r, scale, x[0], pooled)?;
+        images.push(reg.image);
+        for a in 0..pooled.0 {
+            for b in 0..pooled.1 {
+                let (rows, cols) = reg.window(a, b, x[2], x[3]);
+                windows.push([rows.start, rows.end, cols.start, cols.end]);
+            }
+        }
+    }
+    Ok((images, windows))
+}
+
 fn infer_roi_pooling_backward(_: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     Ok((vec![s[3].clone()], vec![d[0]]))
 }
@@ -259,7 +284,7 @@ fn infer_roi_align(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> In
 }
 
 /// Per cell of a region, the pixels it reads (offsets in a plane) and their weights.
-type CellTaps = Vec<Vec<(usize, f64)>>;
+pub(crate) type CellTaps = Vec<Vec<(usize, f64)>>;
 
 /// Per cell of region `v` (`(image, x1, y1, x2, y2)`), the pixels its samples read and their
 /// weights (each sample's bilinear weights over the cell's sample count), as MXNet's ROIAlign
@@ -347,6 +372,33 @@ fn align_channel(p: &Align, c: usize, k: usize) -> usize {
         true => c * p.pooled.0 * p.pooled.1 + k,
         false => c,
     }
+}
+
+/// ROIAlign as the GPU runs it.
+#[cfg(any(feature = "cuda", test))]
+pub(crate) struct AlignPlan {
+    /// Cells per region.
+    pub(crate) cells: usize,
+    pub(crate) position_sensitive: bool,
+    /// Each region's image and its cells' taps.
+    pub(crate) regions: Vec<(usize, CellTaps)>,
+}
+
+/// The plan of ROIAlign from the regions' values (read back from the device and checked here as
+/// the CPU kernel checks them) over data of shape `x`.
+#[cfg(any(feature = "cuda", test))]
+pub(crate) fn align_plan(
+    op: &str,
+    attrs: &Attrs,
+    rois: &[f64],
+    x: &[usize],
+) -> std::result::Result<AlignPlan, String> {
+    let p = align_params(op, attrs).map_err(|e| e.to_string())?;
+    Ok(AlignPlan {
+        cells: p.pooled.0 * p.pooled.1,
+        position_sensitive: p.position_sensitive,
+        regions: align_regions(op, &p, rois, rois.len() / 5, x)?,
+    })
 }
 
 fn roi_align_kernel(
