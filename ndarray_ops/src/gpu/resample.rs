@@ -66,7 +66,7 @@ fn sums(
 }
 
 /// `[row starts..., offsets..., weights' bits...]`, as `resample` reads it.
-fn table(p: &PlaneTaps) -> Vec<i64> {
+pub(super) fn table(p: &PlaneTaps) -> Vec<i64> {
     let mut t: Vec<i64> = p.starts.iter().map(|&k| k as i64).collect();
     t.extend(p.taps.iter().map(|&(i, _)| i as i64));
     t.extend(p.taps.iter().map(|&(_, w)| w.to_bits() as i64));
@@ -75,7 +75,7 @@ fn table(p: &PlaneTaps) -> Vec<i64> {
 
 /// The transpose of `p` (`inputs` rows): each input's (output, weight) entries in the order of
 /// the outputs, and of the taps within one output — the CPU gradient's order of adds.
-fn transpose(p: &PlaneTaps, inputs: usize) -> PlaneTaps {
+pub(super) fn transpose(p: &PlaneTaps, inputs: usize) -> PlaneTaps {
     // Which output each tap belongs to.
     let owner: Vec<usize> = (0..p.starts.len() - 1)
         .flat_map(|o| std::iter::repeat_n(o, p.starts[o + 1] - p.starts[o]))

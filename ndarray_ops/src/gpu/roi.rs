@@ -7,8 +7,9 @@
 //! its pixel — built on the host by the same counting sort as the other gradient tables — so no
 //! atomics and the CPU's sums.
 
+use super::resample::{table, transpose};
 use super::{buckets, KArgs, Stream};
-use crate::ops::{align_plan, pooling_windows, Attrs, TensorRef};
+use crate::ops::{align_plan, pooling_windows, Attrs, PlaneTaps, TensorRef};
 
 type KResult = Result<(), String>;
 
@@ -116,54 +117,49 @@ fn align(
     if n == 0 {
         return Ok(());
     }
+    // Row `r * cells + k` of the matrix: cell k of region r's taps, offsets in its image's
+    // planes.
+    let mut local = PlaneTaps {
+        starts: vec![0],
+        taps: Vec::new(),
+    };
+    for (_, taps) in &regions {
+        for cell in taps {
+            local.taps.extend_from_slice(cell);
+            local.starts.push(local.taps.len());
+        }
+    }
     if !backward {
         let y = &outs[0];
-        let mut starts = vec![0i64];
-        let (mut at, mut weights) = (Vec::new(), Vec::new());
-        for (_, taps) in &regions {
-            for cell in taps {
-                at.extend(cell.iter().map(|&(i, _)| i as i64));
-                weights.extend(cell.iter().map(|&(_, w)| w.to_bits() as i64));
-                starts.push(at.len() as i64);
-            }
-        }
-        let rows = starts.len() - 1;
-        let mut table = starts;
-        table.extend(at);
-        table.extend(weights);
+        let mut table = table(&local);
         table.extend(regions.iter().map(|&(image, _)| image as i64));
         let a = layout(n, y, x)
             .t(0, y)
             .t(1, data)
             .p(2, s.upload(&table)?.cast())
             .i(5, usize::from(sensitive))
-            .i(6, rows);
+            .i(6, local.starts.len() - 1);
         return s.launch("roi_align", n, &a);
     }
-    // Every tap as (image * hw + pixel, region * cells + cell, weight), in the CPU's order.
+    // The gradient reads the transpose, its columns every image's pixels: per (image, pixel),
+    // the rows reading it and their weights in row order — the CPU's order of adds.
     let hw = x[2] * x[3];
-    let taps: Vec<(usize, usize, f64)> = regions
-        .iter()
-        .enumerate()
-        .flat_map(|(r, (image, cell_taps))| {
-            cell_taps.iter().enumerate().flat_map(move |(k, cell)| {
-                cell.iter()
-                    .map(move |&(i, w)| (image * hw + i, r * cells + k, w))
-            })
-        })
-        .collect();
+    let mut global = local;
+    for (row, w) in global.starts.windows(2).enumerate() {
+        let image = regions[row / cells.max(1)].0;
+        for tap in &mut global.taps[w[0]..w[1]] {
+            tap.0 += image * hw;
+        }
+    }
     let lists = x[0] * hw;
-    let (starts, list) = buckets(taps.iter().map(|&(key, _, _)| Some(key)), lists);
-    let mut table: Vec<i64> = starts.iter().map(|&k| k as i64).collect();
-    table.extend(list.iter().map(|&e| taps[e].1 as i64));
-    table.extend(list.iter().map(|&e| taps[e].2.to_bits() as i64));
+    let readers = transpose(&global, lists);
     let g = &ins[0];
     let a = layout(n, g, x)
         .t(0, &outs[0])
         .t(1, g)
-        .p(2, s.upload(&table)?.cast())
+        .p(2, s.upload(&table(&readers))?.cast())
         .i(5, usize::from(sensitive))
         .i(6, lists)
-        .i(7, list.len());
+        .i(7, readers.taps.len());
     s.launch("roi_align_bwd", n, &a)
 }
