@@ -313,16 +313,15 @@ fn copies_round_trip_and_arrays_fill_on_the_gpu() {
     assert_eq!(z.to_vec::<f32>().unwrap(), vec![2.5; 15]);
     let sum = ndarray_ops::invoke("elemwise_add", &[&z, &z], &Attrs::new(), None).unwrap();
     assert_eq!(sum[0].to_vec::<f32>().unwrap(), vec![5.0; 15]);
-    // A mode without a GPU kernel is refused at the call, clearly.
-    let planes = rt
-        .full(&[1, 1, 4, 4], 1.0, ndarray_ops::DType::F32, gpu)
-        .unwrap();
-    let slopes = rt.full(&[1], 0.25, ndarray_ops::DType::F32, gpu).unwrap();
-    let prelu = Attrs::new().with("act_type", "prelu");
-    let err = ndarray_ops::invoke("LeakyReLU", &[&planes, &slopes], &prelu, None)
+    // What the GPU kernels do not take is refused at the call, clearly.
+    let wide = rt.full(&[5, 3], 2.5, ndarray_ops::DType::F64, gpu).unwrap();
+    let err = ndarray_ops::invoke("elemwise_add", &[&wide, &wide], &Attrs::new(), None)
         .unwrap_err()
         .to_string();
-    assert!(err.contains("act_type prelu has no GPU kernel"), "{err}");
+    assert!(
+        err.contains("GPU kernels take float32 arrays, got float64"),
+        "{err}"
+    );
 }
 
 /// Three data-parallel steps of the MLP over `contexts` from seeded weights; the final weights.

@@ -809,14 +809,49 @@ __device__ inline double leaky(i64 kind, double x, double slope, int grad) {
     return grad ? slope : slope * x;
 }
 
-// p0 = leaky(p1).
+// The slope at element t: f0, or prelu's gamma p3 (i2 entries: one for all, one per channel of
+// an (outer, i3 channels, i4 inner) layout, or one per element), as the CPU's GammaIndex.
+__device__ inline double slope_at(const KArgs& a, i64 t) {
+    if (!a.p[3]) return a.f[0];
+    i64 len = a.i[2], r;
+    if (len == 1) return a.p[3][0];
+    if (len == a.i[3]) return a.p[3][split(a, 4, t, &r) % len];
+    return a.p[3][t];
+}
+
+// p0 = leaky(p1); prelu is kind 0 with the slope from gamma.
 KERNEL void leaky_fwd(KArgs a) {
-    FOR_EACH(t, a.i[0]) a.p[0][t] = (float)leaky(a.i[1], a.p[1][t], a.f[0], 0);
+    FOR_EACH(t, a.i[0]) a.p[0][t] = (float)leaky(a.i[1], a.p[1][t], slope_at(a, t), 0);
 }
 
 // p0 = p1 (the output's gradient) * leaky'(p2 = the data).
 KERNEL void leaky_bwd(KArgs a) {
-    FOR_EACH(t, a.i[0]) a.p[0][t] = (float)(a.p[1][t] * leaky(a.i[1], a.p[2][t], a.f[0], 1));
+    FOR_EACH(t, a.i[0]) a.p[0][t] = (float)(a.p[1][t] * leaky(a.i[1], a.p[2][t], slope_at(a, t), 1));
+}
+
+// prelu's gamma gradient, one index per gamma entry (i0 = i2 of them, layout as slope_at over
+// i5 data elements): the sum, in double and in element order as the CPU, of p1 (the output's
+// gradient) times p2 (the data) over the entry's elements where the data is not positive.
+KERNEL void prelu_gamma_bwd(KArgs a) {
+    i64 len = a.i[2], channels = a.i[3], inner = a.i[4], n = a.i[5];
+    FOR_EACH(t, a.i[0]) {
+        double acc = 0.0;
+        // The entry's elements: all of them, a channel's (strided blocks of inner), or one.
+        i64 first = 0, end = n, block = n, stride = n;
+        if (len != 1 && len == channels) {
+            first = t * inner;
+            block = inner;
+            stride = channels * inner;
+        } else if (len != 1) {
+            first = t;
+            end = t + 1;
+            block = 1;
+        }
+        for (i64 base = first; base < end; base += stride)
+            for (i64 i = base; i < base + block; i++)
+                if (a.p[2][i] <= 0.0f) acc += (double)a.p[1][i] * (double)a.p[2][i];
+        a.p[0][t] = (float)acc;
+    }
 }
 
 // Fused RNN (ops/rnn.rs): one step of one layer in one direction, one index per (sample n,

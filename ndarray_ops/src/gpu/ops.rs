@@ -129,9 +129,6 @@ pub(crate) fn check(
 /// What a GPU kernel leaves to the CPU among the modes its op's attributes select.
 fn unsupported(op: &str, attrs: &Attrs) -> Result<Option<&'static str>, String> {
     Ok(match op {
-        "LeakyReLU" | "_backward_LeakyReLU" if leaky_code(op, attrs)?.is_none() => {
-            Some("act_type prelu has no GPU kernel")
-        }
         "RNN" | "_backward_RNN" => {
             let r = crate::ops::rnn::Rnn::parse(op, attrs).map_err(e2s)?;
             match (r.seq_len, r.drops()) {
@@ -2307,20 +2304,21 @@ fn sequence(
     s.launch("sequence", n, &a)
 }
 
-/// The `leaky_fwd` kernel's code and slope for LeakyReLU's `act_type`; `None` for prelu (no
-/// GPU kernel: its slope is an input with a gradient of its own).
-fn leaky_code(op: &str, attrs: &Attrs) -> Result<Option<(usize, f64)>, String> {
+/// The `leaky_fwd` kernel's code and slope for LeakyReLU's `act_type` (prelu: leaky, its slopes
+/// read from gamma).
+fn leaky_code(op: &str, attrs: &Attrs) -> Result<(usize, f64), String> {
     use crate::ops::LeakyAct;
     Ok(match LeakyAct::of(op, attrs).map_err(e2s)? {
-        LeakyAct::Leaky(slope) => Some((0, slope)),
-        LeakyAct::Elu(slope) => Some((1, slope)),
-        LeakyAct::Selu => Some((2, 0.0)),
-        LeakyAct::Gelu => Some((3, 0.0)),
-        LeakyAct::Prelu => None,
+        LeakyAct::Leaky(slope) => (0, slope),
+        LeakyAct::Elu(slope) => (1, slope),
+        LeakyAct::Selu => (2, 0.0),
+        LeakyAct::Gelu => (3, 0.0),
+        LeakyAct::Prelu => (0, 0.0),
     })
 }
 
-/// LeakyReLU (`data -> out`) and its backward op (`(output gradient, data) -> data gradient`).
+/// LeakyReLU (`data[, gamma] -> out`) and its backward op (`(output gradient, data[, gamma]) ->
+/// data gradient[, gamma gradient]`; gamma: prelu's slopes).
 fn leaky_relu(
     op: &str,
     attrs: &Attrs,
@@ -2328,16 +2326,28 @@ fn leaky_relu(
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
-    let (code, slope) =
-        leaky_code(op, attrs)?.ok_or_else(|| format!("{op}: act_type prelu has no GPU kernel"))?;
+    let (code, slope) = leaky_code(op, attrs)?;
     let n = outs[0].len();
-    let a = KArgs::new(n)
+    let forward = op == "LeakyReLU";
+    let data = if forward { &ins[0] } else { &ins[1] };
+    let mut a = KArgs::new(n)
         .t(0, &outs[0])
         .t(1, &ins[0])
         .i(1, code)
         .f(0, slope);
-    match op {
-        "LeakyReLU" => s.launch("leaky_fwd", n, &a),
-        _ => s.launch("leaky_bwd", n, &a.t(2, &ins[1])),
+    // prelu's gamma (the input after the data), laid out as the CPU's GammaIndex reads it.
+    if let Some(gamma) = ins.get(if forward { 1 } else { 2 }) {
+        let channels = data.shape.get(1).copied().unwrap_or(1);
+        let inner: usize = data.shape.iter().skip(2).product();
+        a = a.t(3, gamma).i(2, gamma.len()).i(3, channels).i(4, inner);
+        if let Some(dgamma) = outs.get(1) {
+            // Before the data's gradient, which may be written over the output's gradient.
+            let g = a.t(0, dgamma).t(1, &ins[0]).t(2, data).i(5, n);
+            s.launch("prelu_gamma_bwd", gamma.len(), &g.i(0, gamma.len()))?;
+        }
+    }
+    match forward {
+        true => s.launch("leaky_fwd", n, &a),
+        false => s.launch("leaky_bwd", n, &a.t(2, data)),
     }
 }

@@ -487,7 +487,7 @@ fn every_gpu_op_matches_its_cpu_kernel() {
 
 /// The ops of a transformer block and the other layers with GPU kernels beyond ResNet's:
 /// softmax over any axis, the grouped normalizations, transpose, batch_dot, split / concat,
-/// LeakyReLU, and Dropout where it copies (its masks are checked in
+/// LeakyReLU (prelu too), and Dropout where it copies (its masks are checked in
 /// `dropout_masks_hold_the_cpus_values_at_the_rate_asked`).
 fn transformer_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)) {
     let x = random(rng, &[3, 4, 5]);
@@ -605,6 +605,19 @@ fn transformer_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<In
             attrs,
             vec![random(rng, &[4, 6]), data],
         );
+    }
+    // prelu's slopes per channel, one for all, per element; its gradient gives gamma's too.
+    let prelu = Attrs::new().with("act_type", "prelu");
+    for gamma in [vec![3], vec![1], vec![2, 3, 4, 5]] {
+        let data = random(rng, &[2, 3, 4, 5]);
+        let gamma = random(rng, &gamma);
+        check(
+            "LeakyReLU",
+            prelu.clone(),
+            vec![data.clone(), gamma.clone()],
+        );
+        let g = random(rng, &[2, 3, 4, 5]);
+        check("_backward_LeakyReLU", prelu.clone(), vec![g, data, gamma]);
     }
 }
 
@@ -749,16 +762,18 @@ fn dropout_masks_hold_the_cpus_values_at_the_rate_asked() {
 fn check_in_place(op: &str, attrs: &Attrs, inputs: &[Input]) {
     let lib = kernels().expect("a C++ compiler builds kernels.cu");
     let rt = Runtime::with_engine(EngineKind::Naive);
-    let cpu_in = arrays(&rt, inputs);
-    let refs: Vec<&NDArray> = cpu_in.iter().collect();
-    let want = invoke(op, &refs, attrs, None).expect("cpu")[0]
-        .to_vec::<f32>()
-        .expect("read");
+    let want = cpu_outputs(op, attrs, inputs);
     let gpu_in = arrays(&rt, inputs);
+    // Outputs after the first in fresh memory.
+    let rest: Vec<NDArray> = want[1..]
+        .iter()
+        .map(|(s, _)| rt.empty(s, DType::F32, Context::cpu(0)).expect("output"))
+        .collect();
     rt.wait_all().expect("ready");
     let def = lookup(op).expect("registered");
     let mut ins: Vec<_> = gpu_in.iter().map(NDArray::tensor).collect();
-    let outs = vec![ins[0].clone()];
+    let mut outs = vec![ins[0].clone()];
+    outs.extend(rest.iter().map(NDArray::tensor));
     let kernel = kernel_for(def).expect("gpu kernel");
     run(
         def.name,
@@ -770,7 +785,16 @@ fn check_in_place(op: &str, attrs: &Attrs, inputs: &[Input]) {
         &HostStream::new(lib),
     )
     .expect("run");
-    close(op, &gpu_in[0].to_vec::<f32>().expect("read"), &want, 1e-5);
+    close(
+        op,
+        &gpu_in[0].to_vec::<f32>().expect("read"),
+        &want[0].1,
+        1e-5,
+    );
+    for (k, (got, (_, want))) in rest.iter().zip(&want[1..]).enumerate() {
+        let what = format!("{op} output {}", k + 1);
+        close(&what, &got.to_vec::<f32>().expect("read"), want, 1e-5);
+    }
 }
 
 #[test]
@@ -786,6 +810,16 @@ fn outputs_in_an_inputs_memory_give_the_same_result() {
         "add_n",
         &Attrs::new(),
         &(0..12).map(|_| random(rng, &[3, 4])).collect::<Vec<_>>(),
+    );
+    // prelu's gradient over its output's gradient: gamma's gradient reads it first.
+    check_in_place(
+        "_backward_LeakyReLU",
+        &Attrs::new().with("act_type", "prelu"),
+        &[
+            random(rng, &[2, 3, 4]),
+            random(rng, &[2, 3, 4]),
+            random(rng, &[3]),
+        ],
     );
     // A kernel that does not (rows are read after they are written): its input is moved aside.
     check_in_place(
@@ -846,16 +880,6 @@ fn the_model_ops_all_have_gpu_kernels() {
         .filter(|op| kernel_for(lookup(op).expect("registered")).is_none())
         .collect();
     assert!(without.is_empty(), "ops without a GPU kernel: {without:?}");
-    let prelu = Attrs::new().with("act_type", "prelu");
-    let leaky = gpu_check(
-        lookup("LeakyReLU").expect("registered"),
-        &prelu,
-        [DType::F32; 3],
-    );
-    assert_eq!(
-        leaky.err().as_deref(),
-        Some("LeakyReLU: act_type prelu has no GPU kernel")
-    );
     // Dropout between an RNN's layers: refused in training (no GPU masks), fine at inference.
     let rnn = Attrs::new()
         .with("mode", "lstm")
