@@ -314,7 +314,10 @@ fn copies_round_trip_and_arrays_fill_on_the_gpu() {
     let sum = ndarray_ops::invoke("elemwise_add", &[&z, &z], &Attrs::new(), None).unwrap();
     assert_eq!(sum[0].to_vec::<f32>().unwrap(), vec![5.0; 15]);
     // What the GPU kernels do not take is refused at the call, clearly.
-    let wide = rt.full(&[5, 3], 2.5, ndarray_ops::DType::F64, gpu).unwrap();
+    let f64 = ndarray_ops::DType::F64;
+    let fill = rt.full(&[5, 3], 2.5, f64, gpu).unwrap_err().to_string();
+    assert!(fill.contains("float32 (the GPU kernels' type)"), "{fill}");
+    let wide = rt.empty(&[5, 3], f64, gpu).unwrap();
     let err = ndarray_ops::invoke("elemwise_add", &[&wide, &wide], &Attrs::new(), None)
         .unwrap_err()
         .to_string();
