@@ -69,7 +69,8 @@ impl FullGraph {
     /// whose last inputs are the forward node's inputs, with the same attributes, when exactly
     /// one forward node answers that (twins with the same inputs draw different dropout masks,
     /// so an ambiguous backward node keeps nothing and recomputes, or refuses with dropout).
-    /// Only with gradients and when both nodes run on a CPU; any other node gets none.
+    /// Only with gradients and when both nodes run on the same device; any other node gets
+    /// none.
     pub(super) fn kept_states(&self, rt: &Runtime) -> Vec<Option<OpState>> {
         let g = &self.inferred.graph;
         let mut states: Vec<Option<OpState>> = vec![None; g.nodes.len()];
@@ -93,7 +94,7 @@ impl FullGraph {
             let (Some(i), None) = (pairs.next(), pairs.next()) else {
                 continue;
             };
-            if !(self.devices[i].is_cpu() && self.devices[j].is_cpu()) {
+            if self.devices[i] != self.devices[j] {
                 continue;
             }
             let state = states[i]

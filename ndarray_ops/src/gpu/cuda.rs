@@ -27,9 +27,9 @@ use rand::Rng;
 use storage::{Context, Handle, StorageManager};
 
 use super::ops::{fill_with, run, GpuKernel, SEED};
-use super::{ptx_cache, ConvCall, Gemm, KArgs, Stream, KERNELS, KERNEL_NAMES};
-use crate::ops::{Attrs, TensorRef};
-use crate::resources::DeviceResources;
+use super::{ptx_cache, ConvCall, DeviceBlock, Gemm, KArgs, Stream, KERNELS, KERNEL_NAMES};
+use crate::ops::{Attrs, OpDef, TensorRef};
+use crate::resources::{DeviceResources, StateSlot};
 
 // SAFETY: `KArgs` is `repr(C)`, plain data, laid out as the kernels' `struct KArgs`.
 unsafe impl DeviceRepr for KArgs {}
@@ -212,6 +212,12 @@ fn driver_error(what: &str, e: impl std::fmt::Debug) -> String {
     format!("{what}: {e:?}")
 }
 
+impl DeviceBlock for Handle {
+    fn ptr(&self) -> *mut u8 {
+        self.as_ptr()
+    }
+}
+
 impl Stream for DeviceStream<'_> {
     fn launch(&self, kernel: &'static str, threads: usize, args: &KArgs) -> Result<(), String> {
         if threads == 0 {
@@ -331,6 +337,14 @@ impl Stream for DeviceStream<'_> {
         Ok(host)
     }
 
+    fn lasting(&self, bytes: usize) -> Result<Box<dyn DeviceBlock>, String> {
+        let h = self
+            .pool
+            .alloc(bytes.max(1))
+            .map_err(|e| format!("GPU memory kept for a backward node: {e}"))?;
+        Ok(Box::new(h))
+    }
+
     fn upload(&self, table: &[i64]) -> Result<*mut u8, String> {
         let bytes = std::mem::size_of_val(table);
         let p = self.scratch(bytes)?;
@@ -377,25 +391,37 @@ pub(crate) fn run_on_device(
     Ok(())
 }
 
-/// The engine op running GPU kernel `kernel` of op `name` on `ctx`'s workers.
+/// The engine op running `def`'s GPU kernel `kernel` on `ctx`'s workers; `state` is the bound
+/// node's kept state, if it has one.
 pub(crate) fn kernel_op<'a>(
-    name: &'static str,
+    def: &'static OpDef,
     kernel: GpuKernel,
-    alias_safe: bool,
     attrs: Attrs,
     mut tensors: crate::ops::Tensors,
     pool: StorageManager,
     rng: Option<Arc<DeviceResources>>,
+    state: Option<Arc<parking_lot::Mutex<StateSlot>>>,
 ) -> Op<'a> {
-    Op::sync(name, move |rctx| {
+    Op::sync(def.name, move |rctx| {
         // The engine orders this op's draw after earlier ones: it writes the generator's var.
         let seeded = rng
             .as_ref()
             .map(|r| attrs.clone().with(SEED, r.rng.lock().gen::<u64>()));
         let attrs = seeded.as_ref().unwrap_or(&attrs);
+        // Never contended: the engine orders the state's users by its var.
+        let mut kept = state.as_ref().map(|s| s.lock());
         run_on_device(rctx, &pool, |s| {
             let (ins, outs) = tensors.split();
-            run(name, kernel, alias_safe, attrs, ins, outs, s)
+            run(
+                def.name,
+                kernel,
+                def.alias_safe,
+                attrs,
+                ins,
+                outs,
+                s,
+                kept.as_deref_mut(),
+            )
         })
         .map_err(Into::into)
     })

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
-use super::{Gemm, KArgs, Stream, KERNELS, KERNEL_NAMES};
+use super::{DeviceBlock, Gemm, KArgs, Stream, KERNELS, KERNEL_NAMES};
 
 /// The compiled kernels, or why there are none (no C++ compiler here).
 pub(super) fn kernels() -> Result<&'static libloading::Library, String> {
@@ -108,12 +108,33 @@ impl Stream for HostStream {
         Ok(unsafe { t.slice::<f32>() }.to_vec())
     }
 
+    fn lasting(&self, bytes: usize) -> Result<Box<dyn DeviceBlock>, String> {
+        let mut block = vec![u64::MAX; bytes.div_ceil(8).max(1)];
+        let ptr = block.as_mut_ptr().cast();
+        Ok(Box::new(HostBlock { ptr, _block: block }))
+    }
+
     fn upload(&self, table: &[i64]) -> Result<*mut u8, String> {
         let bytes = std::mem::size_of_val(table);
         let ptr = self.scratch(bytes)?;
         // SAFETY: fresh scratch of `bytes`, not overlapping the table.
         unsafe { std::ptr::copy_nonoverlapping(table.as_ptr().cast(), ptr, bytes) };
         Ok(ptr)
+    }
+}
+
+/// Host memory standing for a lasting device block (filled with a NaN pattern, as scratch is).
+struct HostBlock {
+    ptr: *mut u8,
+    _block: Vec<u64>,
+}
+
+// SAFETY: the block owns its buffer (moving the Vec leaves the buffer where `ptr` points).
+unsafe impl Send for HostBlock {}
+
+impl DeviceBlock for HostBlock {
+    fn ptr(&self) -> *mut u8 {
+        self.ptr
     }
 }
 

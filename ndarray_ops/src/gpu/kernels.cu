@@ -29,7 +29,7 @@ typedef long long i64;
 
 // m[k] is i[k]'s divider for split(), set by the host with every integer.
 struct KArgs {
-    float* p[8];
+    float* p[12];
     i64 i[16];
     float f[8];
     unsigned long long m[16];
@@ -865,12 +865,18 @@ __device__ inline i64 rnn_extra(i64 mode, i64 h) { return mode == 2 ? 2 * h : (m
 // Forward: p0 the step's gates (N x GH; the input projection in, the activated gates out), p1
 // the hidden projection (N x GH, no bias), p2 and p3 the input and hidden biases (GH), p4 the
 // state (rows i3 apart), updated, p5 the cell (N x H, LSTM), updated, p6 the step's extra values
-// (N x ew), p7 the step's output (rows i4 apart).
+// (N x ew), p7 the step's output (rows i4 apart). With per-sample lengths (p8, i64, else null),
+// a sample whose sequence ended before the step's time i5 outputs 0 and keeps its state.
 KERNEL void rnn_step_fwd(KArgs a) {
     i64 hs = a.i[1], mode = a.i[2];
     i64 gh = rnn_gates(mode) * hs, ew = rnn_extra(mode, hs);
+    const i64* lens = (const i64*)a.p[8];
     FOR_EACH(t, a.i[0]) {
         i64 j, n = split(a, 1, t, &j);
+        if (lens && a.i[5] >= lens[n]) {
+            a.p[7][n * a.i[4] + j] = 0.0f;
+            continue;
+        }
         float* g = a.p[0] + n * gh;
         const float* hp = a.p[1] + n * gh;
         float* h = a.p[4] + n * a.i[3] + j;
@@ -907,15 +913,28 @@ KERNEL void rnn_step_fwd(KArgs a) {
 // projection's, which differ only in GRU's candidate), p1 the step's gates, p2 the step's extra
 // values, p3 the carried state gradient (N x H) in, its part that bypasses the hidden
 // projection (GRU: z dh, else 0) out, p4 the carried cell gradient (N x H, LSTM), updated, p5
-// the step's output gradient (rows i3 apart), p6 the state before the step (rows i4 apart), p7
-// the cell before the step (rows i5 apart).
+// the step's output gradient (rows i3 apart), p6 the state after the step before in the
+// direction's order (rows i4 apart; null at the direction's first step), p7 that step's cell
+// (rows i5 apart), p9 and p10 the initial state and cell (N x H), read where a sample's sequence
+// starts at this step, whose hidden-projection gradient rows also go to p11 (N x GH, for the
+// weight gradient against the initial state). i6 is the step's time, i7 the direction, i8 the
+// steps; p8 the per-sample lengths (i64, or null: every sequence whole). A sample whose sequence
+// ended before this step gets zero gate gradients and carries its state's gradients unchanged.
 KERNEL void rnn_step_bwd(KArgs a) {
-    i64 hs = a.i[1], mode = a.i[2];
-    i64 gh = rnn_gates(mode) * hs, ew = rnn_extra(mode, hs);
+    i64 hs = a.i[1], mode = a.i[2], time = a.i[6];
+    i64 gh = rnn_gates(mode) * hs, ew = rnn_extra(mode, hs), gates = rnn_gates(mode);
+    const i64* lens = (const i64*)a.p[8];
     FOR_EACH(t, a.i[0]) {
         i64 j, n = split(a, 1, t, &j);
         float* dgx = a.p[0] + n * 2 * gh;
         float* dgh = dgx + gh;
+        i64 len = lens ? lens[n] : a.i[8];
+        if (time >= len) {
+            for (i64 k = 0; k < gates; k++) dgx[k * hs + j] = dgh[k * hs + j] = 0.0f;
+            continue;
+        }
+        // The state this sample's step started from: the step before it, or its initial state.
+        int first = a.i[7] == 0 ? time == 0 : time + 1 >= len;
         const float* g = a.p[1] + n * gh;
         float* dhp = a.p[3] + n * hs + j;
         float dh = *dhp + a.p[5][n * a.i[3] + j];
@@ -923,9 +942,10 @@ KERNEL void rnn_step_bwd(KArgs a) {
             float i = g[j], f = g[hs + j], gg = g[2 * hs + j], o = g[3 * hs + j];
             float tc = a.p[2][n * ew + hs + j];
             float* dc = a.p[4] + n * hs + j;
+            const float* c_prev = first ? a.p[10] + n * hs : a.p[7] + n * a.i[5];
             float dct = *dc + dh * o * (1.0f - tc * tc);
             float ds[4] = {dct * gg * i * (1.0f - i),
-                           dct * a.p[7][n * a.i[5] + j] * f * (1.0f - f),
+                           dct * c_prev[j] * f * (1.0f - f),
                            dct * i * (1.0f - gg * gg), dh * tc * o * (1.0f - o)};
             for (int k = 0; k < 4; k++) {
                 dgx[k * hs + j] = ds[k];
@@ -935,8 +955,9 @@ KERNEL void rnn_step_bwd(KArgs a) {
             *dhp = 0.0f;
         } else if (mode == 3) {
             float r = g[j], z = g[hs + j], cand = g[2 * hs + j];
+            const float* h_prev = first ? a.p[9] + n * hs : a.p[6] + n * a.i[4];
             float dn = dh * (1.0f - z) * (1.0f - cand * cand);
-            float dz = dh * (a.p[6][n * a.i[4] + j] - cand) * z * (1.0f - z);
+            float dz = dh * (h_prev[j] - cand) * z * (1.0f - z);
             float dr = dn * a.p[2][n * ew + j] * r * (1.0f - r);
             dgx[j] = dr; dgx[hs + j] = dz; dgx[2 * hs + j] = dn;
             dgh[j] = dr; dgh[hs + j] = dz; dgh[2 * hs + j] = dn * r;
@@ -947,6 +968,9 @@ KERNEL void rnn_step_bwd(KArgs a) {
             dgx[j] = d;
             dgh[j] = d;
             *dhp = 0.0f;
+        }
+        if (first) {
+            for (i64 k = 0; k < gates; k++) a.p[11][n * gh + k * hs + j] = dgh[k * hs + j];
         }
     }
 }

@@ -129,7 +129,7 @@ fn buckets(
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct KArgs {
-    p: [*mut f32; 8],
+    p: [*mut f32; 12],
     i: [i64; 16],
     f: [f32; 8],
     /// `divider(i[k])`, for the kernels' `split`.
@@ -155,7 +155,7 @@ impl KArgs {
     /// Arguments with `i0 = n` (most kernels' element count).
     pub(crate) fn new(n: usize) -> KArgs {
         KArgs {
-            p: [std::ptr::null_mut(); 8],
+            p: [std::ptr::null_mut(); 12],
             i: [0; 16],
             f: [0.0; 8],
             m: [0; 16],
@@ -271,6 +271,12 @@ pub(crate) struct ConvCall {
     pub(crate) out: *mut f32,
 }
 
+/// A block of device memory from [`Stream::lasting`].
+pub(crate) trait DeviceBlock: Send {
+    /// Where the block starts.
+    fn ptr(&self) -> *mut u8;
+}
+
 /// What the op layer runs on: one device queue, in order.
 pub(crate) trait Stream {
     /// Launches `kernel` with enough threads for `threads` loop indices.
@@ -293,6 +299,10 @@ pub(crate) trait Stream {
     /// point: for the ops whose CPU kernels refuse bad indices, which the op layer checks on the
     /// host with the CPU's code — one wait for the device per call.
     fn download(&self, t: &TensorRef) -> Result<Vec<f32>, String>;
+    /// Device memory of at least `bytes` (contents unspecified, 8-byte aligned) that outlives
+    /// the op: what a bound node keeps for its backward node. Freed when dropped; work queued
+    /// on the stream before then may still read it, as it may read an op's scratch.
+    fn lasting(&self, bytes: usize) -> Result<Box<dyn DeviceBlock>, String>;
     /// Runs a convolution pass through a library (cuDNN) where the stream has one; `None`
     /// where it has none, and the op layer uses im2col and GEMMs.
     fn conv(&self, _call: &ConvCall) -> Option<Result<(), String>> {

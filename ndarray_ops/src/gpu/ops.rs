@@ -7,15 +7,38 @@ use crate::ops::conv::{conv_params, pool_params, ConvDims, PoolType};
 use crate::ops::elemwise::broadcast_strides;
 use crate::ops::gather::strides;
 use crate::ops::{fc_dims, Attrs, OpDef, TensorRef, IS_TRAIN};
+use crate::resources::StateSlot;
 use crate::DType;
 
 type KResult = Result<(), String>;
 
 /// A GPU kernel: the op's name, attributes, inputs and outputs (device memory), the stream.
-pub(crate) type GpuKernel = fn(&str, &Attrs, &[TensorRef], &[TensorRef], &dyn Stream) -> KResult;
+type KernelFn = fn(&str, &Attrs, &[TensorRef], &[TensorRef], &dyn Stream) -> KResult;
+
+/// A GPU kernel of an op whose bound nodes keep state (`crate::ops::StateUse`): the same, and
+/// the node's state when the executor gave it one.
+type StatefulFn =
+    fn(&str, &Attrs, &[TensorRef], &[TensorRef], &dyn Stream, Option<&mut StateSlot>) -> KResult;
+
+/// The GPU implementation of an op.
+#[derive(Clone, Copy)]
+pub(crate) enum GpuKernel {
+    /// A function of the inputs alone.
+    Plain(KernelFn),
+    /// One that may keep state from a forward node for its backward node (the fused RNN).
+    Stateful(StatefulFn),
+}
 
 /// The GPU implementation of `def`, if it has one.
 pub(crate) fn kernel_for(def: &OpDef) -> Option<GpuKernel> {
+    match def.name {
+        "RNN" => Some(GpuKernel::Stateful(super::rnn::rnn)),
+        "_backward_RNN" => Some(GpuKernel::Stateful(super::rnn::rnn_backward)),
+        _ => plain_kernel(def).map(GpuKernel::Plain),
+    }
+}
+
+fn plain_kernel(def: &OpDef) -> Option<KernelFn> {
     if def.identity {
         return Some(copy);
     }
@@ -101,22 +124,16 @@ pub(crate) fn kernel_for(def: &OpDef) -> Option<GpuKernel> {
         "broadcast_to" | "broadcast_axis" | "broadcast_like" | "tile" | "repeat" | "reverse"
         | "SwapAxis" | "Pad" | "slice_like" | "slice" | "slice_axis" | "_backward_gather"
         | "_backward_slice" => super::gather::gather,
-        "RNN" => super::rnn::rnn,
-        "_backward_RNN" => super::rnn::rnn_backward,
         _ => return None,
     })
 }
 
-/// The GPU kernel of `def` with these attributes and dtypes, or why there is none.
+/// The GPU kernel of `def` for these dtypes, or why there is none.
 pub(crate) fn check(
     def: &OpDef,
-    attrs: &Attrs,
     dtypes: impl IntoIterator<Item = DType>,
 ) -> Result<GpuKernel, String> {
     let kernel = kernel_for(def).ok_or_else(|| format!("{} has no GPU kernel", def.name))?;
-    if let Some(why) = unsupported(def.name, attrs)? {
-        return Err(format!("{}: {why}", def.name));
-    }
     match dtypes.into_iter().find(|d| *d != DType::F32) {
         Some(d) => Err(format!(
             "{}: GPU kernels take float32 arrays, got {d}",
@@ -126,23 +143,10 @@ pub(crate) fn check(
     }
 }
 
-/// What a GPU kernel leaves to the CPU among the modes its op's attributes select.
-fn unsupported(op: &str, attrs: &Attrs) -> Result<Option<&'static str>, String> {
-    Ok(match op {
-        "RNN" | "_backward_RNN" => {
-            let r = crate::ops::rnn::Rnn::parse(op, attrs).map_err(e2s)?;
-            match (r.seq_len, r.drops()) {
-                (true, _) => Some("use_sequence_length has no GPU kernel"),
-                (_, true) => Some("dropout between layers in training has no GPU kernel"),
-                _ => None,
-            }
-        }
-        _ => None,
-    })
-}
-
 /// Runs a GPU kernel, first moving any input that overlaps an output (unless it is exactly that
-/// output and the kernel handles that) into scratch memory, as the host path does.
+/// output and the kernel handles that) into scratch memory, as the host path does. `state` is
+/// the bound node's kept state, for a stateful kernel.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
     op: &str,
     kernel: GpuKernel,
@@ -151,6 +155,7 @@ pub(crate) fn run(
     ins: &mut [TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
+    state: Option<&mut StateSlot>,
 ) -> KResult {
     for t in ins.iter_mut() {
         let clash = outs
@@ -162,7 +167,10 @@ pub(crate) fn run(
             t.buf.ptr = copy;
         }
     }
-    kernel(op, attrs, ins, outs, s)
+    match kernel {
+        GpuKernel::Plain(f) => f(op, attrs, ins, outs, s),
+        GpuKernel::Stateful(f) => f(op, attrs, ins, outs, s, state),
+    }
 }
 
 pub(super) fn e2s(e: crate::NdError) -> String {
@@ -502,6 +510,27 @@ fn binary(op: &str, _: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn St
     for (d, [dim, sa, sb]) in dims.into_iter().enumerate() {
         k = k.i(3 + d, dim).i(7 + d, sa).i(11 + d, sb);
     }
+    s.launch("binary", n, &k)
+}
+
+/// `out = a * b` over `n` elements (buffers of equal length; `out` may be either).
+pub(super) fn multiply(
+    s: &dyn Stream,
+    out: *mut f32,
+    a: *mut f32,
+    b: *mut f32,
+    n: usize,
+) -> KResult {
+    let code = binary_code("elemwise_mul").ok_or("no binary kernel for elemwise_mul")?;
+    let k = KArgs::new(n)
+        .p(0, out)
+        .p(1, a)
+        .p(2, b)
+        .i(1, code)
+        .i(2, 1)
+        .i(3, n)
+        .i(7, 1)
+        .i(11, 1);
     s.launch("binary", n, &k)
 }
 
@@ -1820,7 +1849,7 @@ fn depth_space(
 }
 
 /// The seed the engine op drew for a random op's kernel.
-fn seed_of(op: &str, attrs: &Attrs) -> Result<u64, String> {
+pub(super) fn seed_of(op: &str, attrs: &Attrs) -> Result<u64, String> {
     attrs
         .get(SEED)
         .and_then(|v| v.parse::<u64>().ok())

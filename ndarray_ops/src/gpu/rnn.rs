@@ -1,17 +1,26 @@
 //! The fused RNN on the GPU: the CPU kernel's plan (`ops/rnn.rs`) with the stream's GEMMs and
 //! one kernel per step each way. Per layer and direction, every step's input projection is one
-//! GEMM and each step one hidden-projection GEMM plus `rnn_step_fwd`; the backward op runs the
-//! forward pass again into scratch, then per step `rnn_step_bwd` and one GEMM for the state's
-//! gradient, and makes the weight, bias and input gradients in one GEMM each.
+//! GEMM and each step one hidden-projection GEMM plus `rnn_step_fwd`; backward, per step
+//! `rnn_step_bwd` and one GEMM for the state's gradient, then the weight, bias and input
+//! gradients in one GEMM each.
+//!
+//! A bound node in training keeps every layer's output and trace in device memory ([`Kept`],
+//! its op state) for its backward node; without one (imperative calls) the backward op runs the
+//! forward pass again into scratch. Dropout between layers draws each layer's mask from a seed
+//! with the `dropout` kernel's hash (as the Dropout op does), and the kept state holds that seed:
+//! the backward pass draws the same masks again instead of keeping them. Per-sample sequence
+//! lengths are read back and checked with the CPU's rule (one wait for the device per call),
+//! then uploaded as a table the step kernels read.
 //!
 //! Differences from the CPU kernel: the biases are added inside the step kernel (the same sums
-//! in the same order), the previous state is read where the forward pass left it (the layer's
-//! output one step back, or the initial state) instead of being gathered, and per-sample
-//! sequence lengths are refused (`gpu::ops::check`).
+//! in the same order); the previous state is read where the forward pass left it (the layer's
+//! output one step back, or the initial state) instead of being gathered; the masks come from
+//! another generator (the same values with the same probabilities).
 
-use super::{Gemm, KArgs, Stream};
+use super::{DeviceBlock, Gemm, KArgs, Stream};
 use crate::ops::rnn::{Mode, Pass, Rnn};
 use crate::ops::{Attrs, TensorRef};
+use crate::resources::StateSlot;
 
 type KResult = Result<(), String>;
 
@@ -75,6 +84,63 @@ fn gemm(
     })
 }
 
+/// Per-sample sequence lengths as the step kernels read them: an i64 table in device memory, or
+/// null where every sequence runs all `steps`. `ins` are the forward op's inputs.
+fn lengths(s: &dyn Stream, r: &Rnn, ins: &[TensorRef], steps: usize) -> Result<*mut f32, String> {
+    if !r.seq_len {
+        return Ok(std::ptr::null_mut());
+    }
+    let read = s.download(&ins[r.inputs() - 1])?;
+    let lens = crate::ops::rnn::sequence_lengths(read.into_iter().map(f64::from), steps)?;
+    let table: Vec<i64> = lens.into_iter().map(|l| l as i64).collect();
+    Ok(s.upload(&table)?.cast())
+}
+
+/// Layer `l`'s mask seed: the op's seed and the layer mixed (splitmix64's finalizer), so that
+/// the layers draw unrelated streams from the `dropout` kernel's hash.
+pub(super) fn layer_seed(seed: u64, l: usize) -> u64 {
+    let mut z = seed ^ (l as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Dropout between layers: layer `l + 1` reads layer `l`'s output times a mask drawn from the
+/// seed and `l` (each element 0, with probability `p`, or `1 / (1 - p)`).
+#[derive(Clone, Copy)]
+struct Masks {
+    seed: u64,
+    p: f64,
+    /// Room for one layer's dropped output and its mask.
+    dropped: *mut f32,
+    mask: *mut f32,
+}
+
+impl Masks {
+    fn new(s: &dyn Stream, seed: u64, p: &Pass<'_, f32>) -> Result<Masks, String> {
+        Ok(Masks {
+            seed,
+            p: p.r.p,
+            dropped: floats(s, p.layer_len())?,
+            mask: floats(s, p.layer_len())?,
+        })
+    }
+
+    /// Draws layer `l`'s mask into `self.mask` and returns its output `y` (`len` elements) times
+    /// it, in `self.dropped`.
+    fn apply(&self, s: &dyn Stream, l: usize, y: *mut f32, len: usize) -> Result<*mut f32, String> {
+        let a = KArgs::new(len)
+            .p(0, self.dropped)
+            .p(1, self.mask)
+            .p(2, y)
+            .i(1, layer_seed(self.seed, l) as usize)
+            .f(0, self.p)
+            .f(1, 1.0 / (1.0 - self.p));
+        s.launch("dropout", len, &a)?;
+        Ok(self.dropped)
+    }
+}
+
 /// The device buffers of one forward pass.
 struct Forward {
     /// Layer `l`'s output, `(T, N, D*H)`.
@@ -84,6 +150,27 @@ struct Forward {
     /// The final states `(L*D, N, H)`, and LSTM's cells.
     hy: *mut f32,
     cy: *mut f32,
+    /// Per-sample lengths ([`lengths`]).
+    lens: *mut f32,
+    /// Dropout between layers, in training.
+    masks: Option<Masks>,
+}
+
+impl Forward {
+    /// What layer `l` reads: the data, or the layer below's output (through its mask).
+    fn input_of(
+        &self,
+        s: &dyn Stream,
+        p: &Pass<'_, f32>,
+        l: usize,
+        x: *mut f32,
+    ) -> Result<*mut f32, String> {
+        match (l, self.masks) {
+            (0, _) => Ok(x),
+            (_, Some(m)) => m.apply(s, l - 1, self.outputs[l - 1], p.layer_len()),
+            (_, None) => Ok(self.outputs[l - 1]),
+        }
+    }
 }
 
 /// Runs every layer, leaving each layer's output and each (layer, direction)'s trace where
@@ -101,7 +188,7 @@ fn forward(
     let (rows, width) = (steps * nb, p.width());
     let hp = floats(s, nb * gh)?;
     for l in 0..r.layers {
-        let input = if l == 0 { x } else { fwd.outputs[l - 1] };
+        let input = fwd.input_of(s, p, l, x)?;
         let out = fwd.outputs[l];
         for d in 0..r.dirs {
             let slot = p.slot(l, d);
@@ -140,6 +227,7 @@ fn forward(
                     .i(2, mode_code(r.mode))
                     .i(3, h)
                     .i(4, width)
+                    .i(5, t)
                     .p(0, at(trace, t * nb * gh))
                     .p(1, hp)
                     .p(2, at(params, slot.bx))
@@ -147,7 +235,8 @@ fn forward(
                     .p(4, hs)
                     .p(5, cs)
                     .p(6, at(extra, t * nb * ew))
-                    .p(7, at(out, t * nb * width + d * h));
+                    .p(7, at(out, t * nb * width + d * h))
+                    .p(8, fwd.lens);
                 s.launch("rnn_step_fwd", nb * h, &a)?;
             }
         }
@@ -155,91 +244,227 @@ fn forward(
     Ok(())
 }
 
+/// What a bound node's training forward pass keeps on the device for its backward node: every
+/// layer's output and every (layer, direction)'s trace for data of one shape, and the seed of
+/// the masks between layers.
+struct Kept {
+    /// Steps, batch and input width of the data the trace is for.
+    data: [usize; 3],
+    /// Whether the last forward pass left its trace here (one outside training does not).
+    valid: bool,
+    /// `(L, T, N, D*H)`.
+    ys: Box<dyn DeviceBlock>,
+    /// `(L*D)` traces of `Pass::trace_len` elements.
+    traces: Box<dyn DeviceBlock>,
+    seed: u64,
+}
+
+impl Kept {
+    /// The slot's record for `p` on `data`, made (or remade, for another shape) with room for
+    /// it; not valid until a forward pass has filled it.
+    fn for_pass<'s>(
+        slot: &'s mut StateSlot,
+        s: &dyn Stream,
+        p: &Pass<'_, f32>,
+        data: &[usize],
+    ) -> Result<&'s mut Kept, String> {
+        let data = [data[0], data[1], data[2]];
+        let fits = slot
+            .as_ref()
+            .and_then(|b| b.downcast_ref::<Kept>())
+            .is_some_and(|k| k.data == data);
+        if !fits {
+            // The old blocks go back to the pool before the new ones are taken.
+            *slot = None;
+            let r = p.r;
+            *slot = Some(Box::new(Kept {
+                data,
+                valid: false,
+                ys: s.lasting(r.layers * p.layer_len() * 4)?,
+                traces: s.lasting(r.layers * r.dirs * p.trace_len() * 4)?,
+                seed: 0,
+            }));
+        }
+        let k = slot
+            .as_mut()
+            .and_then(|b| b.downcast_mut::<Kept>())
+            .ok_or("RNN: the node's state holds something else")?;
+        k.valid = false;
+        Ok(k)
+    }
+
+    /// The trace the last forward pass kept for data of this shape, if it kept one.
+    fn valid<'s>(slot: Option<&'s mut StateSlot>, data: &[usize]) -> Option<&'s Kept> {
+        slot?
+            .as_ref()?
+            .downcast_ref::<Kept>()
+            .filter(|k| k.valid && k.data[..] == data[..3])
+    }
+
+    /// The kept buffers as a forward pass writes them.
+    fn buffers(&self, p: &Pass<'_, f32>, lens: *mut f32, masks: Option<Masks>) -> Forward {
+        let r = p.r;
+        let (ys, traces) = (self.ys.ptr().cast(), self.traces.ptr().cast());
+        Forward {
+            outputs: (0..r.layers).map(|l| at(ys, l * p.layer_len())).collect(),
+            traces: (0..r.layers * r.dirs)
+                .map(|k| at(traces, k * p.trace_len()))
+                .collect(),
+            hy: std::ptr::null_mut(),
+            cy: std::ptr::null_mut(),
+            lens,
+            masks,
+        }
+    }
+}
+
 fn tensors(ts: &[TensorRef]) -> Vec<*mut f32> {
     ts.iter().map(|t| t.ptr::<f32>()).collect()
 }
 
-/// `RNN(data, parameters, state[, state_cell])`.
+/// `RNN(data, parameters, state[, state_cell][, sequence_length])`.
 pub(super) fn rnn(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
+    state: Option<&mut StateSlot>,
 ) -> KResult {
     let r = Rnn::parse(op, attrs).map_err(|e| e.to_string())?;
     let x = &ins[0];
     let p = Pass::new(r, &x.shape, &[], None);
     let (i, o) = (tensors(ins), tensors(outs));
-    let state = r.layers * r.dirs * p.batch * r.hidden;
-    let mut outputs = (0..r.layers.saturating_sub(1))
-        .map(|_| floats(s, p.layer_len()))
-        .collect::<Result<Vec<_>, _>>()?;
-    outputs.push(o[0]);
-    let fwd = Forward {
-        outputs,
-        traces: vec![floats(s, p.trace_len())?],
-        hy: if r.outputs() > 1 {
-            o[1]
-        } else {
-            floats(s, state)?
-        },
-        cy: if r.outputs() > 2 {
-            o[2]
-        } else {
-            floats(s, state)?
-        },
+    let lens = lengths(s, &r, ins, p.steps)?;
+    let seed = match r.drops() {
+        true => super::ops::seed_of(op, attrs)?,
+        false => 0,
+    };
+    let masks = match r.drops() {
+        true => Some(Masks::new(s, seed, &p)?),
+        false => None,
+    };
+    let nstate = r.layers * r.dirs * p.batch * r.hidden;
+    let hy = match r.outputs() > 1 {
+        true => o[1],
+        false => floats(s, nstate)?,
+    };
+    let cy = match r.outputs() > 2 {
+        true => o[2],
+        false => floats(s, nstate)?,
     };
     let c0 = if r.lstm() { i[3] } else { std::ptr::null_mut() };
-    forward(s, &p, i[1], i[0], (i[2], c0), &fwd)
+    // A bound node in training keeps every layer's output and trace for its backward node;
+    // otherwise one trace serves every layer, and only the layers below the top need room.
+    let kept = match state {
+        Some(slot) if r.train => Some(Kept::for_pass(slot, s, &p, &x.shape)?),
+        Some(slot) => {
+            if let Some(k) = slot.as_mut().and_then(|b| b.downcast_mut::<Kept>()) {
+                k.valid = false;
+            }
+            None
+        }
+        None => None,
+    };
+    match kept {
+        Some(k) => {
+            let fwd = Forward {
+                hy,
+                cy,
+                ..k.buffers(&p, lens, masks)
+            };
+            forward(s, &p, i[1], i[0], (i[2], c0), &fwd)?;
+            let top = fwd.outputs[r.layers - 1];
+            s.copy(top.cast(), o[0].cast(), p.layer_len() * 4)?;
+            k.seed = seed;
+            k.valid = true;
+        }
+        None => {
+            let mut outputs = (0..r.layers - 1)
+                .map(|_| floats(s, p.layer_len()))
+                .collect::<Result<Vec<_>, _>>()?;
+            outputs.push(o[0]);
+            let fwd = Forward {
+                outputs,
+                traces: vec![floats(s, p.trace_len())?],
+                hy,
+                cy,
+                lens,
+                masks,
+            };
+            forward(s, &p, i[1], i[0], (i[2], c0), &fwd)?;
+        }
+    }
+    Ok(())
 }
 
-/// `_backward_RNN(dy[, dhy[, dcy]], data, parameters, state[, state_cell])`.
+/// `_backward_RNN(dy[, dhy[, dcy]], data, parameters, state[, state_cell][, sequence_length])`.
 pub(super) fn rnn_backward(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
+    state: Option<&mut StateSlot>,
 ) -> KResult {
     let r = Rnn::parse(op, attrs).map_err(|e| e.to_string())?;
     let heads = r.outputs();
     let x = &ins[heads];
     let p = Pass::new(r, &x.shape, &[], None);
     let (i, o) = (tensors(ins), tensors(outs));
-    let (h, gh, nb, steps, ew) = (r.hidden, r.gh(), p.batch, p.steps, p.extra());
-    let (rows, width) = (steps * nb, p.width());
+    let (h, gh, nb, steps) = (r.hidden, r.gh(), p.batch, p.steps);
+    let (rows, width, ew) = (steps * nb, p.width(), p.extra());
     let (xs, params, h0) = (i[heads], i[heads + 1], i[heads + 2]);
     let c0 = if r.lstm() {
         i[heads + 3]
     } else {
         std::ptr::null_mut()
     };
-    let state = r.layers * r.dirs * nb * h;
-    let fwd = Forward {
-        outputs: (0..r.layers)
-            .map(|_| floats(s, p.layer_len()))
-            .collect::<Result<_, _>>()?,
-        traces: (0..r.layers * r.dirs)
-            .map(|_| floats(s, p.trace_len()))
-            .collect::<Result<_, _>>()?,
-        hy: floats(s, state)?,
-        cy: floats(s, state)?,
+    let lens = lengths(s, &r, &ins[heads..], steps)?;
+    let fwd = match Kept::valid(state, &x.shape) {
+        Some(k) => {
+            let masks = match r.drops() {
+                true => Some(Masks::new(s, k.seed, &p)?),
+                false => None,
+            };
+            k.buffers(&p, lens, masks)
+        }
+        // Without the forward node's state the masks it drew are lost.
+        None if r.drops() => return Err(crate::ops::rnn::masks_lost(op, &r)),
+        None => {
+            let nstate = r.layers * r.dirs * nb * h;
+            let fwd = Forward {
+                outputs: (0..r.layers)
+                    .map(|_| floats(s, p.layer_len()))
+                    .collect::<Result<_, _>>()?,
+                traces: (0..r.layers * r.dirs)
+                    .map(|_| floats(s, p.trace_len()))
+                    .collect::<Result<_, _>>()?,
+                hy: floats(s, nstate)?,
+                cy: floats(s, nstate)?,
+                lens,
+                masks: None,
+            };
+            forward(s, &p, params, xs, (h0, c0), &fwd)?;
+            fwd
+        }
     };
-    forward(s, &p, params, xs, (h0, c0), &fwd)?;
 
     let (dx, dparams, dh0) = (o[0], o[1], o[2]);
     let dc0 = if r.lstm() { o[3] } else { std::ptr::null_mut() };
     super::ops::fill_with(s, &outs[1], 0.0)?;
     let dg = floats(s, rows * 2 * gh)?;
     let (dh, dc) = (floats(s, nb * h)?, floats(s, nb * h)?);
+    // Each sample's hidden-projection gate gradients at its first step (the one that read the
+    // initial state).
+    let dg_first = floats(s, nb * gh)?;
     let ones = floats(s, rows)?;
     s.launch("fill", rows, &KArgs::new(rows).p(0, ones).f(0, 1.0))?;
     // The gradient of a layer's output: the head gradient on top, then two buffers in turn.
     let below = [floats(s, p.layer_len())?, floats(s, p.layer_len())?];
     let mut dy = i[0];
     for l in (0..r.layers).rev() {
-        let input = if l == 0 { xs } else { fwd.outputs[l - 1] };
+        let input = fwd.input_of(s, &p, l, xs)?;
         let y = fwd.outputs[l];
         let target = if l == 0 { dx } else { below[l % 2] };
         for d in 0..r.dirs {
@@ -257,28 +482,31 @@ pub(super) fn rnn_backward(
                     false => s.launch("fill", nb * h, &KArgs::new(nb * h).p(0, dc).f(0, 0.0))?,
                 }
             }
+            // A sample whose sequence is empty has no first step.
+            let first = KArgs::new(nb * gh).p(0, dg_first).f(0, 0.0);
+            s.launch("fill", nb * gh, &first)?;
             for step in (0..steps).rev() {
                 let t = crate::ops::rnn::time(d, step, steps);
-                // The state and cell the step started from.
+                // The step before in the direction's order, where there is one for full
+                // sequences (the kernel takes the initial state where a sample starts).
                 let prev = match d {
                     0 => t.checked_sub(1),
                     _ => (t + 1 < steps).then_some(t + 1),
                 };
-                let (h_prev, h_stride, c_prev, c_stride) = match prev {
-                    Some(q) => (
-                        at(y, q * nb * width + d * h),
-                        width,
-                        at(extra, q * nb * ew),
-                        ew.max(1),
-                    ),
-                    None => (at(h0, st), h, at(c0, st), h),
+                let (h_prev, c_prev) = match prev {
+                    Some(q) => (at(y, q * nb * width + d * h), at(extra, q * nb * ew)),
+                    None => (std::ptr::null_mut(), std::ptr::null_mut()),
                 };
+                let c0_here = if r.lstm() { at(c0, st) } else { c0 };
                 let a = KArgs::new(nb * h)
                     .i(1, h)
                     .i(2, mode_code(r.mode))
                     .i(3, width)
-                    .i(4, h_stride)
-                    .i(5, c_stride)
+                    .i(4, width)
+                    .i(5, ew.max(1))
+                    .i(6, t)
+                    .i(7, d)
+                    .i(8, steps)
                     .p(0, at(dg, t * nb * 2 * gh))
                     .p(1, at(trace, t * nb * gh))
                     .p(2, at(extra, t * nb * ew))
@@ -286,7 +514,11 @@ pub(super) fn rnn_backward(
                     .p(4, dc)
                     .p(5, at(dy, t * nb * width + d * h))
                     .p(6, h_prev)
-                    .p(7, c_prev);
+                    .p(7, c_prev)
+                    .p(8, fwd.lens)
+                    .p(9, at(h0, st))
+                    .p(10, c0_here)
+                    .p(11, dg_first);
                 s.launch("rnn_step_bwd", nb * h, &a)?;
                 // dh = (the bypass the kernel left) + the hidden projection's gradient W_h.
                 gemm(
@@ -304,8 +536,8 @@ pub(super) fn rnn_backward(
                 s.copy(dc.cast(), at(dc0, st).cast(), nb * h * 4)?;
             }
             // Weight gradients over every step: dW_x = dG_x^T X, dW_h = dG_h^T H_prev, where
-            // H_prev is the layer's output one step back, or the initial state at the first
-            // step (t = 0 forward in time, T - 1 backward).
+            // H_prev is the layer's output one step back (0 past a sequence's end, where the
+            // gate gradients are 0 too), or the initial state at a sample's first step.
             let dgh = at(dg, gh);
             gemm(
                 s,
@@ -316,9 +548,9 @@ pub(super) fn rnn_backward(
                 (at(dparams, slot.wx), slot.input),
                 0.0,
             )?;
-            let (dg_row, y_row, first) = match d {
-                0 => (nb, 0, 0),
-                _ => (0, nb, steps - 1),
+            let (dg_row, y_row) = match d {
+                0 => (nb, 0),
+                _ => (0, nb),
             };
             gemm(
                 s,
@@ -333,7 +565,7 @@ pub(super) fn rnn_backward(
                 s,
                 (true, false),
                 (gh, h, nb),
-                (at(dgh, first * nb * 2 * gh), 2 * gh),
+                (dg_first, gh),
                 (at(h0, st), h),
                 (at(dparams, slot.wh), h),
                 1.0,
@@ -367,6 +599,10 @@ pub(super) fn rnn_backward(
                 (target, slot.input),
                 if d == 0 { 0.0 } else { 1.0 },
             )?;
+        }
+        // What reached this layer went through the mask of the layer below's output.
+        if let (true, Some(m)) = (l > 0, fwd.masks) {
+            super::ops::multiply(s, target, target, m.mask, p.layer_len())?;
         }
         dy = target;
     }

@@ -13,6 +13,7 @@ use super::emulate::{kernels, HostStream};
 use super::ops::{check as gpu_check, kernel_for, run};
 use super::KERNEL_NAMES;
 use crate::ops::{invoke, invoke_on, lookup, Attrs, IS_TRAIN};
+use crate::resources::StateSlot;
 use crate::{DType, NDArray, Runtime};
 
 /// An input: its shape and values.
@@ -52,24 +53,29 @@ fn close(what: &str, got: &[f32], want: &[f32], tol: f32) {
     }
 }
 
-/// Runs `op` on the CPU kernel and on the emulated GPU path; compares everything it writes.
-/// Returns the kernels the GPU path launched.
-fn check(op: &str, attrs: &Attrs, inputs: &[Input], tol: f32) -> Vec<&'static str> {
+/// What the emulated GPU path of an op left: every output, every input after it ran, and the
+/// kernels it launched.
+struct Emulated {
+    outs: Vec<Vec<f32>>,
+    ins: Vec<Vec<f32>>,
+    launched: Vec<&'static str>,
+}
+
+/// Runs `op` on the emulated GPU path, with the bound node's kept state where given. Outputs
+/// start as NaN, so anything the path leaves unwritten shows.
+fn emulate(
+    op: &str,
+    attrs: &Attrs,
+    inputs: &[Input],
+    state: Option<&mut StateSlot>,
+) -> Result<Emulated, String> {
     let lib = kernels().expect("a C++ compiler builds kernels.cu");
     let rt = Runtime::with_engine(EngineKind::Naive);
-    let cpu_in = arrays(&rt, inputs);
-    let refs: Vec<&NDArray> = cpu_in.iter().collect();
-    let cpu_out = invoke_on(&rt, Context::cpu(0), op, &refs, attrs, None)
-        .unwrap_or_else(|e| panic!("{op} on CPU: {e}"));
-
-    let gpu_in = arrays(&rt, inputs);
-    let gpu_out: Vec<NDArray> = cpu_out
+    let ins = arrays(&rt, inputs);
+    let outs: Vec<NDArray> = cpu_shapes(op, attrs, inputs)
         .iter()
-        .map(|o| {
-            let a = rt
-                .empty(o.shape(), DType::F32, Context::cpu(0))
-                .expect("output");
-            // Anything the GPU path leaves unwritten shows as NaN.
+        .map(|s| {
+            let a = rt.empty(s, DType::F32, Context::cpu(0)).expect("output");
             a.fill(f64::NAN).expect("fill");
             a
         })
@@ -78,37 +84,43 @@ fn check(op: &str, attrs: &Attrs, inputs: &[Input], tol: f32) -> Vec<&'static st
     let def = lookup(op).expect("registered");
     let kernel = kernel_for(def).unwrap_or_else(|| panic!("{op} has no GPU kernel"));
     let stream = HostStream::new(lib);
-    let outs: Vec<_> = gpu_out.iter().map(NDArray::tensor).collect();
     run(
         def.name,
         kernel,
         def.alias_safe,
         attrs,
-        &mut gpu_in.iter().map(NDArray::tensor).collect::<Vec<_>>(),
-        &outs,
+        &mut ins.iter().map(NDArray::tensor).collect::<Vec<_>>(),
+        &outs.iter().map(NDArray::tensor).collect::<Vec<_>>(),
         &stream,
-    )
-    .unwrap_or_else(|e| panic!("{op} on the emulated GPU: {e}"));
+        state,
+    )?;
+    let read = |v: &[NDArray]| v.iter().map(|a| a.to_vec::<f32>().expect("read")).collect();
+    Ok(Emulated {
+        outs: read(&outs),
+        ins: read(&ins),
+        launched: stream.launched.into_inner(),
+    })
+}
 
-    for (k, (g, c)) in gpu_out.iter().zip(&cpu_out).enumerate() {
+/// Runs `op` on the CPU kernel and on the emulated GPU path; compares everything it writes.
+/// Returns the kernels the GPU path launched.
+fn check(op: &str, attrs: &Attrs, inputs: &[Input], tol: f32) -> Vec<&'static str> {
+    let rt = Runtime::with_engine(EngineKind::Naive);
+    let cpu_in = arrays(&rt, inputs);
+    let refs: Vec<&NDArray> = cpu_in.iter().collect();
+    let cpu_out = invoke_on(&rt, Context::cpu(0), op, &refs, attrs, None)
+        .unwrap_or_else(|e| panic!("{op} on CPU: {e}"));
+    let gpu = emulate(op, attrs, inputs, None)
+        .unwrap_or_else(|e| panic!("{op} on the emulated GPU: {e}"));
+    for (k, (g, c)) in gpu.outs.iter().zip(&cpu_out).enumerate() {
         let what = format!("{op} {attrs:?} output {k}");
-        close(
-            &what,
-            &g.to_vec::<f32>().expect("read"),
-            &c.to_vec::<f32>().expect("read"),
-            tol,
-        );
+        close(&what, g, &c.to_vec::<f32>().expect("read"), tol);
     }
-    for (k, (g, c)) in gpu_in.iter().zip(&cpu_in).enumerate() {
+    for (k, (g, c)) in gpu.ins.iter().zip(&cpu_in).enumerate() {
         let what = format!("{op} {attrs:?} input {k} (after the op)");
-        close(
-            &what,
-            &g.to_vec::<f32>().expect("read"),
-            &c.to_vec::<f32>().expect("read"),
-            tol,
-        );
+        close(&what, g, &c.to_vec::<f32>().expect("read"), tol);
     }
-    stream.launched.into_inner()
+    gpu.launched
 }
 
 /// Runs `op` on the CPU (the forward pass whose outputs a gradient case reads).
@@ -149,6 +161,7 @@ fn broadcasts_the_kernel_cannot_walk_are_refused_clearly() {
         &mut ins.iter().map(NDArray::tensor).collect::<Vec<_>>(),
         &[out.tensor()],
         &HostStream::new(lib),
+        None,
     )
     .unwrap_err();
     assert!(
@@ -726,6 +739,7 @@ fn dropout_masks_hold_the_cpus_values_at_the_rate_asked() {
             &mut ins,
             &o,
             &stream,
+            None,
         )
         .expect("dropout");
         let read = |a: &NDArray| a.to_vec::<f32>().expect("read");
@@ -783,6 +797,7 @@ fn check_in_place(op: &str, attrs: &Attrs, inputs: &[Input]) {
         &mut ins,
         &outs,
         &HostStream::new(lib),
+        None,
     )
     .expect("run");
     close(
@@ -874,32 +889,13 @@ fn the_model_ops_all_have_gpu_kernels() {
             "{op}"
         );
     }
-    let none = Attrs::new();
     let without: Vec<_> = crate::ops::op_names()
         .into_iter()
         .filter(|op| kernel_for(lookup(op).expect("registered")).is_none())
         .collect();
     assert!(without.is_empty(), "ops without a GPU kernel: {without:?}");
-    // Dropout between an RNN's layers: refused in training (no GPU masks), fine at inference.
-    let rnn = Attrs::new()
-        .with("mode", "lstm")
-        .with("state_size", 4)
-        .with("num_layers", 2)
-        .with("p", 0.5);
-    for op in ["RNN", "_backward_RNN"] {
-        let def = lookup(op).expect("registered");
-        let train = gpu_check(def, &rnn.clone().with("__is_train__", true), [DType::F32]);
-        assert_eq!(
-            train.err(),
-            Some(format!(
-                "{op}: dropout between layers in training has no GPU kernel"
-            ))
-        );
-        let infer = gpu_check(def, &rnn.clone().with("__is_train__", false), [DType::F32]);
-        assert!(infer.is_ok(), "{op} at inference");
-    }
     let add = lookup("elemwise_add").expect("registered");
-    let f64_add = gpu_check(add, &none, [DType::F64; 3]);
+    let f64_add = gpu_check(add, [DType::F64; 3]);
     assert_eq!(
         f64_add.err().as_deref(),
         Some("elemwise_add: GPU kernels take float32 arrays, got float64")
@@ -929,15 +925,14 @@ fn every_op_of_the_shared_models_and_a_transformer_block_trains_on_the_gpu() {
 }
 
 /// The ops of `sym`'s training graph (outputs and every argument's gradient), each checked to
-/// have a GPU kernel taking its node's attributes in training.
+/// have a GPU kernel.
 fn training_ops_on_the_gpu(what: &str, sym: &crate::Symbol) -> BTreeSet<&'static str> {
     let args = sym.list_arguments();
     let train = crate::symbol::gradient(sym, &args).expect("gradient graph");
     let mut ops = BTreeSet::new();
     for node in train.indexed().nodes {
         if let Some(def) = node.op {
-            let attrs = node.attrs.clone().with(IS_TRAIN, true);
-            if let Err(e) = gpu_check(def, &attrs, [DType::F32]) {
+            if let Err(e) = gpu_check(def, [DType::F32]) {
                 panic!("{what}: node {}: {e}", node.name);
             }
             ops.insert(def.name);
@@ -977,6 +972,7 @@ fn random_generators_draw_their_distributions_from_the_seed() {
             &mut [],
             &[out.tensor()],
             &stream,
+            None,
         )
         .expect(op);
         let v = out.to_vec::<f32>().expect("read");
@@ -1106,47 +1102,284 @@ fn segmentation_and_sequence_graphs_train_on_the_gpu() {
 }
 
 /// The fused RNN against the CPU kernel: every mode, one and two layers, one and two
-/// directions, with and without state outputs, forward and backward (the backward op from head
-/// gradients for every output).
+/// directions, with and without state outputs and per-sample sequence lengths (an empty, a
+/// partial and a whole sequence), forward and backward (the backward op from head gradients for
+/// every output).
 fn rnn_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)) {
     let (steps, batch, input, hidden) = (4, 3, 5, 6);
-    for (mode, gates) in [("lstm", 4), ("gru", 3), ("rnn_tanh", 1), ("rnn_relu", 1)] {
-        for (layers, dirs, state_outputs) in [(1, 1, true), (2, 2, true), (2, 1, false)] {
-            let attrs = Attrs::new()
-                .with("mode", mode)
-                .with("state_size", hidden)
-                .with("num_layers", layers)
-                .with("bidirectional", dirs == 2)
-                .with("state_outputs", state_outputs);
-            let params: usize = (0..layers)
-                .map(|l| {
-                    let width = if l == 0 { input } else { dirs * hidden };
-                    dirs * gates * hidden * (width + hidden + 2)
-                })
-                .sum();
-            let state = [layers * dirs, batch, hidden];
-            let mut ins = vec![
-                random(rng, &[steps, batch, input]),
-                random(rng, &[params]),
-                random(rng, &state),
-            ];
-            // Smaller weights keep the gates away from saturation, where float32 says little.
-            ins[1].1.iter_mut().for_each(|v| *v *= 0.5);
-            if mode == "lstm" {
-                ins.push(random(rng, &state));
+    for mode in ["lstm", "gru", "rnn_tanh", "rnn_relu"] {
+        for (layers, dirs, state_outputs, lengths) in [
+            (1, 1, true, false),
+            (2, 2, true, false),
+            (2, 1, false, false),
+            (2, 2, true, true),
+            (1, 1, false, true),
+        ] {
+            let attrs = rnn_attrs(mode, hidden, layers, dirs)
+                .with("state_outputs", state_outputs)
+                .with("use_sequence_length", lengths);
+            let mut ins = rnn_inputs(rng, &attrs, [steps, batch, input]);
+            if lengths {
+                ins.push((vec![batch], vec![2.0, 0.0, 4.0]));
             }
             check("RNN", attrs.clone(), ins.clone());
             let mut heads = vec![random(rng, &[steps, batch, dirs * hidden])];
             if state_outputs {
-                heads.push(random(rng, &state));
+                heads.push(random(rng, &[layers * dirs, batch, hidden]));
                 if mode == "lstm" {
-                    heads.push(random(rng, &state));
+                    heads.push(random(rng, &[layers * dirs, batch, hidden]));
                 }
             }
             heads.extend(ins);
             check("_backward_RNN", attrs, heads);
         }
     }
+}
+
+fn rnn_attrs(mode: &str, hidden: usize, layers: usize, dirs: usize) -> Attrs {
+    Attrs::new()
+        .with("mode", mode)
+        .with("state_size", hidden)
+        .with("num_layers", layers)
+        .with("bidirectional", dirs == 2)
+}
+
+/// Random data `(steps, batch, input)`, parameters, initial state and (LSTM) cell for an RNN.
+fn rnn_inputs(rng: &mut StdRng, attrs: &Attrs, [steps, batch, input]: [usize; 3]) -> Vec<Input> {
+    let r = crate::ops::rnn::Rnn::parse("RNN", attrs).expect("attributes");
+    let gates = r.gh() / r.hidden;
+    let params: usize = (0..r.layers)
+        .map(|l| {
+            let width = if l == 0 { input } else { r.dirs * r.hidden };
+            r.dirs * gates * r.hidden * (width + r.hidden + 2)
+        })
+        .sum();
+    let state = [r.layers * r.dirs, batch, r.hidden];
+    let mut ins = vec![
+        random(rng, &[steps, batch, input]),
+        random(rng, &[params]),
+        random(rng, &state),
+    ];
+    // Smaller weights keep the gates away from saturation, where float32 says little.
+    ins[1].1.iter_mut().for_each(|v| *v *= 0.5);
+    if r.lstm() {
+        ins.push(random(rng, &state));
+    }
+    ins
+}
+
+/// A bound RNN node's kept state on the GPU: the backward pass reads the forward pass's outputs
+/// and traces instead of running it again (and matches the CPU); with dropout between layers it
+/// draws the forward pass's masks again from the kept seed, and matches a reference built from
+/// the CPU kernel one layer at a time with those masks (three layers, so two masks). Without
+/// the state a backward pass with dropout is refused with the CPU's message.
+#[test]
+fn rnn_kept_state_serves_the_backward_pass_and_its_dropout_masks() {
+    let rng = &mut StdRng::seed_from_u64(31);
+    let (steps, batch, input, hidden) = (4, 3, 5, 6);
+    for (mode, layers, dirs, p) in [
+        ("lstm", 2, 2, 0.0),
+        ("gru", 3, 1, 0.0),
+        ("lstm", 3, 2, 0.5),
+        ("gru", 3, 1, 0.3),
+        ("rnn_tanh", 2, 2, 0.6),
+    ] {
+        let attrs = rnn_attrs(mode, hidden, layers, dirs)
+            .with("state_outputs", true)
+            .with("p", p)
+            .with(IS_TRAIN, true);
+        let ins = rnn_inputs(rng, &attrs, [steps, batch, input]);
+        let mut heads = vec![random(rng, &[steps, batch, dirs * hidden])];
+        for _ in 1..crate::ops::rnn::Rnn::parse("RNN", &attrs)
+            .expect("ok")
+            .outputs()
+        {
+            heads.push(random(rng, &[layers * dirs, batch, hidden]));
+        }
+        let bw_ins: Vec<Input> = heads.iter().chain(&ins).cloned().collect();
+        let what = format!("{mode} layers {layers} dirs {dirs} p {p}");
+        // A forward pass with another seed first: the kept state is the last pass's.
+        let mut slot: StateSlot = None;
+        for seed in [7u64, 8] {
+            let seeded = attrs.clone().with(super::ops::SEED, seed);
+            emulate("RNN", &seeded, &ins, Some(&mut slot)).expect("forward");
+        }
+        let fwd_attrs = attrs.clone().with(super::ops::SEED, 8u64);
+        let fwd = emulate("RNN", &fwd_attrs, &ins, Some(&mut slot)).expect("forward");
+        let bwd = emulate("_backward_RNN", &attrs, &bw_ins, Some(&mut slot)).expect("backward");
+        assert!(
+            !bwd.launched.contains(&"rnn_step_fwd"),
+            "{what}: the backward pass ran the forward pass again"
+        );
+        let (want_fwd, want_bwd) = match p > 0.0 {
+            false => (
+                cpu_outputs("RNN", &attrs, &ins),
+                cpu_outputs("_backward_RNN", &attrs, &bw_ins),
+            ),
+            true => layer_by_layer(&attrs, &ins, &heads, 8),
+        };
+        for (k, (g, w)) in fwd.outs.iter().zip(&want_fwd).enumerate() {
+            close(&format!("{what}: output {k}"), g, &w.1, 1e-4);
+        }
+        for (k, (g, w)) in bwd.outs.iter().zip(&want_bwd).enumerate() {
+            close(&format!("{what}: gradient {k}"), g, &w.1, 1e-4);
+        }
+        if p > 0.0 {
+            let err = emulate("_backward_RNN", &attrs, &bw_ins, None)
+                .err()
+                .expect("refused without the state");
+            let r = crate::ops::rnn::Rnn::parse("_backward_RNN", &attrs).expect("ok");
+            assert_eq!(err, crate::ops::rnn::masks_lost("_backward_RNN", &r));
+        }
+    }
+}
+
+/// A multi-layer RNN with dropout between layers, built from single-layer CPU RNNs with the
+/// masks the GPU kernels draw from `seed`: its outputs and its backward op's, as the GPU op
+/// returns them.
+fn layer_by_layer(
+    attrs: &Attrs,
+    ins: &[Input],
+    heads: &[Input],
+    seed: u64,
+) -> (Vec<Input>, Vec<Input>) {
+    use super::Stream;
+    use crate::ops::rnn::{Pass, Rnn};
+    let r = Rnn::parse("RNN", attrs).expect("attributes");
+    let (l_count, dirs, h) = (r.layers, r.dirs, r.hidden);
+    let x = &ins[0];
+    let full = Pass::new(r, &x.0, &ins[1].1, None);
+    let (steps, batch) = (x.0[0], x.0[1]);
+    let per_state = dirs * batch * h;
+    let mode = attrs.get("mode").expect("mode").to_string();
+    let one = rnn_attrs(&mode, h, 1, dirs)
+        .with("state_outputs", true)
+        .with(IS_TRAIN, true);
+    let one_r = Rnn::parse("RNN", &one).expect("attributes");
+    let state_part = |v: &Input, l: usize| {
+        (
+            vec![dirs, batch, h],
+            v.1[l * per_state..(l + 1) * per_state].to_vec(),
+        )
+    };
+    // Layer l's parameters as a one-layer RNN's, and back.
+    let width = |l: usize| if l == 0 { x.0[2] } else { dirs * h };
+    let layer_params = |l: usize| -> (Vec<f32>, Vec<[usize; 3]>) {
+        let shape = [steps, batch, width(l)];
+        let single = Pass::<f32>::new(one_r, &shape, &[], None);
+        let size = single.slot(0, dirs - 1).bh + one_r.gh();
+        let mut params = vec![0.0; size];
+        let mut moves = Vec::new();
+        for d in 0..dirs {
+            let (f, o) = (full.slot(l, d), single.slot(0, d));
+            let gh = one_r.gh();
+            for (from, to, n) in [
+                (f.wx, o.wx, gh * width(l)),
+                (f.wh, o.wh, gh * h),
+                (f.bx, o.bx, gh),
+                (f.bh, o.bh, gh),
+            ] {
+                params[to..to + n].copy_from_slice(&ins[1].1[from..from + n]);
+                moves.push([from, to, n]);
+            }
+        }
+        (params, moves)
+    };
+    let lib = kernels().expect("a C++ compiler builds kernels.cu");
+    let dropout = |l: usize, y: &[f32]| -> (Vec<f32>, Vec<f32>) {
+        let (mut dropped, mut mask) = (vec![0f32; y.len()], vec![0f32; y.len()]);
+        let a = super::KArgs::new(y.len())
+            .p(0, dropped.as_mut_ptr())
+            .p(1, mask.as_mut_ptr())
+            .p(2, y.as_ptr().cast_mut())
+            .i(1, super::rnn::layer_seed(seed, l) as usize)
+            .f(0, r.p)
+            .f(1, 1.0 / (1.0 - r.p));
+        HostStream::new(lib)
+            .launch("dropout", y.len(), &a)
+            .expect("dropout");
+        (dropped, mask)
+    };
+    let lstm = r.lstm();
+    let mut layer_ins: Vec<Vec<Input>> = Vec::new();
+    let (mut masks, mut hy, mut cy) = (Vec::new(), Vec::new(), Vec::new());
+    let mut below = x.clone();
+    let mut top = Vec::new();
+    for l in 0..l_count {
+        let mut li = vec![
+            below.clone(),
+            (vec![0], layer_params(l).0),
+            state_part(&ins[2], l),
+        ];
+        li[1].0 = vec![li[1].1.len()];
+        if lstm {
+            li.push(state_part(&ins[3], l));
+        }
+        let outs = cpu_outputs("RNN", &one, &li);
+        hy.extend_from_slice(&outs[1].1);
+        if lstm {
+            cy.extend_from_slice(&outs[2].1);
+        }
+        layer_ins.push(li);
+        if l + 1 < l_count {
+            let (dropped, mask) = dropout(l, &outs[0].1);
+            masks.push(mask);
+            below = (outs[0].0.clone(), dropped);
+        } else {
+            top = outs[0].clone().1;
+        }
+    }
+    let state_shape = vec![l_count * dirs, batch, h];
+    let mut forward = vec![
+        (vec![steps, batch, dirs * h], top),
+        (state_shape.clone(), hy),
+    ];
+    if lstm {
+        forward.push((state_shape.clone(), cy));
+    }
+    // Backward from the top: each layer's input gradient, through the mask below it, is the
+    // gradient of the output of the layer below.
+    let mut dparams = vec![0f32; ins[1].1.len()];
+    let (mut dh0, mut dc0) = (vec![0f32; ins[2].1.len()], vec![0f32; ins[2].1.len()]);
+    let mut dy = heads[0].clone();
+    let mut dx = Vec::new();
+    for l in (0..l_count).rev() {
+        let mut bw = vec![dy.clone(), state_part(&heads[1], l)];
+        if lstm {
+            bw.push(state_part(&heads[2], l));
+        }
+        bw.extend(layer_ins[l].iter().cloned());
+        let g = cpu_outputs("_backward_RNN", &one, &bw);
+        for [from, to, n] in layer_params(l).1 {
+            dparams[from..from + n].copy_from_slice(&g[1].1[to..to + n]);
+        }
+        let part = l * per_state..(l + 1) * per_state;
+        dh0[part.clone()].copy_from_slice(&g[2].1);
+        if lstm {
+            dc0[part].copy_from_slice(&g[3].1);
+        }
+        match l {
+            0 => dx = g[0].1.clone(),
+            _ => {
+                let through: Vec<f32> = g[0]
+                    .1
+                    .iter()
+                    .zip(&masks[l - 1])
+                    .map(|(a, m)| a * m)
+                    .collect();
+                dy = (g[0].0.clone(), through);
+            }
+        }
+    }
+    let mut backward = vec![
+        (x.0.clone(), dx),
+        (ins[1].0.clone(), dparams),
+        (ins[2].0.clone(), dh0),
+    ];
+    if lstm {
+        backward.push((ins[2].0.clone(), dc0));
+    }
+    (forward, backward)
 }
 
 /// The unary functions' domains for the tests: where each is defined and tame.
@@ -1610,25 +1843,16 @@ fn layer_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>))
     );
 }
 
-/// What the GPU leaves to the CPU among RNN's modes is refused by name; and each
-/// unary function's training graph (forward and gradient nodes) runs on the GPU.
+/// Each unary function's training graph (forward and gradient nodes) runs on the GPU.
 #[test]
-fn modes_without_a_gpu_kernel_are_refused_and_unary_gradients_run_there() {
-    let seq = Attrs::new()
-        .with("mode", "gru")
-        .with("state_size", 2)
-        .with("num_layers", 1)
-        .with("use_sequence_length", true);
-    let rnn = lookup("RNN").expect("registered");
-    let err = gpu_check(rnn, &seq, [DType::F32]).expect_err("refused");
-    assert!(err.contains("use_sequence_length"), "{err}");
+fn unary_gradients_run_on_the_gpu() {
     for &op in super::ops::UNARY {
         let data = crate::Symbol::var("data");
         let sym = crate::Symbol::op(op, "f", &[&data], Attrs::new()).expect("node");
         let train = crate::symbol::gradient(&sym, &["data".to_string()]).expect("gradient");
         for node in train.indexed().nodes {
             if let Some(def) = node.op {
-                if let Err(e) = gpu_check(def, &node.attrs, [DType::F32]) {
+                if let Err(e) = gpu_check(def, [DType::F32]) {
                     panic!("the gradient graph of {op}: node {}: {e}", node.name);
                 }
             }
@@ -1940,6 +2164,7 @@ fn indices_the_cpu_refuses_are_refused_on_the_gpu_with_its_message() {
             &mut ins.iter().map(NDArray::tensor).collect::<Vec<_>>(),
             &outs.iter().map(NDArray::tensor).collect::<Vec<_>>(),
             &stream,
+            None,
         )
         .expect_err("the GPU path refuses the index");
         assert!(gpu.contains(want), "{op} on the GPU: {gpu}");

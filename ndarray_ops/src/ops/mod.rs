@@ -61,11 +61,12 @@ use std::rc::Rc;
 use std::sync::{Arc, OnceLock};
 
 use engine::Op;
+use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 
 use crate::array::NDArray;
 use crate::error::{invalid, NdError, Result};
-use crate::resources::{DeviceResources, KernelRes, OpState, Resource};
+use crate::resources::{DeviceResources, KernelRes, OpState, Resource, StateSlot};
 use crate::runtime::Runtime;
 use crate::DType;
 
@@ -754,7 +755,7 @@ pub(crate) fn prepare(
                 .iter()
                 .map(|a| a.dtype())
                 .chain(odtypes.iter().copied());
-            Some(device_kernel(def, attrs, ctx, dtypes)?)
+            Some(device_kernel(def, ctx, dtypes)?)
         }
     };
     let outputs: Vec<NDArray> = match out {
@@ -796,18 +797,24 @@ pub(crate) fn prepare(
         .mutate_inputs
         .iter()
         .filter_map(|&i| inputs.get(i).copied());
+    // The forward node writes its kept state, the backward node reads it.
+    let keeps = def.state == StateUse::Keeps;
+    let state_writes = state.filter(|_| keeps).map(|s| &s.var);
+    let state_reads = state.filter(|_| !keeps).map(|s| &s.var);
+    let slot = state.map(|s| s.slot.clone());
     if let Some(kernel) = device_kernel {
         // A random op's GPU kernel takes a seed drawn, when it runs, from the device's generator.
         let rng = def
             .resources
             .contains(&Resource::Random)
             .then(|| rt.resources(ctx));
-        let engine_op = device_op(&rt, ctx, def, kernel, attrs, tensors, rng.clone())
+        let engine_op = device_op(&rt, ctx, def, kernel, attrs, tensors, rng.clone(), slot)
             .on(ctx)
             .writes(outputs.iter().chain(mutated).map(NDArray::var))
             .writes(rng.iter().map(|r| &r.rng_var))
             .writes(also_writes)
-            .reads(inputs.iter().map(|a| a.var()));
+            .writes(state_writes)
+            .reads(inputs.iter().map(|a| a.var()).chain(state_reads));
         push(engine_op)?;
         return Ok(outputs);
     }
@@ -820,10 +827,6 @@ pub(crate) fn prepare(
         let temp = wants_temp.then_some(&r.temp_var);
         rng.into_iter().chain(temp)
     });
-    // The forward node writes its kept state, the backward node reads it.
-    let keeps = def.state == StateUse::Keeps;
-    let state_writes = state.filter(|_| keeps).map(|s| &s.var);
-    let state_reads = state.filter(|_| !keeps).map(|s| &s.var);
     let writes = outputs
         .iter()
         .chain(mutated)
@@ -832,7 +835,6 @@ pub(crate) fn prepare(
         .chain(also_writes)
         .chain(state_writes);
     let held = res.clone();
-    let slot = state.map(|s| s.slot.clone());
     let engine_op = Op::sync(op, move |_| {
         let (mut rng, mut temp) = match &held {
             Some(r) => (
@@ -868,12 +870,11 @@ type DeviceKernel = std::convert::Infallible;
 /// The GPU kernel of `def` for these dtypes on `ctx`, or why there is none.
 fn device_kernel(
     def: &OpDef,
-    attrs: &Attrs,
     ctx: storage::Context,
     dtypes: impl IntoIterator<Item = DType>,
 ) -> Result<DeviceKernel> {
     #[cfg(feature = "cuda")]
-    return crate::gpu::ops::check(def, attrs, dtypes).map_err(|reason| NdError::Context {
+    return crate::gpu::ops::check(def, dtypes).map_err(|reason| NdError::Context {
         op: def.name.into(),
         arg: "inputs".into(),
         found: ctx.to_string(),
@@ -881,13 +882,14 @@ fn device_kernel(
     });
     #[cfg(not(feature = "cuda"))]
     {
-        let _ = (attrs, dtypes);
+        let _ = dtypes;
         Err(crate::array::no_device(def.name, ctx))
     }
 }
 
 /// The engine op running a GPU kernel (without the vars and context, which the caller adds).
 #[cfg(feature = "cuda")]
+#[allow(clippy::too_many_arguments)]
 fn device_op<'a>(
     rt: &Arc<Runtime>,
     ctx: storage::Context,
@@ -896,20 +898,14 @@ fn device_op<'a>(
     attrs: &Attrs,
     tensors: Tensors,
     rng: Option<Arc<DeviceResources>>,
+    state: Option<Arc<Mutex<StateSlot>>>,
 ) -> Op<'a> {
     let pool = rt.storage(ctx);
-    crate::gpu::cuda::kernel_op(
-        def.name,
-        kernel,
-        def.alias_safe,
-        attrs.clone(),
-        tensors,
-        pool,
-        rng,
-    )
+    crate::gpu::cuda::kernel_op(def, kernel, attrs.clone(), tensors, pool, rng, state)
 }
 
 #[cfg(not(feature = "cuda"))]
+#[allow(clippy::too_many_arguments)]
 fn device_op<'a>(
     _: &Arc<Runtime>,
     _: storage::Context,
@@ -918,6 +914,7 @@ fn device_op<'a>(
     _: &Attrs,
     _: Tensors,
     _: Option<Arc<DeviceResources>>,
+    _: Option<Arc<Mutex<StateSlot>>>,
 ) -> Op<'a> {
     match kernel {}
 }

@@ -63,7 +63,7 @@ pub(crate) struct Rnn {
     /// Dropout probability on each layer's output but the last's, in training.
     pub(crate) p: f64,
     /// Whether the node runs in training (`__is_train__`).
-    train: bool,
+    pub(crate) train: bool,
 }
 
 /// Where one (layer, direction)'s weights and biases start in the flat parameter vector, and
@@ -148,7 +148,7 @@ impl Rnn {
     }
 
     /// Inputs: data, parameters, state, then LSTM's cell state, then the sequence lengths.
-    fn inputs(&self) -> usize {
+    pub(crate) fn inputs(&self) -> usize {
         3 + usize::from(self.lstm()) + usize::from(self.seq_len)
     }
 
@@ -761,7 +761,14 @@ fn lengths(
     }
     let t = &ins[r.inputs() - 1];
     // SAFETY: read access to the lengths input, `batch` elements (checked at inference).
-    let vals = unsafe { t.to_f64s() };
+    sequence_lengths(unsafe { t.to_f64s() }, steps)
+}
+
+/// The lengths input's values checked (each an integer in 0..=`steps`), as step counts.
+pub(crate) fn sequence_lengths(
+    vals: impl IntoIterator<Item = f64>,
+    steps: usize,
+) -> std::result::Result<Vec<usize>, String> {
     vals.into_iter()
         .enumerate()
         .map(|(n, v)| {
@@ -956,6 +963,16 @@ fn rnn_kernel(
     Ok(())
 }
 
+/// Why a backward pass with dropout between layers cannot run without the forward node's state.
+pub(crate) fn masks_lost(op: &str, r: &Rnn) -> String {
+    format!(
+        "{op}: p={} drops units between layers in training, and the masks are kept only by a \
+         bound RNN node for its own backward node (bind the graph; an imperative backward call \
+         cannot know them)",
+        r.p
+    )
+}
+
 fn rnn_backward_kernel(
     op: &str,
     attrs: &Attrs,
@@ -981,12 +998,7 @@ fn rnn_backward_kernel(
         // Without the forward node's state the masks it drew are lost: the gradient of the
         // network without dropout would be silently wrong.
         if state.is_none() && r.drops() {
-            return Err(format!(
-                "{op}: p={} drops units between layers in training, and the masks are kept only \
-                 by a bound RNN node for its own backward node (bind the graph; an imperative \
-                 backward call cannot know them)",
-                r.p
-            ));
+            return Err(masks_lost(op, &r));
         }
         let kept = Kept::<T>::valid(state.as_deref(), &x.shape);
         backward(&f, dout, dhy, dcy, dx, dparams, dh0, dc0, kept, res)?;
