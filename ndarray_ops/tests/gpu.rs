@@ -156,6 +156,10 @@ fn forward_backward_from(
         let v = if name == "label" {
             let l: Vec<f32> = (0..a.size()).map(|i| (i * 7 % 10) as f32).collect();
             rt.from_vec(l, a.shape(), Context::cpu(0)).unwrap()
+        } else if name == "sequence_length" {
+            // Lengths in 0..=12 (the RNN tests' data has 12 steps).
+            let l: Vec<f32> = (0..a.size()).map(|i| (i * 5 % 13) as f32).collect();
+            rt.from_vec(l, a.shape(), Context::cpu(0)).unwrap()
         } else if name.ends_with("moving_var") {
             rt.full(a.shape(), 1.0, ndarray_ops::DType::F32, Context::cpu(0))
                 .unwrap()
@@ -268,6 +272,49 @@ fn recurrent_layers_on_the_gpu_give_the_cpus_outputs_and_gradients() {
         assert_eq!(on_gpu.len(), if cell { 4 } else { 3 }, "{mode}");
         assert_close(mode, &on_gpu, &on_cpu, 1e-3);
     }
+}
+
+/// The fused RNN's per-sample sequence lengths on the GPU give the CPU's outputs and gradients;
+/// with dropout between layers a bound node's backward pass runs there (it needs the masks its
+/// forward node kept), replays under a seed and differs from the network without dropout.
+#[test]
+fn recurrent_layers_with_lengths_and_dropout_train_on_the_gpu() {
+    let Some(gpu) = gpu() else { return };
+    let rt = runtime(StorageConfig::default());
+    let shapes = HashMap::from([("data".to_string(), vec![12, 4, 10])]);
+    let vars = |names: &[&str]| names.iter().map(|n| Symbol::var(n)).collect::<Vec<_>>();
+    let ins = vars(&["data", "parameters", "state", "sequence_length"]);
+    let refs: Vec<&Symbol> = ins.iter().collect();
+    let attrs = Attrs::new()
+        .with("mode", "gru")
+        .with("state_size", 16)
+        .with("num_layers", 2)
+        .with("bidirectional", true)
+        .with("state_outputs", true)
+        .with("use_sequence_length", true);
+    let sym = op("RNN", "rnn", &refs, attrs);
+    let on_gpu = forward_backward_from(&rt, gpu, &sym, &shapes, true);
+    let on_cpu = forward_backward_from(&rt, Context::cpu(0), &sym, &shapes, true);
+    assert_close("lengths", &on_gpu, &on_cpu, 1e-3);
+
+    let ins = vars(&["data", "parameters", "state", "state_cell"]);
+    let refs: Vec<&Symbol> = ins.iter().collect();
+    let lstm = |p: f64| {
+        let attrs = Attrs::new()
+            .with("mode", "lstm")
+            .with("state_size", 16)
+            .with("num_layers", 3)
+            .with("p", p);
+        op("RNN", "rnn", &refs, attrs)
+    };
+    let run = |p: f64| {
+        rt.seed(5).unwrap();
+        forward_backward_from(&rt, gpu, &lstm(p), &shapes, true)
+    };
+    let (dropped, again, whole) = (run(0.5), run(0.5), run(0.0));
+    assert_eq!(dropped, again, "the same seed draws the same masks");
+    assert!(dropped.iter().all(|(_, v)| v.iter().all(|x| x.is_finite())));
+    assert_ne!(dropped[0], whole[0], "the masks change the output");
 }
 
 /// Dropout in training on the GPU: the mask holds 0 or 1 / (1 - p) at about the rate p, the

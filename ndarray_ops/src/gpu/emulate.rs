@@ -36,7 +36,12 @@ fn compile() -> Result<libloading::Library, String> {
         ));
     }
     // SAFETY: a library we just built from our own source; it runs no initializers of note.
-    unsafe { libloading::Library::new(&lib) }.map_err(|e| format!("{}: {e}", lib.display()))
+    let loaded =
+        unsafe { libloading::Library::new(&lib) }.map_err(|e| format!("{}: {e}", lib.display()));
+    // Loaded, the files are no longer needed (one directory per test process otherwise piles
+    // up in the temp directory).
+    let _ = std::fs::remove_dir_all(&dir);
+    loaded
 }
 
 /// One op's stream on the host: scratch blocks live as long as it does.
