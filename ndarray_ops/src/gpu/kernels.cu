@@ -472,6 +472,80 @@ KERNEL void softmax_lanes_bwd(KArgs a) {
     }
 }
 
+// softmax_lanes and softmax_lanes_bwd split for few long lanes, with their layout, i1..i3, f0
+// and p0..p2, each lane in i4 parts so that many threads share a lane; i5 says backward.
+// softmax_parts, one thread per (lane, part) (i0 of them): part k of a lane takes its elements
+// k, k + i4, ... (neighbouring threads read neighbouring addresses) and writes to p3 (doubles)
+// their maximum and their sum of exp(x - that maximum), of x / f0 (backward: the sum of g * y,
+// or of g for log_softmax). softmax_join, one thread per lane (i0 lanes): the lane's maximum
+// and sum of exp from its parts (backward: its sum) into p4 (doubles, two per lane).
+// softmax_each, one thread per element (i0 of them): p0 as the lane kernels compute it, from
+// the lane's figures in p4.
+__device__ inline i64 lane_start(i64 lane, i64 len, i64 inner) {
+    return (lane / inner) * len * inner + lane % inner;
+}
+
+KERNEL void softmax_parts(KArgs a) {
+    i64 len = a.i[1], inner = a.i[2], parts = a.i[4];
+    double temp = a.f[0];
+    double* out = (double*)a.p[3];
+    FOR_EACH(t, a.i[0]) {
+        i64 lane = t / parts, k0 = t % parts;
+        i64 base = lane_start(lane, len, inner);
+        const float* x = a.p[1] + base;
+        if (a.i[5]) {
+            const float* y = a.p[2] + base;
+            double s = 0.0;
+            for (i64 k = k0; k < len; k += parts)
+                s += a.i[3] ? (double)x[k * inner] : (double)x[k * inner] * y[k * inner];
+            out[2 * t] = s;
+            continue;
+        }
+        double m = x[k0 * inner] / temp;
+        for (i64 k = k0 + parts; k < len; k += parts) m = fmax(m, x[k * inner] / temp);
+        double z = 0.0;
+        for (i64 k = k0; k < len; k += parts) z += exp(x[k * inner] / temp - m);
+        out[2 * t] = m;
+        out[2 * t + 1] = z;
+    }
+}
+
+KERNEL void softmax_join(KArgs a) {
+    i64 parts = a.i[4];
+    FOR_EACH(lane, a.i[0]) {
+        const double* p = (const double*)a.p[3] + 2 * lane * parts;
+        double* out = (double*)a.p[4] + 2 * lane;
+        if (a.i[5]) {
+            double s = 0.0;
+            for (i64 k = 0; k < parts; k++) s += p[2 * k];
+            out[0] = s;
+            continue;
+        }
+        double m = p[0];
+        for (i64 k = 1; k < parts; k++) m = fmax(m, p[2 * k]);
+        double z = 0.0;
+        for (i64 k = 0; k < parts; k++) z += p[2 * k + 1] * exp(p[2 * k] - m);
+        out[0] = m;
+        out[1] = z;
+    }
+}
+
+KERNEL void softmax_each(KArgs a) {
+    i64 len = a.i[1], inner = a.i[2];
+    double temp = a.f[0];
+    FOR_EACH(t, a.i[0]) {
+        i64 r, q = split(a, 2, t, &r);
+        const double* lane = (const double*)a.p[4] + 2 * ((q / len) * inner + r);
+        if (a.i[5]) {
+            double g = a.p[1][t], y = a.p[2][t];
+            a.p[0][t] = (float)((a.i[3] ? g - exp(y) * lane[0] : y * (g - lane[0])) / temp);
+            continue;
+        }
+        double s = a.p[1][t] / temp - lane[0];
+        a.p[0][t] = (float)(a.i[3] ? s - log(lane[1]) : exp(s) / lane[1]);
+    }
+}
+
 // SoftmaxOutput's gradient on an (n, i1) output: p0 = (p1 - onehot(p2)) * f0.
 KERNEL void softmax_output_bwd(KArgs a) {
     i64 classes = a.i[1];

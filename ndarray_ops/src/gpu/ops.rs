@@ -1612,8 +1612,9 @@ fn softmax_output(
     let shape = &ins[0].shape;
     // MXNet's SoftmaxOutput normalizes over axis 1 (the class axis), at no temperature (MXNet's
     // takes no such attribute).
-    let (lanes, a) = lane_args(shape, 1.min(shape.len() - 1), 1.0, false);
-    s.launch("softmax_lanes", lanes, &a.t(0, &outs[0]).t(1, &ins[0]))
+    lane_args(shape, 1.min(shape.len() - 1), 1.0, false)
+        .on(&[&outs[0], &ins[0]])
+        .run(s, false)
 }
 
 fn softmax_output_backward(
@@ -1683,17 +1684,61 @@ fn around(shape: &[usize], axis: usize) -> (usize, usize, usize) {
     )
 }
 
-/// The lanes along `axis` of `shape` and the `softmax_lanes` kernels' arguments for them (the
-/// pointers left to the caller).
-fn lane_args(shape: &[usize], axis: usize, temp: f64, log: bool) -> (usize, KArgs) {
+/// The lanes along `axis` of `shape` and the softmax kernels' arguments for them (the pointers
+/// left to the caller).
+fn lane_args(shape: &[usize], axis: usize, temp: f64, log: bool) -> Lanes {
     let (outer, len, inner) = around(shape, axis);
-    let lanes = outer * inner;
-    let a = KArgs::new(lanes)
+    let count = outer * inner;
+    let args = KArgs::new(count)
         .i(1, len)
         .i(2, inner)
         .i(3, usize::from(log))
         .f(0, temp);
-    (lanes, a)
+    Lanes { count, len, args }
+}
+
+/// Lanes a softmax normalizes, and the kernels' arguments.
+struct Lanes {
+    count: usize,
+    len: usize,
+    args: KArgs,
+}
+
+impl Lanes {
+    /// Sets the arrays: `out`, then the data (backward: the output's gradient, then the output).
+    fn on(mut self, ts: &[&TensorRef]) -> Lanes {
+        for (k, t) in ts.iter().enumerate() {
+            self.args = self.args.t(k, t);
+        }
+        self
+    }
+
+    /// Runs the softmax (or, `backward`, its gradient): one thread per lane where the lanes
+    /// alone fill a GPU, else each lane split into parts (`softmax_parts`, `softmax_join`, then
+    /// one thread per element), so that a few long lanes (a classifier's or a language model's
+    /// classes over a small batch) do not run on a few threads.
+    fn run(self, s: &dyn Stream, backward: bool) -> KResult {
+        const FILLS_A_GPU: usize = 1 << 16;
+        let Lanes { count, len, args } = self;
+        let split = parts(count, len);
+        if count >= FILLS_A_GPU || split == 1 {
+            let kernel = match backward {
+                true => "softmax_lanes_bwd",
+                false => "softmax_lanes",
+            };
+            return s.launch(kernel, count, &args);
+        }
+        let partials = s.scratch(count * split * 16)?.cast::<f32>();
+        let figures = s.scratch(count * 16)?.cast::<f32>();
+        let a = args
+            .p(3, partials)
+            .p(4, figures)
+            .i(4, split)
+            .i(5, usize::from(backward));
+        s.launch("softmax_parts", count * split, &a.i(0, count * split))?;
+        s.launch("softmax_join", count, &a.i(0, count))?;
+        s.launch("softmax_each", count * len, &a.i(0, count * len))
+    }
 }
 
 /// softmax and log_softmax over any axis at any temperature, and their backward ops
@@ -1708,12 +1753,9 @@ fn softmax(
     let x = &ins[0];
     let axis = crate::ops::softmax_axis(op, attrs, x.shape.len()).map_err(e2s)?;
     let temp = attrs.f64(op, "temperature", Some(1.0)).map_err(e2s)?;
-    let (lanes, a) = lane_args(&x.shape, axis, temp, op.ends_with("log_softmax"));
-    let a = a.t(0, &outs[0]).t(1, x);
-    match op.starts_with("_backward_") {
-        true => s.launch("softmax_lanes_bwd", lanes, &a.t(2, &ins[1])),
-        false => s.launch("softmax_lanes", lanes, &a),
-    }
+    let lanes = lane_args(&x.shape, axis, temp, op.ends_with("log_softmax"));
+    let ts: Vec<&TensorRef> = outs.iter().take(1).chain(ins).collect();
+    lanes.on(&ts).run(s, op.starts_with("_backward_"))
 }
 
 /// SoftmaxActivation (a softmax over the last axis, as MXNet's `instance` mode flattens the
@@ -1734,12 +1776,10 @@ fn softmax_activation(
             vec![x.len() / last.max(1), last]
         }
     };
-    let (lanes, a) = lane_args(&shape, 1, 1.0, false);
-    let a = a.t(0, &outs[0]).t(1, x);
-    match op.starts_with("_backward_") {
-        true => s.launch("softmax_lanes_bwd", lanes, &a.t(2, &ins[1])),
-        false => s.launch("softmax_lanes", lanes, &a),
-    }
+    let ts: Vec<&TensorRef> = outs.iter().take(1).chain(ins).collect();
+    lane_args(&shape, 1, 1.0, false)
+        .on(&ts)
+        .run(s, op.starts_with("_backward_"))
 }
 
 /// LogisticRegressionOutput's prediction: the data's sigmoid.

@@ -445,6 +445,11 @@ fn every_gpu_op_matches_its_cpu_kernel() {
         Attrs::new(),
         vec![random(rng, &[3, 4, 2, 2]), labels(rng, 3, 4)],
     );
+    check(
+        "SoftmaxOutput",
+        Attrs::new(),
+        vec![random(rng, &[4, 3000]), labels(rng, 4, 3000)],
+    );
     for (norm, scale) in [("null", 1.0), ("batch", 0.5)] {
         let attrs = Attrs::new()
             .with("normalization", norm)
@@ -515,6 +520,27 @@ fn transformer_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<In
         let grad = random(rng, &[3, 4, 5]);
         check(&format!("_backward_{op}"), attrs, vec![grad, x.clone()]);
     }
+    // Few long lanes, which the kernels split into parts (a lane's figures joined from them).
+    for (op, axis, temp, shape) in [
+        ("softmax", -1, 1.0, vec![3, 2000]),
+        ("log_softmax", 1, 0.5, vec![2, 700, 3]),
+        ("softmax", 0, 2.0, vec![1500, 2]),
+    ] {
+        let attrs = Attrs::new().with("axis", axis).with("temperature", temp);
+        let mut long = random(rng, &shape);
+        long.1.iter_mut().for_each(|v| *v *= 8.0);
+        // One logit far above the rest: exp overflows unless every part's maximum is its own.
+        long.1[1554] = 3000.0;
+        check(op, attrs.clone(), vec![long.clone()]);
+        let out = cpu_outputs(op, &attrs, &[long]).remove(0);
+        let grad = random(rng, &shape);
+        check(&format!("_backward_{op}"), attrs, vec![grad, out]);
+    }
+    let long = random(rng, &[2, 1500]);
+    check("SoftmaxActivation", Attrs::new(), vec![long.clone()]);
+    let out = cpu_outputs("SoftmaxActivation", &Attrs::new(), &[long]).remove(0);
+    let grad = random(rng, &[2, 1500]);
+    check("_backward_SoftmaxActivation", Attrs::new(), vec![grad, out]);
 
     check("Dropout", Attrs::new().with("p", 0.5), vec![x.clone()]);
     let always = Attrs::new().with("p", 0.0).with("mode", "always");
