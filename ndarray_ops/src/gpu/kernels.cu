@@ -185,6 +185,67 @@ KERNEL void reduce_lanes(KArgs a) {
     }
 }
 
+// reduce_lanes split for few long lanes (its layout, i1..i3 and p0, p1), each lane in i4 parts.
+// reduce_parts, one thread per (lane, part) (i0 of them): part k takes the lane's elements k,
+// k + i4, ... and writes to p2 (doubles, two per part) its product (prod), or its extremum and
+// where in the lane that first occurs (-1: nowhere, every element NaN; NaN is skipped, as the
+// scan's comparisons skip it). reduce_join, one thread per lane (i0 lanes): the parts' product,
+// or the extremum of their extrema, the earliest winning ties (so max and min keep the sign of
+// the first of equal zeros, as the scan does); argmax and argmin of a lane whose first element
+// is NaN answer 0, as the scan (which starts from the first element) does.
+KERNEL void reduce_parts(KArgs a) {
+    i64 len = a.i[1], inner = a.i[2], code = a.i[3], parts = a.i[4];
+    int most = code == 0 || code == 3;
+    double* out = (double*)a.p[2];
+    FOR_EACH(t, a.i[0]) {
+        i64 lane = t / parts, k0 = t % parts;
+        i64 i, o = split(a, 2, lane, &i);
+        const float* x = a.p[1] + o * len * inner + i;
+        float best = 1.0f;
+        i64 at = -1;
+        for (i64 l = k0; l < len; l += parts) {
+            float v = x[l * inner];
+            if (code == 2) {
+                best *= v;
+            } else if (v == v && (at < 0 || (most ? v > best : v < best))) {
+                best = v;
+                at = l;
+            }
+        }
+        out[2 * t] = best;
+        out[2 * t + 1] = (double)at;
+    }
+}
+
+KERNEL void reduce_join(KArgs a) {
+    i64 len = a.i[1], inner = a.i[2], code = a.i[3], parts = a.i[4];
+    int most = code == 0 || code == 3;
+    FOR_EACH(lane, a.i[0]) {
+        const double* p = (const double*)a.p[2] + 2 * lane * parts;
+        float best = 1.0f;
+        i64 at = -1;
+        for (i64 k = 0; k < parts; k++) {
+            float v = (float)p[2 * k];
+            i64 pk = (i64)p[2 * k + 1];
+            if (code == 2) {
+                best *= v;
+            } else if (pk >= 0 && (at < 0 || (most ? v > best : v < best) || (v == best && pk < at))) {
+                best = v;
+                at = pk;
+            }
+        }
+        if (code == 2) {
+            a.p[0][lane] = best;
+        } else if (code <= 1) {
+            a.p[0][lane] = at < 0 ? (code == 0 ? -INF_F : INF_F) : best;
+        } else {
+            i64 i, o = split(a, 2, lane, &i);
+            float first = a.p[1][o * len * inner + i];
+            a.p[0][lane] = (first != first || at < 0) ? 0.0f : (float)at;
+        }
+    }
+}
+
 // adam_update in double, MXNet's order: g = clip(rescale f2 * p4 + wd f1 * w, f3), mean p1 =
 // f4 p5 + (1 - f4) g, var p2 = f5 p6 + (1 - f5) g^2, p0 = w - lr f0 * mean / (sqrt(var) + f6);
 // w = p3.

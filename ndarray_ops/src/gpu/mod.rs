@@ -80,6 +80,8 @@ pub(crate) const KERNEL_NAMES: &[&str] = &[
     "where_select",
     "one_hot",
     "reduce_lanes",
+    "reduce_parts",
+    "reduce_join",
     "adam",
     "sequence",
     "regression_bwd",

@@ -650,7 +650,8 @@ fn one_hot(
     s.launch("one_hot", n, &a)
 }
 
-/// max, min, prod, argmax, argmin (`reduce_lanes`) and norm (squares or magnitudes summed as
+/// max, min, prod, argmax, argmin (`reduce_lanes`, or split into parts over few long lanes) and
+/// norm (squares or magnitudes summed as
 /// `sum` sums, then a square root for ord 2).
 fn reduce_other(
     op: &str,
@@ -724,7 +725,13 @@ fn reduce_other(
         .i(1, layout.0)
         .i(2, layout.1.max(1))
         .i(3, code);
-    s.launch("reduce_lanes", n, &a)
+    let split = lane_parts(n, layout.0);
+    if split == 1 {
+        return s.launch("reduce_lanes", n, &a);
+    }
+    let a = a.p(2, s.scratch(n * split * 16)?.cast()).i(4, split);
+    s.launch("reduce_parts", n * split, &a.i(0, n * split))?;
+    s.launch("reduce_join", n, &a.i(0, n))
 }
 
 /// Inputs the `add_n` kernel sums in one launch.
@@ -769,6 +776,17 @@ fn parts(channels: usize, per_channel: usize) -> usize {
     (per_channel / 32)
         .min(THREADS / channels.max(1))
         .clamp(1, 1 << 12)
+}
+
+/// How many parts each of `lanes` lanes of `len` elements is split into for a reduction along
+/// them (1: one thread per lane): where the lanes alone would not fill a GPU (a classifier's
+/// classes over a small batch, a whole array's maximum), as [`parts`] splits channels.
+fn lane_parts(lanes: usize, len: usize) -> usize {
+    const FILLS_A_GPU: usize = 1 << 16;
+    match lanes >= FILLS_A_GPU {
+        true => 1,
+        false => parts(lanes, len),
+    }
 }
 
 /// How many partial sums one `chan_fold` thread adds.
@@ -1718,10 +1736,9 @@ impl Lanes {
     /// one thread per element), so that a few long lanes (a classifier's or a language model's
     /// classes over a small batch) do not run on a few threads.
     fn run(self, s: &dyn Stream, backward: bool) -> KResult {
-        const FILLS_A_GPU: usize = 1 << 16;
         let Lanes { count, len, args } = self;
-        let split = parts(count, len);
-        if count >= FILLS_A_GPU || split == 1 {
+        let split = lane_parts(count, len);
+        if split == 1 {
             let kernel = match backward {
                 true => "softmax_lanes_bwd",
                 false => "softmax_lanes",

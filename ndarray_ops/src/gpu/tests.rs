@@ -44,10 +44,11 @@ fn arrays(rt: &Arc<Runtime>, inputs: &[Input]) -> Vec<NDArray> {
 fn close(what: &str, got: &[f32], want: &[f32], tol: f32) {
     assert_eq!(got.len(), want.len(), "{what}: length");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        // Infinities and NaNs (division by zero, powers of negatives) must agree exactly.
+        // Infinities and NaNs (division by zero, powers of negatives) must agree exactly (an
+        // infinite `w` would make any tolerance infinite).
         let same = g == w || (g.is_nan() && w.is_nan());
         assert!(
-            same || (g - w).abs() <= tol * (1.0 + w.abs()),
+            same || (w.is_finite() && (g - w).abs() <= tol * (1.0 + w.abs())),
             "{what}[{i}]: emulated GPU {g}, CPU {w}"
         );
     }
@@ -720,6 +721,57 @@ fn reduction_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Inpu
             vec![random(rng, &[3, 4, 5])],
         );
     }
+    // Few long lanes, split into parts: ties across parts, NaN (first in a lane, inside one,
+    // a whole part's), zeros of both signs, a whole array's extremum and a permuted layout.
+    let mut long = random(rng, &[3, 1000]);
+    long.1[5] = 7.0;
+    long.1[900] = 7.0;
+    long.1[1000] = f32::NAN;
+    long.1[1500] = 9.0;
+    long.1[2000..2100].fill(0.0);
+    long.1[2050] = -0.0;
+    // Lane 2's part 7 of 31: every element NaN.
+    (2007..3000).step_by(31).for_each(|k| long.1[k] = f32::NAN);
+    for op in ["argmax", "argmin", "max", "min"] {
+        check(op, Attrs::new().with("axis", 1), vec![long.clone()]);
+        check(op, Attrs::new(), vec![long.clone()]);
+    }
+    // Equal zeros: the scan keeps the first. Lane 0's maximum is the -0 at 1 (part 1), though
+    // part 0 finds a +0 later; lane 1's minimum the +0 at 1, though part 0 finds a -0.
+    let mut zeros = (vec![2, 2000], vec![0.0f32; 4000]);
+    zeros.1[0] = -1.0;
+    zeros.1[1] = -0.0;
+    zeros.1[2000..].fill(-0.0);
+    zeros.1[2000] = 1.0;
+    zeros.1[2001] = 0.0;
+    for op in ["max", "min"] {
+        let attrs = Attrs::new().with("axis", 1);
+        check(op, attrs.clone(), vec![zeros.clone()]);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let gpu = emulate(op, &attrs, &[zeros.clone()], None).expect("emulated");
+        let cpu = cpu_outputs(op, &attrs, &[zeros.clone()]);
+        assert_eq!(
+            bits(&gpu.outs[0]),
+            bits(&cpu[0].1),
+            "{op}: the zeros' signs"
+        );
+    }
+    // A lane of NaN alone: max and min find nothing (-inf, +inf), argmax and argmin answer 0.
+    let mut nan_lane = random(rng, &[2, 1000]);
+    nan_lane.1[1000..].fill(f32::NAN);
+    for op in ["argmax", "argmin", "max", "min"] {
+        check(op, Attrs::new().with("axis", 1), vec![nan_lane.clone()]);
+    }
+    let mut near_one = random(rng, &[2, 1200]);
+    near_one.1.iter_mut().for_each(|v| *v = 1.0 + *v * 0.01);
+    check("prod", Attrs::new().with("axis", 1), vec![near_one]);
+    let permuted = Attrs::new().with("axis", "(0, 2)");
+    check("max", permuted.clone(), vec![random(rng, &[30, 3, 40])]);
+    check(
+        "argmin",
+        Attrs::new().with("axis", 0),
+        vec![random(rng, &[900, 4])],
+    );
     let like: [(&[usize], &[usize]); 4] = [
         (&[2, 3, 4], &[3, 1]),
         (&[4, 6], &[1, 6]),
