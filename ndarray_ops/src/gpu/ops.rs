@@ -651,8 +651,7 @@ fn one_hot(
 }
 
 /// max, min, prod, argmax, argmin (`reduce_lanes`, or split into parts over few long lanes) and
-/// norm (squares or magnitudes summed as
-/// `sum` sums, then a square root for ord 2).
+/// norm (squares or magnitudes summed as `sum` sums, then a square root for ord 2).
 fn reduce_other(
     op: &str,
     attrs: &Attrs,
