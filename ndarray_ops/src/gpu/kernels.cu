@@ -1491,12 +1491,14 @@ KERNEL void blocks(KArgs a) {
 }
 
 // softmax_cross_entropy (see loss.rs) over i3 rows of i1 scores p1, with class labels p2 the host
-// has checked. i2 = 0: each row's loss, log-sum-exp minus the label's score, into the doubles p3
-// (i0 = rows); i2 = 1: p0[0] = their sum, in row order (i0 = 1); i2 = 2: the gradient, p0 =
-// p4[0] * (softmax - one_hot(label)) (i0 = rows). In double, as the CPU.
+// has checked and each row's maximum and sum of exponentials in p5 (softmax_join's figures, in
+// double). i2 = 0: each row's loss, log-sum-exp minus the label's score, into the doubles p3 (i0 =
+// rows); i2 = 1: p0[0] = their sum, in row order (i0 = 1); i2 = 2: the gradient, one thread per
+// score, p0 = p4[0] * (softmax - one_hot(label)) (i0 = rows * i1). In double, as the CPU.
 KERNEL void cross_entropy(KArgs a) {
     i64 k = a.i[1];
     double* loss = (double*)a.p[3];
+    const double* fig = (const double*)a.p[5];
     FOR_EACH(t, a.i[0]) {
         if (a.i[2] == 1) {
             double sum = 0.0;
@@ -1504,19 +1506,15 @@ KERNEL void cross_entropy(KArgs a) {
             a.p[0][0] = (float)sum;
             continue;
         }
-        const float* x = a.p[1] + t * k;
-        double m = -(double)INF_F, z = 0.0;
-        for (i64 j = 0; j < k; j++) m = fmax(m, (double)x[j]);
-        for (i64 j = 0; j < k; j++) z += exp((double)x[j] - m);
-        double lse = m + log(z);
-        i64 c = (i64)a.p[2][t];
+        i64 j = 0, row = a.i[2] == 2 ? split(a, 1, t, &j) : t;
+        double lse = fig[2 * row] + log(fig[2 * row + 1]);
+        i64 c = (i64)a.p[2][row];
         if (a.i[2] == 0) {
-            loss[t] = lse - (double)x[c];
+            loss[t] = lse - (double)a.p[1][t * k + c];
             continue;
         }
         double g = a.p[4][0];
-        for (i64 j = 0; j < k; j++)
-            a.p[0][t * k + j] = (float)(g * (exp((double)x[j] - lse) - (j == c ? 1.0 : 0.0)));
+        a.p[0][t] = (float)(g * (exp((double)a.p[1][t] - lse) - (j == c ? 1.0 : 0.0)));
     }
 }
 

@@ -350,16 +350,24 @@ fn cross_entropy(
             .i(2, mode)
             .i(3, rows)
     };
-    if backward {
-        return match rows {
-            0 => Ok(()),
-            _ => s.launch("cross_entropy", rows, &args(rows, 2).t(4, &ins[0])),
+    if rows == 0 {
+        // A zero loss; no gradient to write.
+        return match backward {
+            true => Ok(()),
+            false => fill_with(s, &outs[0], 0.0),
         };
     }
-    let losses = s.scratch(rows * 8)?.cast::<f32>();
-    if rows > 0 {
-        s.launch("cross_entropy", rows, &args(rows, 0).p(3, losses))?;
+    // Each row's log-sum-exp from its maximum and sum of exponentials, as softmax finds them.
+    let figures = lane_args(&x.shape, 1, 1.0, false)
+        .on(&[&outs[0], x])
+        .figures(s, lane_parts(rows, k), false)?;
+    if backward {
+        let n = rows * k;
+        return s.launch("cross_entropy", n, &args(n, 2).p(5, figures).t(4, &ins[0]));
     }
+    let losses = s.scratch(rows * 8)?.cast::<f32>();
+    let a = args(rows, 0).p(5, figures).p(3, losses);
+    s.launch("cross_entropy", rows, &a)?;
     s.launch("cross_entropy", 1, &args(1, 1).p(3, losses))
 }
 
@@ -1735,25 +1743,35 @@ impl Lanes {
     /// one thread per element), so that a few long lanes (a classifier's or a language model's
     /// classes over a small batch) do not run on a few threads.
     fn run(self, s: &dyn Stream, backward: bool) -> KResult {
-        let Lanes { count, len, args } = self;
-        let split = lane_parts(count, len);
+        let split = lane_parts(self.count, self.len);
         if split == 1 {
             let kernel = match backward {
                 true => "softmax_lanes_bwd",
                 false => "softmax_lanes",
             };
-            return s.launch(kernel, count, &args);
+            return s.launch(kernel, self.count, &self.args);
         }
+        let figures = self.figures(s, split, backward)?;
+        let n = self.count * self.len;
+        let a = self.args.p(4, figures).i(5, usize::from(backward));
+        s.launch("softmax_each", n, &a.i(0, n))
+    }
+
+    /// Each lane's figures in device scratch (doubles, two per lane: its maximum and its sum
+    /// of exponentials, or backward its sum), found in `split` parts per lane.
+    fn figures(&self, s: &dyn Stream, split: usize, backward: bool) -> Result<*mut f32, String> {
+        let count = self.count;
         let partials = s.scratch(count * split * 16)?.cast::<f32>();
         let figures = s.scratch(count * 16)?.cast::<f32>();
-        let a = args
+        let a = self
+            .args
             .p(3, partials)
             .p(4, figures)
             .i(4, split)
             .i(5, usize::from(backward));
         s.launch("softmax_parts", count * split, &a.i(0, count * split))?;
         s.launch("softmax_join", count, &a.i(0, count))?;
-        s.launch("softmax_each", count * len, &a.i(0, count * len))
+        Ok(figures)
     }
 }
 

@@ -1978,18 +1978,23 @@ fn index_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>))
     let raise = Attrs::new().with("mode", "raise").with("axis", 1);
     let columns = (vec![4], vec![2.0, 0.0, 2.0, 1.0]);
     check("take", raise, vec![random(rng, &[2, 3, 2]), columns]);
-    let (scores, classes) = (random(rng, &[5, 4]), labels(rng, 5, 4));
-    check(
-        "softmax_cross_entropy",
-        Attrs::new(),
-        vec![scores.clone(), classes.clone()],
-    );
-    let g = (vec![1], vec![0.7]);
-    check(
-        "_backward_softmax_cross_entropy",
-        Attrs::new(),
-        vec![g, scores, classes],
-    );
+    // Short rows (one thread per row finds each row's figures), long ones (split into parts)
+    // and none (a zero loss).
+    for (rows, k) in [(5, 4), (3, 3000), (0, 4)] {
+        let (mut scores, classes) = (random(rng, &[rows, k]), labels(rng, rows, k));
+        scores.1.iter_mut().for_each(|v| *v *= 8.0);
+        check(
+            "softmax_cross_entropy",
+            Attrs::new(),
+            vec![scores.clone(), classes.clone()],
+        );
+        let g = (vec![1], vec![0.7]);
+        check(
+            "_backward_softmax_cross_entropy",
+            Attrs::new(),
+            vec![g, scores, classes],
+        );
+    }
     let shape = Attrs::new().with("shape", "(4, 3, 5)");
     for op in ["scatter_nd", "_backward_gather_nd"] {
         let g = random(rng, &[3, 2, 5]);
