@@ -10,8 +10,12 @@
 //!   element that read it. Each input axis is walked by one output axis, so those elements are
 //!   the product of one bucket per output axis (the indices reading the element's index along
 //!   the axis it walks); buckets list their indices in ascending order, so the sum runs in
-//!   output order, in double, as the CPU kernel's — the same bits, no atomics.
+//!   output order, in double, as the CPU kernel's — the same bits, no atomics. Where few input
+//!   elements each sum many terms (a broadcast's or a tile's gradient into a small array), each
+//!   sum is split into parts that many threads share, added up by `chan_total`: the same terms
+//!   in double, in another order.
 
+use super::ops::lane_parts;
 use super::{buckets, KArgs, Stream};
 use crate::ops::gather::{walks, Walks};
 use crate::ops::shape::slice_walks;
@@ -122,6 +126,21 @@ fn backward(op: &str, w: &Walks, g: &TensorRef, dx: &TensorRef, s: &dyn Stream) 
         return Ok(());
     }
     let table = s.upload(&backward_table(w))?;
-    let a = KArgs::new(n).t(0, dx).t(1, g).p(2, table.cast());
-    s.launch("gather_bwd", n, &a)
+    let parts = lane_parts(n, g.len() / n);
+    let a = KArgs::new(n * parts)
+        .t(0, dx)
+        .t(1, g)
+        .p(2, table.cast())
+        .i(1, parts);
+    if parts == 1 {
+        return s.launch("gather_bwd", n, &a);
+    }
+    let partials = s.scratch(n * parts * 8)?;
+    s.launch("gather_bwd", n * parts, &a.p(3, partials.cast()))?;
+    let total = KArgs::new(n)
+        .t(0, dx)
+        .p(1, partials.cast())
+        .i(1, parts)
+        .f(0, 1.0);
+    s.launch("chan_total", n, &total)
 }

@@ -900,6 +900,105 @@ KERNEL void norm_bwd(KArgs a) {
     }
 }
 
+// norm_fwd and norm_bwd split for few long groups (layout, i1..i4, f0 and p0..p6 as there), each
+// group in i5 parts so that many threads share a group; i6 says backward. norm_parts, one thread
+// per (group, part) (i0 of them): part k of a group takes its elements k, k + i5, ... and writes
+// two doubles to p7: forward, their mean and their squared deviations from it summed (L2: 0 and
+// the sum of squares); backward, the sums of d and of h * d (norm_bwd's). norm_join, one thread
+// per group (i0 groups): forward, the group's mean and deviation from its parts' (Chan, Golub
+// and LeVeque's pairwise update: a part's mean differing from the running one adds to the
+// squared deviations) into p8 (doubles, two per group) and the hidden outputs p4 and p5 (L2:
+// the norm into p4); backward, the parts' sums into p8. norm_each, one thread per element (i0
+// of them): p0 as norm_fwd or norm_bwd computes it, from the group's figures in p8.
+KERNEL void norm_parts(KArgs a) {
+    i64 len = a.i[1], inner = a.i[2], per = a.i[3], l2 = a.i[4], parts = a.i[5];
+    double* out = (double*)a.p[7];
+    FOR_EACH(t, a.i[0]) {
+        i64 g = t / parts, k0 = t % parts;
+        i64 base = lane_start(g, len, inner);
+        if (a.i[6]) {
+            const float* og = a.p[1] + base;
+            const float* x = a.p[2] + base;
+            double denom = a.p[5][g], mean = l2 ? 0.0 : a.p[4][g];
+            double sum_d = 0.0, dot = 0.0;
+            for (i64 k = k0; k < len; k += parts) {
+                double h = l2 ? (double)x[k * inner] : (x[k * inner] - mean) / denom;
+                double d = og[k * inner];
+                if (!l2) d *= a.p[3][per ? (g / inner) % per : k];
+                dot += h * d;
+                sum_d += d;
+            }
+            out[2 * t] = sum_d;
+            out[2 * t + 1] = dot;
+            continue;
+        }
+        const float* x = a.p[1] + base;
+        double mean = 0.0, m2 = 0.0;
+        if (!l2) {
+            for (i64 k = k0; k < len; k += parts) mean += x[k * inner];
+            mean /= (double)((len - k0 + parts - 1) / parts);
+        }
+        for (i64 k = k0; k < len; k += parts) m2 += (x[k * inner] - mean) * (x[k * inner] - mean);
+        out[2 * t] = mean;
+        out[2 * t + 1] = m2;
+    }
+}
+
+KERNEL void norm_join(KArgs a) {
+    i64 len = a.i[1], l2 = a.i[4], parts = a.i[5];
+    FOR_EACH(g, a.i[0]) {
+        const double* p = (const double*)a.p[7] + 2 * g * parts;
+        double* out = (double*)a.p[8] + 2 * g;
+        if (a.i[6]) {
+            double sum_d = 0.0, dot = 0.0;
+            for (i64 k = 0; k < parts; k++) {
+                sum_d += p[2 * k];
+                dot += p[2 * k + 1];
+            }
+            out[0] = sum_d;
+            out[1] = dot;
+            continue;
+        }
+        double n = 0.0, mean = 0.0, m2 = 0.0;
+        for (i64 k = 0; k < parts; k++) {
+            double nk = (double)((len - k + parts - 1) / parts), total = n + nk;
+            double delta = p[2 * k] - mean;
+            mean += delta * nk / total;
+            m2 += p[2 * k + 1] + delta * delta * n * nk / total;
+            n = total;
+        }
+        double denom = sqrt((l2 ? m2 : m2 / (double)len) + a.f[0]);
+        out[0] = mean;
+        out[1] = denom;
+        if (l2) {
+            a.p[4][g] = (float)denom;
+        } else {
+            a.p[4][g] = (float)mean;
+            a.p[5][g] = (float)denom;
+        }
+    }
+}
+
+KERNEL void norm_each(KArgs a) {
+    i64 len = a.i[1], per = a.i[3], l2 = a.i[4];
+    FOR_EACH(t, a.i[0]) {
+        i64 i, k, o = split(a, 1, split(a, 2, t, &i), &k);
+        i64 g = o * a.i[2] + i, c = per ? o % per : k;
+        const double* f = (const double*)a.p[8] + 2 * g;
+        if (!a.i[6]) {
+            double v = (a.p[1][t] - f[0]) / f[1];
+            a.p[0][t] = (float)(l2 ? v : v * a.p[2][c] + a.p[3][c]);
+            continue;
+        }
+        double denom = a.p[5][g], mean = l2 ? 0.0 : a.p[4][g];
+        double h = l2 ? (double)a.p[2][t] : (a.p[2][t] - mean) / denom;
+        double o_grad = a.p[1][t], d = l2 ? o_grad : o_grad * a.p[3][c];
+        double mean_d = l2 ? 0.0 : f[0] / (double)len, dot = l2 ? f[1] : f[1] / (double)len;
+        if (a.p[6]) a.p[6][t] = (float)(o_grad * h);
+        a.p[0][t] = (float)((d - mean_d - h * dot) / denom);
+    }
+}
+
 // p0 = p1 with its axes permuted: p0's dims are i2.. (rank i1 <= 6, outermost first) and p1
 // steps i8.. elements along each of them.
 KERNEL void permute(KArgs a) {
@@ -1287,19 +1386,23 @@ KERNEL void gather_fwd(KArgs a) {
 
 #define GATHER_DIMS 8
 
-// p0 (the data's gradient, i0 elements) = the sum of p1 (the output's gradient) over the output
-// elements that read each data element, in output order; p2 = gather.rs's backward table.
+// p0 (the data's gradient) = the sum of p1 (the output's gradient) over the output elements
+// that read each data element, in output order; p2 = gather.rs's backward table. Each element's
+// sum is split into i1 parts, i0 = elements * i1 threads: part k takes the element's terms k,
+// k + i1, ... (an odometer over its buckets stepped i1 at a time) and, with i1 > 1, writes its
+// sum to p3 (doubles, an element's parts together) for chan_total to add; with i1 = 1 the
+// element's sum goes to p0.
 KERNEL void gather_bwd(KArgs a) {
     const i64* tab = (const i64*)a.p[2];
-    i64 ni = tab[0], no = tab[1];
+    i64 ni = tab[0], no = tab[1], parts = a.i[1];
     const i64* in_dims = tab + 2;
     const i64* out_dims = in_dims + ni;
     const i64* from = out_dims + no;
     const i64* starts = from + no;
     const i64* lists = starts + no;
     FOR_EACH(t, a.i[0]) {
-        i64 k[GATHER_DIMS], lo[GATHER_DIMS], hi[GATHER_DIMS], c[GATHER_DIMS], stride[GATHER_DIMS];
-        i64 rest = t, s = 1, empty = 0;
+        i64 k[GATHER_DIMS], lo[GATHER_DIMS], size[GATHER_DIMS], c[GATHER_DIMS], stride[GATHER_DIMS];
+        i64 rest = t / parts, s = 1, empty = 0;
         for (i64 d = ni - 1; d >= 0; d--) {
             k[d] = rest % in_dims[d];
             rest /= in_dims[d];
@@ -1307,25 +1410,29 @@ KERNEL void gather_bwd(KArgs a) {
         for (i64 d = no - 1; d >= 0; d--) {
             i64 j = from[d] < 0 ? 0 : k[from[d]];
             lo[d] = tab[starts[d] + j];
-            hi[d] = tab[starts[d] + j + 1];
-            if (lo[d] == hi[d]) empty = 1;
-            c[d] = lo[d];
+            size[d] = tab[starts[d] + j + 1] - lo[d];
+            if (size[d] == 0) empty = 1;
+            c[d] = 0;
             stride[d] = s;
             s *= out_dims[d];
         }
+        // The odometer (the last bucket turning fastest) moves to term t % parts first, then
+        // parts terms at a time, until it carries out of the first bucket.
+        i64 step = t % parts;
         double acc = 0.0;
         while (!empty) {
-            i64 o = 0;
-            for (i64 d = 0; d < no; d++) o += tab[lists[d] + c[d]] * stride[d];
-            acc += (double)a.p[1][o];
-            i64 d = no - 1;
-            for (; d >= 0; d--) {
-                if (++c[d] < hi[d]) break;
-                c[d] = lo[d];
+            for (i64 d = no - 1; d >= 0 && step; d--) {
+                i64 v = c[d] + step;
+                step = v < size[d] ? 0 : v / size[d];
+                c[d] = v < size[d] ? v : v % size[d];
             }
-            if (d < 0) empty = 1;
+            if (step) break;
+            i64 o = 0;
+            for (i64 d = 0; d < no; d++) o += tab[lists[d] + lo[d] + c[d]] * stride[d];
+            acc += (double)a.p[1][o];
+            step = parts;
         }
-        a.p[0][t] = (float)acc;
+        if (parts == 1) a.p[0][t] = (float)acc; else ((double*)a.p[3])[t] = acc;
     }
 }
 

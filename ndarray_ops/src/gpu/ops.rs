@@ -788,7 +788,7 @@ fn parts(channels: usize, per_channel: usize) -> usize {
 /// How many parts each of `lanes` lanes of `len` elements is split into for a reduction along
 /// them (1: one thread per lane): where the lanes alone would not fill a GPU (a classifier's
 /// classes over a small batch, a whole array's maximum), as [`parts`] splits channels.
-fn lane_parts(lanes: usize, len: usize) -> usize {
+pub(super) fn lane_parts(lanes: usize, len: usize) -> usize {
     const FILLS_A_GPU: usize = 1 << 16;
     match lanes >= FILLS_A_GPU {
         true => 1,
@@ -1977,9 +1977,9 @@ fn dropout(
     s.launch("dropout", n, &a)
 }
 
-/// LayerNorm, InstanceNorm, GroupNorm and L2Normalization, and their backward ops: one thread
-/// per group of elements (`ops::norm`'s grouping), as the CPU loops; gamma's and beta's
-/// gradients are per-channel sums over the grouping's layout.
+/// LayerNorm, InstanceNorm, GroupNorm and L2Normalization, and their backward ops over
+/// `ops::norm`'s groups of elements ([`norm_run`]); gamma's and beta's gradients are
+/// per-channel sums over the grouping's layout.
 fn normalization(
     op: &str,
     attrs: &Attrs,
@@ -1998,8 +1998,7 @@ fn normalization(
         Scale::ByGroup(m) if groups.inner == 1 => (m, (groups.outer / m, m, groups.len)),
         Scale::ByGroup(_) => return Err(format!("{op}: groups with inner strides")),
     };
-    let count = groups.count();
-    let a = KArgs::new(count)
+    let a = KArgs::new(groups.count())
         .i(1, groups.len)
         .i(2, groups.inner)
         .i(3, per)
@@ -2014,19 +2013,47 @@ fn normalization(
             true => a,
             false => a.t(2, &ins[1]).t(3, &ins[2]).t(5, &outs[2]),
         };
-        return s.launch("norm_fwd", count, &a);
+        return norm_run(s, a, groups, false);
     }
     // (ograd, out, norm) for L2Normalization, else (ograd, data, gamma, mean, std).
     let a = a.t(0, &outs[0]).t(1, &ins[0]).t(2, data);
     if l2 {
-        return s.launch("norm_bwd", count, &a.t(5, &ins[2]));
+        return norm_run(s, a.t(5, &ins[2]), groups, true);
     }
     // beta's gradient first: the data's gradient may be written over the output's.
     channel_sum(s, outs[2].ptr(), ins[0].ptr(), layout, 1.0)?;
     let scaled = s.scratch(data.buf.bytes)?.cast::<f32>();
     let a = a.t(3, &ins[2]).t(4, &ins[3]).t(5, &ins[4]).p(6, scaled);
-    s.launch("norm_bwd", count, &a)?;
+    norm_run(s, a, groups, true)?;
     channel_sum(s, outs[1].ptr(), scaled, layout, 1.0)
+}
+
+/// Runs `norm_fwd` (or, `backward`, `norm_bwd`) with its arguments: one thread per group where
+/// the groups alone fill a GPU, else each group split into parts (`norm_parts`, `norm_join`,
+/// then one thread per element), as softmax lanes are, so that a few long groups (an
+/// InstanceNorm's or GroupNorm's images, a LayerNorm over a small batch) do not run on a few
+/// threads, each walking its own stretch of memory.
+fn norm_run(s: &dyn Stream, a: KArgs, groups: crate::ops::Groups, backward: bool) -> KResult {
+    let count = groups.count();
+    let split = lane_parts(count, groups.len);
+    if split == 1 {
+        let kernel = match backward {
+            true => "norm_bwd",
+            false => "norm_fwd",
+        };
+        return s.launch(kernel, count, &a);
+    }
+    let partials = s.scratch(count * split * 16)?.cast::<f32>();
+    let figures = s.scratch(count * 16)?.cast::<f32>();
+    let a = a
+        .p(7, partials)
+        .p(8, figures)
+        .i(5, split)
+        .i(6, usize::from(backward));
+    s.launch("norm_parts", count * split, &a.i(0, count * split))?;
+    s.launch("norm_join", count, &a.i(0, count))?;
+    let n = count * groups.len;
+    s.launch("norm_each", n, &a.i(0, n))
 }
 
 /// The most dims the `permute` kernel walks (after merging).

@@ -547,7 +547,8 @@ fn transformer_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<In
     let always = Attrs::new().with("p", 0.0).with("mode", "always");
     check("Dropout", always, vec![x.clone()]);
 
-    // (op, attributes, data shape, gamma's length)
+    // (op, attributes, data shape, gamma's length); the last four have few long groups, which
+    // the GPU splits into parts (unequal ones: 100 elements in 3 parts).
     let norms = [
         ("LayerNorm", Attrs::new(), vec![2, 3, 8], 8),
         ("LayerNorm", Attrs::new().with("axis", 1), vec![2, 5, 3], 5),
@@ -556,6 +557,20 @@ fn transformer_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<In
             "GroupNorm",
             Attrs::new().with("num_groups", 2),
             vec![2, 4, 3, 3],
+            2,
+        ),
+        ("LayerNorm", Attrs::new(), vec![3, 100], 100),
+        (
+            "LayerNorm",
+            Attrs::new().with("axis", 1),
+            vec![2, 300, 3],
+            300,
+        ),
+        ("InstanceNorm", Attrs::new(), vec![1, 2, 16, 16], 2),
+        (
+            "GroupNorm",
+            Attrs::new().with("num_groups", 2),
+            vec![2, 4, 8, 8],
             2,
         ),
     ];
@@ -578,12 +593,16 @@ fn transformer_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<In
             vec![random(rng, &shape), data, gamma, stats.0, stats.1],
         );
     }
-    for mode in ["instance", "channel", "spatial"] {
+    // The long shape's instance and spatial groups (400 and 100 elements) are split.
+    for (mode, shape) in ["instance", "channel", "spatial"]
+        .into_iter()
+        .flat_map(|m| [(m, vec![2, 3, 4]), (m, vec![2, 4, 100])])
+    {
         let attrs = Attrs::new().with("mode", mode);
-        let data = random(rng, &[2, 3, 4]);
+        let data = random(rng, &shape);
         check("L2Normalization", attrs.clone(), vec![data.clone()]);
         let outs = cpu_outputs("L2Normalization", &attrs, &[data]);
-        let ins = vec![random(rng, &[2, 3, 4]), outs[0].clone(), outs[1].clone()];
+        let ins = vec![random(rng, &shape), outs[0].clone(), outs[1].clone()];
         check("_backward_L2Normalization", attrs, ins);
     }
 
@@ -1552,6 +1571,17 @@ fn gather_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)
             vec![vec![3, 1, 2]],
         ),
         ("broadcast_like", Attrs::new(), vec![vec![1, 3], vec![4, 3]]),
+        // Few elements each summing many terms: the gradient splits each sum into parts.
+        (
+            "broadcast_to",
+            Attrs::new().with("shape", "(40, 3, 50)"),
+            vec![vec![1, 3, 1]],
+        ),
+        (
+            "tile",
+            Attrs::new().with("reps", "(37, 1, 29)"),
+            vec![vec![2, 3, 1]],
+        ),
         (
             "tile",
             Attrs::new().with("reps", "(2, 1, 2)"),
