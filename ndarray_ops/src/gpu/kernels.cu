@@ -1063,29 +1063,10 @@ KERNEL void leaky_bwd(KArgs a) {
     FOR_EACH(t, a.i[0]) a.p[0][t] = (float)(a.p[1][t] * leaky(a.i[1], a.p[2][t], slope_at(a, t), 1));
 }
 
-// prelu's gamma gradient, one index per gamma entry (i0 = i2 of them, layout as slope_at over
-// i5 data elements): the sum, in double and in element order as the CPU, of p1 (the output's
-// gradient) times p2 (the data) over the entry's elements where the data is not positive.
-KERNEL void prelu_gamma_bwd(KArgs a) {
-    i64 len = a.i[2], channels = a.i[3], inner = a.i[4], n = a.i[5];
-    FOR_EACH(t, a.i[0]) {
-        double acc = 0.0;
-        // The entry's elements: all of them, a channel's (strided blocks of inner), or one.
-        i64 first = 0, end = n, block = n, stride = n;
-        if (len != 1 && len == channels) {
-            first = t * inner;
-            block = inner;
-            stride = channels * inner;
-        } else if (len != 1) {
-            first = t;
-            end = t + 1;
-            block = 1;
-        }
-        for (i64 base = first; base < end; base += stride)
-            for (i64 i = base; i < base + block; i++)
-                if (a.p[2][i] <= 0.0f) acc += (double)a.p[1][i] * (double)a.p[2][i];
-        a.p[0][t] = (float)acc;
-    }
+// prelu's gamma gradient's terms, one per data element: p0 = p1 (the output's gradient) times
+// p2 (the data) where the data is not positive, else 0; the host sums them per gamma entry.
+KERNEL void prelu_terms(KArgs a) {
+    FOR_EACH(t, a.i[0]) a.p[0][t] = a.p[2][t] <= 0.0f ? a.p[1][t] * a.p[2][t] : 0.0f;
 }
 
 // Fused RNN (ops/rnn.rs): one step of one layer in one direction, one index per (sample n,
@@ -1600,20 +1581,14 @@ KERNEL void blocks(KArgs a) {
 // softmax_cross_entropy (see loss.rs) over i3 rows of i1 scores p1, with class labels p2 the host
 // has checked and each row's maximum and sum of exponentials in p5 (softmax_join's figures, in
 // double). i2 = 0: each row's loss, log-sum-exp minus the label's score, into the doubles p3 (i0 =
-// rows); i2 = 1: p0[0] = their sum, in row order (i0 = 1); i2 = 2: the gradient, one thread per
-// score, p0 = p4[0] * (softmax - one_hot(label)) (i0 = rows * i1). In double, as the CPU.
+// rows; the host sums them as partial sums); i2 = 1: the gradient, one thread per score, p0 =
+// p4[0] * (softmax - one_hot(label)) (i0 = rows * i1). In double, as the CPU.
 KERNEL void cross_entropy(KArgs a) {
     i64 k = a.i[1];
     double* loss = (double*)a.p[3];
     const double* fig = (const double*)a.p[5];
     FOR_EACH(t, a.i[0]) {
-        if (a.i[2] == 1) {
-            double sum = 0.0;
-            for (i64 r = 0; r < a.i[3]; r++) sum += loss[r];
-            a.p[0][0] = (float)sum;
-            continue;
-        }
-        i64 j = 0, row = a.i[2] == 2 ? split(a, 1, t, &j) : t;
+        i64 j = 0, row = a.i[2] ? split(a, 1, t, &j) : t;
         double lse = fig[2 * row] + log(fig[2 * row + 1]);
         i64 c = (i64)a.p[2][row];
         if (a.i[2] == 0) {

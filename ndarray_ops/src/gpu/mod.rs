@@ -103,7 +103,7 @@ pub(crate) const KERNEL_NAMES: &[&str] = &[
     "roi_pool_bwd",
     "roi_align",
     "roi_align_bwd",
-    "prelu_gamma_bwd",
+    "prelu_terms",
 ];
 
 /// A counting sort, for the tables of gradient kernels that gather instead of scattering: item

@@ -348,7 +348,6 @@ fn cross_entropy(
             .t(2, label)
             .i(1, k)
             .i(2, mode)
-            .i(3, rows)
     };
     if rows == 0 {
         // A zero loss; no gradient to write.
@@ -363,12 +362,15 @@ fn cross_entropy(
         .figures(s, lane_parts(rows, k), false)?;
     if backward {
         let n = rows * k;
-        return s.launch("cross_entropy", n, &args(n, 2).p(5, figures).t(4, &ins[0]));
+        return s.launch("cross_entropy", n, &args(n, 1).p(5, figures).t(4, &ins[0]));
     }
-    let losses = s.scratch(rows * 8)?.cast::<f32>();
+    // The rows' losses, then their sum as one row of partial sums.
+    let losses = s.scratch(partial_doubles(1, rows) * 8)?.cast::<f32>();
     let a = args(rows, 0).p(5, figures).p(3, losses);
     s.launch("cross_entropy", rows, &a)?;
-    s.launch("cross_entropy", 1, &args(1, 1).p(3, losses))
+    let (sums, p) = fold_partials(s, losses, 1, rows)?;
+    let total = KArgs::new(1).t(0, &outs[0]).p(1, sums).i(1, p).f(0, 1.0);
+    s.launch("chan_total", 1, &total)
 }
 
 /// `_arange`: `start + step * (k / repeat)`, in double as the CPU computes it.
@@ -851,7 +853,18 @@ fn channel_partials(
         .i(3, p)
         .i(4, mode);
     s.launch("chan_partial", channels * p, &a)?;
-    let rows = sums.planes() * channels;
+    fold_partials(s, partials, sums.planes() * channels, p)
+}
+
+/// Adds up runs of [`FOLD`] of each of `rows` rows of `p` partial sums (doubles at `partials`,
+/// with room after them for a second buffer, as [`partial_doubles`] counts) until at most
+/// [`FOLD`] are left per row; returns where they are and how many each row has.
+fn fold_partials(
+    s: &dyn Stream,
+    partials: *mut f32,
+    rows: usize,
+    mut p: usize,
+) -> Result<(*mut f32, usize), String> {
     // SAFETY: the scratch holds the second buffer after the partial sums.
     let (mut from, mut to) = (
         partials,
@@ -2471,9 +2484,17 @@ fn leaky_relu(
         let inner: usize = data.shape.iter().skip(2).product();
         a = a.t(3, gamma).i(2, gamma.len()).i(3, channels).i(4, inner);
         if let Some(dgamma) = outs.get(1) {
-            // Before the data's gradient, which may be written over the output's gradient.
-            let g = a.t(0, dgamma).t(1, &ins[0]).t(2, data).i(5, n);
-            s.launch("prelu_gamma_bwd", gamma.len(), &g.i(0, gamma.len()))?;
+            // Before the data's gradient, which may be written over the output's gradient:
+            // each element's term, summed per gamma entry (one, one per channel, or each its own).
+            let terms = s.scratch(n * 4)?.cast::<f32>();
+            let t = KArgs::new(n).p(0, terms).t(1, &ins[0]).t(2, data);
+            s.launch("prelu_terms", n, &t)?;
+            let layout = match gamma.len() {
+                1 => (1, 1, n),
+                len if len == channels => (n / (channels * inner).max(1), channels, inner),
+                len => (1, len, 1),
+            };
+            channel_sum(s, dgamma.ptr(), terms, layout, 1.0)?;
         }
     }
     match forward {

@@ -665,17 +665,25 @@ fn transformer_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<In
             vec![random(rng, &[4, 6]), data],
         );
     }
-    // prelu's slopes per channel, one for all, per element; its gradient gives gamma's too.
+    // prelu's slopes per channel, one for all, per element; its gradient gives gamma's too
+    // (sums over the larger data split and folded).
     let prelu = Attrs::new().with("act_type", "prelu");
-    for gamma in [vec![3], vec![1], vec![2, 3, 4, 5]] {
-        let data = random(rng, &[2, 3, 4, 5]);
+    let (small, large) = (vec![2, 3, 4, 5], vec![2, 3, 40, 50]);
+    for (gamma, shape) in [
+        (vec![3], &small),
+        (vec![1], &small),
+        (small.clone(), &small),
+        (vec![3], &large),
+        (vec![1], &large),
+    ] {
+        let data = random(rng, shape);
         let gamma = random(rng, &gamma);
         check(
             "LeakyReLU",
             prelu.clone(),
             vec![data.clone(), gamma.clone()],
         );
-        let g = random(rng, &[2, 3, 4, 5]);
+        let g = random(rng, shape);
         check("_backward_LeakyReLU", prelu.clone(), vec![g, data, gamma]);
     }
 }
@@ -2008,9 +2016,9 @@ fn index_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>))
     let raise = Attrs::new().with("mode", "raise").with("axis", 1);
     let columns = (vec![4], vec![2.0, 0.0, 2.0, 1.0]);
     check("take", raise, vec![random(rng, &[2, 3, 2]), columns]);
-    // Short rows (one thread per row finds each row's figures), long ones (split into parts)
-    // and none (a zero loss).
-    for (rows, k) in [(5, 4), (3, 3000), (0, 4)] {
+    // Short rows (one thread per row finds each row's figures), long ones (split into parts),
+    // many (their losses summed in two folds) and none (a zero loss).
+    for (rows, k) in [(5, 4), (3, 3000), (2000, 3), (0, 4)] {
         let (mut scores, classes) = (random(rng, &[rows, k]), labels(rng, rows, k));
         scores.1.iter_mut().for_each(|v| *v *= 8.0);
         check(
