@@ -838,7 +838,7 @@ fn channel_partials(
     src: *mut f32,
     (outer, channels, inner): (usize, usize, usize),
 ) -> Result<(*mut f32, usize), String> {
-    let mut p = parts(channels, outer * inner);
+    let p = parts(channels, outer * inner);
     let (mode, other) = match sums {
         ChannelSums::Plain => (0, std::ptr::null_mut()),
         ChannelSums::AndSquares => (1, std::ptr::null_mut()),
