@@ -50,6 +50,8 @@ pub(super) struct HostStream {
     scratch: RefCell<Vec<Vec<u64>>>,
     /// Every kernel launched, in order (the tests check coverage with it).
     pub(super) launched: RefCell<Vec<&'static str>>,
+    /// How many times the op read device memory back (each a wait for the device on a GPU).
+    pub(super) downloads: std::cell::Cell<usize>,
 }
 
 impl HostStream {
@@ -58,6 +60,7 @@ impl HostStream {
             lib,
             scratch: RefCell::default(),
             launched: RefCell::default(),
+            downloads: std::cell::Cell::default(),
         }
     }
 }
@@ -109,6 +112,7 @@ impl Stream for HostStream {
     }
 
     fn download(&self, t: &super::TensorRef) -> Result<Vec<f32>, String> {
+        self.downloads.set(self.downloads.get() + 1);
         // SAFETY: the op layer passes a float32 tensor it may read.
         Ok(unsafe { t.slice::<f32>() }.to_vec())
     }

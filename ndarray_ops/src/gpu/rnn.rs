@@ -245,8 +245,9 @@ fn forward(
 }
 
 /// What a bound node's training forward pass keeps on the device for its backward node: every
-/// layer's output and every (layer, direction)'s trace for data of one shape, and the seed of
-/// the masks between layers.
+/// layer's output and every (layer, direction)'s trace for data of one shape, the sequence
+/// lengths they were computed with (so the backward pass reads none back), and the seed of the
+/// masks between layers.
 struct Kept {
     /// Steps, batch and input width of the data the trace is for.
     data: [usize; 3],
@@ -256,6 +257,8 @@ struct Kept {
     ys: Box<dyn DeviceBlock>,
     /// `(L*D)` traces of `Pass::trace_len` elements.
     traces: Box<dyn DeviceBlock>,
+    /// The lengths' i64 table, where the op takes them.
+    lens: Option<Box<dyn DeviceBlock>>,
     seed: u64,
 }
 
@@ -282,6 +285,10 @@ impl Kept {
                 valid: false,
                 ys: s.lasting(r.layers * p.layer_len() * 4)?,
                 traces: s.lasting(r.layers * r.dirs * p.trace_len() * 4)?,
+                lens: match r.seq_len {
+                    true => Some(s.lasting(p.batch * 8)?),
+                    false => None,
+                },
                 seed: 0,
             }));
         }
@@ -302,8 +309,12 @@ impl Kept {
     }
 
     /// The kept buffers as a forward pass writes them.
-    fn buffers(&self, p: &Pass<'_, f32>, lens: *mut f32, masks: Option<Masks>) -> Forward {
+    fn buffers(&self, p: &Pass<'_, f32>, masks: Option<Masks>) -> Forward {
         let r = p.r;
+        let lens = self
+            .lens
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |b| b.ptr().cast());
         let (ys, traces) = (self.ys.ptr().cast(), self.traces.ptr().cast());
         Forward {
             outputs: (0..r.layers).map(|l| at(ys, l * p.layer_len())).collect(),
@@ -371,8 +382,11 @@ pub(super) fn rnn(
             let fwd = Forward {
                 hy,
                 cy,
-                ..k.buffers(&p, lens, masks)
+                ..k.buffers(&p, masks)
             };
+            if !lens.is_null() {
+                s.copy(lens.cast(), fwd.lens.cast(), p.batch * 8)?;
+            }
             forward(s, &p, i[1], i[0], (i[2], c0), &fwd)?;
             let top = fwd.outputs[r.layers - 1];
             s.copy(top.cast(), o[0].cast(), p.layer_len() * 4)?;
@@ -420,18 +434,18 @@ pub(super) fn rnn_backward(
     } else {
         std::ptr::null_mut()
     };
-    let lens = lengths(s, &r, &ins[heads..], steps)?;
     let fwd = match Kept::valid(state, &x.shape) {
         Some(k) => {
             let masks = match r.drops() {
                 true => Some(Masks::new(s, k.seed, &p)?),
                 false => None,
             };
-            k.buffers(&p, lens, masks)
+            k.buffers(&p, masks)
         }
         // Without the forward node's state the masks it drew are lost.
         None if r.drops() => return Err(crate::ops::rnn::masks_lost(op, &r)),
         None => {
+            let lens = lengths(s, &r, &ins[heads..], steps)?;
             let nstate = r.layers * r.dirs * nb * h;
             let fwd = Forward {
                 outputs: (0..r.layers)

@@ -54,12 +54,13 @@ fn close(what: &str, got: &[f32], want: &[f32], tol: f32) {
     }
 }
 
-/// What the emulated GPU path of an op left: every output, every input after it ran, and the
-/// kernels it launched.
+/// What the emulated GPU path of an op left: every output, every input after it ran, the
+/// kernels it launched and how many times it read device memory back.
 struct Emulated {
     outs: Vec<Vec<f32>>,
     ins: Vec<Vec<f32>>,
     launched: Vec<&'static str>,
+    downloads: usize,
 }
 
 /// Runs `op` on the emulated GPU path, with the bound node's kept state where given. Outputs
@@ -100,6 +101,7 @@ fn emulate(
         outs: read(&outs),
         ins: read(&ins),
         launched: stream.launched.into_inner(),
+        downloads: stream.downloads.get(),
     })
 }
 
@@ -1274,7 +1276,8 @@ fn rnn_inputs(rng: &mut StdRng, attrs: &Attrs, [steps, batch, input]: [usize; 3]
 }
 
 /// A bound RNN node's kept state on the GPU: the backward pass reads the forward pass's outputs
-/// and traces instead of running it again (and matches the CPU); with dropout between layers it
+/// and traces instead of running it again (and matches the CPU), and the sequence lengths the
+/// forward pass read back instead of reading them again; with dropout between layers it
 /// draws the forward pass's masks again from the kept seed, and matches a reference built from
 /// the CPU kernel one layer at a time with those masks (three layers, so two masks). Without
 /// the state a backward pass with dropout is refused with the CPU's message.
@@ -1282,18 +1285,23 @@ fn rnn_inputs(rng: &mut StdRng, attrs: &Attrs, [steps, batch, input]: [usize; 3]
 fn rnn_kept_state_serves_the_backward_pass_and_its_dropout_masks() {
     let rng = &mut StdRng::seed_from_u64(31);
     let (steps, batch, input, hidden) = (4, 3, 5, 6);
-    for (mode, layers, dirs, p) in [
-        ("lstm", 2, 2, 0.0),
-        ("gru", 3, 1, 0.0),
-        ("lstm", 3, 2, 0.5),
-        ("gru", 3, 1, 0.3),
-        ("rnn_tanh", 2, 2, 0.6),
+    for (mode, layers, dirs, p, lengths) in [
+        ("lstm", 2, 2, 0.0, false),
+        ("gru", 3, 1, 0.0, false),
+        ("lstm", 2, 2, 0.0, true),
+        ("lstm", 3, 2, 0.5, false),
+        ("gru", 3, 1, 0.3, false),
+        ("rnn_tanh", 2, 2, 0.6, false),
     ] {
         let attrs = rnn_attrs(mode, hidden, layers, dirs)
             .with("state_outputs", true)
+            .with("use_sequence_length", lengths)
             .with("p", p)
             .with(IS_TRAIN, true);
-        let ins = rnn_inputs(rng, &attrs, [steps, batch, input]);
+        let mut ins = rnn_inputs(rng, &attrs, [steps, batch, input]);
+        if lengths {
+            ins.push((vec![batch], vec![3.0, 0.0, 4.0]));
+        }
         let mut heads = vec![random(rng, &[steps, batch, dirs * hidden])];
         for _ in 1..crate::ops::rnn::Rnn::parse("RNN", &attrs)
             .expect("ok")
@@ -1302,7 +1310,7 @@ fn rnn_kept_state_serves_the_backward_pass_and_its_dropout_masks() {
             heads.push(random(rng, &[layers * dirs, batch, hidden]));
         }
         let bw_ins: Vec<Input> = heads.iter().chain(&ins).cloned().collect();
-        let what = format!("{mode} layers {layers} dirs {dirs} p {p}");
+        let what = format!("{mode} layers {layers} dirs {dirs} p {p} lengths {lengths}");
         // A forward pass with another seed first: the kept state is the last pass's.
         let mut slot: StateSlot = None;
         for seed in [7u64, 8] {
@@ -1315,6 +1323,11 @@ fn rnn_kept_state_serves_the_backward_pass_and_its_dropout_masks() {
         assert!(
             !bwd.launched.contains(&"rnn_step_fwd"),
             "{what}: the backward pass ran the forward pass again"
+        );
+        assert_eq!(
+            (fwd.downloads, bwd.downloads),
+            (usize::from(lengths), 0),
+            "{what}: reads back (forward, backward)"
         );
         let (want_fwd, want_bwd) = match p > 0.0 {
             false => (
