@@ -533,28 +533,28 @@ KERNEL void softmax_lanes_bwd(KArgs a) {
     }
 }
 
-// softmax_lanes and softmax_lanes_bwd split for few long lanes, with their layout, i1..i3, f0
-// and p0..p2, each lane in i4 parts so that many threads share a lane; i5 says backward.
-// softmax_parts, one thread per (lane, part) (i0 of them): part k of a lane takes its elements
-// k, k + i4, ... (neighbouring threads read neighbouring addresses) and writes to p3 (doubles)
-// their maximum and their sum of exp(x - that maximum), of x / f0 (backward: the sum of g * y,
-// or of g for log_softmax). softmax_join, one thread per lane (i0 lanes): the lane's maximum
-// and sum of exp from its parts (backward: its sum) into p4 (doubles, two per lane).
-// softmax_each, one thread per element (i0 of them): p0 as the lane kernels compute it, from
-// the lane's figures in p4.
+// softmax_lanes and softmax_lanes_bwd split for few long lanes (as gpu/ops.rs's over_lanes
+// runs them), with their layout, i1..i3, f0 and p0..p2, each lane in i5 parts so that many
+// threads share a lane; i6 says backward. softmax_parts, one thread per (lane, part) (i0 of
+// them): part k of a lane takes its elements k, k + i5, ... (neighbouring threads read
+// neighbouring addresses) and writes to p7 (doubles) their maximum and their sum of exp(x -
+// that maximum), of x / f0 (backward: the sum of g * y, or of g for log_softmax). softmax_join,
+// one thread per lane (i0 lanes): the lane's maximum and sum of exp from its parts (backward:
+// its sum) into p8 (doubles, two per lane). softmax_each, one thread per element (i0 of them):
+// p0 as the lane kernels compute it, from the lane's figures in p8.
 __device__ inline i64 lane_start(i64 lane, i64 len, i64 inner) {
     return (lane / inner) * len * inner + lane % inner;
 }
 
 KERNEL void softmax_parts(KArgs a) {
-    i64 len = a.i[1], inner = a.i[2], parts = a.i[4];
+    i64 len = a.i[1], inner = a.i[2], parts = a.i[5];
     double temp = a.f[0];
-    double* out = (double*)a.p[3];
+    double* out = (double*)a.p[7];
     FOR_EACH(t, a.i[0]) {
         i64 lane = t / parts, k0 = t % parts;
         i64 base = lane_start(lane, len, inner);
         const float* x = a.p[1] + base;
-        if (a.i[5]) {
+        if (a.i[6]) {
             const float* y = a.p[2] + base;
             double s = 0.0;
             for (i64 k = k0; k < len; k += parts)
@@ -572,11 +572,11 @@ KERNEL void softmax_parts(KArgs a) {
 }
 
 KERNEL void softmax_join(KArgs a) {
-    i64 parts = a.i[4];
+    i64 parts = a.i[5];
     FOR_EACH(lane, a.i[0]) {
-        const double* p = (const double*)a.p[3] + 2 * lane * parts;
-        double* out = (double*)a.p[4] + 2 * lane;
-        if (a.i[5]) {
+        const double* p = (const double*)a.p[7] + 2 * lane * parts;
+        double* out = (double*)a.p[8] + 2 * lane;
+        if (a.i[6]) {
             double s = 0.0;
             for (i64 k = 0; k < parts; k++) s += p[2 * k];
             out[0] = s;
@@ -596,8 +596,8 @@ KERNEL void softmax_each(KArgs a) {
     double temp = a.f[0];
     FOR_EACH(t, a.i[0]) {
         i64 r, q = split(a, 2, t, &r);
-        const double* lane = (const double*)a.p[4] + 2 * ((q / len) * inner + r);
-        if (a.i[5]) {
+        const double* lane = (const double*)a.p[8] + 2 * ((q / len) * inner + r);
+        if (a.i[6]) {
             double g = a.p[1][t], y = a.p[2][t];
             a.p[0][t] = (float)((a.i[3] ? g - exp(y) * lane[0] : y * (g - lane[0])) / temp);
             continue;
@@ -900,8 +900,8 @@ KERNEL void norm_bwd(KArgs a) {
     }
 }
 
-// norm_fwd and norm_bwd split for few long groups (layout, i1..i4, f0 and p0..p6 as there), each
-// group in i5 parts so that many threads share a group; i6 says backward. norm_parts, one thread
+// norm_fwd and norm_bwd split for few long groups (as gpu/ops.rs's over_lanes runs them; layout,
+// i1..i4, f0 and p0..p6 as there), each group in i5 parts so that many threads share a group; i6 says backward. norm_parts, one thread
 // per (group, part) (i0 of them): part k of a group takes its elements k, k + i5, ... and writes
 // two doubles to p7: forward, their mean and their squared deviations from it summed (L2: 0 and
 // the sum of squares); backward, the sums of d and of h * d (norm_bwd's). norm_join, one thread
@@ -1314,6 +1314,35 @@ KERNEL void take_bwd(KArgs a) {
             i64 r = take_row(a.p[2][k], rows, a.i[4]);
             a.p[0][(o * rows + r) * inner + c] += a.p[1][(o * count + k) * inner + c];
         }
+    }
+}
+
+// take_bwd for many indices (see take in ops.rs): the indices sorted by the row they name, then
+// each run of one row added up by one thread per column. take_keys, i0 = P entries (a power of
+// two): p3 = one i64 each, the row p2[j] names (as take_bwd clips or wraps it) times 2^32 plus
+// j, so that sort_step's ascending order keeps a row's indices in index order; entries from i3
+// on (padding) sort after every index. take_runs, one index per (outer, sorted entry, column),
+// i0 = outer * i3 * i1: the entry that starts a row's run writes p0's row (zeroed first) as the
+// sum of the run's gradient rows, added in index order in float as take_bwd adds them.
+KERNEL void take_keys(KArgs a) {
+    i64* keys = (i64*)a.p[3];
+    FOR_EACH(j, a.i[0]) {
+        i64 row = j < a.i[3] ? take_row(a.p[2][j], a.i[2], a.i[4]) : 2147483647LL;
+        keys[j] = row * 4294967296LL + j;
+    }
+}
+
+KERNEL void take_runs(KArgs a) {
+    const i64* keys = (const i64*)a.p[3];
+    i64 inner = a.i[1], rows = a.i[2], count = a.i[3];
+    FOR_EACH(t, a.i[0]) {
+        i64 c, j, o = split(a, 3, split(a, 1, t, &c), &j);
+        i64 row = keys[j] >> 32;
+        if (j > 0 && keys[j - 1] >> 32 == row) continue;
+        float acc = 0.0f;
+        for (i64 e = j; e < count && keys[e] >> 32 == row; e++)
+            acc += a.p[1][(o * count + (keys[e] & 4294967295LL)) * inner + c];
+        a.p[0][(o * rows + row) * inner + c] = acc;
     }
 }
 

@@ -77,6 +77,8 @@ pub(crate) const KERNEL_NAMES: &[&str] = &[
     "unary_bwd",
     "take_fwd",
     "take_bwd",
+    "take_keys",
+    "take_runs",
     "gather_fwd",
     "gather_bwd",
     "clamp_affine",

@@ -247,6 +247,16 @@ fn unary(op: &str, _: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Str
     s.launch("unary_fwd", n, &a)
 }
 
+/// Whether `_backward_take` sorts its `count` indices by row rather than giving each of its
+/// `threads` (outer, column) pairs one thread that walks every index: where those threads
+/// alone would not fill a GPU and each would walk long enough (an Embedding's gradient over a
+/// large batch of tokens) to outweigh the sort's launches (a bitonic network: 55 for 1,024
+/// indices). Positions are packed beside rows in 32 bits.
+fn sort_rows(threads: usize, count: usize) -> bool {
+    const FILLS_A_GPU: usize = 1 << 16;
+    threads < FILLS_A_GPU && (1024..1 << 32).contains(&count)
+}
+
 /// take(table, indices), Embedding(indices, weight) and `_backward_take(ograd, indices,
 /// table)`: rows gathered, or their gradients added back row by row.
 fn take(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Stream) -> KResult {
@@ -276,8 +286,19 @@ fn take(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn 
     };
     if op == "_backward_take" {
         fill_with(s, &outs[0], 0.0)?;
-        let n = outer * inner;
-        return s.launch("take_bwd", n, &args(n).t(0, &outs[0]).t(1, &ins[0]));
+        let (n, count) = (outer * inner, idx.len());
+        let a = args(n).t(0, &outs[0]).t(1, &ins[0]);
+        if !sort_rows(n, count) {
+            return s.launch("take_bwd", n, &a);
+        }
+        // The indices sorted by row (their positions beside them), then one thread per
+        // (outer, index, column), where each row's run sums its gradient rows.
+        let padded = count.next_power_of_two();
+        let keys = s.scratch(padded * 8)?.cast::<f32>();
+        s.launch("take_keys", padded, &a.p(3, keys).i(0, padded))?;
+        super::sort::bitonic(s, keys, padded, padded)?;
+        let n = outer * count * inner;
+        return s.launch("take_runs", n, &a.p(3, keys).i(0, n));
     }
     let n = outs[0].len();
     s.launch("take_fwd", n, &args(n).t(0, &outs[0]).t(1, table))
@@ -359,7 +380,7 @@ fn cross_entropy(
     // Each row's log-sum-exp from its maximum and sum of exponentials, as softmax finds them.
     let figures = lane_args(&x.shape, 1, 1.0, false)
         .on(&[&outs[0], x])
-        .figures(s, lane_parts(rows, k), false)?;
+        .figures(s, lane_parts(rows, k))?;
     if backward {
         let n = rows * k;
         return s.launch("cross_entropy", n, &args(n, 1).p(5, figures).t(4, &ins[0]));
@@ -1751,41 +1772,85 @@ impl Lanes {
         self
     }
 
-    /// Runs the softmax (or, `backward`, its gradient): one thread per lane where the lanes
-    /// alone fill a GPU, else each lane split into parts (`softmax_parts`, `softmax_join`, then
-    /// one thread per element), so that a few long lanes (a classifier's or a language model's
-    /// classes over a small batch) do not run on a few threads.
+    /// Runs the softmax (or, `backward`, its gradient) over the lanes ([`over_lanes`]), so
+    /// that a few long lanes (a classifier's or a language model's classes over a small batch)
+    /// do not run on a few threads.
     fn run(self, s: &dyn Stream, backward: bool) -> KResult {
-        let split = lane_parts(self.count, self.len);
-        if split == 1 {
-            let kernel = match backward {
-                true => "softmax_lanes_bwd",
-                false => "softmax_lanes",
-            };
-            return s.launch(kernel, self.count, &self.args);
-        }
-        let figures = self.figures(s, split, backward)?;
-        let n = self.count * self.len;
-        let a = self.args.p(4, figures).i(5, usize::from(backward));
-        s.launch("softmax_each", n, &a.i(0, n))
+        over_lanes(s, self.args, (self.count, self.len), backward, SOFTMAX)
     }
 
     /// Each lane's figures in device scratch (doubles, two per lane: its maximum and its sum
-    /// of exponentials, or backward its sum), found in `split` parts per lane.
-    fn figures(&self, s: &dyn Stream, split: usize, backward: bool) -> Result<*mut f32, String> {
-        let count = self.count;
-        let partials = s.scratch(count * split * 16)?.cast::<f32>();
-        let figures = s.scratch(count * 16)?.cast::<f32>();
-        let a = self
-            .args
-            .p(3, partials)
-            .p(4, figures)
-            .i(4, split)
-            .i(5, usize::from(backward));
-        s.launch("softmax_parts", count * split, &a.i(0, count * split))?;
-        s.launch("softmax_join", count, &a.i(0, count))?;
-        Ok(figures)
+    /// of exponentials), found in `split` parts per lane.
+    fn figures(&self, s: &dyn Stream, split: usize) -> Result<*mut f32, String> {
+        let kernels = [SOFTMAX.parts, SOFTMAX.join];
+        Ok(lane_figures(s, self.args, (self.count, split), false, kernels)?.1)
     }
+}
+
+/// The kernels of an op over lanes (groups) of elements, for [`over_lanes`]: one thread per
+/// lane (forward, backward), or the split's three steps.
+#[derive(Clone, Copy)]
+struct LaneKernels {
+    whole: [&'static str; 2],
+    parts: &'static str,
+    join: &'static str,
+    each: &'static str,
+}
+
+const SOFTMAX: LaneKernels = LaneKernels {
+    whole: ["softmax_lanes", "softmax_lanes_bwd"],
+    parts: "softmax_parts",
+    join: "softmax_join",
+    each: "softmax_each",
+};
+
+const NORM: LaneKernels = LaneKernels {
+    whole: ["norm_fwd", "norm_bwd"],
+    parts: "norm_parts",
+    join: "norm_join",
+    each: "norm_each",
+};
+
+/// Runs an op over `count` lanes of `len` elements with its arguments `a` (`backward`: its
+/// gradient): one thread per lane where the lanes alone fill a GPU, else each lane split into
+/// parts ([`lane_figures`]) and then one thread per element (`each`, from the figures in p8).
+fn over_lanes(
+    s: &dyn Stream,
+    a: KArgs,
+    (count, len): (usize, usize),
+    backward: bool,
+    k: LaneKernels,
+) -> KResult {
+    let split = lane_parts(count, len);
+    if split == 1 {
+        return s.launch(k.whole[usize::from(backward)], count, &a);
+    }
+    let (a, _) = lane_figures(s, a, (count, split), backward, [k.parts, k.join])?;
+    let n = count * len;
+    s.launch(k.each, n, &a.i(0, n))
+}
+
+/// Each of `count` lanes' two figures (doubles, in device scratch) found in `split` parts per
+/// lane: `kernels[0]`, one thread per (lane, part), writes two doubles per part to p7 (i5 the
+/// parts per lane, i6 `backward`); `kernels[1]`, one thread per lane, joins them into p8.
+/// Returns the arguments with both set, and the figures.
+fn lane_figures(
+    s: &dyn Stream,
+    a: KArgs,
+    (count, split): (usize, usize),
+    backward: bool,
+    kernels: [&'static str; 2],
+) -> Result<(KArgs, *mut f32), String> {
+    let partials = s.scratch(count * split * 16)?.cast::<f32>();
+    let figures = s.scratch(count * 16)?.cast::<f32>();
+    let a = a
+        .p(7, partials)
+        .p(8, figures)
+        .i(5, split)
+        .i(6, usize::from(backward));
+    s.launch(kernels[0], count * split, &a.i(0, count * split))?;
+    s.launch(kernels[1], count, &a.i(0, count))?;
+    Ok((a, figures))
 }
 
 /// softmax and log_softmax over any axis at any temperature, and their backward ops
@@ -1991,8 +2056,9 @@ fn dropout(
 }
 
 /// LayerNorm, InstanceNorm, GroupNorm and L2Normalization, and their backward ops over
-/// `ops::norm`'s groups of elements ([`norm_run`]); gamma's and beta's gradients are
-/// per-channel sums over the grouping's layout.
+/// `ops::norm`'s groups of elements as lanes ([`over_lanes`]: a few long groups, such as an
+/// InstanceNorm's images or a LayerNorm over a small batch, split into parts); gamma's and
+/// beta's gradients are per-channel sums over the grouping's layout.
 fn normalization(
     op: &str,
     attrs: &Attrs,
@@ -2026,47 +2092,20 @@ fn normalization(
             true => a,
             false => a.t(2, &ins[1]).t(3, &ins[2]).t(5, &outs[2]),
         };
-        return norm_run(s, a, groups, false);
+        return over_lanes(s, a, (groups.count(), groups.len), false, NORM);
     }
     // (ograd, out, norm) for L2Normalization, else (ograd, data, gamma, mean, std).
     let a = a.t(0, &outs[0]).t(1, &ins[0]).t(2, data);
     if l2 {
-        return norm_run(s, a.t(5, &ins[2]), groups, true);
+        let a = a.t(5, &ins[2]);
+        return over_lanes(s, a, (groups.count(), groups.len), true, NORM);
     }
     // beta's gradient first: the data's gradient may be written over the output's.
     channel_sum(s, outs[2].ptr(), ins[0].ptr(), layout, 1.0)?;
     let scaled = s.scratch(data.buf.bytes)?.cast::<f32>();
     let a = a.t(3, &ins[2]).t(4, &ins[3]).t(5, &ins[4]).p(6, scaled);
-    norm_run(s, a, groups, true)?;
+    over_lanes(s, a, (groups.count(), groups.len), true, NORM)?;
     channel_sum(s, outs[1].ptr(), scaled, layout, 1.0)
-}
-
-/// Runs `norm_fwd` (or, `backward`, `norm_bwd`) with its arguments: one thread per group where
-/// the groups alone fill a GPU, else each group split into parts (`norm_parts`, `norm_join`,
-/// then one thread per element), as softmax lanes are, so that a few long groups (an
-/// InstanceNorm's or GroupNorm's images, a LayerNorm over a small batch) do not run on a few
-/// threads, each walking its own stretch of memory.
-fn norm_run(s: &dyn Stream, a: KArgs, groups: crate::ops::Groups, backward: bool) -> KResult {
-    let count = groups.count();
-    let split = lane_parts(count, groups.len);
-    if split == 1 {
-        let kernel = match backward {
-            true => "norm_bwd",
-            false => "norm_fwd",
-        };
-        return s.launch(kernel, count, &a);
-    }
-    let partials = s.scratch(count * split * 16)?.cast::<f32>();
-    let figures = s.scratch(count * 16)?.cast::<f32>();
-    let a = a
-        .p(7, partials)
-        .p(8, figures)
-        .i(5, split)
-        .i(6, usize::from(backward));
-    s.launch("norm_parts", count * split, &a.i(0, count * split))?;
-    s.launch("norm_join", count, &a.i(0, count))?;
-    let n = count * groups.len;
-    s.launch("norm_each", n, &a.i(0, n))
 }
 
 /// The most dims the `permute` kernel walks (after merging).

@@ -63,16 +63,7 @@ pub(super) fn sort(
         entries,
         &args(entries).i(4, usize::from(p.descending)),
     )?;
-    let pairs = entries / 2;
-    let mut merge = 2;
-    while merge <= padded {
-        let mut apart = merge / 2;
-        while apart >= 1 {
-            s.launch("sort_step", pairs, &args(pairs).i(5, merge).i(6, apart))?;
-            apart /= 2;
-        }
-        merge *= 2;
-    }
+    bitonic(s, keys, entries, padded)?;
     let kept = lanes * p.k;
     let mut a = args(kept).i(4, usize::from(p.mask)).i(5, p.k);
     if p.mask || p.values {
@@ -82,4 +73,25 @@ pub(super) fn sort(
         a = a.t(2, &outs[usize::from(p.values)]);
     }
     s.launch("sort_take", kept, &a)
+}
+
+/// Sorts the i64 keys at `keys` ascending in lanes of `padded` (a power of two) entries,
+/// `entries` in all, with the bitonic network: one `sort_step` launch per stage.
+pub(super) fn bitonic(s: &dyn Stream, keys: *mut f32, entries: usize, padded: usize) -> KResult {
+    let pairs = entries / 2;
+    let mut merge = 2;
+    while merge <= padded {
+        let mut apart = merge / 2;
+        while apart >= 1 {
+            let a = KArgs::new(pairs)
+                .p(3, keys)
+                .i(2, padded)
+                .i(5, merge)
+                .i(6, apart);
+            s.launch("sort_step", pairs, &a)?;
+            apart /= 2;
+        }
+        merge *= 2;
+    }
+    Ok(())
 }

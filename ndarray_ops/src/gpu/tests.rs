@@ -1563,6 +1563,23 @@ fn take_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)) 
     );
     let (g, w) = (random(rng, &[2, 4, 4]), random(rng, &[10, 4]));
     check("_backward_take", Attrs::new(), vec![g, words, w]);
+    // Many indices: the gradient sorts them by row and sums each row's run (runs of one and of
+    // dozens, out-of-range and negative indices clipped or wrapped onto the ends).
+    for (axis, mode, table) in [(0, "clip", vec![50, 3]), (1, "wrap", vec![2, 7, 3])] {
+        let rows = table[usize::from(axis == 1)] as f32;
+        let many: Vec<f32> = (0..1100)
+            .map(|k| match k % 11 {
+                0 => -3.0,
+                1 => rows + 2.0,
+                _ => rng.gen_range(0.0..rows).floor(),
+            })
+            .collect();
+        let picks = (vec![1100], many);
+        let attrs = Attrs::new().with("axis", axis).with("mode", mode);
+        let ins = vec![random(rng, &table), picks.clone()];
+        let g = random(rng, &cpu_outputs("take", &attrs, &ins)[0].0);
+        check("_backward_take", attrs, vec![g, picks, ins[0].clone()]);
+    }
 }
 
 /// The gather family, slices and their gradients: every op forward, then its gradient node with

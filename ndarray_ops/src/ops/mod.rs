@@ -46,7 +46,7 @@ pub(crate) use {
     loss::class_of,
     math::hard_sigmoid_params,
     nn::transpose_axes,
-    norm::{eps as norm_eps, layout as norm_layout, Groups, Scale},
+    norm::{eps as norm_eps, layout as norm_layout, Scale},
     reduce::axes_of as reduced_axes,
     roi::{align_plan, pooling_windows},
     shape::{axis_attr, split_params, take_layout, take_row},
