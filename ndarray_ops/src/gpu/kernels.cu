@@ -828,44 +828,92 @@ KERNEL void dropout(KArgs a) {
     }
 }
 
+// The normalization kernels' shared steps (layout and arguments as norm_fwd and norm_bwd
+// below). The gamma entry scaling element k of group g: its position (i3 = 0) or the group's
+// outer index modulo i3.
+__device__ inline i64 norm_scale(const KArgs& a, i64 g, i64 k) {
+    return a.i[3] ? (g / a.i[2]) % a.i[3] : k;
+}
+
+// Over a group's elements k0, k0 + step, ... (x its first): their mean (L2: 0) into m[0] and
+// their squared deviations from it summed into m[1].
+__device__ inline void norm_moments(const KArgs& a, const float* x, i64 k0, i64 step, double* m) {
+    i64 len = a.i[1], inner = a.i[2];
+    double mean = 0.0, m2 = 0.0;
+    if (!a.i[4]) {
+        for (i64 k = k0; k < len; k += step) mean += x[k * inner];
+        mean /= (double)((len - k0 + step - 1) / step);
+    }
+    for (i64 k = k0; k < len; k += step) m2 += (x[k * inner] - mean) * (x[k * inner] - mean);
+    m[0] = mean;
+    m[1] = m2;
+}
+
+// Group g's deviation sqrt(m2 / len + f0) (L2: the norm sqrt(m2 + f0)), written with the mean
+// to the hidden outputs p4 and p5 (L2: the norm to p4); returns it.
+__device__ inline double norm_stats(const KArgs& a, i64 g, double mean, double m2) {
+    double denom = sqrt((a.i[4] ? m2 : m2 / (double)a.i[1]) + a.f[0]);
+    if (a.i[4]) {
+        a.p[4][g] = (float)denom;
+    } else {
+        a.p[4][g] = (float)mean;
+        a.p[5][g] = (float)denom;
+    }
+    return denom;
+}
+
+// p0 at element `at` (gamma entry c) from its group's mean and deviation.
+__device__ inline void norm_out(const KArgs& a, i64 at, i64 c, double mean, double denom) {
+    double v = (a.p[1][at] - mean) / denom;
+    a.p[0][at] = (float)(a.i[4] ? v : v * a.p[2][c] + a.p[3][c]);
+}
+
+// The gradient's two sums over group g's elements k0, k0 + step, ...: of d (p1, the output's
+// gradient, times gamma but for L2) into s[0] and of h * d (h the normalized data; L2: the
+// output p2) into s[1].
+__device__ inline void norm_grad_sums(const KArgs& a, i64 g, i64 k0, i64 step, double* s) {
+    i64 len = a.i[1], inner = a.i[2], l2 = a.i[4];
+    i64 base = lane_start(g, len, inner);
+    const float* og = a.p[1] + base;
+    const float* x = a.p[2] + base;
+    double denom = a.p[5][g], mean = l2 ? 0.0 : a.p[4][g];
+    double sum_d = 0.0, dot = 0.0;
+    for (i64 k = k0; k < len; k += step) {
+        double h = l2 ? (double)x[k * inner] : (x[k * inner] - mean) / denom;
+        double d = og[k * inner];
+        if (!l2) d *= a.p[3][norm_scale(a, g, k)];
+        dot += h * d;
+        sum_d += d;
+    }
+    s[0] = sum_d;
+    s[1] = dot;
+}
+
+// p0 (and, where given, p6 = the output's gradient times h) at element `at` of group g (gamma
+// entry c) from the group's gradient sums.
+__device__ inline void norm_grad_at(const KArgs& a, i64 at, i64 g, i64 c, double sum_d, double dot) {
+    i64 l2 = a.i[4];
+    double len = (double)a.i[1], denom = a.p[5][g], mean = l2 ? 0.0 : a.p[4][g];
+    double h = l2 ? (double)a.p[2][at] : (a.p[2][at] - mean) / denom;
+    double o = a.p[1][at], d = l2 ? o : o * a.p[3][c];
+    double mean_d = l2 ? 0.0 : sum_d / len, dt = l2 ? dot : dot / len;
+    if (a.p[6]) a.p[6][at] = (float)(o * h);
+    a.p[0][at] = (float)((d - mean_d - h * dt) / denom);
+}
+
 // The normalizations over groups of i1 elements i2 apart (group g starts at (g / i2) * i1 * i2 +
 // g % i2), one thread per group (i0 groups): p0 = (p1 - mean) / sqrt(var + f0) * gamma + beta
 // (p2 gamma, p3 beta; i3 = 0: indexed by the position in the group, else by (g / i2) % i3),
 // each group's mean into p4 and sqrt(var + f0) into p5; with i4 (L2Normalization) p0 = p1 /
 // sqrt(sum p1^2 + f0) and that norm into p4.
 KERNEL void norm_fwd(KArgs a) {
-    i64 len = a.i[1], inner = a.i[2], per = a.i[3], l2 = a.i[4];
-    double eps = a.f[0];
+    i64 len = a.i[1], inner = a.i[2];
     FOR_EACH(g, a.i[0]) {
-        i64 base = (g / inner) * len * inner + g % inner;
-        const float* x = a.p[1] + base;
-        float* y = a.p[0] + base;
-        double mean = 0.0, denom;
-        if (l2) {
-            double sq = 0.0;
-            for (i64 k = 0; k < len; k++) sq += (double)x[k * inner] * x[k * inner];
-            denom = sqrt(sq + eps);
-        } else {
-            for (i64 k = 0; k < len; k++) mean += x[k * inner];
-            mean /= (double)len;
-            double var = 0.0;
-            for (i64 k = 0; k < len; k++) var += (x[k * inner] - mean) * (x[k * inner] - mean);
-            denom = sqrt(var / (double)len + eps);
-        }
-        for (i64 k = 0; k < len; k++) {
-            double v = (x[k * inner] - mean) / denom;
-            if (!l2) {
-                i64 c = per ? (g / inner) % per : k;
-                v = v * a.p[2][c] + a.p[3][c];
-            }
-            y[k * inner] = (float)v;
-        }
-        if (l2) {
-            a.p[4][g] = (float)denom;
-        } else {
-            a.p[4][g] = (float)mean;
-            a.p[5][g] = (float)denom;
-        }
+        i64 base = lane_start(g, len, inner);
+        double m[2];
+        norm_moments(a, a.p[1] + base, 0, 1, m);
+        double denom = norm_stats(a, g, m[0], m[1]);
+        for (i64 k = 0; k < len; k++) norm_out(a, base + k * inner, norm_scale(a, g, k), m[0], denom);
     }
 }
 
@@ -873,79 +921,42 @@ KERNEL void norm_fwd(KArgs a) {
 // gradient), p2 the data (L2: the output), p3 gamma, p4 mean and p5 std (L2: p5 the norm); with
 // p6 given, p6 = p1 * the normalized data, whose sums per gamma entry are gamma's gradient.
 KERNEL void norm_bwd(KArgs a) {
-    i64 len = a.i[1], inner = a.i[2], per = a.i[3], l2 = a.i[4];
+    i64 len = a.i[1], inner = a.i[2];
     FOR_EACH(g, a.i[0]) {
-        i64 base = (g / inner) * len * inner + g % inner;
-        const float* og = a.p[1] + base;
-        const float* x = a.p[2] + base;
-        double denom = a.p[5][g], mean = l2 ? 0.0 : a.p[4][g];
-        double sum_d = 0.0, dot = 0.0;
-        for (i64 k = 0; k < len; k++) {
-            double h = l2 ? (double)x[k * inner] : (x[k * inner] - mean) / denom;
-            double d = og[k * inner];
-            if (!l2) d *= a.p[3][per ? (g / inner) % per : k];
-            dot += h * d;
-            sum_d += d;
-        }
-        double mean_d = l2 ? 0.0 : sum_d / (double)len;
-        if (!l2) dot /= (double)len;
-        for (i64 k = 0; k < len; k++) {
-            i64 at = base + k * inner;
-            double h = l2 ? (double)x[k * inner] : (x[k * inner] - mean) / denom;
-            double o = og[k * inner], d = o;
-            if (!l2) d *= a.p[3][per ? (g / inner) % per : k];
-            if (a.p[6]) a.p[6][at] = (float)(o * h);
-            a.p[0][at] = (float)((d - mean_d - h * dot) / denom);
-        }
+        i64 base = lane_start(g, len, inner);
+        double sums[2];
+        norm_grad_sums(a, g, 0, 1, sums);
+        for (i64 k = 0; k < len; k++)
+            norm_grad_at(a, base + k * inner, g, norm_scale(a, g, k), sums[0], sums[1]);
     }
 }
 
 // norm_fwd and norm_bwd split for few long groups (as gpu/ops.rs's over_lanes runs them; layout,
-// i1..i4, f0 and p0..p6 as there), each group in i5 parts so that many threads share a group; i6 says backward. norm_parts, one thread
-// per (group, part) (i0 of them): part k of a group takes its elements k, k + i5, ... and writes
-// two doubles to p7: forward, their mean and their squared deviations from it summed (L2: 0 and
-// the sum of squares); backward, the sums of d and of h * d (norm_bwd's). norm_join, one thread
-// per group (i0 groups): forward, the group's mean and deviation from its parts' (Chan, Golub
-// and LeVeque's pairwise update: a part's mean differing from the running one adds to the
-// squared deviations) into p8 (doubles, two per group) and the hidden outputs p4 and p5 (L2:
-// the norm into p4); backward, the parts' sums into p8. norm_each, one thread per element (i0
-// of them): p0 as norm_fwd or norm_bwd computes it, from the group's figures in p8.
+// i1..i4, f0 and p0..p6 as there), each group in i5 parts so that many threads share a group;
+// i6 says backward. norm_parts, one thread per (group, part) (i0 of them): part k of a group
+// takes its elements k, k + i5, ... and writes two doubles to p7: forward, their mean and
+// their squared deviations from it summed (L2: 0 and the sum of squares); backward, the sums
+// of d and of h * d (norm_bwd's). norm_join, one thread per group (i0 groups): forward, the
+// group's mean and deviation from its parts' (Chan, Golub and LeVeque's pairwise update: a
+// part's mean differing from the running one adds to the squared deviations) into p8
+// (doubles, two per group) and the hidden outputs; backward, the parts' sums into p8.
+// norm_each, one thread per element (i0 of them): p0 as norm_fwd or norm_bwd computes it, from
+// the group's figures in p8.
 KERNEL void norm_parts(KArgs a) {
-    i64 len = a.i[1], inner = a.i[2], per = a.i[3], l2 = a.i[4], parts = a.i[5];
+    i64 len = a.i[1], inner = a.i[2], parts = a.i[5];
     double* out = (double*)a.p[7];
     FOR_EACH(t, a.i[0]) {
         i64 g = t / parts, k0 = t % parts;
-        i64 base = lane_start(g, len, inner);
         if (a.i[6]) {
-            const float* og = a.p[1] + base;
-            const float* x = a.p[2] + base;
-            double denom = a.p[5][g], mean = l2 ? 0.0 : a.p[4][g];
-            double sum_d = 0.0, dot = 0.0;
-            for (i64 k = k0; k < len; k += parts) {
-                double h = l2 ? (double)x[k * inner] : (x[k * inner] - mean) / denom;
-                double d = og[k * inner];
-                if (!l2) d *= a.p[3][per ? (g / inner) % per : k];
-                dot += h * d;
-                sum_d += d;
-            }
-            out[2 * t] = sum_d;
-            out[2 * t + 1] = dot;
-            continue;
+            norm_grad_sums(a, g, k0, parts, out + 2 * t);
+        } else {
+            norm_moments(a, a.p[1] + lane_start(g, len, inner), k0, parts, out + 2 * t);
         }
-        const float* x = a.p[1] + base;
-        double mean = 0.0, m2 = 0.0;
-        if (!l2) {
-            for (i64 k = k0; k < len; k += parts) mean += x[k * inner];
-            mean /= (double)((len - k0 + parts - 1) / parts);
-        }
-        for (i64 k = k0; k < len; k += parts) m2 += (x[k * inner] - mean) * (x[k * inner] - mean);
-        out[2 * t] = mean;
-        out[2 * t + 1] = m2;
     }
 }
 
 KERNEL void norm_join(KArgs a) {
-    i64 len = a.i[1], l2 = a.i[4], parts = a.i[5];
+    i64 len = a.i[1], parts = a.i[5];
     FOR_EACH(g, a.i[0]) {
         const double* p = (const double*)a.p[7] + 2 * g * parts;
         double* out = (double*)a.p[8] + 2 * g;
@@ -967,35 +978,21 @@ KERNEL void norm_join(KArgs a) {
             m2 += p[2 * k + 1] + delta * delta * n * nk / total;
             n = total;
         }
-        double denom = sqrt((l2 ? m2 : m2 / (double)len) + a.f[0]);
         out[0] = mean;
-        out[1] = denom;
-        if (l2) {
-            a.p[4][g] = (float)denom;
-        } else {
-            a.p[4][g] = (float)mean;
-            a.p[5][g] = (float)denom;
-        }
+        out[1] = norm_stats(a, g, mean, m2);
     }
 }
 
 KERNEL void norm_each(KArgs a) {
-    i64 len = a.i[1], per = a.i[3], l2 = a.i[4];
     FOR_EACH(t, a.i[0]) {
         i64 i, k, o = split(a, 1, split(a, 2, t, &i), &k);
-        i64 g = o * a.i[2] + i, c = per ? o % per : k;
+        i64 g = o * a.i[2] + i;
         const double* f = (const double*)a.p[8] + 2 * g;
-        if (!a.i[6]) {
-            double v = (a.p[1][t] - f[0]) / f[1];
-            a.p[0][t] = (float)(l2 ? v : v * a.p[2][c] + a.p[3][c]);
-            continue;
+        if (a.i[6]) {
+            norm_grad_at(a, t, g, norm_scale(a, g, k), f[0], f[1]);
+        } else {
+            norm_out(a, t, norm_scale(a, g, k), f[0], f[1]);
         }
-        double denom = a.p[5][g], mean = l2 ? 0.0 : a.p[4][g];
-        double h = l2 ? (double)a.p[2][t] : (a.p[2][t] - mean) / denom;
-        double o_grad = a.p[1][t], d = l2 ? o_grad : o_grad * a.p[3][c];
-        double mean_d = l2 ? 0.0 : f[0] / (double)len, dot = l2 ? f[1] : f[1] / (double)len;
-        if (a.p[6]) a.p[6][t] = (float)(o_grad * h);
-        a.p[0][t] = (float)((d - mean_d - h * dot) / denom);
     }
 }
 
