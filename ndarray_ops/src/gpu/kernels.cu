@@ -1300,40 +1300,54 @@ KERNEL void take_fwd(KArgs a) {
     }
 }
 
-// p0 (the table's shape, zeroed first) += the rows of p1 into the rows p2 names. One index per
-// (outer, column) walks every index in order, so repeated rows add up without atomics and in
-// the same order on every run; i0 = outer * inner.
+// Gradients added back row by row: take's and Embedding's (one list of i3 indices, p2, shared
+// by every (outer, column) pair: i5 = 0) and topk's (a list of i3 = k positions per (outer,
+// column) pair, the j-th at p2[(o * i3 + j) * i1 + c]: i5 = 1). p0 (outer, i2 rows, i1 columns;
+// zeroed first) += p1 (outer, i3, i1) into the rows the indices name, clipped or (i4 = 1)
+// wrapped into the rows; added in index order in float.
+__device__ inline float list_index(const KArgs& a, i64 o, i64 c, i64 j) {
+    return a.i[5] ? a.p[2][(o * a.i[3] + j) * a.i[1] + c] : a.p[2][j];
+}
+
+// One index per (outer, column) walks its whole list in order, so repeated rows add up without
+// atomics and in the same order on every run; i0 = outer * i1.
 KERNEL void take_bwd(KArgs a) {
     i64 inner = a.i[1], rows = a.i[2], count = a.i[3];
     FOR_EACH(t, a.i[0]) {
         i64 c, o = split(a, 1, t, &c);
         for (i64 k = 0; k < count; k++) {
-            i64 r = take_row(a.p[2][k], rows, a.i[4]);
+            i64 r = take_row(list_index(a, o, c, k), rows, a.i[4]);
             a.p[0][(o * rows + r) * inner + c] += a.p[1][(o * count + k) * inner + c];
         }
     }
 }
 
-// take_bwd for many indices (see take in ops.rs): the indices sorted by the row they name, then
-// each run of one row added up by one thread per column. take_keys, i0 = P entries (a power of
-// two): p3 = one i64 each, the row p2[j] names (as take_bwd clips or wraps it) times 2^32 plus
-// j, so that sort_step's ascending order keeps a row's indices in index order; entries from i3
-// on (padding) sort after every index. take_runs, one index per (outer, sorted entry, column),
-// i0 = outer * i3 * i1: the entry that starts a row's run writes p0's row (zeroed first) as the
-// sum of the run's gradient rows, added in index order in float as take_bwd adds them.
+// For long lists (see sorted_runs in ops.rs) the indices are sorted by the row they name, then
+// each run of one row is added up by one thread per column. take_keys, i0 = lists * P entries
+// (P = i6, a power of two; one list, or one per (outer, column) pair): p3 = one i64 each, the
+// row index j of its list names times 2^32 plus j, so that sort_step's ascending order keeps a
+// row's indices in index order; entries from i3 on (padding) sort after every index.
+// take_runs, one index per (outer, sorted entry, column), i0 = outer * i3 * i1: the entry that
+// starts a row's run writes p0's row as the sum of the run's gradient rows, from 0 in index
+// order, as take_bwd adds them.
 KERNEL void take_keys(KArgs a) {
     i64* keys = (i64*)a.p[3];
-    FOR_EACH(j, a.i[0]) {
-        i64 row = j < a.i[3] ? take_row(a.p[2][j], a.i[2], a.i[4]) : 2147483647LL;
-        keys[j] = row * 4294967296LL + j;
+    FOR_EACH(t, a.i[0]) {
+        i64 j, l = split(a, 6, t, &j);
+        i64 row = 2147483647LL;
+        if (j < a.i[3]) {
+            i64 c, o = split(a, 1, l, &c);
+            row = take_row(list_index(a, o, c, j), a.i[2], a.i[4]);
+        }
+        keys[t] = row * 4294967296LL + j;
     }
 }
 
 KERNEL void take_runs(KArgs a) {
-    const i64* keys = (const i64*)a.p[3];
     i64 inner = a.i[1], rows = a.i[2], count = a.i[3];
     FOR_EACH(t, a.i[0]) {
         i64 c, j, o = split(a, 3, split(a, 1, t, &c), &j);
+        const i64* keys = (const i64*)a.p[3] + (a.i[5] ? (o * inner + c) * a.i[6] : 0);
         i64 row = keys[j] >> 32;
         if (j > 0 && keys[j - 1] >> 32 == row) continue;
         float acc = 0.0f;
@@ -1539,20 +1553,6 @@ KERNEL void sort_take(KArgs a) {
             if (a.i[4]) a.p[0][src] = 1.0f; else a.p[0][dst] = a.p[1][src];
         }
         if (a.p[2]) a.p[2][dst] = (float)j;
-    }
-}
-
-// _backward_topk: p0 (the data's shape, zeroed first) += each kept value's gradient p1 at the
-// position p2 names (clamped into the lane), one index per lane (i0 = outer * inner) adding its
-// i5 = k gradients in order, as the CPU does.
-KERNEL void topk_bwd(KArgs a) {
-    i64 inner = a.i[1], lane = a.i[3], k = a.i[5];
-    FOR_EACH(t, a.i[0]) {
-        i64 c, o = split(a, 1, t, &c);
-        for (i64 r = 0; r < k; r++) {
-            i64 e = (o * k + r) * inner + c;
-            a.p[0][(o * lane + take_row(a.p[2][e], lane, 0)) * inner + c] += a.p[1][e];
-        }
     }
 }
 

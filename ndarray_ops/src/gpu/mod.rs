@@ -97,7 +97,6 @@ pub(crate) const KERNEL_NAMES: &[&str] = &[
     "sort_keys",
     "sort_step",
     "sort_take",
-    "topk_bwd",
     "resample",
     "blocks",
     "cross_entropy",

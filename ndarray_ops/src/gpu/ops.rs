@@ -247,13 +247,42 @@ fn unary(op: &str, _: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn Str
     s.launch("unary_fwd", n, &a)
 }
 
-/// Whether `_backward_take` sorts its `count` indices by row rather than giving each of its
-/// `threads` (outer, column) pairs one thread that walks every index: where those threads
-/// alone would not fill a GPU and each would walk long enough (an Embedding's gradient over a
-/// large batch of tokens) to outweigh the sort's launches (a bitonic network: 55 for 1,024
-/// indices). Positions are packed beside rows in 32 bits.
+/// Whether the gradient rows of `threads` (outer, column) pairs, each with a list of `count`
+/// indices, are added by sorting the lists by row rather than by one thread per pair walking
+/// its whole list: where those threads alone would not fill a GPU and each would walk long
+/// enough (an Embedding's gradient over a large batch of tokens, a long sort's gradient) to
+/// outweigh the sort's launches (a bitonic network: 55 for 1,024 indices). Positions are
+/// packed beside rows in 32 bits.
 fn sort_rows(threads: usize, count: usize) -> bool {
     threads < FILLS_A_GPU && (1024..1 << 32).contains(&count)
+}
+
+/// Adds gradient rows back into the rows their indices name, in index order:
+/// `_backward_take` (one list shared by every (outer, column) pair) and `_backward_topk` (a list
+/// per pair: `per_pair`). `a` carries the layout `take_bwd` reads (p0 zeroed, p1, p2; i1 =
+/// `inner`, i2 rows, i3 = `count`, i4 wrap). Long lists are sorted by row (their positions
+/// beside them), then added by one thread per (outer, index, column), where each row's run
+/// sums its gradient rows.
+pub(super) fn add_rows(
+    s: &dyn Stream,
+    a: KArgs,
+    (outer, inner, count): (usize, usize, usize),
+    per_pair: bool,
+) -> KResult {
+    let pairs = outer * inner;
+    let a = a.i(5, usize::from(per_pair));
+    if !sort_rows(pairs, count) {
+        return s.launch("take_bwd", pairs, &a.i(0, pairs));
+    }
+    let padded = count.next_power_of_two();
+    let lists = if per_pair { pairs } else { 1 };
+    let entries = lists * padded;
+    let keys = s.scratch(entries * 8)?.cast::<f32>();
+    let a = a.p(3, keys).i(6, padded);
+    s.launch("take_keys", entries, &a.i(0, entries))?;
+    super::sort::bitonic(s, keys, entries, padded)?;
+    let n = outer * count * inner;
+    s.launch("take_runs", n, &a.i(0, n))
 }
 
 /// take(table, indices), Embedding(indices, weight) and `_backward_take(ograd, indices,
@@ -285,19 +314,8 @@ fn take(op: &str, attrs: &Attrs, ins: &[TensorRef], outs: &[TensorRef], s: &dyn 
     };
     if op == "_backward_take" {
         fill_with(s, &outs[0], 0.0)?;
-        let (n, count) = (outer * inner, idx.len());
-        let a = args(n).t(0, &outs[0]).t(1, &ins[0]);
-        if !sort_rows(n, count) {
-            return s.launch("take_bwd", n, &a);
-        }
-        // The indices sorted by row (their positions beside them), then one thread per
-        // (outer, index, column), where each row's run sums its gradient rows.
-        let padded = count.next_power_of_two();
-        let keys = s.scratch(padded * 8)?.cast::<f32>();
-        s.launch("take_keys", padded, &a.p(3, keys).i(0, padded))?;
-        super::sort::bitonic(s, keys, padded, padded)?;
-        let n = outer * count * inner;
-        return s.launch("take_runs", n, &a.p(3, keys).i(0, n));
+        let a = args(0).t(0, &outs[0]).t(1, &ins[0]);
+        return add_rows(s, a, (outer, inner, idx.len()), false);
     }
     let n = outs[0].len();
     s.launch("take_fwd", n, &args(n).t(0, &outs[0]).t(1, table))

@@ -25,18 +25,17 @@ pub(super) fn sort(
         let dx = &outs[0];
         let p = plan(op, attrs, &dx.shape).map_err(e2s)?;
         fill_with(s, dx, 0.0)?;
-        let n = p.outer * p.inner;
-        if n == 0 || p.lane == 0 {
+        if p.outer * p.inner == 0 || p.lane == 0 {
             return Ok(());
         }
-        let a = KArgs::new(n)
+        let a = KArgs::new(0)
             .t(0, dx)
             .t(1, &ins[0])
             .t(2, &ins[1])
             .i(1, p.inner)
-            .i(3, p.lane)
-            .i(5, p.k);
-        return s.launch("topk_bwd", n, &a);
+            .i(2, p.lane)
+            .i(3, p.k);
+        return super::ops::add_rows(s, a, (p.outer, p.inner, p.k), true);
     }
     let x = &ins[0];
     let p = plan(op, attrs, &x.shape).map_err(e2s)?;

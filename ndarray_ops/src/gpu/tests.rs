@@ -2082,7 +2082,7 @@ fn index_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>))
     check("_arange", down, vec![]);
 }
 
-/// topk, sort and argsort over lanes of 1, 7, 300 and the whole array, up and down, every
+/// topk, sort and argsort over lanes of 1, 7, 300, 1,100 and the whole array, up and down, every
 /// ret_typ, on data with ties, signed zeros, infinities and NaNs of both signs (the CPU's stable
 /// total order);
 /// `_backward_topk` through each node returning values.
@@ -2106,7 +2106,16 @@ fn sort_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)) 
     let x = tied(&[3, 7, 5]);
     let long = tied(&[2, 300]);
     let one = tied(&[4, 1]);
+    // Lanes long enough that the gradient sorts its positions (across lanes, and along them).
+    let across = tied(&[1100, 2]);
+    let along = tied(&[2, 1100]);
     let cases = [
+        ("sort", Attrs::new().with("axis", 0), &across),
+        (
+            "topk",
+            Attrs::new().with("k", 1030).with("ret_typ", "both"),
+            &along,
+        ),
         ("sort", Attrs::new(), &x),
         (
             "sort",
@@ -2167,6 +2176,26 @@ fn sort_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)) 
     let positions = (vec![2, 3], vec![1.0, 1.0, 3.0, 0.0, 9.0, 0.0]);
     let ins = vec![random(rng, &[2, 3]), positions, random(rng, &[2, 4])];
     check("_backward_topk", top3, ins);
+    // The same over long lists (sorted into runs): runs of one, of several (repeats and
+    // positions clamped from either side), in both lanes.
+    let top = Attrs::new()
+        .with("k", 1030)
+        .with("ret_typ", "value")
+        .with("__fwd__", "topk");
+    let positions = (0..2 * 1030)
+        .map(|e| match e % 7 {
+            0 => 5000.0,
+            1 => -3.0,
+            2 => (e % 13) as f32,
+            _ => (e % 1100) as f32,
+        })
+        .collect();
+    let ins = vec![
+        random(rng, &[2, 1030]),
+        (vec![2, 1030], positions),
+        random(rng, &[2, 1100]),
+    ];
+    check("_backward_topk", top, ins);
 }
 
 /// Crop (a window, and centred on a second input's size), AdaptiveAvgPooling2D (uneven and
