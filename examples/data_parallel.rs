@@ -19,50 +19,42 @@ mod allocator;
 #[global_allocator]
 static GLOBAL: allocator::PlainMiMalloc = allocator::PlainMiMalloc;
 
+#[allow(dead_code)]
+#[path = "common/cli.rs"]
+mod cli;
+
 use std::collections::HashMap;
 use std::time::Instant;
 
+use clap::Parser;
 use ndarray_ops::{Attrs, DataParallel, NDArray, Runtime, Sgd, Symbol};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use storage::Context;
 
+/// Data-parallel scaling on CPU contexts: trains one model with the batch split over 1, 2, ...
+/// contexts and reports samples per second.
+#[derive(Parser)]
+#[command(name = "data_parallel", allow_negative_numbers = true)]
 struct Args {
+    /// The model's *-symbol.json (a softmax loss is put on top).
+    #[arg(default_value = "graphs/mlp-symbol.json")]
     file: String,
+    /// Samples per step, split over the contexts.
+    #[arg(long, default_value_t = 256, value_parser = cli::positive)]
     batch: usize,
+    /// Timed training steps per context count.
+    #[arg(long, default_value_t = 30, value_parser = cli::positive)]
     steps: usize,
+    /// The most contexts tried (1, 2, ... up to it).
+    #[arg(long, default_value_t = 2, value_parser = cli::positive)]
     max_contexts: usize,
+    /// Print one JSON line instead of text.
+    #[arg(long)]
     json: bool,
+    /// Turn the engine's profiler on and count the gradient reductions that overlap backward.
+    #[arg(long)]
     profile: bool,
-}
-
-fn parse() -> Result<Args, String> {
-    let mut a = Args {
-        file: "graphs/mlp-symbol.json".into(),
-        batch: 256,
-        steps: 30,
-        max_contexts: 2,
-        json: false,
-        profile: false,
-    };
-    let mut it = std::env::args().skip(1);
-    let number = |v: Option<String>, flag: &str| {
-        v.and_then(|v| v.parse::<usize>().ok())
-            .filter(|&n| n > 0)
-            .ok_or(format!("{flag} needs a positive number"))
-    };
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "--json" => a.json = true,
-            "--profile" => a.profile = true,
-            "--batch" => a.batch = number(it.next(), "--batch")?,
-            "--steps" => a.steps = number(it.next(), "--steps")?,
-            "--max-contexts" => a.max_contexts = number(it.next(), "--max-contexts")?,
-            f if !f.starts_with("--") => a.file = f.to_string(),
-            other => return Err(format!("unknown argument {other:?}")),
-        }
-    }
-    Ok(a)
 }
 
 fn random(rt: &std::sync::Arc<Runtime>, shape: &[usize], rng: &mut StdRng) -> NDArray {
@@ -153,7 +145,7 @@ fn measure(
 }
 
 fn run() -> Result<(), String> {
-    let a = parse()?;
+    let a = Args::parse();
     let text =
         std::fs::read_to_string(&a.file).map_err(|e| format!("cannot read {}: {e}", a.file))?;
     let net = Symbol::from_json(&text).map_err(|e| e.to_string())?;

@@ -34,23 +34,44 @@ mod allocator;
 #[global_allocator]
 static GLOBAL: allocator::PlainMiMalloc = allocator::PlainMiMalloc;
 
+#[allow(dead_code)]
+#[path = "common/cli.rs"]
+mod cli;
+
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use clap::Parser;
 use crossbeam_deque::{Injector, Steal, Worker};
 use engine::{Engine, EngineBuilder, EngineKind, Op, Var};
 
+/// Engine overhead per no-op op, for every engine, beside a bare crossbeam-deque pool (the
+/// floor) on the same number of threads.
+#[derive(Parser)]
+#[command(name = "engine_bench", after_help = WORKLOAD_HELP, allow_negative_numbers = true)]
 pub struct Args {
+    /// Print one JSON line instead of a table.
+    #[arg(long)]
     json: bool,
+    /// Compute workers of each engine (and threads of the bare pool).
+    #[arg(long, default_value_t = 1, value_parser = cli::positive)]
     threads: usize,
+    /// Runs of each workload (the median is reported).
+    #[arg(long, value_name = "R", default_value_t = 5, value_parser = cli::positive)]
     repeats: usize,
+    /// Scales every workload's op count (0.01: a hundredth of the ops).
+    #[arg(long, value_name = "F", default_value_t = 1.0, value_parser = positive_scale)]
     scale: f64,
+    /// Measure only this engine.
+    #[arg(long, value_name = "ENGINE", value_parser = cli::engine_kind)]
     only: Option<EngineKind>,
     /// Ops per unit in the bulked chain (16, as MXNet's figure).
+    #[arg(long, value_name = "N", default_value_t = 16, value_parser = cli::positive)]
     bulk_size: usize,
     /// Run only these workloads, in the bench's own order (the others report 0), e.g. to
     /// profile one alone or to see what an earlier workload does to a later one.
+    #[arg(long = "workload", value_name = "NAME", value_delimiter = ',', value_parser = workload)]
     workload: Option<Vec<String>>,
 }
 
@@ -67,77 +88,31 @@ const WORKLOADS: [&str; 9] = [
     "independent_profiled",
 ];
 
-/// Reads the command line (without the program name).
+const WORKLOAD_HELP: &str =
+    "Workloads: independent, chain, chain_bulk, fanout, independent_cheap, \
+chain_cheap, independent_split, chain_bulk_split, independent_profiled (see the source's header).";
+
+fn workload(name: &str) -> Result<String, String> {
+    match WORKLOADS.contains(&name) {
+        true => Ok(name.to_string()),
+        false => Err(format!(
+            "unknown workload {name:?} (known: {})",
+            WORKLOADS.join(", ")
+        )),
+    }
+}
+
+fn positive_scale(v: &str) -> Result<f64, String> {
+    match v.parse::<f64>() {
+        Ok(x) if x > 0.0 && x.is_finite() => Ok(x),
+        _ => Err(format!("expected a positive number, found {v:?}")),
+    }
+}
+
+/// Reads the command line (without the program name); `--help` is an `Err` holding the help.
 pub fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
-    let mut a = Args {
-        json: false,
-        threads: 1,
-        repeats: 5,
-        scale: 1.0,
-        only: None,
-        bulk_size: 16,
-        workload: None,
-    };
-    let mut it = argv.into_iter();
-    while let Some(arg) = it.next() {
-        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
-        match arg.as_str() {
-            "--json" => a.json = true,
-            "--only" => {
-                let name = value("--only")?;
-                let known = EngineKind::ALL.map(EngineKind::name).join(", ");
-                a.only =
-                    Some(EngineKind::parse(&name).ok_or_else(|| {
-                        format!("--only: unknown engine {name:?} (known: {known})")
-                    })?)
-            }
-            "--workload" => {
-                let names: Vec<String> = value("--workload")?
-                    .split(',')
-                    .map(str::to_string)
-                    .collect();
-                if let Some(bad) = names.iter().find(|n| !WORKLOADS.contains(&n.as_str())) {
-                    return Err(format!(
-                        "--workload: unknown workload {bad:?} (known: {})",
-                        WORKLOADS.join(", ")
-                    ));
-                }
-                a.workload = Some(names)
-            }
-            "--bulk-size" => {
-                a.bulk_size = value("--bulk-size")?
-                    .parse()
-                    .map_err(|e| format!("--bulk-size: {e}"))?
-            }
-            "--threads" => {
-                a.threads = value("--threads")?
-                    .parse()
-                    .map_err(|e| format!("--threads: {e}"))?
-            }
-            "--repeats" => {
-                a.repeats = value("--repeats")?
-                    .parse()
-                    .map_err(|e| format!("--repeats: {e}"))?
-            }
-            "--scale" => {
-                a.scale = value("--scale")?
-                    .parse()
-                    .map_err(|e| format!("--scale: {e}"))?
-            }
-            "-h" | "--help" => {
-                println!(
-                    "engine_bench [--json] [--threads N] [--repeats R] [--scale F] [--only ENGINE] [--bulk-size N] [--workload NAME[,NAME...]]\nworkloads: {}",
-                    WORKLOADS.join(", ")
-                );
-                std::process::exit(0);
-            }
-            other => return Err(format!("unknown argument {other:?} (try --help)")),
-        }
-    }
-    if a.threads == 0 || a.repeats == 0 || a.scale <= 0.0 {
-        return Err("--threads, --repeats and --scale must be positive".into());
-    }
-    Ok(a)
+    let argv = std::iter::once("engine_bench".to_string()).chain(argv);
+    Args::try_parse_from(argv).map_err(|e| e.to_string())
 }
 
 /// `a / b`, or 0 when `b` was not measured (a workload left out reports 0).
@@ -439,13 +414,7 @@ fn fanout(e: &dyn Engine, src: &Var, outs: &[Var], rounds: usize) -> usize {
 }
 
 fn main() {
-    let args = match parse_args(std::env::args().skip(1)) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("engine_bench: {e}");
-            std::process::exit(2);
-        }
-    };
+    let args = Args::parse();
     let report = run(&args);
     match args.json {
         true => println!("{report}"),

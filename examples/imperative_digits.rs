@@ -3,6 +3,9 @@
 //!
 //! `cargo run --release --example imperative_digits -- [--json] [--epochs N] [--engine KIND]`
 
+#[allow(dead_code)]
+#[path = "common/cli.rs"]
+mod cli;
 #[path = "common/digits.rs"]
 mod digits;
 #[path = "common/softmax_regression.rs"]
@@ -10,6 +13,7 @@ mod softmax_regression;
 
 use std::time::Instant;
 
+use clap::Parser;
 use engine::EngineKind;
 use ndarray_ops::Runtime;
 
@@ -20,25 +24,24 @@ fn main() {
     }
 }
 
+/// Softmax regression on the digits data set with imperative NDArray ops and hand-written
+/// gradients.
+#[derive(Parser)]
+#[command(name = "imperative_digits", allow_negative_numbers = true)]
+struct Args {
+    /// Print one JSON line instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Passes over the training set.
+    #[arg(long, default_value_t = 30, value_parser = cli::positive)]
+    epochs: usize,
+    /// The engine (default: MXRS_ENGINE, else threaded_per_device).
+    #[arg(long = "engine", value_name = "KIND", value_parser = cli::engine_kind)]
+    kind: Option<EngineKind>,
+}
+
 fn run() -> Result<(), String> {
-    let (mut json, mut epochs, mut kind) = (false, 30usize, None);
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--json" => json = true,
-            "--epochs" => {
-                epochs = args
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .ok_or("--epochs needs a number")?
-            }
-            "--engine" => {
-                let v = args.next().ok_or("--engine needs a name")?;
-                kind = Some(EngineKind::parse(&v).ok_or(format!("unknown engine {v:?}"))?);
-            }
-            other => return Err(format!("unknown argument {other:?}")),
-        }
-    }
+    let Args { json, epochs, kind } = Args::parse();
     let (train, test) = digits::load(42)?;
     let rt = Runtime::from_env(|b| match kind {
         Some(k) => b.kind(k),

@@ -20,6 +20,7 @@ static GLOBAL: allocator::PlainMiMalloc = allocator::PlainMiMalloc;
 
 use std::time::Instant;
 
+use clap::Parser;
 use engine::EngineBuilder;
 use ndarray::Array2;
 use ndarray_ops::{DType, NDArray, Runtime};
@@ -42,21 +43,28 @@ fn best_of(reps: usize, mut f: impl FnMut() -> f64) -> f64 {
     median((0..reps).map(|_| f()).collect())
 }
 
+/// NDArray overheads (tiny ops) and kernel speed (add, dot), each beside a plain ndarray
+/// baseline in the same run.
+#[derive(Parser)]
+#[command(name = "ndarray_bench")]
+struct Args {
+    /// Print one JSON line instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Fewer ops and repetitions, for a quick look.
+    #[arg(long)]
+    quick: bool,
+    /// Only the tiny-op workloads (e.g. to profile the per-op path alone).
+    #[arg(long)]
+    tiny_only: bool,
+}
+
 fn main() {
-    let (mut json, mut quick, mut tiny_only) = (false, false, false);
-    for a in std::env::args().skip(1) {
-        match a.as_str() {
-            "--json" => json = true,
-            "--quick" => quick = true,
-            "--tiny-only" => tiny_only = true,
-            other => {
-                eprintln!(
-                    "ndarray_bench: unknown argument {other:?} (use --json, --quick, --tiny-only)"
-                );
-                std::process::exit(2);
-            }
-        }
-    }
+    let Args {
+        json,
+        quick,
+        tiny_only,
+    } = Args::parse();
     // The threaded per-device engine unless the MXRS_* variables say otherwise (e.g.
     // MXRS_ENGINE_INLINE_CHEAP=0 hands every tiny op to a worker).
     let engine = match EngineBuilder::from_env() {

@@ -11,13 +11,15 @@
 //! Solvers: strong (default), greedy, heap, nnvm (match range 16), nnvm_auto. `--mxnet-bound`
 //! plans exactly MXNet's graph and order from its dump and adds `mxnet_bytes`.
 
-#[path = "common/shape_arg.rs"]
-mod shape_arg;
+#[allow(dead_code)]
+#[path = "common/cli.rs"]
+mod cli;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use ndarray_ops::plan::{
     bound_graph_problem, graph_problem, reorder_for_memory, symbol_desc, GraphDesc, GraphProblem,
 };
@@ -190,36 +192,56 @@ fn table() -> Result<(), String> {
     Ok(())
 }
 
+/// Plans the memory of a model's bound graph: its lower bound, our plan and NNVM's, and with
+/// --table every model in graphs/ beside MXNet 1.9.1's own totals.
+#[derive(Parser)]
+#[command(name = "plan")]
+struct Args {
+    /// The model's *-symbol.json (input shapes default to the *-shapes.json beside it).
+    file: Option<String>,
+    /// An input's shape (repeat for each input).
+    #[arg(long = "shape", value_name = "NAME=D0,D1,...", value_parser = cli::shape)]
+    shapes: Vec<(String, Vec<usize>)>,
+    /// Plan the training graph (forward and backward) instead of inference.
+    #[arg(long)]
+    train: bool,
+    /// Also plan the graph in a memory-aware topological order.
+    #[arg(long)]
+    reorder: bool,
+    /// Print one JSON line instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Draw the plan (buffers over time) into this SVG file.
+    #[arg(long = "svg", value_name = "FILE")]
+    svg_out: Option<String>,
+    /// Plan exactly MXNet's graph and order from its bound-graph dump (adds mxnet_bytes).
+    #[arg(long = "mxnet-bound", value_name = "FILE")]
+    bound: Option<String>,
+    /// The solver: strong, greedy, heap, nnvm (match range 16) or nnvm_auto.
+    #[arg(long = "solver", value_name = "NAME", default_value = "strong", value_parser = solver)]
+    kind: SolverKind,
+    /// Every model in graphs/ at batch 1 and 32, inference and training, beside MXNet's totals.
+    #[arg(long)]
+    table: bool,
+}
+
 fn run() -> Result<(), String> {
-    let mut args = std::env::args().skip(1);
-    let (mut file, mut shapes, mut train, mut json, mut svg_out, mut bound, mut kind) = (
-        None,
-        HashMap::new(),
-        false,
-        false,
-        None,
-        None,
-        solver("strong")?,
-    );
-    let mut reorder = false;
-    let mut reordered_figures = None;
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--table" => return table(),
-            "--train" => train = true,
-            "--reorder" => reorder = true,
-            "--json" => json = true,
-            "--svg" => svg_out = Some(args.next().ok_or("--svg needs a file")?),
-            "--mxnet-bound" => bound = Some(args.next().ok_or("--mxnet-bound needs a file")?),
-            "--solver" => kind = solver(&args.next().ok_or("--solver needs a name")?)?,
-            "--shape" => {
-                let spec = args.next().ok_or("--shape needs name=d0,d1,...")?;
-                shape_arg::add_shape(&mut shapes, &spec)?;
-            }
-            f if !f.starts_with("--") && file.is_none() => file = Some(f.to_string()),
-            other => return Err(format!("unknown argument {other:?}")),
-        }
+    let Args {
+        file,
+        shapes,
+        train,
+        reorder,
+        json,
+        svg_out,
+        bound,
+        kind,
+        table: whole_table,
+    } = Args::parse();
+    if whole_table {
+        return table();
     }
+    let mut shapes = cli::shapes(shapes)?;
+    let mut reordered_figures = None;
     let o = match (&bound, &file) {
         (Some(b), _) => {
             let text = std::fs::read_to_string(b).map_err(|e| format!("cannot read {b}: {e}"))?;

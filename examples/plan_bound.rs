@@ -7,19 +7,24 @@
 
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use ndarray_ops::plan::bound_graph_problem;
 use storage::plan::{lower_bound, mxnet, solve, verify, SolverKind};
 
+/// Plans MXNet's own bound graphs (graphs/*-bound.json) with every solver, beside the lower
+/// bound and MXNet's own plan size.
+#[derive(Parser)]
+#[command(name = "plan_bound")]
+struct Args {
+    /// Print one JSON line instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// The bound-graph dumps (default: every graphs/*-bound.json).
+    files: Vec<String>,
+}
+
 fn main() {
-    let mut json = false;
-    let mut files: Vec<String> = vec![];
-    for a in std::env::args().skip(1) {
-        if a == "--json" {
-            json = true;
-        } else {
-            files.push(a);
-        }
-    }
+    let Args { json, mut files } = Args::parse();
     if files.is_empty() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/graphs");
         let mut found: Vec<String> = std::fs::read_dir(dir)

@@ -17,92 +17,64 @@ mod allocator;
 #[global_allocator]
 static GLOBAL: allocator::PlainMiMalloc = allocator::PlainMiMalloc;
 
-#[path = "common/shape_arg.rs"]
-mod shape_arg;
+#[allow(dead_code)]
+#[path = "common/cli.rs"]
+mod cli;
 
 use std::collections::HashMap;
 use std::time::Instant;
 
+use clap::Parser;
 use engine::EngineKind;
 use ndarray_ops::{invoke_on, ndfile, Attrs, Executor, GradReq, Runtime, Symbol};
 use storage::Context;
 
+/// Binds a real MXNet model with random weights and times it: output shapes, the median
+/// forward time (and with --train forward+backward), and the memory report.
+#[derive(Parser)]
+#[command(name = "run_model", allow_negative_numbers = true)]
 struct Args {
+    /// The model's *-symbol.json (input shapes default to the *-shapes.json beside it).
     file: String,
-    shapes: HashMap<String, Vec<usize>>,
+    /// An input's shape (repeat for each input).
+    #[arg(long = "shape", value_name = "NAME=D0,D1,...", value_parser = cli::shape)]
+    shapes: Vec<(String, Vec<usize>)>,
+    /// Timed iterations (the median is reported).
+    #[arg(long, default_value_t = 10, value_parser = cli::positive)]
     iters: usize,
+    /// Print one JSON line instead of text.
+    #[arg(long)]
     json: bool,
+    /// Also time forward+backward in training mode (gradients of every argument but the
+    /// inputs named by --shape, head gradients of ones).
+    #[arg(long)]
     train: bool,
+    /// The engine (default: MXRS_ENGINE, else threaded_per_device).
+    #[arg(long = "engine", value_name = "KIND", value_parser = cli::engine_kind)]
     kind: Option<EngineKind>,
+    /// The device to bind on, such as cpu(0) or gpu(0).
+    #[arg(long, default_value = "cpu(0)")]
     ctx: Context,
+    /// Turn the engine's profiler on and print its per-op totals over the last timed
+    /// iterations (the 20 largest).
+    #[arg(long)]
     profile: bool,
+    /// Load weights from an MXNet .params file over the random ones.
+    #[arg(long, value_name = "FILE")]
     params: Option<String>,
+    /// Write the bound arguments and auxiliary states afterwards, as an MXNet .params file.
+    #[arg(long, value_name = "FILE")]
     save_params: Option<String>,
 }
 
-fn parse() -> Result<Args, String> {
-    let mut it = std::env::args().skip(1);
-    let (mut file, mut shapes, mut iters, mut json, mut train, mut kind, mut ctx) = (
-        None,
-        HashMap::new(),
-        10usize,
-        false,
-        false,
-        None,
-        Context::cpu(0),
-    );
-    let (mut profile, mut params, mut save_params) = (false, None, None);
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--json" => json = true,
-            "--train" => train = true,
-            "--profile" => profile = true,
-            "--iters" => {
-                iters = it
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .filter(|&n| n > 0)
-                    .ok_or("--iters needs a positive number")?
-            }
-            "--engine" => {
-                let v = it.next().ok_or("--engine needs a name")?;
-                kind = Some(EngineKind::parse(&v).ok_or(format!("unknown engine {v:?}"))?);
-            }
-            "--ctx" => {
-                let v = it.next().ok_or("--ctx needs a context such as gpu(0)")?;
-                ctx = v.parse().map_err(|e| format!("--ctx {v:?}: {e}"))?;
-            }
-            "--params" => params = Some(it.next().ok_or("--params needs a .params file")?),
-            "--save-params" => {
-                save_params = Some(it.next().ok_or("--save-params needs a file to write")?)
-            }
-            "--shape" => {
-                let spec = it.next().ok_or("--shape needs name=d0,d1,...")?;
-                shape_arg::add_shape(&mut shapes, &spec)?;
-            }
-            f if !f.starts_with("--") && file.is_none() => file = Some(f.to_string()),
-            other => return Err(format!("unknown argument {other:?}")),
-        }
+/// The shapes given with --shape, else those of the *-shapes.json file beside the graph.
+fn input_shapes(a: &Args) -> Result<HashMap<String, Vec<usize>>, String> {
+    let shapes = cli::shapes(a.shapes.clone())?;
+    let side = a.file.replace("-symbol.json", "-shapes.json");
+    match std::fs::read_to_string(&side) {
+        Ok(t) if shapes.is_empty() => serde_json::from_str(&t).map_err(|e| format!("{side}: {e}")),
+        _ => Ok(shapes),
     }
-    let file = file.ok_or("give a *-symbol.json file")?;
-    if shapes.is_empty() {
-        let side = file.replace("-symbol.json", "-shapes.json");
-        if let Ok(t) = std::fs::read_to_string(&side) {
-            shapes = serde_json::from_str(&t).map_err(|e| format!("{side}: {e}"))?;
-        }
-    }
-    Ok(Args {
-        file,
-        shapes,
-        iters,
-        json,
-        train,
-        kind,
-        ctx,
-        profile,
-        params,
-        save_params,
-    })
 }
 
 fn main() {
@@ -113,7 +85,8 @@ fn main() {
 }
 
 fn run() -> Result<(), String> {
-    let a = parse()?;
+    let a = Args::parse();
+    let shapes = input_shapes(&a)?;
     let err = |e: ndarray_ops::NdError| e.to_string();
     let text =
         std::fs::read_to_string(&a.file).map_err(|e| format!("cannot read {}: {e}", a.file))?;
@@ -139,12 +112,12 @@ fn run() -> Result<(), String> {
         let req: HashMap<String, GradReq> = sym
             .list_arguments()
             .into_iter()
-            .filter(|n| !a.shapes.contains_key(n))
+            .filter(|n| !shapes.contains_key(n))
             .map(|n| (n, GradReq::Write))
             .collect();
-        Executor::simple_bind_grad(&rt, ctx, &sym, &a.shapes, &req).map_err(err)?
+        Executor::simple_bind_grad(&rt, ctx, &sym, &shapes, &req).map_err(err)?
     } else {
-        Executor::simple_bind(&rt, ctx, &sym, &a.shapes).map_err(err)?
+        Executor::simple_bind(&rt, ctx, &sym, &shapes).map_err(err)?
     };
     // Random weights and inputs, small enough that activations stay finite; head gradients of 1.
     let mut args: Vec<_> = exec.arg_dict().into_iter().collect();
@@ -203,7 +176,7 @@ fn run() -> Result<(), String> {
     if let Some(path) = &a.save_params {
         // The learned arguments: not the inputs named by --shape, nor head gradients.
         let mut learned = exec.arg_dict();
-        learned.retain(|n, _| !a.shapes.contains_key(n) && !n.contains("_head_grad"));
+        learned.retain(|n, _| !shapes.contains_key(n) && !n.contains("_head_grad"));
         ndfile::save_params(path, &learned, &exec.aux_dict()).map_err(err)?;
     }
     let mem = exec.memory_report();

@@ -11,6 +11,7 @@
 use std::alloc::Layout;
 use std::time::Instant;
 
+use clap::Parser;
 use storage::{Context, PoolKind, StorageManager, Trace};
 
 const SIZES: [usize; 5] = [4096, 65536, 1 << 20, 16 << 20, 64 << 20];
@@ -70,23 +71,20 @@ fn manager(m: &StorageManager, size: usize, quick: bool) -> f64 {
     })
 }
 
+/// Storage allocation speed per size: every manager beside the system allocator.
+#[derive(Parser)]
+#[command(name = "storage_bench")]
+struct Args {
+    /// Print one JSON line instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Fewer calls per size, for a quick look.
+    #[arg(long)]
+    quick: bool,
+}
+
 fn main() {
-    let mut json = false;
-    let mut quick = false;
-    for a in std::env::args().skip(1) {
-        match a.as_str() {
-            "--json" => json = true,
-            "--quick" => quick = true,
-            "-h" | "--help" => {
-                println!("storage_bench [--json] [--quick]");
-                return;
-            }
-            other => {
-                eprintln!("storage_bench: unknown argument {other:?} (try --help)");
-                std::process::exit(2);
-            }
-        }
-    }
+    let Args { json, quick } = Args::parse();
     let mut alloc = serde_json::Map::new();
     let mut speedups = serde_json::Map::new();
     let mut table = vec![];

@@ -107,8 +107,15 @@ fn unknown_names_and_bad_numbers_are_refused_with_what_is_known() {
     assert!(e.contains("unknown workload \"chian\""), "{e}");
     assert!(e.contains("chain_bulk_split"), "{e}");
     let e = args(&["--threads", "0"]).err().unwrap();
-    assert!(e.contains("must be positive"), "{e}");
+    assert!(e.contains("--threads") && e.contains("positive"), "{e}");
+    let e = args(&["--scale", "-1"]).err().unwrap();
+    assert!(e.contains("--scale") && e.contains("positive"), "{e}");
     let e = args(&["--repeats"]).err().unwrap();
-    assert!(e.contains("--repeats needs a value"), "{e}");
+    assert!(
+        e.contains("--repeats") && e.contains("value is required"),
+        "{e}"
+    );
+    let e = args(&["--quick"]).err().unwrap();
+    assert!(e.contains("unexpected argument '--quick'"), "{e}");
     assert!(args(&["--only", "per_device"]).is_ok());
 }
