@@ -90,16 +90,37 @@ fn lstm() -> ndarray_ops::Result<Symbol> {
             .with("num_layers", 1),
     )?;
     let last = split("outputs", &rnn, true)?.get_output(7)?;
-    let fc = Symbol::op(
-        "FullyConnected",
-        "fc0",
-        &[&last, &Symbol::var("fc0_weight"), &Symbol::var("fc0_bias")],
-        Attrs::new().with("num_hidden", digits::CLASSES),
-    )?;
+    classifier(last, &[])
+}
+
+/// Fully connected layers `fc0`, `fc1`, ... on `h`: one of each `hidden` size followed by a
+/// ReLU, then one per class, under a softmax loss.
+fn classifier(mut h: Symbol, hidden: &[usize]) -> ndarray_ops::Result<Symbol> {
+    let sizes = hidden.iter().copied().chain([digits::CLASSES]);
+    for (i, n) in sizes.enumerate() {
+        let (w, b) = (
+            Symbol::var(&format!("fc{i}_weight")),
+            Symbol::var(&format!("fc{i}_bias")),
+        );
+        h = Symbol::op(
+            "FullyConnected",
+            &format!("fc{i}"),
+            &[&h, &w, &b],
+            Attrs::new().with("num_hidden", n),
+        )?;
+        if i < hidden.len() {
+            h = Symbol::op(
+                "Activation",
+                &format!("fc{i}_relu"),
+                &[&h],
+                Attrs::new().with("act_type", "relu"),
+            )?;
+        }
+    }
     Symbol::op(
         "SoftmaxOutput",
         "softmax",
-        &[&fc, &Symbol::var("softmax_label")],
+        &[&h, &Symbol::var("softmax_label")],
         Attrs::new(),
     )
 }
@@ -134,63 +155,12 @@ fn cnn() -> ndarray_ops::Result<Symbol> {
             .with("stride", "(2, 2)")
             .with("pool_type", "max"),
     )?;
-    let mut h = Symbol::op("Flatten", "flat", &[&pool], Attrs::new())?;
-    for (i, n) in [64usize, digits::CLASSES].into_iter().enumerate() {
-        let (w, b) = (
-            Symbol::var(&format!("fc{i}_weight")),
-            Symbol::var(&format!("fc{i}_bias")),
-        );
-        h = Symbol::op(
-            "FullyConnected",
-            &format!("fc{i}"),
-            &[&h, &w, &b],
-            Attrs::new().with("num_hidden", n),
-        )?;
-        if i == 0 {
-            h = Symbol::op(
-                "Activation",
-                "fc0_relu",
-                &[&h],
-                Attrs::new().with("act_type", "relu"),
-            )?;
-        }
-    }
-    Symbol::op(
-        "SoftmaxOutput",
-        "softmax",
-        &[&h, &Symbol::var("softmax_label")],
-        Attrs::new(),
-    )
+    let flat = Symbol::op("Flatten", "flat", &[&pool], Attrs::new())?;
+    classifier(flat, &[64])
 }
 
 fn mlp() -> ndarray_ops::Result<Symbol> {
-    let mut h = Symbol::var("data");
-    for (i, n) in [128usize, 64, digits::CLASSES].into_iter().enumerate() {
-        let (w, b) = (
-            Symbol::var(&format!("fc{i}_weight")),
-            Symbol::var(&format!("fc{i}_bias")),
-        );
-        h = Symbol::op(
-            "FullyConnected",
-            &format!("fc{i}"),
-            &[&h, &w, &b],
-            Attrs::new().with("num_hidden", n),
-        )?;
-        if i < 2 {
-            h = Symbol::op(
-                "Activation",
-                &format!("relu{i}"),
-                &[&h],
-                Attrs::new().with("act_type", "relu"),
-            )?;
-        }
-    }
-    Symbol::op(
-        "SoftmaxOutput",
-        "softmax",
-        &[&h, &Symbol::var("softmax_label")],
-        Attrs::new(),
-    )
+    classifier(Symbol::var("data"), &[128, 64])
 }
 
 /// What a training run measured.
