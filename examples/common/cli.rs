@@ -25,6 +25,7 @@ pub fn engine_kind(v: &str) -> Result<EngineKind, String> {
 pub fn shape(spec: &str) -> Result<(String, Vec<usize>), String> {
     let (name, dims) = spec
         .split_once('=')
+        .filter(|(name, _)| !name.is_empty())
         .ok_or(format!("{spec:?}: expected name=d0,d1,..."))?;
     let dims = dims
         .split(',')

@@ -1,0 +1,55 @@
+//! The examples' shared command-line parsers refuse bad values saying what was expected, and
+//! the model examples refuse an input shape given twice.
+
+#[path = "../examples/common/cli.rs"]
+mod cli;
+
+use engine::EngineKind;
+
+#[test]
+fn counts_must_be_positive_whole_numbers() {
+    assert_eq!(cli::positive("12"), Ok(12));
+    for bad in ["0", "-3", "1.5", "", "ten"] {
+        let e = cli::positive(bad).unwrap_err();
+        assert!(
+            e.contains("positive whole number") && e.contains(bad),
+            "{bad}: {e}"
+        );
+    }
+}
+
+#[test]
+fn engines_go_by_any_of_their_names_and_an_unknown_one_lists_the_known() {
+    assert_eq!(
+        cli::engine_kind("per_device"),
+        Ok(EngineKind::ThreadedPerDevice)
+    );
+    assert_eq!(cli::engine_kind("NaiveEngine"), Ok(EngineKind::Naive));
+    let e = cli::engine_kind("turbo").unwrap_err();
+    assert!(
+        e.contains("\"turbo\"") && e.contains("threaded_pooled"),
+        "{e}"
+    );
+}
+
+#[test]
+fn shapes_parse_by_name_and_a_name_given_twice_is_refused() {
+    assert_eq!(
+        cli::shape("data=32, 3,224,224"),
+        Ok(("data".to_string(), vec![32, 3, 224, 224]))
+    );
+    for bad in ["data", "data=3,x", "data=", "=3,4"] {
+        let e = cli::shape(bad).unwrap_err();
+        assert!(e.contains(bad), "{bad}: {e}");
+    }
+    let given = vec![
+        ("data".to_string(), vec![1, 784]),
+        ("label".to_string(), vec![1]),
+    ];
+    let shapes = cli::shapes(given.clone()).unwrap();
+    assert_eq!((shapes.len(), &shapes["data"]), (2, &vec![1, 784]));
+    let mut twice = given;
+    twice.push(("data".to_string(), vec![2, 784]));
+    let e = cli::shapes(twice).unwrap_err();
+    assert!(e.contains("'data' was already given as [1, 784]"), "{e}");
+}
