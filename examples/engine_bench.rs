@@ -42,14 +42,14 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
 use crossbeam_deque::{Injector, Steal, Worker};
 use engine::{Engine, EngineBuilder, EngineKind, Op, Var};
 
 /// Engine overhead per no-op op, for every engine, beside a bare crossbeam-deque pool (the
 /// floor) on the same number of threads.
 #[derive(Parser)]
-#[command(name = "engine_bench", after_help = WORKLOAD_HELP, allow_negative_numbers = true)]
+#[command(name = "engine_bench", allow_negative_numbers = true)]
 pub struct Args {
     /// Print one JSON line instead of a table.
     #[arg(long)]
@@ -88,10 +88,6 @@ const WORKLOADS: [&str; 9] = [
     "independent_profiled",
 ];
 
-const WORKLOAD_HELP: &str =
-    "Workloads: independent, chain, chain_bulk, fanout, independent_cheap, \
-chain_cheap, independent_split, chain_bulk_split, independent_profiled (see the source's header).";
-
 fn workload(name: &str) -> Result<String, String> {
     match WORKLOADS.contains(&name) {
         true => Ok(name.to_string()),
@@ -109,10 +105,20 @@ fn positive_scale(v: &str) -> Result<f64, String> {
     }
 }
 
+/// The command line's description, with the workloads `--workload` knows listed after the
+/// options.
+fn command() -> clap::Command {
+    let names = WORKLOADS.join(", ");
+    Args::command().after_help(format!("Workloads: {names} (see the source's header)."))
+}
+
 /// Reads the command line (without the program name); `--help` is an `Err` holding the help.
 pub fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
     let argv = std::iter::once("engine_bench".to_string()).chain(argv);
-    Args::try_parse_from(argv).map_err(|e| e.to_string())
+    let matches = command()
+        .try_get_matches_from(argv)
+        .map_err(|e| e.to_string())?;
+    Args::from_arg_matches(&matches).map_err(|e| e.to_string())
 }
 
 /// `a / b`, or 0 when `b` was not measured (a workload left out reports 0).
@@ -414,7 +420,7 @@ fn fanout(e: &dyn Engine, src: &Var, outs: &[Var], rounds: usize) -> usize {
 }
 
 fn main() {
-    let args = Args::parse();
+    let args = Args::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit());
     let report = run(&args);
     match args.json {
         true => println!("{report}"),

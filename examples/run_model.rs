@@ -69,11 +69,13 @@ struct Args {
 
 /// The shapes given with --shape, else those of the *-shapes.json file beside the graph.
 fn input_shapes(a: &Args) -> Result<HashMap<String, Vec<usize>>, String> {
-    let shapes = cli::shapes(a.shapes.clone())?;
+    if !a.shapes.is_empty() {
+        return cli::shapes(a.shapes.clone());
+    }
     let side = a.file.replace("-symbol.json", "-shapes.json");
     match std::fs::read_to_string(&side) {
-        Ok(t) if shapes.is_empty() => serde_json::from_str(&t).map_err(|e| format!("{side}: {e}")),
-        _ => Ok(shapes),
+        Ok(t) => serde_json::from_str(&t).map_err(|e| format!("{side}: {e}")),
+        Err(_) => Ok(HashMap::new()),
     }
 }
 

@@ -1,6 +1,7 @@
 //! Value parsers the examples' command lines share (clap calls them on each value, and prints
 //! what they return as the error, with the flag it belongs to).
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
 use engine::EngineKind;
@@ -42,10 +43,17 @@ pub fn shape(spec: &str) -> Result<(String, Vec<usize>), String> {
 pub fn shapes(given: Vec<(String, Vec<usize>)>) -> Result<HashMap<String, Vec<usize>>, String> {
     let mut shapes = HashMap::new();
     for (name, dims) in given {
-        if let Some(before) = shapes.insert(name.clone(), dims.clone()) {
-            return Err(format!(
-                "--shape {name}={dims:?}: '{name}' was already given as {before:?}"
-            ));
+        match shapes.entry(name) {
+            Entry::Occupied(e) => {
+                let name = e.key();
+                return Err(format!(
+                    "--shape {name}={dims:?}: '{name}' was already given as {:?}",
+                    e.get()
+                ));
+            }
+            Entry::Vacant(e) => {
+                e.insert(dims);
+            }
         }
     }
     Ok(shapes)

@@ -1322,10 +1322,10 @@ KERNEL void take_bwd(KArgs a) {
     }
 }
 
-// For long lists (see sorted_runs in ops.rs) the indices are sorted by the row they name, then
+// For long lists (see add_rows in ops.rs) the indices are sorted by the row they name, then
 // each run of one row is added up by one thread per column. take_keys, i0 = lists * P entries
 // (P = i6, a power of two; one list, or one per (outer, column) pair): p3 = one i64 each, the
-// row index j of its list names times 2^32 plus j, so that sort_step's ascending order keeps a
+// row that index j of its list names times 2^32 plus j, so that sort_step's ascending order keeps a
 // row's indices in index order; entries from i3 on (padding) sort after every index.
 // take_runs, one index per (outer, sorted entry, column), i0 = outer * i3 * i1: the entry that
 // starts a row's run writes p0's row as the sum of the run's gradient rows, from 0 in index
