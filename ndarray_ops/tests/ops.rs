@@ -791,4 +791,90 @@ fn resampling_and_region_ops_refuse_bad_input_clearly() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("region 1 names image 2"), "{e}");
+    // A sampling grid sized by an attribute or by a region far beyond the map is refused, naming
+    // the region, instead of being built in memory (it used to abort the process).
+    let far = rt
+        .from_vec(
+            vec![0.0f32, 0., 0., 4., 4., 1., 0., 0., 1e9, 1e9],
+            &[2, 5],
+            cpu,
+        )
+        .unwrap();
+    let run = |rois: &NDArray, attrs: Attrs| {
+        invoke("_contrib_ROIAlign", &[&x, rois], &attrs, None).unwrap()[0]
+            .to_vec::<f32>()
+            .unwrap_err()
+            .to_string()
+    };
+    let e = run(&far, roi_attrs());
+    assert!(
+        e.contains("region 1 (0, 0, 1000000000, 1000000000)") && e.contains("at most 65536"),
+        "{e}"
+    );
+    let fine = rt
+        .from_vec(vec![0.0f32, 0., 0., 4., 4.], &[1, 5], cpu)
+        .unwrap();
+    let e = run(&fine, roi_attrs().with("spatial_scale", 1e6));
+    assert!(
+        e.contains("region 0") && e.contains("samples per cell"),
+        "{e}"
+    );
+    let e = run(&fine, roi_attrs().with("sample_ratio", 1e6));
+    assert!(
+        e.contains("1000000 x 1000000") && e.contains("(sample_ratio 1000000)"),
+        "{e}"
+    );
+    assert!(
+        invoke("_contrib_ROIAlign", &[&x, &fine], &roi_attrs(), None).unwrap()[0]
+            .to_vec::<f32>()
+            .is_ok()
+    );
+}
+
+/// Attributes that size something on the host (a node's outputs, an RNN's layers) or that are
+/// not numbers where a bound is meant are refused when the node is made or bound, naming the
+/// attribute; they used to overflow a list's capacity or panic inside a kernel.
+#[test]
+fn counts_and_bounds_past_what_can_exist_are_refused() {
+    let rt = rt();
+    let cpu = storage::Context::cpu(0);
+    let x = rt.zeros(&[4, 6], DType::F32, cpu).unwrap();
+    let v = ndarray_ops::Symbol::var("x");
+    for n in ["99999999999999999999", "65537", "0", "2.5", "nan"] {
+        let attrs = Attrs::new().with("num_outputs", n);
+        let e = ndarray_ops::Symbol::op("SliceChannel", "split", &[&v], attrs)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("num_outputs") && e.contains("from 1 to 65536"),
+            "{n}: {e}"
+        );
+    }
+    let split = Attrs::new().with("num_outputs", 2);
+    assert_eq!(
+        invoke("SliceChannel", &[&x], &split, None).unwrap().len(),
+        2
+    );
+    for (lo, hi) in [("nan", "1"), ("0", "nan")] {
+        let attrs = Attrs::new().with("a_min", lo).with("a_max", hi);
+        let e = invoke("clip", &[&x], &attrs, None).unwrap_err().to_string();
+        assert!(e.contains("must both be numbers"), "{lo} {hi}: {e}");
+    }
+    let seq = rt.zeros(&[3, 2, 4], DType::F32, cpu).unwrap();
+    let params = rt.zeros(&[10], DType::F32, cpu).unwrap();
+    let state = rt.zeros(&[1, 2, 4], DType::F32, cpu).unwrap();
+    let rnn = |layers: &str, hidden: &str| {
+        let attrs = Attrs::new()
+            .with("mode", "rnn_tanh")
+            .with("num_layers", layers)
+            .with("state_size", hidden);
+        invoke("RNN", &[&seq, &params, &state], &attrs, None)
+            .unwrap_err()
+            .to_string()
+    };
+    let e = rnn("99999999999999999999", "4");
+    assert!(e.contains("num_layers") && e.contains("32-bit"), "{e}");
+    let e = rnn("4294967295", "4294967295");
+    assert!(e.contains("more parameters than fit"), "{e}");
 }

@@ -495,20 +495,31 @@ fn registry() -> &'static FxHashMap<&'static str, &'static OpDef> {
     })
 }
 
+/// Most outputs an attribute may give one node (SliceChannel's `num_outputs`, the pieces of a
+/// Concat's gradient). A node lists its outputs, so a count past this is refused instead of
+/// sizing that list; a split into more pieces than this is far beyond any model's use.
+pub const MAX_NODE_OUTPUTS: usize = 1 << 16;
+
+/// An attribute counting a node's outputs: a whole number from 1 to [`MAX_NODE_OUTPUTS`].
+fn output_count(op: &str, attrs: &Attrs, key: &str) -> Result<usize> {
+    let n = attrs.f64(op, key, None)?;
+    if !(1.0..=MAX_NODE_OUTPUTS as f64).contains(&n) || n.fract() != 0.0 {
+        return Err(invalid(
+            op,
+            format!("{key}={n} is not a whole number from 1 to {MAX_NODE_OUTPUTS}"),
+        ));
+    }
+    Ok(n as usize)
+}
+
 /// How many outputs a node of op `def` with `attrs` has, hidden ones included (what MXNet's
 /// files record in `node_row_ptr`), and how many of them are visible to users.
 pub fn num_outputs(def: &OpDef, attrs: &Attrs) -> Result<(usize, usize)> {
     let op = def.name;
     Ok(match op {
         "SliceChannel" => {
-            let n = attrs.f64(op, "num_outputs", None)?;
-            if n < 1.0 || n.fract() != 0.0 {
-                return Err(invalid(
-                    op,
-                    format!("num_outputs={n} is not a positive integer"),
-                ));
-            }
-            (n as usize, n as usize)
+            let n = output_count(op, attrs, "num_outputs")?;
+            (n, n)
         }
         "BatchNorm" => (
             3,
@@ -568,7 +579,7 @@ pub fn num_outputs(def: &OpDef, attrs: &Attrs) -> Result<(usize, usize)> {
         "_backward_SoftmaxOutput" => (2, 2),
         "_backward_BatchNorm" => (3, 3),
         "_backward_Concat" => {
-            let n = attrs.f64(op, "num_args", None)? as usize;
+            let n = output_count(op, attrs, "num_args")?;
             (n, n)
         }
         "_backward_Convolution" | "_backward_Deconvolution" => {

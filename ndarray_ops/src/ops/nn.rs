@@ -54,6 +54,12 @@ fn infer_clip(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
         attrs.float(op, "a_min", None)?,
         attrs.float(op, "a_max", None)?,
     );
+    if lo.is_nan() || hi.is_nan() {
+        return Err(invalid(
+            op,
+            format!("a_min {lo} and a_max {hi} must both be numbers"),
+        ));
+    }
     if lo > hi {
         return Err(invalid(op, format!("a_min {lo} is above a_max {hi}")));
     }

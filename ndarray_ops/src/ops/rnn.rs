@@ -92,10 +92,14 @@ impl Rnn {
             }
             None => return Err(invalid(op, "attribute mode is required")),
         };
+        // MXNet holds both as unsigned 32-bit integers.
         let count = |key: &str| -> Result<usize> {
             let v = attrs.f64(op, key, None)?;
-            if v < 1.0 || v.fract() != 0.0 {
-                return Err(invalid(op, format!("{key}={v} is not a positive integer")));
+            if v < 1.0 || v.fract() != 0.0 || v > f64::from(u32::MAX) {
+                return Err(invalid(
+                    op,
+                    format!("{key}={v} is not a positive 32-bit integer"),
+                ));
             }
             Ok(v as usize)
         };
@@ -192,9 +196,32 @@ impl Rnn {
         (slots, at)
     }
 
+    /// The parameter count `slots` reaches for data `input` wide, or `None` past `usize`:
+    /// computed without listing the slots, so that attributes asking for more parameters than
+    /// could exist are refused before anything is sized by them.
+    fn param_count(&self, input: usize) -> Option<usize> {
+        let (gh, h, dirs) = (self.gh(), self.hidden, self.dirs);
+        let first = gh.checked_mul(input.checked_add(h)?)?;
+        let above = gh.checked_mul(dirs.checked_mul(h)?.checked_add(h)?)?;
+        let biases = 2 * gh;
+        let per_dir = first
+            .checked_add(above.checked_mul(self.layers - 1)?)?
+            .checked_add(biases.checked_mul(self.layers)?)?;
+        per_dir.checked_mul(dirs)
+    }
+
     /// The shape each input must have for data of shape `x`.
-    fn input_shapes(&self, x: &[usize]) -> Vec<Vec<usize>> {
-        let (_, params) = self.slots(x[2]);
+    fn input_shapes(&self, op: &str, x: &[usize]) -> Result<Vec<Vec<usize>>> {
+        let params = self.param_count(x[2]).ok_or_else(|| {
+            invalid(
+                op,
+                format!(
+                    "{} layers of state_size {} over data {x:?} need more parameters than fit \
+                     in memory",
+                    self.layers, self.hidden
+                ),
+            )
+        })?;
         let state = vec![self.layers * self.dirs, x[1], self.hidden];
         let mut v = vec![x.to_vec(), vec![params], state.clone()];
         if self.lstm() {
@@ -203,7 +230,7 @@ impl Rnn {
         if self.seq_len {
             v.push(vec![x[1]]);
         }
-        v
+        Ok(v)
     }
 }
 
@@ -276,7 +303,7 @@ fn check_inputs(op: &str, r: &Rnn, s: &[Vec<usize>], d: &[DType]) -> Result<()> 
         ));
     }
     check_data(op, &s[0], d[0])?;
-    for (k, want) in r.input_shapes(&s[0]).into_iter().enumerate().skip(1) {
+    for (k, want) in r.input_shapes(op, &s[0])?.into_iter().enumerate().skip(1) {
         let arg = input_name(r, k);
         if s[k] != want {
             return Err(NdError::Shape {
@@ -320,7 +347,7 @@ fn infer_rnn_inputs(
     let mut out = vec![None; ins.len()];
     if let Some(Some(x)) = ins.first() {
         check_data(op, x, DType::F32)?;
-        for (o, want) in out.iter_mut().zip(r.input_shapes(x)) {
+        for (o, want) in out.iter_mut().zip(r.input_shapes(op, x)?) {
             *o = Some(want);
         }
     }
@@ -1257,7 +1284,47 @@ pub(super) fn ops() -> &'static [OpDef] {
 
 #[cfg(test)]
 mod tests {
-    use super::Real;
+    use super::{Attrs, Real, Rnn};
+
+    /// `param_count` (checked, used to refuse attributes) and the slots the kernels lay the
+    /// parameters out by agree on every mode, depth and direction; past `usize` it refuses.
+    #[test]
+    fn the_parameter_count_is_where_the_slots_end() {
+        for mode in ["rnn_relu", "rnn_tanh", "lstm", "gru"] {
+            for (layers, hidden, bidirectional, input) in [
+                (1, 1, false, 1),
+                (2, 3, true, 5),
+                (3, 7, false, 2),
+                (4, 2, true, 9),
+            ] {
+                let attrs = Attrs::new()
+                    .with("mode", mode)
+                    .with("num_layers", layers)
+                    .with("state_size", hidden)
+                    .with("bidirectional", bidirectional);
+                let r = Rnn::parse("RNN", &attrs).unwrap();
+                assert_eq!(
+                    r.param_count(input),
+                    Some(r.slots(input).1),
+                    "{mode} {layers} x {hidden}, bidirectional {bidirectional}, input {input}"
+                );
+            }
+        }
+        let huge = Attrs::new()
+            .with("mode", "lstm")
+            .with("num_layers", u32::MAX)
+            .with("state_size", u32::MAX);
+        let r = Rnn::parse("RNN", &huge).unwrap();
+        assert_eq!(r.param_count(10), None);
+        let err = r.input_shapes("RNN", &[4, 2, 10]).unwrap_err().to_string();
+        assert!(err.contains("more parameters than fit"), "{err}");
+        let too_many = Attrs::new()
+            .with("mode", "lstm")
+            .with("num_layers", "99999999999999999999")
+            .with("state_size", 4);
+        let err = Rnn::parse("RNN", &too_many).err().unwrap().to_string();
+        assert!(err.contains("positive 32-bit integer"), "{err}");
+    }
 
     /// The float tanh is the double one rounded, to a float step, over the whole range and
     /// across the series' and the saturation's borders.

@@ -286,11 +286,19 @@ fn infer_roi_align(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> In
 /// Per cell of a region, the pixels it reads (offsets in a plane) and their weights.
 pub(crate) type CellTaps = Vec<Vec<(usize, f64)>>;
 
+/// Most bilinear samples one cell of a region may take: its grid is `sample_ratio` samples per
+/// axis or, adaptive, as many as the cell spans pixels, so a large `sample_ratio` or
+/// `spatial_scale`, or a region's coordinates far beyond the map, would otherwise size the
+/// plan (four taps a sample) and the loop by an attribute or a value in the data. 65,536 is a
+/// 256 x 256 grid: an adaptive region of 1,792 pixels a side pooled 7 x 7.
+const MAX_CELL_SAMPLES: usize = 1 << 16;
+
 /// Per cell of region `v` (`(image, x1, y1, x2, y2)`), the pixels its samples read and their
 /// weights (each sample's bilinear weights over the cell's sample count), as MXNet's ROIAlign
 /// places the samples: evenly inside each cell, a sample beyond a pixel outside the map reading
-/// nothing and one just outside clamping to the border.
-fn align_taps(p: &Align, v: &[f64], h: usize, w: usize) -> CellTaps {
+/// nothing and one just outside clamping to the border. A grid of more than
+/// [`MAX_CELL_SAMPLES`] per cell is refused.
+fn align_taps(p: &Align, v: &[f64], h: usize, w: usize) -> std::result::Result<CellTaps, String> {
     let shift = if p.aligned { 0.5 } else { 0.0 };
     let at = |k: usize| v[k] * p.scale - shift;
     let (x1, y1) = (at(1), at(2));
@@ -301,16 +309,33 @@ fn align_taps(p: &Align, v: &[f64], h: usize, w: usize) -> CellTaps {
     }
     let (ph, pw) = p.pooled;
     let (bh, bw) = (rh / ph as f64, rw / pw as f64);
+    // Casting saturates (and maps NaN to 0), so a grid past any bound stays past it.
     let grid = |extent: f64, cells: usize| match p.samples {
         0 => (extent / cells as f64).ceil().max(0.0) as usize,
         n => n,
     };
     let (gh, gw) = (grid(rh, ph), grid(rw, pw));
-    let count = (gh * gw).max(1) as f64;
+    let samples = gh.checked_mul(gw).filter(|&n| n <= MAX_CELL_SAMPLES);
+    let Some(samples) = samples else {
+        return Err(format!(
+            "({}, {}, {}, {}) at spatial_scale {} takes a grid of {gh} x {gw} samples per cell \
+             (sample_ratio {}); at most {MAX_CELL_SAMPLES} are supported",
+            v[1],
+            v[2],
+            v[3],
+            v[4],
+            p.scale,
+            match p.samples {
+                0 => "adaptive".to_string(),
+                n => n.to_string(),
+            },
+        ));
+    };
+    let count = samples.max(1) as f64;
     let mut cells = Vec::with_capacity(ph * pw);
     for a in 0..ph {
         for b in 0..pw {
-            let mut taps = Vec::with_capacity(4 * gh * gw);
+            let mut taps = Vec::with_capacity(4 * samples);
             for iy in 0..gh {
                 let y = y1 + a as f64 * bh + (iy as f64 + 0.5) * bh / gh as f64;
                 for ix in 0..gw {
@@ -321,7 +346,7 @@ fn align_taps(p: &Align, v: &[f64], h: usize, w: usize) -> CellTaps {
             cells.push(taps);
         }
     }
-    cells
+    Ok(cells)
 }
 
 /// The four pixels around (y, x) and their weights over `count`, pushed onto `taps`.
@@ -360,7 +385,8 @@ fn align_regions(
         .map(|r| {
             Ok((
                 image_of(op, rois, r, x[0])?,
-                align_taps(p, &rois[r * 5..r * 5 + 5], x[2], x[3]),
+                align_taps(p, &rois[r * 5..r * 5 + 5], x[2], x[3])
+                    .map_err(|e| format!("{op}: region {r} {e}"))?,
             ))
         })
         .collect()
