@@ -773,6 +773,13 @@ fn resampling_and_region_ops_refuse_bad_input_clearly() {
         Attrs::new().with("h_w", "(4, 4)").with("offset", "(5, 0)"),
     );
     assert!(e.contains("does not fit") && e.contains("(8, 8)"), "{e}");
+    // What a region op says when its output is read: it fails when it runs.
+    let fails_when_read = |op: &str, rois: &NDArray, attrs: Attrs| {
+        invoke(op, &[&x, rois], &attrs, None).unwrap()[0]
+            .to_vec::<f32>()
+            .unwrap_err()
+            .to_string()
+    };
     // A region naming an image past the batch fails the op when it runs, naming the region.
     let rois = rt
         .from_vec(
@@ -781,15 +788,9 @@ fn resampling_and_region_ops_refuse_bad_input_clearly() {
             cpu,
         )
         .unwrap();
-    let e = invoke("ROIPooling", &[&x, &rois], &roi_attrs(), None).unwrap()[0]
-        .to_vec::<f32>()
-        .unwrap_err()
-        .to_string();
+    let e = fails_when_read("ROIPooling", &rois, roi_attrs());
     assert!(e.contains("region 1 names image 2"), "{e}");
-    let e = invoke("_contrib_ROIAlign", &[&x, &rois], &roi_attrs(), None).unwrap()[0]
-        .to_vec::<f32>()
-        .unwrap_err()
-        .to_string();
+    let e = fails_when_read("_contrib_ROIAlign", &rois, roi_attrs());
     assert!(e.contains("region 1 names image 2"), "{e}");
     // A sampling grid sized by an attribute or by a region far beyond the map is refused, naming
     // the region, instead of being built in memory (it used to abort the process).
@@ -800,12 +801,7 @@ fn resampling_and_region_ops_refuse_bad_input_clearly() {
             cpu,
         )
         .unwrap();
-    let run = |rois: &NDArray, attrs: Attrs| {
-        invoke("_contrib_ROIAlign", &[&x, rois], &attrs, None).unwrap()[0]
-            .to_vec::<f32>()
-            .unwrap_err()
-            .to_string()
-    };
+    let run = |rois: &NDArray, attrs: Attrs| fails_when_read("_contrib_ROIAlign", rois, attrs);
     let e = run(&far, roi_attrs());
     assert!(
         e.contains("region 1 (0, 0, 1000000000, 1000000000)") && e.contains("at most 65536"),
