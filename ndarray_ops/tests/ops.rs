@@ -780,36 +780,27 @@ fn resampling_and_region_ops_refuse_bad_input_clearly() {
             .unwrap_err()
             .to_string()
     };
+    // Rows of (image, x1, y1, x2, y2).
+    let regions = |rows: Vec<f32>| {
+        let n = rows.len() / 5;
+        rt.from_vec(rows, &[n, 5], cpu).unwrap()
+    };
     // A region naming an image past the batch fails the op when it runs, naming the region.
-    let rois = rt
-        .from_vec(
-            vec![0.0f32, 0., 0., 4., 4., 2., 1., 1., 3., 3.],
-            &[2, 5],
-            cpu,
-        )
-        .unwrap();
+    let rois = regions(vec![0.0, 0., 0., 4., 4., 2., 1., 1., 3., 3.]);
     let e = fails_when_read("ROIPooling", &rois, roi_attrs());
     assert!(e.contains("region 1 names image 2"), "{e}");
     let e = fails_when_read("_contrib_ROIAlign", &rois, roi_attrs());
     assert!(e.contains("region 1 names image 2"), "{e}");
     // A sampling grid sized by an attribute or by a region far beyond the map is refused, naming
     // the region, instead of being built in memory (it used to abort the process).
-    let far = rt
-        .from_vec(
-            vec![0.0f32, 0., 0., 4., 4., 1., 0., 0., 1e9, 1e9],
-            &[2, 5],
-            cpu,
-        )
-        .unwrap();
+    let far = regions(vec![0.0, 0., 0., 4., 4., 1., 0., 0., 1e9, 1e9]);
     let run = |rois: &NDArray, attrs: Attrs| fails_when_read("_contrib_ROIAlign", rois, attrs);
     let e = run(&far, roi_attrs());
     assert!(
         e.contains("region 1 (0, 0, 1000000000, 1000000000)") && e.contains("at most 65536"),
         "{e}"
     );
-    let fine = rt
-        .from_vec(vec![0.0f32, 0., 0., 4., 4.], &[1, 5], cpu)
-        .unwrap();
+    let fine = regions(vec![0.0, 0., 0., 4., 4.]);
     let e = run(&fine, roi_attrs().with("spatial_scale", 1e6));
     assert!(
         e.contains("region 0") && e.contains("samples per cell"),
