@@ -861,7 +861,188 @@ fn counts_and_bounds_past_what_can_exist_are_refused() {
             .to_string()
     };
     let e = rnn("99999999999999999999", "4");
-    assert!(e.contains("num_layers") && e.contains("32-bit"), "{e}");
+    assert!(
+        e.contains("num_layers") && e.contains("from 1 to 4294967295"),
+        "{e}"
+    );
     let e = rnn("4294967295", "4294967295");
     assert!(e.contains("more parameters than fit"), "{e}");
+}
+
+/// Shape inference of one `op` node over variables of `shapes` with `attrs`: what binding a
+/// graph does before anything runs.
+fn infer_one(op: &str, shapes: &[&[usize]], attrs: Attrs) -> Result<Vec<Vec<usize>>, String> {
+    use std::collections::HashMap;
+    let vars: Vec<_> = (0..shapes.len())
+        .map(|i| ndarray_ops::Symbol::var(&format!("in{i}")))
+        .collect();
+    let known: HashMap<String, Vec<usize>> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (format!("in{i}"), s.to_vec()))
+        .collect();
+    let sym = ndarray_ops::Symbol::op(op, "node", &vars.iter().collect::<Vec<_>>(), attrs)
+        .map_err(|e| e.to_string())?;
+    let inferred =
+        ndarray_ops::symbol::infer(&sym, &known, &HashMap::new()).map_err(|e| e.to_string())?;
+    Ok(inferred.output_shapes())
+}
+
+#[test]
+fn whole_number_attributes_are_refused_at_bind_outside_their_range() {
+    // (op, input shapes, other attributes, the attribute, a good value and the output shape
+    // it gives, values that are no whole number in the attribute's range).
+    type Case<'a> = (
+        &'a str,
+        &'a [&'a [usize]],
+        Attrs,
+        &'a str,
+        (&'a str, Vec<usize>),
+        &'a [&'a str],
+    );
+    let conv = || Attrs::new().with("kernel", "(3, 3)");
+    let cases: Vec<Case> = vec![
+        (
+            "FullyConnected",
+            &[&[2, 3], &[4, 3], &[4]],
+            Attrs::new(),
+            "num_hidden",
+            ("4", vec![2, 4]),
+            &["0", "-1", "2.5", "nan", "1e20", "four"],
+        ),
+        (
+            "Convolution",
+            &[&[1, 2, 5, 5], &[4, 2, 3, 3], &[4]],
+            conv(),
+            "num_filter",
+            ("4", vec![1, 4, 3, 3]),
+            &["0", "-4", "4.5", "inf", "4294967296"],
+        ),
+        (
+            "Convolution",
+            &[&[1, 2, 5, 5], &[4, 1, 3, 3], &[4]],
+            conv().with("num_filter", 4),
+            "num_group",
+            ("2", vec![1, 4, 3, 3]),
+            &["0", "1.5", "-2"],
+        ),
+        (
+            "Embedding",
+            &[&[3], &[5, 2]],
+            Attrs::new().with("output_dim", 2),
+            "input_dim",
+            ("5", vec![3, 2]),
+            &["-5", "nan", "5.5", "3000000000"],
+        ),
+        (
+            "one_hot",
+            &[&[3]],
+            Attrs::new(),
+            "depth",
+            ("4", vec![3, 4]),
+            &["-1", "2.5", "1e20"],
+        ),
+        (
+            "repeat",
+            &[&[2, 3]],
+            Attrs::new().with("axis", 1),
+            "repeats",
+            ("2", vec![2, 6]),
+            &["-1", "0.5", "nan"],
+        ),
+        (
+            "GroupNorm",
+            &[&[2, 4, 3], &[2], &[2]],
+            Attrs::new(),
+            "num_groups",
+            ("2", vec![2, 4, 3]),
+            &["0", "2.5", "-2"],
+        ),
+        (
+            "depth_to_space",
+            &[&[1, 8, 2, 2]],
+            Attrs::new(),
+            "block_size",
+            ("2", vec![1, 2, 4, 4]),
+            &["0", "1.5", "-2"],
+        ),
+        (
+            "topk",
+            &[&[2, 5]],
+            Attrs::new().with("ret_typ", "value"),
+            "k",
+            ("3", vec![2, 3]),
+            &["2.5", "nan", "1e10"],
+        ),
+        (
+            "_arange",
+            &[],
+            Attrs::new().with("start", 0).with("stop", 3),
+            "repeat",
+            ("2", vec![6]),
+            &["0", "1.5", "-1"],
+        ),
+    ];
+    for (op, shapes, attrs, key, (good, want), bad) in cases {
+        let out = infer_one(op, shapes, attrs.clone().with(key, good))
+            .unwrap_or_else(|e| panic!("{op} {key}={good}: {e}"));
+        assert_eq!(out[0], want, "{op} {key}={good}");
+        for &v in bad {
+            let e = infer_one(op, shapes, attrs.clone().with(key, v))
+                .err()
+                .unwrap_or_else(|| panic!("{op} {key}={v} was accepted"));
+            assert!(
+                e.contains(&format!(
+                    "attribute {key}=\"{v}\" is not a whole number from"
+                )),
+                "{op} {key}={v}: {e}"
+            );
+        }
+    }
+    // Attributes the kernels read are read at bind too, so a bad one fails there.
+    let bn: &[&[usize]] = &[&[2, 3], &[3], &[3], &[3], &[3]];
+    type BadAtBind<'a> = (&'a str, &'a [&'a [usize]], Attrs, &'a str, &'a str);
+    let bad_at_bind: [BadAtBind; 4] = [
+        ("BatchNorm", bn, Attrs::new(), "fix_gamma", "maybe"),
+        ("BatchNorm", bn, Attrs::new(), "use_global_stats", "2"),
+        (
+            "one_hot",
+            &[&[3]],
+            Attrs::new().with("depth", 4),
+            "on_value",
+            "high",
+        ),
+        (
+            "_contrib_BilinearResize2D",
+            &[&[1, 1, 2, 2]],
+            Attrs::new().with("height", 4).with("width", 4),
+            "align_corners",
+            "yes",
+        ),
+    ];
+    for (op, shapes, attrs, key, v) in bad_at_bind {
+        infer_one(op, shapes, attrs.clone()).unwrap_or_else(|e| panic!("{op}: {e}"));
+        let e = infer_one(op, shapes, attrs.with(key, v))
+            .err()
+            .unwrap_or_else(|| panic!("{op} {key}={v} was accepted"));
+        assert!(e.contains(&format!("attribute {key}=\"{v}\"")), "{op}: {e}");
+    }
+    // arange's length is bounded before it is multiplied out.
+    let e = infer_one(
+        "_arange",
+        &[],
+        Attrs::new()
+            .with("start", 0)
+            .with("stop", 1e15)
+            .with("repeat", 1000),
+    )
+    .unwrap_err();
+    assert!(e.contains("more than 2^48 elements"), "{e}");
+    let e = infer_one(
+        "_arange",
+        &[],
+        Attrs::new().with("start", 0).with("stop", "inf"),
+    )
+    .unwrap_err();
+    assert!(e.contains("must be finite"), "{e}");
 }

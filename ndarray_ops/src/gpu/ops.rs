@@ -6,7 +6,7 @@ use super::{ConvCall, ConvPass, ConvShape, Gemm, KArgs, Stream};
 use crate::ops::conv::{conv_params, pool_params, ConvDims, PoolType};
 use crate::ops::elemwise::broadcast_strides;
 use crate::ops::gather::strides;
-use crate::ops::{fc_dims, Attrs, OpDef, TensorRef, IS_TRAIN};
+use crate::ops::{fc_dims, Attrs, OpDef, TensorRef};
 use crate::resources::StateSlot;
 use crate::DType;
 
@@ -686,15 +686,14 @@ fn one_hot(
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
-    let get = |k: &str, d: Option<f64>| attrs.f64(op, k, d).map_err(e2s);
-    let depth = get("depth", None)? as usize;
+    let (depth, on, off) = crate::ops::one_hot_params(op, attrs).map_err(e2s)?;
     let n = outs[0].len();
     let a = KArgs::new(n)
         .t(0, &outs[0])
         .t(1, &ins[0])
         .i(1, depth.max(1))
-        .f(0, get("on_value", Some(1.0))?)
-        .f(1, get("off_value", Some(0.0))?);
+        .f(0, on)
+        .f(1, off);
     s.launch("one_hot", n, &a)
 }
 
@@ -1584,12 +1583,12 @@ struct BnSetup {
 
 fn bn_setup(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<BnSetup, String> {
     let axis = crate::ops::bn_axis(op, attrs, shape.len()).map_err(e2s)?;
+    let (fix_gamma, batch_stats) = crate::ops::bn_flags(op, attrs).map_err(e2s)?;
     Ok(BnSetup {
         layout: around(shape, axis),
         eps: crate::ops::bn_eps_momentum(op, attrs).map_err(e2s)?.0,
-        fix_gamma: attrs.bool(op, "fix_gamma", true).map_err(e2s)?,
-        batch_stats: attrs.bool(op, IS_TRAIN, false).map_err(e2s)?
-            && !attrs.bool(op, "use_global_stats", false).map_err(e2s)?,
+        fix_gamma,
+        batch_stats,
     })
 }
 

@@ -543,8 +543,10 @@ pub(super) fn more_ops() -> &'static [OpDef] {
 
 // ---- _backward_BatchNorm: (ograd, data, gamma, mean, var) -> (data, gamma, beta grads) -------
 
-fn infer_bn_backward(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+fn infer_bn_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let dt = same_dtypes(op, d)?;
+    super::stochastic::bn_eps_momentum(op, attrs)?;
+    super::stochastic::bn_flags(op, attrs)?;
     if s[0] != s[1] {
         return Err(NdError::Shape {
             op: op.into(),
@@ -567,9 +569,7 @@ fn bn_backward_kernel(
     let x = &ins[1];
     let axis = super::stochastic::bn_axis(op, attrs, x.shape.len()).map_err(e)?;
     let (eps, _) = super::stochastic::bn_eps_momentum(op, attrs).map_err(e)?;
-    let fix_gamma = attrs.bool(op, "fix_gamma", true).map_err(e)?;
-    let batch_stats = attrs.bool(op, super::IS_TRAIN, false).map_err(e)?
-        && !attrs.bool(op, "use_global_stats", false).map_err(e)?;
+    let (fix_gamma, batch_stats) = super::stochastic::bn_flags(op, attrs).map_err(e)?;
     let c = x.shape[axis];
     let inner: usize = x.shape[axis + 1..].iter().product();
     let outer: usize = x.shape[..axis].iter().product();

@@ -108,30 +108,33 @@ fn check_layout(op: &str, attrs: &Attrs) -> Result<()> {
     }
 }
 
+/// `num_filter` and `num_group` of a (de)convolution, which MXNet holds as unsigned 32-bit
+/// integers.
+pub(crate) fn filters_and_groups(op: &str, attrs: &Attrs) -> Result<(usize, usize)> {
+    Ok((
+        attrs.count(op, "num_filter", None, 1..=u32::MAX)?,
+        attrs.count(op, "num_group", Some(1), 1..=u32::MAX)?,
+    ))
+}
+
 pub(crate) fn conv_params(op: &str, attrs: &Attrs) -> Result<Conv> {
     check_layout(op, attrs)?;
+    let (filters, groups) = filters_and_groups(op, attrs)?;
     let c = Conv {
         k: pair(op, attrs, "kernel", None)?,
         s: pair(op, attrs, "stride", Some((1, 1)))?,
         p: pair(op, attrs, "pad", Some((0, 0)))?,
         d: pair(op, attrs, "dilate", Some((1, 1)))?,
-        filters: attrs.f64(op, "num_filter", None)? as usize,
-        groups: attrs.f64(op, "num_group", Some(1.0))? as usize,
+        filters,
+        groups,
         bias: has_bias(op, attrs)?,
     };
-    if c.k.0 == 0
-        || c.k.1 == 0
-        || c.s.0 == 0
-        || c.s.1 == 0
-        || c.d.0 == 0
-        || c.d.1 == 0
-        || c.groups == 0
-    {
+    if c.k.0 == 0 || c.k.1 == 0 || c.s.0 == 0 || c.s.1 == 0 || c.d.0 == 0 || c.d.1 == 0 {
         return Err(invalid(
             op,
             format!(
-                "kernel {:?}, stride {:?}, dilate {:?} and num_group {} must be positive",
-                c.k, c.s, c.d, c.groups
+                "kernel {:?}, stride {:?} and dilate {:?} must be positive",
+                c.k, c.s, c.d
             ),
         ));
     }

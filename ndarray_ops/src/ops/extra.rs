@@ -5,7 +5,7 @@
 use ndarray::{ArrayView2, ArrayViewMut2};
 
 use super::conv::{check_grouped_data, conv_params, pair, Conv};
-use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef};
+use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef, MAX_ELEMENTS, POSITIVE_INT};
 use crate::error::{invalid, NdError, Result};
 use crate::resources::{KernelRes, Resource};
 use crate::{DType, Element};
@@ -307,18 +307,24 @@ pub(crate) fn arange_params(op: &str, attrs: &Attrs) -> Result<(f64, f64, usize,
         None | Some("None") => (0.0, start),
         Some(_) => (start, attrs.f64(op, "stop", None)?),
     };
-    let repeat = attrs.f64(op, "repeat", Some(1.0))?;
-    if step == 0.0 || repeat < 1.0 || repeat.fract() != 0.0 {
+    let repeat = attrs.count(op, "repeat", Some(1), POSITIVE_INT)?;
+    if step == 0.0 || ![start, stop, step].iter().all(|v| v.is_finite()) {
         return Err(invalid(
             op,
-            format!("step={step} must be nonzero and repeat={repeat} a positive integer"),
+            format!("start={start}, stop={stop} and step={step} must be finite, step nonzero"),
         ));
     }
     if attrs.bool(op, "infer_range", false)? {
         return Err(invalid(op, "infer_range is not supported: give stop"));
     }
-    let count = ((stop - start) / step).ceil().max(0.0) as usize;
-    Ok((start, step, count, repeat as usize))
+    let count = ((stop - start) / step).ceil().max(0.0);
+    if count * repeat as f64 > MAX_ELEMENTS as f64 {
+        return Err(invalid(
+            op,
+            format!("{count} values, each {repeat} times, are more than 2^48 elements"),
+        ));
+    }
+    Ok((start, step, count as usize, repeat))
 }
 
 fn infer_arange(op: &str, attrs: &Attrs, _s: &[Vec<usize>], _d: &[DType]) -> Infer {
@@ -470,21 +476,15 @@ pub(crate) fn bilinear_upsampling(op: &str, attrs: &Attrs) -> Result<Option<Attr
     if attrs.get("sample_type") != Some("bilinear") {
         return Ok(None);
     }
-    let scale = attrs.f64(op, "scale", None)?;
-    let filters = attrs.f64(op, "num_filter", Some(0.0))?;
-    if scale < 1.0 || scale.fract() != 0.0 || filters < 1.0 || filters.fract() != 0.0 {
-        return Err(invalid(
-            op,
-            format!("bilinear needs a positive integer scale and num_filter (the channels), got scale={scale}, num_filter={filters}"),
-        ));
-    }
+    // Bilinear needs num_filter (the channels), which MXNet defaults to 0 for nearest.
+    let s = attrs.count(op, "scale", None, POSITIVE_INT)?;
+    let f = attrs.count(op, "num_filter", None, POSITIVE_INT)?;
     if attrs.f64(op, "num_args", Some(2.0))? != 2.0 {
         return Err(invalid(
             op,
             "bilinear takes num_args=2: the data and the weight",
         ));
     }
-    let (s, f) = (scale as usize, filters as usize);
     let k = 2 * s - s % 2;
     let p = (s - 1).div_ceil(2);
     Ok(Some(

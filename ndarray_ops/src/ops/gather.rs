@@ -13,7 +13,7 @@
 //! gradient's shapes and adds each output gradient element into the input element it read: a
 //! broadcast's sum, a tile's sum of tiles, padding's crop.
 
-use super::{norm_axes, Arity, Attrs, OpDef, TensorRef};
+use super::{norm_axes, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT};
 use crate::error::{invalid, NdError, Result};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
@@ -34,11 +34,9 @@ pub(crate) fn strides(shape: &[usize]) -> Vec<usize> {
     s
 }
 
-fn usize_attr(op: &str, attrs: &Attrs, key: &str, default: Option<i64>) -> Result<i64> {
-    match attrs.ints(op, key)?.and_then(|v| v.first().copied()) {
-        Some(v) => Ok(v),
-        None => default.ok_or_else(|| invalid(op, format!("attribute {key} is required"))),
-    }
+/// repeat's `repeats` (0 repeats leaves an empty array, as in MXNet).
+fn repeats(op: &str, attrs: &Attrs) -> Result<usize> {
+    attrs.count(op, "repeats", None, 0..=i32::MAX as u32)
 }
 
 fn positive(op: &str, key: &str, v: i64) -> Result<usize> {
@@ -145,12 +143,7 @@ fn out_shape(op: &str, attrs: &Attrs, s: &[Vec<usize>]) -> Result<Vec<usize>> {
                 .collect()
         }
         "repeat" => {
-            let r = usize_attr(op, attrs, "repeats", None)?;
-            let r = if r < 0 {
-                return Err(invalid(op, format!("repeats={r} is negative")));
-            } else {
-                r as usize
-            };
+            let r = repeats(op, attrs)?;
             match attrs.ints(op, "axis")?.and_then(|v| v.first().copied()) {
                 None => vec![x.iter().product::<usize>() * r],
                 Some(a) => {
@@ -177,7 +170,7 @@ fn out_shape(op: &str, attrs: &Attrs, s: &[Vec<usize>]) -> Result<Vec<usize>> {
         }
         "UpSampling" => {
             upsampling_check(op, attrs, x)?;
-            let k = positive(op, "scale", usize_attr(op, attrs, "scale", None)?)?;
+            let k = attrs.count(op, "scale", None, POSITIVE_INT)?;
             let mut out = x.clone();
             out[2] *= k;
             out[3] *= k;
@@ -216,8 +209,8 @@ fn out_shape(op: &str, attrs: &Attrs, s: &[Vec<usize>]) -> Result<Vec<usize>> {
 }
 
 fn swapped(op: &str, attrs: &Attrs, ndim: usize) -> Result<(usize, usize)> {
-    let a = usize_attr(op, attrs, "dim1", Some(0))?;
-    let b = usize_attr(op, attrs, "dim2", Some(0))?;
+    let axis = |key| attrs.int(op, key, Some(0), super::C_INT);
+    let (a, b) = (axis("dim1")?, axis("dim2")?);
     let v = norm_axes(op, &[a, b], ndim)?;
     Ok((v[0], v[1]))
 }
@@ -332,7 +325,8 @@ pub(crate) fn walks(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Resu
                 .collect()
         }
         "repeat" => {
-            let r = usize_attr(op, attrs, "repeats", None)?.max(1) as usize;
+            // An empty output walks nothing, so 0 repeats needs no walk of its own.
+            let r = repeats(op, attrs)?.max(1);
             match attrs.ints(op, "axis")?.and_then(|v| v.first().copied()) {
                 // Flattened: the one output axis walks the contiguous input.
                 None => {
@@ -408,7 +402,7 @@ pub(crate) fn walks(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Resu
                 .collect()
         }
         "UpSampling" => {
-            let k = usize_attr(op, attrs, "scale", None)?.max(1) as usize;
+            let k = attrs.count(op, "scale", None, POSITIVE_INT)?;
             (0..out.len())
                 .map(|d| {
                     if d >= 2 {
@@ -918,7 +912,7 @@ fn sequence_last_backward_kernel(
 // ---- depth_to_space, space_to_depth -------------------------------------------------------------
 
 pub(crate) fn block_size(op: &str, attrs: &Attrs) -> Result<usize> {
-    positive(op, "block_size", usize_attr(op, attrs, "block_size", None)?)
+    attrs.count(op, "block_size", None, POSITIVE_INT)
 }
 
 /// `depth_to_space` moves blocks of `b * b` channels into `b x b` pixel blocks, `(n, c, h, w)

@@ -45,18 +45,19 @@ pub(crate) use {
     linalg::product,
     loss::class_of,
     math::hard_sigmoid_params,
-    nn::transpose_axes,
+    nn::{one_hot_params, transpose_axes},
     norm::{eps as norm_eps, layout as norm_layout, Scale},
     reduce::axes_of as reduced_axes,
     roi::{align_plan, pooling_windows},
     shape::{axis_attr, split_params, take_layout, take_row},
-    stochastic::{bn_axis, bn_eps_momentum, dropout_active, dropout_p, random_params},
+    stochastic::{bn_axis, bn_eps_momentum, bn_flags, dropout_active, dropout_p, random_params},
     vision::{plane_taps, PlaneTaps},
 };
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::ops::RangeInclusive;
 use std::rc::Rc;
 use std::sync::{Arc, OnceLock};
 
@@ -259,6 +260,53 @@ impl Attrs {
             }),
             None => default.ok_or_else(|| invalid(op, format!("attribute {key} is required"))),
         }
+    }
+
+    /// A whole-number attribute (an axis length, a count) within `range`: `3`, or `3.0` as a
+    /// float-formatting writer leaves it, but never `2.5`, NaN or a number past the range, which
+    /// a cast would silently truncate or saturate into a shape or a list's length.
+    pub fn int(
+        &self,
+        op: &str,
+        key: &str,
+        default: Option<i64>,
+        range: RangeInclusive<i64>,
+    ) -> Result<i64> {
+        let Some(v) = self.0.get(key) else {
+            return default.ok_or_else(|| invalid(op, format!("attribute {key} is required")));
+        };
+        // The bounds used are 32-bit, so they and every whole number between them are exact.
+        match v.number() {
+            Some(n)
+                if n.fract() == 0.0
+                    && (*range.start() as f64..=*range.end() as f64).contains(&n) =>
+            {
+                Ok(n as i64)
+            }
+            _ => Err(invalid(
+                op,
+                format!(
+                    "attribute {key}={:?} is not a whole number from {} to {}",
+                    v.text,
+                    range.start(),
+                    range.end()
+                ),
+            )),
+        }
+    }
+
+    /// [`Attrs::int`] for a count or a length, which can be no less than `range`'s start and is
+    /// used as a `usize`.
+    pub fn count(
+        &self,
+        op: &str,
+        key: &str,
+        default: Option<usize>,
+        range: RangeInclusive<u32>,
+    ) -> Result<usize> {
+        let range = i64::from(*range.start())..=i64::from(*range.end());
+        let default = default.map(|d| d as i64);
+        Ok(self.int(op, key, default, range)? as usize)
     }
 
     /// A float attribute that MXNet holds as a C `float` (a clip bound, a slope, an optimizer's
@@ -501,16 +549,22 @@ fn registry() -> &'static FxHashMap<&'static str, &'static OpDef> {
 pub const MAX_NODE_OUTPUTS: usize = 1 << 16;
 
 /// An attribute counting a node's outputs: a whole number from 1 to [`MAX_NODE_OUTPUTS`].
-fn output_count(op: &str, attrs: &Attrs, key: &str) -> Result<usize> {
-    let n = attrs.f64(op, key, None)?;
-    if !(1.0..=MAX_NODE_OUTPUTS as f64).contains(&n) || n.fract() != 0.0 {
-        return Err(invalid(
-            op,
-            format!("{key}={n} is not a whole number from 1 to {MAX_NODE_OUTPUTS}"),
-        ));
-    }
-    Ok(n as usize)
+pub(crate) fn output_count(op: &str, attrs: &Attrs, key: &str) -> Result<usize> {
+    attrs.count(op, key, None, 1..=MAX_NODE_OUTPUTS as u32)
 }
+
+/// The largest element count an array's shape may claim (2^48, far past any memory): shape
+/// inference refuses bigger ones, and ops that size an output from attribute values bound it
+/// by this before multiplying.
+pub const MAX_ELEMENTS: u64 = 1 << 48;
+
+/// Any value of a C `int`, what MXNet keeps most integer attributes in (a signed count whose
+/// negative values mean "all" or "adaptive", an axis).
+pub(crate) const C_INT: RangeInclusive<i64> = i32::MIN as i64..=i32::MAX as i64;
+
+/// The sizes MXNet keeps in a C `int` (`num_hidden`, `input_dim`, a scale): what a model file
+/// may give one, at least 1.
+pub(crate) const POSITIVE_INT: RangeInclusive<u32> = 1..=i32::MAX as u32;
 
 /// How many outputs a node of op `def` with `attrs` has, hidden ones included (what MXNet's
 /// files record in `node_row_ptr`), and how many of them are visible to users.

@@ -4,7 +4,7 @@
 use ndarray::{ArrayViewD, ArrayViewMutD, Axis, IxDyn};
 
 use super::par::for_ranges;
-use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef};
+use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT};
 use crate::error::{invalid, NdError, Result};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
@@ -201,7 +201,7 @@ fn infer_fc(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
             ),
         ));
     }
-    let hidden = attrs.f64(op, "num_hidden", None)? as usize;
+    let hidden = attrs.count(op, "num_hidden", None, POSITIVE_INT)?;
     let flatten = attrs.bool(op, "flatten", true)?;
     let x = &s[0];
     if x.is_empty() {
@@ -270,17 +270,21 @@ use ndarray::ShapeBuilder;
 
 // ---- one_hot, transpose, Flatten ------------------------------------------------------------
 
+/// one_hot's `depth` (the length of the axis it adds; 0 is an empty one, as in MXNet) and its
+/// on and off values, all read at bind so that a bad one fails there.
+pub(crate) fn one_hot_params(op: &str, attrs: &Attrs) -> Result<(usize, f64, f64)> {
+    Ok((
+        attrs.count(op, "depth", None, 0..=i32::MAX as u32)?,
+        attrs.f64(op, "on_value", Some(1.0))?,
+        attrs.f64(op, "off_value", Some(0.0))?,
+    ))
+}
+
 fn infer_one_hot(op: &str, attrs: &Attrs, s: &[Vec<usize>], _d: &[DType]) -> Infer {
-    let depth = attrs.f64(op, "depth", None)?;
-    if depth < 0.0 || depth.fract() != 0.0 {
-        return Err(invalid(
-            op,
-            format!("depth {depth} is not a non-negative integer"),
-        ));
-    }
+    let (depth, _, _) = one_hot_params(op, attrs)?;
     let dt = attrs.dtype(op)?;
     let mut out = s[0].clone();
-    out.push(depth as usize);
+    out.push(depth);
     Ok((vec![out], vec![dt]))
 }
 
@@ -291,11 +295,7 @@ fn one_hot_kernel(
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
-    let depth = attrs.f64(op, "depth", None).map_err(e2s)? as usize;
-    let (on, off) = (
-        attrs.f64(op, "on_value", Some(1.0)).map_err(e2s)?,
-        attrs.f64(op, "off_value", Some(0.0)).map_err(e2s)?,
-    );
+    let (depth, on, off) = one_hot_params(op, attrs).map_err(e2s)?;
     // SAFETY: read access to the indices.
     let idx = unsafe { ins[0].to_f64s() };
     crate::with_dtype!(outs[0].dtype, T => {

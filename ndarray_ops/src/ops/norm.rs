@@ -17,7 +17,7 @@
 //! recomputing them.
 
 use super::par::{for_ranges, Shared};
-use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef};
+use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT};
 use crate::error::{invalid, NdError, Result};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
@@ -110,14 +110,13 @@ pub(crate) fn layout(
         "GroupNorm" | "_backward_GroupNorm" => {
             need(2)?;
             let (n, c) = (shape[0], shape[1]);
-            let g = attrs.f64(op, "num_groups", Some(1.0))?;
-            if g < 1.0 || g.fract() != 0.0 || c % (g as usize) != 0 {
+            let g = attrs.count(op, "num_groups", Some(1), POSITIVE_INT)?;
+            if !c.is_multiple_of(g) {
                 return Err(invalid(
                     op,
                     format!("num_groups={g} does not divide the {c} channels of data {shape:?}"),
                 ));
             }
-            let g = g as usize;
             let groups = Groups {
                 outer: n * g,
                 len: c / g * spatial(),

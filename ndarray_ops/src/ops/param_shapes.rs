@@ -1,19 +1,16 @@
 //! Backward shape inference: the shapes an op's parameter inputs must have, given its data shape
 //! and attributes (what lets a model file leave weight shapes out, as MXNet's files do).
 
-use super::Attrs;
+use super::conv::filters_and_groups;
+use super::{Attrs, POSITIVE_INT};
 use crate::error::Result;
 
 type Known = [Option<Vec<usize>>];
 type Found = Result<Vec<Option<Vec<usize>>>>;
 
-fn usize_attr(op: &str, attrs: &Attrs, key: &str, default: Option<f64>) -> Result<usize> {
-    Ok(attrs.f64(op, key, default)?.max(0.0) as usize)
-}
-
 /// FullyConnected: weight (num_hidden, features), bias (num_hidden).
 pub(super) fn fully_connected(op: &str, attrs: &Attrs, ins: &Known) -> Found {
-    let hidden = usize_attr(op, attrs, "num_hidden", None)?;
+    let hidden = attrs.count(op, "num_hidden", None, POSITIVE_INT)?;
     let mut out = vec![None; ins.len()];
     if let Some(Some(x)) = ins.first() {
         if !x.is_empty() {
@@ -35,8 +32,7 @@ pub(super) fn fully_connected(op: &str, attrs: &Attrs, ins: &Known) -> Found {
 
 /// Convolution: weight (num_filter, channels / num_group, kh, kw), bias (num_filter).
 pub(super) fn convolution(op: &str, attrs: &Attrs, ins: &Known) -> Found {
-    let filters = usize_attr(op, attrs, "num_filter", None)?;
-    let groups = usize_attr(op, attrs, "num_group", Some(1.0))?.max(1);
+    let (filters, groups) = filters_and_groups(op, attrs)?;
     let kernel = attrs.ints(op, "kernel")?.unwrap_or_default();
     let mut out = vec![None; ins.len()];
     if let Some(Some(x)) = ins.first() {
@@ -54,8 +50,7 @@ pub(super) fn convolution(op: &str, attrs: &Attrs, ins: &Known) -> Found {
 
 /// Deconvolution: weight (channels, num_filter / num_group, kh, kw), bias (num_filter).
 pub(super) fn deconvolution(op: &str, attrs: &Attrs, ins: &Known) -> Found {
-    let filters = usize_attr(op, attrs, "num_filter", None)?;
-    let groups = usize_attr(op, attrs, "num_group", Some(1.0))?.max(1);
+    let (filters, groups) = filters_and_groups(op, attrs)?;
     let kernel = attrs.ints(op, "kernel")?.unwrap_or_default();
     let mut out = vec![None; ins.len()];
     if let Some(Some(x)) = ins.first() {
@@ -106,8 +101,8 @@ pub(super) fn embedding(op: &str, attrs: &Attrs, ins: &Known) -> Found {
     let mut out = vec![None; ins.len()];
     if ins.len() > 1 {
         out[1] = Some(vec![
-            usize_attr(op, attrs, "input_dim", None)?,
-            usize_attr(op, attrs, "output_dim", None)?,
+            attrs.count(op, "input_dim", None, POSITIVE_INT)?,
+            attrs.count(op, "output_dim", None, POSITIVE_INT)?,
         ]);
     }
     Ok(out)

@@ -93,16 +93,7 @@ impl Rnn {
             None => return Err(invalid(op, "attribute mode is required")),
         };
         // MXNet holds both as unsigned 32-bit integers.
-        let count = |key: &str| -> Result<usize> {
-            let v = attrs.f64(op, key, None)?;
-            if v < 1.0 || v.fract() != 0.0 || v > f64::from(u32::MAX) {
-                return Err(invalid(
-                    op,
-                    format!("{key}={v} is not a positive 32-bit integer"),
-                ));
-            }
-            Ok(v as usize)
-        };
+        let count = |key: &str| attrs.count(op, key, None, 1..=u32::MAX);
         let (hidden, layers) = (count("state_size")?, count("num_layers")?);
         // What MXNet accepts only with cuDNN, refused rather than ignored.
         if attrs.get("projection_size").is_some_and(|v| v != "None") {
@@ -1323,7 +1314,7 @@ mod tests {
             .with("num_layers", "99999999999999999999")
             .with("state_size", 4);
         let err = Rnn::parse("RNN", &too_many).err().unwrap().to_string();
-        assert!(err.contains("positive 32-bit integer"), "{err}");
+        assert!(err.contains("from 1 to 4294967295"), "{err}");
     }
 
     /// The float tanh is the double one rounded, to a float step, over the whole range and

@@ -6,7 +6,7 @@
 
 use super::par::{for_ranges, Shared};
 use super::vision::{check_nchw, size_pair};
-use super::{Arity, Attrs, OpDef, TensorRef};
+use super::{Arity, Attrs, OpDef, TensorRef, C_INT};
 use crate::error::{invalid, NdError, Result};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
@@ -251,11 +251,12 @@ fn align_params(op: &str, attrs: &Attrs) -> Result<Align> {
             format!("spatial_scale={scale} is not positive"),
         ));
     }
-    let ratio = attrs.f64(op, "sample_ratio", Some(-1.0))?;
+    // Not positive: adaptive, as in MXNet.
+    let ratio = attrs.int(op, "sample_ratio", Some(-1), C_INT)?;
     Ok(Align {
         pooled: size_pair(op, attrs, "pooled_size", None)?,
         scale,
-        samples: if ratio > 0.0 { ratio as usize } else { 0 },
+        samples: if ratio > 0 { ratio as usize } else { 0 },
         position_sensitive: attrs.bool(op, "position_sensitive", false)?,
         aligned: attrs.bool(op, "aligned", false)?,
     })

@@ -1,7 +1,7 @@
 //! Ops that move or select data: Concat, SliceChannel (split), slice, slice_axis, take,
 //! Embedding, and the reshape family (Reshape, expand_dims, squeeze), which are identities.
 
-use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef};
+use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT};
 use crate::error::{invalid, NdError, Result};
 use crate::resources::KernelRes;
 use crate::DType;
@@ -123,16 +123,15 @@ pub(crate) fn split_params(
     attrs: &Attrs,
     shape: &[usize],
 ) -> Result<(usize, usize, bool)> {
-    let n = attrs.f64(op, "num_outputs", None)?;
+    let n = super::output_count(op, attrs, "num_outputs")?;
     let axis = axis_attr(op, attrs, "axis", 1, shape.len())?;
     let squeeze = attrs.bool(op, "squeeze_axis", false)?;
-    if n < 1.0 || n.fract() != 0.0 || !shape[axis].is_multiple_of(n as usize) {
+    if !shape[axis].is_multiple_of(n) {
         return Err(invalid(
             op,
             format!("num_outputs={n} does not divide axis {axis} of shape {shape:?} evenly"),
         ));
     }
-    let n = n as usize;
     if squeeze && shape[axis] != n {
         return Err(invalid(
             op,
@@ -443,8 +442,8 @@ fn infer_take(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     }
     if op == "Embedding" {
         let (i, o) = (
-            attrs.f64(op, "input_dim", None)? as usize,
-            attrs.f64(op, "output_dim", None)? as usize,
+            attrs.count(op, "input_dim", None, POSITIVE_INT)?,
+            attrs.count(op, "output_dim", None, POSITIVE_INT)?,
         );
         if *table != [i, o] {
             return Err(NdError::Shape {

@@ -61,11 +61,12 @@ fn params(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Params> {
             ))
         }
     };
+    // k < 1 sorts the whole axis, as in MXNet.
     let k = match fwd {
-        "topk" => attrs.f64(op, "k", Some(1.0))?,
-        _ => 0.0,
+        "topk" => attrs.int(op, "k", Some(1), super::C_INT)?,
+        _ => 0,
     };
-    if k as usize > lane {
+    if k > 0 && k as usize > lane {
         return Err(invalid(
             op,
             format!("k={k} is more than the {lane} elements along the axis"),
@@ -74,7 +75,7 @@ fn params(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Params> {
     let index_dtype = attrs.dtype(op)?;
     Ok(Params {
         axis,
-        k: if k < 1.0 { lane } else { k as usize },
+        k: if k < 1 { lane } else { k as usize },
         ascending: attrs.bool(op, "is_ascend", fwd != "topk")?,
         returns,
         index_dtype,

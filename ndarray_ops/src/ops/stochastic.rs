@@ -34,6 +34,15 @@ pub(crate) fn bn_eps_momentum(op: &str, attrs: &Attrs) -> Result<(f64, f64)> {
     Ok((eps, attrs.float(op, "momentum", Some(0.9))?))
 }
 
+/// BatchNorm's `fix_gamma` (gamma read as 1, its gradient 0), and whether it normalizes by the
+/// batch's own statistics (training, unless `use_global_stats`). Shape inference reads them
+/// too, so that a bad value fails at bind rather than when the op runs.
+pub(crate) fn bn_flags(op: &str, attrs: &Attrs) -> Result<(bool, bool)> {
+    let fix_gamma = attrs.bool(op, "fix_gamma", true)?;
+    let global = attrs.bool(op, "use_global_stats", false)?;
+    Ok((fix_gamma, is_train(op, attrs)? && !global))
+}
+
 pub(crate) fn bn_axis(op: &str, attrs: &Attrs, ndim: usize) -> Result<usize> {
     let a = attrs
         .ints(op, "axis")?
@@ -77,7 +86,7 @@ fn infer_bn(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
         }
     }
     bn_eps_momentum(op, attrs)?;
-    is_train(op, attrs)?;
+    bn_flags(op, attrs)?;
     // Outputs: the normalized data, then the mean and variance used (MXNet's hidden outputs).
     Ok((vec![s[0].clone(), vec![c], vec![c]], vec![dt; 3]))
 }
@@ -93,9 +102,7 @@ fn bn_kernel(
     let x = &ins[0];
     let axis = bn_axis(op, attrs, x.shape.len()).map_err(e)?;
     let (eps, momentum) = bn_eps_momentum(op, attrs).map_err(e)?;
-    let fix_gamma = attrs.bool(op, "fix_gamma", true).map_err(e)?;
-    let batch_stats =
-        is_train(op, attrs).map_err(e)? && !attrs.bool(op, "use_global_stats", false).map_err(e)?;
+    let (fix_gamma, batch_stats) = bn_flags(op, attrs).map_err(e)?;
     let c = x.shape[axis];
     let inner: usize = x.shape[axis + 1..].iter().product();
     let outer: usize = x.shape[..axis].iter().product();

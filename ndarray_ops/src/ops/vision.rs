@@ -205,7 +205,7 @@ fn resize_size(
     let even = |n: usize| n.is_multiple_of(2);
     let size = match attrs.get("mode").unwrap_or("size") {
         "size" => {
-            let fixed = |key: &str| attrs.f64(op, key, Some(1.0)).map(|v| v as i64);
+            let fixed = |key: &str| attrs.int(op, key, Some(1), 1..=i64::from(i32::MAX));
             let h = match sh {
                 Some(s) => (s * h as f64) as i64,
                 None => fixed("height")?,
@@ -275,6 +275,8 @@ fn infer_resize(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer
         ));
     }
     check_nchw(op, "data", &s[0], d[0])?;
+    // Read by the kernel's taps; read here too so that a bad value fails at bind.
+    attrs.bool(op, "align_corners", true)?;
     let (oh, ow) = resize_size(op, attrs, &s[0], s.get(1).map(Vec::as_slice))?;
     Ok((vec![vec![s[0][0], s[0][1], oh, ow]], vec![d[0]]))
 }

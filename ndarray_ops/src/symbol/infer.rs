@@ -7,6 +7,7 @@ use std::collections::HashMap;
 
 use super::{IndexedGraph, Symbol};
 use crate::error::{some_names, NdError, Result};
+use crate::ops::MAX_ELEMENTS;
 use crate::DType;
 
 /// What inference found, per entry id (see [`IndexedGraph::entry`]).
@@ -70,16 +71,14 @@ fn dtype_code(code: &str) -> Option<DType> {
     }
 }
 
-/// The largest element count a shape may claim (2^48): bigger ones are errors, so that no
-/// arithmetic on them overflows and nothing is ever allocated for them.
-const MAX_ELEMENTS: u128 = 1 << 48;
-
+/// Shapes claiming more than [`MAX_ELEMENTS`] are errors, so that no arithmetic on them
+/// overflows and nothing is ever allocated for them.
 fn check_size(shape: &[usize], at: &str) -> Result<()> {
     let n = shape
         .iter()
         .try_fold(1u128, |a, &d| a.checked_mul(d.max(1) as u128));
     match n {
-        Some(n) if n <= MAX_ELEMENTS => Ok(()),
+        Some(n) if n <= u128::from(MAX_ELEMENTS) => Ok(()),
         _ => Err(NdError::Invalid {
             op: "infer_shape".into(),
             reason: format!("{at}: shape {shape:?} claims more than 2^48 elements"),
