@@ -157,11 +157,9 @@ fn run() -> Result<(), String> {
     )
     .map_err(|e| e.to_string())?;
     // The data shape: the model's shapes file with the batch replaced.
-    let side = a.file.replace("-symbol.json", "-shapes.json");
-    let mut data_shape: Vec<usize> = std::fs::read_to_string(&side)
-        .ok()
-        .and_then(|t| serde_json::from_str::<HashMap<String, Vec<usize>>>(&t).ok())
-        .and_then(|m| m.get("data").cloned())
+    let (side, shapes) = cli::sidecar_shapes(&a.file)?;
+    let mut data_shape = shapes
+        .and_then(|mut m| m.remove("data"))
         .ok_or(format!("{side}: no data shape"))?;
     data_shape[0] = a.batch;
     let mut results = vec![];

@@ -145,11 +145,8 @@ fn table() -> Result<(), String> {
         let text = std::fs::read_to_string(format!("{dir}/{model}-symbol.json"))
             .map_err(|e| format!("{model}: {e}"))?;
         let sym = Symbol::from_json(&text).map_err(|e| e.to_string())?;
-        let base: HashMap<String, Vec<usize>> = serde_json::from_str(
-            &std::fs::read_to_string(format!("{dir}/{model}-shapes.json"))
-                .map_err(|e| e.to_string())?,
-        )
-        .map_err(|e| e.to_string())?;
+        let (side, base) = cli::sidecar_shapes(&format!("{dir}/{model}-symbol.json"))?;
+        let base = base.ok_or(format!("{model}: no {side}"))?;
         for (k, (train, batch)) in [(false, 1usize), (false, 32), (true, 1), (true, 32)]
             .into_iter()
             .enumerate()
@@ -256,12 +253,8 @@ fn run() -> Result<(), String> {
             let text = std::fs::read_to_string(f).map_err(|e| format!("cannot read {f}: {e}"))?;
             let sym = Symbol::from_json(&text).map_err(|e| format!("{f}: {e}"))?;
             if shapes.is_empty() {
-                let side = f.replace("-symbol.json", "-shapes.json");
-                shapes = serde_json::from_str(
-                    &std::fs::read_to_string(&side)
-                        .map_err(|e| format!("give --shape (no {side}: {e})"))?,
-                )
-                .map_err(|e| format!("{side}: {e}"))?;
+                let (side, found) = cli::sidecar_shapes(f)?;
+                shapes = found.ok_or(format!("give --shape (no {side})"))?;
             }
             let desc = symbol_desc(&sym, &shapes, train).map_err(|e| e.to_string())?;
             if reorder {

@@ -72,11 +72,8 @@ fn input_shapes(a: &Args) -> Result<HashMap<String, Vec<usize>>, String> {
     if !a.shapes.is_empty() {
         return cli::shapes(a.shapes.clone());
     }
-    let side = a.file.replace("-symbol.json", "-shapes.json");
-    match std::fs::read_to_string(&side) {
-        Ok(t) => serde_json::from_str(&t).map_err(|e| format!("{side}: {e}")),
-        Err(_) => Ok(HashMap::new()),
-    }
+    // Without one, the graph's own `__shape__` attributes are all there is.
+    Ok(cli::sidecar_shapes(&a.file)?.1.unwrap_or_default())
 }
 
 fn main() {

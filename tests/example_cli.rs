@@ -53,3 +53,25 @@ fn shapes_parse_by_name_and_a_name_given_twice_is_refused() {
     let e = cli::shapes(twice).unwrap_err();
     assert!(e.contains("'data' was already given as [1, 784]"), "{e}");
 }
+
+#[test]
+fn a_graphs_shapes_file_is_read_from_beside_it_and_a_broken_one_is_named() {
+    let dir = std::env::temp_dir().join(format!("mxrs-sidecar-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let graph = dir.join("net-symbol.json").to_string_lossy().into_owned();
+    let side = dir.join("net-shapes.json");
+    // No file beside the graph: nothing, and the path it looked for.
+    let _ = std::fs::remove_file(&side);
+    let (path, none) = cli::sidecar_shapes(&graph).unwrap();
+    assert_eq!((path.as_str(), none), (side.to_str().unwrap(), None));
+    std::fs::write(&side, r#"{"data": [32, 3, 224, 224]}"#).unwrap();
+    let (_, found) = cli::sidecar_shapes(&graph).unwrap();
+    assert_eq!(found.unwrap()["data"], vec![32, 3, 224, 224]);
+    std::fs::write(&side, r#"{"data": [32, -3]}"#).unwrap();
+    let e = cli::sidecar_shapes(&graph).unwrap_err();
+    assert!(e.contains("net-shapes.json"), "{e}");
+    // A graph not named *-symbol.json has no shapes file, rather than being read as one.
+    let (_, none) = cli::sidecar_shapes(&side.to_string_lossy()).unwrap();
+    assert_eq!(none, None);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -58,3 +58,24 @@ pub fn shapes(given: Vec<(String, Vec<usize>)>) -> Result<HashMap<String, Vec<us
     }
     Ok(shapes)
 }
+
+/// A map of input names to shapes.
+pub type Shapes = HashMap<String, Vec<usize>>;
+
+/// The input shapes in the `*-shapes.json` file beside a `*-symbol.json` graph (how the shared
+/// model graphs ship theirs), with that file's path: `None` when there is no such file (what to
+/// do then is the caller's: some graphs carry their own shapes), an error naming the file when
+/// it cannot be read or is not a map of input names to shapes.
+pub fn sidecar_shapes(graph: &str) -> Result<(String, Option<Shapes>), String> {
+    let Some(stem) = graph.strip_suffix("-symbol.json") else {
+        return Ok((format!("{graph} (not a *-symbol.json name)"), None));
+    };
+    let side = format!("{stem}-shapes.json");
+    let text = match std::fs::read_to_string(&side) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((side, None)),
+        Err(e) => return Err(format!("cannot read {side}: {e}")),
+    };
+    let shapes = serde_json::from_str(&text).map_err(|e| format!("{side}: {e}"))?;
+    Ok((side, Some(shapes)))
+}
