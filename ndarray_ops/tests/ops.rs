@@ -1046,3 +1046,50 @@ fn whole_number_attributes_are_refused_at_bind_outside_their_range() {
     .unwrap_err();
     assert!(e.contains("must be finite"), "{e}");
 }
+
+#[test]
+fn shape_inference_of_gather_ops_allocates_nothing_sized_by_the_shapes() {
+    // A kernel walks a gather through per-axis index lists; inference only checks. Building
+    // those lists for a 2^40-long axis at bind would take 16 TB and abort the process.
+    let long = 1usize << 40;
+    let cases: [(&str, &[usize], Attrs, Vec<usize>); 4] = [
+        (
+            "tile",
+            &[long],
+            Attrs::new().with("reps", "(1,)"),
+            vec![long],
+        ),
+        (
+            "broadcast_to",
+            &[1],
+            Attrs::new().with("shape", format!("({long},)")),
+            vec![long],
+        ),
+        (
+            "reverse",
+            &[long, 2],
+            Attrs::new().with("axis", 0),
+            vec![long, 2],
+        ),
+        (
+            "Pad",
+            &[1, 1, long, 2],
+            Attrs::new()
+                .with("mode", "edge")
+                .with("pad_width", "(0,0,0,0,1,1,1,1)"),
+            vec![1, 1, long + 2, 4],
+        ),
+    ];
+    for (op, x, attrs, want) in cases {
+        let out = infer_one(op, &[x], attrs).unwrap_or_else(|e| panic!("{op}: {e}"));
+        assert_eq!(out[0], want, "{op}");
+    }
+    // What the walks used to catch at bind is still caught there.
+    let e = infer_one(
+        "broadcast_to",
+        &[&[2, 3]],
+        Attrs::new().with("shape", "(4, 3)"),
+    )
+    .unwrap_err();
+    assert!(e.contains("size 1 or 4 along axis 0"), "{e}");
+}

@@ -299,18 +299,15 @@ pub(crate) fn walks(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Resu
     let same = |d: usize| walk(d, d, &|i| Some(i));
     let mut input = x.to_vec();
     let axes = match op {
-        "broadcast_to" | "broadcast_axis" | "broadcast_like" => (0..out.len())
-            .map(|d| match (x[d], out[d]) {
-                (n, m) if n == m => Ok(same(d)),
-                (1, _) => Ok(walk(d, d, &|_| Some(0))),
-                (n, m) => Err(shape_err(
-                    op,
-                    "data",
-                    x,
-                    format!("size 1 or {m} along axis {d} to broadcast to {out:?}, not {n}"),
-                )),
-            })
-            .collect::<Result<_>>()?,
+        "broadcast_to" | "broadcast_axis" | "broadcast_like" => {
+            broadcastable(op, x, out)?;
+            (0..out.len())
+                .map(|d| match x[d] == out[d] {
+                    true => same(d),
+                    false => walk(d, d, &|_| Some(0)),
+                })
+                .collect()
+        }
         "tile" => {
             // Leading axes the input lacks read nothing (offset 0).
             let lead = out.len() - x.len();
@@ -445,9 +442,30 @@ fn check_attrs(op: &str, attrs: &Attrs) -> Result<()> {
     Ok(())
 }
 
+/// Whether data of shape `x` broadcasts to `out` (the same rank): each axis 1 or already `out`'s.
+fn broadcastable(op: &str, x: &[usize], out: &[usize]) -> Result<()> {
+    match (0..out.len()).find(|&d| x[d] != out[d] && x[d] != 1) {
+        Some(d) => Err(shape_err(
+            op,
+            "data",
+            x,
+            format!(
+                "size 1 or {} along axis {d} to broadcast to {out:?}, not {}",
+                out[d], x[d]
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Checks everything the kernel's walks will (without building them: they take memory in
+/// proportion to the output's axes, which shape inference, and planning a graph, must not).
 pub(super) fn infer_gather(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     check_attrs(op, attrs)?;
     let out = out_shape(op, attrs, s)?;
+    if matches!(op, "broadcast_to" | "broadcast_axis" | "broadcast_like") {
+        broadcastable(op, &s[0], &out)?;
+    }
     if op == "Pad" && attrs.get("mode").unwrap_or("constant") == "reflect" {
         let widths = pad_widths(op, attrs, s[0].len())?;
         if let Some(a) = (0..s[0].len()).find(|&a| widths[a].0.max(widths[a].1) >= s[0][a].max(1)) {
@@ -459,7 +477,6 @@ pub(super) fn infer_gather(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType
             ));
         }
     }
-    axis_maps(op, attrs, &s[0], &out)?;
     Ok((vec![out], vec![d[0]]))
 }
 
