@@ -1093,3 +1093,69 @@ fn shape_inference_of_gather_ops_allocates_nothing_sized_by_the_shapes() {
     .unwrap_err();
     assert!(e.contains("size 1 or 4 along axis 0"), "{e}");
 }
+
+#[test]
+fn window_and_size_arithmetic_past_what_can_exist_is_refused_not_wrapped() {
+    // Each of these once wrapped around 2^64 in a release build, into a shape that could be
+    // small enough to pass every later check.
+    let max = i64::MAX;
+    let conv = Attrs::new().with("kernel", "(1, 1)").with("num_filter", 1);
+    let cases: [(&str, &[&[usize]], Attrs, &str); 6] = [
+        (
+            "Convolution",
+            &[&[1, 1, 4, 4], &[1, 1, 1, 1], &[1]],
+            conv.clone().with("pad", format!("({max}, {max})")),
+            "outside 0 to 2147483647",
+        ),
+        (
+            "Deconvolution",
+            &[&[1, 1, 1 << 40, 1], &[1, 1, 1, 1]],
+            conv.clone().with("stride", "(2147483647, 1)"),
+            "past 2^48",
+        ),
+        (
+            "tile",
+            &[&[1 << 40]],
+            Attrs::new().with("reps", "(2147483647,)"),
+            "past 2^48",
+        ),
+        (
+            "Pad",
+            &[&[1, 1, 2, 2]],
+            Attrs::new()
+                .with("mode", "constant")
+                .with("pad_width", format!("(0,0,0,0,{max},{max},0,0)")),
+            "outside 0 to 2147483647",
+        ),
+        (
+            "Crop",
+            &[&[1, 1, 4, 4]],
+            Attrs::new()
+                .with("h_w", "(2, 2)")
+                .with("offset", format!("({max}, {max})")),
+            "outside",
+        ),
+        (
+            "Reshape",
+            &[&[4]],
+            Attrs::new().with("shape", "(-4, 4294967296, 4294967296)"),
+            "cannot split",
+        ),
+    ];
+    for (op, shapes, attrs, want) in cases {
+        let e = infer_one(op, shapes, attrs.clone())
+            .err()
+            .unwrap_or_else(|| panic!("{op} {attrs:?} was accepted"));
+        assert!(e.contains(want), "{op}: {e}");
+    }
+    // An empty array reshaped to sizes whose product wraps to 0.
+    let rt = rt();
+    let empty = rt
+        .zeros(&[0], DType::F32, storage::Context::cpu(0))
+        .unwrap();
+    let attrs = Attrs::new().with("shape", "(4294967296, 4294967296)");
+    let e = invoke("Reshape", &[&empty], &attrs, None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("more than 2^48 elements"), "{e}");
+}

@@ -53,12 +53,18 @@ pub(super) fn gather(
             let fwd = attrs.get("__slice_op__").unwrap_or("slice");
             backward(op, &slice_walks(fwd, attrs, &y.shape).map_err(e)?, x, y, s)
         }
-        "slice" | "slice_axis" => {
-            forward(&slice_walks(op, attrs, &x.shape).map_err(e)?, 0.0, x, y, s)
-        }
+        "slice" | "slice_axis" => forward(
+            op,
+            &slice_walks(op, attrs, &x.shape).map_err(e)?,
+            0.0,
+            x,
+            y,
+            s,
+        ),
         _ => {
             let fill = attrs.f64(op, "constant_value", Some(0.0)).map_err(e)?;
             forward(
+                op,
                 &walks(op, attrs, &x.shape, &y.shape).map_err(e)?,
                 fill,
                 x,
@@ -70,21 +76,28 @@ pub(super) fn gather(
 }
 
 /// `[ndim, dims..., each axis's input offsets (-1: padding)...]`.
-fn forward_table(w: &Walks) -> Vec<i64> {
+fn forward_table(op: &str, w: &Walks) -> Result<Vec<i64>, String> {
     let mut t = vec![w.axes.len() as i64];
     t.extend(w.axes.iter().map(|a| a.index.len() as i64));
-    for map in w.offsets() {
+    for map in w.offsets(op).map_err(|e| e.to_string())? {
         t.extend(map.iter().map(|o| o.map_or(-1, |o| o as i64)));
     }
-    t
+    Ok(t)
 }
 
-fn forward(w: &Walks, fill: f64, x: &TensorRef, y: &TensorRef, s: &dyn Stream) -> KResult {
+fn forward(
+    op: &str,
+    w: &Walks,
+    fill: f64,
+    x: &TensorRef,
+    y: &TensorRef,
+    s: &dyn Stream,
+) -> KResult {
     let n = y.len();
     if n == 0 {
         return Ok(());
     }
-    let table = s.upload(&forward_table(w))?;
+    let table = s.upload(&forward_table(op, w)?)?;
     let a = KArgs::new(n).t(0, y).t(1, x).p(2, table.cast()).f(0, fill);
     s.launch("gather_fwd", n, &a)
 }

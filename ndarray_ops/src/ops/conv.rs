@@ -13,20 +13,18 @@ use crate::{DType, Element};
 type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
 type KResult = std::result::Result<(), String>;
 
-/// A 2-tuple attribute (`(3, 3)`; one value applies to both axes).
+/// A 2-tuple attribute (`(3, 3)`; one value applies to both axes), each entry from 0 to
+/// 2^31 - 1 as MXNet's `int` holds it.
 pub(crate) fn pair(
     op: &str,
     attrs: &Attrs,
     key: &str,
     default: Option<(usize, usize)>,
 ) -> Result<(usize, usize)> {
-    match attrs.ints(op, key)? {
+    match attrs.ints_in(op, key, 0..=i64::from(i32::MAX))? {
         None => default.ok_or_else(|| invalid(op, format!("attribute {key} is required"))),
         Some(v) if v.is_empty() => {
             default.ok_or_else(|| invalid(op, format!("attribute {key} is required")))
-        }
-        Some(v) if v.iter().any(|&x| x < 0) => {
-            Err(invalid(op, format!("{key}={v:?} has a negative entry")))
         }
         Some(v) if v.len() == 1 => Ok((v[0] as usize, v[0] as usize)),
         Some(v) if v.len() == 2 => Ok((v[0] as usize, v[1] as usize)),

@@ -411,10 +411,22 @@ fn deconv_geometry(op: &str, attrs: &Attrs, hw: (usize, usize)) -> Result<(Conv,
     let mut c = conv_params(op, attrs)?;
     let adj = pair(op, attrs, "adj", Some((0, 0)))?;
     let target = pair(op, attrs, "target_shape", Some((0, 0)))?;
-    let full = |n: usize, k: usize, st: usize, dl: usize| (n.max(1) - 1) * st + dl * (k - 1) + 1;
+    // The window's entries are at most 2^31 (`pair`), the input's length is not.
+    let full = |n: usize, k: usize, st: usize, dl: usize| {
+        (n.max(1) - 1)
+            .checked_mul(st)
+            .and_then(|f| f.checked_add(dl * (k - 1) + 1))
+            .filter(|&f| f as u64 <= MAX_ELEMENTS)
+            .ok_or_else(|| {
+                invalid(
+                    op,
+                    format!("an input of {n} with stride {st} gives an output axis past 2^48"),
+                )
+            })
+    };
     let full = (
-        full(hw.0, c.k.0, c.s.0, c.d.0),
-        full(hw.1, c.k.1, c.s.1, c.d.1),
+        full(hw.0, c.k.0, c.s.0, c.d.0)?,
+        full(hw.1, c.k.1, c.s.1, c.d.1)?,
     );
     let side = |full: usize, pad: &mut usize, adj: usize, target: usize, stride: usize| {
         if target == 0 {

@@ -13,7 +13,7 @@
 //! gradient's shapes and adds each output gradient element into the input element it read: a
 //! broadcast's sum, a tile's sum of tiles, padding's crop.
 
-use super::{norm_axes, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT};
+use super::{norm_axes, times, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT};
 use crate::error::{invalid, NdError, Result};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
@@ -139,17 +139,17 @@ fn out_shape(op: &str, attrs: &Attrs, s: &[Vec<usize>]) -> Result<Vec<usize>> {
             pad(x, n)
                 .iter()
                 .zip(pad(&reps, n))
-                .map(|(a, b)| a * b)
-                .collect()
+                .map(|(&a, b)| times(op, a, b))
+                .collect::<Result<_>>()?
         }
         "repeat" => {
             let r = repeats(op, attrs)?;
             match attrs.ints(op, "axis")?.and_then(|v| v.first().copied()) {
-                None => vec![x.iter().product::<usize>() * r],
+                None => vec![times(op, x.iter().product(), r)?],
                 Some(a) => {
                     let a = norm_axes(op, &[a], x.len())?[0];
                     let mut out = x.clone();
-                    out[a] *= r;
+                    out[a] = times(op, out[a], r)?;
                     out
                 }
             }
@@ -172,8 +172,8 @@ fn out_shape(op: &str, attrs: &Attrs, s: &[Vec<usize>]) -> Result<Vec<usize>> {
             upsampling_check(op, attrs, x)?;
             let k = attrs.count(op, "scale", None, POSITIVE_INT)?;
             let mut out = x.clone();
-            out[2] *= k;
-            out[3] *= k;
+            out[2] = times(op, out[2], k)?;
+            out[3] = times(op, out[3], k)?;
             out
         }
         "slice_like" => {
@@ -218,15 +218,12 @@ fn swapped(op: &str, attrs: &Attrs, ndim: usize) -> Result<(usize, usize)> {
 /// Pad's (before, after) per axis from `pad_width`, two per axis.
 fn pad_widths(op: &str, attrs: &Attrs, ndim: usize) -> Result<Vec<(usize, usize)>> {
     let w = attrs
-        .ints(op, "pad_width")?
+        .ints_in(op, "pad_width", 0..=i64::from(i32::MAX))?
         .ok_or_else(|| invalid(op, "attribute pad_width is required"))?;
-    if w.len() != 2 * ndim || w.iter().any(|&v| v < 0) {
+    if w.len() != 2 * ndim {
         return Err(invalid(
             op,
-            format!(
-                "pad_width {w:?} is not {} non-negative widths (two per axis)",
-                2 * ndim
-            ),
+            format!("pad_width {w:?} is not {} widths (two per axis)", 2 * ndim),
         ));
     }
     Ok(w.chunks(2)
@@ -270,31 +267,49 @@ pub(crate) struct Walks {
 
 impl Walks {
     /// Per output axis, the input offset each index contributes (`None`: padding).
-    pub(crate) fn offsets(&self) -> Vec<AxisMap> {
+    pub(crate) fn offsets(&self, op: &str) -> Result<Vec<AxisMap>> {
         let st = strides(&self.input);
         self.axes
             .iter()
             .map(|w| {
                 let stride = w.from.map_or(0, |a| st[a]);
-                w.index.iter().map(|j| j.map(|j| j * stride)).collect()
+                index_list(op, w.index.len(), &|i| w.index[i].map(|j| j * stride))
             })
             .collect()
     }
 }
 
+/// `f(0), f(1), ... f(n - 1)`, refused when its memory cannot be had. A gather keeps such a
+/// list per output axis (16 bytes an index, where the output's elements may take 4), so an
+/// output that fits may still leave no room for a long axis's list: the op then fails with
+/// this error instead of aborting the process.
+fn index_list(op: &str, n: usize, f: &dyn Fn(usize) -> Option<usize>) -> Result<AxisMap> {
+    let mut list = Vec::new();
+    list.try_reserve_exact(n).map_err(|_| {
+        invalid(
+            op,
+            format!("cannot allocate the index list of an output axis of {n}"),
+        )
+    })?;
+    list.extend((0..n).map(f));
+    Ok(list)
+}
+
 /// Per output axis, the input offsets read: the op's gather from data of shape `x` into an
 /// output of shape `out` (already checked by `out_shape`).
 fn axis_maps(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Result<Vec<AxisMap>> {
-    Ok(walks(op, attrs, x, out)?.offsets())
+    walks(op, attrs, x, out)?.offsets(op)
 }
 
 /// The walks of the op's gather from data of shape `x` into an output of shape `out` (already
 /// checked by `out_shape`).
 pub(crate) fn walks(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Result<Walks> {
     // Output axis `d` walking input axis `a` through `index(i)`.
-    let walk = |d: usize, a: usize, index: &dyn Fn(usize) -> Option<usize>| Walk {
-        from: Some(a),
-        index: (0..out[d]).map(index).collect(),
+    let walk = |d: usize, a: usize, index: &dyn Fn(usize) -> Option<usize>| -> Result<Walk> {
+        Ok(Walk {
+            from: Some(a),
+            index: index_list(op, out[d], index)?,
+        })
     };
     let same = |d: usize| walk(d, d, &|i| Some(i));
     let mut input = x.to_vec();
@@ -306,20 +321,20 @@ pub(crate) fn walks(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Resu
                     true => same(d),
                     false => walk(d, d, &|_| Some(0)),
                 })
-                .collect()
+                .collect::<Result<_>>()?
         }
         "tile" => {
             // Leading axes the input lacks read nothing (offset 0).
             let lead = out.len() - x.len();
             (0..out.len())
                 .map(|d| match d.checked_sub(lead) {
-                    None => Walk {
+                    None => Ok(Walk {
                         from: None,
-                        index: vec![Some(0); out[d]],
-                    },
+                        index: index_list(op, out[d], &|_| Some(0))?,
+                    }),
                     Some(a) => walk(d, a, &|i| Some(i % x[a].max(1))),
                 })
-                .collect()
+                .collect::<Result<_>>()?
         }
         "repeat" => {
             // An empty output walks nothing, so 0 repeats needs no walk of its own.
@@ -328,7 +343,7 @@ pub(crate) fn walks(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Resu
                 // Flattened: the one output axis walks the contiguous input.
                 None => {
                     input = vec![x.iter().product()];
-                    vec![walk(0, 0, &|i| Some(i / r))]
+                    vec![walk(0, 0, &|i| Some(i / r))?]
                 }
                 Some(a) => {
                     let a = norm_axes(op, &[a], x.len())?[0];
@@ -340,7 +355,7 @@ pub(crate) fn walks(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Resu
                                 same(d)
                             }
                         })
-                        .collect()
+                        .collect::<Result<_>>()?
                 }
             }
         }
@@ -351,7 +366,7 @@ pub(crate) fn walks(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Resu
                     true => walk(d, d, &|i| Some(x[d] - 1 - i)),
                     false => same(d),
                 })
-                .collect()
+                .collect::<Result<_>>()?
         }
         "SwapAxis" => {
             let (a, b) = swapped(op, attrs, x.len())?;
@@ -366,7 +381,7 @@ pub(crate) fn walks(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Resu
                     };
                     walk(d, from, &|i| Some(i))
                 })
-                .collect()
+                .collect::<Result<_>>()?
         }
         "Pad" => {
             let widths = pad_widths(op, attrs, x.len())?;
@@ -396,7 +411,7 @@ pub(crate) fn walks(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Resu
                     };
                     walk(d, d, &index)
                 })
-                .collect()
+                .collect::<Result<_>>()?
         }
         "UpSampling" => {
             let k = attrs.count(op, "scale", None, POSITIVE_INT)?;
@@ -408,9 +423,9 @@ pub(crate) fn walks(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Resu
                         same(d)
                     }
                 })
-                .collect()
+                .collect::<Result<_>>()?
         }
-        "slice_like" => (0..out.len()).map(same).collect(),
+        "slice_like" => (0..out.len()).map(same).collect::<Result<_>>()?,
         other => return Err(invalid(other, "is not a gather op")),
     };
     Ok(Walks { input, axes })

@@ -262,6 +262,30 @@ impl Attrs {
         }
     }
 
+    /// [`Attrs::ints`] whose every entry lies in `range`: a window's sizes, strides, paddings or
+    /// offsets, which are multiplied and added into shapes, so that a huge one is refused
+    /// instead of wrapping that arithmetic.
+    pub fn ints_in(
+        &self,
+        op: &str,
+        key: &str,
+        range: RangeInclusive<i64>,
+    ) -> Result<Option<Vec<i64>>> {
+        let v = self.ints(op, key)?;
+        if let Some(bad) = v.iter().flatten().find(|x| !range.contains(x)) {
+            return Err(invalid(
+                op,
+                format!(
+                    "attribute {key}={:?} has {bad}, outside {} to {}",
+                    self.get(key).unwrap_or_default(),
+                    range.start(),
+                    range.end()
+                ),
+            ));
+        }
+        Ok(v)
+    }
+
     /// A whole-number attribute (an axis length, a count) within `range`: `3`, or `3.0` as a
     /// float-formatting writer leaves it, but never `2.5`, NaN or a number past the range, which
     /// a cast would silently truncate or saturate into a shape or a list's length.
@@ -557,6 +581,30 @@ pub(crate) fn output_count(op: &str, attrs: &Attrs, key: &str) -> Result<usize> 
 /// inference refuses bigger ones, and ops that size an output from attribute values bound it
 /// by this before multiplying.
 pub const MAX_ELEMENTS: u64 = 1 << 48;
+
+/// The element count of `shape`, refused past [`MAX_ELEMENTS`], for shapes built from
+/// attribute values (a product of those could otherwise wrap around into a plausible count).
+pub(crate) fn element_count(op: &str, shape: &[usize]) -> Result<usize> {
+    shape
+        .iter()
+        .try_fold(1u64, |n, &d| n.checked_mul(d as u64))
+        .filter(|&n| n <= MAX_ELEMENTS)
+        .map(|n| n as usize)
+        .ok_or_else(|| invalid(op, format!("shape {shape:?} has more than 2^48 elements")))
+}
+
+/// An output axis `n` times as long as an input's (`n` a size, `k` an attribute): refused past
+/// [`MAX_ELEMENTS`] rather than wrapped.
+pub(crate) fn times(op: &str, n: usize, k: usize) -> Result<usize> {
+    n.checked_mul(k)
+        .filter(|&m| m as u64 <= MAX_ELEMENTS)
+        .ok_or_else(|| {
+            invalid(
+                op,
+                format!("an axis of {n} made {k} times longer is past 2^48"),
+            )
+        })
+}
 
 /// Any value of a C `int`, what MXNet keeps most integer attributes in (a signed count whose
 /// negative values mean "all" or "adaptive", an axis).

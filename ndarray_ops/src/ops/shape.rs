@@ -567,7 +567,9 @@ fn reshape_codes(op: &str, x: &[usize], spec: &[i64]) -> Result<Vec<usize>> {
                 let split = match (a, b) {
                     (-1, b) if b > 0 && dim % b as usize == 0 => (dim / b as usize, b as usize),
                     (a, -1) if a > 0 && dim % a as usize == 0 => (a as usize, dim / a as usize),
-                    (a, b) if a > 0 && b > 0 && (a * b) as usize == dim => (a as usize, b as usize),
+                    (a, b) if a > 0 && b > 0 && a.checked_mul(b) == Some(dim as i64) => {
+                        (a as usize, b as usize)
+                    }
                     _ => {
                         return Err(invalid(
                             op,
@@ -588,7 +590,7 @@ fn reshape_codes(op: &str, x: &[usize], spec: &[i64]) -> Result<Vec<usize>> {
         }
     }
     if let Some(i) = infer_at {
-        let known: usize = out.iter().product();
+        let known = super::element_count(op, &out)?;
         if known == 0 || !n.is_multiple_of(known) {
             return Err(NdError::Shape {
                 op: op.into(),
@@ -658,15 +660,13 @@ fn infer_reshape(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infe
             }
         }
     };
-    if out.iter().product::<usize>() != n {
+    let m = super::element_count(op, &out)?;
+    if m != n {
         return Err(NdError::Shape {
             op: op.into(),
             arg: "data".into(),
             found: x.clone(),
-            expected: format!(
-                "{} elements for shape {out:?}",
-                out.iter().product::<usize>()
-            ),
+            expected: format!("{m} elements for shape {out:?}"),
         });
     }
     Ok((vec![out], vec![d[0]]))

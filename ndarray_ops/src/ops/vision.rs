@@ -222,7 +222,7 @@ fn resize_size(
             };
             let odd = |n: usize, s: f64| match even(n) {
                 true => (n as f64 * s) as i64,
-                false => ((n - 1) as f64 * s) as i64 + 1,
+                false => (((n - 1) as f64 * s) as i64).saturating_add(1),
             };
             (odd(h, sh), odd(w, sw))
         }
@@ -377,12 +377,18 @@ fn crop_window(
     like: Option<&[usize]>,
 ) -> Result<((usize, usize), (usize, usize))> {
     let pair = |key: &str| -> Result<(i64, i64)> {
-        Ok(match attrs.ints(op, key)?.unwrap_or_default().as_slice() {
-            [] => (0, 0),
-            [a] => (*a, *a),
-            [a, b] => (*a, *b),
-            v => return Err(invalid(op, format!("{key}={v:?} has more than two values"))),
-        })
+        Ok(
+            match attrs
+                .ints_in(op, key, super::C_INT)?
+                .unwrap_or_default()
+                .as_slice()
+            {
+                [] => (0, 0),
+                [a] => (*a, *a),
+                [a, b] => (*a, *b),
+                v => return Err(invalid(op, format!("{key}={v:?} has more than two values"))),
+            },
+        )
     };
     let size = match like {
         Some(l) if l.len() == 4 => (l[2] as i64, l[3] as i64),
