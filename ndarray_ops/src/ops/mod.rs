@@ -582,28 +582,31 @@ pub(crate) fn output_count(op: &str, attrs: &Attrs, key: &str) -> Result<usize> 
 /// by this before multiplying.
 pub const MAX_ELEMENTS: u64 = 1 << 48;
 
+/// The product of `dims` when it is at most [`MAX_ELEMENTS`]; `None` past it, an overflow
+/// included.
+pub(crate) fn bounded_product(dims: impl IntoIterator<Item = usize>) -> Option<usize> {
+    dims.into_iter()
+        .try_fold(1u64, |n, d| n.checked_mul(d as u64))
+        .filter(|&n| n <= MAX_ELEMENTS)
+        .map(|n| n as usize)
+}
+
 /// The element count of `shape`, refused past [`MAX_ELEMENTS`], for shapes built from
 /// attribute values (a product of those could otherwise wrap around into a plausible count).
 pub(crate) fn element_count(op: &str, shape: &[usize]) -> Result<usize> {
-    shape
-        .iter()
-        .try_fold(1u64, |n, &d| n.checked_mul(d as u64))
-        .filter(|&n| n <= MAX_ELEMENTS)
-        .map(|n| n as usize)
+    bounded_product(shape.iter().copied())
         .ok_or_else(|| invalid(op, format!("shape {shape:?} has more than 2^48 elements")))
 }
 
 /// An output axis `n` times as long as an input's (`n` a size, `k` an attribute): refused past
 /// [`MAX_ELEMENTS`] rather than wrapped.
 pub(crate) fn times(op: &str, n: usize, k: usize) -> Result<usize> {
-    n.checked_mul(k)
-        .filter(|&m| m as u64 <= MAX_ELEMENTS)
-        .ok_or_else(|| {
-            invalid(
-                op,
-                format!("an axis of {n} made {k} times longer is past 2^48"),
-            )
-        })
+    bounded_product([n, k]).ok_or_else(|| {
+        invalid(
+            op,
+            format!("an axis of {n} made {k} times longer is past 2^48"),
+        )
+    })
 }
 
 /// Any value of a C `int`, what MXNet keeps most integer attributes in (a signed count whose

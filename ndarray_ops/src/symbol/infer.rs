@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use super::{IndexedGraph, Symbol};
 use crate::error::{some_names, NdError, Result};
-use crate::ops::MAX_ELEMENTS;
+use crate::ops::bounded_product;
 use crate::DType;
 
 /// What inference found, per entry id (see [`IndexedGraph::entry`]).
@@ -71,15 +71,13 @@ fn dtype_code(code: &str) -> Option<DType> {
     }
 }
 
-/// Shapes claiming more than [`MAX_ELEMENTS`] are errors, so that no arithmetic on them
+/// Shapes claiming more than [`crate::ops::MAX_ELEMENTS`] are errors, so that no arithmetic on them
 /// overflows and nothing is ever allocated for them.
 fn check_size(shape: &[usize], at: &str) -> Result<()> {
-    let n = shape
-        .iter()
-        .try_fold(1u128, |a, &d| a.checked_mul(d.max(1) as u128));
-    match n {
-        Some(n) if n <= u128::from(MAX_ELEMENTS) => Ok(()),
-        _ => Err(NdError::Invalid {
+    // A 0 is an unknown size here, not an empty axis.
+    match bounded_product(shape.iter().map(|&d| d.max(1))) {
+        Some(_) => Ok(()),
+        None => Err(NdError::Invalid {
             op: "infer_shape".into(),
             reason: format!("{at}: shape {shape:?} claims more than 2^48 elements"),
         }),
