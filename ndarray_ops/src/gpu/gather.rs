@@ -75,12 +75,23 @@ pub(super) fn gather(
     }
 }
 
-/// `[ndim, dims..., each axis's input offsets (-1: padding)...]`.
+/// `[ndim, dims..., each axis's input offsets (-1: padding)...]`, refused when its memory
+/// cannot be had (8 bytes an index along every axis).
 fn forward_table(op: &str, w: &Walks) -> Result<Vec<i64>, String> {
-    let mut t = vec![w.axes.len() as i64];
+    let strides = crate::ops::gather::strides(&w.input);
+    let indices: usize = w.axes.iter().map(|a| a.index.len()).sum();
+    let mut t = Vec::new();
+    t.try_reserve_exact(1 + w.axes.len() + indices)
+        .map_err(|_| format!("{op}: cannot allocate the gather table of {indices} indices"))?;
+    t.push(w.axes.len() as i64);
     t.extend(w.axes.iter().map(|a| a.index.len() as i64));
-    for map in w.offsets(op).map_err(|e| e.to_string())? {
-        t.extend(map.iter().map(|o| o.map_or(-1, |o| o as i64)));
+    for a in &w.axes {
+        let stride = a.from.map_or(0, |f| strides[f]);
+        t.extend(
+            a.index
+                .iter()
+                .map(|j| j.map_or(-1, |j| (j * stride) as i64)),
+        );
     }
     Ok(t)
 }

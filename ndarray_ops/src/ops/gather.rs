@@ -5,13 +5,15 @@
 //! which depends on data; `depth_to_space` and `space_to_depth` mix axes: they list each
 //! output element's source instead.)
 //!
-//! Each op describes, per output axis, which input offset every index along that axis reads
-//! (`AxisMap`; `None` is padding). An output element reads the sum of its indices' offsets, so
-//! broadcasting is an axis of zeros, tiling `i % n`, repeating `i / r`, reversing `n - 1 - i`,
-//! swapping axes reading another axis's stride, padding `None` or a clamped or reflected index.
-//! The backward op `_backward_gather` builds the same maps from the data's and the output
-//! gradient's shapes and adds each output gradient element into the input element it read: a
-//! broadcast's sum, a tile's sum of tiles, padding's crop.
+//! Each op describes, per output axis, which input index every index along that axis reads
+//! (an [`AxisRule`]; `None` is padding). An output element reads the sum of its indices'
+//! offsets, so broadcasting is an axis of zeros, tiling `i % n`, repeating `i / r`, reversing
+//! `n - 1 - i`, swapping axes reading another axis's stride, padding `None` or a clamped or
+//! reflected index. The CPU kernels lay the rules out as one offset per index along each axis,
+//! 4 bytes where the input has fewer than 2^32 elements. The backward op `_backward_gather`
+//! builds the same maps from the data's and the output gradient's shapes and adds each output
+//! gradient element into the input element it read: a broadcast's sum, a tile's sum of tiles,
+//! padding's crop.
 
 use super::{norm_axes, times, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT};
 use crate::error::{invalid, NdError, Result};
@@ -20,10 +22,6 @@ use crate::{DType, Element};
 
 type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
 type KResult = std::result::Result<(), String>;
-
-/// For each index along one output axis, the input offset it contributes, or `None`: the
-/// element is padding.
-type AxisMap = Vec<Option<usize>>;
 
 /// Row-major strides of a dense `shape`, in elements.
 pub(crate) fn strides(shape: &[usize]) -> Vec<usize> {
@@ -250,68 +248,61 @@ fn upsampling_check(op: &str, attrs: &Attrs, x: &[usize]) -> Result<()> {
 }
 
 /// One output axis of a gather: the input axis it walks (`None`: none, as tile's leading axes,
-/// which read offset 0) and, per index along it, the input index it reads (`None`: padding).
-pub(crate) struct Walk {
+/// which read offset 0), its length, and per index along it the input index it reads (`None`:
+/// padding). A rule rather than a list, so that each consumer lays out only what it needs: the
+/// CPU kernels one compact offset per index, the GPU's tables the indices.
+pub(crate) struct AxisRule<'a> {
     pub(crate) from: Option<usize>,
-    pub(crate) index: Vec<Option<usize>>,
+    pub(crate) len: usize,
+    index: Box<dyn Fn(usize) -> Option<usize> + 'a>,
 }
 
-/// A gather as axis walks: the input's shape as the walks read it (repeat without an axis reads
-/// the input flattened) and one [`Walk`] per output axis. Every input axis is walked by exactly
-/// one output axis, so an input element's readers are the product of its indices' preimages
-/// (what the GPU's gradient kernel enumerates).
-pub(crate) struct Walks {
+/// A gather as axis rules: the input's shape as the rules read it (repeat without an axis reads
+/// the input flattened) and one [`AxisRule`] per output axis. Every input axis is walked by
+/// exactly one output axis, so an input element's readers are the product of its indices'
+/// preimages (what the GPU's gradient kernel enumerates).
+pub(crate) struct Rules<'a> {
     pub(crate) input: Vec<usize>,
-    pub(crate) axes: Vec<Walk>,
+    pub(crate) axes: Vec<AxisRule<'a>>,
 }
 
-impl Walks {
-    /// Per output axis, the input offset each index contributes (`None`: padding).
-    pub(crate) fn offsets(&self, op: &str) -> Result<Vec<AxisMap>> {
-        let st = strides(&self.input);
-        self.axes
-            .iter()
-            .map(|w| {
-                let stride = w.from.map_or(0, |a| st[a]);
-                index_list(op, w.index.len(), &|i| w.index[i].map(|j| j * stride))
-            })
-            .collect()
+impl AxisRule<'_> {
+    /// The input index read at `i`, refused when past the end of the axis it walks (shapes that
+    /// do not belong together; checked at bind, so only a kernel handed other shapes sees it).
+    fn read(&self, op: &str, input: &[usize], i: usize) -> Result<Option<usize>> {
+        let j = (self.index)(i);
+        match (j, self.from) {
+            (Some(j), Some(a)) if j >= input[a] => Err(invalid(
+                op,
+                format!(
+                    "index {i} of an output axis reads past input axis {a}, of size {}",
+                    input[a]
+                ),
+            )),
+            (Some(j), None) if j > 0 => {
+                Err(invalid(op, format!("index {i} of a new axis reads {j}")))
+            }
+            _ => Ok(j),
+        }
     }
 }
 
-/// `f(0), f(1), ... f(n - 1)`, refused when its memory cannot be had. A gather keeps such a
-/// list per output axis (16 bytes an index, where the output's elements may take 4), so an
-/// output that fits may still leave no room for a long axis's list: the op then fails with
-/// this error instead of aborting the process.
-fn index_list(op: &str, n: usize, f: &dyn Fn(usize) -> Option<usize>) -> Result<AxisMap> {
-    let mut list = Vec::new();
-    list.try_reserve_exact(n).map_err(|_| {
-        invalid(
-            op,
-            format!("cannot allocate the index list of an output axis of {n}"),
-        )
-    })?;
-    list.extend((0..n).map(f));
-    Ok(list)
-}
-
-/// Per output axis, the input offsets read: the op's gather from data of shape `x` into an
-/// output of shape `out` (already checked by `out_shape`).
-fn axis_maps(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Result<Vec<AxisMap>> {
-    walks(op, attrs, x, out)?.offsets(op)
-}
-
-/// The walks of the op's gather from data of shape `x` into an output of shape `out` (already
-/// checked by `out_shape`).
-pub(crate) fn walks(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Result<Walks> {
-    // Output axis `d` walking input axis `a` through `index(i)`.
-    let walk = |d: usize, a: usize, index: &dyn Fn(usize) -> Option<usize>| -> Result<Walk> {
-        Ok(Walk {
-            from: Some(a),
-            index: index_list(op, out[d], index)?,
-        })
+/// The rules of the op's gather from data of shape `x` into an output of shape `out` (checked
+/// by `out_shape` for a forward, by [`check_backward`] for a gradient).
+pub(crate) fn rules<'a>(
+    op: &str,
+    attrs: &'a Attrs,
+    x: &[usize],
+    out: &[usize],
+) -> Result<Rules<'a>> {
+    type Index<'a> = Box<dyn Fn(usize) -> Option<usize> + 'a>;
+    // Output axis `d` walking input axis `a` through `index`.
+    let rule = |d: usize, a: usize, index: Index<'a>| AxisRule {
+        from: Some(a),
+        len: out[d],
+        index,
     };
-    let same = |d: usize| walk(d, d, &|i| Some(i));
+    let same = |d: usize| rule(d, d, Box::new(Some));
     let mut input = x.to_vec();
     let axes = match op {
         "broadcast_to" | "broadcast_axis" | "broadcast_like" => {
@@ -319,43 +310,44 @@ pub(crate) fn walks(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Resu
             (0..out.len())
                 .map(|d| match x[d] == out[d] {
                     true => same(d),
-                    false => walk(d, d, &|_| Some(0)),
+                    false => rule(d, d, Box::new(|_| Some(0))),
                 })
-                .collect::<Result<_>>()?
+                .collect()
         }
         "tile" => {
             // Leading axes the input lacks read nothing (offset 0).
             let lead = out.len() - x.len();
             (0..out.len())
                 .map(|d| match d.checked_sub(lead) {
-                    None => Ok(Walk {
+                    None => AxisRule {
                         from: None,
-                        index: index_list(op, out[d], &|_| Some(0))?,
-                    }),
-                    Some(a) => walk(d, a, &|i| Some(i % x[a].max(1))),
+                        len: out[d],
+                        index: Box::new(|_| Some(0)),
+                    },
+                    Some(a) => {
+                        let n = x[a].max(1);
+                        rule(d, a, Box::new(move |i| Some(i % n)))
+                    }
                 })
-                .collect::<Result<_>>()?
+                .collect()
         }
         "repeat" => {
-            // An empty output walks nothing, so 0 repeats needs no walk of its own.
+            // An empty output reads nothing, so 0 repeats needs no rule of its own.
             let r = repeats(op, attrs)?.max(1);
             match attrs.ints(op, "axis")?.and_then(|v| v.first().copied()) {
                 // Flattened: the one output axis walks the contiguous input.
                 None => {
                     input = vec![x.iter().product()];
-                    vec![walk(0, 0, &|i| Some(i / r))?]
+                    vec![rule(0, 0, Box::new(move |i| Some(i / r)))]
                 }
                 Some(a) => {
                     let a = norm_axes(op, &[a], x.len())?[0];
                     (0..out.len())
-                        .map(|d| {
-                            if d == a {
-                                walk(d, d, &|i| Some(i / r))
-                            } else {
-                                same(d)
-                            }
+                        .map(|d| match d == a {
+                            true => rule(d, d, Box::new(move |i| Some(i / r))),
+                            false => same(d),
                         })
-                        .collect::<Result<_>>()?
+                        .collect()
                 }
             }
         }
@@ -363,10 +355,15 @@ pub(crate) fn walks(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Resu
             let axes = norm_axes(op, &attrs.ints(op, "axis")?.unwrap_or_default(), x.len())?;
             (0..out.len())
                 .map(|d| match axes.contains(&d) {
-                    true => walk(d, d, &|i| Some(x[d] - 1 - i)),
+                    true => {
+                        // An index past the axis (shapes that do not belong together) wraps
+                        // to one that `read` refuses.
+                        let n = x[d];
+                        rule(d, d, Box::new(move |i| Some(n.wrapping_sub(i + 1))))
+                    }
                     false => same(d),
                 })
-                .collect::<Result<_>>()?
+                .collect()
         }
         "SwapAxis" => {
             let (a, b) = swapped(op, attrs, x.len())?;
@@ -379,9 +376,9 @@ pub(crate) fn walks(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Resu
                     } else {
                         d
                     };
-                    walk(d, from, &|i| Some(i))
+                    rule(d, from, Box::new(Some))
                 })
-                .collect::<Result<_>>()?
+                .collect()
         }
         "Pad" => {
             let widths = pad_widths(op, attrs, x.len())?;
@@ -389,7 +386,7 @@ pub(crate) fn walks(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Resu
             (0..out.len())
                 .map(|d| {
                     let (n, before) = (x[d] as i64, widths[d].0 as i64);
-                    let index = |i: usize| -> Option<usize> {
+                    let index = move |i: usize| -> Option<usize> {
                         let j = i as i64 - before;
                         let k = match mode {
                             _ if (0..n).contains(&j) => j,
@@ -409,26 +406,143 @@ pub(crate) fn walks(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Resu
                         };
                         Some(k as usize)
                     };
-                    walk(d, d, &index)
+                    rule(d, d, Box::new(index))
                 })
-                .collect::<Result<_>>()?
+                .collect()
         }
         "UpSampling" => {
             let k = attrs.count(op, "scale", None, POSITIVE_INT)?;
             (0..out.len())
-                .map(|d| {
-                    if d >= 2 {
-                        walk(d, d, &|i| Some(i / k))
-                    } else {
-                        same(d)
-                    }
+                .map(|d| match d >= 2 {
+                    true => rule(d, d, Box::new(move |i| Some(i / k))),
+                    false => same(d),
                 })
-                .collect::<Result<_>>()?
+                .collect()
         }
-        "slice_like" => (0..out.len()).map(same).collect::<Result<_>>()?,
+        "slice_like" => (0..out.len()).map(same).collect(),
         other => return Err(invalid(other, "is not a gather op")),
     };
-    Ok(Walks { input, axes })
+    Ok(Rules { input, axes })
+}
+
+/// An input offset as the CPU kernels keep it per output index: `u32` where the input has fewer
+/// than `u32::MAX` elements (nearly always), `usize` otherwise; the type's largest value marks
+/// padding. A map of an axis of `n` indices then takes `4n` bytes, where the output's own
+/// elements (f32) take `4n` times the other axes' sizes.
+trait Offset: Copy {
+    const PAD: Self;
+    /// `o`, known to be below the input's element count.
+    fn new(o: usize) -> Self;
+    fn get(self) -> Option<usize>;
+}
+
+impl Offset for u32 {
+    const PAD: u32 = u32::MAX;
+    fn new(o: usize) -> u32 {
+        o as u32
+    }
+    #[inline]
+    fn get(self) -> Option<usize> {
+        (self != Self::PAD).then_some(self as usize)
+    }
+}
+
+impl Offset for usize {
+    const PAD: usize = usize::MAX;
+    fn new(o: usize) -> usize {
+        o
+    }
+    #[inline]
+    fn get(self) -> Option<usize> {
+        (self != Self::PAD).then_some(self)
+    }
+}
+
+/// Per output axis, the input offset each index contributes.
+enum OffsetMaps {
+    Narrow(Vec<Vec<u32>>),
+    Wide(Vec<Vec<usize>>),
+}
+
+impl Rules<'_> {
+    /// The CPU kernels' maps: one offset per output index along each axis, in the narrowest
+    /// type that holds the input's offsets.
+    fn offset_maps(&self, op: &str) -> Result<OffsetMaps> {
+        match self.input.iter().product::<usize>() < u32::MAX as usize {
+            true => self.maps(op).map(OffsetMaps::Narrow),
+            false => self.maps(op).map(OffsetMaps::Wide),
+        }
+    }
+
+    fn maps<O: Offset>(&self, op: &str) -> Result<Vec<Vec<O>>> {
+        let st = strides(&self.input);
+        self.axes
+            .iter()
+            .map(|a| {
+                let stride = a.from.map_or(0, |f| st[f]);
+                let mut map = index_list(op, a.len)?;
+                for i in 0..a.len {
+                    let j = a.read(op, &self.input, i)?;
+                    map.push(j.map_or(O::PAD, |j| O::new(j * stride)));
+                }
+                Ok(map)
+            })
+            .collect()
+    }
+}
+
+/// An empty list with room for the `n` indices of one output axis, refused when that memory
+/// cannot be had: an output that fits may still leave no room for a long axis's list (on the
+/// GPU, 8 bytes an index and more for a gradient's buckets), and the op then fails with this
+/// error instead of aborting the process.
+fn index_list<T>(op: &str, n: usize) -> Result<Vec<T>> {
+    let mut list = Vec::new();
+    list.try_reserve_exact(n).map_err(|_| {
+        invalid(
+            op,
+            format!("cannot allocate the index list of an output axis of {n}"),
+        )
+    })?;
+    Ok(list)
+}
+
+/// One output axis of a gather as the GPU's tables take it: the input axis it walks and the
+/// input index each index reads (`None`: padding).
+#[cfg(any(feature = "cuda", test))]
+pub(crate) struct Walk {
+    pub(crate) from: Option<usize>,
+    pub(crate) index: Vec<Option<usize>>,
+}
+
+/// A gather's [`Rules`] laid out as index lists (see [`Walk`]).
+#[cfg(any(feature = "cuda", test))]
+pub(crate) struct Walks {
+    pub(crate) input: Vec<usize>,
+    pub(crate) axes: Vec<Walk>,
+}
+
+/// The op's gather from data of shape `x` into an output of shape `out` as index lists.
+#[cfg(any(feature = "cuda", test))]
+pub(crate) fn walks(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Result<Walks> {
+    let rules = rules(op, attrs, x, out)?;
+    let axes = rules
+        .axes
+        .iter()
+        .map(|a| {
+            let mut index = index_list(op, a.len)?;
+            for i in 0..a.len {
+                index.push(a.read(op, &rules.input, i)?);
+            }
+            Ok(Walk {
+                from: a.from,
+                index,
+            })
+        })
+        .collect::<Result<_>>()?;
+    Ok(Walks {
+        input: rules.input,
+        axes,
+    })
 }
 
 /// Checks the op's own attributes beyond shapes (modes, values).
@@ -495,8 +609,17 @@ pub(super) fn infer_gather(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType
     Ok((vec![out], vec![d[0]]))
 }
 
-/// Calls `f(output index, input offset or None)` for every output element, in order.
-fn for_each_offset(maps: &[AxisMap], mut f: impl FnMut(usize, Option<usize>)) {
+impl OffsetMaps {
+    /// Calls `f(output index, input offset or None)` for every output element, in order.
+    fn for_each(&self, f: impl FnMut(usize, Option<usize>)) {
+        match self {
+            OffsetMaps::Narrow(maps) => for_each_offset(maps, f),
+            OffsetMaps::Wide(maps) => for_each_offset(maps, f),
+        }
+    }
+}
+
+fn for_each_offset<O: Offset>(maps: &[Vec<O>], mut f: impl FnMut(usize, Option<usize>)) {
     let total: usize = maps.iter().map(Vec::len).product();
     if total == 0 {
         return;
@@ -509,9 +632,10 @@ fn for_each_offset(maps: &[AxisMap], mut f: impl FnMut(usize, Option<usize>)) {
     let mut i = 0;
     loop {
         // The offset of the row's first element without the last axis.
-        let base: Option<usize> = (0..last).try_fold(0, |acc, d| maps[d][idx[d]].map(|o| acc + o));
+        let base: Option<usize> =
+            (0..last).try_fold(0, |acc, d| maps[d][idx[d]].get().map(|o| acc + o));
         for &o in &maps[last] {
-            f(i, base.and_then(|b| o.map(|o| b + o)));
+            f(i, base.and_then(|b| o.get().map(|o| b + o)));
             i += 1;
         }
         // Advance the odometer over the axes before the last.
@@ -538,14 +662,16 @@ pub(super) fn gather_kernel(
     _res: &mut KernelRes,
 ) -> KResult {
     let e = |e: NdError| e.to_string();
-    let maps = axis_maps(op, attrs, &ins[0].shape, &outs[0].shape).map_err(e)?;
+    let maps = rules(op, attrs, &ins[0].shape, &outs[0].shape)
+        .and_then(|r| r.offset_maps(op))
+        .map_err(e)?;
     let fill = attrs.f64(op, "constant_value", Some(0.0)).map_err(e)?;
     crate::with_dtype!(outs[0].dtype, T => {
         // SAFETY: read access to the data, exclusive access to the output, which is not the
         // data (the op is not alias-safe, so an overlapping input was copied first).
         let (x, y) = unsafe { (ins[0].slice::<T>(), outs[0].slice_mut::<T>()) };
         let pad = T::from_f64(fill);
-        for_each_offset(&maps, |i, o| y[i] = o.map_or(pad, |o| x[o]));
+        maps.for_each(|i, o| y[i] = o.map_or(pad, |o| x[o]));
     });
     Ok(())
 }
@@ -554,8 +680,29 @@ pub(super) fn gather_kernel(
 /// output gradient element added into the data element it read.
 fn infer_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let fwd = forward_op(op, attrs)?;
-    axis_maps(fwd, attrs, &s[1], &s[0])?;
+    check_backward(fwd, attrs, &s[1], &s[0])?;
     Ok((vec![s[1].clone()], vec![d[0]]))
+}
+
+/// Checks that an output gradient of shape `ograd` is what `fwd` makes of data of shape `data`,
+/// so that its rules read only inside the data.
+fn check_backward(fwd: &str, attrs: &Attrs, data: &[usize], ograd: &[usize]) -> Result<()> {
+    check_attrs(fwd, attrs)?;
+    let fits = match fwd {
+        // Their output's shape comes from a second input, which the gradient does not see.
+        "broadcast_like" => data.len() == ograd.len() && broadcastable(fwd, data, ograd).is_ok(),
+        "slice_like" => data.len() == ograd.len() && ograd.iter().zip(data).all(|(g, x)| g <= x),
+        _ => out_shape(fwd, attrs, &[data.to_vec()])? == ograd,
+    };
+    match fits {
+        true => Ok(()),
+        false => Err(shape_err(
+            fwd,
+            "ograd",
+            ograd,
+            format!("the shape {fwd} makes of data {data:?}"),
+        )),
+    }
 }
 
 fn forward_op<'a>(op: &str, attrs: &'a Attrs) -> Result<&'a str> {
@@ -573,13 +720,16 @@ fn backward_kernel(
 ) -> KResult {
     let e = |e: NdError| e.to_string();
     let fwd = forward_op(op, attrs).map_err(e)?;
-    let maps = axis_maps(fwd, attrs, &outs[0].shape, &ins[0].shape).map_err(e)?;
+    check_backward(fwd, attrs, &outs[0].shape, &ins[0].shape).map_err(e)?;
+    let maps = rules(fwd, attrs, &outs[0].shape, &ins[0].shape)
+        .and_then(|r| r.offset_maps(fwd))
+        .map_err(e)?;
     crate::with_dtype!(outs[0].dtype, T => {
         // SAFETY: read access to the output gradient, exclusive access to d data (not
         // alias-safe). Accumulated in f64, one pass in output order.
         let (g, dx) = unsafe { (ins[0].slice::<T>(), outs[0].slice_mut::<T>()) };
         let mut acc = vec![0.0f64; dx.len()];
-        for_each_offset(&maps, |i, o| {
+        maps.for_each(|i, o| {
             if let Some(o) = o {
                 acc[o] += g[i].to_f64();
             }
@@ -1164,9 +1314,10 @@ mod tests {
 
     fn offsets(op: &str, attrs: Attrs, x: &[usize]) -> (Vec<usize>, Vec<Option<usize>>) {
         let out = out_shape(op, &attrs, &[x.to_vec()]).unwrap();
-        let maps = axis_maps(op, &attrs, x, &out).unwrap();
+        let maps = rules(op, &attrs, x, &out).unwrap();
+        let maps = maps.offset_maps(op).unwrap();
         let mut seen = vec![];
-        for_each_offset(&maps, |i, o| {
+        maps.for_each(|i, o| {
             assert_eq!(i, seen.len());
             seen.push(o);
         });
@@ -1204,5 +1355,53 @@ mod tests {
         );
         assert_eq!(pad("edge"), [0, 0, 0, 1, 2, 2].map(Some).to_vec());
         assert_eq!(pad("reflect"), [2, 1, 0, 1, 2, 1].map(Some).to_vec());
+    }
+
+    /// The narrow maps (4 bytes an index, for inputs under 2^32 elements) and the wide ones
+    /// read the same offsets, padding included; a rule reading past its input axis is refused
+    /// instead of reading some other element.
+    #[test]
+    fn narrow_and_wide_maps_agree_and_reads_stay_inside_the_input() {
+        let cases = [
+            ("tile", Attrs::new().with("reps", "(2, 1, 3)"), vec![2, 3]),
+            ("repeat", Attrs::new().with("repeats", 3), vec![2, 2]),
+            ("reverse", Attrs::new().with("axis", "(0, 1)"), vec![3, 2]),
+            (
+                "Pad",
+                Attrs::new().with("pad_width", "(1, 2, 0, 1)"),
+                vec![2, 3],
+            ),
+        ];
+        let flat = |maps: &OffsetMaps| {
+            let mut seen = vec![];
+            maps.for_each(|_, o| seen.push(o));
+            seen
+        };
+        for (op, attrs, x) in cases {
+            let out = out_shape(op, &attrs, std::slice::from_ref(&x)).unwrap();
+            let r = rules(op, &attrs, &x, &out).unwrap();
+            let narrow = OffsetMaps::Narrow(r.maps(op).unwrap());
+            let wide = OffsetMaps::Wide(r.maps(op).unwrap());
+            assert_eq!(flat(&narrow), flat(&wide), "{op}");
+            assert!(matches!(r.offset_maps(op).unwrap(), OffsetMaps::Narrow(_)));
+        }
+        // A reverse's output gradient longer than its data: the rule would read index -1.
+        let attrs = Attrs::new().with("axis", 0);
+        let r = rules("reverse", &attrs, &[3], &[4]).unwrap();
+        let e = r.offset_maps("reverse").err().unwrap().to_string();
+        assert!(
+            e.contains("index 3 of an output axis reads past input axis 0, of size 3"),
+            "{e}"
+        );
+        let e = check_backward("reverse", &attrs, &[3], &[4])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("[4]") && e.contains("data [3]"), "{e}");
+        assert!(check_backward("reverse", &attrs, &[3], &[3]).is_ok());
+        let like = Attrs::new();
+        assert!(check_backward("broadcast_like", &like, &[1, 3], &[4, 3]).is_ok());
+        assert!(check_backward("broadcast_like", &like, &[2, 3], &[4, 3]).is_err());
+        assert!(check_backward("slice_like", &like, &[5, 3], &[4, 3]).is_ok());
+        assert!(check_backward("slice_like", &like, &[3, 3], &[4, 3]).is_err());
     }
 }
