@@ -7,7 +7,9 @@
 //!   last, allocates its output and frees its input through the engine), then wait;
 //! * tiny_independent_ns: the same over 64 arrays round-robin (64 independent chains);
 //! * add_gbps: a 1000x1000 f32 `a + b` (3 x 4 MB moved) against `&a + &b` in `ndarray`;
-//! * dot_gflops: a 1024x1024 f32 `dot` against `ndarray`'s `dot`.
+//! * dot_gflops: a 1024x1024 f32 `dot` against `ndarray`'s `dot`;
+//! * reverse_gbps: a 1000x1000 f32 `reverse` along its last axis (2 x 4 MB moved, the gather
+//!   family's CPU loop) against copying `ndarray`'s reversed view.
 //!
 //! Each kernel repetition waits for its result (latency, engine round trip included), so the
 //! output block is recycled while hot, as in the `ndarray` loop; pushing them all before one wait
@@ -110,8 +112,8 @@ fn main() {
         t.elapsed().as_nanos() as f64 / n_tiny as f64
     });
 
-    let (add_gbps, nd_add_gbps, dot_gflops, nd_dot_gflops) = match tiny_only {
-        true => (0.0, 0.0, 0.0, 0.0),
+    let k = match tiny_only {
+        true => Kernels::default(),
         false => kernels(&rt, ctx, quick, reps),
     };
 
@@ -119,10 +121,12 @@ fn main() {
         "tiny_chain_ns": tiny_chain,
         "tiny_inplace_chain_ns": tiny_inplace,
         "tiny_independent_ns": tiny_independent,
-        "add_gbps": add_gbps,
-        "ndarray_add_gbps": nd_add_gbps,
-        "dot_gflops": dot_gflops,
-        "ndarray_dot_gflops": nd_dot_gflops,
+        "add_gbps": k.add_gbps,
+        "ndarray_add_gbps": k.nd_add_gbps,
+        "dot_gflops": k.dot_gflops,
+        "ndarray_dot_gflops": k.nd_dot_gflops,
+        "reverse_gbps": k.reverse_gbps,
+        "ndarray_reverse_gbps": k.nd_reverse_gbps,
         "mxnet_1_9_1_tiny_op_from_python_ns": [17000, 26000],
     });
     if json {
@@ -133,19 +137,31 @@ fn main() {
         if tiny_only {
             return;
         }
-        println!("1000x1000 f32 add:                      {add_gbps:>8.2} GB/s  (ndarray: {nd_add_gbps:.2} GB/s, ratio {:.2})", nd_add_gbps / add_gbps);
-        println!("1024x1024 f32 dot:                      {dot_gflops:>8.2} GFLOP/s (ndarray: {nd_dot_gflops:.2}, ratio {:.2})", nd_dot_gflops / dot_gflops);
+        println!("1000x1000 f32 add:                      {:>8.2} GB/s  (ndarray: {:.2} GB/s, ratio {:.2})", k.add_gbps, k.nd_add_gbps, k.nd_add_gbps / k.add_gbps);
+        println!(
+            "1024x1024 f32 dot:                      {:>8.2} GFLOP/s (ndarray: {:.2}, ratio {:.2})",
+            k.dot_gflops,
+            k.nd_dot_gflops,
+            k.nd_dot_gflops / k.dot_gflops
+        );
+        println!("1000x1000 f32 reverse (last axis):      {:>8.2} GB/s  (ndarray: {:.2} GB/s, ratio {:.2})", k.reverse_gbps, k.nd_reverse_gbps, k.nd_reverse_gbps / k.reverse_gbps);
     }
 }
 
-/// The kernel workloads: GB/s of a 1000x1000 add and GFLOP/s of a 1024x1024 dot, each beside
-/// `ndarray` doing the same in this run.
-fn kernels(
-    rt: &std::sync::Arc<Runtime>,
-    ctx: Context,
-    quick: bool,
-    reps: usize,
-) -> (f64, f64, f64, f64) {
+/// What the kernel workloads measured, each beside `ndarray` doing the same in the same run.
+#[derive(Default)]
+struct Kernels {
+    add_gbps: f64,
+    nd_add_gbps: f64,
+    dot_gflops: f64,
+    nd_dot_gflops: f64,
+    reverse_gbps: f64,
+    nd_reverse_gbps: f64,
+}
+
+/// The kernel workloads: GB/s of a 1000x1000 add, GFLOP/s of a 1024x1024 dot and GB/s of a
+/// 1000x1000 reverse, each beside `ndarray` doing the same in this run.
+fn kernels(rt: &std::sync::Arc<Runtime>, ctx: Context, quick: bool, reps: usize) -> Kernels {
     let ok = |r: ndarray_ops::Result<NDArray>| r.expect("bench op");
     // 1000x1000 f32 add: bytes read and written per op.
     let (m, bytes) = (1000usize, 3.0 * 1000.0 * 1000.0 * 4.0);
@@ -194,5 +210,31 @@ fn kernels(
         }
         flops * dot_reps as f64 / t.elapsed().as_secs_f64() / 1e9
     });
-    (add_gbps, nd_add_gbps, dot_gflops, nd_dot_gflops)
+
+    // Reverse along the last axis: 4 MB read, 4 MB written.
+    let attrs = ndarray_ops::Attrs::new().with("axis", 1);
+    let rev_bytes = 2.0 * (m * m * 4) as f64;
+    let reverse_gbps = best_of(reps, || {
+        let t = Instant::now();
+        for _ in 0..add_reps {
+            let y = ndarray_ops::invoke("reverse", &[&a], &attrs, None).expect("bench op");
+            y[0].wait_to_read().expect("wait");
+        }
+        rev_bytes * add_reps as f64 / t.elapsed().as_secs_f64() / 1e9
+    });
+    let nd_reverse_gbps = best_of(reps, || {
+        let t = Instant::now();
+        for _ in 0..add_reps {
+            std::hint::black_box(pa.slice(ndarray::s![.., ..;-1]).to_owned());
+        }
+        rev_bytes * add_reps as f64 / t.elapsed().as_secs_f64() / 1e9
+    });
+    Kernels {
+        add_gbps,
+        nd_add_gbps,
+        dot_gflops,
+        nd_dot_gflops,
+        reverse_gbps,
+        nd_reverse_gbps,
+    }
 }

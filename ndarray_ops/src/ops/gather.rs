@@ -610,43 +610,185 @@ pub(super) fn infer_gather(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType
 }
 
 impl OffsetMaps {
-    /// Calls `f(output index, input offset or None)` for every output element, in order.
-    fn for_each(&self, f: impl FnMut(usize, Option<usize>)) {
+    /// `y[i] = x[offset of i]`, or `pad` where output element `i` is padding.
+    fn gather<T: Copy>(&self, x: &[T], y: &mut [T], pad: T) {
         match self {
-            OffsetMaps::Narrow(maps) => for_each_offset(maps, f),
-            OffsetMaps::Wide(maps) => for_each_offset(maps, f),
+            OffsetMaps::Narrow(maps) => gather(maps, x, y, pad),
+            OffsetMaps::Wide(maps) => gather(maps, x, y, pad),
+        }
+    }
+
+    /// `acc[offset of i] += g[i]` for every output element `i` that is not padding, in order.
+    fn scatter_add<T: Element>(&self, g: &[T], acc: &mut [f64]) {
+        match self {
+            OffsetMaps::Narrow(maps) => scatter_add(maps, g, acc),
+            OffsetMaps::Wide(maps) => scatter_add(maps, g, acc),
         }
     }
 }
 
-fn for_each_offset<O: Offset>(maps: &[Vec<O>], mut f: impl FnMut(usize, Option<usize>)) {
+fn gather<O: Offset, T: Copy>(maps: &[Vec<O>], x: &[T], y: &mut [T], pad: T) {
+    let runs = maps.last().and_then(|last| runs(last));
+    for_each_row(maps, |i0, base, last| {
+        let row = &mut y[i0..i0 + last.len()];
+        let Some(b) = base else {
+            return row.fill(pad);
+        };
+        let x = &x[b..];
+        let Some(runs) = &runs else {
+            for (v, &o) in row.iter_mut().zip(last) {
+                *v = match o.get() {
+                    Some(o) => x[o],
+                    None => pad,
+                };
+            }
+            return;
+        };
+        for r in runs {
+            let out = &mut row[r.at..r.at + r.len];
+            match r.read {
+                Read::Pad => out.fill(pad),
+                Read::Same(o) => out.fill(x[o]),
+                Read::Up(o) => out.copy_from_slice(&x[o..o + r.len]),
+                Read::Down(o) => {
+                    let src = &x[o + 1 - r.len..=o];
+                    out.iter_mut()
+                        .zip(src.iter().rev())
+                        .for_each(|(v, &s)| *v = s);
+                }
+            }
+        }
+    });
+}
+
+fn scatter_add<O: Offset, T: Element>(maps: &[Vec<O>], g: &[T], acc: &mut [f64]) {
+    let runs = maps.last().and_then(|last| runs(last));
+    for_each_row(maps, |i0, base, last| {
+        let Some(b) = base else { return };
+        let (g, acc) = (&g[i0..i0 + last.len()], &mut acc[b..]);
+        let Some(runs) = &runs else {
+            for (v, &o) in g.iter().zip(last) {
+                if let Some(o) = o.get() {
+                    acc[o] += v.to_f64();
+                }
+            }
+            return;
+        };
+        for r in runs {
+            let g = &g[r.at..r.at + r.len];
+            match r.read {
+                Read::Pad => {}
+                // Added one by one, in output order, as the element loop would.
+                Read::Same(o) => g.iter().for_each(|v| acc[o] += v.to_f64()),
+                Read::Up(o) => {
+                    let dst = &mut acc[o..o + r.len];
+                    dst.iter_mut().zip(g).for_each(|(a, v)| *a += v.to_f64());
+                }
+                Read::Down(o) => {
+                    let dst = &mut acc[o + 1 - r.len..=o];
+                    dst.iter_mut()
+                        .rev()
+                        .zip(g)
+                        .for_each(|(a, v)| *a += v.to_f64());
+                }
+            }
+        }
+    });
+}
+
+/// What a run of a row reads, from the input offset of its first element.
+#[derive(Clone, Copy)]
+enum Read {
+    /// Padding.
+    Pad,
+    /// One element, again and again (a broadcast or repeated axis).
+    Same(usize),
+    /// Consecutive elements, upwards (an unchanged or tiled axis, Pad's middle)...
+    Up(usize),
+    /// ...or downwards (a reversed axis).
+    Down(usize),
+}
+
+/// A stretch of a row whose elements read alike (see [`Read`]), from index `at`.
+struct Run {
+    at: usize,
+    len: usize,
+    read: Read,
+}
+
+/// A row's map cut into runs, when they are few enough (at most a quarter of the row's length)
+/// that copying whole runs beats reading element by element; `None` otherwise (SwapAxis's last
+/// axis, whose offsets step by a stride, or a flattened repeat's runs of two). Counted before
+/// they are kept, so a map of many runs costs no list.
+fn runs<O: Offset>(map: &[O]) -> Option<Vec<Run>> {
+    let most = map.len() / 4;
+    let fits = RunIter { map, k: 0 }.take(most + 1).count() <= most;
+    fits.then(|| RunIter { map, k: 0 }.collect())
+}
+
+/// The runs of a map, in order, each as long as it can be.
+struct RunIter<'m, O> {
+    map: &'m [O],
+    k: usize,
+}
+
+impl<O: Offset> Iterator for RunIter<'_, O> {
+    type Item = Run;
+
+    fn next(&mut self) -> Option<Run> {
+        let first = self.map.get(self.k)?.get();
+        let mut run = Run {
+            at: self.k,
+            len: 1,
+            read: first.map_or(Read::Pad, Read::Same),
+        };
+        for o in self.map[self.k + 1..].iter().map(|o| o.get()) {
+            // The run's read with this element too: the same, or grown from one element into
+            // a direction.
+            let grown = match (run.read, o) {
+                (Read::Pad, None) => Read::Pad,
+                (Read::Same(a), Some(b)) if b == a => Read::Same(a),
+                (Read::Same(a), Some(b)) if run.len == 1 && b == a + 1 => Read::Up(a),
+                (Read::Same(a), Some(b)) if run.len == 1 && b + 1 == a => Read::Down(a),
+                (Read::Up(a), Some(b)) if b == a + run.len => Read::Up(a),
+                (Read::Down(a), Some(b)) if b + run.len == a => Read::Down(a),
+                _ => break,
+            };
+            run.read = grown;
+            run.len += 1;
+        }
+        self.k += run.len;
+        Some(run)
+    }
+}
+
+/// Calls `f(index of the row's first element, the input offset of the row's first element
+/// without the last axis (None: padding), the last axis's map)` for every row of the output
+/// along its last axis, in order; the kernels run their inner loops over the row.
+fn for_each_row<O: Offset>(maps: &[Vec<O>], mut f: impl FnMut(usize, Option<usize>, &[O])) {
     let total: usize = maps.iter().map(Vec::len).product();
     if total == 0 {
         return;
     }
-    if maps.is_empty() {
-        return f(0, Some(0));
-    }
-    let mut idx = vec![0usize; maps.len()];
-    let last = maps.len() - 1;
+    let Some((last, outer)) = maps.split_last() else {
+        // A scalar: one element, at offset 0.
+        return f(0, Some(0), &[O::new(0)]);
+    };
+    let mut idx = vec![0usize; outer.len()];
     let mut i = 0;
     loop {
-        // The offset of the row's first element without the last axis.
-        let base: Option<usize> =
-            (0..last).try_fold(0, |acc, d| maps[d][idx[d]].get().map(|o| acc + o));
-        for &o in &maps[last] {
-            f(i, base.and_then(|b| o.get().map(|o| b + o)));
-            i += 1;
-        }
+        let base = (0..outer.len()).try_fold(0, |acc, d| outer[d][idx[d]].get().map(|o| acc + o));
+        f(i, base, last);
+        i += last.len();
         // Advance the odometer over the axes before the last.
-        let mut d = last;
+        let mut d = outer.len();
         loop {
             if d == 0 {
                 return;
             }
             d -= 1;
             idx[d] += 1;
-            if idx[d] < maps[d].len() {
+            if idx[d] < outer[d].len() {
                 break;
             }
             idx[d] = 0;
@@ -671,7 +813,7 @@ pub(super) fn gather_kernel(
         // data (the op is not alias-safe, so an overlapping input was copied first).
         let (x, y) = unsafe { (ins[0].slice::<T>(), outs[0].slice_mut::<T>()) };
         let pad = T::from_f64(fill);
-        maps.for_each(|i, o| y[i] = o.map_or(pad, |o| x[o]));
+        maps.gather(x, y, pad);
     });
     Ok(())
 }
@@ -729,11 +871,7 @@ fn backward_kernel(
         // alias-safe). Accumulated in f64, one pass in output order.
         let (g, dx) = unsafe { (ins[0].slice::<T>(), outs[0].slice_mut::<T>()) };
         let mut acc = vec![0.0f64; dx.len()];
-        maps.for_each(|i, o| {
-            if let Some(o) = o {
-                acc[o] += g[i].to_f64();
-            }
-        });
+        maps.scatter_add(g, &mut acc);
         for (d, a) in dx.iter_mut().zip(acc) {
             *d = T::from_f64(a);
         }
@@ -1316,12 +1454,25 @@ mod tests {
         let out = out_shape(op, &attrs, &[x.to_vec()]).unwrap();
         let maps = rules(op, &attrs, x, &out).unwrap();
         let maps = maps.offset_maps(op).unwrap();
-        let mut seen = vec![];
-        maps.for_each(|i, o| {
-            assert_eq!(i, seen.len());
-            seen.push(o);
-        });
-        (out, seen)
+        (out, read(&maps, x))
+    }
+
+    /// What each output element reads: the input's offsets gathered, padding as `None`.
+    fn read(maps: &OffsetMaps, x: &[usize]) -> Vec<Option<usize>> {
+        let n: usize = x.iter().product();
+        let iota: Vec<f64> = (0..n).map(|i| i as f64).collect();
+        let mut y = vec![0.0; maps_len(maps)];
+        maps.gather(&iota, &mut y, -1.0);
+        y.iter()
+            .map(|&v| (v >= 0.0).then_some(v as usize))
+            .collect()
+    }
+
+    fn maps_len(maps: &OffsetMaps) -> usize {
+        match maps {
+            OffsetMaps::Narrow(m) => m.iter().map(Vec::len).product(),
+            OffsetMaps::Wide(m) => m.iter().map(Vec::len).product(),
+        }
     }
 
     #[test]
@@ -1357,6 +1508,91 @@ mod tests {
         assert_eq!(pad("reflect"), [2, 1, 0, 1, 2, 1].map(Some).to_vec());
     }
 
+    /// Every output element's offset from the walks' index lists, one element at a time.
+    fn reference(w: &Walks) -> Vec<Option<usize>> {
+        let st = strides(&w.input);
+        let dims: Vec<usize> = w.axes.iter().map(|a| a.index.len()).collect();
+        let n: usize = dims.iter().product();
+        (0..n)
+            .map(|mut i| {
+                let mut at = 0;
+                for (a, &len) in w.axes.iter().zip(&dims).rev() {
+                    let j = a.index[i % len]?;
+                    at += a.from.map_or(0, |f| j * st[f]);
+                    i /= len;
+                }
+                Some(at)
+            })
+            .collect()
+    }
+
+    /// Long rows go through runs (copies, fills, reversed copies); what each output element
+    /// reads, and what each gradient element sums, are the element-by-element reference's.
+    #[test]
+    fn runs_read_and_sum_what_the_elements_would() {
+        let cases = [
+            ("reverse", Attrs::new().with("axis", "(0, 1)"), vec![3, 17]),
+            ("reverse", Attrs::new().with("axis", 0), vec![3, 17]),
+            ("tile", Attrs::new().with("reps", "(2, 3)"), vec![2, 9]),
+            (
+                "repeat",
+                Attrs::new().with("repeats", 5).with("axis", 1),
+                vec![2, 7],
+            ),
+            ("repeat", Attrs::new().with("repeats", 3), vec![4, 6]),
+            (
+                "broadcast_to",
+                Attrs::new().with("shape", "(3, 20)"),
+                vec![3, 1],
+            ),
+            (
+                "broadcast_to",
+                Attrs::new().with("shape", "(4, 20)"),
+                vec![1, 20],
+            ),
+            (
+                "SwapAxis",
+                Attrs::new().with("dim1", 0).with("dim2", 1),
+                vec![20, 3],
+            ),
+            (
+                "UpSampling",
+                Attrs::new().with("scale", 4).with("sample_type", "nearest"),
+                vec![1, 2, 3, 5],
+            ),
+        ];
+        let pads = ["constant", "edge", "reflect"].map(|m| {
+            (
+                "Pad",
+                Attrs::new()
+                    .with("mode", m)
+                    .with("pad_width", "(0, 0, 0, 0, 1, 2, 7, 9)"),
+                vec![1, 2, 3, 12],
+            )
+        });
+        for (op, attrs, x) in cases.into_iter().chain(pads) {
+            let out = out_shape(op, &attrs, std::slice::from_ref(&x)).unwrap();
+            let maps = rules(op, &attrs, &x, &out)
+                .unwrap()
+                .offset_maps(op)
+                .unwrap();
+            let want = reference(&walks(op, &attrs, &x, &out).unwrap());
+            assert_eq!(read(&maps, &x), want, "{op} {attrs:?}");
+            // Gradient: every output element carries its own value, so a term added in the
+            // wrong place shows.
+            let g: Vec<f64> = (0..want.len()).map(|i| 1.0 + i as f64 * 1e-3).collect();
+            let mut acc = vec![0.0; x.iter().product()];
+            maps.scatter_add(&g, &mut acc);
+            let mut expect = vec![0.0; acc.len()];
+            for (i, o) in want.iter().enumerate() {
+                if let Some(o) = o {
+                    expect[*o] += g[i];
+                }
+            }
+            assert_eq!(acc, expect, "{op} gradient");
+        }
+    }
+
     /// The narrow maps (4 bytes an index, for inputs under 2^32 elements) and the wide ones
     /// read the same offsets, padding included; a rule reading past its input axis is refused
     /// instead of reading some other element.
@@ -1372,17 +1608,13 @@ mod tests {
                 vec![2, 3],
             ),
         ];
-        let flat = |maps: &OffsetMaps| {
-            let mut seen = vec![];
-            maps.for_each(|_, o| seen.push(o));
-            seen
-        };
+        let flat = |maps: &OffsetMaps, x: &[usize]| read(maps, x);
         for (op, attrs, x) in cases {
             let out = out_shape(op, &attrs, std::slice::from_ref(&x)).unwrap();
             let r = rules(op, &attrs, &x, &out).unwrap();
             let narrow = OffsetMaps::Narrow(r.maps(op).unwrap());
             let wide = OffsetMaps::Wide(r.maps(op).unwrap());
-            assert_eq!(flat(&narrow), flat(&wide), "{op}");
+            assert_eq!(flat(&narrow, &r.input), flat(&wide, &r.input), "{op}");
             assert!(matches!(r.offset_maps(op).unwrap(), OffsetMaps::Narrow(_)));
         }
         // A reverse's output gradient longer than its data: the rule would read index -1.
