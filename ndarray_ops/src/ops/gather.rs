@@ -251,9 +251,9 @@ fn upsampling_check(op: &str, attrs: &Attrs, x: &[usize]) -> Result<()> {
 /// which read offset 0), its length, and per index along it the input index it reads (`None`:
 /// padding). A rule rather than a list, so that each consumer lays out only what it needs: the
 /// CPU kernels one compact offset per index, the GPU's tables the indices.
-pub(crate) struct AxisRule<'a> {
-    pub(crate) from: Option<usize>,
-    pub(crate) len: usize,
+struct AxisRule<'a> {
+    from: Option<usize>,
+    len: usize,
     index: Box<dyn Fn(usize) -> Option<usize> + 'a>,
 }
 
@@ -261,9 +261,9 @@ pub(crate) struct AxisRule<'a> {
 /// the input flattened) and one [`AxisRule`] per output axis. Every input axis is walked by
 /// exactly one output axis, so an input element's readers are the product of its indices'
 /// preimages (what the GPU's gradient kernel enumerates).
-pub(crate) struct Rules<'a> {
-    pub(crate) input: Vec<usize>,
-    pub(crate) axes: Vec<AxisRule<'a>>,
+struct Rules<'a> {
+    input: Vec<usize>,
+    axes: Vec<AxisRule<'a>>,
 }
 
 impl AxisRule<'_> {
@@ -289,12 +289,7 @@ impl AxisRule<'_> {
 
 /// The rules of the op's gather from data of shape `x` into an output of shape `out` (checked
 /// by `out_shape` for a forward, by [`check_backward`] for a gradient).
-pub(crate) fn rules<'a>(
-    op: &str,
-    attrs: &'a Attrs,
-    x: &[usize],
-    out: &[usize],
-) -> Result<Rules<'a>> {
+fn rules<'a>(op: &str, attrs: &'a Attrs, x: &[usize], out: &[usize]) -> Result<Rules<'a>> {
     type Index<'a> = Box<dyn Fn(usize) -> Option<usize> + 'a>;
     // Output axis `d` walking input axis `a` through `index`.
     let rule = |d: usize, a: usize, index: Index<'a>| AxisRule {
