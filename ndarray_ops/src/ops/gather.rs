@@ -470,17 +470,22 @@ impl Rules<'_> {
     }
 
     fn maps<O: Offset>(&self, op: &str) -> Result<Vec<Vec<O>>> {
+        self.lay_out(op, |stride, j| j.map_or(O::PAD, |j| O::new(j * stride)))
+    }
+
+    /// Per output axis, `f(the stride of the input axis it walks, the index read)` for each
+    /// index along it.
+    fn lay_out<T>(&self, op: &str, f: impl Fn(usize, Option<usize>) -> T) -> Result<Vec<Vec<T>>> {
         let st = strides(&self.input);
         self.axes
             .iter()
             .map(|a| {
                 let stride = a.from.map_or(0, |f| st[f]);
-                let mut map = index_list(op, a.len)?;
+                let mut list = index_list(op, a.len)?;
                 for i in 0..a.len {
-                    let j = a.read(op, &self.input, i)?;
-                    map.push(j.map_or(O::PAD, |j| O::new(j * stride)));
+                    list.push(f(stride, a.read(op, &self.input, i)?));
                 }
-                Ok(map)
+                Ok(list)
             })
             .collect()
     }
@@ -520,23 +525,16 @@ pub(crate) struct Walks {
 #[cfg(any(feature = "cuda", test))]
 pub(crate) fn walks(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Result<Walks> {
     let rules = rules(op, attrs, x, out)?;
-    let axes = rules
-        .axes
-        .iter()
-        .map(|a| {
-            let mut index = index_list(op, a.len)?;
-            for i in 0..a.len {
-                index.push(a.read(op, &rules.input, i)?);
-            }
-            Ok(Walk {
+    let lists = rules.lay_out(op, |_, j| j)?;
+    let axes = rules.axes.iter().zip(lists);
+    Ok(Walks {
+        axes: axes
+            .map(|(a, index)| Walk {
                 from: a.from,
                 index,
             })
-        })
-        .collect::<Result<_>>()?;
-    Ok(Walks {
+            .collect(),
         input: rules.input,
-        axes,
     })
 }
 
