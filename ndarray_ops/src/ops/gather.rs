@@ -9,9 +9,12 @@
 //! (an [`AxisRule`]; `None` is padding). An output element reads the sum of its indices'
 //! offsets, so broadcasting is an axis of zeros, tiling `i % n`, repeating `i / r`, reversing
 //! `n - 1 - i`, swapping axes reading another axis's stride, padding `None` or a clamped or
-//! reflected index. The CPU kernels lay the rules out as one offset per index along each axis,
-//! 4 bytes where the input has fewer than 2^32 elements. The backward op `_backward_gather`
-//! builds the same maps from the data's and the output gradient's shapes and adds each output
+//! reflected index. The CPU kernels walk the output row by row along its last axis: the other
+//! axes laid out as one offset per index (4 bytes where the input has fewer than 2^32
+//! elements), the row as a few runs of copies, fills or reversed copies that the rule gives
+//! without visiting its indices, or as offsets where runs would be short. The backward op
+//! `_backward_gather` builds the same layout from the data's and the output gradient's shapes
+//! and adds each output
 //! gradient element into the input element it read: a broadcast's sum, a tile's sum of tiles,
 //! padding's crop.
 
@@ -247,57 +250,196 @@ fn upsampling_check(op: &str, attrs: &Attrs, x: &[usize]) -> Result<()> {
     Ok(())
 }
 
+/// Which input index an output index reads along one axis (`None`: padding). A closed set of
+/// shapes rather than a closure, so that a long axis can be cut into runs of alike reads
+/// without visiting its indices (see [`Index::run`]).
+#[derive(Clone, Copy, Debug)]
+enum Index {
+    /// `i`: an axis kept as it is.
+    Same,
+    /// `0`: a broadcast axis, or an axis the input lacks (tile's leading ones).
+    Zero,
+    /// `i % n`: a tiled axis of `n`.
+    Wrap(usize),
+    /// `i / r`: each index repeated `r` times (repeat, UpSampling).
+    Div(usize),
+    /// `n - 1 - i`: a reversed axis of `n`.
+    Rev(usize),
+    /// `i - before` inside an axis of `n`; outside it, as `mode` says.
+    Pad {
+        n: usize,
+        before: usize,
+        mode: PadMode,
+    },
+}
+
+/// What Pad reads outside its input.
+#[derive(Clone, Copy, Debug)]
+enum PadMode {
+    /// Nothing: the constant.
+    Constant,
+    /// The edge element.
+    Edge,
+    /// Mirrored about the edge elements, which are not repeated.
+    Reflect,
+}
+
+impl Index {
+    /// The input index read at `i`. (An index past the axis, from shapes that do not belong
+    /// together, comes out past it too, for [`AxisRule::read`] to refuse.)
+    #[inline]
+    fn at(self, i: usize) -> Option<usize> {
+        match self {
+            Index::Same => Some(i),
+            Index::Zero => Some(0),
+            Index::Wrap(n) => Some(i % n),
+            Index::Div(r) => Some(i / r),
+            Index::Rev(n) => Some(n.wrapping_sub(i + 1)),
+            Index::Pad { n, before, mode } => {
+                let j = i as i64 - before as i64;
+                let n = n as i64;
+                let k = match mode {
+                    _ if (0..n).contains(&j) => j,
+                    PadMode::Constant => return None,
+                    // An empty axis has no edge: index 0 then reads past it.
+                    PadMode::Edge => j.clamp(0, (n - 1).max(0)),
+                    PadMode::Reflect if n <= 1 => 0,
+                    PadMode::Reflect => {
+                        let period = 2 * (n - 1);
+                        let m = j.rem_euclid(period);
+                        if m < n {
+                            m
+                        } else {
+                            period - m
+                        }
+                    }
+                };
+                Some(k as usize)
+            }
+        }
+    }
+
+    /// The run that starts at index `i` and takes at most `rest` indices: what it reads (input
+    /// indices, not offsets) and its length, at least 1. Runs need not be the longest
+    /// possible, only read what [`Index::at`] says, index by index.
+    fn run(self, i: usize, rest: usize) -> (Read, usize) {
+        let (read, len) = match self {
+            Index::Same => (Read::Up(i), rest),
+            Index::Zero => (Read::Same(0), rest),
+            Index::Wrap(n) => (Read::Up(i % n), n - i % n),
+            Index::Div(r) => (Read::Same(i / r), r - i % r),
+            Index::Rev(n) => (Read::Down(n.wrapping_sub(i + 1)), rest),
+            Index::Pad { n, before, mode } => {
+                let j = i as i64 - before as i64;
+                let n = n as i64;
+                let (read, len) = match mode {
+                    _ if (0..n).contains(&j) => (Read::Up(j as usize), n - j),
+                    // Before the input up to its first element; after it, to the row's end.
+                    PadMode::Constant if j < 0 => (Read::Pad, -j),
+                    PadMode::Constant => (Read::Pad, i64::MAX),
+                    PadMode::Edge if j < 0 => (Read::Same(0), -j),
+                    PadMode::Edge => (Read::Same((n - 1).max(0) as usize), i64::MAX),
+                    PadMode::Reflect if n <= 1 => (Read::Same(0), i64::MAX),
+                    PadMode::Reflect => {
+                        // Up from 0 to n - 2, then down from n - 1 to 1, and again.
+                        let period = 2 * (n - 1);
+                        match j.rem_euclid(period) {
+                            m if m < n - 1 => (Read::Up(m as usize), n - 1 - m),
+                            m => (Read::Down((period - m) as usize), period - m),
+                        }
+                    }
+                };
+                (read, len as usize)
+            }
+        };
+        (read, len.min(rest))
+    }
+
+    /// At least as many runs as [`Index::run`] cuts an axis of `len` into, from index 0,
+    /// without cutting it.
+    fn most_runs(self, len: usize) -> usize {
+        match self {
+            Index::Same | Index::Zero | Index::Rev(_) => 1,
+            Index::Wrap(n) | Index::Div(n) => len.div_ceil(n),
+            Index::Pad {
+                mode: PadMode::Reflect,
+                n,
+                ..
+            } if n > 1 => len.div_ceil(n - 1) + 2,
+            // Before, inside and after the input.
+            Index::Pad { .. } => 3,
+        }
+    }
+}
+
 /// One output axis of a gather: the input axis it walks (`None`: none, as tile's leading axes,
-/// which read offset 0), its length, and per index along it the input index it reads (`None`:
-/// padding). A rule rather than a list, so that each consumer lays out only what it needs: the
-/// CPU kernels one compact offset per index, the GPU's tables the indices.
-struct AxisRule<'a> {
+/// which read offset 0), its length, and per index along it the input index it reads. A rule
+/// rather than a list, so that each consumer lays out only what it needs: the CPU kernels one
+/// compact offset per index or a few runs, the GPU's tables the indices.
+struct AxisRule {
     from: Option<usize>,
     len: usize,
-    index: Box<dyn Fn(usize) -> Option<usize> + 'a>,
+    index: Index,
 }
 
 /// A gather as axis rules: the input's shape as the rules read it (repeat without an axis reads
 /// the input flattened) and one [`AxisRule`] per output axis. Every input axis is walked by
 /// exactly one output axis, so an input element's readers are the product of its indices'
 /// preimages (what the GPU's gradient kernel enumerates).
-struct Rules<'a> {
+struct Rules {
     input: Vec<usize>,
-    axes: Vec<AxisRule<'a>>,
+    axes: Vec<AxisRule>,
 }
 
-impl AxisRule<'_> {
+impl AxisRule {
+    /// The axis cut into runs of alike reads, in order (see [`Index::run`]).
+    fn runs(&self) -> impl Iterator<Item = Run> + '_ {
+        let mut at = 0;
+        std::iter::from_fn(move || {
+            let (read, len) = self.index.run(at, (at < self.len).then(|| self.len - at)?);
+            at += len;
+            Some(Run {
+                at: at - len,
+                len,
+                read,
+            })
+        })
+    }
+
     /// The input index read at `i`, refused when past the end of the axis it walks (shapes that
     /// do not belong together; checked at bind, so only a kernel handed other shapes sees it).
+    #[inline]
     fn read(&self, op: &str, input: &[usize], i: usize) -> Result<Option<usize>> {
-        let j = (self.index)(i);
-        match (j, self.from) {
-            (Some(j), Some(a)) if j >= input[a] => Err(invalid(
-                op,
-                format!(
-                    "index {i} of an output axis reads past input axis {a}, of size {}",
-                    input[a]
-                ),
-            )),
-            (Some(j), None) if j > 0 => {
-                Err(invalid(op, format!("index {i} of a new axis reads {j}")))
-            }
+        let j = self.index.at(i);
+        let size = self.from.map_or(1, |a| input[a]);
+        match j {
+            Some(j) if j >= size => Err(self.past(op, i, j, size)),
             _ => Ok(j),
+        }
+    }
+
+    #[cold]
+    fn past(&self, op: &str, i: usize, j: usize, size: usize) -> NdError {
+        match self.from {
+            Some(a) => invalid(
+                op,
+                format!("index {i} of an output axis reads past input axis {a}, of size {size}"),
+            ),
+            None => invalid(op, format!("index {i} of a new axis reads {j}")),
         }
     }
 }
 
 /// The rules of the op's gather from data of shape `x` into an output of shape `out` (checked
 /// by `out_shape` for a forward, by [`check_backward`] for a gradient).
-fn rules<'a>(op: &str, attrs: &'a Attrs, x: &[usize], out: &[usize]) -> Result<Rules<'a>> {
-    type Index<'a> = Box<dyn Fn(usize) -> Option<usize> + 'a>;
+fn rules(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Result<Rules> {
     // Output axis `d` walking input axis `a` through `index`.
-    let rule = |d: usize, a: usize, index: Index<'a>| AxisRule {
+    let rule = |d: usize, a: usize, index: Index| AxisRule {
         from: Some(a),
         len: out[d],
         index,
     };
-    let same = |d: usize| rule(d, d, Box::new(Some));
+    let same = |d: usize| rule(d, d, Index::Same);
     let mut input = x.to_vec();
     let axes = match op {
         "broadcast_to" | "broadcast_axis" | "broadcast_like" => {
@@ -305,7 +447,7 @@ fn rules<'a>(op: &str, attrs: &'a Attrs, x: &[usize], out: &[usize]) -> Result<R
             (0..out.len())
                 .map(|d| match x[d] == out[d] {
                     true => same(d),
-                    false => rule(d, d, Box::new(|_| Some(0))),
+                    false => rule(d, d, Index::Zero),
                 })
                 .collect()
         }
@@ -317,12 +459,9 @@ fn rules<'a>(op: &str, attrs: &'a Attrs, x: &[usize], out: &[usize]) -> Result<R
                     None => AxisRule {
                         from: None,
                         len: out[d],
-                        index: Box::new(|_| Some(0)),
+                        index: Index::Zero,
                     },
-                    Some(a) => {
-                        let n = x[a].max(1);
-                        rule(d, a, Box::new(move |i| Some(i % n)))
-                    }
+                    Some(a) => rule(d, a, Index::Wrap(x[a].max(1))),
                 })
                 .collect()
         }
@@ -333,13 +472,13 @@ fn rules<'a>(op: &str, attrs: &'a Attrs, x: &[usize], out: &[usize]) -> Result<R
                 // Flattened: the one output axis walks the contiguous input.
                 None => {
                     input = vec![x.iter().product()];
-                    vec![rule(0, 0, Box::new(move |i| Some(i / r)))]
+                    vec![rule(0, 0, Index::Div(r))]
                 }
                 Some(a) => {
                     let a = norm_axes(op, &[a], x.len())?[0];
                     (0..out.len())
                         .map(|d| match d == a {
-                            true => rule(d, d, Box::new(move |i| Some(i / r))),
+                            true => rule(d, d, Index::Div(r)),
                             false => same(d),
                         })
                         .collect()
@@ -350,12 +489,7 @@ fn rules<'a>(op: &str, attrs: &'a Attrs, x: &[usize], out: &[usize]) -> Result<R
             let axes = norm_axes(op, &attrs.ints(op, "axis")?.unwrap_or_default(), x.len())?;
             (0..out.len())
                 .map(|d| match axes.contains(&d) {
-                    true => {
-                        // An index past the axis (shapes that do not belong together) wraps
-                        // to one that `read` refuses.
-                        let n = x[d];
-                        rule(d, d, Box::new(move |i| Some(n.wrapping_sub(i + 1))))
-                    }
+                    true => rule(d, d, Index::Rev(x[d])),
                     false => same(d),
                 })
                 .collect()
@@ -371,37 +505,21 @@ fn rules<'a>(op: &str, attrs: &'a Attrs, x: &[usize], out: &[usize]) -> Result<R
                     } else {
                         d
                     };
-                    rule(d, from, Box::new(Some))
+                    rule(d, from, Index::Same)
                 })
                 .collect()
         }
         "Pad" => {
             let widths = pad_widths(op, attrs, x.len())?;
-            let mode = attrs.get("mode").unwrap_or("constant");
+            let mode = match attrs.get("mode").unwrap_or("constant") {
+                "edge" => PadMode::Edge,
+                "reflect" => PadMode::Reflect,
+                _ => PadMode::Constant,
+            };
             (0..out.len())
                 .map(|d| {
-                    let (n, before) = (x[d] as i64, widths[d].0 as i64);
-                    let index = move |i: usize| -> Option<usize> {
-                        let j = i as i64 - before;
-                        let k = match mode {
-                            _ if (0..n).contains(&j) => j,
-                            "constant" => return None,
-                            "edge" => j.clamp(0, n - 1),
-                            // Mirrored about the edge elements, which are not repeated.
-                            _ if n == 1 => 0,
-                            _ => {
-                                let period = 2 * (n - 1);
-                                let m = j.rem_euclid(period);
-                                if m < n {
-                                    m
-                                } else {
-                                    period - m
-                                }
-                            }
-                        };
-                        Some(k as usize)
-                    };
-                    rule(d, d, Box::new(index))
+                    let (n, before) = (x[d], widths[d].0);
+                    rule(d, d, Index::Pad { n, before, mode })
                 })
                 .collect()
         }
@@ -409,7 +527,7 @@ fn rules<'a>(op: &str, attrs: &'a Attrs, x: &[usize], out: &[usize]) -> Result<R
             let k = attrs.count(op, "scale", None, POSITIVE_INT)?;
             (0..out.len())
                 .map(|d| match d >= 2 {
-                    true => rule(d, d, Box::new(move |i| Some(i / k))),
+                    true => rule(d, d, Index::Div(k)),
                     false => same(d),
                 })
                 .collect()
@@ -453,40 +571,126 @@ impl Offset for usize {
     }
 }
 
-/// Per output axis, the input offset each index contributes.
-enum OffsetMaps {
-    Narrow(Vec<Vec<u32>>),
-    Wide(Vec<Vec<usize>>),
+/// How the CPU kernels walk a gather's output: row by row along the last axis, each row
+/// starting at the input offset its other indices add up to (`outer`, one offset per index
+/// along each axis but the last), and reading along the row as `row` says.
+struct Layout<O> {
+    outer: Vec<Vec<O>>,
+    row_len: usize,
+    row: Row<O>,
 }
 
-impl Rules<'_> {
-    /// The CPU kernels' maps: one offset per output index along each axis, in the narrowest
-    /// type that holds the input's offsets.
+/// What a row reads, from its first element's input offset.
+enum Row<O> {
+    /// A few runs of alike reads (copies, fills, reversed copies), when there are at most a
+    /// quarter as many as elements...
+    Runs(Vec<Run>),
+    /// ...or else one offset per element (SwapAxis's last axis, whose offsets step by a
+    /// stride, or a flattened repeat's runs of two).
+    Offsets(Vec<O>),
+}
+
+/// [`Layout`] in the narrowest offset type that holds the input's offsets.
+enum OffsetMaps {
+    Narrow(Layout<u32>),
+    Wide(Layout<usize>),
+}
+
+impl Rules {
+    /// The CPU kernels' layout (see [`OffsetMaps`]).
     fn offset_maps(&self, op: &str) -> Result<OffsetMaps> {
         match self.input.iter().product::<usize>() < u32::MAX as usize {
-            true => self.maps(op).map(OffsetMaps::Narrow),
-            false => self.maps(op).map(OffsetMaps::Wide),
+            true => self.layout(op).map(OffsetMaps::Narrow),
+            false => self.layout(op).map(OffsetMaps::Wide),
         }
     }
 
-    fn maps<O: Offset>(&self, op: &str) -> Result<Vec<Vec<O>>> {
-        self.lay_out(op, |stride, j| j.map_or(O::PAD, |j| O::new(j * stride)))
+    fn layout<O: Offset>(&self, op: &str) -> Result<Layout<O>> {
+        let offset = |stride: usize, j: Option<usize>| j.map_or(O::PAD, |j| O::new(j * stride));
+        let st = strides(&self.input);
+        let stride = |a: &AxisRule| a.from.map_or(0, |f| st[f]);
+        let Some((last, outer)) = self.axes.split_last() else {
+            // A scalar: one row of one element, at offset 0.
+            let row = Row::Offsets(vec![O::new(0)]);
+            return Ok(Layout {
+                outer: Vec::new(),
+                row_len: 1,
+                row,
+            });
+        };
+        let outer = outer
+            .iter()
+            .map(|a| self.lay_out_axis(op, a, |j| offset(stride(a), j)))
+            .collect::<Result<_>>()?;
+        let row = match self.row_runs(op, last, stride(last))? {
+            Some(runs) => Row::Runs(runs),
+            None => Row::Offsets(self.lay_out_axis(op, last, |j| offset(stride(last), j))?),
+        };
+        Ok(Layout {
+            outer,
+            row_len: last.len,
+            row,
+        })
     }
 
-    /// Per output axis, `f(the stride of the input axis it walks, the index read)` for each
-    /// index along it.
-    fn lay_out<T>(&self, op: &str, f: impl Fn(usize, Option<usize>) -> T) -> Result<Vec<Vec<T>>> {
-        let st = strides(&self.input);
+    /// `f(the index read)` for each index along one output axis.
+    fn lay_out_axis<T>(
+        &self,
+        op: &str,
+        a: &AxisRule,
+        f: impl Fn(Option<usize>) -> T,
+    ) -> Result<Vec<T>> {
+        let mut list = index_list(op, a.len)?;
+        for i in 0..a.len {
+            list.push(f(a.read(op, &self.input, i)?));
+        }
+        Ok(list)
+    }
+
+    /// The runs of an axis the rows walk with input stride `stride`, when they read
+    /// consecutive offsets (stride 1, or no input axis) and are few enough (see [`Row`]).
+    fn row_runs(&self, op: &str, a: &AxisRule, stride: usize) -> Result<Option<Vec<Run>>> {
+        if a.from.is_some() && stride != 1 || a.index.most_runs(a.len) > a.len / 4 {
+            return Ok(None);
+        }
+        a.runs()
+            .map(|r| self.check(op, a, r))
+            .collect::<Result<_>>()
+            .map(Some)
+    }
+
+    /// `run`, once it is known to read inside the input axis its rule walks.
+    fn check(&self, op: &str, a: &AxisRule, run: Run) -> Result<Run> {
+        let size = a.from.map_or(1, |f| self.input[f]);
+        let inside = match run.read {
+            Read::Pad => true,
+            Read::Same(j) => j < size,
+            Read::Up(j) => j.checked_add(run.len).is_some_and(|end| end <= size),
+            Read::Down(j) => j < size && run.len <= j + 1,
+        };
+        if !inside {
+            // The index that reads outside, for the error.
+            for i in run.at..run.at + run.len {
+                a.read(op, &self.input, i)?;
+            }
+            return Err(invalid(
+                op,
+                format!(
+                    "the {} indices from {} read outside their input axis",
+                    run.len, run.at
+                ),
+            ));
+        }
+        Ok(run)
+    }
+
+    /// Per output axis, `f(the index read)` for each index along it.
+    #[cfg(any(feature = "cuda", test))]
+    fn lay_out<T>(&self, op: &str, f: impl Fn(Option<usize>) -> T) -> Result<Vec<Vec<T>>> {
+        let f = &f;
         self.axes
             .iter()
-            .map(|a| {
-                let stride = a.from.map_or(0, |f| st[f]);
-                let mut list = index_list(op, a.len)?;
-                for i in 0..a.len {
-                    list.push(f(stride, a.read(op, &self.input, i)?));
-                }
-                Ok(list)
-            })
+            .map(|a| self.lay_out_axis(op, a, f))
             .collect()
     }
 }
@@ -525,7 +729,7 @@ pub(crate) struct Walks {
 #[cfg(any(feature = "cuda", test))]
 pub(crate) fn walks(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Result<Walks> {
     let rules = rules(op, attrs, x, out)?;
-    let lists = rules.lay_out(op, |_, j| j)?;
+    let lists = rules.lay_out(op, |j| j)?;
     let axes = rules.axes.iter().zip(lists);
     Ok(Walks {
         axes: axes
@@ -606,91 +810,129 @@ impl OffsetMaps {
     /// `y[i] = x[offset of i]`, or `pad` where output element `i` is padding.
     fn gather<T: Copy>(&self, x: &[T], y: &mut [T], pad: T) {
         match self {
-            OffsetMaps::Narrow(maps) => gather(maps, x, y, pad),
-            OffsetMaps::Wide(maps) => gather(maps, x, y, pad),
+            OffsetMaps::Narrow(l) => l.gather(x, y, pad),
+            OffsetMaps::Wide(l) => l.gather(x, y, pad),
         }
     }
 
     /// `acc[offset of i] += g[i]` for every output element `i` that is not padding, in order.
     fn scatter_add<T: Element>(&self, g: &[T], acc: &mut [f64]) {
         match self {
-            OffsetMaps::Narrow(maps) => scatter_add(maps, g, acc),
-            OffsetMaps::Wide(maps) => scatter_add(maps, g, acc),
+            OffsetMaps::Narrow(l) => l.scatter_add(g, acc),
+            OffsetMaps::Wide(l) => l.scatter_add(g, acc),
         }
     }
 }
 
-fn gather<O: Offset, T: Copy>(maps: &[Vec<O>], x: &[T], y: &mut [T], pad: T) {
-    let runs = maps.last().and_then(|last| runs(last));
-    for_each_row(maps, |i0, base, last| {
-        let row = &mut y[i0..i0 + last.len()];
-        let Some(b) = base else {
-            return row.fill(pad);
-        };
-        let x = &x[b..];
-        let Some(runs) = &runs else {
-            for (v, &o) in row.iter_mut().zip(last) {
-                *v = match o.get() {
-                    Some(o) => x[o],
-                    None => pad,
-                };
-            }
-            return;
-        };
-        for r in runs {
-            let out = &mut row[r.at..r.at + r.len];
-            match r.read {
-                Read::Pad => out.fill(pad),
-                Read::Same(o) => out.fill(x[o]),
-                Read::Up(o) => out.copy_from_slice(&x[o..o + r.len]),
-                Read::Down(o) => {
-                    let src = &x[o + 1 - r.len..=o];
-                    out.iter_mut()
-                        .zip(src.iter().rev())
-                        .for_each(|(v, &s)| *v = s);
+impl<O: Offset> Layout<O> {
+    fn gather<T: Copy>(&self, x: &[T], y: &mut [T], pad: T) {
+        self.for_each_row(|i0, base| {
+            let row = &mut y[i0..i0 + self.row_len];
+            let Some(b) = base else {
+                return row.fill(pad);
+            };
+            let x = &x[b..];
+            let runs = match &self.row {
+                Row::Runs(runs) => runs,
+                Row::Offsets(map) => {
+                    for (v, &o) in row.iter_mut().zip(map) {
+                        *v = match o.get() {
+                            Some(o) => x[o],
+                            None => pad,
+                        };
+                    }
+                    return;
                 }
+            };
+            for r in runs {
+                let out = &mut row[r.at..r.at + r.len];
+                match r.read {
+                    Read::Pad => out.fill(pad),
+                    Read::Same(o) => out.fill(x[o]),
+                    Read::Up(o) => out.copy_from_slice(&x[o..o + r.len]),
+                    Read::Down(o) => {
+                        let src = &x[o + 1 - r.len..=o];
+                        out.iter_mut()
+                            .zip(src.iter().rev())
+                            .for_each(|(v, &s)| *v = s);
+                    }
+                }
+            }
+        });
+    }
+
+    fn scatter_add<T: Element>(&self, g: &[T], acc: &mut [f64]) {
+        self.for_each_row(|i0, base| {
+            let Some(b) = base else { return };
+            let (g, acc) = (&g[i0..i0 + self.row_len], &mut acc[b..]);
+            let runs = match &self.row {
+                Row::Runs(runs) => runs,
+                Row::Offsets(map) => {
+                    for (v, &o) in g.iter().zip(map) {
+                        if let Some(o) = o.get() {
+                            acc[o] += v.to_f64();
+                        }
+                    }
+                    return;
+                }
+            };
+            for r in runs {
+                let g = &g[r.at..r.at + r.len];
+                match r.read {
+                    Read::Pad => {}
+                    // Added one by one, in output order, as the element loop would.
+                    Read::Same(o) => g.iter().for_each(|v| acc[o] += v.to_f64()),
+                    Read::Up(o) => {
+                        let dst = &mut acc[o..o + r.len];
+                        dst.iter_mut().zip(g).for_each(|(a, v)| *a += v.to_f64());
+                    }
+                    Read::Down(o) => {
+                        let dst = &mut acc[o + 1 - r.len..=o];
+                        dst.iter_mut()
+                            .rev()
+                            .zip(g)
+                            .for_each(|(a, v)| *a += v.to_f64());
+                    }
+                }
+            }
+        });
+    }
+
+    /// Calls `f(index of the row's first element, the input offset of the row's first element
+    /// (None: padding))` for every row of the output, in order; the kernels run their inner
+    /// loops over the row.
+    fn for_each_row(&self, mut f: impl FnMut(usize, Option<usize>)) {
+        let outer = &self.outer;
+        if self.row_len == 0 || outer.iter().any(Vec::is_empty) {
+            return;
+        }
+        let mut idx = vec![0usize; outer.len()];
+        let mut i = 0;
+        loop {
+            let base =
+                (0..outer.len()).try_fold(0, |acc, d| outer[d][idx[d]].get().map(|o| acc + o));
+            f(i, base);
+            i += self.row_len;
+            // Advance the odometer over the axes before the last.
+            let mut d = outer.len();
+            loop {
+                if d == 0 {
+                    return;
+                }
+                d -= 1;
+                idx[d] += 1;
+                if idx[d] < outer[d].len() {
+                    break;
+                }
+                idx[d] = 0;
             }
         }
-    });
+    }
 }
 
-fn scatter_add<O: Offset, T: Element>(maps: &[Vec<O>], g: &[T], acc: &mut [f64]) {
-    let runs = maps.last().and_then(|last| runs(last));
-    for_each_row(maps, |i0, base, last| {
-        let Some(b) = base else { return };
-        let (g, acc) = (&g[i0..i0 + last.len()], &mut acc[b..]);
-        let Some(runs) = &runs else {
-            for (v, &o) in g.iter().zip(last) {
-                if let Some(o) = o.get() {
-                    acc[o] += v.to_f64();
-                }
-            }
-            return;
-        };
-        for r in runs {
-            let g = &g[r.at..r.at + r.len];
-            match r.read {
-                Read::Pad => {}
-                // Added one by one, in output order, as the element loop would.
-                Read::Same(o) => g.iter().for_each(|v| acc[o] += v.to_f64()),
-                Read::Up(o) => {
-                    let dst = &mut acc[o..o + r.len];
-                    dst.iter_mut().zip(g).for_each(|(a, v)| *a += v.to_f64());
-                }
-                Read::Down(o) => {
-                    let dst = &mut acc[o + 1 - r.len..=o];
-                    dst.iter_mut()
-                        .rev()
-                        .zip(g)
-                        .for_each(|(a, v)| *a += v.to_f64());
-                }
-            }
-        }
-    });
-}
-
-/// What a run of a row reads, from the input offset of its first element.
-#[derive(Clone, Copy)]
+/// What a run of a row reads, from the input offset of its first element (from the input
+/// index, as [`Index::run`] gives it).
+#[derive(Clone, Copy, Debug)]
 enum Read {
     /// Padding.
     Pad,
@@ -707,86 +949,6 @@ struct Run {
     at: usize,
     len: usize,
     read: Read,
-}
-
-/// A row's map cut into runs, when they are few enough (at most a quarter of the row's length)
-/// that copying whole runs beats reading element by element; `None` otherwise (SwapAxis's last
-/// axis, whose offsets step by a stride, or a flattened repeat's runs of two). Counted before
-/// they are kept, so a map of many runs costs no list.
-fn runs<O: Offset>(map: &[O]) -> Option<Vec<Run>> {
-    let most = map.len() / 4;
-    let fits = RunIter { map, k: 0 }.take(most + 1).count() <= most;
-    fits.then(|| RunIter { map, k: 0 }.collect())
-}
-
-/// The runs of a map, in order, each as long as it can be.
-struct RunIter<'m, O> {
-    map: &'m [O],
-    k: usize,
-}
-
-impl<O: Offset> Iterator for RunIter<'_, O> {
-    type Item = Run;
-
-    fn next(&mut self) -> Option<Run> {
-        let first = self.map.get(self.k)?.get();
-        let mut run = Run {
-            at: self.k,
-            len: 1,
-            read: first.map_or(Read::Pad, Read::Same),
-        };
-        for o in self.map[self.k + 1..].iter().map(|o| o.get()) {
-            // The run's read with this element too: the same, or grown from one element into
-            // a direction.
-            let grown = match (run.read, o) {
-                (Read::Pad, None) => Read::Pad,
-                (Read::Same(a), Some(b)) if b == a => Read::Same(a),
-                (Read::Same(a), Some(b)) if run.len == 1 && b == a + 1 => Read::Up(a),
-                (Read::Same(a), Some(b)) if run.len == 1 && b + 1 == a => Read::Down(a),
-                (Read::Up(a), Some(b)) if b == a + run.len => Read::Up(a),
-                (Read::Down(a), Some(b)) if b + run.len == a => Read::Down(a),
-                _ => break,
-            };
-            run.read = grown;
-            run.len += 1;
-        }
-        self.k += run.len;
-        Some(run)
-    }
-}
-
-/// Calls `f(index of the row's first element, the input offset of the row's first element
-/// without the last axis (None: padding), the last axis's map)` for every row of the output
-/// along its last axis, in order; the kernels run their inner loops over the row.
-fn for_each_row<O: Offset>(maps: &[Vec<O>], mut f: impl FnMut(usize, Option<usize>, &[O])) {
-    let total: usize = maps.iter().map(Vec::len).product();
-    if total == 0 {
-        return;
-    }
-    let Some((last, outer)) = maps.split_last() else {
-        // A scalar: one element, at offset 0.
-        return f(0, Some(0), &[O::new(0)]);
-    };
-    let mut idx = vec![0usize; outer.len()];
-    let mut i = 0;
-    loop {
-        let base = (0..outer.len()).try_fold(0, |acc, d| outer[d][idx[d]].get().map(|o| acc + o));
-        f(i, base, last);
-        i += last.len();
-        // Advance the odometer over the axes before the last.
-        let mut d = outer.len();
-        loop {
-            if d == 0 {
-                return;
-            }
-            d -= 1;
-            idx[d] += 1;
-            if idx[d] < outer[d].len() {
-                break;
-            }
-            idx[d] = 0;
-        }
-    }
 }
 
 pub(super) fn gather_kernel(
@@ -1463,8 +1625,62 @@ mod tests {
 
     fn maps_len(maps: &OffsetMaps) -> usize {
         match maps {
-            OffsetMaps::Narrow(m) => m.iter().map(Vec::len).product(),
-            OffsetMaps::Wide(m) => m.iter().map(Vec::len).product(),
+            OffsetMaps::Narrow(l) => l.len(),
+            OffsetMaps::Wide(l) => l.len(),
+        }
+    }
+
+    impl<O> Layout<O> {
+        fn len(&self) -> usize {
+            self.outer.iter().map(Vec::len).product::<usize>() * self.row_len
+        }
+    }
+
+    /// A run read index by index is what [`Index::at`] reads there, for every rule shape,
+    /// from every start and with rows shorter and longer than the axis.
+    #[test]
+    fn index_runs_read_what_at_says() {
+        let mut rules = vec![Index::Same, Index::Zero];
+        for n in 0..6 {
+            rules.extend([Index::Wrap(n.max(1)), Index::Div(n.max(1)), Index::Rev(n)]);
+            for before in 0..8 {
+                for mode in [PadMode::Constant, PadMode::Edge, PadMode::Reflect] {
+                    rules.push(Index::Pad { n, before, mode });
+                }
+            }
+        }
+        for index in rules {
+            for len in 1..24 {
+                assert!(
+                    AxisRule {
+                        from: None,
+                        len,
+                        index
+                    }
+                    .runs()
+                    .count()
+                        <= index.most_runs(len)
+                );
+                for start in 0..len {
+                    let (read, n) = index.run(start, len - start);
+                    assert!((1..=len - start).contains(&n));
+                    for k in 0..n {
+                        let got = match read {
+                            Read::Pad => None,
+                            Read::Same(j) => Some(j),
+                            Read::Up(j) => Some(j + k),
+                            Read::Down(j) => j.checked_sub(k),
+                        };
+                        let want = index.at(start + k);
+                        // A reversed axis read past its end wraps; a run reading below 0
+                        // is refused by the same check (see `Rules::check`).
+                        if want.is_some_and(|w| w > 1 << 32) {
+                            continue;
+                        }
+                        assert_eq!(got, want, "{index:?}: run {k} from {start} of {len}");
+                    }
+                }
+            }
         }
     }
 
@@ -1569,6 +1785,15 @@ mod tests {
                 .unwrap()
                 .offset_maps(op)
                 .unwrap();
+            let OffsetMaps::Narrow(layout) = &maps else {
+                panic!("{op}: wide offsets for a small input")
+            };
+            // Only SwapAxis (a strided row) and the flattened repeat of 3 (runs too short)
+            // read their rows element by element.
+            let flat_repeat = op == "repeat" && attrs.get("axis").is_none();
+            let by_elements = op == "SwapAxis" || flat_repeat;
+            let runs = matches!(layout.row, Row::Runs(_));
+            assert_eq!(runs, !by_elements, "{op} {attrs:?}");
             let want = reference(&walks(op, &attrs, &x, &out).unwrap());
             assert_eq!(read(&maps, &x), want, "{op} {attrs:?}");
             // Gradient: every output element carries its own value, so a term added in the
@@ -1605,8 +1830,8 @@ mod tests {
         for (op, attrs, x) in cases {
             let out = out_shape(op, &attrs, std::slice::from_ref(&x)).unwrap();
             let r = rules(op, &attrs, &x, &out).unwrap();
-            let narrow = OffsetMaps::Narrow(r.maps(op).unwrap());
-            let wide = OffsetMaps::Wide(r.maps(op).unwrap());
+            let narrow = OffsetMaps::Narrow(r.layout(op).unwrap());
+            let wide = OffsetMaps::Wide(r.layout(op).unwrap());
             assert_eq!(flat(&narrow, &r.input), flat(&wide, &r.input), "{op}");
             assert!(matches!(r.offset_maps(op).unwrap(), OffsetMaps::Narrow(_)));
         }
