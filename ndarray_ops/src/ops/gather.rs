@@ -355,6 +355,19 @@ impl Index {
         (read, len.min(rest))
     }
 
+    /// Whether no two of an axis's `len` indices read the same input index.
+    fn injective(self, len: usize) -> bool {
+        match self {
+            Index::Same | Index::Rev(_) => true,
+            Index::Zero => len <= 1,
+            Index::Wrap(n) => len <= n,
+            Index::Div(r) => r == 1 || len <= 1,
+            Index::Pad { n, before, mode } => {
+                matches!(mode, PadMode::Constant) || before == 0 && len <= n
+            }
+        }
+    }
+
     /// At least as many runs as [`Index::run`] cuts an axis of `len` into, from index 0,
     /// without cutting it.
     fn most_runs(self, len: usize) -> usize {
@@ -597,6 +610,12 @@ enum OffsetMaps {
 }
 
 impl Rules {
+    /// Whether every input element is read by one output element at most (a gradient then
+    /// needs no sums).
+    fn injective(&self) -> bool {
+        self.axes.iter().all(|a| a.index.injective(a.len))
+    }
+
     /// The CPU kernels' layout (see [`OffsetMaps`]).
     fn offset_maps(&self, op: &str) -> Result<OffsetMaps> {
         match self.input.iter().product::<usize>() < u32::MAX as usize {
@@ -815,11 +834,12 @@ impl OffsetMaps {
         }
     }
 
-    /// `acc[offset of i] += g[i]` for every output element `i` that is not padding, in order.
-    fn scatter_add<T: Element>(&self, g: &[T], acc: &mut [f64]) {
+    /// `put(&mut acc[offset of i], g[i])` for every output element `i` that is not padding,
+    /// in order.
+    fn scatter<T: Copy, A>(&self, g: &[T], acc: &mut [A], put: impl Fn(&mut A, T)) {
         match self {
-            OffsetMaps::Narrow(l) => l.scatter_add(g, acc),
-            OffsetMaps::Wide(l) => l.scatter_add(g, acc),
+            OffsetMaps::Narrow(l) => l.scatter(g, acc, put),
+            OffsetMaps::Wide(l) => l.scatter(g, acc, put),
         }
     }
 }
@@ -861,16 +881,16 @@ impl<O: Offset> Layout<O> {
         });
     }
 
-    fn scatter_add<T: Element>(&self, g: &[T], acc: &mut [f64]) {
+    fn scatter<T: Copy, A>(&self, g: &[T], acc: &mut [A], put: impl Fn(&mut A, T)) {
         self.for_each_row(|i0, base| {
             let Some(b) = base else { return };
             let (g, acc) = (&g[i0..i0 + self.row_len], &mut acc[b..]);
             let runs = match &self.row {
                 Row::Runs(runs) => runs,
                 Row::Offsets(map) => {
-                    for (v, &o) in g.iter().zip(map) {
+                    for (&v, &o) in g.iter().zip(map) {
                         if let Some(o) = o.get() {
-                            acc[o] += v.to_f64();
+                            put(&mut acc[o], v);
                         }
                     }
                     return;
@@ -880,18 +900,15 @@ impl<O: Offset> Layout<O> {
                 let g = &g[r.at..r.at + r.len];
                 match r.read {
                     Read::Pad => {}
-                    // Added one by one, in output order, as the element loop would.
-                    Read::Same(o) => g.iter().for_each(|v| acc[o] += v.to_f64()),
+                    // One by one, in output order, as the element loop would.
+                    Read::Same(o) => g.iter().for_each(|&v| put(&mut acc[o], v)),
                     Read::Up(o) => {
                         let dst = &mut acc[o..o + r.len];
-                        dst.iter_mut().zip(g).for_each(|(a, v)| *a += v.to_f64());
+                        dst.iter_mut().zip(g).for_each(|(a, &v)| put(a, v));
                     }
                     Read::Down(o) => {
                         let dst = &mut acc[o + 1 - r.len..=o];
-                        dst.iter_mut()
-                            .rev()
-                            .zip(g)
-                            .for_each(|(a, v)| *a += v.to_f64());
+                        dst.iter_mut().rev().zip(g).for_each(|(a, &v)| put(a, v));
                     }
                 }
             }
@@ -1018,17 +1035,23 @@ fn backward_kernel(
     let e = |e: NdError| e.to_string();
     let fwd = forward_op(op, attrs).map_err(e)?;
     check_backward(fwd, attrs, &outs[0].shape, &ins[0].shape).map_err(e)?;
-    let maps = rules(fwd, attrs, &outs[0].shape, &ins[0].shape)
-        .and_then(|r| r.offset_maps(fwd))
-        .map_err(e)?;
+    let rules = rules(fwd, attrs, &outs[0].shape, &ins[0].shape).map_err(e)?;
+    let maps = rules.offset_maps(fwd).map_err(e)?;
     crate::with_dtype!(outs[0].dtype, T => {
         // SAFETY: read access to the output gradient, exclusive access to d data (not
-        // alias-safe). Accumulated in f64, one pass in output order.
+        // alias-safe).
         let (g, dx) = unsafe { (ins[0].slice::<T>(), outs[0].slice_mut::<T>()) };
-        let mut acc = vec![0.0f64; dx.len()];
-        maps.scatter_add(g, &mut acc);
-        for (d, a) in dx.iter_mut().zip(acc) {
-            *d = T::from_f64(a);
+        if rules.injective() {
+            // Each data element's gradient is one output gradient element or none.
+            dx.fill(T::default());
+            maps.scatter(g, dx, |d, v| *d = v);
+        } else {
+            // Sums accumulated in f64, one pass in output order.
+            let mut acc = vec![0.0f64; dx.len()];
+            maps.scatter(g, &mut acc, |a, v: T| *a += v.to_f64());
+            for (d, a) in dx.iter_mut().zip(acc) {
+                *d = T::from_f64(a);
+            }
         }
     });
     Ok(())
@@ -1661,6 +1684,17 @@ mod tests {
                     .count()
                         <= index.most_runs(len)
                 );
+                let mut read: Vec<usize> = (0..len).filter_map(|i| index.at(i)).collect();
+                let n = read.len();
+                read.sort_unstable();
+                read.dedup();
+                // Pad's output axis holds the input axis (not empty) and its padding.
+                let real = match index {
+                    Index::Pad { n, before, .. } => n > 0 && len >= before + n,
+                    _ => true,
+                };
+                let distinct = read.len() == n;
+                assert!(!real || index.injective(len) == distinct, "{index:?} {len}");
                 for start in 0..len {
                     let (read, n) = index.run(start, len - start);
                     assert!((1..=len - start).contains(&n));
@@ -1795,12 +1829,16 @@ mod tests {
             let runs = matches!(layout.row, Row::Runs(_));
             assert_eq!(runs, !by_elements, "{op} {attrs:?}");
             let want = reference(&walks(op, &attrs, &x, &out).unwrap());
+            let mut readers = vec![0; x.iter().product()];
+            want.iter().flatten().for_each(|&o| readers[o] += 1);
+            let injective = rules(op, &attrs, &x, &out).unwrap().injective();
+            assert_eq!(injective, readers.iter().all(|&n| n <= 1), "{op} {attrs:?}");
             assert_eq!(read(&maps, &x), want, "{op} {attrs:?}");
             // Gradient: every output element carries its own value, so a term added in the
             // wrong place shows.
             let g: Vec<f64> = (0..want.len()).map(|i| 1.0 + i as f64 * 1e-3).collect();
             let mut acc = vec![0.0; x.iter().product()];
-            maps.scatter_add(&g, &mut acc);
+            maps.scatter(&g, &mut acc, |a, v| *a += v);
             let mut expect = vec![0.0; acc.len()];
             for (i, o) in want.iter().enumerate() {
                 if let Some(o) = o {
