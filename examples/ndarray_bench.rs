@@ -9,7 +9,10 @@
 //! * add_gbps: a 1000x1000 f32 `a + b` (3 x 4 MB moved) against `&a + &b` in `ndarray`;
 //! * dot_gflops: a 1024x1024 f32 `dot` against `ndarray`'s `dot`;
 //! * reverse_gbps: a 1000x1000 f32 `reverse` along its last axis (2 x 4 MB moved, the gather
-//!   family's CPU loop) against copying `ndarray`'s reversed view.
+//!   family's CPU loop) against copying `ndarray`'s reversed view;
+//! * transpose_gbps: a 1000x1000 f32 `transpose` (2 x 4 MB moved) and heads_transpose_gbps: a
+//!   (32, 128, 8, 64) f32 `transpose` with axes (0, 2, 1, 3) (attention's split into heads,
+//!   2 x 8 MB), each against `ndarray`'s permuted view copied into standard layout.
 //!
 //! Each kernel repetition waits for its result (latency, engine round trip included), so the
 //! output block is recycled while hot, as in the `ndarray` loop; pushing them all before one wait
@@ -127,6 +130,10 @@ fn main() {
         "ndarray_dot_gflops": k.nd_dot_gflops,
         "reverse_gbps": k.reverse_gbps,
         "ndarray_reverse_gbps": k.nd_reverse_gbps,
+        "transpose_gbps": k.transpose.0,
+        "ndarray_transpose_gbps": k.transpose.1,
+        "heads_transpose_gbps": k.heads_transpose.0,
+        "ndarray_heads_transpose_gbps": k.heads_transpose.1,
         "mxnet_1_9_1_tiny_op_from_python_ns": [17000, 26000],
     });
     if json {
@@ -145,6 +152,15 @@ fn main() {
             k.nd_dot_gflops / k.dot_gflops
         );
         println!("1000x1000 f32 reverse (last axis):      {:>8.2} GB/s  (ndarray: {:.2} GB/s, ratio {:.2})", k.reverse_gbps, k.nd_reverse_gbps, k.nd_reverse_gbps / k.reverse_gbps);
+        for (name, (ours, nd)) in [
+            ("1000x1000 f32 transpose:               ", k.transpose),
+            ("(32,128,8,64) f32 transpose (0,2,1,3): ", k.heads_transpose),
+        ] {
+            println!(
+                "{name}{ours:>8.2} GB/s  (ndarray: {nd:.2} GB/s, ratio {:.2})",
+                nd / ours
+            );
+        }
     }
 }
 
@@ -157,10 +173,13 @@ struct Kernels {
     nd_dot_gflops: f64,
     reverse_gbps: f64,
     nd_reverse_gbps: f64,
+    /// (ours, `ndarray`'s), GB/s.
+    transpose: (f64, f64),
+    heads_transpose: (f64, f64),
 }
 
-/// The kernel workloads: GB/s of a 1000x1000 add, GFLOP/s of a 1024x1024 dot and GB/s of a
-/// 1000x1000 reverse, each beside `ndarray` doing the same in this run.
+/// The kernel workloads: GB/s of a 1000x1000 add, GFLOP/s of a 1024x1024 dot, GB/s of a
+/// 1000x1000 reverse and of two transposes, each beside `ndarray` doing the same in this run.
 fn kernels(rt: &std::sync::Arc<Runtime>, ctx: Context, quick: bool, reps: usize) -> Kernels {
     let ok = |r: ndarray_ops::Result<NDArray>| r.expect("bench op");
     // 1000x1000 f32 add: bytes read and written per op.
@@ -229,6 +248,35 @@ fn kernels(rt: &std::sync::Arc<Runtime>, ctx: Context, quick: bool, reps: usize)
         }
         rev_bytes * add_reps as f64 / t.elapsed().as_secs_f64() / 1e9
     });
+    // Transposes: the array read once and written once, ours beside `ndarray`'s permuted view
+    // copied into standard layout.
+    let transpose = |shape: &[usize], axes: &[usize], n_reps: usize| {
+        let len: usize = shape.iter().product();
+        let plain = ndarray::ArrayD::from_shape_fn(ndarray::IxDyn(shape), |i| i[0] as f32);
+        let x = ok(rt.from_array(&plain, ctx));
+        let attrs = ndarray_ops::Attrs::new().with(
+            "axes",
+            format!("{axes:?}").replace('[', "(").replace(']', ")"),
+        );
+        let bytes = 2.0 * (len * 4 * n_reps) as f64;
+        let ours = best_of(reps, || {
+            let t = Instant::now();
+            for _ in 0..n_reps {
+                let y = ndarray_ops::invoke("transpose", &[&x], &attrs, None).expect("bench op");
+                y[0].wait_to_read().expect("wait");
+            }
+            bytes / t.elapsed().as_secs_f64() / 1e9
+        });
+        let nd = best_of(reps, || {
+            let t = Instant::now();
+            for _ in 0..n_reps {
+                let v = plain.view().permuted_axes(ndarray::IxDyn(axes));
+                std::hint::black_box(v.as_standard_layout().into_owned());
+            }
+            bytes / t.elapsed().as_secs_f64() / 1e9
+        });
+        (ours, nd)
+    };
     Kernels {
         add_gbps,
         nd_add_gbps,
@@ -236,5 +284,7 @@ fn kernels(rt: &std::sync::Arc<Runtime>, ctx: Context, quick: bool, reps: usize)
         nd_dot_gflops,
         reverse_gbps,
         nd_reverse_gbps,
+        transpose: transpose(&[m, m], &[1, 0], add_reps),
+        heads_transpose: transpose(&[32, 128, 8, 64], &[0, 2, 1, 3], add_reps / 2),
     }
 }

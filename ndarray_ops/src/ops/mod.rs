@@ -21,6 +21,7 @@ mod nn;
 mod norm;
 mod par;
 mod param_shapes;
+mod permute;
 mod reduce;
 pub(crate) mod rnn;
 mod roi;

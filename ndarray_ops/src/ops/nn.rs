@@ -339,11 +339,8 @@ fn transpose_kernel(
     let axes = transpose_axes(op, attrs, ins[0].shape.len()).map_err(e2s)?;
     crate::with_dtype!(outs[0].dtype, T => {
         // SAFETY: read access to the input; exclusive access to the disjoint output.
-        let x = unsafe { ArrayViewD::from_shape_ptr(IxDyn(&ins[0].shape), ins[0].ptr::<T>() as *const T) };
-        let out = unsafe { outs[0].slice_mut::<T>() };
-        for (o, v) in out.iter_mut().zip(x.permuted_axes(IxDyn(&axes)).iter()) {
-            *o = *v;
-        }
+        let (x, out) = unsafe { (ins[0].slice::<T>(), outs[0].slice_mut::<T>()) };
+        super::permute::permute(x, &ins[0].shape, &axes, out);
     });
     Ok(())
 }
