@@ -12,7 +12,9 @@
 //!   family's CPU loop) against copying `ndarray`'s reversed view;
 //! * transpose_gbps: a 1000x1000 f32 `transpose` (2 x 4 MB moved) and heads_transpose_gbps: a
 //!   (32, 128, 8, 64) f32 `transpose` with axes (0, 2, 1, 3) (attention's split into heads,
-//!   2 x 8 MB), each against `ndarray`'s permuted view copied into standard layout.
+//!   2 x 8 MB), each against `ndarray`'s permuted view copied into standard layout;
+//! * sum_gbps: a 1000x1000 f32 `sum` over its last axis (4 MB read) against `ndarray`'s
+//!   `sum_axis`.
 //!
 //! Each kernel repetition waits for its result (latency, engine round trip included), so the
 //! output block is recycled while hot, as in the `ndarray` loop; pushing them all before one wait
@@ -134,6 +136,8 @@ fn main() {
         "ndarray_transpose_gbps": k.transpose.1,
         "heads_transpose_gbps": k.heads_transpose.0,
         "ndarray_heads_transpose_gbps": k.heads_transpose.1,
+        "sum_gbps": k.sum.0,
+        "ndarray_sum_gbps": k.sum.1,
         "mxnet_1_9_1_tiny_op_from_python_ns": [17000, 26000],
     });
     if json {
@@ -155,6 +159,7 @@ fn main() {
         for (name, (ours, nd)) in [
             ("1000x1000 f32 transpose:               ", k.transpose),
             ("(32,128,8,64) f32 transpose (0,2,1,3): ", k.heads_transpose),
+            ("1000x1000 f32 sum over the last axis:  ", k.sum),
         ] {
             println!(
                 "{name}{ours:>8.2} GB/s  (ndarray: {nd:.2} GB/s, ratio {:.2})",
@@ -176,10 +181,12 @@ struct Kernels {
     /// (ours, `ndarray`'s), GB/s.
     transpose: (f64, f64),
     heads_transpose: (f64, f64),
+    sum: (f64, f64),
 }
 
 /// The kernel workloads: GB/s of a 1000x1000 add, GFLOP/s of a 1024x1024 dot, GB/s of a
-/// 1000x1000 reverse and of two transposes, each beside `ndarray` doing the same in this run.
+/// 1000x1000 reverse, of two transposes and of a sum, each beside `ndarray` doing the same in
+/// this run.
 fn kernels(rt: &std::sync::Arc<Runtime>, ctx: Context, quick: bool, reps: usize) -> Kernels {
     let ok = |r: ndarray_ops::Result<NDArray>| r.expect("bench op");
     // 1000x1000 f32 add: bytes read and written per op.
@@ -277,6 +284,26 @@ fn kernels(rt: &std::sync::Arc<Runtime>, ctx: Context, quick: bool, reps: usize)
         });
         (ours, nd)
     };
+    // Sum over the last axis: 4 MB read.
+    let sum_attrs = ndarray_ops::Attrs::new().with("axis", 1);
+    let sum_bytes = (m * m * 4 * add_reps) as f64;
+    let sum = (
+        best_of(reps, || {
+            let t = Instant::now();
+            for _ in 0..add_reps {
+                let y = ndarray_ops::invoke("sum", &[&a], &sum_attrs, None).expect("bench op");
+                y[0].wait_to_read().expect("wait");
+            }
+            sum_bytes / t.elapsed().as_secs_f64() / 1e9
+        }),
+        best_of(reps, || {
+            let t = Instant::now();
+            for _ in 0..add_reps {
+                std::hint::black_box(pa.sum_axis(ndarray::Axis(1)));
+            }
+            sum_bytes / t.elapsed().as_secs_f64() / 1e9
+        }),
+    );
     Kernels {
         add_gbps,
         nd_add_gbps,
@@ -286,5 +313,6 @@ fn kernels(rt: &std::sync::Arc<Runtime>, ctx: Context, quick: bool, reps: usize)
         nd_reverse_gbps,
         transpose: transpose(&[m, m], &[1, 0], add_reps),
         heads_transpose: transpose(&[32, 128, 8, 64], &[0, 2, 1, 3], add_reps / 2),
+        sum,
     }
 }

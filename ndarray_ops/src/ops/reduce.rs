@@ -1,8 +1,9 @@
 //! Reductions along axes: sum, mean, prod, max, min, norm (L2 or L1), argmax, argmin (MXNet
 //! semantics: no axis reduces everything to shape `(1,)`; `keepdims` keeps reduced axes as 1).
 
-use ndarray::{ArrayD, ArrayViewD, Axis, IxDyn};
+use ndarray::{ArrayViewD, Axis, IxDyn};
 
+use super::par::{for_ranges, Shared};
 use super::{norm_axes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::Result;
 use crate::resources::KernelRes;
@@ -83,43 +84,104 @@ pub(crate) fn norm_ord(op: &str, attrs: &Attrs) -> Result<u8> {
     }
 }
 
-fn reduce_view<T: Element>(op: &str, v: ArrayViewD<'_, T>, axes: &[usize]) -> ArrayD<T> {
-    if op == "norm" {
-        // ord is checked at inference; 2 sums squares, 1 magnitudes, in f64.
-        let squares = v.mapv(|x| x.to_f64() * x.to_f64());
-        let r = reduce_view::<f64>("sum", squares.view(), axes);
-        return r.mapv(|x| T::from_f64(x.sqrt()));
+/// Reduces `x` (of shape `shape`) over `axes`: every output element (in the kept axes'
+/// row-major order) folds its inputs into `init` with `add`; partial folds join with `merge`.
+/// `interleave`: whether a run may be folded in interleaved partial folds, which changes only
+/// rounding for sums and products, but not for max and min, where the first of equal values
+/// (zeros of either sign) must win as the scan meets them.
+///
+/// Axes of size 1 are dropped and neighbouring axes of the same kind merged, leaving
+/// alternating groups of kept and reduced axes; the innermost reduced group is folded first,
+/// then each further one over the partial results. A group folds either contiguous runs (the
+/// last group: `LANES` interleaved partial folds, joined at the end, so that the adds
+/// vectorize, where `interleave` allows) or whole rows of the kept axes after it, added row by
+/// row in order.
+fn reduce<T, A>(
+    x: &[T],
+    shape: &[usize],
+    axes: &[usize],
+    (init, interleave): (A, bool),
+    add: impl Fn(A, T) -> A + Sync,
+    merge: impl Fn(A, A) -> A + Sync,
+) -> Vec<A>
+where
+    T: Copy + Sync,
+    A: Copy + Send + Sync,
+{
+    // (size, reduced) per group.
+    let mut groups: Vec<(usize, bool)> = Vec::new();
+    for (d, &n) in shape.iter().enumerate().filter(|&(_, &n)| n != 1) {
+        let reduced = axes.contains(&d);
+        match groups.last_mut() {
+            Some((m, r)) if *r == reduced => *m *= n,
+            _ => groups.push((n, reduced)),
+        }
     }
-    if op == "norm1" {
-        let abs = v.mapv(|x| x.to_f64().abs());
-        return reduce_view::<f64>("sum", abs.view(), axes).mapv(T::from_f64);
-    }
-    let mut acc = v.to_owned();
-    let count: usize = axes.iter().map(|&a| v.shape()[a]).product();
-    for &ax in axes.iter().rev() {
-        let axis = Axis(ax);
-        acc = match op {
-            "max" => acc.fold_axis(axis, T::from_f64(f64::NEG_INFINITY), |&m, &x| {
-                if x > m {
-                    x
-                } else {
-                    m
-                }
-            }),
-            "min" => acc.fold_axis(
-                axis,
-                T::from_f64(f64::INFINITY),
-                |&m, &x| if x < m { x } else { m },
-            ),
-            "prod" => acc.fold_axis(axis, T::from_f64(1.0), |&p, &x| p.mul(x)),
-            _ => acc.fold_axis(axis, T::default(), |&s, &x| s.add(x)),
-        };
-    }
-    if op == "mean" {
-        let n = T::from_f64(count.max(1) as f64);
-        acc.mapv_inplace(|x| x.div(n));
+    let sizes = |groups: &[(usize, bool)], j: usize| {
+        let outer = groups[..j].iter().map(|g| g.0).product::<usize>();
+        let inner = groups[j + 1..].iter().map(|g| g.0).product::<usize>();
+        (outer, groups[j].0, inner)
+    };
+    let Some(j) = groups.iter().rposition(|g| g.1) else {
+        return x.iter().map(|&v| add(init, v)).collect();
+    };
+    let mut acc = fold_group(x, sizes(&groups, j), (init, interleave), &add, &merge);
+    groups.remove(j);
+    while let Some(j) = groups.iter().rposition(|g| g.1) {
+        acc = fold_group(&acc, sizes(&groups, j), (init, interleave), &merge, &merge);
+        groups.remove(j);
     }
     acc
+}
+
+/// Interleaved partial folds of a contiguous run: 8 lanes of 4-byte elements fill one AVX
+/// register.
+const LANES: usize = 8;
+
+/// One group of `r` reduced indices between `outer` and `inner` kept ones: `(outer, inner)`
+/// folds of `src` (shape `(outer, r, inner)`), split across threads by `outer`; contiguous
+/// runs in interleaved lanes where `interleave` says the fold's order does not matter.
+fn fold_group<S, A>(
+    src: &[S],
+    (outer, r, inner): (usize, usize, usize),
+    (init, interleave): (A, bool),
+    add: &(impl Fn(A, S) -> A + Sync),
+    merge: &(impl Fn(A, A) -> A + Sync),
+) -> Vec<A>
+where
+    S: Copy + Sync,
+    A: Copy + Send + Sync,
+{
+    let mut out = vec![init; outer * inner];
+    let dst = Shared::new(out.as_mut_ptr());
+    for_ranges(outer, r * inner, |lo, hi| {
+        // SAFETY: rows `lo..hi` of the output (each `inner` long, inside it) belong to this
+        // range alone.
+        let rows =
+            unsafe { std::slice::from_raw_parts_mut(dst.get().add(lo * inner), (hi - lo) * inner) };
+        for (o, row) in (lo..hi).zip(rows.chunks_exact_mut(inner.max(1))) {
+            let src = &src[o * r * inner..(o + 1) * r * inner];
+            if inner == 1 && interleave {
+                let mut lanes = [init; LANES];
+                let chunks = src.chunks_exact(LANES);
+                let tail = chunks.remainder();
+                for c in chunks {
+                    for (l, &v) in lanes.iter_mut().zip(c) {
+                        *l = add(*l, v);
+                    }
+                }
+                let a = lanes.into_iter().reduce(merge).unwrap_or(init);
+                row[0] = tail.iter().fold(a, |a, &v| add(a, v));
+            } else {
+                for k in src.chunks_exact(inner.max(1)) {
+                    for (a, &v) in row.iter_mut().zip(k) {
+                        *a = add(*a, v);
+                    }
+                }
+            }
+        }
+    });
+    out
 }
 
 fn kernel(
@@ -164,9 +226,32 @@ fn kernel(
             ("norm", Ok(1)) => "norm1",
             _ => op,
         };
-        let r = reduce_view::<T>(which, view, &axes);
-        for (o, x) in dst.iter_mut().zip(r.iter()) {
-            *o = *x;
+        // SAFETY: as the view above.
+        let x = unsafe { a.slice::<T>() };
+        let shape = &a.shape;
+        let (ninf, inf) = (T::from_f64(f64::NEG_INFINITY), T::from_f64(f64::INFINITY));
+        let larger = |m: T, v: T| if v > m { v } else { m };
+        let smaller = |m: T, v: T| if v < m { v } else { m };
+        let r: Vec<T> = match which {
+            // ord is checked at inference; squares and magnitudes summed in f64.
+            "norm" => reduce(x, shape, &axes, (0.0, true), |s, v: T| s + v.to_f64() * v.to_f64(), |s, t| s + t)
+                .into_iter()
+                .map(|s| T::from_f64(s.sqrt()))
+                .collect(),
+            "norm1" => reduce(x, shape, &axes, (0.0, true), |s, v: T| s + v.to_f64().abs(), |s, t| s + t)
+                .into_iter()
+                .map(T::from_f64)
+                .collect(),
+            "max" => reduce(x, shape, &axes, (ninf, false), larger, larger),
+            "min" => reduce(x, shape, &axes, (inf, false), smaller, smaller),
+            "prod" => reduce(x, shape, &axes, (T::from_f64(1.0), true), T::mul, T::mul),
+            _ => reduce(x, shape, &axes, (T::default(), true), T::add, T::add),
+        };
+        dst.copy_from_slice(&r);
+        if op == "mean" {
+            let count: usize = axes.iter().map(|&d| shape[d]).product();
+            let n = T::from_f64(count.max(1) as f64);
+            dst.iter_mut().for_each(|x| *x = x.div(n));
         }
     });
     Ok(())
@@ -194,4 +279,89 @@ pub(super) fn ops() -> &'static [OpDef] {
         def!("norm", &[]),
     ];
     OPS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every subset of axes of shapes with axes of size 1 and 0, runs longer and shorter than
+    /// the lanes, and (outside Miri) passes large enough to be split across threads: sums and
+    /// products of small integers (exact in any order) and max/min keeping the first of equal
+    /// zeros are what one scan of the input in order gives.
+    #[test]
+    fn reductions_fold_what_one_scan_in_order_would() {
+        let mut shapes = vec![
+            vec![5],
+            vec![3, 1, 4],
+            vec![2, 0, 3],
+            vec![2, 3, 2, 19],
+            vec![1, 1],
+        ];
+        if !cfg!(miri) {
+            shapes.push(vec![300, 7, 40]);
+        }
+        for shape in shapes {
+            let n: usize = shape.iter().product();
+            // Small integers and zeros of both signs; products of 1s and 2s stay exact.
+            let x: Vec<f64> = (0..n)
+                .map(|i| match (i * 7919) % 11 {
+                    0 => 0.0,
+                    1 => -0.0,
+                    k => [1.0, 2.0, -1.0][k % 3] * (k / 3) as f64,
+                })
+                .collect();
+            let factors: Vec<f64> = x.iter().map(|v| if *v > 0.0 { 2.0 } else { 1.0 }).collect();
+            // Where zeros are the extremes, which of them wins shows in its sign.
+            let signed = |s: f64| -> Vec<f64> {
+                x.iter()
+                    .map(|&v| if v == 0.0 { v } else { s * v.abs() })
+                    .collect()
+            };
+            let (nonpos, nonneg) = (signed(-1.0), signed(1.0));
+            for mask in 0..1usize << shape.len() {
+                let axes: Vec<usize> = (0..shape.len()).filter(|d| mask >> d & 1 == 1).collect();
+                // The reference: one scan in input order into each element's output slot.
+                let kept: Vec<usize> = (0..shape.len()).filter(|d| !axes.contains(d)).collect();
+                let slots: usize = kept.iter().map(|&d| shape[d]).product();
+                let slot = |mut i: usize| {
+                    let (mut s, mut scale) = (0, 1);
+                    for d in (0..shape.len()).rev() {
+                        if !axes.contains(&d) {
+                            s += (i % shape[d]) * scale;
+                            scale *= shape[d];
+                        }
+                        i /= shape[d];
+                    }
+                    s
+                };
+                let scan = |v: &[f64], init: f64, f: &dyn Fn(f64, f64) -> f64| {
+                    let mut acc = vec![init; slots];
+                    v.iter()
+                        .enumerate()
+                        .for_each(|(i, &x)| acc[slot(i)] = f(acc[slot(i)], x));
+                    acc
+                };
+                let bits = |v: Vec<f64>| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                let larger = |m: f64, v: f64| if v > m { v } else { m };
+                let smaller = |m: f64, v: f64| if v < m { v } else { m };
+                let add = |a: f64, b: f64| a + b;
+                let mul = |a: f64, b: f64| a * b;
+                let what = format!("{shape:?} over {axes:?}");
+                let sum = reduce(&x, &shape, &axes, (0.0, true), add, add);
+                assert_eq!(sum, scan(&x, 0.0, &add), "sum {what}");
+                let prod = reduce(&factors, &shape, &axes, (1.0, true), mul, mul);
+                assert_eq!(prod, scan(&factors, 1.0, &mul), "prod {what}");
+                let (ninf, inf) = (f64::NEG_INFINITY, f64::INFINITY);
+                for v in [&x, &nonpos] {
+                    let max = reduce(v, &shape, &axes, (ninf, false), larger, larger);
+                    assert_eq!(bits(max), bits(scan(v, ninf, &larger)), "max {what}");
+                }
+                for v in [&x, &nonneg] {
+                    let min = reduce(v, &shape, &axes, (inf, false), smaller, smaller);
+                    assert_eq!(bits(min), bits(scan(v, inf, &smaller)), "min {what}");
+                }
+            }
+        }
+    }
 }
