@@ -1159,3 +1159,52 @@ fn window_and_size_arithmetic_past_what_can_exist_is_refused_not_wrapped() {
         .to_string();
     assert!(e.contains("more than 2^48 elements"), "{e}");
 }
+
+/// softmax and log_softmax, and their gradients, along the contiguous axis and a strided one
+/// of an array large enough to be split across threads, against the formulas lane by lane.
+#[test]
+fn softmax_and_its_gradient_over_long_and_strided_lanes() {
+    let rt = rt();
+    let shape = [3, 200, 150];
+    let x = data(&shape, 11);
+    let g = data(&shape, 12);
+    let nx = rt.from_array(&x, Context::cpu(0)).unwrap();
+    let ng = rt.from_array(&g, Context::cpu(0)).unwrap();
+    let temp = 1.5;
+    for axis in [1, 2] {
+        for log in [false, true] {
+            let op = if log { "log_softmax" } else { "softmax" };
+            let attrs = Attrs::new().with("axis", axis).with("temperature", temp);
+            let y = invoke(op, &[&nx], &attrs, None).unwrap().remove(0);
+            let mut want = x.clone();
+            for mut lane in want.lanes_mut(Axis(axis)) {
+                let m = lane.fold(f64::NEG_INFINITY, |m, &v| m.max(v / temp));
+                let z: f64 = lane.iter().map(|v| (v / temp - m).exp()).sum();
+                lane.mapv_inplace(|v| match log {
+                    true => v / temp - m - z.ln(),
+                    false => (v / temp - m).exp() / z,
+                });
+            }
+            let got = y.to_ndarray::<f64>().unwrap();
+            close(&got, &want, op);
+            let back = format!("_backward_{op}");
+            let dx = run1(&back, &[&ng, &y], &attrs);
+            let mut want_dx = g.clone();
+            let lanes = want_dx.lanes_mut(Axis(axis)).into_iter();
+            for (mut d, yl) in lanes.zip(got.lanes(Axis(axis))) {
+                let gl = d.to_owned();
+                let total: f64 = match log {
+                    true => gl.sum(),
+                    false => gl.iter().zip(&yl).map(|(a, b)| a * b).sum(),
+                };
+                for ((d, gk), yk) in d.iter_mut().zip(&gl).zip(&yl) {
+                    *d = match log {
+                        true => (gk - yk.exp() * total) / temp,
+                        false => yk * (gk - total) / temp,
+                    };
+                }
+            }
+            close(&dx, &want_dx, &back);
+        }
+    }
+}

@@ -2,7 +2,7 @@
 
 use ndarray::{ArrayView2, ArrayViewMut2};
 
-use super::par::{for_ranges, Shared};
+use super::par::{for_lanes, for_ranges, Shared};
 use super::stochastic::{sum_zip, ChannelRuns};
 use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, NdError, Result};
@@ -658,30 +658,28 @@ fn softmax_backward_kernel(
         .f64(op, "temperature", Some(1.0))
         .map_err(|e| e.to_string())?;
     let log = op == "_backward_log_softmax";
+    let n = g.shape[axis];
     crate::with_dtype!(g.dtype, T => {
         // SAFETY: read access to the inputs, exclusive access to the disjoint output.
-        let (gv, yv, dx) = unsafe {
-            (ndarray::ArrayViewD::from_shape_ptr(ndarray::IxDyn(&g.shape), g.ptr::<T>() as *const T),
-             ndarray::ArrayViewD::from_shape_ptr(ndarray::IxDyn(&y.shape), y.ptr::<T>() as *const T),
-             ndarray::ArrayViewMutD::from_shape_ptr(ndarray::IxDyn(&outs[0].shape), outs[0].ptr::<T>()))
-        };
-        let mut dx = dx;
-        let lanes = gv.lanes(ndarray::Axis(axis)).into_iter().zip(yv.lanes(ndarray::Axis(axis))).zip(dx.lanes_mut(ndarray::Axis(axis)));
-        for ((gl, yl), mut dl) in lanes {
-            if log {
-                // y = log softmax: dx = g - softmax * sum(g)
-                let sum: f64 = gl.iter().map(|v| v.to_f64()).sum();
-                for ((d, gv), yv) in dl.iter_mut().zip(gl.iter()).zip(yl.iter()) {
-                    *d = T::from_f64((gv.to_f64() - yv.to_f64().exp() * sum) / temp);
-                }
-            } else {
-                // y = softmax: dx = y * (g - sum(g * y))
-                let dot: f64 = gl.iter().zip(yl.iter()).map(|(a, b)| a.to_f64() * b.to_f64()).sum();
-                for ((d, gv), yv) in dl.iter_mut().zip(gl.iter()).zip(yl.iter()) {
-                    *d = T::from_f64(yv.to_f64() * (gv.to_f64() - dot) / temp);
-                }
+        let (gv, yv, dx) = unsafe { (g.slice::<T>(), y.slice::<T>(), Shared::new(outs[0].ptr::<T>())) };
+        for_lanes(&g.shape, axis, |_: &mut (), first, stride| {
+            let (g, y) = (|k: usize| gv[first + k * stride].to_f64(), |k: usize| yv[first + k * stride].to_f64());
+            // y = log softmax: dx = (g - softmax * sum(g)) / temp; y = softmax:
+            // dx = y * (g - sum(g * y)) / temp.
+            let total: f64 = match log {
+                true => (0..n).map(g).sum(),
+                false => (0..n).map(|k| g(k) * y(k)).sum(),
+            };
+            for k in 0..n {
+                let d = match log {
+                    true => (g(k) - y(k).exp() * total) / temp,
+                    false => y(k) * (g(k) - total) / temp,
+                };
+                // SAFETY: this lane's elements are written by this call alone, inside the
+                // output (the gradient's shape).
+                unsafe { *dx.get().add(first + k * stride) = T::from_f64(d) };
             }
-        }
+        });
     });
     Ok(())
 }

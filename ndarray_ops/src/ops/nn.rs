@@ -1,9 +1,7 @@
 //! Neural-network ops: activations, softmax family, FullyConnected, one_hot, transpose, Flatten,
 //! clip, and the optimizer updates that write into the weight (as MXNet's do).
 
-use ndarray::{ArrayViewD, ArrayViewMutD, Axis, IxDyn};
-
-use super::par::for_ranges;
+use super::par::{for_lanes, for_ranges, Shared};
 use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT};
 use crate::error::{invalid, NdError, Result};
 use crate::resources::KernelRes;
@@ -169,18 +167,32 @@ fn softmax_kernel(
         ),
     };
     let temp = attrs.f64(op, "temperature", Some(1.0)).map_err(e2s)?;
+    let n = a.shape[axis];
     crate::with_dtype!(o.dtype, T => {
         // SAFETY: read access to the input and exclusive access to the disjoint output (the
         // registry marks this kernel as not alias-safe, so an aliased input was copied).
-        let (x, mut y) = unsafe { (ArrayViewD::from_shape_ptr(IxDyn(&a.shape), a.ptr::<T>() as *const T), ArrayViewMutD::from_shape_ptr(IxDyn(&o.shape), o.ptr::<T>())) };
-        for (xl, mut yl) in x.lanes(Axis(axis)).into_iter().zip(y.lanes_mut(Axis(axis))) {
-            let m = xl.iter().fold(f64::NEG_INFINITY, |m, v| m.max(v.to_f64() / temp));
-            let z: f64 = xl.iter().map(|v| (v.to_f64() / temp - m).exp()).sum();
-            for (yv, xv) in yl.iter_mut().zip(xl.iter()) {
-                let s = xv.to_f64() / temp - m;
-                *yv = T::from_f64(if log { s - z.ln() } else { s.exp() / z });
+        let (x, y) = unsafe { (a.slice::<T>(), Shared::new(o.ptr::<T>())) };
+        // Per lane, in f64: s = x / temp - max, z = sum of exp(s), then exp(s) / z or s - ln z;
+        // `e` holds s, then (softmax) exp(s), so that each element takes one exp.
+        for_lanes(&a.shape, axis, |e: &mut Vec<f64>, first, stride| {
+            e.clear();
+            e.extend((0..n).map(|k| x[first + k * stride].to_f64() / temp));
+            let m = e.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v));
+            e.iter_mut().for_each(|v| *v -= m);
+            let z: f64 = match log {
+                true => e.iter().map(|s| s.exp()).sum(),
+                false => {
+                    e.iter_mut().for_each(|v| *v = v.exp());
+                    e.iter().sum()
+                }
+            };
+            for (k, &v) in e.iter().enumerate() {
+                let out = if log { v - z.ln() } else { v / z };
+                // SAFETY: this lane's elements are written by this call alone, inside the
+                // output (first + k * stride indexes the lane, as for the input).
+                unsafe { *y.get().add(first + k * stride) = T::from_f64(out) };
             }
-        }
+        });
     });
     Ok(())
 }

@@ -30,6 +30,29 @@ pub(crate) fn for_ranges(n: usize, cost: usize, body: impl Fn(usize, usize) + Sy
     });
 }
 
+/// Calls `f(scratch, first, stride)` for every lane of a dense array of shape `shape` along
+/// `axis` (its `shape[axis]` elements at `first + k * stride`), lanes split across threads
+/// as [`for_ranges`] splits items; the lanes of one chunk share one `S::default()` as scratch.
+pub(crate) fn for_lanes<S: Default>(
+    shape: &[usize],
+    axis: usize,
+    f: impl Fn(&mut S, usize, usize) + Sync,
+) {
+    let n = shape[axis];
+    let inner: usize = shape[axis + 1..].iter().product();
+    let outer: usize = shape[..axis].iter().product();
+    if n == 0 || inner == 0 {
+        return;
+    }
+    for_ranges(outer * inner, n, |lo, hi| {
+        let mut scratch = S::default();
+        for lane in lo..hi {
+            let (o, i) = (lane / inner, lane % inner);
+            f(&mut scratch, o * n * inner + i, inner);
+        }
+    });
+}
+
 /// A pointer that may cross into rayon's threads. Whoever uses one in a [`for_ranges`] body
 /// must touch only what that body's item range owns.
 pub(crate) struct Shared<T>(*mut T);
