@@ -18,6 +18,7 @@
 //! gradient element into the input element it read: a broadcast's sum, a tile's sum of tiles,
 //! padding's crop.
 
+use super::permute::permute;
 use super::{norm_axes, times, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT};
 use crate::error::{invalid, NdError, Result};
 use crate::resources::KernelRes;
@@ -595,12 +596,21 @@ struct Layout<O> {
 
 /// What a row reads, from its first element's input offset.
 enum Row<O> {
-    /// A few runs of alike reads (copies, fills, reversed copies), when there are at most a
-    /// quarter as many as elements...
+    /// A few runs of alike reads (copies, fills, reversed copies), when the rule's bound on
+    /// their number ([`Index::most_runs`]) is at most a quarter of the row's length...
     Runs(Vec<Run>),
     /// ...or else one offset per element (SwapAxis's last axis, whose offsets step by a
     /// stride, or a flattened repeat's runs of two).
     Offsets(Vec<O>),
+}
+
+/// How a CPU kernel moves a gather's elements: a gather that only permutes its input's axes
+/// (SwapAxis; slice_like or a broadcast to the same shape) is a transpose, which
+/// [`permute`]'s tiles do faster than walking offsets; output axis `d` is input axis
+/// `axes[d]`. Any other walks its [`OffsetMaps`].
+enum Plan {
+    Permute(Vec<usize>),
+    Maps(OffsetMaps),
 }
 
 /// [`Layout`] in the narrowest offset type that holds the input's offsets.
@@ -614,6 +624,19 @@ impl Rules {
     /// needs no sums).
     fn injective(&self) -> bool {
         self.axes.iter().all(|a| a.index.injective(a.len))
+    }
+
+    /// How the CPU kernels move the elements (see [`Plan`]).
+    fn plan(&self, op: &str) -> Result<Plan> {
+        // Each output axis reads one input axis whole, in order.
+        let permutation = self.axes.iter().map(|a| match (a.index, a.from) {
+            (Index::Same, Some(f)) if a.len == self.input[f] => Some(f),
+            _ => None,
+        });
+        match permutation.collect::<Option<Vec<_>>>() {
+            Some(axes) => Ok(Plan::Permute(axes)),
+            None => self.offset_maps(op).map(Plan::Maps),
+        }
     }
 
     /// The CPU kernels' layout (see [`OffsetMaps`]).
@@ -976,16 +999,17 @@ pub(super) fn gather_kernel(
     _res: &mut KernelRes,
 ) -> KResult {
     let e = |e: NdError| e.to_string();
-    let maps = rules(op, attrs, &ins[0].shape, &outs[0].shape)
-        .and_then(|r| r.offset_maps(op))
-        .map_err(e)?;
+    let rules = rules(op, attrs, &ins[0].shape, &outs[0].shape).map_err(e)?;
     let fill = attrs.f64(op, "constant_value", Some(0.0)).map_err(e)?;
+    let plan = rules.plan(op).map_err(e)?;
     crate::with_dtype!(outs[0].dtype, T => {
         // SAFETY: read access to the data, exclusive access to the output, which is not the
         // data (the op is not alias-safe, so an overlapping input was copied first).
         let (x, y) = unsafe { (ins[0].slice::<T>(), outs[0].slice_mut::<T>()) };
-        let pad = T::from_f64(fill);
-        maps.gather(x, y, pad);
+        match &plan {
+            Plan::Permute(axes) => permute(x, &rules.input, axes, y),
+            Plan::Maps(maps) => maps.gather(x, y, T::from_f64(fill)),
+        }
     });
     Ok(())
 }
@@ -1036,21 +1060,30 @@ fn backward_kernel(
     let fwd = forward_op(op, attrs).map_err(e)?;
     check_backward(fwd, attrs, &outs[0].shape, &ins[0].shape).map_err(e)?;
     let rules = rules(fwd, attrs, &outs[0].shape, &ins[0].shape).map_err(e)?;
-    let maps = rules.offset_maps(fwd).map_err(e)?;
+    let plan = rules.plan(fwd).map_err(e)?;
     crate::with_dtype!(outs[0].dtype, T => {
         // SAFETY: read access to the output gradient, exclusive access to d data (not
         // alias-safe).
         let (g, dx) = unsafe { (ins[0].slice::<T>(), outs[0].slice_mut::<T>()) };
-        if rules.injective() {
+        match &plan {
+            Plan::Permute(axes) => {
+                // The inverse permutation: data axis `axes[d]` is output axis `d`.
+                let mut back = vec![0; axes.len()];
+                axes.iter().enumerate().for_each(|(d, &a)| back[a] = d);
+                permute(g, &ins[0].shape, &back, dx);
+            }
             // Each data element's gradient is one output gradient element or none.
-            dx.fill(T::default());
-            maps.scatter(g, dx, |d, v| *d = v);
-        } else {
-            // Sums accumulated in f64, one pass in output order.
-            let mut acc = vec![0.0f64; dx.len()];
-            maps.scatter(g, &mut acc, |a, v: T| *a += v.to_f64());
-            for (d, a) in dx.iter_mut().zip(acc) {
-                *d = T::from_f64(a);
+            Plan::Maps(maps) if rules.injective() => {
+                dx.fill(T::default());
+                maps.scatter(g, dx, |d, v| *d = v);
+            }
+            Plan::Maps(maps) => {
+                // Sums accumulated in f64, one pass in output order.
+                let mut acc = vec![0.0f64; dx.len()];
+                maps.scatter(g, &mut acc, |a, v: T| *a += v.to_f64());
+                for (d, a) in dx.iter_mut().zip(acc) {
+                    *d = T::from_f64(a);
+                }
             }
         }
     });
@@ -1847,6 +1880,27 @@ mod tests {
             }
             assert_eq!(acc, expect, "{op} gradient");
         }
+    }
+
+    /// A gather that only permutes its input's axes goes to the transpose kernel; one that
+    /// broadcasts, reverses, pads or repeats walks its maps.
+    #[test]
+    fn permutations_go_to_the_transpose_kernel() {
+        let plan = |op: &str, attrs: Attrs, x: &[usize]| {
+            let out = out_shape(op, &attrs, &[x.to_vec()]).unwrap();
+            rules(op, &attrs, x, &out).unwrap().plan(op).unwrap()
+        };
+        let swap = Attrs::new().with("dim1", 0).with("dim2", 2);
+        assert!(matches!(plan("SwapAxis", swap, &[2, 3, 4]), Plan::Permute(a) if a == [2, 1, 0]));
+        let same = Attrs::new().with("shape", "(2, 3)");
+        assert!(matches!(plan("broadcast_to", same, &[2, 3]), Plan::Permute(a) if a == [0, 1]));
+        let wider = Attrs::new().with("shape", "(4, 3)");
+        assert!(matches!(
+            plan("broadcast_to", wider, &[1, 3]),
+            Plan::Maps(_)
+        ));
+        let rev = Attrs::new().with("axis", 0);
+        assert!(matches!(plan("reverse", rev, &[2, 3]), Plan::Maps(_)));
     }
 
     /// The narrow maps (4 bytes an index, for inputs under 2^32 elements) and the wide ones
