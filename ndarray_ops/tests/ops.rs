@@ -56,7 +56,7 @@ fn run1(name: &str, inputs: &[&NDArray], attrs: &Attrs) -> ArrayD<f64> {
 #[test]
 fn broadcasting_binary_ops_match_ndarray() {
     let rt = rt();
-    let pairs: &[(&[usize], &[usize])] = &[
+    let mut pairs: Vec<(&[usize], &[usize])> = vec![
         (&[2, 3], &[2, 3]),
         (&[2, 3], &[3]),
         (&[2, 3], &[1]),
@@ -65,7 +65,19 @@ fn broadcasting_binary_ops_match_ndarray() {
         (&[0, 3], &[3]),
         (&[2, 0], &[2, 1]),
         (&[3, 1], &[1, 4]),
+        // Rows split across threads (Miri splits passes from 64 elements): a bias row, a
+        // column, an outer product, and a middle axis broadcast with size-1 axes around it.
+        (&[12, 9], &[1, 9]),
+        (&[2, 1, 5, 1, 7], &[2, 3, 5, 1, 1]),
     ];
+    if !cfg!(miri) {
+        pairs.extend([
+            (&[300, 250][..], &[1, 250][..]),
+            (&[300, 1], &[300, 250]),
+            (&[1, 300, 1], &[250, 1, 1, 1]),
+            (&[6, 1, 40, 1, 50], &[6, 70, 40, 1, 1]),
+        ]);
+    }
     let ops: &[(&str, Binary)] = &[
         ("broadcast_add", |a, b| a + b),
         ("broadcast_sub", |a, b| a - b),

@@ -2,7 +2,7 @@
 //! math. Kernels read and write through raw pointers, so an output that is exactly one of the
 //! inputs (the in-place forms) is safe.
 
-use super::par::{for_ranges, Shared};
+use super::par::{for_ranges, Shared, Walk};
 use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{NdError, Result};
 use crate::resources::KernelRes;
@@ -148,28 +148,7 @@ pub(super) fn binary_map<T: Element>(
                 *po.add(i) = f(x, *pb.add(i));
             }
         } else if n > 0 {
-            let (sa, sb) = (
-                broadcast_strides(&a.shape, &out.shape),
-                broadcast_strides(&b.shape, &out.shape),
-            );
-            let nd = out.shape.len();
-            let mut idx = vec![0usize; nd];
-            let (mut ia, mut ib) = (0usize, 0usize);
-            for i in 0..n {
-                *po.add(i) = f(*pa.add(ia), *pb.add(ib));
-                // Advance the multi-index (last axis fastest), keeping the input offsets in step.
-                for d in (0..nd).rev() {
-                    idx[d] += 1;
-                    ia += sa[d];
-                    ib += sb[d];
-                    if idx[d] < out.shape[d] {
-                        break;
-                    }
-                    ia -= sa[d] * idx[d];
-                    ib -= sb[d] * idx[d];
-                    idx[d] = 0;
-                }
-            }
+            broadcast_rows(a, b, out, f);
         }
     }
 }
@@ -185,6 +164,65 @@ pub(super) fn unary_map<T: Element>(a: &TensorRef, out: &TensorRef, f: impl Fn(T
                 *po.add(i) = f(*pa.add(i));
             }
         }
+    });
+}
+
+/// `out[i] = f(a[ia], b[ib])` with broadcasting, row by row: output axes of size 1 dropped and
+/// neighbours merged where each input is broadcast along both or neither, so that a row (the
+/// last merged axis) reads each input contiguously or as one element; rows split across
+/// threads.
+fn broadcast_rows<T: Element>(
+    a: &TensorRef,
+    b: &TensorRef,
+    out: &TensorRef,
+    f: impl Fn(T, T) -> T + Sync,
+) {
+    let (sa, sb) = (
+        broadcast_strides(&a.shape, &out.shape),
+        broadcast_strides(&b.shape, &out.shape),
+    );
+    let (mut dims, mut ka, mut kb): (Vec<usize>, Vec<usize>, Vec<usize>) = Default::default();
+    for (d, &n) in out.shape.iter().enumerate().filter(|&(_, &n)| n != 1) {
+        if let (Some(m), Some(x), Some(y)) = (dims.last_mut(), ka.last_mut(), kb.last_mut()) {
+            if *x == sa[d] * n && *y == sb[d] * n {
+                *m *= n;
+                (*x, *y) = (sa[d], sb[d]);
+                continue;
+            }
+        }
+        dims.push(n);
+        ka.push(sa[d]);
+        kb.push(sb[d]);
+    }
+    // The row: the last merged axis (its strides are 0 or 1: every later axis is of size 1).
+    let len = dims.pop().unwrap_or(1);
+    let (la, lb) = (ka.pop().unwrap_or(0), kb.pop().unwrap_or(0));
+    let rows = Walk::new(&dims, &ka, &kb);
+    let (pa, pb, po) = (
+        Shared::new(a.ptr::<T>()),
+        Shared::new(b.ptr::<T>()),
+        Shared::new(out.ptr::<T>()),
+    );
+    for_ranges(rows.count(), len, |lo, hi| {
+        let (pa, pb, po) = (pa.get(), pb.get(), po.get());
+        rows.each(lo, hi, |r, ia, ib| {
+            // SAFETY: row `r` of the output is written by this call alone; offsets stay below
+            // each tensor's length (shapes checked by inference); the output is disjoint from
+            // the inputs or exactly one of them (then read at the same index before the write),
+            // and only raw pointers are used.
+            unsafe {
+                let (x, y, o) = (pa.add(ia), pb.add(ib), po.add(r * len));
+                match (la, lb) {
+                    (0, 0) => {
+                        let v = f(*x, *y);
+                        (0..len).for_each(|k| *o.add(k) = v);
+                    }
+                    (0, _) => (0..len).for_each(|k| *o.add(k) = f(*x, *y.add(k))),
+                    (_, 0) => (0..len).for_each(|k| *o.add(k) = f(*x.add(k), *y)),
+                    _ => (0..len).for_each(|k| *o.add(k) = f(*x.add(k), *y.add(k))),
+                }
+            }
+        });
     });
 }
 

@@ -121,6 +121,59 @@ impl<T> Shared<T> {
     }
 }
 
+/// An odometer over some axes, each with a stride in two arrays (an input and the output, or
+/// two inputs): visits their indices in row-major order, carrying both offsets.
+pub(crate) struct Walk<'a> {
+    dims: &'a [usize],
+    input: &'a [usize],
+    output: &'a [usize],
+}
+
+impl Walk<'_> {
+    pub(crate) fn new<'a>(dims: &'a [usize], input: &'a [usize], output: &'a [usize]) -> Walk<'a> {
+        Walk {
+            dims,
+            input,
+            output,
+        }
+    }
+
+    /// How many index tuples there are.
+    pub(crate) fn count(&self) -> usize {
+        self.dims.iter().product()
+    }
+
+    /// `f(k, first offset, second offset)` for the tuples `k` in `lo..hi`, in order.
+    pub(crate) fn each(&self, lo: usize, hi: usize, mut f: impl FnMut(usize, usize, usize)) {
+        if lo >= hi {
+            return;
+        }
+        // The tuple of `lo`, then one step at a time.
+        let mut idx = vec![0; self.dims.len()];
+        let (mut i, mut o, mut rem) = (0, 0, lo);
+        for d in (0..self.dims.len()).rev() {
+            idx[d] = rem % self.dims[d];
+            rem /= self.dims[d];
+            i += idx[d] * self.input[d];
+            o += idx[d] * self.output[d];
+        }
+        for k in lo..hi {
+            f(k, i, o);
+            for d in (0..self.dims.len()).rev() {
+                idx[d] += 1;
+                i += self.input[d];
+                o += self.output[d];
+                if idx[d] < self.dims[d] {
+                    break;
+                }
+                i -= self.dims[d] * self.input[d];
+                o -= self.dims[d] * self.output[d];
+                idx[d] = 0;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

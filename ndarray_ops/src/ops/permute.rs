@@ -10,7 +10,7 @@
 //! the rows written (along `b`) stay in cache while a tile is copied. Either way the work is
 //! cut into independent pieces (rows, or tiles' strips along `a`) and split across threads.
 
-use super::par::{for_ranges, Shared};
+use super::par::{for_ranges, Shared, Walk};
 
 /// A tile's side, in elements: 16 x 16 four-byte elements read 16 lines and write 16.
 const TILE: usize = 16;
@@ -140,59 +140,6 @@ impl Plan {
             input,
             output,
         })
-    }
-}
-
-/// An odometer over some axes, each with a stride in the input and one in the output: visits
-/// their indices in row-major order, carrying both offsets.
-struct Walk<'a> {
-    dims: &'a [usize],
-    input: &'a [usize],
-    output: &'a [usize],
-}
-
-impl Walk<'_> {
-    fn new<'a>(dims: &'a [usize], input: &'a [usize], output: &'a [usize]) -> Walk<'a> {
-        Walk {
-            dims,
-            input,
-            output,
-        }
-    }
-
-    /// How many index tuples there are.
-    fn count(&self) -> usize {
-        self.dims.iter().product()
-    }
-
-    /// `f(k, input offset, output offset)` for the tuples `k` in `lo..hi`, in order.
-    fn each(&self, lo: usize, hi: usize, mut f: impl FnMut(usize, usize, usize)) {
-        if lo >= hi {
-            return;
-        }
-        // The tuple of `lo`, then one step at a time.
-        let mut idx = vec![0; self.dims.len()];
-        let (mut i, mut o, mut rem) = (0, 0, lo);
-        for d in (0..self.dims.len()).rev() {
-            idx[d] = rem % self.dims[d];
-            rem /= self.dims[d];
-            i += idx[d] * self.input[d];
-            o += idx[d] * self.output[d];
-        }
-        for k in lo..hi {
-            f(k, i, o);
-            for d in (0..self.dims.len()).rev() {
-                idx[d] += 1;
-                i += self.input[d];
-                o += self.output[d];
-                if idx[d] < self.dims[d] {
-                    break;
-                }
-                i -= self.dims[d] * self.input[d];
-                o -= self.dims[d] * self.output[d];
-                idx[d] = 0;
-            }
-        }
     }
 }
 
