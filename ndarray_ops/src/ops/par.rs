@@ -125,16 +125,16 @@ impl<T> Shared<T> {
 /// two inputs): visits their indices in row-major order, carrying both offsets.
 pub(crate) struct Walk<'a> {
     dims: &'a [usize],
-    input: &'a [usize],
-    output: &'a [usize],
+    first: &'a [usize],
+    second: &'a [usize],
 }
 
 impl Walk<'_> {
-    pub(crate) fn new<'a>(dims: &'a [usize], input: &'a [usize], output: &'a [usize]) -> Walk<'a> {
+    pub(crate) fn new<'a>(dims: &'a [usize], first: &'a [usize], second: &'a [usize]) -> Walk<'a> {
         Walk {
             dims,
-            input,
-            output,
+            first,
+            second,
         }
     }
 
@@ -150,24 +150,24 @@ impl Walk<'_> {
         }
         // The tuple of `lo`, then one step at a time.
         let mut idx = vec![0; self.dims.len()];
-        let (mut i, mut o, mut rem) = (0, 0, lo);
+        let (mut a, mut b, mut rem) = (0, 0, lo);
         for d in (0..self.dims.len()).rev() {
             idx[d] = rem % self.dims[d];
             rem /= self.dims[d];
-            i += idx[d] * self.input[d];
-            o += idx[d] * self.output[d];
+            a += idx[d] * self.first[d];
+            b += idx[d] * self.second[d];
         }
         for k in lo..hi {
-            f(k, i, o);
+            f(k, a, b);
             for d in (0..self.dims.len()).rev() {
                 idx[d] += 1;
-                i += self.input[d];
-                o += self.output[d];
+                a += self.first[d];
+                b += self.second[d];
                 if idx[d] < self.dims[d] {
                     break;
                 }
-                i -= self.dims[d] * self.input[d];
-                o -= self.dims[d] * self.output[d];
+                a -= self.dims[d] * self.first[d];
+                b -= self.dims[d] * self.second[d];
                 idx[d] = 0;
             }
         }
