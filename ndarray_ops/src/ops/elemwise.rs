@@ -133,23 +133,9 @@ pub(super) fn binary_map<T: Element>(
         });
         return;
     }
-    // SAFETY (every block below): indices stay below each tensor's length (shapes were checked
-    // by inference); the output is either disjoint from the inputs or exactly one of them, and
-    // only raw pointers are used, so no reference aliases another.
-    unsafe {
-        if a.shape == out.shape && b.len() == 1 {
-            let y = *pb;
-            for i in 0..n {
-                *po.add(i) = f(*pa.add(i), y);
-            }
-        } else if b.shape == out.shape && a.len() == 1 {
-            let x = *pa;
-            for i in 0..n {
-                *po.add(i) = f(x, *pb.add(i));
-            }
-        } else if n > 0 {
-            broadcast_rows(a, b, out, f);
-        }
+    // A scalar against an array is one row of the broadcast too.
+    if n > 0 {
+        broadcast_rows(a, b, out, f);
     }
 }
 
