@@ -599,8 +599,8 @@ enum Row<O> {
     /// A few runs of alike reads (copies, fills, reversed copies), when the rule's bound on
     /// their number ([`Index::most_runs`]) is at most a quarter of the row's length...
     Runs(Vec<Run>),
-    /// ...or else one offset per element (SwapAxis's last axis, whose offsets step by a
-    /// stride, or a flattened repeat's runs of two).
+    /// ...or else one offset per element (short runs, as a flattened repeat's runs of two; or
+    /// a strided row, which only SwapAxis makes, and whose kernels take [`Plan::Permute`]).
     Offsets(Vec<O>),
 }
 
