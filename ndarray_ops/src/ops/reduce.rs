@@ -1,8 +1,6 @@
 //! Reductions along axes: sum, mean, prod, max, min, norm (L2 or L1), argmax, argmin (MXNet
 //! semantics: no axis reduces everything to shape `(1,)`; `keepdims` keeps reduced axes as 1).
 
-use ndarray::{ArrayViewD, Axis, IxDyn};
-
 use super::par::{for_ranges, Shared};
 use super::{norm_axes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::Result;
@@ -184,6 +182,88 @@ where
     out
 }
 
+/// Writes into `dst` (shape `(outer, inner)`, as `T`) the index along the middle axis of each
+/// lane's first extreme element of `x` (shape `(outer, r, inner)`), where `better(v, b)` says
+/// `v` beats the best so far. Every lane starts at its first element and moves only to a
+/// strictly better one, as one scan in order would: the first of equal extremes wins, and a
+/// NaN only as the first element. A contiguous lane (`inner == 1`) keeps `LANES` interleaved
+/// candidates, joined by value and then by index; strided lanes go a block of neighbouring
+/// lanes at a time, row after row, so that every read is contiguous. Lanes split across
+/// threads.
+fn arg_extreme<T: Element>(
+    x: &[T],
+    (outer, r, inner): (usize, usize, usize),
+    better: impl Fn(T, T) -> bool + Sync,
+    dst: &mut [T],
+) {
+    if r == 0 {
+        return dst.fill(T::default());
+    }
+    // Neighbouring strided lanes walked together: their candidates and indices stay in L1.
+    const BLOCK: usize = 256;
+    let blocks = inner.div_ceil(BLOCK);
+    let out = Shared::new(dst.as_mut_ptr());
+    for_ranges(outer * blocks, r * inner.min(BLOCK), |lo, hi| {
+        for unit in lo..hi {
+            let (o, b) = (unit / blocks, unit % blocks);
+            let lanes = &x[o * r * inner..(o + 1) * r * inner];
+            let (c0, c1) = (b * BLOCK, (b * BLOCK + BLOCK).min(inner));
+            // SAFETY: unit `(o, b)` alone writes columns `c0..c1` of output row `o`.
+            let dst =
+                unsafe { std::slice::from_raw_parts_mut(out.get().add(o * inner + c0), c1 - c0) };
+            if inner == 1 {
+                dst[0] = T::from_f64(arg_run(lanes, &better) as f64);
+                continue;
+            }
+            let mut best = [T::default(); BLOCK];
+            let mut at = [0usize; BLOCK];
+            let (best, at) = (&mut best[..c1 - c0], &mut at[..c1 - c0]);
+            best.copy_from_slice(&lanes[c0..c1]);
+            for k in 1..r {
+                let row = &lanes[k * inner + c0..k * inner + c1];
+                for ((b, i), &v) in best.iter_mut().zip(at.iter_mut()).zip(row) {
+                    if better(v, *b) {
+                        *b = v;
+                        *i = k;
+                    }
+                }
+            }
+            for (d, &i) in dst.iter_mut().zip(at.iter()) {
+                *d = T::from_f64(i as f64);
+            }
+        }
+    });
+}
+
+/// The index of the first extreme element of a non-empty contiguous run (see [`arg_extreme`]).
+fn arg_run<T: Copy>(run: &[T], better: &impl Fn(T, T) -> bool) -> usize {
+    let mut best = [run[0]; LANES];
+    let mut at = [0usize; LANES];
+    let chunks = run.chunks_exact(LANES);
+    let tail = run.len() - chunks.remainder().len();
+    for (c, chunk) in chunks.enumerate() {
+        for (l, ((b, i), &v)) in best.iter_mut().zip(at.iter_mut()).zip(chunk).enumerate() {
+            if better(v, *b) {
+                *b = v;
+                *i = c * LANES + l;
+            }
+        }
+    }
+    // Each lane holds its own first extreme; of equal ones the earliest wins.
+    let (mut v, mut i) = (best[0], at[0]);
+    for (&w, &j) in best.iter().zip(&at).skip(1) {
+        if better(w, v) || (!better(v, w) && j < i) {
+            (v, i) = (w, j);
+        }
+    }
+    for (j, &w) in run.iter().enumerate().skip(tail) {
+        if better(w, v) {
+            (v, i) = (w, j);
+        }
+    }
+    i
+}
+
 fn kernel(
     op: &str,
     attrs: &Attrs,
@@ -194,30 +274,23 @@ fn kernel(
     let (a, out) = (&ins[0], &outs[0]);
     crate::with_dtype!(a.dtype, T => {
         // SAFETY: the engine gives this op read access to the input; `run_kernel` copied it if it
-        // overlapped the output; the shape matches the buffer.
-        let view = unsafe { ArrayViewD::from_shape_ptr(IxDyn(&a.shape), a.ptr::<T>() as *const T) };
-        // SAFETY: exclusive access to the output (disjoint from the input view).
-        let dst = unsafe { out.slice_mut::<T>() };
+        // overlapped the output.
+        let x = unsafe { a.slice::<T>() };
         if matches!(op, "argmax" | "argmin") {
-            let max = op == "argmax";
-            let arg = |lane: ndarray::ArrayViewD<'_, T>| {
-                // The first extremum wins, as in MXNet.
-                let mut best: Option<(usize, T)> = None;
-                for (i, &x) in lane.iter().enumerate() {
-                    if best.is_none_or(|(_, b)| if max { x > b } else { x < b }) {
-                        best = Some((i, x));
-                    }
-                }
-                T::from_f64(best.map_or(0, |(i, _)| i) as f64)
-            };
-            match attrs.ints(op, "axis").map_err(|e| e.to_string())? {
-                None => dst[0] = arg(view.view().into_shape_with_order(IxDyn(&[a.len()])).map_err(|e| e.to_string())?),
+            // SAFETY: exclusive access to the output (disjoint from the input).
+            let dst = unsafe { out.slice_mut::<T>() };
+            let lanes = match attrs.ints(op, "axis").map_err(|e| e.to_string())? {
+                None => (1, a.len(), 1),
                 Some(ax) => {
                     let ax = norm_axes(op, &ax, a.shape.len()).map_err(|e| e.to_string())?[0];
-                    for (o, lane) in dst.iter_mut().zip(view.lanes(Axis(ax))) {
-                        *o = arg(lane.into_dyn());
-                    }
+                    let outer = a.shape[..ax].iter().product();
+                    (outer, a.shape[ax], a.shape[ax + 1..].iter().product())
                 }
+            };
+            if op == "argmax" {
+                arg_extreme(x, lanes, |v, b| v > b, dst);
+            } else {
+                arg_extreme(x, lanes, |v, b| v < b, dst);
             }
             return Ok(());
         }
@@ -226,8 +299,6 @@ fn kernel(
             ("norm", Ok(1)) => "norm1",
             _ => op,
         };
-        // SAFETY: as the view above.
-        let x = unsafe { a.slice::<T>() };
         let shape = &a.shape;
         let (ninf, inf) = (T::from_f64(f64::NEG_INFINITY), T::from_f64(f64::INFINITY));
         let larger = |m: T, v: T| if v > m { v } else { m };
@@ -247,6 +318,8 @@ fn kernel(
             "prod" => reduce(x, shape, &axes, (T::from_f64(1.0), true), T::mul, T::mul),
             _ => reduce(x, shape, &axes, (T::default(), true), T::add, T::add),
         };
+        // SAFETY: exclusive access to the output (disjoint from the input).
+        let dst = unsafe { out.slice_mut::<T>() };
         dst.copy_from_slice(&r);
         if op == "mean" {
             let count: usize = axes.iter().map(|&d| shape[d]).product();
@@ -361,6 +434,63 @@ mod tests {
                     let min = reduce(v, &shape, &axes, (inf, false), smaller, smaller);
                     assert_eq!(bits(min), bits(scan(v, inf, &smaller)), "min {what}");
                 }
+            }
+        }
+    }
+
+    /// argmax/argmin along every axis of shapes whose lanes are contiguous and strided, shorter
+    /// and longer than the interleaved candidates and the blocks of strided lanes, with ties,
+    /// zeros of both signs and NaNs (first and later in a lane): the index one scan of each
+    /// lane in order picks.
+    #[test]
+    fn arg_extremes_are_what_one_scan_in_order_picks() {
+        let mut shapes = vec![
+            vec![1],
+            vec![5],
+            vec![3, 0, 2],
+            vec![2, 3, 2, 19],
+            vec![4, 300],
+        ];
+        if !cfg!(miri) {
+            shapes.push(vec![70, 600]);
+            shapes.push(vec![3, 5, 700]);
+        }
+        for shape in shapes {
+            let n: usize = shape.iter().product();
+            let x: Vec<f32> = (0..n)
+                .map(|i| match (i * 7919) % 23 {
+                    0 => 0.0,
+                    1 => -0.0,
+                    2 => f32::NAN,
+                    k => (k % 7) as f32 - 3.0,
+                })
+                .collect();
+            for axis in 0..shape.len() {
+                let outer: usize = shape[..axis].iter().product();
+                let inner: usize = shape[axis + 1..].iter().product();
+                let r = shape[axis];
+                let lanes = (outer, r, inner);
+                let scan = |better: &dyn Fn(f32, f32) -> bool| {
+                    let mut want = vec![0.0f32; outer * inner];
+                    for o in 0..outer {
+                        for j in 0..inner {
+                            let at = |k: usize| x[(o * r + k) * inner + j];
+                            let (mut b, mut i) = (if r > 0 { at(0) } else { 0.0 }, 0);
+                            for k in 1..r {
+                                if better(at(k), b) {
+                                    (b, i) = (at(k), k);
+                                }
+                            }
+                            want[o * inner + j] = i as f32;
+                        }
+                    }
+                    want
+                };
+                let mut got = vec![-1.0f32; outer * inner];
+                arg_extreme(&x, lanes, |v, b| v > b, &mut got);
+                assert_eq!(got, scan(&|v, b| v > b), "argmax {shape:?} axis {axis}");
+                arg_extreme(&x, lanes, |v, b| v < b, &mut got);
+                assert_eq!(got, scan(&|v, b| v < b), "argmin {shape:?} axis {axis}");
             }
         }
     }
