@@ -1225,3 +1225,95 @@ fn softmax_and_its_gradient_over_long_and_strided_lanes() {
         }
     }
 }
+
+/// Distance in units in the last place between two finite f32s (zeros of both signs are one
+/// point).
+fn ulps(a: f32, b: f32) -> u64 {
+    let ordered = |x: f32| {
+        let m = (x.to_bits() & 0x7fff_ffff) as i64;
+        if x.is_sign_negative() {
+            -m
+        } else {
+            m
+        }
+    };
+    ordered(a).abs_diff(ordered(b))
+}
+
+/// f32 `exp`, `tanh` and `sigmoid` go through vectorized approximations: over a dense sweep
+/// of where they vary, tiny and subnormal inputs, where they overflow, underflow and saturate,
+/// and the special values, each stays within its bound of the correctly rounded result (f64
+/// rounded; a subnormal result only needs to be subnormal), out of place and in place alike,
+/// in a pass long enough to split across threads.
+#[test]
+fn vectorized_exp_tanh_and_sigmoid_stay_within_their_ulps() {
+    let rt = rt();
+    let mut x: Vec<f32> = (0..2_100_001).map(|i| -105.0 + i as f32 * 1e-4).collect();
+    for k in -45..=38 {
+        let m = 10f32.powi(k);
+        x.extend([m, -m, 1.5 * m, -1.5 * m]);
+    }
+    x.extend([
+        0.0,
+        -0.0,
+        f32::MIN_POSITIVE,
+        f32::from_bits(1),
+        88.72,
+        88.73,
+        -87.33,
+        -103.9,
+        -104.0,
+        -200.0,
+        200.0,
+        f32::MAX,
+        f32::MIN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+    ]);
+    let n = x.len();
+    let cases: [(&str, fn(f64) -> f64, u64); 3] = [
+        ("exp", f64::exp, 1),
+        ("tanh", f64::tanh, 3),
+        ("sigmoid", |v| 1.0 / (1.0 + (-v).exp()), 4),
+    ];
+    for (op, reference, bound) in cases {
+        let a = rt.from_vec(x.clone(), &[n], Context::cpu(0)).unwrap();
+        let out_of_place = run1_f32(op, &a, None);
+        let in_place = run1_f32(op, &a, Some(&a));
+        for (i, (&v, (&got, &got_in))) in
+            x.iter().zip(out_of_place.iter().zip(&in_place)).enumerate()
+        {
+            let want = reference(v as f64) as f32;
+            assert_eq!(
+                got.to_bits(),
+                got_in.to_bits(),
+                "{op}({v}) in place, element {i}"
+            );
+            if want.is_nan() {
+                assert!(got.is_nan(), "{op}({v}) = {got}, want NaN");
+            } else if want.is_infinite() || got.is_infinite() {
+                assert_eq!(got, want, "{op}({v})");
+            } else if want.abs() < f32::MIN_POSITIVE {
+                // Subnormal results (exp and sigmoid far below zero) need only stay there.
+                assert!(
+                    got.abs() < f32::MIN_POSITIVE,
+                    "{op}({v}) = {got:e}, want {want:e}"
+                );
+            } else {
+                let d = ulps(got, want);
+                assert!(
+                    d <= bound,
+                    "{op}({v}) = {got:e}, want {want:e}: {d} ulps apart"
+                );
+            }
+        }
+    }
+}
+
+fn run1_f32(op: &str, a: &NDArray, out: Option<&NDArray>) -> Vec<f32> {
+    let outs = out.map(|o| [o]);
+    invoke(op, &[a], &Attrs::new(), outs.as_ref().map(|o| &o[..])).unwrap()[0]
+        .to_vec::<f32>()
+        .unwrap()
+}

@@ -2,7 +2,7 @@
 
 use ndarray::{ArrayView2, ArrayViewMut2};
 
-use super::par::{for_lanes, for_ranges, Shared};
+use super::par::{for_ranges, map_lanes, Shared};
 use super::stochastic::{sum_zip, ChannelRuns};
 use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, NdError, Result};
@@ -658,26 +658,23 @@ fn softmax_backward_kernel(
         .f64(op, "temperature", Some(1.0))
         .map_err(|e| e.to_string())?;
     let log = op == "_backward_log_softmax";
-    let n = g.shape[axis];
     crate::with_dtype!(g.dtype, T => {
         // SAFETY: read access to the inputs, exclusive access to the disjoint output.
         let (gv, yv, dx) = unsafe { (g.slice::<T>(), y.slice::<T>(), Shared::new(outs[0].ptr::<T>())) };
-        for_lanes(&g.shape, axis, |_: &mut (), first, stride| {
-            let (g, y) = (|k: usize| gv[first + k * stride].to_f64(), |k: usize| yv[first + k * stride].to_f64());
+        map_lanes(&g.shape, axis, [gv, yv], dx, |_: &mut (), [g, y], dx| {
             // y = log softmax: dx = (g - softmax * sum(g)) / temp; y = softmax:
             // dx = y * (g - sum(g * y)) / temp.
+            let (g, y) = (|k: usize| g[k].to_f64(), |k: usize| y[k].to_f64());
+            let n = dx.len();
             let total: f64 = match log {
                 true => (0..n).map(g).sum(),
                 false => (0..n).map(|k| g(k) * y(k)).sum(),
             };
-            for k in 0..n {
-                let d = match log {
+            for (k, d) in dx.iter_mut().enumerate() {
+                *d = T::from_f64(match log {
                     true => (g(k) - y(k).exp() * total) / temp,
                     false => y(k) * (g(k) - total) / temp,
-                };
-                // SAFETY: this lane's elements are written by this call alone, inside the
-                // output (the gradient's shape).
-                unsafe { *dx.get().add(first + k * stride) = T::from_f64(d) };
+                });
             }
         });
     });

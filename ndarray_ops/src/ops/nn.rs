@@ -1,7 +1,10 @@
 //! Neural-network ops: activations, softmax family, FullyConnected, one_hot, transpose, Flatten,
 //! clip, and the optimizer updates that write into the weight (as MXNet's do).
 
-use super::par::{for_lanes, for_ranges, Shared};
+use rten_simd::SimdUnaryOp;
+
+use super::par::{for_ranges, map_lanes, Shared};
+use super::reduce::fold_run;
 use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT};
 use crate::error::{invalid, NdError, Result};
 use crate::resources::KernelRes;
@@ -167,34 +170,65 @@ fn softmax_kernel(
         ),
     };
     let temp = attrs.f64(op, "temperature", Some(1.0)).map_err(e2s)?;
-    let n = a.shape[axis];
     crate::with_dtype!(o.dtype, T => {
         // SAFETY: read access to the input and exclusive access to the disjoint output (the
         // registry marks this kernel as not alias-safe, so an aliased input was copied).
         let (x, y) = unsafe { (a.slice::<T>(), Shared::new(o.ptr::<T>())) };
-        // Per lane, in f64: s = x / temp - max, z = sum of exp(s), then exp(s) / z or s - ln z;
-        // `e` holds s, then (softmax) exp(s), so that each element takes one exp.
-        for_lanes(&a.shape, axis, |e: &mut Vec<f64>, first, stride| {
-            e.clear();
-            e.extend((0..n).map(|k| x[first + k * stride].to_f64() / temp));
-            let m = e.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v));
-            e.iter_mut().for_each(|v| *v -= m);
-            let z: f64 = match log {
-                true => e.iter().map(|s| s.exp()).sum(),
-                false => {
-                    e.iter_mut().for_each(|v| *v = v.exp());
-                    e.iter().sum()
-                }
-            };
-            for (k, &v) in e.iter().enumerate() {
-                let out = if log { v - z.ln() } else { v / z };
-                // SAFETY: this lane's elements are written by this call alone, inside the
-                // output (first + k * stride indexes the lane, as for the input).
-                unsafe { *y.get().add(first + k * stride) = T::from_f64(out) };
-            }
-        });
+        let lanes = (&a.shape[..], axis, temp, log);
+        if T::DTYPE == DType::F32 {
+            softmax_lanes::<T, f32>(x, y, lanes, |e| rten_vecmath::Exp {}.map_mut(e));
+        } else {
+            softmax_lanes::<T, f64>(x, y, lanes, |e| e.iter_mut().for_each(|v| *v = v.exp()));
+        }
     });
     Ok(())
+}
+
+/// Softmax (`log`: log-softmax) of every lane of `x` (of `shape`) along `axis` into `y`,
+/// computed in `F` (f32 arrays in f32 through the vectorized `exp`, others in f64): per lane
+/// s = x / temp - max, z = the sum of exp(s) (in f64, in interleaved partial sums), then
+/// exp(s) / z or s - ln z. Each element takes one exp; `exp` maps a lane to its exponentials
+/// in place. The output is disjoint from the input.
+fn softmax_lanes<T: Element, F: Element>(
+    x: &[T],
+    y: Shared<T>,
+    (shape, axis, temp, log): (&[usize], usize, f64, bool),
+    exp: impl Fn(&mut [F]) + Sync,
+) {
+    // `s` holds the shifted lane, `e` its exponentials where `s` is still needed (log-softmax).
+    map_lanes(
+        shape,
+        axis,
+        [x],
+        y,
+        |(s, e): &mut (Vec<F>, Vec<F>), [x], out| {
+            s.clear();
+            match temp {
+                1.0 => s.extend(x.iter().map(|v| F::from_f64(v.to_f64()))),
+                _ => s.extend(x.iter().map(|v| F::from_f64(v.to_f64() / temp))),
+            }
+            // The largest of the lane (NaNs passed over): which of equal zeros wins shifts nothing.
+            let larger = |m: F, v: F| if v > m { v } else { m };
+            let m = fold_run(s, F::from_f64(f64::NEG_INFINITY), larger, larger);
+            s.iter_mut().for_each(|v| *v = v.sub(m));
+            let sum = |e: &[F]| fold_run(e, 0.0, |z, v: F| z + v.to_f64(), |a, b| a + b);
+            if log {
+                e.clear();
+                e.extend_from_slice(s);
+                exp(e);
+                let lnz = F::from_f64(sum(e).ln());
+                for (o, v) in out.iter_mut().zip(s.iter()) {
+                    *o = T::from_f64(v.sub(lnz).to_f64());
+                }
+            } else {
+                exp(s);
+                let z = F::from_f64(sum(s));
+                for (o, v) in out.iter_mut().zip(s.iter()) {
+                    *o = T::from_f64(v.div(z).to_f64());
+                }
+            }
+        },
+    );
 }
 
 // ---- FullyConnected -------------------------------------------------------------------------

@@ -30,25 +30,70 @@ pub(crate) fn for_ranges(n: usize, cost: usize, body: impl Fn(usize, usize) + Sy
     });
 }
 
-/// Calls `f(scratch, first, stride)` for every lane of a dense array of shape `shape` along
-/// `axis` (its `shape[axis]` elements at `first + k * stride`), lanes split across threads
-/// as [`for_ranges`] splits items; the lanes of one chunk share one `S::default()` as scratch.
-pub(crate) fn for_lanes<S: Default>(
+/// Calls `f(scratch, lanes, out)` for every lane of dense arrays of shape `shape` along
+/// `axis`: `lanes` holds each input's lane, `out` the output's, all contiguous, whatever the
+/// axis. Lanes along the last axis are slices of the arrays themselves; other lanes are copied
+/// in and out a block of neighbours at a time (each of the lane's rows then reads a run of
+/// neighbouring elements, not one element of a cache line), and `f` writes the output lane
+/// into a buffer that is copied back. Lanes split across threads as [`for_ranges`] splits
+/// items; the lanes of one chunk share one `S::default()` as scratch.
+pub(crate) fn map_lanes<T, S, const K: usize>(
     shape: &[usize],
     axis: usize,
-    f: impl Fn(&mut S, usize, usize) + Sync,
-) {
+    ins: [&[T]; K],
+    out: Shared<T>,
+    f: impl Fn(&mut S, [&[T]; K], &mut [T]) + Sync,
+) where
+    T: Copy + Default + Sync,
+    S: Default,
+{
     let n = shape[axis];
     let inner: usize = shape[axis + 1..].iter().product();
     let outer: usize = shape[..axis].iter().product();
-    if n == 0 || inner == 0 {
+    if n == 0 || inner == 0 || outer == 0 {
         return;
     }
-    for_ranges(outer * inner, n, |lo, hi| {
+    if inner == 1 {
+        return for_ranges(outer, n, |lo, hi| {
+            let mut scratch = S::default();
+            for o in lo..hi {
+                // SAFETY: lane `o` of the output belongs to this call alone.
+                let dst = unsafe { out.piece_mut(o, n) };
+                f(&mut scratch, ins.map(|x| &x[o * n..(o + 1) * n]), dst);
+            }
+        });
+    }
+    // Lanes copied together: enough for a run of 64 bytes per row, while the block stays
+    // within a few tens of KB.
+    let width = (8192 / n).clamp(1, 16).min(inner);
+    let blocks = inner.div_ceil(width);
+    for_ranges(outer * blocks, n * width, |lo, hi| {
         let mut scratch = S::default();
-        for lane in lo..hi {
-            let (o, i) = (lane / inner, lane % inner);
-            f(&mut scratch, o * n * inner + i, inner);
+        let mut tiles: [Vec<T>; K] = std::array::from_fn(|_| vec![T::default(); n * width]);
+        let mut result = vec![T::default(); n * width];
+        for unit in lo..hi {
+            let (o, b) = (unit / blocks, unit % blocks);
+            let (c0, w) = (b * width, width.min(inner - b * width));
+            let at = |k: usize| o * n * inner + k * inner + c0;
+            // Lane `j` of the block goes to `tile[j * n..]`.
+            for (tile, x) in tiles.iter_mut().zip(ins) {
+                for k in 0..n {
+                    for (j, &v) in x[at(k)..at(k) + w].iter().enumerate() {
+                        tile[j * n + k] = v;
+                    }
+                }
+            }
+            for j in 0..w {
+                let lanes = std::array::from_fn(|i| &tiles[i][j * n..(j + 1) * n]);
+                f(&mut scratch, lanes, &mut result[j * n..(j + 1) * n]);
+            }
+            for k in 0..n {
+                for j in 0..w {
+                    // SAFETY: block `(o, b)` alone covers columns `c0..c0 + w` of lane row `k`,
+                    // inside the output (which has the inputs' shape).
+                    unsafe { out.write(at(k) + j, result[j * n + k]) };
+                }
+            }
         }
     });
 }
@@ -200,6 +245,39 @@ mod tests {
                 seen.iter().all(|s| s.load(Ordering::Relaxed) == 1),
                 "n {n}, cost {cost}"
             );
+        }
+    }
+
+    /// Along every axis of shapes with short and long lanes, blocks of neighbouring lanes that
+    /// fill or leave a partial block, and axes of size 1 and 0: each lane of each input arrives
+    /// whole and in order, and what `f` writes lands where the lane came from.
+    #[test]
+    fn lanes_arrive_whole_in_order_and_land_where_they_came_from() {
+        let mut shapes = vec![vec![5], vec![3, 1, 4], vec![2, 0, 3], vec![3, 7, 19]];
+        if !cfg!(miri) {
+            shapes.extend([vec![2, 40, 1030], vec![9000, 3]]);
+        }
+        for shape in shapes {
+            let len: usize = shape.iter().product();
+            let a: Vec<f64> = (0..len).map(|i| i as f64).collect();
+            let b: Vec<f64> = (0..len).map(|i| -(i as f64)).collect();
+            for axis in 0..shape.len() {
+                let stride: usize = shape[axis + 1..].iter().product();
+                let n = shape[axis];
+                let mut out = vec![f64::NAN; len];
+                let dst = Shared::new(out.as_mut_ptr());
+                map_lanes(&shape, axis, [&a, &b], dst, |_: &mut (), [x, y], o| {
+                    assert_eq!((x.len(), y.len(), o.len()), (n, n, n));
+                    for k in 0..n {
+                        // A lane's elements are `stride` apart in the arrays.
+                        assert_eq!(x[k] - x[0], (k * stride) as f64, "{shape:?} axis {axis}");
+                        assert_eq!(y[k], -x[k]);
+                        o[k] = 2.0 * x[k] + 0.5;
+                    }
+                });
+                let want: Vec<f64> = a.iter().map(|v| 2.0 * v + 0.5).collect();
+                assert_eq!(out, want, "{shape:?} axis {axis}");
+            }
         }
     }
 }

@@ -160,16 +160,7 @@ where
         for (o, row) in (lo..hi).zip(rows.chunks_exact_mut(inner.max(1))) {
             let src = &src[o * r * inner..(o + 1) * r * inner];
             if inner == 1 && interleave {
-                let mut lanes = [init; LANES];
-                let chunks = src.chunks_exact(LANES);
-                let tail = chunks.remainder();
-                for c in chunks {
-                    for (l, &v) in lanes.iter_mut().zip(c) {
-                        *l = add(*l, v);
-                    }
-                }
-                let a = lanes.into_iter().reduce(merge).unwrap_or(init);
-                row[0] = tail.iter().fold(a, |a, &v| add(a, v));
+                row[0] = fold_run(src, init, add, merge);
             } else {
                 for k in src.chunks_exact(inner.max(1)) {
                     for (a, &v) in row.iter_mut().zip(k) {
@@ -262,6 +253,27 @@ fn arg_run<T: Copy>(run: &[T], better: &impl Fn(T, T) -> bool) -> usize {
         }
     }
     i
+}
+
+/// Folds a contiguous run in `LANES` interleaved partial folds (which vectorize), joined by
+/// `merge` at the end, then the run's tail in order: for folds whose order changes at most
+/// their rounding.
+pub(crate) fn fold_run<S: Copy, A: Copy>(
+    run: &[S],
+    init: A,
+    add: impl Fn(A, S) -> A,
+    merge: impl Fn(A, A) -> A,
+) -> A {
+    let mut lanes = [init; LANES];
+    let chunks = run.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l = add(*l, v);
+        }
+    }
+    let a = lanes.into_iter().reduce(merge).unwrap_or(init);
+    tail.iter().fold(a, |a, &v| add(a, v))
 }
 
 fn kernel(
