@@ -1272,7 +1272,7 @@ fn vectorized_exp_tanh_and_sigmoid_stay_within_their_ulps() {
         f32::NAN,
     ]);
     let n = x.len();
-    let cases: [(&str, fn(f64) -> f64, u64); 3] = [
+    let cases: [(&str, Unary, u64); 3] = [
         ("exp", f64::exp, 1),
         ("tanh", f64::tanh, 3),
         ("sigmoid", |v| 1.0 / (1.0 + (-v).exp()), 4),
