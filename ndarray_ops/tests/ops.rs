@@ -1317,3 +1317,58 @@ fn run1_f32(op: &str, a: &NDArray, out: Option<&NDArray>) -> Vec<f32> {
         .to_vec::<f32>()
         .unwrap()
 }
+
+/// `where` over arrays long enough for several mask chunks and a split across threads, with
+/// conditions of another dtype (element-wise and one per row): what a plain loop selects, out
+/// of place and written into x or into y.
+#[test]
+fn where_selects_what_a_plain_loop_does_in_place_too() {
+    let rt = rt();
+    let (rows, cols) = (7, 14_003);
+    let n = rows * cols;
+    let x: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let y: Vec<f32> = (0..n).map(|i| -(i as f32) - 1.0).collect();
+    let full: Vec<i32> = (0..n).map(|i| ((i * 7919) % 3) as i32 - 1).collect();
+    let by_row = [0.0f64, 2.0, -0.0, 0.5, 0.0, 1.0, f64::NAN];
+    let cases = [
+        (
+            rt.from_vec(full.clone(), &[rows, cols], Context::cpu(0))
+                .unwrap(),
+            1,
+        ),
+        (
+            rt.from_vec(by_row.to_vec(), &[rows], Context::cpu(0))
+                .unwrap(),
+            cols,
+        ),
+    ];
+    for (cond, per) in &cases {
+        let truth = |i: usize| match per {
+            1 => full[i] != 0,
+            _ => by_row[i / cols] != 0.0,
+        };
+        let want: Vec<f32> = (0..n).map(|i| if truth(i) { x[i] } else { y[i] }).collect();
+        for into in [None, Some(0), Some(1)] {
+            let nx = rt
+                .from_vec(x.clone(), &[rows, cols], Context::cpu(0))
+                .unwrap();
+            let ny = rt
+                .from_vec(y.clone(), &[rows, cols], Context::cpu(0))
+                .unwrap();
+            let out = into.map(|k| [[&nx, &ny][k]]);
+            let got = invoke(
+                "where",
+                &[cond, &nx, &ny],
+                &Attrs::new(),
+                out.as_ref().map(|o| &o[..]),
+            )
+            .unwrap()
+            .remove(0);
+            assert_eq!(
+                got.to_vec::<f32>().unwrap(),
+                want,
+                "per {per}, written into {into:?}"
+            );
+        }
+    }
+}

@@ -5,6 +5,7 @@
 use ndarray::{ArrayView2, ArrayViewMut2};
 
 use super::conv::{check_grouped_data, conv_params, pair, Conv};
+use super::par::{for_ranges, Shared};
 use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef, MAX_ELEMENTS, POSITIVE_INT};
 use crate::error::{invalid, NdError, Result};
 use crate::resources::{KernelRes, Resource};
@@ -373,6 +374,10 @@ fn infer_where(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     Ok((vec![s[1].clone()], vec![d[1]]))
 }
 
+/// `out = condition ? x : y` element by element, or row by row where the condition is a vector
+/// over the first axis (each row then one copy). The condition is read a chunk at a time into
+/// a mask, so the selecting loop is the same for every condition dtype; chunks split across
+/// threads.
 fn where_kernel(
     _: &str,
     _: &Attrs,
@@ -380,24 +385,91 @@ fn where_kernel(
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    const CHUNK: usize = 4096;
     let (c, o) = (&ins[0], &outs[0]);
-    let per_row = if c.len() == o.len() {
+    let row = if c.len() == o.len() {
         1
     } else {
         o.len() / c.len().max(1)
     };
-    let cond: Vec<bool> = crate::with_dtype!(c.dtype, C => {
-        // SAFETY: read access to the condition.
-        unsafe { c.slice::<C>() }.iter().map(|v| v.to_f64() != 0.0).collect()
-    });
     crate::with_dtype!(o.dtype, T => {
-        let (x, y, out) = (ins[1].ptr::<T>(), ins[2].ptr::<T>(), o.ptr::<T>());
-        for i in 0..o.len() {
-            // SAFETY: equal lengths; raw pointers tolerate the output being exactly an input.
-            unsafe { *out.add(i) = if cond[i / per_row] { *x.add(i) } else { *y.add(i) } };
-        }
+        let (x, y, out) = (
+            Shared::new(ins[1].ptr::<T>()),
+            Shared::new(ins[2].ptr::<T>()),
+            Shared::new(o.ptr::<T>()),
+        );
+        for_ranges(c.len().div_ceil(CHUNK), CHUNK * row, |lo, hi| {
+            let mut mask = [false; CHUNK];
+            for chunk in lo..hi {
+                let start = chunk * CHUNK;
+                let mask = &mut mask[..CHUNK.min(c.len() - start)];
+                truths(c, start, mask);
+                // SAFETY: condition element `k` governs output elements `k * row..(k + 1) *
+                // row` (inside the output, whose shape x and y share), which this chunk alone
+                // writes; the output is disjoint from x and y or exactly one of them, which
+                // `select` is told of and `copy` allows.
+                unsafe {
+                    if row == 1 {
+                        select(mask, (x.get().add(start), y.get().add(start)), out.get().add(start));
+                    } else {
+                        for (k, &m) in (start..).zip(mask.iter()) {
+                            let from = if m { x } else { y };
+                            std::ptr::copy(from.get().add(k * row), out.get().add(k * row), row);
+                        }
+                    }
+                }
+            }
+        });
     });
     Ok(())
+}
+
+/// `out[k] = if mask[k] { x[k] } else { y[k] }` for `mask.len()` elements, as a select on
+/// slices (both sides loaded, which the compiler may only do through references, so that the
+/// loop vectorizes); where the output is exactly x or y, that side is the output itself.
+///
+/// # Safety
+/// All three point to `mask.len()` elements; the output is disjoint from x and y or equal to
+/// one (or both) of them; nothing else touches them meanwhile.
+unsafe fn select<T: Copy>(mask: &[bool], (x, y): (*const T, *const T), out: *mut T) {
+    let n = mask.len();
+    // SAFETY: per the contract; where the output is one of the inputs, that input is read
+    // through the output's one mutable slice.
+    let out_slice = unsafe { std::slice::from_raw_parts_mut(out, n) };
+    // An input other than the output, as a slice (disjoint from the output's, per the contract).
+    let side = |p: *const T| {
+        // SAFETY: per the contract.
+        (p != out.cast_const()).then(|| unsafe { std::slice::from_raw_parts(p, n) })
+    };
+    match (side(x), side(y)) {
+        (Some(x), Some(y)) => {
+            for (o, ((&m, &a), &b)) in out_slice.iter_mut().zip(mask.iter().zip(x).zip(y)) {
+                *o = if m { a } else { b };
+            }
+        }
+        (None, Some(y)) => {
+            for (o, (&m, &b)) in out_slice.iter_mut().zip(mask.iter().zip(y)) {
+                *o = if m { *o } else { b };
+            }
+        }
+        (Some(x), None) => {
+            for (o, (&m, &a)) in out_slice.iter_mut().zip(mask.iter().zip(x)) {
+                *o = if m { a } else { *o };
+            }
+        }
+        (None, None) => {}
+    }
+}
+
+/// Whether each of the condition's elements from `start` on is nonzero, into `mask`.
+fn truths(c: &TensorRef, start: usize, mask: &mut [bool]) {
+    crate::with_dtype!(c.dtype, C => {
+        // SAFETY: read access to the condition.
+        let c = unsafe { c.slice::<C>() };
+        for (m, v) in mask.iter_mut().zip(&c[start..]) {
+            *m = v.to_f64() != 0.0;
+        }
+    });
 }
 
 // ---- Deconvolution ------------------------------------------------------------------------------
