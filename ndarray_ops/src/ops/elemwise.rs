@@ -5,7 +5,7 @@
 use rten_simd::SimdUnaryOp;
 use rten_vecmath::{Exp, Sigmoid, Tanh};
 
-use super::par::{for_ranges, Shared, Walk};
+use super::par::{for_ranges, wide, Shared, Walk};
 use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{NdError, Result};
 use crate::resources::KernelRes;
@@ -124,15 +124,15 @@ pub(super) fn binary_map<T: Element>(
     if a.shape == out.shape && b.shape == out.shape {
         let (sa, sb, so) = (Shared::new(pa), Shared::new(pb), Shared::new(po));
         for_ranges(n, 1, |lo, hi| {
-            let (pa, pb, po) = (sa.get(), sb.get(), so.get());
+            let (pa, pb, po, f) = (sa.get(), sb.get(), so.get(), &f);
             // SAFETY: `lo..hi` lies inside every tensor (equal shapes); ranges of different
             // calls are disjoint; the output is disjoint from the inputs or exactly one of them,
             // and only raw pointers are used, so no reference aliases another.
-            unsafe {
+            wide(move || unsafe {
                 for i in lo..hi {
                     *po.add(i) = f(*pa.add(i), *pb.add(i));
                 }
-            }
+            })
         });
         return;
     }
@@ -145,14 +145,15 @@ pub(super) fn binary_map<T: Element>(
 pub(super) fn unary_map<T: Element>(a: &TensorRef, out: &TensorRef, f: impl Fn(T) -> T + Sync) {
     let (sa, so) = (Shared::new(a.ptr::<T>()), Shared::new(out.ptr::<T>()));
     for_ranges(out.len(), 1, |lo, hi| {
-        let (pa, po) = (sa.get(), so.get());
+        let (pa, po, f) = (sa.get(), so.get(), &f);
         // SAFETY: same length; disjoint ranges per call; output disjoint from or exactly the
-        // input; raw pointers only.
-        unsafe {
+        // input; raw pointers only. (Moved in: pointers captured by reference would be reloaded
+        // after every store, which may alias them, and the loop would not vectorize.)
+        wide(move || unsafe {
             for i in lo..hi {
                 *po.add(i) = f(*pa.add(i));
             }
-        }
+        })
     });
 }
 
@@ -218,25 +219,27 @@ fn broadcast_rows<T: Element>(
         Shared::new(out.ptr::<T>()),
     );
     for_ranges(rows.count(), len, |lo, hi| {
-        let (pa, pb, po) = (pa.get(), pb.get(), po.get());
-        rows.each(lo, hi, |r, ia, ib| {
-            // SAFETY: row `r` of the output is written by this call alone; offsets stay below
-            // each tensor's length (shapes checked by inference); the output is disjoint from
-            // the inputs or exactly one of them (then read at the same index before the write),
-            // and only raw pointers are used.
-            unsafe {
-                let (x, y, o) = (pa.add(ia), pb.add(ib), po.add(r * len));
-                match (la, lb) {
-                    (0, 0) => {
-                        let v = f(*x, *y);
-                        (0..len).for_each(|k| *o.add(k) = v);
+        let (pa, pb, po, f, rows) = (pa.get(), pb.get(), po.get(), &f, &rows);
+        wide(move || {
+            rows.each(lo, hi, |r, ia, ib| {
+                // SAFETY: row `r` of the output is written by this call alone; offsets stay below
+                // each tensor's length (shapes checked by inference); the output is disjoint from
+                // the inputs or exactly one of them (then read at the same index before the write),
+                // and only raw pointers are used.
+                unsafe {
+                    let (x, y, o) = (pa.add(ia), pb.add(ib), po.add(r * len));
+                    match (la, lb) {
+                        (0, 0) => {
+                            let v = f(*x, *y);
+                            (0..len).for_each(|k| *o.add(k) = v);
+                        }
+                        (0, _) => (0..len).for_each(|k| *o.add(k) = f(*x, *y.add(k))),
+                        (_, 0) => (0..len).for_each(|k| *o.add(k) = f(*x.add(k), *y)),
+                        _ => (0..len).for_each(|k| *o.add(k) = f(*x.add(k), *y.add(k))),
                     }
-                    (0, _) => (0..len).for_each(|k| *o.add(k) = f(*x, *y.add(k))),
-                    (_, 0) => (0..len).for_each(|k| *o.add(k) = f(*x.add(k), *y)),
-                    _ => (0..len).for_each(|k| *o.add(k) = f(*x.add(k), *y.add(k))),
                 }
-            }
-        });
+            })
+        })
     });
 }
 

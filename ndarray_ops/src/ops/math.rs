@@ -34,6 +34,8 @@ pub(crate) enum Deriv {
 /// One unary math op.
 pub(crate) struct MathFn {
     pub name: &'static str,
+    /// The function, for the tests (kernels inline the same expression through `forward`).
+    #[cfg(test)]
     pub f: fn(f64) -> f64,
     pub deriv: Deriv,
 }
@@ -84,9 +86,28 @@ macro_rules! ignores {
     };
 }
 
+/// A function of f64 as itself (its closure's argument typed by the bound).
+fn of_f64(f: impl Fn(f64) -> f64 + Sync) -> impl Fn(f64) -> f64 + Sync {
+    f
+}
+
 macro_rules! math_ops {
     ($($name:literal: $f:expr, $by:ident $(=> $d:expr)?;)*) => {
-        const TABLE: &[MathFn] = &[$(MathFn { name: $name, f: $f, deriv: deriv!($by $($d)?) }),*];
+        const TABLE: &[MathFn] = &[$(MathFn { name: $name, #[cfg(test)] f: $f, deriv: deriv!($by $($d)?) }),*];
+
+        /// Maps `a` into `o` by the function `name`, inlined into the loop (a call through
+        /// the table's pointer per element would block vectorization); false if `name` is
+        /// not one of these functions.
+        fn forward<T: Element>(name: &str, a: &TensorRef, o: &TensorRef) -> bool {
+            match name {
+                $($name => {
+                    let f = of_f64($f);
+                    super::elemwise::unary_map::<T>(a, o, |x| T::from_f64(f(x.to_f64())))
+                })*
+                _ => return false,
+            }
+            true
+        }
 
         pub(super) fn ops() -> &'static [OpDef] {
             static OPS: &[OpDef] = &[
@@ -217,13 +238,10 @@ fn math_kernel(
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
-    let f = find(op)
-        .ok_or_else(|| format!("{op} is not a unary math function"))?
-        .f;
-    crate::with_dtype!(outs[0].dtype, T => {
-        super::elemwise::unary_map::<T>(&ins[0], &outs[0], |x| T::from_f64(f(x.to_f64())))
-    });
-    Ok(())
+    match crate::with_dtype!(outs[0].dtype, T => forward::<T>(op, &ins[0], &outs[0])) {
+        true => Ok(()),
+        false => Err(format!("{op} is not a unary math function")),
+    }
 }
 
 fn backward_kernel(

@@ -98,6 +98,27 @@ pub(crate) fn map_lanes<T, S, const K: usize>(
     });
 }
 
+/// Runs `body` compiled for AVX2 and FMA where the CPU has them (checked at run time; the
+/// build targets plain x86-64, whose SSE2 has no vector rounding, and whose vectors are half
+/// as wide). The same operations give the same results either way: Rust never fuses a
+/// multiply and an add on its own, and libm's functions stay the same calls.
+#[inline(always)]
+pub(crate) fn wide<R>(body: impl FnOnce() -> R) -> R {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    {
+        #[target_feature(enable = "avx2,fma")]
+        fn avx2<R>(body: impl FnOnce() -> R) -> R {
+            body()
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            // SAFETY: the CPU has the features `avx2` is compiled for.
+            return unsafe { avx2(body) };
+        }
+    }
+    body()
+}
+
 /// A pointer that may cross into rayon's threads. Whoever uses one in a [`for_ranges`] body
 /// must touch only what that body's item range owns.
 pub(crate) struct Shared<T>(*mut T);
