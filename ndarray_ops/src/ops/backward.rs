@@ -661,7 +661,7 @@ fn softmax_backward_kernel(
     crate::with_dtype!(g.dtype, T => {
         // SAFETY: read access to the inputs, exclusive access to the disjoint output.
         let (gv, yv, dx) = unsafe { (g.slice::<T>(), y.slice::<T>(), Shared::new(outs[0].ptr::<T>())) };
-        map_lanes(&g.shape, axis, [gv, yv], dx, |_: &mut (), [g, y], dx| {
+        map_lanes(&g.shape, axis, [gv, yv], dx, |_: &mut (), _, [g, y], dx| {
             // y = log softmax: dx = (g - softmax * sum(g)) / temp; y = softmax:
             // dx = y * (g - sum(g * y)) / temp.
             let (g, y) = (|k: usize| g[k].to_f64(), |k: usize| y[k].to_f64());

@@ -201,7 +201,7 @@ fn softmax_lanes<T: Element, F: Element>(
         axis,
         [x],
         y,
-        |(s, e): &mut (Vec<F>, Vec<F>), [x], out| {
+        |(s, e): &mut (Vec<F>, Vec<F>), _, [x], out| {
             s.clear();
             match temp {
                 1.0 => s.extend(x.iter().map(|v| F::from_f64(v.to_f64()))),

@@ -16,7 +16,8 @@
 //! `sqrt(var + eps)` (L2Normalization: the norm), which the backward op reads instead of
 //! recomputing them.
 
-use super::par::{for_ranges, Shared};
+use super::par::{for_ranges, map_lanes, Shared};
+use super::reduce::fold_run;
 use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT};
 use crate::error::{invalid, NdError, Result};
 use crate::resources::KernelRes;
@@ -38,6 +39,12 @@ impl Groups {
         self.outer * self.inner
     }
 
+    /// The array's shape as (outer, len, inner): the groups are its lanes along axis 1, in
+    /// the order of their index.
+    fn shape(self) -> [usize; 3] {
+        [self.outer, self.len, self.inner]
+    }
+
     /// The element at position `k` of group `g`.
     fn at(self, g: usize, k: usize) -> usize {
         let (o, i) = (g / self.inner, g % self.inner);
@@ -55,10 +62,11 @@ pub(crate) enum Scale {
 }
 
 impl Scale {
-    fn index(self, g: usize, k: usize, groups: Groups) -> usize {
+    /// Gamma's entry for every element of group `g`, or `None` where it goes by position.
+    fn of_group(self, g: usize, groups: Groups) -> Option<usize> {
         match self {
-            Scale::ByPosition => k,
-            Scale::ByGroup(m) => (g / groups.inner) % m,
+            Scale::ByPosition => None,
+            Scale::ByGroup(m) => Some((g / groups.inner) % m),
         }
     }
 }
@@ -258,42 +266,44 @@ fn norm_kernel(
     let eps = eps(op, attrs).map_err(e)?;
     let l2 = op == "L2Normalization";
     crate::with_dtype!(x.dtype, T => {
-        let xs = Shared::new(x.ptr::<T>());
-        let ys = Shared::new(outs[0].ptr::<T>());
+        // SAFETY: read access to data, gamma and beta, exclusive access to the outputs (the
+        // registry copies an input that overlaps an output: not alias-safe).
+        let (xs, affine) = unsafe {
+            (x.slice::<T>(), (!l2).then(|| (ins[1].slice::<T>(), ins[2].slice::<T>())))
+        };
         let stat = |k: usize| Shared::new(outs[k].ptr::<T>());
         let (first, second) = (stat(1), if l2 { stat(1) } else { stat(2) });
-        let affine = (!l2).then(|| (Shared::new(ins[1].ptr::<T>()), Shared::new(ins[2].ptr::<T>())));
         let n = groups.len as f64;
-        for_ranges(groups.count(), 3 * groups.len, |lo, hi| {
-            for g in lo..hi {
-                // SAFETY (this block): read access to data, gamma and beta; each group's
-                // elements and statistics are written by this call alone; an output that is
-                // exactly the data is read before written, element by element, after the
-                // statistics were taken.
-                unsafe {
-                    let at = |k: usize| (*xs.get().add(groups.at(g, k))).to_f64();
-                    let (mean, denom) = if l2 {
-                        let sq: f64 = (0..groups.len).map(|k| at(k) * at(k)).sum();
-                        (0.0, (sq + eps).sqrt())
-                    } else {
-                        let mean = (0..groups.len).map(at).sum::<f64>() / n;
-                        let var = (0..groups.len).map(|k| (at(k) - mean).powi(2)).sum::<f64>() / n;
-                        (mean, (var + eps).sqrt())
-                    };
-                    for k in 0..groups.len {
-                        let mut v = (at(k) - mean) / denom;
-                        if let Some((gamma, beta)) = affine {
-                            let c = scale.index(g, k, groups);
-                            v = v * (*gamma.get().add(c)).to_f64() + (*beta.get().add(c)).to_f64();
-                        }
-                        *ys.get().add(groups.at(g, k)) = T::from_f64(v);
+        let add = |a: f64, b: f64| a + b;
+        map_lanes(&groups.shape(), 1, [xs], stat(0), |_: &mut (), g, [x], y| {
+            let (mean, denom) = if l2 {
+                let sq = fold_run(x, 0.0, |s, v: T| s + v.to_f64() * v.to_f64(), add);
+                (0.0, (sq + eps).sqrt())
+            } else {
+                let mean = fold_run(x, 0.0, |s, v: T| s + v.to_f64(), add) / n;
+                let var = fold_run(x, 0.0, |s, v: T| s + (v.to_f64() - mean).powi(2), add) / n;
+                (mean, (var + eps).sqrt())
+            };
+            let norm = |v: T| (v.to_f64() - mean) / denom;
+            match (affine, scale.of_group(g, groups)) {
+                (None, _) => y.iter_mut().zip(x).for_each(|(o, &v)| *o = T::from_f64(norm(v))),
+                (Some((gamma, beta)), None) => {
+                    for ((o, &v), (c, b)) in y.iter_mut().zip(x).zip(gamma.iter().zip(beta)) {
+                        *o = T::from_f64(norm(v) * c.to_f64() + b.to_f64());
                     }
-                    if l2 {
-                        *first.get().add(g) = T::from_f64(denom);
-                    } else {
-                        *first.get().add(g) = T::from_f64(mean);
-                        *second.get().add(g) = T::from_f64(denom);
-                    }
+                }
+                (Some((gamma, beta)), Some(c)) => {
+                    let (c, b) = (gamma[c].to_f64(), beta[c].to_f64());
+                    y.iter_mut().zip(x).for_each(|(o, &v)| *o = T::from_f64(norm(v) * c + b));
+                }
+            }
+            // SAFETY: group `g`'s statistics are written by this call alone.
+            unsafe {
+                if l2 {
+                    first.write(g, T::from_f64(denom));
+                } else {
+                    first.write(g, T::from_f64(mean));
+                    second.write(g, T::from_f64(denom));
                 }
             }
         });
@@ -324,58 +334,48 @@ fn norm_backward_kernel(
     let l2 = op == "_backward_L2Normalization";
     let n = groups.len as f64;
     crate::with_dtype!(ins[1].dtype, T => {
-        let p = |t: &TensorRef| Shared::new(t.ptr::<T>());
-        let (gs, xs, dxs) = (p(&ins[0]), p(&ins[1]), p(&outs[0]));
-        // L2: ins = (ograd, out, norm); else (ograd, data, gamma, mean, std).
-        let (gamma, mean, std) = if l2 {
-            (None, None, p(&ins[2]))
-        } else {
-            (Some(p(&ins[2])), Some(p(&ins[3])), p(&ins[4]))
+        // SAFETY: read access to the inputs, exclusive access to the outputs (the registry
+        // copies an input that overlaps an output: not alias-safe). L2: ins = (ograd, out,
+        // norm); else (ograd, data, gamma, mean, std).
+        let ins: Vec<&[T]> = ins.iter().map(|t| unsafe { t.slice::<T>() }).collect();
+        let (og, xs) = (ins[0], ins[1]);
+        let (affine, std) = match l2 {
+            true => (None, ins[2]),
+            false => (Some((ins[2], ins[3])), ins[4]),
         };
-        for_ranges(groups.count(), 4 * groups.len, |lo, hi| {
-            for g in lo..hi {
-                // SAFETY (this block): read access to the inputs; each group's elements of d
-                // data are written by this call alone, after every read of that group (d data
-                // may be exactly the output gradient).
-                unsafe {
-                    let rd = |s: Shared<T>, i: usize| s.read(i).to_f64();
-                    let denom = rd(std, g);
-                    // Per element: the normalized value and the gradient it receives.
-                    let parts: Vec<(f64, f64)> = (0..groups.len)
-                        .map(|k| {
-                            let (i, og) = (groups.at(g, k), rd(gs, groups.at(g, k)));
-                            match (gamma, mean) {
-                                (Some(gamma), Some(mean)) => {
-                                    let c = scale.index(g, k, groups);
-                                    ((rd(xs, i) - rd(mean, g)) / denom, og * rd(gamma, c))
-                                }
-                                _ => (rd(xs, i), og),
-                            }
-                        })
-                        .collect();
-                    let dot = parts.iter().map(|(h, d)| h * d).sum::<f64>();
-                    // L2: dx = (g - y * sum(g y)) / norm; affine norms subtract the mean too.
-                    let (mean_d, dot) = match l2 {
-                        true => (0.0, dot),
-                        false => (parts.iter().map(|p| p.1).sum::<f64>() / n, dot / n),
-                    };
-                    for (k, (h, d)) in parts.into_iter().enumerate() {
-                        let v = (d - mean_d - h * dot) / denom;
-                        dxs.write(groups.at(g, k), T::from_f64(v));
-                    }
+        let add = |a: f64, b: f64| a + b;
+        map_lanes(&groups.shape(), 1, [og, xs], Shared::new(outs[0].ptr::<T>()), |parts: &mut Vec<(f64, f64)>, g, [og, x], dx| {
+            let denom = std[g].to_f64();
+            // Per element: the normalized value and the gradient it receives.
+            parts.clear();
+            match affine {
+                Some((gamma, mean)) => {
+                    let (m, fixed) = (mean[g].to_f64(), scale.of_group(g, groups));
+                    parts.extend(x.iter().zip(og).enumerate().map(|(k, (x, og))| {
+                        let c = gamma[fixed.unwrap_or(k)].to_f64();
+                        ((x.to_f64() - m) / denom, og.to_f64() * c)
+                    }));
                 }
+                None => parts.extend(x.iter().zip(og).map(|(x, og)| (x.to_f64(), og.to_f64()))),
+            }
+            let dot = fold_run(parts, 0.0, |s, (h, d)| s + h * d, add);
+            // L2: dx = (g - y * sum(g y)) / norm; affine norms subtract the mean too.
+            let (mean_d, dot) = match l2 {
+                true => (0.0, dot),
+                false => (fold_run(parts, 0.0, |s, (_, d)| s + d, add) / n, dot / n),
+            };
+            for (o, &(h, d)) in dx.iter_mut().zip(parts.iter()) {
+                *o = T::from_f64((d - mean_d - h * dot) / denom);
             }
         });
-        if !l2 {
-            // SAFETY: read access to the inputs, exclusive access to d gamma and d beta.
-            let (x, og, mean, std) = unsafe {
-                (ins[1].slice::<T>(), ins[0].slice::<T>(), ins[3].slice::<T>(), ins[4].slice::<T>())
-            };
+        if let Some((_, mean)) = affine {
+            let (x, og) = (xs, og);
             let (mut dgamma, mut dbeta) = (vec![0.0; scales], vec![0.0; scales]);
             for g in 0..groups.count() {
                 let (m, s) = (mean[g].to_f64(), std[g].to_f64());
+                let (start, fixed) = (groups.at(g, 0), scale.of_group(g, groups));
                 for k in 0..groups.len {
-                    let (i, c) = (groups.at(g, k), scale.index(g, k, groups));
+                    let (i, c) = (start + k * groups.inner, fixed.unwrap_or(k));
                     dgamma[c] += og[i].to_f64() * (x[i].to_f64() - m) / s;
                     dbeta[c] += og[i].to_f64();
                 }
