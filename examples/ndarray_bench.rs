@@ -14,7 +14,10 @@
 //!   (32, 128, 8, 64) f32 `transpose` with axes (0, 2, 1, 3) (attention's split into heads,
 //!   2 x 8 MB), each against `ndarray`'s permuted view copied into standard layout;
 //! * sum_gbps: a 1000x1000 f32 `sum` over its last axis (4 MB read) against `ndarray`'s
-//!   `sum_axis`.
+//!   `sum_axis`;
+//! * exp_gbps and softmax_gbps: a 1000x1000 f32 `exp`, and `softmax` over its last axis (2 x 4
+//!   MB moved), against `ndarray` mapping with libm's `expf` (softmax row by row in f32: max,
+//!   exp, sum, divide).
 //!
 //! Each kernel repetition waits for its result (latency, engine round trip included), so the
 //! output block is recycled while hot, as in the `ndarray` loop; pushing them all before one wait
@@ -138,6 +141,10 @@ fn main() {
         "ndarray_heads_transpose_gbps": k.heads_transpose.1,
         "sum_gbps": k.sum.0,
         "ndarray_sum_gbps": k.sum.1,
+        "exp_gbps": k.exp.0,
+        "ndarray_exp_gbps": k.exp.1,
+        "softmax_gbps": k.softmax.0,
+        "ndarray_softmax_gbps": k.softmax.1,
         "mxnet_1_9_1_tiny_op_from_python_ns": [17000, 26000],
     });
     if json {
@@ -160,6 +167,8 @@ fn main() {
             ("1000x1000 f32 transpose:               ", k.transpose),
             ("(32,128,8,64) f32 transpose (0,2,1,3): ", k.heads_transpose),
             ("1000x1000 f32 sum over the last axis:  ", k.sum),
+            ("1000x1000 f32 exp:                     ", k.exp),
+            ("1000x1000 f32 softmax (last axis):     ", k.softmax),
         ] {
             println!(
                 "{name}{ours:>8.2} GB/s  (ndarray: {nd:.2} GB/s, ratio {:.2})",
@@ -182,11 +191,13 @@ struct Kernels {
     transpose: (f64, f64),
     heads_transpose: (f64, f64),
     sum: (f64, f64),
+    exp: (f64, f64),
+    softmax: (f64, f64),
 }
 
 /// The kernel workloads: GB/s of a 1000x1000 add, GFLOP/s of a 1024x1024 dot, GB/s of a
-/// 1000x1000 reverse, of two transposes and of a sum, each beside `ndarray` doing the same in
-/// this run.
+/// 1000x1000 reverse, of two transposes, of a sum, an exp and a softmax, each beside `ndarray`
+/// doing the same in this run.
 fn kernels(rt: &std::sync::Arc<Runtime>, ctx: Context, quick: bool, reps: usize) -> Kernels {
     let ok = |r: ndarray_ops::Result<NDArray>| r.expect("bench op");
     // 1000x1000 f32 add: bytes read and written per op.
@@ -284,26 +295,48 @@ fn kernels(rt: &std::sync::Arc<Runtime>, ctx: Context, quick: bool, reps: usize)
         });
         (ours, nd)
     };
-    // Sum over the last axis: 4 MB read.
-    let sum_attrs = ndarray_ops::Attrs::new().with("axis", 1);
-    let sum_bytes = (m * m * 4 * add_reps) as f64;
-    let sum = (
-        best_of(reps, || {
+    // One op on `a` beside a baseline computing the same from `pa`, GB/s of `moved` bytes
+    // per repetition.
+    let beside = |op: &str, attrs: ndarray_ops::Attrs, moved: usize, baseline: &dyn Fn()| {
+        let bytes = (moved * add_reps) as f64;
+        let ours = best_of(reps, || {
             let t = Instant::now();
             for _ in 0..add_reps {
-                let y = ndarray_ops::invoke("sum", &[&a], &sum_attrs, None).expect("bench op");
+                let y = ndarray_ops::invoke(op, &[&a], &attrs, None).expect("bench op");
                 y[0].wait_to_read().expect("wait");
             }
-            sum_bytes / t.elapsed().as_secs_f64() / 1e9
-        }),
-        best_of(reps, || {
+            bytes / t.elapsed().as_secs_f64() / 1e9
+        });
+        let theirs = best_of(reps, || {
             let t = Instant::now();
             for _ in 0..add_reps {
-                std::hint::black_box(pa.sum_axis(ndarray::Axis(1)));
+                baseline();
             }
-            sum_bytes / t.elapsed().as_secs_f64() / 1e9
-        }),
-    );
+            bytes / t.elapsed().as_secs_f64() / 1e9
+        });
+        (ours, theirs)
+    };
+    let mb = m * m * 4;
+    let by_row = || ndarray_ops::Attrs::new().with("axis", 1);
+    // Sum over the last axis: 4 MB read.
+    let sum = beside("sum", by_row(), mb, &|| {
+        std::hint::black_box(pa.sum_axis(ndarray::Axis(1)));
+    });
+    // exp, and softmax over the last axis: 4 MB read, 4 MB written; the baselines map with
+    // libm's `expf` (softmax row by row: max, exp, sum, divide, in f32).
+    let exp = beside("exp", ndarray_ops::Attrs::new(), 2 * mb, &|| {
+        std::hint::black_box(pa.mapv(f32::exp));
+    });
+    let softmax = beside("softmax", by_row(), 2 * mb, &|| {
+        let mut y = pa.clone();
+        for mut row in y.rows_mut() {
+            let max = row.fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            row.mapv_inplace(|v| (v - max).exp());
+            let z = row.sum();
+            row.mapv_inplace(|v| v / z);
+        }
+        std::hint::black_box(y);
+    });
     Kernels {
         add_gbps,
         nd_add_gbps,
@@ -314,5 +347,7 @@ fn kernels(rt: &std::sync::Arc<Runtime>, ctx: Context, quick: bool, reps: usize)
         transpose: transpose(&[m, m], &[1, 0], add_reps),
         heads_transpose: transpose(&[32, 128, 8, 64], &[0, 2, 1, 3], add_reps / 2),
         sum,
+        exp,
+        softmax,
     }
 }
