@@ -877,3 +877,37 @@ pub(super) fn ops() -> &'static [OpDef] {
     ];
     OPS
 }
+
+#[cfg(test)]
+mod tests {
+    use super::select;
+
+    /// `select` out of place, into x, into y and with x, y and the output one array: what a
+    /// plain loop picks (under Miri too, where writing through the output while an input
+    /// aliases it would be caught).
+    #[test]
+    fn select_picks_per_mask_whichever_array_it_writes_into() {
+        let mask: Vec<bool> = (0..37).map(|i| i % 3 == 0).collect();
+        let x: Vec<i32> = (0..37).collect();
+        let y: Vec<i32> = (0..37).map(|i| -i).collect();
+        let want: Vec<i32> = (0..37).map(|i| if mask[i] { x[i] } else { y[i] }).collect();
+        let mut out = vec![0; 37];
+        // SAFETY: three distinct arrays of the mask's length.
+        unsafe { select(&mask, (x.as_ptr(), y.as_ptr()), out.as_mut_ptr()) };
+        assert_eq!(out, want);
+        let (mut into_x, mut into_y) = (x.clone(), y.clone());
+        let p = into_x.as_mut_ptr();
+        // SAFETY: the output is exactly x; y is distinct.
+        unsafe { select(&mask, (p, y.as_ptr()), p) };
+        assert_eq!(into_x, want);
+        let p = into_y.as_mut_ptr();
+        // SAFETY: the output is exactly y; x is distinct.
+        unsafe { select(&mask, (x.as_ptr(), p), p) };
+        assert_eq!(into_y, want);
+        let mut same = x.clone();
+        let p = same.as_mut_ptr();
+        // SAFETY: x, y and the output are one array.
+        unsafe { select(&mask, (p, p), p) };
+        assert_eq!(same, x);
+    }
+}
