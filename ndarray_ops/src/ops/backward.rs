@@ -658,10 +658,23 @@ fn softmax_backward_kernel(
         .f64(op, "temperature", Some(1.0))
         .map_err(|e| e.to_string())?;
     let log = op == "_backward_log_softmax";
+    softmax_grad(g, y, &outs[0], (&g.shape, axis, temp, log));
+    Ok(())
+}
+
+/// The gradient of a softmax (`log`: log-softmax) along `axis` of `shape` at temperature
+/// `temp`: from the output gradient `g` and the forward output `y` into `dx`, which the caller
+/// has exclusive access to and which is disjoint from both.
+pub(crate) fn softmax_grad(
+    g: &TensorRef,
+    y: &TensorRef,
+    dx: &TensorRef,
+    (shape, axis, temp, log): (&[usize], usize, f64, bool),
+) {
     crate::with_dtype!(g.dtype, T => {
         // SAFETY: read access to the inputs, exclusive access to the disjoint output.
-        let (gv, yv, dx) = unsafe { (g.slice::<T>(), y.slice::<T>(), Shared::new(outs[0].ptr::<T>())) };
-        map_lanes(&g.shape, axis, [gv, yv], dx, |_: &mut (), _, [g, y], dx| {
+        let (gv, yv, dx) = unsafe { (g.slice::<T>(), y.slice::<T>(), Shared::new(dx.ptr::<T>())) };
+        map_lanes(shape, axis, [gv, yv], dx, |_: &mut (), _, [g, y], dx| {
             // y = log softmax: dx = (g - softmax * sum(g)) / temp; y = softmax:
             // dx = y * (g - sum(g * y)) / temp.
             let (g, y) = (|k: usize| g[k].to_f64(), |k: usize| y[k].to_f64());
@@ -678,7 +691,6 @@ fn softmax_backward_kernel(
             }
         });
     });
-    Ok(())
 }
 
 // ---- _broadcast_backward: spreads a reduced gradient back over the input's shape -----------

@@ -170,18 +170,24 @@ fn softmax_kernel(
         ),
     };
     let temp = attrs.f64(op, "temperature", Some(1.0)).map_err(e2s)?;
+    softmax(a, o, (&a.shape, axis, temp, log));
+    Ok(())
+}
+
+/// Softmax (`log`: log-softmax) of `a` along `axis` of `shape` at temperature `temp`, into
+/// `o`, which the caller has exclusive access to and which is disjoint from `a` (the kernels
+/// using it are not alias-safe, so the registry copies an aliased input). See
+/// [`softmax_lanes`].
+pub(crate) fn softmax(a: &TensorRef, o: &TensorRef, lanes: (&[usize], usize, f64, bool)) {
     crate::with_dtype!(o.dtype, T => {
-        // SAFETY: read access to the input and exclusive access to the disjoint output (the
-        // registry marks this kernel as not alias-safe, so an aliased input was copied).
+        // SAFETY: read access to the input, exclusive access to the disjoint output.
         let (x, y) = unsafe { (a.slice::<T>(), Shared::new(o.ptr::<T>())) };
-        let lanes = (&a.shape[..], axis, temp, log);
         if T::DTYPE == DType::F32 {
             softmax_lanes::<T, f32>(x, y, lanes, |e| rten_vecmath::Exp {}.map_mut(e));
         } else {
             softmax_lanes::<T, f64>(x, y, lanes, |e| e.iter_mut().for_each(|v| *v = v.exp()));
         }
     });
-    Ok(())
 }
 
 /// Softmax (`log`: log-softmax) of every lane of `x` (of `shape`) along `axis` into `y`,

@@ -10,13 +10,14 @@
 //! group (MXNet 1.9.1's GroupNorm has one gamma per group, not per channel).
 //!
 //! SoftmaxActivation (MXNet's older softmax: over the last axis, or over the channels at each
-//! position) groups as the others do, and exponentiates and divides instead.
+//! position) groups as the others do, and hands its groups to the softmax kernel as lanes
+//! (`nn::softmax`, `backward::softmax_grad`).
 //!
 //! The forward pass keeps, as hidden outputs as MXNet does, each group's mean and
 //! `sqrt(var + eps)` (L2Normalization: the norm), which the backward op reads instead of
 //! recomputing them.
 
-use super::par::{for_ranges, map_lanes, Shared};
+use super::par::{map_lanes, Shared};
 use super::reduce::fold_run;
 use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT};
 use crate::error::{invalid, NdError, Result};
@@ -409,24 +410,8 @@ fn softmax_activation_kernel(
     _res: &mut KernelRes,
 ) -> KResult {
     let (groups, ..) = layout(op, attrs, &ins[0].shape).map_err(|e| e.to_string())?;
-    crate::with_dtype!(outs[0].dtype, T => {
-        let (xs, ys) = (Shared::new(ins[0].ptr::<T>()), Shared::new(outs[0].ptr::<T>()));
-        for_ranges(groups.count(), 3 * groups.len, |lo, hi| {
-            for g in lo..hi {
-                // SAFETY: read access to the data; each group's elements are written by this
-                // call alone, after all of them were read.
-                unsafe {
-                    let x: Vec<f64> = (0..groups.len).map(|k| xs.read(groups.at(g, k)).to_f64()).collect();
-                    let m = x.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                    let e: Vec<f64> = x.iter().map(|v| (v - m).exp()).collect();
-                    let sum: f64 = e.iter().sum();
-                    for (k, e) in e.into_iter().enumerate() {
-                        ys.write(groups.at(g, k), T::from_f64(e / sum));
-                    }
-                }
-            }
-        });
-    });
+    // A softmax over each group: the groups are lanes along axis 1 of (outer, len, inner).
+    super::nn::softmax(&ins[0], &outs[0], (&groups.shape(), 1, 1.0, false));
     Ok(())
 }
 
@@ -439,26 +424,8 @@ fn softmax_activation_backward_kernel(
     _res: &mut KernelRes,
 ) -> KResult {
     let (groups, ..) = layout(op, attrs, &ins[1].shape).map_err(|e| e.to_string())?;
-    crate::with_dtype!(outs[0].dtype, T => {
-        let p = |t: &TensorRef| Shared::new(t.ptr::<T>());
-        let (gs, ys, dxs) = (p(&ins[0]), p(&ins[1]), p(&outs[0]));
-        for_ranges(groups.count(), 3 * groups.len, |lo, hi| {
-            for g in lo..hi {
-                // SAFETY: read access to the inputs; each group's elements of d data are
-                // written by this call alone, after every read of that group.
-                unsafe {
-                    let at = |k: usize| groups.at(g, k);
-                    let gy: Vec<(f64, f64)> = (0..groups.len)
-                        .map(|k| (gs.read(at(k)).to_f64(), ys.read(at(k)).to_f64()))
-                        .collect();
-                    let dot: f64 = gy.iter().map(|(g, y)| g * y).sum();
-                    for (k, (g, y)) in gy.into_iter().enumerate() {
-                        dxs.write(at(k), T::from_f64(y * (g - dot)));
-                    }
-                }
-            }
-        });
-    });
+    let lanes = (&groups.shape()[..], 1, 1.0, false);
+    super::backward::softmax_grad(&ins[0], &ins[1], &outs[0], lanes);
     Ok(())
 }
 
