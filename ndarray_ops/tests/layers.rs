@@ -200,6 +200,50 @@ fn concat_split_slice_take() {
     .is_err());
 }
 
+/// The output shape of a convolution of data `x` with weights `w`.
+fn conv_out_shape(x: &[usize], w: &[usize], stride: usize, pad: usize, dil: usize) -> [usize; 4] {
+    let ho = (x[2] + 2 * pad - dil * (w[2] - 1) - 1) / stride + 1;
+    let wo = (x[3] + 2 * pad - dil * (w[3] - 1) - 1) / stride + 1;
+    [x[0], w[0], ho, wo]
+}
+
+/// Every product a convolution sums, in order: `visit(out, data, weight)` with the index of the
+/// output element, of the data element and of the weight it multiplies (padding reads none).
+fn conv_products(
+    x: &[usize],
+    w: &[usize],
+    (stride, pad, dil, groups): (usize, usize, usize, usize),
+    mut visit: impl FnMut([usize; 4], [usize; 4], [usize; 4]),
+) {
+    let [n, f, ho, wo] = conv_out_shape(x, w, stride, pad, dil);
+    let (h, wd, cg, kh, kw) = (x[2], x[3], w[1], w[2], w[3]);
+    let fg = f / groups;
+    for i in 0..n {
+        for o in 0..f {
+            let g = o / fg;
+            for y in 0..ho {
+                for xx in 0..wo {
+                    for ci in 0..cg {
+                        for p in 0..kh {
+                            for q in 0..kw {
+                                let iy = (y * stride + p * dil) as isize - pad as isize;
+                                let ix = (xx * stride + q * dil) as isize - pad as isize;
+                                if iy >= 0 && ix >= 0 && (iy as usize) < h && (ix as usize) < wd {
+                                    visit(
+                                        [i, o, y, xx],
+                                        [i, g * cg + ci, iy as usize, ix as usize],
+                                        [o, ci, p, q],
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Direct convolution, for reference.
 fn conv_ref(
     x: &ArrayD<f64>,
@@ -210,37 +254,31 @@ fn conv_ref(
     dil: usize,
     groups: usize,
 ) -> ArrayD<f64> {
-    let (n, c, h, wd) = (x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]);
-    let (f, cg, kh, kw) = (w.shape()[0], w.shape()[1], w.shape()[2], w.shape()[3]);
-    let ho = (h + 2 * pad - dil * (kh - 1) - 1) / stride + 1;
-    let wo = (wd + 2 * pad - dil * (kw - 1) - 1) / stride + 1;
-    let fg = f / groups;
-    let mut out = ArrayD::zeros(IxDyn(&[n, f, ho, wo]));
-    for i in 0..n {
-        for o in 0..f {
-            let g = o / fg;
-            for y in 0..ho {
-                for xx in 0..wo {
-                    let mut acc = b.map_or(0.0, |b| b[[o]]);
-                    for ci in 0..cg {
-                        for p in 0..kh {
-                            for q in 0..kw {
-                                let iy = (y * stride + p * dil) as isize - pad as isize;
-                                let ix = (xx * stride + q * dil) as isize - pad as isize;
-                                if iy >= 0 && ix >= 0 && (iy as usize) < h && (ix as usize) < wd {
-                                    acc += x[[i, g * cg + ci, iy as usize, ix as usize]]
-                                        * w[[o, ci, p, q]];
-                                }
-                            }
-                        }
-                    }
-                    out[[i, o, y, xx]] = acc;
-                }
-            }
-        }
-    }
-    let _ = c;
+    let shape = conv_out_shape(x.shape(), w.shape(), stride, pad, dil);
+    let mut out = ArrayD::from_shape_fn(IxDyn(&shape), |i| b.map_or(0.0, |b| b[[i[1]]]));
+    conv_products(
+        x.shape(),
+        w.shape(),
+        (stride, pad, dil, groups),
+        |o, i, k| out[o] += x[i] * w[k],
+    );
     out
+}
+
+/// The data and weight gradients of a convolution, for reference, from the output gradient.
+fn conv_grads_ref(
+    dy: &ArrayD<f64>,
+    x: &ArrayD<f64>,
+    w: &ArrayD<f64>,
+    conv: (usize, usize, usize, usize),
+) -> (ArrayD<f64>, ArrayD<f64>) {
+    let mut dx = ArrayD::zeros(x.raw_dim());
+    let mut dw = ArrayD::zeros(w.raw_dim());
+    conv_products(x.shape(), w.shape(), conv, |o, i, k| {
+        dx[i] += dy[o] * w[k];
+        dw[k] += dy[o] * x[i];
+    });
+    (dx, dw)
 }
 
 #[test]
@@ -313,6 +351,59 @@ fn convolution_matches_direct_computation() {
     )
     .unwrap_err();
     assert!(e.to_string().contains("Convolution"), "{e}");
+}
+
+/// Depthwise convolutions (one input channel per group), which run on the planes directly
+/// rather than through columns: forward and both gradients against the definitions, over
+/// strides, padding, dilation, channel multipliers, odd windows, and a shape large enough to
+/// split across threads.
+#[test]
+fn depthwise_convolution_and_its_gradients_match_their_definitions() {
+    let rt = rt();
+    let small = [2, 4, 7, 6];
+    let large = large([2, 16, 30, 29], [1, 4, 5, 4]);
+    for (shape, k, stride, pad, dil, mult, bias) in [
+        (small, (3, 3), 1, 1, 1, 1, true),
+        (small, (3, 3), 2, 1, 1, 1, false),
+        (small, (3, 3), 1, 2, 2, 2, true),
+        (small, (3, 3), 2, 0, 1, 2, true),
+        (small, (5, 5), 3, 2, 1, 1, false),
+        (small, (1, 3), 1, 1, 1, 3, true),
+        (small, (2, 2), 1, 0, 1, 1, false),
+        (small, (1, 1), 1, 0, 1, 1, true),
+        (large, (3, 3), 1, 1, 1, 1, false),
+        (large, (3, 3), 2, 1, 1, 2, true),
+    ] {
+        let ch = shape[1];
+        let what = format!("depthwise {k:?} s{stride} p{pad} d{dil} x{mult} on {shape:?}");
+        let x = data(&shape, 40);
+        let w = data(&[ch * mult, 1, k.0, k.1], 41);
+        let b = data(&[ch * mult], 42);
+        let attrs = Attrs::new()
+            .with("kernel", format!("({}, {})", k.0, k.1))
+            .with("num_filter", ch * mult)
+            .with("stride", format!("({stride}, {stride})"))
+            .with("pad", format!("({pad}, {pad})"))
+            .with("dilate", format!("({dil}, {dil})"))
+            .with("num_group", ch)
+            .with("no_bias", !bias);
+        let (xn, wn, bn) = (nd(&rt, &x), nd(&rt, &w), nd(&rt, &b));
+        let mut ins = vec![&xn, &wn];
+        if bias {
+            ins.push(&bn);
+        }
+        let y = conv_ref(&x, &w, bias.then_some(&b), stride, pad, dil, ch);
+        close(&run("Convolution", &ins, &attrs)[0], &y, &what);
+        let dy = data(y.shape(), 43);
+        let grads = run("_backward_Convolution", &[&nd(&rt, &dy), &xn, &wn], &attrs);
+        let (dx, dw) = conv_grads_ref(&dy, &x, &w, (stride, pad, dil, ch));
+        close(&grads[0], &dx, &format!("{what}: data gradient"));
+        close(&grads[1], &dw, &format!("{what}: weight gradient"));
+        if bias {
+            let db = dy.sum_axis(Axis(3)).sum_axis(Axis(2)).sum_axis(Axis(0));
+            close(&grads[2], &db, &format!("{what}: bias gradient"));
+        }
+    }
 }
 
 #[test]

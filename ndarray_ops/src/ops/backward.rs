@@ -335,6 +335,20 @@ fn conv_backward_kernel(
 ) -> KResult {
     let c = super::conv::conv_params(op, attrs).map_err(|e| e.to_string())?;
     let (dy, x, wt) = (&ins[0], &ins[1], &ins[2]);
+    let dims = c.dims(&x.shape, &dy.shape);
+    if super::depthwise::applies(&c, &dims) {
+        crate::with_dtype!(dy.dtype, T => {
+            // SAFETY: the shapes come from inference; the gradients are disjoint from each
+            // other and from the inputs.
+            unsafe {
+                super::depthwise::backward::<T>(&c, &dims, (dy.ptr::<T>(), x.ptr::<T>(), wt.ptr::<T>()), outs[0].ptr::<T>(), outs[1].ptr::<T>());
+                if c.bias {
+                    channel_sums(dy.slice::<T>(), dims.ho * dims.wo, outs[2].slice_mut::<T>());
+                }
+            }
+        });
+        return Ok(());
+    }
     let super::conv::ConvDims {
         n,
         ch,
@@ -345,7 +359,7 @@ fn conv_backward_kernel(
         cg,
         fg,
         rows,
-    } = c.dims(&x.shape, &dy.shape);
+    } = dims;
     // A 1x1 convolution of stride 1 reads its columns from the data and writes its data
     // gradient's columns straight into the gradient (see `Conv::columns_are_input`).
     let direct = c.columns_are_input();

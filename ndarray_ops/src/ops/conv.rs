@@ -1,6 +1,8 @@
 //! 2-D Convolution (NCHW; stride, pad, dilation, groups) as im2col into the device's temp space
-//! plus one GEMM per image and group, and 2-D Pooling (max, avg, sum; global; valid or full
+//! plus one GEMM per image and group (depthwise ones directly: see `depthwise`), and 2-D Pooling (max, avg, sum; global; valid or full
 //! rounding).
+
+use std::ops::Range;
 
 use ndarray::{ArrayView2, ArrayViewMut2};
 
@@ -303,6 +305,7 @@ impl Tap {
     }
 
     /// The input row output row `y` reads, if inside an input `h` high.
+    #[inline(always)]
     pub(super) fn input_row(&self, y: usize, h: usize) -> Option<usize> {
         let iy = (y * self.row_stride) as isize + self.row_offset;
         (0..h as isize).contains(&iy).then_some(iy as usize)
@@ -327,6 +330,71 @@ impl Tap {
         } else {
             for (k, o) in out[x0..x1].iter_mut().enumerate() {
                 *o = input[from + k * self.stride];
+            }
+        }
+    }
+
+    /// Where the input of output column `x0` lies in an input row of `w` columns grouped by
+    /// phase (see `depthwise::by_phase`): there the columns `x0..x1` read are one contiguous
+    /// run. With stride 1 the row is as it was, and this is `first_input`.
+    #[inline(always)]
+    fn phased_first(&self, w: usize) -> usize {
+        let (first, s) = (self.first_input(), self.stride);
+        let r = first % s;
+        // Phases before `r` hold `w / s` columns each, and one more each below `w % s`.
+        r * (w / s) + r.min(w % s) + first / s
+    }
+
+    /// The output columns that read inside an input row of `w` columns grouped by phase, and
+    /// the input run they read there.
+    #[inline(always)]
+    fn run(&self, w: usize) -> Option<(Range<usize>, Range<usize>)> {
+        (self.x0 < self.x1).then(|| {
+            let from = self.phased_first(w);
+            (self.x0..self.x1, from..from + (self.x1 - self.x0))
+        })
+    }
+
+    /// `out[x] += wv * input[x's column]` over the output columns that read inside the input:
+    /// one tap's share of one output row of a direct (depthwise) convolution. `input` is
+    /// grouped by phase.
+    #[inline(always)]
+    pub(super) fn add_scaled<T: Element>(&self, wv: T, input: &[T], out: &mut [T]) {
+        if let Some((cols, run)) = self.run(input.len()) {
+            for (o, &v) in out[cols].iter_mut().zip(&input[run]) {
+                *o = o.add(wv.mul(v));
+            }
+        }
+    }
+
+    /// `sum over x of grads[x] * input[x's column]`: one tap's share of its weight gradient
+    /// from one output row (eight partial sums, so that the loop vectorizes). `input` is
+    /// grouped by phase.
+    #[inline(always)]
+    pub(super) fn dot<T: Element>(&self, grads: &[T], input: &[T]) -> T {
+        let Some((cols, run)) = self.run(input.len()) else {
+            return T::default();
+        };
+        let (grads, input) = (&grads[cols], &input[run]);
+        let mut part = [T::default(); 8];
+        let (gs, xs) = (grads.chunks_exact(8), input.chunks_exact(8));
+        let tail = gs.remainder().iter().zip(xs.remainder());
+        for (g, x) in gs.zip(xs) {
+            for l in 0..8 {
+                part[l] = part[l].add(g[l].mul(x[l]));
+            }
+        }
+        let sum = part.iter().fold(T::default(), |acc, &p| acc.add(p));
+        tail.fold(sum, |acc, (&g, &x)| acc.add(g.mul(x)))
+    }
+
+    /// `input[x's column] += wv * grads[x]`: one tap's share of the data gradient of one input
+    /// row (the reverse of `add_scaled`), grouped by phase.
+    #[inline(always)]
+    pub(super) fn scatter_scaled<T: Element>(&self, wv: T, grads: &[T], input: &mut [T]) {
+        if let Some((cols, run)) = self.run(input.len()) {
+            for (d, &g) in input[run].iter_mut().zip(&grads[cols]) {
+                *d = d.add(wv.mul(g));
             }
         }
     }
@@ -360,6 +428,18 @@ fn conv_kernel(
 ) -> KResult {
     let c = conv_params(op, attrs).map_err(|e| e.to_string())?;
     let (x, wt, o) = (&ins[0], &ins[1], &outs[0]);
+    let dims = c.dims(&x.shape, &o.shape);
+    if super::depthwise::applies(&c, &dims) {
+        crate::with_dtype!(o.dtype, T => {
+            // SAFETY: the shapes come from inference (data, weights, bias and output as
+            // `dims` says); the output is disjoint from the inputs.
+            unsafe {
+                let bias = c.bias.then(|| ins[2].slice::<T>());
+                super::depthwise::forward::<T>(&c, &dims, x.ptr::<T>(), wt.ptr::<T>(), bias, o.ptr::<T>());
+            }
+        });
+        return Ok(());
+    }
     let ConvDims {
         n,
         ch,
@@ -370,7 +450,7 @@ fn conv_kernel(
         cg,
         fg,
         rows,
-    } = c.dims(&x.shape, &o.shape);
+    } = dims;
     let direct = c.columns_are_input();
     crate::with_dtype!(o.dtype, T => {
         let col = match direct {

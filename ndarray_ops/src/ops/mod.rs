@@ -9,6 +9,7 @@
 
 mod backward;
 pub(crate) mod conv;
+mod depthwise;
 pub(crate) mod elemwise;
 mod extra;
 pub(crate) mod gather;
