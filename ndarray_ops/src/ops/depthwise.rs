@@ -18,7 +18,8 @@ use super::par::{for_ranges, wide, Shared};
 use crate::Element;
 
 /// Whether the direct kernels run this convolution: one input channel per group, and more than
-/// one group (a single group is a dense convolution, which the GEMM serves better).
+/// one group. A single group is a dense convolution, which the GEMM serves better: the digits
+/// CNN's first layer (one channel, 16 filters over 8x8 planes) trained 2–3x slower directly.
 pub(super) fn applies(c: &Conv, d: &ConvDims) -> bool {
     d.cg == 1 && c.groups > 1
 }
