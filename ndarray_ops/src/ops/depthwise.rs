@@ -14,7 +14,7 @@
 //! have one writer.
 
 use super::conv::{Conv, ConvDims, Tap};
-use super::par::{for_ranges, wide, Shared};
+use super::par::{for_ranges, has_wide, Shared};
 use crate::Element;
 
 /// Whether the direct kernels run this convolution: one input channel per group, and more than
@@ -50,6 +50,7 @@ pub(super) unsafe fn forward<T: Element>(
     let (plane_in, plane_out) = (d.h * d.w, d.ho * d.wo);
     let (x, weight, out) = (Shared::new(x), Shared::new(weight), Shared::new(out));
     let (taps, s) = (&taps, c.s.1);
+    let wide = has_wide();
     for_ranges(d.n * c.filters, plane_out * taps.len(), move |lo, hi| {
         let mut phased = vec![T::default(); if s > 1 { plane_in } else { 0 }];
         for p in lo..hi {
@@ -68,7 +69,13 @@ pub(super) unsafe fn forward<T: Element>(
                 input = &phased;
             }
             let b = bias.map(|b| b[f]);
-            wide(move || forward_plane(taps, weights, input, plane, d, b));
+            #[cfg(all(target_arch = "x86_64", not(miri)))]
+            if wide {
+                // SAFETY: `has_wide` found the features this twin is compiled for.
+                unsafe { avx2::forward_plane(taps, weights, input, plane, d, b) };
+                continue;
+            }
+            forward_plane(taps, weights, input, plane, d, b);
         }
     });
 }
@@ -114,6 +121,7 @@ pub(super) unsafe fn backward<T: Element>(
     let (dx, dw) = (Shared::new(dx), Shared::new(dw));
     let (taps, s) = (&taps, c.s.1);
     let cost = d.n * d.fg * plane_out * taps.len() * 2;
+    let wide = has_wide();
     for_ranges(c.groups, cost, move |lo, hi| {
         let half = if s > 1 { plane_in } else { 0 };
         let mut scratch = vec![T::default(); 2 * half];
@@ -144,8 +152,14 @@ pub(super) unsafe fn backward<T: Element>(
                         )
                     };
                     let grads = &mut grads[(f - g * d.fg) * taps.len()..][..taps.len()];
-                    let plane = &mut *plane;
-                    wide(move || backward_plane(taps, weights, (dy, input), plane, grads, d));
+                    let inputs = (dy, input);
+                    #[cfg(all(target_arch = "x86_64", not(miri)))]
+                    if wide {
+                        // SAFETY: `has_wide` found the features this twin is compiled for.
+                        unsafe { avx2::backward_plane(taps, weights, inputs, plane, grads, d) };
+                        continue;
+                    }
+                    backward_plane(taps, weights, inputs, plane, grads, d);
                 }
                 if s > 1 {
                     from_phase(phased_grad, d.w, s, dx_plane);
@@ -153,6 +167,37 @@ pub(super) unsafe fn backward<T: Element>(
             }
         }
     });
+}
+
+/// The plane functions compiled for AVX2 and FMA, called when `par::has_wide` says the CPU has
+/// them (`par::wide`'s closure would not do: LLVM does not inline a body this large into it).
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+mod avx2 {
+    use super::{ConvDims, Element, Tap};
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn forward_plane<T: Element>(
+        taps: &[Tap],
+        weights: &[T],
+        input: &[T],
+        plane: &mut [T],
+        d: &ConvDims,
+        bias: Option<T>,
+    ) {
+        super::forward_plane(taps, weights, input, plane, d, bias)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn backward_plane<T: Element>(
+        taps: &[Tap],
+        weights: &[T],
+        inputs: (&[T], &[T]),
+        plane: &mut [T],
+        grads: &mut [T],
+        d: &ConvDims,
+    ) {
+        super::backward_plane(taps, weights, inputs, plane, grads, d)
+    }
 }
 
 /// One filter's share of one image: its output gradient `dy` added into the data gradient

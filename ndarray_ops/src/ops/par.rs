@@ -115,6 +115,11 @@ pub(crate) fn map_lanes<T, S, const K: usize>(
 /// build targets plain x86-64, whose SSE2 has no vector rounding, and whose vectors are half
 /// as wide). The same operations give the same results either way: Rust never fuses a
 /// multiply and an add on its own, and libm's functions stay the same calls.
+///
+/// The closure must be small: it is called from two places (the AVX2 copy and the plain one),
+/// and LLVM inlines a large closure into neither, so the AVX2 copy only jumps to the closure
+/// compiled for plain x86-64. A large body goes into an `#[inline(always)]` function and gets
+/// its own `#[target_feature]` twin, called when [`has_wide`] says so (see `depthwise`).
 #[inline(always)]
 pub(crate) fn wide<R>(body: impl FnOnce() -> R) -> R {
     #[cfg(all(target_arch = "x86_64", not(miri)))]
@@ -123,13 +128,23 @@ pub(crate) fn wide<R>(body: impl FnOnce() -> R) -> R {
         fn avx2<R>(body: impl FnOnce() -> R) -> R {
             body()
         }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
+        if has_wide() {
             // SAFETY: the CPU has the features `avx2` is compiled for.
             return unsafe { avx2(body) };
         }
     }
     body()
+}
+
+/// Whether the CPU has the features [`wide`] compiles for (AVX2 and FMA on x86-64; never under
+/// Miri).
+#[inline(always)]
+pub(crate) fn has_wide() -> bool {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    return std::arch::is_x86_feature_detected!("avx2")
+        && std::arch::is_x86_feature_detected!("fma");
+    #[allow(unreachable_code)]
+    false
 }
 
 /// A pointer that may cross into rayon's threads. Whoever uses one in a [`for_ranges`] body
