@@ -14,7 +14,7 @@
 //! have one writer.
 
 use super::conv::{Conv, ConvDims, Tap};
-use super::par::{for_ranges, has_wide, Shared};
+use super::par::{for_ranges, Shared};
 use crate::Element;
 
 /// Whether the direct kernels run this convolution: one input channel per group, and more than
@@ -50,27 +50,32 @@ pub(super) unsafe fn forward<T: Element>(
     let (plane_in, plane_out) = (d.h * d.w, d.ho * d.wo);
     let (x, weight, out) = (Shared::new(x), Shared::new(weight), Shared::new(out));
     let (taps, s) = (&taps, c.s.1);
-    let wide = has_wide();
     for_ranges(d.n * c.filters, plane_out * taps.len(), move |lo, hi| {
         let mut phased = vec![T::default(); if s > 1 { plane_in } else { 0 }];
+        // Which input plane `phased` holds: the filters of a group read the same one.
+        let mut phased_plane = None;
         for p in lo..hi {
             let f = p % c.filters;
             // SAFETY: plane `p` of the output is this range's alone; the input plane, filter and
             // output plane lie inside their buffers (the contract).
+            let k = (p / c.filters) * d.ch + f / d.fg;
             let (mut input, weights, plane) = unsafe {
                 (
-                    x.piece((p / c.filters) * d.ch + f / d.fg, plane_in),
+                    x.piece(k, plane_in),
                     weight.piece(f, taps.len()),
                     out.piece_mut(p, plane_out),
                 )
             };
             if s > 1 {
-                by_phase(input, d.w, s, &mut phased);
+                if phased_plane != Some(k) {
+                    by_phase(input, d.w, s, &mut phased);
+                    phased_plane = Some(k);
+                }
                 input = &phased;
             }
             let b = bias.map(|b| b[f]);
             #[cfg(all(target_arch = "x86_64", not(miri)))]
-            if wide {
+            if super::par::has_wide() {
                 // SAFETY: `has_wide` found the features this twin is compiled for.
                 unsafe { avx2::forward_plane(taps, weights, input, plane, d, b) };
                 continue;
@@ -121,7 +126,6 @@ pub(super) unsafe fn backward<T: Element>(
     let (dx, dw) = (Shared::new(dx), Shared::new(dw));
     let (taps, s) = (&taps, c.s.1);
     let cost = d.n * d.fg * plane_out * taps.len() * 2;
-    let wide = has_wide();
     for_ranges(c.groups, cost, move |lo, hi| {
         let half = if s > 1 { plane_in } else { 0 };
         let mut scratch = vec![T::default(); 2 * half];
@@ -154,7 +158,7 @@ pub(super) unsafe fn backward<T: Element>(
                     let grads = &mut grads[(f - g * d.fg) * taps.len()..][..taps.len()];
                     let inputs = (dy, input);
                     #[cfg(all(target_arch = "x86_64", not(miri)))]
-                    if wide {
+                    if super::par::has_wide() {
                         // SAFETY: `has_wide` found the features this twin is compiled for.
                         unsafe { avx2::backward_plane(taps, weights, inputs, plane, grads, d) };
                         continue;

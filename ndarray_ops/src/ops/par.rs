@@ -141,10 +141,13 @@ pub(crate) fn wide<R>(body: impl FnOnce() -> R) -> R {
 #[inline(always)]
 pub(crate) fn has_wide() -> bool {
     #[cfg(all(target_arch = "x86_64", not(miri)))]
-    return std::arch::is_x86_feature_detected!("avx2")
-        && std::arch::is_x86_feature_detected!("fma");
-    #[allow(unreachable_code)]
-    false
+    {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    {
+        false
+    }
 }
 
 /// A pointer that may cross into rayon's threads. Whoever uses one in a [`for_ranges`] body
