@@ -1,6 +1,6 @@
 //! 2-D Convolution (NCHW; stride, pad, dilation, groups) as im2col into the device's temp space
-//! plus one GEMM per image and group (depthwise ones directly: see `depthwise`), and 2-D Pooling (max, avg, sum; global; valid or full
-//! rounding).
+//! plus one GEMM per image and group (depthwise ones directly: see `depthwise`), and 2-D
+//! Pooling (max, avg, sum; global; valid or full rounding).
 
 use std::ops::Range;
 
