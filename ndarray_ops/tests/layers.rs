@@ -406,74 +406,228 @@ fn depthwise_convolution_and_its_gradients_match_their_definitions() {
     }
 }
 
-#[test]
-fn pooling_matches_direct_computation() {
-    let rt = rt();
-    let small = [2, 3, 7, 6];
-    // Large enough that pooling splits its planes across threads.
-    let large = large([2, 16, 40, 38], [1, 4, 6, 5]);
-    for (shape, kind, k, s, p, full) in [
-        (small, "max", 2, 2, 0, false),
-        (small, "avg", 3, 2, 1, false),
-        (small, "sum", 3, 1, 1, false),
-        (small, "max", 3, 2, 0, true),
-        (small, "avg", 2, 2, 0, true),
-        (large, "max", 3, 2, 1, false),
-        (large, "avg", 3, 1, 1, false),
-    ] {
-        let x = data(&shape, 9);
-        let xn = nd(&rt, &x);
-        let attrs = Attrs::new()
-            .with("pool_type", kind)
-            .with("kernel", format!("({k},{k})"))
-            .with("stride", format!("({s},{s})"))
-            .with("pad", format!("({p},{p})"))
-            .with("pooling_convention", if full { "full" } else { "valid" });
-        let got = &run("Pooling", &[&xn], &attrs)[0];
-        let (h, w) = (shape[2], shape[3]);
-        let olen = |n: usize| {
-            if full {
-                (n + 2 * p - k).div_ceil(s) + 1
-            } else {
-                (n + 2 * p - k) / s + 1
-            }
-        };
-        let (ho, wo) = (olen(h), olen(w));
-        assert_eq!(got.shape(), &[shape[0], shape[1], ho, wo], "{kind}");
-        for i in 0..shape[0] {
-            for c in 0..shape[1] {
-                for y in 0..ho {
-                    for xx in 0..wo {
-                        let (ys, xs) = (
-                            y as isize * s as isize - p as isize,
-                            xx as isize * s as isize - p as isize,
-                        );
-                        let (ye, xe) = (
-                            (ys + k as isize).min((h + p) as isize),
-                            (xs + k as isize).min((w + p) as isize),
-                        );
-                        let mut vals = vec![];
-                        for iy in ys.max(0)..ye.min(h as isize) {
-                            for ix in xs.max(0)..xe.min(w as isize) {
-                                vals.push(x[[i, c, iy as usize, ix as usize]]);
-                            }
+/// One pooling window of output `(y, x)` over an `h` x `w` plane: the positions it holds
+/// (row-major) and its extent clipped to the padded input, by the definition MXNet's CPU
+/// kernels follow.
+fn pool_window(
+    (y, x): (usize, usize),
+    (h, w): (usize, usize),
+    (k, s, p): ((usize, usize), (usize, usize), (usize, usize)),
+) -> (Vec<usize>, f64) {
+    let axis = |o: usize, n: usize, k: usize, s: usize, p: usize| {
+        let start = (o * s) as isize - p as isize;
+        let end = (start + k as isize).min((n + p) as isize);
+        (start.max(0)..end.min(n as isize), end - start)
+    };
+    let (rows, py) = axis(y, h, k.0, s.0, p.0);
+    let (cols, px) = axis(x, w, k.1, s.1, p.1);
+    let mut at = vec![];
+    for iy in rows {
+        for ix in cols.clone() {
+            at.push(iy as usize * w + ix as usize);
+        }
+    }
+    (at, ((py * px).max(1)) as f64)
+}
+
+/// Pooling's outputs (with max pooling's argmax) and data gradient by their definitions, over
+/// `x` `(N, C, H, W)` flattened: the first maximum of each window in row-major order (NaN never
+/// one; position 0 and, when the window holds nothing, value 0 if nothing beats minus
+/// infinity), which also takes the window's gradient (the window's first element when nothing
+/// beat minus infinity); the sum, or the sum over the window's extent within the padded input,
+/// whose gradient shares are each `round`ed to the element type (for integers, truncated).
+fn pool_ref(
+    x: &[f64],
+    dy: &[f64],
+    shape: [usize; 4],
+    (ho, wo): (usize, usize),
+    kind: &str,
+    geometry: ((usize, usize), (usize, usize), (usize, usize)),
+    round: impl Fn(f64) -> f64,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let (h, w) = (shape[2], shape[3]);
+    let (mut out, mut mask, mut dx) = (vec![], vec![], vec![0.0; x.len()]);
+    for plane in 0..shape[0] * shape[1] {
+        let (x, dx) = (&x[plane * h * w..], &mut dx[plane * h * w..]);
+        for y in 0..ho {
+            for xx in 0..wo {
+                let g = dy[out.len()];
+                let (window, extent) = pool_window((y, xx), (h, w), geometry);
+                if kind == "max" {
+                    let (mut best, mut at) = (f64::NEG_INFINITY, None);
+                    for &i in &window {
+                        if x[i] > best {
+                            (best, at) = (x[i], Some(i));
                         }
-                        let want = match kind {
-                            "max" => vals.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
-                            "sum" => vals.iter().sum(),
-                            _ => vals.iter().sum::<f64>() / ((ye - ys) * (xe - xs)) as f64,
-                        };
-                        let g = got[[i, c, y, xx]];
-                        assert!(
-                            (g - want).abs() < 1e-9,
-                            "{kind} k{k} s{s} p{p} full={full} at {i},{c},{y},{xx}: {g} vs {want}"
-                        );
                     }
+                    out.push(if window.is_empty() { 0.0 } else { best });
+                    mask.push(at.unwrap_or(0) as f64);
+                    if let Some(&to) = at.as_ref().or(window.first()) {
+                        dx[to] += g;
+                    }
+                    continue;
+                }
+                let sum: f64 = window.iter().map(|&i| x[i]).sum();
+                let share = if kind == "sum" { 1.0 } else { 1.0 / extent };
+                out.push(sum * share);
+                for &i in &window {
+                    dx[i] += round(g * share);
                 }
             }
         }
     }
-    let x = data(&small, 9);
+    (out, mask, dx)
+}
+
+/// Elements of type `T` that exercise pooling: for floats, values on a coarse grid (so that
+/// windows hold ties, and the first maximum must be the one taken) with, where `special`,
+/// every 7th minus infinity and every 11th NaN; for integers, small ones that sum past `u8`.
+fn pool_data<T: ndarray_ops::Element>(n: usize, seed: usize, special: bool) -> Vec<T> {
+    (0..n)
+        .map(|i| {
+            let v = ((i * 37 + seed * 11) % 23) as f64;
+            let float = T::DTYPE.is_float();
+            T::from_f64(match i % 77 {
+                _ if !float => v * 10.0,
+                0 | 7 | 14 | 21 | 28 | 35 | 42 | 49 | 56 | 63 | 70 if special => f64::NEG_INFINITY,
+                11 | 22 | 33 | 44 | 55 | 66 if special => f64::NAN,
+                _ => v / 4.0 - 2.0,
+            })
+        })
+        .collect()
+}
+
+/// Runs one pooling case in type `T` against `pool_ref`.
+fn pool_case<T: ndarray_ops::Element>(
+    rt: &Arc<Runtime>,
+    shape: [usize; 4],
+    kind: &str,
+    (k, s, p): ((usize, usize), (usize, usize), (usize, usize)),
+    full: bool,
+) {
+    let n: usize = shape.iter().product();
+    let x = pool_data::<T>(n, 1, kind == "max");
+    let attrs = Attrs::new()
+        .with("pool_type", kind)
+        .with("kernel", format!("({},{})", k.0, k.1))
+        .with("stride", format!("({},{})", s.0, s.1))
+        .with("pad", format!("({},{})", p.0, p.1))
+        .with("pooling_convention", if full { "full" } else { "valid" });
+    let what = format!(
+        "{:?} {kind} {shape:?} k{k:?} s{s:?} p{p:?} full={full}",
+        T::DTYPE
+    );
+    let xn = rt.from_vec(x.clone(), &shape, Context::cpu(0)).unwrap();
+    let outs = invoke("Pooling", &[&xn], &attrs, None).unwrap();
+    let olen = |n: usize, k: usize, s: usize, p: usize| match full {
+        true => (n + 2 * p - k).div_ceil(s) + 1,
+        false => (n + 2 * p - k) / s + 1,
+    };
+    let (ho, wo) = (olen(shape[2], k.0, s.0, p.0), olen(shape[3], k.1, s.1, p.1));
+    assert_eq!(outs[0].shape(), &[shape[0], shape[1], ho, wo], "{what}");
+    // Integer gradients small enough that no sum of them wraps (integer arithmetic wraps).
+    let dy: Vec<T> = pool_data::<T>(outs[0].size(), 2, false)
+        .into_iter()
+        .map(|v| {
+            T::from_f64(if T::DTYPE.is_float() {
+                v.to_f64()
+            } else {
+                v.to_f64() % 3.0
+            })
+        })
+        .collect();
+    let dyn_ = rt
+        .from_vec(dy.clone(), outs[0].shape(), Context::cpu(0))
+        .unwrap();
+    let dx = invoke("_backward_Pooling", &[&dyn_, &xn], &attrs, None).unwrap();
+    let f64s = |v: &[T]| v.iter().map(|v| v.to_f64()).collect::<Vec<_>>();
+    let (x, dy) = (f64s(&x), f64s(&dy));
+    let geometry = (k, s, p);
+    let round = |v: f64| T::from_f64(v).to_f64();
+    let (want, want_mask, want_dx) = pool_ref(&x, &dy, shape, (ho, wo), kind, geometry, round);
+    // Sums in T (floats) may round; maxima, positions and integer sums may not.
+    let tol = if T::DTYPE == DType::F32 { 1e-5 } else { 1e-12 };
+    let want_t = |v: &[f64]| f64s(&v.iter().map(|&v| T::from_f64(v)).collect::<Vec<_>>());
+    let mut checks = vec![
+        ("output", outs[0].to_vec::<T>().unwrap(), want_t(&want)),
+        (
+            "data gradient",
+            dx[0].to_vec::<T>().unwrap(),
+            want_t(&want_dx),
+        ),
+    ];
+    if kind == "max" {
+        checks.push(("argmax", outs[1].to_vec::<T>().unwrap(), want_t(&want_mask)));
+    }
+    for (name, got, want) in checks {
+        for (i, (g, w)) in f64s(&got).iter().zip(&want).enumerate() {
+            let same =
+                (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= tol * (1.0 + w.abs());
+            assert!(same, "{what}: {name}[{i}] = {g}, want {w}");
+        }
+    }
+}
+
+#[test]
+fn pooling_and_its_gradient_match_their_definitions() {
+    let rt = rt();
+    // Rows wide enough for blocks of eight outputs between the padded edges, and planes enough
+    // (in the last shape) that pooling splits them across threads.
+    let (small, wide) = ([2, 3, 7, 6], [1, 3, 9, 45]);
+    let large = large([2, 16, 40, 38], [1, 4, 6, 5]);
+    for (shape, kind, k, s, p, full) in [
+        (small, "max", (2, 2), (2, 2), (0, 0), false),
+        (small, "avg", (3, 3), (2, 2), (1, 1), false),
+        (small, "sum", (3, 3), (1, 1), (1, 1), false),
+        (small, "max", (3, 3), (2, 2), (0, 0), true),
+        (small, "avg", (2, 2), (2, 2), (0, 0), true),
+        // The last row of windows lies wholly in the padding.
+        (small, "max", (2, 2), (3, 3), (1, 1), true),
+        (small, "avg", (2, 2), (3, 3), (1, 1), true),
+        (wide, "max", (3, 3), (2, 2), (1, 1), false),
+        (wide, "max", (3, 3), (1, 1), (1, 1), false),
+        (wide, "max", (2, 2), (2, 2), (0, 0), false),
+        (wide, "max", (1, 3), (1, 3), (0, 1), true),
+        (wide, "max", (5, 4), (3, 1), (2, 2), false),
+        // Windows of one element, and of two (some only minus infinity and NaN).
+        (wide, "max", (1, 1), (1, 1), (0, 0), false),
+        (wide, "max", (1, 2), (1, 1), (0, 0), false),
+        (wide, "avg", (3, 3), (2, 2), (1, 1), false),
+        (wide, "avg", (3, 2), (1, 3), (1, 1), true),
+        (wide, "sum", (5, 5), (2, 3), (2, 2), false),
+        (large, "max", (3, 3), (2, 2), (1, 1), false),
+        (large, "avg", (3, 3), (1, 1), (1, 1), false),
+    ] {
+        let g = (k, s, p);
+        pool_case::<f32>(&rt, shape, kind, g, full);
+        pool_case::<f64>(&rt, shape, kind, g, full);
+        pool_case::<i32>(&rt, shape, kind, g, full);
+        pool_case::<u8>(&rt, shape, kind, g, full);
+    }
+    // Average pooling that leaves the padding out of its divisor.
+    let x = data(&[1, 2, 5, 12], 9);
+    let exclude = Attrs::new()
+        .with("pool_type", "avg")
+        .with("kernel", "(3,3)")
+        .with("pad", "(1,1)")
+        .with("count_include_pad", false);
+    let got = &run("Pooling", &[&nd(&rt, &x)], &exclude)[0];
+    for ((c, y, xx), g) in (0..2)
+        .flat_map(|c| (0..5).flat_map(move |y| (0..12).map(move |xx| (c, y, xx))))
+        .zip(got.iter())
+    {
+        let window = |o: usize, n: usize| o.saturating_sub(1)..(o + 2).min(n);
+        let x = &x;
+        let vals: Vec<f64> = window(y, 5)
+            .flat_map(|iy| window(xx, 12).map(move |ix| x[[0, c, iy, ix]]))
+            .collect();
+        let want = vals.iter().sum::<f64>() / vals.len() as f64;
+        assert!(
+            (g - want).abs() < 1e-12,
+            "count_include_pad=False at {c},{y},{xx}: {g} vs {want}"
+        );
+    }
+    let x = data(&[2, 3, 7, 6], 9);
     let xn = nd(&rt, &x);
     let glob = &run(
         "Pooling",

@@ -259,6 +259,15 @@ fn shape_clashes_and_huge_shapes_are_errors() {
     );
     let r = Symbol::op("relu", "r", &[&huge], Attrs::new()).unwrap();
     assert!(infer(&r, &HashMap::new(), &HashMap::new()).is_err());
+    // Pooling keeps positions within a plane in 32 bits: a plane of 2^32 elements is refused.
+    let x = Symbol::var("x");
+    let pool = Attrs::new().with("kernel", "(2, 2)");
+    let p = Symbol::op("Pooling", "p", &[&x], pool).unwrap();
+    let shapes = HashMap::from([("x".into(), vec![1, 1, 1 << 16, 1 << 16])]);
+    let e = infer(&p, &shapes, &HashMap::new()).unwrap_err().to_string();
+    assert!(e.contains("'p'") && e.contains("planes"), "{e}");
+    let shapes = HashMap::from([("x".into(), vec![1, 1, 1 << 16, (1 << 16) - 1])]);
+    assert!(infer(&p, &shapes, &HashMap::new()).is_ok());
 }
 
 #[test]

@@ -3,9 +3,10 @@
 //! order. They mirror the CPU kernels (`crate::ops`) and are tested against them.
 
 use super::{ConvCall, ConvPass, ConvShape, Gemm, KArgs, Stream};
-use crate::ops::conv::{conv_params, pool_params, ConvDims, PoolType};
+use crate::ops::conv::{conv_params, ConvDims};
 use crate::ops::elemwise::broadcast_strides;
 use crate::ops::gather::strides;
+use crate::ops::pooling::{pool_params, PoolType};
 use crate::ops::{fc_dims, Attrs, OpDef, TensorRef};
 use crate::resources::StateSlot;
 use crate::DType;

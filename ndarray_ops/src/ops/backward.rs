@@ -407,99 +407,6 @@ fn conv_backward_kernel(
     Ok(())
 }
 
-// ---- _backward_Pooling: (ograd, data) -> data grad ------------------------------------------
-
-fn infer_pool_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    super::conv::pool_params(op, attrs, &s[1])?;
-    Ok((vec![s[1].clone()], vec![d[1]]))
-}
-
-fn pool_backward_kernel(
-    op: &str,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
-    let (dy, x) = (&ins[0], &ins[1]);
-    let p = super::conv::pool_params(op, attrs, &x.shape).map_err(|e| e.to_string())?;
-    let (h, w, ho, wo) = (x.shape[2], x.shape[3], dy.shape[2], dy.shape[3]);
-    let planes = x.shape[0] * x.shape[1];
-    crate::with_dtype!(dy.dtype, T => {
-        let (dys, xs, dx) = (Shared::new(dy.ptr::<T>()), Shared::new(x.ptr::<T>()), Shared::new(outs[0].ptr::<T>()));
-        for_ranges(planes, ho * wo * p.k.0 * p.k.1, |lo, hi| {
-            for plane in lo..hi {
-                // SAFETY: this range alone reads plane `plane` of the inputs and writes the same
-                // plane of the output, which is disjoint from the inputs (not alias-safe).
-                let (gp, xp, dp) = unsafe {
-                    (
-                        dys.piece(plane, ho * wo),
-                        xs.piece(plane, h * w),
-                        dx.piece_mut(plane, h * w),
-                    )
-                };
-                pool_plane_backward(&p, gp, wo, xp, dp, (h, w));
-            }
-        });
-    });
-    Ok(())
-}
-
-/// One plane of pooling's gradient: each output's gradient `dy` (rows of `wo`) goes to its
-/// window's maximum in `x` (the first, as the forward pass chose it), or is shared over the
-/// window, and is added into `dx` (`h` x `w`).
-fn pool_plane_backward<T: Element>(
-    p: &super::conv::Pool,
-    dy: &[T],
-    wo: usize,
-    x: &[T],
-    dx: &mut [T],
-    (h, w): (usize, usize),
-) {
-    use super::conv::PoolType;
-    dx.fill(T::default());
-    for (at_out, &g) in dy.iter().enumerate() {
-        let (y, xx) = (at_out / wo, at_out % wo);
-        let ys = (y * p.s.0) as isize - p.p.0 as isize;
-        let ye = (ys + p.k.0 as isize).min((h + p.p.0) as isize);
-        let xs0 = (xx * p.s.1) as isize - p.p.1 as isize;
-        let xe = (xs0 + p.k.1 as isize).min((w + p.p.1) as isize);
-        let (y0, y1) = (ys.max(0) as usize, (ye.max(0) as usize).min(h));
-        let (x0, x1) = (xs0.max(0) as usize, (xe.max(0) as usize).min(w));
-        match p.kind {
-            PoolType::Max => {
-                let mut best: Option<(usize, T)> = None;
-                for iy in y0..y1 {
-                    for ix in x0..x1 {
-                        let v = x[iy * w + ix];
-                        if best.is_none_or(|(_, b)| v > b) {
-                            best = Some((iy * w + ix, v));
-                        }
-                    }
-                }
-                if let Some((at, _)) = best {
-                    dx[at] = dx[at].add(g);
-                }
-            }
-            PoolType::Avg | PoolType::Sum => {
-                let padded = ((ye - ys) * (xe - xs0)).max(1) as f64;
-                let inside = ((y1 - y0) * (x1 - x0)).max(1) as f64;
-                let share = match p.kind {
-                    PoolType::Sum => 1.0,
-                    _ if p.count_pad => 1.0 / padded,
-                    _ => 1.0 / inside,
-                };
-                let gv = T::from_f64(g.to_f64() * share);
-                for iy in y0..y1 {
-                    for ix in x0..x1 {
-                        dx[iy * w + ix] = dx[iy * w + ix].add(gv);
-                    }
-                }
-            }
-        }
-    }
-}
-
 // ---- reshape_like: a's elements in b's shape --------------------------------------------------
 
 fn infer_reshape_like(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
@@ -525,17 +432,6 @@ pub(super) fn more_ops() -> &'static [OpDef] {
                 Arity::Exactly(3),
                 infer_conv_backward,
                 conv_backward_kernel,
-                &[]
-            )
-        },
-        OpDef {
-            alias_safe: false,
-            ..def!(
-                "_backward_Pooling",
-                &[],
-                Arity::Exactly(2),
-                infer_pool_backward,
-                pool_backward_kernel,
                 &[]
             )
         },

@@ -1,6 +1,6 @@
 //! 2-D Convolution (NCHW; stride, pad, dilation, groups) as im2col into the device's temp space
-//! plus one GEMM per image and group (depthwise ones directly: see `depthwise`), and 2-D
-//! Pooling (max, avg, sum; global; valid or full rounding).
+//! plus one GEMM per image and group (depthwise ones directly: see `depthwise`), and the window
+//! taps ([`Tap`]) that the direct convolution and pooling run on.
 
 use std::ops::Range;
 
@@ -98,7 +98,7 @@ pub(crate) fn has_bias(op: &str, attrs: &Attrs) -> Result<bool> {
 
 /// The kernels lay images out as (N, C, H, W); MXNet's other layouts (NHWC, ...) are refused
 /// rather than misread.
-fn check_layout(op: &str, attrs: &Attrs) -> Result<()> {
+pub(super) fn check_layout(op: &str, attrs: &Attrs) -> Result<()> {
     match attrs.get("layout").map(str::trim) {
         None | Some("None") | Some("NCHW") => Ok(()),
         Some(other) => Err(invalid(
@@ -141,7 +141,7 @@ pub(crate) fn conv_params(op: &str, attrs: &Attrs) -> Result<Conv> {
     Ok(c)
 }
 
-fn out_len(
+pub(super) fn out_len(
     op: &str,
     n: usize,
     k: usize,
@@ -276,13 +276,29 @@ pub(super) struct Tap {
     stride: usize,
     x0: usize,
     x1: usize,
+    /// Where the input of output column `x0` lies in an input row grouped by phase (see
+    /// [`by_phase`]); there the columns `x0..x1` read are one contiguous run.
+    phased: usize,
 }
 
 impl Tap {
     /// Tap (i, j) of `c` over inputs `w` wide and outputs `wo` wide.
     pub(super) fn new(c: &Conv, i: usize, j: usize, w: usize, wo: usize) -> Self {
-        let offset = (j * c.d.1) as isize - c.p.1 as isize;
-        let stride = c.s.1 as isize;
+        Self::of((i, j), c.s, c.p, c.d, w, wo)
+    }
+
+    /// Tap (i, j) of a window with strides `s`, padding `p` and dilation `d` (a convolution's
+    /// or a pooling's) over inputs `w` wide and outputs `wo` wide.
+    pub(super) fn of(
+        (i, j): (usize, usize),
+        s: (usize, usize),
+        p: (usize, usize),
+        d: (usize, usize),
+        w: usize,
+        wo: usize,
+    ) -> Self {
+        let offset = (j * d.1) as isize - p.1 as isize;
+        let stride = s.1 as isize;
         // The first x with x * stride + offset >= 0, and the first with it >= w.
         let first_at = |edge: isize| {
             let need = edge - offset;
@@ -294,14 +310,23 @@ impl Tap {
         };
         let x0 = first_at(0).min(wo);
         let x1 = first_at(w as isize).clamp(x0, wo);
-        Tap {
-            row_offset: (i * c.d.0) as isize - c.p.0 as isize,
-            row_stride: c.s.0,
+        let mut tap = Tap {
+            row_offset: (i * d.0) as isize - p.0 as isize,
+            row_stride: s.0,
             offset,
-            stride: c.s.1,
+            stride: s.1,
             x0,
             x1,
+            phased: 0,
+        };
+        if x0 < x1 {
+            // Phases before the first input's hold `w / s` columns each, and one more each
+            // below `w % s`. Kept, as the row loops would otherwise divide four times a tap.
+            let (first, s) = (tap.first_input(), tap.stride);
+            let r = first % s;
+            tap.phased = r * (w / s) + r.min(w % s) + first / s;
         }
+        tap
     }
 
     /// The input row output row `y` reads, if inside an input `h` high.
@@ -312,7 +337,7 @@ impl Tap {
     }
 
     /// The input column output column `x0` reads (inside the input: only asked when `x0 < x1`).
-    fn first_input(&self) -> usize {
+    pub(super) fn first_input(&self) -> usize {
         (self.x0 as isize * self.stride as isize + self.offset) as usize
     }
 
@@ -334,23 +359,17 @@ impl Tap {
         }
     }
 
-    /// Where the input of output column `x0` lies in an input row of `w` columns grouped by
-    /// phase (see `depthwise::by_phase`): there the columns `x0..x1` read are one contiguous
-    /// run. With stride 1 the row is as it was, and this is `first_input`.
-    #[inline(always)]
-    fn phased_first(&self, w: usize) -> usize {
-        let (first, s) = (self.first_input(), self.stride);
-        let r = first % s;
-        // Phases before `r` hold `w / s` columns each, and one more each below `w % s`.
-        r * (w / s) + r.min(w % s) + first / s
+    /// How far apart the input columns of neighbouring output columns lie.
+    pub(super) fn column_stride(&self) -> usize {
+        self.stride
     }
 
-    /// The output columns that read inside an input row of `w` columns grouped by phase, and
-    /// the input run they read there.
+    /// The output columns that read inside an input row grouped by phase (as wide as the
+    /// tap's input), and the input run they read there. With stride 1 the row is as it was.
     #[inline(always)]
-    fn run(&self, w: usize) -> Option<(Range<usize>, Range<usize>)> {
+    pub(super) fn run(&self) -> Option<(Range<usize>, Range<usize>)> {
         (self.x0 < self.x1).then(|| {
-            let from = self.phased_first(w);
+            let from = self.phased;
             (self.x0..self.x1, from..from + (self.x1 - self.x0))
         })
     }
@@ -360,7 +379,7 @@ impl Tap {
     /// grouped by phase.
     #[inline(always)]
     pub(super) fn add_scaled<T: Element>(&self, wv: T, input: &[T], out: &mut [T]) {
-        if let Some((cols, run)) = self.run(input.len()) {
+        if let Some((cols, run)) = self.run() {
             for (o, &v) in out[cols].iter_mut().zip(&input[run]) {
                 *o = o.add(wv.mul(v));
             }
@@ -372,7 +391,7 @@ impl Tap {
     /// grouped by phase.
     #[inline(always)]
     pub(super) fn dot<T: Element>(&self, grads: &[T], input: &[T]) -> T {
-        let Some((cols, run)) = self.run(input.len()) else {
+        let Some((cols, run)) = self.run() else {
             return T::default();
         };
         let (grads, input) = (&grads[cols], &input[run]);
@@ -392,7 +411,7 @@ impl Tap {
     /// row (the reverse of `add_scaled`), grouped by phase.
     #[inline(always)]
     pub(super) fn scatter_scaled<T: Element>(&self, wv: T, grads: &[T], input: &mut [T]) {
-        if let Some((cols, run)) = self.run(input.len()) {
+        if let Some((cols, run)) = self.run() {
             for (d, &g) in input[run].iter_mut().zip(&grads[cols]) {
                 *d = d.add(wv.mul(g));
             }
@@ -415,6 +434,55 @@ impl Tap {
                 let d = &mut input[from + k * self.stride];
                 *d = d.add(v);
             }
+        }
+    }
+}
+
+/// Lays each row of `plane` (`w` columns) out in `out` with its columns grouped by phase under
+/// horizontal stride `s`: columns 0, s, 2s, .. first, then 1, s + 1, .., and so on. A tap
+/// reads the columns `x * s + offset`, all of one phase, so there they are one contiguous run
+/// (`Tap::run`).
+pub(super) fn by_phase<T: Copy>(plane: &[T], w: usize, s: usize, out: &mut [T]) {
+    for (row, out) in plane
+        .chunks_exact(w.max(1))
+        .zip(out.chunks_exact_mut(w.max(1)))
+    {
+        if s == 2 {
+            // The usual stride, split in one pass, which vectorizes (as shuffles of whole
+            // vectors); a pass per phase reads every other element, which does not.
+            let (even, odd) = out.split_at_mut(w.div_ceil(2));
+            for ((e, o), pair) in even.iter_mut().zip(odd.iter_mut()).zip(row.chunks_exact(2)) {
+                (*e, *o) = (pair[0], pair[1]);
+            }
+            if w % 2 == 1 {
+                even[w / 2] = row[w - 1];
+            }
+            continue;
+        }
+        let mut out = &mut out[..];
+        for r in 0..s.min(w) {
+            let (phase, rest) = out.split_at_mut((w - r).div_ceil(s));
+            for (k, o) in phase.iter_mut().enumerate() {
+                *o = row[r + k * s];
+            }
+            out = rest;
+        }
+    }
+}
+
+/// The reverse of [`by_phase`]: writes the rows of `phased` back into `plane` in column order.
+pub(super) fn from_phase<T: Copy>(phased: &[T], w: usize, s: usize, plane: &mut [T]) {
+    for (row, phased) in plane
+        .chunks_exact_mut(w.max(1))
+        .zip(phased.chunks_exact(w.max(1)))
+    {
+        let mut phased = phased;
+        for r in 0..s.min(w) {
+            let (phase, rest) = phased.split_at((w - r).div_ceil(s));
+            for (k, &v) in phase.iter().enumerate() {
+                row[r + k * s] = v;
+            }
+            phased = rest;
         }
     }
 }
@@ -490,196 +558,12 @@ fn conv_kernel(
     Ok(())
 }
 
-// ---- Pooling --------------------------------------------------------------------------------
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum PoolType {
-    Max,
-    Avg,
-    Sum,
-}
-
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Pool {
-    pub(crate) kind: PoolType,
-    pub(crate) k: (usize, usize),
-    pub(crate) s: (usize, usize),
-    pub(crate) p: (usize, usize),
-    pub(crate) ceil: bool,
-    pub(crate) count_pad: bool,
-}
-
-pub(crate) fn pool_params(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Pool> {
-    check_layout(op, attrs)?;
-    let kind = match attrs.get("pool_type").unwrap_or("max") {
-        "max" => PoolType::Max,
-        "avg" => PoolType::Avg,
-        "sum" => PoolType::Sum,
-        other => {
-            return Err(invalid(
-                op,
-                format!("pool_type {other:?} is not one of max, avg, sum"),
-            ))
-        }
-    };
-    if shape.len() != 4 {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "data".into(),
-            found: shape.to_vec(),
-            expected: "4 dimensions (N, C, H, W)".into(),
-        });
-    }
-    let global = attrs.bool(op, "global_pool", false)?;
-    let ceil = match attrs.get("pooling_convention").unwrap_or("valid") {
-        "valid" => false,
-        "full" => true,
-        other => {
-            return Err(invalid(
-                op,
-                format!("pooling_convention {other:?} is not valid or full"),
-            ))
-        }
-    };
-    let p = if global {
-        Pool {
-            kind,
-            k: (shape[2], shape[3]),
-            s: (1, 1),
-            p: (0, 0),
-            ceil: false,
-            count_pad: true,
-        }
-    } else {
-        Pool {
-            kind,
-            k: pair(op, attrs, "kernel", None)?,
-            s: pair(op, attrs, "stride", Some((1, 1)))?,
-            p: pair(op, attrs, "pad", Some((0, 0)))?,
-            ceil,
-            count_pad: attrs.bool(op, "count_include_pad", true)?,
-        }
-    };
-    if p.k.0 == 0 || p.k.1 == 0 || p.s.0 == 0 || p.s.1 == 0 {
-        return Err(invalid(
-            op,
-            format!("kernel {:?} and stride {:?} must be positive", p.k, p.s),
-        ));
-    }
-    Ok(p)
-}
-
-fn infer_pool(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    let p = pool_params(op, attrs, &s[0])?;
-    let x = &s[0];
-    let ho = out_len(op, x[2], p.k.0, p.s.0, p.p.0, 1, p.ceil)?;
-    let wo = out_len(op, x[3], p.k.1, p.s.1, p.p.1, 1, p.ceil)?;
-    let out = vec![x[0], x[1], ho, wo];
-    // Max pooling also writes where each maximum came from (a hidden output, as in MXNet 1.9's
-    // CPU build, which its model files record); the backward pass reads it.
-    if p.kind == PoolType::Max {
-        Ok((vec![out.clone(), out], vec![d[0]; 2]))
-    } else {
-        Ok((vec![out], vec![d[0]]))
-    }
-}
-
-fn pool_kernel(
-    op: &str,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
-    let (x, o) = (&ins[0], &outs[0]);
-    let p = pool_params(op, attrs, &x.shape).map_err(|e| e.to_string())?;
-    let (h, w, ho, wo) = (x.shape[2], x.shape[3], o.shape[2], o.shape[3]);
-    let planes = x.shape[0] * x.shape[1];
-    crate::with_dtype!(o.dtype, T => {
-        let (src, dst) = (Shared::new(x.ptr::<T>()), Shared::new(o.ptr::<T>()));
-        // Max pooling's hidden output: where each maximum came from.
-        let mask = (p.kind == PoolType::Max).then(|| Shared::new(outs[1].ptr::<T>()));
-        for_ranges(planes, ho * wo * p.k.0 * p.k.1, |lo, hi| {
-            for plane in lo..hi {
-                // SAFETY: this range alone reads plane `plane` of the input and writes the
-                // same plane of the outputs, which are disjoint from the input (not alias-safe).
-                let (sp, dp, mp) = unsafe {
-                    (
-                        src.piece(plane, h * w),
-                        dst.piece_mut(plane, ho * wo),
-                        mask.map(|m| m.piece_mut(plane, ho * wo)),
-                    )
-                };
-                pool_plane(&p, sp, (h, w), dp, mp, wo);
-            }
-        });
-    });
-    Ok(())
-}
-
-/// Pools one plane of `h` x `w` into `dst` (rows of `wo`), writing each maximum's index into
-/// `mask` for max pooling.
-fn pool_plane<T: Element>(
-    p: &Pool,
-    src: &[T],
-    (h, w): (usize, usize),
-    dst: &mut [T],
-    mut mask: Option<&mut [T]>,
-    wo: usize,
-) {
-    for (at_out, out) in dst.iter_mut().enumerate() {
-        let (y, xx) = (at_out / wo, at_out % wo);
-        let ys = (y * p.s.0) as isize - p.p.0 as isize;
-        let ye = (ys + p.k.0 as isize).min((h + p.p.0) as isize);
-        let xs = (xx * p.s.1) as isize - p.p.1 as isize;
-        let xe = (xs + p.k.1 as isize).min((w + p.p.1) as isize);
-        // The window clipped to the padded input (what MXNet divides by) and to the input
-        // itself (what is read).
-        let padded = ((ye - ys) * (xe - xs)).max(1) as f64;
-        let (y0, y1) = (ys.max(0) as usize, (ye.max(0) as usize).min(h));
-        let (x0, x1) = (xs.max(0) as usize, (xe.max(0) as usize).min(w));
-        let mut acc = if p.kind == PoolType::Max {
-            f64::NEG_INFINITY
-        } else {
-            0.0
-        };
-        let mut at = 0usize;
-        for iy in y0..y1 {
-            for ix in x0..x1 {
-                let v = src[iy * w + ix].to_f64();
-                if p.kind != PoolType::Max {
-                    acc += v;
-                } else if v > acc {
-                    acc = v;
-                    at = iy * w + ix;
-                }
-            }
-        }
-        if let Some(mask) = mask.as_deref_mut() {
-            mask[at_out] = T::from_f64(at as f64);
-        }
-        let inside = ((y1 - y0) * (x1 - x0)).max(1) as f64;
-        let v = match p.kind {
-            PoolType::Max if y1 <= y0 || x1 <= x0 => 0.0,
-            PoolType::Max | PoolType::Sum => acc,
-            PoolType::Avg => acc / if p.count_pad { padded } else { inside },
-        };
-        *out = T::from_f64(v);
-    }
-}
-
 pub(super) fn ops() -> &'static [OpDef] {
-    static OPS: &[OpDef] = &[
-        OpDef {
-            alias_safe: false,
-            resources: &[Resource::TempSpace],
-            infer_inputs: Some(super::param_shapes::convolution),
-            ..OpDef::new("Convolution", Arity::AtLeast(2), infer_conv, conv_kernel)
-        },
-        OpDef {
-            alias_safe: false,
-            ..OpDef::new("Pooling", Arity::Exactly(1), infer_pool, pool_kernel)
-        },
-    ];
+    static OPS: &[OpDef] = &[OpDef {
+        alias_safe: false,
+        resources: &[Resource::TempSpace],
+        infer_inputs: Some(super::param_shapes::convolution),
+        ..OpDef::new("Convolution", Arity::AtLeast(2), infer_conv, conv_kernel)
+    }];
     OPS
 }

@@ -13,7 +13,7 @@
 //! image, so that a group's weight gradient (summed over images) and its data gradient planes
 //! have one writer.
 
-use super::conv::{Conv, ConvDims, Tap};
+use super::conv::{by_phase, from_phase, Conv, ConvDims, Tap};
 use super::par::{for_ranges, Shared};
 use crate::Element;
 
@@ -222,43 +222,6 @@ fn backward_plane<T: Element>(
                 *grad = grad.add(tap.dot(dy_row, &input[row.clone()]));
                 tap.scatter_scaled(wv, dy_row, &mut plane[row]);
             }
-        }
-    }
-}
-
-/// Lays each row of `plane` (`w` columns) out in `out` with its columns grouped by phase under
-/// horizontal stride `s`: columns 0, s, 2s, .. first, then 1, s + 1, .., and so on. A tap
-/// reads the columns `x * s + offset`, all of one phase, so there they are one contiguous run
-/// (`Tap::run`).
-fn by_phase<T: Copy>(plane: &[T], w: usize, s: usize, out: &mut [T]) {
-    for (row, out) in plane
-        .chunks_exact(w.max(1))
-        .zip(out.chunks_exact_mut(w.max(1)))
-    {
-        let mut out = &mut out[..];
-        for r in 0..s.min(w) {
-            let (phase, rest) = out.split_at_mut((w - r).div_ceil(s));
-            for (k, o) in phase.iter_mut().enumerate() {
-                *o = row[r + k * s];
-            }
-            out = rest;
-        }
-    }
-}
-
-/// The reverse of [`by_phase`]: writes the rows of `phased` back into `plane` in column order.
-fn from_phase<T: Copy>(phased: &[T], w: usize, s: usize, plane: &mut [T]) {
-    for (row, phased) in plane
-        .chunks_exact_mut(w.max(1))
-        .zip(phased.chunks_exact(w.max(1)))
-    {
-        let mut phased = phased;
-        for r in 0..s.min(w) {
-            let (phase, rest) = phased.split_at((w - r).div_ceil(s));
-            for (k, &v) in phase.iter().enumerate() {
-                row[r + k * s] = v;
-            }
-            phased = rest;
         }
     }
 }

@@ -23,6 +23,7 @@ mod norm;
 mod par;
 mod param_shapes;
 mod permute;
+pub(crate) mod pooling;
 mod reduce;
 pub(crate) mod rnn;
 mod roi;
@@ -537,6 +538,7 @@ fn registry() -> &'static FxHashMap<&'static str, &'static OpDef> {
             .chain(nn::ops())
             .chain(shape::ops())
             .chain(conv::ops())
+            .chain(pooling::ops())
             .chain(stochastic::ops())
             .chain(backward::ops())
             .chain(backward::more_ops())
