@@ -476,6 +476,17 @@ pub(super) fn from_phase<T: Copy>(phased: &[T], w: usize, s: usize, plane: &mut 
         .chunks_exact_mut(w.max(1))
         .zip(phased.chunks_exact(w.max(1)))
     {
+        if s == 2 {
+            // In one pass, as `by_phase` splits it.
+            let (even, odd) = phased.split_at(w.div_ceil(2));
+            for ((&e, &o), pair) in even.iter().zip(odd).zip(row.chunks_exact_mut(2)) {
+                (pair[0], pair[1]) = (e, o);
+            }
+            if w % 2 == 1 {
+                row[w - 1] = even[w / 2];
+            }
+            continue;
+        }
         let mut phased = phased;
         for r in 0..s.min(w) {
             let (phase, rest) = phased.split_at((w - r).div_ceil(s));
