@@ -584,6 +584,12 @@ fn pooling_and_its_gradient_match_their_definitions() {
         // The last row of windows lies wholly in the padding.
         (small, "max", (2, 2), (3, 3), (1, 1), true),
         (small, "avg", (2, 2), (3, 3), (1, 1), true),
+        // One output per plane (global pooling, and a padded window that covers the plane).
+        (small, "max", (7, 6), (1, 1), (0, 0), false),
+        (small, "sum", (7, 6), (1, 1), (0, 0), false),
+        (small, "avg", (8, 7), (2, 2), (1, 1), false),
+        (small, "max", (8, 7), (2, 3), (1, 1), false),
+        (wide, "avg", (9, 45), (1, 1), (0, 0), false),
         (wide, "max", (3, 3), (2, 2), (1, 1), false),
         (wide, "max", (3, 3), (1, 1), (1, 1), false),
         (wide, "max", (2, 2), (2, 2), (0, 0), false),

@@ -8,10 +8,13 @@
 //! branch the data decides. Max pooling keeps beside each running maximum where it came from
 //! (the first maximum in row-major order, as a loop over the window finds it), with a select
 //! instead of a branch. A horizontal stride above 1 reads the input with its columns grouped by
-//! phase (`by_phase`), where every tap's run is contiguous.
+//! phase (`by_phase`), where every tap's run is contiguous. A pooling with one output per plane
+//! (global pooling) has taps of one element each; it reads its window's rows whole instead.
 //!
 //! Float planes keep their maxima and sums in their own type (as MXNet's kernels do); integer
 //! planes keep them in f64, so that a window's sum does not wrap. Planes split across threads.
+
+use std::ops::Range;
 
 use super::conv::{by_phase, from_phase, out_len, pair, Tap};
 use super::par::{for_ranges, Shared};
@@ -121,11 +124,7 @@ impl Pool {
     /// The window of output `y` along one axis of `n` (kernel `k`, stride `s`, padding `p`):
     /// the input positions it holds, and its extent clipped to the padded input (what MXNet's
     /// average divides by unless `count_include_pad` is off).
-    fn span(
-        y: usize,
-        n: usize,
-        (k, s, p): (usize, usize, usize),
-    ) -> (std::ops::Range<usize>, isize) {
+    fn span(y: usize, n: usize, (k, s, p): (usize, usize, usize)) -> (Range<usize>, isize) {
         let start = (y * s) as isize - p as isize;
         let end = (start + k as isize).min((n + p) as isize);
         let inside = (start.max(0) as usize)..(end.max(0) as usize).min(n);
@@ -221,7 +220,7 @@ impl<T: Pooled> Scratch<T> {
 /// position `at + (x - cols.start) * step`.
 #[derive(Clone, Debug)]
 struct Live {
-    cols: std::ops::Range<usize>,
+    cols: Range<usize>,
     read: usize,
     at: usize,
 }
@@ -375,6 +374,91 @@ fn backward_plane<T: Pooled>(
     }
 }
 
+/// A pooling with one output per plane (global pooling, for one): there the taps would each
+/// read one element, so its window's rows, each a run of the (unphased) plane, are read whole.
+/// Writes the output (and for max pooling the argmax) of one plane.
+fn single_forward<T: Pooled>(
+    p: &Pool,
+    (h, w): (usize, usize),
+    input: &[T],
+    (out, mask): (&mut T, Option<&mut T>),
+    divisor: f64,
+) {
+    if let Some(mask) = mask {
+        let (best, at) = single_max(p, (h, w), input);
+        let empty = at.is_none() && p.first_position((0, 0), (h, w)).is_none();
+        *out = T::from_f64(if empty { 0.0 } else { best.to_f64() });
+        *mask = T::from_f64(at.map_or(0.0, |a| a as f64));
+        return;
+    }
+    let (rows, cols) = single_window(p, (h, w));
+    let sum = rows.fold(T::Acc::default(), |acc, iy| {
+        acc.add(run_sum::<T>(&input[iy * w..][cols.clone()]))
+    });
+    *out = T::from_f64(sum.to_f64() / divisor);
+}
+
+/// The gradient of [`single_forward`]: `dx` (written whole) from the output's gradient `g`.
+fn single_backward<T: Pooled>(
+    p: &Pool,
+    (h, w): (usize, usize),
+    (g, input): (T, &[T]),
+    dx: &mut [T],
+    share: f64,
+) {
+    dx.fill(T::default());
+    if p.kind == PoolType::Max {
+        let (_, at) = single_max(p, (h, w), input);
+        if let Some(to) = at.or_else(|| p.first_position((0, 0), (h, w))) {
+            dx[to] = g;
+        }
+        return;
+    }
+    let (rows, cols) = single_window(p, (h, w));
+    let g = T::from_f64(g.to_f64() * share);
+    for iy in rows {
+        dx[iy * w..][cols.clone()].fill(g);
+    }
+}
+
+/// The rows and columns of the one window of a pooling with one output per plane.
+fn single_window(p: &Pool, (h, w): (usize, usize)) -> (Range<usize>, Range<usize>) {
+    let (rows, _) = Pool::span(0, h, (p.k.0, p.s.0, p.p.0));
+    let (cols, _) = Pool::span(0, w, (p.k.1, p.s.1, p.p.1));
+    (rows, cols)
+}
+
+/// The first maximum of the one window, and its position (`None` where nothing beat minus
+/// infinity).
+fn single_max<T: Pooled>(p: &Pool, (h, w): (usize, usize), input: &[T]) -> (T::Acc, Option<usize>) {
+    let (rows, cols) = single_window(p, (h, w));
+    let (mut best, mut at) = (T::Acc::from_f64(f64::NEG_INFINITY), None);
+    for iy in rows {
+        for ix in cols.clone() {
+            let v = T::Acc::from_f64(input[iy * w + ix].to_f64());
+            if v > best {
+                (best, at) = (v, Some(iy * w + ix));
+            }
+        }
+    }
+    (best, at)
+}
+
+/// The sum of a run, in eight partial sums so that the loop vectorizes.
+fn run_sum<T: Pooled>(run: &[T]) -> T::Acc {
+    let mut part = [T::Acc::default(); BLOCK];
+    let chunks = run.chunks_exact(BLOCK);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for (p, &v) in part.iter_mut().zip(chunk) {
+            *p = p.add(T::Acc::from_f64(v.to_f64()));
+        }
+    }
+    let sum = part.iter().fold(T::Acc::default(), |acc, &p| acc.add(p));
+    tail.iter()
+        .fold(sum, |acc, &v| acc.add(T::Acc::from_f64(v.to_f64())))
+}
+
 /// The plane functions compiled for the widest instruction set the CPU has: AVX2 and FMA
 /// twins where `par::has_wide` finds them (too large a body for `par::wide`'s closure to be
 /// inlined into its AVX2 copy), the plain ones elsewhere.
@@ -469,7 +553,8 @@ fn pool_kernel(
     let p = pool_params(op, attrs, &x.shape).map_err(|e| e.to_string())?;
     let (h, w, ho, wo) = (x.shape[2], x.shape[3], o.shape[2], o.shape[3]);
     let planes = x.shape[0] * x.shape[1];
-    let taps = p.taps(w, wo);
+    let single = ho * wo == 1;
+    let taps = if single { vec![] } else { p.taps(w, wo) };
     let pl = Plane {
         taps: &taps,
         h,
@@ -480,11 +565,12 @@ fn pool_kernel(
         PoolType::Avg => p.divisors((h, w), (ho, wo)),
         _ => vec![1.0; ho * wo],
     };
-    let (pl, divisors, s) = (&pl, &divisors[..], p.s.1);
+    let (pl, divisors) = (&pl, &divisors[..]);
+    let s = if single { 1 } else { p.s.1 };
     crate::with_dtype!(o.dtype, T => {
         let (src, dst) = (Shared::new(x.ptr::<T>()), Shared::new(o.ptr::<T>()));
         let mask = (p.kind == PoolType::Max).then(|| Shared::new(outs[1].ptr::<T>()));
-        for_ranges(planes, ho * wo * taps.len(), move |lo, hi| {
+        for_ranges(planes, ho * wo * p.k.0 * p.k.1, move |lo, hi| {
             let mut phased = vec![T::default(); if s > 1 { h * w } else { 0 }];
             let mut scratch = Scratch::<T>::new(pl);
             for plane in lo..hi {
@@ -497,6 +583,10 @@ fn pool_kernel(
                         mask.map(|m| m.piece_mut(plane, ho * wo)),
                     )
                 };
+                if single {
+                    single_forward(&p, (h, w), input, (&mut out[0], mask.map(|m| &mut m[0])), divisors[0]);
+                    continue;
+                }
                 if s > 1 {
                     by_phase(input, w, s, &mut phased);
                     input = &phased;
@@ -526,7 +616,8 @@ fn pool_backward_kernel(
     let p = pool_params(op, attrs, &x.shape).map_err(|e| e.to_string())?;
     let (h, w, ho, wo) = (x.shape[2], x.shape[3], dy.shape[2], dy.shape[3]);
     let planes = x.shape[0] * x.shape[1];
-    let taps = p.taps(w, wo);
+    let single = ho * wo == 1;
+    let taps = if single { vec![] } else { p.taps(w, wo) };
     let pl = Plane {
         taps: &taps,
         h,
@@ -541,12 +632,13 @@ fn pool_backward_kernel(
             .collect(),
         _ => vec![1.0; ho * wo],
     };
-    let (pl, shares, s) = (&pl, &shares[..], p.s.1);
+    let (pl, shares) = (&pl, &shares[..]);
+    let s = if single { 1 } else { p.s.1 };
     // Max pooling reads the data by phase; average and sum write the gradient so.
     let max = p.kind == PoolType::Max;
     crate::with_dtype!(dy.dtype, T => {
         let (dys, xs, dx) = (Shared::new(dy.ptr::<T>()), Shared::new(x.ptr::<T>()), Shared::new(outs[0].ptr::<T>()));
-        for_ranges(planes, ho * wo * taps.len(), move |lo, hi| {
+        for_ranges(planes, ho * wo * p.k.0 * p.k.1, move |lo, hi| {
             let phase = |on: bool| vec![T::default(); if s > 1 && on { h * w } else { 0 }];
             let (mut phased_input, mut phased_grad) = (phase(max), phase(!max));
             let mut scratch = Scratch::<T>::new(pl);
@@ -560,6 +652,10 @@ fn pool_backward_kernel(
                         dx.piece_mut(plane, h * w),
                     )
                 };
+                if single {
+                    single_backward(&p, (h, w), (g[0], input), dx_plane, shares[0]);
+                    continue;
+                }
                 let mut grad = &mut *dx_plane;
                 if s > 1 && max {
                     by_phase(input, w, s, &mut phased_input);
