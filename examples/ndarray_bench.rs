@@ -17,7 +17,12 @@
 //!   `sum_axis`;
 //! * exp_gbps and softmax_gbps: a 1000x1000 f32 `exp`, and `softmax` over its last axis (2 x 4
 //!   MB moved), against `ndarray` mapping with libm's `expf` (softmax row by row in f32: max,
-//!   exp, sum, divide).
+//!   exp, sum, divide);
+//! * maxpool_gbps: ResNet's max pooling (3x3 windows, stride 2, pad 1) over (4, 64, 112, 112)
+//!   f32, and avgpool_gbps: Inception's average pooling (3x3, stride 1, pad 1) over (4, 192, 28,
+//!   28), GB/s of the input read and the output written, each against a loop over every
+//!   output's window of an `ndarray` array (the planes split across as many scoped threads as
+//!   the machine has cores).
 //!
 //! Each kernel repetition waits for its result (latency, engine round trip included), so the
 //! output block is recycled while hot, as in the `ndarray` loop; pushing them all before one wait
@@ -145,6 +150,10 @@ fn main() {
         "ndarray_exp_gbps": k.exp.1,
         "softmax_gbps": k.softmax.0,
         "ndarray_softmax_gbps": k.softmax.1,
+        "maxpool_gbps": k.maxpool.0,
+        "ndarray_maxpool_gbps": k.maxpool.1,
+        "avgpool_gbps": k.avgpool.0,
+        "ndarray_avgpool_gbps": k.avgpool.1,
         "mxnet_1_9_1_tiny_op_from_python_ns": [17000, 26000],
     });
     if json {
@@ -169,6 +178,8 @@ fn main() {
             ("1000x1000 f32 sum over the last axis:  ", k.sum),
             ("1000x1000 f32 exp:                     ", k.exp),
             ("1000x1000 f32 softmax (last axis):     ", k.softmax),
+            ("3x3/2 max pool, (4,64,112,112) f32:    ", k.maxpool),
+            ("3x3/1 avg pool, (4,192,28,28) f32:     ", k.avgpool),
         ] {
             println!(
                 "{name}{ours:>8.2} GB/s  (ndarray: {nd:.2} GB/s, ratio {:.2})",
@@ -193,11 +204,13 @@ struct Kernels {
     sum: (f64, f64),
     exp: (f64, f64),
     softmax: (f64, f64),
+    maxpool: (f64, f64),
+    avgpool: (f64, f64),
 }
 
 /// The kernel workloads: GB/s of a 1000x1000 add, GFLOP/s of a 1024x1024 dot, GB/s of a
-/// 1000x1000 reverse, of two transposes, of a sum, an exp and a softmax, each beside `ndarray`
-/// doing the same in this run.
+/// 1000x1000 reverse, of two transposes, of a sum, an exp, a softmax and two poolings, each
+/// beside `ndarray` doing the same in this run.
 fn kernels(rt: &std::sync::Arc<Runtime>, ctx: Context, quick: bool, reps: usize) -> Kernels {
     let ok = |r: ndarray_ops::Result<NDArray>| r.expect("bench op");
     // 1000x1000 f32 add: bytes read and written per op.
@@ -337,7 +350,65 @@ fn kernels(rt: &std::sync::Arc<Runtime>, ctx: Context, quick: bool, reps: usize)
         }
         std::hint::black_box(y);
     });
+    // Pooling with 3x3 windows and pad 1: input read, output written.
+    let pool = |kind: &str, shape: [usize; 4], stride: usize, n_reps: usize| {
+        let plain = ndarray::Array4::<f32>::from_shape_fn(shape, |(a, b, c, d)| {
+            ((a * 7 + b * 13 + c * 31 + d * 17) % 101) as f32 * 0.01
+        });
+        let x = ok(rt.from_array(&plain.clone().into_dyn(), ctx));
+        let attrs = ndarray_ops::Attrs::new()
+            .with("pool_type", kind)
+            .with("kernel", "(3, 3)")
+            .with("stride", format!("({stride}, {stride})"))
+            .with("pad", "(1, 1)");
+        let (ho, wo) = ((shape[2] - 1) / stride + 1, (shape[3] - 1) / stride + 1);
+        let out_len = shape[0] * shape[1] * ho * wo;
+        let bytes = ((plain.len() + out_len) * 4 * n_reps) as f64;
+        let ours = best_of(reps, || {
+            let t = Instant::now();
+            for _ in 0..n_reps {
+                let y = ndarray_ops::invoke("Pooling", &[&x], &attrs, None).expect("bench op");
+                y[0].wait_to_read().expect("wait");
+            }
+            bytes / t.elapsed().as_secs_f64() / 1e9
+        });
+        let max = kind == "max";
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let window = |o: usize, n: usize| (o * stride).saturating_sub(1)..(o * stride + 2).min(n);
+        let nd = best_of(reps, || {
+            let t = Instant::now();
+            for _ in 0..n_reps {
+                let mut out = ndarray::Array4::<f32>::zeros((shape[0], shape[1], ho, wo));
+                let per = shape[1].div_ceil(threads);
+                std::thread::scope(|s| {
+                    let ins = plain.axis_chunks_iter(ndarray::Axis(1), per);
+                    for (xin, mut o) in ins.zip(out.axis_chunks_iter_mut(ndarray::Axis(1), per)) {
+                        s.spawn(move || {
+                            for ((i, c, y, xx), v) in o.indexed_iter_mut() {
+                                let win = xin.slice(ndarray::s![
+                                    i,
+                                    c,
+                                    window(y, shape[2]),
+                                    window(xx, shape[3])
+                                ]);
+                                *v = match max {
+                                    true => win.fold(f32::NEG_INFINITY, |m, &v| m.max(v)),
+                                    false => win.sum() / 9.0,
+                                };
+                            }
+                        });
+                    }
+                });
+                std::hint::black_box(out);
+            }
+            bytes / t.elapsed().as_secs_f64() / 1e9
+        });
+        (ours, nd)
+    };
+    let pool_reps = if quick { 5 } else { 20 };
     Kernels {
+        maxpool: pool("max", [4, 64, 112, 112], 2, pool_reps),
+        avgpool: pool("avg", [4, 192, 28, 28], 1, pool_reps),
         add_gbps,
         nd_add_gbps,
         dot_gflops,
