@@ -18,6 +18,7 @@ use std::ops::Range;
 
 use super::conv::{by_phase, from_phase, out_len, pair, Tap};
 use super::par::{for_ranges, Shared};
+use super::reduce::fold_run;
 use super::{Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, NdError, Result};
 use crate::resources::KernelRes;
@@ -393,7 +394,9 @@ fn single_forward<T: Pooled>(
     }
     let (rows, cols) = single_window(p, (h, w));
     let sum = rows.fold(T::Acc::default(), |acc, iy| {
-        acc.add(run_sum::<T>(&input[iy * w..][cols.clone()]))
+        let run = &input[iy * w..][cols.clone()];
+        let add = |s: T::Acc, v: T| s.add(T::Acc::from_f64(v.to_f64()));
+        acc.add(fold_run(run, T::Acc::default(), add, |a, b| a.add(b)))
     });
     *out = T::from_f64(sum.to_f64() / divisor);
 }
@@ -442,21 +445,6 @@ fn single_max<T: Pooled>(p: &Pool, (h, w): (usize, usize), input: &[T]) -> (T::A
         }
     }
     (best, at)
-}
-
-/// The sum of a run, in eight partial sums so that the loop vectorizes.
-fn run_sum<T: Pooled>(run: &[T]) -> T::Acc {
-    let mut part = [T::Acc::default(); BLOCK];
-    let chunks = run.chunks_exact(BLOCK);
-    let tail = chunks.remainder();
-    for chunk in chunks {
-        for (p, &v) in part.iter_mut().zip(chunk) {
-            *p = p.add(T::Acc::from_f64(v.to_f64()));
-        }
-    }
-    let sum = part.iter().fold(T::Acc::default(), |acc, &p| acc.add(p));
-    tail.iter()
-        .fold(sum, |acc, &v| acc.add(T::Acc::from_f64(v.to_f64())))
 }
 
 /// The plane functions compiled for the widest instruction set the CPU has: AVX2 and FMA
