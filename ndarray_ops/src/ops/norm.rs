@@ -344,30 +344,16 @@ fn norm_backward_kernel(
             true => (None, ins[2]),
             false => (Some((ins[2], ins[3])), ins[4]),
         };
-        let add = |a: f64, b: f64| a + b;
         map_lanes(&groups.shape(), 1, [og, xs], Shared::new(outs[0].ptr::<T>()), |parts: &mut Vec<(f64, f64)>, g, [og, x], dx| {
-            let denom = std[g].to_f64();
-            // Per element: the normalized value and the gradient it receives.
-            parts.clear();
-            match affine {
-                Some((gamma, mean)) => {
-                    let (m, fixed) = (mean[g].to_f64(), scale.of_group(g, groups));
-                    parts.extend(x.iter().zip(og).enumerate().map(|(k, (x, og))| {
-                        let c = gamma[fixed.unwrap_or(k)].to_f64();
-                        ((x.to_f64() - m) / denom, og.to_f64() * c)
-                    }));
-                }
-                None => parts.extend(x.iter().zip(og).map(|(x, og)| (x.to_f64(), og.to_f64()))),
+            // Gamma and the mean of this group, or nothing for L2Normalization.
+            let affine = affine.map(|(gamma, mean)| (gamma, scale.of_group(g, groups), mean[g].to_f64()));
+            let lane = Lane { og, x, affine, denom: std[g].to_f64(), n };
+            #[cfg(all(target_arch = "x86_64", not(miri)))]
+            if super::par::has_wide() {
+                // SAFETY: `has_wide` found the features this twin is compiled for.
+                return unsafe { avx2::backward_lane(lane, parts, dx) };
             }
-            let dot = fold_run(parts, 0.0, |s, (h, d)| s + h * d, add);
-            // L2: dx = (g - y * sum(g y)) / norm; affine norms subtract the mean too.
-            let (mean_d, dot) = match l2 {
-                true => (0.0, dot),
-                false => (fold_run(parts, 0.0, |s, (_, d)| s + d, add) / n, dot / n),
-            };
-            for (o, &(h, d)) in dx.iter_mut().zip(parts.iter()) {
-                *o = T::from_f64((d - mean_d - h * dot) / denom);
-            }
+            backward_lane(lane, parts, dx);
         });
         if let Some((_, mean)) = affine {
             let (x, og) = (xs, og);
@@ -375,10 +361,28 @@ fn norm_backward_kernel(
             for g in 0..groups.count() {
                 let (m, s) = (mean[g].to_f64(), std[g].to_f64());
                 let (start, fixed) = (groups.at(g, 0), scale.of_group(g, groups));
-                for k in 0..groups.len {
-                    let (i, c) = (start + k * groups.inner, fixed.unwrap_or(k));
-                    dgamma[c] += og[i].to_f64() * (x[i].to_f64() - m) / s;
-                    dbeta[c] += og[i].to_f64();
+                let at = |k: usize| start + k * groups.inner;
+                match fixed {
+                    // One gamma for the group: its sums, scaled once.
+                    Some(c) => {
+                        let (mut sg, mut sb) = (0.0, 0.0);
+                        for i in (0..groups.len).map(at) {
+                            sg += og[i].to_f64() * (x[i].to_f64() - m);
+                            sb += og[i].to_f64();
+                        }
+                        dgamma[c] += sg / s;
+                        dbeta[c] += sb;
+                    }
+                    // A gamma per position (LayerNorm): along the group, which vectorizes
+                    // where the group is contiguous.
+                    None => {
+                        let inv = 1.0 / s;
+                        let sums = dgamma.iter_mut().zip(dbeta.iter_mut());
+                        for (i, (dg, db)) in (0..groups.len).map(at).zip(sums) {
+                            *dg += og[i].to_f64() * (x[i].to_f64() - m) * inv;
+                            *db += og[i].to_f64();
+                        }
+                    }
                 }
             }
             for (out, vals) in [(&outs[1], dgamma), (&outs[2], dbeta)] {
@@ -390,6 +394,70 @@ fn norm_backward_kernel(
         }
     });
     Ok(())
+}
+
+/// One group of the affine norms' (or L2Normalization's) gradient: its output gradient `og`
+/// and data `x`; gamma with the group's entry (`None`: by position) and mean, where affine;
+/// `sqrt(var + eps)` (or the norm); the group's length.
+#[derive(Clone, Copy)]
+struct Lane<'a, T> {
+    og: &'a [T],
+    x: &'a [T],
+    affine: Option<(&'a [T], Option<usize>, f64)>,
+    denom: f64,
+    n: f64,
+}
+
+/// The data gradient of one group into `dx`, `parts` holding each element's normalized value
+/// and the gradient it receives.
+#[inline(always)]
+fn backward_lane<T: Element>(lane: Lane<T>, parts: &mut Vec<(f64, f64)>, dx: &mut [T]) {
+    let Lane {
+        og,
+        x,
+        affine,
+        denom,
+        n,
+    } = lane;
+    // Filled by plain loops rather than `extend`, whose iterator fold is not inlined here (and
+    // so would not be compiled for AVX2 in the twin).
+    parts.resize(x.len(), (0.0, 0.0));
+    let each = parts.iter_mut().zip(x.iter().zip(og));
+    match affine {
+        Some((gamma, fixed, m)) => {
+            for (k, (p, (x, og))) in each.enumerate() {
+                let c = gamma[fixed.unwrap_or(k)].to_f64();
+                *p = ((x.to_f64() - m) / denom, og.to_f64() * c);
+            }
+        }
+        None => each.for_each(|(p, (x, og))| *p = (x.to_f64(), og.to_f64())),
+    }
+    let add = |a: f64, b: f64| a + b;
+    let dot = fold_run(parts, 0.0, |s, (h, d)| s + h * d, add);
+    // L2: dx = (g - y * sum(g y)) / norm; affine norms subtract the mean too.
+    let (mean_d, dot) = match affine {
+        None => (0.0, dot),
+        Some(_) => (fold_run(parts, 0.0, |s, (_, d)| s + d, add) / n, dot / n),
+    };
+    for (o, &(h, d)) in dx.iter_mut().zip(parts.iter()) {
+        *o = T::from_f64((d - mean_d - h * dot) / denom);
+    }
+}
+
+/// [`backward_lane`] compiled for AVX2 and FMA, called when `par::has_wide` says the CPU has
+/// them (`map_lanes`' own AVX2 copy does not inline a lane this large).
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+mod avx2 {
+    use super::{Element, Lane};
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn backward_lane<T: Element>(
+        lane: Lane<T>,
+        parts: &mut Vec<(f64, f64)>,
+        dx: &mut [T],
+    ) {
+        super::backward_lane(lane, parts, dx)
+    }
 }
 
 /// SoftmaxActivation: `data -> out`, a softmax over each group (`mode` instance or channel).

@@ -40,7 +40,7 @@ pub(crate) fn for_ranges(n: usize, cost: usize, body: impl Fn(usize, usize) + Sy
 /// [`for_ranges`] splits items; the lanes of one chunk share one `S::default()` as scratch.
 /// Along the last axis `f` runs compiled for the widest instruction set the CPU has ([`wide`]:
 /// LayerNorm over 1000x1000, 1.37 -> 0.70 ms) where it is small enough to be inlined there
-/// (the norm ops' gradient lane is not, and runs plain x86-64 code); between the copies of
+/// (the norm ops' gradient lane is not, and calls an AVX2 twin of its own); between the copies of
 /// other lanes it measured slower (softmax along axis 0, 2.0 -> 2.9 ms), so there it does not.
 pub(crate) fn map_lanes<T, S, const K: usize>(
     shape: &[usize],

@@ -257,7 +257,9 @@ fn arg_run<T: Copy>(run: &[T], better: &impl Fn(T, T) -> bool) -> usize {
 
 /// Folds a contiguous run in `LANES` interleaved partial folds (which vectorize), joined by
 /// `merge` at the end, then the run's tail in order: for folds whose order changes at most
-/// their rounding.
+/// their rounding. Always inlined, so that it runs compiled as its caller is (a `wide` or
+/// AVX2 twin's caller included).
+#[inline(always)]
 pub(crate) fn fold_run<S: Copy, A: Copy>(
     run: &[S],
     init: A,
