@@ -140,6 +140,7 @@ pub(crate) fn wide<R>(body: impl FnOnce() -> R) -> R {
 /// Whether the CPU has the features [`wide`] compiles for (AVX2 and FMA on x86-64; never under
 /// Miri).
 #[inline(always)]
+#[cfg_attr(miri, allow(dead_code))] // its callers are compiled out under Miri
 pub(crate) fn has_wide() -> bool {
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     {

@@ -188,12 +188,43 @@ impl Pooled for u8 {
 /// No position yet: what a window's argmax holds until an element beats minus infinity.
 const NONE_YET: u32 = u32::MAX;
 
-/// A plane's sizes and the window's taps, shared by every plane of one call.
-struct Plane<'a> {
-    taps: &'a [Tap],
+/// What every plane of one call (forward or backward) shares: the planes' sizes, the window's
+/// taps, what each output's average divides by, and the column stride the planes are read or
+/// written by phase with (1: as they are).
+struct Plane {
     h: usize,
     w: usize,
+    ho: usize,
     wo: usize,
+    taps: Vec<Tap>,
+    divisors: Vec<f64>,
+    phase: usize,
+}
+
+impl Plane {
+    /// Planes of data `x` `(N, C, H, W)` pooled into `out` `(N, C, Ho, Wo)`. With one output
+    /// per plane ([`Plane::single`]) there are no taps and no phases.
+    fn new(p: &Pool, x: &[usize], out: &[usize]) -> Self {
+        let (h, w, ho, wo) = (x[2], x[3], out[2], out[3]);
+        let single = ho * wo == 1;
+        Plane {
+            h,
+            w,
+            ho,
+            wo,
+            taps: if single { vec![] } else { p.taps(w, wo) },
+            divisors: match p.kind {
+                PoolType::Avg => p.divisors((h, w), (ho, wo)),
+                _ => vec![1.0; ho * wo],
+            },
+            phase: if single { 1 } else { p.s.1 },
+        }
+    }
+
+    /// Whether each plane has one output, whose window's rows are read whole.
+    fn single(&self) -> bool {
+        self.ho * self.wo == 1
+    }
 }
 
 /// What one thread's planes reuse: an output row of maxima or sums and of their positions, an
@@ -238,7 +269,7 @@ const BLOCK: usize = 8;
 #[inline(always)]
 fn max_row<T: Pooled>(pl: &Plane, y: usize, input: &[T], s: &mut Scratch<T>) {
     s.live.clear();
-    for tap in pl.taps {
+    for tap in &pl.taps {
         if let (Some(iy), Some((cols, run))) = (tap.input_row(y, pl.h), tap.run()) {
             let (read, at) = (iy * pl.w + run.start, iy * pl.w + tap.first_input());
             s.live.push(Live { cols, read, at });
@@ -282,7 +313,7 @@ fn max_row<T: Pooled>(pl: &Plane, y: usize, input: &[T], s: &mut Scratch<T>) {
 #[inline(always)]
 fn sum_row<T: Pooled>(pl: &Plane, y: usize, input: &[T], sum: &mut [T::Acc]) {
     sum.fill(T::Acc::default());
-    for tap in pl.taps {
+    for tap in &pl.taps {
         if let (Some(iy), Some((cols, run))) = (tap.input_row(y, pl.h), tap.run()) {
             let row = &input[iy * pl.w..(iy + 1) * pl.w];
             for (s, &v) in sum[cols].iter_mut().zip(&row[run]) {
@@ -299,7 +330,6 @@ fn forward_plane<T: Pooled>(
     pl: &Plane,
     input: &[T],
     (out, mask): (&mut [T], Option<&mut [T]>),
-    divisors: &[f64],
     s: &mut Scratch<T>,
 ) {
     let wo = pl.wo.max(1);
@@ -320,7 +350,7 @@ fn forward_plane<T: Pooled>(
         None => {
             for (y, out) in out.chunks_exact_mut(wo).enumerate() {
                 sum_row::<T>(pl, y, input, &mut s.best);
-                let divisors = &divisors[y * wo..(y + 1) * wo];
+                let divisors = &pl.divisors[y * wo..(y + 1) * wo];
                 for ((o, &sum), &d) in out.iter_mut().zip(&s.best).zip(divisors) {
                     *o = T::from_f64(sum.to_f64() / d);
                 }
@@ -338,7 +368,6 @@ fn backward_plane<T: Pooled>(
     pl: &Plane,
     (dy, input): (&[T], &[T]),
     dx: &mut [T],
-    shares: &[f64],
     s: &mut Scratch<T>,
 ) {
     let wo = pl.wo.max(1);
@@ -360,11 +389,11 @@ fn backward_plane<T: Pooled>(
             continue;
         }
         // Average and sum share each output's gradient over its window.
-        let shares = &shares[y * wo..(y + 1) * wo];
-        for ((scaled, &g), &share) in s.scaled.iter_mut().zip(dy).zip(shares) {
-            *scaled = T::from_f64(g.to_f64() * share);
+        let divisors = &pl.divisors[y * wo..(y + 1) * wo];
+        for ((scaled, &g), &d) in s.scaled.iter_mut().zip(dy).zip(divisors) {
+            *scaled = T::from_f64(g.to_f64() * (1.0 / d));
         }
-        for tap in pl.taps {
+        for tap in &pl.taps {
             if let (Some(iy), Some((cols, run))) = (tap.input_row(y, pl.h), tap.run()) {
                 let row = &mut dx[iy * pl.w..(iy + 1) * pl.w];
                 for (d, &g) in row[run].iter_mut().zip(&s.scaled[cols]) {
@@ -458,15 +487,14 @@ mod widest {
         pl: &Plane,
         input: &[T],
         outs: (&mut [T], Option<&mut [T]>),
-        divisors: &[f64],
         scratch: &mut Scratch<T>,
     ) {
         #[cfg(all(target_arch = "x86_64", not(miri)))]
         if crate::ops::par::has_wide() {
             // SAFETY: `has_wide` found the features this twin is compiled for.
-            return unsafe { avx2::forward_plane(p, pl, input, outs, divisors, scratch) };
+            return unsafe { avx2::forward_plane(p, pl, input, outs, scratch) };
         }
-        super::forward_plane(p, pl, input, outs, divisors, scratch)
+        super::forward_plane(p, pl, input, outs, scratch)
     }
 
     pub(super) fn backward_plane<T: Pooled>(
@@ -474,15 +502,14 @@ mod widest {
         pl: &Plane,
         ins: (&[T], &[T]),
         dx: &mut [T],
-        shares: &[f64],
         scratch: &mut Scratch<T>,
     ) {
         #[cfg(all(target_arch = "x86_64", not(miri)))]
         if crate::ops::par::has_wide() {
             // SAFETY: `has_wide` found the features this twin is compiled for.
-            return unsafe { avx2::backward_plane(p, pl, ins, dx, shares, scratch) };
+            return unsafe { avx2::backward_plane(p, pl, ins, dx, scratch) };
         }
-        super::backward_plane(p, pl, ins, dx, shares, scratch)
+        super::backward_plane(p, pl, ins, dx, scratch)
     }
 
     #[cfg(all(target_arch = "x86_64", not(miri)))]
@@ -495,10 +522,9 @@ mod widest {
             pl: &Plane,
             input: &[T],
             outs: (&mut [T], Option<&mut [T]>),
-            divisors: &[f64],
             scratch: &mut Scratch<T>,
         ) {
-            super::super::forward_plane(p, pl, input, outs, divisors, scratch)
+            super::super::forward_plane(p, pl, input, outs, scratch)
         }
 
         #[target_feature(enable = "avx2,fma")]
@@ -507,10 +533,9 @@ mod widest {
             pl: &Plane,
             ins: (&[T], &[T]),
             dx: &mut [T],
-            shares: &[f64],
             scratch: &mut Scratch<T>,
         ) {
-            super::super::backward_plane(p, pl, ins, dx, shares, scratch)
+            super::super::backward_plane(p, pl, ins, dx, scratch)
         }
     }
 }
@@ -539,22 +564,9 @@ fn pool_kernel(
 ) -> KResult {
     let (x, o) = (&ins[0], &outs[0]);
     let p = pool_params(op, attrs, &x.shape).map_err(|e| e.to_string())?;
-    let (h, w, ho, wo) = (x.shape[2], x.shape[3], o.shape[2], o.shape[3]);
+    let pl = &Plane::new(&p, &x.shape, &o.shape);
+    let (h, w, ho, wo, s) = (pl.h, pl.w, pl.ho, pl.wo, pl.phase);
     let planes = x.shape[0] * x.shape[1];
-    let single = ho * wo == 1;
-    let taps = if single { vec![] } else { p.taps(w, wo) };
-    let pl = Plane {
-        taps: &taps,
-        h,
-        w,
-        wo,
-    };
-    let divisors = match p.kind {
-        PoolType::Avg => p.divisors((h, w), (ho, wo)),
-        _ => vec![1.0; ho * wo],
-    };
-    let (pl, divisors) = (&pl, &divisors[..]);
-    let s = if single { 1 } else { p.s.1 };
     crate::with_dtype!(o.dtype, T => {
         let (src, dst) = (Shared::new(x.ptr::<T>()), Shared::new(o.ptr::<T>()));
         let mask = (p.kind == PoolType::Max).then(|| Shared::new(outs[1].ptr::<T>()));
@@ -571,15 +583,15 @@ fn pool_kernel(
                         mask.map(|m| m.piece_mut(plane, ho * wo)),
                     )
                 };
-                if single {
-                    single_forward(&p, (h, w), input, (&mut out[0], mask.map(|m| &mut m[0])), divisors[0]);
+                if pl.single() {
+                    single_forward(&p, (h, w), input, (&mut out[0], mask.map(|m| &mut m[0])), pl.divisors[0]);
                     continue;
                 }
                 if s > 1 {
                     by_phase(input, w, s, &mut phased);
                     input = &phased;
                 }
-                widest::forward_plane(&p, pl, input, (out, mask), divisors, &mut scratch);
+                widest::forward_plane(&p, pl, input, (out, mask), &mut scratch);
             }
         });
     });
@@ -602,26 +614,9 @@ fn pool_backward_kernel(
 ) -> KResult {
     let (dy, x) = (&ins[0], &ins[1]);
     let p = pool_params(op, attrs, &x.shape).map_err(|e| e.to_string())?;
-    let (h, w, ho, wo) = (x.shape[2], x.shape[3], dy.shape[2], dy.shape[3]);
+    let pl = &Plane::new(&p, &x.shape, &dy.shape);
+    let (h, w, ho, wo, s) = (pl.h, pl.w, pl.ho, pl.wo, pl.phase);
     let planes = x.shape[0] * x.shape[1];
-    let single = ho * wo == 1;
-    let taps = if single { vec![] } else { p.taps(w, wo) };
-    let pl = Plane {
-        taps: &taps,
-        h,
-        w,
-        wo,
-    };
-    let shares = match p.kind {
-        PoolType::Avg => p
-            .divisors((h, w), (ho, wo))
-            .iter()
-            .map(|d| 1.0 / d)
-            .collect(),
-        _ => vec![1.0; ho * wo],
-    };
-    let (pl, shares) = (&pl, &shares[..]);
-    let s = if single { 1 } else { p.s.1 };
     // Max pooling reads the data by phase; average and sum write the gradient so.
     let max = p.kind == PoolType::Max;
     crate::with_dtype!(dy.dtype, T => {
@@ -640,8 +635,8 @@ fn pool_backward_kernel(
                         dx.piece_mut(plane, h * w),
                     )
                 };
-                if single {
-                    single_backward(&p, (h, w), (g[0], input), dx_plane, shares[0]);
+                if pl.single() {
+                    single_backward(&p, (h, w), (g[0], input), dx_plane, 1.0 / pl.divisors[0]);
                     continue;
                 }
                 let mut grad = &mut *dx_plane;
@@ -651,7 +646,7 @@ fn pool_backward_kernel(
                 } else if s > 1 {
                     grad = &mut phased_grad;
                 }
-                widest::backward_plane(&p, pl, (g, input), grad, shares, &mut scratch);
+                widest::backward_plane(&p, pl, (g, input), grad, &mut scratch);
                 if s > 1 && !max {
                     from_phase(&phased_grad, w, s, dx_plane);
                 }
