@@ -287,9 +287,24 @@ impl Tap {
         Self::of((i, j), c.s, c.p, c.d, w, wo)
     }
 
-    /// Tap (i, j) of a window with strides `s`, padding `p` and dilation `d` (a convolution's
-    /// or a pooling's) over inputs `w` wide and outputs `wo` wide.
-    pub(super) fn of(
+    /// Every tap of a `k` window with strides `s`, padding `p` and dilation `d` (a
+    /// convolution's or a pooling's) over inputs `w` wide and outputs `wo` wide, row-major: as
+    /// a filter's weights lie, and as a loop over the window visits its elements.
+    pub(super) fn window(
+        k: (usize, usize),
+        s: (usize, usize),
+        p: (usize, usize),
+        d: (usize, usize),
+        w: usize,
+        wo: usize,
+    ) -> Vec<Tap> {
+        (0..k.0 * k.1)
+            .map(|t| Self::of((t / k.1, t % k.1), s, p, d, w, wo))
+            .collect()
+    }
+
+    /// Tap (i, j) of a window as [`Tap::window`] describes it.
+    fn of(
         (i, j): (usize, usize),
         s: (usize, usize),
         p: (usize, usize),
@@ -357,11 +372,6 @@ impl Tap {
                 *o = input[from + k * self.stride];
             }
         }
-    }
-
-    /// How far apart the input columns of neighbouring output columns lie.
-    pub(super) fn column_stride(&self) -> usize {
-        self.stride
     }
 
     /// The output columns that read inside an input row grouped by phase (as wide as the

@@ -24,14 +24,6 @@ pub(super) fn applies(c: &Conv, d: &ConvDims) -> bool {
     d.cg == 1 && c.groups > 1
 }
 
-/// Every tap of the window, row-major, as the weights of a filter lie.
-fn taps(c: &Conv, d: &ConvDims) -> Vec<Tap> {
-    let (kh, kw) = c.k;
-    (0..kh * kw)
-        .map(|t| Tap::new(c, t / kw, t % kw, d.w, d.wo))
-        .collect()
-}
-
 /// The forward pass: `out` `(N, F, Ho, Wo)` from data `x` `(N, C, H, W)`, weights `(F, 1, kh,
 /// kw)` and an optional bias `(F,)`.
 ///
@@ -46,7 +38,7 @@ pub(super) unsafe fn forward<T: Element>(
     bias: Option<&[T]>,
     out: *mut T,
 ) {
-    let taps = taps(c, d);
+    let taps = Tap::window(c.k, c.s, c.p, c.d, d.w, d.wo);
     let (plane_in, plane_out) = (d.h * d.w, d.ho * d.wo);
     let (x, weight, out) = (Shared::new(x), Shared::new(weight), Shared::new(out));
     let (taps, s) = (&taps, c.s.1);
@@ -120,7 +112,7 @@ pub(super) unsafe fn backward<T: Element>(
     dx: *mut T,
     dw: *mut T,
 ) {
-    let taps = taps(c, d);
+    let taps = Tap::window(c.k, c.s, c.p, c.d, d.w, d.wo);
     let (plane_in, plane_out) = (d.h * d.w, d.ho * d.wo);
     let (dy, x, weight) = (Shared::new(dy), Shared::new(x), Shared::new(weight));
     let (dx, dw) = (Shared::new(dx), Shared::new(dw));

@@ -114,14 +114,6 @@ pub(crate) fn pool_params(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Po
 }
 
 impl Pool {
-    /// Every tap of the window, row-major (the order a loop over the window visits).
-    fn taps(&self, w: usize, wo: usize) -> Vec<Tap> {
-        let (kh, kw) = self.k;
-        (0..kh * kw)
-            .map(|t| Tap::of((t / kw, t % kw), self.s, self.p, (1, 1), w, wo))
-            .collect()
-    }
-
     /// The window of output `y` along one axis of `n` (kernel `k`, stride `s`, padding `p`):
     /// the input positions it holds, and its extent clipped to the padded input (what MXNet's
     /// average divides by unless `count_include_pad` is off).
@@ -212,7 +204,10 @@ impl Plane {
             w,
             ho,
             wo,
-            taps: if single { vec![] } else { p.taps(w, wo) },
+            taps: match single {
+                true => vec![],
+                false => Tap::window(p.k, p.s, p.p, (1, 1), w, wo),
+            },
             divisors: match p.kind {
                 PoolType::Avg => p.divisors((h, w), (ho, wo)),
                 _ => vec![1.0; ho * wo],
@@ -275,7 +270,8 @@ fn max_row<T: Pooled>(pl: &Plane, y: usize, input: &[T], s: &mut Scratch<T>) {
             s.live.push(Live { cols, read, at });
         }
     }
-    let step = pl.taps.first().map_or(1, Tap::column_stride);
+    // Neighbouring outputs' inputs lie the column stride apart, which `phase` is.
+    let step = pl.phase;
     let live = &s.live[..];
     let lo = live.iter().map(|l| l.cols.start).max().unwrap_or(0);
     let hi = live.iter().map(|l| l.cols.end).min().unwrap_or(0).max(lo);
