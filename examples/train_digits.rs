@@ -248,7 +248,7 @@ pub fn train(
         momentum: 0.9,
         wd: 1e-4,
     };
-    let dp = DataParallel::new(
+    let mut dp = DataParallel::new(
         &rt,
         &sym,
         contexts,
@@ -298,6 +298,12 @@ pub fn train(
     let t0 = Instant::now();
     let mut samples = 0usize;
     for epoch in 0..epochs {
+        // A step schedule (MXNet's FactorScheduler): a tenth of the rate for the last quarter
+        // settles the weights; without it the held-out accuracy of the LSTM, at the rate's
+        // noise, spread over 94-97% across initial seeds.
+        if epoch == epochs * 3 / 4 {
+            dp.set_lr(sgd.lr / 10.0);
+        }
         for start in (0..train.n).step_by(batch) {
             if start + batch > train.n {
                 break;

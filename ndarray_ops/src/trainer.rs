@@ -310,6 +310,12 @@ impl DataParallel {
         Ok(())
     }
 
+    /// Sets the learning rate of the steps pushed from now on (a schedule's step); steps
+    /// already pushed keep the rate they were pushed with.
+    pub fn set_lr(&mut self, lr: f64) {
+        self.update = self.update.clone().with("lr", lr);
+    }
+
     /// Inference on a whole batch: every device's outputs (its rows), in device order.
     pub fn predict(&self, batch: &[(&str, &NDArray)]) -> Result<Vec<Vec<NDArray>>> {
         self.load(batch)?;

@@ -1,6 +1,7 @@
 //! Several devices (CPU contexts with their own workers and pools): a graph placed on two
 //! devices equals the same graph on one; data-parallel training over 2 and 4 devices matches one
-//! device on the whole batch; a device out of memory fails its own bind, clearly, and nothing
+//! device on the whole batch, and a learning rate set between steps governs the later ones; a
+//! device out of memory fails its own bind, clearly, and nothing
 //! else.
 
 use std::collections::HashMap;
@@ -9,7 +10,7 @@ use std::time::Duration;
 
 use engine::{EngineBuilder, EngineKind};
 use ndarray_ops::symbol::CTX_GROUP;
-use ndarray_ops::{Attrs, BindOptions, DataParallel, Executor, Runtime, Sgd, Symbol};
+use ndarray_ops::{Attrs, BindOptions, DataParallel, Executor, NDArray, Runtime, Sgd, Symbol};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use storage::{Context, StorageConfig};
@@ -202,6 +203,69 @@ fn data_parallel_training_over_two_and_four_devices_matches_one_device() {
         }
         assert_eq!(many.len(), one.len());
     }
+}
+
+/// A learning rate set between steps (a schedule) governs the steps pushed after it and no
+/// step pushed before: plain SGD at rate 0 leaves every weight as it was.
+#[test]
+fn a_learning_rate_set_between_steps_applies_to_the_later_steps() {
+    let rt = runtime(StorageConfig::default());
+    let sgd = Sgd {
+        lr: 0.5,
+        momentum: 0.0,
+        wd: 0.0,
+    };
+    let contexts = [Context::cpu(0), Context::cpu(1)];
+    let mut dp = DataParallel::new(
+        &rt,
+        &mlp(false),
+        &contexts,
+        &shapes(8),
+        &["data", "label"],
+        sgd,
+    )
+    .unwrap();
+    let mut rng = StdRng::seed_from_u64(3);
+    let mut init: Vec<_> = dp.params().into_iter().collect();
+    init.sort_by(|a, b| a.0.cmp(&b.0));
+    let init: HashMap<String, NDArray> = init
+        .into_iter()
+        .map(|(k, a)| (k, random(&rt, a.shape(), &mut rng, Context::cpu(0))))
+        .collect();
+    dp.set_params(&init).unwrap();
+    let start = sorted(init);
+    let mut step = |dp: &DataParallel| {
+        let x = random(&rt, &[8, 20], &mut rng, Context::cpu(0));
+        let y = labels(&rt, 8, &mut rng);
+        dp.step(&[("data", &x), ("label", &y)]).unwrap();
+    };
+    let moved = |a: &[(String, Vec<f32>)], b: &[(String, Vec<f32>)]| {
+        a.iter().zip(b).all(|((name, x), (_, y))| {
+            assert_eq!(x.len(), y.len(), "{name}");
+            x.iter().zip(y).any(|(p, q)| p != q)
+        })
+    };
+    // Pushed at 0.5, then the rate drops before the step has run.
+    step(&dp);
+    dp.set_lr(0.0);
+    dp.wait().unwrap();
+    let first = sorted(dp.params());
+    assert!(
+        moved(&first, &start),
+        "the step pushed at 0.5 moved every weight"
+    );
+    step(&dp);
+    step(&dp);
+    dp.wait().unwrap();
+    assert_eq!(
+        sorted(dp.params()),
+        first,
+        "steps at rate 0 changed a weight"
+    );
+    dp.set_lr(0.5);
+    step(&dp);
+    dp.wait().unwrap();
+    assert!(moved(&sorted(dp.params()), &first), "back at 0.5");
 }
 
 #[test]

@@ -17,7 +17,7 @@
 //! `sqrt(var + eps)` (L2Normalization: the norm), which the backward op reads instead of
 //! recomputing them.
 
-use super::par::{map_lanes, Shared};
+use super::par::{for_ranges, map_lanes, wide, Shared};
 use super::reduce::fold_run;
 use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT};
 use crate::error::{invalid, NdError, Result};
@@ -356,44 +356,124 @@ fn norm_backward_kernel(
             backward_lane(lane, parts, dx);
         });
         if let Some((_, mean)) = affine {
-            let (x, og) = (xs, og);
-            let (mut dgamma, mut dbeta) = (vec![0.0; scales], vec![0.0; scales]);
-            for g in 0..groups.count() {
-                let (m, s) = (mean[g].to_f64(), std[g].to_f64());
-                let (start, fixed) = (groups.at(g, 0), scale.of_group(g, groups));
-                let at = |k: usize| start + k * groups.inner;
-                match fixed {
-                    // One gamma for the group: its sums, scaled once.
-                    Some(c) => {
-                        let (mut sg, mut sb) = (0.0, 0.0);
-                        for i in (0..groups.len).map(at) {
-                            sg += og[i].to_f64() * (x[i].to_f64() - m);
-                            sb += og[i].to_f64();
-                        }
-                        dgamma[c] += sg / s;
-                        dbeta[c] += sb;
-                    }
-                    // A gamma per position (LayerNorm): along the group, which vectorizes
-                    // where the group is contiguous.
-                    None => {
-                        let inv = 1.0 / s;
-                        let sums = dgamma.iter_mut().zip(dbeta.iter_mut());
-                        for (i, (dg, db)) in (0..groups.len).map(at).zip(sums) {
-                            *dg += og[i].to_f64() * (x[i].to_f64() - m) * inv;
-                            *db += og[i].to_f64();
-                        }
-                    }
-                }
-            }
-            for (out, vals) in [(&outs[1], dgamma), (&outs[2], dbeta)] {
-                // SAFETY: exclusive access to this output.
-                for (o, v) in unsafe { out.slice_mut::<T>() }.iter_mut().zip(vals) {
-                    *o = T::from_f64(v);
-                }
-            }
+            let outs = (Shared::new(outs[1].ptr::<T>()), Shared::new(outs[2].ptr::<T>()));
+            param_grads(og, xs, (mean, std), (groups, scale, scales), outs);
         }
     });
     Ok(())
+}
+
+/// Blocks of rows whose partial sums LayerNorm's gamma and beta gradients add up.
+const ROW_BLOCKS: usize = 32;
+
+/// `dg += og * (x - m) * inv` and `db += og` along one group starting at `start`, `inner`
+/// apart (contiguous groups as slices, which vectorize).
+#[inline(always)]
+fn add_row<T: Element>(
+    (dg, db): (&mut [f64], &mut [f64]),
+    (og, x): (&[T], &[T]),
+    (start, inner): (usize, usize),
+    (m, inv): (f64, f64),
+) {
+    let sums = dg.iter_mut().zip(db.iter_mut());
+    if inner == 1 {
+        let run = start..start + sums.len();
+        for ((a, b), (o, v)) in sums.zip(og[run.clone()].iter().zip(&x[run])) {
+            *a += o.to_f64() * (v.to_f64() - m) * inv;
+            *b += o.to_f64();
+        }
+    } else {
+        for (k, (a, b)) in sums.enumerate() {
+            let i = start + k * inner;
+            *a += og[i].to_f64() * (x[i].to_f64() - m) * inv;
+            *b += og[i].to_f64();
+        }
+    }
+}
+
+/// Gamma's and beta's gradients into `dgamma` / `dbeta` (`scales` entries each, written
+/// whole): `sum og * (x - mean) / std` and `sum og` over the elements each entry scales. By
+/// position (LayerNorm) the rows fall in `ROW_BLOCKS` fixed blocks summed in parallel, whose
+/// partial sums then add up in block order; by group, the groups' sums are taken in parallel
+/// and added into their entries in group order. Either way the order of every addition is
+/// fixed by the shape alone, so the gradients do not depend on the thread count.
+fn param_grads<T: Element>(
+    og: &[T],
+    x: &[T],
+    (mean, std): (&[T], &[T]),
+    (groups, scale, scales): (Groups, Scale, usize),
+    (dgamma, dbeta): (Shared<T>, Shared<T>),
+) {
+    let count = groups.count();
+    match scale {
+        Scale::ByPosition => {
+            // Rows in a fixed number of blocks (so that the sums do not depend on the thread
+            // count), each block summing its rows into its own partial sums, read in row order
+            // from contiguous rows; then the blocks' sums add up in block order per position.
+            let len = groups.len;
+            let rows = count.div_ceil(ROW_BLOCKS).max(1);
+            let blocks = count.div_ceil(rows);
+            let mut partial = vec![0.0; blocks * 2 * len];
+            let parts = Shared::new(partial.as_mut_ptr());
+            for_ranges(blocks, rows * 2 * len, |lo, hi| {
+                for b in lo..hi {
+                    // SAFETY: block `b`'s partial sums belong to this range alone.
+                    let (dg, db) = unsafe { parts.piece_mut(b, 2 * len) }.split_at_mut(len);
+                    wide(|| {
+                        for g in b * rows..((b + 1) * rows).min(count) {
+                            let (m, inv) = (mean[g].to_f64(), 1.0 / std[g].to_f64());
+                            add_row((dg, db), (og, x), (groups.at(g, 0), groups.inner), (m, inv));
+                        }
+                    });
+                }
+            });
+            for_ranges(len, 2 * blocks, |lo, hi| {
+                for k in lo..hi {
+                    let block = |b: usize| &partial[b * 2 * len..(b + 1) * 2 * len];
+                    let (a, b) = (0..blocks)
+                        .map(block)
+                        .fold((0.0, 0.0), |(a, b), p| (a + p[k], b + p[len + k]));
+                    // SAFETY: entries `lo..hi` (inside both outputs, `len` long) belong to this
+                    // range alone.
+                    unsafe {
+                        dgamma.write(k, T::from_f64(a));
+                        dbeta.write(k, T::from_f64(b));
+                    }
+                }
+            });
+        }
+        Scale::ByGroup(_) => {
+            let mut sums = vec![(0.0, 0.0); count];
+            let each = Shared::new(sums.as_mut_ptr());
+            for_ranges(count, 2 * groups.len, |lo, hi| {
+                for g in lo..hi {
+                    let (m, s) = (mean[g].to_f64(), std[g].to_f64());
+                    let (mut sg, mut sb) = (0.0, 0.0);
+                    let (start, inner) = (groups.at(g, 0), groups.inner);
+                    for i in (0..groups.len).map(|k| start + k * inner) {
+                        sg += og[i].to_f64() * (x[i].to_f64() - m);
+                        sb += og[i].to_f64();
+                    }
+                    // SAFETY: group `g`'s sums belong to this range alone.
+                    unsafe { each.write(g, (sg / s, sb)) };
+                }
+            });
+            let (mut dg, mut db) = (vec![0.0; scales], vec![0.0; scales]);
+            for (g, (sg, sb)) in sums.into_iter().enumerate() {
+                if let Some(c) = scale.of_group(g, groups) {
+                    dg[c] += sg;
+                    db[c] += sb;
+                }
+            }
+            for (c, (a, b)) in dg.into_iter().zip(db).enumerate() {
+                // SAFETY: this thread alone writes the outputs, `scales` long.
+                unsafe {
+                    dgamma.write(c, T::from_f64(a));
+                    dbeta.write(c, T::from_f64(b));
+                }
+            }
+        }
+    }
 }
 
 /// One group of the affine norms' (or L2Normalization's) gradient: its output gradient `og`
