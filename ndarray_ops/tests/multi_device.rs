@@ -1,8 +1,7 @@
 //! Several devices (CPU contexts with their own workers and pools): a graph placed on two
 //! devices equals the same graph on one; data-parallel training over 2 and 4 devices matches one
 //! device on the whole batch, and a learning rate set between steps governs the later ones; a
-//! device out of memory fails its own bind, clearly, and nothing
-//! else.
+//! device out of memory fails its own bind, clearly, and nothing else.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,14 +9,14 @@ use std::time::Duration;
 
 use engine::{EngineBuilder, EngineKind};
 use ndarray_ops::symbol::CTX_GROUP;
-use ndarray_ops::{Attrs, BindOptions, DataParallel, Executor, NDArray, Runtime, Sgd, Symbol};
+use ndarray_ops::{Attrs, BindOptions, DataParallel, Executor, Runtime, Sgd, Symbol};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use storage::{Context, StorageConfig};
 
 mod common;
 
-use common::{labels, mlp, random, shapes, sorted, train_over};
+use common::{labels, mlp, random, seeded_data_parallel, shapes, sorted, step_random, train_over};
 
 fn runtime(storage: StorageConfig) -> Arc<Runtime> {
     Runtime::new(
@@ -183,9 +182,7 @@ fn wrong_annotations_are_clear_errors() {
     );
 }
 
-/// Trains the MLP data-parallel over `contexts` for three steps from the same initial weights;
-/// returns the final weights.
-
+/// Three seeded steps over two and four devices end at one device's weights.
 #[test]
 fn data_parallel_training_over_two_and_four_devices_matches_one_device() {
     let rt = runtime(StorageConfig::default());
@@ -216,29 +213,8 @@ fn a_learning_rate_set_between_steps_applies_to_the_later_steps() {
         wd: 0.0,
     };
     let contexts = [Context::cpu(0), Context::cpu(1)];
-    let mut dp = DataParallel::new(
-        &rt,
-        &mlp(false),
-        &contexts,
-        &shapes(8),
-        &["data", "label"],
-        sgd,
-    )
-    .unwrap();
-    let mut rng = StdRng::seed_from_u64(3);
-    let mut init: Vec<_> = dp.params().into_iter().collect();
-    init.sort_by(|a, b| a.0.cmp(&b.0));
-    let init: HashMap<String, NDArray> = init
-        .into_iter()
-        .map(|(k, a)| (k, random(&rt, a.shape(), &mut rng, Context::cpu(0))))
-        .collect();
-    dp.set_params(&init).unwrap();
-    let start = sorted(init);
-    let mut step = |dp: &DataParallel| {
-        let x = random(&rt, &[8, 20], &mut rng, Context::cpu(0));
-        let y = labels(&rt, 8, &mut rng);
-        dp.step(&[("data", &x), ("label", &y)]).unwrap();
-    };
+    let (mut dp, mut rng, start) = seeded_data_parallel(&rt, &contexts, 8, sgd, 3);
+    let mut step = |dp: &DataParallel| step_random(&rt, dp, 8, &mut rng);
     let moved = |a: &[(String, Vec<f32>)], b: &[(String, Vec<f32>)]| {
         a.iter().zip(b).all(|((name, x), (_, y))| {
             assert_eq!(x.len(), y.len(), "{name}");

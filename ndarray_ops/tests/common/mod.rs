@@ -259,6 +259,45 @@ pub fn sorted(m: HashMap<String, NDArray>) -> Vec<(String, Vec<f32>)> {
     v
 }
 
+/// [`mlp`] data-parallel over `contexts` for batches of `batch`, its parameters drawn from
+/// a generator seeded with `seed` (in name order); returns it, the generator and the
+/// parameters it starts from, by name.
+#[allow(dead_code)]
+pub fn seeded_data_parallel(
+    rt: &Arc<Runtime>,
+    contexts: &[Context],
+    batch: usize,
+    sgd: Sgd,
+    seed: u64,
+) -> (DataParallel, StdRng, Vec<(String, Vec<f32>)>) {
+    let dp = DataParallel::new(
+        rt,
+        &mlp(false),
+        contexts,
+        &shapes(batch),
+        &["data", "label"],
+        sgd,
+    )
+    .unwrap();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut init: Vec<_> = dp.params().into_iter().collect();
+    init.sort_by(|a, b| a.0.cmp(&b.0));
+    let init: HashMap<String, NDArray> = init
+        .into_iter()
+        .map(|(k, a)| (k, random(rt, a.shape(), &mut rng, Context::cpu(0))))
+        .collect();
+    dp.set_params(&init).unwrap();
+    (dp, rng, sorted(init))
+}
+
+/// Pushes one step of `dp` on a random batch of `batch` samples drawn from `rng`.
+#[allow(dead_code)]
+pub fn step_random(rt: &Arc<Runtime>, dp: &DataParallel, batch: usize, rng: &mut StdRng) {
+    let x = random(rt, &[batch, 20], rng, Context::cpu(0));
+    let y = labels(rt, batch, rng);
+    dp.step(&[("data", &x), ("label", &y)]).unwrap();
+}
+
 /// Trains [`mlp`] data-parallel over `contexts` for three seeded steps of SGD with momentum;
 /// checks that every device ends with the same weights and that every parameter moved, and
 /// returns the parameters by name.
@@ -270,28 +309,9 @@ pub fn train_over(rt: &Arc<Runtime>, contexts: &[Context]) -> Vec<(String, Vec<f
         momentum: 0.9,
         wd: 1e-3,
     };
-    let dp = DataParallel::new(
-        rt,
-        &mlp(false),
-        contexts,
-        &shapes(batch),
-        &["data", "label"],
-        sgd,
-    )
-    .unwrap();
-    let mut rng = StdRng::seed_from_u64(9);
-    let mut init: Vec<_> = dp.params().into_iter().collect();
-    init.sort_by(|a, b| a.0.cmp(&b.0));
-    let init: HashMap<String, NDArray> = init
-        .into_iter()
-        .map(|(k, a)| (k, random(rt, a.shape(), &mut rng, Context::cpu(0))))
-        .collect();
-    dp.set_params(&init).unwrap();
-    let start = sorted(init);
+    let (dp, mut rng, start) = seeded_data_parallel(rt, contexts, batch, sgd, 9);
     for _ in 0..3 {
-        let x = random(rt, &[batch, 20], &mut rng, Context::cpu(0));
-        let y = labels(rt, batch, &mut rng);
-        dp.step(&[("data", &x), ("label", &y)]).unwrap();
+        step_random(rt, &dp, batch, &mut rng);
     }
     dp.wait().unwrap();
     // Every device holds the same weights after the broadcast.
