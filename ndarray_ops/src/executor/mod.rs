@@ -14,6 +14,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::Mutex;
+
 use storage::plan::SolverKind;
 use storage::Context;
 
@@ -30,7 +32,7 @@ use memory::Arena;
 pub enum GradReq {
     /// Overwrite the gradient array.
     Write,
-    /// Add to the gradient array (accumulate over several backward passes).
+    /// Add to the gradient array (accumulate over several forward and backward passes).
     Add,
     /// No gradient.
     Null,
@@ -102,6 +104,22 @@ pub struct Executor {
     arenas: Vec<Arena>,
     /// Memory figures per device.
     memory: Vec<(Context, MemoryReport)>,
+    /// The pass pushed last, which decides whether a backward pass may run.
+    last: Mutex<LastPass>,
+}
+
+/// The pass an executor pushed last. A backward pass differentiates the forward pass before
+/// it, reading the entries that pass wrote, and the memory plan lets the backward pass reuse
+/// their memory once their last reader has run: so each backward pass needs a forward pass of
+/// its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LastPass {
+    /// Nothing since the bind (or a pass that failed while pushing).
+    Nothing,
+    /// A forward pass, in training or not: a backward pass may follow.
+    Forward,
+    /// A backward pass, which may have overwritten the forward entries it read.
+    Backward,
 }
 
 /// Memory figures of a bound graph's internal entries (arguments, auxiliary states and bound
@@ -253,24 +271,29 @@ impl Executor {
             add_after: layout.add_after,
             arenas: memory.arenas,
             memory: memory.reports,
+            last: Mutex::new(LastPass::Nothing),
         })
     }
 
     /// Pushes one op per node; returns at once (wait on the outputs). `is_train` selects training
     /// behaviour (batch statistics in BatchNorm, dropout masks).
     pub fn forward(&self, is_train: bool) -> Result<()> {
-        self.run_nodes(is_train, true)
+        let mut last = self.last.lock();
+        *last = LastPass::Nothing;
+        self.run_nodes(is_train, true)?;
+        *last = LastPass::Forward;
+        Ok(())
     }
 
     /// Pushes the backward nodes, then writes or adds each argument's gradient into its gradient
-    /// array. Call after `forward(true)`.
+    /// array: the gradient of the forward pass pushed last (normally `forward(true)`; after
+    /// `forward(false)`, of the inference pass). Each backward pass needs a forward pass of its
+    /// own, after the bind and after the backward pass before it; otherwise it is refused,
+    /// nothing pushed.
     pub fn backward(&self) -> Result<()> {
-        if self.forward_nodes.is_none() {
-            return Err(invalid(
-                "backward",
-                "the executor was bound without gradients (use simple_bind_grad)",
-            ));
-        }
+        let mut last = self.last.lock();
+        self.check_backward(*last)?;
+        *last = LastPass::Backward;
         self.run_nodes(true, false)?;
         let g = &self.inferred.graph;
         for (k, (_, grad, req)) in self.grads.iter().enumerate() {
@@ -296,6 +319,7 @@ impl Executor {
                 ),
             ));
         }
+        self.check_backward(*self.last.lock())?;
         let args = self.arg_dict();
         for (src, name) in head_grads.iter().zip(&self.head_names) {
             // A head no gradient depends on is not bound; it is dropped.
@@ -304,6 +328,29 @@ impl Executor {
             }
         }
         self.backward()
+    }
+
+    /// Refuses a backward pass the executor cannot run: bound without gradients, or with no
+    /// forward pass since the bind or the last backward pass.
+    fn check_backward(&self, last: LastPass) -> Result<()> {
+        if self.forward_nodes.is_none() {
+            return Err(invalid(
+                "backward",
+                "the executor was bound without gradients (use simple_bind_grad)",
+            ));
+        }
+        let before = match last {
+            LastPass::Forward => return Ok(()),
+            LastPass::Nothing => "no forward pass has run since the bind",
+            LastPass::Backward => {
+                "a backward pass already ran since the last forward pass, and the memory plan \
+                 lets it reuse the forward entries it read"
+            }
+        };
+        Err(invalid(
+            "backward",
+            format!("each backward pass needs a forward pass of its own; {before}"),
+        ))
     }
 
     /// Gradient arrays by argument name.
