@@ -136,6 +136,38 @@ where
     true
 }
 
+/// `matrixmultiply` shares a product among its threads by blocks of this many rows of `c`.
+const GEMM_ROW_BLOCK: usize = 64;
+
+/// Products of fewer multiply-adds than this are left in their order: turned, they timed
+/// alike (32x32 -> 128, 32x64 -> 128, 64x128 -> 128), and each share would wake a thread for
+/// a few microseconds of work.
+const GEMM_TURN_WORK: usize = 1 << 20;
+
+/// `c = a x b + beta c` by `matrixmultiply`. A product with one block of rows or fewer (a
+/// batch of 64 through FullyConnected, a convolution with 64 output channels, an RNN's step)
+/// would run on one thread, so when `c` has more columns than that (and the product is not
+/// tiny) it is computed as `c^T = b^T a^T`, the same products with the columns as the rows
+/// the threads share:
+/// FullyConnected 64x784 -> 512 took 0.40–0.62x the time on two threads, 32x256 -> 1024 (an
+/// LSTM's step) 0.46–0.65x; with one thread the two orders time alike.
+fn blocked_gemm<T>(
+    a: &ArrayView2<'_, T>,
+    b: &ArrayView2<'_, T>,
+    beta: T,
+    c: &mut ArrayViewMut2<'_, T>,
+) where
+    T: ndarray::LinalgScalar,
+{
+    let (m, k, n) = (a.nrows(), a.ncols(), b.ncols());
+    if m <= GEMM_ROW_BLOCK && n > GEMM_ROW_BLOCK && m * k * n >= GEMM_TURN_WORK {
+        let mut ct = c.view_mut().reversed_axes();
+        ndarray::linalg::general_mat_mul(T::one(), &b.t(), &a.t(), beta, &mut ct);
+    } else {
+        ndarray::linalg::general_mat_mul(T::one(), a, b, beta, c);
+    }
+}
+
 macro_rules! float_element {
     ($t:ty, $d:expr) => {
         impl Element for $t {
@@ -169,14 +201,14 @@ macro_rules! float_element {
                 if a.nrows() < SMALL_GEMM_ROWS && small_gemm(a, b, c) {
                     return;
                 }
-                ndarray::linalg::general_mat_mul(1.0, a, b, 0.0, c);
+                blocked_gemm(a, b, 0.0, c);
             }
             fn gemm_add(
                 a: &ArrayView2<'_, Self>,
                 b: &ArrayView2<'_, Self>,
                 c: &mut ArrayViewMut2<'_, Self>,
             ) {
-                ndarray::linalg::general_mat_mul(1.0, a, b, 1.0, c);
+                blocked_gemm(a, b, 1.0, c);
             }
         }
     };
@@ -280,5 +312,39 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Products large enough to be turned (`c^T = b^T a^T`) and their neighbours that are not
+    /// (one row more, one column fewer, too little work), each as `gemm` and as `gemm_add` onto
+    /// a non-zero `c`, with `b` row-major and transposed, in f32 and f64: small integers, so
+    /// every sum is exact and the results must equal the triple loop's.
+    #[test]
+    fn turned_products_equal_the_triple_loop() {
+        fn check<T: Element + ndarray::LinalgScalar>(to: fn(f64) -> T, back: fn(T) -> f64) {
+            let shapes = [(64, 256, 128), (65, 256, 128), (64, 256, 64), (32, 32, 128)];
+            for (m, k, n) in shapes {
+                let val = |i: usize| ((i * 7) % 5) as f64 - 2.0;
+                let a = Array2::from_shape_fn((m, k), |(i, j)| val(i * 31 + j));
+                let b = Array2::from_shape_fn((k, n), |(i, j)| val(i * 17 + j + 3));
+                let c0 = Array2::from_shape_fn((m, n), |(i, j)| val(i + j * 3));
+                let want = reference(&a, &b);
+                let (at, bt) = (a.mapv(to), b.t().mapv(to));
+                for b in [b.mapv(to).view(), bt.t()] {
+                    for add in [false, true] {
+                        let mut c = c0.mapv(to);
+                        match add {
+                            false => T::gemm(&at.view(), &b, &mut c.view_mut()),
+                            true => T::gemm_add(&at.view(), &b, &mut c.view_mut()),
+                        }
+                        for ((&got, &w), &was) in c.iter().zip(&want).zip(&c0) {
+                            let w = if add { w + was } else { w };
+                            assert_eq!(back(got), w, "m {m}, k {k}, n {n}, add {add}");
+                        }
+                    }
+                }
+            }
+        }
+        check::<f32>(|v| v as f32, f64::from);
+        check::<f64>(|v| v, |v| v);
     }
 }
