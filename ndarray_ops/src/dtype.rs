@@ -148,9 +148,8 @@ const GEMM_TURN_WORK: usize = 1 << 20;
 /// batch of 64 through FullyConnected, a convolution with 64 output channels, an RNN's step)
 /// would run on one thread, so when `c` has more columns than that (and the product is not
 /// tiny) it is computed as `c^T = b^T a^T`, the same products with the columns as the rows
-/// the threads share:
-/// FullyConnected 64x784 -> 512 took 0.40–0.62x the time on two threads, 32x256 -> 1024 (an
-/// LSTM's step) 0.46–0.65x; with one thread the two orders time alike.
+/// the threads share: FullyConnected 64x784 -> 512 took 0.40–0.62x the time on two threads,
+/// 32x256 -> 1024 (an LSTM's step) 0.46–0.65x; with one thread the two orders time alike.
 fn blocked_gemm<T>(
     a: &ArrayView2<'_, T>,
     b: &ArrayView2<'_, T>,

@@ -173,13 +173,21 @@ fn step_on(rt: &Arc<Runtime>, sym: &Symbol) -> (Vec<f32>, Vec<(String, Vec<f32>)
     .unwrap();
     exec.forward(true).unwrap();
     exec.backward().unwrap();
+    (
+        exec.outputs()[0].to_vec::<f32>().unwrap(),
+        sorted_grads(&exec),
+    )
+}
+
+/// The executor's gradients by name, in name order.
+fn sorted_grads(exec: &Executor) -> Vec<(String, Vec<f32>)> {
     let mut grads: Vec<(String, Vec<f32>)> = exec
         .grad_dict()
         .into_iter()
         .map(|(k, v)| (k, v.to_vec::<f32>().unwrap()))
         .collect();
     grads.sort_by(|a, b| a.0.cmp(&b.0));
-    (exec.outputs()[0].to_vec::<f32>().unwrap(), grads)
+    grads
 }
 
 #[test]
@@ -367,15 +375,7 @@ fn a_backward_pass_needs_a_forward_pass_of_its_own() {
     randomize(&rt, &exec);
     let head = rt.from_vec(vec![1.0f32; 1000], &[1, 1000], ctx).unwrap();
     let heads = std::slice::from_ref(&head);
-    let grads = || {
-        let mut g: Vec<(String, Vec<f32>)> = exec
-            .grad_dict()
-            .into_iter()
-            .map(|(k, v)| (k, v.to_vec::<f32>().unwrap()))
-            .collect();
-        g.sort_by(|a, b| a.0.cmp(&b.0));
-        g
-    };
+    let grads = || sorted_grads(&exec);
     let before = grads();
     let refused = |why: &str| {
         let err = exec.backward_with(heads).err().map(|e| e.to_string());

@@ -293,6 +293,12 @@ impl Executor {
     pub fn backward(&self) -> Result<()> {
         let mut last = self.last.lock();
         self.check_backward(*last)?;
+        self.run_backward(&mut last)
+    }
+
+    /// The backward pass itself, once [`Executor::check_backward`] has let it through (the
+    /// caller holding `last` from the check to here).
+    fn run_backward(&self, last: &mut LastPass) -> Result<()> {
         *last = LastPass::Backward;
         self.run_nodes(true, false)?;
         let g = &self.inferred.graph;
@@ -319,7 +325,8 @@ impl Executor {
                 ),
             ));
         }
-        self.check_backward(*self.last.lock())?;
+        let mut last = self.last.lock();
+        self.check_backward(*last)?;
         let args = self.arg_dict();
         for (src, name) in head_grads.iter().zip(&self.head_names) {
             // A head no gradient depends on is not bound; it is dropped.
@@ -327,7 +334,7 @@ impl Executor {
                 src.copy_into(dst)?;
             }
         }
-        self.backward()
+        self.run_backward(&mut last)
     }
 
     /// Refuses a backward pass the executor cannot run: bound without gradients, or with no
