@@ -4,7 +4,7 @@ use ndarray::{ArrayView2, ArrayViewMut2};
 
 use super::par::{for_ranges, map_lanes, Shared};
 use super::stochastic::{sum_zip, ChannelRuns};
-use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
+use super::{check_against_forward, same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, NdError, Result};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
@@ -58,8 +58,15 @@ fn infer_fc_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> 
     let no_bias = attrs.bool(op, "no_bias", false)?;
     let mut out = vec![s[1].clone(), s[2].clone()];
     if !no_bias {
-        out.push(vec![s[2][0]]);
+        out.push(s[2].iter().take(1).copied().collect());
     }
+    check_against_forward(
+        op,
+        "FullyConnected",
+        attrs,
+        (&out, &vec![dt; out.len()]),
+        &[(0, &s[0], d[0])],
+    )?;
     let n = out.len();
     Ok((out, vec![dt; n]))
 }
@@ -267,6 +274,7 @@ pub(super) fn ops() -> &'static [OpDef] {
 
 // ---- _backward_Convolution: (ograd, data, weight) -> (data grad, weight grad[, bias grad]) ----
 
+/// Convolution and Deconvolution: the forward op is the backward op's name without its prefix.
 pub(super) fn infer_conv_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let dt = same_dtypes(op, d)?;
     let c = super::conv::conv_params(op, attrs)?;
@@ -274,6 +282,14 @@ pub(super) fn infer_conv_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: 
     if c.bias {
         out.push(vec![c.filters]);
     }
+    let forward = op.trim_start_matches("_backward_");
+    check_against_forward(
+        op,
+        forward,
+        attrs,
+        (&out, &vec![dt; out.len()]),
+        &[(0, &s[0], d[0])],
+    )?;
     let n = out.len();
     Ok((out, vec![dt; n]))
 }
@@ -455,16 +471,16 @@ pub(super) fn more_ops() -> &'static [OpDef] {
 
 fn infer_bn_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let dt = same_dtypes(op, d)?;
-    super::stochastic::bn_eps_momentum(op, attrs)?;
-    super::stochastic::bn_flags(op, attrs)?;
-    if s[0] != s[1] {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "data".into(),
-            found: s[1].clone(),
-            expected: format!("{:?} like the gradient", s[0]),
-        });
-    }
+    // The forward inputs: beta is shaped like gamma, and the batch statistics the forward pass
+    // used like the moving ones.
+    let fwd = [&s[1], &s[2], &s[2], &s[3], &s[4]].map(|x| x.clone());
+    check_against_forward(
+        op,
+        "BatchNorm",
+        attrs,
+        (&fwd, &[dt; 5]),
+        &[(0, &s[0], d[0])],
+    )?;
     Ok((vec![s[1].clone(), s[2].clone(), s[2].clone()], vec![dt; 3]))
 }
 
@@ -606,8 +622,20 @@ pub(crate) fn softmax_grad(
 // ---- _broadcast_backward: spreads a reduced gradient back over the input's shape -----------
 // (ograd of sum/mean, input) -> input grad. Attributes are the reduction's.
 
-fn infer_reduce_backward(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    let _ = op;
+fn infer_reduce_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let forward = attrs.get("__reduce__").ok_or_else(|| {
+        invalid(
+            op,
+            "attribute __reduce__ (the reduction: sum or mean) is required",
+        )
+    })?;
+    if !matches!(forward, "sum" | "mean") {
+        return Err(invalid(
+            op,
+            format!("__reduce__={forward:?} is not sum or mean"),
+        ));
+    }
+    check_against_forward(op, forward, attrs, (&s[1..], &d[1..]), &[(0, &s[0], d[0])])?;
     Ok((vec![s[1].clone()], vec![d[0]]))
 }
 
@@ -657,8 +685,21 @@ fn reduce_backward_kernel(
 // ---- _sum_to_like: sums a broadcast gradient back to an operand's shape ----------------------
 
 fn infer_sum_to_like(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    let _ = op;
-    Ok((vec![s[1].clone()], vec![d[0]]))
+    let (g, like) = (&s[0], &s[1]);
+    // `like` broadcasts to the gradient's shape: aligned at the right, each of its dimensions
+    // is 1 or the gradient's.
+    let lead = g.len().checked_sub(like.len());
+    let fits =
+        lead.is_some_and(|lead| like.iter().zip(&g[lead..]).all(|(&l, &n)| l == 1 || l == n));
+    if !fits {
+        return Err(NdError::Shape {
+            op: op.into(),
+            arg: "like".into(),
+            found: like.clone(),
+            expected: format!("a shape that broadcasts to the gradient's {g:?}"),
+        });
+    }
+    Ok((vec![like.clone()], vec![d[0]]))
 }
 
 fn sum_to_like_kernel(
@@ -751,7 +792,15 @@ pub(super) fn grad_ops() -> &'static [OpDef] {
 // ---- _backward_slice: (ograd, input) -> input grad, zero outside the slice --------------------
 // Attributes are the forward op's; `__slice_op__` names it (slice or slice_axis).
 
-fn infer_slice_backward(_: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+fn infer_slice_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let forward = attrs.get("__slice_op__").unwrap_or("slice");
+    if !matches!(forward, "slice" | "slice_axis") {
+        return Err(invalid(
+            op,
+            format!("__slice_op__={forward:?} is not slice or slice_axis"),
+        ));
+    }
+    check_against_forward(op, forward, attrs, (&s[1..], &d[1..]), &[(0, &s[0], d[0])])?;
     Ok((vec![s[1].clone()], vec![d[0]]))
 }
 
@@ -781,7 +830,8 @@ fn slice_backward_kernel(
 
 // ---- _backward_Concat: (ograd, inputs...) -> one gradient per input -------------------------
 
-fn infer_concat_backward(_: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+fn infer_concat_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    check_against_forward(op, "Concat", attrs, (&s[1..], &d[1..]), &[(0, &s[0], d[0])])?;
     Ok((s[1..].to_vec(), d[1..].to_vec()))
 }
 
@@ -846,7 +896,10 @@ pub(super) fn shape_grad_ops() -> &'static [OpDef] {
 
 // ---- _backward_take: (ograd, indices, table) -> table grad (rows scatter-added) --------------
 
-fn infer_take_backward(_: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+/// `take`'s (and Embedding's: `take` of rows, with take's defaults) backward op.
+fn infer_take_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let fwd = (&[s[2].clone(), s[1].clone()][..], &[d[2], d[1]][..]);
+    check_against_forward(op, "take", attrs, fwd, &[(0, &s[0], d[0])])?;
     Ok((vec![s[2].clone()], vec![d[0]]))
 }
 
@@ -864,7 +917,7 @@ fn take_backward_kernel(
     let indices = unsafe { idx.to_f64s() };
     let picked: Vec<usize> = indices
         .iter()
-        .map(|&i| super::shape::take_row(attrs, i, rows.max(1)))
+        .map(|&i| super::shape::take_row(attrs, i, rows))
         .collect::<std::result::Result<_, _>>()?;
     crate::with_dtype!(w.dtype, T => {
         // SAFETY: read access to the inputs, exclusive access to the disjoint output.

@@ -165,9 +165,17 @@ fn leaky_kernel(
 }
 
 /// `_backward_LeakyReLU(ograd, data[, gamma])`: the gradients of data and, for prelu, gamma.
+/// `(ograd, data[, gamma])`, prelu's gamma as the forward op had it.
 fn infer_leaky_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     LeakyAct::of(op, attrs)?;
     let dt = same_dtypes(op, d)?;
+    super::check_against_forward(
+        op,
+        "LeakyReLU",
+        attrs,
+        (&s[1..], &d[1..]),
+        &[(0, &s[0], d[0])],
+    )?;
     Ok((s[1..].to_vec(), vec![dt; s.len() - 1]))
 }
 
@@ -693,29 +701,9 @@ fn deconv_kernel(
 }
 
 /// Deconvolution's backward pass, `(ograd, data, weight) -> (data grad, weight grad[, bias
-/// grad])`. The forward op scatters `W_g^T X_g` with col2im, so the backward op gathers the output
-/// gradient with im2col (`dcol`) and then `dX_g = W_g dcol` and `dW_g += X_g dcol^T`.
-fn infer_deconv_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    let dt = same_dtypes(op, d)?;
-    let c = conv_params(op, attrs)?;
-    // The forward inputs, with the bias shape the attributes imply (the backward op reads none).
-    let mut fwd = s[1..].to_vec();
-    if c.bias {
-        fwd.push(vec![c.filters]);
-    }
-    let expected = infer_deconv(op, attrs, &fwd, &[dt])?.0.remove(0);
-    if s[0] != expected {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "output gradient".into(),
-            found: s[0].clone(),
-            expected: format!("{expected:?}, the forward output"),
-        });
-    }
-    // The outputs are those of Convolution's backward op: one per forward input.
-    super::backward::infer_conv_backward(op, attrs, s, d)
-}
-
+/// grad])`, inferred as Convolution's (checked against the forward op of its own name). The
+/// forward op scatters `W_g^T X_g` with col2im, so the backward op gathers the output gradient
+/// with im2col (`dcol`) and then `dX_g = W_g dcol` and `dW_g += X_g dcol^T`.
 fn deconv_backward_kernel(
     op: &str,
     attrs: &Attrs,
@@ -868,7 +856,7 @@ pub(super) fn ops() -> &'static [OpDef] {
                 "_backward_Deconvolution",
                 &[],
                 Arity::Exactly(3),
-                infer_deconv_backward,
+                super::backward::infer_conv_backward,
                 deconv_backward_kernel,
                 &[],
                 false

@@ -1156,6 +1156,9 @@ fn pick_sources(
     let (_, _, [_, lanes, inner]) = pick_layout(op, attrs, data).map_err(e)?;
     let wrap = pick_wrap(op, attrs).map_err(e)?;
     let inner = inner.max(1);
+    if lanes == 0 && index.len() > 0 {
+        return Err(format!("{op}: cannot pick from an empty axis"));
+    }
     Ok(crate::with_dtype!(index.dtype, I => {
         // SAFETY: read access to the index.
         unsafe { index.slice::<I>() }
@@ -1179,7 +1182,9 @@ fn pick_kernel(
 }
 
 /// `_backward_pick(ograd, index, data)`: each output gradient element into the element picked.
-fn infer_pick_backward(_: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+fn infer_pick_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let fwd = (&[s[2].clone(), s[1].clone()][..], &[d[2], d[1]][..]);
+    super::check_against_forward(op, "pick", attrs, fwd, &[(0, &s[0], d[0])])?;
     Ok((vec![s[2].clone()], vec![d[0]]))
 }
 
@@ -1318,8 +1323,9 @@ fn sequence_mask_kernel(
     Ok(())
 }
 
+/// `(ograd[, sequence_length])`: SequenceMask of the gradient, so its inputs are SequenceMask's.
 fn infer_sequence_mask_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    mask_params(op, attrs)?;
+    super::check_against_forward(op, "SequenceMask", attrs, (s, d), &[])?;
     Ok((vec![s[0].clone()], vec![d[0]]))
 }
 
@@ -1365,6 +1371,14 @@ fn infer_sequence_last(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -
     let (_, axis, _) = mask_params(op, attrs)?;
     let mut out = s[0].clone();
     out.remove(axis);
+    if s[0][axis] == 0 && out.iter().product::<usize>() > 0 {
+        return Err(shape_err(
+            op,
+            "data",
+            &s[0],
+            "at least one step to take the last of".into(),
+        ));
+    }
     Ok((vec![out], vec![d[0]]))
 }
 
@@ -1420,8 +1434,15 @@ fn sequence_kernel(
 
 /// `_backward_SequenceLast(ograd, data[, sequence_length])`: each sequence's gradient at its
 /// last step, zero elsewhere.
+/// `(ograd, data[, sequence_length])`.
 fn infer_sequence_last_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    mask_params(op, attrs)?;
+    super::check_against_forward(
+        op,
+        "SequenceLast",
+        attrs,
+        (&s[1..], &d[1..]),
+        &[(0, &s[0], d[0])],
+    )?;
     Ok((vec![s[1].clone()], vec![d[0]]))
 }
 

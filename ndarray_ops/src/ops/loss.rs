@@ -66,8 +66,11 @@ fn regression_kernel(
 }
 
 /// `(out, label) -> (d data, d label)`; the label's gradient is zero.
-fn infer_regression_backward(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+/// `(output, label)`: the output has the data's shape, so they fit the forward op as its inputs.
+fn infer_regression_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let dt = same_dtypes(op, d)?;
+    let forward = op.trim_start_matches("_backward_");
+    super::check_against_forward(op, forward, attrs, (s, d), &[])?;
     Ok((vec![s[0].clone(), s[1].clone()], vec![dt; 2]))
 }
 
@@ -209,7 +212,9 @@ fn cross_entropy_kernel(
 }
 
 /// `(ograd (1,), data, label) -> d data = ograd * (softmax(data) - one_hot(label))`.
-fn infer_cross_entropy_backward(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+fn infer_cross_entropy_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let forward = "softmax_cross_entropy";
+    super::check_against_forward(op, forward, attrs, (&s[1..], &d[1..]), &[(0, &s[0], d[0])])?;
     Ok((vec![s[1].clone()], vec![same_dtypes(op, &d[..2])?]))
 }
 

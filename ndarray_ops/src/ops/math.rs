@@ -12,7 +12,7 @@
 use std::f64::consts::{LN_10, LN_2, PI};
 
 use super::par::{for_ranges, Shared};
-use super::{Arity, Attrs, OpDef, TensorRef};
+use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, Result};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
@@ -202,6 +202,7 @@ fn infer_same(_: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
 /// `_backward_math(ograd, v)`, with attribute `fn`: `ograd * f'(v)`.
 fn infer_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     backward_fn(op, attrs)?;
+    same_dtypes(op, d)?;
     if s[1] != s[0] {
         return Err(invalid(
             op,

@@ -1157,6 +1157,45 @@ pub(crate) fn same_dtypes(op: &str, dtypes: &[DType]) -> Result<DType> {
     Ok(d)
 }
 
+/// A backward op's inputs, checked against its forward op: the forward inputs it was given must
+/// pass `forward`'s own inference, and each output gradient `(output, shape, dtype)` must have
+/// the shape and dtype of that forward output. Backward kernels index their inputs by these
+/// shapes, so inputs of another shape (a backward op invoked by hand) are refused here instead
+/// of being read out of bounds. Returns the forward outputs' shapes.
+pub(crate) fn check_against_forward(
+    op: &str,
+    forward: &str,
+    attrs: &Attrs,
+    (shapes, dtypes): (&[Vec<usize>], &[DType]),
+    grads: &[(usize, &[usize], DType)],
+) -> Result<Vec<Vec<usize>>> {
+    let (outs, out_dtypes) = (lookup(forward)?.infer)(forward, attrs, shapes, dtypes)
+        .map_err(|e| invalid(op, format!("its forward inputs do not fit {forward}: {e}")))?;
+    for &(k, shape, dtype) in grads {
+        let arg = format!("the gradient of {forward}'s output {k}");
+        let (Some(want), Some(&want_dtype)) = (outs.get(k), out_dtypes.get(k)) else {
+            return Err(invalid(op, format!("{forward} has no output {k}")));
+        };
+        if shape != want.as_slice() {
+            return Err(NdError::Shape {
+                op: op.into(),
+                arg,
+                found: shape.to_vec(),
+                expected: format!("{want:?}, the shape {forward} gives that output"),
+            });
+        }
+        if dtype != want_dtype {
+            return Err(NdError::DType {
+                op: op.into(),
+                arg,
+                found: dtype.to_string(),
+                expected: format!("{want_dtype}, the dtype of that output"),
+            });
+        }
+    }
+    Ok(outs)
+}
+
 /// Normalizes possibly negative axes against `ndim`; errors name the op.
 pub(crate) fn norm_axes(op: &str, axes: &[i64], ndim: usize) -> Result<Vec<usize>> {
     let mut out = Vec::with_capacity(axes.len());

@@ -19,7 +19,9 @@
 
 use super::par::{for_ranges, map_lanes, wide, Shared};
 use super::reduce::fold_run;
-use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT};
+use super::{
+    check_against_forward, norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT,
+};
 use crate::error::{invalid, NdError, Result};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
@@ -314,9 +316,23 @@ fn norm_kernel(
 
 /// Backward of the affine norms: `(ograd, data, gamma, mean, std) -> (d data, d gamma,
 /// d beta)`; of L2Normalization: `(ograd, out, norm) -> d data`.
+/// L2Normalization: `(ograd, out, norm)`, where the output has the data's shape; the others:
+/// `(ograd, data, gamma, mean, std)`, beta shaped like gamma. Checked against the forward op,
+/// the kept statistics as its hidden outputs.
 fn infer_norm_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let dt = same_dtypes(op, d)?;
-    layout(op, attrs, &s[1])?;
+    let forward = op.trim_start_matches("_backward_");
+    match op {
+        "_backward_L2Normalization" => {
+            let grads = [(0, &s[0][..], dt), (0, &s[1][..], dt), (1, &s[2][..], dt)];
+            check_against_forward(op, forward, attrs, (&s[1..2], &d[1..2]), &grads)?
+        }
+        _ => {
+            let fwd = [s[1].clone(), s[2].clone(), s[2].clone()];
+            let grads = [(0, &s[0][..], dt), (1, &s[3][..], dt), (2, &s[4][..], dt)];
+            check_against_forward(op, forward, attrs, (&fwd, &[dt; 3]), &grads)?
+        }
+    };
     Ok(match op {
         "_backward_L2Normalization" => (vec![s[1].clone()], vec![dt]),
         _ => (vec![s[1].clone(), s[2].clone(), s[2].clone()], vec![dt; 3]),
@@ -577,7 +593,15 @@ fn softmax_activation_backward_kernel(
     Ok(())
 }
 
-fn infer_softmax_activation_backward(_: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+/// `(ograd, output)`, the output shaped like the data.
+fn infer_softmax_activation_backward(
+    op: &str,
+    attrs: &Attrs,
+    s: &[Vec<usize>],
+    d: &[DType],
+) -> Infer {
+    let grads = [(0, &s[0][..], d[0]), (0, &s[1][..], d[1])];
+    check_against_forward(op, "SoftmaxActivation", attrs, (&s[1..], &d[1..]), &grads)?;
     Ok((vec![s[1].clone()], vec![d[0]]))
 }
 

@@ -596,8 +596,15 @@ fn pool_kernel(
 
 // ---- _backward_Pooling: (ograd, data) -> data grad ------------------------------------------
 
+/// `(ograd, data)`.
 fn infer_pool_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    pool_params(op, attrs, &s[1])?;
+    super::check_against_forward(
+        op,
+        "Pooling",
+        attrs,
+        (&s[1..], &d[1..]),
+        &[(0, &s[0], d[0])],
+    )?;
     Ok((vec![s[1].clone()], vec![d[1]]))
 }
 

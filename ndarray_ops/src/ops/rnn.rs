@@ -362,17 +362,8 @@ fn infer_rnn_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) ->
             ),
         ));
     }
-    let (fwd_shapes, _) = infer_rnn(op, attrs, &s[heads..], &d[heads..])?;
-    for (k, want) in fwd_shapes.iter().enumerate() {
-        if &s[k] != want {
-            return Err(NdError::Shape {
-                op: op.into(),
-                arg: format!("gradient of output {k}"),
-                found: s[k].clone(),
-                expected: format!("{want:?}"),
-            });
-        }
-    }
+    let grads: Vec<_> = (0..heads).map(|k| (k, &s[k][..], d[k])).collect();
+    super::check_against_forward(op, "RNN", attrs, (&s[heads..], &d[heads..]), &grads)?;
     let n = r.grad_inputs();
     Ok((s[heads..heads + n].to_vec(), d[heads..heads + n].to_vec()))
 }

@@ -166,7 +166,7 @@ fn roi_pooling_kernel(
 /// `_backward_ROIPooling(ograd, rois, argmax, data)`: each output gradient into the element its
 /// maximum came from.
 fn roi_pooling_backward_kernel(
-    _: &str,
+    op: &str,
     _: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
@@ -178,16 +178,22 @@ fn roi_pooling_backward_kernel(
     let cells = g.shape[2] * g.shape[3];
     crate::with_dtype!(dx.dtype, T => {
         // SAFETY: read access to the gradient and the argmax, exclusive access to d data (not
-        // alias-safe); regions were checked by the forward pass, which wrote the argmax.
+        // alias-safe). Shapes are the forward op's (checked by inference); the regions' images
+        // and the argmax positions are checked here, as the op may be invoked by hand.
         let (gs, args, dxs) = unsafe { (g.slice::<T>(), arg.slice::<T>(), dx.slice_mut::<T>()) };
         dxs.fill(T::default());
         for r in 0..g.shape[0] {
-            let image = rois[r * 5] as usize;
+            let image = image_of(op, &rois, r, dx.shape[0])?;
             for ch in 0..c {
                 let plane = r * c + ch;
                 let base = (image * c + ch) * hw;
                 for k in 0..cells {
                     let at = args[plane * cells + k].to_f64();
+                    if at >= hw as f64 || at.fract() != 0.0 {
+                        return Err(format!(
+                            "{op}: argmax {at} of region {r} is not a position in a {hw}-pixel plane"
+                        ));
+                    }
                     if at >= 0.0 {
                         let d = &mut dxs[base + at as usize];
                         *d = d.add(gs[plane * cells + k]);
@@ -224,7 +230,11 @@ pub(crate) fn pooling_windows(
     Ok((images, windows))
 }
 
-fn infer_roi_pooling_backward(_: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+/// `(ograd, rois, argmax, data)`: the argmax is the forward op's hidden output.
+fn infer_roi_pooling_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let fwd = (&[s[3].clone(), s[1].clone()][..], &[d[3], d[1]][..]);
+    let grads = [(0, &s[0][..], d[0]), (1, &s[2][..], d[2])];
+    super::check_against_forward(op, "ROIPooling", attrs, fwd, &grads)?;
     Ok((vec![s[3].clone()], vec![d[0]]))
 }
 
@@ -494,7 +504,10 @@ fn roi_align_backward_kernel(
     Ok(())
 }
 
-fn infer_roi_align_backward(_: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+/// `(ograd, rois, data)`.
+fn infer_roi_align_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let fwd = (&[s[2].clone(), s[1].clone()][..], &[d[2], d[1]][..]);
+    super::check_against_forward(op, "_contrib_ROIAlign", attrs, fwd, &[(0, &s[0], d[0])])?;
     Ok((vec![s[2].clone()], vec![d[0]]))
 }
 

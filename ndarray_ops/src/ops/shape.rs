@@ -414,6 +414,9 @@ pub(crate) fn take_layout(
 /// The row an index selects: MXNet's default mode (`clip`) clamps it into the axis, `wrap`
 /// takes it modulo the axis, `raise` refuses one outside.
 pub(crate) fn take_row(attrs: &Attrs, i: f64, rows: usize) -> std::result::Result<usize, String> {
+    if rows == 0 {
+        return Err("take: cannot index an empty axis".to_string());
+    }
     let i = i as i64;
     let n = rows as i64;
     match attrs.get("mode").unwrap_or("clip") {
@@ -486,9 +489,6 @@ fn take_kernel(
     let es = table.dtype.size();
     // SAFETY: read access to the indices.
     let indices = unsafe { idx.to_f64s() };
-    if rows == 0 && !indices.is_empty() {
-        return Err(format!("{op}: cannot index an empty axis"));
-    }
     let picked: Vec<usize> = indices
         .iter()
         .map(|&i| take_row(attrs, i, rows))

@@ -278,7 +278,16 @@ fn infer_resize(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer
     // Read by the kernel's taps; read here too so that a bad value fails at bind.
     attrs.bool(op, "align_corners", true)?;
     let (oh, ow) = resize_size(op, attrs, &s[0], s.get(1).map(Vec::as_slice))?;
-    Ok((vec![vec![s[0][0], s[0][1], oh, ow]], vec![d[0]]))
+    let out = vec![s[0][0], s[0][1], oh, ow];
+    if s[0][2] * s[0][3] == 0 && out.iter().product::<usize>() > 0 {
+        return Err(NdError::Shape {
+            op: op.into(),
+            arg: "data".into(),
+            found: s[0].clone(),
+            expected: format!("planes with pixels to resize into {oh}x{ow}"),
+        });
+    }
+    Ok((vec![out], vec![d[0]]))
 }
 
 /// Along one axis, output index `o`'s two input indices and the second one's weight, MXNet's
@@ -362,7 +371,14 @@ fn resize_backward_kernel(
     Ok(())
 }
 
-fn infer_backward_like_inputs(_: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+/// `(ograd, the forward inputs...)`, one gradient per forward input.
+fn infer_backward_like_inputs(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let forward = match op {
+        "_backward_Crop" => "Crop",
+        "_backward_AdaptiveAvgPooling2D" => "_contrib_AdaptiveAvgPooling2D",
+        _ => "_contrib_BilinearResize2D",
+    };
+    super::check_against_forward(op, forward, attrs, (&s[1..], &d[1..]), &[(0, &s[0], d[0])])?;
     Ok((s[1..].to_vec(), d[1..].to_vec()))
 }
 
