@@ -263,38 +263,50 @@ fn backward_invocations(f: &Forward) -> Vec<Invocation> {
     found
 }
 
-/// The input lists one shape change away from `inputs`: each dimension one larger or one
-/// smaller, the last dimension dropped, a dimension of 2 appended; with the index of the input
-/// changed and whether the change was to one dimension's size.
-fn one_change_away(inputs: &[(Vec<usize>, DType)]) -> Vec<(usize, bool, Inputs)> {
+/// How an input list differs from the one the gradient pass gives.
+#[derive(Clone, Copy, PartialEq)]
+enum Change {
+    /// One dimension one larger or one smaller.
+    Resized,
+    /// The last dimension dropped, or a dimension of 2 appended.
+    Reranked,
+    /// Another dtype.
+    Retyped,
+}
+
+/// The input lists one change away from `inputs`, with the index of the input changed.
+fn one_change_away(inputs: &[(Vec<usize>, DType)]) -> Vec<(usize, Change, Inputs)> {
     let mut out = Vec::new();
-    for (j, (shape, _)) in inputs.iter().enumerate() {
-        let mut with = |s: Vec<usize>, resized: bool| {
+    for (j, (shape, dtype)) in inputs.iter().enumerate() {
+        let mut with = |s: Vec<usize>, d: DType, change: Change| {
             let mut v = inputs.to_vec();
-            v[j].0 = s;
-            out.push((j, resized, v));
+            v[j] = (s, d);
+            out.push((j, change, v));
         };
         for p in 0..shape.len() {
             for size in [shape[p] + 1, shape[p].wrapping_sub(1)] {
                 if size != usize::MAX {
                     let mut s = shape.clone();
                     s[p] = size;
-                    with(s, true);
+                    with(s, *dtype, Change::Resized);
                 }
             }
         }
         if !shape.is_empty() {
-            with(shape[..shape.len() - 1].to_vec(), false);
+            with(shape[..shape.len() - 1].to_vec(), *dtype, Change::Reranked);
         }
-        with([shape.as_slice(), &[2]].concat(), false);
+        with([shape.as_slice(), &[2]].concat(), *dtype, Change::Reranked);
+        for other in [DType::F64, DType::U8].into_iter().filter(|d| d != dtype) {
+            with(shape.clone(), other, Change::Retyped);
+        }
     }
     out
 }
 
 /// Every backward op, given what its gradient pass gives it, runs; given values out of range
-/// in those inputs, or inputs one shape change away, it refuses them or runs, and never
-/// panics; and a gradient of any other size than the forward output's is refused at the call,
-/// before a kernel could read past it.
+/// in those inputs, or inputs one change of shape or dtype away, it refuses them or runs, and
+/// never panics; and a gradient of another size or dtype than the forward output's is refused
+/// at the call, before a kernel could read past it.
 #[test]
 fn backward_ops_refuse_inputs_their_forward_op_could_not_have_made() {
     let rt = runtime();
@@ -319,13 +331,20 @@ fn backward_ops_refuse_inputs_their_forward_op_could_not_have_made() {
                     problems.push(panic);
                 }
             }
-            for (j, resized, changed) in one_change_away(&inputs) {
+            for (j, change, changed) in one_change_away(&inputs) {
                 tried += 1;
                 match call(&rt, &op, &attrs, &changed) {
                     Err(panic) => problems.push(panic),
                     Ok(Outcome::Refused(_)) => refused += 1,
-                    Ok(outcome) if j == 0 && resized && !FREE_FIRST_INPUT.contains(&op.as_str()) => {
-                        problems.push(format!("{op} accepted an output gradient of another size, {changed:?}: {outcome:?}"))
+                    Ok(outcome)
+                        if j == 0
+                            && change != Change::Reranked
+                            && !FREE_FIRST_INPUT.contains(&op.as_str()) =>
+                    {
+                        problems.push(format!(
+                            "{op} accepted an output gradient of another size or dtype, \
+                             {changed:?}: {outcome:?}"
+                        ))
                     }
                     Ok(_) => {}
                 }

@@ -1019,6 +1019,8 @@ pub(super) fn gather_kernel(
 fn infer_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let fwd = forward_op(op, attrs)?;
     check_backward(fwd, attrs, &s[1], &s[0])?;
+    // The gradient is the data's, in the data's dtype.
+    super::same_dtypes(op, d)?;
     Ok((vec![s[1].clone()], vec![d[0]]))
 }
 

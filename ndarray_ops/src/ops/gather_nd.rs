@@ -82,6 +82,15 @@ fn infer_scatter_nd(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> I
         Some(like) => like.clone(),
         None => shape_attr(op, attrs)?,
     };
+    // As gather_nd's backward op the third input is the data, whose gradient this is.
+    if op == "_backward_gather_nd" && d.get(2).is_some_and(|&x| x != d[0]) {
+        return Err(NdError::DType {
+            op: op.into(),
+            arg: "data".into(),
+            found: d[2].to_string(),
+            expected: format!("{}, the output gradient's", d[0]),
+        });
+    }
     let (_, want) = layout(op, &s[1], &x)?;
     if s[0] != want {
         return Err(NdError::Shape {
