@@ -296,9 +296,12 @@ fn infer_resize(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer
 /// source position are floats, as MXNet computes them for every dtype: with positions in double
 /// its float64 outputs came out up to 6e-7 apart from ours, with these they match to rounding.
 fn linear_taps(input: usize, output: usize, align: bool) -> Vec<(usize, usize, f64)> {
+    // An empty input gives taps at 0 that nothing reads: inference refuses an empty plane
+    // unless the output is empty too.
+    let last = input.saturating_sub(1);
     let scale = match (output > 1, align) {
         (false, _) => 0.0f32,
-        (true, true) => (input - 1) as f32 / (output - 1) as f32,
+        (true, true) => last as f32 / (output - 1) as f32,
         (true, false) => input as f32 / output as f32,
     };
     (0..output)
@@ -308,7 +311,7 @@ fn linear_taps(input: usize, output: usize, align: bool) -> Vec<(usize, usize, f
                 // MXNet adds the half in double, then stores the position as a float.
                 false => ((f64::from(scale) * (o as f64 + 0.5) - 0.5) as f32).max(0.0),
             };
-            let i = (src as usize).min(input - 1);
+            let i = (src as usize).min(last);
             let next = if i + 1 < input { i + 1 } else { i };
             (i, next, f64::from(src) - i as f64)
         })
