@@ -1161,14 +1161,14 @@ pub(crate) fn same_dtypes(op: &str, dtypes: &[DType]) -> Result<DType> {
 /// pass `forward`'s own inference, and each output gradient `(output, shape, dtype)` must have
 /// the shape and dtype of that forward output. Backward kernels index their inputs by these
 /// shapes, so inputs of another shape (a backward op invoked by hand) are refused here instead
-/// of being read out of bounds. Returns the forward outputs' shapes.
+/// of being read out of bounds.
 pub(crate) fn check_against_forward(
     op: &str,
     forward: &str,
     attrs: &Attrs,
     (shapes, dtypes): (&[Vec<usize>], &[DType]),
     grads: &[(usize, &[usize], DType)],
-) -> Result<Vec<Vec<usize>>> {
+) -> Result<()> {
     let (outs, out_dtypes) = (lookup(forward)?.infer)(forward, attrs, shapes, dtypes)
         .map_err(|e| invalid(op, format!("its forward inputs do not fit {forward}: {e}")))?;
     for &(k, shape, dtype) in grads {
@@ -1193,7 +1193,7 @@ pub(crate) fn check_against_forward(
             });
         }
     }
-    Ok(outs)
+    Ok(())
 }
 
 /// Normalizes possibly negative axes against `ndim`; errors name the op.
