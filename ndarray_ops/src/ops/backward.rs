@@ -4,7 +4,7 @@ use ndarray::{ArrayView2, ArrayViewMut2};
 
 use super::par::{for_ranges, map_lanes, Shared};
 use super::stochastic::{sum_zip, ChannelRuns};
-use super::{check_against_forward, same_dtypes, Arity, Attrs, OpDef, TensorRef};
+use super::{check_against_forward, named_forward, same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, NdError, Result};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
@@ -623,18 +623,7 @@ pub(crate) fn softmax_grad(
 // (ograd of sum/mean, input) -> input grad. Attributes are the reduction's.
 
 fn infer_reduce_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    let forward = attrs.get("__reduce__").ok_or_else(|| {
-        invalid(
-            op,
-            "attribute __reduce__ (the reduction: sum or mean) is required",
-        )
-    })?;
-    if !matches!(forward, "sum" | "mean") {
-        return Err(invalid(
-            op,
-            format!("__reduce__={forward:?} is not sum or mean"),
-        ));
-    }
+    let forward = named_forward(op, attrs, "__reduce__", None, &["sum", "mean"])?;
     check_against_forward(op, forward, attrs, (&s[1..], &d[1..]), &[(0, &s[0], d[0])])?;
     Ok((vec![s[1].clone()], vec![d[0]]))
 }
@@ -793,13 +782,13 @@ pub(super) fn grad_ops() -> &'static [OpDef] {
 // Attributes are the forward op's; `__slice_op__` names it (slice or slice_axis).
 
 fn infer_slice_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    let forward = attrs.get("__slice_op__").unwrap_or("slice");
-    if !matches!(forward, "slice" | "slice_axis") {
-        return Err(invalid(
-            op,
-            format!("__slice_op__={forward:?} is not slice or slice_axis"),
-        ));
-    }
+    let forward = named_forward(
+        op,
+        attrs,
+        "__slice_op__",
+        Some("slice"),
+        &["slice", "slice_axis"],
+    )?;
     check_against_forward(op, forward, attrs, (&s[1..], &d[1..]), &[(0, &s[0], d[0])])?;
     Ok((vec![s[1].clone()], vec![d[0]]))
 }

@@ -1157,6 +1157,30 @@ pub(crate) fn same_dtypes(op: &str, dtypes: &[DType]) -> Result<DType> {
     Ok(d)
 }
 
+/// The forward op that a backward op shared by several forward ops names in attribute `key`
+/// (`default` when it is absent), refused unless it is one of `allowed`.
+pub(crate) fn named_forward<'a>(
+    op: &str,
+    attrs: &'a Attrs,
+    key: &str,
+    default: Option<&'static str>,
+    allowed: &[&str],
+) -> Result<&'a str> {
+    let forward = attrs.get(key).or(default).ok_or_else(|| {
+        invalid(
+            op,
+            format!("attribute {key} (the forward op: one of {allowed:?}) is required"),
+        )
+    })?;
+    if !allowed.contains(&forward) {
+        return Err(invalid(
+            op,
+            format!("{key}={forward:?} is not one of {allowed:?}"),
+        ));
+    }
+    Ok(forward)
+}
+
 /// A backward op's inputs, checked against its forward op: the forward inputs it was given must
 /// pass `forward`'s own inference, and each output gradient `(output, shape, dtype)` must have
 /// the shape and dtype of that forward output. Backward kernels index their inputs by these

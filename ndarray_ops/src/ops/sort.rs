@@ -219,16 +219,10 @@ fn sort_kernel(
     Ok(())
 }
 
-/// `_backward_topk(ograd, indices, data)`: each kept value's gradient back at its position.
-/// `(ograd, indices, data)`: the indices are the forward op's second output.
+/// `_backward_topk(ograd, indices, data)`: each kept value's gradient back at its position;
+/// the indices are the forward op's second output.
 fn infer_sort_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    let forward = attrs.get("__fwd__").unwrap_or("topk");
-    if !matches!(forward, "topk" | "sort") {
-        return Err(invalid(
-            op,
-            format!("__fwd__={forward:?} is not topk or sort"),
-        ));
-    }
+    let forward = super::named_forward(op, attrs, "__fwd__", Some("topk"), &["topk", "sort"])?;
     let grads = [(0, &s[0][..], d[0]), (1, &s[1][..], d[1])];
     super::check_against_forward(op, forward, attrs, (&s[2..], &d[2..]), &grads)?;
     Ok((vec![s[2].clone()], vec![d[0]]))
