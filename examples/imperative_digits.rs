@@ -1,7 +1,8 @@
 //! Softmax regression on the digits data set with imperative NDArray ops and hand-written
-//! gradients: every call returns at once, the engine runs the kernels.
+//! gradients (or, with `--autograd`, gradients autograd records): every call returns at once,
+//! the engine runs the kernels.
 //!
-//! `cargo run --release --example imperative_digits -- [--json] [--epochs N] [--engine KIND]`
+//! `cargo run --release --example imperative_digits -- [--json] [--epochs N] [--engine KIND] [--autograd]`
 
 #[allow(dead_code)]
 #[path = "common/cli.rs"]
@@ -25,7 +26,7 @@ fn main() {
 }
 
 /// Softmax regression on the digits data set with imperative NDArray ops and hand-written
-/// gradients.
+/// gradients (or recorded ones).
 #[derive(Parser)]
 #[command(name = "imperative_digits", allow_negative_numbers = true)]
 struct Args {
@@ -38,10 +39,23 @@ struct Args {
     /// The engine (default: MXRS_ENGINE, else threaded_per_device).
     #[arg(long = "engine", value_name = "KIND", value_parser = cli::engine_kind)]
     kind: Option<EngineKind>,
+    /// Take the gradients from autograd (record the loss, then backward) instead of the
+    /// hand-written ones.
+    #[arg(long)]
+    autograd: bool,
 }
 
 fn run() -> Result<(), String> {
-    let Args { json, epochs, kind } = Args::parse();
+    let Args {
+        json,
+        epochs,
+        kind,
+        autograd,
+    } = Args::parse();
+    let gradients = match autograd {
+        true => softmax_regression::Gradients::Autograd,
+        false => softmax_regression::Gradients::ByHand,
+    };
     let (train, test) = digits::load(42)?;
     let rt = Runtime::from_env(|b| match kind {
         Some(k) => b.kind(k),
@@ -50,7 +64,7 @@ fn run() -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     let kind = rt.engine().kind();
     let t0 = Instant::now();
-    let model = softmax_regression::train(&rt, &train, epochs, |epoch, m| {
+    let model = softmax_regression::train(&rt, &train, epochs, gradients, |epoch, m| {
         if !json && (epoch + 1) % 5 == 0 {
             let acc = softmax_regression::accuracy(&rt, m, &test)?;
             println!("epoch {:>3}: test accuracy {:.2}%", epoch + 1, acc * 100.0);
@@ -65,12 +79,12 @@ fn run() -> Result<(), String> {
     if json {
         println!(
             "{}",
-            serde_json::json!({"test_accuracy": acc, "train_accuracy": train_acc, "seconds": seconds, "epochs": epochs, "engine": kind.name()})
+            serde_json::json!({"test_accuracy": acc, "train_accuracy": train_acc, "seconds": seconds, "epochs": epochs, "engine": kind.name(), "gradients": if autograd { "autograd" } else { "by_hand" }})
         );
     } else {
         println!(
-            "softmax regression, {epochs} epochs on {} images: train {:.2}%, test {:.2}% ({} held out), {:.2} s on {}",
-            train.n, train_acc * 100.0, acc * 100.0, test.n, seconds, kind.name()
+            "softmax regression, {epochs} epochs on {} images, gradients {}: train {:.2}%, test {:.2}% ({} held out), {:.2} s on {}",
+            train.n, if autograd { "by autograd" } else { "by hand" }, train_acc * 100.0, acc * 100.0, test.n, seconds, kind.name()
         );
     }
     Ok(())

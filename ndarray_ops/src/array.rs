@@ -21,7 +21,7 @@ use ndarray::{ArrayD, IxDyn};
 use storage::{Context, Handle};
 
 use crate::error::{invalid, NdError, Result};
-use crate::ops::{cheap_if_small, Dims, RawBuf, TensorRef};
+use crate::ops::{cheap_if_small, Attrs, Dims, RawBuf, TensorRef};
 use crate::runtime::Runtime;
 use crate::{DType, Element};
 
@@ -64,6 +64,8 @@ pub struct NDArray {
     dtype: DType,
     /// Bytes from the start of the chunk.
     offset: usize,
+    /// Where autograd recorded it (`None` outside a recorded graph).
+    entry: Option<Arc<crate::autograd::Entry>>,
 }
 
 fn elements(op: &str, shape: &[usize], dtype: DType) -> Result<(usize, usize)> {
@@ -113,6 +115,7 @@ impl NDArray {
             shape: Dims::from_slice(shape),
             dtype,
             offset: 0,
+            entry: None,
         })
     }
 
@@ -140,6 +143,7 @@ impl NDArray {
             shape: Dims::from_slice(shape),
             dtype,
             offset: 0,
+            entry: None,
         })
     }
 
@@ -156,6 +160,7 @@ impl NDArray {
         Ok(NDArray {
             shape: Dims::from_slice(shape),
             dtype,
+            entry: None,
             ..self.clone()
         })
     }
@@ -195,6 +200,15 @@ impl NDArray {
         &self.chunk.var
     }
 
+    /// Where autograd recorded it.
+    pub(crate) fn entry(&self) -> Option<&Arc<crate::autograd::Entry>> {
+        self.entry.as_ref()
+    }
+
+    pub(crate) fn set_entry(&mut self, entry: Option<Arc<crate::autograd::Entry>>) {
+        self.entry = entry;
+    }
+
     /// Whether two arrays share one chunk (one is a view of the other, or both of a third).
     pub fn shares_chunk(&self, other: &NDArray) -> bool {
         Arc::ptr_eq(&self.chunk, &other.chunk)
@@ -230,6 +244,7 @@ impl NDArray {
 
     /// Sets every element to `value` (converted to the dtype).
     pub fn fill(&self, value: f64) -> Result<()> {
+        crate::autograd::check_write("fill", self)?;
         if !self.ctx().is_cpu() {
             return self.fill_on_device(value);
         }
@@ -364,10 +379,13 @@ impl NDArray {
                 ),
             });
         }
-        Ok(NDArray {
+        let view = NDArray {
             shape: Dims::from_slice(shape),
+            entry: None,
             ..self.clone()
-        })
+        };
+        let attrs = Attrs::new().with("shape", format!("{shape:?}"));
+        crate::autograd::record_view("Reshape", attrs, self, view)
     }
 
     /// Rows `start..end` of the first axis (shares the chunk).
@@ -388,27 +406,34 @@ impl NDArray {
         let row_bytes = self.shape[1..].iter().product::<usize>() * self.dtype.size();
         let mut shape = self.shape.clone();
         shape[0] = end - start;
-        Ok(NDArray {
+        let view = NDArray {
             shape,
             offset: self.offset + start * row_bytes,
+            entry: None,
             ..self.clone()
-        })
+        };
+        let attrs = Attrs::new()
+            .with("axis", 0)
+            .with("begin", start)
+            .with("end", end);
+        crate::autograd::record_view("slice_axis", attrs, self, view)
     }
 
     /// Row `i` of the first axis, without that axis (shares the chunk).
     pub fn at(&self, i: usize) -> Result<NDArray> {
         let s = self.slice(i, i + 1)?;
-        Ok(NDArray {
-            shape: Dims::from_slice(&s.shape[1..]),
-            ..s
-        })
+        s.reshape(&s.shape[1..])
     }
 
     /// A copy on `ctx` (an asynchronous copy op; copy workers run it when a GPU is involved).
     pub fn copy_to(&self, ctx: Context) -> Result<NDArray> {
         let dst = self.runtime().empty(&self.shape, self.dtype, ctx)?;
         self.copy_into(&dst)?;
-        Ok(dst)
+        let op = match ctx == self.ctx() {
+            true => "_copy",
+            false => "_CrossDeviceCopy",
+        };
+        crate::autograd::record_view(op, Attrs::new(), self, dst)
     }
 
     /// This array on `ctx`: itself if it is already there, else a copy.
@@ -422,6 +447,7 @@ impl NDArray {
 
     /// Copies this array's elements into `dst` (same shape and dtype, any context).
     pub fn copy_into(&self, dst: &NDArray) -> Result<()> {
+        crate::autograd::check_write("copy", dst)?;
         let op = self.copy_op(dst, "copy")?;
         Ok(self.runtime().engine().push(op)?)
     }

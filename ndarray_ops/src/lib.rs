@@ -2,7 +2,8 @@
 //!
 //! The asynchronous imperative [`NDArray`], made by a [`Runtime`] (an engine plus per-context
 //! storage); the op registry and its CPU (and, with the `cuda` feature, GPU) kernels
-//! ([`ops::invoke`]); [`Symbol`]s with MXNet's JSON, inference and the gradient pass; the memory
+//! ([`ops::invoke`]); imperative differentiation of recorded NDArray programs ([`autograd`]);
+//! [`Symbol`]s with MXNet's JSON, inference and the gradient pass; the memory
 //! planner's graph side ([`plan`]); the [`Executor`] that binds and runs a symbol in its planned
 //! arena; the data-parallel trainer ([`DataParallel`]); and MXNet's NDArray files and
 //! checkpoints ([`ndfile`]).
@@ -22,6 +23,7 @@
 #![warn(missing_docs)]
 
 mod array;
+pub mod autograd;
 mod dtype;
 mod error;
 mod executor;

@@ -337,13 +337,14 @@ impl Executor {
         self.run_backward(&mut last)
     }
 
-    /// Refuses a backward pass the executor cannot run: bound without gradients, or with no
-    /// forward pass since the bind or the last backward pass.
+    /// Refuses a backward pass the executor cannot run: bound without gradients (or with every
+    /// request null), or with no forward pass since the bind or the last backward pass.
     fn check_backward(&self, last: LastPass) -> Result<()> {
         if self.forward_nodes.is_none() {
             return Err(invalid(
                 "backward",
-                "the executor was bound without gradients (use simple_bind_grad)",
+                "the executor computes no gradients: it was bound without gradients \
+                 (simple_bind), or with every grad_req null",
             ));
         }
         let before = match last {

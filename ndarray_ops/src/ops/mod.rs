@@ -776,7 +776,8 @@ pub fn invoke(
 }
 
 /// Like [`invoke`], on an explicit runtime and context (ops without inputs, such as the random
-/// generators, need it).
+/// generators, need it). While this thread records ([`crate::autograd::record`]), the op runs
+/// in the recording's mode and joins the graph when an input is in it.
 pub fn invoke_on(
     rt: &Arc<Runtime>,
     ctx: storage::Context,
@@ -785,15 +786,34 @@ pub fn invoke_on(
     attrs: &Attrs,
     out: Option<&[&NDArray]>,
 ) -> Result<Vec<NDArray>> {
-    let call = Call {
-        name,
-        inputs,
-        attrs,
-        out,
-        also_writes: &[],
-        state: None,
+    let push = |attrs: &Attrs| {
+        let call = Call {
+            name,
+            inputs,
+            attrs,
+            out,
+            also_writes: &[],
+            state: None,
+        };
+        prepare(rt, ctx, call, |op| rt.engine().push(op))
     };
-    prepare(rt, ctx, call, |op| rt.engine().push(op))
+    let Some(train) = crate::autograd::mode() else {
+        return push(attrs);
+    };
+    for o in out.into_iter().flatten() {
+        crate::autograd::check_write(name, o)?;
+    }
+    let in_graph = inputs.iter().any(|a| a.entry().is_some());
+    if in_graph && out.is_some() {
+        return Err(invalid(
+            name,
+            "writes into given arrays while recording an input's graph; autograd records ops \
+             that make new arrays (leave `out` out)",
+        ));
+    }
+    let attrs = crate::autograd::recorded_attrs(attrs, train);
+    let outputs = push(&attrs)?;
+    crate::autograd::record_op(name, attrs, inputs, outputs)
 }
 
 /// Ops touching at most this many elements (inputs and outputs together) are marked cheap

@@ -35,6 +35,19 @@ pub struct Node {
     outputs: (usize, usize),
 }
 
+impl Drop for Node {
+    /// Releases a chain of nodes one link at a time: a graph a million nodes deep (a recorded
+    /// imperative loop) would otherwise drop recursively and overflow the stack.
+    fn drop(&mut self) {
+        let mut stack = std::mem::take(&mut self.inputs);
+        while let Some(entry) = stack.pop() {
+            if let Ok(mut node) = Arc::try_unwrap(entry.node) {
+                stack.append(&mut node.inputs);
+            }
+        }
+    }
+}
+
 impl Node {
     /// Outputs, hidden ones included.
     pub fn num_outputs(&self) -> usize {
@@ -165,6 +178,11 @@ impl Symbol {
             inputs,
             outputs,
         }))
+    }
+
+    /// A symbol of these outputs.
+    pub(crate) fn from_outputs(outputs: Vec<NodeEntry>) -> Symbol {
+        Symbol { outputs }
     }
 
     /// The outputs of several symbols, as one.

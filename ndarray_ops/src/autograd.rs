@@ -1,0 +1,391 @@
+//! Imperative automatic differentiation, as MXNet's `autograd`: mark arrays with
+//! [`NDArray::attach_grad`], run ops inside [`record`], then [`backward`] from a result writes
+//! (or adds) each marked array's gradient into [`NDArray::grad`].
+//!
+//! ```
+//! use ndarray_ops::{autograd, DType, GradReq, Runtime};
+//! use storage::Context;
+//!
+//! let rt = Runtime::with_engine(engine::EngineKind::ThreadedPerDevice);
+//! let mut x = rt.from_vec(vec![1.0f32, 2.0, 3.0], &[3], Context::cpu(0)).unwrap();
+//! x.attach_grad(GradReq::Write).unwrap();
+//! let y = autograd::record(|| (&x * &x)?.sum(&[], false)).unwrap(); // y = sum(x^2)
+//! y.backward().unwrap();
+//! assert_eq!(x.grad().unwrap().to_vec::<f32>().unwrap(), vec![2.0, 4.0, 6.0]);
+//! ```
+//!
+//! Recording builds the same graph a [`Symbol`] holds, one node per op whose inputs include a
+//! recorded array (or an array with a gradient attached), and keeps each node's input and output
+//! arrays alive; `backward` runs the symbolic gradient pass ([`crate::symbol::gradient`]) over
+//! that graph and invokes only the backward nodes, reading the recorded arrays for the forward
+//! ones. So every op with a symbolic gradient rule differentiates imperatively too, by the same
+//! rule. Recording is per thread, as in MXNet. A recorded array may not be written in place while
+//! recording (its recorded value would change under the graph); such a write is refused.
+
+use std::cell::Cell;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::error::{invalid, Result};
+use crate::executor::GradReq;
+use crate::ops::{lookup, Attrs, IS_TRAIN};
+use crate::symbol::{gradient, head_grad_names, Node, NodeEntry, Symbol};
+use crate::NDArray;
+
+thread_local! {
+    /// `Some(train_mode)` while this thread records.
+    static MODE: Cell<Option<bool>> = const { Cell::new(None) };
+}
+
+/// Runs `f` recording, in training mode (Dropout drops, BatchNorm uses the batch's statistics),
+/// as MXNet's `with autograd.record():`. Scopes nest; the mode before is restored on return or
+/// unwind.
+pub fn record<R>(f: impl FnOnce() -> R) -> R {
+    record_with(true, f)
+}
+
+/// [`record`] with the mode chosen: `train_mode = false` records inference behaviour.
+pub fn record_with<R>(train_mode: bool, f: impl FnOnce() -> R) -> R {
+    scoped(Some(train_mode), f)
+}
+
+/// Runs `f` without recording (MXNet's `autograd.pause()`), inside a [`record`] scope.
+pub fn pause<R>(f: impl FnOnce() -> R) -> R {
+    scoped(None, f)
+}
+
+/// Whether this thread is recording.
+pub fn is_recording() -> bool {
+    MODE.with(Cell::get).is_some()
+}
+
+/// Whether this thread is recording in training mode.
+pub fn is_training() -> bool {
+    MODE.with(Cell::get) == Some(true)
+}
+
+fn scoped<R>(mode: Option<bool>, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<bool>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            MODE.with(|m| m.set(self.0));
+        }
+    }
+    let _restore = Restore(MODE.with(|m| m.replace(mode)));
+    f()
+}
+
+/// What a recorded array is in the graph: output `index` of a recorded op, or a leaf.
+pub(crate) struct Entry {
+    source: Source,
+    index: usize,
+}
+
+enum Source {
+    Leaf(Arc<Leaf>),
+    Op(Arc<Record>),
+}
+
+/// An array with a gradient attached, or an unrecorded array a recorded op read (a constant).
+struct Leaf {
+    node: Arc<Node>,
+    value: NDArray,
+    grad: Option<(NDArray, GradReq)>,
+}
+
+/// One recorded op: its node, what it read and what it made (arrays without entries, so that
+/// nothing refers back to itself).
+struct Record {
+    node: Arc<Node>,
+    inputs: Vec<Arc<Entry>>,
+    outputs: Vec<NDArray>,
+}
+
+impl Drop for Record {
+    /// Releases a chain of records one link at a time: a recorded loop of a million ops would
+    /// otherwise drop recursively and overflow the stack (its nodes' chain unwinds the same way:
+    /// see `Node`'s drop).
+    fn drop(&mut self) {
+        let mut stack = std::mem::take(&mut self.inputs);
+        while let Some(entry) = stack.pop() {
+            let Ok(entry) = Arc::try_unwrap(entry) else {
+                continue;
+            };
+            if let Source::Op(record) = entry.source {
+                if let Ok(mut record) = Arc::try_unwrap(record) {
+                    stack.append(&mut record.inputs);
+                }
+            }
+        }
+    }
+}
+
+impl Entry {
+    fn node(&self) -> &Arc<Node> {
+        match &self.source {
+            Source::Leaf(leaf) => &leaf.node,
+            Source::Op(record) => &record.node,
+        }
+    }
+
+    fn node_entry(&self) -> NodeEntry {
+        NodeEntry {
+            node: self.node().clone(),
+            index: self.index,
+            version: 0,
+        }
+    }
+}
+
+/// A name no other recorded node has (the gradient pass finds variables by name, and names
+/// head gradients after their nodes).
+fn unique_name(prefix: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!("{prefix}{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+fn leaf(value: &NDArray, grad: Option<(NDArray, GradReq)>) -> Arc<Entry> {
+    let prefix = match grad {
+        Some(_) => "autograd_var",
+        None => "autograd_const",
+    };
+    let node = Symbol::var(&unique_name(prefix)).outputs()[0].node.clone();
+    Arc::new(Entry {
+        source: Source::Leaf(Arc::new(Leaf {
+            node,
+            value: value.detach(),
+            grad,
+        })),
+        index: 0,
+    })
+}
+
+/// The recording mode, when this thread records.
+pub(crate) fn mode() -> Option<bool> {
+    MODE.with(Cell::get)
+}
+
+/// Refuses an in-place write of `dst` by `op` while recording, when `dst` is recorded.
+pub(crate) fn check_write(op: &str, dst: &NDArray) -> Result<()> {
+    match is_recording() && dst.entry().is_some() {
+        true => Err(invalid(
+            op,
+            "writes in place into an array autograd recorded (or one with a gradient attached) \
+             while recording; the graph holds its value, so write the result into a new array",
+        )),
+        false => Ok(()),
+    }
+}
+
+/// The attributes an op runs with while recording in `train` mode: training behaviour unless
+/// the caller chose one.
+pub(crate) fn recorded_attrs(attrs: &Attrs, train: bool) -> Attrs {
+    match (train, attrs.get(IS_TRAIN)) {
+        (true, None) => attrs.clone().with(IS_TRAIN, true),
+        _ => attrs.clone(),
+    }
+}
+
+/// Records op `name` (run with `attrs`) as having read `inputs` and made `outputs`, when one of
+/// the inputs is recorded; returns the outputs, recorded or not.
+pub(crate) fn record_op(
+    name: &str,
+    attrs: Attrs,
+    inputs: &[&NDArray],
+    mut outputs: Vec<NDArray>,
+) -> Result<Vec<NDArray>> {
+    if inputs.iter().all(|a| a.entry().is_none()) {
+        return Ok(outputs);
+    }
+    let def = lookup(name)?;
+    let entries: Vec<Arc<Entry>> = inputs
+        .iter()
+        .map(|a| a.entry().cloned().unwrap_or_else(|| leaf(a, None)))
+        .collect();
+    let node = Symbol::node(
+        def,
+        &unique_name(def.name),
+        attrs,
+        entries.iter().map(|e| e.node_entry()).collect(),
+    )?;
+    if node.num_outputs() != outputs.len() {
+        return Err(invalid(
+            def.name,
+            format!(
+                "made {} outputs; its node has {} (cannot record it)",
+                outputs.len(),
+                node.num_outputs()
+            ),
+        ));
+    }
+    let record = Arc::new(Record {
+        node,
+        inputs: entries,
+        outputs: outputs.iter().map(NDArray::detach).collect(),
+    });
+    for (index, out) in outputs.iter_mut().enumerate() {
+        let source = Source::Op(record.clone());
+        out.set_entry(Some(Arc::new(Entry { source, index })));
+    }
+    Ok(outputs)
+}
+
+/// Records a view (`Reshape`, `slice_axis`, a copy) of `input` as op `name`, when recording and
+/// `input` is recorded; otherwise returns the view outside the graph.
+pub(crate) fn record_view(
+    name: &str,
+    attrs: Attrs,
+    input: &NDArray,
+    view: NDArray,
+) -> Result<NDArray> {
+    if !is_recording() {
+        return Ok(view);
+    }
+    Ok(record_op(name, attrs, &[input], vec![view])?.remove(0))
+}
+
+impl NDArray {
+    /// Marks this array as one to differentiate by: allocates its gradient array (zeros, same
+    /// shape, dtype and context), which [`backward`] writes or adds to as `req` says. Attaching
+    /// again starts a new gradient array and leaves the graphs recorded before.
+    pub fn attach_grad(&mut self, req: GradReq) -> Result<()> {
+        let grad = self
+            .runtime()
+            .zeros(self.shape(), self.dtype(), self.ctx())?;
+        self.set_entry(Some(leaf(self, Some((grad, req)))));
+        Ok(())
+    }
+
+    /// The gradient array [`NDArray::attach_grad`] made, or `None` without one.
+    pub fn grad(&self) -> Option<NDArray> {
+        match &self.entry()?.source {
+            Source::Leaf(leaf) => leaf.grad.as_ref().map(|(g, _)| g.clone()),
+            Source::Op(_) => None,
+        }
+    }
+
+    /// The same array outside any recorded graph (gradients stop here).
+    pub fn detach(&self) -> NDArray {
+        let mut a = self.clone();
+        a.set_entry(None);
+        a
+    }
+
+    /// [`backward`] from this array alone, with a head gradient of ones.
+    pub fn backward(&self) -> Result<()> {
+        backward(&[self], None)
+    }
+}
+
+/// Differentiates the recorded `heads`: writes (or adds) into each attached gradient array the
+/// gradient of `sum_k <heads[k], head_grads[k]>` (head gradients of ones when `None`; loss ops
+/// such as `SoftmaxOutput` start their own gradient and ignore theirs). The graph is kept:
+/// calling it again differentiates the same values again.
+pub fn backward(heads: &[&NDArray], head_grads: Option<&[&NDArray]>) -> Result<()> {
+    if heads.is_empty() {
+        return Err(invalid("backward", "no head arrays given"));
+    }
+    if let Some(g) = head_grads {
+        if g.len() != heads.len() {
+            return Err(invalid(
+                "backward",
+                format!("{} head gradients given for {} heads", g.len(), heads.len()),
+            ));
+        }
+        for (i, (g, h)) in g.iter().zip(heads).enumerate() {
+            if g.shape() != h.shape() || g.dtype() != h.dtype() {
+                return Err(invalid(
+                    "backward",
+                    format!(
+                        "head gradient {i} is {:?} {}; its head is {:?} {}",
+                        g.shape(),
+                        g.dtype(),
+                        h.shape(),
+                        h.dtype()
+                    ),
+                ));
+            }
+        }
+    }
+    let mut entries = Vec::with_capacity(heads.len());
+    for (i, h) in heads.iter().enumerate() {
+        entries.push(h.entry().ok_or_else(|| {
+            invalid(
+                "backward",
+                format!(
+                    "head {i} ({:?}) is not in a recorded graph: compute it inside \
+                     autograd::record from an array with attach_grad",
+                    h.shape()
+                ),
+            )
+        })?);
+    }
+    // Every recorded value the graph reaches, by node, and the leaves to differentiate by.
+    let mut values: HashMap<usize, Vec<NDArray>> = HashMap::new();
+    let mut leaves: Vec<Arc<Leaf>> = Vec::new();
+    let mut seen: HashSet<usize> = HashSet::new();
+    let mut stack: Vec<&Arc<Entry>> = entries.clone();
+    while let Some(e) = stack.pop() {
+        let key = Arc::as_ptr(e.node()) as usize;
+        if !seen.insert(key) {
+            continue;
+        }
+        match &e.source {
+            Source::Leaf(leaf) => {
+                values.insert(key, vec![leaf.value.clone()]);
+                if leaf.grad.as_ref().is_some_and(|(_, r)| *r != GradReq::Null) {
+                    leaves.push(leaf.clone());
+                }
+            }
+            Source::Op(record) => {
+                values.insert(key, record.outputs.clone());
+                stack.extend(&record.inputs);
+            }
+        }
+    }
+    let sym = Symbol::from_outputs(entries.iter().map(|e| e.node_entry()).collect());
+    let wrt: Vec<String> = leaves.iter().map(|l| l.node.name.clone()).collect();
+    let grads = gradient(&sym, &wrt)?;
+    let mut head_vars: HashMap<String, NDArray> = HashMap::new();
+    for (name, i) in head_grad_names(&sym) {
+        let g = match head_grads {
+            Some(g) => g[i].clone(),
+            None => heads[i]
+                .runtime()
+                .ones(heads[i].shape(), heads[i].dtype(), heads[i].ctx())?,
+        };
+        head_vars.insert(name, g);
+    }
+    let g = grads.indexed();
+    pause(|| -> Result<()> {
+        let mut vals: Vec<Vec<NDArray>> = Vec::with_capacity(g.nodes.len());
+        for (i, n) in g.nodes.iter().enumerate() {
+            let key = Arc::as_ptr(n) as usize;
+            let v = match (values.get(&key), n.op) {
+                (Some(v), _) => v.clone(),
+                (None, None) => vec![head_vars.get(&n.name).cloned().ok_or_else(|| {
+                    invalid("backward", format!("no value for variable '{}'", n.name))
+                })?],
+                (None, Some(def)) => {
+                    let ins: Vec<&NDArray> =
+                        g.inputs[i].iter().map(|&(s, k)| &vals[s][k]).collect();
+                    let attrs = n.attrs.clone().with(IS_TRAIN, true);
+                    crate::ops::invoke(def.name, &ins, &attrs, None)
+                        .map_err(|e| invalid("backward", format!("node '{}': {e}", n.name)))?
+                }
+            };
+            vals.push(v);
+        }
+        for (k, leaf) in leaves.iter().enumerate() {
+            let (node, index) = g.outputs[heads.len() + k];
+            let value = &vals[node][index];
+            match &leaf.grad {
+                Some((grad, GradReq::Write)) => value.copy_into(grad)?,
+                Some((grad, GradReq::Add)) => grad.add_inplace(value)?,
+                _ => {}
+            }
+        }
+        Ok(())
+    })
+}
