@@ -58,91 +58,112 @@ fn relative_difference(a: &[f64], b: &[f64]) -> f64 {
         / scale
 }
 
-/// Each real graph is run twice on the same random weights, inputs and head gradients: bound
-/// and trained by the executor, and op by op through `invoke` inside `autograd::record` with a
-/// gradient attached to every weight. Every weight's gradient must agree (the same kernels on
-/// the same values; only the order of some float sums may differ), as must the outputs.
+/// Each graph is run twice on the same random weights, inputs and head gradients: bound and
+/// trained by the executor, and op by op through `invoke` inside `autograd::record` with a
+/// gradient attached to every argument but the data. Every gradient must agree (the same
+/// kernels on the same values; only the order of some float sums may differ), as must the
+/// outputs: the real MLP, ResNet-18 and MobileNet files (BatchNorm in training mode, depthwise
+/// convolutions), and a two-layer bidirectional LSTM through the fused RNN op (three outputs,
+/// so three head gradients; its backward op runs without the forward pass's kept trace here).
 #[test]
 fn recorded_graphs_differentiate_as_the_executor_does() {
-    for (name, data) in [("mlp", vec![4, 784]), ("resnet18_v1", vec![2, 3, 32, 32])] {
-        let rt = runtime();
-        let sym = graph(name);
-        let shapes = HashMap::from([("data".to_string(), data)]);
-        let weights: Vec<String> = sym
-            .list_arguments()
-            .into_iter()
-            .filter(|a| a != "data")
-            .collect();
-        let req = weights
-            .iter()
-            .map(|w| (w.clone(), GradReq::Write))
-            .collect();
-        let exec = Executor::simple_bind_grad(&rt, CPU, &sym, &shapes, &req).unwrap();
-        let mut given: HashMap<String, NDArray> = HashMap::new();
-        for (n, a) in exec.arg_dict().into_iter().chain(exec.aux_dict()) {
-            let v = match n.contains("var") {
-                true => uniform(&rt, a.shape(), 0.5, 1.5),
-                false => uniform(&rt, a.shape(), -0.5, 0.5),
-            };
-            v.copy_into(&a).unwrap();
-            given.insert(n, v);
-        }
-        // The imperative run's own copies, taken before the executor's forward pass updates
-        // the running statistics.
-        let mut arrays: HashMap<String, NDArray> = given
-            .iter()
-            .map(|(n, v)| (n.clone(), v.copy_to(CPU).unwrap()))
-            .collect();
-        exec.forward(true).unwrap();
-        exec.backward().unwrap();
+    let lstm = {
+        let names = ["data", "parameters", "state", "state_cell"];
+        let vars: Vec<Symbol> = names.iter().map(|n| Symbol::var(n)).collect();
+        let attrs = Attrs::new()
+            .with("mode", "lstm")
+            .with("state_size", 8)
+            .with("num_layers", 2)
+            .with("bidirectional", true)
+            .with("state_outputs", true);
+        Symbol::op("RNN", "rnn", &vars.iter().collect::<Vec<_>>(), attrs).unwrap()
+    };
+    let cases = [
+        (graph("mlp"), vec![4, 784]),
+        (graph("resnet18_v1"), vec![2, 3, 32, 32]),
+        (graph("mobilenet1.0"), vec![2, 3, 32, 32]),
+        (lstm, vec![5, 3, 4]),
+    ];
+    for (sym, data) in cases {
+        compare_with_executor(&sym, data);
+    }
+}
 
-        for w in &weights {
-            arrays
-                .get_mut(w)
-                .unwrap()
-                .attach_grad(GradReq::Write)
-                .unwrap();
-        }
-        let g = sym.indexed();
-        let outputs = autograd::record(|| {
-            let mut vals: Vec<Vec<NDArray>> = Vec::new();
-            for (i, n) in g.nodes.iter().enumerate() {
-                if n.is_variable() {
-                    vals.push(vec![arrays[&n.name].clone()]);
-                    continue;
-                }
-                let ins: Vec<&NDArray> = g.inputs[i].iter().map(|&(s, k)| &vals[s][k]).collect();
-                vals.push(invoke(n.op_name(), &ins, &n.attrs, None).unwrap());
+fn compare_with_executor(sym: &Symbol, data: Vec<usize>) {
+    let rt = runtime();
+    let name = sym.list_outputs().join(",");
+    let shapes = HashMap::from([("data".to_string(), data)]);
+    let args: Vec<String> = sym
+        .list_arguments()
+        .into_iter()
+        .filter(|a| a != "data")
+        .collect();
+    let req = args.iter().map(|w| (w.clone(), GradReq::Write)).collect();
+    let exec = Executor::simple_bind_grad(&rt, CPU, sym, &shapes, &req).unwrap();
+    let mut given: HashMap<String, NDArray> = HashMap::new();
+    for (n, a) in exec.arg_dict().into_iter().chain(exec.aux_dict()) {
+        let v = match n.contains("var") {
+            true => uniform(&rt, a.shape(), 0.5, 1.5),
+            false => uniform(&rt, a.shape(), -0.5, 0.5),
+        };
+        v.copy_into(&a).unwrap();
+        given.insert(n, v);
+    }
+    // The imperative run's own copies, taken before the executor's forward pass updates the
+    // running statistics.
+    let mut arrays: HashMap<String, NDArray> = given
+        .iter()
+        .map(|(n, v)| (n.clone(), v.copy_to(CPU).unwrap()))
+        .collect();
+    exec.forward(true).unwrap();
+    exec.backward().unwrap();
+
+    for w in &args {
+        arrays
+            .get_mut(w)
+            .unwrap()
+            .attach_grad(GradReq::Write)
+            .unwrap();
+    }
+    let g = sym.indexed();
+    let outputs = autograd::record(|| {
+        let mut vals: Vec<Vec<NDArray>> = Vec::new();
+        for (i, n) in g.nodes.iter().enumerate() {
+            if n.is_variable() {
+                vals.push(vec![arrays[&n.name].clone()]);
+                continue;
             }
-            g.outputs
-                .iter()
-                .map(|&(n, k)| vals[n][k].clone())
-                .collect::<Vec<_>>()
-        });
-        let heads: Vec<&NDArray> = outputs.iter().collect();
-        let head_names: Vec<String> = g
-            .outputs
+            let ins: Vec<&NDArray> = g.inputs[i].iter().map(|&(s, k)| &vals[s][k]).collect();
+            vals.push(invoke(n.op_name(), &ins, &n.attrs, None).unwrap());
+        }
+        g.outputs
             .iter()
-            .map(|&(n, k)| format!("{}_head_grad{k}", g.nodes[n].name))
-            .collect();
-        let head_grads: Vec<&NDArray> = head_names.iter().map(|h| &given[h]).collect();
-        autograd::backward(&heads, Some(&head_grads)).unwrap();
+            .map(|&(n, k)| vals[n][k].clone())
+            .collect::<Vec<_>>()
+    });
+    let heads: Vec<&NDArray> = outputs.iter().collect();
+    let head_names: Vec<String> = g
+        .outputs
+        .iter()
+        .map(|&(n, k)| format!("{}_head_grad{k}", g.nodes[n].name))
+        .collect();
+    let head_grads: Vec<&NDArray> = head_names.iter().map(|h| &given[h]).collect();
+    autograd::backward(&heads, Some(&head_grads)).unwrap();
 
-        for (ours, theirs) in outputs.iter().zip(exec.outputs()) {
-            let d = relative_difference(&values(ours), &values(&theirs));
-            assert!(d < 1e-5, "{name}: outputs differ by {d}");
-        }
-        let grads = exec.grad_dict();
-        for w in weights.iter().filter(|w| !w.contains("head_grad")) {
-            let ours = values(&arrays[w].grad().unwrap());
-            let theirs = values(&grads[w]);
-            let d = relative_difference(&ours, &theirs);
-            assert!(d < 1e-4, "{name}: gradient of {w} differs by {d}");
-            assert!(
-                ours.iter().any(|&v| v != 0.0),
-                "{name}: gradient of {w} is zero"
-            );
-        }
+    for (ours, theirs) in outputs.iter().zip(exec.outputs()) {
+        let d = relative_difference(&values(ours), &values(&theirs));
+        assert!(d < 1e-5, "{name}: outputs differ by {d}");
+    }
+    let grads = exec.grad_dict();
+    for w in args.iter().filter(|w| !w.contains("head_grad")) {
+        let ours = values(&arrays[w].grad().unwrap());
+        let theirs = values(&grads[w]);
+        let d = relative_difference(&ours, &theirs);
+        assert!(d < 1e-4, "{name}: gradient of {w} differs by {d}");
+        assert!(
+            ours.iter().any(|&v| v != 0.0),
+            "{name}: gradient of {w} is zero"
+        );
     }
 }
 
