@@ -246,10 +246,20 @@ pub(crate) fn record_view(
 }
 
 impl NDArray {
-    /// Marks this array as one to differentiate by: allocates its gradient array (zeros, same
-    /// shape, dtype and context), which [`backward`] writes or adds to as `req` says. Attaching
-    /// again starts a new gradient array and leaves the graphs recorded before.
+    /// Marks this array (of a float dtype) as one to differentiate by: allocates its gradient
+    /// array (zeros, same shape, dtype and context), which [`backward`] writes or adds to as
+    /// `req` says. Attaching again starts a new gradient array and leaves the graphs recorded
+    /// before.
     pub fn attach_grad(&mut self, req: GradReq) -> Result<()> {
+        if !self.dtype().is_float() {
+            return Err(invalid(
+                "attach_grad",
+                format!(
+                    "{} arrays have no gradient; attach one to a float array",
+                    self.dtype()
+                ),
+            ));
+        }
         let grad = self
             .runtime()
             .zeros(self.shape(), self.dtype(), self.ctx())?;
@@ -280,8 +290,8 @@ impl NDArray {
 
 /// Differentiates the recorded `heads`: writes (or adds) into each attached gradient array the
 /// gradient of `sum_k <heads[k], head_grads[k]>` (head gradients of ones when `None`; loss ops
-/// such as `SoftmaxOutput` start their own gradient and ignore theirs). The graph is kept:
-/// calling it again differentiates the same values again.
+/// such as `SoftmaxOutput` start their own gradient and ignore theirs; a head listed twice
+/// counts twice). The graph is kept: calling it again differentiates the same values again.
 pub fn backward(heads: &[&NDArray], head_grads: Option<&[&NDArray]>) -> Result<()> {
     if heads.is_empty() {
         return Err(invalid("backward", "no head arrays given"));
@@ -308,9 +318,11 @@ pub fn backward(heads: &[&NDArray], head_grads: Option<&[&NDArray]>) -> Result<(
             }
         }
     }
-    let mut entries = Vec::with_capacity(heads.len());
+    // Each distinct head once, with the sum of the head gradients given for it.
+    let mut entries: Vec<&Arc<Entry>> = Vec::with_capacity(heads.len());
+    let mut seeds: Vec<NDArray> = Vec::with_capacity(heads.len());
     for (i, h) in heads.iter().enumerate() {
-        entries.push(h.entry().ok_or_else(|| {
+        let e = h.entry().ok_or_else(|| {
             invalid(
                 "backward",
                 format!(
@@ -319,7 +331,19 @@ pub fn backward(heads: &[&NDArray], head_grads: Option<&[&NDArray]>) -> Result<(
                     h.shape()
                 ),
             )
-        })?);
+        })?;
+        let seed = match head_grads {
+            Some(g) => g[i].clone(),
+            None => h.runtime().ones(h.shape(), h.dtype(), h.ctx())?,
+        };
+        let same = |x: &&Arc<Entry>| Arc::ptr_eq(x.node(), e.node()) && x.index == e.index;
+        match entries.iter().position(same) {
+            Some(k) => seeds[k] = pause(|| &seeds[k] + &seed)?,
+            None => {
+                entries.push(e);
+                seeds.push(seed);
+            }
+        }
     }
     // Every recorded value the graph reaches, by node, and the leaves to differentiate by.
     let mut values: HashMap<usize, Vec<NDArray>> = HashMap::new();
@@ -347,16 +371,10 @@ pub fn backward(heads: &[&NDArray], head_grads: Option<&[&NDArray]>) -> Result<(
     let sym = Symbol::from_outputs(entries.iter().map(|e| e.node_entry()).collect());
     let wrt: Vec<String> = leaves.iter().map(|l| l.node.name.clone()).collect();
     let grads = gradient(&sym, &wrt)?;
-    let mut head_vars: HashMap<String, NDArray> = HashMap::new();
-    for (name, i) in head_grad_names(&sym) {
-        let g = match head_grads {
-            Some(g) => g[i].clone(),
-            None => heads[i]
-                .runtime()
-                .ones(heads[i].shape(), heads[i].dtype(), heads[i].ctx())?,
-        };
-        head_vars.insert(name, g);
-    }
+    let head_vars: HashMap<String, NDArray> = head_grad_names(&sym)
+        .into_iter()
+        .map(|(name, i)| (name, seeds[i].clone()))
+        .collect();
     let g = grads.indexed();
     pause(|| -> Result<()> {
         let mut vals: Vec<Vec<NDArray>> = Vec::with_capacity(g.nodes.len());
@@ -378,7 +396,7 @@ pub fn backward(heads: &[&NDArray], head_grads: Option<&[&NDArray]>) -> Result<(
             vals.push(v);
         }
         for (k, leaf) in leaves.iter().enumerate() {
-            let (node, index) = g.outputs[heads.len() + k];
+            let (node, index) = g.outputs[entries.len() + k];
             let value = &vals[node][index];
             match &leaf.grad {
                 Some((grad, GradReq::Write)) => value.copy_into(grad)?,

@@ -338,6 +338,10 @@ fn misuse_is_refused_with_a_reason() {
 
     let e = err(plain.backward());
     assert!(e.contains("not in a recorded graph"), "{e}");
+    let mut ints = rt.ones(&[2], DType::I32, CPU).unwrap();
+    let e = err(ints.attach_grad(GradReq::Write));
+    assert!(e.contains("int32 arrays have no gradient"), "{e}");
+    assert!(ints.grad().is_none());
     assert!(x.grad().is_none());
     x.attach_grad(GradReq::Write).unwrap();
     let y = autograd::record(|| (&x * 2.0).unwrap());
@@ -418,4 +422,25 @@ fn views_of_recorded_arrays_are_recorded() {
         x.grad().unwrap().to_vec::<f32>().unwrap(),
         vec![6.0, 6.0, 6.0, 6.0, 6.0, 27.0]
     );
+}
+
+/// A head listed twice counts twice, with each of its head gradients; several heads sum.
+#[test]
+fn repeated_and_several_heads_sum_their_gradients() {
+    let rt = runtime();
+    let mut x = rt.from_vec(vec![1.0f32, 2.0], &[2], CPU).unwrap();
+    x.attach_grad(GradReq::Write).unwrap();
+    let (y, z) = autograd::record(|| ((&x * 3.0).unwrap(), (&x * &x).unwrap()));
+    let g = |v: Vec<f32>| rt.from_vec(v, &[2], CPU).unwrap();
+    let (g1, g2, g3) = (
+        g(vec![1.0, 10.0]),
+        g(vec![100.0, 1000.0]),
+        g(vec![1.0, 1.0]),
+    );
+    autograd::backward(&[&y, &z, &y], Some(&[&g1, &g3, &g2])).unwrap();
+    // 3 * (g1 + g2) + 2x * g3
+    let want = vec![3.0 * 101.0 + 2.0, 3.0 * 1010.0 + 4.0];
+    assert_eq!(x.grad().unwrap().to_vec::<f32>().unwrap(), want);
+    autograd::backward(&[&y, &y], None).unwrap();
+    assert_eq!(x.grad().unwrap().to_vec::<f32>().unwrap(), vec![6.0, 6.0]);
 }
