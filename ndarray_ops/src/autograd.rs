@@ -288,6 +288,74 @@ impl NDArray {
     }
 }
 
+/// What a recorded graph reaches from its heads.
+struct Reached {
+    /// Every recorded value, by node (its address).
+    values: HashMap<usize, Vec<NDArray>>,
+    /// Every leaf: arrays with gradients attached and constants.
+    leaves: Vec<Arc<Leaf>>,
+}
+
+fn reach(heads: &[&Arc<Entry>]) -> Reached {
+    let mut values: HashMap<usize, Vec<NDArray>> = HashMap::new();
+    let mut leaves: Vec<Arc<Leaf>> = Vec::new();
+    let mut seen: HashSet<usize> = HashSet::new();
+    let mut stack: Vec<&Arc<Entry>> = heads.to_vec();
+    while let Some(e) = stack.pop() {
+        let key = Arc::as_ptr(e.node()) as usize;
+        if !seen.insert(key) {
+            continue;
+        }
+        match &e.source {
+            Source::Leaf(leaf) => {
+                values.insert(key, vec![leaf.value.clone()]);
+                leaves.push(leaf.clone());
+            }
+            Source::Op(record) => {
+                values.insert(key, record.outputs.clone());
+                stack.extend(&record.inputs);
+            }
+        }
+    }
+    Reached { values, leaves }
+}
+
+/// The recorded entry of each head, or an error naming the first head outside any graph.
+fn recorded_entries<'a>(heads: &[&'a NDArray]) -> Result<Vec<&'a Arc<Entry>>> {
+    heads
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            h.entry().ok_or_else(|| {
+                invalid(
+                    "autograd",
+                    format!(
+                        "head {i} ({:?}) is not in a recorded graph: compute it inside \
+                         autograd::record from an array with attach_grad",
+                        h.shape()
+                    ),
+                )
+            })
+        })
+        .collect()
+}
+
+/// The graph recorded for `heads` as a symbol whose outputs are the heads, with the array each
+/// of its variables stood for (MXNet's `autograd.get_symbol`): bound by the [`crate::Executor`]
+/// with those arrays, it runs the recorded program again; saved as JSON, MXNet loads it. Its
+/// variables are named `autograd_var<n>` (arrays with gradients attached) and
+/// `autograd_const<n>` (arrays read without one).
+pub fn get_symbol(heads: &[&NDArray]) -> Result<(Symbol, HashMap<String, NDArray>)> {
+    let entries = recorded_entries(heads)?;
+    let symbol = Symbol::from_outputs(entries.iter().map(|e| e.node_entry()).collect());
+    let arrays = reach(&entries)
+        .leaves
+        .iter()
+        .map(|l| (l.node.name.clone(), l.value.clone()))
+        .collect();
+    Ok((symbol, arrays))
+}
+
 /// Differentiates the recorded `heads`: writes (or adds) into each attached gradient array the
 /// gradient of `sum_k <heads[k], head_grads[k]>` (head gradients of ones when `None`; loss ops
 /// such as `SoftmaxOutput` start their own gradient and ignore theirs; a head listed twice
@@ -321,17 +389,7 @@ pub fn backward(heads: &[&NDArray], head_grads: Option<&[&NDArray]>) -> Result<(
     // Each distinct head once, with the sum of the head gradients given for it.
     let mut entries: Vec<&Arc<Entry>> = Vec::with_capacity(heads.len());
     let mut seeds: Vec<NDArray> = Vec::with_capacity(heads.len());
-    for (i, h) in heads.iter().enumerate() {
-        let e = h.entry().ok_or_else(|| {
-            invalid(
-                "backward",
-                format!(
-                    "head {i} ({:?}) is not in a recorded graph: compute it inside \
-                     autograd::record from an array with attach_grad",
-                    h.shape()
-                ),
-            )
-        })?;
+    for (i, (h, e)) in heads.iter().zip(recorded_entries(heads)?).enumerate() {
         let seed = match head_grads {
             Some(g) => g[i].clone(),
             None => h.runtime().ones(h.shape(), h.dtype(), h.ctx())?,
@@ -345,29 +403,11 @@ pub fn backward(heads: &[&NDArray], head_grads: Option<&[&NDArray]>) -> Result<(
             }
         }
     }
-    // Every recorded value the graph reaches, by node, and the leaves to differentiate by.
-    let mut values: HashMap<usize, Vec<NDArray>> = HashMap::new();
-    let mut leaves: Vec<Arc<Leaf>> = Vec::new();
-    let mut seen: HashSet<usize> = HashSet::new();
-    let mut stack: Vec<&Arc<Entry>> = entries.clone();
-    while let Some(e) = stack.pop() {
-        let key = Arc::as_ptr(e.node()) as usize;
-        if !seen.insert(key) {
-            continue;
-        }
-        match &e.source {
-            Source::Leaf(leaf) => {
-                values.insert(key, vec![leaf.value.clone()]);
-                if leaf.grad.as_ref().is_some_and(|(_, r)| *r != GradReq::Null) {
-                    leaves.push(leaf.clone());
-                }
-            }
-            Source::Op(record) => {
-                values.insert(key, record.outputs.clone());
-                stack.extend(&record.inputs);
-            }
-        }
-    }
+    let Reached { values, leaves } = reach(&entries);
+    let leaves: Vec<&Arc<Leaf>> = leaves
+        .iter()
+        .filter(|l| l.grad.as_ref().is_some_and(|(_, r)| *r != GradReq::Null))
+        .collect();
     let sym = Symbol::from_outputs(entries.iter().map(|e| e.node_entry()).collect());
     let wrt: Vec<String> = leaves.iter().map(|l| l.node.name.clone()).collect();
     let grads = gradient(&sym, &wrt)?;
