@@ -361,6 +361,61 @@ pub fn get_symbol(heads: &[&NDArray]) -> Result<(Symbol, HashMap<String, NDArray
 /// such as `SoftmaxOutput` start their own gradient and ignore theirs; a head listed twice
 /// counts twice). The graph is kept: calling it again differentiates the same values again.
 pub fn backward(heads: &[&NDArray], head_grads: Option<&[&NDArray]>) -> Result<()> {
+    let (entries, seeds) = seeded_heads(heads, head_grads)?;
+    let reached = reach(&entries);
+    let leaves: Vec<&Arc<Leaf>> = reached
+        .leaves
+        .iter()
+        .filter(|l| l.grad.as_ref().is_some_and(|(_, r)| *r != GradReq::Null))
+        .collect();
+    let grads = differentiate(&entries, &seeds, &reached.values, &leaves)?;
+    pause(|| {
+        for (leaf, value) in leaves.iter().zip(&grads) {
+            match &leaf.grad {
+                Some((grad, GradReq::Write)) => value.copy_into(grad)?,
+                Some((grad, GradReq::Add)) => grad.add_inplace(value)?,
+                _ => {}
+            }
+        }
+        Ok(())
+    })
+}
+
+/// The gradients of the recorded `heads` (as [`backward`] takes them) with respect to
+/// `variables`, arrays with a gradient attached, as new arrays (MXNet's `autograd.grad`): the
+/// attached gradient arrays are left alone. A variable the heads do not depend on gets zeros.
+pub fn grad(
+    heads: &[&NDArray],
+    variables: &[&NDArray],
+    head_grads: Option<&[&NDArray]>,
+) -> Result<Vec<NDArray>> {
+    let (entries, seeds) = seeded_heads(heads, head_grads)?;
+    let mut wrt = Vec::with_capacity(variables.len());
+    for (i, v) in variables.iter().enumerate() {
+        match v.entry().map(|e| &e.source) {
+            Some(Source::Leaf(leaf)) if leaf.grad.is_some() => wrt.push(leaf),
+            _ => {
+                return Err(invalid(
+                    "grad",
+                    format!(
+                        "variable {i} ({:?}) has no gradient attached (attach_grad marks the \
+                         arrays to differentiate by)",
+                        v.shape()
+                    ),
+                ))
+            }
+        }
+    }
+    let values = reach(&entries).values;
+    differentiate(&entries, &seeds, &values, &wrt)
+}
+
+/// The recorded entry of each distinct head, with the sum of the head gradients given for it
+/// (ones when none are given), the gradients' count and shapes checked.
+fn seeded_heads<'a>(
+    heads: &[&'a NDArray],
+    head_grads: Option<&[&NDArray]>,
+) -> Result<(Vec<&'a Arc<Entry>>, Vec<NDArray>)> {
     if heads.is_empty() {
         return Err(invalid("backward", "no head arrays given"));
     }
@@ -386,7 +441,6 @@ pub fn backward(heads: &[&NDArray], head_grads: Option<&[&NDArray]>) -> Result<(
             }
         }
     }
-    // Each distinct head once, with the sum of the head gradients given for it.
     let mut entries: Vec<&Arc<Entry>> = Vec::with_capacity(heads.len());
     let mut seeds: Vec<NDArray> = Vec::with_capacity(heads.len());
     for (i, (h, e)) in heads.iter().zip(recorded_entries(heads)?).enumerate() {
@@ -403,24 +457,39 @@ pub fn backward(heads: &[&NDArray], head_grads: Option<&[&NDArray]>) -> Result<(
             }
         }
     }
-    let Reached { values, leaves } = reach(&entries);
-    let leaves: Vec<&Arc<Leaf>> = leaves
-        .iter()
-        .filter(|l| l.grad.as_ref().is_some_and(|(_, r)| *r != GradReq::Null))
-        .collect();
+    Ok((entries, seeds))
+}
+
+/// The gradient of the heads, seeded by `seeds`, with respect to each leaf of `wrt`: the
+/// symbolic gradient pass over the recorded graph, of which only the backward nodes run (the
+/// forward ones are `values`). A gradient that is not a backward node's own output (a head
+/// gradient passed straight through, a recorded value), or one handed out already, is copied,
+/// so that no two results and nothing the caller holds share memory.
+fn differentiate(
+    entries: &[&Arc<Entry>],
+    seeds: &[NDArray],
+    values: &HashMap<usize, Vec<NDArray>>,
+    wrt: &[&Arc<Leaf>],
+) -> Result<Vec<NDArray>> {
+    let key = |n: &Arc<Node>| Arc::as_ptr(n) as usize;
+    // The pass takes each variable once.
+    let mut reached: Vec<&Arc<Leaf>> = Vec::new();
+    for l in wrt {
+        if values.contains_key(&key(&l.node)) && !reached.iter().any(|r| Arc::ptr_eq(r, l)) {
+            reached.push(l);
+        }
+    }
     let sym = Symbol::from_outputs(entries.iter().map(|e| e.node_entry()).collect());
-    let wrt: Vec<String> = leaves.iter().map(|l| l.node.name.clone()).collect();
-    let grads = gradient(&sym, &wrt)?;
+    let names: Vec<String> = reached.iter().map(|l| l.node.name.clone()).collect();
     let head_vars: HashMap<String, NDArray> = head_grad_names(&sym)
         .into_iter()
         .map(|(name, i)| (name, seeds[i].clone()))
         .collect();
-    let g = grads.indexed();
-    pause(|| -> Result<()> {
+    let g = gradient(&sym, &names)?.indexed();
+    pause(|| {
         let mut vals: Vec<Vec<NDArray>> = Vec::with_capacity(g.nodes.len());
         for (i, n) in g.nodes.iter().enumerate() {
-            let key = Arc::as_ptr(n) as usize;
-            let v = match (values.get(&key), n.op) {
+            let v = match (values.get(&key(n)), n.op) {
                 (Some(v), _) => v.clone(),
                 (None, None) => vec![head_vars.get(&n.name).cloned().ok_or_else(|| {
                     invalid("backward", format!("no value for variable '{}'", n.name))
@@ -435,15 +504,31 @@ pub fn backward(heads: &[&NDArray], head_grads: Option<&[&NDArray]>) -> Result<(
             };
             vals.push(v);
         }
-        for (k, leaf) in leaves.iter().enumerate() {
+        let mut grads: Vec<NDArray> = Vec::with_capacity(reached.len());
+        let mut handed = HashSet::new();
+        for k in 0..reached.len() {
             let (node, index) = g.outputs[entries.len() + k];
-            let value = &vals[node][index];
-            match &leaf.grad {
-                Some((grad, GradReq::Write)) => value.copy_into(grad)?,
-                Some((grad, GradReq::Add)) => grad.add_inplace(value)?,
-                _ => {}
-            }
+            let made = g.nodes[node].op.is_some() && !values.contains_key(&key(&g.nodes[node]));
+            let v = &vals[node][index];
+            grads.push(match made && handed.insert((node, index)) {
+                true => v.clone(),
+                false => v.copy_to(v.ctx())?,
+            });
         }
-        Ok(())
+        // A leaf asked for again gets a copy of its gradient.
+        let mut given = vec![false; reached.len()];
+        wrt.iter()
+            .map(|l| match reached.iter().position(|r| Arc::ptr_eq(r, l)) {
+                Some(k) if given[k] => grads[k].copy_to(grads[k].ctx()),
+                Some(k) => {
+                    given[k] = true;
+                    Ok(grads[k].clone())
+                }
+                None => l
+                    .value
+                    .runtime()
+                    .zeros(l.value.shape(), l.value.dtype(), l.value.ctx()),
+            })
+            .collect()
     })
 }

@@ -470,3 +470,67 @@ fn repeated_and_several_heads_sum_their_gradients() {
     autograd::backward(&[&y, &y], None).unwrap();
     assert_eq!(x.grad().unwrap().to_vec::<f32>().unwrap(), vec![6.0, 6.0]);
 }
+
+/// `autograd::grad` returns the gradients as new arrays and leaves the attached ones alone; a
+/// variable the heads do not depend on gets zeros; a gradient that is a head gradient passed
+/// straight through is a copy; an array without a gradient attached is refused.
+#[test]
+fn grad_returns_new_arrays() {
+    let rt = runtime();
+    let v = |x: Vec<f32>| rt.from_vec(x, &[2], CPU).unwrap();
+    let (mut x, mut w, mut unused) = (v(vec![1.0, 2.0]), v(vec![5.0, 6.0]), v(vec![0.0, 0.0]));
+    for a in [&mut x, &mut w, &mut unused] {
+        a.attach_grad(GradReq::Write).unwrap();
+    }
+    let y = autograd::record(|| (&(&x * &x).unwrap() + &(&w * 3.0).unwrap()).unwrap());
+    let g = autograd::grad(&[&y], &[&x, &w, &unused, &x], None).unwrap();
+    let got: Vec<Vec<f32>> = g.iter().map(|a| a.to_vec::<f32>().unwrap()).collect();
+    assert_eq!(
+        got,
+        vec![
+            vec![2.0, 4.0],
+            vec![3.0, 3.0],
+            vec![0.0, 0.0],
+            vec![2.0, 4.0]
+        ]
+    );
+    assert_eq!(x.grad().unwrap().to_vec::<f32>().unwrap(), vec![0.0, 0.0]);
+
+    let seed = v(vec![7.0, 8.0]);
+    let through = autograd::grad(&[&x], &[&x], Some(&[&seed]))
+        .unwrap()
+        .remove(0);
+    assert_eq!(through.to_vec::<f32>().unwrap(), vec![7.0, 8.0]);
+    assert!(
+        !through.shares_chunk(&seed),
+        "a copy, not the head gradient itself"
+    );
+
+    let plain = v(vec![1.0, 1.0]);
+    let e = autograd::grad(&[&y], &[&plain], None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("variable 0 ([2]) has no gradient attached"),
+        "{e}"
+    );
+}
+
+/// Two variables whose gradients are one entry of the pass (both operands of a sum) get arrays
+/// of their own.
+#[test]
+fn grad_results_share_no_memory() {
+    let rt = runtime();
+    let v = |x: Vec<f32>| rt.from_vec(x, &[2], CPU).unwrap();
+    let (mut a, mut b) = (v(vec![1.0, 2.0]), v(vec![3.0, 4.0]));
+    a.attach_grad(GradReq::Write).unwrap();
+    b.attach_grad(GradReq::Write).unwrap();
+    let y = autograd::record(|| {
+        let mut sum = invoke("elemwise_add", &[&a, &b], &Attrs::new(), None).unwrap();
+        (&sum.remove(0) * 2.0).unwrap()
+    });
+    let g = autograd::grad(&[&y], &[&a, &b], None).unwrap();
+    assert!(!g[0].shares_chunk(&g[1]));
+    g[0].fill(0.0).unwrap();
+    assert_eq!(g[1].to_vec::<f32>().unwrap(), vec![2.0, 2.0]);
+}
