@@ -5,10 +5,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+mod common;
+
+use common::uniform;
 use engine::EngineKind;
-use ndarray_ops::{
-    autograd, invoke, invoke_on, Attrs, DType, Executor, GradReq, NDArray, Runtime, Symbol,
-};
+use ndarray_ops::{autograd, invoke, Attrs, DType, Executor, GradReq, NDArray, Runtime, Symbol};
 use storage::Context;
 
 const CPU: Context = Context::cpu(0);
@@ -25,17 +26,6 @@ fn graph(name: &str) -> Symbol {
         env!("CARGO_MANIFEST_DIR")
     );
     Symbol::from_json(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-fn uniform(rt: &Arc<Runtime>, shape: &[usize], low: f64, high: f64) -> NDArray {
-    let shape = format!("{shape:?}").replace('[', "(").replace(']', ")");
-    let attrs = Attrs::new()
-        .with("low", low)
-        .with("high", high)
-        .with("shape", shape);
-    invoke_on(rt, CPU, "_random_uniform", &[], &attrs, None)
-        .unwrap()
-        .remove(0)
 }
 
 fn values(a: &NDArray) -> Vec<f64> {

@@ -8,8 +8,10 @@ use std::sync::Arc;
 
 mod common;
 
+use common::uniform;
+
 use ndarray_ops::ndfile::{self, Loaded};
-use ndarray_ops::{invoke_on, Attrs, DType, Executor, NDArray, Runtime, Symbol};
+use ndarray_ops::{DType, Executor, NDArray, Runtime, Symbol};
 use proptest::prelude::*;
 use storage::Context;
 
@@ -331,17 +333,6 @@ fn resnet18() -> (Symbol, HashMap<String, Vec<usize>>) {
         sym,
         HashMap::from([("data".to_string(), vec![2, 3, 32, 32])]),
     )
-}
-
-fn uniform(rt: &Arc<Runtime>, shape: &[usize], low: f64, high: f64) -> NDArray {
-    let shape = format!("{shape:?}").replace('[', "(").replace(']', ")");
-    let attrs = Attrs::new()
-        .with("low", low)
-        .with("high", high)
-        .with("shape", shape);
-    invoke_on(rt, CPU, "_random_uniform", &[], &attrs, None)
-        .unwrap()
-        .remove(0)
 }
 
 #[test]

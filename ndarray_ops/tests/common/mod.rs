@@ -11,6 +11,20 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use storage::Context;
 
+/// An array of `shape` on `cpu(0)` drawn uniformly from `[low, high)` by the runtime's
+/// generator (`_random_uniform`).
+#[allow(dead_code)]
+pub fn uniform(rt: &Arc<Runtime>, shape: &[usize], low: f64, high: f64) -> NDArray {
+    let shape = format!("{shape:?}").replace('[', "(").replace(']', ")");
+    let attrs = Attrs::new()
+        .with("low", low)
+        .with("high", high)
+        .with("shape", shape);
+    ndarray_ops::invoke_on(rt, Context::cpu(0), "_random_uniform", &[], &attrs, None)
+        .unwrap()
+        .remove(0)
+}
+
 /// A `write` request for the gradient of every argument of `sym` except those named in `except`
 /// (data and labels).
 #[allow(dead_code)]
