@@ -384,7 +384,7 @@ impl NDArray {
             entry: None,
             ..self.clone()
         };
-        let attrs = Attrs::new().with("shape", format!("{shape:?}"));
+        let attrs = || Attrs::new().with("shape", format!("{shape:?}"));
         crate::autograd::record_view("Reshape", attrs, self, view)
     }
 
@@ -412,10 +412,12 @@ impl NDArray {
             entry: None,
             ..self.clone()
         };
-        let attrs = Attrs::new()
-            .with("axis", 0)
-            .with("begin", start)
-            .with("end", end);
+        let attrs = || {
+            Attrs::new()
+                .with("axis", 0)
+                .with("begin", start)
+                .with("end", end)
+        };
         crate::autograd::record_view("slice_axis", attrs, self, view)
     }
 
@@ -433,7 +435,7 @@ impl NDArray {
             true => "_copy",
             false => "_CrossDeviceCopy",
         };
-        crate::autograd::record_view(op, Attrs::new(), self, dst)
+        crate::autograd::record_view(op, Attrs::new, self, dst)
     }
 
     /// This array on `ctx`: itself if it is already there, else a copy.

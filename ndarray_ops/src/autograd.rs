@@ -57,12 +57,12 @@ pub fn pause<R>(f: impl FnOnce() -> R) -> R {
 
 /// Whether this thread is recording.
 pub fn is_recording() -> bool {
-    MODE.with(Cell::get).is_some()
+    mode().is_some()
 }
 
 /// Whether this thread is recording in training mode.
 pub fn is_training() -> bool {
-    MODE.with(Cell::get) == Some(true)
+    mode() == Some(true)
 }
 
 fn scoped<R>(mode: Option<bool>, f: impl FnOnce() -> R) -> R {
@@ -231,18 +231,19 @@ pub(crate) fn record_op(
     Ok(outputs)
 }
 
-/// Records a view (`Reshape`, `slice_axis`, a copy) of `input` as op `name`, when recording and
-/// `input` is recorded; otherwise returns the view outside the graph.
+/// Records a view (`Reshape`, `slice_axis`, a copy) of `input` as op `name` with the attributes
+/// `attrs` makes, when recording and `input` is recorded; otherwise returns the view outside
+/// the graph (and makes no attributes: views are taken on hot paths).
 pub(crate) fn record_view(
     name: &str,
-    attrs: Attrs,
+    attrs: impl FnOnce() -> Attrs,
     input: &NDArray,
     view: NDArray,
 ) -> Result<NDArray> {
-    if !is_recording() {
+    if !is_recording() || input.entry().is_none() {
         return Ok(view);
     }
-    Ok(record_op(name, attrs, &[input], vec![view])?.remove(0))
+    Ok(record_op(name, attrs(), &[input], vec![view])?.remove(0))
 }
 
 impl NDArray {
