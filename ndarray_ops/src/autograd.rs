@@ -371,7 +371,8 @@ pub fn backward(heads: &[&NDArray], head_grads: Option<&[&NDArray]>) -> Result<(
         .collect();
     let grads = differentiate(&entries, &seeds, &reached.values, &leaves)?;
     pause(|| {
-        for (leaf, value) in leaves.iter().zip(&grads) {
+        // Written into the gradient arrays, so results that are not our own need no copy.
+        for (leaf, (value, _)) in leaves.iter().zip(&grads) {
             match &leaf.grad {
                 Some((grad, GradReq::Write)) => value.copy_into(grad)?,
                 Some((grad, GradReq::Add)) => grad.add_inplace(value)?,
@@ -408,7 +409,17 @@ pub fn grad(
         }
     }
     let values = reach(&entries).values;
-    differentiate(&entries, &seeds, &values, &wrt)
+    let grads = differentiate(&entries, &seeds, &values, &wrt)?;
+    // No two results, and nothing the caller holds, may share memory.
+    pause(|| {
+        grads
+            .into_iter()
+            .map(|(g, own)| match own {
+                true => Ok(g),
+                false => g.copy_to(g.ctx()),
+            })
+            .collect()
+    })
 }
 
 /// The recorded entry of each distinct head, with the sum of the head gradients given for it
@@ -463,15 +474,15 @@ fn seeded_heads<'a>(
 
 /// The gradient of the heads, seeded by `seeds`, with respect to each leaf of `wrt`: the
 /// symbolic gradient pass over the recorded graph, of which only the backward nodes run (the
-/// forward ones are `values`). A gradient that is not a backward node's own output (a head
-/// gradient passed straight through, a recorded value), or one handed out already, is copied,
-/// so that no two results and nothing the caller holds share memory.
+/// forward ones are `values`). Each gradient comes with whether it is the caller's own: false
+/// for one that is not a backward node's output (a head gradient passed straight through, a
+/// recorded value) or was handed out already, which a caller returning it must copy.
 fn differentiate(
     entries: &[&Arc<Entry>],
     seeds: &[NDArray],
     values: &HashMap<usize, Vec<NDArray>>,
     wrt: &[&Arc<Leaf>],
-) -> Result<Vec<NDArray>> {
+) -> Result<Vec<(NDArray, bool)>> {
     let key = |n: &Arc<Node>| Arc::as_ptr(n) as usize;
     // The pass takes each variable once.
     let mut reached: Vec<&Arc<Leaf>> = Vec::new();
@@ -505,30 +516,20 @@ fn differentiate(
             };
             vals.push(v);
         }
-        let mut grads: Vec<NDArray> = Vec::with_capacity(reached.len());
         let mut handed = HashSet::new();
-        for k in 0..reached.len() {
-            let (node, index) = g.outputs[entries.len() + k];
-            let made = g.nodes[node].op.is_some() && !values.contains_key(&key(&g.nodes[node]));
-            let v = &vals[node][index];
-            grads.push(match made && handed.insert((node, index)) {
-                true => v.clone(),
-                false => v.copy_to(v.ctx())?,
-            });
-        }
-        // A leaf asked for again gets a copy of its gradient.
-        let mut given = vec![false; reached.len()];
         wrt.iter()
             .map(|l| match reached.iter().position(|r| Arc::ptr_eq(r, l)) {
-                Some(k) if given[k] => grads[k].copy_to(grads[k].ctx()),
                 Some(k) => {
-                    given[k] = true;
-                    Ok(grads[k].clone())
+                    let (node, index) = g.outputs[entries.len() + k];
+                    let made =
+                        g.nodes[node].op.is_some() && !values.contains_key(&key(&g.nodes[node]));
+                    let own = made && handed.insert((node, index));
+                    Ok((vals[node][index].clone(), own))
                 }
-                None => l
-                    .value
-                    .runtime()
-                    .zeros(l.value.shape(), l.value.dtype(), l.value.ctx()),
+                None => {
+                    let v = &l.value;
+                    Ok((v.runtime().zeros(v.shape(), v.dtype(), v.ctx())?, true))
+                }
             })
             .collect()
     })
