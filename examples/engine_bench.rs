@@ -19,7 +19,10 @@
 //!   same for the bulked chain;
 //! * independent_profiled (extra keys `independent_profiled_ns`, `profiler_cost`): the
 //!   independent workload on a fresh engine of the same kind with the profiler on (recording
-//!   every op, writing no file), and its cost beside the unprofiled run.
+//!   every op, writing no file), and its cost beside the unprofiled run;
+//! * crossed (extra key `crossed_ns`): 4 threads pushing at once, 250,000 ops each, every op
+//!   writing one of 8 vars and reading the next one, so that the threads' read and write sets
+//!   cross (wall time per op over all four).
 //!
 //! Beside the floor, with the independent workload, the same bare pool with jobs that carry
 //! more: `floor_boxed_ns`, 16 bytes each (so each job is one allocation the pusher makes and the
@@ -76,7 +79,7 @@ pub struct Args {
 }
 
 /// Every workload `--workload` can name, in the order a run times them.
-const WORKLOADS: [&str; 9] = [
+const WORKLOADS: [&str; 10] = [
     "independent",
     "chain",
     "chain_bulk",
@@ -86,6 +89,7 @@ const WORKLOADS: [&str; 9] = [
     "independent_split",
     "chain_bulk_split",
     "independent_profiled",
+    "crossed",
 ];
 
 fn workload(name: &str) -> Result<String, String> {
@@ -419,6 +423,28 @@ fn fanout(e: &dyn Engine, src: &Var, outs: &[Var], rounds: usize) -> usize {
     rounds * (outs.len() + 1)
 }
 
+/// How many threads push at once in the crossed workload.
+const PUSHERS: usize = 4;
+
+/// `PUSHERS` threads pushing `n` ops between them at once; op `i` of thread `t` writes var
+/// `(t + i) % 8` and reads the next one, so every two threads cross on some pair of vars.
+fn crossed(e: &dyn Engine, vars: &[Var], n: usize) -> usize {
+    let ring = &vars[..8];
+    std::thread::scope(|s| {
+        for t in 0..PUSHERS {
+            s.spawn(move || {
+                for i in 0..n / PUSHERS {
+                    let k = (t + i) % ring.len();
+                    let op = noop("crossed").write(&ring[k]);
+                    e.push(op.read(&ring[(k + 1) % ring.len()])).expect("push");
+                }
+            });
+        }
+    });
+    e.wait_for_all().expect("no failures");
+    n / PUSHERS * PUSHERS
+}
+
 fn main() {
     let args = Args::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit());
     let report = run(&args);
@@ -493,6 +519,7 @@ pub fn run(args: &Args) -> serde_json::Value {
         let (bulk_push_alone, bulk_run_alone) = timed_split("chain_bulk_split", &mut || {
             push_chain_bulk(&e, &one, n_chain, args.bulk_size)
         });
+        let cross = timed("crossed", &mut || crossed(&*e, &vars, n_ind));
         let ind_profiled = match wanted("independent_profiled") {
             true => profiled(kind, args.threads, args.repeats, n_ind),
             false => 0.0,
@@ -514,6 +541,7 @@ pub fn run(args: &Args) -> serde_json::Value {
                 "chain_bulk_run_alone_ns": bulk_run_alone,
                 "independent_profiled_ns": ind_profiled,
                 "profiler_cost": ratio(ind_profiled, ind),
+                "crossed_ns": cross,
             }),
         );
     }

@@ -24,7 +24,7 @@ use crate::op::{
 };
 use crate::profiler::Profiler;
 use crate::sync::{fence, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering, TakeOnce};
-use crate::var::{Access, Granted, Var};
+use crate::var::{Access, Granted, Var, VarGuard};
 
 /// Where ready ops go.
 pub(crate) trait Dispatch: Send + Sync + 'static {
@@ -278,21 +278,7 @@ impl Core {
 
     fn enqueue(self: &Arc<Self>, op: OpRef) {
         self.pushes.pushed.fetch_add(1, Ordering::SeqCst);
-        let mut granted_now = 0;
-        for v in &op.reads {
-            let mut g = v.lock();
-            if g.is_deleted() {
-                op.mark_dead(v.id());
-            }
-            granted_now += usize::from(g.append(&op, Access::Read));
-        }
-        for v in &op.writes {
-            let mut g = v.lock();
-            if g.is_deleted() {
-                op.mark_dead(v.id());
-            }
-            granted_now += usize::from(g.append(&op, Access::Write));
-        }
+        let granted_now = append_all(&op);
         // An op every var granted at once sits in no queue, so nobody else can touch its count.
         let all_granted = granted_now == op.reads.len() + op.writes.len();
         let n = granted_now + 1;
@@ -727,6 +713,41 @@ impl Core {
             p.record(name, t0, rctx.ctx);
         }
     }
+}
+
+/// Appends `op` to every var it names as one step, and returns how many granted it at once.
+///
+/// Pushes from several threads must not interleave their appends: if op X were queued first on
+/// var `a` and op Y first on var `b`, while X also waits on `b` and Y on `a`, neither would ever
+/// run. So the pusher locks all of the op's vars before appending to any of them (two-phase
+/// locking), taking the locks in one global order, by address, so that two pushers never wait
+/// for each other's locks. Two pushes sharing a var are then appended to all their shared vars
+/// in the same order, the order in which they locked the first shared var: the order of effect
+/// on every var follows one global order of whole pushes, and every queue waits only for ops
+/// earlier in that order, which cannot wait back. Completions lock one var at a time.
+fn append_all(op: &OpRef) -> usize {
+    let append = |g: &mut VarGuard<'_>, v: &Var, access: Access| {
+        if g.is_deleted() {
+            op.mark_dead(v.id());
+        }
+        usize::from(g.append(op, access))
+    };
+    let reads = op.reads.iter().map(|v| (v, Access::Read));
+    let mut vars: SmallVec<[(&Var, Access); 8]> = reads
+        .chain(op.writes.iter().map(|v| (v, Access::Write)))
+        .collect();
+    if let [(v, access)] = vars[..] {
+        return append(&mut v.lock(), v, access);
+    }
+    vars.sort_unstable_by_key(|(v, _)| v.id());
+    let mut guards: SmallVec<[VarGuard<'_>; 8]> = vars.iter().map(|(v, _)| v.lock()).collect();
+    let granted = guards
+        .iter_mut()
+        .zip(&vars)
+        .map(|(g, &(v, access))| append(g, v, access))
+        .sum();
+    drop(guards);
+    granted
 }
 
 /// How many finished ops a pool worker holds before dropping them together.

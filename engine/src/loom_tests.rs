@@ -367,3 +367,72 @@ fn a_failing_write_poisons_the_rest_of_its_run() {
         core.wait_for_all().unwrap();
     });
 }
+
+/// An op that writes `w` and reads `r`, logging when it starts and ends.
+fn crossed<'a>(name: &'static str, log: &Log, w: &'a Var, r: &'a Var) -> Op<'a> {
+    logged(name, log).write(w).read(r)
+}
+
+/// Two ops conflicting on a var never overlap: one ends before the other starts.
+fn serialized(log: &[(&str, bool)], a: &str, b: &str) -> bool {
+    let pos = |n: &str, start: bool| event_at(log, n, start);
+    pos(a, false) < pos(b, true) || pos(b, false) < pos(a, true)
+}
+
+#[test]
+fn two_pushers_with_crossed_vars_never_deadlock() {
+    // X writes a and reads b while Y writes b and reads a: appended one var at a time, X could
+    // queue first on a and Y first on b, each then waiting for the other forever. Every
+    // interleaving of the two pushes with a worker must run both.
+    model(|| {
+        let (core, q) = core();
+        let (a, b) = (core.new_var(false), core.new_var(false));
+        let log: Log = Arc::default();
+        let (c2, a2, b2, l2) = (core.clone(), a.clone(), b.clone(), log.clone());
+        let pusher = loom::thread::spawn(move || c2.push(crossed("y", &l2, &b2, &a2)).unwrap());
+        let (_, hs) = spawn_workers(&core, &q, 2, 1);
+        core.push(crossed("x", &log, &a, &b)).unwrap();
+        pusher.join().unwrap();
+        join(hs);
+        core.wait_for_all().unwrap();
+        let log = log.lock().unwrap().clone();
+        assert!(
+            serialized(&log, "x", "y"),
+            "crossed ops overlapped: {log:?}"
+        );
+        assert_eq!((a.version(), b.version()), (1, 1));
+    });
+}
+
+#[test]
+fn three_pushers_in_a_cycle_never_deadlock() {
+    // X writes a and reads b, Y writes b and reads c, Z writes c and reads a: appended one var at
+    // a time, each could queue first on the var it writes and then behind the next one's write.
+    // Each pair conflicts on one var, so each pair runs one after the other.
+    model(|| {
+        let (core, q) = core();
+        let vars: Arc<Vec<Var>> = Arc::new((0..3).map(|_| core.new_var(false)).collect());
+        let log: Log = Arc::default();
+        let names = ["x", "y", "z"];
+        let pushers: Vec<_> = (1..3)
+            .map(|i| {
+                let (c, v, l) = (core.clone(), vars.clone(), log.clone());
+                loom::thread::spawn(move || {
+                    c.push(crossed(names[i], &l, &v[i], &v[(i + 1) % 3]))
+                        .unwrap()
+                })
+            })
+            .collect();
+        core.push(crossed("x", &log, &vars[0], &vars[1])).unwrap();
+        join(pushers);
+        // This thread runs the ops once every push is in, so the appends race only each other.
+        let finished = Arc::new(AtomicUsize::new(0));
+        worker(core.clone(), q, finished, 3);
+        core.wait_for_all().unwrap();
+        let log = log.lock().unwrap().clone();
+        for (p, q) in [("x", "y"), ("y", "z"), ("z", "x")] {
+            assert!(serialized(&log, p, q), "{p} and {q} overlapped: {log:?}");
+        }
+        assert!(vars.iter().all(|v| v.version() == 1));
+    });
+}

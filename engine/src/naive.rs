@@ -1,12 +1,14 @@
 //! The inline engine: every op runs on the pushing thread before `push` returns (an async op is
-//! waited for). Pushes from several threads are not ordered against each other. It is the reference the threaded engines are checked against, so it shares
-//! only the `Var` type with them and none of their dependency machinery.
+//! waited for). Pushes from several threads run one whole push at a time (an op pushing from
+//! inside itself runs its push nested), so they are linearizable as on the threaded engines. It
+//! is the reference the threaded engines are checked against, so it shares only the `Var` type
+//! with them and none of their dependency machinery.
 
 use std::borrow::{Borrow, Cow};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, ReentrantMutex};
 use smallvec::SmallVec;
 
 use crate::bulk::{BulkBody, BulkUnit};
@@ -25,6 +27,9 @@ pub struct NaiveEngine {
     /// Unreported root failures, in push order (so the first is the earliest pushed).
     failures: Mutex<Vec<Arc<OpFailure>>>,
     profiler: Option<Arc<Profiler>>,
+    /// Held while a push (or a delete function) runs, so that pushes from several threads run
+    /// one at a time; reentrant, because an op may push more ops from inside itself.
+    one_at_a_time: ReentrantMutex<()>,
 }
 
 impl NaiveEngine {
@@ -34,6 +39,7 @@ impl NaiveEngine {
             next_var: std::sync::atomic::AtomicU64::new(0),
             failures: Mutex::new(Vec::new()),
             profiler,
+            one_at_a_time: ReentrantMutex::new(()),
         }
     }
 
@@ -65,6 +71,7 @@ impl NaiveEngine {
                 Access::Write => writes.push(v),
             }
         }
+        let _whole = self.one_at_a_time.lock();
         self.execute(op.name, op.func, op.ctx, &reads, &writes);
         Ok(())
     }
@@ -150,6 +157,7 @@ impl Engine for NaiveEngine {
     fn push_bulk(&self, unit: &mut BulkUnit) -> Result<(), EngineError> {
         // The unit's next ops go into this body's emptied lists (see `BulkUnit::take_into`), and
         // the body goes back to the unit afterwards, so bulking allocates nothing per unit.
+        let _whole = self.one_at_a_time.lock();
         let mut body = unit
             .spare
             .pop()
@@ -183,6 +191,7 @@ impl Engine for NaiveEngine {
 
     fn delete_var(&self, f: Box<dyn FnOnce() + Send>, var: &Var) -> Result<(), EngineError> {
         check_vars(self.id, "delete_var", std::iter::once(var))?;
+        let _whole = self.one_at_a_time.lock();
         var.lock().mark_deleted();
         if let Err(p) = catch_unwind(AssertUnwindSafe(f)) {
             self.fail("delete_var", panic_message(&*p), true);
