@@ -30,8 +30,11 @@ use crate::var::{Access, Granted, Var, VarGuard};
 pub(crate) trait Dispatch: Send + Sync + 'static {
     /// Arranges for `core.execute(op, ..)` to be called on some worker.
     fn dispatch(&self, core: &Arc<Core>, op: OpRef);
-    /// Stops and joins every worker; called once, after the engine went idle.
+    /// Stops and joins every worker (but the calling thread, if it is one); called once, after
+    /// the engine went idle.
     fn shutdown(&self);
+    /// Whether the calling thread is one of the workers `shutdown` joins.
+    fn is_worker(&self) -> bool;
 }
 
 /// How a finished op leaves the vars it wrote.
@@ -110,10 +113,10 @@ impl Drop for InlineScope {
 }
 
 /// Marks the running op on this thread for the duration of a user closure.
-struct RunningScope(Option<(u64, Cow<'static, str>)>);
+pub(crate) struct RunningScope(Option<(u64, Cow<'static, str>)>);
 
 impl RunningScope {
-    fn enter(engine: u64, name: Cow<'static, str>) -> Self {
+    pub(crate) fn enter(engine: u64, name: Cow<'static, str>) -> Self {
         RunningScope(RUNNING.with(|r| r.borrow_mut().replace((engine, name))))
     }
 
@@ -594,9 +597,15 @@ impl Core {
     }
 
     /// Runs a delete function, recording a panic as a failure of the delete.
+    /// A delete function runs as an op: a wait from inside it is refused, and an engine whose
+    /// last handle it drops knows it is inside one of its own ops.
     fn run_delete(&self, seq: u64, f: Box<dyn FnOnce() + Send>, rctx: &RunContext) {
         let t0 = self.profile_start();
-        if let Err(panic) = catch_unwind(AssertUnwindSafe(f)) {
+        let result = {
+            let _running = RunningScope::enter(self.id, Cow::Borrowed("delete_var"));
+            catch_unwind(AssertUnwindSafe(f))
+        };
+        if let Err(panic) = result {
             self.record(seq, "delete_var", panic_message(&*panic), true);
         }
         self.profile_end(t0, &Cow::Borrowed("delete_var"), rctx);
@@ -684,22 +693,18 @@ impl Core {
         RUNNING.with(|r| matches!(&*r.borrow(), Some((id, _)) if *id == self.id))
     }
 
-    pub(crate) fn inside_own_op(&self) -> Option<String> {
-        RUNNING.with(|r| match &*r.borrow() {
-            Some((id, name)) if *id == self.id => Some(name.to_string()),
-            _ => None,
-        })
-    }
-
     fn refuse_inside_op(&self, call: &'static str) -> Result<(), EngineError> {
-        match self.inside_own_op() {
-            Some(op) => Err(EngineError::WaitInsideOp { call, op }),
-            None => Ok(()),
-        }
+        refuse_inside_op(self.id, call)
     }
 
     pub(crate) fn shutdown(&self) {
         self.dispatch.shutdown();
+    }
+
+    /// Whether waiting for this engine to go idle on the calling thread could wait for itself:
+    /// the thread runs one of the engine's ops (a delete function included), or is a worker.
+    pub(crate) fn on_own_thread(&self) -> bool {
+        self.running_own_op() || self.dispatch.is_worker()
     }
 
     fn profile_start(&self) -> Option<u64> {
@@ -732,22 +737,30 @@ fn append_all(op: &OpRef) -> usize {
         }
         usize::from(g.append(op, access))
     };
-    let reads = op.reads.iter().map(|v| (v, Access::Read));
-    let mut vars: SmallVec<[(&Var, Access); 8]> = reads
-        .chain(op.writes.iter().map(|v| (v, Access::Write)))
-        .collect();
-    if let [(v, access)] = vars[..] {
-        return append(&mut v.lock(), v, access);
+    // The common shapes first, without gathering the vars into a list.
+    match (&op.reads[..], &op.writes[..]) {
+        ([], [v]) => append(&mut v.lock(), v, Access::Write),
+        ([v], []) => append(&mut v.lock(), v, Access::Read),
+        ([r], [w]) => {
+            let (first, second) = match r.id() < w.id() {
+                true => ((r, Access::Read), (w, Access::Write)),
+                false => ((w, Access::Write), (r, Access::Read)),
+            };
+            let (mut g1, mut g2) = (first.0.lock(), second.0.lock());
+            append(&mut g1, first.0, first.1) + append(&mut g2, second.0, second.1)
+        }
+        (reads, writes) => {
+            let reads = reads.iter().map(|v| (v, Access::Read));
+            let mut vars: SmallVec<[(&Var, Access); 16]> = reads
+                .chain(writes.iter().map(|v| (v, Access::Write)))
+                .collect();
+            vars.sort_unstable_by_key(|(v, _)| v.id());
+            let mut guards: SmallVec<[VarGuard<'_>; 16]> =
+                vars.iter().map(|(v, _)| v.lock()).collect();
+            let granted = guards.iter_mut().zip(&vars);
+            granted.map(|(g, &(v, access))| append(g, v, access)).sum()
+        }
     }
-    vars.sort_unstable_by_key(|(v, _)| v.id());
-    let mut guards: SmallVec<[VarGuard<'_>; 8]> = vars.iter().map(|(v, _)| v.lock()).collect();
-    let granted = guards
-        .iter_mut()
-        .zip(&vars)
-        .map(|(g, &(v, access))| append(g, v, access))
-        .sum();
-    drop(guards);
-    granted
 }
 
 /// How many finished ops a pool worker holds before dropping them together.
@@ -796,6 +809,18 @@ pub(crate) fn flush_retired() {
 pub(crate) fn stop_retiring() {
     let batch = RETIRED.with(|r| r.borrow_mut().take());
     drop(batch);
+}
+
+/// Refuses a blocking `call` from inside an op (or delete function) of engine `engine`: the op
+/// would wait for work queued behind itself.
+pub(crate) fn refuse_inside_op(engine: u64, call: &'static str) -> Result<(), EngineError> {
+    RUNNING.with(|r| match &*r.borrow() {
+        Some((id, name)) if *id == engine => Err(EngineError::WaitInsideOp {
+            call,
+            op: name.to_string(),
+        }),
+        _ => Ok(()),
+    })
 }
 
 /// Shared by both engines: vars must belong to the engine and be alive.

@@ -56,11 +56,9 @@ pub enum EngineError {
         /// The engine it was pushed to.
         engine: u64,
     },
-    /// A blocking wait was called from inside an op running on this engine's workers; it would
+    /// A blocking wait was called from inside an op (or delete function) of this engine; it would
     /// wait for itself.
-    #[error(
-        "{call} called from inside op '{op}' running on an engine worker; it would wait for itself"
-    )]
+    #[error("{call} called from inside op '{op}', which would wait for itself")]
     WaitInsideOp {
         /// `wait_for_var` or `wait_for_all`.
         call: &'static str,

@@ -23,6 +23,9 @@ impl Dispatch for QueueDispatch {
         self.0 .0.lock().unwrap().push_back(op);
     }
     fn shutdown(&self) {}
+    fn is_worker(&self) -> bool {
+        false
+    }
 }
 
 fn core() -> (Arc<Core>, Arc<Queue>) {

@@ -12,7 +12,7 @@ use parking_lot::{Mutex, ReentrantMutex};
 use smallvec::SmallVec;
 
 use crate::bulk::{BulkBody, BulkUnit};
-use crate::core::{check_vars, next_engine_id};
+use crate::core::{check_vars, next_engine_id, refuse_inside_op, RunningScope};
 use crate::error::{panic_message, EngineError, OpFailure, OpResult};
 use crate::op::{distinct, Completion, Oneshot, Op, RunContext, UserFn, VarRefs};
 use crate::profiler::Profiler;
@@ -88,6 +88,8 @@ impl NaiveEngine {
         let poisoned = reads.iter().chain(writes).find_map(|v| v.borrow().poison());
         let t0 = self.profiler.as_ref().and_then(|p| p.start());
         let rctx = RunContext::new(ctx);
+        // Inside the closure a wait is refused, as on the threaded engines.
+        let running = RunningScope::enter(self.id, name.clone());
         let failure = match (poisoned, func) {
             (Some(root), _) => Some(root),
             (None, UserFn::Sync(f)) => match catch_unwind(AssertUnwindSafe(|| f(&rctx))) {
@@ -113,6 +115,7 @@ impl NaiveEngine {
                     .map(|e| self.fail(&name, e.message.clone(), false))
             }
         };
+        drop(running);
         if let (Some(p), Some(t0)) = (&self.profiler, t0) {
             p.record(&name, t0, ctx);
         }
@@ -193,13 +196,18 @@ impl Engine for NaiveEngine {
         check_vars(self.id, "delete_var", std::iter::once(var))?;
         let _whole = self.one_at_a_time.lock();
         var.lock().mark_deleted();
-        if let Err(p) = catch_unwind(AssertUnwindSafe(f)) {
+        let result = {
+            let _running = RunningScope::enter(self.id, Cow::Borrowed("delete_var"));
+            catch_unwind(AssertUnwindSafe(f))
+        };
+        if let Err(p) = result {
             self.fail("delete_var", panic_message(&*p), true);
         }
         Ok(())
     }
 
     fn wait_for_var(&self, var: &Var) -> Result<(), EngineError> {
+        refuse_inside_op(self.id, "wait_for_var")?;
         check_vars(self.id, "wait_for_var", std::iter::once(var))?;
         match var.lock().take_poison() {
             Some(p) => {
@@ -211,6 +219,7 @@ impl Engine for NaiveEngine {
     }
 
     fn wait_for_all(&self) -> Result<(), EngineError> {
+        refuse_inside_op(self.id, "wait_for_all")?;
         let mut failures = self.failures.lock();
         let first = failures.first().cloned();
         failures.clear();

@@ -31,6 +31,11 @@ impl Threads {
         self.0.lock().extend(handles);
     }
 
+    fn contains_current(&self) -> bool {
+        let me = std::thread::current().id();
+        self.0.lock().iter().any(|h| h.thread().id() == me)
+    }
+
     fn join(&self) {
         let handles = std::mem::take(&mut *self.0.lock());
         let me = std::thread::current().id();
@@ -93,6 +98,10 @@ impl Dispatch for PooledDispatch {
             b.stop();
         }
         self.threads.join();
+    }
+
+    fn is_worker(&self) -> bool {
+        self.threads.contains_current()
     }
 }
 
@@ -190,6 +199,10 @@ impl Dispatch for PerDeviceDispatch {
         }
         self.threads.join();
     }
+
+    fn is_worker(&self) -> bool {
+        self.threads.contains_current()
+    }
 }
 
 /// `ThreadedPooled` or `ThreadedPerDevice`.
@@ -274,11 +287,27 @@ impl Engine for ThreadedEngine {
 
 impl Drop for ThreadedEngine {
     /// Drains every pushed op, joins every worker, then writes the profile if one was asked for.
+    ///
+    /// The last handle may go on a thread the drain waits for: inside an op or a delete function
+    /// (an array's storage holding the last handle), or on a worker. Waiting there would wait for
+    /// itself, so that thread hands the drain and the joins to a thread of their own and returns;
+    /// the engine is gone, every worker joined, once the ops pushed before have finished.
     fn drop(&mut self) {
-        if !self.core.running_own_op() {
-            self.core.wait_idle();
+        let core = self.core.clone();
+        let close = move || {
+            core.wait_idle();
+            core.shutdown();
+            crate::write_profile_on_drop(core.profiler.as_deref());
+        };
+        if !self.core.on_own_thread() {
+            return close();
         }
-        self.core.shutdown();
-        crate::write_profile_on_drop(self.core.profiler.as_deref());
+        let closer = std::thread::Builder::new().name("mxrs-engine-close".into());
+        if let Err(e) = closer.spawn(close) {
+            // No thread to wait on: stop the workers now (each but this one is joined; pending
+            // ops are dropped unrun) rather than wait for this thread's own op.
+            eprintln!("engine: cannot start a thread to close the engine ({e}); stopping it now");
+            self.core.shutdown();
+        }
     }
 }

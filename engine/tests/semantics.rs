@@ -423,7 +423,7 @@ fn higher_priority_runs_first_on_a_busy_pool() {
 #[test]
 fn waiting_inside_an_op_is_an_error_not_a_deadlock() {
     watchdog("wait inside op", 30, || {
-        for kind in [EngineKind::ThreadedPooled, EngineKind::ThreadedPerDevice] {
+        for kind in EngineKind::ALL {
             let e = engine(kind);
             let v = e.new_var();
             // Owned names, so that the refusal shows the running op's own name, not a copy
@@ -448,6 +448,41 @@ fn waiting_inside_an_op_is_an_error_not_a_deadlock() {
                 let err = e.wait_for_var(&v).unwrap_err().to_string();
                 assert!(err.contains("would wait for itself"), "{err}");
                 assert!(err.contains(&format!("inside op '{name}'")), "{err}");
+            }
+        }
+    });
+}
+
+#[test]
+fn waiting_inside_a_delete_function_is_an_error_not_a_deadlock() {
+    watchdog("wait inside delete", 30, || {
+        for kind in EngineKind::ALL {
+            for pending in [false, true] {
+                let e = engine(kind);
+                let v = e.new_var();
+                if pending {
+                    // The delete function then runs on a worker, after this op.
+                    let slow = Op::sync("slow", |_| {
+                        std::thread::sleep(Duration::from_millis(20));
+                        Ok(())
+                    });
+                    e.push(slow.write(&v)).unwrap();
+                }
+                let seen = Arc::new(Mutex::new(Vec::new()));
+                let (e2, seen2) = (e.clone(), seen.clone());
+                let f = move || {
+                    let all = e2.wait_for_all().unwrap_err();
+                    seen2.lock().unwrap().push(all.to_string());
+                };
+                e.delete_var(Box::new(f), &v).unwrap();
+                e.wait_for_all().unwrap();
+                let seen = seen.lock().unwrap().clone();
+                assert_eq!(seen.len(), 1, "{kind:?}: the delete function did not run");
+                assert!(
+                    seen[0].contains("wait_for_all called from inside op 'delete_var'"),
+                    "{kind:?}, pending {pending}: {}",
+                    seen[0]
+                );
             }
         }
     });

@@ -81,12 +81,64 @@ pub fn save_list(path: impl AsRef<Path>, arrays: &[&NDArray]) -> Result<()> {
 }
 
 fn save_to(path: &Path, arrays: &[&NDArray], names: &[&str]) -> Result<()> {
-    let file =
-        std::fs::File::create(path).map_err(|e| file_error("save", path, "cannot create", e))?;
+    write_atomically("save", path, |w| {
+        write_arrays(w, arrays, names).map_err(|e| match e {
+            NdError::Invalid { op, reason } => NdError::Invalid {
+                op,
+                reason: format!("writing {}: {reason}", path.display()),
+            },
+            other => other,
+        })
+    })
+}
+
+/// Writes a file so that a failure never leaves it half-written: the bytes go to a temporary
+/// file beside it, which is flushed to the disk and then renamed over `path`. If anything fails
+/// (a disk full, an array whose producing op failed), the temporary file is removed and `path`
+/// keeps whatever it held before. A `path` that exists and is not a regular file (a device, a
+/// pipe) is written directly, as renaming over it would replace it.
+pub fn write_atomically(
+    op: &str,
+    path: &Path,
+    write: impl FnOnce(&mut BufWriter<std::fs::File>) -> Result<()>,
+) -> Result<()> {
+    let special = std::fs::metadata(path).is_ok_and(|m| !m.is_file());
+    if special {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(|e| file_error(op, path, "cannot open", e))?;
+        let mut w = BufWriter::new(file);
+        write(&mut w)?;
+        return w
+            .flush()
+            .map_err(|e| file_error(op, path, "cannot write", e));
+    }
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = path.file_name().map_or_else(
+        || std::ffi::OsString::from("file"),
+        std::ffi::OsStr::to_os_string,
+    );
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(&name);
+    tmp_name.push(format!(".tmp-{}-{n}", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    let file = std::fs::File::create(&tmp)
+        .map_err(|e| file_error(op, path, "cannot create a temporary file beside", e))?;
     let mut w = BufWriter::new(file);
-    write_arrays(&mut w, arrays, names)?;
-    w.flush()
-        .map_err(|e| file_error("save", path, "cannot write", e))
+    let written = write(&mut w).and_then(|()| {
+        let file = w
+            .into_inner()
+            .map_err(|e| file_error(op, path, "cannot write", e.into_error()))?;
+        file.sync_all()
+            .map_err(|e| file_error(op, path, "cannot flush to the disk", e))?;
+        std::fs::rename(&tmp, path).map_err(|e| file_error(op, path, "cannot replace", e))
+    });
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 /// Writes arrays (waiting for their pending writes) and their names (empty, or one per array)
@@ -446,8 +498,11 @@ pub fn save_checkpoint(
     aux_params: &HashMap<String, NDArray>,
 ) -> Result<()> {
     let (json_path, params_path) = checkpoint_paths(prefix, epoch);
-    std::fs::write(&json_path, symbol.to_json())
-        .map_err(|e| file_error("save_checkpoint", Path::new(&json_path), "cannot write", e))?;
+    let json = symbol.to_json();
+    write_atomically("save_checkpoint", Path::new(&json_path), |w| {
+        w.write_all(json.as_bytes())
+            .map_err(|e| file_error("save_checkpoint", Path::new(&json_path), "cannot write", e))
+    })?;
     save_params(&params_path, arg_params, aux_params)
 }
 

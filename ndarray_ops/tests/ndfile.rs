@@ -452,3 +452,59 @@ fn copy_params_from_checks_everything_before_copying_anything() {
         good.to_vec::<f32>().unwrap()
     );
 }
+
+/// Saving over a good file never destroys it: when an array's producing op failed, or the
+/// target cannot take the bytes, the error names the file and the previous file still loads
+/// with its values, with no temporary file left beside it.
+#[test]
+fn a_failed_save_leaves_the_previous_file_whole() {
+    let rt = runtime();
+    let dir = std::env::temp_dir().join(format!("mxrs-ndfile-atomic-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("weights.params");
+    let good = rt.from_vec(vec![1.0f32, 2.0, 3.0], &[3], CPU).unwrap();
+    ndfile::save(&path, &[("w", &good)]).unwrap();
+
+    // An array whose producing op fails (a failure is reported once: one array per save),
+    // saved with a good one first over the good file.
+    let broken = || {
+        let a = rt.zeros(&[1000], DType::F32, CPU).unwrap();
+        let fail = engine::Op::sync("sensor", |_| Err("sensor unplugged".into()));
+        rt.engine().push(fail.write(a.var())).unwrap();
+        a
+    };
+    let err = ndfile::save(&path, &[("w", &good), ("broken", &broken())])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("sensor unplugged"), "{err}");
+    let err = ndfile::save_params(
+        &path,
+        &HashMap::from([("w".to_string(), broken())]),
+        &HashMap::new(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("sensor unplugged"), "{err}");
+    let loaded = ndfile::load(&path, &rt, CPU).unwrap().into_named().unwrap();
+    assert_eq!(loaded["w"].to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0]);
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("weights.params")]);
+
+    // A target that cannot take the bytes: the error names it.
+    if std::path::Path::new("/dev/full").exists() {
+        let err = ndfile::save("/dev/full", &[("w", &good)])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("/dev/full"), "{err}");
+    }
+    // A directory that does not exist: the error names the file asked for.
+    let nowhere = dir.join("no-such-dir").join("w.params");
+    let err = ndfile::save(&nowhere, &[("w", &good)])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("no-such-dir"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
