@@ -84,6 +84,15 @@ impl StorageConfig {
         }
         if let Some(v) = lookup(env::MEMORY_LIMIT) {
             let expected = "a byte count (4G) or a list like cpu(0)=1G,gpu(0)=8G";
+            // An empty value would set no limit at all, silently: unset the variable for that.
+            if v.split(',').all(|p| p.trim().is_empty()) {
+                return Err(bad(
+                    env::MEMORY_LIMIT,
+                    &v,
+                    "a byte count (4G) or a list like cpu(0)=1G,gpu(0)=8G, not an empty value \
+                     (unset the variable for no limit)",
+                ));
+            }
             for part in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
                 match part.split_once('=') {
                     None => {

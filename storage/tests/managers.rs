@@ -266,6 +266,8 @@ fn environment_configures_pool_and_limits() {
         ("MXRS_POOL_ROUND_CUTOFF", "1000", "power of two"),
         ("MXRS_MEMORY_LIMIT", "tpu(0)=1G", "unknown device type"),
         ("MXRS_MEMORY_LIMIT", "cpu(0)=lots", "byte count"),
+        ("MXRS_MEMORY_LIMIT", "", "not an empty value"),
+        ("MXRS_MEMORY_LIMIT", " , ", "not an empty value"),
     ] {
         let pairs: &'static [(&'static str, &'static str)] = Box::leak(Box::new([(var, value)]));
         let e = StorageConfig::from_lookup(env(pairs)).unwrap_err();
