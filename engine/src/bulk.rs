@@ -285,13 +285,21 @@ impl BulkUnit {
 
     /// Adds a checked, bulkable op that [`BulkUnit::accepts`] as the last member. Its vars are
     /// deduplicated here, as for any op: a var listed twice counts once, and a var both read
-    /// and written is only written.
+    /// and written is written, and listed among the member's reads too (it updates the var, so
+    /// a failure on it stops the member).
     fn add(&mut self, name: Cow<'static, str>, func: SyncFn, reads: &[&Var], writes: &[&Var]) {
         self.members.start_op(name, func);
-        let (mut n_reads, mut n_writes) = (0, 0);
-        for (v, access) in distinct(reads, writes) {
+        let (mut n_reads, mut n_writes) = (0u8, 0u8);
+        // `distinct` gives the writes first; the slots of the updated ones are listed again
+        // as the first reads.
+        let mut updated: SmallVec<[u8; 4]> = SmallVec::new();
+        for (v, access, read) in distinct(reads, writes) {
             let bumps = match access {
                 Access::Read => {
+                    for slot in updated.drain(..) {
+                        self.members.push_slot(slot);
+                        n_reads += 1;
+                    }
                     n_reads += 1;
                     0
                 }
@@ -302,6 +310,13 @@ impl BulkUnit {
             };
             let slot = self.take_slot(v, bumps);
             self.members.push_slot(slot);
+            if access == Access::Write && read {
+                updated.push(slot);
+            }
+        }
+        for slot in updated {
+            self.members.push_slot(slot);
+            n_reads += 1;
         }
         self.members.end_op(n_reads, n_writes);
     }
@@ -423,7 +438,8 @@ mod tests {
     }
 
     /// Names come back per op from their runs (equal names, static or owned, share a run), and
-    /// each op's slots come back split into its deduplicated reads and writes.
+    /// each op's slots come back split into its deduplicated reads and writes, a var it both
+    /// reads and writes among the writes and, first, among the reads.
     #[test]
     fn a_unit_gives_back_each_op_with_its_name_and_slots() {
         let v: Vec<Var> = (0..4).map(|i| Var::new(i, 1, false)).collect();
@@ -454,10 +470,10 @@ mod tests {
             vec![
                 expect("a", &[1], &[0]),
                 expect("a", &[0], &[2]),
-                expect("b", &[3], &[1]),
+                expect("b", &[1, 3], &[1]),
                 expect("b", &[], &[0]),
                 expect("c", &[3], &[]),
-                expect("a", &[], &[2]),
+                expect("a", &[2], &[2]),
             ]
         );
         assert!(unit.is_empty());

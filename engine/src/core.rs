@@ -18,7 +18,7 @@ use crossbeam_utils::CachePadded;
 use smallvec::SmallVec;
 
 use crate::bulk::{BulkBody, BulkUnit};
-use crate::error::{panic_message, EngineError, OpFailure, OpResult};
+use crate::error::{panic_message, EngineError, Failure, OpFailure, OpResult, Poison};
 use crate::op::{
     distinct, Bumps, Completion, FnProperty, Op, OpBlock, OpFn, OpRef, RunContext, VarList,
 };
@@ -41,10 +41,10 @@ pub(crate) trait Dispatch: Send + Sync + 'static {
 pub(crate) enum Outcome {
     Ok,
     /// Every written var is poisoned with this failure.
-    Poison(Arc<OpFailure>),
+    Poison(Poison),
     /// A bulk unit: per written var, the poison its members left and how many of them wrote it.
     Unit {
-        poison: SmallVec<[Option<Arc<OpFailure>>; 4]>,
+        poison: SmallVec<[Option<Poison>; 4]>,
         bumps: SmallVec<[u64; 4]>,
     },
 }
@@ -62,7 +62,7 @@ pub(crate) struct Core {
     idle: Mutex<()>,
     idle_cv: Condvar,
     /// Root failures not yet reported, by push order.
-    failures: Mutex<BTreeMap<u64, Arc<OpFailure>>>,
+    failures: Mutex<BTreeMap<u64, Poison>>,
     dispatch: Box<dyn Dispatch>,
     pub(crate) profiler: Option<Arc<Profiler>>,
     /// Testing aid: each op sleeps up to this many microseconds before it runs (0: never).
@@ -213,11 +213,17 @@ impl Core {
         // it, then have to claim it again. The lists are filled in place: returning them from a
         // helper copies them back right after writing them, which stalls on store forwarding.
         let (mut held_reads, mut held_writes) = (VarList::new(), VarList::new());
+        let mut overwrites = 0u64;
         let (reads, writes) = op.var_lists();
-        for (v, access) in distinct(reads, writes) {
+        for (v, access, read) in distinct(reads, writes) {
             match access {
                 Access::Read => held_reads.push(v.clone()),
-                Access::Write => held_writes.push(v.clone()),
+                Access::Write => {
+                    if !read && held_writes.len() < 64 {
+                        overwrites |= 1 << held_writes.len();
+                    }
+                    held_writes.push(v.clone())
+                }
             }
         }
         self.check_vars(&op.name, held_reads.iter().chain(&held_writes))?;
@@ -235,6 +241,7 @@ impl Core {
             seq,
             cheap: op.cheap,
             dead_var: AtomicU64::new(0),
+            overwrites,
             suspect: AtomicBool::new(false),
         };
         self.enqueue(Arc::new(block));
@@ -273,6 +280,8 @@ impl Core {
             priority,
             cheap: false,
             dead_var: AtomicU64::new(0),
+            // A unit's members say what they read (see `execute_bulk`).
+            overwrites: 0,
             suspect: AtomicBool::new(false),
         };
         self.enqueue(Arc::new(block));
@@ -347,12 +356,15 @@ impl Core {
         };
         match func {
             OpFn::Wait(shot) => {
+                // Reports the var's failure unless a wait on another var it reached (or
+                // `wait_for_all`) already did: a failure is reported once.
                 let poison = op.writes[0].lock().take_poison();
-                if let Some(p) = &poison {
-                    self.failures.lock().retain(|_, f| !Arc::ptr_eq(f, p));
-                }
+                let report = poison.filter(|p| p.report(op.seq)).map(|p| {
+                    self.failures.lock().retain(|_, f| !Arc::ptr_eq(f, &p));
+                    p.root.clone()
+                });
                 self.finish(op, Outcome::Ok);
-                shot.send(poison);
+                shot.send(report);
             }
             OpFn::Delete(f) => {
                 self.run_delete(op.seq, f, rctx);
@@ -393,27 +405,32 @@ impl Core {
         }
     }
 
-    /// Runs a bulk unit's members in order. A member is skipped when one of its vars is poisoned,
-    /// counting poison left by earlier members, exactly as if they had been pushed one by one.
+    /// Runs a bulk unit's members in order, each exactly as if it had been pushed alone: a member
+    /// is skipped when a var it reads holds an unreported failure (counting failures left by
+    /// earlier members, and clearing those a later member overwrites), or when one of its vars
+    /// was deleted by a racing `delete_var`. A member's reads include the vars it updates.
     fn execute_bulk(self: &Arc<Self>, op: OpRef, mut body: Box<BulkBody>, rctx: &RunContext) {
         // The failure poisoning each slot's var, grown only once there is one.
-        let mut poison: SmallVec<[Option<Arc<OpFailure>>; 4]> = SmallVec::new();
-        let set = |poison: &mut SmallVec<_>, slot: u8, failure: &Arc<OpFailure>| {
+        let mut poison: SmallVec<[Option<Poison>; 4]> = SmallVec::new();
+        let set = |poison: &mut SmallVec<_>, slot: u8, failure: Option<&Poison>| {
             let slot = usize::from(slot);
             if poison.len() <= slot {
                 poison.resize(slot + 1, None);
             }
-            poison[slot] = Some(failure.clone());
+            poison[slot] = failure.cloned();
         };
+        let mut dead: Option<(u8, Poison)> = None;
         if op.is_suspect() {
             let unit_vars = op.reads.iter().zip(&body.read_slots);
             for (v, &slot) in unit_vars.chain(op.writes.iter().zip(&body.write_slots)) {
-                if let Some(p) = self.var_failure(&op, v) {
-                    set(&mut poison, slot, &p);
+                if let Some(p) = self.dead_failure(&op, v) {
+                    dead = Some((slot, p));
+                } else if let Some(p) = v.live_poison(op.seq) {
+                    set(&mut poison, slot, Some(&p));
                 }
             }
         }
-        let of = |poison: &[Option<Arc<OpFailure>>], slot: u8| -> Option<Arc<OpFailure>> {
+        let of = |poison: &[Option<Poison>], slot: u8| -> Option<Poison> {
             poison.get(usize::from(slot)).cloned().flatten()
         };
         // The unit gets a trace event of its own, spanning its members' events.
@@ -423,12 +440,16 @@ impl Core {
         let mut named: Option<(RunningScope, *const Cow<'static, str>)> = None;
         for (k, m) in body.members.drain().enumerate() {
             let seq = op.seq + k as u64;
-            let root = match poison.is_empty() {
-                true => None,
-                false => m.slots().find_map(|s| of(&poison, s)),
+            let dead_here = dead
+                .as_ref()
+                .filter(|(slot, _)| m.slots().any(|s| s == *slot));
+            let root = match (dead_here, poison.is_empty()) {
+                (Some((_, p)), _) => Some(p.clone()),
+                (None, true) => None,
+                (None, false) => m.reads.iter().find_map(|&s| of(&poison, s)),
             };
             let failure = match root {
-                Some(root) => root,
+                Some(root) => Some(root),
                 None => {
                     self.jitter(seq);
                     let t0 = self.profile_start();
@@ -445,11 +466,14 @@ impl Core {
                     let result = catch_unwind(AssertUnwindSafe(|| (m.func)(rctx)));
                     self.profile_end(t0, m.name, rctx);
                     match self.outcome(seq, m.name, result) {
-                        Outcome::Poison(f) => f,
-                        _ => continue,
+                        Outcome::Poison(f) => Some(f),
+                        _ => None,
                     }
                 }
             };
+            if failure.is_none() && poison.is_empty() {
+                continue;
+            }
             // A resource var never holds a failure, inside a unit as outside.
             let resource = |slot: u8| {
                 let unit_writes = op.writes.iter().zip(&body.write_slots);
@@ -457,9 +481,10 @@ impl Core {
                     .filter(|&(_, &s)| s == slot)
                     .any(|(v, _)| v.is_resource())
             };
+            // A failure poisons the member's writes; a success leaves them fresh.
             for &w in m.writes {
-                if !resource(w) {
-                    set(&mut poison, w, &failure);
+                if failure.is_none() || !resource(w) {
+                    set(&mut poison, w, failure.as_ref());
                 }
             }
         }
@@ -477,27 +502,27 @@ impl Core {
         self.finish(op, Outcome::Unit { poison, bumps });
     }
 
-    /// The failure that stops this op from running: a dead var, or poison on any of its vars.
-    fn blocking_failure(&self, op: &OpBlock) -> Option<Arc<OpFailure>> {
+    /// The failure that stops this op from running: a var deleted by a racing `delete_var`, or
+    /// an unreported failure on a var it reads (a var it only overwrites does not stop it).
+    fn blocking_failure(&self, op: &OpBlock) -> Option<Poison> {
         if !op.is_suspect() {
             return None;
         }
-        let mut vars = op.reads.iter().chain(op.writes.iter());
-        vars.find_map(|v| self.var_failure(op, v))
+        let vars = op.reads.iter().chain(op.writes.iter());
+        if let Some(dead) = vars.clone().find_map(|v| self.dead_failure(op, v)) {
+            return Some(dead);
+        }
+        let updated = op.writes.iter().enumerate();
+        let updated = updated.filter(|&(i, _)| i >= 64 || op.overwrites & (1 << i) == 0);
+        let mut read = op.reads.iter().chain(updated.map(|(_, v)| v));
+        read.find_map(|v| v.live_poison(op.seq))
     }
 
-    fn var_failure(&self, op: &OpBlock, v: &Var) -> Option<Arc<OpFailure>> {
-        if let Some(id) = op.dead_var() {
-            if id == v.id() {
-                let message =
-                    format!("var #{id} was deleted by a delete_var that raced with this push");
-                return Some(self.record(op.seq, &op.name, message, false));
-            }
-        }
-        if v.inner.maybe_poisoned() {
-            return v.lock().poison();
-        }
-        None
+    /// The failure of an op whose var `v` was deleted by a `delete_var` racing with its push.
+    fn dead_failure(&self, op: &OpBlock, v: &Var) -> Option<Poison> {
+        let id = op.dead_var().filter(|&id| id == v.id())?;
+        let message = format!("var #{id} was deleted by a delete_var that raced with this push");
+        Some(self.record(op.seq, &op.name, message, false))
     }
 
     /// Turns what a closure returned into an outcome, recording new failures.
@@ -509,8 +534,8 @@ impl Core {
         }
     }
 
-    fn record(&self, seq: u64, op: &str, message: String, panicked: bool) -> Arc<OpFailure> {
-        let failure = Arc::new(OpFailure {
+    fn record(&self, seq: u64, op: &str, message: String, panicked: bool) -> Poison {
+        let failure = Failure::new(OpFailure {
             op: op.to_string(),
             message,
             panicked,
@@ -626,6 +651,7 @@ impl Core {
             seq: self.next_seq(),
             cheap: false,
             dead_var: AtomicU64::new(0),
+            overwrites: 0,
             suspect: AtomicBool::new(false),
         })
     }
@@ -662,15 +688,21 @@ impl Core {
     }
 
     /// Waits until every op pushed so far has finished; reports the earliest-pushed failure not
-    /// yet reported (by `wait_for_var` or an earlier `wait_for_all`) and forgets the rest.
+    /// yet reported (by `wait_for_var` or an earlier `wait_for_all`) and marks every other one
+    /// reported too, so that no failure stops an op or a wait after it.
     pub(crate) fn wait_for_all(&self) -> Result<(), EngineError> {
         self.refuse_inside_op("wait_for_all")?;
         self.wait_idle();
-        let mut failures = self.failures.lock();
-        let first = failures.values().next().cloned();
-        failures.clear();
+        let failures = std::mem::take(&mut *self.failures.lock());
+        // Every failure is reported now (so none stops an op pushed after this call); the
+        // earliest pushed that no wait reported before is the one returned.
+        let now = self.pushes.next_seq.load(Ordering::Relaxed);
+        let first = failures
+            .into_values()
+            .filter(|f| f.report(now))
+            .reduce(|first, _| first);
         match first {
-            Some(f) => Err(EngineError::OpFailed(f)),
+            Some(f) => Err(EngineError::OpFailed(f.root.clone())),
             None => Ok(()),
         }
     }

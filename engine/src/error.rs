@@ -28,6 +28,60 @@ impl fmt::Display for OpFailure {
     }
 }
 
+/// A failure as the vars it reaches hold it: one record shared by the failing op's writes and
+/// by every var downstream that a skipped op passed it on to, as MXNet shares one exception
+/// record among them. Reporting it once (at the first wait that reaches it, or at
+/// `wait_for_all`) clears it for every var at once: later waits on them succeed, and ops pushed
+/// after the report that read them run. Ops pushed before the report still see it, so that what
+/// runs does not depend on timing: the report takes effect at its place in push order.
+pub(crate) struct Failure {
+    pub(crate) root: Arc<OpFailure>,
+    /// The sequence number of the wait that reported it (`u64::MAX`: not reported).
+    reported_at: crate::sync::AtomicU64,
+}
+
+/// What a poisoned var holds.
+pub(crate) type Poison = Arc<Failure>;
+
+impl Failure {
+    pub(crate) fn new(root: OpFailure) -> Poison {
+        Arc::new(Failure {
+            root: Arc::new(root),
+            reported_at: crate::sync::AtomicU64::new(u64::MAX),
+        })
+    }
+
+    /// Whether it stops the op pushed with sequence number `seq`: not reported, or reported by
+    /// a wait pushed after that op.
+    pub(crate) fn stops(&self, seq: u64) -> bool {
+        seq < self.reported_at.load(crate::sync::Ordering::Acquire)
+    }
+
+    /// Whether no wait has reported it yet.
+    pub(crate) fn is_live(&self) -> bool {
+        self.stops(u64::MAX - 1)
+    }
+
+    /// Marks it reported by the wait pushed with sequence number `seq`; true for the one caller
+    /// that reports it.
+    pub(crate) fn report(&self, seq: u64) -> bool {
+        let unreported = u64::MAX;
+        let (ok, fail) = (
+            crate::sync::Ordering::AcqRel,
+            crate::sync::Ordering::Acquire,
+        );
+        self.reported_at
+            .compare_exchange(unreported, seq, ok, fail)
+            .is_ok()
+    }
+}
+
+impl fmt::Debug for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (live: {})", self.root, self.is_live())
+    }
+}
+
 /// Errors returned by engine calls.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum EngineError {

@@ -349,24 +349,50 @@ fn a_run_of_writes_passes_access_along_in_push_order() {
     });
 }
 
-/// A write of a run that fails poisons the var for the rest of the run, which is skipped, and a
-/// wait marker queued behind the run reports the failure once.
+/// A write of a run that fails poisons the var for the rest of the run, whose updates (ops
+/// reading and writing the var) are skipped, and a wait marker queued behind the run reports the
+/// failure once.
 #[test]
 fn a_failing_write_poisons_the_rest_of_its_run() {
     model(|| {
         let (core, q) = core();
         let v = core.new_var(false);
         let ran = Arc::new(AtomicUsize::new(0));
-        core.push(counting("w1", &ran).write(&v)).unwrap();
+        core.push(counting("w1", &ran).read(&v).write(&v)).unwrap();
         core.push(Op::sync("fail", |_| Err("bad".into())).write(&v))
             .unwrap();
-        core.push(counting("w3", &ran).write(&v)).unwrap();
+        core.push(counting("w3", &ran).read(&v).write(&v)).unwrap();
         let (_, hs) = spawn_workers(&core, &q, 3, 2);
         let err = core.wait_for_var(&v).unwrap_err();
         assert_eq!(err.failure().unwrap().op, "fail");
         join(hs);
         assert_eq!(ran.load(Ordering::SeqCst), 1, "only w1 ran");
         assert_eq!(v.version(), 3);
+        core.wait_for_all().unwrap();
+    });
+}
+
+/// A write of a run that only overwrites the var runs after a failed write and clears the
+/// failure, so the update behind it runs too and a wait on the var succeeds; the failure is
+/// still reported once, by `wait_for_all`.
+#[test]
+fn an_overwrite_in_a_run_clears_the_failure_before_it() {
+    model(|| {
+        let (core, q) = core();
+        let v = core.new_var(false);
+        let ran = Arc::new(AtomicUsize::new(0));
+        core.push(Op::sync("fail", |_| Err("bad".into())).write(&v))
+            .unwrap();
+        core.push(counting("overwrite", &ran).write(&v)).unwrap();
+        core.push(counting("update", &ran).read(&v).write(&v))
+            .unwrap();
+        let (_, hs) = spawn_workers(&core, &q, 3, 2);
+        core.wait_for_var(&v).unwrap();
+        join(hs);
+        assert_eq!(ran.load(Ordering::SeqCst), 2, "both ran");
+        assert_eq!(v.version(), 3);
+        let err = core.wait_for_all().unwrap_err();
+        assert_eq!(err.failure().unwrap().op, "fail");
         core.wait_for_all().unwrap();
     });
 }

@@ -13,19 +13,24 @@ use smallvec::SmallVec;
 
 use crate::bulk::{BulkBody, BulkUnit};
 use crate::core::{check_vars, next_engine_id, refuse_inside_op, RunningScope};
-use crate::error::{panic_message, EngineError, OpFailure, OpResult};
+use crate::error::{panic_message, EngineError, Failure, OpFailure, OpResult, Poison};
 use crate::op::{distinct, Completion, Oneshot, Op, RunContext, UserFn, VarRefs};
 use crate::profiler::Profiler;
 use crate::var::{Access, Var};
 use crate::{Engine, EngineKind};
 use storage::Context;
 
+/// The sequence number every op and wait has here. Every op pushed before a wait has run when
+/// the wait reports a failure, so a report (made "at" this number) stops nothing after it, while
+/// an unreported failure stops every op (`Failure::stops`).
+const INLINE_SEQ: u64 = 0;
+
 /// Runs each op inline, in push order.
 pub struct NaiveEngine {
     id: u64,
     next_var: std::sync::atomic::AtomicU64,
     /// Unreported root failures, in push order (so the first is the earliest pushed).
-    failures: Mutex<Vec<Arc<OpFailure>>>,
+    failures: Mutex<Vec<Poison>>,
     profiler: Option<Arc<Profiler>>,
     /// Held while a push (or a delete function) runs, so that pushes from several threads run
     /// one at a time; reentrant, because an op may push more ops from inside itself.
@@ -50,8 +55,8 @@ impl NaiveEngine {
         Var::new(id, self.id, resource)
     }
 
-    fn fail(&self, op: &str, message: String, panicked: bool) -> Arc<OpFailure> {
-        let f = Arc::new(OpFailure {
+    fn fail(&self, op: &str, message: String, panicked: bool) -> Poison {
+        let f = Failure::new(OpFailure {
             op: op.to_string(),
             message,
             panicked,
@@ -65,10 +70,12 @@ impl NaiveEngine {
         // Room for a fan-in's vars, so that splitting an op's vars allocates nothing.
         let (mut reads, mut writes) = (SmallVec::<[&Var; 8]>::new(), SmallVec::<[&Var; 8]>::new());
         let (op_reads, op_writes) = op.var_lists();
-        for (v, access) in distinct(op_reads, op_writes) {
-            match access {
-                Access::Read => reads.push(v),
-                Access::Write => writes.push(v),
+        for (v, access, read) in distinct(op_reads, op_writes) {
+            if read {
+                reads.push(v);
+            }
+            if access == Access::Write {
+                writes.push(v);
             }
         }
         let _whole = self.one_at_a_time.lock();
@@ -76,7 +83,9 @@ impl NaiveEngine {
         Ok(())
     }
 
-    /// Runs one op whose vars are checked and deduplicated, then poisons and bumps its writes.
+    /// Runs one op whose vars are checked and deduplicated, then poisons (or, when it ran,
+    /// clears) and bumps its writes. `reads` holds every var it reads, the ones it updates
+    /// included: an unreported failure on one of them stops it.
     fn execute<V: Borrow<Var>>(
         &self,
         name: Cow<'static, str>,
@@ -85,7 +94,9 @@ impl NaiveEngine {
         reads: &[V],
         writes: &[V],
     ) {
-        let poisoned = reads.iter().chain(writes).find_map(|v| v.borrow().poison());
+        let poisoned = reads
+            .iter()
+            .find_map(|v| v.borrow().live_poison(INLINE_SEQ));
         let t0 = self.profiler.as_ref().and_then(|p| p.start());
         let rctx = RunContext::new(ctx);
         // Inside the closure a wait is refused, as on the threaded engines.
@@ -122,13 +133,12 @@ impl NaiveEngine {
         Self::complete_writes(writes, failure);
     }
 
-    /// Counts a write on each of `writes`, poisoning them when the op failed.
-    fn complete_writes<V: Borrow<Var>>(writes: &[V], failure: Option<Arc<OpFailure>>) {
+    /// Counts a write on each of `writes`, poisoning them when the op failed and clearing their
+    /// poison when it ran.
+    fn complete_writes<V: Borrow<Var>>(writes: &[V], failure: Option<Poison>) {
         for w in writes {
             let mut g = w.borrow().lock();
-            if let Some(f) = &failure {
-                g.set_poison(f.clone());
-            }
+            g.set_poison(failure.clone());
             g.bump(1);
         }
     }
@@ -209,10 +219,11 @@ impl Engine for NaiveEngine {
     fn wait_for_var(&self, var: &Var) -> Result<(), EngineError> {
         refuse_inside_op(self.id, "wait_for_var")?;
         check_vars(self.id, "wait_for_var", std::iter::once(var))?;
-        match var.lock().take_poison() {
+        // A failure is reported once: not again if a wait on another var it reached did.
+        match var.lock().take_poison().filter(|p| p.report(INLINE_SEQ)) {
             Some(p) => {
                 self.failures.lock().retain(|f| !Arc::ptr_eq(f, &p));
-                Err(EngineError::OpFailed(p))
+                Err(EngineError::OpFailed(p.root.clone()))
             }
             None => Ok(()),
         }
@@ -220,11 +231,14 @@ impl Engine for NaiveEngine {
 
     fn wait_for_all(&self) -> Result<(), EngineError> {
         refuse_inside_op(self.id, "wait_for_all")?;
-        let mut failures = self.failures.lock();
-        let first = failures.first().cloned();
-        failures.clear();
+        let failures = std::mem::take(&mut *self.failures.lock());
+        // Every failure is reported now; the earliest not reported before is returned.
+        let first = failures
+            .into_iter()
+            .filter(|f| f.report(INLINE_SEQ))
+            .reduce(|first, _| first);
         match first {
-            Some(f) => Err(EngineError::OpFailed(f)),
+            Some(f) => Err(EngineError::OpFailed(f.root.clone())),
             None => Ok(()),
         }
     }

@@ -255,18 +255,21 @@ pub(crate) fn split_lists<'v, 'a>(
 
 /// An op's vars, each once: its writes, then the reads it does not also write ("write wins", so
 /// an op never waits for itself), each kind in the order listed. Every engine, and a bulk unit,
-/// takes an op's vars through this, so they all agree on what an op holds.
+/// takes an op's vars through this, so they all agree on what an op holds. With each var comes
+/// whether the op reads it: always for a read; for a write, whether it was listed as read too
+/// (an update, such as `a += b`, rather than an overwrite). An unreported failure on a var the
+/// op reads stops the op; one on a var it only overwrites does not (the op replaces the data).
 pub(crate) fn distinct<'v, 'a: 'v>(
     reads: &'v [&'a Var],
     writes: &'v [&'a Var],
-) -> impl Iterator<Item = (&'a Var, Access)> + 'v {
+) -> impl Iterator<Item = (&'a Var, Access, bool)> + 'v {
     let listed = |vars: &[&Var], v: &Var| vars.iter().any(|x| x.key() == v.key());
     let writes_once = (0..writes.len())
         .filter(move |&i| !listed(&writes[..i], writes[i]))
-        .map(move |i| (writes[i], Access::Write));
+        .map(move |i| (writes[i], Access::Write, listed(reads, writes[i])));
     let reads_once = (0..reads.len())
         .filter(move |&i| !listed(writes, reads[i]) && !listed(&reads[..i], reads[i]))
-        .map(move |i| (reads[i], Access::Read));
+        .map(move |i| (reads[i], Access::Read, true));
     writes_once.chain(reads_once)
 }
 
@@ -316,6 +319,9 @@ pub(crate) struct OpBlock {
     pub(crate) cheap: bool,
     /// Id + 1 of a var that was deleted by a `delete_var` racing with this push (0: none).
     pub(crate) dead_var: AtomicU64,
+    /// Bit `i` set: the op only overwrites `writes[i]` (does not read it), so a failure on that
+    /// var does not stop it. Writes past the 64th count as read.
+    pub(crate) overwrites: u64,
     /// Set when a var granted the op while poisoned, or was dead at push. Only such an op looks
     /// at its vars before running: the healthy path never reads a var's state between being
     /// granted and finishing, which would cost a cache-line transfer per var.

@@ -34,7 +34,7 @@ use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 
-use crate::error::OpFailure;
+use crate::error::{OpFailure, Poison};
 use crate::op::OpRef;
 
 /// Ops a completion unblocked; usually none or one.
@@ -99,7 +99,9 @@ pub(crate) struct VarState {
     queue: VecDeque<Pending>,
     running_reads: usize,
     writing: bool,
-    poison: Option<Arc<OpFailure>>,
+    /// The failure the last write left, if it failed (cleared by the next write that
+    /// succeeds); it stops ops only while it has not been reported.
+    poison: Option<Poison>,
 }
 
 impl Var {
@@ -152,12 +154,26 @@ impl Var {
         self.inner.deleted.load(Ordering::Acquire)
     }
 
-    /// The failure poisoning this var, if any (without clearing it, unlike `wait_for_var`).
+    /// The failure poisoning this var, if any and not yet reported (without reporting it,
+    /// unlike `wait_for_var`).
     pub fn poison(&self) -> Option<Arc<OpFailure>> {
         if !self.inner.maybe_poisoned() {
             return None;
         }
-        self.inner.state.lock().poison.clone()
+        let s = self.inner.state.lock();
+        s.poison
+            .as_ref()
+            .filter(|p| p.is_live())
+            .map(|p| p.root.clone())
+    }
+
+    /// The failure it holds that stops the op pushed with sequence number `seq`, if any (the
+    /// healthy case costs one flag read).
+    pub(crate) fn live_poison(&self, seq: u64) -> Option<Poison> {
+        match self.inner.maybe_poisoned() {
+            true => self.lock().poison(seq),
+            false => None,
+        }
     }
 
     /// Whether it is a resource var (made by `new_resource_var`: never poisoned).
@@ -178,16 +194,12 @@ impl Var {
     }
 
     /// A granted write has finished after `bumps` writes (an op counts one, a bulk of ops one per
-    /// member that writes this var, a wait marker none). `poison` is set when it failed. The
-    /// caller holds write access, which passes on to the next write of a run without the lock
-    /// when the write succeeded; otherwise the lock is taken.
-    pub(crate) fn complete_write(
-        &self,
-        bumps: u64,
-        poison: Option<Arc<OpFailure>>,
-        granted: &mut Granted,
-    ) {
-        if poison.is_none() && self.inner.pass_run(bumps, granted) {
+    /// member that writes this var, a wait marker none). `poison` is set when it failed; a
+    /// write that succeeded clears the var's poison (it holds fresh data). The caller holds
+    /// write access, which passes on to the next write of a run without the lock when the
+    /// write succeeded on a healthy var; otherwise the lock is taken.
+    pub(crate) fn complete_write(&self, bumps: u64, poison: Option<Poison>, granted: &mut Granted) {
+        if poison.is_none() && !self.inner.maybe_poisoned() && self.inner.pass_run(bumps, granted) {
             return;
         }
         self.lock().complete_write(bumps, poison, granted);
@@ -316,17 +328,19 @@ impl VarGuard<'_> {
     }
 
     /// [`Var::complete_write`] under the lock: a failed write, or the last write of a run.
-    fn complete_write(
-        &mut self,
-        bumps: u64,
-        poison: Option<Arc<OpFailure>>,
-        granted: &mut Granted,
-    ) {
+    fn complete_write(&mut self, bumps: u64, poison: Option<Poison>, granted: &mut Granted) {
         let s = &mut *self.state;
         debug_assert!(s.writing && s.running_reads == 0);
-        if let Some(p) = poison.filter(|_| !self.inner.resource) {
-            s.poison = Some(p);
-            self.inner.held.poisoned.store(true, Ordering::Release);
+        match poison.filter(|_| !self.inner.resource) {
+            Some(p) => {
+                s.poison = Some(p);
+                self.inner.held.poisoned.store(true, Ordering::Release);
+            }
+            None if s.poison.is_some() => {
+                s.poison = None;
+                self.inner.held.poisoned.store(false, Ordering::Release);
+            }
+            None => {}
         }
         if !self.inner.pass_run(bumps, granted) {
             self.inner.count_writes(bumps);
@@ -335,25 +349,31 @@ impl VarGuard<'_> {
         }
     }
 
-    /// The current poison, if any. Stable while the caller holds access to the var: only writes
-    /// (exclusive) change it.
-    pub(crate) fn poison(&self) -> Option<Arc<OpFailure>> {
-        self.state.poison.clone()
+    /// The current poison, if it stops the op pushed with sequence number `seq`. Stable while
+    /// the caller holds access to the var: only writes (exclusive) change it, and a report
+    /// takes effect after the reporting wait in push order.
+    pub(crate) fn poison(&self, seq: u64) -> Option<Poison> {
+        self.state.poison.clone().filter(|p| p.stops(seq))
     }
 
-    /// Removes and returns the poison (what `wait_for_var` reports).
-    pub(crate) fn take_poison(&mut self) -> Option<Arc<OpFailure>> {
+    /// Removes the poison and returns it (what `wait_for_var` reports, unless a wait on another
+    /// var it reached reported it already).
+    pub(crate) fn take_poison(&mut self) -> Option<Poison> {
         self.inner.held.poisoned.store(false, Ordering::Release);
         self.state.poison.take()
     }
 
-    /// Sets the poison directly; used by the inline engine, which has no queues.
-    pub(crate) fn set_poison(&mut self, p: Arc<OpFailure>) {
+    /// Sets the poison (`Some`) or clears it (`None`: a write succeeded) directly; used by the
+    /// inline engine, which has no queues.
+    pub(crate) fn set_poison(&mut self, p: Option<Poison>) {
         if self.inner.resource {
             return;
         }
-        self.state.poison = Some(p);
-        self.inner.held.poisoned.store(true, Ordering::Release);
+        self.inner
+            .held
+            .poisoned
+            .store(p.is_some(), Ordering::Release);
+        self.state.poison = p;
     }
 
     /// Bumps the version directly; used by the inline engine, which has no queues.
