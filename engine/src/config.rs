@@ -116,16 +116,23 @@ pub struct EngineBuilder {
     config: EngineConfig,
 }
 
-fn parse_count(var: &str, value: &str) -> Result<usize, EngineError> {
+fn parse_count(var: &str, value: &str, max: usize) -> Result<usize, EngineError> {
     match value.trim().parse::<usize>() {
-        Ok(n) if n >= 1 => Ok(n),
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
         _ => Err(EngineError::Config {
             var: var.to_string(),
             value: value.to_string(),
-            expected: "a whole number of at least 1".into(),
+            expected: match max {
+                usize::MAX => "a whole number of at least 1".into(),
+                max => format!("a whole number of at least 1 and at most {max}"),
+            },
         }),
     }
 }
+
+/// Most worker threads one pool may be given through the environment: each is an OS thread
+/// with its own stack, and a count past what the system can start would fail at the first op.
+pub(crate) const MAX_WORKERS: usize = 1024;
 
 impl EngineBuilder {
     /// Defaults for `kind`.
@@ -163,17 +170,37 @@ impl EngineBuilder {
                 expected: "one of naive, threaded_pooled, threaded_per_device".into(),
             })?;
         }
-        let counts: [(&str, &mut usize); 6] = [
-            (env::NUM_WORKER_THREADS, &mut b.config.pooled_workers),
-            (env::CPU_WORKER_NTHREADS, &mut b.config.cpu_workers),
-            (env::GPU_WORKER_NTHREADS, &mut b.config.gpu_workers),
-            (env::CPU_PRIORITY_NTHREADS, &mut b.config.priority_workers),
-            (env::COPY_WORKER_NTHREADS, &mut b.config.copy_workers),
-            (env::BULK_SIZE, &mut b.config.bulk_size),
+        let counts: [(&str, &mut usize, usize); 6] = [
+            (
+                env::NUM_WORKER_THREADS,
+                &mut b.config.pooled_workers,
+                MAX_WORKERS,
+            ),
+            (
+                env::CPU_WORKER_NTHREADS,
+                &mut b.config.cpu_workers,
+                MAX_WORKERS,
+            ),
+            (
+                env::GPU_WORKER_NTHREADS,
+                &mut b.config.gpu_workers,
+                MAX_WORKERS,
+            ),
+            (
+                env::CPU_PRIORITY_NTHREADS,
+                &mut b.config.priority_workers,
+                MAX_WORKERS,
+            ),
+            (
+                env::COPY_WORKER_NTHREADS,
+                &mut b.config.copy_workers,
+                MAX_WORKERS,
+            ),
+            (env::BULK_SIZE, &mut b.config.bulk_size, usize::MAX),
         ];
-        for (var, slot) in counts {
+        for (var, slot, max) in counts {
             if let Some(v) = lookup(var) {
-                *slot = parse_count(var, &v)?;
+                *slot = parse_count(var, &v, max)?;
             }
         }
         if let Some(v) = lookup(env::JITTER_US) {

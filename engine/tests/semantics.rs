@@ -805,6 +805,14 @@ fn environment_variables_choose_and_size_the_engine() {
     );
     let err = EngineBuilder::from_lookup(env(&[("MXRS_COPY_WORKER_NTHREADS", "0")])).unwrap_err();
     assert!(err.to_string().contains("at least 1"), "{err}");
+    // More threads than a pool can be given: refused up front, not a panic at the first op.
+    let err =
+        EngineBuilder::from_lookup(env(&[("MXRS_CPU_WORKER_NTHREADS", "100000")])).unwrap_err();
+    assert!(
+        err.to_string().contains("MXRS_CPU_WORKER_NTHREADS")
+            && err.to_string().contains("at most 1024"),
+        "{err}"
+    );
     let b = EngineBuilder::from_lookup(env(&[("MXRS_ENGINE_INLINE_CHEAP", "0")])).unwrap();
     assert!(!b.config().inline_cheap);
     assert!(

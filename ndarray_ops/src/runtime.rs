@@ -167,9 +167,16 @@ impl Runtime {
             ));
         }
         let n = ((stop - start) / step).ceil().max(0.0) as usize;
-        let values: Vec<f64> = (0..n).map(|i| start + step * i as f64).collect();
         crate::with_dtype!(dtype, T => {
-            let v: Vec<T> = values.iter().map(|&x| T::from_f64(x)).collect();
+            // Reserved fallibly: a range too long for memory is an error, not an abort.
+            let mut v: Vec<T> = Vec::new();
+            v.try_reserve_exact(n).map_err(|e| {
+                crate::error::invalid(
+                    "arange",
+                    format!("start {start}, stop {stop}, step {step}: {n} elements: {e}"),
+                )
+            })?;
+            v.extend((0..n).map(|i| T::from_f64(start + step * i as f64)));
             self.from_vec(v, &[n], ctx)
         })
     }

@@ -2231,7 +2231,8 @@ fn reduce(
     let axes = crate::ops::reduced_axes(op, attrs, x.shape.len()).map_err(e2s)?;
     let count: usize = axes.iter().map(|&a| x.shape[a]).product();
     let scale = match op {
-        "mean" => 1.0 / count.max(1) as f64,
+        // Over nothing the sum is 0 and the scale infinite: NaN, as on the CPU.
+        "mean" => 1.0 / count as f64,
         _ => 1.0,
     };
     sum_axes(s, op, (x.ptr(), &x.shape), &axes, outs[0].ptr(), scale)

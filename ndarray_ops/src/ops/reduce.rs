@@ -51,16 +51,26 @@ fn infer(
         }
     }
     if matches!(op, "argmax" | "argmin") {
-        let shape = match attrs.ints(op, "axis")? {
-            None => vec![1],
+        let (shape, empty) = match attrs.ints(op, "axis")? {
+            None => (vec![1], s[0].contains(&0)),
             Some(a) => {
                 let ax = norm_axes(op, &a, s[0].len())?;
                 if ax.len() != 1 {
                     return Err(crate::error::invalid(op, "takes one axis"));
                 }
-                out_shape(&s[0], &ax, keep)
+                (out_shape(&s[0], &ax, keep), s[0][ax[0]] == 0)
             }
         };
+        // As max and min: an empty lane has no extreme element to point at.
+        if empty {
+            return Err(crate::error::invalid(
+                op,
+                format!(
+                    "cannot take the index of an extreme of an empty axis of shape {:?}",
+                    s[0]
+                ),
+            ));
+        }
         return Ok((vec![shape], vec![d[0]]));
     }
     let axes = axes_of(op, attrs, s[0].len())?;
@@ -336,9 +346,14 @@ fn kernel(
         let dst = unsafe { out.slice_mut::<T>() };
         dst.copy_from_slice(&r);
         if op == "mean" {
-            let count: usize = axes.iter().map(|&d| shape[d]).product();
-            let n = T::from_f64(count.max(1) as f64);
-            dst.iter_mut().for_each(|x| *x = x.div(n));
+            // The mean of nothing is NaN, as in NumPy (0 in an integer type).
+            match axes.iter().map(|&d| shape[d]).product::<usize>() {
+                0 => dst.fill(T::from_f64(f64::NAN)),
+                count => {
+                    let n = T::from_f64(count as f64);
+                    dst.iter_mut().for_each(|x| *x = x.div(n));
+                }
+            }
         }
     });
     Ok(())

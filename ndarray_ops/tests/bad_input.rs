@@ -1,0 +1,53 @@
+//! Requests a runtime cannot or should not carry out get a clear error or the documented
+//! result, never an abort or a silent wrong answer.
+
+use ndarray_ops::{invoke, Attrs, DType};
+use storage::Context;
+
+mod common;
+
+const CPU: Context = Context::cpu(0);
+
+#[test]
+fn a_range_too_long_for_memory_is_an_error() {
+    let rt = common::threaded_runtime(1);
+    let err = rt
+        .arange(0.0, 1e18, 1.0, DType::F32, CPU)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("arange") && err.contains("1000000000000000000"),
+        "{err}"
+    );
+    // The runtime still works.
+    let a = rt.arange(0.0, 4.0, 1.0, DType::F32, CPU).unwrap();
+    assert_eq!(a.to_vec::<f32>().unwrap(), vec![0.0, 1.0, 2.0, 3.0]);
+}
+
+#[test]
+fn the_mean_of_nothing_is_nan_and_argmax_of_nothing_is_refused() {
+    let rt = common::threaded_runtime(1);
+    let empty = rt.zeros(&[3, 0], DType::F32, CPU).unwrap();
+    let axis1 = Attrs::new().with("axis", 1);
+    let mean = invoke("mean", &[&empty], &axis1, None).unwrap().remove(0);
+    let got = mean.to_vec::<f32>().unwrap();
+    assert!(got.len() == 3 && got.iter().all(|x| x.is_nan()), "{got:?}");
+    let all = invoke("mean", &[&empty], &Attrs::new(), None)
+        .unwrap()
+        .remove(0);
+    assert!(all.to_vec::<f32>().unwrap()[0].is_nan());
+    // Over the non-empty axis there is nothing to average per lane, and no lane: empty.
+    let axis0 = Attrs::new().with("axis", 0);
+    let m0 = invoke("mean", &[&empty], &axis0, None).unwrap().remove(0);
+    assert_eq!(m0.shape(), &[0]);
+    for op in ["argmax", "argmin"] {
+        let err = invoke(op, &[&empty], &axis1, None).unwrap_err().to_string();
+        assert!(err.contains(op) && err.contains("empty axis"), "{err}");
+        let err = invoke(op, &[&empty], &Attrs::new(), None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("empty"), "{err}");
+    }
+    // max refuses the same, as before.
+    assert!(invoke("max", &[&empty], &axis1, None).is_err());
+}
