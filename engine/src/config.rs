@@ -170,33 +170,27 @@ impl EngineBuilder {
                 expected: "one of naive, threaded_pooled, threaded_per_device".into(),
             })?;
         }
+        // The largest value each count takes (bulk sizes are not threads).
+        let (threads, any) = (MAX_WORKERS, usize::MAX);
         let counts: [(&str, &mut usize, usize); 6] = [
             (
                 env::NUM_WORKER_THREADS,
                 &mut b.config.pooled_workers,
-                MAX_WORKERS,
+                threads,
             ),
-            (
-                env::CPU_WORKER_NTHREADS,
-                &mut b.config.cpu_workers,
-                MAX_WORKERS,
-            ),
-            (
-                env::GPU_WORKER_NTHREADS,
-                &mut b.config.gpu_workers,
-                MAX_WORKERS,
-            ),
+            (env::CPU_WORKER_NTHREADS, &mut b.config.cpu_workers, threads),
+            (env::GPU_WORKER_NTHREADS, &mut b.config.gpu_workers, threads),
             (
                 env::CPU_PRIORITY_NTHREADS,
                 &mut b.config.priority_workers,
-                MAX_WORKERS,
+                threads,
             ),
             (
                 env::COPY_WORKER_NTHREADS,
                 &mut b.config.copy_workers,
-                MAX_WORKERS,
+                threads,
             ),
-            (env::BULK_SIZE, &mut b.config.bulk_size, usize::MAX),
+            (env::BULK_SIZE, &mut b.config.bulk_size, any),
         ];
         for (var, slot, max) in counts {
             if let Some(v) = lookup(var) {
