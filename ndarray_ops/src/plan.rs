@@ -104,41 +104,79 @@ pub struct GraphProblem {
 pub fn bound_graph_problem(json: &str) -> Result<GraphProblem> {
     let g: BoundGraph = serde_json::from_str(json)
         .map_err(|e| invalid("bound graph", format!("not an MXNet bound graph: {e}")))?;
-    let n_entries = g
+    // The entries the nodes make, numbered densely in the order of their ids (MXNet's ids are
+    // already 0..n; a file with gaps, or a huge id, is renumbered rather than sized by its ids).
+    let mut ids: Vec<usize> = g
         .nodes
         .iter()
-        .flat_map(|n| n.outputs.iter())
-        .map(|&e| e + 1)
-        .max()
-        .unwrap_or(0);
+        .flat_map(|n| n.outputs.iter().copied())
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let index: HashMap<usize, usize> = ids.iter().enumerate().map(|(i, &e)| (e, i)).collect();
+    let n_entries = ids.len();
+    let dense = |e: usize, what: &str, node: &str| {
+        index.get(&e).copied().ok_or_else(|| {
+            invalid(
+                "bound graph",
+                format!("{what} entry {e}{node} is made by no node of the graph"),
+            )
+        })
+    };
+    let mut nodes = Vec::with_capacity(g.nodes.len());
+    for n in g.nodes {
+        let at = format!(" of node '{}'", n.name);
+        let inputs = n.inputs.iter().map(|&e| dense(e, "input", &at));
+        let inputs = inputs.collect::<Result<Vec<_>>>()?;
+        let outputs = n.outputs.iter().map(|&e| dense(e, "output", &at));
+        let outputs = outputs.collect::<Result<Vec<_>>>()?;
+        nodes.push((n.op, n.name, inputs, outputs));
+    }
+    let outputs = g.outputs.iter().map(|&e| dense(e, "graph output", ""));
+    let outputs = outputs.collect::<Result<Vec<_>>>()?;
     let mut external = vec![false; n_entries];
-    for n in g.nodes.iter().filter(|n| n.op.is_none()) {
-        for &e in &n.outputs {
+    for n in nodes.iter().filter(|n| n.0.is_none()) {
+        for &e in &n.3 {
             external[e] = true;
         }
     }
-    for &e in g.gradient_outputs_external.values() {
-        if e < n_entries {
-            external[e] = true;
+    for e in g.gradient_outputs_external.values() {
+        if let Some(&i) = index.get(e) {
+            external[i] = true;
         }
     }
     let mut entry_bytes = vec![0u64; n_entries];
-    for (e, b) in entry_bytes.iter_mut().enumerate() {
+    for (&e, b) in ids.iter().zip(entry_bytes.iter_mut()) {
         let s = g
             .entry_shapes
             .get(&e.to_string())
             .ok_or_else(|| invalid("bound graph", format!("entry {e} has no shape")))?;
-        *b = s.iter().product::<u64>() * 4;
+        *b = s
+            .iter()
+            .try_fold(4u64, |a, &d| a.checked_mul(d))
+            .ok_or_else(|| {
+                invalid(
+                    "bound graph",
+                    format!("entry {e}: shape {s:?} of float32 is more than 2^64 bytes"),
+                )
+            })?;
+    }
+    // Every offset a plan can give is at most the sum of all sizes: that sum must fit too.
+    if entry_bytes
+        .iter()
+        .try_fold(0u64, |a, &b| a.checked_add(b))
+        .is_none()
+    {
+        return Err(invalid(
+            "bound graph",
+            "the entries' sizes add up to more than 2^64 bytes",
+        ));
     }
     let desc = GraphDesc {
-        nodes: g
-            .nodes
-            .into_iter()
-            .map(|n| (n.op, n.name, n.inputs, n.outputs))
-            .collect(),
+        nodes,
         entry_bytes,
         external,
-        outputs: g.outputs,
+        outputs,
     };
     let mut p = graph_problem(&desc)?;
     p.mxnet_bytes = g.mxnet_planner_bytes;

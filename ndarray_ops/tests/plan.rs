@@ -173,3 +173,50 @@ fn memory_aware_reordering_lowers_the_peak_where_the_order_allows() {
         "reordered {reordered} vs given {given}"
     );
 }
+
+/// Hostile dumps: an entry id of 10^12 or `usize::MAX` is renumbered, not used to size a table;
+/// an input no node makes, and sizes whose product or sum passes 2^64 bytes, are errors naming
+/// the entry, in both readers.
+#[test]
+fn bound_graph_dumps_with_huge_ids_or_sizes_are_planned_or_refused_never_aborted() {
+    let x = r#"{"op": null, "name": "x", "inputs": [], "outputs": [0]}"#;
+    for id in ["1000000000000", &usize::MAX.to_string()] {
+        let relu =
+            format!(r#"{{"op": "Activation", "name": "relu", "inputs": [0], "outputs": [{id}]}}"#);
+        let shapes = format!(r#""0": [4, 8], "{id}": [4, 8]"#);
+        let g = bound_graph_problem(&graph(&[x, &relu].join(","), id, &shapes)).unwrap();
+        assert_eq!(g.problem.buffers.len(), 1, "id {id}");
+        assert_eq!(g.problem.buffers[0].size, 128);
+        let (p, _) = mxnet::liveness_problem(&graph(&[x, &relu].join(","), id, &shapes)).unwrap();
+        assert_eq!(p.buffers.len(), 1);
+    }
+    let orphan = r#"{"op": "Activation", "name": "relu", "inputs": [7], "outputs": [1]}"#;
+    let shapes = r#""0": [4, 8], "1": [4, 8]"#;
+    let err = bound_graph_problem(&graph(&[x, orphan].join(","), "1", shapes))
+        .err()
+        .expect("an input no node makes is refused")
+        .to_string();
+    assert!(err.contains("entry 7") && err.contains("relu"), "{err}");
+    let relu = r#"{"op": "Activation", "name": "relu", "inputs": [0], "outputs": [1]}"#;
+    // 2^62 elements of four bytes: the product passes 2^64 (it used to wrap to 0 and plan).
+    let huge = r#""0": [4, 8], "1": [4611686018427387904]"#;
+    let err = bound_graph_problem(&graph(&[x, relu].join(","), "1", huge))
+        .err()
+        .expect("an entry over 2^64 bytes is refused")
+        .to_string();
+    assert!(err.contains("entry 1"), "{err}");
+    let err = mxnet::liveness_problem(&graph(&[x, relu].join(","), "1", huge))
+        .err()
+        .expect("an entry over 2^64 bytes is refused")
+        .to_string();
+    assert!(err.contains("entry 1"), "{err}");
+    // Entries of 2^63 bytes each fit alone but not together.
+    let two = r#"{"op": "Activation", "name": "relu2", "inputs": [1], "outputs": [2]}"#;
+    let big = r#""0": [4, 8], "1": [1152921504606846976, 2], "2": [1152921504606846976, 2], "3": [1152921504606846976, 2]"#;
+    let three = r#"{"op": "Activation", "name": "relu3", "inputs": [2], "outputs": [3]}"#;
+    let err = bound_graph_problem(&graph(&[x, relu, two, three].join(","), "3", big))
+        .err()
+        .expect("sizes adding up past 2^64 bytes are refused")
+        .to_string();
+    assert!(err.contains("2^64"), "{err}");
+}

@@ -60,9 +60,10 @@ pub fn liveness_problem(json: &str) -> Result<(Problem, Option<u64>), PlanError>
             .entry_shapes
             .get(&e.to_string())
             .ok_or_else(|| PlanError::Invalid(format!("entry {e} has no shape")))?;
-        let elems = shape
+        // Float32: four bytes an element, counted in the same checked product.
+        let bytes = shape
             .iter()
-            .try_fold(1u64, |a, &d| a.checked_mul(d))
+            .try_fold(4u64, |a, &d| a.checked_mul(d))
             .ok_or_else(|| PlanError::Invalid(format!("entry {e}: shape {shape:?} overflows")))?;
         let (start, ref name) = made_at[&e];
         let end = if g.outputs.contains(&e) {
@@ -71,7 +72,7 @@ pub fn liveness_problem(json: &str) -> Result<(Problem, Option<u64>), PlanError>
             last_use.get(&e).copied().unwrap_or(start).max(start)
         };
         buffers.push(Buffer {
-            size: elems * 4,
+            size: bytes,
             start,
             end,
             align: 64,
