@@ -27,6 +27,7 @@ pub mod autograd;
 mod dtype;
 mod error;
 mod executor;
+pub mod fuzz;
 #[cfg(any(feature = "cuda", test))]
 mod gpu;
 pub mod ndfile;
