@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use engine::{EngineBuilder, EngineKind};
-use ndarray_ops::{fuzz, ndfile, DType, Runtime};
+use ndarray_ops::{fuzz, ndfile, Runtime};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use storage::{Context, StorageConfig};

@@ -206,8 +206,7 @@ fn bound_graph_dumps_with_huge_ids_or_sizes_are_planned_or_refused_never_aborted
         .to_string();
     assert!(err.contains("entry 1"), "{err}");
     let err = mxnet::liveness_problem(&graph(&[x, relu].join(","), "1", huge))
-        .err()
-        .expect("an entry over 2^64 bytes is refused")
+        .expect_err("an entry over 2^64 bytes is refused")
         .to_string();
     assert!(err.contains("entry 1"), "{err}");
     // Entries of 2^63 bytes each fit alone but not together.

@@ -1,0 +1,8 @@
+#![no_main]
+
+#[path = "runtime.rs"]
+mod runtime;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    ndarray_ops::fuzz::ndarray_file(runtime::runtime(), data);
+});
