@@ -334,12 +334,36 @@ fn read_array(r: &mut Reader<'_>, k: u64, rt: &Arc<Runtime>, ctx: Context) -> Re
         .iter()
         .try_fold(1usize, |n, &d| n.checked_mul(d))
         .and_then(|n| n.checked_mul(dtype.size()).map(|b| (n, b)));
-    let Some((_, bytes)) = count else {
+    let Some((n, bytes)) = count else {
         return Err(r.bad(format!("{what} has shape {shape:?}, too large to hold")));
     };
-    let data = r.bytes(bytes as u64, &format!("{what}'s {} elements", dtype.name()))?;
+    // An array past the device's memory limit is refused from its header, before any of its
+    // bytes are read or held.
+    let pool = rt.storage(ctx).stats();
+    if let Some(limit) = pool
+        .limit
+        .filter(|&l| bytes > l.saturating_sub(pool.in_use))
+    {
+        return Err(r.bad(format!(
+            "{what} ({shape:?}, {bytes} bytes of {}) does not fit under {ctx}'s memory limit of \
+             {limit} bytes ({} in use)",
+            dtype.name(),
+            pool.in_use
+        )));
+    }
     crate::with_dtype!(dtype, T => {
-        let v: Vec<T> = data.chunks_exact(dtype.size()).map(T::get_le).collect();
+        // Read a megabyte at a time (a whole number of elements of any type) and grown as the
+        // bytes arrive, so that the file's bytes and their values are never both held whole,
+        // and a file that ends early fails before anything its header claims is reserved.
+        let mut v: Vec<T> = Vec::new();
+        let mut left = bytes;
+        while left > 0 {
+            let chunk = left.min(1 << 20);
+            let data = r.bytes(chunk as u64, &format!("{what}'s {} elements", dtype.name()))?;
+            v.extend(data.chunks_exact(dtype.size()).map(T::get_le));
+            left -= chunk;
+        }
+        debug_assert_eq!(v.len(), n);
         rt.from_vec(v, &shape, ctx)
     })
 }

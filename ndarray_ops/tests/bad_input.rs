@@ -51,3 +51,36 @@ fn the_mean_of_nothing_is_nan_and_argmax_of_nothing_is_refused() {
     // max refuses the same, as before.
     assert!(invoke("max", &[&empty], &axis1, None).is_err());
 }
+
+/// Two variables with one name are refused where they can do harm: loading such a graph, and
+/// inferring or binding one composed in code (one would silently take the other's array, and
+/// one would be lost on save). The error names both nodes.
+#[test]
+fn two_variables_with_one_name_are_refused() {
+    let var = |name: &str| format!(r#"{{"op": "null", "name": "{name}", "inputs": []}}"#);
+    let json = format!(
+        r#"{{"nodes": [{}, {}, {{"op": "elemwise_add", "name": "add", "inputs": [[0, 0, 0], [1, 0, 0]]}}], "arg_nodes": [0, 1], "heads": [[2, 0, 0]]}}"#,
+        var("w"),
+        var("w")
+    );
+    let err = ndarray_ops::Symbol::from_json(&json)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("two variables are named 'w'") && err.contains("nodes 0 and 1"),
+        "{err}"
+    );
+
+    let (a, b) = (ndarray_ops::Symbol::var("x"), ndarray_ops::Symbol::var("x"));
+    let sum = ndarray_ops::Symbol::op("elemwise_add", "add", &[&a, &b], Attrs::new()).unwrap();
+    let rt = common::threaded_runtime(1);
+    let shapes = std::collections::HashMap::from([("x".to_string(), vec![2])]);
+    let err = ndarray_ops::Executor::simple_bind(&rt, CPU, &sum, &shapes)
+        .err()
+        .expect("binding two variables named x is refused")
+        .to_string();
+    assert!(err.contains("two variables are named 'x'"), "{err}");
+    // One variable used twice is one argument, and binds.
+    let twice = ndarray_ops::Symbol::op("elemwise_add", "add", &[&a, &a], Attrs::new()).unwrap();
+    assert!(ndarray_ops::Executor::simple_bind(&rt, CPU, &twice, &shapes).is_ok());
+}

@@ -508,3 +508,45 @@ fn a_failed_save_leaves_the_previous_file_whole() {
     assert!(err.contains("no-such-dir"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// An array past the memory limit is refused from its header, naming the file and the array,
+/// before its bytes are read; a smaller one in the same runtime then loads.
+#[test]
+fn an_array_past_the_memory_limit_is_refused_from_its_header() {
+    let dir = std::env::temp_dir().join(format!("mxrs-ndfile-limit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("big.params");
+    {
+        let rt = runtime();
+        let big = rt.zeros(&[4 << 20], DType::F32, CPU).unwrap(); // 16 MiB
+        let small = rt.from_vec(vec![1.0f32, 2.0], &[2], CPU).unwrap();
+        ndfile::save(&path, &[("small", &small), ("big", &big)]).unwrap();
+    }
+    let storage = storage::StorageConfig {
+        kind: storage::PoolKind::Unpooled,
+        default_limit: Some(4 << 20),
+        ..storage::StorageConfig::default()
+    };
+    let rt = Runtime::new(
+        engine::EngineBuilder::new(engine::EngineKind::ThreadedPerDevice).build(),
+        storage,
+    );
+    let err = ndfile::load(&path, &rt, CPU).unwrap_err().to_string();
+    assert!(
+        err.contains("big.params") && err.contains("array 1") && err.contains("16777216 bytes"),
+        "{err}"
+    );
+    rt.wait_all().unwrap();
+    assert_eq!(
+        rt.storage(CPU).stats().in_use,
+        0,
+        "the small array was given back"
+    );
+    assert!(
+        rt.storage(CPU).stats().peak_in_use < 1 << 20,
+        "the big array was allocated"
+    );
+    let small = rt.from_vec(vec![3.0f32; 4], &[4], CPU).unwrap();
+    assert_eq!(small.to_vec::<f32>().unwrap(), vec![3.0; 4]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -87,6 +87,7 @@ fn check_size(shape: &[usize], at: &str) -> Result<()> {
 /// A shape or dtype given for a name that is no variable of the graph (a misspelt input) would
 /// otherwise be ignored and surface later as an entry that cannot be inferred.
 fn check_names<'a>(g: &IndexedGraph, names: impl Iterator<Item = &'a String>) -> Result<()> {
+    g.check_unique_variables("infer_shape")?;
     let variables: Vec<&str> = g
         .nodes
         .iter()

@@ -156,7 +156,11 @@ impl Symbol {
                 version,
             });
         }
-        Ok(Symbol { outputs })
+        let sym = Symbol { outputs };
+        sym.indexed()
+            .check_unique_variables("load")
+            .map_err(|e| bad(e.to_string()))?;
+        Ok(sym)
     }
 
     /// Saves as MXNet's symbol JSON (nodes in graph order, MXNet version 1.9.1).

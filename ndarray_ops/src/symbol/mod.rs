@@ -402,6 +402,28 @@ pub struct IndexedGraph {
 }
 
 impl IndexedGraph {
+    /// Refuses two variable nodes with one name: arguments are bound, saved and loaded by
+    /// name, so one of the two would silently take the other's array.
+    pub fn check_unique_variables(&self, op: &str) -> Result<()> {
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for (i, n) in self.nodes.iter().enumerate() {
+            if !n.is_variable() {
+                continue;
+            }
+            if let Some(first) = seen.insert(&n.name, i) {
+                return Err(invalid(
+                    op,
+                    format!(
+                        "two variables are named '{}' (graph nodes {first} and {i}); arguments \
+                         are bound and saved by name, so each variable needs its own",
+                        n.name
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn new(outputs: &[NodeEntry]) -> IndexedGraph {
         let mut index: HashMap<usize, usize> = HashMap::new();
         let mut nodes: Vec<Arc<Node>> = Vec::new();
