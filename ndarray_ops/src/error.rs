@@ -59,6 +59,25 @@ pub enum NdError {
     /// From storage: out of memory, device unavailable.
     #[error(transparent)]
     Storage(#[from] StorageError),
+    /// An op's output could not be allocated (out of memory, too large).
+    #[error(transparent)]
+    OutputMemory(Box<OutputMemoryError>),
+}
+
+/// An op's output that could not be allocated, and why.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{op}: output {output} ({shape:?}, {dtype}) cannot be allocated: {source}")]
+pub struct OutputMemoryError {
+    /// The op whose output it is.
+    pub op: String,
+    /// Which output.
+    pub output: usize,
+    /// Its shape.
+    pub shape: Vec<usize>,
+    /// Its element type's name.
+    pub dtype: String,
+    /// What storage said.
+    pub source: StorageError,
 }
 
 /// Shorthand.

@@ -84,3 +84,33 @@ fn two_variables_with_one_name_are_refused() {
     let twice = ndarray_ops::Symbol::op("elemwise_add", "add", &[&a, &a], Attrs::new()).unwrap();
     assert!(ndarray_ops::Executor::simple_bind(&rt, CPU, &twice, &shapes).is_ok());
 }
+
+/// An op whose output does not fit in memory says which op and which output, with what storage
+/// found, and the runtime keeps working.
+#[test]
+fn an_output_that_does_not_fit_names_its_op() {
+    let storage = storage::StorageConfig {
+        kind: storage::PoolKind::Unpooled,
+        default_limit: Some(1 << 20),
+        ..storage::StorageConfig::default()
+    };
+    let rt = ndarray_ops::Runtime::new(
+        engine::EngineBuilder::new(engine::EngineKind::ThreadedPerDevice).build(),
+        storage,
+    );
+    let x = rt.ones(&[1, 1000], DType::F32, CPU).unwrap();
+    let wide = Attrs::new().with("shape", "(1000, 1000)");
+    let err = invoke("broadcast_to", &[&x], &wide, None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("broadcast_to: output 0 ([1000, 1000], float32)")
+            && err.contains("out of memory"),
+        "{err}"
+    );
+    let small = Attrs::new().with("shape", "(2, 1000)");
+    let y = invoke("broadcast_to", &[&x], &small, None)
+        .unwrap()
+        .remove(0);
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![1.0; 2000]);
+}

@@ -929,7 +929,21 @@ pub(crate) fn prepare(
         None => oshapes
             .iter()
             .zip(odtypes)
-            .map(|(s, d)| rt.empty(s, *d, ctx))
+            .enumerate()
+            .map(|(k, (s, d))| {
+                rt.empty(s, *d, ctx).map_err(|e| match e {
+                    NdError::Storage(source) => {
+                        NdError::OutputMemory(Box::new(crate::error::OutputMemoryError {
+                            op: def.name.to_string(),
+                            output: k,
+                            shape: s.clone(),
+                            dtype: d.name().to_string(),
+                            source,
+                        }))
+                    }
+                    other => other,
+                })
+            })
             .collect::<Result<_>>()?,
     };
     let mut tensors = Tensors::new(inputs, &outputs);
