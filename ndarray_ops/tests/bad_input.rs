@@ -114,3 +114,34 @@ fn an_output_that_does_not_fit_names_its_op() {
         .remove(0);
     assert_eq!(y.to_vec::<f32>().unwrap(), vec![1.0; 2000]);
 }
+
+/// SoftmaxOutput's labels name classes: one outside `[0, classes)` or NaN makes the backward
+/// pass fail with the row and the label (it used to train towards nothing), unless the row is
+/// ignored through `use_ignore` and `ignore_label`.
+#[test]
+fn softmax_output_refuses_labels_that_are_not_classes() {
+    let rt = common::threaded_runtime(1);
+    let p = rt.from_vec(vec![0.5f32; 6], &[2, 3], CPU).unwrap();
+    for bad in [3.0f32, -1.0, f32::NAN] {
+        let label = rt.from_vec(vec![1.0f32, bad], &[2], CPU).unwrap();
+        let g = invoke(
+            "_backward_SoftmaxOutput",
+            &[&p, &label],
+            &Attrs::new(),
+            None,
+        )
+        .unwrap();
+        let err = g[0].to_vec::<f32>().unwrap_err().to_string();
+        assert!(err.contains("row 1") && err.contains("[0, 3)"), "{err}");
+    }
+    // An ignored row may carry any label, and passes no gradient.
+    let label = rt.from_vec(vec![-1.0f32, 2.0], &[2], CPU).unwrap();
+    let ignore = Attrs::new()
+        .with("use_ignore", true)
+        .with("ignore_label", -1.0);
+    let g = invoke("_backward_SoftmaxOutput", &[&p, &label], &ignore, None).unwrap();
+    assert_eq!(
+        g[0].to_vec::<f32>().unwrap(),
+        vec![0.0, 0.0, 0.0, 0.5, 0.5, -0.5]
+    );
+}

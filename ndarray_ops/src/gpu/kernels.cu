@@ -608,12 +608,14 @@ KERNEL void softmax_each(KArgs a) {
 }
 
 // SoftmaxOutput's gradient on an (n, i1) output: p0 = (p1 - onehot(p2)) * f0.
+// i2 = 1: rows labelled f1 (ignore_label) pass no gradient.
 KERNEL void softmax_output_bwd(KArgs a) {
     i64 classes = a.i[1];
     FOR_EACH(t, a.i[0]) {
         float label = a.p[2][t / classes];
         float hit = (label >= 0.0f && (i64)label == t % classes) ? 1.0f : 0.0f;
-        a.p[0][t] = (a.p[1][t] - hit) * a.f[0];
+        bool ignored = a.i[2] != 0 && label == a.f[1];
+        a.p[0][t] = ignored ? 0.0f : (a.p[1][t] - hit) * a.f[0];
     }
 }
 

@@ -1704,24 +1704,21 @@ fn softmax_output_backward(
     s: &dyn Stream,
 ) -> KResult {
     let (p, label) = (&ins[0], &ins[1]);
-    let (n, classes) = (p.shape[0], p.shape[1]);
-    let scale = attrs.f64(op, "grad_scale", Some(1.0)).map_err(e2s)?;
-    let scale = match attrs.get("normalization").unwrap_or("null") {
-        "batch" => scale / n.max(1) as f64,
-        "null" => scale,
-        other => {
-            return Err(format!(
-                "{op}: normalization {other:?} is not null or batch"
-            ))
-        }
-    };
+    let classes = p.shape[1];
+    // The labels are read back and checked, and the scale worked out, by the CPU's own code;
+    // the kernel then needs no error path.
+    let labels: Vec<f64> = s.download(label)?.into_iter().map(f64::from).collect();
+    let (scale, ignore) =
+        crate::ops::softmax_output_scale(op, attrs, &labels, classes).map_err(e2s)?;
     let total = p.len();
     let a = KArgs::new(total)
         .t(0, &outs[0])
         .t(1, p)
         .t(2, label)
         .i(1, classes)
-        .f(0, scale);
+        .i(2, usize::from(ignore.is_some()))
+        .f(0, scale)
+        .f(1, ignore.unwrap_or(0.0));
     s.launch("softmax_output_bwd", total, &a)?;
     fill_with(s, &outs[1], 0.0)
 }

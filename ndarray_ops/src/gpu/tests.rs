@@ -453,10 +453,14 @@ fn every_gpu_op_matches_its_cpu_kernel() {
         Attrs::new(),
         vec![random(rng, &[4, 3000]), labels(rng, 4, 3000)],
     );
-    for (norm, scale) in [("null", 1.0), ("batch", 0.5)] {
+    // Row 2's label is -1: ignored, as the label no class takes (the kernel passes it no
+    // gradient and "valid" does not count it).
+    for (norm, scale) in [("null", 1.0), ("batch", 0.5), ("valid", 2.0)] {
         let attrs = Attrs::new()
             .with("normalization", norm)
-            .with("grad_scale", scale);
+            .with("grad_scale", scale)
+            .with("use_ignore", true)
+            .with("ignore_label", -1.0);
         let rt = Runtime::with_engine(EngineKind::Naive);
         let logits = rt
             .from_vec(random(rng, &[5, 4]).1, &[5, 4], Context::cpu(0))
@@ -2253,7 +2257,7 @@ fn resample_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input
 }
 
 /// An index the CPU kernels refuse (a coordinate outside its axis in gather_nd and the scatters,
-/// take's mode raise, a label that is no class) fails the GPU path with the CPU's message, before
+/// take's mode raise, a label that is no class, in the cross entropy and SoftmaxOutput) fails the GPU path with the CPU's message, before
 /// any kernel runs (it reads the indices back and checks them with the CPU's code).
 #[test]
 fn indices_the_cpu_refuses_are_refused_on_the_gpu_with_its_message() {
@@ -2299,8 +2303,18 @@ fn indices_the_cpu_refuses_are_refused_on_the_gpu_with_its_message() {
         (
             "_backward_softmax_cross_entropy",
             Attrs::new(),
-            vec![random(&mut rng, &[1]), random(&mut rng, &[2, 3]), labels],
+            vec![
+                random(&mut rng, &[1]),
+                random(&mut rng, &[2, 3]),
+                labels.clone(),
+            ],
             no_class,
+        ),
+        (
+            "_backward_SoftmaxOutput",
+            Attrs::new(),
+            vec![random(&mut rng, &[2, 3]), labels],
+            "label 3 of row 1 is not a class in [0, 3)",
         ),
         (
             "ROIPooling",

@@ -177,6 +177,47 @@ fn infer_softmax_output_backward(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DTy
     Ok((vec![s[0].clone(), s[1].clone()], vec![d[0], d[1]]))
 }
 
+/// SoftmaxOutput's gradient scale and ignored label (with `use_ignore`), once its labels are
+/// checked: each names a class (its integer part, as MXNet reads it) unless it is ignored. A
+/// label outside `[0, classes)`, or NaN, would silently train towards nothing, so it is refused.
+/// The CPU kernel and the GPU path both ask this.
+pub(crate) fn softmax_output_scale(
+    op: &str,
+    attrs: &Attrs,
+    labels: &[f64],
+    classes: usize,
+) -> Result<(f64, Option<f64>)> {
+    let scale = attrs.float(op, "grad_scale", Some(1.0))?;
+    // With use_ignore, rows labelled ignore_label pass no gradient and do not count as valid.
+    let ignore = match attrs.bool(op, "use_ignore", false)? {
+        true => Some(attrs.float(op, "ignore_label", Some(-1.0))?),
+        false => None,
+    };
+    let ignored = |l: f64| ignore == Some(l);
+    let class = |l: f64| (0.0..classes as f64).contains(&l);
+    if let Some((i, l)) = labels
+        .iter()
+        .enumerate()
+        .find(|&(_, &l)| !ignored(l) && !class(l))
+    {
+        return Err(crate::error::invalid(
+            op,
+            format!(
+                "label {l} of row {i} is not a class in [0, {classes}) (rows to skip need \
+                 use_ignore=True with their ignore_label)"
+            ),
+        ));
+    }
+    // MXNet divides in float: grad_scale / count as 2.0f / 3.0f.
+    let per = |count: usize| f64::from(scale as f32 / count.max(1) as f32);
+    let scale = match attrs.get("normalization").unwrap_or("null") {
+        "batch" => per(labels.len()),
+        "valid" => per(labels.iter().filter(|&&l| !ignored(l)).count()),
+        _ => scale,
+    };
+    Ok((scale, ignore))
+}
+
 fn softmax_output_backward_kernel(
     op: &str,
     attrs: &Attrs,
@@ -186,23 +227,10 @@ fn softmax_output_backward_kernel(
 ) -> KResult {
     let (p, label) = (&ins[0], &ins[1]);
     let (n, c) = (p.shape[0], p.shape[1]);
-    let e = |e: NdError| e.to_string();
-    let scale = attrs.float(op, "grad_scale", Some(1.0)).map_err(e)?;
-    // With use_ignore, rows labelled ignore_label pass no gradient and do not count as valid.
-    let ignore = match attrs.bool(op, "use_ignore", false).map_err(e)? {
-        true => Some(attrs.float(op, "ignore_label", Some(-1.0)).map_err(e)?),
-        false => None,
-    };
     // SAFETY: read access to the labels.
     let labels = unsafe { label.to_f64s() };
+    let (scale, ignore) = softmax_output_scale(op, attrs, &labels, c).map_err(|e| e.to_string())?;
     let ignored = |l: f64| ignore == Some(l);
-    // MXNet divides in float: grad_scale / count as 2.0f / 3.0f.
-    let per = |count: usize| f64::from(scale as f32 / count.max(1) as f32);
-    let scale = match attrs.get("normalization").unwrap_or("null") {
-        "batch" => per(n),
-        "valid" => per(labels.iter().filter(|&&l| !ignored(l)).count()),
-        _ => scale,
-    };
     crate::with_dtype!(p.dtype, T => {
         // SAFETY: read access to the inputs, exclusive access to the disjoint outputs.
         let (pv, g, lg) = unsafe { (p.slice::<T>(), outs[0].slice_mut::<T>(), outs[1].slice_mut::<T>()) };

@@ -32,6 +32,8 @@ pub(crate) mod sort;
 mod stochastic;
 mod vision;
 
+#[cfg(any(feature = "cuda", test))]
+pub(crate) use backward::softmax_output_scale;
 pub(crate) use elemwise::{broadcast_twin, scalar_of};
 pub(crate) use extra::bilinear_upsampling;
 pub(crate) use nn::softmax_axis;
