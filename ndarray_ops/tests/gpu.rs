@@ -601,3 +601,40 @@ fn convolutions_by_cudnn_and_by_columns_give_the_cpus_results() {
         );
     }
 }
+
+/// SoftmaxOutput with ignored rows and the "valid" normalization: the GPU's gradient is the
+/// CPU's (the GPU kernel once gave ignored rows a gradient and refused "valid").
+#[test]
+fn softmax_output_ignores_rows_on_the_gpu_as_on_the_cpu() {
+    let Some(gpu) = gpu() else { return };
+    let rt = runtime(StorageConfig::default());
+    let fc = Symbol::op(
+        "FullyConnected",
+        "fc",
+        &[
+            &Symbol::var("data"),
+            &Symbol::var("fc_weight"),
+            &Symbol::var("fc_bias"),
+        ],
+        Attrs::new().with("num_hidden", 10),
+    )
+    .unwrap();
+    // forward_backward's labels are i * 7 % 10: row 1 is labelled 7, and ignored.
+    let sym = Symbol::op(
+        "SoftmaxOutput",
+        "softmax",
+        &[&fc, &Symbol::var("label")],
+        Attrs::new()
+            .with("use_ignore", true)
+            .with("ignore_label", 7.0)
+            .with("normalization", "valid"),
+    )
+    .unwrap();
+    let shapes = HashMap::from([
+        ("data".to_string(), vec![4, 6]),
+        ("label".to_string(), vec![4]),
+    ]);
+    let on_gpu = forward_backward(&rt, gpu, &sym, &shapes);
+    let on_cpu = forward_backward(&rt, Context::cpu(0), &sym, &shapes);
+    assert_close("softmax output with ignored rows", &on_gpu, &on_cpu, 1e-4);
+}
