@@ -184,7 +184,7 @@ fn run() -> Result<(), String> {
         .as_f64()
         .unwrap_or(0.0);
     let speedup = last / first;
-    // Kernels thread on their own unless told not to (see the README's scaling figures).
+    // Kernels thread on their own unless told not to (see docs/benchmarks.md, data-parallel scaling).
     let kernel_threads = std::env::var("MATMUL_NUM_THREADS").unwrap_or_else(|_| "all cores".into());
     if a.json {
         println!(

@@ -1,7 +1,7 @@
 """MXNet 1.9.1's own time for a model graph on this machine's CPU, the baseline beside
-`run_model` in the same sitting (README, Benchmarks, Symbolic forward).
+`run_model` (docs/benchmarks.md, models on the CPU).
 
-    MXNET_SUBGRAPH_BACKEND=NONE /tmp/mxv/bin/python tools/mxnet_model_baseline.py \
+    MXNET_SUBGRAPH_BACKEND=NONE python tools/mxnet_model_baseline.py \
         graphs/resnet18_v1-symbol.json 1,3,224,224
 
 Binds the graph with uniform weights (variances 1), times 20 inference forwards and 20 training

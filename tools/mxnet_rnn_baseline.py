@@ -1,7 +1,7 @@
 """MXNet 1.9.1's own time for a fused RNN node on this machine's CPU, the baseline beside
-`run_model` on the same graph (README, Benchmarks, Recurrent layers).
+`run_model` on the same graph (docs/benchmarks.md).
 
-    /tmp/mxv/bin/python tools/mxnet_rnn_baseline.py OUT-symbol.json [--mode lstm] [--layers 2]
+    python tools/mxnet_rnn_baseline.py OUT-symbol.json [--mode lstm] [--layers 2]
         [--steps 35] [--batch 32] [--input 256] [--hidden 256] [--bidirectional] [--dropout P]
         [--iters 20]
 

@@ -1,4 +1,4 @@
-# The PyTorch baseline beside `run_model --ctx gpu(0)` (README, Benchmarks, GPU): torchvision's
+# The PyTorch baseline beside `run_model --ctx gpu(0)` (docs/benchmarks.md, GPU): torchvision's
 # ResNet-18 and ResNet-50 (or the models named on the command line, e.g. vgg16), batch 32, 224x224, float32 (TF32 off, then on), forward in eval mode
 # without autograd and forward+backward in training mode (weight gradients, no update), median of
 # 10 after 2 warm-ups, synchronized each time, as run_model times its steps.

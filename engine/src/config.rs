@@ -50,7 +50,7 @@ impl EngineKind {
     }
 }
 
-/// The environment variables the engine reads (see the README's table).
+/// The environment variables the engine reads (see docs/configuration.md).
 pub mod env {
     /// `naive`, `threaded_pooled` or `threaded_per_device`.
     pub const ENGINE_TYPE: &str = "MXRS_ENGINE_TYPE";

@@ -8,7 +8,7 @@ use parking_lot::RwLock;
 use crate::stats::parse_bytes;
 use crate::{Context, PoolKind, StorageError, StorageManager};
 
-/// The environment variables the storage layer reads (see the README's table).
+/// The environment variables the storage layer reads (see docs/configuration.md).
 pub mod env {
     /// `unpooled`, `pooled_round`, `pooled_exact` or `bfc`.
     pub const POOL_TYPE: &str = "MXRS_STORAGE_POOL_TYPE";

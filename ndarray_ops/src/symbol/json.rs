@@ -163,6 +163,33 @@ impl Symbol {
         Ok(sym)
     }
 
+    /// Reads MXNet's symbol JSON from a file (what `HybridBlock.export` and
+    /// `mx.model.save_checkpoint` write as `PREFIX-symbol.json`). An error names the file.
+    pub fn load(path: impl AsRef<std::path::Path>) -> Result<Symbol> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| NdError::Invalid {
+            op: "Symbol::load".into(),
+            reason: format!("cannot read {}: {e}", path.display()),
+        })?;
+        Symbol::from_json(&text).map_err(|e| NdError::Invalid {
+            op: "Symbol::load".into(),
+            reason: format!("{}: {e}", path.display()),
+        })
+    }
+
+    /// Writes the symbol as MXNet's JSON to a file, through a temporary file renamed over
+    /// `path`, so a failed save leaves what `path` held.
+    pub fn save(&self, path: impl AsRef<std::path::Path>) -> Result<()> {
+        let text = self.to_json();
+        crate::ndfile::write_atomically("Symbol::save", path.as_ref(), |w| {
+            use std::io::Write;
+            w.write_all(text.as_bytes()).map_err(|e| NdError::Invalid {
+                op: "Symbol::save".into(),
+                reason: format!("cannot write {}: {e}", path.as_ref().display()),
+            })
+        })
+    }
+
     /// Saves as MXNet's symbol JSON (nodes in graph order, MXNet version 1.9.1).
     pub fn to_json(&self) -> String {
         let g = self.indexed();
