@@ -18,7 +18,13 @@ implementation rather than against our reading of it:
   without gradient clipping, with their inputs;
 * net-expected.nd (net64-expected.nd): for a fixed input, MXNet's inference output, and then one training step:
   the training-mode output, the gradient of every argument (data included) for a fixed head
-  gradient, and the auxiliary states after the step (BatchNorm's running statistics).
+  gradient, and the auxiliary states after the step (BatchNorm's running statistics);
+* lm-symbol.json / lm-0000.params / lm-expected.nd / lm-shapes.json: a word language model as
+  Gluon exports it (Embedding, two LSTMCells unrolled over 5 steps with `_zeros` begin states of
+  shape (0, 24) whose batch MXNet infers from their consumers, Dropout, a Dense head), its
+  weights, MXNet's output and one training step's gradients for fixed token ids, and the shape
+  MXNet infers for every internal output from the data shape alone. `--gluon-lm OUT` writes
+  only these.
 
 With --models GRAPHS OUT DTYPE [NAME...], writes the same for the real graphs (`graphs/*-symbol.json`, batch 2,
 random weights, float32 or float64) into OUT, too large to commit: MXRS_MXNET_MODELS=OUT cargo test --release -p
@@ -149,6 +155,67 @@ def expected(sym, args, aux, shape, rng, path, train, dtype="float32"):
     mx.nd.save(path, saved)
 
 
+LM_SHAPE = (5, 4)  # (steps, batch) of token ids
+
+
+def gluon_lm(out):
+    """A Gluon word language model exported as Gluon writes it, with MXNet's results on it."""
+    from mxnet import gluon
+    from mxnet.gluon import nn, rnn
+
+    class LM(gluon.HybridBlock):
+        def __init__(self, vocab=50, emb=16, hidden=24, layers=2, **kw):
+            super().__init__(**kw)
+            with self.name_scope():
+                self.embed = nn.Embedding(vocab, emb)
+                self.cells = rnn.HybridSequentialRNNCell()
+                for _ in range(layers):
+                    self.cells.add(rnn.LSTMCell(hidden))
+                self.drop = nn.Dropout(0.2)
+                self.out = nn.Dense(vocab, flatten=False)
+
+        def hybrid_forward(self, F, x):
+            outs, _ = self.cells.unroll(LM_SHAPE[0], self.embed(x), layout="TNC",
+                                        merge_outputs=True)
+            return self.out(self.drop(outs))
+
+    mx.random.seed(0)
+    rng = np.random.RandomState(0)
+    net = LM(prefix="lm_")
+    net.initialize(mx.init.Uniform(0.3))
+    net.hybridize()
+    x = mx.nd.array(rng.randint(0, 50, LM_SHAPE), dtype="float32")
+    net(x)
+    prefix = os.path.join(out, "lm")
+    net.export(prefix)
+    sym = mx.sym.load(prefix + "-symbol.json")
+    internals = sym.get_internals()
+    _, shapes, _ = internals.infer_shape(data=LM_SHAPE)
+    with open(prefix + "-shapes.json", "w") as f:
+        json.dump({"data": list(LM_SHAPE),
+                   "outputs": dict(zip(internals.list_outputs(), [list(s) for s in shapes]))},
+                  f, indent=0, sort_keys=True)
+    params = mx.nd.load(prefix + "-0000.params")
+    args = {k[4:]: v for k, v in params.items() if k.startswith("arg:")}
+    grads = {n: ("null" if n == "data" else "write") for n in sym.list_arguments()}
+    exe = sym.simple_bind(mx.cpu(), data=LM_SHAPE, grad_req=grads)
+    for name, a in args.items():
+        a.copyto(exe.arg_dict[name])
+    x.copyto(exe.arg_dict["data"])
+    snap = lambda a: mx.nd.array(a.asnumpy(), dtype=a.dtype)
+    saved = {"data": x, "infer:output": snap(exe.forward(is_train=False)[0])}
+    head = mx.nd.array(rng.uniform(-1, 1, exe.outputs[0].shape), dtype="float32")
+    saved["head_grad"] = head
+    # Training mode draws dropout masks; the gradients are taken in inference mode so that
+    # both sides compute the same function (dropout is the identity there).
+    exe.forward(is_train=False)
+    exe.backward(out_grads=[head])
+    for name, g in exe.grad_dict.items():
+        if name != "data":
+            saved["grad:" + name] = snap(g)
+    mx.nd.save(prefix + "-expected.nd", saved)
+
+
 def models(graphs, out, dtype, only=None):
     """The real graphs with random weights (He-scaled, BatchNorm statistics near their
     defaults), batch 2, in `dtype`; VGG-16 (dropout) in inference only. In float32 the training
@@ -249,6 +316,9 @@ def check(dirname):
 if __name__ == "__main__":
     if sys.argv[1] == "--check":
         check(sys.argv[2])
+    elif sys.argv[1] == "--gluon-lm":
+        os.makedirs(sys.argv[2], exist_ok=True)
+        gluon_lm(sys.argv[2])
     elif sys.argv[1] == "--models":
         os.makedirs(sys.argv[3], exist_ok=True)
         models(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:])
@@ -259,3 +329,4 @@ if __name__ == "__main__":
         checkpoint(sys.argv[1], "net64", "float64")
         checkpoint(sys.argv[1], "block64", "float64", block(), BLOCK_SHAPE)
         optimizers(sys.argv[1])
+        gluon_lm(sys.argv[1])

@@ -583,7 +583,7 @@ pub(super) fn ops() -> &'static [OpDef] {
     static OPS: &[OpDef] = &[OpDef {
         alias_safe: false,
         resources: &[Resource::TempSpace],
-        infer_inputs: Some(super::param_shapes::convolution),
+        infer_partial: Some(super::partial_shapes::convolution),
         ..OpDef::new("Convolution", Arity::AtLeast(2), infer_conv, conv_kernel)
     }];
     OPS

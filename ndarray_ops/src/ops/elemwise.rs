@@ -489,34 +489,48 @@ pub(super) fn ops() -> &'static [OpDef] {
         def!("broadcast_logical_and", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]),
         def!("broadcast_logical_or", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]),
         def!("broadcast_logical_xor", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]),
-        def!("_maximum", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[]),
-        def!("_minimum", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[]),
-        def!("_power", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[]),
-        def!("_hypot", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[]),
-        def!("_mod", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[]),
-        def!("_equal", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1]),
-        def!("_not_equal", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1]),
-        def!("_greater", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1]),
-        def!("_greater_equal", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1]),
-        def!("_lesser", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1]),
-        def!("_lesser_equal", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1]),
-        def!("_logical_and", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1]),
-        def!("_logical_or", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1]),
-        def!("_logical_xor", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1]),
+        def!("_maximum", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[])
+            .partial(super::partial_shapes::same_shape),
+        def!("_minimum", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[])
+            .partial(super::partial_shapes::same_shape),
+        def!("_power", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[])
+            .partial(super::partial_shapes::same_shape),
+        def!("_hypot", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[])
+            .partial(super::partial_shapes::same_shape),
+        def!("_mod", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[])
+            .partial(super::partial_shapes::same_shape),
+        def!("_equal", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1])
+            .partial(super::partial_shapes::same_shape),
+        def!("_not_equal", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1])
+            .partial(super::partial_shapes::same_shape),
+        def!("_greater", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1])
+            .partial(super::partial_shapes::same_shape),
+        def!("_greater_equal", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1])
+            .partial(super::partial_shapes::same_shape),
+        def!("_lesser", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1])
+            .partial(super::partial_shapes::same_shape),
+        def!("_lesser_equal", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1])
+            .partial(super::partial_shapes::same_shape),
+        def!("_logical_and", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1])
+            .partial(super::partial_shapes::same_shape),
+        def!("_logical_or", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1])
+            .partial(super::partial_shapes::same_shape),
+        def!("_logical_xor", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1])
+            .partial(super::partial_shapes::same_shape),
         OpDef {
-            infer_inputs: Some(super::param_shapes::same_shape),
+            infer_partial: Some(super::partial_shapes::same_shape),
             ..def!("elemwise_add", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1])
         },
         OpDef {
-            infer_inputs: Some(super::param_shapes::same_shape),
+            infer_partial: Some(super::partial_shapes::same_shape),
             ..def!("elemwise_sub", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1])
         },
         OpDef {
-            infer_inputs: Some(super::param_shapes::same_shape),
+            infer_partial: Some(super::partial_shapes::same_shape),
             ..def!("elemwise_mul", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[])
         },
         OpDef {
-            infer_inputs: Some(super::param_shapes::same_shape),
+            infer_partial: Some(super::partial_shapes::same_shape),
             ..def!("elemwise_div", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[])
         },
         def!("_plus_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]),

@@ -759,7 +759,7 @@ macro_rules! def {
 pub(super) fn ops() -> &'static [OpDef] {
     static OPS: &[OpDef] = &[
         OpDef {
-            infer_inputs: Some(super::param_shapes::prelu),
+            infer_partial: Some(super::partial_shapes::prelu),
             ..def!(
                 "LeakyReLU",
                 &[],
@@ -787,7 +787,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             stack_kernel,
             &[],
             false
-        ),
+        )
+        .partial(super::partial_shapes::stack),
         def!(
             "_zeros",
             &["zeros"],
@@ -826,7 +827,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         ),
         OpDef {
             resources: &[Resource::TempSpace],
-            infer_inputs: Some(super::param_shapes::upsampling),
+            infer_partial: Some(super::partial_shapes::upsampling),
             ..def!(
                 "UpSampling",
                 &[],
@@ -839,7 +840,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         },
         OpDef {
             resources: &[Resource::TempSpace],
-            infer_inputs: Some(super::param_shapes::deconvolution),
+            infer_partial: Some(super::partial_shapes::deconvolution),
             ..def!(
                 "Deconvolution",
                 &[],

@@ -245,7 +245,7 @@ fn cross_entropy_backward_kernel(
 pub(super) fn ops() -> &'static [OpDef] {
     const fn regression(name: &'static str) -> OpDef {
         OpDef {
-            infer_inputs: Some(super::param_shapes::label_like_data),
+            infer_partial: Some(super::partial_shapes::label_like_data),
             inplace: &[(0, 0)],
             backward_ignores: &[0],
             ..OpDef::new(name, Arity::Exactly(2), infer_regression, regression_kernel)

@@ -21,10 +21,12 @@ mod mxnet_params;
 mod nn;
 mod norm;
 mod par;
-mod param_shapes;
+pub(crate) mod partial_shapes;
 mod permute;
 pub(crate) mod pooling;
 mod reduce;
+#[cfg(test)]
+mod reference;
 pub(crate) mod rnn;
 mod roi;
 pub(crate) mod shape;
@@ -409,10 +411,22 @@ pub enum Arity {
 /// Shape and dtype inference: input shapes and dtypes to output shapes and dtypes.
 pub type InferFn =
     fn(&str, &Attrs, &[Vec<usize>], &[DType]) -> Result<(Vec<Vec<usize>>, Vec<DType>)>;
-/// Backward shape inference: from the inputs known so far (`None` = unknown), the shapes other
-/// inputs must have (weights from the data shape and attributes, the other operand of a
-/// same-shape op). Entries it cannot determine are `None`.
-pub type InferInputsFn = fn(&str, &Attrs, &[Option<Vec<usize>>]) -> Result<Vec<Option<Vec<usize>>>>;
+/// Shape inference on partial shapes, both ways: from what is known so far of the inputs and
+/// the outputs (`None`: nothing; a dimension of 0: unknown, as in MXNet), the shapes they must
+/// have (weights from the data shape, the other operand of a same-shape op, the data's batch
+/// from the output's). What it cannot tell stays `None` or 0.
+pub type InferPartialFn =
+    fn(&str, &Attrs, &[Option<Vec<usize>>], &[Option<Vec<usize>>]) -> Result<Partial>;
+
+/// What an [`InferPartialFn`] proposes: shapes for the inputs and the outputs, by position
+/// (shorter lists, `None` and 0 dimensions propose nothing).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Partial {
+    /// Proposed input shapes.
+    pub inputs: Vec<Option<Vec<usize>>>,
+    /// Proposed output shapes.
+    pub outputs: Vec<Option<Vec<usize>>>,
+}
 /// A CPU kernel: inputs and outputs (already allocated, inferred shapes).
 pub(crate) type KernelFn =
     fn(&str, &Attrs, &[TensorRef], &[TensorRef], &mut KernelRes) -> std::result::Result<(), String>;
@@ -445,8 +459,9 @@ pub struct OpDef {
     pub assign: &'static [(usize, usize)],
     /// Per-device resources the kernel uses.
     pub resources: &'static [Resource],
-    /// Backward shape inference of inputs, for ops that can tell.
-    pub infer_inputs: Option<InferInputsFn>,
+    /// Inference on partial shapes in both directions, for ops whose [`OpDef::infer`] cannot
+    /// tell everything (parameters from the data, inputs from outputs).
+    pub infer_partial: Option<InferPartialFn>,
     /// Whether a bound node keeps state from its forward pass for its backward node.
     pub(crate) state: StateUse,
 }
@@ -466,7 +481,7 @@ pub(crate) enum StateUse {
 impl OpDef {
     /// An op with the common defaults: no aliases, no in-place pairs, not an identity, every input
     /// read by its backward pass, aliasing handled by the kernel, nothing mutated, no resources, no
-    /// backward shape rule. The op tables override fields with struct update syntax.
+    /// partial shape rule. The op tables override fields with struct update syntax.
     pub(crate) const fn new(
         name: &'static str,
         arity: Arity,
@@ -486,8 +501,16 @@ impl OpDef {
             mutate_inputs: &[],
             assign: &[],
             resources: &[],
-            infer_inputs: None,
+            infer_partial: None,
             state: StateUse::No,
+        }
+    }
+
+    /// This op with a rule for partial shapes ([`OpDef::infer_partial`]).
+    pub(crate) const fn partial(self, rule: InferPartialFn) -> OpDef {
+        OpDef {
+            infer_partial: Some(rule),
+            ..self
         }
     }
 }
@@ -908,8 +931,21 @@ pub(crate) fn prepare(
                     format!("writes {} outputs, {} given", oshapes.len(), out.len()),
                 ));
             }
+            // An op that reads nothing takes its shape from its `shape` attribute, where a 0
+            // is a dimension left to inference (Gluon's begin states, `(0, H)`): a graph binds
+            // it to the inferred size, and the given output's size is the one to fill.
+            let partial = inputs.is_empty() && attrs.get("shape").is_some();
+            let fits = |o: &NDArray, s: &[usize]| {
+                o.shape() == s
+                    || (partial
+                        && o.shape().len() == s.len()
+                        && o.shape()
+                            .iter()
+                            .zip(s)
+                            .all(|(&have, &want)| want == 0 || have == want))
+            };
             for (i, (o, (s, d))) in out.iter().zip(oshapes.iter().zip(odtypes)).enumerate() {
-                if o.shape() != s.as_slice()
+                if !fits(o, s)
                     || o.dtype() != *d
                     || o.ctx() != ctx
                     || !Arc::ptr_eq(o.runtime(), &rt)

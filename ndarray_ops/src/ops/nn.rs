@@ -602,7 +602,7 @@ pub(super) fn ops() -> &'static [OpDef] {
             false
         ),
         OpDef {
-            infer_inputs: Some(super::param_shapes::softmax_output),
+            infer_partial: Some(super::partial_shapes::softmax_output),
             ..def!(
                 "SoftmaxOutput",
                 Arity::Exactly(2),
@@ -615,7 +615,7 @@ pub(super) fn ops() -> &'static [OpDef] {
             )
         },
         OpDef {
-            infer_inputs: Some(super::param_shapes::fully_connected),
+            infer_partial: Some(super::partial_shapes::fully_connected),
             ..def!(
                 "FullyConnected",
                 Arity::AtLeast(2),

@@ -245,7 +245,8 @@ pub(super) fn infer_params(
     op: &str,
     attrs: &Attrs,
     ins: &[Option<Vec<usize>>],
-) -> Result<Vec<Option<Vec<usize>>>> {
+    _outs: &[Option<Vec<usize>>],
+) -> Result<super::Partial> {
     let mut out = vec![None; ins.len()];
     if let Some(Some(x)) = ins.first() {
         let (_, _, scales, _) = layout(op, attrs, x)?;
@@ -253,7 +254,10 @@ pub(super) fn infer_params(
             *o = Some(vec![scales]);
         }
     }
-    Ok(out)
+    Ok(super::Partial {
+        inputs: out,
+        outputs: vec![],
+    })
 }
 
 fn norm_kernel(
@@ -608,7 +612,7 @@ fn infer_softmax_activation_backward(
 pub(super) fn ops() -> &'static [OpDef] {
     const fn norm(name: &'static str) -> OpDef {
         OpDef {
-            infer_inputs: Some(infer_params),
+            infer_partial: Some(infer_params),
             alias_safe: false,
             ..OpDef::new(name, Arity::Exactly(3), infer_norm, norm_kernel)
         }
@@ -630,7 +634,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         norm("GroupNorm"),
         OpDef {
             arity: Arity::Exactly(1),
-            infer_inputs: None,
+            infer_partial: None,
             // Its backward reads the output and the norm, not the data.
             backward_ignores: &[0],
             ..norm("L2Normalization")

@@ -335,7 +335,8 @@ fn infer_rnn_inputs(
     op: &str,
     attrs: &Attrs,
     ins: &[Option<Vec<usize>>],
-) -> Result<Vec<Option<Vec<usize>>>> {
+    _outs: &[Option<Vec<usize>>],
+) -> Result<super::Partial> {
     let r = Rnn::parse(op, attrs)?;
     let mut out = vec![None; ins.len()];
     if let Some(Some(x)) = ins.first() {
@@ -344,7 +345,10 @@ fn infer_rnn_inputs(
             *o = Some(want);
         }
     }
-    Ok(out)
+    Ok(super::Partial {
+        inputs: out,
+        outputs: vec![],
+    })
 }
 
 /// `_backward_RNN`'s inputs: the gradient of each output, then the forward node's inputs.
@@ -1262,7 +1266,7 @@ fn backward<T: Real>(
 pub(super) fn ops() -> &'static [OpDef] {
     static OPS: &[OpDef] = &[
         OpDef {
-            infer_inputs: Some(infer_rnn_inputs),
+            infer_partial: Some(infer_rnn_inputs),
             alias_safe: false,
             resources: &[Resource::TempSpace, Resource::Random],
             state: StateUse::Keeps,

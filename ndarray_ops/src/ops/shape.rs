@@ -698,7 +698,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             false,
             &[],
             false
-        ),
+        )
+        .partial(super::partial_shapes::concat),
         def!(
             "SliceChannel",
             &["split"],
@@ -709,7 +710,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             false,
             &[0],
             false
-        ),
+        )
+        .partial(super::partial_shapes::slice_channel),
         def!(
             "slice",
             &["crop"],
@@ -744,7 +746,7 @@ pub(super) fn ops() -> &'static [OpDef] {
             false
         ),
         OpDef {
-            infer_inputs: Some(super::param_shapes::embedding),
+            infer_partial: Some(super::partial_shapes::embedding),
             ..def!(
                 "Embedding",
                 &[],

@@ -363,7 +363,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         OpDef {
             alias_safe: false,
             mutate_inputs: &[3, 4],
-            infer_inputs: Some(super::param_shapes::batch_norm),
+            infer_partial: Some(super::partial_shapes::batch_norm),
             ..OpDef::new("BatchNorm", Arity::Exactly(5), infer_bn, bn_kernel)
         },
         OpDef {

@@ -1060,7 +1060,13 @@ fn identity(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEn
     Ok(vec![Some(need(n, og)?)])
 }
 
-/// The gradient rule of an op, for the ops that have one so far.
+/// Whether the gradient pass can differentiate op `op` (it has a rule).
+#[cfg(test)]
+pub(crate) fn has_rule(op: &str) -> bool {
+    rule(op).is_some()
+}
+
+/// The gradient rule of an op, for the ops that have one.
 fn rule(op: &str) -> Option<GradFn> {
     Some(match op {
         "FullyConnected" => fully_connected,
@@ -1213,7 +1219,8 @@ pub fn gradient(sym: &Symbol, wrt: &[String]) -> Result<Symbol> {
                 None => None,
             });
         }
-        if og.iter().all(Option::is_none) && !is_loss(def.name) {
+        // A node that reads nothing (`_zeros`, a generator) passes no gradient on.
+        if (og.iter().all(Option::is_none) && !is_loss(def.name)) || g.inputs[i].is_empty() {
             continue;
         }
         let f = rule(def.name).ok_or_else(|| {

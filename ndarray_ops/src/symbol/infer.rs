@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use super::{IndexedGraph, Symbol};
 use crate::error::{some_names, NdError, Result};
-use crate::ops::bounded_product;
+use crate::ops::{bounded_product, partial_shapes::same_size, Attrs, OpDef};
 use crate::DType;
 
 /// What inference found, per entry id (see [`IndexedGraph::entry`]).
@@ -134,16 +134,203 @@ fn unify(old: &Option<Vec<usize>>, new: &[usize]) -> std::result::Result<Option<
 }
 
 /// Infers every entry's shape and dtype. `known` gives argument shapes by name (over `__shape__`
-/// attributes); `dtypes` argument dtypes (over `__dtype__`; float32 otherwise).
+/// attributes); `dtypes` argument dtypes (over `__dtype__`; float32 otherwise). An entry whose
+/// shape cannot be inferred is an error naming it.
 pub fn infer(
     sym: &Symbol,
     known: &HashMap<String, Vec<usize>>,
     dtypes: &HashMap<String, DType>,
 ) -> Result<Inferred> {
+    let (g, shapes, types) = fixed_point(sym, known, dtypes)?;
+    finish(g, shapes, types, known)
+}
+
+/// What can be inferred, as MXNet's `infer_shape_partial`: unknown dimensions are 0 and entries
+/// of which nothing is known are empty. Clashes are still errors.
+pub fn infer_partial(
+    sym: &Symbol,
+    known: &HashMap<String, Vec<usize>>,
+    dtypes: &HashMap<String, DType>,
+) -> Result<Inferred> {
+    let (graph, shapes, types) = fixed_point(sym, known, dtypes)?;
+    Ok(Inferred {
+        shapes: shapes.into_iter().map(Option::unwrap_or_default).collect(),
+        dtypes: types.into_iter().map(|t| t.unwrap_or(DType::F32)).collect(),
+        graph,
+    })
+}
+
+type Shapes = Vec<Option<Vec<usize>>>;
+
+/// Sizes that stand in for unknown dimensions when an op's own inference is probed: distinct per
+/// dimension (so that no two unknowns look equal) and divisible by the small counts that split
+/// an axis (SliceChannel, Reshape's -4).
+fn stand_in(run: usize, k: usize) -> usize {
+    720 * (k + 2) + 5040 * run
+}
+
+/// What `def.infer` says of partial inputs (every input's rank known): it runs twice, with
+/// different sizes standing in for the unknown dimensions; an output dimension both runs agree
+/// on does not depend on them. Also the outputs that are an input's shape in both runs (an
+/// elementwise op's): their known dimensions are that input's too. `None` where the op refuses
+/// the stand-ins (it needs the unknowns to meet a condition it cannot check) or the runs
+/// disagree in rank.
+fn probe(
+    def: &OpDef,
+    attrs: &Attrs,
+    ins: &[Vec<usize>],
+    types: &[DType],
+) -> Option<(Shapes, Vec<(usize, usize)>)> {
+    probe_with(def, attrs, ins, types, true).or_else(|| {
+        // An op that needs unknowns to agree (batch_dot's two batch sizes, pick's index and
+        // data) refuses distinct stand-ins; one stand-in for all of them still tells which
+        // output dimensions do not depend on them, though no longer which outputs keep an
+        // input's shape (two unknowns that look alike may differ).
+        probe_with(def, attrs, ins, types, false).map(|(outs, _)| (outs, vec![]))
+    })
+}
+
+fn probe_with(
+    def: &OpDef,
+    attrs: &Attrs,
+    ins: &[Vec<usize>],
+    types: &[DType],
+    distinct: bool,
+) -> Option<(Shapes, Vec<(usize, usize)>)> {
+    let mut runs = Vec::with_capacity(2);
+    for run in 0..2 {
+        let mut k = 0;
+        let filled: Vec<Vec<usize>> = ins
+            .iter()
+            .map(|s| {
+                s.iter()
+                    .map(|&d| match d {
+                        0 => {
+                            k += usize::from(distinct);
+                            stand_in(run, k)
+                        }
+                        d => d,
+                    })
+                    .collect()
+            })
+            .collect();
+        let (outs, _) = (def.infer)(def.name, attrs, &filled, types).ok()?;
+        runs.push((filled, outs));
+    }
+    let (a_in, a_out) = &runs[0];
+    let (b_in, b_out) = &runs[1];
+    if a_out.len() != b_out.len() {
+        return None;
+    }
+    let mut outs = Vec::with_capacity(a_out.len());
+    let mut same = vec![];
+    for (k, (a, b)) in a_out.iter().zip(b_out).enumerate() {
+        if a.len() != b.len() {
+            return None;
+        }
+        let dims = a.iter().zip(b).map(|(&x, &y)| if x == y { x } else { 0 });
+        outs.push(Some(dims.collect()));
+        for i in 0..ins.len() {
+            if *a == a_in[i] && *b == b_in[i] {
+                same.push((i, k));
+            }
+        }
+    }
+    Some((outs, same))
+}
+
+/// Where inference stands: every entry's shape and dtype so far.
+struct State<'g> {
+    g: &'g IndexedGraph,
+    shapes: Shapes,
+    types: Vec<Option<DType>>,
+}
+
+impl State<'_> {
+    fn inputs(&self, node: usize) -> Shapes {
+        self.g.inputs[node]
+            .iter()
+            .map(|&(src, idx)| self.shapes[self.g.entry(src, idx)].clone())
+            .collect()
+    }
+
+    /// Whether every output of `node` has its dtype (only its forward inference gives one).
+    fn types_known(&self, node: usize) -> bool {
+        (0..self.g.nodes[node].num_outputs()).all(|k| self.types[self.g.entry(node, k)].is_some())
+    }
+
+    fn outputs(&self, node: usize) -> Shapes {
+        (0..self.g.nodes[node].num_outputs())
+            .map(|k| self.shapes[self.g.entry(node, k)].clone())
+            .collect()
+    }
+
+    /// Unifies `proposed` shapes with node `node`'s inputs (or outputs); whether any changed.
+    fn propose(
+        &mut self,
+        node: usize,
+        outputs: bool,
+        proposed: &[Option<Vec<usize>>],
+        why: &str,
+    ) -> Result<bool> {
+        let n = &self.g.nodes[node];
+        let op = n.op.map_or("", |d| d.name);
+        let mut changed = false;
+        for (k, w) in proposed.iter().enumerate() {
+            let Some(w) = w else { continue };
+            let (e, arg) = match outputs {
+                true if k < n.num_outputs() => (self.g.entry(node, k), format!("output {k}")),
+                false => match self.g.inputs[node].get(k) {
+                    Some(&(src, idx)) => (
+                        self.g.entry(src, idx),
+                        format!("input {k} ('{}')", self.g.nodes[src].name),
+                    ),
+                    None => continue,
+                },
+                true => continue,
+            };
+            match unify(&self.shapes[e], w) {
+                Ok(Some(s)) => {
+                    check_size(&s, &format!("node '{}' ({op}): {arg}", n.name))?;
+                    self.shapes[e] = Some(s);
+                    changed = true;
+                }
+                Ok(None) => {}
+                Err(()) => {
+                    return Err(NdError::Shape {
+                        op: format!("infer_shape: node '{}' ({op})", n.name),
+                        arg,
+                        found: self.shapes[e].clone().unwrap_or_default(),
+                        expected: format!("{w:?} {why}"),
+                    })
+                }
+            }
+        }
+        Ok(changed)
+    }
+}
+
+/// Runs every op's rules, forward and backward, until nothing changes.
+///
+/// Per op node and round, while any of its inputs or outputs is incomplete:
+/// 1. its partial rule ([`OpDef::infer_partial`]) proposes inputs and outputs;
+/// 2. with every input known, its inference gives the outputs; with every input's rank known,
+///    probing its inference gives the output dimensions that do not depend on the unknown
+///    ones, and ties outputs that keep an input's shape to that input (both ways);
+/// 3. an op whose output is its input reinterpreted takes an input's one unknown dimension
+///    from the output's size.
+///
+/// Every step only fills unknowns (a clash is an error naming the node), so each round that
+/// changes something fills at least one dimension, and the loop ends.
+fn fixed_point(
+    sym: &Symbol,
+    known: &HashMap<String, Vec<usize>>,
+    dtypes: &HashMap<String, DType>,
+) -> Result<(IndexedGraph, Shapes, Vec<Option<DType>>)> {
     let g = sym.indexed();
     check_names(&g, known.keys().chain(dtypes.keys()))?;
     let n_entries = g.num_entries();
-    let mut shapes: Vec<Option<Vec<usize>>> = vec![None; n_entries];
+    let mut shapes: Shapes = vec![None; n_entries];
     let mut types: Vec<Option<DType>> = vec![None; n_entries];
     for (i, n) in g.nodes.iter().enumerate() {
         if !n.is_variable() {
@@ -169,106 +356,112 @@ pub fn infer(
                 .unwrap_or(DType::F32),
         );
     }
-    // Forward and backward rules until a fixed point; every round fills at least one entry or stops.
-    for _round in 0..=g.nodes.len() {
+    let mut st = State {
+        g: &g,
+        shapes,
+        types,
+    };
+    loop {
         let mut changed = false;
         for (i, n) in g.nodes.iter().enumerate() {
             let Some(def) = n.op else { continue };
             let at = |what: String| format!("node '{}' ({}): {what}", n.name, def.name);
-            let read = |shapes: &[Option<Vec<usize>>]| -> Vec<Option<Vec<usize>>> {
-                g.inputs[i]
-                    .iter()
-                    .map(|&(src, idx)| shapes[g.entry(src, idx)].clone())
-                    .collect()
-            };
-            let mut ins = read(&shapes);
-            if let Some(rule) = def.infer_inputs {
-                let mut filled = false;
-                let wanted = rule(def.name, &n.attrs, &ins).map_err(|e| NdError::Invalid {
+            let mut ins = st.inputs(i);
+            let mut outs = st.outputs(i);
+            if ins.iter().chain(&outs).all(complete) && st.types_known(i) {
+                continue;
+            }
+            if let Some(rule) = def.infer_partial {
+                let p = rule(def.name, &n.attrs, &ins, &outs).map_err(|e| NdError::Invalid {
                     op: "infer_shape".into(),
                     reason: at(e.to_string()),
                 })?;
-                for (k, w) in wanted.into_iter().enumerate() {
-                    let (Some(w), Some(&(src, idx))) = (w, g.inputs[i].get(k)) else {
-                        continue;
-                    };
-                    let e = g.entry(src, idx);
-                    match unify(&shapes[e], &w) {
-                        Ok(Some(s)) => {
-                            check_size(&s, &at(format!("input {k}")))?;
-                            shapes[e] = Some(s);
-                            changed = true;
-                            filled = true;
-                        }
-                        Ok(None) => {}
-                        Err(()) => {
-                            return Err(NdError::Shape {
-                                op: format!("infer_shape: node '{}' ({})", n.name, def.name),
-                                arg: format!("input {k} ('{}')", g.nodes[src].name),
-                                found: shapes[e].clone().unwrap_or_default(),
-                                expected: format!("{w:?} as the op requires"),
-                            })
-                        }
-                    }
-                }
-                // Inputs just filled (weights from the data shape) serve this node's forward
-                // rule in the same round, so a deep stack of layers needs one round, not one per
-                // layer.
+                let filled = st.propose(i, false, &p.inputs, "as the op requires")?
+                    | st.propose(i, true, &p.outputs, "as the op requires")?;
                 if filled {
-                    ins = read(&shapes);
+                    // What was just filled (weights from the data shape) serves this node's
+                    // forward rule in the same round, so a deep stack of layers needs one
+                    // round, not one per layer.
+                    changed = true;
+                    ins = st.inputs(i);
+                    outs = st.outputs(i);
                 }
             }
-            let outs_known = (0..n.num_outputs()).all(|k| complete(&shapes[g.entry(i, k)]));
-            if outs_known || !ins.iter().all(complete) {
-                continue;
-            }
-            let in_shapes: Vec<Vec<usize>> =
-                ins.into_iter().map(|s| s.unwrap_or_default()).collect();
             let in_types: Vec<DType> = g.inputs[i]
                 .iter()
-                .map(|&(s, x)| types[g.entry(s, x)].unwrap_or(DType::F32))
+                .map(|&(s, x)| st.types[g.entry(s, x)].unwrap_or(DType::F32))
                 .collect();
-            let (os, ot) = (def.infer)(def.name, &n.attrs, &in_shapes, &in_types).map_err(|e| {
-                NdError::Invalid {
-                    op: "infer_shape".into(),
-                    reason: at(e.to_string()),
+            if ins.iter().all(complete) {
+                if outs.iter().all(complete) && st.types_known(i) {
+                    continue;
                 }
-            })?;
-            if os.len() != n.num_outputs() {
-                return Err(NdError::Invalid {
-                    op: "infer_shape".into(),
-                    reason: at(format!(
-                        "inference gave {} outputs for a node with {}",
-                        os.len(),
-                        n.num_outputs()
-                    )),
-                });
+                let in_shapes: Vec<Vec<usize>> =
+                    ins.into_iter().map(|s| s.unwrap_or_default()).collect();
+                let (os, ot) =
+                    (def.infer)(def.name, &n.attrs, &in_shapes, &in_types).map_err(|e| {
+                        NdError::Invalid {
+                            op: "infer_shape".into(),
+                            reason: at(e.to_string()),
+                        }
+                    })?;
+                if os.len() != n.num_outputs() {
+                    return Err(NdError::Invalid {
+                        op: "infer_shape".into(),
+                        reason: at(format!(
+                            "inference gave {} outputs for a node with {}",
+                            os.len(),
+                            n.num_outputs()
+                        )),
+                    });
+                }
+                for (k, s) in os.iter().enumerate() {
+                    check_size(s, &at(format!("output {k}")))?;
+                }
+                let os: Shapes = os.into_iter().map(Some).collect();
+                changed |= st.propose(i, true, &os, "as inferred from its inputs")?;
+                for (k, t) in ot.into_iter().enumerate() {
+                    st.types[g.entry(i, k)] = Some(t);
+                }
+                continue;
             }
-            for (k, (s, t)) in os.into_iter().zip(ot).enumerate() {
-                let e = g.entry(i, k);
-                check_size(&s, &at(format!("output {k}")))?;
-                match unify(&shapes[e], &s) {
-                    Ok(Some(new)) => {
-                        shapes[e] = Some(new);
-                        changed = true;
-                    }
-                    Ok(None) => {}
-                    Err(()) => {
-                        return Err(NdError::Shape {
-                            op: format!("infer_shape: node '{}' ({})", n.name, def.name),
-                            arg: format!("output {k}"),
-                            found: shapes[e].clone().unwrap_or_default(),
-                            expected: format!("{s:?} as inferred from its inputs"),
-                        })
+            if ins.iter().all(Option::is_some) {
+                let partial: Vec<Vec<usize>> = ins.iter().flatten().cloned().collect();
+                if let Some((os, same)) = probe(def, &n.attrs, &partial, &in_types) {
+                    changed |= st.propose(i, true, &os, "as inferred from its inputs")?;
+                    for (inp, out) in same {
+                        let mut to_input = vec![None; inp + 1];
+                        to_input[inp] = st.outputs(i)[out].clone();
+                        changed |= st.propose(i, false, &to_input, "as its output has")?;
+                        let mut to_output = vec![None; out + 1];
+                        to_output[out] = st.inputs(i)[inp].clone();
+                        changed |= st.propose(i, true, &to_output, "as its input has")?;
                     }
                 }
-                types[e] = Some(t);
+            }
+            if def.identity {
+                if let (Some(Some(x)), Some(Some(y))) =
+                    (st.inputs(i).first(), st.outputs(i).first())
+                {
+                    if let Some(x) = same_size(x, y) {
+                        changed |= st.propose(i, false, &[Some(x)], "to hold its output")?;
+                    }
+                }
             }
         }
         if !changed {
             break;
         }
     }
+    let State { shapes, types, .. } = st;
+    Ok((g, shapes, types))
+}
+
+fn finish(
+    g: IndexedGraph,
+    shapes: Shapes,
+    types: Vec<Option<DType>>,
+    known: &HashMap<String, Vec<usize>>,
+) -> Result<Inferred> {
     let missing: Vec<String> = g
         .nodes
         .iter()

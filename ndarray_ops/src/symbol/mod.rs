@@ -18,8 +18,10 @@ use std::sync::Arc;
 use crate::error::{invalid, NdError, Result};
 use crate::ops::{lookup, num_outputs, Arity, Attrs, OpDef};
 
+#[cfg(test)]
+pub(crate) use grad::has_rule as has_gradient_rule;
 pub use grad::{gradient, head_grad_names};
-pub use infer::{infer, Inferred};
+pub use infer::{infer, infer_partial, Inferred};
 pub use place::{place, Placed, CTX_GROUP};
 
 /// A node: an op applied to entries of other nodes, or a variable (no op).

@@ -1,0 +1,359 @@
+//! Shape rules on partial shapes, in both directions: what an op's inputs and outputs must be,
+//! given what is known of them so far. A shape is `None` when nothing is known, and a dimension
+//! of 0 is unknown, as in MXNet's partial shapes. These rules give the shapes of parameters from
+//! the data (what lets a model file leave weight shapes out, as MXNet's files do) and the
+//! dimensions a forward pass cannot give (a begin state's batch, taken from what consumes it).
+//!
+//! The graph driver (`symbol::infer`) unifies every proposal with what it knows and reports a
+//! clash; a rule proposes freely and leaves a dimension 0 where it cannot tell. Forward
+//! inference on partial inputs, and outputs that keep an input's shape, are found by the driver
+//! for every op (it probes the op's own inference); the rules here cover what probing cannot see.
+
+use super::conv::filters_and_groups;
+use super::extra::stack_axis;
+use super::shape::axis_attr;
+use super::{Attrs, Partial, POSITIVE_INT};
+use crate::error::Result;
+
+type Known = [Option<Vec<usize>>];
+type Found = Result<Partial>;
+
+/// Proposals for the inputs only.
+fn inputs(proposed: Vec<Option<Vec<usize>>>) -> Found {
+    Ok(Partial {
+        inputs: proposed,
+        outputs: vec![],
+    })
+}
+
+/// `a` with the dimensions `b` knows filled in (`a` wins where both know; shapes of another
+/// rank are left to the driver, which reports the clash).
+pub(crate) fn merge(a: Option<Vec<usize>>, b: &Option<Vec<usize>>) -> Option<Vec<usize>> {
+    match (a, b) {
+        (None, b) => b.clone(),
+        (Some(a), Some(b)) if a.len() == b.len() => Some(
+            a.iter()
+                .zip(b)
+                .map(|(&x, &y)| if x == 0 { y } else { x })
+                .collect(),
+        ),
+        (a, _) => a,
+    }
+}
+
+/// FullyConnected: weight (num_hidden, features), bias (num_hidden); the output's leading
+/// dimensions are the data's (its batch, or every axis but the last without `flatten`).
+pub(super) fn fully_connected(op: &str, attrs: &Attrs, ins: &Known, outs: &Known) -> Found {
+    let hidden = attrs.count(op, "num_hidden", None, POSITIVE_INT)?;
+    let flatten = attrs.bool(op, "flatten", true)?;
+    let mut data = ins.first().cloned().flatten();
+    let weight = ins.get(1).cloned().flatten();
+    // From the output back to the data.
+    if let Some(Some(y)) = outs.first() {
+        let lead = &y[..y.len().saturating_sub(1)];
+        data = match (data, flatten) {
+            (Some(mut x), true) if !x.is_empty() && !lead.is_empty() => {
+                if x[0] == 0 {
+                    x[0] = lead[0];
+                }
+                Some(x)
+            }
+            (x, false) => {
+                let features = weight.as_ref().and_then(|w| w.get(1).copied()).unwrap_or(0);
+                let mut from_out = lead.to_vec();
+                from_out.push(features);
+                merge(x, &Some(from_out))
+            }
+            (x, _) => x,
+        };
+    }
+    let mut proposed = vec![None; ins.len()];
+    let mut output = None;
+    if let Some(x) = &data {
+        if !x.is_empty() {
+            let k = match flatten {
+                true => x[1..].iter().product(),
+                false => x[x.len() - 1],
+            };
+            if ins.len() > 1 {
+                proposed[1] = Some(vec![hidden, k]);
+            }
+            let mut y = match flatten {
+                true => vec![x[0]],
+                false => x[..x.len() - 1].to_vec(),
+            };
+            y.push(hidden);
+            output = Some(y);
+        }
+    }
+    if ins.len() > 2 {
+        proposed[2] = Some(vec![hidden]);
+    }
+    proposed[0] = data;
+    Ok(Partial {
+        inputs: proposed,
+        outputs: vec![output],
+    })
+}
+
+/// Convolution: weight (num_filter, channels / num_group, kh, kw), bias (num_filter); back from
+/// the output, the data's batch and the spatial sizes that give the output's
+/// (`(out - 1) * stride + dilate * (kernel - 1) + 1 - 2 * pad`, as MXNet takes them).
+pub(super) fn convolution(op: &str, attrs: &Attrs, ins: &Known, outs: &Known) -> Found {
+    let (filters, groups) = filters_and_groups(op, attrs)?;
+    let kernel: Vec<usize> = ints_or(op, attrs, "kernel", &[])?;
+    let mut proposed = vec![None; ins.len()];
+    if let Some(Some(x)) = ins.first() {
+        if x.len() >= 2 && ins.len() > 1 {
+            let mut w = vec![filters, x[1] / groups];
+            w.extend(&kernel);
+            proposed[1] = Some(w);
+        }
+    }
+    if ins.len() > 2 {
+        proposed[2] = Some(vec![filters]);
+    }
+    if let Some(Some(y)) = outs.first() {
+        let spatial = kernel.len();
+        if y.len() == spatial + 2 {
+            let ones = vec![1; spatial];
+            let stride = ints_or(op, attrs, "stride", &ones)?;
+            let dilate = ints_or(op, attrs, "dilate", &ones)?;
+            let pad = ints_or(op, attrs, "pad", &vec![0; spatial])?;
+            let channels = ins
+                .get(1)
+                .cloned()
+                .flatten()
+                .and_then(|w| w.get(1).map(|c| c * groups))
+                .unwrap_or(0);
+            let mut x = vec![y[0], channels];
+            for i in 0..spatial {
+                let at = |v: &[usize]| v.get(i).copied().unwrap_or(1);
+                let size = match y[2 + i] {
+                    0 => 0,
+                    o => ((o - 1) * at(&stride) + at(&dilate) * (kernel[i].max(1) - 1) + 1)
+                        .saturating_sub(2 * pad.get(i).copied().unwrap_or(0)),
+                };
+                x.push(size);
+            }
+            proposed[0] = Some(x);
+        }
+    }
+    inputs(proposed)
+}
+
+/// A tuple attribute of non-negative sizes, or `default` when it is absent.
+fn ints_or(op: &str, attrs: &Attrs, key: &str, default: &[usize]) -> Result<Vec<usize>> {
+    Ok(match attrs.ints(op, key)? {
+        Some(v) if !v.is_empty() => v.iter().map(|&d| d.max(0) as usize).collect(),
+        _ => default.to_vec(),
+    })
+}
+
+/// Deconvolution: weight (channels, num_filter / num_group, kh, kw), bias (num_filter).
+pub(super) fn deconvolution(op: &str, attrs: &Attrs, ins: &Known, _outs: &Known) -> Found {
+    let (filters, groups) = filters_and_groups(op, attrs)?;
+    let kernel = attrs.ints(op, "kernel")?.unwrap_or_default();
+    let mut out = vec![None; ins.len()];
+    if let Some(Some(x)) = ins.first() {
+        if x.len() >= 2 && ins.len() > 1 {
+            let mut w = vec![x[1], filters / groups];
+            w.extend(kernel.iter().map(|&k| k.max(0) as usize));
+            out[1] = Some(w);
+        }
+    }
+    if ins.len() > 2 {
+        out[2] = Some(vec![filters]);
+    }
+    inputs(out)
+}
+
+/// UpSampling: bilinear's weight is its Deconvolution's; nearest has no parameters.
+pub(super) fn upsampling(op: &str, attrs: &Attrs, ins: &Known, outs: &Known) -> Found {
+    match super::extra::bilinear_upsampling(op, attrs)? {
+        Some(deconv) => deconvolution(op, &deconv, ins, outs),
+        None => inputs(vec![None; ins.len()]),
+    }
+}
+
+/// BatchNorm: gamma, beta, moving mean and variance all have the channel count.
+pub(super) fn batch_norm(op: &str, attrs: &Attrs, ins: &Known, _outs: &Known) -> Found {
+    let mut out = vec![None; ins.len()];
+    if let Some(Some(x)) = ins.first() {
+        let axis = attrs
+            .ints(op, "axis")?
+            .and_then(|v| v.first().copied())
+            .unwrap_or(1);
+        let axis = if axis < 0 {
+            axis + x.len() as i64
+        } else {
+            axis
+        };
+        if let Some(&c) = usize::try_from(axis).ok().and_then(|a| x.get(a)) {
+            for o in out.iter_mut().skip(1) {
+                *o = Some(vec![c]);
+            }
+        }
+    }
+    inputs(out)
+}
+
+/// Embedding: weight (input_dim, output_dim); the indices have the output's shape but its last
+/// axis.
+pub(super) fn embedding(op: &str, attrs: &Attrs, ins: &Known, outs: &Known) -> Found {
+    let mut out = vec![None; ins.len()];
+    if ins.len() > 1 {
+        out[1] = Some(vec![
+            attrs.count(op, "input_dim", None, POSITIVE_INT)?,
+            attrs.count(op, "output_dim", None, POSITIVE_INT)?,
+        ]);
+    }
+    if let (Some(Some(y)), false) = (outs.first(), ins.is_empty()) {
+        if !y.is_empty() {
+            out[0] = Some(y[..y.len() - 1].to_vec());
+        }
+    }
+    inputs(out)
+}
+
+/// SoftmaxOutput: the label has the data's batch axis.
+pub(super) fn softmax_output(_op: &str, _attrs: &Attrs, ins: &Known, _outs: &Known) -> Found {
+    let mut out = vec![None; ins.len()];
+    if let Some(Some(x)) = ins.first() {
+        if let (Some(&n), true) = (x.first(), ins.len() > 1) {
+            out[1] = Some(vec![n]);
+        }
+    }
+    inputs(out)
+}
+
+/// Same-shape ops: every input and output has the shape of all the known ones together.
+pub(super) fn same_shape(_op: &str, _attrs: &Attrs, ins: &Known, outs: &Known) -> Found {
+    let all = ins.iter().chain(outs).fold(None, merge);
+    Ok(Partial {
+        inputs: vec![all.clone(); ins.len()],
+        outputs: vec![all; outs.len()],
+    })
+}
+
+/// LeakyReLU: prelu's gamma, when not given, has one slope per channel (axis 1).
+pub(super) fn prelu(_op: &str, _attrs: &Attrs, ins: &Known, _outs: &Known) -> Found {
+    let mut out = vec![None; ins.len()];
+    if let (Some(Some(x)), Some(None)) = (ins.first(), ins.get(1)) {
+        out[1] = Some(vec![x.get(1).copied().unwrap_or(1)]);
+    }
+    inputs(out)
+}
+
+/// Regression outputs: a label not given has the data's shape (a given one may also drop the
+/// data's trailing 1, which the op checks).
+pub(super) fn label_like_data(_op: &str, _attrs: &Attrs, ins: &Known, _outs: &Known) -> Found {
+    let mut out = vec![None; ins.len()];
+    if let (Some(Some(x)), Some(None)) = (ins.first(), ins.get(1)) {
+        out[1] = Some(x.clone());
+    }
+    inputs(out)
+}
+
+/// Concat: every input and the output agree off the axis; along it the output is the inputs'
+/// sum, and an input whose length alone is unknown is what the output leaves for it.
+pub(super) fn concat(op: &str, attrs: &Attrs, ins: &Known, outs: &Known) -> Found {
+    let Some(ndim) = ins.iter().chain(outs).flatten().map(Vec::len).next() else {
+        return inputs(vec![None; ins.len()]);
+    };
+    let axis = axis_attr(op, attrs, "dim", 1, ndim)?;
+    let off_axis = |s: &Option<Vec<usize>>| {
+        s.as_ref().filter(|s| s.len() == ndim).map(|s| {
+            let mut s = s.clone();
+            s[axis] = 0;
+            s
+        })
+    };
+    let common = ins
+        .iter()
+        .chain(outs)
+        .map(off_axis)
+        .fold(None, |a, b| merge(a, &b));
+    let along =
+        |s: &Option<Vec<usize>>| s.as_ref().map_or(0, |s| s.get(axis).copied().unwrap_or(0));
+    let lengths: Vec<usize> = ins.iter().map(along).collect();
+    let total = outs.first().map_or(0, along);
+    let unknown: Vec<usize> = (0..ins.len()).filter(|&i| lengths[i] == 0).collect();
+    let with_length = |len: usize| {
+        common.clone().map(|mut s| {
+            s[axis] = len;
+            s
+        })
+    };
+    let mut proposed: Vec<Option<Vec<usize>>> = lengths.iter().map(|&l| with_length(l)).collect();
+    let output = match unknown.as_slice() {
+        [] => with_length(lengths.iter().sum()),
+        [i] => {
+            let rest: usize = lengths.iter().sum();
+            if total > rest {
+                proposed[*i] = with_length(total - rest);
+            }
+            with_length(total)
+        }
+        _ => with_length(total),
+    };
+    Ok(Partial {
+        inputs: proposed,
+        outputs: vec![output],
+    })
+}
+
+/// SliceChannel: the pieces are alike, and the input is a piece put back `num_outputs` times
+/// along the axis (or, with `squeeze_axis`, the axis put back with that length).
+pub(super) fn slice_channel(op: &str, attrs: &Attrs, _ins: &Known, outs: &Known) -> Found {
+    let n = super::output_count(op, attrs, "num_outputs")?;
+    let squeeze = attrs.bool(op, "squeeze_axis", false)?;
+    let piece = outs.iter().fold(None, merge);
+    let mut input = None;
+    if let Some(p) = &piece {
+        let ndim = p.len() + usize::from(squeeze);
+        let axis = axis_attr(op, attrs, "axis", 1, ndim)?;
+        let mut x = p.clone();
+        match squeeze {
+            true => x.insert(axis.min(x.len()), n),
+            false => x[axis] *= n,
+        }
+        input = Some(x);
+    }
+    Ok(Partial {
+        inputs: vec![input],
+        outputs: vec![piece; outs.len()],
+    })
+}
+
+/// stack: every input is the output without the new axis.
+pub(super) fn stack(op: &str, attrs: &Attrs, ins: &Known, outs: &Known) -> Found {
+    let mut one = ins.iter().fold(None, merge);
+    if let Some(Some(y)) = outs.first() {
+        if !y.is_empty() {
+            let axis = stack_axis(op, attrs, y.len())?;
+            let mut x = y.clone();
+            x.remove(axis);
+            one = merge(one, &Some(x));
+        }
+    }
+    inputs(vec![one; ins.len()])
+}
+
+/// Ops whose output is their input reinterpreted (Reshape, Flatten, expand_dims, ...) keep its
+/// size: an input with one unknown dimension takes it from a known output's size.
+pub(crate) fn same_size(x: &[usize], y: &[usize]) -> Option<Vec<usize>> {
+    if y.contains(&0) || x.iter().filter(|&&d| d == 0).count() != 1 {
+        return None;
+    }
+    let total: usize = y.iter().product();
+    let known: usize = x.iter().filter(|&&d| d != 0).product();
+    if known == 0 || total == 0 || !total.is_multiple_of(known) {
+        return None;
+    }
+    Some(
+        x.iter()
+            .map(|&d| if d == 0 { total / known } else { d })
+            .collect(),
+    )
+}
