@@ -1215,7 +1215,7 @@ fn conv_forward_columns(
     for first in (0..n).step_by(chunk) {
         let nb = chunk.min(n - first);
         for g in 0..c.groups {
-            // SAFETY (pointer arithmetic): image `first`, group `g` lies inside each tensor.
+            // SAFETY: (pointer arithmetic) image `first`, group `g` lies inside each tensor.
             let (src, wg, og) = unsafe {
                 (
                     x.ptr::<f32>().add((first * ch + g * cg) * h * w),
@@ -1411,7 +1411,7 @@ fn conv_backward_columns(
     for first in (0..n).step_by(chunk) {
         let nb = chunk.min(n - first);
         for g in 0..c.groups {
-            // SAFETY (pointer arithmetic): image `first`, group `g` lies inside each tensor.
+            // SAFETY: (pointer arithmetic) image `first`, group `g` lies inside each tensor.
             let (xg, dyg, wg) = unsafe {
                 (
                     x.ptr::<f32>().add((first * ch + g * cg) * h * w),
@@ -1426,12 +1426,12 @@ fn conv_backward_columns(
             }
             if let Some(dw) = dw {
                 im2col(s, c, (h, w, ho, wo), rows, nb, xg, ch * h * w, col)?;
-                // SAFETY (pointer arithmetic): group `g`'s filters lie inside dW.
+                // SAFETY: (pointer arithmetic) group `g`'s filters lie inside dW.
                 let dwg = unsafe { dw.ptr::<f32>().add(g * fg * rows) };
                 conv_filter_gemm(s, (fg, rows, nb * plane), dyt, col, dwg, first == 0)?;
             }
             let Some(dx) = dx else { continue };
-            // SAFETY (pointer arithmetic): image `first`, group `g` lies inside dX.
+            // SAFETY: (pointer arithmetic) image `first`, group `g` lies inside dX.
             let dxg = unsafe { dx.ptr::<f32>().add((first * ch + g * cg) * h * w) };
             // dX: W_g^T dY_g, straight into dX when the columns are the input, else into
             // columns gathered back.

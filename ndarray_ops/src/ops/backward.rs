@@ -535,21 +535,29 @@ fn bn_backward_kernel(
         // Channels are independent: a range of them is done by one thread.
         for_ranges(c, 2 * outer * inner, |lo, hi| {
             for ch in lo..hi {
-                // SAFETY (every block below): read access to the inputs; exclusive access to
+                // SAFETY: (every block below) read access to the inputs; exclusive access to
                 // the three outputs, which are disjoint from them. This range alone touches
                 // channel `ch`: its elements of the data and gradients, its entries of the
                 // statistics.
-                let [mu, var, gamma] = [mean, var, gamma].map(|p| unsafe { p.read(ch) }.to_f64());
-                let (dys, xs) = (|| unsafe { runs.of(dy, ch) }, || unsafe { runs.of(xs, ch) });
+                let [mu, var, gamma] = [mean, var, gamma].map(|p| {
+                    // SAFETY: entry `ch` of a statistic, read only.
+                    unsafe { p.read(ch) }.to_f64()
+                });
+                // SAFETY: channel `ch`'s runs of dY, read only.
+                let dys = || unsafe { runs.of(dy, ch) };
+                // SAFETY: channel `ch`'s runs of X, read only.
+                let xs = || unsafe { runs.of(xs, ch) };
                 let inv = 1.0 / (var + eps).sqrt();
                 let g = if fix_gamma { 1.0 } else { gamma };
                 let sum_dy: f64 = dys().map(|r| sum_zip(r, r, |d, _| d)).sum();
                 let sum_dy_xhat: f64 =
                     dys().zip(xs()).map(|(d, x)| sum_zip(d, x, |d, x| d * (x - mu) * inv)).sum();
+                // SAFETY: entry `ch` of dBeta and dGamma is this range's alone.
                 unsafe {
                     dbeta.write(ch, T::from_f64(sum_dy));
                     dgamma.write(ch, T::from_f64(if fix_gamma { 0.0 } else { sum_dy_xhat }));
                 }
+                // SAFETY: channel `ch`'s runs of dX are this range's alone.
                 let dxs = unsafe { runs.of_mut(dx, ch) };
                 // With batch statistics, x's own share of the mean and variance comes off:
                 // g·inv·(dy - Σdy/m - x̂·Σdy·x̂/m), x centred before scaling (as in the

@@ -48,9 +48,9 @@ pub(super) unsafe fn forward<T: Element>(
         let mut phased_plane = None;
         for p in lo..hi {
             let f = p % c.filters;
+            let k = (p / c.filters) * d.ch + f / d.fg;
             // SAFETY: plane `p` of the output is this range's alone; the input plane, filter and
             // output plane lie inside their buffers (the contract).
-            let k = (p / c.filters) * d.ch + f / d.fg;
             let (mut input, weights, plane) = unsafe {
                 (
                     x.piece(k, plane_in),

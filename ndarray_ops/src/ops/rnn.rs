@@ -915,6 +915,7 @@ fn rnn_kernel(
         // keeps apart from the inputs (the op is not alias-safe).
         let Forward { pass, xs, h0, c0 } = unsafe { Forward::<T>::read(r, ins, lens) };
         let state = r.layers * r.dirs * pass.batch * r.hidden;
+        // SAFETY: the op's own output, apart from its inputs.
         let out = unsafe { outs[0].slice_mut::<T>() };
         // A bound node in training keeps every layer's output and trace for its backward node;
         // otherwise one trace serves every layer, and only the layers below the top need room.
@@ -941,7 +942,9 @@ fn rnn_kernel(
         let mut next = || b.next().unwrap_or_default();
         let (mid, trace, hp, hy_unused, cy_unused) = (next(), next(), next(), next(), next());
         let dropped = next();
+        // SAFETY: the op's own outputs, apart from its inputs and from each other.
         let hy: &mut [T] = if r.outputs() > 1 { unsafe { outs[1].slice_mut::<T>() } } else { hy_unused };
+        // SAFETY: as for `hy`.
         let cy: &mut [T] = if r.outputs() > 2 { unsafe { outs[2].slice_mut::<T>() } } else { cy_unused };
         let tl = pass.trace_len() * r.dirs;
         // Dropout draws from the device's generator, one number per unit, in the same order
@@ -1021,10 +1024,15 @@ fn rnn_backward_kernel(
         // SAFETY: read access to the inputs, write access to the outputs (not alias-safe: the
         // engine keeps them apart).
         let f = unsafe { Forward::<T>::read(r, fwd, lens) };
+        // SAFETY: the output gradients, read only.
         let dout = unsafe { ins[0].slice::<T>() };
+        // SAFETY: as for `dout`.
         let dhy: &[T] = if heads > 1 { unsafe { ins[1].slice::<T>() } } else { &[] };
+        // SAFETY: as for `dout`.
         let dcy: &[T] = if heads > 2 { unsafe { ins[2].slice::<T>() } } else { &[] };
+        // SAFETY: the op's own outputs, apart from its inputs and from each other.
         let (dx, dparams, dh0) = unsafe { (outs[0].slice_mut::<T>(), outs[1].slice_mut::<T>(), outs[2].slice_mut::<T>()) };
+        // SAFETY: as for `dx`.
         let dc0: &mut [T] = if r.lstm() { unsafe { outs[3].slice_mut::<T>() } } else { &mut [] };
         let state = res.state.take();
         // Without the forward node's state the masks it drew are lost: the gradient of the

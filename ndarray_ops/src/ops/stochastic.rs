@@ -114,18 +114,22 @@ fn bn_kernel(
         // Channels are independent: a range of them is normalized by one thread.
         for_ranges(c, 3 * outer * inner, |lo, hi| {
             for ch in lo..hi {
-                // SAFETY (every block below): read access to data, gamma and beta; the moving
+                // SAFETY: (every block below) read access to data, gamma and beta; the moving
                 // statistics are declared mutated inputs (write access); the outputs are
                 // disjoint from the inputs (not alias-safe). This range alone touches channel
                 // `ch`: its elements of the data and output, its entries of the statistics.
-                let [moving_mean, moving_var, gamma, beta] =
-                    [mm, mv, gamma, beta].map(|p| unsafe { p.read(ch) }.to_f64());
+                let [moving_mean, moving_var, gamma, beta] = [mm, mv, gamma, beta].map(|p| {
+                    // SAFETY: entry `ch` of a statistic or parameter, read here.
+                    unsafe { p.read(ch) }.to_f64()
+                });
+                // SAFETY: channel `ch`'s runs of the data, read only.
                 let x = || unsafe { runs.of(xs, ch) };
                 let (mean, var) = if batch_stats {
                     let mean = x().map(|r| sum_zip(r, r, |v, _| v)).sum::<f64>() / count;
                     let sq: f64 = x().map(|r| sum_zip(r, r, |v, _| (v - mean) * (v - mean))).sum();
                     let var = sq / count;
                     let blend = |old: f64, new: f64| T::from_f64(old * momentum + new * (1.0 - momentum));
+                    // SAFETY: entry `ch` of the moving statistics is this range's alone.
                     unsafe {
                         mm.write(ch, blend(moving_mean, mean));
                         mv.write(ch, blend(moving_var, var));
@@ -138,11 +142,14 @@ fn bn_kernel(
                 let scale = g / (var + eps).sqrt();
                 // Centred first, as on the GPU: `x * scale + (beta - mean * scale)` cancels for
                 // data far from zero.
-                for (xr, yr) in x().zip(unsafe { runs.of_mut(ys, ch) }) {
+                // SAFETY: channel `ch`'s runs of the output are this range's alone.
+                let y_runs = unsafe { runs.of_mut(ys, ch) };
+                for (xr, yr) in x().zip(y_runs) {
                     for (v, y) in xr.iter().zip(yr) {
                         *y = T::from_f64((v.to_f64() - mean) * scale + beta);
                     }
                 }
+                // SAFETY: entry `ch` of the saved statistics is this range's alone.
                 unsafe {
                     mean_out.write(ch, T::from_f64(mean));
                     var_out.write(ch, T::from_f64(var));
