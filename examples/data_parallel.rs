@@ -14,10 +14,8 @@
 //! speed) each result adds `reductions` and `reductions_during_backward`: the gradient
 //! reductions that started while some backward kernel was still running.
 
-#[path = "common/allocator.rs"]
-mod allocator;
-#[global_allocator]
-static GLOBAL: allocator::PlainMiMalloc = allocator::PlainMiMalloc;
+#[path = "common/global_allocator.rs"]
+mod global_allocator;
 
 #[allow(dead_code)]
 #[path = "common/cli.rs"]

@@ -32,10 +32,8 @@
 //! one cache line takes to move between two threads' cores (this machine alternates between
 //! ~37 and ~220 ns, and every hand-over follows it).
 
-#[path = "common/allocator.rs"]
-mod allocator;
-#[global_allocator]
-static GLOBAL: allocator::PlainMiMalloc = allocator::PlainMiMalloc;
+#[path = "common/global_allocator.rs"]
+mod global_allocator;
 
 #[allow(dead_code)]
 #[path = "common/cli.rs"]

@@ -28,10 +28,8 @@
 //! output block is recycled while hot, as in the `ndarray` loop; pushing them all before one wait
 //! keeps many 4 MB outputs in flight, beyond the cache, and measures memory bandwidth instead.
 
-#[path = "common/allocator.rs"]
-mod allocator;
-#[global_allocator]
-static GLOBAL: allocator::PlainMiMalloc = allocator::PlainMiMalloc;
+#[path = "common/global_allocator.rs"]
+mod global_allocator;
 
 use std::time::Instant;
 

@@ -12,10 +12,8 @@
 //! profiler on and prints its per-op totals over the last timed iterations (forward+backward
 //! with `--train`, else forward; the 20 largest; in `--json`, key `profile`).
 
-#[path = "common/allocator.rs"]
-mod allocator;
-#[global_allocator]
-static GLOBAL: allocator::PlainMiMalloc = allocator::PlainMiMalloc;
+#[path = "common/global_allocator.rs"]
+mod global_allocator;
 
 #[allow(dead_code)]
 #[path = "common/cli.rs"]

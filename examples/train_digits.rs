@@ -15,10 +15,8 @@
 //! 2x2 max pooling, a 64-unit layer, 10 classes) and an LSTM reading each image as a sequence of
 //! its 8 rows (MXNet's fused `RNN` op, 32 units; its last step feeds a 10-way layer).
 
-#[path = "common/allocator.rs"]
-mod allocator;
-#[global_allocator]
-static GLOBAL: allocator::PlainMiMalloc = allocator::PlainMiMalloc;
+#[path = "common/global_allocator.rs"]
+mod global_allocator;
 
 #[allow(dead_code)]
 #[path = "common/cli.rs"]

@@ -7,7 +7,7 @@
 //! NDArray op: its closure, tensor lists, array and var; the engine's op records) empties that
 //! list on nearly every allocation, since mimalloc puts freed blocks on a second list that only
 //! the generic path moves back. The plain API does the same work on its own, cheaper, generic
-//! path. Measured with `ndarray_bench --tiny-only` (see the README): about 10% per tiny op.
+//! path. Measured with `ndarray_bench --tiny-only` (see docs/engine-tuning.md): about 10% per tiny op.
 //!
 //! A plain block is almost always aligned enough (mimalloc's blocks sit at multiples of their
 //! size class), but rather than lean on that, each block is checked and a misaligned one is

@@ -20,7 +20,7 @@ use engine::{FnProperty, Op, Var};
 use ndarray::{ArrayD, IxDyn};
 use storage::{Context, Handle};
 
-use crate::error::{invalid, NdError, Result};
+use crate::error::{invalid, shape_error, NdError, Result};
 use crate::ops::{cheap_if_small, Attrs, Dims, RawBuf, TensorRef};
 use crate::runtime::Runtime;
 use crate::{DType, Element};
@@ -73,12 +73,12 @@ fn elements(op: &str, shape: &[usize], dtype: DType) -> Result<(usize, usize)> {
     let bytes = n.and_then(|n| n.checked_mul(dtype.size()));
     match (n, bytes) {
         (Some(n), Some(b)) if b <= isize::MAX as usize => Ok((n, b)),
-        _ => Err(NdError::Shape {
-            op: op.into(),
-            arg: "shape".into(),
-            found: shape.to_vec(),
-            expected: "a size that fits in memory".into(),
-        }),
+        _ => Err(shape_error(
+            op,
+            "shape",
+            shape.to_vec(),
+            "a size that fits in memory",
+        )),
     }
 }
 
@@ -368,16 +368,16 @@ impl NDArray {
     pub fn reshape(&self, shape: &[usize]) -> Result<NDArray> {
         let (n, _) = elements("reshape", shape, self.dtype)?;
         if n != self.size() {
-            return Err(NdError::Shape {
-                op: "reshape".into(),
-                arg: "new shape".into(),
-                found: shape.to_vec(),
-                expected: format!(
+            return Err(shape_error(
+                "reshape",
+                "new shape",
+                shape.to_vec(),
+                format!(
                     "{} elements, as the array of shape {:?} has",
                     self.size(),
                     self.shape
                 ),
-            });
+            ));
         }
         let view = NDArray {
             shape: Dims::from_slice(shape),
@@ -458,15 +458,15 @@ impl NDArray {
     /// profiler). Between two devices it is a copy op, which the destination's copy workers run.
     pub(crate) fn copy_op<'a>(&'a self, dst: &'a NDArray, name: &'static str) -> Result<Op<'a>> {
         if dst.shape != self.shape || dst.dtype != self.dtype {
-            return Err(NdError::Shape {
-                op: "copy".into(),
-                arg: "destination".into(),
-                found: dst.shape.to_vec(),
-                expected: format!(
+            return Err(shape_error(
+                "copy",
+                "destination",
+                dst.shape.to_vec(),
+                format!(
                     "shape {:?} and dtype {} like the source (it has {})",
                     self.shape, self.dtype, dst.dtype
                 ),
-            });
+            ));
         }
         if !Arc::ptr_eq(self.runtime(), dst.runtime()) {
             return Err(invalid("copy", "the arrays belong to different runtimes"));

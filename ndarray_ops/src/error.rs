@@ -90,6 +90,21 @@ pub(crate) fn invalid(op: &str, reason: impl Into<String>) -> NdError {
     }
 }
 
+/// An argument of the wrong shape: what `op` was given as `arg`, and what it expected.
+pub(crate) fn shape_error(
+    op: impl Into<String>,
+    arg: impl Into<String>,
+    found: Vec<usize>,
+    expected: impl Into<String>,
+) -> NdError {
+    NdError::Shape {
+        op: op.into(),
+        arg: arg.into(),
+        found,
+        expected: expected.into(),
+    }
+}
+
 /// The first few of `names`, quoted, for an error that lists what was expected: `'a', 'b'
 /// and 3 more`.
 pub(crate) fn some_names<'a>(names: impl IntoIterator<Item = &'a str>) -> String {

@@ -10,7 +10,7 @@ use rand::SeedableRng;
 use storage::{Context, StorageConfig, StorageManager, StorageRegistry};
 
 use crate::array::NDArray;
-use crate::error::{NdError, Result};
+use crate::error::{shape_error, Result};
 use crate::resources::{device_seed, DeviceResources};
 use crate::{DType, Element};
 
@@ -200,12 +200,12 @@ impl Runtime {
     ) -> Result<NDArray> {
         let n: usize = shape.iter().product();
         if n != data.len() {
-            return Err(NdError::Shape {
-                op: "from_vec".into(),
-                arg: "shape".into(),
-                found: shape.to_vec(),
-                expected: format!("{} elements to hold the {} values given", n, data.len()),
-            });
+            return Err(shape_error(
+                "from_vec",
+                "shape",
+                shape.to_vec(),
+                format!("{} elements to hold the {} values given", n, data.len()),
+            ));
         }
         let a = self.empty(shape, T::DTYPE, ctx)?;
         a.write_from(data)?;

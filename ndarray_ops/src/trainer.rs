@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use storage::Context;
 
-use crate::error::{invalid, NdError, Result};
+use crate::error::{invalid, shape_error, Result};
 use crate::executor::{BindOptions, Executor, GradReq, MemoryReport};
 use crate::ops::{invoke, Attrs};
 use crate::{NDArray, Runtime, Symbol};
@@ -260,14 +260,14 @@ impl DataParallel {
             };
             let elements: usize = want.iter().product();
             if data.shape().first() != want.first() || data.size() != elements {
-                return Err(NdError::Shape {
-                    op: "data parallel".into(),
-                    arg: format!("data '{name}'"),
-                    found: data.shape().to_vec(),
-                    expected: format!(
+                return Err(shape_error(
+                    "data parallel",
+                    format!("data '{name}'"),
+                    data.shape().to_vec(),
+                    format!(
                         "the whole batch, shape {want:?} (or that many rows of as many elements)"
                     ),
-                });
+                ));
             }
         }
         for (name, data) in batch {

@@ -19,7 +19,7 @@ use parking_lot::Mutex;
 use storage::plan::SolverKind;
 use storage::Context;
 
-use crate::error::{invalid, some_names, NdError, Result};
+use crate::error::{invalid, shape_error, some_names, NdError, Result};
 use crate::ops::{prepare, Attrs, Call, IS_TRAIN};
 use crate::resources::OpState;
 use crate::symbol::Inferred;
@@ -510,17 +510,17 @@ impl Executor {
                     ));
                 };
                 if dst.shape() != value.shape() || dst.dtype() != value.dtype() {
-                    return Err(NdError::Shape {
-                        op: "copy_params_from".into(),
-                        arg: format!("{kind} {name:?}"),
-                        found: value.shape().to_vec(),
-                        expected: format!(
+                    return Err(shape_error(
+                        "copy_params_from",
+                        format!("{kind} {name:?}"),
+                        value.shape().to_vec(),
+                        format!(
                             "{:?} ({}) as bound (the value given is {})",
                             dst.shape(),
                             dst.dtype(),
                             value.dtype()
                         ),
-                    });
+                    ));
                 }
                 copies.push((value, dst));
             }

@@ -19,9 +19,8 @@ use super::ops::lane_parts;
 use super::{buckets, KArgs, Stream};
 use crate::ops::gather::{walks, Walks};
 use crate::ops::shape::slice_walks;
+use crate::ops::KResult;
 use crate::ops::{Attrs, TensorRef};
-
-type KResult = Result<(), String>;
 
 /// The most dims `gather_bwd` walks (its per-index arrays are this long).
 const GATHER_DIMS: usize = 8;

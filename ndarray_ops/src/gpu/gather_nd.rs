@@ -10,9 +10,8 @@ use std::collections::HashMap;
 
 use super::ops::fill_with;
 use super::{KArgs, Stream};
+use crate::ops::KResult;
 use crate::ops::{gather_nd_starts, Attrs, TensorRef};
-
-type KResult = Result<(), String>;
 
 /// The op layer's entry for gather_nd, scatter_nd and `_backward_gather_nd`.
 pub(super) fn gather_nd(

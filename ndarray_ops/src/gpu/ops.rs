@@ -7,11 +7,10 @@ use crate::ops::conv::{conv_params, ConvDims};
 use crate::ops::elemwise::broadcast_strides;
 use crate::ops::gather::strides;
 use crate::ops::pooling::{pool_params, PoolType};
+use crate::ops::KResult;
 use crate::ops::{fc_dims, Attrs, OpDef, TensorRef};
 use crate::resources::StateSlot;
 use crate::DType;
-
-type KResult = Result<(), String>;
 
 /// A GPU kernel: the op's name, attributes, inputs and outputs (device memory), the stream.
 type KernelFn = fn(&str, &Attrs, &[TensorRef], &[TensorRef], &dyn Stream) -> KResult;

@@ -7,9 +7,8 @@
 
 use super::ops::{e2s, fill_with};
 use super::{buckets, KArgs, Stream};
+use crate::ops::KResult;
 use crate::ops::{plane_taps, Attrs, PlaneTaps, TensorRef};
-
-type KResult = Result<(), String>;
 
 /// The op layer's entry for the three ops and their gradients.
 pub(super) fn resample(

@@ -19,10 +19,9 @@
 
 use super::{DeviceBlock, Gemm, KArgs, Stream};
 use crate::ops::rnn::{Mode, Pass, Rnn};
+use crate::ops::KResult;
 use crate::ops::{Attrs, TensorRef};
 use crate::resources::StateSlot;
-
-type KResult = Result<(), String>;
 
 /// Element `k` of a device buffer (no host access: pointer arithmetic only).
 fn at(p: *mut f32, k: usize) -> *mut f32 {

@@ -9,9 +9,8 @@
 
 use super::resample::{table, transpose};
 use super::{buckets, KArgs, Stream};
+use crate::ops::KResult;
 use crate::ops::{align_plan, pooling_windows, Attrs, PlaneTaps, TensorRef};
-
-type KResult = Result<(), String>;
 
 /// The op layer's entry for ROIPooling, ROIAlign and their gradients.
 pub(super) fn roi(

@@ -8,9 +8,8 @@
 use super::ops::{e2s, fill_with};
 use super::{KArgs, Stream};
 use crate::ops::sort::plan;
+use crate::ops::KResult;
 use crate::ops::{Attrs, TensorRef};
-
-type KResult = Result<(), String>;
 
 /// The op layer's entry for topk, sort, argsort and `_backward_topk`.
 pub(super) fn sort(

@@ -5,12 +5,10 @@ use ndarray::{ArrayView2, ArrayViewMut2};
 use super::par::{for_ranges, map_lanes, Shared};
 use super::stochastic::{sum_zip, ChannelRuns};
 use super::{check_against_forward, named_forward, same_dtypes, Arity, Attrs, OpDef, TensorRef};
-use crate::error::{invalid, NdError, Result};
+use crate::error::{invalid, shape_error, Result};
+use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
-
-type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
-type KResult = std::result::Result<(), String>;
 
 // ---- add_n ----------------------------------------------------------------------------------
 
@@ -18,12 +16,12 @@ fn infer_add_n(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let dt = same_dtypes(op, d)?;
     for (i, x) in s.iter().enumerate().skip(1) {
         if *x != s[0] {
-            return Err(NdError::Shape {
-                op: op.into(),
-                arg: format!("input {i}"),
-                found: x.clone(),
-                expected: format!("{:?} like input 0", s[0]),
-            });
+            return Err(shape_error(
+                op,
+                format!("input {i}"),
+                x.clone(),
+                format!("{:?} like input 0", s[0]),
+            ));
         }
     }
     Ok((vec![s[0].clone()], vec![dt]))
@@ -110,12 +108,12 @@ fn infer_act_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) ->
     let dt = same_dtypes(op, d)?;
     act_derivative(op, attrs)?;
     if s[0] != s[1] {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "output".into(),
-            found: s[1].clone(),
-            expected: format!("{:?} like the gradient", s[0]),
-        });
+        return Err(shape_error(
+            op,
+            "output",
+            s[1].clone(),
+            format!("{:?} like the gradient", s[0]),
+        ));
     }
     Ok((vec![s[0].clone()], vec![dt]))
 }
@@ -163,16 +161,16 @@ fn act_backward_kernel(
 
 fn infer_softmax_output_backward(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     if s[0].len() != 2 || s[1] != [s[0][0]] {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "label".into(),
-            found: s[1].clone(),
-            expected: format!(
+        return Err(shape_error(
+            op,
+            "label",
+            s[1].clone(),
+            format!(
                 "[{}] for a 2-D output {:?}",
                 s[0].first().copied().unwrap_or(0),
                 s[0]
             ),
-        });
+        ));
     }
     Ok((vec![s[0].clone(), s[1].clone()], vec![d[0], d[1]]))
 }
@@ -455,12 +453,12 @@ fn conv_backward_kernel(
 
 fn infer_reshape_like(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     if s[0].iter().product::<usize>() != s[1].iter().product::<usize>() {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "rhs".into(),
-            found: s[1].clone(),
-            expected: format!("as many elements as lhs {:?}", s[0]),
-        });
+        return Err(shape_error(
+            op,
+            "rhs",
+            s[1].clone(),
+            format!("as many elements as lhs {:?}", s[0]),
+        ));
     }
     Ok((vec![s[1].clone()], vec![d[0]]))
 }
@@ -597,12 +595,12 @@ pub(super) fn norm_ops() -> &'static [OpDef] {
 fn infer_like_first(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let dt = same_dtypes(op, &d[..2])?;
     if s[0] != s[1] {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "input 1".into(),
-            found: s[1].clone(),
-            expected: format!("{:?} like the gradient", s[0]),
-        });
+        return Err(shape_error(
+            op,
+            "input 1",
+            s[1].clone(),
+            format!("{:?} like the gradient", s[0]),
+        ));
     }
     Ok((vec![s[0].clone()], vec![dt]))
 }
@@ -717,12 +715,12 @@ fn infer_sum_to_like(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infe
     let fits =
         lead.is_some_and(|lead| like.iter().zip(&g[lead..]).all(|(&l, &n)| l == 1 || l == n));
     if !fits {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "like".into(),
-            found: like.clone(),
-            expected: format!("a shape that broadcasts to the gradient's {g:?}"),
-        });
+        return Err(shape_error(
+            op,
+            "like",
+            like.clone(),
+            format!("a shape that broadcasts to the gradient's {g:?}"),
+        ));
     }
     Ok((vec![like.clone()], vec![d[0]]))
 }

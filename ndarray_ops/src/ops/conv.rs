@@ -8,12 +8,10 @@ use ndarray::{ArrayView2, ArrayViewMut2};
 
 use super::par::{for_ranges, Shared};
 use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
-use crate::error::{invalid, NdError, Result};
+use crate::error::{invalid, shape_error, Result};
+use crate::ops::{Infer, KResult};
 use crate::resources::{KernelRes, Resource};
 use crate::{DType, Element};
-
-type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
-type KResult = std::result::Result<(), String>;
 
 /// A 2-tuple attribute (`(3, 3)`; one value applies to both axes), each entry from 0 to
 /// 2^31 - 1 as MXNet's `int` holds it.
@@ -172,12 +170,12 @@ pub(super) fn out_len(
 /// channels and the filters.
 pub(super) fn check_grouped_data(op: &str, x: &[usize], c: &Conv) -> Result<()> {
     if x.len() != 4 {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "data".into(),
-            found: x.to_vec(),
-            expected: "4 dimensions (N, C, H, W)".into(),
-        });
+        return Err(shape_error(
+            op,
+            "data",
+            x.to_vec(),
+            "4 dimensions (N, C, H, W)",
+        ));
     }
     if !x[1].is_multiple_of(c.groups) || !c.filters.is_multiple_of(c.groups) {
         return Err(invalid(
@@ -209,20 +207,20 @@ fn infer_conv(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     check_grouped_data(op, x, &c)?;
     let wshape = vec![c.filters, x[1] / c.groups, c.k.0, c.k.1];
     if s[1] != wshape {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "weight".into(),
-            found: s[1].clone(),
-            expected: format!("{wshape:?}"),
-        });
+        return Err(shape_error(
+            op,
+            "weight",
+            s[1].clone(),
+            format!("{wshape:?}"),
+        ));
     }
     if c.bias && s[2] != [c.filters] {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "bias".into(),
-            found: s[2].clone(),
-            expected: format!("[{}]", c.filters),
-        });
+        return Err(shape_error(
+            op,
+            "bias",
+            s[2].clone(),
+            format!("[{}]", c.filters),
+        ));
     }
     let ho = out_len(op, x[2], c.k.0, c.s.0, c.p.0, c.d.0, false)?;
     let wo = out_len(op, x[3], c.k.1, c.s.1, c.p.1, c.d.1, false)?;

@@ -7,7 +7,7 @@ use rten_vecmath::{Exp, Sigmoid, Tanh};
 
 use super::par::{for_ranges, wide, Shared, Walk};
 use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
-use crate::error::{NdError, Result};
+use crate::error::{shape_error, Result};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
 
@@ -31,12 +31,12 @@ pub(crate) fn broadcast_shape(op: &str, a: &[usize], b: &[usize]) -> Result<Vec<
             (1, y) => y,
             (x, 1) => x,
             _ => {
-                return Err(NdError::Shape {
-                    op: op.into(),
-                    arg: "rhs".into(),
-                    found: b.to_vec(),
-                    expected: format!("a shape that broadcasts with lhs {a:?}"),
-                })
+                return Err(shape_error(
+                    op,
+                    "rhs",
+                    b.to_vec(),
+                    format!("a shape that broadcasts with lhs {a:?}"),
+                ))
             }
         };
     }
@@ -62,12 +62,12 @@ fn infer_same_shape(
     let dt = same_dtypes(op, d)?;
     for (i, x) in s.iter().enumerate().skip(1) {
         if *x != s[0] {
-            return Err(NdError::Shape {
-                op: op.into(),
-                arg: format!("input {i}"),
-                found: x.clone(),
-                expected: format!("the shape of input 0, {:?}", s[0]),
-            });
+            return Err(shape_error(
+                op,
+                format!("input {i}"),
+                x.clone(),
+                format!("the shape of input 0, {:?}", s[0]),
+            ));
         }
     }
     Ok((vec![s[0].clone()], vec![dt]))

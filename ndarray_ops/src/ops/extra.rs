@@ -7,12 +7,10 @@ use ndarray::{ArrayView2, ArrayViewMut2};
 use super::conv::{check_grouped_data, conv_params, pair, Conv};
 use super::par::{for_ranges, Shared};
 use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef, MAX_ELEMENTS, POSITIVE_INT};
-use crate::error::{invalid, NdError, Result};
+use crate::error::{invalid, shape_error, Result};
+use crate::ops::{Infer, KResult};
 use crate::resources::{KernelRes, Resource};
 use crate::{DType, Element};
-
-type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
-type KResult = std::result::Result<(), String>;
 
 // ---- LeakyReLU -------------------------------------------------------------------------------
 
@@ -127,15 +125,15 @@ fn infer_leaky(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer 
         let c = s[0].get(1).copied().unwrap_or(1);
         let n: usize = s[1].iter().product();
         if !(n == 1 || (s[1].len() == 1 && n == c) || s[1] == s[0]) {
-            return Err(NdError::Shape {
-                op: op.into(),
-                arg: "gamma".into(),
-                found: s[1].clone(),
-                expected: format!(
+            return Err(shape_error(
+                op,
+                "gamma",
+                s[1].clone(),
+                format!(
                     "[{c}] (the channels of data {:?}), [1] or data's shape",
                     s[0]
                 ),
-            });
+            ));
         }
     }
     Ok((vec![s[0].clone()], vec![same_dtypes(op, d)?]))
@@ -230,12 +228,12 @@ fn infer_stack(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer 
     let dt = same_dtypes(op, d)?;
     for (i, x) in s.iter().enumerate().skip(1) {
         if *x != s[0] {
-            return Err(NdError::Shape {
-                op: op.into(),
-                arg: format!("input {i}"),
-                found: x.clone(),
-                expected: format!("{:?} like input 0", s[0]),
-            });
+            return Err(shape_error(
+                op,
+                format!("input {i}"),
+                x.clone(),
+                format!("{:?} like input 0", s[0]),
+            ));
         }
     }
     let axis = stack_axis(op, attrs, s[0].len() + 1)?;
@@ -363,21 +361,21 @@ fn arange_kernel(
 
 fn infer_where(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     if s[1] != s[2] || d[1] != d[2] {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "y".into(),
-            found: s[2].clone(),
-            expected: format!("shape {:?} and dtype {} like x", s[1], d[1]),
-        });
+        return Err(shape_error(
+            op,
+            "y",
+            s[2].clone(),
+            format!("shape {:?} and dtype {} like x", s[1], d[1]),
+        ));
     }
     let ok = s[0] == s[1] || (s[0].len() == 1 && s[1].first() == s[0].first());
     if !ok {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "condition".into(),
-            found: s[0].clone(),
-            expected: format!("{:?}, or a vector over its first axis", s[1]),
-        });
+        return Err(shape_error(
+            op,
+            "condition",
+            s[0].clone(),
+            format!("{:?}, or a vector over its first axis", s[1]),
+        ));
     }
     Ok((vec![s[1].clone()], vec![d[1]]))
 }
@@ -626,12 +624,7 @@ fn infer_deconv(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer
     // Weight (in channels, filters / groups, kh, kw), as MXNet lays it out.
     let w = vec![x[1], c.filters / c.groups, c.k.0, c.k.1];
     if s[1] != w {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "weight".into(),
-            found: s[1].clone(),
-            expected: format!("{w:?}"),
-        });
+        return Err(shape_error(op, "weight", s[1].clone(), format!("{w:?}")));
     }
     let want = if c.bias { 3 } else { 2 };
     if s.len() != want {

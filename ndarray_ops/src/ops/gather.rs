@@ -21,11 +21,9 @@
 use super::permute::permute;
 use super::{norm_axes, times, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT};
 use crate::error::{invalid, NdError, Result};
+use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
-
-type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
-type KResult = std::result::Result<(), String>;
 
 /// Row-major strides of a dense `shape`, in elements.
 pub(crate) fn strides(shape: &[usize]) -> Vec<usize> {

@@ -11,12 +11,10 @@
 
 use super::gather::strides;
 use super::{Arity, Attrs, OpDef, TensorRef};
-use crate::error::{invalid, NdError, Result};
+use crate::error::{invalid, shape_error, NdError, Result};
+use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
-
-type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
-type KResult = std::result::Result<(), String>;
 
 /// The `shape` attribute of scatter_nd and `_backward_gather_nd` (the indexed array's shape).
 fn shape_attr(op: &str, attrs: &Attrs) -> Result<Vec<usize>> {
@@ -36,24 +34,24 @@ fn shape_attr(op: &str, attrs: &Attrs) -> Result<Vec<usize>> {
 /// and blocks together, `(Y..., X[M..])`.
 fn layout(op: &str, indices: &[usize], x: &[usize]) -> Result<(usize, Vec<usize>)> {
     if indices.len() < 2 {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "indices".into(),
-            found: indices.to_vec(),
-            expected: "at least 2 dimensions (M coordinates, then the positions)".into(),
-        });
+        return Err(shape_error(
+            op,
+            "indices",
+            indices.to_vec(),
+            "at least 2 dimensions (M coordinates, then the positions)",
+        ));
     }
     let m = indices[0];
     if m == 0 || m > x.len() {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "indices".into(),
-            found: indices.to_vec(),
-            expected: format!(
+        return Err(shape_error(
+            op,
+            "indices",
+            indices.to_vec(),
+            format!(
                 "1 to {} coordinates along its first axis (the indexed array {x:?})",
                 x.len()
             ),
-        });
+        ));
     }
     let mut out = indices[1..].to_vec();
     out.extend_from_slice(&x[m..]);
@@ -93,12 +91,12 @@ fn infer_scatter_nd(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> I
     }
     let (_, want) = layout(op, &s[1], &x)?;
     if s[0] != want {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "data".into(),
-            found: s[0].clone(),
-            expected: format!("{want:?} (indices {:?} into an array of shape {x:?})", s[1]),
-        });
+        return Err(shape_error(
+            op,
+            "data",
+            s[0].clone(),
+            format!("{want:?} (indices {:?} into an array of shape {x:?})", s[1]),
+        ));
     }
     Ok((vec![x], vec![d[0]]))
 }
@@ -202,12 +200,12 @@ fn infer_batch_take(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer
     let lanes = a.last().copied().unwrap_or(0);
     let rows = a.iter().product::<usize>() / lanes.max(1);
     if a.is_empty() || s[1].iter().product::<usize>() != rows {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "indices".into(),
-            found: s[1].clone(),
-            expected: format!("{rows} elements, one per row of a {a:?} (its last axis the lanes)"),
-        });
+        return Err(shape_error(
+            op,
+            "indices",
+            s[1].clone(),
+            format!("{rows} elements, one per row of a {a:?} (its last axis the lanes)"),
+        ));
     }
     Ok((vec![s[1].clone()], vec![d[0]]))
 }

@@ -4,7 +4,7 @@
 use ndarray::{ArrayView2, ArrayViewMut2, ShapeBuilder};
 
 use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
-use crate::error::{NdError, Result};
+use crate::error::{shape_error, Result};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
 
@@ -19,30 +19,25 @@ fn mm_dims(
     let (m, ka) = if ta { (a[1], a[0]) } else { (a[0], a[1]) };
     let (kb, n) = if tb { (b[1], b[0]) } else { (b[0], b[1]) };
     if ka != kb {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "rhs".into(),
-            found: b.to_vec(),
-            expected: format!(
+        return Err(shape_error(
+            op,
+            "rhs",
+            b.to_vec(),
+            format!(
                 "{} rows{} to match lhs {:?}{}",
                 ka,
                 if tb { " (transposed)" } else { "" },
                 a,
                 if ta { " (transposed)" } else { "" }
             ),
-        });
+        ));
     }
     Ok((m, ka, n))
 }
 
 fn as_2d(op: &str, which: &str, s: &[usize], split_last: bool) -> Result<Vec<usize>> {
     match s.len() {
-        0 => Err(NdError::Shape {
-            op: op.into(),
-            arg: which.into(),
-            found: s.to_vec(),
-            expected: "at least 1 dimension".into(),
-        }),
+        0 => Err(shape_error(op, which, s.to_vec(), "at least 1 dimension")),
         1 if split_last => Ok(vec![1, s[0]]),
         1 => Ok(vec![s[0], 1]),
         _ if split_last => Ok(vec![s[..s.len() - 1].iter().product(), s[s.len() - 1]]),
@@ -64,21 +59,21 @@ fn infer(
     if op == "batch_dot" {
         for (i, x) in s.iter().enumerate() {
             if x.len() != 3 {
-                return Err(NdError::Shape {
-                    op: op.into(),
-                    arg: format!("input {i}"),
-                    found: x.clone(),
-                    expected: "3 dimensions (batch, rows, cols)".into(),
-                });
+                return Err(shape_error(
+                    op,
+                    format!("input {i}"),
+                    x.clone(),
+                    "3 dimensions (batch, rows, cols)",
+                ));
             }
         }
         if s[0][0] != s[1][0] {
-            return Err(NdError::Shape {
-                op: op.into(),
-                arg: "rhs".into(),
-                found: s[1].clone(),
-                expected: format!("batch {} like lhs", s[0][0]),
-            });
+            return Err(shape_error(
+                op,
+                "rhs",
+                s[1].clone(),
+                format!("batch {} like lhs", s[0][0]),
+            ));
         }
         let (m, _, n) = mm_dims(op, &s[0][1..], &s[1][1..], ta, tb)?;
         return Ok((vec![vec![s[0][0], m, n]], vec![dt]));

@@ -8,12 +8,10 @@
 //! per sample (the label's size over its first dimension).
 
 use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
-use crate::error::{invalid, NdError, Result};
+use crate::error::{invalid, shape_error, Result};
+use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
-
-type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
-type KResult = std::result::Result<(), String>;
 
 /// Whether `op` is a loss head that ignores head gradients.
 pub(crate) fn is_loss(op: &str) -> bool {
@@ -39,12 +37,12 @@ fn infer_regression(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> I
     let (x, label) = (&s[0], &s[1]);
     let same_count = x.iter().product::<usize>() == label.iter().product::<usize>();
     if label != x && !(same_count && label.first() == x.first()) {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "label".into(),
-            found: label.clone(),
-            expected: format!("{x:?} (the data's shape)"),
-        });
+        return Err(shape_error(
+            op,
+            "label",
+            label.clone(),
+            format!("{x:?} (the data's shape)"),
+        ));
     }
     Ok((vec![x.clone()], vec![same_dtypes(op, d)?]))
 }
@@ -155,12 +153,12 @@ fn make_loss_backward_kernel(
 fn infer_cross_entropy(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let (x, label) = (&s[0], &s[1]);
     if x.len() != 2 || label.len() != 1 || label[0] != x[0] {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "data, label".into(),
-            found: [x.clone(), label.clone()].concat(),
-            expected: "data (n, k) and label (n,)".into(),
-        });
+        return Err(shape_error(
+            op,
+            "data, label",
+            [x.clone(), label.clone()].concat(),
+            "data (n, k) and label (n,)",
+        ));
     }
     Ok((vec![vec![1]], vec![same_dtypes(op, d)?]))
 }

@@ -14,11 +14,9 @@ use std::f64::consts::{LN_10, LN_2, PI};
 use super::par::{for_ranges, Shared};
 use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, Result};
+use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
-
-type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
-type KResult = std::result::Result<(), String>;
 
 /// What a function's derivative is written in.
 #[derive(Clone, Copy)]

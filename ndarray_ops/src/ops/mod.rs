@@ -73,7 +73,7 @@ use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 
 use crate::array::NDArray;
-use crate::error::{invalid, NdError, Result};
+use crate::error::{invalid, shape_error, NdError, Result};
 use crate::resources::{DeviceResources, KernelRes, OpState, Resource, StateSlot};
 use crate::runtime::Runtime;
 use crate::DType;
@@ -408,9 +408,12 @@ pub enum Arity {
     AtLeast(usize),
 }
 
+/// What an op's inference gives: the output shapes and dtypes.
+pub type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
+/// What a kernel gives: `Err` with a message when it fails.
+pub(crate) type KResult = std::result::Result<(), String>;
 /// Shape and dtype inference: input shapes and dtypes to output shapes and dtypes.
-pub type InferFn =
-    fn(&str, &Attrs, &[Vec<usize>], &[DType]) -> Result<(Vec<Vec<usize>>, Vec<DType>)>;
+pub type InferFn = fn(&str, &Attrs, &[Vec<usize>], &[DType]) -> Infer;
 /// Shape inference on partial shapes, both ways: from what is known so far of the inputs and
 /// the outputs (`None`: nothing; a dimension of 0: unknown, as in MXNet), the shapes they must
 /// have (weights from the data shape, the other operand of a same-shape op, the data's batch
@@ -428,8 +431,7 @@ pub struct Partial {
     pub outputs: Vec<Option<Vec<usize>>>,
 }
 /// A CPU kernel: inputs and outputs (already allocated, inferred shapes).
-pub(crate) type KernelFn =
-    fn(&str, &Attrs, &[TensorRef], &[TensorRef], &mut KernelRes) -> std::result::Result<(), String>;
+pub(crate) type KernelFn = fn(&str, &Attrs, &[TensorRef], &[TensorRef], &mut KernelRes) -> KResult;
 
 /// One registered op.
 pub struct OpDef {
@@ -950,16 +952,16 @@ pub(crate) fn prepare(
                     || o.ctx() != ctx
                     || !Arc::ptr_eq(o.runtime(), &rt)
                 {
-                    return Err(NdError::Shape {
-                        op: op.into(),
-                        arg: format!("output {i}"),
-                        found: o.shape().to_vec(),
-                        expected: format!(
+                    return Err(shape_error(
+                        op,
+                        format!("output {i}"),
+                        o.shape().to_vec(),
+                        format!(
                             "shape {s:?}, dtype {d} on {ctx} (it is {} on {})",
                             o.dtype(),
                             o.ctx()
                         ),
-                    });
+                    ));
                 }
             }
             out.iter().map(|o| (*o).clone()).collect()

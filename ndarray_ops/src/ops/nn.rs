@@ -6,12 +6,9 @@ use rten_simd::SimdUnaryOp;
 use super::par::{for_ranges, map_lanes, Shared};
 use super::reduce::fold_run;
 use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT};
-use crate::error::{invalid, NdError, Result};
+use crate::error::{invalid, shape_error, NdError, Result};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
-
-type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
-type KResult = std::result::Result<(), String>;
 
 fn e2s(e: crate::NdError) -> String {
     e.to_string()
@@ -140,12 +137,12 @@ fn infer_softmax(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infe
         }
         // data (batch, classes...) and label (batch,): the output is the softmax of the data.
         if s[0].is_empty() || s[1].first() != s[0].first() {
-            return Err(NdError::Shape {
-                op: op.into(),
-                arg: "label".into(),
-                found: s[1].clone(),
-                expected: format!("the batch size of data {:?} as its first axis", s[0]),
-            });
+            return Err(shape_error(
+                op,
+                "label",
+                s[1].clone(),
+                format!("the batch size of data {:?} as its first axis", s[0]),
+            ));
         }
         return Ok((vec![s[0].clone()], vec![dt]));
     }
@@ -257,12 +254,7 @@ fn infer_fc(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let flatten = attrs.bool(op, "flatten", true)?;
     let x = &s[0];
     if x.is_empty() {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "data".into(),
-            found: x.clone(),
-            expected: "at least 1 dimension".into(),
-        });
+        return Err(shape_error(op, "data", x.clone(), "at least 1 dimension"));
     }
     let (k, mut out) = if flatten {
         (x[1..].iter().product(), vec![x[0]])
@@ -270,20 +262,15 @@ fn infer_fc(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
         (x[x.len() - 1], x[..x.len() - 1].to_vec())
     };
     if s[1] != [hidden, k] {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "weight".into(),
-            found: s[1].clone(),
-            expected: format!("[{hidden}, {k}] (num_hidden, input features of data {x:?})"),
-        });
+        return Err(shape_error(
+            op,
+            "weight",
+            s[1].clone(),
+            format!("[{hidden}, {k}] (num_hidden, input features of data {x:?})"),
+        ));
     }
     if !no_bias && s[2] != [hidden] {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "bias".into(),
-            found: s[2].clone(),
-            expected: format!("[{hidden}]"),
-        });
+        return Err(shape_error(op, "bias", s[2].clone(), format!("[{hidden}]")));
     }
     out.push(hidden);
     Ok((vec![out], vec![dt]))
@@ -318,6 +305,7 @@ fn fc_kernel(
     Ok(())
 }
 
+use crate::ops::{Infer, KResult};
 use ndarray::ShapeBuilder;
 
 // ---- one_hot, transpose, Flatten ------------------------------------------------------------
@@ -432,12 +420,12 @@ fn infer_update(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer
     attrs.f64(op, "lr", None)?;
     for (i, x) in s.iter().enumerate().skip(1) {
         if *x != s[0] {
-            return Err(NdError::Shape {
-                op: op.into(),
-                arg: format!("input {i}"),
-                found: x.clone(),
-                expected: format!("the weight's shape {:?}", s[0]),
-            });
+            return Err(shape_error(
+                op,
+                format!("input {i}"),
+                x.clone(),
+                format!("the weight's shape {:?}", s[0]),
+            ));
         }
     }
     // Outputs: the new weight, then the new optimizer states (callers pass the states as `out`
@@ -448,12 +436,12 @@ fn infer_update(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer
 
 fn infer_assign(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     if s[1] != s[0] || d[1] != d[0] {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "value".into(),
-            found: s[1].clone(),
-            expected: format!("the variable's shape {:?} and dtype {}", s[0], d[0]),
-        });
+        return Err(shape_error(
+            op,
+            "value",
+            s[1].clone(),
+            format!("the variable's shape {:?} and dtype {}", s[0], d[0]),
+        ));
     }
     Ok((vec![s[0].clone()], vec![d[0]]))
 }

@@ -22,12 +22,10 @@ use super::reduce::fold_run;
 use super::{
     check_against_forward, norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT,
 };
-use crate::error::{invalid, NdError, Result};
+use crate::error::{invalid, shape_error, NdError, Result};
+use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
-
-type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
-type KResult = std::result::Result<(), String>;
 
 /// `outer * inner` groups of `len` elements each, `inner` apart.
 #[derive(Clone, Copy, Debug)]
@@ -83,12 +81,12 @@ pub(crate) fn layout(
 ) -> Result<(Groups, Scale, usize, Vec<usize>)> {
     let need = |n: usize| {
         if shape.len() < n {
-            Err(NdError::Shape {
-                op: op.into(),
-                arg: "data".into(),
-                found: shape.to_vec(),
-                expected: format!("at least {n} dimensions"),
-            })
+            Err(shape_error(
+                op,
+                "data",
+                shape.to_vec(),
+                format!("at least {n} dimensions"),
+            ))
         } else {
             Ok(())
         }
@@ -229,12 +227,12 @@ fn infer_norm(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     }
     for (i, name) in [(1, "gamma"), (2, "beta")] {
         if s[i] != [scales] {
-            return Err(NdError::Shape {
-                op: op.into(),
-                arg: name.into(),
-                found: s[i].clone(),
-                expected: format!("[{scales}] for data {:?}", s[0]),
-            });
+            return Err(shape_error(
+                op,
+                name,
+                s[i].clone(),
+                format!("[{scales}] for data {:?}", s[0]),
+            ));
         }
     }
     Ok((vec![s[0].clone(), stats.clone(), stats], vec![dt; 3]))

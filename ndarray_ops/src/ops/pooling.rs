@@ -20,12 +20,10 @@ use super::conv::{by_phase, from_phase, out_len, pair, Tap};
 use super::par::{for_ranges, Shared};
 use super::reduce::fold_run;
 use super::{Arity, Attrs, OpDef, TensorRef};
-use crate::error::{invalid, NdError, Result};
+use crate::error::{invalid, shape_error, Result};
+use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
-
-type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
-type KResult = std::result::Result<(), String>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum PoolType {
@@ -58,21 +56,21 @@ pub(crate) fn pool_params(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Po
         }
     };
     if shape.len() != 4 {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "data".into(),
-            found: shape.to_vec(),
-            expected: "4 dimensions (N, C, H, W)".into(),
-        });
+        return Err(shape_error(
+            op,
+            "data",
+            shape.to_vec(),
+            "4 dimensions (N, C, H, W)",
+        ));
     }
     // The kernels keep a maximum's position in a plane as a u32.
     if shape[2].saturating_mul(shape[3]) >= NONE_YET as usize {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "data".into(),
-            found: shape.to_vec(),
-            expected: format!("planes (H x W) of fewer than {NONE_YET} elements"),
-        });
+        return Err(shape_error(
+            op,
+            "data",
+            shape.to_vec(),
+            format!("planes (H x W) of fewer than {NONE_YET} elements"),
+        ));
     }
     let global = attrs.bool(op, "global_pool", false)?;
     let ceil = match attrs.get("pooling_convention").unwrap_or("valid") {

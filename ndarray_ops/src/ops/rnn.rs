@@ -27,12 +27,10 @@ use rten_vecmath::{Sigmoid, Tanh};
 use super::par::{for_ranges, Shared};
 use super::stochastic::dropout_mask;
 use super::{Arity, Attrs, OpDef, StateUse, TensorRef, IS_TRAIN};
-use crate::error::{invalid, NdError, Result};
+use crate::error::{invalid, shape_error, NdError, Result};
+use crate::ops::{Infer, KResult};
 use crate::resources::{KernelRes, Resource, StateSlot};
 use crate::{DType, Element};
-
-type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
-type KResult = std::result::Result<(), String>;
 
 /// The recurrence of one layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -246,12 +244,12 @@ pub(crate) fn gradient_inputs(attrs: &Attrs) -> Result<usize> {
 /// shape alone).
 fn check_data(op: &str, x: &[usize], d: DType) -> Result<()> {
     if x.len() != 3 {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "data".into(),
-            found: x.to_vec(),
-            expected: "3 dimensions (sequence length, batch, features)".into(),
-        });
+        return Err(shape_error(
+            op,
+            "data",
+            x.to_vec(),
+            "3 dimensions (sequence length, batch, features)",
+        ));
     }
     if !d.is_float() {
         return Err(NdError::DType {
@@ -299,12 +297,12 @@ fn check_inputs(op: &str, r: &Rnn, s: &[Vec<usize>], d: &[DType]) -> Result<()> 
     for (k, want) in r.input_shapes(op, &s[0])?.into_iter().enumerate().skip(1) {
         let arg = input_name(r, k);
         if s[k] != want {
-            return Err(NdError::Shape {
-                op: op.into(),
-                arg: arg.into(),
-                found: s[k].clone(),
-                expected: format!("{want:?} (for data {:?})", s[0]),
-            });
+            return Err(shape_error(
+                op,
+                arg,
+                s[k].clone(),
+                format!("{want:?} (for data {:?})", s[0]),
+            ));
         }
         if k < r.grad_inputs() && d[k] != d[0] {
             return Err(NdError::DType {

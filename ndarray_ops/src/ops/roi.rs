@@ -7,21 +7,19 @@
 use super::par::{for_ranges, Shared};
 use super::vision::{check_nchw, size_pair};
 use super::{Arity, Attrs, OpDef, TensorRef, C_INT};
-use crate::error::{invalid, NdError, Result};
+use crate::error::{invalid, shape_error, Result};
+use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
 
-type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
-type KResult = std::result::Result<(), String>;
-
 fn check_rois(op: &str, s: &[usize]) -> Result<()> {
     if s.len() != 2 || s[1] != 5 {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "rois".into(),
-            found: s.to_vec(),
-            expected: "(R, 5): batch index, x1, y1, x2, y2 per region".into(),
-        });
+        return Err(shape_error(
+            op,
+            "rois",
+            s.to_vec(),
+            "(R, 5): batch index, x1, y1, x2, y2 per region",
+        ));
     }
     Ok(())
 }

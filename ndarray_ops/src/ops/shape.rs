@@ -2,12 +2,10 @@
 //! Embedding, and the reshape family (Reshape, expand_dims, squeeze), which are identities.
 
 use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT};
-use crate::error::{invalid, NdError, Result};
+use crate::error::{invalid, shape_error, Result};
+use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::DType;
-
-type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
-type KResult = std::result::Result<(), String>;
 
 pub(crate) fn axis_attr(
     op: &str,
@@ -72,12 +70,12 @@ fn infer_concat(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer
                 .enumerate()
                 .all(|(d, (a, b))| d == axis || a == b);
         if !same_rest {
-            return Err(NdError::Shape {
-                op: op.into(),
-                arg: format!("input {i}"),
-                found: x.clone(),
-                expected: format!("the shape of input 0 {:?} except along axis {axis}", s[0]),
-            });
+            return Err(shape_error(
+                op,
+                format!("input {i}"),
+                x.clone(),
+                format!("the shape of input 0 {:?} except along axis {axis}", s[0]),
+            ));
         }
         out[axis] += x[axis];
     }
@@ -449,21 +447,21 @@ fn infer_take(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
             attrs.count(op, "output_dim", None, POSITIVE_INT)?,
         );
         if *table != [i, o] {
-            return Err(NdError::Shape {
-                op: op.into(),
-                arg: "weight".into(),
-                found: table.clone(),
-                expected: format!("[{i}, {o}] (input_dim, output_dim)"),
-            });
+            return Err(shape_error(
+                op,
+                "weight",
+                table.clone(),
+                format!("[{i}, {o}] (input_dim, output_dim)"),
+            ));
         }
     }
     if table.is_empty() {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "table".into(),
-            found: table.clone(),
-            expected: "at least 1 dimension".into(),
-        });
+        return Err(shape_error(
+            op,
+            "table",
+            table.clone(),
+            "at least 1 dimension",
+        ));
     }
     // The indices' shape takes the place of the taken axis.
     let axis = take_axis(op, attrs, table.len())?;
@@ -592,12 +590,12 @@ fn reshape_codes(op: &str, x: &[usize], spec: &[i64]) -> Result<Vec<usize>> {
     if let Some(i) = infer_at {
         let known = super::element_count(op, &out)?;
         if known == 0 || !n.is_multiple_of(known) {
-            return Err(NdError::Shape {
-                op: op.into(),
-                arg: "data".into(),
-                found: x.to_vec(),
-                expected: format!("a size divisible into shape {spec:?}"),
-            });
+            return Err(shape_error(
+                op,
+                "data",
+                x.to_vec(),
+                format!("a size divisible into shape {spec:?}"),
+            ));
         }
         out[i] = n / known;
     }
@@ -662,12 +660,12 @@ fn infer_reshape(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infe
     };
     let m = super::element_count(op, &out)?;
     if m != n {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "data".into(),
-            found: x.clone(),
-            expected: format!("{m} elements for shape {out:?}"),
-        });
+        return Err(shape_error(
+            op,
+            "data",
+            x.clone(),
+            format!("{m} elements for shape {out:?}"),
+        ));
     }
     Ok((vec![out], vec![d[0]]))
 }

@@ -8,11 +8,9 @@
 
 use super::{norm_axes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, Result};
+use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
-
-type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
-type KResult = std::result::Result<(), String>;
 
 /// What a node of `topk`, `sort` or `argsort` computes.
 #[derive(Clone, Copy, PartialEq)]

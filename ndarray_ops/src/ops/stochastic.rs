@@ -10,12 +10,10 @@ use rand_distr::{Distribution, Normal};
 
 use super::par::{for_ranges, Shared};
 use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef};
-use crate::error::{invalid, NdError, Result};
+use crate::error::{invalid, shape_error, NdError, Result};
+use crate::ops::{Infer, KResult};
 use crate::resources::{KernelRes, Resource};
 use crate::{DType, Element};
-
-type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
-type KResult = std::result::Result<(), String>;
 
 /// The training-mode attribute.
 pub const IS_TRAIN: &str = "__is_train__";
@@ -62,12 +60,12 @@ fn infer_bn(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
         });
     }
     if s[0].len() < 2 {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "data".into(),
-            found: s[0].clone(),
-            expected: "at least 2 dimensions".into(),
-        });
+        return Err(shape_error(
+            op,
+            "data",
+            s[0].clone(),
+            "at least 2 dimensions",
+        ));
     }
     let c = s[0][bn_axis(op, attrs, s[0].len())?];
     for (i, name) in [
@@ -77,12 +75,12 @@ fn infer_bn(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
         (4, "moving_var"),
     ] {
         if s[i] != [c] {
-            return Err(NdError::Shape {
-                op: op.into(),
-                arg: name.into(),
-                found: s[i].clone(),
-                expected: format!("[{c}] (the channels of data {:?})", s[0]),
-            });
+            return Err(shape_error(
+                op,
+                name,
+                s[i].clone(),
+                format!("[{c}] (the channels of data {:?})", s[0]),
+            ));
         }
     }
     bn_eps_momentum(op, attrs)?;

@@ -8,21 +8,19 @@
 
 use super::par::{for_ranges, Shared};
 use super::{Arity, Attrs, OpDef, TensorRef};
-use crate::error::{invalid, NdError, Result};
+use crate::error::{invalid, shape_error, NdError, Result};
+use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
 
-type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
-type KResult = std::result::Result<(), String>;
-
 pub(super) fn check_nchw(op: &str, arg: &str, x: &[usize], d: DType) -> Result<()> {
     if x.len() != 4 {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: arg.into(),
-            found: x.to_vec(),
-            expected: "4 dimensions (N, C, H, W)".into(),
-        });
+        return Err(shape_error(
+            op,
+            arg,
+            x.to_vec(),
+            "4 dimensions (N, C, H, W)",
+        ));
     }
     if !d.is_float() {
         return Err(NdError::DType {
@@ -229,12 +227,7 @@ fn resize_size(
         "like" => match like {
             Some(l) if l.len() == 4 => (l[2] as i64, l[3] as i64),
             Some(l) => {
-                return Err(NdError::Shape {
-                    op: op.into(),
-                    arg: "like".into(),
-                    found: l.to_vec(),
-                    expected: "4 dimensions (N, C, H, W)".into(),
-                })
+                return Err(shape_error(op, "like", l.to_vec(), "4 dimensions (N, C, H, W)"))
             }
             None => return Err(invalid(op, "mode like takes a second input, like")),
         },
@@ -280,12 +273,12 @@ fn infer_resize(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer
     let (oh, ow) = resize_size(op, attrs, &s[0], s.get(1).map(Vec::as_slice))?;
     let out = vec![s[0][0], s[0][1], oh, ow];
     if s[0][2] * s[0][3] == 0 && out.iter().product::<usize>() > 0 {
-        return Err(NdError::Shape {
-            op: op.into(),
-            arg: "data".into(),
-            found: s[0].clone(),
-            expected: format!("planes with pixels to resize into {oh}x{ow}"),
-        });
+        return Err(shape_error(
+            op,
+            "data",
+            s[0].clone(),
+            format!("planes with pixels to resize into {oh}x{ow}"),
+        ));
     }
     Ok((vec![out], vec![d[0]]))
 }
@@ -412,12 +405,12 @@ fn crop_window(
     let size = match like {
         Some(l) if l.len() == 4 => (l[2] as i64, l[3] as i64),
         Some(l) => {
-            return Err(NdError::Shape {
-                op: op.into(),
-                arg: "crop_like".into(),
-                found: l.to_vec(),
-                expected: "4 dimensions (N, C, H, W)".into(),
-            })
+            return Err(shape_error(
+                op,
+                "crop_like",
+                l.to_vec(),
+                "4 dimensions (N, C, H, W)",
+            ))
         }
         None => pair("h_w")?,
     };
