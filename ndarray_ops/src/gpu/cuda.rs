@@ -26,7 +26,8 @@ use engine::{Completion, FnProperty, Op, RunContext};
 use rand::Rng;
 use storage::{Context, Handle, StorageManager};
 
-use super::ops::{fill_with, run, GpuKernel, SEED};
+use super::nn::SEED;
+use super::ops::{fill_with, run, GpuKernel};
 use super::{ptx_cache, ConvCall, DeviceBlock, Gemm, KArgs, Stream, KERNELS, KERNEL_NAMES};
 use crate::ops::{Attrs, OpDef, TensorRef};
 use crate::resources::{DeviceResources, StateSlot};

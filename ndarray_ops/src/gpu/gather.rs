@@ -15,7 +15,7 @@
 //!   sum is split into parts that many threads share, added up by `chan_total`: the same terms
 //!   in double, in another order.
 
-use super::ops::lane_parts;
+use super::reduce::lane_parts;
 use super::{buckets, KArgs, Stream};
 use crate::ops::gather::{walks, Walks};
 use crate::ops::shape::slice_walks;

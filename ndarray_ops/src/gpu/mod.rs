@@ -10,19 +10,25 @@
 //!   `kernels.cu` as C++ and runs each kernel as one loop, with a reference GEMM, so the op layer
 //!   and the kernels are checked against the CPU kernels on every machine (no GPU needed).
 
+mod conv;
 #[cfg(feature = "cuda")]
 pub(crate) mod cuda;
 #[cfg(feature = "cuda")]
 pub(crate) mod cudnn;
+mod elemwise;
 #[cfg(test)]
 mod emulate;
 mod gather;
 mod gather_nd;
+mod indexing;
+mod nn;
 pub(crate) mod ops;
 mod ptx_cache;
+mod reduce;
 mod resample;
 mod rnn;
 mod roi;
+mod shape;
 mod sort;
 #[cfg(test)]
 mod tests;

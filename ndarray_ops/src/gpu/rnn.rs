@@ -347,7 +347,7 @@ pub(super) fn rnn(
     let (i, o) = (tensors(ins), tensors(outs));
     let lens = lengths(s, &r, ins, p.steps)?;
     let seed = match r.drops() {
-        true => super::ops::seed_of(op, attrs)?,
+        true => super::nn::seed_of(op, attrs)?,
         false => 0,
     };
     let masks = match r.drops() {
@@ -615,7 +615,7 @@ pub(super) fn rnn_backward(
         }
         // What reached this layer went through the mask of the layer below's output.
         if let (true, Some(m)) = (l > 0, fwd.masks) {
-            super::ops::multiply(s, target, target, m.mask, p.layer_len())?;
+            super::elemwise::multiply(s, target, target, m.mask, p.layer_len())?;
         }
         dy = target;
     }

@@ -34,7 +34,7 @@ pub(super) fn sort(
             .i(1, p.inner)
             .i(2, p.lane)
             .i(3, p.k);
-        return super::ops::add_rows(s, a, (p.outer, p.inner, p.k), true);
+        return super::indexing::add_rows(s, a, (p.outer, p.inner, p.k), true);
     }
     let x = &ins[0];
     let p = plan(op, attrs, &x.shape).map_err(e2s)?;

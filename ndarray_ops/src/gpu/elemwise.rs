@@ -1,0 +1,385 @@
+//! Elementwise ops on the GPU: unary math and activations, binary arithmetic with broadcasting,
+//! scalar ops, clip, where, one_hot, LeakyReLU, and their gradients.
+
+use super::ops::{copy, e2s, UNARY};
+use super::reduce::channel_sum;
+use super::{KArgs, Stream};
+use crate::ops::elemwise::broadcast_strides;
+use crate::ops::KResult;
+use crate::ops::{Attrs, TensorRef};
+
+pub(super) fn unary_code(op: &str) -> Option<usize> {
+    UNARY.iter().position(|u| *u == op)
+}
+
+pub(super) fn unary(
+    op: &str,
+    _: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let code = unary_code(op).ok_or_else(|| format!("{op} is not a unary function"))?;
+    let n = outs[0].len();
+    let a = KArgs::new(n).t(0, &outs[0]).t(1, &ins[0]).i(1, code);
+    s.launch("unary_fwd", n, &a)
+}
+
+/// `_backward_math(ograd, v)`: the gradient through the function named by `fn`.
+pub(super) fn unary_backward(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let f = attrs.get("fn").unwrap_or_default();
+    let code = unary_code(f).ok_or_else(|| format!("{op}: {f:?} is not a unary function"))?;
+    let n = outs[0].len();
+    let a = KArgs::new(n)
+        .t(0, &outs[0])
+        .t(1, &ins[0])
+        .t(2, &ins[1])
+        .i(1, code);
+    s.launch("unary_bwd", n, &a)
+}
+
+pub(super) fn act_code(op: &str, attrs: &Attrs) -> Result<usize, String> {
+    let kind = match op {
+        "Activation" | "_backward_Activation" => attrs.get("act_type").unwrap_or("relu"),
+        other => other,
+    };
+    Ok(match kind {
+        "relu" => 0,
+        "sigmoid" => 1,
+        "tanh" => 2,
+        "softrelu" => 3,
+        "softsign" => 4,
+        other => return Err(format!("{op}: act_type {other:?} has no GPU kernel")),
+    })
+}
+
+pub(super) fn activation(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let n = outs[0].len();
+    let a = KArgs::new(n)
+        .t(0, &outs[0])
+        .t(1, &ins[0])
+        .i(1, act_code(op, attrs)?);
+    s.launch("act_fwd", n, &a)
+}
+
+pub(super) fn activation_backward(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let n = outs[0].len();
+    let a = KArgs::new(n)
+        .t(0, &outs[0])
+        .t(1, &ins[0])
+        .t(2, &ins[1])
+        .i(1, act_code(op, attrs)?);
+    s.launch("act_bwd", n, &a)
+}
+
+/// The `binary` kernel's code for `op`.
+pub(super) fn binary_code(op: &str) -> Option<usize> {
+    Some(match crate::ops::broadcast_twin(op) {
+        "elemwise_add" | "broadcast_add" => 0,
+        "elemwise_sub" | "broadcast_sub" => 1,
+        "elemwise_mul" | "broadcast_mul" => 2,
+        "elemwise_div" | "broadcast_div" => 3,
+        "broadcast_maximum" => 4,
+        "broadcast_minimum" => 5,
+        "broadcast_power" => 6,
+        "broadcast_equal" => 7,
+        "broadcast_not_equal" => 8,
+        "broadcast_greater" => 9,
+        "broadcast_greater_equal" => 10,
+        "broadcast_lesser" => 11,
+        "broadcast_lesser_equal" => 12,
+        "broadcast_hypot" => 13,
+        "broadcast_mod" => 14,
+        "broadcast_logical_and" => 15,
+        "broadcast_logical_or" => 16,
+        "broadcast_logical_xor" => 17,
+        _ => return None,
+    })
+}
+
+/// The most dims the `binary` kernel indexes (its arguments hold four dims and two strides each).
+pub(super) const BINARY_RANK: usize = 4;
+
+/// The dims of a broadcast `out = a op b` as the `binary` kernel walks them: `[dim, a's stride,
+/// b's stride]` per dim, outermost first, with size-1 dims dropped and each dim merged into the
+/// one outside it wherever both inputs step through the pair as through one dim. Equal shapes
+/// become one dim, a bias added along one axis at most three.
+pub(super) fn broadcast_dims(a: &[usize], b: &[usize], out: &[usize]) -> Vec<[usize; 3]> {
+    let (sa, sb) = (broadcast_strides(a, out), broadcast_strides(b, out));
+    let mut dims: Vec<[usize; 3]> = Vec::with_capacity(out.len());
+    for (d, &n) in out.iter().enumerate().filter(|(_, &n)| n != 1) {
+        match dims.last_mut() {
+            Some(last) if last[1] == sa[d] * n && last[2] == sb[d] * n => {
+                *last = [last[0] * n, sa[d], sb[d]];
+            }
+            _ => dims.push([n, sa[d], sb[d]]),
+        }
+    }
+    dims
+}
+
+pub(super) fn binary(
+    op: &str,
+    _: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let code = binary_code(op).ok_or_else(|| format!("no binary kernel for {op}"))?;
+    let (a, b, out) = (&ins[0], &ins[1], &outs[0]);
+    let dims = broadcast_dims(&a.shape, &b.shape, &out.shape);
+    if dims.len() > BINARY_RANK {
+        return Err(format!(
+            "{op}: broadcasting {:?} and {:?} to {:?} takes {} dims after merging; the GPU \
+             kernel walks at most {BINARY_RANK}",
+            a.shape,
+            b.shape,
+            out.shape,
+            dims.len()
+        ));
+    }
+    let n = out.len();
+    let mut k = KArgs::new(n)
+        .t(0, out)
+        .t(1, a)
+        .t(2, b)
+        .i(1, code)
+        .i(2, dims.len());
+    for (d, [dim, sa, sb]) in dims.into_iter().enumerate() {
+        k = k.i(3 + d, dim).i(7 + d, sa).i(11 + d, sb);
+    }
+    s.launch("binary", n, &k)
+}
+
+/// `out = a * b` over `n` elements (buffers of equal length; `out` may be either).
+pub(super) fn multiply(
+    s: &dyn Stream,
+    out: *mut f32,
+    a: *mut f32,
+    b: *mut f32,
+    n: usize,
+) -> KResult {
+    let code = binary_code("elemwise_mul").ok_or("no binary kernel for elemwise_mul")?;
+    let k = KArgs::new(n)
+        .p(0, out)
+        .p(1, a)
+        .p(2, b)
+        .i(1, code)
+        .i(2, 1)
+        .i(3, n)
+        .i(7, 1)
+        .i(11, 1);
+    s.launch("binary", n, &k)
+}
+
+pub(super) fn scalar(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let value = crate::ops::scalar_of(op, attrs).map_err(e2s)?;
+    scalar_with(s, op, &outs[0], &ins[0], value)
+}
+
+/// The `scalar` kernel's code for a scalar op (the `binary` kernel's codes), and whether the
+/// scalar is the left operand.
+pub(super) fn scalar_code(op: &str) -> Option<(usize, bool)> {
+    Some(match op {
+        "_plus_scalar" => (0, false),
+        "_minus_scalar" => (1, false),
+        "_rminus_scalar" => (1, true),
+        "_mul_scalar" => (2, false),
+        "_div_scalar" => (3, false),
+        "_rdiv_scalar" => (3, true),
+        "_maximum_scalar" => (4, false),
+        "_minimum_scalar" => (5, false),
+        "_power_scalar" => (6, false),
+        "_rpower_scalar" => (6, true),
+        "_equal_scalar" => (7, false),
+        "_not_equal_scalar" => (8, false),
+        "_greater_scalar" => (9, false),
+        "_greater_equal_scalar" => (10, false),
+        "_lesser_scalar" => (11, false),
+        "_lesser_equal_scalar" => (12, false),
+        "_hypot_scalar" => (13, false),
+        "_mod_scalar" => (14, false),
+        "smooth_l1" => (18, false),
+        _ => return None,
+    })
+}
+
+/// `out = x (op) value` for a scalar op's name, by the `scalar` kernel (which reads each index
+/// before writing it, so `out` may be `x`).
+pub(super) fn scalar_with(
+    s: &dyn Stream,
+    op: &str,
+    out: &TensorRef,
+    x: &TensorRef,
+    value: f64,
+) -> KResult {
+    let (code, left) = scalar_code(op).ok_or_else(|| format!("{op} is not a scalar op"))?;
+    let n = out.len();
+    let a = KArgs::new(n)
+        .t(0, out)
+        .t(1, x)
+        .i(1, code)
+        .i(2, usize::from(left))
+        .f(0, value);
+    s.launch("scalar", n, &a)
+}
+
+/// clip and hard_sigmoid: an affine map, clamped.
+pub(super) fn clamp(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let (scale, shift, lo, hi) = match op {
+        "clip" => (
+            1.0,
+            0.0,
+            attrs.float(op, "a_min", None).map_err(e2s)?,
+            attrs.float(op, "a_max", None).map_err(e2s)?,
+        ),
+        _ => {
+            let (alpha, beta) = crate::ops::hard_sigmoid_params(op, attrs).map_err(e2s)?;
+            (alpha, beta, 0.0, 1.0)
+        }
+    };
+    let n = outs[0].len();
+    let a = KArgs::new(n)
+        .t(0, &outs[0])
+        .t(1, &ins[0])
+        .f(0, scale)
+        .f(1, shift)
+        .f(2, lo)
+        .f(3, hi);
+    s.launch("clamp_affine", n, &a)
+}
+
+/// where(condition, x, y): the condition has x's shape or one value per row of x's first axis.
+pub(super) fn select(
+    _: &str,
+    _: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let (c, o) = (&ins[0], &outs[0]);
+    let n = o.len();
+    let per_row = if c.len() == n { 1 } else { n / c.len().max(1) };
+    let a = KArgs::new(n)
+        .t(0, o)
+        .t(1, c)
+        .t(2, &ins[1])
+        .t(3, &ins[2])
+        .i(1, per_row.max(1));
+    s.launch("where_select", n, &a)
+}
+
+pub(super) fn one_hot(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let (depth, on, off) = crate::ops::one_hot_params(op, attrs).map_err(e2s)?;
+    let n = outs[0].len();
+    let a = KArgs::new(n)
+        .t(0, &outs[0])
+        .t(1, &ins[0])
+        .i(1, depth.max(1))
+        .f(0, on)
+        .f(1, off);
+    s.launch("one_hot", n, &a)
+}
+
+/// `_assign(variable, value)`: the value, into the variable.
+pub(super) fn assign(
+    _: &str,
+    _: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    copy("_assign", &Attrs::new(), &ins[1..], outs, s)
+}
+
+/// The `leaky_fwd` kernel's code and slope for LeakyReLU's `act_type` (prelu: leaky, its slopes
+/// read from gamma).
+pub(super) fn leaky_code(op: &str, attrs: &Attrs) -> Result<(usize, f64), String> {
+    use crate::ops::LeakyAct;
+    Ok(match LeakyAct::of(op, attrs).map_err(e2s)? {
+        LeakyAct::Leaky(slope) => (0, slope),
+        LeakyAct::Elu(slope) => (1, slope),
+        LeakyAct::Selu => (2, 0.0),
+        LeakyAct::Gelu => (3, 0.0),
+        LeakyAct::Prelu => (0, 0.0),
+    })
+}
+
+/// LeakyReLU (`data[, gamma] -> out`) and its backward op (`(output gradient, data[, gamma]) ->
+/// data gradient[, gamma gradient]`; gamma: prelu's slopes).
+pub(super) fn leaky_relu(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let (code, slope) = leaky_code(op, attrs)?;
+    let n = outs[0].len();
+    let forward = op == "LeakyReLU";
+    let data = if forward { &ins[0] } else { &ins[1] };
+    let mut a = KArgs::new(n)
+        .t(0, &outs[0])
+        .t(1, &ins[0])
+        .i(1, code)
+        .f(0, slope);
+    // prelu's gamma (the input after the data), laid out as the CPU's GammaIndex reads it.
+    if let Some(gamma) = ins.get(if forward { 1 } else { 2 }) {
+        let channels = data.shape.get(1).copied().unwrap_or(1);
+        let inner: usize = data.shape.iter().skip(2).product();
+        a = a.t(3, gamma).i(2, gamma.len()).i(3, channels).i(4, inner);
+        if let Some(dgamma) = outs.get(1) {
+            // Before the data's gradient, which may be written over the output's gradient:
+            // each element's term, summed per gamma entry (one, one per channel, or each its own).
+            let terms = s.scratch(n * 4)?.cast::<f32>();
+            let t = KArgs::new(n).p(0, terms).t(1, &ins[0]).t(2, data);
+            s.launch("prelu_terms", n, &t)?;
+            let layout = match gamma.len() {
+                1 => (1, 1, n),
+                len if len == channels => (n / (channels * inner).max(1), channels, inner),
+                len => (1, len, 1),
+            };
+            channel_sum(s, dgamma.ptr(), terms, layout, 1.0)?;
+        }
+    }
+    match forward {
+        true => s.launch("leaky_fwd", n, &a),
+        false => s.launch("leaky_bwd", n, &a.t(2, data)),
+    }
+}

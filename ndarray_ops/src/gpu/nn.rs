@@ -1,0 +1,650 @@
+//! Layers and heads on the GPU: FullyConnected, BatchNorm, the softmax family and the norms over
+//! lanes, the loss heads, Dropout and the random generators, and the optimizer updates.
+
+use super::elemwise::scalar_code;
+use super::ops::{e2s, fill_with};
+use super::reduce::{
+    channel_partials, channel_sum, lane_parts, reduction_scratch, sum_axes, ChannelSums,
+};
+use super::{Gemm, KArgs, Stream};
+use crate::ops::KResult;
+use crate::ops::{fc_dims, Attrs, TensorRef};
+
+pub(super) fn no_bias(op: &str, attrs: &Attrs) -> Result<bool, String> {
+    attrs.bool(op, "no_bias", false).map_err(e2s)
+}
+
+pub(super) fn fully_connected(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let (x, w, y) = (&ins[0], &ins[1], &outs[0]);
+    let (m, hidden, k) = fc_dims(x, w);
+    s.gemm(&Gemm {
+        ta: false,
+        tb: true,
+        m,
+        n: hidden,
+        k,
+        a: x.ptr(),
+        lda: k,
+        b: w.ptr(),
+        ldb: k,
+        c: y.ptr(),
+        ldc: hidden,
+        beta: 0.0,
+    })?;
+    if !no_bias(op, attrs)? {
+        let n = y.len();
+        let a = KArgs::new(n).t(0, y).t(1, &ins[2]).i(1, 1).i(2, hidden);
+        s.launch("add_bias", n, &a)?;
+    }
+    Ok(())
+}
+
+pub(super) fn fully_connected_backward(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let (dy, x, w) = (&ins[0], &ins[1], &ins[2]);
+    let (m, hidden, k) = fc_dims(x, w);
+    // dx = dy w; dw = dy^T x.
+    s.gemm(&Gemm {
+        ta: false,
+        tb: false,
+        m,
+        n: k,
+        k: hidden,
+        a: dy.ptr(),
+        lda: hidden,
+        b: w.ptr(),
+        ldb: k,
+        c: outs[0].ptr(),
+        ldc: k,
+        beta: 0.0,
+    })?;
+    s.gemm(&Gemm {
+        ta: true,
+        tb: false,
+        m: hidden,
+        n: k,
+        k: m,
+        a: dy.ptr(),
+        lda: hidden,
+        b: x.ptr(),
+        ldb: k,
+        c: outs[1].ptr(),
+        ldc: k,
+        beta: 0.0,
+    })?;
+    if !no_bias(op, attrs)? {
+        channel_sum(s, outs[2].ptr(), dy.ptr(), (m, hidden, 1), 1.0)?;
+    }
+    Ok(())
+}
+
+/// BatchNorm's settings: (outer, channels, inner) around the axis, eps, fix_gamma, and whether
+/// the batch's own statistics are used.
+pub(super) struct BnSetup {
+    layout: (usize, usize, usize),
+    eps: f64,
+    fix_gamma: bool,
+    batch_stats: bool,
+}
+
+pub(super) fn bn_setup(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<BnSetup, String> {
+    let axis = crate::ops::bn_axis(op, attrs, shape.len()).map_err(e2s)?;
+    let (fix_gamma, batch_stats) = crate::ops::bn_flags(op, attrs).map_err(e2s)?;
+    Ok(BnSetup {
+        layout: around(shape, axis),
+        eps: crate::ops::bn_eps_momentum(op, attrs).map_err(e2s)?.0,
+        fix_gamma,
+        batch_stats,
+    })
+}
+
+pub(super) fn batch_norm(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let b = bn_setup(op, attrs, &ins[0].shape)?;
+    let (outer, c, inner) = b.layout;
+    let (_, momentum) = crate::ops::bn_eps_momentum(op, attrs).map_err(e2s)?;
+    let x = &ins[0];
+    let (partials, scale) = reduction_scratch(s, ChannelSums::AndSquares, b.layout, c)?;
+    let (sums, p) = if b.batch_stats {
+        channel_partials(s, partials, ChannelSums::AndSquares, x.ptr(), b.layout)?
+    } else {
+        (std::ptr::null_mut(), 0)
+    };
+    let a = KArgs::new(c)
+        .t(0, &outs[1])
+        .t(1, &outs[2])
+        .t(2, &ins[1])
+        .t(3, &ins[2])
+        .t(4, &ins[3])
+        .t(5, &ins[4])
+        .p(6, scale)
+        .p(7, sums)
+        .i(1, usize::from(b.batch_stats))
+        .i(2, usize::from(b.fix_gamma))
+        .i(3, p)
+        .f(0, b.eps)
+        .f(1, momentum)
+        .f(2, (outer * inner).max(1) as f64);
+    s.launch("bn_prepare", c, &a)?;
+    let n = x.len();
+    let a = KArgs::new(n)
+        .t(0, &outs[0])
+        .t(1, x)
+        .p(2, scale)
+        .t(3, &ins[2])
+        .t(4, &outs[1])
+        .i(1, inner)
+        .i(2, c);
+    s.launch("bn_apply", n, &a)
+}
+
+pub(super) fn batch_norm_backward(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let (dy, x, gamma, mean, var) = (&ins[0], &ins[1], &ins[2], &ins[3], &ins[4]);
+    let b = bn_setup(op, attrs, &x.shape)?;
+    let (outer, c, inner) = b.layout;
+    let sums = ChannelSums::AndProducts(x.ptr());
+    let (partials, coef) = reduction_scratch(s, sums, b.layout, 3 * c)?;
+    let (totals, p) = channel_partials(s, partials, sums, dy.ptr(), b.layout)?;
+    let a = KArgs::new(c)
+        .t(0, &outs[1])
+        .t(1, &outs[2])
+        .t(2, gamma)
+        .t(3, var)
+        .p(4, coef)
+        .t(5, mean)
+        .p(6, totals)
+        .i(1, usize::from(b.batch_stats))
+        .i(2, usize::from(b.fix_gamma))
+        .i(3, p)
+        .f(0, b.eps)
+        .f(1, (outer * inner).max(1) as f64);
+    s.launch("bn_bwd_prepare", c, &a)?;
+    let n = x.len();
+    // SAFETY: the scratch holds ka, kb and kc, c floats each.
+    let (kb, kc) = unsafe { (coef.add(c), coef.add(2 * c)) };
+    let a = KArgs::new(n)
+        .t(0, &outs[0])
+        .t(1, dy)
+        .t(2, x)
+        .t(3, mean)
+        .p(4, coef)
+        .p(5, kb)
+        .p(6, kc)
+        .i(1, inner)
+        .i(2, c);
+    s.launch("bn_bwd_apply", n, &a)
+}
+
+pub(super) fn softmax_output(
+    _: &str,
+    _: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let shape = &ins[0].shape;
+    // MXNet's SoftmaxOutput normalizes over axis 1 (the class axis), at no temperature (MXNet's
+    // takes no such attribute).
+    lane_args(shape, 1.min(shape.len() - 1), 1.0, false)
+        .on(&[&outs[0], &ins[0]])
+        .run(s, false)
+}
+
+pub(super) fn softmax_output_backward(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let (p, label) = (&ins[0], &ins[1]);
+    let classes = p.shape[1];
+    // The labels are read back and checked, and the scale worked out, by the CPU's own code;
+    // the kernel then needs no error path.
+    let labels: Vec<f64> = s.download(label)?.into_iter().map(f64::from).collect();
+    let (scale, ignore) =
+        crate::ops::softmax_output_scale(op, attrs, &labels, classes).map_err(e2s)?;
+    let total = p.len();
+    let a = KArgs::new(total)
+        .t(0, &outs[0])
+        .t(1, p)
+        .t(2, label)
+        .i(1, classes)
+        .i(2, usize::from(ignore.is_some()))
+        .f(0, scale)
+        .f(1, ignore.unwrap_or(0.0));
+    s.launch("softmax_output_bwd", total, &a)?;
+    fill_with(s, &outs[1], 0.0)
+}
+
+pub(super) fn sgd(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let get = |k: &str, d: Option<f64>| attrs.f64(op, k, d).map_err(e2s);
+    let n = outs[0].len();
+    let a = KArgs::new(n)
+        .f(0, get("lr", None)?)
+        .f(1, get("wd", Some(0.0))?)
+        .f(2, get("rescale_grad", Some(1.0))?)
+        .f(3, get("clip_gradient", Some(-1.0))?);
+    match op {
+        "sgd_update" => s.launch("sgd", n, &a.t(0, &outs[0]).t(1, &ins[0]).t(2, &ins[1])),
+        _ => {
+            let a = a
+                .t(0, &outs[0])
+                .t(1, &outs[1])
+                .t(2, &ins[0])
+                .t(3, &ins[1])
+                .t(4, &ins[2])
+                .f(4, get("momentum", Some(0.0))?);
+            s.launch("sgd_mom", n, &a)
+        }
+    }
+}
+
+/// The seed a random op's GPU kernel draws from: an attribute the engine op sets when it runs,
+/// from the device's generator, so that draws follow the order of the ops on that device as the
+/// CPU's do.
+pub(crate) const SEED: &str = "__seed__";
+
+/// (outer, len, inner) around `axis` of `shape`.
+pub(super) fn around(shape: &[usize], axis: usize) -> (usize, usize, usize) {
+    (
+        shape[..axis].iter().product(),
+        shape[axis],
+        shape[axis + 1..].iter().product(),
+    )
+}
+
+/// The lanes along `axis` of `shape` and the softmax kernels' arguments for them (the pointers
+/// left to the caller).
+pub(super) fn lane_args(shape: &[usize], axis: usize, temp: f64, log: bool) -> Lanes {
+    let (outer, len, inner) = around(shape, axis);
+    let count = outer * inner;
+    let args = KArgs::new(count)
+        .i(1, len)
+        .i(2, inner)
+        .i(3, usize::from(log))
+        .f(0, temp);
+    Lanes { count, len, args }
+}
+
+/// Lanes a softmax normalizes, and the kernels' arguments.
+pub(super) struct Lanes {
+    count: usize,
+    len: usize,
+    args: KArgs,
+}
+
+impl Lanes {
+    /// Sets the arrays: `out`, then the data (backward: the output's gradient, then the output).
+    pub(super) fn on(mut self, ts: &[&TensorRef]) -> Lanes {
+        for (k, t) in ts.iter().enumerate() {
+            self.args = self.args.t(k, t);
+        }
+        self
+    }
+
+    /// Runs the softmax (or, `backward`, its gradient) over the lanes ([`over_lanes`]), so
+    /// that a few long lanes (a classifier's or a language model's classes over a small batch)
+    /// do not run on a few threads.
+    fn run(self, s: &dyn Stream, backward: bool) -> KResult {
+        over_lanes(s, self.args, (self.count, self.len), backward, SOFTMAX)
+    }
+
+    /// Each lane's figures in device scratch (doubles, two per lane: its maximum and its sum
+    /// of exponentials), found in `split` parts per lane.
+    pub(super) fn figures(&self, s: &dyn Stream, split: usize) -> Result<*mut f32, String> {
+        let kernels = [SOFTMAX.parts, SOFTMAX.join];
+        Ok(lane_figures(s, self.args, (self.count, split), false, kernels)?.1)
+    }
+}
+
+/// The kernels of an op over lanes (groups) of elements, for [`over_lanes`]: one thread per
+/// lane (forward, backward), or the split's three steps.
+#[derive(Clone, Copy)]
+pub(super) struct LaneKernels {
+    whole: [&'static str; 2],
+    parts: &'static str,
+    join: &'static str,
+    each: &'static str,
+}
+
+pub(super) const SOFTMAX: LaneKernels = LaneKernels {
+    whole: ["softmax_lanes", "softmax_lanes_bwd"],
+    parts: "softmax_parts",
+    join: "softmax_join",
+    each: "softmax_each",
+};
+
+pub(super) const NORM: LaneKernels = LaneKernels {
+    whole: ["norm_fwd", "norm_bwd"],
+    parts: "norm_parts",
+    join: "norm_join",
+    each: "norm_each",
+};
+
+/// Runs an op over `count` lanes of `len` elements with its arguments `a` (`backward`: its
+/// gradient): one thread per lane where the lanes alone fill a GPU, else each lane split into
+/// parts ([`lane_figures`]) and then one thread per element (`each`, from the figures in p8).
+pub(super) fn over_lanes(
+    s: &dyn Stream,
+    a: KArgs,
+    (count, len): (usize, usize),
+    backward: bool,
+    k: LaneKernels,
+) -> KResult {
+    let split = lane_parts(count, len);
+    if split == 1 {
+        return s.launch(k.whole[usize::from(backward)], count, &a);
+    }
+    let (a, _) = lane_figures(s, a, (count, split), backward, [k.parts, k.join])?;
+    let n = count * len;
+    s.launch(k.each, n, &a.i(0, n))
+}
+
+/// Each of `count` lanes' two figures (doubles, in device scratch) found in `split` parts per
+/// lane: `kernels[0]`, one thread per (lane, part), writes two doubles per part to p7 (i5 the
+/// parts per lane, i6 `backward`); `kernels[1]`, one thread per lane, joins them into p8.
+/// Returns the arguments with both set, and the figures.
+pub(super) fn lane_figures(
+    s: &dyn Stream,
+    a: KArgs,
+    (count, split): (usize, usize),
+    backward: bool,
+    kernels: [&'static str; 2],
+) -> Result<(KArgs, *mut f32), String> {
+    let partials = s.scratch(count * split * 16)?.cast::<f32>();
+    let figures = s.scratch(count * 16)?.cast::<f32>();
+    let a = a
+        .p(7, partials)
+        .p(8, figures)
+        .i(5, split)
+        .i(6, usize::from(backward));
+    s.launch(kernels[0], count * split, &a.i(0, count * split))?;
+    s.launch(kernels[1], count, &a.i(0, count))?;
+    Ok((a, figures))
+}
+
+/// softmax and log_softmax over any axis at any temperature, and their backward ops
+/// (`(output gradient, output) -> data gradient`).
+pub(super) fn softmax(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let x = &ins[0];
+    let axis = crate::ops::softmax_axis(op, attrs, x.shape.len()).map_err(e2s)?;
+    let temp = attrs.f64(op, "temperature", Some(1.0)).map_err(e2s)?;
+    let lanes = lane_args(&x.shape, axis, temp, op.ends_with("log_softmax"));
+    let ts: Vec<&TensorRef> = outs.iter().take(1).chain(ins).collect();
+    lanes.on(&ts).run(s, op.starts_with("_backward_"))
+}
+
+/// SoftmaxActivation (a softmax over the last axis, as MXNet's `instance` mode flattens the
+/// data to 2-D keeping it, or over the channels at each position) and its backward op, as
+/// softmax lanes.
+pub(super) fn softmax_activation(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let x = &ins[0];
+    let shape = match attrs.get("mode").unwrap_or("instance") {
+        "channel" => x.shape.to_vec(),
+        _ => {
+            let last = x.shape.last().copied().unwrap_or(1);
+            vec![x.len() / last.max(1), last]
+        }
+    };
+    let ts: Vec<&TensorRef> = outs.iter().take(1).chain(ins).collect();
+    lane_args(&shape, 1, 1.0, false)
+        .on(&ts)
+        .run(s, op.starts_with("_backward_"))
+}
+
+/// LogisticRegressionOutput's prediction: the data's sigmoid.
+pub(super) fn logistic(
+    _: &str,
+    _: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let n = outs[0].len();
+    let sigmoid = 1;
+    let a = KArgs::new(n).t(0, &outs[0]).t(1, &ins[0]).i(1, sigmoid);
+    s.launch("act_fwd", n, &a)
+}
+
+/// `_backward_*RegressionOutput(out, label) -> (d data, d label)`: `grad_scale` over the
+/// outputs per sample times the prediction's error (MAE: its sign); the label's gradient is 0.
+pub(super) fn regression_backward(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let label = &ins[1];
+    let per_sample = label.len() / label.shape.first().copied().unwrap_or(1).max(1);
+    let scale = attrs.float(op, "grad_scale", Some(1.0)).map_err(e2s)?;
+    let n = outs[0].len();
+    let a = KArgs::new(n)
+        .t(0, &outs[0])
+        .t(1, &ins[0])
+        .t(2, label)
+        .i(1, usize::from(op == "_backward_MAERegressionOutput"))
+        .f(0, scale / per_sample.max(1) as f64);
+    s.launch("regression_bwd", n, &a)?;
+    fill_with(s, &outs[1], 0.0)
+}
+
+/// `_backward_MakeLoss(out) -> d data`: `grad_scale`, over the batch (`normalization=batch`) or
+/// over the count of outputs above `valid_thresh` (`valid`, counted on the device).
+pub(super) fn make_loss_backward(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let (y, d) = (&ins[0], &outs[0]);
+    let scale = attrs.float(op, "grad_scale", Some(1.0)).map_err(e2s)?;
+    match attrs.get("normalization").unwrap_or("null") {
+        "null" => fill_with(s, d, scale),
+        "batch" => fill_with(
+            s,
+            d,
+            scale / y.shape.first().copied().unwrap_or(1).max(1) as f64,
+        ),
+        "valid" => {
+            let thresh = attrs.float(op, "valid_thresh", Some(0.0)).map_err(e2s)?;
+            let n = y.len();
+            let flags = s.scratch(n * 4 + 4)?.cast::<f32>();
+            // SAFETY: the scratch holds n flags and then the count.
+            let count = unsafe { flags.add(n) };
+            let (greater, _) = scalar_code("_greater_scalar").ok_or("no greater code")?;
+            let above = KArgs::new(n).p(0, flags).t(1, y).i(1, greater).f(0, thresh);
+            s.launch("scalar", n, &above)?;
+            let all: Vec<usize> = (0..y.shape.len()).collect();
+            sum_axes(s, op, (flags, &y.shape), &all, count, 1.0)?;
+            let m = d.len();
+            s.launch(
+                "fill_ratio",
+                m,
+                &KArgs::new(m).t(0, d).p(1, count).f(0, scale),
+            )
+        }
+        other => Err(format!(
+            "{op}: normalization {other:?} is not null, batch or valid"
+        )),
+    }
+}
+
+/// The seed the engine op drew for a random op's kernel.
+pub(super) fn seed_of(op: &str, attrs: &Attrs) -> Result<u64, String> {
+    attrs
+        .get(SEED)
+        .and_then(|v| v.parse::<u64>().ok())
+        .ok_or_else(|| format!("{op}: no {SEED} attribute for its random draws"))
+}
+
+/// `_random_uniform` and `_random_normal`: each element a function of the seed and its index,
+/// as Dropout's masks (other numbers than the CPU's generator, the same distributions).
+pub(super) fn random_fill(
+    op: &str,
+    attrs: &Attrs,
+    _: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let (a, b) = crate::ops::random_params(op, attrs).map_err(e2s)?;
+    let n = outs[0].len();
+    let args = KArgs::new(n)
+        .t(0, &outs[0])
+        .i(1, seed_of(op, attrs)? as usize)
+        .i(2, usize::from(op == "_random_normal"))
+        .f(0, a)
+        .f(1, b);
+    s.launch("random_fill", n, &args)
+}
+
+/// Dropout: `data -> (out, mask)`. Each element's draw is a hash of the op's seed and its index,
+/// so no generator state lives on the GPU; the masks differ from the CPU's (another generator)
+/// but hold the same values with the same probabilities.
+pub(super) fn dropout(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let p = crate::ops::dropout_p(op, attrs).map_err(e2s)?;
+    let active = crate::ops::dropout_active(op, attrs).map_err(e2s)? && p > 0.0;
+    let (seed, p, keep) = match active {
+        false => (0, 0.0, 1.0),
+        true => (seed_of(op, attrs)?, p, 1.0 / (1.0 - p)),
+    };
+    let n = ins[0].len();
+    let a = KArgs::new(n)
+        .t(0, &outs[0])
+        .t(1, &outs[1])
+        .t(2, &ins[0])
+        .i(1, seed as usize)
+        .f(0, p)
+        .f(1, keep);
+    s.launch("dropout", n, &a)
+}
+
+/// LayerNorm, InstanceNorm, GroupNorm and L2Normalization, and their backward ops over
+/// `ops::norm`'s groups of elements as lanes ([`over_lanes`]: a few long groups, such as an
+/// InstanceNorm's images or a LayerNorm over a small batch, split into parts); gamma's and
+/// beta's gradients are per-channel sums over the grouping's layout.
+pub(super) fn normalization(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    use crate::ops::Scale;
+    let backward = op.starts_with("_backward_");
+    let data = &ins[usize::from(backward)];
+    let (groups, scale, _, _) = crate::ops::norm_layout(op, attrs, &data.shape).map_err(e2s)?;
+    let l2 = op.ends_with("L2Normalization");
+    let (per, layout) = match scale {
+        Scale::ByPosition => (0, (groups.outer, groups.len, groups.inner)),
+        // InstanceNorm and GroupNorm: groups are whole (sample, channel or group) runs.
+        Scale::ByGroup(m) if groups.inner == 1 => (m, (groups.outer / m, m, groups.len)),
+        Scale::ByGroup(_) => return Err(format!("{op}: groups with inner strides")),
+    };
+    let a = KArgs::new(groups.count())
+        .i(1, groups.len)
+        .i(2, groups.inner)
+        .i(3, per)
+        .i(4, usize::from(l2));
+    if !backward {
+        let a = a
+            .t(0, &outs[0])
+            .t(1, data)
+            .t(4, &outs[1])
+            .f(0, crate::ops::norm_eps(op, attrs).map_err(e2s)?);
+        let a = match l2 {
+            true => a,
+            false => a.t(2, &ins[1]).t(3, &ins[2]).t(5, &outs[2]),
+        };
+        return over_lanes(s, a, (groups.count(), groups.len), false, NORM);
+    }
+    // (ograd, out, norm) for L2Normalization, else (ograd, data, gamma, mean, std).
+    let a = a.t(0, &outs[0]).t(1, &ins[0]).t(2, data);
+    if l2 {
+        let a = a.t(5, &ins[2]);
+        return over_lanes(s, a, (groups.count(), groups.len), true, NORM);
+    }
+    // beta's gradient first: the data's gradient may be written over the output's.
+    channel_sum(s, outs[2].ptr(), ins[0].ptr(), layout, 1.0)?;
+    let scaled = s.scratch(data.buf.bytes)?.cast::<f32>();
+    let a = a.t(3, &ins[2]).t(4, &ins[3]).t(5, &ins[4]).p(6, scaled);
+    over_lanes(s, a, (groups.count(), groups.len), true, NORM)?;
+    channel_sum(s, outs[1].ptr(), scaled, layout, 1.0)
+}
+
+/// adam_update(weight, grad, mean, var) -> (weight, mean, var).
+pub(super) fn adam(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    // MXNet's optimizer parameters are floats, as the CPU kernel reads them.
+    let get = |k: &str, d: Option<f64>| attrs.float(op, k, d).map_err(e2s);
+    let n = outs[0].len();
+    let a = KArgs::new(n)
+        .t(0, &outs[0])
+        .t(1, &outs[1])
+        .t(2, &outs[2])
+        .t(3, &ins[0])
+        .t(4, &ins[1])
+        .t(5, &ins[2])
+        .t(6, &ins[3])
+        .f(0, get("lr", None)?)
+        .f(1, get("wd", Some(0.0))?)
+        .f(2, get("rescale_grad", Some(1.0))?)
+        .f(3, get("clip_gradient", Some(-1.0))?)
+        .f(4, get("beta1", Some(0.9))?)
+        .f(5, get("beta2", Some(0.999))?)
+        .f(6, get("epsilon", Some(1e-8))?);
+    s.launch("adam", n, &a)
+}

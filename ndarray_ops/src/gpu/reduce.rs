@@ -1,0 +1,384 @@
+//! Reductions on the GPU: sums over axes and channels in partial sums, add_n, and the gradients
+//! of broadcasts (sums back to the input's shape).
+
+use super::elemwise::{scalar_with, unary_code};
+use super::ops::e2s;
+use super::shape::strided_copy;
+use super::{KArgs, Stream};
+use crate::ops::elemwise::broadcast_strides;
+use crate::ops::gather::strides;
+use crate::ops::KResult;
+use crate::ops::{Attrs, TensorRef};
+
+/// max, min, prod, argmax, argmin (`reduce_lanes`, or split into parts over few long lanes) and
+/// norm (squares or magnitudes summed as `sum` sums, then a square root for ord 2).
+pub(super) fn reduce_other(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let (x, out) = (&ins[0], &outs[0]);
+    let nd = x.shape.len();
+    if op == "norm" {
+        let axes = crate::ops::reduced_axes(op, attrs, nd).map_err(e2s)?;
+        let (f, root) = match crate::ops::norm_ord(op, attrs).map_err(e2s)? {
+            1 => ("abs", false),
+            _ => ("square", true),
+        };
+        let n = x.len();
+        let mapped = s.scratch(n * 4)?.cast::<f32>();
+        let code = |f: &str| unary_code(f).ok_or_else(|| format!("{f} is not a unary function"));
+        s.launch(
+            "unary_fwd",
+            n,
+            &KArgs::new(n).p(0, mapped).t(1, x).i(1, code(f)?),
+        )?;
+        sum_axes(s, op, (mapped, &x.shape), &axes, out.ptr(), 1.0)?;
+        if !root {
+            return Ok(());
+        }
+        let m = out.len();
+        let a = KArgs::new(m).t(0, out).t(1, out).i(1, code("sqrt")?);
+        return s.launch("unary_fwd", m, &a);
+    }
+    let code = match op {
+        "max" => 0,
+        "min" => 1,
+        "prod" => 2,
+        "argmax" => 3,
+        _ => 4,
+    };
+    let axes = match op {
+        // One axis, or none: the flattened data.
+        "argmax" | "argmin" => match attrs.ints(op, "axis").map_err(e2s)? {
+            None => (0..nd).collect(),
+            Some(a) => crate::ops::norm_axes(op, &a, nd).map_err(e2s)?,
+        },
+        _ => crate::ops::reduced_axes(op, attrs, nd).map_err(e2s)?,
+    };
+    let count: usize = axes.iter().map(|&a| x.shape[a]).product();
+    let n = out.len();
+    let consecutive = axes.windows(2).all(|w| w[1] == w[0] + 1);
+    let (src, layout) = match (axes.first(), axes.last()) {
+        (Some(_), Some(&last)) if consecutive => {
+            let inner: usize = x.shape[last + 1..].iter().product();
+            (x.ptr(), (count, inner))
+        }
+        (Some(_), Some(_)) => {
+            // The kept axes first, the reduced ones last: each lane is contiguous.
+            let steps = strides(&x.shape);
+            let order = (0..nd)
+                .filter(|d| !axes.contains(d))
+                .chain(axes.iter().copied());
+            let moved = s.scratch(x.len() * 4)?.cast::<f32>();
+            strided_copy(s, op, moved, x.ptr(), order.map(|d| [x.shape[d], steps[d]]))?;
+            (moved, (count, 1))
+        }
+        _ => (x.ptr(), (1, 1)),
+    };
+    let a = KArgs::new(n)
+        .t(0, out)
+        .p(1, src)
+        .i(1, layout.0)
+        .i(2, layout.1.max(1))
+        .i(3, code);
+    let split = lane_parts(n, layout.0);
+    if split == 1 {
+        return s.launch("reduce_lanes", n, &a);
+    }
+    let a = a.p(2, s.scratch(n * split * 16)?.cast()).i(4, split);
+    s.launch("reduce_parts", n * split, &a.i(0, n * split))?;
+    s.launch("reduce_join", n, &a.i(0, n))
+}
+
+/// Inputs the `add_n` kernel sums in one launch.
+pub(super) const ADD_N_WIDTH: usize = 7;
+
+pub(super) fn add_n(
+    _: &str,
+    _: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let n = outs[0].len();
+    let sum = |dst: *mut f32, first: Option<*mut f32>, rest: &[TensorRef]| {
+        let mut a = KArgs::new(n).p(0, dst);
+        let mut k = 1;
+        if let Some(p) = first {
+            a = a.p(1, p);
+            k = 2;
+        }
+        for t in rest {
+            a = a.t(k, t);
+            k += 1;
+        }
+        s.launch("add_n", n, &a.i(1, k - 1))
+    };
+    if ins.len() <= ADD_N_WIDTH {
+        return sum(outs[0].ptr(), None, ins);
+    }
+    // More inputs than one launch takes: accumulate in scratch (an input may be the output, so the
+    // output is written only at the end).
+    let acc = s.scratch(outs[0].buf.bytes)?.cast::<f32>();
+    let (head, mut rest) = ins.split_at(ADD_N_WIDTH);
+    sum(acc, None, head)?;
+    while !rest.is_empty() {
+        let (part, tail) = rest.split_at(rest.len().min(ADD_N_WIDTH - 1));
+        sum(acc, Some(acc), part)?;
+        rest = tail;
+    }
+    s.copy(acc.cast(), outs[0].buf.ptr, outs[0].buf.bytes)
+}
+
+/// How many partial sums per channel the reductions start with: enough threads to keep a GPU's
+/// memory busy (a quarter million in flight; too few left BatchNorm's sums at a tenth of the
+/// memory's speed), each summing at least 32 elements.
+pub(super) fn parts(channels: usize, per_channel: usize) -> usize {
+    const THREADS: usize = 1 << 18;
+    (per_channel / 32)
+        .min(THREADS / channels.max(1))
+        .clamp(1, 1 << 12)
+}
+
+/// How many threads, each with a lane of its own, count as filling a GPU: about a quarter of
+/// the 270,336 an H100's 132 SMs hold at once (chosen, not measured on a GPU).
+pub(super) const FILLS_A_GPU: usize = 1 << 16;
+
+/// How many parts each of `lanes` lanes of `len` elements is split into for a reduction along
+/// them (1: one thread per lane): where the lanes alone would not fill a GPU (a classifier's
+/// classes over a small batch, a whole array's maximum), as [`parts`] splits channels.
+pub(super) fn lane_parts(lanes: usize, len: usize) -> usize {
+    match lanes >= FILLS_A_GPU {
+        true => 1,
+        false => parts(lanes, len),
+    }
+}
+
+/// How many partial sums one `chan_fold` thread adds.
+pub(super) const FOLD: usize = 32;
+
+/// Doubles of scratch [`channel_partials`] needs for `parts` partial sums in each of `sums`
+/// planes of `channels` channels: the partial sums and, folded, a second buffer for what each
+/// fold leaves.
+pub(super) fn partial_doubles(sums: usize, parts: usize) -> usize {
+    sums * (parts + parts.div_ceil(FOLD))
+}
+
+/// What [`channel_partials`] sums per channel (`chan_partial`'s modes in `kernels.cu`).
+#[derive(Clone, Copy)]
+pub(super) enum ChannelSums {
+    /// The data.
+    Plain,
+    /// The data and its squares, two planes.
+    AndSquares,
+    /// The data and its products with another tensor of the same layout, two planes.
+    AndProducts(*mut f32),
+}
+
+impl ChannelSums {
+    fn planes(self) -> usize {
+        match self {
+            ChannelSums::Plain => 1,
+            _ => 2,
+        }
+    }
+}
+
+/// Per-channel partial sums over an `(outer, channels, inner)` layout, folded until at most
+/// [`FOLD`] are left per channel and plane; returns where they are (doubles, planes one after
+/// another) and how many each channel has. `partials` holds [`partial_doubles`] doubles.
+pub(super) fn channel_partials(
+    s: &dyn Stream,
+    partials: *mut f32,
+    sums: ChannelSums,
+    src: *mut f32,
+    (outer, channels, inner): (usize, usize, usize),
+) -> Result<(*mut f32, usize), String> {
+    let p = parts(channels, outer * inner);
+    let (mode, other) = match sums {
+        ChannelSums::Plain => (0, std::ptr::null_mut()),
+        ChannelSums::AndSquares => (1, std::ptr::null_mut()),
+        ChannelSums::AndProducts(other) => (2, other),
+    };
+    let a = KArgs::new(channels)
+        .p(0, partials)
+        .p(1, src)
+        .p(2, other)
+        .i(1, outer)
+        .i(2, inner)
+        .i(3, p)
+        .i(4, mode);
+    s.launch("chan_partial", channels * p, &a)?;
+    fold_partials(s, partials, sums.planes() * channels, p)
+}
+
+/// Adds up runs of [`FOLD`] of each of `rows` rows of `p` partial sums (doubles at `partials`,
+/// with room after them for a second buffer, as [`partial_doubles`] counts) until at most
+/// [`FOLD`] are left per row; returns where they are and how many each row has.
+pub(super) fn fold_partials(
+    s: &dyn Stream,
+    partials: *mut f32,
+    rows: usize,
+    mut p: usize,
+) -> Result<(*mut f32, usize), String> {
+    // SAFETY: the scratch holds the second buffer after the partial sums.
+    let (mut from, mut to) = (
+        partials,
+        unsafe { partials.cast::<f64>().add(rows * p) }.cast(),
+    );
+    while p > FOLD {
+        let folded = p.div_ceil(FOLD);
+        let a = KArgs::new(rows * folded)
+            .p(0, to)
+            .p(1, from)
+            .i(1, FOLD)
+            .i(2, p);
+        s.launch("chan_fold", rows * folded, &a)?;
+        (from, to, p) = (to, from, folded);
+    }
+    Ok((from, p))
+}
+
+/// A per-channel sum over an `(outer, channels, inner)` layout into `out`, times `scale`.
+pub(super) fn channel_sum(
+    s: &dyn Stream,
+    out: *mut f32,
+    src: *mut f32,
+    layout: (usize, usize, usize),
+    scale: f64,
+) -> KResult {
+    let channels = layout.1;
+    let (partials, _) = reduction_scratch(s, ChannelSums::Plain, layout, 0)?;
+    let (sums, p) = channel_partials(s, partials, ChannelSums::Plain, src, layout)?;
+    let a = KArgs::new(channels)
+        .p(0, out)
+        .p(1, sums)
+        .i(1, p)
+        .f(0, scale);
+    s.launch("chan_total", channels, &a)
+}
+
+/// Scratch for [`channel_partials`] of `sums` over `layout`, plus `extra` floats after it;
+/// returns (partials, extra).
+pub(super) fn reduction_scratch(
+    s: &dyn Stream,
+    sums: ChannelSums,
+    (outer, channels, inner): (usize, usize, usize),
+    extra: usize,
+) -> Result<(*mut f32, *mut f32), String> {
+    let p = parts(channels, outer * inner);
+    let partial_bytes = partial_doubles(sums.planes() * channels, p) * 8;
+    let base = s.scratch(partial_bytes + extra * 4)?;
+    // SAFETY: the scratch block holds both parts.
+    let extra = unsafe { base.add(partial_bytes) };
+    Ok((base.cast(), extra.cast()))
+}
+
+/// `out = scale *` the sum of `src` (of `shape`) over `axes` (sorted); `out` holds the other
+/// axes in order. Where the kept axes are one block (bias-like sums, sums of everything) the
+/// sums run on the data in place as per-channel sums; otherwise the data is first permuted into
+/// scratch with the kept axes first.
+pub(super) fn sum_axes(
+    s: &dyn Stream,
+    op: &str,
+    (src, shape): (*mut f32, &[usize]),
+    axes: &[usize],
+    out: *mut f32,
+    scale: f64,
+) -> KResult {
+    let n: usize = shape.iter().product();
+    let kept_size: usize = (0..shape.len())
+        .filter(|d| !axes.contains(d))
+        .map(|d| shape[d])
+        .product();
+    // The kept axes of size above 1, and whether they are neighbours once size-1 axes go.
+    let big: Vec<usize> = (0..shape.len()).filter(|&d| shape[d] != 1).collect();
+    let kept_at: Vec<usize> = (0..big.len())
+        .filter(|&i| !axes.contains(&big[i]))
+        .collect();
+    let block = kept_at.windows(2).all(|w| w[1] == w[0] + 1);
+    if block {
+        let first = kept_at.first().map_or(0, |&i| big[i]);
+        let outer: usize = shape[..first].iter().product::<usize>();
+        let layout = (outer, kept_size, n / (outer * kept_size).max(1));
+        return channel_sum(s, out, src, layout, scale);
+    }
+    let steps = strides(shape);
+    let order = (0..shape.len())
+        .filter(|d| !axes.contains(d))
+        .chain(axes.iter().copied());
+    let moved = s.scratch(n * 4)?.cast::<f32>();
+    strided_copy(s, op, moved, src, order.map(|d| [shape[d], steps[d]]))?;
+    channel_sum(s, out, moved, (1, kept_size, n / kept_size.max(1)), scale)
+}
+
+/// The reductions `sum` and `mean`.
+pub(super) fn reduce(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let x = &ins[0];
+    let axes = crate::ops::reduced_axes(op, attrs, x.shape.len()).map_err(e2s)?;
+    let count: usize = axes.iter().map(|&a| x.shape[a]).product();
+    let scale = match op {
+        // Over nothing the sum is 0 and the scale infinite: NaN, as on the CPU.
+        "mean" => 1.0 / count as f64,
+        _ => 1.0,
+    };
+    sum_axes(s, op, (x.ptr(), &x.shape), &axes, outs[0].ptr(), scale)
+}
+
+/// `_broadcast_backward` (sum's and mean's gradient): the output's gradient repeated along the
+/// reduced axes, divided by their size for mean.
+pub(super) fn broadcast_backward(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let (g, o) = (&ins[0], &outs[0]);
+    let shape = &o.shape;
+    let axes = crate::ops::reduced_axes(op, attrs, shape.len()).map_err(e2s)?;
+    // The gradient is laid out as the output with the reduced axes kept as size 1, so it
+    // broadcasts along them.
+    let kept: Vec<usize> = (0..shape.len())
+        .map(|d| if axes.contains(&d) { 1 } else { shape[d] })
+        .collect();
+    let steps = broadcast_strides(&kept, shape);
+    strided_copy(
+        s,
+        op,
+        o.ptr(),
+        g.ptr(),
+        shape.iter().zip(steps).map(|(&n, st)| [n, st]),
+    )?;
+    if attrs.get("__reduce__") != Some("mean") {
+        return Ok(());
+    }
+    let count: usize = axes.iter().map(|&a| shape[a]).product();
+    scalar_with(s, "_mul_scalar", o, o, 1.0 / count.max(1) as f64)
+}
+
+/// `_sum_to_like`: a broadcast operand's gradient, the output's gradient summed over the axes
+/// the operand was broadcast along.
+pub(super) fn sum_to_like(
+    op: &str,
+    _: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let (g, o) = (&ins[0], &outs[0]);
+    let lead = g.shape.len() - o.shape.len();
+    let axes: Vec<usize> = (0..g.shape.len())
+        .filter(|&d| d < lead || o.shape[d - lead] == 1)
+        .collect();
+    sum_axes(s, op, (g.ptr(), &g.shape), &axes, o.ptr(), 1.0)
+}

@@ -1,0 +1,287 @@
+//! Ops that move data on the GPU: transpose and strided copies, dot/batch_dot, split, Concat,
+//! stack, the sequence ops and depth_to_space/space_to_depth.
+
+use super::nn::around;
+use super::ops::{e2s, fill_with};
+use super::{Gemm, KArgs, Stream};
+use crate::ops::gather::strides;
+use crate::ops::KResult;
+use crate::ops::{Attrs, TensorRef};
+
+/// depth_to_space and space_to_depth: each a permutation of the data viewed with its blocks
+/// as axes of their own.
+pub(super) fn depth_space(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let b = crate::ops::gather::block_size(op, attrs).map_err(e2s)?;
+    let x = &ins[0].shape;
+    let (view, order): (Vec<usize>, [usize; 6]) = match op {
+        // (n, b, b, c, h, w) -> (n, c, h, b, w, b)
+        "depth_to_space" => (
+            vec![x[0], b, b, x[1] / (b * b), x[2], x[3]],
+            [0, 3, 4, 1, 5, 2],
+        ),
+        // (n, c, h, b, w, b) -> (n, b, b, c, h, w)
+        _ => (
+            vec![x[0], x[1], x[2] / b, b, x[3] / b, b],
+            [0, 3, 5, 1, 2, 4],
+        ),
+    };
+    let steps = strides(&view);
+    let dims = order.map(|d| [view[d], steps[d]]);
+    strided_copy(s, op, outs[0].ptr(), ins[0].ptr(), dims)
+}
+
+/// The most dims the `permute` kernel walks (after merging).
+pub(super) const PERMUTE_RANK: usize = 6;
+
+/// Writes `dst` (dense) from `src` read along `dims`: the destination's dims, outermost first,
+/// each with the source's stride along it (0 repeats the source, as a broadcast). Size-1 dims
+/// are dropped and neighbours the source steps through as one dim merged (a batch of matrix
+/// transposes is three dims, whatever the rank), for the `permute` kernel.
+pub(super) fn strided_copy(
+    s: &dyn Stream,
+    op: &str,
+    dst: *mut f32,
+    src: *mut f32,
+    dims: impl IntoIterator<Item = [usize; 2]>,
+) -> KResult {
+    let mut merged: Vec<[usize; 2]> = Vec::new();
+    let mut n = 1;
+    for [dim, step] in dims {
+        n *= dim;
+        match merged.last_mut() {
+            _ if dim == 1 => {}
+            Some(last) if last[1] == step * dim => *last = [last[0] * dim, step],
+            _ => merged.push([dim, step]),
+        }
+    }
+    if merged.len() > PERMUTE_RANK {
+        return Err(format!(
+            "{op}: the GPU kernel walks at most {PERMUTE_RANK} dims, this takes {} after \
+             merging ({merged:?})",
+            merged.len()
+        ));
+    }
+    let mut a = KArgs::new(n).p(0, dst).p(1, src).i(1, merged.len());
+    for (d, [dim, step]) in merged.into_iter().enumerate() {
+        a = a.i(2 + d, dim).i(8 + d, step);
+    }
+    s.launch("permute", n, &a)
+}
+
+/// transpose: the output's dims with the input's stride along each.
+pub(super) fn transpose(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let x = &ins[0];
+    let axes = crate::ops::transpose_axes(op, attrs, x.shape.len()).map_err(e2s)?;
+    let steps = strides(&x.shape);
+    let dims = axes.iter().map(|&ax| [x.shape[ax], steps[ax]]);
+    strided_copy(s, op, outs[0].ptr(), x.ptr(), dims)
+}
+
+/// dot and batch_dot: one (batched) GEMM.
+pub(super) fn matmul(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let p = crate::ops::product(op, attrs, &ins[0].shape, &ins[1].shape).map_err(e2s)?;
+    let (m, k, n) = p.dims;
+    let g = Gemm {
+        ta: p.ta,
+        tb: p.tb,
+        m,
+        n,
+        k,
+        a: ins[0].ptr(),
+        lda: if p.ta { m } else { k },
+        b: ins[1].ptr(),
+        ldb: if p.tb { k } else { n },
+        c: outs[0].ptr(),
+        ldc: n,
+        beta: 0.0,
+    };
+    if k == 0 {
+        // No terms: the products are zero (a GEMM over nothing might leave them unwritten).
+        return fill_with(s, &outs[0], 0.0);
+    }
+    s.gemm_batched(&g, p.batch, [m * k, k * n, m * n])
+}
+
+/// One side of an [`axis_copy`]: a buffer, the length of its axis and the first row copied.
+pub(super) struct AxisSide {
+    ptr: *mut f32,
+    len: usize,
+    first: usize,
+}
+
+/// Copies `rows` rows along an axis from `src` to `dst`, both `(outer, _, inner)` layouts.
+pub(super) fn axis_copy(
+    s: &dyn Stream,
+    (outer, inner): (usize, usize),
+    src: AxisSide,
+    dst: AxisSide,
+    rows: usize,
+) -> KResult {
+    let n = outer * rows * inner;
+    let a = KArgs::new(n)
+        .p(0, dst.ptr)
+        .p(1, src.ptr)
+        .i(1, inner)
+        .i(2, src.len)
+        .i(3, dst.len)
+        .i(4, src.first)
+        .i(5, rows)
+        .i(6, dst.first);
+    s.launch("axis_copy", n, &a)
+}
+
+/// Copies between `whole` and consecutive blocks of its `axis`: block `k` is piece `k` (a
+/// pointer and its rows), after the blocks before it. `into_whole` copies the pieces into the
+/// whole (Concat, stack), else the whole out into the pieces (SliceChannel, Concat's gradient).
+pub(super) fn blocks_along(
+    s: &dyn Stream,
+    whole: &TensorRef,
+    axis: usize,
+    pieces: impl IntoIterator<Item = (*mut f32, usize)>,
+    into_whole: bool,
+) -> KResult {
+    let (outer, len, inner) = around(&whole.shape, axis);
+    let mut first = 0;
+    for (ptr, rows) in pieces {
+        let piece = AxisSide {
+            ptr,
+            len: rows,
+            first: 0,
+        };
+        let block = AxisSide {
+            ptr: whole.ptr(),
+            len,
+            first,
+        };
+        let (src, dst) = if into_whole {
+            (piece, block)
+        } else {
+            (block, piece)
+        };
+        axis_copy(s, (outer, inner), src, dst, rows)?;
+        first += rows;
+    }
+    Ok(())
+}
+
+/// SliceChannel: piece `j` of the axis into output `j`.
+pub(super) fn split(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let x = &ins[0];
+    let (pieces, axis, _) = crate::ops::split_params(op, attrs, &x.shape).map_err(e2s)?;
+    let rows = x.shape[axis] / pieces;
+    blocks_along(s, x, axis, outs.iter().map(|o| (o.ptr(), rows)), false)
+}
+
+/// Concat: each input after the one before along the axis.
+pub(super) fn concat(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let o = &outs[0];
+    let axis = crate::ops::axis_attr(op, attrs, "dim", 1, o.shape.len()).map_err(e2s)?;
+    blocks_along(
+        s,
+        o,
+        axis,
+        ins.iter().map(|x| (x.ptr(), x.shape[axis])),
+        true,
+    )
+}
+
+/// `_backward_Concat(ograd, inputs...)`: each input's rows of the output gradient.
+pub(super) fn concat_backward(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let g = &ins[0];
+    let axis = crate::ops::axis_attr(op, attrs, "dim", 1, g.shape.len()).map_err(e2s)?;
+    blocks_along(
+        s,
+        g,
+        axis,
+        outs.iter().map(|o| (o.ptr(), o.shape[axis])),
+        false,
+    )
+}
+
+/// stack: input `j` is row `j` of the output's new axis.
+pub(super) fn stack(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let o = &outs[0];
+    let axis = crate::ops::stack_axis(op, attrs, o.shape.len()).map_err(e2s)?;
+    blocks_along(s, o, axis, ins.iter().map(|x| (x.ptr(), 1)), true)
+}
+
+/// SequenceMask, SequenceLast, SequenceReverse and the gradients of the first two: one
+/// `sequence` kernel, its mode by op; the lengths (when used) are the last input.
+pub(super) fn sequence(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let (_, axis, value) = crate::ops::sequence_params(op, attrs).map_err(e2s)?;
+    // (mode, masked value, the data, its lengths)
+    let (mode, value, data, lengths) = match op {
+        "SequenceMask" => (0, value, &ins[0], ins.get(1)),
+        "_backward_SequenceMask" => (0, 0.0, &ins[0], ins.get(1)),
+        "SequenceLast" => (1, 0.0, &ins[0], ins.get(1)),
+        "SequenceReverse" => (2, 0.0, &ins[0], ins.get(1)),
+        _ => (3, 0.0, &ins[1], ins.get(2)),
+    };
+    let x = &data.shape;
+    let (steps, batch) = match axis {
+        0 => (x[0], x[1]),
+        _ => (x[1], x[0]),
+    };
+    let n = outs[0].len();
+    let mut a = KArgs::new(n)
+        .t(0, &outs[0])
+        .t(1, &ins[0])
+        .i(1, mode)
+        .i(2, axis)
+        .i(3, steps)
+        .i(4, batch)
+        .i(5, x[2..].iter().product::<usize>().max(1))
+        .f(0, value);
+    if let Some(l) = lengths {
+        a = a.t(2, l);
+    }
+    s.launch("sequence", n, &a)
+}
