@@ -17,7 +17,7 @@ pub(super) fn depth_space(
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
-    let b = crate::ops::gather::block_size(op, attrs).map_err(e2s)?;
+    let b = crate::ops::block_size(op, attrs).map_err(e2s)?;
     let x = &ins[0].shape;
     let (view, order): (Vec<usize>, [usize; 6]) = match op {
         // (n, b, b, c, h, w) -> (n, c, h, b, w, b)

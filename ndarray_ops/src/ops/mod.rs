@@ -14,6 +14,7 @@ pub(crate) mod elemwise;
 mod extra;
 pub(crate) mod gather;
 mod gather_nd;
+pub(crate) mod lanes;
 mod linalg;
 pub(crate) mod loss;
 pub(crate) mod math;
@@ -47,8 +48,8 @@ pub use stochastic::IS_TRAIN;
 pub(crate) use {
     conv::has_bias,
     extra::{arange_params, deconv_as_conv, stack_axis, LeakyAct},
-    gather::{mask_params as sequence_params, pick_layout, pick_wrap},
     gather_nd::starts_of as gather_nd_starts,
+    lanes::{block_size, mask_params as sequence_params, pick_layout, pick_wrap},
     linalg::product,
     loss::class_of,
     math::hard_sigmoid_params,
@@ -578,6 +579,7 @@ fn registry() -> &'static FxHashMap<&'static str, &'static OpDef> {
             .chain(norm::ops())
             .chain(loss::ops())
             .chain(gather::ops())
+            .chain(lanes::ops())
             .chain(sort::ops())
             .chain(rnn::ops())
             .chain(gather_nd::ops())

@@ -1,0 +1,481 @@
+//! Ops whose every output element is one input element, or a constant: broadcast_to,
+//! broadcast_axis, broadcast_like, tile, repeat, reverse, SwapAxis, Pad, UpSampling (nearest)
+//! and slice_like. One mechanism serves them all and their gradients. (`pick`, `SequenceMask`,
+//! `SequenceLast` and `SequenceReverse`, at the end, also read one element or a constant, but
+//! which depends on data; `depth_to_space` and `space_to_depth` mix axes: they list each
+//! output element's source instead.)
+//!
+//! Each op describes, per output axis, which input index every index along that axis reads
+//! (an [`AxisRule`]; `None` is padding). An output element reads the sum of its indices'
+//! offsets, so broadcasting is an axis of zeros, tiling `i % n`, repeating `i / r`, reversing
+//! `n - 1 - i`, swapping axes reading another axis's stride, padding `None` or a clamped or
+//! reflected index. The CPU kernels walk the output row by row along its last axis: the other
+//! axes laid out as one offset per index (4 bytes where the input has fewer than 2^32
+//! elements), the row as a few runs of copies, fills or reversed copies that the rule gives
+//! without visiting its indices, or as offsets where runs would be short. The backward op
+//! `_backward_gather` builds the same layout from the data's and the output gradient's shapes
+//! and adds each output
+//! gradient element into the input element it read: a broadcast's sum, a tile's sum of tiles,
+//! padding's crop.
+
+use super::permute::permute;
+use super::{norm_axes, times, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT};
+use crate::error::{invalid, NdError, Result};
+use crate::ops::{Infer, KResult};
+use crate::resources::KernelRes;
+use crate::{DType, Element};
+
+mod layout;
+mod rules;
+
+use layout::*;
+#[cfg(any(feature = "cuda", test))]
+pub(crate) use layout::{walks, Walk, Walks};
+use rules::*;
+
+/// Row-major strides of a dense `shape`, in elements.
+pub(crate) fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * shape[d + 1];
+    }
+    s
+}
+
+/// repeat's `repeats` (0 repeats leaves an empty array, as in MXNet).
+pub(super) fn repeats(op: &str, attrs: &Attrs) -> Result<usize> {
+    attrs.count(op, "repeats", None, 0..=i32::MAX as u32)
+}
+
+pub(super) fn positive(op: &str, key: &str, v: i64) -> Result<usize> {
+    if v < 1 {
+        return Err(invalid(op, format!("{key}={v} is not a positive integer")));
+    }
+    Ok(v as usize)
+}
+
+pub(super) fn shape_err(op: &str, arg: &str, found: &[usize], expected: String) -> NdError {
+    NdError::Shape {
+        op: op.into(),
+        arg: arg.into(),
+        found: found.to_vec(),
+        expected,
+    }
+}
+
+/// The output shape of `op` for its inputs' shapes.
+pub(super) fn out_shape(op: &str, attrs: &Attrs, s: &[Vec<usize>]) -> Result<Vec<usize>> {
+    let x = &s[0];
+    Ok(match op {
+        "broadcast_to" => {
+            let want = attrs
+                .ints(op, "shape")?
+                .ok_or_else(|| invalid(op, "attribute shape is required"))?;
+            if want.len() != x.len() {
+                return Err(shape_err(
+                    op,
+                    "data",
+                    x,
+                    format!("{} dimensions", want.len()),
+                ));
+            }
+            // 0 keeps the input's size.
+            x.iter()
+                .zip(&want)
+                .map(|(&n, &w)| if w == 0 { n } else { w.max(0) as usize })
+                .collect()
+        }
+        "broadcast_axis" => {
+            let axes = attrs.ints(op, "axis")?.unwrap_or_default();
+            let sizes = attrs.ints(op, "size")?.unwrap_or_default();
+            if axes.len() != sizes.len() {
+                return Err(invalid(
+                    op,
+                    format!("axis {axes:?} and size {sizes:?} differ in length"),
+                ));
+            }
+            let mut out = x.clone();
+            for (a, n) in norm_axes(op, &axes, x.len())?.into_iter().zip(sizes) {
+                out[a] = positive(op, "size", n)?;
+            }
+            out
+        }
+        "broadcast_like" => {
+            let rhs = &s[1];
+            if rhs.len() != x.len() {
+                return Err(shape_err(
+                    op,
+                    "rhs",
+                    rhs,
+                    format!("{} dimensions like lhs", x.len()),
+                ));
+            }
+            match (attrs.ints(op, "lhs_axes")?, attrs.ints(op, "rhs_axes")?) {
+                (None, None) => rhs.clone(),
+                (Some(la), Some(ra)) if la.len() == ra.len() => {
+                    let mut out = x.clone();
+                    let ra = norm_axes(op, &ra, rhs.len())?;
+                    for (l, r) in norm_axes(op, &la, x.len())?.into_iter().zip(ra) {
+                        out[l] = rhs[r];
+                    }
+                    out
+                }
+                (la, ra) => {
+                    return Err(invalid(
+                        op,
+                        format!(
+                        "lhs_axes {la:?} and rhs_axes {ra:?} must both be given, alike in length"
+                    ),
+                    ))
+                }
+            }
+        }
+        "tile" => {
+            let reps = attrs
+                .ints(op, "reps")?
+                .ok_or_else(|| invalid(op, "attribute reps is required"))?;
+            if reps.iter().any(|&r| r < 0) {
+                return Err(invalid(op, format!("reps {reps:?} has a negative count")));
+            }
+            let n = x.len().max(reps.len());
+            let pad = |v: &[usize], k: usize| -> Vec<usize> {
+                std::iter::repeat_n(1, k - v.len())
+                    .chain(v.iter().copied())
+                    .collect()
+            };
+            let reps: Vec<usize> = reps.iter().map(|&r| r as usize).collect();
+            pad(x, n)
+                .iter()
+                .zip(pad(&reps, n))
+                .map(|(&a, b)| times(op, a, b))
+                .collect::<Result<_>>()?
+        }
+        "repeat" => {
+            let r = repeats(op, attrs)?;
+            match attrs.ints(op, "axis")?.and_then(|v| v.first().copied()) {
+                None => vec![times(op, x.iter().product(), r)?],
+                Some(a) => {
+                    let a = norm_axes(op, &[a], x.len())?[0];
+                    let mut out = x.clone();
+                    out[a] = times(op, out[a], r)?;
+                    out
+                }
+            }
+        }
+        "reverse" => {
+            norm_axes(op, &attrs.ints(op, "axis")?.unwrap_or_default(), x.len())?;
+            x.clone()
+        }
+        "SwapAxis" => {
+            let (a, b) = swapped(op, attrs, x.len())?;
+            let mut out = x.clone();
+            out.swap(a, b);
+            out
+        }
+        "Pad" => {
+            let widths = pad_widths(op, attrs, x.len())?;
+            x.iter().zip(&widths).map(|(n, (b, a))| n + b + a).collect()
+        }
+        "UpSampling" => {
+            upsampling_check(op, attrs, x)?;
+            let k = attrs.count(op, "scale", None, POSITIVE_INT)?;
+            let mut out = x.clone();
+            out[2] = times(op, out[2], k)?;
+            out[3] = times(op, out[3], k)?;
+            out
+        }
+        "slice_like" => {
+            let like = &s[1];
+            if like.len() != x.len() {
+                return Err(shape_err(
+                    op,
+                    "shape_like",
+                    like,
+                    format!("{} dimensions like data", x.len()),
+                ));
+            }
+            let axes = match attrs.ints(op, "axes")? {
+                Some(a) if !a.is_empty() => norm_axes(op, &a, x.len())?,
+                _ => (0..x.len()).collect(),
+            };
+            let mut out = x.clone();
+            for a in axes {
+                if like[a] > x[a] {
+                    return Err(shape_err(
+                        op,
+                        "shape_like",
+                        like,
+                        format!("at most data's {x:?} along axis {a}"),
+                    ));
+                }
+                out[a] = like[a];
+            }
+            out
+        }
+        other => return Err(invalid(other, "is not a gather op")),
+    })
+}
+
+pub(super) fn swapped(op: &str, attrs: &Attrs, ndim: usize) -> Result<(usize, usize)> {
+    let axis = |key| attrs.int(op, key, Some(0), super::C_INT);
+    let (a, b) = (axis("dim1")?, axis("dim2")?);
+    let v = norm_axes(op, &[a, b], ndim)?;
+    Ok((v[0], v[1]))
+}
+
+/// Pad's (before, after) per axis from `pad_width`, two per axis.
+pub(super) fn pad_widths(op: &str, attrs: &Attrs, ndim: usize) -> Result<Vec<(usize, usize)>> {
+    let w = attrs
+        .ints_in(op, "pad_width", 0..=i64::from(i32::MAX))?
+        .ok_or_else(|| invalid(op, "attribute pad_width is required"))?;
+    if w.len() != 2 * ndim {
+        return Err(invalid(
+            op,
+            format!("pad_width {w:?} is not {} widths (two per axis)", 2 * ndim),
+        ));
+    }
+    Ok(w.chunks(2)
+        .map(|p| (p[0] as usize, p[1] as usize))
+        .collect())
+}
+
+pub(super) fn upsampling_check(op: &str, attrs: &Attrs, x: &[usize]) -> Result<()> {
+    match attrs.get("sample_type") {
+        Some("nearest") => {}
+        other => {
+            return Err(invalid(
+                op,
+                format!(
+                "sample_type {other:?}: only nearest is supported (bilinear is a Deconvolution)"
+            ),
+            ))
+        }
+    }
+    if x.len() != 4 {
+        return Err(shape_err(op, "data", x, "(n, c, h, w)".into()));
+    }
+    Ok(())
+}
+
+/// Checks the op's own attributes beyond shapes (modes, values).
+pub(super) fn check_attrs(op: &str, attrs: &Attrs) -> Result<()> {
+    if op == "Pad" {
+        match attrs.get("mode").unwrap_or("constant") {
+            "constant" | "edge" | "reflect" => {}
+            other => {
+                return Err(invalid(
+                    op,
+                    format!("mode {other:?} is not constant, edge or reflect"),
+                ))
+            }
+        }
+        attrs.f64(op, "constant_value", Some(0.0))?;
+    }
+    if op == "UpSampling" {
+        let n = attrs.f64(op, "num_args", Some(1.0))?;
+        if n != 1.0 {
+            return Err(invalid(
+                op,
+                format!("num_args={n}: only one input is supported"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether data of shape `x` broadcasts to `out` (the same rank): each axis 1 or already `out`'s.
+pub(super) fn broadcastable(op: &str, x: &[usize], out: &[usize]) -> Result<()> {
+    match (0..out.len()).find(|&d| x[d] != out[d] && x[d] != 1) {
+        Some(d) => Err(shape_err(
+            op,
+            "data",
+            x,
+            format!(
+                "size 1 or {} along axis {d} to broadcast to {out:?}, not {}",
+                out[d], x[d]
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Checks everything the kernel's walks will (without building them: they take memory in
+/// proportion to the output's axes, which shape inference, and planning a graph, must not).
+pub(super) fn infer_gather(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    check_attrs(op, attrs)?;
+    let out = out_shape(op, attrs, s)?;
+    if matches!(op, "broadcast_to" | "broadcast_axis" | "broadcast_like") {
+        broadcastable(op, &s[0], &out)?;
+    }
+    if op == "Pad" && attrs.get("mode").unwrap_or("constant") == "reflect" {
+        let widths = pad_widths(op, attrs, s[0].len())?;
+        if let Some(a) = (0..s[0].len()).find(|&a| widths[a].0.max(widths[a].1) >= s[0][a].max(1)) {
+            return Err(shape_err(
+                op,
+                "pad_width",
+                &s[0],
+                format!("reflect widths below the size along axis {a}"),
+            ));
+        }
+    }
+    Ok((vec![out], vec![d[0]]))
+}
+
+pub(super) fn gather_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let e = |e: NdError| e.to_string();
+    let rules = rules(op, attrs, &ins[0].shape, &outs[0].shape).map_err(e)?;
+    let fill = attrs.f64(op, "constant_value", Some(0.0)).map_err(e)?;
+    let plan = rules.plan(op).map_err(e)?;
+    crate::with_dtype!(outs[0].dtype, T => {
+        // SAFETY: read access to the data, exclusive access to the output, which is not the
+        // data (the op is not alias-safe, so an overlapping input was copied first).
+        let (x, y) = unsafe { (ins[0].slice::<T>(), outs[0].slice_mut::<T>()) };
+        match &plan {
+            Plan::Permute(axes) => permute(x, &rules.input, axes, y),
+            Plan::Maps(maps) => maps.gather(x, y, T::from_f64(fill)),
+        }
+    });
+    Ok(())
+}
+
+/// `_backward_gather(ograd, data)`, with the forward op in `__fwd__` and its attributes: each
+/// output gradient element added into the data element it read.
+pub(super) fn infer_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let fwd = forward_op(op, attrs)?;
+    check_backward(fwd, attrs, &s[1], &s[0])?;
+    // The gradient is the data's, in the data's dtype.
+    super::same_dtypes(op, d)?;
+    Ok((vec![s[1].clone()], vec![d[0]]))
+}
+
+/// Checks that an output gradient of shape `ograd` is what `fwd` makes of data of shape `data`,
+/// so that its rules read only inside the data.
+pub(super) fn check_backward(
+    fwd: &str,
+    attrs: &Attrs,
+    data: &[usize],
+    ograd: &[usize],
+) -> Result<()> {
+    check_attrs(fwd, attrs)?;
+    let fits = match fwd {
+        // Their output's shape comes from a second input, which the gradient does not see.
+        "broadcast_like" => data.len() == ograd.len() && broadcastable(fwd, data, ograd).is_ok(),
+        "slice_like" => data.len() == ograd.len() && ograd.iter().zip(data).all(|(g, x)| g <= x),
+        _ => out_shape(fwd, attrs, &[data.to_vec()])? == ograd,
+    };
+    match fits {
+        true => Ok(()),
+        false => Err(shape_err(
+            fwd,
+            "ograd",
+            ograd,
+            format!("the shape {fwd} makes of data {data:?}"),
+        )),
+    }
+}
+
+pub(super) fn forward_op<'a>(op: &str, attrs: &'a Attrs) -> Result<&'a str> {
+    attrs
+        .get("__fwd__")
+        .ok_or_else(|| invalid(op, "attribute __fwd__ (the forward op) is required"))
+}
+
+pub(super) fn backward_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let e = |e: NdError| e.to_string();
+    let fwd = forward_op(op, attrs).map_err(e)?;
+    check_backward(fwd, attrs, &outs[0].shape, &ins[0].shape).map_err(e)?;
+    let rules = rules(fwd, attrs, &outs[0].shape, &ins[0].shape).map_err(e)?;
+    let plan = rules.plan(fwd).map_err(e)?;
+    crate::with_dtype!(outs[0].dtype, T => {
+        // SAFETY: read access to the output gradient, exclusive access to d data (not
+        // alias-safe).
+        let (g, dx) = unsafe { (ins[0].slice::<T>(), outs[0].slice_mut::<T>()) };
+        match &plan {
+            Plan::Permute(axes) => {
+                // The inverse permutation: data axis `axes[d]` is output axis `d`.
+                let mut back = vec![0; axes.len()];
+                axes.iter().enumerate().for_each(|(d, &a)| back[a] = d);
+                permute(g, &ins[0].shape, &back, dx);
+            }
+            // Each data element's gradient is one output gradient element or none.
+            Plan::Maps(maps) if rules.injective() => {
+                dx.fill(T::default());
+                maps.scatter(g, dx, |d, v| *d = v);
+            }
+            Plan::Maps(maps) => {
+                // Sums accumulated in f64, one pass in output order.
+                let mut acc = vec![0.0f64; dx.len()];
+                maps.scatter(g, &mut acc, |a, v: T| *a += v.to_f64());
+                for (d, a) in dx.iter_mut().zip(acc) {
+                    *d = T::from_f64(a);
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+pub(super) fn ops() -> &'static [OpDef] {
+    const fn gather(name: &'static str, aliases: &'static [&'static str], arity: usize) -> OpDef {
+        OpDef {
+            aliases,
+            alias_safe: false,
+            // The second input (broadcast_like's rhs, slice_like's shape_like) gives a shape.
+            backward_ignores: &[1],
+            ..OpDef::new(name, Arity::Exactly(arity), infer_gather, gather_kernel)
+        }
+    }
+    static OPS: &[OpDef] = &[
+        gather("broadcast_to", &[], 1),
+        gather("broadcast_axis", &["broadcast_axes"], 1),
+        gather("broadcast_like", &[], 2),
+        gather("tile", &[], 1),
+        gather("repeat", &[], 1),
+        gather("reverse", &["flip"], 1),
+        gather("SwapAxis", &["swapaxes"], 1),
+        gather("Pad", &["pad"], 1),
+        gather("slice_like", &[], 2),
+        OpDef {
+            alias_safe: false,
+            ..OpDef::new(
+                "_backward_gather",
+                Arity::Exactly(2),
+                infer_backward,
+                backward_kernel,
+            )
+        },
+    ];
+    OPS
+}
+
+/// Whether `op` is one of this module's (its gradient is `_backward_gather`).
+pub(crate) fn is_gather(op: &str) -> bool {
+    matches!(
+        op,
+        "broadcast_to"
+            | "broadcast_axis"
+            | "broadcast_like"
+            | "tile"
+            | "repeat"
+            | "reverse"
+            | "SwapAxis"
+            | "Pad"
+            | "UpSampling"
+            | "slice_like"
+    )
+}
+
+#[cfg(test)]
+mod tests;

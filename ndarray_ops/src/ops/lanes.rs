@@ -1,0 +1,576 @@
+//! Ops that read one element per lane, or a constant, where which element depends on data:
+//! pick, SequenceMask, SequenceLast and SequenceReverse; and depth_to_space/space_to_depth,
+//! which list each output element's source.
+
+use super::gather::shape_err;
+use super::{norm_axes, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT};
+use crate::error::{invalid, NdError, Result};
+use crate::ops::{Infer, KResult};
+use crate::resources::KernelRes;
+use crate::{DType, Element};
+
+// ---- pick(data, index): one element per lane along an axis ------------------------------------
+
+/// pick's axis, whether it keeps it, and its layout: (outer, lanes, inner) around the axis.
+pub(crate) fn pick_layout(
+    op: &str,
+    attrs: &Attrs,
+    x: &[usize],
+) -> Result<(usize, bool, [usize; 3])> {
+    let a = attrs
+        .ints(op, "axis")?
+        .and_then(|v| v.first().copied())
+        .unwrap_or(-1);
+    let a = norm_axes(op, &[a], x.len())?[0];
+    let keep = attrs.bool(op, "keepdims", false)?;
+    let dims = [x[..a].iter().product(), x[a], x[a + 1..].iter().product()];
+    Ok((a, keep, dims))
+}
+
+/// The lane index picked: `mode=clip` clamps, `wrap` wraps around.
+pub(super) fn pick_index(v: f64, lanes: usize, wrap: bool) -> usize {
+    let n = lanes.max(1) as i64;
+    let i = v as i64;
+    if wrap {
+        i.rem_euclid(n) as usize
+    } else {
+        i.clamp(0, n - 1) as usize
+    }
+}
+
+pub(crate) fn pick_wrap(op: &str, attrs: &Attrs) -> Result<bool> {
+    match attrs.get("mode").unwrap_or("clip") {
+        "clip" => Ok(false),
+        "wrap" => Ok(true),
+        other => Err(invalid(op, format!("mode {other:?} is not clip or wrap"))),
+    }
+}
+
+pub(super) fn infer_pick(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    pick_wrap(op, attrs)?;
+    let (a, keep, _) = pick_layout(op, attrs, &s[0])?;
+    let mut out = s[0].clone();
+    out.remove(a);
+    let mut kept = s[0].clone();
+    kept[a] = 1;
+    if s[1] != out && s[1] != kept {
+        return Err(shape_err(
+            op,
+            "index",
+            &s[1],
+            format!("{out:?} (data {:?} without axis {a})", s[0]),
+        ));
+    }
+    Ok((vec![if keep { kept } else { out }], vec![d[0]]))
+}
+
+/// For each output element of pick, the offset in data of the element it picks.
+pub(super) fn pick_sources(
+    op: &str,
+    attrs: &Attrs,
+    index: &TensorRef,
+    data: &[usize],
+) -> std::result::Result<Vec<usize>, String> {
+    let e = |e: NdError| e.to_string();
+    let (_, _, [_, lanes, inner]) = pick_layout(op, attrs, data).map_err(e)?;
+    let wrap = pick_wrap(op, attrs).map_err(e)?;
+    let inner = inner.max(1);
+    if lanes == 0 && index.len() > 0 {
+        return Err(format!("{op}: cannot pick from an empty axis"));
+    }
+    Ok(crate::with_dtype!(index.dtype, I => {
+        // SAFETY: read access to the index.
+        unsafe { index.slice::<I>() }
+            .iter()
+            .enumerate()
+            .map(|(k, v)| ((k / inner) * lanes + pick_index(v.to_f64(), lanes, wrap)) * inner + k % inner)
+            .collect()
+    }))
+}
+
+pub(super) fn pick_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let sources = pick_sources(op, attrs, &ins[1], &ins[0].shape)?;
+    read_from(&ins[0], &outs[0], &sources);
+    Ok(())
+}
+
+/// `_backward_pick(ograd, index, data)`: each output gradient element into the element picked.
+pub(super) fn infer_pick_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let fwd = (&[s[2].clone(), s[1].clone()][..], &[d[2], d[1]][..]);
+    super::check_against_forward(op, "pick", attrs, fwd, &[(0, &s[0], d[0])])?;
+    Ok((vec![s[2].clone()], vec![d[0]]))
+}
+
+pub(super) fn pick_backward_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let sources = pick_sources(op, attrs, &ins[1], &outs[0].shape)?;
+    scatter(&ins[0], &outs[0], &sources);
+    Ok(())
+}
+
+/// `y[k] = x[sources[k]]`.
+pub(super) fn read_from(x: &TensorRef, y: &TensorRef, sources: &[usize]) {
+    crate::with_dtype!(y.dtype, T => {
+        // SAFETY: read access to the data, exclusive access to the output (not alias-safe).
+        let (x, y) = unsafe { (x.slice::<T>(), y.slice_mut::<T>()) };
+        for (y, &j) in y.iter_mut().zip(sources) {
+            *y = x[j];
+        }
+    });
+}
+
+/// `dx[sources[k]] = g[k]`, every other element of `dx` zero: the gradient of reading
+/// `x[sources[k]]` into element `k` (sources distinct).
+pub(super) fn scatter(g: &TensorRef, dx: &TensorRef, sources: &[usize]) {
+    crate::with_dtype!(dx.dtype, T => {
+        // SAFETY: read access to the gradient, exclusive access to d data (not alias-safe).
+        let (g, dx) = unsafe { (g.slice::<T>(), dx.slice_mut::<T>()) };
+        dx.fill(T::default());
+        for (g, &j) in g.iter().zip(sources) {
+            dx[j] = *g;
+        }
+    });
+}
+
+// ---- SequenceMask(data[, sequence_length]) ------------------------------------------------------
+
+/// Whether SequenceMask uses its lengths, its time axis (0 or 1), and the value it writes.
+pub(crate) fn mask_params(op: &str, attrs: &Attrs) -> Result<(bool, usize, f64)> {
+    let axis = attrs.f64(op, "axis", Some(0.0))?;
+    if axis != 0.0 && axis != 1.0 {
+        return Err(invalid(op, format!("axis={axis} is not 0 or 1")));
+    }
+    Ok((
+        attrs.bool(op, "use_sequence_length", false)?,
+        axis as usize,
+        attrs.float(op, "value", Some(0.0))?,
+    ))
+}
+
+pub(super) fn infer_sequence_mask(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let (use_len, axis, _) = mask_params(op, attrs)?;
+    let x = &s[0];
+    if x.len() < 2 {
+        return Err(shape_err(
+            op,
+            "data",
+            x,
+            "at least 2 dimensions (time and batch)".into(),
+        ));
+    }
+    if s.len() != 1 + use_len as usize {
+        return Err(invalid(
+            op,
+            format!(
+                "takes {} input(s) with use_sequence_length={use_len}, got {}",
+                1 + use_len as usize,
+                s.len()
+            ),
+        ));
+    }
+    let batch = x[1 - axis];
+    if use_len && s[1] != [batch] {
+        return Err(shape_err(
+            op,
+            "sequence_length",
+            &s[1],
+            format!("[{batch}] (data's batch)"),
+        ));
+    }
+    Ok((vec![x.clone()], vec![d[0]]))
+}
+
+/// For each element of data shaped `x`, whether it lies past its sequence's length.
+pub(super) fn masked<'a>(
+    axis: usize,
+    x: &'a [usize],
+    lengths: &'a [usize],
+) -> impl Fn(usize) -> bool + 'a {
+    let inner: usize = x[2..].iter().product();
+    let (steps, batch) = if axis == 0 {
+        (x[0], x[1])
+    } else {
+        (x[1], x[0])
+    };
+    move |i: usize| {
+        let (a, b) = ((i / inner) / x[1], (i / inner) % x[1]);
+        let (t, n) = if axis == 0 { (a, b) } else { (b, a) };
+        debug_assert!(t < steps && n < batch);
+        t >= lengths[n]
+    }
+}
+
+pub(super) fn lengths_of(t: Option<&TensorRef>, x: &[usize], axis: usize) -> Vec<usize> {
+    let steps = if axis == 0 { x[0] } else { x[1] };
+    match t {
+        None => vec![steps; x[1 - axis]],
+        Some(t) => crate::with_dtype!(t.dtype, L => {
+            // SAFETY: read access to the lengths.
+            unsafe { t.slice::<L>() }.iter().map(|v| v.to_f64().max(0.0) as usize).collect()
+        }),
+    }
+}
+
+pub(super) fn sequence_mask_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let (_, axis, value) = mask_params(op, attrs).map_err(|e| e.to_string())?;
+    // Its backward (`_backward_SequenceMask(ograd[, sequence_length])`) masks the gradient
+    // with zeros.
+    let value = if op == "SequenceMask" { value } else { 0.0 };
+    let x = &ins[0];
+    let lengths = lengths_of(ins.get(1), &x.shape, axis);
+    let past = masked(axis, &x.shape, &lengths);
+    crate::with_dtype!(outs[0].dtype, T => {
+        let (src, dst) = (x.ptr::<T>(), outs[0].ptr::<T>());
+        for i in 0..outs[0].len() {
+            // SAFETY: equal lengths; raw pointers tolerate the output being exactly the data.
+            unsafe { *dst.add(i) = if past(i) { T::from_f64(value) } else { *src.add(i) } };
+        }
+    });
+    Ok(())
+}
+
+/// `(ograd[, sequence_length])`: SequenceMask of the gradient, so its inputs are SequenceMask's.
+pub(super) fn infer_sequence_mask_backward(
+    op: &str,
+    attrs: &Attrs,
+    s: &[Vec<usize>],
+    d: &[DType],
+) -> Infer {
+    super::check_against_forward(op, "SequenceMask", attrs, (s, d), &[])?;
+    Ok((vec![s[0].clone()], vec![d[0]]))
+}
+
+// ---- SequenceLast, SequenceReverse -------------------------------------------------------------
+
+/// Data shaped `(steps, batch, inner...)` (axis 0) or `(batch, steps, inner...)` (axis 1): the
+/// element of step `t` of sequence `n` at inner position `i`.
+#[derive(Clone, Copy)]
+pub(super) struct Steps {
+    axis: usize,
+    steps: usize,
+    batch: usize,
+    inner: usize,
+}
+
+impl Steps {
+    fn of(axis: usize, x: &[usize]) -> Steps {
+        let (steps, batch) = if axis == 0 {
+            (x[0], x[1])
+        } else {
+            (x[1], x[0])
+        };
+        Steps {
+            axis,
+            steps,
+            batch,
+            inner: x[2..].iter().product(),
+        }
+    }
+
+    fn at(self, t: usize, n: usize, i: usize) -> usize {
+        let outer = if self.axis == 0 {
+            t * self.batch + n
+        } else {
+            n * self.steps + t
+        };
+        outer * self.inner + i
+    }
+}
+
+pub(super) fn infer_sequence_last(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    infer_sequence_mask(op, attrs, s, d)?;
+    let (_, axis, _) = mask_params(op, attrs)?;
+    let mut out = s[0].clone();
+    out.remove(axis);
+    if s[0][axis] == 0 && out.iter().product::<usize>() > 0 {
+        return Err(shape_err(
+            op,
+            "data",
+            &s[0],
+            "at least one step to take the last of".into(),
+        ));
+    }
+    Ok((vec![out], vec![d[0]]))
+}
+
+pub(super) fn infer_sequence_reverse(
+    op: &str,
+    attrs: &Attrs,
+    s: &[Vec<usize>],
+    d: &[DType],
+) -> Infer {
+    if mask_params(op, attrs)?.1 != 0 {
+        return Err(invalid(
+            op,
+            "only axis 0 (time first) is supported, as in MXNet",
+        ));
+    }
+    infer_sequence_mask(op, attrs, s, d)
+}
+
+/// For each output element, the data element it reads: SequenceLast the last step of its
+/// sequence (the first when a length is 0), SequenceReverse the mirror step within its length.
+pub(super) fn sequence_sources(op: &str, st: Steps, lengths: &[usize]) -> Vec<usize> {
+    let len = |n: usize| lengths[n].min(st.steps);
+    if op.ends_with("SequenceLast") {
+        let mut v = Vec::with_capacity(st.batch * st.inner);
+        for n in 0..st.batch {
+            for i in 0..st.inner {
+                v.push(st.at(len(n).max(1) - 1, n, i));
+            }
+        }
+        return v;
+    }
+    let mut v = vec![0; st.steps * st.batch * st.inner];
+    for t in 0..st.steps {
+        for n in 0..st.batch {
+            let from = if t < len(n) { len(n) - 1 - t } else { t };
+            for i in 0..st.inner {
+                v[st.at(t, n, i)] = st.at(from, n, i);
+            }
+        }
+    }
+    v
+}
+
+pub(super) fn sequence_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let (_, axis, _) = mask_params(op, attrs).map_err(|e| e.to_string())?;
+    let x = &ins[0];
+    let lengths = lengths_of(ins.get(1), &x.shape, axis);
+    let sources = sequence_sources(op, Steps::of(axis, &x.shape), &lengths);
+    read_from(x, &outs[0], &sources);
+    Ok(())
+}
+
+/// `_backward_SequenceLast(ograd, data[, sequence_length])`: each sequence's gradient at its
+/// last step, zero elsewhere.
+/// `(ograd, data[, sequence_length])`.
+pub(super) fn infer_sequence_last_backward(
+    op: &str,
+    attrs: &Attrs,
+    s: &[Vec<usize>],
+    d: &[DType],
+) -> Infer {
+    super::check_against_forward(
+        op,
+        "SequenceLast",
+        attrs,
+        (&s[1..], &d[1..]),
+        &[(0, &s[0], d[0])],
+    )?;
+    Ok((vec![s[1].clone()], vec![d[0]]))
+}
+
+pub(super) fn sequence_last_backward_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let (_, axis, _) = mask_params(op, attrs).map_err(|e| e.to_string())?;
+    let shape = &outs[0].shape;
+    let lengths = lengths_of(ins.get(2), shape, axis);
+    let sources = sequence_sources(op, Steps::of(axis, shape), &lengths);
+    scatter(&ins[0], &outs[0], &sources);
+    Ok(())
+}
+
+// ---- depth_to_space, space_to_depth -------------------------------------------------------------
+
+pub(crate) fn block_size(op: &str, attrs: &Attrs) -> Result<usize> {
+    attrs.count(op, "block_size", None, POSITIVE_INT)
+}
+
+/// `depth_to_space` moves blocks of `b * b` channels into `b x b` pixel blocks, `(n, c, h, w)
+/// -> (n, c / b², h b, w b)`; `space_to_depth` undoes it.
+pub(super) fn infer_depth_space(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let b = block_size(op, attrs)?;
+    let x = &s[0];
+    if x.len() != 4 {
+        return Err(shape_err(op, "data", x, "(n, c, h, w)".into()));
+    }
+    let out = if op == "depth_to_space" {
+        if !x[1].is_multiple_of(b * b) {
+            return Err(shape_err(
+                op,
+                "data",
+                x,
+                format!("channels divisible by {}", b * b),
+            ));
+        }
+        vec![x[0], x[1] / (b * b), x[2] * b, x[3] * b]
+    } else {
+        if !x[2].is_multiple_of(b) || !x[3].is_multiple_of(b) {
+            return Err(shape_err(
+                op,
+                "data",
+                x,
+                format!("height and width divisible by {b}"),
+            ));
+        }
+        vec![x[0], x[1] * b * b, x[2] / b, x[3] / b]
+    };
+    Ok((vec![out], vec![d[0]]))
+}
+
+/// depth_to_space of a deep array shaped `deep`, as pairs (element of the spread-out array,
+/// element of the deep array it holds): `out[n, c, h b + i, w b + j] = x[n, (i b + j) c' + c,
+/// h, w]`. space_to_depth is the same pairs read the other way.
+pub(super) fn depth_space_pairs(
+    b: usize,
+    deep: &[usize],
+) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let (n, c, h, w) = (deep[0], deep[1] / (b * b), deep[2], deep[3]);
+    let (hb, wb) = (h * b, w * b);
+    (0..n * c * hb * wb).map(move |o| {
+        let (x, y, ch, s) = (
+            o % wb,
+            (o / wb) % hb,
+            (o / (wb * hb)) % c,
+            o / (wb * hb * c),
+        );
+        let (i, j) = (y % b, x % b);
+        let src = ((s * b * b * c + (i * b + j) * c + ch) * h + y / b) * w + x / b;
+        (o, src)
+    })
+}
+
+pub(super) fn depth_space_kernel(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    let b = block_size(op, attrs).map_err(|e| e.to_string())?;
+    // Element `o` of the spread-out (space) array pairs with element `src` of the deep one.
+    let (deep, to_space) = if op == "depth_to_space" {
+        (&ins[0].shape, true)
+    } else {
+        (&outs[0].shape, false)
+    };
+    let mut sources = vec![0; outs[0].len()];
+    for (o, src) in depth_space_pairs(b, deep) {
+        if to_space {
+            sources[o] = src;
+        } else {
+            sources[src] = o;
+        }
+    }
+    read_from(&ins[0], &outs[0], &sources);
+    Ok(())
+}
+
+pub(super) fn ops() -> &'static [OpDef] {
+    static OPS: &[OpDef] = &[
+        OpDef {
+            alias_safe: false,
+            backward_ignores: &[0],
+            ..OpDef::new("pick", Arity::Exactly(2), infer_pick, pick_kernel)
+        },
+        OpDef {
+            inplace: &[(0, 0)],
+            backward_ignores: &[0],
+            ..OpDef::new(
+                "SequenceMask",
+                Arity::AtLeast(1),
+                infer_sequence_mask,
+                sequence_mask_kernel,
+            )
+        },
+        OpDef {
+            alias_safe: false,
+            backward_ignores: &[0],
+            ..OpDef::new(
+                "SequenceLast",
+                Arity::AtLeast(1),
+                infer_sequence_last,
+                sequence_kernel,
+            )
+        },
+        OpDef {
+            alias_safe: false,
+            ..OpDef::new(
+                "_backward_SequenceLast",
+                Arity::AtLeast(2),
+                infer_sequence_last_backward,
+                sequence_last_backward_kernel,
+            )
+        },
+        // Each the other's gradient.
+        OpDef {
+            alias_safe: false,
+            backward_ignores: &[0],
+            ..OpDef::new(
+                "depth_to_space",
+                Arity::Exactly(1),
+                infer_depth_space,
+                depth_space_kernel,
+            )
+        },
+        OpDef {
+            alias_safe: false,
+            backward_ignores: &[0],
+            ..OpDef::new(
+                "space_to_depth",
+                Arity::Exactly(1),
+                infer_depth_space,
+                depth_space_kernel,
+            )
+        },
+        // Its own gradient: reversing twice is the identity.
+        OpDef {
+            alias_safe: false,
+            backward_ignores: &[0],
+            ..OpDef::new(
+                "SequenceReverse",
+                Arity::AtLeast(1),
+                infer_sequence_reverse,
+                sequence_kernel,
+            )
+        },
+        OpDef {
+            inplace: &[(0, 0)],
+            ..OpDef::new(
+                "_backward_SequenceMask",
+                Arity::AtLeast(1),
+                infer_sequence_mask_backward,
+                sequence_mask_kernel,
+            )
+        },
+        OpDef {
+            alias_safe: false,
+            ..OpDef::new(
+                "_backward_pick",
+                Arity::Exactly(3),
+                infer_pick_backward,
+                pick_backward_kernel,
+            )
+        },
+    ];
+    OPS
+}
