@@ -1,0 +1,481 @@
+//! Gradient rules of elementwise math, scalars, broadcasting arithmetic, products and reductions.
+
+use super::*;
+
+/// One forward op as a backward node with a single output.
+pub(super) fn op1(op: &str, name: String, inputs: Vec<NodeEntry>, attrs: Attrs) -> Result<NodeEntry> {
+    Ok(out(&make(op, name, inputs, attrs)?, 0))
+}
+
+pub(super) fn scaled(n: &Node, tag: &str, g: NodeEntry, by: f64) -> Result<NodeEntry> {
+    op1(
+        "_mul_scalar",
+        format!("{}_{tag}", n.name),
+        vec![g],
+        Attrs::new().with("scalar", by),
+    )
+}
+
+/// Unary math: each rule reuses forward ops on the output gradient, the input and the output.
+pub(super) fn unary(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let g = need(n, og)?;
+    let (x, y) = (n.inputs[0].clone(), out(n, 0));
+    let name = |t: &str| format!("{}_backward{t}", n.name);
+    let d = match n.op_name() {
+        "negative" => op1("negative", name(""), vec![g], Attrs::new())?,
+        "exp" => op1("elemwise_mul", name(""), vec![g, y], Attrs::new())?,
+        "log" => op1("elemwise_div", name(""), vec![g, x], Attrs::new())?,
+        "sqrt" => op1(
+            "elemwise_div",
+            name(""),
+            vec![scaled(n, "half", g, 0.5)?, y],
+            Attrs::new(),
+        )?,
+        "square" => op1(
+            "elemwise_mul",
+            name(""),
+            vec![scaled(n, "twice", x, 2.0)?, g],
+            Attrs::new(),
+        )?,
+        act @ ("relu" | "sigmoid" | "tanh" | "softrelu") => op1(
+            "_backward_Activation",
+            name(""),
+            vec![g, y],
+            Attrs::new().with("act_type", act),
+        )?,
+        other => {
+            return Err(invalid(
+                other,
+                format!("node '{}': no gradient rule", n.name),
+            ))
+        }
+    };
+    Ok(vec![Some(d)])
+}
+
+/// Ops with a scalar attribute.
+pub(super) fn scalar(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let g = need(n, og)?;
+    let s = crate::ops::scalar_of(n.op_name(), &n.attrs)?;
+    let name = format!("{}_backward", n.name);
+    let d = match n.op_name() {
+        "_plus_scalar" | "_minus_scalar" | "_mod_scalar" => g,
+        "_rminus_scalar" => op1("negative", name, vec![g], Attrs::new())?,
+        // d s^x = y ln s
+        "_rpower_scalar" => scaled(
+            n,
+            "backward",
+            op1(
+                "elemwise_mul",
+                format!("{name}_gy"),
+                vec![g, out(n, 0)],
+                Attrs::new(),
+            )?,
+            s.ln(),
+        )?,
+        // sigma^2 x inside |x| < 1 / sigma^2, sign(x) outside
+        "smooth_l1" => {
+            let x = n.inputs[0].clone();
+            let s2 = s * s;
+            let unary = |t: &str, op: &str, v: NodeEntry, a: Attrs| {
+                op1(op, format!("{name}_{t}"), vec![v], a)
+            };
+            let abs = unary("abs", "abs", x.clone(), Attrs::new())?;
+            let inside = unary(
+                "inside",
+                "_lesser_scalar",
+                abs,
+                Attrs::new().with("scalar", 1.0 / s2),
+            )?;
+            let quad = unary(
+                "quad",
+                "_mul_scalar",
+                x.clone(),
+                Attrs::new().with("scalar", s2),
+            )?;
+            let lin = unary("lin", "sign", x, Attrs::new())?;
+            let factor = op1(
+                "where",
+                format!("{name}_factor"),
+                vec![inside, quad, lin],
+                Attrs::new(),
+            )?;
+            op1("elemwise_mul", name, vec![g, factor], Attrs::new())?
+        }
+        // d hypot(x, s) = x / y
+        "_hypot_scalar" => {
+            let gx = op1(
+                "elemwise_mul",
+                format!("{name}_gx"),
+                vec![g, n.inputs[0].clone()],
+                Attrs::new(),
+            )?;
+            op1("elemwise_div", name, vec![gx, out(n, 0)], Attrs::new())?
+        }
+        "_mul_scalar" => scaled(n, "backward", g, s)?,
+        "_div_scalar" => scaled(n, "backward", g, 1.0 / s)?,
+        // d(s / x) = -y / x
+        "_rdiv_scalar" => {
+            let gy = op1(
+                "elemwise_mul",
+                format!("{name}_gy"),
+                vec![g, out(n, 0)],
+                Attrs::new(),
+            )?;
+            op1(
+                "negative",
+                name.clone(),
+                vec![op1(
+                    "elemwise_div",
+                    format!("{name}_q"),
+                    vec![gy, n.inputs[0].clone()],
+                    Attrs::new(),
+                )?],
+                Attrs::new(),
+            )?
+        }
+        other => {
+            return Err(invalid(
+                other,
+                format!("node '{}': no gradient rule", n.name),
+            ))
+        }
+    };
+    Ok(vec![Some(d)])
+}
+
+/// Same-shape binary arithmetic.
+pub(super) fn elemwise(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let g = need(n, og)?;
+    let (a, b, y) = (n.inputs[0].clone(), n.inputs[1].clone(), out(n, 0));
+    let name = |t: &str| format!("{}_backward_{t}", n.name);
+    Ok(match n.op_name() {
+        "elemwise_sub" => vec![
+            Some(g.clone()),
+            Some(op1("negative", name("rhs"), vec![g], Attrs::new())?),
+        ],
+        "elemwise_mul" => vec![
+            Some(op1(
+                "elemwise_mul",
+                name("lhs"),
+                vec![g.clone(), b],
+                Attrs::new(),
+            )?),
+            Some(op1("elemwise_mul", name("rhs"), vec![g, a], Attrs::new())?),
+        ],
+        // d(a / b) = g / b and -g * y / b
+        "elemwise_div" => {
+            let da = op1(
+                "elemwise_div",
+                name("lhs"),
+                vec![g.clone(), b.clone()],
+                Attrs::new(),
+            )?;
+            let gy = op1("elemwise_mul", name("gy"), vec![g, y], Attrs::new())?;
+            let q = op1("elemwise_div", name("q"), vec![gy, b], Attrs::new())?;
+            vec![
+                Some(da),
+                Some(op1("negative", name("rhs"), vec![q], Attrs::new())?),
+            ]
+        }
+        other => {
+            return Err(invalid(
+                other,
+                format!("node '{}': no gradient rule", n.name),
+            ))
+        }
+    })
+}
+
+/// `dot` (2-D) and `batch_dot` with their transposes: each input gradient is another product of
+/// the output gradient with the other input.
+pub(super) fn dot(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let g = need(n, og)?;
+    let op = n.op_name();
+    let (a, b) = (n.inputs[0].clone(), n.inputs[1].clone());
+    let ta = n.attrs.bool(op, "transpose_a", false)?;
+    let tb = n.attrs.bool(op, "transpose_b", false)?;
+    let mk = |t: &str, x: NodeEntry, y: NodeEntry, tx: bool, ty: bool| {
+        op1(
+            op,
+            format!("{}_backward_{t}", n.name),
+            vec![x, y],
+            Attrs::new().with("transpose_a", tx).with("transpose_b", ty),
+        )
+    };
+    let (da, db) = match (ta, tb) {
+        (false, false) => (
+            mk("lhs", g.clone(), b, false, true)?,
+            mk("rhs", a, g, true, false)?,
+        ),
+        (true, false) => (
+            mk("lhs", b, g.clone(), false, true)?,
+            mk("rhs", a, g, false, false)?,
+        ),
+        (false, true) => (
+            mk("lhs", g.clone(), b, false, false)?,
+            mk("rhs", g, a, true, false)?,
+        ),
+        (true, true) => (
+            mk("lhs", b, g.clone(), true, true)?,
+            mk("rhs", g, a, true, true)?,
+        ),
+    };
+    Ok(vec![Some(da), Some(db)])
+}
+
+pub(super) fn reduction(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let attrs = n.attrs.clone().with("__reduce__", n.op_name());
+    Ok(vec![Some(op1(
+        "_broadcast_backward",
+        format!("{}_backward", n.name),
+        vec![need(n, og)?, n.inputs[0].clone()],
+        attrs,
+    )?)])
+}
+
+/// Broadcasting arithmetic: each operand's gradient is summed back to the operand's shape.
+pub(super) fn broadcast(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let g = need(n, og)?;
+    let (a, b, y) = (n.inputs[0].clone(), n.inputs[1].clone(), out(n, 0));
+    let name = |t: &str| format!("{}_backward_{t}", n.name);
+    let to = |t: &str, x: NodeEntry, like: NodeEntry| {
+        op1("_sum_to_like", name(t), vec![x, like], Attrs::new())
+    };
+    let (da, db) = match n.op_name() {
+        "broadcast_add" => (g.clone(), g),
+        "broadcast_sub" => (
+            g.clone(),
+            op1("negative", name("neg"), vec![g], Attrs::new())?,
+        ),
+        "broadcast_mul" => (
+            op1(
+                "broadcast_mul",
+                name("gb"),
+                vec![g.clone(), b.clone()],
+                Attrs::new(),
+            )?,
+            op1(
+                "broadcast_mul",
+                name("ga"),
+                vec![g, a.clone()],
+                Attrs::new(),
+            )?,
+        ),
+        // d(a / b) = g / b and -g * y / b
+        "broadcast_div" => {
+            let gy = op1(
+                "broadcast_mul",
+                name("gy"),
+                vec![g.clone(), y],
+                Attrs::new(),
+            )?;
+            let q = op1(
+                "broadcast_div",
+                name("q"),
+                vec![gy, b.clone()],
+                Attrs::new(),
+            )?;
+            (
+                op1(
+                    "broadcast_div",
+                    name("gb"),
+                    vec![g, b.clone()],
+                    Attrs::new(),
+                )?,
+                op1("negative", name("neg"), vec![q], Attrs::new())?,
+            )
+        }
+        other => {
+            return Err(invalid(
+                other,
+                format!("node '{}': no gradient rule", n.name),
+            ))
+        }
+    };
+    Ok(vec![Some(to("lhs", da, a)?), Some(to("rhs", db, b)?)])
+}
+
+pub(super) fn where_(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let g = need(n, og)?;
+    let cond = n.inputs[0].clone();
+    let zero = scaled(n, "zero", g.clone(), 0.0)?;
+    let name = |t: &str| format!("{}_backward_{t}", n.name);
+    Ok(vec![
+        None,
+        Some(op1(
+            "where",
+            name("x"),
+            vec![cond.clone(), g.clone(), zero.clone()],
+            Attrs::new(),
+        )?),
+        Some(op1("where", name("y"), vec![cond, zero, g], Attrs::new())?),
+    ])
+}
+
+/// Ops whose outputs do not depend smoothly on their inputs: no gradient flows (as in MXNet).
+pub(super) fn none(n: &Arc<Node>, _og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    Ok(vec![None; n.inputs.len()])
+}
+
+pub(super) fn add_n(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let g = need(n, og)?;
+    Ok(vec![Some(g); n.inputs.len()])
+}
+
+/// broadcast_maximum/minimum (ties go to the left operand) and broadcast_power.
+pub(super) fn broadcast_select(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let g = need(n, og)?;
+    let (a, b, y) = (n.inputs[0].clone(), n.inputs[1].clone(), out(n, 0));
+    let name = |t: &str| format!("{}_backward_{t}", n.name);
+    let bin =
+        |t: &str, op: &str, x: NodeEntry, z: NodeEntry| op1(op, name(t), vec![x, z], Attrs::new());
+    let (da, db) = match crate::ops::broadcast_twin(n.op_name()) {
+        op @ ("broadcast_maximum" | "broadcast_minimum") => {
+            let (left, right) = if op == "broadcast_maximum" {
+                ("broadcast_greater_equal", "broadcast_lesser")
+            } else {
+                ("broadcast_lesser_equal", "broadcast_greater")
+            };
+            let ma = bin("ma", left, a.clone(), b.clone())?;
+            let mb = bin("mb", right, a.clone(), b.clone())?;
+            (
+                bin("ga", "broadcast_mul", g.clone(), ma)?,
+                bin("gb", "broadcast_mul", g, mb)?,
+            )
+        }
+        // d a^b = b a^(b-1) = b y / a, and y ln a
+        "broadcast_power" => {
+            let gy = bin("gy", "broadcast_mul", g, y)?;
+            let da = bin(
+                "da",
+                "broadcast_div",
+                bin("gyb", "broadcast_mul", gy.clone(), b.clone())?,
+                a.clone(),
+            )?;
+            let db = bin(
+                "db",
+                "broadcast_mul",
+                gy,
+                op1("log", name("ln"), vec![a.clone()], Attrs::new())?,
+            )?;
+            (da, db)
+        }
+        // d hypot(a, b) = a / y and b / y
+        "broadcast_hypot" => {
+            let gy = bin("gy", "broadcast_div", g, y)?;
+            (
+                bin("ga", "broadcast_mul", gy.clone(), a.clone())?,
+                bin("gb", "broadcast_mul", gy, b.clone())?,
+            )
+        }
+        // d mod(a, b) = 1 and -floor(a / b)
+        "broadcast_mod" => {
+            let q = bin("q", "broadcast_div", a.clone(), b.clone())?;
+            let fq = op1("floor", name("fq"), vec![q], Attrs::new())?;
+            let gb = bin("gb", "broadcast_mul", g.clone(), fq)?;
+            (g, op1("negative", name("db"), vec![gb], Attrs::new())?)
+        }
+        other => {
+            return Err(invalid(
+                other,
+                format!("node '{}': no gradient rule", n.name),
+            ))
+        }
+    };
+    let to = |t: &str, x: NodeEntry, like: NodeEntry| {
+        op1("_sum_to_like", name(t), vec![x, like], Attrs::new())
+    };
+    Ok(vec![Some(to("lhs", da, a)?), Some(to("rhs", db, b)?)])
+}
+
+/// A value of reduction `n`'s output shape spread back over its input's shape.
+pub(super) fn spread(n: &Arc<Node>, tag: &str, v: NodeEntry) -> Result<NodeEntry> {
+    op1(
+        "_broadcast_backward",
+        format!("{}_backward_{tag}", n.name),
+        vec![v, n.inputs[0].clone()],
+        n.attrs.clone().with("__reduce__", "sum"),
+    )
+}
+
+/// max/min over axes: the gradient goes to every element equal to the result.
+pub(super) fn extremum(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let x = n.inputs[0].clone();
+    let name = |t: &str| format!("{}_backward_{t}", n.name);
+    let spread = |t: &str, v: NodeEntry| spread(n, t, v);
+    let mask = op1(
+        "broadcast_equal",
+        name("mask"),
+        vec![x.clone(), spread("y", out(n, 0))?],
+        Attrs::new(),
+    )?;
+    Ok(vec![Some(op1(
+        "elemwise_mul",
+        name("out"),
+        vec![spread("g", need(n, og)?)?, mask],
+        Attrs::new(),
+    )?)])
+}
+
+/// The unary math functions (`ops::math`): one `_backward_math` node reading the value the
+/// derivative is written in; none for the flat ones.
+pub(super) fn math(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let op = n.op_name();
+    let at = match crate::ops::math::find(op).map(|m| m.deriv) {
+        Some(Deriv::Zero) => return Ok(vec![None]),
+        Some(Deriv::OfInput(_)) => n.inputs[0].clone(),
+        Some(Deriv::OfOutput(_)) => out(n, 0),
+        None => return Err(invalid(op, format!("node '{}': no gradient rule", n.name))),
+    };
+    Ok(vec![Some(op1(
+        "_backward_math",
+        format!("{}_backward", n.name),
+        vec![need(n, og)?, at],
+        Attrs::new().with("fn", op),
+    )?)])
+}
+
+/// Cast: the output gradient cast back to the input's dtype.
+pub(super) fn cast(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    Ok(vec![Some(op1(
+        "_cast_like",
+        format!("{}_backward", n.name),
+        vec![need(n, og)?, n.inputs[0].clone()],
+        Attrs::new(),
+    )?)])
+}
+
+/// prod: `y / x` spread back; norm: `x / y` (ord 2) or `sign(x)` (ord 1), times the spread
+/// output gradient.
+pub(super) fn product_or_norm(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let x = n.inputs[0].clone();
+    let name = |t: &str| format!("{}_backward_{t}", n.name);
+    let spread = |t: &str, v: NodeEntry| spread(n, t, v);
+    let g = spread("g", need(n, og)?)?;
+    let mul = |t: &str, a: NodeEntry, b: NodeEntry| {
+        op1("elemwise_mul", name(t), vec![a, b], Attrs::new())
+    };
+    let div = |t: &str, a: NodeEntry, b: NodeEntry| {
+        op1("elemwise_div", name(t), vec![a, b], Attrs::new())
+    };
+    let d = match (n.op_name(), crate::ops::norm_ord("norm", &n.attrs)?) {
+        ("prod", _) => div("out", mul("gy", g, spread("y", out(n, 0))?)?, x.clone())?,
+        (_, 2) => div("out", mul("gx", g, x.clone())?, spread("y", out(n, 0))?)?,
+        _ => mul(
+            "out",
+            g,
+            op1("sign", name("sign"), vec![x.clone()], Attrs::new())?,
+        )?,
+    };
+    Ok(vec![Some(d)])
+}
+
+pub(super) fn add(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let g = need(n, og)?;
+    Ok(vec![Some(g.clone()), Some(g)])
+}
+
+pub(super) fn identity(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    Ok(vec![Some(need(n, og)?)])
+}

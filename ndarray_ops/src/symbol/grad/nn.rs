@@ -1,0 +1,229 @@
+//! Gradient rules of the layers and heads: FullyConnected, Convolution, Pooling, BatchNorm,
+//! Dropout, the activations, the norms, softmax, the vision and recurrent ops, the losses.
+
+use super::*;
+
+pub(super) fn fully_connected(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let ins = vec![need(n, og)?, n.inputs[0].clone(), n.inputs[1].clone()];
+    backward_node(n, "_backward_FullyConnected", ins)
+}
+
+pub(super) fn activation(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let bw = make(
+        "_backward_Activation",
+        format!("{}_backward", n.name),
+        vec![need(n, og)?, out(n, 0)],
+        n.attrs.clone(),
+    )?;
+    Ok(vec![Some(out(&bw, 0))])
+}
+
+pub(super) fn softmax_output(n: &Arc<Node>, _og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let bw = make(
+        "_backward_SoftmaxOutput",
+        format!("{}_backward", n.name),
+        vec![out(n, 0), n.inputs[1].clone()],
+        n.attrs.clone(),
+    )?;
+    Ok(vec![Some(out(&bw, 0)), Some(out(&bw, 1))])
+}
+
+/// Convolution and Deconvolution: one backward op reading `(ograd, data, weight)`.
+pub(super) fn convolution(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let ins = vec![need(n, og)?, n.inputs[0].clone(), n.inputs[1].clone()];
+    backward_node(n, &format!("_backward_{}", n.op_name()), ins)
+}
+
+/// UpSampling: nearest is a gather op; bilinear is a Deconvolution, whose backward op takes
+/// that Deconvolution's attributes.
+pub(super) fn upsampling(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    match crate::ops::bilinear_upsampling(n.op_name(), &n.attrs)? {
+        None => gather(n, og),
+        Some(deconv) => {
+            let ins = vec![need(n, og)?, n.inputs[0].clone(), n.inputs[1].clone()];
+            let bw = make(
+                "_backward_Deconvolution",
+                format!("{}_backward", n.name),
+                ins,
+                deconv,
+            )?;
+            Ok(vec![Some(out(&bw, 0)), Some(out(&bw, 1))])
+        }
+    }
+}
+
+pub(super) fn pooling(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let ins = vec![need(n, og)?, n.inputs[0].clone()];
+    let bw = make(
+        "_backward_Pooling",
+        format!("{}_backward", n.name),
+        ins,
+        n.attrs.clone(),
+    )?;
+    Ok(vec![Some(out(&bw, 0))])
+}
+
+pub(super) fn batch_norm(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    // Reads the mean and variance the forward pass used (its hidden outputs).
+    let ins = vec![
+        need(n, og)?,
+        n.inputs[0].clone(),
+        n.inputs[1].clone(),
+        out(n, 1),
+        out(n, 2),
+    ];
+    let bw = make(
+        "_backward_BatchNorm",
+        format!("{}_backward", n.name),
+        ins,
+        n.attrs.clone(),
+    )?;
+    // No gradient for the moving statistics (auxiliary states).
+    Ok(vec![
+        Some(out(&bw, 0)),
+        Some(out(&bw, 1)),
+        Some(out(&bw, 2)),
+        None,
+        None,
+    ])
+}
+
+pub(super) fn dropout(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    // The mask (hidden output 1) already holds 0 or 1 / (1 - p): the gradient is og * mask.
+    Ok(vec![Some(op1(
+        "elemwise_mul",
+        format!("{}_backward", n.name),
+        vec![need(n, og)?, out(n, 1)],
+        Attrs::new(),
+    )?)])
+}
+
+pub(super) fn softmax(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let bw = if n.op_name() == "log_softmax" {
+        "_backward_log_softmax"
+    } else {
+        "_backward_softmax"
+    };
+    Ok(vec![Some(op1(
+        bw,
+        format!("{}_backward", n.name),
+        vec![need(n, og)?, out(n, 0)],
+        n.attrs.clone(),
+    )?)])
+}
+
+/// LeakyReLU: one backward node reading the output gradient, the data and prelu's gamma.
+pub(super) fn leaky_relu(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let mut ins = vec![need(n, og)?];
+    ins.extend(n.inputs.iter().cloned());
+    backward_node(n, "_backward_LeakyReLU", ins)
+}
+
+/// LayerNorm, InstanceNorm, GroupNorm: one backward node reading the data, gamma and the
+/// statistics the forward pass kept; L2Normalization: one reading its output and the norms.
+pub(super) fn normalization(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let op = n.op_name();
+    let ins = match op {
+        "L2Normalization" => vec![need(n, og)?, out(n, 0), out(n, 1)],
+        "SoftmaxActivation" => vec![need(n, og)?, out(n, 0)],
+        _ => vec![
+            need(n, og)?,
+            n.inputs[0].clone(),
+            n.inputs[1].clone(),
+            out(n, 1),
+            out(n, 2),
+        ],
+    };
+    backward_node(n, &format!("_backward_{op}"), ins)
+}
+
+/// The resampling and region ops of `ops::vision` and `ops::roi`: one backward node reading
+/// the output gradient and the forward inputs (ROIPooling: also where each maximum was; the
+/// region ops: no gradient for the regions).
+pub(super) fn vision(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let g = need(n, og)?;
+    let op = n.op_name();
+    let name = op.trim_start_matches("_contrib_");
+    match op {
+        "ROIPooling" => {
+            let ins = vec![g, n.inputs[1].clone(), out(n, 1), n.inputs[0].clone()];
+            let bw = make(
+                "_backward_ROIPooling",
+                format!("{}_backward", n.name),
+                ins,
+                n.attrs.clone(),
+            )?;
+            Ok(vec![Some(out(&bw, 0)), None])
+        }
+        "_contrib_ROIAlign" => {
+            let ins = vec![g, n.inputs[1].clone(), n.inputs[0].clone()];
+            let d = op1(
+                "_backward_ROIAlign",
+                format!("{}_backward", n.name),
+                ins,
+                n.attrs.clone(),
+            )?;
+            Ok(vec![Some(d), None])
+        }
+        _ => {
+            let mut ins = vec![g];
+            ins.extend(n.inputs.iter().cloned());
+            backward_node(n, &format!("_backward_{name}"), ins)
+        }
+    }
+}
+
+/// RNN: one backward node reading every output's gradient (zeros for an output nothing
+/// reads, say the sequence when only the final state is used) and the forward node's inputs.
+pub(super) fn rnn(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let mut ins = Vec::with_capacity(n.num_visible_outputs() + n.inputs.len());
+    for k in 0..n.num_visible_outputs() {
+        ins.push(match og.get(k).cloned().flatten() {
+            Some(g) => g,
+            None => op1(
+                "zeros_like",
+                format!("{}_head{k}_zeros", n.name),
+                vec![out(n, k)],
+                Attrs::new(),
+            )?,
+        });
+    }
+    ins.extend(n.inputs.iter().cloned());
+    let bw = make(
+        "_backward_RNN",
+        format!("{}_backward", n.name),
+        ins,
+        n.attrs.clone(),
+    )?;
+    // The sequence lengths, the last input when given, have no gradient.
+    let grads = crate::ops::rnn_gradient_inputs(&n.attrs)?;
+    Ok((0..n.inputs.len())
+        .map(|k| (k < grads).then(|| out(&bw, k)))
+        .collect())
+}
+
+/// The loss heads of `ops::loss`: their gradient is their own, not the head gradient's.
+pub(super) fn loss(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let op = n.op_name();
+    let name = format!("{}_backward", n.name);
+    let y = out(n, 0);
+    Ok(match op {
+        "make_loss" => vec![Some(op1("ones_like", name, vec![y], Attrs::new())?)],
+        "MakeLoss" => vec![Some(op1(
+            "_backward_MakeLoss",
+            name,
+            vec![y],
+            n.attrs.clone(),
+        )?)],
+        "softmax_cross_entropy" => {
+            let ins = vec![need(n, og)?, n.inputs[0].clone(), n.inputs[1].clone()];
+            let d = op1("_backward_softmax_cross_entropy", name, ins, Attrs::new())?;
+            vec![Some(d), None]
+        }
+        _ => {
+            let ins = vec![y, n.inputs[1].clone()];
+            let bw = make(&format!("_backward_{op}"), name, ins, n.attrs.clone())?;
+            vec![Some(out(&bw, 0)), Some(out(&bw, 1))]
+        }
+    })
+}

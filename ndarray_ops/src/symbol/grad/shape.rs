@@ -1,0 +1,316 @@
+//! Gradient rules of the ops that move or select data: reshapes, transpose, slices, Concat,
+//! split, stack, take and Embedding, the gather family, the sequence ops, sort, pick.
+
+use super::*;
+
+pub(super) fn flatten(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let ins = vec![need(n, og)?, n.inputs[0].clone()];
+    let bw = make(
+        "reshape_like",
+        format!("{}_backward", n.name),
+        ins,
+        Attrs::new(),
+    )?;
+    Ok(vec![Some(out(&bw, 0))])
+}
+
+pub(super) fn embedding(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let ins = vec![need(n, og)?, n.inputs[0].clone(), n.inputs[1].clone()];
+    let w = op1(
+        "_backward_take",
+        format!("{}_backward", n.name),
+        ins,
+        Attrs::new(),
+    )?;
+    // Indices have no gradient.
+    Ok(vec![None, Some(w)])
+}
+
+pub(super) fn transpose(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    // The inverse permutation (the default reversal is its own inverse).
+    let attrs = match n.attrs.ints("transpose", "axes")? {
+        Some(axes) if !axes.is_empty() => {
+            let nd = axes.len() as i64;
+            let mut inv = vec![0i64; axes.len()];
+            for (i, &a) in axes.iter().enumerate() {
+                inv[(if a < 0 { a + nd } else { a }) as usize] = i as i64;
+            }
+            Attrs::new().with("axes", format!("{inv:?}"))
+        }
+        _ => Attrs::new(),
+    };
+    Ok(vec![Some(op1(
+        "transpose",
+        format!("{}_backward", n.name),
+        vec![need(n, og)?],
+        attrs,
+    )?)])
+}
+
+pub(super) fn slice(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let attrs = n.attrs.clone().with("__slice_op__", n.op_name());
+    Ok(vec![Some(op1(
+        "_backward_slice",
+        format!("{}_backward", n.name),
+        vec![need(n, og)?, n.inputs[0].clone()],
+        attrs,
+    )?)])
+}
+
+pub(super) fn concat(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let mut ins = vec![need(n, og)?];
+    ins.extend(n.inputs.iter().cloned());
+    let attrs = n.attrs.clone().with("num_args", n.inputs.len());
+    let bw = make(
+        "_backward_Concat",
+        format!("{}_backward", n.name),
+        ins,
+        attrs,
+    )?;
+    Ok((0..n.inputs.len()).map(|k| Some(out(&bw, k))).collect())
+}
+
+pub(super) fn split(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let axis = n
+        .attrs
+        .ints("SliceChannel", "axis")?
+        .and_then(|v| v.first().copied())
+        .unwrap_or(1);
+    let squeeze = n.attrs.bool("SliceChannel", "squeeze_axis", false)?;
+    let mut parts = Vec::with_capacity(n.num_outputs());
+    for (k, g) in og.iter().enumerate() {
+        // An output nobody used contributes zeros.
+        let g = match g {
+            Some(g) => g.clone(),
+            None => scaled(n, &format!("zero{k}"), out(n, k), 0.0)?,
+        };
+        parts.push(if squeeze {
+            op1(
+                "expand_dims",
+                format!("{}_backward_expand{k}", n.name),
+                vec![g],
+                Attrs::new().with("axis", axis),
+            )?
+        } else {
+            g
+        });
+    }
+    let attrs = Attrs::new().with("dim", axis).with("num_args", parts.len());
+    Ok(vec![Some(op1(
+        "Concat",
+        format!("{}_backward", n.name),
+        parts,
+        attrs,
+    )?)])
+}
+
+/// Gradients that are the output gradient times a mask or factor built from forward ops.
+pub(super) fn masked(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let g = need(n, og)?;
+    let (x, y) = (n.inputs[0].clone(), out(n, 0));
+    let op = n.op_name();
+    let name = |t: &str| format!("{}_backward_{t}", n.name);
+    let cmp = |t: &str, which: &str, v: f64| {
+        op1(
+            which,
+            name(t),
+            vec![x.clone()],
+            Attrs::new().with("scalar", v),
+        )
+    };
+    let factor = match op {
+        // d|x| = x / |x|
+        "abs" => op1(
+            "elemwise_div",
+            name("sign"),
+            vec![x.clone(), y],
+            Attrs::new(),
+        )?,
+        "clip" => {
+            let (lo, hi) = (
+                n.attrs.float(op, "a_min", None)?,
+                n.attrs.float(op, "a_max", None)?,
+            );
+            op1(
+                "elemwise_mul",
+                name("inside"),
+                vec![
+                    cmp("above", "_greater_scalar", lo)?,
+                    cmp("below", "_lesser_scalar", hi)?,
+                ],
+                Attrs::new(),
+            )?
+        }
+        "_maximum_scalar" => cmp("mask", "_greater_scalar", n.attrs.f64(op, "scalar", None)?)?,
+        // alpha where the output is strictly inside (0, 1)
+        "hard_sigmoid" => {
+            let (alpha, _) = crate::ops::math::hard_sigmoid_params(op, &n.attrs)?;
+            let on_output = |t: &str, which: &str, v: f64| {
+                op1(
+                    which,
+                    name(t),
+                    vec![y.clone()],
+                    Attrs::new().with("scalar", v),
+                )
+            };
+            let inside = op1(
+                "elemwise_mul",
+                name("inside"),
+                vec![
+                    on_output("above", "_greater_scalar", 0.0)?,
+                    on_output("below", "_lesser_scalar", 1.0)?,
+                ],
+                Attrs::new(),
+            )?;
+            scaled(n, "slope", inside, alpha)?
+        }
+        "_minimum_scalar" => cmp("mask", "_lesser_scalar", n.attrs.f64(op, "scalar", None)?)?,
+        // d x^s = s x^(s-1)
+        "_power_scalar" => {
+            let s = n.attrs.f64(op, "scalar", None)?;
+            scaled(
+                n,
+                "coef",
+                op1(
+                    "_power_scalar",
+                    name("pow"),
+                    vec![x.clone()],
+                    Attrs::new().with("scalar", s - 1.0),
+                )?,
+                s,
+            )?
+        }
+        other => {
+            return Err(invalid(
+                other,
+                format!("node '{}': no gradient rule", n.name),
+            ))
+        }
+    };
+    Ok(vec![Some(op1(
+        "elemwise_mul",
+        name("out"),
+        vec![g, factor],
+        Attrs::new(),
+    )?)])
+}
+
+pub(super) fn stack(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let axis = n
+        .attrs
+        .ints("stack", "axis")?
+        .and_then(|v| v.first().copied())
+        .unwrap_or(0);
+    let parts = Symbol::node(
+        lookup("SliceChannel")?,
+        &format!("{}_backward", n.name),
+        Attrs::new()
+            .with("num_outputs", n.inputs.len())
+            .with("axis", axis)
+            .with("squeeze_axis", true),
+        vec![need(n, og)?],
+    )?;
+    Ok((0..n.inputs.len()).map(|k| Some(out(&parts, k))).collect())
+}
+
+pub(super) fn take(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let ins = vec![need(n, og)?, n.inputs[1].clone(), n.inputs[0].clone()];
+    Ok(vec![
+        Some(op1(
+            "_backward_take",
+            format!("{}_backward", n.name),
+            ins,
+            n.attrs.clone(),
+        )?),
+        None,
+    ])
+}
+
+/// gather_nd: the output gradient added back into the blocks read (a scatter that adds; the
+/// data gives the shape); scatter_nd: the output gradient gathered from the blocks written.
+pub(super) fn gather_nd(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let (g, indices) = (need(n, og)?, n.inputs[1].clone());
+    let name = format!("{}_backward", n.name);
+    let d = match n.op_name() {
+        "gather_nd" => op1(
+            "_backward_gather_nd",
+            name,
+            vec![g, indices, n.inputs[0].clone()],
+            Attrs::new(),
+        )?,
+        _ => op1("gather_nd", name, vec![g, indices], Attrs::new())?,
+    };
+    Ok(vec![Some(d), None])
+}
+
+/// The gather ops (`ops::gather`: broadcast_to, tile, Pad, ...): each output gradient element
+/// goes back to the data element it was read from.
+pub(super) fn gather(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let d = op1(
+        "_backward_gather",
+        format!("{}_backward", n.name),
+        vec![need(n, og)?, n.inputs[0].clone()],
+        n.attrs.clone().with("__fwd__", n.op_name()),
+    )?;
+    let mut grads = vec![Some(d)];
+    grads.resize(n.inputs.len(), None);
+    Ok(grads)
+}
+
+/// SequenceMask: the output gradient with the masked steps zeroed; SequenceLast: it at each
+/// sequence's last step; SequenceReverse: it reversed back. None for the lengths.
+pub(super) fn sequence(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let mut ins = vec![need(n, og)?];
+    let op = match n.op_name() {
+        "SequenceMask" => "_backward_SequenceMask",
+        "SequenceReverse" => "SequenceReverse",
+        _ => {
+            ins.push(n.inputs[0].clone());
+            "_backward_SequenceLast"
+        }
+    };
+    ins.extend(n.inputs.get(1).cloned());
+    let d = op1(op, format!("{}_backward", n.name), ins, n.attrs.clone())?;
+    let mut grads = vec![Some(d)];
+    grads.resize(n.inputs.len(), None);
+    Ok(grads)
+}
+
+/// sort and topk returning values: each value's gradient back where it came from (the
+/// indices output); none for indices or masks.
+pub(super) fn sort(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    if !crate::ops::sort::returns_values(n.op_name(), &n.attrs) {
+        return Ok(vec![None]);
+    }
+    let ins = vec![need(n, og)?, out(n, 1), n.inputs[0].clone()];
+    let attrs = n.attrs.clone().with("__fwd__", n.op_name());
+    let d = op1("_backward_topk", format!("{}_backward", n.name), ins, attrs)?;
+    Ok(vec![Some(d)])
+}
+
+/// depth_to_space and space_to_depth: each the other's gradient.
+pub(super) fn depth_space(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let other = match n.op_name() {
+        "depth_to_space" => "space_to_depth",
+        _ => "depth_to_space",
+    };
+    let d = op1(
+        other,
+        format!("{}_backward", n.name),
+        vec![need(n, og)?],
+        n.attrs.clone(),
+    )?;
+    Ok(vec![Some(d)])
+}
+
+/// pick: the output gradient back into the picked elements; none for the index.
+pub(super) fn pick(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let ins = vec![need(n, og)?, n.inputs[1].clone(), n.inputs[0].clone()];
+    let d = op1(
+        "_backward_pick",
+        format!("{}_backward", n.name),
+        ins,
+        n.attrs.clone(),
+    )?;
+    Ok(vec![Some(d), None])
+}
