@@ -3,7 +3,12 @@
 use super::*;
 
 /// One forward op as a backward node with a single output.
-pub(super) fn op1(op: &str, name: String, inputs: Vec<NodeEntry>, attrs: Attrs) -> Result<NodeEntry> {
+pub(super) fn op1(
+    op: &str,
+    name: String,
+    inputs: Vec<NodeEntry>,
+    attrs: Attrs,
+) -> Result<NodeEntry> {
     Ok(out(&make(op, name, inputs, attrs)?, 0))
 }
 
@@ -324,7 +329,10 @@ pub(super) fn add_n(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Optio
 }
 
 /// broadcast_maximum/minimum (ties go to the left operand) and broadcast_power.
-pub(super) fn broadcast_select(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(super) fn broadcast_select(
+    n: &Arc<Node>,
+    og: &[Option<NodeEntry>],
+) -> Result<Vec<Option<NodeEntry>>> {
     let g = need(n, og)?;
     let (a, b, y) = (n.inputs[0].clone(), n.inputs[1].clone(), out(n, 0));
     let name = |t: &str| format!("{}_backward_{t}", n.name);
@@ -448,7 +456,10 @@ pub(super) fn cast(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option
 
 /// prod: `y / x` spread back; norm: `x / y` (ord 2) or `sign(x)` (ord 1), times the spread
 /// output gradient.
-pub(super) fn product_or_norm(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(super) fn product_or_norm(
+    n: &Arc<Node>,
+    og: &[Option<NodeEntry>],
+) -> Result<Vec<Option<NodeEntry>>> {
     let x = n.inputs[0].clone();
     let name = |t: &str| format!("{}_backward_{t}", n.name);
     let spread = |t: &str, v: NodeEntry| spread(n, t, v);

@@ -15,7 +15,6 @@ use crate::error::{invalid, Result};
 use crate::ops::math::Deriv;
 use crate::ops::{lookup, Attrs};
 
-
 mod math;
 mod nn;
 mod shape;
@@ -34,7 +33,12 @@ pub(super) fn out(node: &Arc<Node>, index: usize) -> NodeEntry {
     }
 }
 
-pub(super) fn make(op: &str, name: String, inputs: Vec<NodeEntry>, attrs: Attrs) -> Result<Arc<Node>> {
+pub(super) fn make(
+    op: &str,
+    name: String,
+    inputs: Vec<NodeEntry>,
+    attrs: Attrs,
+) -> Result<Arc<Node>> {
     Symbol::node(lookup(op)?, &name, attrs, inputs)
 }
 
@@ -49,7 +53,11 @@ pub(super) fn need(node: &Node, og: &[Option<NodeEntry>]) -> Result<NodeEntry> {
 
 /// One backward node `op` of `n`'s attributes, reading `ins`, whose outputs are the gradients
 /// of `n`'s inputs in order.
-pub(super) fn backward_node(n: &Arc<Node>, op: &str, ins: Vec<NodeEntry>) -> Result<Vec<Option<NodeEntry>>> {
+pub(super) fn backward_node(
+    n: &Arc<Node>,
+    op: &str,
+    ins: Vec<NodeEntry>,
+) -> Result<Vec<Option<NodeEntry>>> {
     let bw = make(op, format!("{}_backward", n.name), ins, n.attrs.clone())?;
     Ok((0..n.inputs.len()).map(|k| Some(out(&bw, k))).collect())
 }

@@ -3,12 +3,18 @@
 
 use super::*;
 
-pub(super) fn fully_connected(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(super) fn fully_connected(
+    n: &Arc<Node>,
+    og: &[Option<NodeEntry>],
+) -> Result<Vec<Option<NodeEntry>>> {
     let ins = vec![need(n, og)?, n.inputs[0].clone(), n.inputs[1].clone()];
     backward_node(n, "_backward_FullyConnected", ins)
 }
 
-pub(super) fn activation(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(super) fn activation(
+    n: &Arc<Node>,
+    og: &[Option<NodeEntry>],
+) -> Result<Vec<Option<NodeEntry>>> {
     let bw = make(
         "_backward_Activation",
         format!("{}_backward", n.name),
@@ -18,7 +24,10 @@ pub(super) fn activation(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<
     Ok(vec![Some(out(&bw, 0))])
 }
 
-pub(super) fn softmax_output(n: &Arc<Node>, _og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(super) fn softmax_output(
+    n: &Arc<Node>,
+    _og: &[Option<NodeEntry>],
+) -> Result<Vec<Option<NodeEntry>>> {
     let bw = make(
         "_backward_SoftmaxOutput",
         format!("{}_backward", n.name),
@@ -29,14 +38,20 @@ pub(super) fn softmax_output(n: &Arc<Node>, _og: &[Option<NodeEntry>]) -> Result
 }
 
 /// Convolution and Deconvolution: one backward op reading `(ograd, data, weight)`.
-pub(super) fn convolution(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(super) fn convolution(
+    n: &Arc<Node>,
+    og: &[Option<NodeEntry>],
+) -> Result<Vec<Option<NodeEntry>>> {
     let ins = vec![need(n, og)?, n.inputs[0].clone(), n.inputs[1].clone()];
     backward_node(n, &format!("_backward_{}", n.op_name()), ins)
 }
 
 /// UpSampling: nearest is a gather op; bilinear is a Deconvolution, whose backward op takes
 /// that Deconvolution's attributes.
-pub(super) fn upsampling(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(super) fn upsampling(
+    n: &Arc<Node>,
+    og: &[Option<NodeEntry>],
+) -> Result<Vec<Option<NodeEntry>>> {
     match crate::ops::bilinear_upsampling(n.op_name(), &n.attrs)? {
         None => gather(n, og),
         Some(deconv) => {
@@ -63,7 +78,10 @@ pub(super) fn pooling(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opt
     Ok(vec![Some(out(&bw, 0))])
 }
 
-pub(super) fn batch_norm(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(super) fn batch_norm(
+    n: &Arc<Node>,
+    og: &[Option<NodeEntry>],
+) -> Result<Vec<Option<NodeEntry>>> {
     // Reads the mean and variance the forward pass used (its hidden outputs).
     let ins = vec![
         need(n, og)?,
@@ -113,7 +131,10 @@ pub(super) fn softmax(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opt
 }
 
 /// LeakyReLU: one backward node reading the output gradient, the data and prelu's gamma.
-pub(super) fn leaky_relu(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(super) fn leaky_relu(
+    n: &Arc<Node>,
+    og: &[Option<NodeEntry>],
+) -> Result<Vec<Option<NodeEntry>>> {
     let mut ins = vec![need(n, og)?];
     ins.extend(n.inputs.iter().cloned());
     backward_node(n, "_backward_LeakyReLU", ins)
@@ -121,7 +142,10 @@ pub(super) fn leaky_relu(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<
 
 /// LayerNorm, InstanceNorm, GroupNorm: one backward node reading the data, gamma and the
 /// statistics the forward pass kept; L2Normalization: one reading its output and the norms.
-pub(super) fn normalization(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(super) fn normalization(
+    n: &Arc<Node>,
+    og: &[Option<NodeEntry>],
+) -> Result<Vec<Option<NodeEntry>>> {
     let op = n.op_name();
     let ins = match op {
         "L2Normalization" => vec![need(n, og)?, out(n, 0), out(n, 1)],

@@ -289,7 +289,10 @@ pub(super) fn sort(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option
 }
 
 /// depth_to_space and space_to_depth: each the other's gradient.
-pub(super) fn depth_space(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(super) fn depth_space(
+    n: &Arc<Node>,
+    og: &[Option<NodeEntry>],
+) -> Result<Vec<Option<NodeEntry>>> {
     let other = match n.op_name() {
         "depth_to_space" => "space_to_depth",
         _ => "depth_to_space",
