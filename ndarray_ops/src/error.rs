@@ -94,13 +94,13 @@ pub(crate) fn invalid(op: &str, reason: impl Into<String>) -> NdError {
 pub(crate) fn shape_error(
     op: impl Into<String>,
     arg: impl Into<String>,
-    found: Vec<usize>,
+    found: impl AsRef<[usize]>,
     expected: impl Into<String>,
 ) -> NdError {
     NdError::Shape {
         op: op.into(),
         arg: arg.into(),
-        found,
+        found: found.as_ref().to_vec(),
         expected: expected.into(),
     }
 }

@@ -2,9 +2,8 @@
 //! pick, SequenceMask, SequenceLast and SequenceReverse; and depth_to_space/space_to_depth,
 //! which list each output element's source.
 
-use super::gather::shape_err;
 use super::{norm_axes, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT};
-use crate::error::{invalid, NdError, Result};
+use crate::error::{invalid, shape_error, NdError, Result};
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
@@ -54,7 +53,7 @@ pub(super) fn infer_pick(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType])
     let mut kept = s[0].clone();
     kept[a] = 1;
     if s[1] != out && s[1] != kept {
-        return Err(shape_err(
+        return Err(shape_error(
             op,
             "index",
             &s[1],
@@ -162,11 +161,11 @@ pub(super) fn infer_sequence_mask(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: 
     let (use_len, axis, _) = mask_params(op, attrs)?;
     let x = &s[0];
     if x.len() < 2 {
-        return Err(shape_err(
+        return Err(shape_error(
             op,
             "data",
             x,
-            "at least 2 dimensions (time and batch)".into(),
+            "at least 2 dimensions (time and batch)",
         ));
     }
     if s.len() != 1 + use_len as usize {
@@ -181,7 +180,7 @@ pub(super) fn infer_sequence_mask(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: 
     }
     let batch = x[1 - axis];
     if use_len && s[1] != [batch] {
-        return Err(shape_err(
+        return Err(shape_error(
             op,
             "sequence_length",
             &s[1],
@@ -300,11 +299,11 @@ pub(super) fn infer_sequence_last(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: 
     let mut out = s[0].clone();
     out.remove(axis);
     if s[0][axis] == 0 && out.iter().product::<usize>() > 0 {
-        return Err(shape_err(
+        return Err(shape_error(
             op,
             "data",
             &s[0],
-            "at least one step to take the last of".into(),
+            "at least one step to take the last of",
         ));
     }
     Ok((vec![out], vec![d[0]]))
@@ -411,11 +410,11 @@ pub(super) fn infer_depth_space(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[
     let b = block_size(op, attrs)?;
     let x = &s[0];
     if x.len() != 4 {
-        return Err(shape_err(op, "data", x, "(n, c, h, w)".into()));
+        return Err(shape_error(op, "data", x, "(n, c, h, w)"));
     }
     let out = if op == "depth_to_space" {
         if !x[1].is_multiple_of(b * b) {
-            return Err(shape_err(
+            return Err(shape_error(
                 op,
                 "data",
                 x,
@@ -425,7 +424,7 @@ pub(super) fn infer_depth_space(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[
         vec![x[0], x[1] / (b * b), x[2] * b, x[3] * b]
     } else {
         if !x[2].is_multiple_of(b) || !x[3].is_multiple_of(b) {
-            return Err(shape_err(
+            return Err(shape_error(
                 op,
                 "data",
                 x,

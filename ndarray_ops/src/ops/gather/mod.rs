@@ -20,7 +20,7 @@
 
 use super::permute::permute;
 use super::{norm_axes, times, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT};
-use crate::error::{invalid, NdError, Result};
+use crate::error::{invalid, shape_error, NdError, Result};
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
@@ -43,28 +43,19 @@ pub(crate) fn strides(shape: &[usize]) -> Vec<usize> {
 }
 
 /// repeat's `repeats` (0 repeats leaves an empty array, as in MXNet).
-pub(super) fn repeats(op: &str, attrs: &Attrs) -> Result<usize> {
+fn repeats(op: &str, attrs: &Attrs) -> Result<usize> {
     attrs.count(op, "repeats", None, 0..=i32::MAX as u32)
 }
 
-pub(super) fn positive(op: &str, key: &str, v: i64) -> Result<usize> {
+fn positive(op: &str, key: &str, v: i64) -> Result<usize> {
     if v < 1 {
         return Err(invalid(op, format!("{key}={v} is not a positive integer")));
     }
     Ok(v as usize)
 }
 
-pub(super) fn shape_err(op: &str, arg: &str, found: &[usize], expected: String) -> NdError {
-    NdError::Shape {
-        op: op.into(),
-        arg: arg.into(),
-        found: found.to_vec(),
-        expected,
-    }
-}
-
 /// The output shape of `op` for its inputs' shapes.
-pub(super) fn out_shape(op: &str, attrs: &Attrs, s: &[Vec<usize>]) -> Result<Vec<usize>> {
+fn out_shape(op: &str, attrs: &Attrs, s: &[Vec<usize>]) -> Result<Vec<usize>> {
     let x = &s[0];
     Ok(match op {
         "broadcast_to" => {
@@ -72,7 +63,7 @@ pub(super) fn out_shape(op: &str, attrs: &Attrs, s: &[Vec<usize>]) -> Result<Vec
                 .ints(op, "shape")?
                 .ok_or_else(|| invalid(op, "attribute shape is required"))?;
             if want.len() != x.len() {
-                return Err(shape_err(
+                return Err(shape_error(
                     op,
                     "data",
                     x,
@@ -103,7 +94,7 @@ pub(super) fn out_shape(op: &str, attrs: &Attrs, s: &[Vec<usize>]) -> Result<Vec
         "broadcast_like" => {
             let rhs = &s[1];
             if rhs.len() != x.len() {
-                return Err(shape_err(
+                return Err(shape_error(
                     op,
                     "rhs",
                     rhs,
@@ -187,7 +178,7 @@ pub(super) fn out_shape(op: &str, attrs: &Attrs, s: &[Vec<usize>]) -> Result<Vec
         "slice_like" => {
             let like = &s[1];
             if like.len() != x.len() {
-                return Err(shape_err(
+                return Err(shape_error(
                     op,
                     "shape_like",
                     like,
@@ -201,7 +192,7 @@ pub(super) fn out_shape(op: &str, attrs: &Attrs, s: &[Vec<usize>]) -> Result<Vec
             let mut out = x.clone();
             for a in axes {
                 if like[a] > x[a] {
-                    return Err(shape_err(
+                    return Err(shape_error(
                         op,
                         "shape_like",
                         like,
@@ -216,7 +207,7 @@ pub(super) fn out_shape(op: &str, attrs: &Attrs, s: &[Vec<usize>]) -> Result<Vec
     })
 }
 
-pub(super) fn swapped(op: &str, attrs: &Attrs, ndim: usize) -> Result<(usize, usize)> {
+fn swapped(op: &str, attrs: &Attrs, ndim: usize) -> Result<(usize, usize)> {
     let axis = |key| attrs.int(op, key, Some(0), super::C_INT);
     let (a, b) = (axis("dim1")?, axis("dim2")?);
     let v = norm_axes(op, &[a, b], ndim)?;
@@ -224,7 +215,7 @@ pub(super) fn swapped(op: &str, attrs: &Attrs, ndim: usize) -> Result<(usize, us
 }
 
 /// Pad's (before, after) per axis from `pad_width`, two per axis.
-pub(super) fn pad_widths(op: &str, attrs: &Attrs, ndim: usize) -> Result<Vec<(usize, usize)>> {
+fn pad_widths(op: &str, attrs: &Attrs, ndim: usize) -> Result<Vec<(usize, usize)>> {
     let w = attrs
         .ints_in(op, "pad_width", 0..=i64::from(i32::MAX))?
         .ok_or_else(|| invalid(op, "attribute pad_width is required"))?;
@@ -239,7 +230,7 @@ pub(super) fn pad_widths(op: &str, attrs: &Attrs, ndim: usize) -> Result<Vec<(us
         .collect())
 }
 
-pub(super) fn upsampling_check(op: &str, attrs: &Attrs, x: &[usize]) -> Result<()> {
+fn upsampling_check(op: &str, attrs: &Attrs, x: &[usize]) -> Result<()> {
     match attrs.get("sample_type") {
         Some("nearest") => {}
         other => {
@@ -252,13 +243,13 @@ pub(super) fn upsampling_check(op: &str, attrs: &Attrs, x: &[usize]) -> Result<(
         }
     }
     if x.len() != 4 {
-        return Err(shape_err(op, "data", x, "(n, c, h, w)".into()));
+        return Err(shape_error(op, "data", x, "(n, c, h, w)"));
     }
     Ok(())
 }
 
 /// Checks the op's own attributes beyond shapes (modes, values).
-pub(super) fn check_attrs(op: &str, attrs: &Attrs) -> Result<()> {
+fn check_attrs(op: &str, attrs: &Attrs) -> Result<()> {
     if op == "Pad" {
         match attrs.get("mode").unwrap_or("constant") {
             "constant" | "edge" | "reflect" => {}
@@ -284,9 +275,9 @@ pub(super) fn check_attrs(op: &str, attrs: &Attrs) -> Result<()> {
 }
 
 /// Whether data of shape `x` broadcasts to `out` (the same rank): each axis 1 or already `out`'s.
-pub(super) fn broadcastable(op: &str, x: &[usize], out: &[usize]) -> Result<()> {
+fn broadcastable(op: &str, x: &[usize], out: &[usize]) -> Result<()> {
     match (0..out.len()).find(|&d| x[d] != out[d] && x[d] != 1) {
-        Some(d) => Err(shape_err(
+        Some(d) => Err(shape_error(
             op,
             "data",
             x,
@@ -310,7 +301,7 @@ pub(super) fn infer_gather(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType
     if op == "Pad" && attrs.get("mode").unwrap_or("constant") == "reflect" {
         let widths = pad_widths(op, attrs, s[0].len())?;
         if let Some(a) = (0..s[0].len()).find(|&a| widths[a].0.max(widths[a].1) >= s[0][a].max(1)) {
-            return Err(shape_err(
+            return Err(shape_error(
                 op,
                 "pad_width",
                 &s[0],
@@ -346,7 +337,7 @@ pub(super) fn gather_kernel(
 
 /// `_backward_gather(ograd, data)`, with the forward op in `__fwd__` and its attributes: each
 /// output gradient element added into the data element it read.
-pub(super) fn infer_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+fn infer_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let fwd = forward_op(op, attrs)?;
     check_backward(fwd, attrs, &s[1], &s[0])?;
     // The gradient is the data's, in the data's dtype.
@@ -356,12 +347,7 @@ pub(super) fn infer_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DTy
 
 /// Checks that an output gradient of shape `ograd` is what `fwd` makes of data of shape `data`,
 /// so that its rules read only inside the data.
-pub(super) fn check_backward(
-    fwd: &str,
-    attrs: &Attrs,
-    data: &[usize],
-    ograd: &[usize],
-) -> Result<()> {
+fn check_backward(fwd: &str, attrs: &Attrs, data: &[usize], ograd: &[usize]) -> Result<()> {
     check_attrs(fwd, attrs)?;
     let fits = match fwd {
         // Their output's shape comes from a second input, which the gradient does not see.
@@ -371,7 +357,7 @@ pub(super) fn check_backward(
     };
     match fits {
         true => Ok(()),
-        false => Err(shape_err(
+        false => Err(shape_error(
             fwd,
             "ograd",
             ograd,
@@ -380,13 +366,13 @@ pub(super) fn check_backward(
     }
 }
 
-pub(super) fn forward_op<'a>(op: &str, attrs: &'a Attrs) -> Result<&'a str> {
+fn forward_op<'a>(op: &str, attrs: &'a Attrs) -> Result<&'a str> {
     attrs
         .get("__fwd__")
         .ok_or_else(|| invalid(op, "attribute __fwd__ (the forward op) is required"))
 }
 
-pub(super) fn backward_kernel(
+fn backward_kernel(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],

@@ -251,7 +251,7 @@ pub(crate) fn gradient_inputs(attrs: &Attrs) -> Result<usize> {
 
 /// Data is `(T, N, I)` and float (the backward shape rule passes a float dtype: it checks the
 /// shape alone).
-pub(super) fn check_data(op: &str, x: &[usize], d: DType) -> Result<()> {
+fn check_data(op: &str, x: &[usize], d: DType) -> Result<()> {
     if x.len() != 3 {
         return Err(shape_error(
             op,
@@ -271,7 +271,7 @@ pub(super) fn check_data(op: &str, x: &[usize], d: DType) -> Result<()> {
     Ok(())
 }
 
-pub(super) const INPUT_NAMES: [&str; 5] = [
+const INPUT_NAMES: [&str; 5] = [
     "data",
     "parameters",
     "state",
@@ -279,7 +279,7 @@ pub(super) const INPUT_NAMES: [&str; 5] = [
     "sequence_length",
 ];
 
-pub(super) fn input_name(r: &Rnn, k: usize) -> &'static str {
+fn input_name(r: &Rnn, k: usize) -> &'static str {
     // Without a cell state the sequence lengths are the fourth input.
     if k == 3 && !r.lstm() {
         INPUT_NAMES[4]
@@ -289,7 +289,7 @@ pub(super) fn input_name(r: &Rnn, k: usize) -> &'static str {
 }
 
 /// Checks inputs `s` (dtypes `d`) against what data `s[0]` asks for.
-pub(super) fn check_inputs(op: &str, r: &Rnn, s: &[Vec<usize>], d: &[DType]) -> Result<()> {
+fn check_inputs(op: &str, r: &Rnn, s: &[Vec<usize>], d: &[DType]) -> Result<()> {
     if s.len() != r.inputs() {
         return Err(invalid(
             op,
@@ -325,7 +325,7 @@ pub(super) fn check_inputs(op: &str, r: &Rnn, s: &[Vec<usize>], d: &[DType]) -> 
     Ok(())
 }
 
-pub(super) fn infer_rnn(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+fn infer_rnn(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let r = Rnn::parse(op, attrs)?;
     check_inputs(op, &r, s, d)?;
     let x = &s[0];
@@ -338,7 +338,7 @@ pub(super) fn infer_rnn(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) 
 }
 
 /// The parameters' and states' shapes follow from the data's.
-pub(super) fn infer_rnn_inputs(
+fn infer_rnn_inputs(
     op: &str,
     attrs: &Attrs,
     ins: &[Option<Vec<usize>>],
@@ -359,7 +359,7 @@ pub(super) fn infer_rnn_inputs(
 }
 
 /// `_backward_RNN`'s inputs: the gradient of each output, then the forward node's inputs.
-pub(super) fn infer_rnn_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+fn infer_rnn_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let r = Rnn::parse(op, attrs)?;
     let heads = r.outputs();
     if s.len() != heads + r.inputs() {

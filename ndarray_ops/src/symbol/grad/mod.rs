@@ -23,9 +23,9 @@ use math::*;
 use nn::*;
 use shape::*;
 
-pub(super) type GradFn = fn(&Arc<Node>, &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>>;
+type GradFn = fn(&Arc<Node>, &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>>;
 
-pub(super) fn out(node: &Arc<Node>, index: usize) -> NodeEntry {
+fn out(node: &Arc<Node>, index: usize) -> NodeEntry {
     NodeEntry {
         node: node.clone(),
         index,
@@ -33,16 +33,11 @@ pub(super) fn out(node: &Arc<Node>, index: usize) -> NodeEntry {
     }
 }
 
-pub(super) fn make(
-    op: &str,
-    name: String,
-    inputs: Vec<NodeEntry>,
-    attrs: Attrs,
-) -> Result<Arc<Node>> {
+fn make(op: &str, name: String, inputs: Vec<NodeEntry>, attrs: Attrs) -> Result<Arc<Node>> {
     Symbol::node(lookup(op)?, &name, attrs, inputs)
 }
 
-pub(super) fn need(node: &Node, og: &[Option<NodeEntry>]) -> Result<NodeEntry> {
+fn need(node: &Node, og: &[Option<NodeEntry>]) -> Result<NodeEntry> {
     og.first().cloned().flatten().ok_or_else(|| {
         invalid(
             node.op_name(),
@@ -53,11 +48,7 @@ pub(super) fn need(node: &Node, og: &[Option<NodeEntry>]) -> Result<NodeEntry> {
 
 /// One backward node `op` of `n`'s attributes, reading `ins`, whose outputs are the gradients
 /// of `n`'s inputs in order.
-pub(super) fn backward_node(
-    n: &Arc<Node>,
-    op: &str,
-    ins: Vec<NodeEntry>,
-) -> Result<Vec<Option<NodeEntry>>> {
+fn backward_node(n: &Arc<Node>, op: &str, ins: Vec<NodeEntry>) -> Result<Vec<Option<NodeEntry>>> {
     let bw = make(op, format!("{}_backward", n.name), ins, n.attrs.clone())?;
     Ok((0..n.inputs.len()).map(|k| Some(out(&bw, k))).collect())
 }
@@ -69,7 +60,7 @@ pub(crate) fn has_rule(op: &str) -> bool {
 }
 
 /// The gradient rule of an op, for the ops that have one.
-pub(super) fn rule(op: &str) -> Option<GradFn> {
+fn rule(op: &str) -> Option<GradFn> {
     Some(match op {
         "FullyConnected" => fully_connected,
         // Before the gather ops: bilinear UpSampling is a Deconvolution.
@@ -169,7 +160,7 @@ pub(super) fn rule(op: &str) -> Option<GradFn> {
 }
 
 /// Whether an op starts its own gradient (a loss), ignoring head gradients.
-pub(super) fn is_loss(op: &str) -> bool {
+fn is_loss(op: &str) -> bool {
     crate::ops::loss::is_loss(op)
 }
 

@@ -1,0 +1,210 @@
+//! Op attributes: MXNet's string map, each value parsed once into the types the ops read, with
+//! errors that name the op, the attribute and the value.
+
+use super::*;
+
+/// An op's attributes as strings (MXNet's JSON form), with typed getters that name the op and the
+/// key in their errors. Cloning shares the map (kernels keep a copy without allocating).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Attrs(Arc<BTreeMap<String, Value>>);
+
+/// One attribute: its text, and its number once a kernel has asked for one. Kernels read their
+/// attributes every time they run, and a map is shared by every run of its node (or, for
+/// `x + 1.0` in a loop, by every op of the loop), so a number is parsed once per map.
+#[derive(Clone)]
+pub(crate) struct Value {
+    pub(super) text: String,
+    pub(super) number: OnceLock<Option<f64>>,
+}
+
+impl Value {
+    pub(super) fn new(text: String) -> Value {
+        Value {
+            text,
+            number: OnceLock::new(),
+        }
+    }
+
+    pub(super) fn number(&self) -> Option<f64> {
+        *self.number.get_or_init(|| self.text.trim().parse().ok())
+    }
+}
+
+impl PartialEq for Value {
+    fn eq(&self, other: &Value) -> bool {
+        self.text == other.text
+    }
+}
+
+impl Eq for Value {}
+
+impl fmt::Debug for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.text, f)
+    }
+}
+
+impl Attrs {
+    /// No attributes (one shared empty map: making one costs no allocation).
+    pub fn new() -> Self {
+        static EMPTY: OnceLock<Attrs> = OnceLock::new();
+        EMPTY
+            .get_or_init(|| Attrs(Arc::new(BTreeMap::new())))
+            .clone()
+    }
+
+    /// Adds one.
+    pub fn with(mut self, key: &str, value: impl ToString) -> Self {
+        Arc::make_mut(&mut self.0).insert(key.to_string(), Value::new(value.to_string()));
+        self
+    }
+
+    /// The raw string.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(|v| v.text.as_str())
+    }
+
+    /// Every attribute, sorted by key.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v.text.as_str()))
+    }
+
+    /// A float attribute.
+    pub fn f64(&self, op: &str, key: &str, default: Option<f64>) -> Result<f64> {
+        match self.0.get(key) {
+            Some(v) => v.number().ok_or_else(|| {
+                invalid(op, format!("attribute {key}={:?} is not a number", v.text))
+            }),
+            None => default.ok_or_else(|| invalid(op, format!("attribute {key} is required"))),
+        }
+    }
+
+    /// [`Attrs::ints`] whose every entry lies in `range`: a window's sizes, strides, paddings or
+    /// offsets, which are multiplied and added into shapes, so that a huge one is refused
+    /// instead of wrapping that arithmetic.
+    pub fn ints_in(
+        &self,
+        op: &str,
+        key: &str,
+        range: RangeInclusive<i64>,
+    ) -> Result<Option<Vec<i64>>> {
+        let v = self.ints(op, key)?;
+        if let Some(bad) = v.iter().flatten().find(|x| !range.contains(x)) {
+            return Err(invalid(
+                op,
+                format!(
+                    "attribute {key}={:?} has {bad}, outside {} to {}",
+                    self.get(key).unwrap_or_default(),
+                    range.start(),
+                    range.end()
+                ),
+            ));
+        }
+        Ok(v)
+    }
+
+    /// A whole-number attribute (an axis length, a count) within `range`: `3`, or `3.0` as a
+    /// float-formatting writer leaves it, but never `2.5`, NaN or a number past the range, which
+    /// a cast would silently truncate or saturate into a shape or a list's length.
+    pub fn int(
+        &self,
+        op: &str,
+        key: &str,
+        default: Option<i64>,
+        range: RangeInclusive<i64>,
+    ) -> Result<i64> {
+        let Some(v) = self.0.get(key) else {
+            return default.ok_or_else(|| invalid(op, format!("attribute {key} is required")));
+        };
+        // The bounds used are 32-bit, so they and every whole number between them are exact.
+        match v.number() {
+            Some(n)
+                if n.fract() == 0.0
+                    && (*range.start() as f64..=*range.end() as f64).contains(&n) =>
+            {
+                Ok(n as i64)
+            }
+            _ => Err(invalid(
+                op,
+                format!(
+                    "attribute {key}={:?} is not a whole number from {} to {}",
+                    v.text,
+                    range.start(),
+                    range.end()
+                ),
+            )),
+        }
+    }
+
+    /// [`Attrs::int`] for a count or a length, which can be no less than `range`'s start and is
+    /// used as a `usize`.
+    pub fn count(
+        &self,
+        op: &str,
+        key: &str,
+        default: Option<usize>,
+        range: RangeInclusive<u32>,
+    ) -> Result<usize> {
+        let range = i64::from(*range.start())..=i64::from(*range.end());
+        let default = default.map(|d| d as i64);
+        Ok(self.int(op, key, default, range)? as usize)
+    }
+
+    /// A float attribute that MXNet holds as a C `float` (a clip bound, a slope, an optimizer's
+    /// rate): rounded to float precision, as MXNet computes with it (0.1 is 0.1f, even for
+    /// float64 arrays).
+    pub fn float(&self, op: &str, key: &str, default: Option<f64>) -> Result<f64> {
+        Ok(f64::from(self.f64(op, key, default)? as f32))
+    }
+
+    /// A boolean attribute (`true`/`false`/`1`/`0`, any case).
+    pub fn bool(&self, op: &str, key: &str, default: bool) -> Result<bool> {
+        match self.get(key).map(|v| v.trim().to_ascii_lowercase()) {
+            None => Ok(default),
+            Some(v) if v == "true" || v == "1" => Ok(true),
+            Some(v) if v == "false" || v == "0" => Ok(false),
+            Some(v) => Err(invalid(
+                op,
+                format!("attribute {key}={v:?} is not a boolean"),
+            )),
+        }
+    }
+
+    /// The dtype named by `dtype` (MXNet's names: `float32`, `int64`, ...); float32 when
+    /// absent, as MXNet's ops default.
+    pub fn dtype(&self, op: &str) -> Result<DType> {
+        match self.get("dtype") {
+            None => Ok(DType::F32),
+            Some(name) => {
+                DType::parse(name).ok_or_else(|| invalid(op, format!("dtype {name:?} is unknown")))
+            }
+        }
+    }
+
+    /// An integer tuple such as `(0, 2)`, `[1]`, `1` or `()`; `None` when absent or `None`.
+    pub fn ints(&self, op: &str, key: &str) -> Result<Option<Vec<i64>>> {
+        let Some(v) = self.get(key) else {
+            return Ok(None);
+        };
+        let t = v
+            .trim()
+            .trim_start_matches(['(', '['])
+            .trim_end_matches([')', ']']);
+        if t.eq_ignore_ascii_case("none") {
+            return Ok(None);
+        }
+        t.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                s.parse::<i64>().map_err(|_| {
+                    invalid(
+                        op,
+                        format!("attribute {key}={v:?} is not a tuple of integers"),
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>>>()
+            .map(Some)
+    }
+}
