@@ -76,7 +76,7 @@ fn elements(op: &str, shape: &[usize], dtype: DType) -> Result<(usize, usize)> {
         _ => Err(shape_error(
             op,
             "shape",
-            shape.to_vec(),
+            shape,
             "a size that fits in memory",
         )),
     }
@@ -371,7 +371,7 @@ impl NDArray {
             return Err(shape_error(
                 "reshape",
                 "new shape",
-                shape.to_vec(),
+                shape,
                 format!(
                     "{} elements, as the array of shape {:?} has",
                     self.size(),
@@ -461,7 +461,7 @@ impl NDArray {
             return Err(shape_error(
                 "copy",
                 "destination",
-                dst.shape.to_vec(),
+                &dst.shape,
                 format!(
                     "shape {:?} and dtype {} like the source (it has {})",
                     self.shape, self.dtype, dst.dtype

@@ -203,7 +203,7 @@ impl Runtime {
             return Err(shape_error(
                 "from_vec",
                 "shape",
-                shape.to_vec(),
+                shape,
                 format!("{} elements to hold the {} values given", n, data.len()),
             ));
         }

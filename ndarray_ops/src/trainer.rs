@@ -263,7 +263,7 @@ impl DataParallel {
                 return Err(shape_error(
                     "data parallel",
                     format!("data '{name}'"),
-                    data.shape().to_vec(),
+                    data.shape(),
                     format!(
                         "the whole batch, shape {want:?} (or that many rows of as many elements)"
                     ),

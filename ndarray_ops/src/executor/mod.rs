@@ -513,7 +513,7 @@ impl Executor {
                     return Err(shape_error(
                         "copy_params_from",
                         format!("{kind} {name:?}"),
-                        value.shape().to_vec(),
+                        value.shape(),
                         format!(
                             "{:?} ({}) as bound (the value given is {})",
                             dst.shape(),

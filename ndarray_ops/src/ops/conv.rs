@@ -170,12 +170,7 @@ pub(super) fn out_len(
 /// channels and the filters.
 pub(super) fn check_grouped_data(op: &str, x: &[usize], c: &Conv) -> Result<()> {
     if x.len() != 4 {
-        return Err(shape_error(
-            op,
-            "data",
-            x.to_vec(),
-            "4 dimensions (N, C, H, W)",
-        ));
+        return Err(shape_error(op, "data", x, "4 dimensions (N, C, H, W)"));
     }
     if !x[1].is_multiple_of(c.groups) || !c.filters.is_multiple_of(c.groups) {
         return Err(invalid(

@@ -34,7 +34,7 @@ pub(crate) fn broadcast_shape(op: &str, a: &[usize], b: &[usize]) -> Result<Vec<
                 return Err(shape_error(
                     op,
                     "rhs",
-                    b.to_vec(),
+                    b,
                     format!("a shape that broadcasts with lhs {a:?}"),
                 ))
             }

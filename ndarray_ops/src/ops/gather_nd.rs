@@ -37,7 +37,7 @@ fn layout(op: &str, indices: &[usize], x: &[usize]) -> Result<(usize, Vec<usize>
         return Err(shape_error(
             op,
             "indices",
-            indices.to_vec(),
+            indices,
             "at least 2 dimensions (M coordinates, then the positions)",
         ));
     }
@@ -46,7 +46,7 @@ fn layout(op: &str, indices: &[usize], x: &[usize]) -> Result<(usize, Vec<usize>
         return Err(shape_error(
             op,
             "indices",
-            indices.to_vec(),
+            indices,
             format!(
                 "1 to {} coordinates along its first axis (the indexed array {x:?})",
                 x.len()

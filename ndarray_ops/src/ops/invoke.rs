@@ -173,7 +173,7 @@ pub(crate) fn prepare(
                     return Err(shape_error(
                         op,
                         format!("output {i}"),
-                        o.shape().to_vec(),
+                        o.shape(),
                         format!(
                             "shape {s:?}, dtype {d} on {ctx} (it is {} on {})",
                             o.dtype(),

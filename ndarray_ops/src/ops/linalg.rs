@@ -22,7 +22,7 @@ fn mm_dims(
         return Err(shape_error(
             op,
             "rhs",
-            b.to_vec(),
+            b,
             format!(
                 "{} rows{} to match lhs {:?}{}",
                 ka,
@@ -37,7 +37,7 @@ fn mm_dims(
 
 fn as_2d(op: &str, which: &str, s: &[usize], split_last: bool) -> Result<Vec<usize>> {
     match s.len() {
-        0 => Err(shape_error(op, which, s.to_vec(), "at least 1 dimension")),
+        0 => Err(shape_error(op, which, s, "at least 1 dimension")),
         1 if split_last => Ok(vec![1, s[0]]),
         1 => Ok(vec![s[0], 1]),
         _ if split_last => Ok(vec![s[..s.len() - 1].iter().product(), s[s.len() - 1]]),

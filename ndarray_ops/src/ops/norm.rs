@@ -84,7 +84,7 @@ pub(crate) fn layout(
             Err(shape_error(
                 op,
                 "data",
-                shape.to_vec(),
+                shape,
                 format!("at least {n} dimensions"),
             ))
         } else {

@@ -56,19 +56,14 @@ pub(crate) fn pool_params(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Po
         }
     };
     if shape.len() != 4 {
-        return Err(shape_error(
-            op,
-            "data",
-            shape.to_vec(),
-            "4 dimensions (N, C, H, W)",
-        ));
+        return Err(shape_error(op, "data", shape, "4 dimensions (N, C, H, W)"));
     }
     // The kernels keep a maximum's position in a plane as a u32.
     if shape[2].saturating_mul(shape[3]) >= NONE_YET as usize {
         return Err(shape_error(
             op,
             "data",
-            shape.to_vec(),
+            shape,
             format!("planes (H x W) of fewer than {NONE_YET} elements"),
         ));
     }

@@ -17,7 +17,7 @@ fn check_rois(op: &str, s: &[usize]) -> Result<()> {
         return Err(shape_error(
             op,
             "rois",
-            s.to_vec(),
+            s,
             "(R, 5): batch index, x1, y1, x2, y2 per region",
         ));
     }

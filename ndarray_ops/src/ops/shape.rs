@@ -593,7 +593,7 @@ fn reshape_codes(op: &str, x: &[usize], spec: &[i64]) -> Result<Vec<usize>> {
             return Err(shape_error(
                 op,
                 "data",
-                x.to_vec(),
+                x,
                 format!("a size divisible into shape {spec:?}"),
             ));
         }

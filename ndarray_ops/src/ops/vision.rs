@@ -15,12 +15,7 @@ use crate::{DType, Element};
 
 pub(super) fn check_nchw(op: &str, arg: &str, x: &[usize], d: DType) -> Result<()> {
     if x.len() != 4 {
-        return Err(shape_error(
-            op,
-            arg,
-            x.to_vec(),
-            "4 dimensions (N, C, H, W)",
-        ));
+        return Err(shape_error(op, arg, x, "4 dimensions (N, C, H, W)"));
     }
     if !d.is_float() {
         return Err(NdError::DType {
@@ -227,7 +222,7 @@ fn resize_size(
         "like" => match like {
             Some(l) if l.len() == 4 => (l[2] as i64, l[3] as i64),
             Some(l) => {
-                return Err(shape_error(op, "like", l.to_vec(), "4 dimensions (N, C, H, W)"))
+                return Err(shape_error(op, "like", l, "4 dimensions (N, C, H, W)"))
             }
             None => return Err(invalid(op, "mode like takes a second input, like")),
         },
@@ -404,14 +399,7 @@ fn crop_window(
     };
     let size = match like {
         Some(l) if l.len() == 4 => (l[2] as i64, l[3] as i64),
-        Some(l) => {
-            return Err(shape_error(
-                op,
-                "crop_like",
-                l.to_vec(),
-                "4 dimensions (N, C, H, W)",
-            ))
-        }
+        Some(l) => return Err(shape_error(op, "crop_like", l, "4 dimensions (N, C, H, W)")),
         None => pair("h_w")?,
     };
     let (h, w) = (x[2] as i64, x[3] as i64);

@@ -256,7 +256,7 @@ fn check_data(op: &str, x: &[usize], d: DType) -> Result<()> {
         return Err(shape_error(
             op,
             "data",
-            x.to_vec(),
+            x,
             "3 dimensions (sequence length, batch, features)",
         ));
     }
