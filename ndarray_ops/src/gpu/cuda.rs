@@ -44,7 +44,7 @@ struct Module {
     functions: HashMap<&'static str, CudaFunction>,
 }
 
-/// The PTX of `kernels.cu`, made once per process (it does not depend on the device): read from
+/// The PTX of the kernels (`KERNELS`), made once per process (it does not depend on the device): read from
 /// the kernel cache when an earlier process compiled the same source with the same NVRTC,
 /// otherwise compiled now and stored there (see `ptx_cache`).
 fn ptx() -> Result<&'static str, String> {
@@ -113,7 +113,7 @@ pub(crate) fn compile_ptx() -> Result<String, String> {
     std::panic::catch_unwind(|| cudarc::nvrtc::compile_ptx(KERNELS))
         .map_err(|_| nvrtc_missing())?
         .map(|ptx| ptx.to_src())
-        .map_err(|e| format!("NVRTC rejected kernels.cu: {e:?}"))
+        .map_err(|e| format!("NVRTC rejected the kernels: {e:?}"))
 }
 
 fn module(ctx: &Arc<CudaContext>) -> Result<Arc<Module>, String> {

@@ -1,4 +1,4 @@
-//! A host [`Stream`] for the tests: `kernels.cu` compiled as C++ by the system compiler and
+//! A host [`Stream`] for the tests: the kernels (`KERNELS`, from `kernels/*.cu`) compiled as C++ by the system compiler and
 //! loaded as a shared library, each launch one call that loops over every index (the kernels'
 //! grid-stride loops with a grid of one thread), and a reference GEMM. It runs the GPU op layer
 //! and the device code on any machine, so both are tested against the CPU kernels without a GPU.
@@ -31,7 +31,7 @@ fn compile() -> Result<libloading::Library, String> {
         .map_err(|e| format!("{compiler} cannot be run: {e}"))?;
     if !out.status.success() {
         return Err(format!(
-            "{compiler} rejected kernels.cu:\n{}",
+            "{compiler} rejected the kernels:\n{}",
             String::from_utf8_lossy(&out.stderr)
         ));
     }
@@ -70,7 +70,7 @@ impl Stream for HostStream {
         if !KERNEL_NAMES.contains(&kernel) {
             return Err(format!("kernel {kernel} is not in KERNEL_NAMES"));
         }
-        // SAFETY: every kernel in kernels.cu has exactly this signature (one KArgs by value).
+        // SAFETY: every kernel in `KERNELS` has exactly this signature (one KArgs by value).
         let f = unsafe {
             self.lib
                 .get::<unsafe extern "C" fn(KArgs)>(kernel.as_bytes())

@@ -2,12 +2,12 @@
 //!
 //! Three layers, so that everything but the driver calls runs on any machine:
 //!
-//! * `kernels.cu`: the device code, CUDA C, every kernel a grid-stride loop over one [`KArgs`];
+//! * `kernels/*.cu`: the device code, CUDA C, one file per op family over `kernels/common.cuh`, every kernel a grid-stride loop over one [`KArgs`];
 //! * [`ops`]: one function per op (MXNet's semantics, float32) that launches kernels and GEMMs on a
 //!   [`Stream`] — the same op list the CPU kernels implement for `train_digits` and ResNet;
 //! * the streams: [`cuda`] (the `cuda` feature) compiles the kernels with NVRTC, runs GEMMs with
 //!   cuBLAS and launches on the op's GPU's one stream; the tests' host emulator compiles
-//!   `kernels.cu` as C++ and runs each kernel as one loop, with a reference GEMM, so the op layer
+//!   the device code as C++ and runs each kernel as one loop, with a reference GEMM, so the op layer
 //!   and the kernels are checked against the CPU kernels on every machine (no GPU needed).
 
 mod conv;
@@ -36,7 +36,20 @@ mod tests;
 use crate::ops::TensorRef;
 
 /// The kernels' source.
-pub(crate) const KERNELS: &str = include_str!("kernels.cu");
+pub(crate) const KERNELS: &str = concat!(
+    include_str!("kernels/common.cuh"),
+    include_str!("kernels/elemwise.cu"),
+    include_str!("kernels/reduce.cu"),
+    include_str!("kernels/nn.cu"),
+    include_str!("kernels/conv.cu"),
+    include_str!("kernels/shape.cu"),
+    include_str!("kernels/rnn.cu"),
+    include_str!("kernels/indexing.cu"),
+    include_str!("kernels/gather.cu"),
+    include_str!("kernels/sort.cu"),
+    include_str!("kernels/resample.cu"),
+    include_str!("kernels/roi.cu"),
+);
 
 /// The names of every kernel in [`KERNELS`] (what a back end loads).
 pub(crate) const KERNEL_NAMES: &[&str] = &[
@@ -139,7 +152,7 @@ fn buckets(
     (starts, list)
 }
 
-/// A kernel's one argument (the `KArgs` of `kernels.cu`, field for field): device pointers,
+/// A kernel's one argument (the `KArgs` of `kernels/common.cuh`, field for field): device pointers,
 /// integers and floats, each kernel documenting which slots it reads.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -154,7 +167,7 @@ pub(crate) struct KArgs {
 /// `d`'s multiplier and shift for dividing by it with a multiply-high, an add and a shift
 /// (Granlund and Montgomery, "Division by invariant integers using multiplication"): with
 /// `s = ceil(log2 d)` and `m = 2^32 (2^s - d) / d + 1`, `t / d = (umulhi(t, m) + t) >> s` for all
-/// `t, d < 2^31`. Packed as `m | s << 32` for `kernels.cu`'s `split`; 0 (divide plainly) where
+/// `t, d < 2^31`. Packed as `m | s << 32` for `kernels/common.cuh`'s `split`; 0 (divide plainly) where
 /// `d` is 0 or too large.
 fn divider(d: i64) -> u64 {
     if !(1..1 << 31).contains(&d) {
@@ -329,7 +342,7 @@ pub(crate) trait Stream {
 mod divider_tests {
     use super::divider;
 
-    /// `kernels.cu`'s fast path, in Rust.
+    /// `split`'s fast path in `kernels/common.cuh`, in Rust.
     fn split(t: u32, packed: u64) -> u32 {
         let hi = ((u64::from(t) * (packed & 0xffff_ffff)) >> 32) as u32;
         (hi + t) >> (packed >> 32)

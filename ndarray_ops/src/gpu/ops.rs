@@ -224,7 +224,7 @@ pub(super) fn fill(
     fill_with(s, &outs[0], if one { 1.0 } else { 0.0 })
 }
 
-/// The unary functions of `unary_fwd` and `unary_bwd`, each at its code in `kernels.cu`: the
+/// The unary functions of `unary_fwd` and `unary_bwd`, each at its code in `kernels/elemwise.cu`: the
 /// unary ops of `ops::elemwise` that are not activations, then the table of `ops::math`.
 pub(crate) const UNARY: &[&str] = &[
     "negative",

@@ -1,4 +1,4 @@
-//! A disk cache for the kernels' PTX, so that NVRTC compiles `kernels.cu` once per machine
+//! A disk cache for the kernels' PTX, so that NVRTC compiles the kernels once per machine
 //! instead of once per process (0.7–2 s of every GPU program's start; CuPy, Triton and
 //! PyTorch's JIT keep such caches too).
 //!

@@ -167,7 +167,7 @@ pub(super) fn partial_doubles(sums: usize, parts: usize) -> usize {
     sums * (parts + parts.div_ceil(FOLD))
 }
 
-/// What [`channel_partials`] sums per channel (`chan_partial`'s modes in `kernels.cu`).
+/// What [`channel_partials`] sums per channel (`chan_partial`'s modes in `kernels/reduce.cu`).
 #[derive(Clone, Copy)]
 pub(super) enum ChannelSums {
     /// The data.

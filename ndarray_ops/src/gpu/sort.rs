@@ -3,7 +3,7 @@
 //! / 2 launches for lanes of P entries, every lane at once): each stage's pairs are independent,
 //! so the network needs no barrier inside a kernel, and the emulator runs it as the GPU does.
 //! The entries sorted are the values' total-order keys with their positions (see `sort_keys` in
-//! kernels.cu), all distinct, so the network's result is the CPU's stable order exactly.
+//! kernels/sort.cu), all distinct, so the network's result is the CPU's stable order exactly.
 
 use super::ops::{e2s, fill_with};
 use super::{KArgs, Stream};

@@ -78,7 +78,7 @@ pub(super) fn emulate(
     inputs: &[Input],
     state: Option<&mut StateSlot>,
 ) -> Result<Emulated, String> {
-    let lib = kernels().expect("a C++ compiler builds kernels.cu");
+    let lib = kernels().expect("a C++ compiler builds the kernels");
     let rt = Runtime::with_engine(EngineKind::Naive);
     let ins = arrays(&rt, inputs);
     let outs: Vec<NDArray> = cpu_shapes(op, attrs, inputs)
@@ -148,7 +148,7 @@ pub(super) fn cpu_outputs(op: &str, attrs: &Attrs, ins: &[Input]) -> Vec<Input> 
 #[test]
 pub(super) fn broadcasts_the_kernel_cannot_walk_are_refused_clearly() {
     // Six dims that alternate which side broadcasts cannot merge into the kernel's four.
-    let lib = kernels().expect("a C++ compiler builds kernels.cu");
+    let lib = kernels().expect("a C++ compiler builds the kernels");
     let rt = Runtime::with_engine(EngineKind::Naive);
     let rng = &mut StdRng::seed_from_u64(3);
     let ins = arrays(

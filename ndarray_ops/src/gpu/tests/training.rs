@@ -7,7 +7,7 @@ use super::*;
 /// the data times the mask, about p of the entries are dropped, and the seed decides the mask.
 #[test]
 pub(super) fn dropout_masks_hold_the_cpus_values_at_the_rate_asked() {
-    let lib = kernels().expect("a C++ compiler builds kernels.cu");
+    let lib = kernels().expect("a C++ compiler builds the kernels");
     let rt = Runtime::with_engine(EngineKind::Naive);
     let rng = &mut StdRng::seed_from_u64(5);
     let n = 20_000;
@@ -71,7 +71,7 @@ pub(super) fn dropout_masks_hold_the_cpus_values_at_the_rate_asked() {
 /// Runs `op` on the emulated GPU with output 0 in input 0's memory, as an in-place plan or an
 /// `out=` call makes it; the CPU kernel on separate memory is the reference.
 pub(super) fn check_in_place(op: &str, attrs: &Attrs, inputs: &[Input]) {
-    let lib = kernels().expect("a C++ compiler builds kernels.cu");
+    let lib = kernels().expect("a C++ compiler builds the kernels");
     let rt = Runtime::with_engine(EngineKind::Naive);
     let want = cpu_outputs(op, attrs, inputs);
     let gpu_in = arrays(&rt, inputs);
@@ -243,7 +243,7 @@ pub(super) fn training_ops_on_the_gpu(what: &str, sym: &crate::Symbol) -> BTreeS
 /// another seed others.
 #[test]
 pub(super) fn random_generators_draw_their_distributions_from_the_seed() {
-    let lib = kernels().expect("a C++ compiler builds kernels.cu");
+    let lib = kernels().expect("a C++ compiler builds the kernels");
     let rt = Runtime::with_engine(EngineKind::Naive);
     let n = 20_000;
     let draw = |op: &str, seed: u64, a: f64, b: f64| -> Vec<f64> {
@@ -526,7 +526,7 @@ pub(super) fn layer_by_layer(
         }
         (params, moves)
     };
-    let lib = kernels().expect("a C++ compiler builds kernels.cu");
+    let lib = kernels().expect("a C++ compiler builds the kernels");
     let dropout = |l: usize, y: &[f32]| -> (Vec<f32>, Vec<f32>) {
         let (mut dropped, mut mask) = (vec![0f32; y.len()], vec![0f32; y.len()]);
         let a = crate::gpu::KArgs::new(y.len())
@@ -645,7 +645,7 @@ pub(super) fn unary_gradients_run_on_the_gpu() {
 /// any kernel runs (it reads the indices back and checks them with the CPU's code).
 #[test]
 pub(super) fn indices_the_cpu_refuses_are_refused_on_the_gpu_with_its_message() {
-    let lib = kernels().expect("a C++ compiler builds kernels.cu");
+    let lib = kernels().expect("a C++ compiler builds the kernels");
     let rt = Runtime::with_engine(EngineKind::Naive);
     let mut rng = StdRng::seed_from_u64(3);
     let coords = (vec![2, 2], vec![0.0, 1.0, 2.0, 5.0]);

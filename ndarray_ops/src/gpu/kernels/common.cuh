@@ -1,0 +1,66 @@
+// What every kernel family (kernels/*.cu, one per op family, beside the Rust module that
+// launches it) shares. `gpu::KERNELS` joins this file and the families into one source; NVRTC
+// compiles it at run time for the GPU at hand (no CUDA toolkit at build time), and the tests
+// compile it as plain C++ and run it on the host, where each kernel is one "thread" looping over
+// every index (see emulate.rs). That works because every
+// kernel here is written as a grid-stride loop with no shared memory, no barriers and no
+// atomics: each index's result depends on that index alone, so any grid gives the same answer.
+//
+// Every kernel takes one KArgs by value (pointers, integers, floats), so one launch path serves
+// them all. Float32 only; reductions accumulate in double.
+
+#ifdef __CUDACC_RTC__
+#define KERNEL extern "C" __global__
+#define FIRST ((long long)blockIdx.x * blockDim.x + threadIdx.x)
+#define STEP ((long long)blockDim.x * gridDim.x)
+#define umulhi32 __umulhi
+#define INF_F __int_as_float(0x7f800000)
+#else
+#include <math.h>
+#define KERNEL extern "C"
+#define FIRST 0LL
+#define STEP 1LL
+#define __device__
+#define INF_F INFINITY
+inline unsigned umulhi32(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
+#endif
+
+#define FOR_EACH(t, n) for (long long t = FIRST; t < (long long)(n); t += STEP)
+
+typedef long long i64;
+
+// m[k] is i[k]'s divider for split(), set by the host with every integer.
+struct KArgs {
+    float* p[12];
+    i64 i[16];
+    float f[8];
+    unsigned long long m[16];
+};
+
+__device__ inline i64 min64(i64 a, i64 b) { return a < b ? a : b; }
+__device__ inline i64 max64(i64 a, i64 b) { return a > b ? a : b; }
+
+// t / i[k] for t >= 0, the remainder into *r. Index arithmetic is most of the work of the
+// layout kernels (im2col, col2im, per-channel maps) and a division costs tens of instructions, so
+// the host gives every integer a multiplier and shift (m[k]: Granlund and Montgomery's division
+// by an invariant integer) and this divides with one multiply-high, an add and a shift, exact
+// while t and i[k] are below 2^31; beyond that (m[k] == 0 or t too large) it divides.
+__device__ inline i64 split(const KArgs& a, int k, i64 t, i64* r) {
+    unsigned long long m = a.m[k];
+    i64 q;
+    if (m != 0 && t < 2147483648LL) {
+        unsigned n = (unsigned)t;
+        q = (i64)((umulhi32(n, (unsigned)m) + n) >> (unsigned)(m >> 32));
+    } else {
+        q = t / a.i[k];
+    }
+    *r = t - q * a.i[k];
+    return q;
+}
+
+// (t / i1) % i2: the channel of element t in an (outer, channels = i2, inner = i1) layout.
+__device__ inline i64 channel_of(const KArgs& a, i64 t) {
+    i64 r, c;
+    split(a, 2, split(a, 1, t, &r), &c);
+    return c;
+}

@@ -1,0 +1,466 @@
+// Layers and updates: Adam, BatchNorm, the softmax family, SGD, dropout, the norms over groups,
+// the regression heads' gradient and the random generators.
+
+// adam_update in double, MXNet's order: g = clip(rescale f2 * p4 + wd f1 * w, f3), mean p1 =
+// f4 p5 + (1 - f4) g, var p2 = f5 p6 + (1 - f5) g^2, p0 = w - lr f0 * mean / (sqrt(var) + f6);
+// w = p3.
+KERNEL void adam(KArgs a) {
+    FOR_EACH(t, a.i[0]) {
+        double w = a.p[3][t];
+        double g = (double)a.p[4][t] * (double)a.f[2] + (double)a.f[1] * w;
+        double clip = a.f[3];
+        if (clip > 0.0) g = g < -clip ? -clip : (g > clip ? clip : g);
+        double b1 = a.f[4], b2 = a.f[5];
+        double mean = b1 * a.p[5][t] + (1.0 - b1) * g;
+        double var = b2 * a.p[6][t] + (1.0 - b2) * g * g;
+        a.p[1][t] = (float)mean;
+        a.p[2][t] = (float)var;
+        a.p[0][t] = (float)(w - (double)a.f[0] * mean / (sqrt(var) + (double)a.f[6]));
+    }
+}
+
+// BatchNorm forward, per channel (i0 channels): p0 mean and p1 var out (the batch's when i1
+// says batch statistics, else the moving ones), p2 gamma, p3 beta, p4 moving mean, p5 moving
+// var (updated with momentum f1 under batch statistics), p6 scale out for bn_apply; under batch statistics p7 holds chan_partial's two planes of sums of
+// x and x^2 (i3 partial sums per channel) over f2 elements per channel. f0 eps, i2 fix_gamma.
+KERNEL void bn_prepare(KArgs a) {
+    FOR_EACH(c, a.i[0]) {
+        float mean, var;
+        if (a.i[1]) {
+            double n = a.f[2];
+            double m = chan_sum(a.p[7], c, a.i[3]) / n;
+            double sq = chan_sum(a.p[7], a.i[0] + c, a.i[3]) / n;
+            mean = (float)m;
+            var = (float)fmax(sq - m * m, 0.0);
+            float mom = a.f[1];
+            a.p[4][c] = a.p[4][c] * mom + mean * (1.0f - mom);
+            a.p[5][c] = a.p[5][c] * mom + var * (1.0f - mom);
+        } else {
+            mean = a.p[4][c];
+            var = a.p[5][c];
+        }
+        a.p[0][c] = mean;
+        a.p[1][c] = var;
+        float g = a.i[2] ? 1.0f : a.p[2][c];
+        a.p[6][c] = g / sqrtf(var + a.f[0]);
+    }
+}
+
+// p0[t] = (p1[t] - p4[c]) * p2[c] + p3[c] (x, mean, scale, beta), c = (t / i1) % i2. Centring
+// first keeps data far from zero accurate, where x * scale + (beta - mean * scale) cancels.
+KERNEL void bn_apply(KArgs a) {
+    FOR_EACH(t, a.i[0]) {
+        i64 c = channel_of(a, t);
+        a.p[0][t] = (a.p[1][t] - a.p[4][c]) * a.p[2][c] + a.p[3][c];
+    }
+}
+
+// BatchNorm backward, per channel (i0 channels): p0 gets the gamma gradient and p1 the beta
+// gradient; p2 gamma, p3 var, p5 mean; p6 holds chan_partial's two planes of sums of dy and
+// dy * x (i3 partial sums per channel), so that sum(dy * (x - mean)) = sum(dy * x) - mean *
+// sum(dy). Writes bn_bwd_apply's coefficients ka, kb, kc to p4 (three runs of i0 floats). f0
+// eps, f1 elements per channel, i1 batch statistics, i2 fix_gamma.
+KERNEL void bn_bwd_prepare(KArgs a) {
+    i64 channels = a.i[0];
+    FOR_EACH(c, channels) {
+        double dy = chan_sum(a.p[6], c, a.i[3]);
+        double dy_x = chan_sum(a.p[6], channels + c, a.i[3]);
+        float dy_centred = (float)(dy_x - (double)a.p[5][c] * dy);
+        float inv = 1.0f / sqrtf(a.p[3][c] + a.f[0]);
+        float dy_xhat = dy_centred * inv;
+        float g = a.i[2] ? 1.0f : a.p[2][c];
+        float* k = a.p[4];
+        k[c] = g * inv;
+        k[channels + c] = a.i[1] ? (float)(dy / a.f[1]) : 0.0f;
+        k[2 * channels + c] = a.i[1] ? dy_xhat * inv / a.f[1] : 0.0f;
+        a.p[0][c] = a.i[2] ? 0.0f : dy_xhat;
+        a.p[1][c] = (float)dy;
+    }
+}
+
+// p0 = ka[c] * (p1 - kb[c] - (p2 - mean[c]) * kc[c]); p3 mean, p4 ka, p5 kb, p6 kc;
+// c = (t / i1) % i2.
+KERNEL void bn_bwd_apply(KArgs a) {
+    FOR_EACH(t, a.i[0]) {
+        i64 c = channel_of(a, t);
+        a.p[0][t] = a.p[4][c] * (a.p[1][t] - a.p[5][c] - (a.p[2][t] - a.p[3][c]) * a.p[6][c]);
+    }
+}
+
+// Softmax over axis 1 of an (outer, i1, i2) layout at temperature f0, one thread per lane (i0
+// lanes): p0 = softmax(p1 / f0), or its logarithm where i3 is set.
+KERNEL void softmax_lanes(KArgs a) {
+    i64 len = a.i[1], inner = a.i[2];
+    double temp = a.f[0];
+    FOR_EACH(t, a.i[0]) {
+        i64 base = (t / inner) * len * inner + t % inner;
+        const float* x = a.p[1] + base;
+        float* y = a.p[0] + base;
+        double m = x[0] / temp;
+        for (i64 k = 1; k < len; k++) m = fmax(m, x[k * inner] / temp);
+        double z = 0.0;
+        for (i64 k = 0; k < len; k++) z += exp(x[k * inner] / temp - m);
+        double logz = log(z);
+        for (i64 k = 0; k < len; k++) {
+            double s = x[k * inner] / temp - m;
+            y[k * inner] = (float)(a.i[3] ? s - logz : exp(s) / z);
+        }
+    }
+}
+
+// softmax_lanes' gradient, per lane: p0 = d data from p1 (the output's gradient) and p2 (the
+// output); softmax: y * (g - sum(g * y)) / f0; log_softmax (i3): (g - exp(y) * sum(g)) / f0.
+KERNEL void softmax_lanes_bwd(KArgs a) {
+    i64 len = a.i[1], inner = a.i[2];
+    double temp = a.f[0];
+    FOR_EACH(t, a.i[0]) {
+        i64 base = (t / inner) * len * inner + t % inner;
+        const float* g = a.p[1] + base;
+        const float* y = a.p[2] + base;
+        float* dx = a.p[0] + base;
+        double s = 0.0;
+        for (i64 k = 0; k < len; k++) s += a.i[3] ? (double)g[k * inner] : (double)g[k * inner] * y[k * inner];
+        for (i64 k = 0; k < len; k++) {
+            double gk = g[k * inner], yk = y[k * inner];
+            dx[k * inner] = (float)((a.i[3] ? gk - exp(yk) * s : yk * (gk - s)) / temp);
+        }
+    }
+}
+
+// softmax_lanes and softmax_lanes_bwd split for few long lanes (as gpu/ops.rs's over_lanes
+// runs them), with their layout, i1..i3, f0 and p0..p2, each lane in i5 parts so that many
+// threads share a lane; i6 says backward. softmax_parts, one thread per (lane, part) (i0 of
+// them): part k of a lane takes its elements k, k + i5, ... (neighbouring threads read
+// neighbouring addresses) and writes to p7 (doubles) their maximum and their sum of exp(x -
+// that maximum), of x / f0 (backward: the sum of g * y, or of g for log_softmax). softmax_join,
+// one thread per lane (i0 lanes): the lane's maximum and sum of exp from its parts (backward:
+// its sum) into p8 (doubles, two per lane). softmax_each, one thread per element (i0 of them):
+// p0 as the lane kernels compute it, from the lane's figures in p8.
+__device__ inline i64 lane_start(i64 lane, i64 len, i64 inner) {
+    return (lane / inner) * len * inner + lane % inner;
+}
+
+KERNEL void softmax_parts(KArgs a) {
+    i64 len = a.i[1], inner = a.i[2], parts = a.i[5];
+    double temp = a.f[0];
+    double* out = (double*)a.p[7];
+    FOR_EACH(t, a.i[0]) {
+        i64 lane = t / parts, k0 = t % parts;
+        i64 base = lane_start(lane, len, inner);
+        const float* x = a.p[1] + base;
+        if (a.i[6]) {
+            const float* y = a.p[2] + base;
+            double s = 0.0;
+            for (i64 k = k0; k < len; k += parts)
+                s += a.i[3] ? (double)x[k * inner] : (double)x[k * inner] * y[k * inner];
+            out[2 * t] = s;
+            continue;
+        }
+        double m = x[k0 * inner] / temp;
+        for (i64 k = k0 + parts; k < len; k += parts) m = fmax(m, x[k * inner] / temp);
+        double z = 0.0;
+        for (i64 k = k0; k < len; k += parts) z += exp(x[k * inner] / temp - m);
+        out[2 * t] = m;
+        out[2 * t + 1] = z;
+    }
+}
+
+KERNEL void softmax_join(KArgs a) {
+    i64 parts = a.i[5];
+    FOR_EACH(lane, a.i[0]) {
+        const double* p = (const double*)a.p[7] + 2 * lane * parts;
+        double* out = (double*)a.p[8] + 2 * lane;
+        if (a.i[6]) {
+            double s = 0.0;
+            for (i64 k = 0; k < parts; k++) s += p[2 * k];
+            out[0] = s;
+            continue;
+        }
+        double m = p[0];
+        for (i64 k = 1; k < parts; k++) m = fmax(m, p[2 * k]);
+        double z = 0.0;
+        for (i64 k = 0; k < parts; k++) z += p[2 * k + 1] * exp(p[2 * k] - m);
+        out[0] = m;
+        out[1] = z;
+    }
+}
+
+KERNEL void softmax_each(KArgs a) {
+    i64 len = a.i[1], inner = a.i[2];
+    double temp = a.f[0];
+    FOR_EACH(t, a.i[0]) {
+        i64 r, q = split(a, 2, t, &r);
+        const double* lane = (const double*)a.p[8] + 2 * ((q / len) * inner + r);
+        if (a.i[6]) {
+            double g = a.p[1][t], y = a.p[2][t];
+            a.p[0][t] = (float)((a.i[3] ? g - exp(y) * lane[0] : y * (g - lane[0])) / temp);
+            continue;
+        }
+        double s = a.p[1][t] / temp - lane[0];
+        a.p[0][t] = (float)(a.i[3] ? s - log(lane[1]) : exp(s) / lane[1]);
+    }
+}
+
+// SoftmaxOutput's gradient on an (n, i1) output: p0 = (p1 - onehot(p2)) * f0.
+// i2 = 1: rows labelled f1 (ignore_label) pass no gradient.
+KERNEL void softmax_output_bwd(KArgs a) {
+    i64 classes = a.i[1];
+    FOR_EACH(t, a.i[0]) {
+        float label = a.p[2][t / classes];
+        float hit = (label >= 0.0f && (i64)label == t % classes) ? 1.0f : 0.0f;
+        bool ignored = a.i[2] != 0 && label == a.f[1];
+        a.p[0][t] = ignored ? 0.0f : (a.p[1][t] - hit) * a.f[0];
+    }
+}
+
+__device__ inline float prepared_grad(float g, float w, const KArgs& a) {
+    g *= a.f[2];
+    if (a.f[3] > 0.0f) g = fminf(fmaxf(g, -a.f[3]), a.f[3]);
+    return g + a.f[1] * w;
+}
+
+// sgd_update: p0 = p1 - lr * grad(p2); f0 lr, f1 wd, f2 rescale_grad, f3 clip_gradient.
+KERNEL void sgd(KArgs a) {
+    FOR_EACH(t, a.i[0]) {
+        float w = a.p[1][t];
+        a.p[0][t] = w - a.f[0] * prepared_grad(a.p[2][t], w, a);
+    }
+}
+
+// sgd_mom_update: m = f4 * p4 - lr * grad(p3); p1 = m; p0 = p2 + m.
+KERNEL void sgd_mom(KArgs a) {
+    FOR_EACH(t, a.i[0]) {
+        float w = a.p[2][t];
+        float m = a.f[4] * a.p[4][t] - a.f[0] * prepared_grad(a.p[3][t], w, a);
+        a.p[1][t] = m;
+        a.p[0][t] = w + m;
+    }
+}
+
+// splitmix64's output function: a bijection of 64-bit words whose outputs for consecutive inputs
+// pass statistical tests, so that element t's random number is a function of (seed, t) alone.
+__device__ inline unsigned long long mix64(unsigned long long z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+// Draw k of the stream `seed`: uniform in [0, 1), 53 bits.
+__device__ inline double draw(unsigned long long seed, i64 k) {
+    unsigned long long bits = mix64(seed + (unsigned long long)(k + 1) * 0x9E3779B97F4A7C15ULL);
+    return (double)(bits >> 11) * (1.0 / 9007199254740992.0);
+}
+
+// Dropout: p1 = the mask (0 where element t's uniform draw from seed i1 is below f0, else f1 =
+// 1 / (1 - p)), p0 = p2 * mask. With f0 = 0 and f1 = 1 it copies (inference).
+KERNEL void dropout(KArgs a) {
+    unsigned long long seed = (unsigned long long)a.i[1];
+    double p = a.f[0];
+    FOR_EACH(t, a.i[0]) {
+        double u = draw(seed, t);
+        float m = u < p ? 0.0f : a.f[1];
+        a.p[1][t] = m;
+        a.p[0][t] = a.p[2][t] * m;
+    }
+}
+
+// The normalization kernels' shared steps (layout and arguments as norm_fwd and norm_bwd
+// below). The gamma entry scaling element k of group g: its position (i3 = 0) or the group's
+// outer index modulo i3.
+__device__ inline i64 norm_scale(const KArgs& a, i64 g, i64 k) {
+    return a.i[3] ? (g / a.i[2]) % a.i[3] : k;
+}
+
+// Over a group's elements k0, k0 + step, ... (x its first): their mean (L2: 0) into m[0] and
+// their squared deviations from it summed into m[1].
+__device__ inline void norm_moments(const KArgs& a, const float* x, i64 k0, i64 step, double* m) {
+    i64 len = a.i[1], inner = a.i[2];
+    double mean = 0.0, m2 = 0.0;
+    if (!a.i[4]) {
+        for (i64 k = k0; k < len; k += step) mean += x[k * inner];
+        mean /= (double)((len - k0 + step - 1) / step);
+    }
+    for (i64 k = k0; k < len; k += step) m2 += (x[k * inner] - mean) * (x[k * inner] - mean);
+    m[0] = mean;
+    m[1] = m2;
+}
+
+// Group g's deviation sqrt(m2 / len + f0) (L2: the norm sqrt(m2 + f0)), written with the mean
+// to the hidden outputs p4 and p5 (L2: the norm to p4); returns it.
+__device__ inline double norm_stats(const KArgs& a, i64 g, double mean, double m2) {
+    double denom = sqrt((a.i[4] ? m2 : m2 / (double)a.i[1]) + a.f[0]);
+    if (a.i[4]) {
+        a.p[4][g] = (float)denom;
+    } else {
+        a.p[4][g] = (float)mean;
+        a.p[5][g] = (float)denom;
+    }
+    return denom;
+}
+
+// p0 at element `at` (gamma entry c) from its group's mean and deviation.
+__device__ inline void norm_out(const KArgs& a, i64 at, i64 c, double mean, double denom) {
+    double v = (a.p[1][at] - mean) / denom;
+    a.p[0][at] = (float)(a.i[4] ? v : v * a.p[2][c] + a.p[3][c]);
+}
+
+// The gradient's two sums over group g's elements k0, k0 + step, ...: of d (p1, the output's
+// gradient, times gamma but for L2) into s[0] and of h * d (h the normalized data; L2: the
+// output p2) into s[1].
+__device__ inline void norm_grad_sums(const KArgs& a, i64 g, i64 k0, i64 step, double* s) {
+    i64 len = a.i[1], inner = a.i[2], l2 = a.i[4];
+    i64 base = lane_start(g, len, inner);
+    const float* og = a.p[1] + base;
+    const float* x = a.p[2] + base;
+    double denom = a.p[5][g], mean = l2 ? 0.0 : a.p[4][g];
+    double sum_d = 0.0, dot = 0.0;
+    for (i64 k = k0; k < len; k += step) {
+        double h = l2 ? (double)x[k * inner] : (x[k * inner] - mean) / denom;
+        double d = og[k * inner];
+        if (!l2) d *= a.p[3][norm_scale(a, g, k)];
+        dot += h * d;
+        sum_d += d;
+    }
+    s[0] = sum_d;
+    s[1] = dot;
+}
+
+// p0 (and, where given, p6 = the output's gradient times h) at element `at` of group g (gamma
+// entry c) from the group's gradient sums.
+__device__ inline void norm_grad_at(const KArgs& a, i64 at, i64 g, i64 c, double sum_d, double dot) {
+    i64 l2 = a.i[4];
+    double len = (double)a.i[1], denom = a.p[5][g], mean = l2 ? 0.0 : a.p[4][g];
+    double h = l2 ? (double)a.p[2][at] : (a.p[2][at] - mean) / denom;
+    double o = a.p[1][at], d = l2 ? o : o * a.p[3][c];
+    double mean_d = l2 ? 0.0 : sum_d / len, dt = l2 ? dot : dot / len;
+    if (a.p[6]) a.p[6][at] = (float)(o * h);
+    a.p[0][at] = (float)((d - mean_d - h * dt) / denom);
+}
+
+// The normalizations over groups of i1 elements i2 apart (group g starts at (g / i2) * i1 * i2 +
+// g % i2), one thread per group (i0 groups): p0 = (p1 - mean) / sqrt(var + f0) * gamma + beta
+// (p2 gamma, p3 beta; i3 = 0: indexed by the position in the group, else by (g / i2) % i3),
+// each group's mean into p4 and sqrt(var + f0) into p5; with i4 (L2Normalization) p0 = p1 /
+// sqrt(sum p1^2 + f0) and that norm into p4.
+KERNEL void norm_fwd(KArgs a) {
+    i64 len = a.i[1], inner = a.i[2];
+    FOR_EACH(g, a.i[0]) {
+        i64 base = lane_start(g, len, inner);
+        double m[2];
+        norm_moments(a, a.p[1] + base, 0, 1, m);
+        double denom = norm_stats(a, g, m[0], m[1]);
+        for (i64 k = 0; k < len; k++) norm_out(a, base + k * inner, norm_scale(a, g, k), m[0], denom);
+    }
+}
+
+// norm_fwd's gradient, per group (layout and i0..i4 as there): p0 = d data from p1 (the output's
+// gradient), p2 the data (L2: the output), p3 gamma, p4 mean and p5 std (L2: p5 the norm); with
+// p6 given, p6 = p1 * the normalized data, whose sums per gamma entry are gamma's gradient.
+KERNEL void norm_bwd(KArgs a) {
+    i64 len = a.i[1], inner = a.i[2];
+    FOR_EACH(g, a.i[0]) {
+        i64 base = lane_start(g, len, inner);
+        double sums[2];
+        norm_grad_sums(a, g, 0, 1, sums);
+        for (i64 k = 0; k < len; k++)
+            norm_grad_at(a, base + k * inner, g, norm_scale(a, g, k), sums[0], sums[1]);
+    }
+}
+
+// norm_fwd and norm_bwd split for few long groups (as gpu/ops.rs's over_lanes runs them; layout,
+// i1..i4, f0 and p0..p6 as there), each group in i5 parts so that many threads share a group;
+// i6 says backward. norm_parts, one thread per (group, part) (i0 of them): part k of a group
+// takes its elements k, k + i5, ... and writes two doubles to p7: forward, their mean and
+// their squared deviations from it summed (L2: 0 and the sum of squares); backward, the sums
+// of d and of h * d (norm_bwd's). norm_join, one thread per group (i0 groups): forward, the
+// group's mean and deviation from its parts' (Chan, Golub and LeVeque's pairwise update: a
+// part's mean differing from the running one adds to the squared deviations) into p8
+// (doubles, two per group) and the hidden outputs; backward, the parts' sums into p8.
+// norm_each, one thread per element (i0 of them): p0 as norm_fwd or norm_bwd computes it, from
+// the group's figures in p8.
+KERNEL void norm_parts(KArgs a) {
+    i64 len = a.i[1], inner = a.i[2], parts = a.i[5];
+    double* out = (double*)a.p[7];
+    FOR_EACH(t, a.i[0]) {
+        i64 g = t / parts, k0 = t % parts;
+        if (a.i[6]) {
+            norm_grad_sums(a, g, k0, parts, out + 2 * t);
+        } else {
+            norm_moments(a, a.p[1] + lane_start(g, len, inner), k0, parts, out + 2 * t);
+        }
+    }
+}
+
+KERNEL void norm_join(KArgs a) {
+    i64 len = a.i[1], parts = a.i[5];
+    FOR_EACH(g, a.i[0]) {
+        const double* p = (const double*)a.p[7] + 2 * g * parts;
+        double* out = (double*)a.p[8] + 2 * g;
+        if (a.i[6]) {
+            double sum_d = 0.0, dot = 0.0;
+            for (i64 k = 0; k < parts; k++) {
+                sum_d += p[2 * k];
+                dot += p[2 * k + 1];
+            }
+            out[0] = sum_d;
+            out[1] = dot;
+            continue;
+        }
+        double n = 0.0, mean = 0.0, m2 = 0.0;
+        for (i64 k = 0; k < parts; k++) {
+            double nk = (double)((len - k + parts - 1) / parts), total = n + nk;
+            double delta = p[2 * k] - mean;
+            mean += delta * nk / total;
+            m2 += p[2 * k + 1] + delta * delta * n * nk / total;
+            n = total;
+        }
+        out[0] = mean;
+        out[1] = norm_stats(a, g, mean, m2);
+    }
+}
+
+KERNEL void norm_each(KArgs a) {
+    FOR_EACH(t, a.i[0]) {
+        i64 i, k, o = split(a, 1, split(a, 2, t, &i), &k);
+        i64 g = o * a.i[2] + i;
+        const double* f = (const double*)a.p[8] + 2 * g;
+        if (a.i[6]) {
+            norm_grad_at(a, t, g, norm_scale(a, g, k), f[0], f[1]);
+        } else {
+            norm_out(a, t, norm_scale(a, g, k), f[0], f[1]);
+        }
+    }
+}
+
+// The regression outputs' gradient: p0 = f0 * (p1 - p2) (the prediction less the label), or
+// f0 times its sign where i1 is set (MAE), in double.
+KERNEL void regression_bwd(KArgs a) {
+    FOR_EACH(t, a.i[0]) {
+        double d = (double)a.p[1][t] - (double)a.p[2][t];
+        if (a.i[1]) d = d > 0.0 ? 1.0 : (d < 0.0 ? -1.0 : 0.0);
+        a.p[0][t] = (float)((double)a.f[0] * d);
+    }
+}
+
+// p0[t] = f0 / max(p1[0], 1): MakeLoss's gradient over a count computed on the device.
+KERNEL void fill_ratio(KArgs a) {
+    double count = a.p[1][0];
+    FOR_EACH(t, a.i[0]) a.p[0][t] = (float)((double)a.f[0] / (count > 1.0 ? count : 1.0));
+}
+
+// The random generators from seed i1, in double: i2 0 uniform on [f0, f1) (draw t), 1 normal
+// with mean f0 and deviation f1 (Box-Muller on draws 2t and 2t + 1).
+KERNEL void random_fill(KArgs a) {
+    unsigned long long seed = (unsigned long long)a.i[1];
+    double lo = a.f[0], hi = a.f[1];
+    FOR_EACH(t, a.i[0]) {
+        double v;
+        if (a.i[2] == 0) {
+            v = lo + (hi - lo) * draw(seed, t);
+        } else {
+            double u1 = 1.0 - draw(seed, 2 * t), u2 = draw(seed, 2 * t + 1);
+            v = lo + hi * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+        }
+        a.p[0][t] = (float)v;
+    }
+}
