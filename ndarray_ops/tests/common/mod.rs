@@ -423,3 +423,50 @@ pub fn threaded_runtime(seed: u64) -> Arc<Runtime> {
     rt.seed(seed).unwrap();
     rt
 }
+
+/// A threaded per-device runtime with the default settings.
+#[allow(dead_code)]
+pub fn rt() -> Arc<Runtime> {
+    Runtime::with_engine(engine::EngineKind::ThreadedPerDevice)
+}
+
+/// Deterministic values in [-2, 2) without zeros (so division is tame).
+#[allow(dead_code)]
+pub fn data(shape: &[usize], seed: u64) -> ndarray::ArrayD<f64> {
+    let n: usize = shape.iter().product();
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let v: Vec<f64> = (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let x = ((s >> 33) as f64 / (1u64 << 31) as f64) * 4.0 - 2.0;
+            if x.abs() < 0.05 {
+                0.5
+            } else {
+                x
+            }
+        })
+        .collect();
+    ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(shape), v).unwrap()
+}
+
+/// `got` equals `want` to 1e-9 relative (NaN where `want` is NaN).
+#[allow(dead_code)]
+pub fn close(got: &ndarray::ArrayD<f64>, want: &ndarray::ArrayD<f64>, what: &str) {
+    assert_eq!(got.shape(), want.shape(), "{what}: shape");
+    for (g, w) in got.iter().zip(want.iter()) {
+        let ok = (g - w).abs() <= 1e-9 * (1.0 + w.abs()) || (g.is_nan() && w.is_nan());
+        assert!(ok, "{what}: got {g}, want {w}");
+    }
+}
+
+/// Op `name`'s first output, as f64.
+#[allow(dead_code)]
+pub fn run1(name: &str, inputs: &[&NDArray], attrs: &Attrs) -> ndarray::ArrayD<f64> {
+    ndarray_ops::invoke(name, inputs, attrs, None).unwrap()[0]
+        .to_ndarray::<f64>()
+        .unwrap()
+}
