@@ -470,3 +470,41 @@ pub fn run1(name: &str, inputs: &[&NDArray], attrs: &Attrs) -> ndarray::ArrayD<f
         .to_ndarray::<f64>()
         .unwrap()
 }
+
+/// Smooth deterministic values in [-1, 1] (a sine of the index), different per seed.
+#[allow(dead_code)]
+pub fn wave(shape: &[usize], seed: u64) -> ndarray::ArrayD<f64> {
+    let n: usize = shape.iter().product();
+    let v: Vec<f64> = (0..n)
+        .map(|i| ((i as f64 + 1.0) * 0.619 + seed as f64 * 2.3).sin())
+        .collect();
+    ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(shape), v).unwrap()
+}
+
+/// `a` as an NDArray on `cpu(0)`.
+#[allow(dead_code)]
+pub fn nd(rt: &Arc<Runtime>, a: &ndarray::ArrayD<f64>) -> NDArray {
+    rt.from_array(a, Context::cpu(0)).unwrap()
+}
+
+/// Every output of op `name`, as f64.
+#[allow(dead_code)]
+pub fn run_all(name: &str, inputs: &[&NDArray], attrs: &Attrs) -> Vec<ndarray::ArrayD<f64>> {
+    ndarray_ops::invoke(name, inputs, attrs, None)
+        .unwrap()
+        .iter()
+        .map(|a| a.to_ndarray().unwrap())
+        .collect()
+}
+
+/// A shape large enough that its kernels split their work across threads; under Miri (where
+/// passes split from a few dozen elements, and every element costs thousands of times more) the
+/// small one.
+#[allow(dead_code)]
+pub fn large<const N: usize>(full: [usize; N], miri: [usize; N]) -> [usize; N] {
+    if cfg!(miri) {
+        miri
+    } else {
+        full
+    }
+}
