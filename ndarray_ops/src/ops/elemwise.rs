@@ -470,6 +470,12 @@ pub(super) fn ops() -> &'static [OpDef] {
     const U: Arity = Arity::Exactly(1);
     const IP2: &[(usize, usize)] = &[(0, 0), (1, 0)];
     const IP1: &[(usize, usize)] = &[(0, 0)];
+    /// A same-shape binary op: both operands and the output have one shape, which inference
+    /// may take from any of them.
+    const fn same(name: &'static str, ignores: &'static [usize]) -> OpDef {
+        def!(name, B, infer_same_shape, binary_kernel, inplace IP2, ignores ignores)
+            .partial(super::partial_shapes::same_shape)
+    }
     static OPS: &[OpDef] = &[
         def!("broadcast_add", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]),
         def!("broadcast_sub", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]),
@@ -489,50 +495,24 @@ pub(super) fn ops() -> &'static [OpDef] {
         def!("broadcast_logical_and", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]),
         def!("broadcast_logical_or", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]),
         def!("broadcast_logical_xor", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]),
-        def!("_maximum", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[])
-            .partial(super::partial_shapes::same_shape),
-        def!("_minimum", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[])
-            .partial(super::partial_shapes::same_shape),
-        def!("_power", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[])
-            .partial(super::partial_shapes::same_shape),
-        def!("_hypot", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[])
-            .partial(super::partial_shapes::same_shape),
-        def!("_mod", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[])
-            .partial(super::partial_shapes::same_shape),
-        def!("_equal", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1])
-            .partial(super::partial_shapes::same_shape),
-        def!("_not_equal", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1])
-            .partial(super::partial_shapes::same_shape),
-        def!("_greater", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1])
-            .partial(super::partial_shapes::same_shape),
-        def!("_greater_equal", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1])
-            .partial(super::partial_shapes::same_shape),
-        def!("_lesser", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1])
-            .partial(super::partial_shapes::same_shape),
-        def!("_lesser_equal", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1])
-            .partial(super::partial_shapes::same_shape),
-        def!("_logical_and", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1])
-            .partial(super::partial_shapes::same_shape),
-        def!("_logical_or", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1])
-            .partial(super::partial_shapes::same_shape),
-        def!("_logical_xor", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1])
-            .partial(super::partial_shapes::same_shape),
-        OpDef {
-            infer_partial: Some(super::partial_shapes::same_shape),
-            ..def!("elemwise_add", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1])
-        },
-        OpDef {
-            infer_partial: Some(super::partial_shapes::same_shape),
-            ..def!("elemwise_sub", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[0, 1])
-        },
-        OpDef {
-            infer_partial: Some(super::partial_shapes::same_shape),
-            ..def!("elemwise_mul", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[])
-        },
-        OpDef {
-            infer_partial: Some(super::partial_shapes::same_shape),
-            ..def!("elemwise_div", B, infer_same_shape, binary_kernel, inplace IP2, ignores &[])
-        },
+        same("_maximum", &[]),
+        same("_minimum", &[]),
+        same("_power", &[]),
+        same("_hypot", &[]),
+        same("_mod", &[]),
+        same("_equal", &[0, 1]),
+        same("_not_equal", &[0, 1]),
+        same("_greater", &[0, 1]),
+        same("_greater_equal", &[0, 1]),
+        same("_lesser", &[0, 1]),
+        same("_lesser_equal", &[0, 1]),
+        same("_logical_and", &[0, 1]),
+        same("_logical_or", &[0, 1]),
+        same("_logical_xor", &[0, 1]),
+        same("elemwise_add", &[0, 1]),
+        same("elemwise_sub", &[0, 1]),
+        same("elemwise_mul", &[]),
+        same("elemwise_div", &[]),
         def!("_plus_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]),
         def!("_minus_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]),
         def!("_rminus_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]),
