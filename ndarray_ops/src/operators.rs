@@ -3,6 +3,7 @@
 
 use std::ops::{Add, Div, Mul, Sub};
 
+use crate::ops::names::op_name;
 use crate::ops::{invoke, Attrs};
 use crate::{NDArray, Result};
 
@@ -64,32 +65,68 @@ impl NDArray {
 
     /// `self += rhs` (broadcasting `rhs`), in this array's own memory.
     pub fn add_inplace(&self, rhs: &NDArray) -> Result<()> {
-        invoke("broadcast_add", &[self, rhs], &Attrs::new(), Some(&[self])).map(drop)
+        invoke(
+            op_name!("broadcast_add"),
+            &[self, rhs],
+            &Attrs::new(),
+            Some(&[self]),
+        )
+        .map(drop)
     }
 
     /// `self -= rhs`.
     pub fn sub_inplace(&self, rhs: &NDArray) -> Result<()> {
-        invoke("broadcast_sub", &[self, rhs], &Attrs::new(), Some(&[self])).map(drop)
+        invoke(
+            op_name!("broadcast_sub"),
+            &[self, rhs],
+            &Attrs::new(),
+            Some(&[self]),
+        )
+        .map(drop)
     }
 
     /// `self *= rhs`.
     pub fn mul_inplace(&self, rhs: &NDArray) -> Result<()> {
-        invoke("broadcast_mul", &[self, rhs], &Attrs::new(), Some(&[self])).map(drop)
+        invoke(
+            op_name!("broadcast_mul"),
+            &[self, rhs],
+            &Attrs::new(),
+            Some(&[self]),
+        )
+        .map(drop)
     }
 
     /// `self /= rhs`.
     pub fn div_inplace(&self, rhs: &NDArray) -> Result<()> {
-        invoke("broadcast_div", &[self, rhs], &Attrs::new(), Some(&[self])).map(drop)
+        invoke(
+            op_name!("broadcast_div"),
+            &[self, rhs],
+            &Attrs::new(),
+            Some(&[self]),
+        )
+        .map(drop)
     }
 
     /// `self += s`.
     pub fn add_scalar_inplace(&self, s: f64) -> Result<()> {
-        invoke("_plus_scalar", &[self], &scalar_attrs(s), Some(&[self])).map(drop)
+        invoke(
+            op_name!("_plus_scalar"),
+            &[self],
+            &scalar_attrs(s),
+            Some(&[self]),
+        )
+        .map(drop)
     }
 
     /// `self *= s`.
     pub fn mul_scalar_inplace(&self, s: f64) -> Result<()> {
-        invoke("_mul_scalar", &[self], &scalar_attrs(s), Some(&[self])).map(drop)
+        invoke(
+            op_name!("_mul_scalar"),
+            &[self],
+            &scalar_attrs(s),
+            Some(&[self]),
+        )
+        .map(drop)
     }
 
     /// Matrix product (see the `dot` op).

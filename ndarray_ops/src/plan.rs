@@ -15,6 +15,7 @@ use storage::plan::{Buffer, Problem};
 
 use crate::error::{invalid, Result};
 use crate::ops::lookup;
+use crate::ops::names::op_name;
 use crate::symbol::{gradient, head_grad_names, infer, Inferred};
 use crate::Symbol;
 
@@ -522,7 +523,7 @@ pub fn generated_residual_mlp(blocks: usize) -> Result<Symbol> {
         let w = Symbol::var(&format!("{name}_weight"));
         let b = Symbol::var(&format!("{name}_bias"));
         Symbol::op(
-            "FullyConnected",
+            op_name!("FullyConnected"),
             &name,
             &[x, &w, &b],
             crate::Attrs::new().with("num_hidden", hidden),
@@ -532,14 +533,14 @@ pub fn generated_residual_mlp(blocks: usize) -> Result<Symbol> {
     for i in 0..blocks {
         let a = fc(format!("fa{i}"), &h, [64, 128, 256, 512, 96][i % 5])?;
         let r = Symbol::op(
-            "Activation",
+            op_name!("Activation"),
             &format!("relu{i}"),
             &[&a],
             crate::Attrs::new().with("act_type", "relu"),
         )?;
         let b = fc(format!("fb{i}"), &r, 256)?;
         h = Symbol::op(
-            "elemwise_add",
+            op_name!("elemwise_add"),
             &format!("add{i}"),
             &[&h, &b],
             crate::Attrs::new(),

@@ -19,6 +19,7 @@ use storage::Context;
 
 use crate::error::{invalid, shape_error, Result};
 use crate::executor::{BindOptions, Executor, GradReq, MemoryReport};
+use crate::ops::names::op_name;
 use crate::ops::{invoke, Attrs};
 use crate::{NDArray, Runtime, Symbol};
 
@@ -302,7 +303,12 @@ impl DataParallel {
                 p.grads[*dst].add_inplace(buf)?;
             }
             let (w, g, m) = (&p.weights[0], &p.grads[0], &p.momentum);
-            invoke("sgd_mom_update", &[w, g, m], &self.update, Some(&[w, m]))?;
+            invoke(
+                op_name!("sgd_mom_update"),
+                &[w, g, m],
+                &self.update,
+                Some(&[w, m]),
+            )?;
             for other in &p.weights[1..] {
                 engine.push(w.copy_op(other, "broadcast_copy")?)?;
             }

@@ -19,6 +19,7 @@ mod linalg;
 pub(crate) mod loss;
 pub(crate) mod math;
 mod mxnet_params;
+pub(crate) mod names;
 mod nn;
 mod norm;
 mod par;

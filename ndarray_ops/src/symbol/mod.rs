@@ -16,6 +16,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::error::{invalid, NdError, Result};
+use crate::ops::names::op_name;
 use crate::ops::{lookup, num_outputs, Arity, Attrs, OpDef};
 
 #[cfg(test)]
@@ -353,7 +354,7 @@ impl Symbol {
     /// The same symbol where every output has storage of its own: an output that is a variable,
     /// or an entry listed as an output more than once, becomes a `_copy` of it.
     pub fn with_copy_nodes(&self) -> Result<Symbol> {
-        let copy = lookup("_copy")?;
+        let copy = lookup(op_name!("_copy"))?;
         let mut seen: Vec<(usize, usize)> = Vec::new();
         let mut outputs = Vec::with_capacity(self.outputs.len());
         for (k, e) in self.outputs.iter().enumerate() {

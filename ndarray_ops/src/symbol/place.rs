@@ -19,6 +19,7 @@ use storage::Context;
 
 use super::{Node, NodeEntry, Symbol};
 use crate::error::{invalid, Result};
+use crate::ops::names::op_name;
 use crate::ops::{lookup, Attrs};
 
 /// The attribute naming a node's context group.
@@ -107,7 +108,7 @@ pub fn place(
         });
     }
     // Rebuild with copies; each (entry, device) pair is copied once.
-    let copy_def = lookup("_CrossDeviceCopy")?;
+    let copy_def = lookup(op_name!("_CrossDeviceCopy"))?;
     let mut rebuilt: Vec<Arc<Node>> = Vec::with_capacity(n);
     let mut device_of: HashMap<usize, Context> = HashMap::new();
     let mut copies: HashMap<(usize, usize, Context), Arc<Node>> = HashMap::new();

@@ -1,6 +1,7 @@
 //! Gradient rules of elementwise math, scalars, broadcasting arithmetic, products and reductions.
 
 use super::*;
+use crate::ops::names::op_name;
 
 /// One forward op as a backward node with a single output.
 pub(super) fn op1(
@@ -14,7 +15,7 @@ pub(super) fn op1(
 
 pub(super) fn scaled(n: &Node, tag: &str, g: NodeEntry, by: f64) -> Result<NodeEntry> {
     op1(
-        "_mul_scalar",
+        op_name!("_mul_scalar"),
         format!("{}_{tag}", n.name),
         vec![g],
         Attrs::new().with("scalar", by),
@@ -27,23 +28,23 @@ pub(super) fn unary(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Optio
     let (x, y) = (n.inputs[0].clone(), out(n, 0));
     let name = |t: &str| format!("{}_backward{t}", n.name);
     let d = match n.op_name() {
-        "negative" => op1("negative", name(""), vec![g], Attrs::new())?,
-        "exp" => op1("elemwise_mul", name(""), vec![g, y], Attrs::new())?,
-        "log" => op1("elemwise_div", name(""), vec![g, x], Attrs::new())?,
+        "negative" => op1(op_name!("negative"), name(""), vec![g], Attrs::new())?,
+        "exp" => op1(op_name!("elemwise_mul"), name(""), vec![g, y], Attrs::new())?,
+        "log" => op1(op_name!("elemwise_div"), name(""), vec![g, x], Attrs::new())?,
         "sqrt" => op1(
-            "elemwise_div",
+            op_name!("elemwise_div"),
             name(""),
             vec![scaled(n, "half", g, 0.5)?, y],
             Attrs::new(),
         )?,
         "square" => op1(
-            "elemwise_mul",
+            op_name!("elemwise_mul"),
             name(""),
             vec![scaled(n, "twice", x, 2.0)?, g],
             Attrs::new(),
         )?,
         act @ ("relu" | "sigmoid" | "tanh" | "softrelu") => op1(
-            "_backward_Activation",
+            op_name!("_backward_Activation"),
             name(""),
             vec![g, y],
             Attrs::new().with("act_type", act),
@@ -65,13 +66,13 @@ pub(super) fn scalar(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opti
     let name = format!("{}_backward", n.name);
     let d = match n.op_name() {
         "_plus_scalar" | "_minus_scalar" | "_mod_scalar" => g,
-        "_rminus_scalar" => op1("negative", name, vec![g], Attrs::new())?,
+        "_rminus_scalar" => op1(op_name!("negative"), name, vec![g], Attrs::new())?,
         // d s^x = y ln s
         "_rpower_scalar" => scaled(
             n,
             "backward",
             op1(
-                "elemwise_mul",
+                op_name!("elemwise_mul"),
                 format!("{name}_gy"),
                 vec![g, out(n, 0)],
                 Attrs::new(),
@@ -100,38 +101,48 @@ pub(super) fn scalar(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opti
             )?;
             let lin = unary("lin", "sign", x, Attrs::new())?;
             let factor = op1(
-                "where",
+                op_name!("where"),
                 format!("{name}_factor"),
                 vec![inside, quad, lin],
                 Attrs::new(),
             )?;
-            op1("elemwise_mul", name, vec![g, factor], Attrs::new())?
+            op1(
+                op_name!("elemwise_mul"),
+                name,
+                vec![g, factor],
+                Attrs::new(),
+            )?
         }
         // d hypot(x, s) = x / y
         "_hypot_scalar" => {
             let gx = op1(
-                "elemwise_mul",
+                op_name!("elemwise_mul"),
                 format!("{name}_gx"),
                 vec![g, n.inputs[0].clone()],
                 Attrs::new(),
             )?;
-            op1("elemwise_div", name, vec![gx, out(n, 0)], Attrs::new())?
+            op1(
+                op_name!("elemwise_div"),
+                name,
+                vec![gx, out(n, 0)],
+                Attrs::new(),
+            )?
         }
         "_mul_scalar" => scaled(n, "backward", g, s)?,
         "_div_scalar" => scaled(n, "backward", g, 1.0 / s)?,
         // d(s / x) = -y / x
         "_rdiv_scalar" => {
             let gy = op1(
-                "elemwise_mul",
+                op_name!("elemwise_mul"),
                 format!("{name}_gy"),
                 vec![g, out(n, 0)],
                 Attrs::new(),
             )?;
             op1(
-                "negative",
+                op_name!("negative"),
                 name.clone(),
                 vec![op1(
-                    "elemwise_div",
+                    op_name!("elemwise_div"),
                     format!("{name}_q"),
                     vec![gy, n.inputs[0].clone()],
                     Attrs::new(),
@@ -157,30 +168,55 @@ pub(super) fn elemwise(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Op
     Ok(match n.op_name() {
         "elemwise_sub" => vec![
             Some(g.clone()),
-            Some(op1("negative", name("rhs"), vec![g], Attrs::new())?),
+            Some(op1(
+                op_name!("negative"),
+                name("rhs"),
+                vec![g],
+                Attrs::new(),
+            )?),
         ],
         "elemwise_mul" => vec![
             Some(op1(
-                "elemwise_mul",
+                op_name!("elemwise_mul"),
                 name("lhs"),
                 vec![g.clone(), b],
                 Attrs::new(),
             )?),
-            Some(op1("elemwise_mul", name("rhs"), vec![g, a], Attrs::new())?),
+            Some(op1(
+                op_name!("elemwise_mul"),
+                name("rhs"),
+                vec![g, a],
+                Attrs::new(),
+            )?),
         ],
         // d(a / b) = g / b and -g * y / b
         "elemwise_div" => {
             let da = op1(
-                "elemwise_div",
+                op_name!("elemwise_div"),
                 name("lhs"),
                 vec![g.clone(), b.clone()],
                 Attrs::new(),
             )?;
-            let gy = op1("elemwise_mul", name("gy"), vec![g, y], Attrs::new())?;
-            let q = op1("elemwise_div", name("q"), vec![gy, b], Attrs::new())?;
+            let gy = op1(
+                op_name!("elemwise_mul"),
+                name("gy"),
+                vec![g, y],
+                Attrs::new(),
+            )?;
+            let q = op1(
+                op_name!("elemwise_div"),
+                name("q"),
+                vec![gy, b],
+                Attrs::new(),
+            )?;
             vec![
                 Some(da),
-                Some(op1("negative", name("rhs"), vec![q], Attrs::new())?),
+                Some(op1(
+                    op_name!("negative"),
+                    name("rhs"),
+                    vec![q],
+                    Attrs::new(),
+                )?),
             ]
         }
         other => {
@@ -232,7 +268,7 @@ pub(super) fn dot(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<
 pub(super) fn reduction(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let attrs = n.attrs.clone().with("__reduce__", n.op_name());
     Ok(vec![Some(op1(
-        "_broadcast_backward",
+        op_name!("_broadcast_backward"),
         format!("{}_backward", n.name),
         vec![need(n, og)?, n.inputs[0].clone()],
         attrs,
@@ -245,23 +281,28 @@ pub(super) fn broadcast(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<O
     let (a, b, y) = (n.inputs[0].clone(), n.inputs[1].clone(), out(n, 0));
     let name = |t: &str| format!("{}_backward_{t}", n.name);
     let to = |t: &str, x: NodeEntry, like: NodeEntry| {
-        op1("_sum_to_like", name(t), vec![x, like], Attrs::new())
+        op1(
+            op_name!("_sum_to_like"),
+            name(t),
+            vec![x, like],
+            Attrs::new(),
+        )
     };
     let (da, db) = match n.op_name() {
         "broadcast_add" => (g.clone(), g),
         "broadcast_sub" => (
             g.clone(),
-            op1("negative", name("neg"), vec![g], Attrs::new())?,
+            op1(op_name!("negative"), name("neg"), vec![g], Attrs::new())?,
         ),
         "broadcast_mul" => (
             op1(
-                "broadcast_mul",
+                op_name!("broadcast_mul"),
                 name("gb"),
                 vec![g.clone(), b.clone()],
                 Attrs::new(),
             )?,
             op1(
-                "broadcast_mul",
+                op_name!("broadcast_mul"),
                 name("ga"),
                 vec![g, a.clone()],
                 Attrs::new(),
@@ -270,25 +311,25 @@ pub(super) fn broadcast(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<O
         // d(a / b) = g / b and -g * y / b
         "broadcast_div" => {
             let gy = op1(
-                "broadcast_mul",
+                op_name!("broadcast_mul"),
                 name("gy"),
                 vec![g.clone(), y],
                 Attrs::new(),
             )?;
             let q = op1(
-                "broadcast_div",
+                op_name!("broadcast_div"),
                 name("q"),
                 vec![gy, b.clone()],
                 Attrs::new(),
             )?;
             (
                 op1(
-                    "broadcast_div",
+                    op_name!("broadcast_div"),
                     name("gb"),
                     vec![g, b.clone()],
                     Attrs::new(),
                 )?,
-                op1("negative", name("neg"), vec![q], Attrs::new())?,
+                op1(op_name!("negative"), name("neg"), vec![q], Attrs::new())?,
             )
         }
         other => {
@@ -309,12 +350,17 @@ pub(super) fn where_(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opti
     Ok(vec![
         None,
         Some(op1(
-            "where",
+            op_name!("where"),
             name("x"),
             vec![cond.clone(), g.clone(), zero.clone()],
             Attrs::new(),
         )?),
-        Some(op1("where", name("y"), vec![cond, zero, g], Attrs::new())?),
+        Some(op1(
+            op_name!("where"),
+            name("y"),
+            vec![cond, zero, g],
+            Attrs::new(),
+        )?),
     ])
 }
 
@@ -365,7 +411,7 @@ pub(super) fn broadcast_select(
                 "db",
                 "broadcast_mul",
                 gy,
-                op1("log", name("ln"), vec![a.clone()], Attrs::new())?,
+                op1(op_name!("log"), name("ln"), vec![a.clone()], Attrs::new())?,
             )?;
             (da, db)
         }
@@ -380,9 +426,12 @@ pub(super) fn broadcast_select(
         // d mod(a, b) = 1 and -floor(a / b)
         "broadcast_mod" => {
             let q = bin("q", "broadcast_div", a.clone(), b.clone())?;
-            let fq = op1("floor", name("fq"), vec![q], Attrs::new())?;
+            let fq = op1(op_name!("floor"), name("fq"), vec![q], Attrs::new())?;
             let gb = bin("gb", "broadcast_mul", g.clone(), fq)?;
-            (g, op1("negative", name("db"), vec![gb], Attrs::new())?)
+            (
+                g,
+                op1(op_name!("negative"), name("db"), vec![gb], Attrs::new())?,
+            )
         }
         other => {
             return Err(invalid(
@@ -392,7 +441,12 @@ pub(super) fn broadcast_select(
         }
     };
     let to = |t: &str, x: NodeEntry, like: NodeEntry| {
-        op1("_sum_to_like", name(t), vec![x, like], Attrs::new())
+        op1(
+            op_name!("_sum_to_like"),
+            name(t),
+            vec![x, like],
+            Attrs::new(),
+        )
     };
     Ok(vec![Some(to("lhs", da, a)?), Some(to("rhs", db, b)?)])
 }
@@ -400,7 +454,7 @@ pub(super) fn broadcast_select(
 /// A value of reduction `n`'s output shape spread back over its input's shape.
 pub(super) fn spread(n: &Arc<Node>, tag: &str, v: NodeEntry) -> Result<NodeEntry> {
     op1(
-        "_broadcast_backward",
+        op_name!("_broadcast_backward"),
         format!("{}_backward_{tag}", n.name),
         vec![v, n.inputs[0].clone()],
         n.attrs.clone().with("__reduce__", "sum"),
@@ -413,13 +467,13 @@ pub(super) fn extremum(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Op
     let name = |t: &str| format!("{}_backward_{t}", n.name);
     let spread = |t: &str, v: NodeEntry| spread(n, t, v);
     let mask = op1(
-        "broadcast_equal",
+        op_name!("broadcast_equal"),
         name("mask"),
         vec![x.clone(), spread("y", out(n, 0))?],
         Attrs::new(),
     )?;
     Ok(vec![Some(op1(
-        "elemwise_mul",
+        op_name!("elemwise_mul"),
         name("out"),
         vec![spread("g", need(n, og)?)?, mask],
         Attrs::new(),
@@ -437,7 +491,7 @@ pub(super) fn math(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option
         None => return Err(invalid(op, format!("node '{}': no gradient rule", n.name))),
     };
     Ok(vec![Some(op1(
-        "_backward_math",
+        op_name!("_backward_math"),
         format!("{}_backward", n.name),
         vec![need(n, og)?, at],
         Attrs::new().with("fn", op),
@@ -447,7 +501,7 @@ pub(super) fn math(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option
 /// Cast: the output gradient cast back to the input's dtype.
 pub(super) fn cast(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     Ok(vec![Some(op1(
-        "_cast_like",
+        op_name!("_cast_like"),
         format!("{}_backward", n.name),
         vec![need(n, og)?, n.inputs[0].clone()],
         Attrs::new(),
@@ -465,10 +519,10 @@ pub(super) fn product_or_norm(
     let spread = |t: &str, v: NodeEntry| spread(n, t, v);
     let g = spread("g", need(n, og)?)?;
     let mul = |t: &str, a: NodeEntry, b: NodeEntry| {
-        op1("elemwise_mul", name(t), vec![a, b], Attrs::new())
+        op1(op_name!("elemwise_mul"), name(t), vec![a, b], Attrs::new())
     };
     let div = |t: &str, a: NodeEntry, b: NodeEntry| {
-        op1("elemwise_div", name(t), vec![a, b], Attrs::new())
+        op1(op_name!("elemwise_div"), name(t), vec![a, b], Attrs::new())
     };
     let d = match (n.op_name(), crate::ops::norm_ord("norm", &n.attrs)?) {
         ("prod", _) => div("out", mul("gy", g, spread("y", out(n, 0))?)?, x.clone())?,
@@ -476,7 +530,12 @@ pub(super) fn product_or_norm(
         _ => mul(
             "out",
             g,
-            op1("sign", name("sign"), vec![x.clone()], Attrs::new())?,
+            op1(
+                op_name!("sign"),
+                name("sign"),
+                vec![x.clone()],
+                Attrs::new(),
+            )?,
         )?,
     };
     Ok(vec![Some(d)])

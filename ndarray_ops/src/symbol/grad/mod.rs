@@ -19,6 +19,7 @@ mod math;
 mod nn;
 mod shape;
 
+use crate::ops::names::op_name;
 use math::*;
 use nn::*;
 use shape::*;
@@ -195,7 +196,7 @@ pub fn gradient(sym: &Symbol, wrt: &[String]) -> Result<Symbol> {
             return Ok(parts.remove(0));
         }
         let agg = make(
-            "add_n",
+            op_name!("add_n"),
             format!("{}_grad_sum{k}", node.name),
             parts,
             Attrs::new().with("num_args", 0),
@@ -249,7 +250,7 @@ pub fn gradient(sym: &Symbol, wrt: &[String]) -> Result<Symbol> {
             // An argument the outputs do not depend on has a zero gradient.
             None => out(
                 &make(
-                    "zeros_like",
+                    op_name!("zeros_like"),
                     format!("{name}_zero_grad"),
                     vec![out(&g.nodes[v], 0)],
                     Attrs::new(),

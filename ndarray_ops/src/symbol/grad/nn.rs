@@ -2,13 +2,14 @@
 //! Dropout, the activations, the norms, softmax, the vision and recurrent ops, the losses.
 
 use super::*;
+use crate::ops::names::op_name;
 
 pub(super) fn fully_connected(
     n: &Arc<Node>,
     og: &[Option<NodeEntry>],
 ) -> Result<Vec<Option<NodeEntry>>> {
     let ins = vec![need(n, og)?, n.inputs[0].clone(), n.inputs[1].clone()];
-    backward_node(n, "_backward_FullyConnected", ins)
+    backward_node(n, op_name!("_backward_FullyConnected"), ins)
 }
 
 pub(super) fn activation(
@@ -16,7 +17,7 @@ pub(super) fn activation(
     og: &[Option<NodeEntry>],
 ) -> Result<Vec<Option<NodeEntry>>> {
     let bw = make(
-        "_backward_Activation",
+        op_name!("_backward_Activation"),
         format!("{}_backward", n.name),
         vec![need(n, og)?, out(n, 0)],
         n.attrs.clone(),
@@ -29,7 +30,7 @@ pub(super) fn softmax_output(
     _og: &[Option<NodeEntry>],
 ) -> Result<Vec<Option<NodeEntry>>> {
     let bw = make(
-        "_backward_SoftmaxOutput",
+        op_name!("_backward_SoftmaxOutput"),
         format!("{}_backward", n.name),
         vec![out(n, 0), n.inputs[1].clone()],
         n.attrs.clone(),
@@ -57,7 +58,7 @@ pub(super) fn upsampling(
         Some(deconv) => {
             let ins = vec![need(n, og)?, n.inputs[0].clone(), n.inputs[1].clone()];
             let bw = make(
-                "_backward_Deconvolution",
+                op_name!("_backward_Deconvolution"),
                 format!("{}_backward", n.name),
                 ins,
                 deconv,
@@ -70,7 +71,7 @@ pub(super) fn upsampling(
 pub(super) fn pooling(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let ins = vec![need(n, og)?, n.inputs[0].clone()];
     let bw = make(
-        "_backward_Pooling",
+        op_name!("_backward_Pooling"),
         format!("{}_backward", n.name),
         ins,
         n.attrs.clone(),
@@ -91,7 +92,7 @@ pub(super) fn batch_norm(
         out(n, 2),
     ];
     let bw = make(
-        "_backward_BatchNorm",
+        op_name!("_backward_BatchNorm"),
         format!("{}_backward", n.name),
         ins,
         n.attrs.clone(),
@@ -109,7 +110,7 @@ pub(super) fn batch_norm(
 pub(super) fn dropout(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     // The mask (hidden output 1) already holds 0 or 1 / (1 - p): the gradient is og * mask.
     Ok(vec![Some(op1(
-        "elemwise_mul",
+        op_name!("elemwise_mul"),
         format!("{}_backward", n.name),
         vec![need(n, og)?, out(n, 1)],
         Attrs::new(),
@@ -137,7 +138,7 @@ pub(super) fn leaky_relu(
 ) -> Result<Vec<Option<NodeEntry>>> {
     let mut ins = vec![need(n, og)?];
     ins.extend(n.inputs.iter().cloned());
-    backward_node(n, "_backward_LeakyReLU", ins)
+    backward_node(n, op_name!("_backward_LeakyReLU"), ins)
 }
 
 /// LayerNorm, InstanceNorm, GroupNorm: one backward node reading the data, gamma and the
@@ -172,7 +173,7 @@ pub(super) fn vision(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opti
         "ROIPooling" => {
             let ins = vec![g, n.inputs[1].clone(), out(n, 1), n.inputs[0].clone()];
             let bw = make(
-                "_backward_ROIPooling",
+                op_name!("_backward_ROIPooling"),
                 format!("{}_backward", n.name),
                 ins,
                 n.attrs.clone(),
@@ -182,7 +183,7 @@ pub(super) fn vision(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opti
         "_contrib_ROIAlign" => {
             let ins = vec![g, n.inputs[1].clone(), n.inputs[0].clone()];
             let d = op1(
-                "_backward_ROIAlign",
+                op_name!("_backward_ROIAlign"),
                 format!("{}_backward", n.name),
                 ins,
                 n.attrs.clone(),
@@ -205,7 +206,7 @@ pub(super) fn rnn(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<
         ins.push(match og.get(k).cloned().flatten() {
             Some(g) => g,
             None => op1(
-                "zeros_like",
+                op_name!("zeros_like"),
                 format!("{}_head{k}_zeros", n.name),
                 vec![out(n, k)],
                 Attrs::new(),
@@ -214,7 +215,7 @@ pub(super) fn rnn(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<
     }
     ins.extend(n.inputs.iter().cloned());
     let bw = make(
-        "_backward_RNN",
+        op_name!("_backward_RNN"),
         format!("{}_backward", n.name),
         ins,
         n.attrs.clone(),
@@ -232,16 +233,26 @@ pub(super) fn loss(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option
     let name = format!("{}_backward", n.name);
     let y = out(n, 0);
     Ok(match op {
-        "make_loss" => vec![Some(op1("ones_like", name, vec![y], Attrs::new())?)],
+        "make_loss" => vec![Some(op1(
+            op_name!("ones_like"),
+            name,
+            vec![y],
+            Attrs::new(),
+        )?)],
         "MakeLoss" => vec![Some(op1(
-            "_backward_MakeLoss",
+            op_name!("_backward_MakeLoss"),
             name,
             vec![y],
             n.attrs.clone(),
         )?)],
         "softmax_cross_entropy" => {
             let ins = vec![need(n, og)?, n.inputs[0].clone(), n.inputs[1].clone()];
-            let d = op1("_backward_softmax_cross_entropy", name, ins, Attrs::new())?;
+            let d = op1(
+                op_name!("_backward_softmax_cross_entropy"),
+                name,
+                ins,
+                Attrs::new(),
+            )?;
             vec![Some(d), None]
         }
         _ => {

@@ -2,11 +2,12 @@
 //! split, stack, take and Embedding, the gather family, the sequence ops, sort, pick.
 
 use super::*;
+use crate::ops::names::op_name;
 
 pub(super) fn flatten(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let ins = vec![need(n, og)?, n.inputs[0].clone()];
     let bw = make(
-        "reshape_like",
+        op_name!("reshape_like"),
         format!("{}_backward", n.name),
         ins,
         Attrs::new(),
@@ -17,7 +18,7 @@ pub(super) fn flatten(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opt
 pub(super) fn embedding(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let ins = vec![need(n, og)?, n.inputs[0].clone(), n.inputs[1].clone()];
     let w = op1(
-        "_backward_take",
+        op_name!("_backward_take"),
         format!("{}_backward", n.name),
         ins,
         Attrs::new(),
@@ -40,7 +41,7 @@ pub(super) fn transpose(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<O
         _ => Attrs::new(),
     };
     Ok(vec![Some(op1(
-        "transpose",
+        op_name!("transpose"),
         format!("{}_backward", n.name),
         vec![need(n, og)?],
         attrs,
@@ -50,7 +51,7 @@ pub(super) fn transpose(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<O
 pub(super) fn slice(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let attrs = n.attrs.clone().with("__slice_op__", n.op_name());
     Ok(vec![Some(op1(
-        "_backward_slice",
+        op_name!("_backward_slice"),
         format!("{}_backward", n.name),
         vec![need(n, og)?, n.inputs[0].clone()],
         attrs,
@@ -62,7 +63,7 @@ pub(super) fn concat(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opti
     ins.extend(n.inputs.iter().cloned());
     let attrs = n.attrs.clone().with("num_args", n.inputs.len());
     let bw = make(
-        "_backward_Concat",
+        op_name!("_backward_Concat"),
         format!("{}_backward", n.name),
         ins,
         attrs,
@@ -86,7 +87,7 @@ pub(super) fn split(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Optio
         };
         parts.push(if squeeze {
             op1(
-                "expand_dims",
+                op_name!("expand_dims"),
                 format!("{}_backward_expand{k}", n.name),
                 vec![g],
                 Attrs::new().with("axis", axis),
@@ -97,7 +98,7 @@ pub(super) fn split(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Optio
     }
     let attrs = Attrs::new().with("dim", axis).with("num_args", parts.len());
     Ok(vec![Some(op1(
-        "Concat",
+        op_name!("Concat"),
         format!("{}_backward", n.name),
         parts,
         attrs,
@@ -121,7 +122,7 @@ pub(super) fn masked(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opti
     let factor = match op {
         // d|x| = x / |x|
         "abs" => op1(
-            "elemwise_div",
+            op_name!("elemwise_div"),
             name("sign"),
             vec![x.clone(), y],
             Attrs::new(),
@@ -132,7 +133,7 @@ pub(super) fn masked(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opti
                 n.attrs.float(op, "a_max", None)?,
             );
             op1(
-                "elemwise_mul",
+                op_name!("elemwise_mul"),
                 name("inside"),
                 vec![
                     cmp("above", "_greater_scalar", lo)?,
@@ -154,7 +155,7 @@ pub(super) fn masked(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opti
                 )
             };
             let inside = op1(
-                "elemwise_mul",
+                op_name!("elemwise_mul"),
                 name("inside"),
                 vec![
                     on_output("above", "_greater_scalar", 0.0)?,
@@ -172,7 +173,7 @@ pub(super) fn masked(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opti
                 n,
                 "coef",
                 op1(
-                    "_power_scalar",
+                    op_name!("_power_scalar"),
                     name("pow"),
                     vec![x.clone()],
                     Attrs::new().with("scalar", s - 1.0),
@@ -188,7 +189,7 @@ pub(super) fn masked(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opti
         }
     };
     Ok(vec![Some(op1(
-        "elemwise_mul",
+        op_name!("elemwise_mul"),
         name("out"),
         vec![g, factor],
         Attrs::new(),
@@ -202,7 +203,7 @@ pub(super) fn stack(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Optio
         .and_then(|v| v.first().copied())
         .unwrap_or(0);
     let parts = Symbol::node(
-        lookup("SliceChannel")?,
+        lookup(op_name!("SliceChannel"))?,
         &format!("{}_backward", n.name),
         Attrs::new()
             .with("num_outputs", n.inputs.len())
@@ -217,7 +218,7 @@ pub(super) fn take(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option
     let ins = vec![need(n, og)?, n.inputs[1].clone(), n.inputs[0].clone()];
     Ok(vec![
         Some(op1(
-            "_backward_take",
+            op_name!("_backward_take"),
             format!("{}_backward", n.name),
             ins,
             n.attrs.clone(),
@@ -233,12 +234,12 @@ pub(super) fn gather_nd(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<O
     let name = format!("{}_backward", n.name);
     let d = match n.op_name() {
         "gather_nd" => op1(
-            "_backward_gather_nd",
+            op_name!("_backward_gather_nd"),
             name,
             vec![g, indices, n.inputs[0].clone()],
             Attrs::new(),
         )?,
-        _ => op1("gather_nd", name, vec![g, indices], Attrs::new())?,
+        _ => op1(op_name!("gather_nd"), name, vec![g, indices], Attrs::new())?,
     };
     Ok(vec![Some(d), None])
 }
@@ -247,7 +248,7 @@ pub(super) fn gather_nd(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<O
 /// goes back to the data element it was read from.
 pub(super) fn gather(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let d = op1(
-        "_backward_gather",
+        op_name!("_backward_gather"),
         format!("{}_backward", n.name),
         vec![need(n, og)?, n.inputs[0].clone()],
         n.attrs.clone().with("__fwd__", n.op_name()),
@@ -284,7 +285,12 @@ pub(super) fn sort(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option
     }
     let ins = vec![need(n, og)?, out(n, 1), n.inputs[0].clone()];
     let attrs = n.attrs.clone().with("__fwd__", n.op_name());
-    let d = op1("_backward_topk", format!("{}_backward", n.name), ins, attrs)?;
+    let d = op1(
+        op_name!("_backward_topk"),
+        format!("{}_backward", n.name),
+        ins,
+        attrs,
+    )?;
     Ok(vec![Some(d)])
 }
 
@@ -310,7 +316,7 @@ pub(super) fn depth_space(
 pub(super) fn pick(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let ins = vec![need(n, og)?, n.inputs[1].clone(), n.inputs[0].clone()];
     let d = op1(
-        "_backward_pick",
+        op_name!("_backward_pick"),
         format!("{}_backward", n.name),
         ins,
         n.attrs.clone(),
