@@ -780,7 +780,10 @@ fn append_all(op: &OpRef) -> usize {
                 false => ((w, Access::Write), (r, Access::Read)),
             };
             let (mut g1, mut g2) = (first.0.lock(), second.0.lock());
-            append(&mut g1, first.0, first.1) + append(&mut g2, second.0, second.1)
+            // Both held before either is released; the first goes as soon as it has the op.
+            let granted = append(&mut g1, first.0, first.1);
+            drop(g1);
+            granted + append(&mut g2, second.0, second.1)
         }
         (reads, writes) => {
             let reads = reads.iter().map(|v| (v, Access::Read));
@@ -788,10 +791,15 @@ fn append_all(op: &OpRef) -> usize {
                 .chain(writes.iter().map(|v| (v, Access::Write)))
                 .collect();
             vars.sort_unstable_by_key(|(v, _)| v.id());
-            let mut guards: SmallVec<[VarGuard<'_>; 16]> =
-                vars.iter().map(|(v, _)| v.lock()).collect();
-            let granted = guards.iter_mut().zip(&vars);
-            granted.map(|(g, &(v, access))| append(g, v, access)).sum()
+            let guards: SmallVec<[VarGuard<'_>; 16]> = vars.iter().map(|(v, _)| v.lock()).collect();
+            // Every lock is held before any is released (two-phase locking), so releasing each
+            // var as soon as the op is in its queue keeps the order; a worker finishing an op
+            // on that var need not wait for the appends to the vars after it.
+            guards
+                .into_iter()
+                .zip(&vars)
+                .map(|(mut g, &(v, access))| append(&mut g, v, access))
+                .sum()
         }
     }
 }
