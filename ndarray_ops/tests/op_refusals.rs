@@ -574,3 +574,44 @@ fn window_and_size_arithmetic_past_what_can_exist_is_refused_not_wrapped() {
         .to_string();
     assert!(e.contains("more than 2^48 elements"), "{e}");
 }
+
+/// An attribute is checked against the op's signature even where the op's own code does not
+/// read it: a value of the wrong type, or one outside its choices, is refused naming the op and
+/// the attribute instead of being ignored.
+#[test]
+fn attribute_values_are_checked_against_the_signature() {
+    let rt = rt();
+    let x = rt
+        .zeros(&[1, 2, 5, 5], DType::F32, storage::Context::cpu(0))
+        .unwrap();
+    let w = rt
+        .zeros(&[3, 2, 3, 3], DType::F32, storage::Context::cpu(0))
+        .unwrap();
+    let conv = Attrs::new()
+        .with("kernel", "(3, 3)")
+        .with("num_filter", 3)
+        .with("no_bias", "true");
+    assert!(invoke("Convolution", &[&x, &w], &conv, None).is_ok());
+    for (key, value, want) in [
+        (
+            "cudnn_tune",
+            "fastest2",
+            "not one of fastest, limited_workspace, off, None",
+        ),
+        ("cudnn_off", "perhaps", "not a boolean"),
+        ("workspace", "lots", "not a number"),
+    ] {
+        let e = invoke(
+            "Convolution",
+            &[&x, &w],
+            &conv.clone().with(key, value),
+            None,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("Convolution") && e.contains(key) && e.contains(want),
+            "{e}"
+        );
+    }
+}

@@ -207,4 +207,29 @@ impl Attrs {
             .collect::<Result<Vec<_>>>()
             .map(Some)
     }
+
+    /// A tuple whose entries are integers or `None` (`slice`'s `begin`, `end`, `step`): empty
+    /// when absent.
+    pub fn opt_ints(&self, op: &str, key: &str) -> Result<Vec<Option<i64>>> {
+        let Some(v) = self.get(key) else {
+            return Ok(vec![]);
+        };
+        let t = v
+            .trim()
+            .trim_start_matches(['(', '['])
+            .trim_end_matches([')', ']']);
+        t.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| match s.eq_ignore_ascii_case("none") {
+                true => Ok(None),
+                false => s.parse::<i64>().map(Some).map_err(|_| {
+                    invalid(
+                        op,
+                        format!("attribute {key}={v:?} is not a tuple of integers or None"),
+                    )
+                }),
+            })
+            .collect()
+    }
 }

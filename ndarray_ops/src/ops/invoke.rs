@@ -367,8 +367,9 @@ pub(super) fn infer_outputs(
         }
         let shapes: Vec<Vec<usize>> = inputs.iter().map(|a| a.shape().to_vec()).collect();
         let dtypes: Vec<DType> = inputs.iter().map(|a| a.dtype()).collect();
-        check_attr_names(def.name, attrs)?;
+        signature::check_names(def, attrs)?;
         let out = Rc::new((def.infer)(def.name, attrs, &shapes, &dtypes)?);
+        signature::check_values(def, attrs)?;
         *last.borrow_mut() = Some(LastInference {
             def,
             attrs: attrs.clone(),

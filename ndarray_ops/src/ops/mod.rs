@@ -18,7 +18,6 @@ pub(crate) mod lanes;
 mod linalg;
 pub(crate) mod loss;
 pub(crate) mod math;
-mod mxnet_params;
 pub(crate) mod names;
 mod nn;
 mod norm;
@@ -32,6 +31,7 @@ mod reference;
 pub(crate) mod rnn;
 mod roi;
 pub(crate) mod shape;
+pub mod signature;
 pub(crate) mod sort;
 mod stochastic;
 mod vision;
@@ -195,6 +195,12 @@ impl OpDef {
             infer_partial: None,
             state: StateUse::No,
         }
+    }
+
+    /// Its input names and attributes (types, defaults, descriptions); `None` for backward ops,
+    /// whose nodes carry their forward node's attributes.
+    pub fn signature(&self) -> Option<&'static signature::Signature> {
+        signature::signature(self.name)
     }
 
     /// This op with a rule for partial shapes ([`OpDef::infer_partial`]).
@@ -428,36 +434,6 @@ pub fn num_outputs(def: &OpDef, attrs: &Attrs) -> Result<(usize, usize)> {
         }
         _ => (1, 1),
     })
-}
-
-/// Refuses an attribute that MXNet's op of the same name does not take either, naming the
-/// ones it does: a misspelt attribute would otherwise be ignored, and the op would compute
-/// something else than asked. Attributes starting with `__` are the graph's own (context
-/// groups, training mode, dtype pins) and `num_args` is how variadic ops count their inputs;
-/// both always pass. Ops MXNet does not have are not checked.
-pub(crate) fn check_attr_names(op: &str, attrs: &Attrs) -> Result<()> {
-    let table = mxnet_params::MXNET_PARAMS;
-    let Ok(i) = table.binary_search_by(|(name, _)| (*name).cmp(op)) else {
-        return Ok(());
-    };
-    let known = table[i].1;
-    match attrs
-        .iter()
-        .map(|(k, _)| k)
-        .find(|k| !k.starts_with("__") && *k != "num_args" && !known.contains(k))
-    {
-        None => Ok(()),
-        Some(key) => Err(invalid(
-            op,
-            format!(
-                "unknown attribute {key:?} (MXNet's {op} takes {})",
-                match known.is_empty() {
-                    true => "none".to_string(),
-                    false => known.join(", "),
-                }
-            ),
-        )),
-    }
 }
 
 /// The op registered under `name`.

@@ -236,31 +236,7 @@ fn axis_slice(
 /// Per axis, what `slice` (`begin`, `end`, `step` tuples, `None` for a default) or
 /// `slice_axis` (one axis, `begin`, `end`) keeps.
 pub(super) fn slice_ranges(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Vec<AxisSlice>> {
-    let parse = |key: &str| -> Result<Vec<Option<i64>>> {
-        let Some(v) = attrs.get(key) else {
-            return Ok(vec![]);
-        };
-        let t = v
-            .trim()
-            .trim_start_matches(['(', '['])
-            .trim_end_matches([')', ']']);
-        t.split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(|s| {
-                if s.eq_ignore_ascii_case("none") {
-                    Ok(None)
-                } else {
-                    s.parse::<i64>().map(Some).map_err(|_| {
-                        invalid(
-                            op,
-                            format!("{key}={v:?} is not a tuple of integers or None"),
-                        )
-                    })
-                }
-            })
-            .collect()
-    };
+    let parse = |key: &str| attrs.opt_ints(op, key);
     let whole = |d: usize| AxisSlice {
         start: 0,
         step: 1,

@@ -169,11 +169,13 @@ impl Symbol {
                 ),
             ));
         }
-        crate::ops::check_attr_names(def.name, &attrs).map_err(|e| match e {
+        let in_node = |e| match e {
             NdError::Invalid { op, reason } => invalid(&op, format!("node '{name}': {reason}")),
             other => other,
-        })?;
+        };
+        crate::ops::signature::check_names(def, &attrs).map_err(in_node)?;
         let outputs = num_outputs(def, &attrs)?;
+        crate::ops::signature::check_values(def, &attrs).map_err(in_node)?;
         Ok(Arc::new(Node {
             op: Some(def),
             name: name.to_string(),
