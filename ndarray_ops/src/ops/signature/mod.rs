@@ -1,7 +1,7 @@
 //! Op signatures: an op's input names and its attributes, each with a type, a default and a
 //! description. For the ops MXNet 1.9.1 also has they are MXNet's own (generated into
 //! `mxnet.rs`, so that a model file or a script written for MXNet passes the same arguments);
-//! for ops only this runtime has they are declared in [`OURS`]; the descriptions are in
+//! for ops only this runtime has they are declared in `OURS`; the descriptions are in
 //! `docs.rs`. Backward ops have none: their nodes carry their forward node's attributes.
 //!
 //! A call or a graph node is checked against its op's signature once ([`check_names`] before
