@@ -4,8 +4,8 @@
 //! for ops only this runtime has they are declared in `OURS`; the descriptions are in
 //! `docs.rs`. Backward ops have none: their nodes carry their forward node's attributes.
 //!
-//! A call or a graph node is checked against its op's signature once ([`check_names`] before
-//! inference, [`check_values`] after it): an attribute the op does not take, a required one
+//! A call or a graph node is checked against its op's signature once (`check_names` before
+//! inference, `check_values` after it): an attribute the op does not take, a required one
 //! left out and a value that does not parse as its type are refused with the op, the attribute
 //! and what it takes. The op reference (`docs/ops.md`) and the Python functions are written from
 //! the same table.
