@@ -34,8 +34,17 @@ use crate::symbol::{gradient, head_grad_names, Node, NodeEntry, Symbol};
 use crate::NDArray;
 
 thread_local! {
-    /// `Some(train_mode)` while this thread records.
-    static MODE: Cell<Option<bool>> = const { Cell::new(None) };
+    /// Whether this thread records, and whether its ops run in training mode.
+    static MODE: Cell<Mode> = const { Cell::new(Mode { recording: false, training: false }) };
+}
+
+/// A thread's autograd state: MXNet keeps the two flags apart, so that `train_mode()` without
+/// recording runs Dropout and BatchNorm as in training, and `record(train_mode=False)` records
+/// inference behaviour.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Mode {
+    recording: bool,
+    training: bool,
 }
 
 /// Runs `f` recording, in training mode (Dropout drops, BatchNorm uses the batch's statistics),
@@ -47,26 +56,78 @@ pub fn record<R>(f: impl FnOnce() -> R) -> R {
 
 /// [`record`] with the mode chosen: `train_mode = false` records inference behaviour.
 pub fn record_with<R>(train_mode: bool, f: impl FnOnce() -> R) -> R {
-    scoped(Some(train_mode), f)
+    scoped(
+        Mode {
+            recording: true,
+            training: train_mode,
+        },
+        f,
+    )
 }
 
-/// Runs `f` without recording (MXNet's `autograd.pause()`), inside a [`record`] scope.
+/// Runs `f` without recording and in inference mode (MXNet's `autograd.pause()`), inside a
+/// [`record`] scope.
 pub fn pause<R>(f: impl FnOnce() -> R) -> R {
-    scoped(None, f)
+    scoped(
+        Mode {
+            recording: false,
+            training: false,
+        },
+        f,
+    )
+}
+
+/// Runs `f` in training mode (`true`) or inference mode, recording or not as before (MXNet's
+/// `train_mode()` and `predict_mode()`).
+pub fn with_training<R>(training: bool, f: impl FnOnce() -> R) -> R {
+    let recording = is_recording();
+    scoped(
+        Mode {
+            recording,
+            training,
+        },
+        f,
+    )
 }
 
 /// Whether this thread is recording.
 pub fn is_recording() -> bool {
-    mode().is_some()
+    MODE.with(Cell::get).recording
 }
 
-/// Whether this thread is recording in training mode.
+/// Whether this thread's ops run in training mode.
 pub fn is_training() -> bool {
-    mode() == Some(true)
+    MODE.with(Cell::get).training
 }
 
-fn scoped<R>(mode: Option<bool>, f: impl FnOnce() -> R) -> R {
-    struct Restore(Option<bool>);
+/// Turns recording on or off for this thread until changed again, returning the previous
+/// setting (MXNet's `set_recording`; bindings pair the calls as scopes).
+pub fn set_recording(on: bool) -> bool {
+    MODE.with(|m| {
+        let was = m.get();
+        m.set(Mode {
+            recording: on,
+            ..was
+        });
+        was.recording
+    })
+}
+
+/// Turns training mode on or off for this thread until changed again, returning the previous
+/// setting (MXNet's `set_training`).
+pub fn set_training(on: bool) -> bool {
+    MODE.with(|m| {
+        let was = m.get();
+        m.set(Mode {
+            training: on,
+            ..was
+        });
+        was.training
+    })
+}
+
+fn scoped<R>(mode: Mode, f: impl FnOnce() -> R) -> R {
+    struct Restore(Mode);
     impl Drop for Restore {
         fn drop(&mut self) {
             MODE.with(|m| m.set(self.0));
@@ -161,9 +222,13 @@ fn leaf(value: &NDArray, grad: Option<(NDArray, GradReq)>) -> Arc<Entry> {
     })
 }
 
-/// The recording mode, when this thread records.
-pub(crate) fn mode() -> Option<bool> {
-    MODE.with(Cell::get)
+/// The training mode, when this thread records; `Err` with the training mode when it does not.
+pub(crate) fn mode() -> std::result::Result<bool, bool> {
+    let m = MODE.with(Cell::get);
+    match m.recording {
+        true => Ok(m.training),
+        false => Err(m.training),
+    }
 }
 
 /// Refuses an in-place write of `dst` by `op` while recording, when `dst` is recorded.
@@ -178,7 +243,7 @@ pub(crate) fn check_write(op: &str, dst: &NDArray) -> Result<()> {
     }
 }
 
-/// The attributes an op runs with while recording in `train` mode: training behaviour unless
+/// The attributes an op runs with in `train` mode (recording or not): training behaviour unless
 /// the caller chose one.
 pub(crate) fn recorded_attrs(attrs: &Attrs, train: bool) -> Attrs {
     match (train, attrs.get(IS_TRAIN)) {
@@ -264,6 +329,29 @@ impl NDArray {
         let grad = self
             .runtime()
             .zeros(self.shape(), self.dtype(), self.ctx())?;
+        self.set_entry(Some(leaf(self, Some((grad, req)))));
+        Ok(())
+    }
+
+    /// [`NDArray::attach_grad`] with the gradient written into `grad` (MXNet's
+    /// `autograd.mark_variables`), which must have this array's shape, dtype and device.
+    pub fn attach_grad_into(&mut self, grad: NDArray, req: GradReq) -> Result<()> {
+        if grad.shape() != self.shape() || grad.dtype() != self.dtype() || grad.ctx() != self.ctx()
+        {
+            return Err(invalid(
+                "mark_variables",
+                format!(
+                    "the gradient array is {:?} {} on {}; the variable is {:?} {} on {}",
+                    grad.shape(),
+                    grad.dtype(),
+                    grad.ctx(),
+                    self.shape(),
+                    self.dtype(),
+                    self.ctx()
+                ),
+            ));
+        }
+        self.attach_grad(req)?;
         self.set_entry(Some(leaf(self, Some((grad, req)))));
         Ok(())
     }

@@ -42,8 +42,11 @@ pub fn invoke_on(
         };
         prepare(rt, ctx, call, |op| rt.engine().push(op))
     };
-    let Some(train) = crate::autograd::mode() else {
-        return push(attrs);
+    let train = match crate::autograd::mode() {
+        Ok(train) => train,
+        Err(false) => return push(attrs),
+        // Training mode without recording: Dropout and BatchNorm behave as in training.
+        Err(true) => return push(&crate::autograd::recorded_attrs(attrs, true)),
     };
     for o in out.into_iter().flatten() {
         crate::autograd::check_write(name, o)?;

@@ -1,0 +1,130 @@
+"""``mx.autograd``: record ops on arrays with a gradient attached, then differentiate.
+
+    x = mx.nd.array([1, 2, 3]); x.attach_grad()
+    with mx.autograd.record():
+        y = (x * x).sum()
+    y.backward()            # x.grad is 2 * x
+
+Recording and training mode are per thread, as in MXNet."""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Union
+
+from . import _native
+from .ndarray.ndarray import NDArray, _wrap
+
+__all__ = [
+    "record",
+    "pause",
+    "train_mode",
+    "predict_mode",
+    "is_recording",
+    "is_training",
+    "set_recording",
+    "set_training",
+    "backward",
+    "grad",
+    "mark_variables",
+]
+
+
+class _Scope:
+    """Sets recording and training mode on entry and restores them on exit."""
+
+    def __init__(self, recording: Optional[bool], training: Optional[bool]) -> None:
+        self._want = (recording, training)
+        self._old = (False, False)
+
+    def __enter__(self) -> "_Scope":
+        rec, train = self._want
+        old_rec = _native.set_recording(rec) if rec is not None else _native.is_recording()
+        old_train = _native.set_training(train) if train is not None else _native.is_training()
+        self._old = (old_rec, old_train)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _native.set_recording(self._old[0])
+        _native.set_training(self._old[1])
+
+
+def record(train_mode: bool = True) -> _Scope:
+    """A scope that records ops for differentiation, in training mode unless asked not to."""
+    return _Scope(True, train_mode)
+
+
+def pause(train_mode: bool = False) -> _Scope:
+    """A scope that does not record (inside ``record``), in inference mode unless asked."""
+    return _Scope(False, train_mode)
+
+
+def train_mode() -> _Scope:
+    """A scope in training mode (Dropout drops, BatchNorm uses batch statistics)."""
+    return _Scope(None, True)
+
+
+def predict_mode() -> _Scope:
+    """A scope in inference mode."""
+    return _Scope(None, False)
+
+
+def is_recording() -> bool:
+    """Whether this thread records."""
+    return _native.is_recording()
+
+
+def is_training() -> bool:
+    """Whether this thread runs ops in training mode."""
+    return _native.is_training()
+
+
+def set_recording(is_recording: bool) -> bool:
+    """Turns recording on or off; returns the previous setting."""
+    return _native.set_recording(bool(is_recording))
+
+
+def set_training(train_mode: bool) -> bool:
+    """Turns training mode on or off; returns the previous setting."""
+    return _native.set_training(bool(train_mode))
+
+
+def _list(x: Union[NDArray, Sequence[NDArray], None]) -> Optional[List[NDArray]]:
+    if x is None:
+        return None
+    return [x] if isinstance(x, NDArray) else list(x)
+
+
+def backward(heads: Union[NDArray, Sequence[NDArray]],
+             head_grads: Union[NDArray, Sequence[Optional[NDArray]], None] = None,
+             retain_graph: bool = False, train_mode: bool = True) -> None:
+    """Back-propagates from ``heads`` (seeded with ``head_grads``, ones by default) into the
+    gradient arrays of the arrays marked with ``attach_grad``."""
+    hs = _list(heads) or []
+    gs = _list(head_grads)
+    if gs is not None and any(g is None for g in gs):
+        gs = [g if g is not None else h.ones_like() for h, g in zip(hs, gs)]
+    _native.backward([h._h for h in hs], None if gs is None else [g._h for g in gs])
+
+
+def grad(heads: Union[NDArray, Sequence[NDArray]], variables: Union[NDArray, Sequence[NDArray]],
+         head_grads: Union[NDArray, Sequence[NDArray], None] = None,
+         retain_graph: Optional[bool] = None, create_graph: bool = False,
+         train_mode: bool = True) -> List[NDArray]:
+    """The gradients of ``heads`` with respect to ``variables``, as new arrays."""
+    hs, vs, gs = _list(heads) or [], _list(variables) or [], _list(head_grads)
+    res = _native.grad([h._h for h in hs], [v._h for v in vs],
+                       None if gs is None else [g._h for g in gs])
+    return [_wrap(r) for r in res]
+
+
+def mark_variables(variables: Union[NDArray, Sequence[NDArray]],
+                   gradients: Union[NDArray, Sequence[NDArray]],
+                   grad_reqs: Union[str, Sequence[str]] = "write") -> None:
+    """Marks ``variables`` for differentiation (as ``attach_grad``), their gradients then
+    written into ``gradients``' memory."""
+    vs, gs = _list(variables) or [], _list(gradients) or []
+    reqs = [grad_reqs] * len(vs) if isinstance(grad_reqs, str) else list(grad_reqs)
+    if not len(vs) == len(gs) == len(reqs):
+        raise ValueError("mark_variables: variables, gradients and grad_reqs differ in length")
+    for v, g, r in zip(vs, gs, reqs):
+        v._h = v._h.with_grad(r, g._h)

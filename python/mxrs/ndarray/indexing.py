@@ -1,0 +1,113 @@
+"""``NDArray.__getitem__`` and ``__setitem__`` with MXNet's (numpy's basic) rules: integers,
+slices with steps, ``None``, ``Ellipsis`` and NDArray indices.
+
+Reading: an integer or a step-1 slice on the first axis alone is a view sharing memory (as in
+MXNet); anything else is the ``slice`` op, then a reshape that drops the axes indexed by an
+integer and adds those given ``None``; an NDArray index takes rows (``take``), a tuple of
+NDArrays gathers elements (``gather_nd``). Writing: into a first-axis view, by a copy or a fill;
+elsewhere through the ``slice`` of the key read back, changed and written whole (correct, but it
+waits for the array)."""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional, Tuple
+
+import numpy as np
+
+from ..base import MXNetError
+from .ndarray import NDArray, _wrap, array, invoke
+
+
+def _expand(key: Any, ndim: int) -> List[Any]:
+    items = list(key) if isinstance(key, tuple) else [key]
+    if sum(1 for k in items if k is Ellipsis) > 1:
+        raise MXNetError("an index can only have one Ellipsis")
+    used = sum(1 for k in items if k is not None and k is not Ellipsis)
+    if used > ndim:
+        raise MXNetError(f"too many indices ({used}) for an array of {ndim} dimensions")
+    if Ellipsis in items:
+        i = items.index(Ellipsis)
+        items[i:i + 1] = [slice(None)] * (ndim - used)
+    else:
+        items += [slice(None)] * (ndim - used)
+    return items
+
+
+def _first_axis_view(x: NDArray, key: Any) -> Optional[NDArray]:
+    if isinstance(key, (int, np.integer)) and not isinstance(key, bool) and x.ndim >= 1:
+        n = x.shape[0]
+        i = int(key) + n if key < 0 else int(key)
+        if not 0 <= i < n:
+            raise IndexError(f"index {key} is out of bounds for axis 0 of size {n}")
+        return _wrap(x._h.at(i))
+    if isinstance(key, slice) and key.step in (None, 1) and x.ndim >= 1:
+        start, stop, _ = key.indices(x.shape[0])
+        return _wrap(x._h.slice(start, max(start, stop)))
+    return None
+
+
+def _plan(x: NDArray, items: List[Any]) -> Tuple[list, list, list, List[int]]:
+    begin, end, step, shape = [], [], [], []
+    axis = 0
+    for k in items:
+        if k is None:
+            shape.append(1)
+            continue
+        n = x.shape[axis]
+        if isinstance(k, slice):
+            s, e, st = k.indices(n)
+            begin.append(s)
+            end.append(e if e >= 0 else None)
+            step.append(st)
+            shape.append(len(range(s, e, st)))
+        elif isinstance(k, (int, np.integer)):
+            i = int(k) + n if k < 0 else int(k)
+            if not 0 <= i < n:
+                raise IndexError(f"index {k} is out of bounds for axis {axis} of size {n}")
+            begin.append(i)
+            end.append(i + 1)
+            step.append(1)
+        else:
+            raise MXNetError(f"index {k!r} of type {type(k).__name__} is not supported")
+        axis += 1
+    return begin, end, step, shape
+
+
+def get_item(x: NDArray, key: Any) -> NDArray:
+    """``x[key]``."""
+    if isinstance(key, (list, np.ndarray)):
+        key = array(key, ctx=x.context, dtype="int64")
+    if isinstance(key, NDArray):
+        return invoke("take", [x, key], {"axis": 0, "mode": "clip"})
+    if isinstance(key, tuple) and key and all(isinstance(k, NDArray) for k in key):
+        idx = invoke("stack", list(key), {"axis": 0, "num_args": len(key)})
+        return invoke("gather_nd", [x, idx])
+    view = _first_axis_view(x, key)
+    if view is not None:
+        return view
+    begin, end, step, shape = _plan(x, _expand(key, x.ndim))
+    out = invoke("slice", [x], {"begin": tuple(begin), "end": tuple(end), "step": tuple(step)})
+    # MXNet 1.x has no 0-d arrays: an element picked by integers alone has shape (1,).
+    shape = shape or [1]
+    return out.reshape(shape) if tuple(shape) != out.shape else out
+
+
+def set_item(x: NDArray, key: Any, value: Any) -> None:
+    """``x[key] = value``."""
+    view = _first_axis_view(x, key) if not isinstance(key, tuple) or key == () else None
+    if key == slice(None) or key is Ellipsis or key == ():
+        view = x
+    if view is not None:
+        if isinstance(value, NDArray):
+            if value.shape != view.shape:
+                value = value.broadcast_to(view.shape)
+            value.copyto(view)
+        elif isinstance(value, (int, float, np.number, bool)):
+            view._h.fill(float(value))
+        else:
+            array(np.broadcast_to(np.asarray(value), view.shape), ctx=x.context,
+                  dtype=x._h.dtype).copyto(view)
+        return
+    whole = x.asnumpy()
+    whole[key] = value.asnumpy() if isinstance(value, NDArray) else value
+    array(whole, ctx=x.context, dtype=x._h.dtype).copyto(x)

@@ -1,0 +1,81 @@
+"""The ``mx.nd.<op>`` functions, written from the runtime's op signatures: every op a user may
+call, under its MXNet name and aliases, with MXNet's input and attribute names, defaults and
+a docstring listing them."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List
+
+from .. import _native
+from ..base import MXNetError
+from .ndarray import NDArray, invoke
+
+__all__ = ["make_functions"]
+
+
+def _doc(sig: Dict[str, Any]) -> str:
+    lines = [f"Runs the ``{sig['name']}`` op.", "", "Parameters", "----------"]
+    for name in sig["inputs"]:
+        more = " (any number)" if sig["variadic"] else ""
+        lines.append(f"{name} : NDArray{more}")
+    for name, ty, or_none, default, doc in sig["attrs"]:
+        kind = f"{ty} or None" if or_none else ty
+        when = "required" if default is None else f"default={default}"
+        lines.append(f"{name} : {kind}, {when}")
+        lines.append(f"    {doc}")
+    lines += ["out : NDArray, optional", "    The array(s) to write the result into.", ""]
+    lines += ["Returns", "-------", "NDArray or list of NDArray"]
+    return "\n".join(lines)
+
+
+def _function(sig: Dict[str, Any], op: str) -> Callable[..., Any]:
+    input_names: List[str] = list(sig["inputs"])
+    attr_names = {a[0] for a in sig["attrs"]}
+    variadic: bool = sig["variadic"]
+    counts_inputs = "num_args" in attr_names
+
+    def fn(*args: Any, out: Any = None, name: Any = None, ctx: Any = None, **kwargs: Any) -> Any:
+        inputs: List[NDArray] = []
+        positional = list(args)
+        if variadic:
+            while positional and isinstance(positional[0], NDArray):
+                inputs.append(positional.pop(0))
+            if len(positional) == 1 and isinstance(positional[0], (list, tuple)):
+                inputs = list(positional.pop(0))
+        else:
+            for i, x in enumerate(positional[: len(input_names)]):
+                if not isinstance(x, NDArray) and x is not None:
+                    raise TypeError(f"{op}: input {input_names[i]} must be an NDArray, got "
+                                    f"{type(x).__name__}")
+            given = positional[: len(input_names)]
+            positional = positional[len(input_names):]
+            for i, iname in enumerate(input_names):
+                x = given[i] if i < len(given) else kwargs.pop(iname, None)
+                if x is not None:
+                    inputs.append(x)
+        if positional:
+            raise TypeError(f"{op}: {len(positional)} positional argument(s) left over; pass "
+                            "attributes by name")
+        attrs = {}
+        for k, v in kwargs.items():
+            if k not in attr_names and not k.startswith("__"):
+                raise MXNetError(f"{op}: unknown attribute {k!r} ({op} takes "
+                                 f"{', '.join(sorted(attr_names)) or 'none'})")
+            attrs[k] = v
+        if counts_inputs and "num_args" not in attrs:
+            attrs["num_args"] = len(inputs)
+        return invoke(op, inputs, attrs, out=out, ctx=ctx)
+
+    fn.__name__ = op
+    fn.__qualname__ = op
+    fn.__doc__ = _doc(sig)
+    return fn
+
+
+def make_functions() -> Dict[str, Callable[..., Any]]:
+    """One function per op name and alias."""
+    out: Dict[str, Callable[..., Any]] = {}
+    for sig in _native.signatures():
+        for op in [sig["name"], *sig["aliases"]]:
+            out[op] = _function(sig, sig["name"])
+    return out

@@ -1,0 +1,440 @@
+//! The native half of the `mxrs` Python package (`mxrs._native`): arrays, op calls, the
+//! autograd switches and the op signatures the Python layer writes its `mx.nd.<op>` functions
+//! from. The Python layer (`python/mxrs`) gives these MXNet's names and argument conventions.
+//!
+//! Everything that may wait for the engine or compute runs with the GIL released, so Python
+//! threads run beside it and beside each other; every runtime error is raised as
+//! `MXNetError` with the runtime's message.
+
+use std::sync::Arc;
+
+use ndarray_ops::ops::signature::AttrType;
+use ndarray_ops::{autograd, invoke_on, Attrs, DType, Element, GradReq, NDArray, NdError, Runtime};
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+use storage::Context;
+
+create_exception!(
+    _native,
+    MXNetError,
+    PyException,
+    "An error the runtime reported: a bad call, a failed op, a bad file."
+);
+
+fn err(e: NdError) -> PyErr {
+    MXNetError::new_err(e.to_string())
+}
+
+fn runtime() -> PyResult<Arc<Runtime>> {
+    Runtime::global().map_err(err)
+}
+
+/// A device as Python names it: `("cpu", 0)`, `("gpu", 1)`.
+fn context(dev_type: &str, dev_id: u32) -> PyResult<Context> {
+    match dev_type {
+        "cpu" => Ok(Context::cpu(dev_id)),
+        "cpu_pinned" => Ok(Context::cpu_pinned(dev_id)),
+        "cpu_shared" => Ok(Context::cpu_shared(dev_id)),
+        "gpu" => Ok(Context::gpu(dev_id)),
+        other => Err(MXNetError::new_err(format!(
+            "unknown device type {other:?} (cpu or gpu)"
+        ))),
+    }
+}
+
+fn dtype(name: &str) -> PyResult<DType> {
+    DType::parse(name).ok_or_else(|| {
+        MXNetError::new_err(format!(
+            "dtype {name:?} is not supported (float32, float64, int32, int64, uint8)"
+        ))
+    })
+}
+
+/// One array: a view of device memory the engine writes asynchronously.
+#[pyclass(module = "mxrs._native", name = "Array", frozen)]
+struct Array {
+    a: NDArray,
+}
+
+fn wrap(a: NDArray) -> Array {
+    Array { a }
+}
+
+/// The bytes of `a`, native order, once its pending writes are done.
+fn bytes_of<T: Element>(a: &NDArray) -> Result<Vec<u8>, NdError> {
+    let v = a.to_vec::<T>()?;
+    let mut out = Vec::with_capacity(v.len() * std::mem::size_of::<T>());
+    for x in v {
+        // SAFETY: `x` is a plain number (f32, f64, i32, i64 or u8) with no padding; its
+        // `size_of::<T>()` bytes are initialized.
+        let b = unsafe {
+            std::slice::from_raw_parts((&x as *const T).cast::<u8>(), std::mem::size_of::<T>())
+        };
+        out.extend_from_slice(b);
+    }
+    Ok(out)
+}
+
+/// Values of type `T` read from native-order bytes.
+fn values_of<T: Element>(bytes: &[u8]) -> Vec<T> {
+    bytes
+        .chunks_exact(std::mem::size_of::<T>())
+        // SAFETY: each chunk holds exactly `size_of::<T>()` bytes, and every bit pattern is a
+        // value of these number types; `read_unaligned` needs no alignment.
+        .map(|c| unsafe { std::ptr::read_unaligned(c.as_ptr().cast::<T>()) })
+        .collect()
+}
+
+#[pymethods]
+impl Array {
+    /// The shape.
+    #[getter]
+    fn shape(&self) -> Vec<usize> {
+        self.a.shape().to_vec()
+    }
+
+    /// The dtype's name (`float32`, ...).
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        self.a.dtype().name()
+    }
+
+    /// The device, as `(device type, id)`.
+    #[getter]
+    fn context(&self) -> (&'static str, u32) {
+        let c = self.a.ctx();
+        (c.dev_type.name(), c.dev_id)
+    }
+
+    /// The contents as bytes in native order, once every pending write is done (raises the
+    /// error of a failed op that wrote it).
+    fn to_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let a = self.a.clone();
+        let bytes = py
+            .detach(move || match a.dtype() {
+                DType::F32 => bytes_of::<f32>(&a),
+                DType::F64 => bytes_of::<f64>(&a),
+                DType::I32 => bytes_of::<i32>(&a),
+                DType::I64 => bytes_of::<i64>(&a),
+                DType::U8 => bytes_of::<u8>(&a),
+            })
+            .map_err(err)?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// Waits until every pending write is done.
+    fn wait_to_read(&self, py: Python<'_>) -> PyResult<()> {
+        let a = self.a.clone();
+        py.detach(move || a.wait_to_read()).map_err(err)
+    }
+
+    /// A view with another shape of the same element count, sharing memory.
+    fn reshape(&self, shape: Vec<usize>) -> PyResult<Array> {
+        self.a.reshape(&shape).map(wrap).map_err(err)
+    }
+
+    /// Rows `start..end` of the first axis, sharing memory.
+    fn slice(&self, start: usize, end: usize) -> PyResult<Array> {
+        self.a.slice(start, end).map(wrap).map_err(err)
+    }
+
+    /// Row `i` of the first axis, sharing memory.
+    fn at(&self, i: usize) -> PyResult<Array> {
+        self.a.at(i).map(wrap).map_err(err)
+    }
+
+    /// A copy on device `(dev_type, dev_id)`.
+    fn copy_to(&self, dev_type: &str, dev_id: u32) -> PyResult<Array> {
+        self.a
+            .copy_to(context(dev_type, dev_id)?)
+            .map(wrap)
+            .map_err(err)
+    }
+
+    /// Copies this array's values into `dst` (same shape).
+    fn copy_into(&self, dst: &Array) -> PyResult<()> {
+        self.a.copy_into(&dst.a).map_err(err)
+    }
+
+    /// Sets every element to `value`.
+    fn fill(&self, value: f64) -> PyResult<()> {
+        self.a.fill(value).map_err(err)
+    }
+
+    /// Whether both are views of the same memory block.
+    fn shares_memory(&self, other: &Array) -> bool {
+        self.a.shares_chunk(&other.a)
+    }
+
+    /// This array with a gradient attached (`write`, `add` or `null`), into `into` when given
+    /// (else a new zero array): a new handle, which the Python array takes in place of its old
+    /// one.
+    #[pyo3(signature = (req, into=None))]
+    fn with_grad(&self, req: &str, into: Option<&Array>) -> PyResult<Array> {
+        let req = match req {
+            "write" => GradReq::Write,
+            "add" => GradReq::Add,
+            "null" => GradReq::Null,
+            other => {
+                return Err(MXNetError::new_err(format!(
+                    "grad_req {other:?} is not one of write, add, null"
+                )))
+            }
+        };
+        let mut a = self.a.clone();
+        match into {
+            Some(g) => a.attach_grad_into(g.a.clone(), req),
+            None => a.attach_grad(req),
+        }
+        .map_err(err)?;
+        Ok(wrap(a))
+    }
+
+    /// The gradient array attached, if any.
+    #[getter]
+    fn grad(&self) -> Option<Array> {
+        self.a.grad().map(wrap)
+    }
+
+    /// The same memory outside any recorded graph.
+    fn detach(&self) -> Array {
+        wrap(self.a.detach())
+    }
+}
+
+fn handles(list: &[Py<Array>]) -> Vec<NDArray> {
+    list.iter().map(|h| h.get().a.clone()).collect()
+}
+
+/// Makes an array on `(dev_type, dev_id)` from native-order bytes.
+#[pyfunction]
+fn from_bytes(
+    py: Python<'_>,
+    data: &[u8],
+    shape: Vec<usize>,
+    dtype_name: &str,
+    dev_type: &str,
+    dev_id: u32,
+) -> PyResult<Array> {
+    let (rt, ctx, dt) = (runtime()?, context(dev_type, dev_id)?, dtype(dtype_name)?);
+    let n: usize = shape.iter().product();
+    if data.len() != n * dt.size() {
+        return Err(MXNetError::new_err(format!(
+            "from_bytes: {} bytes given for shape {shape:?} of {dtype_name} ({} expected)",
+            data.len(),
+            n * dt.size()
+        )));
+    }
+    let data = data.to_vec();
+    py.detach(move || match dt {
+        DType::F32 => rt.from_vec(values_of::<f32>(&data), &shape, ctx),
+        DType::F64 => rt.from_vec(values_of::<f64>(&data), &shape, ctx),
+        DType::I32 => rt.from_vec(values_of::<i32>(&data), &shape, ctx),
+        DType::I64 => rt.from_vec(values_of::<i64>(&data), &shape, ctx),
+        DType::U8 => rt.from_vec(values_of::<u8>(&data), &shape, ctx),
+    })
+    .map(wrap)
+    .map_err(err)
+}
+
+/// An uninitialized array.
+#[pyfunction]
+fn empty(shape: Vec<usize>, dtype_name: &str, dev_type: &str, dev_id: u32) -> PyResult<Array> {
+    runtime()?
+        .empty(&shape, dtype(dtype_name)?, context(dev_type, dev_id)?)
+        .map(wrap)
+        .map_err(err)
+}
+
+/// Runs op `name` on `inputs` with `attrs` (strings, as MXNet passes them), on `(dev_type,
+/// dev_id)` when it has no inputs, writing into `out` when given; returns the outputs.
+#[pyfunction]
+#[pyo3(signature = (name, inputs, attrs, out=None, dev_type="cpu", dev_id=0))]
+fn invoke(
+    py: Python<'_>,
+    name: &str,
+    inputs: Vec<Py<Array>>,
+    attrs: Vec<(String, String)>,
+    out: Option<Vec<Py<Array>>>,
+    dev_type: &str,
+    dev_id: u32,
+) -> PyResult<Vec<Array>> {
+    let ins = handles(&inputs);
+    let outs = out.map(|o| handles(&o));
+    let ctx = match ins.first() {
+        Some(a) => a.ctx(),
+        None => context(dev_type, dev_id)?,
+    };
+    let attrs = attrs
+        .into_iter()
+        .fold(Attrs::new(), |acc, (k, v)| acc.with(&k, v));
+    let rt = match ins.first() {
+        Some(a) => a.runtime().clone(),
+        None => runtime()?,
+    };
+    let refs: Vec<&NDArray> = ins.iter().collect();
+    let out_refs: Option<Vec<&NDArray>> = outs.as_ref().map(|o| o.iter().collect());
+    // Recording is per thread, and `detach` keeps this thread: the op is recorded where the
+    // Python caller records.
+    let mut outs = py
+        .detach(|| invoke_on(&rt, ctx, name, &refs, &attrs, out_refs.as_deref()))
+        .map_err(err)?;
+    // As in MXNet, a call returns the outputs users see (not Dropout's mask, nor BatchNorm's
+    // saved statistics unless asked for).
+    let def = ndarray_ops::ops::lookup(name).map_err(err)?;
+    let (_, visible) = ndarray_ops::ops::num_outputs(def, &attrs).map_err(err)?;
+    outs.truncate(visible);
+    Ok(outs.into_iter().map(wrap).collect())
+}
+
+/// Waits until every pushed op has run; raises the first failure since the last wait.
+#[pyfunction]
+fn waitall(py: Python<'_>) -> PyResult<()> {
+    let rt = runtime()?;
+    py.detach(move || rt.wait_all()).map_err(err)
+}
+
+/// Seeds every device's random generator.
+#[pyfunction]
+fn seed(value: u64) -> PyResult<()> {
+    runtime()?.seed(value).map_err(err)
+}
+
+/// Turns recording on or off for this thread; returns the previous setting.
+#[pyfunction]
+fn set_recording(on: bool) -> bool {
+    autograd::set_recording(on)
+}
+
+/// Turns training mode on or off for this thread; returns the previous setting.
+#[pyfunction]
+fn set_training(on: bool) -> bool {
+    autograd::set_training(on)
+}
+
+/// Whether this thread records.
+#[pyfunction]
+fn is_recording() -> bool {
+    autograd::is_recording()
+}
+
+/// Whether this thread runs ops in training mode.
+#[pyfunction]
+fn is_training() -> bool {
+    autograd::is_training()
+}
+
+/// Back-propagates from `heads` (with `head_grads`, ones where `None`) into the gradients of the
+/// arrays marked with a gradient.
+#[pyfunction]
+#[pyo3(signature = (heads, head_grads=None))]
+fn backward(
+    py: Python<'_>,
+    heads: Vec<Py<Array>>,
+    head_grads: Option<Vec<Py<Array>>>,
+) -> PyResult<()> {
+    let heads = handles(&heads);
+    let grads = head_grads.map(|g| handles(&g));
+    let h: Vec<&NDArray> = heads.iter().collect();
+    let g: Option<Vec<&NDArray>> = grads.as_ref().map(|g| g.iter().collect());
+    py.detach(|| autograd::backward(&h, g.as_deref()))
+        .map_err(err)
+}
+
+/// The gradients of `heads` with respect to `variables`, as new arrays (nothing is written
+/// into the variables' gradient arrays).
+#[pyfunction]
+#[pyo3(signature = (heads, variables, head_grads=None))]
+fn grad(
+    py: Python<'_>,
+    heads: Vec<Py<Array>>,
+    variables: Vec<Py<Array>>,
+    head_grads: Option<Vec<Py<Array>>>,
+) -> PyResult<Vec<Array>> {
+    let (heads, vars) = (handles(&heads), handles(&variables));
+    let grads = head_grads.map(|g| handles(&g));
+    let h: Vec<&NDArray> = heads.iter().collect();
+    let v: Vec<&NDArray> = vars.iter().collect();
+    let g: Option<Vec<&NDArray>> = grads.as_ref().map(|g| g.iter().collect());
+    py.detach(|| autograd::grad(&h, &v, g.as_deref()))
+        .map(|v| v.into_iter().map(wrap).collect())
+        .map_err(err)
+}
+
+fn type_name(ty: AttrType) -> String {
+    match ty {
+        AttrType::Int | AttrType::Count => "int".into(),
+        AttrType::Float => "float".into(),
+        AttrType::Bool => "bool".into(),
+        AttrType::Shape | AttrType::Indices => "shape".into(),
+        AttrType::Str => "str".into(),
+        AttrType::Choice(words) => format!("{{{}}}", words.join(", ")),
+    }
+}
+
+/// Every op a user may call, as dicts: `name`, `aliases`, `inputs`, `variadic`, and `attrs`, a
+/// list of `(name, type, or_none, default or None when required, description)`.
+#[pyfunction]
+fn signatures<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+    let out = PyList::empty(py);
+    let names = ndarray_ops::ops::op_names();
+    for name in &names {
+        let def = ndarray_ops::ops::lookup(name).map_err(err)?;
+        if def.name != *name {
+            continue;
+        }
+        let Some(sig) = def.signature() else {
+            continue;
+        };
+        let aliases: Vec<&str> = names
+            .iter()
+            .copied()
+            .filter(|n| {
+                *n != def.name && ndarray_ops::ops::lookup(n).is_ok_and(|d| std::ptr::eq(d, def))
+            })
+            .collect();
+        let attrs: Vec<(&str, String, bool, Option<&str>, &str)> = sig
+            .attrs
+            .iter()
+            .map(|a| {
+                (
+                    a.name,
+                    type_name(a.ty),
+                    a.or_none,
+                    a.default,
+                    ndarray_ops::ops::signature::doc(def.name, a.name),
+                )
+            })
+            .collect();
+        let d = PyDict::new(py);
+        d.set_item("name", def.name)?;
+        d.set_item("aliases", aliases)?;
+        d.set_item("inputs", sig.inputs.to_vec())?;
+        d.set_item("variadic", sig.variadic)?;
+        d.set_item("attrs", attrs)?;
+        out.append(d)?;
+    }
+    Ok(out)
+}
+
+/// The module.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("MXNetError", m.py().get_type::<MXNetError>())?;
+    m.add_class::<Array>()?;
+    m.add_function(wrap_pyfunction!(from_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(empty, m)?)?;
+    m.add_function(wrap_pyfunction!(invoke, m)?)?;
+    m.add_function(wrap_pyfunction!(waitall, m)?)?;
+    m.add_function(wrap_pyfunction!(seed, m)?)?;
+    m.add_function(wrap_pyfunction!(set_recording, m)?)?;
+    m.add_function(wrap_pyfunction!(set_training, m)?)?;
+    m.add_function(wrap_pyfunction!(is_recording, m)?)?;
+    m.add_function(wrap_pyfunction!(is_training, m)?)?;
+    m.add_function(wrap_pyfunction!(backward, m)?)?;
+    m.add_function(wrap_pyfunction!(grad, m)?)?;
+    m.add_function(wrap_pyfunction!(signatures, m)?)?;
+    Ok(())
+}

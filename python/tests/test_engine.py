@@ -1,0 +1,66 @@
+"""Calls from several Python threads at once (the GIL is released while the runtime works),
+and waiting. The cases follow the subjects of MXNet 1.9.1's test_engine.py and
+test_exc_handling.py."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+import mxrs as mx
+
+
+def test_threads_compute_the_same_as_one_thread() -> None:
+    a = np.random.uniform(-1, 1, (64, 64)).astype(np.float32)
+
+    def chain() -> np.ndarray:
+        x, w = mx.nd.array(a), mx.nd.array(a)
+        for _ in range(20):
+            x = mx.nd.dot(x, w).tanh() * 0.5
+        return x.asnumpy()
+
+    want = chain()
+    ref = a.astype(np.float64)
+    for _ in range(20):
+        ref = np.tanh(ref @ a) * 0.5
+    np.testing.assert_allclose(want, ref, atol=1e-4)
+    results: dict = {}
+    errors: list = []
+
+    def work(k: int) -> None:
+        try:
+            results[k] = chain()
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors and len(results) == 4
+    for r in results.values():
+        np.testing.assert_array_equal(r, want)
+
+
+def test_recording_is_per_thread() -> None:
+    seen: list = []
+    with mx.autograd.record():
+        t = threading.Thread(target=lambda: seen.append(mx.autograd.is_recording()))
+        t.start()
+        t.join()
+        assert mx.autograd.is_recording()
+    assert seen == [False]
+
+
+def test_waitall_raises_a_failure_then_recovers() -> None:
+    bad = mx.nd.take(mx.nd.ones((2, 2)), mx.nd.array([5], dtype="int64"), mode="raise")
+    del bad
+    try:
+        mx.nd.waitall()
+    except mx.MXNetError as e:
+        assert "index 5" in str(e)
+    x = mx.nd.ones((3,)) * 2
+    mx.nd.waitall()
+    np.testing.assert_array_equal(x.asnumpy(), [2, 2, 2])
