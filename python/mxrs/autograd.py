@@ -9,34 +9,38 @@ Recording and training mode are per thread, as in MXNet."""
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from . import _native
 from .ndarray.ndarray import NDArray, _wrap
 
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
 __all__ = [
-    "record",
-    "pause",
-    "train_mode",
-    "predict_mode",
-    "is_recording",
-    "is_training",
-    "set_recording",
-    "set_training",
     "backward",
     "grad",
+    "is_recording",
+    "is_training",
     "mark_variables",
+    "pause",
+    "predict_mode",
+    "record",
+    "set_recording",
+    "set_training",
+    "train_mode",
 ]
 
 
 class _Scope:
     """Sets recording and training mode on entry and restores them on exit."""
 
-    def __init__(self, recording: Optional[bool], training: Optional[bool]) -> None:
+    def __init__(self, recording: bool | None, training: bool | None) -> None:
         self._want = (recording, training)
         self._old = (False, False)
 
-    def __enter__(self) -> "_Scope":
+    def __enter__(self) -> Self:
         rec, train = self._want
         old_rec = _native.set_recording(rec) if rec is not None else _native.is_recording()
         old_train = _native.set_training(train) if train is not None else _native.is_training()
@@ -88,15 +92,18 @@ def set_training(train_mode: bool) -> bool:
     return _native.set_training(bool(train_mode))
 
 
-def _list(x: Union[NDArray, Sequence[NDArray], None]) -> Optional[List[NDArray]]:
+def _list(x: NDArray | Sequence[NDArray] | None) -> list[NDArray] | None:
     if x is None:
         return None
     return [x] if isinstance(x, NDArray) else list(x)
 
 
-def backward(heads: Union[NDArray, Sequence[NDArray]],
-             head_grads: Union[NDArray, Sequence[Optional[NDArray]], None] = None,
-             retain_graph: bool = False, train_mode: bool = True) -> None:
+def backward(
+    heads: NDArray | Sequence[NDArray],
+    head_grads: NDArray | Sequence[NDArray | None] | None = None,
+    retain_graph: bool = False,
+    train_mode: bool = True,
+) -> None:
     """Back-propagates from ``heads`` (seeded with ``head_grads``, ones by default) into the
     gradient arrays of the arrays marked with ``attach_grad``."""
     hs = _list(heads) or []
@@ -106,20 +113,27 @@ def backward(heads: Union[NDArray, Sequence[NDArray]],
     _native.backward([h._h for h in hs], None if gs is None else [g._h for g in gs])
 
 
-def grad(heads: Union[NDArray, Sequence[NDArray]], variables: Union[NDArray, Sequence[NDArray]],
-         head_grads: Union[NDArray, Sequence[NDArray], None] = None,
-         retain_graph: Optional[bool] = None, create_graph: bool = False,
-         train_mode: bool = True) -> List[NDArray]:
+def grad(
+    heads: NDArray | Sequence[NDArray],
+    variables: NDArray | Sequence[NDArray],
+    head_grads: NDArray | Sequence[NDArray] | None = None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    train_mode: bool = True,
+) -> list[NDArray]:
     """The gradients of ``heads`` with respect to ``variables``, as new arrays."""
     hs, vs, gs = _list(heads) or [], _list(variables) or [], _list(head_grads)
-    res = _native.grad([h._h for h in hs], [v._h for v in vs],
-                       None if gs is None else [g._h for g in gs])
+    res = _native.grad(
+        [h._h for h in hs], [v._h for v in vs], None if gs is None else [g._h for g in gs]
+    )
     return [_wrap(r) for r in res]
 
 
-def mark_variables(variables: Union[NDArray, Sequence[NDArray]],
-                   gradients: Union[NDArray, Sequence[NDArray]],
-                   grad_reqs: Union[str, Sequence[str]] = "write") -> None:
+def mark_variables(
+    variables: NDArray | Sequence[NDArray],
+    gradients: NDArray | Sequence[NDArray],
+    grad_reqs: str | Sequence[str] = "write",
+) -> None:
     """Marks ``variables`` for differentiation (as ``attach_grad``), their gradients then
     written into ``gradients``' memory."""
     vs, gs = _list(variables) or [], _list(gradients) or []

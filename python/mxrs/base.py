@@ -31,6 +31,6 @@ def attr_str(value: Any) -> str:
         return "True" if value else "False"
     if isinstance(value, (list, tuple)):
         return "(" + ", ".join(attr_str(v) for v in value) + ("," if len(value) == 1 else "") + ")"
-    if isinstance(value, type) or isinstance(value, np.dtype):
+    if isinstance(value, (type, np.dtype)):
         return np.dtype(value).name
     return str(value)

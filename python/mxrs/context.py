@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import threading
-from typing import Optional, Union
+from typing import TYPE_CHECKING
 
-__all__ = ["Context", "cpu", "gpu", "cpu_pinned", "current_context"]
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+
+__all__ = ["Context", "cpu", "cpu_pinned", "current_context", "gpu"]
 
 _DEVTYPES = {1: "cpu", 2: "gpu", 3: "cpu_pinned", 5: "cpu_shared"}
 _DEVIDS = {v: k for k, v in _DEVTYPES.items()}
@@ -17,7 +21,7 @@ class Context:
 
     _local = threading.local()
 
-    def __init__(self, device_type: Union[str, "Context"], device_id: int = 0) -> None:
+    def __init__(self, device_type: str | Context, device_id: int = 0) -> None:
         if isinstance(device_type, Context):
             self.device_type, self.device_id = device_type.device_type, device_type.device_id
             return
@@ -47,7 +51,7 @@ class Context:
 
     __str__ = __repr__
 
-    def __enter__(self) -> "Context":
+    def __enter__(self) -> Self:
         if not hasattr(self, "_old"):
             self._old = []
         self._old.append(getattr(Context._local, "value", None))
@@ -58,7 +62,7 @@ class Context:
         Context._local.value = self._old.pop()
 
     @staticmethod
-    def default_ctx() -> "Context":
+    def default_ctx() -> Context:
         """The current default device."""
         return current_context()
 
@@ -80,5 +84,5 @@ def gpu(device_id: int = 0) -> Context:
 
 def current_context() -> Context:
     """The default device of this thread: the innermost ``with ctx:`` block's, else the CPU."""
-    value: Optional[Context] = getattr(Context._local, "value", None)
+    value: Context | None = getattr(Context._local, "value", None)
     return value if value is not None else Context("cpu", 0)

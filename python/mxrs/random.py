@@ -7,7 +7,7 @@ from typing import Any
 from . import _native
 from .ndarray.random import normal, randint, uniform
 
-__all__ = ["seed", "uniform", "normal", "randint"]
+__all__ = ["normal", "randint", "seed", "uniform"]
 
 
 def seed(seed_state: int, ctx: Any = "all") -> None:

@@ -103,8 +103,7 @@ def test_layers_match_numerical_gradients() -> None:
         if record:
             ww.attach_grad()
             with mx.autograd.record():
-                y = mx.nd.Convolution(dd, ww, kernel=(3, 3), pad=(1, 1), num_filter=4,
-                                      no_bias=True)
+                y = mx.nd.Convolution(dd, ww, kernel=(3, 3), pad=(1, 1), num_filter=4, no_bias=True)
                 out = (y.tanh() * y).sum()
             out.backward()
             return ww.grad
@@ -124,6 +123,5 @@ def test_layers_match_numerical_gradients() -> None:
 def test_writing_a_recorded_array_in_place_is_refused() -> None:
     x = mx.nd.ones((2,))
     x.attach_grad()
-    with mx.autograd.record():
-        with pytest.raises(mx.MXNetError, match="in place"):
-            x += 1
+    with mx.autograd.record(), pytest.raises(mx.MXNetError, match="in place"):
+        x += 1

@@ -44,7 +44,7 @@ def test_arithmetic_broadcasts_as_numpy(shape_a: tuple, shape_b: tuple) -> None:
     same(x - y, a - b)
     same(x * y, a * b)
     same(x / y, a / b, 1e-5)
-    same(x ** y, a ** b, 1e-5)
+    same(x**y, a**b, 1e-5)
     same(x % y, np.mod(a, b), 1e-5)
     same(mx.nd.broadcast_maximum(x, y), np.maximum(a, b))
 
@@ -60,8 +60,8 @@ def test_scalars_plain_and_reflected() -> None:
     same(3 * x, 3 * a)
     same(x / 4, a / 4)
     same(4 / x, 4 / a, 1e-5)
-    same(x ** 2, a ** 2, 1e-5)
-    same(2 ** x, 2 ** a, 1e-5)
+    same(x**2, a**2, 1e-5)
+    same(2**x, 2**a, 1e-5)
     same(-x, -a)
     same(abs(-x), a)
 
@@ -129,9 +129,19 @@ def test_copyto_astype_and_contexts() -> None:
 def test_basic_indexing_matches_numpy() -> None:
     a = np.arange(60, dtype=np.float32).reshape(3, 4, 5)
     x = mx.nd.array(a)
-    for key in [1, -1, slice(1, 3), slice(None, None, 2), (1, 2), (slice(None), 1),
-                (Ellipsis, 2), (1, slice(1, 4, 2), slice(None, None, -1)), (None, 1),
-                (slice(0, 2), None, slice(1, 3)), (0, 1, 2)]:
+    for key in [
+        1,
+        -1,
+        slice(1, 3),
+        slice(None, None, 2),
+        (1, 2),
+        (slice(None), 1),
+        (Ellipsis, 2),
+        (1, slice(1, 4, 2), slice(None, None, -1)),
+        (None, 1),
+        (slice(0, 2), None, slice(1, 3)),
+        (0, 1, 2),
+    ]:
         want = a[key]
         got = x[key]
         want = want.reshape(1) if want.ndim == 0 else want
@@ -186,8 +196,9 @@ def test_generated_op_functions_take_mxnet_arguments() -> None:
     b = np.random.uniform(-1, 1, (3,)).astype(np.float32)
     y = mx.nd.FullyConnected(mx.nd.array(data), mx.nd.array(w), mx.nd.array(b), num_hidden=3)
     same(y, data @ w.T + b, 1e-5)
-    y2 = mx.nd.FullyConnected(data=mx.nd.array(data), weight=mx.nd.array(w), num_hidden=3,
-                              no_bias=True)
+    y2 = mx.nd.FullyConnected(
+        data=mx.nd.array(data), weight=mx.nd.array(w), num_hidden=3, no_bias=True
+    )
     same(y2, data @ w.T, 1e-5)
     out = mx.nd.zeros((2, 5))
     r = mx.nd.relu(mx.nd.array(data), out=out)

@@ -29,7 +29,7 @@ op = types.ModuleType("mxrs.ndarray.op", "Every op, by name.")
 for _name, _fn in _FUNCTIONS.items():
     setattr(op, _name, _fn)
     if _name.startswith("_contrib_"):
-        setattr(contrib, _name[len("_contrib_"):], _fn)
+        setattr(contrib, _name[len("_contrib_") :], _fn)
     if _name.startswith("_"):
         setattr(_internal, _name, _fn)
     elif _name not in globals():

@@ -10,7 +10,7 @@ waits for the array)."""
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+from typing import Any
 
 import numpy as np
 
@@ -18,7 +18,7 @@ from ..base import MXNetError
 from .ndarray import NDArray, _wrap, array, invoke
 
 
-def _expand(key: Any, ndim: int) -> List[Any]:
+def _expand(key: Any, ndim: int) -> list[Any]:
     items = list(key) if isinstance(key, tuple) else [key]
     if sum(1 for k in items if k is Ellipsis) > 1:
         raise MXNetError("an index can only have one Ellipsis")
@@ -27,13 +27,13 @@ def _expand(key: Any, ndim: int) -> List[Any]:
         raise MXNetError(f"too many indices ({used}) for an array of {ndim} dimensions")
     if Ellipsis in items:
         i = items.index(Ellipsis)
-        items[i:i + 1] = [slice(None)] * (ndim - used)
+        items[i : i + 1] = [slice(None)] * (ndim - used)
     else:
         items += [slice(None)] * (ndim - used)
     return items
 
 
-def _first_axis_view(x: NDArray, key: Any) -> Optional[NDArray]:
+def _first_axis_view(x: NDArray, key: Any) -> NDArray | None:
     if isinstance(key, (int, np.integer)) and not isinstance(key, bool) and x.ndim >= 1:
         n = x.shape[0]
         i = int(key) + n if key < 0 else int(key)
@@ -46,7 +46,7 @@ def _first_axis_view(x: NDArray, key: Any) -> Optional[NDArray]:
     return None
 
 
-def _plan(x: NDArray, items: List[Any]) -> Tuple[list, list, list, List[int]]:
+def _plan(x: NDArray, items: list[Any]) -> tuple[list, list, list, list[int]]:
     begin, end, step, shape = [], [], [], []
     axis = 0
     for k in items:
@@ -105,8 +105,9 @@ def set_item(x: NDArray, key: Any, value: Any) -> None:
         elif isinstance(value, (int, float, np.number, bool)):
             view._h.fill(float(value))
         else:
-            array(np.broadcast_to(np.asarray(value), view.shape), ctx=x.context,
-                  dtype=x._h.dtype).copyto(view)
+            array(
+                np.broadcast_to(np.asarray(value), view.shape), ctx=x.context, dtype=x._h.dtype
+            ).copyto(view)
         return
     whole = x.asnumpy()
     whole[key] = value.asnumpy() if isinstance(value, NDArray) else value

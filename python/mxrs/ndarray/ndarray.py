@@ -5,7 +5,8 @@ when their inputs are ready, and reading the values (``asnumpy``, ``asscalar``,
 from __future__ import annotations
 
 import numbers
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -13,25 +14,28 @@ from .. import _native
 from ..base import MXNetError, attr_str, dtype_name
 from ..context import Context, current_context
 
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
 __all__ = [
     "NDArray",
-    "invoke",
-    "array",
-    "empty",
-    "zeros",
-    "ones",
-    "full",
     "arange",
-    "zeros_like",
+    "array",
+    "concatenate",
+    "empty",
+    "full",
+    "invoke",
+    "ones",
     "ones_like",
     "waitall",
-    "concatenate",
+    "zeros",
+    "zeros_like",
 ]
 
 _SUPPORTED = ("float32", "float64", "int32", "int64", "uint8")
 
 
-def _wrap(handle: Any) -> "NDArray":
+def _wrap(handle: Any) -> NDArray:
     out = NDArray.__new__(NDArray)
     out._h = handle
     return out
@@ -39,11 +43,11 @@ def _wrap(handle: Any) -> "NDArray":
 
 def invoke(
     op: str,
-    inputs: Sequence["NDArray"],
-    attrs: Optional[dict] = None,
-    out: Optional[Union["NDArray", Sequence["NDArray"]]] = None,
-    ctx: Optional[Context] = None,
-) -> Union["NDArray", List["NDArray"]]:
+    inputs: Sequence[NDArray],
+    attrs: dict | None = None,
+    out: NDArray | Sequence[NDArray] | None = None,
+    ctx: Context | None = None,
+) -> NDArray | list[NDArray]:
     """Runs registered op ``op``: one output is returned as an array, several as a list.
     ``attrs`` values are written as MXNet writes them (``attr_str``); ``out`` receives the
     results; ``ctx`` places an op without inputs."""
@@ -65,8 +69,8 @@ def invoke(
 
 
 def _scalar_or_array(
-    lhs: "NDArray", rhs: Any, array_op: str, scalar_op: str, reflect: bool = False
-) -> "NDArray":
+    lhs: NDArray, rhs: Any, array_op: str, scalar_op: str, reflect: bool = False
+) -> NDArray:
     if isinstance(rhs, NDArray):
         a, b = (rhs, lhs) if reflect else (lhs, rhs)
         return invoke(array_op, [a, b])
@@ -81,7 +85,7 @@ def _scalar_or_array(
 class NDArray:
     """An n-dimensional array on a device, computed asynchronously."""
 
-    __slots__ = ("_h", "__weakref__")
+    __slots__ = ("__weakref__", "_h")
     # numpy defers to our reflected operators (ndarray + NDArray gives an NDArray).
     __array_priority__ = 1000.0
 
@@ -91,7 +95,7 @@ class NDArray:
     # ---- what it is -----------------------------------------------------------------------
 
     @property
-    def shape(self) -> Tuple[int, ...]:
+    def shape(self) -> tuple[int, ...]:
         """The shape."""
         return tuple(self._h.shape)
 
@@ -127,7 +131,7 @@ class NDArray:
         return "default"
 
     @property
-    def T(self) -> "NDArray":
+    def T(self) -> NDArray:
         """The transpose (axes reversed)."""
         return invoke("transpose", [self])
 
@@ -182,18 +186,18 @@ class NDArray:
 
     # ---- copies, views, conversions -------------------------------------------------------
 
-    def astype(self, dtype: Any, copy: bool = True) -> "NDArray":
+    def astype(self, dtype: Any, copy: bool = True) -> NDArray:
         """The values converted to ``dtype`` (this array when it has it and ``copy`` is False)."""
         name = dtype_name(dtype)
         if not copy and name == self._h.dtype:
             return self
         return invoke("Cast", [self], {"dtype": name})
 
-    def copy(self) -> "NDArray":
+    def copy(self) -> NDArray:
         """A copy on the same device."""
         return self.copyto(self.context)
 
-    def copyto(self, other: Union[Context, "NDArray"]) -> "NDArray":
+    def copyto(self, other: Context | NDArray) -> NDArray:
         """A copy on device ``other``, or the values written into array ``other``."""
         if isinstance(other, NDArray):
             if other._h.shares_memory(self._h) and other.shape == self.shape:
@@ -203,17 +207,17 @@ class NDArray:
         c = Context(other)
         return _wrap(self._h.copy_to(c.device_type, c.device_id))
 
-    def as_in_context(self, context: Context) -> "NDArray":
+    def as_in_context(self, context: Context) -> NDArray:
         """This array when it is on ``context``, else a copy there."""
         if self.context == context:
             return self
         return self.copyto(context)
 
-    def detach(self) -> "NDArray":
+    def detach(self) -> NDArray:
         """The same values outside any recorded graph."""
         return _wrap(self._h.detach())
 
-    def reshape(self, *shape: Any, **kwargs: Any) -> "NDArray":
+    def reshape(self, *shape: Any, **kwargs: Any) -> NDArray:
         """A view with a new shape (0 keeps a dimension, -1 infers one), sharing memory."""
         if len(shape) == 1 and isinstance(shape[0], (list, tuple)):
             shape = tuple(shape[0])
@@ -223,111 +227,117 @@ class NDArray:
             return invoke("Reshape", [self], {"shape": shape, "reverse": True})
         return _wrap(self._h.reshape(_resolve_shape(self.shape, shape)))
 
-    def reshape_like(self, other: "NDArray") -> "NDArray":
+    def reshape_like(self, other: NDArray) -> NDArray:
         """A view with ``other``'s shape."""
         return self.reshape(other.shape)
 
-    def flatten(self) -> "NDArray":
+    def flatten(self) -> NDArray:
         """The array as (first axis, everything else)."""
         return invoke("Flatten", [self])
 
-    def expand_dims(self, axis: int) -> "NDArray":
+    def expand_dims(self, axis: int) -> NDArray:
         """A new axis of length 1 at ``axis``."""
         return invoke("expand_dims", [self], {"axis": axis})
 
-    def broadcast_to(self, shape: Sequence[int]) -> "NDArray":
+    def broadcast_to(self, shape: Sequence[int]) -> NDArray:
         """The array broadcast to ``shape``."""
         return invoke("broadcast_to", [self], {"shape": tuple(shape)})
 
     # ---- autograd -------------------------------------------------------------------------
 
-    def attach_grad(self, grad_req: str = "write", stype: Optional[str] = None) -> None:
+    def attach_grad(self, grad_req: str = "write", stype: str | None = None) -> None:
         """Marks this array as one to differentiate by: ``grad`` receives its gradient."""
         self._h = self._h.with_grad(grad_req)
 
     @property
-    def grad(self) -> Optional["NDArray"]:
+    def grad(self) -> NDArray | None:
         """The gradient array ``attach_grad`` made, or None."""
         g = self._h.grad
         return None if g is None else _wrap(g)
 
     def backward(
-        self, out_grad: Optional["NDArray"] = None, retain_graph: bool = False,
+        self,
+        out_grad: NDArray | None = None,
+        retain_graph: bool = False,
         train_mode: bool = True,
     ) -> None:
         """Back-propagates from this array into the gradients of the marked arrays."""
         from .. import autograd
 
-        autograd.backward([self], None if out_grad is None else [out_grad],
-                          retain_graph=retain_graph, train_mode=train_mode)
+        autograd.backward(
+            [self],
+            None if out_grad is None else [out_grad],
+            retain_graph=retain_graph,
+            train_mode=train_mode,
+        )
 
     # ---- arithmetic -----------------------------------------------------------------------
 
-    def __add__(self, o: Any) -> "NDArray":
+    def __add__(self, o: Any) -> NDArray:
         return _scalar_or_array(self, o, "broadcast_add", "_plus_scalar")
 
     __radd__ = __add__
 
-    def __sub__(self, o: Any) -> "NDArray":
+    def __sub__(self, o: Any) -> NDArray:
         return _scalar_or_array(self, o, "broadcast_sub", "_minus_scalar")
 
-    def __rsub__(self, o: Any) -> "NDArray":
+    def __rsub__(self, o: Any) -> NDArray:
         return _scalar_or_array(self, o, "broadcast_sub", "_rminus_scalar", reflect=True)
 
-    def __mul__(self, o: Any) -> "NDArray":
+    def __mul__(self, o: Any) -> NDArray:
         return _scalar_or_array(self, o, "broadcast_mul", "_mul_scalar")
 
     __rmul__ = __mul__
 
-    def __truediv__(self, o: Any) -> "NDArray":
+    def __truediv__(self, o: Any) -> NDArray:
         return _scalar_or_array(self, o, "broadcast_div", "_div_scalar")
 
-    def __rtruediv__(self, o: Any) -> "NDArray":
+    def __rtruediv__(self, o: Any) -> NDArray:
         return _scalar_or_array(self, o, "broadcast_div", "_rdiv_scalar", reflect=True)
 
     __div__ = __truediv__
     __rdiv__ = __rtruediv__
 
-    def __mod__(self, o: Any) -> "NDArray":
+    def __mod__(self, o: Any) -> NDArray:
         return _scalar_or_array(self, o, "broadcast_mod", "_mod_scalar")
 
-    def __rmod__(self, o: Any) -> "NDArray":
+    def __rmod__(self, o: Any) -> NDArray:
         return _scalar_or_array(self, o, "broadcast_mod", "_rmod_scalar", reflect=True)
 
-    def __pow__(self, o: Any) -> "NDArray":
+    def __pow__(self, o: Any) -> NDArray:
         return _scalar_or_array(self, o, "broadcast_power", "_power_scalar")
 
-    def __rpow__(self, o: Any) -> "NDArray":
+    def __rpow__(self, o: Any) -> NDArray:
         return _scalar_or_array(self, o, "broadcast_power", "_rpower_scalar", reflect=True)
 
-    def __neg__(self) -> "NDArray":
+    def __neg__(self) -> NDArray:
         return invoke("negative", [self])
 
-    def __pos__(self) -> "NDArray":
+    def __pos__(self) -> NDArray:
         return self
 
-    def __abs__(self) -> "NDArray":
+    def __abs__(self) -> NDArray:
         return invoke("abs", [self])
 
-    def __eq__(self, o: Any) -> "NDArray":  # type: ignore[override]
+    def __eq__(self, o: object) -> NDArray:  # type: ignore[override]
         return _scalar_or_array(self, o, "broadcast_equal", "_equal_scalar")
 
-    def __ne__(self, o: Any) -> "NDArray":  # type: ignore[override]
+    def __ne__(self, o: object) -> NDArray:  # type: ignore[override]
         return _scalar_or_array(self, o, "broadcast_not_equal", "_not_equal_scalar")
 
-    def __gt__(self, o: Any) -> "NDArray":
+    def __gt__(self, o: Any) -> NDArray:
         return _scalar_or_array(self, o, "broadcast_greater", "_greater_scalar")
 
-    def __ge__(self, o: Any) -> "NDArray":
+    def __ge__(self, o: Any) -> NDArray:
         return _scalar_or_array(self, o, "broadcast_greater_equal", "_greater_equal_scalar")
 
-    def __lt__(self, o: Any) -> "NDArray":
+    def __lt__(self, o: Any) -> NDArray:
         return _scalar_or_array(self, o, "broadcast_lesser", "_lesser_scalar")
 
-    def __le__(self, o: Any) -> "NDArray":
+    def __le__(self, o: Any) -> NDArray:
         return _scalar_or_array(self, o, "broadcast_lesser_equal", "_lesser_equal_scalar")
 
-    def _inplace(self, o: Any, array_op: str, scalar_op: str) -> "NDArray":
+    def _inplace(self, o: Any, array_op: str, scalar_op: str) -> NDArray:
         if isinstance(o, NDArray):
             invoke(array_op, [self, o], out=self)
         elif isinstance(o, numbers.Number):
@@ -336,26 +346,26 @@ class NDArray:
             raise TypeError(f"an NDArray and a {type(o).__name__} cannot be combined")
         return self
 
-    def __iadd__(self, o: Any) -> "NDArray":
+    def __iadd__(self, o: Any) -> Self:
         return self._inplace(o, "broadcast_add", "_plus_scalar")
 
-    def __isub__(self, o: Any) -> "NDArray":
+    def __isub__(self, o: Any) -> Self:
         return self._inplace(o, "broadcast_sub", "_minus_scalar")
 
-    def __imul__(self, o: Any) -> "NDArray":
+    def __imul__(self, o: Any) -> Self:
         return self._inplace(o, "broadcast_mul", "_mul_scalar")
 
-    def __itruediv__(self, o: Any) -> "NDArray":
+    def __itruediv__(self, o: Any) -> Self:
         return self._inplace(o, "broadcast_div", "_div_scalar")
 
     __idiv__ = __itruediv__
 
-    def __imod__(self, o: Any) -> "NDArray":
+    def __imod__(self, o: Any) -> Self:
         return self._inplace(o, "broadcast_mod", "_mod_scalar")
 
     # ---- indexing -------------------------------------------------------------------------
 
-    def __getitem__(self, key: Any) -> "NDArray":
+    def __getitem__(self, key: Any) -> NDArray:
         from .indexing import get_item
 
         return get_item(self, key)
@@ -367,111 +377,111 @@ class NDArray:
 
     # ---- common ops as methods (MXNet's fluent methods) -----------------------------------
 
-    def _fluent(self, op: str, **attrs: Any) -> "NDArray":
+    def _fluent(self, op: str, **attrs: Any) -> NDArray:
         return invoke(op, [self], attrs)
 
-    def sum(self, axis: Any = None, keepdims: bool = False, exclude: bool = False) -> "NDArray":
+    def sum(self, axis: Any = None, keepdims: bool = False, exclude: bool = False) -> NDArray:
         """Sum over ``axis`` (None: all)."""
         return self._fluent("sum", axis=axis, keepdims=keepdims, exclude=exclude)
 
-    def mean(self, axis: Any = None, keepdims: bool = False, exclude: bool = False) -> "NDArray":
+    def mean(self, axis: Any = None, keepdims: bool = False, exclude: bool = False) -> NDArray:
         """Mean over ``axis`` (None: all)."""
         return self._fluent("mean", axis=axis, keepdims=keepdims, exclude=exclude)
 
-    def max(self, axis: Any = None, keepdims: bool = False) -> "NDArray":
+    def max(self, axis: Any = None, keepdims: bool = False) -> NDArray:
         """Maximum over ``axis`` (None: all)."""
         return self._fluent("max", axis=axis, keepdims=keepdims)
 
-    def min(self, axis: Any = None, keepdims: bool = False) -> "NDArray":
+    def min(self, axis: Any = None, keepdims: bool = False) -> NDArray:
         """Minimum over ``axis`` (None: all)."""
         return self._fluent("min", axis=axis, keepdims=keepdims)
 
-    def prod(self, axis: Any = None, keepdims: bool = False) -> "NDArray":
+    def prod(self, axis: Any = None, keepdims: bool = False) -> NDArray:
         """Product over ``axis`` (None: all)."""
         return self._fluent("prod", axis=axis, keepdims=keepdims)
 
-    def argmax(self, axis: Any = None, keepdims: bool = False) -> "NDArray":
+    def argmax(self, axis: Any = None, keepdims: bool = False) -> NDArray:
         """Index of the maximum along ``axis``."""
         return self._fluent("argmax", axis=axis, keepdims=keepdims)
 
-    def argmin(self, axis: Any = None, keepdims: bool = False) -> "NDArray":
+    def argmin(self, axis: Any = None, keepdims: bool = False) -> NDArray:
         """Index of the minimum along ``axis``."""
         return self._fluent("argmin", axis=axis, keepdims=keepdims)
 
-    def norm(self, ord: int = 2, axis: Any = None, keepdims: bool = False) -> "NDArray":
+    def norm(self, ord: int = 2, axis: Any = None, keepdims: bool = False) -> NDArray:
         """The ``ord``-norm over ``axis`` (None: all)."""
         return self._fluent("norm", ord=ord, axis=axis, keepdims=keepdims)
 
-    def transpose(self, axes: Any = None) -> "NDArray":
+    def transpose(self, axes: Any = None) -> NDArray:
         """Axes permuted (None: reversed)."""
         return self._fluent("transpose", axes=axes)
 
-    def swapaxes(self, dim1: int = 0, dim2: int = 0) -> "NDArray":
+    def swapaxes(self, dim1: int = 0, dim2: int = 0) -> NDArray:
         """Two axes swapped."""
         return self._fluent("SwapAxis", dim1=dim1, dim2=dim2)
 
-    def clip(self, a_min: float, a_max: float) -> "NDArray":
+    def clip(self, a_min: float, a_max: float) -> NDArray:
         """Values clipped to [a_min, a_max]."""
         return self._fluent("clip", a_min=a_min, a_max=a_max)
 
-    def exp(self) -> "NDArray":
+    def exp(self) -> NDArray:
         """e to each element."""
         return self._fluent("exp")
 
-    def log(self) -> "NDArray":
+    def log(self) -> NDArray:
         """Natural logarithm of each element."""
         return self._fluent("log")
 
-    def sqrt(self) -> "NDArray":
+    def sqrt(self) -> NDArray:
         """Square root of each element."""
         return self._fluent("sqrt")
 
-    def square(self) -> "NDArray":
+    def square(self) -> NDArray:
         """Each element squared."""
         return self._fluent("square")
 
-    def relu(self) -> "NDArray":
+    def relu(self) -> NDArray:
         """max(x, 0)."""
         return self._fluent("relu")
 
-    def sigmoid(self) -> "NDArray":
+    def sigmoid(self) -> NDArray:
         """1 / (1 + exp(-x))."""
         return self._fluent("sigmoid")
 
-    def tanh(self) -> "NDArray":
+    def tanh(self) -> NDArray:
         """Hyperbolic tangent."""
         return self._fluent("tanh")
 
-    def softmax(self, axis: int = -1) -> "NDArray":
+    def softmax(self, axis: int = -1) -> NDArray:
         """Softmax along ``axis``."""
         return self._fluent("softmax", axis=axis)
 
-    def log_softmax(self, axis: int = -1) -> "NDArray":
+    def log_softmax(self, axis: int = -1) -> NDArray:
         """Log-softmax along ``axis``."""
         return self._fluent("log_softmax", axis=axis)
 
-    def squeeze(self, axis: Any = None) -> "NDArray":
+    def squeeze(self, axis: Any = None) -> NDArray:
         """Axes of length 1 removed."""
         return self._fluent("squeeze", axis=axis)
 
-    def tile(self, reps: Sequence[int]) -> "NDArray":
+    def tile(self, reps: Sequence[int]) -> NDArray:
         """Copies along each axis."""
         return self._fluent("tile", reps=tuple(reps))
 
-    def one_hot(self, depth: int, on_value: float = 1.0, off_value: float = 0.0) -> "NDArray":
+    def one_hot(self, depth: int, on_value: float = 1.0, off_value: float = 0.0) -> NDArray:
         """One-hot rows of length ``depth``."""
         return self._fluent("one_hot", depth=depth, on_value=on_value, off_value=off_value)
 
-    def zeros_like(self) -> "NDArray":
+    def zeros_like(self) -> NDArray:
         """Zeros of this shape, dtype and device."""
         return zeros_like(self)
 
-    def ones_like(self) -> "NDArray":
+    def ones_like(self) -> NDArray:
         """Ones of this shape, dtype and device."""
         return ones_like(self)
 
 
-def _resolve_shape(old: Tuple[int, ...], new: Sequence[int]) -> List[int]:
+def _resolve_shape(old: tuple[int, ...], new: Sequence[int]) -> list[int]:
     """MXNet's reshape codes for the method form: 0 keeps the input's dimension, -1 infers one."""
     out = [old[i] if d == 0 and i < len(old) else int(d) for i, d in enumerate(new)]
     if out.count(-1) > 1:
@@ -495,11 +505,11 @@ def _resolve_shape(old: Tuple[int, ...], new: Sequence[int]) -> List[int]:
 # ---- making arrays ------------------------------------------------------------------------
 
 
-def _ctx(ctx: Optional[Context]) -> Context:
+def _ctx(ctx: Context | None) -> Context:
     return current_context() if ctx is None else Context(ctx)
 
 
-def array(source: Any, ctx: Optional[Context] = None, dtype: Any = None) -> NDArray:
+def array(source: Any, ctx: Context | None = None, dtype: Any = None) -> NDArray:
     """An array with the values of ``source`` (a numpy array, a list, a number or an NDArray).
     The dtype is ``dtype``, else the source's when it is an NDArray or numpy array of a
     supported type, else float32 (as MXNet)."""
@@ -519,30 +529,36 @@ def array(source: Any, ctx: Optional[Context] = None, dtype: Any = None) -> NDAr
     return _wrap(_native.from_bytes(a.tobytes(), list(a.shape), name, c.device_type, c.device_id))
 
 
-def empty(shape: Union[int, Sequence[int]], ctx: Optional[Context] = None,
-          dtype: Any = None) -> NDArray:
+def empty(shape: int | Sequence[int], ctx: Context | None = None, dtype: Any = None) -> NDArray:
     """An array whose values are not set."""
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     c = _ctx(ctx)
     return _wrap(_native.empty(list(shape), dtype_name(dtype), c.device_type, c.device_id))
 
 
-def full(shape: Union[int, Sequence[int]], val: float, ctx: Optional[Context] = None,
-         dtype: Any = None, out: Optional[NDArray] = None) -> NDArray:
+def full(
+    shape: int | Sequence[int],
+    val: float,
+    ctx: Context | None = None,
+    dtype: Any = None,
+    out: NDArray | None = None,
+) -> NDArray:
     """An array with every element ``val``."""
     a = out if out is not None else empty(shape, ctx, dtype)
     a._h.fill(float(val))
     return a
 
 
-def zeros(shape: Union[int, Sequence[int]], ctx: Optional[Context] = None, dtype: Any = None,
-          **kwargs: Any) -> NDArray:
+def zeros(
+    shape: int | Sequence[int], ctx: Context | None = None, dtype: Any = None, **kwargs: Any
+) -> NDArray:
     """An array of zeros."""
     return full(shape, 0.0, ctx, dtype)
 
 
-def ones(shape: Union[int, Sequence[int]], ctx: Optional[Context] = None, dtype: Any = None,
-         **kwargs: Any) -> NDArray:
+def ones(
+    shape: int | Sequence[int], ctx: Context | None = None, dtype: Any = None, **kwargs: Any
+) -> NDArray:
     """An array of ones."""
     return full(shape, 1.0, ctx, dtype)
 
@@ -557,12 +573,22 @@ def ones_like(other: NDArray) -> NDArray:
     return full(other.shape, 1.0, other.context, other._h.dtype)
 
 
-def arange(start: float, stop: Optional[float] = None, step: float = 1.0, repeat: int = 1,
-           infer_range: bool = False, ctx: Optional[Context] = None,
-           dtype: Any = np.float32) -> NDArray:
+def arange(
+    start: float,
+    stop: float | None = None,
+    step: float = 1.0,
+    repeat: int = 1,
+    infer_range: bool = False,
+    ctx: Context | None = None,
+    dtype: Any = np.float32,
+) -> NDArray:
     """Evenly spaced values in [start, stop) (``arange(n)``: 0 to n-1), each ``repeat`` times."""
-    return invoke("_arange", [], {"start": start, "stop": stop, "step": step, "repeat": repeat,
-                                  "dtype": dtype_name(dtype)}, ctx=_ctx(ctx))
+    return invoke(
+        "_arange",
+        [],
+        {"start": start, "stop": stop, "step": step, "repeat": repeat, "dtype": dtype_name(dtype)},
+        ctx=_ctx(ctx),
+    )
 
 
 def concatenate(arrays: Sequence[NDArray], axis: int = 0, always_copy: bool = True) -> NDArray:

@@ -4,7 +4,7 @@ a docstring listing them."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable
 
 from .. import _native
 from ..base import MXNetError
@@ -13,7 +13,7 @@ from .ndarray import NDArray, invoke
 __all__ = ["make_functions"]
 
 
-def _doc(sig: Dict[str, Any]) -> str:
+def _doc(sig: dict[str, Any]) -> str:
     lines = [f"Runs the ``{sig['name']}`` op.", "", "Parameters", "----------"]
     for name in sig["inputs"]:
         more = " (any number)" if sig["variadic"] else ""
@@ -28,14 +28,14 @@ def _doc(sig: Dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _function(sig: Dict[str, Any], op: str) -> Callable[..., Any]:
-    input_names: List[str] = list(sig["inputs"])
+def _function(sig: dict[str, Any], op: str) -> Callable[..., Any]:
+    input_names: list[str] = list(sig["inputs"])
     attr_names = {a[0] for a in sig["attrs"]}
     variadic: bool = sig["variadic"]
     counts_inputs = "num_args" in attr_names
 
     def fn(*args: Any, out: Any = None, name: Any = None, ctx: Any = None, **kwargs: Any) -> Any:
-        inputs: List[NDArray] = []
+        inputs: list[NDArray] = []
         positional = list(args)
         if variadic:
             while positional and isinstance(positional[0], NDArray):
@@ -45,22 +45,26 @@ def _function(sig: Dict[str, Any], op: str) -> Callable[..., Any]:
         else:
             for i, x in enumerate(positional[: len(input_names)]):
                 if not isinstance(x, NDArray) and x is not None:
-                    raise TypeError(f"{op}: input {input_names[i]} must be an NDArray, got "
-                                    f"{type(x).__name__}")
+                    raise TypeError(
+                        f"{op}: input {input_names[i]} must be an NDArray, got {type(x).__name__}"
+                    )
             given = positional[: len(input_names)]
-            positional = positional[len(input_names):]
+            positional = positional[len(input_names) :]
             for i, iname in enumerate(input_names):
                 x = given[i] if i < len(given) else kwargs.pop(iname, None)
                 if x is not None:
                     inputs.append(x)
         if positional:
-            raise TypeError(f"{op}: {len(positional)} positional argument(s) left over; pass "
-                            "attributes by name")
+            raise TypeError(
+                f"{op}: {len(positional)} positional argument(s) left over; pass attributes by name"
+            )
         attrs = {}
         for k, v in kwargs.items():
             if k not in attr_names and not k.startswith("__"):
-                raise MXNetError(f"{op}: unknown attribute {k!r} ({op} takes "
-                                 f"{', '.join(sorted(attr_names)) or 'none'})")
+                raise MXNetError(
+                    f"{op}: unknown attribute {k!r} ({op} takes "
+                    f"{', '.join(sorted(attr_names)) or 'none'})"
+                )
             attrs[k] = v
         if counts_inputs and "num_args" not in attrs:
             attrs["num_args"] = len(inputs)
@@ -72,9 +76,9 @@ def _function(sig: Dict[str, Any], op: str) -> Callable[..., Any]:
     return fn
 
 
-def make_functions() -> Dict[str, Callable[..., Any]]:
+def make_functions() -> dict[str, Callable[..., Any]]:
     """One function per op name and alias."""
-    out: Dict[str, Callable[..., Any]] = {}
+    out: dict[str, Callable[..., Any]] = {}
     for sig in _native.signatures():
         for op in [sig["name"], *sig["aliases"]]:
             out[op] = _function(sig, sig["name"])

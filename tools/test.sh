@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The whole test suite, as the README gives it: the Rust tests of every crate, then the Python
+# package installed into a fresh virtual environment (`pip install ./python`, as a user would)
+# and its pytest suite run against that install.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cargo test --workspace --release
+
+venv=target/pytest-venv
+rm -rf "$venv"
+python3 -m venv "$venv"
+"$venv/bin/pip" install --quiet --upgrade pip
+"$venv/bin/pip" install --quiet ./python pytest
+# Run from the repository root with the venv's pytest, so that `import mxrs` finds the
+# installed package and not the source folder.
+"$venv/bin/pytest" -q python/tests
