@@ -289,6 +289,70 @@ fn invoke(
     Ok(outs.into_iter().map(wrap).collect())
 }
 
+/// Runs one-output op `name` on `lhs` and `rhs`: the arithmetic operators' path, which skips
+/// building lists and attribute maps.
+#[pyfunction]
+fn binary(py: Python<'_>, name: &str, lhs: &Array, rhs: &Array) -> PyResult<Array> {
+    let (a, b) = (&lhs.a, &rhs.a);
+    let mut outs = py
+        .detach(|| invoke_on(a.runtime(), a.ctx(), name, &[a, b], &Attrs::new(), None))
+        .map_err(err)?;
+    Ok(wrap(outs.swap_remove(0)))
+}
+
+/// Runs one-output scalar op `name` (`_plus_scalar`, ...) on `data` with `scalar`.
+#[pyfunction]
+fn scalar(py: Python<'_>, name: &str, data: &Array, scalar: f64) -> PyResult<Array> {
+    let a = &data.a;
+    let attrs = Attrs::new().with("scalar", scalar);
+    let mut outs = py
+        .detach(|| invoke_on(a.runtime(), a.ctx(), name, &[a], &attrs, None))
+        .map_err(err)?;
+    Ok(wrap(outs.swap_remove(0)))
+}
+
+/// Writes arrays to `path` in MXNet's NDArray file format (a temporary file renamed into
+/// place): with names when `names` is given (a dict in Python), else as a list.
+#[pyfunction]
+#[pyo3(signature = (path, arrays, names=None))]
+fn save(
+    py: Python<'_>,
+    path: &str,
+    arrays: Vec<Py<Array>>,
+    names: Option<Vec<String>>,
+) -> PyResult<()> {
+    let arrays = handles(&arrays);
+    py.detach(|| match &names {
+        Some(names) => {
+            let pairs: Vec<(&str, &NDArray)> = names
+                .iter()
+                .map(String::as_str)
+                .zip(arrays.iter())
+                .collect();
+            ndarray_ops::ndfile::save(path, &pairs)
+        }
+        None => ndarray_ops::ndfile::save_list(path, &arrays.iter().collect::<Vec<_>>()),
+    })
+    .map_err(err)
+}
+
+/// Reads an MXNet NDArray file onto `(dev_type, dev_id)`: `(arrays, names)`, names empty for a
+/// file saved from a list.
+#[pyfunction]
+#[pyo3(signature = (path, dev_type="cpu", dev_id=0))]
+fn load(
+    py: Python<'_>,
+    path: &str,
+    dev_type: &str,
+    dev_id: u32,
+) -> PyResult<(Vec<Array>, Vec<String>)> {
+    let (rt, ctx) = (runtime()?, context(dev_type, dev_id)?);
+    let loaded = py
+        .detach(|| ndarray_ops::ndfile::load(path, &rt, ctx))
+        .map_err(err)?;
+    Ok((loaded.arrays.into_iter().map(wrap).collect(), loaded.names))
+}
+
 /// Waits until every pushed op has run; raises the first failure since the last wait.
 #[pyfunction]
 fn waitall(py: Python<'_>) -> PyResult<()> {
@@ -427,7 +491,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(from_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(empty, m)?)?;
     m.add_function(wrap_pyfunction!(invoke, m)?)?;
+    m.add_function(wrap_pyfunction!(binary, m)?)?;
+    m.add_function(wrap_pyfunction!(scalar, m)?)?;
     m.add_function(wrap_pyfunction!(waitall, m)?)?;
+    m.add_function(wrap_pyfunction!(save, m)?)?;
+    m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(seed, m)?)?;
     m.add_function(wrap_pyfunction!(set_recording, m)?)?;
     m.add_function(wrap_pyfunction!(set_training, m)?)?;

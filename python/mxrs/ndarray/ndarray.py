@@ -71,11 +71,21 @@ def invoke(
 def _scalar_or_array(
     lhs: NDArray, rhs: Any, array_op: str, scalar_op: str, reflect: bool = False
 ) -> NDArray:
+    # The operators' path: one native call, no lists or attribute maps.
+    out = NDArray.__new__(NDArray)
+    if type(rhs) is NDArray:
+        out._h = (
+            _native.binary(array_op, rhs._h, lhs._h)
+            if reflect
+            else _native.binary(array_op, lhs._h, rhs._h)
+        )
+        return out
+    if isinstance(rhs, numbers.Number) and not isinstance(rhs, complex):
+        out._h = _native.scalar(scalar_op, lhs._h, float(rhs))
+        return out
     if isinstance(rhs, NDArray):
         a, b = (rhs, lhs) if reflect else (lhs, rhs)
         return invoke(array_op, [a, b])
-    if isinstance(rhs, numbers.Number):
-        return invoke(scalar_op, [lhs], {"scalar": rhs})
     if isinstance(rhs, np.ndarray):
         other = array(rhs, ctx=lhs.context, dtype=lhs.dtype)
         return _scalar_or_array(lhs, other, array_op, scalar_op, reflect)
@@ -594,6 +604,30 @@ def arange(
 def concatenate(arrays: Sequence[NDArray], axis: int = 0, always_copy: bool = True) -> NDArray:
     """The arrays joined along ``axis``."""
     return invoke("Concat", list(arrays), {"dim": axis, "num_args": len(arrays)})
+
+
+def save(fname: str, data: NDArray | Sequence[NDArray] | dict[str, NDArray]) -> None:
+    """Writes arrays to ``fname`` in MXNet's format (``.params`` and ``.nd`` files): a dict keeps
+    the names, a list or one array does not. The file is written whole or not at all."""
+    if isinstance(data, NDArray):
+        data = [data]
+    if isinstance(data, dict):
+        names = list(data.keys())
+        if not all(isinstance(k, str) for k in names):
+            raise TypeError("save: the dict's keys must be strings")
+        _native.save(str(fname), [v._h for v in data.values()], names)
+    else:
+        _native.save(str(fname), [v._h for v in data])
+
+
+def load(fname: str, ctx: Context | None = None) -> list[NDArray] | dict[str, NDArray]:
+    """Reads a file MXNet's ``mx.nd.save`` wrote (or ``save`` here): a dict when it has names,
+    else a list."""
+    c = _ctx(ctx)
+    arrays, names = _native.load(str(fname), c.device_type, c.device_id)
+    if names:
+        return {n: _wrap(h) for n, h in zip(names, arrays)}
+    return [_wrap(h) for h in arrays]
 
 
 def waitall() -> None:
