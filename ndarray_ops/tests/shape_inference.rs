@@ -322,3 +322,20 @@ fn gluons_lstm_language_model_binds_from_its_data_shape_and_computes_mxnets_resu
     }
     assert_eq!(checked, req.len());
 }
+
+/// Dtypes are inferred without shapes, as MXNet's `infer_type` does: an op's outputs take its
+/// `dtype` attribute, else its first input's dtype; where shapes are known the ops' own rules
+/// decide.
+#[test]
+fn dtypes_are_inferred_without_shapes() {
+    let x = Symbol::var("x");
+    let relu = Symbol::op("relu", "r", &[&x], Attrs::new()).unwrap();
+    let cast = Symbol::op("Cast", "c", &[&relu], Attrs::new().with("dtype", "int32")).unwrap();
+    let both = Symbol::group(&[relu, cast]);
+    let dtypes = HashMap::from([("x".to_string(), DType::F64)]);
+    let i = infer_partial(&both, &HashMap::new(), &dtypes).unwrap();
+    assert_eq!(i.output_dtypes(), [DType::F64, DType::I32]);
+    let i = infer_partial(&both, &shapes(&[("x", &[2, 3])]), &dtypes).unwrap();
+    assert_eq!(i.output_dtypes(), [DType::F64, DType::I32]);
+    assert_eq!(i.output_shapes(), [vec![2, 3], vec![2, 3]]);
+}

@@ -10,8 +10,9 @@ them. Errors from the runtime are raised as ``mx.base.MXNetError``."""
 
 from __future__ import annotations
 
-from . import autograd, base, context, ndarray, random
+from . import autograd, base, context, model, ndarray, random, symbol
 from . import ndarray as nd
+from . import symbol as sym
 from .base import MXNetError
 from .context import Context, cpu, cpu_pinned, current_context, gpu
 
@@ -27,7 +28,10 @@ __all__ = [
     "cpu_pinned",
     "current_context",
     "gpu",
+    "model",
     "nd",
     "ndarray",
     "random",
+    "sym",
+    "symbol",
 ]

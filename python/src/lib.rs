@@ -6,6 +6,8 @@
 //! threads run beside it and beside each other; every runtime error is raised as
 //! `MXNetError` with the runtime's message.
 
+mod symbol;
+
 use std::sync::Arc;
 
 use ndarray_ops::ops::signature::AttrType;
@@ -23,16 +25,16 @@ create_exception!(
     "An error the runtime reported: a bad call, a failed op, a bad file."
 );
 
-fn err(e: NdError) -> PyErr {
+pub(crate) fn err(e: NdError) -> PyErr {
     MXNetError::new_err(e.to_string())
 }
 
-fn runtime() -> PyResult<Arc<Runtime>> {
+pub(crate) fn runtime() -> PyResult<Arc<Runtime>> {
     Runtime::global().map_err(err)
 }
 
 /// A device as Python names it: `("cpu", 0)`, `("gpu", 1)`.
-fn context(dev_type: &str, dev_id: u32) -> PyResult<Context> {
+pub(crate) fn context(dev_type: &str, dev_id: u32) -> PyResult<Context> {
     match dev_type {
         "cpu" => Ok(Context::cpu(dev_id)),
         "cpu_pinned" => Ok(Context::cpu_pinned(dev_id)),
@@ -44,7 +46,7 @@ fn context(dev_type: &str, dev_id: u32) -> PyResult<Context> {
     }
 }
 
-fn dtype(name: &str) -> PyResult<DType> {
+pub(crate) fn dtype(name: &str) -> PyResult<DType> {
     DType::parse(name).ok_or_else(|| {
         MXNetError::new_err(format!(
             "dtype {name:?} is not supported (float32, float64, int32, int64, uint8)"
@@ -54,11 +56,11 @@ fn dtype(name: &str) -> PyResult<DType> {
 
 /// One array: a view of device memory the engine writes asynchronously.
 #[pyclass(module = "mxrs._native", name = "Array", frozen)]
-struct Array {
-    a: NDArray,
+pub(crate) struct Array {
+    pub(crate) a: NDArray,
 }
 
-fn wrap(a: NDArray) -> Array {
+pub(crate) fn wrap(a: NDArray) -> Array {
     Array { a }
 }
 
@@ -483,6 +485,16 @@ fn signatures<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
     Ok(out)
 }
 
+/// The inputs a node of `op` with `attrs` takes, by name (a bias only without `no_bias`, ...).
+#[pyfunction]
+fn input_names(op: &str, attrs: Vec<(String, String)>) -> PyResult<Vec<&'static str>> {
+    let def = ndarray_ops::ops::lookup(op).map_err(err)?;
+    let attrs = attrs
+        .into_iter()
+        .fold(Attrs::new(), |acc, (k, v)| acc.with(&k, v));
+    ndarray_ops::ops::signature::input_names(def.name, &attrs).map_err(err)
+}
+
 /// The module.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -504,5 +516,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(backward, m)?)?;
     m.add_function(wrap_pyfunction!(grad, m)?)?;
     m.add_function(wrap_pyfunction!(signatures, m)?)?;
+    m.add_function(wrap_pyfunction!(input_names, m)?)?;
+    m.add_class::<symbol::Sym>()?;
+    m.add_class::<symbol::Exec>()?;
+    m.add_function(wrap_pyfunction!(symbol::bind, m)?)?;
     Ok(())
 }

@@ -452,6 +452,24 @@ fn fixed_point(
             break;
         }
     }
+    // Dtypes where shapes stayed unknown, so no forward inference ran (MXNet infers dtypes
+    // without shapes): an op's outputs take its `dtype` attribute when it names one, else its
+    // first input's dtype. After the loop, so that a guess never stands in for a forward rule;
+    // nodes are in topological order, so one pass carries dtypes through.
+    for (i, n) in g.nodes.iter().enumerate() {
+        if n.is_variable() || st.types_known(i) {
+            continue;
+        }
+        let first = g.inputs[i]
+            .first()
+            .and_then(|&(s, x)| st.types[g.entry(s, x)]);
+        let Some(t) = n.attrs.get("dtype").and_then(DType::parse).or(first) else {
+            continue;
+        };
+        for k in 0..n.num_outputs() {
+            st.types[g.entry(i, k)].get_or_insert(t);
+        }
+    }
     let State { shapes, types, .. } = st;
     Ok((g, shapes, types))
 }

@@ -147,6 +147,66 @@ pub fn signature(op: &str) -> Option<&'static Signature> {
     })
 }
 
+/// Inputs that a node takes only when its attributes ask for them: (op, input, whether it is
+/// taken given the node's attributes).
+type Optional = (&'static str, &'static str, fn(&str, &Attrs) -> Result<bool>);
+
+const OPTIONAL_INPUTS: &[Optional] = &[
+    ("FullyConnected", "bias", |op, a| {
+        Ok(!a.bool(op, "no_bias", false)?)
+    }),
+    ("Convolution", "bias", |op, a| {
+        Ok(!a.bool(op, "no_bias", false)?)
+    }),
+    ("Deconvolution", "bias", |op, a| {
+        Ok(!a.bool(op, "no_bias", true)?)
+    }),
+    ("LeakyReLU", "gamma", |_, a| {
+        Ok(a.get("act_type") == Some("prelu"))
+    }),
+    (
+        "RNN",
+        "state_cell",
+        |_, a| Ok(a.get("mode") == Some("lstm")),
+    ),
+    ("RNN", "sequence_length", |op, a| {
+        a.bool(op, "use_sequence_length", false)
+    }),
+    ("SequenceLast", "sequence_length", |op, a| {
+        a.bool(op, "use_sequence_length", false)
+    }),
+    ("SequenceMask", "sequence_length", |op, a| {
+        a.bool(op, "use_sequence_length", false)
+    }),
+    ("SequenceReverse", "sequence_length", |op, a| {
+        a.bool(op, "use_sequence_length", false)
+    }),
+    ("softmax", "length", |op, a| a.bool(op, "use_length", false)),
+];
+
+/// The inputs a node of `op` (its canonical name) with `attrs` takes, in order, by name: the
+/// signature's, less those its attributes leave out (a bias with `no_bias`, an LSTM's cell
+/// state for other cells). A variadic op gives its one name. The symbolic API names the
+/// variables it makes for inputs not given after these (`fc1_weight`).
+pub fn input_names(op: &str, attrs: &Attrs) -> Result<Vec<&'static str>> {
+    let Some(sig) = signature(op) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::with_capacity(sig.inputs.len());
+    for &input in sig.inputs {
+        let rule = OPTIONAL_INPUTS
+            .iter()
+            .find(|(o, i, _)| *o == op && *i == input);
+        if let Some((_, _, taken)) = rule {
+            if !taken(op, attrs)? {
+                continue;
+            }
+        }
+        out.push(input);
+    }
+    Ok(out)
+}
+
 /// What attribute `attr` of op `op` means.
 pub fn doc(op: &str, attr: &str) -> &'static str {
     docs::doc(op, attr)
@@ -270,6 +330,35 @@ mod tests {
             for a in sig.attrs {
                 assert!(!doc(def.name, a.name).is_empty(), "{}.{}", def.name, a.name);
             }
+        }
+    }
+
+    #[test]
+    fn inputs_follow_the_attributes() {
+        let names = |op: &str, attrs: Attrs| input_names(op, &attrs).unwrap();
+        assert_eq!(
+            names("FullyConnected", Attrs::new()),
+            ["data", "weight", "bias"]
+        );
+        let no_bias = Attrs::new().with("no_bias", "True");
+        assert_eq!(names("FullyConnected", no_bias), ["data", "weight"]);
+        assert_eq!(names("Deconvolution", Attrs::new()), ["data", "weight"]);
+        let lstm = Attrs::new().with("mode", "lstm");
+        assert_eq!(
+            names("RNN", lstm),
+            ["data", "parameters", "state", "state_cell"]
+        );
+        assert_eq!(
+            names("RNN", Attrs::new().with("mode", "gru")),
+            ["data", "parameters", "state"]
+        );
+        assert_eq!(names("Concat", Attrs::new()), ["data"]);
+        // Each rule names an input its op has.
+        for (op, input, _) in OPTIONAL_INPUTS {
+            assert!(
+                signature(op).unwrap().inputs.contains(input),
+                "{op}.{input}"
+            );
         }
     }
 

@@ -1,0 +1,47 @@
+"""``mx.model``: checkpoints as MXNet writes them, ``PREFIX-symbol.json`` and
+``PREFIX-EPOCH.params`` (arguments as ``arg:NAME``, auxiliary states as ``aux:NAME``)."""
+
+from __future__ import annotations
+
+from . import ndarray as nd
+from . import symbol as sym
+from .base import MXNetError
+from .ndarray.ndarray import NDArray
+
+__all__ = ["load_checkpoint", "save_checkpoint"]
+
+
+def save_checkpoint(
+    prefix: str,
+    epoch: int,
+    symbol: sym.Symbol,
+    arg_params: dict[str, NDArray],
+    aux_params: dict[str, NDArray],
+    remove_amp_cast: bool = True,
+) -> None:
+    """Writes ``PREFIX-symbol.json`` and ``PREFIX-%04d.params`` (each whole or not at all)."""
+    if symbol is not None:
+        symbol.save(f"{prefix}-symbol.json")
+    params = {f"arg:{k}": v for k, v in arg_params.items()}
+    params.update({f"aux:{k}": v for k, v in aux_params.items()})
+    nd.save(f"{prefix}-{epoch:04d}.params", params)
+
+
+def load_checkpoint(
+    prefix: str, epoch: int
+) -> tuple[sym.Symbol, dict[str, NDArray], dict[str, NDArray]]:
+    """Reads a checkpoint: ``(symbol, arg_params, aux_params)``."""
+    symbol = sym.load(f"{prefix}-symbol.json")
+    loaded = nd.load(f"{prefix}-{epoch:04d}.params")
+    if not isinstance(loaded, dict):
+        raise MXNetError(f"{prefix}-{epoch:04d}.params holds arrays without names")
+    arg, aux = {}, {}
+    for key, value in loaded.items():
+        kind, _, name = key.partition(":")
+        if kind == "arg":
+            arg[name] = value
+        elif kind == "aux":
+            aux[name] = value
+        else:
+            raise MXNetError(f"{key!r} in {prefix}-{epoch:04d}.params is neither arg: nor aux:")
+    return symbol, arg, aux

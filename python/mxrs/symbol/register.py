@@ -1,0 +1,83 @@
+"""The ``mx.sym.<op>`` functions, written from the op signatures: inputs by position or by
+name, attributes by name; inputs not given become variables named ``<node>_<input>``
+(``fc1_weight``), as MXNet names them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .. import _native
+from ..base import MXNetError, attr_str
+from ..ndarray.register import _doc
+from .symbol import Symbol, Variable, _Names, _wrap
+
+__all__ = ["make_functions"]
+
+
+def _function(sig: dict[str, Any], op: str) -> Callable[..., Symbol]:
+    input_names: list[str] = list(sig["inputs"])
+    attr_names = {a[0] for a in sig["attrs"]}
+    variadic: bool = sig["variadic"]
+    counts_inputs = "num_args" in attr_names
+
+    def fn(*args: Any, name: str | None = None, attr: Any = None, **kwargs: Any) -> Symbol:
+        given: dict[str, Symbol] = {}
+        listed: list[Symbol] = []
+        for a in args:
+            if not isinstance(a, Symbol):
+                raise TypeError(
+                    f"{op}: positional arguments must be Symbols, got "
+                    f"{type(a).__name__}; pass attributes by name"
+                )
+            listed.append(a)
+        attrs: dict[str, Any] = {}
+        for k, v in kwargs.items():
+            if isinstance(v, Symbol):
+                if k not in input_names and not variadic:
+                    raise MXNetError(f"{op}: no input named {k!r} (inputs: {input_names})")
+                given[k] = v
+            elif k in attr_names or k.startswith("__"):
+                if v is not None:
+                    attrs[k] = v
+            else:
+                raise MXNetError(
+                    f"{op}: unknown attribute {k!r} ({op} takes "
+                    f"{', '.join(sorted(attr_names)) or 'none'})"
+                )
+        node = _Names.get(name, op.lower())
+        if variadic:
+            inputs = listed + list(given.values())
+            if counts_inputs and "num_args" not in attrs:
+                attrs["num_args"] = len(inputs)
+        else:
+            pairs = [(k, attr_str(v)) for k, v in attrs.items()]
+            names = _native.input_names(op, pairs)
+            if len(listed) > len(names):
+                raise MXNetError(f"{op}: {len(listed)} inputs given; it takes {names}")
+            inputs = []
+            for i, iname in enumerate(names):
+                if i < len(listed):
+                    inputs.append(listed[i])
+                elif iname in given:
+                    inputs.append(given[iname])
+                else:
+                    inputs.append(Variable(f"{node}_{iname}"))
+        merged = dict(attr or {})
+        merged.update(attrs)
+        pairs = [(k, attr_str(v)) for k, v in merged.items()]
+        return _wrap(_native.Sym.op(op, node, [s._h for s in inputs], pairs))
+
+    fn.__name__ = op
+    fn.__qualname__ = op
+    fn.__doc__ = _doc(sig).replace("NDArray", "Symbol")
+    return fn
+
+
+def make_functions() -> dict[str, Callable[..., Symbol]]:
+    """One function per op name and alias."""
+    out: dict[str, Callable[..., Symbol]] = {}
+    for sig in _native.signatures():
+        for op in [sig["name"], *sig["aliases"]]:
+            out[op] = _function(sig, sig["name"])
+    return out
