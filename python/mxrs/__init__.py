@@ -10,7 +10,22 @@ them. Errors from the runtime are raised as ``mx.base.MXNetError``."""
 
 from __future__ import annotations
 
-from . import autograd, base, context, model, ndarray, random, symbol
+from . import (
+    autograd,
+    base,
+    context,
+    initializer,
+    io,
+    metric,
+    model,
+    module,
+    ndarray,
+    optimizer,
+    random,
+    symbol,
+)
+from . import initializer as init
+from . import module as mod
 from . import ndarray as nd
 from . import symbol as sym
 from .base import MXNetError
@@ -28,9 +43,16 @@ __all__ = [
     "cpu_pinned",
     "current_context",
     "gpu",
+    "init",
+    "initializer",
+    "io",
+    "metric",
+    "mod",
     "model",
+    "module",
     "nd",
     "ndarray",
+    "optimizer",
     "random",
     "sym",
     "symbol",

@@ -143,6 +143,8 @@ class Executor:
                 raise MXNetError(f"forward: no argument named {name!r}")
             dst = self.arg_dict[name]
             if isinstance(value, NDArray):
+                if value.dtype != dst.dtype:
+                    value = value.astype(dst.dtype)
                 value.copyto(dst)
             else:
                 dst[:] = value

@@ -1,0 +1,402 @@
+"""``mx.mod.Module``: a symbol with its parameters, bound for training or inference on one
+device, with MXNet's workflow: ``bind``, ``init_params``, ``init_optimizer``, then
+``forward``/``backward``/``update`` per batch, or ``fit``, ``predict`` and ``score`` over an
+iterator."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from . import initializer as init_mod
+from . import metric as metric_mod
+from . import model
+from . import optimizer as opt_mod
+from .base import MXNetError
+from .context import Context, current_context
+from .io import DataBatch, DataDesc, DataIter
+from .ndarray.ndarray import NDArray, concatenate
+from .symbol.executor import Executor
+from .symbol.symbol import Symbol
+
+__all__ = ["BaseModule", "Module"]
+
+
+def _names_shapes(descs: Sequence[Any] | None) -> list[tuple[str, tuple]]:
+    out = []
+    for d in descs or []:
+        if isinstance(d, DataDesc):
+            out.append((d.name, tuple(d.shape)))
+        else:
+            name, shape = d[0], d[1]
+            out.append((name, tuple(shape)))
+    return out
+
+
+class BaseModule:
+    """What every module offers on top of forward, backward and update."""
+
+    def fit(
+        self,
+        train_data: DataIter,
+        eval_data: DataIter | None = None,
+        eval_metric: Any = "acc",
+        epoch_end_callback: Any = None,
+        batch_end_callback: Any = None,
+        kvstore: Any = "local",
+        optimizer: Any = "sgd",
+        optimizer_params: Any = (("learning_rate", 0.01),),
+        initializer: init_mod.Initializer | None = None,
+        arg_params: dict | None = None,
+        aux_params: dict | None = None,
+        allow_missing: bool = False,
+        force_rebind: bool = False,
+        force_init: bool = False,
+        begin_epoch: int = 0,
+        num_epoch: int | None = None,
+        validation_metric: Any = None,
+        monitor: Any = None,
+    ) -> None:
+        """Trains for ``num_epoch`` epochs over ``train_data``, logging the metric per epoch
+        (and on ``eval_data`` when given)."""
+        if num_epoch is None:
+            raise ValueError("fit: num_epoch is required")
+        self.bind(
+            train_data.provide_data,
+            train_data.provide_label,
+            for_training=True,
+            force_rebind=force_rebind,
+        )
+        self.init_params(
+            initializer or init_mod.Uniform(0.01),
+            arg_params,
+            aux_params,
+            allow_missing=allow_missing,
+            force_init=force_init,
+        )
+        self.init_optimizer(kvstore=kvstore, optimizer=optimizer, optimizer_params=optimizer_params)
+        metric = metric_mod.create(eval_metric)
+        for epoch in range(begin_epoch, num_epoch):
+            tic = time.time()
+            metric.reset()
+            train_data.reset()
+            for nbatch, batch in enumerate(train_data):
+                self.forward_backward(batch)
+                self.update()
+                self.update_metric(metric, batch.label)
+                for cb in _callbacks(batch_end_callback):
+                    cb(_BatchEnd(epoch, nbatch, metric))
+            for name, value in metric.get_name_value():
+                self.logger.info("Epoch[%d] Train-%s=%f", epoch, name, value)
+            self.logger.info("Epoch[%d] Time cost=%.3f", epoch, time.time() - tic)
+            arg, aux = self.get_params()
+            for cb in _callbacks(epoch_end_callback):
+                cb(epoch, self.symbol, arg, aux)
+            if eval_data is not None:
+                for name, value in self.score(eval_data, validation_metric or eval_metric):
+                    self.logger.info("Epoch[%d] Validation-%s=%f", epoch, name, value)
+
+    def forward_backward(self, data_batch: DataBatch) -> None:
+        """A training forward pass and its backward pass."""
+        self.forward(data_batch, is_train=True)
+        self.backward()
+
+    def score(
+        self,
+        eval_data: DataIter,
+        eval_metric: Any,
+        num_batch: int | None = None,
+        reset: bool = True,
+    ) -> list[tuple[str, float]]:
+        """The metric over ``eval_data`` (inference mode)."""
+        metric = metric_mod.create(eval_metric)
+        if reset:
+            eval_data.reset()
+        for nbatch, batch in enumerate(eval_data):
+            if num_batch is not None and nbatch == num_batch:
+                break
+            self.forward(batch, is_train=False)
+            self.update_metric(metric, batch.label, pad=batch.pad)
+        return metric.get_name_value()
+
+    def predict(
+        self,
+        eval_data: DataIter,
+        num_batch: int | None = None,
+        merge_batches: bool = True,
+        reset: bool = True,
+    ) -> Any:
+        """The outputs over ``eval_data``, padding dropped, batches joined."""
+        if reset:
+            eval_data.reset()
+        outs: list[list[NDArray]] = []
+        for nbatch, batch in enumerate(eval_data):
+            if num_batch is not None and nbatch == num_batch:
+                break
+            self.forward(batch, is_train=False)
+            keep = batch.data[0].shape[0] - batch.pad
+            outs.append([o[0:keep].copy() for o in self.get_outputs()])
+        if not merge_batches:
+            return outs
+        merged = [concatenate([b[i] for b in outs]) for i in range(len(outs[0]))] if outs else []
+        return merged[0] if len(merged) == 1 else merged
+
+
+def _callbacks(cb: Any) -> list:
+    if cb is None:
+        return []
+    return list(cb) if isinstance(cb, (list, tuple)) else [cb]
+
+
+class _BatchEnd:
+    """What a batch-end callback gets (MXNet's ``BatchEndParam``)."""
+
+    def __init__(self, epoch: int, nbatch: int, eval_metric: metric_mod.EvalMetric) -> None:
+        self.epoch, self.nbatch, self.eval_metric, self.locals = epoch, nbatch, eval_metric, None
+
+
+class Module(BaseModule):
+    """A symbol bound on one device, its parameters, and an optimizer."""
+
+    def __init__(
+        self,
+        symbol: Symbol,
+        data_names: Sequence[str] = ("data",),
+        label_names: Sequence[str] | None = ("softmax_label",),
+        logger: Any = logging,
+        context: Context | Sequence[Context] | None = None,
+        work_load_list: Any = None,
+        fixed_param_names: Sequence[str] | None = None,
+        state_names: Any = None,
+        group2ctxs: Any = None,
+        compression_params: Any = None,
+    ) -> None:
+        if isinstance(context, (list, tuple)):
+            if len(context) != 1:
+                raise MXNetError(
+                    "Module: one context is supported (data parallel training "
+                    "across contexts is the Rust DataParallel trainer's)"
+                )
+            context = context[0]
+        self.symbol = symbol
+        self.logger = logger
+        self.context = context if context is not None else current_context()
+        args = symbol.list_arguments()
+        self.data_names = list(data_names)
+        self.label_names = [n for n in (label_names or []) if n in args]
+        for n in self.data_names:
+            if n not in args:
+                raise MXNetError(f"Module: data {n!r} is not an argument of the symbol ({args})")
+        inputs = set(self.data_names) | set(self.label_names)
+        self.param_names = [n for n in args if n not in inputs]
+        self.aux_names = symbol.list_auxiliary_states()
+        self.fixed = set(fixed_param_names or [])
+        self.binded = self.params_initialized = self.optimizer_initialized = False
+        self.for_training = False
+        self._exec: Executor | None = None
+        self._arg_params: dict[str, NDArray] = {}
+        self._aux_params: dict[str, NDArray] = {}
+        self._updater: opt_mod.Updater | None = None
+
+    # ---- binding ---------------------------------------------------------------------------
+
+    def bind(
+        self,
+        data_shapes: Any,
+        label_shapes: Any = None,
+        for_training: bool = True,
+        inputs_need_grad: bool = False,
+        force_rebind: bool = False,
+        shared_module: Any = None,
+        grad_req: str = "write",
+    ) -> None:
+        """Allocates the executor for these input shapes (parameters keep their values when
+        rebinding)."""
+        if self.binded and not force_rebind:
+            return
+        shapes = dict(_names_shapes(data_shapes))
+        shapes.update(_names_shapes(label_shapes))
+        reqs = {}
+        for n in self.symbol.list_arguments():
+            trainable = n in self.param_names and n not in self.fixed
+            if for_training and (trainable or (inputs_need_grad and n in self.data_names)):
+                reqs[n] = grad_req
+            else:
+                reqs[n] = "null"
+        self._exec = self.symbol.simple_bind(self.context, grad_req=reqs, **shapes)
+        self.for_training = for_training
+        self.binded = True
+        if self.params_initialized:
+            self._exec.copy_params_from(self._arg_params, self._aux_params)
+
+    @property
+    def data_shapes(self) -> list[DataDesc]:
+        """The bound data shapes."""
+        return [DataDesc(n, self._executor.arg_dict[n].shape) for n in self.data_names]
+
+    @property
+    def label_shapes(self) -> list[DataDesc]:
+        """The bound label shapes."""
+        return [DataDesc(n, self._executor.arg_dict[n].shape) for n in self.label_names]
+
+    @property
+    def output_shapes(self) -> list[tuple[str, tuple]]:
+        """The outputs' names and shapes."""
+        return list(zip(self.symbol.list_outputs(), (o.shape for o in self._executor.outputs)))
+
+    @property
+    def _executor(self) -> Executor:
+        if self._exec is None:
+            raise MXNetError("Module: call bind first")
+        return self._exec
+
+    # ---- parameters ------------------------------------------------------------------------
+
+    def init_params(
+        self,
+        initializer: Any = None,
+        arg_params: dict | None = None,
+        aux_params: dict | None = None,
+        allow_missing: bool = False,
+        force_init: bool = False,
+        allow_extra: bool = False,
+    ) -> None:
+        """Fills the parameters: from ``arg_params``/``aux_params`` where given, else with
+        ``initializer`` (``Uniform(0.01)`` by default)."""
+        if self.params_initialized and not force_init:
+            return
+        ex = self._executor
+        init = initializer if initializer is not None else init_mod.Uniform(0.01)
+        for names, bound, given in (
+            (self.param_names, ex.arg_dict, arg_params),
+            (self.aux_names, ex.aux_dict, aux_params),
+        ):
+            for n in names:
+                if given is not None and n in given:
+                    given[n].copyto(bound[n])
+                elif given is not None and not allow_missing:
+                    raise MXNetError(f"init_params: {n} is missing from the parameters given")
+                else:
+                    init(n, bound[n])
+            if given is not None and not allow_extra:
+                extra = sorted(set(given) - set(names))
+                if extra:
+                    raise MXNetError(f"init_params: parameters the symbol does not have: {extra}")
+        self._arg_params = {n: ex.arg_dict[n] for n in self.param_names}
+        self._aux_params = {n: ex.aux_dict[n] for n in self.aux_names}
+        self.params_initialized = True
+
+    def get_params(self) -> tuple[dict[str, NDArray], dict[str, NDArray]]:
+        """Copies of the parameters and auxiliary states."""
+        ex = self._executor
+        return (
+            {n: ex.arg_dict[n].copy() for n in self.param_names},
+            {n: ex.aux_dict[n].copy() for n in self.aux_names},
+        )
+
+    def set_params(
+        self,
+        arg_params: dict,
+        aux_params: dict,
+        allow_missing: bool = False,
+        force_init: bool = True,
+        allow_extra: bool = False,
+    ) -> None:
+        """Sets the parameters from the given dicts."""
+        self.init_params(
+            None,
+            arg_params,
+            aux_params,
+            allow_missing=allow_missing,
+            force_init=force_init,
+            allow_extra=allow_extra,
+        )
+
+    def save_checkpoint(
+        self,
+        prefix: str,
+        epoch: int,
+        save_optimizer_states: bool = False,
+        remove_amp_cast: bool = True,
+    ) -> None:
+        """Writes ``PREFIX-symbol.json`` and ``PREFIX-EPOCH.params``."""
+        arg, aux = self.get_params()
+        model.save_checkpoint(prefix, epoch, self.symbol, arg, aux)
+
+    @staticmethod
+    def load(prefix: str, epoch: int, load_optimizer_states: bool = False, **kwargs: Any) -> Module:
+        """A module from a checkpoint; its parameters are set when it is bound."""
+        sym, arg, aux = model.load_checkpoint(prefix, epoch)
+        mod = Module(sym, **kwargs)
+        mod._arg_params, mod._aux_params = arg, aux
+        mod.params_initialized = True
+        return mod
+
+    # ---- training --------------------------------------------------------------------------
+
+    def init_optimizer(
+        self,
+        kvstore: Any = "local",
+        optimizer: Any = "sgd",
+        optimizer_params: Any = (("learning_rate", 0.01),),
+        force_init: bool = False,
+    ) -> None:
+        """Sets the optimizer (a name and its parameters, or an ``Optimizer``)."""
+        if self.optimizer_initialized and not force_init:
+            return
+        params = dict(optimizer_params)
+        if isinstance(optimizer, str):
+            batch = self._executor.arg_dict[self.data_names[0]].shape[0]
+            params.setdefault("rescale_grad", 1.0 / batch)
+            params["param_idx2name"] = dict(enumerate(self.param_names))
+        self._updater = opt_mod.get_updater(opt_mod.create(optimizer, **params))
+        self.optimizer_initialized = True
+
+    def forward(self, data_batch: DataBatch, is_train: bool | None = None) -> None:
+        """Copies the batch in and pushes the forward pass (training mode by default when
+        bound for training)."""
+        ex = self._executor
+        train = self.for_training if is_train is None else is_train
+        feeds: dict[str, Any] = dict(zip(self.data_names, data_batch.data))
+        if data_batch.label is not None and self.label_names:
+            feeds.update(zip(self.label_names, data_batch.label))
+        first = feeds[self.data_names[0]]
+        if first.shape != ex.arg_dict[self.data_names[0]].shape:
+            self._exec = ex.reshape(**{k: v.shape for k, v in feeds.items()})
+            ex = self._exec
+        ex.forward(is_train=train, **feeds)
+
+    def backward(self, out_grads: Any = None) -> None:
+        """Pushes the backward pass."""
+        self._executor.backward(out_grads)
+
+    def update(self) -> None:
+        """One optimizer step of every trainable parameter from its gradient."""
+        if self._updater is None:
+            raise MXNetError("Module: call init_optimizer first")
+        ex = self._executor
+        for i, n in enumerate(self.param_names):
+            grad = ex.grad_dict.get(n)
+            if grad is not None:
+                self._updater(i, grad, ex.arg_dict[n])
+
+    def get_outputs(self, merge_multi_context: bool = True) -> list[NDArray]:
+        """The outputs of the last forward pass."""
+        return self._executor.outputs
+
+    def get_input_grads(self, merge_multi_context: bool = True) -> list[NDArray]:
+        """The data's gradients (bound with ``inputs_need_grad``)."""
+        return [self._executor.grad_dict[n] for n in self.data_names]
+
+    def update_metric(
+        self, eval_metric: metric_mod.EvalMetric, labels: list[NDArray], pad: int = 0
+    ) -> None:
+        """Accumulates the metric over the last outputs (padding excluded)."""
+        outs = self.get_outputs()
+        if pad:
+            keep = outs[0].shape[0] - pad
+            outs = [o[0:keep] for o in outs]
+            labels = [y[0:keep] for y in labels]
+        eval_metric.update(labels, outs)

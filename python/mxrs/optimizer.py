@@ -1,0 +1,218 @@
+"""``mx.optimizer``: SGD (with momentum), NAG, Adam and RMSProp, updating weights in place
+from their gradients. SGD and Adam run the registry's fused update ops (``sgd_update``,
+``sgd_mom_update``, ``adam_update``); NAG and RMSProp compose elementwise ops. Every update is
+pushed onto the engine like any op."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .ndarray.ndarray import NDArray, invoke, zeros
+
+__all__ = ["NAG", "SGD", "Adam", "Optimizer", "RMSProp", "Updater", "create", "get_updater"]
+
+
+class Optimizer:
+    """Shared settings: learning rate, weight decay, gradient rescaling and clipping, per
+    parameter multipliers (``set_lr_mult``, ``set_wd_mult``), and the update count."""
+
+    def __init__(
+        self,
+        learning_rate: float = 0.01,
+        wd: float = 0.0,
+        rescale_grad: float = 1.0,
+        clip_gradient: float | None = None,
+        lr_mult: dict | None = None,
+        wd_mult: dict | None = None,
+        param_idx2name: dict | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.lr, self.wd, self.rescale_grad = learning_rate, wd, rescale_grad
+        self.clip_gradient = clip_gradient
+        self.lr_mult: dict = dict(lr_mult or {})
+        self.wd_mult: dict = dict(wd_mult or {})
+        self.idx2name: dict = dict(param_idx2name or {})
+        self.num_update = 0
+
+    @property
+    def learning_rate(self) -> float:
+        """The base learning rate."""
+        return self.lr
+
+    def set_learning_rate(self, lr: float) -> None:
+        """Sets the base learning rate."""
+        self.lr = lr
+
+    def set_lr_mult(self, args_lr_mult: dict) -> None:
+        """Learning-rate multipliers by parameter name or index."""
+        self.lr_mult = dict(args_lr_mult)
+
+    def set_wd_mult(self, args_wd_mult: dict) -> None:
+        """Weight-decay multipliers by parameter name or index."""
+        self.wd_mult = dict(args_wd_mult)
+
+    def _mult(self, table: dict, index: Any) -> float:
+        if index in table:
+            return table[index]
+        return table.get(self.idx2name.get(index), 1.0)
+
+    def _lr(self, index: Any) -> float:
+        return self.lr * self._mult(self.lr_mult, index)
+
+    def _wd(self, index: Any) -> float:
+        return self.wd * self._mult(self.wd_mult, index)
+
+    def _common(self, index: Any) -> dict:
+        return {
+            "lr": self._lr(index),
+            "wd": self._wd(index),
+            "rescale_grad": self.rescale_grad,
+            "clip_gradient": -1.0 if self.clip_gradient is None else self.clip_gradient,
+        }
+
+    def _grad(self, index: Any, grad: NDArray) -> NDArray:
+        g = grad * self.rescale_grad
+        if self.clip_gradient is not None:
+            g = g.clip(-self.clip_gradient, self.clip_gradient)
+        return g
+
+    def create_state(self, index: Any, weight: NDArray) -> Any:
+        """The per-parameter state (momentum, moments), or None."""
+        return None
+
+    def update(self, index: Any, weight: NDArray, grad: NDArray, state: Any) -> None:
+        """One step of ``weight`` from ``grad``."""
+        raise NotImplementedError
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent, with momentum when ``momentum`` > 0."""
+
+    def __init__(self, momentum: float = 0.0, lazy_update: bool = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.momentum = momentum
+
+    def create_state(self, index: Any, weight: NDArray) -> Any:
+        if self.momentum == 0.0:
+            return None
+        return zeros(weight.shape, weight.context, weight.dtype)
+
+    def update(self, index: Any, weight: NDArray, grad: NDArray, state: Any) -> None:
+        self.num_update += 1
+        attrs = self._common(index)
+        if state is None:
+            invoke("sgd_update", [weight, grad], attrs, out=weight)
+        else:
+            attrs["momentum"] = self.momentum
+            invoke("sgd_mom_update", [weight, grad, state], attrs, out=[weight, state])
+
+
+class NAG(Optimizer):
+    """Nesterov's accelerated gradient: the step looks ahead along the momentum."""
+
+    def __init__(self, momentum: float = 0.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.momentum = momentum
+
+    def create_state(self, index: Any, weight: NDArray) -> Any:
+        return zeros(weight.shape, weight.context, weight.dtype) if self.momentum else None
+
+    def update(self, index: Any, weight: NDArray, grad: NDArray, state: Any) -> None:
+        self.num_update += 1
+        lr, wd = self._lr(index), self._wd(index)
+        g = self._grad(index, grad) + wd * weight
+        if state is None:
+            weight[:] = weight - lr * g
+            return
+        state[:] = self.momentum * state + g
+        weight[:] = weight - lr * (g + self.momentum * state)
+
+
+class Adam(Optimizer):
+    """Adam, with bias-corrected step size, on the fused ``adam_update`` op."""
+
+    def __init__(
+        self,
+        learning_rate: float = 0.001,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        epsilon: float = 1e-8,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(learning_rate=learning_rate, **kwargs)
+        self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
+        self._counts: dict = {}
+
+    def create_state(self, index: Any, weight: NDArray) -> Any:
+        return (
+            zeros(weight.shape, weight.context, weight.dtype),
+            zeros(weight.shape, weight.context, weight.dtype),
+        )
+
+    def update(self, index: Any, weight: NDArray, grad: NDArray, state: Any) -> None:
+        self.num_update += 1
+        t = self._counts[index] = self._counts.get(index, 0) + 1
+        attrs = self._common(index)
+        attrs["lr"] *= (1.0 - self.beta2**t) ** 0.5 / (1.0 - self.beta1**t)
+        attrs.update(beta1=self.beta1, beta2=self.beta2, epsilon=self.epsilon)
+        mean, var = state
+        invoke("adam_update", [weight, grad, mean, var], attrs, out=[weight, mean, var])
+
+
+class RMSProp(Optimizer):
+    """RMSProp: steps scaled by a running mean of squared gradients (``gamma1`` its decay)."""
+
+    def __init__(
+        self,
+        learning_rate: float = 0.001,
+        gamma1: float = 0.9,
+        gamma2: float = 0.9,
+        epsilon: float = 1e-8,
+        centered: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(learning_rate=learning_rate, **kwargs)
+        self.gamma1, self.epsilon = gamma1, epsilon
+        if centered:
+            raise ValueError("RMSProp: centered=True is not supported")
+
+    def create_state(self, index: Any, weight: NDArray) -> Any:
+        return zeros(weight.shape, weight.context, weight.dtype)
+
+    def update(self, index: Any, weight: NDArray, grad: NDArray, state: Any) -> None:
+        self.num_update += 1
+        lr, wd = self._lr(index), self._wd(index)
+        g = self._grad(index, grad) + wd * weight
+        state[:] = self.gamma1 * state + (1.0 - self.gamma1) * g * g
+        weight[:] = weight - lr * g / (state + self.epsilon).sqrt()
+
+
+_REGISTRY = {"sgd": SGD, "nag": NAG, "adam": Adam, "rmsprop": RMSProp}
+
+
+def create(name: str | Optimizer, **kwargs: Any) -> Optimizer:
+    """An optimizer by name (``sgd``, ``nag``, ``adam``, ``rmsprop``)."""
+    if isinstance(name, Optimizer):
+        return name
+    key = name.lower()
+    if key not in _REGISTRY:
+        raise ValueError(f"unknown optimizer {name!r} (one of {sorted(_REGISTRY)})")
+    return _REGISTRY[key](**kwargs)
+
+
+class Updater:
+    """Applies an optimizer to (index, gradient, weight) triples, keeping each index's state."""
+
+    def __init__(self, optimizer: Optimizer) -> None:
+        self.optimizer = optimizer
+        self.states: dict = {}
+
+    def __call__(self, index: Any, grad: NDArray, weight: NDArray) -> None:
+        if index not in self.states:
+            self.states[index] = self.optimizer.create_state(index, weight)
+        self.optimizer.update(index, weight, grad, self.states[index])
+
+
+def get_updater(optimizer: Optimizer) -> Updater:
+    """An ``Updater`` for ``optimizer``."""
+    return Updater(optimizer)
