@@ -10,6 +10,26 @@ them. Errors from the runtime are raised as ``mx.base.MXNetError``."""
 
 from __future__ import annotations
 
+import os as _os
+
+# MXNet's environment variables that have an equivalent here, honoured where the MXRS_ one is
+# not set (the runtime reads its settings when the first array is made).
+_MXNET_ENV = {
+    "MXNET_ENGINE_TYPE": "MXRS_ENGINE_TYPE",
+    "MXNET_CPU_WORKER_NTHREADS": "MXRS_CPU_WORKER_NTHREADS",
+    "MXNET_GPU_WORKER_NTHREADS": "MXRS_GPU_WORKER_NTHREADS",
+    "MXNET_CPU_PRIORITY_NTHREADS": "MXRS_CPU_PRIORITY_NTHREADS",
+    "MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN": "MXRS_ENGINE_BULK_SIZE",
+    "MXNET_GPU_MEM_POOL_TYPE": "MXRS_STORAGE_POOL_TYPE",
+}
+_POOL_TYPES = {"Naive": "pooled_exact", "Round": "pooled_round", "Unpooled": "unpooled"}
+for _mxnet, _ours in _MXNET_ENV.items():
+    _value = _os.environ.get(_mxnet)
+    if _value is not None and _ours not in _os.environ:
+        if _mxnet == "MXNET_GPU_MEM_POOL_TYPE":
+            _value = _POOL_TYPES.get(_value, _value)
+        _os.environ[_ours] = _value
+
 from . import (
     autograd,
     base,
@@ -21,8 +41,10 @@ from . import (
     module,
     ndarray,
     optimizer,
+    profiler,
     random,
     symbol,
+    test_utils,
 )
 from . import initializer as init
 from . import module as mod
@@ -53,7 +75,9 @@ __all__ = [
     "nd",
     "ndarray",
     "optimizer",
+    "profiler",
     "random",
     "sym",
     "symbol",
+    "test_utils",
 ]

@@ -8,7 +8,7 @@
 
 mod symbol;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use ndarray_ops::ops::signature::AttrType;
 use ndarray_ops::{autograd, invoke_on, Attrs, DType, Element, GradReq, NDArray, NdError, Runtime};
@@ -29,8 +29,90 @@ pub(crate) fn err(e: NdError) -> PyErr {
     MXNetError::new_err(e.to_string())
 }
 
+/// The process's runtime, configured from the `MXRS_*` environment variables (the package
+/// maps MXNet's onto them first) when first asked for. It always has a profiler, paused unless
+/// `MXRS_PROFILER_OUTPUT` turned it on, so that `mx.profiler.set_state("run")` works at any
+/// time; paused, it costs one relaxed load per op.
 pub(crate) fn runtime() -> PyResult<Arc<Runtime>> {
-    Runtime::global().map_err(err)
+    static RT: OnceLock<Result<Arc<Runtime>, NdError>> = OnceLock::new();
+    RT.get_or_init(|| {
+        let mut from_env = false;
+        let rt = Runtime::from_env(|b| {
+            from_env = b.config().profiler.is_some();
+            match from_env {
+                true => b,
+                false => b.profiler(None),
+            }
+        })?;
+        if let (false, Some(p)) = (from_env, rt.engine().profiler()) {
+            p.pause();
+        }
+        Ok(rt)
+    })
+    .clone()
+    .map_err(err)
+}
+
+fn profiler() -> PyResult<Arc<Runtime>> {
+    let rt = runtime()?;
+    match rt.engine().profiler() {
+        Some(_) => Ok(rt),
+        None => Err(MXNetError::new_err(
+            "the engine was built without a profiler",
+        )),
+    }
+}
+
+/// Starts (`true`) or stops recording ops in the profiler.
+#[pyfunction]
+fn profiler_set_running(on: bool) -> PyResult<()> {
+    let rt = profiler()?;
+    if let Some(p) = rt.engine().profiler() {
+        match on {
+            true => p.resume(),
+            false => p.pause(),
+        }
+    }
+    Ok(())
+}
+
+/// The profiler's table of time per op name.
+#[pyfunction]
+fn profiler_summary() -> PyResult<String> {
+    let rt = profiler()?;
+    Ok(rt
+        .engine()
+        .profiler()
+        .map(|p| p.summary_table())
+        .unwrap_or_default())
+}
+
+/// Writes the recorded ops to `path` as a Chrome trace (chrome://tracing, Perfetto), after
+/// every pushed op has run.
+#[pyfunction]
+fn profiler_dump(py: Python<'_>, path: &str) -> PyResult<()> {
+    let rt = profiler()?;
+    py.detach(|| rt.wait_all()).map_err(err)?;
+    let p = rt
+        .engine()
+        .profiler()
+        .map(|p| p.write(std::path::Path::new(path)));
+    match p {
+        Some(Err(e)) => Err(MXNetError::new_err(format!(
+            "profiler: cannot write {path}: {e}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Forgets what the profiler recorded.
+#[pyfunction]
+fn profiler_reset() -> PyResult<()> {
+    let rt = profiler()?;
+    if let Some(p) = rt.engine().profiler() {
+        p.reset();
+    }
+    Ok(())
 }
 
 /// A device as Python names it: `("cpu", 0)`, `("gpu", 1)`.
@@ -517,6 +599,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(grad, m)?)?;
     m.add_function(wrap_pyfunction!(signatures, m)?)?;
     m.add_function(wrap_pyfunction!(input_names, m)?)?;
+    m.add_function(wrap_pyfunction!(profiler_set_running, m)?)?;
+    m.add_function(wrap_pyfunction!(profiler_summary, m)?)?;
+    m.add_function(wrap_pyfunction!(profiler_dump, m)?)?;
+    m.add_function(wrap_pyfunction!(profiler_reset, m)?)?;
     m.add_class::<symbol::Sym>()?;
     m.add_class::<symbol::Exec>()?;
     m.add_function(wrap_pyfunction!(symbol::bind, m)?)?;

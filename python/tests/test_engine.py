@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pytest
 
 import mxrs as mx
 
@@ -64,3 +65,57 @@ def test_waitall_raises_a_failure_then_recovers() -> None:
     x = mx.nd.ones((3,)) * 2
     mx.nd.waitall()
     np.testing.assert_array_equal(x.asnumpy(), [2, 2, 2])
+
+
+def test_profiler_records_the_ops_run_while_on(tmp_path) -> None:
+    import json
+
+    mx.profiler.set_config(filename=str(tmp_path / "trace.json"))
+    mx.nd.waitall()
+    mx.profiler.dumps(reset=True)
+    mx.profiler.set_state("run")
+    a = mx.nd.ones((8, 8))
+    mx.nd.dot(a, a).wait_to_read()
+    mx.profiler.set_state("stop")
+    mx.nd.relu(a).wait_to_read()  # not recorded
+    table = mx.profiler.dumps()
+    assert "dot" in table and "relu" not in table
+    mx.profiler.dump()
+    events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    assert any(e.get("name") == "dot" for e in events)
+    with pytest.raises(ValueError):
+        mx.profiler.set_state("go")
+
+
+def test_mxnet_environment_variables_are_honoured() -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, MXNET_ENGINE_TYPE="NaiveEngine", MXNET_CPU_WORKER_NTHREADS="2")
+    env.pop("MXRS_ENGINE_TYPE", None)
+    env.pop("MXRS_CPU_WORKER_NTHREADS", None)
+    code = (
+        "import os, mxrs as mx\n"
+        "print(os.environ['MXRS_ENGINE_TYPE'], os.environ['MXRS_CPU_WORKER_NTHREADS'])\n"
+        "print((mx.nd.ones((2,)) * 3).asnumpy().tolist())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout.split("\n")
+    assert out[0] == "NaiveEngine 2" and out[1] == "[3.0, 3.0]"
+    env["MXNET_ENGINE_TYPE"] = "NoSuchEngine"
+    bad = subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode != 0 and "MXRS_ENGINE_TYPE" in bad.stderr

@@ -60,6 +60,8 @@ def bind(
     if type_dict:
         given, grads = _typed_arrays(symbol, c, shapes or {}, type_dict, reqs)
         shapes = {}
+    # As MXNet, gradient arrays of arguments that get no gradient are left alone.
+    grads = {k: v for k, v in grads.items() if reqs.get(k, "null") != "null"}
     handle = _native.bind(
         symbol.handle,
         c.device_type,
