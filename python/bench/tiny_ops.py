@@ -13,9 +13,8 @@ import json
 import time
 from typing import Callable
 
-import numpy as np
-
 import mxrs as mx
+import numpy as np
 
 
 def best(run: Callable[[], None], repeats: int) -> float:

@@ -4,10 +4,9 @@ subjects of MXNet 1.9.1's test_autograd.py."""
 
 from __future__ import annotations
 
+import mxrs as mx
 import numpy as np
 import pytest
-
-import mxrs as mx
 
 
 def same(a: mx.nd.NDArray, b: np.ndarray, tol: float = 1e-5) -> None:

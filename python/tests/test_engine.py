@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import threading
 
+import mxrs as mx
 import numpy as np
 import pytest
-
-import mxrs as mx
 
 
 def test_threads_compute_the_same_as_one_thread() -> None:

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import mxrs as mx
 import numpy as np
 import pytest
-
-import mxrs as mx
 
 FIXTURES = Path(__file__).resolve().parents[2] / "ndarray_ops" / "tests" / "data" / "mxnet"
 

@@ -8,10 +8,9 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
+import mxrs as mx
 import numpy as np
 import pytest
-
-import mxrs as mx
 
 DIGITS = Path(__file__).resolve().parents[2] / "data" / "digits.csv.gz"
 

@@ -4,10 +4,9 @@ functions. The cases follow the subjects of MXNet 1.9.1's test_ndarray.py."""
 
 from __future__ import annotations
 
+import mxrs as mx
 import numpy as np
 import pytest
-
-import mxrs as mx
 
 
 def same(a: mx.nd.NDArray, b: np.ndarray, tol: float = 1e-6) -> None:

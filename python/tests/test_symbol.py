@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import mxrs as mx
 import numpy as np
 import pytest
-
-import mxrs as mx
 
 
 def mlp() -> mx.sym.Symbol:

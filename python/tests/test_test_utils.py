@@ -3,10 +3,9 @@ shown to fail when the expectation is wrong."""
 
 from __future__ import annotations
 
+import mxrs as mx
 import numpy as np
 import pytest
-
-import mxrs as mx
 from mxrs import test_utils as tu
 
 
