@@ -209,6 +209,15 @@ impl NDArray {
         self.entry = entry;
     }
 
+    /// The address of the first element, for handing the memory to another library without a
+    /// copy (DLPack). Reading through it is sound only after [`NDArray::wait_to_read`] and until
+    /// an op pushed later writes the array; writing through it, only after
+    /// [`NDArray::wait_to_write`] and while no op is pushed on the array. The memory stays valid
+    /// while this array or a clone of it lives.
+    pub fn data_ptr(&self) -> *mut u8 {
+        (self.chunk.ptr + self.offset) as *mut u8
+    }
+
     /// Whether two arrays share one chunk (one is a view of the other, or both of a third).
     pub fn shares_chunk(&self, other: &NDArray) -> bool {
         Arc::ptr_eq(&self.chunk, &other.chunk)

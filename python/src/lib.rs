@@ -6,6 +6,7 @@
 //! threads run beside it and beside each other; every runtime error is raised as
 //! `MXNetError` with the runtime's message.
 
+mod dlpack;
 mod symbol;
 
 use std::sync::{Arc, OnceLock};
@@ -312,15 +313,27 @@ fn from_bytes(
         )));
     }
     let data = data.to_vec();
-    py.detach(move || match dt {
-        DType::F32 => rt.from_vec(values_of::<f32>(&data), &shape, ctx),
-        DType::F64 => rt.from_vec(values_of::<f64>(&data), &shape, ctx),
-        DType::I32 => rt.from_vec(values_of::<i32>(&data), &shape, ctx),
-        DType::I64 => rt.from_vec(values_of::<i64>(&data), &shape, ctx),
-        DType::U8 => rt.from_vec(values_of::<u8>(&data), &shape, ctx),
-    })
-    .map(wrap)
-    .map_err(err)
+    py.detach(move || array_from_bytes(&rt, &data, &shape, dt, ctx))
+        .map(wrap)
+        .map_err(err)
+}
+
+/// A new array of `shape` and `dtype` on `ctx` holding `data` (native-order bytes, exactly the
+/// array's size).
+pub(crate) fn array_from_bytes(
+    rt: &Arc<Runtime>,
+    data: &[u8],
+    shape: &[usize],
+    dtype: DType,
+    ctx: Context,
+) -> Result<NDArray, NdError> {
+    match dtype {
+        DType::F32 => rt.from_vec(values_of::<f32>(data), shape, ctx),
+        DType::F64 => rt.from_vec(values_of::<f64>(data), shape, ctx),
+        DType::I32 => rt.from_vec(values_of::<i32>(data), shape, ctx),
+        DType::I64 => rt.from_vec(values_of::<i64>(data), shape, ctx),
+        DType::U8 => rt.from_vec(values_of::<u8>(data), shape, ctx),
+    }
 }
 
 /// An uninitialized array.
@@ -599,6 +612,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(grad, m)?)?;
     m.add_function(wrap_pyfunction!(signatures, m)?)?;
     m.add_function(wrap_pyfunction!(input_names, m)?)?;
+    m.add_function(wrap_pyfunction!(dlpack::to_dlpack, m)?)?;
+    m.add_function(wrap_pyfunction!(dlpack::from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(profiler_set_running, m)?)?;
     m.add_function(wrap_pyfunction!(profiler_summary, m)?)?;
     m.add_function(wrap_pyfunction!(profiler_dump, m)?)?;

@@ -190,6 +190,26 @@ class NDArray:
         a = self.asnumpy()
         return a if dtype is None else a.astype(dtype)
 
+    def to_dlpack_for_read(self) -> Any:
+        """A DLPack capsule viewing this array's memory (no copy), once its pending writes are
+        done. The view shares the memory: later writes of the array show through it."""
+        return _native.to_dlpack(self._h, False)
+
+    def to_dlpack_for_write(self) -> Any:
+        """As ``to_dlpack_for_read``, once pending reads are done too, for a consumer that
+        writes the memory."""
+        return _native.to_dlpack(self._h, True)
+
+    def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
+        """The DLPack protocol (``numpy.from_dlpack(x)``, ``torch.from_dlpack(x)``): a view of
+        this array's memory, without a copy."""
+        return _native.to_dlpack(self._h, False)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """DLPack's device of this array: (1, id) for the CPU, (2, id) for a GPU."""
+        t, i = self._h.context
+        return ({"cpu": 1, "gpu": 2, "cpu_pinned": 3}.get(t, 1), i)
+
     def tolist(self) -> list:
         """The values as nested lists."""
         return self.asnumpy().tolist()
@@ -628,6 +648,24 @@ def load(fname: str, ctx: Context | None = None) -> list[NDArray] | dict[str, ND
     if names:
         return {n: _wrap(h) for n, h in zip(names, arrays)}
     return [_wrap(h) for h in arrays]
+
+
+def to_dlpack_for_read(data: NDArray) -> Any:
+    """``data.to_dlpack_for_read()``."""
+    return data.to_dlpack_for_read()
+
+
+def to_dlpack_for_write(data: NDArray) -> Any:
+    """``data.to_dlpack_for_write()``."""
+    return data.to_dlpack_for_write()
+
+
+def from_dlpack(dlpack: Any) -> NDArray:
+    """An array with the values of a DLPack capsule or of an object with ``__dlpack__`` (a
+    numpy array, a PyTorch tensor), in host memory. The values are copied in: the runtime's
+    arrays live in its own pooled storage."""
+    capsule = dlpack.__dlpack__() if hasattr(dlpack, "__dlpack__") else dlpack
+    return _wrap(_native.from_dlpack(capsule))
 
 
 def waitall() -> None:
