@@ -202,9 +202,9 @@ pub(crate) fn from_dlpack(py: Python<'_>, capsule: &Bound<'_, PyAny>) -> PyResul
         ));
     };
     let ndim = usize::try_from(dl.ndim).unwrap_or(0);
-    // SAFETY: DLPack's `shape` holds `ndim` entries (and may be null only when `ndim` is 0).
     let shape_i64: &[i64] = match ndim {
         0 => &[],
+        // SAFETY: DLPack's `shape` holds `ndim` entries (null only when `ndim` is 0).
         _ => unsafe { std::slice::from_raw_parts(dl.shape, ndim) },
     };
     let Ok(shape) = shape_i64
@@ -229,10 +229,11 @@ pub(crate) fn from_dlpack(py: Python<'_>, capsule: &Bound<'_, PyAny>) -> PyResul
     }
     let n: usize = shape.iter().product();
     let bytes = n * dtype.size();
-    // SAFETY: the producer guarantees `data + byte_offset` holds the tensor's elements, `bytes`
-    // of them for a row-major tensor of this shape and dtype, alive until its deleter runs.
     let data: Vec<u8> = match bytes {
         0 => Vec::new(),
+        // SAFETY: the producer guarantees `data + byte_offset` holds the tensor's elements,
+        // `bytes` of them for a row-major tensor of this shape and dtype, alive until its
+        // deleter runs.
         _ => unsafe {
             std::slice::from_raw_parts(dl.data.cast::<u8>().add(dl.byte_offset as usize), bytes)
         }
