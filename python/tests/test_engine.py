@@ -5,6 +5,7 @@ test_exc_handling.py."""
 from __future__ import annotations
 
 import threading
+import time
 
 import mxrs as mx
 import numpy as np
@@ -118,3 +119,30 @@ def test_mxnet_environment_variables_are_honoured() -> None:
         timeout=120,
     )
     assert bad.returncode != 0 and "MXRS_ENGINE_TYPE" in bad.stderr
+
+
+def test_the_gil_is_released_while_the_runtime_works() -> None:
+    # While the main thread waits for a long chain of products, another Python thread runs:
+    # its ticks inside the wait's interval prove the wait let go of the GIL.
+    a = mx.nd.random.uniform(shape=(500, 500))
+    x = a
+    for _ in range(40):
+        x = mx.nd.dot(x, a) * 0.001
+    ticks: list = []
+    done = threading.Event()
+
+    def tick() -> None:
+        while not done.is_set():
+            ticks.append(time.perf_counter())
+            time.sleep(0.0005)
+
+    t = threading.Thread(target=tick)
+    t.start()
+    begin = time.perf_counter()
+    x.wait_to_read()
+    end = time.perf_counter()
+    done.set()
+    t.join(timeout=60)
+    inside = [s for s in ticks if begin < s < end]
+    assert end - begin > 0.01, "the chain finished before the wait; make it longer"
+    assert len(inside) >= 3, (len(inside), end - begin)
