@@ -118,7 +118,7 @@ pub(crate) fn prepare(
     if !ok {
         return Err(invalid(
             op,
-            format!("takes {:?} inputs, got {}", def.arity, inputs.len()),
+            format!("takes {} inputs, got {}", def.arity, inputs.len()),
         ));
     }
     for (i, a) in inputs.iter().enumerate() {

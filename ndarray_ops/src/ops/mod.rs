@@ -97,6 +97,15 @@ pub enum Arity {
     AtLeast(usize),
 }
 
+impl fmt::Display for Arity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Arity::Exactly(n) => write!(f, "exactly {n}"),
+            Arity::AtLeast(n) => write!(f, "at least {n}"),
+        }
+    }
+}
+
 /// What an op's inference gives: the output shapes and dtypes.
 pub type Infer = Result<(Vec<Vec<usize>>, Vec<DType>)>;
 /// What a kernel gives: `Err` with a message when it fails.

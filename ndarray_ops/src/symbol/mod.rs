@@ -163,7 +163,7 @@ impl Symbol {
             return Err(invalid(
                 def.name,
                 format!(
-                    "node '{name}' has {} inputs; the op takes {:?}",
+                    "node '{name}' has {} inputs; the op takes {}",
                     inputs.len(),
                     def.arity
                 ),

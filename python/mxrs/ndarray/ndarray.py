@@ -562,6 +562,8 @@ def array(source: Any, ctx: Context | None = None, dtype: Any = None) -> NDArray
 def empty(shape: int | Sequence[int], ctx: Context | None = None, dtype: Any = None) -> NDArray:
     """An array whose values are not set."""
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    if any(int(d) < 0 for d in shape):
+        raise MXNetError(f"empty: shape {shape} has a negative dimension")
     c = _ctx(ctx)
     return _wrap(_native.empty(list(shape), dtype_name(dtype), c.device_type, c.device_id))
 
