@@ -3,8 +3,7 @@ function (``mx.nd.FullyConnected``, ``mx.nd.softmax``, ...), written from the op
 
 from __future__ import annotations
 
-import types
-
+from ..base import install_ops
 from . import random
 from .ndarray import (
     NDArray,
@@ -25,20 +24,9 @@ from .ndarray import (
     zeros,
     zeros_like,
 )
-from .register import make_functions
+from .register import op_function
 
-_FUNCTIONS = make_functions()
-_internal = types.ModuleType("mxrs.ndarray._internal", "Ops whose names start with `_`.")
-contrib = types.ModuleType("mxrs.ndarray.contrib", "Ops MXNet registers as `_contrib_*`.")
-op = types.ModuleType("mxrs.ndarray.op", "Every op, by name.")
-for _name, _fn in _FUNCTIONS.items():
-    setattr(op, _name, _fn)
-    if _name.startswith("_contrib_"):
-        setattr(contrib, _name[len("_contrib_") :], _fn)
-    if _name.startswith("_"):
-        setattr(_internal, _name, _fn)
-    elif _name not in globals():
-        globals()[_name] = _fn
+install_ops("mxrs.ndarray", globals(), op_function)
 
 __all__ = [
     "NDArray",

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .. import _native
 from ..base import MXNetError
 from .ndarray import NDArray, invoke
 
-__all__ = ["make_functions"]
+__all__ = ["op_function"]
 
 
 def _doc(sig: dict[str, Any]) -> str:
@@ -28,7 +27,7 @@ def _doc(sig: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _function(sig: dict[str, Any], op: str) -> Callable[..., Any]:
+def op_function(sig: dict[str, Any], op: str) -> Callable[..., Any]:
     input_names: list[str] = list(sig["inputs"])
     attr_names = {a[0] for a in sig["attrs"]}
     variadic: bool = sig["variadic"]
@@ -74,12 +73,3 @@ def _function(sig: dict[str, Any], op: str) -> Callable[..., Any]:
     fn.__qualname__ = op
     fn.__doc__ = _doc(sig)
     return fn
-
-
-def make_functions() -> dict[str, Callable[..., Any]]:
-    """One function per op name and alias."""
-    out: dict[str, Callable[..., Any]] = {}
-    for sig in _native.signatures():
-        for op in [sig["name"], *sig["aliases"]]:
-            out[op] = _function(sig, sig["name"])
-    return out

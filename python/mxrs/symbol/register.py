@@ -12,10 +12,10 @@ from ..base import MXNetError, attr_str
 from ..ndarray.register import _doc
 from .symbol import Symbol, Variable, _Names, _wrap
 
-__all__ = ["make_functions"]
+__all__ = ["op_function"]
 
 
-def _function(sig: dict[str, Any], op: str) -> Callable[..., Symbol]:
+def op_function(sig: dict[str, Any], op: str) -> Callable[..., Symbol]:
     input_names: list[str] = list(sig["inputs"])
     attr_names = {a[0] for a in sig["attrs"]}
     variadic: bool = sig["variadic"]
@@ -72,12 +72,3 @@ def _function(sig: dict[str, Any], op: str) -> Callable[..., Symbol]:
     fn.__qualname__ = op
     fn.__doc__ = _doc(sig).replace("NDArray", "Symbol")
     return fn
-
-
-def make_functions() -> dict[str, Callable[..., Symbol]]:
-    """One function per op name and alias."""
-    out: dict[str, Callable[..., Symbol]] = {}
-    for sig in _native.signatures():
-        for op in [sig["name"], *sig["aliases"]]:
-            out[op] = _function(sig, sig["name"])
-    return out
