@@ -289,6 +289,13 @@ impl Array {
     }
 }
 
+/// Attributes from the `(key, value)` strings the Python layer passes.
+pub(crate) fn attrs_of(pairs: Vec<(String, String)>) -> Attrs {
+    pairs
+        .into_iter()
+        .fold(Attrs::new(), |acc, (k, v)| acc.with(&k, v))
+}
+
 fn handles(list: &[Py<Array>]) -> Vec<NDArray> {
     list.iter().map(|h| h.get().a.clone()).collect()
 }
@@ -360,17 +367,11 @@ fn invoke(
 ) -> PyResult<Vec<Array>> {
     let ins = handles(&inputs);
     let outs = out.map(|o| handles(&o));
-    let ctx = match ins.first() {
-        Some(a) => a.ctx(),
-        None => context(dev_type, dev_id)?,
+    let (rt, ctx) = match ins.first() {
+        Some(a) => (a.runtime().clone(), a.ctx()),
+        None => (runtime()?, context(dev_type, dev_id)?),
     };
-    let attrs = attrs
-        .into_iter()
-        .fold(Attrs::new(), |acc, (k, v)| acc.with(&k, v));
-    let rt = match ins.first() {
-        Some(a) => a.runtime().clone(),
-        None => runtime()?,
-    };
+    let attrs = attrs_of(attrs);
     let refs: Vec<&NDArray> = ins.iter().collect();
     let out_refs: Option<Vec<&NDArray>> = outs.as_ref().map(|o| o.iter().collect());
     // Recording is per thread, and `detach` keeps this thread: the op is recorded where the
@@ -379,10 +380,12 @@ fn invoke(
         .detach(|| invoke_on(&rt, ctx, name, &refs, &attrs, out_refs.as_deref()))
         .map_err(err)?;
     // As in MXNet, a call returns the outputs users see (not Dropout's mask, nor BatchNorm's
-    // saved statistics unless asked for).
-    let def = ndarray_ops::ops::lookup(name).map_err(err)?;
-    let (_, visible) = ndarray_ops::ops::num_outputs(def, &attrs).map_err(err)?;
-    outs.truncate(visible);
+    // saved statistics unless asked for); a one-output op needs no second look.
+    if outs.len() > 1 {
+        let def = ndarray_ops::ops::lookup(name).map_err(err)?;
+        let (_, visible) = ndarray_ops::ops::num_outputs(def, &attrs).map_err(err)?;
+        outs.truncate(visible);
+    }
     Ok(outs.into_iter().map(wrap).collect())
 }
 
@@ -584,10 +587,7 @@ fn signatures<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
 #[pyfunction]
 fn input_names(op: &str, attrs: Vec<(String, String)>) -> PyResult<Vec<&'static str>> {
     let def = ndarray_ops::ops::lookup(op).map_err(err)?;
-    let attrs = attrs
-        .into_iter()
-        .fold(Attrs::new(), |acc, (k, v)| acc.with(&k, v));
-    ndarray_ops::ops::signature::input_names(def.name, &attrs).map_err(err)
+    ndarray_ops::ops::signature::input_names(def.name, &attrs_of(attrs)).map_err(err)
 }
 
 /// The module.

@@ -4,21 +4,15 @@
 use std::collections::HashMap;
 
 use ndarray_ops::symbol::{infer_partial, Inferred};
-use ndarray_ops::{Attrs, BindOptions, DType, Executor, GradReq, NDArray, Symbol};
+use ndarray_ops::{BindOptions, DType, Executor, GradReq, NDArray, Symbol};
 use pyo3::prelude::*;
 
-use crate::{context, dtype, err, runtime, wrap, Array, MXNetError};
+use crate::{attrs_of, context, dtype, err, runtime, wrap, Array, MXNetError};
 
 /// A graph: the outputs of some nodes.
 #[pyclass(module = "mxrs._native", name = "Sym", frozen)]
 pub(crate) struct Sym {
     pub(crate) s: Symbol,
-}
-
-fn attrs_of(pairs: Vec<(String, String)>) -> Attrs {
-    pairs
-        .into_iter()
-        .fold(Attrs::new(), |acc, (k, v)| acc.with(&k, v))
 }
 
 fn sym(s: Symbol) -> Sym {
