@@ -70,11 +70,13 @@ class Optimizer:
             "clip_gradient": -1.0 if self.clip_gradient is None else self.clip_gradient,
         }
 
-    def _grad(self, index: Any, grad: NDArray) -> NDArray:
+    def _grad(self, index: Any, grad: NDArray, weight: NDArray) -> NDArray:
+        """The gradient rescaled, clipped, plus the weight decay, as the fused update ops
+        compute it (for the optimizers written with elementwise ops)."""
         g = grad * self.rescale_grad
         if self.clip_gradient is not None:
             g = g.clip(-self.clip_gradient, self.clip_gradient)
-        return g
+        return g + self._wd(index) * weight
 
     def create_state(self, index: Any, weight: NDArray) -> Any:
         """The per-parameter state (momentum, moments), or None."""
@@ -119,8 +121,8 @@ class NAG(Optimizer):
 
     def update(self, index: Any, weight: NDArray, grad: NDArray, state: Any) -> None:
         self.num_update += 1
-        lr, wd = self._lr(index), self._wd(index)
-        g = self._grad(index, grad) + wd * weight
+        lr = self._lr(index)
+        g = self._grad(index, grad, weight)
         if state is None:
             weight[:] = weight - lr * g
             return
@@ -181,8 +183,8 @@ class RMSProp(Optimizer):
 
     def update(self, index: Any, weight: NDArray, grad: NDArray, state: Any) -> None:
         self.num_update += 1
-        lr, wd = self._lr(index), self._wd(index)
-        g = self._grad(index, grad) + wd * weight
+        lr = self._lr(index)
+        g = self._grad(index, grad, weight)
         state[:] = self.gamma1 * state + (1.0 - self.gamma1) * g * g
         weight[:] = weight - lr * g / (state + self.epsilon).sqrt()
 
