@@ -8,6 +8,7 @@ use super::{check_against_forward, named_forward, same_dtypes, Arity, Attrs, OpD
 use crate::error::{invalid, shape_error, Result};
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
+use crate::symbol::grad;
 use crate::{DType, Element};
 
 // ---- add_n ----------------------------------------------------------------------------------
@@ -263,7 +264,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             infer_add_n,
             add_n_kernel,
             &[(0, 0)]
-        ),
+        )
+        .grad(grad::add_n),
         OpDef {
             alias_safe: false,
             ..def!(

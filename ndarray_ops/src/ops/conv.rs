@@ -11,6 +11,7 @@ use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, Result};
 use crate::ops::{Infer, KResult};
 use crate::resources::{KernelRes, Resource};
+use crate::symbol::grad;
 use crate::{DType, Element};
 
 /// A 2-tuple attribute (`(3, 3)`; one value applies to both axes), each entry from 0 to
@@ -577,6 +578,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         alias_safe: false,
         resources: &[Resource::TempSpace],
         infer_partial: Some(super::partial_shapes::convolution),
+        gradient: Some(grad::convolution),
         ..OpDef::new("Convolution", Arity::AtLeast(2), infer_conv, conv_kernel)
     }];
     OPS

@@ -10,6 +10,7 @@ use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef, MAX_ELEMENTS
 use crate::error::{invalid, shape_error, Result};
 use crate::ops::{Infer, KResult};
 use crate::resources::{KernelRes, Resource};
+use crate::symbol::grad;
 use crate::{DType, Element};
 
 // ---- LeakyReLU -------------------------------------------------------------------------------
@@ -753,6 +754,7 @@ pub(super) fn ops() -> &'static [OpDef] {
     static OPS: &[OpDef] = &[
         OpDef {
             infer_partial: Some(super::partial_shapes::prelu),
+            gradient: Some(grad::leaky_relu),
             ..def!(
                 "LeakyReLU",
                 &[],
@@ -781,7 +783,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             &[],
             false
         )
-        .partial(super::partial_shapes::stack),
+        .partial(super::partial_shapes::stack)
+        .grad(grad::stack),
         def!(
             "_zeros",
             &["zeros"],
@@ -817,10 +820,12 @@ pub(super) fn ops() -> &'static [OpDef] {
             where_kernel,
             &[(1, 0), (2, 0)],
             true
-        ),
+        )
+        .grad(grad::where_),
         OpDef {
             resources: &[Resource::TempSpace],
             infer_partial: Some(super::partial_shapes::upsampling),
+            gradient: Some(grad::upsampling),
             ..def!(
                 "UpSampling",
                 &[],
@@ -834,6 +839,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         OpDef {
             resources: &[Resource::TempSpace],
             infer_partial: Some(super::partial_shapes::deconvolution),
+            gradient: Some(grad::convolution),
             ..def!(
                 "Deconvolution",
                 &[],

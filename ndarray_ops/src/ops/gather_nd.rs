@@ -14,6 +14,7 @@ use super::{Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
+use crate::symbol::grad;
 use crate::{DType, Element};
 
 /// The `shape` attribute of scatter_nd and `_backward_gather_nd` (the indexed array's shape).
@@ -238,6 +239,7 @@ pub(super) fn ops() -> &'static [OpDef] {
     static OPS: &[OpDef] = &[
         OpDef {
             alias_safe: false,
+            gradient: Some(grad::gather_nd),
             ..OpDef::new(
                 "gather_nd",
                 Arity::Exactly(2),
@@ -248,6 +250,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         OpDef {
             alias_safe: false,
             backward_ignores: &[0],
+            gradient: Some(grad::gather_nd),
             ..OpDef::new(
                 "scatter_nd",
                 Arity::Exactly(2),
@@ -266,6 +269,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         },
         OpDef {
             alias_safe: false,
+            gradient: Some(grad::none),
             ..OpDef::new(
                 "batch_take",
                 Arity::Exactly(2),

@@ -6,6 +6,7 @@ use super::{norm_axes, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT};
 use crate::error::{invalid, shape_error, NdError, Result};
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
+use crate::symbol::grad;
 use crate::{DType, Element};
 
 // ---- pick(data, index): one element per lane along an axis ------------------------------------
@@ -489,11 +490,13 @@ pub(super) fn ops() -> &'static [OpDef] {
         OpDef {
             alias_safe: false,
             backward_ignores: &[0],
+            gradient: Some(grad::pick),
             ..OpDef::new("pick", Arity::Exactly(2), infer_pick, pick_kernel)
         },
         OpDef {
             inplace: &[(0, 0)],
             backward_ignores: &[0],
+            gradient: Some(grad::sequence),
             ..OpDef::new(
                 "SequenceMask",
                 Arity::AtLeast(1),
@@ -504,6 +507,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         OpDef {
             alias_safe: false,
             backward_ignores: &[0],
+            gradient: Some(grad::sequence),
             ..OpDef::new(
                 "SequenceLast",
                 Arity::AtLeast(1),
@@ -530,10 +534,12 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_depth_space,
                 depth_space_kernel,
             )
-        },
+        }
+        .grad(grad::depth_space),
         OpDef {
             alias_safe: false,
             backward_ignores: &[0],
+            gradient: Some(grad::depth_space),
             ..OpDef::new(
                 "space_to_depth",
                 Arity::Exactly(1),
@@ -551,7 +557,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_sequence_reverse,
                 sequence_kernel,
             )
-        },
+        }
+        .grad(grad::sequence),
         OpDef {
             inplace: &[(0, 0)],
             ..OpDef::new(

@@ -6,6 +6,7 @@ use ndarray::{ArrayView2, ArrayViewMut2, ShapeBuilder};
 use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{shape_error, Result};
 use crate::resources::KernelRes;
+use crate::symbol::grad;
 use crate::{DType, Element};
 
 /// (rows, inner, cols) of `op(a) x op(b)` for 2-D `a` and `b`.
@@ -184,10 +185,12 @@ pub(super) fn ops() -> &'static [OpDef] {
     static OPS: &[OpDef] = &[
         OpDef {
             alias_safe: false,
+            gradient: Some(grad::dot),
             ..OpDef::new("dot", Arity::Exactly(2), infer, kernel)
         },
         OpDef {
             alias_safe: false,
+            gradient: Some(grad::dot),
             ..OpDef::new("batch_dot", Arity::Exactly(2), infer, kernel)
         },
     ];

@@ -11,6 +11,7 @@ use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, Result};
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
+use crate::symbol::grad;
 use crate::{DType, Element};
 
 /// Whether `op` is a loss head that ignores head gradients.
@@ -261,15 +262,16 @@ pub(super) fn ops() -> &'static [OpDef] {
         }
     }
     static OPS: &[OpDef] = &[
-        regression("LinearRegressionOutput"),
-        regression("LogisticRegressionOutput"),
-        regression("MAERegressionOutput"),
+        regression("LinearRegressionOutput").grad(grad::loss),
+        regression("LogisticRegressionOutput").grad(grad::loss),
+        regression("MAERegressionOutput").grad(grad::loss),
         regression_backward("_backward_LinearRegressionOutput"),
         regression_backward("_backward_LogisticRegressionOutput"),
         regression_backward("_backward_MAERegressionOutput"),
         OpDef {
             identity: true,
             backward_ignores: &[0],
+            gradient: Some(grad::loss),
             ..OpDef::new(
                 "MakeLoss",
                 Arity::Exactly(1),
@@ -288,6 +290,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         },
         OpDef {
             identity: true,
+            gradient: Some(grad::loss),
             ..OpDef::new(
                 "make_loss",
                 Arity::Exactly(1),
@@ -297,6 +300,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         },
         OpDef {
             alias_safe: false,
+            gradient: Some(grad::loss),
             ..OpDef::new(
                 "softmax_cross_entropy",
                 Arity::Exactly(2),

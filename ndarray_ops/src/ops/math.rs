@@ -16,6 +16,7 @@ use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, Result};
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
+use crate::symbol::grad;
 use crate::{DType, Element};
 
 /// What a function's derivative is written in.
@@ -112,6 +113,7 @@ macro_rules! math_ops {
                 $(OpDef {
                     inplace: &[(0, 0)],
                     backward_ignores: ignores!($by),
+                    gradient: Some(grad::math),
                     ..OpDef::new($name, Arity::Exactly(1), infer_same, math_kernel)
                 },)*
                 OpDef {
@@ -120,10 +122,12 @@ macro_rules! math_ops {
                 },
                 OpDef {
                     backward_ignores: &[0],
+                    gradient: Some(grad::none),
                     ..OpDef::new("zeros_like", Arity::Exactly(1), infer_same, super::extra::fill_kernel)
                 },
                 OpDef {
                     backward_ignores: &[0],
+                    gradient: Some(grad::none),
                     ..OpDef::new("ones_like", Arity::Exactly(1), infer_same, super::extra::fill_kernel)
                 },
                 // The input itself, behind which no gradient flows.
@@ -132,9 +136,10 @@ macro_rules! math_ops {
                     identity: true,
                     backward_ignores: &[0],
                     ..OpDef::new("BlockGrad", Arity::Exactly(1), infer_same, super::copy_kernel)
-                },
+                }.grad(grad::none),
                 OpDef {
                     inplace: &[(0, 0)],
+                    gradient: Some(grad::masked),
                     ..OpDef::new("hard_sigmoid", Arity::Exactly(1), infer_hard_sigmoid, hard_sigmoid_kernel)
                 },
                 // Cast's backward: the output gradient in the forward input's dtype.
@@ -145,6 +150,7 @@ macro_rules! math_ops {
                 OpDef {
                     aliases: &["cast"],
                     backward_ignores: &[0],
+                    gradient: Some(grad::cast),
                     ..OpDef::new("Cast", Arity::Exactly(1), infer_cast, cast_kernel)
                 },
             ];

@@ -78,6 +78,7 @@ use crate::array::NDArray;
 use crate::error::{invalid, shape_error, NdError, Result};
 use crate::resources::{DeviceResources, KernelRes, OpState, Resource, StateSlot};
 use crate::runtime::Runtime;
+use crate::symbol::grad::GradFn;
 use crate::DType;
 
 mod attrs;
@@ -164,6 +165,9 @@ pub struct OpDef {
     pub infer_partial: Option<InferPartialFn>,
     /// Whether a bound node keeps state from its forward pass for its backward node.
     pub(crate) state: StateUse,
+    /// The gradient rule: the backward nodes that give the gradients of a node's inputs from
+    /// those of its outputs. `None`: the symbolic gradient pass and autograd refuse the op.
+    pub(crate) gradient: Option<GradFn>,
 }
 
 /// How an op takes part in a forward node's kept state ([`crate::resources::OpState`]).
@@ -203,6 +207,7 @@ impl OpDef {
             resources: &[],
             infer_partial: None,
             state: StateUse::No,
+            gradient: None,
         }
     }
 
@@ -210,6 +215,14 @@ impl OpDef {
     /// whose nodes carry their forward node's attributes.
     pub fn signature(&self) -> Option<&'static signature::Signature> {
         signature::signature(self.name)
+    }
+
+    /// This op with a gradient rule ([`OpDef::gradient`]).
+    pub(crate) const fn grad(self, rule: GradFn) -> OpDef {
+        OpDef {
+            gradient: Some(rule),
+            ..self
+        }
     }
 
     /// This op with a rule for partial shapes ([`OpDef::infer_partial`]).

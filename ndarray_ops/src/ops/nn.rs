@@ -8,6 +8,7 @@ use super::reduce::fold_run;
 use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT};
 use crate::error::{invalid, shape_error, NdError, Result};
 use crate::resources::KernelRes;
+use crate::symbol::grad;
 use crate::{DType, Element};
 
 fn e2s(e: crate::NdError) -> String {
@@ -558,7 +559,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             false,
             &[0],
             true
-        ),
+        )
+        .grad(grad::activation),
         def!(
             "clip",
             Arity::Exactly(1),
@@ -568,7 +570,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             false,
             &[],
             true
-        ),
+        )
+        .grad(grad::masked),
         def!(
             "softmax",
             Arity::Exactly(1),
@@ -578,7 +581,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             false,
             &[0],
             false
-        ),
+        )
+        .grad(grad::softmax),
         def!(
             "log_softmax",
             Arity::Exactly(1),
@@ -588,9 +592,11 @@ pub(super) fn ops() -> &'static [OpDef] {
             false,
             &[0],
             false
-        ),
+        )
+        .grad(grad::softmax),
         OpDef {
             infer_partial: Some(super::partial_shapes::softmax_output),
+            gradient: Some(grad::softmax_output),
             ..def!(
                 "SoftmaxOutput",
                 Arity::Exactly(2),
@@ -604,6 +610,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         },
         OpDef {
             infer_partial: Some(super::partial_shapes::fully_connected),
+            gradient: Some(grad::fully_connected),
             ..def!(
                 "FullyConnected",
                 Arity::AtLeast(2),
@@ -624,7 +631,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             false,
             &[0],
             false
-        ),
+        )
+        .grad(grad::none),
         def!(
             "transpose",
             Arity::Exactly(1),
@@ -634,7 +642,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             false,
             &[0],
             false
-        ),
+        )
+        .grad(grad::transpose),
         def!(
             "Flatten",
             Arity::Exactly(1),
@@ -644,7 +653,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             true,
             &[0],
             true
-        ),
+        )
+        .grad(grad::flatten),
         update!("sgd_update", 2, &[(0, 0)]),
         update!("sgd_mom_update", 3, &[(0, 0), (2, 1)]),
         update!("adam_update", 4, &[(0, 0), (2, 1), (3, 2)]),

@@ -25,6 +25,7 @@ use super::{
 use crate::error::{invalid, shape_error, NdError, Result};
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
+use crate::symbol::grad;
 use crate::{DType, Element};
 
 /// `outer * inner` groups of `len` elements each, `inner` apart.
@@ -627,14 +628,15 @@ pub(super) fn ops() -> &'static [OpDef] {
         }
     }
     static OPS: &[OpDef] = &[
-        norm("LayerNorm"),
-        norm("InstanceNorm"),
-        norm("GroupNorm"),
+        norm("LayerNorm").grad(grad::normalization),
+        norm("InstanceNorm").grad(grad::normalization),
+        norm("GroupNorm").grad(grad::normalization),
         OpDef {
             arity: Arity::Exactly(1),
             infer_partial: None,
             // Its backward reads the output and the norm, not the data.
             backward_ignores: &[0],
+            gradient: Some(grad::normalization),
             ..norm("L2Normalization")
         },
         backward("_backward_LayerNorm", 5),
@@ -644,6 +646,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         OpDef {
             alias_safe: false,
             backward_ignores: &[0],
+            gradient: Some(grad::normalization),
             ..OpDef::new(
                 "SoftmaxActivation",
                 Arity::Exactly(1),

@@ -23,6 +23,7 @@ use super::{Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, Result};
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
+use crate::symbol::grad;
 use crate::{DType, Element};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -656,6 +657,7 @@ pub(super) fn ops() -> &'static [OpDef] {
     static OPS: &[OpDef] = &[
         OpDef {
             alias_safe: false,
+            gradient: Some(grad::pooling),
             ..OpDef::new("Pooling", Arity::Exactly(1), infer_pool, pool_kernel)
         },
         OpDef {

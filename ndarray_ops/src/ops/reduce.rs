@@ -5,6 +5,7 @@ use super::par::{for_ranges, Shared};
 use super::{norm_axes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::Result;
 use crate::resources::KernelRes;
+use crate::symbol::grad;
 use crate::{DType, Element};
 
 /// The axes a reduction (or its backward op, which carries its attributes) reduces, sorted:
@@ -371,14 +372,14 @@ macro_rules! def {
 
 pub(super) fn ops() -> &'static [OpDef] {
     static OPS: &[OpDef] = &[
-        def!("sum", &[0]),
-        def!("mean", &[0]),
-        def!("max", &[]),
-        def!("min", &[]),
-        def!("argmax", &[0]),
-        def!("argmin", &[0]),
-        def!("prod", &[]),
-        def!("norm", &[]),
+        def!("sum", &[0]).grad(grad::reduction),
+        def!("mean", &[0]).grad(grad::reduction),
+        def!("max", &[]).grad(grad::extremum),
+        def!("min", &[]).grad(grad::extremum),
+        def!("argmax", &[0]).grad(grad::none),
+        def!("argmin", &[0]).grad(grad::none),
+        def!("prod", &[]).grad(grad::product_or_norm),
+        def!("norm", &[]).grad(grad::product_or_norm),
     ];
     OPS
 }

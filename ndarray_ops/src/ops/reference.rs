@@ -66,7 +66,7 @@ pub(super) fn markdown(has_gpu_kernel: impl Fn(&OpDef) -> bool) -> String {
             def.name,
             code(&aliases),
             inplace.join(", "),
-            yes(crate::symbol::has_gradient_rule(def.name)),
+            yes(def.gradient.is_some()),
             yes(has_gpu_kernel(def)),
         ));
     }

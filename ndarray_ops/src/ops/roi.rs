@@ -10,6 +10,7 @@ use super::{Arity, Attrs, OpDef, TensorRef, C_INT};
 use crate::error::{invalid, shape_error, Result};
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
+use crate::symbol::grad;
 use crate::{DType, Element};
 
 fn check_rois(op: &str, s: &[usize]) -> Result<()> {
@@ -513,6 +514,7 @@ pub(super) fn ops() -> &'static [OpDef] {
     static OPS: &[OpDef] = &[
         OpDef {
             alias_safe: false,
+            gradient: Some(grad::vision),
             ..OpDef::new(
                 "ROIPooling",
                 Arity::Exactly(2),
@@ -531,6 +533,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         },
         OpDef {
             alias_safe: false,
+            gradient: Some(grad::vision),
             ..OpDef::new(
                 "_contrib_ROIAlign",
                 Arity::Exactly(2),

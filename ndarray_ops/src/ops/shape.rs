@@ -5,6 +5,7 @@ use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT
 use crate::error::{invalid, shape_error, Result};
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
+use crate::symbol::grad;
 use crate::DType;
 
 pub(crate) fn axis_attr(
@@ -673,7 +674,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             &[],
             false
         )
-        .partial(super::partial_shapes::concat),
+        .partial(super::partial_shapes::concat)
+        .grad(grad::concat),
         def!(
             "SliceChannel",
             &["split"],
@@ -685,7 +687,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             &[0],
             false
         )
-        .partial(super::partial_shapes::slice_channel),
+        .partial(super::partial_shapes::slice_channel)
+        .grad(grad::split),
         def!(
             "slice",
             &["crop"],
@@ -696,7 +699,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             false,
             &[0],
             false
-        ),
+        )
+        .grad(grad::slice),
         def!(
             "slice_axis",
             &[],
@@ -707,7 +711,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             false,
             &[0],
             false
-        ),
+        )
+        .grad(grad::slice),
         def!(
             "take",
             &[],
@@ -718,9 +723,11 @@ pub(super) fn ops() -> &'static [OpDef] {
             false,
             &[],
             false
-        ),
+        )
+        .grad(grad::take),
         OpDef {
             infer_partial: Some(super::partial_shapes::embedding),
+            gradient: Some(grad::embedding),
             ..def!(
                 "Embedding",
                 &[],
@@ -743,7 +750,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             true,
             &[0],
             true
-        ),
+        )
+        .grad(grad::flatten),
         def!(
             "expand_dims",
             &[],
@@ -754,7 +762,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             true,
             &[0],
             true
-        ),
+        )
+        .grad(grad::flatten),
         def!(
             "squeeze",
             &[],
@@ -765,7 +774,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             true,
             &[0],
             true
-        ),
+        )
+        .grad(grad::flatten),
     ];
     OPS
 }

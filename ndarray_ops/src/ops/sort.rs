@@ -10,6 +10,7 @@ use super::{norm_axes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, Result};
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
+use crate::symbol::grad;
 use crate::{DType, Element};
 
 /// What a node of `topk`, `sort` or `argsort` computes.
@@ -271,9 +272,9 @@ pub(super) fn ops() -> &'static [OpDef] {
         }
     }
     static OPS: &[OpDef] = &[
-        def("topk"),
-        def("sort"),
-        def("argsort"),
+        def("topk").grad(grad::sort),
+        def("sort").grad(grad::sort),
+        def("argsort").grad(grad::sort),
         OpDef {
             alias_safe: false,
             ..OpDef::new(

@@ -13,6 +13,7 @@ use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
 use crate::ops::{Infer, KResult};
 use crate::resources::{KernelRes, Resource};
+use crate::symbol::grad;
 use crate::{DType, Element};
 
 /// The training-mode attribute.
@@ -369,12 +370,14 @@ pub(super) fn ops() -> &'static [OpDef] {
             alias_safe: false,
             mutate_inputs: &[3, 4],
             infer_partial: Some(super::partial_shapes::batch_norm),
+            gradient: Some(grad::batch_norm),
             ..OpDef::new("BatchNorm", Arity::Exactly(5), infer_bn, bn_kernel)
         },
         OpDef {
             backward_ignores: &[0],
             alias_safe: false,
             resources: &[Resource::Random],
+            gradient: Some(grad::dropout),
             ..OpDef::new("Dropout", Arity::Exactly(1), infer_dropout, dropout_kernel)
         },
         OpDef {

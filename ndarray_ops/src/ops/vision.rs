@@ -11,6 +11,7 @@ use super::{Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
+use crate::symbol::grad;
 use crate::{DType, Element};
 
 pub(super) fn check_nchw(op: &str, arg: &str, x: &[usize], d: DType) -> Result<()> {
@@ -597,6 +598,7 @@ pub(super) fn ops() -> &'static [OpDef] {
     static OPS: &[OpDef] = &[
         OpDef {
             alias_safe: false,
+            gradient: Some(grad::vision),
             ..OpDef::new(
                 "_contrib_AdaptiveAvgPooling2D",
                 Arity::Exactly(1),
@@ -615,6 +617,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         },
         OpDef {
             alias_safe: false,
+            gradient: Some(grad::vision),
             ..OpDef::new(
                 "_contrib_BilinearResize2D",
                 Arity::AtLeast(1),
@@ -633,6 +636,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         },
         OpDef {
             alias_safe: false,
+            gradient: Some(grad::vision),
             ..OpDef::new("Crop", Arity::AtLeast(1), infer_crop, crop_kernel)
         },
         OpDef {

@@ -6,7 +6,7 @@
 //! (inputs in order), which is NNVM's and therefore MXNet's order: entry ids here match the ids in
 //! MXNet's dumps.
 
-mod grad;
+pub(crate) mod grad;
 mod infer;
 mod json;
 mod place;
@@ -19,8 +19,6 @@ use crate::error::{invalid, NdError, Result};
 use crate::ops::names::op_name;
 use crate::ops::{lookup, num_outputs, Arity, Attrs, OpDef};
 
-#[cfg(test)]
-pub(crate) use grad::has_rule as has_gradient_rule;
 pub use grad::{gradient, head_grad_names};
 pub use infer::{infer, infer_partial, Inferred};
 pub use place::{place, Placed, CTX_GROUP};

@@ -23,6 +23,7 @@ use super::{norm_axes, times, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT};
 use crate::error::{invalid, shape_error, NdError, Result};
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
+use crate::symbol::grad;
 use crate::{DType, Element};
 
 mod layout;
@@ -424,15 +425,15 @@ pub(super) fn ops() -> &'static [OpDef] {
         }
     }
     static OPS: &[OpDef] = &[
-        gather("broadcast_to", &[], 1),
-        gather("broadcast_axis", &["broadcast_axes"], 1),
-        gather("broadcast_like", &[], 2),
-        gather("tile", &[], 1),
-        gather("repeat", &[], 1),
-        gather("reverse", &["flip"], 1),
-        gather("SwapAxis", &["swapaxes"], 1),
-        gather("Pad", &["pad"], 1),
-        gather("slice_like", &[], 2),
+        gather("broadcast_to", &[], 1).grad(grad::gather),
+        gather("broadcast_axis", &["broadcast_axes"], 1).grad(grad::gather),
+        gather("broadcast_like", &[], 2).grad(grad::gather),
+        gather("tile", &[], 1).grad(grad::gather),
+        gather("repeat", &[], 1).grad(grad::gather),
+        gather("reverse", &["flip"], 1).grad(grad::gather),
+        gather("SwapAxis", &["swapaxes"], 1).grad(grad::gather),
+        gather("Pad", &["pad"], 1).grad(grad::gather),
+        gather("slice_like", &[], 2).grad(grad::gather),
         OpDef {
             alias_safe: false,
             ..OpDef::new(
@@ -444,23 +445,6 @@ pub(super) fn ops() -> &'static [OpDef] {
         },
     ];
     OPS
-}
-
-/// Whether `op` is one of this module's (its gradient is `_backward_gather`).
-pub(crate) fn is_gather(op: &str) -> bool {
-    matches!(
-        op,
-        "broadcast_to"
-            | "broadcast_axis"
-            | "broadcast_like"
-            | "tile"
-            | "repeat"
-            | "reverse"
-            | "SwapAxis"
-            | "Pad"
-            | "UpSampling"
-            | "slice_like"
-    )
 }
 
 #[cfg(test)]

@@ -30,6 +30,7 @@ use super::{Arity, Attrs, OpDef, StateUse, TensorRef, IS_TRAIN};
 use crate::error::{invalid, shape_error, NdError, Result};
 use crate::ops::{Infer, KResult};
 use crate::resources::{KernelRes, Resource, StateSlot};
+use crate::symbol::grad;
 use crate::{DType, Element};
 
 mod kernels;
@@ -386,6 +387,7 @@ pub(super) fn ops() -> &'static [OpDef] {
             alias_safe: false,
             resources: &[Resource::TempSpace, Resource::Random],
             state: StateUse::Keeps,
+            gradient: Some(grad::rnn),
             ..OpDef::new("RNN", Arity::AtLeast(3), infer_rnn, rnn_kernel)
         },
         OpDef {

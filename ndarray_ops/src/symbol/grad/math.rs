@@ -4,7 +4,7 @@ use super::*;
 use crate::ops::names::op_name;
 
 /// One forward op as a backward node with a single output.
-pub(super) fn op1(
+pub(crate) fn op1(
     op: &str,
     name: String,
     inputs: Vec<NodeEntry>,
@@ -13,7 +13,7 @@ pub(super) fn op1(
     Ok(out(&make(op, name, inputs, attrs)?, 0))
 }
 
-pub(super) fn scaled(n: &Node, tag: &str, g: NodeEntry, by: f64) -> Result<NodeEntry> {
+pub(crate) fn scaled(n: &Node, tag: &str, g: NodeEntry, by: f64) -> Result<NodeEntry> {
     op1(
         op_name!("_mul_scalar"),
         format!("{}_{tag}", n.name),
@@ -23,7 +23,7 @@ pub(super) fn scaled(n: &Node, tag: &str, g: NodeEntry, by: f64) -> Result<NodeE
 }
 
 /// Unary math: each rule reuses forward ops on the output gradient, the input and the output.
-pub(super) fn unary(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn unary(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let g = need(n, og)?;
     let (x, y) = (n.inputs[0].clone(), out(n, 0));
     let name = |t: &str| format!("{}_backward{t}", n.name);
@@ -60,7 +60,7 @@ pub(super) fn unary(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Optio
 }
 
 /// Ops with a scalar attribute.
-pub(super) fn scalar(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn scalar(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let g = need(n, og)?;
     let s = crate::ops::scalar_of(n.op_name(), &n.attrs)?;
     let name = format!("{}_backward", n.name);
@@ -161,7 +161,7 @@ pub(super) fn scalar(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opti
 }
 
 /// Same-shape binary arithmetic.
-pub(super) fn elemwise(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn elemwise(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let g = need(n, og)?;
     let (a, b, y) = (n.inputs[0].clone(), n.inputs[1].clone(), out(n, 0));
     let name = |t: &str| format!("{}_backward_{t}", n.name);
@@ -230,7 +230,7 @@ pub(super) fn elemwise(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Op
 
 /// `dot` (2-D) and `batch_dot` with their transposes: each input gradient is another product of
 /// the output gradient with the other input.
-pub(super) fn dot(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn dot(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let g = need(n, og)?;
     let op = n.op_name();
     let (a, b) = (n.inputs[0].clone(), n.inputs[1].clone());
@@ -265,7 +265,7 @@ pub(super) fn dot(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<
     Ok(vec![Some(da), Some(db)])
 }
 
-pub(super) fn reduction(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn reduction(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let attrs = n.attrs.clone().with("__reduce__", n.op_name());
     Ok(vec![Some(op1(
         op_name!("_broadcast_backward"),
@@ -276,7 +276,7 @@ pub(super) fn reduction(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<O
 }
 
 /// Broadcasting arithmetic: each operand's gradient is summed back to the operand's shape.
-pub(super) fn broadcast(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn broadcast(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let g = need(n, og)?;
     let (a, b, y) = (n.inputs[0].clone(), n.inputs[1].clone(), out(n, 0));
     let name = |t: &str| format!("{}_backward_{t}", n.name);
@@ -342,7 +342,7 @@ pub(super) fn broadcast(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<O
     Ok(vec![Some(to("lhs", da, a)?), Some(to("rhs", db, b)?)])
 }
 
-pub(super) fn where_(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn where_(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let g = need(n, og)?;
     let cond = n.inputs[0].clone();
     let zero = scaled(n, "zero", g.clone(), 0.0)?;
@@ -365,17 +365,17 @@ pub(super) fn where_(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opti
 }
 
 /// Ops whose outputs do not depend smoothly on their inputs: no gradient flows (as in MXNet).
-pub(super) fn none(n: &Arc<Node>, _og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn none(n: &Arc<Node>, _og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     Ok(vec![None; n.inputs.len()])
 }
 
-pub(super) fn add_n(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn add_n(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let g = need(n, og)?;
     Ok(vec![Some(g); n.inputs.len()])
 }
 
 /// broadcast_maximum/minimum (ties go to the left operand) and broadcast_power.
-pub(super) fn broadcast_select(
+pub(crate) fn broadcast_select(
     n: &Arc<Node>,
     og: &[Option<NodeEntry>],
 ) -> Result<Vec<Option<NodeEntry>>> {
@@ -452,7 +452,7 @@ pub(super) fn broadcast_select(
 }
 
 /// A value of reduction `n`'s output shape spread back over its input's shape.
-pub(super) fn spread(n: &Arc<Node>, tag: &str, v: NodeEntry) -> Result<NodeEntry> {
+pub(crate) fn spread(n: &Arc<Node>, tag: &str, v: NodeEntry) -> Result<NodeEntry> {
     op1(
         op_name!("_broadcast_backward"),
         format!("{}_backward_{tag}", n.name),
@@ -462,7 +462,7 @@ pub(super) fn spread(n: &Arc<Node>, tag: &str, v: NodeEntry) -> Result<NodeEntry
 }
 
 /// max/min over axes: the gradient goes to every element equal to the result.
-pub(super) fn extremum(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn extremum(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let x = n.inputs[0].clone();
     let name = |t: &str| format!("{}_backward_{t}", n.name);
     let spread = |t: &str, v: NodeEntry| spread(n, t, v);
@@ -482,7 +482,7 @@ pub(super) fn extremum(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Op
 
 /// The unary math functions (`ops::math`): one `_backward_math` node reading the value the
 /// derivative is written in; none for the flat ones.
-pub(super) fn math(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn math(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let op = n.op_name();
     let at = match crate::ops::math::find(op).map(|m| m.deriv) {
         Some(Deriv::Zero) => return Ok(vec![None]),
@@ -499,7 +499,7 @@ pub(super) fn math(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option
 }
 
 /// Cast: the output gradient cast back to the input's dtype.
-pub(super) fn cast(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn cast(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     Ok(vec![Some(op1(
         op_name!("_cast_like"),
         format!("{}_backward", n.name),
@@ -510,7 +510,7 @@ pub(super) fn cast(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option
 
 /// prod: `y / x` spread back; norm: `x / y` (ord 2) or `sign(x)` (ord 1), times the spread
 /// output gradient.
-pub(super) fn product_or_norm(
+pub(crate) fn product_or_norm(
     n: &Arc<Node>,
     og: &[Option<NodeEntry>],
 ) -> Result<Vec<Option<NodeEntry>>> {
@@ -541,11 +541,11 @@ pub(super) fn product_or_norm(
     Ok(vec![Some(d)])
 }
 
-pub(super) fn add(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn add(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let g = need(n, og)?;
     Ok(vec![Some(g.clone()), Some(g)])
 }
 
-pub(super) fn identity(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn identity(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     Ok(vec![Some(need(n, og)?)])
 }

@@ -1,7 +1,8 @@
 //! The gradient pass: from a symbol and the arguments to differentiate, a symbol whose outputs
 //! are the original outputs followed by one gradient per argument.
 //!
-//! Nodes are visited in reverse graph order. Each op's gradient rule turns the gradients of its
+//! Nodes are visited in reverse graph order. Each op's gradient rule (its `OpDef::gradient`; the
+//! rules live here, by family: `math`, `nn`, `shape`) turns the gradients of its
 //! outputs into backward nodes for its inputs; an entry used by several nodes gets the sum of
 //! their contributions (`add_n`). Loss ops (SoftmaxOutput) start their own gradient; every other
 //! graph output takes a head-gradient argument named `<node>_head_grad<k>`. Backward nodes read
@@ -20,11 +21,13 @@ mod nn;
 mod shape;
 
 use crate::ops::names::op_name;
-use math::*;
-use nn::*;
-use shape::*;
+pub(crate) use math::*;
+pub(crate) use nn::*;
+pub(crate) use shape::*;
 
-type GradFn = fn(&Arc<Node>, &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>>;
+/// A gradient rule: from a node and the gradients of its outputs (`None` where nothing
+/// flows back), the gradients of its inputs, as entries of new backward nodes.
+pub(crate) type GradFn = fn(&Arc<Node>, &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>>;
 
 fn out(node: &Arc<Node>, index: usize) -> NodeEntry {
     NodeEntry {
@@ -52,112 +55,6 @@ fn need(node: &Node, og: &[Option<NodeEntry>]) -> Result<NodeEntry> {
 fn backward_node(n: &Arc<Node>, op: &str, ins: Vec<NodeEntry>) -> Result<Vec<Option<NodeEntry>>> {
     let bw = make(op, format!("{}_backward", n.name), ins, n.attrs.clone())?;
     Ok((0..n.inputs.len()).map(|k| Some(out(&bw, k))).collect())
-}
-
-/// Whether the gradient pass can differentiate op `op` (it has a rule).
-#[cfg(test)]
-pub(crate) fn has_rule(op: &str) -> bool {
-    rule(op).is_some()
-}
-
-/// The gradient rule of an op, for the ops that have one.
-fn rule(op: &str) -> Option<GradFn> {
-    Some(match op {
-        "FullyConnected" => fully_connected,
-        // Before the gather ops: bilinear UpSampling is a Deconvolution.
-        "UpSampling" => upsampling,
-        "Activation" => activation,
-        "SoftmaxOutput" => softmax_output,
-        "elemwise_add" => add,
-        "negative" | "exp" | "log" | "sqrt" | "square" | "relu" | "sigmoid" | "tanh"
-        | "softrelu" => unary,
-        "_plus_scalar" | "_minus_scalar" | "_rminus_scalar" | "_mul_scalar" | "_div_scalar"
-        | "_rdiv_scalar" | "_rpower_scalar" | "_mod_scalar" | "_hypot_scalar" | "smooth_l1" => {
-            scalar
-        }
-        "elemwise_sub" | "elemwise_mul" | "elemwise_div" => elemwise,
-        "dot" | "batch_dot" => dot,
-        "softmax" | "log_softmax" => softmax,
-        "sum" | "mean" => reduction,
-        "broadcast_add" | "broadcast_sub" | "broadcast_mul" | "broadcast_div" => broadcast,
-        "Embedding" => embedding,
-        "abs" | "clip" | "_maximum_scalar" | "_minimum_scalar" | "_power_scalar"
-        | "hard_sigmoid" => masked,
-        "LeakyReLU" => leaky_relu,
-        "LinearRegressionOutput"
-        | "LogisticRegressionOutput"
-        | "MAERegressionOutput"
-        | "MakeLoss"
-        | "make_loss"
-        | "softmax_cross_entropy" => loss,
-        "LayerNorm" | "InstanceNorm" | "GroupNorm" | "L2Normalization" | "SoftmaxActivation" => {
-            normalization
-        }
-        op if crate::ops::math::find(op).is_some() => math,
-        op if crate::ops::gather::is_gather(op) => gather,
-        "Cast" => cast,
-        "zeros_like" | "ones_like" | "BlockGrad" => none,
-        "stack" => stack,
-        "where" => where_,
-        "add_n" => add_n,
-        "take" => take,
-        "broadcast_maximum" | "broadcast_minimum" | "broadcast_power" | "broadcast_hypot"
-        | "broadcast_mod" | "_maximum" | "_minimum" | "_power" | "_hypot" | "_mod" => {
-            broadcast_select
-        }
-        "max" | "min" => extremum,
-        "prod" | "norm" => product_or_norm,
-        "pick" => pick,
-        "depth_to_space" | "space_to_depth" => depth_space,
-        "sort" | "topk" | "argsort" => sort,
-        "SequenceMask" | "SequenceLast" | "SequenceReverse" => sequence,
-        "argmax"
-        | "batch_take"
-        | "argmin"
-        | "one_hot"
-        | "broadcast_equal"
-        | "broadcast_not_equal"
-        | "broadcast_greater"
-        | "broadcast_greater_equal"
-        | "broadcast_lesser"
-        | "broadcast_lesser_equal"
-        | "_equal_scalar"
-        | "_greater_scalar"
-        | "_lesser_scalar"
-        | "_not_equal_scalar"
-        | "_greater_equal_scalar"
-        | "_lesser_equal_scalar"
-        | "broadcast_logical_and"
-        | "broadcast_logical_or"
-        | "broadcast_logical_xor"
-        | "_equal"
-        | "_not_equal"
-        | "_greater"
-        | "_greater_equal"
-        | "_lesser"
-        | "_lesser_equal"
-        | "_logical_and"
-        | "_logical_or"
-        | "_logical_xor" => none,
-        "Convolution" | "Deconvolution" => convolution,
-        "Pooling" => pooling,
-        "BatchNorm" => batch_norm,
-        "Dropout" => dropout,
-        "RNN" => rnn,
-        "_contrib_AdaptiveAvgPooling2D"
-        | "_contrib_BilinearResize2D"
-        | "Crop"
-        | "ROIPooling"
-        | "_contrib_ROIAlign" => vision,
-        "gather_nd" | "scatter_nd" => gather_nd,
-        "Flatten" | "Reshape" | "reshape" | "expand_dims" | "squeeze" => flatten,
-        "transpose" => transpose,
-        "slice" | "slice_axis" => slice,
-        "Concat" => concat,
-        "SliceChannel" => split,
-        "_copy" | "_CrossDeviceCopy" => identity,
-        _ => return None,
-    })
 }
 
 /// Whether an op starts its own gradient (a loss), ignoring head gradients.
@@ -217,7 +114,7 @@ pub fn gradient(sym: &Symbol, wrt: &[String]) -> Result<Symbol> {
         if (og.iter().all(Option::is_none) && !is_loss(def.name)) || g.inputs[i].is_empty() {
             continue;
         }
-        let f = rule(def.name).ok_or_else(|| {
+        let f = def.gradient.ok_or_else(|| {
             invalid(
                 def.name,
                 format!(

@@ -4,7 +4,7 @@
 use super::*;
 use crate::ops::names::op_name;
 
-pub(super) fn fully_connected(
+pub(crate) fn fully_connected(
     n: &Arc<Node>,
     og: &[Option<NodeEntry>],
 ) -> Result<Vec<Option<NodeEntry>>> {
@@ -12,7 +12,7 @@ pub(super) fn fully_connected(
     backward_node(n, op_name!("_backward_FullyConnected"), ins)
 }
 
-pub(super) fn activation(
+pub(crate) fn activation(
     n: &Arc<Node>,
     og: &[Option<NodeEntry>],
 ) -> Result<Vec<Option<NodeEntry>>> {
@@ -25,7 +25,7 @@ pub(super) fn activation(
     Ok(vec![Some(out(&bw, 0))])
 }
 
-pub(super) fn softmax_output(
+pub(crate) fn softmax_output(
     n: &Arc<Node>,
     _og: &[Option<NodeEntry>],
 ) -> Result<Vec<Option<NodeEntry>>> {
@@ -39,7 +39,7 @@ pub(super) fn softmax_output(
 }
 
 /// Convolution and Deconvolution: one backward op reading `(ograd, data, weight)`.
-pub(super) fn convolution(
+pub(crate) fn convolution(
     n: &Arc<Node>,
     og: &[Option<NodeEntry>],
 ) -> Result<Vec<Option<NodeEntry>>> {
@@ -49,7 +49,7 @@ pub(super) fn convolution(
 
 /// UpSampling: nearest is a gather op; bilinear is a Deconvolution, whose backward op takes
 /// that Deconvolution's attributes.
-pub(super) fn upsampling(
+pub(crate) fn upsampling(
     n: &Arc<Node>,
     og: &[Option<NodeEntry>],
 ) -> Result<Vec<Option<NodeEntry>>> {
@@ -68,7 +68,7 @@ pub(super) fn upsampling(
     }
 }
 
-pub(super) fn pooling(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn pooling(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let ins = vec![need(n, og)?, n.inputs[0].clone()];
     let bw = make(
         op_name!("_backward_Pooling"),
@@ -79,7 +79,7 @@ pub(super) fn pooling(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opt
     Ok(vec![Some(out(&bw, 0))])
 }
 
-pub(super) fn batch_norm(
+pub(crate) fn batch_norm(
     n: &Arc<Node>,
     og: &[Option<NodeEntry>],
 ) -> Result<Vec<Option<NodeEntry>>> {
@@ -107,7 +107,7 @@ pub(super) fn batch_norm(
     ])
 }
 
-pub(super) fn dropout(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn dropout(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     // The mask (hidden output 1) already holds 0 or 1 / (1 - p): the gradient is og * mask.
     Ok(vec![Some(op1(
         op_name!("elemwise_mul"),
@@ -117,7 +117,7 @@ pub(super) fn dropout(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opt
     )?)])
 }
 
-pub(super) fn softmax(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn softmax(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let bw = if n.op_name() == "log_softmax" {
         "_backward_log_softmax"
     } else {
@@ -132,7 +132,7 @@ pub(super) fn softmax(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opt
 }
 
 /// LeakyReLU: one backward node reading the output gradient, the data and prelu's gamma.
-pub(super) fn leaky_relu(
+pub(crate) fn leaky_relu(
     n: &Arc<Node>,
     og: &[Option<NodeEntry>],
 ) -> Result<Vec<Option<NodeEntry>>> {
@@ -143,7 +143,7 @@ pub(super) fn leaky_relu(
 
 /// LayerNorm, InstanceNorm, GroupNorm: one backward node reading the data, gamma and the
 /// statistics the forward pass kept; L2Normalization: one reading its output and the norms.
-pub(super) fn normalization(
+pub(crate) fn normalization(
     n: &Arc<Node>,
     og: &[Option<NodeEntry>],
 ) -> Result<Vec<Option<NodeEntry>>> {
@@ -165,7 +165,7 @@ pub(super) fn normalization(
 /// The resampling and region ops of `ops::vision` and `ops::roi`: one backward node reading
 /// the output gradient and the forward inputs (ROIPooling: also where each maximum was; the
 /// region ops: no gradient for the regions).
-pub(super) fn vision(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn vision(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let g = need(n, og)?;
     let op = n.op_name();
     let name = op.trim_start_matches("_contrib_");
@@ -200,7 +200,7 @@ pub(super) fn vision(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opti
 
 /// RNN: one backward node reading every output's gradient (zeros for an output nothing
 /// reads, say the sequence when only the final state is used) and the forward node's inputs.
-pub(super) fn rnn(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn rnn(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let mut ins = Vec::with_capacity(n.num_visible_outputs() + n.inputs.len());
     for k in 0..n.num_visible_outputs() {
         ins.push(match og.get(k).cloned().flatten() {
@@ -228,7 +228,7 @@ pub(super) fn rnn(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<
 }
 
 /// The loss heads of `ops::loss`: their gradient is their own, not the head gradient's.
-pub(super) fn loss(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn loss(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let op = n.op_name();
     let name = format!("{}_backward", n.name);
     let y = out(n, 0);

@@ -4,7 +4,7 @@
 use super::*;
 use crate::ops::names::op_name;
 
-pub(super) fn flatten(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn flatten(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let ins = vec![need(n, og)?, n.inputs[0].clone()];
     let bw = make(
         op_name!("reshape_like"),
@@ -15,7 +15,7 @@ pub(super) fn flatten(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opt
     Ok(vec![Some(out(&bw, 0))])
 }
 
-pub(super) fn embedding(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn embedding(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let ins = vec![need(n, og)?, n.inputs[0].clone(), n.inputs[1].clone()];
     let w = op1(
         op_name!("_backward_take"),
@@ -27,7 +27,7 @@ pub(super) fn embedding(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<O
     Ok(vec![None, Some(w)])
 }
 
-pub(super) fn transpose(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn transpose(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     // The inverse permutation (the default reversal is its own inverse).
     let attrs = match n.attrs.ints("transpose", "axes")? {
         Some(axes) if !axes.is_empty() => {
@@ -48,7 +48,7 @@ pub(super) fn transpose(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<O
     )?)])
 }
 
-pub(super) fn slice(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn slice(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let attrs = n.attrs.clone().with("__slice_op__", n.op_name());
     Ok(vec![Some(op1(
         op_name!("_backward_slice"),
@@ -58,7 +58,7 @@ pub(super) fn slice(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Optio
     )?)])
 }
 
-pub(super) fn concat(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn concat(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let mut ins = vec![need(n, og)?];
     ins.extend(n.inputs.iter().cloned());
     let attrs = n.attrs.clone().with("num_args", n.inputs.len());
@@ -71,7 +71,7 @@ pub(super) fn concat(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opti
     Ok((0..n.inputs.len()).map(|k| Some(out(&bw, k))).collect())
 }
 
-pub(super) fn split(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn split(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let axis = n
         .attrs
         .ints("SliceChannel", "axis")?
@@ -106,7 +106,7 @@ pub(super) fn split(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Optio
 }
 
 /// Gradients that are the output gradient times a mask or factor built from forward ops.
-pub(super) fn masked(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn masked(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let g = need(n, og)?;
     let (x, y) = (n.inputs[0].clone(), out(n, 0));
     let op = n.op_name();
@@ -196,7 +196,7 @@ pub(super) fn masked(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opti
     )?)])
 }
 
-pub(super) fn stack(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn stack(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let axis = n
         .attrs
         .ints("stack", "axis")?
@@ -214,7 +214,7 @@ pub(super) fn stack(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Optio
     Ok((0..n.inputs.len()).map(|k| Some(out(&parts, k))).collect())
 }
 
-pub(super) fn take(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn take(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let ins = vec![need(n, og)?, n.inputs[1].clone(), n.inputs[0].clone()];
     Ok(vec![
         Some(op1(
@@ -229,7 +229,7 @@ pub(super) fn take(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option
 
 /// gather_nd: the output gradient added back into the blocks read (a scatter that adds; the
 /// data gives the shape); scatter_nd: the output gradient gathered from the blocks written.
-pub(super) fn gather_nd(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn gather_nd(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let (g, indices) = (need(n, og)?, n.inputs[1].clone());
     let name = format!("{}_backward", n.name);
     let d = match n.op_name() {
@@ -246,7 +246,7 @@ pub(super) fn gather_nd(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<O
 
 /// The gather ops (`ops::gather`: broadcast_to, tile, Pad, ...): each output gradient element
 /// goes back to the data element it was read from.
-pub(super) fn gather(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn gather(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let d = op1(
         op_name!("_backward_gather"),
         format!("{}_backward", n.name),
@@ -260,7 +260,7 @@ pub(super) fn gather(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opti
 
 /// SequenceMask: the output gradient with the masked steps zeroed; SequenceLast: it at each
 /// sequence's last step; SequenceReverse: it reversed back. None for the lengths.
-pub(super) fn sequence(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn sequence(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let mut ins = vec![need(n, og)?];
     let op = match n.op_name() {
         "SequenceMask" => "_backward_SequenceMask",
@@ -279,7 +279,7 @@ pub(super) fn sequence(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Op
 
 /// sort and topk returning values: each value's gradient back where it came from (the
 /// indices output); none for indices or masks.
-pub(super) fn sort(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn sort(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     if !crate::ops::sort::returns_values(n.op_name(), &n.attrs) {
         return Ok(vec![None]);
     }
@@ -295,7 +295,7 @@ pub(super) fn sort(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option
 }
 
 /// depth_to_space and space_to_depth: each the other's gradient.
-pub(super) fn depth_space(
+pub(crate) fn depth_space(
     n: &Arc<Node>,
     og: &[Option<NodeEntry>],
 ) -> Result<Vec<Option<NodeEntry>>> {
@@ -313,7 +313,7 @@ pub(super) fn depth_space(
 }
 
 /// pick: the output gradient back into the picked elements; none for the index.
-pub(super) fn pick(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn pick(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let ins = vec![need(n, og)?, n.inputs[1].clone(), n.inputs[0].clone()];
     let d = op1(
         op_name!("_backward_pick"),
