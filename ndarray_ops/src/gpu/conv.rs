@@ -130,7 +130,7 @@ pub(super) fn im2col(
     s.launch("im2col", n, &a)
 }
 
-pub(super) fn convolution(
+pub(crate) fn convolution(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -226,7 +226,7 @@ pub(super) fn conv_forward_columns(
     Ok(())
 }
 
-pub(super) fn convolution_backward(
+pub(crate) fn convolution_backward(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -254,7 +254,7 @@ pub(super) fn convolution_backward(
 /// Deconvolution: the transpose of the convolution `deconv_as_conv` describes (data of the
 /// Deconvolution's output shape, filters as many as its input channels), so its forward pass is
 /// that convolution's data-gradient pass with the input as the output gradient.
-pub(super) fn deconvolution(
+pub(crate) fn deconvolution(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -285,7 +285,7 @@ pub(super) fn deconvolution(
 /// `_backward_Deconvolution(ograd, data, weight)`: the data's gradient is the transposed
 /// convolution's forward pass over the output gradient, the weight's its filter gradient with
 /// the output gradient as data and the data as output gradient.
-pub(super) fn deconvolution_backward(
+pub(crate) fn deconvolution_backward(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -327,7 +327,7 @@ pub(super) fn deconvolution_backward(
 }
 
 /// UpSampling: nearest is a gather, bilinear a depthwise Deconvolution (as on the CPU).
-pub(super) fn upsampling(
+pub(crate) fn upsampling(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -506,7 +506,7 @@ pub(super) fn pool_args(
         .i(12, usize::from(p.count_pad)))
 }
 
-pub(super) fn pooling(
+pub(crate) fn pooling(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -524,7 +524,7 @@ pub(super) fn pooling(
     s.launch("pool_fwd", n, &a)
 }
 
-pub(super) fn pooling_backward(
+pub(crate) fn pooling_backward(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],

@@ -12,7 +12,7 @@ pub(super) fn unary_code(op: &str) -> Option<usize> {
     UNARY.iter().position(|u| *u == op)
 }
 
-pub(super) fn unary(
+pub(crate) fn unary(
     op: &str,
     _: &Attrs,
     ins: &[TensorRef],
@@ -26,7 +26,7 @@ pub(super) fn unary(
 }
 
 /// `_backward_math(ograd, v)`: the gradient through the function named by `fn`.
-pub(super) fn unary_backward(
+pub(crate) fn unary_backward(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -59,7 +59,7 @@ pub(super) fn act_code(op: &str, attrs: &Attrs) -> Result<usize, String> {
     })
 }
 
-pub(super) fn activation(
+pub(crate) fn activation(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -74,7 +74,7 @@ pub(super) fn activation(
     s.launch("act_fwd", n, &a)
 }
 
-pub(super) fn activation_backward(
+pub(crate) fn activation_backward(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -136,7 +136,7 @@ pub(super) fn broadcast_dims(a: &[usize], b: &[usize], out: &[usize]) -> Vec<[us
     dims
 }
 
-pub(super) fn binary(
+pub(crate) fn binary(
     op: &str,
     _: &Attrs,
     ins: &[TensorRef],
@@ -190,7 +190,7 @@ pub(super) fn multiply(
     s.launch("binary", n, &k)
 }
 
-pub(super) fn scalar(
+pub(crate) fn scalar(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -249,7 +249,7 @@ pub(super) fn scalar_with(
 }
 
 /// clip and hard_sigmoid: an affine map, clamped.
-pub(super) fn clamp(
+pub(crate) fn clamp(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -280,7 +280,7 @@ pub(super) fn clamp(
 }
 
 /// where(condition, x, y): the condition has x's shape or one value per row of x's first axis.
-pub(super) fn select(
+pub(crate) fn select(
     _: &str,
     _: &Attrs,
     ins: &[TensorRef],
@@ -299,7 +299,7 @@ pub(super) fn select(
     s.launch("where_select", n, &a)
 }
 
-pub(super) fn one_hot(
+pub(crate) fn one_hot(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -318,7 +318,7 @@ pub(super) fn one_hot(
 }
 
 /// `_assign(variable, value)`: the value, into the variable.
-pub(super) fn assign(
+pub(crate) fn assign(
     _: &str,
     _: &Attrs,
     ins: &[TensorRef],
@@ -343,7 +343,7 @@ pub(super) fn leaky_code(op: &str, attrs: &Attrs) -> Result<(usize, f64), String
 
 /// LeakyReLU (`data[, gamma] -> out`) and its backward op (`(output gradient, data[, gamma]) ->
 /// data gradient[, gamma gradient]`; gamma: prelu's slopes).
-pub(super) fn leaky_relu(
+pub(crate) fn leaky_relu(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],

@@ -26,7 +26,7 @@ use crate::ops::{Attrs, TensorRef};
 const GATHER_DIMS: usize = 8;
 
 /// The op layer's entry for every op of the family.
-pub(super) fn gather(
+pub(crate) fn gather(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],

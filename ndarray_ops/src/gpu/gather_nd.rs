@@ -14,7 +14,7 @@ use crate::ops::KResult;
 use crate::ops::{gather_nd_starts, Attrs, TensorRef};
 
 /// The op layer's entry for gather_nd, scatter_nd and `_backward_gather_nd`.
-pub(super) fn gather_nd(
+pub(crate) fn gather_nd(
     op: &str,
     _: &Attrs,
     ins: &[TensorRef],

@@ -48,7 +48,7 @@ pub(super) fn add_rows(
 
 /// take(table, indices), Embedding(indices, weight) and `_backward_take(ograd, indices,
 /// table)`: rows gathered, or their gradients added back row by row.
-pub(super) fn take(
+pub(crate) fn take(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -91,7 +91,7 @@ pub(super) fn take(
 /// pick and its gradient (`_backward_pick(ograd, index, data)`): one index per (outer, inner)
 /// of the data's layout around the axis picked from. batch_take is pick over the last axis,
 /// clipped.
-pub(super) fn pick(
+pub(crate) fn pick(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -135,7 +135,7 @@ pub(super) fn pick(
 /// softmax_cross_entropy(data (n, k), label (n,)) -> (1,), and its gradient
 /// `(ograd (1,), data, label) -> d data`. The CPU refuses a label that is not a class index, so
 /// the labels are read back and checked with its code (one wait for the device per call).
-pub(super) fn cross_entropy(
+pub(crate) fn cross_entropy(
     op: &str,
     _: &Attrs,
     ins: &[TensorRef],
@@ -185,7 +185,7 @@ pub(super) fn cross_entropy(
 }
 
 /// `_arange`: `start + step * (k / repeat)`, in double as the CPU computes it.
-pub(super) fn arange(
+pub(crate) fn arange(
     op: &str,
     attrs: &Attrs,
     _: &[TensorRef],

@@ -10,26 +10,26 @@
 //!   the device code as C++ and runs each kernel as one loop, with a reference GEMM, so the op layer
 //!   and the kernels are checked against the CPU kernels on every machine (no GPU needed).
 
-mod conv;
+pub(crate) mod conv;
 #[cfg(feature = "cuda")]
 pub(crate) mod cuda;
 #[cfg(feature = "cuda")]
 pub(crate) mod cudnn;
-mod elemwise;
+pub(crate) mod elemwise;
 #[cfg(test)]
 mod emulate;
-mod gather;
-mod gather_nd;
-mod indexing;
-mod nn;
+pub(crate) mod gather;
+pub(crate) mod gather_nd;
+pub(crate) mod indexing;
+pub(crate) mod nn;
 pub(crate) mod ops;
 mod ptx_cache;
-mod reduce;
-mod resample;
-mod rnn;
-mod roi;
-mod shape;
-mod sort;
+pub(crate) mod reduce;
+pub(crate) mod resample;
+pub(crate) mod rnn;
+pub(crate) mod roi;
+pub(crate) mod shape;
+pub(crate) mod sort;
 #[cfg(test)]
 mod tests;
 

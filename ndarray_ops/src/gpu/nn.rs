@@ -14,7 +14,7 @@ pub(super) fn no_bias(op: &str, attrs: &Attrs) -> Result<bool, String> {
     attrs.bool(op, "no_bias", false).map_err(e2s)
 }
 
-pub(super) fn fully_connected(
+pub(crate) fn fully_connected(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -45,7 +45,7 @@ pub(super) fn fully_connected(
     Ok(())
 }
 
-pub(super) fn fully_connected_backward(
+pub(crate) fn fully_connected_backward(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -109,7 +109,7 @@ pub(super) fn bn_setup(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<BnSet
     })
 }
 
-pub(super) fn batch_norm(
+pub(crate) fn batch_norm(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -154,7 +154,7 @@ pub(super) fn batch_norm(
     s.launch("bn_apply", n, &a)
 }
 
-pub(super) fn batch_norm_backward(
+pub(crate) fn batch_norm_backward(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -197,7 +197,7 @@ pub(super) fn batch_norm_backward(
     s.launch("bn_bwd_apply", n, &a)
 }
 
-pub(super) fn softmax_output(
+pub(crate) fn softmax_output(
     _: &str,
     _: &Attrs,
     ins: &[TensorRef],
@@ -212,7 +212,7 @@ pub(super) fn softmax_output(
         .run(s, false)
 }
 
-pub(super) fn softmax_output_backward(
+pub(crate) fn softmax_output_backward(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -239,7 +239,7 @@ pub(super) fn softmax_output_backward(
     fill_with(s, &outs[1], 0.0)
 }
 
-pub(super) fn sgd(
+pub(crate) fn sgd(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -394,7 +394,7 @@ pub(super) fn lane_figures(
 
 /// softmax and log_softmax over any axis at any temperature, and their backward ops
 /// (`(output gradient, output) -> data gradient`).
-pub(super) fn softmax(
+pub(crate) fn softmax(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -412,7 +412,7 @@ pub(super) fn softmax(
 /// SoftmaxActivation (a softmax over the last axis, as MXNet's `instance` mode flattens the
 /// data to 2-D keeping it, or over the channels at each position) and its backward op, as
 /// softmax lanes.
-pub(super) fn softmax_activation(
+pub(crate) fn softmax_activation(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -434,7 +434,7 @@ pub(super) fn softmax_activation(
 }
 
 /// LogisticRegressionOutput's prediction: the data's sigmoid.
-pub(super) fn logistic(
+pub(crate) fn logistic(
     _: &str,
     _: &Attrs,
     ins: &[TensorRef],
@@ -449,7 +449,7 @@ pub(super) fn logistic(
 
 /// `_backward_*RegressionOutput(out, label) -> (d data, d label)`: `grad_scale` over the
 /// outputs per sample times the prediction's error (MAE: its sign); the label's gradient is 0.
-pub(super) fn regression_backward(
+pub(crate) fn regression_backward(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -472,7 +472,7 @@ pub(super) fn regression_backward(
 
 /// `_backward_MakeLoss(out) -> d data`: `grad_scale`, over the batch (`normalization=batch`) or
 /// over the count of outputs above `valid_thresh` (`valid`, counted on the device).
-pub(super) fn make_loss_backward(
+pub(crate) fn make_loss_backward(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -522,7 +522,7 @@ pub(super) fn seed_of(op: &str, attrs: &Attrs) -> Result<u64, String> {
 
 /// `_random_uniform` and `_random_normal`: each element a function of the seed and its index,
 /// as Dropout's masks (other numbers than the CPU's generator, the same distributions).
-pub(super) fn random_fill(
+pub(crate) fn random_fill(
     op: &str,
     attrs: &Attrs,
     _: &[TensorRef],
@@ -543,7 +543,7 @@ pub(super) fn random_fill(
 /// Dropout: `data -> (out, mask)`. Each element's draw is a hash of the op's seed and its index,
 /// so no generator state lives on the GPU; the masks differ from the CPU's (another generator)
 /// but hold the same values with the same probabilities.
-pub(super) fn dropout(
+pub(crate) fn dropout(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -571,7 +571,7 @@ pub(super) fn dropout(
 /// `ops::norm`'s groups of elements as lanes ([`over_lanes`]: a few long groups, such as an
 /// InstanceNorm's images or a LayerNorm over a small batch, split into parts); gamma's and
 /// beta's gradients are per-channel sums over the grouping's layout.
-pub(super) fn normalization(
+pub(crate) fn normalization(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -621,7 +621,7 @@ pub(super) fn normalization(
 }
 
 /// adam_update(weight, grad, mean, var) -> (weight, mean, var).
-pub(super) fn adam(
+pub(crate) fn adam(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],

@@ -1,28 +1,10 @@
-//! Which GPU kernel runs each op ([`kernel_for`]), and how a call is checked and run. The
+//! How a GPU call is checked and run; each op names its GPU kernel in its `OpDef` (`gpu`). The
 //! kernels live in modules by op family, beside the CPU's: `elemwise`, `indexing`, `reduce`,
 //! `conv`, `nn`, `shape`, `gather`, `gather_nd`, `resample`, `roi`, `rnn` and `sort`. Each
 //! checks nothing the shape inference already checked, sizes its launches from the tensors and
 //! runs kernels and GEMMs on a [`Stream`], in the stream's order; each is tested against the
 //! CPU kernel of its op.
 
-use super::conv::{
-    convolution, convolution_backward, deconvolution, deconvolution_backward, pooling,
-    pooling_backward, upsampling,
-};
-use super::elemwise::{
-    activation, activation_backward, assign, binary, binary_code, clamp, leaky_relu, one_hot,
-    scalar, scalar_code, select, unary, unary_backward, unary_code,
-};
-use super::indexing::{arange, cross_entropy, pick, take};
-use super::nn::{
-    adam, batch_norm, batch_norm_backward, dropout, fully_connected, fully_connected_backward,
-    logistic, make_loss_backward, normalization, random_fill, regression_backward, sgd, softmax,
-    softmax_activation, softmax_output, softmax_output_backward,
-};
-use super::reduce::{add_n, broadcast_backward, reduce, reduce_other, sum_to_like};
-use super::shape::{
-    concat, concat_backward, depth_space, matmul, sequence, split, stack, transpose,
-};
 use super::{KArgs, Stream};
 use crate::ops::KResult;
 use crate::ops::{Attrs, OpDef, TensorRef};
@@ -30,11 +12,11 @@ use crate::resources::StateSlot;
 use crate::DType;
 
 /// A GPU kernel: the op's name, attributes, inputs and outputs (device memory), the stream.
-pub(super) type KernelFn = fn(&str, &Attrs, &[TensorRef], &[TensorRef], &dyn Stream) -> KResult;
+pub(crate) type KernelFn = fn(&str, &Attrs, &[TensorRef], &[TensorRef], &dyn Stream) -> KResult;
 
 /// A GPU kernel of an op whose bound nodes keep state (`crate::ops::StateUse`): the same, and
 /// the node's state when the executor gave it one.
-pub(super) type StatefulFn =
+pub(crate) type StatefulFn =
     fn(&str, &Attrs, &[TensorRef], &[TensorRef], &dyn Stream, Option<&mut StateSlot>) -> KResult;
 
 /// The GPU implementation of an op.
@@ -46,111 +28,14 @@ pub(crate) enum GpuKernel {
     Stateful(StatefulFn),
 }
 
-/// The GPU implementation of `def`, if it has one.
-pub(crate) fn kernel_for(def: &OpDef) -> Option<GpuKernel> {
-    match def.name {
-        "RNN" => Some(GpuKernel::Stateful(super::rnn::rnn)),
-        "_backward_RNN" => Some(GpuKernel::Stateful(super::rnn::rnn_backward)),
-        _ => plain_kernel(def).map(GpuKernel::Plain),
-    }
-}
-
-pub(super) fn plain_kernel(def: &OpDef) -> Option<KernelFn> {
-    if def.identity {
-        return Some(copy);
-    }
-    Some(match def.name {
-        "_copy" | "_CrossDeviceCopy" => copy,
-        "_zeros" | "_ones" | "zeros_like" | "ones_like" => fill,
-        op if unary_code(op).is_some() => unary,
-        "_backward_math" => unary_backward,
-        "take" | "Embedding" | "_backward_take" => take,
-        "pick" | "_backward_pick" | "batch_take" => pick,
-        "softmax_cross_entropy" | "_backward_softmax_cross_entropy" => cross_entropy,
-        "gather_nd" | "scatter_nd" | "_backward_gather_nd" => super::gather_nd::gather_nd,
-        "ROIPooling" | "_backward_ROIPooling" | "_contrib_ROIAlign" | "_backward_ROIAlign" => {
-            super::roi::roi
-        }
-        "_arange" => arange,
-        "topk" | "sort" | "argsort" | "_backward_topk" => super::sort::sort,
-        "Crop"
-        | "_backward_Crop"
-        | "_contrib_AdaptiveAvgPooling2D"
-        | "_backward_AdaptiveAvgPooling2D"
-        | "_contrib_BilinearResize2D"
-        | "_backward_BilinearResize2D" => super::resample::resample,
-        "Activation" | "relu" | "sigmoid" | "tanh" | "softrelu" => activation,
-        "_backward_Activation" => activation_backward,
-        op if binary_code(op).is_some() => binary,
-        op if scalar_code(op).is_some() => scalar,
-        "clip" | "hard_sigmoid" => clamp,
-        "where" => select,
-        "one_hot" => one_hot,
-        "max" | "min" | "prod" | "argmax" | "argmin" | "norm" => reduce_other,
-        "stack" => stack,
-        "_backward_Concat" => concat_backward,
-        "adam_update" => adam,
-        "SequenceMask"
-        | "_backward_SequenceMask"
-        | "SequenceLast"
-        | "_backward_SequenceLast"
-        | "SequenceReverse" => sequence,
-        "Cast" | "cast" | "_cast_like" | "LinearRegressionOutput" | "MAERegressionOutput" => copy,
-        "LogisticRegressionOutput" => logistic,
-        "_backward_LinearRegressionOutput"
-        | "_backward_LogisticRegressionOutput"
-        | "_backward_MAERegressionOutput" => regression_backward,
-        "_backward_MakeLoss" => make_loss_backward,
-        "SoftmaxActivation" | "_backward_SoftmaxActivation" => softmax_activation,
-        "_assign" => assign,
-        "depth_to_space" | "space_to_depth" => depth_space,
-        "add_n" => add_n,
-        "FullyConnected" => fully_connected,
-        "_backward_FullyConnected" => fully_connected_backward,
-        "Convolution" => convolution,
-        "_backward_Convolution" => convolution_backward,
-        "Deconvolution" => deconvolution,
-        "_backward_Deconvolution" => deconvolution_backward,
-        "UpSampling" => upsampling,
-        "Pooling" => pooling,
-        "_backward_Pooling" => pooling_backward,
-        "BatchNorm" => batch_norm,
-        "_backward_BatchNorm" => batch_norm_backward,
-        "SoftmaxOutput" => softmax_output,
-        "_backward_SoftmaxOutput" => softmax_output_backward,
-        "sgd_update" | "sgd_mom_update" => sgd,
-        "softmax" | "log_softmax" | "_backward_softmax" | "_backward_log_softmax" => softmax,
-        "Dropout" => dropout,
-        "_random_uniform" | "_random_normal" => random_fill,
-        "LayerNorm"
-        | "InstanceNorm"
-        | "GroupNorm"
-        | "L2Normalization"
-        | "_backward_LayerNorm"
-        | "_backward_InstanceNorm"
-        | "_backward_GroupNorm"
-        | "_backward_L2Normalization" => normalization,
-        "transpose" => transpose,
-        "sum" | "mean" => reduce,
-        "_broadcast_backward" => broadcast_backward,
-        "_sum_to_like" => sum_to_like,
-        "dot" | "batch_dot" => matmul,
-        "SliceChannel" => split,
-        "Concat" => concat,
-        "LeakyReLU" | "_backward_LeakyReLU" => leaky_relu,
-        "broadcast_to" | "broadcast_axis" | "broadcast_like" | "tile" | "repeat" | "reverse"
-        | "SwapAxis" | "Pad" | "slice_like" | "slice" | "slice_axis" | "_backward_gather"
-        | "_backward_slice" => super::gather::gather,
-        _ => return None,
-    })
-}
-
 /// The GPU kernel of `def` for these dtypes, or why there is none.
 pub(crate) fn check(
     def: &OpDef,
     dtypes: impl IntoIterator<Item = DType>,
 ) -> Result<GpuKernel, String> {
-    let kernel = kernel_for(def).ok_or_else(|| format!("{} has no GPU kernel", def.name))?;
+    let kernel = def
+        .gpu
+        .ok_or_else(|| format!("{} has no GPU kernel", def.name))?;
     match dtypes.into_iter().find(|d| *d != DType::F32) {
         Some(d) => Err(format!(
             "{}: GPU kernels take float32 arrays, got {d}",
@@ -199,7 +84,7 @@ pub(crate) fn fill_with(s: &dyn Stream, t: &TensorRef, value: f64) -> KResult {
     s.launch("fill", t.len(), &KArgs::new(t.len()).t(0, t).f(0, value))
 }
 
-pub(super) fn copy(
+pub(crate) fn copy(
     _: &str,
     _: &Attrs,
     ins: &[TensorRef],
@@ -213,7 +98,7 @@ pub(super) fn copy(
     s.copy(ins[0].buf.ptr, outs[0].buf.ptr, bytes)
 }
 
-pub(super) fn fill(
+pub(crate) fn fill(
     op: &str,
     _: &Attrs,
     _: &[TensorRef],

@@ -12,7 +12,7 @@ use crate::ops::{Attrs, TensorRef};
 
 /// max, min, prod, argmax, argmin (`reduce_lanes`, or split into parts over few long lanes) and
 /// norm (squares or magnitudes summed as `sum` sums, then a square root for ord 2).
-pub(super) fn reduce_other(
+pub(crate) fn reduce_other(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -96,7 +96,7 @@ pub(super) fn reduce_other(
 /// Inputs the `add_n` kernel sums in one launch.
 pub(super) const ADD_N_WIDTH: usize = 7;
 
-pub(super) fn add_n(
+pub(crate) fn add_n(
     _: &str,
     _: &Attrs,
     ins: &[TensorRef],
@@ -316,7 +316,7 @@ pub(super) fn sum_axes(
 }
 
 /// The reductions `sum` and `mean`.
-pub(super) fn reduce(
+pub(crate) fn reduce(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -336,7 +336,7 @@ pub(super) fn reduce(
 
 /// `_broadcast_backward` (sum's and mean's gradient): the output's gradient repeated along the
 /// reduced axes, divided by their size for mean.
-pub(super) fn broadcast_backward(
+pub(crate) fn broadcast_backward(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -368,7 +368,7 @@ pub(super) fn broadcast_backward(
 
 /// `_sum_to_like`: a broadcast operand's gradient, the output's gradient summed over the axes
 /// the operand was broadcast along.
-pub(super) fn sum_to_like(
+pub(crate) fn sum_to_like(
     op: &str,
     _: &Attrs,
     ins: &[TensorRef],

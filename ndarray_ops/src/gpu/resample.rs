@@ -11,7 +11,7 @@ use crate::ops::KResult;
 use crate::ops::{plane_taps, Attrs, PlaneTaps, TensorRef};
 
 /// The op layer's entry for the three ops and their gradients.
-pub(super) fn resample(
+pub(crate) fn resample(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -74,7 +74,7 @@ pub(super) fn table(p: &PlaneTaps) -> Vec<i64> {
 
 /// The transpose of `p` (`inputs` rows): each input's (output, weight) entries in the order of
 /// the outputs, and of the taps within one output — the CPU gradient's order of adds.
-pub(super) fn transpose(p: &PlaneTaps, inputs: usize) -> PlaneTaps {
+pub(crate) fn transpose(p: &PlaneTaps, inputs: usize) -> PlaneTaps {
     // Which output each tap belongs to.
     let owner: Vec<usize> = (0..p.starts.len() - 1)
         .flat_map(|o| std::iter::repeat_n(o, p.starts[o + 1] - p.starts[o]))

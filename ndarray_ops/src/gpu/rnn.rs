@@ -333,7 +333,7 @@ fn tensors(ts: &[TensorRef]) -> Vec<*mut f32> {
 }
 
 /// `RNN(data, parameters, state[, state_cell][, sequence_length])`.
-pub(super) fn rnn(
+pub(crate) fn rnn(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -412,7 +412,7 @@ pub(super) fn rnn(
 }
 
 /// `_backward_RNN(dy[, dhy[, dcy]], data, parameters, state[, state_cell][, sequence_length])`.
-pub(super) fn rnn_backward(
+pub(crate) fn rnn_backward(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],

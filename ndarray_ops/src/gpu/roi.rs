@@ -13,7 +13,7 @@ use crate::ops::KResult;
 use crate::ops::{align_plan, pooling_windows, Attrs, PlaneTaps, TensorRef};
 
 /// The op layer's entry for ROIPooling, ROIAlign and their gradients.
-pub(super) fn roi(
+pub(crate) fn roi(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],

@@ -10,7 +10,7 @@ use crate::ops::{Attrs, TensorRef};
 
 /// depth_to_space and space_to_depth: each a permutation of the data viewed with its blocks
 /// as axes of their own.
-pub(super) fn depth_space(
+pub(crate) fn depth_space(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -75,7 +75,7 @@ pub(super) fn strided_copy(
 }
 
 /// transpose: the output's dims with the input's stride along each.
-pub(super) fn transpose(
+pub(crate) fn transpose(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -90,7 +90,7 @@ pub(super) fn transpose(
 }
 
 /// dot and batch_dot: one (batched) GEMM.
-pub(super) fn matmul(
+pub(crate) fn matmul(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -183,7 +183,7 @@ pub(super) fn blocks_along(
 }
 
 /// SliceChannel: piece `j` of the axis into output `j`.
-pub(super) fn split(
+pub(crate) fn split(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -197,7 +197,7 @@ pub(super) fn split(
 }
 
 /// Concat: each input after the one before along the axis.
-pub(super) fn concat(
+pub(crate) fn concat(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -216,7 +216,7 @@ pub(super) fn concat(
 }
 
 /// `_backward_Concat(ograd, inputs...)`: each input's rows of the output gradient.
-pub(super) fn concat_backward(
+pub(crate) fn concat_backward(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -235,7 +235,7 @@ pub(super) fn concat_backward(
 }
 
 /// stack: input `j` is row `j` of the output's new axis.
-pub(super) fn stack(
+pub(crate) fn stack(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -249,7 +249,7 @@ pub(super) fn stack(
 
 /// SequenceMask, SequenceLast, SequenceReverse and the gradients of the first two: one
 /// `sequence` kernel, its mode by op; the lengths (when used) are the last input.
-pub(super) fn sequence(
+pub(crate) fn sequence(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],

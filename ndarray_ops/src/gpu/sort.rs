@@ -12,7 +12,7 @@ use crate::ops::KResult;
 use crate::ops::{Attrs, TensorRef};
 
 /// The op layer's entry for topk, sort, argsort and `_backward_topk`.
-pub(super) fn sort(
+pub(crate) fn sort(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],

@@ -6,6 +6,7 @@ use super::par::{for_ranges, map_lanes, Shared};
 use super::stochastic::{sum_zip, ChannelRuns};
 use super::{check_against_forward, named_forward, same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, Result};
+use crate::gpu;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::symbol::grad;
@@ -265,7 +266,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             add_n_kernel,
             &[(0, 0)]
         )
-        .grad(grad::add_n),
+        .grad(grad::add_n)
+        .on_gpu(gpu::reduce::add_n),
         OpDef {
             alias_safe: false,
             ..def!(
@@ -276,7 +278,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 fc_backward_kernel,
                 &[]
             )
-        },
+        }
+        .on_gpu(gpu::nn::fully_connected_backward),
         def!(
             "_backward_Activation",
             &[],
@@ -284,7 +287,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             infer_act_backward,
             act_backward_kernel,
             &[(0, 0)]
-        ),
+        )
+        .on_gpu(gpu::elemwise::activation_backward),
         OpDef {
             alias_safe: false,
             ..def!(
@@ -295,7 +299,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 softmax_output_backward_kernel,
                 &[]
             )
-        },
+        }
+        .on_gpu(gpu::nn::softmax_output_backward),
     ];
     OPS
 }
@@ -478,7 +483,8 @@ pub(super) fn more_ops() -> &'static [OpDef] {
                 conv_backward_kernel,
                 &[]
             )
-        },
+        }
+        .on_gpu(gpu::conv::convolution_backward),
         OpDef {
             identity: true,
             backward_ignores: &[1],
@@ -490,7 +496,8 @@ pub(super) fn more_ops() -> &'static [OpDef] {
                 super::copy_kernel,
                 &[(0, 0)]
             )
-        },
+        }
+        .on_gpu(gpu::ops::copy),
     ];
     OPS
 }
@@ -588,7 +595,8 @@ pub(super) fn norm_ops() -> &'static [OpDef] {
             bn_backward_kernel,
             &[]
         )
-    }];
+    }
+    .on_gpu(gpu::nn::batch_norm_backward)];
     OPS
 }
 
@@ -776,7 +784,8 @@ pub(super) fn grad_ops() -> &'static [OpDef] {
                 softmax_backward_kernel,
                 &[]
             )
-        },
+        }
+        .on_gpu(gpu::nn::softmax),
         OpDef {
             alias_safe: false,
             ..def!(
@@ -787,7 +796,8 @@ pub(super) fn grad_ops() -> &'static [OpDef] {
                 softmax_backward_kernel,
                 &[]
             )
-        },
+        }
+        .on_gpu(gpu::nn::softmax),
         OpDef {
             alias_safe: false,
             ..def!(
@@ -798,7 +808,8 @@ pub(super) fn grad_ops() -> &'static [OpDef] {
                 reduce_backward_kernel,
                 &[]
             )
-        },
+        }
+        .on_gpu(gpu::reduce::broadcast_backward),
         OpDef {
             alias_safe: false,
             ..def!(
@@ -809,7 +820,8 @@ pub(super) fn grad_ops() -> &'static [OpDef] {
                 sum_to_like_kernel,
                 &[]
             )
-        },
+        }
+        .on_gpu(gpu::reduce::sum_to_like),
     ];
     OPS
 }
@@ -903,7 +915,8 @@ pub(super) fn shape_grad_ops() -> &'static [OpDef] {
                 slice_backward_kernel,
                 &[]
             )
-        },
+        }
+        .on_gpu(gpu::gather::gather),
         OpDef {
             alias_safe: false,
             ..def!(
@@ -914,7 +927,8 @@ pub(super) fn shape_grad_ops() -> &'static [OpDef] {
                 concat_backward_kernel,
                 &[]
             )
-        },
+        }
+        .on_gpu(gpu::shape::concat_backward),
     ];
     OPS
 }
@@ -971,6 +985,7 @@ pub(super) fn take_grad_ops() -> &'static [OpDef] {
             take_backward_kernel,
             &[]
         )
-    }];
+    }
+    .on_gpu(gpu::indexing::take)];
     OPS
 }

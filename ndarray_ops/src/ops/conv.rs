@@ -9,6 +9,7 @@ use ndarray::{ArrayView2, ArrayViewMut2};
 use super::par::{for_ranges, Shared};
 use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, Result};
+use crate::gpu;
 use crate::ops::{Infer, KResult};
 use crate::resources::{KernelRes, Resource};
 use crate::symbol::grad;
@@ -580,6 +581,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         infer_partial: Some(super::partial_shapes::convolution),
         gradient: Some(grad::convolution),
         ..OpDef::new("Convolution", Arity::AtLeast(2), infer_conv, conv_kernel)
-    }];
+    }
+    .on_gpu(gpu::conv::convolution)];
     OPS
 }

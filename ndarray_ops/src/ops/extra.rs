@@ -8,6 +8,7 @@ use super::conv::{check_grouped_data, conv_params, pair, Conv};
 use super::par::{for_ranges, Shared};
 use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef, MAX_ELEMENTS, POSITIVE_INT};
 use crate::error::{invalid, shape_error, Result};
+use crate::gpu;
 use crate::ops::{Infer, KResult};
 use crate::resources::{KernelRes, Resource};
 use crate::symbol::grad;
@@ -544,7 +545,6 @@ fn deconv_geometry(op: &str, attrs: &Attrs, hw: (usize, usize)) -> Result<(Conv,
 /// whose data has the Deconvolution's output shape: its filters are the Deconvolution's input
 /// channels (the weight's layout is that convolution's), with the padding the geometry really
 /// uses and no bias. The GPU runs a Deconvolution through that convolution's passes.
-#[cfg(any(feature = "cuda", test))]
 pub(crate) fn deconv_as_conv(
     op: &str,
     attrs: &Attrs,
@@ -764,7 +764,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 &[(0, 0)],
                 true
             )
-        },
+        }
+        .on_gpu(gpu::elemwise::leaky_relu),
         def!(
             "_backward_LeakyReLU",
             &[],
@@ -773,7 +774,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             leaky_backward_kernel,
             &[(0, 0)],
             true
-        ),
+        )
+        .on_gpu(gpu::elemwise::leaky_relu),
         def!(
             "stack",
             &[],
@@ -784,7 +786,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             false
         )
         .partial(super::partial_shapes::stack)
-        .grad(grad::stack),
+        .grad(grad::stack)
+        .on_gpu(gpu::shape::stack),
         def!(
             "_zeros",
             &["zeros"],
@@ -793,7 +796,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             fill_kernel,
             &[],
             false
-        ),
+        )
+        .on_gpu(gpu::ops::fill),
         def!(
             "_ones",
             &["ones"],
@@ -802,7 +806,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             fill_kernel,
             &[],
             false
-        ),
+        )
+        .on_gpu(gpu::ops::fill),
         def!(
             "_arange",
             &["arange"],
@@ -811,7 +816,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             arange_kernel,
             &[],
             false
-        ),
+        )
+        .on_gpu(gpu::indexing::arange),
         def!(
             "where",
             &[],
@@ -821,7 +827,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             &[(1, 0), (2, 0)],
             true
         )
-        .grad(grad::where_),
+        .grad(grad::where_)
+        .on_gpu(gpu::elemwise::select),
         OpDef {
             resources: &[Resource::TempSpace],
             infer_partial: Some(super::partial_shapes::upsampling),
@@ -835,7 +842,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 &[],
                 false
             )
-        },
+        }
+        .on_gpu(gpu::conv::upsampling),
         OpDef {
             resources: &[Resource::TempSpace],
             infer_partial: Some(super::partial_shapes::deconvolution),
@@ -849,7 +857,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 &[],
                 false
             )
-        },
+        }
+        .on_gpu(gpu::conv::deconvolution),
         OpDef {
             resources: &[Resource::TempSpace],
             ..def!(
@@ -861,7 +870,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 &[],
                 false
             )
-        },
+        }
+        .on_gpu(gpu::conv::deconvolution_backward),
     ];
     OPS
 }

@@ -12,6 +12,7 @@
 use super::gather::strides;
 use super::{Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
+use crate::gpu;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::symbol::grad;
@@ -246,7 +247,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_gather_nd,
                 gather_nd_kernel,
             )
-        },
+        }
+        .on_gpu(gpu::gather_nd::gather_nd),
         OpDef {
             alias_safe: false,
             backward_ignores: &[0],
@@ -257,7 +259,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_scatter_nd,
                 scatter_nd_kernel,
             )
-        },
+        }
+        .on_gpu(gpu::gather_nd::gather_nd),
         OpDef {
             alias_safe: false,
             ..OpDef::new(
@@ -266,7 +269,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_scatter_nd,
                 scatter_nd_kernel,
             )
-        },
+        }
+        .on_gpu(gpu::gather_nd::gather_nd),
         OpDef {
             alias_safe: false,
             gradient: Some(grad::none),
@@ -276,7 +280,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_batch_take,
                 batch_take_kernel,
             )
-        },
+        }
+        .on_gpu(gpu::indexing::pick),
     ];
     OPS
 }

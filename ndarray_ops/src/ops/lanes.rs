@@ -4,6 +4,7 @@
 
 use super::{norm_axes, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT};
 use crate::error::{invalid, shape_error, NdError, Result};
+use crate::gpu;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::symbol::grad;
@@ -492,7 +493,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             backward_ignores: &[0],
             gradient: Some(grad::pick),
             ..OpDef::new("pick", Arity::Exactly(2), infer_pick, pick_kernel)
-        },
+        }
+        .on_gpu(gpu::indexing::pick),
         OpDef {
             inplace: &[(0, 0)],
             backward_ignores: &[0],
@@ -503,7 +505,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_sequence_mask,
                 sequence_mask_kernel,
             )
-        },
+        }
+        .on_gpu(gpu::shape::sequence),
         OpDef {
             alias_safe: false,
             backward_ignores: &[0],
@@ -514,7 +517,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_sequence_last,
                 sequence_kernel,
             )
-        },
+        }
+        .on_gpu(gpu::shape::sequence),
         OpDef {
             alias_safe: false,
             ..OpDef::new(
@@ -523,7 +527,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_sequence_last_backward,
                 sequence_last_backward_kernel,
             )
-        },
+        }
+        .on_gpu(gpu::shape::sequence),
         // Each the other's gradient.
         OpDef {
             alias_safe: false,
@@ -535,7 +540,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 depth_space_kernel,
             )
         }
-        .grad(grad::depth_space),
+        .grad(grad::depth_space)
+        .on_gpu(gpu::shape::depth_space),
         OpDef {
             alias_safe: false,
             backward_ignores: &[0],
@@ -546,7 +552,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_depth_space,
                 depth_space_kernel,
             )
-        },
+        }
+        .on_gpu(gpu::shape::depth_space),
         // Its own gradient: reversing twice is the identity.
         OpDef {
             alias_safe: false,
@@ -558,7 +565,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 sequence_kernel,
             )
         }
-        .grad(grad::sequence),
+        .grad(grad::sequence)
+        .on_gpu(gpu::shape::sequence),
         OpDef {
             inplace: &[(0, 0)],
             ..OpDef::new(
@@ -567,7 +575,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_sequence_mask_backward,
                 sequence_mask_kernel,
             )
-        },
+        }
+        .on_gpu(gpu::shape::sequence),
         OpDef {
             alias_safe: false,
             ..OpDef::new(
@@ -576,7 +585,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_pick_backward,
                 pick_backward_kernel,
             )
-        },
+        }
+        .on_gpu(gpu::indexing::pick),
     ];
     OPS
 }

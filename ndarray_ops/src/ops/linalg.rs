@@ -5,6 +5,7 @@ use ndarray::{ArrayView2, ArrayViewMut2, ShapeBuilder};
 
 use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{shape_error, Result};
+use crate::gpu;
 use crate::resources::KernelRes;
 use crate::symbol::grad;
 use crate::{DType, Element};
@@ -187,12 +188,14 @@ pub(super) fn ops() -> &'static [OpDef] {
             alias_safe: false,
             gradient: Some(grad::dot),
             ..OpDef::new("dot", Arity::Exactly(2), infer, kernel)
-        },
+        }
+        .on_gpu(gpu::shape::matmul),
         OpDef {
             alias_safe: false,
             gradient: Some(grad::dot),
             ..OpDef::new("batch_dot", Arity::Exactly(2), infer, kernel)
-        },
+        }
+        .on_gpu(gpu::shape::matmul),
     ];
     OPS
 }

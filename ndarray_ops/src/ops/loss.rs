@@ -9,6 +9,7 @@
 
 use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, Result};
+use crate::gpu;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::symbol::grad;
@@ -262,12 +263,20 @@ pub(super) fn ops() -> &'static [OpDef] {
         }
     }
     static OPS: &[OpDef] = &[
-        regression("LinearRegressionOutput").grad(grad::loss),
-        regression("LogisticRegressionOutput").grad(grad::loss),
-        regression("MAERegressionOutput").grad(grad::loss),
-        regression_backward("_backward_LinearRegressionOutput"),
-        regression_backward("_backward_LogisticRegressionOutput"),
-        regression_backward("_backward_MAERegressionOutput"),
+        regression("LinearRegressionOutput")
+            .grad(grad::loss)
+            .on_gpu(gpu::ops::copy),
+        regression("LogisticRegressionOutput")
+            .grad(grad::loss)
+            .on_gpu(gpu::nn::logistic),
+        regression("MAERegressionOutput")
+            .grad(grad::loss)
+            .on_gpu(gpu::ops::copy),
+        regression_backward("_backward_LinearRegressionOutput")
+            .on_gpu(gpu::nn::regression_backward),
+        regression_backward("_backward_LogisticRegressionOutput")
+            .on_gpu(gpu::nn::regression_backward),
+        regression_backward("_backward_MAERegressionOutput").on_gpu(gpu::nn::regression_backward),
         OpDef {
             identity: true,
             backward_ignores: &[0],
@@ -278,7 +287,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_make_loss,
                 super::copy_kernel,
             )
-        },
+        }
+        .on_gpu(gpu::ops::copy),
         OpDef {
             alias_safe: false,
             ..OpDef::new(
@@ -287,7 +297,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_make_loss,
                 make_loss_backward_kernel,
             )
-        },
+        }
+        .on_gpu(gpu::nn::make_loss_backward),
         OpDef {
             identity: true,
             gradient: Some(grad::loss),
@@ -297,7 +308,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_make_loss,
                 super::copy_kernel,
             )
-        },
+        }
+        .on_gpu(gpu::ops::copy),
         OpDef {
             alias_safe: false,
             gradient: Some(grad::loss),
@@ -307,7 +319,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_cross_entropy,
                 cross_entropy_kernel,
             )
-        },
+        }
+        .on_gpu(gpu::indexing::cross_entropy),
         OpDef {
             alias_safe: false,
             ..OpDef::new(
@@ -316,7 +329,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_cross_entropy_backward,
                 cross_entropy_backward_kernel,
             )
-        },
+        }
+        .on_gpu(gpu::indexing::cross_entropy),
     ];
     OPS
 }

@@ -14,6 +14,7 @@ use std::f64::consts::{LN_10, LN_2, PI};
 use super::par::{for_ranges, Shared};
 use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, Result};
+use crate::gpu;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::symbol::grad;
@@ -115,44 +116,44 @@ macro_rules! math_ops {
                     backward_ignores: ignores!($by),
                     gradient: Some(grad::math),
                     ..OpDef::new($name, Arity::Exactly(1), infer_same, math_kernel)
-                },)*
+                }.on_gpu(gpu::elemwise::unary),)*
                 OpDef {
                     inplace: &[(0, 0)],
                     ..OpDef::new("_backward_math", Arity::Exactly(2), infer_backward, backward_kernel)
-                },
+                }.on_gpu(gpu::elemwise::unary_backward),
                 OpDef {
                     backward_ignores: &[0],
                     gradient: Some(grad::none),
                     ..OpDef::new("zeros_like", Arity::Exactly(1), infer_same, super::extra::fill_kernel)
-                },
+                }.on_gpu(gpu::ops::fill),
                 OpDef {
                     backward_ignores: &[0],
                     gradient: Some(grad::none),
                     ..OpDef::new("ones_like", Arity::Exactly(1), infer_same, super::extra::fill_kernel)
-                },
+                }.on_gpu(gpu::ops::fill),
                 // The input itself, behind which no gradient flows.
                 OpDef {
                     aliases: &["stop_gradient"],
                     identity: true,
                     backward_ignores: &[0],
                     ..OpDef::new("BlockGrad", Arity::Exactly(1), infer_same, super::copy_kernel)
-                }.grad(grad::none),
+                }.grad(grad::none).on_gpu(gpu::ops::copy),
                 OpDef {
                     inplace: &[(0, 0)],
                     gradient: Some(grad::masked),
                     ..OpDef::new("hard_sigmoid", Arity::Exactly(1), infer_hard_sigmoid, hard_sigmoid_kernel)
-                },
+                }.on_gpu(gpu::elemwise::clamp),
                 // Cast's backward: the output gradient in the forward input's dtype.
                 OpDef {
                     backward_ignores: &[1],
                     ..OpDef::new("_cast_like", Arity::Exactly(2), infer_cast_like, cast_kernel)
-                },
+                }.on_gpu(gpu::ops::copy),
                 OpDef {
                     aliases: &["cast"],
                     backward_ignores: &[0],
                     gradient: Some(grad::cast),
                     ..OpDef::new("Cast", Arity::Exactly(1), infer_cast, cast_kernel)
-                },
+                }.on_gpu(gpu::ops::copy),
             ];
             OPS
         }

@@ -36,7 +36,6 @@ pub(crate) mod sort;
 mod stochastic;
 mod vision;
 
-#[cfg(any(feature = "cuda", test))]
 pub(crate) use backward::softmax_output_scale;
 pub(crate) use elemwise::{broadcast_twin, scalar_of};
 pub(crate) use extra::bilinear_upsampling;
@@ -45,7 +44,6 @@ pub(crate) use reduce::norm_ord;
 pub(crate) use rnn::gradient_inputs as rnn_gradient_inputs;
 pub use stochastic::IS_TRAIN;
 // What the GPU back end shares with the CPU kernels: attribute parsing and layouts.
-#[cfg(any(feature = "cuda", test))]
 pub(crate) use {
     conv::has_bias,
     extra::{arange_params, deconv_as_conv, stack_axis, LeakyAct},
@@ -76,6 +74,7 @@ use rustc_hash::FxHashMap;
 
 use crate::array::NDArray;
 use crate::error::{invalid, shape_error, NdError, Result};
+use crate::gpu::ops::GpuKernel;
 use crate::resources::{DeviceResources, KernelRes, OpState, Resource, StateSlot};
 use crate::runtime::Runtime;
 use crate::symbol::grad::GradFn;
@@ -168,6 +167,9 @@ pub struct OpDef {
     /// The gradient rule: the backward nodes that give the gradients of a node's inputs from
     /// those of its outputs. `None`: the symbolic gradient pass and autograd refuse the op.
     pub(crate) gradient: Option<GradFn>,
+    /// The GPU kernel (its launches on a stream; the `cuda` feature runs them on a device, the
+    /// tests on a host emulator). `None`: the op runs on CPU arrays only.
+    pub(crate) gpu: Option<GpuKernel>,
 }
 
 /// How an op takes part in a forward node's kept state ([`crate::resources::OpState`]).
@@ -208,6 +210,7 @@ impl OpDef {
             infer_partial: None,
             state: StateUse::No,
             gradient: None,
+            gpu: None,
         }
     }
 
@@ -221,6 +224,22 @@ impl OpDef {
     pub(crate) const fn grad(self, rule: GradFn) -> OpDef {
         OpDef {
             gradient: Some(rule),
+            ..self
+        }
+    }
+
+    /// This op with a GPU kernel ([`OpDef::gpu`]).
+    pub(crate) const fn on_gpu(self, kernel: crate::gpu::ops::KernelFn) -> OpDef {
+        OpDef {
+            gpu: Some(GpuKernel::Plain(kernel)),
+            ..self
+        }
+    }
+
+    /// This op with a GPU kernel that keeps state between a forward node and its backward node.
+    pub(crate) const fn on_gpu_stateful(self, kernel: crate::gpu::ops::StatefulFn) -> OpDef {
+        OpDef {
+            gpu: Some(GpuKernel::Stateful(kernel)),
             ..self
         }
     }

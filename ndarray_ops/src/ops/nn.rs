@@ -7,6 +7,7 @@ use super::par::{for_ranges, map_lanes, Shared};
 use super::reduce::fold_run;
 use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT};
 use crate::error::{invalid, shape_error, NdError, Result};
+use crate::gpu;
 use crate::resources::KernelRes;
 use crate::symbol::grad;
 use crate::{DType, Element};
@@ -560,7 +561,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             &[0],
             true
         )
-        .grad(grad::activation),
+        .grad(grad::activation)
+        .on_gpu(gpu::elemwise::activation),
         def!(
             "clip",
             Arity::Exactly(1),
@@ -571,7 +573,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             &[],
             true
         )
-        .grad(grad::masked),
+        .grad(grad::masked)
+        .on_gpu(gpu::elemwise::clamp),
         def!(
             "softmax",
             Arity::Exactly(1),
@@ -582,7 +585,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             &[0],
             false
         )
-        .grad(grad::softmax),
+        .grad(grad::softmax)
+        .on_gpu(gpu::nn::softmax),
         def!(
             "log_softmax",
             Arity::Exactly(1),
@@ -593,7 +597,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             &[0],
             false
         )
-        .grad(grad::softmax),
+        .grad(grad::softmax)
+        .on_gpu(gpu::nn::softmax),
         OpDef {
             infer_partial: Some(super::partial_shapes::softmax_output),
             gradient: Some(grad::softmax_output),
@@ -607,7 +612,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 &[0],
                 false
             )
-        },
+        }
+        .on_gpu(gpu::nn::softmax_output),
         OpDef {
             infer_partial: Some(super::partial_shapes::fully_connected),
             gradient: Some(grad::fully_connected),
@@ -621,7 +627,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 &[],
                 false
             )
-        },
+        }
+        .on_gpu(gpu::nn::fully_connected),
         def!(
             "one_hot",
             Arity::Exactly(1),
@@ -632,7 +639,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             &[0],
             false
         )
-        .grad(grad::none),
+        .grad(grad::none)
+        .on_gpu(gpu::elemwise::one_hot),
         def!(
             "transpose",
             Arity::Exactly(1),
@@ -643,7 +651,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             &[0],
             false
         )
-        .grad(grad::transpose),
+        .grad(grad::transpose)
+        .on_gpu(gpu::shape::transpose),
         def!(
             "Flatten",
             Arity::Exactly(1),
@@ -654,16 +663,18 @@ pub(super) fn ops() -> &'static [OpDef] {
             &[0],
             true
         )
-        .grad(grad::flatten),
-        update!("sgd_update", 2, &[(0, 0)]),
-        update!("sgd_mom_update", 3, &[(0, 0), (2, 1)]),
-        update!("adam_update", 4, &[(0, 0), (2, 1), (3, 2)]),
+        .grad(grad::flatten)
+        .on_gpu(gpu::ops::copy),
+        update!("sgd_update", 2, &[(0, 0)]).on_gpu(gpu::nn::sgd),
+        update!("sgd_mom_update", 3, &[(0, 0), (2, 1)]).on_gpu(gpu::nn::sgd),
+        update!("adam_update", 4, &[(0, 0), (2, 1), (3, 2)]).on_gpu(gpu::nn::adam),
         // `_assign(var, rhs)`: the variable's new value is `rhs`.
         OpDef {
             assign: &[(0, 0)],
             backward_ignores: &[0, 1],
             ..OpDef::new("_assign", Arity::Exactly(2), infer_assign, assign_kernel)
-        },
+        }
+        .on_gpu(gpu::elemwise::assign),
     ];
     OPS
 }

@@ -23,6 +23,7 @@ use super::{
     check_against_forward, norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT,
 };
 use crate::error::{invalid, shape_error, NdError, Result};
+use crate::gpu;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::symbol::grad;
@@ -628,9 +629,15 @@ pub(super) fn ops() -> &'static [OpDef] {
         }
     }
     static OPS: &[OpDef] = &[
-        norm("LayerNorm").grad(grad::normalization),
-        norm("InstanceNorm").grad(grad::normalization),
-        norm("GroupNorm").grad(grad::normalization),
+        norm("LayerNorm")
+            .grad(grad::normalization)
+            .on_gpu(gpu::nn::normalization),
+        norm("InstanceNorm")
+            .grad(grad::normalization)
+            .on_gpu(gpu::nn::normalization),
+        norm("GroupNorm")
+            .grad(grad::normalization)
+            .on_gpu(gpu::nn::normalization),
         OpDef {
             arity: Arity::Exactly(1),
             infer_partial: None,
@@ -638,11 +645,12 @@ pub(super) fn ops() -> &'static [OpDef] {
             backward_ignores: &[0],
             gradient: Some(grad::normalization),
             ..norm("L2Normalization")
-        },
-        backward("_backward_LayerNorm", 5),
-        backward("_backward_InstanceNorm", 5),
-        backward("_backward_GroupNorm", 5),
-        backward("_backward_L2Normalization", 3),
+        }
+        .on_gpu(gpu::nn::normalization),
+        backward("_backward_LayerNorm", 5).on_gpu(gpu::nn::normalization),
+        backward("_backward_InstanceNorm", 5).on_gpu(gpu::nn::normalization),
+        backward("_backward_GroupNorm", 5).on_gpu(gpu::nn::normalization),
+        backward("_backward_L2Normalization", 3).on_gpu(gpu::nn::normalization),
         OpDef {
             alias_safe: false,
             backward_ignores: &[0],
@@ -653,7 +661,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_softmax_activation,
                 softmax_activation_kernel,
             )
-        },
+        }
+        .on_gpu(gpu::nn::softmax_activation),
         OpDef {
             alias_safe: false,
             ..OpDef::new(
@@ -662,7 +671,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_softmax_activation_backward,
                 softmax_activation_backward_kernel,
             )
-        },
+        }
+        .on_gpu(gpu::nn::softmax_activation),
     ];
     OPS
 }

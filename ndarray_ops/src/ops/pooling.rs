@@ -21,6 +21,7 @@ use super::par::{for_ranges, Shared};
 use super::reduce::fold_run;
 use super::{Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, Result};
+use crate::gpu;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::symbol::grad;
@@ -659,7 +660,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             alias_safe: false,
             gradient: Some(grad::pooling),
             ..OpDef::new("Pooling", Arity::Exactly(1), infer_pool, pool_kernel)
-        },
+        }
+        .on_gpu(gpu::conv::pooling),
         OpDef {
             alias_safe: false,
             ..OpDef::new(
@@ -668,7 +670,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_pool_backward,
                 pool_backward_kernel,
             )
-        },
+        }
+        .on_gpu(gpu::conv::pooling_backward),
     ];
     OPS
 }

@@ -4,6 +4,7 @@
 use super::par::{for_ranges, Shared};
 use super::{norm_axes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::Result;
+use crate::gpu;
 use crate::resources::KernelRes;
 use crate::symbol::grad;
 use crate::{DType, Element};
@@ -372,14 +373,30 @@ macro_rules! def {
 
 pub(super) fn ops() -> &'static [OpDef] {
     static OPS: &[OpDef] = &[
-        def!("sum", &[0]).grad(grad::reduction),
-        def!("mean", &[0]).grad(grad::reduction),
-        def!("max", &[]).grad(grad::extremum),
-        def!("min", &[]).grad(grad::extremum),
-        def!("argmax", &[0]).grad(grad::none),
-        def!("argmin", &[0]).grad(grad::none),
-        def!("prod", &[]).grad(grad::product_or_norm),
-        def!("norm", &[]).grad(grad::product_or_norm),
+        def!("sum", &[0])
+            .grad(grad::reduction)
+            .on_gpu(gpu::reduce::reduce),
+        def!("mean", &[0])
+            .grad(grad::reduction)
+            .on_gpu(gpu::reduce::reduce),
+        def!("max", &[])
+            .grad(grad::extremum)
+            .on_gpu(gpu::reduce::reduce_other),
+        def!("min", &[])
+            .grad(grad::extremum)
+            .on_gpu(gpu::reduce::reduce_other),
+        def!("argmax", &[0])
+            .grad(grad::none)
+            .on_gpu(gpu::reduce::reduce_other),
+        def!("argmin", &[0])
+            .grad(grad::none)
+            .on_gpu(gpu::reduce::reduce_other),
+        def!("prod", &[])
+            .grad(grad::product_or_norm)
+            .on_gpu(gpu::reduce::reduce_other),
+        def!("norm", &[])
+            .grad(grad::product_or_norm)
+            .on_gpu(gpu::reduce::reduce_other),
     ];
     OPS
 }

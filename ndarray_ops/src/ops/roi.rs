@@ -8,6 +8,7 @@ use super::par::{for_ranges, Shared};
 use super::vision::{check_nchw, size_pair};
 use super::{Arity, Attrs, OpDef, TensorRef, C_INT};
 use crate::error::{invalid, shape_error, Result};
+use crate::gpu;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::symbol::grad;
@@ -207,7 +208,6 @@ fn roi_pooling_backward_kernel(
 /// ROIPooling as the GPU runs it, from the regions' values (read back from the device and
 /// checked here as the CPU kernel checks them): each region's image, and per (region, cell) its
 /// window `[row start, row end, column start, column end]` on the feature map.
-#[cfg(any(feature = "cuda", test))]
 pub(crate) fn pooling_windows(
     op: &str,
     attrs: &Attrs,
@@ -411,7 +411,6 @@ fn align_channel(p: &Align, c: usize, k: usize) -> usize {
 }
 
 /// ROIAlign as the GPU runs it.
-#[cfg(any(feature = "cuda", test))]
 pub(crate) struct AlignPlan {
     /// Cells per region.
     pub(crate) cells: usize,
@@ -422,7 +421,6 @@ pub(crate) struct AlignPlan {
 
 /// The plan of ROIAlign from the regions' values (read back from the device and checked here as
 /// the CPU kernel checks them) over data of shape `x`.
-#[cfg(any(feature = "cuda", test))]
 pub(crate) fn align_plan(
     op: &str,
     attrs: &Attrs,
@@ -521,7 +519,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_roi_pooling,
                 roi_pooling_kernel,
             )
-        },
+        }
+        .on_gpu(gpu::roi::roi),
         OpDef {
             alias_safe: false,
             ..OpDef::new(
@@ -530,7 +529,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_roi_pooling_backward,
                 roi_pooling_backward_kernel,
             )
-        },
+        }
+        .on_gpu(gpu::roi::roi),
         OpDef {
             alias_safe: false,
             gradient: Some(grad::vision),
@@ -540,7 +540,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_roi_align,
                 roi_align_kernel,
             )
-        },
+        }
+        .on_gpu(gpu::roi::roi),
         OpDef {
             alias_safe: false,
             ..OpDef::new(
@@ -549,7 +550,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_roi_align_backward,
                 roi_align_backward_kernel,
             )
-        },
+        }
+        .on_gpu(gpu::roi::roi),
     ];
     OPS
 }

@@ -3,6 +3,7 @@
 
 use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT};
 use crate::error::{invalid, shape_error, Result};
+use crate::gpu;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::symbol::grad;
@@ -272,7 +273,6 @@ pub(super) fn slice_ranges(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<V
 
 /// `slice` or `slice_axis` on data of shape `x` as a gather: output axis `d` walks input axis
 /// `d` from the slice's start by its step (the GPU runs slices through its gather kernels).
-#[cfg(any(feature = "cuda", test))]
 pub(crate) fn slice_walks(op: &str, attrs: &Attrs, x: &[usize]) -> Result<super::gather::Walks> {
     let axes = slice_ranges(op, attrs, x)?
         .iter()
@@ -675,7 +675,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             false
         )
         .partial(super::partial_shapes::concat)
-        .grad(grad::concat),
+        .grad(grad::concat)
+        .on_gpu(gpu::shape::concat),
         def!(
             "SliceChannel",
             &["split"],
@@ -688,7 +689,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             false
         )
         .partial(super::partial_shapes::slice_channel)
-        .grad(grad::split),
+        .grad(grad::split)
+        .on_gpu(gpu::shape::split),
         def!(
             "slice",
             &["crop"],
@@ -700,7 +702,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             &[0],
             false
         )
-        .grad(grad::slice),
+        .grad(grad::slice)
+        .on_gpu(gpu::gather::gather),
         def!(
             "slice_axis",
             &[],
@@ -712,7 +715,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             &[0],
             false
         )
-        .grad(grad::slice),
+        .grad(grad::slice)
+        .on_gpu(gpu::gather::gather),
         def!(
             "take",
             &[],
@@ -724,7 +728,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             &[],
             false
         )
-        .grad(grad::take),
+        .grad(grad::take)
+        .on_gpu(gpu::indexing::take),
         OpDef {
             infer_partial: Some(super::partial_shapes::embedding),
             gradient: Some(grad::embedding),
@@ -739,7 +744,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 &[1],
                 false
             )
-        },
+        }
+        .on_gpu(gpu::indexing::take),
         def!(
             "Reshape",
             &["reshape"],
@@ -751,7 +757,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             &[0],
             true
         )
-        .grad(grad::flatten),
+        .grad(grad::flatten)
+        .on_gpu(gpu::ops::copy),
         def!(
             "expand_dims",
             &[],
@@ -763,7 +770,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             &[0],
             true
         )
-        .grad(grad::flatten),
+        .grad(grad::flatten)
+        .on_gpu(gpu::ops::copy),
         def!(
             "squeeze",
             &[],
@@ -775,7 +783,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             &[0],
             true
         )
-        .grad(grad::flatten),
+        .grad(grad::flatten)
+        .on_gpu(gpu::ops::copy),
     ];
     OPS
 }

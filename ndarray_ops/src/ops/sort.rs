@@ -8,6 +8,7 @@
 
 use super::{norm_axes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, Result};
+use crate::gpu;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::symbol::grad;
@@ -142,7 +143,6 @@ fn ranked(p: &Params, shape: &[usize], values: &[f64]) -> Vec<Vec<usize>> {
 
 /// A sort as the GPU runs it: data laid out `(outer, lane, inner)` around the sorted axis, the
 /// first `k` of each lane kept, and what the node returns.
-#[cfg(any(feature = "cuda", test))]
 pub(crate) struct Plan {
     pub(crate) outer: usize,
     pub(crate) lane: usize,
@@ -156,7 +156,6 @@ pub(crate) struct Plan {
 }
 
 /// The plan of `op` (topk, sort, argsort or `_backward_topk`) over data of `shape`.
-#[cfg(any(feature = "cuda", test))]
 pub(crate) fn plan(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Plan> {
     let p = params(op, attrs, shape)?;
     let (outer, lane, inner) = lanes(&p, shape);
@@ -272,9 +271,9 @@ pub(super) fn ops() -> &'static [OpDef] {
         }
     }
     static OPS: &[OpDef] = &[
-        def("topk").grad(grad::sort),
-        def("sort").grad(grad::sort),
-        def("argsort").grad(grad::sort),
+        def("topk").grad(grad::sort).on_gpu(gpu::sort::sort),
+        def("sort").grad(grad::sort).on_gpu(gpu::sort::sort),
+        def("argsort").grad(grad::sort).on_gpu(gpu::sort::sort),
         OpDef {
             alias_safe: false,
             ..OpDef::new(
@@ -283,7 +282,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_sort_backward,
                 sort_backward_kernel,
             )
-        },
+        }
+        .on_gpu(gpu::sort::sort),
     ];
     OPS
 }

@@ -11,6 +11,7 @@ use rand_distr::{Distribution, Normal};
 use super::par::{for_ranges, Shared};
 use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
+use crate::gpu;
 use crate::ops::{Infer, KResult};
 use crate::resources::{KernelRes, Resource};
 use crate::symbol::grad;
@@ -372,14 +373,16 @@ pub(super) fn ops() -> &'static [OpDef] {
             infer_partial: Some(super::partial_shapes::batch_norm),
             gradient: Some(grad::batch_norm),
             ..OpDef::new("BatchNorm", Arity::Exactly(5), infer_bn, bn_kernel)
-        },
+        }
+        .on_gpu(gpu::nn::batch_norm),
         OpDef {
             backward_ignores: &[0],
             alias_safe: false,
             resources: &[Resource::Random],
             gradient: Some(grad::dropout),
             ..OpDef::new("Dropout", Arity::Exactly(1), infer_dropout, dropout_kernel)
-        },
+        }
+        .on_gpu(gpu::nn::dropout),
         OpDef {
             aliases: &["uniform", "random_uniform"],
             alias_safe: false,
@@ -390,7 +393,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_random,
                 random_kernel,
             )
-        },
+        }
+        .on_gpu(gpu::nn::random_fill),
         OpDef {
             aliases: &["normal", "random_normal"],
             alias_safe: false,
@@ -401,7 +405,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_random,
                 random_kernel,
             )
-        },
+        }
+        .on_gpu(gpu::nn::random_fill),
     ];
     OPS
 }

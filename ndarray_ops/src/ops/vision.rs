@@ -9,6 +9,7 @@
 use super::par::{for_ranges, Shared};
 use super::{Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
+use crate::gpu;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::symbol::grad;
@@ -482,13 +483,11 @@ fn crop_taps(
 /// One plane of a resampling op as a sparse matrix: output element `o` reads
 /// `taps[starts[o]..starts[o + 1]]` (offsets in the input plane, weights), in the order the
 /// CPU kernels read them — what the GPU uploads.
-#[cfg(any(feature = "cuda", test))]
 pub(crate) struct PlaneTaps {
     pub(crate) starts: Vec<usize>,
     pub(crate) taps: Vec<(usize, f64)>,
 }
 
-#[cfg(any(feature = "cuda", test))]
 impl PlaneTaps {
     fn of<const N: usize>(out: usize, taps: impl Fn(usize) -> Taps<N>) -> PlaneTaps {
         let mut p = PlaneTaps {
@@ -508,7 +507,6 @@ impl PlaneTaps {
 /// the forward attributes) from data planes shaped `x` (NCHW) into output planes shaped `y`;
 /// `like` is Crop's second input's shape. The average pool's weights are 1 / its window's
 /// size (the CPU divides the window's sum by it).
-#[cfg(any(feature = "cuda", test))]
 pub(crate) fn plane_taps(
     op: &str,
     attrs: &Attrs,
@@ -605,7 +603,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_adaptive,
                 adaptive_kernel,
             )
-        },
+        }
+        .on_gpu(gpu::resample::resample),
         OpDef {
             alias_safe: false,
             ..OpDef::new(
@@ -614,7 +613,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_backward_like_inputs,
                 adaptive_backward_kernel,
             )
-        },
+        }
+        .on_gpu(gpu::resample::resample),
         OpDef {
             alias_safe: false,
             gradient: Some(grad::vision),
@@ -624,7 +624,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_resize,
                 resize_kernel,
             )
-        },
+        }
+        .on_gpu(gpu::resample::resample),
         OpDef {
             alias_safe: false,
             ..OpDef::new(
@@ -633,12 +634,14 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_backward_like_inputs,
                 resize_backward_kernel,
             )
-        },
+        }
+        .on_gpu(gpu::resample::resample),
         OpDef {
             alias_safe: false,
             gradient: Some(grad::vision),
             ..OpDef::new("Crop", Arity::AtLeast(1), infer_crop, crop_kernel)
-        },
+        }
+        .on_gpu(gpu::resample::resample),
         OpDef {
             alias_safe: false,
             ..OpDef::new(
@@ -647,7 +650,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_backward_like_inputs,
                 crop_backward_kernel,
             )
-        },
+        }
+        .on_gpu(gpu::resample::resample),
     ];
     OPS
 }

@@ -10,7 +10,7 @@ use rand::{Rng, SeedableRng};
 use storage::Context;
 
 use super::emulate::{kernels, HostStream};
-use super::ops::{check as gpu_check, kernel_for, run};
+use super::ops::{check as gpu_check, run};
 use super::KERNEL_NAMES;
 use crate::ops::{invoke, invoke_on, lookup, Attrs, IS_TRAIN};
 use crate::resources::StateSlot;
@@ -91,7 +91,7 @@ pub(super) fn emulate(
         .collect();
     rt.wait_all().expect("inputs ready");
     let def = lookup(op).expect("registered");
-    let kernel = kernel_for(def).unwrap_or_else(|| panic!("{op} has no GPU kernel"));
+    let kernel = def.gpu.unwrap_or_else(|| panic!("{op} has no GPU kernel"));
     let stream = HostStream::new(lib);
     run(
         def.name,
@@ -165,7 +165,7 @@ pub(super) fn broadcasts_the_kernel_cannot_walk_are_refused_clearly() {
     let def = lookup("broadcast_add").expect("registered");
     let err = run(
         def.name,
-        kernel_for(def).expect("a GPU kernel"),
+        def.gpu.expect("a GPU kernel"),
         def.alias_safe,
         &Attrs::new(),
         &mut ins.iter().map(NDArray::tensor).collect::<Vec<_>>(),

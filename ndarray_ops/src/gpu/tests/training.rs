@@ -24,7 +24,7 @@ pub(super) fn dropout_masks_hold_the_cpus_values_at_the_rate_asked() {
             .with(IS_TRAIN, true)
             .with(crate::gpu::nn::SEED, seed);
         let def = lookup("Dropout").expect("registered");
-        let kernel = kernel_for(def).expect("gpu kernel");
+        let kernel = def.gpu.expect("gpu kernel");
         let stream = HostStream::new(lib);
         let mut ins = vec![data.tensor()];
         let o: Vec<_> = outs.iter().map(NDArray::tensor).collect();
@@ -85,7 +85,7 @@ pub(super) fn check_in_place(op: &str, attrs: &Attrs, inputs: &[Input]) {
     let mut ins: Vec<_> = gpu_in.iter().map(NDArray::tensor).collect();
     let mut outs = vec![ins[0].clone()];
     outs.extend(rest.iter().map(NDArray::tensor));
-    let kernel = kernel_for(def).expect("gpu kernel");
+    let kernel = def.gpu.expect("gpu kernel");
     run(
         def.name,
         kernel,
@@ -181,14 +181,11 @@ pub(super) fn the_model_ops_all_have_gpu_kernels() {
         "_backward_LeakyReLU",
     ];
     for op in ops {
-        assert!(
-            kernel_for(lookup(op).expect("registered")).is_some(),
-            "{op}"
-        );
+        assert!(lookup(op).expect("registered").gpu.is_some(), "{op}");
     }
     let without: Vec<_> = crate::ops::op_names()
         .into_iter()
-        .filter(|op| kernel_for(lookup(op).expect("registered")).is_none())
+        .filter(|op| lookup(op).expect("registered").gpu.is_none())
         .collect();
     assert!(without.is_empty(), "ops without a GPU kernel: {without:?}");
     let add = lookup("elemwise_add").expect("registered");
@@ -259,7 +256,7 @@ pub(super) fn random_generators_draw_their_distributions_from_the_seed() {
             .with(kb, b)
             .with(crate::gpu::nn::SEED, seed);
         let def = lookup(op).expect("registered");
-        let kernel = kernel_for(def).expect("gpu kernel");
+        let kernel = def.gpu.expect("gpu kernel");
         let stream = HostStream::new(lib);
         run(
             op,
@@ -732,7 +729,7 @@ pub(super) fn indices_the_cpu_refuses_are_refused_on_the_gpu_with_its_message() 
             .map(|s| rt.empty(s, DType::F32, Context::cpu(0)).expect("output"))
             .collect();
         let def = lookup(op).expect("registered");
-        let kernel = kernel_for(def).expect("a GPU kernel");
+        let kernel = def.gpu.expect("a GPU kernel");
         let stream = HostStream::new(lib);
         let gpu = run(
             def.name,

@@ -172,7 +172,6 @@ impl Rules {
     }
 
     /// Per output axis, `f(the index read)` for each index along it.
-    #[cfg(any(feature = "cuda", test))]
     pub(super) fn lay_out<T>(
         &self,
         op: &str,
@@ -203,21 +202,18 @@ pub(super) fn index_list<T>(op: &str, n: usize) -> Result<Vec<T>> {
 
 /// One output axis of a gather as the GPU's tables take it: the input axis it walks and the
 /// input index each index reads (`None`: padding).
-#[cfg(any(feature = "cuda", test))]
 pub(crate) struct Walk {
     pub(crate) from: Option<usize>,
     pub(crate) index: Vec<Option<usize>>,
 }
 
 /// A gather's [`Rules`] laid out as index lists (see [`Walk`]).
-#[cfg(any(feature = "cuda", test))]
 pub(crate) struct Walks {
     pub(crate) input: Vec<usize>,
     pub(crate) axes: Vec<Walk>,
 }
 
 /// The op's gather from data of shape `x` into an output of shape `out` as index lists.
-#[cfg(any(feature = "cuda", test))]
 pub(crate) fn walks(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Result<Walks> {
     let rules = rules(op, attrs, x, out)?;
     let lists = rules.lay_out(op, |j| j)?;

@@ -21,6 +21,7 @@
 use super::permute::permute;
 use super::{norm_axes, times, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT};
 use crate::error::{invalid, shape_error, NdError, Result};
+use crate::gpu;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::symbol::grad;
@@ -30,7 +31,6 @@ mod layout;
 mod rules;
 
 use layout::*;
-#[cfg(any(feature = "cuda", test))]
 pub(crate) use layout::{walks, Walk, Walks};
 use rules::*;
 
@@ -425,15 +425,33 @@ pub(super) fn ops() -> &'static [OpDef] {
         }
     }
     static OPS: &[OpDef] = &[
-        gather("broadcast_to", &[], 1).grad(grad::gather),
-        gather("broadcast_axis", &["broadcast_axes"], 1).grad(grad::gather),
-        gather("broadcast_like", &[], 2).grad(grad::gather),
-        gather("tile", &[], 1).grad(grad::gather),
-        gather("repeat", &[], 1).grad(grad::gather),
-        gather("reverse", &["flip"], 1).grad(grad::gather),
-        gather("SwapAxis", &["swapaxes"], 1).grad(grad::gather),
-        gather("Pad", &["pad"], 1).grad(grad::gather),
-        gather("slice_like", &[], 2).grad(grad::gather),
+        gather("broadcast_to", &[], 1)
+            .grad(grad::gather)
+            .on_gpu(gpu::gather::gather),
+        gather("broadcast_axis", &["broadcast_axes"], 1)
+            .grad(grad::gather)
+            .on_gpu(gpu::gather::gather),
+        gather("broadcast_like", &[], 2)
+            .grad(grad::gather)
+            .on_gpu(gpu::gather::gather),
+        gather("tile", &[], 1)
+            .grad(grad::gather)
+            .on_gpu(gpu::gather::gather),
+        gather("repeat", &[], 1)
+            .grad(grad::gather)
+            .on_gpu(gpu::gather::gather),
+        gather("reverse", &["flip"], 1)
+            .grad(grad::gather)
+            .on_gpu(gpu::gather::gather),
+        gather("SwapAxis", &["swapaxes"], 1)
+            .grad(grad::gather)
+            .on_gpu(gpu::gather::gather),
+        gather("Pad", &["pad"], 1)
+            .grad(grad::gather)
+            .on_gpu(gpu::gather::gather),
+        gather("slice_like", &[], 2)
+            .grad(grad::gather)
+            .on_gpu(gpu::gather::gather),
         OpDef {
             alias_safe: false,
             ..OpDef::new(
@@ -442,7 +460,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_backward,
                 backward_kernel,
             )
-        },
+        }
+        .on_gpu(gpu::gather::gather),
     ];
     OPS
 }

@@ -28,6 +28,7 @@ use super::par::{for_ranges, Shared};
 use super::stochastic::dropout_mask;
 use super::{Arity, Attrs, OpDef, StateUse, TensorRef, IS_TRAIN};
 use crate::error::{invalid, shape_error, NdError, Result};
+use crate::gpu;
 use crate::ops::{Infer, KResult};
 use crate::resources::{KernelRes, Resource, StateSlot};
 use crate::symbol::grad;
@@ -37,7 +38,6 @@ mod kernels;
 mod recurrence;
 
 use kernels::*;
-#[cfg(any(feature = "cuda", test))]
 pub(crate) use kernels::{masks_lost, sequence_lengths};
 use recurrence::*;
 pub(crate) use recurrence::{time, Pass, Real};
@@ -389,7 +389,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             state: StateUse::Keeps,
             gradient: Some(grad::rnn),
             ..OpDef::new("RNN", Arity::AtLeast(3), infer_rnn, rnn_kernel)
-        },
+        }
+        .on_gpu_stateful(gpu::rnn::rnn),
         OpDef {
             alias_safe: false,
             resources: &[Resource::TempSpace],
@@ -400,7 +401,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_rnn_backward,
                 rnn_backward_kernel,
             )
-        },
+        }
+        .on_gpu_stateful(gpu::rnn::rnn_backward),
     ];
     OPS
 }
