@@ -32,6 +32,7 @@ pub mod fuzz;
 // tests run the kernels on a host emulator. Only the driver (`gpu::cuda`) needs the feature.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod gpu;
+pub mod kvstore;
 pub mod ndfile;
 mod operators;
 pub mod ops;
@@ -45,6 +46,7 @@ pub use array::NDArray;
 pub use dtype::{DType, Element};
 pub use error::{NdError, Result};
 pub use executor::{BindOptions, Executor, GradReq, MemoryPlanning, MemoryReport};
+pub use kvstore::KVStore;
 pub use ops::{invoke, invoke_on, Attrs};
 pub use resources::Resource;
 pub use runtime::Runtime;

@@ -1,0 +1,483 @@
+//! KVStore: keyed values with a store-side update, as MXNet's KVStore.
+//!
+//! A store holds one array per key ([`KVStore::init`]). [`KVStore::push`] sums the values given
+//! for a key (one per device) into a buffer on the store's device, then applies the updater to
+//! the stored value (`update(key, merged, stored)`: an optimizer step) or, without one, makes
+//! the sum the stored value. [`KVStore::pull`] copies the stored value into each output. Every
+//! step is an engine op ordered by the arrays' vars, so calls return at once and a pull sees
+//! every push before it; the ops carry the call's priority, so among runnable ops the engine
+//! runs higher ones first (a trainer gives the first layers' pulls the highest, as the next
+//! forward pass needs them first).
+//!
+//! Kinds: `local` keeps values and runs the sum and the update on the CPU; `device` on the
+//! device of the value given to `init` (gradients on GPUs stay there). Keys are integers or
+//! strings. The `dist_*` kinds, across processes, need the `mpi` feature.
+//!
+//! Two locks: the updater's, held through a whole push (sum and update, so that two threads
+//! pushing one key cannot interleave their sums in the key's buffer), and the table's, held
+//! briefly by every call. An updater may so pull from its store; a push or any updater change
+//! from inside the updater (which would wait for itself) is an error, not a hang.
+
+mod optimizer;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use storage::Context;
+
+pub use optimizer::{Optimizer, Updater};
+
+use crate::error::{invalid, shape_error, Result};
+use crate::ops::names::op_name;
+use crate::ops::{prepare, Attrs, Call};
+use crate::{ndfile, NDArray, Runtime};
+
+/// A key: an integer or a string, as MXNet's stores take.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Key {
+    /// An integer key (a parameter's index).
+    Int(i64),
+    /// A string key (a parameter's name).
+    Str(String),
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Key::Int(i) => write!(f, "{i}"),
+            Key::Str(s) => write!(f, "'{s}'"),
+        }
+    }
+}
+
+impl From<i64> for Key {
+    fn from(i: i64) -> Key {
+        Key::Int(i)
+    }
+}
+
+impl From<i32> for Key {
+    fn from(i: i32) -> Key {
+        Key::Int(i.into())
+    }
+}
+
+impl From<&str> for Key {
+    fn from(s: &str) -> Key {
+        Key::Str(s.to_string())
+    }
+}
+
+impl From<String> for Key {
+    fn from(s: String) -> Key {
+        Key::Str(s)
+    }
+}
+
+/// Where a store keeps its values and runs its sums and updates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// On the CPU (`local`).
+    Local,
+    /// On the device of each key's initial value (`device`).
+    Device,
+}
+
+impl Kind {
+    /// MXNet's name of the kind.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Local => "local",
+            Kind::Device => "device",
+        }
+    }
+}
+
+/// One key's arrays.
+struct Entry {
+    /// The value, on the store's device for this key.
+    stored: NDArray,
+    /// Where a push of several values sums them.
+    merged: NDArray,
+    /// Per pushed value's position, its copy on the stored value's device (made on the first
+    /// push that gives a value from another device).
+    staged: Vec<Option<NDArray>>,
+}
+
+/// A key-value store over one runtime's engine.
+pub struct KVStore {
+    rt: Arc<Runtime>,
+    kind: Kind,
+    entries: Mutex<BTreeMap<Key, Entry>>,
+    updater: Mutex<Option<Box<dyn Updater>>>,
+}
+
+impl fmt::Debug for KVStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KVStore")
+            .field("kind", &self.kind)
+            .field("keys", &self.entries.lock().len())
+            .finish()
+    }
+}
+
+/// The error of a call naming a key the store was not given.
+fn unknown(op: &str, key: &Key) -> crate::NdError {
+    invalid(
+        &format!("kvstore {op}"),
+        format!("key {key} was not initialized (call init first)"),
+    )
+}
+
+impl KVStore {
+    /// A store of kind `name`: `local` or `device` (the `dist_*` kinds need the `mpi` feature
+    /// and a launch under `mpiexec`).
+    pub fn create(rt: &Arc<Runtime>, name: &str) -> Result<KVStore> {
+        let kind = match name {
+            "local" | "local_update_cpu" | "local_allreduce_cpu" => Kind::Local,
+            "device" | "local_allreduce_device" => Kind::Device,
+            "dist_sync" | "dist_device_sync" | "dist_async" | "dist_sync_device" => {
+                return Err(invalid(
+                    "kvstore create",
+                    format!(
+                        "'{name}' runs across processes over MPI: build with the `mpi` feature \
+                         and launch with mpiexec"
+                    ),
+                ))
+            }
+            other => {
+                return Err(invalid(
+                    "kvstore create",
+                    format!("unknown kind '{other}' (local, device, dist_sync, dist_device_sync, dist_async)"),
+                ))
+            }
+        };
+        Ok(KVStore {
+            rt: rt.clone(),
+            kind,
+            entries: Mutex::new(BTreeMap::new()),
+            updater: Mutex::new(None),
+        })
+    }
+
+    /// The kind's MXNet name.
+    pub fn kind(&self) -> &'static str {
+        self.kind.name()
+    }
+
+    /// This process's rank among the store's workers (0 for a store within one process).
+    pub fn rank(&self) -> usize {
+        0
+    }
+
+    /// How many worker processes share the store (1 within one process).
+    pub fn num_workers(&self) -> usize {
+        1
+    }
+
+    /// Waits until every worker reaches the barrier: at once within one process.
+    pub fn barrier(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// The device a key's value initialized from `value` lives on.
+    fn home(&self, value: &NDArray) -> Context {
+        match self.kind {
+            Kind::Local => Context::cpu(0),
+            Kind::Device => value.ctx(),
+        }
+    }
+
+    /// Stores a copy of `value` under `key`. A key is initialized once.
+    pub fn init(&self, key: impl Into<Key>, value: &NDArray) -> Result<()> {
+        let key = key.into();
+        let mut entries = self.entries.lock();
+        if entries.contains_key(&key) {
+            return Err(invalid(
+                "kvstore init",
+                format!("key {key} is already initialized"),
+            ));
+        }
+        let home = self.home(value);
+        let stored = self.rt.empty(value.shape(), value.dtype(), home)?;
+        value.copy_into(&stored)?;
+        let merged = self.rt.empty(value.shape(), value.dtype(), home)?;
+        entries.insert(
+            key,
+            Entry {
+                stored,
+                merged,
+                staged: Vec::new(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Checks `values` against `key`'s stored value: the same shape and dtype each.
+    fn check(op: &str, key: &Key, stored: &NDArray, values: &[&NDArray]) -> Result<()> {
+        if values.is_empty() {
+            return Err(invalid(
+                &format!("kvstore {op}"),
+                format!("key {key}: no arrays given"),
+            ));
+        }
+        for (i, v) in values.iter().enumerate() {
+            if v.shape() != stored.shape() || v.dtype() != stored.dtype() {
+                return Err(shape_error(
+                    format!("kvstore {op}"),
+                    &format!("array {i} of key {key}"),
+                    v.shape(),
+                    format!(
+                        "shape {:?} and dtype {} as initialized (it has {})",
+                        stored.shape(),
+                        stored.dtype(),
+                        v.dtype()
+                    ),
+                ));
+            }
+            if !Arc::ptr_eq(v.runtime(), stored.runtime()) {
+                return Err(invalid(
+                    &format!("kvstore {op}"),
+                    format!("array {i} of key {key} belongs to another runtime"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Sums `values` (one per device) into the key's buffer and updates the stored value from
+    /// it: with the updater, or by replacing it. Returns at once.
+    pub fn push(&self, key: impl Into<Key>, values: &[&NDArray], priority: i32) -> Result<()> {
+        let key = key.into();
+        let mut updater = self.lock_updater("push")?;
+        let (merged, stored) = {
+            let mut entries = self.entries.lock();
+            let e = entries.get_mut(&key).ok_or_else(|| unknown("push", &key))?;
+            Self::check("push", &key, &e.stored, values)?;
+            (self.merge(e, values, priority)?, e.stored.clone())
+        };
+        match updater.as_mut() {
+            Some(u) => {
+                let _inside = Updating::enter(self);
+                u.update(&key, &merged, &stored)
+            }
+            None => push_copy(&merged, &stored, priority),
+        }
+    }
+
+    /// The updater's lock, refused from inside this store's updater (where it is held).
+    fn lock_updater(
+        &self,
+        op: &str,
+    ) -> Result<parking_lot::MutexGuard<'_, Option<Box<dyn Updater>>>> {
+        if Updating::inside(self) {
+            return Err(invalid(
+                &format!("kvstore {op}"),
+                "called from inside the store's own updater, which runs within a push",
+            ));
+        }
+        Ok(self.updater.lock())
+    }
+
+    /// The sum of `values` on the stored value's device: the value itself when one is given
+    /// there, else the key's buffer, after copying the others over.
+    fn merge(&self, e: &mut Entry, values: &[&NDArray], priority: i32) -> Result<NDArray> {
+        let home = e.stored.ctx();
+        if e.staged.len() < values.len() {
+            e.staged.resize(values.len(), None);
+        }
+        let mut parts = Vec::with_capacity(values.len());
+        for (i, v) in values.iter().enumerate() {
+            if v.ctx() == home {
+                parts.push((*v).clone());
+                continue;
+            }
+            let staged = match &e.staged[i] {
+                Some(s) => s.clone(),
+                None => {
+                    let s = self.rt.empty(v.shape(), v.dtype(), home)?;
+                    e.staged[i] = Some(s.clone());
+                    s
+                }
+            };
+            push_copy(v, &staged, priority)?;
+            parts.push(staged);
+        }
+        if parts.len() == 1 {
+            return Ok(parts.remove(0));
+        }
+        let refs: Vec<&NDArray> = parts.iter().collect();
+        push_op(
+            op_name!("add_n"),
+            &refs,
+            &Attrs::new().with("num_args", refs.len()),
+            &e.merged,
+            priority,
+        )?;
+        Ok(e.merged.clone())
+    }
+
+    /// Copies `key`'s stored value into every array of `outs`. Returns at once.
+    pub fn pull(&self, key: impl Into<Key>, outs: &[&NDArray], priority: i32) -> Result<()> {
+        let key = key.into();
+        let stored = {
+            let entries = self.entries.lock();
+            let e = entries.get(&key).ok_or_else(|| unknown("pull", &key))?;
+            Self::check("pull", &key, &e.stored, outs)?;
+            e.stored.clone()
+        };
+        for o in outs {
+            push_copy(&stored, o, priority)?;
+        }
+        Ok(())
+    }
+
+    /// [`KVStore::push`] of `values`, then [`KVStore::pull`] into `outs`.
+    pub fn pushpull(
+        &self,
+        key: impl Into<Key>,
+        values: &[&NDArray],
+        outs: &[&NDArray],
+        priority: i32,
+    ) -> Result<()> {
+        let key = key.into();
+        self.push(key.clone(), values, priority)?;
+        self.pull(key, outs, priority)
+    }
+
+    /// Installs `updater`: every later push updates the stored value with it.
+    pub fn set_updater(&self, updater: impl Updater + 'static) -> Result<()> {
+        *self.lock_updater("set_updater")? = Some(Box::new(updater));
+        Ok(())
+    }
+
+    /// Installs `optimizer` as the updater; it keeps its state per key on the key's device.
+    pub fn set_optimizer(&self, optimizer: Optimizer) -> Result<()> {
+        self.set_updater(optimizer::OptimizerUpdater::new(optimizer))
+    }
+
+    /// Sets the optimizer's learning rate for the pushes from now on.
+    pub fn set_learning_rate(&self, lr: f64) -> Result<()> {
+        match self.lock_updater("set_learning_rate")?.as_mut() {
+            Some(u) => u.set_learning_rate(lr),
+            None => Err(invalid(
+                "kvstore set_learning_rate",
+                "the store has no optimizer (set_optimizer first)",
+            )),
+        }
+    }
+
+    /// Writes the updater's state (an optimizer's momenta) to `path`, in MXNet's `.nd` format,
+    /// atomically: a failure leaves any previous file as it was.
+    pub fn save_optimizer_states(&self, path: impl AsRef<Path>) -> Result<()> {
+        let states = match self.lock_updater("save_optimizer_states")?.as_ref() {
+            Some(u) => u.states(),
+            None => {
+                return Err(invalid(
+                    "kvstore save_optimizer_states",
+                    "the store has no updater (set_optimizer first)",
+                ))
+            }
+        };
+        let named: Vec<(&str, &NDArray)> = states.iter().map(|(n, a)| (n.as_str(), a)).collect();
+        ndfile::save(path, &named)
+    }
+
+    /// Restores the state [`KVStore::save_optimizer_states`] wrote.
+    pub fn load_optimizer_states(&self, path: impl AsRef<Path>) -> Result<()> {
+        let mut slot = self.lock_updater("load_optimizer_states")?;
+        let u = slot.as_mut().ok_or_else(|| {
+            invalid(
+                "kvstore load_optimizer_states",
+                "the store has no updater (set_optimizer first)",
+            )
+        })?;
+        let ctx = match self.kind {
+            Kind::Local => Context::cpu(0),
+            Kind::Device => self
+                .entries
+                .lock()
+                .values()
+                .next()
+                .map_or(Context::cpu(0), |e| e.stored.ctx()),
+        };
+        let loaded = ndfile::load(path, &self.rt, ctx)?.into_named()?;
+        let mut states: Vec<(String, NDArray)> = loaded.into_iter().collect();
+        states.sort_by(|a, b| a.0.cmp(&b.0));
+        u.load_states(states)
+    }
+
+    /// The keys initialized so far, in order.
+    pub fn keys(&self) -> Vec<Key> {
+        self.entries.lock().keys().cloned().collect()
+    }
+
+    /// Shapes of the stored values, by key (for checks and reports).
+    pub fn shapes(&self) -> HashMap<Key, Vec<usize>> {
+        self.entries
+            .lock()
+            .iter()
+            .map(|(k, e)| (k.clone(), e.stored.shape().to_vec()))
+            .collect()
+    }
+}
+
+thread_local! {
+    /// The store whose updater this thread is running (its address), or 0.
+    static UPDATING: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Marks this thread as running `store`'s updater until dropped.
+struct Updating(usize);
+
+impl Updating {
+    fn enter(store: &KVStore) -> Updating {
+        let before = UPDATING.with(|u| u.replace(store as *const KVStore as usize));
+        Updating(before)
+    }
+
+    fn inside(store: &KVStore) -> bool {
+        UPDATING.with(|u| u.get() == store as *const KVStore as usize)
+    }
+}
+
+impl Drop for Updating {
+    fn drop(&mut self) {
+        UPDATING.with(|u| u.set(self.0));
+    }
+}
+
+/// Pushes the copy of `src` into `dst` with `priority`; nothing when they are one array.
+fn push_copy(src: &NDArray, dst: &NDArray, priority: i32) -> Result<()> {
+    if src.var().id() == dst.var().id() && src.data_ptr() == dst.data_ptr() {
+        return Ok(());
+    }
+    let op = src.copy_op(dst, "kvstore_copy")?.priority(priority);
+    Ok(src.runtime().engine().push(op)?)
+}
+
+/// Pushes registry op `name` of `inputs` into `out` with `priority`.
+fn push_op(
+    name: &str,
+    inputs: &[&NDArray],
+    attrs: &Attrs,
+    out: &NDArray,
+    priority: i32,
+) -> Result<()> {
+    let rt = out.runtime().clone();
+    let call = Call {
+        name,
+        inputs,
+        attrs,
+        out: Some(&[out]),
+        also_writes: &[],
+        state: None,
+    };
+    prepare(&rt, out.ctx(), call, |op| {
+        rt.engine().push(op.priority(priority))
+    })?;
+    Ok(())
+}
