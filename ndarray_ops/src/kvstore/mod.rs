@@ -228,7 +228,7 @@ impl KVStore {
             if v.shape() != stored.shape() || v.dtype() != stored.dtype() {
                 return Err(shape_error(
                     format!("kvstore {op}"),
-                    &format!("array {i} of key {key}"),
+                    format!("array {i} of key {key}"),
                     v.shape(),
                     format!(
                         "shape {:?} and dtype {} as initialized (it has {})",
