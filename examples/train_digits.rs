@@ -2,14 +2,15 @@
 //! per-device engine: build the graph, infer shapes, derive the backward graph, bind, and run
 //! forward/backward with in-place SGD updates.
 //!
-//! `cargo run --release --example train_digits -- [--json] [--epochs N] [--contexts cpu(0),cpu(1)] [--save PREFIX]`
+//! `cargo run --release --example train_digits -- [--json] [--epochs N] [--contexts cpu(0),cpu(1)] [--kvstore device|local] [--save PREFIX]`
 //!
 //! `--save PREFIX` writes each trained model as an MXNet checkpoint (`PREFIX-mlp-symbol.json`,
 //! `PREFIX-mlp-0020.params`, the same for `cnn` and `lstm`), reloads it into fresh executors and reports
 //! their held-out accuracy beside the trained ones' (`reloaded_test_accuracy`).
 //!
 //! With several contexts, each batch is split across them (data parallel: one executor per
-//! device, gradients summed onto the first, weights sent back); per-device memory is printed.
+//! device, gradients pushed to a KVStore that sums them and updates the weights, which each
+//! device pulls back; `--kvstore` picks the store); per-device memory is printed.
 //!
 //! Three models: an MLP (64-128-64-10), a small CNN (3x3 convolution with 16 filters, ReLU,
 //! 2x2 max pooling, a 64-unit layer, 10 classes) and an LSTM reading each image as a sequence of
@@ -28,6 +29,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use clap::Parser;
+use ndarray_ops::kvstore::{KVStore, Optimizer};
 use ndarray_ops::{invoke_on, ndfile, Attrs, DataParallel, NDArray, Runtime, Sgd, Symbol};
 use storage::Context;
 
@@ -218,6 +220,7 @@ pub fn train(
     model: Model,
     epochs: usize,
     contexts: &[Context],
+    kvstore: &str,
     verbose: bool,
     checkpoint: Option<&str>,
 ) -> ndarray_ops::Result<Report> {
@@ -246,14 +249,20 @@ pub fn train(
         momentum: 0.9,
         wd: 1e-4,
     };
-    let mut dp = DataParallel::new(
-        &rt,
-        &sym,
-        contexts,
-        &shapes,
-        &["data", "softmax_label"],
-        sgd,
-    )?;
+    let inputs = ["data", "softmax_label"];
+    let trainer = |sym: &Symbol| {
+        let kv = KVStore::create(&rt, kvstore)?;
+        DataParallel::with_kvstore(
+            &rt,
+            sym,
+            contexts,
+            &shapes,
+            &inputs,
+            Optimizer::sgd(sgd),
+            kv,
+        )
+    };
+    let mut dp = trainer(&sym)?;
     // Uniform initialization scaled by fan-in (Xavier-like), drawn on the host in name order;
     // the RNN's flat parameters within 1 / sqrt(units), as PyTorch and Gluon start an LSTM.
     let mut params: Vec<(String, NDArray)> = dp.params().into_iter().collect();
@@ -300,7 +309,7 @@ pub fn train(
         // settles the weights; without it the held-out accuracy of the LSTM, at the rate's
         // noise, spread over 94-97% across initial seeds.
         if epoch == epochs * 3 / 4 {
-            dp.set_lr(sgd.lr / 10.0);
+            dp.set_lr(sgd.lr / 10.0)?;
         }
         for start in (0..train.n).step_by(batch) {
             if start + batch > train.n {
@@ -332,8 +341,7 @@ pub fn train(
             let aux = dp.executors()[0].aux_dict();
             ndfile::save_checkpoint(prefix, epochs, &sym, &dp.params(), &aux)?;
             let ck = ndfile::load_checkpoint(prefix, epochs, &rt, host)?;
-            let inputs = ["data", "softmax_label"];
-            let fresh = DataParallel::new(&rt, &ck.symbol, contexts, &shapes, &inputs, sgd)?;
+            let fresh = trainer(&ck.symbol)?;
             fresh.set_params(&ck.arg_params)?;
             for exec in fresh.executors() {
                 exec.copy_params_from(&HashMap::new(), &ck.aux_params, false)?;
@@ -376,6 +384,10 @@ struct Args {
     /// PREFIX-mlp-0020.params, ...), reload it and report the reloaded model's accuracy.
     #[arg(long = "save", value_name = "PREFIX")]
     checkpoint: Option<String>,
+    /// The store that sums the devices' gradients and updates the weights: `device` (on the
+    /// first device) or `local` (on the CPU).
+    #[arg(long, default_value = "device")]
+    kvstore: String,
 }
 
 fn main() {
@@ -384,6 +396,7 @@ fn main() {
         epochs,
         contexts,
         checkpoint,
+        kvstore,
     } = Args::parse();
     let mut report = serde_json::Map::new();
     for (model, key, label) in [
@@ -395,7 +408,7 @@ fn main() {
             println!("== {label}");
         }
         let prefix = checkpoint.as_ref().map(|p| format!("{p}-{key}"));
-        match train(model, epochs, &contexts, !json, prefix.as_deref()) {
+        match train(model, epochs, &contexts, &kvstore, !json, prefix.as_deref()) {
             Ok(r) => {
                 let devices: Vec<_> = r
                     .devices

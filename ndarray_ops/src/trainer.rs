@@ -1,11 +1,14 @@
 //! Data-parallel training: one executor per device, each batch split across them by rows.
 //!
 //! A step pushes, for every device, the copy of its rows of the batch, forward and backward;
-//! then, per parameter, a tree reduction of the gradients onto the first device (at distance 1,
-//! 2, 4, ... a device receives its partner's gradient with an engine copy op and adds it), the
-//! optimizer update there, and copies of the new weights back to the other devices. Everything is
-//! pushed at once and ordered only by the engine's vars, so devices run concurrently, and a
-//! parameter's reduction starts as soon as its gradients exist, overlapping the rest of backward.
+//! then, per parameter, from the last layer's to the first's, a push of its gradients from every
+//! device to a [`KVStore`] (which sums them and runs the optimizer where it keeps the weight) and
+//! a pull of the new weight into every device. Everything is pushed at once and ordered only by
+//! the engine's vars, so devices run concurrently, and a parameter's reduction starts as soon as
+//! its gradients exist, overlapping the rest of backward; the first layers' pulls carry the
+//! highest priority, as the next forward pass needs them first. By default the store
+//! is a `device` store on the first device; any store may be given (a `local` one, or one shared
+//! with other processes).
 //!
 //! The summed gradient equals the whole batch's gradient (losses give per-sample gradients and
 //! the update rescales by the whole batch), so training matches one device on the whole batch
@@ -19,8 +22,7 @@ use storage::Context;
 
 use crate::error::{invalid, shape_error, Result};
 use crate::executor::{BindOptions, Executor, GradReq, MemoryReport};
-use crate::ops::names::op_name;
-use crate::ops::{invoke, Attrs};
+use crate::kvstore::{KVStore, Optimizer};
 use crate::{NDArray, Runtime, Symbol};
 
 /// Stochastic gradient descent with momentum and weight decay (MXNet's `sgd_mom_update`).
@@ -34,14 +36,11 @@ pub struct Sgd {
     pub wd: f64,
 }
 
-/// A parameter: its arrays on every device, momentum on the first, and receive buffers for the
-/// reduction (`(level stride, device, buffer on that device)`).
+/// A parameter: its arrays on every device (its store key is its name).
 struct Param {
     name: String,
     weights: Vec<NDArray>,
     grads: Vec<NDArray>,
-    momentum: NDArray,
-    recv: Vec<(usize, usize, NDArray)>,
 }
 
 /// Trains one symbol data-parallel over several devices.
@@ -55,8 +54,9 @@ pub struct DataParallel {
     data_shapes: HashMap<String, Vec<usize>>,
     /// Per device, its data arrays by name.
     inputs: Vec<HashMap<String, NDArray>>,
+    /// In the symbol's argument order (about layer order).
     params: Vec<Param>,
-    update: Attrs,
+    kv: KVStore,
 }
 
 /// Splits `n` rows into `parts` ranges whose sizes differ by at most one.
@@ -76,7 +76,8 @@ fn split_rows(n: usize, parts: usize) -> Vec<Range<usize>> {
 impl DataParallel {
     /// Binds `symbol` once per context. `shapes` gives the whole batch's shapes; the arrays named
     /// in `data_names` (data and labels) are split by their first axis, every other argument is a
-    /// parameter, trained with `sgd`, and replicated on every device.
+    /// parameter, trained with `sgd`, and replicated on every device. The gradients are summed
+    /// and the weights updated on the first device (a `device` store).
     pub fn new(
         rt: &Arc<Runtime>,
         symbol: &Symbol,
@@ -85,9 +86,35 @@ impl DataParallel {
         data_names: &[&str],
         sgd: Sgd,
     ) -> Result<DataParallel> {
-        let first = *contexts
-            .first()
-            .ok_or_else(|| invalid("data parallel", "no contexts given"))?;
+        let kv = KVStore::create(rt, "device")?;
+        Self::with_kvstore(
+            rt,
+            symbol,
+            contexts,
+            shapes,
+            data_names,
+            Optimizer::sgd(sgd),
+            kv,
+        )
+    }
+
+    /// [`DataParallel::new`] with the optimizer and the store given. The optimizer's gradients
+    /// are rescaled by one over the global batch (this batch times the store's workers). The
+    /// store's keys are the parameters' names, initialized here from the first device's weights
+    /// (which a store on that device keeps as its own, so pulls into them cost nothing); the
+    /// optimizer is installed in it.
+    pub fn with_kvstore(
+        rt: &Arc<Runtime>,
+        symbol: &Symbol,
+        contexts: &[Context],
+        shapes: &HashMap<String, Vec<usize>>,
+        data_names: &[&str],
+        optimizer: Optimizer,
+        kv: KVStore,
+    ) -> Result<DataParallel> {
+        if contexts.is_empty() {
+            return Err(invalid("data parallel", "no contexts given"));
+        }
         if let Some(c) = contexts
             .iter()
             .enumerate()
@@ -161,32 +188,24 @@ impl DataParallel {
             })
             .collect();
         let grads: Vec<_> = execs.iter().map(Executor::grad_dict).collect();
-        let mut names: Vec<String> = grads[0].keys().cloned().collect();
-        names.sort();
+        let names: Vec<String> = symbol
+            .list_arguments()
+            .into_iter()
+            .filter(|a| grads[0].contains_key(a))
+            .collect();
         let mut params = Vec::with_capacity(names.len());
         for name in names {
             let weights: Vec<NDArray> = args.iter().map(|a| a[&name].clone()).collect();
             let g: Vec<NDArray> = grads.iter().map(|a| a[&name].clone()).collect();
-            let momentum = rt.zeros(weights[0].shape(), weights[0].dtype(), first)?;
-            let mut recv = vec![];
-            let mut stride = 1;
-            while stride < contexts.len() {
-                for dst in (0..contexts.len()).step_by(2 * stride) {
-                    if dst + stride < contexts.len() {
-                        let buf = rt.empty(g[dst].shape(), g[dst].dtype(), contexts[dst])?;
-                        recv.push((stride, dst, buf));
-                    }
-                }
-                stride *= 2;
-            }
+            kv.init_shared(name.as_str(), &weights[0])?;
             params.push(Param {
                 name,
                 weights,
                 grads: g,
-                momentum,
-                recv,
             });
         }
+        let global_batch = batch * kv.num_workers();
+        kv.set_optimizer(optimizer.rescale_grad(1.0 / global_batch as f64))?;
         Ok(DataParallel {
             rt: rt.clone(),
             contexts: contexts.to_vec(),
@@ -199,15 +218,11 @@ impl DataParallel {
                 .collect(),
             inputs,
             params,
-            update: Attrs::new()
-                .with("lr", sgd.lr)
-                .with("momentum", sgd.momentum)
-                .with("wd", sgd.wd)
-                .with("rescale_grad", 1.0 / batch as f64),
+            kv,
         })
     }
 
-    /// The devices, in order (the first holds the reduced gradients and optimizer state).
+    /// The devices, in order.
     pub fn contexts(&self) -> &[Context] {
         &self.contexts
     }
@@ -230,8 +245,13 @@ impl DataParallel {
             .collect()
     }
 
-    /// Sets parameters on every device from arrays on any device (each must match the
-    /// parameter's shape and dtype).
+    /// The store that sums the gradients and keeps the weights and optimizer state.
+    pub fn kvstore(&self) -> &KVStore {
+        &self.kv
+    }
+
+    /// Sets parameters on every device and in the store from arrays on any device (each must
+    /// match the parameter's shape and dtype).
     pub fn set_params(&self, values: &HashMap<String, NDArray>) -> Result<()> {
         for (name, v) in values {
             let p = self
@@ -239,6 +259,7 @@ impl DataParallel {
                 .iter()
                 .find(|p| &p.name == name)
                 .ok_or_else(|| invalid("set_params", format!("'{name}' is not a parameter")))?;
+            self.kv.assign(name.as_str(), v)?;
             for w in &p.weights {
                 v.copy_into(w)?;
             }
@@ -286,40 +307,32 @@ impl DataParallel {
         Ok(())
     }
 
-    /// One training step on a whole batch: forward and backward on every device, gradients
-    /// reduced onto the first, the update, and the new weights sent back. Returns at once.
+    /// One training step on a whole batch: forward and backward on every device, each
+    /// parameter's gradients pushed to the store (summed, the update where it keeps the weight)
+    /// and the new weight pulled into every device. Returns at once.
     pub fn step(&self, batch: &[(&str, &NDArray)]) -> Result<()> {
         self.load(batch)?;
         for exec in &self.execs {
             exec.forward(true)?;
             exec.backward()?;
         }
-        // Last layers' gradients are ready first: reduce them first. (The copies are named for
-        // the profiler: `reduce_copy`, `broadcast_copy`.)
-        let engine = self.rt.engine();
-        for p in self.params.iter().rev() {
-            for (stride, dst, buf) in &p.recv {
-                engine.push(p.grads[dst + stride].copy_op(buf, "reduce_copy")?)?;
-                p.grads[*dst].add_inplace(buf)?;
-            }
-            let (w, g, m) = (&p.weights[0], &p.grads[0], &p.momentum);
-            invoke(
-                op_name!("sgd_mom_update"),
-                &[w, g, m],
-                &self.update,
-                Some(&[w, m]),
-            )?;
-            for other in &p.weights[1..] {
-                engine.push(w.copy_op(other, "broadcast_copy")?)?;
-            }
+        // The last layers' gradients are ready first: push them first, at the normal priority, so
+        // that each sum starts as soon as its gradients exist. The first layers' pulls run first
+        // among those ready (priority 0, then -1, -2, ...): the next forward needs them first.
+        for (i, p) in self.params.iter().enumerate().rev() {
+            let priority = -i32::try_from(i).unwrap_or(i32::MAX);
+            let grads: Vec<&NDArray> = p.grads.iter().collect();
+            let weights: Vec<&NDArray> = p.weights.iter().collect();
+            self.kv.push(p.name.as_str(), &grads, 0)?;
+            self.kv.pull(p.name.as_str(), &weights, priority)?;
         }
         Ok(())
     }
 
     /// Sets the learning rate of the steps pushed from now on (a schedule's step); steps
     /// already pushed keep the rate they were pushed with.
-    pub fn set_lr(&mut self, lr: f64) {
-        self.update = self.update.clone().with("lr", lr);
+    pub fn set_lr(&mut self, lr: f64) -> Result<()> {
+        self.kv.set_learning_rate(lr)
     }
 
     /// Inference on a whole batch: every device's outputs (its rows), in device order.

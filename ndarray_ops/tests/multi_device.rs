@@ -223,7 +223,7 @@ fn a_learning_rate_set_between_steps_applies_to_the_later_steps() {
     };
     // Pushed at 0.5, then the rate drops before the step has run.
     step(&dp);
-    dp.set_lr(0.0);
+    dp.set_lr(0.0).unwrap();
     dp.wait().unwrap();
     let first = sorted(dp.params());
     assert!(
@@ -238,7 +238,7 @@ fn a_learning_rate_set_between_steps_applies_to_the_later_steps() {
         first,
         "steps at rate 0 changed a weight"
     );
-    dp.set_lr(0.5);
+    dp.set_lr(0.5).unwrap();
     step(&dp);
     dp.wait().unwrap();
     assert!(moved(&sorted(dp.params()), &first), "back at 0.5");

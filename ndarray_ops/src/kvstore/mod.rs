@@ -105,6 +105,9 @@ struct Entry {
     /// Per pushed value's position, its copy on the stored value's device (made on the first
     /// push that gives a value from another device).
     staged: Vec<Option<NDArray>>,
+    /// The sum's attributes, for the last count of values summed (kept: a map made per push
+    /// would be parsed per push).
+    sum_attrs: (usize, Attrs),
 }
 
 /// A key-value store over one runtime's engine.
@@ -193,7 +196,17 @@ impl KVStore {
 
     /// Stores a copy of `value` under `key`. A key is initialized once.
     pub fn init(&self, key: impl Into<Key>, value: &NDArray) -> Result<()> {
-        let key = key.into();
+        self.init_entry(key.into(), value, false)
+    }
+
+    /// Like [`KVStore::init`], but where `value` is on the device the store keeps the key on,
+    /// the store keeps `value` itself: a pull into it then costs nothing. For a trainer whose
+    /// first device's weights are the stored ones; nothing else may write `value`.
+    pub fn init_shared(&self, key: impl Into<Key>, value: &NDArray) -> Result<()> {
+        self.init_entry(key.into(), value, true)
+    }
+
+    fn init_entry(&self, key: Key, value: &NDArray, share: bool) -> Result<()> {
         let mut entries = self.entries.lock();
         if entries.contains_key(&key) {
             return Err(invalid(
@@ -202,8 +215,13 @@ impl KVStore {
             ));
         }
         let home = self.home(value);
-        let stored = self.rt.empty(value.shape(), value.dtype(), home)?;
-        value.copy_into(&stored)?;
+        let stored = if share && value.ctx() == home {
+            value.clone()
+        } else {
+            let stored = self.rt.empty(value.shape(), value.dtype(), home)?;
+            value.copy_into(&stored)?;
+            stored
+        };
         let merged = self.rt.empty(value.shape(), value.dtype(), home)?;
         entries.insert(
             key,
@@ -211,6 +229,7 @@ impl KVStore {
                 stored,
                 merged,
                 staged: Vec::new(),
+                sum_attrs: (0, Attrs::new()),
             },
         );
         Ok(())
@@ -310,10 +329,13 @@ impl KVStore {
             return Ok(parts.remove(0));
         }
         let refs: Vec<&NDArray> = parts.iter().collect();
+        if e.sum_attrs.0 != refs.len() {
+            e.sum_attrs = (refs.len(), Attrs::new().with("num_args", refs.len()));
+        }
         push_op(
             op_name!("add_n"),
             &refs,
-            &Attrs::new().with("num_args", refs.len()),
+            &e.sum_attrs.1,
             &e.merged,
             priority,
         )?;
@@ -333,6 +355,19 @@ impl KVStore {
             push_copy(&stored, o, priority)?;
         }
         Ok(())
+    }
+
+    /// Overwrites `key`'s stored value with `value`, without the updater (a trainer's
+    /// `set_params`). Returns at once.
+    pub fn assign(&self, key: impl Into<Key>, value: &NDArray) -> Result<()> {
+        let key = key.into();
+        let stored = {
+            let entries = self.entries.lock();
+            let e = entries.get(&key).ok_or_else(|| unknown("assign", &key))?;
+            Self::check("assign", &key, &e.stored, &[value])?;
+            e.stored.clone()
+        };
+        push_copy(value, &stored, 0)
     }
 
     /// [`KVStore::push`] of `values`, then [`KVStore::pull`] into `outs`.

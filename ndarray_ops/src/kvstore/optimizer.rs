@@ -164,8 +164,15 @@ impl Optimizer {
         }
     }
 
-    /// Pushes the update of `weight` from `grad` with `state`.
-    fn apply(&self, weight: &NDArray, grad: &NDArray, state: &[NDArray]) -> Result<()> {
+    /// Pushes the update of `weight` from `grad` with `state`, the op's attributes given (made
+    /// once by [`Optimizer::attrs`]: a fresh map per call would be parsed again per call).
+    fn apply(
+        &self,
+        attrs: &Attrs,
+        weight: &NDArray,
+        grad: &NDArray,
+        state: &[NDArray],
+    ) -> Result<()> {
         let op = match (self.rule, state.len()) {
             (Rule::Sgd { .. }, 0) => op_name!("sgd_update"),
             (Rule::Sgd { .. }, _) => op_name!("sgd_mom_update"),
@@ -175,20 +182,23 @@ impl Optimizer {
         inputs.extend(state);
         let mut outs = vec![weight];
         outs.extend(state);
-        invoke(op, &inputs, &self.attrs(), Some(&outs))?;
+        invoke(op, &inputs, attrs, Some(&outs))?;
         Ok(())
     }
 }
 
 /// An [`Optimizer`] with its per-key state: what [`super::KVStore::set_optimizer`] installs.
 pub(super) struct OptimizerUpdater {
-    pub(super) optimizer: Optimizer,
+    optimizer: Optimizer,
+    /// The update op's attributes, from the optimizer.
+    attrs: Attrs,
     states: BTreeMap<Key, Vec<NDArray>>,
 }
 
 impl OptimizerUpdater {
     pub(super) fn new(optimizer: Optimizer) -> OptimizerUpdater {
         OptimizerUpdater {
+            attrs: optimizer.attrs(),
             optimizer,
             states: BTreeMap::new(),
         }
@@ -225,7 +235,8 @@ impl Updater for OptimizerUpdater {
                 .collect::<Result<Vec<_>>>()?;
             self.states.insert(key.clone(), state);
         }
-        self.optimizer.apply(stored, merged, &self.states[key])
+        self.optimizer
+            .apply(&self.attrs, stored, merged, &self.states[key])
     }
 
     fn states(&self) -> Vec<(String, NDArray)> {
@@ -305,6 +316,7 @@ impl Updater for OptimizerUpdater {
 
     fn set_learning_rate(&mut self, lr: f64) -> Result<()> {
         self.optimizer.lr = lr;
+        self.attrs = self.optimizer.attrs();
         Ok(())
     }
 }
