@@ -11,13 +11,17 @@
 //!
 //! Kinds: `local` keeps values and runs the sum and the update on the CPU; `device` on the
 //! device of the value given to `init` (gradients on GPUs stay there). Keys are integers or
-//! strings. The `dist_*` kinds, across processes, need the `mpi` feature.
+//! strings. `dist_sync` and `dist_device_sync` (the `mpi` feature; launched with `mpiexec`) add
+//! a sum across processes after the local one: every rank runs the same update on the same sum,
+//! so every rank holds the same weights (see `dist`).
 //!
 //! Two locks: the updater's, held through a whole push (sum and update, so that two threads
 //! pushing one key cannot interleave their sums in the key's buffer), and the table's, held
 //! briefly by every call. An updater may so pull from its store; a push or any updater change
 //! from inside the updater (which would wait for itself) is an error, not a hang.
 
+#[cfg(feature = "mpi")]
+mod dist;
 mod optimizer;
 
 use std::collections::{BTreeMap, HashMap};
@@ -84,6 +88,11 @@ pub enum Kind {
     Local,
     /// On the device of each key's initial value (`device`).
     Device,
+    /// On the CPU, summed across processes (`dist_sync`).
+    DistSync,
+    /// On the device of each key's initial value, summed across processes
+    /// (`dist_device_sync`).
+    DistDeviceSync,
 }
 
 impl Kind {
@@ -92,7 +101,18 @@ impl Kind {
         match self {
             Kind::Local => "local",
             Kind::Device => "device",
+            Kind::DistSync => "dist_sync",
+            Kind::DistDeviceSync => "dist_device_sync",
         }
+    }
+
+    /// Whether values are kept on the CPU (else on each key's device).
+    fn on_cpu(self) -> bool {
+        matches!(self, Kind::Local | Kind::DistSync)
+    }
+
+    fn is_dist(self) -> bool {
+        matches!(self, Kind::DistSync | Kind::DistDeviceSync)
     }
 }
 
@@ -105,6 +125,8 @@ struct Entry {
     /// Per pushed value's position, its copy on the stored value's device (made on the first
     /// push that gives a value from another device).
     staged: Vec<Option<NDArray>>,
+    /// Across processes: where the sum over the ranks lands.
+    reduced: Option<NDArray>,
     /// The sum's attributes, for the last count of values summed (kept: a map made per push
     /// would be parsed per push).
     sum_attrs: (usize, Attrs),
@@ -114,6 +136,8 @@ struct Entry {
 pub struct KVStore {
     rt: Arc<Runtime>,
     kind: Kind,
+    #[cfg(feature = "mpi")]
+    comm: Option<&'static dist::Comm>,
     entries: Mutex<BTreeMap<Key, Entry>>,
     updater: Mutex<Option<Box<dyn Updater>>>,
 }
@@ -142,25 +166,41 @@ impl KVStore {
         let kind = match name {
             "local" | "local_update_cpu" | "local_allreduce_cpu" => Kind::Local,
             "device" | "local_allreduce_device" => Kind::Device,
-            "dist_sync" | "dist_device_sync" | "dist_async" | "dist_sync_device" => {
+            "dist_sync" => Kind::DistSync,
+            "dist_device_sync" | "dist_sync_device" => Kind::DistDeviceSync,
+            "dist_async" => {
                 return Err(invalid(
                     "kvstore create",
-                    format!(
-                        "'{name}' runs across processes over MPI: build with the `mpi` feature \
-                         and launch with mpiexec"
-                    ),
+                    "'dist_async' is not available: use dist_sync (every rank sums every step)",
                 ))
             }
             other => {
                 return Err(invalid(
                     "kvstore create",
-                    format!("unknown kind '{other}' (local, device, dist_sync, dist_device_sync, dist_async)"),
+                    format!("unknown kind '{other}' (local, device, dist_sync, dist_device_sync)"),
                 ))
             }
         };
+        #[cfg(feature = "mpi")]
+        let comm = match kind.is_dist() {
+            true => Some(dist::comm()?),
+            false => None,
+        };
+        #[cfg(not(feature = "mpi"))]
+        if kind.is_dist() {
+            return Err(invalid(
+                "kvstore create",
+                format!(
+                    "'{name}' runs across processes over MPI: build with the `mpi` feature and \
+                     launch with mpiexec"
+                ),
+            ));
+        }
         Ok(KVStore {
             rt: rt.clone(),
             kind,
+            #[cfg(feature = "mpi")]
+            comm,
             entries: Mutex::new(BTreeMap::new()),
             updater: Mutex::new(None),
         })
@@ -173,24 +213,36 @@ impl KVStore {
 
     /// This process's rank among the store's workers (0 for a store within one process).
     pub fn rank(&self) -> usize {
+        #[cfg(feature = "mpi")]
+        if let Some(c) = self.comm {
+            return c.rank();
+        }
         0
     }
 
     /// How many worker processes share the store (1 within one process).
     pub fn num_workers(&self) -> usize {
+        #[cfg(feature = "mpi")]
+        if let Some(c) = self.comm {
+            return c.size();
+        }
         1
     }
 
     /// Waits until every worker reaches the barrier: at once within one process.
     pub fn barrier(&self) -> Result<()> {
+        #[cfg(feature = "mpi")]
+        if let Some(c) = self.comm {
+            return c.run("barrier".to_string(), dist::Work::Barrier);
+        }
         Ok(())
     }
 
     /// The device a key's value initialized from `value` lives on.
     fn home(&self, value: &NDArray) -> Context {
-        match self.kind {
-            Kind::Local => Context::cpu(0),
-            Kind::Device => value.ctx(),
+        match self.kind.on_cpu() {
+            true => Context::cpu(0),
+            false => value.ctx(),
         }
     }
 
@@ -214,6 +266,17 @@ impl KVStore {
                 format!("key {key} is already initialized"),
             ));
         }
+        // Across processes, every rank must name the same key with the same size here.
+        #[cfg(feature = "mpi")]
+        if let Some(c) = self.comm {
+            c.run(
+                format!("init of key {key}"),
+                dist::Work::Agree {
+                    key: key.to_string(),
+                    elements: value.size() as u64,
+                },
+            )?;
+        }
         let home = self.home(value);
         let stored = if share && value.ctx() == home {
             value.clone()
@@ -223,12 +286,22 @@ impl KVStore {
             stored
         };
         let merged = self.rt.empty(value.shape(), value.dtype(), home)?;
+        let reduced = match self.kind.is_dist() {
+            true => Some(self.rt.empty(value.shape(), value.dtype(), home)?),
+            false => None,
+        };
+        // Across processes, every rank starts from rank 0's value.
+        #[cfg(feature = "mpi")]
+        if let Some(c) = self.comm {
+            push_broadcast(c, &key, &stored)?;
+        }
         entries.insert(
             key,
             Entry {
                 stored,
                 merged,
                 staged: Vec::new(),
+                reduced,
                 sum_attrs: (0, Attrs::new()),
             },
         );
@@ -276,7 +349,11 @@ impl KVStore {
             let mut entries = self.entries.lock();
             let e = entries.get_mut(&key).ok_or_else(|| unknown("push", &key))?;
             Self::check("push", &key, &e.stored, values)?;
-            (self.merge(e, values, priority)?, e.stored.clone())
+            let merged = self.merge(e, values, priority)?;
+            (
+                self.across_ranks(&key, e, merged, priority)?,
+                e.stored.clone(),
+            )
         };
         match updater.as_mut() {
             Some(u) => {
@@ -340,6 +417,27 @@ impl KVStore {
             priority,
         )?;
         Ok(e.merged.clone())
+    }
+
+    /// The sum of `merged` over the ranks, for a store across processes (`merged` itself for
+    /// one within a process).
+    fn across_ranks(
+        &self,
+        key: &Key,
+        e: &Entry,
+        merged: NDArray,
+        priority: i32,
+    ) -> Result<NDArray> {
+        let Some(reduced) = &e.reduced else {
+            return Ok(merged);
+        };
+        #[cfg(feature = "mpi")]
+        if let Some(c) = self.comm {
+            push_sum(c, key, &merged, reduced, priority)?;
+        }
+        #[cfg(not(feature = "mpi"))]
+        let _ = (key, priority);
+        Ok(reduced.clone())
     }
 
     /// Copies `key`'s stored value into every array of `outs`. Returns at once.
@@ -430,9 +528,9 @@ impl KVStore {
                 "the store has no updater (set_optimizer first)",
             )
         })?;
-        let ctx = match self.kind {
-            Kind::Local => Context::cpu(0),
-            Kind::Device => self
+        let ctx = match self.kind.on_cpu() {
+            true => Context::cpu(0),
+            false => self
                 .entries
                 .lock()
                 .values()
@@ -492,6 +590,92 @@ fn push_copy(src: &NDArray, dst: &NDArray, priority: i32) -> Result<()> {
     }
     let op = src.copy_op(dst, "kvstore_copy")?.priority(priority);
     Ok(src.runtime().engine().push(op)?)
+}
+
+/// A collective's ticket, held by its engine op: if the op is dropped without running (an
+/// input failed), the ticket still joins the collective (see `dist`).
+#[cfg(feature = "mpi")]
+struct Ticket {
+    comm: &'static dist::Comm,
+    number: u64,
+    what: String,
+    /// The stand-in work if the op never runs.
+    skipped: Option<dist::Work>,
+}
+
+#[cfg(feature = "mpi")]
+impl Ticket {
+    fn submit(mut self, work: dist::Work, done: dist::Done) {
+        self.skipped = None;
+        self.comm
+            .submit(self.number, std::mem::take(&mut self.what), work, done);
+    }
+}
+
+#[cfg(feature = "mpi")]
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if let Some(work) = self.skipped.take() {
+            let what = std::mem::take(&mut self.what);
+            self.comm.submit(self.number, what, work, Box::new(|_| {}));
+        }
+    }
+}
+
+/// Pushes the engine op that sums `send` over the ranks into `recv`.
+#[cfg(feature = "mpi")]
+fn push_sum(
+    comm: &'static dist::Comm,
+    key: &Key,
+    send: &NDArray,
+    recv: &NDArray,
+    priority: i32,
+) -> Result<()> {
+    let ticket = Ticket {
+        comm,
+        number: comm.ticket(),
+        what: format!("the sum of key {key} across ranks"),
+        skipped: Some(dist::Work::SkippedSum {
+            len: send.size(),
+            dtype: send.dtype(),
+        }),
+    };
+    let (s, r) = (send.tensor(), recv.tensor());
+    let op = engine::Op::asynchronous("kvstore_allreduce", move |_, done| {
+        ticket.submit(
+            dist::Work::Sum { send: s, recv: r },
+            Box::new(move |result| done.complete(result.map_err(Into::into))),
+        );
+    })
+    .on(recv.ctx())
+    .priority(priority)
+    .read(send.var())
+    .write(recv.var());
+    Ok(recv.runtime().engine().push(op)?)
+}
+
+/// Pushes the engine op that overwrites `buf` with rank 0's.
+#[cfg(feature = "mpi")]
+fn push_broadcast(comm: &'static dist::Comm, key: &Key, buf: &NDArray) -> Result<()> {
+    let ticket = Ticket {
+        comm,
+        number: comm.ticket(),
+        what: format!("the broadcast of key {key} from rank 0"),
+        skipped: Some(dist::Work::SkippedBroadcast {
+            len: buf.size(),
+            dtype: buf.dtype(),
+        }),
+    };
+    let b = buf.tensor();
+    let op = engine::Op::asynchronous("kvstore_broadcast", move |_, done| {
+        ticket.submit(
+            dist::Work::Broadcast { buf: b },
+            Box::new(move |result| done.complete(result.map_err(Into::into))),
+        );
+    })
+    .on(buf.ctx())
+    .write(buf.var());
+    Ok(buf.runtime().engine().push(op)?)
 }
 
 /// Pushes registry op `name` of `inputs` into `out` with `priority`.

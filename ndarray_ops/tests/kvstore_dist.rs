@@ -1,0 +1,236 @@
+//! The KVStore across processes (`dist_sync`, the `mpi` feature). Each test here launches this
+//! same test binary under `mpiexec -n 2`, running one `*_rank` function per rank, and checks what
+//! the ranks printed: rank 0's value broadcast at init, sums over ranks and devices, an
+//! optimizer whose weights are bit for bit the same on both ranks and equal to its formula, a
+//! size that differs between ranks refused on both naming the rank, a failed gradient on one
+//! rank refused on both with the weights left equal and the next push working, and a rank that
+//! stalls ending the job with a clear message within the timeout instead of hanging.
+#![cfg(feature = "mpi")]
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use engine::{EngineBuilder, EngineKind};
+use ndarray_ops::kvstore::Optimizer;
+use ndarray_ops::{invoke, Attrs, KVStore, NDArray, Runtime, Sgd};
+use storage::{Context, StorageConfig};
+
+/// Set in the ranks' environment: the `*_rank` functions run only there.
+const RANK_ENV: &str = "MXRS_TEST_MPI_RANK";
+
+/// Runs test `name` of this binary on 2 ranks; returns (success, stdout, stderr).
+fn launch(name: &str, env: &[(&str, &str)]) -> (bool, String, String) {
+    let exe = std::env::current_exe().expect("the test binary");
+    let mut cmd = Command::new("mpiexec");
+    cmd.args(["-n", "2"])
+        .arg(exe)
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(RANK_ENV, "1");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd
+        .output()
+        .expect("mpiexec (install MPICH or Open MPI to run these tests)");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn in_rank() -> bool {
+    std::env::var_os(RANK_ENV).is_some()
+}
+
+/// The lines rank `r` printed with `tag`, without the prefix.
+fn lines(out: &str, r: usize, tag: &str) -> Vec<String> {
+    // The test harness's own output may share a line with a rank's first line.
+    let prefix = format!("rank{r} {tag} ");
+    out.lines()
+        .filter_map(|l| Some(l[l.find(&prefix)? + prefix.len()..].to_string()))
+        .collect()
+}
+
+fn rt() -> Arc<Runtime> {
+    Runtime::new(
+        EngineBuilder::new(EngineKind::ThreadedPerDevice)
+            .cpu_workers(1)
+            .build(),
+        StorageConfig::default(),
+    )
+}
+
+fn values(a: &NDArray) -> Vec<f32> {
+    a.to_vec::<f32>().unwrap()
+}
+
+fn bits(v: &[f32]) -> String {
+    v.iter()
+        .map(|x| format!("{:08x}", x.to_bits()))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[test]
+fn sums_optimizers_and_errors_across_two_ranks() {
+    if in_rank() {
+        return;
+    }
+    let (ok, out, err) = launch("sums_optimizers_and_errors_rank", &[]);
+    assert!(ok, "the ranks failed:\n{out}\n{err}");
+    for r in 0..2 {
+        assert_eq!(lines(&out, r, "workers"), vec!["2"], "{out}");
+        // Rank 0's initial value, on both.
+        assert_eq!(lines(&out, r, "init"), vec!["[1.0, 2.0, 3.0]"], "{out}");
+        // (1 + 2) per rank and device, two devices each: 2 * (1 + 2) * [1, 1, 1] ...
+        assert_eq!(lines(&out, r, "sum"), vec!["[6.0, 12.0, 18.0]"], "{out}");
+        let bad = lines(&out, r, "mismatch");
+        assert_eq!(bad.len(), 1, "{out}");
+        assert!(
+            bad[0].contains("key 'bad'") && bad[0].contains("rank 0: 3, rank 1: 4 elements"),
+            "{bad:?}"
+        );
+        // Rank 1 reports its own op's failure; rank 0 that a rank gave nothing.
+        let failed = lines(&out, r, "failed");
+        assert_eq!(failed.len(), 1, "{out}");
+        let why = ["1 of 2 ranks had no value to give", "index 7 is outside"][r];
+        assert!(failed[0].contains(why), "{failed:?}");
+        assert_eq!(lines(&out, r, "formula"), vec!["ok"], "{out}");
+    }
+    // Bit for bit the same weights on both ranks, before and after the failed push.
+    let w0 = lines(&out, 0, "weights");
+    assert_eq!(w0.len(), 3, "{out}");
+    assert_eq!(w0, lines(&out, 1, "weights"));
+    assert_eq!(w0[0], w0[1], "the failed push changed the weights");
+    assert_ne!(w0[1], w0[2], "the push after the failure did nothing");
+}
+
+#[test]
+fn sums_optimizers_and_errors_rank() {
+    if !in_rank() {
+        return;
+    }
+    let rt = rt();
+    let kv = KVStore::create(&rt, "dist_sync").unwrap();
+    let (rank, n) = (kv.rank(), kv.num_workers());
+    let say = |tag: &str, what: String| println!("rank{rank} {tag} {what}");
+    say("workers", n.to_string());
+    let host = Context::cpu(0);
+    let mine: Vec<f32> = (1..=3).map(|i| (i * (rank + 1)) as f32).collect();
+    kv.init(0, &rt.from_vec(mine, &[3], host).unwrap()).unwrap();
+    let out = rt.zeros(&[3], ndarray_ops::DType::F32, host).unwrap();
+    kv.pull(0, &[&out], 0).unwrap();
+    say("init", format!("{:?}", values(&out)));
+
+    // Without an updater the value becomes the sum over ranks and devices.
+    let grads: Vec<NDArray> = (0..2)
+        .map(|d| {
+            let g: Vec<f32> = (1..=3).map(|i| (i * (rank + 1)) as f32).collect();
+            rt.from_vec(g, &[3], Context::cpu(d)).unwrap()
+        })
+        .collect();
+    let refs: Vec<&NDArray> = grads.iter().collect();
+    kv.push(0, &refs, 0).unwrap();
+    kv.pull(0, &[&out], 0).unwrap();
+    say("sum", format!("{:?}", values(&out)));
+
+    // A size that differs between ranks.
+    let size = 3 + rank;
+    let bad = rt.zeros(&[size], ndarray_ops::DType::F32, host).unwrap();
+    let e = kv.init("bad", &bad).unwrap_err().to_string();
+    say("mismatch", e);
+
+    // SGD with momentum, the same on both ranks, against its formula.
+    let w0 = [0.5f32, -0.25, 1.0];
+    kv.init("w", &rt.from_vec(w0.to_vec(), &[3], host).unwrap())
+        .unwrap();
+    let sgd = Sgd {
+        lr: 0.1,
+        momentum: 0.9,
+        wd: 0.0,
+    };
+    kv.set_optimizer(Optimizer::sgd(sgd)).unwrap();
+    let grad = |step: usize, r: usize| -> Vec<f32> {
+        (0..3)
+            .map(|i| ((step + i + r) % 5) as f32 * 0.5 - 1.0)
+            .collect()
+    };
+    let (mut w, mut mom) = (w0.to_vec(), [0f32; 3]);
+    for step in 0..4 {
+        let g = rt.from_vec(grad(step, rank), &[3], host).unwrap();
+        kv.push("w", &[&g], 0).unwrap();
+        for i in 0..3 {
+            let sum = grad(step, 0)[i] + grad(step, 1)[i];
+            mom[i] = 0.9 * mom[i] - 0.1 * sum;
+            w[i] += mom[i];
+        }
+    }
+    kv.pull("w", &[&out], 0).unwrap();
+    let got = values(&out);
+    let close = got.iter().zip(&w).all(|(a, b)| (a - b).abs() < 1e-6);
+    say(
+        "formula",
+        if close {
+            "ok".into()
+        } else {
+            format!("{got:?} vs {w:?}")
+        },
+    );
+    say("weights", bits(&got));
+
+    // Rank 1's gradient comes from an op that fails (an index out of range): both ranks'
+    // pushes fail, neither applies the update, and the ranks stay in step.
+    let g = if rank == 1 {
+        let table = rt.from_vec(vec![1f32; 6], &[2, 3], host).unwrap();
+        let idx = rt.from_vec(vec![7f32], &[1], host).unwrap();
+        let attrs = Attrs::new().with("mode", "raise");
+        let rows = invoke("take", &[&table, &idx], &attrs, None).unwrap();
+        rows.into_iter().next().unwrap().reshape(&[3]).unwrap()
+    } else {
+        rt.from_vec(vec![1f32; 3], &[3], host).unwrap()
+    };
+    kv.push("w", &[&g], 0).unwrap();
+    let e = kv.pull("w", &[&out], 0).and_then(|()| out.wait_to_read());
+    say("failed", format!("{:?}", e.map_err(|e| e.to_string())));
+    let _ = rt.wait_all();
+    say("weights", bits(&values(&out)));
+    let g = rt.from_vec(grad(9, rank), &[3], host).unwrap();
+    kv.push("w", &[&g], 0).unwrap();
+    kv.pull("w", &[&out], 0).unwrap();
+    say("weights", bits(&values(&out)));
+    kv.barrier().unwrap();
+}
+
+#[test]
+fn a_stalled_rank_ends_the_job_with_a_message_within_the_timeout() {
+    if in_rank() {
+        return;
+    }
+    let start = Instant::now();
+    let (ok, out, err) = launch("a_stalled_rank", &[("MXRS_KVSTORE_TIMEOUT", "2")]);
+    assert!(!ok, "the job should have failed:\n{out}\n{err}");
+    assert!(
+        err.contains("rank 0: the sum of key 0 across ranks did not complete within 2 s"),
+        "{out}\n{err}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(60));
+}
+
+#[test]
+fn a_stalled_rank() {
+    if !in_rank() {
+        return;
+    }
+    let rt = rt();
+    let kv = KVStore::create(&rt, "dist_sync").unwrap();
+    let v = rt.from_vec(vec![1f32; 4], &[4], Context::cpu(0)).unwrap();
+    kv.init(0, &v).unwrap();
+    if kv.rank() == 1 {
+        // Stalls past rank 0's timeout before taking part.
+        std::thread::sleep(Duration::from_secs(20));
+    }
+    kv.push(0, &[&v], 0).unwrap();
+    rt.wait_all().unwrap();
+}
