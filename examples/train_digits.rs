@@ -176,25 +176,26 @@ pub struct Report {
     pub devices: Vec<(Context, u64, u64)>,
     /// With a checkpoint prefix: the held-out accuracy of the model reloaded from it.
     pub reloaded_test_accuracy: Option<f64>,
+    /// This process's rank and the number of processes (1 but with a `dist_*` store).
+    pub rank: usize,
+    pub workers: usize,
 }
 
-/// Accuracy and mean cross-entropy over whole batches of a split (the last partial batch is left
-/// out), in inference mode.
+/// Accuracy and mean cross-entropy over whole global batches of a split (the last partial one
+/// is left out), in inference mode, `batch` rows at a time (this process's share of a batch).
 fn evaluate(
     dp: &DataParallel,
     data: &NDArray,
     x: &digits::Split,
-    batch: usize,
+    (batch, global): (usize, usize),
     sample: &[usize],
 ) -> ndarray_ops::Result<(f64, f64)> {
     let (mut hits, mut seen, mut loss) = (0usize, 0usize, 0f64);
     let shape: Vec<usize> = std::iter::once(batch)
         .chain(sample.iter().copied())
         .collect();
-    for start in (0..x.n).step_by(batch) {
-        if start + batch > x.n {
-            break;
-        }
+    let usable = x.n / global * global;
+    for start in (0..usable).step_by(batch) {
         let chunk = data.slice(start, start + batch)?.reshape(&shape)?;
         let outputs = dp.predict(&[("data", &chunk)])?;
         for (out, rows) in outputs.iter().zip(dp.rows()) {
@@ -231,7 +232,17 @@ pub fn train(
     let rt = Runtime::from_env(|b| b)?;
     rt.seed(1)?;
     let host = Context::cpu(0);
-    let batch = 32;
+    // The global batch: with a store across processes, each takes its share of every batch.
+    let global = 32;
+    let kv = KVStore::create(&rt, kvstore)?;
+    let (rank, workers) = (kv.rank(), kv.num_workers());
+    if global % workers != 0 {
+        return Err(ndarray_ops::NdError::Invalid {
+            op: "train_digits".into(),
+            reason: format!("a batch of {global} cannot be split over {workers} processes"),
+        });
+    }
+    let batch = global / workers;
     let (sym, sample): (Symbol, Vec<usize>) = match model {
         Model::Mlp => (mlp()?, vec![digits::FEATURES]),
         Model::Cnn => (cnn()?, vec![1, 8, 8]),
@@ -250,8 +261,7 @@ pub fn train(
         wd: 1e-4,
     };
     let inputs = ["data", "softmax_label"];
-    let trainer = |sym: &Symbol| {
-        let kv = KVStore::create(&rt, kvstore)?;
+    let trainer = |sym: &Symbol, kv: KVStore| {
         DataParallel::with_kvstore(
             &rt,
             sym,
@@ -262,7 +272,7 @@ pub fn train(
             kv,
         )
     };
-    let mut dp = trainer(&sym)?;
+    let mut dp = trainer(&sym, kv)?;
     // Uniform initialization scaled by fan-in (Xavier-like), drawn on the host in name order;
     // the RNN's flat parameters within 1 / sqrt(units), as PyTorch and Gluon start an LSTM.
     let mut params: Vec<(String, NDArray)> = dp.params().into_iter().collect();
@@ -311,19 +321,20 @@ pub fn train(
         if epoch == epochs * 3 / 4 {
             dp.set_lr(sgd.lr / 10.0)?;
         }
-        for start in (0..train.n).step_by(batch) {
-            if start + batch > train.n {
+        for start in (0..train.n).step_by(global) {
+            if start + global > train.n {
                 break;
             }
-            let x = xtr.slice(start, start + batch)?.reshape(&data_shape)?;
-            let y = ytr.slice(start, start + batch)?;
+            let mine = start + rank * batch..start + (rank + 1) * batch;
+            let x = xtr.slice(mine.start, mine.end)?.reshape(&data_shape)?;
+            let y = ytr.slice(mine.start, mine.end)?;
             dp.step(&[("data", &x), ("softmax_label", &y)])?;
-            samples += batch;
+            samples += global;
         }
-        if verbose {
+        if verbose && rank == 0 {
             dp.wait()?;
-            let (_, train_loss) = evaluate(&dp, &xtr, &train, batch, &sample)?;
-            let (acc, _) = evaluate(&dp, &xte, &test, batch, &sample)?;
+            let (_, train_loss) = evaluate(&dp, &xtr, &train, (batch, global), &sample)?;
+            let (acc, _) = evaluate(&dp, &xte, &test, (batch, global), &sample)?;
             println!(
                 "epoch {:>2}: train loss {train_loss:.4}, test accuracy {:.2}%",
                 epoch + 1,
@@ -333,20 +344,25 @@ pub fn train(
     }
     dp.wait()?;
     let seconds = t0.elapsed().as_secs_f64();
-    let (test_accuracy, _) = evaluate(&dp, &xte, &test, batch, &sample)?;
-    let (_, train_loss) = evaluate(&dp, &xtr, &train, batch, &sample)?;
+    let (test_accuracy, _) = evaluate(&dp, &xte, &test, (batch, global), &sample)?;
+    let (_, train_loss) = evaluate(&dp, &xtr, &train, (batch, global), &sample)?;
     // The checkpoint round trip: save, load into a new trainer, evaluate again.
     let reloaded_test_accuracy = match checkpoint {
         Some(prefix) => {
-            let aux = dp.executors()[0].aux_dict();
-            ndfile::save_checkpoint(prefix, epochs, &sym, &dp.params(), &aux)?;
+            // Every rank holds the same weights: rank 0 writes them, the others wait for the
+            // file (the prefix must be on a file system every rank sees).
+            if rank == 0 {
+                let aux = dp.executors()[0].aux_dict();
+                ndfile::save_checkpoint(prefix, epochs, &sym, &dp.params(), &aux)?;
+            }
+            dp.kvstore().barrier()?;
             let ck = ndfile::load_checkpoint(prefix, epochs, &rt, host)?;
-            let fresh = trainer(&ck.symbol)?;
+            let fresh = trainer(&ck.symbol, KVStore::create(&rt, kvstore)?)?;
             fresh.set_params(&ck.arg_params)?;
             for exec in fresh.executors() {
                 exec.copy_params_from(&HashMap::new(), &ck.aux_params, false)?;
             }
-            Some(evaluate(&fresh, &xte, &test, batch, &sample)?.0)
+            Some(evaluate(&fresh, &xte, &test, (batch, global), &sample)?.0)
         }
         None => None,
     };
@@ -363,6 +379,8 @@ pub fn train(
             .iter()
             .map(|(c, m)| (*c, m.planned_bytes, m.allocated_bytes))
             .collect(),
+        rank,
+        workers,
     })
 }
 
@@ -385,7 +403,9 @@ struct Args {
     #[arg(long = "save", value_name = "PREFIX")]
     checkpoint: Option<String>,
     /// The store that sums the devices' gradients and updates the weights: `device` (on the
-    /// first device) or `local` (on the CPU).
+    /// first device), `local` (on the CPU), or `dist_sync` / `dist_device_sync` across
+    /// processes (built with `--features mpi`, launched with `mpiexec -n N`; each process
+    /// takes its share of every batch of 32).
     #[arg(long, default_value = "device")]
     kvstore: String,
 }
@@ -399,28 +419,31 @@ fn main() {
         kvstore,
     } = Args::parse();
     let mut report = serde_json::Map::new();
+    // With a store across processes every rank trains the same weights; rank 0 reports.
+    let mut rank = 0;
     for (model, key, label) in [
         (Model::Mlp, "mlp", "mlp 64-128-64-10"),
         (Model::Cnn, "cnn", "cnn conv16-pool-64-10"),
         (Model::Lstm, "lstm", "lstm 8 rows-32-10"),
     ] {
-        if !json {
+        if !json && rank == 0 {
             println!("== {label}");
         }
         let prefix = checkpoint.as_ref().map(|p| format!("{p}-{key}"));
         match train(model, epochs, &contexts, &kvstore, !json, prefix.as_deref()) {
             Ok(r) => {
+                rank = r.rank;
                 let devices: Vec<_> = r
                     .devices
                     .iter()
                     .map(|(c, planned, allocated)| serde_json::json!({"context": c.to_string(), "planned_bytes": planned, "allocated_bytes": allocated}))
                     .collect();
-                let mut entry = serde_json::json!({"test_accuracy": r.test_accuracy, "train_loss": r.train_loss, "seconds": r.seconds, "samples_per_second": r.samples_per_second, "planned_bytes": r.planned_bytes, "no_reuse_bytes": r.no_reuse_bytes, "devices": devices});
+                let mut entry = serde_json::json!({"test_accuracy": r.test_accuracy, "train_loss": r.train_loss, "seconds": r.seconds, "samples_per_second": r.samples_per_second, "planned_bytes": r.planned_bytes, "no_reuse_bytes": r.no_reuse_bytes, "devices": devices, "workers": r.workers});
                 if let Some(acc) = r.reloaded_test_accuracy {
                     entry["reloaded_test_accuracy"] = acc.into();
                 }
                 report.insert(key.into(), entry);
-                if !json {
+                if !json && rank == 0 {
                     println!(
                         "{label}: train loss {:.4}, test accuracy {:.2}% in {:.2} s ({:.0} samples/s); internal entries {} bytes without reuse, {} planned",
                         r.train_loss,
@@ -448,7 +471,7 @@ fn main() {
             }
         }
     }
-    if json {
+    if json && rank == 0 {
         println!("{}", serde_json::Value::Object(report));
     }
 }

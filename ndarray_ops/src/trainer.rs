@@ -319,11 +319,15 @@ impl DataParallel {
         // The last layers' gradients are ready first: push them first, at the normal priority, so
         // that each sum starts as soon as its gradients exist. The first layers' pulls run first
         // among those ready (priority 0, then -1, -2, ...): the next forward needs them first.
-        for (i, p) in self.params.iter().enumerate().rev() {
-            let priority = -i32::try_from(i).unwrap_or(i32::MAX);
+        // Every push before the first pull, so that a store across processes sends the small
+        // gradients together (its bucket is sent at the first pull).
+        for p in self.params.iter().rev() {
             let grads: Vec<&NDArray> = p.grads.iter().collect();
-            let weights: Vec<&NDArray> = p.weights.iter().collect();
             self.kv.push(p.name.as_str(), &grads, 0)?;
+        }
+        for (i, p) in self.params.iter().enumerate() {
+            let priority = -i32::try_from(i).unwrap_or(i32::MAX);
+            let weights: Vec<&NDArray> = p.weights.iter().collect();
             self.kv.pull(p.name.as_str(), &weights, priority)?;
         }
         Ok(())

@@ -86,6 +86,12 @@ fn sums_optimizers_and_errors_across_two_ranks() {
         assert_eq!(lines(&out, r, "init"), vec!["[1.0, 2.0, 3.0]"], "{out}");
         // (1 + 2) per rank and device, two devices each: 2 * (1 + 2) * [1, 1, 1] ...
         assert_eq!(lines(&out, r, "sum"), vec!["[6.0, 12.0, 18.0]"], "{out}");
+        // Key 10 + k, element i: (10k + i) + (10k + i + 1).
+        assert_eq!(
+            lines(&out, r, "bucket"),
+            vec!["[[1.0], [21.0, 23.0, 25.0, 27.0, 29.0], [41.0, 43.0]]"],
+            "{out}"
+        );
         let bad = lines(&out, r, "mismatch");
         assert_eq!(bad.len(), 1, "{out}");
         assert!(
@@ -135,6 +141,34 @@ fn sums_optimizers_and_errors_rank() {
     kv.push(0, &refs, 0).unwrap();
     kv.pull(0, &[&out], 0).unwrap();
     say("sum", format!("{:?}", values(&out)));
+
+    // Three keys pushed before a pull travel as one packed bucket.
+    let sizes = [1usize, 5, 2];
+    for (k, &n) in sizes.iter().enumerate() {
+        kv.init(
+            10 + k as i32,
+            &rt.zeros(&[n], ndarray_ops::DType::F32, host).unwrap(),
+        )
+        .unwrap();
+    }
+    let pushed: Vec<NDArray> = sizes
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| {
+            let v: Vec<f32> = (0..n).map(|i| (10 * k + i + rank) as f32).collect();
+            rt.from_vec(v, &[n], host).unwrap()
+        })
+        .collect();
+    for (k, v) in pushed.iter().enumerate() {
+        kv.push(10 + k as i32, &[v], 0).unwrap();
+    }
+    let mut got = vec![];
+    for (k, &n) in sizes.iter().enumerate() {
+        let o = rt.zeros(&[n], ndarray_ops::DType::F32, host).unwrap();
+        kv.pull(10 + k as i32, &[&o], 0).unwrap();
+        got.push(values(&o));
+    }
+    say("bucket", format!("{got:?}"));
 
     // A size that differs between ranks.
     let size = 3 + rank;

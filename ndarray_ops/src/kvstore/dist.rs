@@ -8,11 +8,19 @@
 //! runs, hands its work to the thread under that ticket, and the thread runs the work strictly in
 //! ticket order, holding back work that arrives early.
 //!
+//! Sums are **bucketed**: a store collects the values pushed for its keys (after each key's sum
+//! within the process) and sends them as one contiguous buffer, one allreduce for many small
+//! gradients, when the bucket holds `MXRS_KVSTORE_BUCKET_BYTES` (default 4 MiB, the same on
+//! every rank) or before anything that must see them (a pull, a barrier, an init). A trainer
+//! pushes every parameter, then pulls them, so a model's small gradients travel together while
+//! large ones go as soon as their bucket is full, overlapping the rest of the backward pass.
+//!
 //! An engine op that never runs (an input failed) still owes its ticket: dropping it hands the
 //! thread a stand-in that joins the collective with zeros, so the other ranks are not left
-//! waiting, and marks itself failed. Every sum carries each rank's health (a second, one-integer
-//! allreduce): where a rank contributed nothing, every rank fails that key's op, with the same
-//! message, so the update is skipped everywhere and the ranks' weights stay equal.
+//! waiting. Every sum carries each rank's health (one more element in a packed bucket, a second
+//! one-integer allreduce for a single array): where a rank contributed nothing, every rank fails
+//! the bucket's op with the same message, so its updates are skipped everywhere and the ranks'
+//! weights stay equal.
 //!
 //! A collective that does not complete within the timeout (`MXRS_KVSTORE_TIMEOUT` seconds,
 //! default 120: a peer died or stalled) ends the job with `MPI_Abort` after printing which rank,
@@ -28,18 +36,19 @@ use std::time::{Duration, Instant};
 use mpi::collective::SystemOperation;
 use mpi::traits::*;
 
+use super::Key;
 use crate::error::{invalid, Result};
 use crate::ops::TensorRef;
-use crate::DType;
+use crate::{DType, NDArray};
 
 /// One collective.
 pub(super) enum Work {
-    /// `recv` = the sum over ranks of `send`.
-    Sum { send: TensorRef, recv: TensorRef },
+    /// Each `recv` = the sum over ranks of its `send` (one dtype).
+    Sum { parts: Vec<(TensorRef, TensorRef)> },
     /// `buf` = rank 0's `buf`.
     Broadcast { buf: TensorRef },
-    /// This rank's op for a sum never ran: join it with zeros of this many elements.
-    SkippedSum { len: usize, dtype: DType },
+    /// This rank's op for a sum never ran: join it with zeros of these lengths.
+    SkippedSum { lens: Vec<usize>, dtype: DType },
     /// This rank's op for a broadcast never ran: join it with a scratch buffer.
     SkippedBroadcast { len: usize, dtype: DType },
     /// Every rank's `(key, elements)`, to check they agree before a key is used.
@@ -191,7 +200,9 @@ fn serve(
     }
 }
 
-/// Waits for `req` to complete, testing it; past `limit`, ends the job.
+/// Waits for `req` to complete, testing it (which also drives MPI's progress): at first
+/// yielding the core between tests, after a millisecond sleeping briefly, so that a long sum
+/// does not hold a core the engine's workers need; past `limit`, ends the job.
 fn finish<'a, D: ?Sized, S: mpi::request::Scope<'a>>(
     world: &mpi::topology::SimpleCommunicator,
     mut req: mpi::request::Request<'a, D, S>,
@@ -207,8 +218,12 @@ fn finish<'a, D: ?Sized, S: mpi::request::Scope<'a>>(
             Err(pending) => req = pending,
         }
         spins += 1;
-        if spins > 256 {
-            std::thread::sleep(Duration::from_micros(20));
+        if spins < 64 {
+            std::hint::spin_loop();
+        } else if start.elapsed() < Duration::from_millis(1) {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
         }
         if start.elapsed() > limit {
             eprintln!(
@@ -219,6 +234,73 @@ fn finish<'a, D: ?Sized, S: mpi::request::Scope<'a>>(
             world.abort(70);
         }
     }
+}
+
+/// What a sum tells its op: every rank gave a value, or which did not.
+fn sum_result(
+    what: &str,
+    healthy: usize,
+    size: usize,
+    mine: &str,
+) -> std::result::Result<(), String> {
+    match healthy == size {
+        true => Ok(()),
+        false => Err(format!(
+            "{what}: {} of {size} ranks had no value to give (their op failed{mine}); the sum \
+             is not applied on any rank",
+            size - healthy
+        )),
+    }
+}
+
+/// Sums each part's send buffer over the ranks into its receive buffer; returns how many ranks
+/// were healthy. One part goes as it is (its health in a second, one-integer allreduce); several
+/// are packed into one buffer with the health as its last element, one allreduce for all.
+fn sum_parts<T>(
+    world: &mpi::topology::SimpleCommunicator,
+    rank: usize,
+    mut parts: Vec<(&mut [T], &mut [T])>,
+    ok: bool,
+    what: &str,
+    limit: Duration,
+) -> usize
+where
+    T: mpi::datatype::Equivalence + Copy + Default + num_traits::NumCast,
+{
+    if let [(send, recv)] = &mut parts[..] {
+        mpi::request::scope(|scope| {
+            let req = world.immediate_all_reduce_into(
+                scope,
+                &send[..],
+                &mut recv[..],
+                SystemOperation::sum(),
+            );
+            finish(world, req, rank, what, limit);
+        });
+        return healthy_ranks(world, ok, rank, what, limit) as usize;
+    }
+    let total: usize = parts.iter().map(|(s, _)| s.len()).sum();
+    let mut packed: Vec<T> = Vec::with_capacity(total + 1);
+    for (send, _) in &parts {
+        packed.extend_from_slice(send);
+    }
+    packed.push(T::from(u8::from(ok)).unwrap_or_default());
+    let mut sums = vec![T::default(); total + 1];
+    mpi::request::scope(|scope| {
+        let req = world.immediate_all_reduce_into(
+            scope,
+            &packed[..],
+            &mut sums[..],
+            SystemOperation::sum(),
+        );
+        finish(world, req, rank, what, limit);
+    });
+    let mut at = 0;
+    for (_, recv) in &mut parts {
+        recv.copy_from_slice(&sums[at..at + recv.len()]);
+        at += recv.len();
+    }
+    num_traits::cast::<T, usize>(sums[total]).unwrap_or(0)
 }
 
 /// One health flag per rank, summed: how many ranks contributed.
@@ -284,40 +366,27 @@ fn execute(
     let what = req.what.as_str();
     let size = world.size() as usize;
     match &req.work {
-        Work::Sum { send, recv } => {
-            by_dtype!(send.dtype, T => {
-                // SAFETY: the sum's engine op reads `send` and writes `recv` and is running.
-                let (s, r) = unsafe { (slice_mut::<T>(send), slice_mut::<T>(recv)) };
-                mpi::request::scope(|scope| {
-                    let req = world.immediate_all_reduce_into(scope, &s[..], &mut r[..], SystemOperation::sum());
-                    finish(world, req, rank, what, limit);
-                });
+        Work::Sum { parts } => {
+            let dtype = parts.first().map_or(DType::F32, |p| p.0.dtype);
+            let healthy = by_dtype!(dtype, T => {
+                // SAFETY: the sum's engine op reads every `send` and writes every `recv` and is
+                // running.
+                let views: Vec<(&mut [T], &mut [T])> = parts
+                    .iter()
+                    .map(|(s, r)| unsafe { (slice_mut::<T>(s), slice_mut::<T>(r)) })
+                    .collect();
+                sum_parts(world, rank, views, true, what, limit)
             });
-            let healthy = healthy_ranks(world, true, rank, what, limit) as usize;
-            match healthy == size {
-                true => Ok(()),
-                false => Err(format!(
-                    "{what}: {} of {size} ranks had no value to give (their op failed); the sum \
-                     is not applied on any rank",
-                    size - healthy
-                )),
-            }
+            sum_result(what, healthy, size, "")
         }
-        Work::SkippedSum { len, dtype } => {
-            by_dtype!(*dtype, T => {
-                let s = vec![T::default(); *len];
-                let mut r = vec![T::default(); *len];
-                mpi::request::scope(|scope| {
-                    let req = world.immediate_all_reduce_into(scope, &s[..], &mut r[..], SystemOperation::sum());
-                    finish(world, req, rank, what, limit);
-                });
+        Work::SkippedSum { lens, dtype } => {
+            let healthy = by_dtype!(*dtype, T => {
+                let mut bufs: Vec<(Vec<T>, Vec<T>)> =
+                    lens.iter().map(|&n| (vec![T::default(); n], vec![T::default(); n])).collect();
+                let views = bufs.iter_mut().map(|(s, r)| (&mut s[..], &mut r[..])).collect();
+                sum_parts(world, rank, views, false, what, limit)
             });
-            let healthy = healthy_ranks(world, false, rank, what, limit) as usize;
-            Err(format!(
-                "{what}: {} of {size} ranks had no value to give (their op failed, this rank's \
-                 among them); the sum is not applied on any rank",
-                size - healthy
-            ))
+            sum_result(what, healthy, size, ", this rank's among them")
         }
         Work::Broadcast { buf } => {
             by_dtype!(buf.dtype, T => {
@@ -385,6 +454,92 @@ fn execute(
             Ok(())
         }
     }
+}
+
+/// A collective's ticket, held by its engine op: if the op is dropped without running (an
+/// input failed), the ticket still joins the collective (see `dist`).
+struct Ticket {
+    comm: &'static Comm,
+    number: u64,
+    what: String,
+    /// The stand-in work if the op never runs.
+    skipped: Option<Work>,
+}
+
+impl Ticket {
+    fn submit(mut self, work: Work, done: Done) {
+        self.skipped = None;
+        self.comm
+            .submit(self.number, std::mem::take(&mut self.what), work, done);
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if let Some(work) = self.skipped.take() {
+            let what = std::mem::take(&mut self.what);
+            self.comm.submit(self.number, what, work, Box::new(|_| {}));
+        }
+    }
+}
+
+/// Pushes the engine op that sums each pending value over the ranks into its `reduced` array:
+/// one collective for the whole bucket (one dtype).
+pub(super) fn push_sum(comm: &'static Comm, parts: &[super::Pending]) -> Result<()> {
+    let Some(first) = parts.first() else {
+        return Ok(());
+    };
+    let keys: Vec<String> = parts.iter().map(|p| p.key.to_string()).collect();
+    let what = match keys.len() {
+        1 => format!("the sum of key {} across ranks", keys[0]),
+        n => format!("the sum of {n} keys ({}) across ranks", keys.join(", ")),
+    };
+    let ticket = Ticket {
+        comm,
+        number: comm.ticket(),
+        what,
+        skipped: Some(Work::SkippedSum {
+            lens: parts.iter().map(|p| p.merged.size()).collect(),
+            dtype: first.merged.dtype(),
+        }),
+    };
+    let tensors: Vec<(TensorRef, TensorRef)> = parts
+        .iter()
+        .map(|p| (p.merged.tensor(), p.reduced.tensor()))
+        .collect();
+    let op = engine::Op::asynchronous("kvstore_allreduce", move |_, done| {
+        ticket.submit(
+            Work::Sum { parts: tensors },
+            Box::new(move |result| done.complete(result.map_err(Into::into))),
+        );
+    })
+    .on(first.reduced.ctx())
+    .reads(parts.iter().map(|p| p.merged.var()))
+    .writes(parts.iter().map(|p| p.reduced.var()));
+    Ok(first.reduced.runtime().engine().push(op)?)
+}
+
+/// Pushes the engine op that overwrites `buf` with rank 0's.
+pub(super) fn push_broadcast(comm: &'static Comm, key: &Key, buf: &NDArray) -> Result<()> {
+    let ticket = Ticket {
+        comm,
+        number: comm.ticket(),
+        what: format!("the broadcast of key {key} from rank 0"),
+        skipped: Some(Work::SkippedBroadcast {
+            len: buf.size(),
+            dtype: buf.dtype(),
+        }),
+    };
+    let b = buf.tensor();
+    let op = engine::Op::asynchronous("kvstore_broadcast", move |_, done| {
+        ticket.submit(
+            Work::Broadcast { buf: b },
+            Box::new(move |result| done.complete(result.map_err(Into::into))),
+        );
+    })
+    .on(buf.ctx())
+    .write(buf.var());
+    Ok(buf.runtime().engine().push(op)?)
 }
 
 /// A stable hash of a key's text (FNV-1a), the same on every rank.

@@ -132,6 +132,37 @@ struct Entry {
     sum_attrs: (usize, Attrs),
 }
 
+/// A pushed value waiting in the bucket for its sum across processes, and what its update
+/// then needs.
+pub(crate) struct Pending {
+    key: Key,
+    /// The sum within this process.
+    merged: NDArray,
+    /// Where the sum over the ranks lands.
+    reduced: NDArray,
+    stored: NDArray,
+    priority: i32,
+}
+
+/// The values pushed but not yet sent across processes, and their bytes.
+#[derive(Default)]
+struct Bucket {
+    parts: Vec<Pending>,
+    bytes: usize,
+}
+
+/// How many bytes a bucket collects before it is sent (`MXRS_KVSTORE_BUCKET_BYTES`, 4 MiB by
+/// default; it must be the same on every rank).
+fn bucket_limit() -> usize {
+    static LIMIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        std::env::var("MXRS_KVSTORE_BUCKET_BYTES")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(4 << 20)
+    })
+}
+
 /// A key-value store over one runtime's engine.
 pub struct KVStore {
     rt: Arc<Runtime>,
@@ -140,6 +171,8 @@ pub struct KVStore {
     comm: Option<&'static dist::Comm>,
     entries: Mutex<BTreeMap<Key, Entry>>,
     updater: Mutex<Option<Box<dyn Updater>>>,
+    /// Across processes: the values waiting to be summed over the ranks.
+    bucket: Mutex<Bucket>,
 }
 
 impl fmt::Debug for KVStore {
@@ -203,6 +236,7 @@ impl KVStore {
             comm,
             entries: Mutex::new(BTreeMap::new()),
             updater: Mutex::new(None),
+            bucket: Mutex::new(Bucket::default()),
         })
     }
 
@@ -231,6 +265,7 @@ impl KVStore {
 
     /// Waits until every worker reaches the barrier: at once within one process.
     pub fn barrier(&self) -> Result<()> {
+        self.flush("barrier")?;
         #[cfg(feature = "mpi")]
         if let Some(c) = self.comm {
             return c.run("barrier".to_string(), dist::Work::Barrier);
@@ -259,6 +294,7 @@ impl KVStore {
     }
 
     fn init_entry(&self, key: Key, value: &NDArray, share: bool) -> Result<()> {
+        self.flush("init")?;
         let mut entries = self.entries.lock();
         if entries.contains_key(&key) {
             return Err(invalid(
@@ -293,7 +329,7 @@ impl KVStore {
         // Across processes, every rank starts from rank 0's value.
         #[cfg(feature = "mpi")]
         if let Some(c) = self.comm {
-            push_broadcast(c, &key, &stored)?;
+            dist::push_broadcast(c, &key, &stored)?;
         }
         entries.insert(
             key,
@@ -345,23 +381,86 @@ impl KVStore {
     pub fn push(&self, key: impl Into<Key>, values: &[&NDArray], priority: i32) -> Result<()> {
         let key = key.into();
         let mut updater = self.lock_updater("push")?;
-        let (merged, stored) = {
+        let (merged, stored, reduced) = {
             let mut entries = self.entries.lock();
             let e = entries.get_mut(&key).ok_or_else(|| unknown("push", &key))?;
             Self::check("push", &key, &e.stored, values)?;
             let merged = self.merge(e, values, priority)?;
-            (
-                self.across_ranks(&key, e, merged, priority)?,
-                e.stored.clone(),
-            )
+            (merged, e.stored.clone(), e.reduced.clone())
         };
+        let Some(reduced) = reduced else {
+            return self.update(&mut updater, &key, &merged, &stored, priority);
+        };
+        // Across processes: the value joins the bucket, and its update waits for the bucket's sum.
+        // A bucket holds one dtype and each key once (a key's buffers serve one push at a time).
+        let bytes = merged.size() * merged.dtype().size();
+        let mut bucket = self.bucket.lock();
+        let clash = |p: &Pending| p.key == key || p.merged.dtype() != merged.dtype();
+        if bucket.parts.iter().any(clash) {
+            drop(bucket);
+            self.flush_with(&mut updater)?;
+            bucket = self.bucket.lock();
+        }
+        bucket.parts.push(Pending {
+            key,
+            merged,
+            reduced,
+            stored,
+            priority,
+        });
+        bucket.bytes += bytes;
+        let full = bucket.bytes >= bucket_limit();
+        drop(bucket);
+        match full {
+            true => self.flush_with(&mut updater),
+            false => Ok(()),
+        }
+    }
+
+    /// Updates `stored` from `merged`: with the updater, or by replacing it.
+    fn update(
+        &self,
+        updater: &mut Option<Box<dyn Updater>>,
+        key: &Key,
+        merged: &NDArray,
+        stored: &NDArray,
+        priority: i32,
+    ) -> Result<()> {
         match updater.as_mut() {
             Some(u) => {
                 let _inside = Updating::enter(self);
-                u.update(&key, &merged, &stored)
+                u.update(key, merged, stored)
             }
-            None => push_copy(&merged, &stored, priority),
+            None => push_copy(merged, stored, priority),
         }
+    }
+
+    /// Sends the bucket: one sum over the ranks of every value in it, then their updates.
+    fn flush_with(&self, updater: &mut Option<Box<dyn Updater>>) -> Result<()> {
+        let parts = std::mem::take(&mut *self.bucket.lock()).parts;
+        if parts.is_empty() {
+            return Ok(());
+        }
+        #[cfg(feature = "mpi")]
+        if let Some(c) = self.comm {
+            dist::push_sum(c, &parts)?;
+        }
+        let mut first_error = None;
+        for p in &parts {
+            if let Err(e) = self.update(updater, &p.key, &p.reduced, &p.stored, p.priority) {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Sends the bucket, if anything waits in it, before a call that must see its sums.
+    fn flush(&self, op: &str) -> Result<()> {
+        if self.bucket.lock().parts.is_empty() {
+            return Ok(());
+        }
+        let mut updater = self.lock_updater(op)?;
+        self.flush_with(&mut updater)
     }
 
     /// The updater's lock, refused from inside this store's updater (where it is held).
@@ -419,30 +518,10 @@ impl KVStore {
         Ok(e.merged.clone())
     }
 
-    /// The sum of `merged` over the ranks, for a store across processes (`merged` itself for
-    /// one within a process).
-    fn across_ranks(
-        &self,
-        key: &Key,
-        e: &Entry,
-        merged: NDArray,
-        priority: i32,
-    ) -> Result<NDArray> {
-        let Some(reduced) = &e.reduced else {
-            return Ok(merged);
-        };
-        #[cfg(feature = "mpi")]
-        if let Some(c) = self.comm {
-            push_sum(c, key, &merged, reduced, priority)?;
-        }
-        #[cfg(not(feature = "mpi"))]
-        let _ = (key, priority);
-        Ok(reduced.clone())
-    }
-
     /// Copies `key`'s stored value into every array of `outs`. Returns at once.
     pub fn pull(&self, key: impl Into<Key>, outs: &[&NDArray], priority: i32) -> Result<()> {
         let key = key.into();
+        self.flush("pull")?;
         let stored = {
             let entries = self.entries.lock();
             let e = entries.get(&key).ok_or_else(|| unknown("pull", &key))?;
@@ -459,6 +538,7 @@ impl KVStore {
     /// `set_params`). Returns at once.
     pub fn assign(&self, key: impl Into<Key>, value: &NDArray) -> Result<()> {
         let key = key.into();
+        self.flush("assign")?;
         let stored = {
             let entries = self.entries.lock();
             let e = entries.get(&key).ok_or_else(|| unknown("assign", &key))?;
@@ -506,6 +586,7 @@ impl KVStore {
     /// Writes the updater's state (an optimizer's momenta) to `path`, in MXNet's `.nd` format,
     /// atomically: a failure leaves any previous file as it was.
     pub fn save_optimizer_states(&self, path: impl AsRef<Path>) -> Result<()> {
+        self.flush("save_optimizer_states")?;
         let states = match self.lock_updater("save_optimizer_states")?.as_ref() {
             Some(u) => u.states(),
             None => {
@@ -521,6 +602,7 @@ impl KVStore {
 
     /// Restores the state [`KVStore::save_optimizer_states`] wrote.
     pub fn load_optimizer_states(&self, path: impl AsRef<Path>) -> Result<()> {
+        self.flush("load_optimizer_states")?;
         let mut slot = self.lock_updater("load_optimizer_states")?;
         let u = slot.as_mut().ok_or_else(|| {
             invalid(
@@ -558,6 +640,14 @@ impl KVStore {
     }
 }
 
+impl Drop for KVStore {
+    /// Sends what waits in the bucket: every rank drops its store at the same point of its
+    /// program, and a push is never lost.
+    fn drop(&mut self) {
+        let _ = self.flush("drop");
+    }
+}
+
 thread_local! {
     /// The store whose updater this thread is running (its address), or 0.
     static UPDATING: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
@@ -590,92 +680,6 @@ fn push_copy(src: &NDArray, dst: &NDArray, priority: i32) -> Result<()> {
     }
     let op = src.copy_op(dst, "kvstore_copy")?.priority(priority);
     Ok(src.runtime().engine().push(op)?)
-}
-
-/// A collective's ticket, held by its engine op: if the op is dropped without running (an
-/// input failed), the ticket still joins the collective (see `dist`).
-#[cfg(feature = "mpi")]
-struct Ticket {
-    comm: &'static dist::Comm,
-    number: u64,
-    what: String,
-    /// The stand-in work if the op never runs.
-    skipped: Option<dist::Work>,
-}
-
-#[cfg(feature = "mpi")]
-impl Ticket {
-    fn submit(mut self, work: dist::Work, done: dist::Done) {
-        self.skipped = None;
-        self.comm
-            .submit(self.number, std::mem::take(&mut self.what), work, done);
-    }
-}
-
-#[cfg(feature = "mpi")]
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        if let Some(work) = self.skipped.take() {
-            let what = std::mem::take(&mut self.what);
-            self.comm.submit(self.number, what, work, Box::new(|_| {}));
-        }
-    }
-}
-
-/// Pushes the engine op that sums `send` over the ranks into `recv`.
-#[cfg(feature = "mpi")]
-fn push_sum(
-    comm: &'static dist::Comm,
-    key: &Key,
-    send: &NDArray,
-    recv: &NDArray,
-    priority: i32,
-) -> Result<()> {
-    let ticket = Ticket {
-        comm,
-        number: comm.ticket(),
-        what: format!("the sum of key {key} across ranks"),
-        skipped: Some(dist::Work::SkippedSum {
-            len: send.size(),
-            dtype: send.dtype(),
-        }),
-    };
-    let (s, r) = (send.tensor(), recv.tensor());
-    let op = engine::Op::asynchronous("kvstore_allreduce", move |_, done| {
-        ticket.submit(
-            dist::Work::Sum { send: s, recv: r },
-            Box::new(move |result| done.complete(result.map_err(Into::into))),
-        );
-    })
-    .on(recv.ctx())
-    .priority(priority)
-    .read(send.var())
-    .write(recv.var());
-    Ok(recv.runtime().engine().push(op)?)
-}
-
-/// Pushes the engine op that overwrites `buf` with rank 0's.
-#[cfg(feature = "mpi")]
-fn push_broadcast(comm: &'static dist::Comm, key: &Key, buf: &NDArray) -> Result<()> {
-    let ticket = Ticket {
-        comm,
-        number: comm.ticket(),
-        what: format!("the broadcast of key {key} from rank 0"),
-        skipped: Some(dist::Work::SkippedBroadcast {
-            len: buf.size(),
-            dtype: buf.dtype(),
-        }),
-    };
-    let b = buf.tensor();
-    let op = engine::Op::asynchronous("kvstore_broadcast", move |_, done| {
-        ticket.submit(
-            dist::Work::Broadcast { buf: b },
-            Box::new(move |result| done.complete(result.map_err(Into::into))),
-        );
-    })
-    .on(buf.ctx())
-    .write(buf.var());
-    Ok(buf.runtime().engine().push(op)?)
 }
 
 /// Pushes registry op `name` of `inputs` into `out` with `priority`.
