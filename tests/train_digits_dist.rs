@@ -68,8 +68,15 @@ fn ranks_train() {
     };
     for (model, name) in MODELS {
         let prefix = format!("{}-{name}", prefix.to_string_lossy());
-        let r = train_digits::train(model, 5, &[Context::cpu(0)], "dist_sync", false, Some(&prefix))
-            .unwrap();
+        let r = train_digits::train(
+            model,
+            5,
+            &[Context::cpu(0)],
+            "dist_sync",
+            false,
+            Some(&prefix),
+        )
+        .unwrap();
         assert_eq!(r.workers, 2);
         println!("rank{} {name} accuracy {}", r.rank, r.test_accuracy);
     }

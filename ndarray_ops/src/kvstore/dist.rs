@@ -55,6 +55,13 @@ pub(super) enum Work {
     Agree { key: String, elements: u64 },
     /// Wait for every rank.
     Barrier,
+    /// Time `iters` of the MPI library's own allreduce of `len` floats (the baseline a store's
+    /// sums are measured against); the mean seconds go into `seconds`.
+    Measure {
+        len: usize,
+        iters: usize,
+        seconds: std::sync::Arc<parking_lot::Mutex<f64>>,
+    },
 }
 
 /// What a finished collective tells its op: `Err` with the message every rank gives.
@@ -190,7 +197,7 @@ fn serve(
 ) {
     let mut early: BTreeMap<u64, Request> = BTreeMap::new();
     let mut expected = 0u64;
-    while let Ok(req) = rx.recv() {
+    while let Some(req) = next_request(&rx) {
         early.insert(req.ticket, req);
         while let Some(req) = early.remove(&expected) {
             expected += 1;
@@ -200,9 +207,24 @@ fn serve(
     }
 }
 
-/// Waits for `req` to complete, testing it (which also drives MPI's progress): at first
-/// yielding the core between tests, after a millisecond sleeping briefly, so that a long sum
-/// does not hold a core the engine's workers need; past `limit`, ends the job.
+/// The next request: looked for without blocking for a few microseconds first (a training
+/// step's requests come in quick succession, and waking a blocked thread costs more), then
+/// waited for. `None` once every sender is gone.
+fn next_request(rx: &mpsc::Receiver<Request>) -> Option<Request> {
+    for _ in 0..200 {
+        match rx.try_recv() {
+            Ok(req) => return Some(req),
+            Err(mpsc::TryRecvError::Empty) => std::thread::yield_now(),
+            Err(mpsc::TryRecvError::Disconnected) => return None,
+        }
+    }
+    rx.recv().ok()
+}
+
+/// Waits for `req` to complete, testing it (which also drives MPI's progress: a sum over shared
+/// memory moves only while its processes poll), yielding the core between tests to any thread
+/// that needs it; after 200 ms (a peer is late) sleeping briefly between tests; past `limit`,
+/// ends the job.
 fn finish<'a, D: ?Sized, S: mpi::request::Scope<'a>>(
     world: &mpi::topology::SimpleCommunicator,
     mut req: mpi::request::Request<'a, D, S>,
@@ -220,7 +242,7 @@ fn finish<'a, D: ?Sized, S: mpi::request::Scope<'a>>(
         spins += 1;
         if spins < 64 {
             std::hint::spin_loop();
-        } else if start.elapsed() < Duration::from_millis(1) {
+        } else if start.elapsed() < Duration::from_millis(200) {
             std::thread::yield_now();
         } else {
             std::thread::sleep(Duration::from_micros(50));
@@ -267,7 +289,10 @@ fn sum_parts<T>(
 where
     T: mpi::datatype::Equivalence + Copy + Default + num_traits::NumCast,
 {
-    if let [(send, recv)] = &mut parts[..] {
+    // A large array alone is summed where it lies; small ones are packed (one collective
+    // instead of two: the health rides along).
+    let total: usize = parts.iter().map(|(s, _)| s.len()).sum();
+    if let ([(send, recv)], true) = (&mut parts[..], total * size_of::<T>() >= 64 << 10) {
         mpi::request::scope(|scope| {
             let req = world.immediate_all_reduce_into(
                 scope,
@@ -279,7 +304,6 @@ where
         });
         return healthy_ranks(world, ok, rank, what, limit) as usize;
     }
-    let total: usize = parts.iter().map(|(s, _)| s.len()).sum();
     let mut packed: Vec<T> = Vec::with_capacity(total + 1);
     for (send, _) in &parts {
         packed.extend_from_slice(send);
@@ -451,6 +475,21 @@ fn execute(
         Work::Barrier => {
             let req = world.immediate_barrier();
             finish(world, req, rank, what, limit);
+            Ok(())
+        }
+        Work::Measure {
+            len,
+            iters,
+            seconds,
+        } => {
+            let send = vec![1f32; *len];
+            let mut recv = vec![0f32; *len];
+            world.barrier();
+            let start = Instant::now();
+            for _ in 0..*iters {
+                world.all_reduce_into(&send[..], &mut recv[..], SystemOperation::sum());
+            }
+            *seconds.lock() = start.elapsed().as_secs_f64() / (*iters).max(1) as f64;
             Ok(())
         }
     }

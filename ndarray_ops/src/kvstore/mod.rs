@@ -273,6 +273,28 @@ impl KVStore {
         Ok(())
     }
 
+    /// The mean seconds of the MPI library's own allreduce of `elements` floats over this
+    /// store's processes, `iters` times (every rank must call it): the floor a store's sums are
+    /// measured against. An error for a store within one process.
+    pub fn mpi_allreduce_seconds(&self, elements: usize, iters: usize) -> Result<f64> {
+        #[cfg(feature = "mpi")]
+        if let Some(c) = self.comm {
+            let seconds = Arc::new(Mutex::new(0.0));
+            let work = dist::Work::Measure {
+                len: elements,
+                iters,
+                seconds: seconds.clone(),
+            };
+            c.run(format!("the MPI allreduce of {elements} floats"), work)?;
+            return Ok(*seconds.lock());
+        }
+        let _ = (elements, iters);
+        Err(invalid(
+            "kvstore",
+            format!("a '{}' store does not span processes", self.kind()),
+        ))
+    }
+
     /// The device a key's value initialized from `value` lives on.
     fn home(&self, value: &NDArray) -> Context {
         match self.kind.on_cpu() {
@@ -391,6 +413,11 @@ impl KVStore {
         let Some(reduced) = reduced else {
             return self.update(&mut updater, &key, &merged, &stored, priority);
         };
+        // Without an updater the sum is the new value: it lands in the stored array directly.
+        let reduced = match updater.is_none() {
+            true => stored.clone(),
+            false => reduced,
+        };
         // Across processes: the value joins the bucket, and its update waits for the bucket's sum.
         // A bucket holds one dtype and each key once (a key's buffers serve one push at a time).
         let bytes = merged.size() * merged.dtype().size();
@@ -431,7 +458,7 @@ impl KVStore {
                 let _inside = Updating::enter(self);
                 u.update(key, merged, stored)
             }
-            None => push_copy(merged, stored, priority),
+            None => push_copy(merged, stored, priority, "kvstore_assign"),
         }
     }
 
@@ -498,7 +525,7 @@ impl KVStore {
                     s
                 }
             };
-            push_copy(v, &staged, priority)?;
+            push_copy(v, &staged, priority, "reduce_copy")?;
             parts.push(staged);
         }
         if parts.len() == 1 {
@@ -529,7 +556,7 @@ impl KVStore {
             e.stored.clone()
         };
         for o in outs {
-            push_copy(&stored, o, priority)?;
+            push_copy(&stored, o, priority, "pull_copy")?;
         }
         Ok(())
     }
@@ -545,7 +572,7 @@ impl KVStore {
             Self::check("assign", &key, &e.stored, &[value])?;
             e.stored.clone()
         };
-        push_copy(value, &stored, 0)
+        push_copy(value, &stored, 0, "kvstore_assign")
     }
 
     /// [`KVStore::push`] of `values`, then [`KVStore::pull`] into `outs`.
@@ -563,6 +590,7 @@ impl KVStore {
 
     /// Installs `updater`: every later push updates the stored value with it.
     pub fn set_updater(&self, updater: impl Updater + 'static) -> Result<()> {
+        self.flush("set_updater")?;
         *self.lock_updater("set_updater")? = Some(Box::new(updater));
         Ok(())
     }
@@ -673,12 +701,14 @@ impl Drop for Updating {
     }
 }
 
-/// Pushes the copy of `src` into `dst` with `priority`; nothing when they are one array.
-fn push_copy(src: &NDArray, dst: &NDArray, priority: i32) -> Result<()> {
+/// Pushes the copy of `src` into `dst` with `priority`, named for the profiler (`reduce_copy`: a
+/// value brought to the store's device; `pull_copy`: the stored value sent out); nothing when
+/// they are one array.
+fn push_copy(src: &NDArray, dst: &NDArray, priority: i32, name: &'static str) -> Result<()> {
     if src.var().id() == dst.var().id() && src.data_ptr() == dst.data_ptr() {
         return Ok(());
     }
-    let op = src.copy_op(dst, "kvstore_copy")?.priority(priority);
+    let op = src.copy_op(dst, name)?.priority(priority);
     Ok(src.runtime().engine().push(op)?)
 }
 

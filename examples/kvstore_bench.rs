@@ -1,0 +1,110 @@
+//! The sum across processes through a `dist_sync` KVStore against the MPI library's own
+//! allreduce, on the same payloads in the same run (`--features mpi`, under `mpiexec`):
+//!
+//! `cargo build --release --features mpi --example kvstore_bench && mpiexec -n 2 target/release/examples/kvstore_bench [--json] [--max-bytes N]`
+//!
+//! Per payload (1 KB to 64 MB, float32), the mean seconds of a push and a pull of one key
+//! waited for (the store's whole round, as a trainer uses it: the array pulled into is the one
+//! the store keeps, `init_shared`, so the sum over the ranks lands in it) and of `MPI_Allreduce`
+//! alone, each as algorithm bandwidth (payload bytes per second); `ratio` is the store's
+//! bandwidth over MPI's. Rank 0 prints. JSON:
+//! `{"processes", "results": [{"bytes", "store_seconds", "mpi_seconds", "store_gbps",
+//! "mpi_gbps", "ratio"}], "min_ratio_from_64k"}`.
+
+#[path = "common/global_allocator.rs"]
+mod global_allocator;
+
+use std::time::Instant;
+
+use clap::Parser;
+use ndarray_ops::kvstore::KVStore;
+use ndarray_ops::{DType, Runtime};
+use storage::Context;
+
+/// Bandwidth of sums across processes: the store against MPI's own allreduce.
+#[derive(Parser)]
+#[command(name = "kvstore_bench")]
+struct Args {
+    /// Print one JSON line.
+    #[arg(long)]
+    json: bool,
+    /// The largest payload, in bytes (from 1 KB, times 4 each step).
+    #[arg(long, default_value_t = 64 << 20)]
+    max_bytes: usize,
+}
+
+/// Repetitions for a payload: about 64 MB moved, at least 5 and at most 2,000.
+fn iterations(bytes: usize) -> usize {
+    ((64 << 20) / bytes).clamp(5, 2000)
+}
+
+fn main() -> ndarray_ops::Result<()> {
+    let args = Args::parse();
+    let rt = Runtime::from_env(|b| b)?;
+    let kv = KVStore::create(&rt, "dist_sync")?;
+    let host = Context::cpu(0);
+    let mut results = vec![];
+    let mut bytes = 1024;
+    let mut key = 0;
+    while bytes <= args.max_bytes {
+        let n = bytes / 4;
+        let iters = iterations(bytes);
+        let value = rt.full(&[n], 1.0, DType::F32, host)?;
+        // As a trainer does: the store keeps the array pulled into as its own, so the sum lands
+        // there with no copy.
+        let out = rt.zeros(&[n], DType::F32, host)?;
+        kv.init_shared(key, &out)?;
+        // The store and MPI alternately, twice, keeping each one's better mean.
+        let (mut store, mut mpi) = (f64::MAX, f64::MAX);
+        for _ in 0..2 {
+            kv.push(key, &[&value], 0)?;
+            kv.pull(key, &[&out], 0)?;
+            out.wait_to_read()?;
+            kv.barrier()?;
+            let start = Instant::now();
+            for _ in 0..iters {
+                kv.push(key, &[&value], 0)?;
+                kv.pull(key, &[&out], 0)?;
+                out.wait_to_read()?;
+            }
+            store = store.min(start.elapsed().as_secs_f64() / iters as f64);
+            mpi = mpi.min(kv.mpi_allreduce_seconds(n, iters)?);
+        }
+        let sum = out.to_vec::<f32>()?[0];
+        if sum != kv.num_workers() as f32 {
+            return Err(ndarray_ops::NdError::Invalid {
+                op: "kvstore_bench".into(),
+                reason: format!("the sum of ones over the ranks came out {sum}"),
+            });
+        }
+        let gbps = |s: f64| bytes as f64 / s / 1e9;
+        results.push(serde_json::json!({
+            "bytes": bytes, "store_seconds": store, "mpi_seconds": mpi,
+            "store_gbps": gbps(store), "mpi_gbps": gbps(mpi), "ratio": mpi / store,
+        }));
+        if !args.json && kv.rank() == 0 {
+            println!(
+                "{bytes:>10} B: store {:>9.1} us ({:>6.2} GB/s), MPI {:>9.1} us ({:>6.2} GB/s), ratio {:.2}",
+                store * 1e6,
+                gbps(store),
+                mpi * 1e6,
+                gbps(mpi),
+                mpi / store
+            );
+        }
+        bytes *= 4;
+        key += 1;
+    }
+    let min_ratio = results
+        .iter()
+        .filter(|r| r["bytes"].as_u64().unwrap_or(0) >= 64 << 10)
+        .filter_map(|r| r["ratio"].as_f64())
+        .fold(f64::MAX, f64::min);
+    if args.json && kv.rank() == 0 {
+        let report = serde_json::json!({
+            "processes": kv.num_workers(), "results": results, "min_ratio_from_64k": min_ratio,
+        });
+        println!("{report}");
+    }
+    Ok(())
+}
