@@ -36,6 +36,7 @@ from . import (
     context,
     initializer,
     io,
+    kvstore,
     metric,
     model,
     module,
@@ -47,6 +48,7 @@ from . import (
     test_utils,
 )
 from . import initializer as init
+from . import kvstore as kv
 from . import module as mod
 from . import ndarray as nd
 from . import symbol as sym
@@ -68,6 +70,8 @@ __all__ = [
     "init",
     "initializer",
     "io",
+    "kv",
+    "kvstore",
     "metric",
     "mod",
     "model",

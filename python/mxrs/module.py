@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import initializer as init_mod
+from . import kvstore as kv_mod
 from . import metric as metric_mod
 from . import model
 from . import optimizer as opt_mod
@@ -199,6 +200,7 @@ class Module(BaseModule):
         self._arg_params: dict[str, NDArray] = {}
         self._aux_params: dict[str, NDArray] = {}
         self._updater: opt_mod.Updater | None = None
+        self._kvstore: kv_mod.KVStore | None = None
 
     # ---- binding ---------------------------------------------------------------------------
 
@@ -343,15 +345,34 @@ class Module(BaseModule):
         optimizer_params: Any = (("learning_rate", 0.01),),
         force_init: bool = False,
     ) -> None:
-        """Sets the optimizer (a name and its parameters, or an ``Optimizer``)."""
+        """Sets the optimizer (a name and its parameters, or an ``Optimizer``). With a
+        ``KVStore`` or the name of one across processes (``dist_sync``), the store sums the
+        gradients and runs the optimizer, as MXNet's Module does: every rank starts from rank
+        0's parameters and applies the same update to the same sum. On one device a local
+        store has nothing to sum, so the update runs here."""
         if self.optimizer_initialized and not force_init:
             return
+        kv = None
+        if isinstance(kvstore, kv_mod.KVStore):
+            kv = kvstore
+        elif isinstance(kvstore, str) and kvstore.startswith("dist"):
+            kv = kv_mod.create(kvstore)
         params = dict(optimizer_params)
         if isinstance(optimizer, str):
             batch = self._executor.arg_dict[self.data_names[0]].shape[0]
+            if kv is not None and kv.type.startswith("dist") and "sync" in kv.type:
+                batch *= kv.num_workers
             params.setdefault("rescale_grad", 1.0 / batch)
             params["param_idx2name"] = dict(enumerate(self.param_names))
-        self._updater = opt_mod.get_updater(opt_mod.create(optimizer, **params))
+        opt = opt_mod.create(optimizer, **params)
+        self._updater = opt_mod.get_updater(opt)
+        self._kvstore = kv
+        if kv is not None:
+            args = self._executor.arg_dict
+            for n in self.param_names:
+                kv.init(n, args[n])
+                kv.pull(n, out=args[n])
+            kv.set_updater(self._updater)
         self.optimizer_initialized = True
 
     def forward(self, data_batch: DataBatch, is_train: bool | None = None) -> None:
@@ -373,14 +394,21 @@ class Module(BaseModule):
         self._executor.backward(out_grads)
 
     def update(self) -> None:
-        """One optimizer step of every trainable parameter from its gradient."""
+        """One optimizer step of every trainable parameter from its gradient (through the
+        store, when there is one: every gradient pushed, then every parameter pulled, the
+        first layers' first)."""
         if self._updater is None:
             raise MXNetError("Module: call init_optimizer first")
         ex = self._executor
-        for i, n in enumerate(self.param_names):
-            grad = ex.grad_dict.get(n)
-            if grad is not None:
-                self._updater(i, grad, ex.arg_dict[n])
+        trained = [(i, n) for i, n in enumerate(self.param_names) if n in ex.grad_dict]
+        if self._kvstore is None:
+            for i, n in trained:
+                self._updater(i, ex.grad_dict[n], ex.arg_dict[n])
+            return
+        for i, n in reversed(trained):
+            self._kvstore.push(n, ex.grad_dict[n], priority=-i)
+        for i, n in trained:
+            self._kvstore.pull(n, out=ex.arg_dict[n], priority=-i)
 
     def get_outputs(self, merge_multi_context: bool = True) -> list[NDArray]:
         """The outputs of the last forward pass."""

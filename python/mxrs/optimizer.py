@@ -5,6 +5,7 @@ pushed onto the engine like any op."""
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 from .ndarray.ndarray import NDArray, invoke, zeros
@@ -213,6 +214,18 @@ class Updater:
         if index not in self.states:
             self.states[index] = self.optimizer.create_state(index, weight)
         self.optimizer.update(index, weight, grad, self.states[index])
+
+    def get_states(self, dump_optimizer: bool = False) -> bytes:
+        """The states (with the optimizer, for ``dump_optimizer``), pickled as MXNet does."""
+        return pickle.dumps((self.states, self.optimizer) if dump_optimizer else self.states)
+
+    def set_states(self, states: bytes) -> None:
+        """Restores what :meth:`get_states` gave."""
+        loaded = pickle.loads(states)
+        if isinstance(loaded, tuple) and len(loaded) == 2:
+            self.states, self.optimizer = loaded
+        else:
+            self.states = loaded
 
 
 def get_updater(optimizer: Optimizer) -> Updater:

@@ -7,6 +7,7 @@
 //! `MXNetError` with the runtime's message.
 
 mod dlpack;
+mod kvstore;
 mod symbol;
 
 use std::sync::{Arc, OnceLock};
@@ -296,7 +297,7 @@ pub(crate) fn attrs_of(pairs: Vec<(String, String)>) -> Attrs {
         .fold(Attrs::new(), |acc, (k, v)| acc.with(&k, v))
 }
 
-fn handles(list: &[Py<Array>]) -> Vec<NDArray> {
+pub(crate) fn handles(list: &[Py<Array>]) -> Vec<NDArray> {
     list.iter().map(|h| h.get().a.clone()).collect()
 }
 
@@ -618,6 +619,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(profiler_summary, m)?)?;
     m.add_function(wrap_pyfunction!(profiler_dump, m)?)?;
     m.add_function(wrap_pyfunction!(profiler_reset, m)?)?;
+    kvstore::register(m)?;
     m.add_class::<symbol::Sym>()?;
     m.add_class::<symbol::Exec>()?;
     m.add_function(wrap_pyfunction!(symbol::bind, m)?)?;

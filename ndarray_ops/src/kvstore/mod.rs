@@ -595,6 +595,13 @@ impl KVStore {
         Ok(())
     }
 
+    /// Removes the updater: later pushes replace the stored value with their sum.
+    pub fn clear_updater(&self) -> Result<()> {
+        self.flush("clear_updater")?;
+        *self.lock_updater("clear_updater")? = None;
+        Ok(())
+    }
+
     /// Installs `optimizer` as the updater; it keeps its state per key on the key's device.
     pub fn set_optimizer(&self, optimizer: Optimizer) -> Result<()> {
         self.set_updater(optimizer::OptimizerUpdater::new(optimizer))

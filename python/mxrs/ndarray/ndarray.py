@@ -155,6 +155,11 @@ class NDArray:
             raise TypeError("len() of a 0-d array")
         return self._h.shape[0]
 
+    def __reduce__(self) -> tuple:
+        # Pickled as its values and its device (an optimizer's saved state holds arrays).
+        ctx = self.context
+        return (_unpickle, (self.asnumpy(), ctx.device_type, ctx.device_id))
+
     def __repr__(self) -> str:
         shape = "x".join(str(d) for d in self.shape)
         return f"\n{self.asnumpy()!s}\n<NDArray {shape} @{self.context}>"
@@ -537,6 +542,10 @@ def _resolve_shape(old: tuple[int, ...], new: Sequence[int]) -> list[int]:
 
 def _ctx(ctx: Context | None) -> Context:
     return current_context() if ctx is None else Context(ctx)
+
+
+def _unpickle(values: np.ndarray, device_type: str, device_id: int) -> NDArray:
+    return array(values, ctx=Context(device_type, device_id), dtype=values.dtype)
 
 
 def array(source: Any, ctx: Context | None = None, dtype: Any = None) -> NDArray:

@@ -1,0 +1,149 @@
+//! `mx.kv`'s native half: the runtime's KVStore, with a Python callable as its updater.
+//!
+//! Calls release the GIL; the updater, which a push runs, takes it back to call Python. A
+//! push waiting for the store's updater lock so never holds the GIL that the updater running
+//! on another thread needs.
+
+use std::sync::Arc;
+
+use ndarray_ops::kvstore::{KVStore, Key, Updater};
+use ndarray_ops::{NDArray, NdError};
+use pyo3::prelude::*;
+
+use crate::{err, handles, runtime, wrap, Array};
+
+/// A key from Python: an int or a str.
+fn key_of(obj: &Bound<'_, PyAny>) -> PyResult<Key> {
+    if let Ok(i) = obj.extract::<i64>() {
+        return Ok(Key::Int(i));
+    }
+    if let Ok(s) = obj.extract::<String>() {
+        return Ok(Key::Str(s));
+    }
+    Err(crate::MXNetError::new_err(format!(
+        "a KVStore key is an int or a str, not {}",
+        obj.get_type().name()?
+    )))
+}
+
+fn key_to_py(py: Python<'_>, key: &Key) -> PyResult<Py<PyAny>> {
+    Ok(match key {
+        Key::Int(i) => i.into_pyobject(py)?.into_any().unbind(),
+        Key::Str(s) => s.into_pyobject(py)?.into_any().unbind(),
+    })
+}
+
+/// A Python callable `f(key, merged, stored)` as a store's updater.
+struct PyUpdater(Py<PyAny>);
+
+impl Updater for PyUpdater {
+    fn update(&mut self, key: &Key, merged: &NDArray, stored: &NDArray) -> ndarray_ops::Result<()> {
+        Python::attach(|py| {
+            let call = || -> PyResult<()> {
+                let k = key_to_py(py, key)?;
+                let g = Py::new(py, wrap(merged.clone()))?;
+                let w = Py::new(py, wrap(stored.clone()))?;
+                self.0.call1(py, (k, g, w))?;
+                Ok(())
+            };
+            call().map_err(|e| NdError::Invalid {
+                op: "kvstore updater".into(),
+                reason: format!("key {key}: {e}"),
+            })
+        })
+    }
+}
+
+/// A key-value store (`mx.kv.create`).
+#[pyclass(module = "mxrs._native", name = "KVStore", frozen)]
+pub(crate) struct KV {
+    kv: Arc<KVStore>,
+}
+
+#[pymethods]
+impl KV {
+    /// A store of `kind`: `local`, `device`, or across processes `dist_sync` /
+    /// `dist_device_sync` (a package built with the `mpi` feature, launched with mpiexec).
+    #[new]
+    fn new(kind: &str) -> PyResult<KV> {
+        let kv = KVStore::create(&runtime()?, kind).map_err(err)?;
+        Ok(KV { kv: Arc::new(kv) })
+    }
+
+    /// The kind's name.
+    #[getter]
+    fn kind(&self) -> &'static str {
+        self.kv.kind()
+    }
+
+    /// This process's rank.
+    #[getter]
+    fn rank(&self) -> usize {
+        self.kv.rank()
+    }
+
+    /// How many processes share the store.
+    #[getter]
+    fn num_workers(&self) -> usize {
+        self.kv.num_workers()
+    }
+
+    /// Stores a copy of `value` under `key`.
+    fn init(&self, py: Python<'_>, key: &Bound<'_, PyAny>, value: Py<Array>) -> PyResult<()> {
+        let (key, kv, v) = (key_of(key)?, self.kv.clone(), value.get().a.clone());
+        py.detach(move || kv.init(key, &v)).map_err(err)
+    }
+
+    /// Sums `values` and updates `key`'s value from the sum.
+    fn push(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        values: Vec<Py<Array>>,
+        priority: i32,
+    ) -> PyResult<()> {
+        let (key, kv, vs) = (key_of(key)?, self.kv.clone(), handles(&values));
+        py.detach(move || {
+            let refs: Vec<&NDArray> = vs.iter().collect();
+            kv.push(key, &refs, priority)
+        })
+        .map_err(err)
+    }
+
+    /// Copies `key`'s value into every array of `outs`.
+    fn pull(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        outs: Vec<Py<Array>>,
+        priority: i32,
+    ) -> PyResult<()> {
+        let (key, kv, os) = (key_of(key)?, self.kv.clone(), handles(&outs));
+        py.detach(move || {
+            let refs: Vec<&NDArray> = os.iter().collect();
+            kv.pull(key, &refs, priority)
+        })
+        .map_err(err)
+    }
+
+    /// Installs `f(key, merged, stored)` as the updater (`None`: pushes replace the value).
+    fn set_updater(&self, py: Python<'_>, f: Option<Py<PyAny>>) -> PyResult<()> {
+        let kv = self.kv.clone();
+        match f {
+            Some(f) => py.detach(move || kv.set_updater(PyUpdater(f))),
+            None => py.detach(move || kv.clear_updater()),
+        }
+        .map_err(err)
+    }
+
+    /// Waits for every process.
+    fn barrier(&self, py: Python<'_>) -> PyResult<()> {
+        let kv = self.kv.clone();
+        py.detach(move || kv.barrier()).map_err(err)
+    }
+}
+
+/// Registers the class.
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<KV>()
+}
