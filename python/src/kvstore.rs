@@ -143,7 +143,9 @@ impl KV {
     }
 }
 
-/// Registers the class.
+/// Registers the class, and `KV_ACROSS_PROCESSES`: whether this build has stores across
+/// processes (the `mpi` feature).
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("KV_ACROSS_PROCESSES", cfg!(feature = "mpi"))?;
     m.add_class::<KV>()
 }
