@@ -26,6 +26,7 @@ def test_module_fit_on_two_processes_gives_both_the_same_parameters() -> None:
     cmd = ["mpiexec", "-n", "2", sys.executable, str(SCRIPT)]
     run = subprocess.run(
         [*cmd, "--kvstore", "dist_sync", "--json", "--epochs", "10"],
+        check=False,
         capture_output=True,
         text=True,
         timeout=600,
