@@ -350,6 +350,29 @@ impl NDArray {
         Ok(v)
     }
 
+    /// Waits for the pending writes and copies the elements out as bytes (row-major, native
+    /// byte order).
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        if !self.ctx().is_cpu() {
+            return self.copy_to(Context::cpu(0))?.to_bytes();
+        }
+        let out: Arc<Mutex<Vec<u8>>> = Arc::default();
+        let (buf, sink) = (self.tensor().buf, out.clone());
+        self.push("copy_out", &[self], &[], move || {
+            // Moved whole (a capture of its raw-pointer field alone would not be `Send`).
+            let whole = buf;
+            let RawBuf { ptr, bytes } = whole;
+            // SAFETY: the engine orders this read after every earlier write of the block, whose
+            // first `bytes` bytes are the array's.
+            let data = unsafe { std::slice::from_raw_parts(ptr, bytes) }.to_vec();
+            *sink.lock().map_err(|e| e.to_string())? = data;
+            Ok(())
+        })?;
+        self.wait_to_read()?;
+        let v = std::mem::take(&mut *out.lock().map_err(|e| invalid("to_bytes", e.to_string()))?);
+        Ok(v)
+    }
+
     /// Waits and copies out as an `ndarray` array.
     pub fn to_ndarray<T: Element>(&self) -> Result<ArrayD<T>> {
         let v = self.to_vec::<T>()?;

@@ -191,6 +191,40 @@ impl Runtime {
         self.from_vec(v, a.shape(), ctx)
     }
 
+    /// An array of `shape` and `dtype` on `ctx` holding `bytes`: the elements in row-major
+    /// order, native byte order, exactly the array's size. One copy, made now (through host
+    /// memory for a GPU context).
+    pub fn from_bytes(
+        self: &Arc<Self>,
+        bytes: &[u8],
+        shape: &[usize],
+        dtype: DType,
+        ctx: Context,
+    ) -> Result<NDArray> {
+        let n = crate::ops::element_count("from_bytes", shape)?;
+        if bytes.len() != n * dtype.size() {
+            return Err(shape_error(
+                "from_bytes",
+                "shape",
+                shape,
+                format!(
+                    "{} bytes of {dtype} for the {} bytes given",
+                    n * dtype.size(),
+                    bytes.len()
+                ),
+            ));
+        }
+        if !ctx.is_cpu() {
+            let host = self.from_bytes(bytes, shape, dtype, Context::cpu(0))?;
+            return host.copy_to(ctx);
+        }
+        let a = self.empty(shape, dtype, ctx)?;
+        // SAFETY: `a` was made just now and no one else holds it: no op has been pushed on its
+        // var, so nothing reads or writes its block; the block holds `n * dtype.size()` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), a.data_ptr(), bytes.len()) };
+        Ok(a)
+    }
+
     /// Copies a vector in, with a shape whose element count must match.
     pub fn from_vec<T: Element>(
         self: &Arc<Self>,

@@ -767,3 +767,29 @@ fn where_selects_what_a_plain_loop_does_in_place_too() {
         }
     }
 }
+
+#[test]
+fn bytes_in_and_out_round_trip_for_every_dtype_and_a_wrong_length_is_refused() {
+    let rt = rt();
+    for dtype in [DType::F32, DType::F64, DType::I32, DType::I64, DType::U8] {
+        let bytes: Vec<u8> = (0..6 * dtype.size()).map(|i| (i * 7 % 251) as u8).collect();
+        let a = rt
+            .from_bytes(&bytes, &[2, 3], dtype, storage::Context::cpu(0))
+            .unwrap();
+        assert_eq!((a.shape(), a.dtype()), (&[2usize, 3][..], dtype));
+        assert_eq!(a.to_bytes().unwrap(), bytes, "{dtype}");
+        let err = rt
+            .from_bytes(&bytes[1..], &[2, 3], dtype, storage::Context::cpu(0))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("bytes given"), "{err}");
+    }
+    let x = rt
+        .from_vec(vec![1.5f32, -2.0], &[2], storage::Context::cpu(0))
+        .unwrap();
+    let want: Vec<u8> = [1.5f32, -2.0]
+        .iter()
+        .flat_map(|v| v.to_ne_bytes())
+        .collect();
+    assert_eq!(x.to_bytes().unwrap(), want);
+}

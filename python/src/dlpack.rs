@@ -171,10 +171,10 @@ pub(crate) fn to_dlpack(py: Python<'_>, array: &Array, for_write: bool) -> PyRes
     Ok(unsafe { Bound::from_owned_ptr(py, capsule) }.unbind())
 }
 
-/// Copies the tensor of a DLPack capsule (CPU memory) into a new array, and consumes the
-/// capsule.
+/// Copies the tensor of a DLPack capsule (CPU memory) into a new array, once, and consumes
+/// the capsule.
 #[pyfunction]
-pub(crate) fn from_dlpack(py: Python<'_>, capsule: &Bound<'_, PyAny>) -> PyResult<Array> {
+pub(crate) fn from_dlpack(capsule: &Bound<'_, PyAny>) -> PyResult<Array> {
     let ptr = capsule.as_ptr();
     // SAFETY: `ptr` is a live object; `PyCapsule_IsValid` accepts any object.
     if unsafe { ffi::PyCapsule_IsValid(ptr, NAME.as_ptr()) } != 1 {
@@ -229,16 +229,20 @@ pub(crate) fn from_dlpack(py: Python<'_>, capsule: &Bound<'_, PyAny>) -> PyResul
     }
     let n: usize = shape.iter().product();
     let bytes = n * dtype.size();
-    let data: Vec<u8> = match bytes {
-        0 => Vec::new(),
+    let empty: &[u8] = &[];
+    let data = match bytes {
+        0 => empty,
         // SAFETY: the producer guarantees `data + byte_offset` holds the tensor's elements,
         // `bytes` of them for a row-major tensor of this shape and dtype, alive until its
-        // deleter runs.
+        // deleter runs (below, after the one copy into our array).
         _ => unsafe {
             std::slice::from_raw_parts(dl.data.cast::<u8>().add(dl.byte_offset as usize), bytes)
-        }
-        .to_vec(),
+        },
     };
+    let rt = runtime()?;
+    let array = rt
+        .from_bytes(data, &shape, dtype, storage::Context::cpu(0))
+        .map_err(err)?;
     // The copy is ours: mark the capsule used and let the producer free its tensor.
     // SAFETY: the capsule is valid; renaming it is how DLPack marks it consumed, and the
     // deleter (called once, here) is the producer's.
@@ -249,9 +253,5 @@ pub(crate) fn from_dlpack(py: Python<'_>, capsule: &Bound<'_, PyAny>) -> PyResul
             delete(raw);
         }
     }
-    let rt = runtime()?;
-    let ctx = storage::Context::cpu(0);
-    py.detach(|| crate::array_from_bytes(&rt, &data, &shape, dtype, ctx))
-        .map(wrap)
-        .map_err(err)
+    Ok(wrap(array))
 }

@@ -13,7 +13,7 @@ mod symbol;
 use std::sync::{Arc, OnceLock};
 
 use ndarray_ops::ops::signature::AttrType;
-use ndarray_ops::{autograd, invoke_on, Attrs, DType, Element, GradReq, NDArray, NdError, Runtime};
+use ndarray_ops::{autograd, invoke_on, Attrs, DType, GradReq, NDArray, NdError, Runtime};
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
@@ -148,31 +148,6 @@ pub(crate) fn wrap(a: NDArray) -> Array {
     Array { a }
 }
 
-/// The bytes of `a`, native order, once its pending writes are done.
-fn bytes_of<T: Element>(a: &NDArray) -> Result<Vec<u8>, NdError> {
-    let v = a.to_vec::<T>()?;
-    let mut out = Vec::with_capacity(v.len() * std::mem::size_of::<T>());
-    for x in v {
-        // SAFETY: `x` is a plain number (f32, f64, i32, i64 or u8) with no padding; its
-        // `size_of::<T>()` bytes are initialized.
-        let b = unsafe {
-            std::slice::from_raw_parts((&x as *const T).cast::<u8>(), std::mem::size_of::<T>())
-        };
-        out.extend_from_slice(b);
-    }
-    Ok(out)
-}
-
-/// Values of type `T` read from native-order bytes.
-fn values_of<T: Element>(bytes: &[u8]) -> Vec<T> {
-    bytes
-        .chunks_exact(std::mem::size_of::<T>())
-        // SAFETY: each chunk holds exactly `size_of::<T>()` bytes, and every bit pattern is a
-        // value of these number types; `read_unaligned` needs no alignment.
-        .map(|c| unsafe { std::ptr::read_unaligned(c.as_ptr().cast::<T>()) })
-        .collect()
-}
-
 #[pymethods]
 impl Array {
     /// The shape.
@@ -198,15 +173,7 @@ impl Array {
     /// error of a failed op that wrote it).
     fn to_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
         let a = self.a.clone();
-        let bytes = py
-            .detach(move || match a.dtype() {
-                DType::F32 => bytes_of::<f32>(&a),
-                DType::F64 => bytes_of::<f64>(&a),
-                DType::I32 => bytes_of::<i32>(&a),
-                DType::I64 => bytes_of::<i64>(&a),
-                DType::U8 => bytes_of::<u8>(&a),
-            })
-            .map_err(err)?;
+        let bytes = py.detach(move || a.to_bytes()).map_err(err)?;
         Ok(PyBytes::new(py, &bytes))
     }
 
@@ -301,10 +268,10 @@ pub(crate) fn handles(list: &[Py<Array>]) -> Vec<NDArray> {
     list.iter().map(|h| h.get().a.clone()).collect()
 }
 
-/// Makes an array on `(dev_type, dev_id)` from native-order bytes.
+/// Makes an array on `(dev_type, dev_id)` from native-order bytes (one copy, made with the
+/// GIL held: the bytes are the caller's object's).
 #[pyfunction]
 fn from_bytes(
-    py: Python<'_>,
     data: &[u8],
     shape: Vec<usize>,
     dtype_name: &str,
@@ -312,36 +279,7 @@ fn from_bytes(
     dev_id: u32,
 ) -> PyResult<Array> {
     let (rt, ctx, dt) = (runtime()?, context(dev_type, dev_id)?, dtype(dtype_name)?);
-    let n: usize = shape.iter().product();
-    if data.len() != n * dt.size() {
-        return Err(MXNetError::new_err(format!(
-            "from_bytes: {} bytes given for shape {shape:?} of {dtype_name} ({} expected)",
-            data.len(),
-            n * dt.size()
-        )));
-    }
-    let data = data.to_vec();
-    py.detach(move || array_from_bytes(&rt, &data, &shape, dt, ctx))
-        .map(wrap)
-        .map_err(err)
-}
-
-/// A new array of `shape` and `dtype` on `ctx` holding `data` (native-order bytes, exactly the
-/// array's size).
-pub(crate) fn array_from_bytes(
-    rt: &Arc<Runtime>,
-    data: &[u8],
-    shape: &[usize],
-    dtype: DType,
-    ctx: Context,
-) -> Result<NDArray, NdError> {
-    match dtype {
-        DType::F32 => rt.from_vec(values_of::<f32>(data), shape, ctx),
-        DType::F64 => rt.from_vec(values_of::<f64>(data), shape, ctx),
-        DType::I32 => rt.from_vec(values_of::<i32>(data), shape, ctx),
-        DType::I64 => rt.from_vec(values_of::<i64>(data), shape, ctx),
-        DType::U8 => rt.from_vec(values_of::<u8>(data), shape, ctx),
-    }
+    rt.from_bytes(data, &shape, dt, ctx).map(wrap).map_err(err)
 }
 
 /// An uninitialized array.

@@ -36,10 +36,13 @@ impl Sym {
     }
 
     fn by_name<T>(&self, inf: &Inferred, pick: impl Fn(usize) -> T) -> ThreeLists<T> {
-        let entry = |name: &str| {
-            let n = inf.graph.nodes.iter().position(|n| n.name == name);
-            n.map(|n| inf.graph.entry(n, 0))
-        };
+        // Each name's first node, as a search in node order finds it (one pass, not one per
+        // name).
+        let mut first: HashMap<&str, usize> = HashMap::with_capacity(inf.graph.nodes.len());
+        for (i, n) in inf.graph.nodes.iter().enumerate() {
+            first.entry(n.name.as_str()).or_insert(i);
+        }
+        let entry = |name: &str| first.get(name).map(|&n| inf.graph.entry(n, 0));
         let named = |names: Vec<String>| {
             names
                 .iter()
