@@ -4,13 +4,17 @@
 //! was never initialized, a shape that differs, an updater that pushes; and several threads
 //! pushing one key with none of their sums lost.
 
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::Duration;
 
 use engine::{EngineBuilder, EngineKind};
 use ndarray_ops::kvstore::{Key, Optimizer};
 use ndarray_ops::{KVStore, NDArray, Runtime, Sgd};
 use storage::{Context, StorageConfig};
+
+mod common;
+
+use common::watchdog;
 
 fn rt() -> Arc<Runtime> {
     Runtime::new(
@@ -20,20 +24,6 @@ fn rt() -> Arc<Runtime> {
             .build(),
         StorageConfig::default(),
     )
-}
-
-/// Runs `f` on a thread and fails the test if it takes longer than `secs` (a hang).
-fn watchdog<T: Send + 'static>(what: &str, secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    let handle = std::thread::spawn(move || {
-        let out = f();
-        let _ = tx.send(());
-        out
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(()) => handle.join().expect("the test thread panicked"),
-        Err(_) => panic!("{what}: no result within {secs} s (a hang)"),
-    }
 }
 
 fn arr(rt: &Arc<Runtime>, v: &[f32], ctx: Context) -> NDArray {

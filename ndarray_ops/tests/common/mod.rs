@@ -11,6 +11,25 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use storage::Context;
 
+/// Runs `f` on a thread and fails the test if it takes longer than `secs` (a hang).
+#[allow(dead_code)]
+pub fn watchdog<T: Send + 'static>(
+    what: &str,
+    secs: u64,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let handle = std::thread::spawn(move || {
+        let out = f();
+        let _ = tx.send(());
+        out
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(secs)) {
+        Ok(()) => handle.join().expect("the test thread panicked"),
+        Err(_) => panic!("{what}: no result within {secs} s (a hang)"),
+    }
+}
+
 /// An array of `shape` on `cpu(0)` drawn uniformly from `[low, high)` by the runtime's
 /// generator (`_random_uniform`).
 #[allow(dead_code)]
