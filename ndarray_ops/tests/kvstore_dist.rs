@@ -100,6 +100,9 @@ fn sums_optimizers_and_errors_across_two_ranks() {
             vec!["[[1.0], [21.0, 23.0, 25.0, 27.0, 29.0], [41.0, 43.0]]"],
             "{out}"
         );
+        assert_eq!(lines(&out, r, "captured"), vec!["[10.0, 12.0]"], "{out}");
+        // Two pushes of 2 devices x (1 + 2), then x (2 + 4).
+        assert_eq!(lines(&out, r, "twice"), vec!["[18.0, 18.0]"], "{out}");
         let bad = lines(&out, r, "mismatch");
         assert_eq!(bad.len(), 1, "{out}");
         assert!(
@@ -177,6 +180,40 @@ fn sums_optimizers_and_errors_rank() {
         got.push(values(&o));
     }
     say("bucket", format!("{got:?}"));
+
+    // A pushed array written again before the bucket is sent: the sum is of what was pushed.
+    let later = rt.from_vec(vec![5f32, 6.0], &[2], host).unwrap();
+    kv.init(20, &rt.zeros(&[2], ndarray_ops::DType::F32, host).unwrap())
+        .unwrap();
+    kv.push(20, &[&later], 0).unwrap();
+    later.fill(100.0).unwrap();
+    let o = rt.zeros(&[2], ndarray_ops::DType::F32, host).unwrap();
+    kv.pull(20, &[&o], 0).unwrap();
+    say("captured", format!("{:?}", values(&o)));
+
+    // A second store, with a summing updater: two pushes of a key from two devices each,
+    // without a pull between them, both count.
+    let kv2 = KVStore::create(&rt, "dist_sync").unwrap();
+    kv2.init(0, &rt.zeros(&[2], ndarray_ops::DType::F32, host).unwrap())
+        .unwrap();
+    kv2.set_updater(
+        |_: &ndarray_ops::kvstore::Key, merged: &NDArray, stored: &NDArray| {
+            stored.add_inplace(merged)
+        },
+    )
+    .unwrap();
+    for p in 0..2 {
+        let v = ((rank + 1) * (p + 1)) as f32;
+        let vs: Vec<NDArray> = (0..2)
+            .map(|d| rt.from_vec(vec![v; 2], &[2], Context::cpu(d)).unwrap())
+            .collect();
+        let refs: Vec<&NDArray> = vs.iter().collect();
+        kv2.push(0, &refs, 0).unwrap();
+    }
+    let o = rt.zeros(&[2], ndarray_ops::DType::F32, host).unwrap();
+    kv2.pull(0, &[&o], 0).unwrap();
+    say("twice", format!("{:?}", values(&o)));
+    drop(kv2);
 
     // A size that differs between ranks.
     let size = 3 + rank;

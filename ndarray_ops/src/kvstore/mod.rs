@@ -403,11 +403,22 @@ impl KVStore {
     pub fn push(&self, key: impl Into<Key>, values: &[&NDArray], priority: i32) -> Result<()> {
         let key = key.into();
         let mut updater = self.lock_updater("push")?;
+        // A key's buffers serve one push at a time: a push of a key already waiting in the
+        // bucket sends the bucket first, before this push writes them.
+        if self.bucket.lock().parts.iter().any(|p| p.key == key) {
+            self.flush_with(&mut updater)?;
+        }
         let (merged, stored, reduced) = {
             let mut entries = self.entries.lock();
             let e = entries.get_mut(&key).ok_or_else(|| unknown("push", &key))?;
             Self::check("push", &key, &e.stored, values)?;
-            let merged = self.merge(e, values, priority)?;
+            let mut merged = self.merge(e, values, priority)?;
+            // A bucket is read when it is sent, later: a value given by the caller (which the
+            // caller may write again before then) is copied into the key's own buffer now.
+            if e.reduced.is_some() && values.iter().any(|v| same_array(v, &merged)) {
+                push_copy(&merged, &e.merged, priority, "reduce_copy")?;
+                merged = e.merged.clone();
+            }
             (merged, e.stored.clone(), e.reduced.clone())
         };
         let Some(reduced) = reduced else {
@@ -419,11 +430,14 @@ impl KVStore {
             false => reduced,
         };
         // Across processes: the value joins the bucket, and its update waits for the bucket's sum.
-        // A bucket holds one dtype and each key once (a key's buffers serve one push at a time).
+        // A bucket holds one dtype.
         let bytes = merged.size() * merged.dtype().size();
         let mut bucket = self.bucket.lock();
-        let clash = |p: &Pending| p.key == key || p.merged.dtype() != merged.dtype();
-        if bucket.parts.iter().any(clash) {
+        if bucket
+            .parts
+            .iter()
+            .any(|p| p.merged.dtype() != merged.dtype())
+        {
             drop(bucket);
             self.flush_with(&mut updater)?;
             bucket = self.bucket.lock();
@@ -708,11 +722,16 @@ impl Drop for Updating {
     }
 }
 
+/// Whether `a` and `b` are one array (the same memory under the same var).
+fn same_array(a: &NDArray, b: &NDArray) -> bool {
+    a.var().id() == b.var().id() && a.data_ptr() == b.data_ptr()
+}
+
 /// Pushes the copy of `src` into `dst` with `priority`, named for the profiler (`reduce_copy`: a
 /// value brought to the store's device; `pull_copy`: the stored value sent out); nothing when
 /// they are one array.
 fn push_copy(src: &NDArray, dst: &NDArray, priority: i32, name: &'static str) -> Result<()> {
-    if src.var().id() == dst.var().id() && src.data_ptr() == dst.data_ptr() {
+    if same_array(src, dst) {
         return Ok(());
     }
     let op = src.copy_op(dst, name)?.priority(priority);
