@@ -408,18 +408,17 @@ impl KVStore {
         if self.bucket.lock().parts.iter().any(|p| p.key == key) {
             self.flush_with(&mut updater)?;
         }
-        let (merged, stored, reduced) = {
+        let (merged, stored, reduced, own) = {
             let mut entries = self.entries.lock();
             let e = entries.get_mut(&key).ok_or_else(|| unknown("push", &key))?;
             Self::check("push", &key, &e.stored, values)?;
-            let mut merged = self.merge(e, values, priority)?;
-            // A bucket is read when it is sent, later: a value given by the caller (which the
-            // caller may write again before then) is copied into the key's own buffer now.
-            if e.reduced.is_some() && values.iter().any(|v| same_array(v, &merged)) {
-                push_copy(&merged, &e.merged, priority, "reduce_copy")?;
-                merged = e.merged.clone();
-            }
-            (merged, e.stored.clone(), e.reduced.clone())
+            let merged = self.merge(e, values, priority)?;
+            (
+                merged,
+                e.stored.clone(),
+                e.reduced.clone(),
+                e.merged.clone(),
+            )
         };
         let Some(reduced) = reduced else {
             return self.update(&mut updater, &key, &merged, &stored, priority);
@@ -442,6 +441,16 @@ impl KVStore {
             self.flush_with(&mut updater)?;
             bucket = self.bucket.lock();
         }
+        let full = bucket.bytes + bytes >= bucket_limit();
+        // A bucket that is not sent now is read later: a value given by the caller (which the
+        // caller may write again before then) is copied into the key's own buffer now.
+        let merged = match !full && values.iter().any(|v| same_array(v, &merged)) {
+            true => {
+                push_copy(&merged, &own, priority, "reduce_copy")?;
+                own
+            }
+            false => merged,
+        };
         bucket.parts.push(Pending {
             key,
             merged,
@@ -450,7 +459,6 @@ impl KVStore {
             priority,
         });
         bucket.bytes += bytes;
-        let full = bucket.bytes >= bucket_limit();
         drop(bucket);
         match full {
             true => self.flush_with(&mut updater),
