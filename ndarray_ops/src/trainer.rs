@@ -259,10 +259,10 @@ impl DataParallel {
                 .iter()
                 .find(|p| &p.name == name)
                 .ok_or_else(|| invalid("set_params", format!("'{name}' is not a parameter")))?;
+            // Into the store, then out to every device (a pull skips the array the store keeps).
             self.kv.assign(name.as_str(), v)?;
-            for w in &p.weights {
-                v.copy_into(w)?;
-            }
+            let weights: Vec<&NDArray> = p.weights.iter().collect();
+            self.kv.pull(name.as_str(), &weights, 0)?;
         }
         Ok(())
     }

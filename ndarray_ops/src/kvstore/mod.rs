@@ -24,7 +24,7 @@
 mod dist;
 mod optimizer;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
@@ -83,7 +83,7 @@ impl From<String> for Key {
 
 /// Where a store keeps its values and runs its sums and updates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+enum Kind {
     /// On the CPU (`local`).
     Local,
     /// On the device of each key's initial value (`device`).
@@ -97,7 +97,7 @@ pub enum Kind {
 
 impl Kind {
     /// MXNet's name of the kind.
-    pub fn name(self) -> &'static str {
+    fn name(self) -> &'static str {
         match self {
             Kind::Local => "local",
             Kind::Device => "device",
@@ -685,15 +685,6 @@ impl KVStore {
     /// The keys initialized so far, in order.
     pub fn keys(&self) -> Vec<Key> {
         self.entries.lock().keys().cloned().collect()
-    }
-
-    /// Shapes of the stored values, by key (for checks and reports).
-    pub fn shapes(&self) -> HashMap<Key, Vec<usize>> {
-        self.entries
-            .lock()
-            .iter()
-            .map(|(k, e)| (k.clone(), e.stored.shape().to_vec()))
-            .collect()
     }
 }
 
