@@ -344,43 +344,6 @@ fn healthy_ranks(
     total
 }
 
-/// A typed view of a tensor's memory.
-///
-/// # Safety
-/// The caller holds the engine's access to the memory for the call's duration (the request's
-/// op is running and completes only after this returns).
-unsafe fn slice_mut<'a, T>(t: &TensorRef) -> &'a mut [T] {
-    // SAFETY: per the caller's contract; TensorRef memory is aligned for its dtype.
-    unsafe { std::slice::from_raw_parts_mut(t.ptr::<T>(), t.len()) }
-}
-
-macro_rules! by_dtype {
-    ($dtype:expr, $T:ident => $body:expr) => {
-        match $dtype {
-            DType::F32 => {
-                type $T = f32;
-                $body
-            }
-            DType::F64 => {
-                type $T = f64;
-                $body
-            }
-            DType::I32 => {
-                type $T = i32;
-                $body
-            }
-            DType::I64 => {
-                type $T = i64;
-                $body
-            }
-            DType::U8 => {
-                type $T = u8;
-                $body
-            }
-        }
-    };
-}
-
 fn execute(
     world: &mpi::topology::SimpleCommunicator,
     rank: usize,
@@ -392,19 +355,19 @@ fn execute(
     match &req.work {
         Work::Sum { parts } => {
             let dtype = parts.first().map_or(DType::F32, |p| p.0.dtype);
-            let healthy = by_dtype!(dtype, T => {
+            let healthy = crate::with_dtype!(dtype, T => {
                 // SAFETY: the sum's engine op reads every `send` and writes every `recv` and is
                 // running.
                 let views: Vec<(&mut [T], &mut [T])> = parts
                     .iter()
-                    .map(|(s, r)| unsafe { (slice_mut::<T>(s), slice_mut::<T>(r)) })
+                    .map(|(s, r)| unsafe { (s.slice_mut::<T>(), r.slice_mut::<T>()) })
                     .collect();
                 sum_parts(world, rank, views, true, what, limit)
             });
             sum_result(what, healthy, size, "")
         }
         Work::SkippedSum { lens, dtype } => {
-            let healthy = by_dtype!(*dtype, T => {
+            let healthy = crate::with_dtype!(*dtype, T => {
                 let mut bufs: Vec<(Vec<T>, Vec<T>)> =
                     lens.iter().map(|&n| (vec![T::default(); n], vec![T::default(); n])).collect();
                 let views = bufs.iter_mut().map(|(s, r)| (&mut s[..], &mut r[..])).collect();
@@ -413,9 +376,9 @@ fn execute(
             sum_result(what, healthy, size, ", this rank's among them")
         }
         Work::Broadcast { buf } => {
-            by_dtype!(buf.dtype, T => {
+            crate::with_dtype!(buf.dtype, T => {
                 // SAFETY: the broadcast's engine op writes `buf` and is running.
-                let b = unsafe { slice_mut::<T>(buf) };
+                let b = unsafe { buf.slice_mut::<T>() };
                 let root = world.process_at_rank(0);
                 mpi::request::scope(|scope| {
                     let req = root.immediate_broadcast_into(scope, &mut b[..]);
@@ -432,7 +395,7 @@ fn execute(
             }
         }
         Work::SkippedBroadcast { len, dtype } => {
-            by_dtype!(*dtype, T => {
+            crate::with_dtype!(*dtype, T => {
                 let mut b = vec![T::default(); *len];
                 let root = world.process_at_rank(0);
                 mpi::request::scope(|scope| {
