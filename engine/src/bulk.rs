@@ -289,6 +289,14 @@ impl BulkUnit {
     /// a failure on it stops the member).
     fn add(&mut self, name: Cow<'static, str>, func: SyncFn, reads: &[&Var], writes: &[&Var]) {
         self.members.start_op(name, func);
+        // An op writing one var and reading nothing (a chain's usual member) needs no
+        // deduplication.
+        if let ([], [w]) = (reads, writes) {
+            let slot = self.take_slot(w, 1);
+            self.members.push_slot(slot);
+            self.members.end_op(0, 1);
+            return;
+        }
         let (mut n_reads, mut n_writes) = (0u8, 0u8);
         // `distinct` gives the writes first; the slots of the updated ones are listed again
         // as the first reads.

@@ -130,6 +130,35 @@ impl RunningScope {
     }
 }
 
+/// The running-op marker of a bulk unit's members: entered for the first member that runs and
+/// renamed only when a member's name differs from the one before (members named alike share
+/// one name in the unit, so a loop's ops pay for the marker once per unit).
+pub(crate) struct MemberScope<'n> {
+    engine: u64,
+    entered: Option<(RunningScope, &'n Cow<'static, str>)>,
+}
+
+impl<'n> MemberScope<'n> {
+    pub(crate) fn new(engine: u64) -> Self {
+        MemberScope {
+            engine,
+            entered: None,
+        }
+    }
+
+    /// Marks the member named `name` as the running op.
+    pub(crate) fn name(&mut self, name: &'n Cow<'static, str>) {
+        match &mut self.entered {
+            Some((_, last)) if std::ptr::eq(*last, name) => {}
+            Some((scope, last)) => {
+                scope.rename(name.clone());
+                *last = name;
+            }
+            None => self.entered = Some((RunningScope::enter(self.engine, name.clone()), name)),
+        }
+    }
+}
+
 impl Drop for RunningScope {
     fn drop(&mut self) {
         let prev = self.0.take();
@@ -435,9 +464,7 @@ impl Core {
         };
         // The unit gets a trace event of its own, spanning its members' events.
         let unit_t0 = self.profile_start();
-        // One running-op marker for the whole unit, renamed when a member's name differs from
-        // the one before (members named alike share one name, so a loop's ops cost nothing).
-        let mut named: Option<(RunningScope, *const Cow<'static, str>)> = None;
+        let mut running = MemberScope::new(self.id);
         for (k, m) in body.members.drain().enumerate() {
             let seq = op.seq + k as u64;
             let dead_here = dead
@@ -453,16 +480,7 @@ impl Core {
                 None => {
                     self.jitter(seq);
                     let t0 = self.profile_start();
-                    match &mut named {
-                        Some((_, last)) if std::ptr::eq(*last, m.name) => {}
-                        Some((scope, last)) => {
-                            scope.rename(m.name.clone());
-                            *last = m.name;
-                        }
-                        None => {
-                            named = Some((RunningScope::enter(self.id, m.name.clone()), m.name))
-                        }
-                    }
+                    running.name(m.name);
                     let result = catch_unwind(AssertUnwindSafe(|| (m.func)(rctx)));
                     self.profile_end(t0, m.name, rctx);
                     match self.outcome(seq, m.name, result) {
@@ -488,7 +506,7 @@ impl Core {
                 }
             }
         }
-        drop(named);
+        drop(running);
         body.members.clear();
         self.profile_end(unit_t0, &op.name, rctx);
         let poison = body.write_slots.iter().map(|&s| of(&poison, s)).collect();

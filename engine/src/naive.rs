@@ -12,7 +12,7 @@ use parking_lot::{Mutex, ReentrantMutex};
 use smallvec::SmallVec;
 
 use crate::bulk::{BulkBody, BulkUnit};
-use crate::core::{check_vars, next_engine_id, refuse_inside_op, RunningScope};
+use crate::core::{check_vars, next_engine_id, refuse_inside_op, MemberScope, RunningScope};
 use crate::error::{panic_message, EngineError, Failure, OpFailure, OpResult, Poison};
 use crate::op::{distinct, Completion, Oneshot, Op, RunContext, UserFn, VarRefs};
 use crate::profiler::Profiler;
@@ -79,16 +79,19 @@ impl NaiveEngine {
             }
         }
         let _whole = self.one_at_a_time.lock();
-        self.execute(op.name, op.func, op.ctx, &reads, &writes);
+        // Inside the closure a wait is refused, as on the threaded engines.
+        let _running = RunningScope::enter(self.id, op.name.clone());
+        self.execute(&op.name, op.func, op.ctx, &reads, &writes);
         Ok(())
     }
 
     /// Runs one op whose vars are checked and deduplicated, then poisons (or, when it ran,
     /// clears) and bumps its writes. `reads` holds every var it reads, the ones it updates
-    /// included: an unreported failure on one of them stops it.
+    /// included: an unreported failure on one of them stops it. The caller marks it as the
+    /// running op.
     fn execute<V: Borrow<Var>>(
         &self,
-        name: Cow<'static, str>,
+        name: &Cow<'static, str>,
         func: UserFn,
         ctx: Context,
         reads: &[V],
@@ -99,8 +102,6 @@ impl NaiveEngine {
             .find_map(|v| v.borrow().live_poison(INLINE_SEQ));
         let t0 = self.profiler.as_ref().and_then(|p| p.start());
         let rctx = RunContext::new(ctx);
-        // Inside the closure a wait is refused, as on the threaded engines.
-        let running = RunningScope::enter(self.id, name.clone());
         let failure = match (poisoned, func) {
             (Some(root), _) => Some(root),
             (None, UserFn::Sync(f)) => match catch_unwind(AssertUnwindSafe(|| f(&rctx))) {
@@ -126,9 +127,8 @@ impl NaiveEngine {
                     .map(|e| self.fail(&name, e.message.clone(), false))
             }
         };
-        drop(running);
         if let (Some(p), Some(t0)) = (&self.profiler, t0) {
-            p.record(&name, t0, ctx);
+            p.record(name, t0, ctx);
         }
         Self::complete_writes(writes, failure);
     }
@@ -188,6 +188,7 @@ impl Engine for NaiveEngine {
                 .filter_map(|&s| by_slot[usize::from(s)])
                 .collect()
         };
+        let mut running = MemberScope::new(self.id);
         for m in body.members.drain() {
             let (reads, writes) = (of(m.reads), of(m.writes));
             if let Err(e) = check_vars(self.id, m.name, reads.iter().chain(&writes).copied()) {
@@ -195,8 +196,10 @@ impl Engine for NaiveEngine {
                 Self::complete_writes(&writes, Some(failure));
                 continue;
             }
-            self.execute(m.name.clone(), UserFn::Sync(m.func), ctx, &reads, &writes);
+            running.name(m.name);
+            self.execute(m.name, UserFn::Sync(m.func), ctx, &reads, &writes);
         }
+        drop(running);
         body.members.clear();
         unit.spare.push(body);
         Ok(())
