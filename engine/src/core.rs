@@ -146,7 +146,9 @@ impl<'n> MemberScope<'n> {
         }
     }
 
-    /// Marks the member named `name` as the running op.
+    /// Marks the member named `name` as the running op. It takes the unit's own `Cow` (not a
+    /// `&str`): members of one name run share it, which is what the pointer test relies on.
+    #[allow(clippy::ptr_arg)]
     pub(crate) fn name(&mut self, name: &'n Cow<'static, str>) {
         match &mut self.entered {
             Some((_, last)) if std::ptr::eq(*last, name) => {}

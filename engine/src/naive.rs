@@ -88,7 +88,8 @@ impl NaiveEngine {
     /// Runs one op whose vars are checked and deduplicated, then poisons (or, when it ran,
     /// clears) and bumps its writes. `reads` holds every var it reads, the ones it updates
     /// included: an unreported failure on one of them stops it. The caller marks it as the
-    /// running op.
+    /// running op. `name` is the `Cow` the profiler keeps a copy of (no allocation when static).
+    #[allow(clippy::ptr_arg)]
     fn execute<V: Borrow<Var>>(
         &self,
         name: &Cow<'static, str>,
@@ -106,8 +107,8 @@ impl NaiveEngine {
             (Some(root), _) => Some(root),
             (None, UserFn::Sync(f)) => match catch_unwind(AssertUnwindSafe(|| f(&rctx))) {
                 Ok(Ok(())) => None,
-                Ok(Err(e)) => Some(self.fail(&name, e.to_string(), false)),
-                Err(p) => Some(self.fail(&name, panic_message(&*p), true)),
+                Ok(Err(e)) => Some(self.fail(name, e.to_string(), false)),
+                Err(p) => Some(self.fail(name, panic_message(&*p), true)),
             },
             (None, UserFn::Async(f)) => {
                 let shot = Arc::new(Oneshot::new());
@@ -124,7 +125,7 @@ impl NaiveEngine {
                 // A panic drops `done` while unwinding, which completes it with an error.
                 let _ = catch_unwind(AssertUnwindSafe(|| f(&rctx, done)));
                 shot.recv()
-                    .map(|e| self.fail(&name, e.message.clone(), false))
+                    .map(|e| self.fail(name, e.message.clone(), false))
             }
         };
         if let (Some(p), Some(t0)) = (&self.profiler, t0) {
