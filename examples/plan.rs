@@ -21,8 +21,10 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use ndarray_ops::plan::{
-    bound_graph_problem, graph_problem, reorder_for_memory, symbol_desc, GraphDesc, GraphProblem,
+    bound_graph_problem, graph_problem, reorder_for_memory, symbol_desc, symbol_desc_mirrored,
+    GraphDesc, GraphProblem,
 };
+use ndarray_ops::symbol::mirror::Mirror;
 use ndarray_ops::Symbol;
 use storage::plan::{lower_bound, solve, verify, Plan, Problem, SolverKind};
 
@@ -220,6 +222,10 @@ struct Args {
     /// Every model in graphs/ at batch 1 and 32, inference and training, beside MXNet's totals.
     #[arg(long)]
     table: bool,
+    /// With --train: recompute forward entries during backward, under a byte budget (`800M`,
+    /// `1.5G`) or `auto` / `auto:FRACTION` (the least memory within that share of a step's time).
+    #[arg(long, value_name = "BUDGET|auto", value_parser = |s: &str| s.parse::<Mirror>())]
+    mirror: Option<Mirror>,
 }
 
 fn run() -> Result<(), String> {
@@ -233,7 +239,12 @@ fn run() -> Result<(), String> {
         bound,
         kind,
         table: whole_table,
+        mirror,
     } = Args::parse();
+    if mirror.is_some() && !train {
+        return Err("--mirror recomputes during backward: give --train too".into());
+    }
+    let mut mirror_report = None;
     if whole_table {
         return table();
     }
@@ -256,7 +267,10 @@ fn run() -> Result<(), String> {
                 let (side, found) = cli::sidecar_shapes(f)?;
                 shapes = found.ok_or(format!("give --shape (no {side})"))?;
             }
-            let desc = symbol_desc(&sym, &shapes, train).map_err(|e| e.to_string())?;
+            let (desc, report) =
+                symbol_desc_mirrored(&sym, &shapes, train, mirror.unwrap_or_default())
+                    .map_err(|e| e.to_string())?;
+            mirror_report = report;
             if reorder {
                 reordered_figures = Some(reordered(&desc, kind)?);
             }
@@ -285,6 +299,12 @@ fn run() -> Result<(), String> {
             v["reordered_lower_bound_bytes"] = lb.into();
             v["reordered_planned_bytes"] = planned.into();
         }
+        if let Some(r) = &mirror_report {
+            v["mirror_recomputed_nodes"] = r.recomputed_nodes.into();
+            v["unmirrored_lower_bound_bytes"] = r.unmirrored_bound_bytes.into();
+            v["mirror_estimated_overhead"] = r.estimated_overhead.into();
+            v["mirror_checkpoint_every"] = r.checkpoint_every.into();
+        }
         println!("{v}");
     } else {
         println!(
@@ -303,6 +323,16 @@ fn run() -> Result<(), String> {
         }
         if let Some((lb, planned)) = reordered_figures {
             println!("memory-aware order: lower bound {lb}, planned {planned}");
+        }
+        if let Some(r) = &mirror_report {
+            println!(
+                "recomputed during backward: {} nodes (heavy checkpoint every {}), estimated {:.1}% of a step; bound without recomputation {} ({:.3}x)",
+                r.recomputed_nodes,
+                r.checkpoint_every,
+                100.0 * r.estimated_overhead,
+                r.unmirrored_bound_bytes,
+                o.plan.arena as f64 / r.unmirrored_bound_bytes.max(1) as f64
+            );
         }
     }
     Ok(())

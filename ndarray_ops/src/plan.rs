@@ -16,6 +16,7 @@ use storage::plan::{Buffer, Problem};
 use crate::error::{invalid, Result};
 use crate::ops::lookup;
 use crate::ops::names::op_name;
+use crate::symbol::mirror::{self, Mirror, MirrorReport};
 use crate::symbol::{gradient, head_grad_names, infer, Inferred};
 use crate::Symbol;
 
@@ -204,10 +205,23 @@ pub fn symbol_desc(
     shapes: &HashMap<String, Vec<usize>>,
     train: bool,
 ) -> Result<GraphDesc> {
+    Ok(symbol_desc_mirrored(symbol, shapes, train, Mirror::Off)?.0)
+}
+
+/// [`symbol_desc`] with recomputation during backward chosen under `mirror` (training only),
+/// and what was chosen.
+pub fn symbol_desc_mirrored(
+    symbol: &Symbol,
+    shapes: &HashMap<String, Vec<usize>>,
+    train: bool,
+    mirror: Mirror,
+) -> Result<(GraphDesc, Option<MirrorReport>)> {
     let symbol = symbol.with_copy_nodes()?;
     let forward = infer(&symbol, shapes, &HashMap::new())?;
     let mut all_shapes = shapes.clone();
-    let graph = if train {
+    let n_forward = symbol.outputs().len();
+    let no_dtypes = HashMap::new();
+    let (graph, report) = if train {
         let wrt: Vec<String> = symbol
             .list_arguments()
             .into_iter()
@@ -217,13 +231,21 @@ pub fn symbol_desc(
         for (name, i) in head_grad_names(&symbol) {
             all_shapes.insert(name, out_shapes[i].clone());
         }
-        gradient(&symbol, &wrt)?
+        let full = gradient(&symbol, &wrt)?;
+        let bound = |g: &Symbol| training_bound(g, n_forward, &all_shapes, &no_dtypes);
+        mirror::apply(&full, n_forward, &all_shapes, &no_dtypes, mirror, &bound)?
     } else {
-        symbol.clone()
+        (symbol.clone(), None)
     };
-    let inf = infer(&graph, &all_shapes, &HashMap::new())?;
+    let inf = infer(&graph, &all_shapes, &no_dtypes)?;
+    Ok((training_desc(&inf, n_forward), report))
+}
+
+/// The planner's view of a bound graph whose first `n_forward` outputs are the forward pass's
+/// (kept to the end) and the rest gradients (written into bound arrays): variables and
+/// gradients external, assignments in their variables' memory.
+fn training_desc(inf: &Inferred, n_forward: usize) -> GraphDesc {
     let g = &inf.graph;
-    let n_forward = symbol.outputs().len();
     let mut external = vec![false; g.num_entries()];
     for (i, n) in g.nodes.iter().enumerate() {
         if n.is_variable() {
@@ -237,11 +259,24 @@ pub fn symbol_desc(
         .iter()
         .map(|&(n, k)| g.entry(n, k))
         .collect();
-    let mut desc = GraphDesc::of(&inf, external, outputs);
+    let mut desc = GraphDesc::of(inf, external, outputs);
     for (e, _) in assign_aliases(&desc, &[]).entries {
         desc.external[e] = true;
     }
-    Ok(desc)
+    desc
+}
+
+/// The memory lower bound of the training graph `graph` ([`training_desc`]'s view): what the
+/// recomputation pass compares its choices by.
+pub(crate) fn training_bound(
+    graph: &Symbol,
+    n_forward: usize,
+    shapes: &HashMap<String, Vec<usize>>,
+    dtypes: &HashMap<String, crate::DType>,
+) -> Result<u64> {
+    let inf = infer(graph, shapes, dtypes)?;
+    let gp = graph_problem(&training_desc(&inf, n_forward))?;
+    Ok(storage::plan::lower_bound(&gp.problem))
 }
 
 /// A topological order chosen to lower peak memory (beyond the references, which plan in the

@@ -10,8 +10,9 @@ use super::memory::Blocks;
 use super::{BindOptions, GradReq};
 use crate::error::{invalid, NdError, Result};
 use crate::ops::StateUse;
-use crate::plan::{assign_aliases, Aliases, GraphDesc};
+use crate::plan::{assign_aliases, training_bound, Aliases, GraphDesc};
 use crate::resources::OpState;
+use crate::symbol::mirror::{self, Mirror, MirrorReport};
 use crate::symbol::{gradient, head_grad_names, infer, place, Inferred, Placed};
 use crate::{DType, NDArray, Runtime, Symbol};
 
@@ -30,6 +31,8 @@ pub(super) struct FullGraph {
     pub(super) wrt: Vec<String>,
     /// Head-gradient arguments, in output order (empty without gradients).
     pub(super) head_names: Vec<String>,
+    /// What the recomputation pass chose, when it ran.
+    pub(super) mirror: Option<MirrorReport>,
 }
 
 impl FullGraph {
@@ -133,6 +136,7 @@ pub(super) fn full_graph(
     let mut shapes = shapes.clone();
     shapes.extend(given.iter().map(|(k, v)| (k.clone(), v.shape().to_vec())));
     let mut head_names = vec![];
+    let mut mirror_report = None;
     let full = if wrt.is_empty() {
         symbol.clone()
     } else {
@@ -150,6 +154,13 @@ pub(super) fn full_graph(
             }
             head_names.push(name);
         }
+        let policy = match opts.mirror {
+            Some(m) => m,
+            None => Mirror::from_env()?,
+        };
+        let bound = |g: &Symbol| training_bound(g, num_outputs, &shapes, &dtypes);
+        let (full, report) = mirror::apply(&full, num_outputs, &shapes, &dtypes, policy, &bound)?;
+        mirror_report = report;
         full
     };
     // Each output gets storage of its own (MXNet's copy nodes), then every node a device.
@@ -189,6 +200,7 @@ pub(super) fn full_graph(
         num_outputs,
         wrt,
         head_names,
+        mirror: mirror_report,
     })
 }
 

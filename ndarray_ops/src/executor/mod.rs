@@ -22,6 +22,7 @@ use storage::Context;
 use crate::error::{invalid, shape_error, some_names, NdError, Result};
 use crate::ops::{prepare, Attrs, Call, IS_TRAIN};
 use crate::resources::OpState;
+use crate::symbol::mirror::{Mirror, MirrorReport};
 use crate::symbol::Inferred;
 use crate::{NDArray, Runtime, Symbol};
 
@@ -66,6 +67,9 @@ pub struct BindOptions {
     pub group2ctx: HashMap<String, Context>,
     /// Gradient arrays to write (or add) into, by argument name; the others are allocated.
     pub grad_arrays: HashMap<String, NDArray>,
+    /// Recomputation of forward entries during backward, with gradients (see
+    /// [`crate::symbol::mirror`]). `None`: as `MXRS_BACKWARD_MIRROR` says (off when unset).
+    pub mirror: Option<Mirror>,
 }
 
 /// A symbol bound to arrays.
@@ -104,6 +108,8 @@ pub struct Executor {
     arenas: Vec<Arena>,
     /// Memory figures per device.
     memory: Vec<(Context, MemoryReport)>,
+    /// What the recomputation pass chose, when it ran.
+    mirror: Option<MirrorReport>,
     /// The pass pushed last, which decides whether a backward pass may run.
     last: Mutex<LastPass>,
 }
@@ -271,6 +277,7 @@ impl Executor {
             add_after: layout.add_after,
             arenas: memory.arenas,
             memory: memory.reports,
+            mirror: full.mirror,
             last: Mutex::new(LastPass::Nothing),
         })
     }
@@ -568,6 +575,11 @@ impl Executor {
     /// Memory of the internal entries on each device the graph uses.
     pub fn memory_by_device(&self) -> Vec<(Context, MemoryReport)> {
         self.memory.clone()
+    }
+
+    /// What recomputation during backward was chosen at bind (`None`: bound without it).
+    pub fn mirror_report(&self) -> Option<&MirrorReport> {
+        self.mirror.as_ref()
     }
 
     /// The device of every node of [`Executor::symbol`]'s indexed graph (model parallelism).

@@ -96,6 +96,8 @@ pub(super) struct BnSetup {
     eps: f64,
     fix_gamma: bool,
     batch_stats: bool,
+    /// Fold the batch statistics into the moving ones (not in a recomputed node).
+    update_moving: bool,
 }
 
 pub(super) fn bn_setup(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<BnSetup, String> {
@@ -106,6 +108,7 @@ pub(super) fn bn_setup(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<BnSet
         eps: crate::ops::bn_eps_momentum(op, attrs).map_err(e2s)?.0,
         fix_gamma,
         batch_stats,
+        update_moving: crate::ops::bn_updates_moving(op, attrs).map_err(e2s)?,
     })
 }
 
@@ -138,6 +141,7 @@ pub(crate) fn batch_norm(
         .i(1, usize::from(b.batch_stats))
         .i(2, usize::from(b.fix_gamma))
         .i(3, p)
+        .i(4, usize::from(b.update_moving))
         .f(0, b.eps)
         .f(1, momentum)
         .f(2, (outer * inner).max(1) as f64);

@@ -57,7 +57,10 @@ pub(crate) use {
     reduce::axes_of as reduced_axes,
     roi::{align_plan, pooling_windows},
     shape::{axis_attr, split_params, take_layout, take_row},
-    stochastic::{bn_axis, bn_eps_momentum, bn_flags, dropout_active, dropout_p, random_params},
+    stochastic::{
+        bn_axis, bn_eps_momentum, bn_flags, bn_updates_moving, dropout_active, dropout_p,
+        random_params,
+    },
     vision::{plane_taps, PlaneTaps},
 };
 

@@ -43,6 +43,12 @@ pub(crate) fn bn_flags(op: &str, attrs: &Attrs) -> Result<(bool, bool)> {
     Ok((fix_gamma, is_train(op, attrs)? && !global))
 }
 
+/// Whether a training-mode pass folds the batch statistics into the moving ones: not in a
+/// node recomputed during backward (the forward pass did, once).
+pub(crate) fn bn_updates_moving(op: &str, attrs: &Attrs) -> Result<bool> {
+    Ok(!attrs.bool(op, crate::symbol::mirror::MIRROR_ATTR, false)?)
+}
+
 pub(crate) fn bn_axis(op: &str, attrs: &Attrs, ndim: usize) -> Result<usize> {
     let a = attrs
         .ints(op, "axis")?
@@ -103,6 +109,7 @@ fn bn_kernel(
     let axis = bn_axis(op, attrs, x.shape.len()).map_err(e)?;
     let (eps, momentum) = bn_eps_momentum(op, attrs).map_err(e)?;
     let (fix_gamma, batch_stats) = bn_flags(op, attrs).map_err(e)?;
+    let update = bn_updates_moving(op, attrs).map_err(e)?;
     let c = x.shape[axis];
     let inner: usize = x.shape[axis + 1..].iter().product();
     let outer: usize = x.shape[..axis].iter().product();
@@ -129,10 +136,12 @@ fn bn_kernel(
                     let sq: f64 = x().map(|r| sum_zip(r, r, |v, _| (v - mean) * (v - mean))).sum();
                     let var = sq / count;
                     let blend = |old: f64, new: f64| T::from_f64(old * momentum + new * (1.0 - momentum));
-                    // SAFETY: entry `ch` of the moving statistics is this range's alone.
-                    unsafe {
-                        mm.write(ch, blend(moving_mean, mean));
-                        mv.write(ch, blend(moving_var, var));
+                    if update {
+                        // SAFETY: entry `ch` of the moving statistics is this range's alone.
+                        unsafe {
+                            mm.write(ch, blend(moving_mean, mean));
+                            mv.write(ch, blend(moving_var, var));
+                        }
                     }
                     (mean, var)
                 } else {

@@ -9,6 +9,7 @@
 pub(crate) mod grad;
 mod infer;
 mod json;
+pub mod mirror;
 mod place;
 
 use std::collections::HashMap;

@@ -21,7 +21,8 @@ KERNEL void adam(KArgs a) {
 
 // BatchNorm forward, per channel (i0 channels): p0 mean and p1 var out (the batch's when i1
 // says batch statistics, else the moving ones), p2 gamma, p3 beta, p4 moving mean, p5 moving
-// var (updated with momentum f1 under batch statistics), p6 scale out for bn_apply; under batch statistics p7 holds chan_partial's two planes of sums of
+// var (updated with momentum f1 under batch statistics when i4 says so: not in a node
+// recomputed during backward), p6 scale out for bn_apply; under batch statistics p7 holds chan_partial's two planes of sums of
 // x and x^2 (i3 partial sums per channel) over f2 elements per channel. f0 eps, i2 fix_gamma.
 KERNEL void bn_prepare(KArgs a) {
     FOR_EACH(c, a.i[0]) {
@@ -32,9 +33,11 @@ KERNEL void bn_prepare(KArgs a) {
             double sq = chan_sum(a.p[7], a.i[0] + c, a.i[3]) / n;
             mean = (float)m;
             var = (float)fmax(sq - m * m, 0.0);
-            float mom = a.f[1];
-            a.p[4][c] = a.p[4][c] * mom + mean * (1.0f - mom);
-            a.p[5][c] = a.p[5][c] * mom + var * (1.0f - mom);
+            if (a.i[4]) {
+                float mom = a.f[1];
+                a.p[4][c] = a.p[4][c] * mom + mean * (1.0f - mom);
+                a.p[5][c] = a.p[5][c] * mom + var * (1.0f - mom);
+            }
         } else {
             mean = a.p[4][c];
             var = a.p[5][c];
