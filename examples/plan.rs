@@ -88,7 +88,7 @@ fn svg(p: &Problem, plan: &Plan) -> String {
     );
     let _ = write!(
         s,
-        r#"<text x="4" y="14" font-size="13">{} buffers, arena {} bytes, {} — time (steps) across, address up</text>"#,
+        r#"<text x="4" y="14" font-size="13">{} buffers, arena {} bytes, {} — time (steps) across, address up; red: recomputed during backward</text>"#,
         p.buffers.len(),
         plan.arena,
         plan.solver
@@ -98,10 +98,14 @@ fn svg(p: &Problem, plan: &Plan) -> String {
         let bw = ((b.end - b.start + 1) as f64 / steps * w).max(1.0);
         let y = 30.0 + h - (off + b.size) as f64 / arena * h;
         let bh = (b.size as f64 / arena * h).max(0.5);
-        let hue = (i * 47) % 360;
+        // Buffers recomputed during backward (mirror copies) stand out in one strong colour.
+        let fill = match b.name.contains("_mirror") {
+            true => "hsl(8,85%,50%)".to_string(),
+            false => format!("hsl({},40%,78%)", (i * 47) % 360),
+        };
         let _ = write!(
             s,
-            r##"<rect x="{x:.1}" y="{y:.1}" width="{bw:.1}" height="{bh:.1}" fill="hsl({hue},60%,70%)" stroke="#333" stroke-width="0.3"><title>{} ({} bytes, steps {}..{})</title></rect>"##,
+            r##"<rect x="{x:.1}" y="{y:.1}" width="{bw:.1}" height="{bh:.1}" fill="{fill}" stroke="#333" stroke-width="0.3"><title>{} ({} bytes, steps {}..{})</title></rect>"##,
             b.name, b.size, b.start, b.end
         );
         if bh > 10.0 && bw > 40.0 {

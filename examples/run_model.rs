@@ -1,6 +1,6 @@
 //! Binds a real MXNet model with random weights and times it.
 //!
-//! `cargo run --release --example run_model -- graphs/resnet18_v1-symbol.json --shape data=1,3,224,224 [--train] [--iters N] [--engine KIND] [--ctx cpu(0)|gpu(0)] [--profile] [--params FILE] [--save-params FILE] [--json]`
+//! `cargo run --release --example run_model -- graphs/resnet18_v1-symbol.json --shape data=1,3,224,224 [--train [--mirror BUDGET|auto|cheap]] [--iters N] [--engine KIND] [--ctx cpu(0)|gpu(0)] [--profile] [--params FILE] [--save-params FILE] [--json]`
 //!
 //! `--params FILE` loads weights from an MXNet `.params` file (a checkpoint's `arg:`/`aux:`
 //! keys, or Gluon's plain names) over the random ones; `--save-params FILE` writes the bound
@@ -24,7 +24,8 @@ use std::time::Instant;
 
 use clap::Parser;
 use engine::EngineKind;
-use ndarray_ops::{invoke_on, ndfile, Attrs, Executor, GradReq, Runtime, Symbol};
+use ndarray_ops::symbol::mirror::Mirror;
+use ndarray_ops::{invoke_on, ndfile, Attrs, BindOptions, Executor, GradReq, Runtime, Symbol};
 use storage::Context;
 
 /// Binds a real MXNet model with random weights and times it: output shapes, the median
@@ -63,6 +64,10 @@ struct Args {
     /// Write the bound arguments and auxiliary states afterwards, as an MXNet .params file.
     #[arg(long, value_name = "FILE")]
     save_params: Option<String>,
+    /// With --train: recompute forward entries during backward, under a byte budget (`800M`),
+    /// `auto` / `auto:FRACTION`, `cheap` (MXNet's rule) or `off` (default: MXRS_BACKWARD_MIRROR).
+    #[arg(long, value_name = "BUDGET|auto|cheap|off", value_parser = |s: &str| s.parse::<Mirror>())]
+    mirror: Option<Mirror>,
 }
 
 /// The shapes given with --shape, else those of the *-shapes.json file beside the graph.
@@ -112,7 +117,12 @@ fn run() -> Result<(), String> {
             .filter(|n| !shapes.contains_key(n))
             .map(|n| (n, GradReq::Write))
             .collect();
-        Executor::simple_bind_grad(&rt, ctx, &sym, &shapes, &req).map_err(err)?
+        let opts = BindOptions {
+            grad_req: req,
+            mirror: a.mirror,
+            ..BindOptions::default()
+        };
+        Executor::bind_with_options(&rt, ctx, &sym, &shapes, HashMap::new(), &opts).map_err(err)?
     } else {
         Executor::simple_bind(&rt, ctx, &sym, &shapes).map_err(err)?
     };
@@ -141,6 +151,9 @@ fn run() -> Result<(), String> {
         Some(path) => Some(load_params(&exec, path)?),
         None => None,
     };
+    if a.mirror.is_some() && !a.train {
+        return Err("--mirror recomputes during backward: give --train too".into());
+    }
     let grads: Vec<_> = exec.grad_dict().into_values().collect();
     let time = |step: &dyn Fn() -> ndarray_ops::Result<()>| -> Result<f64, String> {
         let mut times = vec![];
@@ -181,6 +194,11 @@ fn run() -> Result<(), String> {
     const TOP: usize = 20;
     if a.json {
         let mut report = serde_json::json!({"forward_ms": forward_ms, "forward_backward_ms": forward_backward_ms, "planned_bytes": mem.planned_bytes, "no_reuse_bytes": mem.no_reuse_bytes, "lower_bound_bytes": mem.lower_bound_bytes, "allocated_bytes": mem.allocated_bytes, "inplace_entries": mem.inplace, "output_shapes": out_shapes, "engine": kind.name(), "context": ctx.to_string(), "iters": a.iters});
+        if let Some(r) = exec.mirror_report() {
+            report["mirror_recomputed_nodes"] = r.recomputed_nodes.into();
+            report["unmirrored_lower_bound_bytes"] = r.unmirrored_bound_bytes.into();
+            report["mirror_estimated_overhead"] = r.estimated_overhead.into();
+        }
         if let Some((n_args, n_aux)) = loaded {
             report["params_loaded"] =
                 serde_json::json!({"arguments": n_args, "auxiliary_states": n_aux});
@@ -216,6 +234,14 @@ fn run() -> Result<(), String> {
             "internal entries: {} ({} in place), {} bytes without reuse, {} planned, lower bound {}, {} allocated",
             mem.entries, mem.inplace, mem.no_reuse_bytes, mem.planned_bytes, mem.lower_bound_bytes, mem.allocated_bytes
         );
+        if let Some(r) = exec.mirror_report() {
+            println!(
+                "recomputed during backward: {} nodes, estimated {:.1}% of a step; lower bound without recomputation {}",
+                r.recomputed_nodes,
+                100.0 * r.estimated_overhead,
+                r.unmirrored_bound_bytes
+            );
+        }
         if let Some(p) = profiler {
             let what = match a.train {
                 true => "forward+backward",

@@ -3,8 +3,10 @@
 
 use std::collections::HashMap;
 
+use ndarray_ops::symbol::mirror::Mirror;
 use ndarray_ops::symbol::{infer_partial, Inferred};
 use ndarray_ops::{BindOptions, DType, Executor, GradReq, NDArray, Symbol};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::{attrs_of, context, dtype, err, runtime, wrap, Array, MXNetError};
@@ -221,9 +223,11 @@ fn dict(map: HashMap<String, NDArray>) -> HashMap<String, Array> {
 }
 
 /// Binds `symbol` on `(dev_type, dev_id)`: `shapes` for arguments not given, `given` arrays
-/// (arguments and auxiliary states), gradient requests, and gradient arrays to write into.
+/// (arguments and auxiliary states), gradient requests, gradient arrays to write into, and
+/// recomputation during backward (`mirror`: a byte budget, `auto`, `cheap` or `off`; `None`:
+/// as `MXRS_BACKWARD_MIRROR` says).
 #[pyfunction]
-#[pyo3(signature = (symbol, dev_type, dev_id, shapes, given, grad_req, grad_arrays))]
+#[pyo3(signature = (symbol, dev_type, dev_id, shapes, given, grad_req, grad_arrays, mirror=None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn bind(
     py: Python<'_>,
@@ -234,11 +238,17 @@ pub(crate) fn bind(
     given: HashMap<String, Py<Array>>,
     grad_req: HashMap<String, String>,
     grad_arrays: HashMap<String, Py<Array>>,
+    mirror: Option<String>,
 ) -> PyResult<Exec> {
     let (rt, ctx) = (runtime()?, context(dev_type, dev_id)?);
+    let mirror = match mirror {
+        Some(m) => Some(m.parse::<Mirror>().map_err(PyValueError::new_err)?),
+        None => None,
+    };
     let opts = BindOptions {
         grad_req: grad_reqs(grad_req)?,
         grad_arrays: arrays(grad_arrays),
+        mirror,
         ..BindOptions::default()
     };
     let given = arrays(given);

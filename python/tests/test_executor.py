@@ -136,3 +136,39 @@ def test_checkpoints_round_trip(tmp_path: Path) -> None:
     assert sorted(arg2) == sorted(arg) and sorted(aux2) == sorted(aux)
     for k in arg:
         np.testing.assert_array_equal(arg2[k].asnumpy(), arg[k].asnumpy())
+
+
+def _conv_bn_net() -> mx.sym.Symbol:
+    x = mx.sym.var("data")
+    for k in range(3):
+        c = mx.sym.Convolution(x, kernel=(3, 3), pad=(1, 1), num_filter=8, name=f"conv{k}")
+        b = mx.sym.BatchNorm(c, fix_gamma=False, name=f"bn{k}")
+        x = mx.sym.Activation(b, act_type="relu", name=f"relu{k}") + (x if k else 0)
+    return mx.sym.SoftmaxOutput(mx.sym.FullyConnected(x, num_hidden=4, name="fc"), name="sm")
+
+
+def _train_step(mirror: str | None) -> dict[str, np.ndarray]:
+    net = _conv_bn_net()
+    ex = net.simple_bind(mx.cpu(), mirror=mirror, data=(2, 8, 8, 8))
+    rng = np.random.RandomState(0)
+    for name in sorted(ex.arg_dict):
+        arr = ex.arg_dict[name]
+        arr[:] = (
+            rng.randint(0, 4, arr.shape) if name == "sm_label" else rng.uniform(-1, 1, arr.shape)
+        )
+    ex.forward(is_train=True)
+    ex.backward()
+    got = {f"grad:{k}": v.asnumpy() for k, v in ex.grad_dict.items() if v is not None}
+    got.update({f"aux:{k}": v.asnumpy() for k, v in ex.aux_dict.items()})
+    return got
+
+
+def test_mirror_recomputes_and_leaves_gradients_and_statistics_bit_equal() -> None:
+    want = _train_step(None)
+    for mirror in ("cheap", "auto:10"):
+        got = _train_step(mirror)
+        assert got.keys() == want.keys()
+        for key, value in want.items():
+            np.testing.assert_array_equal(got[key], value, err_msg=f"{mirror}: {key}")
+    with pytest.raises(ValueError, match="not `off`, `auto`"):
+        _conv_bn_net().simple_bind(mx.cpu(), mirror="fastest", data=(2, 8, 8, 8))

@@ -291,6 +291,8 @@ impl Copies<'_> {
 /// the next heavy mirror has read it), and a backward node's late copies are recomputed right
 /// before it and die right after: a segment holds its heavy nodes' outputs, not every entry
 /// between its checkpoints. Cheap nodes so run once per backward reader: time spent for memory.
+/// A backward node reading a `small` entry (by entry id) of a recomputed node reads the original
+/// instead: BatchNorm's batch statistics are kept rather than worth a whole recomputation.
 pub(crate) fn with_mirrors(
     full: &Symbol,
     g: &IndexedGraph,
@@ -298,6 +300,7 @@ pub(crate) fn with_mirrors(
     recompute: &[bool],
     shared: &[bool],
     costs: &[f64],
+    small: &[bool],
 ) -> Result<(Symbol, f64)> {
     let n = g.nodes.len();
     let mut copies = Copies {
@@ -322,7 +325,7 @@ pub(crate) fn with_mirrors(
         let mut inputs = Vec::with_capacity(node.inputs.len());
         for (orig, &(s, k)) in node.inputs.iter().zip(&g.inputs[i]) {
             let copy = match forward[s] {
-                true if keeps => None,
+                true if keeps || small[g.entry(s, k)] => None,
                 true => copies.get(s, Family::Late)?,
                 false => rebuilt[s].clone(),
             };
@@ -457,13 +460,30 @@ pub(crate) fn apply(
         every = if every > 16 { every * 2 / 3 } else { every - 1 };
     }
     let node_costs: Vec<f64> = costs.iter().map(|c| c.0).collect();
+    // Entries under 1/16 of their node's largest output (statistics beside the data) are kept.
+    let bytes = |e: usize| inf.shapes[e].iter().product::<usize>() * inf.dtypes[e].size();
+    let mut small = vec![false; g.num_entries()];
+    for i in 0..n {
+        let outs = g.entry(i, 0)..g.entry(i, 0) + g.nodes[i].num_outputs();
+        let largest = outs.clone().map(bytes).max().unwrap_or(0);
+        for e in outs {
+            small[e] = bytes(e) * 16 < largest;
+        }
+    }
     let mut measured: Vec<(u64, Symbol, Rung)> = Vec::with_capacity(rungs.len());
     for mut r in rungs {
         let sym = match r.recompute.iter().any(|&x| x) {
             false => full.clone(),
             true => {
-                let (sym, cost) =
-                    with_mirrors(full, g, &forward, &r.recompute, &heavy_node, &node_costs)?;
+                let (sym, cost) = with_mirrors(
+                    full,
+                    g,
+                    &forward,
+                    &r.recompute,
+                    &heavy_node,
+                    &node_costs,
+                    &small,
+                )?;
                 r.cost = cost;
                 sym
             }

@@ -41,8 +41,12 @@ def bind(
     grad_req: str | dict[str, str] | Sequence[str] = "write",
     aux_states: dict[str, NDArray] | Sequence[NDArray] | None = None,
     type_dict: dict[str, Any] | None = None,
+    mirror: str | None = None,
 ) -> Executor:
-    """Binds ``symbol`` (see ``Symbol.simple_bind`` and ``Symbol.bind``)."""
+    """Binds ``symbol`` (see ``Symbol.simple_bind`` and ``Symbol.bind``). ``mirror``
+    recomputes forward entries during backward to save memory: a byte budget (``"800M"``),
+    ``"auto"``, ``"auto:0.5"``, ``"cheap"`` (MXNet's ``MXNET_BACKWARD_DO_MIRROR=1``) or
+    ``"off"``; ``None`` follows ``MXRS_BACKWARD_MIRROR``."""
     c = Context(ctx) if ctx is not None else current_context()
     arg_names = symbol.list_arguments()
     if isinstance(grad_req, str):
@@ -70,6 +74,7 @@ def bind(
         {k: v.handle for k, v in given.items()},
         {k: v for k, v in reqs.items() if v != "null"},
         {k: v.handle for k, v in grads.items()},
+        mirror,
     )
     return Executor(handle, symbol, c)
 

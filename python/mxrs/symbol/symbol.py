@@ -177,12 +177,15 @@ class Symbol:
         ctx: Context | None = None,
         grad_req: str | dict[str, str] = "write",
         type_dict: dict[str, Any] | None = None,
+        mirror: str | None = None,
         **shapes: Any,
     ) -> Executor:
-        """Binds with arrays allocated from the shapes given (and inferred)."""
+        """Binds with arrays allocated from the shapes given (and inferred). ``mirror``:
+        recomputation during backward (a byte budget such as ``"800M"``, ``"auto"``,
+        ``"cheap"`` or ``"off"``; ``None`` follows ``MXRS_BACKWARD_MIRROR``)."""
         from .executor import bind
 
-        return bind(self, ctx, shapes=shapes, grad_req=grad_req, type_dict=type_dict)
+        return bind(self, ctx, shapes=shapes, grad_req=grad_req, type_dict=type_dict, mirror=mirror)
 
     def bind(
         self,
@@ -193,13 +196,20 @@ class Symbol:
         aux_states: dict[str, NDArray] | Sequence[NDArray] | None = None,
         group2ctx: Any = None,
         shared_exec: Any = None,
+        mirror: str | None = None,
     ) -> Executor:
         """Binds to the given argument arrays (a dict or a list in ``list_arguments`` order),
-        gradient arrays and auxiliary states."""
+        gradient arrays and auxiliary states; ``mirror`` as in ``simple_bind``."""
         from .executor import bind
 
         return bind(
-            self, ctx, args=args, args_grad=args_grad, grad_req=grad_req, aux_states=aux_states
+            self,
+            ctx,
+            args=args,
+            args_grad=args_grad,
+            grad_req=grad_req,
+            aux_states=aux_states,
+            mirror=mirror,
         )
 
     def eval(self, ctx: Context | None = None, **kwargs: NDArray) -> list[NDArray]:
