@@ -330,7 +330,7 @@ fn run() -> Result<(), String> {
         }
         if let Some(r) = &mirror_report {
             println!(
-                "recomputed during backward: {} nodes (heavy checkpoint every {}), estimated {:.1}% of a step; bound without recomputation {} ({:.3}x)",
+                "recomputed during backward: {} nodes (a checkpoint every {} cut points), estimated {:.1}% of a step; bound without recomputation {} ({:.3}x)",
                 r.recomputed_nodes,
                 r.checkpoint_every,
                 100.0 * r.estimated_overhead,

@@ -18,11 +18,12 @@
 //!
 //! Which nodes: a planned trade-off, not a fixed rule. A cost model gives each node a time
 //! (FLOPs at a compute rate plus bytes at a memory rate); the candidates are a ladder from
-//! "nothing" through "every cheap node" (elementwise, activations, normalisation, pooling) to
-//! "every node but one in `s` of the heavy ones" (convolutions, fully connected layers:
-//! checkpoints every `s`, Chen's segments) for falling `s`. Each rung is built and its memory's
-//! lower bound computed by the planner; a budget takes the cheapest rung within it, `auto` the
-//! smallest memory whose recomputation stays within a fraction of the step's estimated time.
+//! "nothing" through "every cheap node" (elementwise, activations, normalisation, pooling:
+//! MXNet's rule) to "every node but one cut point in `s`" (Chen's checkpoints: a cut point's
+//! output alone carries the forward pass on, as a residual block's does) for falling `s`. Each
+//! rung is built and its memory's lower bound computed by the planner; a budget takes the
+//! cheapest rung within it, `auto` the smallest memory whose recomputation stays within a
+//! fraction of the step's estimated time.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -105,8 +106,8 @@ impl FromStr for Mirror {
 }
 
 impl Mirror {
-    /// The setting of `MXRS_BACKWARD_MIRROR` (`Off` when unset or empty... an empty value is
-    /// refused, as every `MXRS_*` variable's is).
+    /// The setting of `MXRS_BACKWARD_MIRROR`: `Off` when unset; a value that does not parse
+    /// (an empty one included) is refused, naming the variable.
     pub fn from_env() -> Result<Mirror> {
         match std::env::var("MXRS_BACKWARD_MIRROR") {
             Err(_) => Ok(Mirror::Off),
@@ -140,8 +141,8 @@ pub struct MirrorReport {
     /// The recomputation's estimated time over a training step's (forward, then a backward
     /// pass of about twice its cost), by the cost model.
     pub estimated_overhead: f64,
-    /// Heavy nodes (convolutions, fully connected layers) kept between recomputed segments:
-    /// one in this many (0: none recomputed).
+    /// Cut points kept as checkpoints between recomputed segments: one in this many (0: no
+    /// segments; nothing or only cheap nodes recomputed).
     pub checkpoint_every: usize,
 }
 
@@ -364,14 +365,17 @@ pub(crate) fn with_mirrors(
 
 /// One rung of the ladder: which nodes it recomputes, its cost, and its memory bound.
 struct Rung {
+    /// Per node of the training graph: recomputed.
     recompute: Vec<bool>,
+    /// The estimated time of the copies it makes (known once built).
     cost: f64,
+    /// One cut point in this many kept (0: no segments).
     every: usize,
 }
 
 /// Chooses what to recompute in the training graph `full` under `policy`, and returns the graph
 /// to bind (unchanged when `Off` or when nothing helps) with what was chosen. `bound` gives a
-/// training graph's memory lower bound (per device, the largest), as the bind will plan it.
+/// training graph's memory lower bound as the planner sees it on one device.
 pub(crate) fn apply(
     full: &Symbol,
     num_outputs: usize,
