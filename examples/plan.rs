@@ -228,7 +228,7 @@ struct Args {
     table: bool,
     /// With --train: recompute forward entries during backward, under a byte budget (`800M`,
     /// `1.5G`) or `auto` / `auto:FRACTION` (the least memory within that share of a step's time).
-    #[arg(long, value_name = "BUDGET|auto", value_parser = |s: &str| s.parse::<Mirror>())]
+    #[arg(long, value_name = "BUDGET|auto", value_parser = cli::mirror)]
     mirror: Option<Mirror>,
 }
 

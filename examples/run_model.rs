@@ -66,7 +66,7 @@ struct Args {
     save_params: Option<String>,
     /// With --train: recompute forward entries during backward, under a byte budget (`800M`),
     /// `auto` / `auto:FRACTION`, `cheap` (MXNet's rule) or `off` (default: MXRS_BACKWARD_MIRROR).
-    #[arg(long, value_name = "BUDGET|auto|cheap|off", value_parser = |s: &str| s.parse::<Mirror>())]
+    #[arg(long, value_name = "BUDGET|auto|cheap|off", value_parser = cli::mirror)]
     mirror: Option<Mirror>,
 }
 

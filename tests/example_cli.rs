@@ -33,6 +33,15 @@ fn engines_go_by_any_of_their_names_and_an_unknown_one_lists_the_known() {
 }
 
 #[test]
+fn mirror_settings_parse_as_the_environment_variable_takes_them() {
+    use ndarray_ops::symbol::mirror::Mirror;
+    assert_eq!(cli::mirror("auto:0.5"), Ok(Mirror::Auto(0.5)));
+    assert_eq!(cli::mirror("2G"), Ok(Mirror::Budget(2 << 30)));
+    let e = cli::mirror("lots").unwrap_err();
+    assert!(e.contains("\"lots\"") && e.contains("`auto`"), "{e}");
+}
+
+#[test]
 fn shapes_parse_by_name_and_a_name_given_twice_is_refused() {
     assert_eq!(
         cli::shape("data=32, 3,224,224"),

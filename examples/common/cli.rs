@@ -22,6 +22,11 @@ pub fn engine_kind(v: &str) -> Result<EngineKind, String> {
     })
 }
 
+/// A recomputation setting, as `MXRS_BACKWARD_MIRROR` takes it (`800M`, `auto`, `cheap`, `off`).
+pub fn mirror(v: &str) -> Result<ndarray_ops::symbol::mirror::Mirror, String> {
+    v.parse()
+}
+
 /// One input's shape, `name=d0,d1,...`.
 pub fn shape(spec: &str) -> Result<(String, Vec<usize>), String> {
     let (name, dims) = spec

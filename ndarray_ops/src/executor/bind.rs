@@ -54,17 +54,7 @@ impl FullGraph {
     /// The nodes the forward pass runs: what the symbol's own outputs need.
     pub(super) fn forward_nodes(&self) -> Vec<bool> {
         let g = &self.inferred.graph;
-        let mut needed = vec![false; g.nodes.len()];
-        let mut stack: Vec<usize> = g.outputs[..self.num_outputs]
-            .iter()
-            .map(|&(n, _)| n)
-            .collect();
-        while let Some(n) = stack.pop() {
-            if !std::mem::replace(&mut needed[n], true) {
-                stack.extend(g.inputs[n].iter().map(|&(s, _)| s));
-            }
-        }
-        needed
+        g.needed_by(&g.outputs[..self.num_outputs])
     }
 
     /// The kept state of each node ([`OpState`]): one for each forward node of an op that

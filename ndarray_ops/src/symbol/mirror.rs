@@ -390,13 +390,7 @@ pub(crate) fn apply(
     let inf = infer(full, shapes, dtypes)?;
     let g = &inf.graph;
     let n = g.nodes.len();
-    let mut forward = vec![false; n];
-    let mut stack: Vec<usize> = g.outputs[..num_outputs].iter().map(|&(s, _)| s).collect();
-    while let Some(s) = stack.pop() {
-        if !std::mem::replace(&mut forward[s], true) {
-            stack.extend(g.inputs[s].iter().map(|&(x, _)| x));
-        }
-    }
+    let forward = g.needed_by(&g.outputs[..num_outputs]);
     let is_output: Vec<bool> = {
         let mut o = vec![false; n];
         for &(s, _) in &g.outputs {
@@ -404,16 +398,15 @@ pub(crate) fn apply(
         }
         o
     };
-    let costs: Vec<(f64, bool)> = (0..n).map(|i| node_cost(g, &inf, i)).collect();
+    let (costs, heavy): (Vec<f64>, Vec<bool>) = (0..n).map(|i| node_cost(g, &inf, i)).unzip();
     let step: f64 = 3.0
         * (0..n)
             .filter(|&i| forward[i])
-            .map(|i| costs[i].0)
+            .map(|i| costs[i])
             .sum::<f64>();
-    let candidates: Vec<usize> = (0..n)
-        .filter(|&i| forward[i] && !is_output[i] && recomputable(&g.nodes[i]))
+    let candidate: Vec<bool> = (0..n)
+        .map(|i| forward[i] && !is_output[i] && recomputable(&g.nodes[i]))
         .collect();
-    let heavy_node: Vec<bool> = costs.iter().map(|c| c.1).collect();
     // Cut points (Chen et al.'s checkpoint candidates): candidates after which no earlier
     // forward entry is read again in the forward pass, so their output alone carries the
     // forward pass on (a residual network's block outputs). Ranked 1, 2, ... in graph order.
@@ -429,7 +422,7 @@ pub(crate) fn apply(
         .find(|&i| forward[i] && g.nodes[i].op.is_some())
         .unwrap_or(n);
     for i in (0..n).filter(|&i| forward[i]) {
-        if i > first_op && reach <= i && candidates.binary_search(&i).is_ok() {
+        if i > first_op && reach <= i && candidate[i] {
             cuts += 1;
             cut_rank[i] = cuts;
         }
@@ -444,26 +437,21 @@ pub(crate) fn apply(
         cost: 0.0,
         every: 0,
     }];
-    let cheap = (0..n).map(|i| !costs[i].1 && candidates.binary_search(&i).is_ok());
     rungs.push(Rung {
-        recompute: cheap.collect(),
+        recompute: (0..n).map(|i| candidate[i] && !heavy[i]).collect(),
         cost: 0.0,
         every: 0,
     });
     let mut every = cuts;
     while every >= 1 {
-        let mut recompute = vec![false; n];
-        for &i in &candidates {
-            recompute[i] = cut_rank[i] == 0 || cut_rank[i] % every != 0;
-        }
+        let keep = |i: usize| cut_rank[i] != 0 && cut_rank[i] % every == 0;
         rungs.push(Rung {
-            recompute,
+            recompute: (0..n).map(|i| candidate[i] && !keep(i)).collect(),
             cost: 0.0,
             every,
         });
         every = if every > 16 { every * 2 / 3 } else { every - 1 };
     }
-    let node_costs: Vec<f64> = costs.iter().map(|c| c.0).collect();
     // Entries under 1/16 of their node's largest output (statistics beside the data) are kept.
     let bytes = |e: usize| inf.shapes[e].iter().product::<usize>() * inf.dtypes[e].size();
     let mut small = vec![false; g.num_entries()];
@@ -479,15 +467,8 @@ pub(crate) fn apply(
         let sym = match r.recompute.iter().any(|&x| x) {
             false => full.clone(),
             true => {
-                let (sym, cost) = with_mirrors(
-                    full,
-                    g,
-                    &forward,
-                    &r.recompute,
-                    &heavy_node,
-                    &node_costs,
-                    &small,
-                )?;
+                let (sym, cost) =
+                    with_mirrors(full, g, &forward, &r.recompute, &heavy, &costs, &small)?;
                 r.cost = cost;
                 sym
             }

@@ -481,6 +481,19 @@ impl IndexedGraph {
         }
     }
 
+    /// Per node, whether the entries `outputs` (node, output) need it: they or their inputs,
+    /// transitively (a training graph's forward pass, from its forward outputs).
+    pub fn needed_by(&self, outputs: &[(usize, usize)]) -> Vec<bool> {
+        let mut needed = vec![false; self.nodes.len()];
+        let mut stack: Vec<usize> = outputs.iter().map(|&(n, _)| n).collect();
+        while let Some(n) = stack.pop() {
+            if !std::mem::replace(&mut needed[n], true) {
+                stack.extend(self.inputs[n].iter().map(|&(s, _)| s));
+            }
+        }
+        needed
+    }
+
     /// The index of a node of this graph.
     pub fn index_of(&self, node: &Arc<Node>) -> usize {
         self.index[&(Arc::as_ptr(node) as usize)]
