@@ -199,7 +199,7 @@ pub struct BulkUnit {
 }
 
 impl BulkUnit {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         BulkUnit {
             members: Members::default(),
             vars: Vec::new(),
@@ -261,6 +261,52 @@ impl BulkUnit {
             n if n < NAMES.len() => Cow::Borrowed(NAMES[n]),
             n => Cow::Owned(format!("bulk[{n}]")),
         }
+    }
+
+    /// The one rule of every pusher that fuses: a bulkable op (see [`Op::is_bulkable`]) joins
+    /// this unit, which `push_unit` takes when it is full (`size` ops) or when the op cannot
+    /// join it (another context or priority, no room for its vars); any other op first has
+    /// the unit pushed, then goes to `push` alone, so push order is kept. Vars are checked
+    /// here, so a foreign or dead var is reported by this call and the op is not taken.
+    pub(crate) fn offer(
+        &mut self,
+        op: Op<'_>,
+        size: usize,
+        engine_id: u64,
+        push: impl FnOnce(Op<'_>) -> Result<(), EngineError>,
+        mut push_unit: impl FnMut(&mut BulkUnit) -> Result<(), EngineError>,
+    ) -> Result<(), EngineError> {
+        check_vars(engine_id, &op.name, op.vars.iter().copied())?;
+        if !op.is_bulkable() || size <= 1 || op.vars.len() > MAX_SLOTS {
+            if !self.is_empty() {
+                push_unit(self)?;
+            }
+            return push(op);
+        }
+        let Op {
+            name,
+            func: UserFn::Sync(func),
+            ref vars,
+            n_writes,
+            ctx,
+            priority,
+            ..
+        } = op
+        else {
+            unreachable!("a bulkable op is synchronous");
+        };
+        let (reads, writes) = split_lists(vars, n_writes);
+        if !self.accepts(ctx, priority, reads, writes) {
+            push_unit(self)?;
+        }
+        if self.is_empty() {
+            (self.ctx, self.priority) = (ctx, priority);
+        }
+        self.add(name, func, reads, writes);
+        if self.len() >= size {
+            push_unit(self)?;
+        }
+        Ok(())
     }
 
     fn slot_of(&self, v: &Var) -> Option<usize> {
@@ -371,35 +417,14 @@ impl<'e> BulkPusher<'e> {
     /// kept. Vars are checked here, so a foreign or dead var is reported by this call and the
     /// op is not taken.
     pub fn push(&mut self, op: Op<'_>) -> Result<(), EngineError> {
-        check_vars(self.engine_id, &op.name, op.vars.iter().copied())?;
-        if !op.is_bulkable() || self.size == 1 || op.vars.len() > MAX_SLOTS {
-            self.flush()?;
-            return self.engine.push(op);
-        }
-        let Op {
-            name,
-            func: UserFn::Sync(func),
-            ref vars,
-            n_writes,
-            ctx,
-            priority,
-            ..
-        } = op
-        else {
-            unreachable!("a bulkable op is synchronous");
-        };
-        let (reads, writes) = split_lists(vars, n_writes);
-        if !self.unit.accepts(ctx, priority, reads, writes) {
-            self.flush()?;
-        }
-        if self.unit.is_empty() {
-            (self.unit.ctx, self.unit.priority) = (ctx, priority);
-        }
-        self.unit.add(name, func, reads, writes);
-        if self.unit.len() >= self.size {
-            self.flush()?;
-        }
-        Ok(())
+        let engine = self.engine;
+        self.unit.offer(
+            op,
+            self.size,
+            self.engine_id,
+            |op| engine.push(op),
+            |u| engine.push_bulk(u),
+        )
     }
 
     /// Pushes the ops collected so far as one unit.

@@ -30,6 +30,7 @@ mod config;
 mod core;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+mod deferred;
 mod error;
 mod naive;
 mod op;
@@ -93,6 +94,17 @@ pub trait Engine: Send + Sync {
 
     /// The largest unit `engine.bulk()` fuses.
     fn bulk_size(&self) -> usize;
+
+    /// Sets the imperative bulk size, as MXNet's `engine.set_bulk_size`, and returns the one set
+    /// before: from now on up to `size` consecutive synchronous CPU ops given to
+    /// [`Engine::push`], from any thread, are held back and scheduled as one unit; 0 or 1 turns
+    /// it off (the default). Held ops count as pushed: they are scheduled before any other op,
+    /// bulk push, `delete_var` or wait, so results and errors are those of pushing them one by
+    /// one. Ops held at the call are scheduled first.
+    fn set_imperative_bulk_size(&self, size: usize) -> Result<usize, EngineError>;
+
+    /// The imperative bulk size set last (0: off).
+    fn imperative_bulk_size(&self) -> usize;
 
     /// The profiler, when it is on.
     fn profiler(&self) -> Option<&Profiler>;

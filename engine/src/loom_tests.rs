@@ -465,3 +465,75 @@ fn three_pushers_in_a_cycle_never_deadlock() {
         assert!(vars.iter().all(|v| v.version() == 1));
     });
 }
+
+/// The imperative bulking of a threaded engine over a model core.
+struct Held {
+    core: Arc<Core>,
+    deferred: crate::deferred::Deferred,
+}
+
+impl crate::deferred::Schedule for Held {
+    fn id(&self) -> u64 {
+        self.core.id
+    }
+    fn push_now(&self, op: Op<'_>) -> Result<(), crate::EngineError> {
+        self.core.push(op)
+    }
+    fn push_unit_now(&self, unit: &mut crate::BulkUnit) -> Result<(), crate::EngineError> {
+        self.core.push_bulk(unit)
+    }
+}
+
+/// An op held back on one thread comes before a push another thread makes after seeing it
+/// pushed, while a third thread turns bulking off (the size's lock-free fast path).
+#[test]
+fn a_held_op_precedes_a_later_push_from_another_thread_while_bulking_turns_off() {
+    model(|| {
+        let (core, q) = core();
+        let held = Arc::new(Held {
+            core: core.clone(),
+            deferred: crate::deferred::Deferred::new(),
+        });
+        held.deferred.set_size(&*held, 4).unwrap();
+        let x = core.new_var(false);
+        let log: Log = Arc::default();
+        let pushed = Arc::new(AtomicUsize::new(0));
+        let a = {
+            let (held, x, log, pushed) = (held.clone(), x.clone(), log.clone(), pushed.clone());
+            loom::thread::spawn(move || {
+                held.deferred
+                    .push(&*held, logged("a", &log).write(&x))
+                    .unwrap();
+                pushed.store(1, Ordering::Release);
+            })
+        };
+        let off = {
+            let held = held.clone();
+            loom::thread::spawn(move || {
+                held.deferred.set_size(&*held, 0).unwrap();
+            })
+        };
+        while pushed.load(Ordering::Acquire) == 0 {
+            loom::thread::yield_now();
+        }
+        held.deferred
+            .push(&*held, logged("b", &log).write(&x))
+            .unwrap();
+        held.deferred.flush(&*held).unwrap();
+        join(vec![a, off]);
+        held.deferred.flush(&*held).unwrap();
+        // Run what is ready on this thread, until nothing is (running an op may ready the next).
+        loop {
+            let op = q.0.lock().unwrap().pop_front();
+            let Some(op) = op else { break };
+            let ctx = op.ctx;
+            core.execute(op, &RunContext::new(ctx));
+        }
+        let log = log.lock().unwrap().clone();
+        assert!(
+            event_at(&log, "b", true) > event_at(&log, "a", false),
+            "{log:?}"
+        );
+        assert_eq!(x.version(), 2);
+    });
+}

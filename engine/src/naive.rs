@@ -13,6 +13,7 @@ use smallvec::SmallVec;
 
 use crate::bulk::{BulkBody, BulkUnit};
 use crate::core::{check_vars, next_engine_id, refuse_inside_op, MemberScope, RunningScope};
+use crate::deferred::{Deferred, Schedule};
 use crate::error::{panic_message, EngineError, Failure, OpFailure, OpResult, Poison};
 use crate::op::{distinct, Completion, Oneshot, Op, RunContext, UserFn, VarRefs};
 use crate::profiler::Profiler;
@@ -35,6 +36,9 @@ pub struct NaiveEngine {
     /// Held while a push (or a delete function) runs, so that pushes from several threads run
     /// one at a time; reentrant, because an op may push more ops from inside itself.
     one_at_a_time: ReentrantMutex<()>,
+    /// Ops held back by the imperative bulk size. Every entry point takes `one_at_a_time`
+    /// before it, so the two locks are always taken in that order.
+    deferred: Deferred,
 }
 
 impl NaiveEngine {
@@ -45,6 +49,7 @@ impl NaiveEngine {
             failures: Mutex::new(Vec::new()),
             profiler,
             one_at_a_time: ReentrantMutex::new(()),
+            deferred: Deferred::new(),
         }
     }
 
@@ -163,12 +168,89 @@ impl Engine for NaiveEngine {
     }
 
     fn push(&self, op: Op<'_>) -> Result<(), EngineError> {
-        self.run(op)
+        let _whole = self.one_at_a_time.lock();
+        self.deferred.push(self, op)
     }
 
-    /// Runs the members one by one, each exactly as if it had been pushed alone. A member whose
-    /// var was deleted after it joined the unit fails, as on the threaded engines.
+    /// Runs the held ops, then the unit's (see `run_unit`).
     fn push_bulk(&self, unit: &mut BulkUnit) -> Result<(), EngineError> {
+        let _whole = self.one_at_a_time.lock();
+        self.deferred.flush(self)?;
+        self.run_unit(unit)
+    }
+
+    fn delete_var(&self, f: Box<dyn FnOnce() + Send>, var: &Var) -> Result<(), EngineError> {
+        check_vars(self.id, "delete_var", std::iter::once(var))?;
+        let _whole = self.one_at_a_time.lock();
+        self.deferred.flush(self)?;
+        var.lock().mark_deleted();
+        let result = {
+            let _running = RunningScope::enter(self.id, Cow::Borrowed("delete_var"));
+            catch_unwind(AssertUnwindSafe(f))
+        };
+        if let Err(p) = result {
+            self.fail("delete_var", panic_message(&*p), true);
+        }
+        Ok(())
+    }
+
+    fn wait_for_var(&self, var: &Var) -> Result<(), EngineError> {
+        refuse_inside_op(self.id, "wait_for_var")?;
+        check_vars(self.id, "wait_for_var", std::iter::once(var))?;
+        self.flush_held()?;
+        // A failure is reported once: not again if a wait on another var it reached did.
+        match var.lock().take_poison().filter(|p| p.report(INLINE_SEQ)) {
+            Some(p) => {
+                self.failures.lock().retain(|f| !Arc::ptr_eq(f, &p));
+                Err(EngineError::OpFailed(p.root.clone()))
+            }
+            None => Ok(()),
+        }
+    }
+
+    fn wait_for_all(&self) -> Result<(), EngineError> {
+        refuse_inside_op(self.id, "wait_for_all")?;
+        self.flush_held()?;
+        let failures = std::mem::take(&mut *self.failures.lock());
+        // Every failure is reported now; the earliest not reported before is returned.
+        let first = failures
+            .into_iter()
+            .filter(|f| f.report(INLINE_SEQ))
+            .reduce(|first, _| first);
+        match first {
+            Some(f) => Err(EngineError::OpFailed(f.root.clone())),
+            None => Ok(()),
+        }
+    }
+
+    fn bulk_size(&self) -> usize {
+        1
+    }
+
+    fn set_imperative_bulk_size(&self, size: usize) -> Result<usize, EngineError> {
+        let _whole = self.one_at_a_time.lock();
+        self.deferred.set_size(self, size)
+    }
+
+    fn imperative_bulk_size(&self) -> usize {
+        self.deferred.size()
+    }
+
+    fn profiler(&self) -> Option<&Profiler> {
+        self.profiler.as_deref()
+    }
+}
+
+impl NaiveEngine {
+    /// Runs the held ops, if any, under the engine's lock (the locks' order).
+    fn flush_held(&self) -> Result<(), EngineError> {
+        let _whole = self.one_at_a_time.lock();
+        self.deferred.flush(self)
+    }
+
+    /// Runs a unit's members one by one, each exactly as if it had been pushed alone. A member
+    /// whose var was deleted after it joined the unit fails, as on the threaded engines.
+    fn run_unit(&self, unit: &mut BulkUnit) -> Result<(), EngineError> {
         // The unit's next ops go into this body's emptied lists (see `BulkUnit::take_into`), and
         // the body goes back to the unit afterwards, so bulking allocates nothing per unit.
         let _whole = self.one_at_a_time.lock();
@@ -205,59 +287,26 @@ impl Engine for NaiveEngine {
         unit.spare.push(body);
         Ok(())
     }
+}
 
-    fn delete_var(&self, f: Box<dyn FnOnce() + Send>, var: &Var) -> Result<(), EngineError> {
-        check_vars(self.id, "delete_var", std::iter::once(var))?;
-        let _whole = self.one_at_a_time.lock();
-        var.lock().mark_deleted();
-        let result = {
-            let _running = RunningScope::enter(self.id, Cow::Borrowed("delete_var"));
-            catch_unwind(AssertUnwindSafe(f))
-        };
-        if let Err(p) = result {
-            self.fail("delete_var", panic_message(&*p), true);
-        }
-        Ok(())
+impl Schedule for NaiveEngine {
+    fn id(&self) -> u64 {
+        self.id
     }
 
-    fn wait_for_var(&self, var: &Var) -> Result<(), EngineError> {
-        refuse_inside_op(self.id, "wait_for_var")?;
-        check_vars(self.id, "wait_for_var", std::iter::once(var))?;
-        // A failure is reported once: not again if a wait on another var it reached did.
-        match var.lock().take_poison().filter(|p| p.report(INLINE_SEQ)) {
-            Some(p) => {
-                self.failures.lock().retain(|f| !Arc::ptr_eq(f, &p));
-                Err(EngineError::OpFailed(p.root.clone()))
-            }
-            None => Ok(()),
-        }
+    fn push_now(&self, op: Op<'_>) -> Result<(), EngineError> {
+        self.run(op)
     }
 
-    fn wait_for_all(&self) -> Result<(), EngineError> {
-        refuse_inside_op(self.id, "wait_for_all")?;
-        let failures = std::mem::take(&mut *self.failures.lock());
-        // Every failure is reported now; the earliest not reported before is returned.
-        let first = failures
-            .into_iter()
-            .filter(|f| f.report(INLINE_SEQ))
-            .reduce(|first, _| first);
-        match first {
-            Some(f) => Err(EngineError::OpFailed(f.root.clone())),
-            None => Ok(()),
-        }
-    }
-
-    fn bulk_size(&self) -> usize {
-        1
-    }
-
-    fn profiler(&self) -> Option<&Profiler> {
-        self.profiler.as_deref()
+    fn push_unit_now(&self, unit: &mut BulkUnit) -> Result<(), EngineError> {
+        self.run_unit(unit)
     }
 }
 
 impl Drop for NaiveEngine {
     fn drop(&mut self) {
+        // Held ops were checked when they were taken; what fails is the ops' own error.
+        let _ = self.flush_held();
         crate::write_profile_on_drop(self.profiler.as_deref());
     }
 }

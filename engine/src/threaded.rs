@@ -15,6 +15,7 @@ use storage::Context;
 use crate::bulk::BulkUnit;
 use crate::config::EngineConfig;
 use crate::core::{Core, Dispatch};
+use crate::deferred::{Deferred, Schedule};
 use crate::error::EngineError;
 use crate::op::{FnProperty, Op, OpRef, RunContext};
 use crate::pool::{Pool, WorkerInit};
@@ -210,6 +211,8 @@ pub struct ThreadedEngine {
     core: Arc<Core>,
     kind: EngineKind,
     bulk_size: usize,
+    /// Ops held back by the imperative bulk size.
+    deferred: Deferred,
 }
 
 impl ThreadedEngine {
@@ -235,7 +238,22 @@ impl ThreadedEngine {
             core: Core::new(dispatch, profiler, jitter_us, inline_cheap),
             kind,
             bulk_size,
+            deferred: Deferred::new(),
         }
+    }
+}
+
+impl Schedule for ThreadedEngine {
+    fn id(&self) -> u64 {
+        self.core.id
+    }
+
+    fn push_now(&self, op: Op<'_>) -> Result<(), EngineError> {
+        self.core.push(op)
+    }
+
+    fn push_unit_now(&self, unit: &mut BulkUnit) -> Result<(), EngineError> {
+        self.core.push_bulk(unit)
     }
 }
 
@@ -257,27 +275,39 @@ impl Engine for ThreadedEngine {
     }
 
     fn push(&self, op: Op<'_>) -> Result<(), EngineError> {
-        self.core.push(op)
+        self.deferred.push(self, op)
     }
 
     fn push_bulk(&self, unit: &mut BulkUnit) -> Result<(), EngineError> {
+        self.deferred.flush(self)?;
         self.core.push_bulk(unit)
     }
 
     fn delete_var(&self, f: Box<dyn FnOnce() + Send>, var: &Var) -> Result<(), EngineError> {
+        self.deferred.flush(self)?;
         self.core.delete_var(f, var)
     }
 
     fn wait_for_var(&self, var: &Var) -> Result<(), EngineError> {
+        self.deferred.flush(self)?;
         self.core.wait_for_var(var)
     }
 
     fn wait_for_all(&self) -> Result<(), EngineError> {
+        self.deferred.flush(self)?;
         self.core.wait_for_all()
     }
 
     fn bulk_size(&self) -> usize {
         self.bulk_size
+    }
+
+    fn set_imperative_bulk_size(&self, size: usize) -> Result<usize, EngineError> {
+        self.deferred.set_size(self, size)
+    }
+
+    fn imperative_bulk_size(&self) -> usize {
+        self.deferred.size()
     }
 
     fn profiler(&self) -> Option<&Profiler> {
@@ -293,6 +323,8 @@ impl Drop for ThreadedEngine {
     /// itself, so that thread hands the drain and the joins to a thread of their own and returns;
     /// the engine is gone, every worker joined, once the ops pushed before have finished.
     fn drop(&mut self) {
+        // Held ops were checked when they were taken; what fails later is the ops' own error.
+        let _ = self.deferred.flush(&*self);
         let core = self.core.clone();
         let close = move || {
             core.wait_idle();

@@ -281,7 +281,10 @@ fn seed_base() -> u64 {
     }
 }
 
-fn check_seeds(seeds: std::ops::Range<u64>, len: usize, mix: &Mix) {
+/// Runs each seed's program on the inline engine and compares every other run with it: both
+/// threaded engines, and with `imperative` above one those and a second inline engine with that
+/// imperative bulk size set.
+fn check_seeds(seeds: std::ops::Range<u64>, len: usize, mix: &Mix, imperative: usize) {
     // Under Miri a program costs about what a thousand do natively: it checks one, of at most
     // 60 ops (one of 600 took it 40 minutes).
     let (seeds, len) = match cfg!(miri) {
@@ -290,7 +293,7 @@ fn check_seeds(seeds: std::ops::Range<u64>, len: usize, mix: &Mix) {
     };
     let base = seed_base();
     let naive = EngineBuilder::new(EngineKind::Naive).build();
-    let threaded = [
+    let mut others = vec![
         EngineBuilder::new(EngineKind::ThreadedPooled)
             .pooled_workers(3)
             .bulk_size(4)
@@ -300,11 +303,17 @@ fn check_seeds(seeds: std::ops::Range<u64>, len: usize, mix: &Mix) {
             .bulk_size(4)
             .build(),
     ];
+    if imperative > 1 {
+        others.push(EngineBuilder::new(EngineKind::Naive).build());
+        for e in &others {
+            e.set_imperative_bulk_size(imperative).unwrap();
+        }
+    }
     for seed in seeds {
         let seed = seed.wrapping_add(base);
         let prog = program(&mut StdRng::seed_from_u64(seed), len, mix);
         let want = run(naive.clone(), &prog, seed);
-        for e in &threaded {
+        for e in &others {
             let got = run(e.clone(), &prog, seed);
             assert_eq!(
                 got,
@@ -319,19 +328,31 @@ fn check_seeds(seeds: std::ops::Range<u64>, len: usize, mix: &Mix) {
 #[test]
 fn random_programs_match_the_naive_engine() {
     // 2,000 programs of 60 ops, plus 100 longer ones, on both threaded engines.
-    watchdog("random programs", 300, || check_seeds(0..2000, 60, &MIXED));
+    watchdog("random programs", 300, || {
+        check_seeds(0..2000, 60, &MIXED, 0)
+    });
 }
 
 #[test]
 fn write_heavy_random_programs_match_the_naive_engine() {
     watchdog("write-heavy random programs", 300, || {
-        check_seeds(20_000..21_000, 60, &WRITE_HEAVY)
+        check_seeds(20_000..21_000, 60, &WRITE_HEAVY, 0)
     });
 }
 
 #[test]
 fn long_random_programs_match_the_naive_engine() {
     watchdog("long random programs", 300, || {
-        check_seeds(10_000..10_100, 600, &MIXED)
+        check_seeds(10_000..10_100, 600, &MIXED, 0)
+    });
+}
+
+/// With an imperative bulk size set, held ops must still meet waits, deletes, bulk pushes and
+/// failures exactly where the inline engine, pushing one by one, has them.
+#[test]
+fn random_programs_with_imperative_bulking_match_the_naive_engine() {
+    watchdog("random programs, imperative bulking", 300, || {
+        check_seeds(30_000..30_500, 60, &MIXED, 5);
+        check_seeds(31_000..31_300, 60, &WRITE_HEAVY, 3);
     });
 }

@@ -41,6 +41,8 @@ enum Owner {
     Block(#[allow(dead_code)] Handle),
     /// A region of a parent chunk, which lives at least as long.
     Region(#[allow(dead_code)] Arc<Chunk>),
+    /// Memory another library lent (see [`NDArray::from_foreign`]); dropping this gives it back.
+    Foreign(#[allow(dead_code)] Box<dyn Send + Sync>),
 }
 
 impl Drop for Chunk {
@@ -109,6 +111,45 @@ impl NDArray {
             ctx,
             ptr: handle.addr(),
             owner: Some(Owner::Block(handle)),
+        };
+        Ok(NDArray {
+            chunk: Arc::new(chunk),
+            shape: Dims::from_slice(shape),
+            dtype,
+            offset: 0,
+            entry: None,
+        })
+    }
+
+    /// An array over CPU memory another library owns, without a copy: `keep` is what holds that
+    /// memory (dropping it gives the memory back), dropped once the array, its clones and
+    /// views are gone and every op pushed on them has finished. Refused, with nothing taken,
+    /// when `ptr` is null or not aligned for `dtype`: copy the data in instead.
+    ///
+    /// # Safety
+    /// `ptr` must point at `shape`'s elements of `dtype`, row-major and contiguous, readable
+    /// and writable until `keep` is dropped; while the array lives, the owner must not write
+    /// them (and must not read them while an op pushed on the array may write them).
+    pub unsafe fn from_foreign(
+        rt: &Arc<Runtime>,
+        ptr: *mut u8,
+        shape: &[usize],
+        dtype: DType,
+        keep: Box<dyn Send + Sync>,
+    ) -> Result<NDArray> {
+        elements("from_foreign", shape, dtype)?;
+        if ptr.is_null() || (ptr as usize) % dtype.size() != 0 {
+            return Err(invalid(
+                "from_foreign",
+                format!("memory at {ptr:p} is not aligned for {dtype}; copy it in instead"),
+            ));
+        }
+        let chunk = Chunk {
+            rt: rt.clone(),
+            var: rt.engine().new_var(),
+            ctx: Context::cpu(0),
+            ptr: ptr as usize,
+            owner: Some(Owner::Foreign(keep)),
         };
         Ok(NDArray {
             chunk: Arc::new(chunk),

@@ -7,8 +7,13 @@
 //! when its destructor calls it). As with MXNet's `to_dlpack_for_read`, the consumer sees later
 //! writes of the array: the view shares its memory.
 //!
-//! Import: the capsule's tensor (CPU memory, one of our dtypes, row-major) is copied into a new
-//! array, the capsule is marked used (`used_dltensor`) and the producer's deleter is called.
+//! Import, without a copy: the capsule is marked used (`used_dltensor`) and its tensor (CPU
+//! memory, one of our dtypes, row-major) becomes the memory of a new array, which calls the
+//! producer's deleter once the array, its views and every op pushed on them are done. As with
+//! MXNet's `from_dlpack`, the array and the producer's tensor share that memory: a write on one
+//! side is seen on the other, and the caller orders them (`wait_to_read` before writing the
+//! source). A capsule this module exported gives back a handle of the array it came from (same
+//! memory, and ops on both stay ordered). Memory not aligned for its dtype is copied.
 
 use std::ffi::{c_void, CStr};
 
@@ -60,7 +65,7 @@ struct DlManagedTensor {
 /// What an exported tensor owns: the array (keeping its memory alive) and the shape the tensor
 /// points at.
 struct Keep {
-    _array: NDArray,
+    array: NDArray,
     shape: Vec<i64>,
 }
 
@@ -140,7 +145,7 @@ pub(crate) fn to_dlpack(py: Python<'_>, array: &Array, for_write: bool) -> PyRes
     };
     let mut keep = Box::new(Keep {
         shape: a.shape().iter().map(|&d| d as i64).collect(),
-        _array: a.clone(),
+        array: a.clone(),
     });
     let tensor = Box::new(DlManagedTensor {
         dl_tensor: DlTensor {
@@ -171,8 +176,29 @@ pub(crate) fn to_dlpack(py: Python<'_>, array: &Array, for_write: bool) -> PyRes
     Ok(unsafe { Bound::from_owned_ptr(py, capsule) }.unbind())
 }
 
-/// Copies the tensor of a DLPack capsule (CPU memory) into a new array, once, and consumes
-/// the capsule.
+/// A producer's tensor that an array's memory lives in; dropping it calls the producer's deleter.
+struct Lent(*mut DlManagedTensor);
+
+// SAFETY: DLPack lets a consumer call the deleter from any thread (producers that need the GIL,
+// such as numpy, take it in the deleter), and nothing else reads the pointer.
+unsafe impl Send for Lent {}
+// SAFETY: a shared `Lent` gives no access to the pointer; only its drop uses it.
+unsafe impl Sync for Lent {}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        // SAFETY: the tensor was consumed by `from_dlpack`, which made this its only owner, so
+        // the deleter runs once.
+        unsafe {
+            if let Some(delete) = (*self.0).deleter {
+                delete(self.0);
+            }
+        }
+    }
+}
+
+/// Takes the tensor of a DLPack capsule (CPU memory) as a new array's memory, without a copy,
+/// and consumes the capsule.
 #[pyfunction]
 pub(crate) fn from_dlpack(capsule: &Bound<'_, PyAny>) -> PyResult<Array> {
     let ptr = capsule.as_ptr();
@@ -228,30 +254,57 @@ pub(crate) fn from_dlpack(capsule: &Bound<'_, PyAny>) -> PyResult<Array> {
         }
     }
     let n: usize = shape.iter().product();
-    let bytes = n * dtype.size();
-    let empty: &[u8] = &[];
-    let data = match bytes {
-        0 => empty,
-        // SAFETY: the producer guarantees `data + byte_offset` holds the tensor's elements,
-        // `bytes` of them for a row-major tensor of this shape and dtype, alive until its
-        // deleter runs (below, after the one copy into our array).
-        _ => unsafe {
-            std::slice::from_raw_parts(dl.data.cast::<u8>().add(dl.byte_offset as usize), bytes)
-        },
-    };
+    let raw = (t as *const DlManagedTensor).cast_mut();
     let rt = runtime()?;
-    let array = rt
-        .from_bytes(data, &shape, dtype, storage::Context::cpu(0))
-        .map_err(err)?;
-    // The copy is ours: mark the capsule used and let the producer free its tensor.
-    // SAFETY: the capsule is valid; renaming it is how DLPack marks it consumed, and the
-    // deleter (called once, here) is the producer's.
-    unsafe {
-        ffi::PyCapsule_SetName(ptr, USED.as_ptr());
-        let raw = (t as *const DlManagedTensor).cast_mut();
-        if let Some(delete) = t.deleter {
-            delete(raw);
+    // A function's address may differ between codegen units; a miss only takes the general
+    // path below (shared memory, unordered against the source array).
+    let ours = t.deleter.is_some_and(|d| {
+        std::ptr::fn_addr_eq(d, delete_exported as unsafe extern "C" fn(*mut DlManagedTensor))
+    });
+    if ours {
+        // SAFETY: our own tensor: its `manager_ctx` is the `Keep` that `to_dlpack` made.
+        let keep = unsafe { &*t.manager_ctx.cast::<Keep>() };
+        let array = keep.array.clone();
+        // SAFETY: the capsule is valid; renaming it marks it consumed, and the tensor, now
+        // ours, is deleted once, here (the array handle was cloned out of it).
+        unsafe {
+            ffi::PyCapsule_SetName(ptr, USED.as_ptr());
+            delete_exported(raw);
         }
+        return Ok(wrap(array));
     }
+    // SAFETY: DLPack's `data + byte_offset` is the first element.
+    let data = unsafe { dl.data.cast::<u8>().add(dl.byte_offset as usize) };
+    let array = match n > 0 && (data as usize) % dtype.size() == 0 {
+        true => {
+            // SAFETY: the capsule is valid; renaming it marks it consumed, so the producer's
+            // tensor is ours until `Lent` calls its deleter.
+            unsafe { ffi::PyCapsule_SetName(ptr, USED.as_ptr()) };
+            let lent = Box::new(Lent(raw));
+            // SAFETY: the producer guarantees `data` holds the tensor's `n` row-major elements
+            // of this dtype (strides checked above) until its deleter runs, which `lent` does
+            // when the array's memory is released.
+            unsafe { NDArray::from_foreign(&rt, data, &shape, dtype, lent) }.map_err(err)?
+        }
+        false => {
+            let bytes: &[u8] = match n {
+                0 => &[],
+                // SAFETY: as above; the elements are copied before the deleter runs.
+                _ => unsafe { std::slice::from_raw_parts(data, n * dtype.size()) },
+            };
+            let array = rt
+                .from_bytes(bytes, &shape, dtype, storage::Context::cpu(0))
+                .map_err(err)?;
+            // SAFETY: the capsule is valid; renaming it marks it consumed, and the producer's
+            // deleter is called once, here, after the copy.
+            unsafe {
+                ffi::PyCapsule_SetName(ptr, USED.as_ptr());
+                if let Some(delete) = t.deleter {
+                    delete(raw);
+                }
+            }
+            array
+        }
+    };
     Ok(wrap(array))
 }

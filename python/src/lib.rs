@@ -399,6 +399,15 @@ fn waitall(py: Python<'_>) -> PyResult<()> {
     py.detach(move || rt.wait_all()).map_err(err)
 }
 
+/// Sets how many consecutive imperative ops the engine schedules as one unit (0 or 1: each
+/// alone); returns the size set before.
+#[pyfunction]
+fn set_bulk_size(py: Python<'_>, size: usize) -> PyResult<usize> {
+    let rt = runtime()?;
+    py.detach(move || rt.engine().set_imperative_bulk_size(size))
+        .map_err(|e| err(e.into()))
+}
+
 /// Seeds every device's random generator.
 #[pyfunction]
 fn seed(value: u64) -> PyResult<()> {
@@ -543,6 +552,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(save, m)?)?;
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(seed, m)?)?;
+    m.add_function(wrap_pyfunction!(set_bulk_size, m)?)?;
     m.add_function(wrap_pyfunction!(set_recording, m)?)?;
     m.add_function(wrap_pyfunction!(set_training, m)?)?;
     m.add_function(wrap_pyfunction!(is_recording, m)?)?;

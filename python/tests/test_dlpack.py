@@ -5,6 +5,7 @@ unconsumed capsule frees its tensor."""
 from __future__ import annotations
 
 import gc
+import weakref
 
 import mxrs as mx
 import numpy as np
@@ -31,7 +32,42 @@ def test_pending_writes_are_waited_for() -> None:
     np.testing.assert_array_equal(np.from_dlpack(b)[0, :3], [256, 256, 256])
 
 
-def test_from_dlpack_copies_in_and_consumes_the_capsule() -> None:
+def test_from_dlpack_shares_the_producers_memory() -> None:
+    src = np.arange(12, dtype=np.float32).reshape(3, 4)
+    alive = weakref.ref(src)
+    y = mx.nd.from_dlpack(src)
+    src[0, 0] = 100.0  # no copy: the array sees the producer's writes
+    assert y.asnumpy()[0, 0] == 100.0
+    y[:] = 5.0  # and the producer sees the array's
+    y.wait_to_read()
+    np.testing.assert_array_equal(src, np.full((3, 4), 5.0))
+    del src
+    gc.collect()
+    assert alive() is not None, "the array keeps the producer's memory"
+    np.testing.assert_array_equal((y + 1).asnumpy(), np.full((3, 4), 6.0))
+    del y
+    mx.nd.waitall()
+    gc.collect()
+    assert alive() is None, "the producer's deleter ran once the array was gone"
+
+
+def test_our_own_capsule_gives_back_the_array_with_its_order() -> None:
+    a = mx.nd.ones((64, 64))
+    b = mx.nd.from_dlpack(a.to_dlpack_for_read())
+    a += 1  # ordered before the read below: b is a handle of a's memory and var
+    np.testing.assert_array_equal(b.asnumpy(), np.full((64, 64), 2.0))
+
+
+def test_unaligned_memory_is_copied() -> None:
+    raw = np.zeros(17, dtype=np.uint8)
+    unaligned = raw[1:].view(np.float32)
+    unaligned[:] = [1.5, 2.5, 3.5, 4.5]
+    y = mx.nd.from_dlpack(unaligned)
+    unaligned[:] = 0.0
+    np.testing.assert_array_equal(y.asnumpy(), [1.5, 2.5, 3.5, 4.5])
+
+
+def test_from_dlpack_consumes_the_capsule() -> None:
     src = np.arange(12, dtype=np.int64).reshape(3, 4)
     y = mx.nd.from_dlpack(src)
     assert y.dtype == np.int64 and y.shape == (3, 4)

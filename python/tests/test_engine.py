@@ -67,6 +67,57 @@ def test_waitall_raises_a_failure_then_recovers() -> None:
     np.testing.assert_array_equal(x.asnumpy(), [2, 2, 2])
 
 
+def test_bulk_gives_the_results_of_running_op_by_op() -> None:
+    with mx.engine.bulk(10):
+        x = mx.nd.ones((10,))
+        x *= 2
+        x += 1
+        x.wait_to_read()
+        x += 1
+        assert (x.asnumpy() == 4).all()
+        for _ in range(100):
+            x += 1
+        y = x * 2
+    assert (x.asnumpy() == 104).all()
+    assert (y.asnumpy() == 208).all()
+
+
+def test_set_bulk_size_returns_the_size_before() -> None:
+    assert mx.engine.set_bulk_size(16) == 0
+    try:
+        with mx.engine.bulk(4):
+            assert mx.engine.set_bulk_size(4) == 4
+        assert mx.engine.set_bulk_size(0) == 16
+    finally:
+        mx.engine.set_bulk_size(0)
+    with pytest.raises(ValueError, match="at least 0"):
+        mx.engine.set_bulk_size(-1)
+
+
+def test_bulked_ops_from_threads_and_their_failures() -> None:
+    """Bulking is shared by every thread: each thread's chain is right, and a failure inside a
+    unit is raised when its result is read."""
+    out: dict = {}
+
+    def chain(k: int) -> None:
+        x = mx.nd.full((3,), k)
+        for _ in range(200):
+            x = x + 1
+        out[k] = x.asnumpy()
+
+    with mx.engine.bulk(8):
+        threads = [threading.Thread(target=chain, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        bad = mx.nd.take(mx.nd.ones((2, 2)), mx.nd.array([5], dtype="int64"), mode="raise")
+        with pytest.raises(mx.MXNetError, match="index 5"):
+            (bad + 1).asnumpy()
+    for k in range(4):
+        np.testing.assert_array_equal(out[k], [k + 200] * 3)
+
+
 def test_profiler_records_the_ops_run_while_on(tmp_path) -> None:
     import json
 
