@@ -308,6 +308,7 @@ fn run() -> Result<(), String> {
             v["unmirrored_lower_bound_bytes"] = r.unmirrored_bound_bytes.into();
             v["mirror_estimated_overhead"] = r.estimated_overhead.into();
             v["mirror_checkpoint_every"] = r.checkpoint_every.into();
+            v["mirror_segments_end_at_cut"] = r.segments_end_at_cut.into();
         }
         println!("{v}");
     } else {
@@ -329,8 +330,12 @@ fn run() -> Result<(), String> {
             println!("memory-aware order: lower bound {lb}, planned {planned}");
         }
         if let Some(r) = &mirror_report {
+            let until = match r.segments_end_at_cut {
+                0 => String::new(),
+                k => format!(", segments up to cut point {k}"),
+            };
             println!(
-                "recomputed during backward: {} nodes (a checkpoint every {} cut points), estimated {:.1}% of a step; bound without recomputation {} ({:.3}x)",
+                "recomputed during backward: {} nodes (a checkpoint every {} cut points{until}), estimated {:.1}% of a step; bound without recomputation {} ({:.3}x)",
                 r.recomputed_nodes,
                 r.checkpoint_every,
                 100.0 * r.estimated_overhead,

@@ -138,7 +138,7 @@ impl NDArray {
         keep: Box<dyn Send + Sync>,
     ) -> Result<NDArray> {
         elements("from_foreign", shape, dtype)?;
-        if ptr.is_null() || (ptr as usize) % dtype.size() != 0 {
+        if ptr.is_null() || !(ptr as usize).is_multiple_of(dtype.size()) {
             return Err(invalid(
                 "from_foreign",
                 format!("memory at {ptr:p} is not aligned for {dtype}; copy it in instead"),

@@ -17,7 +17,11 @@ use common::{sorted, watchdog};
 /// gets a gradient; arguments and auxiliary states are filled from a fixed pattern. Returns
 /// the outputs, gradients and auxiliary states after the step by name, the executor's lower
 /// bound and how many nodes it recomputes.
-fn step(sym: &Symbol, data: &[usize], mirror: Mirror) -> (Vec<(String, Vec<f32>)>, u64, usize) {
+/// What one step gave: outputs, gradients and auxiliary states by name; the bound planned;
+/// the recomputation chosen (nodes, and the cut point its segments end at).
+type Stepped = (Vec<(String, Vec<f32>)>, u64, usize, usize);
+
+fn step(sym: &Symbol, data: &[usize], mirror: Mirror) -> Stepped {
     let rt = Runtime::with_engine(engine::EngineKind::ThreadedPerDevice);
     rt.seed(7).unwrap();
     let shapes: HashMap<String, Vec<usize>> = [("data".to_string(), data.to_vec())].into();
@@ -72,8 +76,10 @@ fn step(sym: &Symbol, data: &[usize], mirror: Mirror) -> (Vec<(String, Vec<f32>)
             .map(|(k, v)| (format!("aux:{k}"), v)),
     );
     let report = exec.memory_report();
-    let recomputed = exec.mirror_report().map_or(0, |r| r.recomputed_nodes);
-    (all, report.lower_bound_bytes, recomputed)
+    let (recomputed, prefix) = exec
+        .mirror_report()
+        .map_or((0, 0), |r| (r.recomputed_nodes, r.segments_end_at_cut));
+    (all, report.lower_bound_bytes, recomputed, prefix)
 }
 
 fn model(file: &str) -> Symbol {
@@ -82,20 +88,29 @@ fn model(file: &str) -> Symbol {
 }
 
 /// Every policy's step equals the unmirrored step exactly; where recomputation can lower the
-/// memory (`saves`), the recomputing ones plan less.
-fn check(sym: Symbol, data: Vec<usize>, saves: bool) {
+/// memory (`saves`), the recomputing ones plan less; budgets of the given `fractions` of the
+/// unmirrored bound are tried too. Returns how many policies chose a prefix of segments (see
+/// `MirrorReport::segments_end_at_cut`).
+fn check(sym: Symbol, data: Vec<usize>, saves: bool, fractions: &'static [f64]) -> usize {
     watchdog("mirror", 300, move || {
-        let (want, bound, none) = step(&sym, &data, Mirror::Off);
+        let (want, bound, none, _) = step(&sym, &data, Mirror::Off);
         assert_eq!(none, 0);
-        let (got, _, recomputed) = step(&sym, &data, Mirror::Cheap);
+        let (got, _, recomputed, _) = step(&sym, &data, Mirror::Cheap);
         assert!(recomputed > 0, "cheap: nothing recomputed");
         same(&got, &want, Mirror::Cheap);
         let mut policies = vec![Mirror::Auto(0.3), Mirror::Auto(10.0)];
         if saves {
             policies.push(Mirror::Budget(bound - 1));
+            policies.extend(
+                fractions
+                    .iter()
+                    .map(|f| Mirror::Budget((bound as f64 * f) as u64)),
+            );
         }
+        let mut prefixes = 0;
         for policy in policies {
-            let (got, mirrored, recomputed) = step(&sym, &data, policy);
+            let (got, mirrored, recomputed, prefix) = step(&sym, &data, policy);
+            prefixes += usize::from(prefix > 0);
             // `auto` within 30% of a step may find nothing worth it on a small graph; the others
             // must recompute where that can help, and whatever recomputes plans less.
             if saves && policy != Mirror::Auto(0.3) {
@@ -116,7 +131,8 @@ fn check(sym: Symbol, data: Vec<usize>, saves: bool) {
             }
             same(&got, &want, policy);
         }
-    });
+        prefixes
+    })
 }
 
 /// Outputs, gradients and auxiliary states equal bit for bit.
@@ -130,22 +146,39 @@ fn same(got: &[(String, Vec<f32>)], want: &[(String, Vec<f32>)], policy: Mirror)
 
 #[test]
 fn resnet18_steps_equal_with_recomputation() {
-    check(model("resnet18_v1-symbol.json"), vec![2, 3, 32, 32], true);
+    let prefixes = check(
+        model("resnet18_v1-symbol.json"),
+        vec![2, 3, 32, 32],
+        true,
+        &[0.6],
+    );
+    assert!(prefixes > 0, "no policy recomputed a prefix of segments");
 }
 
 #[test]
 fn resnet50_steps_equal_with_recomputation() {
-    check(model("resnet50_v1-symbol.json"), vec![2, 3, 32, 32], true);
+    let prefixes = check(
+        model("resnet50_v1-symbol.json"),
+        vec![2, 3, 32, 32],
+        true,
+        &[0.6],
+    );
+    assert!(prefixes > 0, "no policy recomputed a prefix of segments");
 }
 
 #[test]
 fn mobilenet_steps_equal_with_recomputation() {
-    check(model("mobilenet1.0-symbol.json"), vec![2, 3, 32, 32], true);
+    check(
+        model("mobilenet1.0-symbol.json"),
+        vec![2, 3, 32, 32],
+        true,
+        &[],
+    );
 }
 
 #[test]
 fn vgg16_steps_equal_with_recomputation() {
-    check(model("vgg16-symbol.json"), vec![2, 3, 32, 32], true);
+    check(model("vgg16-symbol.json"), vec![2, 3, 32, 32], true, &[]);
 }
 
 /// A Gluon LSTM language model, unrolled from elementwise ops and fully connected layers. Its
@@ -158,14 +191,14 @@ fn lstm_language_model_steps_equal_with_recomputation() {
         "{}/tests/data/mxnet/lm-symbol.json",
         env!("CARGO_MANIFEST_DIR")
     );
-    check(Symbol::load(path).unwrap(), vec![5, 4], false);
+    check(Symbol::load(path).unwrap(), vec![5, 4], false, &[]);
 }
 
 /// The MLP keeps nothing recomputation could drop (each layer's input is what its backward
 /// node reads): it binds unchanged.
 #[test]
 fn mlp_steps_equal_with_recomputation() {
-    check(model("mlp-symbol.json"), vec![8, 784], false);
+    check(model("mlp-symbol.json"), vec![8, 784], false, &[]);
 }
 
 #[test]
@@ -248,8 +281,8 @@ fn dropout_keeps_its_mask_under_recomputation() {
         ndarray_ops::Attrs::new(),
     )
     .unwrap();
-    let (want, _, _) = step(&sym, &[16, 32], Mirror::Off);
-    let (got, _, recomputed) = step(&sym, &[16, 32], Mirror::Cheap);
+    let (want, _, _, _) = step(&sym, &[16, 32], Mirror::Off);
+    let (got, _, recomputed, _) = step(&sym, &[16, 32], Mirror::Cheap);
     assert!(recomputed > 0, "the activations are recomputed");
     same(&got, &want, Mirror::Cheap);
 }

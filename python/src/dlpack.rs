@@ -259,7 +259,10 @@ pub(crate) fn from_dlpack(capsule: &Bound<'_, PyAny>) -> PyResult<Array> {
     // A function's address may differ between codegen units; a miss only takes the general
     // path below (shared memory, unordered against the source array).
     let ours = t.deleter.is_some_and(|d| {
-        std::ptr::fn_addr_eq(d, delete_exported as unsafe extern "C" fn(*mut DlManagedTensor))
+        std::ptr::fn_addr_eq(
+            d,
+            delete_exported as unsafe extern "C" fn(*mut DlManagedTensor),
+        )
     });
     if ours {
         // SAFETY: our own tensor: its `manager_ctx` is the `Keep` that `to_dlpack` made.
@@ -275,7 +278,7 @@ pub(crate) fn from_dlpack(capsule: &Bound<'_, PyAny>) -> PyResult<Array> {
     }
     // SAFETY: DLPack's `data + byte_offset` is the first element.
     let data = unsafe { dl.data.cast::<u8>().add(dl.byte_offset as usize) };
-    let array = match n > 0 && (data as usize) % dtype.size() == 0 {
+    let array = match n > 0 && (data as usize).is_multiple_of(dtype.size()) {
         true => {
             // SAFETY: the capsule is valid; renaming it marks it consumed, so the producer's
             // tensor is ours until `Lent` calls its deleter.

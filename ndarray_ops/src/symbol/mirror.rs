@@ -20,7 +20,10 @@
 //! (FLOPs at a compute rate plus bytes at a memory rate); the candidates are a ladder from
 //! "nothing" through "every cheap node" (elementwise, activations, normalisation, pooling:
 //! MXNet's rule) to "every node but one cut point in `s`" (Chen's checkpoints: a cut point's
-//! output alone carries the forward pass on, as a residual block's does) for falling `s`. Each
+//! output alone carries the forward pass on, as a residual block's does) for falling `s`, with,
+//! between them, prefixes: "every node but the cut points, up to the `k`-th cut point", then
+//! every cheap node or nothing (a network's first stages hold the largest activations for the
+//! same recomputation, so a prefix often buys most of the memory for part of the time). Each
 //! rung is built and its memory's lower bound computed by the planner; a budget takes the
 //! cheapest rung within it, `auto` the smallest memory whose recomputation stays within a
 //! fraction of the step's estimated time.
@@ -139,16 +142,37 @@ pub struct MirrorReport {
     /// The same with the chosen recomputation.
     pub bound_bytes: u64,
     /// The recomputation's estimated time over a training step's (forward, then a backward
-    /// pass of about twice its cost), by the cost model.
+    /// pass of about 2.5 times its cost), by the cost model.
     pub estimated_overhead: f64,
     /// Cut points kept as checkpoints between recomputed segments: one in this many (0: no
     /// segments; nothing or only cheap nodes recomputed).
     pub checkpoint_every: usize,
+    /// Recomputed segments stop at this cut point, counted from the input (0: they run to the
+    /// end); past it, only cheap nodes or nothing are recomputed.
+    pub segments_end_at_cut: usize,
 }
 
-/// A rate for the cost model: what matters is the ratio between nodes, not the seconds.
-const FLOPS_PER_S: f64 = 50e9;
-const BYTES_PER_S: f64 = 10e9;
+/// The cost model's rates, fitted to the per-op times of a ResNet-50 training step (batch 32,
+/// `run_model --train --profile` on a 2-vCPU VM): convolutions ran at 84 GFLOP/s, ReLU and
+/// additions moved 16-20 GB/s. Only the ratio between nodes matters, not the seconds.
+const FLOPS_PER_S: f64 = 84e9;
+const BYTES_PER_S: f64 = 16e9;
+
+/// How many times an op goes over its bytes, against once for an elementwise op (fitted in the
+/// same run): training BatchNorm reads its input for the batch statistics and again to
+/// normalize, with more arithmetic per element (2.5x); pooling reads each input under several
+/// windows (5x).
+fn passes(op: &str) -> f64 {
+    match op {
+        "BatchNorm" => 2.5,
+        "Pooling" => 5.0,
+        _ => 1.0,
+    }
+}
+
+/// A training step's time over its forward pass's, measured on the same ResNet-50 step (the
+/// backward pass computes two gradients per convolution, and BatchNorm's backward reads more).
+const STEP_OVER_FORWARD: f64 = 3.5;
 /// FLOPs per output element from which a node counts as heavy.
 const HEAVY: f64 = 32.0;
 
@@ -178,8 +202,9 @@ fn node_cost(g: &IndexedGraph, inf: &Inferred, i: usize) -> (f64, bool) {
         _ => 1.0,
     };
     let flops = per_out * out as f64;
+    let passes = n.op.map_or(1.0, |d| passes(d.name));
     (
-        flops / FLOPS_PER_S + bytes as f64 / BYTES_PER_S,
+        flops / FLOPS_PER_S + passes * bytes as f64 / BYTES_PER_S,
         per_out >= HEAVY,
     )
 }
@@ -371,6 +396,8 @@ struct Rung {
     cost: f64,
     /// One cut point in this many kept (0: no segments).
     every: usize,
+    /// Segments end at this cut point (0: they do not end early).
+    prefix: usize,
 }
 
 /// Chooses what to recompute in the training graph `full` under `policy`, and returns the graph
@@ -399,7 +426,7 @@ pub(crate) fn apply(
         o
     };
     let (costs, heavy): (Vec<f64>, Vec<bool>) = (0..n).map(|i| node_cost(g, &inf, i)).unzip();
-    let step: f64 = 3.0
+    let step: f64 = STEP_OVER_FORWARD
         * (0..n)
             .filter(|&i| forward[i])
             .map(|i| costs[i])
@@ -430,18 +457,40 @@ pub(crate) fn apply(
             reach = reach.max(last_read[i]);
         }
     }
-    // The ladder: nothing; every cheap node (heavy ones kept); then every candidate but one cut
-    // point in `every` (Chen's segments), for falling `every`.
+    // The ladder: nothing; every cheap node (heavy ones kept); prefixes (below); then every
+    // candidate but one cut point in `every` (Chen's segments), for falling `every`.
     let mut rungs = vec![Rung {
         recompute: vec![false; n],
         cost: 0.0,
         every: 0,
+        prefix: 0,
     }];
     rungs.push(Rung {
         recompute: (0..n).map(|i| candidate[i] && !heavy[i]).collect(),
         cost: 0.0,
         every: 0,
+        prefix: 0,
     });
+    // Prefixes: every node but the cut points up to the `k`-th cut point only, where a
+    // network's activations are largest for the same recomputation, then every cheap node or
+    // none, for about eight rising `k`.
+    let stride = cuts.div_ceil(8).max(1);
+    for k in (stride..cuts).step_by(stride) {
+        let end = (0..n).find(|&i| cut_rank[i] == k).unwrap_or(n);
+        for rest_cheap in [true, false] {
+            rungs.push(Rung {
+                recompute: (0..n)
+                    .map(|i| match i <= end {
+                        true => candidate[i] && cut_rank[i] == 0,
+                        false => rest_cheap && candidate[i] && !heavy[i],
+                    })
+                    .collect(),
+                cost: 0.0,
+                every: 1,
+                prefix: k,
+            });
+        }
+    }
     let mut every = cuts;
     while every >= 1 {
         let keep = |i: usize| cut_rank[i] != 0 && cut_rank[i] % every == 0;
@@ -449,6 +498,7 @@ pub(crate) fn apply(
             recompute: (0..n).map(|i| candidate[i] && !keep(i)).collect(),
             cost: 0.0,
             every,
+            prefix: 0,
         });
         every = if every > 16 { every * 2 / 3 } else { every - 1 };
     }
@@ -513,6 +563,7 @@ pub(crate) fn apply(
         bound_bytes: bytes,
         estimated_overhead: overhead(&r),
         checkpoint_every: r.every,
+        segments_end_at_cut: r.prefix,
     };
     Ok((sym, Some(report)))
 }

@@ -1,0 +1,134 @@
+"""mxrs beside PyTorch on this machine's CPU, alternating, with ratios: the CPU table of
+docs/benchmarks.md.
+
+    cargo build --release --example run_model
+    python tools/cpu_bench.py [--rounds 3] [--iters 10] [--rows resnet18_v1:1,lstm2:32] [--json]
+
+Run it with a Python that has torch and torchvision (`../shared/tools/torch_env.sh` makes one;
+never needed to build or test mxrs). For each row (model and batch) it runs `run_model --train`
+and `tools/torch_cpu_baseline.py --model` one after the other, `--rounds` times, each in a
+fresh process, and reports per step the median (and min-max) forward and forward+backward
+times of each, mxrs / PyTorch, and the GFLOP/s each reaches (multiply-adds counted on the
+PyTorch model, two FLOPs each; a training step counted as three forward passes) beside the
+cores' measured GEMM peak (`--gemm` of the baseline script: MKL's 2048x2048 product).
+
+The LSTM row runs a graph of one fused RNN node (2 layers of 256 LSTM units over 35 steps of
+256 inputs), written here in MXNet's JSON and shaped by `run_model` from its data alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUN_MODEL = os.path.join(ROOT, "target", "release", "examples", "run_model")
+BASELINE = os.path.join(ROOT, "tools", "torch_cpu_baseline.py")
+ROWS = "resnet18_v1:1,resnet50_v1:1,resnet18_v1:16,mobilenet1.0:1,lstm2:32"
+
+LSTM2 = {
+    "nodes": [
+        {"op": "null", "name": "data", "inputs": []},
+        {"op": "null", "name": "lstm_parameters", "inputs": []},
+        {"op": "null", "name": "lstm_state", "inputs": []},
+        {"op": "null", "name": "lstm_state_cell", "inputs": []},
+        {
+            "op": "RNN",
+            "name": "lstm",
+            "attrs": {"mode": "lstm", "num_layers": "2", "state_size": "256"},
+            "inputs": [[0, 0, 0], [1, 0, 0], [2, 0, 0], [3, 0, 0]],
+        },
+    ],
+    "arg_nodes": [0, 1, 2, 3],
+    "node_row_ptr": [0, 1, 2, 3, 4, 5],
+    "heads": [[4, 0, 0]],
+    "attrs": {"mxnet_version": ["int", 10901]},
+}
+
+
+def run_json(args: list[str]) -> dict:
+    out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def ours(model: str, batch: int, iters: int, graphs: str) -> dict:
+    if model == "lstm2":
+        path, shape = os.path.join(graphs, "lstm2-symbol.json"), f"35,{batch},256"
+    else:
+        path = os.path.join(ROOT, "graphs", f"{model}-symbol.json")
+        with open(os.path.join(ROOT, "graphs", f"{model}-shapes.json")) as fh:
+            dims = json.load(fh)["data"]
+        shape = ",".join(str(d) for d in [batch] + dims[1:])
+    args = [RUN_MODEL, path, "--shape", f"data={shape}", "--train", "--iters", str(iters)]
+    return run_json(args + ["--json"])
+
+
+def theirs(model: str, batch: int, iters: int) -> dict:
+    args = [sys.executable, BASELINE, "--model", model, "--batch", str(batch)]
+    return run_json(args + ["--iters", str(iters)])
+
+
+def spread(values: list[float]) -> dict:
+    return {
+        "median": round(statistics.median(values), 2),
+        "min": round(min(values), 2),
+        "max": round(max(values), 2),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--rows", default=ROWS)
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args()
+    peak = run_json([sys.executable, BASELINE, "--gemm"])
+    report: dict = {"gemm_peak_gflops": round(peak["gemm_2048_gflops"], 1),
+                    "torch": peak["torch"], "torch_threads": peak["threads"],
+                    "rounds": a.rounds, "iters": a.iters, "rows": []}
+    with tempfile.TemporaryDirectory() as graphs:
+        with open(os.path.join(graphs, "lstm2-symbol.json"), "w") as fh:
+            json.dump(LSTM2, fh)
+        for row in a.rows.split(","):
+            model, batch = row.split(":")[0], int(row.split(":")[1])
+            times: dict = {k: [] for k in ("mxrs_f", "mxrs_fb", "torch_f", "torch_fb")}
+            macs = 0.0
+            for _ in range(a.rounds):
+                m = ours(model, batch, a.iters, graphs)
+                t = theirs(model, batch, a.iters)
+                times["mxrs_f"].append(m["forward_ms"])
+                times["mxrs_fb"].append(m["forward_backward_ms"])
+                times["torch_f"].append(t["forward_ms"])
+                times["torch_fb"].append(t["forward_backward_ms"])
+                macs = t["macs"]
+            med = {k: statistics.median(v) for k, v in times.items()}
+            flops = 2 * macs * batch / 1e9  # GFLOP of one forward pass
+            entry = {"model": model, "batch": batch, "gflop_forward": round(flops, 3)}
+            for step, mult in (("f", 1), ("fb", 3)):
+                entry[f"mxrs_{step}_ms"] = spread(times[f"mxrs_{step}"])
+                entry[f"torch_{step}_ms"] = spread(times[f"torch_{step}"])
+                entry[f"ratio_{step}"] = round(med[f"mxrs_{step}"] / med[f"torch_{step}"], 3)
+                entry[f"mxrs_{step}_gflops"] = round(mult * flops / med[f"mxrs_{step}"] * 1e3, 1)
+                entry[f"torch_{step}_gflops"] = round(mult * flops / med[f"torch_{step}"] * 1e3, 1)
+            report["rows"].append(entry)
+            if not a.json:
+                print(
+                    f"{model} b{batch}: forward {med['mxrs_f']:.1f} vs {med['torch_f']:.1f} ms "
+                    f"({entry['ratio_f']:.2f}x), forward+backward {med['mxrs_fb']:.1f} vs "
+                    f"{med['torch_fb']:.1f} ms ({entry['ratio_fb']:.2f}x)",
+                    flush=True,
+                )
+    if a.json:
+        print(json.dumps(report))
+    else:
+        print(f"GEMM peak {report['gemm_peak_gflops']} GFLOP/s (MKL, 2048x2048)")
+
+
+if __name__ == "__main__":
+    main()
