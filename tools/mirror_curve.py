@@ -68,6 +68,9 @@ def measured(model, pts):
     out = []
     for f, r, s in pts:
         row = by_setting.get(s, {"time_over_unmirrored": 1.0, "time_over_unmirrored_range": []})
+        # The bind timed must be the plan drawn (a stale binary would time another choice).
+        if s in by_setting and abs(row["estimated_overhead"] - f) > 1e-9:
+            raise SystemExit(f"{model} {s}: mirror_bench chose another rung than plan")
         print(
             json.dumps(
                 {
