@@ -74,8 +74,10 @@ fn timed(reps: usize, mut f: impl FnMut()) -> f64 {
 
 fn layers(file: &str, batch: usize) -> Result<Vec<Layer>, String> {
     let sym = Symbol::load(file).map_err(|e| format!("{file}: {e}"))?;
-    let shapes: HashMap<String, Vec<usize>> = [("data".to_string(), vec![batch, 3, 224, 224])].into();
-    let inf = ndarray_ops::symbol::infer(&sym, &shapes, &HashMap::new()).map_err(|e| e.to_string())?;
+    let shapes: HashMap<String, Vec<usize>> =
+        [("data".to_string(), vec![batch, 3, 224, 224])].into();
+    let inf =
+        ndarray_ops::symbol::infer(&sym, &shapes, &HashMap::new()).map_err(|e| e.to_string())?;
     let g = &inf.graph;
     let mut out: Vec<Layer> = Vec::new();
     for (i, node) in g.nodes.iter().enumerate() {
@@ -89,7 +91,11 @@ fn layers(file: &str, batch: usize) -> Result<Vec<Layer>, String> {
         let (data, weight) = (shape(0), shape(1));
         let y = &inf.shapes[g.entry(i, 0)];
         let groups = data[1] / weight[1];
-        let (m, k, n) = (weight[0] / groups, weight[1..].iter().product(), y[2] * y[3]);
+        let (m, k, n) = (
+            weight[0] / groups,
+            weight[1..].iter().product(),
+            y[2] * y[3],
+        );
         // Biases are left out: they add a pass over the output, no GEMM.
         let attrs = node.attrs.clone().with("no_bias", true);
         match out
@@ -184,8 +190,8 @@ fn run() -> Result<(), String> {
             y[0].wait_to_read().expect("forward");
         });
         let bwd = timed(a.reps, || {
-            let g = invoke("_backward_Convolution", &[&dy, &x, &w], &l.attrs, None)
-                .expect("backward");
+            let g =
+                invoke("_backward_Convolution", &[&dy, &x, &w], &l.attrs, None).expect("backward");
             for t in &g {
                 t.wait_to_read().expect("backward");
             }
@@ -233,7 +239,8 @@ fn run() -> Result<(), String> {
             "forward_gflops": rate(fwd, gflop), "backward_gflops": rate(bwd, 2.0 * gflop),
         });
         if let [(f, fc), (d, dc), (wt, wc)] = gemms[..] {
-            row["gemm_gflops"] = serde_json::json!([rate(f, gflop), rate(d, gflop), rate(wt, gflop)]);
+            row["gemm_gflops"] =
+                serde_json::json!([rate(f, gflop), rate(d, gflop), rate(wt, gflop)]);
             row["gemm_crate_gflops"] =
                 serde_json::json!([rate(fc, gflop), rate(dc, gflop), rate(wc, gflop)]);
         }

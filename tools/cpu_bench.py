@@ -4,7 +4,7 @@ docs/benchmarks.md.
     cargo build --release --example run_model
     python tools/cpu_bench.py [--rounds 3] [--iters 10] [--rows resnet18_v1:1,lstm2:32] [--json]
 
-Run it with a Python that has torch and torchvision (`../shared/tools/torch_env.sh` makes one;
+Run it with a Python that has torch and torchvision (`pip install torch torchvision` in a venv;
 never needed to build or test mxrs). For each row (model and batch) it runs `run_model --train`
 and `tools/torch_cpu_baseline.py --model` one after the other, `--rounds` times, each in a
 fresh process, and reports per step the median (and min-max) forward and forward+backward

@@ -41,7 +41,7 @@ enum Owner {
     Block(#[allow(dead_code)] Handle),
     /// A region of a parent chunk, which lives at least as long.
     Region(#[allow(dead_code)] Arc<Chunk>),
-    /// Memory another library lent (see [`NDArray::from_foreign`]); dropping this gives it back.
+    /// Memory another library owns (see [`NDArray::from_foreign`]); dropping this gives it back.
     Foreign(#[allow(dead_code)] Box<dyn Send + Sync>),
 }
 

@@ -27,9 +27,9 @@ def set_bulk_size(size: int) -> int:
 def bulk(size: int) -> Iterator[None]:
     """Runs the block with bulk size ``size``, then restores the size set before::
 
-        with mx.engine.bulk(10):
-            for _ in range(100):
-                x += 1
+    with mx.engine.bulk(10):
+        for _ in range(100):
+            x += 1
     """
     prev = set_bulk_size(size)
     try:

@@ -177,15 +177,15 @@ pub(crate) fn to_dlpack(py: Python<'_>, array: &Array, for_write: bool) -> PyRes
 }
 
 /// A producer's tensor that an array's memory lives in; dropping it calls the producer's deleter.
-struct Lent(*mut DlManagedTensor);
+struct Borrowed(*mut DlManagedTensor);
 
 // SAFETY: DLPack lets a consumer call the deleter from any thread (producers that need the GIL,
 // such as numpy, take it in the deleter), and nothing else reads the pointer.
-unsafe impl Send for Lent {}
-// SAFETY: a shared `Lent` gives no access to the pointer; only its drop uses it.
-unsafe impl Sync for Lent {}
+unsafe impl Send for Borrowed {}
+// SAFETY: a shared `Borrowed` gives no access to the pointer; only its drop uses it.
+unsafe impl Sync for Borrowed {}
 
-impl Drop for Lent {
+impl Drop for Borrowed {
     fn drop(&mut self) {
         // SAFETY: the tensor was consumed by `from_dlpack`, which made this its only owner, so
         // the deleter runs once.
@@ -281,13 +281,13 @@ pub(crate) fn from_dlpack(capsule: &Bound<'_, PyAny>) -> PyResult<Array> {
     let array = match n > 0 && (data as usize).is_multiple_of(dtype.size()) {
         true => {
             // SAFETY: the capsule is valid; renaming it marks it consumed, so the producer's
-            // tensor is ours until `Lent` calls its deleter.
+            // tensor is ours until `Borrowed` calls its deleter.
             unsafe { ffi::PyCapsule_SetName(ptr, USED.as_ptr()) };
-            let lent = Box::new(Lent(raw));
+            let keeper = Box::new(Borrowed(raw));
             // SAFETY: the producer guarantees `data` holds the tensor's `n` row-major elements
-            // of this dtype (strides checked above) until its deleter runs, which `lent` does
+            // of this dtype (strides checked above) until its deleter runs, which `keeper` does
             // when the array's memory is released.
-            unsafe { NDArray::from_foreign(&rt, data, &shape, dtype, lent) }.map_err(err)?
+            unsafe { NDArray::from_foreign(&rt, data, &shape, dtype, keeper) }.map_err(err)?
         }
         false => {
             let bytes: &[u8] = match n {
