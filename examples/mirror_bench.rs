@@ -16,13 +16,15 @@
 mod cli;
 #[path = "common/global_allocator.rs"]
 mod global_allocator;
+#[path = "common/weights.rs"]
+mod weights;
 
 use std::collections::HashMap;
 use std::time::Instant;
 
 use clap::Parser;
 use ndarray_ops::symbol::mirror::Mirror;
-use ndarray_ops::{invoke_on, Attrs, BindOptions, Executor, GradReq, Runtime, Symbol};
+use ndarray_ops::{BindOptions, Executor, GradReq, Runtime, Symbol};
 use storage::Context;
 
 #[derive(Parser)]
@@ -84,7 +86,9 @@ fn run() -> Result<(), String> {
         };
         let exec = Executor::bind_with_options(&rt, ctx, &sym, &shapes, HashMap::new(), &opts)
             .map_err(|e| format!("--mirror {m}: {e}"))?;
-        randomize(&rt, &exec).map_err(err)?;
+        // The same random weights in every executor: the same seed before each draw.
+        rt.seed(0).map_err(err)?;
+        weights::randomize(&rt, &exec).map_err(err)?;
         execs.push(exec);
     }
     let step = |e: &Executor| -> Result<f64, String> {
@@ -144,31 +148,6 @@ fn run() -> Result<(), String> {
     match a.json {
         true => println!("{report}"),
         false => println!("unmirrored step {:.0} ms", median(times[0].clone())),
-    }
-    Ok(())
-}
-
-/// The same random weights in every executor (a fixed seed per bind), inputs included; head
-/// gradients of one.
-fn randomize(rt: &std::sync::Arc<Runtime>, exec: &Executor) -> ndarray_ops::Result<()> {
-    rt.seed(0)?;
-    let mut args: Vec<_> = exec.arg_dict().into_iter().collect();
-    args.sort_by(|x, y| x.0.cmp(&y.0));
-    for (name, arr) in args {
-        if name.contains("_head_grad") {
-            arr.fill(1.0)?;
-            continue;
-        }
-        let shape = format!("{:?}", arr.shape())
-            .replace('[', "(")
-            .replace(']', ")");
-        let attrs = Attrs::new()
-            .with("low", -0.05)
-            .with("high", 0.05)
-            .with("shape", shape)
-            .with("dtype", arr.dtype().name());
-        let drawn = invoke_on(rt, Context::cpu(0), "_random_uniform", &[], &attrs, None)?;
-        drawn[0].copy_into(&arr)?;
     }
     Ok(())
 }

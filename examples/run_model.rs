@@ -18,6 +18,8 @@ mod global_allocator;
 #[allow(dead_code)]
 #[path = "common/cli.rs"]
 mod cli;
+#[path = "common/weights.rs"]
+mod weights;
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -25,7 +27,7 @@ use std::time::Instant;
 use clap::Parser;
 use engine::EngineKind;
 use ndarray_ops::symbol::mirror::Mirror;
-use ndarray_ops::{invoke_on, ndfile, Attrs, BindOptions, Executor, GradReq, Runtime, Symbol};
+use ndarray_ops::{ndfile, BindOptions, Executor, GradReq, Runtime, Symbol};
 use storage::Context;
 
 /// Binds a real MXNet model with random weights and times it: output shapes, the median
@@ -126,27 +128,8 @@ fn run() -> Result<(), String> {
     } else {
         Executor::simple_bind(&rt, ctx, &sym, &shapes).map_err(err)?
     };
-    // Random weights and inputs, small enough that activations stay finite; head gradients of 1.
-    let mut args: Vec<_> = exec.arg_dict().into_iter().collect();
-    args.sort_by(|x, y| x.0.cmp(&y.0));
-    for (name, arr) in args {
-        if name.contains("_head_grad") {
-            arr.fill(1.0).map_err(err)?;
-            continue;
-        }
-        let shape = format!("{:?}", arr.shape())
-            .replace('[', "(")
-            .replace(']', ")");
-        let attrs = Attrs::new()
-            .with("low", -0.05)
-            .with("high", 0.05)
-            .with("shape", shape)
-            .with("dtype", arr.dtype().name());
-        // Drawn on the CPU (the GPU back end has no random kernels), then copied over.
-        let host =
-            invoke_on(&rt, Context::cpu(0), "_random_uniform", &[], &attrs, None).map_err(err)?;
-        host[0].copy_into(&arr).map_err(err)?;
-    }
+    // Random weights and inputs; head gradients of 1.
+    weights::randomize(&rt, &exec).map_err(err)?;
     let loaded = match &a.params {
         Some(path) => Some(load_params(&exec, path)?),
         None => None,

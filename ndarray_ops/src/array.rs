@@ -105,20 +105,41 @@ impl NDArray {
     ) -> Result<NDArray> {
         let (_, bytes) = elements("empty", shape, dtype)?;
         let handle = rt.storage(ctx).alloc(bytes)?;
+        let ptr = handle.addr();
+        Ok(NDArray::over(
+            rt,
+            ctx,
+            ptr,
+            Owner::Block(handle),
+            shape,
+            dtype,
+        ))
+    }
+
+    /// A new array of `shape` and `dtype` at `ptr` on `ctx`, with a var of its own, whose memory
+    /// `owner` keeps alive.
+    fn over(
+        rt: &Arc<Runtime>,
+        ctx: Context,
+        ptr: usize,
+        owner: Owner,
+        shape: &[usize],
+        dtype: DType,
+    ) -> NDArray {
         let chunk = Chunk {
             rt: rt.clone(),
             var: rt.engine().new_var(),
             ctx,
-            ptr: handle.addr(),
-            owner: Some(Owner::Block(handle)),
+            ptr,
+            owner: Some(owner),
         };
-        Ok(NDArray {
+        NDArray {
             chunk: Arc::new(chunk),
             shape: Dims::from_slice(shape),
             dtype,
             offset: 0,
             entry: None,
-        })
+        }
     }
 
     /// An array over CPU memory another library owns, without a copy: `keep` is what holds that
@@ -144,20 +165,15 @@ impl NDArray {
                 format!("memory at {ptr:p} is not aligned for {dtype}; copy it in instead"),
             ));
         }
-        let chunk = Chunk {
-            rt: rt.clone(),
-            var: rt.engine().new_var(),
-            ctx: Context::cpu(0),
-            ptr: ptr as usize,
-            owner: Some(Owner::Foreign(keep)),
-        };
-        Ok(NDArray {
-            chunk: Arc::new(chunk),
-            shape: Dims::from_slice(shape),
+        let owner = Owner::Foreign(keep);
+        Ok(NDArray::over(
+            rt,
+            Context::cpu(0),
+            ptr as usize,
+            owner,
+            shape,
             dtype,
-            offset: 0,
-            entry: None,
-        })
+        ))
     }
 
     /// An array of `shape` and `dtype` at byte `offset` of this array's chunk, in a region with
@@ -172,20 +188,16 @@ impl NDArray {
                 format!("{bytes} bytes at offset {offset} do not fit in an array of {have} bytes"),
             ));
         }
-        let chunk = Chunk {
-            rt: self.chunk.rt.clone(),
-            var: self.runtime().engine().new_var(),
-            ctx: self.chunk.ctx,
-            ptr: self.chunk.ptr + self.offset + offset,
-            owner: Some(Owner::Region(self.chunk.clone())),
-        };
-        Ok(NDArray {
-            chunk: Arc::new(chunk),
-            shape: Dims::from_slice(shape),
+        let ptr = self.chunk.ptr + self.offset + offset;
+        let owner = Owner::Region(self.chunk.clone());
+        Ok(NDArray::over(
+            self.runtime(),
+            self.chunk.ctx,
+            ptr,
+            owner,
+            shape,
             dtype,
-            offset: 0,
-            entry: None,
-        })
+        ))
     }
 
     /// The same chunk (and var) read as another shape and dtype that fit in it.
