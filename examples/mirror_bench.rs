@@ -24,7 +24,7 @@ use std::time::Instant;
 
 use clap::Parser;
 use ndarray_ops::symbol::mirror::Mirror;
-use ndarray_ops::{BindOptions, Executor, GradReq, Runtime, Symbol};
+use ndarray_ops::{BindOptions, Executor, Runtime, Symbol};
 use storage::Context;
 
 #[derive(Parser)]
@@ -68,12 +68,7 @@ fn run() -> Result<(), String> {
     let sym = Symbol::load(&a.file).map_err(|e| format!("{}: {e}", a.file))?;
     let rt = Runtime::from_env(|b| b).map_err(err)?;
     let ctx = Context::cpu(0);
-    let req: HashMap<String, GradReq> = sym
-        .list_arguments()
-        .into_iter()
-        .filter(|n| !shapes.contains_key(n))
-        .map(|n| (n, GradReq::Write))
-        .collect();
+    let req = weights::training_grads(&sym, &shapes);
     let settings: Vec<Mirror> = std::iter::once(Mirror::Off)
         .chain(a.mirror.iter().copied())
         .collect();

@@ -27,7 +27,7 @@ use std::time::Instant;
 use clap::Parser;
 use engine::EngineKind;
 use ndarray_ops::symbol::mirror::Mirror;
-use ndarray_ops::{ndfile, BindOptions, Executor, GradReq, Runtime, Symbol};
+use ndarray_ops::{ndfile, BindOptions, Executor, Runtime, Symbol};
 use storage::Context;
 
 /// Binds a real MXNet model with random weights and times it: output shapes, the median
@@ -113,12 +113,7 @@ fn run() -> Result<(), String> {
     rt.seed(0).map_err(err)?;
     let ctx = a.ctx;
     let exec = if a.train {
-        let req: HashMap<String, GradReq> = sym
-            .list_arguments()
-            .into_iter()
-            .filter(|n| !shapes.contains_key(n))
-            .map(|n| (n, GradReq::Write))
-            .collect();
+        let req = weights::training_grads(&sym, &shapes);
         let opts = BindOptions {
             grad_req: req,
             mirror: a.mirror,

@@ -1,7 +1,18 @@
-//! Random weights for a bound graph, as the examples that time graphs set them.
+//! What the examples that time graphs bind for training and fill in.
 
-use ndarray_ops::{invoke_on, Attrs, Executor, Runtime};
+use std::collections::HashMap;
+
+use ndarray_ops::{invoke_on, Attrs, Executor, GradReq, Runtime, Symbol};
 use storage::Context;
+
+/// A gradient for every argument of `sym` but the inputs named in `inputs`.
+pub fn training_grads<V>(sym: &Symbol, inputs: &HashMap<String, V>) -> HashMap<String, GradReq> {
+    sym.list_arguments()
+        .into_iter()
+        .filter(|n| !inputs.contains_key(n))
+        .map(|n| (n, GradReq::Write))
+        .collect()
+}
 
 /// Fills every argument of `exec` with uniform values in [-0.05, 0.05] (small enough that
 /// activations stay finite), in name order, and head gradients with ones. Values are drawn on
