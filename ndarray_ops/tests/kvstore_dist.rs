@@ -351,3 +351,33 @@ fn a_dying_rank() {
     rt.wait_all().unwrap();
     println!("rank0 finished");
 }
+
+#[test]
+fn a_rank_that_finishes_first_leaves_the_others_to_finish() {
+    if in_rank() || !have_mpiexec() {
+        return;
+    }
+    let (ok, out, err) = launch("a_rank_finishing_late", &[]);
+    assert!(ok, "the job failed:\n{out}\n{err}");
+    assert!(out.contains("rank1 finished"), "{out}\n{err}");
+}
+
+#[test]
+fn a_rank_finishing_late() {
+    if !in_rank() {
+        return;
+    }
+    let rt = rt();
+    let kv = KVStore::create(&rt, "dist_sync").unwrap();
+    let v = rt.from_vec(vec![1f32; 4], &[4], Context::cpu(0)).unwrap();
+    kv.init(0, &v).unwrap();
+    kv.push(0, &[&v], 0).unwrap();
+    kv.pull(0, &[&v], 0).unwrap();
+    rt.wait_all().unwrap();
+    if kv.rank() == 1 {
+        // Still working (writing a checkpoint, say) when rank 0 exits: MPI's launcher must not
+        // take rank 0's exit for a failure and kill this one.
+        std::thread::sleep(Duration::from_secs(1));
+        println!("rank1 finished");
+    }
+}

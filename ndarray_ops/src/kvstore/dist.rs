@@ -67,6 +67,14 @@ pub(super) enum Work {
 /// What a finished collective tells its op: `Err` with the message every rank gives.
 pub(super) type Done = Box<dyn FnOnce(std::result::Result<(), String>) + Send>;
 
+/// What the communication thread is sent.
+enum Msg {
+    /// A collective to run in ticket order.
+    Run(Request),
+    /// The process is exiting: finalize MPI, then say so.
+    Finish(mpsc::Sender<()>),
+}
+
 struct Request {
     ticket: u64,
     /// What the call was (for messages): `allreduce of key 'w'`.
@@ -77,7 +85,7 @@ struct Request {
 
 /// This process's link to the others: its rank, their number, and the communication thread.
 pub(super) struct Comm {
-    tx: mpsc::Sender<Request>,
+    tx: mpsc::Sender<Msg>,
     rank: usize,
     size: usize,
     next: AtomicU64,
@@ -107,7 +115,7 @@ impl Comm {
             work,
             done,
         };
-        if let Err(mpsc::SendError(req)) = self.tx.send(req) {
+        if let Err(mpsc::SendError(Msg::Run(req))) = self.tx.send(Msg::Run(req)) {
             (req.done)(Err("the MPI communication thread has stopped".to_string()));
         }
     }
@@ -147,15 +155,31 @@ fn timeout() -> Duration {
 }
 
 /// The process's communicator, started on first use.
+static COMM: OnceLock<std::result::Result<Comm, String>> = OnceLock::new();
+
+/// The process's communicator, started on first use.
 pub(super) fn comm() -> Result<&'static Comm> {
-    static COMM: OnceLock<std::result::Result<Comm, String>> = OnceLock::new();
     COMM.get_or_init(start)
         .as_ref()
         .map_err(|e| invalid("kvstore create", e.clone()))
 }
 
+/// Runs at process exit (registered with `atexit` once MPI is up): has the communication thread
+/// finalize MPI and waits for it, up to the collective timeout. A rank that exits without
+/// `MPI_Finalize` is taken by MPI's launcher for a crashed one, and the launcher kills the ranks
+/// still working; `MPI_Finalize` may wait for the other ranks to finalize too, hence the bound.
+extern "C" fn finalize_at_exit() {
+    let Some(Ok(comm)) = COMM.get() else {
+        return;
+    };
+    let (ack, finished) = mpsc::channel();
+    if comm.tx.send(Msg::Finish(ack)).is_ok() {
+        let _ = finished.recv_timeout(timeout());
+    }
+}
+
 fn start() -> std::result::Result<Comm, String> {
-    let (tx, rx) = mpsc::channel::<Request>();
+    let (tx, rx) = mpsc::channel::<Msg>();
     let (ready_tx, ready_rx) = mpsc::channel();
     std::thread::Builder::new()
         .name("mxrs-mpi".into())
@@ -171,15 +195,22 @@ fn start() -> std::result::Result<Comm, String> {
             let world = universe.world();
             let (rank, size) = (world.rank() as usize, world.size() as usize);
             let _ = ready_tx.send(Ok((rank, size)));
-            serve(&world, rank, rx, timeout());
-            // MPI is finalized when the universe drops: only once every store is gone and the
-            // channel closed, which for the process-wide communicator is at exit, if ever.
+            let finished = serve(&world, rank, rx, timeout());
+            // MPI is finalized when the universe drops.
             drop(universe);
+            if let Some(ack) = finished {
+                let _ = ack.send(());
+            }
         })
         .map_err(|e| format!("cannot start the MPI communication thread: {e}"))?;
     let (rank, size) = ready_rx
         .recv()
         .map_err(|_| "the MPI communication thread stopped while starting".to_string())??;
+    // SAFETY: `finalize_at_exit` is a plain function that touches only a static and channels;
+    // registering it has no precondition.
+    if unsafe { libc::atexit(finalize_at_exit) } != 0 {
+        eprintln!("mxrs kvstore: cannot register MPI's finalization at exit");
+    }
     Ok(Comm {
         tx,
         rank,
@@ -188,16 +219,25 @@ fn start() -> std::result::Result<Comm, String> {
     })
 }
 
-/// The communication thread: runs requests in ticket order.
+/// The communication thread: runs requests in ticket order until the process exits (the
+/// `Finish` message, returned) or every sender is gone. Requests still held back then fail.
 fn serve(
     world: &mpi::topology::SimpleCommunicator,
     rank: usize,
-    rx: mpsc::Receiver<Request>,
+    rx: mpsc::Receiver<Msg>,
     limit: Duration,
-) {
+) -> Option<mpsc::Sender<()>> {
     let mut early: BTreeMap<u64, Request> = BTreeMap::new();
     let mut expected = 0u64;
-    while let Some(req) = next_request(&rx) {
+    let mut finished = None;
+    while let Some(msg) = next_request(&rx) {
+        let req = match msg {
+            Msg::Run(req) => req,
+            Msg::Finish(ack) => {
+                finished = Some(ack);
+                break;
+            }
+        };
         early.insert(req.ticket, req);
         while let Some(req) = early.remove(&expected) {
             expected += 1;
@@ -205,12 +245,16 @@ fn serve(
             (req.done)(result);
         }
     }
+    for (_, req) in early {
+        (req.done)(Err("the process is exiting".to_string()));
+    }
+    finished
 }
 
 /// The next request: looked for without blocking for a few microseconds first (a training
 /// step's requests come in quick succession, and waking a blocked thread costs more), then
 /// waited for. `None` once every sender is gone.
-fn next_request(rx: &mpsc::Receiver<Request>) -> Option<Request> {
+fn next_request(rx: &mpsc::Receiver<Msg>) -> Option<Msg> {
     for _ in 0..200 {
         match rx.try_recv() {
             Ok(req) => return Some(req),
