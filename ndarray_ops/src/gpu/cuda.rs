@@ -20,31 +20,54 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::cublas::sys::cublasOperation_t;
 use cudarc::cublas::{result as blas, CudaBlas};
 use cudarc::driver::{
-    sys, CudaContext, CudaEvent, CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
+    sys, CudaContext, CudaEvent, CudaFunction, CudaStream, LaunchConfig, PushKernelArg,
 };
 use engine::{Completion, FnProperty, Op, RunContext};
 use rand::Rng;
 use storage::{Context, Handle, StorageManager};
 
+use super::args::{self, RawArgs, MAX_ARGS_BYTES};
 use super::nn::SEED;
 use super::ops::{fill_with, run, GpuKernel};
-use super::{ptx_cache, ConvCall, DeviceBlock, Gemm, KArgs, Stream, KERNELS, KERNEL_NAMES};
+use super::{ptx_cache, ConvCall, DeviceBlock, Gemm, Stream};
 use crate::ops::{Attrs, OpDef, TensorRef};
 use crate::resources::{DeviceResources, StateSlot};
-
-// SAFETY: `KArgs` is `repr(C)`, plain data, laid out as the kernels' `struct KArgs`.
-unsafe impl DeviceRepr for KArgs {}
 
 /// Threads per block of every launch; grids are capped, the kernels' loops cover the rest.
 const BLOCK: u32 = 256;
 const MAX_BLOCKS: usize = 65_535;
+
+/// A kernel's argument struct, copied into a buffer of the largest size any takes: the driver
+/// copies as many bytes as the kernel's parameter has.
+#[repr(C, align(16))]
+struct Param([u8; MAX_ARGS_BYTES]);
+
+// SAFETY: plain bytes, passed by address as a kernel parameter.
+unsafe impl cudarc::driver::DeviceRepr for Param {}
+
+impl Param {
+    fn copy(args: &RawArgs) -> Param {
+        let mut p = Param([0; MAX_ARGS_BYTES]);
+        // SAFETY: `args` points at a live struct of `args.bytes` bytes, at most
+        // `MAX_ARGS_BYTES` (checked where each struct is declared); copied as bytes, so
+        // padding is carried as it is.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                args.ptr,
+                p.0.as_mut_ptr(),
+                args.bytes.min(MAX_ARGS_BYTES),
+            )
+        };
+        p
+    }
+}
 
 /// The kernels loaded on one device, by name.
 struct Module {
     functions: HashMap<&'static str, CudaFunction>,
 }
 
-/// The PTX of the kernels (`KERNELS`), made once per process (it does not depend on the device): read from
+/// The PTX of the kernels ([`args::source`]), made once per process (it does not depend on the device): read from
 /// the kernel cache when an earlier process compiled the same source with the same NVRTC,
 /// otherwise compiled now and stored there (see `ptx_cache`).
 fn ptx() -> Result<&'static str, String> {
@@ -59,14 +82,16 @@ pub(crate) fn ptx_in(dir: Option<&std::path::Path>) -> Result<String, String> {
     let (major, minor) = nvrtc_version()?;
     let version = format!("nvrtc {major}.{minor}");
     // The inputs of the PTX: the source, the compiler, its options (cudarc's defaults).
-    let key = ptx_cache::key(&[KERNELS.as_bytes(), version.as_bytes(), b"default options"]);
+    let key = ptx_cache::key(&[
+        args::source().as_bytes(),
+        version.as_bytes(),
+        b"default options",
+    ]);
     ptx_cache::cached(dir, key, holds_every_kernel, compile_ptx)
 }
 
 fn holds_every_kernel(ptx: &str) -> bool {
-    KERNEL_NAMES
-        .iter()
-        .all(|name| ptx.contains(&format!(".entry {name}(")))
+    args::kernel_names().all(|name| ptx.contains(&format!(".entry {name}(")))
 }
 
 /// Whether NVRTC can be loaded. cudarc panics (and the panic hook prints a backtrace) when it
@@ -110,7 +135,7 @@ fn nvrtc_version() -> Result<(i32, i32), String> {
 /// Compiles the kernels with NVRTC (loaded at run time: without it, GPU ops fail with this error).
 pub(crate) fn compile_ptx() -> Result<String, String> {
     nvrtc_present()?;
-    std::panic::catch_unwind(|| cudarc::nvrtc::compile_ptx(KERNELS))
+    std::panic::catch_unwind(|| cudarc::nvrtc::compile_ptx(args::source()))
         .map_err(|_| nvrtc_missing())?
         .map(|ptx| ptx.to_src())
         .map_err(|e| format!("NVRTC rejected the kernels: {e:?}"))
@@ -127,7 +152,7 @@ fn module(ctx: &Arc<CudaContext>) -> Result<Arc<Module>, String> {
         .load_module(cudarc::nvrtc::Ptx::from_src(ptx()?))
         .map_err(|e| format!("loading the kernels on GPU {ordinal}: {e}"))?;
     let mut functions = HashMap::new();
-    for &name in KERNEL_NAMES {
+    for name in args::kernel_names() {
         let f = loaded
             .load_function(name)
             .map_err(|e| format!("kernel {name} on GPU {ordinal}: {e}"))?;
@@ -220,7 +245,12 @@ impl DeviceBlock for Handle {
 }
 
 impl Stream for DeviceStream<'_> {
-    fn launch(&self, kernel: &'static str, threads: usize, args: &KArgs) -> Result<(), String> {
+    fn launch_raw(
+        &self,
+        kernel: &'static str,
+        threads: usize,
+        args: RawArgs,
+    ) -> Result<(), String> {
         if threads == 0 {
             return Ok(());
         }
@@ -235,9 +265,12 @@ impl Stream for DeviceStream<'_> {
             block_dim: (BLOCK, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: every kernel takes one `KArgs`; the op layer fills it with device pointers to
-        // buffers of the sizes the kernel reads, valid until the op ends.
-        unsafe { self.stream.launch_builder(f).arg(args).launch(cfg) }
+        let param = Param::copy(&args);
+        // SAFETY: every kernel takes one argument struct, `args` is the one `kernel` takes (its
+        // `Kernel` constant says so) and the driver copies that struct's size from `param`; the
+        // op layer fills it with device pointers to buffers of the sizes the kernel reads,
+        // valid until the op ends.
+        unsafe { self.stream.launch_builder(f).arg(&param).launch(cfg) }
             .map(|_| ())
             .map_err(|e| driver_error(kernel, e))
     }
@@ -581,7 +614,7 @@ mod tests {
         use engine::{EngineBuilder, EngineKind, RunContext};
         use storage::{Context, StorageConfig};
 
-        use super::KArgs;
+        use crate::gpu::KArgs;
         use crate::{DType, Runtime};
 
         let name = "gpu::cuda::tests::a_device_fault_fails_later_waits_instead_of_hanging";

@@ -1,4 +1,4 @@
-//! A host [`Stream`] for the tests: the kernels (`KERNELS`, from `kernels/*.cu`) compiled as C++ by the system compiler and
+//! A host [`Stream`] for the tests: the kernels ([`args::source`], from `kernels/*.cu`) compiled as C++ by the system compiler and
 //! loaded as a shared library, each launch one call that loops over every index (the kernels'
 //! grid-stride loops with a grid of one thread), and a reference GEMM. It runs the GPU op layer
 //! and the device code on any machine, so both are tested against the CPU kernels without a GPU.
@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
-use super::{DeviceBlock, Gemm, KArgs, Stream, KERNELS, KERNEL_NAMES};
+use super::args::{self, RawArgs};
+use super::{DeviceBlock, Gemm, Stream};
 
 /// The compiled kernels, or why there are none (no C++ compiler here).
 pub(super) fn kernels() -> Result<&'static libloading::Library, String> {
@@ -21,7 +22,15 @@ fn compile() -> Result<libloading::Library, String> {
         std::env::temp_dir().join(format!("mxrs-gpu-emulation-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let (src, lib) = (dir.join("kernels.cpp"), dir.join("libkernels.so"));
-    std::fs::write(&src, KERNELS).map_err(|e| format!("{}: {e}", src.display()))?;
+    // Each kernel gets an entry point that takes its arguments by address, so that one Rust
+    // signature calls them all.
+    let mut code = args::source().to_string();
+    for (kernel, ty) in args::kernel_structs() {
+        code += &format!(
+            "extern \"C\" void {kernel}_host(const void* a) {{ {kernel}(*(const {ty}*)a); }}\n"
+        );
+    }
+    std::fs::write(&src, code).map_err(|e| format!("{}: {e}", src.display()))?;
     let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
     let out = Command::new(&compiler)
         .args(["-O1", "-shared", "-fPIC", "-ffp-contract=off", "-o"])
@@ -66,19 +75,25 @@ impl HostStream {
 }
 
 impl Stream for HostStream {
-    fn launch(&self, kernel: &'static str, _threads: usize, args: &KArgs) -> Result<(), String> {
-        if !KERNEL_NAMES.contains(&kernel) {
-            return Err(format!("kernel {kernel} is not in KERNEL_NAMES"));
+    fn launch_raw(
+        &self,
+        kernel: &'static str,
+        _threads: usize,
+        args: RawArgs,
+    ) -> Result<(), String> {
+        if !args::kernel_names().any(|k| k == kernel) {
+            return Err(format!("kernel {kernel} is not in the kernel tables"));
         }
-        // SAFETY: every kernel in `KERNELS` has exactly this signature (one KArgs by value).
+        // SAFETY: `compile` gave every kernel a `<kernel>_host` entry of exactly this signature.
         let f = unsafe {
             self.lib
-                .get::<unsafe extern "C" fn(KArgs)>(kernel.as_bytes())
+                .get::<unsafe extern "C" fn(*const u8)>(format!("{kernel}_host").as_bytes())
         }
         .map_err(|e| format!("kernel {kernel}: {e}"))?;
         self.launched.borrow_mut().push(kernel);
-        // SAFETY: the op layer passes pointers to host buffers of the sizes the kernel reads.
-        unsafe { f(*args) };
+        // SAFETY: `args` is the struct `kernel` takes (its `Kernel` constant says so), holding
+        // pointers to host buffers of the sizes the kernel reads.
+        unsafe { f(args.ptr) };
         Ok(())
     }
 

@@ -10,6 +10,7 @@
 //!   the device code as C++ and runs each kernel as one loop, with a reference GEMM, so the op layer
 //!   and the kernels are checked against the CPU kernels on every machine (no GPU needed).
 
+pub(crate) mod args;
 pub(crate) mod conv;
 #[cfg(feature = "cuda")]
 pub(crate) mod cuda;
@@ -35,9 +36,9 @@ mod tests;
 
 use crate::ops::TensorRef;
 
-/// The kernels' source.
-pub(crate) const KERNELS: &str = concat!(
-    include_str!("kernels/common.cuh"),
+/// The kernel families' source, after `kernels/common.cuh` and the argument structs (see
+/// [`args::source`]).
+const FAMILIES: &[&str] = &[
     include_str!("kernels/elemwise.cu"),
     include_str!("kernels/reduce.cu"),
     include_str!("kernels/nn.cu"),
@@ -49,10 +50,13 @@ pub(crate) const KERNELS: &str = concat!(
     include_str!("kernels/sort.cu"),
     include_str!("kernels/resample.cu"),
     include_str!("kernels/roi.cu"),
-);
+];
 
-/// The names of every kernel in [`KERNELS`] (what a back end loads).
-pub(crate) const KERNEL_NAMES: &[&str] = &[
+/// The argument structs of every family (each family's `kernel_args!` table).
+const ARG_TABLES: &[&[args::Decl]] = &[resample::DECLS];
+
+/// The kernels not yet given a named argument struct: they take the untyped [`KArgs`].
+const KARGS_KERNELS: &[&str] = &[
     "fill",
     "binary",
     "scalar",
@@ -116,7 +120,6 @@ pub(crate) const KERNEL_NAMES: &[&str] = &[
     "sort_keys",
     "sort_step",
     "sort_take",
-    "resample",
     "blocks",
     "cross_entropy",
     "roi_pool",
@@ -164,21 +167,6 @@ pub(crate) struct KArgs {
     m: [u64; 16],
 }
 
-/// `d`'s multiplier and shift for dividing by it with a multiply-high, an add and a shift
-/// (Granlund and Montgomery, "Division by invariant integers using multiplication"): with
-/// `s = ceil(log2 d)` and `m = 2^32 (2^s - d) / d + 1`, `t / d = (umulhi(t, m) + t) >> s` for all
-/// `t, d < 2^31`. Packed as `m | s << 32` for `kernels/common.cuh`'s `split`; 0 (divide plainly) where
-/// `d` is 0 or too large.
-fn divider(d: i64) -> u64 {
-    if !(1..1 << 31).contains(&d) {
-        return 0;
-    }
-    let d = d as u64;
-    let s = u64::from(64 - (d - 1).leading_zeros());
-    let m = (((1u64 << s) - d) << 32) / d + 1;
-    m | s << 32
-}
-
 impl KArgs {
     /// Arguments with `i0 = n` (most kernels' element count).
     pub(crate) fn new(n: usize) -> KArgs {
@@ -205,7 +193,7 @@ impl KArgs {
     /// Integer slot `k`.
     pub(crate) fn i(mut self, k: usize, v: usize) -> KArgs {
         self.i[k] = v as i64;
-        self.m[k] = divider(self.i[k]);
+        self.m[k] = args::divider(self.i[k]);
         self
     }
 
@@ -307,8 +295,14 @@ pub(crate) trait DeviceBlock: Send {
 
 /// What the op layer runs on: one device queue, in order.
 pub(crate) trait Stream {
-    /// Launches `kernel` with enough threads for `threads` loop indices.
-    fn launch(&self, kernel: &'static str, threads: usize, args: &KArgs) -> Result<(), String>;
+    /// Launches `kernel` with enough threads for `threads` loop indices, passing it the
+    /// argument struct at `args` (see [`args`]; launches go through [`run`](dyn Stream::run)).
+    fn launch_raw(
+        &self,
+        kernel: &'static str,
+        threads: usize,
+        args: args::RawArgs,
+    ) -> Result<(), String>;
     /// A matrix product (see [`Gemm`]).
     fn gemm(&self, g: &Gemm) -> Result<(), String> {
         self.gemm_batched(g, 1, [0; 3])
@@ -338,9 +332,31 @@ pub(crate) trait Stream {
     }
 }
 
+impl dyn Stream + '_ {
+    /// Launches `kernel` with `args`, enough threads for `threads` loop indices.
+    pub(crate) fn run<A>(
+        &self,
+        kernel: args::Kernel<A>,
+        threads: usize,
+        args: &A,
+    ) -> Result<(), String> {
+        self.launch_raw(kernel.name, threads, args::RawArgs::of(args))
+    }
+
+    /// Launches `kernel`, one of [`KARGS_KERNELS`], with untyped arguments.
+    pub(crate) fn launch(
+        &self,
+        kernel: &'static str,
+        threads: usize,
+        args: &KArgs,
+    ) -> Result<(), String> {
+        self.launch_raw(kernel, threads, args::RawArgs::of(args))
+    }
+}
+
 #[cfg(test)]
 mod divider_tests {
-    use super::divider;
+    use super::args::divider;
 
     /// `split`'s fast path in `kernels/common.cuh`, in Rust.
     fn split(t: u32, packed: u64) -> u32 {

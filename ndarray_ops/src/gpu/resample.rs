@@ -5,10 +5,33 @@
 //! the gradient with its transpose, each input's entries in the order the CPU adds into that
 //! input and rounded to float after every add, as the CPU's accumulation is — no atomics.
 
+use super::args::{int, kernel_args, ptr, Dim};
 use super::ops::{e2s, fill_with};
-use super::{buckets, KArgs, Stream};
+use super::{buckets, Stream};
 use crate::ops::KResult;
 use crate::ops::{plane_taps, Attrs, PlaneTaps, TensorRef};
+
+kernel_args! {
+    /// Resampling one plane at a time: `dst[p, r]` = the weighted sum over row `r`'s taps of
+    /// `src[p, ..]`, for every plane `p` and row `r`.
+    struct Resample [resample] {
+        /// Elements of `dst`: planes times rows.
+        n: i64,
+        /// The output (planes, rows).
+        dst: *mut f32,
+        /// The input (planes, cols).
+        src: *mut f32,
+        /// `[row starts (rows + 1), each row's input offsets, their weights as doubles' bits]`.
+        table: *const i64,
+        /// Outputs per plane.
+        rows: Dim,
+        /// Inputs per plane.
+        cols: i64,
+        /// 0: sum in double and round once (the forward passes); 1: round after every add, as
+        /// the CPU's gradients add into float.
+        round_each_add: i64,
+    }
+}
 
 /// The op layer's entry for the three ops and their gradients.
 pub(crate) fn resample(
@@ -54,14 +77,16 @@ fn sums(
         return Ok(());
     }
     let table = s.upload(table)?;
-    let a = KArgs::new(n)
-        .t(0, dst)
-        .t(1, src)
-        .p(2, table.cast())
-        .i(1, rows)
-        .i(2, cols)
-        .i(3, usize::from(round_each_add));
-    s.launch("resample", n, &a)
+    let a = Resample {
+        n: int(n),
+        dst: ptr(dst),
+        src: ptr(src),
+        table: table.cast(),
+        rows: Dim::new(rows),
+        cols: int(cols),
+        round_each_add: i64::from(round_each_add),
+    };
+    s.run(k::resample, n, &a)
 }
 
 /// `[row starts..., offsets..., weights' bits...]`, as `resample` reads it.

@@ -64,3 +64,29 @@ __device__ inline i64 channel_of(const KArgs& a, i64 t) {
     split(a, 2, split(a, 1, t, &r), &c);
     return c;
 }
+
+// An integer a kernel divides by, with its divider (see split; set by the host, gpu/args.rs).
+struct Dim {
+    i64 n;
+    unsigned long long m;
+};
+
+// t / d for t >= 0, the remainder into *r (as split above).
+__device__ inline i64 split(Dim d, i64 t, i64* r) {
+    i64 q;
+    if (d.m != 0 && t < 2147483648LL) {
+        unsigned n = (unsigned)t;
+        q = (i64)((umulhi32(n, (unsigned)d.m) + n) >> (unsigned)(d.m >> 32));
+    } else {
+        q = t / d.n;
+    }
+    *r = t - q * d.n;
+    return q;
+}
+
+// (t / inner) % channels: the channel of element t in an (outer, channels, inner) layout.
+__device__ inline i64 channel_of(Dim inner, Dim channels, i64 t) {
+    i64 r, c;
+    split(channels, split(inner, t, &r), &c);
+    return c;
+}

@@ -533,9 +533,9 @@ pub(super) fn layer_by_layer(
             .i(1, crate::gpu::rnn::layer_seed(seed, l) as usize)
             .f(0, r.p)
             .f(1, 1.0 / (1.0 - r.p));
-        HostStream::new(lib)
-            .launch("dropout", y.len(), &a)
-            .expect("dropout");
+        let host = HostStream::new(lib);
+        let s: &dyn Stream = &host;
+        s.launch("dropout", y.len(), &a).expect("dropout");
         (dropped, mask)
     };
     let lstm = r.lstm();

@@ -1,0 +1,226 @@
+//! Kernel arguments: one named struct per kernel (or per family of kernels that read the same
+//! things), declared once here and written out as the C struct the device code takes, so that the
+//! two sides cannot disagree on a field's place or type.
+//!
+//! [`kernel_args!`] declares a struct, the kernels that take it and its fields; it makes the
+//! `#[repr(C)]` struct, a [`Kernel`] constant per kernel (in the family's module `k`) (a misspelt kernel is a compile error,
+//! and a kernel launched with another kernel's arguments is a type error) and the struct's C
+//! declaration, which [`source`] puts between `kernels/common.cuh` and the kernel families.
+//! Field types are those of [`CType`]: device pointers, index tables, integers, [`Dim`]s
+//! (integers a kernel divides by) and floats.
+
+use std::marker::PhantomData;
+use std::sync::OnceLock;
+
+use crate::ops::TensorRef;
+
+/// A field type of a kernel's arguments, and its C name in the device code.
+pub(crate) trait CType: Copy {
+    /// How `kernels/*.cu` spells it.
+    const C: &'static str;
+}
+
+impl CType for *mut f32 {
+    const C: &'static str = "float*";
+}
+impl CType for *const i64 {
+    const C: &'static str = "const i64*";
+}
+impl CType for i64 {
+    const C: &'static str = "i64";
+}
+impl CType for f32 {
+    const C: &'static str = "float";
+}
+impl CType for f64 {
+    const C: &'static str = "double";
+}
+impl CType for Dim {
+    const C: &'static str = "Dim";
+}
+
+/// An integer the kernel divides by, with its multiplier and shift for `split` in
+/// `kernels/common.cuh` (the `Dim` there, field for field).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Dim {
+    n: i64,
+    /// `divider(n)`.
+    m: u64,
+}
+
+impl Dim {
+    /// `n`, ready to divide by.
+    pub(crate) fn new(n: usize) -> Dim {
+        let n = n as i64;
+        Dim { n, m: divider(n) }
+    }
+}
+
+/// `d`'s multiplier and shift for dividing by it with a multiply-high, an add and a shift
+/// (Granlund and Montgomery, "Division by invariant integers using multiplication"): with
+/// `s = ceil(log2 d)` and `m = 2^32 (2^s - d) / d + 1`, `t / d = (umulhi(t, m) + t) >> s` for all
+/// `t, d < 2^31`. Packed as `m | s << 32` for `kernels/common.cuh`'s `split`; 0 (divide plainly) where
+/// `d` is 0 or too large.
+pub(super) fn divider(d: i64) -> u64 {
+    if !(1..1 << 31).contains(&d) {
+        return 0;
+    }
+    let d = d as u64;
+    let s = u64::from(64 - (d - 1).leading_zeros());
+    let m = (((1u64 << s) - d) << 32) / d + 1;
+    m | s << 32
+}
+
+/// A tensor's memory, for a pointer field.
+pub(crate) fn ptr(t: &TensorRef) -> *mut f32 {
+    t.ptr::<f32>()
+}
+
+/// A count or an index, for an `i64` field.
+pub(crate) fn int(n: usize) -> i64 {
+    n as i64
+}
+
+/// The most bytes a kernel's arguments may take (the streams pass them through a buffer of
+/// this size).
+pub(crate) const MAX_ARGS_BYTES: usize = 512;
+
+/// One kernel, launched with arguments of type `A`.
+pub(crate) struct Kernel<A> {
+    /// Its name in the device code.
+    pub(crate) name: &'static str,
+    args: PhantomData<fn(A)>,
+}
+
+impl<A> Clone for Kernel<A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<A> Copy for Kernel<A> {}
+
+impl<A> Kernel<A> {
+    /// The kernel called `name` (made by [`kernel_args!`] only).
+    pub(crate) const fn new(name: &'static str) -> Kernel<A> {
+        Kernel {
+            name,
+            args: PhantomData,
+        }
+    }
+}
+
+/// A struct of kernel arguments as the device code declares it.
+pub(crate) struct Decl {
+    /// Its name (the C struct's).
+    pub(crate) name: &'static str,
+    /// Its fields: name and C type, in order.
+    pub(crate) fields: &'static [(&'static str, &'static str)],
+    /// The kernels that take it.
+    pub(crate) kernels: &'static [&'static str],
+}
+
+impl Decl {
+    fn c(&self) -> String {
+        let mut s = format!("struct {} {{\n", self.name);
+        for (field, ty) in self.fields {
+            s += &format!("    {ty} {field};\n");
+        }
+        s + "};\n"
+    }
+}
+
+/// Declares kernel argument structs: `struct Name [kernel, ...] { field: type, ... }`, each field
+/// with a doc comment saying what the kernels read or write there.
+macro_rules! kernel_args {
+    ($(
+        $(#[$doc:meta])*
+        struct $name:ident [$($kernel:ident),+ $(,)?] {
+            $($(#[$fdoc:meta])* $field:ident: $ty:ty),* $(,)?
+        }
+    )*) => {
+        $(
+            $(#[$doc])*
+            #[repr(C)]
+            #[derive(Clone, Copy, Debug)]
+            pub(crate) struct $name {
+                $($(#[$fdoc])* pub(crate) $field: $ty,)*
+            }
+            const _: () = assert!(std::mem::size_of::<$name>() <= $crate::gpu::args::MAX_ARGS_BYTES);
+        )*
+        /// The kernels of this table, each with its argument struct.
+        #[allow(non_upper_case_globals, dead_code)]
+        pub(crate) mod k {
+            $($(
+                #[doc = concat!("Kernel `", stringify!($kernel), "`, with [`", stringify!($name), "`](super::", stringify!($name), ").")]
+                pub(crate) const $kernel: $crate::gpu::args::Kernel<super::$name> =
+                    $crate::gpu::args::Kernel::new(stringify!($kernel));
+            )+)*
+        }
+        /// Every struct of this table, as the device code declares it.
+        pub(crate) const DECLS: &[$crate::gpu::args::Decl] = &[$(
+            $crate::gpu::args::Decl {
+                name: stringify!($name),
+                fields: &[$((stringify!($field), <$ty as $crate::gpu::args::CType>::C)),*],
+                kernels: &[$(stringify!($kernel)),+],
+            },
+        )*];
+    };
+}
+pub(crate) use kernel_args;
+
+/// The kernels' source: `kernels/common.cuh`, the argument structs, the kernel families.
+pub(crate) fn source() -> &'static str {
+    static SOURCE: OnceLock<String> = OnceLock::new();
+    SOURCE.get_or_init(|| {
+        let mut s = String::from(include_str!("kernels/common.cuh"));
+        s += "\n// The kernels' arguments, written from gpu/args.rs and the op families' tables.\n";
+        for decl in decls() {
+            s += &decl.c();
+        }
+        for family in super::FAMILIES {
+            s += family;
+        }
+        s
+    })
+}
+
+/// Every argument struct.
+pub(crate) fn decls() -> impl Iterator<Item = &'static Decl> {
+    super::ARG_TABLES.iter().flat_map(|t| t.iter())
+}
+
+/// Every kernel's name.
+pub(crate) fn kernel_names() -> impl Iterator<Item = &'static str> + Clone {
+    let named = super::ARG_TABLES
+        .iter()
+        .flat_map(|t| t.iter())
+        .flat_map(|d| d.kernels.iter().copied());
+    super::KARGS_KERNELS.iter().copied().chain(named)
+}
+
+#[cfg(test)]
+/// Every kernel's name and the C name of its argument struct.
+pub(crate) fn kernel_structs() -> impl Iterator<Item = (&'static str, &'static str)> {
+    let named = decls().flat_map(|d| d.kernels.iter().map(|k| (*k, d.name)));
+    super::KARGS_KERNELS
+        .iter()
+        .map(|k| (*k, "KArgs"))
+        .chain(named)
+}
+
+/// A kernel's arguments as a stream passes them: their address and size.
+pub(crate) struct RawArgs {
+    pub(crate) ptr: *const u8,
+    pub(crate) bytes: usize,
+}
+
+impl RawArgs {
+    /// `args`'s bytes (borrowed for as long as the launch call).
+    pub(crate) fn of<A>(args: &A) -> RawArgs {
+        RawArgs {
+            ptr: (args as *const A).cast(),
+            bytes: std::mem::size_of::<A>(),
+        }
+    }
+}
