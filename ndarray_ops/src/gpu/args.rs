@@ -26,6 +26,15 @@ impl CType for *mut f32 {
 impl CType for *const i64 {
     const C: &'static str = "const i64*";
 }
+impl CType for *mut i64 {
+    const C: &'static str = "i64*";
+}
+impl CType for *mut f64 {
+    const C: &'static str = "double*";
+}
+impl CType for *const f64 {
+    const C: &'static str = "const double*";
+}
 impl CType for i64 {
     const C: &'static str = "i64";
 }

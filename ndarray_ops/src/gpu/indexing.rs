@@ -1,12 +1,132 @@
 //! Ops that read by index on the GPU: take and Embedding, pick, softmax_cross_entropy, arange,
 //! and the row sums their gradients add up.
 
+use super::args::{int, kernel_args, ptr, Dim};
 use super::nn::lane_args;
 use super::ops::{e2s, fill_with};
 use super::reduce::{fold_partials, lane_parts, partial_doubles, FILLS_A_GPU};
 use super::{KArgs, Stream};
 use crate::ops::KResult;
 use crate::ops::{Attrs, TensorRef};
+
+kernel_args! {
+    /// take / Embedding: `out` (outer, count, inner) = the rows of `table` (outer, rows, inner)
+    /// that `idx` names, clipped or wrapped into the rows.
+    struct Take [take_fwd] {
+        /// Elements of `out`.
+        n: i64,
+        /// The rows read.
+        out: *mut f32,
+        /// The table.
+        table: *mut f32,
+        /// The indices (floats).
+        idx: *mut f32,
+        /// The table's elements after its indexed axis.
+        inner: Dim,
+        /// The indexed axis's length (at least 1).
+        rows: i64,
+        /// Indices.
+        count: Dim,
+        /// 1: an index wraps into the rows; 0: it is clipped.
+        wrap: i64,
+    }
+
+    /// Gradient rows added back into the rows their indices name (see [`add_rows`]).
+    struct AddRows [take_bwd, take_keys, take_runs] {
+        /// Threads: (outer, column) pairs for `take_bwd`, entries for `take_keys`, (outer,
+        /// entry, column) for `take_runs`.
+        n: i64,
+        /// The gradient (outer, rows, inner), zeroed first.
+        grad: *mut f32,
+        /// The output's gradient (outer, count, inner).
+        ograd: *mut f32,
+        /// The indices: one list, or (`per_pair`) one per (outer, column) pair.
+        idx: *mut f32,
+        /// The lists sorted by row (`take_keys`, `take_runs`).
+        keys: *mut i64,
+        /// Elements after the indexed axis.
+        inner: Dim,
+        /// The indexed axis's length.
+        rows: i64,
+        /// Indices per list.
+        count: Dim,
+        /// 1: an index wraps into the rows; 0: it is clipped.
+        wrap: i64,
+        /// 1: a list per (outer, column) pair.
+        per_pair: i64,
+        /// Entries per sorted list, a power of two.
+        padded: Dim,
+    }
+
+    /// pick and its gradient: one element per (outer, inner) of the lanes.
+    struct Pick [pick] {
+        /// Indices.
+        n: i64,
+        /// The elements picked, or (backward) the data's gradient, zeroed first.
+        out: *mut f32,
+        /// The data (outer, lanes, inner), or (backward) the output's gradient.
+        src: *mut f32,
+        /// One index per (outer, inner).
+        idx: *mut f32,
+        /// Elements after the picked axis.
+        inner: Dim,
+        /// The picked axis's length (at least 1).
+        lanes: i64,
+        /// 1: an index wraps into the lanes; 0: it is clipped.
+        wrap: i64,
+        /// 1: the gradient.
+        backward: i64,
+    }
+
+    /// `_arange`: `out[t] = start + step * (t / repeat)`, in double.
+    struct Arange [arange] {
+        /// Elements.
+        n: i64,
+        /// The output.
+        out: *mut f32,
+        /// How many times each value repeats.
+        repeat: Dim,
+        /// The first value.
+        start: f64,
+        /// The step between values.
+        step: f64,
+    }
+
+    /// softmax_cross_entropy's losses per row, or its gradient.
+    struct CrossEntropy [cross_entropy] {
+        /// Rows (losses), or scores (the gradient).
+        n: i64,
+        /// The scores' gradient (gradient = 1).
+        grad: *mut f32,
+        /// The scores (rows, classes).
+        x: *mut f32,
+        /// The class of each row.
+        label: *mut f32,
+        /// Each row's loss (gradient = 0).
+        loss: *mut f64,
+        /// The loss's gradient, one element (gradient = 1).
+        ograd: *mut f32,
+        /// Each row's maximum and sum of exponentials (softmax's figures).
+        figures: *const f64,
+        /// Scores per row.
+        classes: Dim,
+        /// 1: the gradient; 0: the losses.
+        gradient: i64,
+    }
+}
+
+/// Where gradient rows go back: `grad` (outer, rows, inner; zeroed) += `ograd` (outer, count,
+/// inner) at the rows `idx` names (one list, or one per (outer, column) pair).
+pub(super) struct Rows {
+    pub(super) grad: *mut f32,
+    pub(super) ograd: *mut f32,
+    pub(super) idx: *mut f32,
+    pub(super) outer: usize,
+    pub(super) inner: usize,
+    pub(super) rows: usize,
+    pub(super) count: usize,
+    pub(super) wrap: bool,
+}
 
 /// Whether the gradient rows of `threads` (outer, column) pairs, each with a list of `count`
 /// indices, are added by sorting the lists by row rather than by one thread per pair walking
@@ -20,30 +140,37 @@ pub(super) fn sort_rows(threads: usize, count: usize) -> bool {
 
 /// Adds gradient rows back into the rows their indices name, in index order:
 /// `_backward_take` (one list shared by every (outer, column) pair) and `_backward_topk` (a list
-/// per pair: `per_pair`). `a` carries the layout `take_bwd` reads (p0 zeroed, p1, p2; i1 =
-/// `inner`, i2 rows, i3 = `count`, i4 wrap). Long lists are sorted by row (their positions
-/// beside them), then added by one thread per (outer, index, column), where each row's run
-/// sums its gradient rows.
-pub(super) fn add_rows(
-    s: &dyn Stream,
-    a: KArgs,
-    (outer, inner, count): (usize, usize, usize),
-    per_pair: bool,
-) -> KResult {
-    let pairs = outer * inner;
-    let a = a.i(5, usize::from(per_pair));
-    if !sort_rows(pairs, count) {
-        return s.launch("take_bwd", pairs, &a.i(0, pairs));
+/// per pair: `per_pair`). Long lists are sorted by row (their positions beside them), then
+/// added by one thread per (outer, index, column), where each row's run sums its gradient rows.
+pub(super) fn add_rows(s: &dyn Stream, r: Rows, per_pair: bool) -> KResult {
+    let pairs = r.outer * r.inner;
+    let mut a = AddRows {
+        n: int(pairs),
+        grad: r.grad,
+        ograd: r.ograd,
+        idx: r.idx,
+        keys: std::ptr::null_mut(),
+        inner: Dim::new(r.inner),
+        rows: int(r.rows),
+        count: Dim::new(r.count),
+        wrap: i64::from(r.wrap),
+        per_pair: i64::from(per_pair),
+        padded: Dim::new(0),
+    };
+    if !sort_rows(pairs, r.count) {
+        return s.run(k::take_bwd, pairs, &a);
     }
-    let padded = count.next_power_of_two();
+    let padded = r.count.next_power_of_two();
     let lists = if per_pair { pairs } else { 1 };
     let entries = lists * padded;
-    let keys = s.scratch(entries * 8)?.cast::<f32>();
-    let a = a.p(3, keys).i(6, padded);
-    s.launch("take_keys", entries, &a.i(0, entries))?;
-    super::sort::bitonic(s, keys, entries, padded)?;
-    let n = outer * count * inner;
-    s.launch("take_runs", n, &a.i(0, n))
+    a.keys = s.scratch(entries * 8)?.cast::<i64>();
+    a.padded = Dim::new(padded);
+    a.n = int(entries);
+    s.run(k::take_keys, entries, &a)?;
+    super::sort::bitonic(s, a.keys, entries, padded)?;
+    let n = r.outer * r.count * r.inner;
+    a.n = int(n);
+    s.run(k::take_runs, n, &a)
 }
 
 /// take(table, indices), Embedding(indices, weight) and `_backward_take(ograd, indices,
@@ -64,28 +191,39 @@ pub(crate) fn take(
     if rows == 0 && idx.len() > 0 {
         return Err(format!("{op}: cannot index an empty axis"));
     }
-    let wrap = usize::from(attrs.get("mode") == Some("wrap"));
+    let wrap = attrs.get("mode") == Some("wrap");
     if attrs.get("mode") == Some("raise") {
         // Checked on the host with the CPU's code; the kernel then clamps nothing.
         for i in s.download(idx)? {
             crate::ops::take_row(attrs, f64::from(i), rows)?;
         }
     }
-    let args = |n: usize| {
-        KArgs::new(n)
-            .i(1, inner)
-            .i(2, rows.max(1))
-            .i(3, idx.len())
-            .i(4, wrap)
-            .t(2, idx)
-    };
     if op == "_backward_take" {
         fill_with(s, &outs[0], 0.0)?;
-        let a = args(0).t(0, &outs[0]).t(1, &ins[0]);
-        return add_rows(s, a, (outer, inner, idx.len()), false);
+        let r = Rows {
+            grad: ptr(&outs[0]),
+            ograd: ptr(&ins[0]),
+            idx: ptr(idx),
+            outer,
+            inner,
+            rows: rows.max(1),
+            count: idx.len(),
+            wrap,
+        };
+        return add_rows(s, r, false);
     }
     let n = outs[0].len();
-    s.launch("take_fwd", n, &args(n).t(0, &outs[0]).t(1, table))
+    let a = Take {
+        n: int(n),
+        out: ptr(&outs[0]),
+        table: ptr(table),
+        idx: ptr(idx),
+        inner: Dim::new(inner),
+        rows: int(rows.max(1)),
+        count: Dim::new(idx.len()),
+        wrap: i64::from(wrap),
+    };
+    s.run(k::take_fwd, n, &a)
 }
 
 /// pick and its gradient (`_backward_pick(ograd, index, data)`): one index per (outer, inner)
@@ -121,15 +259,17 @@ pub(crate) fn pick(
     if backward {
         fill_with(s, &outs[0], 0.0)?;
     }
-    let a = KArgs::new(n)
-        .t(0, &outs[0])
-        .t(1, &ins[0])
-        .t(2, &ins[1])
-        .i(1, inner.max(1))
-        .i(2, lanes.max(1))
-        .i(3, usize::from(wrap))
-        .i(4, usize::from(backward));
-    s.launch("pick", n, &a)
+    let a = Pick {
+        n: int(n),
+        out: ptr(&outs[0]),
+        src: ptr(&ins[0]),
+        idx: ptr(&ins[1]),
+        inner: Dim::new(inner.max(1)),
+        lanes: int(lanes.max(1)),
+        wrap: i64::from(wrap),
+        backward: i64::from(backward),
+    };
+    s.run(k::pick, n, &a)
 }
 
 /// softmax_cross_entropy(data (n, k), label (n,)) -> (1,), and its gradient
@@ -152,14 +292,6 @@ pub(crate) fn cross_entropy(
     for l in s.download(label)? {
         crate::ops::class_of(f64::from(l), k, op)?;
     }
-    let args = |n: usize, mode: usize| {
-        KArgs::new(n)
-            .t(0, &outs[0])
-            .t(1, x)
-            .t(2, label)
-            .i(1, k)
-            .i(2, mode)
-    };
     if rows == 0 {
         // A zero loss; no gradient to write.
         return match backward {
@@ -171,15 +303,30 @@ pub(crate) fn cross_entropy(
     let figures = lane_args(&x.shape, 1, 1.0, false)
         .on(&[&outs[0], x])
         .figures(s, lane_parts(rows, k))?;
+    let mut a = CrossEntropy {
+        n: int(rows),
+        grad: std::ptr::null_mut(),
+        x: ptr(x),
+        label: ptr(label),
+        loss: std::ptr::null_mut(),
+        ograd: std::ptr::null_mut(),
+        figures: figures.cast::<f64>(),
+        classes: Dim::new(k),
+        gradient: 0,
+    };
     if backward {
         let n = rows * k;
-        return s.launch("cross_entropy", n, &args(n, 1).p(5, figures).t(4, &ins[0]));
+        a.n = int(n);
+        a.grad = ptr(&outs[0]);
+        a.ograd = ptr(&ins[0]);
+        a.gradient = 1;
+        return s.run(k::cross_entropy, n, &a);
     }
     // The rows' losses, then their sum as one row of partial sums.
-    let losses = s.scratch(partial_doubles(1, rows) * 8)?.cast::<f32>();
-    let a = args(rows, 0).p(5, figures).p(3, losses);
-    s.launch("cross_entropy", rows, &a)?;
-    let (sums, p) = fold_partials(s, losses, 1, rows)?;
+    let losses = s.scratch(partial_doubles(1, rows) * 8)?;
+    a.loss = losses.cast::<f64>();
+    s.run(k::cross_entropy, rows, &a)?;
+    let (sums, p) = fold_partials(s, losses.cast::<f32>(), 1, rows)?;
     let total = KArgs::new(1).t(0, &outs[0]).p(1, sums).i(1, p).f(0, 1.0);
     s.launch("chan_total", 1, &total)
 }
@@ -194,10 +341,12 @@ pub(crate) fn arange(
 ) -> KResult {
     let (start, step, _, repeat) = crate::ops::arange_params(op, attrs).map_err(e2s)?;
     let n = outs[0].len();
-    let a = KArgs::new(n)
-        .t(0, &outs[0])
-        .i(1, repeat)
-        .bits(2, start)
-        .bits(3, step);
-    s.launch("arange", n, &a)
+    let a = Arange {
+        n: int(n),
+        out: ptr(&outs[0]),
+        repeat: Dim::new(repeat),
+        start,
+        step,
+    };
+    s.run(k::arange, n, &a)
 }

@@ -53,7 +53,7 @@ const FAMILIES: &[&str] = &[
 ];
 
 /// The argument structs of every family (each family's `kernel_args!` table).
-const ARG_TABLES: &[&[args::Decl]] = &[resample::DECLS];
+const ARG_TABLES: &[&[args::Decl]] = &[resample::DECLS, sort::DECLS, indexing::DECLS];
 
 /// The kernels not yet given a named argument struct: they take the untyped [`KArgs`].
 const KARGS_KERNELS: &[&str] = &[
@@ -98,10 +98,6 @@ const KARGS_KERNELS: &[&str] = &[
     "rnn_step_bwd",
     "unary_fwd",
     "unary_bwd",
-    "take_fwd",
-    "take_bwd",
-    "take_keys",
-    "take_runs",
     "gather_fwd",
     "gather_bwd",
     "clamp_affine",
@@ -115,13 +111,7 @@ const KARGS_KERNELS: &[&str] = &[
     "regression_bwd",
     "fill_ratio",
     "random_fill",
-    "pick",
-    "arange",
-    "sort_keys",
-    "sort_step",
-    "sort_take",
     "blocks",
-    "cross_entropy",
     "roi_pool",
     "roi_pool_bwd",
     "roi_align",
@@ -194,13 +184,6 @@ impl KArgs {
     pub(crate) fn i(mut self, k: usize, v: usize) -> KArgs {
         self.i[k] = v as i64;
         self.m[k] = args::divider(self.i[k]);
-        self
-    }
-
-    /// Integer slot `k` carrying the bits of a double (for values a float would round).
-    pub(crate) fn bits(mut self, k: usize, v: f64) -> KArgs {
-        self.i[k] = v.to_bits() as i64;
-        self.m[k] = 0;
         self
     }
 

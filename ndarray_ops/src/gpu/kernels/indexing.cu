@@ -9,128 +9,125 @@ __device__ inline i64 to_index(float v) {
     return (i64)v;
 }
 
-// take / Embedding: a table (outer, rows = i2, inner = i1) read at one row per index (p2, i3 of
-// them): the output is (outer, i3, inner). i4: 0 clamps an index into the rows, 1 wraps it.
+// take / Embedding: a table (outer, rows, inner) read at one row per index (count of them): the
+// output is (outer, count, inner). wrap: 0 clamps an index into the rows, 1 wraps it.
 __device__ inline i64 take_row(float v, i64 rows, i64 wrap) {
     i64 i = to_index(v);
     if (wrap) { i64 r = i % rows; return r < 0 ? r + rows : r; }
     return i < 0 ? 0 : (i >= rows ? rows - 1 : i);
 }
 
-// p0 = the rows of p1 that p2 names.
-KERNEL void take_fwd(KArgs a) {
-    i64 inner = a.i[1], rows = a.i[2], count = a.i[3];
-    FOR_EACH(t, a.i[0]) {
-        i64 c, rest = split(a, 1, t, &c), k;
-        i64 o = split(a, 3, rest, &k);
-        a.p[0][t] = a.p[1][(o * rows + take_row(a.p[2][k], rows, a.i[4])) * inner + c];
+// out = the rows of table that idx names.
+KERNEL void take_fwd(Take a) {
+    i64 inner = a.inner.n, rows = a.rows;
+    FOR_EACH(t, a.n) {
+        i64 c, rest = split(a.inner, t, &c), k;
+        i64 o = split(a.count, rest, &k);
+        a.out[t] = a.table[(o * rows + take_row(a.idx[k], rows, a.wrap)) * inner + c];
     }
 }
 
-// Gradients added back row by row: take's and Embedding's (one list of i3 indices, p2, shared
-// by every (outer, column) pair: i5 = 0) and topk's (a list of i3 = k positions per (outer,
-// column) pair, the j-th at p2[(o * i3 + j) * i1 + c]: i5 = 1). p0 (outer, i2 rows, i1 columns;
-// zeroed first) += p1 (outer, i3, i1) into the rows the indices name, clipped or (i4 = 1)
-// wrapped into the rows; added in index order in float.
-__device__ inline float list_index(const KArgs& a, i64 o, i64 c, i64 j) {
-    return a.i[5] ? a.p[2][(o * a.i[3] + j) * a.i[1] + c] : a.p[2][j];
+// Gradients added back row by row: take's and Embedding's (one list of count indices, idx,
+// shared by every (outer, column) pair: per_pair = 0) and topk's (a list of count = k positions
+// per (outer, column) pair, the j-th at idx[(o * count + j) * inner + c]: per_pair = 1). grad
+// (outer, rows, inner; zeroed first) += ograd (outer, count, inner) into the rows the indices
+// name, clipped or (wrap = 1) wrapped into the rows; added in index order in float.
+__device__ inline float list_index(const AddRows& a, i64 o, i64 c, i64 j) {
+    return a.per_pair ? a.idx[(o * a.count.n + j) * a.inner.n + c] : a.idx[j];
 }
 
 // One index per (outer, column) walks its whole list in order, so repeated rows add up without
-// atomics and in the same order on every run; i0 = outer * i1.
-KERNEL void take_bwd(KArgs a) {
-    i64 inner = a.i[1], rows = a.i[2], count = a.i[3];
-    FOR_EACH(t, a.i[0]) {
-        i64 c, o = split(a, 1, t, &c);
+// atomics and in the same order on every run; n = outer * inner.
+KERNEL void take_bwd(AddRows a) {
+    i64 inner = a.inner.n, rows = a.rows, count = a.count.n;
+    FOR_EACH(t, a.n) {
+        i64 c, o = split(a.inner, t, &c);
         for (i64 k = 0; k < count; k++) {
-            i64 r = take_row(list_index(a, o, c, k), rows, a.i[4]);
-            a.p[0][(o * rows + r) * inner + c] += a.p[1][(o * count + k) * inner + c];
+            i64 r = take_row(list_index(a, o, c, k), rows, a.wrap);
+            a.grad[(o * rows + r) * inner + c] += a.ograd[(o * count + k) * inner + c];
         }
     }
 }
 
-// For long lists (see add_rows in ops.rs) the indices are sorted by the row they name, then
-// each run of one row is added up by one thread per column. take_keys, i0 = lists * P entries
-// (P = i6, a power of two; one list, or one per (outer, column) pair): p3 = one i64 each, the
-// row that index j of its list names times 2^32 plus j, so that sort_step's ascending order keeps a
-// row's indices in index order; entries from i3 on (padding) sort after every index.
-// take_runs, one index per (outer, sorted entry, column), i0 = outer * i3 * i1: the entry that
-// starts a row's run writes p0's row as the sum of the run's gradient rows, from 0 in index
-// order, as take_bwd adds them.
-KERNEL void take_keys(KArgs a) {
-    i64* keys = (i64*)a.p[3];
-    FOR_EACH(t, a.i[0]) {
-        i64 j, l = split(a, 6, t, &j);
+// For long lists (see add_rows in indexing.rs) the indices are sorted by the row they name,
+// then each run of one row is added up by one thread per column. take_keys, n = lists * P
+// entries (P = padded, a power of two; one list, or one per (outer, column) pair): keys = one
+// i64 each, the row that index j of its list names times 2^32 plus j, so that sort_step's
+// ascending order keeps a row's indices in index order; entries from count on (padding) sort
+// after every index. take_runs, one index per (outer, sorted entry, column), n = outer * count *
+// inner: the entry that starts a row's run writes grad's row as the sum of the run's gradient
+// rows, from 0 in index order, as take_bwd adds them.
+KERNEL void take_keys(AddRows a) {
+    FOR_EACH(t, a.n) {
+        i64 j, l = split(a.padded, t, &j);
         i64 row = 2147483647LL;
-        if (j < a.i[3]) {
-            i64 c, o = split(a, 1, l, &c);
-            row = take_row(list_index(a, o, c, j), a.i[2], a.i[4]);
+        if (j < a.count.n) {
+            i64 c, o = split(a.inner, l, &c);
+            row = take_row(list_index(a, o, c, j), a.rows, a.wrap);
         }
-        keys[t] = row * 4294967296LL + j;
+        a.keys[t] = row * 4294967296LL + j;
     }
 }
 
-KERNEL void take_runs(KArgs a) {
-    i64 inner = a.i[1], rows = a.i[2], count = a.i[3];
-    FOR_EACH(t, a.i[0]) {
-        i64 c, j, o = split(a, 3, split(a, 1, t, &c), &j);
-        const i64* keys = (const i64*)a.p[3] + (a.i[5] ? (o * inner + c) * a.i[6] : 0);
+KERNEL void take_runs(AddRows a) {
+    i64 inner = a.inner.n, rows = a.rows, count = a.count.n;
+    FOR_EACH(t, a.n) {
+        i64 c, j, o = split(a.count, split(a.inner, t, &c), &j);
+        const i64* keys = a.keys + (a.per_pair ? (o * inner + c) * a.padded.n : 0);
         i64 row = keys[j] >> 32;
         if (j > 0 && keys[j - 1] >> 32 == row) continue;
         float acc = 0.0f;
         for (i64 e = j; e < count && keys[e] >> 32 == row; e++)
-            acc += a.p[1][(o * count + (keys[e] & 4294967295LL)) * inner + c];
-        a.p[0][(o * rows + row) * inner + c] = acc;
+            acc += a.ograd[(o * count + (keys[e] & 4294967295LL)) * inner + c];
+        a.grad[(o * rows + row) * inner + c] = acc;
     }
 }
 
-// pick: p1 is (outer, lanes = i2, inner = i1) and p2 holds one index per (outer, inner), i0 of
-// them; i3: 0 clamps an index into the lanes, 1 wraps it. i4 = 0: p0 = the element each index
-// picks; i4 = 1 (the gradient): p0, shaped like the data and zeroed first, gets p1's element at
-// the element picked (p1 then being the output gradient). The elements picked are distinct.
-KERNEL void pick(KArgs a) {
-    i64 lanes = a.i[2], inner = a.i[1];
-    FOR_EACH(t, a.i[0]) {
-        i64 c, o = split(a, 1, t, &c);
-        i64 at = (o * lanes + take_row(a.p[2][t], lanes, a.i[3])) * inner + c;
-        if (a.i[4]) a.p[0][at] = a.p[1][t]; else a.p[0][t] = a.p[1][at];
+// pick: src is (outer, lanes, inner) and idx holds one index per (outer, inner), n of them;
+// wrap: 0 clamps an index into the lanes, 1 wraps it. backward = 0: out = the element each
+// index picks; backward = 1: out, shaped like the data and zeroed first, gets src's element at
+// the element picked (src then being the output gradient). The elements picked are distinct.
+KERNEL void pick(Pick a) {
+    i64 lanes = a.lanes, inner = a.inner.n;
+    FOR_EACH(t, a.n) {
+        i64 c, o = split(a.inner, t, &c);
+        i64 at = (o * lanes + take_row(a.idx[t], lanes, a.wrap)) * inner + c;
+        if (a.backward) a.out[at] = a.src[t]; else a.out[t] = a.src[at];
     }
 }
 
-// An integer slot carrying a double's bits.
+// A double from its bits (resample's tables carry weights so).
 __device__ inline double bits_double(i64 b) {
     union { i64 i; double d; } u;
     u.i = b;
     return u.d;
 }
 
-// arange: p0[t] = start + step * (t / i1), start and step the doubles in i2 and i3.
-KERNEL void arange(KArgs a) {
-    double start = bits_double(a.i[2]), step = bits_double(a.i[3]);
-    FOR_EACH(t, a.i[0]) {
-        i64 r, k = split(a, 1, t, &r);
-        a.p[0][t] = (float)(start + step * (double)k);
+// arange: out[t] = start + step * (t / repeat).
+KERNEL void arange(Arange a) {
+    FOR_EACH(t, a.n) {
+        i64 r, k = split(a.repeat, t, &r);
+        a.out[t] = (float)(a.start + a.step * (double)k);
     }
 }
 
-// softmax_cross_entropy (see loss.rs) over i3 rows of i1 scores p1, with class labels p2 the host
-// has checked and each row's maximum and sum of exponentials in p5 (softmax_join's figures, in
-// double). i2 = 0: each row's loss, log-sum-exp minus the label's score, into the doubles p3 (i0 =
-// rows; the host sums them as partial sums); i2 = 1: the gradient, one thread per score, p0 =
-// p4[0] * (softmax - one_hot(label)) (i0 = rows * i1). In double, as the CPU.
-KERNEL void cross_entropy(KArgs a) {
-    i64 k = a.i[1];
-    double* loss = (double*)a.p[3];
-    const double* fig = (const double*)a.p[5];
-    FOR_EACH(t, a.i[0]) {
-        i64 j = 0, row = a.i[2] ? split(a, 1, t, &j) : t;
+// softmax_cross_entropy (see loss.rs) over rows of `classes` scores x, with class labels the
+// host has checked and each row's maximum and sum of exponentials in figures (softmax_join's, in
+// double). gradient = 0: each row's loss, log-sum-exp minus the label's score, into the doubles
+// loss (n = rows; the host sums them as partial sums); gradient = 1: one thread per score, grad
+// = ograd[0] * (softmax - one_hot(label)) (n = rows * classes). In double, as the CPU.
+KERNEL void cross_entropy(CrossEntropy a) {
+    i64 k = a.classes.n;
+    const double* fig = a.figures;
+    FOR_EACH(t, a.n) {
+        i64 j = 0, row = a.gradient ? split(a.classes, t, &j) : t;
         double lse = fig[2 * row] + log(fig[2 * row + 1]);
-        i64 c = (i64)a.p[2][row];
-        if (a.i[2] == 0) {
-            loss[t] = lse - (double)a.p[1][t * k + c];
+        i64 c = (i64)a.label[row];
+        if (a.gradient == 0) {
+            a.loss[t] = lse - (double)a.x[t * k + c];
             continue;
         }
-        double g = a.p[4][0];
-        a.p[0][t] = (float)(g * (exp((double)a.p[1][t] - lse) - (j == c ? 1.0 : 0.0)));
+        double g = a.ograd[0];
+        a.grad[t] = (float)(g * (exp((double)a.x[t] - lse) - (j == c ? 1.0 : 0.0)));
     }
 }
