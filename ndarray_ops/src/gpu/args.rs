@@ -16,8 +16,10 @@ use crate::ops::TensorRef;
 
 /// A field type of a kernel's arguments, and its C name in the device code.
 pub(crate) trait CType: Copy {
-    /// How `kernels/*.cu` spells it.
+    /// How `kernels/*.cu` spells it (an array: its element type).
     const C: &'static str;
+    /// What follows the field's name in C (an array's length).
+    const SUFFIX: &'static str = "";
 }
 
 impl CType for *mut f32 {
@@ -47,6 +49,19 @@ impl CType for f64 {
 impl CType for Dim {
     const C: &'static str = "Dim";
 }
+/// The dims of a permutation, outermost first (up to [`MAX_RANK`]).
+impl CType for [Dim; MAX_RANK] {
+    const C: &'static str = "Dim";
+    const SUFFIX: &'static str = "[6]";
+}
+/// Strides, one per dim (up to [`MAX_RANK`]).
+impl CType for [i64; MAX_RANK] {
+    const C: &'static str = "i64";
+    const SUFFIX: &'static str = "[6]";
+}
+
+/// The most dims a kernel's array fields hold.
+pub(crate) const MAX_RANK: usize = 6;
 
 /// An integer the kernel divides by, with its multiplier and shift for `split` in
 /// `kernels/common.cuh` (the `Dim` there, field for field).
@@ -123,8 +138,8 @@ impl<A> Kernel<A> {
 pub(crate) struct Decl {
     /// Its name (the C struct's).
     pub(crate) name: &'static str,
-    /// Its fields: name and C type, in order.
-    pub(crate) fields: &'static [(&'static str, &'static str)],
+    /// Its fields: name, C type and what follows the name (an array's length), in order.
+    pub(crate) fields: &'static [(&'static str, &'static str, &'static str)],
     /// The kernels that take it.
     pub(crate) kernels: &'static [&'static str],
 }
@@ -132,8 +147,8 @@ pub(crate) struct Decl {
 impl Decl {
     fn c(&self) -> String {
         let mut s = format!("struct {} {{\n", self.name);
-        for (field, ty) in self.fields {
-            s += &format!("    {ty} {field};\n");
+        for (field, ty, suffix) in self.fields {
+            s += &format!("    {ty} {field}{suffix};\n");
         }
         s + "};\n"
     }
@@ -170,7 +185,11 @@ macro_rules! kernel_args {
         pub(crate) const DECLS: &[$crate::gpu::args::Decl] = &[$(
             $crate::gpu::args::Decl {
                 name: stringify!($name),
-                fields: &[$((stringify!($field), <$ty as $crate::gpu::args::CType>::C)),*],
+                fields: &[$((
+                    stringify!($field),
+                    <$ty as $crate::gpu::args::CType>::C,
+                    <$ty as $crate::gpu::args::CType>::SUFFIX,
+                )),*],
                 kernels: &[$(stringify!($kernel)),+],
             },
         )*];

@@ -15,6 +15,7 @@
 //!   sum is split into parts that many threads share, added up by `chan_total`: the same terms
 //!   in double, in another order.
 
+use super::args::{int, kernel_args, ptr};
 use super::reduce::lane_parts;
 use super::{buckets, KArgs, Stream};
 use crate::ops::gather::{walks, Walks};
@@ -24,6 +25,40 @@ use crate::ops::{Attrs, TensorRef};
 
 /// The most dims `gather_bwd` walks (its per-index arrays are this long).
 const GATHER_DIMS: usize = 8;
+
+kernel_args! {
+    /// `out[t]` = the data element the table's per-axis offsets name for output element `t`, or
+    /// `fill` where an axis's offset is padding.
+    struct GatherFwd [gather_fwd] {
+        /// Output elements.
+        n: i64,
+        /// The output.
+        out: *mut f32,
+        /// The data.
+        x: *mut f32,
+        /// `[ndim, dims..., each axis's input offsets (-1: padding)...]`.
+        table: *const i64,
+        /// The value of padding.
+        fill: f32,
+    }
+
+    /// The data's gradient: each element's sum over the output elements that read it.
+    struct GatherBwd [gather_bwd] {
+        /// Threads: data elements times `parts`.
+        n: i64,
+        /// The data's gradient (one part).
+        dx: *mut f32,
+        /// The output's gradient.
+        g: *mut f32,
+        /// The backward table ([`backward_table`]).
+        table: *const i64,
+        /// Each part's sum (doubles, an element's parts together), for `chan_total` (more than
+        /// one part).
+        partials: *mut f64,
+        /// Parts each element's sum is split into.
+        parts: i64,
+    }
+}
 
 /// The op layer's entry for every op of the family.
 pub(crate) fn gather(
@@ -108,8 +143,14 @@ fn forward(
         return Ok(());
     }
     let table = s.upload(&forward_table(op, w)?)?;
-    let a = KArgs::new(n).t(0, y).t(1, x).p(2, table.cast()).f(0, fill);
-    s.launch("gather_fwd", n, &a)
+    let a = GatherFwd {
+        n: int(n),
+        out: ptr(y),
+        x: ptr(x),
+        table: table.cast(),
+        fill: fill as f32,
+    };
+    s.run(k::gather_fwd, n, &a)
 }
 
 /// `[input ndim, output ndim, input dims..., output dims..., each output axis's input axis (-1:
@@ -150,16 +191,20 @@ fn backward(op: &str, w: &Walks, g: &TensorRef, dx: &TensorRef, s: &dyn Stream) 
     }
     let table = s.upload(&backward_table(w))?;
     let parts = lane_parts(n, g.len() / n);
-    let a = KArgs::new(n * parts)
-        .t(0, dx)
-        .t(1, g)
-        .p(2, table.cast())
-        .i(1, parts);
+    let mut a = GatherBwd {
+        n: int(n * parts),
+        dx: ptr(dx),
+        g: ptr(g),
+        table: table.cast(),
+        partials: std::ptr::null_mut(),
+        parts: int(parts),
+    };
     if parts == 1 {
-        return s.launch("gather_bwd", n, &a);
+        return s.run(k::gather_bwd, n, &a);
     }
     let partials = s.scratch(n * parts * 8)?;
-    s.launch("gather_bwd", n * parts, &a.p(3, partials.cast()))?;
+    a.partials = partials.cast();
+    s.run(k::gather_bwd, n * parts, &a)?;
     let total = KArgs::new(n)
         .t(0, dx)
         .p(1, partials.cast())

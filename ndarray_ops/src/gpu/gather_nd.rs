@@ -8,10 +8,31 @@
 
 use std::collections::HashMap;
 
+use super::args::{int, kernel_args, ptr, Dim};
 use super::ops::fill_with;
-use super::{KArgs, Stream};
+use super::Stream;
 use crate::ops::KResult;
 use crate::ops::{gather_nd_starts, Attrs, TensorRef};
+
+kernel_args! {
+    /// gather_nd and its scatters, by blocks (see `kernels/shape.cu`).
+    struct Blocks [blocks] {
+        /// Elements written.
+        n: i64,
+        /// The output.
+        out: *mut f32,
+        /// The data.
+        x: *mut f32,
+        /// Block starts (mode 0), or the scatter table ([`scatter_table`]).
+        table: *const i64,
+        /// Elements per block.
+        block: Dim,
+        /// 0 gather, 1 assign, 2 add.
+        mode: i64,
+        /// Blocks written (modes 1 and 2).
+        targets: i64,
+    }
+}
 
 /// The op layer's entry for gather_nd, scatter_nd and `_backward_gather_nd`.
 pub(crate) fn gather_nd(
@@ -28,13 +49,14 @@ pub(crate) fn gather_nd(
     let coords: Vec<f64> = s.download(indices)?.into_iter().map(f64::from).collect();
     let starts = gather_nd_starts(op, m, &coords, &indexed.shape)?;
     let block: usize = indexed.shape[m..].iter().product();
-    let args = |n: usize, table: *mut u8, mode: usize| {
-        KArgs::new(n)
-            .t(0, y)
-            .t(1, data)
-            .p(2, table.cast())
-            .i(1, block)
-            .i(2, mode)
+    let args = |n: usize, table: *mut u8, mode: i64, targets: usize| Blocks {
+        n: int(n),
+        out: ptr(y),
+        x: ptr(data),
+        table: table.cast(),
+        block: Dim::new(block),
+        mode,
+        targets: int(targets),
     };
     if op == "gather_nd" {
         let n = y.len();
@@ -42,7 +64,7 @@ pub(crate) fn gather_nd(
             return Ok(());
         }
         let table: Vec<i64> = starts.iter().map(|&k| k as i64).collect();
-        return s.launch("blocks", n, &args(n, s.upload(&table)?, 0));
+        return s.run(k::blocks, n, &args(n, s.upload(&table)?, 0, 0));
     }
     fill_with(s, y, 0.0)?;
     let add = op == "_backward_gather_nd";
@@ -51,11 +73,8 @@ pub(crate) fn gather_nd(
     if n == 0 {
         return Ok(());
     }
-    s.launch(
-        "blocks",
-        n,
-        &args(n, s.upload(&table)?, 1 + usize::from(add)).i(3, targets),
-    )
+    let a = args(n, s.upload(&table)?, 1 + i64::from(add), targets);
+    s.run(k::blocks, n, &a)
 }
 
 /// The distinct block starts in order of first appearance, and `[targets..., list starts...,

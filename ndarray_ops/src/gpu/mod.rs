@@ -53,7 +53,15 @@ const FAMILIES: &[&str] = &[
 ];
 
 /// The argument structs of every family (each family's `kernel_args!` table).
-const ARG_TABLES: &[&[args::Decl]] = &[resample::DECLS, sort::DECLS, indexing::DECLS];
+const ARG_TABLES: &[&[args::Decl]] = &[
+    resample::DECLS,
+    sort::DECLS,
+    indexing::DECLS,
+    gather::DECLS,
+    roi::DECLS,
+    shape::DECLS,
+    gather_nd::DECLS,
+];
 
 /// The kernels not yet given a named argument struct: they take the untyped [`KArgs`].
 const KARGS_KERNELS: &[&str] = &[
@@ -90,16 +98,12 @@ const KARGS_KERNELS: &[&str] = &[
     "norm_parts",
     "norm_join",
     "norm_each",
-    "permute",
-    "axis_copy",
     "leaky_fwd",
     "leaky_bwd",
     "rnn_step_fwd",
     "rnn_step_bwd",
     "unary_fwd",
     "unary_bwd",
-    "gather_fwd",
-    "gather_bwd",
     "clamp_affine",
     "where_select",
     "one_hot",
@@ -107,15 +111,9 @@ const KARGS_KERNELS: &[&str] = &[
     "reduce_parts",
     "reduce_join",
     "adam",
-    "sequence",
     "regression_bwd",
     "fill_ratio",
     "random_fill",
-    "blocks",
-    "roi_pool",
-    "roi_pool_bwd",
-    "roi_align",
-    "roi_align_bwd",
     "prelu_terms",
 ];
 

@@ -7,8 +7,9 @@
 //! its pixel — built on the host by the same counting sort as the other gradient tables — so no
 //! atomics and the CPU's sums.
 
+use super::args::{int, kernel_args, ptr, Dim};
 use super::resample::{table, transpose};
-use super::{buckets, KArgs, Stream};
+use super::{buckets, Stream};
 use crate::ops::KResult;
 use crate::ops::{align_plan, pooling_windows, Attrs, PlaneTaps, TensorRef};
 
@@ -27,14 +28,57 @@ pub(crate) fn roi(
     }
 }
 
+kernel_args! {
+    /// ROIPooling and ROIAlign, forward and backward (see `kernels/roi.cu` for the tables).
+    struct Roi [roi_pool, roi_pool_bwd, roi_align, roi_align_bwd] {
+        /// Elements written.
+        n: i64,
+        /// The output (R, channels, cells), or the data's gradient.
+        out: *mut f32,
+        /// The data, or the output's gradient.
+        src: *mut f32,
+        /// The regions' table.
+        table: *const i64,
+        /// ROIPooling's maxima's offsets (out forward, in backward).
+        argmax: *mut f32,
+        /// Cells per region's channel.
+        cells: Dim,
+        /// The output's channels.
+        channels: Dim,
+        /// The data's channels.
+        data_channels: Dim,
+        /// The data's plane size (h * w).
+        plane: Dim,
+        /// The data's width (ROIPooling).
+        width: i64,
+        /// 1: position sensitive (ROIAlign).
+        sensitive: i64,
+        /// The table's rows: regions (ROIPooling), (region, cell)s (ROIAlign), (image, pixel)
+        /// lists (the gradients).
+        rows: i64,
+        /// The gradient lists' total length (ROIAlign's gradient).
+        total: i64,
+    }
+}
+
 /// Arguments common to the four kernels: the output's cells and channels, the data's channels
-/// and plane size.
-fn layout(n: usize, out: &TensorRef, data: &[usize]) -> KArgs {
-    KArgs::new(n)
-        .i(1, out.shape[2] * out.shape[3])
-        .i(2, out.shape[1])
-        .i(3, data[1])
-        .i(4, data[2] * data[3])
+/// and plane size (`out` the op's output, or the gradient of it).
+fn layout(n: usize, dst: &TensorRef, src: &TensorRef, out: &TensorRef, data: &[usize]) -> Roi {
+    Roi {
+        n: int(n),
+        out: ptr(dst),
+        src: ptr(src),
+        table: std::ptr::null(),
+        argmax: std::ptr::null_mut(),
+        cells: Dim::new(out.shape[2] * out.shape[3]),
+        channels: Dim::new(out.shape[1]),
+        data_channels: Dim::new(data[1]),
+        plane: Dim::new(data[2] * data[3]),
+        width: 0,
+        sensitive: 0,
+        rows: 0,
+        total: 0,
+    }
 }
 
 /// ROIPooling `(data, rois) -> (out, argmax)`; `_backward_ROIPooling(ograd, rois, argmax,
@@ -60,14 +104,14 @@ fn pooling(
         }
         let mut table: Vec<i64> = images.iter().map(|&i| i as i64).collect();
         table.extend(windows.iter().flatten().map(|&v| v as i64));
-        let a = layout(n, y, x)
-            .t(0, y)
-            .t(1, data)
-            .p(2, s.upload(&table)?.cast())
-            .t(3, argmax)
-            .i(5, w)
-            .i(6, images.len());
-        return s.launch("roi_pool", n, &a);
+        let a = Roi {
+            table: s.upload(&table)?.cast(),
+            argmax: ptr(argmax),
+            width: int(w),
+            rows: int(images.len()),
+            ..layout(n, y, data, y, x)
+        };
+        return s.run(k::roi_pool, n, &a);
     }
     // Each (image, pixel) lists the (region, cell)s whose window holds it.
     let cells = windows.len() / images.len().max(1);
@@ -89,13 +133,13 @@ fn pooling(
     if n == 0 {
         return Ok(());
     }
-    let a = layout(n, g, x)
-        .t(0, dx)
-        .t(1, g)
-        .p(2, s.upload(&table)?.cast())
-        .t(3, &ins[2])
-        .i(6, lists);
-    s.launch("roi_pool_bwd", n, &a)
+    let a = Roi {
+        table: s.upload(&table)?.cast(),
+        argmax: ptr(&ins[2]),
+        rows: int(lists),
+        ..layout(n, dx, g, g, x)
+    };
+    s.run(k::roi_pool_bwd, n, &a)
 }
 
 /// `_contrib_ROIAlign(data, rois) -> out`; `_backward_ROIAlign(ograd, rois, data) -> d data`.
@@ -132,13 +176,13 @@ fn align(
         let y = &outs[0];
         let mut table = table(&local);
         table.extend(regions.iter().map(|&(image, _)| image as i64));
-        let a = layout(n, y, x)
-            .t(0, y)
-            .t(1, data)
-            .p(2, s.upload(&table)?.cast())
-            .i(5, usize::from(sensitive))
-            .i(6, local.starts.len() - 1);
-        return s.launch("roi_align", n, &a);
+        let a = Roi {
+            table: s.upload(&table)?.cast(),
+            sensitive: i64::from(sensitive),
+            rows: int(local.starts.len() - 1),
+            ..layout(n, y, data, y, x)
+        };
+        return s.run(k::roi_align, n, &a);
     }
     // The gradient reads the transpose, its columns every image's pixels: per (image, pixel),
     // the rows reading it and their weights in row order — the CPU's order of adds.
@@ -153,12 +197,12 @@ fn align(
     let lists = x[0] * hw;
     let readers = transpose(&global, lists);
     let g = &ins[0];
-    let a = layout(n, g, x)
-        .t(0, &outs[0])
-        .t(1, g)
-        .p(2, s.upload(&table(&readers))?.cast())
-        .i(5, usize::from(sensitive))
-        .i(6, lists)
-        .i(7, readers.taps.len());
-    s.launch("roi_align_bwd", n, &a)
+    let a = Roi {
+        table: s.upload(&table(&readers))?.cast(),
+        sensitive: i64::from(sensitive),
+        rows: int(lists),
+        total: int(readers.taps.len()),
+        ..layout(n, &outs[0], g, g, x)
+    };
+    s.run(k::roi_align_bwd, n, &a)
 }

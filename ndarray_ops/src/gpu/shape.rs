@@ -1,9 +1,10 @@
 //! Ops that move data on the GPU: transpose and strided copies, dot/batch_dot, split, Concat,
 //! stack, the sequence ops and depth_to_space/space_to_depth.
 
+use super::args::{int, kernel_args, ptr, Dim, MAX_RANK};
 use super::nn::around;
 use super::ops::{e2s, fill_with};
-use super::{Gemm, KArgs, Stream};
+use super::{Gemm, Stream};
 use crate::ops::gather::strides;
 use crate::ops::KResult;
 use crate::ops::{Attrs, TensorRef};
@@ -37,7 +38,72 @@ pub(crate) fn depth_space(
 }
 
 /// The most dims the `permute` kernel walks (after merging).
-pub(super) const PERMUTE_RANK: usize = 6;
+pub(super) const PERMUTE_RANK: usize = MAX_RANK;
+
+kernel_args! {
+    /// `out` = `x` read along `dims`, with `x`'s stride along each.
+    struct Permute [permute] {
+        /// Elements.
+        n: i64,
+        /// The output (dense).
+        out: *mut f32,
+        /// The source.
+        x: *mut f32,
+        /// Dims used.
+        rank: i64,
+        /// The output's dims, outermost first.
+        dims: [Dim; MAX_RANK],
+        /// The source's stride along each dim.
+        strides: [i64; MAX_RANK],
+    }
+
+    /// Rows `[src_first, src_first + rows)` of `src` (outer, src_len, inner) go to rows
+    /// `[dst_first, dst_first + rows)` of `dst` (outer, dst_len, inner).
+    struct AxisCopy [axis_copy] {
+        /// Elements copied.
+        n: i64,
+        /// The destination.
+        dst: *mut f32,
+        /// The source.
+        src: *mut f32,
+        /// Elements after the axis.
+        inner: Dim,
+        /// The source's axis length.
+        src_len: i64,
+        /// The destination's axis length.
+        dst_len: i64,
+        /// The source's first row copied.
+        src_first: i64,
+        /// Rows copied.
+        rows: Dim,
+        /// The destination's first row written.
+        dst_first: i64,
+    }
+
+    /// The sequence ops (see `kernels/shape.cu`).
+    struct Sequence [sequence] {
+        /// Elements of `out`.
+        n: i64,
+        /// The output.
+        out: *mut f32,
+        /// The data (or the output's gradient).
+        x: *mut f32,
+        /// The batch's lengths; null: every sequence is whole.
+        lengths: *mut f32,
+        /// 0 SequenceMask, 1 SequenceLast, 2 SequenceReverse, 3 SequenceLast's gradient.
+        mode: i64,
+        /// 0: (steps, batch, inner); 1: (batch, steps, inner).
+        time_axis: i64,
+        /// Steps.
+        steps: Dim,
+        /// Sequences.
+        batch: Dim,
+        /// Elements per (step, sequence).
+        inner: Dim,
+        /// SequenceMask's value past each length.
+        value: f32,
+    }
+}
 
 /// Writes `dst` (dense) from `src` read along `dims`: the destination's dims, outermost first,
 /// each with the source's stride along it (0 repeats the source, as a broadcast). Size-1 dims
@@ -67,11 +133,19 @@ pub(super) fn strided_copy(
             merged.len()
         ));
     }
-    let mut a = KArgs::new(n).p(0, dst).p(1, src).i(1, merged.len());
+    let mut a = Permute {
+        n: int(n),
+        out: dst,
+        x: src,
+        rank: int(merged.len()),
+        dims: [Dim::new(0); MAX_RANK],
+        strides: [0; MAX_RANK],
+    };
     for (d, [dim, step]) in merged.into_iter().enumerate() {
-        a = a.i(2 + d, dim).i(8 + d, step);
+        a.dims[d] = Dim::new(dim);
+        a.strides[d] = int(step);
     }
-    s.launch("permute", n, &a)
+    s.run(k::permute, n, &a)
 }
 
 /// transpose: the output's dims with the input's stride along each.
@@ -136,16 +210,18 @@ pub(super) fn axis_copy(
     rows: usize,
 ) -> KResult {
     let n = outer * rows * inner;
-    let a = KArgs::new(n)
-        .p(0, dst.ptr)
-        .p(1, src.ptr)
-        .i(1, inner)
-        .i(2, src.len)
-        .i(3, dst.len)
-        .i(4, src.first)
-        .i(5, rows)
-        .i(6, dst.first);
-    s.launch("axis_copy", n, &a)
+    let a = AxisCopy {
+        n: int(n),
+        dst: dst.ptr,
+        src: src.ptr,
+        inner: Dim::new(inner),
+        src_len: int(src.len),
+        dst_len: int(dst.len),
+        src_first: int(src.first),
+        rows: Dim::new(rows),
+        dst_first: int(dst.first),
+    };
+    s.run(k::axis_copy, n, &a)
 }
 
 /// Copies between `whole` and consecutive blocks of its `axis`: block `k` is piece `k` (a
@@ -271,17 +347,17 @@ pub(crate) fn sequence(
         _ => (x[1], x[0]),
     };
     let n = outs[0].len();
-    let mut a = KArgs::new(n)
-        .t(0, &outs[0])
-        .t(1, &ins[0])
-        .i(1, mode)
-        .i(2, axis)
-        .i(3, steps)
-        .i(4, batch)
-        .i(5, x[2..].iter().product::<usize>().max(1))
-        .f(0, value);
-    if let Some(l) = lengths {
-        a = a.t(2, l);
-    }
-    s.launch("sequence", n, &a)
+    let a = Sequence {
+        n: int(n),
+        out: ptr(&outs[0]),
+        x: ptr(&ins[0]),
+        lengths: lengths.map_or(std::ptr::null_mut(), ptr),
+        mode,
+        time_axis: int(axis),
+        steps: Dim::new(steps),
+        batch: Dim::new(batch),
+        inner: Dim::new(x[2..].iter().product::<usize>().max(1)),
+        value: value as f32,
+    };
+    s.run(k::sequence, n, &a)
 }

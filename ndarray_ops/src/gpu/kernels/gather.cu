@@ -1,12 +1,11 @@
 // The gather family (broadcast, tile, repeat, reverse, Pad, ...) and its gradient.
 
-// The gather family (see gather.rs for the tables). p0 = the output, p1 = the data, p2 = the
-// table [ndim, dims..., each axis's input offsets (-1: padding)...]; f0 fills padding.
-KERNEL void gather_fwd(KArgs a) {
-    const i64* tab = (const i64*)a.p[2];
+// The gather family (see gather.rs for the tables and the GatherFwd struct).
+KERNEL void gather_fwd(GatherFwd a) {
+    const i64* tab = a.table;
     i64 nd = tab[0], end = 1 + nd;
     for (i64 d = 0; d < nd; d++) end += tab[1 + d];
-    FOR_EACH(t, a.i[0]) {
+    FOR_EACH(t, a.n) {
         i64 rest = t, src = 0, pos = end, pad = 0;
         for (i64 d = nd - 1; d >= 0; d--) {
             i64 n = tab[1 + d];
@@ -15,27 +14,27 @@ KERNEL void gather_fwd(KArgs a) {
             rest /= n;
             if (o < 0) pad = 1; else src += o;
         }
-        a.p[0][t] = pad ? a.f[0] : a.p[1][src];
+        a.out[t] = pad ? a.fill : a.x[src];
     }
 }
 
 #define GATHER_DIMS 8
 
-// p0 (the data's gradient) = the sum of p1 (the output's gradient) over the output elements
-// that read each data element, in output order; p2 = gather.rs's backward table. Each element's
-// sum is split into i1 parts, i0 = elements * i1 threads: part k takes the element's terms k,
-// k + i1, ... (an odometer over its buckets stepped i1 at a time) and, with i1 > 1, writes its
-// sum to p3 (doubles, an element's parts together) for chan_total to add; with i1 = 1 the
-// element's sum goes to p0.
-KERNEL void gather_bwd(KArgs a) {
-    const i64* tab = (const i64*)a.p[2];
-    i64 ni = tab[0], no = tab[1], parts = a.i[1];
+// dx (the data's gradient) = the sum of g (the output's gradient) over the output elements that
+// read each data element, in output order; table = gather.rs's backward table. Each element's
+// sum is split into `parts`, n = elements * parts threads: part k takes the element's terms k,
+// k + parts, ... (an odometer over its buckets stepped parts at a time) and, with parts > 1,
+// writes its sum to partials (doubles, an element's parts together) for chan_total to add; with
+// one part the element's sum goes to dx.
+KERNEL void gather_bwd(GatherBwd a) {
+    const i64* tab = a.table;
+    i64 ni = tab[0], no = tab[1], parts = a.parts;
     const i64* in_dims = tab + 2;
     const i64* out_dims = in_dims + ni;
     const i64* from = out_dims + no;
     const i64* starts = from + no;
     const i64* lists = starts + no;
-    FOR_EACH(t, a.i[0]) {
+    FOR_EACH(t, a.n) {
         i64 k[GATHER_DIMS], lo[GATHER_DIMS], size[GATHER_DIMS], c[GATHER_DIMS], stride[GATHER_DIMS];
         i64 rest = t / parts, s = 1, empty = 0;
         for (i64 d = ni - 1; d >= 0; d--) {
@@ -64,9 +63,9 @@ KERNEL void gather_bwd(KArgs a) {
             if (step) break;
             i64 o = 0;
             for (i64 d = 0; d < no; d++) o += tab[lists[d] + lo[d] + c[d]] * stride[d];
-            acc += (double)a.p[1][o];
+            acc += (double)a.g[o];
             step = parts;
         }
-        if (parts == 1) a.p[0][t] = (float)acc; else ((double*)a.p[3])[t] = acc;
+        if (parts == 1) a.dx[t] = (float)acc; else a.partials[t] = acc;
     }
 }
