@@ -1,6 +1,7 @@
 //! Convolution, Deconvolution, bilinear UpSampling and Pooling on the GPU, forward and backward:
 //! cuDNN where it loads, else im2col/col2im and batched GEMMs.
 
+use super::args::{int, kernel_args, ptr, Dim};
 use super::ops::{e2s, fill_with};
 use super::reduce::channel_sum;
 use super::{ConvCall, ConvPass, ConvShape, Gemm, KArgs, Stream};
@@ -9,28 +10,121 @@ use crate::ops::pooling::{pool_params, PoolType};
 use crate::ops::KResult;
 use crate::ops::{Attrs, TensorRef};
 
-/// The im2col / col2im arguments of one convolution.
-pub(super) fn conv_args(
+kernel_args! {
+    /// im2col and col2im over `nb` images of one channel group (`cg` channels of h x w), the
+    /// columns (cg * kh * kw, nb, ho * wo).
+    struct Columns [im2col, col2im] {
+        /// Elements written: the columns' (im2col) or the images' (col2im).
+        n: i64,
+        /// The columns.
+        cols: *mut f32,
+        /// The first image's channel group; the images `image` floats apart.
+        images: *mut f32,
+        /// The image's height.
+        h: Dim,
+        /// The image's width.
+        w: Dim,
+        /// The window's height.
+        kh: Dim,
+        /// The window's width.
+        kw: Dim,
+        /// The vertical stride.
+        sh: Dim,
+        /// The horizontal stride.
+        sw: Dim,
+        /// Rows of padding.
+        ph: i64,
+        /// Columns of padding.
+        pw: i64,
+        /// The vertical dilation.
+        dh: i64,
+        /// The horizontal dilation.
+        dw: i64,
+        /// The output's height.
+        ho: Dim,
+        /// The output's width.
+        wo: Dim,
+        /// Images.
+        nb: Dim,
+        /// Floats from one image to the next.
+        image: i64,
+        /// Channels in the group.
+        cg: Dim,
+    }
+
+    /// Pooling over planes (h, w) -> (ho, wo), and its gradient.
+    struct Pool [pool_fwd, pool_argmax, pool_bwd] {
+        /// Outputs (forward, argmax) or input pixels (gradient).
+        n: i64,
+        /// The output, the windows' maxima's places, or the data's gradient.
+        out: *mut f32,
+        /// The data, or (gradient) the output's gradient.
+        src: *mut f32,
+        /// The data (gradient).
+        data: *mut f32,
+        /// Max pooling's argmax out (forward); null: none.
+        mask: *mut f32,
+        /// The windows' maxima's places (gradient); null: searched per pixel.
+        argmax: *mut f32,
+        /// The data's height.
+        h: Dim,
+        /// The data's width.
+        w: Dim,
+        /// The output's height.
+        ho: Dim,
+        /// The output's width.
+        wo: Dim,
+        /// The window's height.
+        kh: i64,
+        /// The window's width.
+        kw: i64,
+        /// The vertical stride.
+        sh: i64,
+        /// The horizontal stride.
+        sw: i64,
+        /// Rows of padding.
+        ph: i64,
+        /// Columns of padding.
+        pw: i64,
+        /// 0 max, 1 avg, 2 sum.
+        kind: i64,
+        /// 1: average pooling divides by the padded window.
+        count_pad: i64,
+    }
+}
+
+/// The im2col / col2im arguments of one convolution, over `nb` images `image` floats apart.
+#[allow(clippy::too_many_arguments)]
+fn conv_args(
     n: usize,
     c: &crate::ops::conv::Conv,
-    h: usize,
-    w: usize,
-    ho: usize,
-    wo: usize,
-) -> KArgs {
-    KArgs::new(n)
-        .i(1, h)
-        .i(2, w)
-        .i(3, c.k.0)
-        .i(4, c.k.1)
-        .i(5, c.s.0)
-        .i(6, c.s.1)
-        .i(7, c.p.0)
-        .i(8, c.p.1)
-        .i(9, c.d.0)
-        .i(10, c.d.1)
-        .i(11, ho)
-        .i(12, wo)
+    (h, w, ho, wo): (usize, usize, usize, usize),
+    cols: *mut f32,
+    images: *mut f32,
+    nb: usize,
+    image: usize,
+    cg: usize,
+) -> Columns {
+    Columns {
+        n: int(n),
+        cols,
+        images,
+        h: Dim::new(h),
+        w: Dim::new(w),
+        kh: Dim::new(c.k.0),
+        kw: Dim::new(c.k.1),
+        sh: Dim::new(c.s.0),
+        sw: Dim::new(c.s.1),
+        ph: int(c.p.0),
+        pw: int(c.p.1),
+        dh: int(c.d.0),
+        dw: int(c.d.1),
+        ho: Dim::new(ho),
+        wo: Dim::new(wo),
+        nb: Dim::new(nb),
+        image: int(image),
+        cg: Dim::new(cg),
+    }
 }
 
 /// How a convolution walks its batch: `chunk` images at a time, each chunk's columns in one
@@ -122,12 +216,8 @@ pub(super) fn im2col(
     dst: *mut f32,
 ) -> KResult {
     let n = rows * nb * ho * wo;
-    let a = conv_args(n, c, h, w, ho, wo)
-        .p(0, dst)
-        .p(1, src)
-        .i(13, nb)
-        .i(14, image);
-    s.launch("im2col", n, &a)
+    let a = conv_args(n, c, (h, w, ho, wo), dst, src, nb, image, 0);
+    s.run(k::im2col, n, &a)
 }
 
 pub(crate) fn convolution(
@@ -437,13 +527,9 @@ pub(super) fn conv_backward_columns(
                     ..gemm
                 };
                 s.gemm(&gemm)?;
-                let a = conv_args(nb * cg * h * w, c, h, w, ho, wo)
-                    .p(0, dxg)
-                    .p(1, dcol)
-                    .i(13, nb)
-                    .i(14, image)
-                    .i(15, cg);
-                s.launch("col2im", nb * cg * h * w, &a)?;
+                let n = nb * cg * h * w;
+                let a = conv_args(n, c, (h, w, ho, wo), dcol, dxg, nb, image, cg);
+                s.run(k::col2im, n, &a)?;
             }
         }
     }
@@ -484,26 +570,33 @@ pub(super) fn pool_args(
     n: usize,
     ho: usize,
     wo: usize,
-) -> Result<KArgs, String> {
+) -> Result<Pool, String> {
     let p = pool_params(op, attrs, x_shape).map_err(e2s)?;
     let kind = match p.kind {
         PoolType::Max => 0,
         PoolType::Avg => 1,
         PoolType::Sum => 2,
     };
-    Ok(KArgs::new(n)
-        .i(1, x_shape[2])
-        .i(2, x_shape[3])
-        .i(3, ho)
-        .i(4, wo)
-        .i(5, p.k.0)
-        .i(6, p.k.1)
-        .i(7, p.s.0)
-        .i(8, p.s.1)
-        .i(9, p.p.0)
-        .i(10, p.p.1)
-        .i(11, kind)
-        .i(12, usize::from(p.count_pad)))
+    Ok(Pool {
+        n: int(n),
+        out: std::ptr::null_mut(),
+        src: std::ptr::null_mut(),
+        data: std::ptr::null_mut(),
+        mask: std::ptr::null_mut(),
+        argmax: std::ptr::null_mut(),
+        h: Dim::new(x_shape[2]),
+        w: Dim::new(x_shape[3]),
+        ho: Dim::new(ho),
+        wo: Dim::new(wo),
+        kh: int(p.k.0),
+        kw: int(p.k.1),
+        sh: int(p.s.0),
+        sw: int(p.s.1),
+        ph: int(p.p.0),
+        pw: int(p.p.1),
+        kind,
+        count_pad: i64::from(p.count_pad),
+    })
 }
 
 pub(crate) fn pooling(
@@ -515,13 +608,13 @@ pub(crate) fn pooling(
 ) -> KResult {
     let (x, o) = (&ins[0], &outs[0]);
     let n = o.len();
-    let mut a = pool_args(op, attrs, &x.shape, n, o.shape[2], o.shape[3])?
-        .t(0, o)
-        .t(1, x);
-    if let Some(mask) = outs.get(1) {
-        a = a.t(2, mask).i(13, 1);
-    }
-    s.launch("pool_fwd", n, &a)
+    let a = Pool {
+        out: ptr(o),
+        src: ptr(x),
+        mask: outs.get(1).map_or(std::ptr::null_mut(), ptr),
+        ..pool_args(op, attrs, &x.shape, n, o.shape[2], o.shape[3])?
+    };
+    s.run(k::pool_fwd, n, &a)
 }
 
 pub(crate) fn pooling_backward(
@@ -534,17 +627,24 @@ pub(crate) fn pooling_backward(
     let (dy, x) = (&ins[0], &ins[1]);
     let n = x.len();
     let (ho, wo) = (dy.shape[2], dy.shape[3]);
-    let mut a = pool_args(op, attrs, &x.shape, n, ho, wo)?
-        .t(0, &outs[0])
-        .t(1, dy)
-        .t(2, x);
-    // Max pooling (kind 0 in slot 11): find each window's maximum once, not once per pixel
-    // under the window.
+    let mut a = Pool {
+        out: ptr(&outs[0]),
+        src: ptr(dy),
+        data: ptr(x),
+        ..pool_args(op, attrs, &x.shape, n, ho, wo)?
+    };
+    // Max pooling: find each window's maximum once, not once per pixel under the window.
     let (windows, plane) = (dy.len(), x.shape[2] * x.shape[3]);
-    if a.i[11] == 0 && windows > 0 && plane < 1 << 24 {
+    if a.kind == 0 && windows > 0 && plane < 1 << 24 {
         let at = s.scratch(windows * 4)?.cast::<f32>();
-        s.launch("pool_argmax", windows, &a.i(0, windows).p(0, at).t(1, x))?;
-        a = a.p(3, at);
+        let search = Pool {
+            n: int(windows),
+            out: at,
+            src: ptr(x),
+            ..a
+        };
+        s.run(k::pool_argmax, windows, &search)?;
+        a.argmax = at;
     }
-    s.launch("pool_bwd", n, &a)
+    s.run(k::pool_bwd, n, &a)
 }

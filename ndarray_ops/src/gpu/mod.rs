@@ -61,6 +61,7 @@ const ARG_TABLES: &[&[args::Decl]] = &[
     roi::DECLS,
     shape::DECLS,
     gather_nd::DECLS,
+    conv::DECLS,
 ];
 
 /// The kernels not yet given a named argument struct: they take the untyped [`KArgs`].
@@ -85,11 +86,6 @@ const KARGS_KERNELS: &[&str] = &[
     "softmax_join",
     "softmax_each",
     "softmax_output_bwd",
-    "im2col",
-    "col2im",
-    "pool_fwd",
-    "pool_argmax",
-    "pool_bwd",
     "sgd",
     "sgd_mom",
     "dropout",

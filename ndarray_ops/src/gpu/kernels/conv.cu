@@ -1,50 +1,50 @@
 // im2col/col2im for convolutions without cuDNN, and pooling forward and backward.
 
-// Receptive fields of a channel group of i13 images as columns: p1 holds the images, i14 floats
-// apart, each (cg, h, w); p0 gets (cg*kh*kw, i13, ho*wo), so that one image's columns are a
-// submatrix (row stride i13*ho*wo) and all images' columns side by side are one matrix. i0 = the
-// column buffer's size, i1 h, i2 w, i3 kh, i4 kw, i5 sh, i6 sw, i7 ph, i8 pw, i9 dh, i10 dw,
-// i11 ho, i12 wo. With a 1x1 window this regroups planes: (nb, rows, plane) -> (rows, nb, plane).
-KERNEL void im2col(KArgs a) {
-    i64 h = a.i[1], w = a.i[2], kh = a.i[3], kw = a.i[4], ho = a.i[11], wo = a.i[12];
-    i64 nb = a.i[13];
-    FOR_EACH(t, a.i[0]) {
+// Receptive fields of a channel group of nb images as columns: `images` holds the images, `image`
+// floats apart, each (cg, h, w); cols gets (cg*kh*kw, nb, ho*wo), so that one image's columns
+// are a submatrix (row stride nb*ho*wo) and all images' columns side by side are one matrix.
+// n = the column buffer's size. With a 1x1 window this regroups planes: (nb, rows, plane) ->
+// (rows, nb, plane).
+KERNEL void im2col(Columns a) {
+    i64 h = a.h.n, w = a.w.n, kh = a.kh.n, kw = a.kw.n, ho = a.ho.n, wo = a.wo.n;
+    i64 nb = a.nb.n;
+    FOR_EACH(t, a.n) {
         i64 x, y, b, j, i;
-        i64 row = split(a, 13, split(a, 11, split(a, 12, t, &x), &y), &b);
-        i64 ch = split(a, 3, split(a, 4, row, &j), &i);
-        i64 iy = y * a.i[5] + i * a.i[9] - a.i[7];
-        i64 ix = x * a.i[6] + j * a.i[10] - a.i[8];
+        i64 row = split(a.nb, split(a.ho, split(a.wo, t, &x), &y), &b);
+        i64 ch = split(a.kh, split(a.kw, row, &j), &i);
+        i64 iy = y * a.sh.n + i * a.dh - a.ph;
+        i64 ix = x * a.sw.n + j * a.dw - a.pw;
         bool inside = iy >= 0 && iy < h && ix >= 0 && ix < w;
-        a.p[0][t] = inside ? a.p[1][b * a.i[14] + (ch * h + iy) * w + ix] : 0.0f;
+        a.cols[t] = inside ? a.images[b * a.image + (ch * h + iy) * w + ix] : 0.0f;
     }
 }
 
-// The adjoint: each pixel of i13 images at p0 (i14 floats apart, each (i15 = cg, h, w)) gathers
-// the entries of the columns p1 (laid out as im2col writes them) that read it.
-// i0 = i13*cg*h*w, other integers as for im2col.
-KERNEL void col2im(KArgs a) {
-    i64 h = a.i[1], w = a.i[2], kh = a.i[3], kw = a.i[4], sh = a.i[5], sw = a.i[6];
-    i64 ph = a.i[7], pw = a.i[8], dh = a.i[9], dw = a.i[10], ho = a.i[11], wo = a.i[12];
-    i64 nb = a.i[13], cg = a.i[15];
-    FOR_EACH(t, a.i[0]) {
+// The adjoint: each pixel of nb images at `images` (`image` floats apart, each (cg, h, w))
+// gathers the entries of the columns `cols` (laid out as im2col writes them) that read it.
+// n = nb*cg*h*w.
+KERNEL void col2im(Columns a) {
+    i64 h = a.h.n, w = a.w.n, kh = a.kh.n, kw = a.kw.n, sh = a.sh.n, sw = a.sw.n;
+    i64 ph = a.ph, pw = a.pw, dh = a.dh, dw = a.dw, ho = a.ho.n, wo = a.wo.n;
+    i64 nb = a.nb.n, cg = a.cg.n;
+    FOR_EACH(t, a.n) {
         i64 ix, iy, ch;
-        i64 b = split(a, 15, split(a, 1, split(a, 2, t, &ix), &iy), &ch);
+        i64 b = split(a.cg, split(a.h, split(a.w, t, &ix), &iy), &ch);
         double s = 0.0;
         for (i64 i = 0; i < kh; i++) {
             i64 ny = iy + ph - i * dh, oy, ry;
             if (ny < 0) continue;
-            oy = split(a, 5, ny, &ry);
+            oy = split(a.sh, ny, &ry);
             if (ry != 0 || oy >= ho) continue;
             for (i64 j = 0; j < kw; j++) {
                 i64 nx = ix + pw - j * dw, ox, rx;
                 if (nx < 0) continue;
-                ox = split(a, 6, nx, &rx);
+                ox = split(a.sw, nx, &rx);
                 if (rx != 0 || ox >= wo) continue;
                 i64 row = (ch * kh + i) * kw + j;
-                s += a.p[1][(row * nb + b) * ho * wo + oy * wo + ox];
+                s += a.cols[(row * nb + b) * ho * wo + oy * wo + ox];
             }
         }
-        a.p[0][b * a.i[14] + (ch * h + iy) * w + ix] = (float)s;
+        a.images[b * a.image + (ch * h + iy) * w + ix] = (float)s;
     }
 }
 
@@ -55,9 +55,9 @@ struct Window {
     double padded;
 };
 
-__device__ inline Window pool_window(const KArgs& a, i64 y, i64 x) {
-    i64 h = a.i[1], w = a.i[2], kh = a.i[5], kw = a.i[6], sh = a.i[7], sw = a.i[8];
-    i64 ph = a.i[9], pw = a.i[10];
+__device__ inline Window pool_window(const Pool& a, i64 y, i64 x) {
+    i64 h = a.h.n, w = a.w.n, kh = a.kh, kw = a.kw, sh = a.sh, sw = a.sw;
+    i64 ph = a.ph, pw = a.pw;
     i64 ys = y * sh - ph, ye = min64(ys + kh, h + ph);
     i64 xs = x * sw - pw, xe = min64(xs + kw, w + pw);
     Window win;
@@ -84,56 +84,54 @@ __device__ inline i64 window_argmax(const float* plane, i64 w, const Window& win
     return at;
 }
 
-// Pooling: p1 (planes, h, w) -> p0 (planes, ho, wo), and for max pooling the argmax into p2 when
-// i13 is set. i0 outputs, i1 h, i2 w, i3 ho, i4 wo, i5 kh, i6 kw, i7 sh, i8 sw, i9 ph, i10 pw,
-// i11 kind (0 max, 1 avg, 2 sum), i12 count_include_pad.
-KERNEL void pool_fwd(KArgs a) {
-    i64 h = a.i[1], w = a.i[2], ho = a.i[3], wo = a.i[4], kind = a.i[11];
-    FOR_EACH(t, a.i[0]) {
+// Pooling: src (planes, h, w) -> out (planes, ho, wo), and for max pooling the argmax into
+// mask when it is set. n outputs; kind 0 max, 1 avg, 2 sum.
+KERNEL void pool_fwd(Pool a) {
+    i64 h = a.h.n, w = a.w.n, ho = a.ho.n, wo = a.wo.n, kind = a.kind;
+    FOR_EACH(t, a.n) {
         i64 x, y;
-        i64 plane = split(a, 3, split(a, 4, t, &x), &y);
-        const float* src = a.p[1] + plane * h * w;
+        i64 plane = split(a.ho, split(a.wo, t, &x), &y);
+        const float* src = a.src + plane * h * w;
         Window win = pool_window(a, y, x);
         double r;
         if (kind == 0) {
             i64 at = window_argmax(src, w, win);
             r = at < 0 ? 0.0 : src[at];
-            if (a.i[13]) a.p[2][t] = (float)(at < 0 ? 0 : at);
+            if (a.mask) a.mask[t] = (float)(at < 0 ? 0 : at);
         } else {
             double s = 0.0;
             for (i64 iy = win.y0; iy < win.y1; iy++)
                 for (i64 ix = win.x0; ix < win.x1; ix++) s += src[iy * w + ix];
             double inside = (double)max64((win.y1 - win.y0) * (win.x1 - win.x0), 1);
-            r = kind == 2 ? s : s / (a.i[12] ? win.padded : inside);
+            r = kind == 2 ? s : s / (a.count_pad ? win.padded : inside);
         }
-        a.p[0][t] = (float)r;
+        a.out[t] = (float)r;
     }
 }
 
-// Max pooling's window maxima for its gradient: p0[t] = where in its plane output window t's
-// first maximum lies in p1 (planes, h, w), -1 for an empty window; exact while h * w < 2^24.
-// Integers as for pool_fwd.
-KERNEL void pool_argmax(KArgs a) {
-    i64 h = a.i[1], w = a.i[2];
-    FOR_EACH(t, a.i[0]) {
+// Max pooling's window maxima for its gradient: out[t] = where in its plane output window t's
+// first maximum lies in src (planes, h, w), -1 for an empty window; exact while h * w < 2^24.
+KERNEL void pool_argmax(Pool a) {
+    i64 h = a.h.n, w = a.w.n;
+    FOR_EACH(t, a.n) {
         i64 x, y;
-        i64 plane = split(a, 3, split(a, 4, t, &x), &y);
-        a.p[0][t] = (float)window_argmax(a.p[1] + plane * h * w, w, pool_window(a, y, x));
+        i64 plane = split(a.ho, split(a.wo, t, &x), &y);
+        a.out[t] = (float)window_argmax(a.src + plane * h * w, w, pool_window(a, y, x));
     }
 }
 
-// Pooling's gradient, gathered: each input pixel of p0 (planes, h, w) adds up the output
-// gradients p1 of the windows that took it (max: it is the window's first maximum in the data
-// p2, read from pool_argmax's p3 when given: one search per window instead of one per window
-// and pixel under it). Integers as for pool_fwd, but i0 = the number of input pixels.
-KERNEL void pool_bwd(KArgs a) {
-    i64 h = a.i[1], w = a.i[2], ho = a.i[3], wo = a.i[4], kh = a.i[5], kw = a.i[6];
-    i64 sh = a.i[7], sw = a.i[8], ph = a.i[9], pw = a.i[10], kind = a.i[11];
-    FOR_EACH(t, a.i[0]) {
+// Pooling's gradient, gathered: each input pixel of out (planes, h, w) adds up the output
+// gradients src of the windows that took it (max: it is the window's first maximum in the
+// data, read from pool_argmax's argmax when given: one search per window instead of one per
+// window and pixel under it). n = the number of input pixels.
+KERNEL void pool_bwd(Pool a) {
+    i64 h = a.h.n, w = a.w.n, ho = a.ho.n, wo = a.wo.n, kh = a.kh, kw = a.kw;
+    i64 sh = a.sh, sw = a.sw, ph = a.ph, pw = a.pw, kind = a.kind;
+    FOR_EACH(t, a.n) {
         i64 ix, iy;
-        i64 plane = split(a, 1, split(a, 2, t, &ix), &iy);
-        const float* data = a.p[2] + plane * h * w;
-        const float* dy = a.p[1] + plane * ho * wo;
+        i64 plane = split(a.h, split(a.w, t, &ix), &iy);
+        const float* data = a.data + plane * h * w;
+        const float* dy = a.src + plane * ho * wo;
         // Windows y with y*sh - ph <= iy < y*sh - ph + kh.
         i64 lo_y = iy + ph - kh + 1, lo_x = ix + pw - kw + 1;
         i64 y_first = lo_y <= 0 ? 0 : (lo_y + sh - 1) / sh;
@@ -146,16 +144,16 @@ KERNEL void pool_bwd(KArgs a) {
                 if (iy < win.y0 || iy >= win.y1 || ix < win.x0 || ix >= win.x1) continue;
                 double g = dy[y * wo + x];
                 if (kind == 0) {
-                    i64 at = a.p[3] ? (i64)a.p[3][(plane * ho + y) * wo + x]
+                    i64 at = a.argmax ? (i64)a.argmax[(plane * ho + y) * wo + x]
                                     : window_argmax(data, w, win);
                     if (at == iy * w + ix) s += g;
                 } else if (kind == 2) {
                     s += g;
                 } else {
                     double inside = (double)max64((win.y1 - win.y0) * (win.x1 - win.x0), 1);
-                    s += g / (a.i[12] ? win.padded : inside);
+                    s += g / (a.count_pad ? win.padded : inside);
                 }
             }
-        a.p[0][t] = (float)s;
+        a.out[t] = (float)s;
     }
 }
