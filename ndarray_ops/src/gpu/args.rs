@@ -49,18 +49,22 @@ impl CType for f64 {
 impl CType for Dim {
     const C: &'static str = "Dim";
 }
-/// The dims of a permutation, outermost first (up to [`MAX_RANK`]).
-impl CType for [Dim; MAX_RANK] {
-    const C: &'static str = "Dim";
-    const SUFFIX: &'static str = "[6]";
+/// Fixed-length arrays of a field type: `[T; N]` is `T name[N]` in C.
+macro_rules! array_ctypes {
+    ($($t:ty, $c:literal, $n:literal;)*) => {$(
+        impl CType for [$t; $n] {
+            const C: &'static str = $c;
+            const SUFFIX: &'static str = concat!("[", stringify!($n), "]");
+        }
+    )*};
 }
-/// Strides, one per dim (up to [`MAX_RANK`]).
-impl CType for [i64; MAX_RANK] {
-    const C: &'static str = "i64";
-    const SUFFIX: &'static str = "[6]";
+array_ctypes! {
+    Dim, "Dim", 6;
+    i64, "i64", 6;
+    *mut f32, "float*", 7;
 }
 
-/// The most dims a kernel's array fields hold.
+/// The most dims a kernel's array fields hold (`array_ctypes!` has arrays of this length).
 pub(crate) const MAX_RANK: usize = 6;
 
 /// An integer the kernel divides by, with its multiplier and shift for `split` in

@@ -3,8 +3,8 @@
 
 use super::args::{int, kernel_args, ptr, Dim};
 use super::ops::{e2s, fill_with};
-use super::reduce::channel_sum;
-use super::{ConvCall, ConvPass, ConvShape, Gemm, KArgs, Stream};
+use super::reduce::{add_bias, channel_sum};
+use super::{ConvCall, ConvPass, ConvShape, Gemm, Stream};
 use crate::ops::conv::{conv_params, ConvDims};
 use crate::ops::pooling::{pool_params, PoolType};
 use crate::ops::KResult;
@@ -235,13 +235,7 @@ pub(crate) fn convolution(
         conv_forward_columns(op, attrs, &c, &dims, [x, wt, o], s)?;
     }
     if c.bias {
-        let total = o.len();
-        let a = KArgs::new(total)
-            .t(0, o)
-            .t(1, &ins[2])
-            .i(1, dims.ho * dims.wo)
-            .i(2, c.filters);
-        s.launch("add_bias", total, &a)?;
+        add_bias(s, o, &ins[2], (c.filters, dims.ho * dims.wo))?;
     }
     Ok(())
 }
@@ -361,13 +355,7 @@ pub(crate) fn deconvolution(
         conv_backward_columns(op, attrs, &c, &dims, [x, y, wt], [Some(y), None], s)?;
     }
     if crate::ops::has_bias(op, attrs).map_err(e2s)? {
-        let total = y.len();
-        let a = KArgs::new(total)
-            .t(0, y)
-            .t(1, &ins[2])
-            .i(1, y.shape[2] * y.shape[3])
-            .i(2, y.shape[1]);
-        s.launch("add_bias", total, &a)?;
+        add_bias(s, y, &ins[2], (y.shape[1], y.shape[2] * y.shape[3]))?;
     }
     Ok(())
 }

@@ -17,7 +17,7 @@
 
 use super::args::{int, kernel_args, ptr};
 use super::reduce::lane_parts;
-use super::{buckets, KArgs, Stream};
+use super::{buckets, Stream};
 use crate::ops::gather::{walks, Walks};
 use crate::ops::shape::slice_walks;
 use crate::ops::KResult;
@@ -205,10 +205,5 @@ fn backward(op: &str, w: &Walks, g: &TensorRef, dx: &TensorRef, s: &dyn Stream) 
     let partials = s.scratch(n * parts * 8)?;
     a.partials = partials.cast();
     s.run(k::gather_bwd, n * parts, &a)?;
-    let total = KArgs::new(n)
-        .t(0, dx)
-        .p(1, partials.cast())
-        .i(1, parts)
-        .f(0, 1.0);
-    s.launch("chan_total", n, &total)
+    super::reduce::total(s, ptr(dx), partials.cast(), (n, parts), 1.0)
 }

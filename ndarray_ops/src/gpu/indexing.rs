@@ -4,8 +4,8 @@
 use super::args::{int, kernel_args, ptr, Dim};
 use super::nn::lane_args;
 use super::ops::{e2s, fill_with};
-use super::reduce::{fold_partials, lane_parts, partial_doubles, FILLS_A_GPU};
-use super::{KArgs, Stream};
+use super::reduce::{fold_partials, lane_parts, partial_doubles, total, FILLS_A_GPU};
+use super::Stream;
 use crate::ops::KResult;
 use crate::ops::{Attrs, TensorRef};
 
@@ -327,8 +327,7 @@ pub(crate) fn cross_entropy(
     a.loss = losses.cast::<f64>();
     s.run(k::cross_entropy, rows, &a)?;
     let (sums, p) = fold_partials(s, losses.cast::<f32>(), 1, rows)?;
-    let total = KArgs::new(1).t(0, &outs[0]).p(1, sums).i(1, p).f(0, 1.0);
-    s.launch("chan_total", 1, &total)
+    total(s, ptr(&outs[0]), sums, (1, p), 1.0)
 }
 
 /// `_arange`: `start + step * (k / repeat)`, in double as the CPU computes it.

@@ -62,6 +62,7 @@ const ARG_TABLES: &[&[args::Decl]] = &[
     shape::DECLS,
     gather_nd::DECLS,
     conv::DECLS,
+    reduce::DECLS,
 ];
 
 /// The kernels not yet given a named argument struct: they take the untyped [`KArgs`].
@@ -69,13 +70,8 @@ const KARGS_KERNELS: &[&str] = &[
     "fill",
     "binary",
     "scalar",
-    "add_n",
     "act_fwd",
     "act_bwd",
-    "add_bias",
-    "chan_partial",
-    "chan_fold",
-    "chan_total",
     "bn_prepare",
     "bn_apply",
     "bn_bwd_prepare",
@@ -103,9 +99,6 @@ const KARGS_KERNELS: &[&str] = &[
     "clamp_affine",
     "where_select",
     "one_hot",
-    "reduce_lanes",
-    "reduce_parts",
-    "reduce_join",
     "adam",
     "regression_bwd",
     "fill_ratio",

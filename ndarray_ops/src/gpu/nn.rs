@@ -38,9 +38,7 @@ pub(crate) fn fully_connected(
         beta: 0.0,
     })?;
     if !no_bias(op, attrs)? {
-        let n = y.len();
-        let a = KArgs::new(n).t(0, y).t(1, &ins[2]).i(1, 1).i(2, hidden);
-        s.launch("add_bias", n, &a)?;
+        super::reduce::add_bias(s, y, &ins[2], (hidden, 1))?;
     }
     Ok(())
 }

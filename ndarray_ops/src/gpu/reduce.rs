@@ -1,6 +1,7 @@
 //! Reductions on the GPU: sums over axes and channels in partial sums, add_n, and the gradients
 //! of broadcasts (sums back to the input's shape).
 
+use super::args::{int, kernel_args, ptr, Dim};
 use super::elemwise::{scalar_with, unary_code};
 use super::ops::e2s;
 use super::shape::strided_copy;
@@ -9,6 +10,103 @@ use crate::ops::elemwise::broadcast_strides;
 use crate::ops::gather::strides;
 use crate::ops::KResult;
 use crate::ops::{Attrs, TensorRef};
+
+kernel_args! {
+    /// Reductions along the lanes of an (outer, len, inner) layout, whole (`reduce_lanes`) or
+    /// in parts (`reduce_parts`, then `reduce_join`).
+    struct Lanes [reduce_lanes, reduce_parts, reduce_join] {
+        /// Threads: lanes, or (`reduce_parts`) lanes times parts.
+        n: i64,
+        /// One result per lane.
+        out: *mut f32,
+        /// The data.
+        x: *mut f32,
+        /// Two doubles per (lane, part).
+        partials: *mut f64,
+        /// Elements per lane.
+        len: i64,
+        /// Elements after the reduced axes.
+        inner: Dim,
+        /// 0 max, 1 min, 2 prod, 3 argmax, 4 argmin.
+        code: i64,
+        /// Parts per lane.
+        parts: i64,
+    }
+
+    /// `out = ins[0] + ... + ins[count - 1]`.
+    struct AddN [add_n] {
+        /// Elements.
+        n: i64,
+        /// The sum (may be one of the inputs).
+        out: *mut f32,
+        /// The inputs.
+        ins: [*mut f32; ADD_N_WIDTH],
+        /// Inputs used.
+        count: i64,
+    }
+
+    /// `out[t] += bias[(t / inner) % channels]`.
+    struct AddBias [add_bias] {
+        /// Elements.
+        n: i64,
+        /// The data, added to.
+        out: *mut f32,
+        /// One bias per channel.
+        bias: *mut f32,
+        /// Elements after the channel axis.
+        inner: Dim,
+        /// Channels.
+        channels: Dim,
+    }
+
+    /// Per-channel partial sums of an (outer, channels, inner) layout.
+    struct ChanPartial [chan_partial] {
+        /// Channels.
+        channels: i64,
+        /// `parts` partial sums per channel and plane.
+        out: *mut f64,
+        /// The data.
+        x: *mut f32,
+        /// What mode 2 multiplies the data by.
+        other: *mut f32,
+        /// Elements before the channel axis.
+        outer: i64,
+        /// Elements after it.
+        inner: i64,
+        /// Partial sums per channel.
+        parts: i64,
+        /// 0 sums, 1 sums and sums of squares, 2 sums and sums of products with `other`.
+        mode: i64,
+    }
+
+    /// Runs of `run` partial sums added up.
+    struct ChanFold [chan_fold] {
+        /// Sums written: rows times `ceil(parts / run)`.
+        n: i64,
+        /// The folded sums.
+        out: *mut f64,
+        /// The partial sums.
+        src: *const f64,
+        /// Partial sums per output.
+        run: i64,
+        /// Partial sums per row.
+        parts: i64,
+    }
+
+    /// `out[c] = scale *` the sum of row `c`'s partial sums.
+    struct ChanTotal [chan_total] {
+        /// Rows.
+        n: i64,
+        /// One sum per row.
+        out: *mut f32,
+        /// The partial sums, `parts` per row.
+        partials: *const f64,
+        /// Partial sums per row.
+        parts: i64,
+        /// What the sums are multiplied by.
+        scale: f32,
+    }
+}
 
 /// max, min, prod, argmax, argmin (`reduce_lanes`, or split into parts over few long lanes) and
 /// norm (squares or magnitudes summed as `sum` sums, then a square root for ord 2).
@@ -78,19 +176,26 @@ pub(crate) fn reduce_other(
         }
         _ => (x.ptr(), (1, 1)),
     };
-    let a = KArgs::new(n)
-        .t(0, out)
-        .p(1, src)
-        .i(1, layout.0)
-        .i(2, layout.1.max(1))
-        .i(3, code);
+    let mut a = Lanes {
+        n: int(n),
+        out: ptr(out),
+        x: src,
+        partials: std::ptr::null_mut(),
+        len: int(layout.0),
+        inner: Dim::new(layout.1.max(1)),
+        code,
+        parts: 1,
+    };
     let split = lane_parts(n, layout.0);
     if split == 1 {
-        return s.launch("reduce_lanes", n, &a);
+        return s.run(k::reduce_lanes, n, &a);
     }
-    let a = a.p(2, s.scratch(n * split * 16)?.cast()).i(4, split);
-    s.launch("reduce_parts", n * split, &a.i(0, n * split))?;
-    s.launch("reduce_join", n, &a.i(0, n))
+    a.partials = s.scratch(n * split * 16)?.cast();
+    a.parts = int(split);
+    a.n = int(n * split);
+    s.run(k::reduce_parts, n * split, &a)?;
+    a.n = int(n);
+    s.run(k::reduce_join, n, &a)
 }
 
 /// Inputs the `add_n` kernel sums in one launch.
@@ -105,17 +210,17 @@ pub(crate) fn add_n(
 ) -> KResult {
     let n = outs[0].len();
     let sum = |dst: *mut f32, first: Option<*mut f32>, rest: &[TensorRef]| {
-        let mut a = KArgs::new(n).p(0, dst);
-        let mut k = 1;
-        if let Some(p) = first {
-            a = a.p(1, p);
-            k = 2;
+        let mut a = AddN {
+            n: int(n),
+            out: dst,
+            ins: [std::ptr::null_mut(); ADD_N_WIDTH],
+            count: 0,
+        };
+        for p in first.into_iter().chain(rest.iter().map(ptr)) {
+            a.ins[a.count as usize] = p;
+            a.count += 1;
         }
-        for t in rest {
-            a = a.t(k, t);
-            k += 1;
-        }
-        s.launch("add_n", n, &a.i(1, k - 1))
+        s.run(k::add_n, n, &a)
     };
     if ins.len() <= ADD_N_WIDTH {
         return sum(outs[0].ptr(), None, ins);
@@ -203,15 +308,17 @@ pub(super) fn channel_partials(
         ChannelSums::AndSquares => (1, std::ptr::null_mut()),
         ChannelSums::AndProducts(other) => (2, other),
     };
-    let a = KArgs::new(channels)
-        .p(0, partials)
-        .p(1, src)
-        .p(2, other)
-        .i(1, outer)
-        .i(2, inner)
-        .i(3, p)
-        .i(4, mode);
-    s.launch("chan_partial", channels * p, &a)?;
+    let a = ChanPartial {
+        channels: int(channels),
+        out: partials.cast(),
+        x: src,
+        other,
+        outer: int(outer),
+        inner: int(inner),
+        parts: int(p),
+        mode,
+    };
+    s.run(k::chan_partial, channels * p, &a)?;
     fold_partials(s, partials, sums.planes() * channels, p)
 }
 
@@ -227,16 +334,18 @@ pub(super) fn fold_partials(
     // SAFETY: the scratch holds the second buffer after the partial sums.
     let (mut from, mut to) = (
         partials,
-        unsafe { partials.cast::<f64>().add(rows * p) }.cast(),
+        unsafe { partials.cast::<f64>().add(rows * p) }.cast::<f32>(),
     );
     while p > FOLD {
         let folded = p.div_ceil(FOLD);
-        let a = KArgs::new(rows * folded)
-            .p(0, to)
-            .p(1, from)
-            .i(1, FOLD)
-            .i(2, p);
-        s.launch("chan_fold", rows * folded, &a)?;
+        let a = ChanFold {
+            n: int(rows * folded),
+            out: to.cast(),
+            src: from.cast(),
+            run: int(FOLD),
+            parts: int(p),
+        };
+        s.run(k::chan_fold, rows * folded, &a)?;
         (from, to, p) = (to, from, folded);
     }
     Ok((from, p))
@@ -253,12 +362,43 @@ pub(super) fn channel_sum(
     let channels = layout.1;
     let (partials, _) = reduction_scratch(s, ChannelSums::Plain, layout, 0)?;
     let (sums, p) = channel_partials(s, partials, ChannelSums::Plain, src, layout)?;
-    let a = KArgs::new(channels)
-        .p(0, out)
-        .p(1, sums)
-        .i(1, p)
-        .f(0, scale);
-    s.launch("chan_total", channels, &a)
+    total(s, out, sums, (channels, p), scale)
+}
+
+/// `out[r]` = `scale` times the sum of row `r`'s `parts` partial sums (doubles at `partials`).
+pub(super) fn total(
+    s: &dyn Stream,
+    out: *mut f32,
+    partials: *mut f32,
+    (rows, parts): (usize, usize),
+    scale: f64,
+) -> KResult {
+    let a = ChanTotal {
+        n: int(rows),
+        out,
+        partials: partials.cast(),
+        parts: int(parts),
+        scale: scale as f32,
+    };
+    s.run(k::chan_total, rows, &a)
+}
+
+/// `out[t] += bias[c]` over the `n` elements of an `(outer, channels, inner)` layout.
+pub(super) fn add_bias(
+    s: &dyn Stream,
+    out: &TensorRef,
+    bias: &TensorRef,
+    (channels, inner): (usize, usize),
+) -> KResult {
+    let n = out.len();
+    let a = AddBias {
+        n: int(n),
+        out: ptr(out),
+        bias: ptr(bias),
+        inner: Dim::new(inner),
+        channels: Dim::new(channels),
+    };
+    s.run(k::add_bias, n, &a)
 }
 
 /// Scratch for [`channel_partials`] of `sums` over `layout`, plus `extra` floats after it;
