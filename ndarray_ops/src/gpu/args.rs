@@ -61,6 +61,8 @@ macro_rules! array_ctypes {
 array_ctypes! {
     Dim, "Dim", 6;
     i64, "i64", 6;
+    Dim, "Dim", 4;
+    i64, "i64", 4;
     *mut f32, "float*", 7;
 }
 

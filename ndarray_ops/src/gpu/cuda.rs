@@ -614,7 +614,7 @@ mod tests {
         use engine::{EngineBuilder, EngineKind, RunContext};
         use storage::{Context, StorageConfig};
 
-        use crate::gpu::KArgs;
+        use crate::gpu::elemwise::fill;
         use crate::{DType, Runtime};
 
         let name = "gpu::cuda::tests::a_device_fault_fails_later_waits_instead_of_hanging";
@@ -654,9 +654,9 @@ mod tests {
             let big = 1 << 28;
             let buf = s.scratch(big * 4)?.cast::<f32>();
             for _ in 0..30 {
-                s.launch("fill", big, &KArgs::new(big).p(0, buf))?;
+                fill(s, buf, big, 0.0)?;
             }
-            s.launch("fill", 1 << 20, &KArgs::new(1 << 20).p(0, 16 as *mut f32))
+            fill(s, 16 as *mut f32, 1 << 20, 0.0)
         })
         .unwrap();
         // A copy from pageable host memory returns once staged and completes after the fault:

@@ -1,12 +1,182 @@
 //! Elementwise ops on the GPU: unary math and activations, binary arithmetic with broadcasting,
 //! scalar ops, clip, where, one_hot, LeakyReLU, and their gradients.
 
+use super::args::{int, kernel_args, ptr, Dim};
 use super::ops::{copy, e2s, UNARY};
 use super::reduce::channel_sum;
-use super::{KArgs, Stream};
+use super::Stream;
 use crate::ops::elemwise::broadcast_strides;
 use crate::ops::KResult;
 use crate::ops::{Attrs, TensorRef};
+
+kernel_args! {
+    /// `out[t] = value`.
+    struct Fill [fill] {
+        /// Elements.
+        n: i64,
+        /// The array filled.
+        out: *mut f32,
+        /// The value.
+        value: f32,
+    }
+
+    /// `out = x (op) y` with broadcasting.
+    struct Binary [binary] {
+        /// Elements of `out`.
+        n: i64,
+        /// The result.
+        out: *mut f32,
+        /// The left operand.
+        x: *mut f32,
+        /// The right operand.
+        y: *mut f32,
+        /// The operation ([`binary_code`]).
+        code: i64,
+        /// Dims used.
+        rank: i64,
+        /// The output's dims, outermost first.
+        dims: [Dim; BINARY_RANK],
+        /// `x`'s stride along each (0: broadcast).
+        x_strides: [i64; BINARY_RANK],
+        /// `y`'s stride along each (0: broadcast).
+        y_strides: [i64; BINARY_RANK],
+    }
+
+    /// `out = x (op) scalar`, or `scalar (op) x`.
+    struct Scalar [scalar] {
+        /// Elements.
+        n: i64,
+        /// The result (may be `x`).
+        out: *mut f32,
+        /// The array operand.
+        x: *mut f32,
+        /// The operation ([`scalar_code`]).
+        code: i64,
+        /// 1: the scalar is the left operand.
+        left: i64,
+        /// The scalar.
+        scalar: f32,
+    }
+
+    /// `out = scale * x + shift`, clamped to `[lo, hi]`.
+    struct ClampAffine [clamp_affine] {
+        /// Elements.
+        n: i64,
+        /// The result.
+        out: *mut f32,
+        /// The data.
+        x: *mut f32,
+        /// What `x` is multiplied by.
+        scale: f32,
+        /// What is added then.
+        shift: f32,
+        /// The lowest value.
+        lo: f32,
+        /// The highest value.
+        hi: f32,
+    }
+
+    /// where: `out = cond != 0 ? x : y`.
+    struct Where [where_select] {
+        /// Elements.
+        n: i64,
+        /// The result.
+        out: *mut f32,
+        /// The condition, one per `per_cond` elements.
+        cond: *mut f32,
+        /// Taken where the condition holds.
+        x: *mut f32,
+        /// Taken elsewhere.
+        y: *mut f32,
+        /// Elements per condition value.
+        per_cond: i64,
+    }
+
+    /// one_hot: rows of `depth`, `on` at each row's index, else `off`.
+    struct OneHot [one_hot] {
+        /// Elements of `out`.
+        n: i64,
+        /// The rows.
+        out: *mut f32,
+        /// One index per row.
+        idx: *mut f32,
+        /// Columns per row.
+        depth: Dim,
+        /// The value at the index.
+        on: f32,
+        /// The value elsewhere.
+        off: f32,
+    }
+
+    /// A function of each element (`act_fwd`, `unary_fwd`), or a gradient through it
+    /// (`act_bwd`, `unary_bwd`: `out = x * f'(at)`; `prelu_terms`: `out = x * at` where
+    /// `at <= 0`).
+    struct Map [act_fwd, act_bwd, unary_fwd, unary_bwd, prelu_terms] {
+        /// Elements.
+        n: i64,
+        /// The result.
+        out: *mut f32,
+        /// The data, or the output's gradient.
+        x: *mut f32,
+        /// Where a derivative is taken (the output, or the data).
+        at: *mut f32,
+        /// The function: [`act_code`] or [`unary_code`].
+        code: i64,
+    }
+
+    /// LeakyReLU and prelu, and their data's gradient.
+    struct Leaky [leaky_fwd, leaky_bwd] {
+        /// Elements.
+        n: i64,
+        /// The result.
+        out: *mut f32,
+        /// The data, or (backward) the output's gradient.
+        x: *mut f32,
+        /// The data (backward).
+        data: *mut f32,
+        /// prelu's slopes; null: `slope`.
+        gamma: *mut f32,
+        /// 0 leaky, 1 elu, 2 selu, 3 gelu.
+        kind: i64,
+        /// Slopes in `gamma`: one, one per channel, or one per element.
+        gamma_len: i64,
+        /// The data's channels.
+        channels: i64,
+        /// Elements after the channel axis.
+        inner: Dim,
+        /// The slope without gamma.
+        slope: f32,
+    }
+}
+
+/// `out = f(x)`, or `out = x * f'(at)`, by a [`Map`] kernel.
+pub(super) fn map(
+    s: &dyn Stream,
+    kernel: super::args::Kernel<Map>,
+    out: *mut f32,
+    (x, at): (*mut f32, *mut f32),
+    code: usize,
+    n: usize,
+) -> KResult {
+    let a = Map {
+        n: int(n),
+        out,
+        x,
+        at,
+        code: int(code),
+    };
+    s.run(kernel, n, &a)
+}
+
+/// Sets the `n` floats at `out` to `value`.
+pub(crate) fn fill(s: &dyn Stream, out: *mut f32, n: usize, value: f64) -> KResult {
+    let a = Fill {
+        n: int(n),
+        out,
+        value: value as f32,
+    };
+    s.run(k::fill, n, &a)
+}
 
 pub(super) fn unary_code(op: &str) -> Option<usize> {
     UNARY.iter().position(|u| *u == op)
@@ -21,8 +191,8 @@ pub(crate) fn unary(
 ) -> KResult {
     let code = unary_code(op).ok_or_else(|| format!("{op} is not a unary function"))?;
     let n = outs[0].len();
-    let a = KArgs::new(n).t(0, &outs[0]).t(1, &ins[0]).i(1, code);
-    s.launch("unary_fwd", n, &a)
+    let x = (ptr(&ins[0]), std::ptr::null_mut());
+    map(s, k::unary_fwd, ptr(&outs[0]), x, code, n)
 }
 
 /// `_backward_math(ograd, v)`: the gradient through the function named by `fn`.
@@ -36,12 +206,8 @@ pub(crate) fn unary_backward(
     let f = attrs.get("fn").unwrap_or_default();
     let code = unary_code(f).ok_or_else(|| format!("{op}: {f:?} is not a unary function"))?;
     let n = outs[0].len();
-    let a = KArgs::new(n)
-        .t(0, &outs[0])
-        .t(1, &ins[0])
-        .t(2, &ins[1])
-        .i(1, code);
-    s.launch("unary_bwd", n, &a)
+    let x = (ptr(&ins[0]), ptr(&ins[1]));
+    map(s, k::unary_bwd, ptr(&outs[0]), x, code, n)
 }
 
 pub(super) fn act_code(op: &str, attrs: &Attrs) -> Result<usize, String> {
@@ -67,11 +233,8 @@ pub(crate) fn activation(
     s: &dyn Stream,
 ) -> KResult {
     let n = outs[0].len();
-    let a = KArgs::new(n)
-        .t(0, &outs[0])
-        .t(1, &ins[0])
-        .i(1, act_code(op, attrs)?);
-    s.launch("act_fwd", n, &a)
+    let x = (ptr(&ins[0]), std::ptr::null_mut());
+    map(s, k::act_fwd, ptr(&outs[0]), x, act_code(op, attrs)?, n)
 }
 
 pub(crate) fn activation_backward(
@@ -82,12 +245,8 @@ pub(crate) fn activation_backward(
     s: &dyn Stream,
 ) -> KResult {
     let n = outs[0].len();
-    let a = KArgs::new(n)
-        .t(0, &outs[0])
-        .t(1, &ins[0])
-        .t(2, &ins[1])
-        .i(1, act_code(op, attrs)?);
-    s.launch("act_bwd", n, &a)
+    let x = (ptr(&ins[0]), ptr(&ins[1]));
+    map(s, k::act_bwd, ptr(&outs[0]), x, act_code(op, attrs)?, n)
 }
 
 /// The `binary` kernel's code for `op`.
@@ -157,16 +316,23 @@ pub(crate) fn binary(
         ));
     }
     let n = out.len();
-    let mut k = KArgs::new(n)
-        .t(0, out)
-        .t(1, a)
-        .t(2, b)
-        .i(1, code)
-        .i(2, dims.len());
+    let mut args = Binary {
+        n: int(n),
+        out: ptr(out),
+        x: ptr(a),
+        y: ptr(b),
+        code: int(code),
+        rank: int(dims.len()),
+        dims: [Dim::new(0); BINARY_RANK],
+        x_strides: [0; BINARY_RANK],
+        y_strides: [0; BINARY_RANK],
+    };
     for (d, [dim, sa, sb]) in dims.into_iter().enumerate() {
-        k = k.i(3 + d, dim).i(7 + d, sa).i(11 + d, sb);
+        args.dims[d] = Dim::new(dim);
+        args.x_strides[d] = int(sa);
+        args.y_strides[d] = int(sb);
     }
-    s.launch("binary", n, &k)
+    s.run(k::binary, n, &args)
 }
 
 /// `out = a * b` over `n` elements (buffers of equal length; `out` may be either).
@@ -178,16 +344,21 @@ pub(super) fn multiply(
     n: usize,
 ) -> KResult {
     let code = binary_code("elemwise_mul").ok_or("no binary kernel for elemwise_mul")?;
-    let k = KArgs::new(n)
-        .p(0, out)
-        .p(1, a)
-        .p(2, b)
-        .i(1, code)
-        .i(2, 1)
-        .i(3, n)
-        .i(7, 1)
-        .i(11, 1);
-    s.launch("binary", n, &k)
+    let mut args = Binary {
+        n: int(n),
+        out,
+        x: a,
+        y: b,
+        code: int(code),
+        rank: 1,
+        dims: [Dim::new(0); BINARY_RANK],
+        x_strides: [0; BINARY_RANK],
+        y_strides: [0; BINARY_RANK],
+    };
+    args.dims[0] = Dim::new(n);
+    args.x_strides[0] = 1;
+    args.y_strides[0] = 1;
+    s.run(k::binary, n, &args)
 }
 
 pub(crate) fn scalar(
@@ -239,13 +410,15 @@ pub(super) fn scalar_with(
 ) -> KResult {
     let (code, left) = scalar_code(op).ok_or_else(|| format!("{op} is not a scalar op"))?;
     let n = out.len();
-    let a = KArgs::new(n)
-        .t(0, out)
-        .t(1, x)
-        .i(1, code)
-        .i(2, usize::from(left))
-        .f(0, value);
-    s.launch("scalar", n, &a)
+    let a = Scalar {
+        n: int(n),
+        out: ptr(out),
+        x: ptr(x),
+        code: int(code),
+        left: i64::from(left),
+        scalar: value as f32,
+    };
+    s.run(k::scalar, n, &a)
 }
 
 /// clip and hard_sigmoid: an affine map, clamped.
@@ -269,14 +442,16 @@ pub(crate) fn clamp(
         }
     };
     let n = outs[0].len();
-    let a = KArgs::new(n)
-        .t(0, &outs[0])
-        .t(1, &ins[0])
-        .f(0, scale)
-        .f(1, shift)
-        .f(2, lo)
-        .f(3, hi);
-    s.launch("clamp_affine", n, &a)
+    let a = ClampAffine {
+        n: int(n),
+        out: ptr(&outs[0]),
+        x: ptr(&ins[0]),
+        scale: scale as f32,
+        shift: shift as f32,
+        lo: lo as f32,
+        hi: hi as f32,
+    };
+    s.run(k::clamp_affine, n, &a)
 }
 
 /// where(condition, x, y): the condition has x's shape or one value per row of x's first axis.
@@ -290,13 +465,15 @@ pub(crate) fn select(
     let (c, o) = (&ins[0], &outs[0]);
     let n = o.len();
     let per_row = if c.len() == n { 1 } else { n / c.len().max(1) };
-    let a = KArgs::new(n)
-        .t(0, o)
-        .t(1, c)
-        .t(2, &ins[1])
-        .t(3, &ins[2])
-        .i(1, per_row.max(1));
-    s.launch("where_select", n, &a)
+    let a = Where {
+        n: int(n),
+        out: ptr(o),
+        cond: ptr(c),
+        x: ptr(&ins[1]),
+        y: ptr(&ins[2]),
+        per_cond: int(per_row.max(1)),
+    };
+    s.run(k::where_select, n, &a)
 }
 
 pub(crate) fn one_hot(
@@ -308,13 +485,15 @@ pub(crate) fn one_hot(
 ) -> KResult {
     let (depth, on, off) = crate::ops::one_hot_params(op, attrs).map_err(e2s)?;
     let n = outs[0].len();
-    let a = KArgs::new(n)
-        .t(0, &outs[0])
-        .t(1, &ins[0])
-        .i(1, depth.max(1))
-        .f(0, on)
-        .f(1, off);
-    s.launch("one_hot", n, &a)
+    let a = OneHot {
+        n: int(n),
+        out: ptr(&outs[0]),
+        idx: ptr(&ins[0]),
+        depth: Dim::new(depth.max(1)),
+        on: on as f32,
+        off: off as f32,
+    };
+    s.run(k::one_hot, n, &a)
 }
 
 /// `_assign(variable, value)`: the value, into the variable.
@@ -354,22 +533,31 @@ pub(crate) fn leaky_relu(
     let n = outs[0].len();
     let forward = op == "LeakyReLU";
     let data = if forward { &ins[0] } else { &ins[1] };
-    let mut a = KArgs::new(n)
-        .t(0, &outs[0])
-        .t(1, &ins[0])
-        .i(1, code)
-        .f(0, slope);
+    let mut a = Leaky {
+        n: int(n),
+        out: ptr(&outs[0]),
+        x: ptr(&ins[0]),
+        data: ptr(data),
+        gamma: std::ptr::null_mut(),
+        kind: int(code),
+        gamma_len: 0,
+        channels: 0,
+        inner: Dim::new(0),
+        slope: slope as f32,
+    };
     // prelu's gamma (the input after the data), laid out as the CPU's GammaIndex reads it.
     if let Some(gamma) = ins.get(if forward { 1 } else { 2 }) {
         let channels = data.shape.get(1).copied().unwrap_or(1);
         let inner: usize = data.shape.iter().skip(2).product();
-        a = a.t(3, gamma).i(2, gamma.len()).i(3, channels).i(4, inner);
+        a.gamma = ptr(gamma);
+        a.gamma_len = int(gamma.len());
+        a.channels = int(channels);
+        a.inner = Dim::new(inner);
         if let Some(dgamma) = outs.get(1) {
             // Before the data's gradient, which may be written over the output's gradient:
             // each element's term, summed per gamma entry (one, one per channel, or each its own).
             let terms = s.scratch(n * 4)?.cast::<f32>();
-            let t = KArgs::new(n).p(0, terms).t(1, &ins[0]).t(2, data);
-            s.launch("prelu_terms", n, &t)?;
+            map(s, k::prelu_terms, terms, (ptr(&ins[0]), ptr(data)), 0, n)?;
             let layout = match gamma.len() {
                 1 => (1, 1, n),
                 len if len == channels => (n / (channels * inner).max(1), channels, inner),
@@ -379,7 +567,7 @@ pub(crate) fn leaky_relu(
         }
     }
     match forward {
-        true => s.launch("leaky_fwd", n, &a),
-        false => s.launch("leaky_bwd", n, &a.t(2, data)),
+        true => s.run(k::leaky_fwd, n, &a),
+        false => s.run(k::leaky_bwd, n, &a),
     }
 }

@@ -63,15 +63,11 @@ const ARG_TABLES: &[&[args::Decl]] = &[
     gather_nd::DECLS,
     conv::DECLS,
     reduce::DECLS,
+    elemwise::DECLS,
 ];
 
 /// The kernels not yet given a named argument struct: they take the untyped [`KArgs`].
 const KARGS_KERNELS: &[&str] = &[
-    "fill",
-    "binary",
-    "scalar",
-    "act_fwd",
-    "act_bwd",
     "bn_prepare",
     "bn_apply",
     "bn_bwd_prepare",
@@ -90,20 +86,12 @@ const KARGS_KERNELS: &[&str] = &[
     "norm_parts",
     "norm_join",
     "norm_each",
-    "leaky_fwd",
-    "leaky_bwd",
     "rnn_step_fwd",
     "rnn_step_bwd",
-    "unary_fwd",
-    "unary_bwd",
-    "clamp_affine",
-    "where_select",
-    "one_hot",
     "adam",
     "regression_bwd",
     "fill_ratio",
     "random_fill",
-    "prelu_terms",
 ];
 
 /// A counting sort, for the tables of gradient kernels that gather instead of scattering: item
@@ -320,6 +308,11 @@ impl dyn Stream + '_ {
         threads: usize,
         args: &KArgs,
     ) -> Result<(), String> {
+        if !KARGS_KERNELS.contains(&kernel) {
+            return Err(format!(
+                "kernel {kernel} takes a named argument struct, not KArgs"
+            ));
+        }
         self.launch_raw(kernel, threads, args::RawArgs::of(args))
     }
 }

@@ -445,8 +445,8 @@ pub(crate) fn logistic(
 ) -> KResult {
     let n = outs[0].len();
     let sigmoid = 1;
-    let a = KArgs::new(n).t(0, &outs[0]).t(1, &ins[0]).i(1, sigmoid);
-    s.launch("act_fwd", n, &a)
+    let x = (ins[0].ptr(), std::ptr::null_mut());
+    super::elemwise::map(s, super::elemwise::k::act_fwd, outs[0].ptr(), x, sigmoid, n)
 }
 
 /// `_backward_*RegressionOutput(out, label) -> (d data, d label)`: `grad_scale` over the
@@ -497,8 +497,15 @@ pub(crate) fn make_loss_backward(
             // SAFETY: the scratch holds n flags and then the count.
             let count = unsafe { flags.add(n) };
             let (greater, _) = scalar_code("_greater_scalar").ok_or("no greater code")?;
-            let above = KArgs::new(n).p(0, flags).t(1, y).i(1, greater).f(0, thresh);
-            s.launch("scalar", n, &above)?;
+            let above = super::elemwise::Scalar {
+                n: n as i64,
+                out: flags,
+                x: y.ptr(),
+                code: greater as i64,
+                left: 0,
+                scalar: thresh as f32,
+            };
+            s.run(super::elemwise::k::scalar, n, &above)?;
             let all: Vec<usize> = (0..y.shape.len()).collect();
             sum_axes(s, op, (flags, &y.shape), &all, count, 1.0)?;
             let m = d.len();

@@ -5,7 +5,7 @@
 //! runs kernels and GEMMs on a [`Stream`], in the stream's order; each is tested against the
 //! CPU kernel of its op.
 
-use super::{KArgs, Stream};
+use super::Stream;
 use crate::ops::KResult;
 use crate::ops::{Attrs, OpDef, TensorRef};
 use crate::resources::StateSlot;
@@ -81,7 +81,7 @@ pub(super) fn e2s(e: crate::NdError) -> String {
 
 /// Sets `t` to `value`.
 pub(crate) fn fill_with(s: &dyn Stream, t: &TensorRef, value: f64) -> KResult {
-    s.launch("fill", t.len(), &KArgs::new(t.len()).t(0, t).f(0, value))
+    super::elemwise::fill(s, t.ptr(), t.len(), value)
 }
 
 pub(crate) fn copy(

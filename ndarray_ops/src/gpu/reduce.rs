@@ -2,10 +2,10 @@
 //! of broadcasts (sums back to the input's shape).
 
 use super::args::{int, kernel_args, ptr, Dim};
-use super::elemwise::{scalar_with, unary_code};
+use super::elemwise::{map, scalar_with, unary_code};
 use super::ops::e2s;
 use super::shape::strided_copy;
-use super::{KArgs, Stream};
+use super::Stream;
 use crate::ops::elemwise::broadcast_strides;
 use crate::ops::gather::strides;
 use crate::ops::KResult;
@@ -128,18 +128,22 @@ pub(crate) fn reduce_other(
         let n = x.len();
         let mapped = s.scratch(n * 4)?.cast::<f32>();
         let code = |f: &str| unary_code(f).ok_or_else(|| format!("{f} is not a unary function"));
-        s.launch(
-            "unary_fwd",
+        let unary_fwd = super::elemwise::k::unary_fwd;
+        map(
+            s,
+            unary_fwd,
+            mapped,
+            (ptr(x), std::ptr::null_mut()),
+            code(f)?,
             n,
-            &KArgs::new(n).p(0, mapped).t(1, x).i(1, code(f)?),
         )?;
         sum_axes(s, op, (mapped, &x.shape), &axes, out.ptr(), 1.0)?;
         if !root {
             return Ok(());
         }
         let m = out.len();
-        let a = KArgs::new(m).t(0, out).t(1, out).i(1, code("sqrt")?);
-        return s.launch("unary_fwd", m, &a);
+        let (at, to) = ((ptr(out), std::ptr::null_mut()), ptr(out));
+        return map(s, unary_fwd, to, at, code("sqrt")?, m);
     }
     let code = match op {
         "max" => 0,

@@ -17,6 +17,7 @@
 //! output one step back, or the initial state) instead of being gathered; the masks come from
 //! another generator (the same values with the same probabilities).
 
+use super::elemwise::fill;
 use super::{DeviceBlock, Gemm, KArgs, Stream};
 use crate::ops::rnn::{Mode, Pass, Rnn};
 use crate::ops::KResult;
@@ -63,7 +64,7 @@ fn gemm(
             if ldc != n {
                 return Err(format!("RNN: a strided {m}x{n} product over nothing"));
             }
-            s.launch("fill", m * n, &KArgs::new(m * n).p(0, c).f(0, 0.0))?;
+            fill(s, c, m * n, 0.0)?;
         }
         return Ok(());
     }
@@ -472,7 +473,7 @@ pub(crate) fn rnn_backward(
     // initial state).
     let dg_first = floats(s, nb * gh)?;
     let ones = floats(s, rows)?;
-    s.launch("fill", rows, &KArgs::new(rows).p(0, ones).f(0, 1.0))?;
+    fill(s, ones, rows, 1.0)?;
     // The gradient of a layer's output: the head gradient on top, then two buffers in turn.
     let below = [floats(s, p.layer_len())?, floats(s, p.layer_len())?];
     let mut dy = i[0];
@@ -487,17 +488,16 @@ pub(crate) fn rnn_backward(
             let extra = at(trace, rows * gh);
             match heads > 1 {
                 true => s.copy(at(i[1], st).cast(), dh.cast(), nb * h * 4)?,
-                false => s.launch("fill", nb * h, &KArgs::new(nb * h).p(0, dh).f(0, 0.0))?,
+                false => fill(s, dh, nb * h, 0.0)?,
             }
             if r.lstm() {
                 match heads > 2 {
                     true => s.copy(at(i[2], st).cast(), dc.cast(), nb * h * 4)?,
-                    false => s.launch("fill", nb * h, &KArgs::new(nb * h).p(0, dc).f(0, 0.0))?,
+                    false => fill(s, dc, nb * h, 0.0)?,
                 }
             }
             // A sample whose sequence is empty has no first step.
-            let first = KArgs::new(nb * gh).p(0, dg_first).f(0, 0.0);
-            s.launch("fill", nb * gh, &first)?;
+            fill(s, dg_first, nb * gh, 0.0)?;
             for step in (0..steps).rev() {
                 let t = crate::ops::rnn::time(d, step, steps);
                 // The step before in the direction's order, where there is one for full

@@ -1,9 +1,9 @@
 // Elementwise kernels: fill, binary and scalar arithmetic with broadcasting, clip, where,
 // one_hot, the activations, LeakyReLU/prelu and the unary math functions.
 
-// p0[t] = f0
-KERNEL void fill(KArgs a) {
-    FOR_EACH(t, a.i[0]) a.p[0][t] = a.f[0];
+// out[t] = value
+KERNEL void fill(Fill a) {
+    FOR_EACH(t, a.n) a.out[t] = a.value;
 }
 
 // x (op) y for the binary and scalar kernels' codes: 0 add, 1 sub, 2 mul, 3 div, 4 maximum,
@@ -44,58 +44,58 @@ __device__ inline float apply2(i64 code, float x, float y) {
     }
 }
 
-// p0 = p1 (op i1) p2 with broadcasting (apply2's codes). The output has rank i2 <= 4 and dims
-// i3..i6; p1 and p2 step i7..i10 and i11..i14 elements along those dims (0 where they
+// out = x (op code) y with broadcasting (apply2's codes). The output has rank <= 4 and dims
+// dims[..rank]; x and y step x_strides and y_strides elements along those dims (0 where they
 // broadcast). The host merges dims first, so equal shapes arrive as rank 1 and need no index
 // arithmetic.
-KERNEL void binary(KArgs a) {
-    i64 rank = a.i[2];
-    FOR_EACH(t, a.i[0]) {
+KERNEL void binary(Binary a) {
+    i64 rank = a.rank;
+    FOR_EACH(t, a.n) {
         i64 rest = t, ia = 0, ib = 0;
         for (i64 d = rank - 1; d > 0; d--) {
             i64 k;
-            rest = split(a, (int)(3 + d), rest, &k);
-            ia += k * a.i[7 + d];
-            ib += k * a.i[11 + d];
+            rest = split(a.dims[d], rest, &k);
+            ia += k * a.x_strides[d];
+            ib += k * a.y_strides[d];
         }
         if (rank > 0) {
-            ia += rest * a.i[7];
-            ib += rest * a.i[11];
+            ia += rest * a.x_strides[0];
+            ib += rest * a.y_strides[0];
         }
-        a.p[0][t] = apply2(a.i[1], a.p[1][ia], a.p[2][ib]);
+        a.out[t] = apply2(a.code, a.x[ia], a.y[ib]);
     }
 }
 
-// p0 = p1 (op i1) f0, or f0 (op i1) p1 where i2 is 1 (apply2's codes).
-KERNEL void scalar(KArgs a) {
-    float s = a.f[0];
-    FOR_EACH(t, a.i[0]) {
-        float x = a.p[1][t];
-        a.p[0][t] = a.i[2] ? apply2(a.i[1], s, x) : apply2(a.i[1], x, s);
+// out = x (op code) scalar, or scalar (op code) x where `left` is 1 (apply2's codes).
+KERNEL void scalar(Scalar a) {
+    float s = a.scalar;
+    FOR_EACH(t, a.n) {
+        float x = a.x[t];
+        a.out[t] = a.left ? apply2(a.code, s, x) : apply2(a.code, x, s);
     }
 }
 
-// p0 = f0 * p1 + f1 clamped to [f2, f3], in double (clip: 1, 0, a_min, a_max; hard_sigmoid:
-// alpha, beta, 0, 1). NaN stays NaN, as in the CPU kernels.
-KERNEL void clamp_affine(KArgs a) {
-    FOR_EACH(t, a.i[0]) {
-        double v = (double)a.f[0] * a.p[1][t] + (double)a.f[1];
-        a.p[0][t] = (float)(v < a.f[2] ? (double)a.f[2] : (v > a.f[3] ? (double)a.f[3] : v));
+// out = scale * x + shift clamped to [lo, hi], in double (clip: 1, 0, a_min, a_max;
+// hard_sigmoid: alpha, beta, 0, 1). NaN stays NaN, as in the CPU kernels.
+KERNEL void clamp_affine(ClampAffine a) {
+    FOR_EACH(t, a.n) {
+        double v = (double)a.scale * a.x[t] + (double)a.shift;
+        a.out[t] = (float)(v < a.lo ? (double)a.lo : (v > a.hi ? (double)a.hi : v));
     }
 }
 
-// where: p0 = p1 (the condition, one per i1 elements) nonzero ? p2 : p3.
-KERNEL void where_select(KArgs a) {
-    FOR_EACH(t, a.i[0]) a.p[0][t] = a.p[1][t / a.i[1]] != 0.0f ? a.p[2][t] : a.p[3][t];
+// where: out = cond (one per `per_cond` elements) nonzero ? x : y.
+KERNEL void where_select(Where a) {
+    FOR_EACH(t, a.n) a.out[t] = a.cond[t / a.per_cond] != 0.0f ? a.x[t] : a.y[t];
 }
 
-// one_hot: p0 (rows of i1) = f0 where the column is row's index in p1 (truncated; out of range:
-// none), else f1.
-KERNEL void one_hot(KArgs a) {
-    FOR_EACH(t, a.i[0]) {
-        i64 col, row = split(a, 1, t, &col);
-        float v = a.p[1][row];
-        a.p[0][t] = (v >= 0.0f && (i64)v == col) ? a.f[0] : a.f[1];
+// one_hot: out (rows of depth) = on where the column is row's index in idx (truncated; out of
+// range: none), else off.
+KERNEL void one_hot(OneHot a) {
+    FOR_EACH(t, a.n) {
+        i64 col, row = split(a.depth, t, &col);
+        float v = a.idx[row];
+        a.out[t] = (v >= 0.0f && (i64)v == col) ? a.on : a.off;
     }
 }
 
@@ -121,18 +121,18 @@ __device__ inline float activate_grad(i64 kind, float y) {
     }
 }
 
-// p0 = act(p1), act = i1.
-KERNEL void act_fwd(KArgs a) {
-    FOR_EACH(t, a.i[0]) a.p[0][t] = activate(a.i[1], a.p[1][t]);
+// out = act(x), act = code.
+KERNEL void act_fwd(Map a) {
+    FOR_EACH(t, a.n) a.out[t] = activate(a.code, a.x[t]);
 }
 
-// p0 = p1 (output gradient) * act'(p2 = output).
-KERNEL void act_bwd(KArgs a) {
-    FOR_EACH(t, a.i[0]) a.p[0][t] = a.p[1][t] * activate_grad(a.i[1], a.p[2][t]);
+// out = x (the output's gradient) * act'(at = the output).
+KERNEL void act_bwd(Map a) {
+    FOR_EACH(t, a.n) a.out[t] = a.x[t] * activate_grad(a.code, a.at[t]);
 }
 
-// LeakyReLU's activations (i1: 0 leaky, 1 elu, 2 selu, 3 gelu; f0 the slope) and, with grad
-// set, their derivatives, at x.
+// LeakyReLU's activations (kind: 0 leaky, 1 elu, 2 selu, 3 gelu) and, with grad set, their
+// derivatives, at x.
 __device__ inline double leaky(i64 kind, double x, double slope, int grad) {
     const double alpha = 1.6732632423543772, lambda = 1.0507009873554805;
     if (kind == 3) {
@@ -148,30 +148,30 @@ __device__ inline double leaky(i64 kind, double x, double slope, int grad) {
     return grad ? slope : slope * x;
 }
 
-// The slope at element t: f0, or prelu's gamma p3 (i2 entries: one for all, one per channel of
-// an (outer, i3 channels, i4 inner) layout, or one per element), as the CPU's GammaIndex.
-__device__ inline double slope_at(const KArgs& a, i64 t) {
-    if (!a.p[3]) return a.f[0];
-    i64 len = a.i[2], r;
-    if (len == 1) return a.p[3][0];
-    if (len == a.i[3]) return a.p[3][split(a, 4, t, &r) % len];
-    return a.p[3][t];
+// The slope at element t: `slope`, or prelu's gamma (gamma_len entries: one for all, one per
+// channel of an (outer, channels, inner) layout, or one per element), as the CPU's GammaIndex.
+__device__ inline double slope_at(const Leaky& a, i64 t) {
+    if (!a.gamma) return a.slope;
+    i64 len = a.gamma_len, r;
+    if (len == 1) return a.gamma[0];
+    if (len == a.channels) return a.gamma[split(a.inner, t, &r) % len];
+    return a.gamma[t];
 }
 
-// p0 = leaky(p1); prelu is kind 0 with the slope from gamma.
-KERNEL void leaky_fwd(KArgs a) {
-    FOR_EACH(t, a.i[0]) a.p[0][t] = (float)leaky(a.i[1], a.p[1][t], slope_at(a, t), 0);
+// out = leaky(x); prelu is kind 0 with the slope from gamma.
+KERNEL void leaky_fwd(Leaky a) {
+    FOR_EACH(t, a.n) a.out[t] = (float)leaky(a.kind, a.x[t], slope_at(a, t), 0);
 }
 
-// p0 = p1 (the output's gradient) * leaky'(p2 = the data).
-KERNEL void leaky_bwd(KArgs a) {
-    FOR_EACH(t, a.i[0]) a.p[0][t] = (float)(a.p[1][t] * leaky(a.i[1], a.p[2][t], slope_at(a, t), 1));
+// out = x (the output's gradient) * leaky'(data).
+KERNEL void leaky_bwd(Leaky a) {
+    FOR_EACH(t, a.n) a.out[t] = (float)(a.x[t] * leaky(a.kind, a.data[t], slope_at(a, t), 1));
 }
 
-// prelu's gamma gradient's terms, one per data element: p0 = p1 (the output's gradient) times
-// p2 (the data) where the data is not positive, else 0; the host sums them per gamma entry.
-KERNEL void prelu_terms(KArgs a) {
-    FOR_EACH(t, a.i[0]) a.p[0][t] = a.p[2][t] <= 0.0f ? a.p[1][t] * a.p[2][t] : 0.0f;
+// prelu's gamma gradient's terms, one per data element: out = x (the output's gradient) times
+// at (the data) where the data is not positive, else 0; the host sums them per gamma entry.
+KERNEL void prelu_terms(Map a) {
+    FOR_EACH(t, a.n) a.out[t] = a.at[t] <= 0.0f ? a.x[t] * a.at[t] : 0.0f;
 }
 
 // Unary math (ops/math.rs and the unary ops of ops/elemwise.rs), computed in double as the CPU
@@ -250,12 +250,12 @@ __device__ inline double unary_d(i64 code, double v) {
     }
 }
 
-// p0 = f(p1), f the function i1.
-KERNEL void unary_fwd(KArgs a) {
-    FOR_EACH(t, a.i[0]) a.p[0][t] = (float)unary_f(a.i[1], (double)a.p[1][t]);
+// out = f(x), f the function `code`.
+KERNEL void unary_fwd(Map a) {
+    FOR_EACH(t, a.n) a.out[t] = (float)unary_f(a.code, (double)a.x[t]);
 }
 
-// p0 = p1 * f'(p2): the gradient p1 through the function i1, its derivative taken at p2.
-KERNEL void unary_bwd(KArgs a) {
-    FOR_EACH(t, a.i[0]) a.p[0][t] = (float)((double)a.p[1][t] * unary_d(a.i[1], (double)a.p[2][t]));
+// out = x * f'(at): the gradient x through the function `code`, its derivative taken at `at`.
+KERNEL void unary_bwd(Map a) {
+    FOR_EACH(t, a.n) a.out[t] = (float)((double)a.x[t] * unary_d(a.code, (double)a.at[t]));
 }
