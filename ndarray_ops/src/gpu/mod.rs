@@ -64,23 +64,16 @@ const ARG_TABLES: &[&[args::Decl]] = &[
     conv::DECLS,
     reduce::DECLS,
     elemwise::DECLS,
+    nn::DECLS,
 ];
 
 /// The kernels not yet given a named argument struct: they take the untyped [`KArgs`].
 const KARGS_KERNELS: &[&str] = &[
-    "bn_prepare",
-    "bn_apply",
-    "bn_bwd_prepare",
-    "bn_bwd_apply",
     "softmax_lanes",
     "softmax_lanes_bwd",
     "softmax_parts",
     "softmax_join",
     "softmax_each",
-    "softmax_output_bwd",
-    "sgd",
-    "sgd_mom",
-    "dropout",
     "norm_fwd",
     "norm_bwd",
     "norm_parts",
@@ -88,10 +81,6 @@ const KARGS_KERNELS: &[&str] = &[
     "norm_each",
     "rnn_step_fwd",
     "rnn_step_bwd",
-    "adam",
-    "regression_bwd",
-    "fill_ratio",
-    "random_fill",
 ];
 
 /// A counting sort, for the tables of gradient kernels that gather instead of scattering: item

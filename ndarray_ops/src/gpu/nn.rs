@@ -1,6 +1,7 @@
 //! Layers and heads on the GPU: FullyConnected, BatchNorm, the softmax family and the norms over
 //! lanes, the loss heads, Dropout and the random generators, and the optimizer updates.
 
+use super::args::{int, kernel_args, ptr, Dim};
 use super::elemwise::scalar_code;
 use super::ops::{e2s, fill_with};
 use super::reduce::{
@@ -9,6 +10,260 @@ use super::reduce::{
 use super::{Gemm, KArgs, Stream};
 use crate::ops::KResult;
 use crate::ops::{fc_dims, Attrs, TensorRef};
+
+kernel_args! {
+    /// BatchNorm's per-channel statistics and scale.
+    struct BnPrepare [bn_prepare] {
+        /// Channels.
+        channels: i64,
+        /// The mean used, out.
+        mean: *mut f32,
+        /// The variance used, out.
+        var: *mut f32,
+        /// gamma.
+        gamma: *mut f32,
+        /// beta.
+        beta: *mut f32,
+        /// The moving mean.
+        moving_mean: *mut f32,
+        /// The moving variance.
+        moving_var: *mut f32,
+        /// `gamma / sqrt(var + eps)`, out, for `bn_apply`.
+        scale: *mut f32,
+        /// Two planes of partial sums of x and x^2 (batch statistics).
+        sums: *const f64,
+        /// 1: the batch's statistics.
+        batch_stats: i64,
+        /// 1: gamma taken as 1.
+        fix_gamma: i64,
+        /// Partial sums per channel.
+        parts: i64,
+        /// 1: the moving statistics are updated.
+        update_moving: i64,
+        /// Added to the variance.
+        eps: f32,
+        /// The moving statistics' momentum.
+        momentum: f32,
+        /// Elements per channel.
+        count: f32,
+    }
+
+    /// `out = (x - mean[c]) * scale[c] + beta[c]`.
+    struct BnApply [bn_apply] {
+        /// Elements.
+        n: i64,
+        /// The result.
+        out: *mut f32,
+        /// The data.
+        x: *mut f32,
+        /// Per channel, from `bn_prepare`.
+        scale: *mut f32,
+        /// Per channel.
+        beta: *mut f32,
+        /// Per channel.
+        mean: *mut f32,
+        /// Elements after the channel axis.
+        inner: Dim,
+        /// Channels.
+        channels: Dim,
+    }
+
+    /// BatchNorm's gamma and beta gradients and its data gradient's coefficients.
+    struct BnBwdPrepare [bn_bwd_prepare] {
+        /// Channels.
+        channels: i64,
+        /// gamma's gradient.
+        dgamma: *mut f32,
+        /// beta's gradient.
+        dbeta: *mut f32,
+        /// gamma.
+        gamma: *mut f32,
+        /// The variance the forward pass used.
+        var: *mut f32,
+        /// ka, kb, kc out, `channels` each.
+        coef: *mut f32,
+        /// The mean the forward pass used.
+        mean: *mut f32,
+        /// Two planes of partial sums of dy and dy * x.
+        sums: *const f64,
+        /// 1: the batch's statistics.
+        batch_stats: i64,
+        /// 1: gamma taken as 1.
+        fix_gamma: i64,
+        /// Partial sums per channel.
+        parts: i64,
+        /// Added to the variance.
+        eps: f32,
+        /// Elements per channel.
+        count: f32,
+    }
+
+    /// `dx = ka[c] * (dy - kb[c] - (x - mean[c]) * kc[c])`.
+    struct BnBwdApply [bn_bwd_apply] {
+        /// Elements.
+        n: i64,
+        /// The data's gradient.
+        dx: *mut f32,
+        /// The output's gradient.
+        dy: *mut f32,
+        /// The data.
+        x: *mut f32,
+        /// Per channel.
+        mean: *mut f32,
+        /// Per channel.
+        ka: *mut f32,
+        /// Per channel.
+        kb: *mut f32,
+        /// Per channel.
+        kc: *mut f32,
+        /// Elements after the channel axis.
+        inner: Dim,
+        /// Channels.
+        channels: Dim,
+    }
+
+    /// SoftmaxOutput's gradient: `(prob - onehot(label)) * scale`.
+    struct SoftmaxOutputBwd [softmax_output_bwd] {
+        /// Elements.
+        n: i64,
+        /// The data's gradient.
+        dx: *mut f32,
+        /// The output (probabilities).
+        prob: *mut f32,
+        /// One label per row.
+        label: *mut f32,
+        /// Classes per row.
+        classes: i64,
+        /// 1: rows labelled `ignore` pass no gradient.
+        has_ignore: i64,
+        /// The gradient's scale.
+        scale: f32,
+        /// The ignored label.
+        ignore: f32,
+    }
+
+    /// sgd_update and sgd_mom_update.
+    struct Sgd [sgd, sgd_mom] {
+        /// Elements.
+        n: i64,
+        /// The new weights.
+        out: *mut f32,
+        /// The new momentum (`sgd_mom`).
+        mom_out: *mut f32,
+        /// The weights.
+        w: *mut f32,
+        /// The gradient.
+        grad: *mut f32,
+        /// The momentum (`sgd_mom`).
+        mom: *mut f32,
+        /// The learning rate.
+        lr: f32,
+        /// Weight decay.
+        wd: f32,
+        /// What the gradient is multiplied by first.
+        rescale: f32,
+        /// The gradient's bound (none where not positive).
+        clip: f32,
+        /// The momentum's decay.
+        momentum: f32,
+    }
+
+    /// adam_update, in double.
+    struct Adam [adam] {
+        /// Elements.
+        n: i64,
+        /// The new weights.
+        out: *mut f32,
+        /// The new mean.
+        mean_out: *mut f32,
+        /// The new variance.
+        var_out: *mut f32,
+        /// The weights.
+        w: *mut f32,
+        /// The gradient.
+        grad: *mut f32,
+        /// The mean.
+        mean: *mut f32,
+        /// The variance.
+        var: *mut f32,
+        /// The learning rate.
+        lr: f32,
+        /// Weight decay.
+        wd: f32,
+        /// What the gradient is multiplied by first.
+        rescale: f32,
+        /// The gradient's bound (none where not positive).
+        clip: f32,
+        /// The mean's decay.
+        beta1: f32,
+        /// The variance's decay.
+        beta2: f32,
+        /// Added to the deviation.
+        epsilon: f32,
+    }
+
+    /// Dropout: `mask` drawn from the seed, `out = x * mask`.
+    struct Dropout [dropout] {
+        /// Elements.
+        n: i64,
+        /// The result.
+        out: *mut f32,
+        /// The mask, out.
+        mask: *mut f32,
+        /// The data.
+        x: *mut f32,
+        /// The draws' seed.
+        seed: i64,
+        /// The probability of dropping.
+        p: f32,
+        /// The mask's value where kept.
+        scale: f32,
+    }
+
+    /// The regression outputs' gradient.
+    struct Regression [regression_bwd] {
+        /// Elements.
+        n: i64,
+        /// The gradient.
+        out: *mut f32,
+        /// The prediction.
+        pred: *mut f32,
+        /// The label.
+        label: *mut f32,
+        /// 1: the error's sign (MAE).
+        mae: i64,
+        /// The gradient's scale.
+        scale: f32,
+    }
+
+    /// `out[t] = value / max(count[0], 1)`.
+    struct FillRatio [fill_ratio] {
+        /// Elements.
+        n: i64,
+        /// The result.
+        out: *mut f32,
+        /// One float on the device.
+        count: *mut f32,
+        /// The numerator.
+        value: f32,
+    }
+
+    /// `_random_uniform` and `_random_normal` from a seed.
+    struct RandomFill [random_fill] {
+        /// Elements.
+        n: i64,
+        /// The draws.
+        out: *mut f32,
+        /// The draws' seed.
+        seed: i64,
+        /// 1: normal; 0: uniform.
+        normal: i64,
+        /// The low end, or the mean.
+        lo: f32,
+        /// The high end, or the deviation.
+        hi: f32,
+    }
+}
 
 pub(super) fn no_bias(op: &str, attrs: &Attrs) -> Result<bool, String> {
     attrs.bool(op, "no_bias", false).map_err(e2s)
@@ -127,33 +382,37 @@ pub(crate) fn batch_norm(
     } else {
         (std::ptr::null_mut(), 0)
     };
-    let a = KArgs::new(c)
-        .t(0, &outs[1])
-        .t(1, &outs[2])
-        .t(2, &ins[1])
-        .t(3, &ins[2])
-        .t(4, &ins[3])
-        .t(5, &ins[4])
-        .p(6, scale)
-        .p(7, sums)
-        .i(1, usize::from(b.batch_stats))
-        .i(2, usize::from(b.fix_gamma))
-        .i(3, p)
-        .i(4, usize::from(b.update_moving))
-        .f(0, b.eps)
-        .f(1, momentum)
-        .f(2, (outer * inner).max(1) as f64);
-    s.launch("bn_prepare", c, &a)?;
+    let a = BnPrepare {
+        channels: int(c),
+        mean: ptr(&outs[1]),
+        var: ptr(&outs[2]),
+        gamma: ptr(&ins[1]),
+        beta: ptr(&ins[2]),
+        moving_mean: ptr(&ins[3]),
+        moving_var: ptr(&ins[4]),
+        scale,
+        sums: sums.cast(),
+        batch_stats: i64::from(b.batch_stats),
+        fix_gamma: i64::from(b.fix_gamma),
+        parts: int(p),
+        update_moving: i64::from(b.update_moving),
+        eps: b.eps as f32,
+        momentum: momentum as f32,
+        count: (outer * inner).max(1) as f32,
+    };
+    s.run(k::bn_prepare, c, &a)?;
     let n = x.len();
-    let a = KArgs::new(n)
-        .t(0, &outs[0])
-        .t(1, x)
-        .p(2, scale)
-        .t(3, &ins[2])
-        .t(4, &outs[1])
-        .i(1, inner)
-        .i(2, c);
-    s.launch("bn_apply", n, &a)
+    let a = BnApply {
+        n: int(n),
+        out: ptr(&outs[0]),
+        x: ptr(x),
+        scale,
+        beta: ptr(&ins[2]),
+        mean: ptr(&outs[1]),
+        inner: Dim::new(inner),
+        channels: Dim::new(c),
+    };
+    s.run(k::bn_apply, n, &a)
 }
 
 pub(crate) fn batch_norm_backward(
@@ -169,34 +428,38 @@ pub(crate) fn batch_norm_backward(
     let sums = ChannelSums::AndProducts(x.ptr());
     let (partials, coef) = reduction_scratch(s, sums, b.layout, 3 * c)?;
     let (totals, p) = channel_partials(s, partials, sums, dy.ptr(), b.layout)?;
-    let a = KArgs::new(c)
-        .t(0, &outs[1])
-        .t(1, &outs[2])
-        .t(2, gamma)
-        .t(3, var)
-        .p(4, coef)
-        .t(5, mean)
-        .p(6, totals)
-        .i(1, usize::from(b.batch_stats))
-        .i(2, usize::from(b.fix_gamma))
-        .i(3, p)
-        .f(0, b.eps)
-        .f(1, (outer * inner).max(1) as f64);
-    s.launch("bn_bwd_prepare", c, &a)?;
+    let a = BnBwdPrepare {
+        channels: int(c),
+        dgamma: ptr(&outs[1]),
+        dbeta: ptr(&outs[2]),
+        gamma: ptr(gamma),
+        var: ptr(var),
+        coef,
+        mean: ptr(mean),
+        sums: totals.cast(),
+        batch_stats: i64::from(b.batch_stats),
+        fix_gamma: i64::from(b.fix_gamma),
+        parts: int(p),
+        eps: b.eps as f32,
+        count: (outer * inner).max(1) as f32,
+    };
+    s.run(k::bn_bwd_prepare, c, &a)?;
     let n = x.len();
     // SAFETY: the scratch holds ka, kb and kc, c floats each.
     let (kb, kc) = unsafe { (coef.add(c), coef.add(2 * c)) };
-    let a = KArgs::new(n)
-        .t(0, &outs[0])
-        .t(1, dy)
-        .t(2, x)
-        .t(3, mean)
-        .p(4, coef)
-        .p(5, kb)
-        .p(6, kc)
-        .i(1, inner)
-        .i(2, c);
-    s.launch("bn_bwd_apply", n, &a)
+    let a = BnBwdApply {
+        n: int(n),
+        dx: ptr(&outs[0]),
+        dy: ptr(dy),
+        x: ptr(x),
+        mean: ptr(mean),
+        ka: coef,
+        kb,
+        kc,
+        inner: Dim::new(inner),
+        channels: Dim::new(c),
+    };
+    s.run(k::bn_bwd_apply, n, &a)
 }
 
 pub(crate) fn softmax_output(
@@ -229,15 +492,17 @@ pub(crate) fn softmax_output_backward(
     let (scale, ignore) =
         crate::ops::softmax_output_scale(op, attrs, &labels, classes).map_err(e2s)?;
     let total = p.len();
-    let a = KArgs::new(total)
-        .t(0, &outs[0])
-        .t(1, p)
-        .t(2, label)
-        .i(1, classes)
-        .i(2, usize::from(ignore.is_some()))
-        .f(0, scale)
-        .f(1, ignore.unwrap_or(0.0));
-    s.launch("softmax_output_bwd", total, &a)?;
+    let a = SoftmaxOutputBwd {
+        n: int(total),
+        dx: ptr(&outs[0]),
+        prob: ptr(p),
+        label: ptr(label),
+        classes: int(classes),
+        has_ignore: i64::from(ignore.is_some()),
+        scale: scale as f32,
+        ignore: ignore.unwrap_or(0.0) as f32,
+    };
+    s.run(k::softmax_output_bwd, total, &a)?;
     fill_with(s, &outs[1], 0.0)
 }
 
@@ -250,22 +515,29 @@ pub(crate) fn sgd(
 ) -> KResult {
     let get = |k: &str, d: Option<f64>| attrs.f64(op, k, d).map_err(e2s);
     let n = outs[0].len();
-    let a = KArgs::new(n)
-        .f(0, get("lr", None)?)
-        .f(1, get("wd", Some(0.0))?)
-        .f(2, get("rescale_grad", Some(1.0))?)
-        .f(3, get("clip_gradient", Some(-1.0))?);
+    let a = Sgd {
+        n: int(n),
+        out: ptr(&outs[0]),
+        mom_out: std::ptr::null_mut(),
+        w: ptr(&ins[0]),
+        grad: ptr(&ins[1]),
+        mom: std::ptr::null_mut(),
+        lr: get("lr", None)? as f32,
+        wd: get("wd", Some(0.0))? as f32,
+        rescale: get("rescale_grad", Some(1.0))? as f32,
+        clip: get("clip_gradient", Some(-1.0))? as f32,
+        momentum: 0.0,
+    };
     match op {
-        "sgd_update" => s.launch("sgd", n, &a.t(0, &outs[0]).t(1, &ins[0]).t(2, &ins[1])),
+        "sgd_update" => s.run(k::sgd, n, &a),
         _ => {
-            let a = a
-                .t(0, &outs[0])
-                .t(1, &outs[1])
-                .t(2, &ins[0])
-                .t(3, &ins[1])
-                .t(4, &ins[2])
-                .f(4, get("momentum", Some(0.0))?);
-            s.launch("sgd_mom", n, &a)
+            let a = Sgd {
+                mom_out: ptr(&outs[1]),
+                mom: ptr(&ins[2]),
+                momentum: get("momentum", Some(0.0))? as f32,
+                ..a
+            };
+            s.run(k::sgd_mom, n, &a)
         }
     }
 }
@@ -462,13 +734,15 @@ pub(crate) fn regression_backward(
     let per_sample = label.len() / label.shape.first().copied().unwrap_or(1).max(1);
     let scale = attrs.float(op, "grad_scale", Some(1.0)).map_err(e2s)?;
     let n = outs[0].len();
-    let a = KArgs::new(n)
-        .t(0, &outs[0])
-        .t(1, &ins[0])
-        .t(2, label)
-        .i(1, usize::from(op == "_backward_MAERegressionOutput"))
-        .f(0, scale / per_sample.max(1) as f64);
-    s.launch("regression_bwd", n, &a)?;
+    let a = Regression {
+        n: int(n),
+        out: ptr(&outs[0]),
+        pred: ptr(&ins[0]),
+        label: ptr(label),
+        mae: i64::from(op == "_backward_MAERegressionOutput"),
+        scale: (scale / per_sample.max(1) as f64) as f32,
+    };
+    s.run(k::regression_bwd, n, &a)?;
     fill_with(s, &outs[1], 0.0)
 }
 
@@ -509,11 +783,13 @@ pub(crate) fn make_loss_backward(
             let all: Vec<usize> = (0..y.shape.len()).collect();
             sum_axes(s, op, (flags, &y.shape), &all, count, 1.0)?;
             let m = d.len();
-            s.launch(
-                "fill_ratio",
-                m,
-                &KArgs::new(m).t(0, d).p(1, count).f(0, scale),
-            )
+            let a = FillRatio {
+                n: int(m),
+                out: ptr(d),
+                count,
+                value: scale as f32,
+            };
+            s.run(k::fill_ratio, m, &a)
         }
         other => Err(format!(
             "{op}: normalization {other:?} is not null, batch or valid"
@@ -540,13 +816,15 @@ pub(crate) fn random_fill(
 ) -> KResult {
     let (a, b) = crate::ops::random_params(op, attrs).map_err(e2s)?;
     let n = outs[0].len();
-    let args = KArgs::new(n)
-        .t(0, &outs[0])
-        .i(1, seed_of(op, attrs)? as usize)
-        .i(2, usize::from(op == "_random_normal"))
-        .f(0, a)
-        .f(1, b);
-    s.launch("random_fill", n, &args)
+    let args = RandomFill {
+        n: int(n),
+        out: ptr(&outs[0]),
+        seed: seed_of(op, attrs)? as i64,
+        normal: i64::from(op == "_random_normal"),
+        lo: a as f32,
+        hi: b as f32,
+    };
+    s.run(k::random_fill, n, &args)
 }
 
 /// Dropout: `data -> (out, mask)`. Each element's draw is a hash of the op's seed and its index,
@@ -566,14 +844,16 @@ pub(crate) fn dropout(
         true => (seed_of(op, attrs)?, p, 1.0 / (1.0 - p)),
     };
     let n = ins[0].len();
-    let a = KArgs::new(n)
-        .t(0, &outs[0])
-        .t(1, &outs[1])
-        .t(2, &ins[0])
-        .i(1, seed as usize)
-        .f(0, p)
-        .f(1, keep);
-    s.launch("dropout", n, &a)
+    let a = Dropout {
+        n: int(n),
+        out: ptr(&outs[0]),
+        mask: ptr(&outs[1]),
+        x: ptr(&ins[0]),
+        seed: seed as i64,
+        p: p as f32,
+        scale: keep as f32,
+    };
+    s.run(k::dropout, n, &a)
 }
 
 /// LayerNorm, InstanceNorm, GroupNorm and L2Normalization, and their backward ops over
@@ -640,20 +920,22 @@ pub(crate) fn adam(
     // MXNet's optimizer parameters are floats, as the CPU kernel reads them.
     let get = |k: &str, d: Option<f64>| attrs.float(op, k, d).map_err(e2s);
     let n = outs[0].len();
-    let a = KArgs::new(n)
-        .t(0, &outs[0])
-        .t(1, &outs[1])
-        .t(2, &outs[2])
-        .t(3, &ins[0])
-        .t(4, &ins[1])
-        .t(5, &ins[2])
-        .t(6, &ins[3])
-        .f(0, get("lr", None)?)
-        .f(1, get("wd", Some(0.0))?)
-        .f(2, get("rescale_grad", Some(1.0))?)
-        .f(3, get("clip_gradient", Some(-1.0))?)
-        .f(4, get("beta1", Some(0.9))?)
-        .f(5, get("beta2", Some(0.999))?)
-        .f(6, get("epsilon", Some(1e-8))?);
-    s.launch("adam", n, &a)
+    let a = Adam {
+        n: int(n),
+        out: ptr(&outs[0]),
+        mean_out: ptr(&outs[1]),
+        var_out: ptr(&outs[2]),
+        w: ptr(&ins[0]),
+        grad: ptr(&ins[1]),
+        mean: ptr(&ins[2]),
+        var: ptr(&ins[3]),
+        lr: get("lr", None)? as f32,
+        wd: get("wd", Some(0.0))? as f32,
+        rescale: get("rescale_grad", Some(1.0))? as f32,
+        clip: get("clip_gradient", Some(-1.0))? as f32,
+        beta1: get("beta1", Some(0.9))? as f32,
+        beta2: get("beta2", Some(0.999))? as f32,
+        epsilon: get("epsilon", Some(1e-8))? as f32,
+    };
+    s.run(k::adam, n, &a)
 }

@@ -129,14 +129,16 @@ impl Masks {
     /// Draws layer `l`'s mask into `self.mask` and returns its output `y` (`len` elements) times
     /// it, in `self.dropped`.
     fn apply(&self, s: &dyn Stream, l: usize, y: *mut f32, len: usize) -> Result<*mut f32, String> {
-        let a = KArgs::new(len)
-            .p(0, self.dropped)
-            .p(1, self.mask)
-            .p(2, y)
-            .i(1, layer_seed(self.seed, l) as usize)
-            .f(0, self.p)
-            .f(1, 1.0 / (1.0 - self.p));
-        s.launch("dropout", len, &a)?;
+        let a = super::nn::Dropout {
+            n: len as i64,
+            out: self.dropped,
+            mask: self.mask,
+            x: y,
+            seed: layer_seed(self.seed, l) as i64,
+            p: self.p as f32,
+            scale: (1.0 / (1.0 - self.p)) as f32,
+        };
+        s.run(super::nn::k::dropout, len, &a)?;
         Ok(self.dropped)
     }
 }

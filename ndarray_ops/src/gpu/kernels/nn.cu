@@ -1,92 +1,90 @@
 // Layers and updates: Adam, BatchNorm, the softmax family, SGD, dropout, the norms over groups,
 // the regression heads' gradient and the random generators.
 
-// adam_update in double, MXNet's order: g = clip(rescale f2 * p4 + wd f1 * w, f3), mean p1 =
-// f4 p5 + (1 - f4) g, var p2 = f5 p6 + (1 - f5) g^2, p0 = w - lr f0 * mean / (sqrt(var) + f6);
-// w = p3.
-KERNEL void adam(KArgs a) {
-    FOR_EACH(t, a.i[0]) {
-        double w = a.p[3][t];
-        double g = (double)a.p[4][t] * (double)a.f[2] + (double)a.f[1] * w;
-        double clip = a.f[3];
+// adam_update in double, MXNet's order: g = clip(rescale * grad + wd * w, clip), mean_out =
+// beta1 mean + (1 - beta1) g, var_out = beta2 var + (1 - beta2) g^2, out = w - lr * mean_out /
+// (sqrt(var_out) + epsilon).
+KERNEL void adam(Adam a) {
+    FOR_EACH(t, a.n) {
+        double w = a.w[t];
+        double g = (double)a.grad[t] * (double)a.rescale + (double)a.wd * w;
+        double clip = a.clip;
         if (clip > 0.0) g = g < -clip ? -clip : (g > clip ? clip : g);
-        double b1 = a.f[4], b2 = a.f[5];
-        double mean = b1 * a.p[5][t] + (1.0 - b1) * g;
-        double var = b2 * a.p[6][t] + (1.0 - b2) * g * g;
-        a.p[1][t] = (float)mean;
-        a.p[2][t] = (float)var;
-        a.p[0][t] = (float)(w - (double)a.f[0] * mean / (sqrt(var) + (double)a.f[6]));
+        double b1 = a.beta1, b2 = a.beta2;
+        double mean = b1 * a.mean[t] + (1.0 - b1) * g;
+        double var = b2 * a.var[t] + (1.0 - b2) * g * g;
+        a.mean_out[t] = (float)mean;
+        a.var_out[t] = (float)var;
+        a.out[t] = (float)(w - (double)a.lr * mean / (sqrt(var) + (double)a.epsilon));
     }
 }
 
-// BatchNorm forward, per channel (i0 channels): p0 mean and p1 var out (the batch's when i1
-// says batch statistics, else the moving ones), p2 gamma, p3 beta, p4 moving mean, p5 moving
-// var (updated with momentum f1 under batch statistics when i4 says so: not in a node
-// recomputed during backward), p6 scale out for bn_apply; under batch statistics p7 holds chan_partial's two planes of sums of
-// x and x^2 (i3 partial sums per channel) over f2 elements per channel. f0 eps, i2 fix_gamma.
-KERNEL void bn_prepare(KArgs a) {
-    FOR_EACH(c, a.i[0]) {
+// BatchNorm forward, per channel: mean and var out (the batch's under batch statistics, else
+// the moving ones), the moving mean and var updated with momentum under batch statistics when
+// update_moving says so (not in a node recomputed during backward), scale out for bn_apply;
+// under batch statistics sums holds chan_partial's two planes of sums of x and x^2 (`parts`
+// partial sums per channel) over `count` elements per channel.
+KERNEL void bn_prepare(BnPrepare a) {
+    FOR_EACH(c, a.channels) {
         float mean, var;
-        if (a.i[1]) {
-            double n = a.f[2];
-            double m = chan_sum(a.p[7], c, a.i[3]) / n;
-            double sq = chan_sum(a.p[7], a.i[0] + c, a.i[3]) / n;
+        if (a.batch_stats) {
+            double n = a.count;
+            double m = chan_sum(a.sums, c, a.parts) / n;
+            double sq = chan_sum(a.sums, a.channels + c, a.parts) / n;
             mean = (float)m;
             var = (float)fmax(sq - m * m, 0.0);
-            if (a.i[4]) {
-                float mom = a.f[1];
-                a.p[4][c] = a.p[4][c] * mom + mean * (1.0f - mom);
-                a.p[5][c] = a.p[5][c] * mom + var * (1.0f - mom);
+            if (a.update_moving) {
+                float mom = a.momentum;
+                a.moving_mean[c] = a.moving_mean[c] * mom + mean * (1.0f - mom);
+                a.moving_var[c] = a.moving_var[c] * mom + var * (1.0f - mom);
             }
         } else {
-            mean = a.p[4][c];
-            var = a.p[5][c];
+            mean = a.moving_mean[c];
+            var = a.moving_var[c];
         }
-        a.p[0][c] = mean;
-        a.p[1][c] = var;
-        float g = a.i[2] ? 1.0f : a.p[2][c];
-        a.p[6][c] = g / sqrtf(var + a.f[0]);
+        a.mean[c] = mean;
+        a.var[c] = var;
+        float g = a.fix_gamma ? 1.0f : a.gamma[c];
+        a.scale[c] = g / sqrtf(var + a.eps);
     }
 }
 
 // p0[t] = (p1[t] - p4[c]) * p2[c] + p3[c] (x, mean, scale, beta), c = (t / i1) % i2. Centring
 // first keeps data far from zero accurate, where x * scale + (beta - mean * scale) cancels.
-KERNEL void bn_apply(KArgs a) {
-    FOR_EACH(t, a.i[0]) {
-        i64 c = channel_of(a, t);
-        a.p[0][t] = (a.p[1][t] - a.p[4][c]) * a.p[2][c] + a.p[3][c];
+KERNEL void bn_apply(BnApply a) {
+    FOR_EACH(t, a.n) {
+        i64 c = channel_of(a.inner, a.channels, t);
+        a.out[t] = (a.x[t] - a.mean[c]) * a.scale[c] + a.beta[c];
     }
 }
 
-// BatchNorm backward, per channel (i0 channels): p0 gets the gamma gradient and p1 the beta
-// gradient; p2 gamma, p3 var, p5 mean; p6 holds chan_partial's two planes of sums of dy and
-// dy * x (i3 partial sums per channel), so that sum(dy * (x - mean)) = sum(dy * x) - mean *
-// sum(dy). Writes bn_bwd_apply's coefficients ka, kb, kc to p4 (three runs of i0 floats). f0
-// eps, f1 elements per channel, i1 batch statistics, i2 fix_gamma.
-KERNEL void bn_bwd_prepare(KArgs a) {
-    i64 channels = a.i[0];
+// BatchNorm backward, per channel: the gamma and beta gradients; sums holds chan_partial's two
+// planes of sums of dy and dy * x (`parts` partial sums per channel), so that
+// sum(dy * (x - mean)) = sum(dy * x) - mean * sum(dy). Writes bn_bwd_apply's coefficients ka,
+// kb, kc to coef (three runs of `channels` floats); `count` elements per channel.
+KERNEL void bn_bwd_prepare(BnBwdPrepare a) {
+    i64 channels = a.channels;
     FOR_EACH(c, channels) {
-        double dy = chan_sum(a.p[6], c, a.i[3]);
-        double dy_x = chan_sum(a.p[6], channels + c, a.i[3]);
-        float dy_centred = (float)(dy_x - (double)a.p[5][c] * dy);
-        float inv = 1.0f / sqrtf(a.p[3][c] + a.f[0]);
+        double dy = chan_sum(a.sums, c, a.parts);
+        double dy_x = chan_sum(a.sums, channels + c, a.parts);
+        float dy_centred = (float)(dy_x - (double)a.mean[c] * dy);
+        float inv = 1.0f / sqrtf(a.var[c] + a.eps);
         float dy_xhat = dy_centred * inv;
-        float g = a.i[2] ? 1.0f : a.p[2][c];
-        float* k = a.p[4];
+        float g = a.fix_gamma ? 1.0f : a.gamma[c];
+        float* k = a.coef;
         k[c] = g * inv;
-        k[channels + c] = a.i[1] ? (float)(dy / a.f[1]) : 0.0f;
-        k[2 * channels + c] = a.i[1] ? dy_xhat * inv / a.f[1] : 0.0f;
-        a.p[0][c] = a.i[2] ? 0.0f : dy_xhat;
-        a.p[1][c] = (float)dy;
+        k[channels + c] = a.batch_stats ? (float)(dy / a.count) : 0.0f;
+        k[2 * channels + c] = a.batch_stats ? dy_xhat * inv / a.count : 0.0f;
+        a.dgamma[c] = a.fix_gamma ? 0.0f : dy_xhat;
+        a.dbeta[c] = (float)dy;
     }
 }
 
-// p0 = ka[c] * (p1 - kb[c] - (p2 - mean[c]) * kc[c]); p3 mean, p4 ka, p5 kb, p6 kc;
-// c = (t / i1) % i2.
-KERNEL void bn_bwd_apply(KArgs a) {
-    FOR_EACH(t, a.i[0]) {
-        i64 c = channel_of(a, t);
-        a.p[0][t] = a.p[4][c] * (a.p[1][t] - a.p[5][c] - (a.p[2][t] - a.p[3][c]) * a.p[6][c]);
+// dx = ka[c] * (dy - kb[c] - (x - mean[c]) * kc[c]), c = (t / inner) % channels.
+KERNEL void bn_bwd_apply(BnBwdApply a) {
+    FOR_EACH(t, a.n) {
+        i64 c = channel_of(a.inner, a.channels, t);
+        a.dx[t] = a.ka[c] * (a.dy[t] - a.kb[c] - (a.x[t] - a.mean[c]) * a.kc[c]);
     }
 }
 
@@ -204,39 +202,39 @@ KERNEL void softmax_each(KArgs a) {
     }
 }
 
-// SoftmaxOutput's gradient on an (n, i1) output: p0 = (p1 - onehot(p2)) * f0.
-// i2 = 1: rows labelled f1 (ignore_label) pass no gradient.
-KERNEL void softmax_output_bwd(KArgs a) {
-    i64 classes = a.i[1];
-    FOR_EACH(t, a.i[0]) {
-        float label = a.p[2][t / classes];
+// SoftmaxOutput's gradient on an (n, classes) output: dx = (prob - onehot(label)) * scale.
+// has_ignore = 1: rows labelled `ignore` pass no gradient.
+KERNEL void softmax_output_bwd(SoftmaxOutputBwd a) {
+    i64 classes = a.classes;
+    FOR_EACH(t, a.n) {
+        float label = a.label[t / classes];
         float hit = (label >= 0.0f && (i64)label == t % classes) ? 1.0f : 0.0f;
-        bool ignored = a.i[2] != 0 && label == a.f[1];
-        a.p[0][t] = ignored ? 0.0f : (a.p[1][t] - hit) * a.f[0];
+        bool ignored = a.has_ignore != 0 && label == a.ignore;
+        a.dx[t] = ignored ? 0.0f : (a.prob[t] - hit) * a.scale;
     }
 }
 
-__device__ inline float prepared_grad(float g, float w, const KArgs& a) {
-    g *= a.f[2];
-    if (a.f[3] > 0.0f) g = fminf(fmaxf(g, -a.f[3]), a.f[3]);
-    return g + a.f[1] * w;
+__device__ inline float prepared_grad(float g, float w, const Sgd& a) {
+    g *= a.rescale;
+    if (a.clip > 0.0f) g = fminf(fmaxf(g, -a.clip), a.clip);
+    return g + a.wd * w;
 }
 
-// sgd_update: p0 = p1 - lr * grad(p2); f0 lr, f1 wd, f2 rescale_grad, f3 clip_gradient.
-KERNEL void sgd(KArgs a) {
-    FOR_EACH(t, a.i[0]) {
-        float w = a.p[1][t];
-        a.p[0][t] = w - a.f[0] * prepared_grad(a.p[2][t], w, a);
+// sgd_update: out = w - lr * the prepared gradient.
+KERNEL void sgd(Sgd a) {
+    FOR_EACH(t, a.n) {
+        float w = a.w[t];
+        a.out[t] = w - a.lr * prepared_grad(a.grad[t], w, a);
     }
 }
 
-// sgd_mom_update: m = f4 * p4 - lr * grad(p3); p1 = m; p0 = p2 + m.
-KERNEL void sgd_mom(KArgs a) {
-    FOR_EACH(t, a.i[0]) {
-        float w = a.p[2][t];
-        float m = a.f[4] * a.p[4][t] - a.f[0] * prepared_grad(a.p[3][t], w, a);
-        a.p[1][t] = m;
-        a.p[0][t] = w + m;
+// sgd_mom_update: m = momentum * mom - lr * the prepared gradient; mom_out = m; out = w + m.
+KERNEL void sgd_mom(Sgd a) {
+    FOR_EACH(t, a.n) {
+        float w = a.w[t];
+        float m = a.momentum * a.mom[t] - a.lr * prepared_grad(a.grad[t], w, a);
+        a.mom_out[t] = m;
+        a.out[t] = w + m;
     }
 }
 
@@ -254,16 +252,16 @@ __device__ inline double draw(unsigned long long seed, i64 k) {
     return (double)(bits >> 11) * (1.0 / 9007199254740992.0);
 }
 
-// Dropout: p1 = the mask (0 where element t's uniform draw from seed i1 is below f0, else f1 =
-// 1 / (1 - p)), p0 = p2 * mask. With f0 = 0 and f1 = 1 it copies (inference).
-KERNEL void dropout(KArgs a) {
-    unsigned long long seed = (unsigned long long)a.i[1];
-    double p = a.f[0];
-    FOR_EACH(t, a.i[0]) {
+// Dropout: mask = 0 where element t's uniform draw from the seed is below p, else scale =
+// 1 / (1 - p); out = x * mask. With p = 0 and scale = 1 it copies (inference).
+KERNEL void dropout(Dropout a) {
+    unsigned long long seed = (unsigned long long)a.seed;
+    double p = a.p;
+    FOR_EACH(t, a.n) {
         double u = draw(seed, t);
-        float m = u < p ? 0.0f : a.f[1];
-        a.p[1][t] = m;
-        a.p[0][t] = a.p[2][t] * m;
+        float m = u < p ? 0.0f : a.scale;
+        a.mask[t] = m;
+        a.out[t] = a.x[t] * m;
     }
 }
 
@@ -435,35 +433,35 @@ KERNEL void norm_each(KArgs a) {
     }
 }
 
-// The regression outputs' gradient: p0 = f0 * (p1 - p2) (the prediction less the label), or
-// f0 times its sign where i1 is set (MAE), in double.
-KERNEL void regression_bwd(KArgs a) {
-    FOR_EACH(t, a.i[0]) {
-        double d = (double)a.p[1][t] - (double)a.p[2][t];
-        if (a.i[1]) d = d > 0.0 ? 1.0 : (d < 0.0 ? -1.0 : 0.0);
-        a.p[0][t] = (float)((double)a.f[0] * d);
+// The regression outputs' gradient: out = scale * (pred - label), or scale times its sign
+// where mae is set, in double.
+KERNEL void regression_bwd(Regression a) {
+    FOR_EACH(t, a.n) {
+        double d = (double)a.pred[t] - (double)a.label[t];
+        if (a.mae) d = d > 0.0 ? 1.0 : (d < 0.0 ? -1.0 : 0.0);
+        a.out[t] = (float)((double)a.scale * d);
     }
 }
 
-// p0[t] = f0 / max(p1[0], 1): MakeLoss's gradient over a count computed on the device.
-KERNEL void fill_ratio(KArgs a) {
-    double count = a.p[1][0];
-    FOR_EACH(t, a.i[0]) a.p[0][t] = (float)((double)a.f[0] / (count > 1.0 ? count : 1.0));
+// out[t] = value / max(count[0], 1): MakeLoss's gradient over a count computed on the device.
+KERNEL void fill_ratio(FillRatio a) {
+    double count = a.count[0];
+    FOR_EACH(t, a.n) a.out[t] = (float)((double)a.value / (count > 1.0 ? count : 1.0));
 }
 
-// The random generators from seed i1, in double: i2 0 uniform on [f0, f1) (draw t), 1 normal
-// with mean f0 and deviation f1 (Box-Muller on draws 2t and 2t + 1).
-KERNEL void random_fill(KArgs a) {
-    unsigned long long seed = (unsigned long long)a.i[1];
-    double lo = a.f[0], hi = a.f[1];
-    FOR_EACH(t, a.i[0]) {
+// The random generators from the seed, in double: normal = 0 uniform on [lo, hi) (draw t),
+// 1 normal with mean lo and deviation hi (Box-Muller on draws 2t and 2t + 1).
+KERNEL void random_fill(RandomFill a) {
+    unsigned long long seed = (unsigned long long)a.seed;
+    double lo = a.lo, hi = a.hi;
+    FOR_EACH(t, a.n) {
         double v;
-        if (a.i[2] == 0) {
+        if (a.normal == 0) {
             v = lo + (hi - lo) * draw(seed, t);
         } else {
             double u1 = 1.0 - draw(seed, 2 * t), u2 = draw(seed, 2 * t + 1);
             v = lo + hi * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
         }
-        a.p[0][t] = (float)v;
+        a.out[t] = (float)v;
     }
 }

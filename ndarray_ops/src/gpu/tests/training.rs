@@ -526,16 +526,19 @@ pub(super) fn layer_by_layer(
     let lib = kernels().expect("a C++ compiler builds the kernels");
     let dropout = |l: usize, y: &[f32]| -> (Vec<f32>, Vec<f32>) {
         let (mut dropped, mut mask) = (vec![0f32; y.len()], vec![0f32; y.len()]);
-        let a = crate::gpu::KArgs::new(y.len())
-            .p(0, dropped.as_mut_ptr())
-            .p(1, mask.as_mut_ptr())
-            .p(2, y.as_ptr().cast_mut())
-            .i(1, crate::gpu::rnn::layer_seed(seed, l) as usize)
-            .f(0, r.p)
-            .f(1, 1.0 / (1.0 - r.p));
+        let a = crate::gpu::nn::Dropout {
+            n: y.len() as i64,
+            out: dropped.as_mut_ptr(),
+            mask: mask.as_mut_ptr(),
+            x: y.as_ptr().cast_mut(),
+            seed: crate::gpu::rnn::layer_seed(seed, l) as i64,
+            p: r.p as f32,
+            scale: (1.0 / (1.0 - r.p)) as f32,
+        };
         let host = HostStream::new(lib);
         let s: &dyn Stream = &host;
-        s.launch("dropout", y.len(), &a).expect("dropout");
+        s.run(crate::gpu::nn::k::dropout, y.len(), &a)
+            .expect("dropout");
         (dropped, mask)
     };
     let lstm = r.lstm();
