@@ -2,7 +2,7 @@
 //! and the row sums their gradients add up.
 
 use super::args::{int, kernel_args, ptr, Dim};
-use super::nn::lane_args;
+use super::lanes::lane_args;
 use super::ops::{e2s, fill_with};
 use super::reduce::{fold_partials, lane_parts, partial_doubles, total, FILLS_A_GPU};
 use super::Stream;
@@ -310,7 +310,7 @@ pub(crate) fn cross_entropy(
         label: ptr(label),
         loss: std::ptr::null_mut(),
         ograd: std::ptr::null_mut(),
-        figures: figures.cast::<f64>(),
+        figures,
         classes: Dim::new(k),
         gradient: 0,
     };

@@ -22,6 +22,7 @@ mod emulate;
 pub(crate) mod gather;
 pub(crate) mod gather_nd;
 pub(crate) mod indexing;
+pub(crate) mod lanes;
 pub(crate) mod nn;
 pub(crate) mod ops;
 mod ptx_cache;
@@ -65,23 +66,11 @@ const ARG_TABLES: &[&[args::Decl]] = &[
     reduce::DECLS,
     elemwise::DECLS,
     nn::DECLS,
+    lanes::DECLS,
 ];
 
 /// The kernels not yet given a named argument struct: they take the untyped [`KArgs`].
-const KARGS_KERNELS: &[&str] = &[
-    "softmax_lanes",
-    "softmax_lanes_bwd",
-    "softmax_parts",
-    "softmax_join",
-    "softmax_each",
-    "norm_fwd",
-    "norm_bwd",
-    "norm_parts",
-    "norm_join",
-    "norm_each",
-    "rnn_step_fwd",
-    "rnn_step_bwd",
-];
+const KARGS_KERNELS: &[&str] = &["rnn_step_fwd", "rnn_step_bwd"];
 
 /// A counting sort, for the tables of gradient kernels that gather instead of scattering: item
 /// `k` goes to bucket `keys[k]` (none: left out). Returns where each bucket starts in the list

@@ -4,10 +4,8 @@
 use super::args::{int, kernel_args, ptr, Dim};
 use super::elemwise::scalar_code;
 use super::ops::{e2s, fill_with};
-use super::reduce::{
-    channel_partials, channel_sum, lane_parts, reduction_scratch, sum_axes, ChannelSums,
-};
-use super::{Gemm, KArgs, Stream};
+use super::reduce::{channel_partials, channel_sum, reduction_scratch, sum_axes, ChannelSums};
+use super::{Gemm, Stream};
 use crate::ops::KResult;
 use crate::ops::{fc_dims, Attrs, TensorRef};
 
@@ -472,7 +470,7 @@ pub(crate) fn softmax_output(
     let shape = &ins[0].shape;
     // MXNet's SoftmaxOutput normalizes over axis 1 (the class axis), at no temperature (MXNet's
     // takes no such attribute).
-    lane_args(shape, 1.min(shape.len() - 1), 1.0, false)
+    super::lanes::lane_args(shape, 1.min(shape.len() - 1), 1.0, false)
         .on(&[&outs[0], &ins[0]])
         .run(s, false)
 }
@@ -554,157 +552,6 @@ pub(super) fn around(shape: &[usize], axis: usize) -> (usize, usize, usize) {
         shape[axis],
         shape[axis + 1..].iter().product(),
     )
-}
-
-/// The lanes along `axis` of `shape` and the softmax kernels' arguments for them (the pointers
-/// left to the caller).
-pub(super) fn lane_args(shape: &[usize], axis: usize, temp: f64, log: bool) -> Lanes {
-    let (outer, len, inner) = around(shape, axis);
-    let count = outer * inner;
-    let args = KArgs::new(count)
-        .i(1, len)
-        .i(2, inner)
-        .i(3, usize::from(log))
-        .f(0, temp);
-    Lanes { count, len, args }
-}
-
-/// Lanes a softmax normalizes, and the kernels' arguments.
-pub(super) struct Lanes {
-    count: usize,
-    len: usize,
-    args: KArgs,
-}
-
-impl Lanes {
-    /// Sets the arrays: `out`, then the data (backward: the output's gradient, then the output).
-    pub(super) fn on(mut self, ts: &[&TensorRef]) -> Lanes {
-        for (k, t) in ts.iter().enumerate() {
-            self.args = self.args.t(k, t);
-        }
-        self
-    }
-
-    /// Runs the softmax (or, `backward`, its gradient) over the lanes ([`over_lanes`]), so
-    /// that a few long lanes (a classifier's or a language model's classes over a small batch)
-    /// do not run on a few threads.
-    fn run(self, s: &dyn Stream, backward: bool) -> KResult {
-        over_lanes(s, self.args, (self.count, self.len), backward, SOFTMAX)
-    }
-
-    /// Each lane's figures in device scratch (doubles, two per lane: its maximum and its sum
-    /// of exponentials), found in `split` parts per lane.
-    pub(super) fn figures(&self, s: &dyn Stream, split: usize) -> Result<*mut f32, String> {
-        let kernels = [SOFTMAX.parts, SOFTMAX.join];
-        Ok(lane_figures(s, self.args, (self.count, split), false, kernels)?.1)
-    }
-}
-
-/// The kernels of an op over lanes (groups) of elements, for [`over_lanes`]: one thread per
-/// lane (forward, backward), or the split's three steps.
-#[derive(Clone, Copy)]
-pub(super) struct LaneKernels {
-    whole: [&'static str; 2],
-    parts: &'static str,
-    join: &'static str,
-    each: &'static str,
-}
-
-pub(super) const SOFTMAX: LaneKernels = LaneKernels {
-    whole: ["softmax_lanes", "softmax_lanes_bwd"],
-    parts: "softmax_parts",
-    join: "softmax_join",
-    each: "softmax_each",
-};
-
-pub(super) const NORM: LaneKernels = LaneKernels {
-    whole: ["norm_fwd", "norm_bwd"],
-    parts: "norm_parts",
-    join: "norm_join",
-    each: "norm_each",
-};
-
-/// Runs an op over `count` lanes of `len` elements with its arguments `a` (`backward`: its
-/// gradient): one thread per lane where the lanes alone fill a GPU, else each lane split into
-/// parts ([`lane_figures`]) and then one thread per element (`each`, from the figures in p8).
-pub(super) fn over_lanes(
-    s: &dyn Stream,
-    a: KArgs,
-    (count, len): (usize, usize),
-    backward: bool,
-    k: LaneKernels,
-) -> KResult {
-    let split = lane_parts(count, len);
-    if split == 1 {
-        return s.launch(k.whole[usize::from(backward)], count, &a);
-    }
-    let (a, _) = lane_figures(s, a, (count, split), backward, [k.parts, k.join])?;
-    let n = count * len;
-    s.launch(k.each, n, &a.i(0, n))
-}
-
-/// Each of `count` lanes' two figures (doubles, in device scratch) found in `split` parts per
-/// lane: `kernels[0]`, one thread per (lane, part), writes two doubles per part to p7 (i5 the
-/// parts per lane, i6 `backward`); `kernels[1]`, one thread per lane, joins them into p8.
-/// Returns the arguments with both set, and the figures.
-pub(super) fn lane_figures(
-    s: &dyn Stream,
-    a: KArgs,
-    (count, split): (usize, usize),
-    backward: bool,
-    kernels: [&'static str; 2],
-) -> Result<(KArgs, *mut f32), String> {
-    let partials = s.scratch(count * split * 16)?.cast::<f32>();
-    let figures = s.scratch(count * 16)?.cast::<f32>();
-    let a = a
-        .p(7, partials)
-        .p(8, figures)
-        .i(5, split)
-        .i(6, usize::from(backward));
-    s.launch(kernels[0], count * split, &a.i(0, count * split))?;
-    s.launch(kernels[1], count, &a.i(0, count))?;
-    Ok((a, figures))
-}
-
-/// softmax and log_softmax over any axis at any temperature, and their backward ops
-/// (`(output gradient, output) -> data gradient`).
-pub(crate) fn softmax(
-    op: &str,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
-    let x = &ins[0];
-    let axis = crate::ops::softmax_axis(op, attrs, x.shape.len()).map_err(e2s)?;
-    let temp = attrs.f64(op, "temperature", Some(1.0)).map_err(e2s)?;
-    let lanes = lane_args(&x.shape, axis, temp, op.ends_with("log_softmax"));
-    let ts: Vec<&TensorRef> = outs.iter().take(1).chain(ins).collect();
-    lanes.on(&ts).run(s, op.starts_with("_backward_"))
-}
-
-/// SoftmaxActivation (a softmax over the last axis, as MXNet's `instance` mode flattens the
-/// data to 2-D keeping it, or over the channels at each position) and its backward op, as
-/// softmax lanes.
-pub(crate) fn softmax_activation(
-    op: &str,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
-    let x = &ins[0];
-    let shape = match attrs.get("mode").unwrap_or("instance") {
-        "channel" => x.shape.to_vec(),
-        _ => {
-            let last = x.shape.last().copied().unwrap_or(1);
-            vec![x.len() / last.max(1), last]
-        }
-    };
-    let ts: Vec<&TensorRef> = outs.iter().take(1).chain(ins).collect();
-    lane_args(&shape, 1, 1.0, false)
-        .on(&ts)
-        .run(s, op.starts_with("_backward_"))
 }
 
 /// LogisticRegressionOutput's prediction: the data's sigmoid.
@@ -854,59 +701,6 @@ pub(crate) fn dropout(
         scale: keep as f32,
     };
     s.run(k::dropout, n, &a)
-}
-
-/// LayerNorm, InstanceNorm, GroupNorm and L2Normalization, and their backward ops over
-/// `ops::norm`'s groups of elements as lanes ([`over_lanes`]: a few long groups, such as an
-/// InstanceNorm's images or a LayerNorm over a small batch, split into parts); gamma's and
-/// beta's gradients are per-channel sums over the grouping's layout.
-pub(crate) fn normalization(
-    op: &str,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
-    use crate::ops::Scale;
-    let backward = op.starts_with("_backward_");
-    let data = &ins[usize::from(backward)];
-    let (groups, scale, _, _) = crate::ops::norm_layout(op, attrs, &data.shape).map_err(e2s)?;
-    let l2 = op.ends_with("L2Normalization");
-    let (per, layout) = match scale {
-        Scale::ByPosition => (0, (groups.outer, groups.len, groups.inner)),
-        // InstanceNorm and GroupNorm: groups are whole (sample, channel or group) runs.
-        Scale::ByGroup(m) if groups.inner == 1 => (m, (groups.outer / m, m, groups.len)),
-        Scale::ByGroup(_) => return Err(format!("{op}: groups with inner strides")),
-    };
-    let a = KArgs::new(groups.count())
-        .i(1, groups.len)
-        .i(2, groups.inner)
-        .i(3, per)
-        .i(4, usize::from(l2));
-    if !backward {
-        let a = a
-            .t(0, &outs[0])
-            .t(1, data)
-            .t(4, &outs[1])
-            .f(0, crate::ops::norm_eps(op, attrs).map_err(e2s)?);
-        let a = match l2 {
-            true => a,
-            false => a.t(2, &ins[1]).t(3, &ins[2]).t(5, &outs[2]),
-        };
-        return over_lanes(s, a, (groups.count(), groups.len), false, NORM);
-    }
-    // (ograd, out, norm) for L2Normalization, else (ograd, data, gamma, mean, std).
-    let a = a.t(0, &outs[0]).t(1, &ins[0]).t(2, data);
-    if l2 {
-        let a = a.t(5, &ins[2]);
-        return over_lanes(s, a, (groups.count(), groups.len), true, NORM);
-    }
-    // beta's gradient first: the data's gradient may be written over the output's.
-    channel_sum(s, outs[2].ptr(), ins[0].ptr(), layout, 1.0)?;
-    let scaled = s.scratch(data.buf.bytes)?.cast::<f32>();
-    let a = a.t(3, &ins[2]).t(4, &ins[3]).t(5, &ins[4]).p(6, scaled);
-    over_lanes(s, a, (groups.count(), groups.len), true, NORM)?;
-    channel_sum(s, outs[1].ptr(), scaled, layout, 1.0)
 }
 
 /// adam_update(weight, grad, mean, var) -> (weight, mean, var).

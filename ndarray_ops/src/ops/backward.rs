@@ -785,7 +785,7 @@ pub(super) fn grad_ops() -> &'static [OpDef] {
                 &[]
             )
         }
-        .on_gpu(gpu::nn::softmax),
+        .on_gpu(gpu::lanes::softmax),
         OpDef {
             alias_safe: false,
             ..def!(
@@ -797,7 +797,7 @@ pub(super) fn grad_ops() -> &'static [OpDef] {
                 &[]
             )
         }
-        .on_gpu(gpu::nn::softmax),
+        .on_gpu(gpu::lanes::softmax),
         OpDef {
             alias_safe: false,
             ..def!(

@@ -586,7 +586,7 @@ pub(super) fn ops() -> &'static [OpDef] {
             false
         )
         .grad(grad::softmax)
-        .on_gpu(gpu::nn::softmax),
+        .on_gpu(gpu::lanes::softmax),
         def!(
             "log_softmax",
             Arity::Exactly(1),
@@ -598,7 +598,7 @@ pub(super) fn ops() -> &'static [OpDef] {
             false
         )
         .grad(grad::softmax)
-        .on_gpu(gpu::nn::softmax),
+        .on_gpu(gpu::lanes::softmax),
         OpDef {
             infer_partial: Some(super::partial_shapes::softmax_output),
             gradient: Some(grad::softmax_output),

@@ -631,13 +631,13 @@ pub(super) fn ops() -> &'static [OpDef] {
     static OPS: &[OpDef] = &[
         norm("LayerNorm")
             .grad(grad::normalization)
-            .on_gpu(gpu::nn::normalization),
+            .on_gpu(gpu::lanes::normalization),
         norm("InstanceNorm")
             .grad(grad::normalization)
-            .on_gpu(gpu::nn::normalization),
+            .on_gpu(gpu::lanes::normalization),
         norm("GroupNorm")
             .grad(grad::normalization)
-            .on_gpu(gpu::nn::normalization),
+            .on_gpu(gpu::lanes::normalization),
         OpDef {
             arity: Arity::Exactly(1),
             infer_partial: None,
@@ -646,11 +646,11 @@ pub(super) fn ops() -> &'static [OpDef] {
             gradient: Some(grad::normalization),
             ..norm("L2Normalization")
         }
-        .on_gpu(gpu::nn::normalization),
-        backward("_backward_LayerNorm", 5).on_gpu(gpu::nn::normalization),
-        backward("_backward_InstanceNorm", 5).on_gpu(gpu::nn::normalization),
-        backward("_backward_GroupNorm", 5).on_gpu(gpu::nn::normalization),
-        backward("_backward_L2Normalization", 3).on_gpu(gpu::nn::normalization),
+        .on_gpu(gpu::lanes::normalization),
+        backward("_backward_LayerNorm", 5).on_gpu(gpu::lanes::normalization),
+        backward("_backward_InstanceNorm", 5).on_gpu(gpu::lanes::normalization),
+        backward("_backward_GroupNorm", 5).on_gpu(gpu::lanes::normalization),
+        backward("_backward_L2Normalization", 3).on_gpu(gpu::lanes::normalization),
         OpDef {
             alias_safe: false,
             backward_ignores: &[0],
@@ -662,7 +662,7 @@ pub(super) fn ops() -> &'static [OpDef] {
                 softmax_activation_kernel,
             )
         }
-        .on_gpu(gpu::nn::softmax_activation),
+        .on_gpu(gpu::lanes::softmax_activation),
         OpDef {
             alias_safe: false,
             ..OpDef::new(
@@ -672,7 +672,7 @@ pub(super) fn ops() -> &'static [OpDef] {
                 softmax_activation_backward_kernel,
             )
         }
-        .on_gpu(gpu::nn::softmax_activation),
+        .on_gpu(gpu::lanes::softmax_activation),
     ];
     OPS
 }

@@ -88,15 +88,15 @@ KERNEL void bn_bwd_apply(BnBwdApply a) {
     }
 }
 
-// Softmax over axis 1 of an (outer, i1, i2) layout at temperature f0, one thread per lane (i0
-// lanes): p0 = softmax(p1 / f0), or its logarithm where i3 is set.
-KERNEL void softmax_lanes(KArgs a) {
-    i64 len = a.i[1], inner = a.i[2];
-    double temp = a.f[0];
-    FOR_EACH(t, a.i[0]) {
+// Softmax over axis 1 of an (outer, len, inner) layout at temperature temp, one thread per lane
+// (n lanes): out = softmax(x / temp), or its logarithm where log is set.
+KERNEL void softmax_lanes(Softmax a) {
+    i64 len = a.len, inner = a.inner.n;
+    double temp = a.temp;
+    FOR_EACH(t, a.n) {
         i64 base = (t / inner) * len * inner + t % inner;
-        const float* x = a.p[1] + base;
-        float* y = a.p[0] + base;
+        const float* x = a.x + base;
+        float* y = a.out + base;
         double m = x[0] / temp;
         for (i64 k = 1; k < len; k++) m = fmax(m, x[k * inner] / temp);
         double z = 0.0;
@@ -104,56 +104,55 @@ KERNEL void softmax_lanes(KArgs a) {
         double logz = log(z);
         for (i64 k = 0; k < len; k++) {
             double s = x[k * inner] / temp - m;
-            y[k * inner] = (float)(a.i[3] ? s - logz : exp(s) / z);
+            y[k * inner] = (float)(a.log ? s - logz : exp(s) / z);
         }
     }
 }
 
-// softmax_lanes' gradient, per lane: p0 = d data from p1 (the output's gradient) and p2 (the
-// output); softmax: y * (g - sum(g * y)) / f0; log_softmax (i3): (g - exp(y) * sum(g)) / f0.
-KERNEL void softmax_lanes_bwd(KArgs a) {
-    i64 len = a.i[1], inner = a.i[2];
-    double temp = a.f[0];
-    FOR_EACH(t, a.i[0]) {
+// softmax_lanes' gradient, per lane: out = d data from x (the output's gradient, g) and y (the
+// output); softmax: y * (g - sum(g * y)) / temp; log_softmax: (g - exp(y) * sum(g)) / temp.
+KERNEL void softmax_lanes_bwd(Softmax a) {
+    i64 len = a.len, inner = a.inner.n;
+    double temp = a.temp;
+    FOR_EACH(t, a.n) {
         i64 base = (t / inner) * len * inner + t % inner;
-        const float* g = a.p[1] + base;
-        const float* y = a.p[2] + base;
-        float* dx = a.p[0] + base;
+        const float* g = a.x + base;
+        const float* y = a.y + base;
+        float* dx = a.out + base;
         double s = 0.0;
-        for (i64 k = 0; k < len; k++) s += a.i[3] ? (double)g[k * inner] : (double)g[k * inner] * y[k * inner];
+        for (i64 k = 0; k < len; k++) s += a.log ? (double)g[k * inner] : (double)g[k * inner] * y[k * inner];
         for (i64 k = 0; k < len; k++) {
             double gk = g[k * inner], yk = y[k * inner];
-            dx[k * inner] = (float)((a.i[3] ? gk - exp(yk) * s : yk * (gk - s)) / temp);
+            dx[k * inner] = (float)((a.log ? gk - exp(yk) * s : yk * (gk - s)) / temp);
         }
     }
 }
 
-// softmax_lanes and softmax_lanes_bwd split for few long lanes (as gpu/ops.rs's over_lanes
-// runs them), with their layout, i1..i3, f0 and p0..p2, each lane in i5 parts so that many
-// threads share a lane; i6 says backward. softmax_parts, one thread per (lane, part) (i0 of
-// them): part k of a lane takes its elements k, k + i5, ... (neighbouring threads read
-// neighbouring addresses) and writes to p7 (doubles) their maximum and their sum of exp(x -
-// that maximum), of x / f0 (backward: the sum of g * y, or of g for log_softmax). softmax_join,
-// one thread per lane (i0 lanes): the lane's maximum and sum of exp from its parts (backward:
-// its sum) into p8 (doubles, two per lane). softmax_each, one thread per element (i0 of them):
-// p0 as the lane kernels compute it, from the lane's figures in p8.
+// softmax_lanes and softmax_lanes_bwd split for few long lanes (as gpu/lanes.rs's over_lanes
+// runs them), each lane in `parts` parts so that many threads share a lane. softmax_parts, one
+// thread per (lane, part) (n of them): part k of a lane takes its elements k, k + parts, ...
+// (neighbouring threads read neighbouring addresses) and writes to partials their maximum and
+// their sum of exp(x - that maximum), of x / temp (backward: the sum of g * y, or of g for
+// log_softmax). softmax_join, one thread per lane (n lanes): the lane's maximum and sum of exp
+// from its parts (backward: its sum) into figures (two per lane). softmax_each, one thread per
+// element (n of them): out as the lane kernels compute it, from the lane's figures.
 __device__ inline i64 lane_start(i64 lane, i64 len, i64 inner) {
     return (lane / inner) * len * inner + lane % inner;
 }
 
-KERNEL void softmax_parts(KArgs a) {
-    i64 len = a.i[1], inner = a.i[2], parts = a.i[5];
-    double temp = a.f[0];
-    double* out = (double*)a.p[7];
-    FOR_EACH(t, a.i[0]) {
+KERNEL void softmax_parts(Softmax a) {
+    i64 len = a.len, inner = a.inner.n, parts = a.parts;
+    double temp = a.temp;
+    double* out = a.partials;
+    FOR_EACH(t, a.n) {
         i64 lane = t / parts, k0 = t % parts;
         i64 base = lane_start(lane, len, inner);
-        const float* x = a.p[1] + base;
-        if (a.i[6]) {
-            const float* y = a.p[2] + base;
+        const float* x = a.x + base;
+        if (a.backward) {
+            const float* y = a.y + base;
             double s = 0.0;
             for (i64 k = k0; k < len; k += parts)
-                s += a.i[3] ? (double)x[k * inner] : (double)x[k * inner] * y[k * inner];
+                s += a.log ? (double)x[k * inner] : (double)x[k * inner] * y[k * inner];
             out[2 * t] = s;
             continue;
         }
@@ -166,12 +165,12 @@ KERNEL void softmax_parts(KArgs a) {
     }
 }
 
-KERNEL void softmax_join(KArgs a) {
-    i64 parts = a.i[5];
-    FOR_EACH(lane, a.i[0]) {
-        const double* p = (const double*)a.p[7] + 2 * lane * parts;
-        double* out = (double*)a.p[8] + 2 * lane;
-        if (a.i[6]) {
+KERNEL void softmax_join(Softmax a) {
+    i64 parts = a.parts;
+    FOR_EACH(lane, a.n) {
+        const double* p = a.partials + 2 * lane * parts;
+        double* out = a.figures + 2 * lane;
+        if (a.backward) {
             double s = 0.0;
             for (i64 k = 0; k < parts; k++) s += p[2 * k];
             out[0] = s;
@@ -186,19 +185,19 @@ KERNEL void softmax_join(KArgs a) {
     }
 }
 
-KERNEL void softmax_each(KArgs a) {
-    i64 len = a.i[1], inner = a.i[2];
-    double temp = a.f[0];
-    FOR_EACH(t, a.i[0]) {
-        i64 r, q = split(a, 2, t, &r);
-        const double* lane = (const double*)a.p[8] + 2 * ((q / len) * inner + r);
-        if (a.i[6]) {
-            double g = a.p[1][t], y = a.p[2][t];
-            a.p[0][t] = (float)((a.i[3] ? g - exp(y) * lane[0] : y * (g - lane[0])) / temp);
+KERNEL void softmax_each(Softmax a) {
+    i64 len = a.len, inner = a.inner.n;
+    double temp = a.temp;
+    FOR_EACH(t, a.n) {
+        i64 r, q = split(a.inner, t, &r);
+        const double* lane = a.figures + 2 * ((q / len) * inner + r);
+        if (a.backward) {
+            double g = a.x[t], y = a.y[t];
+            a.out[t] = (float)((a.log ? g - exp(y) * lane[0] : y * (g - lane[0])) / temp);
             continue;
         }
-        double s = a.p[1][t] / temp - lane[0];
-        a.p[0][t] = (float)(a.i[3] ? s - log(lane[1]) : exp(s) / lane[1]);
+        double s = a.x[t] / temp - lane[0];
+        a.out[t] = (float)(a.log ? s - log(lane[1]) : exp(s) / lane[1]);
     }
 }
 
@@ -266,18 +265,18 @@ KERNEL void dropout(Dropout a) {
 }
 
 // The normalization kernels' shared steps (layout and arguments as norm_fwd and norm_bwd
-// below). The gamma entry scaling element k of group g: its position (i3 = 0) or the group's
-// outer index modulo i3.
-__device__ inline i64 norm_scale(const KArgs& a, i64 g, i64 k) {
-    return a.i[3] ? (g / a.i[2]) % a.i[3] : k;
+// below). The gamma entry scaling element k of group g: its position (per = 0) or the group's
+// outer index modulo per.
+__device__ inline i64 norm_scale(const Norm& a, i64 g, i64 k) {
+    return a.per ? (g / a.inner.n) % a.per : k;
 }
 
 // Over a group's elements k0, k0 + step, ... (x its first): their mean (L2: 0) into m[0] and
 // their squared deviations from it summed into m[1].
-__device__ inline void norm_moments(const KArgs& a, const float* x, i64 k0, i64 step, double* m) {
-    i64 len = a.i[1], inner = a.i[2];
+__device__ inline void norm_moments(const Norm& a, const float* x, i64 k0, i64 step, double* m) {
+    i64 len = a.len.n, inner = a.inner.n;
     double mean = 0.0, m2 = 0.0;
-    if (!a.i[4]) {
+    if (!a.l2) {
         for (i64 k = k0; k < len; k += step) mean += x[k * inner];
         mean /= (double)((len - k0 + step - 1) / step);
     }
@@ -286,39 +285,39 @@ __device__ inline void norm_moments(const KArgs& a, const float* x, i64 k0, i64 
     m[1] = m2;
 }
 
-// Group g's deviation sqrt(m2 / len + f0) (L2: the norm sqrt(m2 + f0)), written with the mean
-// to the hidden outputs p4 and p5 (L2: the norm to p4); returns it.
-__device__ inline double norm_stats(const KArgs& a, i64 g, double mean, double m2) {
-    double denom = sqrt((a.i[4] ? m2 : m2 / (double)a.i[1]) + a.f[0]);
-    if (a.i[4]) {
-        a.p[4][g] = (float)denom;
+// Group g's deviation sqrt(m2 / len + eps) (L2: the norm sqrt(m2 + eps)), written with the mean
+// to the hidden outputs mean and std (L2: the norm to mean); returns it.
+__device__ inline double norm_stats(const Norm& a, i64 g, double mean, double m2) {
+    double denom = sqrt((a.l2 ? m2 : m2 / (double)a.len.n) + a.eps);
+    if (a.l2) {
+        a.mean[g] = (float)denom;
     } else {
-        a.p[4][g] = (float)mean;
-        a.p[5][g] = (float)denom;
+        a.mean[g] = (float)mean;
+        a.std[g] = (float)denom;
     }
     return denom;
 }
 
-// p0 at element `at` (gamma entry c) from its group's mean and deviation.
-__device__ inline void norm_out(const KArgs& a, i64 at, i64 c, double mean, double denom) {
-    double v = (a.p[1][at] - mean) / denom;
-    a.p[0][at] = (float)(a.i[4] ? v : v * a.p[2][c] + a.p[3][c]);
+// out at element `at` (gamma entry c) from its group's mean and deviation.
+__device__ inline void norm_out(const Norm& a, i64 at, i64 c, double mean, double denom) {
+    double v = (a.x[at] - mean) / denom;
+    a.out[at] = (float)(a.l2 ? v : v * a.gamma[c] + a.beta[c]);
 }
 
-// The gradient's two sums over group g's elements k0, k0 + step, ...: of d (p1, the output's
+// The gradient's two sums over group g's elements k0, k0 + step, ...: of d (x, the output's
 // gradient, times gamma but for L2) into s[0] and of h * d (h the normalized data; L2: the
-// output p2) into s[1].
-__device__ inline void norm_grad_sums(const KArgs& a, i64 g, i64 k0, i64 step, double* s) {
-    i64 len = a.i[1], inner = a.i[2], l2 = a.i[4];
+// output, in data) into s[1].
+__device__ inline void norm_grad_sums(const Norm& a, i64 g, i64 k0, i64 step, double* s) {
+    i64 len = a.len.n, inner = a.inner.n, l2 = a.l2;
     i64 base = lane_start(g, len, inner);
-    const float* og = a.p[1] + base;
-    const float* x = a.p[2] + base;
-    double denom = a.p[5][g], mean = l2 ? 0.0 : a.p[4][g];
+    const float* og = a.x + base;
+    const float* x = a.data + base;
+    double denom = a.std[g], mean = l2 ? 0.0 : a.mean[g];
     double sum_d = 0.0, dot = 0.0;
     for (i64 k = k0; k < len; k += step) {
         double h = l2 ? (double)x[k * inner] : (x[k * inner] - mean) / denom;
         double d = og[k * inner];
-        if (!l2) d *= a.p[3][norm_scale(a, g, k)];
+        if (!l2) d *= a.gamma[norm_scale(a, g, k)];
         dot += h * d;
         sum_d += d;
     }
@@ -326,40 +325,40 @@ __device__ inline void norm_grad_sums(const KArgs& a, i64 g, i64 k0, i64 step, d
     s[1] = dot;
 }
 
-// p0 (and, where given, p6 = the output's gradient times h) at element `at` of group g (gamma
-// entry c) from the group's gradient sums.
-__device__ inline void norm_grad_at(const KArgs& a, i64 at, i64 g, i64 c, double sum_d, double dot) {
-    i64 l2 = a.i[4];
-    double len = (double)a.i[1], denom = a.p[5][g], mean = l2 ? 0.0 : a.p[4][g];
-    double h = l2 ? (double)a.p[2][at] : (a.p[2][at] - mean) / denom;
-    double o = a.p[1][at], d = l2 ? o : o * a.p[3][c];
+// out (and, where given, terms = the output's gradient times h) at element `at` of group g
+// (gamma entry c) from the group's gradient sums.
+__device__ inline void norm_grad_at(const Norm& a, i64 at, i64 g, i64 c, double sum_d, double dot) {
+    i64 l2 = a.l2;
+    double len = (double)a.len.n, denom = a.std[g], mean = l2 ? 0.0 : a.mean[g];
+    double h = l2 ? (double)a.data[at] : (a.data[at] - mean) / denom;
+    double o = a.x[at], d = l2 ? o : o * a.gamma[c];
     double mean_d = l2 ? 0.0 : sum_d / len, dt = l2 ? dot : dot / len;
-    if (a.p[6]) a.p[6][at] = (float)(o * h);
-    a.p[0][at] = (float)((d - mean_d - h * dt) / denom);
+    if (a.terms) a.terms[at] = (float)(o * h);
+    a.out[at] = (float)((d - mean_d - h * dt) / denom);
 }
 
-// The normalizations over groups of i1 elements i2 apart (group g starts at (g / i2) * i1 * i2 +
-// g % i2), one thread per group (i0 groups): p0 = (p1 - mean) / sqrt(var + f0) * gamma + beta
-// (p2 gamma, p3 beta; i3 = 0: indexed by the position in the group, else by (g / i2) % i3),
-// each group's mean into p4 and sqrt(var + f0) into p5; with i4 (L2Normalization) p0 = p1 /
-// sqrt(sum p1^2 + f0) and that norm into p4.
-KERNEL void norm_fwd(KArgs a) {
-    i64 len = a.i[1], inner = a.i[2];
-    FOR_EACH(g, a.i[0]) {
+// The normalizations over groups of len elements inner apart (group g starts at (g / inner) *
+// len * inner + g % inner), one thread per group (n groups): out = (x - mean) / sqrt(var + eps)
+// * gamma + beta (per = 0: gamma and beta indexed by the position in the group, else by
+// (g / inner) % per), each group's mean into mean and sqrt(var + eps) into std; with l2
+// (L2Normalization) out = x / sqrt(sum x^2 + eps) and that norm into mean.
+KERNEL void norm_fwd(Norm a) {
+    i64 len = a.len.n, inner = a.inner.n;
+    FOR_EACH(g, a.n) {
         i64 base = lane_start(g, len, inner);
         double m[2];
-        norm_moments(a, a.p[1] + base, 0, 1, m);
+        norm_moments(a, a.x + base, 0, 1, m);
         double denom = norm_stats(a, g, m[0], m[1]);
         for (i64 k = 0; k < len; k++) norm_out(a, base + k * inner, norm_scale(a, g, k), m[0], denom);
     }
 }
 
-// norm_fwd's gradient, per group (layout and i0..i4 as there): p0 = d data from p1 (the output's
-// gradient), p2 the data (L2: the output), p3 gamma, p4 mean and p5 std (L2: p5 the norm); with
-// p6 given, p6 = p1 * the normalized data, whose sums per gamma entry are gamma's gradient.
-KERNEL void norm_bwd(KArgs a) {
-    i64 len = a.i[1], inner = a.i[2];
-    FOR_EACH(g, a.i[0]) {
+// norm_fwd's gradient, per group (layout as there): out = d data from x (the output's
+// gradient), data (L2: the output), gamma, mean and std (L2: std the norm); with terms given,
+// terms = x * the normalized data, whose sums per gamma entry are gamma's gradient.
+KERNEL void norm_bwd(Norm a) {
+    i64 len = a.len.n, inner = a.inner.n;
+    FOR_EACH(g, a.n) {
         i64 base = lane_start(g, len, inner);
         double sums[2];
         norm_grad_sums(a, g, 0, 1, sums);
@@ -368,36 +367,35 @@ KERNEL void norm_bwd(KArgs a) {
     }
 }
 
-// norm_fwd and norm_bwd split for few long groups (as gpu/ops.rs's over_lanes runs them; layout,
-// i1..i4, f0 and p0..p6 as there), each group in i5 parts so that many threads share a group;
-// i6 says backward. norm_parts, one thread per (group, part) (i0 of them): part k of a group
-// takes its elements k, k + i5, ... and writes two doubles to p7: forward, their mean and
-// their squared deviations from it summed (L2: 0 and the sum of squares); backward, the sums
-// of d and of h * d (norm_bwd's). norm_join, one thread per group (i0 groups): forward, the
-// group's mean and deviation from its parts' (Chan, Golub and LeVeque's pairwise update: a
-// part's mean differing from the running one adds to the squared deviations) into p8
-// (doubles, two per group) and the hidden outputs; backward, the parts' sums into p8.
-// norm_each, one thread per element (i0 of them): p0 as norm_fwd or norm_bwd computes it, from
-// the group's figures in p8.
-KERNEL void norm_parts(KArgs a) {
-    i64 len = a.i[1], inner = a.i[2], parts = a.i[5];
-    double* out = (double*)a.p[7];
-    FOR_EACH(t, a.i[0]) {
+// norm_fwd and norm_bwd split for few long groups (as gpu/lanes.rs's over_lanes runs them),
+// each group in `parts` parts so that many threads share a group. norm_parts, one thread per
+// (group, part) (n of them): part k of a group takes its elements k, k + parts, ... and writes
+// two doubles to partials: forward, their mean and their squared deviations from it summed
+// (L2: 0 and the sum of squares); backward, the sums of d and of h * d (norm_bwd's). norm_join,
+// one thread per group (n groups): forward, the group's mean and deviation from its parts'
+// (Chan, Golub and LeVeque's pairwise update: a part's mean differing from the running one adds
+// to the squared deviations) into figures (two per group) and the hidden outputs; backward, the
+// parts' sums into figures. norm_each, one thread per element (n of them): out as norm_fwd or
+// norm_bwd computes it, from the group's figures.
+KERNEL void norm_parts(Norm a) {
+    i64 len = a.len.n, inner = a.inner.n, parts = a.parts;
+    double* out = a.partials;
+    FOR_EACH(t, a.n) {
         i64 g = t / parts, k0 = t % parts;
-        if (a.i[6]) {
+        if (a.backward) {
             norm_grad_sums(a, g, k0, parts, out + 2 * t);
         } else {
-            norm_moments(a, a.p[1] + lane_start(g, len, inner), k0, parts, out + 2 * t);
+            norm_moments(a, a.x + lane_start(g, len, inner), k0, parts, out + 2 * t);
         }
     }
 }
 
-KERNEL void norm_join(KArgs a) {
-    i64 len = a.i[1], parts = a.i[5];
-    FOR_EACH(g, a.i[0]) {
-        const double* p = (const double*)a.p[7] + 2 * g * parts;
-        double* out = (double*)a.p[8] + 2 * g;
-        if (a.i[6]) {
+KERNEL void norm_join(Norm a) {
+    i64 len = a.len.n, parts = a.parts;
+    FOR_EACH(g, a.n) {
+        const double* p = a.partials + 2 * g * parts;
+        double* out = a.figures + 2 * g;
+        if (a.backward) {
             double sum_d = 0.0, dot = 0.0;
             for (i64 k = 0; k < parts; k++) {
                 sum_d += p[2 * k];
@@ -420,12 +418,12 @@ KERNEL void norm_join(KArgs a) {
     }
 }
 
-KERNEL void norm_each(KArgs a) {
-    FOR_EACH(t, a.i[0]) {
-        i64 i, k, o = split(a, 1, split(a, 2, t, &i), &k);
-        i64 g = o * a.i[2] + i;
-        const double* f = (const double*)a.p[8] + 2 * g;
-        if (a.i[6]) {
+KERNEL void norm_each(Norm a) {
+    FOR_EACH(t, a.n) {
+        i64 i, k, o = split(a.len, split(a.inner, t, &i), &k);
+        i64 g = o * a.inner.n + i;
+        const double* f = a.figures + 2 * g;
+        if (a.backward) {
             norm_grad_at(a, t, g, norm_scale(a, g, k), f[0], f[1]);
         } else {
             norm_out(a, t, norm_scale(a, g, k), f[0], f[1]);
