@@ -225,22 +225,14 @@ pub(crate) fn decls() -> impl Iterator<Item = &'static Decl> {
 }
 
 /// Every kernel's name.
-pub(crate) fn kernel_names() -> impl Iterator<Item = &'static str> + Clone {
-    let named = super::ARG_TABLES
-        .iter()
-        .flat_map(|t| t.iter())
-        .flat_map(|d| d.kernels.iter().copied());
-    super::KARGS_KERNELS.iter().copied().chain(named)
+pub(crate) fn kernel_names() -> impl Iterator<Item = &'static str> {
+    decls().flat_map(|d| d.kernels.iter().copied())
 }
 
-#[cfg(test)]
 /// Every kernel's name and the C name of its argument struct.
+#[cfg(test)]
 pub(crate) fn kernel_structs() -> impl Iterator<Item = (&'static str, &'static str)> {
-    let named = decls().flat_map(|d| d.kernels.iter().map(|k| (*k, d.name)));
-    super::KARGS_KERNELS
-        .iter()
-        .map(|k| (*k, "KArgs"))
-        .chain(named)
+    decls().flat_map(|d| d.kernels.iter().map(|k| (*k, d.name)))
 }
 
 /// A kernel's arguments as a stream passes them: their address and size.
@@ -256,5 +248,33 @@ impl RawArgs {
             ptr: (args as *const A).cast(),
             bytes: std::mem::size_of::<A>(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{kernel_structs, source};
+
+    /// Every kernel the device code defines is in a family's table with the struct it takes,
+    /// and every table's kernel is defined: a table left out of `ARG_TABLES`, or a kernel whose
+    /// C signature names another struct, fails here rather than at compile or launch time.
+    #[test]
+    fn the_tables_name_every_kernel_with_the_struct_it_takes() {
+        let mut defined: Vec<(String, String)> = source()
+            .lines()
+            .filter_map(|l| l.strip_prefix("KERNEL void "))
+            .filter_map(|rest| {
+                let (name, args) = rest.split_once('(')?;
+                let ty = args.split_whitespace().next()?;
+                Some((name.to_string(), ty.to_string()))
+            })
+            .collect();
+        let mut tables: Vec<(String, String)> = kernel_structs()
+            .map(|(k, s)| (k.to_string(), s.to_string()))
+            .collect();
+        defined.sort();
+        tables.sort();
+        assert_eq!(defined, tables);
+        assert!(tables.len() >= 70, "{} kernels", tables.len());
     }
 }

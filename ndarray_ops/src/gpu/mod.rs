@@ -2,7 +2,7 @@
 //!
 //! Three layers, so that everything but the driver calls runs on any machine:
 //!
-//! * `kernels/*.cu`: the device code, CUDA C, one file per op family over `kernels/common.cuh`, every kernel a grid-stride loop over one [`KArgs`];
+//! * `kernels/*.cu`: the device code, CUDA C, one file per op family over `kernels/common.cuh`, every kernel a grid-stride loop over one argument struct ([`args`]);
 //! * [`ops`]: one function per op (MXNet's semantics, float32) that launches kernels and GEMMs on a
 //!   [`Stream`] — the same op list the CPU kernels implement for `train_digits` and ResNet;
 //! * the streams: [`cuda`] (the `cuda` feature) compiles the kernels with NVRTC, runs GEMMs with
@@ -67,10 +67,8 @@ const ARG_TABLES: &[&[args::Decl]] = &[
     elemwise::DECLS,
     nn::DECLS,
     lanes::DECLS,
+    rnn::DECLS,
 ];
-
-/// The kernels not yet given a named argument struct: they take the untyped [`KArgs`].
-const KARGS_KERNELS: &[&str] = &["rnn_step_fwd", "rnn_step_bwd"];
 
 /// A counting sort, for the tables of gradient kernels that gather instead of scattering: item
 /// `k` goes to bucket `keys[k]` (none: left out). Returns where each bucket starts in the list
@@ -96,55 +94,6 @@ fn buckets(
         }
     }
     (starts, list)
-}
-
-/// A kernel's one argument (the `KArgs` of `kernels/common.cuh`, field for field): device pointers,
-/// integers and floats, each kernel documenting which slots it reads.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct KArgs {
-    p: [*mut f32; 12],
-    i: [i64; 16],
-    f: [f32; 8],
-    /// `divider(i[k])`, for the kernels' `split`.
-    m: [u64; 16],
-}
-
-impl KArgs {
-    /// Arguments with `i0 = n` (most kernels' element count).
-    pub(crate) fn new(n: usize) -> KArgs {
-        KArgs {
-            p: [std::ptr::null_mut(); 12],
-            i: [0; 16],
-            f: [0.0; 8],
-            m: [0; 16],
-        }
-        .i(0, n)
-    }
-
-    /// Pointer slot `k` = the tensor's memory.
-    pub(crate) fn t(self, k: usize, t: &TensorRef) -> KArgs {
-        self.p(k, t.ptr::<f32>())
-    }
-
-    /// Pointer slot `k`.
-    pub(crate) fn p(mut self, k: usize, p: *mut f32) -> KArgs {
-        self.p[k] = p;
-        self
-    }
-
-    /// Integer slot `k`.
-    pub(crate) fn i(mut self, k: usize, v: usize) -> KArgs {
-        self.i[k] = v as i64;
-        self.m[k] = args::divider(self.i[k]);
-        self
-    }
-
-    /// Float slot `k`.
-    pub(crate) fn f(mut self, k: usize, v: f64) -> KArgs {
-        self.f[k] = v as f32;
-        self
-    }
 }
 
 /// `C = op(A) op(B) + beta C` on row-major float32 matrices: `op(A)` is `m x k`, `op(B)` is
@@ -251,7 +200,7 @@ pub(crate) trait Stream {
     /// Device scratch memory of at least `bytes`, 8-byte aligned, its own until the op ends.
     fn scratch(&self, bytes: usize) -> Result<*mut u8, String>;
     /// Device scratch memory (as [`Stream::scratch`]) holding a copy of `table`, in the stream's
-    /// order: for index tables a kernel reads, too long for its [`KArgs`].
+    /// order: for index tables a kernel reads, too long for its arguments.
     fn upload(&self, table: &[i64]) -> Result<*mut u8, String>;
     /// A copy of `t` (device memory, float32) on the host, once the stream has reached this
     /// point: for the ops whose CPU kernels refuse bad indices, which the op layer checks on the
@@ -277,21 +226,6 @@ impl dyn Stream + '_ {
         args: &A,
     ) -> Result<(), String> {
         self.launch_raw(kernel.name, threads, args::RawArgs::of(args))
-    }
-
-    /// Launches `kernel`, one of [`KARGS_KERNELS`], with untyped arguments.
-    pub(crate) fn launch(
-        &self,
-        kernel: &'static str,
-        threads: usize,
-        args: &KArgs,
-    ) -> Result<(), String> {
-        if !KARGS_KERNELS.contains(&kernel) {
-            return Err(format!(
-                "kernel {kernel} takes a named argument struct, not KArgs"
-            ));
-        }
-        self.launch_raw(kernel, threads, args::RawArgs::of(args))
     }
 }
 

@@ -17,12 +17,95 @@
 //! output one step back, or the initial state) instead of being gathered; the masks come from
 //! another generator (the same values with the same probabilities).
 
+use super::args::{int, kernel_args, Dim};
 use super::elemwise::fill;
-use super::{DeviceBlock, Gemm, KArgs, Stream};
+use super::{DeviceBlock, Gemm, Stream};
 use crate::ops::rnn::{Mode, Pass, Rnn};
 use crate::ops::KResult;
 use crate::ops::{Attrs, TensorRef};
 use crate::resources::StateSlot;
+
+kernel_args! {
+    /// One step of one layer in one direction, forward (see `kernels/rnn.cu`).
+    struct RnnStepFwd [rnn_step_fwd] {
+        /// Threads: samples times hidden units.
+        n: i64,
+        /// The step's gates: the input projection in, the activated gates out.
+        gates: *mut f32,
+        /// The hidden projection (no bias).
+        hp: *mut f32,
+        /// The input bias.
+        bx: *mut f32,
+        /// The hidden bias.
+        bh: *mut f32,
+        /// The state, updated.
+        state: *mut f32,
+        /// The cell (LSTM), updated.
+        cell: *mut f32,
+        /// The step's extra values, kept for the backward pass.
+        extra: *mut f32,
+        /// The step's output.
+        out: *mut f32,
+        /// Per-sample lengths; null: every sequence whole.
+        lens: *const i64,
+        /// Hidden units.
+        hidden: Dim,
+        /// 0 rnn_relu, 1 rnn_tanh, 2 lstm, 3 gru.
+        mode: i64,
+        /// The state's row stride.
+        state_stride: i64,
+        /// The output's row stride.
+        out_stride: i64,
+        /// The step's time.
+        time: i64,
+    }
+
+    /// One step of one layer in one direction, backward (see `kernels/rnn.cu`).
+    struct RnnStepBwd [rnn_step_bwd] {
+        /// Threads: samples times hidden units.
+        n: i64,
+        /// The step's gate gradients: the input projection's, then the hidden projection's.
+        dgates: *mut f32,
+        /// The step's gates.
+        gates: *mut f32,
+        /// The step's extra values.
+        extra: *mut f32,
+        /// The carried state gradient in; its part bypassing the hidden projection out.
+        dh: *mut f32,
+        /// The carried cell gradient (LSTM), updated.
+        dc: *mut f32,
+        /// The step's output gradient.
+        dy: *mut f32,
+        /// The state after the step before (null at the direction's first step).
+        h_prev: *mut f32,
+        /// That step's cell.
+        c_prev: *mut f32,
+        /// Per-sample lengths; null: every sequence whole.
+        lens: *const i64,
+        /// The initial state.
+        h0: *mut f32,
+        /// The initial cell.
+        c0: *mut f32,
+        /// The hidden-projection gate gradients at each sample's first step.
+        dgates_first: *mut f32,
+        /// Hidden units.
+        hidden: Dim,
+        /// 0 rnn_relu, 1 rnn_tanh, 2 lstm, 3 gru.
+        mode: i64,
+        /// `dy`'s row stride.
+        dy_stride: i64,
+        /// `h_prev`'s row stride.
+        h_stride: i64,
+        /// `c_prev`'s row stride.
+        c_stride: i64,
+        /// The step's time.
+        time: i64,
+        /// The direction.
+        dir: i64,
+        /// Steps in the sequence.
+        steps: i64,
+    }
+}
 
 /// Element `k` of a device buffer (no host access: pointer arithmetic only).
 fn at(p: *mut f32, k: usize) -> *mut f32 {
@@ -224,22 +307,24 @@ fn forward(
                     (hp, gh),
                     0.0,
                 )?;
-                let a = KArgs::new(nb * h)
-                    .i(1, h)
-                    .i(2, mode_code(r.mode))
-                    .i(3, h)
-                    .i(4, width)
-                    .i(5, t)
-                    .p(0, at(trace, t * nb * gh))
-                    .p(1, hp)
-                    .p(2, at(params, slot.bx))
-                    .p(3, at(params, slot.bh))
-                    .p(4, hs)
-                    .p(5, cs)
-                    .p(6, at(extra, t * nb * ew))
-                    .p(7, at(out, t * nb * width + d * h))
-                    .p(8, fwd.lens);
-                s.launch("rnn_step_fwd", nb * h, &a)?;
+                let a = RnnStepFwd {
+                    n: int(nb * h),
+                    gates: at(trace, t * nb * gh),
+                    hp,
+                    bx: at(params, slot.bx),
+                    bh: at(params, slot.bh),
+                    state: hs,
+                    cell: cs,
+                    extra: at(extra, t * nb * ew),
+                    out: at(out, t * nb * width + d * h),
+                    lens: fwd.lens.cast(),
+                    hidden: Dim::new(h),
+                    mode: int(mode_code(r.mode)),
+                    state_stride: int(h),
+                    out_stride: int(width),
+                    time: int(t),
+                };
+                s.run(k::rnn_step_fwd, nb * h, &a)?;
             }
         }
     }
@@ -513,28 +598,30 @@ pub(crate) fn rnn_backward(
                     None => (std::ptr::null_mut(), std::ptr::null_mut()),
                 };
                 let c0_here = if r.lstm() { at(c0, st) } else { c0 };
-                let a = KArgs::new(nb * h)
-                    .i(1, h)
-                    .i(2, mode_code(r.mode))
-                    .i(3, width)
-                    .i(4, width)
-                    .i(5, ew.max(1))
-                    .i(6, t)
-                    .i(7, d)
-                    .i(8, steps)
-                    .p(0, at(dg, t * nb * 2 * gh))
-                    .p(1, at(trace, t * nb * gh))
-                    .p(2, at(extra, t * nb * ew))
-                    .p(3, dh)
-                    .p(4, dc)
-                    .p(5, at(dy, t * nb * width + d * h))
-                    .p(6, h_prev)
-                    .p(7, c_prev)
-                    .p(8, fwd.lens)
-                    .p(9, at(h0, st))
-                    .p(10, c0_here)
-                    .p(11, dg_first);
-                s.launch("rnn_step_bwd", nb * h, &a)?;
+                let a = RnnStepBwd {
+                    n: int(nb * h),
+                    dgates: at(dg, t * nb * 2 * gh),
+                    gates: at(trace, t * nb * gh),
+                    extra: at(extra, t * nb * ew),
+                    dh,
+                    dc,
+                    dy: at(dy, t * nb * width + d * h),
+                    h_prev,
+                    c_prev,
+                    lens: fwd.lens.cast(),
+                    h0: at(h0, st),
+                    c0: c0_here,
+                    dgates_first: dg_first,
+                    hidden: Dim::new(h),
+                    mode: int(mode_code(r.mode)),
+                    dy_stride: int(width),
+                    h_stride: int(width),
+                    c_stride: int(ew.max(1)),
+                    time: int(t),
+                    dir: int(d),
+                    steps: int(steps),
+                };
+                s.run(k::rnn_step_bwd, nb * h, &a)?;
                 // dh = (the bypass the kernel left) + the hidden projection's gradient W_h.
                 gemm(
                     s,

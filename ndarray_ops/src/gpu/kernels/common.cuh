@@ -6,8 +6,9 @@
 // kernel here is written as a grid-stride loop with no shared memory, no barriers and no
 // atomics: each index's result depends on that index alone, so any grid gives the same answer.
 //
-// Every kernel takes one KArgs by value (pointers, integers, floats), so one launch path serves
-// them all. Float32 only; reductions accumulate in double.
+// Every kernel takes one argument struct by value, declared in Rust (gpu/args.rs's kernel_args!
+// tables) and written out before the families, so one launch path serves them all. Float32
+// only; reductions accumulate in double.
 
 #ifdef __CUDACC_RTC__
 #define KERNEL extern "C" __global__
@@ -29,49 +30,20 @@ inline unsigned umulhi32(unsigned a, unsigned b) { return (unsigned)(((unsigned 
 
 typedef long long i64;
 
-// m[k] is i[k]'s divider for split(), set by the host with every integer.
-struct KArgs {
-    float* p[12];
-    i64 i[16];
-    float f[8];
-    unsigned long long m[16];
-};
-
 __device__ inline i64 min64(i64 a, i64 b) { return a < b ? a : b; }
 __device__ inline i64 max64(i64 a, i64 b) { return a > b ? a : b; }
 
-// t / i[k] for t >= 0, the remainder into *r. Index arithmetic is most of the work of the
-// layout kernels (im2col, col2im, per-channel maps) and a division costs tens of instructions, so
-// the host gives every integer a multiplier and shift (m[k]: Granlund and Montgomery's division
-// by an invariant integer) and this divides with one multiply-high, an add and a shift, exact
-// while t and i[k] are below 2^31; beyond that (m[k] == 0 or t too large) it divides.
-__device__ inline i64 split(const KArgs& a, int k, i64 t, i64* r) {
-    unsigned long long m = a.m[k];
-    i64 q;
-    if (m != 0 && t < 2147483648LL) {
-        unsigned n = (unsigned)t;
-        q = (i64)((umulhi32(n, (unsigned)m) + n) >> (unsigned)(m >> 32));
-    } else {
-        q = t / a.i[k];
-    }
-    *r = t - q * a.i[k];
-    return q;
-}
-
-// (t / i1) % i2: the channel of element t in an (outer, channels = i2, inner = i1) layout.
-__device__ inline i64 channel_of(const KArgs& a, i64 t) {
-    i64 r, c;
-    split(a, 2, split(a, 1, t, &r), &c);
-    return c;
-}
-
-// An integer a kernel divides by, with its divider (see split; set by the host, gpu/args.rs).
+// An integer a kernel divides by, with its divider m (set by the host: Dim::new in gpu/args.rs).
 struct Dim {
     i64 n;
     unsigned long long m;
 };
 
-// t / d for t >= 0, the remainder into *r (as split above).
+// t / d for t >= 0, the remainder into *r. Index arithmetic is most of the work of the layout
+// kernels (im2col, col2im, per-channel maps) and a division costs tens of instructions, so the
+// host gives every divisor a multiplier and shift (Granlund and Montgomery's division by an
+// invariant integer) and this divides with one multiply-high, an add and a shift, exact while t
+// and d are below 2^31; beyond that (m == 0 or t too large) it divides.
 __device__ inline i64 split(Dim d, i64 t, i64* r) {
     i64 q;
     if (d.m != 0 && t < 2147483648LL) {

@@ -166,10 +166,6 @@ __device__ inline double chan_sum(const double* p, i64 c, i64 n) {
     return s;
 }
 
-__device__ inline double chan_sum(const float* p, i64 c, i64 n) {
-    return chan_sum((const double*)p, c, n);
-}
-
 // out[c] = scale * (the `parts` partial sums of channel c in partials), for n channels.
 KERNEL void chan_total(ChanTotal a) {
     FOR_EACH(c, a.n) a.out[c] = (float)(chan_sum(a.partials, c, a.parts) * a.scale);
