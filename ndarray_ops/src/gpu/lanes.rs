@@ -94,25 +94,21 @@ trait LaneArgs: Copy {
     fn split(&mut self, partials: *mut f64, figures: *mut f64, parts: usize, backward: bool);
 }
 
-impl LaneArgs for Softmax {
-    fn threads(&mut self, n: usize) {
-        self.n = int(n);
-    }
-    fn split(&mut self, partials: *mut f64, figures: *mut f64, parts: usize, backward: bool) {
-        (self.partials, self.figures) = (partials, figures);
-        (self.parts, self.backward) = (int(parts), i64::from(backward));
-    }
+/// Both structs name the fields [`over_lanes`] sets alike.
+macro_rules! lane_args {
+    ($($t:ty),*) => {$(
+        impl LaneArgs for $t {
+            fn threads(&mut self, n: usize) {
+                self.n = int(n);
+            }
+            fn split(&mut self, partials: *mut f64, figures: *mut f64, parts: usize, backward: bool) {
+                (self.partials, self.figures) = (partials, figures);
+                (self.parts, self.backward) = (int(parts), i64::from(backward));
+            }
+        }
+    )*};
 }
-
-impl LaneArgs for Norm {
-    fn threads(&mut self, n: usize) {
-        self.n = int(n);
-    }
-    fn split(&mut self, partials: *mut f64, figures: *mut f64, parts: usize, backward: bool) {
-        (self.partials, self.figures) = (partials, figures);
-        (self.parts, self.backward) = (int(parts), i64::from(backward));
-    }
-}
+lane_args!(Softmax, Norm);
 
 /// The kernels of an op over lanes: one thread per lane (forward, backward), or the split's
 /// three steps.

@@ -1,12 +1,54 @@
 //! Op attributes: MXNet's string map, each value parsed once into the types the ops read, with
-//! errors that name the op, the attribute and the value.
+//! errors that name the op, the attribute and the value; and an op's typed parameters (`Conv`,
+//! `Rnn`, ...) parsed once per map and kept beside it.
+
+use std::any::{Any, TypeId};
 
 use super::*;
 
 /// An op's attributes as strings (MXNet's JSON form), with typed getters that name the op and the
 /// key in their errors. Cloning shares the map (kernels keep a copy without allocating).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Attrs(Arc<BTreeMap<String, Value>>);
+pub struct Attrs(Arc<Map>);
+
+/// The values, and the typed parameters parsed from them so far.
+#[derive(Default)]
+struct Map {
+    values: BTreeMap<String, Value>,
+    /// What [`Attrs::parsed`] made, by type and op name: a map is shared by every run of its
+    /// node, so a kernel's parameters are parsed on its first run only.
+    parsed: Mutex<Vec<Parsed>>,
+}
+
+struct Parsed {
+    ty: TypeId,
+    op: String,
+    value: Arc<dyn Any + Send + Sync>,
+}
+
+impl Clone for Map {
+    /// The values; what was parsed from them is parsed again by the copy (which may change).
+    fn clone(&self) -> Map {
+        Map {
+            values: self.values.clone(),
+            parsed: Mutex::default(),
+        }
+    }
+}
+
+impl PartialEq for Map {
+    fn eq(&self, other: &Map) -> bool {
+        self.values == other.values
+    }
+}
+
+impl Eq for Map {}
+
+impl fmt::Debug for Map {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.values, f)
+    }
+}
 
 /// One attribute: its text, and its number once a kernel has asked for one. Kernels read their
 /// attributes every time they run, and a map is shared by every run of its node (or, for
@@ -49,29 +91,64 @@ impl Attrs {
     pub fn new() -> Self {
         static EMPTY: OnceLock<Attrs> = OnceLock::new();
         EMPTY
-            .get_or_init(|| Attrs(Arc::new(BTreeMap::new())))
+            .get_or_init(|| Attrs(Arc::new(Map::default())))
             .clone()
     }
 
     /// Adds one.
     pub fn with(mut self, key: &str, value: impl ToString) -> Self {
-        Arc::make_mut(&mut self.0).insert(key.to_string(), Value::new(value.to_string()));
+        let map = Arc::make_mut(&mut self.0);
+        map.values
+            .insert(key.to_string(), Value::new(value.to_string()));
+        map.parsed.get_mut().clear();
         self
+    }
+
+    /// `parse(op, self)`, made once per map, op and type: later calls (every run of the node
+    /// after its first) clone what the first made. A failed parse is not kept.
+    pub(crate) fn parsed<T: Clone + Send + Sync + 'static>(
+        &self,
+        op: &str,
+        parse: impl FnOnce(&str, &Attrs) -> Result<T>,
+    ) -> Result<T> {
+        let ty = TypeId::of::<T>();
+        let found = |list: &[Parsed]| {
+            list.iter()
+                .find(|p| p.ty == ty && p.op == op)
+                .and_then(|p| p.value.downcast_ref::<T>().cloned())
+        };
+        if let Some(v) = found(&self.0.parsed.lock()) {
+            return Ok(v);
+        }
+        // Parsed without the lock held: a parse may read other parameters of the same map.
+        let v = parse(op, self)?;
+        let mut list = self.0.parsed.lock();
+        if found(&list).is_none() {
+            list.push(Parsed {
+                ty,
+                op: op.to_string(),
+                value: Arc::new(v.clone()),
+            });
+        }
+        Ok(v)
     }
 
     /// The raw string.
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).map(|v| v.text.as_str())
+        self.0.values.get(key).map(|v| v.text.as_str())
     }
 
     /// Every attribute, sorted by key.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.0.iter().map(|(k, v)| (k.as_str(), v.text.as_str()))
+        self.0
+            .values
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.text.as_str()))
     }
 
     /// A float attribute.
     pub fn f64(&self, op: &str, key: &str, default: Option<f64>) -> Result<f64> {
-        match self.0.get(key) {
+        match self.0.values.get(key) {
             Some(v) => v.number().ok_or_else(|| {
                 invalid(op, format!("attribute {key}={:?} is not a number", v.text))
             }),
@@ -113,7 +190,7 @@ impl Attrs {
         default: Option<i64>,
         range: RangeInclusive<i64>,
     ) -> Result<i64> {
-        let Some(v) = self.0.get(key) else {
+        let Some(v) = self.0.values.get(key) else {
             return default.ok_or_else(|| invalid(op, format!("attribute {key} is required")));
         };
         // The bounds used are 32-bit, so they and every whole number between them are exact.
@@ -231,5 +308,50 @@ impl Attrs {
                 }),
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::Attrs;
+
+    #[test]
+    fn parameters_are_parsed_once_per_map_and_op_and_again_after_a_change() {
+        static PARSES: AtomicUsize = AtomicUsize::new(0);
+        let parse = |op: &str, a: &Attrs| {
+            PARSES.fetch_add(1, Ordering::Relaxed);
+            a.f64(op, "x", None)
+        };
+        let a = Attrs::new().with("x", 2.5);
+        assert_eq!(a.parsed("op", parse).unwrap(), 2.5);
+        let shared = a.clone();
+        assert_eq!(shared.parsed("op", parse).unwrap(), 2.5);
+        assert_eq!(
+            PARSES.load(Ordering::Relaxed),
+            1,
+            "a clone shares what was parsed"
+        );
+        // Another op reading the same map parses for itself (its errors name it).
+        assert_eq!(a.parsed("other", parse).unwrap(), 2.5);
+        assert_eq!(PARSES.load(Ordering::Relaxed), 2);
+        // A changed map parses again, and the map it was changed from keeps its own.
+        let changed = a.clone().with("x", 4.0);
+        assert_eq!(changed.parsed("op", parse).unwrap(), 4.0);
+        assert_eq!(a.parsed("op", parse).unwrap(), 2.5);
+        assert_eq!(PARSES.load(Ordering::Relaxed), 3);
+        // A failure is not kept: it is reported every time.
+        let bad = Attrs::new().with("x", "two");
+        for _ in 0..2 {
+            let e = bad.parsed("op", parse).unwrap_err().to_string();
+            assert!(e.contains("attribute x=\"two\" is not a number"), "{e}");
+        }
+        assert_eq!(PARSES.load(Ordering::Relaxed), 5);
+        // Changing a map no clone shares drops what was parsed from it.
+        let mut own = Attrs::new().with("x", 1.0);
+        assert_eq!(own.parsed("op", parse).unwrap(), 1.0);
+        own = own.with("x", 3.0);
+        assert_eq!(own.parsed("op", parse).unwrap(), 3.0);
     }
 }

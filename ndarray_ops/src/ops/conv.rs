@@ -117,7 +117,12 @@ pub(crate) fn filters_and_groups(op: &str, attrs: &Attrs) -> Result<(usize, usiz
     ))
 }
 
+/// A convolution's parameters (parsed on the node's first run, then kept with its attributes).
 pub(crate) fn conv_params(op: &str, attrs: &Attrs) -> Result<Conv> {
+    attrs.parsed(op, parse_conv)
+}
+
+fn parse_conv(op: &str, attrs: &Attrs) -> Result<Conv> {
     check_layout(op, attrs)?;
     let (filters, groups) = filters_and_groups(op, attrs)?;
     let c = Conv {

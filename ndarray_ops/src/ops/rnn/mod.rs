@@ -88,7 +88,13 @@ pub(crate) struct Slot {
 }
 
 impl Rnn {
+    /// The fused RNN's parameters (parsed on the node's first run, then kept with its
+    /// attributes).
     pub(crate) fn parse(op: &str, attrs: &Attrs) -> Result<Rnn> {
+        attrs.parsed(op, Rnn::read)
+    }
+
+    fn read(op: &str, attrs: &Attrs) -> Result<Rnn> {
         let mode = match attrs.get("mode") {
             Some("rnn_relu") => Mode::Relu,
             Some("rnn_tanh") => Mode::Tanh,
