@@ -131,7 +131,7 @@ fn conv_args(
 /// scratch buffer, so that a chunk is one im2col launch and one (batched) GEMM per group rather
 /// than one of each per image — per-image products of a late ResNet layer (7x7 planes) are too
 /// small to fill a GPU. The chunk is as large as the op's `workspace` (MXNet's attribute, in MB,
-/// default 1024) allows for `per_image` bytes of scratch.
+/// 1024 for Convolution and 512 for Deconvolution by default) allows for `per_image` bytes of scratch.
 pub(super) fn conv_chunk(
     op: &str,
     attrs: &Attrs,
@@ -144,7 +144,7 @@ pub(super) fn conv_chunk(
 
 /// The op's `workspace` attribute in bytes.
 pub(super) fn workspace_bytes(op: &str, attrs: &Attrs) -> Result<usize, String> {
-    let mb = attrs.f64(op, "workspace", Some(1024.0)).map_err(e2s)?;
+    let mb = conv_params(op, attrs).map_err(e2s)?.workspace_mb;
     if mb.is_nan() || mb <= 0.0 {
         return Err(format!(
             "{op}: workspace must be a positive number of MB, got {mb}"
@@ -172,10 +172,7 @@ pub(super) fn by_library(
         d.n * c.filters * d.ho * d.wo,
         c.filters * d.cg * c.k.0 * c.k.1,
     ];
-    if d.n == 0
-        || !sizes.into_iter().all(fits)
-        || attrs.bool(op, "cudnn_off", false).map_err(e2s)?
-    {
+    if d.n == 0 || !sizes.into_iter().all(fits) || c.cudnn_off {
         return Ok(false);
     }
     let shape = ConvShape {
@@ -188,7 +185,7 @@ pub(super) fn by_library(
         dilate: c.d,
         groups: c.groups,
         workspace: workspace_bytes(op, attrs)?,
-        tune: attrs.get("cudnn_tune") != Some("off"),
+        tune: c.cudnn_tune,
     };
     let call = ConvCall {
         shape,

@@ -105,31 +105,32 @@ impl Attrs {
     }
 
     /// `parse(op, self)`, made once per map, op and type: later calls (every run of the node
-    /// after its first) clone what the first made. A failed parse is not kept.
-    pub(crate) fn parsed<T: Clone + Send + Sync + 'static>(
+    /// after its first) share what the first made. A failed parse is not kept.
+    pub(crate) fn parsed<T: Send + Sync + 'static>(
         &self,
         op: &str,
         parse: impl FnOnce(&str, &Attrs) -> Result<T>,
-    ) -> Result<T> {
+    ) -> Result<Arc<T>> {
         let ty = TypeId::of::<T>();
         let found = |list: &[Parsed]| {
             list.iter()
                 .find(|p| p.ty == ty && p.op == op)
-                .and_then(|p| p.value.downcast_ref::<T>().cloned())
+                .and_then(|p| p.value.clone().downcast::<T>().ok())
         };
         if let Some(v) = found(&self.0.parsed.lock()) {
             return Ok(v);
         }
         // Parsed without the lock held: a parse may read other parameters of the same map.
-        let v = parse(op, self)?;
+        let v = Arc::new(parse(op, self)?);
         let mut list = self.0.parsed.lock();
-        if found(&list).is_none() {
-            list.push(Parsed {
-                ty,
-                op: op.to_string(),
-                value: Arc::new(v.clone()),
-            });
+        if let Some(first) = found(&list) {
+            return Ok(first);
         }
+        list.push(Parsed {
+            ty,
+            op: op.to_string(),
+            value: v.clone(),
+        });
         Ok(v)
     }
 
@@ -325,21 +326,21 @@ mod tests {
             a.f64(op, "x", None)
         };
         let a = Attrs::new().with("x", 2.5);
-        assert_eq!(a.parsed("op", parse).unwrap(), 2.5);
+        assert_eq!(*a.parsed("op", parse).unwrap(), 2.5);
         let shared = a.clone();
-        assert_eq!(shared.parsed("op", parse).unwrap(), 2.5);
+        assert_eq!(*shared.parsed("op", parse).unwrap(), 2.5);
         assert_eq!(
             PARSES.load(Ordering::Relaxed),
             1,
             "a clone shares what was parsed"
         );
         // Another op reading the same map parses for itself (its errors name it).
-        assert_eq!(a.parsed("other", parse).unwrap(), 2.5);
+        assert_eq!(*a.parsed("other", parse).unwrap(), 2.5);
         assert_eq!(PARSES.load(Ordering::Relaxed), 2);
         // A changed map parses again, and the map it was changed from keeps its own.
         let changed = a.clone().with("x", 4.0);
-        assert_eq!(changed.parsed("op", parse).unwrap(), 4.0);
-        assert_eq!(a.parsed("op", parse).unwrap(), 2.5);
+        assert_eq!(*changed.parsed("op", parse).unwrap(), 4.0);
+        assert_eq!(*a.parsed("op", parse).unwrap(), 2.5);
         assert_eq!(PARSES.load(Ordering::Relaxed), 3);
         // A failure is not kept: it is reported every time.
         let bad = Attrs::new().with("x", "two");
@@ -350,8 +351,8 @@ mod tests {
         assert_eq!(PARSES.load(Ordering::Relaxed), 5);
         // Changing a map no clone shares drops what was parsed from it.
         let mut own = Attrs::new().with("x", 1.0);
-        assert_eq!(own.parsed("op", parse).unwrap(), 1.0);
+        assert_eq!(*own.parsed("op", parse).unwrap(), 1.0);
         own = own.with("x", 3.0);
-        assert_eq!(own.parsed("op", parse).unwrap(), 3.0);
+        assert_eq!(*own.parsed("op", parse).unwrap(), 3.0);
     }
 }

@@ -2,7 +2,9 @@
 
 use ndarray::{ArrayView2, ArrayViewMut2};
 
+use super::nn::Normalization;
 use super::par::{for_ranges, map_lanes, Shared};
+use super::params::Params;
 use super::stochastic::{sum_zip, ChannelRuns};
 use super::{check_against_forward, named_forward, same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, Result};
@@ -187,12 +189,10 @@ pub(crate) fn softmax_output_scale(
     labels: &[f64],
     classes: usize,
 ) -> Result<(f64, Option<f64>)> {
-    let scale = attrs.float(op, "grad_scale", Some(1.0))?;
+    let a = super::nn::SoftmaxOutputParams::get(op, attrs)?;
+    let scale = f64::from(a.grad_scale);
     // With use_ignore, rows labelled ignore_label pass no gradient and do not count as valid.
-    let ignore = match attrs.bool(op, "use_ignore", false)? {
-        true => Some(attrs.float(op, "ignore_label", Some(-1.0))?),
-        false => None,
-    };
+    let ignore = a.use_ignore.then_some(f64::from(a.ignore_label));
     let ignored = |l: f64| ignore == Some(l);
     let class = |l: f64| (0.0..classes as f64).contains(&l);
     if let Some((i, l)) = labels
@@ -210,10 +210,10 @@ pub(crate) fn softmax_output_scale(
     }
     // MXNet divides in float: grad_scale / count as 2.0f / 3.0f.
     let per = |count: usize| f64::from(scale as f32 / count.max(1) as f32);
-    let scale = match attrs.get("normalization").unwrap_or("null") {
-        "batch" => per(labels.len()),
-        "valid" => per(labels.iter().filter(|&&l| !ignored(l)).count()),
-        _ => scale,
+    let scale = match a.normalization {
+        Normalization::Batch => per(labels.len()),
+        Normalization::Valid => per(labels.iter().filter(|&&l| !ignored(l)).count()),
+        Normalization::Null => scale,
     };
     Ok((scale, ignore))
 }

@@ -7,6 +7,7 @@ use std::ops::Range;
 use ndarray::{ArrayView2, ArrayViewMut2};
 
 use super::par::{for_ranges, Shared};
+use super::params::{attr_enum, op_params, Params, Positive, Window};
 use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, Result};
 use crate::gpu;
@@ -15,28 +16,87 @@ use crate::resources::{KernelRes, Resource};
 use crate::symbol::grad;
 use crate::{DType, Element};
 
-/// A 2-tuple attribute (`(3, 3)`; one value applies to both axes), each entry from 0 to
-/// 2^31 - 1 as MXNet's `int` holds it.
-pub(crate) fn pair(
-    op: &str,
-    attrs: &Attrs,
-    key: &str,
-    default: Option<(usize, usize)>,
-) -> Result<(usize, usize)> {
-    match attrs.ints_in(op, key, 0..=i64::from(i32::MAX))? {
-        None => default.ok_or_else(|| invalid(op, format!("attribute {key} is required"))),
-        Some(v) if v.is_empty() => {
-            default.ok_or_else(|| invalid(op, format!("attribute {key} is required")))
-        }
-        Some(v) if v.len() == 1 => Ok((v[0] as usize, v[0] as usize)),
-        Some(v) if v.len() == 2 => Ok((v[0] as usize, v[1] as usize)),
-        Some(v) => Err(invalid(
+attr_enum! {
+    /// An image layout, as MXNet names them. The kernels take (N, C, H, W) only: the others
+    /// are refused ([`check_layout`]) rather than misread.
+    pub enum Layout {
+        /// Batch, channels, columns.
+        Ncw = "NCW",
+        /// Batch, channels, rows, columns.
+        Nchw = "NCHW",
+        /// Batch, channels, depth, rows, columns.
+        Ncdhw = "NCDHW",
+        /// Batch, columns, channels.
+        Nwc = "NWC",
+        /// Batch, rows, columns, channels.
+        Nhwc = "NHWC",
+        /// Batch, depth, rows, columns, channels.
+        Ndhwc = "NDHWC",
+    }
+}
+
+/// Refuses a layout other than (N, C, H, W), the one the kernels take.
+pub(crate) fn check_layout(op: &str, layout: Option<Layout>) -> Result<()> {
+    match layout {
+        None | Some(Layout::Nchw) => Ok(()),
+        Some(other) => Err(invalid(
             op,
-            format!("{key}={v:?}: only 2-D (two values) is supported"),
+            format!("layout {:?} is not supported (only NCHW)", other.word()),
         )),
     }
 }
 
+attr_enum! {
+    /// How the GPU library chooses a convolution's algorithm (MXNet's `cudnn_tune`).
+    pub enum CudnnTune {
+        /// By measuring each within the workspace.
+        LimitedWorkspace = "limited_workspace",
+        /// By measuring each, the fastest whatever its workspace.
+        Fastest = "fastest",
+        /// By the library's heuristics only.
+        Off = "off",
+    }
+}
+
+op_params! {
+    /// Convolution's attributes.
+    pub struct ConvolutionParams for "Convolution" {
+        kernel: Window,
+        stride: Window,
+        dilate: Window,
+        pad: Window,
+        num_filter: Positive,
+        num_group: Positive,
+        workspace: f64,
+        no_bias: bool,
+        cudnn_tune: Option<CudnnTune>,
+        cudnn_off: bool,
+        layout: Option<Layout>,
+    }
+}
+
+op_params! {
+    /// Deconvolution's attributes (a convolution's, with its output's size: `adj` and
+    /// `target_shape`).
+    pub struct DeconvolutionParams for "Deconvolution" {
+        kernel: Window,
+        stride: Window,
+        dilate: Window,
+        pad: Window,
+        adj: Window,
+        target_shape: Window,
+        num_filter: Positive,
+        num_group: Positive,
+        workspace: f64,
+        no_bias: bool,
+        cudnn_tune: Option<CudnnTune>,
+        cudnn_off: bool,
+        layout: Option<Layout>,
+    }
+}
+
+/// A (de)convolution as its kernels take it: its window, its sizes, and for Deconvolution the
+/// output's extra rows (`adj`) or size (`target`).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Conv {
     pub(crate) k: (usize, usize),
@@ -46,6 +106,12 @@ pub(crate) struct Conv {
     pub(crate) filters: usize,
     pub(crate) groups: usize,
     pub(crate) bias: bool,
+    pub(crate) adj: (usize, usize),
+    pub(crate) target: (usize, usize),
+    /// The temporary space the GPU kernels may take, in MiB.
+    pub(crate) workspace_mb: f64,
+    pub(crate) cudnn_off: bool,
+    pub(crate) cudnn_tune: bool,
 }
 
 /// A convolution's sizes: data `(n, ch, h, w)`, output `ho x wo`, channels `cg` and filters `fg`
@@ -92,47 +158,55 @@ impl Conv {
 /// Whether a (de)convolution has a bias input. MXNet's defaults differ: a Convolution has one
 /// unless `no_bias`, a Deconvolution has none unless `no_bias=False`.
 pub(crate) fn has_bias(op: &str, attrs: &Attrs) -> Result<bool> {
-    let no_bias_by_default = matches!(op, "Deconvolution" | "_backward_Deconvolution");
-    Ok(!attrs.bool(op, "no_bias", no_bias_by_default)?)
+    Ok(conv_params(op, attrs)?.bias)
 }
 
-/// The kernels lay images out as (N, C, H, W); MXNet's other layouts (NHWC, ...) are refused
-/// rather than misread.
-pub(super) fn check_layout(op: &str, attrs: &Attrs) -> Result<()> {
-    match attrs.get("layout").map(str::trim) {
-        None | Some("None") | Some("NCHW") => Ok(()),
-        Some(other) => Err(invalid(
-            op,
-            format!("layout {other:?} is not supported (only NCHW)"),
-        )),
-    }
-}
-
-/// `num_filter` and `num_group` of a (de)convolution, which MXNet holds as unsigned 32-bit
-/// integers.
-pub(crate) fn filters_and_groups(op: &str, attrs: &Attrs) -> Result<(usize, usize)> {
-    Ok((
-        attrs.count(op, "num_filter", None, 1..=u32::MAX)?,
-        attrs.count(op, "num_group", Some(1), 1..=u32::MAX)?,
-    ))
-}
-
-/// A convolution's parameters (parsed on the node's first run, then kept with its attributes).
+/// A (de)convolution's parameters (parsed on the node's first run, then kept with its
+/// attributes).
 pub(crate) fn conv_params(op: &str, attrs: &Attrs) -> Result<Conv> {
-    attrs.parsed(op, parse_conv)
+    attrs.parsed(op, parse_conv).map(|c| *c)
 }
 
 fn parse_conv(op: &str, attrs: &Attrs) -> Result<Conv> {
-    check_layout(op, attrs)?;
-    let (filters, groups) = filters_and_groups(op, attrs)?;
+    // A Deconvolution's attributes are a Convolution's, its output's size and other defaults.
+    let (p, adj, target) = match op.ends_with("Deconvolution") {
+        false => (
+            ConvolutionParams::read(op, attrs)?,
+            Window(None),
+            Window(None),
+        ),
+        true => {
+            let d = DeconvolutionParams::read(op, attrs)?;
+            let p = ConvolutionParams {
+                kernel: d.kernel,
+                stride: d.stride,
+                dilate: d.dilate,
+                pad: d.pad,
+                num_filter: d.num_filter,
+                num_group: d.num_group,
+                workspace: d.workspace,
+                no_bias: d.no_bias,
+                cudnn_tune: d.cudnn_tune,
+                cudnn_off: d.cudnn_off,
+                layout: d.layout,
+            };
+            (p, d.adj, d.target_shape)
+        }
+    };
+    check_layout(op, p.layout)?;
     let c = Conv {
-        k: pair(op, attrs, "kernel", None)?,
-        s: pair(op, attrs, "stride", Some((1, 1)))?,
-        p: pair(op, attrs, "pad", Some((0, 0)))?,
-        d: pair(op, attrs, "dilate", Some((1, 1)))?,
-        filters,
-        groups,
-        bias: has_bias(op, attrs)?,
+        k: p.kernel.required(op, "kernel")?,
+        s: p.stride.or((1, 1)),
+        p: p.pad.or((0, 0)),
+        d: p.dilate.or((1, 1)),
+        filters: p.num_filter.0,
+        groups: p.num_group.0,
+        bias: !p.no_bias,
+        adj: adj.or((0, 0)),
+        target: target.or((0, 0)),
+        workspace_mb: p.workspace,
+        cudnn_off: p.cudnn_off,
+        cudnn_tune: p.cudnn_tune != Some(CudnnTune::Off),
     };
     if c.k.0 == 0 || c.k.1 == 0 || c.s.0 == 0 || c.s.1 == 0 || c.d.0 == 0 || c.d.1 == 0 {
         return Err(invalid(

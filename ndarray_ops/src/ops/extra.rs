@@ -4,8 +4,9 @@
 
 use ndarray::{ArrayView2, ArrayViewMut2};
 
-use super::conv::{check_grouped_data, conv_params, pair, Conv};
+use super::conv::{check_grouped_data, conv_params, Conv};
 use super::par::{for_ranges, Shared};
+use super::params::{attr_enum, op_params, Params};
 use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef, MAX_ELEMENTS, POSITIVE_INT};
 use crate::error::{invalid, shape_error, Result};
 use crate::gpu;
@@ -19,6 +20,32 @@ use crate::{DType, Element};
 /// SELU's constants (Klambauer et al.), in double; MXNet's are rounded to float.
 const SELU_ALPHA: f64 = 1.673_263_242_354_377_3;
 const SELU_LAMBDA: f64 = 1.050_700_987_355_480_5;
+
+attr_enum! {
+    /// LeakyReLU's function (MXNet's `rrelu` is not supported).
+    pub enum LeakyType {
+        /// `x` above 0, `slope * x` below.
+        Leaky = "leaky",
+        /// `x` above 0, `slope * (exp(x) - 1)` below.
+        Elu = "elu",
+        /// The self-normalizing ELU.
+        Selu = "selu",
+        /// `x * Phi(x)`.
+        Gelu = "gelu",
+        /// Leaky with a learnt slope per channel (`gamma`).
+        Prelu = "prelu",
+    }
+}
+
+op_params! {
+    /// LeakyReLU's attributes.
+    pub struct LeakyReLUParams for "LeakyReLU" {
+        act_type: LeakyType,
+        slope: f32,
+        lower_bound: f32,
+        upper_bound: f32,
+    }
+}
 
 /// LeakyReLU's activation. `prelu` learns its slope per channel (input `gamma`); MXNet's
 /// `rrelu`, with random slopes, is refused.
@@ -34,19 +61,14 @@ pub(crate) enum LeakyAct {
 
 impl LeakyAct {
     pub(crate) fn of(op: &str, attrs: &Attrs) -> Result<LeakyAct> {
-        let slope = attrs.float(op, "slope", Some(0.25))?;
-        Ok(match attrs.get("act_type").unwrap_or("leaky") {
-            "leaky" => LeakyAct::Leaky(slope),
-            "elu" => LeakyAct::Elu(slope),
-            "selu" => LeakyAct::Selu,
-            "gelu" => LeakyAct::Gelu,
-            "prelu" => LeakyAct::Prelu,
-            other => {
-                return Err(invalid(
-                    op,
-                    format!("act_type {other:?} is not one of leaky, elu, selu, gelu, prelu"),
-                ))
-            }
+        let a = LeakyReLUParams::get(op, attrs)?;
+        let slope = f64::from(a.slope);
+        Ok(match a.act_type {
+            LeakyType::Leaky => LeakyAct::Leaky(slope),
+            LeakyType::Elu => LeakyAct::Elu(slope),
+            LeakyType::Selu => LeakyAct::Selu,
+            LeakyType::Gelu => LeakyAct::Gelu,
+            LeakyType::Prelu => LeakyAct::Prelu,
         })
     }
 
@@ -489,8 +511,7 @@ fn truths(c: &TensorRef, start: usize, mask: &mut [bool]) {
 /// them: of the `total` to remove, `ceil(total / 2)` is padding and `total % 2` comes back as adj.
 fn deconv_geometry(op: &str, attrs: &Attrs, hw: (usize, usize)) -> Result<(Conv, (usize, usize))> {
     let mut c = conv_params(op, attrs)?;
-    let adj = pair(op, attrs, "adj", Some((0, 0)))?;
-    let target = pair(op, attrs, "target_shape", Some((0, 0)))?;
+    let (adj, target) = (c.adj, c.target);
     // The window's entries are at most 2^31 (`pair`), the input's length is not.
     let full = |n: usize, k: usize, st: usize, dl: usize| {
         (n.max(1) - 1)

@@ -22,6 +22,7 @@ pub(crate) mod names;
 mod nn;
 mod norm;
 mod par;
+pub mod params;
 pub(crate) mod partial_shapes;
 mod permute;
 pub(crate) mod pooling;
@@ -82,6 +83,9 @@ use crate::resources::{DeviceResources, KernelRes, OpState, Resource, StateSlot}
 use crate::runtime::Runtime;
 use crate::symbol::grad::GradFn;
 use crate::DType;
+use norm::{GroupNormParams, LayerNormParams};
+use params::Params;
+use stochastic::BatchNormParams;
 
 mod attrs;
 mod invoke;
@@ -388,6 +392,15 @@ pub(crate) const C_INT: RangeInclusive<i64> = i32::MIN as i64..=i32::MAX as i64;
 /// may give one, at least 1.
 pub(crate) const POSITIVE_INT: RangeInclusive<u32> = 1..=i32::MAX as u32;
 
+/// A norm's visible outputs: the output, and with `output_mean_var` the statistics too.
+fn outputs(output_mean_var: bool) -> usize {
+    if output_mean_var {
+        3
+    } else {
+        1
+    }
+}
+
 /// How many outputs a node of op `def` with `attrs` has, hidden ones included (what MXNet's
 /// files record in `node_row_ptr`), and how many of them are visible to users.
 pub fn num_outputs(def: &OpDef, attrs: &Attrs) -> Result<(usize, usize)> {
@@ -397,24 +410,11 @@ pub fn num_outputs(def: &OpDef, attrs: &Attrs) -> Result<(usize, usize)> {
             let n = output_count(op, attrs, "num_outputs")?;
             (n, n)
         }
-        "BatchNorm" => (
-            3,
-            if attrs.bool(op, "output_mean_var", false)? {
-                3
-            } else {
-                1
-            },
-        ),
+        "BatchNorm" => (3, outputs(BatchNormParams::get(op, attrs)?.output_mean_var)),
         "Dropout" => (2, 1),
         // The per-group statistics the backward op reads are hidden outputs, as in MXNet.
-        "LayerNorm" | "GroupNorm" => (
-            3,
-            if attrs.bool(op, "output_mean_var", false)? {
-                3
-            } else {
-                1
-            },
-        ),
+        "LayerNorm" => (3, outputs(LayerNormParams::get(op, attrs)?.output_mean_var)),
+        "GroupNorm" => (3, outputs(GroupNormParams::get(op, attrs)?.output_mean_var)),
         "InstanceNorm" => (3, 1),
         // Values keep their indices as a hidden output, as in MXNet.
         "sort" => (2, 1),

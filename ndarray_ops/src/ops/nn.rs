@@ -4,8 +4,9 @@
 use rten_simd::SimdUnaryOp;
 
 use super::par::{for_ranges, map_lanes, Shared};
+use super::params::{attr_enum, op_params, Params, Positive};
 use super::reduce::fold_run;
-use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT};
+use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
 use crate::gpu;
 use crate::resources::KernelRes;
@@ -32,16 +33,32 @@ fn require_float(op: &str, d: &[DType]) -> Result<DType> {
 
 // ---- Activation / clip --------------------------------------------------------------------
 
-/// The `act_type` of an Activation, checked: its kernel is the elementwise function of that
-/// name.
-fn act_type<'a>(op: &str, attrs: &'a Attrs) -> Result<&'a str> {
-    match attrs.get("act_type").unwrap_or("relu") {
-        kind @ ("relu" | "sigmoid" | "tanh" | "softrelu" | "softsign") => Ok(kind),
-        other => Err(invalid(
-            op,
-            format!("act_type {other:?} is not one of relu, sigmoid, tanh, softrelu, softsign"),
-        )),
+attr_enum! {
+    /// An Activation's function: its kernel is the elementwise op of that name.
+    pub enum ActType {
+        /// `max(x, 0)`.
+        Relu = "relu",
+        /// `1 / (1 + exp(-x))`.
+        Sigmoid = "sigmoid",
+        /// `tanh(x)`.
+        Tanh = "tanh",
+        /// `log(1 + exp(x))`.
+        SoftRelu = "softrelu",
+        /// `x / (1 + |x|)`.
+        Softsign = "softsign",
     }
+}
+
+op_params! {
+    /// Activation's attributes.
+    pub struct ActivationParams for "Activation" {
+        act_type: ActType,
+    }
+}
+
+/// The elementwise op an Activation runs.
+fn act_type(op: &str, attrs: &Attrs) -> Result<&'static str> {
+    Ok(ActivationParams::get(op, attrs)?.act_type.word())
 }
 
 fn infer_activation(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
@@ -95,6 +112,32 @@ fn map_kernel(
 
 // ---- softmax family -----------------------------------------------------------------------
 
+attr_enum! {
+    /// What a loss's gradient is divided by.
+    pub enum Normalization {
+        /// Nothing.
+        Null = "null",
+        /// The batch size.
+        Batch = "batch",
+        /// The count of valid (not ignored) samples.
+        Valid = "valid",
+    }
+}
+
+op_params! {
+    /// SoftmaxOutput's attributes.
+    pub struct SoftmaxOutputParams for "SoftmaxOutput" {
+        grad_scale: f32,
+        ignore_label: f32,
+        multi_output: bool,
+        use_ignore: bool,
+        preserve_shape: bool,
+        normalization: Normalization,
+        out_grad: bool,
+        smooth_alpha: f32,
+    }
+}
+
 pub(crate) fn softmax_axis(op: &str, attrs: &Attrs, ndim: usize) -> Result<usize> {
     let axis = attrs
         .ints(op, "axis")?
@@ -109,33 +152,25 @@ pub(crate) fn softmax_axis(op: &str, attrs: &Attrs, ndim: usize) -> Result<usize
 fn infer_softmax(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let dt = require_float(op, &d[..1])?;
     if op == "SoftmaxOutput" {
+        let a = SoftmaxOutputParams::get(op, attrs)?;
         // MXNet's options this op does not implement are refused rather than ignored.
-        for (key, off) in [
-            ("multi_output", "false"),
-            ("preserve_shape", "false"),
-            ("out_grad", "false"),
+        for (key, on) in [
+            ("multi_output", a.multi_output),
+            ("preserve_shape", a.preserve_shape),
+            ("out_grad", a.out_grad),
         ] {
-            if attrs.bool(op, key, false)? {
+            if on {
                 return Err(invalid(
                     op,
-                    format!("{key}=True is not supported (only {key}={off})"),
+                    format!("{key}=True is not supported (only {key}=false)"),
                 ));
             }
         }
-        if attrs.f64(op, "smooth_alpha", Some(0.0))? != 0.0 {
+        if a.smooth_alpha != 0.0 {
             return Err(invalid(
                 op,
                 "smooth_alpha (label smoothing) is not supported",
             ));
-        }
-        match attrs.get("normalization").unwrap_or("null") {
-            "null" | "batch" | "valid" => {}
-            other => {
-                return Err(invalid(
-                    op,
-                    format!("normalization {other:?} is not null, batch or valid"),
-                ))
-            }
         }
         // data (batch, classes...) and label (batch,): the output is the softmax of the data.
         if s[0].is_empty() || s[1].first() != s[0].first() {
@@ -238,9 +273,19 @@ fn softmax_lanes<T: Element, F: Element>(
 
 // ---- FullyConnected -------------------------------------------------------------------------
 
+op_params! {
+    /// FullyConnected's attributes.
+    pub struct FullyConnectedParams for "FullyConnected" {
+        num_hidden: Positive,
+        no_bias: bool,
+        flatten: bool,
+    }
+}
+
 fn infer_fc(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let dt = require_float(op, d)?;
-    let no_bias = attrs.bool(op, "no_bias", false)?;
+    let a = FullyConnectedParams::get(op, attrs)?;
+    let no_bias = a.no_bias;
     let want = if no_bias { 2 } else { 3 };
     if s.len() != want {
         return Err(invalid(
@@ -252,8 +297,7 @@ fn infer_fc(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
             ),
         ));
     }
-    let hidden = attrs.count(op, "num_hidden", None, POSITIVE_INT)?;
-    let flatten = attrs.bool(op, "flatten", true)?;
+    let (hidden, flatten) = (a.num_hidden.0, a.flatten);
     let x = &s[0];
     if x.is_empty() {
         return Err(shape_error(op, "data", x.clone(), "at least 1 dimension"));
@@ -294,7 +338,7 @@ fn fc_kernel(
             let wt = ndarray::ArrayView2::from_shape_ptr((k, hidden).strides((1, k)), w.ptr::<T>() as *const T);
             let mut yv = ndarray::ArrayViewMut2::from_shape_ptr((m, hidden), y.ptr::<T>());
             T::gemm(&xv, &wt, &mut yv);
-            if !attrs.bool(op, "no_bias", false).map_err(e2s)? {
+            if !FullyConnectedParams::get(op, attrs).map_err(e2s)?.no_bias {
                 let b = ins[2].slice::<T>();
                 for mut row in yv.rows_mut() {
                     for (v, bias) in row.iter_mut().zip(b) {

@@ -18,10 +18,9 @@
 //! recomputing them.
 
 use super::par::{for_ranges, map_lanes, wide, Shared};
+use super::params::{attr_enum, op_params, Params, Positive};
 use super::reduce::fold_run;
-use super::{
-    check_against_forward, norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT,
-};
+use super::{check_against_forward, norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
 use crate::gpu;
 use crate::ops::{Infer, KResult};
@@ -74,6 +73,68 @@ impl Scale {
     }
 }
 
+op_params! {
+    /// LayerNorm's attributes.
+    pub struct LayerNormParams for "LayerNorm" {
+        axis: i64,
+        eps: f32,
+        output_mean_var: bool,
+    }
+}
+
+op_params! {
+    /// InstanceNorm's attributes.
+    pub struct InstanceNormParams for "InstanceNorm" {
+        eps: f32,
+    }
+}
+
+op_params! {
+    /// GroupNorm's attributes.
+    pub struct GroupNormParams for "GroupNorm" {
+        num_groups: Positive,
+        eps: f32,
+        output_mean_var: bool,
+    }
+}
+
+attr_enum! {
+    /// What L2Normalization normalizes over.
+    pub enum L2Mode {
+        /// Each sample (all but the first axis).
+        Instance = "instance",
+        /// The channels at each position.
+        Channel = "channel",
+        /// The positions of each channel.
+        Spatial = "spatial",
+    }
+}
+
+op_params! {
+    /// L2Normalization's attributes.
+    pub struct L2NormalizationParams for "L2Normalization" {
+        eps: f32,
+        mode: L2Mode,
+    }
+}
+
+attr_enum! {
+    /// What SoftmaxActivation's softmax runs over.
+    pub enum SoftmaxMode {
+        /// The last axis.
+        Instance = "instance",
+        /// The channels at each position.
+        Channel = "channel",
+    }
+}
+
+op_params! {
+    /// SoftmaxActivation's attributes.
+    pub struct SoftmaxActivationParams for "SoftmaxActivation" {
+        mode: SoftmaxMode,
+    }
+}
+
 /// How `op` groups an array of `shape`: the groups, the scaling, gamma's length and the shape
 /// of the per-group statistics.
 pub(crate) fn layout(
@@ -97,8 +158,7 @@ pub(crate) fn layout(
     Ok(match op {
         "LayerNorm" | "_backward_LayerNorm" => {
             need(1)?;
-            let axis = attrs.ints(op, "axis")?.and_then(|v| v.first().copied());
-            let a = norm_axes(op, &[axis.unwrap_or(-1)], shape.len())?[0];
+            let a = norm_axes(op, &[LayerNormParams::get(op, attrs)?.axis], shape.len())?[0];
             let mut stats = shape.to_vec();
             stats[a] = 1;
             let groups = Groups {
@@ -121,7 +181,7 @@ pub(crate) fn layout(
         "GroupNorm" | "_backward_GroupNorm" => {
             need(2)?;
             let (n, c) = (shape[0], shape[1]);
-            let g = attrs.count(op, "num_groups", Some(1), POSITIVE_INT)?;
+            let g = GroupNormParams::get(op, attrs)?.num_groups.0;
             if !c.is_multiple_of(g) {
                 return Err(invalid(
                     op,
@@ -137,7 +197,7 @@ pub(crate) fn layout(
         }
         // MXNet's `instance` softmax is over the last axis (its data flattened to 2-D).
         "SoftmaxActivation" | "_backward_SoftmaxActivation"
-            if attrs.get("mode").unwrap_or("instance") == "instance" =>
+            if SoftmaxActivationParams::get(op, attrs)?.mode == SoftmaxMode::Instance =>
         {
             need(1)?;
             let last = shape[shape.len() - 1];
@@ -154,8 +214,12 @@ pub(crate) fn layout(
             need(2)?;
             let (n, c) = (shape[0], shape[1]);
             let rest: usize = shape[1..].iter().product();
-            match attrs.get("mode").unwrap_or("instance") {
-                "instance" => (
+            let mode = match op.ends_with("SoftmaxActivation") {
+                true => L2Mode::Channel,
+                false => L2NormalizationParams::get(op, attrs)?.mode,
+            };
+            match mode {
+                L2Mode::Instance => (
                     Groups {
                         outer: n,
                         len: rest,
@@ -165,7 +229,7 @@ pub(crate) fn layout(
                     0,
                     vec![n],
                 ),
-                "channel" => {
+                L2Mode::Channel => {
                     let mut stats = shape.to_vec();
                     stats.remove(1);
                     let groups = Groups {
@@ -175,7 +239,7 @@ pub(crate) fn layout(
                     };
                     (groups, Scale::ByPosition, 0, stats)
                 }
-                "spatial" => (
+                L2Mode::Spatial => (
                     Groups {
                         outer: n * c,
                         len: spatial(),
@@ -185,24 +249,21 @@ pub(crate) fn layout(
                     0,
                     vec![n, c],
                 ),
-                other => {
-                    return Err(invalid(
-                        op,
-                        format!("mode {other:?} is not instance, channel or spatial"),
-                    ))
-                }
             }
         }
     })
 }
 
+/// The `eps` of a norm (LayerNorm, InstanceNorm, GroupNorm, L2Normalization), forward or
+/// backward.
 pub(crate) fn eps(op: &str, attrs: &Attrs) -> Result<f64> {
-    let default = match op.trim_start_matches("_backward_") {
-        "InstanceNorm" => 1e-3,
-        "L2Normalization" => 1e-10,
-        _ => 1e-5,
+    let eps = match op.trim_start_matches("_backward_") {
+        "LayerNorm" => LayerNormParams::get(op, attrs)?.eps,
+        "InstanceNorm" => InstanceNormParams::get(op, attrs)?.eps,
+        "GroupNorm" => GroupNormParams::get(op, attrs)?.eps,
+        _ => L2NormalizationParams::get(op, attrs)?.eps,
     };
-    attrs.float(op, "eps", Some(default))
+    Ok(f64::from(eps))
 }
 
 fn check_float(op: &str, dt: DType) -> Result<()> {
@@ -563,9 +624,6 @@ mod avx2 {
 /// SoftmaxActivation: `data -> out`, a softmax over each group (`mode` instance or channel).
 fn infer_softmax_activation(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     check_float(op, d[0])?;
-    if attrs.get("mode") == Some("spatial") {
-        return Err(invalid(op, "mode \"spatial\" is not instance or channel"));
-    }
     layout(op, attrs, &s[0])?;
     Ok((vec![s[0].clone()], vec![d[0]]))
 }

@@ -9,7 +9,7 @@
 //! inference on partial inputs, and outputs that keep an input's shape, are found by the driver
 //! for every op (it probes the op's own inference); the rules here cover what probing cannot see.
 
-use super::conv::filters_and_groups;
+use super::conv::conv_params;
 use super::extra::stack_axis;
 use super::shape::axis_attr;
 use super::{Attrs, Partial, POSITIVE_INT};
@@ -100,7 +100,8 @@ pub(super) fn fully_connected(op: &str, attrs: &Attrs, ins: &Known, outs: &Known
 /// the output, the data's batch and the spatial sizes that give the output's
 /// (`(out - 1) * stride + dilate * (kernel - 1) + 1 - 2 * pad`, as MXNet takes them).
 pub(super) fn convolution(op: &str, attrs: &Attrs, ins: &Known, outs: &Known) -> Found {
-    let (filters, groups) = filters_and_groups(op, attrs)?;
+    let c = conv_params(op, attrs)?;
+    let (filters, groups) = (c.filters, c.groups);
     let kernel: Vec<usize> = ints_or(op, attrs, "kernel", &[])?;
     let mut proposed = vec![None; ins.len()];
     if let Some(Some(x)) = ins.first() {
@@ -152,7 +153,8 @@ fn ints_or(op: &str, attrs: &Attrs, key: &str, default: &[usize]) -> Result<Vec<
 
 /// Deconvolution: weight (channels, num_filter / num_group, kh, kw), bias (num_filter).
 pub(super) fn deconvolution(op: &str, attrs: &Attrs, ins: &Known, _outs: &Known) -> Found {
-    let (filters, groups) = filters_and_groups(op, attrs)?;
+    let c = conv_params(op, attrs)?;
+    let (filters, groups) = (c.filters, c.groups);
     let kernel = attrs.ints(op, "kernel")?.unwrap_or_default();
     let mut out = vec![None; ins.len()];
     if let Some(Some(x)) = ins.first() {

@@ -16,8 +16,9 @@
 
 use std::ops::Range;
 
-use super::conv::{by_phase, from_phase, out_len, pair, Tap};
+use super::conv::{by_phase, check_layout, from_phase, out_len, Layout, Tap};
 use super::par::{for_ranges, Shared};
+use super::params::{attr_enum, op_params, Params, Window};
 use super::reduce::fold_run;
 use super::{Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, Result};
@@ -27,13 +28,44 @@ use crate::resources::KernelRes;
 use crate::symbol::grad;
 use crate::{DType, Element};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum PoolType {
-    Max,
-    Avg,
-    Sum,
+attr_enum! {
+    /// What a pooling window computes.
+    pub enum PoolType {
+        /// Its maximum.
+        Max = "max",
+        /// Its mean.
+        Avg = "avg",
+        /// Its sum.
+        Sum = "sum",
+    }
 }
 
+attr_enum! {
+    /// How the output's size rounds.
+    pub enum PoolingConvention {
+        /// Down: only windows wholly inside the padded input.
+        Valid = "valid",
+        /// Up: a last window may stick out.
+        Full = "full",
+    }
+}
+
+op_params! {
+    /// Pooling's attributes.
+    pub struct PoolingParams for "Pooling" {
+        kernel: Window,
+        pool_type: PoolType,
+        global_pool: bool,
+        cudnn_off: bool,
+        pooling_convention: PoolingConvention,
+        stride: Window,
+        pad: Window,
+        count_include_pad: Option<bool>,
+        layout: Option<Layout>,
+    }
+}
+
+/// A pooling as its kernels take it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Pool {
     pub(crate) kind: PoolType,
@@ -44,19 +76,10 @@ pub(crate) struct Pool {
     pub(crate) count_pad: bool,
 }
 
+/// The pooling of `attrs` over data of `shape` (a global pooling's window is the whole plane).
 pub(crate) fn pool_params(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Pool> {
-    super::conv::check_layout(op, attrs)?;
-    let kind = match attrs.get("pool_type").unwrap_or("max") {
-        "max" => PoolType::Max,
-        "avg" => PoolType::Avg,
-        "sum" => PoolType::Sum,
-        other => {
-            return Err(invalid(
-                op,
-                format!("pool_type {other:?} is not one of max, avg, sum"),
-            ))
-        }
-    };
+    let a = PoolingParams::get(op, attrs)?;
+    check_layout(op, a.layout)?;
     if shape.len() != 4 {
         return Err(shape_error(op, "data", shape, "4 dimensions (N, C, H, W)"));
     }
@@ -69,20 +92,9 @@ pub(crate) fn pool_params(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Po
             format!("planes (H x W) of fewer than {NONE_YET} elements"),
         ));
     }
-    let global = attrs.bool(op, "global_pool", false)?;
-    let ceil = match attrs.get("pooling_convention").unwrap_or("valid") {
-        "valid" => false,
-        "full" => true,
-        other => {
-            return Err(invalid(
-                op,
-                format!("pooling_convention {other:?} is not valid or full"),
-            ))
-        }
-    };
-    let p = if global {
+    let p = if a.global_pool {
         Pool {
-            kind,
+            kind: a.pool_type,
             k: (shape[2], shape[3]),
             s: (1, 1),
             p: (0, 0),
@@ -91,12 +103,12 @@ pub(crate) fn pool_params(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Po
         }
     } else {
         Pool {
-            kind,
-            k: pair(op, attrs, "kernel", None)?,
-            s: pair(op, attrs, "stride", Some((1, 1)))?,
-            p: pair(op, attrs, "pad", Some((0, 0)))?,
-            ceil,
-            count_pad: attrs.bool(op, "count_include_pad", true)?,
+            kind: a.pool_type,
+            k: a.kernel.required(op, "kernel")?,
+            s: a.stride.or((1, 1)),
+            p: a.pad.or((0, 0)),
+            ceil: a.pooling_convention == PoolingConvention::Full,
+            count_pad: a.count_include_pad.unwrap_or(true),
         }
     };
     if p.k.0 == 0 || p.k.1 == 0 || p.s.0 == 0 || p.s.1 == 0 {

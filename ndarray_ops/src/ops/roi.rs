@@ -5,8 +5,9 @@
 //! outside the batch fails the op, naming it.
 
 use super::par::{for_ranges, Shared};
-use super::vision::{check_nchw, size_pair};
-use super::{Arity, Attrs, OpDef, TensorRef, C_INT};
+use super::params::{op_params, Params, Window};
+use super::vision::{check_nchw, positive};
+use super::{Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, Result};
 use crate::gpu;
 use crate::ops::{Infer, KResult};
@@ -39,16 +40,33 @@ fn image_of(op: &str, rois: &[f64], r: usize, images: usize) -> std::result::Res
 
 // ---- ROIPooling --------------------------------------------------------------------------
 
-fn roi_params(op: &str, attrs: &Attrs) -> Result<((usize, usize), f64)> {
-    let pooled = size_pair(op, attrs, "pooled_size", None)?;
-    let scale = attrs.float(op, "spatial_scale", None)?;
+op_params! {
+    /// ROIPooling's attributes.
+    pub struct ROIPoolingParams for "ROIPooling" {
+        pooled_size: Window,
+        spatial_scale: f32,
+    }
+}
+
+/// A region's scale from the input image to the data, refused unless positive.
+fn scale_of(op: &str, scale: f32) -> Result<f64> {
     if scale.is_nan() || scale <= 0.0 {
         return Err(invalid(
             op,
             format!("spatial_scale={scale} is not positive"),
         ));
     }
-    Ok((pooled, scale))
+    Ok(f64::from(scale))
+}
+
+fn roi_params(op: &str, attrs: &Attrs) -> Result<((usize, usize), f64)> {
+    let a = ROIPoolingParams::get(op, attrs)?;
+    let pooled = positive(
+        op,
+        "pooled_size",
+        a.pooled_size.required(op, "pooled_size")?,
+    )?;
+    Ok((pooled, scale_of(op, a.spatial_scale)?))
 }
 
 fn infer_roi_pooling(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
@@ -252,22 +270,30 @@ struct Align {
     aligned: bool,
 }
 
-fn align_params(op: &str, attrs: &Attrs) -> Result<Align> {
-    let scale = attrs.float(op, "spatial_scale", None)?;
-    if scale.is_nan() || scale <= 0.0 {
-        return Err(invalid(
-            op,
-            format!("spatial_scale={scale} is not positive"),
-        ));
+op_params! {
+    /// ROIAlign's attributes.
+    pub struct ROIAlignParams for "_contrib_ROIAlign" {
+        pooled_size: Window,
+        spatial_scale: f32,
+        sample_ratio: i64,
+        position_sensitive: bool,
+        aligned: bool,
     }
-    // Not positive: adaptive, as in MXNet.
-    let ratio = attrs.int(op, "sample_ratio", Some(-1), C_INT)?;
+}
+
+fn align_params(op: &str, attrs: &Attrs) -> Result<Align> {
+    let a = ROIAlignParams::get(op, attrs)?;
     Ok(Align {
-        pooled: size_pair(op, attrs, "pooled_size", None)?,
-        scale,
-        samples: if ratio > 0 { ratio as usize } else { 0 },
-        position_sensitive: attrs.bool(op, "position_sensitive", false)?,
-        aligned: attrs.bool(op, "aligned", false)?,
+        pooled: positive(
+            op,
+            "pooled_size",
+            a.pooled_size.required(op, "pooled_size")?,
+        )?,
+        scale: scale_of(op, a.spatial_scale)?,
+        // Not positive: adaptive, as in MXNet.
+        samples: a.sample_ratio.max(0) as usize,
+        position_sensitive: a.position_sensitive,
+        aligned: a.aligned,
     })
 }
 

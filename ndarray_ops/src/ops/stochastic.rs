@@ -9,6 +9,7 @@ use rand::Rng;
 use rand_distr::{Distribution, Normal};
 
 use super::par::{for_ranges, Shared};
+use super::params::{op_params, Params};
 use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
 use crate::gpu;
@@ -26,21 +27,34 @@ fn is_train(op: &str, attrs: &Attrs) -> Result<bool> {
 
 // ---- BatchNorm ------------------------------------------------------------------------------
 
-/// BatchNorm's `eps` and `momentum` as MXNet holds them: `eps` a double whose default is the
-/// float `1e-3f` (0.0010000000474974513), `momentum` a float (0.9 blends as 0.9f). A float64
-/// model agrees with MXNet to rounding only with these exact values (tests/mxnet_files.rs).
+op_params! {
+    /// BatchNorm's attributes. `eps` is a double whose default is the float `1e-3f`
+    /// (0.0010000000474974513) and `momentum` a float (0.9 blends as 0.9f), as MXNet holds
+    /// them: a float64 model agrees with MXNet to rounding only with these exact values
+    /// (tests/mxnet_files.rs).
+    pub struct BatchNormParams for "BatchNorm" {
+        eps: f64,
+        momentum: f32,
+        fix_gamma: bool,
+        use_global_stats: bool,
+        output_mean_var: bool,
+        axis: i64,
+        cudnn_off: bool,
+    }
+}
+
+/// BatchNorm's `eps` and `momentum`.
 pub(crate) fn bn_eps_momentum(op: &str, attrs: &Attrs) -> Result<(f64, f64)> {
-    let eps = attrs.f64(op, "eps", Some(f64::from(1e-3f32)))?;
-    Ok((eps, attrs.float(op, "momentum", Some(0.9))?))
+    let a = BatchNormParams::get(op, attrs)?;
+    Ok((a.eps, f64::from(a.momentum)))
 }
 
 /// BatchNorm's `fix_gamma` (gamma read as 1, its gradient 0), and whether it normalizes by the
 /// batch's own statistics (training, unless `use_global_stats`). Shape inference reads them
 /// too, so that a bad value fails at bind rather than when the op runs.
 pub(crate) fn bn_flags(op: &str, attrs: &Attrs) -> Result<(bool, bool)> {
-    let fix_gamma = attrs.bool(op, "fix_gamma", true)?;
-    let global = attrs.bool(op, "use_global_stats", false)?;
-    Ok((fix_gamma, is_train(op, attrs)? && !global))
+    let a = BatchNormParams::get(op, attrs)?;
+    Ok((a.fix_gamma, is_train(op, attrs)? && !a.use_global_stats))
 }
 
 /// Whether a training-mode pass folds the batch statistics into the moving ones: not in a
@@ -50,11 +64,7 @@ pub(crate) fn bn_updates_moving(op: &str, attrs: &Attrs) -> Result<bool> {
 }
 
 pub(crate) fn bn_axis(op: &str, attrs: &Attrs, ndim: usize) -> Result<usize> {
-    let a = attrs
-        .ints(op, "axis")?
-        .and_then(|v| v.first().copied())
-        .unwrap_or(1);
-    Ok(norm_axes(op, &[a], ndim)?[0])
+    Ok(norm_axes(op, &[BatchNormParams::get(op, attrs)?.axis], ndim)?[0])
 }
 
 fn infer_bn(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {

@@ -7,6 +7,7 @@
 //! kernels do.
 
 use super::par::{for_ranges, Shared};
+use super::params::{op_params, Params, Window};
 use super::{Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
 use crate::gpu;
@@ -30,15 +31,8 @@ pub(super) fn check_nchw(op: &str, arg: &str, x: &[usize], d: DType) -> Result<(
     Ok(())
 }
 
-/// A 2-tuple size attribute (Convolution's `pair`: one value is both, `default` when absent
-/// or empty), each size at least 1.
-pub(super) fn size_pair(
-    op: &str,
-    attrs: &Attrs,
-    key: &str,
-    default: Option<(usize, usize)>,
-) -> Result<(usize, usize)> {
-    let (a, b) = super::conv::pair(op, attrs, key, default)?;
+/// A 2-D size attribute `key` whose both sizes are at least 1.
+pub(super) fn positive(op: &str, key: &str, (a, b): (usize, usize)) -> Result<(usize, usize)> {
     if a == 0 || b == 0 {
         return Err(invalid(op, format!("{key}=({a}, {b}) is not positive")));
     }
@@ -92,8 +86,16 @@ fn resample<T: Element, const N: usize>(
 
 // ---- AdaptiveAvgPooling2D ----------------------------------------------------------------
 
+op_params! {
+    /// AdaptiveAvgPooling2D's attributes.
+    pub struct AdaptiveAvgPooling2DParams for "_contrib_AdaptiveAvgPooling2D" {
+        output_size: Window,
+    }
+}
+
 fn adaptive_size(op: &str, attrs: &Attrs) -> Result<(usize, usize)> {
-    size_pair(op, attrs, "output_size", Some((1, 1)))
+    let size = AdaptiveAvgPooling2DParams::get(op, attrs)?.output_size;
+    positive(op, "output_size", size.or((1, 1)))
 }
 
 /// Bin `a` of `out` bins over `len` inputs: `floor(a * len / out) .. ceil((a + 1) * len / out)`.

@@ -25,6 +25,7 @@ use rten_simd::SimdUnaryOp;
 use rten_vecmath::{Sigmoid, Tanh};
 
 use super::par::{for_ranges, Shared};
+use super::params::{attr_enum, op_params, Params, Positive};
 use super::stochastic::dropout_mask;
 use super::{Arity, Attrs, OpDef, StateUse, TensorRef, IS_TRAIN};
 use crate::error::{invalid, shape_error, NdError, Result};
@@ -42,13 +43,34 @@ pub(crate) use kernels::{masks_lost, sequence_lengths};
 use recurrence::*;
 pub(crate) use recurrence::{time, Pass, Real};
 
-/// The recurrence of one layer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Mode {
-    Relu,
-    Tanh,
-    Lstm,
-    Gru,
+attr_enum! {
+    /// The recurrence of one layer.
+    pub enum Mode {
+        /// A plain cell with ReLU.
+        Relu = "rnn_relu",
+        /// A plain cell with tanh.
+        Tanh = "rnn_tanh",
+        /// Long short-term memory.
+        Lstm = "lstm",
+        /// Gated recurrent unit.
+        Gru = "gru",
+    }
+}
+
+op_params! {
+    /// The fused RNN's attributes.
+    pub struct RNNParams for "RNN" {
+        state_size: Positive,
+        num_layers: Positive,
+        bidirectional: bool,
+        mode: Mode,
+        p: f64,
+        state_outputs: bool,
+        projection_size: Option<i64>,
+        lstm_state_clip_min: Option<f64>,
+        lstm_state_clip_max: Option<f64>,
+        use_sequence_length: bool,
+    }
 }
 
 impl Mode {
@@ -91,54 +113,37 @@ impl Rnn {
     /// The fused RNN's parameters (parsed on the node's first run, then kept with its
     /// attributes).
     pub(crate) fn parse(op: &str, attrs: &Attrs) -> Result<Rnn> {
-        attrs.parsed(op, Rnn::read)
+        attrs.parsed(op, Rnn::read).map(|r| *r)
     }
 
     fn read(op: &str, attrs: &Attrs) -> Result<Rnn> {
-        let mode = match attrs.get("mode") {
-            Some("rnn_relu") => Mode::Relu,
-            Some("rnn_tanh") => Mode::Tanh,
-            Some("lstm") => Mode::Lstm,
-            Some("gru") => Mode::Gru,
-            Some(other) => {
-                return Err(invalid(
-                    op,
-                    format!("mode {other:?} is not one of rnn_relu, rnn_tanh, lstm, gru"),
-                ))
-            }
-            None => return Err(invalid(op, "attribute mode is required")),
-        };
-        // MXNet holds both as unsigned 32-bit integers.
-        let count = |key: &str| attrs.count(op, key, None, 1..=u32::MAX);
-        let (hidden, layers) = (count("state_size")?, count("num_layers")?);
+        let a = RNNParams::read(op, attrs)?;
         // What MXNet accepts only with cuDNN, refused rather than ignored.
-        if attrs.get("projection_size").is_some_and(|v| v != "None") {
+        if a.projection_size.is_some() {
             return Err(invalid(op, "projection_size (LSTMP) is not supported"));
         }
-        for key in ["lstm_state_clip_min", "lstm_state_clip_max"] {
-            if attrs.get(key).is_some_and(|v| v != "None") {
+        for (key, clip) in [
+            ("lstm_state_clip_min", a.lstm_state_clip_min),
+            ("lstm_state_clip_max", a.lstm_state_clip_max),
+        ] {
+            if clip.is_some() {
                 return Err(invalid(
                     op,
                     format!("{key} (cell clipping) is not supported"),
                 ));
             }
         }
-        let p = attrs.f64(op, "p", Some(0.0))?;
-        if !(0.0..1.0).contains(&p) {
-            return Err(invalid(op, format!("p={p} is outside [0, 1)")));
+        if !(0.0..1.0).contains(&a.p) {
+            return Err(invalid(op, format!("p={} is outside [0, 1)", a.p)));
         }
         Ok(Rnn {
-            mode,
-            hidden,
-            layers,
-            dirs: if attrs.bool(op, "bidirectional", false)? {
-                2
-            } else {
-                1
-            },
-            state_outputs: attrs.bool(op, "state_outputs", false)?,
-            seq_len: attrs.bool(op, "use_sequence_length", false)?,
-            p,
+            mode: a.mode,
+            hidden: a.state_size.0,
+            layers: a.num_layers.0,
+            dirs: if a.bidirectional { 2 } else { 1 },
+            state_outputs: a.state_outputs,
+            seq_len: a.use_sequence_length,
+            p: a.p,
             train: attrs.bool(op, IS_TRAIN, false)?,
         })
     }
