@@ -212,7 +212,13 @@ pub(crate) fn unary_backward(
 
 pub(super) fn act_code(op: &str, attrs: &Attrs) -> Result<usize, String> {
     let kind = match op {
-        "Activation" | "_backward_Activation" => attrs.get("act_type").unwrap_or("relu"),
+        "Activation" | "_backward_Activation" => {
+            use crate::ops::params::{ActivationParams, Params};
+            ActivationParams::get(op, attrs)
+                .map_err(e2s)?
+                .act_type
+                .word()
+        }
         other => other,
     };
     Ok(match kind {

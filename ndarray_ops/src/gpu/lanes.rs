@@ -238,8 +238,7 @@ pub(crate) fn softmax(
     s: &dyn Stream,
 ) -> KResult {
     let x = &ins[0];
-    let axis = crate::ops::softmax_axis(op, attrs, x.shape.len()).map_err(e2s)?;
-    let temp = attrs.f64(op, "temperature", Some(1.0)).map_err(e2s)?;
+    let (axis, temp) = crate::ops::softmax_axis(op, attrs, x.shape.len()).map_err(e2s)?;
     let lanes = lane_args(&x.shape, axis, temp, op.ends_with("log_softmax"));
     let ts: Vec<&TensorRef> = outs.iter().take(1).chain(ins).collect();
     lanes.on(&ts).run(s, op.starts_with("_backward_"))
@@ -256,9 +255,10 @@ pub(crate) fn softmax_activation(
     s: &dyn Stream,
 ) -> KResult {
     let x = &ins[0];
-    let shape = match attrs.get("mode").unwrap_or("instance") {
-        "channel" => x.shape.to_vec(),
-        _ => {
+    use crate::ops::params::{Params, SoftmaxActivationParams, SoftmaxMode};
+    let shape = match SoftmaxActivationParams::get(op, attrs).map_err(e2s)?.mode {
+        SoftmaxMode::Channel => x.shape.to_vec(),
+        SoftmaxMode::Instance => {
             let last = x.shape.last().copied().unwrap_or(1);
             vec![x.len() / last.max(1), last]
         }

@@ -264,7 +264,8 @@ kernel_args! {
 }
 
 pub(super) fn no_bias(op: &str, attrs: &Attrs) -> Result<bool, String> {
-    attrs.bool(op, "no_bias", false).map_err(e2s)
+    use crate::ops::params::{FullyConnectedParams, Params};
+    Ok(FullyConnectedParams::get(op, attrs).map_err(e2s)?.no_bias)
 }
 
 pub(crate) fn fully_connected(

@@ -154,10 +154,13 @@ pub(crate) fn reduce_other(
     };
     let axes = match op {
         // One axis, or none: the flattened data.
-        "argmax" | "argmin" => match attrs.ints(op, "axis").map_err(e2s)? {
-            None => (0..nd).collect(),
-            Some(a) => crate::ops::norm_axes(op, &a, nd).map_err(e2s)?,
-        },
+        "argmax" | "argmin" => {
+            use crate::ops::params::{ArgExtremeParams, Params};
+            match ArgExtremeParams::get(op, attrs).map_err(e2s)?.axis {
+                None => (0..nd).collect(),
+                Some(a) => crate::ops::norm_axes(op, &[a], nd).map_err(e2s)?,
+            }
+        }
         _ => crate::ops::reduced_axes(op, attrs, nd).map_err(e2s)?,
     };
     let count: usize = axes.iter().map(|&a| x.shape[a]).product();

@@ -623,10 +623,7 @@ fn softmax_backward_kernel(
     _res: &mut KernelRes,
 ) -> KResult {
     let (g, y) = (&ins[0], &ins[1]);
-    let axis = super::softmax_axis(op, attrs, g.shape.len()).map_err(|e| e.to_string())?;
-    let temp = attrs
-        .f64(op, "temperature", Some(1.0))
-        .map_err(|e| e.to_string())?;
+    let (axis, temp) = super::softmax_axis(op, attrs, g.shape.len()).map_err(|e| e.to_string())?;
     let log = op == "_backward_log_softmax";
     softmax_grad(g, y, &outs[0], (&g.shape, axis, temp, log));
     Ok(())

@@ -2,7 +2,8 @@
 //! pick, SequenceMask, SequenceLast and SequenceReverse; and depth_to_space/space_to_depth,
 //! which list each output element's source.
 
-use super::{norm_axes, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT};
+use super::params::{attr_enum, op_params, Params, PositiveInt};
+use super::{norm_axes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
 use crate::gpu;
 use crate::ops::{Infer, KResult};
@@ -12,18 +13,34 @@ use crate::{DType, Element};
 
 // ---- pick(data, index): one element per lane along an axis ------------------------------------
 
+attr_enum! {
+    /// What pick does with an index outside the axis.
+    pub enum PickMode {
+        /// Clamps it to the axis.
+        Clip = "clip",
+        /// Wraps it around.
+        Wrap = "wrap",
+    }
+}
+
+op_params! {
+    /// pick's attributes.
+    pub struct PickParams for "pick" {
+        axis: Option<i64>,
+        keepdims: bool,
+        mode: PickMode,
+    }
+}
+
 /// pick's axis, whether it keeps it, and its layout: (outer, lanes, inner) around the axis.
 pub(crate) fn pick_layout(
     op: &str,
     attrs: &Attrs,
     x: &[usize],
 ) -> Result<(usize, bool, [usize; 3])> {
-    let a = attrs
-        .ints(op, "axis")?
-        .and_then(|v| v.first().copied())
-        .unwrap_or(-1);
-    let a = norm_axes(op, &[a], x.len())?[0];
-    let keep = attrs.bool(op, "keepdims", false)?;
+    let p = PickParams::get(op, attrs)?;
+    let a = norm_axes(op, &[p.axis.unwrap_or(-1)], x.len())?[0];
+    let keep = p.keepdims;
     let dims = [x[..a].iter().product(), x[a], x[a + 1..].iter().product()];
     Ok((a, keep, dims))
 }
@@ -39,12 +56,9 @@ pub(super) fn pick_index(v: f64, lanes: usize, wrap: bool) -> usize {
     }
 }
 
+/// Whether pick wraps its indices around (or clamps them).
 pub(crate) fn pick_wrap(op: &str, attrs: &Attrs) -> Result<bool> {
-    match attrs.get("mode").unwrap_or("clip") {
-        "clip" => Ok(false),
-        "wrap" => Ok(true),
-        other => Err(invalid(op, format!("mode {other:?} is not clip or wrap"))),
-    }
+    Ok(PickParams::get(op, attrs)?.mode == PickMode::Wrap)
 }
 
 pub(super) fn infer_pick(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
@@ -146,17 +160,33 @@ pub(super) fn scatter(g: &TensorRef, dx: &TensorRef, sources: &[usize]) {
 
 // ---- SequenceMask(data[, sequence_length]) ------------------------------------------------------
 
-/// Whether SequenceMask uses its lengths, its time axis (0 or 1), and the value it writes.
-pub(crate) fn mask_params(op: &str, attrs: &Attrs) -> Result<(bool, usize, f64)> {
-    let axis = attrs.f64(op, "axis", Some(0.0))?;
-    if axis != 0.0 && axis != 1.0 {
-        return Err(invalid(op, format!("axis={axis} is not 0 or 1")));
+op_params! {
+    /// The attributes of the sequence ops.
+    pub struct SequenceParams for "SequenceMask", "SequenceLast", "SequenceReverse" {
+        use_sequence_length: bool,
+        axis: i64,
     }
-    Ok((
-        attrs.bool(op, "use_sequence_length", false)?,
-        axis as usize,
-        attrs.float(op, "value", Some(0.0))?,
-    ))
+}
+
+op_params! {
+    /// SequenceMask's value for the masked steps.
+    pub struct SequenceMaskParams for "SequenceMask" {
+        value: f32,
+    }
+}
+
+/// Whether a sequence op uses its lengths, its time axis (0 or 1), and the value SequenceMask
+/// writes.
+pub(crate) fn mask_params(op: &str, attrs: &Attrs) -> Result<(bool, usize, f64)> {
+    let a = SequenceParams::get(op, attrs)?;
+    if a.axis != 0 && a.axis != 1 {
+        return Err(invalid(op, format!("axis={} is not 0 or 1", a.axis)));
+    }
+    let value = match op.ends_with("SequenceMask") {
+        true => f64::from(SequenceMaskParams::get(op, attrs)?.value),
+        false => 0.0,
+    };
+    Ok((a.use_sequence_length, a.axis as usize, value))
 }
 
 pub(super) fn infer_sequence_mask(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
@@ -402,8 +432,16 @@ pub(super) fn sequence_last_backward_kernel(
 
 // ---- depth_to_space, space_to_depth -------------------------------------------------------------
 
+op_params! {
+    /// The attributes of depth_to_space and space_to_depth.
+    pub struct BlockParams for "depth_to_space", "space_to_depth" {
+        block_size: PositiveInt,
+    }
+}
+
+/// The side of depth_to_space's and space_to_depth's blocks.
 pub(crate) fn block_size(op: &str, attrs: &Attrs) -> Result<usize> {
-    attrs.count(op, "block_size", None, POSITIVE_INT)
+    Ok(BlockParams::get(op, attrs)?.block_size.0)
 }
 
 /// `depth_to_space` moves blocks of `b * b` channels into `b x b` pixel blocks, `(n, c, h, w)

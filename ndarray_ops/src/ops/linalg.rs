@@ -3,6 +3,7 @@
 
 use ndarray::{ArrayView2, ArrayViewMut2, ShapeBuilder};
 
+use super::params::{op_params, Params};
 use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{shape_error, Result};
 use crate::gpu;
@@ -47,6 +48,20 @@ fn as_2d(op: &str, which: &str, s: &[usize], split_last: bool) -> Result<Vec<usi
     }
 }
 
+op_params! {
+    /// The attributes of dot and batch_dot.
+    pub struct DotParams for "dot", "batch_dot" {
+        transpose_a: bool,
+        transpose_b: bool,
+    }
+}
+
+/// Whether the product reads its left and right operands transposed.
+fn transposes(op: &str, attrs: &Attrs) -> Result<(bool, bool)> {
+    let a = DotParams::get(op, attrs)?;
+    Ok((a.transpose_a, a.transpose_b))
+}
+
 fn infer(
     op: &str,
     attrs: &Attrs,
@@ -54,10 +69,7 @@ fn infer(
     d: &[DType],
 ) -> Result<(Vec<Vec<usize>>, Vec<DType>)> {
     let dt = same_dtypes(op, d)?;
-    let (ta, tb) = (
-        attrs.bool(op, "transpose_a", false)?,
-        attrs.bool(op, "transpose_b", false)?,
-    );
+    let (ta, tb) = transposes(op, attrs)?;
     if op == "batch_dot" {
         for (i, x) in s.iter().enumerate() {
             if x.len() != 3 {
@@ -145,10 +157,7 @@ pub(crate) struct Product {
 
 /// The products `op` computes on inputs of shapes `a` and `b` (already inferred valid).
 pub(crate) fn product(op: &str, attrs: &Attrs, a: &[usize], b: &[usize]) -> Result<Product> {
-    let (ta, tb) = (
-        attrs.bool(op, "transpose_a", false)?,
-        attrs.bool(op, "transpose_b", false)?,
-    );
+    let (ta, tb) = transposes(op, attrs)?;
     let (batch, dims) = if op == "batch_dot" {
         (a[0], mm_dims(op, &a[1..], &b[1..], ta, tb)?)
     } else {

@@ -4,7 +4,7 @@
 use rten_simd::SimdUnaryOp;
 
 use super::par::{for_ranges, map_lanes, Shared};
-use super::params::{attr_enum, op_params, Params, Positive};
+use super::params::{attr_enum, op_params, Params, PositiveInt};
 use super::reduce::fold_run;
 use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
@@ -138,15 +138,25 @@ op_params! {
     }
 }
 
-pub(crate) fn softmax_axis(op: &str, attrs: &Attrs, ndim: usize) -> Result<usize> {
-    let axis = attrs
-        .ints(op, "axis")?
-        .and_then(|v| v.first().copied())
-        .unwrap_or(-1);
+op_params! {
+    /// The attributes of softmax and log_softmax.
+    pub struct SoftmaxParams for "softmax", "log_softmax" {
+        axis: i64,
+        temperature: Option<f64>,
+        use_length: Option<bool>,
+    }
+}
+
+/// A softmax's axis (of `ndim`) and temperature (1 when `None`).
+pub(crate) fn softmax_axis(op: &str, attrs: &Attrs, ndim: usize) -> Result<(usize, f64)> {
+    let a = SoftmaxParams::get(op, attrs)?;
     if ndim == 0 {
         return Err(invalid(op, "needs at least one dimension"));
     }
-    Ok(norm_axes(op, &[axis], ndim)?[0])
+    Ok((
+        norm_axes(op, &[a.axis], ndim)?[0],
+        a.temperature.unwrap_or(1.0),
+    ))
 }
 
 fn infer_softmax(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
@@ -195,15 +205,14 @@ fn softmax_kernel(
     _res: &mut KernelRes,
 ) -> KResult {
     let (a, o) = (&ins[0], &outs[0]);
-    let (axis, log) = match op {
+    let ((axis, temp), log) = match op {
         // MXNet's SoftmaxOutput normalizes over axis 1 (the class axis) by default.
-        "SoftmaxOutput" => (1.min(a.shape.len() - 1), false),
+        "SoftmaxOutput" => ((1.min(a.shape.len() - 1), 1.0), false),
         _ => (
             softmax_axis(op, attrs, a.shape.len()).map_err(e2s)?,
             op == "log_softmax",
         ),
     };
-    let temp = attrs.f64(op, "temperature", Some(1.0)).map_err(e2s)?;
     softmax(a, o, (&a.shape, axis, temp, log));
     Ok(())
 }
@@ -276,7 +285,7 @@ fn softmax_lanes<T: Element, F: Element>(
 op_params! {
     /// FullyConnected's attributes.
     pub struct FullyConnectedParams for "FullyConnected" {
-        num_hidden: Positive,
+        num_hidden: PositiveInt,
         no_bias: bool,
         flatten: bool,
     }

@@ -18,7 +18,7 @@
 //! recomputing them.
 
 use super::par::{for_ranges, map_lanes, wide, Shared};
-use super::params::{attr_enum, op_params, Params, Positive};
+use super::params::{attr_enum, op_params, Params, PositiveInt};
 use super::reduce::fold_run;
 use super::{check_against_forward, norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
@@ -92,7 +92,7 @@ op_params! {
 op_params! {
     /// GroupNorm's attributes.
     pub struct GroupNormParams for "GroupNorm" {
-        num_groups: Positive,
+        num_groups: PositiveInt,
         eps: f32,
         output_mean_var: bool,
     }

@@ -23,17 +23,22 @@ use crate::DType;
 
 pub use super::conv::{ConvolutionParams, CudnnTune, DeconvolutionParams, Layout};
 pub use super::extra::{LeakyReLUParams, LeakyType};
+pub use super::lanes::{BlockParams, PickMode, PickParams, SequenceMaskParams, SequenceParams};
+pub use super::linalg::DotParams;
 pub use super::nn::{
     ActType, ActivationParams, FullyConnectedParams, Normalization, SoftmaxOutputParams,
+    SoftmaxParams,
 };
 pub use super::norm::{
     GroupNormParams, InstanceNormParams, L2Mode, L2NormalizationParams, LayerNormParams,
     SoftmaxActivationParams, SoftmaxMode,
 };
 pub use super::pooling::{PoolType, PoolingConvention, PoolingParams};
+pub use super::reduce::{ArgExtremeParams, NormParams, ReduceParams};
 pub use super::rnn::{Mode as RnnMode, RNNParams};
 pub use super::roi::{ROIAlignParams, ROIPoolingParams};
-pub use super::stochastic::BatchNormParams;
+pub use super::sort::{ArgsortParams, RetTyp, SortParams, TopkParams};
+pub use super::stochastic::{BatchNormParams, DropoutMode, DropoutParams};
 pub use super::vision::AdaptiveAvgPooling2DParams;
 
 /// A value an attribute holds: read from MXNet's text form, written back in it.
@@ -51,6 +56,10 @@ pub trait Params: Clone + Send + Sync + 'static {
     /// The op whose signature gives the defaults (a backward op's node carries its forward
     /// node's attributes, so the forward op).
     const OP: &'static str;
+
+    /// The other ops of the family that read the struct (`mean`, `max`, ... beside `sum`): the
+    /// conformance test holds their signatures to the same fields and defaults.
+    const ALSO: &'static [&'static str];
 
     /// Each field's attribute name, and a reader of its text through the field's type that
     /// writes what it read (the signature conformance test runs the defaults through it).
@@ -105,11 +114,12 @@ fn default_of(op: &str, key: &str) -> Option<&'static str> {
 }
 
 /// Declares an op's typed attributes: `op_params! { /// doc  pub struct Name for "Op" { field:
-/// Type, ... } }`. Each field is the attribute of the same name; see the module's doc.
+/// Type, ... } }`, or `for "Op", "Other", ...` for a family of ops whose signatures share the
+/// fields and their defaults. Each field is the attribute of the same name; see the module's doc.
 macro_rules! op_params {
     (
         $(#[$meta:meta])*
-        $vis:vis struct $name:ident for $op:literal {
+        $vis:vis struct $name:ident for $op:literal $(, $also:literal)* {
             $($field:ident : $ty:ty),* $(,)?
         }
     ) => {
@@ -125,6 +135,7 @@ macro_rules! op_params {
 
         impl $crate::ops::params::Params for $name {
             const OP: &'static str = $op;
+            const ALSO: &'static [&'static str] = &[$($also),*];
             const FIELDS: &'static [$crate::ops::params::Field] = &[$(
                 $crate::ops::params::Field {
                     name: stringify!($field),
@@ -244,13 +255,17 @@ impl AttrValue for usize {
     }
 }
 
-/// A count that must be at least 1 (a number of filters, groups or layers; MXNet's `uint32_t`).
+/// A count that must be at least 1 and at most `MAX`: a number of filters, groups or layers
+/// (MXNet's `uint32_t`, the default bound), or a size MXNet keeps in an `int` ([`PositiveInt`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Positive(pub usize);
+pub struct Positive<const MAX: u32 = { u32::MAX }>(pub usize);
 
-impl AttrValue for Positive {
-    fn read(text: &str) -> std::result::Result<Positive, String> {
-        whole(text, 1, u32::MAX.into()).map(|n| Positive(n as usize))
+/// A size MXNet keeps in a C `int` (`num_hidden`, a block size), at least 1.
+pub type PositiveInt = Positive<{ i32::MAX as u32 }>;
+
+impl<const MAX: u32> AttrValue for Positive<MAX> {
+    fn read(text: &str) -> std::result::Result<Positive<MAX>, String> {
+        whole(text, 1, MAX.into()).map(|n| Positive(n as usize))
     }
 
     fn write(&self) -> String {
@@ -432,16 +447,28 @@ mod tests {
     use super::*;
 
     /// Every params struct, by its fields.
-    fn all() -> Vec<(&'static str, &'static [Field])> {
-        fn of<P: Params>() -> (&'static str, &'static [Field]) {
-            (P::OP, P::FIELDS)
+    fn all() -> Vec<(&'static str, &'static [&'static str], &'static [Field])> {
+        fn of<P: Params>() -> (&'static str, &'static [&'static str], &'static [Field]) {
+            (P::OP, P::ALSO, P::FIELDS)
         }
         vec![
             of::<ActivationParams>(),
+            of::<BlockParams>(),
+            of::<PickParams>(),
+            of::<SequenceMaskParams>(),
+            of::<SequenceParams>(),
+            of::<ArgsortParams>(),
+            of::<SortParams>(),
+            of::<TopkParams>(),
+            of::<ArgExtremeParams>(),
+            of::<NormParams>(),
+            of::<ReduceParams>(),
             of::<AdaptiveAvgPooling2DParams>(),
             of::<BatchNormParams>(),
             of::<ConvolutionParams>(),
             of::<DeconvolutionParams>(),
+            of::<DotParams>(),
+            of::<DropoutParams>(),
             of::<FullyConnectedParams>(),
             of::<GroupNormParams>(),
             of::<InstanceNormParams>(),
@@ -454,17 +481,25 @@ mod tests {
             of::<ROIPoolingParams>(),
             of::<SoftmaxActivationParams>(),
             of::<SoftmaxOutputParams>(),
+            of::<SoftmaxParams>(),
         ]
     }
 
     #[test]
-    fn every_field_is_an_attribute_of_its_op_and_its_default_parses_as_its_type() {
-        for (op, fields) in all() {
+    fn every_field_is_an_attribute_of_its_ops_and_its_default_parses_as_its_type() {
+        for (op, also, fields) in all() {
             let sig = signature(op).unwrap_or_else(|| panic!("{op} has no signature"));
             for f in fields {
                 let spec = sig
                     .attr(f.name)
                     .unwrap_or_else(|| panic!("{op} has no attribute {}", f.name));
+                // The family's other ops take the attribute with the same default.
+                for other in also {
+                    let theirs = signature(other)
+                        .and_then(|s| s.attr(f.name))
+                        .unwrap_or_else(|| panic!("{other} has no attribute {}", f.name));
+                    assert_eq!(theirs.default, spec.default, "{other}.{} vs {op}", f.name);
+                }
                 let Some(default) = spec.default else {
                     continue;
                 };
@@ -511,7 +546,7 @@ mod tests {
         let refused = [
             (i64::read("2.5").err(), "a whole number from -2147483648"),
             (
-                Positive::read("0").err(),
+                <Positive>::read("0").err(),
                 "a whole number from 1 to 4294967295",
             ),
             (Window::read("(1, 2, 3)").err(), "a 2-D window"),

@@ -2,6 +2,7 @@
 //! semantics: no axis reduces everything to shape `(1,)`; `keepdims` keeps reduced axes as 1).
 
 use super::par::{for_ranges, Shared};
+use super::params::{op_params, Params};
 use super::{norm_axes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::Result;
 use crate::gpu;
@@ -9,15 +10,44 @@ use crate::resources::KernelRes;
 use crate::symbol::grad;
 use crate::{DType, Element};
 
+op_params! {
+    /// The attributes of the reductions over axes.
+    pub struct ReduceParams for "sum", "mean", "prod", "max", "min" {
+        axis: Option<Vec<i64>>,
+        keepdims: bool,
+        exclude: bool,
+    }
+}
+
+op_params! {
+    /// norm's attributes.
+    pub struct NormParams for "norm" {
+        ord: i64,
+        axis: Option<Vec<i64>>,
+        out_dtype: Option<String>,
+        keepdims: bool,
+    }
+}
+
+op_params! {
+    /// The attributes of argmax and argmin.
+    pub struct ArgExtremeParams for "argmax", "argmin" {
+        axis: Option<i64>,
+        keepdims: bool,
+    }
+}
+
 /// The axes a reduction (or its backward op, which carries its attributes) reduces, sorted:
-/// `axis` (none or empty: all), or every other axis with `exclude`.
+/// `axis` (none or empty: all), or every other axis with `exclude` (which norm has not, so
+/// it reads as its default there).
 pub(crate) fn axes_of(op: &str, attrs: &Attrs, ndim: usize) -> Result<Vec<usize>> {
-    let mut axes = match attrs.ints(op, "axis")? {
+    let a = ReduceParams::get(op, attrs)?;
+    let mut axes = match &a.axis {
         None => (0..ndim).collect(),
         Some(a) if a.is_empty() => (0..ndim).collect(),
-        Some(a) => norm_axes(op, &a, ndim)?,
+        Some(a) => norm_axes(op, a, ndim)?,
     };
-    if attrs.bool(op, "exclude", false)? {
+    if a.exclude {
         axes = (0..ndim).filter(|d| !axes.contains(d)).collect();
     }
     axes.sort_unstable();
@@ -45,21 +75,23 @@ fn infer(
     s: &[Vec<usize>],
     d: &[DType],
 ) -> Result<(Vec<Vec<usize>>, Vec<DType>)> {
-    let keep = attrs.bool(op, "keepdims", false)?;
-    if op == "norm" {
-        norm_ord(op, attrs)?;
-        if attrs.get("out_dtype").is_some_and(|t| t != "None") {
-            return Err(crate::error::invalid(op, "out_dtype is not supported"));
+    let keep = match op {
+        "norm" => {
+            norm_ord(op, attrs)?;
+            let a = NormParams::get(op, attrs)?;
+            if a.out_dtype.is_some() {
+                return Err(crate::error::invalid(op, "out_dtype is not supported"));
+            }
+            a.keepdims
         }
-    }
+        "argmax" | "argmin" => ArgExtremeParams::get(op, attrs)?.keepdims,
+        _ => ReduceParams::get(op, attrs)?.keepdims,
+    };
     if matches!(op, "argmax" | "argmin") {
-        let (shape, empty) = match attrs.ints(op, "axis")? {
+        let (shape, empty) = match ArgExtremeParams::get(op, attrs)?.axis {
             None => (vec![1], s[0].contains(&0)),
             Some(a) => {
-                let ax = norm_axes(op, &a, s[0].len())?;
-                if ax.len() != 1 {
-                    return Err(crate::error::invalid(op, "takes one axis"));
-                }
+                let ax = norm_axes(op, &[a], s[0].len())?;
                 (out_shape(&s[0], &ax, keep), s[0][ax[0]] == 0)
             }
         };
@@ -87,9 +119,9 @@ fn infer(
 
 /// `norm`'s order: 2 (the default) or 1.
 pub(crate) fn norm_ord(op: &str, attrs: &Attrs) -> Result<u8> {
-    match attrs.f64(op, "ord", Some(2.0))? {
-        2.0 => Ok(2),
-        1.0 => Ok(1),
+    match NormParams::get(op, attrs)?.ord {
+        2 => Ok(2),
+        1 => Ok(1),
         o => Err(crate::error::invalid(op, format!("ord={o} is not 1 or 2"))),
     }
 }
@@ -305,10 +337,11 @@ fn kernel(
         if matches!(op, "argmax" | "argmin") {
             // SAFETY: exclusive access to the output (disjoint from the input).
             let dst = unsafe { out.slice_mut::<T>() };
-            let lanes = match attrs.ints(op, "axis").map_err(|e| e.to_string())? {
+            let axis = ArgExtremeParams::get(op, attrs).map_err(|e| e.to_string())?.axis;
+            let lanes = match axis {
                 None => (1, a.len(), 1),
                 Some(ax) => {
-                    let ax = norm_axes(op, &ax, a.shape.len()).map_err(|e| e.to_string())?[0];
+                    let ax = norm_axes(op, &[ax], a.shape.len()).map_err(|e| e.to_string())?[0];
                     let outer = a.shape[..ax].iter().product();
                     (outer, a.shape[ax], a.shape[ax + 1..].iter().product())
                 }

@@ -6,6 +6,7 @@
 //! `ret_typ=value`, as in MXNet), which `_backward_topk` reads to put each value's gradient back
 //! where the value came from.
 
+use super::params::{attr_enum, op_params, Params as _};
 use super::{norm_axes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, Result};
 use crate::gpu;
@@ -33,50 +34,88 @@ struct Params {
     index_dtype: DType,
 }
 
+op_params! {
+    /// sort's attributes.
+    pub struct SortParams for "sort" {
+        axis: Option<i64>,
+        is_ascend: bool,
+    }
+}
+
+op_params! {
+    /// argsort's attributes.
+    pub struct ArgsortParams for "argsort" {
+        axis: Option<i64>,
+        is_ascend: bool,
+        dtype: DType,
+    }
+}
+
+attr_enum! {
+    /// What topk returns.
+    pub enum RetTyp {
+        /// The kept values.
+        Value = "value",
+        /// Their indices.
+        Indices = "indices",
+        /// Both.
+        Both = "both",
+        /// A mask of the input: 1 where an element is kept.
+        Mask = "mask",
+    }
+}
+
+op_params! {
+    /// topk's attributes.
+    pub struct TopkParams for "topk" {
+        axis: Option<i64>,
+        k: i64,
+        ret_typ: RetTyp,
+        is_ascend: bool,
+        dtype: DType,
+    }
+}
+
 fn params(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Params> {
     // The backward op carries its forward op's name and attributes.
     let fwd = attrs.get("__fwd__").unwrap_or(op);
-    let axis = match attrs.get("axis") {
-        Some(v) if v.trim().eq_ignore_ascii_case("none") => None,
-        _ => {
-            let a = attrs
-                .ints(op, "axis")?
-                .and_then(|v| v.first().copied())
-                .unwrap_or(-1);
-            Some(norm_axes(op, &[a], shape.len())?[0])
+    // (axis, k, what it returns, ascending, the indices' dtype); k < 1 sorts the whole axis, as
+    // in MXNet.
+    let (axis, k, returns, ascending, index_dtype) = match fwd {
+        "sort" => {
+            let a = SortParams::get(op, attrs)?;
+            (a.axis, 0, Returns::Values, a.is_ascend, DType::F32)
         }
+        "argsort" => {
+            let a = ArgsortParams::get(op, attrs)?;
+            (a.axis, 0, Returns::Indices, a.is_ascend, a.dtype)
+        }
+        _ => {
+            let a = TopkParams::get(op, attrs)?;
+            let returns = match a.ret_typ {
+                RetTyp::Value => Returns::Values,
+                RetTyp::Indices => Returns::Indices,
+                RetTyp::Both => Returns::Both,
+                RetTyp::Mask => Returns::Mask,
+            };
+            (a.axis, a.k, returns, a.is_ascend, a.dtype)
+        }
+    };
+    let axis = match axis {
+        None => None,
+        Some(a) => Some(norm_axes(op, &[a], shape.len())?[0]),
     };
     let lane = axis.map_or(shape.iter().product(), |a| shape[a]);
-    let returns = match (fwd, attrs.get("ret_typ").unwrap_or("indices")) {
-        ("sort", _) => Returns::Values,
-        ("argsort", _) => Returns::Indices,
-        (_, "value") => Returns::Values,
-        (_, "indices") => Returns::Indices,
-        (_, "both") => Returns::Both,
-        (_, "mask") => Returns::Mask,
-        (_, other) => {
-            return Err(invalid(
-                op,
-                format!("ret_typ {other:?} is not value, indices, both or mask"),
-            ))
-        }
-    };
-    // k < 1 sorts the whole axis, as in MXNet.
-    let k = match fwd {
-        "topk" => attrs.int(op, "k", Some(1), super::C_INT)?,
-        _ => 0,
-    };
     if k > 0 && k as usize > lane {
         return Err(invalid(
             op,
             format!("k={k} is more than the {lane} elements along the axis"),
         ));
     }
-    let index_dtype = attrs.dtype(op)?;
     Ok(Params {
         axis,
         k: if k < 1 { lane } else { k as usize },
-        ascending: attrs.bool(op, "is_ascend", fwd != "topk")?,
+        ascending,
         returns,
         index_dtype,
     })
@@ -258,7 +297,8 @@ fn sort_backward_kernel(
 pub(crate) fn returns_values(op: &str, attrs: &Attrs) -> bool {
     match op {
         "sort" => true,
-        "topk" => matches!(attrs.get("ret_typ"), Some("value" | "both")),
+        "topk" => TopkParams::get(op, attrs)
+            .is_ok_and(|a| matches!(a.ret_typ, RetTyp::Value | RetTyp::Both)),
         _ => false,
     }
 }

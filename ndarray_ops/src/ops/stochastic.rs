@@ -9,7 +9,7 @@ use rand::Rng;
 use rand_distr::{Distribution, Normal};
 
 use super::par::{for_ranges, Shared};
-use super::params::{op_params, Params};
+use super::params::{attr_enum, op_params, Params};
 use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
 use crate::gpu;
@@ -244,14 +244,36 @@ pub(super) fn sum_zip<T: Element>(a: &[T], b: &[T], f: impl Fn(f64, f64) -> f64)
 
 // ---- Dropout --------------------------------------------------------------------------------
 
+attr_enum! {
+    /// When Dropout drops units.
+    pub enum DropoutMode {
+        /// In training only.
+        Training = "training",
+        /// In training and at inference.
+        Always = "always",
+    }
+}
+
+op_params! {
+    /// Dropout's attributes.
+    pub struct DropoutParams for "Dropout" {
+        p: f32,
+        mode: DropoutMode,
+        axes: Vec<i64>,
+        cudnn_off: Option<bool>,
+    }
+}
+
+/// Dropout's probability of dropping a unit.
 pub(crate) fn dropout_p(op: &str, attrs: &Attrs) -> Result<f64> {
-    let p = attrs.float(op, "p", Some(0.5))?;
+    let a = DropoutParams::get(op, attrs)?;
+    let p = f64::from(a.p);
     if !(0.0..1.0).contains(&p) {
         return Err(invalid(op, format!("p={p} must be in [0, 1)")));
     }
     // Variational dropout (one mask shared along `axes`) is not implemented; refused rather
     // than ignored.
-    if attrs.ints(op, "axes")?.is_some_and(|a| !a.is_empty()) {
+    if !a.axes.is_empty() {
         return Err(invalid(
             op,
             "axes (a mask shared along axes) is not supported",
@@ -262,7 +284,7 @@ pub(crate) fn dropout_p(op: &str, attrs: &Attrs) -> Result<f64> {
 
 /// Whether Dropout drops units: in training, or always with `mode="always"`.
 pub(crate) fn dropout_active(op: &str, attrs: &Attrs) -> Result<bool> {
-    Ok(is_train(op, attrs)? || attrs.get("mode") == Some("always"))
+    Ok(is_train(op, attrs)? || DropoutParams::get(op, attrs)?.mode == DropoutMode::Always)
 }
 
 fn infer_dropout(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
