@@ -191,11 +191,12 @@ pub(crate) fn take(
     if rows == 0 && idx.len() > 0 {
         return Err(format!("{op}: cannot index an empty axis"));
     }
-    let wrap = attrs.get("mode") == Some("wrap");
-    if attrs.get("mode") == Some("raise") {
+    let mode = crate::ops::take_mode(op, attrs).map_err(e2s)?;
+    let wrap = mode == crate::ops::params::TakeMode::Wrap;
+    if mode == crate::ops::params::TakeMode::Raise {
         // Checked on the host with the CPU's code; the kernel then clamps nothing.
         for i in s.download(idx)? {
-            crate::ops::take_row(attrs, f64::from(i), rows)?;
+            crate::ops::take_row(mode, f64::from(i), rows)?;
         }
     }
     if op == "_backward_take" {

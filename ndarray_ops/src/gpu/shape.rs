@@ -281,7 +281,7 @@ pub(crate) fn concat(
     s: &dyn Stream,
 ) -> KResult {
     let o = &outs[0];
-    let axis = crate::ops::axis_attr(op, attrs, "dim", 1, o.shape.len()).map_err(e2s)?;
+    let axis = crate::ops::concat_axis(op, attrs, o.shape.len()).map_err(e2s)?;
     blocks_along(
         s,
         o,
@@ -300,7 +300,7 @@ pub(crate) fn concat_backward(
     s: &dyn Stream,
 ) -> KResult {
     let g = &ins[0];
-    let axis = crate::ops::axis_attr(op, attrs, "dim", 1, g.shape.len()).map_err(e2s)?;
+    let axis = crate::ops::concat_axis(op, attrs, g.shape.len()).map_err(e2s)?;
     blocks_along(
         s,
         g,

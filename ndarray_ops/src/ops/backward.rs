@@ -877,8 +877,7 @@ fn concat_backward_kernel(
     _res: &mut KernelRes,
 ) -> KResult {
     let g = &ins[0];
-    let axis =
-        super::shape::axis_attr(op, attrs, "dim", 1, g.shape.len()).map_err(|e| e.to_string())?;
+    let axis = super::shape::concat_axis(op, attrs, g.shape.len()).map_err(|e| e.to_string())?;
     let es = g.dtype.size();
     let (outer, inner) = super::shape::outer_inner(&g.shape, axis);
     let src_stride = g.shape[axis] * inner * es;
@@ -951,9 +950,10 @@ fn take_backward_kernel(
     let (outer, rows, inner) = layout.map_err(|e| e.to_string())?;
     // SAFETY: read access to the indices.
     let indices = unsafe { idx.to_f64s() };
+    let mode = super::shape::take_mode("_backward_take", attrs).map_err(|e| e.to_string())?;
     let picked: Vec<usize> = indices
         .iter()
-        .map(|&i| super::shape::take_row(attrs, i, rows))
+        .map(|&i| super::shape::take_row(mode, i, rows))
         .collect::<std::result::Result<_, _>>()?;
     crate::with_dtype!(w.dtype, T => {
         // SAFETY: read access to the inputs, exclusive access to the disjoint output.

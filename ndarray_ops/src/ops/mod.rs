@@ -57,7 +57,7 @@ pub(crate) use {
     norm::{eps as norm_eps, layout as norm_layout, Scale},
     reduce::axes_of as reduced_axes,
     roi::{align_plan, pooling_windows},
-    shape::{axis_attr, split_params, take_layout, take_row},
+    shape::{concat_axis, split_params, take_layout, take_mode, take_row},
     stochastic::{
         bn_axis, bn_eps_momentum, bn_flags, bn_updates_moving, dropout_active, dropout_p,
         random_params,
@@ -407,7 +407,7 @@ pub fn num_outputs(def: &OpDef, attrs: &Attrs) -> Result<(usize, usize)> {
     let op = def.name;
     Ok(match op {
         "SliceChannel" => {
-            let n = output_count(op, attrs, "num_outputs")?;
+            let n = shape::SliceChannelParams::get(op, attrs)?.num_outputs.0;
             (n, n)
         }
         "BatchNorm" => (3, outputs(BatchNormParams::get(op, attrs)?.output_mean_var)),

@@ -37,6 +37,10 @@ pub use super::pooling::{PoolType, PoolingConvention, PoolingParams};
 pub use super::reduce::{ArgExtremeParams, NormParams, ReduceParams};
 pub use super::rnn::{Mode as RnnMode, RNNParams};
 pub use super::roi::{ROIAlignParams, ROIPoolingParams};
+pub use super::shape::{
+    ConcatParams, EmbeddingParams, ExpandDimsParams, ReshapeParams, SliceAxisParams,
+    SliceChannelParams, SliceParams, SqueezeParams, TakeMode, TakeParams,
+};
 pub use super::sort::{ArgsortParams, RetTyp, SortParams, TopkParams};
 pub use super::stochastic::{BatchNormParams, DropoutMode, DropoutParams};
 pub use super::vision::AdaptiveAvgPooling2DParams;
@@ -110,7 +114,12 @@ pub fn put<T: AttrValue>(attrs: Attrs, sig_op: &str, key: &str, value: &T) -> At
 }
 
 fn default_of(op: &str, key: &str) -> Option<&'static str> {
-    signature(op)?.attr(key)?.default
+    match key {
+        // How a variadic op counts its inputs: a graph has it, an imperative call need not
+        // (the signature's check lets it pass too).
+        "num_args" => Some("None"),
+        _ => signature(op)?.attr(key)?.default,
+    }
 }
 
 /// Declares an op's typed attributes: `op_params! { /// doc  pub struct Name for "Op" { field:
@@ -453,6 +462,15 @@ mod tests {
         }
         vec![
             of::<ActivationParams>(),
+            of::<ConcatParams>(),
+            of::<EmbeddingParams>(),
+            of::<ExpandDimsParams>(),
+            of::<ReshapeParams>(),
+            of::<SliceAxisParams>(),
+            of::<SliceChannelParams>(),
+            of::<SliceParams>(),
+            of::<SqueezeParams>(),
+            of::<TakeParams>(),
             of::<BlockParams>(),
             of::<PickParams>(),
             of::<SequenceMaskParams>(),

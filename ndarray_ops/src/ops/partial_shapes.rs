@@ -11,7 +11,8 @@
 
 use super::conv::conv_params;
 use super::extra::stack_axis;
-use super::shape::axis_attr;
+use super::params::{Params, SliceChannelParams};
+use super::shape::concat_axis;
 use super::{Attrs, Partial, POSITIVE_INT};
 use crate::error::Result;
 
@@ -263,7 +264,7 @@ pub(super) fn concat(op: &str, attrs: &Attrs, ins: &Known, outs: &Known) -> Foun
     let Some(ndim) = ins.iter().chain(outs).flatten().map(Vec::len).next() else {
         return inputs(vec![None; ins.len()]);
     };
-    let axis = axis_attr(op, attrs, "dim", 1, ndim)?;
+    let axis = concat_axis(op, attrs, ndim)?;
     let off_axis = |s: &Option<Vec<usize>>| {
         s.as_ref().filter(|s| s.len() == ndim).map(|s| {
             let mut s = s.clone();
@@ -308,13 +309,13 @@ pub(super) fn concat(op: &str, attrs: &Attrs, ins: &Known, outs: &Known) -> Foun
 /// SliceChannel: the pieces are alike, and the input is a piece put back `num_outputs` times
 /// along the axis (or, with `squeeze_axis`, the axis put back with that length).
 pub(super) fn slice_channel(op: &str, attrs: &Attrs, _ins: &Known, outs: &Known) -> Found {
-    let n = super::output_count(op, attrs, "num_outputs")?;
-    let squeeze = attrs.bool(op, "squeeze_axis", false)?;
+    let a = SliceChannelParams::get(op, attrs)?;
+    let (n, squeeze) = (a.num_outputs.0, a.squeeze_axis);
     let piece = outs.iter().fold(None, merge);
     let mut input = None;
     if let Some(p) = &piece {
         let ndim = p.len() + usize::from(squeeze);
-        let axis = axis_attr(op, attrs, "axis", 1, ndim)?;
+        let axis = super::norm_axes(op, &[a.axis], ndim)?[0];
         let mut x = p.clone();
         match squeeze {
             true => x.insert(axis.min(x.len()), n),

@@ -1,7 +1,8 @@
 //! Ops that move or select data: Concat, SliceChannel (split), slice, slice_axis, take,
 //! Embedding, and the reshape family (Reshape, expand_dims, squeeze), which are identities.
 
-use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT};
+use super::params::{attr_enum, op_params, Params, Positive, PositiveInt};
+use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, Result};
 use crate::gpu;
 use crate::ops::{Infer, KResult};
@@ -9,18 +10,97 @@ use crate::resources::KernelRes;
 use crate::symbol::grad;
 use crate::DType;
 
-pub(crate) fn axis_attr(
-    op: &str,
-    attrs: &Attrs,
-    key: &str,
-    default: i64,
-    ndim: usize,
-) -> Result<usize> {
-    let a = attrs
-        .ints(op, key)?
-        .and_then(|v| v.first().copied())
-        .unwrap_or(default);
-    Ok(norm_axes(op, &[a], ndim)?[0])
+op_params! {
+    /// Concat's attributes.
+    pub struct ConcatParams for "Concat" {
+        num_args: Option<usize>,
+        dim: i64,
+    }
+}
+
+op_params! {
+    /// SliceChannel's attributes.
+    pub struct SliceChannelParams for "SliceChannel" {
+        num_outputs: Positive<{ super::MAX_NODE_OUTPUTS as u32 }>,
+        axis: i64,
+        squeeze_axis: bool,
+    }
+}
+
+op_params! {
+    /// slice's attributes: per axis from the first, `None` for the axis's default.
+    pub struct SliceParams for "slice" {
+        begin: Vec<Option<i64>>,
+        end: Vec<Option<i64>>,
+        step: Vec<Option<i64>>,
+    }
+}
+
+op_params! {
+    /// slice_axis's attributes.
+    pub struct SliceAxisParams for "slice_axis" {
+        axis: i64,
+        begin: i64,
+        end: Option<i64>,
+    }
+}
+
+attr_enum! {
+    /// What take does with an index outside the axis.
+    pub enum TakeMode {
+        /// Clamps it to the axis.
+        Clip = "clip",
+        /// Wraps it around.
+        Wrap = "wrap",
+        /// Refuses it.
+        Raise = "raise",
+    }
+}
+
+op_params! {
+    /// take's attributes.
+    pub struct TakeParams for "take" {
+        axis: i64,
+        mode: TakeMode,
+    }
+}
+
+op_params! {
+    /// Embedding's attributes.
+    pub struct EmbeddingParams for "Embedding" {
+        input_dim: PositiveInt,
+        output_dim: PositiveInt,
+        sparse_grad: bool,
+    }
+}
+
+op_params! {
+    /// Reshape's attributes.
+    pub struct ReshapeParams for "Reshape" {
+        shape: Vec<i64>,
+        reverse: bool,
+        target_shape: Vec<i64>,
+        keep_highest: bool,
+    }
+}
+
+op_params! {
+    /// expand_dims's attributes.
+    pub struct ExpandDimsParams for "expand_dims" {
+        axis: i64,
+    }
+}
+
+op_params! {
+    /// squeeze's attributes.
+    pub struct SqueezeParams for "squeeze" {
+        axis: Option<Vec<i64>>,
+    }
+}
+
+/// Concat's axis (and its gradient's), of `ndim`.
+pub(crate) fn concat_axis(op: &str, attrs: &Attrs, ndim: usize) -> Result<usize> {
+    Ok(norm_axes(op, &[ConcatParams::get(op, attrs)?.dim], ndim)?[0])
 }
 
 /// Copies `rows` blocks of `len` elements from `src` (stride `src_stride`) to `dst` (stride
@@ -55,15 +135,15 @@ pub(super) fn outer_inner(shape: &[usize], axis: usize) -> (usize, usize) {
 
 fn infer_concat(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let dt = same_dtypes(op, d)?;
-    if let Some(n) = attrs.ints(op, "num_args")?.and_then(|v| v.first().copied()) {
-        if n as usize != s.len() {
+    if let Some(n) = ConcatParams::get(op, attrs)?.num_args {
+        if n != s.len() {
             return Err(invalid(
                 op,
                 format!("num_args={n} but {} inputs given", s.len()),
             ));
         }
     }
-    let axis = axis_attr(op, attrs, "dim", 1, s[0].len())?;
+    let axis = concat_axis(op, attrs, s[0].len())?;
     let mut out = s[0].clone();
     for (i, x) in s.iter().enumerate().skip(1) {
         let same_rest = x.len() == out.len()
@@ -92,7 +172,7 @@ fn concat_kernel(
     _res: &mut KernelRes,
 ) -> KResult {
     let o = &outs[0];
-    let axis = axis_attr(op, attrs, "dim", 1, o.shape.len()).map_err(|e| e.to_string())?;
+    let axis = concat_axis(op, attrs, o.shape.len()).map_err(|e| e.to_string())?;
     let es = o.dtype.size();
     let (outer, inner) = outer_inner(&o.shape, axis);
     let dst_stride = o.shape[axis] * inner * es;
@@ -123,9 +203,9 @@ pub(crate) fn split_params(
     attrs: &Attrs,
     shape: &[usize],
 ) -> Result<(usize, usize, bool)> {
-    let n = super::output_count(op, attrs, "num_outputs")?;
-    let axis = axis_attr(op, attrs, "axis", 1, shape.len())?;
-    let squeeze = attrs.bool(op, "squeeze_axis", false)?;
+    let a = SliceChannelParams::get(op, attrs)?;
+    let (n, squeeze) = (a.num_outputs.0, a.squeeze_axis);
+    let axis = norm_axes(op, &[a.axis], shape.len())?[0];
     if !shape[axis].is_multiple_of(n) {
         return Err(invalid(
             op,
@@ -238,21 +318,20 @@ fn axis_slice(
 /// Per axis, what `slice` (`begin`, `end`, `step` tuples, `None` for a default) or
 /// `slice_axis` (one axis, `begin`, `end`) keeps.
 pub(super) fn slice_ranges(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Vec<AxisSlice>> {
-    let parse = |key: &str| attrs.opt_ints(op, key);
     let whole = |d: usize| AxisSlice {
         start: 0,
         step: 1,
         len: d,
     };
     if op == "slice_axis" {
-        let axis = axis_attr(op, attrs, "axis", 0, shape.len())?;
-        let begin = attrs.ints(op, "begin")?.and_then(|v| v.first().copied());
-        let end = attrs.ints(op, "end")?.and_then(|v| v.first().copied());
+        let a = SliceAxisParams::get(op, attrs)?;
+        let axis = norm_axes(op, &[a.axis], shape.len())?[0];
         let mut r: Vec<AxisSlice> = shape.iter().map(|&d| whole(d)).collect();
-        r[axis] = axis_slice(op, begin, end, 1, shape[axis])?;
+        r[axis] = axis_slice(op, Some(a.begin), a.end, 1, shape[axis])?;
         return Ok(r);
     }
-    let (begin, end, step) = (parse("begin")?, parse("end")?, parse("step")?);
+    let a = SliceParams::get(op, attrs)?;
+    let (begin, end, step) = (&a.begin, &a.end, &a.step);
     if begin.len() > shape.len() || end.len() > shape.len() || step.len() > shape.len() {
         return Err(invalid(
             op,
@@ -367,7 +446,9 @@ fn slice_kernel(
 /// `take`'s axis (Embedding's is 0), normalized against a table of `ndim` dimensions.
 fn take_axis(op: &str, attrs: &Attrs, ndim: usize) -> Result<usize> {
     match op {
-        "take" | "_backward_take" => axis_attr("take", attrs, "axis", 0, ndim),
+        "take" | "_backward_take" => {
+            Ok(norm_axes(op, &[TakeParams::get(op, attrs)?.axis], ndim)?[0])
+        }
         _ => Ok(0),
     }
 }
@@ -386,17 +467,25 @@ pub(crate) fn take_layout(
     ))
 }
 
+/// How a take (or Embedding, which clamps) treats an index outside its axis.
+pub(crate) fn take_mode(op: &str, attrs: &Attrs) -> Result<TakeMode> {
+    match op {
+        "take" | "_backward_take" => Ok(TakeParams::get(op, attrs)?.mode),
+        _ => Ok(TakeMode::Clip),
+    }
+}
+
 /// The row an index selects: MXNet's default mode (`clip`) clamps it into the axis, `wrap`
 /// takes it modulo the axis, `raise` refuses one outside.
-pub(crate) fn take_row(attrs: &Attrs, i: f64, rows: usize) -> std::result::Result<usize, String> {
+pub(crate) fn take_row(mode: TakeMode, i: f64, rows: usize) -> std::result::Result<usize, String> {
     if rows == 0 {
         return Err("take: cannot index an empty axis".to_string());
     }
     let i = i as i64;
     let n = rows as i64;
-    match attrs.get("mode").unwrap_or("clip") {
-        "wrap" => Ok(i.rem_euclid(n) as usize),
-        "raise" if !(0..n).contains(&i) => Err(format!(
+    match mode {
+        TakeMode::Wrap => Ok(i.rem_euclid(n) as usize),
+        TakeMode::Raise if !(0..n).contains(&i) => Err(format!(
             "take: index {i} is outside an axis of length {rows} (mode raise)"
         )),
         _ => Ok(i.clamp(0, n - 1) as usize),
@@ -410,19 +499,9 @@ fn infer_take(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     } else {
         (&s[0], &s[1], d[0])
     };
-    if let Some(mode) = attrs.get("mode") {
-        if !["clip", "wrap", "raise"].contains(&mode) {
-            return Err(invalid(
-                op,
-                format!("mode {mode:?} is not clip, wrap or raise"),
-            ));
-        }
-    }
     if op == "Embedding" {
-        let (i, o) = (
-            attrs.count(op, "input_dim", None, POSITIVE_INT)?,
-            attrs.count(op, "output_dim", None, POSITIVE_INT)?,
-        );
+        let a = EmbeddingParams::get(op, attrs)?;
+        let (i, o) = (a.input_dim.0, a.output_dim.0);
         if *table != [i, o] {
             return Err(shape_error(
                 op,
@@ -464,9 +543,10 @@ fn take_kernel(
     let es = table.dtype.size();
     // SAFETY: read access to the indices.
     let indices = unsafe { idx.to_f64s() };
+    let mode = take_mode(op, attrs).map_err(|e| e.to_string())?;
     let picked: Vec<usize> = indices
         .iter()
-        .map(|&i| take_row(attrs, i, rows))
+        .map(|&i| take_row(mode, i, rows))
         .collect::<std::result::Result<_, _>>()?;
     let run = inner * es;
     for o in 0..outer {
@@ -584,19 +664,16 @@ fn infer_reshape(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infe
     let n: usize = x.iter().product();
     let out: Vec<usize> = match op {
         "expand_dims" => {
-            let a = attrs
-                .ints(op, "axis")?
-                .and_then(|v| v.first().copied())
-                .ok_or_else(|| invalid(op, "attribute axis is required"))?;
+            let a = ExpandDimsParams::get(op, attrs)?.axis;
             let ax = norm_axes(op, &[a], x.len() + 1)?[0];
             let mut out = x.clone();
             out.insert(ax, 1);
             out
         }
-        "squeeze" => match attrs.ints(op, "axis")? {
+        "squeeze" => match &SqueezeParams::get(op, attrs)?.axis {
             None => x.iter().copied().filter(|&v| v != 1).collect(),
             Some(a) => {
-                let axes = norm_axes(op, &a, x.len())?;
+                let axes = norm_axes(op, a, x.len())?;
                 if let Some(&bad) = axes.iter().find(|&&a| x[a] != 1) {
                     return Err(invalid(op, format!("axis {bad} of shape {x:?} is not 1")));
                 }
@@ -608,22 +685,21 @@ fn infer_reshape(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infe
             }
         },
         _ => {
+            let a = ReshapeParams::get(op, attrs)?;
             // MXNet's deprecated form of the same thing; refused rather than ignored.
-            if attrs
-                .ints(op, "target_shape")?
-                .is_some_and(|t| !t.is_empty())
-                || attrs.bool(op, "keep_highest", false)?
-            {
+            if !a.target_shape.is_empty() || a.keep_highest {
                 return Err(invalid(
                     op,
                     "target_shape and keep_highest (deprecated in MXNet) are not supported; give shape",
                 ));
             }
-            let spec = attrs
-                .ints(op, "shape")?
-                .ok_or_else(|| invalid(op, "attribute shape is required"))?;
+            // MXNet's default (an empty shape) is no reshape at all: the shape is asked for.
+            if attrs.get("shape").is_none() {
+                return Err(invalid(op, "attribute shape is required"));
+            }
+            let spec = &a.shape;
             // `reverse` reads the codes right to left, against the input's last dimensions.
-            match attrs.bool(op, "reverse", false)? {
+            match a.reverse {
                 true => {
                     let rev = |v: &[i64]| v.iter().rev().copied().collect::<Vec<_>>();
                     let xr: Vec<usize> = x.iter().rev().copied().collect();
