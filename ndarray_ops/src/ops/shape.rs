@@ -345,7 +345,7 @@ pub(super) fn slice_ranges(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<V
         .enumerate()
         .map(|(d, &n)| {
             let at = |v: &[Option<i64>]| v.get(d).copied().flatten();
-            axis_slice(op, at(&begin), at(&end), at(&step).unwrap_or(1), n)
+            axis_slice(op, at(begin), at(end), at(step).unwrap_or(1), n)
         })
         .collect()
 }
@@ -703,11 +703,11 @@ fn infer_reshape(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infe
                 true => {
                     let rev = |v: &[i64]| v.iter().rev().copied().collect::<Vec<_>>();
                     let xr: Vec<usize> = x.iter().rev().copied().collect();
-                    let mut out = reshape_codes(op, &xr, &rev(&spec))?;
+                    let mut out = reshape_codes(op, &xr, &rev(spec))?;
                     out.reverse();
                     out
                 }
-                false => reshape_codes(op, x, &spec)?,
+                false => reshape_codes(op, x, spec)?,
             }
         }
     };
