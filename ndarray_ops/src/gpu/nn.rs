@@ -580,7 +580,7 @@ pub(crate) fn regression_backward(
 ) -> KResult {
     let label = &ins[1];
     let per_sample = label.len() / label.shape.first().copied().unwrap_or(1).max(1);
-    let scale = attrs.float(op, "grad_scale", Some(1.0)).map_err(e2s)?;
+    let scale = crate::ops::loss::grad_scale(op, attrs).map_err(e2s)?;
     let n = outs[0].len();
     let a = Regression {
         n: int(n),
@@ -604,16 +604,17 @@ pub(crate) fn make_loss_backward(
     s: &dyn Stream,
 ) -> KResult {
     let (y, d) = (&ins[0], &outs[0]);
-    let scale = attrs.float(op, "grad_scale", Some(1.0)).map_err(e2s)?;
-    match attrs.get("normalization").unwrap_or("null") {
-        "null" => fill_with(s, d, scale),
-        "batch" => fill_with(
+    use crate::ops::params::Normalization;
+    let (scale, normalization, thresh) =
+        crate::ops::loss::make_loss_params(op, attrs).map_err(e2s)?;
+    match normalization {
+        Normalization::Null => fill_with(s, d, scale),
+        Normalization::Batch => fill_with(
             s,
             d,
             scale / y.shape.first().copied().unwrap_or(1).max(1) as f64,
         ),
-        "valid" => {
-            let thresh = attrs.float(op, "valid_thresh", Some(0.0)).map_err(e2s)?;
+        Normalization::Valid => {
             let n = y.len();
             let flags = s.scratch(n * 4 + 4)?.cast::<f32>();
             // SAFETY: the scratch holds n flags and then the count.
@@ -639,9 +640,6 @@ pub(crate) fn make_loss_backward(
             };
             s.run(k::fill_ratio, m, &a)
         }
-        other => Err(format!(
-            "{op}: normalization {other:?} is not null, batch or valid"
-        )),
     }
 }
 

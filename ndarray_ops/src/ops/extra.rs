@@ -6,7 +6,7 @@ use ndarray::{ArrayView2, ArrayViewMut2};
 
 use super::conv::{check_grouped_data, conv_params, Conv};
 use super::par::{for_ranges, Shared};
-use super::params::{attr_enum, op_params, Params};
+use super::params::{attr_enum, op_params, Params, PositiveInt};
 use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef, MAX_ELEMENTS, POSITIVE_INT};
 use crate::error::{invalid, shape_error, Result};
 use crate::gpu;
@@ -139,7 +139,7 @@ fn infer_leaky(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer 
             op,
             format!(
                 "act_type {:?} takes {want} input(s) (data{}), got {}",
-                attrs.get("act_type").unwrap_or("leaky"),
+                LeakyReLUParams::get(op, attrs)?.act_type.word(),
                 if want == 2 { ", gamma" } else { "" },
                 s.len()
             ),
@@ -329,23 +329,33 @@ pub(super) fn fill_kernel(
 
 // ---- _arange -----------------------------------------------------------------------------------
 
+op_params! {
+    /// arange's attributes (`dtype` is read by the generic dtype rule).
+    pub struct ArangeParams for "_arange" {
+        start: f64,
+        stop: Option<f64>,
+        step: f64,
+        repeat: PositiveInt,
+        infer_range: bool,
+    }
+}
+
 /// `_arange`'s values: `start, start + step, ...` below `stop` (or `0..start` without one),
 /// each `repeat` times.
 pub(crate) fn arange_params(op: &str, attrs: &Attrs) -> Result<(f64, f64, usize, usize)> {
-    let start = attrs.f64(op, "start", None)?;
-    let step = attrs.f64(op, "step", Some(1.0))?;
-    let (start, stop) = match attrs.get("stop") {
-        None | Some("None") => (0.0, start),
-        Some(_) => (start, attrs.f64(op, "stop", None)?),
+    let a = ArangeParams::get(op, attrs)?;
+    let (step, repeat) = (a.step, a.repeat.0);
+    let (start, stop) = match a.stop {
+        None => (0.0, a.start),
+        Some(stop) => (a.start, stop),
     };
-    let repeat = attrs.count(op, "repeat", Some(1), POSITIVE_INT)?;
     if step == 0.0 || ![start, stop, step].iter().all(|v| v.is_finite()) {
         return Err(invalid(
             op,
             format!("start={start}, stop={stop} and step={step} must be finite, step nonzero"),
         ));
     }
-    if attrs.bool(op, "infer_range", false)? {
+    if a.infer_range {
         return Err(invalid(op, "infer_range is not supported: give stop"));
     }
     let count = ((stop - start) / step).ceil().max(0.0);

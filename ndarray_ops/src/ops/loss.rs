@@ -7,8 +7,10 @@
 //! gradient is `grad_scale / m * (out - label)` (MAE: the sign of it), `m` being the outputs
 //! per sample (the label's size over its first dimension).
 
+use super::nn::Normalization;
+use super::params::{op_params, Params};
 use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
-use crate::error::{invalid, shape_error, Result};
+use crate::error::{shape_error, Result};
 use crate::gpu;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
@@ -28,8 +30,37 @@ pub(crate) fn is_loss(op: &str) -> bool {
     )
 }
 
-fn grad_scale(op: &str, attrs: &Attrs) -> Result<f64> {
-    attrs.float(op, "grad_scale", Some(1.0))
+op_params! {
+    /// The regression outputs' attributes.
+    pub struct RegressionParams for "LinearRegressionOutput", "LogisticRegressionOutput",
+        "MAERegressionOutput" {
+        grad_scale: f32,
+    }
+}
+
+op_params! {
+    /// MakeLoss's attributes.
+    pub struct MakeLossParams for "MakeLoss" {
+        grad_scale: f32,
+        valid_thresh: f32,
+        normalization: Normalization,
+    }
+}
+
+/// A regression output's `grad_scale`.
+pub(crate) fn grad_scale(op: &str, attrs: &Attrs) -> Result<f64> {
+    Ok(f64::from(RegressionParams::get(op, attrs)?.grad_scale))
+}
+
+/// MakeLoss's `grad_scale`, its `normalization` and `valid_thresh`; `make_loss` (which has
+/// none of them) takes their defaults.
+pub(crate) fn make_loss_params(op: &str, attrs: &Attrs) -> Result<(f64, Normalization, f64)> {
+    let a = MakeLossParams::get(op, attrs)?;
+    Ok((
+        f64::from(a.grad_scale),
+        a.normalization,
+        f64::from(a.valid_thresh),
+    ))
 }
 
 /// `(data, label) -> prediction`. The label has the data's elements: its shape, or, for data
@@ -105,31 +136,23 @@ fn regression_backward_kernel(
 /// MakeLoss's gradient: `grad_scale`, divided by the batch size (`normalization=batch`) or by
 /// the count of elements above `valid_thresh` (`valid`, at least 1).
 fn make_loss_scale(op: &str, attrs: &Attrs, out: &TensorRef) -> Result<f64> {
-    let scale = grad_scale(op, attrs)?;
-    Ok(match attrs.get("normalization").unwrap_or("null") {
-        "null" => scale,
-        "batch" => scale / out.shape.first().copied().unwrap_or(1).max(1) as f64,
-        "valid" => {
-            let thresh = attrs.float(op, "valid_thresh", Some(0.0))?;
+    let (scale, normalization, thresh) = make_loss_params(op, attrs)?;
+    Ok(match normalization {
+        Normalization::Null => scale,
+        Normalization::Batch => scale / out.shape.first().copied().unwrap_or(1).max(1) as f64,
+        Normalization::Valid => {
             let valid = crate::with_dtype!(out.dtype, T => {
                 // SAFETY: read access to the output.
                 unsafe { out.slice::<T>() }.iter().filter(|v| v.to_f64() > thresh).count()
             });
             scale / valid.max(1) as f64
         }
-        other => {
-            return Err(invalid(
-                op,
-                format!("normalization {other:?} is not null, batch or valid"),
-            ))
-        }
     })
 }
 
 fn infer_make_loss(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     if op == "MakeLoss" {
-        grad_scale(op, attrs)?;
-        attrs.float(op, "valid_thresh", Some(0.0))?;
+        make_loss_params(op, attrs)?;
     }
     Ok((vec![s[0].clone()], vec![d[0]]))
 }

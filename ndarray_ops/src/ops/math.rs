@@ -12,6 +12,7 @@
 use std::f64::consts::{LN_10, LN_2, PI};
 
 use super::par::{for_ranges, Shared};
+use super::params::{op_params, Params};
 use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, Result};
 use crate::gpu;
@@ -311,10 +312,16 @@ fn infer_cast_like(_: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
 
 /// `hard_sigmoid`'s slope and offset: `y = clip(alpha * x + beta, 0, 1)`.
 pub(crate) fn hard_sigmoid_params(op: &str, attrs: &Attrs) -> Result<(f64, f64)> {
-    Ok((
-        attrs.float(op, "alpha", Some(0.2))?,
-        attrs.float(op, "beta", Some(0.5))?,
-    ))
+    let a = HardSigmoidParams::get(op, attrs)?;
+    Ok((f64::from(a.alpha), f64::from(a.beta)))
+}
+
+op_params! {
+    /// hard_sigmoid's attributes.
+    pub struct HardSigmoidParams for "hard_sigmoid" {
+        alpha: f32,
+        beta: f32,
+    }
 }
 
 fn infer_hard_sigmoid(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {

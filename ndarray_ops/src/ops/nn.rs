@@ -66,11 +66,22 @@ fn infer_activation(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> I
     Ok((vec![s[0].clone()], vec![require_float(op, d)?]))
 }
 
+op_params! {
+    /// clip's attributes.
+    pub struct ClipParams for "clip" {
+        a_min: f32,
+        a_max: f32,
+    }
+}
+
+/// clip's bounds.
+fn clip_bounds(op: &str, attrs: &Attrs) -> Result<(f64, f64)> {
+    let a = ClipParams::get(op, attrs)?;
+    Ok((f64::from(a.a_min), f64::from(a.a_max)))
+}
+
 fn infer_clip(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    let (lo, hi) = (
-        attrs.float(op, "a_min", None)?,
-        attrs.float(op, "a_max", None)?,
-    );
+    let (lo, hi) = clip_bounds(op, attrs)?;
     if lo.is_nan() || hi.is_nan() {
         return Err(invalid(
             op,
@@ -97,10 +108,7 @@ fn map_kernel(
             crate::with_dtype!(y.dtype, T => super::elemwise::unary_dispatch::<T>(kind, x, y))
         }
         "clip" => {
-            let (lo, hi) = (
-                attrs.float(op, "a_min", None).map_err(e2s)?,
-                attrs.float(op, "a_max", None).map_err(e2s)?,
-            );
+            let (lo, hi) = clip_bounds(op, attrs).map_err(e2s)?;
             crate::with_dtype!(y.dtype, T => super::elemwise::unary_map::<T>(x, y, move |v: T| {
                 T::from_f64(v.to_f64().clamp(lo, hi))
             }));
@@ -368,11 +376,17 @@ use ndarray::ShapeBuilder;
 /// one_hot's `depth` (the length of the axis it adds; 0 is an empty one, as in MXNet) and its
 /// on and off values, all read at bind so that a bad one fails there.
 pub(crate) fn one_hot_params(op: &str, attrs: &Attrs) -> Result<(usize, f64, f64)> {
-    Ok((
-        attrs.count(op, "depth", None, 0..=i32::MAX as u32)?,
-        attrs.f64(op, "on_value", Some(1.0))?,
-        attrs.f64(op, "off_value", Some(0.0))?,
-    ))
+    let a = OneHotParams::get(op, attrs)?;
+    Ok((a.depth, a.on_value, a.off_value))
+}
+
+op_params! {
+    /// one_hot's attributes (`dtype` is read by the generic dtype rule).
+    pub struct OneHotParams for "one_hot" {
+        depth: usize,
+        on_value: f64,
+        off_value: f64,
+    }
 }
 
 fn infer_one_hot(op: &str, attrs: &Attrs, s: &[Vec<usize>], _d: &[DType]) -> Infer {

@@ -22,12 +22,15 @@ use super::{invalid, Attrs, Result};
 use crate::DType;
 
 pub use super::conv::{ConvolutionParams, CudnnTune, DeconvolutionParams, Layout};
+pub use super::extra::ArangeParams;
 pub use super::extra::{LeakyReLUParams, LeakyType};
 pub use super::lanes::{BlockParams, PickMode, PickParams, SequenceMaskParams, SequenceParams};
 pub use super::linalg::DotParams;
+pub use super::loss::{MakeLossParams, RegressionParams};
+pub use super::math::HardSigmoidParams;
 pub use super::nn::{
-    ActType, ActivationParams, FullyConnectedParams, Normalization, SoftmaxOutputParams,
-    SoftmaxParams,
+    ActType, ActivationParams, ClipParams, FullyConnectedParams, Normalization, OneHotParams,
+    SoftmaxOutputParams, SoftmaxParams,
 };
 pub use super::norm::{
     GroupNormParams, InstanceNormParams, L2Mode, L2NormalizationParams, LayerNormParams,
@@ -462,6 +465,12 @@ mod tests {
         }
         vec![
             of::<ActivationParams>(),
+            of::<MakeLossParams>(),
+            of::<RegressionParams>(),
+            of::<ArangeParams>(),
+            of::<ClipParams>(),
+            of::<HardSigmoidParams>(),
+            of::<OneHotParams>(),
             of::<ConcatParams>(),
             of::<EmbeddingParams>(),
             of::<ExpandDimsParams>(),
