@@ -436,12 +436,10 @@ pub(crate) fn clamp(
     s: &dyn Stream,
 ) -> KResult {
     let (scale, shift, lo, hi) = match op {
-        "clip" => (
-            1.0,
-            0.0,
-            attrs.float(op, "a_min", None).map_err(e2s)?,
-            attrs.float(op, "a_max", None).map_err(e2s)?,
-        ),
+        "clip" => {
+            let (lo, hi) = crate::ops::clip_bounds(op, attrs).map_err(e2s)?;
+            (1.0, 0.0, lo, hi)
+        }
         _ => {
             let (alpha, beta) = crate::ops::hard_sigmoid_params(op, attrs).map_err(e2s)?;
             (alpha, beta, 0.0, 1.0)

@@ -4,6 +4,7 @@
 
 use std::any::{Any, TypeId};
 
+use super::params::{read_as, whole_in};
 use super::*;
 
 /// An op's attributes as strings (MXNet's JSON form), with typed getters that name the op and the
@@ -194,24 +195,8 @@ impl Attrs {
         let Some(v) = self.0.values.get(key) else {
             return default.ok_or_else(|| invalid(op, format!("attribute {key} is required")));
         };
-        // The bounds used are 32-bit, so they and every whole number between them are exact.
-        match v.number() {
-            Some(n)
-                if n.fract() == 0.0
-                    && (*range.start() as f64..=*range.end() as f64).contains(&n) =>
-            {
-                Ok(n as i64)
-            }
-            _ => Err(invalid(
-                op,
-                format!(
-                    "attribute {key}={:?} is not a whole number from {} to {}",
-                    v.text,
-                    range.start(),
-                    range.end()
-                ),
-            )),
-        }
+        whole_in(v.number(), *range.start(), *range.end())
+            .map_err(|what| invalid(op, format!("attribute {key}={:?} is not {what}", v.text)))
     }
 
     /// [`Attrs::int`] for a count or a length, which can be no less than `range`'s start and is
@@ -237,15 +222,7 @@ impl Attrs {
 
     /// A boolean attribute (`true`/`false`/`1`/`0`, any case).
     pub fn bool(&self, op: &str, key: &str, default: bool) -> Result<bool> {
-        match self.get(key).map(|v| v.trim().to_ascii_lowercase()) {
-            None => Ok(default),
-            Some(v) if v == "true" || v == "1" => Ok(true),
-            Some(v) if v == "false" || v == "0" => Ok(false),
-            Some(v) => Err(invalid(
-                op,
-                format!("attribute {key}={v:?} is not a boolean"),
-            )),
-        }
+        self.get(key).map_or(Ok(default), |t| read_as(op, key, t))
     }
 
     /// The dtype named by `dtype` (MXNet's names: `float32`, `int64`, ...); float32 when
@@ -261,54 +238,17 @@ impl Attrs {
 
     /// An integer tuple such as `(0, 2)`, `[1]`, `1` or `()`; `None` when absent or `None`.
     pub fn ints(&self, op: &str, key: &str) -> Result<Option<Vec<i64>>> {
-        let Some(v) = self.get(key) else {
-            return Ok(None);
-        };
-        let t = v
-            .trim()
-            .trim_start_matches(['(', '['])
-            .trim_end_matches([')', ']']);
-        if t.eq_ignore_ascii_case("none") {
-            return Ok(None);
+        match self.get(key) {
+            Some(t) if !t.trim().eq_ignore_ascii_case("none") => read_as(op, key, t).map(Some),
+            _ => Ok(None),
         }
-        t.split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(|s| {
-                s.parse::<i64>().map_err(|_| {
-                    invalid(
-                        op,
-                        format!("attribute {key}={v:?} is not a tuple of integers"),
-                    )
-                })
-            })
-            .collect::<Result<Vec<_>>>()
-            .map(Some)
     }
 
     /// A tuple whose entries are integers or `None` (`slice`'s `begin`, `end`, `step`): empty
     /// when absent.
     pub fn opt_ints(&self, op: &str, key: &str) -> Result<Vec<Option<i64>>> {
-        let Some(v) = self.get(key) else {
-            return Ok(vec![]);
-        };
-        let t = v
-            .trim()
-            .trim_start_matches(['(', '['])
-            .trim_end_matches([')', ']']);
-        t.split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(|s| match s.eq_ignore_ascii_case("none") {
-                true => Ok(None),
-                false => s.parse::<i64>().map(Some).map_err(|_| {
-                    invalid(
-                        op,
-                        format!("attribute {key}={v:?} is not a tuple of integers or None"),
-                    )
-                }),
-            })
-            .collect()
+        self.get(key)
+            .map_or(Ok(Vec::new()), |t| read_as(op, key, t))
     }
 }
 

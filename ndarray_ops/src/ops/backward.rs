@@ -2,7 +2,7 @@
 
 use ndarray::{ArrayView2, ArrayViewMut2};
 
-use super::nn::Normalization;
+use super::nn::{FullyConnectedParams, Normalization};
 use super::par::{for_ranges, map_lanes, Shared};
 use super::params::Params;
 use super::stochastic::{sum_zip, ChannelRuns};
@@ -57,7 +57,7 @@ fn add_n_kernel(
 
 fn infer_fc_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let dt = same_dtypes(op, d)?;
-    let no_bias = attrs.bool(op, "no_bias", false)?;
+    let no_bias = FullyConnectedParams::get(op, attrs)?.no_bias;
     let mut out = vec![s[1].clone(), s[2].clone()];
     if !no_bias {
         out.push(s[2].iter().take(1).copied().collect());
@@ -92,7 +92,7 @@ fn fc_backward_kernel(
             let mut dw = ArrayViewMut2::from_shape_ptr((hidden, k), outs[1].ptr::<T>());
             T::gemm(&dyv, &wv, &mut dx);
             T::gemm(&dyv.t(), &xv, &mut dw);
-            if !attrs.bool(op, "no_bias", false).map_err(|e| e.to_string())? {
+            if !FullyConnectedParams::get(op, attrs).map_err(|e| e.to_string())?.no_bias {
                 let db = outs[2].slice_mut::<T>();
                 db.fill(T::default());
                 for row in dyv.rows() {

@@ -57,7 +57,7 @@ op_params! {
 }
 
 /// Whether the product reads its left and right operands transposed.
-fn transposes(op: &str, attrs: &Attrs) -> Result<(bool, bool)> {
+pub(crate) fn transposes(op: &str, attrs: &Attrs) -> Result<(bool, bool)> {
     let a = DotParams::get(op, attrs)?;
     Ok((a.transpose_a, a.transpose_b))
 }

@@ -50,10 +50,10 @@ pub(crate) use {
     extra::{arange_params, deconv_as_conv, stack_axis, LeakyAct},
     gather_nd::starts_of as gather_nd_starts,
     lanes::{block_size, mask_params as sequence_params, pick_layout, pick_wrap},
-    linalg::product,
+    linalg::{product, transposes},
     loss::class_of,
     math::hard_sigmoid_params,
-    nn::{one_hot_params, transpose_axes},
+    nn::{clip_bounds, one_hot_params, transpose_axes},
     norm::{eps as norm_eps, layout as norm_layout, Scale},
     reduce::axes_of as reduced_axes,
     roi::{align_plan, pooling_windows},
@@ -445,7 +445,7 @@ pub fn num_outputs(def: &OpDef, attrs: &Attrs) -> Result<(usize, usize)> {
             (n, n)
         }
         "_backward_FullyConnected" => {
-            let n = if attrs.bool(op, "no_bias", false)? {
+            let n = if nn::FullyConnectedParams::get(op, attrs)?.no_bias {
                 2
             } else {
                 3

@@ -75,7 +75,7 @@ op_params! {
 }
 
 /// clip's bounds.
-fn clip_bounds(op: &str, attrs: &Attrs) -> Result<(f64, f64)> {
+pub(crate) fn clip_bounds(op: &str, attrs: &Attrs) -> Result<(f64, f64)> {
     let a = ClipParams::get(op, attrs)?;
     Ok((f64::from(a.a_min), f64::from(a.a_max)))
 }

@@ -103,7 +103,7 @@ pub fn field<T: AttrValue>(op: &str, sig_op: &str, attrs: &Attrs, key: &str) -> 
         None => default_of(sig_op, key)
             .ok_or_else(|| invalid(op, format!("attribute {key} is required")))?,
     };
-    T::read(text).map_err(|what| invalid(op, format!("attribute {key}={text:?} is not {what}")))
+    read_as(op, key, text)
 }
 
 /// `attrs` with `key` set to `value`'s text, unless that is the signature's default.
@@ -236,13 +236,24 @@ impl AttrValue for bool {
     }
 }
 
-/// A whole number: `3`, or `3.0` as a float-formatting writer leaves it, never `2.5`.
-fn whole(text: &str, lo: i64, hi: i64) -> std::result::Result<i64, String> {
+/// A whole number from `lo` to `hi`, given the text's number (`None`: not a number): `3`, or
+/// `3.0` as a float-formatting writer leaves it, but never `2.5`, NaN or a number past the
+/// range, which a cast would silently truncate or saturate into a shape or a list's length.
+pub(crate) fn whole_in(number: Option<f64>, lo: i64, hi: i64) -> std::result::Result<i64, String> {
     // The bounds used are 32-bit, so they and every whole number between them are exact.
-    match text.trim().parse::<f64>() {
-        Ok(n) if n.fract() == 0.0 && (lo as f64..=hi as f64).contains(&n) => Ok(n as i64),
+    match number {
+        Some(n) if n.fract() == 0.0 && (lo as f64..=hi as f64).contains(&n) => Ok(n as i64),
         _ => Err(format!("a whole number from {lo} to {hi}")),
     }
+}
+
+fn whole(text: &str, lo: i64, hi: i64) -> std::result::Result<i64, String> {
+    whole_in(text.trim().parse().ok(), lo, hi)
+}
+
+/// `text`, the value of attribute `key` of `op`, read as a `T`; the error names all three.
+pub(crate) fn read_as<T: AttrValue>(op: &str, key: &str, text: &str) -> Result<T> {
+    T::read(text).map_err(|what| invalid(op, format!("attribute {key}={text:?} is not {what}")))
 }
 
 /// An `int` (an axis, an offset), as MXNet holds it: 32 bits.

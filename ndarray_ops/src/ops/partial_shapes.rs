@@ -11,9 +11,9 @@
 
 use super::conv::conv_params;
 use super::extra::stack_axis;
-use super::params::{Params, SliceChannelParams};
+use super::params::{EmbeddingParams, FullyConnectedParams, Params, SliceChannelParams};
 use super::shape::concat_axis;
-use super::{Attrs, Partial, POSITIVE_INT};
+use super::{Attrs, Partial};
 use crate::error::Result;
 
 type Known = [Option<Vec<usize>>];
@@ -45,8 +45,8 @@ pub(crate) fn merge(a: Option<Vec<usize>>, b: &Option<Vec<usize>>) -> Option<Vec
 /// FullyConnected: weight (num_hidden, features), bias (num_hidden); the output's leading
 /// dimensions are the data's (its batch, or every axis but the last without `flatten`).
 pub(super) fn fully_connected(op: &str, attrs: &Attrs, ins: &Known, outs: &Known) -> Found {
-    let hidden = attrs.count(op, "num_hidden", None, POSITIVE_INT)?;
-    let flatten = attrs.bool(op, "flatten", true)?;
+    let a = FullyConnectedParams::get(op, attrs)?;
+    let (hidden, flatten) = (a.num_hidden.0, a.flatten);
     let mut data = ins.first().cloned().flatten();
     let weight = ins.get(1).cloned().flatten();
     // From the output back to the data.
@@ -156,12 +156,12 @@ fn ints_or(op: &str, attrs: &Attrs, key: &str, default: &[usize]) -> Result<Vec<
 pub(super) fn deconvolution(op: &str, attrs: &Attrs, ins: &Known, _outs: &Known) -> Found {
     let c = conv_params(op, attrs)?;
     let (filters, groups) = (c.filters, c.groups);
-    let kernel = attrs.ints(op, "kernel")?.unwrap_or_default();
+    let kernel = [c.k.0, c.k.1];
     let mut out = vec![None; ins.len()];
     if let Some(Some(x)) = ins.first() {
         if x.len() >= 2 && ins.len() > 1 {
             let mut w = vec![x[1], filters / groups];
-            w.extend(kernel.iter().map(|&k| k.max(0) as usize));
+            w.extend(kernel);
             out[1] = Some(w);
         }
     }
@@ -206,10 +206,8 @@ pub(super) fn batch_norm(op: &str, attrs: &Attrs, ins: &Known, _outs: &Known) ->
 pub(super) fn embedding(op: &str, attrs: &Attrs, ins: &Known, outs: &Known) -> Found {
     let mut out = vec![None; ins.len()];
     if ins.len() > 1 {
-        out[1] = Some(vec![
-            attrs.count(op, "input_dim", None, POSITIVE_INT)?,
-            attrs.count(op, "output_dim", None, POSITIVE_INT)?,
-        ]);
+        let a = EmbeddingParams::get(op, attrs)?;
+        out[1] = Some(vec![a.input_dim.0, a.output_dim.0]);
     }
     if let (Some(Some(y)), false) = (outs.first(), ins.is_empty()) {
         if !y.is_empty() {

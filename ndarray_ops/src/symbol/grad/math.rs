@@ -234,8 +234,7 @@ pub(crate) fn dot(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<
     let g = need(n, og)?;
     let op = n.op_name();
     let (a, b) = (n.inputs[0].clone(), n.inputs[1].clone());
-    let ta = n.attrs.bool(op, "transpose_a", false)?;
-    let tb = n.attrs.bool(op, "transpose_b", false)?;
+    let (ta, tb) = crate::ops::transposes(op, &n.attrs)?;
     let mk = |t: &str, x: NodeEntry, y: NodeEntry, tx: bool, ty: bool| {
         op1(
             op,

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::ops::names::op_name;
+use crate::ops::params::{Params, SliceChannelParams};
 
 pub(crate) fn flatten(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let ins = vec![need(n, og)?, n.inputs[0].clone()];
@@ -72,12 +73,8 @@ pub(crate) fn concat(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opti
 }
 
 pub(crate) fn split(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
-    let axis = n
-        .attrs
-        .ints("SliceChannel", "axis")?
-        .and_then(|v| v.first().copied())
-        .unwrap_or(1);
-    let squeeze = n.attrs.bool("SliceChannel", "squeeze_axis", false)?;
+    let a = SliceChannelParams::get("SliceChannel", &n.attrs)?;
+    let (axis, squeeze) = (a.axis, a.squeeze_axis);
     let mut parts = Vec::with_capacity(n.num_outputs());
     for (k, g) in og.iter().enumerate() {
         // An output nobody used contributes zeros.
@@ -128,10 +125,7 @@ pub(crate) fn masked(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opti
             Attrs::new(),
         )?,
         "clip" => {
-            let (lo, hi) = (
-                n.attrs.float(op, "a_min", None)?,
-                n.attrs.float(op, "a_max", None)?,
-            );
+            let (lo, hi) = crate::ops::clip_bounds(op, &n.attrs)?;
             op1(
                 op_name!("elemwise_mul"),
                 name("inside"),
