@@ -96,7 +96,7 @@ pub(crate) fn gather(
             s,
         ),
         _ => {
-            let fill = attrs.f64(op, "constant_value", Some(0.0)).map_err(e)?;
+            let fill = crate::ops::gather::fill_value(op, attrs).map_err(e)?;
             forward(
                 op,
                 &walks(op, attrs, &x.shape, &y.shape).map_err(e)?,

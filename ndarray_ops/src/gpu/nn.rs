@@ -6,8 +6,9 @@ use super::elemwise::scalar_code;
 use super::ops::{e2s, fill_with};
 use super::reduce::{channel_partials, channel_sum, reduction_scratch, sum_axes, ChannelSums};
 use super::{Gemm, Stream};
-use crate::ops::KResult;
+use crate::ops::params::{AdamParams, MomentumParams, Params, UpdateParams};
 use crate::ops::{fc_dims, Attrs, TensorRef};
+use crate::ops::{Bn, KResult};
 
 kernel_args! {
     /// BatchNorm's per-channel statistics and scale.
@@ -341,27 +342,8 @@ pub(crate) fn fully_connected_backward(
     Ok(())
 }
 
-/// BatchNorm's settings: (outer, channels, inner) around the axis, eps, fix_gamma, and whether
-/// the batch's own statistics are used.
-pub(super) struct BnSetup {
-    layout: (usize, usize, usize),
-    eps: f64,
-    fix_gamma: bool,
-    batch_stats: bool,
-    /// Fold the batch statistics into the moving ones (not in a recomputed node).
-    update_moving: bool,
-}
-
-pub(super) fn bn_setup(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<BnSetup, String> {
-    let axis = crate::ops::bn_axis(op, attrs, shape.len()).map_err(e2s)?;
-    let (fix_gamma, batch_stats) = crate::ops::bn_flags(op, attrs).map_err(e2s)?;
-    Ok(BnSetup {
-        layout: around(shape, axis),
-        eps: crate::ops::bn_eps_momentum(op, attrs).map_err(e2s)?.0,
-        fix_gamma,
-        batch_stats,
-        update_moving: crate::ops::bn_updates_moving(op, attrs).map_err(e2s)?,
-    })
+pub(super) fn bn_setup(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Bn, String> {
+    crate::ops::bn_settings(op, attrs, shape).map_err(e2s)
 }
 
 pub(crate) fn batch_norm(
@@ -373,7 +355,7 @@ pub(crate) fn batch_norm(
 ) -> KResult {
     let b = bn_setup(op, attrs, &ins[0].shape)?;
     let (outer, c, inner) = b.layout;
-    let (_, momentum) = crate::ops::bn_eps_momentum(op, attrs).map_err(e2s)?;
+    let momentum = b.momentum;
     let x = &ins[0];
     let (partials, scale) = reduction_scratch(s, ChannelSums::AndSquares, b.layout, c)?;
     let (sums, p) = if b.batch_stats {
@@ -512,7 +494,7 @@ pub(crate) fn sgd(
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
-    let get = |k: &str, d: Option<f64>| attrs.f64(op, k, d).map_err(e2s);
+    let p = UpdateParams::get(op, attrs).map_err(e2s)?;
     let n = outs[0].len();
     let a = Sgd {
         n: int(n),
@@ -521,10 +503,10 @@ pub(crate) fn sgd(
         w: ptr(&ins[0]),
         grad: ptr(&ins[1]),
         mom: std::ptr::null_mut(),
-        lr: get("lr", None)? as f32,
-        wd: get("wd", Some(0.0))? as f32,
-        rescale: get("rescale_grad", Some(1.0))? as f32,
-        clip: get("clip_gradient", Some(-1.0))? as f32,
+        lr: p.lr,
+        wd: p.wd,
+        rescale: p.rescale_grad,
+        clip: p.clip_gradient,
         momentum: 0.0,
     };
     match op {
@@ -533,7 +515,7 @@ pub(crate) fn sgd(
             let a = Sgd {
                 mom_out: ptr(&outs[1]),
                 mom: ptr(&ins[2]),
-                momentum: get("momentum", Some(0.0))? as f32,
+                momentum: MomentumParams::get(op, attrs).map_err(e2s)?.momentum,
                 ..a
             };
             s.run(k::sgd_mom, n, &a)
@@ -710,8 +692,10 @@ pub(crate) fn adam(
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
-    // MXNet's optimizer parameters are floats, as the CPU kernel reads them.
-    let get = |k: &str, d: Option<f64>| attrs.float(op, k, d).map_err(e2s);
+    let (p, q) = (
+        UpdateParams::get(op, attrs).map_err(e2s)?,
+        AdamParams::get(op, attrs).map_err(e2s)?,
+    );
     let n = outs[0].len();
     let a = Adam {
         n: int(n),
@@ -722,13 +706,13 @@ pub(crate) fn adam(
         grad: ptr(&ins[1]),
         mean: ptr(&ins[2]),
         var: ptr(&ins[3]),
-        lr: get("lr", None)? as f32,
-        wd: get("wd", Some(0.0))? as f32,
-        rescale: get("rescale_grad", Some(1.0))? as f32,
-        clip: get("clip_gradient", Some(-1.0))? as f32,
-        beta1: get("beta1", Some(0.9))? as f32,
-        beta2: get("beta2", Some(0.999))? as f32,
-        epsilon: get("epsilon", Some(1e-8))? as f32,
+        lr: p.lr,
+        wd: p.wd,
+        rescale: p.rescale_grad,
+        clip: p.clip_gradient,
+        beta1: q.beta1,
+        beta2: q.beta2,
+        epsilon: q.epsilon,
     };
     s.run(k::adam, n, &a)
 }

@@ -158,30 +158,6 @@ impl Attrs {
         }
     }
 
-    /// [`Attrs::ints`] whose every entry lies in `range`: a window's sizes, strides, paddings or
-    /// offsets, which are multiplied and added into shapes, so that a huge one is refused
-    /// instead of wrapping that arithmetic.
-    pub fn ints_in(
-        &self,
-        op: &str,
-        key: &str,
-        range: RangeInclusive<i64>,
-    ) -> Result<Option<Vec<i64>>> {
-        let v = self.ints(op, key)?;
-        if let Some(bad) = v.iter().flatten().find(|x| !range.contains(x)) {
-            return Err(invalid(
-                op,
-                format!(
-                    "attribute {key}={:?} has {bad}, outside {} to {}",
-                    self.get(key).unwrap_or_default(),
-                    range.start(),
-                    range.end()
-                ),
-            ));
-        }
-        Ok(v)
-    }
-
     /// A whole-number attribute (an axis length, a count) within `range`: `3`, or `3.0` as a
     /// float-formatting writer leaves it, but never `2.5`, NaN or a number past the range, which
     /// a cast would silently truncate or saturate into a shape or a list's length.

@@ -2,12 +2,12 @@
 
 use ndarray::{ArrayView2, ArrayViewMut2};
 
-use super::nn::{FullyConnectedParams, Normalization};
+use super::nn::{ActType, ActivationParams, FullyConnectedParams, Normalization};
 use super::par::{for_ranges, map_lanes, Shared};
 use super::params::Params;
 use super::stochastic::{sum_zip, ChannelRuns};
 use super::{check_against_forward, named_forward, same_dtypes, Arity, Attrs, OpDef, TensorRef};
-use crate::error::{invalid, shape_error, Result};
+use crate::error::{shape_error, Result};
 use crate::gpu;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
@@ -124,14 +124,13 @@ fn infer_act_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) ->
 
 /// dy/dx as a function of the output y, checked for the act types that have one.
 fn act_derivative(op: &str, attrs: &Attrs) -> Result<fn(f64) -> f64> {
-    Ok(match attrs.get("act_type").unwrap_or("relu") {
-        "relu" => |y: f64| if y > 0.0 { 1.0 } else { 0.0 },
-        "sigmoid" => |y: f64| y * (1.0 - y),
-        "tanh" => |y: f64| 1.0 - y * y,
-        "softrelu" => |y: f64| 1.0 - (-y).exp(),
+    Ok(match ActivationParams::get(op, attrs)?.act_type {
+        ActType::Relu => |y: f64| if y > 0.0 { 1.0 } else { 0.0 },
+        ActType::Sigmoid => |y: f64| y * (1.0 - y),
+        ActType::Tanh => |y: f64| 1.0 - y * y,
+        ActType::SoftRelu => |y: f64| 1.0 - (-y).exp(),
         // y = x / (1 + |x|), so 1 + |x| = 1 / (1 - |y|) and dy/dx = (1 - |y|)^2.
-        "softsign" => |y: f64| (1.0 - y.abs()) * (1.0 - y.abs()),
-        other => return Err(invalid(op, format!("no gradient for act_type {other:?}"))),
+        ActType::Softsign => |y: f64| (1.0 - y.abs()) * (1.0 - y.abs()),
     })
 }
 
@@ -145,7 +144,10 @@ fn act_backward_kernel(
     _res: &mut KernelRes,
 ) -> KResult {
     let f = act_derivative(op, attrs).map_err(|e| e.to_string())?;
-    let relu = attrs.get("act_type").unwrap_or("relu") == "relu";
+    let relu = ActivationParams::get(op, attrs)
+        .map_err(|e| e.to_string())?
+        .act_type
+        == ActType::Relu;
     let (dy, y, dx) = (&ins[0], &ins[1], &outs[0]);
     crate::with_dtype!(dx.dtype, T => {
         let (zero, one) = (T::default(), T::from_f64(1.0));
@@ -528,12 +530,13 @@ fn bn_backward_kernel(
 ) -> KResult {
     let e = |e: crate::NdError| e.to_string();
     let x = &ins[1];
-    let axis = super::stochastic::bn_axis(op, attrs, x.shape.len()).map_err(e)?;
-    let (eps, _) = super::stochastic::bn_eps_momentum(op, attrs).map_err(e)?;
-    let (fix_gamma, batch_stats) = super::stochastic::bn_flags(op, attrs).map_err(e)?;
-    let c = x.shape[axis];
-    let inner: usize = x.shape[axis + 1..].iter().product();
-    let outer: usize = x.shape[..axis].iter().product();
+    let super::stochastic::Bn {
+        layout: (outer, c, inner),
+        eps,
+        fix_gamma,
+        batch_stats,
+        ..
+    } = super::stochastic::bn_settings(op, attrs, &x.shape).map_err(e)?;
     let m = (outer * inner).max(1) as f64;
     let runs = ChannelRuns { c, inner, outer };
     crate::with_dtype!(x.dtype, T => {

@@ -168,45 +168,39 @@ pub(crate) fn conv_params(op: &str, attrs: &Attrs) -> Result<Conv> {
 }
 
 fn parse_conv(op: &str, attrs: &Attrs) -> Result<Conv> {
-    // A Deconvolution's attributes are a Convolution's, its output's size and other defaults.
-    let (p, adj, target) = match op.ends_with("Deconvolution") {
-        false => (
+    // A Deconvolution's attributes are a Convolution's (with other defaults) and its output's
+    // size; the two structs name their shared fields alike.
+    macro_rules! conv {
+        ($p:expr, $adj:expr, $target:expr) => {{
+            let p = $p;
+            check_layout(op, p.layout)?;
+            Conv {
+                k: p.kernel.required(op, "kernel")?,
+                s: p.stride.or((1, 1)),
+                p: p.pad.or((0, 0)),
+                d: p.dilate.or((1, 1)),
+                filters: p.num_filter.0,
+                groups: p.num_group.0,
+                bias: !p.no_bias,
+                adj: $adj(&p).or((0, 0)),
+                target: $target(&p).or((0, 0)),
+                workspace_mb: p.workspace,
+                cudnn_off: p.cudnn_off,
+                cudnn_tune: p.cudnn_tune != Some(CudnnTune::Off),
+            }
+        }};
+    }
+    let c = match op.ends_with("Deconvolution") {
+        false => conv!(
             ConvolutionParams::read(op, attrs)?,
-            Window(None),
-            Window(None),
+            |_: &ConvolutionParams| Window(None),
+            |_: &ConvolutionParams| Window(None)
         ),
-        true => {
-            let d = DeconvolutionParams::read(op, attrs)?;
-            let p = ConvolutionParams {
-                kernel: d.kernel,
-                stride: d.stride,
-                dilate: d.dilate,
-                pad: d.pad,
-                num_filter: d.num_filter,
-                num_group: d.num_group,
-                workspace: d.workspace,
-                no_bias: d.no_bias,
-                cudnn_tune: d.cudnn_tune,
-                cudnn_off: d.cudnn_off,
-                layout: d.layout,
-            };
-            (p, d.adj, d.target_shape)
-        }
-    };
-    check_layout(op, p.layout)?;
-    let c = Conv {
-        k: p.kernel.required(op, "kernel")?,
-        s: p.stride.or((1, 1)),
-        p: p.pad.or((0, 0)),
-        d: p.dilate.or((1, 1)),
-        filters: p.num_filter.0,
-        groups: p.num_group.0,
-        bias: !p.no_bias,
-        adj: adj.or((0, 0)),
-        target: target.or((0, 0)),
-        workspace_mb: p.workspace,
-        cudnn_off: p.cudnn_off,
-        cudnn_tune: p.cudnn_tune != Some(CudnnTune::Off),
+        true => conv!(
+            DeconvolutionParams::read(op, attrs)?,
+            |d: &DeconvolutionParams| d.adj,
+            |d: &DeconvolutionParams| d.target_shape
+        ),
     };
     if c.k.0 == 0 || c.k.1 == 0 || c.s.0 == 0 || c.s.1 == 0 || c.d.0 == 0 || c.d.1 == 0 {
         return Err(invalid(

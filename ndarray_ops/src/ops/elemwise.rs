@@ -84,7 +84,9 @@ fn infer_unary(
     Ok((vec![s[0].clone()], vec![d[0]]))
 }
 
-/// A scalar op's `scalar`: required, a double, except smooth_l1's sigma (a float, 1 by default).
+/// A scalar op's `scalar`: a double, and required although MXNet's table defaults it to 1 (an
+/// arithmetic op without its operand is a mistake worth an error); smooth_l1's sigma is a float,
+/// 1 by default.
 pub(crate) fn scalar_of(op: &str, attrs: &Attrs) -> Result<f64> {
     match op {
         "smooth_l1" => attrs.float(op, "scalar", Some(1.0)),

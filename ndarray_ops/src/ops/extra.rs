@@ -5,9 +5,10 @@
 use ndarray::{ArrayView2, ArrayViewMut2};
 
 use super::conv::{check_grouped_data, conv_params, Conv};
+use super::gather::{SampleType, UpSamplingParams};
 use super::par::{for_ranges, Shared};
 use super::params::{attr_enum, op_params, Params, PositiveInt};
-use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef, MAX_ELEMENTS, POSITIVE_INT};
+use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef, MAX_ELEMENTS};
 use crate::error::{invalid, shape_error, Result};
 use crate::gpu;
 use crate::ops::{Infer, KResult};
@@ -239,13 +240,14 @@ fn leaky_backward_kernel(
 
 // ---- stack -----------------------------------------------------------------------------------
 
-/// stack's new axis in an output of `ndim` dims (`axis`, 0 by default, negative from the end).
+op_params! {
+    /// stack's attributes.
+    pub struct StackParams for "stack" { axis: i64, num_args: Option<usize> }
+}
+
+/// stack's new axis in an output of `ndim` dims (negative from the end).
 pub(crate) fn stack_axis(op: &str, attrs: &Attrs, ndim: usize) -> Result<usize> {
-    let axis = attrs
-        .ints(op, "axis")?
-        .and_then(|v| v.first().copied())
-        .unwrap_or(0);
-    Ok(norm_axes(op, &[axis], ndim)?[0])
+    Ok(norm_axes(op, &[StackParams::get(op, attrs)?.axis], ndim)?[0])
 }
 
 fn infer_stack(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
@@ -595,13 +597,19 @@ pub(crate) fn deconv_as_conv(
 /// `2s - s % 2`, stride `s`, padding `ceil((s - 1) / 2)`, one group per channel, no bias.
 /// Returns that Deconvolution's attributes, or `None` for `nearest` (a gather op).
 pub(crate) fn bilinear_upsampling(op: &str, attrs: &Attrs) -> Result<Option<Attrs>> {
-    if attrs.get("sample_type") != Some("bilinear") {
+    let up = UpSamplingParams::get(op, attrs)?;
+    if up.sample_type != SampleType::Bilinear {
         return Ok(None);
     }
     // Bilinear needs num_filter (the channels), which MXNet defaults to 0 for nearest.
-    let s = attrs.count(op, "scale", None, POSITIVE_INT)?;
-    let f = attrs.count(op, "num_filter", None, POSITIVE_INT)?;
-    if attrs.f64(op, "num_args", Some(2.0))? != 2.0 {
+    let (s, f) = (up.scale.0, up.num_filter);
+    if f == 0 {
+        return Err(invalid(
+            op,
+            "bilinear takes num_filter, the channels, of at least 1",
+        ));
+    }
+    if up.num_args.unwrap_or(2) != 2 {
         return Err(invalid(
             op,
             "bilinear takes num_args=2: the data and the weight",

@@ -279,11 +279,13 @@ fn backward_kernel(
     Ok(())
 }
 
+op_params! {
+    /// Cast's attributes.
+    pub struct CastParams for "Cast" { dtype: DType }
+}
+
 fn infer_cast(op: &str, attrs: &Attrs, s: &[Vec<usize>], _: &[DType]) -> Infer {
-    if attrs.get("dtype").is_none() {
-        return Err(invalid(op, "attribute dtype is required"));
-    }
-    Ok((vec![s[0].clone()], vec![attrs.dtype(op)?]))
+    Ok((vec![s[0].clone()], vec![CastParams::get(op, attrs)?.dtype]))
 }
 
 fn cast_kernel(

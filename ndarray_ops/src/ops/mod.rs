@@ -58,10 +58,7 @@ pub(crate) use {
     reduce::axes_of as reduced_axes,
     roi::{align_plan, pooling_windows},
     shape::{concat_axis, split_params, take_layout, take_mode, take_row},
-    stochastic::{
-        bn_axis, bn_eps_momentum, bn_flags, bn_updates_moving, dropout_active, dropout_p,
-        random_params,
-    },
+    stochastic::{bn_settings, dropout_active, dropout_p, random_params, Bn},
     vision::{plane_taps, PlaneTaps},
 };
 
@@ -384,14 +381,6 @@ pub(crate) fn times(op: &str, n: usize, k: usize) -> Result<usize> {
     })
 }
 
-/// Any value of a C `int`, what MXNet keeps most integer attributes in (a signed count whose
-/// negative values mean "all" or "adaptive", an axis).
-pub(crate) const C_INT: RangeInclusive<i64> = i32::MIN as i64..=i32::MAX as i64;
-
-/// The sizes MXNet keeps in a C `int` (`num_hidden`, `input_dim`, a scale): what a model file
-/// may give one, at least 1.
-pub(crate) const POSITIVE_INT: RangeInclusive<u32> = 1..=i32::MAX as u32;
-
 /// A norm's visible outputs: the output, and with `output_mean_var` the statistics too.
 fn outputs(output_mean_var: bool) -> usize {
     if output_mean_var {
@@ -418,28 +407,24 @@ pub fn num_outputs(def: &OpDef, attrs: &Attrs) -> Result<(usize, usize)> {
         "InstanceNorm" => (3, 1),
         // Values keep their indices as a hidden output, as in MXNet.
         "sort" => (2, 1),
-        "topk" => match attrs.get("ret_typ") {
-            Some("value") => (2, 1),
-            Some("both") => (2, 2),
-            _ => (1, 1),
+        "topk" => match sort::TopkParams::get(op, attrs)?.ret_typ {
+            sort::RetTyp::Value => (2, 1),
+            sort::RetTyp::Both => (2, 2),
+            sort::RetTyp::Indices | sort::RetTyp::Mask => (1, 1),
         },
         "_backward_LinearRegressionOutput"
         | "_backward_LogisticRegressionOutput"
         | "_backward_MAERegressionOutput" => (2, 2),
         "L2Normalization" => (2, 1),
         "_backward_LayerNorm" | "_backward_InstanceNorm" | "_backward_GroupNorm" => (3, 3),
-        "Pooling" => {
-            let max = attrs.get("pool_type").unwrap_or("max") == "max";
-            if max {
-                (2, 1)
-            } else {
-                (1, 1)
-            }
-        }
+        "Pooling" => match pooling::PoolingParams::get(op, attrs)?.pool_type {
+            pooling::PoolType::Max => (2, 1),
+            _ => (1, 1),
+        },
         "sgd_mom_update" => (2, 1),
         "_backward_LeakyReLU" => {
-            let n = match attrs.get("act_type") {
-                Some("prelu") => 2,
+            let n = match extra::LeakyReLUParams::get(op, attrs)?.act_type {
+                extra::LeakyType::Prelu => 2,
                 _ => 1,
             };
             (n, n)

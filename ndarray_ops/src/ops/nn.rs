@@ -421,12 +421,17 @@ fn one_hot_kernel(
     Ok(())
 }
 
+op_params! {
+    /// transpose's attributes.
+    pub struct TransposeParams for "transpose" { axes: Vec<i64> }
+}
+
+/// transpose's order of the axes of an `ndim`-dimensional input (reversed when not given).
 pub(crate) fn transpose_axes(op: &str, attrs: &Attrs, ndim: usize) -> Result<Vec<usize>> {
-    match attrs.ints(op, "axes")? {
-        None => Ok((0..ndim).rev().collect()),
-        Some(a) if a.is_empty() => Ok((0..ndim).rev().collect()),
-        Some(a) if a.len() == ndim => norm_axes(op, &a, ndim),
-        Some(a) => Err(invalid(
+    match &TransposeParams::get(op, attrs)?.axes {
+        a if a.is_empty() => Ok((0..ndim).rev().collect()),
+        a if a.len() == ndim => norm_axes(op, a, ndim),
+        a => Err(invalid(
             op,
             format!("axes {a:?} must name each of the {ndim} axes once"),
         )),
@@ -484,9 +489,30 @@ fn clipped(g: f64, clip: f64) -> f64 {
     }
 }
 
+op_params! {
+    /// What every optimizer update reads: its step and how the gradient is prepared first.
+    /// MXNet holds them as floats: 0.1 updates as 0.1f, even for float64 weights.
+    pub struct UpdateParams for "sgd_update", "sgd_mom_update", "adam_update" {
+        lr: f32,
+        wd: f32,
+        rescale_grad: f32,
+        clip_gradient: f32,
+    }
+}
+
+op_params! {
+    /// sgd_mom_update's momentum, beside [`UpdateParams`].
+    pub struct MomentumParams for "sgd_mom_update" { momentum: f32 }
+}
+
+op_params! {
+    /// adam_update's moment decays and epsilon, beside [`UpdateParams`].
+    pub struct AdamParams for "adam_update" { beta1: f32, beta2: f32, epsilon: f32 }
+}
+
 fn infer_update(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let dt = require_float(op, d)?;
-    attrs.f64(op, "lr", None)?;
+    UpdateParams::get(op, attrs)?;
     for (i, x) in s.iter().enumerate().skip(1) {
         if *x != s[0] {
             return Err(shape_error(
@@ -533,13 +559,12 @@ fn update_kernel(
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
-    // MXNet's optimizer parameters are floats: 0.1 updates as 0.1f, even for float64 weights.
-    let get = |k: &str, d: Option<f64>| attrs.float(op, k, d).map_err(e2s);
+    let p = UpdateParams::get(op, attrs).map_err(e2s)?;
     let (lr, wd, rescale, clip) = (
-        get("lr", None)?,
-        get("wd", Some(0.0))?,
-        get("rescale_grad", Some(1.0))?,
-        get("clip_gradient", Some(-1.0))?,
+        f64::from(p.lr),
+        f64::from(p.wd),
+        f64::from(p.rescale_grad),
+        f64::from(p.clip_gradient),
     );
     let n = outs[0].len();
     // Elements are independent: a large update is split across threads by ranges, and each
@@ -562,7 +587,7 @@ fn update_kernel(
                 }
             }),
             "sgd_mom_update" => {
-                let mom = get("momentum", Some(0.0))?;
+                let mom = f64::from(MomentumParams::get(op, attrs).map_err(e2s)?.momentum);
                 for_ranges(n, 3, |lo, hi| {
                     for i in lo..hi {
                         let wt = r(&ins[0], i);
@@ -573,7 +598,8 @@ fn update_kernel(
                 });
             }
             "adam_update" => {
-                let (b1, b2, eps) = (get("beta1", Some(0.9))?, get("beta2", Some(0.999))?, get("epsilon", Some(1e-8))?);
+                let a = AdamParams::get(op, attrs).map_err(e2s)?;
+                let (b1, b2, eps) = (f64::from(a.beta1), f64::from(a.beta2), f64::from(a.epsilon));
                 for_ranges(n, 4, |lo, hi| {
                     for i in lo..hi {
                         let wt = r(&ins[0], i);

@@ -22,15 +22,19 @@ use super::{invalid, Attrs, Result};
 use crate::DType;
 
 pub use super::conv::{ConvolutionParams, CudnnTune, DeconvolutionParams, Layout};
-pub use super::extra::ArangeParams;
+pub use super::extra::{ArangeParams, StackParams};
 pub use super::extra::{LeakyReLUParams, LeakyType};
+pub use super::gather::{
+    BroadcastAxisParams, BroadcastLikeParams, BroadcastToParams, PadMode, PadParams, RepeatParams,
+    ReverseParams, SampleType, SliceLikeParams, SwapAxisParams, TileParams, UpSamplingParams,
+};
 pub use super::lanes::{BlockParams, PickMode, PickParams, SequenceMaskParams, SequenceParams};
 pub use super::linalg::DotParams;
 pub use super::loss::{MakeLossParams, RegressionParams};
-pub use super::math::HardSigmoidParams;
+pub use super::math::{CastParams, HardSigmoidParams};
 pub use super::nn::{
-    ActType, ActivationParams, ClipParams, FullyConnectedParams, Normalization, OneHotParams,
-    SoftmaxOutputParams, SoftmaxParams,
+    ActType, ActivationParams, AdamParams, ClipParams, FullyConnectedParams, MomentumParams,
+    Normalization, OneHotParams, SoftmaxOutputParams, SoftmaxParams, TransposeParams, UpdateParams,
 };
 pub use super::norm::{
     GroupNormParams, InstanceNormParams, L2Mode, L2NormalizationParams, LayerNormParams,
@@ -45,8 +49,12 @@ pub use super::shape::{
     SliceChannelParams, SliceParams, SqueezeParams, TakeMode, TakeParams,
 };
 pub use super::sort::{ArgsortParams, RetTyp, SortParams, TopkParams};
-pub use super::stochastic::{BatchNormParams, DropoutMode, DropoutParams};
-pub use super::vision::AdaptiveAvgPooling2DParams;
+pub use super::stochastic::{
+    BatchNormParams, DropoutMode, DropoutParams, NormalParams, UniformParams,
+};
+pub use super::vision::{
+    AdaptiveAvgPooling2DParams, BilinearResize2DParams, CropParams, ResizeMode,
+};
 
 /// A value an attribute holds: read from MXNet's text form, written back in it.
 pub trait AttrValue: Sized {
@@ -56,6 +64,12 @@ pub trait AttrValue: Sized {
 
     /// The text MXNet writes for it.
     fn write(&self) -> String;
+
+    /// What an `Option` of it should have been, given what it should have been: `None or a
+    /// number`; an enum lists `None` among its words.
+    fn or_none(what: String) -> String {
+        format!("None or {what}")
+    }
 }
 
 /// The typed attributes of one op (see the module's doc).
@@ -117,12 +131,7 @@ pub fn put<T: AttrValue>(attrs: Attrs, sig_op: &str, key: &str, value: &T) -> At
 }
 
 fn default_of(op: &str, key: &str) -> Option<&'static str> {
-    match key {
-        // How a variadic op counts its inputs: a graph has it, an imperative call need not
-        // (the signature's check lets it pass too).
-        "num_args" => Some("None"),
-        _ => signature(op)?.attr(key)?.default,
-    }
+    signature(op)?.attr(key)?.value_when_absent()
 }
 
 /// Declares an op's typed attributes: `op_params! { /// doc  pub struct Name for "Op" { field:
@@ -206,6 +215,11 @@ macro_rules! attr_enum {
 
             fn write(&self) -> String {
                 self.word().to_string()
+            }
+
+            // "one of a, b, None", as the signature's check words it.
+            fn or_none(what: String) -> String {
+                format!("{what}, None")
             }
         }
     };
@@ -346,13 +360,7 @@ impl<T: AttrValue> AttrValue for Option<T> {
     fn read(text: &str) -> std::result::Result<Option<T>, String> {
         match text.trim().eq_ignore_ascii_case("none") {
             true => Ok(None),
-            // "one of a, b, None", as the signature's check words it; "None or a number".
-            false => T::read(text)
-                .map(Some)
-                .map_err(|what| match what.starts_with("one of") {
-                    true => format!("{what}, None"),
-                    false => format!("None or {what}"),
-                }),
+            false => T::read(text).map(Some).map_err(T::or_none),
         }
     }
 
@@ -476,6 +484,26 @@ mod tests {
         }
         vec![
             of::<ActivationParams>(),
+            of::<AdamParams>(),
+            of::<BilinearResize2DParams>(),
+            of::<CastParams>(),
+            of::<CropParams>(),
+            of::<MomentumParams>(),
+            of::<NormalParams>(),
+            of::<StackParams>(),
+            of::<TransposeParams>(),
+            of::<UniformParams>(),
+            of::<UpdateParams>(),
+            of::<BroadcastAxisParams>(),
+            of::<BroadcastLikeParams>(),
+            of::<BroadcastToParams>(),
+            of::<PadParams>(),
+            of::<RepeatParams>(),
+            of::<ReverseParams>(),
+            of::<SliceLikeParams>(),
+            of::<SwapAxisParams>(),
+            of::<TileParams>(),
+            of::<UpSamplingParams>(),
             of::<MakeLossParams>(),
             of::<RegressionParams>(),
             of::<ArangeParams>(),

@@ -11,7 +11,9 @@
 
 use super::conv::conv_params;
 use super::extra::stack_axis;
-use super::params::{EmbeddingParams, FullyConnectedParams, Params, SliceChannelParams};
+use super::params::{
+    BatchNormParams, EmbeddingParams, FullyConnectedParams, Params, SliceChannelParams,
+};
 use super::shape::concat_axis;
 use super::{Attrs, Partial};
 use crate::error::Result;
@@ -103,7 +105,7 @@ pub(super) fn fully_connected(op: &str, attrs: &Attrs, ins: &Known, outs: &Known
 pub(super) fn convolution(op: &str, attrs: &Attrs, ins: &Known, outs: &Known) -> Found {
     let c = conv_params(op, attrs)?;
     let (filters, groups) = (c.filters, c.groups);
-    let kernel: Vec<usize> = ints_or(op, attrs, "kernel", &[])?;
+    let kernel = [c.k.0, c.k.1];
     let mut proposed = vec![None; ins.len()];
     if let Some(Some(x)) = ins.first() {
         if x.len() >= 2 && ins.len() > 1 {
@@ -118,10 +120,7 @@ pub(super) fn convolution(op: &str, attrs: &Attrs, ins: &Known, outs: &Known) ->
     if let Some(Some(y)) = outs.first() {
         let spatial = kernel.len();
         if y.len() == spatial + 2 {
-            let ones = vec![1; spatial];
-            let stride = ints_or(op, attrs, "stride", &ones)?;
-            let dilate = ints_or(op, attrs, "dilate", &ones)?;
-            let pad = ints_or(op, attrs, "pad", &vec![0; spatial])?;
+            let (stride, dilate, pad) = ([c.s.0, c.s.1], [c.d.0, c.d.1], [c.p.0, c.p.1]);
             let channels = ins
                 .get(1)
                 .cloned()
@@ -130,11 +129,10 @@ pub(super) fn convolution(op: &str, attrs: &Attrs, ins: &Known, outs: &Known) ->
                 .unwrap_or(0);
             let mut x = vec![y[0], channels];
             for i in 0..spatial {
-                let at = |v: &[usize]| v.get(i).copied().unwrap_or(1);
                 let size = match y[2 + i] {
                     0 => 0,
-                    o => ((o - 1) * at(&stride) + at(&dilate) * (kernel[i].max(1) - 1) + 1)
-                        .saturating_sub(2 * pad.get(i).copied().unwrap_or(0)),
+                    o => ((o - 1) * stride[i] + dilate[i] * (kernel[i].max(1) - 1) + 1)
+                        .saturating_sub(2 * pad[i]),
                 };
                 x.push(size);
             }
@@ -142,14 +140,6 @@ pub(super) fn convolution(op: &str, attrs: &Attrs, ins: &Known, outs: &Known) ->
         }
     }
     inputs(proposed)
-}
-
-/// A tuple attribute of non-negative sizes, or `default` when it is absent.
-fn ints_or(op: &str, attrs: &Attrs, key: &str, default: &[usize]) -> Result<Vec<usize>> {
-    Ok(match attrs.ints(op, key)? {
-        Some(v) if !v.is_empty() => v.iter().map(|&d| d.max(0) as usize).collect(),
-        _ => default.to_vec(),
-    })
 }
 
 /// Deconvolution: weight (channels, num_filter / num_group, kh, kw), bias (num_filter).
@@ -183,10 +173,7 @@ pub(super) fn upsampling(op: &str, attrs: &Attrs, ins: &Known, outs: &Known) -> 
 pub(super) fn batch_norm(op: &str, attrs: &Attrs, ins: &Known, _outs: &Known) -> Found {
     let mut out = vec![None; ins.len()];
     if let Some(Some(x)) = ins.first() {
-        let axis = attrs
-            .ints(op, "axis")?
-            .and_then(|v| v.first().copied())
-            .unwrap_or(1);
+        let axis = BatchNormParams::get(op, attrs)?.axis;
         let axis = if axis < 0 {
             axis + x.len() as i64
         } else {

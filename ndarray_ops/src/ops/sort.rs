@@ -15,22 +15,14 @@ use crate::resources::KernelRes;
 use crate::symbol::grad;
 use crate::{DType, Element};
 
-/// What a node of `topk`, `sort` or `argsort` computes.
-#[derive(Clone, Copy, PartialEq)]
-enum Returns {
-    Values,
-    Indices,
-    Both,
-    Mask,
-}
-
 struct Params {
     /// The axis sorted, or `None`: the flattened array.
     axis: Option<usize>,
     /// How many of each lane are kept (the whole lane when MXNet's k < 1).
     k: usize,
     ascending: bool,
-    returns: Returns,
+    /// What the node computes (sort: the values, argsort: the indices).
+    returns: RetTyp,
     index_dtype: DType,
 }
 
@@ -84,21 +76,15 @@ fn params(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Params> {
     let (axis, k, returns, ascending, index_dtype) = match fwd {
         "sort" => {
             let a = SortParams::get(op, attrs)?;
-            (a.axis, 0, Returns::Values, a.is_ascend, DType::F32)
+            (a.axis, 0, RetTyp::Value, a.is_ascend, DType::F32)
         }
         "argsort" => {
             let a = ArgsortParams::get(op, attrs)?;
-            (a.axis, 0, Returns::Indices, a.is_ascend, a.dtype)
+            (a.axis, 0, RetTyp::Indices, a.is_ascend, a.dtype)
         }
         _ => {
             let a = TopkParams::get(op, attrs)?;
-            let returns = match a.ret_typ {
-                RetTyp::Value => Returns::Values,
-                RetTyp::Indices => Returns::Indices,
-                RetTyp::Both => Returns::Both,
-                RetTyp::Mask => Returns::Mask,
-            };
-            (a.axis, a.k, returns, a.is_ascend, a.dtype)
+            (a.axis, a.k, a.ret_typ, a.is_ascend, a.dtype)
         }
     };
     let axis = match axis {
@@ -138,9 +124,9 @@ fn infer_sort(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let kept = kept_shape(&p, &s[0]);
     Ok(match p.returns {
         // Values, then the indices they came from (hidden unless asked for).
-        Returns::Values | Returns::Both => (vec![kept.clone(), kept], vec![d[0], p.index_dtype]),
-        Returns::Indices => (vec![kept], vec![p.index_dtype]),
-        Returns::Mask => (vec![s[0].clone()], vec![d[0]]),
+        RetTyp::Value | RetTyp::Both => (vec![kept.clone(), kept], vec![d[0], p.index_dtype]),
+        RetTyp::Indices => (vec![kept], vec![p.index_dtype]),
+        RetTyp::Mask => (vec![s[0].clone()], vec![d[0]]),
     })
 }
 
@@ -204,8 +190,8 @@ pub(crate) fn plan(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Plan> {
         inner,
         k: p.k,
         descending: !p.ascending,
-        mask: p.returns == Returns::Mask,
-        values: matches!(p.returns, Returns::Values | Returns::Both),
+        mask: p.returns == RetTyp::Mask,
+        values: matches!(p.returns, RetTyp::Value | RetTyp::Both),
     })
 }
 
@@ -237,12 +223,12 @@ fn sort_kernel(
         })
     };
     match p.returns {
-        Returns::Values | Returns::Both => {
+        RetTyp::Value | RetTyp::Both => {
             write(&outs[0], &|l, j| values[source(l, j)]);
             write(&outs[1], &|_, j| j as f64);
         }
-        Returns::Indices => write(&outs[0], &|_, j| j as f64),
-        Returns::Mask => crate::with_dtype!(outs[0].dtype, T => {
+        RetTyp::Indices => write(&outs[0], &|_, j| j as f64),
+        RetTyp::Mask => crate::with_dtype!(outs[0].dtype, T => {
             // SAFETY: exclusive access to the output (not alias-safe).
             let out = unsafe { outs[0].slice_mut::<T>() };
             out.fill(T::default());

@@ -43,28 +43,39 @@ op_params! {
     }
 }
 
-/// BatchNorm's `eps` and `momentum`.
-pub(crate) fn bn_eps_momentum(op: &str, attrs: &Attrs) -> Result<(f64, f64)> {
+/// What a BatchNorm node (or its backward node) computes with, read from its attributes and
+/// its data's shape, once per run.
+pub(crate) struct Bn {
+    /// (outer, channels, inner) around the channel axis.
+    pub(crate) layout: (usize, usize, usize),
+    pub(crate) eps: f64,
+    pub(crate) momentum: f64,
+    /// gamma read as 1, its gradient 0.
+    pub(crate) fix_gamma: bool,
+    /// Normalize by the batch's own statistics (training, unless `use_global_stats`).
+    pub(crate) batch_stats: bool,
+    /// Fold the batch statistics into the moving ones: not in a node recomputed during
+    /// backward (the forward pass did, once).
+    pub(crate) update_moving: bool,
+}
+
+/// [`Bn`] for data of shape `shape` (at least 2 dimensions).
+pub(crate) fn bn_settings(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Bn> {
     let a = BatchNormParams::get(op, attrs)?;
-    Ok((a.eps, f64::from(a.momentum)))
-}
-
-/// BatchNorm's `fix_gamma` (gamma read as 1, its gradient 0), and whether it normalizes by the
-/// batch's own statistics (training, unless `use_global_stats`). Shape inference reads them
-/// too, so that a bad value fails at bind rather than when the op runs.
-pub(crate) fn bn_flags(op: &str, attrs: &Attrs) -> Result<(bool, bool)> {
-    let a = BatchNormParams::get(op, attrs)?;
-    Ok((a.fix_gamma, is_train(op, attrs)? && !a.use_global_stats))
-}
-
-/// Whether a training-mode pass folds the batch statistics into the moving ones: not in a
-/// node recomputed during backward (the forward pass did, once).
-pub(crate) fn bn_updates_moving(op: &str, attrs: &Attrs) -> Result<bool> {
-    Ok(!attrs.bool(op, crate::symbol::mirror::MIRROR_ATTR, false)?)
-}
-
-pub(crate) fn bn_axis(op: &str, attrs: &Attrs, ndim: usize) -> Result<usize> {
-    Ok(norm_axes(op, &[BatchNormParams::get(op, attrs)?.axis], ndim)?[0])
+    let axis = norm_axes(op, &[a.axis], shape.len())?[0];
+    let mirrored = attrs.bool(op, crate::symbol::mirror::MIRROR_ATTR, false)?;
+    Ok(Bn {
+        layout: (
+            shape[..axis].iter().product(),
+            shape[axis],
+            shape[axis + 1..].iter().product(),
+        ),
+        eps: a.eps,
+        momentum: f64::from(a.momentum),
+        fix_gamma: a.fix_gamma,
+        batch_stats: is_train(op, attrs)? && !a.use_global_stats,
+        update_moving: !mirrored,
+    })
 }
 
 fn infer_bn(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
@@ -85,7 +96,8 @@ fn infer_bn(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
             "at least 2 dimensions",
         ));
     }
-    let c = s[0][bn_axis(op, attrs, s[0].len())?];
+    // Read here too so that a bad value fails at bind rather than when the op runs.
+    let (_, c, _) = bn_settings(op, attrs, &s[0])?.layout;
     for (i, name) in [
         (1, "gamma"),
         (2, "beta"),
@@ -101,8 +113,6 @@ fn infer_bn(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
             ));
         }
     }
-    bn_eps_momentum(op, attrs)?;
-    bn_flags(op, attrs)?;
     // Outputs: the normalized data, then the mean and variance used (MXNet's hidden outputs).
     Ok((vec![s[0].clone(), vec![c], vec![c]], vec![dt; 3]))
 }
@@ -116,13 +126,14 @@ fn bn_kernel(
 ) -> KResult {
     let e = |e: crate::NdError| e.to_string();
     let x = &ins[0];
-    let axis = bn_axis(op, attrs, x.shape.len()).map_err(e)?;
-    let (eps, momentum) = bn_eps_momentum(op, attrs).map_err(e)?;
-    let (fix_gamma, batch_stats) = bn_flags(op, attrs).map_err(e)?;
-    let update = bn_updates_moving(op, attrs).map_err(e)?;
-    let c = x.shape[axis];
-    let inner: usize = x.shape[axis + 1..].iter().product();
-    let outer: usize = x.shape[..axis].iter().product();
+    let Bn {
+        layout: (outer, c, inner),
+        eps,
+        momentum,
+        fix_gamma,
+        batch_stats,
+        update_moving: update,
+    } = bn_settings(op, attrs, &x.shape).map_err(e)?;
     let count = (outer * inner).max(1) as f64;
     let runs = ChannelRuns { c, inner, outer };
     crate::with_dtype!(x.dtype, T => {
@@ -343,18 +354,50 @@ fn dropout_kernel(
 
 // ---- random generators ----------------------------------------------------------------------
 
+op_params! {
+    /// _random_uniform's attributes.
+    pub struct UniformParams for "_random_uniform" {
+        low: f64,
+        high: f64,
+        shape: Option<Vec<i64>>,
+        dtype: Option<DType>,
+    }
+}
+
+op_params! {
+    /// _random_normal's attributes.
+    pub struct NormalParams for "_random_normal" {
+        loc: f64,
+        scale: f64,
+        shape: Option<Vec<i64>>,
+        dtype: Option<DType>,
+    }
+}
+
 fn infer_random(op: &str, attrs: &Attrs, _s: &[Vec<usize>], _d: &[DType]) -> Infer {
-    let shape = attrs
-        .ints(op, "shape")?
-        .ok_or_else(|| invalid(op, "attribute shape is required"))?;
+    let (shape, dtype) = match op {
+        "_random_uniform" => {
+            let p = UniformParams::get(op, attrs)?;
+            (p.shape.clone(), p.dtype)
+        }
+        _ => {
+            let p = NormalParams::get(op, attrs)?;
+            (p.shape.clone(), p.dtype)
+        }
+    };
+    let shape = shape.ok_or_else(|| invalid(op, "attribute shape is required"))?;
     if shape.iter().any(|&d| d < 0) {
         return Err(invalid(op, format!("shape {shape:?} has a negative size")));
     }
-    let dt = match attrs.get("dtype") {
+    let dt = match dtype {
         None => DType::F32,
-        Some(n) => DType::parse(n)
-            .filter(|d| d.is_float())
-            .ok_or_else(|| invalid(op, format!("dtype {n:?} is not float32 or float64")))?,
+        Some(d) if d.is_float() => d,
+        Some(d) => {
+            return Err(invalid(
+                op,
+                format!("dtype {:?} is not float32 or float64", d.name()),
+            ))
+        }
     };
     let (a, b) = random_params(op, attrs)?;
     if op == "_random_uniform" && a > b {
@@ -366,17 +409,11 @@ fn infer_random(op: &str, attrs: &Attrs, _s: &[Vec<usize>], _d: &[DType]) -> Inf
     Ok((vec![shape.iter().map(|&d| d as usize).collect()], vec![dt]))
 }
 
+/// A sampler's two parameters: uniform's (low, high), normal's (loc, scale).
 pub(crate) fn random_params(op: &str, attrs: &Attrs) -> Result<(f64, f64)> {
-    if op == "_random_uniform" {
-        Ok((
-            attrs.f64(op, "low", Some(0.0))?,
-            attrs.f64(op, "high", Some(1.0))?,
-        ))
-    } else {
-        Ok((
-            attrs.f64(op, "loc", Some(0.0))?,
-            attrs.f64(op, "scale", Some(1.0))?,
-        ))
+    match op {
+        "_random_uniform" => UniformParams::get(op, attrs).map(|p| (p.low, p.high)),
+        _ => NormalParams::get(op, attrs).map(|p| (p.loc, p.scale)),
     }
 }
 

@@ -7,7 +7,7 @@
 //! kernels do.
 
 use super::par::{for_ranges, Shared};
-use super::params::{op_params, Params, Window};
+use super::params::{attr_enum, op_params, Params, PositiveInt, Window};
 use super::{Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
 use crate::gpu;
@@ -183,6 +183,38 @@ fn adaptive_backward_kernel(
 
 // ---- BilinearResize2D --------------------------------------------------------------------
 
+attr_enum! {
+    /// How BilinearResize2D finds its output's size.
+    pub enum ResizeMode {
+        /// `height` and `width`, or the scales where given.
+        Size = "size",
+        /// The scales, keeping an odd size's last pixel aligned.
+        OddScale = "odd_scale",
+        /// The second input's height and width.
+        Like = "like",
+        /// The nearest even size at or below.
+        ToEvenDown = "to_even_down",
+        /// The nearest even size at or above.
+        ToEvenUp = "to_even_up",
+        /// The nearest odd size at or below.
+        ToOddDown = "to_odd_down",
+        /// The nearest odd size at or above.
+        ToOddUp = "to_odd_up",
+    }
+}
+
+op_params! {
+    /// BilinearResize2D's attributes.
+    pub struct BilinearResize2DParams for "_contrib_BilinearResize2D" {
+        height: PositiveInt,
+        width: PositiveInt,
+        scale_height: Option<f32>,
+        scale_width: Option<f32>,
+        mode: ResizeMode,
+        align_corners: bool,
+    }
+}
+
 /// The output size of a bilinear resize of data `x` (`like` the second input's shape in mode
 /// `like`), MXNet's modes.
 fn resize_size(
@@ -191,31 +223,28 @@ fn resize_size(
     x: &[usize],
     like: Option<&[usize]>,
 ) -> Result<(usize, usize)> {
+    let p = BilinearResize2DParams::get(op, attrs)?;
     let (h, w) = (x[2], x[3]);
-    let scale = |key: &str| -> Result<Option<f64>> {
-        match attrs.get(key) {
-            None | Some("None") => Ok(None),
-            Some(_) => Ok(Some(attrs.float(op, key, None)?)),
-        }
-    };
-    let (sh, sw) = (scale("scale_height")?, scale("scale_width")?);
+    let (sh, sw) = (p.scale_height.map(f64::from), p.scale_width.map(f64::from));
     let even = |n: usize| n.is_multiple_of(2);
-    let size = match attrs.get("mode").unwrap_or("size") {
-        "size" => {
-            let fixed = |key: &str| attrs.int(op, key, Some(1), 1..=i64::from(i32::MAX));
+    let size = match p.mode {
+        ResizeMode::Size => {
             let h = match sh {
                 Some(s) => (s * h as f64) as i64,
-                None => fixed("height")?,
+                None => p.height.0 as i64,
             };
             let w = match sw {
                 Some(s) => (s * w as f64) as i64,
-                None => fixed("width")?,
+                None => p.width.0 as i64,
             };
             (h, w)
         }
-        "odd_scale" => {
+        ResizeMode::OddScale => {
             let (Some(sh), Some(sw)) = (sh, sw) else {
-                return Err(invalid(op, "mode odd_scale needs scale_height and scale_width"));
+                return Err(invalid(
+                    op,
+                    "mode odd_scale needs scale_height and scale_width",
+                ));
             };
             let odd = |n: usize, s: f64| match even(n) {
                 true => (n as f64 * s) as i64,
@@ -223,23 +252,21 @@ fn resize_size(
             };
             (odd(h, sh), odd(w, sw))
         }
-        "like" => match like {
+        ResizeMode::Like => match like {
             Some(l) if l.len() == 4 => (l[2] as i64, l[3] as i64),
-            Some(l) => {
-                return Err(shape_error(op, "like", l, "4 dimensions (N, C, H, W)"))
-            }
+            Some(l) => return Err(shape_error(op, "like", l, "4 dimensions (N, C, H, W)")),
             None => return Err(invalid(op, "mode like takes a second input, like")),
         },
-        "to_even_down" => (h as i64 - i64::from(!even(h)), w as i64 - i64::from(!even(w))),
-        "to_even_up" => (h as i64 + i64::from(!even(h)), w as i64 + i64::from(!even(w))),
-        "to_odd_down" => (h as i64 - i64::from(even(h)), w as i64 - i64::from(even(w))),
-        "to_odd_up" => (h as i64 + i64::from(even(h)), w as i64 + i64::from(even(w))),
-        other => {
-            return Err(invalid(
-                op,
-                format!("mode {other:?} is not one of size, odd_scale, like, to_even_down, to_even_up, to_odd_down, to_odd_up"),
-            ))
-        }
+        ResizeMode::ToEvenDown => (
+            h as i64 - i64::from(!even(h)),
+            w as i64 - i64::from(!even(w)),
+        ),
+        ResizeMode::ToEvenUp => (
+            h as i64 + i64::from(!even(h)),
+            w as i64 + i64::from(!even(w)),
+        ),
+        ResizeMode::ToOddDown => (h as i64 - i64::from(even(h)), w as i64 - i64::from(even(w))),
+        ResizeMode::ToOddUp => (h as i64 + i64::from(even(h)), w as i64 + i64::from(even(w))),
     };
     if size.0 < 1 || size.1 < 1 {
         return Err(invalid(
@@ -250,16 +277,15 @@ fn resize_size(
     Ok((size.0 as usize, size.1 as usize))
 }
 
-fn resize_inputs(attrs: &Attrs) -> usize {
-    if attrs.get("mode") == Some("like") {
-        2
-    } else {
-        1
-    }
+fn resize_inputs(op: &str, attrs: &Attrs) -> Result<usize> {
+    Ok(match BilinearResize2DParams::get(op, attrs)?.mode {
+        ResizeMode::Like => 2,
+        _ => 1,
+    })
 }
 
 fn infer_resize(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    let want = resize_inputs(attrs);
+    let want = resize_inputs(op, attrs)?;
     if s.len() != want {
         return Err(invalid(
             op,
@@ -267,8 +293,6 @@ fn infer_resize(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer
         ));
     }
     check_nchw(op, "data", &s[0], d[0])?;
-    // Read by the kernel's taps; read here too so that a bad value fails at bind.
-    attrs.bool(op, "align_corners", true)?;
     let (oh, ow) = resize_size(op, attrs, &s[0], s.get(1).map(Vec::as_slice))?;
     let out = vec![s[0][0], s[0][1], oh, ow];
     if s[0][2] * s[0][3] == 0 && out.iter().product::<usize>() > 0 {
@@ -318,7 +342,7 @@ fn resize_taps(
     y: &[usize],
 ) -> Result<impl Fn(usize) -> Taps<4>> {
     let (h, w, oh, ow) = (x[2], x[3], y[2], y[3]);
-    let align = attrs.bool(op, "align_corners", true)?;
+    let align = BilinearResize2DParams::get(op, attrs)?.align_corners;
     let (rows, cols) = (linear_taps(h, oh, align), linear_taps(w, ow, align));
     Ok(move |o: usize| -> Taps<4> {
         let ((h0, h1, lh), (w0, w1, lw)) = (rows[o / ow], cols[o % ow]);
@@ -387,29 +411,31 @@ fn crop_window(
     x: &[usize],
     like: Option<&[usize]>,
 ) -> Result<((usize, usize), (usize, usize))> {
-    let pair = |key: &str| -> Result<(i64, i64)> {
-        Ok(
-            match attrs
-                .ints_in(op, key, super::C_INT)?
-                .unwrap_or_default()
-                .as_slice()
-            {
-                [] => (0, 0),
-                [a] => (*a, *a),
-                [a, b] => (*a, *b),
-                v => return Err(invalid(op, format!("{key}={v:?} has more than two values"))),
-            },
-        )
+    let p = CropParams::get(op, attrs)?;
+    let pair = |key: &str, v: &[i64]| -> Result<(i64, i64)> {
+        let max = i64::from(i32::MAX);
+        if let Some(bad) = v.iter().find(|x| !(-max..=max).contains(*x)) {
+            return Err(invalid(
+                op,
+                format!("attribute {key}={v:?} has {bad}, outside {} to {max}", -max),
+            ));
+        }
+        Ok(match v {
+            [] => (0, 0),
+            [a] => (*a, *a),
+            [a, b] => (*a, *b),
+            v => return Err(invalid(op, format!("{key}={v:?} has more than two values"))),
+        })
     };
     let size = match like {
         Some(l) if l.len() == 4 => (l[2] as i64, l[3] as i64),
         Some(l) => return Err(shape_error(op, "crop_like", l, "4 dimensions (N, C, H, W)")),
-        None => pair("h_w")?,
+        None => pair("h_w", &p.h_w)?,
     };
     let (h, w) = (x[2] as i64, x[3] as i64);
-    let at = match attrs.bool(op, "center_crop", false)? {
+    let at = match p.center_crop {
         true => ((h - size.0) / 2, (w - size.1) / 2),
-        false => pair("offset")?,
+        false => pair("offset", &p.offset)?,
     };
     if size.0 < 1 || size.1 < 1 || at.0 < 0 || at.1 < 0 || at.0 + size.0 > h || at.1 + size.1 > w {
         return Err(invalid(
@@ -426,15 +452,24 @@ fn crop_window(
     ))
 }
 
+op_params! {
+    /// Crop's attributes.
+    pub struct CropParams for "Crop" {
+        num_args: Option<usize>,
+        offset: Vec<i64>,
+        h_w: Vec<i64>,
+        center_crop: bool,
+    }
+}
+
 fn crop_inputs(op: &str, attrs: &Attrs) -> Result<usize> {
-    let n = attrs.f64(op, "num_args", Some(1.0))?;
-    if n != 1.0 && n != 2.0 {
-        return Err(invalid(
+    match CropParams::get(op, attrs)?.num_args.unwrap_or(1) {
+        n @ (1 | 2) => Ok(n),
+        n => Err(invalid(
             op,
             format!("num_args={n}: takes the data, and optionally an array to crop like"),
-        ));
+        )),
     }
-    Ok(n as usize)
 }
 
 fn infer_crop(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
@@ -663,6 +698,6 @@ pub(super) fn ops() -> &'static [OpDef] {
 pub(super) fn grad_outputs(op: &str, attrs: &Attrs) -> Result<usize> {
     match op {
         "_backward_Crop" => crop_inputs(op, attrs),
-        _ => Ok(resize_inputs(attrs)),
+        _ => resize_inputs(op, attrs),
     }
 }

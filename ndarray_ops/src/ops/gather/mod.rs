@@ -18,8 +18,9 @@
 //! gradient element into the input element it read: a broadcast's sum, a tile's sum of tiles,
 //! padding's crop.
 
+use super::params::{attr_enum, op_params, Params, PositiveInt};
 use super::permute::permute;
-use super::{norm_axes, times, Arity, Attrs, OpDef, TensorRef, POSITIVE_INT};
+use super::{norm_axes, times, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
 use crate::gpu;
 use crate::ops::{Infer, KResult};
@@ -43,9 +44,92 @@ pub(crate) fn strides(shape: &[usize]) -> Vec<usize> {
     s
 }
 
-/// repeat's `repeats` (0 repeats leaves an empty array, as in MXNet).
-fn repeats(op: &str, attrs: &Attrs) -> Result<usize> {
-    attrs.count(op, "repeats", None, 0..=i32::MAX as u32)
+op_params! {
+    /// broadcast_to's attributes.
+    pub struct BroadcastToParams for "broadcast_to" { shape: Vec<i64> }
+}
+
+op_params! {
+    /// broadcast_axis's attributes.
+    pub struct BroadcastAxisParams for "broadcast_axis" { axis: Vec<i64>, size: Vec<i64> }
+}
+
+op_params! {
+    /// broadcast_like's attributes.
+    pub struct BroadcastLikeParams for "broadcast_like" {
+        lhs_axes: Option<Vec<i64>>,
+        rhs_axes: Option<Vec<i64>>,
+    }
+}
+
+op_params! {
+    /// tile's attributes.
+    pub struct TileParams for "tile" { reps: Vec<i64> }
+}
+
+op_params! {
+    /// repeat's attributes (0 repeats leaves an empty array, as in MXNet).
+    pub struct RepeatParams for "repeat" { repeats: usize, axis: Option<i64> }
+}
+
+op_params! {
+    /// reverse's attributes.
+    pub struct ReverseParams for "reverse" { axis: Vec<i64> }
+}
+
+op_params! {
+    /// SwapAxis's attributes.
+    pub struct SwapAxisParams for "SwapAxis" { dim1: i64, dim2: i64 }
+}
+
+attr_enum! {
+    /// What Pad reads outside its input.
+    pub enum PadMode {
+        /// Nothing: the constant.
+        Constant = "constant",
+        /// The edge element.
+        Edge = "edge",
+        /// Mirrored about the edge elements, which are not repeated.
+        Reflect = "reflect",
+    }
+}
+
+op_params! {
+    /// Pad's attributes.
+    pub struct PadParams for "Pad" { mode: PadMode, pad_width: Vec<i64>, constant_value: f64 }
+}
+
+attr_enum! {
+    /// How UpSampling fills the larger image.
+    pub enum SampleType {
+        /// Each pixel repeated (a gather op).
+        Nearest = "nearest",
+        /// A learned depthwise Deconvolution initialised to bilinear weights.
+        Bilinear = "bilinear",
+    }
+}
+
+op_params! {
+    /// UpSampling's attributes.
+    pub struct UpSamplingParams for "UpSampling" {
+        scale: PositiveInt,
+        num_filter: usize,
+        sample_type: SampleType,
+        num_args: Option<usize>,
+    }
+}
+
+op_params! {
+    /// slice_like's attributes.
+    pub struct SliceLikeParams for "slice_like" { axes: Vec<i64> }
+}
+
+/// The value Pad fills its border with in constant mode (the other gather ops fill nothing).
+pub(crate) fn fill_value(op: &str, attrs: &Attrs) -> Result<f64> {
+    match op {
+        "Pad" => Ok(PadParams::get(op, attrs)?.constant_value),
+        _ => Ok(0.0),
+    }
 }
 
 fn positive(op: &str, key: &str, v: i64) -> Result<usize> {
@@ -60,9 +144,7 @@ fn out_shape(op: &str, attrs: &Attrs, s: &[Vec<usize>]) -> Result<Vec<usize>> {
     let x = &s[0];
     Ok(match op {
         "broadcast_to" => {
-            let want = attrs
-                .ints(op, "shape")?
-                .ok_or_else(|| invalid(op, "attribute shape is required"))?;
+            let want = &BroadcastToParams::get(op, attrs)?.shape;
             if want.len() != x.len() {
                 return Err(shape_error(
                     op,
@@ -73,13 +155,13 @@ fn out_shape(op: &str, attrs: &Attrs, s: &[Vec<usize>]) -> Result<Vec<usize>> {
             }
             // 0 keeps the input's size.
             x.iter()
-                .zip(&want)
+                .zip(want)
                 .map(|(&n, &w)| if w == 0 { n } else { w.max(0) as usize })
                 .collect()
         }
         "broadcast_axis" => {
-            let axes = attrs.ints(op, "axis")?.unwrap_or_default();
-            let sizes = attrs.ints(op, "size")?.unwrap_or_default();
+            let p = BroadcastAxisParams::get(op, attrs)?;
+            let (axes, sizes) = (&p.axis, &p.size);
             if axes.len() != sizes.len() {
                 return Err(invalid(
                     op,
@@ -87,7 +169,7 @@ fn out_shape(op: &str, attrs: &Attrs, s: &[Vec<usize>]) -> Result<Vec<usize>> {
                 ));
             }
             let mut out = x.clone();
-            for (a, n) in norm_axes(op, &axes, x.len())?.into_iter().zip(sizes) {
+            for (a, &n) in norm_axes(op, axes, x.len())?.into_iter().zip(sizes) {
                 out[a] = positive(op, "size", n)?;
             }
             out
@@ -102,12 +184,13 @@ fn out_shape(op: &str, attrs: &Attrs, s: &[Vec<usize>]) -> Result<Vec<usize>> {
                     format!("{} dimensions like lhs", x.len()),
                 ));
             }
-            match (attrs.ints(op, "lhs_axes")?, attrs.ints(op, "rhs_axes")?) {
+            let p = BroadcastLikeParams::get(op, attrs)?;
+            match (&p.lhs_axes, &p.rhs_axes) {
                 (None, None) => rhs.clone(),
                 (Some(la), Some(ra)) if la.len() == ra.len() => {
                     let mut out = x.clone();
-                    let ra = norm_axes(op, &ra, rhs.len())?;
-                    for (l, r) in norm_axes(op, &la, x.len())?.into_iter().zip(ra) {
+                    let ra = norm_axes(op, ra, rhs.len())?;
+                    for (l, r) in norm_axes(op, la, x.len())?.into_iter().zip(ra) {
                         out[l] = rhs[r];
                     }
                     out
@@ -123,9 +206,7 @@ fn out_shape(op: &str, attrs: &Attrs, s: &[Vec<usize>]) -> Result<Vec<usize>> {
             }
         }
         "tile" => {
-            let reps = attrs
-                .ints(op, "reps")?
-                .ok_or_else(|| invalid(op, "attribute reps is required"))?;
+            let reps = &TileParams::get(op, attrs)?.reps;
             if reps.iter().any(|&r| r < 0) {
                 return Err(invalid(op, format!("reps {reps:?} has a negative count")));
             }
@@ -143,8 +224,9 @@ fn out_shape(op: &str, attrs: &Attrs, s: &[Vec<usize>]) -> Result<Vec<usize>> {
                 .collect::<Result<_>>()?
         }
         "repeat" => {
-            let r = repeats(op, attrs)?;
-            match attrs.ints(op, "axis")?.and_then(|v| v.first().copied()) {
+            let p = RepeatParams::get(op, attrs)?;
+            let r = p.repeats;
+            match p.axis {
                 None => vec![times(op, x.iter().product(), r)?],
                 Some(a) => {
                     let a = norm_axes(op, &[a], x.len())?[0];
@@ -155,7 +237,7 @@ fn out_shape(op: &str, attrs: &Attrs, s: &[Vec<usize>]) -> Result<Vec<usize>> {
             }
         }
         "reverse" => {
-            norm_axes(op, &attrs.ints(op, "axis")?.unwrap_or_default(), x.len())?;
+            norm_axes(op, &ReverseParams::get(op, attrs)?.axis, x.len())?;
             x.clone()
         }
         "SwapAxis" => {
@@ -169,8 +251,7 @@ fn out_shape(op: &str, attrs: &Attrs, s: &[Vec<usize>]) -> Result<Vec<usize>> {
             x.iter().zip(&widths).map(|(n, (b, a))| n + b + a).collect()
         }
         "UpSampling" => {
-            upsampling_check(op, attrs, x)?;
-            let k = attrs.count(op, "scale", None, POSITIVE_INT)?;
+            let k = upsampling_scale(op, attrs, x)?;
             let mut out = x.clone();
             out[2] = times(op, out[2], k)?;
             out[3] = times(op, out[3], k)?;
@@ -186,8 +267,8 @@ fn out_shape(op: &str, attrs: &Attrs, s: &[Vec<usize>]) -> Result<Vec<usize>> {
                     format!("{} dimensions like data", x.len()),
                 ));
             }
-            let axes = match attrs.ints(op, "axes")? {
-                Some(a) if !a.is_empty() => norm_axes(op, &a, x.len())?,
+            let axes = match &SliceLikeParams::get(op, attrs)?.axes {
+                a if !a.is_empty() => norm_axes(op, a, x.len())?,
                 _ => (0..x.len()).collect(),
             };
             let mut out = x.clone();
@@ -209,17 +290,22 @@ fn out_shape(op: &str, attrs: &Attrs, s: &[Vec<usize>]) -> Result<Vec<usize>> {
 }
 
 fn swapped(op: &str, attrs: &Attrs, ndim: usize) -> Result<(usize, usize)> {
-    let axis = |key| attrs.int(op, key, Some(0), super::C_INT);
-    let (a, b) = (axis("dim1")?, axis("dim2")?);
-    let v = norm_axes(op, &[a, b], ndim)?;
+    let p = SwapAxisParams::get(op, attrs)?;
+    let v = norm_axes(op, &[p.dim1, p.dim2], ndim)?;
     Ok((v[0], v[1]))
 }
 
 /// Pad's (before, after) per axis from `pad_width`, two per axis.
 fn pad_widths(op: &str, attrs: &Attrs, ndim: usize) -> Result<Vec<(usize, usize)>> {
-    let w = attrs
-        .ints_in(op, "pad_width", 0..=i64::from(i32::MAX))?
-        .ok_or_else(|| invalid(op, "attribute pad_width is required"))?;
+    let p = PadParams::get(op, attrs)?;
+    let w = &p.pad_width;
+    let max = i64::from(i32::MAX);
+    if let Some(bad) = w.iter().find(|v| !(0..=max).contains(*v)) {
+        return Err(invalid(
+            op,
+            format!("attribute pad_width={w:?} has {bad}, outside 0 to {max}"),
+        ));
+    }
     if w.len() != 2 * ndim {
         return Err(invalid(
             op,
@@ -231,48 +317,26 @@ fn pad_widths(op: &str, attrs: &Attrs, ndim: usize) -> Result<Vec<(usize, usize)
         .collect())
 }
 
-fn upsampling_check(op: &str, attrs: &Attrs, x: &[usize]) -> Result<()> {
-    match attrs.get("sample_type") {
-        Some("nearest") => {}
-        other => {
-            return Err(invalid(
-                op,
-                format!(
-                "sample_type {other:?}: only nearest is supported (bilinear is a Deconvolution)"
-            ),
-            ))
-        }
+/// Nearest UpSampling's factor for data `x` (bilinear is a Deconvolution, rewritten before it
+/// gets here).
+fn upsampling_scale(op: &str, attrs: &Attrs, x: &[usize]) -> Result<usize> {
+    let p = UpSamplingParams::get(op, attrs)?;
+    if p.sample_type != SampleType::Nearest {
+        return Err(invalid(
+            op,
+            "sample_type bilinear is a Deconvolution: only nearest is a gather op",
+        ));
+    }
+    if p.num_args.unwrap_or(1) != 1 {
+        return Err(invalid(
+            op,
+            format!("num_args={:?}: only one input is supported", p.num_args),
+        ));
     }
     if x.len() != 4 {
         return Err(shape_error(op, "data", x, "(n, c, h, w)"));
     }
-    Ok(())
-}
-
-/// Checks the op's own attributes beyond shapes (modes, values).
-fn check_attrs(op: &str, attrs: &Attrs) -> Result<()> {
-    if op == "Pad" {
-        match attrs.get("mode").unwrap_or("constant") {
-            "constant" | "edge" | "reflect" => {}
-            other => {
-                return Err(invalid(
-                    op,
-                    format!("mode {other:?} is not constant, edge or reflect"),
-                ))
-            }
-        }
-        attrs.f64(op, "constant_value", Some(0.0))?;
-    }
-    if op == "UpSampling" {
-        let n = attrs.f64(op, "num_args", Some(1.0))?;
-        if n != 1.0 {
-            return Err(invalid(
-                op,
-                format!("num_args={n}: only one input is supported"),
-            ));
-        }
-    }
-    Ok(())
+    Ok(p.scale.0)
 }
 
 /// Whether data of shape `x` broadcasts to `out` (the same rank): each axis 1 or already `out`'s.
@@ -294,12 +358,11 @@ fn broadcastable(op: &str, x: &[usize], out: &[usize]) -> Result<()> {
 /// Checks everything the kernel's walks will (without building them: they take memory in
 /// proportion to the output's axes, which shape inference, and planning a graph, must not).
 pub(super) fn infer_gather(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    check_attrs(op, attrs)?;
     let out = out_shape(op, attrs, s)?;
     if matches!(op, "broadcast_to" | "broadcast_axis" | "broadcast_like") {
         broadcastable(op, &s[0], &out)?;
     }
-    if op == "Pad" && attrs.get("mode").unwrap_or("constant") == "reflect" {
+    if op == "Pad" && PadParams::get(op, attrs)?.mode == PadMode::Reflect {
         let widths = pad_widths(op, attrs, s[0].len())?;
         if let Some(a) = (0..s[0].len()).find(|&a| widths[a].0.max(widths[a].1) >= s[0][a].max(1)) {
             return Err(shape_error(
@@ -322,7 +385,7 @@ pub(super) fn gather_kernel(
 ) -> KResult {
     let e = |e: NdError| e.to_string();
     let rules = rules(op, attrs, &ins[0].shape, &outs[0].shape).map_err(e)?;
-    let fill = attrs.f64(op, "constant_value", Some(0.0)).map_err(e)?;
+    let fill = fill_value(op, attrs).map_err(e)?;
     let plan = rules.plan(op).map_err(e)?;
     crate::with_dtype!(outs[0].dtype, T => {
         // SAFETY: read access to the data, exclusive access to the output, which is not the
@@ -349,7 +412,6 @@ fn infer_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Inf
 /// Checks that an output gradient of shape `ograd` is what `fwd` makes of data of shape `data`,
 /// so that its rules read only inside the data.
 fn check_backward(fwd: &str, attrs: &Attrs, data: &[usize], ograd: &[usize]) -> Result<()> {
-    check_attrs(fwd, attrs)?;
     let fits = match fwd {
         // Their output's shape comes from a second input, which the gradient does not see.
         "broadcast_like" => data.len() == ograd.len() && broadcastable(fwd, data, ograd).is_ok(),

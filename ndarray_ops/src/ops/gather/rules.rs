@@ -25,17 +25,6 @@ pub(super) enum Index {
     },
 }
 
-/// What Pad reads outside its input.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum PadMode {
-    /// Nothing: the constant.
-    Constant,
-    /// The edge element.
-    Edge,
-    /// Mirrored about the edge elements, which are not repeated.
-    Reflect,
-}
-
 impl Index {
     /// The input index read at `i`. (An index past the axis, from shapes that do not belong
     /// together, comes out past it too, for [`AxisRule::read`] to refuse.)
@@ -232,8 +221,9 @@ pub(super) fn rules(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Resu
         }
         "repeat" => {
             // An empty output reads nothing, so 0 repeats needs no rule of its own.
-            let r = repeats(op, attrs)?.max(1);
-            match attrs.ints(op, "axis")?.and_then(|v| v.first().copied()) {
+            let p = RepeatParams::get(op, attrs)?;
+            let r = p.repeats.max(1);
+            match p.axis {
                 // Flattened: the one output axis walks the contiguous input.
                 None => {
                     input = vec![x.iter().product()];
@@ -251,7 +241,7 @@ pub(super) fn rules(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Resu
             }
         }
         "reverse" => {
-            let axes = norm_axes(op, &attrs.ints(op, "axis")?.unwrap_or_default(), x.len())?;
+            let axes = norm_axes(op, &ReverseParams::get(op, attrs)?.axis, x.len())?;
             (0..out.len())
                 .map(|d| match axes.contains(&d) {
                     true => rule(d, d, Index::Rev(x[d])),
@@ -276,11 +266,7 @@ pub(super) fn rules(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Resu
         }
         "Pad" => {
             let widths = pad_widths(op, attrs, x.len())?;
-            let mode = match attrs.get("mode").unwrap_or("constant") {
-                "edge" => PadMode::Edge,
-                "reflect" => PadMode::Reflect,
-                _ => PadMode::Constant,
-            };
+            let mode = PadParams::get(op, attrs)?.mode;
             (0..out.len())
                 .map(|d| {
                     let (n, before) = (x[d], widths[d].0);
@@ -289,7 +275,7 @@ pub(super) fn rules(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Resu
                 .collect()
         }
         "UpSampling" => {
-            let k = attrs.count(op, "scale", None, POSITIVE_INT)?;
+            let k = UpSamplingParams::get(op, attrs)?.scale.0;
             (0..out.len())
                 .map(|d| match d >= 2 {
                     true => rule(d, d, Index::Div(k)),

@@ -255,7 +255,9 @@ fn narrow_and_wide_maps_agree_and_reads_stay_inside_the_input() {
         ("reverse", Attrs::new().with("axis", "(0, 1)"), vec![3, 2]),
         (
             "Pad",
-            Attrs::new().with("pad_width", "(1, 2, 0, 1)"),
+            Attrs::new()
+                .with("mode", "constant")
+                .with("pad_width", "(1, 2, 0, 1)"),
             vec![2, 3],
         ),
     ];

@@ -77,6 +77,18 @@ pub struct Signature {
     pub attrs: &'static [AttrSpec],
 }
 
+impl AttrSpec {
+    /// The value taken when the attribute is left out; `None`: it is required. A variadic op's
+    /// `num_args` is the one exception to MXNet's table: a graph has it, but an imperative call
+    /// need not say it (the inputs count themselves).
+    pub fn value_when_absent(&self) -> Option<&'static str> {
+        match self.name {
+            "num_args" => self.default.or(Some("None")),
+            _ => self.default,
+        }
+    }
+}
+
 impl Signature {
     /// The attribute called `name`.
     pub fn attr(&self, name: &str) -> Option<&'static AttrSpec> {
@@ -255,7 +267,7 @@ pub(crate) fn check_values(def: &OpDef, attrs: &Attrs) -> Result<()> {
     for spec in sig.attrs {
         match attrs.get(spec.name) {
             Some(_) => check_value(op, attrs, spec)?,
-            None if spec.default.is_none() && spec.name != "num_args" => {
+            None if spec.value_when_absent().is_none() => {
                 return Err(invalid(
                     op,
                     format!("attribute {} is required ({})", spec.name, spec.ty),

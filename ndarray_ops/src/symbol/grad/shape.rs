@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::ops::names::op_name;
-use crate::ops::params::{Params, SliceChannelParams};
+use crate::ops::params::{Params, SliceChannelParams, TransposeParams};
 
 pub(crate) fn flatten(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let ins = vec![need(n, og)?, n.inputs[0].clone()];
@@ -30,17 +30,13 @@ pub(crate) fn embedding(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<O
 
 pub(crate) fn transpose(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     // The inverse permutation (the default reversal is its own inverse).
-    let attrs = match n.attrs.ints("transpose", "axes")? {
-        Some(axes) if !axes.is_empty() => {
-            let nd = axes.len() as i64;
-            let mut inv = vec![0i64; axes.len()];
-            for (i, &a) in axes.iter().enumerate() {
-                inv[(if a < 0 { a + nd } else { a }) as usize] = i as i64;
-            }
-            Attrs::new().with("axes", format!("{inv:?}"))
-        }
-        _ => Attrs::new(),
-    };
+    let axes = &TransposeParams::get(n.op_name(), &n.attrs)?.axes;
+    let mut inv = vec![0i64; axes.len()];
+    let nd = axes.len() as i64;
+    for (i, &a) in axes.iter().enumerate() {
+        inv[(if a < 0 { a + nd } else { a }) as usize] = i as i64;
+    }
+    let attrs = TransposeParams { axes: inv }.to_attrs();
     Ok(vec![Some(op1(
         op_name!("transpose"),
         format!("{}_backward", n.name),
@@ -136,7 +132,11 @@ pub(crate) fn masked(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opti
                 Attrs::new(),
             )?
         }
-        "_maximum_scalar" => cmp("mask", "_greater_scalar", n.attrs.f64(op, "scalar", None)?)?,
+        "_maximum_scalar" => cmp(
+            "mask",
+            "_greater_scalar",
+            crate::ops::scalar_of(op, &n.attrs)?,
+        )?,
         // alpha where the output is strictly inside (0, 1)
         "hard_sigmoid" => {
             let (alpha, _) = crate::ops::math::hard_sigmoid_params(op, &n.attrs)?;
@@ -159,10 +159,14 @@ pub(crate) fn masked(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opti
             )?;
             scaled(n, "slope", inside, alpha)?
         }
-        "_minimum_scalar" => cmp("mask", "_lesser_scalar", n.attrs.f64(op, "scalar", None)?)?,
+        "_minimum_scalar" => cmp(
+            "mask",
+            "_lesser_scalar",
+            crate::ops::scalar_of(op, &n.attrs)?,
+        )?,
         // d x^s = s x^(s-1)
         "_power_scalar" => {
-            let s = n.attrs.f64(op, "scalar", None)?;
+            let s = crate::ops::scalar_of(op, &n.attrs)?;
             scaled(
                 n,
                 "coef",
