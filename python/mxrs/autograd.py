@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from . import _native
-from .ndarray.ndarray import NDArray, _wrap
+from .ndarray.ndarray import NDArray
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -110,7 +110,7 @@ def backward(
     gs = _list(head_grads)
     if gs is not None and any(g is None for g in gs):
         gs = [g if g is not None else h.ones_like() for h, g in zip(hs, gs)]
-    _native.backward([h._h for h in hs], None if gs is None else [g._h for g in gs])
+    _native.backward(list(hs), None if gs is None else list(gs))
 
 
 def grad(
@@ -123,10 +123,8 @@ def grad(
 ) -> list[NDArray]:
     """The gradients of ``heads`` with respect to ``variables``, as new arrays."""
     hs, vs, gs = _list(heads) or [], _list(variables) or [], _list(head_grads)
-    res = _native.grad(
-        [h._h for h in hs], [v._h for v in vs], None if gs is None else [g._h for g in gs]
-    )
-    return [_wrap(r) for r in res]
+    res = _native.grad(list(hs), list(vs), None if gs is None else list(gs))
+    return list(res)
 
 
 def mark_variables(
@@ -141,4 +139,4 @@ def mark_variables(
     if not len(vs) == len(gs) == len(reqs):
         raise ValueError("mark_variables: variables, gradients and grad_reqs differ in length")
     for v, g, r in zip(vs, gs, reqs):
-        v._h = v._h.with_grad(r, g._h)
+        v._attach_grad(r, g)

@@ -21,7 +21,7 @@ from typing import Any, Callable
 from . import _native
 from . import optimizer as opt_mod
 from .base import MXNetError
-from .ndarray.ndarray import NDArray, _wrap
+from .ndarray.ndarray import NDArray
 
 __all__ = ["KVStore", "create"]
 
@@ -67,12 +67,12 @@ class KVStore:
         """Stores a copy of ``value`` under ``key`` (int or str, or a list of keys). Across
         processes every rank starts from rank 0's value."""
         for k, vs in _pairs(key, value):
-            self._kv.init(k, vs[0]._h)
+            self._kv.init(k, vs[0])
 
     def push(self, key: Any, value: Any, priority: int = 0) -> None:
         """Sums the arrays given for ``key`` and updates its value from the sum."""
         for k, vs in _pairs(key, value):
-            self._kv.push(k, [v._h for v in vs], priority)
+            self._kv.push(k, list(vs), priority)
 
     def pull(
         self, key: Any, out: Any = None, priority: int = 0, ignore_sparse: bool = True
@@ -81,7 +81,7 @@ class KVStore:
         if out is None:
             raise ValueError("pull needs out=")
         for k, outs in _pairs(key, out):
-            self._kv.pull(k, [o._h for o in outs], priority)
+            self._kv.pull(k, list(outs), priority)
 
     def pushpull(self, key: Any, value: Any, out: Any = None, priority: int = 0) -> None:
         """A push of ``value``, then a pull into ``out`` (into ``value`` when not given)."""
@@ -91,11 +91,7 @@ class KVStore:
     def set_updater(self, updater: Callable[[Any, NDArray, NDArray], None]) -> None:
         """Installs ``updater(key, merged, stored)``, run by every later push."""
         self._updater = updater
-
-        def call(key: Any, merged: Any, stored: Any) -> None:
-            updater(key, _wrap(merged), _wrap(stored))
-
-        self._kv.set_updater(call)
+        self._kv.set_updater(updater)
 
     _set_updater = set_updater
 

@@ -131,7 +131,7 @@ unsafe extern "C" fn capsule_destructor(capsule: *mut ffi::PyObject) {
 #[pyfunction]
 #[pyo3(signature = (array, for_write=false))]
 pub(crate) fn to_dlpack(py: Python<'_>, array: &Array, for_write: bool) -> PyResult<Py<PyAny>> {
-    let a = array.a.clone();
+    let a = array.handle();
     py.detach(|| match for_write {
         true => a.wait_to_write(),
         false => a.wait_to_read(),

@@ -90,7 +90,7 @@ impl KV {
 
     /// Stores a copy of `value` under `key`.
     fn init(&self, py: Python<'_>, key: &Bound<'_, PyAny>, value: Py<Array>) -> PyResult<()> {
-        let (key, kv, v) = (key_of(key)?, self.kv.clone(), value.get().a.clone());
+        let (key, kv, v) = (key_of(key)?, self.kv.clone(), value.get().handle());
         py.detach(move || kv.init(key, &v)).map_err(err)
     }
 

@@ -6,6 +6,7 @@
 //! threads run beside it and beside each other; every runtime error is raised as
 //! `MXNetError` with the runtime's message.
 
+mod arith;
 mod dlpack;
 mod kvstore;
 mod symbol;
@@ -138,94 +139,110 @@ pub(crate) fn dtype(name: &str) -> PyResult<DType> {
     })
 }
 
-/// One array: a view of device memory the engine writes asynchronously.
-#[pyclass(module = "mxrs._native", name = "Array", frozen)]
+/// `mx.nd.NDArray`: a view of device memory the engine writes asynchronously. The type is
+/// native, so that its arithmetic operators run without a Python frame; the Python layer adds
+/// its other methods to it (`mxrs/ndarray/ndarray.py`). A Python object stays the same array
+/// when a gradient is attached, which gives the handle a new autograd entry: hence the lock,
+/// held only to read or swap the handle, never across a wait.
+#[pyclass(module = "mxrs.ndarray", name = "NDArray", frozen, weakref)]
 pub(crate) struct Array {
-    pub(crate) a: NDArray,
+    a: parking_lot::RwLock<NDArray>,
+}
+
+impl Array {
+    /// The handle (a clone: the lock is not held).
+    pub(crate) fn handle(&self) -> NDArray {
+        self.with(NDArray::clone)
+    }
+
+    /// Runs `f` on the handle under the read lock (no clone; `f` must not wait for Python).
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&NDArray) -> R) -> R {
+        // Recursive: a second reader on this thread must not queue behind a waiting writer.
+        f(&self.a.read_recursive())
+    }
 }
 
 pub(crate) fn wrap(a: NDArray) -> Array {
-    Array { a }
+    Array {
+        a: parking_lot::RwLock::new(a),
+    }
 }
 
 #[pymethods]
 impl Array {
     /// The shape.
     #[getter]
-    fn shape(&self) -> Vec<usize> {
-        self.a.shape().to_vec()
+    fn _shape(&self) -> Vec<usize> {
+        self.with(|a| a.shape().to_vec())
     }
 
     /// The dtype's name (`float32`, ...).
     #[getter]
-    fn dtype(&self) -> &'static str {
-        self.a.dtype().name()
+    fn _dtype(&self) -> &'static str {
+        self.with(|a| a.dtype().name())
     }
 
     /// The device, as `(device type, id)`.
     #[getter]
-    fn context(&self) -> (&'static str, u32) {
-        let c = self.a.ctx();
+    fn _context(&self) -> (&'static str, u32) {
+        let c = self.with(NDArray::ctx);
         (c.dev_type.name(), c.dev_id)
     }
 
     /// The contents as bytes in native order, once every pending write is done (raises the
     /// error of a failed op that wrote it).
-    fn to_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
-        let a = self.a.clone();
+    fn _to_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let a = self.handle();
         let bytes = py.detach(move || a.to_bytes()).map_err(err)?;
         Ok(PyBytes::new(py, &bytes))
     }
 
     /// Waits until every pending write is done.
-    fn wait_to_read(&self, py: Python<'_>) -> PyResult<()> {
-        let a = self.a.clone();
+    fn _wait_to_read(&self, py: Python<'_>) -> PyResult<()> {
+        let a = self.handle();
         py.detach(move || a.wait_to_read()).map_err(err)
     }
 
     /// A view with another shape of the same element count, sharing memory.
-    fn reshape(&self, shape: Vec<usize>) -> PyResult<Array> {
-        self.a.reshape(&shape).map(wrap).map_err(err)
+    fn _reshape(&self, shape: Vec<usize>) -> PyResult<Array> {
+        self.with(|a| a.reshape(&shape)).map(wrap).map_err(err)
     }
 
     /// Rows `start..end` of the first axis, sharing memory.
-    fn slice(&self, start: usize, end: usize) -> PyResult<Array> {
-        self.a.slice(start, end).map(wrap).map_err(err)
+    fn _slice(&self, start: usize, end: usize) -> PyResult<Array> {
+        self.with(|a| a.slice(start, end)).map(wrap).map_err(err)
     }
 
     /// Row `i` of the first axis, sharing memory.
-    fn at(&self, i: usize) -> PyResult<Array> {
-        self.a.at(i).map(wrap).map_err(err)
+    fn _at(&self, i: usize) -> PyResult<Array> {
+        self.with(|a| a.at(i)).map(wrap).map_err(err)
     }
 
     /// A copy on device `(dev_type, dev_id)`.
-    fn copy_to(&self, dev_type: &str, dev_id: u32) -> PyResult<Array> {
-        self.a
-            .copy_to(context(dev_type, dev_id)?)
-            .map(wrap)
-            .map_err(err)
+    fn _copy_to(&self, dev_type: &str, dev_id: u32) -> PyResult<Array> {
+        let ctx = context(dev_type, dev_id)?;
+        self.with(|a| a.copy_to(ctx)).map(wrap).map_err(err)
     }
 
     /// Copies this array's values into `dst` (same shape).
-    fn copy_into(&self, dst: &Array) -> PyResult<()> {
-        self.a.copy_into(&dst.a).map_err(err)
+    fn _copy_into(&self, dst: &Array) -> PyResult<()> {
+        self.handle().copy_into(&dst.handle()).map_err(err)
     }
 
     /// Sets every element to `value`.
-    fn fill(&self, value: f64) -> PyResult<()> {
-        self.a.fill(value).map_err(err)
+    fn _fill(&self, value: f64) -> PyResult<()> {
+        self.with(|a| a.fill(value)).map_err(err)
     }
 
     /// Whether both are views of the same memory block.
-    fn shares_memory(&self, other: &Array) -> bool {
-        self.a.shares_chunk(&other.a)
+    fn _shares_memory(&self, other: &Array) -> bool {
+        self.handle().shares_chunk(&other.handle())
     }
 
-    /// This array with a gradient attached (`write`, `add` or `null`), into `into` when given
-    /// (else a new zero array): a new handle, which the Python array takes in place of its old
-    /// one.
+    /// Attaches a gradient (`write`, `add` or `null`), into `into` when given (else a new zero
+    /// array): the array keeps its identity and records into the new gradient from now on.
     #[pyo3(signature = (req, into=None))]
-    fn with_grad(&self, req: &str, into: Option<&Array>) -> PyResult<Array> {
+    fn _attach_grad(&self, req: &str, into: Option<&Array>) -> PyResult<()> {
         let req = match req {
             "write" => GradReq::Write,
             "add" => GradReq::Add,
@@ -236,24 +253,57 @@ impl Array {
                 )))
             }
         };
-        let mut a = self.a.clone();
+        let mut a = self.handle();
         match into {
-            Some(g) => a.attach_grad_into(g.a.clone(), req),
+            Some(g) => a.attach_grad_into(g.handle(), req),
             None => a.attach_grad(req),
         }
         .map_err(err)?;
-        Ok(wrap(a))
+        *self.a.write() = a;
+        Ok(())
     }
 
     /// The gradient array attached, if any.
     #[getter]
-    fn grad(&self) -> Option<Array> {
-        self.a.grad().map(wrap)
+    fn _grad(&self) -> Option<Array> {
+        self.with(NDArray::grad).map(wrap)
     }
 
     /// The same memory outside any recorded graph.
-    fn detach(&self) -> Array {
-        wrap(self.a.detach())
+    fn _detach(&self) -> Array {
+        wrap(self.with(NDArray::detach))
+    }
+
+    fn __add__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        arith::apply(slf, other, arith::ADD)
+    }
+
+    fn __radd__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        arith::apply(slf, other, arith::ADD)
+    }
+
+    fn __sub__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        arith::apply(slf, other, arith::SUB)
+    }
+
+    fn __rsub__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        arith::apply(slf, other, arith::RSUB)
+    }
+
+    fn __mul__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        arith::apply(slf, other, arith::MUL)
+    }
+
+    fn __rmul__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        arith::apply(slf, other, arith::MUL)
+    }
+
+    fn __truediv__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        arith::apply(slf, other, arith::DIV)
+    }
+
+    fn __rtruediv__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        arith::apply(slf, other, arith::RDIV)
     }
 }
 
@@ -265,7 +315,7 @@ pub(crate) fn attrs_of(pairs: Vec<(String, String)>) -> Attrs {
 }
 
 pub(crate) fn handles(list: &[Py<Array>]) -> Vec<NDArray> {
-    list.iter().map(|h| h.get().a.clone()).collect()
+    list.iter().map(|h| h.get().handle()).collect()
 }
 
 /// Makes an array on `(dev_type, dev_id)` from native-order bytes (one copy, made with the
@@ -328,26 +378,18 @@ fn invoke(
     Ok(outs.into_iter().map(wrap).collect())
 }
 
-/// Runs one-output op `name` on `lhs` and `rhs`: the arithmetic operators' path, which skips
-/// building lists and attribute maps.
+/// Runs one-output op `name` on `lhs` and `rhs` (the operators' Python fallback).
 #[pyfunction]
 fn binary(py: Python<'_>, name: &str, lhs: &Array, rhs: &Array) -> PyResult<Array> {
-    let (a, b) = (&lhs.a, &rhs.a);
-    let mut outs = py
-        .detach(|| invoke_on(a.runtime(), a.ctx(), name, &[a, b], &Attrs::new(), None))
-        .map_err(err)?;
-    Ok(wrap(outs.swap_remove(0)))
+    let def = ndarray_ops::ops::lookup(name).map_err(err)?;
+    arith::binary(py, def, lhs.handle(), rhs.handle()).map(wrap)
 }
 
 /// Runs one-output scalar op `name` (`_plus_scalar`, ...) on `data` with `scalar`.
 #[pyfunction]
 fn scalar(py: Python<'_>, name: &str, data: &Array, scalar: f64) -> PyResult<Array> {
-    let a = &data.a;
-    let attrs = Attrs::new().with("scalar", scalar);
-    let mut outs = py
-        .detach(|| invoke_on(a.runtime(), a.ctx(), name, &[a], &attrs, None))
-        .map_err(err)?;
-    Ok(wrap(outs.swap_remove(0)))
+    let def = ndarray_ops::ops::lookup(name).map_err(err)?;
+    arith::scalar(py, def, data.handle(), scalar).map(wrap)
 }
 
 /// Writes arrays to `path` in MXNet's NDArray file format (a temporary file renamed into

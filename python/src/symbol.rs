@@ -214,7 +214,7 @@ fn grad_reqs(reqs: HashMap<String, String>) -> PyResult<HashMap<String, GradReq>
 
 fn arrays(map: HashMap<String, Py<Array>>) -> HashMap<String, NDArray> {
     map.into_iter()
-        .map(|(k, v)| (k, v.get().a.clone()))
+        .map(|(k, v)| (k, v.get().handle()))
         .collect()
 }
 
@@ -271,7 +271,7 @@ impl Exec {
         match head_grads {
             None => py.detach(|| self.e.backward()),
             Some(g) => {
-                let g: Vec<NDArray> = g.iter().map(|a| a.get().a.clone()).collect();
+                let g: Vec<NDArray> = g.iter().map(|a| a.get().handle()).collect();
                 py.detach(|| self.e.backward_with(&g))
             }
         }

@@ -65,6 +65,38 @@ def test_scalars_plain_and_reflected() -> None:
     same(abs(-x), a)
 
 
+def test_operators_take_numpy_operands_and_refuse_other_types() -> None:
+    # Arrays and Python numbers take the native path; the rest the Python rule: both give
+    # arrays of the one array type, with numpy's values.
+    a = np.random.uniform(0.5, 2, (2, 3)).astype(np.float32)
+    x = mx.nd.array(a)
+    for got, want in [
+        (x + np.float32(2), a + 2),
+        (np.float64(3) - x, 3 - a),
+        (x * np.ones((2, 3), np.float32), a),
+        (np.full((2, 3), 2, np.float32) / x, 2 / a),
+        (True + x, a + 1),
+        (x + 2**40, a + np.float32(2**40)),
+    ]:
+        assert type(got) is mx.nd.NDArray
+        same(got, want, 1e-5)
+    with pytest.raises(TypeError, match="cannot be combined"):
+        _ = x + "1"
+    with pytest.raises(TypeError, match="cannot be combined"):
+        _ = [1] - x
+
+
+def test_an_array_keeps_its_identity_when_a_gradient_is_attached() -> None:
+    x = mx.nd.array([1.0, 2.0])
+    y = x * 1
+    x.attach_grad()
+    with mx.autograd.record():
+        z = x * x + y
+    z.backward()
+    same(x.grad, np.array([2.0, 4.0], np.float32))
+    assert isinstance(x, mx.nd.NDArray) and x.handle is x
+
+
 def test_in_place_operators_write_the_same_array() -> None:
     a = np.random.uniform(1, 2, (3, 3)).astype(np.float32)
     x = mx.nd.array(a)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..base import MXNetError
-from .ndarray import NDArray, _wrap, array, invoke
+from .ndarray import NDArray, array, invoke
 
 
 def _expand(key: Any, ndim: int) -> list[Any]:
@@ -39,10 +39,10 @@ def _first_axis_view(x: NDArray, key: Any) -> NDArray | None:
         i = int(key) + n if key < 0 else int(key)
         if not 0 <= i < n:
             raise IndexError(f"index {key} is out of bounds for axis 0 of size {n}")
-        return _wrap(x._h.at(i))
+        return x._at(i)
     if isinstance(key, slice) and key.step in (None, 1) and x.ndim >= 1:
         start, stop, _ = key.indices(x.shape[0])
-        return _wrap(x._h.slice(start, max(start, stop)))
+        return x._slice(start, max(start, stop))
     return None
 
 
@@ -103,12 +103,12 @@ def set_item(x: NDArray, key: Any, value: Any) -> None:
                 value = value.broadcast_to(view.shape)
             value.copyto(view)
         elif isinstance(value, (int, float, np.number, bool)):
-            view._h.fill(float(value))
+            view._fill(float(value))
         else:
             array(
-                np.broadcast_to(np.asarray(value), view.shape), ctx=x.context, dtype=x._h.dtype
+                np.broadcast_to(np.asarray(value), view.shape), ctx=x.context, dtype=x._dtype
             ).copyto(view)
         return
     whole = x.asnumpy()
     whole[key] = value.asnumpy() if isinstance(value, NDArray) else value
-    array(whole, ctx=x.context, dtype=x._h.dtype).copyto(x)
+    array(whole, ctx=x.context, dtype=x._dtype).copyto(x)

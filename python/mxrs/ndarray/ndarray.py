@@ -35,10 +35,9 @@ __all__ = [
 _SUPPORTED = ("float32", "float64", "int32", "int64", "uint8")
 
 
-def _wrap(handle: Any) -> NDArray:
-    out = NDArray.__new__(NDArray)
-    out._h = handle
-    return out
+#: The array type: native, so that its arithmetic operators run without a Python frame; the
+#: methods of ``_NDArrayMethods`` below are added to it.
+NDArray = _native.NDArray
 
 
 def invoke(
@@ -52,10 +51,10 @@ def invoke(
     ``attrs`` values are written as MXNet writes them (``attr_str``); ``out`` receives the
     results; ``ctx`` places an op without inputs."""
     pairs = [(k, attr_str(v)) for k, v in (attrs or {}).items() if v is not None]
-    handles = [x._h for x in inputs]
+    handles = list(inputs)
     outs = None
     if out is not None:
-        outs = [out._h] if isinstance(out, NDArray) else [o._h for o in out]
+        outs = [out] if isinstance(out, NDArray) else list(out)
     if handles:
         res = _native.invoke(op, handles, pairs, outs)
     else:
@@ -63,61 +62,47 @@ def invoke(
         res = _native.invoke(op, handles, pairs, outs, c.device_type, c.device_id)
     if out is not None:
         return out
-    if len(res) == 1:
-        return _wrap(res[0])
-    return [_wrap(h) for h in res]
+    return res[0] if len(res) == 1 else res
 
 
 def _scalar_or_array(
     lhs: NDArray, rhs: Any, array_op: str, scalar_op: str, reflect: bool = False
 ) -> NDArray:
-    # The operators' path: one native call, no lists or attribute maps.
-    out = NDArray.__new__(NDArray)
-    if type(rhs) is NDArray:
-        out._h = (
-            _native.binary(array_op, rhs._h, lhs._h)
-            if reflect
-            else _native.binary(array_op, lhs._h, rhs._h)
-        )
-        return out
-    if isinstance(rhs, numbers.Number) and not isinstance(rhs, complex):
-        out._h = _native.scalar(scalar_op, lhs._h, float(rhs))
-        return out
+    # The operators' rule for what their native path does not take (numpy scalars and arrays,
+    # other types): it calls this with the same arguments.
     if isinstance(rhs, NDArray):
         a, b = (rhs, lhs) if reflect else (lhs, rhs)
-        return invoke(array_op, [a, b])
+        return _native.binary(array_op, a, b)
+    if isinstance(rhs, numbers.Number) and not isinstance(rhs, complex):
+        return _native.scalar(scalar_op, lhs, float(rhs))
     if isinstance(rhs, np.ndarray):
         other = array(rhs, ctx=lhs.context, dtype=lhs.dtype)
         return _scalar_or_array(lhs, other, array_op, scalar_op, reflect)
     raise TypeError(f"an NDArray and a {type(rhs).__name__} cannot be combined")
 
 
-class NDArray:
+class _NDArrayMethods:
     """An n-dimensional array on a device, computed asynchronously."""
 
-    __slots__ = ("__weakref__", "_h")
     # numpy defers to our reflected operators (ndarray + NDArray gives an NDArray).
     __array_priority__ = 1000.0
-
-    def __init__(self, handle: Any) -> None:
-        self._h = handle
 
     # ---- what it is -----------------------------------------------------------------------
 
     @property
     def shape(self) -> tuple[int, ...]:
         """The shape."""
-        return tuple(self._h.shape)
+        return tuple(self._shape)
 
     @property
     def dtype(self) -> type:
         """The element type, as a numpy type (``numpy.float32``, ...)."""
-        return np.dtype(self._h.dtype).type
+        return np.dtype(self._dtype).type
 
     @property
     def context(self) -> Context:
         """The device it lives on."""
-        t, i = self._h.context
+        t, i = self._context
         return Context(t, i)
 
     ctx = context
@@ -126,14 +111,14 @@ class NDArray:
     def size(self) -> int:
         """Number of elements."""
         n = 1
-        for d in self._h.shape:
+        for d in self._shape:
             n *= d
         return n
 
     @property
     def ndim(self) -> int:
         """Number of axes."""
-        return len(self._h.shape)
+        return len(self._shape)
 
     @property
     def stype(self) -> str:
@@ -147,13 +132,13 @@ class NDArray:
 
     @property
     def handle(self) -> Any:
-        """The native array this wraps."""
-        return self._h
+        """The native array (the array itself: the type is native)."""
+        return self
 
     def __len__(self) -> int:
-        if not self._h.shape:
+        if not self._shape:
             raise TypeError("len() of a 0-d array")
-        return self._h.shape[0]
+        return self._shape[0]
 
     def __reduce__(self) -> tuple:
         # Pickled as its values and its device (an optimizer's saved state holds arrays).
@@ -178,8 +163,8 @@ class NDArray:
 
     def asnumpy(self) -> np.ndarray:
         """The values as a new numpy array (waits for pending writes)."""
-        raw = self._h.to_bytes()
-        return np.frombuffer(raw, dtype=self._h.dtype).reshape(self.shape).copy()
+        raw = self._to_bytes()
+        return np.frombuffer(raw, dtype=self._dtype).reshape(self.shape).copy()
 
     def asscalar(self) -> Any:
         """The one value of a one-element array."""
@@ -189,7 +174,7 @@ class NDArray:
 
     def wait_to_read(self) -> None:
         """Waits until every pending write of this array is done."""
-        self._h.wait_to_read()
+        self._wait_to_read()
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         a = self.asnumpy()
@@ -198,21 +183,21 @@ class NDArray:
     def to_dlpack_for_read(self) -> Any:
         """A DLPack capsule viewing this array's memory (no copy), once its pending writes are
         done. The view shares the memory: later writes of the array show through it."""
-        return _native.to_dlpack(self._h, False)
+        return _native.to_dlpack(self, False)
 
     def to_dlpack_for_write(self) -> Any:
         """As ``to_dlpack_for_read``, once pending reads are done too, for a consumer that
         writes the memory."""
-        return _native.to_dlpack(self._h, True)
+        return _native.to_dlpack(self, True)
 
     def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
         """The DLPack protocol (``numpy.from_dlpack(x)``, ``torch.from_dlpack(x)``): a view of
         this array's memory, without a copy."""
-        return _native.to_dlpack(self._h, False)
+        return _native.to_dlpack(self, False)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         """DLPack's device of this array: (1, id) for the CPU, (2, id) for a GPU."""
-        t, i = self._h.context
+        t, i = self._context
         return ({"cpu": 1, "gpu": 2, "cpu_pinned": 3}.get(t, 1), i)
 
     def tolist(self) -> list:
@@ -224,7 +209,7 @@ class NDArray:
     def astype(self, dtype: Any, copy: bool = True) -> NDArray:
         """The values converted to ``dtype`` (this array when it has it and ``copy`` is False)."""
         name = dtype_name(dtype)
-        if not copy and name == self._h.dtype:
+        if not copy and name == self._dtype:
             return self
         return invoke("Cast", [self], {"dtype": name})
 
@@ -235,12 +220,12 @@ class NDArray:
     def copyto(self, other: Context | NDArray) -> NDArray:
         """A copy on device ``other``, or the values written into array ``other``."""
         if isinstance(other, NDArray):
-            if other._h.shares_memory(self._h) and other.shape == self.shape:
+            if other._shares_memory(self) and other.shape == self.shape:
                 return other
-            self._h.copy_into(other._h)
+            self._copy_into(other)
             return other
         c = Context(other)
-        return _wrap(self._h.copy_to(c.device_type, c.device_id))
+        return self._copy_to(c.device_type, c.device_id)
 
     def as_in_context(self, context: Context) -> NDArray:
         """This array when it is on ``context``, else a copy there."""
@@ -250,7 +235,7 @@ class NDArray:
 
     def detach(self) -> NDArray:
         """The same values outside any recorded graph."""
-        return _wrap(self._h.detach())
+        return self._detach()
 
     def reshape(self, *shape: Any, **kwargs: Any) -> NDArray:
         """A view with a new shape (0 keeps a dimension, -1 infers one), sharing memory."""
@@ -260,7 +245,7 @@ class NDArray:
             shape = tuple(kwargs.pop("shape"))
         if kwargs.get("reverse"):
             return invoke("Reshape", [self], {"shape": shape, "reverse": True})
-        return _wrap(self._h.reshape(_resolve_shape(self.shape, shape)))
+        return self._reshape(_resolve_shape(self.shape, shape))
 
     def reshape_like(self, other: NDArray) -> NDArray:
         """A view with ``other``'s shape."""
@@ -282,13 +267,12 @@ class NDArray:
 
     def attach_grad(self, grad_req: str = "write", stype: str | None = None) -> None:
         """Marks this array as one to differentiate by: ``grad`` receives its gradient."""
-        self._h = self._h.with_grad(grad_req)
+        self._attach_grad(grad_req)
 
     @property
     def grad(self) -> NDArray | None:
         """The gradient array ``attach_grad`` made, or None."""
-        g = self._h.grad
-        return None if g is None else _wrap(g)
+        return self._grad
 
     def backward(
         self,
@@ -308,30 +292,7 @@ class NDArray:
 
     # ---- arithmetic -----------------------------------------------------------------------
 
-    def __add__(self, o: Any) -> NDArray:
-        return _scalar_or_array(self, o, "broadcast_add", "_plus_scalar")
-
-    __radd__ = __add__
-
-    def __sub__(self, o: Any) -> NDArray:
-        return _scalar_or_array(self, o, "broadcast_sub", "_minus_scalar")
-
-    def __rsub__(self, o: Any) -> NDArray:
-        return _scalar_or_array(self, o, "broadcast_sub", "_rminus_scalar", reflect=True)
-
-    def __mul__(self, o: Any) -> NDArray:
-        return _scalar_or_array(self, o, "broadcast_mul", "_mul_scalar")
-
-    __rmul__ = __mul__
-
-    def __truediv__(self, o: Any) -> NDArray:
-        return _scalar_or_array(self, o, "broadcast_div", "_div_scalar")
-
-    def __rtruediv__(self, o: Any) -> NDArray:
-        return _scalar_or_array(self, o, "broadcast_div", "_rdiv_scalar", reflect=True)
-
-    __div__ = __truediv__
-    __rdiv__ = __rtruediv__
+    # + - * / and their reflected forms are the native type's own.
 
     def __mod__(self, o: Any) -> NDArray:
         return _scalar_or_array(self, o, "broadcast_mod", "_mod_scalar")
@@ -516,6 +477,22 @@ class NDArray:
         return ones_like(self)
 
 
+def _graft(methods: type, onto: type) -> None:
+    """Gives the native type ``onto`` the methods, properties and class attributes of
+    ``methods``, the Python half of the array type."""
+    skip = {"__dict__", "__weakref__", "__module__", "__qualname__", "__doc__"}
+    for name, value in vars(methods).items():
+        if name not in skip:
+            setattr(onto, name, value)
+    onto.__doc__ = methods.__doc__
+    # Python 2's names of true division, for scripts that still call them.
+    onto.__div__ = onto.__truediv__
+    onto.__rdiv__ = onto.__rtruediv__
+
+
+_graft(_NDArrayMethods, NDArray)
+
+
 def _resolve_shape(old: tuple[int, ...], new: Sequence[int]) -> list[int]:
     """MXNet's reshape codes for the method form: 0 keeps the input's dimension, -1 infers one."""
     out = [old[i] if d == 0 and i < len(old) else int(d) for i, d in enumerate(new)]
@@ -565,7 +542,7 @@ def array(source: Any, ctx: Context | None = None, dtype: Any = None) -> NDArray
         raise MXNetError(f"dtype {name} is not supported ({', '.join(_SUPPORTED)})")
     a = np.ascontiguousarray(np.asarray(source, dtype=name))
     c = _ctx(ctx)
-    return _wrap(_native.from_bytes(a.tobytes(), list(a.shape), name, c.device_type, c.device_id))
+    return _native.from_bytes(a.tobytes(), list(a.shape), name, c.device_type, c.device_id)
 
 
 def empty(shape: int | Sequence[int], ctx: Context | None = None, dtype: Any = None) -> NDArray:
@@ -574,7 +551,7 @@ def empty(shape: int | Sequence[int], ctx: Context | None = None, dtype: Any = N
     if any(int(d) < 0 for d in shape):
         raise MXNetError(f"empty: shape {shape} has a negative dimension")
     c = _ctx(ctx)
-    return _wrap(_native.empty(list(shape), dtype_name(dtype), c.device_type, c.device_id))
+    return _native.empty(list(shape), dtype_name(dtype), c.device_type, c.device_id)
 
 
 def full(
@@ -586,7 +563,7 @@ def full(
 ) -> NDArray:
     """An array with every element ``val``."""
     a = out if out is not None else empty(shape, ctx, dtype)
-    a._h.fill(float(val))
+    a._fill(float(val))
     return a
 
 
@@ -606,12 +583,12 @@ def ones(
 
 def zeros_like(other: NDArray) -> NDArray:
     """Zeros of ``other``'s shape, dtype and device."""
-    return full(other.shape, 0.0, other.context, other._h.dtype)
+    return full(other.shape, 0.0, other.context, other._dtype)
 
 
 def ones_like(other: NDArray) -> NDArray:
     """Ones of ``other``'s shape, dtype and device."""
-    return full(other.shape, 1.0, other.context, other._h.dtype)
+    return full(other.shape, 1.0, other.context, other._dtype)
 
 
 def arange(
@@ -646,9 +623,9 @@ def save(fname: str, data: NDArray | Sequence[NDArray] | dict[str, NDArray]) -> 
         names = list(data.keys())
         if not all(isinstance(k, str) for k in names):
             raise TypeError("save: the dict's keys must be strings")
-        _native.save(str(fname), [v._h for v in data.values()], names)
+        _native.save(str(fname), [v for v in data.values()], names)
     else:
-        _native.save(str(fname), [v._h for v in data])
+        _native.save(str(fname), [v for v in data])
 
 
 def load(fname: str, ctx: Context | None = None) -> list[NDArray] | dict[str, NDArray]:
@@ -657,8 +634,8 @@ def load(fname: str, ctx: Context | None = None) -> list[NDArray] | dict[str, ND
     c = _ctx(ctx)
     arrays, names = _native.load(str(fname), c.device_type, c.device_id)
     if names:
-        return {n: _wrap(h) for n, h in zip(names, arrays)}
-    return [_wrap(h) for h in arrays]
+        return dict(zip(names, arrays))
+    return list(arrays)
 
 
 def to_dlpack_for_read(data: NDArray) -> Any:
@@ -676,7 +653,7 @@ def from_dlpack(dlpack: Any) -> NDArray:
     numpy array, a PyTorch tensor), in host memory. The values are copied in: the runtime's
     arrays live in its own pooled storage."""
     capsule = dlpack.__dlpack__() if hasattr(dlpack, "__dlpack__") else dlpack
-    return _wrap(_native.from_dlpack(capsule))
+    return _native.from_dlpack(capsule)
 
 
 def waitall() -> None:

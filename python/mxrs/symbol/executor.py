@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from .. import _native
 from ..base import MXNetError
 from ..context import Context, current_context
-from ..ndarray.ndarray import NDArray, _wrap
+from ..ndarray.ndarray import NDArray
 from ..ndarray.ndarray import zeros as nd_zeros
 
 if TYPE_CHECKING:
@@ -112,15 +112,15 @@ class Executor:
         self._h = handle
         self._symbol = symbol
         self._ctx = ctx
-        self.outputs: list[NDArray] = [_wrap(h) for h in handle.outputs()]
+        self.outputs: list[NDArray] = list(handle.outputs())
         names = set(symbol.list_arguments())
         # The runtime's executor also binds the head gradients as arguments; MXNet's does not
         # list them.
         self.arg_dict: dict[str, NDArray] = {
-            k: _wrap(v) for k, v in handle.arg_dict().items() if k in names
+            k: v for k, v in handle.arg_dict().items() if k in names
         }
-        self.grad_dict: dict[str, NDArray] = {k: _wrap(v) for k, v in handle.grad_dict().items()}
-        self.aux_dict: dict[str, NDArray] = {k: _wrap(v) for k, v in handle.aux_dict().items()}
+        self.grad_dict: dict[str, NDArray] = handle.grad_dict()
+        self.aux_dict: dict[str, NDArray] = handle.aux_dict()
 
     @property
     def arg_arrays(self) -> list[NDArray]:

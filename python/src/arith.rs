@@ -1,0 +1,108 @@
+//! `NDArray`'s arithmetic operators, run natively: `a + b` and `a * 2.0` go from the
+//! interpreter's number slot straight to the op, without a Python frame, an attribute map or a
+//! list. Operands this path does not take (numpy arrays and scalars, other types) go to the
+//! Python layer's rule (`_scalar_or_array` in `mxrs/ndarray/ndarray.py`), which converts or
+//! refuses them, so both paths give the same results and errors.
+
+use ndarray_ops::ops::OpDef;
+use ndarray_ops::{invoke_on, Attrs, NDArray};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyFloat, PyInt};
+
+use crate::{err, wrap, Array};
+
+/// One operator: the op on two arrays, the op on an array and a scalar, and whether the array
+/// is the right operand (`2 - a`, `b.__rsub__(a)`).
+#[derive(Clone, Copy)]
+pub(crate) struct Operator {
+    pub(crate) array_op: &'static str,
+    pub(crate) scalar_op: &'static str,
+    pub(crate) reflect: bool,
+}
+
+/// `a + b`, `a - b`, ... and their reflected forms, as MXNet's `NDArray` defines them.
+pub(crate) const ADD: Operator = op("broadcast_add", "_plus_scalar", false);
+pub(crate) const SUB: Operator = op("broadcast_sub", "_minus_scalar", false);
+pub(crate) const RSUB: Operator = op("broadcast_sub", "_rminus_scalar", true);
+pub(crate) const MUL: Operator = op("broadcast_mul", "_mul_scalar", false);
+pub(crate) const DIV: Operator = op("broadcast_div", "_div_scalar", false);
+pub(crate) const RDIV: Operator = op("broadcast_div", "_rdiv_scalar", true);
+
+const fn op(array_op: &'static str, scalar_op: &'static str, reflect: bool) -> Operator {
+    Operator {
+        array_op,
+        scalar_op,
+        reflect,
+    }
+}
+
+/// `lhs (op) other`, where `lhs` is the array whose operator Python called.
+pub(crate) fn apply(
+    lhs: &Bound<'_, Array>,
+    other: &Bound<'_, PyAny>,
+    o: Operator,
+) -> PyResult<Py<PyAny>> {
+    let py = lhs.py();
+    let out = if let Ok(rhs) = other.cast::<Array>() {
+        let (a, b) = match o.reflect {
+            true => (rhs.get().handle(), lhs.get().handle()),
+            false => (lhs.get().handle(), rhs.get().handle()),
+        };
+        let def = ndarray_ops::ops::lookup(o.array_op).map_err(err)?;
+        binary(py, def, a, b)?
+    } else if other.is_exact_instance_of::<PyFloat>() || other.is_exact_instance_of::<PyInt>() {
+        let def = ndarray_ops::ops::lookup(o.scalar_op).map_err(err)?;
+        scalar(py, def, lhs.get().handle(), other.extract::<f64>()?)?
+    } else {
+        return fallback(py)?.call1(py, (lhs, other, o.array_op, o.scalar_op, o.reflect));
+    };
+    Ok(Py::new(py, wrap(out))?.into_any())
+}
+
+/// The Python layer's rule for the operands [`apply`] does not take.
+fn fallback(py: Python<'_>) -> PyResult<&Py<PyAny>> {
+    static RULE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    RULE.get_or_try_init(py, || {
+        Ok(py
+            .import("mxrs.ndarray.ndarray")?
+            .getattr("_scalar_or_array")?
+            .unbind())
+    })
+}
+
+/// One-output op `def` on two arrays, with the GIL released while it is checked and pushed.
+pub(crate) fn binary(
+    py: Python<'_>,
+    def: &'static OpDef,
+    a: NDArray,
+    b: NDArray,
+) -> PyResult<NDArray> {
+    let mut outs = py
+        .detach(|| {
+            invoke_on(
+                a.runtime(),
+                a.ctx(),
+                def.name,
+                &[&a, &b],
+                &Attrs::new(),
+                None,
+            )
+        })
+        .map_err(err)?;
+    Ok(outs.swap_remove(0))
+}
+
+/// One-output scalar op `def` (`_plus_scalar`, ...) on `data` with `value`.
+pub(crate) fn scalar(
+    py: Python<'_>,
+    def: &'static OpDef,
+    a: NDArray,
+    value: f64,
+) -> PyResult<NDArray> {
+    let attrs = Attrs::new().with("scalar", value);
+    let mut outs = py
+        .detach(|| invoke_on(a.runtime(), a.ctx(), def.name, &[&a], &attrs, None))
+        .map_err(err)?;
+    Ok(outs.swap_remove(0))
+}
