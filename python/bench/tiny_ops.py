@@ -1,7 +1,7 @@
 """Per-op cost from Python of a tiny op, ``c = a + b`` on 1-element arrays: a chain (each op
 reads the previous result) and independent ops (each reads the same inputs), for mxrs and, in
 the same run, numpy and PyTorch eager where installed. The figure is the best of several
-repeats of N ops, divided by N, the final wait included.
+repeats of N ops, divided by N, the final wait included; the repeats of the cases alternate.
 
     python python/bench/tiny_ops.py [--ops N] [--repeats R] [--json]
 """
@@ -17,17 +17,11 @@ import mxrs as mx
 import numpy as np
 
 
-def best(run: Callable[[], None], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - t0)
-    return min(times)
-
-
 def measure(ops: int, repeats: int) -> dict:
+    """Each repeat runs every case once, in turn, so that a slow spell of a shared machine falls
+    on all of them alike; a case's figure is its best repeat."""
     out: dict = {"ops": ops, "repeats": repeats}
+    cases: dict[str, Callable[[], None]] = {}
 
     a, b = mx.nd.ones((1,)), mx.nd.ones((1,))
 
@@ -43,9 +37,7 @@ def measure(ops: int, repeats: int) -> dict:
             c = a + b
         c.wait_to_read()
 
-    mx_chain()
-    out["mxrs_chain_us"] = best(mx_chain, repeats) / ops * 1e6
-    out["mxrs_independent_us"] = best(mx_independent, repeats) / ops * 1e6
+    cases["mxrs_chain_us"], cases["mxrs_independent_us"] = mx_chain, mx_independent
 
     na, nb = np.ones(1, dtype=np.float32), np.ones(1, dtype=np.float32)
 
@@ -58,8 +50,7 @@ def measure(ops: int, repeats: int) -> dict:
         for _ in range(ops):
             na + nb
 
-    out["numpy_chain_us"] = best(np_chain, repeats) / ops * 1e6
-    out["numpy_independent_us"] = best(np_independent, repeats) / ops * 1e6
+    cases["numpy_chain_us"], cases["numpy_independent_us"] = np_chain, np_independent
 
     try:
         import torch
@@ -78,11 +69,22 @@ def measure(ops: int, repeats: int) -> dict:
             for _ in range(ops):
                 ta + tb
 
-        torch_chain()
-        out["torch_chain_us"] = best(torch_chain, repeats) / ops * 1e6
-        out["torch_independent_us"] = best(torch_independent, repeats) / ops * 1e6
+        cases["torch_chain_us"], cases["torch_independent_us"] = torch_chain, torch_independent
         out["torch_version"] = torch.__version__
+
+    for run in cases.values():
+        run()  # warm up
+    times: dict[str, list[float]] = {k: [] for k in cases}
+    for _ in range(repeats):
+        for key, run in cases.items():
+            t0 = time.perf_counter()
+            run()
+            times[key].append(time.perf_counter() - t0)
+    for key, ts in times.items():
+        out[key] = min(ts) / ops * 1e6
+    if torch is not None:
         out["ratio_chain_vs_torch"] = out["mxrs_chain_us"] / out["torch_chain_us"]
+        out["ratio_independent_vs_torch"] = out["mxrs_independent_us"] / out["torch_independent_us"]
     out["ratio_chain_vs_numpy"] = out["mxrs_chain_us"] / out["numpy_chain_us"]
     return out
 

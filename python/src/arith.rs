@@ -4,7 +4,6 @@
 //! Python layer's rule (`_scalar_or_array` in `mxrs/ndarray/ndarray.py`), which converts or
 //! refuses them, so both paths give the same results and errors.
 
-use ndarray_ops::ops::OpDef;
 use ndarray_ops::{invoke_on, Attrs, NDArray};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -46,14 +45,12 @@ pub(crate) fn apply(
     let py = lhs.py();
     let out = if let Ok(rhs) = other.cast::<Array>() {
         let (a, b) = match o.reflect {
-            true => (rhs.get().handle(), lhs.get().handle()),
-            false => (lhs.get().handle(), rhs.get().handle()),
+            true => (rhs.get(), lhs.get()),
+            false => (lhs.get(), rhs.get()),
         };
-        let def = ndarray_ops::ops::lookup(o.array_op).map_err(err)?;
-        binary(py, def, a, b)?
+        binary(py, o.array_op, a, b)?
     } else if other.is_exact_instance_of::<PyFloat>() || other.is_exact_instance_of::<PyInt>() {
-        let def = ndarray_ops::ops::lookup(o.scalar_op).map_err(err)?;
-        scalar(py, def, lhs.get().handle(), other.extract::<f64>()?)?
+        scalar(py, o.scalar_op, lhs.get(), other.extract::<f64>()?)?
     } else {
         return fallback(py)?.call1(py, (lhs, other, o.array_op, o.scalar_op, o.reflect));
     };
@@ -71,38 +68,34 @@ fn fallback(py: Python<'_>) -> PyResult<&Py<PyAny>> {
     })
 }
 
-/// One-output op `def` on two arrays, with the GIL released while it is checked and pushed.
-pub(crate) fn binary(
-    py: Python<'_>,
-    def: &'static OpDef,
-    a: NDArray,
-    b: NDArray,
-) -> PyResult<NDArray> {
-    let mut outs = py
-        .detach(|| {
-            invoke_on(
-                a.runtime(),
-                a.ctx(),
-                def.name,
-                &[&a, &b],
-                &Attrs::new(),
-                None,
-            )
-        })
-        .map_err(err)?;
+/// Runs `call` with the GIL released, unless the operands have at most
+/// [`CHEAP_ELEMENTS`](ndarray_ops::ops::CHEAP_ELEMENTS) elements together: the engine then runs
+/// the op at once on this thread (or hands it to a worker when its inputs are still pending, or
+/// its output is large), in less time than releasing the GIL and taking it back costs; a push
+/// never waits for another op, so holding the GIL cannot block a thread that needs it.
+fn call<R: Send>(py: Python<'_>, elements: usize, call: impl FnOnce() -> R + Send) -> R {
+    match elements <= ndarray_ops::ops::CHEAP_ELEMENTS {
+        true => call(),
+        false => py.detach(call),
+    }
+}
+
+/// One-output op `name` on two arrays (the handles are read in place, under their locks).
+pub(crate) fn binary(py: Python<'_>, name: &str, a: &Array, b: &Array) -> PyResult<NDArray> {
+    let elements = a.with(NDArray::size) + b.with(NDArray::size);
+    let mut outs = call(py, elements, || {
+        a.with(|a| b.with(|b| invoke_on(a.runtime(), a.ctx(), name, &[a, b], &Attrs::new(), None)))
+    })
+    .map_err(err)?;
     Ok(outs.swap_remove(0))
 }
 
-/// One-output scalar op `def` (`_plus_scalar`, ...) on `data` with `value`.
-pub(crate) fn scalar(
-    py: Python<'_>,
-    def: &'static OpDef,
-    a: NDArray,
-    value: f64,
-) -> PyResult<NDArray> {
+/// One-output scalar op `name` (`_plus_scalar`, ...) on `data` with `value`.
+pub(crate) fn scalar(py: Python<'_>, name: &str, data: &Array, value: f64) -> PyResult<NDArray> {
     let attrs = Attrs::new().with("scalar", value);
-    let mut outs = py
-        .detach(|| invoke_on(a.runtime(), a.ctx(), def.name, &[&a], &attrs, None))
-        .map_err(err)?;
+    let mut outs = call(py, data.with(NDArray::size), || {
+        data.with(|a| invoke_on(a.runtime(), a.ctx(), name, &[a], &attrs, None))
+    })
+    .map_err(err)?;
     Ok(outs.swap_remove(0))
 }

@@ -381,15 +381,13 @@ fn invoke(
 /// Runs one-output op `name` on `lhs` and `rhs` (the operators' Python fallback).
 #[pyfunction]
 fn binary(py: Python<'_>, name: &str, lhs: &Array, rhs: &Array) -> PyResult<Array> {
-    let def = ndarray_ops::ops::lookup(name).map_err(err)?;
-    arith::binary(py, def, lhs.handle(), rhs.handle()).map(wrap)
+    arith::binary(py, name, lhs, rhs).map(wrap)
 }
 
 /// Runs one-output scalar op `name` (`_plus_scalar`, ...) on `data` with `scalar`.
 #[pyfunction]
 fn scalar(py: Python<'_>, name: &str, data: &Array, scalar: f64) -> PyResult<Array> {
-    let def = ndarray_ops::ops::lookup(name).map_err(err)?;
-    arith::scalar(py, def, data.handle(), scalar).map(wrap)
+    arith::scalar(py, name, data, scalar).map(wrap)
 }
 
 /// Writes arrays to `path` in MXNet's NDArray file format (a temporary file renamed into

@@ -67,7 +67,7 @@ pub fn invoke_on(
 /// Ops touching at most this many elements (inputs and outputs together) are marked cheap
 /// ([`engine::Op::cheap`]): a few microseconds at worst (a dot of 18x18 matrices), so when one is
 /// runnable at once the pushing thread runs it rather than paying a hand-over to a worker.
-pub(super) const CHEAP_ELEMENTS: usize = 1024;
+pub const CHEAP_ELEMENTS: usize = 1024;
 
 /// Marks `op` cheap when it touches at most [`CHEAP_ELEMENTS`] elements: the one rule for every
 /// op the NDArray layer pushes (registry ops, fills, writes, copies, reads back).
