@@ -10,7 +10,7 @@
 //! median forward+backward time (training mode; gradients of every argument but the inputs named
 //! by `--shape`; head gradients of ones), and the memory report. `--profile` turns the engine's
 //! profiler on and prints its per-op totals over the last timed iterations (forward+backward
-//! with `--train`, else forward; the 20 largest; in `--json`, key `profile`).
+//! with `--train`, else forward; the 20 largest; in `--json`, key `profile`, every op).
 
 #[path = "common/global_allocator.rs"]
 mod global_allocator;
@@ -186,7 +186,8 @@ fn run() -> Result<(), String> {
             report["cudnn"] = ndarray_ops::cudnn_version().into();
         }
         if let Some(p) = profiler {
-            let top: Vec<_> = p.summary().into_iter().take(TOP).map(|s| {
+            // Every op, largest totals first (the text report shows the first TOP).
+            let top: Vec<_> = p.summary().into_iter().map(|s| {
                 serde_json::json!({"op": s.name, "context": s.ctx.to_string(), "count": s.count, "total_ns": s.total_ns, "min_ns": s.min_ns, "max_ns": s.max_ns})
             }).collect();
             report["profile"] = top.into();
