@@ -31,6 +31,10 @@ fn infer_add_n(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     Ok((vec![s[0].clone()], vec![dt]))
 }
 
+/// `add_n`: the output is summed a block at a time into a buffer on the stack, input after
+/// input (vectorized), then written, so that an output that is one of the inputs is read before
+/// it is written; blocks are independent, so a large sum is split across threads. Each element
+/// is `((0 + x0) + x1) + ...`, in input order, as an element-at-a-time loop sums it.
 fn add_n_kernel(
     _: &str,
     _: &Attrs,
@@ -38,17 +42,30 @@ fn add_n_kernel(
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    const BLOCK: usize = 512;
+    let n = outs[0].len();
     crate::with_dtype!(outs[0].dtype, T => {
-        let o = outs[0].ptr::<T>();
-        for i in 0..outs[0].len() {
-            let mut acc = T::default();
-            for t in ins {
-                // SAFETY: equal lengths; raw reads tolerate the output being exactly one input.
-                acc = acc.add(unsafe { *t.ptr::<T>().add(i) });
+        let o = Shared::new(outs[0].ptr::<T>());
+        let xs: Vec<Shared<T>> = ins.iter().map(|t| Shared::new(t.ptr::<T>())).collect();
+        for_ranges(n.div_ceil(BLOCK), BLOCK * (ins.len() + 1), |lo, hi| {
+            let mut acc = [T::default(); BLOCK];
+            for b in lo..hi {
+                let (start, len) = (b * BLOCK, BLOCK.min(n - b * BLOCK));
+                let acc = &mut acc[..len];
+                acc.fill(T::default());
+                for x in &xs {
+                    // SAFETY: every input has the output's length; this block is read here only
+                    // (an input that is the output is written below, after every read of it).
+                    let x = unsafe { std::slice::from_raw_parts(x.get().add(start), len) };
+                    for (a, &v) in acc.iter_mut().zip(x) {
+                        *a = a.add(v);
+                    }
+                }
+                // SAFETY: this block of the output is this range's alone, and its reads are done.
+                unsafe { std::slice::from_raw_parts_mut(o.get().add(start), len) }
+                    .copy_from_slice(acc);
             }
-            // SAFETY: as above.
-            unsafe { *o.add(i) = acc };
-        }
+        });
     });
     Ok(())
 }
