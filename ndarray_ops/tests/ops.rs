@@ -793,3 +793,25 @@ fn bytes_in_and_out_round_trip_for_every_dtype_and_a_wrong_length_is_refused() {
         .collect();
     assert_eq!(x.to_bytes().unwrap(), want);
 }
+
+#[test]
+fn add_n_sums_in_input_order_into_an_output_that_is_one_of_its_inputs() {
+    // Large enough to be split across threads, with a block left over at the end.
+    let n = if cfg!(miri) { 1500 } else { 300_001 };
+    let rt = rt();
+    let vals: Vec<Vec<f32>> = (0..3u64)
+        .map(|k| data(&[n], k + 7).iter().map(|&v| v as f32).collect())
+        .collect();
+    let xs: Vec<NDArray> = vals
+        .iter()
+        .map(|v| rt.from_vec(v.clone(), &[n], Context::cpu(0)).unwrap())
+        .collect();
+    let refs: Vec<&NDArray> = xs.iter().collect();
+    // Into the second input: each element's inputs are read before it is written.
+    invoke("add_n", &refs, &Attrs::new(), Some(&[&xs[1]])).unwrap();
+    let got = xs[1].to_vec::<f32>().unwrap();
+    for (i, g) in got.iter().enumerate() {
+        let want = ((0.0f32 + vals[0][i]) + vals[1][i]) + vals[2][i];
+        assert_eq!(g.to_bits(), want.to_bits(), "element {i}");
+    }
+}
