@@ -167,8 +167,65 @@ fn blocked_gemm<T>(
     }
 }
 
+/// `c = a b + beta c` by [`crate::gemm::sgemm`] where the CPU has AVX-512 (there it runs at
+/// 1.3-2x `matrixmultiply`'s rate: docs/benchmarks.md); false, touching nothing, elsewhere.
+fn avx512_gemm(
+    a: &ArrayView2<'_, f32>,
+    b: &ArrayView2<'_, f32>,
+    beta: f32,
+    c: &mut ArrayViewMut2<'_, f32>,
+) -> bool {
+    use crate::gemm::{available, sgemm, Mat};
+    if !available() {
+        return false;
+    }
+    let ((m, k), n) = (a.dim(), b.ncols());
+    let strides = |s: &[isize]| (s[0], s[1]);
+    let ((ars, acs), (brs, bcs)) = (strides(a.strides()), strides(b.strides()));
+    let (crs, ccs) = strides(c.strides());
+    let (a, b) = (a.as_ptr(), b.as_ptr());
+    let c = c.as_mut_ptr();
+    // SAFETY: the views describe valid `m x k`, `k x n` and `m x n` matrices at these strides
+    // (ndarray's invariant; a mutable view's elements are distinct), `c` is borrowed mutably
+    // so it overlaps neither input, and `available()` holds.
+    unsafe {
+        sgemm(
+            m,
+            k,
+            n,
+            Mat {
+                ptr: a,
+                rs: ars,
+                cs: acs,
+            },
+            Mat {
+                ptr: b,
+                rs: brs,
+                cs: bcs,
+            },
+            beta,
+            Mat {
+                ptr: c,
+                rs: crs,
+                cs: ccs,
+            },
+        )
+    };
+    true
+}
+
+/// The f64 products always go through `matrixmultiply`.
+fn no_fast_gemm<T>(
+    _: &ArrayView2<'_, T>,
+    _: &ArrayView2<'_, T>,
+    _: T,
+    _: &mut ArrayViewMut2<'_, T>,
+) -> bool {
+    false
+}
+
 macro_rules! float_element {
-    ($t:ty, $d:expr) => {
+    ($t:ty, $d:expr, $fast:expr) => {
         impl Element for $t {
             const DTYPE: DType = $d;
             fn from_f64(v: f64) -> Self {
@@ -200,14 +257,18 @@ macro_rules! float_element {
                 if a.nrows() < SMALL_GEMM_ROWS && small_gemm(a, b, c) {
                     return;
                 }
-                blocked_gemm(a, b, 0.0, c);
+                if !$fast(a, b, 0.0, c) {
+                    blocked_gemm(a, b, 0.0, c);
+                }
             }
             fn gemm_add(
                 a: &ArrayView2<'_, Self>,
                 b: &ArrayView2<'_, Self>,
                 c: &mut ArrayViewMut2<'_, Self>,
             ) {
-                blocked_gemm(a, b, 1.0, c);
+                if !$fast(a, b, 1.0, c) {
+                    blocked_gemm(a, b, 1.0, c);
+                }
             }
         }
     };
@@ -243,8 +304,8 @@ macro_rules! int_element {
     };
 }
 
-float_element!(f32, DType::F32);
-float_element!(f64, DType::F64);
+float_element!(f32, DType::F32, avx512_gemm);
+float_element!(f64, DType::F64, no_fast_gemm);
 int_element!(i32, DType::I32);
 int_element!(i64, DType::I64);
 int_element!(u8, DType::U8);

@@ -28,6 +28,7 @@ mod dtype;
 mod error;
 mod executor;
 pub mod fuzz;
+pub(crate) mod gemm;
 // Compiled without the `cuda` feature too: the op table names each op's GPU kernel, and the
 // tests run the kernels on a host emulator. Only the driver (`gpu::cuda`) needs the feature.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]

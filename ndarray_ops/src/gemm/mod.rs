@@ -1,0 +1,386 @@
+//! `c = a b + beta c` in single precision on AVX-512 CPUs: the product under the CPU kernels'
+//! convolutions (im2col GEMMs), FullyConnected and RNN steps. Without AVX-512 (or for f64) the
+//! callers use `matrixmultiply` instead.
+//!
+//! The algorithm is Goto's, as BLIS lays it out:
+//!
+//! ```text
+//! for each block of NC columns of c, and each block of KC of the depth:
+//!     pack that block of b into strips NR columns wide (each KC x NR, row after row)
+//!     for each block of MC rows of c:
+//!         pack that block of a into strips MR rows tall (each KC x MR, column after column)
+//!         for each strip of b, for each strip of a:
+//!             the micro-kernel adds the MR x NR product of the two strips into c
+//! ```
+//!
+//! The micro-kernel ([`kernel`]) keeps its 12 x 32 tile of `c` in 24 of the 32 vector registers
+//! for the whole depth block: each step of depth loads one 32-wide row of the `b` strip (two
+//! registers), broadcasts each of the `a` strip's 12 values and issues 24 fused multiply-adds,
+//! so the two FMA units, not the loads, set its pace. A `b` strip (KC x NR, 32 KiB) stays in the
+//! first-level cache while the `a` strips stream past it from the second level.
+//!
+//! Threads: the product is cut into one part per rayon thread, along the columns of `c` (each
+//! part then packs all of `a` again) or along its rows (each packs all of `b`), whichever gives
+//! more parts and, at a tie, repeats less packing. The parts share nothing: no locks, no
+//! barriers, one `rayon::scope` per product.
+
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+mod avx512;
+
+use std::cell::RefCell;
+
+/// Rows of the micro-kernel's tile of `c` (broadcast values of `a` per step of depth).
+pub(crate) const MR: usize = 12;
+/// Columns of the micro-kernel's tile of `c` (two 16-lane registers).
+pub(crate) const NR: usize = 32;
+/// Depth of one block: a `b` strip is `KC * NR` floats (32 KiB).
+const KC: usize = 256;
+/// Rows of `a` packed at a time (a multiple of [`MR`]): 240 KiB, in the second-level cache.
+const MC: usize = 20 * MR;
+/// Columns of `b` packed at a time (a multiple of [`NR`]): 1 MiB.
+const NC: usize = 32 * NR;
+/// Products of fewer multiply-adds than this run on the calling thread alone: a part of one
+/// would take a few microseconds, as long as waking a thread.
+const THREAD_WORK: usize = 1 << 19;
+
+/// A matrix in memory: element `(i, j)` at `ptr + i * rs + j * cs`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Mat<P> {
+    /// Element `(0, 0)`.
+    pub ptr: P,
+    /// Stride between rows, in elements.
+    pub rs: isize,
+    /// Stride between columns, in elements.
+    pub cs: isize,
+}
+
+// SAFETY: a `Mat` is an address and strides; the contract of [`sgemm`] says which threads touch
+// which elements (each part of `c` is written by one thread, `a` and `b` are only read).
+unsafe impl<P> Send for Mat<P> {}
+// SAFETY: as for `Send`.
+unsafe impl<P> Sync for Mat<P> {}
+
+impl<P: Copy> Mat<P> {
+    /// The matrix from row `i` and column `j` on.
+    fn at(self, i: usize, j: usize) -> Self
+    where
+        P: Offset,
+    {
+        Mat {
+            ptr: self
+                .ptr
+                .offset_by(i as isize * self.rs + j as isize * self.cs),
+            ..self
+        }
+    }
+}
+
+/// Pointer arithmetic for both pointer kinds, wrapping: a view's corner may be computed for an
+/// empty block and never read.
+trait Offset: Copy {
+    fn offset_by(self, n: isize) -> Self;
+}
+impl Offset for *const f32 {
+    fn offset_by(self, n: isize) -> Self {
+        self.wrapping_offset(n)
+    }
+}
+impl Offset for *mut f32 {
+    fn offset_by(self, n: isize) -> Self {
+        self.wrapping_offset(n)
+    }
+}
+
+/// Whether [`sgemm`] can run here: x86-64 with AVX-512F (never under Miri).
+pub(crate) fn available() -> bool {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    {
+        false
+    }
+}
+
+/// `c = a b + beta c` for an `m x k` matrix `a`, a `k x n` matrix `b` and an `m x n` matrix
+/// `c`. With `beta == 0` the old contents of `c` are never read (they may be NaN).
+///
+/// # Safety
+/// [`available`] must be true; every element of the three matrices must be valid to read (and
+/// `c`'s to write) at the given strides, and `c` must not overlap `a` or `b`; no two elements of
+/// `c` may share an address.
+pub(crate) unsafe fn sgemm(
+    m: usize,
+    k: usize,
+    n: usize,
+    a: Mat<*const f32>,
+    b: Mat<*const f32>,
+    beta: f32,
+    c: Mat<*mut f32>,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    let mut beta = beta;
+    if k == 0 || (beta != 0.0 && beta != 1.0) {
+        // The kernels either overwrite `c` or add to it: any other `beta` scales `c` first.
+        for i in 0..m {
+            for j in 0..n {
+                let e = c.at(i, j).ptr;
+                // SAFETY: `(i, j)` is inside `c` (the caller's contract).
+                unsafe { *e = if beta == 0.0 { 0.0 } else { *e * beta } };
+            }
+        }
+        if k == 0 {
+            return;
+        }
+        beta = 1.0;
+    }
+    if turn(m, n, c) {
+        // c^T = b^T a^T: the same products with the kernel's rows and columns swapped.
+        let t = |x: Mat<*const f32>| Mat {
+            rs: x.cs,
+            cs: x.rs,
+            ..x
+        };
+        let ct = Mat {
+            rs: c.cs,
+            cs: c.rs,
+            ..c
+        };
+        // SAFETY: the same elements as the caller's, transposed.
+        return unsafe { sgemm_oriented(n, k, m, t(b), t(a), beta, ct) };
+    }
+    // SAFETY: the caller's contract, with `k > 0` and `beta` 0 or 1.
+    unsafe { sgemm_oriented(m, k, n, a, b, beta, c) }
+}
+
+/// Elements the kernel computes for an `m x n` product, padding included.
+fn padded(m: usize, n: usize) -> usize {
+    m.div_ceil(MR) * MR * n.div_ceil(NR) * NR
+}
+
+/// Whether to compute `c^T = b^T a^T` instead: the kernel's 32-wide vectors run along the rows
+/// of `c`, so a `c` of few columns (a 7x7 feature map has 49) pads most of the last vector, and
+/// turned it may pad less; a column-major `c` is turned for contiguous stores unless that pads
+/// much more. A turned row-major `c` is stored an element at a time, so the turn must save
+/// more than that costs (about a tenth of a tile's time).
+fn turn(m: usize, n: usize, c: Mat<*mut f32>) -> bool {
+    let (straight, turned) = (padded(m, n), padded(n, m));
+    if c.cs != 1 && c.rs == 1 {
+        turned * 4 <= straight * 5
+    } else {
+        turned * 6 < straight * 5
+    }
+}
+
+/// [`sgemm`] in the orientation [`turn`] chose, with `k > 0` and `beta` 0 or 1.
+///
+/// # Safety
+/// As [`sgemm`].
+unsafe fn sgemm_oriented(
+    m: usize,
+    k: usize,
+    n: usize,
+    a: Mat<*const f32>,
+    b: Mat<*const f32>,
+    beta: f32,
+    c: Mat<*mut f32>,
+) {
+    let threads = if m.saturating_mul(n).saturating_mul(k) < THREAD_WORK {
+        1
+    } else {
+        rayon::current_num_threads().max(1)
+    };
+    let parts_n = threads.min(n.div_ceil(NR));
+    let parts_m = threads.min(m.div_ceil(MR));
+    let by_columns = match parts_n.cmp(&parts_m) {
+        std::cmp::Ordering::Greater => true,
+        std::cmp::Ordering::Less => false,
+        std::cmp::Ordering::Equal => m <= n,
+    };
+    let (parts, len, unit) = if by_columns {
+        (parts_n, n, NR)
+    } else {
+        (parts_m, m, MR)
+    };
+    // Whole tiles per part, so that only the last part has a ragged edge.
+    let step = len.div_ceil(unit).div_ceil(parts) * unit;
+    let part = move |lo: usize| {
+        let hi = (lo + step).min(len);
+        // SAFETY: the part's rows or columns of `c` are its own; the rest as the caller's.
+        unsafe {
+            if by_columns {
+                serial(m, k, hi - lo, a, b.at(0, lo), beta, c.at(0, lo));
+            } else {
+                serial(hi - lo, k, n, a.at(lo, 0), b, beta, c.at(lo, 0));
+            }
+        }
+    };
+    if parts <= 1 {
+        return part(0);
+    }
+    rayon::scope(|s| {
+        for lo in (step..len).step_by(step) {
+            s.spawn(move |_| part(lo));
+        }
+        part(0);
+    });
+}
+
+thread_local! {
+    /// Each thread's packing buffers (`a`'s block, `b`'s block), kept between products: a
+    /// fresh megabyte per product would be mapped and faulted in every time.
+    static PACKED: RefCell<(Aligned, Aligned)> = RefCell::new((Aligned::default(), Aligned::default()));
+}
+
+/// A buffer of floats whose start is aligned to a cache line.
+#[derive(Default)]
+struct Aligned(Vec<f32>);
+
+impl Aligned {
+    /// `len` floats starting on a 64-byte boundary (contents unspecified).
+    fn slice(&mut self, len: usize) -> &mut [f32] {
+        if self.0.len() < len + 16 {
+            self.0 = vec![0.0; len + 16];
+        }
+        let skip = self.0.as_ptr().align_offset(64).min(15);
+        &mut self.0[skip..skip + len]
+    }
+}
+
+/// The whole blocked product on the calling thread.
+///
+/// # Safety
+/// As [`sgemm`], with `k > 0` and `beta` 0 or 1.
+unsafe fn serial(
+    m: usize,
+    k: usize,
+    n: usize,
+    a: Mat<*const f32>,
+    b: Mat<*const f32>,
+    beta: f32,
+    c: Mat<*mut f32>,
+) {
+    PACKED.with_borrow_mut(|(abuf, bbuf)| {
+        for jc in (0..n).step_by(NC) {
+            let nc = NC.min(n - jc);
+            for pc in (0..k).step_by(KC) {
+                let kc = KC.min(k - pc);
+                let bp = bbuf.slice(nc.div_ceil(NR) * NR * kc);
+                // SAFETY: the block is inside `b`.
+                unsafe { pack_b(kc, nc, b.at(pc, jc), bp) };
+                let add = beta != 0.0 || pc > 0;
+                for ic in (0..m).step_by(MC) {
+                    let mc = MC.min(m - ic);
+                    let ap = abuf.slice(mc.div_ceil(MR) * MR * kc);
+                    // SAFETY: the block is inside `a`.
+                    unsafe { pack_a(mc, kc, a.at(ic, pc), ap) };
+                    for (t, bs) in bp.chunks_exact(NR * kc).enumerate() {
+                        let nr = NR.min(nc - t * NR);
+                        for (s, as_) in ap.chunks_exact(MR * kc).enumerate() {
+                            let mr = MR.min(mc - s * MR);
+                            let tile = c.at(ic + s * MR, jc + t * NR);
+                            // SAFETY: the strips hold `kc` steps each; the tile's `mr x nr`
+                            // elements are inside `c`; `available()` holds (the contract).
+                            unsafe { micro(kc, as_, bs, tile, mr, nr, add) };
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Packs the `mc x kc` block of `a` into strips of [`MR`] rows: strip `s` holds, for each step
+/// `p` of depth, the column `a[s*MR .. s*MR+MR, p]` (rows past `mc` are zeros).
+///
+/// # Safety
+/// Every element of the block must be valid to read.
+unsafe fn pack_a(mc: usize, kc: usize, a: Mat<*const f32>, out: &mut [f32]) {
+    for (s, strip) in out.chunks_exact_mut(MR * kc).enumerate() {
+        let rows = MR.min(mc - s * MR);
+        let a = a.at(s * MR, 0);
+        if a.cs == 1 {
+            // Rows of `a` are contiguous: read along them, write every MR-th slot.
+            for i in 0..rows {
+                // SAFETY: row `i` of the strip is inside the block.
+                let row = unsafe { std::slice::from_raw_parts(a.at(i, 0).ptr, kc) };
+                for (p, &v) in row.iter().enumerate() {
+                    strip[p * MR + i] = v;
+                }
+            }
+        } else {
+            for p in 0..kc {
+                for i in 0..rows {
+                    // SAFETY: `(i, p)` is inside the block.
+                    strip[p * MR + i] = unsafe { *a.at(i, p).ptr };
+                }
+            }
+        }
+        for p in 0..kc {
+            strip[p * MR + rows..(p + 1) * MR].fill(0.0);
+        }
+    }
+}
+
+/// Packs the `kc x nc` block of `b` into strips of [`NR`] columns: strip `t` holds, for each
+/// step `p` of depth, the row `b[p, t*NR .. t*NR+NR]` (columns past `nc` are zeros).
+///
+/// # Safety
+/// Every element of the block must be valid to read.
+unsafe fn pack_b(kc: usize, nc: usize, b: Mat<*const f32>, out: &mut [f32]) {
+    for (t, strip) in out.chunks_exact_mut(NR * kc).enumerate() {
+        let cols = NR.min(nc - t * NR);
+        let b = b.at(0, t * NR);
+        if b.cs == 1 {
+            for (p, dst) in strip.chunks_exact_mut(NR).enumerate() {
+                // SAFETY: row `p` of the strip is inside the block.
+                let src = unsafe { std::slice::from_raw_parts(b.at(p, 0).ptr, cols) };
+                dst[..cols].copy_from_slice(src);
+                dst[cols..].fill(0.0);
+            }
+        } else {
+            // Columns of `b` are contiguous (a transposed view): read down them.
+            for j in 0..cols {
+                for p in 0..kc {
+                    // SAFETY: `(p, j)` is inside the block.
+                    strip[p * NR + j] = unsafe { *b.at(p, j).ptr };
+                }
+            }
+            for p in 0..kc {
+                strip[p * NR + cols..(p + 1) * NR].fill(0.0);
+            }
+        }
+    }
+}
+
+/// One tile: `c[..mr, ..nr] (+)= a_strip x b_strip` over `kc` steps.
+///
+/// # Safety
+/// [`available`] is true; the strips hold `kc` steps; the tile's elements are valid.
+#[inline]
+unsafe fn micro(
+    kc: usize,
+    a: &[f32],
+    b: &[f32],
+    c: Mat<*mut f32>,
+    mr: usize,
+    nr: usize,
+    add: bool,
+) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    // SAFETY: passed on from the caller.
+    unsafe {
+        avx512::kernel(kc, a.as_ptr(), b.as_ptr(), c, mr, nr, add)
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    {
+        let _ = (kc, a, b, c, mr, nr, add);
+        unreachable!("sgemm runs only where available() is true");
+    }
+}
+
+#[cfg(test)]
+mod tests;
