@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use ndarray::{s, ArrayD, Axis, IxDyn};
 use ndarray_ops::ops::IS_TRAIN;
-use ndarray_ops::{invoke, Attrs, DType, Runtime};
+use ndarray_ops::{invoke, Attrs, DType, NDArray, Runtime};
 use storage::Context;
 
 mod common;
@@ -309,6 +309,71 @@ fn convolution_matches_direct_computation() {
     )
     .unwrap_err();
     assert!(e.to_string().contains("Convolution"), "{e}");
+}
+
+/// Float32 convolutions, which on AVX-512 CPUs pack their GEMM's strips straight from the data
+/// (forward and weight gradient) instead of writing columns: output and both gradients against
+/// the f64 definitions, over strides, padding, dilation, groups, odd windows and output widths
+/// that cross the GEMM's 32-column strips and 512-deep blocks mid-row.
+#[test]
+fn f32_convolutions_and_their_gradients_match_the_definitions() {
+    let rt = rt();
+    let small = [2, 4, 7, 6];
+    let wide = large([1, 64, 19, 45], [1, 4, 5, 9]);
+    for (shape, k, stride, pad, dil, groups) in [
+        (small, (3, 3), 1, 1, 1, 1),
+        (small, (3, 3), 2, 1, 1, 1),
+        (small, (3, 3), 1, 2, 2, 2),
+        (small, (5, 3), 3, 2, 1, 4),
+        (small, (1, 1), 2, 0, 1, 1),
+        (small, (1, 1), 1, 1, 1, 1),
+        (wide, (3, 3), 1, 1, 1, 1),
+        (wide, (3, 3), 2, 1, 1, 2),
+        (wide, (7, 7), 2, 3, 1, 1),
+    ] {
+        let what = format!("f32 conv {k:?} s{stride} p{pad} d{dil} g{groups} on {shape:?}");
+        let filters = 12;
+        let x = wave(&shape, 50);
+        let w = wave(&[filters, shape[1] / groups, k.0, k.1], 51);
+        let attrs = Attrs::new()
+            .with("kernel", format!("({}, {})", k.0, k.1))
+            .with("num_filter", filters)
+            .with("stride", format!("({stride}, {stride})"))
+            .with("pad", format!("({pad}, {pad})"))
+            .with("dilate", format!("({dil}, {dil})"))
+            .with("num_group", groups)
+            .with("no_bias", true);
+        let f32nd = |a: &ArrayD<f64>| {
+            rt.from_array(&a.mapv(|v| v as f32), Context::cpu(0))
+                .unwrap()
+        };
+        let (xn, wn) = (f32nd(&x), f32nd(&w));
+        let y = conv_ref(&x, &w, None, stride, pad, dil, groups);
+        let near = |got: &NDArray, want: &ArrayD<f64>, part: &str| {
+            let got = got.to_ndarray::<f32>().unwrap().mapv(f64::from);
+            assert_eq!(got.shape(), want.shape(), "{what}: {part} shape");
+            let scale = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+            for (g, v) in got.iter().zip(want.iter()) {
+                assert!((g - v).abs() <= 1e-5 * scale, "{what}: {part} {g} vs {v}");
+            }
+        };
+        near(
+            &invoke("Convolution", &[&xn, &wn], &attrs, None).unwrap()[0],
+            &y,
+            "output",
+        );
+        let dy = wave(y.shape(), 52);
+        let grads = invoke(
+            "_backward_Convolution",
+            &[&f32nd(&dy), &xn, &wn],
+            &attrs,
+            None,
+        )
+        .unwrap();
+        let (dx, dw) = conv_grads_ref(&dy, &x, &w, (stride, pad, dil, groups));
+        near(&grads[0], &dx, "data gradient");
+        near(&grads[1], &dw, "weight gradient");
+    }
 }
 
 /// Depthwise convolutions (one input channel per group), which run on the planes directly

@@ -4,17 +4,20 @@ use std::arch::x86_64::*;
 
 use super::{Mat, Offset, MR, NR};
 
-/// `c[..mr, ..nr] = a x b` (or `+=` with `add`), `a` a packed strip of `kc` columns of [`MR`]
-/// values, `b` a packed strip of `kc` rows of [`NR`] values. Rows and columns of the tile past
-/// `mr` and `nr` are computed (from the strips' zero padding) and not stored.
+/// `c[..mr, ..nr] = a x b` (or `+=` with `add`) for `a` of [`MR`] rows and `b` a packed strip
+/// of `kc` rows of [`NR`] values. `a` is read where it lies when its rows are contiguous
+/// (`acs == 1`: rows past `mr` read row `mr - 1` again), else from a packed strip (`ars == 1`,
+/// `acs == MR`, rows past `mr` zeros). Rows and columns of the tile past `mr` and `nr` are
+/// computed and not stored.
 ///
 /// # Safety
-/// The CPU has AVX-512F; `a` and `b` hold `kc` steps; the tile's `mr x nr` elements of `c` are
-/// valid to read and write.
+/// The CPU has AVX-512F; the `mr x kc` elements of `a` at strides `ars`, `acs` (all [`MR`] rows
+/// when `acs != 1`) and `kc` steps of `b` are valid to read; the tile's `mr x nr` elements of
+/// `c` are valid to read and write.
 #[target_feature(enable = "avx512f")]
 pub(super) unsafe fn kernel(
     kc: usize,
-    a: *const f32,
+    (a, ars, acs): (*const f32, isize, isize),
     b: *const f32,
     c: Mat<*mut f32>,
     mr: usize,
@@ -35,20 +38,20 @@ pub(super) unsafe fn kernel(
         }
     }
     let mut acc = [[_mm512_setzero_ps(); 2]; MR];
-    let (mut a, mut b) = (a, b);
-    for _ in 0..kc {
-        // SAFETY: one step of each strip: MR values of `a`, NR of `b`.
-        unsafe {
-            let b0 = _mm512_loadu_ps(b);
-            let b1 = _mm512_loadu_ps(b.add(16));
-            // A constant trip count: unrolled, so `acc` lives in registers.
-            for (i, row) in acc.iter_mut().enumerate() {
-                let ai = _mm512_set1_ps(*a.add(i));
-                row[0] = _mm512_fmadd_ps(ai, b0, row[0]);
-                row[1] = _mm512_fmadd_ps(ai, b1, row[1]);
-            }
-            a = a.add(MR);
-            b = b.add(NR);
+    if acs == 1 {
+        // Unpacked: MR row pointers, each read along its row (a ragged strip's missing rows
+        // repeat its last one, so nothing past `a` is read).
+        let rows: [*const f32; MR] =
+            std::array::from_fn(|i| a.wrapping_offset(i.min(mr - 1) as isize * ars));
+        for p in 0..kc {
+            // SAFETY: element `p` of each row is inside `a`; step `p` of `b` inside its strip;
+            // the CPU has AVX-512F.
+            unsafe { step(&mut acc, b.add(p * NR), |i| *rows[i].add(p)) };
+        }
+    } else {
+        for p in 0..kc {
+            // SAFETY: step `p` of both strips; the CPU has AVX-512F.
+            unsafe { step(&mut acc, b.add(p * NR), |i| *a.add(p * MR + i)) };
         }
     }
     if c.cs == 1 {
@@ -95,5 +98,23 @@ pub(super) unsafe fn kernel(
         } else {
             (0..mr).for_each(|i| (0..nr).for_each(|j| store(i, j)));
         }
+    }
+}
+
+/// One step of depth: a row of `b` in two registers, each of the [`MR`] values `a(i)`
+/// broadcast, 24 FMAs. The loop over `acc` has a constant trip count and is unrolled, so `acc`
+/// stays in registers.
+///
+/// # Safety
+/// The CPU has AVX-512F; `b` points at [`NR`] valid floats.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn step(acc: &mut [[__m512; 2]; MR], b: *const f32, a: impl Fn(usize) -> f32) {
+    // SAFETY: the contract.
+    let (b0, b1) = unsafe { (_mm512_loadu_ps(b), _mm512_loadu_ps(b.add(16))) };
+    for (i, row) in acc.iter_mut().enumerate() {
+        let ai = _mm512_set1_ps(a(i));
+        row[0] = _mm512_fmadd_ps(ai, b0, row[0]);
+        row[1] = _mm512_fmadd_ps(ai, b1, row[1]);
     }
 }

@@ -8,16 +8,17 @@
 //! for each block of NC columns of c, and each block of KC of the depth:
 //!     pack that block of b into strips NR columns wide (each KC x NR, row after row)
 //!     for each block of MC rows of c:
-//!         pack that block of a into strips MR rows tall (each KC x MR, column after column)
-//!         for each strip of b, for each strip of a:
-//!             the micro-kernel adds the MR x NR product of the two strips into c
+//!         (a with strided rows only) pack that block of a into strips MR rows tall
+//!         for each strip of b, for each strip of MR rows of a:
+//!             the micro-kernel adds the MR x NR product of the two into c
 //! ```
 //!
-//! The micro-kernel ([`kernel`]) keeps its 12 x 32 tile of `c` in 24 of the 32 vector registers
-//! for the whole depth block: each step of depth loads one 32-wide row of the `b` strip (two
-//! registers), broadcasts each of the `a` strip's 12 values and issues 24 fused multiply-adds,
-//! so the two FMA units, not the loads, set its pace. A `b` strip (KC x NR, 32 KiB) stays in the
-//! first-level cache while the `a` strips stream past it from the second level.
+//! The micro-kernel ([`avx512::kernel`]) keeps its 12 x 32 tile of `c` in 24 of the 32 vector
+//! registers for the whole depth block: each step of depth loads one 32-wide row of the `b`
+//! strip (two registers), broadcasts each of `a`'s 12 values and issues 24 fused
+//! multiply-adds, so the two FMA units, not the loads, set its pace. A broadcast reads one
+//! float wherever it lies, so row-major `a` (the weights of every convolution) is read in place
+//! by 12 row pointers instead of being packed; the `b` strip is reused by every strip of `a`.
 //!
 //! Threads: the product is cut into one part per rayon thread, along the columns of `c` (each
 //! part then packs all of `a` again) or along its rows (each packs all of `b`), whichever gives
@@ -33,9 +34,10 @@ use std::cell::RefCell;
 pub(crate) const MR: usize = 12;
 /// Columns of the micro-kernel's tile of `c` (two 16-lane registers).
 pub(crate) const NR: usize = 32;
-/// Depth of one block: a `b` strip is `KC * NR` floats (32 KiB).
-const KC: usize = 256;
-/// Rows of `a` packed at a time (a multiple of [`MR`]): 240 KiB, in the second-level cache.
+/// Depth of one block: a `b` strip is `KC * NR` floats (64 KiB). 512 timed at or above 256 on
+/// every convolution shape of ResNet-50 (a fourth as many passes over `c`).
+const KC: usize = 512;
+/// Rows of `a` taken at a time (a multiple of [`MR`]): 480 KiB, in the second-level cache.
 const MC: usize = 20 * MR;
 /// Columns of `b` packed at a time (a multiple of [`NR`]): 1 MiB.
 const NC: usize = 32 * NR;
@@ -119,25 +121,7 @@ pub(crate) unsafe fn sgemm(
     beta: f32,
     c: Mat<*mut f32>,
 ) {
-    if m == 0 || n == 0 {
-        return;
-    }
-    let mut beta = beta;
-    if k == 0 || (beta != 0.0 && beta != 1.0) {
-        // The kernels either overwrite `c` or add to it: any other `beta` scales `c` first.
-        for i in 0..m {
-            for j in 0..n {
-                let e = c.at(i, j).ptr;
-                // SAFETY: `(i, j)` is inside `c` (the caller's contract).
-                unsafe { *e = if beta == 0.0 { 0.0 } else { *e * beta } };
-            }
-        }
-        if k == 0 {
-            return;
-        }
-        beta = 1.0;
-    }
-    if turn(m, n, c) {
+    if turn(m, k, n, a, b, c) {
         // c^T = b^T a^T: the same products with the kernel's rows and columns swapped.
         let t = |x: Mat<*const f32>| Mat {
             rs: x.cs,
@@ -150,10 +134,10 @@ pub(crate) unsafe fn sgemm(
             ..c
         };
         // SAFETY: the same elements as the caller's, transposed.
-        return unsafe { sgemm_oriented(n, k, m, t(b), t(a), beta, ct) };
+        return unsafe { sgemm_packing(n, k, m, t(b), &t(a), beta, ct) };
     }
-    // SAFETY: the caller's contract, with `k > 0` and `beta` 0 or 1.
-    unsafe { sgemm_oriented(m, k, n, a, b, beta, c) }
+    // SAFETY: the caller's contract.
+    unsafe { sgemm_packing(m, k, n, a, &b, beta, c) }
 }
 
 /// Elements the kernel computes for an `m x n` product, padding included.
@@ -161,17 +145,97 @@ fn padded(m: usize, n: usize) -> usize {
     m.div_ceil(MR) * MR * n.div_ceil(NR) * NR
 }
 
-/// Whether to compute `c^T = b^T a^T` instead: the kernel's 32-wide vectors run along the rows
-/// of `c`, so a `c` of few columns (a 7x7 feature map has 49) pads most of the last vector, and
-/// turned it may pad less; a column-major `c` is turned for contiguous stores unless that pads
-/// much more. A turned row-major `c` is stored an element at a time, so the turn must save
-/// more than that costs (about a tenth of a tile's time).
-fn turn(m: usize, n: usize, c: Mat<*mut f32>) -> bool {
-    let (straight, turned) = (padded(m, n), padded(n, m));
-    if c.cs != 1 && c.rs == 1 {
-        turned * 4 <= straight * 5
-    } else {
-        turned * 6 < straight * 5
+/// A rough cost, in cycles of one core, of an `m x k x n` product in this orientation: the
+/// kernel's multiply-adds (32 a cycle, padding included), packing `a` when its rows are not
+/// contiguous (once per column block, an element a cycle), packing `b` (a quarter cycle an
+/// element when its rows are contiguous and copied whole, a cycle when its columns are), and
+/// storing a tile an element at a time when `c`'s rows are not contiguous (once per depth
+/// block).
+fn cost(m: usize, k: usize, n: usize, a_rows: bool, b_rows: bool, c_rows: bool) -> usize {
+    let kernel = padded(m, n) * k / 32;
+    let pack_a = if a_rows { 0 } else { m * k * n.div_ceil(NC) };
+    let pack_b = if b_rows { k * n / 4 } else { k * n };
+    let store = if c_rows { 0 } else { m * n * k.div_ceil(KC) };
+    kernel + pack_a + pack_b + store
+}
+
+/// Whether to compute `c^T = b^T a^T` instead, by [`cost`]: the kernel's 32-wide vectors run
+/// along the rows of `c`, so a `c` of few columns pads most of the last vector; `a` is read in
+/// place only when its rows are contiguous, `b` is packed whole, and a tile is stored a vector
+/// at a time only along contiguous rows of `c`. An LSTM's step (`h W^T`, 32 x 256 by 256 x
+/// 1024) turned reads `W` in place instead of packing all of it.
+fn turn(
+    m: usize,
+    k: usize,
+    n: usize,
+    a: Mat<*const f32>,
+    b: Mat<*const f32>,
+    c: Mat<*mut f32>,
+) -> bool {
+    let straight = cost(m, k, n, a.cs == 1, b.cs == 1, c.cs == 1);
+    let turned = cost(n, k, m, b.rs == 1, a.rs == 1, c.rs == 1);
+    turned < straight
+}
+
+/// `c = a b + beta c` with `b` read through its own packing (a convolution's input seen as its
+/// column matrix, never written out). As [`sgemm`], without turning the product.
+///
+/// # Safety
+/// As [`sgemm`], with `b`'s `k x n` elements valid to pack.
+pub(crate) unsafe fn sgemm_packing(
+    m: usize,
+    k: usize,
+    n: usize,
+    a: Mat<*const f32>,
+    b: &impl Source,
+    beta: f32,
+    c: Mat<*mut f32>,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 || (beta != 0.0 && beta != 1.0) {
+        // The kernels either overwrite `c` or add to it: any other `beta` scales `c` first.
+        // SAFETY: the caller's contract.
+        unsafe { scale(m, n, beta, c) };
+        if k == 0 {
+            return;
+        }
+    }
+    let beta = if beta == 0.0 { 0.0 } else { 1.0 };
+    // SAFETY: the caller's contract, with `k > 0` and `beta` 0 or 1.
+    unsafe { sgemm_oriented(m, k, n, a, b, beta, c) }
+}
+
+/// `c = beta c` (`beta == 0` writes zeros without reading `c`).
+///
+/// # Safety
+/// `c`'s `m x n` elements are valid to read and write.
+unsafe fn scale(m: usize, n: usize, beta: f32, c: Mat<*mut f32>) {
+    for i in 0..m {
+        for j in 0..n {
+            let e = c.at(i, j).ptr;
+            // SAFETY: `(i, j)` is inside `c` (the caller's contract).
+            unsafe { *e = if beta == 0.0 { 0.0 } else { *e * beta } };
+        }
+    }
+}
+
+/// Where the packing of `b` reads from.
+pub(crate) trait Source: Sync {
+    /// Packs the `kc x nc` block of `b` at row `p0`, column `j0` into strips of [`NR`]
+    /// columns: strip `t` holds, for each step `p`, the row `b[p0 + p, j0 + t*NR ..][..NR]`,
+    /// columns past the block's `nc` zeros.
+    ///
+    /// # Safety
+    /// The block lies inside `b`; `out` holds `nc.div_ceil(NR) * NR * kc` floats.
+    unsafe fn pack(&self, p0: usize, kc: usize, j0: usize, nc: usize, out: &mut [f32]);
+}
+
+impl Source for Mat<*const f32> {
+    unsafe fn pack(&self, p0: usize, kc: usize, j0: usize, nc: usize, out: &mut [f32]) {
+        // SAFETY: the caller's contract.
+        unsafe { pack_b(kc, nc, self.at(p0, j0), out) }
     }
 }
 
@@ -184,7 +248,7 @@ unsafe fn sgemm_oriented(
     k: usize,
     n: usize,
     a: Mat<*const f32>,
-    b: Mat<*const f32>,
+    b: &impl Source,
     beta: f32,
     c: Mat<*mut f32>,
 ) {
@@ -212,9 +276,9 @@ unsafe fn sgemm_oriented(
         // SAFETY: the part's rows or columns of `c` are its own; the rest as the caller's.
         unsafe {
             if by_columns {
-                serial(m, k, hi - lo, a, b.at(0, lo), beta, c.at(0, lo));
+                serial(m, k, (lo, hi - lo), a, b, beta, c.at(0, lo));
             } else {
-                serial(hi - lo, k, n, a.at(lo, 0), b, beta, c.at(lo, 0));
+                serial(hi - lo, k, (0, n), a.at(lo, 0), b, beta, c.at(lo, 0));
             }
         }
     };
@@ -250,16 +314,17 @@ impl Aligned {
     }
 }
 
-/// The whole blocked product on the calling thread.
+/// The whole blocked product on the calling thread, of columns `j0..j0 + n` of `b` (and
+/// columns `0..n` of `c`).
 ///
 /// # Safety
 /// As [`sgemm`], with `k > 0` and `beta` 0 or 1.
 unsafe fn serial(
     m: usize,
     k: usize,
-    n: usize,
+    (j0, n): (usize, usize),
     a: Mat<*const f32>,
-    b: Mat<*const f32>,
+    b: &impl Source,
     beta: f32,
     c: Mat<*mut f32>,
 ) {
@@ -270,21 +335,33 @@ unsafe fn serial(
                 let kc = KC.min(k - pc);
                 let bp = bbuf.slice(nc.div_ceil(NR) * NR * kc);
                 // SAFETY: the block is inside `b`.
-                unsafe { pack_b(kc, nc, b.at(pc, jc), bp) };
+                unsafe { b.pack(pc, kc, j0 + jc, nc, bp) };
                 let add = beta != 0.0 || pc > 0;
                 for ic in (0..m).step_by(MC) {
                     let mc = MC.min(m - ic);
-                    let ap = abuf.slice(mc.div_ceil(MR) * MR * kc);
-                    // SAFETY: the block is inside `a`.
-                    unsafe { pack_a(mc, kc, a.at(ic, pc), ap) };
+                    let strips = mc.div_ceil(MR);
+                    // Rows of `a` that are contiguous are read where they lie: packing them
+                    // would cost as much as the products when `c` has few columns (512 x 4608
+                    // by 4608 x 49: 71 -> 141 GFLOP/s) and saved nothing measurable elsewhere.
+                    let direct = a.cs == 1;
+                    let ap = abuf.slice(if direct { 0 } else { strips * MR * kc });
+                    if !direct {
+                        // SAFETY: the block is inside `a`.
+                        unsafe { pack_a(mc, kc, a.at(ic, pc), ap) };
+                    }
                     for (t, bs) in bp.chunks_exact(NR * kc).enumerate() {
                         let nr = NR.min(nc - t * NR);
-                        for (s, as_) in ap.chunks_exact(MR * kc).enumerate() {
+                        for s in 0..strips {
                             let mr = MR.min(mc - s * MR);
                             let tile = c.at(ic + s * MR, jc + t * NR);
-                            // SAFETY: the strips hold `kc` steps each; the tile's `mr x nr`
-                            // elements are inside `c`; `available()` holds (the contract).
-                            unsafe { micro(kc, as_, bs, tile, mr, nr, add) };
+                            let (a_s, ars, acs) = match direct {
+                                true => (a.at(ic + s * MR, pc).ptr, a.rs, 1),
+                                false => (ap[s * MR * kc..].as_ptr(), 1, MR as isize),
+                            };
+                            // SAFETY: the strips hold `kc` steps each, `a`'s `mr` rows are
+                            // inside it; the tile's `mr x nr` elements are inside `c`;
+                            // `available()` holds (the contract).
+                            unsafe { micro(kc, (a_s, ars, acs), bs, tile, mr, nr, add) };
                         }
                     }
                 }
@@ -356,14 +433,15 @@ unsafe fn pack_b(kc: usize, nc: usize, b: Mat<*const f32>, out: &mut [f32]) {
     }
 }
 
-/// One tile: `c[..mr, ..nr] (+)= a_strip x b_strip` over `kc` steps.
+/// One tile: `c[..mr, ..nr] (+)= a x b_strip` over `kc` steps, `a` given as its first
+/// element and strides (see [`avx512::kernel`]).
 ///
 /// # Safety
-/// [`available`] is true; the strips hold `kc` steps; the tile's elements are valid.
+/// [`available`] is true; as [`avx512::kernel`].
 #[inline]
 unsafe fn micro(
     kc: usize,
-    a: &[f32],
+    a: (*const f32, isize, isize),
     b: &[f32],
     c: Mat<*mut f32>,
     mr: usize,
@@ -373,7 +451,7 @@ unsafe fn micro(
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     // SAFETY: passed on from the caller.
     unsafe {
-        avx512::kernel(kc, a.as_ptr(), b.as_ptr(), c, mr, nr, add)
+        avx512::kernel(kc, a, b.as_ptr(), c, mr, nr, add)
     }
     #[cfg(not(all(target_arch = "x86_64", not(miri))))]
     {

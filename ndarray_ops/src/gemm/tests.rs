@@ -67,13 +67,13 @@ fn check(m: usize, k: usize, n: usize, layouts: [usize; 3], beta: f32) {
     }
     // SAFETY: AVX-512 checked by the caller; the three matrices are allocated at their strides.
     unsafe { sgemm(m, k, n, a.view(), b.view(), beta, c.view_mut()) };
-    for i in 0..m {
-        for j in 0..n {
+    for (i, row) in before.iter().enumerate() {
+        for (j, &old) in row.iter().enumerate() {
             let mut want: f64 = (0..k)
                 .map(|p| a.get(i, p) as f64 * b.get(p, j) as f64)
                 .sum();
             if beta != 0.0 {
-                want += beta as f64 * before[i][j] as f64;
+                want += beta as f64 * old as f64;
             }
             let got = c.get(i, j) as f64;
             let tol = 1e-5 * (k as f64 + 1.0);
