@@ -248,16 +248,21 @@ fn a_failed_scratch_allocation_is_reported_once_and_the_next_call_runs() {
             .unwrap()
             .remove(0)
     };
+    // In f64, whose convolutions write their columns out (f32 ones may pack them from the
+    // data and need no scratch space).
     let inputs = |rt: &Arc<Runtime>| {
         let mut rng = StdRng::seed_from_u64(17);
-        (
-            common::random(rt, &[1, 16, 32, 32], &mut rng, CPU),
-            common::random(rt, &[16, 16, 3, 3], &mut rng, CPU),
-        )
+        let mut random = |shape: &[usize]| {
+            let v: Vec<f64> = (0..shape.iter().product::<usize>())
+                .map(|_| rng.gen_range(-0.5..0.5))
+                .collect();
+            rt.from_vec(v, shape, CPU).unwrap()
+        };
+        (random(&[1, 16, 32, 32]), random(&[16, 16, 3, 3]))
     };
     let free = common::threaded_runtime(6);
     let (x, w) = inputs(&free);
-    let want = conv(&x, &w).to_vec::<f32>().unwrap();
+    let want = conv(&x, &w).to_vec::<f64>().unwrap();
 
     // Unpooled, so that the limit counts every live block (a pool's cached blocks would serve
     // the scratch space without growing).
@@ -269,16 +274,16 @@ fn a_failed_scratch_allocation_is_reported_once_and_the_next_call_runs() {
     let rt = Runtime::new(engine, storage);
     let (x, w) = inputs(&rt);
     rt.wait_all().unwrap();
-    // The arrays fit; the convolution's column buffer (16 * 9 rows of 32 * 32, 576 KiB) does not.
+    // The arrays fit; the convolution's column buffer (16 * 9 rows of 32 * 32, 1.1 MiB) does not.
     let pool = rt.storage(CPU);
     pool.set_limit(Some(pool.stats().in_use + (256 << 10)));
-    let err = match conv(&x, &w).to_vec::<f32>() {
+    let err = match conv(&x, &w).to_vec::<f64>() {
         Ok(_) => panic!("the convolution ran under the limit: {}", pool.summary()),
         Err(e) => e.to_string(),
     };
     assert!(err.contains("limit"), "{err}");
     rt.wait_all().unwrap();
     pool.set_limit(None);
-    let got = conv(&x, &w).to_vec::<f32>().unwrap();
+    let got = conv(&x, &w).to_vec::<f64>().unwrap();
     assert!(got == want, "the convolution after the failure differs");
 }

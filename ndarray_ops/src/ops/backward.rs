@@ -8,7 +8,6 @@ use super::params::Params;
 use super::stochastic::{sum_zip, ChannelRuns};
 use super::{check_against_forward, named_forward, same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{shape_error, Result};
-use crate::gemm::Mat;
 use crate::gpu;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
@@ -418,6 +417,27 @@ fn conv_backward_kernel(
         });
         return Ok(());
     }
+    if super::implicit_conv::applies(&c, dy.dtype) {
+        // SAFETY: the shapes come from inference; the gradients are disjoint from each other
+        // and from the inputs; `applies` holds.
+        unsafe {
+            super::implicit_conv::backward(
+                &c,
+                &dims,
+                (dy.ptr::<f32>(), x.ptr::<f32>(), wt.ptr::<f32>()),
+                (outs[0].ptr::<f32>(), outs[1].ptr::<f32>()),
+                res,
+            )?;
+            if c.bias {
+                channel_sums(
+                    dy.slice::<f32>(),
+                    dims.ho * dims.wo,
+                    outs[2].slice_mut::<f32>(),
+                );
+            }
+        }
+        return Ok(());
+    }
     let super::conv::ConvDims {
         n,
         ch,
@@ -432,30 +452,14 @@ fn conv_backward_kernel(
     // A 1x1 convolution of stride 1 reads its columns from the data and writes its data
     // gradient's columns straight into the gradient (see `Conv::columns_are_input`).
     let direct = c.columns_are_input();
-    // f32 on AVX-512 packs the weight gradient's columns from the data itself (`Columns`
-    // transposed): only the data gradient's columns need temp space.
-    let implicit = !direct && dy.dtype == DType::F32 && crate::gemm::available();
-    let taps = match implicit {
-        true => super::conv::Tap::window(c.k, c.s, c.p, c.d, w, wo),
-        false => Vec::new(),
-    };
-    let phased = implicit && super::conv::Columns::phases(&c);
     crate::with_dtype!(dy.dtype, T => {
-        // Temp space: the data gradient's columns, then the data's columns (explicit im2col)
-        // or a group's data by phase (implicit, strided).
-        let second = match (implicit, phased) {
-            (false, _) => rows * ho * wo,
-            (true, true) => cg * h * w,
-            (true, false) => 0,
-        };
         let col = match direct {
             true => std::ptr::null_mut(),
-            false => res.temp((rows * ho * wo + second) * std::mem::size_of::<T>())?.cast::<T>(),
+            false => res.temp(2 * rows * ho * wo * std::mem::size_of::<T>())?.cast::<T>(),
         };
-        // SAFETY: the temp space holds the column buffers the path needs (none when the data
-        // and its gradient are the columns); every slice below lies inside its buffer (shapes
-        // from inference); outputs are disjoint from inputs and temp space; `implicit` holds
-        // only for f32 where `gemm::available()`.
+        // SAFETY: the temp space holds two column buffers unless the data and its gradient are
+        // the columns; every slice below lies inside its buffer (shapes from inference);
+        // outputs are disjoint from inputs and temp space.
         unsafe {
             outs[0].slice_mut::<T>().fill(T::default());
             outs[1].slice_mut::<T>().fill(T::default());
@@ -463,38 +467,18 @@ fn conv_backward_kernel(
                 for g in 0..c.groups {
                     let xg = x.ptr::<T>().add((img * ch + g * cg) * h * w);
                     let dxg = outs[0].ptr::<T>().add((img * ch + g * cg) * h * w);
-                    let dyg = dy.ptr::<T>().add((img * c.filters + g * fg) * ho * wo);
-                    let dwg = outs[1].ptr::<T>().add(g * fg * rows);
-                    let dyv = ArrayView2::from_shape_ptr((fg, ho * wo), dyg as *const T);
-                    // Weight gradient: dY_g x col^T, summed over images.
-                    let dcol = if implicit {
-                        let src = match phased {
-                            true => {
-                                let by = col.add(rows * ho * wo);
-                                let plane = std::slice::from_raw_parts(xg, cg * h * w);
-                                super::conv::by_phase(plane, w, c.s.1, std::slice::from_raw_parts_mut(by, cg * h * w));
-                                by.cast_const()
-                            }
-                            false => xg.cast_const(),
-                        };
-                        let b = super::conv::Columns::new(src.cast(), (h, w, wo), &taps, (phased, true));
-                        let a = Mat { ptr: dyg.cast_const().cast(), rs: (ho * wo) as isize, cs: 1 };
-                        let cm = Mat { ptr: dwg.cast(), rs: rows as isize, cs: 1 };
-                        crate::gemm::sgemm_packing(fg, ho * wo, rows, a, &b, 1.0, cm);
-                        col
-                    } else {
-                        let (cols, dcol) = match direct {
-                            true => (xg as *const T, dxg),
-                            false => {
-                                super::conv::im2col::<T>(xg, cg, h, w, &c, ho, wo, col);
-                                (col as *const T, col.add(rows * ho * wo))
-                            }
-                        };
-                        let colv = ArrayView2::from_shape_ptr((rows, ho * wo), cols);
-                        let mut dw = ArrayViewMut2::from_shape_ptr((fg, rows), dwg);
-                        T::gemm_add(&dyv, &colv.t(), &mut dw);
-                        dcol
+                    let (cols, dcol) = match direct {
+                        true => (xg as *const T, dxg),
+                        false => {
+                            super::conv::im2col::<T>(xg, cg, h, w, &c, ho, wo, col);
+                            (col as *const T, col.add(rows * ho * wo))
+                        }
                     };
+                    let dyv = ArrayView2::from_shape_ptr((fg, ho * wo), dy.ptr::<T>().add((img * c.filters + g * fg) * ho * wo) as *const T);
+                    let colv = ArrayView2::from_shape_ptr((rows, ho * wo), cols);
+                    // Weight gradient: dY_g x col^T, summed over images.
+                    let mut dw = ArrayViewMut2::from_shape_ptr((fg, rows), outs[1].ptr::<T>().add(g * fg * rows));
+                    T::gemm_add(&dyv, &colv.t(), &mut dw);
                     // Data gradient: W_g^T x dY_g, scattered back.
                     let wv = ArrayView2::from_shape_ptr((fg, rows), wt.ptr::<T>().add(g * fg * rows) as *const T);
                     let mut dcolv = ArrayViewMut2::from_shape_ptr((rows, ho * wo), dcol);

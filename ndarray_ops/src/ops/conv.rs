@@ -10,7 +10,6 @@ use super::par::{for_ranges, Shared};
 use super::params::{attr_enum, op_params, Params, Positive, Window};
 use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, Result};
-use crate::gemm::Mat;
 use crate::gpu;
 use crate::ops::{Infer, KResult};
 use crate::resources::{KernelRes, Resource};
@@ -333,114 +332,6 @@ pub(super) unsafe fn im2col<T: Element>(
     });
 }
 
-/// A group of one image seen as its column matrix (row `(channel, tap)`, column output pixel),
-/// or as that matrix transposed, without writing it: the GEMM packs its strips straight from
-/// the input (an implicit im2col), so the column matrix (7 MiB for a 3x3 convolution of 64
-/// channels over 56x56) never passes through memory and needs no temp space.
-pub(super) struct Columns<'a> {
-    /// The group's first input channel, `h x w` each.
-    x: *const f32,
-    h: usize,
-    w: usize,
-    wo: usize,
-    taps: &'a [Tap],
-    /// Whether each input row is grouped by phase ([`by_phase`]), so that a tap of a strided
-    /// convolution reads one contiguous run.
-    phased: bool,
-    transposed: bool,
-}
-
-// SAFETY: a `Columns` only reads its input, which the kernel holds for the product's length.
-unsafe impl Sync for Columns<'_> {}
-
-impl<'a> Columns<'a> {
-    /// The columns of the `h x w` channels at `x` (rows grouped by phase when `phased`) under
-    /// `taps` (from [`Tap::window`]) with outputs `wo` wide; `transposed` for the matrix pixel
-    /// by `(channel, tap)`.
-    ///
-    /// # Safety
-    /// `x` holds every channel a row of the matrix names, for as long as the value lives.
-    pub(super) unsafe fn new(
-        x: *const f32,
-        (h, w, wo): (usize, usize, usize),
-        taps: &'a [Tap],
-        (phased, transposed): (bool, bool),
-    ) -> Self {
-        Columns {
-            x,
-            h,
-            w,
-            wo,
-            taps,
-            phased,
-            transposed,
-        }
-    }
-
-    /// Whether a convolution's implicit columns read the input grouped by phase: with a
-    /// horizontal stride a tap's columns are every `s`-th, and copying runs of a phased copy
-    /// beats reading them one by one where the window is wider than the stride, so that taps
-    /// share the copy (the first 7x7 convolution of a ResNet, stride 2: 71 -> 114 GFLOP/s); a
-    /// 1x1 window of stride 2 reads a fourth of the input, less than the copy would.
-    pub(super) fn phases(c: &Conv) -> bool {
-        c.s.1 > 1 && c.k.1 > c.s.1
-    }
-
-    /// Row `r` of the (untransposed) column matrix, pixels `from..from + out.len()`: one run
-    /// per output row the pixels cross.
-    fn fill(&self, r: usize, from: usize, out: &mut [f32]) {
-        let taps = self.taps.len();
-        let tap = &self.taps[r % taps];
-        // SAFETY: channel `r / taps` lies inside the input (the constructor's contract).
-        let plane = unsafe {
-            std::slice::from_raw_parts(self.x.add(r / taps * self.h * self.w), self.h * self.w)
-        };
-        let (mut q, mut y, mut x) = (0, from / self.wo, from % self.wo);
-        while q < out.len() {
-            let run = (self.wo - x).min(out.len() - q);
-            let part = &mut out[q..q + run];
-            match tap.input_row(y, self.h) {
-                None => part.fill(0.0),
-                Some(iy) => {
-                    tap.gather_part(&plane[iy * self.w..(iy + 1) * self.w], x, part, self.phased)
-                }
-            }
-            (q, y, x) = (q + run, y + 1, 0);
-        }
-    }
-}
-
-impl crate::gemm::Source for Columns<'_> {
-    unsafe fn pack(&self, p0: usize, kc: usize, j0: usize, nc: usize, out: &mut [f32]) {
-        use crate::gemm::NR;
-        let mut line = [0f32; 512];
-        for (t, strip) in out.chunks_exact_mut(NR * kc).enumerate() {
-            let (lo, cols) = (j0 + t * NR, NR.min(nc - t * NR));
-            if !self.transposed {
-                for (p, dst) in strip.chunks_exact_mut(NR).enumerate() {
-                    self.fill(p0 + p, lo, &mut dst[..cols]);
-                    dst[cols..].fill(0.0);
-                }
-                continue;
-            }
-            // Column `j` of the strip is row `lo + j` of the column matrix over pixels
-            // `p0..p0 + kc`: filled a piece at a time, then written down the strip.
-            for j in 0..NR {
-                for start in (0..kc).step_by(line.len()) {
-                    let len = line.len().min(kc - start);
-                    match j < cols {
-                        true => self.fill(lo + j, p0 + start, &mut line[..len]),
-                        false => line[..len].fill(0.0),
-                    }
-                    for (p, &v) in line[..len].iter().enumerate() {
-                        strip[(start + p) * NR + j] = v;
-                    }
-                }
-            }
-        }
-    }
-}
-
 /// One kernel tap (i, j) of a convolution, seen from its column row: which input row each
 /// output row reads, which output columns read inside the input (`x0..x1`; the others read
 /// padding), and where.
@@ -540,7 +431,13 @@ impl Tap {
 
     /// Fills output columns `from..from + out.len()` of one column row from one input row
     /// (grouped by phase when `phased`, see [`by_phase`]): padding outside `x0..x1`.
-    fn gather_part<T: Element>(&self, input: &[T], from: usize, out: &mut [T], phased: bool) {
+    pub(super) fn gather_part<T: Element>(
+        &self,
+        input: &[T],
+        from: usize,
+        out: &mut [T],
+        phased: bool,
+    ) {
         let to = from + out.len();
         let (x0, x1) = (self.x0.clamp(from, to), self.x1.clamp(from, to));
         out[..x0 - from].fill(T::default());
@@ -718,6 +615,26 @@ fn conv_kernel(
         });
         return Ok(());
     }
+    if super::implicit_conv::applies(&c, o.dtype) {
+        // SAFETY: the shapes come from inference; the output is disjoint from the inputs;
+        // `applies` holds.
+        unsafe {
+            let io = (
+                x.ptr::<f32>().cast_const(),
+                wt.ptr::<f32>().cast_const(),
+                o.ptr::<f32>(),
+            );
+            super::implicit_conv::forward(&c, &dims, io, res)?;
+            if c.bias {
+                add_bias(
+                    ins[2].slice::<f32>(),
+                    dims.ho * dims.wo,
+                    o.slice_mut::<f32>(),
+                );
+            }
+        }
+        return Ok(());
+    }
     let ConvDims {
         n,
         ch,
@@ -730,74 +647,47 @@ fn conv_kernel(
         rows,
     } = dims;
     let direct = c.columns_are_input();
-    // f32 on AVX-512 packs the GEMM's strips from the data itself (`Columns`).
-    let implicit = !direct && o.dtype == DType::F32 && crate::gemm::available();
-    let taps = match implicit {
-        true => Tap::window(c.k, c.s, c.p, c.d, w, wo),
-        false => Vec::new(),
-    };
-    let phased = implicit && Columns::phases(&c);
     crate::with_dtype!(o.dtype, T => {
-        // Temp space: the columns (explicit im2col), or a group's input by phase.
-        let len = match (direct, implicit, phased) {
-            (true, _, _) | (false, true, false) => 0,
-            (false, true, true) => cg * h * w,
-            (false, false, _) => rows * ho * wo,
-        };
-        let col = match len {
-            0 => std::ptr::null_mut(),
-            _ => res.temp(len * std::mem::size_of::<T>())?.cast::<T>(),
+        let col = match direct {
+            true => std::ptr::null_mut(),
+            false => res.temp(rows * ho * wo * std::mem::size_of::<T>())?.cast::<T>(),
         };
         for img in 0..n {
             for g in 0..c.groups {
                 // SAFETY: image `img`, group `g` lies inside the data; `col` holds rows*ho*wo
-                // elements (temp space sized above) unless the data is the columns or they are
-                // packed from it; the weight slice and output slice lie inside their buffers;
-                // the output is disjoint from the inputs and the temp space; `implicit` holds
-                // only for f32 where `gemm::available()`.
+                // elements (temp space sized above) unless the data is the columns; the weight
+                // slice and output slice lie inside their buffers; the output is disjoint from
+                // the inputs and the temp space.
                 unsafe {
                     let xg = x.ptr::<T>().add((img * ch + g * cg) * h * w);
-                    let wg = wt.ptr::<T>().add(g * fg * rows);
-                    let og = o.ptr::<T>().add((img * c.filters + g * fg) * ho * wo);
-                    if implicit {
-                        let src = match phased {
-                            true => {
-                                let plane = std::slice::from_raw_parts(xg, cg * h * w);
-                                by_phase(plane, w, c.s.1, std::slice::from_raw_parts_mut(col, cg * h * w));
-                                col.cast_const()
-                            }
-                            false => xg.cast_const(),
-                        };
-                        let b = Columns::new(src.cast(), (h, w, wo), &taps, (phased, false));
-                        let a = Mat { ptr: wg.cast_const().cast(), rs: rows as isize, cs: 1 };
-                        let cm = Mat { ptr: og.cast(), rs: (ho * wo) as isize, cs: 1 };
-                        crate::gemm::sgemm_packing(fg, rows, ho * wo, a, &b, 0.0, cm);
-                    } else {
-                        let cols = match direct {
-                            true => xg,
-                            false => {
-                                im2col::<T>(xg, cg, h, w, &c, ho, wo, col);
-                                col
-                            }
-                        };
-                        let wv = ArrayView2::from_shape_ptr((fg, rows), wg as *const T);
-                        let cv = ArrayView2::from_shape_ptr((rows, ho * wo), cols as *const T);
-                        let mut ov = ArrayViewMut2::from_shape_ptr((fg, ho * wo), og);
-                        T::gemm(&wv, &cv, &mut ov);
-                    }
-                    let mut ov = ArrayViewMut2::from_shape_ptr((fg, ho * wo), og);
-                    if c.bias {
-                        let b = ins[2].slice::<T>();
-                        for (f, mut row) in ov.rows_mut().into_iter().enumerate() {
-                            let bias = b[g * fg + f];
-                            row.mapv_inplace(|v| v.add(bias));
+                    let cols = match direct {
+                        true => xg,
+                        false => {
+                            im2col::<T>(xg, cg, h, w, &c, ho, wo, col);
+                            col
                         }
-                    }
+                    };
+                    let wv = ArrayView2::from_shape_ptr((fg, rows), wt.ptr::<T>().add(g * fg * rows) as *const T);
+                    let cv = ArrayView2::from_shape_ptr((rows, ho * wo), cols as *const T);
+                    let mut ov = ArrayViewMut2::from_shape_ptr((fg, ho * wo), o.ptr::<T>().add((img * c.filters + g * fg) * ho * wo));
+                    T::gemm(&wv, &cv, &mut ov);
                 }
             }
         }
+        if c.bias {
+            // SAFETY: the bias and the output are distinct buffers.
+            unsafe { add_bias(ins[2].slice::<T>(), ho * wo, o.slice_mut::<T>()) };
+        }
     });
     Ok(())
+}
+
+/// Adds `bias[f]` to every pixel of filter `f` of every image of `out` `(N, F, pixels)`.
+fn add_bias<T: Element>(bias: &[T], pixels: usize, out: &mut [T]) {
+    for (k, plane) in out.chunks_exact_mut(pixels.max(1)).enumerate() {
+        let b = bias[k % bias.len()];
+        plane.iter_mut().for_each(|v| *v = v.add(b));
+    }
 }
 
 pub(super) fn ops() -> &'static [OpDef] {

@@ -14,6 +14,7 @@ pub(crate) mod elemwise;
 mod extra;
 pub(crate) mod gather;
 mod gather_nd;
+mod implicit_conv;
 pub(crate) mod lanes;
 mod linalg;
 pub(crate) mod loss;
