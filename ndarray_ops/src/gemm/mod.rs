@@ -419,17 +419,31 @@ unsafe fn pack_b(kc: usize, nc: usize, b: Mat<*const f32>, out: &mut [f32]) {
                 dst[cols..].fill(0.0);
             }
         } else {
-            // Columns of `b` are contiguous (a transposed view): read down them.
-            for j in 0..cols {
-                for p in 0..kc {
-                    // SAFETY: `(p, j)` is inside the block.
-                    strip[p * NR + j] = unsafe { *b.at(p, j).ptr };
-                }
-            }
-            for p in 0..kc {
-                strip[p * NR + cols..(p + 1) * NR].fill(0.0);
+            // Columns of `b` are contiguous (a transposed view): read down them, 64 steps at a
+            // time, so that the strided writes stay within 8 KiB of the strip (the whole strip
+            // is 64 KiB, more than the first-level cache).
+            for (i, rows) in strip.chunks_mut(64 * NR).enumerate() {
+                // SAFETY: the steps are inside the block.
+                unsafe { pack_columns(b.at(i * 64, 0), cols, rows) };
             }
         }
+    }
+}
+
+/// Writes `rows.len() / NR` steps of `cols` columns of `b` (each contiguous in memory) into
+/// rows of a strip, zeros past `cols`.
+///
+/// # Safety
+/// Those steps and columns of `b` are valid to read.
+unsafe fn pack_columns(b: Mat<*const f32>, cols: usize, rows: &mut [f32]) {
+    for j in 0..cols {
+        for (p, row) in rows.chunks_exact_mut(NR).enumerate() {
+            // SAFETY: `(p, j)` is inside the block (the contract).
+            row[j] = unsafe { *b.at(p, j).ptr };
+        }
+    }
+    for row in rows.chunks_exact_mut(NR) {
+        row[cols..].fill(0.0);
     }
 }
 

@@ -298,7 +298,11 @@ impl<'a> Columns<'a> {
 
 impl Source for Columns<'_> {
     unsafe fn pack(&self, p0: usize, kc: usize, j0: usize, nc: usize, out: &mut [f32]) {
-        let mut line = [0f32; 512];
+        // Transposed, a strip's 32 columns are 32 rows of the column matrix: each filled 64
+        // pixels at a time into `tile`, whose columns are then the strip's rows (writing down
+        // the 64 KiB strip a column at a time would leave the first-level cache).
+        const STEPS: usize = 64;
+        let mut tile = [[0f32; STEPS]; NR];
         for (t, strip) in out.chunks_exact_mut(NR * kc).enumerate() {
             let (lo, cols) = (j0 + t * NR, NR.min(nc - t * NR));
             if !self.transposed {
@@ -308,17 +312,21 @@ impl Source for Columns<'_> {
                 }
                 continue;
             }
-            // Column `j` of the strip is row `lo + j` of the column matrix over pixels
-            // `p0..p0 + kc`: filled a piece at a time, then written down the strip.
-            for j in 0..NR {
-                for start in (0..kc).step_by(line.len()) {
-                    let len = line.len().min(kc - start);
+            for start in (0..kc).step_by(STEPS) {
+                let len = STEPS.min(kc - start);
+                for (j, line) in tile.iter_mut().enumerate() {
                     match j < cols {
                         true => self.fill(lo + j, p0 + start, &mut line[..len]),
                         false => line[..len].fill(0.0),
                     }
-                    for (p, &v) in line[..len].iter().enumerate() {
-                        strip[(start + p) * NR + j] = v;
+                }
+                for (p, row) in strip[start * NR..]
+                    .chunks_exact_mut(NR)
+                    .take(len)
+                    .enumerate()
+                {
+                    for (v, line) in row.iter_mut().zip(tile.iter()) {
+                        *v = line[p];
                     }
                 }
             }
