@@ -167,8 +167,9 @@ fn blocked_gemm<T>(
     }
 }
 
-/// `c = a b + beta c` by [`crate::gemm::sgemm`] where the CPU has AVX-512 (there it runs at
-/// 1.3-2x `matrixmultiply`'s rate: docs/benchmarks.md); false, touching nothing, elsewhere.
+/// `c = a b + beta c` by [`crate::gemm::sgemm`] where the CPU has AVX-512 (the convolutions'
+/// GEMMs of ResNet-50 ran at about twice `matrixmultiply`'s rate there: docs/benchmarks.md);
+/// false, touching nothing, elsewhere.
 fn avx512_gemm(
     a: &ArrayView2<'_, f32>,
     b: &ArrayView2<'_, f32>,

@@ -15,7 +15,7 @@
 //!
 //! The micro-kernel ([`avx512::kernel`]) keeps its 12 x 32 tile of `c` in 24 of the 32 vector
 //! registers for the whole depth block: each step of depth loads one 32-wide row of the `b`
-//! strip (two registers), broadcasts each of `a`'s 12 values and issues 24 fused
+//! strip (two registers), broadcasts each of `a`'s 12 values and runs 24 fused
 //! multiply-adds, so the two FMA units, not the loads, set its pace. A broadcast reads one
 //! float wherever it lies, so row-major `a` (the weights of every convolution) is read in place
 //! by 12 row pointers instead of being packed; the `b` strip is reused by every strip of `a`.

@@ -1,7 +1,8 @@
 //! Splitting a CPU kernel's work across rayon's threads.
 //!
 //! A kernel runs on one engine worker; the worker asks rayon to run the pieces of a large pass
-//! and waits for them (a GEMM's threads are `matrixmultiply`'s own). Work is cut into items the
+//! and waits for them (the f32 GEMM splits its product the same way; `matrixmultiply`, the
+//! fallback, has threads of its own). Work is cut into items the
 //! caller knows are independent — elements, image planes, channels, column rows — each of a
 //! known cost in elements, and only passes large enough to pay for the split are split.
 
