@@ -239,10 +239,11 @@ impl Source for Mat<*const f32> {
     }
 }
 
-/// [`sgemm`] in the orientation [`turn`] chose, with `k > 0` and `beta` 0 or 1.
+/// The product as given (no turn), cut into its threads' parts, with `k > 0` and `beta` 0 or
+/// 1.
 ///
 /// # Safety
-/// As [`sgemm`].
+/// As [`sgemm_packing`].
 unsafe fn sgemm_oriented(
     m: usize,
     k: usize,
