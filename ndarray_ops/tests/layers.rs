@@ -313,8 +313,9 @@ fn convolution_matches_direct_computation() {
 
 /// Float32 convolutions, which on AVX-512 CPUs pack their GEMM's strips straight from the data
 /// (forward and weight gradient) instead of writing columns: output and both gradients against
-/// the f64 definitions, over strides, padding, dilation, groups, odd windows and output widths
-/// that cross the GEMM's 32-column strips and 512-deep blocks mid-row.
+/// the f64 definitions, over strides, padding, dilation, groups, odd windows, output widths
+/// that cross the GEMM's 32-column strips and 512-deep blocks mid-row, and both ways of making
+/// the stride-1 data gradient.
 #[test]
 fn f32_convolutions_and_their_gradients_match_the_definitions() {
     let rt = rt();
@@ -327,6 +328,8 @@ fn f32_convolutions_and_their_gradients_match_the_definitions() {
         (small, (5, 3), 3, 2, 1, 4),
         (small, (1, 1), 2, 0, 1, 1),
         (small, (1, 1), 1, 1, 1, 1),
+        // More filters than twice the pixels: the data gradient through columns.
+        ([1, 4, 2, 2], (3, 3), 1, 1, 1, 1),
         (wide, (3, 3), 1, 1, 1, 1),
         (wide, (3, 3), 2, 1, 1, 2),
         (wide, (7, 7), 2, 3, 1, 1),
