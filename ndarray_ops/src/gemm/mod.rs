@@ -203,56 +203,7 @@ pub(crate) unsafe fn sgemm_packing(
         }
     }
     let beta = if beta == 0.0 { 0.0 } else { 1.0 };
-    // SAFETY: the caller's contract, with `k > 0` and `beta` 0 or 1.
-    unsafe { sgemm_oriented(m, k, n, a, b, beta, c) }
-}
-
-/// `c = beta c` (`beta == 0` writes zeros without reading `c`).
-///
-/// # Safety
-/// `c`'s `m x n` elements are valid to read and write.
-unsafe fn scale(m: usize, n: usize, beta: f32, c: Mat<*mut f32>) {
-    for i in 0..m {
-        for j in 0..n {
-            let e = c.at(i, j).ptr;
-            // SAFETY: `(i, j)` is inside `c` (the caller's contract).
-            unsafe { *e = if beta == 0.0 { 0.0 } else { *e * beta } };
-        }
-    }
-}
-
-/// Where the packing of `b` reads from.
-pub(crate) trait Source: Sync {
-    /// Packs the `kc x nc` block of `b` at row `p0`, column `j0` into strips of [`NR`]
-    /// columns: strip `t` holds, for each step `p`, the row `b[p0 + p, j0 + t*NR ..][..NR]`,
-    /// columns past the block's `nc` zeros.
-    ///
-    /// # Safety
-    /// The block lies inside `b`; `out` holds `nc.div_ceil(NR) * NR * kc` floats.
-    unsafe fn pack(&self, p0: usize, kc: usize, j0: usize, nc: usize, out: &mut [f32]);
-}
-
-impl Source for Mat<*const f32> {
-    unsafe fn pack(&self, p0: usize, kc: usize, j0: usize, nc: usize, out: &mut [f32]) {
-        // SAFETY: the caller's contract.
-        unsafe { pack_b(kc, nc, self.at(p0, j0), out) }
-    }
-}
-
-/// The product as given (no turn), cut into its threads' parts, with `k > 0` and `beta` 0 or
-/// 1.
-///
-/// # Safety
-/// As [`sgemm_packing`].
-unsafe fn sgemm_oriented(
-    m: usize,
-    k: usize,
-    n: usize,
-    a: Mat<*const f32>,
-    b: &impl Source,
-    beta: f32,
-    c: Mat<*mut f32>,
-) {
+    // The product as given (no turn), cut into its threads' parts.
     let threads = if m.saturating_mul(n).saturating_mul(k) < THREAD_WORK {
         1
     } else {
@@ -292,6 +243,38 @@ unsafe fn sgemm_oriented(
         }
         part(0);
     });
+}
+
+/// `c = beta c` (`beta == 0` writes zeros without reading `c`).
+///
+/// # Safety
+/// `c`'s `m x n` elements are valid to read and write.
+unsafe fn scale(m: usize, n: usize, beta: f32, c: Mat<*mut f32>) {
+    for i in 0..m {
+        for j in 0..n {
+            let e = c.at(i, j).ptr;
+            // SAFETY: `(i, j)` is inside `c` (the caller's contract).
+            unsafe { *e = if beta == 0.0 { 0.0 } else { *e * beta } };
+        }
+    }
+}
+
+/// Where the packing of `b` reads from.
+pub(crate) trait Source: Sync {
+    /// Packs the `kc x nc` block of `b` at row `p0`, column `j0` into strips of [`NR`]
+    /// columns: strip `t` holds, for each step `p`, the row `b[p0 + p, j0 + t*NR ..][..NR]`,
+    /// columns past the block's `nc` zeros.
+    ///
+    /// # Safety
+    /// The block lies inside `b`; `out` holds `nc.div_ceil(NR) * NR * kc` floats.
+    unsafe fn pack(&self, p0: usize, kc: usize, j0: usize, nc: usize, out: &mut [f32]);
+}
+
+impl Source for Mat<*const f32> {
+    unsafe fn pack(&self, p0: usize, kc: usize, j0: usize, nc: usize, out: &mut [f32]) {
+        // SAFETY: the caller's contract.
+        unsafe { pack_b(kc, nc, self.at(p0, j0), out) }
+    }
 }
 
 thread_local! {

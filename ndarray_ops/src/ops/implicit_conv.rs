@@ -93,12 +93,11 @@ pub(super) unsafe fn backward(
         && c.p.0 <= c.d.0 * (c.k.0 - 1)
         && c.p.1 <= c.d.1 * (c.k.1 - 1)
         && d.fg <= 2 * d.h * d.w * d.n;
-    let pad = (
-        c.d.0 * (c.k.0 - 1) - c.p.0.min(c.d.0 * (c.k.0 - 1)),
-        c.d.1 * (c.k.1 - 1) - c.p.1.min(c.d.1 * (c.k.1 - 1)),
-    );
     let back_taps = match flipped {
-        true => Tap::window(c.k, (1, 1), pad, c.d, d.wo, d.w),
+        true => {
+            let pad = (c.d.0 * (c.k.0 - 1) - c.p.0, c.d.1 * (c.k.1 - 1) - c.p.1);
+            Tap::window(c.k, (1, 1), pad, c.d, d.wo, d.w)
+        }
         false => Vec::new(),
     };
     // Temp space: the flipped weights of every group, or the data gradient's columns; then a
