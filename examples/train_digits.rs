@@ -29,7 +29,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use clap::Parser;
-use ndarray_ops::kvstore::{KVStore, Optimizer};
+use ndarray_ops::kvstore::{KVStore, Optimizer, Staleness};
 use ndarray_ops::{invoke_on, ndfile, Attrs, DataParallel, NDArray, Runtime, Sgd, Symbol};
 use storage::Context;
 
@@ -179,6 +179,8 @@ pub struct Report {
     /// This process's rank and the number of processes (1 but with a `dist_*` store).
     pub rank: usize,
     pub workers: usize,
+    /// With a `dist_async` store: how stale the applied gradients were.
+    pub staleness: Option<Staleness>,
 }
 
 /// Accuracy and mean cross-entropy over whole global batches of a split (the last partial one
@@ -343,6 +345,11 @@ pub fn train(
         }
     }
     dp.wait()?;
+    // With `dist_async` each rank's last pull saw what rank 0 had applied then: every rank now
+    // takes the final weights, which hold every rank's pushes.
+    if dp.kvstore().is_async() {
+        dp.pull_params()?;
+    }
     let seconds = t0.elapsed().as_secs_f64();
     let (test_accuracy, _) = evaluate(&dp, &xte, &test, (batch, global), &sample)?;
     let (_, train_loss) = evaluate(&dp, &xtr, &train, (batch, global), &sample)?;
@@ -381,6 +388,7 @@ pub fn train(
             .collect(),
         rank,
         workers,
+        staleness: dp.kvstore().staleness(),
     })
 }
 
@@ -403,9 +411,10 @@ struct Args {
     #[arg(long = "save", value_name = "PREFIX")]
     checkpoint: Option<String>,
     /// The store that sums the devices' gradients and updates the weights: `device` (on the
-    /// first device), `local` (on the CPU), or `dist_sync` / `dist_device_sync` across
-    /// processes (built with `--features mpi`, launched with `mpiexec -n N`; each process
-    /// takes its share of every batch of 32).
+    /// first device), `local` (on the CPU), or `dist_sync` / `dist_device_sync` / `dist_async`
+    /// across processes (built with `--features mpi`, launched with `mpiexec -n N`; each
+    /// process takes its share of every batch of 32; `dist_async` applies each share's
+    /// gradient on rank 0 as it arrives).
     #[arg(long, default_value = "device")]
     kvstore: String,
 }
@@ -441,6 +450,10 @@ fn main() {
                 let mut entry = serde_json::json!({"test_accuracy": r.test_accuracy, "train_loss": r.train_loss, "seconds": r.seconds, "samples_per_second": r.samples_per_second, "planned_bytes": r.planned_bytes, "no_reuse_bytes": r.no_reuse_bytes, "devices": devices, "workers": r.workers});
                 if let Some(acc) = r.reloaded_test_accuracy {
                     entry["reloaded_test_accuracy"] = acc.into();
+                }
+                if let Some(s) = r.staleness {
+                    entry["staleness_mean"] = s.mean().into();
+                    entry["staleness_max"] = s.max.into();
                 }
                 report.insert(key.into(), entry);
                 if !json && rank == 0 {

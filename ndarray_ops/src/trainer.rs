@@ -99,7 +99,8 @@ impl DataParallel {
     }
 
     /// [`DataParallel::new`] with the optimizer and the store given. The optimizer's gradients
-    /// are rescaled by one over the global batch (this batch times the store's workers). The
+    /// are rescaled by one over the global batch (this batch times the store's workers; this
+    /// batch alone for a `dist_async` store, which applies each worker's gradient alone). The
     /// store's keys are the parameters' names, initialized here from the first device's weights
     /// (which a store on that device keeps as its own, so pulls into them cost nothing); the
     /// optimizer is installed in it.
@@ -204,7 +205,11 @@ impl DataParallel {
                 grads: g,
             });
         }
-        let global_batch = batch * kv.num_workers();
+        // A `dist_async` store applies each process's gradient alone: scaled by its own batch.
+        let global_batch = match kv.is_async() {
+            true => batch,
+            false => batch * kv.num_workers(),
+        };
         kv.set_optimizer(optimizer.rescale_grad(1.0 / global_batch as f64))?;
         Ok(DataParallel {
             rt: rt.clone(),
@@ -254,15 +259,28 @@ impl DataParallel {
     /// match the parameter's shape and dtype).
     pub fn set_params(&self, values: &HashMap<String, NDArray>) -> Result<()> {
         for (name, v) in values {
-            let p = self
-                .params
-                .iter()
-                .find(|p| &p.name == name)
-                .ok_or_else(|| invalid("set_params", format!("'{name}' is not a parameter")))?;
+            if !self.params.iter().any(|p| &p.name == name) {
+                return Err(invalid(
+                    "set_params",
+                    format!("'{name}' is not a parameter"),
+                ));
+            }
             // Into the store, then out to every device (a pull skips the array the store keeps).
             self.kv.assign(name.as_str(), v)?;
+        }
+        self.pull_params()
+    }
+
+    /// Pulls every parameter from the store into every device. With a `dist_async` store the
+    /// ranks meet at a barrier first, so the weights pulled hold every rank's pushes and
+    /// assignments so far (its steps' own pulls see only what rank 0 had applied then).
+    pub fn pull_params(&self) -> Result<()> {
+        if self.kv.is_async() {
+            self.kv.barrier()?;
+        }
+        for p in &self.params {
             let weights: Vec<&NDArray> = p.weights.iter().collect();
-            self.kv.pull(name.as_str(), &weights, 0)?;
+            self.kv.pull(p.name.as_str(), &weights, 0)?;
         }
         Ok(())
     }

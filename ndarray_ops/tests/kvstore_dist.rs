@@ -4,7 +4,11 @@
 //! optimizer whose weights are bit for bit the same on both ranks and equal to its formula, a
 //! size that differs between ranks refused on both naming the rank, a failed gradient on one
 //! rank refused on both with the weights left equal and the next push working, and a rank that
-//! stalls ending the job with a clear message within the timeout instead of hanging.
+//! stalls ending the job with a clear message within the timeout instead of hanging. For
+//! `dist_async`: every rank's pushes applied once each by rank 0, with nothing lost; a pull
+//! after a barrier seeing them all; staleness counted as the updates a gradient did not see; a
+//! failed update on rank 0 reported to the rank that pushed it; and a dead rank 0 failing a
+//! pull within the timeout.
 #![cfg(feature = "mpi")]
 
 use std::process::Command;
@@ -380,4 +384,168 @@ fn a_rank_finishing_late() {
         std::thread::sleep(Duration::from_secs(1));
         println!("rank1 finished");
     }
+}
+
+#[test]
+fn dist_async_applies_every_push_on_rank_0() {
+    if in_rank() || !have_mpiexec() {
+        return;
+    }
+    let (ok, out, err) = launch("dist_async_rank", &[]);
+    assert!(ok, "the ranks failed:\n{out}\n{err}");
+    for r in 0..2 {
+        assert_eq!(lines(&out, r, "kind"), vec!["dist_async 2"], "{out}");
+        assert_eq!(lines(&out, r, "init"), vec!["[1.0, 2.0, 3.0]"], "{out}");
+        // Without an updater rank 1's push replaced the value.
+        assert_eq!(lines(&out, r, "replaced"), vec!["[5.0, 5.0, 5.0]"], "{out}");
+        // 5 + 3 pushes of 1 (rank 0) + 3 pushes of 2 (rank 1), each applied once.
+        assert_eq!(lines(&out, r, "summed"), vec!["[14.0, 14.0, 14.0]"], "{out}");
+        // Rank 0 pushed twice reading the newest weight each time, then rank 1 pushed a
+        // gradient of the weight before both: 3 updates, staleness 0, 0 and 2.
+        assert_eq!(lines(&out, r, "staleness"), vec!["3 2 2"], "{out}");
+    }
+    // The failed update is told to the rank that pushed it, at its next pull.
+    let failed = lines(&out, 1, "failed");
+    assert_eq!(failed.len(), 1, "{out}");
+    assert!(
+        failed[0].contains("key 'bad' pushed by rank 1 failed") && failed[0].contains("no bad"),
+        "{failed:?}"
+    );
+    assert!(
+        lines(&out, 1, "save")[0].contains("runs on rank 0"),
+        "{out}"
+    );
+}
+
+#[test]
+fn dist_async_rank() {
+    if !in_rank() {
+        return;
+    }
+    let rt = rt();
+    let kv = KVStore::create(&rt, "dist_async").unwrap();
+    let rank = kv.rank();
+    let say = |tag: &str, what: String| println!("rank{rank} {tag} {what}");
+    say("kind", format!("{} {}", kv.kind(), kv.num_workers()));
+    let host = Context::cpu(0);
+    let mine = [1f32, 2.0, 3.0].map(|v| v * (rank + 1) as f32);
+    kv.init("w", &rt.from_vec(mine.to_vec(), &[3], host).unwrap())
+        .unwrap();
+    let out = rt.zeros(&[3], ndarray_ops::DType::F32, host).unwrap();
+    kv.pull("w", &[&out], 0).unwrap();
+    say("init", format!("{:?}", values(&out)));
+
+    if rank == 1 {
+        let v = rt.from_vec(vec![5f32; 3], &[3], host).unwrap();
+        kv.push("w", &[&v], 0).unwrap();
+    }
+    kv.barrier().unwrap();
+    kv.pull("w", &[&out], 0).unwrap();
+    say("replaced", format!("{:?}", values(&out)));
+
+    // Both ranks push at once, without pulls between: every push is applied, once. (The
+    // barrier: rank 1's pushes must not reach rank 0 before its updater is set.)
+    kv.set_updater(
+        |_: &ndarray_ops::kvstore::Key, merged: &NDArray, stored: &NDArray| {
+            stored.add_inplace(merged)
+        },
+    )
+    .unwrap();
+    kv.barrier().unwrap();
+    for _ in 0..3 {
+        let g = rt.from_vec(vec![(rank + 1) as f32; 3], &[3], host).unwrap();
+        kv.push("w", &[&g], 0).unwrap();
+    }
+    kv.barrier().unwrap();
+    kv.pull("w", &[&out], 0).unwrap();
+    say("summed", format!("{:?}", values(&out)));
+
+    // Staleness, in a store of its own: rank 1 reads version 0; rank 0 then pushes twice,
+    // reading the newest weight before each; rank 1's gradient then arrives 2 updates late.
+    let kv2 = KVStore::create(&rt, "dist_async").unwrap();
+    let s = rt.zeros(&[2], ndarray_ops::DType::F32, host).unwrap();
+    kv2.init(0, &s).unwrap();
+    kv2.pull(0, &[&s], 0).unwrap();
+    kv2.barrier().unwrap();
+    if rank == 0 {
+        for _ in 0..2 {
+            kv2.pull(0, &[&s], 0).unwrap();
+            kv2.push(0, &[&s], 0).unwrap();
+        }
+    }
+    kv2.barrier().unwrap();
+    if rank == 1 {
+        kv2.push(0, &[&s], 0).unwrap();
+    }
+    kv2.barrier().unwrap();
+    kv2.pull(0, &[&s], 0).unwrap();
+    rt.wait_all().unwrap();
+    let t = kv2.staleness().unwrap();
+    say("staleness", format!("{} {} {}", t.updates, t.total, t.max));
+    drop(kv2);
+
+    // An update that fails on rank 0: the pushing rank hears of it at its next pull.
+    let kv3 = KVStore::create(&rt, "dist_async").unwrap();
+    kv3.init("bad", &rt.zeros(&[2], ndarray_ops::DType::F32, host).unwrap())
+        .unwrap();
+    kv3.set_updater(
+        |key: &ndarray_ops::kvstore::Key, _: &NDArray, _: &NDArray| {
+            Err(ndarray_ops::NdError::Invalid {
+                op: "updater".into(),
+                reason: format!("no bad {key}"),
+            })
+        },
+    )
+    .unwrap();
+    kv3.barrier().unwrap();
+    if rank == 1 {
+        let g = rt.zeros(&[2], ndarray_ops::DType::F32, host).unwrap();
+        kv3.push("bad", &[&g], 0).unwrap();
+        kv3.barrier().unwrap();
+        let o = rt.zeros(&[2], ndarray_ops::DType::F32, host).unwrap();
+        kv3.pull("bad", &[&o], 0).unwrap();
+        say("failed", o.wait_to_read().unwrap_err().to_string());
+        let e = kv3.save_optimizer_states("/nonexistent/states").unwrap_err();
+        say("save", e.to_string());
+    } else {
+        kv3.barrier().unwrap();
+    }
+    drop(kv3);
+    kv.barrier().unwrap();
+}
+
+#[test]
+fn a_dead_rank_0_fails_a_dist_async_pull_within_the_timeout() {
+    if in_rank() || !have_mpiexec() {
+        return;
+    }
+    let start = Instant::now();
+    let (ok, out, err) = launch("a_dead_async_server", &[("MXRS_KVSTORE_TIMEOUT", "3")]);
+    assert!(!ok, "the job should have failed:\n{out}\n{err}");
+    assert!(start.elapsed() < Duration::from_secs(60), "{out}\n{err}");
+    assert!(!out.contains("rank1 finished"), "{out}\n{err}");
+    let said = format!("{out}{err}");
+    assert!(
+        said.contains("BAD TERMINATION") || said.contains("did not complete within"),
+        "no word of the dead rank:\n{said}"
+    );
+}
+
+#[test]
+fn a_dead_async_server() {
+    if !in_rank() {
+        return;
+    }
+    let rt = rt();
+    let kv = KVStore::create(&rt, "dist_async").unwrap();
+    let v = rt.from_vec(vec![1f32; 4], &[4], Context::cpu(0)).unwrap();
+    kv.init(0, &v).unwrap();
+    rt.wait_all().unwrap();
+    if kv.rank() == 0 {
+        std::process::abort();
+    }
+    kv.push(0, &[&v], 0).unwrap();
+    kv.pull(0, &[&v], 0).unwrap();
+    rt.wait_all().unwrap();
+    println!("rank1 finished");
 }

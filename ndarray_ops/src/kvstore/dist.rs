@@ -1,4 +1,5 @@
-//! Stores across processes, over MPI (the `mpi` feature): `dist_sync` and `dist_device_sync`.
+//! Stores across processes, over MPI (the `mpi` feature): `dist_sync` and `dist_device_sync`
+//! here, `dist_async`'s protocol in `dist_async`.
 //!
 //! One communication thread per process owns MPI (it initializes it, `MPI_THREAD_FUNNELED`) and
 //! runs every collective. MPI needs each rank to call the same collectives in the same order,
@@ -27,15 +28,16 @@
 //! key and call waited: MPI cannot abandon a collective and go on, and a hang is what must not
 //! happen.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
-use std::sync::OnceLock;
+use std::sync::{mpsc, Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use mpi::collective::SystemOperation;
 use mpi::traits::*;
 
+use super::dist_async::{Reply, Service, Table, TAG_REPLY, TAG_REQUEST};
 use super::Key;
 use crate::error::{invalid, Result};
 use crate::ops::TensorRef;
@@ -62,7 +64,17 @@ pub(super) enum Work {
         iters: usize,
         seconds: std::sync::Arc<parking_lot::Mutex<f64>>,
     },
+    /// Send `bytes` to rank 0 as a `dist_async` request that has no reply (a push).
+    Send { bytes: Vec<u8> },
+    /// Send `request` to rank 0 and hand its reply to `then` (a `dist_async` pull or sync).
+    Fetch { request: Vec<u8>, then: Then },
+    /// Nothing: the stand-in for a point-to-point call whose op never ran (no other rank waits
+    /// for it, but its ticket must be used).
+    Skip,
 }
+
+/// What takes a `dist_async` reply: `Err` if it says the call failed.
+pub(super) type Then = Box<dyn FnOnce(&[u8]) -> std::result::Result<(), String> + Send>;
 
 /// What a finished collective tells its op: `Err` with the message every rank gives.
 pub(super) type Done = Box<dyn FnOnce(std::result::Result<(), String>) + Send>;
@@ -73,6 +85,10 @@ enum Msg {
     Run(Request),
     /// The process is exiting: finalize MPI, then say so.
     Finish(mpsc::Sender<()>),
+    /// Rank 0: serve the other ranks' requests to this `dist_async` store.
+    Serve(Arc<Table>),
+    /// Rank 0: the store with this id is gone.
+    Unserve(u32),
 }
 
 struct Request {
@@ -86,6 +102,8 @@ struct Request {
 /// This process's link to the others: its rank, their number, and the communication thread.
 pub(super) struct Comm {
     tx: mpsc::Sender<Msg>,
+    /// Where rank 0's `dist_async` ops leave the replies the thread sends.
+    replies: mpsc::Sender<Reply>,
     rank: usize,
     size: usize,
     next: AtomicU64,
@@ -105,6 +123,21 @@ impl Comm {
     /// A ticket: the place of the next collective in this process's order of calls.
     pub(super) fn ticket(&self) -> u64 {
         self.next.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A sender of replies for rank 0's thread to send.
+    pub(super) fn replies(&self) -> mpsc::Sender<Reply> {
+        self.replies.clone()
+    }
+
+    /// Rank 0: has the thread serve `table`'s requests from the other ranks.
+    pub(super) fn serve(&self, table: Arc<Table>) {
+        let _ = self.tx.send(Msg::Serve(table));
+    }
+
+    /// Rank 0: stops serving the store numbered `id`.
+    pub(super) fn unserve(&self, id: u32) {
+        let _ = self.tx.send(Msg::Unserve(id));
     }
 
     /// Hands `work` to the communication thread under `ticket`.
@@ -180,6 +213,7 @@ extern "C" fn finalize_at_exit() {
 
 fn start() -> std::result::Result<Comm, String> {
     let (tx, rx) = mpsc::channel::<Msg>();
+    let (replies, replies_rx) = mpsc::channel::<Reply>();
     let (ready_tx, ready_rx) = mpsc::channel();
     std::thread::Builder::new()
         .name("mxrs-mpi".into())
@@ -195,7 +229,8 @@ fn start() -> std::result::Result<Comm, String> {
             let world = universe.world();
             let (rank, size) = (world.rank() as usize, world.size() as usize);
             let _ = ready_tx.send(Ok((rank, size)));
-            let finished = serve(&world, rank, rx, timeout());
+            SERVICE.with(|s| *s.borrow_mut() = Some(Service::new(replies_rx)));
+            let finished = serve(&world, rx, timeout());
             // MPI is finalized when the universe drops.
             drop(universe);
             if let Some(ack) = finished {
@@ -213,6 +248,7 @@ fn start() -> std::result::Result<Comm, String> {
     }
     Ok(Comm {
         tx,
+        replies,
         rank,
         size,
         next: AtomicU64::new(0),
@@ -223,25 +259,32 @@ fn start() -> std::result::Result<Comm, String> {
 /// `Finish` message, returned) or every sender is gone. Requests still held back then fail.
 fn serve(
     world: &mpi::topology::SimpleCommunicator,
-    rank: usize,
     rx: mpsc::Receiver<Msg>,
     limit: Duration,
 ) -> Option<mpsc::Sender<()>> {
     let mut early: BTreeMap<u64, Request> = BTreeMap::new();
     let mut expected = 0u64;
     let mut finished = None;
-    while let Some(msg) = next_request(&rx) {
+    while let Some(msg) = next_request(world, &rx, limit) {
         let req = match msg {
             Msg::Run(req) => req,
             Msg::Finish(ack) => {
                 finished = Some(ack);
                 break;
             }
+            Msg::Serve(table) => {
+                with_service(|s| s.add(table));
+                continue;
+            }
+            Msg::Unserve(id) => {
+                with_service(|s| s.remove(id));
+                continue;
+            }
         };
         early.insert(req.ticket, req);
         while let Some(req) = early.remove(&expected) {
             expected += 1;
-            let result = execute(world, rank, &req, limit);
+            let result = execute(world, &req.what, req.work, limit);
             (req.done)(result);
         }
     }
@@ -251,54 +294,159 @@ fn serve(
     finished
 }
 
+thread_local! {
+    /// The communication thread's `dist_async` service (rank 0 serves the others' requests).
+    static SERVICE: RefCell<Option<Service>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` on the thread's service.
+fn with_service(f: impl FnOnce(&mut Service)) {
+    SERVICE.with(|s| {
+        if let Some(service) = s.borrow_mut().as_mut() {
+            f(service);
+        }
+    });
+}
+
+/// Serves the other ranks' `dist_async` requests that have arrived (rank 0, between and while
+/// waiting for its own work); whether there was any. Not re-entered: a reply sent from within
+/// the service waits without serving.
+fn serve_peers(world: &mpi::topology::SimpleCommunicator, limit: Duration) -> bool {
+    SERVICE.with(|s| match s.try_borrow_mut() {
+        Ok(mut service) => service
+            .as_mut()
+            .is_some_and(|service| service.active() && service.poll(world, limit)),
+        Err(_) => false,
+    })
+}
+
+/// Whether this thread serves any `dist_async` store.
+fn serving() -> bool {
+    SERVICE.with(|s| {
+        s.try_borrow()
+            .is_ok_and(|service| service.as_ref().is_some_and(Service::active))
+    })
+}
+
 /// The next request: looked for without blocking for a few microseconds first (a training
 /// step's requests come in quick succession, and waking a blocked thread costs more), then
-/// waited for. `None` once every sender is gone.
-fn next_request(rx: &mpsc::Receiver<Msg>) -> Option<Msg> {
-    for _ in 0..200 {
+/// waited for; while the thread serves `dist_async` stores it polls instead, serving the other
+/// ranks' requests, sleeping briefly between polls once idle. `None` once every sender is gone.
+fn next_request(
+    world: &mpi::topology::SimpleCommunicator,
+    rx: &mpsc::Receiver<Msg>,
+    limit: Duration,
+) -> Option<Msg> {
+    let mut idle = 0u32;
+    loop {
         match rx.try_recv() {
             Ok(req) => return Some(req),
-            Err(mpsc::TryRecvError::Empty) => std::thread::yield_now(),
             Err(mpsc::TryRecvError::Disconnected) => return None,
+            Err(mpsc::TryRecvError::Empty) => {}
+        }
+        if serve_peers(world, limit) {
+            idle = 0;
+            continue;
+        }
+        idle += 1;
+        match (idle < 200, serving()) {
+            (true, _) => std::thread::yield_now(),
+            (false, true) => std::thread::sleep(Duration::from_micros(100)),
+            (false, false) => return rx.recv().ok(),
         }
     }
-    rx.recv().ok()
+}
+
+/// A wait for a peer: spins a little, then yields the core to any thread that needs it, after
+/// 200 ms (a peer is late) sleeps briefly between tests; past the limit, ends the job. Rank 0
+/// serves the other ranks' `dist_async` requests between tests.
+struct Waiting {
+    start: Instant,
+    spins: u32,
+}
+
+impl Waiting {
+    fn new() -> Waiting {
+        Waiting {
+            start: Instant::now(),
+            spins: 0,
+        }
+    }
+
+    fn pause(&mut self, world: &mpi::topology::SimpleCommunicator, what: &str, limit: Duration) {
+        if serve_peers(world, limit) {
+            return;
+        }
+        self.spins += 1;
+        if self.spins < 64 {
+            std::hint::spin_loop();
+        } else if self.start.elapsed() < Duration::from_millis(200) {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        if self.start.elapsed() > limit {
+            eprintln!(
+                "mxrs kvstore: rank {}: {what} did not complete within {:.0} s: a peer rank \
+                 died or stalled (MXRS_KVSTORE_TIMEOUT sets the limit); ending the job",
+                world.rank(),
+                limit.as_secs_f64()
+            );
+            world.abort(70);
+        }
+    }
 }
 
 /// Waits for `req` to complete, testing it (which also drives MPI's progress: a sum over shared
-/// memory moves only while its processes poll), yielding the core between tests to any thread
-/// that needs it; after 200 ms (a peer is late) sleeping briefly between tests; past `limit`,
-/// ends the job.
+/// memory moves only while its processes poll).
 fn finish<'a, D: ?Sized, S: mpi::request::Scope<'a>>(
     world: &mpi::topology::SimpleCommunicator,
     mut req: mpi::request::Request<'a, D, S>,
-    rank: usize,
     what: &str,
     limit: Duration,
 ) {
-    let start = Instant::now();
-    let mut spins = 0u32;
+    let mut waiting = Waiting::new();
     loop {
         match req.test() {
             Ok(_) => return,
             Err(pending) => req = pending,
         }
-        spins += 1;
-        if spins < 64 {
-            std::hint::spin_loop();
-        } else if start.elapsed() < Duration::from_millis(200) {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(Duration::from_micros(50));
+        waiting.pause(world, what, limit);
+    }
+}
+
+/// Sends `bytes` to rank `to` under `tag` and waits until they are sent.
+pub(super) fn send_bytes(
+    world: &mpi::topology::SimpleCommunicator,
+    to: usize,
+    tag: i32,
+    bytes: &[u8],
+    what: &str,
+    limit: Duration,
+) {
+    let dest = world.process_at_rank(to as i32);
+    mpi::request::scope(|scope| {
+        let req = dest.immediate_send_with_tag(scope, bytes, tag);
+        finish(world, req, what, limit);
+    });
+}
+
+/// Sends `request` to rank 0 and waits for its reply.
+fn fetch(
+    world: &mpi::topology::SimpleCommunicator,
+    request: &[u8],
+    what: &str,
+    limit: Duration,
+) -> Vec<u8> {
+    use mpi::point_to_point::MatchedReceiveVec;
+    send_bytes(world, 0, TAG_REQUEST, request, what, limit);
+    let root = world.process_at_rank(0);
+    let mut waiting = Waiting::new();
+    loop {
+        if let Some(probed) = root.immediate_matched_probe_with_tag(TAG_REPLY) {
+            return probed.matched_receive_vec::<u8>().0;
         }
-        if start.elapsed() > limit {
-            eprintln!(
-                "mxrs kvstore: rank {rank}: {what} did not complete within {:.0} s: a peer rank \
-                 died or stalled (MXRS_KVSTORE_TIMEOUT sets the limit); ending the job",
-                limit.as_secs_f64()
-            );
-            world.abort(70);
-        }
+        waiting.pause(world, what, limit);
     }
 }
 
@@ -324,7 +472,6 @@ fn sum_result(
 /// are packed into one buffer with the health as its last element, one allreduce for all.
 fn sum_parts<T>(
     world: &mpi::topology::SimpleCommunicator,
-    rank: usize,
     mut parts: Vec<(&mut [T], &mut [T])>,
     ok: bool,
     what: &str,
@@ -344,9 +491,9 @@ where
                 &mut recv[..],
                 SystemOperation::sum(),
             );
-            finish(world, req, rank, what, limit);
+            finish(world, req, what, limit);
         });
-        return healthy_ranks(world, ok, rank, what, limit) as usize;
+        return healthy_ranks(world, ok, what, limit) as usize;
     }
     let mut packed: Vec<T> = Vec::with_capacity(total + 1);
     for (send, _) in &parts {
@@ -361,7 +508,7 @@ where
             &mut sums[..],
             SystemOperation::sum(),
         );
-        finish(world, req, rank, what, limit);
+        finish(world, req, what, limit);
     });
     let mut at = 0;
     for (_, recv) in &mut parts {
@@ -375,7 +522,6 @@ where
 fn healthy_ranks(
     world: &mpi::topology::SimpleCommunicator,
     ok: bool,
-    rank: usize,
     what: &str,
     limit: Duration,
 ) -> i32 {
@@ -383,20 +529,19 @@ fn healthy_ranks(
     let mut total = 0i32;
     mpi::request::scope(|scope| {
         let req = world.immediate_all_reduce_into(scope, &mine, &mut total, SystemOperation::sum());
-        finish(world, req, rank, what, limit);
+        finish(world, req, what, limit);
     });
     total
 }
 
 fn execute(
     world: &mpi::topology::SimpleCommunicator,
-    rank: usize,
-    req: &Request,
+    what: &str,
+    work: Work,
     limit: Duration,
 ) -> std::result::Result<(), String> {
-    let what = req.what.as_str();
     let size = world.size() as usize;
-    match &req.work {
+    match work {
         Work::Sum { parts } => {
             let dtype = parts.first().map_or(DType::F32, |p| p.0.dtype);
             let healthy = crate::with_dtype!(dtype, T => {
@@ -406,16 +551,16 @@ fn execute(
                     .iter()
                     .map(|(s, r)| unsafe { (s.slice_mut::<T>(), r.slice_mut::<T>()) })
                     .collect();
-                sum_parts(world, rank, views, true, what, limit)
+                sum_parts(world, views, true, what, limit)
             });
             sum_result(what, healthy, size, "")
         }
         Work::SkippedSum { lens, dtype } => {
-            let healthy = crate::with_dtype!(*dtype, T => {
+            let healthy = crate::with_dtype!(dtype, T => {
                 let mut bufs: Vec<(Vec<T>, Vec<T>)> =
                     lens.iter().map(|&n| (vec![T::default(); n], vec![T::default(); n])).collect();
                 let views = bufs.iter_mut().map(|(s, r)| (&mut s[..], &mut r[..])).collect();
-                sum_parts(world, rank, views, false, what, limit)
+                sum_parts(world, views, false, what, limit)
             });
             sum_result(what, healthy, size, ", this rank's among them")
         }
@@ -426,10 +571,10 @@ fn execute(
                 let root = world.process_at_rank(0);
                 mpi::request::scope(|scope| {
                     let req = root.immediate_broadcast_into(scope, &mut b[..]);
-                    finish(world, req, rank, what, limit);
+                    finish(world, req, what, limit);
                 });
             });
-            let healthy = healthy_ranks(world, true, rank, what, limit) as usize;
+            let healthy = healthy_ranks(world, true, what, limit) as usize;
             match healthy == size {
                 true => Ok(()),
                 false => Err(format!(
@@ -439,26 +584,26 @@ fn execute(
             }
         }
         Work::SkippedBroadcast { len, dtype } => {
-            crate::with_dtype!(*dtype, T => {
-                let mut b = vec![T::default(); *len];
+            crate::with_dtype!(dtype, T => {
+                let mut b = vec![T::default(); len];
                 let root = world.process_at_rank(0);
                 mpi::request::scope(|scope| {
                     let req = root.immediate_broadcast_into(scope, &mut b[..]);
-                    finish(world, req, rank, what, limit);
+                    finish(world, req, what, limit);
                 });
             });
-            healthy_ranks(world, false, rank, what, limit);
+            healthy_ranks(world, false, what, limit);
             Err(format!(
                 "{what}: this rank's op failed before it could take part"
             ))
         }
         Work::Agree { key, elements } => {
             // Every rank's element count, and a hash of its key, side by side.
-            let mine = [key_hash(key), *elements];
+            let mine = [key_hash(&key), elements];
             let mut all = vec![0u64; 2 * size];
             mpi::request::scope(|scope| {
                 let req = world.immediate_all_gather_into(scope, &mine[..], &mut all[..]);
-                finish(world, req, rank, what, limit);
+                finish(world, req, what, limit);
             });
             if let Some(r) = all.chunks(2).position(|p| p[0] != mine[0]) {
                 return Err(format!(
@@ -481,7 +626,7 @@ fn execute(
         }
         Work::Barrier => {
             let req = world.immediate_barrier();
-            finish(world, req, rank, what, limit);
+            finish(world, req, what, limit);
             Ok(())
         }
         Work::Measure {
@@ -489,22 +634,28 @@ fn execute(
             iters,
             seconds,
         } => {
-            let send = vec![1f32; *len];
-            let mut recv = vec![0f32; *len];
+            let send = vec![1f32; len];
+            let mut recv = vec![0f32; len];
             world.barrier();
             let start = Instant::now();
-            for _ in 0..*iters {
+            for _ in 0..iters {
                 world.all_reduce_into(&send[..], &mut recv[..], SystemOperation::sum());
             }
-            *seconds.lock() = start.elapsed().as_secs_f64() / (*iters).max(1) as f64;
+            *seconds.lock() = start.elapsed().as_secs_f64() / iters.max(1) as f64;
             Ok(())
         }
+        Work::Send { bytes } => {
+            send_bytes(world, 0, TAG_REQUEST, &bytes, what, limit);
+            Ok(())
+        }
+        Work::Fetch { request, then } => then(&fetch(world, &request, what, limit)),
+        Work::Skip => Ok(()),
     }
 }
 
 /// A collective's ticket, held by its engine op: if the op is dropped without running (an
 /// input failed), the ticket still joins the collective (see `dist`).
-struct Ticket {
+pub(super) struct Ticket {
     comm: &'static Comm,
     number: u64,
     what: String,
@@ -513,7 +664,18 @@ struct Ticket {
 }
 
 impl Ticket {
-    fn submit(mut self, work: Work, done: Done) {
+    /// The next ticket, for the call described by `what`; `skipped` is handed over if the op
+    /// never runs.
+    pub(super) fn new(comm: &'static Comm, what: String, skipped: Work) -> Ticket {
+        Ticket {
+            comm,
+            number: comm.ticket(),
+            what,
+            skipped: Some(skipped),
+        }
+    }
+
+    pub(super) fn submit(mut self, work: Work, done: Done) {
         self.skipped = None;
         self.comm
             .submit(self.number, std::mem::take(&mut self.what), work, done);
@@ -540,15 +702,11 @@ pub(super) fn push_sum(comm: &'static Comm, parts: &[super::Pending]) -> Result<
         1 => format!("the sum of key {} across ranks", keys[0]),
         n => format!("the sum of {n} keys ({}) across ranks", keys.join(", ")),
     };
-    let ticket = Ticket {
-        comm,
-        number: comm.ticket(),
-        what,
-        skipped: Some(Work::SkippedSum {
-            lens: parts.iter().map(|p| p.merged.size()).collect(),
-            dtype: first.merged.dtype(),
-        }),
+    let skipped = Work::SkippedSum {
+        lens: parts.iter().map(|p| p.merged.size()).collect(),
+        dtype: first.merged.dtype(),
     };
+    let ticket = Ticket::new(comm, what, skipped);
     let tensors: Vec<(TensorRef, TensorRef)> = parts
         .iter()
         .map(|p| (p.merged.tensor(), p.reduced.tensor()))
@@ -567,15 +725,11 @@ pub(super) fn push_sum(comm: &'static Comm, parts: &[super::Pending]) -> Result<
 
 /// Pushes the engine op that overwrites `buf` with rank 0's.
 pub(super) fn push_broadcast(comm: &'static Comm, key: &Key, buf: &NDArray) -> Result<()> {
-    let ticket = Ticket {
-        comm,
-        number: comm.ticket(),
-        what: format!("the broadcast of key {key} from rank 0"),
-        skipped: Some(Work::SkippedBroadcast {
-            len: buf.size(),
-            dtype: buf.dtype(),
-        }),
+    let skipped = Work::SkippedBroadcast {
+        len: buf.size(),
+        dtype: buf.dtype(),
     };
+    let ticket = Ticket::new(comm, format!("the broadcast of key {key} from rank 0"), skipped);
     let b = buf.tensor();
     let op = engine::Op::asynchronous("kvstore_broadcast", move |_, done| {
         ticket.submit(

@@ -13,7 +13,9 @@
 //! device of the value given to `init` (gradients on GPUs stay there). Keys are integers or
 //! strings. `dist_sync` and `dist_device_sync` (the `mpi` feature; launched with `mpiexec`) add
 //! a sum across processes after the local one: every rank runs the same update on the same sum,
-//! so every rank holds the same weights (see `dist`).
+//! so every rank holds the same weights (see `dist`). `dist_async` sends each rank's sum to
+//! rank 0, which applies it as it arrives; a pull fetches rank 0's weight as it is then, and the
+//! store reports how stale the gradients were (see `dist_async`).
 //!
 //! Two locks: the updater's, held through a whole push (sum and update, so that two threads
 //! pushing one key cannot interleave their sums in the key's buffer), and the table's, held
@@ -22,6 +24,8 @@
 
 #[cfg(feature = "mpi")]
 mod dist;
+#[cfg(feature = "mpi")]
+mod dist_async;
 mod optimizer;
 
 use std::collections::BTreeMap;
@@ -93,6 +97,8 @@ enum Kind {
     /// On the device of each key's initial value, summed across processes
     /// (`dist_device_sync`).
     DistDeviceSync,
+    /// On the CPU; rank 0 applies every rank's pushes as they arrive (`dist_async`).
+    DistAsync,
 }
 
 impl Kind {
@@ -103,16 +109,50 @@ impl Kind {
             Kind::Device => "device",
             Kind::DistSync => "dist_sync",
             Kind::DistDeviceSync => "dist_device_sync",
+            Kind::DistAsync => "dist_async",
         }
     }
 
     /// Whether values are kept on the CPU (else on each key's device).
     fn on_cpu(self) -> bool {
-        matches!(self, Kind::Local | Kind::DistSync)
+        matches!(self, Kind::Local | Kind::DistSync | Kind::DistAsync)
     }
 
+    /// Whether the store spans processes.
     fn is_dist(self) -> bool {
+        matches!(self, Kind::DistSync | Kind::DistDeviceSync | Kind::DistAsync)
+    }
+
+    /// Whether every push is summed over the processes before its update.
+    fn sums_ranks(self) -> bool {
         matches!(self, Kind::DistSync | Kind::DistDeviceSync)
+    }
+}
+
+/// How stale the gradients a `dist_async` store applied were: for each update, how many
+/// updates of the same key (from other ranks) were applied between the pull of the weight the
+/// gradient was computed from and the gradient's arrival.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Staleness {
+    /// Updates applied, over every key and rank.
+    pub updates: u64,
+    /// Their staleness, summed.
+    pub total: u64,
+    /// The largest.
+    pub max: u64,
+}
+
+impl Staleness {
+    /// The mean staleness of an update (0 with none).
+    pub fn mean(&self) -> f64 {
+        self.total as f64 / self.updates.max(1) as f64
+    }
+
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+    fn record(&mut self, stale: u64) {
+        self.updates += 1;
+        self.total += stale;
+        self.max = self.max.max(stale);
     }
 }
 
@@ -127,6 +167,9 @@ struct Entry {
     staged: Vec<Option<NDArray>>,
     /// Across processes: where the sum over the ranks lands.
     reduced: Option<NDArray>,
+    /// In a `dist_async` store: the key's number (its place in the order of inits).
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+    index: u32,
     /// The sum's attributes, for the last count of values summed (kept: a map made per push
     /// would be parsed per push).
     sum_attrs: (usize, Attrs),
@@ -167,10 +210,16 @@ fn bucket_limit() -> usize {
 pub struct KVStore {
     rt: Arc<Runtime>,
     kind: Kind,
+    /// The store's identity (for the updater's re-entry check).
+    id: u64,
     #[cfg(feature = "mpi")]
     comm: Option<&'static dist::Comm>,
+    /// A `dist_async` store's keys, as rank 0 serves them.
+    #[cfg(feature = "mpi")]
+    table: Option<Arc<dist_async::Table>>,
     entries: Mutex<BTreeMap<Key, Entry>>,
-    updater: Mutex<Option<Box<dyn Updater>>>,
+    /// Shared with a `dist_async` store's table, whose updates rank 0 runs for the others.
+    updater: Arc<Mutex<Option<Box<dyn Updater>>>>,
     /// Across processes: the values waiting to be summed over the ranks.
     bucket: Mutex<Bucket>,
 }
@@ -201,23 +250,29 @@ impl KVStore {
             "device" | "local_allreduce_device" => Kind::Device,
             "dist_sync" => Kind::DistSync,
             "dist_device_sync" | "dist_sync_device" => Kind::DistDeviceSync,
-            "dist_async" => {
-                return Err(invalid(
-                    "kvstore create",
-                    "'dist_async' is not available: use dist_sync (every rank sums every step)",
-                ))
-            }
+            "dist_async" => Kind::DistAsync,
             other => {
                 return Err(invalid(
                     "kvstore create",
-                    format!("unknown kind '{other}' (local, device, dist_sync, dist_device_sync)"),
+                    format!(
+                        "unknown kind '{other}' (local, device, dist_sync, dist_device_sync, \
+                         dist_async)"
+                    ),
                 ))
             }
         };
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let updater: Arc<Mutex<Option<Box<dyn Updater>>>> = Arc::default();
         #[cfg(feature = "mpi")]
         let comm = match kind.is_dist() {
             true => Some(dist::comm()?),
             false => None,
+        };
+        #[cfg(feature = "mpi")]
+        let table = match (kind, comm) {
+            (Kind::DistAsync, Some(c)) => Some(dist_async::Table::new(c, rt, updater.clone(), id)),
+            _ => None,
         };
         #[cfg(not(feature = "mpi"))]
         if kind.is_dist() {
@@ -232,10 +287,13 @@ impl KVStore {
         Ok(KVStore {
             rt: rt.clone(),
             kind,
+            id,
             #[cfg(feature = "mpi")]
             comm,
+            #[cfg(feature = "mpi")]
+            table,
             entries: Mutex::new(BTreeMap::new()),
-            updater: Mutex::new(None),
+            updater,
             bucket: Mutex::new(Bucket::default()),
         })
     }
@@ -263,14 +321,36 @@ impl KVStore {
         1
     }
 
-    /// Waits until every worker reaches the barrier: at once within one process.
+    /// Waits until every worker reaches the barrier: at once within one process. In a
+    /// `dist_async` store, rank 0 has also taken every push made before the barrier, so a pull
+    /// after it sees them.
     pub fn barrier(&self) -> Result<()> {
         self.flush("barrier")?;
         #[cfg(feature = "mpi")]
         if let Some(c) = self.comm {
+            if let (Some(t), true) = (&self.table, c.rank() != 0) {
+                dist_async::sync(c, t)?;
+            }
             return c.run("barrier".to_string(), dist::Work::Barrier);
         }
         Ok(())
+    }
+
+    /// Whether the store applies each process's pushes as they arrive (`dist_async`) instead of
+    /// summing them over the processes first: a trainer then scales a gradient by its own
+    /// batch, not the global one.
+    pub fn is_async(&self) -> bool {
+        self.kind == Kind::DistAsync
+    }
+
+    /// A `dist_async` store's staleness so far: on rank 0 every update's; on the others as rank
+    /// 0 told them at their last pull or barrier. `None` for the other kinds.
+    pub fn staleness(&self) -> Option<Staleness> {
+        #[cfg(feature = "mpi")]
+        if let Some(t) = &self.table {
+            return Some(t.tally());
+        }
+        None
     }
 
     /// The mean seconds of the MPI library's own allreduce of `elements` floats over this
@@ -344,10 +424,19 @@ impl KVStore {
             stored
         };
         let merged = self.rt.empty(value.shape(), value.dtype(), home)?;
-        let reduced = match self.kind.is_dist() {
+        let reduced = match self.kind.sums_ranks() {
             true => Some(self.rt.empty(value.shape(), value.dtype(), home)?),
             false => None,
         };
+        // Rank 0 serves the key from here on (another rank's first push of it comes after the
+        // broadcast below, which rank 0 joins after this).
+        #[cfg(feature = "mpi")]
+        let index = self
+            .table
+            .as_ref()
+            .map_or(0, |t| t.add(key.clone(), stored.clone()));
+        #[cfg(not(feature = "mpi"))]
+        let index = 0;
         // Across processes, every rank starts from rank 0's value.
         #[cfg(feature = "mpi")]
         if let Some(c) = self.comm {
@@ -360,6 +449,7 @@ impl KVStore {
                 merged,
                 staged: Vec::new(),
                 reduced,
+                index,
                 sum_attrs: (0, Attrs::new()),
             },
         );
@@ -408,7 +498,7 @@ impl KVStore {
         if self.bucket.lock().parts.iter().any(|p| p.key == key) {
             self.flush_with(&mut updater)?;
         }
-        let (merged, stored, reduced, own) = {
+        let (merged, stored, reduced, own, _index) = {
             let mut entries = self.entries.lock();
             let e = entries.get_mut(&key).ok_or_else(|| unknown("push", &key))?;
             Self::check("push", &key, &e.stored, values)?;
@@ -418,8 +508,17 @@ impl KVStore {
                 e.stored.clone(),
                 e.reduced.clone(),
                 e.merged.clone(),
+                e.index,
             )
         };
+        // `dist_async`: rank 0 applies its own pushes at once, the others send them to it.
+        #[cfg(feature = "mpi")]
+        if let (Some(t), Some(c)) = (&self.table, self.comm) {
+            return match c.rank() {
+                0 => t.apply(&mut updater, _index, &merged, None, priority),
+                _ => dist_async::push_send(c, t, _index, &key, &merged, &stored, priority),
+            };
+        }
         let Some(reduced) = reduced else {
             return self.update(&mut updater, &key, &merged, &stored, priority);
         };
@@ -477,7 +576,7 @@ impl KVStore {
     ) -> Result<()> {
         match updater.as_mut() {
             Some(u) => {
-                let _inside = Updating::enter(self);
+                let _inside = Updating::enter(self.id);
                 u.update(key, merged, stored)
             }
             None => push_copy(merged, stored, priority, "kvstore_assign"),
@@ -571,12 +670,20 @@ impl KVStore {
     pub fn pull(&self, key: impl Into<Key>, outs: &[&NDArray], priority: i32) -> Result<()> {
         let key = key.into();
         self.flush("pull")?;
-        let stored = {
+        let (stored, _index) = {
             let entries = self.entries.lock();
             let e = entries.get(&key).ok_or_else(|| unknown("pull", &key))?;
             Self::check("pull", &key, &e.stored, outs)?;
-            e.stored.clone()
+            (e.stored.clone(), e.index)
         };
+        // `dist_async`: rank 0 reads its weight as it is; the others fetch rank 0's first.
+        #[cfg(feature = "mpi")]
+        if let (Some(t), Some(c)) = (&self.table, self.comm) {
+            match c.rank() {
+                0 => t.read_locally(_index),
+                _ => dist_async::push_fetch(c, t, _index, &key, &stored, priority)?,
+            }
+        }
         for o in outs {
             push_copy(&stored, o, priority, "pull_copy")?;
         }
@@ -644,6 +751,7 @@ impl KVStore {
     /// atomically: a failure leaves any previous file as it was.
     pub fn save_optimizer_states(&self, path: impl AsRef<Path>) -> Result<()> {
         self.flush("save_optimizer_states")?;
+        self.optimizer_here("save_optimizer_states")?;
         let states = match self.lock_updater("save_optimizer_states")?.as_ref() {
             Some(u) => u.states(),
             None => {
@@ -660,6 +768,7 @@ impl KVStore {
     /// Restores the state [`KVStore::save_optimizer_states`] wrote.
     pub fn load_optimizer_states(&self, path: impl AsRef<Path>) -> Result<()> {
         self.flush("load_optimizer_states")?;
+        self.optimizer_here("load_optimizer_states")?;
         let mut slot = self.lock_updater("load_optimizer_states")?;
         let u = slot.as_mut().ok_or_else(|| {
             invalid(
@@ -682,6 +791,22 @@ impl KVStore {
         u.load_states(states)
     }
 
+    /// Refuses `op` on a rank of a `dist_async` store other than 0: the optimizer's state lives
+    /// on rank 0, which runs every update.
+    fn optimizer_here(&self, op: &str) -> Result<()> {
+        match self.is_async() && self.rank() != 0 {
+            true => Err(invalid(
+                &format!("kvstore {op}"),
+                format!(
+                    "a dist_async store's optimizer runs on rank 0, which holds its state (this \
+                     is rank {}): call it there",
+                    self.rank()
+                ),
+            )),
+            false => Ok(()),
+        }
+    }
+
     /// The keys initialized so far, in order.
     pub fn keys(&self) -> Vec<Key> {
         self.entries.lock().keys().cloned().collect()
@@ -693,25 +818,33 @@ impl Drop for KVStore {
     /// program, and a push is never lost.
     fn drop(&mut self) {
         let _ = self.flush("drop");
+        // A `dist_async` store: rank 0 serves the others until every rank is done with it.
+        #[cfg(feature = "mpi")]
+        if let (Some(t), Some(c)) = (&self.table, self.comm) {
+            let _ = self.barrier();
+            if c.rank() == 0 {
+                c.unserve(t.id);
+            }
+        }
     }
 }
 
 thread_local! {
-    /// The store whose updater this thread is running (its address), or 0.
-    static UPDATING: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// The store whose updater this thread is running (its id), or 0.
+    static UPDATING: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
-/// Marks this thread as running `store`'s updater until dropped.
-struct Updating(usize);
+/// Marks this thread as running the updater of the store with id `store` until dropped.
+struct Updating(u64);
 
 impl Updating {
-    fn enter(store: &KVStore) -> Updating {
-        let before = UPDATING.with(|u| u.replace(store as *const KVStore as usize));
+    fn enter(store: u64) -> Updating {
+        let before = UPDATING.with(|u| u.replace(store));
         Updating(before)
     }
 
     fn inside(store: &KVStore) -> bool {
-        UPDATING.with(|u| u.get() == store as *const KVStore as usize)
+        UPDATING.with(|u| u.get() == store.id)
     }
 }
 
