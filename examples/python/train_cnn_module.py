@@ -6,7 +6,8 @@ layer, softmax) symbolically with ``mx.mod.Module.fit``, as an MXNet 1.x script 
 With ``--kvstore dist_sync`` (the package built with the ``mpi`` feature, launched with
 ``mpiexec -n N``), each process trains on its share of every batch of 32 and the store sums the
 gradients across processes; every process prints its line, with a digest of its parameters
-(the same on every rank).
+(the same on every rank). With ``--kvstore dist_async`` rank 0 applies each process's gradient
+as it arrives; the line adds the staleness.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--epochs", type=int, default=20, help="passes over the training set")
     p.add_argument("--json", action="store_true", help="print one JSON line")
-    p.add_argument("--kvstore", default=None, help="a store: local, device, dist_sync")
+    p.add_argument("--kvstore", default=None, help="a store: local, device, dist_sync, dist_async")
     args = p.parse_args()
     kv = mx.kv.create(args.kvstore) if args.kvstore else None
     rank, workers = (kv.rank, kv.num_workers) if kv else (0, 1)
@@ -84,6 +85,10 @@ def main() -> None:
         "workers": workers,
         "params_sha256": digest.hexdigest(),
     }
+    if kv is not None and kv.staleness is not None:
+        out["staleness_updates"] = kv.staleness["updates"]
+        out["staleness_mean"] = kv.staleness["mean"]
+        out["staleness_max"] = kv.staleness["max"]
     if args.json:
         print(json.dumps(out))
     elif rank == 0:

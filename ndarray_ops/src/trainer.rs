@@ -329,6 +329,15 @@ impl DataParallel {
     /// parameter's gradients pushed to the store (summed, the update where it keeps the weight)
     /// and the new weight pulled into every device. Returns at once.
     pub fn step(&self, batch: &[(&str, &NDArray)]) -> Result<()> {
+        // With `dist_async`, a step starts from the weights the last one pulled: without this
+        // wait rank 0, whose updates need no message, would queue steps far ahead of the
+        // others, and their pulls would wait behind its queue (measured: gradients hundreds of
+        // updates stale).
+        if self.kv.is_async() {
+            for p in &self.params {
+                p.weights[0].wait_to_read()?;
+            }
+        }
         self.load(batch)?;
         for exec in &self.execs {
             exec.forward(true)?;

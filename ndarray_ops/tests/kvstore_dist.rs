@@ -399,7 +399,11 @@ fn dist_async_applies_every_push_on_rank_0() {
         // Without an updater rank 1's push replaced the value.
         assert_eq!(lines(&out, r, "replaced"), vec!["[5.0, 5.0, 5.0]"], "{out}");
         // 5 + 3 pushes of 1 (rank 0) + 3 pushes of 2 (rank 1), each applied once.
-        assert_eq!(lines(&out, r, "summed"), vec!["[14.0, 14.0, 14.0]"], "{out}");
+        assert_eq!(
+            lines(&out, r, "summed"),
+            vec!["[14.0, 14.0, 14.0]"],
+            "{out}"
+        );
         // Rank 0 pushed twice reading the newest weight each time, then rank 1 pushed a
         // gradient of the weight before both: 3 updates, staleness 0, 0 and 2.
         assert_eq!(lines(&out, r, "staleness"), vec!["3 2 2"], "{out}");
@@ -443,15 +447,15 @@ fn dist_async_rank() {
     kv.pull("w", &[&out], 0).unwrap();
     say("replaced", format!("{:?}", values(&out)));
 
-    // Both ranks push at once, without pulls between: every push is applied, once. (The
-    // barrier: rank 1's pushes must not reach rank 0 before its updater is set.)
+    // Both ranks push at once, without pulls between: every push is applied, once. (Rank 1's
+    // pushes follow its set_updater at once: that call's barrier keeps them from reaching rank
+    // 0 before its updater is in place.)
     kv.set_updater(
         |_: &ndarray_ops::kvstore::Key, merged: &NDArray, stored: &NDArray| {
             stored.add_inplace(merged)
         },
     )
     .unwrap();
-    kv.barrier().unwrap();
     for _ in 0..3 {
         let g = rt.from_vec(vec![(rank + 1) as f32; 3], &[3], host).unwrap();
         kv.push("w", &[&g], 0).unwrap();
@@ -486,8 +490,11 @@ fn dist_async_rank() {
 
     // An update that fails on rank 0: the pushing rank hears of it at its next pull.
     let kv3 = KVStore::create(&rt, "dist_async").unwrap();
-    kv3.init("bad", &rt.zeros(&[2], ndarray_ops::DType::F32, host).unwrap())
-        .unwrap();
+    kv3.init(
+        "bad",
+        &rt.zeros(&[2], ndarray_ops::DType::F32, host).unwrap(),
+    )
+    .unwrap();
     kv3.set_updater(
         |key: &ndarray_ops::kvstore::Key, _: &NDArray, _: &NDArray| {
             Err(ndarray_ops::NdError::Invalid {
@@ -497,7 +504,6 @@ fn dist_async_rank() {
         },
     )
     .unwrap();
-    kv3.barrier().unwrap();
     if rank == 1 {
         let g = rt.zeros(&[2], ndarray_ops::DType::F32, host).unwrap();
         kv3.push("bad", &[&g], 0).unwrap();
@@ -505,7 +511,9 @@ fn dist_async_rank() {
         let o = rt.zeros(&[2], ndarray_ops::DType::F32, host).unwrap();
         kv3.pull("bad", &[&o], 0).unwrap();
         say("failed", o.wait_to_read().unwrap_err().to_string());
-        let e = kv3.save_optimizer_states("/nonexistent/states").unwrap_err();
+        let e = kv3
+            .save_optimizer_states("/nonexistent/states")
+            .unwrap_err();
         say("save", e.to_string());
     } else {
         kv3.barrier().unwrap();

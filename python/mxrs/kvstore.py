@@ -9,8 +9,10 @@
 A push sums the values given for a key (one per device) and updates the stored value from the
 sum: with the updater (``set_optimizer``, ``set_updater``) or, without one, by replacing it. Calls
 return at once; the runtime's engine orders them, so a pull sees every push before it.
-``dist_sync`` and ``dist_device_sync`` sum across processes over MPI: they need the package built
-with the ``mpi`` feature and a launch under ``mpiexec``."""
+``dist_sync`` and ``dist_device_sync`` sum across processes over MPI; with ``dist_async`` rank 0
+applies each process's push as it arrives and a pull fetches rank 0's value as it is then
+(``staleness`` tells how late the gradients were). They need the package built with the ``mpi``
+feature and a launch under ``mpiexec``."""
 
 from __future__ import annotations
 
@@ -63,6 +65,17 @@ class KVStore:
         """How many worker processes share the store."""
         return self._kv.num_workers
 
+    @property
+    def staleness(self) -> dict[str, float] | None:
+        """A ``dist_async`` store's staleness so far: ``updates`` applied, their ``mean`` and
+        ``max`` staleness (updates of a key applied between the pull a gradient came from and
+        its arrival); ``None`` for the other kinds."""
+        s = self._kv.staleness
+        if s is None:
+            return None
+        updates, total, most = s
+        return {"updates": updates, "mean": total / max(updates, 1), "max": most}
+
     def init(self, key: Any, value: Any) -> None:
         """Stores a copy of ``value`` under ``key`` (int or str, or a list of keys). Across
         processes every rank starts from rank 0's value."""
@@ -103,9 +116,17 @@ class KVStore:
         """Waits until every worker reaches this point."""
         self._kv.barrier()
 
+    def _optimizer_here(self, what: str) -> None:
+        if self.type == "dist_async" and self.rank != 0:
+            raise MXNetError(
+                f"{what}: a dist_async store's optimizer runs on rank 0, which holds its state "
+                f"(this is rank {self.rank}): call it there"
+            )
+
     def save_optimizer_states(self, fname: str, dump_optimizer: bool = False) -> None:
         """Writes the optimizer's state (and the optimizer with ``dump_optimizer``) to
         ``fname``, atomically: a failure leaves any previous file as it was."""
+        self._optimizer_here("save_optimizer_states")
         updater = self._updater
         if not isinstance(updater, opt_mod.Updater):
             raise MXNetError(
@@ -126,6 +147,7 @@ class KVStore:
 
     def load_optimizer_states(self, fname: str) -> None:
         """Restores the state :meth:`save_optimizer_states` wrote."""
+        self._optimizer_here("load_optimizer_states")
         updater = self._updater
         if not isinstance(updater, opt_mod.Updater):
             raise MXNetError(
@@ -137,7 +159,7 @@ class KVStore:
 
 def create(name: str = "local") -> KVStore:
     """A store: ``local`` (sums and updates on the CPU), ``device`` (on each key's device),
-    ``dist_sync`` / ``dist_device_sync`` (across processes over MPI)."""
+    ``dist_sync`` / ``dist_device_sync`` / ``dist_async`` (across processes over MPI)."""
     if not isinstance(name, str):
         raise TypeError("name must be a string")
     return KVStore(name)

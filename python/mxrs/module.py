@@ -98,6 +98,12 @@ class BaseModule:
             if eval_data is not None:
                 for name, value in self.score(eval_data, validation_metric or eval_metric):
                     self.logger.info("Epoch[%d] Validation-%s=%f", epoch, name, value)
+        if self._kvstore is not None and self._kvstore.type == "dist_async":
+            # Each rank's last pull saw what rank 0 had applied then; after the barrier every
+            # rank's pushes are in rank 0's weights, and every rank takes them.
+            self._kvstore.barrier()
+            for n in self.param_names:
+                self._kvstore.pull(n, out=self._executor.arg_dict[n])
 
     def forward_backward(self, data_batch: DataBatch) -> None:
         """A training forward pass and its backward pass."""
@@ -348,8 +354,9 @@ class Module(BaseModule):
         """Sets the optimizer (a name and its parameters, or an ``Optimizer``). With a
         ``KVStore`` or the name of one across processes (``dist_sync``), the store sums the
         gradients and runs the optimizer, as MXNet's Module does: every rank starts from rank
-        0's parameters and applies the same update to the same sum. On one device a local
-        store has nothing to sum, so the update runs here."""
+        0's parameters and applies the same update to the same sum. With ``dist_async`` rank 0
+        applies each rank's gradient as it arrives (scaled by that rank's batch). On one device
+        a local store has nothing to sum, so the update runs here."""
         if self.optimizer_initialized and not force_init:
             return
         kv = None

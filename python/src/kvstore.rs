@@ -4,6 +4,7 @@
 //! push waiting for the store's updater lock so never holds the GIL that the updater running
 //! on another thread needs.
 
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use ndarray_ops::kvstore::{KVStore, Key, Updater};
@@ -57,17 +58,31 @@ impl Updater for PyUpdater {
 /// A key-value store (`mx.kv.create`).
 #[pyclass(module = "mxrs._native", name = "KVStore", frozen)]
 pub(crate) struct KV {
-    kv: Arc<KVStore>,
+    /// Dropped by hand, with the GIL released (see `Drop`).
+    kv: ManuallyDrop<Arc<KVStore>>,
+}
+
+impl Drop for KV {
+    fn drop(&mut self) {
+        // SAFETY: `kv` is taken once, here, and not used after.
+        let kv = unsafe { ManuallyDrop::take(&mut self.kv) };
+        // A `dist_async` store's drop meets the other ranks at a barrier, during which rank
+        // 0's communication thread may run a Python updater for them: it needs the GIL.
+        Python::attach(|py| py.detach(move || drop(kv)));
+    }
 }
 
 #[pymethods]
 impl KV {
     /// A store of `kind`: `local`, `device`, or across processes `dist_sync` /
-    /// `dist_device_sync` (a package built with the `mpi` feature, launched with mpiexec).
+    /// `dist_device_sync` / `dist_async` (a package built with the `mpi` feature, launched
+    /// with mpiexec).
     #[new]
     fn new(kind: &str) -> PyResult<KV> {
         let kv = KVStore::create(&runtime()?, kind).map_err(err)?;
-        Ok(KV { kv: Arc::new(kv) })
+        Ok(KV {
+            kv: ManuallyDrop::new(Arc::new(kv)),
+        })
     }
 
     /// The kind's name.
@@ -90,7 +105,7 @@ impl KV {
 
     /// Stores a copy of `value` under `key`.
     fn init(&self, py: Python<'_>, key: &Bound<'_, PyAny>, value: Py<Array>) -> PyResult<()> {
-        let (key, kv, v) = (key_of(key)?, self.kv.clone(), value.get().handle());
+        let (key, kv, v) = (key_of(key)?, Arc::clone(&self.kv), value.get().handle());
         py.detach(move || kv.init(key, &v)).map_err(err)
     }
 
@@ -102,7 +117,7 @@ impl KV {
         values: Vec<Py<Array>>,
         priority: i32,
     ) -> PyResult<()> {
-        let (key, kv, vs) = (key_of(key)?, self.kv.clone(), handles(&values));
+        let (key, kv, vs) = (key_of(key)?, Arc::clone(&self.kv), handles(&values));
         py.detach(move || {
             let refs: Vec<&NDArray> = vs.iter().collect();
             kv.push(key, &refs, priority)
@@ -118,7 +133,7 @@ impl KV {
         outs: Vec<Py<Array>>,
         priority: i32,
     ) -> PyResult<()> {
-        let (key, kv, os) = (key_of(key)?, self.kv.clone(), handles(&outs));
+        let (key, kv, os) = (key_of(key)?, Arc::clone(&self.kv), handles(&outs));
         py.detach(move || {
             let refs: Vec<&NDArray> = os.iter().collect();
             kv.pull(key, &refs, priority)
@@ -128,7 +143,7 @@ impl KV {
 
     /// Installs `f(key, merged, stored)` as the updater (`None`: pushes replace the value).
     fn set_updater(&self, py: Python<'_>, f: Option<Py<PyAny>>) -> PyResult<()> {
-        let kv = self.kv.clone();
+        let kv = Arc::clone(&self.kv);
         match f {
             Some(f) => py.detach(move || kv.set_updater(PyUpdater(f))),
             None => py.detach(move || kv.clear_updater()),
@@ -138,8 +153,15 @@ impl KV {
 
     /// Waits for every process.
     fn barrier(&self, py: Python<'_>) -> PyResult<()> {
-        let kv = self.kv.clone();
+        let kv = Arc::clone(&self.kv);
         py.detach(move || kv.barrier()).map_err(err)
+    }
+
+    /// A `dist_async` store's staleness so far as `(updates, total, max)`; `None` for the
+    /// other kinds.
+    #[getter]
+    fn staleness(&self) -> Option<(u64, u64, u64)> {
+        self.kv.staleness().map(|s| (s.updates, s.total, s.max))
     }
 }
 

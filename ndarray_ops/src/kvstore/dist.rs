@@ -729,7 +729,11 @@ pub(super) fn push_broadcast(comm: &'static Comm, key: &Key, buf: &NDArray) -> R
         len: buf.size(),
         dtype: buf.dtype(),
     };
-    let ticket = Ticket::new(comm, format!("the broadcast of key {key} from rank 0"), skipped);
+    let ticket = Ticket::new(
+        comm,
+        format!("the broadcast of key {key} from rank 0"),
+        skipped,
+    );
     let b = buf.tensor();
     let op = engine::Op::asynchronous("kvstore_broadcast", move |_, done| {
         ticket.submit(

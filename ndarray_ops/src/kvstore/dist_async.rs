@@ -265,7 +265,12 @@ impl Table {
     }
 
     /// Another rank: takes a pull's reply into `buf`, noting the key's version and the tally.
-    fn take_reply(&self, idx: u32, reply: &[u8], buf: &TensorRef) -> std::result::Result<(), String> {
+    fn take_reply(
+        &self,
+        idx: u32,
+        reply: &[u8],
+        buf: &TensorRef,
+    ) -> std::result::Result<(), String> {
         let (head, payload) = take_head(reply)?;
         if payload.len() != buf.buf.bytes {
             return Err(format!(
@@ -381,7 +386,11 @@ pub(super) fn push_fetch(
     stored: &NDArray,
     priority: i32,
 ) -> Result<()> {
-    let ticket = dist::Ticket::new(comm, format!("the pull of key {key} from rank 0"), Work::Skip);
+    let ticket = dist::Ticket::new(
+        comm,
+        format!("the pull of key {key} from rank 0"),
+        Work::Skip,
+    );
     let (dst, tab) = (stored.tensor(), table.clone());
     let op = engine::Op::asynchronous("kvstore_async_pull", move |_, done| {
         let request = words(&[PULL, u64::from(tab.id), u64::from(idx), 0]);
@@ -443,7 +452,11 @@ impl Service {
 
     /// Sends the ready replies and serves the requests that have arrived; whether it did
     /// anything.
-    pub(super) fn poll(&mut self, world: &mpi::topology::SimpleCommunicator, limit: std::time::Duration) -> bool {
+    pub(super) fn poll(
+        &mut self,
+        world: &mpi::topology::SimpleCommunicator,
+        limit: std::time::Duration,
+    ) -> bool {
         use mpi::point_to_point::MatchedReceiveVec;
         use mpi::traits::*;
         let mut busy = false;
@@ -453,7 +466,9 @@ impl Service {
                 dist::send_bytes(world, r.to, TAG_REPLY, &r.bytes, "a reply to a pull", limit);
                 sent = true;
             }
-            let Some(probed) = world.any_process().immediate_matched_probe_with_tag(TAG_REQUEST)
+            let Some(probed) = world
+                .any_process()
+                .immediate_matched_probe_with_tag(TAG_REQUEST)
             else {
                 return busy || sent;
             };

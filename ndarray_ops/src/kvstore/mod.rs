@@ -120,7 +120,10 @@ impl Kind {
 
     /// Whether the store spans processes.
     fn is_dist(self) -> bool {
-        matches!(self, Kind::DistSync | Kind::DistDeviceSync | Kind::DistAsync)
+        matches!(
+            self,
+            Kind::DistSync | Kind::DistDeviceSync | Kind::DistAsync
+        )
     }
 
     /// Whether every push is summed over the processes before its update.
@@ -717,18 +720,25 @@ impl KVStore {
         self.pull(key, outs, priority)
     }
 
-    /// Installs `updater`: every later push updates the stored value with it.
+    /// Installs `updater`: every later push updates the stored value with it. In a
+    /// `dist_async` store every rank calls it (rank 0's runs every update) and the ranks then
+    /// meet at a barrier, so no rank's next push reaches rank 0 before its updater is in place.
     pub fn set_updater(&self, updater: impl Updater + 'static) -> Result<()> {
-        self.flush("set_updater")?;
-        *self.lock_updater("set_updater")? = Some(Box::new(updater));
-        Ok(())
+        self.replace_updater("set_updater", Some(Box::new(updater)))
     }
 
     /// Removes the updater: later pushes replace the stored value with their sum.
     pub fn clear_updater(&self) -> Result<()> {
-        self.flush("clear_updater")?;
-        *self.lock_updater("clear_updater")? = None;
-        Ok(())
+        self.replace_updater("clear_updater", None)
+    }
+
+    fn replace_updater(&self, op: &str, updater: Option<Box<dyn Updater>>) -> Result<()> {
+        self.flush(op)?;
+        *self.lock_updater(op)? = updater;
+        match self.is_async() {
+            true => self.barrier(),
+            false => Ok(()),
+        }
     }
 
     /// Installs `optimizer` as the updater; it keeps its state per key on the key's device.
