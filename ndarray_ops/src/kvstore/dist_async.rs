@@ -34,6 +34,10 @@ use crate::{NDArray, Runtime};
 pub(super) const TAG_REQUEST: i32 = 0x6d78;
 pub(super) const TAG_REPLY: i32 = 0x6d79;
 
+/// The priority of a reply's read of the weight: another rank waits for it, so it goes before
+/// rank 0's own compute among the ops ready to run.
+const ANSWER_PRIORITY: i32 = i32::MAX / 2;
+
 /// A request's kinds (the header's first word).
 const PUSH: u64 = 0;
 const PULL: u64 = 1;
@@ -253,7 +257,8 @@ impl Table {
             done.complete(Ok(()));
         })
         .on(stored.ctx())
-        .read(stored.var());
+        .read(stored.var())
+        .priority(ANSWER_PRIORITY);
         if let Err(e) = self.rt.engine().push(op) {
             eprintln!("mxrs kvstore: cannot answer rank {from}'s pull of key {key}: {e}");
         }
