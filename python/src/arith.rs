@@ -68,23 +68,40 @@ fn fallback(py: Python<'_>) -> PyResult<&Py<PyAny>> {
     })
 }
 
-/// Runs `call` with the GIL released, unless the operands have at most
-/// [`CHEAP_ELEMENTS`](ndarray_ops::ops::CHEAP_ELEMENTS) elements together: the engine then runs
-/// the op at once on this thread (or hands it to a worker when its inputs are still pending, or
-/// its output is large), in less time than releasing the GIL and taking it back costs; a push
-/// never waits for another op, so holding the GIL cannot block a thread that needs it.
-fn call<R: Send>(py: Python<'_>, elements: usize, call: impl FnOnce() -> R + Send) -> R {
-    match elements <= ndarray_ops::ops::CHEAP_ELEMENTS {
-        true => call(),
-        false => py.detach(call),
+/// Runs `run` on the handles of `arrays`, each locked once: with the GIL held where the
+/// operands have at most [`CHEAP_ELEMENTS`](ndarray_ops::ops::CHEAP_ELEMENTS) elements
+/// together (the engine then runs the op at once on this thread, or hands it to a worker when
+/// its inputs are still pending or its output is large, in less time than releasing the GIL and
+/// taking it back costs; a push never waits for another op, so holding the GIL cannot block a
+/// thread that needs it), else with the GIL released (the handles locked again there, so that
+/// no lock is held while the GIL is taken back).
+fn call<R: Send>(
+    py: Python<'_>,
+    (a, b): (&Array, Option<&Array>),
+    run: impl Fn(&[&NDArray]) -> R + Send + Sync,
+) -> R {
+    let small = with_locked(a, b, |xs| {
+        let elements: usize = xs.iter().map(|x| x.size()).sum();
+        (elements <= ndarray_ops::ops::CHEAP_ELEMENTS).then(|| run(xs))
+    });
+    match small {
+        Some(r) => r,
+        None => py.detach(|| with_locked(a, b, &run)),
     }
+}
+
+/// `f` of the handles of `a` and `b`, each under its read lock.
+fn with_locked<T>(a: &Array, b: Option<&Array>, f: impl FnOnce(&[&NDArray]) -> T) -> T {
+    a.with(|x| match b {
+        Some(b) => b.with(|y| f(&[x, y])),
+        None => f(&[x]),
+    })
 }
 
 /// One-output op `name` on two arrays (the handles are read in place, under their locks).
 pub(crate) fn binary(py: Python<'_>, name: &str, a: &Array, b: &Array) -> PyResult<NDArray> {
-    let elements = a.with(NDArray::size) + b.with(NDArray::size);
-    let mut outs = call(py, elements, || {
-        a.with(|a| b.with(|b| invoke_on(a.runtime(), a.ctx(), name, &[a, b], &Attrs::new(), None)))
+    let mut outs = call(py, (a, Some(b)), |xs| {
+        invoke_on(xs[0].runtime(), xs[0].ctx(), name, xs, &Attrs::new(), None)
     })
     .map_err(err)?;
     Ok(outs.swap_remove(0))
@@ -93,8 +110,8 @@ pub(crate) fn binary(py: Python<'_>, name: &str, a: &Array, b: &Array) -> PyResu
 /// One-output scalar op `name` (`_plus_scalar`, ...) on `data` with `value`.
 pub(crate) fn scalar(py: Python<'_>, name: &str, data: &Array, value: f64) -> PyResult<NDArray> {
     let attrs = Attrs::new().with("scalar", value);
-    let mut outs = call(py, data.with(NDArray::size), || {
-        data.with(|a| invoke_on(a.runtime(), a.ctx(), name, &[a], &attrs, None))
+    let mut outs = call(py, (data, None), |xs| {
+        invoke_on(xs[0].runtime(), xs[0].ctx(), name, xs, &attrs, None)
     })
     .map_err(err)?;
     Ok(outs.swap_remove(0))
