@@ -23,6 +23,27 @@ const MODELS: [(train_digits::Model, &str); 2] = [
     (train_digits::Model::Cnn, "cnn"),
 ];
 
+/// Runs test `name` of this binary on 2 ranks with `env` set, and returns what they printed;
+/// fails if the job did.
+fn launch(name: &str, env: (&str, &std::ffi::OsStr)) -> String {
+    let exe = std::env::current_exe().unwrap();
+    let out = Command::new("mpiexec")
+        .args(["-n", "2"])
+        .arg(exe)
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(RANK_ENV, "1")
+        .env(env.0, env.1)
+        .output()
+        .expect("mpiexec (install MPICH or Open MPI to run this test)");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "the ranks failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 #[test]
 fn two_ranks_train_the_weights_of_one_process_on_two_devices() {
     if std::env::var_os(RANK_ENV).is_some() {
@@ -30,21 +51,7 @@ fn two_ranks_train_the_weights_of_one_process_on_two_devices() {
     }
     let dir = std::env::temp_dir().join(format!("mxrs-dist-digits-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let exe = std::env::current_exe().unwrap();
-    let out = Command::new("mpiexec")
-        .args(["-n", "2"])
-        .arg(exe)
-        .args(["--exact", "ranks_train", "--nocapture", "--test-threads=1"])
-        .env(RANK_ENV, "1")
-        .env(PREFIX_ENV, dir.join("dist"))
-        .output()
-        .expect("mpiexec (install MPICH or Open MPI to run this test)");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the ranks failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = launch("ranks_train", (PREFIX_ENV, dir.join("dist").as_os_str()));
     let contexts = [Context::cpu(0), Context::cpu(1)];
     for (model, name) in MODELS {
         let single = dir.join("single");
@@ -90,26 +97,7 @@ fn two_ranks_train_with_dist_async() {
     if std::env::var_os(RANK_ENV).is_some() {
         return;
     }
-    let exe = std::env::current_exe().unwrap();
-    let out = Command::new("mpiexec")
-        .args(["-n", "2"])
-        .arg(exe)
-        .args([
-            "--exact",
-            "ranks_train_async",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(RANK_ENV, "1")
-        .env(ASYNC_ENV, "1")
-        .output()
-        .expect("mpiexec (install MPICH or Open MPI to run this test)");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the ranks failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = launch("ranks_train_async", (ASYNC_ENV, "1".as_ref()));
     let said = |r: usize| -> Vec<f64> {
         let prefix = format!("rank{r} async ");
         let line = stdout

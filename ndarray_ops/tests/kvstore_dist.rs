@@ -323,13 +323,20 @@ fn a_rank_that_dies_fails_the_job_within_the_timeout() {
     if in_rank() || !have_mpiexec() {
         return;
     }
-    let start = Instant::now();
-    let (ok, out, err) = launch("a_dying_rank", &[("MXRS_KVSTORE_TIMEOUT", "3")]);
-    assert!(!ok, "the job should have failed:\n{out}\n{err}");
     // Either MPI's launcher ends the job when a rank exits early, or the survivor's sum times
     // out: never a hang.
+    a_death_ends_the_job("a_dying_rank", "rank0 finished");
+}
+
+/// Launches rank test `name`, in which a rank dies, with a 3 s timeout: the job must fail within
+/// a minute, the survivor must not print `survivor_done`, and the output must say why (MPI's
+/// launcher's report of the dead rank, or the survivor's timeout).
+fn a_death_ends_the_job(name: &str, survivor_done: &str) {
+    let start = Instant::now();
+    let (ok, out, err) = launch(name, &[("MXRS_KVSTORE_TIMEOUT", "3")]);
+    assert!(!ok, "the job should have failed:\n{out}\n{err}");
     assert!(start.elapsed() < Duration::from_secs(60), "{out}\n{err}");
-    assert!(!out.contains("rank0 finished"), "{out}\n{err}");
+    assert!(!out.contains(survivor_done), "{out}\n{err}");
     let said = format!("{out}{err}");
     assert!(
         said.contains("BAD TERMINATION") || said.contains("did not complete within"),
@@ -527,16 +534,7 @@ fn a_dead_rank_0_fails_a_dist_async_pull_within_the_timeout() {
     if in_rank() || !have_mpiexec() {
         return;
     }
-    let start = Instant::now();
-    let (ok, out, err) = launch("a_dead_async_server", &[("MXRS_KVSTORE_TIMEOUT", "3")]);
-    assert!(!ok, "the job should have failed:\n{out}\n{err}");
-    assert!(start.elapsed() < Duration::from_secs(60), "{out}\n{err}");
-    assert!(!out.contains("rank1 finished"), "{out}\n{err}");
-    let said = format!("{out}{err}");
-    assert!(
-        said.contains("BAD TERMINATION") || said.contains("did not complete within"),
-        "no word of the dead rank:\n{said}"
-    );
+    a_death_ends_the_job("a_dead_async_server", "rank1 finished");
 }
 
 #[test]

@@ -12,8 +12,7 @@
 //! **Staleness**: every key has a version, the number of updates applied to it. A pull reply
 //! carries it; the worker's next push of the key carries the version its gradient was computed
 //! from (the push op is ordered after the pull that wrote the weight, before the next one), and
-//! rank 0 records `version now - version read` (the updates of others the gradient did not
-//! see). Replies carry the store-wide tally, so every rank can report it.
+//! rank 0 records `version now - version read` (the updates the gradient did not see). Replies carry the store-wide tally, so every rank can report it.
 //!
 //! A worker's `barrier` first sends a `Sync` request: its answer means rank 0 has taken every
 //! earlier push of that worker, so after the barrier a pull sees them all.
@@ -160,13 +159,7 @@ impl Table {
             self.tally.lock().record(stale);
             (s.key.clone(), s.stored.clone())
         };
-        match updater.as_mut() {
-            Some(u) => {
-                let _inside = super::Updating::enter(self.store_id);
-                u.update(&key, grad, &stored)
-            }
-            None => super::push_copy(grad, &stored, priority, "kvstore_assign"),
-        }
+        super::run_update(self.store_id, updater, &key, grad, &stored, priority)
     }
 
     /// Rank 0: notes that its own pull of key `idx` read the current version.

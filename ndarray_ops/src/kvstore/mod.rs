@@ -133,8 +133,8 @@ impl Kind {
 }
 
 /// How stale the gradients a `dist_async` store applied were: for each update, how many
-/// updates of the same key (from other ranks) were applied between the pull of the weight the
-/// gradient was computed from and the gradient's arrival.
+/// updates of the same key were applied between the pull of the weight the gradient was
+/// computed from and the gradient's arrival (the updates the gradient did not see).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Staleness {
     /// Updates applied, over every key and rank.
@@ -577,13 +577,7 @@ impl KVStore {
         stored: &NDArray,
         priority: i32,
     ) -> Result<()> {
-        match updater.as_mut() {
-            Some(u) => {
-                let _inside = Updating::enter(self.id);
-                u.update(key, merged, stored)
-            }
-            None => push_copy(merged, stored, priority, "kvstore_assign"),
-        }
+        run_update(self.id, updater, key, merged, stored, priority)
     }
 
     /// Sends the bucket: one sum over the ranks of every value in it, then their updates.
@@ -861,6 +855,25 @@ impl Updating {
 impl Drop for Updating {
     fn drop(&mut self) {
         UPDATING.with(|u| u.set(self.0));
+    }
+}
+
+/// Updates `stored` from `merged` with `updater` (marking the thread as inside the updater of
+/// the store with id `store`), or, without one, by replacing it.
+fn run_update(
+    store: u64,
+    updater: &mut Option<Box<dyn Updater>>,
+    key: &Key,
+    merged: &NDArray,
+    stored: &NDArray,
+    priority: i32,
+) -> Result<()> {
+    match updater.as_mut() {
+        Some(u) => {
+            let _inside = Updating::enter(store);
+            u.update(key, merged, stored)
+        }
+        None => push_copy(merged, stored, priority, "kvstore_assign"),
     }
 }
 
