@@ -430,6 +430,17 @@ impl AttrValue for Vec<Option<i64>> {
     }
 }
 
+/// Checks that every entry of `v` lies from `lo` to 2^31 - 1, as MXNet's `int` holds it: the
+/// ops multiply and add such entries into shapes, and a huge one is refused instead of wrapping
+/// that arithmetic. The error says which entry: `has 9..., outside 0 to 2147483647`.
+pub(crate) fn int32s(v: &[i64], lo: i64) -> std::result::Result<(), String> {
+    let max = i64::from(i32::MAX);
+    match v.iter().find(|x| !(lo..=max).contains(*x)) {
+        Some(bad) => Err(format!("has {bad}, outside {lo} to {max}")),
+        None => Ok(()),
+    }
+}
+
 /// A 2-D window's size, stride, padding or dilation: `(3, 3)`, or one value for both axes, each
 /// from 0 to 2^31 - 1 as MXNet's `int` holds it; empty (MXNet's default `[]`) leaves it to the op.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -451,12 +462,7 @@ impl Window {
 impl AttrValue for Window {
     fn read(text: &str) -> std::result::Result<Window, String> {
         let v = Vec::<i64>::read(text)?;
-        // Its entries are multiplied and added into shapes: a huge one is refused instead of
-        // wrapping that arithmetic.
-        let max = i64::from(i32::MAX);
-        if let Some(bad) = v.iter().find(|x| !(0..=max).contains(*x)) {
-            return Err(format!("a 2-D window: it has {bad}, outside 0 to {max}"));
-        }
+        int32s(&v, 0).map_err(|e| format!("a 2-D window: it {e}"))?;
         match v[..] {
             [] => Ok(Window(None)),
             [a] => Ok(Window(Some((a as usize, a as usize)))),

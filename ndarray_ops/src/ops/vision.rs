@@ -7,7 +7,7 @@
 //! kernels do.
 
 use super::par::{for_ranges, Shared};
-use super::params::{attr_enum, op_params, Params, PositiveInt, Window};
+use super::params::{attr_enum, int32s, op_params, Params, PositiveInt, Window};
 use super::{Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
 use crate::gpu;
@@ -413,13 +413,8 @@ fn crop_window(
 ) -> Result<((usize, usize), (usize, usize))> {
     let p = CropParams::get(op, attrs)?;
     let pair = |key: &str, v: &[i64]| -> Result<(i64, i64)> {
-        let max = i64::from(i32::MAX);
-        if let Some(bad) = v.iter().find(|x| !(-max..=max).contains(*x)) {
-            return Err(invalid(
-                op,
-                format!("attribute {key}={v:?} has {bad}, outside {} to {max}", -max),
-            ));
-        }
+        int32s(v, -i64::from(i32::MAX))
+            .map_err(|e| invalid(op, format!("attribute {key}={v:?} {e}")))?;
         Ok(match v {
             [] => (0, 0),
             [a] => (*a, *a),

@@ -18,7 +18,7 @@
 //! gradient element into the input element it read: a broadcast's sum, a tile's sum of tiles,
 //! padding's crop.
 
-use super::params::{attr_enum, op_params, Params, PositiveInt};
+use super::params::{attr_enum, int32s, op_params, Params, PositiveInt};
 use super::permute::permute;
 use super::{norm_axes, times, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
@@ -299,13 +299,7 @@ fn swapped(op: &str, attrs: &Attrs, ndim: usize) -> Result<(usize, usize)> {
 fn pad_widths(op: &str, attrs: &Attrs, ndim: usize) -> Result<Vec<(usize, usize)>> {
     let p = PadParams::get(op, attrs)?;
     let w = &p.pad_width;
-    let max = i64::from(i32::MAX);
-    if let Some(bad) = w.iter().find(|v| !(0..=max).contains(*v)) {
-        return Err(invalid(
-            op,
-            format!("attribute pad_width={w:?} has {bad}, outside 0 to {max}"),
-        ));
-    }
+    int32s(w, 0).map_err(|e| invalid(op, format!("attribute pad_width={w:?} {e}")))?;
     if w.len() != 2 * ndim {
         return Err(invalid(
             op,
