@@ -523,7 +523,7 @@ impl KVStore {
             };
         }
         let Some(reduced) = reduced else {
-            return self.update(&mut updater, &key, &merged, &stored, priority);
+            return run_update(self.id, &mut updater, &key, &merged, &stored, priority);
         };
         // Without an updater the sum is the new value: it lands in the stored array directly.
         let reduced = match updater.is_none() {
@@ -568,18 +568,6 @@ impl KVStore {
         }
     }
 
-    /// Updates `stored` from `merged`: with the updater, or by replacing it.
-    fn update(
-        &self,
-        updater: &mut Option<Box<dyn Updater>>,
-        key: &Key,
-        merged: &NDArray,
-        stored: &NDArray,
-        priority: i32,
-    ) -> Result<()> {
-        run_update(self.id, updater, key, merged, stored, priority)
-    }
-
     /// Sends the bucket: one sum over the ranks of every value in it, then their updates.
     fn flush_with(&self, updater: &mut Option<Box<dyn Updater>>) -> Result<()> {
         let parts = std::mem::take(&mut *self.bucket.lock()).parts;
@@ -592,7 +580,8 @@ impl KVStore {
         }
         let mut first_error = None;
         for p in &parts {
-            if let Err(e) = self.update(updater, &p.key, &p.reduced, &p.stored, p.priority) {
+            if let Err(e) = run_update(self.id, updater, &p.key, &p.reduced, &p.stored, p.priority)
+            {
                 first_error.get_or_insert(e);
             }
         }
