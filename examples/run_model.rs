@@ -177,6 +177,9 @@ fn run() -> Result<(), String> {
             report["unmirrored_lower_bound_bytes"] = r.unmirrored_bound_bytes.into();
             report["mirror_estimated_overhead"] = r.estimated_overhead.into();
         }
+        // Nodes the fusion pass made, and the op of each.
+        report["fused_nodes"] = exec.fusion_report().fused.len().into();
+        report["fused_nodes_removed"] = exec.fusion_report().nodes_removed().into();
         if let Some((n_args, n_aux)) = loaded {
             report["params_loaded"] =
                 serde_json::json!({"arguments": n_args, "auxiliary_states": n_aux});
@@ -213,6 +216,14 @@ fn run() -> Result<(), String> {
             "internal entries: {} ({} in place), {} bytes without reuse, {} planned, lower bound {}, {} allocated",
             mem.entries, mem.inplace, mem.no_reuse_bytes, mem.planned_bytes, mem.lower_bound_bytes, mem.allocated_bytes
         );
+        let fusion = exec.fusion_report();
+        if !fusion.fused.is_empty() {
+            println!(
+                "fused: {} nodes in place of {}",
+                fusion.fused.len(),
+                fusion.fused.len() + fusion.nodes_removed()
+            );
+        }
         if let Some(r) = exec.mirror_report() {
             println!(
                 "recomputed during backward: {} nodes, estimated {:.1}% of a step; lower bound without recomputation {}",

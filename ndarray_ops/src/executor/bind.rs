@@ -12,6 +12,7 @@ use crate::error::{invalid, NdError, Result};
 use crate::ops::StateUse;
 use crate::plan::{assign_aliases, training_bound, Aliases, GraphDesc};
 use crate::resources::OpState;
+use crate::symbol::fuse::{self, FusionReport};
 use crate::symbol::mirror::{self, Mirror, MirrorReport};
 use crate::symbol::{gradient, head_grad_names, infer, place, Inferred, Placed};
 use crate::{DType, NDArray, Runtime, Symbol};
@@ -33,6 +34,8 @@ pub(super) struct FullGraph {
     pub(super) head_names: Vec<String>,
     /// What the recomputation pass chose, when it ran.
     pub(super) mirror: Option<MirrorReport>,
+    /// What the fusion pass fused.
+    pub(super) fusion: FusionReport,
 }
 
 impl FullGraph {
@@ -120,6 +123,17 @@ pub(super) fn full_graph(
         .cloned()
         .collect();
     let num_outputs = symbol.outputs().len();
+    // Fused ops run on the CPU: graphs placed on other devices are left as they are.
+    let fusing = match opts.fusion {
+        Some(f) => f,
+        None => fuse::enabled_from_env()?,
+    } && opts.group2ctx.is_empty()
+        && ctx.is_cpu();
+    let (fused, fusion) = match fusing {
+        true => fuse::apply(symbol, wrt.is_empty())?,
+        false => (symbol.clone(), FusionReport::default()),
+    };
+    let symbol = &fused;
     // Given arrays fix their own shapes and dtypes.
     let mut dtypes: HashMap<String, DType> =
         given.iter().map(|(k, v)| (k.clone(), v.dtype())).collect();
@@ -152,6 +166,18 @@ pub(super) fn full_graph(
         let (full, report) = mirror::apply(&full, num_outputs, &shapes, &dtypes, policy, &bound)?;
         mirror_report = report;
         full
+    };
+    let (full, fusion) = match fusing {
+        true => {
+            let (full, elementwise) = fuse::apply_elementwise(&full, num_outputs)?;
+            (
+                full,
+                FusionReport {
+                    fused: [fusion.fused, elementwise.fused].concat(),
+                },
+            )
+        }
+        false => (full, fusion),
     };
     // Each output gets storage of its own (MXNet's copy nodes), then every node a device.
     let full = full.with_copy_nodes()?;
@@ -191,6 +217,7 @@ pub(super) fn full_graph(
         wrt,
         head_names,
         mirror: mirror_report,
+        fusion,
     })
 }
 

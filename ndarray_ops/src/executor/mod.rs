@@ -22,6 +22,7 @@ use storage::Context;
 use crate::error::{invalid, shape_error, some_names, NdError, Result};
 use crate::ops::{prepare, Attrs, Call, IS_TRAIN};
 use crate::resources::OpState;
+use crate::symbol::fuse::FusionReport;
 use crate::symbol::mirror::{Mirror, MirrorReport};
 use crate::symbol::Inferred;
 use crate::{NDArray, Runtime, Symbol};
@@ -70,6 +71,9 @@ pub struct BindOptions {
     /// Recomputation of forward entries during backward, with gradients (see
     /// [`crate::symbol::mirror`]). `None`: as `MXRS_BACKWARD_MIRROR` says (off when unset).
     pub mirror: Option<Mirror>,
+    /// Operator fusion (see [`crate::symbol::fuse`]). `None`: as `MXRS_FUSION` says (on when
+    /// unset).
+    pub fusion: Option<bool>,
 }
 
 /// A symbol bound to arrays.
@@ -110,6 +114,8 @@ pub struct Executor {
     memory: Vec<(Context, MemoryReport)>,
     /// What the recomputation pass chose, when it ran.
     mirror: Option<MirrorReport>,
+    /// What the fusion pass fused at bind.
+    fusion: FusionReport,
     /// The pass pushed last, which decides whether a backward pass may run.
     last: Mutex<LastPass>,
 }
@@ -278,6 +284,7 @@ impl Executor {
             arenas: memory.arenas,
             memory: memory.reports,
             mirror: full.mirror,
+            fusion: full.fusion,
             last: Mutex::new(LastPass::Nothing),
         })
     }
@@ -582,6 +589,11 @@ impl Executor {
         self.mirror.as_ref()
     }
 
+    /// What operator fusion fused at bind (empty when it was off or found nothing).
+    pub fn fusion_report(&self) -> &FusionReport {
+        &self.fusion
+    }
+
     /// The device of every node of [`Executor::symbol`]'s indexed graph (model parallelism).
     pub fn node_devices(&self) -> Vec<(String, Context)> {
         let g = &self.inferred.graph;
@@ -608,8 +620,12 @@ impl Executor {
                     )
                 })
                 .collect();
+            let fused = n
+                .attrs
+                .get(crate::symbol::fuse::FUSED_ATTR)
+                .map_or(String::new(), |names| format!(" (fuses {names})"));
             s += &format!(
-                "#{i:<4} {:<16} {:<40} -> {}\n",
+                "#{i:<4} {:<16} {:<40} -> {}{fused}\n",
                 n.op_name(),
                 n.name,
                 outs.join(", ")

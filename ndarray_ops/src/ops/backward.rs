@@ -566,8 +566,24 @@ fn bn_backward_kernel(
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    bn_backward(op, attrs, &ins[0], None, &ins[1..], outs)
+}
+
+/// BatchNorm's backward pass: from the output gradient `dy`, (data, gamma, mean used, variance
+/// used) in `ins`, into (data, gamma, beta) gradients in `outs`. With `relu_out` (the output of
+/// a fused `_fused_BatchNormReLU`), `dy` is first masked where that output is not
+/// positive, as ReLU's backward pass does, into the data gradient's memory: the same
+/// arithmetic as ReLU's backward node then BatchNorm's, so the results are bit-identical.
+pub(super) fn bn_backward(
+    op: &str,
+    attrs: &Attrs,
+    dy: &TensorRef,
+    relu_out: Option<&TensorRef>,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+) -> KResult {
     let e = |e: crate::NdError| e.to_string();
-    let x = &ins[1];
+    let x = &ins[0];
     let super::stochastic::Bn {
         layout: (outer, c, inner),
         eps,
@@ -578,8 +594,10 @@ fn bn_backward_kernel(
     let m = (outer * inner).max(1) as f64;
     let runs = ChannelRuns { c, inner, outer };
     crate::with_dtype!(x.dtype, T => {
-        let [dy, xs, gamma, mean, var] = [0, 1, 2, 3, 4].map(|k| Shared::new(ins[k].ptr::<T>()));
+        let [dy, y] = [dy, relu_out.unwrap_or(dy)].map(|t| Shared::new(t.ptr::<T>()));
+        let [xs, gamma, mean, var] = [0, 1, 2, 3].map(|k| Shared::new(ins[k].ptr::<T>()));
         let [dx, dgamma, dbeta] = [0, 1, 2].map(|k| Shared::new(outs[k].ptr::<T>()));
+        let (zero, one) = (T::default(), T::from_f64(1.0));
         // Channels are independent: a range of them is done by one thread.
         for_ranges(c, 2 * outer * inner, |lo, hi| {
             for ch in lo..hi {
@@ -591,10 +609,24 @@ fn bn_backward_kernel(
                     // SAFETY: entry `ch` of a statistic, read only.
                     unsafe { p.read(ch) }.to_f64()
                 });
-                // SAFETY: channel `ch`'s runs of dY, read only.
-                let dys = || unsafe { runs.of(dy, ch) };
                 // SAFETY: channel `ch`'s runs of X, read only.
                 let xs = || unsafe { runs.of(xs, ch) };
+                if relu_out.is_some() {
+                    // dY where the output is positive (ReLU's gradient), into dX's runs.
+                    // SAFETY: channel `ch`'s runs of dY and Y, read only; dX's are this
+                    // range's alone, and no other slice of them lives meanwhile.
+                    let (dys, ys, dxs) = unsafe { (runs.of(dy, ch), runs.of(y, ch), runs.of_mut(dx, ch)) };
+                    for ((d, y), o) in dys.zip(ys).zip(dxs) {
+                        for ((d, y), o) in d.iter().zip(y).zip(o) {
+                            *o = d.mul(if *y > zero { one } else { zero });
+                        }
+                    }
+                }
+                // The gradient reaching the normalization: dY, or dX's runs once masked.
+                let grad = if relu_out.is_some() { dx } else { dy };
+                // SAFETY: channel `ch`'s runs of that gradient, read only while these slices
+                // live.
+                let dys = || unsafe { runs.of(grad, ch) };
                 let inv = 1.0 / (var + eps).sqrt();
                 let g = if fix_gamma { 1.0 } else { gamma };
                 let (sum_dy, sum_dy_xc) = dys()
@@ -607,8 +639,6 @@ fn bn_backward_kernel(
                     dbeta.write(ch, T::from_f64(sum_dy));
                     dgamma.write(ch, T::from_f64(if fix_gamma { 0.0 } else { sum_dy_xhat }));
                 }
-                // SAFETY: channel `ch`'s runs of dX are this range's alone.
-                let dxs = unsafe { runs.of_mut(dx, ch) };
                 // With batch statistics, x's own share of the mean and variance comes off:
                 // g·inv·(dy - Σdy/m - x̂·Σdy·x̂/m), x centred before scaling (as in the
                 // forward pass, so that data far from zero does not cancel).
@@ -616,8 +646,17 @@ fn bn_backward_kernel(
                     true => (g * inv, g * inv * (sum_dy / m), g * inv * inv * (sum_dy_xhat / m)),
                     false => (g * inv, 0.0, 0.0),
                 };
-                for ((dr, xr), or) in dys().zip(xs()).zip(dxs) {
-                    bn_run_dx(dr, xr, or, [k, shift, tilt, mu]);
+                // SAFETY: channel `ch`'s runs of dX are this range's alone; with the mask they
+                // hold the gradient read above, whose slices are no longer alive.
+                let dxs = unsafe { runs.of_mut(dx, ch) };
+                if relu_out.is_some() {
+                    for (xr, or) in xs().zip(dxs) {
+                        bn_run_dx_in_place(xr, or, [k, shift, tilt, mu]);
+                    }
+                } else {
+                    for ((dr, xr), or) in dys().zip(xs()).zip(dxs) {
+                        bn_run_dx(dr, xr, or, [k, shift, tilt, mu]);
+                    }
                 }
             }
         });
@@ -704,6 +743,29 @@ fn bn_run_dx<T: Element>(dy: &[T], x: &[T], out: &mut [T], [k, shift, tilt, mu]:
 fn bn_run_dx_avx512(dy: &[f32], x: &[f32], out: &mut [f32], [k, shift, tilt, mu]: [f32; 4]) {
     for ((d, x), o) in dy.iter().zip(x).zip(out) {
         *o = k * d - shift - tilt * (x - mu);
+    }
+}
+
+/// [`bn_run_dx`] with the gradient read from `out` itself (the masked gradient of a fused
+/// BatchNorm+ReLU): the same arithmetic, element by element.
+fn bn_run_dx_in_place<T: Element>(x: &[T], out: &mut [T], [k, shift, tilt, mu]: [f64; 4]) {
+    if let (Some(xs), true) = (as_f32(x), crate::gemm::available()) {
+        // SAFETY: `T` is `f32` (as `as_f32` found): the same slice, typed as it is.
+        let o =
+            unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<f32>(), out.len()) };
+        let c = [k, shift, tilt, mu].map(|v| v as f32);
+        // SAFETY: the CPU has AVX-512F (checked).
+        return unsafe { bn_run_dx_in_place_avx512(xs, o, c) };
+    }
+    for (x, o) in x.iter().zip(out) {
+        *o = T::from_f64(k * o.to_f64() - shift - tilt * (x.to_f64() - mu));
+    }
+}
+
+#[target_feature(enable = "avx512f")]
+fn bn_run_dx_in_place_avx512(x: &[f32], out: &mut [f32], [k, shift, tilt, mu]: [f32; 4]) {
+    for (x, o) in x.iter().zip(out) {
+        *o = k * *o - shift - tilt * (x - mu);
     }
 }
 

@@ -259,7 +259,7 @@ pub(super) fn check_grouped_data(op: &str, x: &[usize], c: &Conv) -> Result<()> 
     Ok(())
 }
 
-fn infer_conv(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+pub(super) fn infer_conv(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let dt = same_dtypes(op, d)?;
     let c = conv_params(op, attrs)?;
     let want = if c.bias { 3 } else { 2 };
@@ -594,7 +594,7 @@ pub(super) fn from_phase<T: Copy>(phased: &[T], w: usize, s: usize, plane: &mut 
     }
 }
 
-fn conv_kernel(
+pub(super) fn conv_kernel(
     op: &str,
     attrs: &Attrs,
     ins: &[TensorRef],

@@ -12,6 +12,7 @@ pub(crate) mod conv;
 mod depthwise;
 pub(crate) mod elemwise;
 mod extra;
+pub(crate) mod fused;
 pub(crate) mod gather;
 mod gather_nd;
 mod implicit_conv;
@@ -325,6 +326,7 @@ fn registry() -> &'static FxHashMap<&'static str, &'static OpDef> {
             .chain(gather_nd::ops())
             .chain(vision::ops())
             .chain(roi::ops())
+            .chain(fused::ops())
         {
             m.insert(def.name, def);
             for a in def.aliases {
@@ -439,7 +441,10 @@ pub fn num_outputs(def: &OpDef, attrs: &Attrs) -> Result<(usize, usize)> {
             (n, n)
         }
         "_backward_SoftmaxOutput" => (2, 2),
-        "_backward_BatchNorm" => (3, 3),
+        "_backward_BatchNorm" | "_backward_fused_BatchNormReLU" => (3, 3),
+        "_fused_BatchNormReLU" | "_fused_Convolution" => {
+            (3, outputs(BatchNormParams::get(op, attrs)?.output_mean_var))
+        }
         "_backward_Concat" => {
             let n = output_count(op, attrs, "num_args")?;
             (n, n)

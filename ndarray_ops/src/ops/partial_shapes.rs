@@ -188,6 +188,19 @@ pub(super) fn batch_norm(op: &str, attrs: &Attrs, ins: &Known, _outs: &Known) ->
     inputs(out)
 }
 
+/// A convolution fused with BatchNorm: the convolution's rule for data and weight (and the
+/// data's batch from the output), BatchNorm's parameters have the filter count.
+pub(super) fn fused_convolution(op: &str, attrs: &Attrs, ins: &Known, outs: &Known) -> Found {
+    let k = super::fused::CONV_INPUTS;
+    let mut found = convolution(op, attrs, &ins[..k.min(ins.len())], outs)?;
+    let filters = conv_params(op, attrs)?.filters;
+    found.inputs.resize(ins.len(), None);
+    for p in found.inputs.iter_mut().skip(k) {
+        *p = Some(vec![filters]);
+    }
+    Ok(found)
+}
+
 /// Embedding: weight (input_dim, output_dim); the indices have the output's shape but its last
 /// axis.
 pub(super) fn embedding(op: &str, attrs: &Attrs, ins: &Known, outs: &Known) -> Found {

@@ -28,7 +28,8 @@ pub(super) fn markdown(has_gpu_kernel: impl Fn(&OpDef) -> bool) -> String {
          (input, output) pairs that may share memory; gradient says whether the symbolic gradient \
          pass (and so autograd) differentiates it; GPU whether the CUDA back end has a kernel for \
          it. Backward ops carry their forward node's attributes and are called by the gradient \
-         pass, not by users.\n\n\
+         pass, not by users; fused ops (`_fused_*`) carry their members' attributes and are made \
+         by the fusion pass at bind, on the CPU.\n\n\
          The attributes of each op follow the table: the ones MXNet 1.9.1 accepts for it, with \
          MXNet's types and defaults. An attribute outside them, a required one left out or a value \
          of the wrong type is refused before the op runs.\n\n",

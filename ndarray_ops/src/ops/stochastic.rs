@@ -78,7 +78,7 @@ pub(crate) fn bn_settings(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Bn
     })
 }
 
-fn infer_bn(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+pub(super) fn infer_bn(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let dt = same_dtypes(op, d)?;
     if !dt.is_float() {
         return Err(NdError::DType {
@@ -124,6 +124,20 @@ fn bn_kernel(
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    bn_forward(op, attrs, ins, outs, false)
+}
+
+/// BatchNorm's forward pass: `ins` are (data, gamma, beta, moving mean, moving variance),
+/// `outs` (output, mean used, variance used); `relu` applies ReLU to each output element as it
+/// is written (the fused `_fused_BatchNormReLU`, bit-identical to BatchNorm then ReLU).
+/// The output may be the data itself (normalized in place).
+pub(super) fn bn_forward(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    relu: bool,
+) -> KResult {
     let e = |e: crate::NdError| e.to_string();
     let x = &ins[0];
     let Bn {
@@ -136,21 +150,25 @@ fn bn_kernel(
     } = bn_settings(op, attrs, &x.shape).map_err(e)?;
     let count = (outer * inner).max(1) as f64;
     let runs = ChannelRuns { c, inner, outer };
+    let in_place = x.buf.ptr == outs[0].buf.ptr;
     crate::with_dtype!(x.dtype, T => {
         let [xs, gamma, beta, mm, mv] = [0, 1, 2, 3, 4].map(|k| Shared::new(ins[k].ptr::<T>()));
         let [ys, mean_out, var_out] = [0, 1, 2].map(|k| Shared::new(outs[k].ptr::<T>()));
+        let zero = T::default();
+        let act = move |v: T| if !relu || v > zero { v } else { zero };
         // Channels are independent: a range of them is normalized by one thread.
         for_ranges(c, 3 * outer * inner, |lo, hi| {
             for ch in lo..hi {
                 // SAFETY: (every block below) read access to data, gamma and beta; the moving
                 // statistics are declared mutated inputs (write access); the outputs are
-                // disjoint from the inputs (not alias-safe). This range alone touches channel
+                // disjoint from the inputs, or the output is the data (`in_place`), whose
+                // channel is then read before it is written. This range alone touches channel
                 // `ch`: its elements of the data and output, its entries of the statistics.
                 let [moving_mean, moving_var, gamma, beta] = [mm, mv, gamma, beta].map(|p| {
                     // SAFETY: entry `ch` of a statistic or parameter, read here.
                     unsafe { p.read(ch) }.to_f64()
                 });
-                // SAFETY: channel `ch`'s runs of the data, read only.
+                // SAFETY: channel `ch`'s runs of the data, read only while these slices live.
                 let x = || unsafe { runs.of(xs, ch) };
                 let (mean, var) = if batch_stats {
                     let mean = x().map(|r| sum_zip(r, r, |v, _| v)).sum::<f64>() / count;
@@ -172,11 +190,17 @@ fn bn_kernel(
                 let scale = g / (var + eps).sqrt();
                 // Centred first, as on the GPU: `x * scale + (beta - mean * scale)` cancels for
                 // data far from zero.
-                // SAFETY: channel `ch`'s runs of the output are this range's alone.
+                let norm = |v: T| act(T::from_f64((v.to_f64() - mean) * scale + beta));
+                // SAFETY: channel `ch`'s runs of the output are this range's alone; no slice
+                // of the data is alive when the output is the data.
                 let y_runs = unsafe { runs.of_mut(ys, ch) };
-                for (xr, yr) in x().zip(y_runs) {
-                    for (v, y) in xr.iter().zip(yr) {
-                        *y = T::from_f64((v.to_f64() - mean) * scale + beta);
+                if in_place {
+                    y_runs.for_each(|yr| yr.iter_mut().for_each(|y| *y = norm(*y)));
+                } else {
+                    for (xr, yr) in x().zip(y_runs) {
+                        for (v, y) in xr.iter().zip(yr) {
+                            *y = norm(*v);
+                        }
                     }
                 }
                 // SAFETY: entry `ch` of the saved statistics is this range's alone.

@@ -13,7 +13,7 @@
 //!
 //! Never recomputed: ops drawing random numbers (Dropout keeps its output, so the backward pass
 //! sees the forward pass's mask), ops keeping state for their backward node, assignments, and
-//! ops writing their inputs — except BatchNorm, whose mirror recomputes the same batch
+//! ops writing their inputs — except BatchNorm (fused with ReLU or not), whose mirror recomputes the same batch
 //! statistics without folding them into the moving averages a second time.
 //!
 //! Which nodes: a planned trade-off, not a fixed rule. A cost model gives each node a time
@@ -164,7 +164,7 @@ const BYTES_PER_S: f64 = 16e9;
 /// windows (5x).
 fn passes(op: &str) -> f64 {
     match op {
-        "BatchNorm" => 2.5,
+        "BatchNorm" | "_fused_BatchNormReLU" => 2.5,
         "Pooling" => 5.0,
         _ => 1.0,
     }
@@ -220,7 +220,8 @@ fn recomputable(n: &Node) -> bool {
         && !def.resources.contains(&Resource::Random)
         && def.state == StateUse::No
         && def.assign.is_empty()
-        && (def.mutate_inputs.is_empty() || def.name == "BatchNorm")
+        && (def.mutate_inputs.is_empty()
+            || matches!(def.name, "BatchNorm" | "_fused_BatchNormReLU"))
         && def.name != "_CrossDeviceCopy"
 }
 

@@ -6,6 +6,7 @@
 //! (inputs in order), which is NNVM's and therefore MXNet's order: entry ids here match the ids in
 //! MXNet's dumps.
 
+pub mod fuse;
 pub(crate) mod grad;
 mod infer;
 mod json;

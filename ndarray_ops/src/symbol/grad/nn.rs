@@ -107,6 +107,35 @@ pub(crate) fn batch_norm(
     ])
 }
 
+/// BatchNorm fused with ReLU: one backward node reading the output gradient, the output (ReLU's
+/// mask), and what BatchNorm's backward node reads.
+pub(crate) fn batch_norm_relu(
+    n: &Arc<Node>,
+    og: &[Option<NodeEntry>],
+) -> Result<Vec<Option<NodeEntry>>> {
+    let ins = vec![
+        need(n, og)?,
+        out(n, 0),
+        n.inputs[0].clone(),
+        n.inputs[1].clone(),
+        out(n, 1),
+        out(n, 2),
+    ];
+    let bw = make(
+        op_name!("_backward_fused_BatchNormReLU"),
+        format!("{}_backward", n.name),
+        ins,
+        n.attrs.clone(),
+    )?;
+    Ok(vec![
+        Some(out(&bw, 0)),
+        Some(out(&bw, 1)),
+        Some(out(&bw, 2)),
+        None,
+        None,
+    ])
+}
+
 pub(crate) fn dropout(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     // The mask (hidden output 1) already holds 0 or 1 / (1 - p): the gradient is og * mask.
     Ok(vec![Some(op1(
