@@ -5,9 +5,10 @@ docs/benchmarks.md.
     python tools/cpu_bench.py [--rounds 3] [--iters 10] [--rows resnet18_v1:1,lstm2:32] [--json]
 
 Run it with a Python that has torch and torchvision (`pip install torch torchvision` in a venv;
-never needed to build or test mxrs). For each row (model and batch) it runs `run_model --train`
-and `tools/torch_cpu_baseline.py --model` one after the other, `--rounds` times, each in a
-fresh process, and reports per step the median (and min-max) forward and forward+backward
+never needed to build or test mxrs). For each row (model and batch) it runs `run_model` and
+`tools/torch_cpu_baseline.py --model` one after the other, `--rounds` times, each in a
+fresh process (forward from `run_model` bound for inference, forward+backward from
+`run_model --train`), and reports per step the median (and min-max) forward and forward+backward
 times of each, mxrs / PyTorch, and the GFLOP/s each reaches (multiply-adds counted on the
 PyTorch model, two FLOPs each; a training step counted as three forward passes) beside the
 cores' measured GEMM peak (`--gemm` of the baseline script: MKL's 2048x2048 product).
@@ -64,8 +65,14 @@ def ours(model: str, batch: int, iters: int, graphs: str) -> dict:
         with open(os.path.join(ROOT, "graphs", f"{model}-shapes.json")) as fh:
             dims = json.load(fh)["data"]
         shape = ",".join(str(d) for d in [batch] + dims[1:])
-    args = [RUN_MODEL, path, "--shape", f"data={shape}", "--train", "--iters", str(iters)]
-    return run_json(args + ["--json"])
+    args = [RUN_MODEL, path, "--shape", f"data={shape}", "--iters", str(iters), "--json"]
+    # Forward from a bind without gradients (inference, as PyTorch's eval under no_grad: the
+    # fusion pass folds BatchNorm into the convolutions there), forward+backward from a
+    # training bind.
+    inference = run_json(args)
+    training = run_json(args + ["--train"])
+    return {**training, "forward_ms": inference["forward_ms"],
+            "fused_nodes": inference.get("fused_nodes", 0)}
 
 
 def theirs(model: str, batch: int, iters: int) -> dict:

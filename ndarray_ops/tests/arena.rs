@@ -94,7 +94,12 @@ fn random_wide_graphs_on_the_threaded_engine_with_reuse_equal_naive_without_reus
             .collect();
         let exec = Executor::simple_bind(&rt, CPU, &sym, &shapes).unwrap();
         let m = exec.memory_report();
-        assert!(m.allocated_bytes <= m.no_reuse_bytes);
+        // Each buffer starts on a 64-byte boundary: a graph with nothing to reuse (a few
+        // entries, all live together once fused) may round up past the sum of its entries.
+        assert!(
+            m.allocated_bytes <= m.no_reuse_bytes + 64 * m.entries as u64,
+            "case {case}: {m:?}"
+        );
         if m.allocated_bytes < m.no_reuse_bytes {
             shared += 1;
         }
@@ -313,10 +318,31 @@ fn assignments_write_their_variables_in_place() {
     exec.forward(false).unwrap();
     assert_eq!(v(&exec.arg_dict()["w"]), vec![1.0; 256]);
     assert!(exec.outputs()[0].shares_chunk(&exec.arg_dict()["w"]));
+    // Fused, `scaled` and `rhs` are one elementwise node computed straight into w.
+    assert_eq!(exec.memory_report().allocated_bytes, 0);
+    let unfused = BindOptions {
+        fusion: Some(false),
+        ..BindOptions::default()
+    };
+    let exec = Executor::bind_with_options(
+        &rt,
+        CPU,
+        &assign,
+        &shapes(&assign),
+        HashMap::new(),
+        &unfused,
+    )
+    .unwrap();
+    set(&exec, "w", 3.0);
+    set(&exec, "x", 2.0);
+    exec.forward(false).unwrap();
+    exec.forward(false).unwrap();
+    assert_eq!(v(&exec.arg_dict()["w"]), vec![1.0; 256]);
+    assert!(exec.outputs()[0].shares_chunk(&exec.arg_dict()["w"]));
     let m2 = exec.memory_report();
     assert_eq!(
         m2.allocated_bytes, 1024,
-        "only `scaled` is internal: {m2:?}"
+        "unfused, only `scaled` is internal: {m2:?}"
     );
     assert!(exec.debug_str().contains("assign"));
 

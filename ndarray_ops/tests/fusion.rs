@@ -248,3 +248,72 @@ fn fusion_setting_is_read_from_the_environment() {
     std::env::remove_var("MXRS_FUSION");
     assert!(enabled_from_env().unwrap());
 }
+
+/// A program run imperatively equals its steps run one by one, over several tiles and a
+/// partial last one; programs that read what they cannot are refused when the node is made.
+#[test]
+fn an_elementwise_program_equals_its_steps_and_bad_ones_are_refused() {
+    use ndarray_ops::{invoke, Attrs};
+    let rt = Runtime::with_engine(engine::EngineKind::ThreadedPerDevice);
+    let n = 2048 * 3 + 100;
+    let xs: Vec<f32> = (0..n)
+        .map(|i| ((i * 37) % 101) as f32 / 25.0 - 2.0)
+        .collect();
+    let ys: Vec<f32> = (0..n)
+        .map(|i| ((i * 11) % 53) as f32 / 13.0 - 2.0)
+        .collect();
+    let x = rt.from_vec(xs, &[n], Context::cpu(0)).unwrap();
+    let y = rt.from_vec(ys, &[n], Context::cpu(0)).unwrap();
+    // relu(tanh(x) * y + 0.5)
+    let program = r#"[{"op":"tanh","attrs":[],"args":[{"Input":0}]},
+        {"op":"elemwise_mul","attrs":[],"args":[{"Step":0},{"Input":1}]},
+        {"op":"_plus_scalar","attrs":[["scalar","0.5"]],"args":[{"Step":1}]},
+        {"op":"relu","attrs":[],"args":[{"Step":2}]}]"#;
+    let fused = invoke(
+        "_fused_elemwise",
+        &[&x, &y],
+        &Attrs::new().with("__program__", program),
+        None,
+    )
+    .unwrap()
+    .remove(0);
+    let step = |op: &str, ins: &[&ndarray_ops::NDArray], attrs: Attrs| {
+        invoke(op, ins, &attrs, None).unwrap().remove(0)
+    };
+    let t = step("tanh", &[&x], Attrs::new());
+    let m = step("elemwise_mul", &[&t, &y], Attrs::new());
+    let p = step("_plus_scalar", &[&m], Attrs::new().with("scalar", "0.5"));
+    let want = step("relu", &[&p], Attrs::new()).to_vec::<f32>().unwrap();
+    let got = fused.to_vec::<f32>().unwrap();
+    assert!(got
+        .iter()
+        .zip(&want)
+        .all(|(a, b)| a.to_bits() == b.to_bits()));
+    for (bad, says) in [
+        (
+            r#"[{"op":"relu","attrs":[],"args":[{"Step":0}]}]"#,
+            "reads Step(0)",
+        ),
+        (
+            r#"[{"op":"relu","attrs":[],"args":[{"Input":2}]}]"#,
+            "reads Input(2)",
+        ),
+        (
+            r#"[{"op":"sum","attrs":[],"args":[{"Input":0}]}]"#,
+            "elementwise",
+        ),
+        (r#"[]"#, "no steps"),
+        (r#"relu"#, "not a program"),
+    ] {
+        let err = invoke(
+            "_fused_elemwise",
+            &[&x, &y],
+            &Attrs::new().with("__program__", bad),
+            None,
+        )
+        .err()
+        .unwrap_or_else(|| panic!("{bad} was taken"))
+        .to_string();
+        assert!(err.contains(says), "{bad}: {err}");
+    }
+}

@@ -1,27 +1,28 @@
-//! Operator fusion: a pass over the graph a bind runs that replaces chains of nodes by one node
-//! of a fused op ([`crate::ops`]'s `fused` module), which runs the chain's arithmetic in fewer
-//! passes over memory and as one engine op.
+//! Operator fusion: passes over the graph a bind runs that replace groups of nodes by one node
+//! of a fused op ([`crate::ops`]'s `fused` module), which runs the group's arithmetic in fewer
+//! passes over memory and as one engine op. Two passes, at two points of a bind:
 //!
-//! The pass runs on the symbol before the gradient pass, so a fused node gets its own backward
-//! node from the fused op's gradient rule, and the recomputation pass, copy nodes, placement
-//! and the memory planner (with its verifier) all see the fused graph. What it fuses:
+//! - [`apply`], on the symbol before the gradient pass (so a fused node gets its backward node
+//!   from the fused op's gradient rule): BatchNorm whose output only ReLU reads (`Activation`
+//!   with `act_type=relu`, or `relu`) into `_fused_BatchNormReLU`, in training and inference;
+//!   and without gradients, a Convolution without bias whose output only a BatchNorm reads, with
+//!   that BatchNorm (and its ReLU) into `_fused_Convolution`, the normalization being the
+//!   convolution's epilogue. With gradients the convolution's output is needed by BatchNorm's
+//!   backward pass, so the convolution stays apart.
+//! - [`apply_elementwise`], on the whole graph after the gradient and recomputation passes:
+//!   trees of same-shape elementwise nodes into `_fused_elemwise` programs, forward and
+//!   backward (a residual sum and its ReLU, an LSTM cell's gates, a gradient sum and ReLU's
+//!   gradient).
 //!
-//! - BatchNorm whose output only ReLU reads (`Activation` with `act_type=relu`, or `relu`) into
-//!   `_fused_BatchNormReLU`, in training and inference. The BatchNorm's output is then
-//!   never stored, and in training ReLU's backward pass runs inside BatchNorm's.
-//! - Without gradients (inference), a Convolution without bias whose output only a BatchNorm
-//!   reads, with that BatchNorm (and the ReLU after it, as above) into `_fused_Convolution`:
-//!   the normalization is the convolution's epilogue. With gradients the convolution's output
-//!   is needed by BatchNorm's backward pass, so the convolution stays apart.
-//!
-//! A chain is fused only where its inner entries have no other reader and are not outputs of
-//! the graph, the BatchNorm's channel axis is 1 (the convolution's channels, NCHW), and it
-//! does not output its statistics. The fused node keeps the last node's name (so the graph's
+//! The copy nodes, placement and the memory planner (with its verifier) then see the fused
+//! graph. A group is fused only where its inner entries have no reader outside it and are not
+//! outputs of the graph; BatchNorm only over axis 1 (the convolution's channels, NCHW) and
+//! without its statistics as outputs. A fused node keeps its last node's name (so the graph's
 //! output names do not change) and lists the nodes it replaces in its `__fused__` attribute,
-//! which the plan's drawing and the profiler show with the op's name. Arguments keep their
-//! order: a fused node takes its inputs in the order the chain listed them.
+//! which `Executor::debug_str` prints; the profiler records the fused op's name. Arguments keep
+//! their order: a fused node takes its inputs in the order its members listed them.
 //!
-//! `MXRS_FUSION=0` (or [`super::super::executor::BindOptions::fusion`]) turns the pass off.
+//! `MXRS_FUSION=0` (or `BindOptions::fusion`) turns both off.
 
 use std::collections::HashMap;
 use std::sync::Arc;
