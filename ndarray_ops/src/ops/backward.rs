@@ -2,6 +2,7 @@
 
 use ndarray::{ArrayView2, ArrayViewMut2};
 
+use super::bn_lanes;
 use super::nn::{ActType, ActivationParams, FullyConnectedParams, Normalization};
 use super::par::{for_ranges, map_lanes, Shared};
 use super::params::Params;
@@ -597,7 +598,6 @@ pub(super) fn bn_backward(
         let [dy, y] = [dy, relu_out.unwrap_or(dy)].map(|t| Shared::new(t.ptr::<T>()));
         let [xs, gamma, mean, var] = [0, 1, 2, 3].map(|k| Shared::new(ins[k].ptr::<T>()));
         let [dx, dgamma, dbeta] = [0, 1, 2].map(|k| Shared::new(outs[k].ptr::<T>()));
-        let (zero, one) = (T::default(), T::from_f64(1.0));
         // Channels are independent: a range of them is done by one thread.
         for_ranges(c, 2 * outer * inner, |lo, hi| {
             for ch in lo..hi {
@@ -611,28 +611,22 @@ pub(super) fn bn_backward(
                 });
                 // SAFETY: channel `ch`'s runs of X, read only.
                 let xs = || unsafe { runs.of(xs, ch) };
-                if relu_out.is_some() {
-                    // dY where the output is positive (ReLU's gradient), into dX's runs.
-                    // SAFETY: channel `ch`'s runs of dY and Y, read only; dX's are this
-                    // range's alone, and no other slice of them lives meanwhile.
-                    let (dys, ys, dxs) = unsafe { (runs.of(dy, ch), runs.of(y, ch), runs.of_mut(dx, ch)) };
-                    for ((d, y), o) in dys.zip(ys).zip(dxs) {
-                        for ((d, y), o) in d.iter().zip(y).zip(o) {
-                            *o = d.mul(if *y > zero { one } else { zero });
-                        }
-                    }
-                }
-                // The gradient reaching the normalization: dY, or dX's runs once masked.
-                let grad = if relu_out.is_some() { dx } else { dy };
-                // SAFETY: channel `ch`'s runs of that gradient, read only while these slices
-                // live.
-                let dys = || unsafe { runs.of(grad, ch) };
                 let inv = 1.0 / (var + eps).sqrt();
                 let g = if fix_gamma { 1.0 } else { gamma };
-                let (sum_dy, sum_dy_xc) = dys()
-                    .zip(xs())
-                    .map(|(d, x)| bn_run_sums(d, x, mu))
-                    .fold((0.0, 0.0), |(a, b), (c, d)| (a + c, b + d));
+                let (sum_dy, sum_dy_xc) = match relu_out {
+                    // dY where the output is positive (ReLU's gradient), into dX's runs,
+                    // summed as it is written.
+                    // SAFETY: channel `ch`'s runs of dY and Y, read only; dX's are this
+                    // range's alone, and no other slice of them lives meanwhile.
+                    Some(_) => unsafe { runs.of(dy, ch).zip(runs.of(y, ch)).zip(xs()).zip(runs.of_mut(dx, ch)) }
+                        .map(|(((d, y), x), o)| bn_lanes::masked_sums(d, y, x, o, mu))
+                        .fold((0.0, 0.0), |(a, b), (c, d)| (a + c, b + d)),
+                    // SAFETY: channel `ch`'s runs of dY, read only.
+                    None => unsafe { runs.of(dy, ch) }
+                        .zip(xs())
+                        .map(|(d, x)| bn_lanes::sums(d, x, mu))
+                        .fold((0.0, 0.0), |(a, b), (c, d)| (a + c, b + d)),
+                };
                 let sum_dy_xhat = sum_dy_xc * inv;
                 // SAFETY: entry `ch` of dBeta and dGamma is this range's alone.
                 unsafe {
@@ -647,126 +641,21 @@ pub(super) fn bn_backward(
                     false => (g * inv, 0.0, 0.0),
                 };
                 // SAFETY: channel `ch`'s runs of dX are this range's alone; with the mask they
-                // hold the gradient read above, whose slices are no longer alive.
+                // hold the gradient summed above, whose slices are no longer alive.
                 let dxs = unsafe { runs.of_mut(dx, ch) };
-                if relu_out.is_some() {
-                    for (xr, or) in xs().zip(dxs) {
-                        bn_run_dx_in_place(xr, or, [k, shift, tilt, mu]);
-                    }
-                } else {
-                    for ((dr, xr), or) in dys().zip(xs()).zip(dxs) {
-                        bn_run_dx(dr, xr, or, [k, shift, tilt, mu]);
-                    }
+                let c = [k, shift, tilt, mu];
+                match relu_out {
+                    Some(_) => xs().zip(dxs).for_each(|(xr, or)| bn_lanes::data_grad(None, xr, or, c)),
+                    // SAFETY: channel `ch`'s runs of dY, read only.
+                    None => unsafe { runs.of(dy, ch) }
+                        .zip(xs())
+                        .zip(dxs)
+                        .for_each(|((dr, xr), or)| bn_lanes::data_grad(Some(dr), xr, or, c)),
                 }
             }
         });
     });
     Ok(())
-}
-
-/// `r` as `f32`s where `T` is `f32`.
-fn as_f32<T: Element>(r: &[T]) -> Option<&[f32]> {
-    (std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>())
-        // SAFETY: `T` is `f32`: the same slice, typed as it is.
-        .then(|| unsafe { std::slice::from_raw_parts(r.as_ptr().cast::<f32>(), r.len()) })
-}
-
-/// One run of a BatchNorm channel's data: `(Σ dy, Σ dy·(x - mu))` in one pass. In `f32` with
-/// AVX-512, sixteen lanes at a time, their partial sums carried to `f64` every block.
-fn bn_run_sums<T: Element>(dy: &[T], x: &[T], mu: f64) -> (f64, f64) {
-    if let (Some(d), Some(x), true) = (as_f32(dy), as_f32(x), crate::gemm::available()) {
-        // SAFETY: the CPU has AVX-512F (checked).
-        return unsafe { bn_run_sums_avx512(d, x, mu as f32) };
-    }
-    let (mut s, mut t) = ([0.0f64; 4], [0.0f64; 4]);
-    let (cd, cx) = (dy.chunks_exact(4), x.chunks_exact(4));
-    let tail: (f64, f64) =
-        cd.remainder()
-            .iter()
-            .zip(cx.remainder())
-            .fold((0.0, 0.0), |(a, b), (d, x)| {
-                let d = d.to_f64();
-                (a + d, b + d * (x.to_f64() - mu))
-            });
-    for (qd, qx) in cd.zip(cx) {
-        for k in 0..4 {
-            let d = qd[k].to_f64();
-            s[k] += d;
-            t[k] += d * (qx[k].to_f64() - mu);
-        }
-    }
-    (
-        (s[0] + s[1]) + (s[2] + s[3]) + tail.0,
-        (t[0] + t[1]) + (t[2] + t[3]) + tail.1,
-    )
-}
-
-#[target_feature(enable = "avx512f")]
-fn bn_run_sums_avx512(dy: &[f32], x: &[f32], mu: f32) -> (f64, f64) {
-    const BLOCK: usize = 1024;
-    let (mut s, mut t) = (0.0f64, 0.0f64);
-    for (db, xb) in dy.chunks(BLOCK).zip(x.chunks(BLOCK)) {
-        let (mut a, mut b) = ([0.0f32; 16], [0.0f32; 16]);
-        let (cd, cx) = (db.chunks_exact(16), xb.chunks_exact(16));
-        for (d, x) in cd.remainder().iter().zip(cx.remainder()) {
-            a[0] += d;
-            b[0] += d * (x - mu);
-        }
-        for (qd, qx) in cd.zip(cx) {
-            for k in 0..16 {
-                a[k] += qd[k];
-                b[k] += qd[k] * (qx[k] - mu);
-            }
-        }
-        s += a.iter().map(|&v| f64::from(v)).sum::<f64>();
-        t += b.iter().map(|&v| f64::from(v)).sum::<f64>();
-    }
-    (s, t)
-}
-
-/// One run of a BatchNorm channel's data gradient: `k·dy - shift - tilt·(x - mu)`.
-fn bn_run_dx<T: Element>(dy: &[T], x: &[T], out: &mut [T], [k, shift, tilt, mu]: [f64; 4]) {
-    if let (Some(d), Some(xs), true) = (as_f32(dy), as_f32(x), crate::gemm::available()) {
-        // SAFETY: `T` is `f32` (as `as_f32` found): the same slice, typed as it is.
-        let o =
-            unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<f32>(), out.len()) };
-        let c = [k, shift, tilt, mu].map(|v| v as f32);
-        // SAFETY: the CPU has AVX-512F (checked).
-        return unsafe { bn_run_dx_avx512(d, xs, o, c) };
-    }
-    for ((d, x), o) in dy.iter().zip(x).zip(out) {
-        *o = T::from_f64(k * d.to_f64() - shift - tilt * (x.to_f64() - mu));
-    }
-}
-
-#[target_feature(enable = "avx512f")]
-fn bn_run_dx_avx512(dy: &[f32], x: &[f32], out: &mut [f32], [k, shift, tilt, mu]: [f32; 4]) {
-    for ((d, x), o) in dy.iter().zip(x).zip(out) {
-        *o = k * d - shift - tilt * (x - mu);
-    }
-}
-
-/// [`bn_run_dx`] with the gradient read from `out` itself (the masked gradient of a fused
-/// BatchNorm+ReLU): the same arithmetic, element by element.
-fn bn_run_dx_in_place<T: Element>(x: &[T], out: &mut [T], [k, shift, tilt, mu]: [f64; 4]) {
-    if let (Some(xs), true) = (as_f32(x), crate::gemm::available()) {
-        // SAFETY: `T` is `f32` (as `as_f32` found): the same slice, typed as it is.
-        let o =
-            unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<f32>(), out.len()) };
-        let c = [k, shift, tilt, mu].map(|v| v as f32);
-        // SAFETY: the CPU has AVX-512F (checked).
-        return unsafe { bn_run_dx_in_place_avx512(xs, o, c) };
-    }
-    for (x, o) in x.iter().zip(out) {
-        *o = T::from_f64(k * o.to_f64() - shift - tilt * (x.to_f64() - mu));
-    }
-}
-
-#[target_feature(enable = "avx512f")]
-fn bn_run_dx_in_place_avx512(x: &[f32], out: &mut [f32], [k, shift, tilt, mu]: [f32; 4]) {
-    for (x, o) in x.iter().zip(out) {
-        *o = k * *o - shift - tilt * (x - mu);
-    }
 }
 
 pub(super) fn norm_ops() -> &'static [OpDef] {

@@ -8,6 +8,7 @@
 //! kernel when the inputs are ready.
 
 mod backward;
+mod bn_lanes;
 pub(crate) mod conv;
 mod depthwise;
 pub(crate) mod elemwise;

@@ -8,6 +8,7 @@
 use rand::Rng;
 use rand_distr::{Distribution, Normal};
 
+use super::bn_lanes;
 use super::par::{for_ranges, Shared};
 use super::params::{attr_enum, op_params, Params};
 use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef};
@@ -154,8 +155,6 @@ pub(super) fn bn_forward(
     crate::with_dtype!(x.dtype, T => {
         let [xs, gamma, beta, mm, mv] = [0, 1, 2, 3, 4].map(|k| Shared::new(ins[k].ptr::<T>()));
         let [ys, mean_out, var_out] = [0, 1, 2].map(|k| Shared::new(outs[k].ptr::<T>()));
-        let zero = T::default();
-        let act = move |v: T| if !relu || v > zero { v } else { zero };
         // Channels are independent: a range of them is normalized by one thread.
         for_ranges(c, 3 * outer * inner, |lo, hi| {
             for ch in lo..hi {
@@ -171,8 +170,8 @@ pub(super) fn bn_forward(
                 // SAFETY: channel `ch`'s runs of the data, read only while these slices live.
                 let x = || unsafe { runs.of(xs, ch) };
                 let (mean, var) = if batch_stats {
-                    let mean = x().map(|r| sum_zip(r, r, |v, _| v)).sum::<f64>() / count;
-                    let sq: f64 = x().map(|r| sum_zip(r, r, |v, _| (v - mean) * (v - mean))).sum();
+                    let mean = x().map(bn_lanes::sum).sum::<f64>() / count;
+                    let sq: f64 = x().map(|r| bn_lanes::squares(r, mean)).sum();
                     let var = sq / count;
                     let blend = |old: f64, new: f64| T::from_f64(old * momentum + new * (1.0 - momentum));
                     if update {
@@ -188,20 +187,15 @@ pub(super) fn bn_forward(
                 };
                 let g = if fix_gamma { 1.0 } else { gamma };
                 let scale = g / (var + eps).sqrt();
-                // Centred first, as on the GPU: `x * scale + (beta - mean * scale)` cancels for
-                // data far from zero.
-                let norm = |v: T| act(T::from_f64((v.to_f64() - mean) * scale + beta));
+                let c = [mean, scale, beta];
                 // SAFETY: channel `ch`'s runs of the output are this range's alone; no slice
                 // of the data is alive when the output is the data.
                 let y_runs = unsafe { runs.of_mut(ys, ch) };
-                if in_place {
-                    y_runs.for_each(|yr| yr.iter_mut().for_each(|y| *y = norm(*y)));
-                } else {
-                    for (xr, yr) in x().zip(y_runs) {
-                        for (v, y) in xr.iter().zip(yr) {
-                            *y = norm(*v);
-                        }
-                    }
+                match (in_place, relu) {
+                    (true, false) => y_runs.for_each(|yr| bn_lanes::normalize::<T, false>(None, yr, c)),
+                    (true, true) => y_runs.for_each(|yr| bn_lanes::normalize::<T, true>(None, yr, c)),
+                    (false, false) => x().zip(y_runs).for_each(|(xr, yr)| bn_lanes::normalize::<T, false>(Some(xr), yr, c)),
+                    (false, true) => x().zip(y_runs).for_each(|(xr, yr)| bn_lanes::normalize::<T, true>(Some(xr), yr, c)),
                 }
                 // SAFETY: entry `ch` of the saved statistics is this range's alone.
                 unsafe {
