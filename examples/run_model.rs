@@ -1,6 +1,6 @@
 //! Binds a real MXNet model with random weights and times it.
 //!
-//! `cargo run --release --example run_model -- graphs/resnet18_v1-symbol.json --shape data=1,3,224,224 [--train [--mirror BUDGET|auto|cheap]] [--iters N] [--engine KIND] [--ctx cpu(0)|gpu(0)] [--profile] [--params FILE] [--save-params FILE] [--json]`
+//! `cargo run --release --example run_model -- graphs/resnet18_v1-symbol.json --shape data=1,3,224,224 [--train [--mirror BUDGET|auto|cheap]] [--iters N] [--engine KIND] [--ctx cpu(0)|gpu(0)] [--profile] [--params FILE] [--save-params FILE] [--graph] [--json]`
 //!
 //! `--params FILE` loads weights from an MXNet `.params` file (a checkpoint's `arg:`/`aux:`
 //! keys, or Gluon's plain names) over the random ones; `--save-params FILE` writes the bound
@@ -70,6 +70,10 @@ struct Args {
     /// `auto` / `auto:FRACTION`, `cheap` (MXNet's rule) or `off` (default: MXRS_BACKWARD_MIRROR).
     #[arg(long, value_name = "BUDGET|auto|cheap|off", value_parser = cli::mirror)]
     mirror: Option<Mirror>,
+    /// Print the bound graph: every node with its op, output shapes and bytes, and the nodes
+    /// each fused node replaces (operator fusion: on unless MXRS_FUSION=0).
+    #[arg(long)]
+    graph: bool,
 }
 
 /// The shapes given with --shape, else those of the *-shapes.json file beside the graph.
@@ -197,6 +201,9 @@ fn run() -> Result<(), String> {
         }
         println!("{report}");
     } else {
+        if a.graph {
+            print!("{}", exec.debug_str());
+        }
         println!("{}: outputs {out_shapes:?}", a.file);
         if let (Some((n_args, n_aux)), Some(path)) = (loaded, &a.params) {
             println!("weights: {n_args} arguments and {n_aux} auxiliary states from {path}");

@@ -100,6 +100,14 @@ fn run(sym: &Symbol, data: &[usize], train: bool, fusion: bool) -> Run {
             .into_iter()
             .map(|(k, v)| (format!("aux:{k}"), v)),
     );
+    // The bound graph's listing names what each fused node replaces.
+    let listing = exec.debug_str();
+    for (_, names) in &exec.fusion_report().fused {
+        assert!(
+            listing.contains(&format!("(fuses {})", names.join(","))),
+            "{listing}"
+        );
+    }
     Run {
         values,
         lower_bound: exec.memory_report().lower_bound_bytes,

@@ -11,7 +11,7 @@
 //!   backward pass, so the convolution stays apart.
 //! - [`apply_elementwise`], on the whole graph after the gradient and recomputation passes:
 //!   trees of same-shape elementwise nodes into `_fused_elemwise` programs, forward and
-//!   backward (a residual sum and its ReLU, an LSTM cell's gates, a gradient sum and ReLU's
+//!   backward (a residual sum and its ReLU, an LSTM cell's gates, a sum of gradients and ReLU's
 //!   gradient).
 //!
 //! The copy nodes, placement and the memory planner (with its verifier) then see the fused
@@ -131,6 +131,7 @@ pub fn apply(symbol: &Symbol, inference: bool) -> Result<(Symbol, FusionReport)>
 const POINTWISE: &[&str] = &[
     "Activation",
     "_backward_Activation",
+    "add_n",
     "elemwise_add",
     "elemwise_sub",
     "elemwise_mul",
