@@ -61,6 +61,12 @@ OURS = {
     "add_n": "add",
     "ElementWiseSum": "add",
     "broadcast_add": "add",
+    # Fused nodes (operator fusion, on unless MXRS_FUSION=0): BatchNorm+ReLU counts as
+    # BatchNorm, an elementwise program (a residual sum and its ReLU, sums of gradients) as an
+    # addition; `MXRS_FUSION=0` in the environment profiles the unfused graph instead.
+    "_fused_BatchNormReLU": "batchnorm",
+    "_backward_fused_BatchNormReLU": "batchnorm_backward",
+    "_fused_elemwise": "add",
 }
 
 
