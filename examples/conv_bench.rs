@@ -16,6 +16,9 @@
 #[path = "common/global_allocator.rs"]
 mod global_allocator;
 
+#[path = "common/stats.rs"]
+mod stats;
+
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -53,15 +56,10 @@ struct Layer {
     groups: usize,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 /// Median seconds of `reps` runs of `f` after one untimed run.
 fn timed(reps: usize, mut f: impl FnMut()) -> f64 {
     f();
-    median(
+    stats::median(
         (0..reps)
             .map(|_| {
                 let t = Instant::now();

@@ -39,6 +39,9 @@ mod global_allocator;
 #[path = "common/cli.rs"]
 mod cli;
 
+#[path = "common/stats.rs"]
+mod stats;
+
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -131,14 +134,9 @@ fn ratio(a: f64, b: f64) -> f64 {
     }
 }
 
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    xs[xs.len() / 2]
-}
-
 /// Times `f` (which returns the number of ops it ran) `repeats` times; median ns per op.
 fn measure(repeats: usize, mut f: impl FnMut() -> usize) -> f64 {
-    median(
+    stats::median(
         (0..repeats)
             .map(|_| {
                 let t = Instant::now();
@@ -347,7 +345,7 @@ fn split(
         pushed.push(push_ns);
         ran.push(t.elapsed().as_nanos() as f64 / n as f64);
     }
-    Some((median(pushed), median(ran)))
+    Some((stats::median(pushed), stats::median(ran)))
 }
 
 fn independent(e: &dyn Engine, vars: &[Var], n: usize) -> usize {
@@ -396,7 +394,7 @@ fn builder(kind: EngineKind, threads: usize) -> EngineBuilder {
 /// The independent workload on an engine of `kind` with the profiler on (no trace file): median
 /// ns per op. A fresh engine per repeat, so that each run starts with an empty profile.
 fn profiled(kind: EngineKind, threads: usize, repeats: usize, n: usize) -> f64 {
-    median(
+    stats::median(
         (0..repeats)
             .map(|_| {
                 let e = builder(kind, threads).profiler(None).build();
@@ -470,7 +468,7 @@ pub fn run(args: &Args) -> serde_json::Value {
             true => (
                 [Floor::Bare, Floor::Boxed, Floor::OpSized, Floor::WithVar]
                     .map(|f| measure(args.repeats, || bare_pool(args.threads, n_ind, f))),
-                median(
+                stats::median(
                     (0..args.repeats)
                         .map(|_| line_transfer(scaled(200_000.0) as u64))
                         .collect(),

@@ -20,6 +20,9 @@ mod global_allocator;
 #[path = "common/weights.rs"]
 mod weights;
 
+#[path = "common/stats.rs"]
+mod stats;
+
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -48,11 +51,6 @@ fn main() {
         eprintln!("fusion_bench: {e}");
         std::process::exit(1);
     }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn run() -> Result<(), String> {
@@ -115,9 +113,9 @@ fn run() -> Result<(), String> {
             "mode": mode,
             "fused_nodes": report.fused.len(),
             "nodes_removed": report.nodes_removed(),
-            "unfused_ms": median(times[0].clone()),
-            "fused_ms": median(times[1].clone()),
-            "fused_over_unfused": median(ratios.clone()),
+            "unfused_ms": stats::median(times[0].clone()),
+            "fused_ms": stats::median(times[1].clone()),
+            "fused_over_unfused": stats::median(ratios.clone()),
             "fused_over_unfused_range": [lo, hi],
             "unfused_lower_bound_bytes": pair[0].memory_report().lower_bound_bytes,
             "fused_lower_bound_bytes": pair[1].memory_report().lower_bound_bytes,
@@ -127,9 +125,9 @@ fn run() -> Result<(), String> {
                 "{mode}: {} fused nodes in place of {}; {:.2} ms fused, {:.2} ms unfused: {:.3}x ({lo:.3}-{hi:.3}); lower bound {} fused, {} unfused",
                 report.fused.len(),
                 report.fused.len() + report.nodes_removed(),
-                median(times[1].clone()),
-                median(times[0].clone()),
-                median(ratios),
+                stats::median(times[1].clone()),
+                stats::median(times[0].clone()),
+                stats::median(ratios),
                 row["fused_lower_bound_bytes"],
                 row["unfused_lower_bound_bytes"],
             );

@@ -19,6 +19,9 @@ mod global_allocator;
 #[path = "common/weights.rs"]
 mod weights;
 
+#[path = "common/stats.rs"]
+mod stats;
+
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -51,11 +54,6 @@ fn main() {
         eprintln!("mirror_bench: {e}");
         std::process::exit(1);
     }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn run() -> Result<(), String> {
@@ -119,16 +117,16 @@ fn run() -> Result<(), String> {
             "planned_bytes": planned,
             "planned_over_unmirrored_bound": planned as f64 / base as f64,
             "estimated_overhead": estimate,
-            "step_ms": median(times[i].clone()),
-            "time_over_unmirrored": median(ratios.clone()),
+            "step_ms": stats::median(times[i].clone()),
+            "time_over_unmirrored": stats::median(ratios.clone()),
             "time_over_unmirrored_range": [lo, hi],
         }));
         if !a.json {
             println!(
                 "{m}: {:.3} of the bound, step {:.0} ms, {:.3}x the unmirrored step ({lo:.3}-{hi:.3}; estimated {:.3})",
                 planned as f64 / base as f64,
-                median(times[i].clone()),
-                median(ratios.clone()),
+                stats::median(times[i].clone()),
+                stats::median(ratios.clone()),
                 1.0 + estimate
             );
         }
@@ -137,12 +135,12 @@ fn run() -> Result<(), String> {
         "graph": a.file,
         "rounds": a.rounds,
         "unmirrored_lower_bound_bytes": base,
-        "unmirrored_step_ms": median(times[0].clone()),
+        "unmirrored_step_ms": stats::median(times[0].clone()),
         "settings": rows,
     });
     match a.json {
         true => println!("{report}"),
-        false => println!("unmirrored step {:.0} ms", median(times[0].clone())),
+        false => println!("unmirrored step {:.0} ms", stats::median(times[0].clone())),
     }
     Ok(())
 }

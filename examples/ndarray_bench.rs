@@ -31,6 +31,9 @@
 #[path = "common/global_allocator.rs"]
 mod global_allocator;
 
+#[path = "common/stats.rs"]
+mod stats;
+
 use std::time::Instant;
 
 use clap::Parser;
@@ -38,11 +41,6 @@ use engine::EngineBuilder;
 use ndarray::Array2;
 use ndarray_ops::{DType, NDArray, Runtime};
 use storage::{Context, StorageConfig};
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
 
 /// Median of `reps` timed runs after three untimed ones, for ours and the baseline alike. The
 /// untimed runs grow the pools and fault pages in; on this machine a kernel workload also needs a
@@ -53,7 +51,7 @@ fn best_of(reps: usize, mut f: impl FnMut() -> f64) -> f64 {
     for _ in 0..3 {
         f();
     }
-    median((0..reps).map(|_| f()).collect())
+    stats::median((0..reps).map(|_| f()).collect())
 }
 
 /// NDArray overheads (tiny ops) and kernel speed (add, dot), each beside a plain ndarray

@@ -8,6 +8,9 @@
 //! * traces: each committed trace replayed through a fresh manager of each kind: fragmentation
 //!   (peak reserved / peak requested) and replay time.
 
+#[path = "common/stats.rs"]
+mod stats;
+
 use std::alloc::Layout;
 use std::time::Instant;
 
@@ -20,15 +23,10 @@ const TRACES: [(&str, &str); 2] = [
     ("stress", include_str!("../storage/traces/stress.trace")),
 ];
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 /// Median over `batches` of the mean ns per call of `f` over `per_batch` calls.
 fn time_per_call(batches: usize, per_batch: usize, mut f: impl FnMut()) -> f64 {
     f();
-    median(
+    stats::median(
         (0..batches)
             .map(|_| {
                 let t = Instant::now();

@@ -7,7 +7,9 @@ use super::nn::{ActType, ActivationParams, FullyConnectedParams, Normalization};
 use super::par::{for_ranges, map_lanes, Shared};
 use super::params::Params;
 use super::stochastic::ChannelRuns;
-use super::{check_against_forward, named_forward, same_dtypes, Arity, Attrs, OpDef, TensorRef};
+use super::{
+    check_against_forward, named_forward, same_dtypes, same_shapes, Arity, Attrs, OpDef, TensorRef,
+};
 use crate::error::{shape_error, Result};
 use crate::gpu;
 use crate::ops::{Infer, KResult};
@@ -19,16 +21,7 @@ use crate::{DType, Element};
 
 fn infer_add_n(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let dt = same_dtypes(op, d)?;
-    for (i, x) in s.iter().enumerate().skip(1) {
-        if *x != s[0] {
-            return Err(shape_error(
-                op,
-                format!("input {i}"),
-                x.clone(),
-                format!("{:?} like input 0", s[0]),
-            ));
-        }
-    }
+    same_shapes(op, s)?;
     Ok((vec![s[0].clone()], vec![dt]))
 }
 

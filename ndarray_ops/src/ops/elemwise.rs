@@ -6,7 +6,7 @@ use rten_simd::SimdUnaryOp;
 use rten_vecmath::{Exp, Sigmoid, Tanh};
 
 use super::par::{for_ranges, wide, Shared, Walk};
-use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
+use super::{same_dtypes, same_shapes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{shape_error, Result};
 use crate::gpu;
 use crate::resources::KernelRes;
@@ -62,17 +62,7 @@ fn infer_same_shape(
     d: &[DType],
 ) -> Result<(Vec<Vec<usize>>, Vec<DType>)> {
     let dt = same_dtypes(op, d)?;
-    for (i, x) in s.iter().enumerate().skip(1) {
-        if *x != s[0] {
-            return Err(shape_error(
-                op,
-                format!("input {i}"),
-                x.clone(),
-                format!("the shape of input 0, {:?}", s[0]),
-            ));
-        }
-    }
-    Ok((vec![s[0].clone()], vec![dt]))
+    Ok((vec![same_shapes(op, s)?.to_vec()], vec![dt]))
 }
 
 fn infer_unary(

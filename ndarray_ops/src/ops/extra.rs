@@ -8,7 +8,7 @@ use super::conv::{check_grouped_data, conv_params, Conv};
 use super::gather::{SampleType, UpSamplingParams};
 use super::par::{for_ranges, Shared};
 use super::params::{attr_enum, op_params, Params, PositiveInt};
-use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef, MAX_ELEMENTS};
+use super::{norm_axes, same_dtypes, same_shapes, Arity, Attrs, OpDef, TensorRef, MAX_ELEMENTS};
 use crate::error::{invalid, shape_error, Result};
 use crate::gpu;
 use crate::ops::{Infer, KResult};
@@ -252,16 +252,7 @@ pub(crate) fn stack_axis(op: &str, attrs: &Attrs, ndim: usize) -> Result<usize> 
 
 fn infer_stack(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let dt = same_dtypes(op, d)?;
-    for (i, x) in s.iter().enumerate().skip(1) {
-        if *x != s[0] {
-            return Err(shape_error(
-                op,
-                format!("input {i}"),
-                x.clone(),
-                format!("{:?} like input 0", s[0]),
-            ));
-        }
-    }
+    same_shapes(op, s)?;
     let axis = stack_axis(op, attrs, s[0].len() + 1)?;
     let mut out = s[0].clone();
     out.insert(axis, s.len());

@@ -27,7 +27,7 @@ use super::conv::{conv_kernel, infer_conv};
 use super::par::for_ranges;
 use super::stochastic::{bn_forward, infer_bn};
 use super::tensor::RawBuf;
-use super::{lookup, same_dtypes, Arity, Attrs, OpDef, TensorRef};
+use super::{lookup, same_dtypes, same_shapes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, Result};
 use crate::ops::{Infer, KResult};
 use crate::resources::{KernelRes, Resource};
@@ -189,16 +189,7 @@ fn program(
 /// (against the members' own inference on that shape), so a bad one fails at bind.
 fn infer_elemwise(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let dt = same_dtypes(op, d)?;
-    for (k, shape) in s.iter().enumerate().skip(1) {
-        if *shape != s[0] {
-            return Err(shape_error(
-                op,
-                format!("input {k}"),
-                shape.clone(),
-                format!("{:?} like input 0", s[0]),
-            ));
-        }
-    }
+    same_shapes(op, s)?;
     for (def, step_attrs, args) in program(op, attrs, s.len())? {
         let (shapes, dtypes) = (def.infer)(
             def.name,
@@ -300,7 +291,7 @@ pub(super) fn ops() -> &'static [OpDef] {
             inplace: &[(0, 0)],
             mutate_inputs: &[3, 4],
             backward_ignores: &[2, 3, 4],
-            gradient: Some(grad::batch_norm_relu),
+            gradient: Some(grad::batch_norm),
             infer_partial: Some(super::partial_shapes::batch_norm),
             ..OpDef::new(
                 "_fused_BatchNormReLU",

@@ -526,6 +526,22 @@ pub(crate) fn same_dtypes(op: &str, dtypes: &[DType]) -> Result<DType> {
     Ok(d)
 }
 
+/// The shape every input shares, refused by the first input of another shape.
+pub(crate) fn same_shapes<'a>(op: &str, shapes: &'a [Vec<usize>]) -> Result<&'a [usize]> {
+    let s = &shapes[0];
+    for (i, x) in shapes.iter().enumerate().skip(1) {
+        if x != s {
+            return Err(shape_error(
+                op,
+                format!("input {i}"),
+                x.clone(),
+                format!("{s:?} like input 0"),
+            ));
+        }
+    }
+    Ok(s)
+}
+
 /// The forward op that a backward op shared by several forward ops names in attribute `key`
 /// (`default` when it is absent), refused unless it is one of `allowed`.
 pub(crate) fn named_forward<'a>(

@@ -79,54 +79,30 @@ pub(crate) fn pooling(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opt
     Ok(vec![Some(out(&bw, 0))])
 }
 
+/// BatchNorm, and BatchNorm fused with ReLU, whose backward node also reads the output (the
+/// sign of which is ReLU's mask).
 pub(crate) fn batch_norm(
     n: &Arc<Node>,
     og: &[Option<NodeEntry>],
 ) -> Result<Vec<Option<NodeEntry>>> {
+    let relu = n.op_name() == op_name!("_fused_BatchNormReLU");
+    let mut ins = vec![need(n, og)?];
+    if relu {
+        ins.push(out(n, 0));
+    }
     // Reads the mean and variance the forward pass used (its hidden outputs).
-    let ins = vec![
-        need(n, og)?,
+    ins.extend([
         n.inputs[0].clone(),
         n.inputs[1].clone(),
         out(n, 1),
         out(n, 2),
-    ];
-    let bw = make(
-        op_name!("_backward_BatchNorm"),
-        format!("{}_backward", n.name),
-        ins,
-        n.attrs.clone(),
-    )?;
+    ]);
+    let op = match relu {
+        true => op_name!("_backward_fused_BatchNormReLU"),
+        false => op_name!("_backward_BatchNorm"),
+    };
+    let bw = make(op, format!("{}_backward", n.name), ins, n.attrs.clone())?;
     // No gradient for the moving statistics (auxiliary states).
-    Ok(vec![
-        Some(out(&bw, 0)),
-        Some(out(&bw, 1)),
-        Some(out(&bw, 2)),
-        None,
-        None,
-    ])
-}
-
-/// BatchNorm fused with ReLU: one backward node reading the output gradient, the output (ReLU's
-/// mask), and what BatchNorm's backward node reads.
-pub(crate) fn batch_norm_relu(
-    n: &Arc<Node>,
-    og: &[Option<NodeEntry>],
-) -> Result<Vec<Option<NodeEntry>>> {
-    let ins = vec![
-        need(n, og)?,
-        out(n, 0),
-        n.inputs[0].clone(),
-        n.inputs[1].clone(),
-        out(n, 1),
-        out(n, 2),
-    ];
-    let bw = make(
-        op_name!("_backward_fused_BatchNormReLU"),
-        format!("{}_backward", n.name),
-        ins,
-        n.attrs.clone(),
-    )?;
     Ok(vec![
         Some(out(&bw, 0)),
         Some(out(&bw, 1)),
