@@ -538,7 +538,7 @@ pub(super) fn more_ops() -> &'static [OpDef] {
 
 // ---- _backward_BatchNorm: (ograd, data, gamma, mean, var) -> (data, gamma, beta grads) -------
 
-fn infer_bn_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+pub(super) fn infer_bn_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     let dt = same_dtypes(op, d)?;
     // The forward inputs: beta is shaped like gamma, and the batch statistics the forward pass
     // used like the moving ones.

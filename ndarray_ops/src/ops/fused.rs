@@ -22,7 +22,7 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use super::backward::bn_backward;
+use super::backward::{bn_backward, infer_bn_backward};
 use super::conv::{conv_kernel, infer_conv};
 use super::par::for_ranges;
 use super::stochastic::{bn_forward, infer_bn};
@@ -66,7 +66,6 @@ fn bn_relu_kernel(
 /// `(ograd, output, data, gamma, mean, var)`: BatchNorm's backward inputs with the fused
 /// node's output, whose sign is ReLU's mask.
 fn infer_bn_relu_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    let dt = same_dtypes(op, d)?;
     if s[1] != s[0] {
         return Err(shape_error(
             op,
@@ -75,17 +74,13 @@ fn infer_bn_relu_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]
             format!("{:?} like the gradient", s[0]),
         ));
     }
-    let fwd = [&s[2], &s[3], &s[3], &s[4], &s[5]].map(|x| x.clone());
-    let (shapes, _) = infer_bn(op, attrs, &fwd, &[dt; 5])?;
-    if shapes[0] != s[0] {
-        return Err(shape_error(
-            op,
-            "ograd",
-            s[0].clone(),
-            format!("{:?} like the data", shapes[0]),
-        ));
-    }
-    Ok((vec![s[2].clone(), s[3].clone(), s[3].clone()], vec![dt; 3]))
+    same_dtypes(op, &d[..2])?;
+    // The rest are BatchNorm's backward inputs: (ograd, data, gamma, mean, var).
+    let (shapes, dtypes) = (
+        [0, 2, 3, 4, 5].map(|i| s[i].clone()),
+        [0, 2, 3, 4, 5].map(|i| d[i]),
+    );
+    infer_bn_backward(op, attrs, &shapes, &dtypes)
 }
 
 fn bn_relu_backward_kernel(
