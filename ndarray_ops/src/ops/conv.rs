@@ -419,6 +419,11 @@ impl Tap {
         (0..h as isize).contains(&iy).then_some(iy as usize)
     }
 
+    /// Whether neighbouring output columns read neighbouring input columns.
+    pub(super) fn unit_stride(&self) -> bool {
+        self.stride == 1
+    }
+
     /// The input column output column `x0` reads (inside the input: only asked when `x0 < x1`).
     pub(super) fn first_input(&self) -> usize {
         (self.x0 as isize * self.stride as isize + self.offset) as usize
