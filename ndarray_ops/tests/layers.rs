@@ -314,8 +314,8 @@ fn convolution_matches_direct_computation() {
 /// Float32 convolutions, which on AVX-512 CPUs pack their GEMM's strips straight from the data
 /// (forward and weight gradient) instead of writing columns: output and both gradients against
 /// the f64 definitions, over strides, padding, dilation, groups, odd windows, output widths
-/// that cross the GEMM's 32-column strips and 512-deep blocks mid-row, and both ways of making
-/// the stride-1 data gradient.
+/// that cross the GEMM's 32-column strips and 512-deep blocks mid-row, batches whose images
+/// share a product, and both ways of making the stride-1 data gradient.
 #[test]
 fn f32_convolutions_and_their_gradients_match_the_definitions() {
     let rt = rt();
@@ -333,6 +333,12 @@ fn f32_convolutions_and_their_gradients_match_the_definitions() {
         (wide, (3, 3), 1, 1, 1, 1),
         (wide, (3, 3), 2, 1, 1, 2),
         (wide, (7, 7), 2, 3, 1, 1),
+        // Images small enough that one product covers several (a strip, a depth block and a
+        // tile of the output crossing from one image into the next), and images that split
+        // into products of two and one.
+        ([5, 6, 5, 5], (3, 3), 1, 1, 1, 2),
+        ([5, 6, 9, 11], (3, 3), 2, 1, 1, 1),
+        ([3, 4, 40, 40], (3, 3), 1, 1, 1, 1),
     ] {
         let what = format!("f32 conv {k:?} s{stride} p{pad} d{dil} g{groups} on {shape:?}");
         let filters = 12;

@@ -134,10 +134,10 @@ pub(crate) unsafe fn sgemm(
             ..c
         };
         // SAFETY: the same elements as the caller's, transposed.
-        return unsafe { sgemm_packing(n, k, m, t(b), &t(a), beta, ct) };
+        return unsafe { sgemm_packing(n, k, m, &t(b), &t(a), beta, Dest::new(ct)) };
     }
     // SAFETY: the caller's contract.
-    unsafe { sgemm_packing(m, k, n, a, &b, beta, c) }
+    unsafe { sgemm_packing(m, k, n, &a, &b, beta, Dest::new(c)) }
 }
 
 /// Elements the kernel computes for an `m x n` product, padding included.
@@ -177,19 +177,21 @@ fn turn(
     turned < straight
 }
 
-/// `c = a b + beta c` with `b` read through its own packing (a convolution's input seen as its
-/// column matrix, never written out). As [`sgemm`], without turning the product.
+/// `c = a b + beta c` with `a` and `b` read through their own packing (a convolution's input
+/// seen as its column matrix, never written out) and `c` possibly cut into batches. As
+/// [`sgemm`], without turning the product.
 ///
 /// # Safety
-/// As [`sgemm`], with `b`'s `k x n` elements valid to pack.
+/// As [`sgemm`], with `a`'s `m x k` and `b`'s `k x n` elements valid to pack and `c`'s `m x n`
+/// elements valid to read and write.
 pub(crate) unsafe fn sgemm_packing(
     m: usize,
     k: usize,
     n: usize,
-    a: Mat<*const f32>,
+    a: &impl Rows,
     b: &impl Source,
     beta: f32,
-    c: Mat<*mut f32>,
+    c: Dest,
 ) {
     if m == 0 || n == 0 {
         return;
@@ -228,9 +230,9 @@ pub(crate) unsafe fn sgemm_packing(
         // SAFETY: the part's rows or columns of `c` are its own; the rest as the caller's.
         unsafe {
             if by_columns {
-                serial(m, k, (lo, hi - lo), a, b, beta, c.at(0, lo));
+                serial((0, m), k, (lo, hi - lo), a, b, beta, c);
             } else {
-                serial(hi - lo, k, (0, n), a.at(lo, 0), b, beta, c.at(lo, 0));
+                serial((lo, hi - lo), k, (0, n), a, b, beta, c);
             }
         }
     };
@@ -245,14 +247,57 @@ pub(crate) unsafe fn sgemm_packing(
     });
 }
 
+/// Where a product's `c` lies: a matrix, or a matrix cut into batches of `cols` columns that
+/// lie `stride` elements apart (a convolution's output over a batch of images, one image's
+/// pixels per batch): element `(i, b * cols + j)` at `ptr + b * stride + i * rs + j * cs`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Dest {
+    mat: Mat<*mut f32>,
+    cols: usize,
+    stride: isize,
+}
+
+impl Dest {
+    /// `c` as one matrix.
+    pub(crate) fn new(mat: Mat<*mut f32>) -> Self {
+        Dest {
+            mat,
+            cols: usize::MAX,
+            stride: 0,
+        }
+    }
+
+    /// `c` in batches of `cols` columns (`cols > 0`), batch `b`'s first column at
+    /// `mat.ptr + b * stride`.
+    pub(crate) fn batched(mat: Mat<*mut f32>, cols: usize, stride: isize) -> Self {
+        Dest { mat, cols, stride }
+    }
+
+    /// The matrix from `(i, j)` on, inside `j`'s batch, and how many columns that batch has
+    /// left from `j`.
+    fn at(&self, i: usize, j: usize) -> (Mat<*mut f32>, usize) {
+        let (b, j) = (j / self.cols, j % self.cols);
+        let mat = Mat {
+            ptr: self.mat.ptr.offset_by(b as isize * self.stride),
+            ..self.mat
+        };
+        (mat.at(i, j), self.cols - j)
+    }
+
+    /// Element `(i, j)`.
+    fn element(&self, i: usize, j: usize) -> *mut f32 {
+        self.at(i, j).0.ptr
+    }
+}
+
 /// `c = beta c` (`beta == 0` writes zeros without reading `c`).
 ///
 /// # Safety
 /// `c`'s `m x n` elements are valid to read and write.
-unsafe fn scale(m: usize, n: usize, beta: f32, c: Mat<*mut f32>) {
+unsafe fn scale(m: usize, n: usize, beta: f32, c: Dest) {
     for i in 0..m {
         for j in 0..n {
-            let e = c.at(i, j).ptr;
+            let e = c.element(i, j);
             // SAFETY: `(i, j)` is inside `c` (the caller's contract).
             unsafe { *e = if beta == 0.0 { 0.0 } else { *e * beta } };
         }
@@ -277,6 +322,85 @@ impl Source for Mat<*const f32> {
     }
 }
 
+/// Where a product's `a` comes from: read where it lies (rows contiguous), or packed.
+pub(crate) trait Rows: Sync {
+    /// `a` itself, when the micro-kernel reads it in place (its rows contiguous).
+    fn direct(&self) -> Option<Mat<*const f32>>;
+
+    /// Packs the `mc x kc` block of `a` at row `i0`, column `p0` into strips of [`MR`] rows:
+    /// strip `s` holds, for each step `p`, the column `a[i0 + s*MR ..][..MR, p0 + p]`, rows
+    /// past the block's `mc` zeros.
+    ///
+    /// # Safety
+    /// The block lies inside `a`; `out` holds `mc.div_ceil(MR) * MR * kc` floats.
+    unsafe fn pack(&self, i0: usize, mc: usize, p0: usize, kc: usize, out: &mut [f32]);
+}
+
+impl Rows for Mat<*const f32> {
+    fn direct(&self) -> Option<Mat<*const f32>> {
+        // Rows of `a` that are contiguous are read where they lie: packing them would cost as
+        // much as the products when `c` has few columns (512 x 4608 by 4608 x 49: 71 -> 141
+        // GFLOP/s) and saved nothing measurable elsewhere.
+        (self.cs == 1).then_some(*self)
+    }
+
+    unsafe fn pack(&self, i0: usize, mc: usize, p0: usize, kc: usize, out: &mut [f32]) {
+        // SAFETY: the caller's contract.
+        unsafe { pack_a(mc, kc, self.at(i0, p0), out) }
+    }
+}
+
+/// A matrix `a` cut into `batches` batches of `cols` columns that lie `stride` elements apart
+/// (a convolution's output gradient over a run of images, one image's pixels per batch):
+/// element `(i, b * cols + j)` at `ptr + b * stride + i * rs + j * cs`. Read in place when it is
+/// one batch, else packed.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Batched {
+    mat: Mat<*const f32>,
+    cols: usize,
+    batches: usize,
+    stride: isize,
+}
+
+impl Batched {
+    /// `mat` in `batches` batches of `cols` columns (`cols > 0`), batch `b` at
+    /// `mat.ptr + b * stride`.
+    pub(crate) fn new(
+        mat: Mat<*const f32>,
+        (cols, batches): (usize, usize),
+        stride: isize,
+    ) -> Self {
+        Batched {
+            mat,
+            cols,
+            batches,
+            stride,
+        }
+    }
+}
+
+impl Rows for Batched {
+    fn direct(&self) -> Option<Mat<*const f32>> {
+        (self.batches == 1).then(|| self.mat.direct()).flatten()
+    }
+
+    unsafe fn pack(&self, i0: usize, mc: usize, p0: usize, kc: usize, out: &mut [f32]) {
+        // The block's columns, batch by batch: each stretch is an ordinary block of `a`.
+        let mut p = 0;
+        while p < kc {
+            let (b, j) = ((p0 + p) / self.cols, (p0 + p) % self.cols);
+            let run = (self.cols - j).min(kc - p);
+            let mat = Mat {
+                ptr: self.mat.ptr.offset_by(b as isize * self.stride),
+                ..self.mat
+            };
+            // SAFETY: the stretch lies inside batch `b` (the caller's contract).
+            unsafe { pack_a_steps(mc, (p, run), kc, mat.at(i0, j), out) };
+            p += run;
+        }
+    }
+}
+
 thread_local! {
     /// Each thread's packing buffers (`a`'s block, `b`'s block), kept between products: a
     /// fresh megabyte per product would be mapped and faulted in every time.
@@ -298,20 +422,21 @@ impl Aligned {
     }
 }
 
-/// The whole blocked product on the calling thread, of columns `j0..j0 + n` of `b` (and
-/// columns `0..n` of `c`).
+/// The whole blocked product on the calling thread, of rows `i0..i0 + m` and columns
+/// `j0..j0 + n` of `c`.
 ///
 /// # Safety
 /// As [`sgemm`], with `k > 0` and `beta` 0 or 1.
 unsafe fn serial(
-    m: usize,
+    (i0, m): (usize, usize),
     k: usize,
     (j0, n): (usize, usize),
-    a: Mat<*const f32>,
+    a: &impl Rows,
     b: &impl Source,
     beta: f32,
-    c: Mat<*mut f32>,
+    c: Dest,
 ) {
+    let direct = a.direct();
     PACKED.with_borrow_mut(|(abuf, bbuf)| {
         for jc in (0..n).step_by(NC) {
             let nc = NC.min(n - jc);
@@ -324,28 +449,28 @@ unsafe fn serial(
                 for ic in (0..m).step_by(MC) {
                     let mc = MC.min(m - ic);
                     let strips = mc.div_ceil(MR);
-                    // Rows of `a` that are contiguous are read where they lie: packing them
-                    // would cost as much as the products when `c` has few columns (512 x 4608
-                    // by 4608 x 49: 71 -> 141 GFLOP/s) and saved nothing measurable elsewhere.
-                    let direct = a.cs == 1;
-                    let ap = abuf.slice(if direct { 0 } else { strips * MR * kc });
-                    if !direct {
+                    let ap = abuf.slice(if direct.is_some() {
+                        0
+                    } else {
+                        strips * MR * kc
+                    });
+                    if direct.is_none() {
                         // SAFETY: the block is inside `a`.
-                        unsafe { pack_a(mc, kc, a.at(ic, pc), ap) };
+                        unsafe { a.pack(i0 + ic, mc, pc, kc, ap) };
                     }
                     for (t, bs) in bp.chunks_exact(NR * kc).enumerate() {
                         let nr = NR.min(nc - t * NR);
                         for s in 0..strips {
                             let mr = MR.min(mc - s * MR);
-                            let tile = c.at(ic + s * MR, jc + t * NR);
                             let (a_s, ars, acs) = match direct {
-                                true => (a.at(ic + s * MR, pc).ptr, a.rs, 1),
-                                false => (ap[s * MR * kc..].as_ptr(), 1, MR as isize),
+                                Some(a) => (a.at(i0 + ic + s * MR, pc).ptr, a.rs, 1),
+                                None => (ap[s * MR * kc..].as_ptr(), 1, MR as isize),
                             };
+                            let (i, j) = (i0 + ic + s * MR, j0 + jc + t * NR);
                             // SAFETY: the strips hold `kc` steps each, `a`'s `mr` rows are
                             // inside it; the tile's `mr x nr` elements are inside `c`;
                             // `available()` holds (the contract).
-                            unsafe { micro(kc, (a_s, ars, acs), bs, tile, mr, nr, add) };
+                            unsafe { tile(kc, (a_s, ars, acs), bs, c, (i, j), (mr, nr), add) };
                         }
                     }
                 }
@@ -354,13 +479,74 @@ unsafe fn serial(
     });
 }
 
+/// The micro-kernel on the tile of `c` at `(i, j)`; a tile that crosses from one batch of `c`
+/// into the next is computed in a buffer and copied out element by element.
+///
+/// # Safety
+/// As [`micro`], for the tile's `mr x nr` elements of `c`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile(
+    kc: usize,
+    a: (*const f32, isize, isize),
+    b: &[f32],
+    c: Dest,
+    (i, j): (usize, usize),
+    (mr, nr): (usize, usize),
+    add: bool,
+) {
+    let (at, left) = c.at(i, j);
+    if left >= nr {
+        // SAFETY: the contract.
+        return unsafe { micro(kc, a, b, at, mr, nr, add) };
+    }
+    let mut buf = [[0f32; NR]; MR];
+    if add {
+        for (ii, row) in buf.iter_mut().enumerate().take(mr) {
+            for (jj, v) in row.iter_mut().enumerate().take(nr) {
+                // SAFETY: `(i + ii, j + jj)` is inside the tile (the contract).
+                *v = unsafe { *c.element(i + ii, j + jj) };
+            }
+        }
+    }
+    let local = Mat {
+        ptr: buf.as_mut_ptr().cast::<f32>(),
+        rs: NR as isize,
+        cs: 1,
+    };
+    // SAFETY: `local` holds the whole tile; the rest as the contract.
+    unsafe { micro(kc, a, b, local, mr, nr, add) };
+    for (ii, row) in buf.iter().enumerate().take(mr) {
+        for (jj, &v) in row.iter().enumerate().take(nr) {
+            // SAFETY: as above.
+            unsafe { *c.element(i + ii, j + jj) = v };
+        }
+    }
+}
+
 /// Packs the `mc x kc` block of `a` into strips of [`MR`] rows: strip `s` holds, for each step
 /// `p` of depth, the column `a[s*MR .. s*MR+MR, p]` (rows past `mc` are zeros).
 ///
 /// # Safety
 /// Every element of the block must be valid to read.
 unsafe fn pack_a(mc: usize, kc: usize, a: Mat<*const f32>, out: &mut [f32]) {
-    for (s, strip) in out.chunks_exact_mut(MR * kc).enumerate() {
+    // SAFETY: the contract.
+    unsafe { pack_a_steps(mc, (0, kc), kc, a, out) }
+}
+
+/// Packs `kc` columns of an `mc`-row block of `a` as steps `from..from + kc` of strips of
+/// [`MR`] rows, `depth` steps each (see [`pack_a`]).
+///
+/// # Safety
+/// Every element of the `mc x kc` block must be valid to read; `out` holds the strips.
+unsafe fn pack_a_steps(
+    mc: usize,
+    (from, kc): (usize, usize),
+    depth: usize,
+    a: Mat<*const f32>,
+    out: &mut [f32],
+) {
+    for (s, strip) in out.chunks_exact_mut(MR * depth).enumerate() {
+        let strip = &mut strip[from * MR..(from + kc) * MR];
         let rows = MR.min(mc - s * MR);
         let a = a.at(s * MR, 0);
         if a.cs == 1 {

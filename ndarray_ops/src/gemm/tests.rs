@@ -1,7 +1,8 @@
 //! The blocked product against a plain triple loop in f64, on shapes that cross every block
-//! edge, with each operand row-major, transposed and strided, on one thread and on several.
+//! edge, with each operand row-major, transposed and strided, on one thread and on several, and
+//! with `a` and `c` cut into batches as a convolution over a run of images cuts them.
 
-use super::{available, sgemm, Mat, KC, MC, MR, NC, NR};
+use super::{available, sgemm, sgemm_packing, Batched, Dest, Mat, KC, MC, MR, NC, NR};
 
 /// A deterministic value in [-1, 1).
 fn val(i: usize, seed: usize) -> f32 {
@@ -128,6 +129,70 @@ fn products_across_block_edges_and_threads_match_the_triple_loop() {
         for layouts in [[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1], [2, 2, 2]] {
             for beta in [0.0, 1.0] {
                 check(m, k, n, layouts, beta);
+            }
+        }
+    }
+}
+
+#[test]
+fn batched_operands_match_the_triple_loop() {
+    if !available() {
+        return;
+    }
+    // (rows, (a's columns per batch, batches), (c's columns per batch, batches)): tiles and
+    // depth blocks that cross batches, on one thread and on several.
+    for (m, (ka, kb), (na, nb)) in [
+        (13, (7, 5), (9, 4)),
+        (30, (300, 3), (49, 5)),
+        (MR + 1, (KC + 5, 2), (NR + 3, 3)),
+        (64, (49, 16), (196, 11)),
+    ] {
+        let (k, n) = (ka * kb, na * nb);
+        // Each batch is followed by a gap that must be left as it was.
+        let (a_stride, c_stride) = (m * ka + 5, m * na + 3);
+        let a: Vec<f32> = (0..a_stride * kb).map(|i| val(i, 1)).collect();
+        let a_at = |i: usize, p: usize| a[(p / ka) * a_stride + i * ka + p % ka];
+        let b = Stored::new(k, n, 0, 2);
+        let c_at = |i: usize, j: usize| (j / na) * c_stride + i * na + j % na;
+        for beta in [0.0, 1.0] {
+            let before: Vec<f32> = (0..c_stride * nb).map(|i| val(i, 3)).collect();
+            let mut c = before.clone();
+            let batched_a = Batched::new(
+                Mat {
+                    ptr: a.as_ptr(),
+                    rs: ka as isize,
+                    cs: 1,
+                },
+                (ka, kb),
+                a_stride as isize,
+            );
+            let dest = Dest::batched(
+                Mat {
+                    ptr: c.as_mut_ptr(),
+                    rs: na as isize,
+                    cs: 1,
+                },
+                na,
+                c_stride as isize,
+            );
+            // SAFETY: AVX-512 checked above; the batches lie inside `a` and `c`.
+            unsafe { sgemm_packing(m, k, n, &batched_a, &b.view(), beta, dest) };
+            let mut inside = vec![false; c.len()];
+            for i in 0..m {
+                for j in 0..n {
+                    let mut want: f64 =
+                        (0..k).map(|p| a_at(i, p) as f64 * b.get(p, j) as f64).sum();
+                    want += beta as f64 * before[c_at(i, j)] as f64;
+                    let got = c[c_at(i, j)] as f64;
+                    assert!(
+                        (got - want).abs() <= 1e-5 * (k as f64 + 1.0),
+                        "c[{i},{j}] = {got}, want {want} (m {m}, a {ka}x{kb}, c {na}x{nb}, beta {beta})"
+                    );
+                    inside[c_at(i, j)] = true;
+                }
+            }
+            for (e, (&got, &old)) in c.iter().zip(&before).enumerate() {
+                assert!(inside[e] || got == old, "gap element {e} written");
             }
         }
     }

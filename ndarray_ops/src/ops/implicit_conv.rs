@@ -19,7 +19,7 @@ use std::ops::Range;
 
 use super::backward::col2im;
 use super::conv::{by_phase, Conv, ConvDims, Tap};
-use crate::gemm::{sgemm_packing, Mat, Source, NR};
+use crate::gemm::{sgemm_packing, Batched, Dest, Mat, Source, NR};
 use crate::resources::KernelRes;
 use crate::DType;
 
@@ -27,6 +27,17 @@ use crate::DType;
 /// needs columns (a 1x1 window of stride 1 without padding reads the data as they are).
 pub(super) fn applies(c: &Conv, dtype: DType) -> bool {
     !c.columns_are_input() && dtype == DType::F32 && crate::gemm::available()
+}
+
+/// Output pixels a product should cover at least: a convolution over small images (ResNet's
+/// last stage: 7x7) takes this many images' pixels per product, so that the product's columns
+/// fill the kernel's 32-wide strips (49 pixels pad to 64) and, in the weight gradient, its
+/// depth blocks are deep (each depth block reads and writes all of `dW` once).
+const PRODUCT_PIXELS: usize = 2048;
+
+/// Images per product for images of `pixels` output pixels, at most `n`.
+fn images_per_product(n: usize, pixels: usize) -> usize {
+    PRODUCT_PIXELS.div_ceil(pixels.max(1)).clamp(1, n.max(1))
 }
 
 /// `out = conv(x, w)` (no bias: the caller adds it).
@@ -42,30 +53,36 @@ pub(super) unsafe fn forward(
 ) -> Result<(), String> {
     let taps = Tap::window(c.k, c.s, c.p, c.d, d.w, d.wo);
     let phased = phases(c);
+    let (pixels, plane) = (d.ho * d.wo, d.h * d.w);
+    let chunk = images_per_product(d.n, pixels);
     let by = match phased {
-        true => res.temp(d.cg * d.h * d.w * 4)?.cast::<f32>(),
+        true => res.temp(chunk * d.cg * plane * 4)?.cast::<f32>(),
         false => std::ptr::null_mut(),
     };
-    for img in 0..d.n {
+    for first in (0..d.n).step_by(chunk) {
+        let images = chunk.min(d.n - first);
         for g in 0..c.groups {
-            // SAFETY: image `img`, group `g` lies inside each buffer (the contract); `by` holds
-            // a group's data when `phased`.
+            // SAFETY: images `first..first + images`, group `g` lie inside each buffer (the
+            // contract); `by` holds `chunk` images' group data when `phased`.
             unsafe {
-                let xg = x.add((img * d.ch + g * d.cg) * d.h * d.w);
-                let src = if phased { phase(c, d, xg, by) } else { xg };
-                let b = Columns::new(src, (d.h, d.w, d.wo), &taps, (phased, false));
+                let xg = x.add((first * d.ch + g * d.cg) * plane);
+                let input = match phased {
+                    true => (phase(c, d, xg, images, by), d.cg * plane),
+                    false => (xg, d.ch * plane),
+                };
+                let b = Columns::new(input, (d.h, d.w), (d.ho, d.wo), &taps, (phased, false));
                 let a = Mat {
                     ptr: wt.add(g * d.fg * d.rows),
                     rs: d.rows as isize,
                     cs: 1,
                 };
-                let og = out.add((img * c.filters + g * d.fg) * d.ho * d.wo);
-                let cm = Mat {
-                    ptr: og,
-                    rs: (d.ho * d.wo) as isize,
+                let og = Mat {
+                    ptr: out.add((first * c.filters + g * d.fg) * pixels),
+                    rs: pixels as isize,
                     cs: 1,
                 };
-                sgemm_packing(d.fg, d.rows, d.ho * d.wo, a, &b, 0.0, cm);
+                let cm = Dest::batched(og, pixels, (c.filters * pixels) as isize);
+                sgemm_packing(d.fg, d.rows, images * pixels, &a, &b, 0.0, cm);
             }
         }
     }
@@ -87,6 +104,8 @@ pub(super) unsafe fn backward(
 ) -> Result<(), String> {
     let taps = Tap::window(c.k, c.s, c.p, c.d, d.w, d.wo);
     let phased = phases(c);
+    let (pixels, plane) = (d.ho * d.wo, d.h * d.w);
+    let chunk = images_per_product(d.n, pixels);
     // The data gradient as a convolution of dY where its padding is a padding (stride 1), and
     // where flipping the weights (`cg * fg * taps` copies) costs less than the columns would
     // (a write and col2im's read of `cg * taps * pixels` per image): ResNet's 3x3 convolutions
@@ -94,7 +113,7 @@ pub(super) unsafe fn backward(
     let flipped = c.s == (1, 1)
         && c.p.0 <= c.d.0 * (c.k.0 - 1)
         && c.p.1 <= c.d.1 * (c.k.1 - 1)
-        && d.fg <= 2 * d.h * d.w * d.n;
+        && d.fg <= 2 * plane * d.n;
     let back_taps = match flipped {
         true => {
             let pad = (c.d.0 * (c.k.0 - 1) - c.p.0, c.d.1 * (c.k.1 - 1) - c.p.1);
@@ -102,47 +121,47 @@ pub(super) unsafe fn backward(
         }
         false => Vec::new(),
     };
-    // Temp space: the flipped weights of every group, or the data gradient's columns; then a
-    // group's data by phase.
-    let first = match flipped {
+    // Temp space: the flipped weights of every group, or an image's data-gradient columns;
+    // then a chunk's group data by phase.
+    let first_part = match flipped {
         true => c.groups * d.cg * d.fg * c.k.0 * c.k.1,
-        false => d.rows * d.ho * d.wo,
+        false => d.rows * pixels,
     };
-    let second = if phased { d.cg * d.h * d.w } else { 0 };
-    let temp = res.temp((first + second) * 4)?.cast::<f32>();
-    // SAFETY: the temp space holds `first + second` floats; every slice below lies inside its
-    // buffer (the contract).
+    let second = if phased { chunk * d.cg * plane } else { 0 };
+    let temp = res.temp((first_part + second) * 4)?.cast::<f32>();
+    // SAFETY: the temp space holds `first_part + second` floats; every slice below lies inside
+    // its buffer (the contract).
     unsafe {
-        let (work, by) = (temp, temp.add(first));
+        let (work, by) = (temp, temp.add(first_part));
         std::slice::from_raw_parts_mut(dw, c.filters * d.rows).fill(0.0);
         if flipped {
             flip(c, d, wt, work);
         }
-        for img in 0..d.n {
+        for first in (0..d.n).step_by(chunk) {
+            let images = chunk.min(d.n - first);
             for g in 0..c.groups {
-                let xg = x.add((img * d.ch + g * d.cg) * d.h * d.w);
-                let dxg = dx.add((img * d.ch + g * d.cg) * d.h * d.w);
-                let dyg = dy.add((img * c.filters + g * d.fg) * d.ho * d.wo);
-                let pixels = d.ho * d.wo;
-                // Weight gradient: dY_g x cols(X_g)^T, summed over images.
-                let src = if phased { phase(c, d, xg, by) } else { xg };
-                let b = Columns::new(src, (d.h, d.w, d.wo), &taps, (phased, true));
-                let a = Mat {
+                let xg = x.add((first * d.ch + g * d.cg) * plane);
+                let dxg = dx.add((first * d.ch + g * d.cg) * plane);
+                let dyg = dy.add((first * c.filters + g * d.fg) * pixels);
+                // Weight gradient: dY_g x cols(X_g)^T, summed over the chunk's images (the
+                // product's depth) and over chunks.
+                let input = match phased {
+                    true => (phase(c, d, xg, images, by), d.cg * plane),
+                    false => (xg, d.ch * plane),
+                };
+                let b = Columns::new(input, (d.h, d.w), (d.ho, d.wo), &taps, (phased, true));
+                let dym = Mat {
                     ptr: dyg,
                     rs: pixels as isize,
                     cs: 1,
                 };
+                let a = Batched::new(dym, (pixels, images), (c.filters * pixels) as isize);
                 let cm = Mat {
                     ptr: dw.add(g * d.fg * d.rows),
                     rs: d.rows as isize,
                     cs: 1,
                 };
-                sgemm_packing(d.fg, pixels, d.rows, a, &b, 1.0, cm);
-                let dxm = Mat {
-                    ptr: dxg,
-                    rs: (d.h * d.w) as isize,
-                    cs: 1,
-                };
+                sgemm_packing(d.fg, images * pixels, d.rows, &a, &b, 1.0, Dest::new(cm));
                 if flipped {
                     // Data gradient: the flipped weights over dY's columns.
                     let wg = work.add(g * d.cg * d.fg * c.k.0 * c.k.1);
@@ -152,10 +171,25 @@ pub(super) unsafe fn backward(
                         rs: k as isize,
                         cs: 1,
                     };
-                    let b = Columns::new(dyg, (d.ho, d.wo, d.w), &back_taps, (false, false));
-                    sgemm_packing(d.cg, k, d.h * d.w, a, &b, 0.0, dxm);
-                } else {
-                    // Data gradient: W_g^T x dY_g into columns, scattered back.
+                    let b = Columns::new(
+                        (dyg, c.filters * pixels),
+                        (d.ho, d.wo),
+                        (d.h, d.w),
+                        &back_taps,
+                        (false, false),
+                    );
+                    let dxm = Mat {
+                        ptr: dxg,
+                        rs: plane as isize,
+                        cs: 1,
+                    };
+                    let cm = Dest::batched(dxm, plane, (d.ch * plane) as isize);
+                    sgemm_packing(d.cg, k, images * plane, &a, &b, 0.0, cm);
+                    continue;
+                }
+                // Data gradient: W_g^T x dY_g into columns, scattered back, image by image.
+                for i in 0..images {
+                    let (dxi, dyi) = (dxg.add(i * d.ch * plane), dyg.add(i * c.filters * pixels));
                     let a = Mat {
                         ptr: wt.add(g * d.fg * d.rows),
                         rs: 1,
@@ -167,13 +201,13 @@ pub(super) unsafe fn backward(
                         cs: 1,
                     };
                     let b = Mat {
-                        ptr: dyg,
+                        ptr: dyi,
                         rs: pixels as isize,
                         cs: 1,
                     };
                     crate::gemm::sgemm(d.rows, d.fg, pixels, a, b, 0.0, cols);
-                    std::slice::from_raw_parts_mut(dxg, d.cg * d.h * d.w).fill(0.0);
-                    col2im::<f32>(work, d.cg, d.h, d.w, c, d.ho, d.wo, dxg);
+                    std::slice::from_raw_parts_mut(dxi, d.cg * plane).fill(0.0);
+                    col2im::<f32>(work, d.cg, d.h, d.w, c, d.ho, d.wo, dxi);
                 }
             }
         }
@@ -219,32 +253,39 @@ fn phases(c: &Conv) -> bool {
     c.s.1 > 1 && c.k.1 > c.s.1
 }
 
-/// Copies a group's data into `by` with each row grouped by phase ([`by_phase`]).
+/// Copies the group data of `images` images (the first at `xg`, one image's channels apart)
+/// into `by`, one after another, with each row grouped by phase ([`by_phase`]).
 ///
 /// # Safety
-/// `xg` holds a group's data and `by` as many floats; the two are disjoint.
-unsafe fn phase(c: &Conv, d: &ConvDims, xg: *const f32, by: *mut f32) -> *const f32 {
+/// `xg` holds the images' group data and `by` `images` groups' floats; the two are disjoint.
+unsafe fn phase(c: &Conv, d: &ConvDims, xg: *const f32, images: usize, by: *mut f32) -> *const f32 {
     let len = d.cg * d.h * d.w;
-    // SAFETY: the contract.
-    unsafe {
-        by_phase(
-            std::slice::from_raw_parts(xg, len),
-            d.w,
-            c.s.1,
-            std::slice::from_raw_parts_mut(by, len),
-        )
-    };
+    for i in 0..images {
+        // SAFETY: the contract.
+        unsafe {
+            by_phase(
+                std::slice::from_raw_parts(xg.add(i * d.ch * d.h * d.w), len),
+                d.w,
+                c.s.1,
+                std::slice::from_raw_parts_mut(by.add(i * len), len),
+            )
+        };
+    }
     by.cast_const()
 }
 
-/// A group of one image seen as its column matrix (row `(channel, tap)`, column output pixel),
-/// or as that matrix transposed, without writing it: [`Source::pack`] fills the GEMM's strips
-/// from the input rows a strip's columns cross.
+/// A group of a run of images seen as its column matrix (row `(channel, tap)`, column `(image,
+/// output pixel)`), or as that matrix transposed, without writing it: [`Source::pack`] fills
+/// the GEMM's strips from the input rows a strip's columns cross.
 struct Columns<'a> {
-    /// The group's first input channel, `h x w` each.
+    /// The group's first input channel of the first image, `h x w` each.
     x: *const f32,
+    /// Elements from one image's group data to the next's.
+    image: usize,
     h: usize,
     w: usize,
+    /// Output rows and columns per image.
+    ho: usize,
     wo: usize,
     taps: &'a [Tap],
     /// Whether each input row is grouped by phase ([`by_phase`]), so that a tap of a strided
@@ -259,22 +300,26 @@ struct Columns<'a> {
 unsafe impl Sync for Columns<'_> {}
 
 impl<'a> Columns<'a> {
-    /// The columns of the `h x w` channels at `x` (rows grouped by phase when `phased`) under
-    /// `taps` (from [`Tap::window`]) with outputs `wo` wide; `transposed` for the matrix pixel
-    /// by `(channel, tap)`.
+    /// The columns of the `h x w` channels at `x`, the images `image` elements apart (rows
+    /// grouped by phase when `phased`), under `taps` (from [`Tap::window`]) with outputs `ho x
+    /// wo`; `transposed` for the matrix `(image, pixel)` by `(channel, tap)`.
     ///
     /// # Safety
-    /// `x` holds every channel a row of the matrix names, for as long as the value lives.
+    /// `x` holds every channel of every image a row or column of the matrix names, for as long
+    /// as the value lives.
     unsafe fn new(
-        x: *const f32,
-        (h, w, wo): (usize, usize, usize),
+        (x, image): (*const f32, usize),
+        (h, w): (usize, usize),
+        (ho, wo): (usize, usize),
         taps: &'a [Tap],
         (phased, transposed): (bool, bool),
     ) -> Self {
         Columns {
             x,
+            image,
             h,
             w,
+            ho,
             wo,
             taps,
             phased,
@@ -289,10 +334,12 @@ impl<'a> Columns<'a> {
         let taps = self.taps.len();
         let tap = &self.taps[r % taps];
         let len = self.h * self.w;
-        // SAFETY: channel `r / taps` lies inside the input (the constructor's contract).
-        let plane = unsafe { std::slice::from_raw_parts(self.x.add(r / taps * len), len) };
-        for &(q, y, x, run) in runs.parts() {
+        for &(q, img, y, x, run) in runs.parts() {
             let part = &mut out[q..q + run];
+            let at = img * self.image + r / taps * len;
+            // SAFETY: channel `r / taps` of image `img` lies inside the input (the
+            // constructor's contract).
+            let plane = unsafe { std::slice::from_raw_parts(self.x.add(at), len) };
             match tap.input_row(y, self.h) {
                 None => part.fill(0.0),
                 Some(iy) => {
@@ -330,7 +377,7 @@ impl Source for Columns<'_> {
             if !self.transposed {
                 // Every row of the strip reads the same pixels: their output rows are found
                 // once per strip.
-                let runs = Runs::new(lo, cols, self.wo);
+                let runs = Runs::new(lo, cols, (self.ho, self.wo));
                 #[cfg(all(target_arch = "x86_64", not(miri)))]
                 if self.contiguous {
                     // SAFETY: `Columns` are built only where `crate::gemm::available()` holds
@@ -352,7 +399,7 @@ impl Source for Columns<'_> {
             }
             for start in (0..kc).step_by(STEPS) {
                 let len = STEPS.min(kc - start);
-                let runs = Runs::new(p0 + start, len, self.wo);
+                let runs = Runs::new(p0 + start, len, (self.ho, self.wo));
                 self.fill_lines(lo..lo + cols, &runs, &mut tile);
                 for line in &mut tile[cols..] {
                     line[..len].fill(0.0);
@@ -371,34 +418,36 @@ impl Source for Columns<'_> {
     }
 }
 
-/// The output rows that a run of at most 64 consecutive pixels crosses: for each, the first
-/// lane (place in the run), the output row and column it starts at, and its lanes.
+/// The output rows that a run of at most 64 consecutive pixels (of a run of images) crosses:
+/// for each, the first lane (place in the run), the image, the output row and column it starts
+/// at, and its lanes.
 struct Runs {
-    parts: [(usize, usize, usize, usize); 64],
+    parts: [(usize, usize, usize, usize, usize); 64],
     len: usize,
     /// The run's length in pixels.
     lanes: usize,
 }
 
 impl Runs {
-    /// Pixels `from..from + lanes` of outputs `wo` wide (`lanes <= 64`).
-    fn new(from: usize, lanes: usize, wo: usize) -> Self {
+    /// Pixels `from..from + lanes` of images of `ho x wo` outputs (`lanes <= 64`).
+    fn new(from: usize, lanes: usize, (ho, wo): (usize, usize)) -> Self {
         let mut runs = Runs {
-            parts: [(0, 0, 0, 0); 64],
+            parts: [(0, 0, 0, 0, 0); 64],
             len: 0,
             lanes,
         };
-        let (mut q, mut y, mut x) = (0, from / wo.max(1), from % wo.max(1));
+        let wo = wo.max(1);
+        let (mut q, mut row, mut x) = (0, from / wo, from % wo);
         while q < lanes {
             let run = (wo - x).min(lanes - q);
-            runs.parts[runs.len] = (q, y, x, run);
+            runs.parts[runs.len] = (q, row / ho.max(1), row % ho.max(1), x, run);
             runs.len += 1;
-            (q, y, x) = (q + run, y + 1, 0);
+            (q, row, x) = (q + run, row + 1, 0);
         }
         runs
     }
 
-    fn parts(&self) -> &[(usize, usize, usize, usize)] {
+    fn parts(&self) -> &[(usize, usize, usize, usize, usize)] {
         &self.parts[..self.len]
     }
 }
@@ -438,10 +487,11 @@ mod masked {
         let store = lanes(0, width);
         for (i, r) in rows.enumerate() {
             let tap = &cols.taps[r % taps];
-            let plane = cols.x.wrapping_add(r / taps * plane_len);
+            let channel = cols.x.wrapping_add(r / taps * plane_len);
             let mut acc = [_mm512_setzero_ps(); V];
             if let Some((span, at)) = tap.run() {
-                for &(q, y, x, run) in runs.parts() {
+                for &(q, img, y, x, run) in runs.parts() {
+                    let plane = channel.wrapping_add(img * cols.image);
                     let Some(iy) = tap.input_row(y, cols.h) else {
                         continue;
                     };
