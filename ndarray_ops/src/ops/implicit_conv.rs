@@ -19,6 +19,7 @@ use std::ops::Range;
 
 use super::backward::col2im;
 use super::conv::{by_phase, Conv, ConvDims, Tap};
+use super::par::{for_ranges, Shared};
 use crate::gemm::{sgemm_packing, Batched, Dest, Mat, Source, NR};
 use crate::resources::KernelRes;
 use crate::DType;
@@ -133,7 +134,6 @@ pub(super) unsafe fn backward(
     // its buffer (the contract).
     unsafe {
         let (work, by) = (temp, temp.add(first_part));
-        std::slice::from_raw_parts_mut(dw, c.filters * d.rows).fill(0.0);
         if flipped {
             flip(c, d, wt, work);
         }
@@ -161,7 +161,9 @@ pub(super) unsafe fn backward(
                     rs: d.rows as isize,
                     cs: 1,
                 };
-                sgemm_packing(d.fg, images * pixels, d.rows, &a, &b, 1.0, Dest::new(cm));
+                // The first chunk writes `dW`, the others add to it.
+                let beta = if first == 0 { 0.0 } else { 1.0 };
+                sgemm_packing(d.fg, images * pixels, d.rows, &a, &b, beta, Dest::new(cm));
                 if flipped {
                     // Data gradient: the flipped weights over dY's columns.
                     let wg = work.add(g * d.cg * d.fg * c.k.0 * c.k.1);
@@ -216,32 +218,29 @@ pub(super) unsafe fn backward(
 }
 
 /// `W'` of every group: `W'[g][ci][f][ky][kx] = W[g*fg + f][ci][kh-1-ky][kw-1-kx]`, the
-/// weights of the convolution that is the data gradient.
+/// weights of the convolution that is the data gradient. Rows `(g, ci)` of `W'` are written
+/// whole, split across threads; the `fg` windows a row reads (one per filter) stay cached for
+/// the next channel's row.
 ///
 /// # Safety
 /// `wt` holds the weights, `out` as many floats.
 unsafe fn flip(c: &Conv, d: &ConvDims, wt: *const f32, out: *mut f32) {
-    let (kh, kw) = c.k;
-    let taps = kh * kw;
+    let taps = c.k.0 * c.k.1;
     let len = c.filters * d.rows;
-    // SAFETY: the contract.
-    let (w, out) = unsafe {
-        (
-            std::slice::from_raw_parts(wt, len),
-            std::slice::from_raw_parts_mut(out, len),
-        )
-    };
-    for g in 0..c.groups {
-        for f in 0..d.fg {
-            for ci in 0..d.cg {
+    let (w, out) = (Shared::new(wt), Shared::new(out.cast_const()));
+    for_ranges(c.groups * d.cg, d.fg * taps, |lo, hi| {
+        for row in lo..hi {
+            let (g, ci) = (row / d.cg, row % d.cg);
+            // SAFETY: the contract; this range alone writes rows `lo..hi` of `out`.
+            let (w, to) = unsafe { (w.piece(0, len), out.piece_mut(row, d.fg * taps)) };
+            for (f, to) in to.chunks_exact_mut(taps).enumerate() {
                 let from = &w[((g * d.fg + f) * d.cg + ci) * taps..][..taps];
-                let to = &mut out[((g * d.cg + ci) * d.fg + f) * taps..][..taps];
-                for (t, v) in to.iter_mut().enumerate() {
-                    *v = from[taps - 1 - t];
+                for (v, &x) in to.iter_mut().zip(from.iter().rev()) {
+                    *v = x;
                 }
             }
         }
-    }
+    });
 }
 
 /// Whether a convolution's columns read the input grouped by phase: with a horizontal stride a
