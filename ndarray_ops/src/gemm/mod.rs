@@ -616,14 +616,52 @@ unsafe fn pack_b(kc: usize, nc: usize, b: Mat<*const f32>, out: &mut [f32]) {
 /// # Safety
 /// Those steps and columns of `b` are valid to read.
 unsafe fn pack_columns(b: Mat<*const f32>, cols: usize, rows: &mut [f32]) {
+    let steps = rows.len() / NR;
+    // Whole 16 x 16 blocks by register transposes where a column's steps are contiguous,
+    // the rest element by element.
+    let (whole_cols, whole_steps) = match b.rs == 1 && b.cs > 0 {
+        true => (cols / 16 * 16, steps / 16 * 16),
+        false => (0, 0),
+    };
+    for j in (0..whole_cols).step_by(16) {
+        for p in (0..whole_steps).step_by(16) {
+            // SAFETY: the block's 16 columns of 16 steps are inside `b` (the contract) and its
+            // 16 rows of 16 inside `rows`; `available()` holds wherever a product runs.
+            unsafe { transpose16(b.at(p, j).ptr, b.cs as usize, &mut rows[p * NR + j..]) };
+        }
+    }
     for j in 0..cols {
-        for (p, row) in rows.chunks_exact_mut(NR).enumerate() {
+        let from = if j < whole_cols { whole_steps } else { 0 };
+        for (p, row) in rows.chunks_exact_mut(NR).enumerate().skip(from) {
             // SAFETY: `(p, j)` is inside the block (the contract).
             row[j] = unsafe { *b.at(p, j).ptr };
         }
     }
     for row in rows.chunks_exact_mut(NR) {
         row[cols..].fill(0.0);
+    }
+}
+
+/// Writes the 16 x 16 block whose row `i` is the 16 floats at `src + i * stride` into `dst`
+/// transposed: row `j` of the result at `dst[j * NR..][..16]`.
+///
+/// # Safety
+/// [`available`] is true; the 16 rows at `src` are valid to read; `dst` holds `15 * NR + 16`
+/// floats.
+pub(crate) unsafe fn transpose16(src: *const f32, stride: usize, dst: &mut [f32]) {
+    assert!(
+        dst.len() >= 15 * NR + 16,
+        "transpose16: the block does not fit"
+    );
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    // SAFETY: the contract; `dst` holds the 16 rows (checked above).
+    unsafe {
+        avx512::transpose16(src, stride, dst.as_mut_ptr(), NR)
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    {
+        let _ = (src, stride, dst);
+        unreachable!("transpose16 runs only where available() is true");
     }
 }
 

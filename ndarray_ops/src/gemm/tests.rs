@@ -197,3 +197,24 @@ fn batched_operands_match_the_triple_loop() {
         }
     }
 }
+
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[test]
+fn transpose16_turns_rows_into_columns() {
+    if !available() {
+        return;
+    }
+    let (ss, ds) = (21, 19);
+    let src: Vec<f32> = (0..16 * ss).map(|i| i as f32).collect();
+    let mut dst = vec![-1.0f32; 16 * ds];
+    // SAFETY: AVX-512 checked above; 16 rows at each stride fit both buffers.
+    unsafe { super::avx512::transpose16(src.as_ptr(), ss, dst.as_mut_ptr(), ds) };
+    for i in 0..16 {
+        for j in 0..16 {
+            assert_eq!(dst[j * ds + i], src[i * ss + j], "element ({i}, {j})");
+        }
+        for j in 16..ds {
+            assert_eq!(dst[i * ds + j], -1.0, "past row {i}");
+        }
+    }
+}

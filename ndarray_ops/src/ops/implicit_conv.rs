@@ -20,7 +20,7 @@ use std::ops::Range;
 use super::backward::col2im;
 use super::conv::{by_phase, Conv, ConvDims, Tap};
 use super::par::{for_ranges, Shared};
-use crate::gemm::{sgemm_packing, Batched, Dest, Mat, Source, NR};
+use crate::gemm::{sgemm_packing, transpose16, Batched, Dest, Mat, Source, NR};
 use crate::resources::KernelRes;
 use crate::DType;
 
@@ -403,10 +403,24 @@ impl Source for Columns<'_> {
                 for line in &mut tile[cols..] {
                     line[..len].fill(0.0);
                 }
+                // Whole 16-step blocks by register transposes, the last few steps one by one.
+                let whole = len / 16 * 16;
+                for p in (0..whole).step_by(16) {
+                    for j in (0..NR).step_by(16) {
+                        let dst = &mut strip[(start + p) * NR + j..];
+                        // SAFETY: `Columns` are built only where `available()` holds; the
+                        // tile's lines `j..j + 16` hold steps `p..p + 16`.
+                        unsafe {
+                            let src = tile.as_ptr().cast::<f32>().add(j * STEPS + p);
+                            transpose16(src, STEPS, dst)
+                        };
+                    }
+                }
                 for (p, row) in strip[start * NR..]
                     .chunks_exact_mut(NR)
                     .take(len)
                     .enumerate()
+                    .skip(whole)
                 {
                     for (v, line) in row.iter_mut().zip(tile.iter()) {
                         *v = line[p];
