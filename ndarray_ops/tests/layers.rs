@@ -339,6 +339,8 @@ fn f32_convolutions_and_their_gradients_match_the_definitions() {
         ([5, 6, 5, 5], (3, 3), 1, 1, 1, 2),
         ([5, 6, 9, 11], (3, 3), 2, 1, 1, 1),
         ([3, 4, 40, 40], (3, 3), 1, 1, 1, 1),
+        // A 1x1 window with a stride reads a subsampled copy.
+        ([3, 6, 9, 7], (1, 1), 3, 0, 1, 2),
     ] {
         let what = format!("f32 conv {k:?} s{stride} p{pad} d{dil} g{groups} on {shape:?}");
         let filters = 12;

@@ -558,6 +558,21 @@ unsafe fn pack_a_steps(
                     strip[p * MR + i] = v;
                 }
             }
+        } else if a.rs == 1 {
+            // Columns of `a` are contiguous (a transposed view): a step's `rows` values are
+            // one run.
+            for (p, step) in strip.chunks_exact_mut(MR).enumerate() {
+                // SAFETY: column `p` of the strip's rows is inside the block.
+                let col = unsafe { std::slice::from_raw_parts(a.at(0, p).ptr, rows) };
+                match (
+                    <&mut [f32; MR]>::try_from(&mut *step),
+                    <&[f32; MR]>::try_from(col),
+                ) {
+                    // A whole step as a copy of known length, inlined.
+                    (Ok(step), Ok(col)) => *step = *col,
+                    _ => step[..rows].copy_from_slice(col),
+                }
+            }
         } else {
             for p in 0..kc {
                 for i in 0..rows {

@@ -52,26 +52,24 @@ pub(super) unsafe fn forward(
     (x, wt, out): (*const f32, *const f32, *mut f32),
     res: &mut KernelRes,
 ) -> Result<(), String> {
-    let taps = Tap::window(c.k, c.s, c.p, c.d, d.w, d.wo);
-    let phased = phases(c);
+    let stage = Staging::of(c);
+    let taps = stage.taps(c, d);
     let (pixels, plane) = (d.ho * d.wo, d.h * d.w);
     let chunk = images_per_product(d.n, pixels);
-    let by = match phased {
-        true => res.temp(chunk * d.cg * plane * 4)?.cast::<f32>(),
-        false => std::ptr::null_mut(),
+    let by = match stage.len(d) {
+        0 => std::ptr::null_mut(),
+        len => res.temp(chunk * len * 4)?.cast::<f32>(),
     };
     for first in (0..d.n).step_by(chunk) {
         let images = chunk.min(d.n - first);
         for g in 0..c.groups {
             // SAFETY: images `first..first + images`, group `g` lie inside each buffer (the
-            // contract); `by` holds `chunk` images' group data when `phased`.
+            // contract); `by` holds `chunk` images' staged group data.
             unsafe {
                 let xg = x.add((first * d.ch + g * d.cg) * plane);
-                let input = match phased {
-                    true => (phase(c, d, xg, images, by), d.cg * plane),
-                    false => (xg, d.ch * plane),
-                };
-                let b = Columns::new(input, (d.h, d.w), (d.ho, d.wo), &taps, (phased, false));
+                let (input, hw) = stage.stage(c, d, xg, images, by);
+                let phased = stage == Staging::Phased;
+                let b = Columns::new(input, hw, (d.ho, d.wo), &taps, (phased, false));
                 let a = Mat {
                     ptr: wt.add(g * d.fg * d.rows),
                     rs: d.rows as isize,
@@ -103,8 +101,8 @@ pub(super) unsafe fn backward(
     (dx, dw): (*mut f32, *mut f32),
     res: &mut KernelRes,
 ) -> Result<(), String> {
-    let taps = Tap::window(c.k, c.s, c.p, c.d, d.w, d.wo);
-    let phased = phases(c);
+    let stage = Staging::of(c);
+    let taps = stage.taps(c, d);
     let (pixels, plane) = (d.ho * d.wo, d.h * d.w);
     let chunk = images_per_product(d.n, pixels);
     // The data gradient as a convolution of dY where its padding is a padding (stride 1), and
@@ -123,12 +121,12 @@ pub(super) unsafe fn backward(
         false => Vec::new(),
     };
     // Temp space: the flipped weights of every group, or an image's data-gradient columns;
-    // then a chunk's group data by phase.
+    // then a chunk's staged group data.
     let first_part = match flipped {
         true => c.groups * d.cg * d.fg * c.k.0 * c.k.1,
         false => d.rows * pixels,
     };
-    let second = if phased { chunk * d.cg * plane } else { 0 };
+    let second = chunk * stage.len(d);
     let temp = res.temp((first_part + second) * 4)?.cast::<f32>();
     // SAFETY: the temp space holds `first_part + second` floats; every slice below lies inside
     // its buffer (the contract).
@@ -145,11 +143,9 @@ pub(super) unsafe fn backward(
                 let dyg = dy.add((first * c.filters + g * d.fg) * pixels);
                 // Weight gradient: dY_g x cols(X_g)^T, summed over the chunk's images (the
                 // product's depth) and over chunks.
-                let input = match phased {
-                    true => (phase(c, d, xg, images, by), d.cg * plane),
-                    false => (xg, d.ch * plane),
-                };
-                let b = Columns::new(input, (d.h, d.w), (d.ho, d.wo), &taps, (phased, true));
+                let (input, hw) = stage.stage(c, d, xg, images, by);
+                let phased = stage == Staging::Phased;
+                let b = Columns::new(input, hw, (d.ho, d.wo), &taps, (phased, true));
                 let dym = Mat {
                     ptr: dyg,
                     rs: pixels as isize,
@@ -187,6 +183,31 @@ pub(super) unsafe fn backward(
                     };
                     let cm = Dest::batched(dxm, plane, (d.ch * plane) as isize);
                     sgemm_packing(d.cg, k, images * plane, &a, &b, 0.0, cm);
+                    continue;
+                }
+                if stage == Staging::Subsampled {
+                    // Data gradient: W_g^T x dY_g in the staged layout (the weight gradient is
+                    // done with `by`), then spread over dX's sampled pixels.
+                    let a = Mat {
+                        ptr: wt.add(g * d.fg * d.rows),
+                        rs: 1,
+                        cs: d.rows as isize,
+                    };
+                    let b = Columns::new(
+                        (dyg, c.filters * pixels),
+                        (d.ho, d.wo),
+                        (d.ho, d.wo),
+                        &taps,
+                        (false, false),
+                    );
+                    let staged = Mat {
+                        ptr: by,
+                        rs: pixels as isize,
+                        cs: 1,
+                    };
+                    let cm = Dest::batched(staged, pixels, (d.cg * pixels) as isize);
+                    sgemm_packing(d.cg, d.fg, images * pixels, &a, &b, 0.0, cm);
+                    unstage(c, d, by, images, dxg);
                     continue;
                 }
                 // Data gradient: W_g^T x dY_g into columns, scattered back, image by image.
@@ -243,34 +264,129 @@ unsafe fn flip(c: &Conv, d: &ConvDims, wt: *const f32, out: *mut f32) {
     });
 }
 
-/// Whether a convolution's columns read the input grouped by phase: with a horizontal stride a
-/// tap's columns are every `s`-th, and copying runs of a phased copy beats reading them one by
-/// one where the window is wider than the stride, so that taps share the copy (the first 7x7
-/// convolution of a ResNet, stride 2: 71 -> 114 GFLOP/s); a 1x1 window of stride 2 reads a
-/// fourth of the input, less than the copy would.
-fn phases(c: &Conv) -> bool {
-    c.s.1 > 1 && c.k.1 > c.s.1
+/// How a convolution's input is copied before its columns read it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Staging {
+    /// Read where it lies.
+    AsIs,
+    /// Each row grouped by phase ([`by_phase`]): with a horizontal stride a tap's columns are
+    /// every `s`-th, and copying runs of a phased copy beats reading them one by one where the
+    /// window is wider than the stride, so that taps share the copy (the first 7x7
+    /// convolution of a ResNet, stride 2: 71 -> 114 GFLOP/s).
+    Phased,
+    /// A 1x1 window with a stride and no padding reads one pixel in `s0 * s1`: those pixels
+    /// are copied out (as wide as the output), and the columns are that copy read with stride
+    /// 1 (ResNet's projection shortcuts ran at half their GEMM's rate reading every other
+    /// element).
+    Subsampled,
 }
 
-/// Copies the group data of `images` images (the first at `xg`, one image's channels apart)
-/// into `by`, one after another, with each row grouped by phase ([`by_phase`]).
+impl Staging {
+    fn of(c: &Conv) -> Self {
+        if c.k == (1, 1) && c.p == (0, 0) && c.s != (1, 1) {
+            Staging::Subsampled
+        } else if c.s.1 > 1 && c.k.1 > c.s.1 {
+            Staging::Phased
+        } else {
+            Staging::AsIs
+        }
+    }
+
+    /// Floats of one image's staged group data.
+    fn len(self, d: &ConvDims) -> usize {
+        match self {
+            Staging::AsIs => 0,
+            Staging::Phased => d.cg * d.h * d.w,
+            Staging::Subsampled => d.cg * d.ho * d.wo,
+        }
+    }
+
+    /// The taps that the columns read the staged data with.
+    fn taps(self, c: &Conv, d: &ConvDims) -> Vec<Tap> {
+        match self {
+            Staging::Subsampled => Tap::window((1, 1), (1, 1), (0, 0), (1, 1), d.wo, d.wo),
+            _ => Tap::window(c.k, c.s, c.p, c.d, d.w, d.wo),
+        }
+    }
+
+    /// Stages the group data of `images` images (the first at `xg`, one image's channels
+    /// apart) into `by`, one image after another; returns what the columns read: the first
+    /// image's data and the distance to the next, and the planes' height and width.
+    ///
+    /// # Safety
+    /// `xg` holds the images' group data and `by` `images * self.len(d)` floats; the two are
+    /// disjoint.
+    unsafe fn stage(
+        self,
+        c: &Conv,
+        d: &ConvDims,
+        xg: *const f32,
+        images: usize,
+        by: *mut f32,
+    ) -> ((*const f32, usize), (usize, usize)) {
+        let (plane, len) = (d.h * d.w, self.len(d));
+        if self == Staging::AsIs {
+            return ((xg, d.ch * plane), (d.h, d.w));
+        }
+        // Plane by plane (image, channel), split across threads.
+        let (src, dst) = (Shared::new(xg), Shared::new(by.cast_const()));
+        let out_plane = len / d.cg.max(1);
+        for_ranges(images * d.cg, plane, |lo, hi| {
+            for k in lo..hi {
+                let (i, ch) = (k / d.cg, k % d.cg);
+                // SAFETY: plane `ch` of image `i` lies inside the images' group data, and its
+                // staged plane inside `by` (the contract); this range alone writes it.
+                let (from, to) =
+                    unsafe { (src.piece(i * d.ch + ch, plane), dst.piece_mut(k, out_plane)) };
+                match self {
+                    Staging::AsIs => {}
+                    Staging::Phased => by_phase(from, d.w, c.s.1, to),
+                    Staging::Subsampled => {
+                        for (y, out) in to.chunks_exact_mut(d.wo).enumerate() {
+                            let row = &from[y * c.s.0 * d.w..][..d.w];
+                            for (o, &v) in out.iter_mut().zip(row.iter().step_by(c.s.1)) {
+                                *o = v;
+                            }
+                        }
+                    }
+                }
+            }
+        });
+        match self {
+            Staging::Subsampled => ((by.cast_const(), len), (d.ho, d.wo)),
+            _ => ((by.cast_const(), len), (d.h, d.w)),
+        }
+    }
+}
+
+/// The reverse of [`Staging::Subsampled`] for a gradient: writes the staged planes of
+/// `images` images (at `by`, one image's `cg` planes of `ho x wo` after another) into their
+/// sampled pixels of `dxg` (the first image's group, one image's channels apart), and zeros
+/// into every other pixel, in one pass, plane by plane across threads.
 ///
 /// # Safety
-/// `xg` holds the images' group data and `by` `images` groups' floats; the two are disjoint.
-unsafe fn phase(c: &Conv, d: &ConvDims, xg: *const f32, images: usize, by: *mut f32) -> *const f32 {
-    let len = d.cg * d.h * d.w;
-    for i in 0..images {
-        // SAFETY: the contract.
-        unsafe {
-            by_phase(
-                std::slice::from_raw_parts(xg.add(i * d.ch * d.h * d.w), len),
-                d.w,
-                c.s.1,
-                std::slice::from_raw_parts_mut(by.add(i * len), len),
-            )
-        };
-    }
-    by.cast_const()
+/// `by` holds the staged planes and `dxg` the images' group gradients; the two are disjoint.
+unsafe fn unstage(c: &Conv, d: &ConvDims, by: *const f32, images: usize, dxg: *mut f32) {
+    let (plane, pixels) = (d.h * d.w, d.ho * d.wo);
+    let (src, dst) = (Shared::new(by), Shared::new(dxg.cast_const()));
+    for_ranges(images * d.cg, plane, |lo, hi| {
+        for k in lo..hi {
+            let (i, ch) = (k / d.cg, k % d.cg);
+            // SAFETY: staged plane `k` lies inside `by`, plane `ch` of image `i` inside the
+            // gradient (the contract); this range alone writes it.
+            let (from, to) = unsafe { (src.piece(k, pixels), dst.piece_mut(i * d.ch + ch, plane)) };
+            for (y, row) in to.chunks_exact_mut(d.w).enumerate() {
+                row.fill(0.0);
+                if y % c.s.0 != 0 || y / c.s.0 >= d.ho {
+                    continue;
+                }
+                let staged = &from[y / c.s.0 * d.wo..][..d.wo];
+                for (v, &g) in row.iter_mut().step_by(c.s.1).zip(staged) {
+                    *v = g;
+                }
+            }
+        }
+    });
 }
 
 /// A group of a run of images seen as its column matrix (row `(channel, tap)`, column `(image,
