@@ -63,6 +63,15 @@ unsafe impl<P> Send for Mat<P> {}
 unsafe impl<P> Sync for Mat<P> {}
 
 impl<P: Copy> Mat<P> {
+    /// A row-major matrix at `ptr` whose rows lie `rs` elements apart.
+    pub(crate) fn row_major(ptr: P, rs: usize) -> Self {
+        Mat {
+            ptr,
+            rs: rs as isize,
+            cs: 1,
+        }
+    }
+
     /// The matrix from row `i` and column `j` on.
     fn at(self, i: usize, j: usize) -> Self
     where

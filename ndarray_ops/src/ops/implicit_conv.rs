@@ -70,16 +70,8 @@ pub(super) unsafe fn forward(
                 let (input, hw) = stage.stage(c, d, xg, images, by);
                 let phased = stage == Staging::Phased;
                 let b = Columns::new(input, hw, (d.ho, d.wo), &taps, (phased, false));
-                let a = Mat {
-                    ptr: wt.add(g * d.fg * d.rows),
-                    rs: d.rows as isize,
-                    cs: 1,
-                };
-                let og = Mat {
-                    ptr: out.add((first * c.filters + g * d.fg) * pixels),
-                    rs: pixels as isize,
-                    cs: 1,
-                };
+                let a = Mat::row_major(wt.add(g * d.fg * d.rows), d.rows);
+                let og = Mat::row_major(out.add((first * c.filters + g * d.fg) * pixels), pixels);
                 let cm = Dest::batched(og, pixels, (c.filters * pixels) as isize);
                 sgemm_packing(d.fg, d.rows, images * pixels, &a, &b, 0.0, cm);
             }
@@ -146,89 +138,49 @@ pub(super) unsafe fn backward(
                 let (input, hw) = stage.stage(c, d, xg, images, by);
                 let phased = stage == Staging::Phased;
                 let b = Columns::new(input, hw, (d.ho, d.wo), &taps, (phased, true));
-                let dym = Mat {
-                    ptr: dyg,
-                    rs: pixels as isize,
-                    cs: 1,
-                };
+                let dym = Mat::row_major(dyg, pixels);
                 let a = Batched::new(dym, (pixels, images), (c.filters * pixels) as isize);
-                let cm = Mat {
-                    ptr: dw.add(g * d.fg * d.rows),
-                    rs: d.rows as isize,
-                    cs: 1,
-                };
+                let cm = Mat::row_major(dw.add(g * d.fg * d.rows), d.rows);
                 // The first chunk writes `dW`, the others add to it.
                 let beta = if first == 0 { 0.0 } else { 1.0 };
                 sgemm_packing(d.fg, images * pixels, d.rows, &a, &b, beta, Dest::new(cm));
-                if flipped {
-                    // Data gradient: the flipped weights over dY's columns.
-                    let wg = work.add(g * d.cg * d.fg * c.k.0 * c.k.1);
-                    let k = d.fg * c.k.0 * c.k.1;
-                    let a = Mat {
-                        ptr: wg.cast_const(),
-                        rs: k as isize,
-                        cs: 1,
-                    };
-                    let b = Columns::new(
-                        (dyg, c.filters * pixels),
-                        (d.ho, d.wo),
-                        (d.h, d.w),
-                        &back_taps,
-                        (false, false),
-                    );
-                    let dxm = Mat {
-                        ptr: dxg,
-                        rs: plane as isize,
-                        cs: 1,
-                    };
-                    let cm = Dest::batched(dxm, plane, (d.ch * plane) as isize);
-                    sgemm_packing(d.cg, k, images * plane, &a, &b, 0.0, cm);
-                    continue;
-                }
-                if stage == Staging::Subsampled {
-                    // Data gradient: W_g^T x dY_g in the staged layout (the weight gradient is
-                    // done with `by`), then spread over dX's sampled pixels.
-                    let a = Mat {
-                        ptr: wt.add(g * d.fg * d.rows),
-                        rs: 1,
-                        cs: d.rows as isize,
-                    };
-                    let b = Columns::new(
-                        (dyg, c.filters * pixels),
-                        (d.ho, d.wo),
-                        (d.ho, d.wo),
-                        &taps,
-                        (false, false),
-                    );
-                    let staged = Mat {
-                        ptr: by,
-                        rs: pixels as isize,
-                        cs: 1,
-                    };
-                    let cm = Dest::batched(staged, pixels, (d.cg * pixels) as isize);
-                    sgemm_packing(d.cg, d.fg, images * pixels, &a, &b, 0.0, cm);
-                    unstage(c, d, by, images, dxg);
+                // Data gradient as a product over dY's columns: the flipped weights into dX
+                // (stride 1), or W_g^T into the staged layout (the weight gradient is done with
+                // `by`), then spread over dX's sampled pixels (a subsampled 1x1 window).
+                let w_t = Mat {
+                    ptr: wt.add(g * d.fg * d.rows),
+                    rs: 1,
+                    cs: d.rows as isize,
+                };
+                let over_dy = match (flipped, stage) {
+                    (true, _) => {
+                        let k = d.fg * c.k.0 * c.k.1;
+                        let wg = Mat::row_major(work.add(g * d.cg * k).cast_const(), k);
+                        let dxm = Mat::row_major(dxg, plane);
+                        let dest = Dest::batched(dxm, plane, (d.ch * plane) as isize);
+                        Some((wg, k, &back_taps, (d.h, d.w), dest))
+                    }
+                    (false, Staging::Subsampled) => {
+                        let staged = Mat::row_major(by, pixels);
+                        let dest = Dest::batched(staged, pixels, (d.cg * pixels) as isize);
+                        Some((w_t, d.fg, &taps, (d.ho, d.wo), dest))
+                    }
+                    (false, _) => None,
+                };
+                if let Some((a, k, dy_taps, (h, w), dest)) = over_dy {
+                    let dy_in = (dyg, c.filters * pixels);
+                    let b = Columns::new(dy_in, (d.ho, d.wo), (h, w), dy_taps, (false, false));
+                    sgemm_packing(d.cg, k, images * h * w, &a, &b, 0.0, dest);
+                    if !flipped {
+                        unstage(c, d, by, images, dxg);
+                    }
                     continue;
                 }
                 // Data gradient: W_g^T x dY_g into columns, scattered back, image by image.
                 for i in 0..images {
                     let (dxi, dyi) = (dxg.add(i * d.ch * plane), dyg.add(i * c.filters * pixels));
-                    let a = Mat {
-                        ptr: wt.add(g * d.fg * d.rows),
-                        rs: 1,
-                        cs: d.rows as isize,
-                    };
-                    let cols = Mat {
-                        ptr: work,
-                        rs: pixels as isize,
-                        cs: 1,
-                    };
-                    let b = Mat {
-                        ptr: dyi,
-                        rs: pixels as isize,
-                        cs: 1,
-                    };
-                    crate::gemm::sgemm(d.rows, d.fg, pixels, a, b, 0.0, cols);
+                    let (cols, b) = (Mat::row_major(work, pixels), Mat::row_major(dyi, pixels));
+                    crate::gemm::sgemm(d.rows, d.fg, pixels, w_t, b, 0.0, cols);
                     std::slice::from_raw_parts_mut(dxi, d.cg * plane).fill(0.0);
                     col2im::<f32>(work, d.cg, d.h, d.w, c, d.ho, d.wo, dxi);
                 }
