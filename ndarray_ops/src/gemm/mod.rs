@@ -88,7 +88,7 @@ impl<P: Copy> Mat<P> {
 
 /// Pointer arithmetic for both pointer kinds, wrapping: a view's corner may be computed for an
 /// empty block and never read.
-trait Offset: Copy {
+pub(crate) trait Offset: Copy {
     fn offset_by(self, n: isize) -> Self;
 }
 impl Offset for *const f32 {
@@ -143,10 +143,10 @@ pub(crate) unsafe fn sgemm(
             ..c
         };
         // SAFETY: the same elements as the caller's, transposed.
-        return unsafe { sgemm_packing(n, k, m, &t(b), &t(a), beta, Dest::new(ct)) };
+        return unsafe { sgemm_packing(n, k, m, &t(b), &t(a), beta, Batches::whole(ct)) };
     }
     // SAFETY: the caller's contract.
-    unsafe { sgemm_packing(m, k, n, &a, &b, beta, Dest::new(c)) }
+    unsafe { sgemm_packing(m, k, n, &a, &b, beta, Batches::whole(c)) }
 }
 
 /// Elements the kernel computes for an `m x n` product, padding included.
@@ -200,7 +200,7 @@ pub(crate) unsafe fn sgemm_packing(
     a: &impl Rows,
     b: &impl Source,
     beta: f32,
-    c: Dest,
+    c: Batches<*mut f32>,
 ) {
     if m == 0 || n == 0 {
         return;
@@ -256,35 +256,40 @@ pub(crate) unsafe fn sgemm_packing(
     });
 }
 
-/// Where a product's `c` lies: a matrix, or a matrix cut into batches of `cols` columns that
-/// lie `stride` elements apart (a convolution's output over a batch of images, one image's
-/// pixels per batch): element `(i, b * cols + j)` at `ptr + b * stride + i * rs + j * cs`.
+/// A matrix cut into batches of `cols` columns that lie `stride` elements apart (a
+/// convolution's output, or its output gradient, over a run of images: one image's pixels per
+/// batch): element `(i, b * cols + j)` at `ptr + b * stride + i * rs + j * cs`. A product reads
+/// its `a` ([`Rows`]) and writes its `c` this way; one batch is the matrix itself.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Dest {
-    mat: Mat<*mut f32>,
+pub(crate) struct Batches<P> {
+    mat: Mat<P>,
+    /// Columns per batch; `usize::MAX` for one batch.
     cols: usize,
     stride: isize,
 }
 
-impl Dest {
-    /// `c` as one matrix.
-    pub(crate) fn new(mat: Mat<*mut f32>) -> Self {
-        Dest {
+impl<P: Offset> Batches<P> {
+    /// The matrix as one batch.
+    pub(crate) fn whole(mat: Mat<P>) -> Self {
+        Batches {
             mat,
             cols: usize::MAX,
             stride: 0,
         }
     }
 
-    /// `c` in batches of `cols` columns (`cols > 0`), batch `b`'s first column at
+    /// `mat` in `batches` batches of `cols` columns (`cols > 0`), batch `b` at
     /// `mat.ptr + b * stride`.
-    pub(crate) fn batched(mat: Mat<*mut f32>, cols: usize, stride: isize) -> Self {
-        Dest { mat, cols, stride }
+    pub(crate) fn new(mat: Mat<P>, (cols, batches): (usize, usize), stride: isize) -> Self {
+        match batches {
+            0 | 1 => Self::whole(mat),
+            _ => Batches { mat, cols, stride },
+        }
     }
 
     /// The matrix from `(i, j)` on, inside `j`'s batch, and how many columns that batch has
     /// left from `j`.
-    fn at(&self, i: usize, j: usize) -> (Mat<*mut f32>, usize) {
+    fn at(&self, i: usize, j: usize) -> (Mat<P>, usize) {
         let (b, j) = (j / self.cols, j % self.cols);
         let mat = Mat {
             ptr: self.mat.ptr.offset_by(b as isize * self.stride),
@@ -294,7 +299,7 @@ impl Dest {
     }
 
     /// Element `(i, j)`.
-    fn element(&self, i: usize, j: usize) -> *mut f32 {
+    fn element(&self, i: usize, j: usize) -> P {
         self.at(i, j).0.ptr
     }
 }
@@ -303,7 +308,7 @@ impl Dest {
 ///
 /// # Safety
 /// `c`'s `m x n` elements are valid to read and write.
-unsafe fn scale(m: usize, n: usize, beta: f32, c: Dest) {
+unsafe fn scale(m: usize, n: usize, beta: f32, c: Batches<*mut f32>) {
     for i in 0..m {
         for j in 0..n {
             let e = c.element(i, j);
@@ -359,52 +364,21 @@ impl Rows for Mat<*const f32> {
     }
 }
 
-/// A matrix `a` cut into `batches` batches of `cols` columns that lie `stride` elements apart
-/// (a convolution's output gradient over a run of images, one image's pixels per batch):
-/// element `(i, b * cols + j)` at `ptr + b * stride + i * rs + j * cs`. Read in place when it is
-/// one batch, else packed.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Batched {
-    mat: Mat<*const f32>,
-    cols: usize,
-    batches: usize,
-    stride: isize,
-}
-
-impl Batched {
-    /// `mat` in `batches` batches of `cols` columns (`cols > 0`), batch `b` at
-    /// `mat.ptr + b * stride`.
-    pub(crate) fn new(
-        mat: Mat<*const f32>,
-        (cols, batches): (usize, usize),
-        stride: isize,
-    ) -> Self {
-        Batched {
-            mat,
-            cols,
-            batches,
-            stride,
-        }
-    }
-}
-
-impl Rows for Batched {
+impl Rows for Batches<*const f32> {
     fn direct(&self) -> Option<Mat<*const f32>> {
-        (self.batches == 1).then(|| self.mat.direct()).flatten()
+        (self.cols == usize::MAX)
+            .then(|| self.mat.direct())
+            .flatten()
     }
 
     unsafe fn pack(&self, i0: usize, mc: usize, p0: usize, kc: usize, out: &mut [f32]) {
         // The block's columns, batch by batch: each stretch is an ordinary block of `a`.
         let mut p = 0;
         while p < kc {
-            let (b, j) = ((p0 + p) / self.cols, (p0 + p) % self.cols);
-            let run = (self.cols - j).min(kc - p);
-            let mat = Mat {
-                ptr: self.mat.ptr.offset_by(b as isize * self.stride),
-                ..self.mat
-            };
-            // SAFETY: the stretch lies inside batch `b` (the caller's contract).
-            unsafe { pack_a_steps(mc, (p, run), kc, mat.at(i0, j), out) };
+            let (mat, left) = self.at(i0, p0 + p);
+            let run = left.min(kc - p);
+            // SAFETY: the stretch lies inside one batch (the caller's contract).
+            unsafe { pack_a_steps(mc, (p, run), kc, mat, out) };
             p += run;
         }
     }
@@ -443,7 +417,7 @@ unsafe fn serial(
     a: &impl Rows,
     b: &impl Source,
     beta: f32,
-    c: Dest,
+    c: Batches<*mut f32>,
 ) {
     let direct = a.direct();
     PACKED.with_borrow_mut(|(abuf, bbuf)| {
@@ -498,7 +472,7 @@ unsafe fn tile(
     kc: usize,
     a: (*const f32, isize, isize),
     b: &[f32],
-    c: Dest,
+    c: Batches<*mut f32>,
     (i, j): (usize, usize),
     (mr, nr): (usize, usize),
     add: bool,

@@ -2,7 +2,7 @@
 //! edge, with each operand row-major, transposed and strided, on one thread and on several, and
 //! with `a` and `c` cut into batches as a convolution over a run of images cuts them.
 
-use super::{available, sgemm, sgemm_packing, Batched, Dest, Mat, KC, MC, MR, NC, NR};
+use super::{available, sgemm, sgemm_packing, Batches, Mat, KC, MC, MR, NC, NR};
 
 /// A deterministic value in [-1, 1).
 fn val(i: usize, seed: usize) -> f32 {
@@ -157,22 +157,11 @@ fn batched_operands_match_the_triple_loop() {
         for beta in [0.0, 1.0] {
             let before: Vec<f32> = (0..c_stride * nb).map(|i| val(i, 3)).collect();
             let mut c = before.clone();
-            let batched_a = Batched::new(
-                Mat {
-                    ptr: a.as_ptr(),
-                    rs: ka as isize,
-                    cs: 1,
-                },
-                (ka, kb),
-                a_stride as isize,
-            );
-            let dest = Dest::batched(
-                Mat {
-                    ptr: c.as_mut_ptr(),
-                    rs: na as isize,
-                    cs: 1,
-                },
-                na,
+            let batched_a =
+                Batches::new(Mat::row_major(a.as_ptr(), ka), (ka, kb), a_stride as isize);
+            let dest = Batches::new(
+                Mat::row_major(c.as_mut_ptr(), na),
+                (na, nb),
                 c_stride as isize,
             );
             // SAFETY: AVX-512 checked above; the batches lie inside `a` and `c`.

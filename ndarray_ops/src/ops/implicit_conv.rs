@@ -20,7 +20,7 @@ use std::ops::Range;
 use super::backward::col2im;
 use super::conv::{by_phase, Conv, ConvDims, Tap};
 use super::par::{for_ranges, Shared};
-use crate::gemm::{sgemm_packing, transpose16, Batched, Dest, Mat, Source, NR};
+use crate::gemm::{sgemm_packing, transpose16, Batches, Mat, Source, NR};
 use crate::resources::KernelRes;
 use crate::DType;
 
@@ -72,7 +72,7 @@ pub(super) unsafe fn forward(
                 let b = Columns::new(input, hw, (d.ho, d.wo), &taps, (phased, false));
                 let a = Mat::row_major(wt.add(g * d.fg * d.rows), d.rows);
                 let og = Mat::row_major(out.add((first * c.filters + g * d.fg) * pixels), pixels);
-                let cm = Dest::batched(og, pixels, (c.filters * pixels) as isize);
+                let cm = Batches::new(og, (pixels, images), (c.filters * pixels) as isize);
                 sgemm_packing(d.fg, d.rows, images * pixels, &a, &b, 0.0, cm);
             }
         }
@@ -139,11 +139,19 @@ pub(super) unsafe fn backward(
                 let phased = stage == Staging::Phased;
                 let b = Columns::new(input, hw, (d.ho, d.wo), &taps, (phased, true));
                 let dym = Mat::row_major(dyg, pixels);
-                let a = Batched::new(dym, (pixels, images), (c.filters * pixels) as isize);
+                let a = Batches::new(dym, (pixels, images), (c.filters * pixels) as isize);
                 let cm = Mat::row_major(dw.add(g * d.fg * d.rows), d.rows);
                 // The first chunk writes `dW`, the others add to it.
                 let beta = if first == 0 { 0.0 } else { 1.0 };
-                sgemm_packing(d.fg, images * pixels, d.rows, &a, &b, beta, Dest::new(cm));
+                sgemm_packing(
+                    d.fg,
+                    images * pixels,
+                    d.rows,
+                    &a,
+                    &b,
+                    beta,
+                    Batches::whole(cm),
+                );
                 // Data gradient as a product over dY's columns: the flipped weights into dX
                 // (stride 1), or W_g^T into the staged layout (the weight gradient is done with
                 // `by`), then spread over dX's sampled pixels (a subsampled 1x1 window).
@@ -157,12 +165,12 @@ pub(super) unsafe fn backward(
                         let k = d.fg * c.k.0 * c.k.1;
                         let wg = Mat::row_major(work.add(g * d.cg * k).cast_const(), k);
                         let dxm = Mat::row_major(dxg, plane);
-                        let dest = Dest::batched(dxm, plane, (d.ch * plane) as isize);
+                        let dest = Batches::new(dxm, (plane, images), (d.ch * plane) as isize);
                         Some((wg, k, &back_taps, (d.h, d.w), dest))
                     }
                     (false, Staging::Subsampled) => {
                         let staged = Mat::row_major(by, pixels);
-                        let dest = Dest::batched(staged, pixels, (d.cg * pixels) as isize);
+                        let dest = Batches::new(staged, (pixels, images), (d.cg * pixels) as isize);
                         Some((w_t, d.fg, &taps, (d.ho, d.wo), dest))
                     }
                     (false, _) => None,
