@@ -321,29 +321,34 @@ fn f32_convolutions_and_their_gradients_match_the_definitions() {
     let rt = rt();
     let small = [2, 4, 7, 6];
     let wide = large([1, 64, 19, 45], [1, 4, 5, 9]);
-    for (shape, k, stride, pad, dil, groups) in [
-        (small, (3, 3), 1, 1, 1, 1),
-        (small, (3, 3), 2, 1, 1, 1),
-        (small, (3, 3), 1, 2, 2, 2),
-        (small, (5, 3), 3, 2, 1, 4),
-        (small, (1, 1), 2, 0, 1, 1),
-        (small, (1, 1), 1, 1, 1, 1),
+    for (shape, k, stride, pad, dil, groups, filters) in [
+        (small, (3, 3), 1, 1, 1, 1, 12),
+        (small, (3, 3), 2, 1, 1, 1, 12),
+        (small, (3, 3), 1, 2, 2, 2, 12),
+        (small, (5, 3), 3, 2, 1, 4, 12),
+        (small, (1, 1), 2, 0, 1, 1, 12),
+        (small, (1, 1), 1, 1, 1, 1, 12),
         // More filters than twice the pixels: the data gradient through columns.
-        ([1, 4, 2, 2], (3, 3), 1, 1, 1, 1),
-        (wide, (3, 3), 1, 1, 1, 1),
-        (wide, (3, 3), 2, 1, 1, 2),
-        (wide, (7, 7), 2, 3, 1, 1),
+        ([1, 4, 2, 2], (3, 3), 1, 1, 1, 1, 12),
+        (wide, (3, 3), 1, 1, 1, 1, 12),
+        (wide, (3, 3), 2, 1, 1, 2, 12),
+        (wide, (7, 7), 2, 3, 1, 1, 12),
         // Images small enough that one product covers several (a strip, a depth block and a
         // tile of the output crossing from one image into the next), and images that split
         // into products of two and one.
-        ([5, 6, 5, 5], (3, 3), 1, 1, 1, 2),
-        ([5, 6, 9, 11], (3, 3), 2, 1, 1, 1),
-        ([3, 4, 40, 40], (3, 3), 1, 1, 1, 1),
+        ([5, 6, 5, 5], (3, 3), 1, 1, 1, 2, 12),
+        ([5, 6, 9, 11], (3, 3), 2, 1, 1, 1, 12),
+        ([3, 4, 40, 40], (3, 3), 1, 1, 1, 1, 12),
         // A 1x1 window with a stride reads a subsampled copy.
-        ([3, 6, 9, 7], (1, 1), 3, 0, 1, 2),
+        ([3, 6, 9, 7], (1, 1), 3, 0, 1, 2, 12),
+        // 3x3 windows of stride 1 with at least 16 channels and filters and 64 tiles of 2x2
+        // outputs go through Winograd's tiles, forward and data gradient: odd sizes (tiles
+        // cut by the edge), and paddings 0 and 2 (the data gradient's 2 and 0).
+        ([2, 16, 15, 13], (3, 3), 1, 1, 1, 1, 20),
+        ([1, 16, 18, 18], (3, 3), 1, 0, 1, 1, 16),
+        ([1, 24, 16, 17], (3, 3), 1, 2, 1, 1, 16),
     ] {
         let what = format!("f32 conv {k:?} s{stride} p{pad} d{dil} g{groups} on {shape:?}");
-        let filters = 12;
         let x = wave(&shape, 50);
         let w = wave(&[filters, shape[1] / groups, k.0, k.1], 51);
         let attrs = Attrs::new()

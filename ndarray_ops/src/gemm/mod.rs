@@ -256,6 +256,31 @@ pub(crate) unsafe fn sgemm_packing(
     });
 }
 
+/// `c = a b` on the calling thread alone, for callers that split their work across threads
+/// themselves (Winograd's 16 products of a chunk, one position per thread at a time).
+///
+/// # Safety
+/// As [`sgemm_packing`].
+pub(crate) unsafe fn sgemm_serial(
+    m: usize,
+    k: usize,
+    n: usize,
+    a: &impl Rows,
+    b: &impl Source,
+    c: Batches<*mut f32>,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    // SAFETY: the caller's contract (`scale` writes zeros for an empty depth).
+    unsafe {
+        match k {
+            0 => scale(m, n, 0.0, c),
+            _ => serial((0, m), k, (0, n), a, b, 0.0, c),
+        }
+    }
+}
+
 /// A matrix cut into batches of `cols` columns that lie `stride` elements apart (a
 /// convolution's output, or its output gradient, over a run of images: one image's pixels per
 /// batch): element `(i, b * cols + j)` at `ptr + b * stride + i * rs + j * cs`. A product reads

@@ -620,7 +620,8 @@ pub(super) fn conv_kernel(
         });
         return Ok(());
     }
-    if super::implicit_conv::applies(&c, o.dtype) {
+    let winograd = super::winograd::forward_applies(&c, &dims, o.dtype);
+    if winograd || super::implicit_conv::applies(&c, o.dtype) {
         // SAFETY: the shapes come from inference; the output is disjoint from the inputs;
         // `applies` holds.
         unsafe {
@@ -629,7 +630,10 @@ pub(super) fn conv_kernel(
                 wt.ptr::<f32>().cast_const(),
                 o.ptr::<f32>(),
             );
-            super::implicit_conv::forward(&c, &dims, io, res)?;
+            match winograd {
+                true => super::winograd::forward(&c, &dims, io, res)?,
+                false => super::implicit_conv::forward(&c, &dims, io, res)?,
+            }
             if c.bias {
                 add_bias(
                     ins[2].slice::<f32>(),

@@ -101,7 +101,10 @@ pub(super) unsafe fn backward(
     // where flipping the weights (`cg * fg * taps` copies) costs less than the columns would
     // (a write and col2im's read of `cg * taps * pixels` per image): ResNet's 3x3 convolutions
     // of 512 channels on 7x7 at batch 1 ran at half the rate flipped.
-    let flipped = c.s == (1, 1)
+    // A 3x3 window's data gradient may go through Winograd's tiles instead, after the loop.
+    let winograd = super::winograd::data_gradient_applies(c, d, DType::F32);
+    let flipped = !winograd
+        && c.s == (1, 1)
         && c.p.0 <= c.d.0 * (c.k.0 - 1)
         && c.p.1 <= c.d.1 * (c.k.1 - 1)
         && d.fg <= 2 * plane * d.n;
@@ -112,11 +115,12 @@ pub(super) unsafe fn backward(
         }
         false => Vec::new(),
     };
-    // Temp space: the flipped weights of every group, or an image's data-gradient columns;
-    // then a chunk's staged group data.
-    let first_part = match flipped {
-        true => c.groups * d.cg * d.fg * c.k.0 * c.k.1,
-        false => d.rows * pixels,
+    // Temp space: the flipped weights of every group, or an image's data-gradient columns
+    // (neither for Winograd's); then a chunk's staged group data.
+    let first_part = match (flipped, winograd) {
+        (true, _) => c.groups * d.cg * d.fg * c.k.0 * c.k.1,
+        (false, true) => 0,
+        (false, false) => d.rows * pixels,
     };
     let second = chunk * stage.len(d);
     let temp = res.temp((first_part + second) * 4)?.cast::<f32>();
@@ -161,6 +165,7 @@ pub(super) unsafe fn backward(
                     cs: d.rows as isize,
                 };
                 let over_dy = match (flipped, stage) {
+                    _ if winograd => continue,
                     (true, _) => {
                         let k = d.fg * c.k.0 * c.k.1;
                         let wg = Mat::row_major(work.add(g * d.cg * k).cast_const(), k);
@@ -193,6 +198,11 @@ pub(super) unsafe fn backward(
                     col2im::<f32>(work, d.cg, d.h, d.w, c, d.ho, d.wo, dxi);
                 }
             }
+        }
+        if winograd {
+            // SAFETY: the caller's contract; the weight gradient no longer needs the temp
+            // space this takes over.
+            super::winograd::data_gradient(c, d, (dy, wt), dx, res)?;
         }
     }
     Ok(())

@@ -39,6 +39,7 @@ pub mod signature;
 pub(crate) mod sort;
 mod stochastic;
 mod vision;
+mod winograd;
 
 pub(crate) use backward::softmax_output_scale;
 pub(crate) use elemwise::{broadcast_twin, scalar_of};
