@@ -276,18 +276,18 @@ unsafe fn transform_weights(pr: &Problem, wt: *const f32, flipped: bool, u: *mut
 /// `r % th`), split across threads by channel. `V[xi]` is `ch x tiles`, row-major.
 ///
 /// # Safety
-/// `x` holds the problem's input; `v` holds `16 * ch * rows * tw` floats.
+/// `x` holds the problem's input; `v` holds `16 * ch * rows * tw` floats; the CPU has
+/// AVX-512F.
 unsafe fn transform_input(pr: &Problem, x: *const f32, (r0, rows): (usize, usize), v: *mut f32) {
     let (th, tw) = pr.tiles();
     let tiles = rows * tw;
     let (x, v) = (Shared::new(x), Shared::new(v.cast_const()));
     let pr = *pr;
     for_ranges(pr.ch, tiles * 16, move |lo, hi| {
-        // Four input rows padded to `2 * tw + 2` columns, then their sums split into even and
-        // odd columns.
-        let len = 2 * tw + 2;
+        // The four input rows under a tile row, padded with zeros to whole vectors of tiles
+        // (each tile row reads `2 * tw + 2` columns, a vector of 16 tiles 34).
+        let len = 2 * tw.next_multiple_of(16) + 2;
         let mut padded = vec![0f32; 4 * len];
-        let mut halves = vec![0f32; 8 * (tw + 1)];
         for c in lo..hi {
             for r in r0..r0 + rows {
                 let (img, ty) = (r / th, r % th);
@@ -300,69 +300,16 @@ unsafe fn transform_input(pr: &Problem, x: *const f32, (r0, rows): (usize, usize
                         row[pr.p.1..pr.p.1 + pr.w].copy_from_slice(from);
                     }
                 }
-                let t0 = (r - r0) * tw;
-                // SAFETY: the CPU has AVX-512 (`eligible`); the writes are channel `c`'s
-                // columns `t0..t0 + tw` of each `V[xi]`, this range's alone.
+                let to = (v.get(), (c * tiles + (r - r0) * tw), pr.ch * tiles);
+                // SAFETY: the CPU has AVX-512F (the contract); the writes are channel `c`'s
+                // columns of this tile row in each `V[xi]`, this range's alone.
+                #[cfg(all(target_arch = "x86_64", not(miri)))]
                 unsafe {
-                    input_rows(&padded, &mut halves, tw);
-                    for xi in 0..16 {
-                        let to = v.get().add((xi * pr.ch + c) * tiles + t0);
-                        input_columns(&halves, xi, tw, to);
-                    }
-                }
+                    lanes::input_tiles(&padded, len, tw, to)
+                };
             }
         }
     });
-}
-
-/// `B^T d` down the four padded rows `d0..d3` (`len = 2 * tw + 2` each), each of the four
-/// sums split into its even columns and its odd ones: `halves[2 * k]` and `halves[2 * k + 1]`,
-/// `tw + 1` floats each.
-///
-/// # Safety
-/// The CPU has AVX-512F.
-#[cfg_attr(
-    all(target_arch = "x86_64", not(miri)),
-    target_feature(enable = "avx512f")
-)]
-unsafe fn input_rows(padded: &[f32], halves: &mut [f32], tw: usize) {
-    let len = 2 * tw + 2;
-    let half = tw + 1;
-    let d = |k: usize, j: usize| padded[k * len + j];
-    for j in 0..half {
-        for (parity, col) in [(0, 2 * j), (1, 2 * j + 1)] {
-            let (a, b, c, e) = (d(0, col), d(1, col), d(2, col), d(3, col));
-            halves[parity * half + j] = a - c;
-            halves[(2 + parity) * half + j] = b + c;
-            halves[(4 + parity) * half + j] = c - b;
-            halves[(6 + parity) * half + j] = b - e;
-        }
-    }
-}
-
-/// Position `xi = 4 * k + q` of every tile in a row: `(B^T d)_k B` column `q`, from the even
-/// (`e`) and odd (`o`) columns of sum `k`: `e0 - e1`, `o0 + e1`, `e1 - o0`, `o0 - o1`, where
-/// `e0, o0` are the tile's first two columns and `e1, o1` the next two.
-///
-/// # Safety
-/// The CPU has AVX-512F; `to` holds `tw` floats.
-#[cfg_attr(
-    all(target_arch = "x86_64", not(miri)),
-    target_feature(enable = "avx512f")
-)]
-unsafe fn input_columns(halves: &[f32], xi: usize, tw: usize, to: *mut f32) {
-    let half = tw + 1;
-    let (k, q) = (xi / 4, xi % 4);
-    let e = &halves[2 * k * half..][..half];
-    let o = &halves[(2 * k + 1) * half..][..half];
-    // SAFETY: the contract.
-    let to = unsafe { std::slice::from_raw_parts_mut(to, tw) };
-    match q {
-        0 => (0..tw).for_each(|j| to[j] = e[j] - e[j + 1]),
-        1 => (0..tw).for_each(|j| to[j] = o[j] + e[j + 1]),
-        2 => (0..tw).for_each(|j| to[j] = e[j + 1] - o[j]),
-        _ => (0..tw).for_each(|j| to[j] = o[j] - o[j + 1]),
-    }
 }
 
 /// `M[xi] = U[xi] x V[xi]` for the chunk's `tiles` tiles, the 16 products split across
@@ -396,62 +343,156 @@ unsafe fn transform_output(pr: &Problem, m: *const f32, (r0, rows): (usize, usiz
     let (m, out) = (Shared::new(m), Shared::new(out.cast_const()));
     let pr = *pr;
     for_ranges(pr.f, tiles * 16, move |lo, hi| {
-        let mut lines = vec![0f32; 4 * tw];
         for o in lo..hi {
             for r in r0..r0 + rows {
                 let (img, ty) = (r / th, r % th);
-                let t0 = (r - r0) * tw;
-                // SAFETY: the chunk's `M` holds every position's row `o`, columns
-                // `t0..t0 + tw`, written before this step began.
-                let at = |xi: usize| unsafe {
-                    std::slice::from_raw_parts(m.get().add((xi * pr.f + o) * tiles + t0), tw)
+                let from = (
+                    m.get().cast_const(),
+                    o * tiles + (r - r0) * tw,
+                    pr.f * tiles,
+                );
+                let at = (img * pr.f + o) * pr.ho + 2 * ty;
+                // SAFETY: row `2 * ty` (and `2 * ty + 1` below `ho`) of filter `o` of image
+                // `img` are inside `out` and this range's alone.
+                let to = unsafe { out.get().add(at * pr.wo) };
+                let second = 2 * ty + 1 < pr.ho;
+                // SAFETY: the chunk's `M` holds every position's row `o`, written before this
+                // step began; the CPU has AVX-512F (the contract).
+                #[cfg(all(target_arch = "x86_64", not(miri)))]
+                unsafe {
+                    lanes::output_tiles(from, tw, (to, pr.wo, second))
                 };
-                // SAFETY: the CPU has AVX-512F (the contract).
-                unsafe { output_tiles(&at, &mut lines, tw) };
-                for a in 0..2 {
-                    let y = 2 * ty + a;
-                    if y >= pr.ho {
-                        break;
-                    }
-                    // SAFETY: row `y` of filter `o` of image `img` is this range's alone.
-                    let to = unsafe { out.piece_mut((img * pr.f + o) * pr.ho + y, pr.wo) };
-                    let (left, right) =
-                        (&lines[2 * a * tw..][..tw], &lines[(2 * a + 1) * tw..][..tw]);
-                    for (j, v) in to.iter_mut().enumerate() {
-                        *v = if j % 2 == 0 {
-                            left[j / 2]
-                        } else {
-                            right[j / 2]
-                        };
-                    }
-                }
             }
         }
     });
 }
 
-/// `A^T M A` for a row of `tw` tiles, position `xi`'s values from `at(xi)`: `lines` gets the
-/// tiles' outputs `y00`, `y01`, `y10`, `y11` as four runs of `tw`.
-///
-/// # Safety
-/// The CPU has AVX-512F; each `at(xi)` holds `tw` floats.
-#[cfg_attr(
-    all(target_arch = "x86_64", not(miri)),
-    target_feature(enable = "avx512f")
-)]
-unsafe fn output_tiles<'a>(at: &impl Fn(usize) -> &'a [f32], lines: &mut [f32], tw: usize) {
-    let rows: [[&[f32]; 4]; 4] = std::array::from_fn(|k| std::array::from_fn(|q| at(4 * k + q)));
-    let (top, bottom) = lines.split_at_mut(2 * tw);
-    let (y00, y01) = top.split_at_mut(tw);
-    let (y10, y11) = bottom.split_at_mut(tw);
-    for j in 0..tw {
-        // A^T M: the first output row sums rows 0..3 of M, the second takes 1 - 2 - 3.
-        let s0: [f32; 4] = std::array::from_fn(|q| rows[0][q][j] + rows[1][q][j] + rows[2][q][j]);
-        let s1: [f32; 4] = std::array::from_fn(|q| rows[1][q][j] - rows[2][q][j] - rows[3][q][j]);
-        y00[j] = s0[0] + s0[1] + s0[2];
-        y01[j] = s0[1] - s0[2] - s0[3];
-        y10[j] = s1[0] + s1[1] + s1[2];
-        y11[j] = s1[1] - s1[2] - s1[3];
+/// The transforms of a row of tiles, 16 tiles to a vector.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+mod lanes {
+    use std::arch::x86_64::*;
+
+    /// Lanes `0..n` (all for `n >= 16`).
+    fn first(n: usize) -> __mmask16 {
+        if n >= 16 {
+            0xFFFF
+        } else {
+            ((1u32 << n) - 1) as __mmask16
+        }
+    }
+
+    /// The even and the odd columns of the 32 at `p`: columns `2j` and `2j + 1` of tile `j`.
+    ///
+    /// # Safety
+    /// 32 floats at `p`; the CPU has AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn halves(p: *const f32) -> (__m512, __m512) {
+        let even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+        let odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+        // SAFETY: the contract.
+        let (lo, hi) = unsafe { (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16))) };
+        (
+            _mm512_permutex2var_ps(lo, even, hi),
+            _mm512_permutex2var_ps(lo, odd, hi),
+        )
+    }
+
+    /// `V[xi]` of a row of `tw` tiles from the four padded input rows under it (`len` floats
+    /// each, tile `j` at columns `2j..2j + 4`): `B^T d` down the rows, then across, 16 tiles at
+    /// a time; position `xi`'s values go to `v + xi * block + at`, `tw` of them.
+    ///
+    /// # Safety
+    /// `padded` holds four rows of `2 * tw.next_multiple_of(16) + 2`; the outputs lie inside
+    /// `v`; the CPU has AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn input_tiles(
+        padded: &[f32],
+        len: usize,
+        tw: usize,
+        (v, at, block): (*mut f32, usize, usize),
+    ) {
+        for j in (0..tw).step_by(16) {
+            let mask = first(tw - j);
+            // d[k][q]: column q of row k of the 16 tiles' input blocks.
+            let d: [[__m512; 4]; 4] = std::array::from_fn(|k| {
+                // SAFETY: row k holds 32 floats from `2j` and from `2j + 2` (its length).
+                let p = unsafe { padded.as_ptr().add(k * len + 2 * j) };
+                let ((c0, c1), (c2, c3)) = unsafe { (halves(p), halves(p.add(2))) };
+                [c0, c1, c2, c3]
+            });
+            // (B^T d) per row k, then B across: columns 0 - 2, 1 + 2, 2 - 1, 1 - 3.
+            let rows: [[__m512; 4]; 4] = std::array::from_fn(|q| {
+                [
+                    _mm512_sub_ps(d[0][q], d[2][q]),
+                    _mm512_add_ps(d[1][q], d[2][q]),
+                    _mm512_sub_ps(d[2][q], d[1][q]),
+                    _mm512_sub_ps(d[1][q], d[3][q]),
+                ]
+            });
+            for k in 0..4 {
+                let col = |q: usize| rows[q][k];
+                let out = [
+                    _mm512_sub_ps(col(0), col(2)),
+                    _mm512_add_ps(col(1), col(2)),
+                    _mm512_sub_ps(col(2), col(1)),
+                    _mm512_sub_ps(col(1), col(3)),
+                ];
+                for (q, value) in out.into_iter().enumerate() {
+                    // SAFETY: position `4k + q`'s tiles `j..` of this row lie inside `v`.
+                    unsafe {
+                        let p = v.add((4 * k + q) * block + at + j);
+                        _mm512_mask_storeu_ps(p, mask, value);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The outputs of a row of `tw` tiles, `A^T M A`: position `xi`'s values at
+    /// `m + xi * block + at`, the tiles' first output row to `out` (`wo` floats) and, with
+    /// `second`, their second to `out + wo`.
+    ///
+    /// # Safety
+    /// The inputs lie inside `m`, the outputs inside the output; the CPU has AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn output_tiles(
+        (m, at, block): (*const f32, usize, usize),
+        tw: usize,
+        (out, wo, second): (*mut f32, usize, bool),
+    ) {
+        let lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+        let hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+        for j in (0..tw).step_by(16) {
+            let mask = first(tw - j);
+            // SAFETY: position `xi`'s tiles `j..` (masked to the row) lie inside `m`.
+            let mv: [__m512; 16] = std::array::from_fn(|xi| unsafe {
+                _mm512_maskz_loadu_ps(mask, m.add(xi * block + at + j))
+            });
+            let e = |k: usize, q: usize| mv[4 * k + q];
+            // A^T M: rows 0 + 1 + 2 and 1 - 2 - 3; then A across the columns the same way.
+            for (a, to) in [(0, out), (1, out.wrapping_add(wo))] {
+                if a == 1 && !second {
+                    break;
+                }
+                let s: [__m512; 4] = std::array::from_fn(|q| match a {
+                    0 => _mm512_add_ps(_mm512_add_ps(e(0, q), e(1, q)), e(2, q)),
+                    _ => _mm512_sub_ps(_mm512_sub_ps(e(1, q), e(2, q)), e(3, q)),
+                });
+                let y0 = _mm512_add_ps(_mm512_add_ps(s[0], s[1]), s[2]);
+                let y1 = _mm512_sub_ps(_mm512_sub_ps(s[1], s[2]), s[3]);
+                // Tile j's outputs at columns 2j and 2j + 1: the two interleaved.
+                let col = 2 * j;
+                // SAFETY: columns `col..wo` of the row (masked) lie inside the output.
+                unsafe {
+                    let left = _mm512_permutex2var_ps(y0, lo, y1);
+                    let right = _mm512_permutex2var_ps(y0, hi, y1);
+                    _mm512_mask_storeu_ps(to.add(col), first(wo - col), left);
+                    if wo > col + 16 {
+                        _mm512_mask_storeu_ps(to.add(col + 16), first(wo - col - 16), right);
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -473,16 +514,17 @@ mod tests {
     }
 
     /// `compute` in chunks of every size against the definitions of a 3x3 convolution and
-    /// of its data gradient (sums in f64), over the paddings 0, 1 and 2 and images whose
-    /// sides are odd (tiles cut by the edge) and even.
+    /// of its data gradient (sums in f64), over the paddings 0, 1 and 2, images whose sides
+    /// are odd (tiles cut by the edge) and even, and rows of fewer and more than 16 tiles.
     #[test]
     fn tiles_match_the_definitions_in_chunks_of_every_size() {
         if !crate::gemm::available() {
             eprintln!("skipped: the CPU has no AVX-512F");
             return;
         }
-        let (n, ch, f, h, w) = (2, 3, 5, 7, 6);
-        for p in 0..=2 {
+        // Rows of 2-4 tiles, and of 18-19 (a whole vector of 16 tiles and a part of one).
+        for (p, h, w) in (0..=2).flat_map(|p| [(p, 7, 6), (p, 5, 35)]) {
+            let (n, ch, f) = (2, 3, 5);
             let (ho, wo) = (h + 2 * p - 2, w + 2 * p - 2);
             let x = values(n * ch * h * w, 1);
             let wt = values(f * ch * 9, 2);
@@ -547,7 +589,7 @@ mod tests {
                     for (k, (&g, &v)) in got.iter().zip(want.iter()).enumerate() {
                         assert!(
                             (f64::from(g) - v).abs() <= 1e-5,
-                            "pad {p}, flipped {flipped}, chunks of {chunk} rows: element {k} \
+                            "pad {p}, {h}x{w}, flipped {flipped}, chunks of {chunk} rows: element {k} \
                              is {g}, the definition gives {v}"
                         );
                     }
