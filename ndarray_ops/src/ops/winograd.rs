@@ -36,9 +36,13 @@ use crate::gemm::{sgemm_serial, Batches, Mat};
 use crate::resources::KernelRes;
 use crate::DType;
 
-/// Floats of `V` and `M` a chunk of tiles takes at most (8 MiB), unless one tile row needs
-/// more.
-const CHUNK_FLOATS: usize = 2 << 20;
+/// Floats of `V` and `M` a chunk of tiles takes at most (1 MiB, half a Sapphire Rapids
+/// core's second-level cache), unless it would hold fewer than [`MIN_CHUNK_TILES`] tiles.
+const CHUNK_FLOATS: usize = 1 << 18;
+
+/// Tiles a chunk holds at least: its products' columns, which the micro-kernel takes 32 at a
+/// time.
+const MIN_CHUNK_TILES: usize = 64;
 
 /// Tiles below which a convolution keeps the implicit GEMM: ResNet's last stage at batch 1
 /// (16 tiles of 512 channels) pads each product's 32-wide strips by half and reads all of
@@ -180,49 +184,74 @@ unsafe fn run(
     out: *mut f32,
     res: &mut KernelRes,
 ) -> Result<(), String> {
-    let rows = chunk_rows(pr);
-    let temp = res.temp(temp_floats(pr, rows) * 4)?.cast::<f32>();
+    let threads = rayon::current_num_threads().max(1);
+    let rows = chunk_rows(pr, threads);
+    let temp = res.temp(temp_floats(pr, rows, threads) * 4)?.cast::<f32>();
     // SAFETY: the temp space holds what `compute` needs; the rest is the caller's contract.
-    unsafe { compute(pr, inputs, out, temp, rows) };
+    unsafe { compute(pr, inputs, out, temp, (rows, threads)) };
     Ok(())
 }
 
-/// Tile rows per chunk: as many as `CHUNK_FLOATS` holds, at least one.
-fn chunk_rows(pr: &Problem) -> usize {
+/// Tile rows per chunk: as many as `CHUNK_FLOATS` holds, but enough for `MIN_CHUNK_TILES`
+/// tiles, and few enough that every one of `threads` threads gets a chunk.
+fn chunk_rows(pr: &Problem, threads: usize) -> usize {
     let (th, tw) = pr.tiles();
-    (CHUNK_FLOATS / (16 * (pr.ch + pr.f) * tw)).clamp(1, pr.n * th)
+    let fits = CHUNK_FLOATS / (16 * (pr.ch + pr.f) * tw);
+    let shared = (pr.n * th).div_ceil(threads);
+    fits.max(MIN_CHUNK_TILES.div_ceil(tw)).min(shared).max(1)
 }
 
-/// Floats of temp space for chunks of `rows` tile rows: `U`, then a chunk's `V` and `M`.
-fn temp_floats(pr: &Problem, rows: usize) -> usize {
-    16 * pr.f * pr.ch + 16 * (pr.ch + pr.f) * rows * pr.tiles().1
+/// Floats of temp space for chunks of `rows` tile rows on `threads` threads: `U`, then each
+/// thread's chunk of `V` and `M`.
+fn temp_floats(pr: &Problem, rows: usize, threads: usize) -> usize {
+    16 * pr.f * pr.ch + threads * 16 * (pr.ch + pr.f) * rows * pr.tiles().1
 }
 
-/// [`run`] in chunks of `chunk` tile rows, in `temp`.
+/// [`run`] in chunks of `chunk` tile rows, in `temp`: each chunk on one thread, start to end
+/// (input transform, products, output transform), in that thread's slot of the temp space,
+/// so that its `V` and `M` stay in the thread's core's cache.
 ///
 /// # Safety
-/// As [`run`]; `temp` holds [`temp_floats`]`(pr, chunk)` floats; the CPU has AVX-512F.
+/// As [`run`]; `temp` holds [`temp_floats`]`(pr, chunk, threads)` floats; the CPU has
+/// AVX-512F.
 unsafe fn compute(
     pr: &Problem,
     (x, wt, flipped): (*const f32, *const f32, bool),
     out: *mut f32,
     temp: *mut f32,
-    chunk: usize,
+    (chunk, threads): (usize, usize),
 ) {
     let (th, tw) = pr.tiles();
     let tile_rows = pr.n * th;
     let u_len = 16 * pr.f * pr.ch;
-    // SAFETY: `temp` holds `U`, then a chunk's `V` and `M`; the rest is the caller's contract.
-    unsafe {
-        let (v, m) = (temp.add(u_len), temp.add(u_len + 16 * pr.ch * chunk * tw));
-        transform_weights(pr, wt, flipped, temp);
-        for r0 in (0..tile_rows).step_by(chunk) {
-            let rows = (r0, chunk.min(tile_rows - r0));
-            transform_input(pr, x, rows, v);
-            multiply(pr, temp, v, m, rows.1 * tw);
-            transform_output(pr, m, rows, out);
+    let slot_len = 16 * (pr.ch + pr.f) * chunk * tw;
+    // SAFETY: `temp` holds `U` (the contract).
+    unsafe { transform_weights(pr, wt, flipped, temp) };
+    let (x, out, temp) = (
+        Shared::new(x),
+        Shared::new(out.cast_const()),
+        Shared::new(temp),
+    );
+    let pr = *pr;
+    let cost = 16 * (pr.ch * pr.f + 2 * (pr.ch + pr.f)) * chunk * tw;
+    for_ranges(tile_rows.div_ceil(chunk), cost, move |lo, hi| {
+        // A range runs on one thread and never waits on rayon inside, so no other range uses
+        // its thread's slot meanwhile (outside the pool, the one range runs alone).
+        let slot = rayon::current_thread_index().unwrap_or(0) % threads;
+        for k in lo..hi {
+            let rows = (k * chunk, chunk.min(tile_rows - k * chunk));
+            // SAFETY: the slot's `V` and `M` are this range's; the chunk's outputs too; the
+            // rest is the caller's contract.
+            unsafe {
+                let u = temp.get().cast_const();
+                let v = temp.get().add(u_len + slot * slot_len);
+                let m = v.add(16 * pr.ch * chunk * tw);
+                transform_input(&pr, x.get(), rows, v);
+                multiply(&pr, u, v, m, rows.1 * tw);
+                transform_output(&pr, m, rows, out.get());
+            }
         }
-    }
+    });
 }
 
 /// `U[xi][f][c] = (G w[f][c] G^T)[xi]`, split across threads by filter.
@@ -273,7 +302,7 @@ unsafe fn transform_weights(pr: &Problem, wt: *const f32, flipped: bool, u: *mut
 }
 
 /// `V[xi][c][t]` for the chunk's tile rows `r0..r0 + rows` (tile row `r`: image `r / th`, row
-/// `r % th`), split across threads by channel. `V[xi]` is `ch x tiles`, row-major.
+/// `r % th`). `V[xi]` is `ch x tiles`, row-major.
 ///
 /// # Safety
 /// `x` holds the problem's input; `v` holds `16 * ch * rows * tw` floats; the CPU has
@@ -281,90 +310,77 @@ unsafe fn transform_weights(pr: &Problem, wt: *const f32, flipped: bool, u: *mut
 unsafe fn transform_input(pr: &Problem, x: *const f32, (r0, rows): (usize, usize), v: *mut f32) {
     let (th, tw) = pr.tiles();
     let tiles = rows * tw;
-    let (x, v) = (Shared::new(x), Shared::new(v.cast_const()));
-    let pr = *pr;
-    for_ranges(pr.ch, tiles * 16, move |lo, hi| {
-        // The four input rows under a tile row, padded with zeros to whole vectors of tiles
-        // (each tile row reads `2 * tw + 2` columns, a vector of 16 tiles 34).
-        let len = 2 * tw.next_multiple_of(16) + 2;
-        let mut padded = vec![0f32; 4 * len];
-        for c in lo..hi {
-            for r in r0..r0 + rows {
-                let (img, ty) = (r / th, r % th);
-                for (k, row) in padded.chunks_exact_mut(len).enumerate() {
-                    let y = (2 * ty + k).wrapping_sub(pr.p.0);
-                    row.fill(0.0);
-                    if y < pr.h {
-                        // SAFETY: row `y` of channel `c` of image `img` is inside `x`.
-                        let from = unsafe { x.piece((img * pr.ch + c) * pr.h + y, pr.w) };
-                        row[pr.p.1..pr.p.1 + pr.w].copy_from_slice(from);
-                    }
+    // The four input rows under a tile row, padded with zeros to whole vectors of tiles (each
+    // tile row reads `2 * tw + 2` columns, a vector of 16 tiles 34).
+    let len = 2 * tw.next_multiple_of(16) + 2;
+    let mut padded = vec![0f32; 4 * len];
+    for c in 0..pr.ch {
+        for r in r0..r0 + rows {
+            let (img, ty) = (r / th, r % th);
+            for (k, row) in padded.chunks_exact_mut(len).enumerate() {
+                let y = (2 * ty + k).wrapping_sub(pr.p.0);
+                row.fill(0.0);
+                if y < pr.h {
+                    // SAFETY: row `y` of channel `c` of image `img` is inside `x`.
+                    let from = unsafe {
+                        std::slice::from_raw_parts(
+                            x.add(((img * pr.ch + c) * pr.h + y) * pr.w),
+                            pr.w,
+                        )
+                    };
+                    row[pr.p.1..pr.p.1 + pr.w].copy_from_slice(from);
                 }
-                let to = (v.get(), (c * tiles + (r - r0) * tw), pr.ch * tiles);
-                // SAFETY: the CPU has AVX-512F (the contract); the writes are channel `c`'s
-                // columns of this tile row in each `V[xi]`, this range's alone.
-                #[cfg(all(target_arch = "x86_64", not(miri)))]
-                unsafe {
-                    lanes::input_tiles(&padded, len, tw, to)
-                };
             }
+            let to = (v, (c * tiles + (r - r0) * tw), pr.ch * tiles);
+            // SAFETY: the CPU has AVX-512F; the writes are channel `c`'s columns of this tile
+            // row in each `V[xi]` (the contract).
+            #[cfg(all(target_arch = "x86_64", not(miri)))]
+            unsafe {
+                lanes::input_tiles(&padded, len, tw, to)
+            };
         }
-    });
+    }
 }
 
-/// `M[xi] = U[xi] x V[xi]` for the chunk's `tiles` tiles, the 16 products split across
-/// threads.
+/// `M[xi] = U[xi] x V[xi]` for the chunk's `tiles` tiles.
 ///
 /// # Safety
 /// `u`, `v` and `m` hold `U`, the chunk's `V` and room for its `M`; the CPU has AVX-512F.
 unsafe fn multiply(pr: &Problem, u: *const f32, v: *const f32, m: *mut f32, tiles: usize) {
     let (f, ch) = (pr.f, pr.ch);
-    let (u, v, m) = (Shared::new(u), Shared::new(v), Shared::new(m.cast_const()));
-    for_ranges(16, f * ch * tiles, move |lo, hi| {
-        for xi in lo..hi {
-            // SAFETY: the blocks lie inside the buffers; `M[xi]` is this range's alone.
-            unsafe {
-                let a = Mat::row_major(u.get().add(xi * f * ch).cast_const(), ch);
-                let b = Mat::row_major(v.get().add(xi * ch * tiles).cast_const(), tiles);
-                let c = Mat::row_major(m.get().add(xi * f * tiles), tiles);
-                sgemm_serial(f, ch, tiles, &a, &b, Batches::whole(c));
-            }
+    for xi in 0..16 {
+        // SAFETY: the blocks lie inside the buffers (the contract).
+        unsafe {
+            let a = Mat::row_major(u.add(xi * f * ch), ch);
+            let b = Mat::row_major(v.add(xi * ch * tiles), tiles);
+            let c = Mat::row_major(m.add(xi * f * tiles), tiles);
+            sgemm_serial(f, ch, tiles, &a, &b, Batches::whole(c));
         }
-    });
+    }
 }
 
-/// The outputs of the chunk's tile rows, `A^T M A` per tile, split across threads by filter.
+/// The outputs of the chunk's tile rows, `A^T M A` per tile.
 ///
 /// # Safety
 /// `m` holds the chunk's `M`; `out` the problem's output; the CPU has AVX-512F.
 unsafe fn transform_output(pr: &Problem, m: *const f32, (r0, rows): (usize, usize), out: *mut f32) {
     let (th, tw) = pr.tiles();
     let tiles = rows * tw;
-    let (m, out) = (Shared::new(m), Shared::new(out.cast_const()));
-    let pr = *pr;
-    for_ranges(pr.f, tiles * 16, move |lo, hi| {
-        for o in lo..hi {
-            for r in r0..r0 + rows {
-                let (img, ty) = (r / th, r % th);
-                let from = (
-                    m.get().cast_const(),
-                    o * tiles + (r - r0) * tw,
-                    pr.f * tiles,
-                );
-                let at = (img * pr.f + o) * pr.ho + 2 * ty;
-                // SAFETY: row `2 * ty` (and `2 * ty + 1` below `ho`) of filter `o` of image
-                // `img` are inside `out` and this range's alone.
-                let to = unsafe { out.get().add(at * pr.wo) };
-                let second = 2 * ty + 1 < pr.ho;
-                // SAFETY: the chunk's `M` holds every position's row `o`, written before this
-                // step began; the CPU has AVX-512F (the contract).
-                #[cfg(all(target_arch = "x86_64", not(miri)))]
-                unsafe {
-                    lanes::output_tiles(from, tw, (to, pr.wo, second))
-                };
-            }
+    for o in 0..pr.f {
+        for r in r0..r0 + rows {
+            let (img, ty) = (r / th, r % th);
+            let from = (m, o * tiles + (r - r0) * tw, pr.f * tiles);
+            let at = ((img * pr.f + o) * pr.ho + 2 * ty) * pr.wo;
+            let second = 2 * ty + 1 < pr.ho;
+            // SAFETY: the chunk's `M` holds every position's row `o`; rows `2 * ty` (and
+            // `2 * ty + 1` below `ho`) of filter `o` of image `img` are inside `out`; the CPU
+            // has AVX-512F (the contract).
+            #[cfg(all(target_arch = "x86_64", not(miri)))]
+            unsafe {
+                lanes::output_tiles(from, tw, (out.add(at), pr.wo, second))
+            };
         }
-    });
+    }
 }
 
 /// The transforms of a row of tiles, 16 tiles to a vector.
@@ -573,8 +589,8 @@ mod tests {
             };
             for (pr, input, flipped, want) in [(forward, &x, false, &y), (backward, &dy, true, &dx)]
             {
-                for chunk in 1..=pr.n * pr.tiles().0 {
-                    let mut temp = vec![0f32; temp_floats(&pr, chunk)];
+                for (chunk, threads) in (1..=pr.n * pr.tiles().0).flat_map(|c| [(c, 1), (c, 3)]) {
+                    let mut temp = vec![0f32; temp_floats(&pr, chunk, threads)];
                     let mut got = vec![f32::NAN; want.len()];
                     // SAFETY: the buffers hold the problem's shapes and the temp space.
                     unsafe {
@@ -583,7 +599,7 @@ mod tests {
                             (input.as_ptr(), wt.as_ptr(), flipped),
                             got.as_mut_ptr(),
                             temp.as_mut_ptr(),
-                            chunk,
+                            (chunk, threads),
                         )
                     };
                     for (k, (&g, &v)) in got.iter().zip(want.iter()).enumerate() {
