@@ -263,39 +263,20 @@ unsafe fn transform_weights(pr: &Problem, wt: *const f32, flipped: bool, u: *mut
     let (wt, u) = (Shared::new(wt), Shared::new(u.cast_const()));
     for_ranges(f, ch * 64, |lo, hi| {
         for o in lo..hi {
-            for i in 0..ch {
-                let mut g = [[0f32; 3]; 3];
-                for (ky, row) in g.iter_mut().enumerate() {
-                    for (kx, v) in row.iter_mut().enumerate() {
-                        // Flipped: this convolution's filter `o` is the original's channel
-                        // `o`, its channel `i` the original's filter `i`, its window reversed.
-                        let at = match flipped {
-                            false => (o * ch + i) * 9 + ky * 3 + kx,
-                            true => (i * f + o) * 9 + (2 - ky) * 3 + (2 - kx),
-                        };
-                        // SAFETY: inside the weights (the contract).
-                        *v = unsafe { wt.read(at) };
-                    }
-                }
-                // G g (4x3), then (G g) G^T (4x4).
-                let gg = [
-                    g[0],
-                    std::array::from_fn(|j| 0.5 * (g[0][j] + g[1][j] + g[2][j])),
-                    std::array::from_fn(|j| 0.5 * (g[0][j] - g[1][j] + g[2][j])),
-                    g[2],
-                ];
-                for (r, t) in gg.iter().enumerate() {
-                    let row = [
-                        t[0],
-                        0.5 * (t[0] + t[1] + t[2]),
-                        0.5 * (t[0] - t[1] + t[2]),
-                        t[2],
-                    ];
-                    for (q, &value) in row.iter().enumerate() {
-                        // SAFETY: inside `U`; row `o` of every position is this range's.
-                        unsafe { u.write(((r * 4 + q) * f + o) * ch + i, value) };
-                    }
-                }
+            for i in (0..ch).step_by(16) {
+                // Flipped: this convolution's filter `o` is the original's channel `o`, its
+                // channel `i` the original's filter `i`, its window reversed.
+                let (first, stride) = match flipped {
+                    false => ((o * ch + i) * 9, 9),
+                    true => ((i * f + o) * 9, f * 9),
+                };
+                let to = (u.get(), o * ch + i, f * ch);
+                // SAFETY: channels `i..` (at most 16) of filter `o` lie inside the weights
+                // and, in every `U[xi]`, row `o` (this range's); the CPU has AVX-512F.
+                #[cfg(all(target_arch = "x86_64", not(miri)))]
+                unsafe {
+                    lanes::weight_tiles((wt.get().add(first), stride, flipped), ch - i, to)
+                };
             }
         }
     });
@@ -394,6 +375,53 @@ mod lanes {
             0xFFFF
         } else {
             ((1u32 << n) - 1) as __mmask16
+        }
+    }
+
+    /// `G g G^T` of up to 16 windows `g` (`n` of them): window `l`'s tap `(ky, kx)` at
+    /// `w + l * stride + 3 * ky + kx`, or with `flipped` at `w + l * stride + 8 - 3 * ky - kx`;
+    /// position `xi`'s values go to `u + xi * block + at`.
+    ///
+    /// # Safety
+    /// The windows lie inside the weights, the outputs inside `U`; the CPU has AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn weight_tiles(
+        (w, stride, flipped): (*const f32, usize, bool),
+        n: usize,
+        (u, at, block): (*mut f32, usize, usize),
+    ) {
+        let mask = first(n);
+        let lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+        let lanes = _mm512_mullo_epi32(lane, _mm512_set1_epi32(stride as i32));
+        let half = _mm512_set1_ps(0.5);
+        let g: [[__m512; 3]; 3] = std::array::from_fn(|ky| {
+            std::array::from_fn(|kx| {
+                let tap = if flipped {
+                    8 - 3 * ky - kx
+                } else {
+                    3 * ky + kx
+                };
+                let index = _mm512_add_epi32(lanes, _mm512_set1_epi32(tap as i32));
+                // SAFETY: the masked lanes' taps lie inside the weights (the contract).
+                unsafe { _mm512_mask_i32gather_ps::<4>(_mm512_setzero_ps(), mask, index, w.cast()) }
+            })
+        });
+        // (a + b + c) / 2 and (a - b + c) / 2.
+        let plus = |a, b, c| _mm512_mul_ps(half, _mm512_add_ps(_mm512_add_ps(a, b), c));
+        let minus = |a, b, c| _mm512_mul_ps(half, _mm512_add_ps(_mm512_sub_ps(a, b), c));
+        // G g: rows g0, (g0 + g1 + g2) / 2, (g0 - g1 + g2) / 2, g2; then the same across.
+        let rows: [[__m512; 3]; 4] = [
+            g[0],
+            std::array::from_fn(|j| plus(g[0][j], g[1][j], g[2][j])),
+            std::array::from_fn(|j| minus(g[0][j], g[1][j], g[2][j])),
+            g[2],
+        ];
+        for (r, t) in rows.iter().enumerate() {
+            let out = [t[0], plus(t[0], t[1], t[2]), minus(t[0], t[1], t[2]), t[2]];
+            for (q, value) in out.into_iter().enumerate() {
+                // SAFETY: position `4r + q`'s row lies inside `U` (the contract).
+                unsafe { _mm512_mask_storeu_ps(u.add((4 * r + q) * block + at), mask, value) };
+            }
         }
     }
 
