@@ -19,10 +19,11 @@
 //! ```
 //!
 //! The products carry 16/36 of a direct convolution's multiply-adds and run on the GEMM's
-//! micro-kernel; the transforms are additions over contiguous rows of tiles. The tiles are
-//! taken a run of tile rows at a time (a chunk, a few MiB of `V` and `M`), and each of a
-//! chunk's three steps is split across threads: the input transform by channel, the products
-//! by position, the output transform by filter. The same code computes a 3x3 convolution's
+//! micro-kernel; the transforms are additions and lane shuffles, 16 tiles to a vector. The
+//! tiles are taken a run of tile rows at a time (a chunk: about 1 MiB of `V` and `M`), and a
+//! chunk runs on one thread from its input transform to its outputs, in that thread's own
+//! slot of `V` and `M`, which stay in its core's cache (split by step across threads, the
+//! transforms wrote and the products read them from memory). The same code computes a 3x3 convolution's
 //! data gradient: the convolution of the output gradient with the window flipped and the
 //! filters and channels swapped, padded by `2 - p`. The sums are grouped differently from a
 //! direct convolution's, so results differ from it by rounding (a few units in the last place
@@ -184,11 +185,10 @@ unsafe fn run(
     out: *mut f32,
     res: &mut KernelRes,
 ) -> Result<(), String> {
-    let threads = rayon::current_num_threads().max(1);
-    let rows = chunk_rows(pr, threads);
-    let temp = res.temp(temp_floats(pr, rows, threads) * 4)?.cast::<f32>();
+    let rows = chunk_rows(pr, slots());
+    let temp = res.temp(temp_floats(pr, rows) * 4)?.cast::<f32>();
     // SAFETY: the temp space holds what `compute` needs; the rest is the caller's contract.
-    unsafe { compute(pr, inputs, out, temp, (rows, threads)) };
+    unsafe { compute(pr, inputs, out, temp, rows) };
     Ok(())
 }
 
@@ -201,10 +201,16 @@ fn chunk_rows(pr: &Problem, threads: usize) -> usize {
     fits.max(MIN_CHUNK_TILES.div_ceil(tw)).min(shared).max(1)
 }
 
-/// Floats of temp space for chunks of `rows` tile rows on `threads` threads: `U`, then each
-/// thread's chunk of `V` and `M`.
-fn temp_floats(pr: &Problem, rows: usize, threads: usize) -> usize {
-    16 * pr.f * pr.ch + threads * 16 * (pr.ch + pr.f) * rows * pr.tiles().1
+/// Slots of `V` and `M` in the temp space: one per thread of the rayon pool the chunks run
+/// on (the current one, or the global one outside any pool).
+fn slots() -> usize {
+    rayon::current_num_threads().max(1)
+}
+
+/// Floats of temp space for chunks of `rows` tile rows: `U`, then each thread's chunk of `V`
+/// and `M`.
+fn temp_floats(pr: &Problem, rows: usize) -> usize {
+    16 * pr.f * pr.ch + slots() * 16 * (pr.ch + pr.f) * rows * pr.tiles().1
 }
 
 /// [`run`] in chunks of `chunk` tile rows, in `temp`: each chunk on one thread, start to end
@@ -212,15 +218,15 @@ fn temp_floats(pr: &Problem, rows: usize, threads: usize) -> usize {
 /// so that its `V` and `M` stay in the thread's core's cache.
 ///
 /// # Safety
-/// As [`run`]; `temp` holds [`temp_floats`]`(pr, chunk, threads)` floats; the CPU has
-/// AVX-512F.
+/// As [`run`]; `temp` holds [`temp_floats`]`(pr, chunk)` floats; the CPU has AVX-512F.
 unsafe fn compute(
     pr: &Problem,
     (x, wt, flipped): (*const f32, *const f32, bool),
     out: *mut f32,
     temp: *mut f32,
-    (chunk, threads): (usize, usize),
+    chunk: usize,
 ) {
+    let threads = slots();
     let (th, tw) = pr.tiles();
     let tile_rows = pr.n * th;
     let u_len = 16 * pr.f * pr.ch;
@@ -459,27 +465,33 @@ mod lanes {
             let mask = first(tw - j);
             // d[k][q]: column q of row k of the 16 tiles' input blocks.
             let d: [[__m512; 4]; 4] = std::array::from_fn(|k| {
-                // SAFETY: row k holds 32 floats from `2j` and from `2j + 2` (its length).
-                let p = unsafe { padded.as_ptr().add(k * len + 2 * j) };
-                let ((c0, c1), (c2, c3)) = unsafe { (halves(p), halves(p.add(2))) };
-                [c0, c1, c2, c3]
+                // SAFETY: row k holds 32 floats from `2j` and from `2j + 2` (its length); the
+                // CPU has AVX-512F (the contract).
+                unsafe {
+                    let p = padded.as_ptr().add(k * len + 2 * j);
+                    let ((c0, c1), (c2, c3)) = (halves(p), halves(p.add(2)));
+                    [c0, c1, c2, c3]
+                }
             });
-            // (B^T d) per row k, then B across: columns 0 - 2, 1 + 2, 2 - 1, 1 - 3.
-            let rows: [[__m512; 4]; 4] = std::array::from_fn(|q| {
-                [
-                    _mm512_sub_ps(d[0][q], d[2][q]),
-                    _mm512_add_ps(d[1][q], d[2][q]),
-                    _mm512_sub_ps(d[2][q], d[1][q]),
-                    _mm512_sub_ps(d[1][q], d[3][q]),
-                ]
-            });
-            for k in 0..4 {
-                let col = |q: usize| rows[q][k];
+            // B^T d: rows 0 - 2, 1 + 2, 2 - 1, 1 - 3; then the same across each row's columns.
+            let across = |a: [__m512; 4], b: [__m512; 4], sub: bool| -> [__m512; 4] {
+                std::array::from_fn(|q| match sub {
+                    true => _mm512_sub_ps(a[q], b[q]),
+                    false => _mm512_add_ps(a[q], b[q]),
+                })
+            };
+            let rows = [
+                across(d[0], d[2], true),
+                across(d[1], d[2], false),
+                across(d[2], d[1], true),
+                across(d[1], d[3], true),
+            ];
+            for (k, row) in rows.iter().enumerate() {
                 let out = [
-                    _mm512_sub_ps(col(0), col(2)),
-                    _mm512_add_ps(col(1), col(2)),
-                    _mm512_sub_ps(col(2), col(1)),
-                    _mm512_sub_ps(col(1), col(3)),
+                    _mm512_sub_ps(row[0], row[2]),
+                    _mm512_add_ps(row[1], row[2]),
+                    _mm512_sub_ps(row[2], row[1]),
+                    _mm512_sub_ps(row[1], row[3]),
                 ];
                 for (q, value) in out.into_iter().enumerate() {
                     // SAFETY: position `4k + q`'s tiles `j..` of this row lie inside `v`.
@@ -617,8 +629,8 @@ mod tests {
             };
             for (pr, input, flipped, want) in [(forward, &x, false, &y), (backward, &dy, true, &dx)]
             {
-                for (chunk, threads) in (1..=pr.n * pr.tiles().0).flat_map(|c| [(c, 1), (c, 3)]) {
-                    let mut temp = vec![0f32; temp_floats(&pr, chunk, threads)];
+                for chunk in 1..=pr.n * pr.tiles().0 {
+                    let mut temp = vec![0f32; temp_floats(&pr, chunk)];
                     let mut got = vec![f32::NAN; want.len()];
                     // SAFETY: the buffers hold the problem's shapes and the temp space.
                     unsafe {
@@ -627,7 +639,7 @@ mod tests {
                             (input.as_ptr(), wt.as_ptr(), flipped),
                             got.as_mut_ptr(),
                             temp.as_mut_ptr(),
-                            (chunk, threads),
+                            chunk,
                         )
                     };
                     for (k, (&g, &v)) in got.iter().zip(want.iter()).enumerate() {
