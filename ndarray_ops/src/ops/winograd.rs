@@ -77,25 +77,30 @@ impl Problem {
     }
 }
 
-/// Whether `MXRS_CONV_WINOGRAD` leaves Winograd's convolutions on (unset, `1`, `on`, `true`);
-/// read once.
-fn enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        std::env::var("MXRS_CONV_WINOGRAD").map_or(true, |v| {
-            !matches!(
-                v.trim().to_ascii_lowercase().as_str(),
-                "0" | "off" | "false"
-            )
-        })
+/// Whether `MXRS_CONV_WINOGRAD` leaves Winograd's convolutions on (unset, `1`, `on`, `true`) or
+/// turns them off (`0`, `off`, `false`); read once. Any other value is an error, which the
+/// first convolution that would run here reports.
+fn enabled() -> Result<bool, String> {
+    static ON: OnceLock<Result<bool, String>> = OnceLock::new();
+    ON.get_or_init(|| match std::env::var("MXRS_CONV_WINOGRAD") {
+        Err(_) => Ok(true),
+        Ok(v) => match v.trim().to_ascii_lowercase().as_str() {
+            "1" | "on" | "true" | "" => Ok(true),
+            "0" | "off" | "false" => Ok(false),
+            _ => Err(format!(
+                "MXRS_CONV_WINOGRAD={v:?} is neither on (`1`, `on`, `true`) nor off (`0`, \
+                 `off`, `false`)"
+            )),
+        },
     })
+    .clone()
 }
 
 /// Whether `c` is a convolution this file computes: f32 on an AVX-512 CPU, one group, a 3x3
 /// window of stride 1 and dilation 1, padding at most 2 (so that its data gradient's padding,
 /// `2 - p`, is one too).
 fn eligible(c: &Conv, dtype: DType) -> bool {
-    enabled()
+    enabled().unwrap_or(true)
         && dtype == DType::F32
         && crate::gemm::available()
         && c.groups == 1
@@ -185,6 +190,7 @@ unsafe fn run(
     out: *mut f32,
     res: &mut KernelRes,
 ) -> Result<(), String> {
+    enabled()?;
     let rows = chunk_rows(pr, slots());
     let temp = res.temp(temp_floats(pr, rows) * 4)?.cast::<f32>();
     // SAFETY: the temp space holds what `compute` needs; the rest is the caller's contract.
