@@ -256,27 +256,28 @@ pub(crate) unsafe fn sgemm_packing(
     });
 }
 
-/// `c = a b` on the calling thread alone, for callers that split their work across threads
-/// themselves (Winograd's 16 products of a chunk, one position per thread at a time).
+/// `c = a b + beta c` (`beta` 0 or 1) on the calling thread alone, for callers that split
+/// their work across threads themselves (Winograd's chunks of tiles, one thread each).
 ///
 /// # Safety
-/// As [`sgemm_packing`].
+/// As [`sgemm_packing`], with `beta` 0 or 1.
 pub(crate) unsafe fn sgemm_serial(
     m: usize,
     k: usize,
     n: usize,
     a: &impl Rows,
     b: &impl Source,
+    beta: f32,
     c: Batches<*mut f32>,
 ) {
     if m == 0 || n == 0 {
         return;
     }
-    // SAFETY: the caller's contract (`scale` writes zeros for an empty depth).
+    // SAFETY: the caller's contract (`scale` leaves `c` as `beta c` for an empty depth).
     unsafe {
         match k {
-            0 => scale(m, n, 0.0, c),
-            _ => serial((0, m), k, (0, n), a, b, 0.0, c),
+            0 => scale(m, n, beta, c),
+            _ => serial((0, m), k, (0, n), a, b, beta, c),
         }
     }
 }

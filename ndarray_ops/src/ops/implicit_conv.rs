@@ -93,6 +93,17 @@ pub(super) unsafe fn backward(
     (dx, dw): (*mut f32, *mut f32),
     res: &mut KernelRes,
 ) -> Result<(), String> {
+    // A 3x3 window of stride 1 goes through Winograd's tiles: both gradients, or (where the
+    // data gradient's tiles are enough but the output's are not) the data gradient after the
+    // loop below.
+    let winograd = super::winograd::data_gradient_applies(c, d, DType::F32);
+    if winograd && super::winograd::weight_gradient_applies(c, d, DType::F32) {
+        // SAFETY: the caller's contract.
+        return unsafe {
+            super::winograd::weight_gradient(c, d, (dy, x), dw, res)?;
+            super::winograd::data_gradient(c, d, (dy, wt), dx, res)
+        };
+    }
     let stage = Staging::of(c);
     let taps = stage.taps(c, d);
     let (pixels, plane) = (d.ho * d.wo, d.h * d.w);
@@ -101,8 +112,6 @@ pub(super) unsafe fn backward(
     // where flipping the weights (`cg * fg * taps` copies) costs less than the columns would
     // (a write and col2im's read of `cg * taps * pixels` per image): ResNet's 3x3 convolutions
     // of 512 channels on 7x7 at batch 1 ran at half the rate flipped.
-    // A 3x3 window's data gradient may go through Winograd's tiles instead, after the loop.
-    let winograd = super::winograd::data_gradient_applies(c, d, DType::F32);
     let flipped = !winograd
         && c.s == (1, 1)
         && c.p.0 <= c.d.0 * (c.k.0 - 1)

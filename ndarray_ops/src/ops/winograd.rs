@@ -29,6 +29,7 @@
 //! direct convolution's, so results differ from it by rounding (a few units in the last place
 //! of the inputs' magnitude); `MXRS_CONV_WINOGRAD=0` turns it off.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use super::conv::{Conv, ConvDims};
@@ -179,6 +180,39 @@ pub(super) unsafe fn data_gradient(
     unsafe { run(&data_gradient_problem(c, d), (dy, wt, true), dx, res) }
 }
 
+/// Whether the weight gradient of `c` over `d` runs here.
+pub(super) fn weight_gradient_applies(c: &Conv, d: &ConvDims, dtype: DType) -> bool {
+    eligible(c, dtype) && forward_problem(c, d).worth()
+}
+
+/// `dw` of a convolution from its output gradient `dy` and its data `x`, overwritten.
+///
+/// By the transposition of F(2x2, 3x3) (F(3x3, 2x2)): a tile's 2x2 output gradient `z` and
+/// its 4x4 input block `d` add `G^T [(A z A^T) . (B^T d B)] G` to the 3x3 weight gradient, so
+/// per position `xi` the sums over tiles are one product, `S[xi] = Z[xi] x V[xi]^T` (filters x
+/// tiles by tiles x channels), and `dW = G^T S G`. Each thread sums its chunks into its own
+/// `S`; the threads' sums are added at the end.
+///
+/// # Safety
+/// The pointers hold the shapes `d` gives (output gradient, data, weight gradient); `dw` is
+/// disjoint from the inputs; [`weight_gradient_applies`] holds.
+pub(super) unsafe fn weight_gradient(
+    c: &Conv,
+    d: &ConvDims,
+    (dy, x): (*const f32, *const f32),
+    dw: *mut f32,
+    res: &mut KernelRes,
+) -> Result<(), String> {
+    enabled()?;
+    let pr = forward_problem(c, d);
+    let rows = chunk_rows(&pr, slots());
+    let temp = res.temp(gradient_temp_floats(&pr, rows) * 4)?.cast::<f32>();
+    // SAFETY: the temp space holds what `compute_weight_gradient` needs; the rest is the
+    // caller's contract.
+    unsafe { compute_weight_gradient(&pr, (dy, x), dw, temp, rows) };
+    Ok(())
+}
+
 /// The convolution `pr` of `x` into `out`; `wt` holds its weights `(f, ch, 3, 3)`, or with
 /// `flipped` the weights `(ch, f, 3, 3)` of the convolution whose data gradient `pr` is.
 ///
@@ -266,6 +300,155 @@ unsafe fn compute(
     });
 }
 
+/// Floats of temp space for the weight gradient in chunks of `rows` tile rows: per thread, its
+/// sums `S` then its chunk's `V` and `Z`.
+fn gradient_temp_floats(pr: &Problem, rows: usize) -> usize {
+    slots() * (16 * pr.f * pr.ch + 16 * (pr.ch + pr.f) * rows * pr.tiles().1)
+}
+
+/// [`weight_gradient`] of `pr` in chunks of `chunk` tile rows, in `temp`, each chunk on one
+/// thread (as [`compute`]).
+///
+/// # Safety
+/// As [`weight_gradient`]; `temp` holds [`gradient_temp_floats`]`(pr, chunk)` floats; the
+/// CPU has AVX-512F.
+unsafe fn compute_weight_gradient(
+    pr: &Problem,
+    (dy, x): (*const f32, *const f32),
+    dw: *mut f32,
+    temp: *mut f32,
+    chunk: usize,
+) {
+    let threads = slots();
+    let (th, tw) = pr.tiles();
+    let tile_rows = pr.n * th;
+    let s_len = 16 * pr.f * pr.ch;
+    let slot_len = s_len + 16 * (pr.ch + pr.f) * chunk * tw;
+    // Whether a thread's `S` holds sums yet (its first chunk writes it, the rest add to it).
+    let used: Vec<AtomicBool> = (0..threads).map(|_| AtomicBool::new(false)).collect();
+    let (dy, x, temp) = (
+        Shared::new(dy),
+        Shared::new(x),
+        Shared::new(temp.cast_const()),
+    );
+    let pr = *pr;
+    let cost = 16 * (pr.ch * pr.f + 2 * (pr.ch + pr.f)) * chunk * tw;
+    for_ranges(tile_rows.div_ceil(chunk), cost, |lo, hi| {
+        // As in `compute`: no other range uses this thread's slot meanwhile.
+        let slot = rayon::current_thread_index().unwrap_or(0) % threads;
+        for k in lo..hi {
+            let rows = (k * chunk, chunk.min(tile_rows - k * chunk));
+            let beta = match used[slot].swap(true, Ordering::Relaxed) {
+                true => 1.0,
+                false => 0.0,
+            };
+            // SAFETY: the slot is this range's; the rest is the caller's contract.
+            unsafe {
+                let s = temp.get().add(slot * slot_len);
+                let v = s.add(s_len);
+                let z = v.add(16 * pr.ch * chunk * tw);
+                transform_input(&pr, x.get(), rows, v);
+                transform_gradient(&pr, dy.get(), rows, z);
+                accumulate(&pr, z, v, s, rows.1 * tw, beta);
+            }
+        }
+    });
+    // The ranges have joined: every slot's sums are complete and visible here.
+    let sums: Vec<Shared<f32>> = (0..threads)
+        .filter(|&i| used[i].load(Ordering::Relaxed))
+        // SAFETY: slot `i` lies inside the temp space.
+        .map(|i| Shared::new(unsafe { temp.get().add(i * slot_len) }.cast_const()))
+        .collect();
+    let dw = Shared::new(dw.cast_const());
+    for_ranges(pr.f, pr.ch * 16 * sums.len(), |lo, hi| {
+        let from: Vec<*const f32> = sums.iter().map(|s| s.get().cast_const()).collect();
+        for o in lo..hi {
+            for i in (0..pr.ch).step_by(16) {
+                let at = o * pr.ch + i;
+                // SAFETY: the sums of filter `o`, channels `i..` (at most 16) lie inside each
+                // slot, and their 3x3 windows inside `dw` (this range's rows); the CPU has
+                // AVX-512F.
+                #[cfg(all(target_arch = "x86_64", not(miri)))]
+                unsafe {
+                    lanes::weight_sums((&from, at, s_len / 16), pr.ch - i, dw.get().add(at * 9))
+                };
+            }
+        }
+    });
+}
+
+/// `Z[xi][f][t] = (A z A^T)[xi]` for the chunk's tile rows, `z` a tile's 2x2 output gradient
+/// (zeros past the edge). `Z[xi]` is `f x tiles`, row-major.
+///
+/// # Safety
+/// `dy` holds the problem's output gradient; `z` holds `16 * f * rows * tw` floats; the CPU
+/// has AVX-512F.
+unsafe fn transform_gradient(
+    pr: &Problem,
+    dy: *const f32,
+    (r0, rows): (usize, usize),
+    z: *mut f32,
+) {
+    let (th, tw) = pr.tiles();
+    let tiles = rows * tw;
+    // The two output rows of a tile row, padded with zeros to whole vectors of 16 tiles.
+    let len = 2 * tw.next_multiple_of(16);
+    let mut padded = vec![0f32; 2 * len];
+    for o in 0..pr.f {
+        for r in r0..r0 + rows {
+            let (img, ty) = (r / th, r % th);
+            for (a, row) in padded.chunks_exact_mut(len).enumerate() {
+                let y = 2 * ty + a;
+                row.fill(0.0);
+                if y < pr.ho {
+                    // SAFETY: row `y` of filter `o` of image `img` is inside `dy`.
+                    let from = unsafe {
+                        let at = ((img * pr.f + o) * pr.ho + y) * pr.wo;
+                        std::slice::from_raw_parts(dy.add(at), pr.wo)
+                    };
+                    row[..pr.wo].copy_from_slice(from);
+                }
+            }
+            let to = (z, o * tiles + (r - r0) * tw, pr.f * tiles);
+            // SAFETY: the CPU has AVX-512F; the writes are filter `o`'s columns of this tile
+            // row in each `Z[xi]` (the contract).
+            #[cfg(all(target_arch = "x86_64", not(miri)))]
+            unsafe {
+                lanes::gradient_tiles(&padded, len, tw, to)
+            };
+        }
+    }
+}
+
+/// `S[xi] = Z[xi] x V[xi]^T + beta S[xi]` for the chunk's `tiles` tiles.
+///
+/// # Safety
+/// `z`, `v` and `s` hold the chunk's `Z` and `V` and the thread's `S`; the CPU has AVX-512F.
+unsafe fn accumulate(
+    pr: &Problem,
+    z: *const f32,
+    v: *const f32,
+    s: *mut f32,
+    tiles: usize,
+    beta: f32,
+) {
+    let (f, ch) = (pr.f, pr.ch);
+    for xi in 0..16 {
+        // SAFETY: the blocks lie inside the buffers (the contract).
+        unsafe {
+            let a = Mat::row_major(z.add(xi * f * tiles), tiles);
+            // V[xi]^T: element (t, c) at c * tiles + t.
+            let b = Mat {
+                ptr: v.add(xi * ch * tiles),
+                rs: 1,
+                cs: tiles as isize,
+            };
+            let c = Mat::row_major(s.add(xi * f * ch), ch);
+            sgemm_serial(f, tiles, ch, &a, &b, beta, Batches::whole(c));
+        }
+    }
+}
+
 /// `U[xi][f][c] = (G w[f][c] G^T)[xi]`, split across threads by filter.
 ///
 /// # Safety
@@ -347,7 +530,7 @@ unsafe fn multiply(pr: &Problem, u: *const f32, v: *const f32, m: *mut f32, tile
             let a = Mat::row_major(u.add(xi * f * ch), ch);
             let b = Mat::row_major(v.add(xi * ch * tiles), tiles);
             let c = Mat::row_major(m.add(xi * f * tiles), tiles);
-            sgemm_serial(f, ch, tiles, &a, &b, Batches::whole(c));
+            sgemm_serial(f, ch, tiles, &a, &b, 0.0, Batches::whole(c));
         }
     }
 }
@@ -433,6 +616,94 @@ mod lanes {
             for (q, value) in out.into_iter().enumerate() {
                 // SAFETY: position `4r + q`'s row lies inside `U` (the contract).
                 unsafe { _mm512_mask_storeu_ps(u.add((4 * r + q) * block + at), mask, value) };
+            }
+        }
+    }
+
+    /// `dW = G^T S G` for up to 16 channels (`n`): position `xi`'s sums at
+    /// `from[i] + xi * block + at` (added over `from`), channel `l`'s 3x3 window to
+    /// `out + 9 * l`.
+    ///
+    /// # Safety
+    /// The sums lie inside each of `from`, the windows inside the weight gradient; the CPU has
+    /// AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn weight_sums(
+        (from, at, block): (&[*const f32], usize, usize),
+        n: usize,
+        out: *mut f32,
+    ) {
+        let mask = first(n);
+        let half = _mm512_set1_ps(0.5);
+        let s: [__m512; 16] = std::array::from_fn(|xi| {
+            from.iter().fold(_mm512_setzero_ps(), |sum, p| {
+                // SAFETY: the masked lanes lie inside the sums (the contract).
+                let v = unsafe { _mm512_maskz_loadu_ps(mask, p.add(xi * block + at)) };
+                _mm512_add_ps(sum, v)
+            })
+        });
+        // G^T s: rows s0 + (s1 + s2) / 2, (s1 - s2) / 2, (s1 + s2) / 2 + s3; then across.
+        let reduce = |a: __m512, b: __m512, c: __m512, d: __m512| {
+            let mid = _mm512_mul_ps(half, _mm512_add_ps(b, c));
+            [
+                _mm512_add_ps(a, mid),
+                _mm512_mul_ps(half, _mm512_sub_ps(b, c)),
+                _mm512_add_ps(mid, d),
+            ]
+        };
+        let rows: [[__m512; 3]; 4] =
+            std::array::from_fn(|q| reduce(s[q], s[4 + q], s[8 + q], s[12 + q]));
+        let lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+        let lanes = _mm512_mullo_epi32(lane, _mm512_set1_epi32(9));
+        let windows: [[__m512; 3]; 3] =
+            std::array::from_fn(|ky| reduce(rows[0][ky], rows[1][ky], rows[2][ky], rows[3][ky]));
+        for (ky, window) in windows.into_iter().enumerate() {
+            for (kx, value) in window.into_iter().enumerate() {
+                let index = _mm512_add_epi32(lanes, _mm512_set1_epi32((3 * ky + kx) as i32));
+                // SAFETY: the masked lanes' taps lie inside the weight gradient.
+                unsafe { _mm512_mask_i32scatter_ps::<4>(out.cast(), mask, index, value) };
+            }
+        }
+    }
+
+    /// `Z[xi]` of a row of `tw` tiles from the two padded output-gradient rows (`len` floats
+    /// each, tile `j` at columns `2j, 2j + 1`): `A z A^T`, rows `z0, z0 + z1, z0 - z1, -z1`,
+    /// then the same across; position `xi`'s values go to `z + xi * block + at`.
+    ///
+    /// # Safety
+    /// `padded` holds two rows of `2 * tw.next_multiple_of(16)`; the outputs lie inside `z`;
+    /// the CPU has AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn gradient_tiles(
+        padded: &[f32],
+        len: usize,
+        tw: usize,
+        (z, at, block): (*mut f32, usize, usize),
+    ) {
+        let spread = |a: __m512, b: __m512| {
+            [
+                a,
+                _mm512_add_ps(a, b),
+                _mm512_sub_ps(a, b),
+                _mm512_sub_ps(_mm512_setzero_ps(), b),
+            ]
+        };
+        for j in (0..tw).step_by(16) {
+            let mask = first(tw - j);
+            // SAFETY: each row holds 32 floats from `2j` (its length).
+            let ((e0, o0), (e1, o1)) = unsafe {
+                let p = padded.as_ptr().add(2 * j);
+                (halves(p), halves(p.add(len)))
+            };
+            let (evens, odds) = (spread(e0, e1), spread(o0, o1));
+            for k in 0..4 {
+                for (q, value) in spread(evens[k], odds[k]).into_iter().enumerate() {
+                    // SAFETY: position `4k + q`'s tiles `j..` of this row lie inside `z`.
+                    unsafe {
+                        let p = z.add((4 * k + q) * block + at + j);
+                        _mm512_mask_storeu_ps(p, mask, value);
+                    }
+                }
             }
         }
     }
@@ -575,8 +846,8 @@ mod tests {
             .collect()
     }
 
-    /// `compute` in chunks of every size against the definitions of a 3x3 convolution and
-    /// of its data gradient (sums in f64), over the paddings 0, 1 and 2, images whose sides
+    /// `compute` and `compute_weight_gradient` in chunks of every size against the
+    /// definitions of a 3x3 convolution and of its data and weight gradients (sums in f64), over the paddings 0, 1 and 2, images whose sides
     /// are odd (tiles cut by the edge) and even, and rows of fewer and more than 16 tiles.
     #[test]
     fn tiles_match_the_definitions_in_chunks_of_every_size() {
@@ -594,6 +865,7 @@ mod tests {
             // y[i][o][a][b] = sum x[i][c][a + ky - p][b + kx - p] w[o][c][ky][kx]
             let mut y = vec![0f64; n * f * ho * wo];
             let mut dx = vec![0f64; n * ch * h * w];
+            let mut dw = vec![0f64; f * ch * 9];
             for i in 0..n {
                 for o in 0..f {
                     for c in 0..ch {
@@ -609,6 +881,8 @@ mod tests {
                             let yi = ((i * f + o) * ho + a) * wo + b;
                             y[yi] += f64::from(x[xi]) * wv;
                             dx[xi] += f64::from(dy[yi]) * wv;
+                            dw[(o * ch + c) * 9 + ky * 3 + kx] +=
+                                f64::from(dy[yi]) * f64::from(x[xi]);
                         }
                     }
                 }
@@ -655,6 +929,28 @@ mod tests {
                              is {g}, the definition gives {v}"
                         );
                     }
+                }
+            }
+            let scale = dw.iter().fold(1f64, |m, v| m.max(v.abs()));
+            for chunk in 1..=forward.n * forward.tiles().0 {
+                let mut temp = vec![0f32; gradient_temp_floats(&forward, chunk)];
+                let mut got = vec![f32::NAN; dw.len()];
+                // SAFETY: the buffers hold the problem's shapes and the temp space.
+                unsafe {
+                    compute_weight_gradient(
+                        &forward,
+                        (dy.as_ptr(), x.as_ptr()),
+                        got.as_mut_ptr(),
+                        temp.as_mut_ptr(),
+                        chunk,
+                    )
+                };
+                for (k, (&g, &v)) in got.iter().zip(dw.iter()).enumerate() {
+                    assert!(
+                        (f64::from(g) - v).abs() <= 1e-5 * scale,
+                        "pad {p}, {h}x{w}, weight gradient in chunks of {chunk} rows: element \
+                         {k} is {g}, the definition gives {v}"
+                    );
                 }
             }
         }
