@@ -29,7 +29,7 @@
 //! direct convolution's, so results differ from it by rounding (a few units in the last place
 //! of the inputs' magnitude); `MXRS_CONV_WINOGRAD=0` turns it off.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::ops::Range;
 use std::sync::OnceLock;
 
 use super::conv::{Conv, ConvDims};
@@ -191,7 +191,7 @@ pub(super) fn weight_gradient_applies(c: &Conv, d: &ConvDims, dtype: DType) -> b
 /// its 4x4 input block `d` add `G^T [(A z A^T) . (B^T d B)] G` to the 3x3 weight gradient, so
 /// per position `xi` the sums over tiles are one product, `S[xi] = Z[xi] x V[xi]^T` (filters x
 /// tiles by tiles x channels), and `dW = G^T S G`. Each thread sums its chunks into its own
-/// `S`; the threads' sums are added at the end.
+/// `S`; the threads' sums are added at the end, in a fixed order.
 ///
 /// # Safety
 /// The pointers hold the shapes `d` gives (output gradient, data, weight gradient); `dw` is
@@ -242,7 +242,8 @@ fn chunk_rows(pr: &Problem, threads: usize) -> usize {
 }
 
 /// Slots of `V` and `M` in the temp space: one per thread of the rayon pool the chunks run
-/// on (the current one, or the global one outside any pool).
+/// on (the current one, or the global one outside any pool), each the workspace of one group
+/// of chunks ([`for_groups`]).
 fn slots() -> usize {
     rayon::current_num_threads().max(1)
 }
@@ -254,8 +255,8 @@ fn temp_floats(pr: &Problem, rows: usize) -> usize {
 }
 
 /// [`run`] in chunks of `chunk` tile rows, in `temp`: each chunk on one thread, start to end
-/// (input transform, products, output transform), in that thread's slot of the temp space,
-/// so that its `V` and `M` stay in the thread's core's cache.
+/// (input transform, products, output transform), in its group's slot of the temp space, so
+/// that its `V` and `M` stay in the thread's core's cache.
 ///
 /// # Safety
 /// As [`run`]; `temp` holds [`temp_floats`]`(pr, chunk)` floats; the CPU has AVX-512F.
@@ -266,7 +267,6 @@ unsafe fn compute(
     temp: *mut f32,
     chunk: usize,
 ) {
-    let threads = slots();
     let (th, tw) = pr.tiles();
     let tile_rows = pr.n * th;
     let u_len = 16 * pr.f * pr.ch;
@@ -280,13 +280,10 @@ unsafe fn compute(
     );
     let pr = *pr;
     let cost = 16 * (pr.ch * pr.f + 2 * (pr.ch + pr.f)) * chunk * tw;
-    for_ranges(tile_rows.div_ceil(chunk), cost, move |lo, hi| {
-        // A range runs on one thread and never waits on rayon inside, so no other range uses
-        // its thread's slot meanwhile (outside the pool, the one range runs alone).
-        let slot = rayon::current_thread_index().unwrap_or(0) % threads;
-        for k in lo..hi {
+    for_groups(tile_rows.div_ceil(chunk), cost, |slot, chunks| {
+        for k in chunks {
             let rows = (k * chunk, chunk.min(tile_rows - k * chunk));
-            // SAFETY: the slot's `V` and `M` are this range's; the chunk's outputs too; the
+            // SAFETY: the slot's `V` and `M` are this group's; the chunk's outputs too; the
             // rest is the caller's contract.
             unsafe {
                 let u = temp.get().cast_const();
@@ -300,14 +297,33 @@ unsafe fn compute(
     });
 }
 
+/// Runs `body(g, chunks)` for the groups of consecutive chunks out of `0..count`, one group
+/// per slot ([`slots`]) at most, each group on one thread from start to end, in slot `g`.
+/// Which chunks a slot sums is fixed by `count` and the slots alone, never by which thread
+/// ran faster, so the weight gradient's sums come out the same bits run after run (and as
+/// any other run of the same graph, as recomputation's checks ask).
+fn for_groups(count: usize, cost: usize, body: impl Fn(usize, Range<usize>) + Sync) -> usize {
+    let groups = slots().min(count).max(1);
+    for_ranges(
+        groups,
+        cost.saturating_mul(count.div_ceil(groups)),
+        |lo, hi| {
+            for g in lo..hi {
+                body(g, g * count / groups..(g + 1) * count / groups);
+            }
+        },
+    );
+    groups
+}
+
 /// Floats of temp space for the weight gradient in chunks of `rows` tile rows: per thread, its
 /// sums `S` then its chunk's `V` and `Z`.
 fn gradient_temp_floats(pr: &Problem, rows: usize) -> usize {
     slots() * (16 * pr.f * pr.ch + 16 * (pr.ch + pr.f) * rows * pr.tiles().1)
 }
 
-/// [`weight_gradient`] of `pr` in chunks of `chunk` tile rows, in `temp`, each chunk on one
-/// thread (as [`compute`]).
+/// [`weight_gradient`] of `pr` in chunks of `chunk` tile rows, in `temp`, each group of
+/// chunks on one thread (as [`compute`]).
 ///
 /// # Safety
 /// As [`weight_gradient`]; `temp` holds [`gradient_temp_floats`]`(pr, chunk)` floats; the
@@ -319,13 +335,10 @@ unsafe fn compute_weight_gradient(
     temp: *mut f32,
     chunk: usize,
 ) {
-    let threads = slots();
     let (th, tw) = pr.tiles();
     let tile_rows = pr.n * th;
     let s_len = 16 * pr.f * pr.ch;
     let slot_len = s_len + 16 * (pr.ch + pr.f) * chunk * tw;
-    // Whether a thread's `S` holds sums yet (its first chunk writes it, the rest add to it).
-    let used: Vec<AtomicBool> = (0..threads).map(|_| AtomicBool::new(false)).collect();
     let (dy, x, temp) = (
         Shared::new(dy),
         Shared::new(x),
@@ -333,16 +346,13 @@ unsafe fn compute_weight_gradient(
     );
     let pr = *pr;
     let cost = 16 * (pr.ch * pr.f + 2 * (pr.ch + pr.f)) * chunk * tw;
-    for_ranges(tile_rows.div_ceil(chunk), cost, |lo, hi| {
-        // As in `compute`: no other range uses this thread's slot meanwhile.
-        let slot = rayon::current_thread_index().unwrap_or(0) % threads;
-        for k in lo..hi {
+    let groups = for_groups(tile_rows.div_ceil(chunk), cost, |slot, chunks| {
+        let first = chunks.start;
+        for k in chunks {
             let rows = (k * chunk, chunk.min(tile_rows - k * chunk));
-            let beta = match used[slot].swap(true, Ordering::Relaxed) {
-                true => 1.0,
-                false => 0.0,
-            };
-            // SAFETY: the slot is this range's; the rest is the caller's contract.
+            // A group's first chunk writes its `S`, the rest add to it.
+            let beta = if k == first { 0.0 } else { 1.0 };
+            // SAFETY: the slot is this group's; the rest is the caller's contract.
             unsafe {
                 let s = temp.get().add(slot * slot_len);
                 let v = s.add(s_len);
@@ -353,9 +363,9 @@ unsafe fn compute_weight_gradient(
             }
         }
     });
-    // The ranges have joined: every slot's sums are complete and visible here.
-    let sums: Vec<Shared<f32>> = (0..threads)
-        .filter(|&i| used[i].load(Ordering::Relaxed))
+    // The groups have joined: every slot's sums are complete and visible here, added in slot
+    // order.
+    let sums: Vec<Shared<f32>> = (0..groups)
         // SAFETY: slot `i` lies inside the temp space.
         .map(|i| Shared::new(unsafe { temp.get().add(i * slot_len) }.cast_const()))
         .collect();
