@@ -202,6 +202,44 @@ pub(crate) unsafe fn sgemm_packing(
     beta: f32,
     c: Batches<*mut f32>,
 ) {
+    let threads = match m.saturating_mul(n).saturating_mul(k) < THREAD_WORK {
+        true => 1,
+        false => rayon::current_num_threads().max(1),
+    };
+    // SAFETY: the caller's contract.
+    unsafe { product((m, k, n), a, b, beta, c, threads) }
+}
+
+/// As [`sgemm_packing`], on the calling thread alone: for callers that split their work across
+/// threads themselves (Winograd's chunks of tiles, one thread each).
+///
+/// # Safety
+/// As [`sgemm_packing`].
+pub(crate) unsafe fn sgemm_serial(
+    m: usize,
+    k: usize,
+    n: usize,
+    a: &impl Rows,
+    b: &impl Source,
+    beta: f32,
+    c: Batches<*mut f32>,
+) {
+    // SAFETY: the caller's contract.
+    unsafe { product((m, k, n), a, b, beta, c, 1) }
+}
+
+/// The product of [`sgemm_packing`] cut into at most `threads` parts, one per thread.
+///
+/// # Safety
+/// As [`sgemm_packing`].
+unsafe fn product(
+    (m, k, n): (usize, usize, usize),
+    a: &impl Rows,
+    b: &impl Source,
+    beta: f32,
+    c: Batches<*mut f32>,
+    threads: usize,
+) {
     if m == 0 || n == 0 {
         return;
     }
@@ -215,11 +253,6 @@ pub(crate) unsafe fn sgemm_packing(
     }
     let beta = if beta == 0.0 { 0.0 } else { 1.0 };
     // The product as given (no turn), cut into its threads' parts.
-    let threads = if m.saturating_mul(n).saturating_mul(k) < THREAD_WORK {
-        1
-    } else {
-        rayon::current_num_threads().max(1)
-    };
     let parts_n = threads.min(n.div_ceil(NR));
     let parts_m = threads.min(m.div_ceil(MR));
     let by_columns = match parts_n.cmp(&parts_m) {
@@ -254,32 +287,6 @@ pub(crate) unsafe fn sgemm_packing(
         }
         part(0);
     });
-}
-
-/// `c = a b + beta c` (`beta` 0 or 1) on the calling thread alone, for callers that split
-/// their work across threads themselves (Winograd's chunks of tiles, one thread each).
-///
-/// # Safety
-/// As [`sgemm_packing`], with `beta` 0 or 1.
-pub(crate) unsafe fn sgemm_serial(
-    m: usize,
-    k: usize,
-    n: usize,
-    a: &impl Rows,
-    b: &impl Source,
-    beta: f32,
-    c: Batches<*mut f32>,
-) {
-    if m == 0 || n == 0 {
-        return;
-    }
-    // SAFETY: the caller's contract (`scale` leaves `c` as `beta c` for an empty depth).
-    unsafe {
-        match k {
-            0 => scale(m, n, beta, c),
-            _ => serial((0, m), k, (0, n), a, b, beta, c),
-        }
-    }
 }
 
 /// A matrix cut into batches of `cols` columns that lie `stride` elements apart (a

@@ -29,7 +29,6 @@
 //! direct convolution's, so results differ from it by rounding (a few units in the last place
 //! of the inputs' magnitude); `MXRS_CONV_WINOGRAD=0` turns it off.
 
-use std::ops::Range;
 use std::sync::OnceLock;
 
 use super::conv::{Conv, ConvDims};
@@ -243,7 +242,7 @@ fn chunk_rows(pr: &Problem, threads: usize) -> usize {
 
 /// Slots of `V` and `M` in the temp space: one per thread of the rayon pool the chunks run
 /// on (the current one, or the global one outside any pool), each the workspace of one group
-/// of chunks ([`for_groups`]).
+/// of chunks ([`for_chunks`]).
 fn slots() -> usize {
     rayon::current_num_threads().max(1)
 }
@@ -267,8 +266,7 @@ unsafe fn compute(
     temp: *mut f32,
     chunk: usize,
 ) {
-    let (th, tw) = pr.tiles();
-    let tile_rows = pr.n * th;
+    let tw = pr.tiles().1;
     let u_len = 16 * pr.f * pr.ch;
     let slot_len = 16 * (pr.ch + pr.f) * chunk * tw;
     // SAFETY: `temp` holds `U` (the contract).
@@ -278,38 +276,45 @@ unsafe fn compute(
         Shared::new(out.cast_const()),
         Shared::new(temp),
     );
-    let pr = *pr;
-    let cost = 16 * (pr.ch * pr.f + 2 * (pr.ch + pr.f)) * chunk * tw;
-    for_groups(tile_rows.div_ceil(chunk), cost, |slot, chunks| {
-        for k in chunks {
-            let rows = (k * chunk, chunk.min(tile_rows - k * chunk));
-            // SAFETY: the slot's `V` and `M` are this group's; the chunk's outputs too; the
-            // rest is the caller's contract.
-            unsafe {
-                let u = temp.get().cast_const();
-                let v = temp.get().add(u_len + slot * slot_len);
-                let m = v.add(16 * pr.ch * chunk * tw);
-                transform_input(&pr, x.get(), rows, v);
-                multiply(&pr, u, v, m, rows.1 * tw);
-                transform_output(&pr, m, rows, out.get());
-            }
+    for_chunks(pr, chunk, |slot, rows, _| {
+        // SAFETY: the slot's `V` and `M` are this group's; the chunk's outputs too; the rest
+        // is the caller's contract.
+        unsafe {
+            let u = temp.get().cast_const();
+            let v = temp.get().add(u_len + slot * slot_len);
+            let m = v.add(16 * pr.ch * chunk * tw);
+            transform_input(pr, x.get(), rows, v);
+            multiply(pr, u, v, m, rows.1 * tw);
+            transform_output(pr, m, rows, out.get());
         }
     });
 }
 
-/// Runs `body(g, chunks)` for the groups of consecutive chunks out of `0..count`, one group
-/// per slot ([`slots`]) at most, each group on one thread from start to end, in slot `g`.
-/// Which chunks a slot sums is fixed by `count` and the slots alone, never by which thread
-/// ran faster, so the weight gradient's sums come out the same bits run after run (and as
-/// any other run of the same graph, as recomputation's checks ask).
-fn for_groups(count: usize, cost: usize, body: impl Fn(usize, Range<usize>) + Sync) -> usize {
+/// Runs `body(g, rows, first)` for every chunk of `chunk` tile rows (`rows`: its first tile
+/// row and how many), in groups of consecutive chunks, one group per slot ([`slots`]) at
+/// most, each group on one thread from start to end, in slot `g`; `first` says whether the
+/// chunk is its group's first. Returns the number of groups. Which chunks a slot sums is
+/// fixed by the sizes and the slots alone, never by which thread ran faster, so the weight
+/// gradient's sums come out the same bits run after run (as recomputation's checks ask).
+fn for_chunks(
+    pr: &Problem,
+    chunk: usize,
+    body: impl Fn(usize, (usize, usize), bool) + Sync,
+) -> usize {
+    let (th, tw) = pr.tiles();
+    let tile_rows = pr.n * th;
+    let count = tile_rows.div_ceil(chunk);
     let groups = slots().min(count).max(1);
+    let cost = 16 * (pr.ch * pr.f + 2 * (pr.ch + pr.f)) * chunk * tw;
     for_ranges(
         groups,
         cost.saturating_mul(count.div_ceil(groups)),
         |lo, hi| {
             for g in lo..hi {
-                body(g, g * count / groups..(g + 1) * count / groups);
+                let first = g * count / groups;
+                for k in first..(g + 1) * count / groups {
+                    body(g, (k * chunk, chunk.min(tile_rows - k * chunk)), k == first);
+                }
             }
         },
     );
@@ -335,8 +340,7 @@ unsafe fn compute_weight_gradient(
     temp: *mut f32,
     chunk: usize,
 ) {
-    let (th, tw) = pr.tiles();
-    let tile_rows = pr.n * th;
+    let tw = pr.tiles().1;
     let s_len = 16 * pr.f * pr.ch;
     let slot_len = s_len + 16 * (pr.ch + pr.f) * chunk * tw;
     let (dy, x, temp) = (
@@ -344,23 +348,17 @@ unsafe fn compute_weight_gradient(
         Shared::new(x),
         Shared::new(temp.cast_const()),
     );
-    let pr = *pr;
-    let cost = 16 * (pr.ch * pr.f + 2 * (pr.ch + pr.f)) * chunk * tw;
-    let groups = for_groups(tile_rows.div_ceil(chunk), cost, |slot, chunks| {
-        let first = chunks.start;
-        for k in chunks {
-            let rows = (k * chunk, chunk.min(tile_rows - k * chunk));
-            // A group's first chunk writes its `S`, the rest add to it.
-            let beta = if k == first { 0.0 } else { 1.0 };
-            // SAFETY: the slot is this group's; the rest is the caller's contract.
-            unsafe {
-                let s = temp.get().add(slot * slot_len);
-                let v = s.add(s_len);
-                let z = v.add(16 * pr.ch * chunk * tw);
-                transform_input(&pr, x.get(), rows, v);
-                transform_gradient(&pr, dy.get(), rows, z);
-                accumulate(&pr, z, v, s, rows.1 * tw, beta);
-            }
+    let groups = for_chunks(pr, chunk, |slot, rows, first| {
+        // A group's first chunk writes its `S`, the rest add to it.
+        let beta = if first { 0.0 } else { 1.0 };
+        // SAFETY: the slot is this group's; the rest is the caller's contract.
+        unsafe {
+            let s = temp.get().add(slot * slot_len);
+            let v = s.add(s_len);
+            let z = v.add(16 * pr.ch * chunk * tw);
+            transform_input(pr, x.get(), rows, v);
+            transform_gradient(pr, dy.get(), rows, z);
+            accumulate(pr, z, v, s, rows.1 * tw, beta);
         }
     });
     // The groups have joined: every slot's sums are complete and visible here, added in slot
