@@ -41,6 +41,11 @@ use crate::DType;
 /// core's second-level cache), unless it would hold fewer than [`MIN_CHUNK_TILES`] tiles.
 const CHUNK_FLOATS: usize = 1 << 18;
 
+/// Floats of temp space the slots of one convolution take at most (64 MiB), unless one slot
+/// needs more: on a CPU of many cores, a slot per thread would take a slot's size (for the
+/// weight gradient of 512 filters and channels, 16 MiB of sums) times the cores.
+const SLOTS_FLOATS: usize = 16 << 20;
+
 /// Tiles a chunk holds at least: its products' columns, which the micro-kernel takes 32 at a
 /// time.
 const MIN_CHUNK_TILES: usize = 64;
@@ -204,11 +209,11 @@ pub(super) unsafe fn weight_gradient(
 ) -> Result<(), String> {
     enabled()?;
     let pr = forward_problem(c, d);
-    let rows = chunk_rows(&pr, slots());
-    let temp = res.temp(gradient_temp_floats(&pr, rows) * 4)?.cast::<f32>();
+    let cut = Cut::new(&pr, 16 * pr.f * pr.ch);
+    let temp = res.temp(cut.groups * cut.slot * 4)?.cast::<f32>();
     // SAFETY: the temp space holds what `compute_weight_gradient` needs; the rest is the
     // caller's contract.
-    unsafe { compute_weight_gradient(&pr, (dy, x), dw, temp, rows) };
+    unsafe { compute_weight_gradient(&pr, (dy, x), dw, temp, cut) };
     Ok(())
 }
 
@@ -224,10 +229,10 @@ unsafe fn run(
     res: &mut KernelRes,
 ) -> Result<(), String> {
     enabled()?;
-    let rows = chunk_rows(pr, slots());
-    let temp = res.temp(temp_floats(pr, rows) * 4)?.cast::<f32>();
+    let cut = Cut::new(pr, 0);
+    let temp = res.temp((16 * pr.f * pr.ch + cut.groups * cut.slot) * 4)?;
     // SAFETY: the temp space holds what `compute` needs; the rest is the caller's contract.
-    unsafe { compute(pr, inputs, out, temp, rows) };
+    unsafe { compute(pr, inputs, out, temp.cast(), cut) };
     Ok(())
 }
 
@@ -240,35 +245,50 @@ fn chunk_rows(pr: &Problem, threads: usize) -> usize {
     fits.max(MIN_CHUNK_TILES.div_ceil(tw)).min(shared).max(1)
 }
 
-/// Slots of `V` and `M` in the temp space: one per thread of the rayon pool the chunks run
-/// on (the current one, or the global one outside any pool), each the workspace of one group
-/// of chunks ([`for_chunks`]).
-fn slots() -> usize {
-    rayon::current_num_threads().max(1)
+/// How a problem's tiles are cut: chunks of `chunk` tile rows, in `groups` groups of
+/// consecutive chunks, each group on one thread in its own slot of `slot` floats of temp space
+/// ([`for_chunks`]).
+#[derive(Clone, Copy, Debug)]
+struct Cut {
+    chunk: usize,
+    groups: usize,
+    slot: usize,
 }
 
-/// Floats of temp space for chunks of `rows` tile rows: `U`, then each thread's chunk of `V`
-/// and `M`.
-fn temp_floats(pr: &Problem, rows: usize) -> usize {
-    16 * pr.f * pr.ch + slots() * 16 * (pr.ch + pr.f) * rows * pr.tiles().1
+impl Cut {
+    /// For slots of `fixed` floats (the weight gradient's sums) and a chunk's `V` and `M` (or
+    /// `Z`): one group per thread of the rayon pool the chunks run on (the current one, or the
+    /// global one outside any pool), as many as [`SLOTS_FLOATS`] holds, at least one.
+    fn new(pr: &Problem, fixed: usize) -> Cut {
+        let threads = rayon::current_num_threads().max(1);
+        let chunk = chunk_rows(pr, threads);
+        let slot = fixed + 16 * (pr.ch + pr.f) * chunk * pr.tiles().1;
+        let chunks = (pr.n * pr.tiles().0).div_ceil(chunk);
+        let groups = threads.min(chunks).min(SLOTS_FLOATS / slot).max(1);
+        Cut {
+            chunk,
+            groups,
+            slot,
+        }
+    }
 }
 
-/// [`run`] in chunks of `chunk` tile rows, in `temp`: each chunk on one thread, start to end
-/// (input transform, products, output transform), in its group's slot of the temp space, so
-/// that its `V` and `M` stay in the thread's core's cache.
+/// [`run`] cut as `cut` says, in `temp`: each chunk on one thread, start to end (input
+/// transform, products, output transform), in its group's slot of the temp space, so that its
+/// `V` and `M` stay in the thread's core's cache.
 ///
 /// # Safety
-/// As [`run`]; `temp` holds [`temp_floats`]`(pr, chunk)` floats; the CPU has AVX-512F.
+/// As [`run`]; `temp` holds `U` (`16 * f * ch` floats) and then `cut.groups` slots; the CPU
+/// has AVX-512F.
 unsafe fn compute(
     pr: &Problem,
     (x, wt, flipped): (*const f32, *const f32, bool),
     out: *mut f32,
     temp: *mut f32,
-    chunk: usize,
+    cut: Cut,
 ) {
-    let tw = pr.tiles().1;
+    let (tw, chunk) = (pr.tiles().1, cut.chunk);
     let u_len = 16 * pr.f * pr.ch;
-    let slot_len = 16 * (pr.ch + pr.f) * chunk * tw;
     // SAFETY: `temp` holds `U` (the contract).
     unsafe { transform_weights(pr, wt, flipped, temp) };
     let (x, out, temp) = (
@@ -276,12 +296,12 @@ unsafe fn compute(
         Shared::new(out.cast_const()),
         Shared::new(temp),
     );
-    for_chunks(pr, chunk, |slot, rows, _| {
+    for_chunks(pr, cut, |slot, rows, _| {
         // SAFETY: the slot's `V` and `M` are this group's; the chunk's outputs too; the rest
         // is the caller's contract.
         unsafe {
             let u = temp.get().cast_const();
-            let v = temp.get().add(u_len + slot * slot_len);
+            let v = temp.get().add(u_len + slot * cut.slot);
             let m = v.add(16 * pr.ch * chunk * tw);
             transform_input(pr, x.get(), rows, v);
             multiply(pr, u, v, m, rows.1 * tw);
@@ -290,21 +310,16 @@ unsafe fn compute(
     });
 }
 
-/// Runs `body(g, rows, first)` for every chunk of `chunk` tile rows (`rows`: its first tile
-/// row and how many), in groups of consecutive chunks, one group per slot ([`slots`]) at
-/// most, each group on one thread from start to end, in slot `g`; `first` says whether the
-/// chunk is its group's first. Returns the number of groups. Which chunks a slot sums is
-/// fixed by the sizes and the slots alone, never by which thread ran faster, so the weight
-/// gradient's sums come out the same bits run after run (as recomputation's checks ask).
-fn for_chunks(
-    pr: &Problem,
-    chunk: usize,
-    body: impl Fn(usize, (usize, usize), bool) + Sync,
-) -> usize {
+/// Runs `body(g, rows, first)` for every chunk of `cut.chunk` tile rows (`rows`: its first
+/// tile row and how many), in `cut.groups` groups of consecutive chunks, each group on one
+/// thread from start to end, in slot `g`; `first` says whether the chunk is its group's
+/// first. Which chunks a slot sums is fixed by the sizes and the cut alone, never by which
+/// thread ran faster, so the weight gradient's sums come out the same bits run after run (as
+/// recomputation's checks ask).
+fn for_chunks(pr: &Problem, cut: Cut, body: impl Fn(usize, (usize, usize), bool) + Sync) {
     let (th, tw) = pr.tiles();
-    let tile_rows = pr.n * th;
+    let (tile_rows, chunk, groups) = (pr.n * th, cut.chunk, cut.groups);
     let count = tile_rows.div_ceil(chunk);
-    let groups = slots().min(count).max(1);
     let cost = 16 * (pr.ch * pr.f + 2 * (pr.ch + pr.f)) * chunk * tw;
     for_ranges(
         groups,
@@ -318,42 +333,33 @@ fn for_chunks(
             }
         },
     );
-    groups
 }
 
-/// Floats of temp space for the weight gradient in chunks of `rows` tile rows: per thread, its
-/// sums `S` then its chunk's `V` and `Z`.
-fn gradient_temp_floats(pr: &Problem, rows: usize) -> usize {
-    slots() * (16 * pr.f * pr.ch + 16 * (pr.ch + pr.f) * rows * pr.tiles().1)
-}
-
-/// [`weight_gradient`] of `pr` in chunks of `chunk` tile rows, in `temp`, each group of
-/// chunks on one thread (as [`compute`]).
+/// [`weight_gradient`] of `pr` cut as `cut` says, in `temp`, each group of chunks on one
+/// thread (as [`compute`]), summing into its slot's `S`.
 ///
 /// # Safety
-/// As [`weight_gradient`]; `temp` holds [`gradient_temp_floats`]`(pr, chunk)` floats; the
-/// CPU has AVX-512F.
+/// As [`weight_gradient`]; `temp` holds `cut.groups` slots; the CPU has AVX-512F.
 unsafe fn compute_weight_gradient(
     pr: &Problem,
     (dy, x): (*const f32, *const f32),
     dw: *mut f32,
     temp: *mut f32,
-    chunk: usize,
+    cut: Cut,
 ) {
-    let tw = pr.tiles().1;
+    let (tw, chunk) = (pr.tiles().1, cut.chunk);
     let s_len = 16 * pr.f * pr.ch;
-    let slot_len = s_len + 16 * (pr.ch + pr.f) * chunk * tw;
     let (dy, x, temp) = (
         Shared::new(dy),
         Shared::new(x),
         Shared::new(temp.cast_const()),
     );
-    let groups = for_chunks(pr, chunk, |slot, rows, first| {
+    for_chunks(pr, cut, |slot, rows, first| {
         // A group's first chunk writes its `S`, the rest add to it.
         let beta = if first { 0.0 } else { 1.0 };
         // SAFETY: the slot is this group's; the rest is the caller's contract.
         unsafe {
-            let s = temp.get().add(slot * slot_len);
+            let s = temp.get().add(slot * cut.slot);
             let v = s.add(s_len);
             let z = v.add(16 * pr.ch * chunk * tw);
             transform_input(pr, x.get(), rows, v);
@@ -363,9 +369,9 @@ unsafe fn compute_weight_gradient(
     });
     // The groups have joined: every slot's sums are complete and visible here, added in slot
     // order.
-    let sums: Vec<Shared<f32>> = (0..groups)
+    let sums: Vec<Shared<f32>> = (0..cut.groups)
         // SAFETY: slot `i` lies inside the temp space.
-        .map(|i| Shared::new(unsafe { temp.get().add(i * slot_len) }.cast_const()))
+        .map(|i| Shared::new(unsafe { temp.get().add(i * cut.slot) }.cast_const()))
         .collect();
     let dw = Shared::new(dw.cast_const());
     for_ranges(pr.f, pr.ch * 16 * sums.len(), |lo, hi| {
@@ -841,6 +847,22 @@ mod lanes {
 mod tests {
     use super::*;
 
+    /// Every cut of `pr`'s tiles: chunks of every size, in one to three groups (no more than
+    /// the chunks), slots of `fixed` floats and the chunk's transforms.
+    fn cuts(pr: &Problem, fixed: usize) -> Vec<Cut> {
+        let tile_rows = pr.n * pr.tiles().0;
+        (1..=tile_rows)
+            .flat_map(|chunk| {
+                let slot = fixed + 16 * (pr.ch + pr.f) * chunk * pr.tiles().1;
+                (1..=3.min(tile_rows.div_ceil(chunk))).map(move |groups| Cut {
+                    chunk,
+                    groups,
+                    slot,
+                })
+            })
+            .collect()
+    }
+
     /// Deterministic values in [-1, 1).
     fn values(len: usize, seed: u64) -> Vec<f32> {
         let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -854,7 +876,7 @@ mod tests {
             .collect()
     }
 
-    /// `compute` and `compute_weight_gradient` in chunks of every size against the
+    /// `compute` and `compute_weight_gradient` in chunks of every size and groups of them
     /// definitions of a 3x3 convolution and of its data and weight gradients (sums in f64), over the paddings 0, 1 and 2, images whose sides
     /// are odd (tiles cut by the edge) and even, and rows of fewer and more than 16 tiles.
     #[test]
@@ -917,8 +939,8 @@ mod tests {
             };
             for (pr, input, flipped, want) in [(forward, &x, false, &y), (backward, &dy, true, &dx)]
             {
-                for chunk in 1..=pr.n * pr.tiles().0 {
-                    let mut temp = vec![0f32; temp_floats(&pr, chunk)];
+                for cut in cuts(&pr, 0) {
+                    let mut temp = vec![0f32; 16 * pr.f * pr.ch + cut.groups * cut.slot];
                     let mut got = vec![f32::NAN; want.len()];
                     // SAFETY: the buffers hold the problem's shapes and the temp space.
                     unsafe {
@@ -927,21 +949,21 @@ mod tests {
                             (input.as_ptr(), wt.as_ptr(), flipped),
                             got.as_mut_ptr(),
                             temp.as_mut_ptr(),
-                            chunk,
+                            cut,
                         )
                     };
                     for (k, (&g, &v)) in got.iter().zip(want.iter()).enumerate() {
                         assert!(
                             (f64::from(g) - v).abs() <= 1e-5,
-                            "pad {p}, {h}x{w}, flipped {flipped}, chunks of {chunk} rows: element {k} \
-                             is {g}, the definition gives {v}"
+                            "pad {p}, {h}x{w}, flipped {flipped}, {cut:?}: element {k} is {g}, \
+                             the definition gives {v}"
                         );
                     }
                 }
             }
             let scale = dw.iter().fold(1f64, |m, v| m.max(v.abs()));
-            for chunk in 1..=forward.n * forward.tiles().0 {
-                let mut temp = vec![0f32; gradient_temp_floats(&forward, chunk)];
+            for cut in cuts(&forward, 16 * f * ch) {
+                let mut temp = vec![0f32; cut.groups * cut.slot];
                 let mut got = vec![f32::NAN; dw.len()];
                 // SAFETY: the buffers hold the problem's shapes and the temp space.
                 unsafe {
@@ -950,14 +972,14 @@ mod tests {
                         (dy.as_ptr(), x.as_ptr()),
                         got.as_mut_ptr(),
                         temp.as_mut_ptr(),
-                        chunk,
+                        cut,
                     )
                 };
                 for (k, (&g, &v)) in got.iter().zip(dw.iter()).enumerate() {
                     assert!(
                         (f64::from(g) - v).abs() <= 1e-5 * scale,
-                        "pad {p}, {h}x{w}, weight gradient in chunks of {chunk} rows: element \
-                         {k} is {g}, the definition gives {v}"
+                        "pad {p}, {h}x{w}, weight gradient, {cut:?}: element {k} is {g}, the \
+                         definition gives {v}"
                     );
                 }
             }
