@@ -877,8 +877,9 @@ mod tests {
     }
 
     /// `compute` and `compute_weight_gradient` in chunks of every size and groups of them
-    /// definitions of a 3x3 convolution and of its data and weight gradients (sums in f64), over the paddings 0, 1 and 2, images whose sides
-    /// are odd (tiles cut by the edge) and even, and rows of fewer and more than 16 tiles.
+    /// against the definitions of a 3x3 convolution and of its data and weight gradients
+    /// (sums in f64), over the paddings 0, 1 and 2, images whose sides are odd (tiles cut by
+    /// the edge) and even, and rows of fewer and more than 16 tiles.
     #[test]
     fn tiles_match_the_definitions_in_chunks_of_every_size() {
         if !crate::gemm::available() {
