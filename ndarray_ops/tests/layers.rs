@@ -10,7 +10,7 @@ use storage::Context;
 
 mod common;
 
-use common::{close, large, nd, rt, run_all, wave};
+use common::{close, large, nd, nd_as, rt, run_all, wave};
 
 #[test]
 fn concat_split_slice_take() {
@@ -359,10 +359,7 @@ fn f32_convolutions_and_their_gradients_match_the_definitions() {
             .with("dilate", format!("({dil}, {dil})"))
             .with("num_group", groups)
             .with("no_bias", true);
-        let f32nd = |a: &ArrayD<f64>| {
-            rt.from_array(&a.mapv(|v| v as f32), Context::cpu(0))
-                .unwrap()
-        };
+        let f32nd = |a: &ArrayD<f64>| nd_as(&rt, a, DType::F32);
         let (xn, wn) = (f32nd(&x), f32nd(&w));
         let y = conv_ref(&x, &w, None, stride, pad, dil, groups);
         let near = |got: &NDArray, want: &ArrayD<f64>, part: &str| {
@@ -921,12 +918,7 @@ fn f32_batch_norm_gradients_match_f64() {
             f32ed(var.into_dyn()),
         );
         let run = |dtype: DType| -> Vec<ArrayD<f64>> {
-            let put = |a: &ArrayD<f64>| match dtype {
-                DType::F32 => rt
-                    .from_array(&a.mapv(|v| v as f32), Context::cpu(0))
-                    .unwrap(),
-                _ => rt.from_array(a, Context::cpu(0)).unwrap(),
-            };
+            let put = |a: &ArrayD<f64>| nd_as(&rt, a, dtype);
             let ins = [&dy, &x, &gamma, &mean, &var].map(put);
             let refs: Vec<&NDArray> = ins.iter().collect();
             invoke("_backward_BatchNorm", &refs, &attrs, None)
@@ -979,12 +971,7 @@ fn f32_batch_norm_forward_matches_f64() {
             .with("fix_gamma", false)
             .with(IS_TRAIN, train);
         let run = |dtype: DType| -> Vec<ArrayD<f64>> {
-            let put = |a: &ArrayD<f64>| match dtype {
-                DType::F32 => rt
-                    .from_array(&a.mapv(|v| v as f32), Context::cpu(0))
-                    .unwrap(),
-                _ => rt.from_array(a, Context::cpu(0)).unwrap(),
-            };
+            let put = |a: &ArrayD<f64>| nd_as(&rt, a, dtype);
             let ins = [&x, &gamma, &beta, &moving_mean, &moving_var].map(put);
             let refs: Vec<&NDArray> = ins.iter().collect();
             let mut outs = invoke(

@@ -506,6 +506,17 @@ pub fn nd(rt: &Arc<Runtime>, a: &ndarray::ArrayD<f64>) -> NDArray {
     rt.from_array(a, Context::cpu(0)).unwrap()
 }
 
+/// `a` as an NDArray of `dtype` on `cpu(0)`: f32 (each value rounded) or f64.
+#[allow(dead_code)]
+pub fn nd_as(rt: &Arc<Runtime>, a: &ndarray::ArrayD<f64>, dtype: DType) -> NDArray {
+    match dtype {
+        DType::F32 => rt
+            .from_array(&a.mapv(|v| v as f32), Context::cpu(0))
+            .unwrap(),
+        _ => nd(rt, a),
+    }
+}
+
 /// Every output of op `name`, as f64.
 #[allow(dead_code)]
 pub fn run_all(name: &str, inputs: &[&NDArray], attrs: &Attrs) -> Vec<ndarray::ArrayD<f64>> {
