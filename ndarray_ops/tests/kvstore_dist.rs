@@ -52,6 +52,14 @@ fn launch(name: &str, env: &[(&str, &str)]) -> (bool, String, String) {
     )
 }
 
+/// Whether a launched job failed: `mpiexec`'s status says so, or a rank's output says it ended
+/// the job. MPICH's launcher now and then reports 0 for a job that a rank ended with
+/// `MPI_Abort` (a race in how it collects the ranks' exit statuses; about one run in twelve
+/// of the stalled-rank test here), so its status alone cannot tell.
+fn job_failed(ok: bool, err: &str) -> bool {
+    !ok || err.contains("; ending the job")
+}
+
 fn in_rank() -> bool {
     std::env::var_os(RANK_ENV).is_some()
 }
@@ -293,7 +301,10 @@ fn a_stalled_rank_ends_the_job_with_a_message_within_the_timeout() {
     }
     let start = Instant::now();
     let (ok, out, err) = launch("a_stalled_rank", &[("MXRS_KVSTORE_TIMEOUT", "2")]);
-    assert!(!ok, "the job should have failed:\n{out}\n{err}");
+    assert!(
+        job_failed(ok, &err),
+        "the job should have failed:\n{out}\n{err}"
+    );
     assert!(
         err.contains("rank 0: the sum of key 0 across ranks did not complete within 2 s"),
         "{out}\n{err}"
@@ -334,7 +345,10 @@ fn a_rank_that_dies_fails_the_job_within_the_timeout() {
 fn a_death_ends_the_job(name: &str, survivor_done: &str) {
     let start = Instant::now();
     let (ok, out, err) = launch(name, &[("MXRS_KVSTORE_TIMEOUT", "3")]);
-    assert!(!ok, "the job should have failed:\n{out}\n{err}");
+    assert!(
+        job_failed(ok, &err),
+        "the job should have failed:\n{out}\n{err}"
+    );
     assert!(start.elapsed() < Duration::from_secs(60), "{out}\n{err}");
     assert!(!out.contains(survivor_done), "{out}\n{err}");
     let said = format!("{out}{err}");

@@ -386,12 +386,15 @@ impl Waiting {
             std::thread::sleep(Duration::from_micros(50));
         }
         if self.start.elapsed() > limit {
-            eprintln!(
+            let line = format!(
                 "mxrs kvstore: rank {}: {what} did not complete within {:.0} s: a peer rank \
-                 died or stalled (MXRS_KVSTORE_TIMEOUT sets the limit); ending the job",
+                 died or stalled (MXRS_KVSTORE_TIMEOUT sets the limit); ending the job\n",
                 world.rank(),
                 limit.as_secs_f64()
             );
+            // One write, so that the launcher, tearing the job down, forwards the line whole
+            // (`eprintln!` writes it in pieces, and the job once ended after the first).
+            let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
             world.abort(70);
         }
     }
