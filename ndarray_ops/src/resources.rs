@@ -38,6 +38,9 @@ pub(crate) struct DeviceResources {
 pub(crate) struct TempSpace {
     pool: StorageManager,
     block: Option<Handle>,
+    /// Leading bytes of the (host) block written at least once, by [`TempSpace::get_written`]
+    /// or by the ops that used them since.
+    written: usize,
 }
 
 impl TempSpace {
@@ -45,6 +48,7 @@ impl TempSpace {
     pub(crate) fn get(&mut self, bytes: usize) -> Result<*mut u8, String> {
         if self.block.as_ref().is_none_or(|b| b.capacity() < bytes) {
             self.block = None;
+            self.written = 0;
             self.block = Some(
                 self.pool
                     .alloc(bytes)
@@ -55,6 +59,20 @@ impl TempSpace {
             .block
             .as_ref()
             .map_or(std::ptr::null_mut(), Handle::as_ptr))
+    }
+
+    /// As [`TempSpace::get`], in host memory every byte of which has been written: the part
+    /// never handed out before is zeroed, the rest holds what the last op left. A kernel may
+    /// then view it as floats without writing all of it first, and a block reused call after
+    /// call (an RNN's 7 MB trace) is not cleared each time.
+    pub(crate) fn get_written(&mut self, bytes: usize) -> Result<*mut u8, String> {
+        let ptr = self.get(bytes)?;
+        if bytes > self.written {
+            // SAFETY: the block holds at least `bytes` bytes of host memory (asked above).
+            unsafe { std::ptr::write_bytes(ptr.add(self.written), 0, bytes - self.written) };
+            self.written = bytes;
+        }
+        Ok(ptr)
     }
 }
 
@@ -76,7 +94,11 @@ impl DeviceResources {
             ctx,
             rng: Mutex::new(StdRng::seed_from_u64(device_seed(seed, ctx))),
             rng_var,
-            temp: Mutex::new(TempSpace { pool, block: None }),
+            temp: Mutex::new(TempSpace {
+                pool,
+                block: None,
+                written: 0,
+            }),
             temp_var,
         })
     }
@@ -130,5 +152,14 @@ impl KernelRes<'_> {
             .as_deref_mut()
             .ok_or_else(|| "op did not declare temp space".to_string())?
             .get(bytes)
+    }
+
+    /// Host temp space of at least `bytes` bytes every one of which has been written
+    /// ([`TempSpace::get_written`]).
+    pub(crate) fn temp_written(&mut self, bytes: usize) -> Result<*mut u8, String> {
+        self.temp
+            .as_deref_mut()
+            .ok_or_else(|| "op did not declare temp space".to_string())?
+            .get_written(bytes)
     }
 }

@@ -360,6 +360,72 @@ pub(crate) trait Source: Sync {
     /// # Safety
     /// The block lies inside `b`; `out` holds `nc.div_ceil(NR) * NR * kc` floats.
     unsafe fn pack(&self, p0: usize, kc: usize, j0: usize, nc: usize, out: &mut [f32]);
+
+    /// The same block already packed, when `b` is kept packed ([`Packed`]).
+    fn packed(&self, _p0: usize, _kc: usize, _j0: usize, _nc: usize) -> Option<&[f32]> {
+        None
+    }
+}
+
+/// A `k x n` matrix `b` packed once for many products (an RNN's hidden weights, multiplied at
+/// every step): per block of [`KC`] steps, the strips of all `n` columns, as [`Source::pack`]
+/// lays them out, so a product reads its blocks in place.
+pub(crate) struct Packed {
+    data: Vec<f32>,
+    /// Where the cache-line-aligned strips start in `data`.
+    skip: usize,
+    k: usize,
+    n: usize,
+}
+
+impl Packed {
+    /// Packs the `k x n` matrix `b`.
+    ///
+    /// # Safety
+    /// Every element of `b`'s `k x n` block is valid to read.
+    pub(crate) unsafe fn new(k: usize, n: usize, b: Mat<*const f32>) -> Self {
+        let width = n.div_ceil(NR) * NR;
+        let mut data = vec![0.0f32; width * k + 16];
+        let skip = data.as_ptr().align_offset(64).min(15);
+        for pc in (0..k).step_by(KC) {
+            let kc = KC.min(k - pc);
+            let block = &mut data[skip + pc * width..skip + (pc + kc) * width];
+            // SAFETY: the block's rows are inside `b` (the contract).
+            unsafe { pack_b(kc, n, b.at(pc, 0), block) };
+        }
+        Packed { data, skip, k, n }
+    }
+
+    /// Rows (depth) and columns.
+    pub(crate) fn dim(&self) -> (usize, usize) {
+        (self.k, self.n)
+    }
+
+    /// The strips of the `kc x nc` block at `(p0, j0)`: `p0` starts a block of [`KC`] steps
+    /// and `j0` a strip.
+    fn block(&self, p0: usize, kc: usize, j0: usize, nc: usize) -> &[f32] {
+        assert!(
+            p0.is_multiple_of(KC)
+                && j0.is_multiple_of(NR)
+                && p0 + kc <= self.k
+                && j0 + nc <= self.n,
+            "packed block ({p0}, {j0}) of {kc}x{nc} is not one of a {}x{} matrix's",
+            self.k,
+            self.n
+        );
+        let at = self.skip + p0 * self.n.div_ceil(NR) * NR + j0 * kc;
+        &self.data[at..at + nc.div_ceil(NR) * NR * kc]
+    }
+}
+
+impl Source for Packed {
+    unsafe fn pack(&self, p0: usize, kc: usize, j0: usize, nc: usize, out: &mut [f32]) {
+        out.copy_from_slice(self.block(p0, kc, j0, nc));
+    }
+
+    fn packed(&self, p0: usize, kc: usize, j0: usize, nc: usize) -> Option<&[f32]> {
+        Some(self.block(p0, kc, j0, nc))
+    }
 }
 
 impl Source for Mat<*const f32> {
@@ -458,9 +524,15 @@ unsafe fn serial(
             let nc = NC.min(n - jc);
             for pc in (0..k).step_by(KC) {
                 let kc = KC.min(k - pc);
-                let bp = bbuf.slice(nc.div_ceil(NR) * NR * kc);
-                // SAFETY: the block is inside `b`.
-                unsafe { b.pack(pc, kc, j0 + jc, nc, bp) };
+                let bp: &[f32] = match b.packed(pc, kc, j0 + jc, nc) {
+                    Some(bp) => bp,
+                    None => {
+                        let bp = bbuf.slice(nc.div_ceil(NR) * NR * kc);
+                        // SAFETY: the block is inside `b`.
+                        unsafe { b.pack(pc, kc, j0 + jc, nc, bp) };
+                        bp
+                    }
+                };
                 let add = beta != 0.0 || pc > 0;
                 for ic in (0..m).step_by(MC) {
                     let mc = MC.min(m - ic);

@@ -19,6 +19,7 @@ mod gather_nd;
 mod implicit_conv;
 pub(crate) mod lanes;
 mod linalg;
+mod lockstep;
 pub(crate) mod loss;
 pub(crate) mod math;
 pub(crate) mod names;

@@ -20,22 +20,20 @@ macro_rules! with_float {
     };
 }
 
-/// Carves one zeroed scratch block into buffers of the given lengths.
+/// Carves one scratch block into buffers of the given lengths. Their contents are
+/// unspecified (what the last op left): the kernels write every element before they read it.
 pub(super) fn carve<'a, T: Element>(
     res: &mut KernelRes,
     lens: &[usize],
 ) -> std::result::Result<Vec<&'a mut [T]>, String> {
     let total: usize = lens.iter().sum();
     let ptr = res
-        .temp(total.max(1) * std::mem::size_of::<T>())?
+        .temp_written(total.max(1) * std::mem::size_of::<T>())?
         .cast::<T>();
     // SAFETY: the temp block holds `total` elements of `T` (asked above; the pool aligns to 64
-    // bytes), the engine gives this op alone the temp space until it ends, and zeroing makes
-    // every element a valid float before any is read.
-    let all = unsafe {
-        std::ptr::write_bytes(ptr, 0, total);
-        std::slice::from_raw_parts_mut(ptr, total)
-    };
+    // bytes), every byte of it written (so each element is some valid float), and the engine
+    // gives this op alone the temp space until it ends.
+    let all = unsafe { std::slice::from_raw_parts_mut(ptr, total) };
     let mut rest = all;
     let mut out = Vec::with_capacity(lens.len());
     for &n in lens {
@@ -207,7 +205,7 @@ pub(super) fn rnn_kernel(
         // when the op does not output them, and with dropout room for one layer: its mask
         // without a kept trace, the next layer's input with one.
         let dropped_len = if r.drops() { ll } else { 0 };
-        let mut b = carve::<T>(res, &[mid_len, trace_len, pass.batch * r.gh(), state, state, dropped_len])?.into_iter();
+        let mut b = carve::<T>(res, &[mid_len, trace_len, pass.step_scratch(), state, state, dropped_len])?.into_iter();
         let mut next = || b.next().unwrap_or_default();
         let (mid, trace, hp, hy_unused, cy_unused) = (next(), next(), next(), next(), next());
         let dropped = next();
@@ -235,7 +233,7 @@ pub(super) fn rnn_kernel(
                         (_, None) => &below[(l - 1) * ll..],
                     };
                     let traces = &mut k.traces[l * tl..(l + 1) * tl];
-                    pass.forward_layer(l, input, &mut here[..ll], traces, h0, c0, hy, cy, hp)?;
+                    pass.forward_layer(l, input, &mut here[..ll], traces, h0, c0, hy, cy, hp, true)?;
                     if let Some(rng) = rng.as_deref_mut().filter(|_| l + 1 < r.layers) {
                         let mask = &mut k.masks[l * ll..(l + 1) * ll];
                         dropout_mask(rng, r.p, mask);
@@ -253,7 +251,7 @@ pub(super) fn rnn_kernel(
                     let input: &[T] = if l == 0 { xs } else { &below[(l - 1) * ll..] };
                     let top = l + 1 == r.layers;
                     let output: &mut [T] = if top { &mut *out } else { &mut here[..ll] };
-                    pass.forward_layer(l, input, output, trace, h0, c0, hy, cy, hp)?;
+                    pass.forward_layer(l, input, output, trace, h0, c0, hy, cy, hp, false)?;
                     if let Some(rng) = rng.as_deref_mut().filter(|_| !top) {
                         dropout_mask(rng, r.p, dropped);
                         for (y, &m) in output.iter_mut().zip(&*dropped) {
@@ -332,8 +330,8 @@ pub(super) fn backward<T: Real>(
 ) -> KResult {
     let Forward { pass, xs, h0, c0 } = f;
     let r = pass.r;
-    let (h, gh, nb, steps, ew) = (r.hidden, r.gh(), pass.batch, pass.steps, pass.extra());
-    let (ll, tl, rows, width) = (pass.layer_len(), pass.trace_len(), steps * nb, pass.width());
+    let (h, gh, nb, steps) = (r.hidden, r.gh(), pass.batch, pass.steps);
+    let (ll, tl, rows) = (pass.layer_len(), pass.trace_len(), steps * nb);
     let state = r.layers * r.dirs * nb * h;
     // Room to run the forward pass again only without a kept trace.
     let again = usize::from(kept.is_none());
@@ -342,15 +340,17 @@ pub(super) fn backward<T: Real>(
         &[
             again * r.layers * ll,          // every layer's output
             again * r.layers * r.dirs * tl, // every trace
-            nb * gh,                        // the hidden projection
-            again * state,                  // final states (not needed)
+            // The forward pass's steps' scratch; the steps backward's state gradient through
+            // the hidden projection, and its bypass (less).
+            pass.step_scratch(),
+            again * state, // final states (not needed)
             again * if r.lstm() { state } else { 0 },
             2 * ll,    // the gradient of a layer's output, and of the one below
             rows * gh, // input projection gradients
-            rows * gh, // hidden projection gradients
-            rows * h,  // the states the steps started from
-            nb * h,    // the carried state gradient
-            nb * h,    // its part that bypasses the hidden projection
+            // Hidden projection gradients, apart from the input projection's only in GRU.
+            if r.mode == Mode::Gru { rows * gh } else { 0 },
+            rows * h,                          // the states the steps started from
+            nb * h,                            // the carried state gradient
             if r.lstm() { nb * h } else { 0 }, // LSTM's carried cell gradient
             // With dropout, the layer's input as it read it (the output below times its mask).
             if kept.is_some_and(|k| !k.masks.is_empty()) {
@@ -363,8 +363,7 @@ pub(super) fn backward<T: Real>(
     .into_iter();
     let mut next = || b.next().unwrap_or_default();
     let (ys, traces, hp, hy, cy) = (next(), next(), next(), next(), next());
-    let (dys, dgx, dgh, hprev, dhbuf, dhn, dcbuf) =
-        (next(), next(), next(), next(), next(), next(), next());
+    let (dys, dgx, dgh, hprev, dhbuf, dcbuf) = (next(), next(), next(), next(), next(), next());
     let dropped = next();
     let masks: &[T] = kept.map_or(&[], |k| &k.masks);
     let (ys, traces): (&[T], &[T]) = match kept {
@@ -374,14 +373,13 @@ pub(super) fn backward<T: Real>(
                 let (below, here) = ys.split_at_mut(l * ll);
                 let input: &[T] = if l == 0 { xs } else { &below[(l - 1) * ll..] };
                 let tr = &mut traces[l * r.dirs * tl..(l + 1) * r.dirs * tl];
-                pass.forward_layer(l, input, &mut here[..ll], tr, h0, c0, hy, cy, hp)?;
+                pass.forward_layer(l, input, &mut here[..ll], tr, h0, c0, hy, cy, hp, true)?;
             }
             (ys, traces)
         }
     };
     dparams.fill(T::default());
     let (dy_a, dy_b) = dys.split_at_mut(ll);
-    let lstm = r.lstm();
     for l in (0..r.layers).rev() {
         // The gradient of this layer's output, and where the one below's goes.
         let (dy, dbelow): (&[T], &mut [T]) = match r.layers - 1 - l {
@@ -405,7 +403,6 @@ pub(super) fn backward<T: Real>(
             let s = pass.slot(l, d);
             let k = l * r.dirs + d;
             let tr = &traces[k * tl..(k + 1) * tl];
-            let (gates, extra) = tr.split_at(rows * gh);
             let st = k * nb * h..(k + 1) * nb * h;
             let dh = &mut dhbuf[..nb * h];
             match dhy.is_empty() {
@@ -418,93 +415,19 @@ pub(super) fn backward<T: Real>(
             } else {
                 dc.fill(T::default());
             }
-            let wh = mat(&pass.params[s.wh..], gh, h);
-            for step in (0..steps).rev() {
-                let t = time(d, step, steps);
-                // Samples are independent: a large step splits across threads by samples.
-                let (pgx, pgh, php) = (
-                    Shared::new(dgx.as_mut_ptr()),
-                    Shared::new(dgh.as_mut_ptr()),
-                    Shared::new(hprev.as_mut_ptr()),
-                );
-                let (pdc, pdhn) = (Shared::new(dc.as_mut_ptr()), Shared::new(dhn.as_mut_ptr()));
-                let dh_ro: &[T] = &*dh;
-                for_ranges(nb, gh * 16, |lo, hi| {
-                    let (mut dh_f, mut direct) = (vec![T::zero(); h], vec![T::zero(); h]);
-                    for n in lo..hi {
-                        let row = t * nb + n;
-                        // SAFETY: sample `n`'s rows of the gate gradients, the previous states,
-                        // the cell gradient and the bypass lie inside their buffers (sized from
-                        // the same dimensions) and this range alone touches them.
-                        let (gx, gh_row, hp_row, dcn, dhn_row) = unsafe {
-                            (
-                                pgx.piece_mut(row, gh),
-                                pgh.piece_mut(row, gh),
-                                php.piece_mut(row, h),
-                                if lstm {
-                                    pdc.piece_mut(n, h)
-                                } else {
-                                    &mut [][..]
-                                },
-                                pdhn.piece_mut(n, h),
-                            )
-                        };
-                        if t >= pass.lens[n] {
-                            gx.fill(T::default());
-                            gh_row.fill(T::default());
-                            hp_row.fill(T::default());
-                            continue;
-                        }
-                        let prev = pass.before(d, t, n).map(|p| p * nb + n);
-                        match prev {
-                            Some(p) => hp_row
-                                .copy_from_slice(&y[p * width + d * h..p * width + (d + 1) * h]),
-                            None => hp_row
-                                .copy_from_slice(&h0[st.start + n * h..st.start + (n + 1) * h]),
-                        }
-                        let c_prev: &[T] = match (lstm, prev) {
-                            (false, _) => &[],
-                            (true, Some(p)) => &extra[p * ew..p * ew + h],
-                            (true, None) => &c0[st.start + n * h..st.start + (n + 1) * h],
-                        };
-                        for j in 0..h {
-                            dh_f[j] = dh_ro[n * h + j] + dy[row * width + d * h + j];
-                        }
-                        step_backward(
-                            r.mode,
-                            &dh_f,
-                            dcn,
-                            &gates[row * gh..(row + 1) * gh],
-                            &extra[row * ew..(row + 1) * ew],
-                            hp_row,
-                            c_prev,
-                            gx,
-                            gh_row,
-                            &mut direct,
-                        );
-                        // Stash the bypassing part in this sample's row of the next gradient.
-                        dhn_row.copy_from_slice(&direct);
-                    }
-                });
-                // The previous state's gradient: through the hidden projection, plus the
-                // bypass; samples past their length carry theirs unchanged.
-                let dg_t = mat(&dgh[t * nb * gh..], nb, gh);
-                let mut through = mat_mut(&mut hp[..nb * h], nb, h);
-                T::gemm(&dg_t, &wh, &mut through);
-                for n in 0..nb {
-                    if t >= pass.lens[n] {
-                        continue;
-                    }
-                    for j in 0..h {
-                        let i = n * h + j;
-                        dh[i] = hp[i] + dhn[i];
-                    }
-                }
-            }
+            pass.backward_steps(
+                (l, d),
+                (y, dy),
+                tr,
+                (h0, c0),
+                (&mut *dh, &mut *dc),
+                (&mut *dgx, &mut *dgh, &mut *hprev),
+                &mut hp[..2 * nb * h],
+            );
             dh0[st.clone()].copy_from_slice(dh);
             // Weight and bias gradients over every step at once, and the input's gradient.
             let gx_all = mat(dgx, rows, gh);
-            let gh_all = mat(dgh, rows, gh);
+            let gh_all = mat(if dgh.is_empty() { &*dgx } else { &*dgh }, rows, gh);
             let (wx_at, wh_at) = (s.wx, s.wh);
             T::gemm(
                 &gx_all.t(),
@@ -517,7 +440,10 @@ pub(super) fn backward<T: Real>(
                 &mut mat_mut(&mut dparams[wh_at..], gh, h),
             );
             sum_rows(dgx, &mut dparams[s.bx..s.bx + gh]);
-            sum_rows(dgh, &mut dparams[s.bh..s.bh + gh]);
+            match dgh.is_empty() {
+                true => dparams.copy_within(s.bx..s.bx + gh, s.bh),
+                false => sum_rows(dgh, &mut dparams[s.bh..s.bh + gh]),
+            }
             let wx = mat(&pass.params[s.wx..], gh, s.input);
             let target: &mut [T] = if l == 0 { &mut *dx } else { &mut dbelow[..] };
             let mut dxv = mat_mut(target, rows, s.input);

@@ -24,7 +24,7 @@ use ndarray::{ArrayView2, ArrayViewMut2};
 use rten_simd::SimdUnaryOp;
 use rten_vecmath::{Sigmoid, Tanh};
 
-use super::par::{for_ranges, Shared};
+use super::par::Shared;
 use super::params::{attr_enum, op_params, Params, Positive};
 use super::stochastic::dropout_mask;
 use super::{Arity, Attrs, OpDef, StateUse, TensorRef, IS_TRAIN};

@@ -1,7 +1,14 @@
 //! The recurrence itself: the gates' float math, a pass over the sequence and one step of it,
 //! forward and backward.
 
+use std::ops::Range;
+
+use ndarray::s;
+
 use super::*;
+use crate::gemm;
+use crate::ops::lockstep::lockstep;
+use crate::ops::par::wide;
 
 // ---- the recurrence -------------------------------------------------------------------------
 
@@ -13,6 +20,18 @@ pub(crate) trait Real: Element + num_traits::Float {
     fn tanh_all(xs: &mut [Self]);
     /// `x = 1 / (1 + e^-x)` for every element.
     fn sigmoid_all(xs: &mut [Self]);
+    /// `b` packed for [`Real::gemm_packed`], where that runs.
+    fn pack(_b: &ArrayView2<'_, Self>) -> Option<gemm::Packed> {
+        None
+    }
+    /// `c = a b` from `b` packed; false (nothing done) where it cannot run.
+    fn gemm_packed(
+        _a: &ArrayView2<'_, Self>,
+        _b: &gemm::Packed,
+        _c: &mut ArrayViewMut2<'_, Self>,
+    ) -> bool {
+        false
+    }
 }
 
 /// Floats take `rten-vecmath`'s vectorized functions (within 3 ulp for tanh and 4 for the
@@ -27,6 +46,46 @@ impl Real for f32 {
     fn sigmoid_all(xs: &mut [f32]) {
         Sigmoid {}.map_mut(xs);
     }
+
+    fn pack(b: &ArrayView2<'_, f32>) -> Option<gemm::Packed> {
+        if !gemm::available() {
+            return None;
+        }
+        let ((k, n), st) = (b.dim(), b.strides());
+        let at = gemm::Mat {
+            ptr: b.as_ptr(),
+            rs: st[0],
+            cs: st[1],
+        };
+        // SAFETY: the view's elements, at its strides; the GEMM runs here.
+        Some(unsafe { gemm::Packed::new(k, n, at) })
+    }
+
+    fn gemm_packed(
+        a: &ArrayView2<'_, f32>,
+        b: &gemm::Packed,
+        c: &mut ArrayViewMut2<'_, f32>,
+    ) -> bool {
+        let ((m, k), n) = (a.dim(), b.dim().1);
+        if !gemm::available() || b.dim().0 != k || c.dim() != (m, n) {
+            return false;
+        }
+        let (sa, sc) = (a.strides(), (c.strides()[0], c.strides()[1]));
+        let am = gemm::Mat {
+            ptr: a.as_ptr(),
+            rs: sa[0],
+            cs: sa[1],
+        };
+        let cm = gemm::Mat {
+            ptr: c.as_mut_ptr(),
+            rs: sc.0,
+            cs: sc.1,
+        };
+        // SAFETY: the views' elements at their strides (`c`'s own, apart from `a` and `b`);
+        // the GEMM runs here (checked above).
+        unsafe { gemm::sgemm_serial(m, k, n, &am, b, 0.0, gemm::Batches::whole(cm)) };
+        true
+    }
 }
 
 impl Real for f64 {
@@ -39,13 +98,6 @@ impl Real for f64 {
     }
 }
 
-/// `acc[i] += v[i]`.
-pub(super) fn add_to<T: Element>(acc: &mut [T], v: &[T]) {
-    for (a, &b) in acc.iter_mut().zip(v) {
-        *a = a.add(b);
-    }
-}
-
 /// A row-major matrix view of the first `r * c` elements of `s`.
 pub(super) fn mat<T>(s: &[T], r: usize, c: usize) -> ArrayView2<'_, T> {
     // The callers size every buffer from the same dimensions.
@@ -55,15 +107,6 @@ pub(super) fn mat<T>(s: &[T], r: usize, c: usize) -> ArrayView2<'_, T> {
 pub(super) fn mat_mut<T>(s: &mut [T], r: usize, c: usize) -> ArrayViewMut2<'_, T> {
     ArrayViewMut2::from_shape((r, c), &mut s[..r * c])
         .unwrap_or_else(|e| panic!("{r}x{c} view: {e}"))
-}
-
-/// Adds `bias` to every `bias.len()`-wide row of `rows`.
-pub(super) fn add_rows<T: Element>(rows: &mut [T], bias: &[T]) {
-    for row in rows.chunks_exact_mut(bias.len()) {
-        for (v, &b) in row.iter_mut().zip(bias) {
-            *v = v.add(b);
-        }
-    }
 }
 
 /// `acc += ` the column sums of the `acc.len()`-wide rows of `rows`.
@@ -85,6 +128,8 @@ pub(crate) struct Pass<'a, T> {
     pub(super) slots: Vec<Slot>,
     /// Steps each sample runs (all `steps` without `use_sequence_length`).
     pub(super) lens: Vec<usize>,
+    /// Units each step is cut into along the hidden units ([`units_for`]).
+    pub(super) units: usize,
 }
 
 /// Step `s` of direction `d` is time `t`: forward in time, or backward from the end.
@@ -108,6 +153,7 @@ impl<'a, T> Pass<'a, T> {
             params,
             slots: r.slots(data[2]).0,
             lens: lens.unwrap_or_else(|| vec![steps; batch]),
+            units: units_for(r.hidden),
         }
     }
 
@@ -141,6 +187,88 @@ impl<'a, T> Pass<'a, T> {
     }
 }
 
+// ---- the steps, cut into units --------------------------------------------------------------
+
+/// Units a step's work is cut into along the hidden units, each a [`lockstep`] unit: one per
+/// thread (two per thread measured a little slower: each unit's rows of the trace are shorter
+/// runs of memory), none narrower than 32 hidden units (the GEMM's tile is 32 columns wide).
+pub(super) fn units_for(hidden: usize) -> usize {
+    (hidden / 32).clamp(1, rayon::current_num_threads().max(1))
+}
+
+/// Unit `u`'s hidden units out of `hidden` cut into `units`.
+pub(super) fn unit_cols(hidden: usize, units: usize, u: usize) -> Range<usize> {
+    let w = hidden.div_ceil(units.max(1));
+    (u * w).min(hidden)..((u + 1) * w).min(hidden)
+}
+
+/// The first `N` gates' slices over `cols` of a row of gates `h` wide each starting at
+/// `at` (the rest empty): what one unit of a step owns of a sample's gates.
+///
+/// # Safety
+/// The row lies inside the buffer, and nobody else reads or writes these columns while the
+/// slices live.
+unsafe fn gate_cols<'s, T>(
+    p: Shared<T>,
+    at: usize,
+    h: usize,
+    cols: &Range<usize>,
+    gates: usize,
+) -> [&'s mut [T]; 4] {
+    std::array::from_fn(|q| match q < gates {
+        // SAFETY: the contract.
+        true => unsafe {
+            std::slice::from_raw_parts_mut(p.get().add(at + q * h + cols.start), cols.len())
+        },
+        false => &mut [][..],
+    })
+}
+
+/// Columns `cols` of the `rows x width` row-major matrix at `p`, as a matrix view to write.
+///
+/// # Safety
+/// The block lies inside the buffer, and nobody else reads or writes it while the view lives.
+unsafe fn block_mut<'s, T>(
+    p: Shared<T>,
+    rows: usize,
+    width: usize,
+    cols: &Range<usize>,
+) -> ArrayViewMut2<'s, T> {
+    use ndarray::ShapeBuilder;
+    // SAFETY: the contract.
+    unsafe {
+        ArrayViewMut2::from_shape_ptr(
+            (rows, cols.len()).strides((width, 1)),
+            p.get().add(cols.start),
+        )
+    }
+}
+
+/// Weights multiplied at every step: packed once for the f32 GEMM where it runs (packing
+/// the hidden weights at each step's product cost as much as a tenth of an LSTM's step).
+pub(super) struct Weights<'a, T> {
+    view: ArrayView2<'a, T>,
+    packed: Option<gemm::Packed>,
+}
+
+impl<'a, T: Real> Weights<'a, T> {
+    pub(super) fn new(view: ArrayView2<'a, T>) -> Self {
+        let packed = T::pack(&view);
+        Weights { view, packed }
+    }
+
+    /// `c = a x self`.
+    pub(super) fn product(&self, a: &ArrayView2<'_, T>, c: &mut ArrayViewMut2<'_, T>) {
+        if !self
+            .packed
+            .as_ref()
+            .is_some_and(|p| T::gemm_packed(a, p, c))
+        {
+            T::gemm(a, &self.view, c);
+        }
+    }
+}
+
 impl<T: Real> Pass<'_, T> {
     /// The state sample `n` carries into time `t` in direction `d`: the step before in the
     /// direction's order, or `None` at its first step (the initial state).
@@ -151,9 +279,25 @@ impl<T: Real> Pass<'_, T> {
         }
     }
 
+    /// Floats of scratch [`Pass::forward_layer`] takes: per unit its gates' pre-activations
+    /// and a block for the new cells, `G + 1` blocks of `(N, w)`; and the second state buffer.
+    pub(crate) fn step_scratch(&self) -> usize {
+        let w = self.r.hidden.div_ceil(self.units);
+        let gates = self.r.gh() / self.r.hidden;
+        self.batch * ((gates + 1) * w * self.units + self.r.hidden)
+    }
+
     /// Runs layer `l` (both directions) on `input` `(T, N, In)` into `output` `(T, N, D*H)`,
     /// leaving each direction's trace in `traces` (one after the other, or all in one when
-    /// `traces` holds one) and the final states in `hy` / `cy` `(L*D, N, H)`.
+    /// `traces` holds one) and the final states in `hy` / `cy` `(L*D, N, H)`. `scratch` holds
+    /// [`Pass::step_scratch`] floats. Without `keep` the trace is scratch, and only the input
+    /// projection is written to it.
+    ///
+    /// Each step runs as [`lockstep`] units, one per run of hidden units (all of an LSTM's four
+    /// gates for them): a unit's products need only the state before, and the gates of a
+    /// hidden unit only its own pre-activations, so a step is one round of units, writing the
+    /// next state into the other of two buffers. A unit keeps its pre-activations gate after
+    /// gate over every sample, so that each activation is one call over the whole block.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn forward_layer(
         &self,
@@ -165,11 +309,14 @@ impl<T: Real> Pass<'_, T> {
         c0: &[T],
         hy: &mut [T],
         cy: &mut [T],
-        hp: &mut [T],
+        scratch: &mut [T],
+        keep: bool,
     ) -> KResult {
-        let (h, gh, nb, ew) = (self.r.hidden, self.r.gh(), self.batch, self.extra());
-        let (rows, width) = (self.steps * nb, self.width());
+        let (h, gh, nb) = (self.r.hidden, self.r.gh(), self.batch);
+        let (rows, gates, units) = (self.steps * nb, gh / h, self.units);
         let tl = self.trace_len();
+        let (blocks_buf, spare) = scratch.split_at_mut(self.step_scratch() - nb * h);
+        let per_unit = blocks_buf.len() / units;
         for d in 0..self.r.dirs {
             let s = self.slot(l, d);
             let k = l * self.r.dirs + d;
@@ -177,163 +324,431 @@ impl<T: Real> Pass<'_, T> {
                 true => &mut traces[d * tl..(d + 1) * tl],
                 false => &mut traces[..tl],
             };
-            let (gates, extra) = trace.split_at_mut(rows * gh);
-            // Every step's input projection at once.
+            let (gate_buf, extra) = trace.split_at_mut(rows * gh);
+            // Every step's input projection at once (its bias is added step by step).
             let wx = mat(&self.params[s.wx..], gh, s.input);
             T::gemm(
                 &mat(input, rows, s.input),
                 &wx.t(),
-                &mut mat_mut(gates, rows, gh),
+                &mut mat_mut(gate_buf, rows, gh),
             );
-            add_rows(gates, &self.params[s.bx..s.bx + gh]);
             let wh = mat(&self.params[s.wh..], gh, h);
-            let bh = &self.params[s.bh..s.bh + gh];
+            // Unit `u`'s product for gate `q`: the gate's rows of W_h for the unit's hidden
+            // units, transposed.
+            let blocks: Vec<Weights<'_, T>> = (0..units)
+                .flat_map(|u| {
+                    let c = unit_cols(h, units, u);
+                    (0..gates).map(move |q| {
+                        Weights::new(
+                            wh.slice_move(s![q * h + c.start..q * h + c.end, ..])
+                                .reversed_axes(),
+                        )
+                    })
+                })
+                .collect();
             let state = k * nb * h..(k + 1) * nb * h;
             hy[state.clone()].copy_from_slice(&h0[state.clone()]);
             if self.r.lstm() {
                 cy[state.clone()].copy_from_slice(&c0[state.clone()]);
             }
-            let hs = &mut hy[state.clone()];
-            for step in 0..self.steps {
+            // Without a cell (not LSTM) `cy` may be empty and is never read.
+            let cell_at = state.start.min(cy.len());
+            let unit = Unit {
+                pass: self,
+                d,
+                biases: (&self.params[s.bx..s.bx + gh], &self.params[s.bh..s.bh + gh]),
+                out: Shared::new(output.as_mut_ptr()),
+                gates: Shared::new(gate_buf.as_mut_ptr()),
+                extra: Shared::new(extra.as_mut_ptr()),
+                cell: Shared::new(cy[cell_at..].as_mut_ptr()),
+                keep,
+            };
+            let bufs = [
+                Shared::new(hy[state.clone()].as_mut_ptr()),
+                Shared::new(spare.as_mut_ptr()),
+            ];
+            let pblocks = Shared::new(blocks_buf.as_mut_ptr());
+            lockstep(self.steps, units, |step, u| {
+                let cols = unit_cols(h, units, u);
+                let (from, to) = (bufs[step % 2], bufs[(step + 1) % 2]);
+                // SAFETY: the state before this step is only read during the step (the
+                // lockstep's order: every unit of the step before has finished writing it, and
+                // the next step's units, which write it again, start after this one's); the
+                // unit's scratch is its own.
+                let (h_prev, work) = unsafe {
+                    (
+                        std::slice::from_raw_parts(from.get(), nb * h),
+                        pblocks.piece_mut(u, per_unit),
+                    )
+                };
+                let (pre, cells) = work.split_at_mut(gates * nb * cols.len());
+                for (q, block) in pre.chunks_exact_mut(nb * cols.len()).enumerate() {
+                    let mut c = mat_mut(block, nb, cols.len());
+                    blocks[u * gates + q].product(&mat(h_prev, nb, h), &mut c);
+                }
                 let t = time(d, step, self.steps);
-                T::gemm(&mat(hs, nb, h), &wh.t(), &mut mat_mut(hp, nb, gh));
-                add_rows(&mut hp[..nb * gh], bh);
-                // Samples are independent: a large step splits across threads by samples.
-                let lstm = self.r.lstm();
-                let (po, pg, pe) = (
-                    Shared::new(output.as_mut_ptr()),
-                    Shared::new(gates.as_mut_ptr()),
-                    Shared::new(extra.as_mut_ptr()),
-                );
-                // Without a cell (not LSTM) `cy` may be empty and is never read.
-                let cell_at = state.start.min(cy.len());
-                let (ph, pc) = (
-                    Shared::new(hs.as_mut_ptr()),
-                    Shared::new(cy[cell_at..].as_mut_ptr()),
-                );
-                let hp: &[T] = hp;
-                for_ranges(nb, gh * 16, |lo, hi| {
-                    for n in lo..hi {
-                        let row = t * nb + n;
-                        // SAFETY: sample `n`'s row of the output, gates, extra values, state
-                        // and cell lie inside their buffers (sized from the same dimensions)
-                        // and this range alone touches them.
-                        unsafe {
-                            let out = std::slice::from_raw_parts_mut(
-                                po.get().add(row * width + d * h),
-                                h,
-                            );
-                            if t >= self.lens[n] {
-                                out.fill(T::default());
-                                continue;
-                            }
-                            let g = pg.piece_mut(row, gh);
-                            let e = pe.piece_mut(row, ew);
-                            let hn = ph.piece_mut(n, h);
-                            let cn = if lstm {
-                                pc.piece_mut(n, h)
-                            } else {
-                                &mut [][..]
-                            };
-                            step_forward(self.r.mode, g, &hp[n * gh..(n + 1) * gh], hn, cn, e);
-                            out.copy_from_slice(hn);
-                        }
-                    }
-                });
+                // SAFETY: this unit alone touches its hidden units' columns of the buffers
+                // during the step.
+                wide(|| unsafe { unit.step(t, &cols, pre, cells, h_prev, to) });
+            });
+            // After an odd number of steps the final state is in the second buffer.
+            if self.steps % 2 == 1 {
+                hy[state].copy_from_slice(&spare[..nb * h]);
             }
         }
         Ok(())
     }
+
+    /// The backward recurrence of direction `d` of layer `l`, from its last step in the
+    /// direction's order to its first: `y` is the layer's output and `dy` its gradient,
+    /// `trace` the direction's; `dh` (and LSTM's `dc`) come in as the final states' gradients
+    /// and leave as the initial states'. Leaves every step's gate gradients in `dgx` / `dgh`
+    /// (the input and hidden projections', `(T*N, G*H)`; `dgh` only for GRU, empty otherwise,
+    /// the hidden projection's then being `dgx`) and the state each step started from in
+    /// `hprev` `(T*N, H)`. `scratch` holds `2 * N * H`.
+    ///
+    /// As in [`Pass::forward_layer`], a step is one round of [`lockstep`] units over runs of
+    /// hidden units. Unit `u` of round `s` first finishes the state gradient the round before
+    /// left (its hidden units' part of `dgh_t' W_h`, which needs every unit's gate gradients
+    /// of that step), then runs its hidden units' gates backward for this round's step; one
+    /// round more finishes the initial state's gradient.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn backward_steps(
+        &self,
+        (l, d): (usize, usize),
+        (y, dy): (&[T], &[T]),
+        trace: &[T],
+        (h0, c0): (&[T], &[T]),
+        (dh, dc): (&mut [T], &mut [T]),
+        (dgx, dgh, hprev): (&mut [T], &mut [T], &mut [T]),
+        scratch: &mut [T],
+    ) {
+        let r = self.r;
+        let (h, gh, nb, steps, ew) = (r.hidden, r.gh(), self.batch, self.steps, self.extra());
+        let (rows, width, gates, units) = (steps * nb, self.width(), gh / h, self.units);
+        let s = self.slot(l, d);
+        let st = (l * r.dirs + d) * nb * h;
+        let (gate_buf, extra) = trace.split_at(rows * gh);
+        let wh = mat(&self.params[s.wh..], gh, h);
+        let blocks: Vec<Weights<'_, T>> = (0..units)
+            .map(|u| Weights::new(wh.slice_move(s![.., unit_cols(h, units, u)])))
+            .collect();
+        let (through, bypass) = scratch.split_at_mut(nb * h);
+        // Only GRU's hidden projection has gate gradients of its own; the other modes' are
+        // the input projection's.
+        let split = !dgh.is_empty();
+        let (pgx, pgh, php) = (
+            Shared::new(dgx.as_mut_ptr()),
+            Shared::new(if split {
+                dgh.as_mut_ptr()
+            } else {
+                dgx.as_mut_ptr()
+            }),
+            Shared::new(hprev.as_mut_ptr()),
+        );
+        let (pdh, pdc) = (Shared::new(dh.as_mut_ptr()), Shared::new(dc.as_mut_ptr()));
+        let (pth, pby) = (
+            Shared::new(through.as_mut_ptr()),
+            Shared::new(bypass.as_mut_ptr()),
+        );
+        let lstm = r.lstm();
+        let gates_of = |row: usize, c: &Range<usize>| -> [&[T]; 4] {
+            std::array::from_fn(|q| match q < gates {
+                true => &gate_buf[row * gh + q * h + c.start..row * gh + q * h + c.end],
+                false => &[][..],
+            })
+        };
+        let extra_of = |row: usize, c: &Range<usize>| -> [&[T]; 4] {
+            std::array::from_fn(|q| match q < ew / h {
+                true => &extra[row * ew + q * h + c.start..row * ew + q * h + c.end],
+                false => &[][..],
+            })
+        };
+        lockstep(steps + 1, units, |round, u| {
+            let cols = unit_cols(h, units, u);
+            let w = cols.len();
+            // The unit's `w` elements of a buffer from `at` on (`at` names a sample's row
+            // plus `cols.start`).
+            // SAFETY: sample `n`'s columns `cols` of the state gradients, the bypass, the
+            // projection back, the cell gradient and the previous states lie inside their
+            // buffers (sized from the same dimensions), and this unit alone touches them
+            // during the round.
+            let own = |p: Shared<T>, at: usize| unsafe {
+                std::slice::from_raw_parts_mut(p.get().add(at), w)
+            };
+            if round > 0 {
+                // The state gradient after step `t`: back through the hidden projection, plus
+                // the bypass; samples past their length carry theirs unchanged.
+                let t = time(d, steps - round, steps);
+                // SAFETY: that step's gate gradients are only read during this round (every
+                // unit of the round before has written its columns of them).
+                let dg_t = unsafe { pgh.piece(t, nb * gh) };
+                // SAFETY: as for `own`.
+                let mut back = unsafe { block_mut(pth, nb, h, &cols) };
+                blocks[u].product(&mat(dg_t, nb, gh), &mut back);
+                for n in (0..nb).filter(|&n| t < self.lens[n]) {
+                    let at = n * h + cols.start;
+                    let dhn = own(pdh, at);
+                    let (back, by) = (&own(pth, at)[..], &own(pby, at)[..]);
+                    for ((g, &b), &y) in dhn.iter_mut().zip(back).zip(by) {
+                        *g = b + y;
+                    }
+                }
+            }
+            if round == steps {
+                return;
+            }
+            let t = time(d, steps - 1 - round, steps);
+            let mut dh_f = vec![T::zero(); w];
+            for n in 0..nb {
+                let row = t * nb + n;
+                // SAFETY: row `row`'s columns `cols` of each gate's gradients are this unit's
+                // alone during the round.
+                let (gx, gh_row) = unsafe {
+                    (
+                        gate_cols(pgx, row * gh, h, &cols, gates),
+                        gate_cols(pgh, row * gh, h, &cols, if split { gates } else { 0 }),
+                    )
+                };
+                let hp_row = own(php, row * h + cols.start);
+                if t >= self.lens[n] {
+                    gx.into_iter()
+                        .chain(gh_row)
+                        .for_each(|g| g.fill(T::default()));
+                    hp_row.fill(T::default());
+                    continue;
+                }
+                let prev = self.before(d, t, n).map(|p| p * nb + n);
+                match prev {
+                    Some(p) => hp_row.copy_from_slice(&y[p * width + d * h + cols.start..][..w]),
+                    None => hp_row.copy_from_slice(&h0[st + n * h + cols.start..][..w]),
+                }
+                let c_prev: &[T] = match (lstm, prev) {
+                    (false, _) => &[],
+                    (true, Some(p)) => &extra[p * ew + cols.start..][..w],
+                    (true, None) => &c0[st + n * h + cols.start..][..w],
+                };
+                let dhn = own(pdh, n * h + cols.start);
+                let dy_row = &dy[row * width + d * h + cols.start..][..w];
+                for ((f, &a), &b) in dh_f.iter_mut().zip(&*dhn).zip(dy_row) {
+                    *f = a + b;
+                }
+                let dcn: &mut [T] = match lstm {
+                    true => own(pdc, n * h + cols.start),
+                    false => &mut [],
+                };
+                // The part that bypasses the hidden projection waits in the bypass buffer for
+                // the next round.
+                let by = own(pby, n * h + cols.start);
+                step_backward(
+                    r.mode,
+                    &dh_f,
+                    dcn,
+                    gates_of(row, &cols),
+                    extra_of(row, &cols),
+                    hp_row,
+                    c_prev,
+                    gx,
+                    gh_row,
+                    by,
+                );
+            }
+        });
+    }
 }
 
-/// One step of one sample: `g` holds the input projection and comes back as the activated
-/// gates; `hp` is the hidden projection; `h` (and LSTM's `c`) the state, updated; `e` the
-/// trace's extra values (LSTM: the new cell and its tanh; GRU: the candidate's hidden part).
-pub(super) fn step_forward<T: Real>(
-    mode: Mode,
-    g: &mut [T],
-    hp: &[T],
-    h: &mut [T],
-    c: &mut [T],
-    e: &mut [T],
-) {
-    let hs = h.len();
-    match mode {
-        Mode::Lstm => {
-            add_to(g, hp);
-            let (ifg, go) = g.split_at_mut(2 * hs);
-            let (gg, o) = go.split_at_mut(hs);
-            T::sigmoid_all(ifg);
-            T::tanh_all(gg);
-            T::sigmoid_all(o);
-            let (i, f) = ifg.split_at(hs);
-            let (cn, tc) = e.split_at_mut(hs);
-            for j in 0..hs {
-                cn[j] = f[j] * c[j] + i[j] * gg[j];
-            }
-            tc.copy_from_slice(cn);
-            T::tanh_all(tc);
-            c.copy_from_slice(cn);
-            for j in 0..hs {
-                h[j] = o[j] * tc[j];
+/// What a forward step's units share: the direction, its biases, and the buffers each unit
+/// writes its own hidden units' columns of: the layer's output, the trace's gates and extra
+/// values, the cell.
+struct Unit<'p, 'a, T> {
+    pass: &'p Pass<'a, T>,
+    d: usize,
+    /// The input and hidden biases, `G*H` each.
+    biases: (&'p [T], &'p [T]),
+    out: Shared<T>,
+    gates: Shared<T>,
+    extra: Shared<T>,
+    cell: Shared<T>,
+    /// Whether the trace is kept for a backward pass: without, the activated gates and the
+    /// extra values are not written back (an inference pass reads only the input projection
+    /// from it).
+    keep: bool,
+}
+
+impl<T: Real> Unit<'_, '_, T> {
+    /// Step `t` of the hidden units `cols` of every sample: `pre` holds their hidden
+    /// projections, `G` blocks of `(N, w)`, and comes back as the activated gates; `cells`,
+    /// `(N, w)`, is room for the new cells; the state before is `h_prev` `(N, H)`, and the
+    /// state after goes to `next`. Samples past their length output zeros and keep their
+    /// state.
+    ///
+    /// # Safety
+    /// Nobody else touches columns `cols` of the output, the trace, the cell or `next` at
+    /// step `t` meanwhile.
+    #[inline(always)]
+    unsafe fn step(
+        &self,
+        t: usize,
+        cols: &Range<usize>,
+        pre: &mut [T],
+        cells: &mut [T],
+        h_prev: &[T],
+        next: Shared<T>,
+    ) {
+        let p = self.pass;
+        let (h, gh, nb, ew, w) = (p.r.hidden, p.r.gh(), p.batch, p.extra(), cols.len());
+        let gates = gh / h;
+        let (bx, bh) = self.biases;
+        let live = |n: usize| t < p.lens[n];
+        // The unit's `w` elements of a buffer from `at` on.
+        // SAFETY (here and below, "as above"): row `t * nb + n`'s columns `cols` of the trace
+        // and the output, and sample `n`'s of the cell and `next`, lie inside their buffers
+        // (sized from the same dimensions) and are this unit's alone (the contract).
+        let own = |b: Shared<T>, at: usize| {
+            // SAFETY: as said above.
+            unsafe { std::slice::from_raw_parts_mut(b.get().add(at), w) }
+        };
+        let gx = |n: usize, q: usize| own(self.gates, (t * nb + n) * gh + q * h + cols.start);
+        let ex = |n: usize, q: usize| own(self.extra, (t * nb + n) * ew + q * h + cols.start);
+        let at = |q: usize| q * h + cols.start..q * h + cols.end;
+        let block = |q: usize, n: usize| (q * nb + n) * w..(q * nb + n + 1) * w;
+        // Pre-activations: (input projection + input bias) + (hidden projection + hidden
+        // bias), in the order of the unfused formula; GRU's candidate keeps its hidden part
+        // apart (it is scaled by the reset gate first).
+        let summed = match p.r.mode {
+            Mode::Gru => 2,
+            _ => gates,
+        };
+        for n in (0..nb).filter(|&n| live(n)) {
+            for q in 0..summed {
+                let (x, b1, b2) = (gx(n, q), &bx[at(q)], &bh[at(q)]);
+                let r = block(q, n);
+                for (((v, &x), &b1), &b2) in pre[r].iter_mut().zip(&*x).zip(b1).zip(b2) {
+                    *v = (x + b1) + (*v + b2);
+                }
             }
         }
-        Mode::Gru => {
-            let (rz, n) = g.split_at_mut(2 * hs);
-            add_to(rz, &hp[..2 * hs]);
-            T::sigmoid_all(rz);
-            let (r, z) = rz.split_at(hs);
-            let hn = &hp[2 * hs..3 * hs];
-            e.copy_from_slice(hn);
-            for j in 0..hs {
-                n[j] = n[j] + r[j] * hn[j];
+        let whole = |q: usize| q * nb * w..(q + 1) * nb * w;
+        match p.r.mode {
+            Mode::Lstm => {
+                T::sigmoid_all(&mut pre[whole(0).start..whole(1).end]);
+                T::tanh_all(&mut pre[whole(2)]);
+                T::sigmoid_all(&mut pre[whole(3)]);
+                for n in (0..nb).filter(|&n| live(n)) {
+                    // SAFETY: as above.
+                    let c = unsafe {
+                        std::slice::from_raw_parts_mut(self.cell.get().add(n * h + cols.start), w)
+                    };
+                    let pre: &[T] = pre;
+                    let g = |q: usize| &pre[block(q, n)];
+                    let (i, f, gg) = (g(0), g(1), g(2));
+                    let cn = &mut cells[n * w..(n + 1) * w];
+                    for ((((cn, &c), &f), &i), &gg) in cn.iter_mut().zip(&*c).zip(f).zip(i).zip(gg)
+                    {
+                        *cn = f * c + i * gg;
+                    }
+                    c.copy_from_slice(cn);
+                    if self.keep {
+                        ex(n, 0).copy_from_slice(cn);
+                    }
+                }
+                T::tanh_all(cells);
             }
-            T::tanh_all(n);
-            for j in 0..hs {
-                h[j] = (T::one() - z[j]) * n[j] + z[j] * h[j];
+            Mode::Gru => {
+                T::sigmoid_all(&mut pre[whole(0).start..whole(1).end]);
+                for n in (0..nb).filter(|&n| live(n)) {
+                    let (rz, cand) = pre.split_at_mut(whole(2).start);
+                    let (x, b1, b2) = (gx(n, 2), &bx[at(2)], &bh[at(2)]);
+                    let (r, hn) = (&rz[block(0, n)], &mut cand[n * w..(n + 1) * w]);
+                    let mut e = self.keep.then(|| ex(n, 0));
+                    for j in 0..w {
+                        let hb = hn[j] + b2[j];
+                        if let Some(e) = e.as_deref_mut() {
+                            e[j] = hb;
+                        }
+                        hn[j] = (x[j] + b1[j]) + r[j] * hb;
+                    }
+                }
+                T::tanh_all(&mut pre[whole(2)]);
             }
+            Mode::Tanh => T::tanh_all(pre),
+            Mode::Relu => pre.iter_mut().for_each(|v| *v = v.max(T::zero())),
         }
-        Mode::Tanh => {
-            add_to(g, hp);
-            T::tanh_all(g);
-            h.copy_from_slice(g);
-        }
-        Mode::Relu => {
-            add_to(g, hp);
-            for v in g.iter_mut() {
-                *v = v.max(T::zero());
+        for n in 0..nb {
+            let row = t * nb + n;
+            // SAFETY: as above.
+            let (out, hn) = unsafe {
+                (
+                    std::slice::from_raw_parts_mut(
+                        self.out
+                            .get()
+                            .add(row * p.width() + self.d * h + cols.start),
+                        w,
+                    ),
+                    std::slice::from_raw_parts_mut(next.get().add(n * h + cols.start), w),
+                )
+            };
+            let prev = &h_prev[n * h + cols.start..n * h + cols.end];
+            if !live(n) {
+                out.fill(T::default());
+                hn.copy_from_slice(prev);
+                continue;
             }
-            h.copy_from_slice(g);
+            for q in (0..gates).filter(|_| self.keep) {
+                gx(n, q).copy_from_slice(&pre[block(q, n)]);
+            }
+            let pre: &[T] = pre;
+            let g = |q: usize| &pre[block(q, n)];
+            match p.r.mode {
+                Mode::Lstm => {
+                    let (o, tc) = (g(3), &cells[n * w..(n + 1) * w]);
+                    if self.keep {
+                        ex(n, 1).copy_from_slice(tc);
+                    }
+                    for ((hn, &o), &tc) in hn.iter_mut().zip(o).zip(tc) {
+                        *hn = o * tc;
+                    }
+                }
+                Mode::Gru => {
+                    let (z, cand) = (g(1), g(2));
+                    for (((hn, &z), &cand), &prev) in hn.iter_mut().zip(z).zip(cand).zip(prev) {
+                        *hn = (T::one() - z) * cand + z * prev;
+                    }
+                }
+                Mode::Tanh | Mode::Relu => hn.copy_from_slice(g(0)),
+            }
+            out.copy_from_slice(hn);
         }
     }
 }
 
-/// The gradient through one step of one sample. In: `dh` the gradient of the step's output
-/// state (carried plus the layer output's), `dc` LSTM's carried cell gradient, the step's gates
-/// `g` and extra values `e`, the state before it `h_prev` / `c_prev`. Out: the gradients of the
-/// input projection `dgx` and of the hidden projection `dgh` (they differ only in GRU's
-/// candidate), `dc` becomes the previous cell's gradient, and the part of the previous state's
-/// gradient that bypasses the hidden projection (GRU's `z * dh`) goes to `dh_direct`.
+/// The gradient through one step of one sample over a run of hidden units. In: `dh` the
+/// gradient of the step's output state (carried plus the layer output's), `dc` LSTM's carried
+/// cell gradient, the step's gates `g` and extra values `e`, the state before it `h_prev` /
+/// `c_prev`. Out: each gate's gradients of the input projection `dgx` and, for GRU, of the
+/// hidden projection `dgh` (they differ in its candidate; the other modes' are the same, and
+/// `dgh` is not written), `dc` becomes the previous cell's
+/// gradient, and the part of the previous state's gradient that bypasses the hidden projection
+/// (GRU's `z * dh`) goes to `dh_direct`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn step_backward<T: Real>(
     mode: Mode,
     dh: &[T],
     dc: &mut [T],
-    g: &[T],
-    e: &[T],
+    g: [&[T]; 4],
+    e: [&[T]; 4],
     h_prev: &[T],
     c_prev: &[T],
-    dgx: &mut [T],
-    dgh: &mut [T],
+    dgx: [&mut [T]; 4],
+    dgh: [&mut [T]; 4],
     dh_direct: &mut [T],
 ) {
-    let hs = dh.len();
     let one = T::one();
-    for j in 0..hs {
+    for j in 0..dh.len() {
         match mode {
             Mode::Lstm => {
-                let (i, f, gg, o) = (g[j], g[hs + j], g[2 * hs + j], g[3 * hs + j]);
-                let tc = e[hs + j];
+                let (i, f, gg, o) = (g[0][j], g[1][j], g[2][j], g[3][j]);
+                let tc = e[1][j];
                 let dct = dc[j] + dh[j] * o * (one - tc * tc);
                 let ds = [
                     dct * gg * i * (one - i),
@@ -342,34 +757,35 @@ pub(super) fn step_backward<T: Real>(
                     dh[j] * tc * o * (one - o),
                 ];
                 for (k, v) in ds.into_iter().enumerate() {
-                    dgx[k * hs + j] = v;
-                    dgh[k * hs + j] = v;
+                    dgx[k][j] = v;
                 }
                 dc[j] = dct * f;
                 dh_direct[j] = T::zero();
             }
             Mode::Gru => {
-                let (r, z, n) = (g[j], g[hs + j], g[2 * hs + j]);
+                let (r, z, n) = (g[0][j], g[1][j], g[2][j]);
                 let dn = dh[j] * (one - z) * (one - n * n);
                 let dz = dh[j] * (h_prev[j] - n) * z * (one - z);
-                let dr = dn * e[j] * r * (one - r);
+                let dr = dn * e[0][j] * r * (one - r);
                 for (k, v) in [dr, dz, dn].into_iter().enumerate() {
-                    dgx[k * hs + j] = v;
+                    dgx[k][j] = v;
                 }
-                dgh[j] = dr;
-                dgh[hs + j] = dz;
-                dgh[2 * hs + j] = dn * r;
+                dgh[0][j] = dr;
+                dgh[1][j] = dz;
+                dgh[2][j] = dn * r;
                 dh_direct[j] = dh[j] * z;
             }
             Mode::Tanh => {
-                let y = g[j];
-                dgx[j] = dh[j] * (one - y * y);
-                dgh[j] = dgx[j];
+                let y = g[0][j];
+                dgx[0][j] = dh[j] * (one - y * y);
                 dh_direct[j] = T::zero();
             }
             Mode::Relu => {
-                dgx[j] = if g[j] > T::zero() { dh[j] } else { T::zero() };
-                dgh[j] = dgx[j];
+                dgx[0][j] = if g[0][j] > T::zero() {
+                    dh[j]
+                } else {
+                    T::zero()
+                };
                 dh_direct[j] = T::zero();
             }
         }

@@ -1,6 +1,6 @@
 //! The recurrence's pieces against plain formulas.
 
-use super::{Attrs, Real, Rnn};
+use super::{Attrs, Pass, Real, Rnn};
 
 /// `param_count` (checked, used to refuse attributes) and the slots the kernels lay the
 /// parameters out by agree on every mode, depth and direction; past `usize` it refuses.
@@ -76,5 +76,90 @@ fn float_gates_are_the_double_ones_to_a_few_steps() {
         let mut nan = [f32::NAN; 9];
         all(&mut nan);
         assert!(nan.iter().all(|v| v.is_nan()), "{name}(NaN): {nan:?}");
+    }
+}
+
+/// A layer's steps cut into 1, 2, 3 or 5 units of hidden units give the same results, forward
+/// (output, trace, final states) and backward (gate gradients, previous states, initial
+/// states' gradients), in every mode, both directions, with samples of full, partial and
+/// zero length, in float32 (the packed GEMM) and float64: a unit that reads or writes a
+/// column outside its own, or a step that starts before the one before it ends, shows here.
+#[test]
+fn every_cut_into_units_gives_the_same_layer() {
+    fn run<T: Real + Copy + std::fmt::Debug>(mode: &str, dirs: usize, units: usize) -> Vec<Vec<T>> {
+        let (steps, nb, input, hidden) = (5, 3, 7, 40);
+        let attrs = Attrs::new()
+            .with("mode", mode)
+            .with("num_layers", 1)
+            .with("state_size", hidden)
+            .with("bidirectional", dirs == 2);
+        let r = Rnn::parse("RNN", &attrs).unwrap();
+        let value =
+            |i: usize, scale: f64| T::from_f64(((i * 7919 % 1000) as f64 / 500.0 - 1.0) * scale);
+        let params: Vec<T> = (0..r.slots(input).1).map(|i| value(i, 0.3)).collect();
+        let mut pass = Pass::new(r, &[steps, nb, input], &params, Some(vec![5, 2, 0]));
+        pass.units = units;
+        let x: Vec<T> = (0..steps * nb * input)
+            .map(|i| value(i + 11, 1.0))
+            .collect();
+        let state = dirs * nb * hidden;
+        let h0: Vec<T> = (0..state).map(|i| value(i + 3, 1.0)).collect();
+        let c0: Vec<T> = (0..state).map(|i| value(i + 5, 1.0)).collect();
+        let mut out = vec![T::default(); pass.layer_len()];
+        let mut traces = vec![T::default(); dirs * pass.trace_len()];
+        let (mut hy, mut cy) = (vec![T::default(); state], vec![T::default(); state]);
+        let mut scratch = vec![T::default(); pass.step_scratch()];
+        pass.forward_layer(
+            0,
+            &x,
+            &mut out,
+            &mut traces,
+            &h0,
+            &c0,
+            &mut hy,
+            &mut cy,
+            &mut scratch,
+            true,
+        )
+        .unwrap();
+        let mut got = vec![out.clone(), traces.clone(), hy, cy];
+        let (rows, gh) = (steps * nb, r.gh());
+        let dy: Vec<T> = (0..out.len()).map(|i| value(i + 17, 1.0)).collect();
+        for d in 0..dirs {
+            let tl = pass.trace_len();
+            let mut dh: Vec<T> = (0..nb * hidden).map(|i| value(i + 23, 1.0)).collect();
+            let mut dc: Vec<T> = (0..nb * hidden).map(|i| value(i + 29, 1.0)).collect();
+            let mut dgx = vec![T::default(); rows * gh];
+            let mut dgh = vec![T::default(); if mode == "gru" { rows * gh } else { 0 }];
+            let mut hprev = vec![T::default(); rows * hidden];
+            pass.backward_steps(
+                (0, d),
+                (&out, &dy),
+                &traces[d * tl..(d + 1) * tl],
+                (&h0, &c0),
+                (&mut dh, &mut dc),
+                (&mut dgx, &mut dgh, &mut hprev),
+                &mut scratch,
+            );
+            got.extend([dh, dc, dgx, dgh, hprev]);
+        }
+        got
+    }
+    for mode in ["rnn_relu", "rnn_tanh", "lstm", "gru"] {
+        for dirs in [1, 2] {
+            let (one32, one64) = (run::<f32>(mode, dirs, 1), run::<f64>(mode, dirs, 1));
+            for units in [2, 3, 5] {
+                assert_eq!(
+                    run::<f32>(mode, dirs, units),
+                    one32,
+                    "{mode}, {dirs} directions, {units} units, f32"
+                );
+                assert_eq!(
+                    run::<f64>(mode, dirs, units),
+                    one64,
+                    "{mode}, {dirs} directions, {units} units, f64"
+                );
+            }
+        }
     }
 }
