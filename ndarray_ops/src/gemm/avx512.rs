@@ -1,11 +1,12 @@
-//! The AVX-512 micro-kernel: a 12 x 32 tile of `c` held in 24 registers over a depth block.
+//! The AVX-512 micro-kernel: a 12 x 32 tile of `c` held in 24 registers over a depth block
+//! (4 or 8 rows for a ragged last strip of `a`, so that its missing rows cost nothing).
 
 use std::arch::x86_64::*;
 
 use super::{Mat, Offset, MR, NR};
 
-/// `c[..mr, ..nr] = a x b` (or `+=` with `add`) for `a` of [`MR`] rows and `b` a packed strip
-/// of `kc` rows of [`NR`] values. `a` is read where it lies when its rows are contiguous
+/// `c[..mr, ..nr] = a x b` (or `+=` with `add`) for `a` of `M` rows (`mr <= M <= MR`) and `b`
+/// a packed strip of `kc` rows of [`NR`] values. `a` is read where it lies when its rows are contiguous
 /// (`acs == 1`: rows past `mr` read row `mr - 1` again), else from a packed strip (`ars == 1`,
 /// `acs == MR`, rows past `mr` zeros). Rows and columns of the tile past `mr` and `nr` are
 /// computed and not stored.
@@ -15,7 +16,7 @@ use super::{Mat, Offset, MR, NR};
 /// when `acs != 1`) and `kc` steps of `b` are valid to read; the tile's `mr x nr` elements of
 /// `c` are valid to read and write.
 #[target_feature(enable = "avx512f")]
-pub(super) unsafe fn kernel(
+pub(super) unsafe fn kernel<const M: usize>(
     kc: usize,
     (a, ars, acs): (*const f32, isize, isize),
     b: *const f32,
@@ -37,11 +38,11 @@ pub(super) unsafe fn kernel(
             _mm_prefetch::<_MM_HINT_T0>(c.at(i, 16).ptr as *const i8);
         }
     }
-    let mut acc = [[_mm512_setzero_ps(); 2]; MR];
+    let mut acc = [[_mm512_setzero_ps(); 2]; M];
     if acs == 1 {
         // Unpacked: MR row pointers, each read along its row (a ragged strip's missing rows
         // repeat its last one, so nothing past `a` is read).
-        let rows: [*const f32; MR] =
+        let rows: [*const f32; M] =
             std::array::from_fn(|i| a.wrapping_offset(i.min(mr - 1) as isize * ars));
         for p in 0..kc {
             // SAFETY: element `p` of each row is inside `a`; step `p` of `b` inside its strip;
@@ -115,7 +116,7 @@ pub(super) unsafe fn kernel(
             }
         }
     } else {
-        let mut tile = [[0f32; NR]; MR];
+        let mut tile = [[0f32; NR]; M];
         for (row, out) in acc.iter().zip(tile.iter_mut()) {
             // SAFETY: `out` holds 32 floats.
             unsafe {
@@ -134,15 +135,19 @@ pub(super) unsafe fn kernel(
     }
 }
 
-/// One step of depth: a row of `b` in two registers, each of the [`MR`] values `a(i)`
-/// broadcast, 24 FMAs. The loop over `acc` has a constant trip count and is unrolled, so `acc`
+/// One step of depth: a row of `b` in two registers, each of the `M` values `a(i)` broadcast,
+/// `2 * M` FMAs. The loop over `acc` has a constant trip count and is unrolled, so `acc`
 /// stays in registers.
 ///
 /// # Safety
 /// The CPU has AVX-512F; `b` points at [`NR`] valid floats.
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn step(acc: &mut [[__m512; 2]; MR], b: *const f32, a: impl Fn(usize) -> f32) {
+unsafe fn step<const M: usize>(
+    acc: &mut [[__m512; 2]; M],
+    b: *const f32,
+    a: impl Fn(usize) -> f32,
+) {
     // SAFETY: the contract.
     let (b0, b1) = unsafe { (_mm512_loadu_ps(b), _mm512_loadu_ps(b.add(16))) };
     for (i, row) in acc.iter_mut().enumerate() {

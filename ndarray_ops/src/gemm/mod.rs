@@ -786,7 +786,13 @@ unsafe fn micro(
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     // SAFETY: passed on from the caller.
     unsafe {
-        avx512::kernel(kc, a, b.as_ptr(), c, mr, nr, add)
+        // A ragged strip (the last of `a`'s rows) takes the smallest tile that holds it: an
+        // LSTM step's 32 samples are strips of 12, 12 and 8 rows, and 64 filters end in 4.
+        match mr {
+            0..=4 => avx512::kernel::<4>(kc, a, b.as_ptr(), c, mr, nr, add),
+            5..=8 => avx512::kernel::<8>(kc, a, b.as_ptr(), c, mr, nr, add),
+            _ => avx512::kernel::<MR>(kc, a, b.as_ptr(), c, mr, nr, add),
+        }
     }
     #[cfg(not(all(target_arch = "x86_64", not(miri))))]
     {

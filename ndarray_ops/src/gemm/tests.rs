@@ -97,6 +97,10 @@ fn small_shapes_in_every_layout_match_the_triple_loop() {
         (12, 8, 32),
         (13, 9, 33),
         (25, 17, 65),
+        // Last strips of 8, 5 and 4 rows (the smaller tiles).
+        (20, 9, 33),
+        (17, 6, 40),
+        (16, 7, 31),
         (0, 3, 4),
         (4, 0, 5),
     ] {
