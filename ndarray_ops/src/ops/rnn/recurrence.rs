@@ -2,6 +2,7 @@
 //! forward and backward.
 
 use std::ops::Range;
+use std::sync::OnceLock;
 
 use ndarray::s;
 
@@ -245,25 +246,25 @@ unsafe fn block_mut<'s, T>(
 }
 
 /// Weights multiplied at every step: packed once for the f32 GEMM where it runs (packing
-/// the hidden weights at each step's product cost as much as a tenth of an LSTM's step).
+/// the hidden weights at each step's product cost as much as a tenth of an LSTM's step), by
+/// the first product, so that the units of a step pack theirs in parallel.
 pub(super) struct Weights<'a, T> {
     view: ArrayView2<'a, T>,
-    packed: Option<gemm::Packed>,
+    packed: OnceLock<Option<gemm::Packed>>,
 }
 
 impl<'a, T: Real> Weights<'a, T> {
     pub(super) fn new(view: ArrayView2<'a, T>) -> Self {
-        let packed = T::pack(&view);
-        Weights { view, packed }
+        Weights {
+            view,
+            packed: OnceLock::new(),
+        }
     }
 
     /// `c = a x self`.
     pub(super) fn product(&self, a: &ArrayView2<'_, T>, c: &mut ArrayViewMut2<'_, T>) {
-        if !self
-            .packed
-            .as_ref()
-            .is_some_and(|p| T::gemm_packed(a, p, c))
-        {
+        let packed = self.packed.get_or_init(|| T::pack(&self.view));
+        if !packed.as_ref().is_some_and(|p| T::gemm_packed(a, p, c)) {
             T::gemm(a, &self.view, c);
         }
     }
