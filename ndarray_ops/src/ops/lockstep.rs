@@ -3,35 +3,46 @@
 //! units). One parallel region runs all the steps, where a region per step (a GEMM's, then the
 //! gates') cost a quarter of an LSTM's time in waking and parking threads.
 //!
-//! The protocol, for `steps x units` units numbered `s * units + u`:
+//! The units are dealt to `R` roles (unit `u` to role `u % R`), and a role is held by one
+//! thread for the whole loop, so a unit's data (an RNN unit's weights, its part of the state)
+//! stays in one core's cache from step to step (units claimed from one counter by whichever
+//! thread came first moved between cores every other step, and ran a third slower for it):
 //!
 //! ```text
 //! each thread that joins, the caller included:
-//!     loop: i = next.fetch_add(1); stop when i is past the last unit
-//!           wait until done >= (i / units) * units     (every unit of the steps before)
-//!           run unit i; done += 1
+//!     take a free role (none left: return)
+//!     for each step s:
+//!         wait until done >= s * units              (every unit of the steps before)
+//!             (waiting long, and a role is still free: take it, run its units of the
+//!              steps before, which can only be the first)
+//!         run the units of every role held, for step s; done += 1 after each
 //! ```
 //!
-//! Units are claimed in order, and a claimed unit is run by a thread that is running: it waits
-//! only for units claimed before it, which by the same argument finish. So the wait always ends
-//! whatever number of threads joins. The caller alone runs every unit when no helper comes (the
-//! pool busy with other kernels): unlike a barrier of a fixed number of threads, which two such
-//! loops sharing a pool could deadlock. `done` reaching `s * units` means every unit of the
-//! steps before `s` is done: no unit of step `s` or later starts before it does, so the first
-//! `s * units` units to finish are exactly those of the steps before. A unit that panics marks
-//! the loop poisoned; the waiters see it and stop, and rayon's scope hands the panic on.
+//! The wait always ends: a role that is held is run by a thread that is running, and one that
+//! nobody took holds up the first step only, so the waiters take it over. The caller alone
+//! runs every unit when no helper comes (the pool busy with other kernels): unlike a barrier of
+//! a fixed number of threads, which two such loops sharing a pool could deadlock. `done`
+//! reaching `s * units` means every unit of the steps before `s` is done: no unit of step `s`
+//! or later starts before it does, so the first `s * units` units to finish are exactly those
+//! of the steps before. A unit that panics marks the loop poisoned; the waiters see it and
+//! stop, and rayon's scope hands the panic on.
 
 #[cfg(loom)]
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 #[cfg(not(loom))]
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+/// How long a thread waits for a step before it takes over roles nobody took: a helper that
+/// is coming wakes within tens of microseconds.
+#[cfg(not(loom))]
+const ADOPT_AFTER: std::time::Duration = std::time::Duration::from_micros(500);
+
 /// The loop's shared counters.
 pub(crate) struct Counters {
-    /// The next unit to claim.
-    next: AtomicUsize,
     /// Units finished (release: their writes happen before a waiter's acquire load).
     done: AtomicUsize,
+    /// Whether each role has its thread (taken once, for the whole loop).
+    taken: Vec<AtomicBool>,
     /// A unit panicked: nobody waits any longer.
     poisoned: AtomicBool,
 }
@@ -47,42 +58,54 @@ impl Drop for Poison<'_> {
     }
 }
 
-impl Counters {
-    pub(crate) fn new() -> Self {
-        Counters {
-            next: AtomicUsize::new(0),
-            done: AtomicUsize::new(0),
-            poisoned: AtomicBool::new(false),
-        }
-    }
+/// One thread's part of a loop: the roles it holds, and the loop's shape and work.
+struct Holder<'c, W> {
+    counters: &'c Counters,
+    steps: usize,
+    units: usize,
+    work: &'c W,
+    roles: Vec<usize>,
+}
 
-    /// Claims and runs units until none is left (or another thread's unit panicked).
-    pub(crate) fn drain(&self, steps: usize, units: usize, work: &(impl Fn(usize, usize) + Sync)) {
-        let total = steps * units;
-        loop {
-            // Relaxed: the order between units comes from `done`; a claim only needs to be
-            // unique.
-            let i = self.next.fetch_add(1, Ordering::Relaxed);
-            if i >= total {
-                return;
-            }
-            let (s, u) = (i / units, i % units);
-            if !self.wait_for(s * units) {
-                return;
-            }
-            let poison = Poison(&self.poisoned);
-            work(s, u);
+impl<W: Fn(usize, usize) + Sync> Holder<'_, W> {
+    /// Runs role `r`'s units of step `s`.
+    fn run(&self, r: usize, s: usize) {
+        let roles = self.counters.taken.len();
+        for u in (r..self.units).step_by(roles) {
+            let poison = Poison(&self.counters.poisoned);
+            (self.work)(s, u);
             drop(poison);
-            self.done.fetch_add(1, Ordering::Release);
+            self.counters.done.fetch_add(1, Ordering::Release);
         }
     }
 
-    /// Waits until `count` units are done; false when the loop is poisoned instead.
-    fn wait_for(&self, count: usize) -> bool {
+    /// Waits until `s * units` units are done, taking over the roles nobody took if that
+    /// takes long; false when the loop is poisoned instead.
+    fn wait_for_step(&mut self, s: usize) -> bool {
+        let c = self.counters;
+        let count = s * self.units;
+        #[cfg(not(loom))]
+        let start = std::time::Instant::now();
         let mut spins = 0u32;
-        while self.done.load(Ordering::Acquire) < count {
-            if self.poisoned.load(Ordering::Acquire) {
+        while c.done.load(Ordering::Acquire) < count {
+            if c.poisoned.load(Ordering::Acquire) {
                 return false;
+            }
+            #[cfg(not(loom))]
+            let adopt = spins >= 256 && start.elapsed() >= ADOPT_AFTER;
+            // Loom explores taking over at every wait.
+            #[cfg(loom)]
+            let adopt = true;
+            if adopt {
+                // A free role has run no unit, so no step past the first has begun: its units
+                // of step 0 are all it owes.
+                while let Some(r) = c.take(0) {
+                    debug_assert!(s <= 1, "role {r} free at step {s}");
+                    for s0 in 0..s {
+                        self.run(r, s0);
+                    }
+                    self.roles.push(r);
+                }
             }
             // A step's units take microseconds: spin a little, then give the core away.
             #[cfg(loom)]
@@ -99,6 +122,54 @@ impl Counters {
     }
 }
 
+impl Counters {
+    /// Counters for a loop of `roles` roles.
+    pub(crate) fn new(roles: usize) -> Self {
+        Counters {
+            done: AtomicUsize::new(0),
+            taken: (0..roles.max(1)).map(|_| AtomicBool::new(false)).collect(),
+            poisoned: AtomicBool::new(false),
+        }
+    }
+
+    /// Takes the first free role from `first` on, cyclically.
+    fn take(&self, first: usize) -> Option<usize> {
+        let roles = self.taken.len();
+        (0..roles)
+            .map(|i| (first + i) % roles)
+            .find(|&r| !self.taken[r].swap(true, Ordering::AcqRel))
+    }
+
+    /// Joins the loop as the holder of role `first` (or of the next free one) and runs its
+    /// units step by step; returns at once when every role has its thread.
+    pub(crate) fn join(
+        &self,
+        steps: usize,
+        units: usize,
+        first: usize,
+        work: &(impl Fn(usize, usize) + Sync),
+    ) {
+        let Some(r) = self.take(first) else {
+            return;
+        };
+        let mut holder = Holder {
+            counters: self,
+            steps,
+            units,
+            work,
+            roles: vec![r],
+        };
+        for s in 0..holder.steps {
+            if !holder.wait_for_step(s) {
+                return;
+            }
+            for i in 0..holder.roles.len() {
+                holder.run(holder.roles[i], s);
+            }
+        }
+    }
+}
+
 /// Runs `work(step, unit)` for every unit of `steps` steps of `units` units each: a step's
 /// units in parallel on up to `units` of rayon's threads, each step after every unit of the one
 /// before has finished (see the module's protocol).
@@ -112,12 +183,13 @@ pub(crate) fn lockstep(steps: usize, units: usize, work: impl Fn(usize, usize) +
         }
         return;
     }
-    let counters = Counters::new();
+    let counters = Counters::new(threads);
     rayon::scope(|scope| {
-        for _ in 1..threads {
-            scope.spawn(|_| counters.drain(steps, units, &work));
+        for role in 1..threads {
+            let (counters, work) = (&counters, &work);
+            scope.spawn(move |_| counters.join(steps, units, role, work));
         }
-        counters.drain(steps, units, &work);
+        counters.join(steps, units, 0, &work);
     });
 }
 
@@ -154,6 +226,30 @@ mod tests {
         }
     }
 
+    /// A thread alone in a loop of three roles (its helpers never came: the pool busy) takes
+    /// over the two it waits for and runs every unit once, in order.
+    #[test]
+    fn a_thread_alone_takes_over_the_roles_nobody_took() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let (steps, units) = (6, 5);
+            let log = Mutex::new(Vec::new());
+            Counters::new(3).join(steps, units, 0, &|s, u| log.lock().unwrap().push((s, u)));
+            let _ = tx.send(log.into_inner().unwrap());
+        });
+        let log = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the loop hung waiting for roles nobody took");
+        let mut sorted = log.clone();
+        sorted.sort();
+        let all: Vec<_> = (0..6).flat_map(|s| (0..5).map(move |u| (s, u))).collect();
+        assert_eq!(sorted, all, "every unit once");
+        assert!(
+            log.windows(2).all(|w| w[0].0 <= w[1].0),
+            "steps in order: {log:?}"
+        );
+    }
+
     /// A unit that panics ends the loop with its panic on the caller, not a hang of the other
     /// threads waiting for it.
     #[test]
@@ -182,16 +278,17 @@ mod loom_tests {
     use loom::cell::UnsafeCell;
     use loom::sync::Arc;
 
-    /// Two threads drain three steps of two units; unit `(s, u)` reads the whole state the
-    /// step before wrote into one of two buffers and writes its own part of the other (the
-    /// RNN's double-buffered hidden state). Loom checks every interleaving for a read that
-    /// races a write, and the values for a unit run before the step before it finished.
+    /// Two threads run three steps of three units in two roles; unit `(s, u)` reads the whole
+    /// state the step before wrote into one of two buffers and writes its own part of the
+    /// other (the RNN's double-buffered hidden state). Loom checks every interleaving (the
+    /// helper taking its role first or last, the caller taking it over) for a read that races
+    /// a write, and the values for a unit run before the step before it finished.
     #[test]
     fn steps_see_the_whole_step_before() {
         loom::model(|| {
             const STEPS: usize = 3;
-            const UNITS: usize = 2;
-            let counters = Arc::new(Counters::new());
+            const UNITS: usize = 3;
+            let counters = Arc::new(Counters::new(2));
             /// The two state buffers, shared as the RNN shares its own: through unsynchronized
             /// cells whose every access loom tracks.
             struct Buffers([[UnsafeCell<usize>; UNITS]; 2]);
@@ -214,9 +311,9 @@ mod loom_tests {
             };
             let helper = {
                 let (counters, work) = (counters.clone(), work.clone());
-                loom::thread::spawn(move || counters.drain(STEPS, UNITS, &work))
+                loom::thread::spawn(move || counters.join(STEPS, UNITS, 1, &work))
             };
-            counters.drain(STEPS, UNITS, &work);
+            counters.join(STEPS, UNITS, 0, &work);
             helper.join().unwrap();
         });
     }
