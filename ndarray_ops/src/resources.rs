@@ -111,6 +111,8 @@ pub(crate) struct KernelRes<'a> {
     pub(crate) temp: Option<&'a mut TempSpace>,
     /// The node's kept state, when the executor gave it one (see [`OpState`]).
     pub(crate) state: Option<&'a mut StateSlot>,
+    /// Bit `k` set: nothing reads output `k` (see [`KernelRes::wanted`]).
+    pub(crate) unread: u64,
 }
 
 /// What an [`OpState`] holds: nothing until the forward kernel keeps something, then whatever
@@ -141,6 +143,12 @@ impl OpState {
 }
 
 impl KernelRes<'_> {
+    /// Whether anything reads output `k`: a kernel may skip the work of one nobody reads (a
+    /// bound graph's gradient of an input that asked for none), leaving it unwritten.
+    pub(crate) fn wanted(&self, k: usize) -> bool {
+        k >= 64 || self.unread & (1 << k) == 0
+    }
+
     pub(crate) fn rng(&mut self) -> Result<&mut StdRng, String> {
         self.rng
             .as_deref_mut()

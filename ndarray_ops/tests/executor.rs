@@ -403,3 +403,118 @@ fn a_backward_pass_needs_a_forward_pass_of_its_own() {
         }
     }
 }
+
+/// A bound graph whose data asks no gradient lets the first layer's backward kernel skip the
+/// data gradient (nothing reads it): the weight gradients come out the same, bit for bit, as
+/// with the data's gradient asked for, through every path of the convolution's backward pass
+/// (im2col at stride 2, the flipped-weight product, Winograd's tiles) and the fused LSTM's.
+#[test]
+fn an_unread_data_gradient_changes_no_weight_gradient() {
+    use ndarray_ops::{BindOptions, GradReq};
+    let rt = runtime(EngineKind::ThreadedPerDevice);
+    let ctx = Context::cpu(0);
+    let conv = |k: usize, s: usize, filters: usize| {
+        Attrs::new()
+            .with("kernel", format!("({k},{k})"))
+            .with("stride", format!("({s},{s})"))
+            .with("pad", format!("({},{})", k / 2, k / 2))
+            .with("num_filter", filters)
+    };
+    let lstm = Attrs::new()
+        .with("mode", "lstm")
+        .with("num_layers", 2)
+        .with("state_size", 32);
+    /// An op, its attributes, its argument names (the data first) and their shapes.
+    type Case = (&'static str, Attrs, Vec<&'static str>, Vec<Vec<usize>>);
+    let cases: Vec<Case> = vec![
+        (
+            "Convolution",
+            conv(7, 2, 8),
+            vec!["data", "w", "b"],
+            vec![vec![2, 3, 20, 20], vec![8, 3, 7, 7], vec![8]],
+        ),
+        (
+            "Convolution",
+            conv(3, 1, 4),
+            vec!["data", "w", "b"],
+            vec![vec![2, 3, 9, 9], vec![4, 3, 3, 3], vec![4]],
+        ),
+        (
+            "Convolution",
+            conv(3, 1, 16),
+            vec!["data", "w", "b"],
+            vec![vec![1, 16, 24, 24], vec![16, 16, 3, 3], vec![16]],
+        ),
+        (
+            "RNN",
+            lstm,
+            vec!["data", "w", "state", "cell"],
+            vec![
+                vec![5, 3, 8],
+                vec![4 * 32 * (8 + 32 + 2) + 4 * 32 * (32 + 32 + 2)],
+                vec![2, 3, 32],
+                vec![2, 3, 32],
+            ],
+        ),
+    ];
+    for (op, attrs, names, dims) in cases {
+        let vars: Vec<Symbol> = names.iter().map(|n| Symbol::var(n)).collect();
+        let refs: Vec<&Symbol> = vars.iter().collect();
+        let y = Symbol::op(op, "y", &refs, attrs).unwrap();
+        let shapes: HashMap<String, Vec<usize>> = names
+            .iter()
+            .map(|n| n.to_string())
+            .zip(dims.clone())
+            .collect();
+        let grads = |data: GradReq| {
+            let mut req: HashMap<String, GradReq> = names
+                .iter()
+                .map(|n| (n.to_string(), GradReq::Write))
+                .collect();
+            req.insert("data".into(), data);
+            let opts = BindOptions {
+                grad_req: req,
+                ..Default::default()
+            };
+            let exec =
+                Executor::bind_with_options(&rt, ctx, &y, &shapes, HashMap::new(), &opts).unwrap();
+            let args = exec.arg_dict();
+            for (i, (name, shape)) in names.iter().zip(&dims).enumerate() {
+                let n: usize = shape.iter().product();
+                let v: Vec<f32> = (0..n)
+                    .map(|j| ((j * 7919 + i * 104_729) % 1000) as f32 / 1000.0 - 0.5)
+                    .collect();
+                rt.from_vec(v, shape, ctx)
+                    .unwrap()
+                    .copy_into(&args[*name])
+                    .unwrap();
+            }
+            exec.forward(true).unwrap();
+            let out_shape = exec.outputs()[0].shape().to_vec();
+            let n: usize = out_shape.iter().product();
+            let head: Vec<f32> = (0..n)
+                .map(|j| ((j * 31) % 17) as f32 / 17.0 - 0.4)
+                .collect();
+            exec.backward_with(&[rt.from_vec(head, &out_shape, ctx).unwrap()])
+                .unwrap();
+            let g = exec.grad_dict();
+            let mut named: Vec<(String, Vec<f32>)> = g
+                .iter()
+                .map(|(n, a)| (n.clone(), a.to_vec::<f32>().unwrap()))
+                .collect();
+            named.sort_by(|a, b| a.0.cmp(&b.0));
+            named
+        };
+        let (with, without) = (grads(GradReq::Write), grads(GradReq::Null));
+        let data_grad = &with.iter().find(|(n, _)| n == "data").unwrap().1;
+        assert!(
+            data_grad.iter().any(|&v| v != 0.0),
+            "{op}: the data gradient, asked for, was made"
+        );
+        let with: Vec<_> = with.into_iter().filter(|(n, _)| n != "data").collect();
+        assert_eq!(
+            with, without,
+            "{op}: weight gradients with and without the data's"
+        );
+    }
+}

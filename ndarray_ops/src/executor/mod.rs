@@ -108,6 +108,8 @@ pub struct Executor {
     devices: Vec<Context>,
     /// What each forward node of a stateful op keeps for its backward node, given to both.
     states: Vec<Option<OpState>>,
+    /// Per node, bit `k` set where nothing reads its output `k` (see [`unread_outputs`]).
+    unread: Vec<u64>,
     /// The planned arena of each device (none with [`MemoryPlanning::NoReuse`]).
     arenas: Vec<Arena>,
     /// Memory figures per device.
@@ -154,6 +156,25 @@ pub struct MemoryReport {
     pub entries: usize,
     /// Entries sharing an input's buffer.
     pub inplace: usize,
+}
+
+/// Per node of `g`, bit `k` set where no node reads its output `k` and it is no output of the
+/// graph: a gradient nobody asked for (an input's, with `grad_req` null), which the kernel may
+/// leave unwritten. (The first 64 outputs of a node; others count as read.)
+fn unread_outputs(g: &crate::symbol::IndexedGraph) -> Vec<u64> {
+    let mut read = vec![false; g.num_entries()];
+    for &(n, k) in g.inputs.iter().flatten().chain(&g.outputs) {
+        read[g.entry(n, k)] = true;
+    }
+    g.nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            (0..n.num_outputs().min(64))
+                .filter(|&k| !read[g.entry(i, k)])
+                .fold(0u64, |bits, k| bits | 1 << k)
+        })
+        .collect()
 }
 
 impl Executor {
@@ -243,6 +264,7 @@ impl Executor {
         let memory = memory::allocate(rt, &full, arrays.bound, plans, &blocks)?;
         let forward_nodes = (!full.wrt.is_empty()).then(|| full.forward_nodes());
         let states = full.kept_states(rt);
+        let unread = unread_outputs(g);
         let mut adds_at = vec![Vec::new(); g.nodes.len()];
         for (k, node) in layout.add_after.iter().enumerate() {
             if let Some(node) = node {
@@ -270,6 +292,7 @@ impl Executor {
             inferred: full.inferred,
             devices: full.devices,
             states,
+            unread,
             entries: memory.entries,
             arg_names,
             aux_names,
@@ -430,6 +453,7 @@ impl Executor {
                     out: Some(&outputs),
                     also_writes: &deps,
                     state: self.states[i].as_ref(),
+                    unread: self.unread[i],
                 };
                 prepare(&self.rt, ctx, call, |op| bulk.push(op)).map_err(at_node)?;
             }
@@ -447,6 +471,7 @@ impl Executor {
                     out: Some(&[grad]),
                     also_writes: &[],
                     state: None,
+                    unread: 0,
                 };
                 prepare(&self.rt, grad.ctx(), call, |add| bulk.push(add)).map_err(at_node)?;
             }
@@ -637,5 +662,38 @@ impl Executor {
             m.entries, m.inplace, m.no_reuse_bytes, m.planned_bytes, m.lower_bound_bytes, m.allocated_bytes
         );
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// In a convolution's gradient graph taken with respect to its weights alone, the backward
+    /// node's data gradient is the one output nobody reads; taken with respect to the data
+    /// too, none is.
+    #[test]
+    fn the_gradient_nobody_asked_for_is_the_unread_output() {
+        let vars: Vec<Symbol> = ["data", "w", "b"].iter().map(|n| Symbol::var(n)).collect();
+        let refs: Vec<&Symbol> = vars.iter().collect();
+        let attrs = Attrs::new().with("kernel", "(3,3)").with("num_filter", 4);
+        let y = Symbol::op("Convolution", "y", &refs, attrs).unwrap();
+        for (wrt, want) in [(vec!["w", "b"], 1u64), (vec!["data", "w", "b"], 0)] {
+            let wrt: Vec<String> = wrt.into_iter().map(String::from).collect();
+            let g = crate::symbol::grad::gradient(&y, &wrt).unwrap().indexed();
+            let unread = unread_outputs(&g);
+            let backward = g
+                .nodes
+                .iter()
+                .position(|n| n.op.is_some_and(|d| d.name == "_backward_Convolution"))
+                .unwrap();
+            assert_eq!(unread[backward], want, "gradients of {wrt:?}");
+            let others = unread.iter().enumerate().filter(|&(i, _)| i != backward);
+            assert!(
+                others.clone().all(|(_, &b)| b == 0),
+                "{:?}",
+                others.collect::<Vec<_>>()
+            );
+        }
     }
 }

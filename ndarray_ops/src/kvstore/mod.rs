@@ -898,6 +898,7 @@ fn push_op(
         out: Some(&[out]),
         also_writes: &[],
         state: None,
+        unread: 0,
     };
     prepare(&rt, out.ctx(), call, |op| {
         rt.engine().push(op.priority(priority))

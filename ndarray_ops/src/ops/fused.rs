@@ -233,6 +233,7 @@ fn elemwise_kernel(
             rng: None,
             temp: None,
             state: None,
+            unread: 0,
         };
         for t in lo..hi {
             let (off, len) = (t * TILE, TILE.min(n - t * TILE));

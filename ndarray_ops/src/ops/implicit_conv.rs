@@ -97,11 +97,17 @@ pub(super) unsafe fn backward(
     // data gradient's tiles are enough but the output's are not) the data gradient after the
     // loop below.
     let winograd = super::winograd::data_gradient_applies(c, d, DType::F32);
+    // Nothing reads the data gradient of a bound graph's first convolution (its data asks for
+    // none): it is left unwritten.
+    let want_dx = res.wanted(0);
     if winograd && super::winograd::weight_gradient_applies(c, d, DType::F32) {
         // SAFETY: the caller's contract.
         return unsafe {
             super::winograd::weight_gradient(c, d, (dy, x), dw, res)?;
-            super::winograd::data_gradient(c, d, (dy, wt), dx, res)
+            match want_dx {
+                true => super::winograd::data_gradient(c, d, (dy, wt), dx, res),
+                false => Ok(()),
+            }
         };
     }
     let stage = Staging::of(c);
@@ -113,6 +119,7 @@ pub(super) unsafe fn backward(
     // (a write and col2im's read of `cg * taps * pixels` per image): ResNet's 3x3 convolutions
     // of 512 channels on 7x7 at batch 1 ran at half the rate flipped.
     let flipped = !winograd
+        && want_dx
         && c.s == (1, 1)
         && c.p.0 <= c.d.0 * (c.k.0 - 1)
         && c.p.1 <= c.d.1 * (c.k.1 - 1)
@@ -125,8 +132,8 @@ pub(super) unsafe fn backward(
         false => Vec::new(),
     };
     // Temp space: the flipped weights of every group, or an image's data-gradient columns
-    // (neither for Winograd's); then a chunk's staged group data.
-    let first_part = match (flipped, winograd) {
+    // (neither for Winograd's, nor without a data gradient); then a chunk's staged group data.
+    let first_part = match (flipped, winograd || !want_dx) {
         (true, _) => c.groups * d.cg * d.fg * c.k.0 * c.k.1,
         (false, true) => 0,
         (false, false) => d.rows * pixels,
@@ -174,7 +181,7 @@ pub(super) unsafe fn backward(
                     cs: d.rows as isize,
                 };
                 let over_dy = match (flipped, stage) {
-                    _ if winograd => continue,
+                    _ if winograd || !want_dx => continue,
                     (true, _) => {
                         let k = d.fg * c.k.0 * c.k.1;
                         let wg = Mat::row_major(work.add(g * d.cg * k).cast_const(), k);
@@ -208,7 +215,7 @@ pub(super) unsafe fn backward(
                 }
             }
         }
-        if winograd {
+        if winograd && want_dx {
             // SAFETY: the caller's contract; the weight gradient no longer needs the temp
             // space this takes over.
             super::winograd::data_gradient(c, d, (dy, wt), dx, res)?;

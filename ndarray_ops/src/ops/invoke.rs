@@ -39,6 +39,7 @@ pub fn invoke_on(
             out,
             also_writes: &[],
             state: None,
+            unread: 0,
         };
         prepare(rt, ctx, call, |op| rt.engine().push(op))
     };
@@ -89,6 +90,9 @@ pub(crate) struct Call<'c> {
     pub(crate) also_writes: &'c [engine::Var],
     /// The bound node's kept state (executor only; see [`StateUse`]).
     pub(crate) state: Option<&'c OpState>,
+    /// Bit `k` set: nothing reads output `k` (a bound graph's gradient that no argument asked
+    /// for), so a kernel may leave it unwritten, as MXNet's `kNullOp` requests.
+    pub(crate) unread: u64,
 }
 
 /// Checks a call, builds its engine op and hands it to `push` (the engine, or the executor's bulk
@@ -107,6 +111,7 @@ pub(crate) fn prepare(
         out,
         also_writes,
         state,
+        unread,
     } = call;
     let rt = rt.clone();
     let def = lookup(name)?;
@@ -263,6 +268,7 @@ pub(crate) fn prepare(
             rng: rng.as_deref_mut(),
             temp: temp.as_deref_mut(),
             state: kept.as_deref_mut(),
+            unread,
         };
         let (ins, outs) = tensors.split();
         run_kernel(op, kernel, alias_safe, &attrs2, ins, outs, &mut kres).map_err(Into::into)

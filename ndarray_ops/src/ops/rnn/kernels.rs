@@ -333,6 +333,7 @@ pub(super) fn backward<T: Real>(
     let (h, gh, nb, steps) = (r.hidden, r.gh(), pass.batch, pass.steps);
     let (ll, tl, rows) = (pass.layer_len(), pass.trace_len(), steps * nb);
     let state = r.layers * r.dirs * nb * h;
+    let want_dx = res.wanted(0);
     // Room to run the forward pass again only without a kept trace.
     let again = usize::from(kept.is_none());
     let mut b = carve::<T>(
@@ -444,13 +445,17 @@ pub(super) fn backward<T: Real>(
                 true => dparams.copy_within(s.bx..s.bx + gh, s.bh),
                 false => sum_rows(dgh, &mut dparams[s.bh..s.bh + gh]),
             }
-            let wx = mat(&pass.params[s.wx..], gh, s.input);
-            let target: &mut [T] = if l == 0 { &mut *dx } else { &mut dbelow[..] };
-            let mut dxv = mat_mut(target, rows, s.input);
-            if d == 0 {
-                T::gemm(&gx_all, &wx, &mut dxv);
-            } else {
-                T::gemm_add(&gx_all, &wx, &mut dxv);
+            // The input's gradient, unless it is the data's and nothing reads it (a bound
+            // graph asking no gradient of its data: a third of the bottom layer's GEMMs).
+            if l > 0 || want_dx {
+                let wx = mat(&pass.params[s.wx..], gh, s.input);
+                let target: &mut [T] = if l == 0 { &mut *dx } else { &mut dbelow[..] };
+                let mut dxv = mat_mut(target, rows, s.input);
+                if d == 0 {
+                    T::gemm(&gx_all, &wx, &mut dxv);
+                } else {
+                    T::gemm_add(&gx_all, &wx, &mut dxv);
+                }
             }
             if r.lstm() {
                 dc0[st.clone()].copy_from_slice(dc);
