@@ -201,7 +201,7 @@ pub(super) fn rnn_kernel(
             Some(_) => (0, 0),
             None => ((r.layers - 1) * ll, pass.trace_len()),
         };
-        // Intermediate layers' outputs, the trace, the hidden projection, the final states
+        // Intermediate layers' outputs, the trace, the steps' scratch, the final states
         // when the op does not output them, and with dropout room for one layer: its mask
         // without a kept trace, the next layer's input with one.
         let dropped_len = if r.drops() { ll } else { 0 };

@@ -197,9 +197,14 @@ pub(super) fn units_for(hidden: usize) -> usize {
     (hidden / 32).clamp(1, rayon::current_num_threads().max(1))
 }
 
+/// Hidden units per unit (the last unit may have fewer) out of `hidden` cut into `units`.
+fn unit_width(hidden: usize, units: usize) -> usize {
+    hidden.div_ceil(units.max(1))
+}
+
 /// Unit `u`'s hidden units out of `hidden` cut into `units`.
 pub(super) fn unit_cols(hidden: usize, units: usize, u: usize) -> Range<usize> {
-    let w = hidden.div_ceil(units.max(1));
+    let w = unit_width(hidden, units);
     (u * w).min(hidden)..((u + 1) * w).min(hidden)
 }
 
@@ -222,6 +227,21 @@ unsafe fn gate_cols<'s, T>(
             std::slice::from_raw_parts_mut(p.get().add(at + q * h + cols.start), cols.len())
         },
         false => &mut [][..],
+    })
+}
+
+/// The first `parts` blocks of `h` of the row at `at` of `buf` (a trace's gates or extra
+/// values), each over the columns `cols` (the rest empty), to read: [`gate_cols`]'s shared
+/// twin.
+fn row_cols<'s, T>(
+    buf: &'s [T],
+    (at, h): (usize, usize),
+    parts: usize,
+    cols: &Range<usize>,
+) -> [&'s [T]; 4] {
+    std::array::from_fn(|q| match q < parts {
+        true => &buf[at + q * h + cols.start..at + q * h + cols.end],
+        false => &[][..],
     })
 }
 
@@ -283,7 +303,7 @@ impl<T: Real> Pass<'_, T> {
     /// Floats of scratch [`Pass::forward_layer`] takes: per unit its gates' pre-activations
     /// and a block for the new cells, `G + 1` blocks of `(N, w)`; and the second state buffer.
     pub(crate) fn step_scratch(&self) -> usize {
-        let w = self.r.hidden.div_ceil(self.units);
+        let w = unit_width(self.r.hidden, self.units);
         let gates = self.r.gh() / self.r.hidden;
         self.batch * ((gates + 1) * w * self.units + self.r.hidden)
     }
@@ -453,18 +473,6 @@ impl<T: Real> Pass<'_, T> {
             Shared::new(bypass.as_mut_ptr()),
         );
         let lstm = r.lstm();
-        let gates_of = |row: usize, c: &Range<usize>| -> [&[T]; 4] {
-            std::array::from_fn(|q| match q < gates {
-                true => &gate_buf[row * gh + q * h + c.start..row * gh + q * h + c.end],
-                false => &[][..],
-            })
-        };
-        let extra_of = |row: usize, c: &Range<usize>| -> [&[T]; 4] {
-            std::array::from_fn(|q| match q < ew / h {
-                true => &extra[row * ew + q * h + c.start..row * ew + q * h + c.end],
-                false => &[][..],
-            })
-        };
         lockstep(steps + 1, units, |round, u| {
             let cols = unit_cols(h, units, u);
             let w = cols.len();
@@ -545,8 +553,8 @@ impl<T: Real> Pass<'_, T> {
                     r.mode,
                     &dh_f,
                     dcn,
-                    gates_of(row, &cols),
-                    extra_of(row, &cols),
+                    row_cols(gate_buf, (row * gh, h), gates, &cols),
+                    row_cols(extra, (row * ew, h), ew / h, &cols),
                     hp_row,
                     c_prev,
                     gx,
@@ -601,12 +609,12 @@ impl<T: Real> Unit<'_, '_, T> {
         let gates = gh / h;
         let (bx, bh) = self.biases;
         let live = |n: usize| t < p.lens[n];
-        // The unit's `w` elements of a buffer from `at` on.
-        // SAFETY (here and below, "as above"): row `t * nb + n`'s columns `cols` of the trace
-        // and the output, and sample `n`'s of the cell and `next`, lie inside their buffers
-        // (sized from the same dimensions) and are this unit's alone (the contract).
+        // The unit's `w` elements of a buffer from `at` on (each call below names row
+        // `t * nb + n`'s columns `cols` of the trace or the output, or sample `n`'s of the cell
+        // or `next`).
         let own = |b: Shared<T>, at: usize| {
-            // SAFETY: as said above.
+            // SAFETY: those columns lie inside their buffers (sized from the same dimensions)
+            // and are this unit's alone (the contract).
             unsafe { std::slice::from_raw_parts_mut(b.get().add(at), w) }
         };
         let gx = |n: usize, q: usize| own(self.gates, (t * nb + n) * gh + q * h + cols.start);
@@ -636,10 +644,7 @@ impl<T: Real> Unit<'_, '_, T> {
                 T::tanh_all(&mut pre[whole(2)]);
                 T::sigmoid_all(&mut pre[whole(3)]);
                 for n in (0..nb).filter(|&n| live(n)) {
-                    // SAFETY: as above.
-                    let c = unsafe {
-                        std::slice::from_raw_parts_mut(self.cell.get().add(n * h + cols.start), w)
-                    };
+                    let c = own(self.cell, n * h + cols.start);
                     let pre: &[T] = pre;
                     let g = |q: usize| &pre[block(q, n)];
                     let (i, f, gg) = (g(0), g(1), g(2));
@@ -677,18 +682,8 @@ impl<T: Real> Unit<'_, '_, T> {
         }
         for n in 0..nb {
             let row = t * nb + n;
-            // SAFETY: as above.
-            let (out, hn) = unsafe {
-                (
-                    std::slice::from_raw_parts_mut(
-                        self.out
-                            .get()
-                            .add(row * p.width() + self.d * h + cols.start),
-                        w,
-                    ),
-                    std::slice::from_raw_parts_mut(next.get().add(n * h + cols.start), w),
-                )
-            };
+            let out = own(self.out, row * p.width() + self.d * h + cols.start);
+            let hn = own(next, n * h + cols.start);
             let prev = &h_prev[n * h + cols.start..n * h + cols.end];
             if !live(n) {
                 out.fill(T::default());
@@ -728,9 +723,9 @@ impl<T: Real> Unit<'_, '_, T> {
 /// cell gradient, the step's gates `g` and extra values `e`, the state before it `h_prev` /
 /// `c_prev`. Out: each gate's gradients of the input projection `dgx` and, for GRU, of the
 /// hidden projection `dgh` (they differ in its candidate; the other modes' are the same, and
-/// `dgh` is not written), `dc` becomes the previous cell's
-/// gradient, and the part of the previous state's gradient that bypasses the hidden projection
-/// (GRU's `z * dh`) goes to `dh_direct`.
+/// `dgh` is not written), `dc` becomes the previous cell's gradient, and the part of the
+/// previous state's gradient that bypasses the hidden projection (GRU's `z * dh`) goes to
+/// `dh_direct`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn step_backward<T: Real>(
     mode: Mode,
