@@ -21,7 +21,7 @@
 //! space: one more forward's work.
 
 use ndarray::{ArrayView2, ArrayViewMut2};
-use rten_simd::SimdUnaryOp;
+use rten_simd::{SimdOp, SimdUnaryOp};
 use rten_vecmath::{Sigmoid, Tanh};
 
 use super::par::Shared;
@@ -35,6 +35,7 @@ use crate::resources::{KernelRes, Resource, StateSlot};
 use crate::symbol::grad;
 use crate::{DType, Element};
 
+mod cell;
 mod kernels;
 mod recurrence;
 

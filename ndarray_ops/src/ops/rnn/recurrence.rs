@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 
 use ndarray::s;
 
+use super::cell::{lstm_row_scalar, LstmRow};
 use super::*;
 use crate::gemm;
 use crate::ops::lockstep::lockstep;
@@ -24,6 +25,10 @@ pub(crate) trait Real: Element + num_traits::Float {
     /// `b` packed for [`Real::gemm_packed`], where that runs.
     fn pack(_b: &ArrayView2<'_, Self>) -> Option<gemm::Packed> {
         None
+    }
+    /// One LSTM step of one sample over a run of hidden units ([`LstmRow`]).
+    fn lstm_row(row: LstmRow<'_, Self>) {
+        lstm_row_scalar(row);
     }
     /// `c = a b` from `b` packed; false (nothing done) where it cannot run.
     fn gemm_packed(
@@ -46,6 +51,10 @@ impl Real for f32 {
 
     fn sigmoid_all(xs: &mut [f32]) {
         Sigmoid {}.map_mut(xs);
+    }
+
+    fn lstm_row(row: LstmRow<'_, f32>) {
+        row.dispatch();
     }
 
     fn pack(b: &ArrayView2<'_, f32>) -> Option<gemm::Packed> {
@@ -300,12 +309,12 @@ impl<T: Real> Pass<'_, T> {
         }
     }
 
-    /// Floats of scratch [`Pass::forward_layer`] takes: per unit its gates' pre-activations
-    /// and a block for the new cells, `G + 1` blocks of `(N, w)`; and the second state buffer.
+    /// Floats of scratch [`Pass::forward_layer`] takes: per unit its gates' hidden
+    /// projections, `G` blocks of `(N, w)`; and the second state buffer.
     pub(crate) fn step_scratch(&self) -> usize {
         let w = unit_width(self.r.hidden, self.units);
         let gates = self.r.gh() / self.r.hidden;
-        self.batch * ((gates + 1) * w * self.units + self.r.hidden)
+        self.batch * (gates * w * self.units + self.r.hidden)
     }
 
     /// Runs layer `l` (both directions) on `input` `(T, N, In)` into `output` `(T, N, D*H)`,
@@ -402,7 +411,7 @@ impl<T: Real> Pass<'_, T> {
                         pblocks.piece_mut(u, per_unit),
                     )
                 };
-                let (pre, cells) = work.split_at_mut(gates * nb * cols.len());
+                let pre = &mut work[..gates * nb * cols.len()];
                 for (q, block) in pre.chunks_exact_mut(nb * cols.len()).enumerate() {
                     let mut c = mat_mut(block, nb, cols.len());
                     blocks[u * gates + q].product(&mat(h_prev, nb, h), &mut c);
@@ -410,7 +419,7 @@ impl<T: Real> Pass<'_, T> {
                 let t = time(d, step, self.steps);
                 // SAFETY: this unit alone touches its hidden units' columns of the buffers
                 // during the step.
-                wide(|| unsafe { unit.step(t, &cols, pre, cells, h_prev, to) });
+                wide(|| unsafe { unit.step(t, &cols, pre, h_prev, to) });
             });
             // After an odd number of steps the final state is in the second buffer.
             if self.steps % 2 == 1 {
@@ -586,10 +595,9 @@ struct Unit<'p, 'a, T> {
 
 impl<T: Real> Unit<'_, '_, T> {
     /// Step `t` of the hidden units `cols` of every sample: `pre` holds their hidden
-    /// projections, `G` blocks of `(N, w)`, and comes back as the activated gates; `cells`,
-    /// `(N, w)`, is room for the new cells; the state before is `h_prev` `(N, H)`, and the
-    /// state after goes to `next`. Samples past their length output zeros and keep their
-    /// state.
+    /// projections, `G` blocks of `(N, w)` (the plain modes and GRU activate them in place);
+    /// the state before is `h_prev` `(N, H)`, and the state after goes to `next`. Samples past
+    /// their length output zeros and keep their state.
     ///
     /// # Safety
     /// Nobody else touches columns `cols` of the output, the trace, the cell or `next` at
@@ -600,7 +608,6 @@ impl<T: Real> Unit<'_, '_, T> {
         t: usize,
         cols: &Range<usize>,
         pre: &mut [T],
-        cells: &mut [T],
         h_prev: &[T],
         next: Shared<T>,
     ) {
@@ -621,9 +628,74 @@ impl<T: Real> Unit<'_, '_, T> {
         let ex = |n: usize, q: usize| own(self.extra, (t * nb + n) * ew + q * h + cols.start);
         let at = |q: usize| q * h + cols.start..q * h + cols.end;
         let block = |q: usize, n: usize| (q * nb + n) * w..(q * nb + n + 1) * w;
-        // Pre-activations: (input projection + input bias) + (hidden projection + hidden
-        // bias), in the order of the unfused formula; GRU's candidate keeps its hidden part
-        // apart (it is scaled by the reset gate first).
+        let lstm = matches!(p.r.mode, Mode::Lstm);
+        if !lstm {
+            self.activate(t, cols, pre);
+        }
+        for n in 0..nb {
+            let row = t * nb + n;
+            let out = own(self.out, row * p.width() + self.d * h + cols.start);
+            let hn = own(next, n * h + cols.start);
+            let prev = &h_prev[n * h + cols.start..n * h + cols.end];
+            if !live(n) {
+                out.fill(T::default());
+                hn.copy_from_slice(prev);
+                continue;
+            }
+            if lstm {
+                T::lstm_row(LstmRow {
+                    hidden: std::array::from_fn(|q| &pre[block(q, n)]),
+                    input: std::array::from_fn(|q| gx(n, q)),
+                    biases: (
+                        std::array::from_fn(|q| &bx[at(q)]),
+                        std::array::from_fn(|q| &bh[at(q)]),
+                    ),
+                    cell: own(self.cell, n * h + cols.start),
+                    state: (hn, out),
+                    kept: self.keep.then(|| [ex(n, 0), ex(n, 1)]),
+                });
+                continue;
+            }
+            for q in (0..gates).filter(|_| self.keep) {
+                gx(n, q).copy_from_slice(&pre[block(q, n)]);
+            }
+            let pre: &[T] = pre;
+            let g = |q: usize| &pre[block(q, n)];
+            match p.r.mode {
+                Mode::Gru => {
+                    let (z, cand) = (g(1), g(2));
+                    for (((hn, &z), &cand), &prev) in hn.iter_mut().zip(z).zip(cand).zip(prev) {
+                        *hn = (T::one() - z) * cand + z * prev;
+                    }
+                }
+                _ => hn.copy_from_slice(g(0)),
+            }
+            out.copy_from_slice(hn);
+        }
+    }
+
+    /// The gates of the modes without a cell, activated in place in `pre` (see
+    /// [`Unit::step`]): the biases added, in the order of the unfused formula (GRU's
+    /// candidate keeps its hidden part apart: it is scaled by the reset gate first), then each
+    /// activation over a whole block at once; GRU's scaled hidden part goes to the trace.
+    ///
+    /// # Safety
+    /// As [`Unit::step`].
+    #[inline(always)]
+    unsafe fn activate(&self, t: usize, cols: &Range<usize>, pre: &mut [T]) {
+        let p = self.pass;
+        let (h, gh, nb, ew, w) = (p.r.hidden, p.r.gh(), p.batch, p.extra(), cols.len());
+        let gates = gh / h;
+        let (bx, bh) = self.biases;
+        let live = |n: usize| t < p.lens[n];
+        let own = |b: Shared<T>, at: usize| {
+            // SAFETY: as in `step`.
+            unsafe { std::slice::from_raw_parts_mut(b.get().add(at), w) }
+        };
+        let gx = |n: usize, q: usize| own(self.gates, (t * nb + n) * gh + q * h + cols.start);
+        let ex = |n: usize, q: usize| own(self.extra, (t * nb + n) * ew + q * h + cols.start);
+        let at = |q: usize| q * h + cols.start..q * h + cols.end;
+        let block = |q: usize, n: usize| (q * nb + n) * w..(q * nb + n + 1) * w;
         let summed = match p.r.mode {
             Mode::Gru => 2,
             _ => gates,
@@ -639,27 +711,6 @@ impl<T: Real> Unit<'_, '_, T> {
         }
         let whole = |q: usize| q * nb * w..(q + 1) * nb * w;
         match p.r.mode {
-            Mode::Lstm => {
-                T::sigmoid_all(&mut pre[whole(0).start..whole(1).end]);
-                T::tanh_all(&mut pre[whole(2)]);
-                T::sigmoid_all(&mut pre[whole(3)]);
-                for n in (0..nb).filter(|&n| live(n)) {
-                    let c = own(self.cell, n * h + cols.start);
-                    let pre: &[T] = pre;
-                    let g = |q: usize| &pre[block(q, n)];
-                    let (i, f, gg) = (g(0), g(1), g(2));
-                    let cn = &mut cells[n * w..(n + 1) * w];
-                    for ((((cn, &c), &f), &i), &gg) in cn.iter_mut().zip(&*c).zip(f).zip(i).zip(gg)
-                    {
-                        *cn = f * c + i * gg;
-                    }
-                    c.copy_from_slice(cn);
-                    if self.keep {
-                        ex(n, 0).copy_from_slice(cn);
-                    }
-                }
-                T::tanh_all(cells);
-            }
             Mode::Gru => {
                 T::sigmoid_all(&mut pre[whole(0).start..whole(1).end]);
                 for n in (0..nb).filter(|&n| live(n)) {
@@ -679,41 +730,7 @@ impl<T: Real> Unit<'_, '_, T> {
             }
             Mode::Tanh => T::tanh_all(pre),
             Mode::Relu => pre.iter_mut().for_each(|v| *v = v.max(T::zero())),
-        }
-        for n in 0..nb {
-            let row = t * nb + n;
-            let out = own(self.out, row * p.width() + self.d * h + cols.start);
-            let hn = own(next, n * h + cols.start);
-            let prev = &h_prev[n * h + cols.start..n * h + cols.end];
-            if !live(n) {
-                out.fill(T::default());
-                hn.copy_from_slice(prev);
-                continue;
-            }
-            for q in (0..gates).filter(|_| self.keep) {
-                gx(n, q).copy_from_slice(&pre[block(q, n)]);
-            }
-            let pre: &[T] = pre;
-            let g = |q: usize| &pre[block(q, n)];
-            match p.r.mode {
-                Mode::Lstm => {
-                    let (o, tc) = (g(3), &cells[n * w..(n + 1) * w]);
-                    if self.keep {
-                        ex(n, 1).copy_from_slice(tc);
-                    }
-                    for ((hn, &o), &tc) in hn.iter_mut().zip(o).zip(tc) {
-                        *hn = o * tc;
-                    }
-                }
-                Mode::Gru => {
-                    let (z, cand) = (g(1), g(2));
-                    for (((hn, &z), &cand), &prev) in hn.iter_mut().zip(z).zip(cand).zip(prev) {
-                        *hn = (T::one() - z) * cand + z * prev;
-                    }
-                }
-                Mode::Tanh | Mode::Relu => hn.copy_from_slice(g(0)),
-            }
-            out.copy_from_slice(hn);
+            Mode::Lstm => unreachable!("the LSTM's gates are fused into its cell"),
         }
     }
 }

@@ -79,6 +79,75 @@ fn float_gates_are_the_double_ones_to_a_few_steps() {
     }
 }
 
+/// The fused LSTM row gives the bits of the unfused formula built from the slice functions
+/// (biases, then each activation over the whole run, then the cell and the state): in float32
+/// through the vectors, on runs shorter than one vector, of whole vectors and with ragged
+/// ends, with and without a kept trace; and in float64 element by element.
+#[test]
+fn the_fused_lstm_row_is_the_unfused_formula() {
+    fn check<T: Real + Copy + std::fmt::Debug + PartialEq>(w: usize, keep: bool) {
+        let val = |i: usize, k: usize| {
+            let v = ((i * 7919 + k * 104_729) % 2001) as f64 / 250.0 - 4.0;
+            T::from(v).unwrap()
+        };
+        let runs = |k: usize| -> [Vec<T>; 4] {
+            std::array::from_fn(|q| (0..w).map(|j| val(j, k * 4 + q)).collect())
+        };
+        let (hidden, input, bx, bh) = (runs(0), runs(1), runs(2), runs(3));
+        let cell: Vec<T> = (0..w).map(|j| val(j, 99)).collect();
+        // The unfused formula.
+        let mut a: [Vec<T>; 4] = std::array::from_fn(|q| {
+            (0..w)
+                .map(|j| (input[q][j] + bx[q][j]) + (hidden[q][j] + bh[q][j]))
+                .collect()
+        });
+        for q in [0, 1, 3] {
+            T::sigmoid_all(&mut a[q]);
+        }
+        T::tanh_all(&mut a[2]);
+        let c: Vec<T> = (0..w)
+            .map(|j| a[1][j] * cell[j] + a[0][j] * a[2][j])
+            .collect();
+        let mut tc = c.clone();
+        T::tanh_all(&mut tc);
+        let h: Vec<T> = (0..w).map(|j| a[3][j] * tc[j]).collect();
+        // The fused row.
+        let mut got_input = input.clone();
+        let mut got_cell = cell.clone();
+        let (mut next, mut out) = (vec![T::zero(); w], vec![T::zero(); w]);
+        let (mut kc, mut ktc) = (vec![T::zero(); w], vec![T::zero(); w]);
+        let [i0, i1, i2, i3] = &mut got_input;
+        T::lstm_row(super::cell::LstmRow {
+            hidden: std::array::from_fn(|q| &hidden[q][..]),
+            input: [i0, i1, i2, i3],
+            biases: (
+                std::array::from_fn(|q| &bx[q][..]),
+                std::array::from_fn(|q| &bh[q][..]),
+            ),
+            cell: &mut got_cell,
+            state: (&mut next, &mut out),
+            kept: keep.then_some([&mut kc[..], &mut ktc[..]]),
+        });
+        let what = format!("{} units, keep {keep}", w);
+        assert_eq!(got_cell, c, "cell, {what}");
+        assert_eq!(next, h, "state, {what}");
+        assert_eq!(out, h, "output, {what}");
+        match keep {
+            true => {
+                assert_eq!(got_input, a, "activated gates, {what}");
+                assert_eq!((kc, ktc), (c, tc), "kept cell and tanh, {what}");
+            }
+            false => assert_eq!(got_input, input, "the input projections, {what}"),
+        }
+    }
+    for w in [1, 5, 16, 17, 40, 128] {
+        for keep in [false, true] {
+            check::<f32>(w, keep);
+            check::<f64>(w, keep);
+        }
+    }
+}
+
 /// A layer's steps cut into 1, 2, 3 or 5 units of hidden units give the same results, forward
 /// (output, trace, final states) and backward (gate gradients, previous states, initial
 /// states' gradients), in every mode, both directions, with samples of full, partial and
