@@ -135,3 +135,124 @@ impl SimdOp for LstmRow<'_, f32> {
         }
     }
 }
+
+/// One sample's run of `w` hidden units at one step of the backward pass: what
+/// [`Real::lstm_grad_row`] reads and writes. With `dh = carried + dy` the gradient of the
+/// step's state, `o`, `tc = tanh(c')` and the other gates from the trace:
+///
+/// ```text
+/// dc~ = dc + dh o (1 - tc^2)
+/// di = dc~ g i (1 - i);  df = dc~ c f (1 - f);  dg = dc~ i (1 - g^2);  do = dh tc o (1 - o)
+/// dc  = dc~ f                                   (the cell before's gradient)
+/// ```
+pub(crate) struct LstmGradRow<'s, T> {
+    /// The state's gradient carried from the step after, and the layer output's.
+    pub dh: (&'s [T], &'s [T]),
+    /// The cell's gradient: in, the new cell's; out, the cell before's.
+    pub dc: &'s mut [T],
+    /// The activated gates i, f, g, o and the new cell's tanh, from the trace.
+    pub gates: [&'s [T]; 4],
+    pub tc: &'s [T],
+    /// The cell before the step.
+    pub c_prev: &'s [T],
+    /// The gates' pre-activation gradients.
+    pub dgates: [&'s mut [T]; 4],
+}
+
+/// The backward formula element by element, for the element types without a vectorized
+/// version.
+pub(super) fn lstm_grad_row_scalar<T: Real>(row: LstmGradRow<'_, T>) {
+    let LstmGradRow {
+        dh: (carried, dy),
+        dc,
+        gates: [i, f, g, o],
+        tc,
+        c_prev,
+        dgates,
+    } = row;
+    let one = T::one();
+    for j in 0..dc.len() {
+        let dh = carried[j] + dy[j];
+        let dct = dc[j] + dh * o[j] * (one - tc[j] * tc[j]);
+        let ds = [
+            dct * g[j] * i[j] * (one - i[j]),
+            dct * c_prev[j] * f[j] * (one - f[j]),
+            dct * i[j] * (one - g[j] * g[j]),
+            dh * tc[j] * o[j] * (one - o[j]),
+        ];
+        for (q, d) in ds.into_iter().enumerate() {
+            dgates[q][j] = d;
+        }
+        dc[j] = dct * f[j];
+    }
+}
+
+/// The backward formula a vector at a time, operation for operation as the scalar one.
+impl SimdOp for LstmGradRow<'_, f32> {
+    type Output = ();
+
+    #[inline(always)]
+    fn eval<I: Isa>(self, isa: I) {
+        let ops = isa.f32();
+        let LstmGradRow {
+            dh: (carried, dy),
+            dc,
+            gates,
+            tc,
+            c_prev,
+            dgates,
+        } = self;
+        let w = dc.len();
+        let lanes = ops.len();
+        let all_there = [carried, dy, tc, c_prev]
+            .iter()
+            .chain(&gates)
+            .all(|s| s.len() == w)
+            && dgates.iter().all(|s| s.len() == w);
+        assert!(
+            all_there,
+            "LSTM gradient row: every run must hold {w} hidden units"
+        );
+        let dgates = dgates.map(|s| s.as_mut_ptr());
+        let dc = dc.as_mut_ptr();
+        for j in (0..w).step_by(lanes) {
+            let mask = ops.first_n_mask((w - j).min(lanes));
+            // As in the forward row: macros, so that the vector code stays in `eval`.
+            macro_rules! load {
+                ($p:expr) => {
+                    // SAFETY: each run holds `w` elements (asserted above), so the lanes the
+                    // mask keeps lie inside it; the others are not read.
+                    unsafe { ops.load_ptr_mask($p.add(j), mask) }
+                };
+            }
+            macro_rules! store {
+                ($v:expr, $p:expr) => {
+                    // SAFETY: as for `load`; the written runs came as `&mut`.
+                    unsafe { ops.store_ptr_mask($v, $p.add(j), mask) }
+                };
+            }
+            let one = ops.one();
+            let dh = ops.add(load!(carried.as_ptr()), load!(dy.as_ptr()));
+            let (i, f) = (load!(gates[0].as_ptr()), load!(gates[1].as_ptr()));
+            let (g, o) = (load!(gates[2].as_ptr()), load!(gates[3].as_ptr()));
+            let tc = load!(tc.as_ptr());
+            let dct = ops.add(
+                load!(dc),
+                ops.mul(ops.mul(dh, o), ops.sub(one, ops.mul(tc, tc))),
+            );
+            let ds = [
+                ops.mul(ops.mul(ops.mul(dct, g), i), ops.sub(one, i)),
+                ops.mul(
+                    ops.mul(ops.mul(dct, load!(c_prev.as_ptr())), f),
+                    ops.sub(one, f),
+                ),
+                ops.mul(ops.mul(dct, i), ops.sub(one, ops.mul(g, g))),
+                ops.mul(ops.mul(ops.mul(dh, tc), o), ops.sub(one, o)),
+            ];
+            for (q, d) in ds.into_iter().enumerate() {
+                store!(d, dgates[q]);
+            }
+            store!(ops.mul(dct, f), dc);
+        }
+    }
+}

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 
 use ndarray::s;
 
-use super::cell::{lstm_row_scalar, LstmRow};
+use super::cell::{lstm_grad_row_scalar, lstm_row_scalar, LstmGradRow, LstmRow};
 use super::*;
 use crate::gemm;
 use crate::ops::lockstep::lockstep;
@@ -29,6 +29,10 @@ pub(crate) trait Real: Element + num_traits::Float {
     /// One LSTM step of one sample over a run of hidden units ([`LstmRow`]).
     fn lstm_row(row: LstmRow<'_, Self>) {
         lstm_row_scalar(row);
+    }
+    /// One LSTM step's gradient of one sample over a run of hidden units ([`LstmGradRow`]).
+    fn lstm_grad_row(row: LstmGradRow<'_, Self>) {
+        lstm_grad_row_scalar(row);
     }
     /// `c = a b` from `b` packed; false (nothing done) where it cannot run.
     fn gemm_packed(
@@ -54,6 +58,10 @@ impl Real for f32 {
     }
 
     fn lstm_row(row: LstmRow<'_, f32>) {
+        row.dispatch();
+    }
+
+    fn lstm_grad_row(row: LstmGradRow<'_, f32>) {
         row.dispatch();
     }
 
@@ -481,7 +489,7 @@ impl<T: Real> Pass<'_, T> {
             Shared::new(through.as_mut_ptr()),
             Shared::new(bypass.as_mut_ptr()),
         );
-        let lstm = r.lstm();
+        let (lstm, gru) = (r.lstm(), matches!(r.mode, Mode::Gru));
         lockstep(steps + 1, units, |round, u| {
             let cols = unit_cols(h, units, u);
             let w = cols.len();
@@ -496,20 +504,28 @@ impl<T: Real> Pass<'_, T> {
             };
             if round > 0 {
                 // The state gradient after step `t`: back through the hidden projection, plus
-                // the bypass; samples past their length carry theirs unchanged.
+                // GRU's bypass; samples past their length carry theirs unchanged.
                 let t = time(d, steps - round, steps);
                 // SAFETY: that step's gate gradients are only read during this round (every
                 // unit of the round before has written its columns of them).
                 let dg_t = unsafe { pgh.piece(t, nb * gh) };
-                // SAFETY: as for `own`.
-                let mut back = unsafe { block_mut(pth, nb, h, &cols) };
-                blocks[u].product(&mat(dg_t, nb, gh), &mut back);
-                for n in (0..nb).filter(|&n| t < self.lens[n]) {
-                    let at = n * h + cols.start;
-                    let dhn = own(pdh, at);
-                    let (back, by) = (&own(pth, at)[..], &own(pby, at)[..]);
-                    for ((g, &b), &y) in dhn.iter_mut().zip(back).zip(by) {
-                        *g = b + y;
+                let dg_t = mat(dg_t, nb, gh);
+                if !gru && (0..nb).all(|n| t < self.lens[n]) {
+                    // Nothing to add, no sample to leave as it was: straight into `dh`.
+                    // SAFETY: as for `own`.
+                    blocks[u].product(&dg_t, &mut unsafe { block_mut(pdh, nb, h, &cols) });
+                } else {
+                    // SAFETY: as for `own`.
+                    blocks[u].product(&dg_t, &mut unsafe { block_mut(pth, nb, h, &cols) });
+                    for n in (0..nb).filter(|&n| t < self.lens[n]) {
+                        let at = n * h + cols.start;
+                        let dhn = own(pdh, at);
+                        dhn.copy_from_slice(own(pth, at));
+                        if gru {
+                            dhn.iter_mut()
+                                .zip(&*own(pby, at))
+                                .for_each(|(g, &b)| *g = *g + b);
+                        }
                     }
                 }
             }
@@ -548,24 +564,29 @@ impl<T: Real> Pass<'_, T> {
                 };
                 let dhn = own(pdh, n * h + cols.start);
                 let dy_row = &dy[row * width + d * h + cols.start..][..w];
+                if lstm {
+                    T::lstm_grad_row(LstmGradRow {
+                        dh: (dhn, dy_row),
+                        dc: own(pdc, n * h + cols.start),
+                        gates: row_cols(gate_buf, (row * gh, h), gates, &cols),
+                        tc: row_cols(extra, (row * ew, h), ew / h, &cols)[1],
+                        c_prev,
+                        dgates: gx,
+                    });
+                    continue;
+                }
                 for ((f, &a), &b) in dh_f.iter_mut().zip(&*dhn).zip(dy_row) {
                     *f = a + b;
                 }
-                let dcn: &mut [T] = match lstm {
-                    true => own(pdc, n * h + cols.start),
-                    false => &mut [],
-                };
-                // The part that bypasses the hidden projection waits in the bypass buffer for
-                // the next round.
+                // GRU's part that bypasses the hidden projection waits in the bypass buffer
+                // for the next round.
                 let by = own(pby, n * h + cols.start);
                 step_backward(
                     r.mode,
                     &dh_f,
-                    dcn,
                     row_cols(gate_buf, (row * gh, h), gates, &cols),
                     row_cols(extra, (row * ew, h), ew / h, &cols),
                     hp_row,
-                    c_prev,
                     gx,
                     gh_row,
                     by,
@@ -735,23 +756,20 @@ impl<T: Real> Unit<'_, '_, T> {
     }
 }
 
-/// The gradient through one step of one sample over a run of hidden units. In: `dh` the
-/// gradient of the step's output state (carried plus the layer output's), `dc` LSTM's carried
-/// cell gradient, the step's gates `g` and extra values `e`, the state before it `h_prev` /
-/// `c_prev`. Out: each gate's gradients of the input projection `dgx` and, for GRU, of the
-/// hidden projection `dgh` (they differ in its candidate; the other modes' are the same, and
-/// `dgh` is not written), `dc` becomes the previous cell's gradient, and the part of the
-/// previous state's gradient that bypasses the hidden projection (GRU's `z * dh`) goes to
-/// `dh_direct`.
+/// The gradient through one step of one sample over a run of hidden units, for the modes
+/// without a cell (LSTM's is [`Real::lstm_grad_row`]). In: `dh` the gradient of the step's
+/// output state (carried plus the layer output's), the step's gates `g` and extra values `e`,
+/// the state before it `h_prev`. Out: each gate's gradients of the input projection `dgx`
+/// and, for GRU, of the hidden projection `dgh` (they differ in its candidate; the other
+/// modes' are the same, and `dgh` is not written), and GRU's part of the previous state's
+/// gradient that bypasses the hidden projection (`z * dh`) to `dh_direct`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn step_backward<T: Real>(
     mode: Mode,
     dh: &[T],
-    dc: &mut [T],
     g: [&[T]; 4],
     e: [&[T]; 4],
     h_prev: &[T],
-    c_prev: &[T],
     dgx: [&mut [T]; 4],
     dgh: [&mut [T]; 4],
     dh_direct: &mut [T],
@@ -759,22 +777,6 @@ pub(super) fn step_backward<T: Real>(
     let one = T::one();
     for j in 0..dh.len() {
         match mode {
-            Mode::Lstm => {
-                let (i, f, gg, o) = (g[0][j], g[1][j], g[2][j], g[3][j]);
-                let tc = e[1][j];
-                let dct = dc[j] + dh[j] * o * (one - tc * tc);
-                let ds = [
-                    dct * gg * i * (one - i),
-                    dct * c_prev[j] * f * (one - f),
-                    dct * i * (one - gg * gg),
-                    dh[j] * tc * o * (one - o),
-                ];
-                for (k, v) in ds.into_iter().enumerate() {
-                    dgx[k][j] = v;
-                }
-                dc[j] = dct * f;
-                dh_direct[j] = T::zero();
-            }
             Mode::Gru => {
                 let (r, z, n) = (g[0][j], g[1][j], g[2][j]);
                 let dn = dh[j] * (one - z) * (one - n * n);
@@ -791,7 +793,6 @@ pub(super) fn step_backward<T: Real>(
             Mode::Tanh => {
                 let y = g[0][j];
                 dgx[0][j] = dh[j] * (one - y * y);
-                dh_direct[j] = T::zero();
             }
             Mode::Relu => {
                 dgx[0][j] = if g[0][j] > T::zero() {
@@ -799,8 +800,8 @@ pub(super) fn step_backward<T: Real>(
                 } else {
                     T::zero()
                 };
-                dh_direct[j] = T::zero();
             }
+            Mode::Lstm => unreachable!("the LSTM's step gradient is its own row"),
         }
     }
 }

@@ -148,6 +148,42 @@ fn the_fused_lstm_row_is_the_unfused_formula() {
     }
 }
 
+/// The vectorized LSTM gradient row gives the scalar formula's bits, on runs shorter than one
+/// vector, of whole vectors and with ragged ends.
+#[test]
+fn the_vectorized_lstm_gradient_row_is_the_scalar_one() {
+    use super::cell::{lstm_grad_row_scalar, LstmGradRow};
+    for w in [1, 5, 16, 17, 40, 128] {
+        let run = |k: usize| -> Vec<f32> {
+            (0..w)
+                .map(|j| ((j * 7919 + k * 104_729) % 2001) as f32 / 1000.0 - 1.0)
+                .collect()
+        };
+        let (carried, dy, tc, c_prev, dc) = (run(0), run(1), run(2), run(3), run(4));
+        let gates: [Vec<f32>; 4] = std::array::from_fn(|q| run(5 + q));
+        let mut outs = Vec::new();
+        for vectorized in [false, true] {
+            let mut dc = dc.clone();
+            let mut dg: [Vec<f32>; 4] = std::array::from_fn(|_| vec![0.0; w]);
+            let [d0, d1, d2, d3] = &mut dg;
+            let row = LstmGradRow {
+                dh: (&carried[..], &dy[..]),
+                dc: &mut dc,
+                gates: std::array::from_fn(|q| &gates[q][..]),
+                tc: &tc,
+                c_prev: &c_prev,
+                dgates: [d0, d1, d2, d3],
+            };
+            match vectorized {
+                true => f32::lstm_grad_row(row),
+                false => lstm_grad_row_scalar(row),
+            }
+            outs.push((dc, dg));
+        }
+        assert_eq!(outs[0], outs[1], "{w} units");
+    }
+}
+
 /// A layer's steps cut into 1, 2, 3 or 5 units of hidden units give the same results, forward
 /// (output, trace, final states) and backward (gate gradients, previous states, initial
 /// states' gradients), in every mode, both directions, with samples of full, partial and
