@@ -3,10 +3,11 @@
 //! separate passes (the biases, each activation over its block, the cell, the state, the
 //! copies to the output and the next state) each went back to memory, and they took a sixth of
 //! an LSTM's forward pass. The arithmetic is the unfused formula's, operation for operation,
-//! so both give the same bits:
+//! so both give the same bits; the biases are added in MXNet's order, after the input and
+//! hidden projections' sum `s_q` (the step's product adds the one onto the other):
 //!
 //! ```text
-//! v_q = (x_q + bx_q) + (h_q + bh_q)            for the gates q = i, f, g, o
+//! v_q = (s_q + bx_q) + bh_q                    for the gates q = i, f, g, o
 //! i, f, o = sigmoid(v_i, v_f, v_o);  g = tanh(v_g)
 //! c' = f c + i g;  h' = o tanh(c')
 //! ```
@@ -19,10 +20,8 @@ use super::recurrence::Real;
 
 /// One sample's run of `w` hidden units at one step: what [`Real::lstm_row`] reads and writes.
 pub(crate) struct LstmRow<'s, T> {
-    /// The gates' hidden projections (`h_q` above), `w` each.
-    pub hidden: [&'s [T]; 4],
-    /// The gates' input projections (`x_q`, the trace's row); with `kept` they come back as
-    /// the activated gates, which the backward pass reads.
+    /// The gates' projections, input plus hidden (`s_q` above, the trace's row), `w` each;
+    /// with `kept` they come back as the activated gates, which the backward pass reads.
     pub input: [&'s mut [T]; 4],
     /// The input and the hidden biases' runs, per gate.
     pub biases: ([&'s [T]; 4], [&'s [T]; 4]),
@@ -37,7 +36,6 @@ pub(crate) struct LstmRow<'s, T> {
 /// The formula element by element, for the element types without a vectorized version.
 pub(super) fn lstm_row_scalar<T: Real>(row: LstmRow<'_, T>) {
     let LstmRow {
-        hidden,
         input,
         biases: (bx, bh),
         cell,
@@ -47,7 +45,7 @@ pub(super) fn lstm_row_scalar<T: Real>(row: LstmRow<'_, T>) {
     let one = T::one();
     let sigmoid = |v: T| one / (one + (-v).exp());
     for j in 0..cell.len() {
-        let v = |q: usize| (input[q][j] + bx[q][j]) + (hidden[q][j] + bh[q][j]);
+        let v = |q: usize| (input[q][j] + bx[q][j]) + bh[q][j];
         let (i, f, g, o) = (sigmoid(v(0)), sigmoid(v(1)), v(2).tanh(), sigmoid(v(3)));
         let c = f * cell[j] + i * g;
         let tc = c.tanh();
@@ -74,7 +72,6 @@ impl SimdOp for LstmRow<'_, f32> {
     fn eval<I: Isa>(self, isa: I) {
         let ops = isa.f32();
         let LstmRow {
-            hidden,
             input,
             biases: (bx, bh),
             cell,
@@ -83,7 +80,7 @@ impl SimdOp for LstmRow<'_, f32> {
         } = self;
         let w = cell.len();
         let lanes = ops.len();
-        let all_there = hidden.iter().chain(&bx).chain(&bh).all(|s| s.len() == w)
+        let all_there = bx.iter().chain(&bh).all(|s| s.len() == w)
             && input.iter().all(|s| s.len() == w)
             && next.len() == w
             && out.len() == w
@@ -113,7 +110,7 @@ impl SimdOp for LstmRow<'_, f32> {
             let mut v = [ops.zero(); 4];
             for q in 0..4 {
                 let x = ops.add(load!(input[q]), load!(bx[q].as_ptr()));
-                v[q] = ops.add(x, ops.add(load!(hidden[q].as_ptr()), load!(bh[q].as_ptr())));
+                v[q] = ops.add(x, load!(bh[q].as_ptr()));
             }
             let i = Sigmoid::apply(isa, v[0]);
             let f = Sigmoid::apply(isa, v[1]);

@@ -342,8 +342,8 @@ pub(super) fn backward<T: Real>(
             again * r.layers * ll,          // every layer's output
             again * r.layers * r.dirs * tl, // every trace
             // The forward pass's steps' scratch; the steps backward's state gradient through
-            // the hidden projection, and its bypass (less).
-            pass.step_scratch(),
+            // the hidden projection, and its bypass.
+            pass.step_scratch().max(2 * nb * h),
             again * state, // final states (not needed)
             again * if r.lstm() { state } else { 0 },
             2 * ll,    // the gradient of a layer's output, and of the one below

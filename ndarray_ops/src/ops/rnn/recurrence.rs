@@ -34,11 +34,13 @@ pub(crate) trait Real: Element + num_traits::Float {
     fn lstm_grad_row(row: LstmGradRow<'_, Self>) {
         lstm_grad_row_scalar(row);
     }
-    /// `c = a b` from `b` packed; false (nothing done) where it cannot run.
+    /// `c = a b` (with `add`, `c += a b`) from `b` packed; false (nothing done) where it
+    /// cannot run.
     fn gemm_packed(
         _a: &ArrayView2<'_, Self>,
         _b: &gemm::Packed,
         _c: &mut ArrayViewMut2<'_, Self>,
+        _add: bool,
     ) -> bool {
         false
     }
@@ -83,6 +85,7 @@ impl Real for f32 {
         a: &ArrayView2<'_, f32>,
         b: &gemm::Packed,
         c: &mut ArrayViewMut2<'_, f32>,
+        add: bool,
     ) -> bool {
         let ((m, k), n) = (a.dim(), b.dim().1);
         if !gemm::available() || b.dim().0 != k || c.dim() != (m, n) {
@@ -99,9 +102,10 @@ impl Real for f32 {
             rs: sc.0,
             cs: sc.1,
         };
+        let beta = if add { 1.0 } else { 0.0 };
         // SAFETY: the views' elements at their strides (`c`'s own, apart from `a` and `b`);
         // the GEMM runs here (checked above).
-        unsafe { gemm::sgemm_serial(m, k, n, &am, b, 0.0, gemm::Batches::whole(cm)) };
+        unsafe { gemm::sgemm_serial(m, k, n, &am, b, beta, gemm::Batches::whole(cm)) };
         true
     }
 }
@@ -298,11 +302,17 @@ impl<'a, T: Real> Weights<'a, T> {
         }
     }
 
-    /// `c = a x self`.
-    pub(super) fn product(&self, a: &ArrayView2<'_, T>, c: &mut ArrayViewMut2<'_, T>) {
+    /// `c = a x self`, or with `add` `c += a x self`.
+    pub(super) fn product(&self, a: &ArrayView2<'_, T>, c: &mut ArrayViewMut2<'_, T>, add: bool) {
         let packed = self.packed.get_or_init(|| T::pack(&self.view));
-        if !packed.as_ref().is_some_and(|p| T::gemm_packed(a, p, c)) {
-            T::gemm(a, &self.view, c);
+        if !packed
+            .as_ref()
+            .is_some_and(|p| T::gemm_packed(a, p, c, add))
+        {
+            match add {
+                true => T::gemm_add(a, &self.view, c),
+                false => T::gemm(a, &self.view, c),
+            }
         }
     }
 }
@@ -318,24 +328,30 @@ impl<T: Real> Pass<'_, T> {
     }
 
     /// Floats of scratch [`Pass::forward_layer`] takes: per unit its gates' hidden
-    /// projections, `G` blocks of `(N, w)`; and the second state buffer.
+    /// projections, `G` blocks of `(N, w)` (not the LSTM's: it adds them onto the input
+    /// projections in the trace); and the second state buffer.
     pub(crate) fn step_scratch(&self) -> usize {
         let w = unit_width(self.r.hidden, self.units);
-        let gates = self.r.gh() / self.r.hidden;
+        let gates = match self.r.lstm() {
+            true => 0,
+            false => self.r.gh() / self.r.hidden,
+        };
         self.batch * (gates * w * self.units + self.r.hidden)
     }
 
     /// Runs layer `l` (both directions) on `input` `(T, N, In)` into `output` `(T, N, D*H)`,
     /// leaving each direction's trace in `traces` (one after the other, or all in one when
     /// `traces` holds one) and the final states in `hy` / `cy` `(L*D, N, H)`. `scratch` holds
-    /// [`Pass::step_scratch`] floats. Without `keep` the trace is scratch, and only the input
-    /// projection is written to it.
+    /// [`Pass::step_scratch`] floats. Without `keep` the trace is scratch, and only the
+    /// projections are written to it.
     ///
     /// Each step runs as [`lockstep`] units, one per run of hidden units (all of an LSTM's four
     /// gates for them): a unit's products need only the state before, and the gates of a
     /// hidden unit only its own pre-activations, so a step is one round of units, writing the
-    /// next state into the other of two buffers. A unit keeps its pre-activations gate after
-    /// gate over every sample, so that each activation is one call over the whole block.
+    /// next state into the other of two buffers. The LSTM adds its hidden projections onto
+    /// the input projections in the trace and runs its cell as one fused pass per sample
+    /// ([`Real::lstm_row`]); the other modes keep their hidden projections gate after gate over
+    /// every sample, so that each activation is one call over the whole block.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn forward_layer(
         &self,
@@ -406,6 +422,7 @@ impl<T: Real> Pass<'_, T> {
                 Shared::new(spare.as_mut_ptr()),
             ];
             let pblocks = Shared::new(blocks_buf.as_mut_ptr());
+            let lstm = self.r.lstm();
             lockstep(self.steps, units, |step, u| {
                 let cols = unit_cols(h, units, u);
                 let (from, to) = (bufs[step % 2], bufs[(step + 1) % 2]);
@@ -419,12 +436,36 @@ impl<T: Real> Pass<'_, T> {
                         pblocks.piece_mut(u, per_unit),
                     )
                 };
-                let pre = &mut work[..gates * nb * cols.len()];
-                for (q, block) in pre.chunks_exact_mut(nb * cols.len()).enumerate() {
-                    let mut c = mat_mut(block, nb, cols.len());
-                    blocks[u * gates + q].product(&mat(h_prev, nb, h), &mut c);
-                }
+                let pre = match lstm {
+                    true => &mut [][..],
+                    false => &mut work[..gates * nb * cols.len()],
+                };
                 let t = time(d, step, self.steps);
+                let lhs = mat(h_prev, nb, h);
+                for q in 0..gates {
+                    let weights = &blocks[u * gates + q];
+                    match lstm {
+                        // The LSTM adds its hidden projections onto the input projections in
+                        // the trace's rows: the product's tiles fetch those rows ahead (a row
+                        // a page apart from the next, which the cell stalled on when reading
+                        // them itself), and the cell reads the sums while they are cached.
+                        true => {
+                            let at =
+                                Shared::new(unit.gates.get().wrapping_add(t * nb * gh + q * h));
+                            // SAFETY: the step's rows of the trace, this unit's columns of gate
+                            // `q`: this unit's alone during the step.
+                            weights.product(
+                                &lhs,
+                                &mut unsafe { block_mut(at, nb, gh, &cols) },
+                                true,
+                            );
+                        }
+                        false => {
+                            let block = &mut pre[q * nb * cols.len()..(q + 1) * nb * cols.len()];
+                            weights.product(&lhs, &mut mat_mut(block, nb, cols.len()), false);
+                        }
+                    }
+                }
                 // SAFETY: this unit alone touches its hidden units' columns of the buffers
                 // during the step.
                 wide(|| unsafe { unit.step(t, &cols, pre, h_prev, to) });
@@ -513,10 +554,10 @@ impl<T: Real> Pass<'_, T> {
                 if !gru && (0..nb).all(|n| t < self.lens[n]) {
                     // Nothing to add, no sample to leave as it was: straight into `dh`.
                     // SAFETY: as for `own`.
-                    blocks[u].product(&dg_t, &mut unsafe { block_mut(pdh, nb, h, &cols) });
+                    blocks[u].product(&dg_t, &mut unsafe { block_mut(pdh, nb, h, &cols) }, false);
                 } else {
                     // SAFETY: as for `own`.
-                    blocks[u].product(&dg_t, &mut unsafe { block_mut(pth, nb, h, &cols) });
+                    blocks[u].product(&dg_t, &mut unsafe { block_mut(pth, nb, h, &cols) }, false);
                     for n in (0..nb).filter(|&n| t < self.lens[n]) {
                         let at = n * h + cols.start;
                         let dhn = own(pdh, at);
@@ -616,7 +657,8 @@ struct Unit<'p, 'a, T> {
 
 impl<T: Real> Unit<'_, '_, T> {
     /// Step `t` of the hidden units `cols` of every sample: `pre` holds their hidden
-    /// projections, `G` blocks of `(N, w)` (the plain modes and GRU activate them in place);
+    /// projections, `G` blocks of `(N, w)` (the plain modes and GRU activate them in place;
+    /// the LSTM's are already in the trace, added to the input projections);
     /// the state before is `h_prev` `(N, H)`, and the state after goes to `next`. Samples past
     /// their length output zeros and keep their state.
     ///
@@ -665,7 +707,6 @@ impl<T: Real> Unit<'_, '_, T> {
             }
             if lstm {
                 T::lstm_row(LstmRow {
-                    hidden: std::array::from_fn(|q| &pre[block(q, n)]),
                     input: std::array::from_fn(|q| gx(n, q)),
                     biases: (
                         std::array::from_fn(|q| &bx[at(q)]),
