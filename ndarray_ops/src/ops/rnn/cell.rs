@@ -13,7 +13,7 @@
 //! ```
 
 use rten_simd::ops::NumOps;
-use rten_simd::{Isa, SimdOp, SimdUnaryOp};
+use rten_simd::{Isa, Simd, SimdOp, SimdUnaryOp};
 use rten_vecmath::{Sigmoid, Tanh};
 
 use super::recurrence::Real;
@@ -90,44 +90,32 @@ impl SimdOp for LstmRow<'_, f32> {
         let kept = kept.map(|k| k.map(|s| s.as_mut_ptr()));
         let (cell, next, out) = (cell.as_mut_ptr(), next.as_mut_ptr(), out.as_mut_ptr());
         for j in (0..w).step_by(lanes) {
-            let mask = ops.first_n_mask((w - j).min(lanes));
-            // Macros, not closures: a closure is a function of its own, compiled without the
-            // vector features `eval` is inlined under.
-            macro_rules! load {
-                ($p:expr) => {
-                    // SAFETY: each run holds `w` elements (asserted above), so the lanes the
-                    // mask keeps, `j..min(j + lanes, w)`, lie inside it; the others are not read.
-                    unsafe { ops.load_ptr_mask($p.add(j), mask) }
-                };
-            }
-            macro_rules! store {
-                ($v:expr, $p:expr) => {
-                    // SAFETY: as for `load`; nothing else borrows the written runs meanwhile
-                    // (each came as a `&mut`).
-                    unsafe { ops.store_ptr_mask($v, $p.add(j), mask) }
-                };
-            }
-            let mut v = [ops.zero(); 4];
-            for q in 0..4 {
-                let x = ops.add(load!(input[q]), load!(bx[q].as_ptr()));
-                v[q] = ops.add(x, load!(bh[q].as_ptr()));
-            }
-            let i = Sigmoid::apply(isa, v[0]);
-            let f = Sigmoid::apply(isa, v[1]);
-            let g = Tanh::apply(isa, v[2]);
-            let o = Sigmoid::apply(isa, v[3]);
-            let c = ops.add(ops.mul(f, load!(cell)), ops.mul(i, g));
-            let tc = Tanh::apply(isa, c);
-            let h = ops.mul(o, tc);
-            store!(c, cell);
-            store!(h, next);
-            store!(h, out);
-            if let Some([kc, ktc]) = kept {
-                for (q, a) in [i, f, g, o].into_iter().enumerate() {
-                    store!(a, input[q]);
+            let at = Lanes::new(ops, w, j);
+            // SAFETY: every run holds `w` elements (asserted above), so the lanes `at` keeps
+            // lie inside each; the written runs came as `&mut`, nothing else borrows them.
+            unsafe {
+                let mut v = [ops.zero(); 4];
+                for q in 0..4 {
+                    let x = ops.add(at.load(input[q]), at.load(bx[q].as_ptr()));
+                    v[q] = ops.add(x, at.load(bh[q].as_ptr()));
                 }
-                store!(c, kc);
-                store!(tc, ktc);
+                let i = Sigmoid::apply(isa, v[0]);
+                let f = Sigmoid::apply(isa, v[1]);
+                let g = Tanh::apply(isa, v[2]);
+                let o = Sigmoid::apply(isa, v[3]);
+                let c = ops.add(ops.mul(f, at.load(cell)), ops.mul(i, g));
+                let tc = Tanh::apply(isa, c);
+                let h = ops.mul(o, tc);
+                at.store(c, cell);
+                at.store(h, next);
+                at.store(h, out);
+                if let Some([kc, ktc]) = kept {
+                    for (q, a) in [i, f, g, o].into_iter().enumerate() {
+                        at.store(a, input[q]);
+                    }
+                    at.store(c, kc);
+                    at.store(tc, ktc);
+                }
             }
         }
     }
@@ -213,43 +201,67 @@ impl SimdOp for LstmGradRow<'_, f32> {
         let dgates = dgates.map(|s| s.as_mut_ptr());
         let dc = dc.as_mut_ptr();
         for j in (0..w).step_by(lanes) {
-            let mask = ops.first_n_mask((w - j).min(lanes));
-            // As in the forward row: macros, so that the vector code stays in `eval`.
-            macro_rules! load {
-                ($p:expr) => {
-                    // SAFETY: each run holds `w` elements (asserted above), so the lanes the
-                    // mask keeps lie inside it; the others are not read.
-                    unsafe { ops.load_ptr_mask($p.add(j), mask) }
-                };
-            }
-            macro_rules! store {
-                ($v:expr, $p:expr) => {
-                    // SAFETY: as for `load`; the written runs came as `&mut`.
-                    unsafe { ops.store_ptr_mask($v, $p.add(j), mask) }
-                };
-            }
+            let at = Lanes::new(ops, w, j);
             let one = ops.one();
-            let dh = ops.add(load!(carried.as_ptr()), load!(dy.as_ptr()));
-            let (i, f) = (load!(gates[0].as_ptr()), load!(gates[1].as_ptr()));
-            let (g, o) = (load!(gates[2].as_ptr()), load!(gates[3].as_ptr()));
-            let tc = load!(tc.as_ptr());
-            let dct = ops.add(
-                load!(dc),
-                ops.mul(ops.mul(dh, o), ops.sub(one, ops.mul(tc, tc))),
-            );
-            let ds = [
-                ops.mul(ops.mul(ops.mul(dct, g), i), ops.sub(one, i)),
-                ops.mul(
-                    ops.mul(ops.mul(dct, load!(c_prev.as_ptr())), f),
-                    ops.sub(one, f),
-                ),
-                ops.mul(ops.mul(dct, i), ops.sub(one, ops.mul(g, g))),
-                ops.mul(ops.mul(ops.mul(dh, tc), o), ops.sub(one, o)),
-            ];
-            for (q, d) in ds.into_iter().enumerate() {
-                store!(d, dgates[q]);
+            // SAFETY: as in the forward row.
+            unsafe {
+                let dh = ops.add(at.load(carried.as_ptr()), at.load(dy.as_ptr()));
+                let (i, f) = (at.load(gates[0].as_ptr()), at.load(gates[1].as_ptr()));
+                let (g, o) = (at.load(gates[2].as_ptr()), at.load(gates[3].as_ptr()));
+                let tc = at.load(tc.as_ptr());
+                let dct = ops.add(
+                    at.load(dc),
+                    ops.mul(ops.mul(dh, o), ops.sub(one, ops.mul(tc, tc))),
+                );
+                let ds = [
+                    ops.mul(ops.mul(ops.mul(dct, g), i), ops.sub(one, i)),
+                    ops.mul(
+                        ops.mul(ops.mul(dct, at.load(c_prev.as_ptr())), f),
+                        ops.sub(one, f),
+                    ),
+                    ops.mul(ops.mul(dct, i), ops.sub(one, ops.mul(g, g))),
+                    ops.mul(ops.mul(ops.mul(dh, tc), o), ops.sub(one, o)),
+                ];
+                for (q, d) in ds.into_iter().enumerate() {
+                    at.store(d, dgates[q]);
+                }
+                at.store(ops.mul(dct, f), dc);
             }
-            store!(ops.mul(dct, f), dc);
         }
+    }
+}
+
+/// Lanes `j..` of runs `w` long, a vector's worth, under a mask that keeps those inside the
+/// runs: both rows' loads and stores. (Methods inlined always, not closures: a closure is a
+/// function of its own, compiled without the vector features `eval` is inlined under.)
+#[derive(Clone, Copy)]
+struct Lanes<O: NumOps<f32>> {
+    ops: O,
+    mask: <O::Simd as Simd>::Mask,
+    j: usize,
+}
+
+impl<O: NumOps<f32>> Lanes<O> {
+    #[inline(always)]
+    fn new(ops: O, w: usize, j: usize) -> Self {
+        let mask = ops.first_n_mask((w - j).min(ops.len()));
+        Lanes { ops, mask, j }
+    }
+
+    /// # Safety
+    /// The run at `p` holds the lanes the mask keeps.
+    #[inline(always)]
+    unsafe fn load(self, p: *const f32) -> O::Simd {
+        // SAFETY: the contract; masked-off lanes are not read.
+        unsafe { self.ops.load_ptr_mask(p.add(self.j), self.mask) }
+    }
+
+    /// # Safety
+    /// The run at `p` holds the lanes the mask keeps, and nothing else reads or writes them
+    /// meanwhile.
+    #[inline(always)]
+    unsafe fn store(self, v: O::Simd, p: *mut f32) {
+        // SAFETY: the contract; masked-off lanes are not written.
+        unsafe { self.ops.store_ptr_mask(v, p.add(self.j), self.mask) }
     }
 }

@@ -693,7 +693,45 @@ impl<T: Real> Unit<'_, '_, T> {
         let block = |q: usize, n: usize| (q * nb + n) * w..(q * nb + n + 1) * w;
         let lstm = matches!(p.r.mode, Mode::Lstm);
         if !lstm {
-            self.activate(t, cols, pre);
+            // The modes without a cell activate `pre` in place: the biases added, in the
+            // order of the unfused formula (GRU's candidate keeps its hidden part apart: it is
+            // scaled by the reset gate first), then each activation over a whole block.
+            let summed = match p.r.mode {
+                Mode::Gru => 2,
+                _ => gates,
+            };
+            for n in (0..nb).filter(|&n| live(n)) {
+                for q in 0..summed {
+                    let (x, b1, b2) = (gx(n, q), &bx[at(q)], &bh[at(q)]);
+                    let r = block(q, n);
+                    for (((v, &x), &b1), &b2) in pre[r].iter_mut().zip(&*x).zip(b1).zip(b2) {
+                        *v = (x + b1) + (*v + b2);
+                    }
+                }
+            }
+            let whole = |q: usize| q * nb * w..(q + 1) * nb * w;
+            match p.r.mode {
+                Mode::Gru => {
+                    T::sigmoid_all(&mut pre[whole(0).start..whole(1).end]);
+                    for n in (0..nb).filter(|&n| live(n)) {
+                        let (rz, cand) = pre.split_at_mut(whole(2).start);
+                        let (x, b1, b2) = (gx(n, 2), &bx[at(2)], &bh[at(2)]);
+                        let (r, hn) = (&rz[block(0, n)], &mut cand[n * w..(n + 1) * w]);
+                        let mut e = self.keep.then(|| ex(n, 0));
+                        for j in 0..w {
+                            let hb = hn[j] + b2[j];
+                            if let Some(e) = e.as_deref_mut() {
+                                e[j] = hb;
+                            }
+                            hn[j] = (x[j] + b1[j]) + r[j] * hb;
+                        }
+                    }
+                    T::tanh_all(&mut pre[whole(2)]);
+                }
+                Mode::Tanh => T::tanh_all(pre),
+                Mode::Relu => pre.iter_mut().for_each(|v| *v = v.max(T::zero())),
+                Mode::Lstm => unreachable!("the LSTM's gates are fused into its cell"),
+            }
         }
         for n in 0..nb {
             let row = t * nb + n;
@@ -733,66 +771,6 @@ impl<T: Real> Unit<'_, '_, T> {
                 _ => hn.copy_from_slice(g(0)),
             }
             out.copy_from_slice(hn);
-        }
-    }
-
-    /// The gates of the modes without a cell, activated in place in `pre` (see
-    /// [`Unit::step`]): the biases added, in the order of the unfused formula (GRU's
-    /// candidate keeps its hidden part apart: it is scaled by the reset gate first), then each
-    /// activation over a whole block at once; GRU's scaled hidden part goes to the trace.
-    ///
-    /// # Safety
-    /// As [`Unit::step`].
-    #[inline(always)]
-    unsafe fn activate(&self, t: usize, cols: &Range<usize>, pre: &mut [T]) {
-        let p = self.pass;
-        let (h, gh, nb, ew, w) = (p.r.hidden, p.r.gh(), p.batch, p.extra(), cols.len());
-        let gates = gh / h;
-        let (bx, bh) = self.biases;
-        let live = |n: usize| t < p.lens[n];
-        let own = |b: Shared<T>, at: usize| {
-            // SAFETY: as in `step`.
-            unsafe { std::slice::from_raw_parts_mut(b.get().add(at), w) }
-        };
-        let gx = |n: usize, q: usize| own(self.gates, (t * nb + n) * gh + q * h + cols.start);
-        let ex = |n: usize, q: usize| own(self.extra, (t * nb + n) * ew + q * h + cols.start);
-        let at = |q: usize| q * h + cols.start..q * h + cols.end;
-        let block = |q: usize, n: usize| (q * nb + n) * w..(q * nb + n + 1) * w;
-        let summed = match p.r.mode {
-            Mode::Gru => 2,
-            _ => gates,
-        };
-        for n in (0..nb).filter(|&n| live(n)) {
-            for q in 0..summed {
-                let (x, b1, b2) = (gx(n, q), &bx[at(q)], &bh[at(q)]);
-                let r = block(q, n);
-                for (((v, &x), &b1), &b2) in pre[r].iter_mut().zip(&*x).zip(b1).zip(b2) {
-                    *v = (x + b1) + (*v + b2);
-                }
-            }
-        }
-        let whole = |q: usize| q * nb * w..(q + 1) * nb * w;
-        match p.r.mode {
-            Mode::Gru => {
-                T::sigmoid_all(&mut pre[whole(0).start..whole(1).end]);
-                for n in (0..nb).filter(|&n| live(n)) {
-                    let (rz, cand) = pre.split_at_mut(whole(2).start);
-                    let (x, b1, b2) = (gx(n, 2), &bx[at(2)], &bh[at(2)]);
-                    let (r, hn) = (&rz[block(0, n)], &mut cand[n * w..(n + 1) * w]);
-                    let mut e = self.keep.then(|| ex(n, 0));
-                    for j in 0..w {
-                        let hb = hn[j] + b2[j];
-                        if let Some(e) = e.as_deref_mut() {
-                            e[j] = hb;
-                        }
-                        hn[j] = (x[j] + b1[j]) + r[j] * hb;
-                    }
-                }
-                T::tanh_all(&mut pre[whole(2)]);
-            }
-            Mode::Tanh => T::tanh_all(pre),
-            Mode::Relu => pre.iter_mut().for_each(|v| *v = v.max(T::zero())),
-            Mode::Lstm => unreachable!("the LSTM's gates are fused into its cell"),
         }
     }
 }
