@@ -574,7 +574,9 @@ impl<T: Real> Pass<'_, T> {
                 return;
             }
             let t = time(d, steps - 1 - round, steps);
-            let mut dh_f = vec![T::zero(); w];
+            // The state's whole gradient, carried plus the output's, for the modes that take it
+            // as a slice (the LSTM's row sums the two itself): no allocation per round there.
+            let mut dh_f = vec![T::zero(); if lstm { 0 } else { w }];
             for n in 0..nb {
                 let row = t * nb + n;
                 // SAFETY: row `row`'s columns `cols` of each gate's gradients are this unit's
