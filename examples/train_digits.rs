@@ -257,8 +257,15 @@ pub fn train(
         ("data".to_string(), data_shape.clone()),
         ("softmax_label".to_string(), vec![batch]),
     ]);
+    // `dist_async` applies each rank's share of a batch as an update of its own (scaled by
+    // that share, as MXNet's Module scales it): the rate shrinks by the ranks' number so that a
+    // sample moves the weights as far as under `dist_sync` (the linear scaling rule, per update).
+    let lr = match kv.is_async() {
+        true => 0.1 / workers as f64,
+        false => 0.1,
+    };
     let sgd = Sgd {
-        lr: 0.1,
+        lr,
         momentum: 0.9,
         wd: 1e-4,
     };

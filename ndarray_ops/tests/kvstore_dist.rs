@@ -7,8 +7,9 @@
 //! stalls ending the job with a clear message within the timeout instead of hanging. For
 //! `dist_async`: every rank's pushes applied once each by rank 0, with nothing lost; a pull
 //! after a barrier seeing them all; staleness counted as the updates a gradient did not see; a
-//! failed update on rank 0 reported to the rank that pushed it; and a dead rank 0 failing a
-//! pull within the timeout.
+//! failed update on rank 0 reported to the rank that pushed it; pulls in flight together, each
+//! reply landing in its own key's array while another key's is held back; and a dead rank 0
+//! failing a pull within the timeout.
 #![cfg(feature = "mpi")]
 
 use std::process::Command;
@@ -568,4 +569,98 @@ fn a_dead_async_server() {
     kv.pull(0, &[&v], 0).unwrap();
     rt.wait_all().unwrap();
     println!("rank1 finished");
+}
+
+#[test]
+fn dist_async_pulls_in_flight_are_answered_out_of_order() {
+    if in_rank() || !have_mpiexec() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("mxrs-async-pulls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let signal = dir.join("others-pulled");
+    let (ok, out, err) = launch(
+        "dist_async_pulls_in_flight",
+        &[("MXRS_TEST_SIGNAL", signal.to_str().unwrap())],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(ok, "the ranks failed:\n{out}\n{err}");
+    // Rank 1's pulls of the other keys were answered while key 0's weight was held on rank
+    // 0 (pulls one at a time would have waited behind key 0's until the hold timed out).
+    assert_eq!(lines(&out, 0, "hold"), vec!["released by rank 1"], "{out}");
+    // Every reply landed in its own key's array.
+    assert_eq!(lines(&out, 1, "pulled"), vec!["all 8 keys right"], "{out}");
+}
+
+#[test]
+fn dist_async_pulls_in_flight() {
+    if !in_rank() {
+        return;
+    }
+    let signal = std::path::PathBuf::from(std::env::var("MXRS_TEST_SIGNAL").unwrap());
+    let rt = rt();
+    let kv = KVStore::create(&rt, "dist_async").unwrap();
+    let host = Context::cpu(0);
+    // Key k holds 4 + k copies of k; rank 0 keeps key 0's array as the store's own.
+    let arrays: Vec<NDArray> = (0..8)
+        .map(|k| rt.from_vec(vec![k as f32; 4 + k], &[4 + k], host).unwrap())
+        .collect();
+    kv.init_shared(0, &arrays[0]).unwrap();
+    for (k, a) in arrays.iter().enumerate().skip(1) {
+        kv.init(k as i32, a).unwrap();
+    }
+    rt.wait_all().unwrap();
+    if kv.rank() == 0 {
+        // Holds key 0's weight (an op writing it) until rank 1 says its other pulls came back,
+        // or 20 s pass.
+        let released = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = released.clone();
+        let hold = engine::Op::asynchronous("hold", move |_, done| {
+            std::thread::spawn(move || {
+                let start = Instant::now();
+                while start.elapsed() < Duration::from_secs(20) {
+                    if signal.exists() {
+                        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                done.complete(Ok(()));
+            });
+        });
+        rt.engine().push(hold.write(arrays[0].var())).unwrap();
+        kv.barrier().unwrap();
+        kv.barrier().unwrap();
+        rt.wait_all().unwrap();
+        let how = match released.load(std::sync::atomic::Ordering::SeqCst) {
+            true => "released by rank 1",
+            false => "timed out",
+        };
+        println!("rank0 hold {how}");
+    } else {
+        kv.barrier().unwrap();
+        let outs: Vec<NDArray> = (0..8)
+            .map(|k| rt.zeros(&[4 + k], ndarray_ops::DType::F32, host).unwrap())
+            .collect();
+        for (k, o) in outs.iter().enumerate() {
+            kv.pull(k as i32, &[o], 0).unwrap();
+        }
+        for o in &outs[1..] {
+            o.wait_to_read().unwrap();
+        }
+        std::fs::write(&signal, b"").unwrap();
+        let right = outs
+            .iter()
+            .enumerate()
+            .all(|(k, o)| values(o) == vec![k as f32; 4 + k]);
+        println!(
+            "rank1 pulled {}",
+            if right {
+                "all 8 keys right"
+            } else {
+                "wrong values"
+            }
+        );
+        kv.barrier().unwrap();
+    }
 }

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use mpi::collective::SystemOperation;
 use mpi::traits::*;
 
-use super::dist_async::{Reply, Service, Table, TAG_REPLY, TAG_REQUEST};
+use super::dist_async::{reply_id, Reply, Service, Table, TAG_REPLY, TAG_REQUEST};
 use super::Key;
 use crate::error::{invalid, Result};
 use crate::ops::TensorRef;
@@ -66,8 +66,14 @@ pub(super) enum Work {
     },
     /// Send `bytes` to rank 0 as a `dist_async` request that has no reply (a push).
     Send { bytes: Vec<u8> },
-    /// Send `request` to rank 0 and hand its reply to `then` (a `dist_async` pull or sync).
-    Fetch { request: Vec<u8>, then: Then },
+    /// Send `request` (whose id is `id`) to rank 0 and hand its reply to `then` (a
+    /// `dist_async` pull or sync). The thread goes on with the next tickets meanwhile: the
+    /// reply is taken, and the call's `done` told, whenever it arrives.
+    Fetch {
+        id: u64,
+        request: Vec<u8>,
+        then: Then,
+    },
     /// Nothing: the stand-in for a point-to-point call whose op never ran (no other rank waits
     /// for it, but its ticket must be used).
     Skip,
@@ -284,19 +290,100 @@ fn serve(
         early.insert(req.ticket, req);
         while let Some(req) = early.remove(&expected) {
             expected += 1;
-            let result = execute(world, &req.what, req.work, limit);
-            (req.done)(result);
+            match req.work {
+                Work::Fetch { id, request, then } => {
+                    send_bytes(world, 0, TAG_REQUEST, &request, &req.what, limit);
+                    IN_FLIGHT.with(|f| {
+                        f.borrow_mut().insert(
+                            id,
+                            InFlight {
+                                what: req.what,
+                                since: Instant::now(),
+                                then,
+                                done: req.done,
+                            },
+                        )
+                    });
+                }
+                work => {
+                    let result = execute(world, &req.what, work, limit);
+                    (req.done)(result);
+                }
+            }
         }
     }
-    for (_, req) in early {
-        (req.done)(Err("the process is exiting".to_string()));
+    let unanswered = IN_FLIGHT.with(|f| std::mem::take(&mut *f.borrow_mut()));
+    let held = early.into_values().map(|req| req.done);
+    for done in unanswered.into_values().map(|f| f.done).chain(held) {
+        done(Err("the process is exiting".to_string()));
     }
     finished
+}
+
+/// A request sent to rank 0 whose reply has not come yet.
+struct InFlight {
+    what: String,
+    since: Instant,
+    then: Then,
+    done: Done,
+}
+
+/// Takes the replies that have arrived for this thread's requests in flight, each to its
+/// request's `then` and `done`; whether there were any. Past the limit without its reply, the
+/// oldest request ends the job, as a collective does.
+fn take_replies(world: &mpi::topology::SimpleCommunicator, limit: Duration) -> bool {
+    use mpi::point_to_point::MatchedReceiveVec;
+    if IN_FLIGHT.with(|f| f.borrow().is_empty()) {
+        return false;
+    }
+    let root = world.process_at_rank(0);
+    let mut took = false;
+    while let Some(probed) = root.immediate_matched_probe_with_tag(TAG_REPLY) {
+        let reply = probed.matched_receive_vec::<u8>().0;
+        took = true;
+        let asked = reply_id(&reply).and_then(|id| IN_FLIGHT.with(|f| f.borrow_mut().remove(&id)));
+        match asked {
+            Some(f) => (f.done)((f.then)(&reply)),
+            None => eprintln!("mxrs kvstore: rank 0 answered a request this rank did not send"),
+        }
+    }
+    let late = IN_FLIGHT.with(|f| {
+        f.borrow()
+            .values()
+            .min_by_key(|f| f.since)
+            .filter(|f| f.since.elapsed() > limit)
+            .map(|f| f.what.clone())
+    });
+    if let Some(what) = late {
+        give_up(world, &what, limit);
+    }
+    took
+}
+
+/// Whether this thread has requests in flight.
+fn awaiting() -> bool {
+    IN_FLIGHT.with(|f| !f.borrow().is_empty())
+}
+
+/// Ends the job after `what` waited past `limit` for a peer.
+fn give_up(world: &mpi::topology::SimpleCommunicator, what: &str, limit: Duration) -> ! {
+    let line = format!(
+        "mxrs kvstore: rank {}: {what} did not complete within {:.0} s: a peer rank died or \
+         stalled (MXRS_KVSTORE_TIMEOUT sets the limit); ending the job\n",
+        world.rank(),
+        limit.as_secs_f64()
+    );
+    // One write, so that the launcher, tearing the job down, forwards the line whole
+    // (`eprintln!` writes it in pieces, and the job once ended after the first).
+    let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+    world.abort(70)
 }
 
 thread_local! {
     /// The communication thread's `dist_async` service (rank 0 serves the others' requests).
     static SERVICE: RefCell<Option<Service>> = const { RefCell::new(None) };
+    /// The communication thread's `dist_async` requests awaiting rank 0's reply, by id.
+    static IN_FLIGHT: RefCell<BTreeMap<u64, InFlight>> = const { RefCell::new(BTreeMap::new()) };
 }
 
 /// Runs `f` on the thread's service.
@@ -331,7 +418,8 @@ fn serving() -> bool {
 /// The next request: looked for without blocking for a few microseconds first (a training
 /// step's requests come in quick succession, and waking a blocked thread costs more), then
 /// waited for; while the thread serves `dist_async` stores it polls instead, serving the other
-/// ranks' requests, sleeping briefly between polls once idle. `None` once every sender is gone.
+/// ranks' requests, sleeping briefly between polls once idle; while its own requests await
+/// their replies it polls for those, yielding between polls. `None` once every sender is gone.
 fn next_request(
     world: &mpi::topology::SimpleCommunicator,
     rx: &mpsc::Receiver<Msg>,
@@ -344,12 +432,12 @@ fn next_request(
             Err(mpsc::TryRecvError::Disconnected) => return None,
             Err(mpsc::TryRecvError::Empty) => {}
         }
-        if serve_peers(world, limit) {
+        if serve_peers(world, limit) || take_replies(world, limit) {
             idle = 0;
             continue;
         }
         idle += 1;
-        match (idle < 200, serving()) {
+        match (idle < 200 || awaiting(), serving()) {
             (true, _) => std::thread::yield_now(),
             (false, true) => std::thread::sleep(Duration::from_micros(100)),
             (false, false) => return rx.recv().ok(),
@@ -374,7 +462,8 @@ impl Waiting {
     }
 
     fn pause(&mut self, world: &mpi::topology::SimpleCommunicator, what: &str, limit: Duration) {
-        if serve_peers(world, limit) {
+        // A reply taken here frees rank 0, which may be waiting to finish sending it.
+        if serve_peers(world, limit) || take_replies(world, limit) {
             return;
         }
         self.spins += 1;
@@ -386,16 +475,7 @@ impl Waiting {
             std::thread::sleep(Duration::from_micros(50));
         }
         if self.start.elapsed() > limit {
-            let line = format!(
-                "mxrs kvstore: rank {}: {what} did not complete within {:.0} s: a peer rank \
-                 died or stalled (MXRS_KVSTORE_TIMEOUT sets the limit); ending the job\n",
-                world.rank(),
-                limit.as_secs_f64()
-            );
-            // One write, so that the launcher, tearing the job down, forwards the line whole
-            // (`eprintln!` writes it in pieces, and the job once ended after the first).
-            let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
-            world.abort(70);
+            give_up(world, what, limit);
         }
     }
 }
@@ -432,25 +512,6 @@ pub(super) fn send_bytes(
         let req = dest.immediate_send_with_tag(scope, bytes, tag);
         finish(world, req, what, limit);
     });
-}
-
-/// Sends `request` to rank 0 and waits for its reply.
-fn fetch(
-    world: &mpi::topology::SimpleCommunicator,
-    request: &[u8],
-    what: &str,
-    limit: Duration,
-) -> Vec<u8> {
-    use mpi::point_to_point::MatchedReceiveVec;
-    send_bytes(world, 0, TAG_REQUEST, request, what, limit);
-    let root = world.process_at_rank(0);
-    let mut waiting = Waiting::new();
-    loop {
-        if let Some(probed) = root.immediate_matched_probe_with_tag(TAG_REPLY) {
-            return probed.matched_receive_vec::<u8>().0;
-        }
-        waiting.pause(world, what, limit);
-    }
 }
 
 /// What a sum tells its op: every rank gave a value, or which did not.
@@ -651,7 +712,8 @@ fn execute(
             send_bytes(world, 0, TAG_REQUEST, &bytes, what, limit);
             Ok(())
         }
-        Work::Fetch { request, then } => then(&fetch(world, &request, what, limit)),
+        // Sent by `serve`, which takes the reply when it comes.
+        Work::Fetch { .. } => Err(format!("{what}: a request run as a collective")),
         Work::Skip => Ok(()),
     }
 }

@@ -9,6 +9,10 @@
 //! worker's pull is answered after its earlier pushes have been applied (their update ops were
 //! pushed on rank 0's engine before the pull's read of the weight).
 //!
+//! A worker does not wait for one reply before sending its next request: a step's pulls go out
+//! together and their replies come back in whatever order rank 0's reads finish, each naming the
+//! request it answers (its id), so a step pays about one round trip, not one per key.
+//!
 //! **Staleness**: every key has a version, the number of updates applied to it. A pull reply
 //! carries it; the worker's next push of the key carries the version its gradient was computed
 //! from (the push op is ordered after the pull that wrote the weight, before the next one), and
@@ -18,7 +22,7 @@
 //! earlier push of that worker, so after the barrier a pull sees them all.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 
 use parking_lot::Mutex;
@@ -42,10 +46,19 @@ const PUSH: u64 = 0;
 const PULL: u64 = 1;
 const SYNC: u64 = 2;
 
-/// Request header: kind, store, key index, version read. Reply header: status (0 ok, else the
-/// payload is the error's text), version, then the store's staleness tally.
-const REQUEST_WORDS: usize = 4;
-const REPLY_WORDS: usize = 5;
+/// Request header: kind, store, key index, version read, the request's id (for its reply).
+/// Reply header: status (0 ok, else the payload is the error's text), the id of the request it
+/// answers, version, then the store's staleness tally.
+const REQUEST_WORDS: usize = 5;
+const REPLY_WORDS: usize = 6;
+
+/// Ids of this process's requests that expect a reply (unique within the process).
+static NEXT_REQUEST: AtomicU64 = AtomicU64::new(0);
+
+/// The id of the request a reply answers, or `None` if it is too short to say.
+pub(super) fn reply_id(reply: &[u8]) -> Option<u64> {
+    split(reply, 2).map(|(head, _)| head[1])
+}
 
 fn words(ws: &[u64]) -> Vec<u8> {
     ws.iter().flat_map(|w| w.to_le_bytes()).collect()
@@ -67,8 +80,8 @@ pub(super) struct Reply {
     pub(super) bytes: Vec<u8>,
 }
 
-fn error_reply(to: usize, text: &str) -> Reply {
-    let mut bytes = words(&[1, 0, 0, 0, 0]);
+fn error_reply(to: usize, id: u64, text: &str) -> Reply {
+    let mut bytes = words(&[1, id, 0, 0, 0, 0]);
     bytes.extend_from_slice(text.as_bytes());
     Reply { to, bytes }
 }
@@ -169,8 +182,8 @@ impl Table {
         s.read = s.version;
     }
 
-    /// Rank 0: a request from rank `from`.
-    pub(super) fn handle(&self, from: usize, kind: u64, idx: u64, version: u64, payload: &[u8]) {
+    /// Rank 0: a request from rank `from`, the header's words after the store's number.
+    pub(super) fn handle(&self, from: usize, [kind, idx, version, id]: [u64; 4], payload: &[u8]) {
         let entry = {
             let keys = self.keys.lock();
             keys.get(idx as usize)
@@ -184,7 +197,7 @@ impl Table {
             );
             match kind {
                 PUSH => eprintln!("mxrs kvstore: {text}"),
-                _ => self.send(error_reply(from, &text)),
+                _ => self.send(error_reply(from, id, &text)),
             }
             return;
         };
@@ -196,12 +209,12 @@ impl Table {
                     self.keys.lock()[idx as usize].failed = Some(text);
                 }
             }
-            PULL => self.answer(from, idx as u32, &key, &stored),
+            PULL => self.answer(from, id, idx as u32, &key, &stored),
             _ => {
                 let t = self.tally();
                 self.send(Reply {
                     to: from,
-                    bytes: words(&[0, 0, t.updates, t.total, t.max]),
+                    bytes: words(&[0, id, 0, t.updates, t.total, t.max]),
                 });
             }
         }
@@ -223,22 +236,24 @@ impl Table {
         self.apply(&mut updater, idx, &grad, Some(version), 0)
     }
 
-    /// Answers rank `from`'s pull of key `idx`: an op reading the weight after every update
-    /// pushed so far sends it with its version (or, if it never runs, the weight's failure).
-    fn answer(&self, from: usize, idx: u32, key: &Key, stored: &NDArray) {
+    /// Answers rank `from`'s pull of key `idx` (request `id`): an op reading the weight after
+    /// every update pushed so far sends it with its version (or, if it never runs, the weight's
+    /// failure).
+    fn answer(&self, from: usize, id: u64, idx: u32, key: &Key, stored: &NDArray) {
         let (version, failed) = {
             let mut keys = self.keys.lock();
             let s = &mut keys[idx as usize];
             (s.version, s.failed.take())
         };
         if let Some(text) = failed {
-            return self.send(error_reply(from, &text));
+            return self.send(error_reply(from, id, &text));
         }
         let t = self.tally();
         let mut reply = Answer {
             to: from,
+            id,
             replies: self.replies.clone(),
-            head: words(&[0, version, t.updates, t.total, t.max]),
+            head: words(&[0, id, version, t.updates, t.total, t.max]),
             what: format!("key {key} on rank 0"),
             sent: false,
         };
@@ -279,16 +294,16 @@ impl Table {
         }
         // SAFETY: the pull's op writes `buf`'s var and is running (waiting for this reply).
         unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), buf.buf.ptr, payload.len()) };
-        self.keys.lock()[idx as usize].version = head[1];
+        self.keys.lock()[idx as usize].version = head[2];
         self.note_tally(&head);
         Ok(())
     }
 
     fn note_tally(&self, head: &[u64]) {
         *self.tally.lock() = Staleness {
-            updates: head[2],
-            total: head[3],
-            max: head[4],
+            updates: head[3],
+            total: head[4],
+            max: head[5],
         };
     }
 }
@@ -308,6 +323,7 @@ fn take_head(reply: &[u8]) -> std::result::Result<(Vec<u64>, &[u8]), String> {
 /// vain.
 struct Answer {
     to: usize,
+    id: u64,
     replies: mpsc::Sender<Reply>,
     head: Vec<u8>,
     what: String,
@@ -327,7 +343,7 @@ impl Drop for Answer {
     fn drop(&mut self) {
         if !self.sent {
             let text = format!("{}: the weight's last update failed", self.what);
-            let _ = self.replies.send(error_reply(self.to, &text));
+            let _ = self.replies.send(error_reply(self.to, self.id, &text));
         }
     }
 }
@@ -357,7 +373,7 @@ pub(super) fn push_send(
     let (src, tab) = (merged.tensor(), table.clone());
     let op = engine::Op::asynchronous("kvstore_async_push", move |_, done| {
         let version = tab.keys.lock()[idx as usize].version;
-        let mut msg = words(&[PUSH, u64::from(tab.id), u64::from(idx), version]);
+        let mut msg = words(&[PUSH, u64::from(tab.id), u64::from(idx), version, 0]);
         // SAFETY: the op reads the gradient's var.
         msg.extend_from_slice(unsafe { bytes(&src) });
         ticket.submit(
@@ -391,10 +407,11 @@ pub(super) fn push_fetch(
     );
     let (dst, tab) = (stored.tensor(), table.clone());
     let op = engine::Op::asynchronous("kvstore_async_pull", move |_, done| {
-        let request = words(&[PULL, u64::from(tab.id), u64::from(idx), 0]);
+        let id = NEXT_REQUEST.fetch_add(1, Ordering::Relaxed);
+        let request = words(&[PULL, u64::from(tab.id), u64::from(idx), 0, id]);
         let then: dist::Then = Box::new(move |reply| tab.take_reply(idx, reply, &dst));
         ticket.submit(
-            Work::Fetch { request, then },
+            Work::Fetch { id, request, then },
             Box::new(move |result| done.complete(result.map_err(Into::into))),
         );
     })
@@ -408,7 +425,8 @@ pub(super) fn push_fetch(
 /// first half), noting the tally rank 0 answers with.
 pub(super) fn sync(comm: &'static Comm, table: &Arc<Table>) -> Result<()> {
     let tab = table.clone();
-    let request = words(&[SYNC, u64::from(table.id), 0, 0]);
+    let id = NEXT_REQUEST.fetch_add(1, Ordering::Relaxed);
+    let request = words(&[SYNC, u64::from(table.id), 0, 0, id]);
     let then: dist::Then = Box::new(move |reply| {
         let (head, _) = take_head(reply)?;
         tab.note_tally(&head);
@@ -416,7 +434,7 @@ pub(super) fn sync(comm: &'static Comm, table: &Arc<Table>) -> Result<()> {
     });
     comm.run(
         "the barrier's exchange with rank 0".to_string(),
-        Work::Fetch { request, then },
+        Work::Fetch { id, request, then },
     )
 }
 
@@ -478,7 +496,7 @@ impl Service {
                 continue;
             };
             match self.tables.get(&(head[1] as u32)) {
-                Some(t) => t.handle(from, head[0], head[2], head[3], payload),
+                Some(t) => t.handle(from, [head[0], head[2], head[3], head[4]], payload),
                 None if head[0] == PUSH => eprintln!(
                     "mxrs kvstore: rank {from} pushed to dist_async store {}, which rank 0 no \
                      longer holds; dropped",
@@ -490,7 +508,7 @@ impl Service {
                          rank {from} only)",
                         head[1]
                     );
-                    let r = error_reply(from, &text);
+                    let r = error_reply(from, head[4], &text);
                     dist::send_bytes(world, r.to, TAG_REPLY, &r.bytes, "an error reply", limit);
                 }
             }
