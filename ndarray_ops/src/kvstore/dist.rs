@@ -292,7 +292,9 @@ fn serve(
             expected += 1;
             match req.work {
                 Work::Fetch { id, request, then } => {
-                    send_bytes(world, 0, TAG_REQUEST, &request, &req.what, limit);
+                    // In flight before it is sent: the wait for the send takes replies, and
+                    // this request's own may already be among them.
+                    let what = req.what.clone();
                     IN_FLIGHT.with(|f| {
                         f.borrow_mut().insert(
                             id,
@@ -304,6 +306,7 @@ fn serve(
                             },
                         )
                     });
+                    send_bytes(world, 0, TAG_REQUEST, &request, &what, limit);
                 }
                 work => {
                     let result = execute(world, &req.what, work, limit);
@@ -360,9 +363,9 @@ fn take_replies(world: &mpi::topology::SimpleCommunicator, limit: Duration) -> b
     took
 }
 
-/// Whether this thread has requests in flight.
-fn awaiting() -> bool {
-    IN_FLIGHT.with(|f| !f.borrow().is_empty())
+/// How long this thread's oldest request in flight has waited for its reply, if it has any.
+fn awaiting() -> Option<Duration> {
+    IN_FLIGHT.with(|f| f.borrow().values().map(|f| f.since.elapsed()).max())
 }
 
 /// Ends the job after `what` waited past `limit` for a peer.
@@ -419,7 +422,8 @@ fn serving() -> bool {
 /// step's requests come in quick succession, and waking a blocked thread costs more), then
 /// waited for; while the thread serves `dist_async` stores it polls instead, serving the other
 /// ranks' requests, sleeping briefly between polls once idle; while its own requests await
-/// their replies it polls for those, yielding between polls. `None` once every sender is gone.
+/// their replies it polls for those, yielding between polls (sleeping briefly once a reply is
+/// 200 ms late, as [`Waiting`] does). `None` once every sender is gone.
 fn next_request(
     world: &mpi::topology::SimpleCommunicator,
     rx: &mpsc::Receiver<Msg>,
@@ -437,10 +441,12 @@ fn next_request(
             continue;
         }
         idle += 1;
-        match (idle < 200 || awaiting(), serving()) {
-            (true, _) => std::thread::yield_now(),
-            (false, true) => std::thread::sleep(Duration::from_micros(100)),
-            (false, false) => return rx.recv().ok(),
+        match (idle < 200, awaiting(), serving()) {
+            (true, _, _) => std::thread::yield_now(),
+            (false, Some(w), _) if w < Duration::from_millis(200) => std::thread::yield_now(),
+            (false, Some(_), _) => std::thread::sleep(Duration::from_micros(50)),
+            (false, None, true) => std::thread::sleep(Duration::from_micros(100)),
+            (false, None, false) => return rx.recv().ok(),
         }
     }
 }
