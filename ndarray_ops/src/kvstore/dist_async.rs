@@ -55,6 +55,14 @@ const REPLY_WORDS: usize = 6;
 /// Ids of this process's requests that expect a reply (unique within the process).
 static NEXT_REQUEST: AtomicU64 = AtomicU64::new(0);
 
+/// A request of `kind` about key `idx` of store `store`, under a fresh id, whose reply goes to
+/// `then`.
+fn fetch(kind: u64, store: u32, idx: u32, then: dist::Then) -> Work {
+    let id = NEXT_REQUEST.fetch_add(1, Ordering::Relaxed);
+    let request = words(&[kind, u64::from(store), u64::from(idx), 0, id]);
+    Work::Fetch { id, request, then }
+}
+
 /// The id of the request a reply answers, or `None` if it is too short to say.
 pub(super) fn reply_id(reply: &[u8]) -> Option<u64> {
     split(reply, 2).map(|(head, _)| head[1])
@@ -407,11 +415,10 @@ pub(super) fn push_fetch(
     );
     let (dst, tab) = (stored.tensor(), table.clone());
     let op = engine::Op::asynchronous("kvstore_async_pull", move |_, done| {
-        let id = NEXT_REQUEST.fetch_add(1, Ordering::Relaxed);
-        let request = words(&[PULL, u64::from(tab.id), u64::from(idx), 0, id]);
+        let store = tab.id;
         let then: dist::Then = Box::new(move |reply| tab.take_reply(idx, reply, &dst));
         ticket.submit(
-            Work::Fetch { id, request, then },
+            fetch(PULL, store, idx, then),
             Box::new(move |result| done.complete(result.map_err(Into::into))),
         );
     })
@@ -425,8 +432,6 @@ pub(super) fn push_fetch(
 /// first half), noting the tally rank 0 answers with.
 pub(super) fn sync(comm: &'static Comm, table: &Arc<Table>) -> Result<()> {
     let tab = table.clone();
-    let id = NEXT_REQUEST.fetch_add(1, Ordering::Relaxed);
-    let request = words(&[SYNC, u64::from(table.id), 0, 0, id]);
     let then: dist::Then = Box::new(move |reply| {
         let (head, _) = take_head(reply)?;
         tab.note_tally(&head);
@@ -434,7 +439,7 @@ pub(super) fn sync(comm: &'static Comm, table: &Arc<Table>) -> Result<()> {
     });
     comm.run(
         "the barrier's exchange with rank 0".to_string(),
-        Work::Fetch { id, request, then },
+        fetch(SYNC, table.id, 0, then),
     )
 }
 
