@@ -8,8 +8,8 @@
 //! `dist_async`: every rank's pushes applied once each by rank 0, with nothing lost; a pull
 //! after a barrier seeing them all; staleness counted as the updates a gradient did not see; a
 //! failed update on rank 0 reported to the rank that pushed it; pulls in flight together, each
-//! reply landing in its own key's array while another key's is held back; and a dead rank 0
-//! failing a pull within the timeout.
+//! reply landing in its own key's array while another key's is held back; and a dead rank 0,
+//! or one alive that never answers, failing a pull within the timeout.
 #![cfg(feature = "mpi")]
 
 use std::process::Command;
@@ -662,5 +662,60 @@ fn dist_async_pulls_in_flight() {
             }
         );
         kv.barrier().unwrap();
+    }
+}
+
+#[test]
+fn a_dist_async_pull_rank_0_never_answers_ends_the_job_within_the_timeout() {
+    if in_rank() || !have_mpiexec() {
+        return;
+    }
+    let start = Instant::now();
+    let (ok, out, err) = launch("an_unanswered_pull", &[("MXRS_KVSTORE_TIMEOUT", "2")]);
+    assert!(
+        job_failed(ok, &err),
+        "the job should have failed:\n{out}\n{err}"
+    );
+    assert!(
+        err.contains("rank 1: the pull of key 0 from rank 0 did not complete within 2 s"),
+        "{out}\n{err}"
+    );
+    assert!(!out.contains("rank1 finished"), "{out}\n{err}");
+    assert!(start.elapsed() < Duration::from_secs(60));
+}
+
+#[test]
+fn an_unanswered_pull() {
+    if !in_rank() {
+        return;
+    }
+    let rt = rt();
+    let kv = KVStore::create(&rt, "dist_async").unwrap();
+    let w = rt.from_vec(vec![1f32; 4], &[4], Context::cpu(0)).unwrap();
+    kv.init_shared(0, &w).unwrap();
+    rt.wait_all().unwrap();
+    if kv.rank() == 0 {
+        // Rank 0 is alive and serving, but key 0's weight stays held by an op that does not
+        // finish within the test: its answer to the pull never runs.
+        let hold = engine::Op::asynchronous("hold", |_, done| {
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_secs(30));
+                done.complete(Ok(()));
+            });
+        });
+        rt.engine().push(hold.write(w.var())).unwrap();
+    }
+    kv.barrier().unwrap();
+    if kv.rank() == 1 {
+        let out = rt
+            .zeros(&[4], ndarray_ops::DType::F32, Context::cpu(0))
+            .unwrap();
+        kv.pull(0, &[&out], 0).unwrap();
+        out.wait_to_read().unwrap();
+        println!("rank1 finished");
+    } else {
+        // Waits outside any collective (whose own timeout would end the job first), its
+        // communication thread serving.
+        std::thread::sleep(Duration::from_secs(20));
     }
 }

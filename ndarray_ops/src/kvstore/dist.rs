@@ -377,8 +377,11 @@ fn give_up(world: &mpi::topology::SimpleCommunicator, what: &str, limit: Duratio
         limit.as_secs_f64()
     );
     // One write, so that the launcher, tearing the job down, forwards the line whole
-    // (`eprintln!` writes it in pieces, and the job once ended after the first).
+    // (`eprintln!` writes it in pieces, and the job once ended after the first); then a pause
+    // before the abort, which lets MPICH's launcher kill the job before it has forwarded what
+    // the rank wrote (the line was lost in about one run in twenty without it).
     let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+    std::thread::sleep(Duration::from_millis(200));
     world.abort(70)
 }
 
