@@ -300,14 +300,24 @@ fn a_stalled_rank_ends_the_job_with_a_message_within_the_timeout() {
     if in_rank() || !have_mpiexec() {
         return;
     }
+    a_timeout_ends_the_job(
+        "a_stalled_rank",
+        "rank 0: the sum of key 0 across ranks did not complete within 2 s",
+    );
+}
+
+/// Launches rank test `name`, in which a rank waits in vain, with a 2 s timeout: the job must
+/// fail within a minute, saying `message`, with no rank having printed that it finished.
+fn a_timeout_ends_the_job(name: &str, message: &str) {
     let start = Instant::now();
-    let (ok, out, err) = launch("a_stalled_rank", &[("MXRS_KVSTORE_TIMEOUT", "2")]);
+    let (ok, out, err) = launch(name, &[("MXRS_KVSTORE_TIMEOUT", "2")]);
     assert!(
         job_failed(ok, &err),
         "the job should have failed:\n{out}\n{err}"
     );
+    assert!(err.contains(message), "{out}\n{err}");
     assert!(
-        err.contains("rank 0: the sum of key 0 across ranks did not complete within 2 s"),
+        !out.contains("rank0 finished") && !out.contains("rank1 finished"),
         "{out}\n{err}"
     );
     assert!(start.elapsed() < Duration::from_secs(60));
@@ -670,18 +680,10 @@ fn a_dist_async_pull_rank_0_never_answers_ends_the_job_within_the_timeout() {
     if in_rank() || !have_mpiexec() {
         return;
     }
-    let start = Instant::now();
-    let (ok, out, err) = launch("an_unanswered_pull", &[("MXRS_KVSTORE_TIMEOUT", "2")]);
-    assert!(
-        job_failed(ok, &err),
-        "the job should have failed:\n{out}\n{err}"
+    a_timeout_ends_the_job(
+        "an_unanswered_pull",
+        "rank 1: the pull of key 0 from rank 0 did not complete within 2 s",
     );
-    assert!(
-        err.contains("rank 1: the pull of key 0 from rank 0 did not complete within 2 s"),
-        "{out}\n{err}"
-    );
-    assert!(!out.contains("rank1 finished"), "{out}\n{err}");
-    assert!(start.elapsed() < Duration::from_secs(60));
 }
 
 #[test]
