@@ -5,11 +5,13 @@
 //!
 //! Per payload (1 KB to 64 MB, float32), the mean seconds of a push and a pull of one key
 //! waited for (the store's whole round, as a trainer uses it: the array pulled into is the one
-//! the store keeps, `init_shared`, so the sum over the ranks lands in it) and of `MPI_Allreduce`
-//! alone, each as algorithm bandwidth (payload bytes per second); `ratio` is the store's
-//! bandwidth over MPI's. Rank 0 prints. JSON:
+//! the store keeps, `init_shared`, so the sum over the ranks lands in it), of a `pushpull` of
+//! the same (the value summed where it lies, not copied aside first) and of `MPI_Allreduce`
+//! alone, each as algorithm bandwidth (payload bytes per second); `ratio` and
+//! `pushpull_ratio` are the store's bandwidth over MPI's. Rank 0 prints. JSON:
 //! `{"processes", "results": [{"bytes", "store_seconds", "mpi_seconds", "store_gbps",
-//! "mpi_gbps", "ratio"}], "min_ratio_from_64k"}`.
+//! "mpi_gbps", "ratio", "pushpull_seconds", "pushpull_gbps", "pushpull_ratio"}],
+//! "min_ratio_from_64k", "min_pushpull_ratio_from_64k"}`.
 
 #[path = "common/global_allocator.rs"]
 mod global_allocator;
@@ -54,8 +56,9 @@ fn main() -> ndarray_ops::Result<()> {
         // there with no copy.
         let out = rt.zeros(&[n], DType::F32, host)?;
         kv.init_shared(key, &out)?;
-        // The store and MPI alternately, twice, keeping each one's better mean.
-        let (mut store, mut mpi) = (f64::MAX, f64::MAX);
+        // The store (push then pull, and pushpull) and MPI alternately, twice, keeping each
+        // one's better mean.
+        let (mut store, mut pushpull, mut mpi) = (f64::MAX, f64::MAX, f64::MAX);
         for _ in 0..2 {
             kv.push(key, &[&value], 0)?;
             kv.pull(key, &[&out], 0)?;
@@ -68,6 +71,13 @@ fn main() -> ndarray_ops::Result<()> {
                 out.wait_to_read()?;
             }
             store = store.min(start.elapsed().as_secs_f64() / iters as f64);
+            kv.barrier()?;
+            let start = Instant::now();
+            for _ in 0..iters {
+                kv.pushpull(key, &[&value], &[&out], 0)?;
+                out.wait_to_read()?;
+            }
+            pushpull = pushpull.min(start.elapsed().as_secs_f64() / iters as f64);
             mpi = mpi.min(kv.mpi_allreduce_seconds(n, iters)?);
         }
         let sum = out.to_vec::<f32>()?[0];
@@ -81,28 +91,35 @@ fn main() -> ndarray_ops::Result<()> {
         results.push(serde_json::json!({
             "bytes": bytes, "store_seconds": store, "mpi_seconds": mpi,
             "store_gbps": gbps(store), "mpi_gbps": gbps(mpi), "ratio": mpi / store,
+            "pushpull_seconds": pushpull, "pushpull_gbps": gbps(pushpull),
+            "pushpull_ratio": mpi / pushpull,
         }));
         if !args.json && kv.rank() == 0 {
             println!(
-                "{bytes:>10} B: store {:>9.1} us ({:>6.2} GB/s), MPI {:>9.1} us ({:>6.2} GB/s), ratio {:.2}",
+                "{bytes:>10} B: store {:>9.1} us ({:>6.2} GB/s), MPI {:>9.1} us ({:>6.2} GB/s), ratio {:.2}, pushpull {:>9.1} us, ratio {:.2}",
                 store * 1e6,
                 gbps(store),
                 mpi * 1e6,
                 gbps(mpi),
-                mpi / store
+                mpi / store,
+                pushpull * 1e6,
+                mpi / pushpull
             );
         }
         bytes *= 4;
         key += 1;
     }
-    let min_ratio = results
-        .iter()
-        .filter(|r| r["bytes"].as_u64().unwrap_or(0) >= 64 << 10)
-        .filter_map(|r| r["ratio"].as_f64())
-        .fold(f64::MAX, f64::min);
+    let min_from_64k = |field: &str| {
+        results
+            .iter()
+            .filter(|r| r["bytes"].as_u64().unwrap_or(0) >= 64 << 10)
+            .filter_map(|r| r[field].as_f64())
+            .fold(f64::MAX, f64::min)
+    };
     if args.json && kv.rank() == 0 {
         let report = serde_json::json!({
-            "processes": kv.num_workers(), "results": results, "min_ratio_from_64k": min_ratio,
+            "processes": kv.num_workers(), "results": results, "min_ratio_from_64k": min_from_64k("ratio"),
+            "min_pushpull_ratio_from_64k": min_from_64k("pushpull_ratio"),
         });
         println!("{report}");
     }

@@ -116,6 +116,12 @@ fn sums_optimizers_and_errors_across_two_ranks() {
         assert_eq!(lines(&out, r, "captured"), vec!["[10.0, 12.0]"], "{out}");
         // Two pushes of 2 devices x (1 + 2), then x (2 + 4).
         assert_eq!(lines(&out, r, "twice"), vec!["[18.0, 18.0]"], "{out}");
+        // 1 + 2 from each way; no copy for pushpull, one for the lone push.
+        assert_eq!(
+            lines(&out, r, "pushpull"),
+            vec!["[3.0, 3.0, 3.0, 3.0] [3.0, 3.0, 3.0, 3.0] copies 0 / 1"],
+            "{out}"
+        );
         let bad = lines(&out, r, "mismatch");
         assert_eq!(bad.len(), 1, "{out}");
         assert!(
@@ -227,6 +233,40 @@ fn sums_optimizers_and_errors_rank() {
     kv2.pull(0, &[&o], 0).unwrap();
     say("twice", format!("{:?}", values(&o)));
     drop(kv2);
+
+    // `pushpull` sums the value where it lies; a lone push copies it aside first (its bucket
+    // waits, and the caller may write the array meanwhile). Seen in the engine's profile.
+    let traced = Runtime::new(
+        EngineBuilder::new(EngineKind::ThreadedPerDevice)
+            .cpu_workers(1)
+            .profiler(None)
+            .build(),
+        StorageConfig::default(),
+    );
+    let kv3 = KVStore::create(&traced, "dist_sync").unwrap();
+    let sent = traced
+        .from_vec(vec![(rank + 1) as f32; 4], &[4], host)
+        .unwrap();
+    let o = traced.zeros(&[4], ndarray_ops::DType::F32, host).unwrap();
+    kv3.init(0, &o).unwrap();
+    let copies = |rt: &Arc<Runtime>| {
+        rt.wait_all().unwrap();
+        let events = rt.engine().profiler().unwrap().events();
+        events.iter().filter(|e| e.name == "reduce_copy").count()
+    };
+    kv3.pushpull(0, &[&sent], &[&o], 0).unwrap();
+    let (pushpull_sum, pushpull_copies) = (values(&o), copies(&traced));
+    kv3.push(0, &[&sent], 0).unwrap();
+    kv3.pull(0, &[&o], 0).unwrap();
+    let push_copies = copies(&traced) - pushpull_copies;
+    say(
+        "pushpull",
+        format!(
+            "{pushpull_sum:?} {:?} copies {pushpull_copies} / {push_copies}",
+            values(&o)
+        ),
+    );
+    drop(kv3);
 
     // A size that differs between ranks.
     let size = 3 + rank;

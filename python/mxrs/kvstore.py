@@ -97,9 +97,16 @@ class KVStore:
             self._kv.pull(k, list(outs), priority)
 
     def pushpull(self, key: Any, value: Any, out: Any = None, priority: int = 0) -> None:
-        """A push of ``value``, then a pull into ``out`` (into ``value`` when not given)."""
+        """A push of ``value``, then a pull into ``out`` (into ``value`` when not given). One
+        key's values are summed across processes where they lie; a list of keys is pushed
+        whole before any is pulled, so that small values travel together."""
+        out = value if out is None else out
+        if not isinstance(key, (list, tuple)):
+            ((k, vs),), ((_, outs),) = _pairs(key, value), _pairs(key, out)
+            self._kv.pushpull(k, list(vs), list(outs), priority)
+            return
         self.push(key, value, priority)
-        self.pull(key, value if out is None else out, priority)
+        self.pull(key, out, priority)
 
     def set_updater(self, updater: Callable[[Any, NDArray, NDArray], None]) -> None:
         """Installs ``updater(key, merged, stored)``, run by every later push."""

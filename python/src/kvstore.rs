@@ -141,6 +141,26 @@ impl KV {
         .map_err(err)
     }
 
+    /// A push of `values`, then a pull into `outs`; across processes the values are summed
+    /// where they lie.
+    fn pushpull(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        values: Vec<Py<Array>>,
+        outs: Vec<Py<Array>>,
+        priority: i32,
+    ) -> PyResult<()> {
+        let key = key_of(key)?;
+        let (kv, vs, os) = (Arc::clone(&self.kv), handles(&values), handles(&outs));
+        py.detach(move || {
+            let values: Vec<&NDArray> = vs.iter().collect();
+            let outs: Vec<&NDArray> = os.iter().collect();
+            kv.pushpull(key, &values, &outs, priority)
+        })
+        .map_err(err)
+    }
+
     /// Installs `f(key, merged, stored)` as the updater (`None`: pushes replace the value).
     fn set_updater(&self, py: Python<'_>, f: Option<Py<PyAny>>) -> PyResult<()> {
         let kv = Arc::clone(&self.kv);

@@ -494,7 +494,18 @@ impl KVStore {
     /// Sums `values` (one per device) into the key's buffer and updates the stored value from
     /// it: with the updater, or by replacing it. Returns at once.
     pub fn push(&self, key: impl Into<Key>, values: &[&NDArray], priority: i32) -> Result<()> {
-        let key = key.into();
+        self.push_sending(key.into(), values, priority, false)
+    }
+
+    /// [`KVStore::push`]; with `send_now`, a bucket across processes is sent at once with the
+    /// value in it, so the value is read where it lies instead of being copied aside first.
+    fn push_sending(
+        &self,
+        key: Key,
+        values: &[&NDArray],
+        priority: i32,
+        send_now: bool,
+    ) -> Result<()> {
         let mut updater = self.lock_updater("push")?;
         // A key's buffers serve one push at a time: a push of a key already waiting in the
         // bucket sends the bucket first, before this push writes them.
@@ -543,7 +554,7 @@ impl KVStore {
             self.flush_with(&mut updater)?;
             bucket = self.bucket.lock();
         }
-        let full = bucket.bytes + bytes >= bucket_limit();
+        let full = send_now || bucket.bytes + bytes >= bucket_limit();
         // A bucket that is not sent now is read later: a value given by the caller (which the
         // caller may write again before then) is copied into the key's own buffer now.
         let merged = match !full && values.iter().any(|v| same_array(v, &merged)) {
@@ -690,7 +701,10 @@ impl KVStore {
         push_copy(value, &stored, 0, "kvstore_assign")
     }
 
-    /// [`KVStore::push`] of `values`, then [`KVStore::pull`] into `outs`.
+    /// [`KVStore::push`] of `values`, then [`KVStore::pull`] into `outs`. Across processes the
+    /// pull would send the push's bucket at once anyway, so the push sends it itself and the
+    /// sum reads `values` where they lie: no copy into the key's buffer, which a lone push
+    /// needs because its caller may write the array before the bucket goes.
     pub fn pushpull(
         &self,
         key: impl Into<Key>,
@@ -699,7 +713,7 @@ impl KVStore {
         priority: i32,
     ) -> Result<()> {
         let key = key.into();
-        self.push(key.clone(), values, priority)?;
+        self.push_sending(key.clone(), values, priority, true)?;
         self.pull(key, outs, priority)
     }
 
