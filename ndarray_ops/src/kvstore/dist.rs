@@ -793,7 +793,10 @@ pub(super) fn push_sum(comm: &'static Comm, parts: &[super::Pending]) -> Result<
     })
     .on(first.reduced.ctx())
     .reads(parts.iter().map(|p| p.merged.var()))
-    .writes(parts.iter().map(|p| p.reduced.var()));
+    .writes(parts.iter().map(|p| p.reduced.var()))
+    // It only hands its work to the communication thread: runnable at push, it runs on the
+    // pushing thread (one hand-over fewer).
+    .cheap();
     Ok(first.reduced.runtime().engine().push(op)?)
 }
 
@@ -816,7 +819,8 @@ pub(super) fn push_broadcast(comm: &'static Comm, key: &Key, buf: &NDArray) -> R
         );
     })
     .on(buf.ctx())
-    .write(buf.var());
+    .write(buf.var())
+    .cheap();
     Ok(buf.runtime().engine().push(op)?)
 }
 

@@ -424,7 +424,9 @@ pub(super) fn push_fetch(
     })
     .on(stored.ctx())
     .write(stored.var())
-    .priority(priority);
+    .priority(priority)
+    // It only hands its request to the communication thread.
+    .cheap();
     Ok(stored.runtime().engine().push(op)?)
 }
 
