@@ -232,7 +232,7 @@ fn run() -> Result<(), String> {
         let rate = |s: f64, f: f64| f / s;
         let mut row = serde_json::json!({
             "data": l.data, "weight": l.weight, "count": l.count, "depthwise": depthwise,
-            "m": l.m, "k": l.k, "n": l.n,
+            "m": l.m, "k": l.k, "n": l.n, "products": times,
             "forward_ms": fwd * 1e3, "backward_ms": bwd * 1e3,
             "forward_gflops": rate(fwd, gflop), "backward_gflops": rate(bwd, 2.0 * gflop),
         });

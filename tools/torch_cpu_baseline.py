@@ -16,6 +16,16 @@ v1 as MXNet's model zoo builds it —, mlp, lstm2) and adds its multiply-adds pe
 (`macs`, counted by hooks on the convolutions and linear layers; for the LSTM from its sizes).
 `--gemm` prints the GFLOP/s of a 2048x2048 float32 matrix product (MKL), the cores' measured
 GEMM peak. `tools/cpu_bench.py` runs these beside `run_model`, alternating.
+
+`--conv-gemms FILE` reads `conv_bench --json`'s output and times the same products through
+PyTorch's GEMM (MKL): per direction (forward, backward data, backward weight) the ms and
+GFLOP/s over every non-depthwise layer, weighted as conv_bench weights them, and their share of
+MKL's 2048 product timed in the same run; beside them the same shares of our GEMM from FILE
+(against its own 2048 product). How near a GEMM comes to the peak on these shapes, ours and the
+reference BLAS's:
+
+    target/release/examples/conv_bench graphs/resnet50_v1-symbol.json --json > conv.json
+    python tools/torch_cpu_baseline.py --conv-gemms conv.json
 """
 
 import argparse
@@ -135,14 +145,66 @@ def gemm_gflops(n: int = 2048, iters: int = 10) -> float:
     return 2 * n**3 / best / 1e9
 
 
+def median_seconds(step, reps: int) -> float:
+    """Median seconds of `step` over `reps` runs after one untimed run."""
+    step()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def conv_gemms(path: str, reps: int) -> dict:
+    """MKL on conv_bench's GEMM shapes beside ours (see the module's docstring)."""
+    with open(path) as f:
+        ours = json.load(f)
+    peak_flop = 2 * 2048**3 / 1e9
+    square = torch.rand(2048, 2048), torch.rand(2048, 2048)
+    peak = peak_flop / median_seconds(lambda: square[0] @ square[1], reps)
+    directions = ("forward", "backward_data", "backward_weight")
+    totals = {d: [0.0, 0.0] for d in directions}
+    for layer in ours["layers"]:
+        if layer["depthwise"]:
+            continue
+        m, k, n = layer["m"], layer["k"], layer["n"]
+        products, count = layer["products"], layer["count"]
+        flop = 2 * m * k * n * products / 1e9
+        for d, (r, inner, c) in zip(directions, [(m, k, n), (k, m, n), (m, n, k)]):
+            a, b = torch.rand(r, inner), torch.rand(inner, c)
+            out = torch.empty(r, c)
+
+            def run(a=a, b=b, out=out, products=products) -> None:
+                for _ in range(products):
+                    torch.mm(a, b, out=out)
+
+            totals[d][0] += median_seconds(run, reps) * count
+            totals[d][1] += flop * count
+    report = {"torch": torch.__version__, "threads": torch.get_num_threads(),
+              "graph": ours["graph"], "batch": ours["batch"],
+              "mkl_2048_gflops": peak, "ours_2048_gflops": ours["gemm_2048_gflops"]}
+    for d, (seconds, flop) in totals.items():
+        ours_ms = ours["totals"][f"gemm_{d}_ms"]
+        report[f"mkl_{d}_ms"] = seconds * 1e3
+        report[f"mkl_{d}_of_peak"] = flop / seconds / peak
+        report[f"ours_{d}_ms"] = ours_ms
+        report[f"ours_{d}_of_peak"] = flop / (ours_ms / 1e3) / ours["gemm_2048_gflops"]
+    return report
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--model")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--gemm", action="store_true")
+    p.add_argument("--conv-gemms", metavar="FILE")
     a = p.parse_args()
     torch.manual_seed(0)
+    if a.conv_gemms:
+        print(json.dumps(conv_gemms(a.conv_gemms, reps=5)))
+        return
     if a.gemm:
         print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads(),
                           "gemm_2048_gflops": gemm_gflops()}))

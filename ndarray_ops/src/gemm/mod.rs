@@ -5,8 +5,9 @@
 //! The algorithm is Goto's, as BLIS lays it out:
 //!
 //! ```text
-//! for each block of NC columns of c, and each block of KC of the depth:
-//!     pack that block of b into strips NR columns wide (each KC x NR, row after row)
+//! for each block of NC columns of c, and each block of at most KC of the depth (k cut into
+//! equal blocks):
+//!     pack that block of b into strips NR columns wide (each kc x NR, row after row)
 //!     for each block of MC rows of c:
 //!         (a with strided rows only) pack that block of a into strips MR rows tall
 //!         for each strip of b, for each strip of MR rows of a:
@@ -34,8 +35,8 @@ use std::cell::RefCell;
 pub(crate) const MR: usize = 12;
 /// Columns of the micro-kernel's tile of `c` (two 16-lane registers).
 pub(crate) const NR: usize = 32;
-/// Depth of one block: a `b` strip is `KC * NR` floats (64 KiB). 512 timed at or above 256 on
-/// every convolution shape of ResNet-50 (a fourth as many passes over `c`).
+/// Most depth of one block: a `b` strip is at most `KC * NR` floats (64 KiB). 512 timed at or
+/// above 256 on every convolution shape of ResNet-50 (a fourth as many passes over `c`).
 const KC: usize = 512;
 /// Rows of `a` taken at a time (a multiple of [`MR`]): 480 KiB, in the second-level cache.
 const MC: usize = 20 * MR;
@@ -368,7 +369,7 @@ pub(crate) trait Source: Sync {
 }
 
 /// A `k x n` matrix `b` packed once for many products (an RNN's hidden weights, multiplied at
-/// every step): per block of [`KC`] steps, the strips of all `n` columns, as [`Source::pack`]
+/// every step): per block of [`depth_step`] steps, the strips of all `n` columns, as [`Source::pack`]
 /// lays them out, so a product reads its blocks in place.
 pub(crate) struct Packed {
     data: Vec<f32>,
@@ -387,8 +388,9 @@ impl Packed {
         let width = n.div_ceil(NR) * NR;
         let mut data = vec![0.0f32; width * k + 16];
         let skip = data.as_ptr().align_offset(64).min(15);
-        for pc in (0..k).step_by(KC) {
-            let kc = KC.min(k - pc);
+        let step = depth_step(k);
+        for pc in (0..k).step_by(step) {
+            let kc = step.min(k - pc);
             let block = &mut data[skip + pc * width..skip + (pc + kc) * width];
             // SAFETY: the block's rows are inside `b` (the contract).
             unsafe { pack_b(kc, n, b.at(pc, 0), block) };
@@ -401,11 +403,11 @@ impl Packed {
         (self.k, self.n)
     }
 
-    /// The strips of the `kc x nc` block at `(p0, j0)`: `p0` starts a block of [`KC`] steps
-    /// and `j0` a strip.
+    /// The strips of the `kc x nc` block at `(p0, j0)`: `p0` starts a block of
+    /// [`depth_step`] steps and `j0` a strip.
     fn block(&self, p0: usize, kc: usize, j0: usize, nc: usize) -> &[f32] {
         assert!(
-            p0.is_multiple_of(KC)
+            p0.is_multiple_of(depth_step(self.k))
                 && j0.is_multiple_of(NR)
                 && p0 + kc <= self.k
                 && j0 + nc <= self.n,
@@ -504,6 +506,15 @@ impl Aligned {
     }
 }
 
+/// The depth of each block of a product of depth `k`: `k` cut into as few blocks of at most
+/// [`KC`] as it takes, all of one size rounded up to a cache line of floats (the last one
+/// shorter), so that no block is a short remainder whose tiles load and store `c` for a few
+/// steps each: depth 576 (a 3x3 convolution of 64 channels) was 512 + 64, now 288 + 288.
+fn depth_step(k: usize) -> usize {
+    let even = k.div_ceil(k.div_ceil(KC).max(1));
+    even.next_multiple_of(16).min(KC).max(1)
+}
+
 /// The whole blocked product on the calling thread, of rows `i0..i0 + m` and columns
 /// `j0..j0 + n` of `c`.
 ///
@@ -520,10 +531,11 @@ unsafe fn serial(
 ) {
     let direct = a.direct();
     PACKED.with_borrow_mut(|(abuf, bbuf)| {
+        let step = depth_step(k);
         for jc in (0..n).step_by(NC) {
             let nc = NC.min(n - jc);
-            for pc in (0..k).step_by(KC) {
-                let kc = KC.min(k - pc);
+            for pc in (0..k).step_by(step) {
+                let kc = step.min(k - pc);
                 let bp: &[f32] = match b.packed(pc, kc, j0 + jc, nc) {
                     Some(bp) => bp,
                     None => {

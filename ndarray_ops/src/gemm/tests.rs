@@ -211,3 +211,37 @@ fn transpose16_turns_rows_into_columns() {
         }
     }
 }
+
+#[test]
+fn depth_blocks_are_equal_and_at_most_kc() {
+    use super::depth_step;
+    for k in [
+        1,
+        2,
+        17,
+        64,
+        KC - 1,
+        KC,
+        KC + 1,
+        576,
+        1152,
+        2304,
+        4608,
+        3 * KC + 7,
+    ] {
+        let step = depth_step(k);
+        let blocks = k.div_ceil(step);
+        assert!(step <= KC && step % 16 == 0, "depth {k}: blocks of {step}");
+        assert_eq!(
+            blocks,
+            k.div_ceil(KC),
+            "depth {k}: {blocks} blocks of {step}"
+        );
+        // The last block is at most 16 steps per block shorter than the others.
+        let last = k - (blocks - 1) * step;
+        assert!(
+            step - last < 16 * blocks,
+            "depth {k}: blocks of {step}, the last {last}"
+        );
+    }
+}
