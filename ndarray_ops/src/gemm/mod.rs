@@ -512,7 +512,7 @@ impl Aligned {
 /// steps each: depth 576 (a 3x3 convolution of 64 channels) was 512 + 64, now 288 + 288.
 fn depth_step(k: usize) -> usize {
     let even = k.div_ceil(k.div_ceil(KC).max(1));
-    even.next_multiple_of(16).min(KC).max(1)
+    even.next_multiple_of(16).clamp(1, KC)
 }
 
 /// The whole blocked product on the calling thread, of rows `i0..i0 + m` and columns

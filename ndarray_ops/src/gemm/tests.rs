@@ -231,7 +231,7 @@ fn depth_blocks_are_equal_and_at_most_kc() {
     ] {
         let step = depth_step(k);
         let blocks = k.div_ceil(step);
-        assert!(step <= KC && step % 16 == 0, "depth {k}: blocks of {step}");
+        assert!(step <= KC && step.is_multiple_of(16), "depth {k}: blocks of {step}");
         assert_eq!(
             blocks,
             k.div_ceil(KC),
