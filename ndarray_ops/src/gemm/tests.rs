@@ -2,7 +2,9 @@
 //! edge, with each operand row-major, transposed and strided, on one thread and on several, and
 //! with `a` and `c` cut into batches as a convolution over a run of images cuts them.
 
-use super::{available, sgemm, sgemm_packing, Batches, Mat, KC, MC, MR, NC, NR};
+use super::{
+    available, block_columns, depth_step, sgemm, sgemm_packing, Batches, Mat, KC, MC, MR, NR,
+};
 
 /// A deterministic value in [-1, 1).
 fn val(i: usize, seed: usize) -> f32 {
@@ -123,10 +125,15 @@ fn products_across_block_edges_and_threads_match_the_triple_loop() {
     }
     let shapes = [
         (MC + MR + 1, KC + 3, NR * 3 + 5),
-        (MR * 2 - 1, 2 * KC + 1, NC + NR + 7),
+        (
+            MR * 2 - 1,
+            2 * KC + 1,
+            block_columns(depth_step(2 * KC + 1)) + NR + 7,
+        ),
         (200, 300, 150),
         (64, 576, 196),
         (7, 100, 1000),
+        (13, 200, block_columns(200) + NR + 3),
         (1000, 100, 7),
     ];
     for (m, k, n) in shapes {
@@ -231,7 +238,10 @@ fn depth_blocks_are_equal_and_at_most_kc() {
     ] {
         let step = depth_step(k);
         let blocks = k.div_ceil(step);
-        assert!(step <= KC && step.is_multiple_of(16), "depth {k}: blocks of {step}");
+        assert!(
+            step <= KC && step.is_multiple_of(16),
+            "depth {k}: blocks of {step}"
+        );
         assert_eq!(
             blocks,
             k.div_ceil(KC),
