@@ -118,7 +118,8 @@ fn main() -> ndarray_ops::Result<()> {
     };
     if args.json && kv.rank() == 0 {
         let report = serde_json::json!({
-            "processes": kv.num_workers(), "results": results, "min_ratio_from_64k": min_from_64k("ratio"),
+            "processes": kv.num_workers(), "results": results,
+            "min_ratio_from_64k": min_from_64k("ratio"),
             "min_pushpull_ratio_from_64k": min_from_64k("pushpull_ratio"),
         });
         println!("{report}");

@@ -75,12 +75,16 @@ fn lines(out: &str, r: usize, tag: &str) -> Vec<String> {
 }
 
 fn rt() -> Arc<Runtime> {
-    Runtime::new(
-        EngineBuilder::new(EngineKind::ThreadedPerDevice)
-            .cpu_workers(1)
-            .build(),
-        StorageConfig::default(),
-    )
+    runtime(EngineBuilder::new(EngineKind::ThreadedPerDevice))
+}
+
+/// A runtime whose engine records every op it runs.
+fn traced_rt() -> Arc<Runtime> {
+    runtime(EngineBuilder::new(EngineKind::ThreadedPerDevice).profiler(None))
+}
+
+fn runtime(engine: EngineBuilder) -> Arc<Runtime> {
+    Runtime::new(engine.cpu_workers(1).build(), StorageConfig::default())
 }
 
 fn values(a: &NDArray) -> Vec<f32> {
@@ -236,13 +240,7 @@ fn sums_optimizers_and_errors_rank() {
 
     // `pushpull` sums the value where it lies; a lone push copies it aside first (its bucket
     // waits, and the caller may write the array meanwhile). Seen in the engine's profile.
-    let traced = Runtime::new(
-        EngineBuilder::new(EngineKind::ThreadedPerDevice)
-            .cpu_workers(1)
-            .profiler(None)
-            .build(),
-        StorageConfig::default(),
-    );
+    let traced = traced_rt();
     let kv3 = KVStore::create(&traced, "dist_sync").unwrap();
     let sent = traced
         .from_vec(vec![(rank + 1) as f32; 4], &[4], host)

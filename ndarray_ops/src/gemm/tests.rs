@@ -221,7 +221,6 @@ fn transpose16_turns_rows_into_columns() {
 
 #[test]
 fn depth_blocks_are_equal_and_at_most_kc() {
-    use super::depth_step;
     for k in [
         1,
         2,
