@@ -3,9 +3,10 @@
 //! inputs (the in-place forms) is safe.
 
 use rten_simd::SimdUnaryOp;
-use rten_vecmath::{Exp, Sigmoid, Tanh};
+use rten_vecmath::Exp;
 
 use super::par::{for_ranges, wide, Shared, Walk};
+use super::vecmath::{Sigmoid, Tanh};
 use super::{same_dtypes, same_shapes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{shape_error, Result};
 use crate::gpu;
@@ -151,9 +152,10 @@ pub(super) fn unary_map<T: Element>(a: &TensorRef, out: &TensorRef, f: impl Fn(T
     });
 }
 
-/// `out = op(a)` over f32 arrays through `rten-vecmath`'s vectorized functions, which pick the
-/// widest instruction set the CPU has at run time (libm's calls go one element at a time): exp
-/// within 1 ulp of the correctly rounded result, tanh within 3, sigmoid within 4 (the
+/// `out = op(a)` over f32 arrays through vectorized functions (`rten-vecmath`'s exp, our
+/// [`super::vecmath`]'s tanh and sigmoid), which pick the widest instruction set the CPU has at
+/// run time (libm's calls go one element at a time): exp within 1 ulp of the correctly rounded
+/// result, tanh within 3, sigmoid within 4 (the
 /// `vectorized_exp_tanh_and_sigmoid_stay_within_their_ulps` test holds them to it). Chunks
 /// split across threads.
 fn vec_map(op: &(impl SimdUnaryOp<f32> + Sync), a: &TensorRef, out: &TensorRef) {
@@ -403,8 +405,8 @@ pub(super) fn unary_dispatch<T: Element>(
     if T::DTYPE == DType::F32 && matches!(name, "exp" | "tanh" | "sigmoid" | "log" | "sqrt") {
         match name {
             "exp" => vec_map(&Exp {}, a, o),
-            "tanh" => vec_map(&Tanh {}, a, o),
-            "sigmoid" => vec_map(&Sigmoid {}, a, o),
+            "tanh" => vec_map(&Tanh, a, o),
+            "sigmoid" => vec_map(&Sigmoid, a, o),
             "log" => unary_map::<f32>(a, o, f32::ln),
             _ => unary_map::<f32>(a, o, f32::sqrt),
         }

@@ -39,6 +39,7 @@ pub(crate) mod shape;
 pub mod signature;
 pub(crate) mod sort;
 mod stochastic;
+mod vecmath;
 mod vision;
 mod winograd;
 

@@ -12,9 +12,9 @@
 //! c' = f c + i g;  h' = o tanh(c')
 //! ```
 
+use crate::ops::vecmath::{Sigmoid, Tanh};
 use rten_simd::ops::NumOps;
 use rten_simd::{Isa, Simd, SimdOp, SimdUnaryOp};
-use rten_vecmath::{Sigmoid, Tanh};
 
 use super::recurrence::Real;
 
@@ -63,8 +63,8 @@ pub(super) fn lstm_row_scalar<T: Real>(row: LstmRow<'_, T>) {
     }
 }
 
-/// The formula a vector at a time through `rten-vecmath`'s sigmoid and tanh (the functions the
-/// unfused pass called over whole blocks), a masked vector for a ragged end.
+/// The formula a vector at a time through [`crate::ops::vecmath`]'s sigmoid and tanh (the
+/// functions the unfused pass calls over whole blocks), a masked vector for a ragged end.
 impl SimdOp for LstmRow<'_, f32> {
     type Output = ();
 

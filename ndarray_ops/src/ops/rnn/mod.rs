@@ -20,9 +20,9 @@
 //! training, a GPU node — the backward op first runs the forward pass again into its temp
 //! space: one more forward's work.
 
+use super::vecmath::{Sigmoid, Tanh};
 use ndarray::{ArrayView2, ArrayViewMut2};
 use rten_simd::{SimdOp, SimdUnaryOp};
-use rten_vecmath::{Sigmoid, Tanh};
 
 use super::par::Shared;
 use super::params::{attr_enum, op_params, Params, Positive};
