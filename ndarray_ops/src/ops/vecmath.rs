@@ -24,7 +24,7 @@ use rten_simd::{Isa, Simd, SimdUnaryOp};
 const LOG2_E: f32 = std::f32::consts::LOG2_E;
 /// `ln 2` in two parts: the first exact in 9 bits (so `n * LN2_HI` is exact for every `n`
 /// here), the second the rest.
-const LN2_HI: f32 = 0.693_359_375;
+const LN2_HI: f32 = 355.0 / 512.0;
 const LN2_LO: f32 = -2.121_944_4e-4;
 /// `1.5 * 2^23 + 127`: added to `u / ln 2`, its float rounds the sum to an integer, whose low
 /// bits then hold `n + 127`, the biased exponent of `2^n`.
