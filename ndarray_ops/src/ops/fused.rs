@@ -6,8 +6,9 @@
 //!   applied to each element as it is written; its backward op masks the output gradient and
 //!   runs BatchNorm's gradient on it, channel by channel while the channel is in cache.
 //!   Bit-identical to BatchNorm then ReLU, forward and backward.
-//! - `_fused_Convolution`: a Convolution followed by BatchNorm and, when `act_type` is
-//!   `relu`, ReLU, for graphs bound without gradients. The convolution writes its output, then
+//! - `_fused_Convolution` (`_fused_ConvolutionBias` for a convolution with a bias): a
+//!   Convolution followed by BatchNorm and, when `act_type` is `relu`, ReLU, for graphs bound
+//!   without gradients. The convolution writes its output, then
 //!   the normalization runs over it in place (one pass instead of two, no buffer between
 //!   them). In inference this is the convolution's epilogue `max(0, y·scale + shift)` per
 //!   channel; with `forward(is_train=true)` the batch statistics are taken from the output as
@@ -34,11 +35,24 @@ use crate::resources::{KernelRes, Resource};
 use crate::symbol::grad;
 use crate::DType;
 
-/// The inputs of `_fused_Convolution` that are the convolution's (data and weight: only
-/// convolutions without a bias are folded, as those before a BatchNorm are, whose beta is one);
-/// BatchNorm's parameters and moving statistics follow, in the order the unfused graph lists
-/// them.
-pub(crate) const CONV_INPUTS: usize = 2;
+/// The fused op of a convolution (with a bias or without), BatchNorm and perhaps ReLU.
+pub(crate) fn conv_op(bias: bool) -> &'static str {
+    match bias {
+        true => "_fused_ConvolutionBias",
+        false => "_fused_Convolution",
+    }
+}
+
+/// The inputs of a fused convolution that are the convolution's: data, weight and, for
+/// `_fused_ConvolutionBias`, the bias. BatchNorm's parameters and moving statistics follow, in
+/// the order the unfused graph lists them (so the graph's arguments keep their order); two op
+/// names, because the moving statistics, which the op mutates, then sit at different slots.
+pub(crate) fn conv_inputs(op: &str) -> usize {
+    match op {
+        "_fused_ConvolutionBias" => 3,
+        _ => 2,
+    }
+}
 
 /// Whether `op` is one of these ops. Only the fusion pass makes their nodes, on graphs bound
 /// on the CPU, with their members' attributes: like backward ops they have no signature of
@@ -96,7 +110,7 @@ fn bn_relu_backward_kernel(
 /// `(data, weight, gamma, beta, moving_mean, moving_var)`: the convolution's output shape,
 /// then BatchNorm's on it.
 fn infer_conv_bn(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    let k = CONV_INPUTS;
+    let k = conv_inputs(op);
     let (conv, _) = infer_conv(op, attrs, &s[..k], &d[..k])?;
     let mut bn_shapes = vec![conv[0].clone()];
     bn_shapes.extend_from_slice(&s[k..]);
@@ -110,7 +124,7 @@ fn conv_bn_kernel(
     outs: &[TensorRef],
     res: &mut KernelRes,
 ) -> KResult {
-    let k = CONV_INPUTS;
+    let k = conv_inputs(op);
     conv_kernel(op, attrs, &ins[..k], &outs[..1], res)?;
     let mut bn_ins = vec![outs[0].clone()];
     bn_ins.extend_from_slice(&ins[k..]);
@@ -307,12 +321,26 @@ pub(super) fn ops() -> &'static [OpDef] {
         },
         OpDef {
             alias_safe: false,
-            mutate_inputs: &[CONV_INPUTS + 2, CONV_INPUTS + 3],
+            // The moving mean and variance, after data, weight, gamma and beta.
+            mutate_inputs: &[4, 5],
             infer_partial: Some(super::partial_shapes::fused_convolution),
             resources: &[Resource::TempSpace],
             ..OpDef::new(
                 "_fused_Convolution",
-                Arity::Exactly(CONV_INPUTS + 4),
+                Arity::Exactly(6),
+                infer_conv_bn,
+                conv_bn_kernel,
+            )
+        },
+        OpDef {
+            alias_safe: false,
+            // The moving mean and variance, after data, weight, bias, gamma and beta.
+            mutate_inputs: &[5, 6],
+            infer_partial: Some(super::partial_shapes::fused_convolution),
+            resources: &[Resource::TempSpace],
+            ..OpDef::new(
+                "_fused_ConvolutionBias",
+                Arity::Exactly(7),
                 infer_conv_bn,
                 conv_bn_kernel,
             )

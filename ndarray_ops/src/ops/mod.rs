@@ -446,7 +446,7 @@ pub fn num_outputs(def: &OpDef, attrs: &Attrs) -> Result<(usize, usize)> {
         }
         "_backward_SoftmaxOutput" => (2, 2),
         "_backward_BatchNorm" | "_backward_fused_BatchNormReLU" => (3, 3),
-        "_fused_BatchNormReLU" | "_fused_Convolution" => {
+        "_fused_BatchNormReLU" | "_fused_Convolution" | "_fused_ConvolutionBias" => {
             (3, outputs(BatchNormParams::get(op, attrs)?.output_mean_var))
         }
         "_backward_Concat" => {

@@ -110,6 +110,7 @@ pub(crate) const NAMES: &[&str] = &[
     "_equal_scalar",
     "_fused_BatchNormReLU",
     "_fused_Convolution",
+    "_fused_ConvolutionBias",
     "_fused_elemwise",
     "_grad_add",
     "_greater",

@@ -191,7 +191,7 @@ pub(super) fn batch_norm(op: &str, attrs: &Attrs, ins: &Known, _outs: &Known) ->
 /// A convolution fused with BatchNorm: the convolution's rule for data and weight (and the
 /// data's batch from the output), BatchNorm's parameters have the filter count.
 pub(super) fn fused_convolution(op: &str, attrs: &Attrs, ins: &Known, outs: &Known) -> Found {
-    let k = super::fused::CONV_INPUTS;
+    let k = super::fused::conv_inputs(op);
     let mut found = convolution(op, attrs, &ins[..k.min(ins.len())], outs)?;
     let filters = conv_params(op, attrs)?.filters;
     found.inputs.resize(ins.len(), None);

@@ -5,9 +5,10 @@
 //! - [`apply`], on the symbol before the gradient pass (so a fused node gets its backward node
 //!   from the fused op's gradient rule): BatchNorm whose output only ReLU reads (`Activation`
 //!   with `act_type=relu`, or `relu`) into `_fused_BatchNormReLU`, in training and inference;
-//!   and without gradients, a Convolution without bias whose output only a BatchNorm reads, with
-//!   that BatchNorm (and its ReLU) into `_fused_Convolution`, the normalization being the
-//!   convolution's epilogue. With gradients the convolution's output is needed by BatchNorm's
+//!   and without gradients, a Convolution whose output only a BatchNorm reads, with that
+//!   BatchNorm (and its ReLU) into `_fused_Convolution` (`_fused_ConvolutionBias` where the
+//!   convolution has a bias, which it adds first, as the unfused convolution does), the
+//!   normalization being the convolution's epilogue. With gradients the convolution's output is needed by BatchNorm's
 //!   backward pass, so the convolution stays apart.
 //! - [`apply_elementwise`], on the whole graph after the gradient and recomputation passes:
 //!   trees of same-shape elementwise nodes into `_fused_elemwise` programs, forward and
@@ -29,7 +30,7 @@ use std::sync::Arc;
 
 use super::{IndexedGraph, Node, NodeEntry, Symbol};
 use crate::error::{invalid, Result};
-use crate::ops::fused::{Arg, Step, PROGRAM_ATTR};
+use crate::ops::fused::{conv_op, Arg, Step, PROGRAM_ATTR};
 use crate::ops::params::{BatchNormParams, Params};
 use crate::ops::{lookup, Attrs};
 
@@ -110,7 +111,8 @@ pub fn apply(symbol: &Symbol, inference: bool) -> Result<(Symbol, FusionReport)>
                 if relu.is_some() {
                     attrs = attrs.with("act_type", "relu");
                 }
-                ("_fused_Convolution", slots(c, 0..g.inputs[c].len()))
+                let bias = g.inputs[c].len() > 2;
+                (conv_op(bias), slots(c, 0..g.inputs[c].len()))
             }
             None if relu.is_some() => ("_fused_BatchNormReLU", vec![(b, 0)]),
             None => continue,
@@ -345,15 +347,16 @@ fn is_relu(n: &Node) -> bool {
     }
 }
 
-/// A Convolution without bias, channels first.
+/// A Convolution, channels first.
 fn conv_fusible(n: &Node) -> Result<bool> {
     if n.op_name() != "Convolution" {
         return Ok(false);
     }
-    let c = crate::ops::conv::conv_params(n.op_name(), &n.attrs)?;
+    // Its attributes must parse (the fused node's kernel reads them).
+    crate::ops::conv::conv_params(n.op_name(), &n.attrs)?;
     let channels_first = matches!(
         n.attrs.get("layout"),
         None | Some("None" | "NCW" | "NCHW" | "NCDHW")
     );
-    Ok(!c.bias && channels_first)
+    Ok(channels_first)
 }
