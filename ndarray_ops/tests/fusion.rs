@@ -209,6 +209,90 @@ fn conv_bn_pairs(sym: &Symbol) -> usize {
         .count()
 }
 
+/// Convolutions followed by BatchNorm down every float32 path, the epilogue normalizing each
+/// GEMM tile as it is finished: Winograd (3x3, stride 1, with a bias, then ReLU), the input as
+/// the column matrix (1x1, with a bias, then ReLU), the implicit GEMM (3x3 of stride 2; a
+/// grouped 3x3, whose groups take their own filters' constants), and a depthwise one, which
+/// normalizes in a second pass; bit for bit as unfused in inference (both modes of forward),
+/// with every convolution folded.
+#[test]
+fn every_convolution_path_folds_its_batchnorm() {
+    use ndarray_ops::Attrs;
+    fn conv_bn(x: &Symbol, name: &str, conv: Attrs, relu: bool) -> Symbol {
+        let op = |op: &str, n: &str, ins: &[&Symbol], a: Attrs| Symbol::op(op, n, ins, a).unwrap();
+        let w = Symbol::var(&format!("{name}_weight"));
+        let mut ins = vec![x, &w];
+        let b = Symbol::var(&format!("{name}_bias"));
+        if conv.get("no_bias") == Some("false") {
+            ins.push(&b);
+        }
+        let c = op("Convolution", name, &ins, conv.with("num_filter", 16));
+        let p: Vec<Symbol> = ["gamma", "beta", "moving_mean", "moving_var"]
+            .iter()
+            .map(|k| Symbol::var(&format!("{name}_bn_{k}")))
+            .collect();
+        let bn_attrs = Attrs::new().with("fix_gamma", false);
+        let bn = op(
+            "BatchNorm",
+            &format!("{name}_bn"),
+            &[&c, &p[0], &p[1], &p[2], &p[3]],
+            bn_attrs,
+        );
+        match relu {
+            true => op(
+                "Activation",
+                &format!("{name}_relu"),
+                &[&bn],
+                Attrs::new().with("act_type", "relu"),
+            ),
+            false => bn,
+        }
+    }
+    let net = || {
+        let k3 = |s: usize| {
+            Attrs::new()
+                .with("kernel", "(3, 3)")
+                .with("pad", "(1, 1)")
+                .with("stride", format!("({s}, {s})"))
+        };
+        let x = Symbol::var("data");
+        let x = conv_bn(&x, "winograd", k3(1).with("no_bias", "false"), true);
+        let x = conv_bn(
+            &x,
+            "columns",
+            Attrs::new()
+                .with("kernel", "(1, 1)")
+                .with("no_bias", "false"),
+            true,
+        );
+        let x = conv_bn(&x, "strided", k3(2).with("no_bias", "true"), true);
+        let x = conv_bn(
+            &x,
+            "grouped",
+            k3(1).with("num_group", 2).with("no_bias", "false"),
+            false,
+        );
+        conv_bn(
+            &x,
+            "depthwise",
+            k3(1).with("num_group", 16).with("no_bias", "true"),
+            true,
+        )
+    };
+    watchdog("conv paths", 300, move || {
+        let sym = net();
+        let plain = run(&sym, &[2, 16, 20, 20], false, false);
+        let fused = run(&sym, &[2, 16, 20, 20], false, true);
+        for ((name, g), (_, w)) in fused.values.iter().zip(&plain.values) {
+            let same = g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{name} differs with fusion");
+        }
+        let folds = fused.report.fused.iter();
+        let folds = folds.filter(|(op, _)| op.starts_with("_fused_Convolution"));
+        assert_eq!(folds.count(), 5, "{:?}", fused.report);
+    });
+}
+
 #[test]
 fn resnet18_fused_equals_unfused() {
     check("resnet18_v1-symbol.json", vec![2, 3, 32, 32], true);

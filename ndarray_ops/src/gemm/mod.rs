@@ -33,8 +33,11 @@
 
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 mod avx512;
+mod epilogue;
 
 use std::cell::RefCell;
+
+pub(crate) use epilogue::Epilogue;
 
 /// Rows of the micro-kernel's tile of `c` (broadcast values of `a` per step of depth).
 pub(crate) const MR: usize = 12;
@@ -217,12 +220,32 @@ pub(crate) unsafe fn sgemm_packing(
     beta: f32,
     c: Batches<*mut f32>,
 ) {
+    // SAFETY: the caller's contract.
+    unsafe { sgemm_then(m, k, n, a, b, c, &Epilogue::default(), beta) }
+}
+
+/// [`sgemm_packing`], then `epilogue` on each element of `c`, tile by tile as each is
+/// finished.
+///
+/// # Safety
+/// As [`sgemm_packing`]; the epilogue's constants cover `c`'s `m` rows.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn sgemm_then(
+    m: usize,
+    k: usize,
+    n: usize,
+    a: &impl Rows,
+    b: &impl Source,
+    c: Batches<*mut f32>,
+    epilogue: &Epilogue<'_>,
+    beta: f32,
+) {
     let threads = match m.saturating_mul(n).saturating_mul(k) < THREAD_WORK {
         true => 1,
         false => rayon::current_num_threads().max(1),
     };
     // SAFETY: the caller's contract.
-    unsafe { product((m, k, n), a, b, beta, c, threads) }
+    unsafe { product((m, k, n), a, b, beta, c, threads, epilogue) }
 }
 
 /// As [`sgemm_packing`], on the calling thread alone: for callers that split their work across
@@ -240,7 +263,7 @@ pub(crate) unsafe fn sgemm_serial(
     c: Batches<*mut f32>,
 ) {
     // SAFETY: the caller's contract.
-    unsafe { product((m, k, n), a, b, beta, c, 1) }
+    unsafe { product((m, k, n), a, b, beta, c, 1, &Epilogue::default()) }
 }
 
 /// The product of [`sgemm_packing`] cut into at most `threads` parts, one per thread.
@@ -254,6 +277,7 @@ unsafe fn product(
     beta: f32,
     c: Batches<*mut f32>,
     threads: usize,
+    epilogue: &Epilogue<'_>,
 ) {
     if m == 0 || n == 0 {
         return;
@@ -287,9 +311,9 @@ unsafe fn product(
         // SAFETY: the part's rows or columns of `c` are its own; the rest as the caller's.
         unsafe {
             if by_columns {
-                serial((0, m), k, (lo, hi - lo), a, b, beta, c);
+                serial((0, m), k, (lo, hi - lo), a, b, (beta, c), epilogue);
             } else {
-                serial((lo, hi - lo), k, (0, n), a, b, beta, c);
+                serial((lo, hi - lo), k, (0, n), a, b, (beta, c), epilogue);
             }
         }
     };
@@ -536,7 +560,7 @@ fn block_columns(kc: usize) -> usize {
 }
 
 /// The whole blocked product on the calling thread, of rows `i0..i0 + m` and columns
-/// `j0..j0 + n` of `c`.
+/// `j0..j0 + n` of `c`, each tile through `epilogue` once its last block of depth is in.
 ///
 /// # Safety
 /// As [`sgemm`], with `k > 0` and `beta` 0 or 1.
@@ -546,10 +570,11 @@ unsafe fn serial(
     (j0, n): (usize, usize),
     a: &impl Rows,
     b: &impl Source,
-    beta: f32,
-    c: Batches<*mut f32>,
+    (beta, c): (f32, Batches<*mut f32>),
+    epilogue: &Epilogue<'_>,
 ) {
     let direct = a.direct();
+    let then = epilogue.bias.is_some() || epilogue.norm.is_some() || epilogue.relu;
     PACKED.with_borrow_mut(|(abuf, bbuf)| {
         let step = depth_step(k);
         let block = block_columns(step);
@@ -603,12 +628,43 @@ unsafe fn serial(
                             // inside it; the tile's `mr x nr` elements are inside `c`;
                             // `available()` holds (the contract).
                             unsafe { tile(kc, (a_s, ars, acs), bs, c, (i, j), (mr, nr), add) };
+                            if then && pc + kc == k {
+                                // SAFETY: the tile's elements, just written by this thread.
+                                unsafe { finish(epilogue, c, (i, j), (mr, nr)) };
+                            }
                         }
                     }
                 }
             }
         }
     });
+}
+
+/// The epilogue on the `mr x nr` tile of `c` at `(i, j)`, a row's run at a time where the row
+/// is contiguous within its batch.
+///
+/// # Safety
+/// The tile's elements are valid to read and write, and nobody else touches them meanwhile.
+unsafe fn finish(
+    epilogue: &Epilogue<'_>,
+    c: Batches<*mut f32>,
+    (i, j): (usize, usize),
+    (mr, nr): (usize, usize),
+) {
+    for r in i..i + mr {
+        let (at, left) = c.at(r, j);
+        if at.cs == 1 && left >= nr {
+            // SAFETY: the row's `nr` elements of the tile, contiguous (the contract).
+            epilogue.apply(r, unsafe { std::slice::from_raw_parts_mut(at.ptr, nr) });
+        } else {
+            for col in j..j + nr {
+                // SAFETY: element `(r, col)` of the tile (the contract).
+                epilogue.apply(r, unsafe {
+                    std::slice::from_raw_parts_mut(c.element(r, col), 1)
+                });
+            }
+        }
+    }
 }
 
 /// The micro-kernel on the tile of `c` at `(i, j)`; a tile that crosses from one batch of `c`

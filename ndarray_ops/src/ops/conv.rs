@@ -10,6 +10,7 @@ use super::par::{for_ranges, Shared};
 use super::params::{attr_enum, op_params, Params, Positive, Window};
 use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, Result};
+use crate::gemm::{sgemm_then, Batches, Epilogue, Mat};
 use crate::gpu;
 use crate::ops::{Infer, KResult};
 use crate::resources::{KernelRes, Resource};
@@ -606,9 +607,40 @@ pub(super) fn conv_kernel(
     outs: &[TensorRef],
     res: &mut KernelRes,
 ) -> KResult {
+    conv_then(op, attrs, ins, outs, None, res).map(|_| ())
+}
+
+/// An inference BatchNorm after a convolution: per filter `[mean, scale, beta]` of
+/// `(v - mean)·scale + beta`, and whether ReLU follows.
+pub(super) type Norm<'a> = (&'a [[f32; 3]], bool);
+
+/// The convolution (with its bias) into `outs[0]`, then, with `norm`, the normalization (and
+/// ReLU) on each element as the GEMM finishes its tile ([`crate::gemm::Epilogue`]), where the
+/// float32 GEMM paths run. True when `norm` was applied; false when the caller must still
+/// normalize the output (no `norm`, or a path without the epilogue). The bias goes through
+/// the epilogue too where it can, instead of a pass of its own over the output.
+pub(super) fn conv_then(
+    op: &str,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    norm: Option<Norm<'_>>,
+    res: &mut KernelRes,
+) -> Result<bool, String> {
     let c = conv_params(op, attrs).map_err(|e| e.to_string())?;
     let (x, wt, o) = (&ins[0], &ins[1], &outs[0]);
     let dims = c.dims(&x.shape, &o.shape);
+    let bias = match c.bias && o.dtype == DType::F32 {
+        // SAFETY: the bias input holds the filters' float32 biases (shapes from inference);
+        // nothing writes it while the op runs.
+        true => Some(unsafe { ins[2].slice::<f32>() }),
+        false => None,
+    };
+    let epilogue = Epilogue {
+        bias,
+        norm: norm.map(|n| n.0),
+        relu: norm.is_some_and(|n| n.1),
+    };
     if super::depthwise::applies(&c, &dims) {
         crate::with_dtype!(o.dtype, T => {
             // SAFETY: the shapes come from inference (data, weights, bias and output as
@@ -618,7 +650,7 @@ pub(super) fn conv_kernel(
                 super::depthwise::forward::<T>(&c, &dims, x.ptr::<T>(), wt.ptr::<T>(), bias, o.ptr::<T>());
             }
         });
-        return Ok(());
+        return Ok(false);
     }
     let winograd = super::winograd::forward_applies(&c, &dims, o.dtype);
     if winograd || super::implicit_conv::applies(&c, o.dtype) {
@@ -631,18 +663,11 @@ pub(super) fn conv_kernel(
                 o.ptr::<f32>(),
             );
             match winograd {
-                true => super::winograd::forward(&c, &dims, io, res)?,
-                false => super::implicit_conv::forward(&c, &dims, io, res)?,
-            }
-            if c.bias {
-                add_bias(
-                    ins[2].slice::<f32>(),
-                    dims.ho * dims.wo,
-                    o.slice_mut::<f32>(),
-                );
+                true => super::winograd::forward(&c, &dims, io, &epilogue, res)?,
+                false => super::implicit_conv::forward(&c, &dims, io, &epilogue, res)?,
             }
         }
-        return Ok(());
+        return Ok(norm.is_some());
     }
     let ConvDims {
         n,
@@ -656,6 +681,32 @@ pub(super) fn conv_kernel(
         rows,
     } = dims;
     let direct = c.columns_are_input();
+    if direct && o.dtype == DType::F32 && crate::gemm::available() && (c.bias || norm.is_some()) {
+        // The input is the column matrix (a 1x1 window of stride 1): one product per image
+        // and group, with the epilogue.
+        let pixels = ho * wo;
+        for img in 0..n {
+            for g in 0..c.groups {
+                // SAFETY: image `img`, group `g` of the data, the weights and the output lie
+                // inside their buffers (shapes from inference); the output is disjoint from
+                // the inputs; the GEMM runs here (checked).
+                unsafe {
+                    let a = Mat::row_major(wt.ptr::<f32>().add(g * fg * rows).cast_const(), rows);
+                    let b = Mat::row_major(
+                        x.ptr::<f32>().add((img * ch + g * cg) * h * w).cast_const(),
+                        pixels,
+                    );
+                    let out = Mat::row_major(
+                        o.ptr::<f32>().add((img * c.filters + g * fg) * pixels),
+                        pixels,
+                    );
+                    let group = epilogue.rows_from(g * fg);
+                    sgemm_then(fg, rows, pixels, &a, &b, Batches::whole(out), &group, 0.0);
+                }
+            }
+        }
+        return Ok(norm.is_some());
+    }
     crate::with_dtype!(o.dtype, T => {
         let col = match direct {
             true => std::ptr::null_mut(),
@@ -688,7 +739,7 @@ pub(super) fn conv_kernel(
             unsafe { add_bias(ins[2].slice::<T>(), ho * wo, o.slice_mut::<T>()) };
         }
     });
-    Ok(())
+    Ok(false)
 }
 
 /// Adds `bias[f]` to every pixel of filter `f` of every image of `out` `(N, F, pixels)`.

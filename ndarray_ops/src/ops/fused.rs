@@ -24,9 +24,9 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 
 use super::backward::{bn_backward, infer_bn_backward};
-use super::conv::{conv_kernel, infer_conv};
+use super::conv::{conv_then, infer_conv};
 use super::par::for_ranges;
-use super::stochastic::{bn_forward, infer_bn};
+use super::stochastic::{bn_forward, bn_inference_map, infer_bn};
 use super::tensor::RawBuf;
 use super::{lookup, same_dtypes, same_shapes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, Result};
@@ -125,7 +125,11 @@ fn conv_bn_kernel(
     res: &mut KernelRes,
 ) -> KResult {
     let k = conv_inputs(op);
-    conv_kernel(op, attrs, &ins[..k], &outs[..1], res)?;
+    let map = bn_inference_map(op, attrs, &outs[0].shape, &ins[k..k + 4], outs)?;
+    let norm = map.as_deref().map(|m| (m, applies_relu(attrs)));
+    if conv_then(op, attrs, &ins[..k], &outs[..1], norm, res)? {
+        return Ok(());
+    }
     let mut bn_ins = vec![outs[0].clone()];
     bn_ins.extend_from_slice(&ins[k..]);
     bn_forward(op, attrs, &bn_ins, outs, applies_relu(attrs))

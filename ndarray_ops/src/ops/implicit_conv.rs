@@ -20,7 +20,7 @@ use std::ops::Range;
 use super::backward::col2im;
 use super::conv::{by_phase, Conv, ConvDims, Tap};
 use super::par::{for_ranges, Shared};
-use crate::gemm::{sgemm_packing, transpose16, Batches, Mat, Source, NR};
+use crate::gemm::{sgemm_packing, sgemm_then, transpose16, Batches, Epilogue, Mat, Source, NR};
 use crate::resources::KernelRes;
 use crate::DType;
 
@@ -41,15 +41,16 @@ fn images_per_product(n: usize, pixels: usize) -> usize {
     PRODUCT_PIXELS.div_ceil(pixels.max(1)).clamp(1, n.max(1))
 }
 
-/// `out = conv(x, w)` (no bias: the caller adds it).
+/// `out = conv(x, w)`, each element then through `epilogue` (its rows the filters).
 ///
 /// # Safety
 /// The pointers hold the shapes `dims` gives (data, weights, output); the output is disjoint
-/// from the inputs; [`applies`] holds.
+/// from the inputs; [`applies`] holds; the epilogue's constants cover the filters.
 pub(super) unsafe fn forward(
     c: &Conv,
     d: &ConvDims,
     (x, wt, out): (*const f32, *const f32, *mut f32),
+    epilogue: &Epilogue<'_>,
     res: &mut KernelRes,
 ) -> Result<(), String> {
     let stage = Staging::of(c);
@@ -73,7 +74,8 @@ pub(super) unsafe fn forward(
                 let a = Mat::row_major(wt.add(g * d.fg * d.rows), d.rows);
                 let og = Mat::row_major(out.add((first * c.filters + g * d.fg) * pixels), pixels);
                 let cm = Batches::new(og, (pixels, images), (c.filters * pixels) as isize);
-                sgemm_packing(d.fg, d.rows, images * pixels, &a, &b, 0.0, cm);
+                let then = epilogue.rows_from(g * d.fg);
+                sgemm_then(d.fg, d.rows, images * pixels, &a, &b, cm, &then, 0.0);
             }
         }
     }

@@ -208,6 +208,48 @@ pub(super) fn bn_forward(
     Ok(())
 }
 
+/// BatchNorm outside training over float32 data of shape `shape`, as [`bn_forward`] would
+/// normalize it: per channel `[mean, scale, beta]` of `(x - mean)·scale + beta`, from the
+/// moving statistics, the saved mean and variance written to `outs[1]` and `outs[2]` as
+/// [`bn_forward`] writes them. `ins` are gamma, beta and the moving mean and variance. `None`
+/// (nothing written) where [`bn_forward`] must run itself: batch statistics, or not float32.
+pub(super) fn bn_inference_map(
+    op: &str,
+    attrs: &Attrs,
+    shape: &[usize],
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+) -> Result<Option<Vec<[f32; 3]>>, String> {
+    let bn = bn_settings(op, attrs, shape).map_err(|e| e.to_string())?;
+    if bn.batch_stats || outs[0].dtype != DType::F32 {
+        return Ok(None);
+    }
+    // SAFETY: the parameters and statistics hold one float32 per channel, the saved statistics
+    // too (shapes from inference, every input of the data's type); nothing else writes them
+    // while the op runs.
+    let ([gamma, beta, mm, mv], [mean_out, var_out]) = unsafe {
+        (
+            [0, 1, 2, 3].map(|k| ins[k].slice::<f32>()),
+            [1, 2].map(|k| outs[k].slice_mut::<f32>()),
+        )
+    };
+    let map = (0..bn.layout.1)
+        .map(|ch| {
+            let (mean, var) = (f64::from(mm[ch]), f64::from(mv[ch]));
+            let g = if bn.fix_gamma {
+                1.0
+            } else {
+                f64::from(gamma[ch])
+            };
+            let scale = g / (var + bn.eps).sqrt();
+            mean_out[ch] = mean as f32;
+            var_out[ch] = var as f32;
+            [mean as f32, scale as f32, beta[ch]]
+        })
+        .collect();
+    Ok(Some(map))
+}
+
 /// Where one channel's elements lie in a tensor laid out (outer, c, inner): `outer` runs of
 /// `inner` contiguous elements, `c * inner` apart.
 #[derive(Clone, Copy)]

@@ -33,7 +33,7 @@ use std::sync::OnceLock;
 
 use super::conv::{Conv, ConvDims};
 use super::par::{for_ranges, Shared};
-use crate::gemm::{sgemm_serial, Batches, Mat};
+use crate::gemm::{sgemm_serial, Batches, Epilogue, Mat};
 use crate::resources::KernelRes;
 use crate::DType;
 
@@ -162,10 +162,11 @@ pub(super) unsafe fn forward(
     c: &Conv,
     d: &ConvDims,
     (x, wt, out): (*const f32, *const f32, *mut f32),
+    epilogue: &Epilogue<'_>,
     res: &mut KernelRes,
 ) -> Result<(), String> {
     // SAFETY: the caller's contract.
-    unsafe { run(&forward_problem(c, d), (x, wt, false), out, res) }
+    unsafe { run(&forward_problem(c, d), (x, wt, false), (out, epilogue), res) }
 }
 
 /// `dx` of a convolution from its output gradient `dy`, overwritten.
@@ -181,7 +182,14 @@ pub(super) unsafe fn data_gradient(
     res: &mut KernelRes,
 ) -> Result<(), String> {
     // SAFETY: the caller's contract.
-    unsafe { run(&data_gradient_problem(c, d), (dy, wt, true), dx, res) }
+    unsafe {
+        run(
+            &data_gradient_problem(c, d),
+            (dy, wt, true),
+            (dx, &Epilogue::default()),
+            res,
+        )
+    }
 }
 
 /// Whether the weight gradient of `c` over `d` runs here.
@@ -225,7 +233,7 @@ pub(super) unsafe fn weight_gradient(
 unsafe fn run(
     pr: &Problem,
     inputs: (*const f32, *const f32, bool),
-    out: *mut f32,
+    out: (*mut f32, &Epilogue<'_>),
     res: &mut KernelRes,
 ) -> Result<(), String> {
     enabled()?;
@@ -283,7 +291,7 @@ impl Cut {
 unsafe fn compute(
     pr: &Problem,
     (x, wt, flipped): (*const f32, *const f32, bool),
-    out: *mut f32,
+    (out, epilogue): (*mut f32, &Epilogue<'_>),
     temp: *mut f32,
     cut: Cut,
 ) {
@@ -305,7 +313,7 @@ unsafe fn compute(
             let m = v.add(16 * pr.ch * chunk * tw);
             transform_input(pr, x.get(), rows, v);
             multiply(pr, u, v, m, rows.1 * tw);
-            transform_output(pr, m, rows, out.get());
+            transform_output(pr, m, rows, (out.get(), epilogue));
         }
     });
 }
@@ -553,7 +561,13 @@ unsafe fn multiply(pr: &Problem, u: *const f32, v: *const f32, m: *mut f32, tile
 ///
 /// # Safety
 /// `m` holds the chunk's `M`; `out` the problem's output; the CPU has AVX-512F.
-unsafe fn transform_output(pr: &Problem, m: *const f32, (r0, rows): (usize, usize), out: *mut f32) {
+unsafe fn transform_output(
+    pr: &Problem,
+    m: *const f32,
+    (r0, rows): (usize, usize),
+    (out, epilogue): (*mut f32, &Epilogue<'_>),
+) {
+    let then = epilogue.bias.is_some() || epilogue.norm.is_some() || epilogue.relu;
     let (th, tw) = pr.tiles();
     let tiles = rows * tw;
     for o in 0..pr.f {
@@ -569,6 +583,13 @@ unsafe fn transform_output(pr: &Problem, m: *const f32, (r0, rows): (usize, usiz
             unsafe {
                 lanes::output_tiles(from, tw, (out.add(at), pr.wo, second))
             };
+            if then {
+                let len = if second { 2 * pr.wo } else { pr.wo };
+                // SAFETY: the rows just written, inside `out` (as above); this chunk's alone.
+                epilogue.apply(o, unsafe {
+                    std::slice::from_raw_parts_mut(out.add(at), len)
+                });
+            }
         }
     }
 }
@@ -948,7 +969,7 @@ mod tests {
                         compute(
                             &pr,
                             (input.as_ptr(), wt.as_ptr(), flipped),
-                            got.as_mut_ptr(),
+                            (got.as_mut_ptr(), &Epilogue::default()),
                             temp.as_mut_ptr(),
                             cut,
                         )
