@@ -8,11 +8,12 @@
 //!   Bit-identical to BatchNorm then ReLU, forward and backward.
 //! - `_fused_Convolution` (`_fused_ConvolutionBias` for a convolution with a bias): a
 //!   Convolution followed by BatchNorm and, when `act_type` is `relu`, ReLU, for graphs bound
-//!   without gradients. The convolution writes its output, then
-//!   the normalization runs over it in place (one pass instead of two, no buffer between
-//!   them). In inference this is the convolution's epilogue `max(0, y·scale + shift)` per
-//!   channel; with `forward(is_train=true)` the batch statistics are taken from the output as
-//!   BatchNorm would, so the node means what the nodes it replaces meant in either mode.
+//!   without gradients. In inference the normalization is the convolution's epilogue
+//!   ([`crate::gemm::Epilogue`]): the GEMM applies the bias, `(y - mean)·scale + beta` and
+//!   ReLU per channel to each tile as it finishes it. Where the convolution's path has no
+//!   epilogue (depthwise, float64), and with `forward(is_train=true)`, whose batch statistics
+//!   are taken from the output as BatchNorm would, the normalization runs over the written
+//!   output in place; either way the node means what the nodes it replaces meant.
 //! - `_fused_elemwise`: a tree of same-shape elementwise nodes (arithmetic, scalar ops,
 //!   activations, ReLU's gradient) as a program over tiles: each tile of the output is computed
 //!   by running every member's own kernel on tile-sized views, the intermediate tiles staying
