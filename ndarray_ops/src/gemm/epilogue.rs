@@ -32,6 +32,12 @@ impl<'a> Epilogue<'a> {
         }
     }
 
+    /// Whether the map changes anything (with no bias, normalization or ReLU it is the
+    /// identity, and the product skips it).
+    pub(crate) fn applies(&self) -> bool {
+        self.bias.is_some() || self.norm.is_some() || self.relu
+    }
+
     /// Applies the map to `run`, elements of row `i`.
     pub(crate) fn apply(&self, i: usize, run: &mut [f32]) {
         let bias = self.bias.map(|b| b[i]);

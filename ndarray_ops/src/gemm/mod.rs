@@ -574,7 +574,7 @@ unsafe fn serial(
     epilogue: &Epilogue<'_>,
 ) {
     let direct = a.direct();
-    let then = epilogue.bias.is_some() || epilogue.norm.is_some() || epilogue.relu;
+    let then = epilogue.applies();
     PACKED.with_borrow_mut(|(abuf, bbuf)| {
         let step = depth_step(k);
         let block = block_columns(step);

@@ -567,7 +567,7 @@ unsafe fn transform_output(
     (r0, rows): (usize, usize),
     (out, epilogue): (*mut f32, &Epilogue<'_>),
 ) {
-    let then = epilogue.bias.is_some() || epilogue.norm.is_some() || epilogue.relu;
+    let then = epilogue.applies();
     let (th, tw) = pr.tiles();
     let tiles = rows * tw;
     for o in 0..pr.f {
