@@ -37,10 +37,31 @@ use crate::symbol::grad;
 use crate::DType;
 
 /// The fused op of a convolution (with a bias or without), BatchNorm and perhaps ReLU.
-pub(crate) fn conv_op(bias: bool) -> &'static str {
+pub(crate) const fn conv_op(bias: bool) -> &'static str {
     match bias {
         true => "_fused_ConvolutionBias",
         false => "_fused_Convolution",
+    }
+}
+
+/// The fused convolution's op (with a bias or without): its inputs those of [`conv_inputs`],
+/// then BatchNorm's four, the last two (the moving mean and variance) mutated.
+const fn conv_bn_def(bias: bool) -> OpDef {
+    let (inputs, mutated): (usize, &'static [usize]) = match bias {
+        true => (7, &[5, 6]),
+        false => (6, &[4, 5]),
+    };
+    OpDef {
+        alias_safe: false,
+        mutate_inputs: mutated,
+        infer_partial: Some(super::partial_shapes::fused_convolution),
+        resources: &[Resource::TempSpace],
+        ..OpDef::new(
+            conv_op(bias),
+            Arity::Exactly(inputs),
+            infer_conv_bn,
+            conv_bn_kernel,
+        )
     }
 }
 
@@ -324,32 +345,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 bn_relu_backward_kernel,
             )
         },
-        OpDef {
-            alias_safe: false,
-            // The moving mean and variance, after data, weight, gamma and beta.
-            mutate_inputs: &[4, 5],
-            infer_partial: Some(super::partial_shapes::fused_convolution),
-            resources: &[Resource::TempSpace],
-            ..OpDef::new(
-                "_fused_Convolution",
-                Arity::Exactly(6),
-                infer_conv_bn,
-                conv_bn_kernel,
-            )
-        },
-        OpDef {
-            alias_safe: false,
-            // The moving mean and variance, after data, weight, bias, gamma and beta.
-            mutate_inputs: &[5, 6],
-            infer_partial: Some(super::partial_shapes::fused_convolution),
-            resources: &[Resource::TempSpace],
-            ..OpDef::new(
-                "_fused_ConvolutionBias",
-                Arity::Exactly(7),
-                infer_conv_bn,
-                conv_bn_kernel,
-            )
-        },
+        conv_bn_def(false),
+        conv_bn_def(true),
         OpDef {
             // A tile of the output is written after the same tile of every input was read.
             inplace: &[
