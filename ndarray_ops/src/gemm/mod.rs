@@ -37,7 +37,7 @@ mod epilogue;
 
 use std::cell::RefCell;
 
-pub(crate) use epilogue::Epilogue;
+pub(crate) use epilogue::{normalized, Epilogue, Norm};
 
 /// Rows of the micro-kernel's tile of `c` (broadcast values of `a` per step of depth).
 pub(crate) const MR: usize = 12;

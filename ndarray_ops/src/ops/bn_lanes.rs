@@ -5,6 +5,7 @@
 //! is the same whether its terms come from memory or were just computed into a block (the
 //! fused BatchNorm+ReLU's masked gradient): fused and unfused graphs agree bit for bit.
 
+use crate::gemm::normalized;
 use crate::Element;
 
 /// Elements per block of a sum: its `f32` partial sums are carried to `f64` at the end.
@@ -104,29 +105,17 @@ pub(super) fn normalize<T: Element, const RELU: bool>(
     }
 }
 
-/// One element: centred first, as on the GPU (`x·scale + (beta - mean·scale)` cancels for data
-/// far from zero); ReLU as the `relu` op computes it.
-#[inline(always)]
-fn norm_one<const RELU: bool>(v: f32, [mean, scale, beta]: [f32; 3]) -> f32 {
-    let z = (v - mean) * scale + beta;
-    if !RELU || z > 0.0 {
-        z
-    } else {
-        0.0
-    }
-}
-
 #[target_feature(enable = "avx512f")]
 fn normalize_avx512<const RELU: bool>(x: &[f32], y: &mut [f32], c: [f32; 3]) {
     for (v, o) in x.iter().zip(y) {
-        *o = norm_one::<RELU>(*v, c);
+        *o = normalized(*v, c, RELU);
     }
 }
 
 #[target_feature(enable = "avx512f")]
 fn normalize_in_place_avx512<const RELU: bool>(y: &mut [f32], c: [f32; 3]) {
     for o in y.iter_mut() {
-        *o = norm_one::<RELU>(*o, c);
+        *o = normalized(*o, c, RELU);
     }
 }
 

@@ -10,7 +10,7 @@ use super::par::{for_ranges, Shared};
 use super::params::{attr_enum, op_params, Params, Positive, Window};
 use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, Result};
-use crate::gemm::{sgemm_then, Batches, Epilogue, Mat};
+use crate::gemm::{sgemm_then, Batches, Epilogue, Mat, Norm};
 use crate::gpu;
 use crate::ops::{Infer, KResult};
 use crate::resources::{KernelRes, Resource};
@@ -610,10 +610,6 @@ pub(super) fn conv_kernel(
     conv_then(op, attrs, ins, outs, None, res).map(|_| ())
 }
 
-/// An inference BatchNorm after a convolution: per filter `[mean, scale, beta]` of
-/// `(v - mean)·scale + beta`, and whether ReLU follows.
-pub(super) type Norm<'a> = (&'a [[f32; 3]], bool);
-
 /// The convolution (with its bias) into `outs[0]`, then, with `norm`, the normalization (and
 /// ReLU) on each element as the GEMM finishes its tile ([`crate::gemm::Epilogue`]), where the
 /// float32 GEMM paths run. True when `norm` was applied; false when the caller must still
@@ -636,11 +632,7 @@ pub(super) fn conv_then(
         true => Some(unsafe { ins[2].slice::<f32>() }),
         false => None,
     };
-    let epilogue = Epilogue {
-        bias,
-        norm: norm.map(|n| n.0),
-        relu: norm.is_some_and(|n| n.1),
-    };
+    let epilogue = Epilogue { bias, norm };
     if super::depthwise::applies(&c, &dims) {
         crate::with_dtype!(o.dtype, T => {
             // SAFETY: the shapes come from inference (data, weights, bias and output as

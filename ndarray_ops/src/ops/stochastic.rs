@@ -61,6 +61,15 @@ pub(crate) struct Bn {
 }
 
 /// [`Bn`] for data of shape `shape` (at least 2 dimensions).
+impl Bn {
+    /// `[mean, scale, beta]` of the map `(x - mean)·scale + beta` that normalizes a channel of
+    /// these statistics (gamma read as 1 with `fix_gamma`).
+    fn affine(&self, mean: f64, var: f64, gamma: f64, beta: f64) -> [f64; 3] {
+        let g = if self.fix_gamma { 1.0 } else { gamma };
+        [mean, g / (var + self.eps).sqrt(), beta]
+    }
+}
+
 pub(crate) fn bn_settings(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Bn> {
     let a = BatchNormParams::get(op, attrs)?;
     let axis = norm_axes(op, &[a.axis], shape.len())?[0];
@@ -141,14 +150,14 @@ pub(super) fn bn_forward(
 ) -> KResult {
     let e = |e: crate::NdError| e.to_string();
     let x = &ins[0];
+    let bn = bn_settings(op, attrs, &x.shape).map_err(e)?;
     let Bn {
         layout: (outer, c, inner),
-        eps,
         momentum,
-        fix_gamma,
         batch_stats,
         update_moving: update,
-    } = bn_settings(op, attrs, &x.shape).map_err(e)?;
+        ..
+    } = bn;
     let count = (outer * inner).max(1) as f64;
     let runs = ChannelRuns { c, inner, outer };
     let in_place = x.buf.ptr == outs[0].buf.ptr;
@@ -185,9 +194,7 @@ pub(super) fn bn_forward(
                 } else {
                     (moving_mean, moving_var)
                 };
-                let g = if fix_gamma { 1.0 } else { gamma };
-                let scale = g / (var + eps).sqrt();
-                let c = [mean, scale, beta];
+                let c = bn.affine(mean, var, gamma, beta);
                 // SAFETY: channel `ch`'s runs of the output are this range's alone; no slice
                 // of the data is alive when the output is the data.
                 let y_runs = unsafe { runs.of_mut(ys, ch) };
@@ -236,15 +243,10 @@ pub(super) fn bn_inference_map(
     let map = (0..bn.layout.1)
         .map(|ch| {
             let (mean, var) = (f64::from(mm[ch]), f64::from(mv[ch]));
-            let g = if bn.fix_gamma {
-                1.0
-            } else {
-                f64::from(gamma[ch])
-            };
-            let scale = g / (var + bn.eps).sqrt();
-            mean_out[ch] = mean as f32;
-            var_out[ch] = var as f32;
-            [mean as f32, scale as f32, beta[ch]]
+            mean_out[ch] = mm[ch];
+            var_out[ch] = mv[ch];
+            bn.affine(mean, var, f64::from(gamma[ch]), f64::from(beta[ch]))
+                .map(|v| v as f32)
         })
         .collect();
     Ok(Some(map))

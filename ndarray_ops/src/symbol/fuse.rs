@@ -8,8 +8,8 @@
 //!   and without gradients, a Convolution whose output only a BatchNorm reads, with that
 //!   BatchNorm (and its ReLU) into `_fused_Convolution` (`_fused_ConvolutionBias` where the
 //!   convolution has a bias, which it adds first, as the unfused convolution does), the
-//!   normalization being the convolution's epilogue. With gradients the convolution's output is needed by BatchNorm's
-//!   backward pass, so the convolution stays apart.
+//!   normalization being the convolution's epilogue. With gradients the convolution's output
+//!   is needed by BatchNorm's backward pass, so the convolution stays apart.
 //! - [`apply_elementwise`], on the whole graph after the gradient and recomputation passes:
 //!   trees of same-shape elementwise nodes into `_fused_elemwise` programs, forward and
 //!   backward (a residual sum and its ReLU, an LSTM cell's gates, a sum of gradients and ReLU's
