@@ -579,7 +579,7 @@ mod masked {
     use std::arch::x86_64::*;
     use std::ops::Range;
 
-    use super::{Columns, Runs};
+    use super::{Columns, Runs, Tap};
 
     /// Writes rows `rows` of the column matrix at the pixels of `runs` (at most `16 * V`) to
     /// `out`, row `i` of them at `out + i * stride`, `width` floats each (zeros past
@@ -597,44 +597,35 @@ mod masked {
     ) {
         let taps = cols.taps.len();
         let plane_len = cols.h * cols.w;
-        let lanes = |lo: usize, hi: usize| -> u64 {
-            let upto = |n: usize| if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
-            upto(hi) & !upto(lo)
-        };
         let store = lanes(0, width);
+        // A row's loads depend on its tap, not on its channel: each tap's are found once, the
+        // first time a row of it comes, as offsets from the channel's plane and lane masks,
+        // where they had been found again for every channel.
+        let mut found: Vec<Option<Range<usize>>> = vec![None; taps];
+        let mut loads: Vec<(isize, u64)> = Vec::new();
         for (i, r) in rows.enumerate() {
-            let tap = &cols.taps[r % taps];
+            let t = r % taps;
+            let range = match &found[t] {
+                Some(range) => range.clone(),
+                None => {
+                    let start = loads.len();
+                    plan(cols, &cols.taps[t], runs, &mut loads);
+                    found[t] = Some(start..loads.len());
+                    start..loads.len()
+                }
+            };
             let channel = cols.x.wrapping_add(r / taps * plane_len);
             let mut acc = [_mm512_setzero_ps(); V];
-            if let Some((span, at)) = tap.run() {
-                for &(q, img, y, x, run) in runs.parts() {
-                    let plane = channel.wrapping_add(img * cols.image);
-                    let Some(iy) = tap.input_row(y, cols.h) else {
-                        continue;
-                    };
-                    // The part of this run that reads inside the row: its columns, its lanes,
-                    // and the row's element under its first lane.
-                    let (xa, xb) = (x.max(span.start), (x + run).min(span.end));
-                    if xa >= xb {
-                        continue;
-                    }
-                    let first = match cols.phased {
-                        true => at.start,
-                        false => tap.first_input(),
-                    } + (xa - span.start);
-                    let (la, lb) = (q + xa - x, q + xb - x);
-                    // Lane `l` reads element `first + l - la` of row `iy`: the base may lie
-                    // before the row, but only lanes `la..lb` load, and they read inside it.
-                    let base = plane.wrapping_add(iy * cols.w + first).wrapping_sub(la);
-                    let mask = lanes(la, lb);
-                    for (v, reg) in acc.iter_mut().enumerate() {
-                        let m = (mask >> (16 * v)) as __mmask16;
-                        if m != 0 {
-                            // SAFETY: the unmasked lanes read elements of row `iy`, inside
-                            // the input; masked-off lanes do not touch memory.
-                            *reg =
-                                unsafe { _mm512_mask_loadu_ps(*reg, m, base.wrapping_add(16 * v)) };
-                        }
+            for &(offset, mask) in &loads[range] {
+                // Lane `l` reads element `l` from `base`: the base may lie before the row, but
+                // only the mask's lanes load, and they read inside it.
+                let base = channel.wrapping_offset(offset);
+                for (v, reg) in acc.iter_mut().enumerate() {
+                    let m = (mask >> (16 * v)) as __mmask16;
+                    if m != 0 {
+                        // SAFETY: the unmasked lanes read elements of the tap's input row,
+                        // inside the input; masked-off lanes do not touch memory.
+                        *reg = unsafe { _mm512_mask_loadu_ps(*reg, m, base.wrapping_add(16 * v)) };
                     }
                 }
             }
@@ -644,6 +635,39 @@ mod masked {
                 // SAFETY: the unmasked lanes are the row's `width` floats (the contract).
                 unsafe { _mm512_mask_storeu_ps(dst.wrapping_add(16 * v), m, *reg) };
             }
+        }
+    }
+
+    /// Lanes `lo..hi` of a 64-lane mask.
+    fn lanes(lo: usize, hi: usize) -> u64 {
+        let upto = |n: usize| if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
+        upto(hi) & !upto(lo)
+    }
+
+    /// Appends the loads of `tap`'s row at the pixels of `runs` to `loads`: for each part of a
+    /// run that reads inside its input row, where lane 0 would read (an offset from the
+    /// channel's plane) and the lanes that read.
+    fn plan(cols: &Columns<'_>, tap: &Tap, runs: &Runs, loads: &mut Vec<(isize, u64)>) {
+        let Some((span, at)) = tap.run() else {
+            return;
+        };
+        for &(q, img, y, x, run) in runs.parts() {
+            let Some(iy) = tap.input_row(y, cols.h) else {
+                continue;
+            };
+            // The part of this run that reads inside the row: its columns, its lanes, and the
+            // row's element under its first lane.
+            let (xa, xb) = (x.max(span.start), (x + run).min(span.end));
+            if xa >= xb {
+                continue;
+            }
+            let first = match cols.phased {
+                true => at.start,
+                false => tap.first_input(),
+            } + (xa - span.start);
+            let (la, lb) = (q + xa - x, q + xb - x);
+            let element = img * cols.image + iy * cols.w + first;
+            loads.push((element as isize - la as isize, lanes(la, lb)));
         }
     }
 }
