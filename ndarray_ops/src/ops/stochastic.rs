@@ -60,7 +60,6 @@ pub(crate) struct Bn {
     pub(crate) update_moving: bool,
 }
 
-/// [`Bn`] for data of shape `shape` (at least 2 dimensions).
 impl Bn {
     /// `[mean, scale, beta]` of the map `(x - mean)·scale + beta` that normalizes a channel of
     /// these statistics (gamma read as 1 with `fix_gamma`).
@@ -70,6 +69,7 @@ impl Bn {
     }
 }
 
+/// [`Bn`] for data of shape `shape` (at least 2 dimensions).
 pub(crate) fn bn_settings(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Bn> {
     let a = BatchNormParams::get(op, attrs)?;
     let axis = norm_axes(op, &[a.axis], shape.len())?[0];
