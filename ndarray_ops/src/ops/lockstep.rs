@@ -26,6 +26,19 @@
 //! or later starts before it does, so the first `s * units` units to finish are exactly those
 //! of the steps before. A unit that panics marks the loop poisoned; the waiters see it and
 //! stop, and rayon's scope hands the panic on.
+//!
+//! [`wavefront`] is the loop's one-way twin, a pipeline of two stages (two RNN layers, the
+//! upper a step behind the lower): the leader runs its steps on the calling thread and never
+//! waits; the follower runs step `s` on another thread once the leader has finished step `s`:
+//!
+//! ```text
+//! caller: spawn the follower; for each step s: lead(s), led = s + 1;
+//!         then follow every step itself if nobody took the follower (the pool busy)
+//! follower (taken once): for each step s: wait until led > s; follow(s)
+//! ```
+//!
+//! Where a lockstep's every step waits for its slowest unit, a wavefront's follower waits only
+//! while it is ahead, and a step that runs long on one core is made up on the next.
 
 #[cfg(loom)]
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -193,6 +206,84 @@ pub(crate) fn lockstep(steps: usize, units: usize, work: impl Fn(usize, usize) +
     });
 }
 
+/// A [`wavefront`]'s shared state.
+pub(crate) struct Pipe {
+    /// The leader's steps finished (release: their writes happen before the follower's
+    /// acquire load).
+    led: AtomicUsize,
+    /// Whether a thread holds the follower.
+    taken: AtomicBool,
+    /// A step panicked: the follower no longer waits.
+    poisoned: AtomicBool,
+}
+
+impl Pipe {
+    pub(crate) fn new() -> Self {
+        Pipe {
+            led: AtomicUsize::new(0),
+            taken: AtomicBool::new(false),
+            poisoned: AtomicBool::new(false),
+        }
+    }
+
+    /// Runs the leader's `steps` steps, publishing each as it finishes.
+    pub(crate) fn lead(&self, steps: usize, lead: &(impl Fn(usize) + Sync)) {
+        for s in 0..steps {
+            let poison = Poison(&self.poisoned);
+            lead(s);
+            drop(poison);
+            self.led.store(s + 1, Ordering::Release);
+        }
+    }
+
+    /// Takes the follower (returns at once when another thread has it) and runs its steps,
+    /// each after the leader's; stops when the pipe is poisoned.
+    pub(crate) fn follow(&self, steps: usize, follow: &(impl Fn(usize) + Sync)) {
+        if self.taken.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        for s in 0..steps {
+            let mut spins = 0u32;
+            while self.led.load(Ordering::Acquire) <= s {
+                if self.poisoned.load(Ordering::Acquire) {
+                    return;
+                }
+                #[cfg(loom)]
+                loom::thread::yield_now();
+                #[cfg(not(loom))]
+                if spins < 256 {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+                spins = spins.saturating_add(1);
+            }
+            let poison = Poison(&self.poisoned);
+            follow(s);
+            drop(poison);
+        }
+    }
+}
+
+/// Runs `lead(s)` and `follow(s)` for every step `s` of `steps`: the leader's steps in order
+/// on the calling thread, the follower's in order on another of rayon's threads, `follow(s)`
+/// after `lead(s)` (see the module's protocol). With no other thread the caller runs every
+/// `lead` step, then every `follow` step.
+pub(crate) fn wavefront(steps: usize, lead: impl Fn(usize) + Sync, follow: impl Fn(usize) + Sync) {
+    if rayon::current_num_threads() <= 1 {
+        (0..steps).for_each(&lead);
+        (0..steps).for_each(&follow);
+        return;
+    }
+    let pipe = Pipe::new();
+    rayon::scope(|scope| {
+        let (pipe, follow) = (&pipe, &follow);
+        scope.spawn(move |_| pipe.follow(steps, follow));
+        pipe.lead(steps, &lead);
+        pipe.follow(steps, follow);
+    });
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -248,6 +339,65 @@ mod tests {
             log.windows(2).all(|w| w[0].0 <= w[1].0),
             "steps in order: {log:?}"
         );
+    }
+
+    /// Every step of both stages runs once, each follower step after its leader step, the
+    /// stages' steps in order; a follower nobody takes is run by the caller.
+    #[test]
+    fn a_wavefront_follows_each_step_after_its_leader() {
+        for steps in [0, 1, 2, 9, 200] {
+            let led: Vec<AtomicUsize> = (0..steps).map(|_| AtomicUsize::new(0)).collect();
+            let log = Mutex::new(Vec::new());
+            wavefront(
+                steps,
+                |s| {
+                    led[s].fetch_add(1, Ordering::SeqCst);
+                },
+                |s| {
+                    let seen = led[s].load(Ordering::SeqCst);
+                    log.lock().unwrap().push((s, seen));
+                },
+            );
+            let log = log.into_inner().unwrap();
+            assert_eq!(
+                log,
+                (0..steps).map(|s| (s, 1)).collect::<Vec<_>>(),
+                "{steps} steps"
+            );
+        }
+        // No helper: the pipe's caller runs both stages.
+        let pipe = Pipe::new();
+        let log = Mutex::new(Vec::new());
+        pipe.lead(3, &|s| log.lock().unwrap().push(("lead", s)));
+        pipe.follow(3, &|s| log.lock().unwrap().push(("follow", s)));
+        let want = [0, 1, 2].map(|s| ("lead", s)).into_iter();
+        let want: Vec<_> = want.chain([0, 1, 2].map(|s| ("follow", s))).collect();
+        assert_eq!(log.into_inner().unwrap(), want);
+    }
+
+    /// A leader step that panics ends the pipeline with its panic on the caller, not a hang
+    /// of the follower waiting for the step.
+    #[test]
+    fn a_panicking_leader_ends_the_wavefront() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let r = std::panic::catch_unwind(|| {
+                wavefront(
+                    50,
+                    |s| {
+                        if s == 7 {
+                            panic!("leader step 7 failed");
+                        }
+                    },
+                    |_| {},
+                )
+            });
+            let _ = tx.send(r.is_err());
+        });
+        let panicked = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the follower hung after the leader panicked");
+        assert!(panicked, "the leader's panic did not reach the caller");
     }
 
     /// A unit that panics ends the loop with its panic on the caller, not a hang of the other
@@ -315,6 +465,50 @@ mod loom_tests {
             };
             counters.join(STEPS, UNITS, 0, &work);
             helper.join().unwrap();
+        });
+    }
+
+    /// A two-step wavefront: the leader writes each step's cell, the follower reads it and
+    /// writes its own. Loom checks every interleaving (the helper taking the follower first,
+    /// late, or never, the caller then running it) for a read that races the leader's write.
+    #[test]
+    fn a_follower_sees_its_leaders_step() {
+        loom::model(|| {
+            const STEPS: usize = 2;
+            struct Cells([UnsafeCell<usize>; STEPS], [UnsafeCell<usize>; STEPS]);
+            // SAFETY: loom fails the model on any access to a cell that races another.
+            unsafe impl Sync for Cells {}
+            let cells = Arc::new(Cells(
+                std::array::from_fn(|_| UnsafeCell::new(0)),
+                std::array::from_fn(|_| UnsafeCell::new(0)),
+            ));
+            let pipe = Arc::new(Pipe::new());
+            let follow = {
+                let cells = cells.clone();
+                move |s: usize| {
+                    // SAFETY: loom checks that no write to the cell is concurrent.
+                    let v = cells.0[s].with(|p| unsafe { *p });
+                    assert_eq!(v, s + 1, "follower step {s} ran before its leader's");
+                    // SAFETY: as above.
+                    cells.1[s].with_mut(|p| unsafe { *p = v });
+                }
+            };
+            let helper = {
+                let (pipe, follow) = (pipe.clone(), follow.clone());
+                loom::thread::spawn(move || pipe.follow(STEPS, &follow))
+            };
+            let lead = {
+                let cells = cells.clone();
+                // SAFETY: as above.
+                move |s: usize| cells.0[s].with_mut(|p| unsafe { *p = s + 1 })
+            };
+            pipe.lead(STEPS, &lead);
+            pipe.follow(STEPS, &follow);
+            helper.join().unwrap();
+            for s in 0..STEPS {
+                // SAFETY: both threads are done.
+                assert_eq!(cells.1[s].with(|p| unsafe { *p }), s + 1);
+            }
         });
     }
 }

@@ -199,7 +199,7 @@ pub(super) fn rnn_kernel(
         let ll = pass.layer_len();
         let (mid_len, trace_len) = match kept {
             Some(_) => (0, 0),
-            None => ((r.layers - 1) * ll, pass.trace_len()),
+            None => ((r.layers - 1) * ll, pass.scratch_traces()),
         };
         // Intermediate layers' outputs, the trace, the steps' scratch, the final states
         // when the op does not output them, and with dropout room for one layer: its mask
@@ -225,25 +225,33 @@ pub(super) fn rnn_kernel(
                 // Each layer's output is kept as it was made; what the next layer reads is
                 // that times its mask, kept too.
                 k.masks.resize(if r.drops() { (r.layers - 1) * ll } else { 0 }, T::default());
-                for l in 0..r.layers {
-                    let (below, here) = k.ys.split_at_mut(l * ll);
-                    let input: &[T] = match (l, &rng) {
-                        (0, _) => xs,
-                        (_, Some(_)) => dropped,
-                        (_, None) => &below[(l - 1) * ll..],
-                    };
-                    let traces = &mut k.traces[l * tl..(l + 1) * tl];
-                    pass.forward_layer(l, input, &mut here[..ll], traces, h0, c0, hy, cy, hp, true)?;
-                    if let Some(rng) = rng.as_deref_mut().filter(|_| l + 1 < r.layers) {
-                        let mask = &mut k.masks[l * ll..(l + 1) * ll];
-                        dropout_mask(rng, r.p, mask);
-                        for ((o, &y), &m) in dropped.iter_mut().zip(&here[..ll]).zip(&*mask) {
-                            *o = y * m;
+                match rng.as_deref_mut() {
+                    None => {
+                        let (mid, top) = k.ys.split_at_mut((r.layers - 1) * ll);
+                        let ys = (mid, &mut top[..ll]);
+                        pass.forward_layers(xs, ys, &mut k.traces, (h0, c0), (hy, cy), hp, true)?;
+                    }
+                    Some(rng) => {
+                        for l in 0..r.layers {
+                            let here = &mut k.ys[l * ll..];
+                            let input: &[T] = if l == 0 { xs } else { dropped };
+                            let traces = &mut k.traces[l * tl..(l + 1) * tl];
+                            pass.forward_layer(l, input, &mut here[..ll], traces, h0, c0, hy, cy, hp, true)?;
+                            if l + 1 < r.layers {
+                                let mask = &mut k.masks[l * ll..(l + 1) * ll];
+                                dropout_mask(rng, r.p, mask);
+                                for ((o, &y), &m) in dropped.iter_mut().zip(&here[..ll]).zip(&*mask) {
+                                    *o = y * m;
+                                }
+                            }
                         }
                     }
                 }
                 out.copy_from_slice(&k.ys[(r.layers - 1) * ll..]);
                 k.valid = true;
+            }
+            None if rng.is_none() => {
+                pass.forward_layers(xs, (mid, out), trace, (h0, c0), (hy, cy), hp, false)?;
             }
             None => {
                 for l in 0..r.layers {
@@ -370,12 +378,9 @@ pub(super) fn backward<T: Real>(
     let (ys, traces): (&[T], &[T]) = match kept {
         Some(k) => (&k.ys, &k.traces),
         None => {
-            for l in 0..r.layers {
-                let (below, here) = ys.split_at_mut(l * ll);
-                let input: &[T] = if l == 0 { xs } else { &below[(l - 1) * ll..] };
-                let tr = &mut traces[l * r.dirs * tl..(l + 1) * r.dirs * tl];
-                pass.forward_layer(l, input, &mut here[..ll], tr, h0, c0, hy, cy, hp, true)?;
-            }
+            let (mid, top) = ys.split_at_mut((r.layers - 1) * ll);
+            let ys_out = (mid, &mut top[..ll]);
+            pass.forward_layers(xs, ys_out, traces, (h0, c0), (hy, cy), hp, true)?;
             (ys, traces)
         }
     };

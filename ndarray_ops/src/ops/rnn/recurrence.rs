@@ -9,7 +9,7 @@ use ndarray::s;
 use super::cell::{lstm_grad_row_scalar, lstm_row_scalar, LstmGradRow, LstmRow};
 use super::*;
 use crate::gemm;
-use crate::ops::lockstep::lockstep;
+use crate::ops::lockstep::{lockstep, wavefront};
 use crate::ops::par::wide;
 
 // ---- the recurrence -------------------------------------------------------------------------
@@ -25,6 +25,11 @@ pub(crate) trait Real: Element + num_traits::Float {
     /// `b` packed for [`Real::gemm_packed`], where that runs.
     fn pack(_b: &ArrayView2<'_, Self>) -> Option<gemm::Packed> {
         None
+    }
+    /// Whether products run on [`Real::gemm_packed`], whose sum for an element of `c` is the
+    /// same however many rows and columns the product has around it.
+    fn packs() -> bool {
+        false
     }
     /// One LSTM step of one sample over a run of hidden units ([`LstmRow`]).
     fn lstm_row(row: LstmRow<'_, Self>) {
@@ -65,6 +70,10 @@ impl Real for f32 {
 
     fn lstm_grad_row(row: LstmGradRow<'_, f32>) {
         row.dispatch();
+    }
+
+    fn packs() -> bool {
+        gemm::available()
     }
 
     fn pack(b: &ArrayView2<'_, f32>) -> Option<gemm::Packed> {
@@ -317,7 +326,7 @@ impl<'a, T: Real> Weights<'a, T> {
     }
 }
 
-impl<T: Real> Pass<'_, T> {
+impl<'a, T: Real> Pass<'a, T> {
     /// The state sample `n` carries into time `t` in direction `d`: the step before in the
     /// direction's order, or `None` at its first step (the initial state).
     pub(super) fn before(&self, d: usize, t: usize, n: usize) -> Option<usize> {
@@ -327,16 +336,118 @@ impl<T: Real> Pass<'_, T> {
         }
     }
 
-    /// Floats of scratch [`Pass::forward_layer`] takes: per unit its gates' hidden
+    /// Whether [`Pass::forward_layers`] runs its layers two at a time as a [`wavefront`]: on a
+    /// pool of two threads, in one direction, with no dropout between layers (its mask is
+    /// drawn between one layer and the next), and where the products give the same sums cut
+    /// into steps as whole ([`Real::packs`]; `matrixmultiply`'s may differ in the last bit).
+    /// With more threads, cutting each step along the hidden units keeps them all busy.
+    pub(crate) fn pairs(&self) -> bool {
+        T::packs()
+            && self.r.dirs == 1
+            && self.r.layers >= 2
+            && !self.r.drops()
+            && rayon::current_num_threads() == 2
+    }
+
+    /// Floats of one layer's step scratch cut into `units`: per unit its gates' hidden
     /// projections, `G` blocks of `(N, w)` (not the LSTM's: it adds them onto the input
     /// projections in the trace); and the second state buffer.
-    pub(crate) fn step_scratch(&self) -> usize {
-        let w = unit_width(self.r.hidden, self.units);
+    fn scratch_for(&self, units: usize) -> usize {
+        let w = unit_width(self.r.hidden, units);
         let gates = match self.r.lstm() {
             true => 0,
             false => self.r.gh() / self.r.hidden,
         };
-        self.batch * (gates * w * self.units + self.r.hidden)
+        self.batch * (gates * w * units + self.r.hidden)
+    }
+
+    /// Floats of scratch [`Pass::forward_layer`] takes, and [`Pass::forward_pair`] (two
+    /// layers of one unit each) where the pass runs in pairs.
+    pub(crate) fn step_scratch(&self) -> usize {
+        let one = self.scratch_for(self.units);
+        match self.pairs() {
+            true => one.max(2 * self.scratch_for(1)),
+            false => one,
+        }
+    }
+
+    /// Floats of trace an inference pass takes: one direction's, which every layer and
+    /// direction reuses, or two layers' where the pass runs in pairs (a pair's layers run at
+    /// once).
+    pub(crate) fn scratch_traces(&self) -> usize {
+        self.trace_len() * if self.pairs() { 2 } else { 1 }
+    }
+
+    /// Every step's input projection of direction `d` of layer `l` at once, into the trace's
+    /// `gates` `(T*N, G*H)` (its bias is added step by step).
+    fn input_projection(&self, (l, d): (usize, usize), input: &[T], gates: &mut [T]) {
+        let (s, rows, gh) = (self.slot(l, d), self.steps * self.batch, self.r.gh());
+        let wx = mat(&self.params[s.wx..], gh, s.input);
+        T::gemm(
+            &mat(input, rows, s.input),
+            &wx.t(),
+            &mut mat_mut(gates, rows, gh),
+        );
+    }
+
+    /// Runs every layer on `xs` with no dropout between them: the layers below the top write
+    /// their outputs one after the other into `mid`, the top into `top`. `traces` holds a trace
+    /// per layer, one after the other, or (an inference pass) [`Pass::scratch_traces`] that
+    /// the layers share. Layers run in pairs where [`Pass::pairs`] says so; arguments
+    /// otherwise as [`Pass::forward_layer`]'s.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn forward_layers(
+        &self,
+        xs: &[T],
+        (mid, top): (&mut [T], &mut [T]),
+        traces: &mut [T],
+        (h0, c0): (&[T], &[T]),
+        (hy, cy): (&mut [T], &mut [T]),
+        scratch: &mut [T],
+        keep: bool,
+    ) -> KResult {
+        let (layers, ll, tl) = (
+            self.r.layers,
+            self.layer_len(),
+            self.trace_len() * self.r.dirs,
+        );
+        let per_layer = traces.len() >= layers * tl;
+        let mut l = 0;
+        while l < layers {
+            let span = if self.pairs() && l + 1 < layers { 2 } else { 1 };
+            let tr = match per_layer {
+                true => &mut traces[l * tl..(l + span) * tl],
+                false => &mut traces[..],
+            };
+            let (below, rest) = mid.split_at_mut((l * ll).min(mid.len()));
+            let input: &[T] = if l == 0 { xs } else { &below[(l - 1) * ll..] };
+            // Layer `l`'s place in `mid` (none for the top), then the next layer's.
+            let (first, rest) = rest.split_at_mut(ll.min(rest.len()));
+            if span == 2 {
+                let upper: &mut [T] = match l + 2 == layers {
+                    true => &mut *top,
+                    false => &mut rest[..ll],
+                };
+                self.forward_pair(
+                    l,
+                    input,
+                    (first, upper),
+                    tr,
+                    (h0, c0),
+                    (hy, cy),
+                    scratch,
+                    keep,
+                )?;
+            } else {
+                let output: &mut [T] = match l + 1 == layers {
+                    true => &mut *top,
+                    false => first,
+                };
+                self.forward_layer(l, input, output, tr, h0, c0, hy, cy, scratch, keep)?;
+            }
+            l += span;
+        }
+        Ok(())
     }
 
     /// Runs layer `l` (both directions) on `input` `(T, N, In)` into `output` `(T, N, D*H)`,
@@ -348,10 +459,7 @@ impl<T: Real> Pass<'_, T> {
     /// Each step runs as [`lockstep`] units, one per run of hidden units (all of an LSTM's four
     /// gates for them): a unit's products need only the state before, and the gates of a
     /// hidden unit only its own pre-activations, so a step is one round of units, writing the
-    /// next state into the other of two buffers. The LSTM adds its hidden projections onto
-    /// the input projections in the trace and runs its cell as one fused pass per sample
-    /// ([`Real::lstm_row`]); the other modes keep their hidden projections gate after gate over
-    /// every sample, so that each activation is one call over the whole block.
+    /// next state into the other of two buffers ([`LayerSteps`]).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn forward_layer(
         &self,
@@ -366,116 +474,190 @@ impl<T: Real> Pass<'_, T> {
         scratch: &mut [T],
         keep: bool,
     ) -> KResult {
-        let (h, gh, nb) = (self.r.hidden, self.r.gh(), self.batch);
-        let (rows, gates, units) = (self.steps * nb, gh / h, self.units);
-        let tl = self.trace_len();
-        let (blocks_buf, spare) = scratch.split_at_mut(self.step_scratch() - nb * h);
-        let per_unit = blocks_buf.len() / units;
+        let (rows, gh, tl) = (self.steps * self.batch, self.r.gh(), self.trace_len());
+        let out = Shared::new(output.as_mut_ptr());
         for d in 0..self.r.dirs {
-            let s = self.slot(l, d);
-            let k = l * self.r.dirs + d;
             let trace = match traces.len() >= (d + 1) * tl {
                 true => &mut traces[d * tl..(d + 1) * tl],
                 false => &mut traces[..tl],
             };
-            let (gate_buf, extra) = trace.split_at_mut(rows * gh);
-            // Every step's input projection at once (its bias is added step by step).
-            let wx = mat(&self.params[s.wx..], gh, s.input);
-            T::gemm(
-                &mat(input, rows, s.input),
-                &wx.t(),
-                &mut mat_mut(gate_buf, rows, gh),
-            );
-            let wh = mat(&self.params[s.wh..], gh, h);
-            // Unit `u`'s product for gate `q`: the gate's rows of W_h for the unit's hidden
-            // units, transposed.
-            let blocks: Vec<Weights<'_, T>> = (0..units)
-                .flat_map(|u| {
-                    let c = unit_cols(h, units, u);
-                    (0..gates).map(move |q| {
-                        Weights::new(
-                            wh.slice_move(s![q * h + c.start..q * h + c.end, ..])
-                                .reversed_axes(),
-                        )
-                    })
+            self.input_projection((l, d), input, &mut trace[..rows * gh]);
+            let units = self.units;
+            // SAFETY: the buffers are the layer's, sized from the pass; the steps run here.
+            let steps = unsafe {
+                self.layer_steps((l, d), units, trace, out, (h0, c0), (hy, cy), scratch, keep)
+            };
+            lockstep(self.steps, units, |s, u| steps.run(s, u));
+            steps.finish();
+        }
+        Ok(())
+    }
+
+    /// Runs layers `l` and `l + 1` of a one-direction pass at once, as a [`wavefront`] of one
+    /// thread per layer: the lower layer's step `t` on the calling thread, then the upper's a
+    /// step behind on the other. The upper layer's input projection is made step by step, as
+    /// the lower layer's output arrives, its gates' columns cut in two: the lower thread makes
+    /// the first part after its step, the upper the second before its own. Each thread then
+    /// does the same work per step (one layer's hidden product and cell, half an input
+    /// projection) and neither waits on the other within a layer's step; their weights (one
+    /// `W_h`, half a `W_x`: 1.5 MiB for an LSTM of 256) stay in each core's cache.
+    ///
+    /// `outputs` are the two layers' outputs (the lower's is the upper's input), `traces` the
+    /// two layers' traces one after the other; the rest as [`Pass::forward_layer`]'s. The
+    /// products and cells are those of two calls of `forward_layer`, element for element, so
+    /// the results are the same bits.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn forward_pair(
+        &self,
+        l: usize,
+        input: &[T],
+        (lower_out, upper_out): (&mut [T], &mut [T]),
+        traces: &mut [T],
+        (h0, c0): (&[T], &[T]),
+        (hy, cy): (&mut [T], &mut [T]),
+        scratch: &mut [T],
+        keep: bool,
+    ) -> KResult {
+        let (nb, gh, tl) = (self.batch, self.r.gh(), self.trace_len());
+        let rows = self.steps * nb;
+        let (lower_trace, upper_trace) = traces.split_at_mut(tl);
+        let (lower_scratch, upper_scratch) = scratch.split_at_mut(self.scratch_for(1));
+        self.input_projection((l, 0), input, &mut lower_trace[..rows * gh]);
+        let below = Shared::new(lower_out.as_mut_ptr());
+        let upper_gates = Shared::new(upper_trace.as_mut_ptr());
+        // SAFETY: the buffers are the layers', sized from the pass, each layer's apart from the
+        // other's; the steps run here.
+        let (lower, upper) = unsafe {
+            (
+                self.layer_steps(
+                    (l, 0),
+                    1,
+                    lower_trace,
+                    below,
+                    (h0, c0),
+                    (hy, cy),
+                    lower_scratch,
+                    keep,
+                ),
+                self.layer_steps(
+                    (l + 1, 0),
+                    1,
+                    upper_trace,
+                    Shared::new(upper_out.as_mut_ptr()),
+                    (h0, c0),
+                    (hy, cy),
+                    upper_scratch,
+                    keep,
+                ),
+            )
+        };
+        // The upper layer's `W_x` in two parts of its gates' columns, whole GEMM tiles each.
+        let s = self.slot(l + 1, 0);
+        let wx = mat(&self.params[s.wx..], gh, s.input);
+        let cut = (gh / 2).div_ceil(32).saturating_mul(32).min(gh);
+        let parts = [0..cut, cut..gh];
+        let weights = parts
+            .clone()
+            .map(|c| Weights::new(wx.slice_move(s![c, ..]).reversed_axes()));
+        let project = |t: usize, p: usize| {
+            // SAFETY: row `t` of the lower layer's output is written by its step `t`, which
+            // has finished (the wavefront's order), and is only read from then on; part `p` of
+            // the upper trace's row `t` is this call's alone (the other part is the other
+            // thread's, and the upper step `t` reads the row only after both).
+            let (x, mut c) = unsafe {
+                (
+                    std::slice::from_raw_parts(below.get().add(t * nb * s.input), nb * s.input),
+                    block_mut(
+                        Shared::new(upper_gates.get().wrapping_add(t * nb * gh)),
+                        nb,
+                        gh,
+                        &parts[p],
+                    ),
+                )
+            };
+            weights[p].product(&mat(x, nb, s.input), &mut c, false);
+        };
+        wavefront(
+            self.steps,
+            |t| {
+                lower.run(t, 0);
+                project(t, 0);
+            },
+            |t| {
+                project(t, 1);
+                upper.run(t, 0);
+            },
+        );
+        lower.finish();
+        upper.finish();
+        Ok(())
+    }
+
+    /// Direction `d` of layer `l` set up to run its steps cut into `units`: the layer's initial
+    /// state copied into its place in `hy` / `cy`, where the steps leave the final one. The
+    /// trace's gates hold the input projections by the time each step runs.
+    ///
+    /// # Safety
+    /// `trace` (the direction's), `out` (the layer's output, `(T, N, D*H)`) and `scratch`
+    /// ([`Pass::scratch_for`] `units`) stay valid and are touched only by the steps while the
+    /// result lives; so is the layer's state in `hy` / `cy`.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn layer_steps<'p>(
+        &'p self,
+        (l, d): (usize, usize),
+        units: usize,
+        trace: &mut [T],
+        out: Shared<T>,
+        (h0, c0): (&[T], &[T]),
+        (hy, cy): (&mut [T], &mut [T]),
+        scratch: &mut [T],
+        keep: bool,
+    ) -> LayerSteps<'p, 'a, T> {
+        let (h, gh, nb) = (self.r.hidden, self.r.gh(), self.batch);
+        let (rows, gates) = (self.steps * nb, gh / h);
+        let s = self.slot(l, d);
+        let k = l * self.r.dirs + d;
+        let (gate_buf, extra) = trace.split_at_mut(rows * gh);
+        let wh = mat(&self.params[s.wh..], gh, h);
+        let blocks = (0..units)
+            .flat_map(|u| {
+                let c = unit_cols(h, units, u);
+                (0..gates).map(move |q| {
+                    Weights::new(
+                        wh.slice_move(s![q * h + c.start..q * h + c.end, ..])
+                            .reversed_axes(),
+                    )
                 })
-                .collect();
-            let state = k * nb * h..(k + 1) * nb * h;
-            hy[state.clone()].copy_from_slice(&h0[state.clone()]);
-            if self.r.lstm() {
-                cy[state.clone()].copy_from_slice(&c0[state.clone()]);
-            }
-            // Without a cell (not LSTM) `cy` may be empty and is never read.
-            let cell_at = state.start.min(cy.len());
-            let unit = Unit {
+            })
+            .collect();
+        let state = k * nb * h..(k + 1) * nb * h;
+        hy[state.clone()].copy_from_slice(&h0[state.clone()]);
+        if self.r.lstm() {
+            cy[state.clone()].copy_from_slice(&c0[state.clone()]);
+        }
+        // Without a cell (not LSTM) `cy` may be empty and is never read.
+        let cell_at = state.start.min(cy.len());
+        let (work, spare) = scratch.split_at_mut(self.scratch_for(units) - nb * h);
+        LayerSteps {
+            unit: Unit {
                 pass: self,
                 d,
                 biases: (&self.params[s.bx..s.bx + gh], &self.params[s.bh..s.bh + gh]),
-                out: Shared::new(output.as_mut_ptr()),
+                out,
                 gates: Shared::new(gate_buf.as_mut_ptr()),
                 extra: Shared::new(extra.as_mut_ptr()),
                 cell: Shared::new(cy[cell_at..].as_mut_ptr()),
                 keep,
-            };
-            let bufs = [
-                Shared::new(hy[state.clone()].as_mut_ptr()),
+            },
+            blocks,
+            bufs: [
+                Shared::new(hy[state].as_mut_ptr()),
                 Shared::new(spare.as_mut_ptr()),
-            ];
-            let pblocks = Shared::new(blocks_buf.as_mut_ptr());
-            let lstm = self.r.lstm();
-            lockstep(self.steps, units, |step, u| {
-                let cols = unit_cols(h, units, u);
-                let (from, to) = (bufs[step % 2], bufs[(step + 1) % 2]);
-                // SAFETY: the state before this step is only read during the step (the
-                // lockstep's order: every unit of the step before has finished writing it, and
-                // the next step's units, which write it again, start after this one's); the
-                // unit's scratch is its own.
-                let (h_prev, work) = unsafe {
-                    (
-                        std::slice::from_raw_parts(from.get(), nb * h),
-                        pblocks.piece_mut(u, per_unit),
-                    )
-                };
-                let pre = match lstm {
-                    true => &mut [][..],
-                    false => &mut work[..gates * nb * cols.len()],
-                };
-                let t = time(d, step, self.steps);
-                let lhs = mat(h_prev, nb, h);
-                for q in 0..gates {
-                    let weights = &blocks[u * gates + q];
-                    match lstm {
-                        // The LSTM adds its hidden projections onto the input projections in
-                        // the trace's rows: the product's tiles fetch those rows ahead (a row
-                        // a page apart from the next, which the cell stalled on when reading
-                        // them itself), and the cell reads the sums while they are cached.
-                        true => {
-                            let at =
-                                Shared::new(unit.gates.get().wrapping_add(t * nb * gh + q * h));
-                            // SAFETY: the step's rows of the trace, this unit's columns of gate
-                            // `q`: this unit's alone during the step.
-                            weights.product(
-                                &lhs,
-                                &mut unsafe { block_mut(at, nb, gh, &cols) },
-                                true,
-                            );
-                        }
-                        false => {
-                            let block = &mut pre[q * nb * cols.len()..(q + 1) * nb * cols.len()];
-                            weights.product(&lhs, &mut mat_mut(block, nb, cols.len()), false);
-                        }
-                    }
-                }
-                // SAFETY: this unit alone touches its hidden units' columns of the buffers
-                // during the step.
-                wide(|| unsafe { unit.step(t, &cols, pre, h_prev, to) });
-            });
-            // After an odd number of steps the final state is in the second buffer.
-            if self.steps % 2 == 1 {
-                hy[state].copy_from_slice(&spare[..nb * h]);
-            }
+            ],
+            work: Shared::new(work.as_mut_ptr()),
+            per_unit: work.len() / units,
+            units,
         }
-        Ok(())
     }
 
     /// The backward recurrence of direction `d` of layer `l`, from its last step in the
@@ -636,6 +818,92 @@ impl<T: Real> Pass<'_, T> {
                 );
             }
         });
+    }
+}
+
+/// One direction of one layer set up to run its steps ([`Pass::layer_steps`]): what its
+/// units share ([`Unit`]), their weights, and the two state buffers the steps write by turns.
+struct LayerSteps<'p, 'a, T> {
+    unit: Unit<'p, 'a, T>,
+    /// Unit `u`'s product for gate `q`, at `u * G + q`: the gate's rows of `W_h` for the unit's
+    /// hidden units, transposed.
+    blocks: Vec<Weights<'a, T>>,
+    /// The state before a step and after it, by turns: its place in `hy`, then a spare.
+    bufs: [Shared<T>; 2],
+    /// Each unit's `per_unit` floats of scratch (the hidden projections of the modes without
+    /// a cell).
+    work: Shared<T>,
+    per_unit: usize,
+    units: usize,
+}
+
+impl<T: Real> LayerSteps<'_, '_, T> {
+    /// Unit `u` of step `step`. Its products need only the state before; the LSTM adds its
+    /// hidden projections onto the input projections in the trace and runs its cell as one
+    /// fused pass per sample ([`Real::lstm_row`]); the other modes keep their hidden
+    /// projections gate after gate over every sample, so that each activation is one call over
+    /// the whole block.
+    fn run(&self, step: usize, u: usize) {
+        let unit = &self.unit;
+        let p = unit.pass;
+        let (h, gh, nb) = (p.r.hidden, p.r.gh(), p.batch);
+        let gates = gh / h;
+        let cols = unit_cols(h, self.units, u);
+        let (from, to) = (self.bufs[step % 2], self.bufs[(step + 1) % 2]);
+        // SAFETY: the state before this step is only read during the step (the steps' order:
+        // every unit of the step before has finished writing it, and the next step's units,
+        // which write it again, start after this one's); the unit's scratch is its own.
+        let (h_prev, work) = unsafe {
+            (
+                std::slice::from_raw_parts(from.get(), nb * h),
+                self.work.piece_mut(u, self.per_unit),
+            )
+        };
+        let lstm = p.r.lstm();
+        let pre = match lstm {
+            true => &mut [][..],
+            false => &mut work[..gates * nb * cols.len()],
+        };
+        let t = time(unit.d, step, p.steps);
+        let lhs = mat(h_prev, nb, h);
+        for q in 0..gates {
+            let weights = &self.blocks[u * gates + q];
+            match lstm {
+                // The LSTM adds its hidden projections onto the input projections in the
+                // trace's rows: the product's tiles fetch those rows ahead (a row a page apart
+                // from the next, which the cell stalled on when reading them itself), and the
+                // cell reads the sums while they are cached.
+                true => {
+                    let at = Shared::new(unit.gates.get().wrapping_add(t * nb * gh + q * h));
+                    // SAFETY: the step's rows of the trace, this unit's columns of gate `q`:
+                    // this unit's alone during the step.
+                    weights.product(&lhs, &mut unsafe { block_mut(at, nb, gh, &cols) }, true);
+                }
+                false => {
+                    let block = &mut pre[q * nb * cols.len()..(q + 1) * nb * cols.len()];
+                    weights.product(&lhs, &mut mat_mut(block, nb, cols.len()), false);
+                }
+            }
+        }
+        // SAFETY: this unit alone touches its hidden units' columns of the buffers during the
+        // step.
+        wide(|| unsafe { unit.step(t, &cols, pre, h_prev, to) });
+    }
+
+    /// Leaves the final state in `hy`: after an odd number of steps it is in the spare.
+    fn finish(&self) {
+        let p = self.unit.pass;
+        if p.steps % 2 == 1 {
+            // SAFETY: both buffers hold a state of `N*H` floats and lie apart; the steps are
+            // done.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    self.bufs[1].get(),
+                    self.bufs[0].get(),
+                    p.batch * p.r.hidden,
+                )
+            };
+        }
     }
 }
 

@@ -267,3 +267,102 @@ fn every_cut_into_units_gives_the_same_layer() {
         }
     }
 }
+
+/// Layers run two at a time as a wavefront (on a pool of two threads) give the same bits as
+/// the same layers one after the other, in every mode, for a pair alone and a pair with a
+/// layer above it, with samples of full, partial and zero length, kept trace or not: the
+/// upper layer's input projection made step by step in two parts, or a step of either layer
+/// run before what it reads, shows here. (Float64, on `matrixmultiply`, runs layer by layer.)
+#[test]
+fn layers_in_pairs_are_the_layers_one_after_the_other() {
+    fn run<T: Real + Copy + std::fmt::Debug>(mode: &str, layers: usize, keep: bool) -> Vec<Vec<T>> {
+        let (steps, nb, input, hidden) = (6, 3, 7, 40);
+        let attrs = Attrs::new()
+            .with("mode", mode)
+            .with("num_layers", layers)
+            .with("state_size", hidden);
+        let r = Rnn::parse("RNN", &attrs).unwrap();
+        let value =
+            |i: usize, scale: f64| T::from_f64(((i * 7919 % 1000) as f64 / 500.0 - 1.0) * scale);
+        let params: Vec<T> = (0..r.slots(input).1).map(|i| value(i, 0.3)).collect();
+        let pass = Pass::new(r, &[steps, nb, input], &params, Some(vec![6, 2, 0]));
+        let x: Vec<T> = (0..steps * nb * input)
+            .map(|i| value(i + 11, 1.0))
+            .collect();
+        let state = layers * nb * hidden;
+        let h0: Vec<T> = (0..state).map(|i| value(i + 3, 1.0)).collect();
+        let c0: Vec<T> = (0..state).map(|i| value(i + 5, 1.0)).collect();
+        let (ll, tl) = (pass.layer_len(), pass.trace_len());
+        let (mut ys, mut traces) = (
+            vec![T::default(); layers * ll],
+            vec![T::default(); layers * tl],
+        );
+        let (mut hy, mut cy) = (vec![T::default(); state], vec![T::default(); state]);
+        let mut scratch = vec![T::default(); pass.step_scratch()];
+        let two = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        two.install(|| {
+            assert_eq!(
+                pass.pairs(),
+                T::packs(),
+                "a pool of two threads runs layers in pairs"
+            );
+            let (mid, top) = ys.split_at_mut((layers - 1) * ll);
+            let (h, c) = (&mut hy, &mut cy);
+            pass.forward_layers(
+                &x,
+                (mid, top),
+                &mut traces,
+                (&h0, &c0),
+                (h, c),
+                &mut scratch,
+                keep,
+            )
+        })
+        .unwrap();
+        // One after the other, each layer reading the output of the one below.
+        let (mut ys1, mut traces1) = (
+            vec![T::default(); layers * ll],
+            vec![T::default(); layers * tl],
+        );
+        let (mut hy1, mut cy1) = (vec![T::default(); state], vec![T::default(); state]);
+        for l in 0..layers {
+            let (below, here) = ys1.split_at_mut(l * ll);
+            let input: &[T] = if l == 0 { &x } else { &below[(l - 1) * ll..] };
+            let tr = &mut traces1[l * tl..(l + 1) * tl];
+            pass.forward_layer(
+                l,
+                input,
+                &mut here[..ll],
+                tr,
+                &h0,
+                &c0,
+                &mut hy1,
+                &mut cy1,
+                &mut scratch,
+                keep,
+            )
+            .unwrap();
+        }
+        assert_eq!(ys, ys1, "{mode}, {layers} layers, outputs");
+        assert_eq!(
+            (&hy, &cy),
+            (&hy1, &cy1),
+            "{mode}, {layers} layers, final states"
+        );
+        if keep {
+            assert_eq!(traces, traces1, "{mode}, {layers} layers, traces");
+        }
+        vec![ys, hy, cy]
+    }
+    for mode in ["rnn_relu", "rnn_tanh", "lstm", "gru"] {
+        for layers in [2, 3] {
+            for keep in [false, true] {
+                run::<f32>(mode, layers, keep);
+                run::<f64>(mode, layers, keep);
+            }
+        }
+    }
+}
