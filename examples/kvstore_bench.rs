@@ -8,10 +8,16 @@
 //! the store keeps, `init_shared`, so the sum over the ranks lands in it), of a `pushpull` of
 //! the same (the value summed where it lies, not copied aside first) and of `MPI_Allreduce`
 //! alone, each as algorithm bandwidth (payload bytes per second); `ratio` and
-//! `pushpull_ratio` are the store's bandwidth over MPI's. Rank 0 prints. JSON:
+//! `pushpull_ratio` are the store's bandwidth over MPI's.
+//!
+//! Then, as a trainer's gradients travel, many keys at once: per payload up to 1 MB, a round
+//! of pushes of [`KEYS`] keys of that size, then their pulls, waited for, against as many
+//! `MPI_Allreduce` calls of the payload, each on arrays of its own (what a store without
+//! buckets would make); `ratio` is MPI's time over the store's. Rank 0 prints. JSON:
 //! `{"processes", "results": [{"bytes", "store_seconds", "mpi_seconds", "store_gbps",
 //! "mpi_gbps", "ratio", "pushpull_seconds", "pushpull_gbps", "pushpull_ratio"}],
-//! "min_ratio_from_64k", "min_pushpull_ratio_from_64k"}`.
+//! "min_ratio_from_64k", "min_pushpull_ratio_from_64k",
+//! "keys": [{"bytes", "keys", "store_seconds", "mpi_seconds", "ratio"}]}`.
 
 #[path = "common/global_allocator.rs"]
 mod global_allocator;
@@ -34,6 +40,9 @@ struct Args {
     #[arg(long, default_value_t = 64 << 20)]
     max_bytes: usize,
 }
+
+/// Keys pushed together in a round of the many-keys measurement.
+const KEYS: usize = 64;
 
 /// Repetitions for a payload: about 64 MB moved, at least 5 and at most 2,000.
 fn iterations(bytes: usize) -> usize {
@@ -109,6 +118,7 @@ fn main() -> ndarray_ops::Result<()> {
         bytes *= 4;
         key += 1;
     }
+    let keyed = many_keys(&rt, &kv, args.max_bytes.min(1 << 20), key, args.json)?;
     let min_from_64k = |field: &str| {
         results
             .iter()
@@ -121,8 +131,82 @@ fn main() -> ndarray_ops::Result<()> {
             "processes": kv.num_workers(), "results": results,
             "min_ratio_from_64k": min_from_64k("ratio"),
             "min_pushpull_ratio_from_64k": min_from_64k("pushpull_ratio"),
+            "keys": keyed,
         });
         println!("{report}");
     }
     Ok(())
+}
+
+/// The many-keys measurement (see the module's doc), payloads from 1 KB to `max_bytes`, on
+/// keys numbered from `first_key`; each payload's line printed unless `json`.
+fn many_keys(
+    rt: &std::sync::Arc<Runtime>,
+    kv: &KVStore,
+    max_bytes: usize,
+    first_key: i32,
+    json: bool,
+) -> ndarray_ops::Result<Vec<serde_json::Value>> {
+    let host = Context::cpu(0);
+    let mut rows = vec![];
+    let mut bytes = 1024;
+    let mut base = first_key;
+    while bytes <= max_bytes {
+        let n = bytes / 4;
+        let iters = ((64 << 20) / (bytes * KEYS)).clamp(5, 500);
+        let values = (0..KEYS)
+            .map(|_| rt.full(&[n], 1.0, DType::F32, host))
+            .collect::<ndarray_ops::Result<Vec<_>>>()?;
+        let outs = (0..KEYS)
+            .map(|_| rt.zeros(&[n], DType::F32, host))
+            .collect::<ndarray_ops::Result<Vec<_>>>()?;
+        let keys: Vec<i32> = (base..).take(KEYS).collect();
+        for (k, o) in keys.iter().zip(&outs) {
+            kv.init_shared(*k, o)?;
+        }
+        let round = || -> ndarray_ops::Result<()> {
+            for (k, v) in keys.iter().zip(&values) {
+                kv.push(*k, &[v], 0)?;
+            }
+            for (k, o) in keys.iter().zip(&outs) {
+                kv.pull(*k, &[o], 0)?;
+            }
+            outs.iter().try_for_each(|o| o.wait_to_read())
+        };
+        let (mut store, mut mpi) = (f64::MAX, f64::MAX);
+        for _ in 0..2 {
+            round()?;
+            kv.barrier()?;
+            let start = Instant::now();
+            for _ in 0..iters {
+                round()?;
+            }
+            store = store.min(start.elapsed().as_secs_f64() / iters as f64);
+            mpi = mpi.min(kv.mpi_allreduce_seconds_over(n, KEYS, iters * KEYS)? * KEYS as f64);
+        }
+        for o in &outs {
+            let sum = o.to_vec::<f32>()?[0];
+            if sum != kv.num_workers() as f32 {
+                return Err(ndarray_ops::NdError::Invalid {
+                    op: "kvstore_bench".into(),
+                    reason: format!("the sum of ones over the ranks came out {sum}"),
+                });
+            }
+        }
+        rows.push(serde_json::json!({
+            "bytes": bytes, "keys": KEYS, "store_seconds": store, "mpi_seconds": mpi,
+            "ratio": mpi / store,
+        }));
+        if !json && kv.rank() == 0 {
+            println!(
+                "{KEYS} keys x {bytes:>8} B: store {:>9.1} us, MPI {:>9.1} us ({KEYS} allreduces), ratio {:.2}",
+                store * 1e6,
+                mpi * 1e6,
+                mpi / store
+            );
+        }
+        bytes *= 4;
+        base += KEYS as i32;
+    }
+    Ok(rows)
 }

@@ -118,6 +118,7 @@ fn sums_optimizers_and_errors_across_two_ranks() {
             "{out}"
         );
         assert_eq!(lines(&out, r, "captured"), vec!["[10.0, 12.0]"], "{out}");
+        assert_eq!(lines(&out, r, "alone"), vec!["true copies 2"], "{out}");
         // Two pushes of 2 devices x (1 + 2), then x (2 + 4).
         assert_eq!(lines(&out, r, "twice"), vec!["[18.0, 18.0]"], "{out}");
         // 1 + 2 from each way; no copy for pushpull, one for the lone push.
@@ -213,6 +214,47 @@ fn sums_optimizers_and_errors_rank() {
     let o = rt.zeros(&[2], ndarray_ops::DType::F32, host).unwrap();
     kv.pull(20, &[&o], 0).unwrap();
     say("captured", format!("{:?}", values(&o)));
+
+    // Values of 64 KB or more go at their push, each alone and read where they lie (no copy):
+    // written again right after the push, the sum is still of what was pushed. Large and small
+    // keys pushed in one round each get their own sum; only the small ones are copied aside.
+    let traced = traced_rt();
+    let kv4 = KVStore::create(&traced, "dist_sync").unwrap();
+    let lens = [1usize << 15, 3, (1 << 15) + 5, 7];
+    let expect = |k: usize, i: usize, r: usize| ((i % 97) + 1000 * k + r) as f32;
+    let sent: Vec<NDArray> = lens
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| {
+            let v = (0..n).map(|i| expect(k, i, rank)).collect();
+            traced.from_vec(v, &[n], host).unwrap()
+        })
+        .collect();
+    for (k, &n) in lens.iter().enumerate() {
+        let zeros = traced.zeros(&[n], ndarray_ops::DType::F32, host).unwrap();
+        kv4.init(30 + k as i32, &zeros).unwrap();
+    }
+    traced.wait_all().unwrap();
+    let copies_before = traced.engine().profiler().unwrap().events().len();
+    for (k, v) in sent.iter().enumerate() {
+        kv4.push(30 + k as i32, &[v], 0).unwrap();
+        v.fill(-1.0).unwrap();
+    }
+    let mut right = true;
+    for (k, &n) in lens.iter().enumerate() {
+        let o = traced.zeros(&[n], ndarray_ops::DType::F32, host).unwrap();
+        kv4.pull(30 + k as i32, &[&o], 0).unwrap();
+        let got = values(&o);
+        right &= (0..n).all(|i| got[i] == expect(k, i, 0) + expect(k, i, 1));
+    }
+    traced.wait_all().unwrap();
+    let events = traced.engine().profiler().unwrap().events();
+    let copied = events[copies_before..]
+        .iter()
+        .filter(|e| e.name == "reduce_copy")
+        .count();
+    say("alone", format!("{right} copies {copied}"));
+    drop(kv4);
 
     // A second store, with a summing updater: two pushes of a key from two devices each,
     // without a pull between them, both count.

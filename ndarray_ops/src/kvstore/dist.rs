@@ -12,14 +12,17 @@
 //! Sums are **bucketed**: a store collects the values pushed for its keys (after each key's sum
 //! within the process) and sends them as one contiguous buffer, one allreduce for many small
 //! gradients, when the bucket holds `MXRS_KVSTORE_BUCKET_BYTES` (default 4 MiB, the same on
-//! every rank) or before anything that must see them (a pull, a barrier, an init). A trainer
-//! pushes every parameter, then pulls them, so a model's small gradients travel together while
-//! large ones go as soon as their bucket is full, overlapping the rest of the backward pass.
+//! every rank) or before anything that must see them (a pull, a barrier, an init). A value of
+//! 64 KB or more goes at its push, in an allreduce of its own, read where it lies (packing it
+//! would cost more in copies than the collective's latency saves). A trainer pushes every
+//! parameter, then pulls them, so a model's small gradients travel together while large ones
+//! go as they come, overlapping the rest of the backward pass.
 //!
 //! An engine op that never runs (an input failed) still owes its ticket: dropping it hands the
 //! thread a stand-in that joins the collective with zeros, so the other ranks are not left
-//! waiting. Every sum carries each rank's health (one more element in a packed bucket, a second
-//! one-integer allreduce for a single array): where a rank contributed nothing, every rank fails
+//! waiting. Every sum carries each rank's health (one more element in a bucket's packed buffer, a
+//! second one-integer allreduce for a bucket with nothing packed): where a rank contributed
+//! nothing, every rank fails
 //! the bucket's op with the same message, so its updates are skipped everywhere and the ranks'
 //! weights stay equal.
 //!
@@ -57,10 +60,12 @@ pub(super) enum Work {
     Agree { key: String, elements: u64 },
     /// Wait for every rank.
     Barrier,
-    /// Time `iters` of the MPI library's own allreduce of `len` floats (the baseline a store's
-    /// sums are measured against); the mean seconds go into `seconds`.
+    /// Time `iters` of the MPI library's own allreduce of `len` floats, through `buffers`
+    /// pairs of arrays in turn (the baseline a store's sums are measured against); the mean
+    /// seconds go into `seconds`.
     Measure {
         len: usize,
+        buffers: usize,
         iters: usize,
         seconds: std::sync::Arc<parking_lot::Mutex<f64>>,
     },
@@ -541,11 +546,13 @@ fn sum_result(
 }
 
 /// Sums each part's send buffer over the ranks into its receive buffer; returns how many ranks
-/// were healthy. One part goes as it is (its health in a second, one-integer allreduce); several
-/// are packed into one buffer with the health as its last element, one allreduce for all.
+/// were healthy. Parts of [`super::ALONE_BYTES`] or more go as they are, one allreduce each; the
+/// others are packed into one buffer with the health as its last element. With nothing to
+/// pack, the health goes in a second, one-integer allreduce. Every rank's bucket holds the same
+/// parts in the same order, so every rank makes the same collectives.
 fn sum_parts<T>(
     world: &mpi::topology::SimpleCommunicator,
-    mut parts: Vec<(&mut [T], &mut [T])>,
+    parts: Vec<(&mut [T], &mut [T])>,
     ok: bool,
     what: &str,
     limit: Duration,
@@ -553,10 +560,10 @@ fn sum_parts<T>(
 where
     T: mpi::datatype::Equivalence + Copy + Default + num_traits::NumCast,
 {
-    // A large array alone is summed where it lies; small ones are packed (one collective
-    // instead of two: the health rides along).
-    let total: usize = parts.iter().map(|(s, _)| s.len()).sum();
-    if let ([(send, recv)], true) = (&mut parts[..], total * size_of::<T>() >= 64 << 10) {
+    let (alone, mut packed_parts): (Vec<_>, Vec<_>) = parts
+        .into_iter()
+        .partition(|(s, _)| std::mem::size_of_val(*s) >= super::ALONE_BYTES);
+    for (send, recv) in alone {
         mpi::request::scope(|scope| {
             let req = world.immediate_all_reduce_into(
                 scope,
@@ -566,10 +573,13 @@ where
             );
             finish(world, req, what, limit);
         });
+    }
+    if packed_parts.is_empty() {
         return healthy_ranks(world, ok, what, limit) as usize;
     }
+    let total: usize = packed_parts.iter().map(|(s, _)| s.len()).sum();
     let mut packed: Vec<T> = Vec::with_capacity(total + 1);
-    for (send, _) in &parts {
+    for (send, _) in &packed_parts {
         packed.extend_from_slice(send);
     }
     packed.push(T::from(u8::from(ok)).unwrap_or_default());
@@ -584,7 +594,7 @@ where
         finish(world, req, what, limit);
     });
     let mut at = 0;
-    for (_, recv) in &mut parts {
+    for (_, recv) in &mut packed_parts {
         recv.copy_from_slice(&sums[at..at + recv.len()]);
         at += recv.len();
     }
@@ -704,15 +714,17 @@ fn execute(
         }
         Work::Measure {
             len,
+            buffers,
             iters,
             seconds,
         } => {
-            let send = vec![1f32; len];
-            let mut recv = vec![0f32; len];
+            let send = vec![vec![1f32; len]; buffers.max(1)];
+            let mut recv = vec![vec![0f32; len]; buffers.max(1)];
             world.barrier();
             let start = Instant::now();
-            for _ in 0..iters {
-                world.all_reduce_into(&send[..], &mut recv[..], SystemOperation::sum());
+            for i in 0..iters {
+                let b = i % send.len();
+                world.all_reduce_into(&send[b][..], &mut recv[b][..], SystemOperation::sum());
             }
             *seconds.lock() = start.elapsed().as_secs_f64() / iters.max(1) as f64;
             Ok(())
