@@ -89,13 +89,7 @@ fn main() -> ndarray_ops::Result<()> {
             pushpull = pushpull.min(start.elapsed().as_secs_f64() / iters as f64);
             mpi = mpi.min(kv.mpi_allreduce_seconds(n, iters)?);
         }
-        let sum = out.to_vec::<f32>()?[0];
-        if sum != kv.num_workers() as f32 {
-            return Err(ndarray_ops::NdError::Invalid {
-                op: "kvstore_bench".into(),
-                reason: format!("the sum of ones over the ranks came out {sum}"),
-            });
-        }
+        check_sum(&kv, &out)?;
         let gbps = |s: f64| bytes as f64 / s / 1e9;
         results.push(serde_json::json!({
             "bytes": bytes, "store_seconds": store, "mpi_seconds": mpi,
@@ -136,6 +130,18 @@ fn main() -> ndarray_ops::Result<()> {
         println!("{report}");
     }
     Ok(())
+}
+
+/// An error unless `out`, pulled after pushes of ones, holds the number of ranks.
+fn check_sum(kv: &KVStore, out: &ndarray_ops::NDArray) -> ndarray_ops::Result<()> {
+    let sum = out.to_vec::<f32>()?[0];
+    match sum == kv.num_workers() as f32 {
+        true => Ok(()),
+        false => Err(ndarray_ops::NdError::Invalid {
+            op: "kvstore_bench".into(),
+            reason: format!("the sum of ones over the ranks came out {sum}"),
+        }),
+    }
 }
 
 /// The many-keys measurement (see the module's doc), payloads from 1 KB to `max_bytes`, on
@@ -185,13 +191,7 @@ fn many_keys(
             mpi = mpi.min(kv.mpi_allreduce_seconds_over(n, KEYS, iters * KEYS)? * KEYS as f64);
         }
         for o in &outs {
-            let sum = o.to_vec::<f32>()?[0];
-            if sum != kv.num_workers() as f32 {
-                return Err(ndarray_ops::NdError::Invalid {
-                    op: "kvstore_bench".into(),
-                    reason: format!("the sum of ones over the ranks came out {sum}"),
-                });
-            }
+            check_sum(kv, o)?;
         }
         rows.push(serde_json::json!({
             "bytes": bytes, "keys": KEYS, "store_seconds": store, "mpi_seconds": mpi,

@@ -50,6 +50,20 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 #[cfg(not(loom))]
 const ADOPT_AFTER: std::time::Duration = std::time::Duration::from_micros(500);
 
+/// One round of a wait that has looked `spins` times: a step takes microseconds, so spin a
+/// little, then give the core away.
+fn pause(spins: &mut u32) {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    if *spins < 256 {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+    *spins = spins.saturating_add(1);
+}
+
 /// The loop's shared counters.
 pub(crate) struct Counters {
     /// Units finished (release: their writes happen before a waiter's acquire load).
@@ -120,16 +134,7 @@ impl<W: Fn(usize, usize) + Sync> Holder<'_, W> {
                     self.roles.push(r);
                 }
             }
-            // A step's units take microseconds: spin a little, then give the core away.
-            #[cfg(loom)]
-            loom::thread::yield_now();
-            #[cfg(not(loom))]
-            if spins < 256 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-            spins = spins.saturating_add(1);
+            pause(&mut spins);
         }
         true
     }
@@ -248,15 +253,7 @@ impl Pipe {
                 if self.poisoned.load(Ordering::Acquire) {
                     return;
                 }
-                #[cfg(loom)]
-                loom::thread::yield_now();
-                #[cfg(not(loom))]
-                if spins < 256 {
-                    std::hint::spin_loop();
-                } else {
-                    std::thread::yield_now();
-                }
-                spins = spins.saturating_add(1);
+                pause(&mut spins);
             }
             let poison = Poison(&self.poisoned);
             follow(s);
