@@ -391,6 +391,11 @@ fn give_up(world: &mpi::topology::SimpleCommunicator, what: &str, limit: Duratio
 }
 
 thread_local! {
+    /// The communication thread's buffers for packed buckets (the values in, their sums out),
+    /// kept from one bucket to the next, in `u64`s so that they suit every dtype. Allocated (and
+    /// the sums' zeroed) for every bucket, a round of 64 keys of 16 KB took 545-562 µs on two
+    /// ranks of one host; kept, 502-538.
+    static PACKING: RefCell<(Vec<u64>, Vec<u64>)> = const { RefCell::new((Vec::new(), Vec::new())) };
     /// The communication thread's `dist_async` service (rank 0 serves the others' requests).
     static SERVICE: RefCell<Option<Service>> = const { RefCell::new(None) };
     /// The communication thread's `dist_async` requests awaiting rank 0's reply, by id.
@@ -578,27 +583,44 @@ where
         return healthy_ranks(world, ok, what, limit) as usize;
     }
     let total: usize = packed_parts.iter().map(|(s, _)| s.len()).sum();
-    let mut packed: Vec<T> = Vec::with_capacity(total + 1);
-    for (send, _) in &packed_parts {
-        packed.extend_from_slice(send);
-    }
-    packed.push(T::from(u8::from(ok)).unwrap_or_default());
-    let mut sums = vec![T::default(); total + 1];
-    mpi::request::scope(|scope| {
-        let req = world.immediate_all_reduce_into(
-            scope,
-            &packed[..],
-            &mut sums[..],
-            SystemOperation::sum(),
-        );
-        finish(world, req, what, limit);
-    });
-    let mut at = 0;
-    for (_, recv) in &mut packed_parts {
-        recv.copy_from_slice(&sums[at..at + recv.len()]);
-        at += recv.len();
-    }
-    num_traits::cast::<T, usize>(sums[total]).unwrap_or(0)
+    PACKING.with_borrow_mut(|(into, out)| {
+        let words = ((total + 1) * size_of::<T>()).div_ceil(size_of::<u64>());
+        if into.len() < words {
+            into.resize(words, 0);
+            out.resize(words, 0);
+        }
+        // SAFETY: both buffers hold at least `total + 1` elements of `T` (sized above), are
+        // aligned for it (a `u64`'s alignment is a multiple of every dtype's), and `T` is one of
+        // the dtypes' plain number types (the callers go through `with_dtype!`), for which every
+        // bit pattern is a value.
+        let (packed, sums) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(into.as_mut_ptr().cast::<T>(), total + 1),
+                std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<T>(), total + 1),
+            )
+        };
+        let mut at = 0;
+        for (send, _) in &packed_parts {
+            packed[at..at + send.len()].copy_from_slice(send);
+            at += send.len();
+        }
+        packed[total] = T::from(u8::from(ok)).unwrap_or_default();
+        mpi::request::scope(|scope| {
+            let req = world.immediate_all_reduce_into(
+                scope,
+                &packed[..],
+                &mut sums[..],
+                SystemOperation::sum(),
+            );
+            finish(world, req, what, limit);
+        });
+        let mut at = 0;
+        for (_, recv) in &mut packed_parts {
+            recv.copy_from_slice(&sums[at..at + recv.len()]);
+            at += recv.len();
+        }
+        num_traits::cast::<T, usize>(sums[total]).unwrap_or(0)
+    })
 }
 
 /// One health flag per rank, summed: how many ranks contributed.
