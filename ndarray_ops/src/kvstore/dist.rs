@@ -569,15 +569,7 @@ where
         .into_iter()
         .partition(|(s, _)| std::mem::size_of_val(*s) >= super::ALONE_BYTES);
     for (send, recv) in alone {
-        mpi::request::scope(|scope| {
-            let req = world.immediate_all_reduce_into(
-                scope,
-                &send[..],
-                &mut recv[..],
-                SystemOperation::sum(),
-            );
-            finish(world, req, what, limit);
-        });
+        sum_into(world, &send[..], &mut recv[..], what, limit);
     }
     if packed_parts.is_empty() {
         return healthy_ranks(world, ok, what, limit) as usize;
@@ -605,15 +597,7 @@ where
             at += send.len();
         }
         packed[total] = T::from(u8::from(ok)).unwrap_or_default();
-        mpi::request::scope(|scope| {
-            let req = world.immediate_all_reduce_into(
-                scope,
-                &packed[..],
-                &mut sums[..],
-                SystemOperation::sum(),
-            );
-            finish(world, req, what, limit);
-        });
+        sum_into(world, &packed[..], &mut sums[..], what, limit);
         let mut at = 0;
         for (_, recv) in &mut packed_parts {
             recv.copy_from_slice(&sums[at..at + recv.len()]);
@@ -630,13 +614,27 @@ fn healthy_ranks(
     what: &str,
     limit: Duration,
 ) -> i32 {
-    let mine = i32::from(ok);
     let mut total = 0i32;
+    sum_into(world, &i32::from(ok), &mut total, what, limit);
+    total
+}
+
+/// `recv` = the sum over the ranks of `send`: a nonblocking allreduce, polled until done or
+/// the timeout ends the job ([`finish`]).
+fn sum_into<S, R>(
+    world: &mpi::topology::SimpleCommunicator,
+    send: &S,
+    recv: &mut R,
+    what: &str,
+    limit: Duration,
+) where
+    S: mpi::datatype::Buffer + ?Sized,
+    R: mpi::datatype::BufferMut + ?Sized,
+{
     mpi::request::scope(|scope| {
-        let req = world.immediate_all_reduce_into(scope, &mine, &mut total, SystemOperation::sum());
+        let req = world.immediate_all_reduce_into(scope, send, recv, SystemOperation::sum());
         finish(world, req, what, limit);
     });
-    total
 }
 
 fn execute(
