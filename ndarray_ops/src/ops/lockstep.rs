@@ -38,7 +38,8 @@
 //! ```
 //!
 //! Where a lockstep's every step waits for its slowest unit, a wavefront's follower waits only
-//! while it is ahead, and a step that runs long on one core is made up on the next.
+//! while it has caught up, and the leader never: a step that runs long on one core holds the
+//! other up only when the follower has no slack left.
 
 #[cfg(loom)]
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
