@@ -311,9 +311,14 @@ impl<'a, T: Real> Weights<'a, T> {
         }
     }
 
+    /// Packs the weights (where the GEMM packs them) now instead of at the first product.
+    pub(super) fn prepare(&self) -> &Option<gemm::Packed> {
+        self.packed.get_or_init(|| T::pack(&self.view))
+    }
+
     /// `c = a x self`, or with `add` `c += a x self`.
     pub(super) fn product(&self, a: &ArrayView2<'_, T>, c: &mut ArrayViewMut2<'_, T>, add: bool) {
-        let packed = self.packed.get_or_init(|| T::pack(&self.view));
+        let packed = self.prepare();
         if !packed
             .as_ref()
             .is_some_and(|p| T::gemm_packed(a, p, c, add))
@@ -411,6 +416,14 @@ impl<'a, T: Real> Pass<'a, T> {
             self.layer_len(),
             self.trace_len() * self.r.dirs,
         );
+        // Pairs hand work from one of rayon's threads to the other several times a layer. From
+        // inside the pool each hand-over lands on the other thread's queue while it still looks
+        // for work; from outside, each is injected into the pool and a sleeping thread woken.
+        if self.pairs() && rayon::current_thread_index().is_none() {
+            return rayon::scope(|_| {
+                self.forward_layers(xs, (mid, top), traces, (h0, c0), (hy, cy), scratch, keep)
+            });
+        }
         let per_layer = traces.len() >= layers * tl;
         let mut l = 0;
         while l < layers {
@@ -577,6 +590,18 @@ impl<'a, T: Real> Pass<'a, T> {
             };
             weights[p].product(&mat(x, nb, s.input), &mut c, false);
         };
+        // Each thread packs the weights it multiplies by before the first step, both at once:
+        // packed at its first product, the follower's started a step behind and ended one.
+        rayon::join(
+            || {
+                lower.prepare();
+                weights[0].prepare();
+            },
+            || {
+                upper.prepare();
+                weights[1].prepare();
+            },
+        );
         wavefront(
             self.steps,
             |t| {
@@ -888,6 +913,13 @@ impl<T: Real> LayerSteps<'_, '_, T> {
         // SAFETY: this unit alone touches its hidden units' columns of the buffers during the
         // step.
         wide(|| unsafe { unit.step(t, &cols, pre, h_prev, to) });
+    }
+
+    /// Packs every unit's weights now instead of at each one's first product.
+    fn prepare(&self) {
+        for w in &self.blocks {
+            w.prepare();
+        }
     }
 
     /// Leaves the final state in `hy`: after an odd number of steps it is in the spare.
