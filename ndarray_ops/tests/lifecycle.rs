@@ -160,11 +160,16 @@ fn random_array_programs_agree_on_every_engine() {
 /// Tiny arrays stay on the calling thread from start to finish: made (`from_vec`, `zeros`),
 /// computed on, copied and read back, each op runs where it is pushed once its inputs are
 /// ready, so a loop over small arrays never starts out behind a hand-over to a worker. The same
-/// steps on arrays too large to be cheap run on the workers.
+/// steps on arrays too large to be cheap run on the workers, but a copy of up to 64 KiB (16 KiB
+/// here) stays on the calling thread.
 #[test]
 fn tiny_arrays_are_made_computed_copied_and_read_on_the_calling_thread() {
     for kind in [EngineKind::ThreadedPooled, EngineKind::ThreadedPerDevice] {
-        for (n, on_caller) in [(4, true), (4096, false)] {
+        for (n, copy_on_caller, on_caller) in [
+            (4, true, true),
+            (4096, true, false),
+            (1 << 15, false, false),
+        ] {
             let engine = EngineBuilder::new(kind).profiler(None).build();
             let rt = Runtime::new(engine, StorageConfig::default());
             let ctx = Context::cpu(0);
@@ -174,6 +179,8 @@ fn tiny_arrays_are_made_computed_copied_and_read_on_the_calling_thread() {
                 b = (&b + &a).unwrap();
             }
             let c = rt.empty(&[n], DType::F32, ctx).unwrap();
+            // The copy's source is ready when it is pushed (where a larger sum ran on a worker).
+            b.wait_to_read().unwrap();
             b.copy_into(&c).unwrap();
             assert_eq!(c.to_vec::<f32>().unwrap(), vec![3.0f32; n]);
             rt.wait_all().unwrap();
@@ -189,7 +196,10 @@ fn tiny_arrays_are_made_computed_copied_and_read_on_the_calling_thread() {
             for e in events.iter().filter(|e| e.name != "delete_var") {
                 assert_eq!(
                     e.thread_name == me,
-                    on_caller,
+                    match e.name.as_str() {
+                        "copy" => copy_on_caller,
+                        _ => on_caller,
+                    },
                     "{kind:?} n={n}: '{}' ran on '{}'",
                     e.name,
                     e.thread_name
