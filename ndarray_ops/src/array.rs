@@ -300,8 +300,13 @@ impl NDArray {
             .on(self.ctx())
             .writes(writes.iter().map(|a| a.var()))
             .reads(reads.iter().map(|a| a.var()));
-        let elements = reads.iter().chain(writes).map(|a| a.size()).sum();
-        Ok(engine.push(cheap_if_small(op, elements))?)
+        // Fills, writes from the host and reads back: each moves the arrays' bytes once.
+        let bytes = reads
+            .iter()
+            .chain(writes)
+            .map(|a| a.size() * a.dtype.size())
+            .sum();
+        Ok(engine.push(cheap_copy_if_small(op, bytes))?)
     }
 
     /// Sets every element to `value` (converted to the dtype).

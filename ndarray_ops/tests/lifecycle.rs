@@ -160,12 +160,12 @@ fn random_array_programs_agree_on_every_engine() {
 /// Tiny arrays stay on the calling thread from start to finish: made (`from_vec`, `zeros`),
 /// computed on, copied and read back, each op runs where it is pushed once its inputs are
 /// ready, so a loop over small arrays never starts out behind a hand-over to a worker. The same
-/// steps on arrays too large to be cheap run on the workers, but a copy of up to 64 KiB (16 KiB
-/// here) stays on the calling thread.
+/// steps on arrays too large to be cheap run on the workers, but the ops that only move up to
+/// 64 KiB (16 KiB here: writes, fills, copies, reads back) stay on the calling thread.
 #[test]
 fn tiny_arrays_are_made_computed_copied_and_read_on_the_calling_thread() {
     for kind in [EngineKind::ThreadedPooled, EngineKind::ThreadedPerDevice] {
-        for (n, copy_on_caller, on_caller) in [
+        for (n, moves_on_caller, on_caller) in [
             (4, true, true),
             (4096, true, false),
             (1 << 15, false, false),
@@ -197,8 +197,8 @@ fn tiny_arrays_are_made_computed_copied_and_read_on_the_calling_thread() {
                 assert_eq!(
                     e.thread_name == me,
                     match e.name.as_str() {
-                        "copy" => copy_on_caller,
-                        _ => on_caller,
+                        "broadcast_add" => on_caller,
+                        _ => moves_on_caller,
                     },
                     "{kind:?} n={n}: '{}' ran on '{}'",
                     e.name,

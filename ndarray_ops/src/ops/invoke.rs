@@ -70,15 +70,16 @@ pub fn invoke_on(
 /// runnable at once the pushing thread runs it rather than paying a hand-over to a worker.
 pub const CHEAP_ELEMENTS: usize = 1024;
 
-/// Copies of at most this many bytes are cheap whatever their elements: a copy is a `memcpy`,
-/// 64 KiB of it a few microseconds, and a hand-over to a worker costs more. A push and pull of
-/// a 4 KiB key across two processes, its two copies handed to workers, took 13-22 µs; with
-/// them run where they were pushed, 6.6 µs.
+/// Ops that only move memory (copies, fills, writes from the host, reads back) of at most this
+/// many bytes are cheap whatever their elements: a `memcpy` of 64 KiB takes a few
+/// microseconds, and a hand-over to a worker costs more. A push and pull of a 4 KiB key across
+/// two processes, its two copies handed to workers, took 13-22 µs; with them run where they
+/// were pushed, 6.6 µs.
 pub const CHEAP_COPY_BYTES: usize = 64 << 10;
 
-/// Marks `op` cheap when it touches at most [`CHEAP_ELEMENTS`] elements: the one rule for every
-/// op the NDArray layer pushes (registry ops, fills, writes, reads back) but copies
-/// ([`cheap_copy_if_small`]).
+/// Marks `op` cheap when it touches at most [`CHEAP_ELEMENTS`] elements: the rule for the
+/// registry ops the NDArray layer pushes (those that only move memory go by their bytes,
+/// [`cheap_copy_if_small`]).
 pub(crate) fn cheap_if_small(op: Op<'_>, elements: usize) -> Op<'_> {
     match elements <= CHEAP_ELEMENTS {
         true => op.cheap(),
@@ -86,7 +87,7 @@ pub(crate) fn cheap_if_small(op: Op<'_>, elements: usize) -> Op<'_> {
     }
 }
 
-/// Marks a copy of `bytes` cheap when they are at most [`CHEAP_COPY_BYTES`].
+/// Marks an op that moves `bytes` of memory cheap when they are at most [`CHEAP_COPY_BYTES`].
 pub(crate) fn cheap_copy_if_small(op: Op<'_>, bytes: usize) -> Op<'_> {
     match bytes <= CHEAP_COPY_BYTES {
         true => op.cheap(),
