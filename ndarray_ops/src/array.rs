@@ -21,7 +21,7 @@ use ndarray::{ArrayD, IxDyn};
 use storage::{Context, Handle};
 
 use crate::error::{invalid, shape_error, NdError, Result};
-use crate::ops::{cheap_copy_if_small, cheap_if_small, Attrs, Dims, RawBuf, TensorRef};
+use crate::ops::{cheap_copy_if_small, Attrs, Dims, RawBuf, TensorRef};
 use crate::runtime::Runtime;
 use crate::{DType, Element};
 
