@@ -570,7 +570,12 @@ where
         .into_iter()
         .partition(|(s, _)| std::mem::size_of_val(*s) >= super::ALONE_BYTES);
     if packed_parts.is_empty() {
-        return healthy_ranks(world, ok, alone, what, limit) as usize;
+        let healthy = healthy_ranks(world, ok, what, limit, || {
+            for (send, recv) in alone {
+                sum_into(world, &send[..], &mut recv[..], what, limit);
+            }
+        });
+        return healthy as usize;
     }
     for (send, recv) in alone {
         sum_into(world, &send[..], &mut recv[..], what, limit);
@@ -608,27 +613,39 @@ where
     })
 }
 
-/// One health flag per rank, summed: how many ranks contributed; the sums of `beside` (send,
-/// receive) run while the flags' collective is under way. (After them, its microsecond or so
-/// came on top of every lone sum: 64 keys of 64 KiB a round took 1269-1272 µs, beside them
+/// One health flag per rank, summed: how many ranks contributed; `beside` makes the call's own
+/// collectives while the flags' is under way. (After a bucket's lone sums, its microsecond or
+/// so came on top of theirs: 64 keys of 64 KiB a round took 1269-1272 µs, beside them
 /// 1236-1256.)
-fn healthy_ranks<T: mpi::datatype::Equivalence>(
+fn healthy_ranks(
     world: &mpi::topology::SimpleCommunicator,
     ok: bool,
-    beside: Vec<(&mut [T], &mut [T])>,
     what: &str,
     limit: Duration,
+    beside: impl FnOnce(),
 ) -> i32 {
     let (flag, mut total) = (i32::from(ok), 0i32);
     mpi::request::scope(|scope| {
         let health =
             world.immediate_all_reduce_into(scope, &flag, &mut total, SystemOperation::sum());
-        for (send, recv) in beside {
-            sum_into(world, &send[..], &mut recv[..], what, limit);
-        }
+        beside();
         finish(world, health, what, limit);
     });
     total
+}
+
+/// `buf` = rank 0's `buf`.
+fn broadcast_into<T: mpi::datatype::Equivalence>(
+    world: &mpi::topology::SimpleCommunicator,
+    buf: &mut [T],
+    what: &str,
+    limit: Duration,
+) {
+    let root = world.process_at_rank(0);
+    mpi::request::scope(|scope| {
+        let req = root.immediate_broadcast_into(scope, buf);
+        finish(world, req, what, limit);
+    });
 }
 
 /// `recv` = the sum over the ranks of `send`: a nonblocking allreduce, polled until done or
@@ -682,14 +699,9 @@ fn execute(
         Work::Broadcast { buf } => {
             crate::with_dtype!(buf.dtype, T => {
                 // SAFETY: the broadcast's engine op writes `buf` and is running.
-                let b = unsafe { buf.slice_mut::<T>() };
-                let root = world.process_at_rank(0);
-                mpi::request::scope(|scope| {
-                    let req = root.immediate_broadcast_into(scope, &mut b[..]);
-                    finish(world, req, what, limit);
-                });
+                broadcast_into(world, unsafe { buf.slice_mut::<T>() }, what, limit);
             });
-            let healthy = healthy_ranks::<u8>(world, true, Vec::new(), what, limit) as usize;
+            let healthy = healthy_ranks(world, true, what, limit, || {}) as usize;
             match healthy == size {
                 true => Ok(()),
                 false => Err(format!(
@@ -700,14 +712,9 @@ fn execute(
         }
         Work::SkippedBroadcast { len, dtype } => {
             crate::with_dtype!(dtype, T => {
-                let mut b = vec![T::default(); len];
-                let root = world.process_at_rank(0);
-                mpi::request::scope(|scope| {
-                    let req = root.immediate_broadcast_into(scope, &mut b[..]);
-                    finish(world, req, what, limit);
-                });
+                broadcast_into(world, &mut vec![T::default(); len][..], what, limit);
             });
-            healthy_ranks::<u8>(world, false, Vec::new(), what, limit);
+            healthy_ranks(world, false, what, limit, || {});
             Err(format!(
                 "{what}: this rank's op failed before it could take part"
             ))
