@@ -20,11 +20,10 @@
 //!
 //! An engine op that never runs (an input failed) still owes its ticket: dropping it hands the
 //! thread a stand-in that joins the collective with zeros, so the other ranks are not left
-//! waiting. Every sum carries each rank's health (one more element in a bucket's packed buffer, a
-//! second one-integer allreduce for a bucket with nothing packed): where a rank contributed
-//! nothing, every rank fails
-//! the bucket's op with the same message, so its updates are skipped everywhere and the ranks'
-//! weights stay equal.
+//! waiting. Every sum carries each rank's health (one more element in a bucket's packed buffer,
+//! or, for a bucket with nothing packed, a one-integer allreduce beside its sums): where a rank
+//! contributed nothing, every rank fails the bucket's op with the same message, so its updates
+//! are skipped everywhere and the ranks' weights stay equal.
 //!
 //! A collective that does not complete within the timeout (`MXRS_KVSTORE_TIMEOUT` seconds,
 //! default 120: a peer died or stalled) ends the job with `MPI_Abort` after printing which rank,
@@ -569,17 +568,15 @@ where
     let (alone, mut packed_parts): (Vec<_>, Vec<_>) = parts
         .into_iter()
         .partition(|(s, _)| std::mem::size_of_val(*s) >= super::ALONE_BYTES);
+    let sum_alone = || {
+        for (send, recv) in alone {
+            sum_into(world, &send[..], &mut recv[..], what, limit);
+        }
+    };
     if packed_parts.is_empty() {
-        let healthy = healthy_ranks(world, ok, what, limit, || {
-            for (send, recv) in alone {
-                sum_into(world, &send[..], &mut recv[..], what, limit);
-            }
-        });
-        return healthy as usize;
+        return healthy_ranks(world, ok, what, limit, sum_alone) as usize;
     }
-    for (send, recv) in alone {
-        sum_into(world, &send[..], &mut recv[..], what, limit);
-    }
+    sum_alone();
     let total: usize = packed_parts.iter().map(|(s, _)| s.len()).sum();
     PACKING.with_borrow_mut(|(into, out)| {
         let words = ((total + 1) * size_of::<T>()).div_ceil(size_of::<u64>());
