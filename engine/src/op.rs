@@ -103,6 +103,7 @@ pub struct Op<'a> {
     pub(crate) prop: FnProperty,
     pub(crate) priority: i32,
     pub(crate) cheap: bool,
+    pub(crate) alone: bool,
 }
 
 impl<'a> Op<'a> {
@@ -134,6 +135,7 @@ impl<'a> Op<'a> {
             prop: FnProperty::Normal,
             priority: 0,
             cheap: false,
+            alone: false,
         }
     }
 
@@ -210,15 +212,30 @@ impl<'a> Op<'a> {
         self
     }
 
+    /// Keeps the op out of bulk units: it is pushed, and runs, as an op of its own. A unit
+    /// counts its members' writes when the whole unit completes, so only an op of its own sees,
+    /// when it runs, [`Var::version`]s that count every write pushed before it: an op that
+    /// knows its inputs' contents by their versions (a cache of something derived from them)
+    /// runs alone.
+    #[inline]
+    pub fn alone(mut self) -> Op<'a> {
+        self.alone = true;
+        self
+    }
+
     /// The op's name.
     pub fn name(&self) -> &str {
         &self.name
     }
 
-    /// Whether the op may join a bulk unit: synchronous, normal, on a CPU context.
+    /// Whether the op may join a bulk unit: synchronous, normal, on a CPU context, and not
+    /// [`Op::alone`].
     #[inline]
     pub fn is_bulkable(&self) -> bool {
-        matches!(self.func, UserFn::Sync(_)) && self.prop == FnProperty::Normal && self.ctx.is_cpu()
+        matches!(self.func, UserFn::Sync(_))
+            && self.prop == FnProperty::Normal
+            && self.ctx.is_cpu()
+            && !self.alone
     }
 
     /// The vars it reads and those it writes, as listed (duplicates included).

@@ -117,3 +117,48 @@ fn bulk_units_with_many_vars_match_naive() {
         assert_same_as_naive(&results);
     });
 }
+
+/// An op pushed `alone` never joins a unit, so when it runs the version of what it reads counts
+/// every write pushed before it, those of the unit just before it included; a bulked reader
+/// in the same place sees the unit's writes only once the unit completes.
+#[test]
+fn an_op_alone_sees_every_earlier_write_counted() {
+    for e in engines() {
+        let kind = e.kind();
+        watchdog(&format!("{kind:?}"), 30, move || {
+            let x = e.new_var();
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            let reader = |alone: bool| {
+                let (seen, x2) = (seen.clone(), x.clone());
+                let op = Op::sync("read version", move |_| {
+                    seen.lock().unwrap().push(x2.version());
+                    Ok(())
+                })
+                .read(&x);
+                if alone {
+                    op.alone()
+                } else {
+                    op
+                }
+            };
+            let mut bulk = e.bulk_with(16);
+            for alone in [false, true] {
+                for _ in 0..3 {
+                    bulk.push(Op::sync("write", |_| Ok(())).write(&x)).unwrap();
+                }
+                bulk.push(reader(alone)).unwrap();
+            }
+            bulk.flush().unwrap();
+            drop(bulk);
+            e.wait_for_var(&x).unwrap();
+            let seen = seen.lock().unwrap().clone();
+            assert_eq!(seen.len(), 2, "{kind:?}");
+            // The bulked reader ran inside the unit of the three writes before it (the naive
+            // engine runs a unit's members one by one, as ops of their own).
+            if kind != EngineKind::Naive {
+                assert!(seen[0] < 3, "{kind:?}: {seen:?}");
+            }
+            assert_eq!(seen[1], 6, "{kind:?}: the reader alone saw {seen:?}");
+        });
+    }
+}

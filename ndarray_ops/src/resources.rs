@@ -111,8 +111,13 @@ pub(crate) struct KernelRes<'a> {
     pub(crate) temp: Option<&'a mut TempSpace>,
     /// The node's kept state, when the executor gave it one (see [`OpState`]).
     pub(crate) state: Option<&'a mut StateSlot>,
+    /// Whether a backward node reads that state ([`OpState::paired`]).
+    pub(crate) paired: bool,
     /// Bit `k` set: nothing reads output `k` (see [`KernelRes::wanted`]).
     pub(crate) unread: u64,
+    /// The inputs' vars, given to a node that keeps state (see [`KernelRes::input_stamp`]);
+    /// empty otherwise.
+    pub(crate) stamped: &'a [Var],
 }
 
 /// What an [`OpState`] holds: nothing until the forward kernel keeps something, then whatever
@@ -127,17 +132,24 @@ pub(crate) type StateSlot = Option<Box<dyn Any + Send>>;
 /// pairs with it. The forward op writes the state's var and the backward op reads it, so the
 /// engine orders the two as it orders arrays, and the lock is never contended. Imperative calls
 /// have none: the backward kernel then works without (the RNN recomputes the forward pass).
+///
+/// A forward node whose backward node does not run (an inference bind) gets one too, unpaired:
+/// the op may keep there what it derives from its inputs between passes (the RNN's packed
+/// weights), but no trace for a backward pass.
 #[derive(Clone)]
 pub(crate) struct OpState {
     pub(crate) var: Var,
     pub(crate) slot: Arc<Mutex<StateSlot>>,
+    /// Whether a backward node reads it.
+    pub(crate) paired: bool,
 }
 
 impl OpState {
-    pub(crate) fn new(var: Var) -> Self {
+    pub(crate) fn new(var: Var, paired: bool) -> Self {
         OpState {
             var,
             slot: Arc::new(Mutex::new(None)),
+            paired,
         }
     }
 }
@@ -147,6 +159,13 @@ impl KernelRes<'_> {
     /// bound graph's gradient of an input that asked for none), leaving it unwritten.
     pub(crate) fn wanted(&self, k: usize) -> bool {
         k >= 64 || self.unread & (1 << k) == 0
+    }
+
+    /// What input `i` holds, as its var's id and version, for a node that keeps state:
+    /// such a node runs alone (see `engine::Op::alone`), so equal stamps mean the same
+    /// contents. `None` for other ops and imperative calls.
+    pub(crate) fn input_stamp(&self, i: usize) -> Option<(u64, u64)> {
+        self.stamped.get(i).map(|v| (v.id(), v.version()))
     }
 
     pub(crate) fn rng(&mut self) -> Result<&mut StdRng, String> {

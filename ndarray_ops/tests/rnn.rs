@@ -10,6 +10,7 @@ use std::sync::Arc;
 mod common;
 
 use common::floats;
+use ndarray_ops::ops::IS_TRAIN;
 use ndarray_ops::{invoke, Attrs, BindOptions, DType, Executor, GradReq, NDArray, Runtime, Symbol};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -464,6 +465,100 @@ fn a_kept_trace_gives_the_gradients_of_the_forward_pass_run_again() {
             "{mode}: after inference"
         );
     }
+}
+
+/// A bound node keeps its weights packed between passes while its parameters are unchanged,
+/// and packs them again when they change: after new parameters are copied into the bound
+/// array, a pass gives the imperative op's outputs on them, bit for bit (the packed products
+/// add in the same order), never those of the weights packed before. Float32, where the GEMM
+/// packs; bound for inference (the node's state unpaired) and for training (paired).
+#[test]
+fn a_bound_node_packs_its_weights_again_when_they_change() {
+    let rt = Runtime::with_engine(engine::EngineKind::ThreadedPerDevice);
+    let mut rng = StdRng::seed_from_u64(11);
+    let cfg = Cfg {
+        mode: "lstm",
+        layers: 2,
+        dirs: 1,
+        hidden: 48,
+        input: 40,
+    };
+    let (steps, batch) = (7, 5);
+    let (first, second) = (
+        cfg.draw(&mut rng, steps, batch, 0.3),
+        cfg.draw(&mut rng, steps, batch, 0.3),
+    );
+    let arrays = |c: &Case| -> Vec<NDArray> {
+        c.inputs
+            .iter()
+            .map(|(_, x, s)| array(&rt, x, s, DType::F32))
+            .collect()
+    };
+    let (first, second) = (arrays(&first), arrays(&second));
+    let names = cfg.input_names(false);
+    let imperative = |inputs: &[NDArray], train: bool| -> Vec<Vec<f64>> {
+        let refs: Vec<&NDArray> = inputs.iter().collect();
+        let attrs = cfg.attrs(false).with(IS_TRAIN, train);
+        let outs = invoke("RNN", &refs, &attrs, None).unwrap();
+        outs.iter().map(floats).collect()
+    };
+    for grads in [false, true] {
+        let given: HashMap<String, NDArray> = names
+            .iter()
+            .zip(&first)
+            .map(|(n, a)| (n.to_string(), a.copy_to(CPU).unwrap()))
+            .collect();
+        let opts = BindOptions {
+            grad_req: match grads {
+                true => [("parameters".to_string(), GradReq::Write)].into(),
+                false => HashMap::new(),
+            },
+            ..BindOptions::default()
+        };
+        let sym = cfg.symbol(false, cfg.attrs(false)).unwrap();
+        let exec =
+            Executor::bind_with_options(&rt, CPU, &sym, &HashMap::new(), given, &opts).unwrap();
+        let run = |train: bool| -> Vec<Vec<f64>> {
+            exec.forward(train).unwrap();
+            exec.outputs().iter().map(floats).collect()
+        };
+        let before = run(grads);
+        same(
+            &before,
+            &imperative(&first, grads),
+            &format!("gradients {grads}"),
+        );
+        same(
+            &run(grads),
+            &before,
+            &format!("the same weights again, gradients {grads}"),
+        );
+        // New weights (and data) in place: the pass must not multiply by the old packs.
+        let args = exec.arg_dict();
+        for (n, a) in names.iter().zip(&second) {
+            a.copy_into(&args[*n]).unwrap();
+        }
+        let after = run(grads);
+        assert_ne!(after[0], before[0]);
+        same(
+            &after,
+            &imperative(&second, grads),
+            &format!("new weights, gradients {grads}"),
+        );
+    }
+}
+
+/// Asserts two sets of outputs equal bit for bit, saying how many elements differ.
+fn same(got: &[Vec<f64>], want: &[Vec<f64>], what: &str) {
+    for (k, (g, w)) in got.iter().zip(want).enumerate() {
+        let differ = g.iter().zip(w).filter(|(a, b)| a != b).count();
+        assert!(
+            g.len() == w.len() && differ == 0,
+            "{what}: output {k}: {differ} of {} elements differ",
+            w.len()
+        );
+    }
+    assert_eq!(got.len(), want.len(), "{what}: outputs");
 }
 
 /// Dropout between layers (`p`), in training: the output of every layer but the top one is

@@ -65,15 +65,28 @@ impl FullGraph {
     /// whose last inputs are the forward node's inputs, with the same attributes, when exactly
     /// one forward node answers that (twins with the same inputs draw different dropout masks,
     /// so an ambiguous backward node keeps nothing and recomputes, or refuses with dropout).
-    /// Only with gradients and when both nodes run on the same device; any other node gets
-    /// none.
+    /// Only with gradients and when both nodes run on the same device. Every other forward node
+    /// of such an op on a CPU gets one of its own, unpaired (what it keeps between passes, the
+    /// RNN's packed weights); any other node gets none.
     pub(super) fn kept_states(&self, rt: &Runtime) -> Vec<Option<OpState>> {
         let g = &self.inferred.graph;
         let mut states: Vec<Option<OpState>> = vec![None; g.nodes.len()];
-        if self.wrt.is_empty() {
-            return states;
-        }
         let forward = self.forward_nodes();
+        let keeps = |i: usize| g.nodes[i].op.is_some_and(|d| d.state == StateUse::Keeps);
+        if !self.wrt.is_empty() {
+            self.pair_states(rt, &forward, &mut states);
+        }
+        for (i, state) in states.iter_mut().enumerate() {
+            if state.is_none() && forward[i] && keeps(i) && self.devices[i].is_cpu() {
+                *state = Some(OpState::new(rt.engine().new_var(), false));
+            }
+        }
+        states
+    }
+
+    /// The paired states of [`Self::kept_states`].
+    fn pair_states(&self, rt: &Runtime, forward: &[bool], states: &mut [Option<OpState>]) {
+        let g = &self.inferred.graph;
         for (j, bw) in g.nodes.iter().enumerate() {
             let Some(StateUse::ReadsOf(op)) = bw.op.map(|d| d.state) else {
                 continue;
@@ -94,11 +107,10 @@ impl FullGraph {
                 continue;
             }
             let state = states[i]
-                .get_or_insert_with(|| OpState::new(rt.engine().new_var()))
+                .get_or_insert_with(|| OpState::new(rt.engine().new_var(), true))
                 .clone();
             states[j] = Some(state);
         }
-        states
     }
 }
 

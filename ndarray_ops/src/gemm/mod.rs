@@ -6,18 +6,18 @@
 //!
 //! ```text
 //! cut the depth into equal blocks of at most KC, and the columns of c into blocks of nc, as
-//! many as make a packed block of b 1 MiB (half the second-level cache):
+//! many as make a packed block of b half the second-level cache (`caches`):
 //! for each block of columns, and each block of the depth (kc):
 //!     pack that block of b into strips NR columns wide (each kc x NR, row after row); where
 //!     b's rows are contiguous, each whole strip is packed by the kernel instead, as the first
 //!     strip of a reads it from b (below)
 //!     for each block of MC rows of c:
 //!         (a with strided rows only) pack that block of a into strips MR rows tall
-//!         kc <= 256: for each strip of b, for each strip of MR rows of a (the b strip, at
-//!                    most 32 KiB, stays in the first-level cache)
-//!         kc > 256:  for each strip of a, for each strip of b (the b strip no longer fits
-//!                    there; the a strip, at most 24 KiB, does, and the block of b streams
-//!                    from the second-level cache)
+//!         kc <= l1_depth: for each strip of b, for each strip of MR rows of a (the b
+//!                    strip stays in the first-level cache; l1_depth is 256 there for 48 KiB)
+//!         kc > l1_depth: for each strip of a, for each strip of b (the b strip no longer
+//!                    fits there; the a strip, at most 24 KiB, does, and the block of b
+//!                    streams from the second-level cache)
 //!             the micro-kernel adds the MR x NR product of the two into c
 //! ```
 //!
@@ -41,6 +41,7 @@
 
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 mod avx512;
+mod caches;
 mod epilogue;
 
 use std::cell::RefCell;
@@ -56,13 +57,6 @@ pub(crate) const NR: usize = 32;
 const KC: usize = 512;
 /// Rows of `a` taken at a time (a multiple of [`MR`]): 480 KiB, in the second-level cache.
 const MC: usize = 20 * MR;
-/// Floats of `b` packed at a time (1 MiB): half the second-level cache, so that the block
-/// stays there while the strips of `a` pass over it. A fixed 1,024 columns made blocks of
-/// 2 MiB at depth 512, which the cache could not hold beside `a`.
-const B_BLOCK: usize = 1 << 18;
-/// The deepest `b` strip (`depth x NR` floats, 32 KiB) that stays in the first-level cache
-/// (48 KiB) beside the `a` strip the kernel reads with it.
-const L1_DEPTH: usize = 256;
 /// Products of fewer multiply-adds than this run on the calling thread alone: a part of one
 /// would take a few microseconds, as long as waking a thread.
 const THREAD_WORK: usize = 1 << 19;
@@ -442,6 +436,10 @@ pub(crate) trait Source: Sync {
     }
 }
 
+/// Elements of a matrix from which [`Packed::new`] packs on the pool's threads (an LSTM's
+/// 256 x 1024 weights are twice as many).
+const PACK_WIDE: usize = 1 << 17;
+
 /// A `k x n` matrix `b` packed once for many products (an RNN's hidden weights, multiplied at
 /// every step): per block of [`depth_step`] steps, the strips of all `n` columns, as [`Source::pack`]
 /// lays them out, so a product reads its blocks in place.
@@ -463,11 +461,30 @@ impl Packed {
         let mut data = vec![0.0f32; width * k + 16];
         let skip = data.as_ptr().align_offset(64).min(15);
         let step = depth_step(k);
+        // A large matrix is packed on the pool's threads, a run of whole strips each.
+        let strips = n.div_ceil(NR);
+        let parts = match k * n >= PACK_WIDE {
+            true => rayon::current_num_threads().clamp(1, strips),
+            false => 1,
+        };
+        let per = strips.div_ceil(parts).max(1) * NR;
         for pc in (0..k).step_by(step) {
             let kc = step.min(k - pc);
             let block = &mut data[skip + pc * width..skip + (pc + kc) * width];
-            // SAFETY: the block's rows are inside `b` (the contract).
-            unsafe { pack_b(kc, n, b.at(pc, 0), block) };
+            rayon::scope(|s| {
+                for (i, part) in block.chunks_mut(per * kc).enumerate() {
+                    let j0 = i * per;
+                    let mut job = move || {
+                        // SAFETY: the part's rows and columns are inside `b` (the contract),
+                        // and `part` holds its strips.
+                        unsafe { pack_b(kc, per.min(n - j0), b.at(pc, j0), part) }
+                    };
+                    match parts {
+                        1 => job(),
+                        _ => s.spawn(move |_| job()),
+                    }
+                }
+            });
         }
         Packed { data, skip, k, n }
     }
@@ -593,10 +610,11 @@ fn depth_step(k: usize) -> usize {
     even.next_multiple_of(16).clamp(1, KC)
 }
 
-/// Columns of `b` packed at a time at depth `kc`: a block of [`B_BLOCK`] floats, in whole
-/// strips.
+/// Columns of `b` packed at a time at depth `kc`: a block of half the second-level cache
+/// (`caches`), in whole strips. A fixed 1,024 columns made blocks of 2 MiB at depth 512,
+/// which a cache of 2 MiB could not hold beside `a`.
 fn block_columns(kc: usize) -> usize {
-    (B_BLOCK / kc.max(1) / NR * NR).max(NR)
+    (caches::blocking().b_block / kc.max(1) / NR * NR).max(NR)
 }
 
 /// The whole blocked product on the calling thread, of rows `i0..i0 + m` and columns
@@ -621,7 +639,7 @@ unsafe fn serial(
         // Which strip stays in the first-level cache while the other kind passes by: `b`'s
         // where it fits, else `a`'s (on a 2048^3 product: 280 -> 313 GFLOP/s, median of five
         // alternating rounds, with 1 MiB blocks of `b`).
-        let a_stays = step > L1_DEPTH;
+        let a_stays = step > caches::blocking().l1_depth;
         for jc in (0..n).step_by(block) {
             let nc = block.min(n - jc);
             for pc in (0..k).step_by(step) {

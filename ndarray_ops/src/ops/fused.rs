@@ -273,7 +273,9 @@ fn elemwise_kernel(
             rng: None,
             temp: None,
             state: None,
+            paired: false,
             unread: 0,
+            stamped: &[],
         };
         for t in lo..hi {
             let (off, len) = (t * TILE, TILE.min(n - t * TILE));

@@ -238,6 +238,7 @@ pub(crate) fn prepare(
     let state_writes = state.filter(|_| keeps).map(|s| &s.var);
     let state_reads = state.filter(|_| !keeps).map(|s| &s.var);
     let slot = state.map(|s| s.slot.clone());
+    let paired = state.is_some_and(|s| s.paired);
     if let Some(kernel) = device_kernel {
         // A random op's GPU kernel takes a seed drawn, when it runs, from the device's generator.
         let rng = def
@@ -271,6 +272,14 @@ pub(crate) fn prepare(
         .chain(also_writes)
         .chain(state_writes);
     let held = res.clone();
+    // A node that keeps state may keep there what it derives from its inputs (the RNN's packed
+    // weights) and know them again by their versions: it gets its inputs' vars, and runs
+    // alone, where their versions count every write pushed before it.
+    let stamped: Vec<engine::Var> = match keeps && slot.is_some() {
+        true => inputs.iter().map(|a| a.var().clone()).collect(),
+        false => Vec::new(),
+    };
+    let alone = !stamped.is_empty();
     let engine_op = Op::sync(op, move |_| {
         let (mut rng, mut temp) = match &held {
             Some(r) => (
@@ -284,7 +293,9 @@ pub(crate) fn prepare(
             rng: rng.as_deref_mut(),
             temp: temp.as_deref_mut(),
             state: kept.as_deref_mut(),
+            paired,
             unread,
+            stamped: &stamped,
         };
         let (ins, outs) = tensors.split();
         run_kernel(op, kernel, alias_safe, &attrs2, ins, outs, &mut kres).map_err(Into::into)
@@ -294,6 +305,7 @@ pub(crate) fn prepare(
     .reads(inputs.iter().map(|a| a.var()).chain(state_reads));
     let elements: usize = inputs.iter().map(|a| a.size()).sum::<usize>()
         + outputs.iter().map(NDArray::size).sum::<usize>();
+    let engine_op = if alone { engine_op.alone() } else { engine_op };
     push(cheap_if_small(engine_op, elements))?;
     Ok(outputs)
 }

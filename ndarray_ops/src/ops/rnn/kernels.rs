@@ -113,6 +113,30 @@ impl<'a, T: Real> Forward<'a, T> {
     }
 }
 
+/// What a bound node keeps between its kernels' runs.
+pub(super) struct NodeState<T> {
+    /// The last training pass's trace, for the backward node (a paired state's only).
+    kept: Option<Kept<T>>,
+    /// The weights packed by earlier passes over the same parameters.
+    packs: Packs,
+}
+
+impl<T: Real> NodeState<T> {
+    /// The node's state in `slot`, made empty where the slot holds none of this dtype.
+    fn of(slot: &mut StateSlot) -> &mut Self {
+        if !slot.as_ref().is_some_and(|b| b.is::<NodeState<T>>()) {
+            *slot = Some(Box::new(NodeState::<T> {
+                kept: None,
+                packs: Packs::default(),
+            }));
+        }
+        match slot.as_mut().and_then(|b| b.downcast_mut::<NodeState<T>>()) {
+            Some(s) => s,
+            None => unreachable!("the slot was just filled with this type"),
+        }
+    }
+}
+
 /// What a training forward pass keeps for the backward pass: every layer's output and every
 /// (layer, direction)'s trace, for data of one shape.
 pub(super) struct Kept<T> {
@@ -130,31 +154,26 @@ pub(super) struct Kept<T> {
 }
 
 impl<T: Real> Kept<T> {
-    /// The slot's record for `pass` on `data`, made (or remade, for another shape or dtype)
-    /// with room for it.
+    /// The record for `pass` on `data`, made (or remade, for another shape) with room for it.
     pub(super) fn for_pass<'s>(
-        slot: &'s mut StateSlot,
+        kept: &'s mut Option<Kept<T>>,
         pass: &Pass<'_, T>,
         data: &[usize],
     ) -> &'s mut Self {
         let data = [data[0], data[1], data[2]];
-        let fits = slot
-            .as_ref()
-            .and_then(|b| b.downcast_ref::<Kept<T>>())
-            .is_some_and(|k| k.data == data);
-        if !fits {
+        if kept.as_ref().is_none_or(|k| k.data != data) {
             let r = pass.r;
-            *slot = Some(Box::new(Kept {
+            *kept = Some(Kept {
                 data,
                 valid: false,
                 ys: vec![T::default(); r.layers * pass.layer_len()],
                 traces: vec![T::default(); r.layers * r.dirs * pass.trace_len()],
                 masks: Vec::new(),
-            }));
+            });
         }
-        match slot.as_mut().and_then(|b| b.downcast_mut::<Kept<T>>()) {
+        match kept {
             Some(k) => k,
-            None => unreachable!("the slot was just filled with this type"),
+            None => unreachable!("the record was just made"),
         }
     }
 
@@ -162,7 +181,9 @@ impl<T: Real> Kept<T> {
     pub(super) fn valid<'s>(slot: Option<&'s StateSlot>, data: &[usize]) -> Option<&'s Self> {
         slot?
             .as_ref()?
-            .downcast_ref::<Kept<T>>()
+            .downcast_ref::<NodeState<T>>()?
+            .kept
+            .as_ref()
             .filter(|k| k.valid && k.data[..] == data[..3])
     }
 }
@@ -186,15 +207,26 @@ pub(super) fn rnn_kernel(
         let out = unsafe { outs[0].slice_mut::<T>() };
         // A bound node in training keeps every layer's output and trace for its backward node;
         // otherwise one trace serves every layer, and only the layers below the top need room.
-        let kept = match res.state.take() {
-            Some(slot) if r.train => Some(Kept::for_pass(slot, &pass, &x.shape)),
-            Some(slot) => {
-                if let Some(k) = slot.as_mut().and_then(|b| b.downcast_mut::<Kept<T>>()) {
-                    k.valid = false;
-                }
-                None
+        // A bound node keeps its packed weights while its parameters (input 1) are unchanged.
+        let stamp = res.input_stamp(1);
+        let (kept, packs) = match res.state.take().map(NodeState::<T>::of) {
+            Some(NodeState { kept, packs }) => {
+                let kept = match r.train && res.paired {
+                    true => Some(Kept::for_pass(kept, &pass, &x.shape)),
+                    false => {
+                        if let Some(k) = kept {
+                            k.valid = false;
+                        }
+                        None
+                    }
+                };
+                (kept, stamp.map(|s| packs.at(s)))
             }
-            None => None,
+            None => (None, None),
+        };
+        let pass = match packs {
+            Some(p) => pass.with_packs(p),
+            None => pass,
         };
         let ll = pass.layer_len();
         let (mid_len, trace_len) = match kept {

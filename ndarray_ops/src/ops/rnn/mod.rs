@@ -38,11 +38,13 @@ use crate::{DType, Element};
 mod cell;
 mod kernels;
 mod recurrence;
+mod weights;
 
 use kernels::*;
 pub(crate) use kernels::{masks_lost, sequence_lengths};
 use recurrence::*;
 pub(crate) use recurrence::{time, Pass, Real};
+use weights::{Packs, Weights};
 
 attr_enum! {
     /// The recurrence of one layer.

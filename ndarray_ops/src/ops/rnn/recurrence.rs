@@ -2,7 +2,6 @@
 //! forward and backward.
 
 use std::ops::Range;
-use std::sync::OnceLock;
 
 use ndarray::s;
 
@@ -39,13 +38,13 @@ pub(crate) trait Real: Element + num_traits::Float {
     fn lstm_grad_row(row: LstmGradRow<'_, Self>) {
         lstm_grad_row_scalar(row);
     }
-    /// `c = a b` (with `add`, `c += a b`) from `b` packed; false (nothing done) where it
-    /// cannot run.
+    /// `c = a b` (with `add`, `c += a b`) from `b` packed, on the calling thread alone or
+    /// (`wide`) on the pool's threads; false (nothing done) where it cannot run.
     fn gemm_packed(
         _a: &ArrayView2<'_, Self>,
         _b: &gemm::Packed,
         _c: &mut ArrayViewMut2<'_, Self>,
-        _add: bool,
+        (_add, _wide): (bool, bool),
     ) -> bool {
         false
     }
@@ -94,7 +93,7 @@ impl Real for f32 {
         a: &ArrayView2<'_, f32>,
         b: &gemm::Packed,
         c: &mut ArrayViewMut2<'_, f32>,
-        add: bool,
+        (add, wide): (bool, bool),
     ) -> bool {
         let ((m, k), n) = (a.dim(), b.dim().1);
         if !gemm::available() || b.dim().0 != k || c.dim() != (m, n) {
@@ -114,7 +113,12 @@ impl Real for f32 {
         let beta = if add { 1.0 } else { 0.0 };
         // SAFETY: the views' elements at their strides (`c`'s own, apart from `a` and `b`);
         // the GEMM runs here (checked above).
-        unsafe { gemm::sgemm_serial(m, k, n, &am, b, beta, gemm::Batches::whole(cm)) };
+        unsafe {
+            match wide {
+                true => gemm::sgemm_packing(m, k, n, &am, b, beta, gemm::Batches::whole(cm)),
+                false => gemm::sgemm_serial(m, k, n, &am, b, beta, gemm::Batches::whole(cm)),
+            }
+        };
         true
     }
 }
@@ -161,6 +165,8 @@ pub(crate) struct Pass<'a, T> {
     pub(super) lens: Vec<usize>,
     /// Units each step is cut into along the hidden units ([`units_for`]).
     pub(super) units: usize,
+    /// Weights packed by earlier passes over the same parameters, where the node keeps them.
+    pub(super) packs: Option<&'a Packs>,
 }
 
 /// Step `s` of direction `d` is time `t`: forward in time, or backward from the end.
@@ -185,6 +191,15 @@ impl<'a, T> Pass<'a, T> {
             slots: r.slots(data[2]).0,
             lens: lens.unwrap_or_else(|| vec![steps; batch]),
             units: units_for(r.hidden),
+            packs: None,
+        }
+    }
+
+    /// The pass taking its packed weights from `packs` and keeping there those it packs.
+    pub(crate) fn with_packs(self, packs: &'a Packs) -> Self {
+        Pass {
+            packs: Some(packs),
+            ..self
         }
     }
 
@@ -295,42 +310,6 @@ unsafe fn block_mut<'s, T>(
     }
 }
 
-/// Weights multiplied at every step: packed once for the f32 GEMM where it runs (packing
-/// the hidden weights at each step's product cost as much as a tenth of an LSTM's step), by
-/// the first product, so that the units of a step pack theirs in parallel.
-pub(super) struct Weights<'a, T> {
-    view: ArrayView2<'a, T>,
-    packed: OnceLock<Option<gemm::Packed>>,
-}
-
-impl<'a, T: Real> Weights<'a, T> {
-    pub(super) fn new(view: ArrayView2<'a, T>) -> Self {
-        Weights {
-            view,
-            packed: OnceLock::new(),
-        }
-    }
-
-    /// Packs the weights (where the GEMM packs them) now instead of at the first product.
-    pub(super) fn prepare(&self) -> &Option<gemm::Packed> {
-        self.packed.get_or_init(|| T::pack(&self.view))
-    }
-
-    /// `c = a x self`, or with `add` `c += a x self`.
-    pub(super) fn product(&self, a: &ArrayView2<'_, T>, c: &mut ArrayViewMut2<'_, T>, add: bool) {
-        let packed = self.prepare();
-        if !packed
-            .as_ref()
-            .is_some_and(|p| T::gemm_packed(a, p, c, add))
-        {
-            match add {
-                true => T::gemm_add(a, &self.view, c),
-                false => T::gemm(a, &self.view, c),
-            }
-        }
-    }
-}
-
 impl<'a, T: Real> Pass<'a, T> {
     /// The state sample `n` carries into time `t` in direction `d`: the step before in the
     /// direction's order, or `None` at its first step (the initial state).
@@ -388,11 +367,11 @@ impl<'a, T: Real> Pass<'a, T> {
     fn input_projection(&self, (l, d): (usize, usize), input: &[T], gates: &mut [T]) {
         let (s, rows, gh) = (self.slot(l, d), self.steps * self.batch, self.r.gh());
         let wx = mat(&self.params[s.wx..], gh, s.input);
-        T::gemm(
-            &mat(input, rows, s.input),
-            &wx.t(),
-            &mut mat_mut(gates, rows, gh),
-        );
+        let (x, mut c) = (mat(input, rows, s.input), mat_mut(gates, rows, gh));
+        match self.packs {
+            Some(packs) => Weights::new(wx.reversed_axes(), Some(packs)).product_wide(&x, &mut c),
+            None => T::gemm(&x, &wx.t(), &mut c),
+        }
     }
 
     /// Runs every layer on `xs` with no dropout between them: the layers below the top write
@@ -571,7 +550,7 @@ impl<'a, T: Real> Pass<'a, T> {
         let parts = [0..cut, cut..gh];
         let weights = parts
             .clone()
-            .map(|c| Weights::new(wx.slice_move(s![c, ..]).reversed_axes()));
+            .map(|c| Weights::new(wx.slice_move(s![c, ..]).reversed_axes(), self.packs));
         let project = |t: usize, p: usize| {
             // SAFETY: row `t` of the lower layer's output is written by its step `t`, which
             // has finished (the wavefront's order), and is only read from then on; part `p` of
@@ -651,6 +630,7 @@ impl<'a, T: Real> Pass<'a, T> {
                     Weights::new(
                         wh.slice_move(s![q * h + c.start..q * h + c.end, ..])
                             .reversed_axes(),
+                        self.packs,
                     )
                 })
             })
@@ -717,7 +697,7 @@ impl<'a, T: Real> Pass<'a, T> {
         let (gate_buf, extra) = trace.split_at(rows * gh);
         let wh = mat(&self.params[s.wh..], gh, h);
         let blocks: Vec<Weights<'_, T>> = (0..units)
-            .map(|u| Weights::new(wh.slice_move(s![.., unit_cols(h, units, u)])))
+            .map(|u| Weights::new(wh.slice_move(s![.., unit_cols(h, units, u)]), self.packs))
             .collect();
         let (through, bypass) = scratch.split_at_mut(nb * h);
         // Only GRU's hidden projection has gate gradients of its own; the other modes' are
