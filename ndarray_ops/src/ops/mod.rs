@@ -187,7 +187,8 @@ pub struct OpDef {
 pub(crate) enum StateUse {
     /// None.
     No,
-    /// A forward op that keeps state when bound for training.
+    /// A forward op that keeps state when bound: for its backward node in training, and on a
+    /// CPU what it derives from its inputs between passes (see `resources::OpState`).
     Keeps,
     /// The backward op of this forward op: it reads the state of the forward node whose inputs
     /// are its own last inputs.
