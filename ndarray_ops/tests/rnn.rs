@@ -131,6 +131,23 @@ struct Run {
     grads: HashMap<String, Vec<f64>>,
 }
 
+/// `sym` bound on the CPU to `given`, with a written gradient for each input named in `grads`.
+fn bind<'a>(
+    rt: &Arc<Runtime>,
+    sym: &Symbol,
+    given: HashMap<String, NDArray>,
+    grads: impl IntoIterator<Item = &'a str>,
+) -> Executor {
+    let opts = BindOptions {
+        grad_req: grads
+            .into_iter()
+            .map(|n| (n.to_string(), GradReq::Write))
+            .collect(),
+        ..BindOptions::default()
+    };
+    Executor::bind_with_options(rt, CPU, sym, &HashMap::new(), given, &opts).unwrap()
+}
+
 fn array(rt: &Arc<Runtime>, v: &[f64], shape: &[usize], dt: DType) -> NDArray {
     match dt {
         DType::F32 => rt.from_vec(v.iter().map(|&x| x as f32).collect(), shape, CPU),
@@ -153,15 +170,11 @@ fn run(
         .iter()
         .map(|(n, v, s)| (n.to_string(), array(rt, v, s, dt)))
         .collect();
-    let opts = BindOptions {
-        grad_req: inputs
-            .iter()
-            .filter(|i| i.0 != "sequence_length")
-            .map(|i| (i.0.to_string(), GradReq::Write))
-            .collect(),
-        ..BindOptions::default()
-    };
-    let exec = Executor::bind_with_options(rt, CPU, &sym, &HashMap::new(), given, &opts).unwrap();
+    let grads = inputs
+        .iter()
+        .map(|i| i.0)
+        .filter(|&n| n != "sequence_length");
+    let exec = bind(rt, &sym, given, grads);
     exec.forward(true).unwrap();
     let heads: Vec<NDArray> = heads.iter().map(|(v, s)| array(rt, v, s, dt)).collect();
     exec.backward_with(&heads).unwrap();
@@ -427,15 +440,7 @@ fn a_kept_trace_gives_the_gradients_of_the_forward_pass_run_again() {
             .zip(&first)
             .map(|(n, a)| (n.to_string(), a.copy_to(CPU).unwrap()))
             .collect();
-        let opts = BindOptions {
-            grad_req: shapes
-                .iter()
-                .map(|(n, _, _)| (n.to_string(), GradReq::Write))
-                .collect(),
-            ..BindOptions::default()
-        };
-        let exec =
-            Executor::bind_with_options(&rt, CPU, &sym, &HashMap::new(), given, &opts).unwrap();
+        let exec = bind(&rt, &sym, given, shapes.iter().map(|i| i.0));
         // The gradients of the forward pass run again on `inputs`, in input order.
         let again = |inputs: &[NDArray]| -> Vec<Vec<f64>> {
             let all: Vec<&NDArray> = heads.iter().chain(inputs).collect();
@@ -508,16 +513,13 @@ fn a_bound_node_packs_its_weights_again_when_they_change() {
             .zip(&first)
             .map(|(n, a)| (n.to_string(), a.copy_to(CPU).unwrap()))
             .collect();
-        let opts = BindOptions {
-            grad_req: match grads {
-                true => [("parameters".to_string(), GradReq::Write)].into(),
-                false => HashMap::new(),
-            },
-            ..BindOptions::default()
-        };
         let sym = cfg.symbol(false, cfg.attrs(false)).unwrap();
-        let exec =
-            Executor::bind_with_options(&rt, CPU, &sym, &HashMap::new(), given, &opts).unwrap();
+        let exec = bind(
+            &rt,
+            &sym,
+            given,
+            ["parameters"].into_iter().filter(|_| grads),
+        );
         let run = |train: bool| -> Vec<Vec<f64>> {
             exec.forward(train).unwrap();
             exec.outputs().iter().map(floats).collect()
@@ -587,17 +589,12 @@ fn dropout_between_layers_trains_with_the_masks_it_drew() {
                 .iter()
                 .map(|(n, v, s)| (n.to_string(), array(&rt, v, s, DType::F64)))
                 .collect();
-            let opts = BindOptions {
-                grad_req: match grads {
-                    true => inputs
-                        .iter()
-                        .map(|i| (i.0.to_string(), GradReq::Write))
-                        .collect(),
-                    false => HashMap::new(),
-                },
-                ..BindOptions::default()
-            };
-            Executor::bind_with_options(&rt, CPU, &sym, &HashMap::new(), given, &opts).unwrap()
+            bind(
+                &rt,
+                &sym,
+                given,
+                inputs.iter().map(|i| i.0).filter(|_| grads),
+            )
         };
         let outs = |exec: &Executor, train: bool| -> Vec<Vec<f64>> {
             rt.seed(7).unwrap();
@@ -692,15 +689,7 @@ fn twin_nodes_keep_nothing_and_say_why_with_dropout() {
             .iter()
             .map(|(n, v, s)| (n.to_string(), array(&rt, v, s, DType::F64)))
             .collect();
-        let opts = BindOptions {
-            grad_req: inputs
-                .iter()
-                .map(|i| (i.0.to_string(), GradReq::Write))
-                .collect(),
-            ..BindOptions::default()
-        };
-        let exec =
-            Executor::bind_with_options(&rt, CPU, &sym, &HashMap::new(), given, &opts).unwrap();
+        let exec = bind(&rt, &sym, given, inputs.iter().map(|i| i.0));
         let copies = if twins { 2 } else { 1 };
         let heads: Vec<NDArray> = (0..copies)
             .flat_map(|_| heads.iter())
