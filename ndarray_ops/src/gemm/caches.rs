@@ -11,8 +11,8 @@
 //!
 //! A 32 x 256 x 1024 LSTM step with 256-deep strips (32 KiB) on a core of 32 KiB L1: the
 //! strip of `b` cannot stay in the first-level cache beside the rows of `a`, and keeping
-//! `a`'s strip there instead made the two-layer LSTM's forward pass 2-3% faster on such a
-//! core (Zen 4), where cores of 48 KiB timed 256 best.
+//! `a`'s strip there instead made the two-layer LSTM's forward pass about 2% faster on such
+//! a core (Zen 4), where cores of 48 KiB timed 256 best.
 //!
 //! The sizes come from Linux's `/sys/devices/system/cpu/cpu0/cache`; where it cannot be read,
 //! those of the cores the defaults were timed on (48 KiB and 2 MiB).

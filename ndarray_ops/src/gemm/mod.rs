@@ -471,20 +471,23 @@ impl Packed {
         for pc in (0..k).step_by(step) {
             let kc = step.min(k - pc);
             let block = &mut data[skip + pc * width..skip + (pc + kc) * width];
-            rayon::scope(|s| {
-                for (i, part) in block.chunks_mut(per * kc).enumerate() {
-                    let j0 = i * per;
-                    let mut job = move || {
-                        // SAFETY: the part's rows and columns are inside `b` (the contract),
-                        // and `part` holds its strips.
-                        unsafe { pack_b(kc, per.min(n - j0), b.at(pc, j0), part) }
-                    };
-                    match parts {
-                        1 => job(),
-                        _ => s.spawn(move |_| job()),
+            // Part `i`: the strips from column `i * per`.
+            let pack = move |i: usize, part: &mut [f32]| {
+                let j0 = i * per;
+                // SAFETY: the part's rows and columns are inside `b` (the contract), and
+                // `part` holds its strips.
+                unsafe { pack_b(kc, per.min(n - j0), b.at(pc, j0), part) }
+            };
+            // One part stays on the calling thread: a scope entered from outside the pool
+            // would hand it to a pool thread and wait.
+            match parts {
+                1 => pack(0, block),
+                _ => rayon::scope(|s| {
+                    for (i, part) in block.chunks_mut(per * kc).enumerate() {
+                        s.spawn(move |_| pack(i, part));
                     }
-                }
-            });
+                }),
+            }
         }
         Packed { data, skip, k, n }
     }
