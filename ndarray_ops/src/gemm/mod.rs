@@ -1,6 +1,6 @@
-//! `c = a b + beta c` in single precision on AVX-512 CPUs: the product under the CPU kernels'
-//! convolutions (im2col GEMMs), FullyConnected and RNN steps. Without AVX-512 (or for f64) the
-//! callers use `matrixmultiply` instead.
+//! `c = a b + beta c` in single precision on x86-64 CPUs with AVX-512 or AVX2: the product
+//! under the CPU kernels' convolutions (im2col GEMMs), FullyConnected and RNN steps. Elsewhere
+//! (or for f64) the callers use `matrixmultiply` instead.
 //!
 //! The algorithm is Goto's, as BLIS lays it out:
 //!
@@ -21,7 +21,7 @@
 //!             the micro-kernel adds the MR x NR product of the two into c
 //! ```
 //!
-//! The micro-kernel ([`avx512::kernel`]) keeps its 12 x 32 tile of `c` in 24 of the 32 vector
+//! The AVX-512 micro-kernel ([`avx512::kernel`]) keeps its 12 x 32 tile of `c` in 24 of the 32 vector
 //! registers for the whole depth block: each step of depth loads one 32-wide row of the `b`
 //! strip (two registers), broadcasts each of `a`'s 12 values and runs 24 fused
 //! multiply-adds, so the two FMA units, not the loads, set its pace. A broadcast reads one
@@ -32,13 +32,17 @@
 //! (prefetched a few steps ahead) and stores it into the packed strip beside its FMAs. A pass
 //! of its own copied the strips from rows a page apart, and on the products of 64 filters,
 //! whose every value of `b` meets only 64 rows of `a`, took a quarter to a third of the time
-//! (64 x 576 x 3136 on two cores: 198 -> 257 GFLOP/s).
+//! (64 x 576 x 3136 on two cores: 198 -> 257 GFLOP/s). With 16 registers of 8 lanes, the AVX2
+//! kernel ([`avx2::kernel`]) computes the same tile as up to four blocks of 6 x 16, each over
+//! the whole depth block, summing every element in the same order (the same bits).
 //!
 //! Threads: the product is cut into one part per rayon thread, along the columns of `c` (each
 //! part then packs all of `a` again) or along its rows (each packs all of `b`), whichever gives
 //! more parts and, at a tie, repeats less packing. The parts share nothing: no locks, no
 //! barriers, one `rayon::scope` per product.
 
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+mod avx2;
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 mod avx512;
 mod caches;
@@ -140,16 +144,81 @@ impl Offset for *mut f32 {
     }
 }
 
-/// Whether [`sgemm`] can run here: x86-64 with AVX-512F (never under Miri).
-pub(crate) fn available() -> bool {
+/// The vector instruction set the micro-kernels use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Isa {
+    /// AVX-512F: 16 lanes, 32 registers ([`avx512::kernel`]).
+    Avx512,
+    /// AVX2 and FMA: 8 lanes, 16 registers ([`avx2::kernel`]).
+    Avx2,
+}
+
+impl Isa {
+    /// Floats per fused multiply-add (two FMA units a core on the CPUs timed).
+    fn lanes(self) -> usize {
+        match self {
+            Isa::Avx512 => 16,
+            Isa::Avx2 => 8,
+        }
+    }
+}
+
+/// The instruction set the products run with here: the widest the CPU has, or the one
+/// `MXRS_CPU` names (`avx512`, `avx2`, or `none` for the portable fallback) where the CPU has
+/// it, so that the AVX2 kernels can be run and timed on an AVX-512 machine. Never under Miri.
+pub(crate) fn isa() -> Option<Isa> {
+    static ISA: std::sync::OnceLock<Option<Isa>> = std::sync::OnceLock::new();
+    *ISA.get_or_init(|| {
+        let detected = detect();
+        match std::env::var("MXRS_CPU").ok().as_deref() {
+            None | Some("") => detected.first().copied(),
+            Some("none") => None,
+            Some(name) => {
+                let asked = match name {
+                    "avx512" => Some(Isa::Avx512),
+                    "avx2" => Some(Isa::Avx2),
+                    _ => None,
+                };
+                match asked.filter(|isa| detected.contains(isa)) {
+                    Some(isa) => Some(isa),
+                    None => {
+                        eprintln!(
+                            "mxrs: MXRS_CPU={name} is not one of this CPU's instruction sets \
+                             {detected:?} (or none); using {:?}",
+                            detected.first()
+                        );
+                        detected.first().copied()
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// The instruction sets this CPU has, widest first.
+fn detect() -> Vec<Isa> {
+    let mut found = Vec::new();
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     {
-        std::arch::is_x86_feature_detected!("avx512f")
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            found.push(Isa::Avx512);
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            found.push(Isa::Avx2);
+        }
     }
-    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
-    {
-        false
-    }
+    found
+}
+
+/// Whether [`sgemm`] can run here: x86-64 with AVX-512F, or with AVX2 and FMA.
+pub(crate) fn available() -> bool {
+    isa().is_some()
+}
+
+/// Whether the products run with AVX-512 (the kernels written for it alone check this).
+pub(crate) fn avx512() -> bool {
+    isa() == Some(Isa::Avx512)
 }
 
 /// `c = a b + beta c` for an `m x k` matrix `a`, a `k x n` matrix `b` and an `m x n` matrix
@@ -193,13 +262,13 @@ fn padded(m: usize, n: usize) -> usize {
 }
 
 /// A rough cost, in cycles of one core, of an `m x k x n` product in this orientation: the
-/// kernel's multiply-adds (32 a cycle, padding included), packing `a` when its rows are not
+/// kernel's multiply-adds (two vectors of them a cycle, padding included), packing `a` when its rows are not
 /// contiguous (once per column block, an element a cycle), packing `b` (a quarter cycle an
 /// element when its rows are contiguous and copied whole, a cycle when its columns are), and
 /// storing a tile an element at a time when `c`'s rows are not contiguous (once per depth
 /// block).
 fn cost(m: usize, k: usize, n: usize, a_rows: bool, b_rows: bool, c_rows: bool) -> usize {
-    let kernel = padded(m, n) * k / 32;
+    let kernel = padded(m, n) * k / (2 * isa().map_or(16, Isa::lanes));
     let pack_a = if a_rows {
         0
     } else {
@@ -937,7 +1006,10 @@ pub(crate) unsafe fn transpose16(src: *const f32, stride: usize, dst: &mut [f32]
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     // SAFETY: the contract; `dst` holds the 16 rows (checked above).
     unsafe {
-        avx512::transpose16(src, stride, dst.as_mut_ptr(), NR)
+        match isa() {
+            Some(Isa::Avx512) => avx512::transpose16(src, stride, dst.as_mut_ptr(), NR),
+            _ => avx2::transpose16(src, stride, dst.as_mut_ptr(), NR),
+        }
     }
     #[cfg(not(all(target_arch = "x86_64", not(miri))))]
     {
@@ -947,7 +1019,7 @@ pub(crate) unsafe fn transpose16(src: *const f32, stride: usize, dst: &mut [f32]
 }
 
 /// One tile: `c[..mr, ..nr] (+)= a x b_strip` over `kc` steps, `a` given as its first
-/// element and strides (see [`avx512::kernel`]).
+/// element and strides (see [`avx512::kernel`]), by the kernel of this machine's [`isa`].
 ///
 /// # Safety
 /// [`available`] is true; as [`avx512::kernel`].
@@ -966,10 +1038,11 @@ unsafe fn micro(
     unsafe {
         // A ragged strip (the last of `a`'s rows) takes the smallest tile that holds it: an
         // LSTM step's 32 samples are strips of 12, 12 and 8 rows, and 64 filters end in 4.
-        match mr {
-            0..=4 => avx512::kernel::<4>(kc, a, b, c, mr, nr, add),
-            5..=8 => avx512::kernel::<8>(kc, a, b, c, mr, nr, add),
-            _ => avx512::kernel::<MR>(kc, a, b, c, mr, nr, add),
+        match (isa(), mr) {
+            (Some(Isa::Avx512), 0..=4) => avx512::kernel::<4>(kc, a, b, c, mr, nr, add),
+            (Some(Isa::Avx512), 5..=8) => avx512::kernel::<8>(kc, a, b, c, mr, nr, add),
+            (Some(Isa::Avx512), _) => avx512::kernel::<MR>(kc, a, b, c, mr, nr, add),
+            _ => avx2::kernel(kc, a, b, c, mr, nr, add),
         }
     }
     #[cfg(not(all(target_arch = "x86_64", not(miri))))]

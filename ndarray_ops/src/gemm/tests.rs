@@ -5,6 +5,8 @@
 use super::{
     available, block_columns, depth_step, sgemm, sgemm_packing, Batches, Mat, KC, MC, MR, NR,
 };
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+use super::{Isa, Strip};
 
 /// A deterministic value in [-1, 1).
 fn val(i: usize, seed: usize) -> f32 {
@@ -198,23 +200,171 @@ fn batched_operands_match_the_triple_loop() {
     }
 }
 
+/// The instruction sets whose kernels can run on this CPU.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+fn kernels() -> Vec<Isa> {
+    super::detect()
+}
+
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 #[test]
 fn transpose16_turns_rows_into_columns() {
-    if !available() {
-        return;
-    }
-    let (ss, ds) = (21, 19);
-    let src: Vec<f32> = (0..16 * ss).map(|i| i as f32).collect();
-    let mut dst = vec![-1.0f32; 16 * ds];
-    // SAFETY: AVX-512 checked above; 16 rows at each stride fit both buffers.
-    unsafe { super::avx512::transpose16(src.as_ptr(), ss, dst.as_mut_ptr(), ds) };
-    for i in 0..16 {
-        for j in 0..16 {
-            assert_eq!(dst[j * ds + i], src[i * ss + j], "element ({i}, {j})");
+    for isa in kernels() {
+        let (ss, ds) = (21, 19);
+        let src: Vec<f32> = (0..16 * ss).map(|i| i as f32).collect();
+        let mut dst = vec![-1.0f32; 16 * ds];
+        // SAFETY: the CPU has `isa`; 16 rows at each stride fit both buffers.
+        unsafe {
+            match isa {
+                Isa::Avx512 => super::avx512::transpose16(src.as_ptr(), ss, dst.as_mut_ptr(), ds),
+                Isa::Avx2 => super::avx2::transpose16(src.as_ptr(), ss, dst.as_mut_ptr(), ds),
+            }
+        };
+        for i in 0..16 {
+            for j in 0..16 {
+                assert_eq!(
+                    dst[j * ds + i],
+                    src[i * ss + j],
+                    "{isa:?}: element ({i}, {j})"
+                );
+            }
+            for j in 16..ds {
+                assert_eq!(dst[i * ds + j], -1.0, "{isa:?}: past row {i}");
+            }
         }
-        for j in 16..ds {
-            assert_eq!(dst[i * ds + j], -1.0, "past row {i}");
+    }
+}
+
+/// Runs the micro-kernel of `isa` on one tile (`mr` rows, `nr` columns, depth `kc`), with
+/// `a` read in place or packed, `b` packed or read where it lies and packed on the way, and
+/// `c` of the three layouts; returns `c`, then the strip the kernel packed (if any).
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+fn one_tile(
+    isa: Isa,
+    (mr, nr, kc): (usize, usize, usize),
+    (a_packed, b_fill, layout): (bool, bool, usize),
+    add: bool,
+) -> (Vec<f32>, Vec<f32>) {
+    // `a`: row-major `mr x kc` (rows 3 floats apart past their end), or a packed strip of MR
+    // rows per step with zeros past `mr`.
+    let a_rows = Stored::new(mr, kc + 3, 0, 4);
+    let mut a_strip = vec![0.0f32; kc * MR];
+    for p in 0..kc {
+        for i in 0..mr {
+            a_strip[p * MR + i] = a_rows.get(i, p);
+        }
+    }
+    // `b`: `kc` steps of NR floats, 40 apart where read in place (NR apart packed).
+    let b = Stored::new(kc, 40, 0, 5);
+    let mut fill = vec![f32::NAN; kc * NR];
+    let mut packed = vec![0.0f32; kc * NR];
+    for p in 0..kc {
+        packed[p * NR..(p + 1) * NR].copy_from_slice(&b.data[p * 40..p * 40 + NR]);
+    }
+    let strip = match b_fill {
+        true => Strip {
+            src: b.data.as_ptr(),
+            stride: 40,
+            fill: Some(fill.as_mut_ptr()),
+        },
+        false => Strip::packed(packed.as_ptr()),
+    };
+    let mut c = Stored::new(mr, nr, layout, 6);
+    let a = match a_packed {
+        true => (a_strip.as_ptr(), 1, MR as isize),
+        false => (a_rows.data.as_ptr(), a_rows.rs, 1),
+    };
+    let cm = c.view_mut();
+    // SAFETY: the CPU has `isa`; `a` holds `mr` rows of `kc` (or a packed strip of MR), the
+    // strips `kc` steps of NR, `c` the tile at its strides.
+    unsafe {
+        match isa {
+            Isa::Avx512 => super::avx512::kernel::<MR>(kc, a, strip, cm, mr, nr, add),
+            Isa::Avx2 => super::avx2::kernel(kc, a, strip, cm, mr, nr, add),
+        }
+    }
+    let tile: Vec<f32> = (0..mr)
+        .flat_map(|i| (0..nr).map(move |j| (i, j)))
+        .map(|(i, j)| c.get(i, j))
+        .collect();
+    // Every element of `c` outside the tile is as it was.
+    let fresh = Stored::new(mr, nr, layout, 6);
+    for (e, (&got, &was)) in c.data.iter().zip(&fresh.data).enumerate() {
+        let inside = (0..mr).any(|i| (0..nr).any(|j| e == i * c.rs as usize + j * c.cs as usize));
+        assert!(
+            inside || got.to_bits() == was.to_bits(),
+            "{isa:?}: element {e} outside the tile written"
+        );
+    }
+    (tile, if b_fill { fill } else { Vec::new() })
+}
+
+/// Every kernel this CPU can run, on tiles of every height and of ragged widths, against a
+/// sum in f64, and against each other bit for bit: each sums an element's products in the
+/// order of the depth with fused multiply-adds, so they agree exactly. Where `b` is packed
+/// on the way, the packed strip is `b`'s rows.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+#[test]
+fn every_kernel_computes_every_tile_shape_alike() {
+    let isas = kernels();
+    for mr in 1..=MR {
+        for nr in [1, 7, 8, 9, 16, 17, 31, NR] {
+            for kc in [1, 5, 33] {
+                for a_packed in [false, true] {
+                    for b_fill in [false, true] {
+                        if b_fill && nr != NR {
+                            // Only whole strips are packed on the way.
+                            continue;
+                        }
+                        for layout in 0..3 {
+                            for add in [false, true] {
+                                let case = ((mr, nr, kc), (a_packed, b_fill, layout), add);
+                                let results: Vec<_> = isas
+                                    .iter()
+                                    .map(|&isa| one_tile(isa, case.0, case.1, case.2))
+                                    .collect();
+                                let a = Stored::new(mr, kc + 3, 0, 4);
+                                let b = Stored::new(kc, 40, 0, 5);
+                                let old = Stored::new(mr, nr, layout, 6);
+                                for (isa, (tile, fill)) in isas.iter().zip(&results) {
+                                    for (e, &got) in tile.iter().enumerate() {
+                                        let (i, j) = (e / nr, e % nr);
+                                        let mut want: f64 = (0..kc)
+                                            .map(|p| a.get(i, p) as f64 * b.get(p, j) as f64)
+                                            .sum();
+                                        if add {
+                                            want += old.get(i, j) as f64;
+                                        }
+                                        assert!(
+                                            (got as f64 - want).abs() <= 1e-5 * (kc as f64 + 1.0),
+                                            "{isa:?} {case:?}: c[{i},{j}] = {got}, want {want}"
+                                        );
+                                    }
+                                    for p in 0..kc * (b_fill as usize) {
+                                        let want = &b.data[p * 40..p * 40 + NR];
+                                        assert_eq!(
+                                            &fill[p * NR..(p + 1) * NR],
+                                            want,
+                                            "{isa:?} {case:?}: packed step {p}"
+                                        );
+                                    }
+                                }
+                                for (isa, (tile, _)) in isas.iter().zip(&results).skip(1) {
+                                    let bits = |t: &[f32]| {
+                                        t.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+                                    };
+                                    assert_eq!(
+                                        bits(tile),
+                                        bits(&results[0].0),
+                                        "{isa:?} against {:?}, {case:?}",
+                                        isas[0]
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 }

@@ -26,7 +26,7 @@ fn as_f32_mut<T: Element>(r: &mut [T]) -> Option<&mut [f32]> {
 }
 
 fn lanes() -> bool {
-    crate::gemm::available()
+    crate::gemm::avx512()
 }
 
 // ---- forward --------------------------------------------------------------------------------
@@ -80,15 +80,27 @@ pub(super) fn normalize<T: Element, const RELU: bool>(
     y: &mut [T],
     [mean, scale, beta]: [f64; 3],
 ) {
-    if lanes() {
-        let c = [mean, scale, beta].map(|v| v as f32);
-        match (x.map(as_f32), as_f32_mut(y)) {
-            // SAFETY: the CPU has AVX-512F (checked).
-            (Some(Some(x)), Some(y)) => return unsafe { normalize_avx512::<RELU>(x, y, c) },
-            // SAFETY: as above.
-            (None, Some(y)) => return unsafe { normalize_in_place_avx512::<RELU>(y, c) },
-            _ => {}
+    // Float32 runs the GEMM epilogue's arithmetic (`normalized`, in f32), on every CPU: a
+    // convolution that folds this normalization into its epilogue gives these bits.
+    let c = [mean, scale, beta].map(|v| v as f32);
+    match (x.map(as_f32), as_f32_mut(y)) {
+        (Some(Some(x)), Some(y)) => {
+            return if lanes() {
+                // SAFETY: the CPU has AVX-512F (checked).
+                unsafe { normalize_avx512::<RELU>(x, y, c) }
+            } else {
+                super::par::wide(|| normalize_f32::<RELU>(x, y, c))
+            };
         }
+        (None, Some(y)) => {
+            return if lanes() {
+                // SAFETY: as above.
+                unsafe { normalize_in_place_avx512::<RELU>(y, c) }
+            } else {
+                super::par::wide(|| normalize_in_place_f32::<RELU>(y, c))
+            };
+        }
+        _ => {}
     }
     let zero = T::default();
     let f = |v: T| {
@@ -105,18 +117,28 @@ pub(super) fn normalize<T: Element, const RELU: bool>(
     }
 }
 
-#[target_feature(enable = "avx512f")]
-fn normalize_avx512<const RELU: bool>(x: &[f32], y: &mut [f32], c: [f32; 3]) {
+#[inline(always)]
+fn normalize_f32<const RELU: bool>(x: &[f32], y: &mut [f32], c: [f32; 3]) {
     for (v, o) in x.iter().zip(y) {
         *o = normalized(*v, c, RELU);
     }
 }
 
-#[target_feature(enable = "avx512f")]
-fn normalize_in_place_avx512<const RELU: bool>(y: &mut [f32], c: [f32; 3]) {
+#[inline(always)]
+fn normalize_in_place_f32<const RELU: bool>(y: &mut [f32], c: [f32; 3]) {
     for o in y.iter_mut() {
         *o = normalized(*o, c, RELU);
     }
+}
+
+#[target_feature(enable = "avx512f")]
+fn normalize_avx512<const RELU: bool>(x: &[f32], y: &mut [f32], c: [f32; 3]) {
+    normalize_f32::<RELU>(x, y, c)
+}
+
+#[target_feature(enable = "avx512f")]
+fn normalize_in_place_avx512<const RELU: bool>(y: &mut [f32], c: [f32; 3]) {
+    normalize_in_place_f32::<RELU>(y, c)
 }
 
 // ---- backward -------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ use crate::DType;
 /// Whether a convolution of `dtype` runs here: f32 on a CPU with AVX-512, with a window that
 /// needs columns (a 1x1 window of stride 1 without padding reads the data as they are).
 pub(super) fn applies(c: &Conv, dtype: DType) -> bool {
-    !c.columns_are_input() && dtype == DType::F32 && crate::gemm::available()
+    !c.columns_are_input() && dtype == DType::F32 && crate::gemm::avx512()
 }
 
 /// Output pixels a product should cover at least: a convolution over small images (ResNet's
@@ -483,7 +483,7 @@ impl Source for Columns<'_> {
                 let runs = Runs::new(lo, cols, (self.ho, self.wo));
                 #[cfg(all(target_arch = "x86_64", not(miri)))]
                 if self.contiguous {
-                    // SAFETY: `Columns` are built only where `crate::gemm::available()` holds
+                    // SAFETY: `Columns` are built only where `crate::gemm::avx512()` holds
                     // (AVX-512F); the strip holds `kc` rows of `NR`.
                     unsafe {
                         masked::fill_rows::<2>(
@@ -512,7 +512,7 @@ impl Source for Columns<'_> {
                 for p in (0..whole).step_by(16) {
                     for j in (0..NR).step_by(16) {
                         let dst = &mut strip[(start + p) * NR + j..];
-                        // SAFETY: `Columns` are built only where `available()` holds; the
+                        // SAFETY: `Columns` are built only where `avx512()` holds; the
                         // tile's lines `j..j + 16` hold steps `p..p + 16`.
                         unsafe {
                             let src = tile.as_ptr().cast::<f32>().add(j * STEPS + p);

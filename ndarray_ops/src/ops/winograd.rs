@@ -107,7 +107,7 @@ fn enabled() -> Result<bool, String> {
 fn eligible(c: &Conv, dtype: DType) -> bool {
     enabled().unwrap_or(true)
         && dtype == DType::F32
-        && crate::gemm::available()
+        && crate::gemm::avx512()
         && c.groups == 1
         && c.k == (3, 3)
         && c.s == (1, 1)
@@ -903,7 +903,7 @@ mod tests {
     /// the edge) and even, and rows of fewer and more than 16 tiles.
     #[test]
     fn tiles_match_the_definitions_in_chunks_of_every_size() {
-        if !crate::gemm::available() {
+        if !crate::gemm::avx512() {
             eprintln!("skipped: the CPU has no AVX-512F");
             return;
         }
