@@ -1,5 +1,6 @@
 //! BatchNorm's loops over one run of a channel (`inner` contiguous elements), forward and
-//! backward. For `f32` on a CPU with AVX-512 they run sixteen lanes of `f32` at a time, sums
+//! backward. For `f32` on a CPU with AVX-512, or AVX2 and FMA (where the GEMM's kernels run),
+//! they run sixteen lanes of `f32` at a time (one register or two: the same bits), sums
 //! carried to `f64` every block of 1,024 elements; elsewhere (and for `f64`, which must agree
 //! with MXNet to rounding) in `f64`. Sums go block by block on both paths, so a sum over a run
 //! is the same whether its terms come from memory or were just computed into a block (the
@@ -26,7 +27,26 @@ fn as_f32_mut<T: Element>(r: &mut [T]) -> Option<&mut [f32]> {
 }
 
 fn lanes() -> bool {
-    crate::gemm::avx512()
+    crate::gemm::available()
+}
+
+/// Runs `body` compiled for the vectors of the GEMM's instruction set: AVX-512F, or AVX2 and
+/// FMA (`par::wide`). Each body is one call to an `#[inline(always)]` loop, so that the loop
+/// is compiled inside the twin with the features.
+#[inline(always)]
+fn vectorized<R>(body: impl FnOnce() -> R) -> R {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    {
+        #[target_feature(enable = "avx512f")]
+        fn avx512<R>(body: impl FnOnce() -> R) -> R {
+            body()
+        }
+        if crate::gemm::avx512() {
+            // SAFETY: the CPU has AVX-512F (checked).
+            return unsafe { avx512(body) };
+        }
+    }
+    super::par::wide(body)
 }
 
 // ---- forward --------------------------------------------------------------------------------
@@ -34,8 +54,7 @@ fn lanes() -> bool {
 /// `Σ x` over a run.
 pub(super) fn sum<T: Element>(x: &[T]) -> f64 {
     if let (Some(x), true) = (as_f32(x), lanes()) {
-        // SAFETY: the CPU has AVX-512F (checked).
-        return unsafe { sum_sq_avx512(x, None) };
+        return vectorized(|| sum_sq_lanes(x, None));
     }
     super::stochastic::sum_zip(x, x, |v, _| v)
 }
@@ -43,15 +62,14 @@ pub(super) fn sum<T: Element>(x: &[T]) -> f64 {
 /// `Σ (x - mean)²` over a run.
 pub(super) fn squares<T: Element>(x: &[T], mean: f64) -> f64 {
     if let (Some(x), true) = (as_f32(x), lanes()) {
-        // SAFETY: the CPU has AVX-512F (checked).
-        return unsafe { sum_sq_avx512(x, Some(mean as f32)) };
+        return vectorized(|| sum_sq_lanes(x, Some(mean as f32)));
     }
     super::stochastic::sum_zip(x, x, |v, _| (v - mean) * (v - mean))
 }
 
 /// `Σ x`, or with a mean `Σ (x - mean)²`, in blocks of sixteen lanes.
-#[target_feature(enable = "avx512f")]
-fn sum_sq_avx512(x: &[f32], mean: Option<f32>) -> f64 {
+#[inline(always)]
+fn sum_sq_lanes(x: &[f32], mean: Option<f32>) -> f64 {
     let mut s = 0.0f64;
     for b in x.chunks(BLOCK) {
         let mut a = [0.0f32; 16];
@@ -84,22 +102,8 @@ pub(super) fn normalize<T: Element, const RELU: bool>(
     // convolution that folds this normalization into its epilogue gives these bits.
     let c = [mean, scale, beta].map(|v| v as f32);
     match (x.map(as_f32), as_f32_mut(y)) {
-        (Some(Some(x)), Some(y)) => {
-            return if lanes() {
-                // SAFETY: the CPU has AVX-512F (checked).
-                unsafe { normalize_avx512::<RELU>(x, y, c) }
-            } else {
-                super::par::wide(|| normalize_f32::<RELU>(x, y, c))
-            };
-        }
-        (None, Some(y)) => {
-            return if lanes() {
-                // SAFETY: as above.
-                unsafe { normalize_in_place_avx512::<RELU>(y, c) }
-            } else {
-                super::par::wide(|| normalize_in_place_f32::<RELU>(y, c))
-            };
-        }
+        (Some(Some(x)), Some(y)) => return vectorized(|| normalize_f32::<RELU>(x, y, c)),
+        (None, Some(y)) => return vectorized(|| normalize_in_place_f32::<RELU>(y, c)),
         _ => {}
     }
     let zero = T::default();
@@ -129,16 +133,6 @@ fn normalize_in_place_f32<const RELU: bool>(y: &mut [f32], c: [f32; 3]) {
     for o in y.iter_mut() {
         *o = normalized(*o, c, RELU);
     }
-}
-
-#[target_feature(enable = "avx512f")]
-fn normalize_avx512<const RELU: bool>(x: &[f32], y: &mut [f32], c: [f32; 3]) {
-    normalize_f32::<RELU>(x, y, c)
-}
-
-#[target_feature(enable = "avx512f")]
-fn normalize_in_place_avx512<const RELU: bool>(y: &mut [f32], c: [f32; 3]) {
-    normalize_in_place_f32::<RELU>(y, c)
 }
 
 // ---- backward -------------------------------------------------------------------------------
@@ -183,8 +177,7 @@ pub(super) fn masked_sums<T: Element>(
 /// `(Σ dy, Σ dy·(x - mu))` over at most one block.
 fn block_sums<T: Element>(dy: &[T], x: &[T], mu: f64) -> (f64, f64) {
     if let (Some(d), Some(x), true) = (as_f32(dy), as_f32(x), lanes()) {
-        // SAFETY: the CPU has AVX-512F (checked).
-        return unsafe { block_sums_avx512(d, x, mu as f32) };
+        return vectorized(|| block_sums_lanes(d, x, mu as f32));
     }
     let (mut s, mut t) = ([0.0f64; 4], [0.0f64; 4]);
     let (cd, cx) = (dy.chunks_exact(4), x.chunks_exact(4));
@@ -209,8 +202,8 @@ fn block_sums<T: Element>(dy: &[T], x: &[T], mu: f64) -> (f64, f64) {
     )
 }
 
-#[target_feature(enable = "avx512f")]
-fn block_sums_avx512(dy: &[f32], x: &[f32], mu: f32) -> (f64, f64) {
+#[inline(always)]
+fn block_sums_lanes(dy: &[f32], x: &[f32], mu: f32) -> (f64, f64) {
     let (mut a, mut b) = ([0.0f32; 16], [0.0f32; 16]);
     let (cd, cx) = (dy.chunks_exact(16), x.chunks_exact(16));
     for (d, x) in cd.remainder().iter().zip(cx.remainder()) {
@@ -240,10 +233,8 @@ pub(super) fn data_grad<T: Element>(
     if lanes() {
         let c = [k, shift, tilt, mu].map(|v| v as f32);
         match (dy.map(as_f32), as_f32(x), as_f32_mut(out)) {
-            // SAFETY: the CPU has AVX-512F (checked).
-            (Some(Some(d)), Some(x), Some(o)) => return unsafe { data_grad_avx512(d, x, o, c) },
-            // SAFETY: as above.
-            (None, Some(x), Some(o)) => return unsafe { data_grad_in_place_avx512(x, o, c) },
+            (Some(Some(d)), Some(x), Some(o)) => return vectorized(|| data_grad_f32(d, x, o, c)),
+            (None, Some(x), Some(o)) => return vectorized(|| data_grad_in_place_f32(x, o, c)),
             _ => {}
         }
     }
@@ -258,15 +249,15 @@ pub(super) fn data_grad<T: Element>(
     }
 }
 
-#[target_feature(enable = "avx512f")]
-fn data_grad_avx512(dy: &[f32], x: &[f32], out: &mut [f32], [k, shift, tilt, mu]: [f32; 4]) {
+#[inline(always)]
+fn data_grad_f32(dy: &[f32], x: &[f32], out: &mut [f32], [k, shift, tilt, mu]: [f32; 4]) {
     for ((d, x), o) in dy.iter().zip(x).zip(out) {
         *o = k * d - shift - tilt * (x - mu);
     }
 }
 
-#[target_feature(enable = "avx512f")]
-fn data_grad_in_place_avx512(x: &[f32], out: &mut [f32], [k, shift, tilt, mu]: [f32; 4]) {
+#[inline(always)]
+fn data_grad_in_place_f32(x: &[f32], out: &mut [f32], [k, shift, tilt, mu]: [f32; 4]) {
     for (x, o) in x.iter().zip(out) {
         *o = k * *o - shift - tilt * (x - mu);
     }

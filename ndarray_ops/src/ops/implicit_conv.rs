@@ -1,4 +1,4 @@
-//! Float32 convolutions on AVX-512 CPUs as implicit GEMMs: the GEMM ([`crate::gemm`]) packs
+//! Float32 convolutions as implicit GEMMs, where the GEMM runs (AVX-512, or AVX2 and FMA): the GEMM ([`crate::gemm`]) packs
 //! its strips of the column matrix straight from the data ([`Columns`]) instead of reading a
 //! column matrix that im2col wrote, so the columns (7 MiB for a 3x3 convolution of 64 channels
 //! over 56x56) never pass through memory.
@@ -24,10 +24,10 @@ use crate::gemm::{sgemm_packing, sgemm_then, transpose16, Batches, Epilogue, Mat
 use crate::resources::KernelRes;
 use crate::DType;
 
-/// Whether a convolution of `dtype` runs here: f32 on a CPU with AVX-512, with a window that
+/// Whether a convolution of `dtype` runs here: f32 where the GEMM runs, with a window that
 /// needs columns (a 1x1 window of stride 1 without padding reads the data as they are).
 pub(super) fn applies(c: &Conv, dtype: DType) -> bool {
-    !c.columns_are_input() && dtype == DType::F32 && crate::gemm::avx512()
+    !c.columns_are_input() && dtype == DType::F32 && crate::gemm::available()
 }
 
 /// Output pixels a product should cover at least: a convolution over small images (ResNet's
@@ -457,9 +457,9 @@ impl<'a> Columns<'a> {
     /// `lines`.
     fn fill_lines(&self, rows: Range<usize>, runs: &Runs, lines: &mut [[f32; 64]]) {
         #[cfg(all(target_arch = "x86_64", not(miri)))]
-        if self.contiguous {
+        if self.contiguous && crate::gemm::avx512() {
             let out = (lines.as_mut_ptr().cast::<f32>(), 64, runs.lanes);
-            // SAFETY: as in `pack`; `lines` holds a line of 64 floats per row.
+            // SAFETY: the CPU has AVX-512F (checked); `lines` holds a line of 64 floats per row.
             return unsafe { masked::fill_rows::<4>(self, rows, runs, out) };
         }
         for (r, line) in rows.zip(lines.iter_mut()) {
@@ -482,9 +482,9 @@ impl Source for Columns<'_> {
                 // once per strip.
                 let runs = Runs::new(lo, cols, (self.ho, self.wo));
                 #[cfg(all(target_arch = "x86_64", not(miri)))]
-                if self.contiguous {
-                    // SAFETY: `Columns` are built only where `crate::gemm::avx512()` holds
-                    // (AVX-512F); the strip holds `kc` rows of `NR`.
+                if self.contiguous && crate::gemm::avx512() {
+                    // SAFETY: the CPU has AVX-512F (checked); the strip holds `kc` rows of
+                    // `NR`.
                     unsafe {
                         masked::fill_rows::<2>(
                             self,
@@ -512,7 +512,7 @@ impl Source for Columns<'_> {
                 for p in (0..whole).step_by(16) {
                     for j in (0..NR).step_by(16) {
                         let dst = &mut strip[(start + p) * NR + j..];
-                        // SAFETY: `Columns` are built only where `avx512()` holds; the
+                        // SAFETY: `Columns` are built only where the GEMM runs; the
                         // tile's lines `j..j + 16` hold steps `p..p + 16`.
                         unsafe {
                             let src = tile.as_ptr().cast::<f32>().add(j * STEPS + p);
