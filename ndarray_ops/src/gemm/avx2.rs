@@ -234,7 +234,7 @@ unsafe fn store<const R: usize>(
         // Columns contiguous (a turned product's `c`): each 8 x 8 quarter transposed in
         // registers, then one masked vector per column.
         let mask = lanes(mr);
-        for v in 0..nr.div_ceil(8) {
+        for v in (0..2).take_while(|v| v * 8 < nr) {
             let rows: [__m256; 8] = std::array::from_fn(|i| {
                 if i < R {
                     acc[i][v]
