@@ -21,9 +21,9 @@
 //!             the micro-kernel adds the MR x NR product of the two into c
 //! ```
 //!
-//! The AVX-512 micro-kernel ([`avx512::kernel`]) keeps its 12 x 32 tile of `c` in 24 of the 32 vector
-//! registers for the whole depth block: each step of depth loads one 32-wide row of the `b`
-//! strip (two registers), broadcasts each of `a`'s 12 values and runs 24 fused
+//! The AVX-512 micro-kernel ([`avx512::kernel`]) keeps its 12 x 32 tile of `c` in 24 of the
+//! 32 vector registers for the whole depth block: each step of depth loads one 32-wide row of
+//! the `b` strip (two registers), broadcasts each of `a`'s 12 values and runs 24 fused
 //! multiply-adds, so the two FMA units, not the loads, set its pace. A broadcast reads one
 //! float wherever it lies, so row-major `a` (the weights of every convolution) is read in place
 //! by 12 row pointers instead of being packed; the `b` strip is reused by every strip of `a`.
@@ -262,11 +262,11 @@ fn padded(m: usize, n: usize) -> usize {
 }
 
 /// A rough cost, in cycles of one core, of an `m x k x n` product in this orientation: the
-/// kernel's multiply-adds (two vectors of them a cycle, padding included), packing `a` when its rows are not
-/// contiguous (once per column block, an element a cycle), packing `b` (a quarter cycle an
-/// element when its rows are contiguous and copied whole, a cycle when its columns are), and
-/// storing a tile an element at a time when `c`'s rows are not contiguous (once per depth
-/// block).
+/// kernel's multiply-adds (two vectors of them a cycle, padding included), packing `a` when
+/// its rows are not contiguous (once per column block, an element a cycle), packing `b` (a
+/// quarter cycle an element when its rows are contiguous and copied whole, a cycle when its
+/// columns are), and storing a tile an element at a time when `c`'s rows are not contiguous
+/// (once per depth block).
 fn cost(m: usize, k: usize, n: usize, a_rows: bool, b_rows: bool, c_rows: bool) -> usize {
     let kernel = padded(m, n) * k / (2 * isa().map_or(16, Isa::lanes));
     let pack_a = if a_rows {

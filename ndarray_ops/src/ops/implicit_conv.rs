@@ -1,7 +1,7 @@
-//! Float32 convolutions as implicit GEMMs, where the GEMM runs (AVX-512, or AVX2 and FMA): the GEMM ([`crate::gemm`]) packs
-//! its strips of the column matrix straight from the data ([`Columns`]) instead of reading a
-//! column matrix that im2col wrote, so the columns (7 MiB for a 3x3 convolution of 64 channels
-//! over 56x56) never pass through memory.
+//! Float32 convolutions as implicit GEMMs, where the GEMM runs (AVX-512, or AVX2 and FMA):
+//! the GEMM ([`crate::gemm`]) packs its strips of the column matrix straight from the data
+//! ([`Columns`]) instead of reading a column matrix that im2col wrote, so the columns (7 MiB
+//! for a 3x3 convolution of 64 channels over 56x56) never pass through memory.
 //!
 //! ```text
 //! forward          Y_g  = W_g x cols(X_g)                    (Columns over the data)
