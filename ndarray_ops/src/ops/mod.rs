@@ -37,6 +37,8 @@ pub(crate) mod rnn;
 mod roi;
 pub(crate) mod shape;
 pub mod signature;
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+mod simd;
 pub(crate) mod sort;
 mod stochastic;
 mod vecmath;
