@@ -311,8 +311,9 @@ fn convolution_matches_direct_computation() {
     assert!(e.to_string().contains("Convolution"), "{e}");
 }
 
-/// Float32 convolutions, which on AVX-512 CPUs pack their GEMM's strips straight from the data
-/// (forward and weight gradient) instead of writing columns: output and both gradients against
+/// Float32 convolutions, which where the GEMM runs (AVX-512, or AVX2 as `tools/test.sh` reruns
+/// it) pack the GEMM's strips straight from the data (forward and weight gradient) instead of
+/// writing columns: output and both gradients against
 /// the f64 definitions, over strides, padding, dilation, groups, odd windows, output widths
 /// that cross the GEMM's 32-column strips and 512-deep blocks mid-row, batches whose images
 /// share a product, and both ways of making the stride-1 data gradient.

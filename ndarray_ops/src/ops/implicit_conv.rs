@@ -457,10 +457,10 @@ impl<'a> Columns<'a> {
     /// `lines`.
     fn fill_lines(&self, rows: Range<usize>, runs: &Runs, lines: &mut [[f32; 64]]) {
         #[cfg(all(target_arch = "x86_64", not(miri)))]
-        if self.contiguous && crate::gemm::avx512() {
+        if self.contiguous && crate::gemm::available() {
             let out = (lines.as_mut_ptr().cast::<f32>(), 64, runs.lanes);
-            // SAFETY: the CPU has AVX-512F (checked); `lines` holds a line of 64 floats per row.
-            return unsafe { masked::fill_rows::<4>(self, rows, runs, out) };
+            // SAFETY: the GEMM runs here (checked); `lines` holds a line of 64 floats per row.
+            return unsafe { masked::fill64(self, rows, runs, out) };
         }
         for (r, line) in rows.zip(lines.iter_mut()) {
             self.fill_runs(r, runs, &mut line[..runs.lanes]);
@@ -482,16 +482,10 @@ impl Source for Columns<'_> {
                 // once per strip.
                 let runs = Runs::new(lo, cols, (self.ho, self.wo));
                 #[cfg(all(target_arch = "x86_64", not(miri)))]
-                if self.contiguous && crate::gemm::avx512() {
-                    // SAFETY: the CPU has AVX-512F (checked); the strip holds `kc` rows of
-                    // `NR`.
+                if self.contiguous && crate::gemm::available() {
+                    // SAFETY: the GEMM runs here (checked); the strip holds `kc` rows of `NR`.
                     unsafe {
-                        masked::fill_rows::<2>(
-                            self,
-                            p0..p0 + kc,
-                            &runs,
-                            (strip.as_mut_ptr(), NR, NR),
-                        )
+                        masked::fill32(self, p0..p0 + kc, &runs, (strip.as_mut_ptr(), NR, NR))
                     };
                     continue;
                 }
@@ -569,35 +563,66 @@ impl Runs {
     }
 }
 
-/// The column rows' runs in AVX-512 masked loads: a run of a tap that reads inside its input
+/// The column rows' runs in masked vector loads: a run of a tap that reads inside its input
 /// row is one contiguous stretch of that row (stride 1, or rows grouped by phase), so each
-/// 16-lane piece of it is one masked load, aimed so that lane `q` reads the run's element `q`;
+/// vector's piece of it is one masked load, aimed so that lane `q` reads the run's element `q`;
 /// lanes of padding stay zero. Memory calls for runs as short as a 7-wide row cost more than
-/// the copy (they took a third of a 3x3 convolution's time).
+/// the copy (they took a third of a 3x3 convolution's time). Written once over [`Lanes`], so
+/// it runs with AVX2 as with AVX-512.
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 mod masked {
-    use std::arch::x86_64::*;
     use std::ops::Range;
 
     use super::{Columns, Runs, Tap};
+    use crate::ops::simd::{widest, Lanes};
 
-    /// Writes rows `rows` of the column matrix at the pixels of `runs` (at most `16 * V`) to
+    widest! {
+        /// [`fill_rows`] of at most 64 lanes.
+        ///
+        /// # Safety
+        /// As [`fill_rows`]'s; [`crate::gemm::available`].
+        fn fill64(
+            cols: &Columns<'_>,
+            rows: Range<usize>,
+            runs: &Runs,
+            out: (*mut f32, usize, usize),
+        ) => fill_rows::<_, 64>;
+    }
+
+    widest! {
+        /// [`fill_rows`] of at most 32 lanes (a strip of the GEMM).
+        ///
+        /// # Safety
+        /// As [`fill_rows`]'s; [`crate::gemm::available`].
+        fn fill32(
+            cols: &Columns<'_>,
+            rows: Range<usize>,
+            runs: &Runs,
+            out: (*mut f32, usize, usize),
+        ) => fill_rows::<_, 32>;
+    }
+
+    /// Writes rows `rows` of the column matrix at the pixels of `runs` (at most `LANES`) to
     /// `out`, row `i` of them at `out + i * stride`, `width` floats each (zeros past
     /// `runs.lanes`).
     ///
     /// # Safety
-    /// The CPU has AVX-512F; `cols.contiguous`; `width <= 16 * V`; the rows' `width` floats at
-    /// `out` are valid to write.
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn fill_rows<const V: usize>(
+    /// `cols.contiguous`; `width <= LANES <= 64`; the rows' `width` floats at `out` are valid
+    /// to write.
+    #[inline(always)]
+    unsafe fn fill_rows<L: Lanes, const LANES: usize>(
+        l: L,
         cols: &Columns<'_>,
         rows: Range<usize>,
         runs: &Runs,
         (out, stride, width): (*mut f32, usize, usize),
     ) {
+        // The vectors of a row (at most 8: 64 lanes of 8), a constant once the width is known,
+        // so the loops over them unroll and the row stays in registers.
+        let vectors = LANES / L::N;
+        let lane_bits = (1u64 << L::N) - 1;
         let taps = cols.taps.len();
         let plane_len = cols.h * cols.w;
-        let store = lanes(0, width);
         // A row's loads depend on its tap, not on its channel: each tap's are found once, the
         // first time a row of it comes, as offsets from the channel's plane and lane masks,
         // where they had been found again for every channel.
@@ -615,25 +640,27 @@ mod masked {
                 }
             };
             let channel = cols.x.wrapping_add(r / taps * plane_len);
-            let mut acc = [_mm512_setzero_ps(); V];
+            let mut acc = [l.splat(0.0); 8];
             for &(offset, mask) in &loads[range] {
-                // Lane `l` reads element `l` from `base`: the base may lie before the row, but
+                // Lane `q` reads element `q` from `base`: the base may lie before the row, but
                 // only the mask's lanes load, and they read inside it.
                 let base = channel.wrapping_offset(offset);
-                for (v, reg) in acc.iter_mut().enumerate() {
-                    let m = (mask >> (16 * v)) as __mmask16;
+                for (v, reg) in acc.iter_mut().enumerate().take(vectors) {
+                    let m = (mask >> (L::N * v)) & lane_bits;
                     if m != 0 {
-                        // SAFETY: the unmasked lanes read elements of the tap's input row,
-                        // inside the input; masked-off lanes do not touch memory.
-                        *reg = unsafe { _mm512_mask_loadu_ps(*reg, m, base.wrapping_add(16 * v)) };
+                        // SAFETY: the set lanes read elements of the tap's input row, inside
+                        // the input; the others do not touch memory.
+                        *reg = unsafe { l.load_lanes(*reg, base.wrapping_add(L::N * v), m as u32) };
                     }
                 }
             }
             let dst = out.wrapping_add(i * stride);
-            for (v, reg) in acc.iter().enumerate() {
-                let m = (store >> (16 * v)) as __mmask16;
-                // SAFETY: the unmasked lanes are the row's `width` floats (the contract).
-                unsafe { _mm512_mask_storeu_ps(dst.wrapping_add(16 * v), m, *reg) };
+            for (v, reg) in acc.iter().enumerate().take(vectors) {
+                let n = width.saturating_sub(L::N * v);
+                if n > 0 {
+                    // SAFETY: the first `n` floats there are the row's (the contract).
+                    unsafe { l.store(dst.wrapping_add(L::N * v), *reg, n) };
+                }
             }
         }
     }

@@ -1,5 +1,5 @@
 //! Vector operations at two widths, 16 lanes (AVX-512F) and 8 (AVX2), for kernels written
-//! once over [`Lanes`] (Winograd's transforms). Each width is a token that is made only where
+//! once over [`Lanes`] (Winograd's transforms, the implicit convolutions' column fill). Each width is a token that is made only where
 //! the CPU has its instructions, so its arithmetic is safe to call; loads and stores take raw
 //! pointers and stay unsafe. A lane's arithmetic is the
 //! same at either width, so the two give the same bits.
@@ -15,7 +15,7 @@ use std::arch::x86_64::*;
 /// their instructions, so that the body and the lanes' methods inline into it. `$name` may be
 /// called only where [`crate::gemm::available`] holds.
 macro_rules! widest {
-    ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) => $body:ident;) => {
+    ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) => $body:path;) => {
         $(#[$doc])*
         pub(super) unsafe fn $name($($arg: $ty),*) {
             #[target_feature(enable = "avx512f")]
@@ -75,6 +75,13 @@ pub(super) trait Lanes: Copy {
     /// # Safety
     /// `min(n, N)` floats at `p` are valid to write.
     unsafe fn store(self, p: *mut f32, v: Self::V, n: usize);
+
+    /// `acc` with lane `l` read from `p + l` for each bit `l` set in `bits`, the other lanes
+    /// kept; the floats under clear bits are not touched (`p` may point before the floats).
+    ///
+    /// # Safety
+    /// The float at `p + l` is valid to read for each bit `l` set in `bits`.
+    unsafe fn load_lanes(self, acc: Self::V, p: *const f32, bits: u32) -> Self::V;
 
     /// Lane `l < n` from `p + l * stride`, zeros past them.
     ///
@@ -185,6 +192,13 @@ impl Lanes for W16 {
         // SAFETY: the width's instructions exist here (the token); the floats as the
         // method's contract says.
         unsafe { _mm512_mask_storeu_ps(p, Self::first(n), v) }
+    }
+
+    #[inline(always)]
+    unsafe fn load_lanes(self, acc: __m512, p: *const f32, bits: u32) -> __m512 {
+        // SAFETY: the width's instructions exist here (the token); masked-off lanes do not
+        // touch memory; the floats as the method's contract says.
+        unsafe { _mm512_mask_loadu_ps(acc, bits as __mmask16, p) }
     }
 
     #[inline(always)]
@@ -322,6 +336,20 @@ impl Lanes for W8 {
                     std::ptr::copy_nonoverlapping(lanes.as_ptr(), p, n);
                 }
             }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn load_lanes(self, acc: __m256, p: *const f32, bits: u32) -> __m256 {
+        // Lane `l`'s mask all ones where bit `l` is set; masked-off lanes of the load read
+        // nothing, and the blend keeps `acc` there.
+        // SAFETY: the width's instructions exist here (the token); the floats as the
+        // method's contract says.
+        unsafe {
+            let bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+            let set = _mm256_and_si256(_mm256_set1_epi32(bits as i32), bit);
+            let mask = _mm256_cmpeq_epi32(set, bit);
+            _mm256_blendv_ps(acc, _mm256_maskload_ps(p, mask), _mm256_castsi256_ps(mask))
         }
     }
 
