@@ -216,6 +216,12 @@ pub(crate) fn available() -> bool {
     isa().is_some()
 }
 
+/// Floats in half this core's second-level cache: the packed block of `b`, and the working
+/// set other kernels size to stay in that cache beside it (Winograd's chunks of tiles).
+pub(crate) fn half_l2_floats() -> usize {
+    caches::blocking().b_block
+}
+
 /// Whether the products run with AVX-512 (the kernels written for it alone check this).
 pub(crate) fn avx512() -> bool {
     isa() == Some(Isa::Avx512)

@@ -42,9 +42,14 @@ use crate::DType;
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 mod tiles;
 
-/// Floats of `V` and `M` a chunk of tiles takes at most (1 MiB, half a Sapphire Rapids
-/// core's second-level cache), unless it would hold fewer than [`MIN_CHUNK_TILES`] tiles.
-const CHUNK_FLOATS: usize = 1 << 18;
+/// Floats of `V` and `M` a chunk of tiles takes at most, unless it would hold fewer than
+/// [`MIN_CHUNK_TILES`] tiles: half the core's second-level cache, as the GEMM's packed block
+/// of `b` ([`crate::gemm::half_l2_floats`]: 1 MiB on a Sapphire Rapids core of 2 MiB, 512 KiB
+/// on a Zen 4 core of 1 MiB), so that a chunk's `V` and `M` stay there between the
+/// transforms and the products.
+fn chunk_floats() -> usize {
+    crate::gemm::half_l2_floats()
+}
 
 /// Floats of temp space the slots of one convolution take at most (64 MiB), unless one slot
 /// needs more: on a CPU of many cores, a slot per thread would take a slot's size (for the
@@ -249,11 +254,11 @@ unsafe fn run(
     Ok(())
 }
 
-/// Tile rows per chunk: as many as `CHUNK_FLOATS` holds, but enough for `MIN_CHUNK_TILES`
+/// Tile rows per chunk: as many as [`chunk_floats`] holds, but enough for `MIN_CHUNK_TILES`
 /// tiles, and few enough that every one of `threads` threads gets a chunk.
 fn chunk_rows(pr: &Problem, threads: usize) -> usize {
     let (th, tw) = pr.tiles();
-    let fits = CHUNK_FLOATS / (16 * (pr.ch + pr.f) * tw);
+    let fits = chunk_floats() / (16 * (pr.ch + pr.f) * tw);
     let shared = (pr.n * th).div_ceil(threads);
     fits.max(MIN_CHUNK_TILES.div_ceil(tw)).min(shared).max(1)
 }
