@@ -460,7 +460,7 @@ impl<'a> Columns<'a> {
         if self.contiguous && crate::gemm::available() {
             let out = (lines.as_mut_ptr().cast::<f32>(), 64, runs.lanes);
             // SAFETY: the GEMM runs here (checked); `lines` holds a line of 64 floats per row.
-            return unsafe { masked::fill64(self, rows, runs, out) };
+            return unsafe { masked::fill(self, rows, runs, out) };
         }
         for (r, line) in rows.zip(lines.iter_mut()) {
             self.fill_runs(r, runs, &mut line[..runs.lanes]);
@@ -484,9 +484,7 @@ impl Source for Columns<'_> {
                 #[cfg(all(target_arch = "x86_64", not(miri)))]
                 if self.contiguous && crate::gemm::available() {
                     // SAFETY: the GEMM runs here (checked); the strip holds `kc` rows of `NR`.
-                    unsafe {
-                        masked::fill32(self, p0..p0 + kc, &runs, (strip.as_mut_ptr(), NR, NR))
-                    };
+                    unsafe { masked::fill(self, p0..p0 + kc, &runs, (strip.as_mut_ptr(), NR, NR)) };
                     continue;
                 }
                 for (p, dst) in strip.chunks_exact_mut(NR).enumerate() {
@@ -577,29 +575,34 @@ mod masked {
     use crate::ops::simd::{widest, Lanes};
 
     widest! {
-        /// [`fill_rows`] of at most 64 lanes.
+        /// [`fill_rows`], with registers for 32 lanes where `runs` and `width` fit them (a
+        /// strip of the GEMM), else for 64.
         ///
         /// # Safety
         /// As [`fill_rows`]'s; [`crate::gemm::available`].
-        fn fill64(
+        fn fill(
             cols: &Columns<'_>,
             rows: Range<usize>,
             runs: &Runs,
             out: (*mut f32, usize, usize),
-        ) => fill_rows::<_, 64>;
+        ) => fill_in;
     }
 
-    widest! {
-        /// [`fill_rows`] of at most 32 lanes (a strip of the GEMM).
-        ///
-        /// # Safety
-        /// As [`fill_rows`]'s; [`crate::gemm::available`].
-        fn fill32(
-            cols: &Columns<'_>,
-            rows: Range<usize>,
-            runs: &Runs,
-            out: (*mut f32, usize, usize),
-        ) => fill_rows::<_, 32>;
+    #[inline(always)]
+    unsafe fn fill_in<L: Lanes>(
+        l: L,
+        cols: &Columns<'_>,
+        rows: Range<usize>,
+        runs: &Runs,
+        out: (*mut f32, usize, usize),
+    ) {
+        // SAFETY: the caller's contract; the lanes fit the registers chosen.
+        unsafe {
+            match runs.lanes.max(out.2) <= 32 {
+                true => fill_rows::<L, 32>(l, cols, rows, runs, out),
+                false => fill_rows::<L, 64>(l, cols, rows, runs, out),
+            }
+        }
     }
 
     /// Writes rows `rows` of the column matrix at the pixels of `runs` (at most `LANES`) to
@@ -607,8 +610,8 @@ mod masked {
     /// `runs.lanes`).
     ///
     /// # Safety
-    /// `cols.contiguous`; `width <= LANES <= 64`; the rows' `width` floats at `out` are valid
-    /// to write.
+    /// `cols.contiguous`; `runs.lanes` and `width` at most `LANES`, which is at most 64; the
+    /// rows' `width` floats at `out` are valid to write.
     #[inline(always)]
     unsafe fn fill_rows<L: Lanes, const LANES: usize>(
         l: L,
