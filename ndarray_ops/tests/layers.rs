@@ -313,10 +313,10 @@ fn convolution_matches_direct_computation() {
 
 /// Float32 convolutions, which where the GEMM runs (AVX-512, or AVX2 as `tools/test.sh` reruns
 /// it) pack the GEMM's strips straight from the data (forward and weight gradient) instead of
-/// writing columns: output and both gradients against
-/// the f64 definitions, over strides, padding, dilation, groups, odd windows, output widths
-/// that cross the GEMM's 32-column strips and 512-deep blocks mid-row, batches whose images
-/// share a product, and both ways of making the stride-1 data gradient.
+/// writing columns: output and both gradients against the f64 definitions, over strides,
+/// padding, dilation, groups, odd windows, output widths that cross the GEMM's 32-column
+/// strips and 512-deep blocks mid-row, batches whose images share a product, and both ways of
+/// making the stride-1 data gradient.
 #[test]
 fn f32_convolutions_and_their_gradients_match_the_definitions() {
     let rt = rt();

@@ -1,8 +1,8 @@
 //! Vector operations at two widths, 16 lanes (AVX-512F) and 8 (AVX2), for kernels written
-//! once over [`Lanes`] (Winograd's transforms, the implicit convolutions' column fill). Each width is a token that is made only where
-//! the CPU has its instructions, so its arithmetic is safe to call; loads and stores take raw
-//! pointers and stay unsafe. A lane's arithmetic is the
-//! same at either width, so the two give the same bits.
+//! once over [`Lanes`] (Winograd's transforms, the implicit convolutions' column fill). Each
+//! width is a token that is made only where the CPU has its instructions, so its arithmetic is
+//! safe to call; loads and stores take raw pointers and stay unsafe. A lane's arithmetic is
+//! the same at either width, so the two give the same bits.
 //!
 //! Every method is inlined into its caller; [`widest!`] compiles a kernel's body once per
 //! width, inside a function built for that width's instructions, where the intrinsics inline
