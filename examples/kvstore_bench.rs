@@ -6,7 +6,7 @@
 //! Per payload (1 KB to 64 MB, float32), the mean seconds of a push and a pull of one key
 //! waited for (the store's whole round, as a trainer uses it: the array pulled into is the one
 //! the store keeps, `init_shared`, so the sum over the ranks lands in it), of a `pushpull` of
-//! the same (the value summed where it lies, not copied aside first) and of `MPI_Allreduce`
+//! the same and of `MPI_Allreduce`
 //! alone, each as algorithm bandwidth (payload bytes per second); `ratio` and
 //! `pushpull_ratio` are the store's bandwidth over MPI's.
 //!

@@ -121,10 +121,10 @@ fn sums_optimizers_and_errors_across_two_ranks() {
         assert_eq!(lines(&out, r, "alone"), vec!["true copies 2"], "{out}");
         // Two pushes of 2 devices x (1 + 2), then x (2 + 4).
         assert_eq!(lines(&out, r, "twice"), vec!["[18.0, 18.0]"], "{out}");
-        // 1 + 2 from each way; no copy for pushpull, one for the lone push.
+        // 1 + 2 from each way; one copy each.
         assert_eq!(
             lines(&out, r, "pushpull"),
-            vec!["[3.0, 3.0, 3.0, 3.0] [3.0, 3.0, 3.0, 3.0] copies 0 / 1"],
+            vec!["[3.0, 3.0, 3.0, 3.0] [3.0, 3.0, 3.0, 3.0] copies 1 / 1"],
             "{out}"
         );
         let bad = lines(&out, r, "mismatch");
@@ -217,7 +217,8 @@ fn sums_optimizers_and_errors_rank() {
 
     // Values of 64 KB or more go at their push, each alone and read where they lie (no copy):
     // written again right after the push, the sum is still of what was pushed. Large and small
-    // keys pushed in one round each get their own sum; only the small ones are copied aside.
+    // keys pushed in one round each get their own sum; only the small ones are copied, once
+    // each, into their bucket's packed buffer.
     let traced = traced_rt();
     let kv4 = KVStore::create(&traced, "dist_sync").unwrap();
     let lens = [1usize << 15, 3, (1 << 15) + 5, 7];
@@ -251,7 +252,7 @@ fn sums_optimizers_and_errors_rank() {
     let events = traced.engine().profiler().unwrap().events();
     let copied = events[copies_before..]
         .iter()
-        .filter(|e| e.name == "reduce_copy")
+        .filter(|e| e.name == "kvstore_pack")
         .count();
     say("alone", format!("{right} copies {copied}"));
     drop(kv4);
@@ -280,8 +281,9 @@ fn sums_optimizers_and_errors_rank() {
     say("twice", format!("{:?}", values(&o)));
     drop(kv2);
 
-    // `pushpull` sums the value where it lies; a lone push copies it aside first (its bucket
-    // waits, and the caller may write the array meanwhile). Seen in the engine's profile.
+    // A small value is copied once, into its bucket's packed buffer, whether its bucket goes at
+    // once (`pushpull`) or waits for the pull (the caller may write the array meanwhile). Seen
+    // in the engine's profile.
     let traced = traced_rt();
     let kv3 = KVStore::create(&traced, "dist_sync").unwrap();
     let sent = traced
@@ -292,7 +294,7 @@ fn sums_optimizers_and_errors_rank() {
     let copies = |rt: &Arc<Runtime>| {
         rt.wait_all().unwrap();
         let events = rt.engine().profiler().unwrap().events();
-        events.iter().filter(|e| e.name == "reduce_copy").count()
+        events.iter().filter(|e| e.name == "kvstore_pack").count()
     };
     kv3.pushpull(0, &[&sent], &[&o], 0).unwrap();
     let (pushpull_sum, pushpull_copies) = (values(&o), copies(&traced));
@@ -373,6 +375,68 @@ fn sums_optimizers_and_errors_rank() {
     kv.pull("w", &[&out], 0).unwrap();
     say("weights", bits(&values(&out)));
     kv.barrier().unwrap();
+}
+
+#[test]
+fn many_small_buckets_reuse_their_packed_buffers_and_sum_exactly() {
+    if in_rank() || !have_mpiexec() {
+        return;
+    }
+    // A bucket of 256 bytes: a round of pushes fills a bucket every few keys, so the packed
+    // buffers go round while the buckets before are still being summed.
+    let (ok, out, err) = launch(
+        "small_buckets_rank",
+        &[("MXRS_KVSTORE_BUCKET_BYTES", "256")],
+    );
+    assert!(ok, "the ranks failed:\n{out}\n{err}");
+    for r in 0..2 {
+        assert_eq!(lines(&out, r, "rounds"), vec!["5 of 5 exact"], "{out}");
+    }
+}
+
+/// Round `round`, key `k`, element `i` of rank `rank`'s gradient.
+fn small_grad(round: usize, k: usize, i: usize, rank: usize) -> f32 {
+    (1000 * round + 10 * k + i + 7 * rank) as f32
+}
+
+#[test]
+fn small_buckets_rank() {
+    if !in_rank() {
+        return;
+    }
+    let rt = rt();
+    let kv = KVStore::create(&rt, "dist_sync").unwrap();
+    let rank = kv.rank();
+    let host = Context::cpu(0);
+    let lens: Vec<usize> = (0..24).map(|k| 1 + (k * 7) % 30).collect();
+    let stored: Vec<NDArray> = lens
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| {
+            let a = rt.zeros(&[n], ndarray_ops::DType::F32, host).unwrap();
+            kv.init_shared(k as i32, &a).unwrap();
+            a
+        })
+        .collect();
+    let mut exact = 0;
+    for round in 0..5 {
+        for (k, &n) in lens.iter().enumerate() {
+            let v = (0..n).map(|i| small_grad(round, k, i, rank)).collect();
+            let g = rt.from_vec(v, &[n], host).unwrap();
+            kv.push(k as i32, &[&g], 0).unwrap();
+            // Written again at once: the sum is of what was pushed.
+            g.fill(-1e6).unwrap();
+        }
+        for (k, s) in stored.iter().enumerate() {
+            kv.pull(k as i32, &[s], 0).unwrap();
+        }
+        let right = (0..lens.len()).all(|k| {
+            let got = values(&stored[k]);
+            (0..lens[k]).all(|i| got[i] == small_grad(round, k, i, 0) + small_grad(round, k, i, 1))
+        });
+        exact += usize::from(right);
+    }
+    println!("rank{rank} rounds {exact} of 5 exact");
 }
 
 #[test]

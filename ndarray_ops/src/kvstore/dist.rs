@@ -9,9 +9,9 @@
 //! runs, hands its work to the thread under that ticket, and the thread runs the work strictly in
 //! ticket order, holding back work that arrives early.
 //!
-//! Sums are **bucketed**: a store collects the values pushed for its keys (after each key's sum
-//! within the process) and sends them as one contiguous buffer, one allreduce for many small
-//! gradients, when the bucket holds `MXRS_KVSTORE_BUCKET_BYTES` (default 4 MiB, the same on
+//! Sums are **bucketed**: a store copies the values pushed for its keys (after each key's sum
+//! within the process) one after another into a buffer at their pushes and sends it whole, one
+//! allreduce for many small gradients, when the bucket holds `MXRS_KVSTORE_BUCKET_BYTES` (default 4 MiB, the same on
 //! every rank) or before anything that must see them (a pull, a barrier, an init). A value of
 //! 64 KB or more goes at its push, in an allreduce of its own, read where it lies (packing it
 //! would cost more in copies than the collective's latency saves). A trainer pushes every
@@ -47,12 +47,21 @@ use crate::{DType, NDArray};
 
 /// One collective.
 pub(super) enum Work {
-    /// Each `recv` = the sum over ranks of its `send` (one dtype).
-    Sum { parts: Vec<(TensorRef, TensorRef)> },
+    /// Each `recv` = the sum over ranks of its `send`, and each of `packed`'s parts the sum of
+    /// its span of the packed buffer (one dtype).
+    Sum {
+        alone: Vec<(TensorRef, TensorRef)>,
+        packed: Option<Packed>,
+    },
     /// `buf` = rank 0's `buf`.
     Broadcast { buf: TensorRef },
-    /// This rank's op for a sum never ran: join it with zeros of these lengths.
-    SkippedSum { lens: Vec<usize>, dtype: DType },
+    /// This rank's op for a sum never ran: join it with zeros of these lengths (the parts
+    /// sent alone, and those packed).
+    SkippedSum {
+        alone: Vec<usize>,
+        packed: Vec<usize>,
+        dtype: DType,
+    },
     /// This rank's op for a broadcast never ran: join it with a scratch buffer.
     SkippedBroadcast { len: usize, dtype: DType },
     /// Every rank's `(key, elements)`, to check they agree before a key is used.
@@ -81,6 +90,13 @@ pub(super) enum Work {
     /// Nothing: the stand-in for a point-to-point call whose op never ran (no other rank waits
     /// for it, but its ticket must be used).
     Skip,
+}
+
+/// A bucket's small values, copied at their pushes one after another into one buffer, whose
+/// last element is left for the rank's health; the sums are copied out into `recvs`, in order.
+pub(super) struct Packed {
+    pub(super) buf: TensorRef,
+    pub(super) recvs: Vec<TensorRef>,
 }
 
 /// What takes a `dist_async` reply: `Err` if it says the call failed.
@@ -390,11 +406,10 @@ fn give_up(world: &mpi::topology::SimpleCommunicator, what: &str, limit: Duratio
 }
 
 thread_local! {
-    /// The communication thread's buffers for packed buckets (the values in, their sums out),
-    /// kept from one bucket to the next, in `u64`s so that they suit every dtype. Allocated (and
-    /// the sums' zeroed) for every bucket, a round of 64 keys of 16 KB took 545-562 µs on two
-    /// ranks of one host; kept, 502-538.
-    static PACKING: RefCell<(Vec<u64>, Vec<u64>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    /// The communication thread's buffer for packed buckets' sums, kept from one bucket to the
+    /// next, in `u64`s so that it suits every dtype. Allocated (and zeroed) for every bucket, a
+    /// round of 64 keys of 16 KB took 545-562 µs on two ranks of one host; kept, 502-538.
+    static SUMS: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
     /// The communication thread's `dist_async` service (rank 0 serves the others' requests).
     static SERVICE: RefCell<Option<Service>> = const { RefCell::new(None) };
     /// The communication thread's `dist_async` requests awaiting rank 0's reply, by id.
@@ -549,15 +564,16 @@ fn sum_result(
     }
 }
 
-/// Sums each part's send buffer over the ranks into its receive buffer; returns how many ranks
-/// were healthy. Parts of [`super::ALONE_BYTES`] or more go as they are, one allreduce each; the
-/// others are packed into one buffer with the health as its last element. With nothing to
-/// pack, the health goes in a one-integer allreduce of its own, started before the parts' so
+/// Sums each `alone` part's send buffer over the ranks into its receive buffer, one allreduce
+/// each, and `packed` (its values, then a slot for the health) in one allreduce whose sums are
+/// copied out to its receive buffers in order; returns how many ranks were healthy. With nothing
+/// packed, the health goes in a one-integer allreduce of its own, started before the parts' so
 /// that its latency hides under theirs. Every rank's bucket holds the same parts in the same
 /// order, so every rank makes the same collectives.
 fn sum_parts<T>(
     world: &mpi::topology::SimpleCommunicator,
-    parts: Vec<(&mut [T], &mut [T])>,
+    alone: Vec<(&mut [T], &mut [T])>,
+    packed: Option<(&mut [T], Vec<&mut [T]>)>,
     ok: bool,
     what: &str,
     limit: Duration,
@@ -565,44 +581,31 @@ fn sum_parts<T>(
 where
     T: mpi::datatype::Equivalence + Copy + Default + num_traits::NumCast,
 {
-    let (alone, mut packed_parts): (Vec<_>, Vec<_>) = parts
-        .into_iter()
-        .partition(|(s, _)| std::mem::size_of_val(*s) >= super::ALONE_BYTES);
     let sum_alone = || {
         for (send, recv) in alone {
             sum_into(world, &send[..], &mut recv[..], what, limit);
         }
     };
-    if packed_parts.is_empty() {
+    let Some((values, recvs)) = packed else {
         return healthy_ranks(world, ok, what, limit, sum_alone) as usize;
-    }
+    };
     sum_alone();
-    let total: usize = packed_parts.iter().map(|(s, _)| s.len()).sum();
-    PACKING.with_borrow_mut(|(into, out)| {
-        let words = ((total + 1) * size_of::<T>()).div_ceil(size_of::<u64>());
-        if into.len() < words {
-            into.resize(words, 0);
+    let total = values.len() - 1;
+    values[total] = T::from(u8::from(ok)).unwrap_or_default();
+    SUMS.with_borrow_mut(|out| {
+        let words = std::mem::size_of_val(values).div_ceil(size_of::<u64>());
+        if out.len() < words {
             out.resize(words, 0);
         }
-        // SAFETY: both buffers hold at least `total + 1` elements of `T` (sized above), are
+        // SAFETY: the buffer holds at least `total + 1` elements of `T` (sized above), is
         // aligned for it (a `u64`'s alignment is a multiple of every dtype's), and `T` is one of
         // the dtypes' plain number types (the callers go through `with_dtype!`), for which every
         // bit pattern is a value.
-        let (packed, sums) = unsafe {
-            (
-                std::slice::from_raw_parts_mut(into.as_mut_ptr().cast::<T>(), total + 1),
-                std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<T>(), total + 1),
-            )
-        };
+        let sums =
+            unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<T>(), total + 1) };
+        sum_into(world, &values[..], &mut sums[..], what, limit);
         let mut at = 0;
-        for (send, _) in &packed_parts {
-            packed[at..at + send.len()].copy_from_slice(send);
-            at += send.len();
-        }
-        packed[total] = T::from(u8::from(ok)).unwrap_or_default();
-        sum_into(world, &packed[..], &mut sums[..], what, limit);
-        let mut at = 0;
-        for (_, recv) in &mut packed_parts {
+        for recv in recvs {
             recv.copy_from_slice(&sums[at..at + recv.len()]);
             at += recv.len();
         }
@@ -671,25 +674,50 @@ fn execute(
 ) -> std::result::Result<(), String> {
     let size = world.size() as usize;
     match work {
-        Work::Sum { parts } => {
-            let dtype = parts.first().map_or(DType::F32, |p| p.0.dtype);
+        Work::Sum { alone, packed } => {
+            let dtype = alone
+                .first()
+                .map(|p| p.0.dtype)
+                .or(packed.as_ref().map(|p| p.buf.dtype))
+                .unwrap_or(DType::F32);
             let healthy = crate::with_dtype!(dtype, T => {
-                // SAFETY: the sum's engine op reads every `send` and writes every `recv` and is
-                // running.
-                let views: Vec<(&mut [T], &mut [T])> = parts
+                // SAFETY: the sum's engine op reads every `send`, writes every `recv` and the
+                // packed buffer, and is running.
+                let alone: Vec<(&mut [T], &mut [T])> = alone
                     .iter()
                     .map(|(s, r)| unsafe { (s.slice_mut::<T>(), r.slice_mut::<T>()) })
                     .collect();
-                sum_parts(world, views, true, what, limit)
+                // SAFETY: as above.
+                let packed = packed.as_ref().map(|p| unsafe {
+                    (p.buf.slice_mut::<T>(), p.recvs.iter().map(|r| r.slice_mut::<T>()).collect())
+                });
+                sum_parts(world, alone, packed, true, what, limit)
             });
             sum_result(what, healthy, size, "")
         }
-        Work::SkippedSum { lens, dtype } => {
+        Work::SkippedSum {
+            alone,
+            packed,
+            dtype,
+        } => {
             let healthy = crate::with_dtype!(dtype, T => {
-                let mut bufs: Vec<(Vec<T>, Vec<T>)> =
-                    lens.iter().map(|&n| (vec![T::default(); n], vec![T::default(); n])).collect();
-                let views = bufs.iter_mut().map(|(s, r)| (&mut s[..], &mut r[..])).collect();
-                sum_parts(world, views, false, what, limit)
+                let zeros = |n: usize| vec![T::default(); n];
+                let mut alone: Vec<(Vec<T>, Vec<T>)> =
+                    alone.iter().map(|&n| (zeros(n), zeros(n))).collect();
+                let alone = alone.iter_mut().map(|(s, r)| (&mut s[..], &mut r[..])).collect();
+                let total: usize = packed.iter().sum();
+                let (mut values, mut recv) = (zeros(total + 1), zeros(total));
+                let packed = (!packed.is_empty()).then(|| {
+                    let mut recvs = Vec::with_capacity(packed.len());
+                    let mut rest = &mut recv[..];
+                    for &n in &packed {
+                        let (part, after) = rest.split_at_mut(n);
+                        recvs.push(part);
+                        rest = after;
+                    }
+                    (&mut values[..], recvs)
+                });
+                sum_parts(world, alone, packed, false, what, limit)
             });
             sum_result(what, healthy, size, ", this rank's among them")
         }
@@ -814,8 +842,13 @@ impl Drop for Ticket {
 }
 
 /// Pushes the engine op that sums each pending value over the ranks into its `reduced` array:
-/// one collective for the whole bucket (one dtype).
-pub(super) fn push_sum(comm: &'static Comm, parts: &[super::Pending]) -> Result<()> {
+/// one collective for the whole bucket (one dtype). The values packed at their pushes lie in
+/// `packed`, which holds them and one element more.
+pub(super) fn push_sum(
+    comm: &'static Comm,
+    parts: &[super::Pending],
+    packed: Option<&NDArray>,
+) -> Result<()> {
     let Some(first) = parts.first() else {
         return Ok(());
     };
@@ -824,24 +857,55 @@ pub(super) fn push_sum(comm: &'static Comm, parts: &[super::Pending]) -> Result<
         1 => format!("the sum of key {} across ranks", keys[0]),
         n => format!("the sum of {n} keys ({}) across ranks", keys.join(", ")),
     };
+    let (in_buffer, alone): (Vec<_>, Vec<_>) = parts.iter().partition(|p| p.packed);
+    let packed = match (packed, in_buffer.is_empty()) {
+        (_, true) => None,
+        (Some(buf), false) => Some(buf),
+        (None, false) => {
+            return Err(invalid(
+                "kvstore push",
+                format!("{what}: values marked packed without a packed buffer"),
+            ))
+        }
+    };
     let skipped = Work::SkippedSum {
-        lens: parts.iter().map(|p| p.merged.size()).collect(),
+        alone: alone.iter().map(|p| p.merged.size()).collect(),
+        packed: in_buffer.iter().map(|p| p.merged.size()).collect(),
         dtype: first.merged.dtype(),
     };
     let ticket = Ticket::new(comm, what, skipped);
-    let tensors: Vec<(TensorRef, TensorRef)> = parts
+    let sends: Vec<(TensorRef, TensorRef)> = alone
         .iter()
         .map(|p| (p.merged.tensor(), p.reduced.tensor()))
         .collect();
+    // The packed buffer is read (a failed copy into it stops the sum, whose stand-in then
+    // tells every rank) and written (the health's slot).
+    let reads: Vec<&engine::Var> = alone
+        .iter()
+        .map(|p| p.merged.var())
+        .chain(packed.map(NDArray::var))
+        .collect();
+    let writes: Vec<&engine::Var> = parts
+        .iter()
+        .map(|p| p.reduced.var())
+        .chain(packed.map(NDArray::var))
+        .collect();
+    let packed_work = packed.map(|buf| Packed {
+        buf: buf.tensor(),
+        recvs: in_buffer.iter().map(|p| p.reduced.tensor()).collect(),
+    });
     let op = engine::Op::asynchronous("kvstore_allreduce", move |_, done| {
         ticket.submit(
-            Work::Sum { parts: tensors },
+            Work::Sum {
+                alone: sends,
+                packed: packed_work,
+            },
             Box::new(move |result| done.complete(result.map_err(Into::into))),
         );
     })
     .on(first.reduced.ctx())
-    .reads(parts.iter().map(|p| p.merged.var()))
-    .writes(parts.iter().map(|p| p.reduced.var()))
+    .reads(reads)
+    .writes(writes)
     // It only hands its work to the communication thread: runnable at push, it runs on the
     // pushing thread (one hand-over fewer).
     .cheap();

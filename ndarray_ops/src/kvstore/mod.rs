@@ -28,8 +28,9 @@ mod dist;
 mod dist_async;
 mod optimizer;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
+use std::mem::take;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -188,6 +189,9 @@ pub(crate) struct Pending {
     reduced: NDArray,
     stored: NDArray,
     priority: i32,
+    /// Whether `merged` is a span of the bucket's packed buffer.
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+    packed: bool,
 }
 
 /// The values pushed but not yet sent across processes, and their bytes.
@@ -195,15 +199,72 @@ pub(crate) struct Pending {
 struct Bucket {
     parts: Vec<Pending>,
     bytes: usize,
+    /// The values under [`ALONE_BYTES`], copied here one after another at their pushes: the
+    /// bucket's sum reads them from here (the caller may write its arrays before the bucket
+    /// goes), in one collective. Made at the bucket's first such value, with room for as many as
+    /// the bucket can hold and one element more, for the rank's health.
+    packed: Option<NDArray>,
+    /// Elements of `packed` in use.
+    filled: usize,
+    /// The packed buffers of buckets sent before, for later buckets: two, used in turn, so that
+    /// a bucket packs its values while the one before it is summed (the engine orders a
+    /// buffer's reuse after its sum). Made per bucket instead, a round of one 4 KB key took
+    /// longer by the allocation and the buffer's release through the engine.
+    spare: VecDeque<NDArray>,
+}
+
+impl Bucket {
+    /// A span of the packed buffer for a copy of `value`, after the values already there.
+    fn slot(&mut self, value: &NDArray) -> Result<NDArray> {
+        let n = value.size();
+        let buf = match &self.packed {
+            Some(buf) => buf.clone(),
+            None => {
+                let fits = |b: &NDArray| b.dtype() == value.dtype() && b.ctx() == value.ctx();
+                if !self.spare.iter().all(fits) {
+                    self.spare.clear();
+                }
+                let buf = match self.spare.len() >= 2 {
+                    true => self.spare.pop_front(),
+                    false => None,
+                };
+                let buf = match buf {
+                    Some(buf) => buf,
+                    None => {
+                        let room = (bucket_limit() + ALONE_BYTES) / value.dtype().size() + 1;
+                        value.runtime().empty(&[room], value.dtype(), value.ctx())?
+                    }
+                };
+                self.packed = Some(buf.clone());
+                buf
+            }
+        };
+        // The bucket is sent before it holds its limit, and a packed value is under
+        // ALONE_BYTES: the room above always suffices.
+        if self.filled + n + 1 > buf.size() {
+            return Err(invalid(
+                "kvstore push",
+                format!(
+                    "the bucket's packed buffer of {} elements has no room for {n} more after {}",
+                    buf.size(),
+                    self.filled
+                ),
+            ));
+        }
+        let span = buf
+            .slice(self.filled, self.filled + n)?
+            .reshape(value.shape())?;
+        self.filled += n;
+        Ok(span)
+    }
 }
 
 /// Values at least this large (bytes) go across processes as soon as they are pushed, each in
 /// an allreduce of its own, read where they lie; smaller ones are packed into a bucket's buffer.
-/// Packing costs a copy at the push (the bucket goes later, and the caller may write the array
-/// meanwhile) and two more around the collective, as long as the collective itself from about
-/// 64 KB on (MPI's 64 KB sum took 17 µs on two processes of one host), while a collective of
-/// its own costs microseconds of latency: packed, 64 keys of 1 MB each took three times as long
-/// as 64 of MPI's own sums.
+/// Packing costs a copy at the push and one out of the sums, as long as the collective itself
+/// from about 64 KB on (MPI's 64 KB sum took 17 µs on two processes of one host), while a
+/// collective of its own costs microseconds of latency: packed, 64 keys of 1 MB each took three
+/// times as long as 64 of MPI's own sums.
 const ALONE_BYTES: usize = 64 << 10;
 
 /// How many bytes a bucket collects before it is sent (`MXRS_KVSTORE_BUCKET_BYTES`, 4 MiB by
@@ -516,36 +577,19 @@ impl KVStore {
     /// Sums `values` (one per device) into the key's buffer and updates the stored value from
     /// it: with the updater, or by replacing it. Returns at once.
     pub fn push(&self, key: impl Into<Key>, values: &[&NDArray], priority: i32) -> Result<()> {
-        self.push_sending(key.into(), values, priority, false)
-    }
-
-    /// [`KVStore::push`]; with `send_now`, a bucket across processes is sent at once with the
-    /// value in it, so the value is read where it lies instead of being copied aside first.
-    fn push_sending(
-        &self,
-        key: Key,
-        values: &[&NDArray],
-        priority: i32,
-        send_now: bool,
-    ) -> Result<()> {
+        let key = key.into();
         let mut updater = self.lock_updater("push")?;
         // A key's buffers serve one push at a time: a push of a key already waiting in the
         // bucket sends the bucket first, before this push writes them.
         if self.bucket.lock().parts.iter().any(|p| p.key == key) {
             self.flush_with(&mut updater)?;
         }
-        let (merged, stored, reduced, own, _index) = {
+        let (merged, stored, reduced, _index) = {
             let mut entries = self.entries.lock();
             let e = entries.get_mut(&key).ok_or_else(|| unknown("push", &key))?;
             Self::check("push", &key, &e.stored, values)?;
             let merged = self.merge(e, values, priority)?;
-            (
-                merged,
-                e.stored.clone(),
-                e.reduced.clone(),
-                e.merged.clone(),
-                e.index,
-            )
+            (merged, e.stored.clone(), e.reduced.clone(), e.index)
         };
         // `dist_async`: rank 0 applies its own pushes at once, the others send them to it.
         #[cfg(feature = "mpi")]
@@ -576,13 +620,13 @@ impl KVStore {
             self.flush_with(&mut updater)?;
             bucket = self.bucket.lock();
         }
-        let full = send_now || bytes >= ALONE_BYTES || bucket.bytes + bytes >= bucket_limit();
-        // A bucket that is not sent now is read later: a value given by the caller (which the
-        // caller may write again before then) is copied into the key's own buffer now.
-        let merged = match !full && values.iter().any(|v| same_array(v, &merged)) {
+        let full = bytes >= ALONE_BYTES || bucket.bytes + bytes >= bucket_limit();
+        let packed = bytes < ALONE_BYTES;
+        let merged = match packed {
             true => {
-                push_copy(&merged, &own, priority, "reduce_copy")?;
-                own
+                let span = bucket.slot(&merged)?;
+                push_copy(&merged, &span, priority, "kvstore_pack")?;
+                span
             }
             false => merged,
         };
@@ -592,6 +636,7 @@ impl KVStore {
             reduced,
             stored,
             priority,
+            packed,
         });
         bucket.bytes += bytes;
         drop(bucket);
@@ -603,13 +648,27 @@ impl KVStore {
 
     /// Sends the bucket: one sum over the ranks of every value in it, then their updates.
     fn flush_with(&self, updater: &mut Option<Box<dyn Updater>>) -> Result<()> {
-        let parts = std::mem::take(&mut *self.bucket.lock()).parts;
+        let (parts, packed, filled) = {
+            let mut b = self.bucket.lock();
+            b.bytes = 0;
+            let packed = b.packed.take();
+            (take(&mut b.parts), packed, take(&mut b.filled))
+        };
         if parts.is_empty() {
             return Ok(());
         }
         #[cfg(feature = "mpi")]
         if let Some(c) = self.comm {
-            dist::push_sum(c, &parts)?;
+            let used = packed
+                .as_ref()
+                .map(|buf| buf.slice(0, filled + 1))
+                .transpose()?;
+            dist::push_sum(c, &parts, used.as_ref())?;
+        }
+        #[cfg(not(feature = "mpi"))]
+        let _ = filled;
+        if let Some(buf) = packed {
+            self.bucket.lock().spare.push_back(buf);
         }
         let mut first_error = None;
         for p in &parts {
@@ -723,10 +782,8 @@ impl KVStore {
         push_copy(value, &stored, 0, "kvstore_assign")
     }
 
-    /// [`KVStore::push`] of `values`, then [`KVStore::pull`] into `outs`. Across processes the
-    /// pull would send the push's bucket at once anyway, so the push sends it itself and the
-    /// sum reads `values` where they lie: no copy into the key's buffer, which a lone push
-    /// needs because its caller may write the array before the bucket goes.
+    /// [`KVStore::push`] of `values`, then [`KVStore::pull`] into `outs` (across processes the
+    /// pull sends the push's bucket at once).
     pub fn pushpull(
         &self,
         key: impl Into<Key>,
@@ -735,7 +792,7 @@ impl KVStore {
         priority: i32,
     ) -> Result<()> {
         let key = key.into();
-        self.push_sending(key.clone(), values, priority, true)?;
+        self.push(key.clone(), values, priority)?;
         self.pull(key, outs, priority)
     }
 
@@ -908,8 +965,8 @@ fn same_array(a: &NDArray, b: &NDArray) -> bool {
 }
 
 /// Pushes the copy of `src` into `dst` with `priority`, named for the profiler (`reduce_copy`: a
-/// value brought to the store's device; `pull_copy`: the stored value sent out); nothing when
-/// they are one array.
+/// value brought to the store's device; `kvstore_pack`: a value into its bucket's packed buffer;
+/// `pull_copy`: the stored value sent out); nothing when they are one array.
 fn push_copy(src: &NDArray, dst: &NDArray, priority: i32, name: &'static str) -> Result<()> {
     if same_array(src, dst) {
         return Ok(());
