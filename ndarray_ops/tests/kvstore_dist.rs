@@ -1,10 +1,11 @@
 //! The KVStore across processes (`dist_sync`, the `mpi` feature). Each test here launches this
 //! same test binary under `mpiexec -n 2`, running one `*_rank` function per rank, and checks what
-//! the ranks printed: rank 0's value broadcast at init, sums over ranks and devices, an
-//! optimizer whose weights are bit for bit the same on both ranks and equal to its formula, a
-//! size that differs between ranks refused on both naming the rank, a failed gradient on one
-//! rank refused on both with the weights left equal and the next push working, and a rank that
-//! stalls ending the job with a clear message within the timeout instead of hanging. For
+//! the ranks printed: rank 0's value broadcast at init, sums over ranks and devices (many small
+//! buckets among them, their packed buffers reused), an optimizer whose weights are bit for bit
+//! the same on both ranks and equal to its formula, a size that differs between ranks refused
+//! on both naming the rank, a failed gradient on one rank refused on both with the weights left
+//! equal and the next push working, and a rank that stalls ending the job with a clear message
+//! within the timeout instead of hanging. For
 //! `dist_async`: every rank's pushes applied once each by rank 0, with nothing lost; a pull
 //! after a barrier seeing them all; staleness counted as the updates a gradient did not see; a
 //! failed update on rank 0 reported to the rank that pushed it; pulls in flight together, each

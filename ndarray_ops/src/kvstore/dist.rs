@@ -11,12 +11,12 @@
 //!
 //! Sums are **bucketed**: a store copies the values pushed for its keys (after each key's sum
 //! within the process) one after another into a buffer at their pushes and sends it whole, one
-//! allreduce for many small gradients, when the bucket holds `MXRS_KVSTORE_BUCKET_BYTES` (default 4 MiB, the same on
-//! every rank) or before anything that must see them (a pull, a barrier, an init). A value of
-//! 64 KB or more goes at its push, in an allreduce of its own, read where it lies (packing it
-//! would cost more in copies than the collective's latency saves). A trainer pushes every
-//! parameter, then pulls them, so a model's small gradients travel together while large ones
-//! go as they come, overlapping the rest of the backward pass.
+//! allreduce for many small gradients, when the bucket holds `MXRS_KVSTORE_BUCKET_BYTES`
+//! (default 4 MiB, the same on every rank) or before anything that must see them (a pull, a
+//! barrier, an init). A value of 64 KB or more goes at its push, in an allreduce of its own,
+//! read where it lies (packing it would cost more in copies than the collective's latency
+//! saves). A trainer pushes every parameter, then pulls them, so a model's small gradients
+//! travel together while large ones go as they come, overlapping the rest of the backward pass.
 //!
 //! An engine op that never runs (an input failed) still owes its ticket: dropping it hands the
 //! thread a stand-in that joins the collective with zeros, so the other ranks are not left
@@ -705,18 +705,9 @@ fn execute(
                 let mut alone: Vec<(Vec<T>, Vec<T>)> =
                     alone.iter().map(|&n| (zeros(n), zeros(n))).collect();
                 let alone = alone.iter_mut().map(|(s, r)| (&mut s[..], &mut r[..])).collect();
-                let total: usize = packed.iter().sum();
-                let (mut values, mut recv) = (zeros(total + 1), zeros(total));
-                let packed = (!packed.is_empty()).then(|| {
-                    let mut recvs = Vec::with_capacity(packed.len());
-                    let mut rest = &mut recv[..];
-                    for &n in &packed {
-                        let (part, after) = rest.split_at_mut(n);
-                        recvs.push(part);
-                        rest = after;
-                    }
-                    (&mut values[..], recvs)
-                });
+                // The packed sums go nowhere: this rank has no arrays to give them.
+                let mut values = zeros(packed.iter().sum::<usize>() + 1);
+                let packed = (!packed.is_empty()).then(|| (&mut values[..], Vec::new()));
                 sum_parts(world, alone, packed, false, what, limit)
             });
             sum_result(what, healthy, size, ", this rank's among them")
