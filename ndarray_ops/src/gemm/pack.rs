@@ -2,7 +2,7 @@
 //! [`MR`] rows of `a`, of [`NR`] columns of `b`, step after step of depth), from row- or
 //! column-major sources, and `b` kept packed across products ([`Packed`]).
 
-use super::{depth_step, isa, Batches, Isa, Mat, MR, NR};
+use super::{depth_step, Batches, Mat, MR, NR};
 
 /// Where the packing of `b` reads from.
 pub(crate) trait Source: Sync {
@@ -20,7 +20,7 @@ pub(crate) trait Source: Sync {
     }
 
     /// `b` itself where its rows are contiguous: the kernel then packs each whole strip as it
-    /// first reads it ([`Strip::fill`]) instead of in a pass of its own.
+    /// first reads it ([`super::Strip::fill`]) instead of in a pass of its own.
     fn rows(&self) -> Option<Mat<*const f32>> {
         None
     }
@@ -311,8 +311,8 @@ unsafe fn pack_columns(b: Mat<*const f32>, cols: usize, rows: &mut [f32]) {
 /// transposed: row `j` of the result at `dst[j * NR..][..16]`.
 ///
 /// # Safety
-/// [`available`] is true; the 16 rows at `src` are valid to read; `dst` holds `15 * NR + 16`
-/// floats.
+/// [`super::available`] is true; the 16 rows at `src` are valid to read; `dst` holds
+/// `15 * NR + 16` floats.
 pub(crate) unsafe fn transpose16(src: *const f32, stride: usize, dst: &mut [f32]) {
     assert!(
         dst.len() >= 15 * NR + 16,
@@ -321,8 +321,10 @@ pub(crate) unsafe fn transpose16(src: *const f32, stride: usize, dst: &mut [f32]
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     // SAFETY: the contract; `dst` holds the 16 rows (checked above).
     unsafe {
-        match isa() {
-            Some(Isa::Avx512) => super::avx512::transpose16(src, stride, dst.as_mut_ptr(), NR),
+        match super::isa() {
+            Some(super::Isa::Avx512) => {
+                super::avx512::transpose16(src, stride, dst.as_mut_ptr(), NR)
+            }
             _ => super::avx2::transpose16(src, stride, dst.as_mut_ptr(), NR),
         }
     }
