@@ -214,7 +214,9 @@ struct Bucket {
 }
 
 impl Bucket {
-    /// A span of the packed buffer for a copy of `value`, after the values already there.
+    /// The span of the packed buffer after the values already there, for a copy of `value`;
+    /// taken by adding its elements to `filled` once the copy is pushed (a copy refused then
+    /// leaves no gap: the sums are copied out in the order of the parts, end to end).
     fn slot(&mut self, value: &NDArray) -> Result<NDArray> {
         let n = value.size();
         let buf = match &self.packed {
@@ -251,11 +253,8 @@ impl Bucket {
                 ),
             ));
         }
-        let span = buf
-            .slice(self.filled, self.filled + n)?
-            .reshape(value.shape())?;
-        self.filled += n;
-        Ok(span)
+        buf.slice(self.filled, self.filled + n)?
+            .reshape(value.shape())
     }
 }
 
@@ -626,6 +625,7 @@ impl KVStore {
             true => {
                 let span = bucket.slot(&merged)?;
                 push_copy(&merged, &span, priority, "kvstore_pack")?;
+                bucket.filled += span.size();
                 span
             }
             false => merged,
