@@ -9,7 +9,7 @@
 //! being appended. Whoever takes `wait` to zero makes the op ready.
 
 use std::borrow::Cow;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -87,7 +87,7 @@ struct Pushes {
 // No `const { }` initializers: loom's `thread_local!` does not accept them.
 #[allow(clippy::missing_const_for_thread_local)]
 mod tls {
-    use super::{Cow, RefCell};
+    use super::{Cell, Cow, RefCell};
     crate::sync::thread_local! {
     /// The op this thread is running, so that a blocking wait from inside it is refused.
     pub(super) static RUNNING: RefCell<Option<(u64, Cow<'static, str>)>> = RefCell::new(None);
@@ -97,9 +97,35 @@ mod tls {
     /// Finished ops a pool worker has not dropped yet (see [`super::retire`]); `None` on
     /// threads that drop them at once.
     pub(super) static RETIRED: RefCell<Option<Vec<super::OpRef>>> = RefCell::new(None);
+    /// Whether this thread runs ops at their push (see [`super::running_at_push`]).
+    pub(super) static AT_PUSH: Cell<bool> = Cell::new(false);
     }
 }
-use tls::{INLINE, RETIRED, RUNNING};
+use tls::{AT_PUSH, INLINE, RETIRED, RUNNING};
+
+/// Whether the calling thread is running ops at their push: a cheap op that every var granted
+/// when it was pushed, run by its pusher ([`crate::Op::cheap`]), and the ops that finishing it
+/// makes ready there. Such a thread is the caller's, not a pool's, and would wait or push more
+/// itself next; an op may do there what would hold a worker up, such as join a collective with
+/// another process.
+pub fn running_at_push() -> bool {
+    AT_PUSH.with(Cell::get)
+}
+
+/// Marks this thread as running ops at their push until dropped, restoring the mark before.
+struct AtPush(bool);
+
+impl AtPush {
+    fn enter() -> AtPush {
+        AtPush(AT_PUSH.with(|a| a.replace(true)))
+    }
+}
+
+impl Drop for AtPush {
+    fn drop(&mut self) {
+        AT_PUSH.with(|a| a.set(self.0));
+    }
+}
 
 type InlineQueue = VecDeque<(Arc<Core>, OpRef)>;
 
@@ -334,7 +360,10 @@ impl Core {
                 && op.ctx.is_cpu()
                 && !self.running_own_op();
             match here {
-                true => self.run_inline(op),
+                true => {
+                    let _at_push = AtPush::enter();
+                    self.run_inline(op)
+                }
                 false => self.ready(op),
             }
         }

@@ -45,6 +45,7 @@ mod loom_tests;
 
 use std::borrow::Cow;
 
+pub use crate::core::running_at_push;
 pub use bulk::{BulkPusher, BulkUnit};
 pub use config::{env, EngineBuilder, EngineConfig, EngineKind};
 pub use error::{BoxError, EngineError, OpFailure, OpResult};

@@ -717,9 +717,9 @@ fn environment_variables_choose_and_size_the_engine() {
     );
 }
 
-/// A cheap op runnable at push runs on the pushing thread; one that must wait for its var runs
-/// on a worker once granted (the push returns first); with inlining off, or when not marked
-/// cheap, ops always go to a worker.
+/// A cheap op runnable at push runs on the pushing thread, which `running_at_push` then says;
+/// one that must wait for its var runs on a worker once granted (the push returns first); with
+/// inlining off, or when not marked cheap, ops always go to a worker.
 #[test]
 fn cheap_ops_run_on_the_pushing_thread_only_when_runnable_at_push() {
     watchdog("cheap inline", 60, || {
@@ -732,7 +732,10 @@ fn cheap_ops_run_on_the_pushing_thread_only_when_runnable_at_push() {
                 let record = |tag: &'static str| {
                     let r = ran_on.clone();
                     move |_: &engine::RunContext| {
-                        r.lock().unwrap().push((tag, std::thread::current().id()));
+                        let at_push = engine::running_at_push();
+                        r.lock()
+                            .unwrap()
+                            .push((tag, std::thread::current().id(), at_push));
                         Ok(())
                     }
                 };
@@ -755,14 +758,21 @@ fn cheap_ops_run_on_the_pushing_thread_only_when_runnable_at_push() {
                 e.push(Op::sync("queued", record("queued")).read(&v).cheap())
                     .unwrap();
                 assert!(
-                    ran_on.lock().unwrap().iter().all(|(t, _)| *t != "queued"),
+                    ran_on.lock().unwrap().iter().all(|(t, ..)| *t != "queued"),
                     "{kind:?}: the queued cheap op ran before its writer"
                 );
                 gate.wait();
                 e.wait_for_all().unwrap();
                 let log = ran_on.lock().unwrap().clone();
-                let on_pusher = |tag: &str| log.iter().any(|(t, id)| *t == tag && *id == me);
+                let on_pusher = |tag: &str| log.iter().any(|(t, id, _)| *t == tag && *id == me);
+                let at_push = |tag: &str| log.iter().any(|(t, _, at)| *t == tag && *at);
                 assert_eq!(on_pusher("ready"), inline, "{kind:?} inline={inline}");
+                assert_eq!(at_push("ready"), inline, "{kind:?} inline={inline}");
+                assert!(!at_push("plain") && !at_push("queued"), "{kind:?}: {log:?}");
+                assert!(
+                    !engine::running_at_push(),
+                    "{kind:?}: still marked after the push"
+                );
                 assert!(
                     !on_pusher("plain") && !on_pusher("queued"),
                     "{kind:?}: {log:?}"

@@ -1,7 +1,8 @@
 //! The KVStore across processes (`dist_sync`, the `mpi` feature). Each test here launches this
 //! same test binary under `mpiexec -n 2`, running one `*_rank` function per rank, and checks what
 //! the ranks printed: rank 0's value broadcast at init, sums over ranks and devices (many small
-//! buckets among them, their packed buffers reused), an optimizer whose weights are bit for bit
+//! buckets among them, their packed buffers reused; a value ready at its push summed on the
+//! pushing thread), an optimizer whose weights are bit for bit
 //! the same on both ranks and equal to its formula, a size that differs between ranks refused
 //! on both naming the rank, a failed gradient on one rank refused on both with the weights left
 //! equal and the next push working, and a rank that stalls ending the job with a clear message
@@ -126,6 +127,12 @@ fn sums_optimizers_and_errors_across_two_ranks() {
         assert_eq!(
             lines(&out, r, "pushpull"),
             vec!["[3.0, 3.0, 3.0, 3.0] [3.0, 3.0, 3.0, 3.0] copies 1 / 1"],
+            "{out}"
+        );
+        // Four rounds of a sum and a pull's copy, each on the pushing thread.
+        assert_eq!(
+            lines(&out, r, "in_place"),
+            vec![format!("[3.0, 3.0, 3.0, 3.0] {:?}", ["here"; 8])],
             "{out}"
         );
         let bad = lines(&out, r, "mismatch");
@@ -309,6 +316,32 @@ fn sums_optimizers_and_errors_rank() {
             values(&o)
         ),
     );
+    // A value ready at its push is summed on the pushing thread when the communication thread
+    // is idle (a pause lets it finish what came before), and the pull's copy then runs there
+    // too: no hand-over to that thread or to a worker.
+    let me = std::thread::current()
+        .name()
+        .unwrap_or_default()
+        .to_string();
+    let before = traced.engine().profiler().unwrap().events().len();
+    let mut sums = Vec::new();
+    for _ in 0..4 {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        kv3.push(0, &[&sent], 0).unwrap();
+        kv3.pull(0, &[&o], 0).unwrap();
+        sums.push(values(&o)[0]);
+    }
+    traced.wait_all().unwrap();
+    let events = traced.engine().profiler().unwrap().events();
+    let ran: Vec<&str> = events[before..]
+        .iter()
+        .filter(|e| matches!(e.name.as_str(), "kvstore_allreduce" | "pull_copy"))
+        .map(|e| match e.thread_name == me {
+            true => "here",
+            false => "elsewhere",
+        })
+        .collect();
+    say("in_place", format!("{sums:?} {ran:?}"));
     drop(kv3);
 
     // A size that differs between ranks.

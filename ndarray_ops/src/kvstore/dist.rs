@@ -1,13 +1,24 @@
 //! Stores across processes, over MPI (the `mpi` feature): `dist_sync` and `dist_device_sync`
 //! here, `dist_async`'s protocol in `dist_async`.
 //!
-//! One communication thread per process owns MPI (it initializes it, `MPI_THREAD_FUNNELED`) and
-//! runs every collective. MPI needs each rank to call the same collectives in the same order,
-//! while the engine runs ops in whatever order their inputs become ready, which differs between
-//! ranks. So a store takes a **ticket** (a sequence number) when a call is made, on the calling
-//! thread, where every rank runs the same program in the same order; the engine op, when it
-//! runs, hands its work to the thread under that ticket, and the thread runs the work strictly in
-//! ticket order, holding back work that arrives early.
+//! One communication thread per process initializes MPI (`MPI_THREAD_SERIALIZED`) and runs the
+//! collectives. MPI needs each rank to call the same collectives in the same order, while the
+//! engine runs ops in whatever order their inputs become ready, which differs between ranks. So
+//! a store takes a **ticket** (a sequence number) when a call is made, on the calling thread,
+//! where every rank runs the same program in the same order; the engine op, when it runs, hands
+//! its work to the thread under that ticket, and the thread runs the work strictly in ticket
+//! order, holding back work that arrives early.
+//!
+//! A collective may instead run **in place**, on the thread that asks for it, when that thread
+//! would otherwise wait for it: an engine op run by its pusher at the push (its inputs were
+//! ready: [`engine::running_at_push`]), or a call that returns only with the result (`barrier`,
+//! `init`'s checks). It does so only while the communication thread is idle (nothing held back,
+//! no reply awaited, no `dist_async` store served) and the ticket is the next one, under the
+//! [`Gate`] that hands MPI from one thread to the other, so the order is the tickets' still. A
+//! value ready at its push is then summed, and copied out by its pull, without a hand-over
+//! between threads: each cost a few microseconds, more than a small sum takes. On a worker an
+//! op still hands its work over, so that a rank ahead of the others does not hold a worker in a
+//! collective while its backward pass has ops to run.
 //!
 //! Sums are **bucketed**: a store copies the values pushed for its keys (after each key's sum
 //! within the process) one after another into a buffer at their pushes and sends it whole, one
@@ -125,9 +136,48 @@ struct Request {
     done: Done,
 }
 
+/// Which thread makes MPI's calls, one at a time: the communication thread, or, while it is
+/// idle, a caller holding the next ticket (see the module doc).
+struct Gate {
+    turn: parking_lot::Mutex<Turn>,
+    /// MPI granted `MPI_THREAD_SERIALIZED` (calls from any thread, one at a time): without it
+    /// the gate stays shut.
+    serialized: bool,
+}
+
+struct Turn {
+    /// The ticket whose collective comes next.
+    next: u64,
+    /// The communication thread is idle and makes no MPI call before it shuts the gate: a
+    /// caller holding `next` may run it, holding the lock while it does.
+    open: bool,
+}
+
+impl Gate {
+    /// The communication thread, idle, lets callers run ticket `next` on.
+    fn open(&self, next: u64) {
+        if self.serialized {
+            *self.turn.lock() = Turn { next, open: true };
+        }
+    }
+
+    /// The communication thread takes MPI back (waiting for a caller's collective to finish);
+    /// returns the next ticket, `next` unless callers ran some meanwhile.
+    fn shut(&self, next: u64) -> u64 {
+        let mut turn = self.turn.lock();
+        match std::mem::replace(&mut turn.open, false) {
+            true => turn.next,
+            false => next,
+        }
+    }
+}
+
 /// This process's link to the others: its rank, their number, and the communication thread.
 pub(super) struct Comm {
     tx: mpsc::Sender<Msg>,
+    gate: Arc<Gate>,
+    /// How long a collective may take.
+    limit: Duration,
     /// Where rank 0's `dist_async` ops leave the replies the thread sends.
     replies: mpsc::Sender<Reply>,
     rank: usize,
@@ -166,17 +216,55 @@ impl Comm {
         let _ = self.tx.send(Msg::Unserve(id));
     }
 
-    /// Hands `work` to the communication thread under `ticket`.
-    pub(super) fn submit(&self, ticket: u64, what: String, work: Work, done: Done) {
+    /// Hands `work` to the communication thread under `ticket`, or runs it here (see the
+    /// module doc) when the caller would wait for it anyway: `caller_waits`, or an op run at
+    /// its push.
+    pub(super) fn submit(
+        &self,
+        ticket: u64,
+        what: String,
+        work: Work,
+        done: Done,
+        caller_waits: bool,
+    ) {
         let req = Request {
             ticket,
             what,
             work,
             done,
         };
+        let here = caller_waits || engine::running_at_push();
+        let Some(req) = (match here {
+            true => self.run_here(req),
+            false => Some(req),
+        }) else {
+            return;
+        };
         if let Err(mpsc::SendError(Msg::Run(req))) = self.tx.send(Msg::Run(req)) {
             (req.done)(Err("the MPI communication thread has stopped".to_string()));
         }
+    }
+
+    /// Runs `req`'s collective on this thread if the gate is open at its ticket; otherwise
+    /// gives it back. Point-to-point work and stand-ins stay with the thread.
+    fn run_here(&self, req: Request) -> Option<Request> {
+        let collective = matches!(
+            req.work,
+            Work::Sum { .. } | Work::Broadcast { .. } | Work::Agree { .. } | Work::Barrier
+        );
+        if !collective || !self.gate.serialized {
+            return Some(req);
+        }
+        let mut turn = self.gate.turn.lock();
+        if !turn.open || turn.next != req.ticket {
+            return Some(req);
+        }
+        let world = mpi::topology::SimpleCommunicator::world();
+        let result = execute(&world, &req.what, req.work, self.limit);
+        turn.next += 1;
+        drop(turn);
+        (req.done)(result);
+        None
     }
 
     /// Runs `work` under a fresh ticket and waits for it (for calls that answer at once:
@@ -191,6 +279,7 @@ impl Comm {
             Box::new(move |r| {
                 let _ = tx.send(r);
             }),
+            true,
         );
         match rx.recv() {
             Ok(Ok(())) => Ok(()),
@@ -239,12 +328,14 @@ extern "C" fn finalize_at_exit() {
 
 fn start() -> std::result::Result<Comm, String> {
     let (tx, rx) = mpsc::channel::<Msg>();
+    let limit = timeout();
     let (replies, replies_rx) = mpsc::channel::<Reply>();
     let (ready_tx, ready_rx) = mpsc::channel();
     std::thread::Builder::new()
         .name("mxrs-mpi".into())
         .spawn(move || {
-            let Some((universe, _)) = mpi::initialize_with_threading(mpi::Threading::Funneled)
+            let Some((universe, threading)) =
+                mpi::initialize_with_threading(mpi::Threading::Serialized)
             else {
                 let _ = ready_tx.send(Err(
                     "MPI could not be initialized (it was initialized before, outside mxrs)"
@@ -254,9 +345,19 @@ fn start() -> std::result::Result<Comm, String> {
             };
             let world = universe.world();
             let (rank, size) = (world.rank() as usize, world.size() as usize);
-            let _ = ready_tx.send(Ok((rank, size)));
+            let gate = Arc::new(Gate {
+                turn: parking_lot::Mutex::new(Turn {
+                    next: 0,
+                    open: false,
+                }),
+                serialized: matches!(
+                    threading,
+                    mpi::Threading::Serialized | mpi::Threading::Multiple
+                ),
+            });
+            let _ = ready_tx.send(Ok((rank, size, gate.clone())));
             SERVICE.with(|s| *s.borrow_mut() = Some(Service::new(replies_rx)));
-            let finished = serve(&world, rx, timeout());
+            let finished = serve(&world, rx, limit, &gate);
             // MPI is finalized when the universe drops.
             drop(universe);
             if let Some(ack) = finished {
@@ -264,7 +365,7 @@ fn start() -> std::result::Result<Comm, String> {
             }
         })
         .map_err(|e| format!("cannot start the MPI communication thread: {e}"))?;
-    let (rank, size) = ready_rx
+    let (rank, size, gate) = ready_rx
         .recv()
         .map_err(|_| "the MPI communication thread stopped while starting".to_string())??;
     // SAFETY: `finalize_at_exit` is a plain function that touches only a static and channels;
@@ -274,6 +375,8 @@ fn start() -> std::result::Result<Comm, String> {
     }
     Ok(Comm {
         tx,
+        gate,
+        limit,
         replies,
         rank,
         size,
@@ -283,15 +386,25 @@ fn start() -> std::result::Result<Comm, String> {
 
 /// The communication thread: runs requests in ticket order until the process exits (the
 /// `Finish` message, returned) or every sender is gone. Requests still held back then fail.
+/// Idle, it opens the gate for callers to run the next ticket themselves, and shuts it when a
+/// message comes.
 fn serve(
     world: &mpi::topology::SimpleCommunicator,
     rx: mpsc::Receiver<Msg>,
     limit: Duration,
+    gate: &Gate,
 ) -> Option<mpsc::Sender<()>> {
     let mut early: BTreeMap<u64, Request> = BTreeMap::new();
     let mut expected = 0u64;
     let mut finished = None;
-    while let Some(msg) = next_request(world, &rx, limit) {
+    loop {
+        let idle = early.is_empty() && awaiting().is_none() && !serving();
+        if idle {
+            gate.open(expected);
+        }
+        let msg = next_request(world, &rx, limit);
+        expected = gate.shut(expected);
+        let Some(msg) = msg else { break };
         let req = match msg {
             Msg::Run(req) => req,
             Msg::Finish(ack) => {
@@ -818,8 +931,13 @@ impl Ticket {
 
     pub(super) fn submit(mut self, work: Work, done: Done) {
         self.skipped = None;
-        self.comm
-            .submit(self.number, std::mem::take(&mut self.what), work, done);
+        self.comm.submit(
+            self.number,
+            std::mem::take(&mut self.what),
+            work,
+            done,
+            false,
+        );
     }
 }
 
@@ -827,7 +945,8 @@ impl Drop for Ticket {
     fn drop(&mut self) {
         if let Some(work) = self.skipped.take() {
             let what = std::mem::take(&mut self.what);
-            self.comm.submit(self.number, what, work, Box::new(|_| {}));
+            self.comm
+                .submit(self.number, what, work, Box::new(|_| {}), false);
         }
     }
 }
