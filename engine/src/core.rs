@@ -803,14 +803,14 @@ impl Core {
 
 /// Appends `op` to every var it names as one step, and returns how many granted it at once.
 ///
-/// Pushes from several threads must not interleave their appends: if op X were queued first on
-/// var `a` and op Y first on var `b`, while X also waits on `b` and Y on `a`, neither would ever
-/// run. So the pusher locks all of the op's vars before appending to any of them (two-phase
-/// locking), taking the locks in one global order, by var id (unique within an engine, and an
-/// op's vars all belong to one; an address would differ between loom's replays of a model), so
-/// that two pushers never wait for each other's locks. Two pushes sharing a var are then appended to all their shared vars
-/// in the same order, the order in which they locked the first shared var: the order of effect
-/// on every var follows one global order of whole pushes, and every queue waits only for ops
+/// Pushes from several threads must not interleave their appends: if op X were queued first on var
+/// `a` and op Y first on var `b`, while X also waits on `b` and Y on `a`, neither would ever run.
+/// So the pusher locks all of the op's vars before appending to any of them (two-phase locking),
+/// taking the locks in one global order, by var id (unique within an engine, and an op's vars all
+/// belong to one; an address would differ between loom's replays of a model), so that two pushers
+/// never wait for each other's locks. Two pushes sharing a var are then appended to all their
+/// shared vars in the same order, the order in which they locked the first shared var: the order of
+/// effect on every var follows one global order of whole pushes, and every queue waits only for ops
 /// earlier in that order, which cannot wait back. Completions lock one var at a time.
 fn append_all(op: &OpRef) -> usize {
     let append = |g: &mut VarGuard<'_>, v: &Var, access: Access| {

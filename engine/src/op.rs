@@ -199,13 +199,14 @@ impl<'a> Op<'a> {
         self
     }
 
-    /// Marks the op cheap: it takes about a microsecond and never blocks. When a cheap,
+    /// Marks the op cheap: on a worker it takes about a microsecond and never blocks. When a cheap,
     /// normal, CPU op is runnable the moment it is pushed (every var grants it at once), a threaded
     /// engine runs it on the pushing thread instead of handing it to a worker, as TensorFlow's
-    /// executor runs inexpensive kernels inline: handing over costs more than the work (the
-    /// record, its closure and the vars cross between cores). An op that must wait for its vars is
+    /// executor runs inexpensive kernels inline: handing over costs more than the work (the record,
+    /// its closure and the vars cross between cores). An op that must wait for its vars is
     /// scheduled as usual. Off with [`crate::EngineBuilder::inline_cheap`] or
-    /// `MXRS_ENGINE_INLINE_CHEAP=0`.
+    /// `MXRS_ENGINE_INLINE_CHEAP=0`. Run at its push, it may do there what its pusher would wait
+    /// for next ([`crate::running_at_push`] tells it where it runs).
     #[inline]
     pub fn cheap(mut self) -> Op<'a> {
         self.cheap = true;

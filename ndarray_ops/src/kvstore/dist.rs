@@ -1016,8 +1016,9 @@ pub(super) fn push_sum(
     .on(first.reduced.ctx())
     .reads(reads)
     .writes(writes)
-    // It only hands its work to the communication thread: runnable at push, it runs on the
-    // pushing thread (one hand-over fewer).
+    // Runnable at push, it runs on the pushing thread, which then runs the collective itself
+    // when the gate lets it (the caller is about to pull and wait) and otherwise hands it to
+    // the communication thread: either way no worker is woken for it.
     .cheap();
     Ok(first.reduced.runtime().engine().push(op)?)
 }
