@@ -2,7 +2,7 @@
 //! same test binary under `mpiexec -n 2`, running one `*_rank` function per rank, and checks what
 //! the ranks printed: rank 0's value broadcast at init, sums over ranks and devices (many small
 //! buckets among them, their packed buffers reused; a value ready at its push summed on the
-//! pushing thread), an optimizer whose weights are bit for bit
+//! pushing thread, yet after the sums whose tickets come first), an optimizer whose weights are bit for bit
 //! the same on both ranks and equal to its formula, a size that differs between ranks refused
 //! on both naming the rank, a failed gradient on one rank refused on both with the weights left
 //! equal and the next push working, and a rank that stalls ending the job with a clear message
@@ -135,6 +135,8 @@ fn sums_optimizers_and_errors_across_two_ranks() {
             vec![format!("[3.0, 3.0, 3.0, 3.0] {:?}", ["here"; 8])],
             "{out}"
         );
+        // (10 + 11) and (100 + 200), each key's own.
+        assert_eq!(lines(&out, r, "in_turn"), vec!["21 300 true"], "{out}");
         let bad = lines(&out, r, "mismatch");
         assert_eq!(bad.len(), 1, "{out}");
         assert!(
@@ -343,6 +345,50 @@ fn sums_optimizers_and_errors_rank() {
         .collect();
     say("in_place", format!("{sums:?} {ran:?}"));
     drop(kv3);
+
+    // A sum ready at its push still waits for the sums whose tickets come first: on rank 0 key
+    // 50's value comes from a slow op, so its sum (64 KiB: alone) runs when that op ends, while
+    // key 51's is ready at its push and must not run in place ahead of it. Out of order, rank
+    // 0's key 51 would be summed with rank 1's key 50.
+    let kv5 = KVStore::create(&rt, "dist_sync").unwrap();
+    let n = 1 << 14;
+    for k in [50, 51] {
+        kv5.init(k, &rt.zeros(&[n], ndarray_ops::DType::F32, host).unwrap())
+            .unwrap();
+    }
+    let first = rt.zeros(&[n], ndarray_ops::DType::F32, host).unwrap();
+    if rank == 0 {
+        let slow = engine::Op::sync("slow", |_| {
+            std::thread::sleep(Duration::from_millis(100));
+            Ok(())
+        })
+        .write(first.var());
+        rt.engine().push(slow).unwrap();
+    }
+    first.fill(10.0 + rank as f64).unwrap();
+    let second = rt
+        .from_vec(vec![100.0 * (rank + 1) as f32; n], &[n], host)
+        .unwrap();
+    second.wait_to_read().unwrap();
+    kv5.push(50, &[&first], 0).unwrap();
+    kv5.push(51, &[&second], 0).unwrap();
+    let outs: Vec<NDArray> = (0..2)
+        .map(|_| rt.zeros(&[n], ndarray_ops::DType::F32, host).unwrap())
+        .collect();
+    kv5.pull(50, &[&outs[0]], 0).unwrap();
+    kv5.pull(51, &[&outs[1]], 0).unwrap();
+    let got: Vec<Vec<f32>> = outs.iter().map(values).collect();
+    let whole = |v: &[f32]| v.iter().all(|x| *x == v[0]);
+    say(
+        "in_turn",
+        format!(
+            "{} {} {}",
+            got[0][0],
+            got[1][0],
+            whole(&got[0]) && whole(&got[1])
+        ),
+    );
+    drop(kv5);
 
     // A size that differs between ranks.
     let size = 3 + rank;
