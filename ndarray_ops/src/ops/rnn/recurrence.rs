@@ -365,12 +365,29 @@ impl<'a, T: Real> Pass<'a, T> {
     /// Every step's input projection of direction `d` of layer `l` at once, into the trace's
     /// `gates` `(T*N, G*H)` (its bias is added step by step).
     fn input_projection(&self, (l, d): (usize, usize), input: &[T], gates: &mut [T]) {
-        let (s, rows, gh) = (self.slot(l, d), self.steps * self.batch, self.r.gh());
+        let rows = self.steps * self.batch;
+        self.project_rows((l, d), input, gates, 0..rows, true);
+    }
+
+    /// Rows `rows` of [`Pass::input_projection`], on the pool's threads (`wide`) or on this
+    /// one. Each element is the same sum however the rows are cut: both ways run the one GEMM,
+    /// whose sum for an element does not depend on the rows around it.
+    fn project_rows(
+        &self,
+        (l, d): (usize, usize),
+        input: &[T],
+        gates: &mut [T],
+        rows: Range<usize>,
+        wide: bool,
+    ) {
+        let (s, gh, m) = (self.slot(l, d), self.r.gh(), rows.len());
         let wx = mat(&self.params[s.wx..], gh, s.input);
-        let (x, mut c) = (mat(input, rows, s.input), mat_mut(gates, rows, gh));
-        match self.packs {
-            Some(packs) => Weights::new(wx.reversed_axes(), Some(packs)).product_wide(&x, &mut c),
-            None => T::gemm(&x, &wx.t(), &mut c),
+        let x = mat(&input[rows.start * s.input..], m, s.input);
+        let mut c = mat_mut(&mut gates[rows.start * gh..], m, gh);
+        let weights = Weights::new(wx.reversed_axes(), self.packs);
+        match wide {
+            true => weights.product_wide(&x, &mut c),
+            false => weights.product(&x, &mut c, false),
         }
     }
 
@@ -514,7 +531,13 @@ impl<'a, T: Real> Pass<'a, T> {
         let rows = self.steps * nb;
         let (lower_trace, upper_trace) = traces.split_at_mut(tl);
         let (lower_scratch, upper_scratch) = scratch.split_at_mut(self.scratch_for(1));
-        self.input_projection((l, 0), input, &mut lower_trace[..rows * gh]);
+        // The lower layer's projection for the rows of its last steps is left to the
+        // follower's first round, which would otherwise wait for the leader's first step: as
+        // many rows as that step's work (its hidden product and half a projection, 1.5 steps'
+        // rows of this one), never the first step's own.
+        let head = rows - (3 * nb / 2).min(rows.saturating_sub(nb));
+        self.project_rows((l, 0), input, lower_trace, 0..head, true);
+        let tail = Shared::new(lower_trace[head * gh..].as_mut_ptr());
         let below = Shared::new(lower_out.as_mut_ptr());
         let upper_gates = Shared::new(upper_trace.as_mut_ptr());
         // SAFETY: the buffers are the layers', sized from the pass, each layer's apart from the
@@ -581,11 +604,29 @@ impl<'a, T: Real> Pass<'a, T> {
                 weights[1].prepare();
             },
         );
+        // The leader's first step beside the rest of its projection, then the wavefront from
+        // the leader's second step and the follower's first.
+        rayon::join(
+            || {
+                lower.run(0, 0);
+                project(0, 0);
+            },
+            || {
+                // SAFETY: the trace's rows from `head` on, which the first step (rows below
+                // `nb <= head`) does not touch; no step reads them before the join.
+                let gates =
+                    unsafe { std::slice::from_raw_parts_mut(tail.get(), (rows - head) * gh) };
+                let rest = &input[head * self.slot(l, 0).input..];
+                self.project_rows((l, 0), rest, gates, 0..rows - head, false);
+            },
+        );
         wavefront(
             self.steps,
             |t| {
-                lower.run(t, 0);
-                project(t, 0);
+                if t > 0 {
+                    lower.run(t, 0);
+                    project(t, 0);
+                }
             },
             |t| {
                 project(t, 1);
