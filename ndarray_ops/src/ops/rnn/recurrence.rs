@@ -362,28 +362,16 @@ impl<'a, T: Real> Pass<'a, T> {
         self.trace_len() * if self.pairs() { 2 } else { 1 }
     }
 
-    /// Every step's input projection of direction `d` of layer `l` at once, into the trace's
-    /// `gates` `(T*N, G*H)` (its bias is added step by step).
-    fn input_projection(&self, (l, d): (usize, usize), input: &[T], gates: &mut [T]) {
-        let rows = self.steps * self.batch;
-        self.project_rows((l, d), input, gates, 0..rows, true);
-    }
-
-    /// Rows `rows` of [`Pass::input_projection`], on the pool's threads (`wide`) or on this
-    /// one. Each element is the same sum however the rows are cut: both ways run the one GEMM,
-    /// whose sum for an element does not depend on the rows around it.
-    fn project_rows(
-        &self,
-        (l, d): (usize, usize),
-        input: &[T],
-        gates: &mut [T],
-        rows: Range<usize>,
-        wide: bool,
-    ) {
-        let (s, gh, m) = (self.slot(l, d), self.r.gh(), rows.len());
+    /// The input projection of direction `d` of layer `l` for as many rows as `gates` holds,
+    /// several steps' at once, into the trace's `gates` `(rows, G*H)` from `input`'s rows
+    /// (its bias is added step by step); on the pool's threads (`wide`) or on this one. An
+    /// element is the same sum however the rows are cut: both ways run the one GEMM, whose sum
+    /// for an element does not depend on the rows around it.
+    fn input_projection(&self, (l, d): (usize, usize), input: &[T], gates: &mut [T], wide: bool) {
+        let (s, gh) = (self.slot(l, d), self.r.gh());
+        let m = gates.len() / gh;
         let wx = mat(&self.params[s.wx..], gh, s.input);
-        let x = mat(&input[rows.start * s.input..], m, s.input);
-        let mut c = mat_mut(&mut gates[rows.start * gh..], m, gh);
+        let (x, mut c) = (mat(input, m, s.input), mat_mut(gates, m, gh));
         let weights = Weights::new(wx.reversed_axes(), self.packs);
         match wide {
             true => weights.product_wide(&x, &mut c),
@@ -490,7 +478,7 @@ impl<'a, T: Real> Pass<'a, T> {
                 true => &mut traces[d * tl..(d + 1) * tl],
                 false => &mut traces[..tl],
             };
-            self.input_projection((l, d), input, &mut trace[..rows * gh]);
+            self.input_projection((l, d), input, &mut trace[..rows * gh], true);
             let units = self.units;
             // SAFETY: the buffers are the layer's, sized from the pass; the steps run here.
             let steps = unsafe {
@@ -536,7 +524,7 @@ impl<'a, T: Real> Pass<'a, T> {
         // many rows as that step's work (its hidden product and half a projection, 1.5 steps'
         // rows of this one), never the first step's own.
         let head = rows - (3 * nb / 2).min(rows.saturating_sub(nb));
-        self.project_rows((l, 0), input, lower_trace, 0..head, true);
+        self.input_projection((l, 0), input, &mut lower_trace[..head * gh], true);
         let tail = Shared::new(lower_trace[head * gh..].as_mut_ptr());
         let below = Shared::new(lower_out.as_mut_ptr());
         let upper_gates = Shared::new(upper_trace.as_mut_ptr());
@@ -617,7 +605,7 @@ impl<'a, T: Real> Pass<'a, T> {
                 let gates =
                     unsafe { std::slice::from_raw_parts_mut(tail.get(), (rows - head) * gh) };
                 let rest = &input[head * self.slot(l, 0).input..];
-                self.project_rows((l, 0), rest, gates, 0..rows - head, false);
+                self.input_projection((l, 0), rest, gates, false);
             },
         );
         wavefront(
