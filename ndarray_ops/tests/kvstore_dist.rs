@@ -678,6 +678,38 @@ fn dist_async_applies_every_push_on_rank_0() {
 }
 
 #[test]
+fn a_dist_async_barrier_at_once_after_create() {
+    if in_rank() || !have_mpiexec() {
+        return;
+    }
+    let (ok, out, err) = launch("served_at_once_rank", &[("MXRS_KVSTORE_TIMEOUT", "10")]);
+    assert!(ok, "the ranks failed:\n{out}\n{err}");
+    for r in 0..2 {
+        assert_eq!(lines(&out, r, "barriers"), vec!["20"], "{out}\n{err}");
+    }
+}
+
+/// Creates `dist_async` stores one after another and calls `barrier` on each at once: rank 1's
+/// barrier first asks rank 0's communication thread for its tally, so rank 0 must not run its
+/// half of the barrier on the calling thread before that thread serves the new store.
+#[test]
+fn served_at_once_rank() {
+    if !in_rank() {
+        return;
+    }
+    let rt = rt();
+    let mut rank = 0;
+    let mut done = 0;
+    for _ in 0..20 {
+        let kv = KVStore::create(&rt, "dist_async").unwrap();
+        rank = kv.rank();
+        kv.barrier().unwrap();
+        done += 1;
+    }
+    println!("rank{rank} barriers {done}");
+}
+
+#[test]
 fn dist_async_rank() {
     if !in_rank() {
         return;

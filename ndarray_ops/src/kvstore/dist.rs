@@ -151,13 +151,20 @@ struct Turn {
     /// The communication thread is idle and makes no MPI call before it shuts the gate: a
     /// caller holding `next` may run it, holding the lock while it does.
     open: bool,
+    /// `dist_async` stores this process serves (rank 0), counted when the call is made, before
+    /// the thread hears of it: while any is served the gate lets nothing through, since a
+    /// collective on another thread would keep the communication thread from answering the
+    /// requests the other ranks send before their half of it (a `barrier`'s exchange).
+    served: usize,
 }
 
 impl Gate {
     /// The communication thread, idle, lets callers run ticket `next` on.
     fn open(&self, next: u64) {
         if self.serialized {
-            *self.turn.lock() = Turn { next, open: true };
+            let mut turn = self.turn.lock();
+            turn.next = next;
+            turn.open = true;
         }
     }
 
@@ -208,12 +215,15 @@ impl Comm {
 
     /// Rank 0: has the thread serve `table`'s requests from the other ranks.
     pub(super) fn serve(&self, table: Arc<Table>) {
+        self.gate.turn.lock().served += 1;
         let _ = self.tx.send(Msg::Serve(table));
     }
 
     /// Rank 0: stops serving the store numbered `id`.
     pub(super) fn unserve(&self, id: u32) {
         let _ = self.tx.send(Msg::Unserve(id));
+        let mut turn = self.gate.turn.lock();
+        turn.served = turn.served.saturating_sub(1);
     }
 
     /// Hands `work` to the communication thread under `ticket`, or runs it here (see the
@@ -256,7 +266,7 @@ impl Comm {
             return Some(req);
         }
         let mut turn = self.gate.turn.lock();
-        if !turn.open || turn.next != req.ticket {
+        if !turn.open || turn.next != req.ticket || turn.served > 0 {
             return Some(req);
         }
         let world = mpi::topology::SimpleCommunicator::world();
@@ -349,6 +359,7 @@ fn start() -> std::result::Result<Comm, String> {
                 turn: parking_lot::Mutex::new(Turn {
                     next: 0,
                     open: false,
+                    served: 0,
                 }),
                 serialized: matches!(
                     threading,

@@ -192,6 +192,15 @@ impl Table {
 
     /// Rank 0: a request from rank `from`, the header's words after the store's number.
     pub(super) fn handle(&self, from: usize, [kind, idx, version, id]: [u64; 4], payload: &[u8]) {
+        if kind == SYNC {
+            // About the store, not a key: it may have none yet.
+            let t = self.tally();
+            self.send(Reply {
+                to: from,
+                bytes: words(&[0, id, 0, t.updates, t.total, t.max]),
+            });
+            return;
+        }
         let entry = {
             let keys = self.keys.lock();
             keys.get(idx as usize)
@@ -219,11 +228,8 @@ impl Table {
             }
             PULL => self.answer(from, id, idx as u32, &key, &stored),
             _ => {
-                let t = self.tally();
-                self.send(Reply {
-                    to: from,
-                    bytes: words(&[0, id, 0, t.updates, t.total, t.max]),
-                });
+                let text = format!("rank {from} sent a request of unknown kind {kind}");
+                self.send(error_reply(from, id, &text));
             }
         }
     }
@@ -511,8 +517,8 @@ impl Service {
                 ),
                 None => {
                     let text = format!(
-                        "dist_async store {} is not held by rank 0 (dropped, or created on \
-                         rank {from} only)",
+                        "dist_async store {} is not held by rank 0 (it dropped the store before \
+                         rank {from} was done with it)",
                         head[1]
                     );
                     let r = error_reply(from, head[4], &text);

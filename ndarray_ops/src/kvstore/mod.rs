@@ -315,7 +315,9 @@ fn unknown(op: &str, key: &Key) -> crate::NdError {
 
 impl KVStore {
     /// A store of kind `name`: `local` or `device` (the `dist_*` kinds need the `mpi` feature
-    /// and a launch under `mpiexec`).
+    /// and a launch under `mpiexec`). Every rank creates its `dist_async` stores at the same
+    /// points of its program: the creation waits for the other ranks, so that rank 0 serves a
+    /// store before any rank sends it a request.
     pub fn create(rt: &Arc<Runtime>, name: &str) -> Result<KVStore> {
         let kind = match name {
             "local" | "local_update_cpu" | "local_allreduce_cpu" => Kind::Local,
@@ -343,7 +345,15 @@ impl KVStore {
         };
         #[cfg(feature = "mpi")]
         let table = match (kind, comm) {
-            (Kind::DistAsync, Some(c)) => Some(dist_async::Table::new(c, rt, updater.clone(), id)),
+            (Kind::DistAsync, Some(c)) => {
+                let table = dist_async::Table::new(c, rt, updater.clone(), id);
+                // On rank 0 the barrier follows the table to the communication thread.
+                c.run(
+                    format!("the creation of dist_async store {}", table.id),
+                    dist::Work::Barrier,
+                )?;
+                Some(table)
+            }
             _ => None,
         };
         #[cfg(not(feature = "mpi"))]
