@@ -36,6 +36,7 @@ mod reference;
 pub(crate) mod rnn;
 mod roi;
 pub(crate) mod shape;
+mod shape_grad;
 pub mod signature;
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 mod simd;
@@ -320,8 +321,8 @@ fn registry() -> &'static FxHashMap<&'static str, &'static OpDef> {
             .chain(backward::more_ops())
             .chain(backward::norm_ops())
             .chain(backward::grad_ops())
-            .chain(backward::shape_grad_ops())
-            .chain(backward::take_grad_ops())
+            .chain(shape_grad::shape_grad_ops())
+            .chain(shape_grad::take_grad_ops())
             .chain(extra::ops())
             .chain(math::ops())
             .chain(norm::ops())
