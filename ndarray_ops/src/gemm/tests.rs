@@ -203,7 +203,7 @@ fn batched_operands_match_the_triple_loop() {
 /// The instruction sets whose kernels can run on this CPU.
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 fn kernels() -> Vec<Isa> {
-    super::detect()
+    super::isa::detect()
 }
 
 #[cfg(all(target_arch = "x86_64", not(miri)))]

@@ -16,7 +16,7 @@ use crate::ops::vecmath::{Sigmoid, Tanh};
 use rten_simd::ops::NumOps;
 use rten_simd::{Isa, Simd, SimdOp, SimdUnaryOp};
 
-use super::recurrence::Real;
+use super::real::Real;
 
 /// One sample's run of `w` hidden units at one step: what [`Real::lstm_row`] reads and writes.
 pub(crate) struct LstmRow<'s, T> {

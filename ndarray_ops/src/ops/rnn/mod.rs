@@ -37,13 +37,15 @@ use crate::{DType, Element};
 
 mod cell;
 mod kernels;
+mod real;
 mod recurrence;
 mod weights;
 
 use kernels::*;
 pub(crate) use kernels::{masks_lost, sequence_lengths};
-use recurrence::*;
-pub(crate) use recurrence::{time, Pass, Real};
+pub(crate) use real::Real;
+use real::{mat, mat_mut, sum_rows};
+pub(crate) use recurrence::{time, Pass};
 use weights::{Packs, Weights};
 
 attr_enum! {

@@ -1,157 +1,15 @@
-//! The recurrence itself: the gates' float math, a pass over the sequence and one step of it,
-//! forward and backward.
+//! The recurrence itself: a pass over the sequence and one step of it, forward and backward.
 
 use std::ops::Range;
 
 use ndarray::s;
 
-use super::cell::{lstm_grad_row_scalar, lstm_row_scalar, LstmGradRow, LstmRow};
+use super::cell::{LstmGradRow, LstmRow};
 use super::*;
-use crate::gemm;
 use crate::ops::lockstep::{lockstep, wavefront};
 use crate::ops::par::wide;
 
 // ---- the recurrence -------------------------------------------------------------------------
-
-/// The kernels' element types: the gates compute in the data's own precision, a gate's
-/// activation over a sample's whole slice at once (so that float slices go through the
-/// vectorized functions).
-pub(crate) trait Real: Element + num_traits::Float {
-    /// `x = tanh(x)` for every element.
-    fn tanh_all(xs: &mut [Self]);
-    /// `x = 1 / (1 + e^-x)` for every element.
-    fn sigmoid_all(xs: &mut [Self]);
-    /// `b` packed for [`Real::gemm_packed`], where that runs.
-    fn pack(_b: &ArrayView2<'_, Self>) -> Option<gemm::Packed> {
-        None
-    }
-    /// Whether products run on [`Real::gemm_packed`], whose sum for an element of `c` is the
-    /// same however many rows and columns the product has around it.
-    fn packs() -> bool {
-        false
-    }
-    /// One LSTM step of one sample over a run of hidden units ([`LstmRow`]).
-    fn lstm_row(row: LstmRow<'_, Self>) {
-        lstm_row_scalar(row);
-    }
-    /// One LSTM step's gradient of one sample over a run of hidden units ([`LstmGradRow`]).
-    fn lstm_grad_row(row: LstmGradRow<'_, Self>) {
-        lstm_grad_row_scalar(row);
-    }
-    /// `c = a b` (with `add`, `c += a b`) from `b` packed, on the calling thread alone or
-    /// (`wide`) on the pool's threads; false (nothing done) where it cannot run.
-    fn gemm_packed(
-        _a: &ArrayView2<'_, Self>,
-        _b: &gemm::Packed,
-        _c: &mut ArrayViewMut2<'_, Self>,
-        (_add, _wide): (bool, bool),
-    ) -> bool {
-        false
-    }
-}
-
-/// Floats take the vectorized functions of [`crate::ops::vecmath`] (within 4 float steps of
-/// the correctly rounded values; the `sigmoid`, `tanh` and `Activation` ops use the same ones). Per
-/// element through libm, `expf` and the double `exp` that a float `tanh` needed to stay fast
-/// took 10–15% of a two-layer LSTM's training step.
-impl Real for f32 {
-    fn tanh_all(xs: &mut [f32]) {
-        Tanh.map_mut(xs);
-    }
-
-    fn sigmoid_all(xs: &mut [f32]) {
-        Sigmoid.map_mut(xs);
-    }
-
-    fn lstm_row(row: LstmRow<'_, f32>) {
-        row.dispatch();
-    }
-
-    fn lstm_grad_row(row: LstmGradRow<'_, f32>) {
-        row.dispatch();
-    }
-
-    fn packs() -> bool {
-        gemm::available()
-    }
-
-    fn pack(b: &ArrayView2<'_, f32>) -> Option<gemm::Packed> {
-        if !gemm::available() {
-            return None;
-        }
-        let ((k, n), st) = (b.dim(), b.strides());
-        let at = gemm::Mat {
-            ptr: b.as_ptr(),
-            rs: st[0],
-            cs: st[1],
-        };
-        // SAFETY: the view's elements, at its strides; the GEMM runs here.
-        Some(unsafe { gemm::Packed::new(k, n, at) })
-    }
-
-    fn gemm_packed(
-        a: &ArrayView2<'_, f32>,
-        b: &gemm::Packed,
-        c: &mut ArrayViewMut2<'_, f32>,
-        (add, wide): (bool, bool),
-    ) -> bool {
-        let ((m, k), n) = (a.dim(), b.dim().1);
-        if !gemm::available() || b.dim().0 != k || c.dim() != (m, n) {
-            return false;
-        }
-        let (sa, sc) = (a.strides(), (c.strides()[0], c.strides()[1]));
-        let am = gemm::Mat {
-            ptr: a.as_ptr(),
-            rs: sa[0],
-            cs: sa[1],
-        };
-        let cm = gemm::Mat {
-            ptr: c.as_mut_ptr(),
-            rs: sc.0,
-            cs: sc.1,
-        };
-        let beta = if add { 1.0 } else { 0.0 };
-        // SAFETY: the views' elements at their strides (`c`'s own, apart from `a` and `b`);
-        // the GEMM runs here (checked above).
-        unsafe {
-            match wide {
-                true => gemm::sgemm_packing(m, k, n, &am, b, beta, gemm::Batches::whole(cm)),
-                false => gemm::sgemm_serial(m, k, n, &am, b, beta, gemm::Batches::whole(cm)),
-            }
-        };
-        true
-    }
-}
-
-impl Real for f64 {
-    fn tanh_all(xs: &mut [f64]) {
-        xs.iter_mut().for_each(|x| *x = x.tanh());
-    }
-
-    fn sigmoid_all(xs: &mut [f64]) {
-        xs.iter_mut().for_each(|x| *x = 1.0 / (1.0 + (-*x).exp()));
-    }
-}
-
-/// A row-major matrix view of the first `r * c` elements of `s`.
-pub(super) fn mat<T>(s: &[T], r: usize, c: usize) -> ArrayView2<'_, T> {
-    // The callers size every buffer from the same dimensions.
-    ArrayView2::from_shape((r, c), &s[..r * c]).unwrap_or_else(|e| panic!("{r}x{c} view: {e}"))
-}
-
-pub(super) fn mat_mut<T>(s: &mut [T], r: usize, c: usize) -> ArrayViewMut2<'_, T> {
-    ArrayViewMut2::from_shape((r, c), &mut s[..r * c])
-        .unwrap_or_else(|e| panic!("{r}x{c} view: {e}"))
-}
-
-/// `acc += ` the column sums of the `acc.len()`-wide rows of `rows`.
-pub(super) fn sum_rows<T: Element>(rows: &[T], acc: &mut [T]) {
-    for row in rows.chunks_exact(acc.len()) {
-        for (a, &v) in acc.iter_mut().zip(row) {
-            *a = a.add(v);
-        }
-    }
-}
 
 /// One pass over a batch: its sizes, the parameters and where each slot's lie, and how far each
 /// sample runs.

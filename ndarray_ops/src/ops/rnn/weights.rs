@@ -18,7 +18,7 @@ use std::sync::{Arc, OnceLock};
 use ndarray::{ArrayView2, ArrayViewMut2};
 use parking_lot::Mutex;
 
-use super::recurrence::Real;
+use super::real::Real;
 use crate::gemm;
 
 /// Where a block of weights lies: its first element's address, shape and strides.

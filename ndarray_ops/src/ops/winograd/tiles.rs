@@ -1,6 +1,8 @@
 //! The transforms of a row of tiles, a vector of tiles (or of channels) at a time, written once
 //! over [`Lanes`] and compiled for each width ([`widest!`]: 16 lanes where the products run
 //! with AVX-512, 8 where they run with AVX2).
+//! The bodies call the lanes' methods directly or through the `#[inline(always)]` helpers at
+//! the end, never from closures (see [`crate::ops::simd`]).
 
 use crate::ops::simd::{widest, Lanes};
 
@@ -35,29 +37,31 @@ unsafe fn weights_in<L: Lanes>(
     block: usize,
 ) {
     let half = l.splat(0.5);
-    // (a + b + c) / 2 and (a - b + c) / 2.
-    let plus = |a, b, c| l.mul(half, l.add(l.add(a, b), c));
-    let minus = |a, b, c| l.mul(half, l.add(l.sub(a, b), c));
     for i in (0..n).step_by(L::N) {
-        let g: [[L::V; 3]; 3] = std::array::from_fn(|ky| {
-            std::array::from_fn(|kx| {
+        let mut g = [[half; 3]; 3];
+        for (ky, row) in g.iter_mut().enumerate() {
+            for (kx, tap_value) in row.iter_mut().enumerate() {
                 let tap = match flipped {
                     true => 8 - 3 * ky - kx,
                     false => 3 * ky + kx,
                 };
                 // SAFETY: windows `i..n` lie inside the weights (the contract).
-                unsafe { l.gather(w.add(i * stride + tap), stride, n - i) }
-            })
-        });
+                *tap_value = unsafe { l.gather(w.add(i * stride + tap), stride, n - i) };
+            }
+        }
         // G g: rows g0, (g0 + g1 + g2) / 2, (g0 - g1 + g2) / 2, g2; then the same across.
-        let rows: [[L::V; 3]; 4] = [
-            g[0],
-            std::array::from_fn(|j| plus(g[0][j], g[1][j], g[2][j])),
-            std::array::from_fn(|j| minus(g[0][j], g[1][j], g[2][j])),
-            g[2],
-        ];
+        let mut rows = [g[0], g[0], g[0], g[2]];
+        for j in 0..3 {
+            rows[1][j] = plus(l, half, g[0][j], g[1][j], g[2][j]);
+            rows[2][j] = minus(l, half, g[0][j], g[1][j], g[2][j]);
+        }
         for (r, t) in rows.iter().enumerate() {
-            let out = [t[0], plus(t[0], t[1], t[2]), minus(t[0], t[1], t[2]), t[2]];
+            let out = [
+                t[0],
+                plus(l, half, t[0], t[1], t[2]),
+                minus(l, half, t[0], t[1], t[2]),
+                t[2],
+            ];
             for (q, value) in out.into_iter().enumerate() {
                 // SAFETY: position `4r + q`'s values `i..n` lie inside `U` (the contract).
                 unsafe { l.store(u.add((4 * r + q) * block + at + i), value, n - i) };
@@ -92,22 +96,27 @@ unsafe fn weight_sums_in<L: Lanes>(
     out: *mut f32,
 ) {
     let half = l.splat(0.5);
-    // G^T s: rows s0 + (s1 + s2) / 2, (s1 - s2) / 2, (s1 + s2) / 2 + s3; then across.
-    let reduce = |a, b, c, d| {
-        let mid = l.mul(half, l.add(b, c));
-        [l.add(a, mid), l.mul(half, l.sub(b, c)), l.add(mid, d)]
-    };
     for i in (0..n).step_by(L::N) {
-        let s: [L::V; 16] = std::array::from_fn(|xi| {
-            from.iter().fold(l.splat(0.0), |sum, p| {
+        let mut s = [l.splat(0.0); 16];
+        for (xi, sum) in s.iter_mut().enumerate() {
+            for p in from {
                 // SAFETY: channels `i..n` of the sums lie inside each of `from` (the contract).
-                l.add(sum, unsafe { l.load(p.add(xi * block + at + i), n - i) })
-            })
-        });
-        let rows: [[L::V; 3]; 4] =
-            std::array::from_fn(|q| reduce(s[q], s[4 + q], s[8 + q], s[12 + q]));
-        let windows: [[L::V; 3]; 3] =
-            std::array::from_fn(|ky| reduce(rows[0][ky], rows[1][ky], rows[2][ky], rows[3][ky]));
+                *sum = l.add(*sum, unsafe { l.load(p.add(xi * block + at + i), n - i) });
+            }
+        }
+        // G^T s down the positions' rows, then across.
+        let mut rows = [[half; 3]; 4];
+        for (q, row) in rows.iter_mut().enumerate() {
+            *row = reduce(l, half, [s[q], s[4 + q], s[8 + q], s[12 + q]]);
+        }
+        let mut windows = [[half; 3]; 3];
+        for (ky, window) in windows.iter_mut().enumerate() {
+            *window = reduce(
+                l,
+                half,
+                [rows[0][ky], rows[1][ky], rows[2][ky], rows[3][ky]],
+            );
+        }
         for (ky, window) in windows.into_iter().enumerate() {
             for (kx, value) in window.into_iter().enumerate() {
                 // SAFETY: channels `i..n`'s windows lie inside the weight gradient.
@@ -145,16 +154,15 @@ unsafe fn gradient_in<L: Lanes>(
     at: usize,
     block: usize,
 ) {
-    let spread = |a, b| [a, l.add(a, b), l.sub(a, b), l.sub(l.splat(0.0), b)];
     for j in (0..tw).step_by(L::N) {
         // SAFETY: each row holds `2 N` floats from `2j` (its length).
         let ((e0, o0), (e1, o1)) = unsafe {
             let p = padded.as_ptr().add(2 * j);
             (l.halves(p), l.halves(p.add(len)))
         };
-        let (evens, odds) = (spread(e0, e1), spread(o0, o1));
+        let (evens, odds) = (spread(l, e0, e1), spread(l, o0, o1));
         for k in 0..4 {
-            for (q, value) in spread(evens[k], odds[k]).into_iter().enumerate() {
+            for (q, value) in spread(l, evens[k], odds[k]).into_iter().enumerate() {
                 // SAFETY: position `4k + q`'s tiles `j..tw` of this row lie inside `z`.
                 unsafe { l.store(z.add((4 * k + q) * block + at + j), value, tw - j) };
             }
@@ -192,26 +200,21 @@ unsafe fn input_in<L: Lanes>(
 ) {
     for j in (0..tw).step_by(L::N) {
         // d[k][q]: column q of row k of the tiles' input blocks.
-        let d: [[L::V; 4]; 4] = std::array::from_fn(|k| {
+        let mut d = [[l.splat(0.0); 4]; 4];
+        for (k, row) in d.iter_mut().enumerate() {
             // SAFETY: row k holds `2 N` floats from `2j` and from `2j + 2` (its length).
-            unsafe {
+            let ((c0, c1), (c2, c3)) = unsafe {
                 let p = padded.as_ptr().add(k * len + 2 * j);
-                let ((c0, c1), (c2, c3)) = (l.halves(p), l.halves(p.add(2)));
-                [c0, c1, c2, c3]
-            }
-        });
+                (l.halves(p), l.halves(p.add(2)))
+            };
+            *row = [c0, c1, c2, c3];
+        }
         // B^T d: rows 0 - 2, 1 + 2, 2 - 1, 1 - 3; then the same across each row's columns.
-        let across = |a: [L::V; 4], b: [L::V; 4], sub: bool| -> [L::V; 4] {
-            std::array::from_fn(|q| match sub {
-                true => l.sub(a[q], b[q]),
-                false => l.add(a[q], b[q]),
-            })
-        };
         let rows = [
-            across(d[0], d[2], true),
-            across(d[1], d[2], false),
-            across(d[2], d[1], true),
-            across(d[1], d[3], true),
+            across(l, d[0], d[2], true),
+            across(l, d[1], d[2], false),
+            across(l, d[2], d[1], true),
+            across(l, d[1], d[3], true),
         ];
         for (k, row) in rows.iter().enumerate() {
             let out = [
@@ -259,19 +262,24 @@ unsafe fn output_in<L: Lanes>(
     second: bool,
 ) {
     for j in (0..tw).step_by(L::N) {
-        // SAFETY: position `xi`'s tiles `j..tw` lie inside `m`.
-        let mv: [L::V; 16] =
-            std::array::from_fn(|xi| unsafe { l.load(m.add(xi * block + at + j), tw - j) });
-        let e = |k: usize, q: usize| mv[4 * k + q];
+        // e[4k + q]: position (k, q) of the tiles.
+        let mut e = [l.splat(0.0); 16];
+        for (xi, value) in e.iter_mut().enumerate() {
+            // SAFETY: position `xi`'s tiles `j..tw` lie inside `m`.
+            *value = unsafe { l.load(m.add(xi * block + at + j), tw - j) };
+        }
         // A^T M: rows 0 + 1 + 2 and 1 - 2 - 3; then A across the columns the same way.
         for (a, to) in [(0, out), (1, out.wrapping_add(wo))] {
             if a == 1 && !second {
                 break;
             }
-            let s: [L::V; 4] = std::array::from_fn(|q| match a {
-                0 => l.add(l.add(e(0, q), e(1, q)), e(2, q)),
-                _ => l.sub(l.sub(e(1, q), e(2, q)), e(3, q)),
-            });
+            let mut s = [e[0]; 4];
+            for (q, value) in s.iter_mut().enumerate() {
+                *value = match a {
+                    0 => l.add(l.add(e[q], e[4 + q]), e[8 + q]),
+                    _ => l.sub(l.sub(e[4 + q], e[8 + q]), e[12 + q]),
+                };
+            }
             let y0 = l.add(l.add(s[0], s[1]), s[2]);
             let y1 = l.sub(l.sub(s[1], s[2]), s[3]);
             // Tile j's outputs at columns 2j and 2j + 1: the two interleaved.
@@ -286,4 +294,42 @@ unsafe fn output_in<L: Lanes>(
             }
         }
     }
+}
+
+/// `(a + b + c) / 2`, with `half` all 0.5.
+#[inline(always)]
+fn plus<L: Lanes>(l: L, half: L::V, a: L::V, b: L::V, c: L::V) -> L::V {
+    l.mul(half, l.add(l.add(a, b), c))
+}
+
+/// `(a - b + c) / 2`, with `half` all 0.5.
+#[inline(always)]
+fn minus<L: Lanes>(l: L, half: L::V, a: L::V, b: L::V, c: L::V) -> L::V {
+    l.mul(half, l.add(l.sub(a, b), c))
+}
+
+/// `G^T` of a column `s`: `s0 + (s1 + s2) / 2, (s1 - s2) / 2, (s1 + s2) / 2 + s3`.
+#[inline(always)]
+fn reduce<L: Lanes>(l: L, half: L::V, [a, b, c, d]: [L::V; 4]) -> [L::V; 3] {
+    let mid = l.mul(half, l.add(b, c));
+    [l.add(a, mid), l.mul(half, l.sub(b, c)), l.add(mid, d)]
+}
+
+/// `A` of a column: `a, a + b, a - b, -b`.
+#[inline(always)]
+fn spread<L: Lanes>(l: L, a: L::V, b: L::V) -> [L::V; 4] {
+    [a, l.add(a, b), l.sub(a, b), l.sub(l.splat(0.0), b)]
+}
+
+/// `a - b` (`sub`) or `a + b`, element by element.
+#[inline(always)]
+fn across<L: Lanes>(l: L, a: [L::V; 4], b: [L::V; 4], sub: bool) -> [L::V; 4] {
+    let mut out = a;
+    for (q, value) in out.iter_mut().enumerate() {
+        *value = match sub {
+            true => l.sub(a[q], b[q]),
+            false => l.add(a[q], b[q]),
+        };
+    }
+    out
 }
