@@ -38,7 +38,7 @@ unsafe fn weights_in<L: Lanes>(
 ) {
     let half = l.splat(0.5);
     for i in (0..n).step_by(L::N) {
-        let mut g = [[half; 3]; 3];
+        let mut g = [[l.splat(0.0); 3]; 3];
         for (ky, row) in g.iter_mut().enumerate() {
             for (kx, tap_value) in row.iter_mut().enumerate() {
                 let tap = match flipped {
@@ -105,11 +105,11 @@ unsafe fn weight_sums_in<L: Lanes>(
             }
         }
         // G^T s down the positions' rows, then across.
-        let mut rows = [[half; 3]; 4];
+        let mut rows = [[l.splat(0.0); 3]; 4];
         for (q, row) in rows.iter_mut().enumerate() {
             *row = reduce(l, half, [s[q], s[4 + q], s[8 + q], s[12 + q]]);
         }
-        let mut windows = [[half; 3]; 3];
+        let mut windows = [[l.splat(0.0); 3]; 3];
         for (ky, window) in windows.iter_mut().enumerate() {
             *window = reduce(
                 l,
