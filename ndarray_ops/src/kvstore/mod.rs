@@ -22,13 +22,15 @@
 //! briefly by every call. An updater may so pull from its store; a push or any updater change
 //! from inside the updater (which would wait for itself) is an error, not a hang.
 
+mod bucket;
 #[cfg(feature = "mpi")]
 mod dist;
 #[cfg(feature = "mpi")]
 mod dist_async;
+mod key;
 mod optimizer;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::mem::take;
 use std::path::Path;
@@ -37,54 +39,14 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use storage::Context;
 
+use bucket::{bucket_limit, Bucket, Pending, ALONE_BYTES};
+pub use key::Key;
 pub use optimizer::{Optimizer, Updater};
 
 use crate::error::{invalid, shape_error, Result};
 use crate::ops::names::op_name;
 use crate::ops::{prepare, Attrs, Call};
 use crate::{ndfile, NDArray, Runtime};
-
-/// A key: an integer or a string, as MXNet's stores take.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Key {
-    /// An integer key (a parameter's index).
-    Int(i64),
-    /// A string key (a parameter's name).
-    Str(String),
-}
-
-impl fmt::Display for Key {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Key::Int(i) => write!(f, "{i}"),
-            Key::Str(s) => write!(f, "'{s}'"),
-        }
-    }
-}
-
-impl From<i64> for Key {
-    fn from(i: i64) -> Key {
-        Key::Int(i)
-    }
-}
-
-impl From<i32> for Key {
-    fn from(i: i32) -> Key {
-        Key::Int(i.into())
-    }
-}
-
-impl From<&str> for Key {
-    fn from(s: &str) -> Key {
-        Key::Str(s.to_string())
-    }
-}
-
-impl From<String> for Key {
-    fn from(s: String) -> Key {
-        Key::Str(s)
-    }
-}
 
 /// Where a store keeps its values and runs its sums and updates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -177,105 +139,6 @@ struct Entry {
     /// The sum's attributes, for the last count of values summed (kept: a map made per push
     /// would be parsed per push).
     sum_attrs: (usize, Attrs),
-}
-
-/// A pushed value waiting in the bucket for its sum across processes, and what its update
-/// then needs.
-pub(crate) struct Pending {
-    key: Key,
-    /// The sum within this process.
-    merged: NDArray,
-    /// Where the sum over the ranks lands.
-    reduced: NDArray,
-    stored: NDArray,
-    priority: i32,
-    /// Whether `merged` is a span of the bucket's packed buffer.
-    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
-    packed: bool,
-}
-
-/// The values pushed but not yet sent across processes, and their bytes.
-#[derive(Default)]
-struct Bucket {
-    parts: Vec<Pending>,
-    bytes: usize,
-    /// The values under [`ALONE_BYTES`], copied here one after another at their pushes: the
-    /// bucket's sum reads them from here (the caller may write its arrays before the bucket
-    /// goes), in one collective. Made at the bucket's first such value, with room for as many as
-    /// the bucket can hold and one element more, for the rank's health.
-    packed: Option<NDArray>,
-    /// Elements of `packed` in use.
-    filled: usize,
-    /// The packed buffers of buckets sent before, for later buckets: two, used in turn, so that
-    /// a bucket packs its values while the one before it is summed (the engine orders a
-    /// buffer's reuse after its sum). Made per bucket instead, a round of one 4 KB key took
-    /// longer by the allocation and the buffer's release through the engine.
-    spare: VecDeque<NDArray>,
-}
-
-impl Bucket {
-    /// The span of the packed buffer after the values already there, for a copy of `value`;
-    /// taken by adding its elements to `filled` once the copy is pushed (a copy refused then
-    /// leaves no gap: the sums are copied out in the order of the parts, end to end).
-    fn slot(&mut self, value: &NDArray) -> Result<NDArray> {
-        let n = value.size();
-        let buf = match &self.packed {
-            Some(buf) => buf.clone(),
-            None => {
-                let fits = |b: &NDArray| b.dtype() == value.dtype() && b.ctx() == value.ctx();
-                if !self.spare.iter().all(fits) {
-                    self.spare.clear();
-                }
-                let buf = match self.spare.len() >= 2 {
-                    true => self.spare.pop_front(),
-                    false => None,
-                };
-                let buf = match buf {
-                    Some(buf) => buf,
-                    None => {
-                        let room = (bucket_limit() + ALONE_BYTES) / value.dtype().size() + 1;
-                        value.runtime().empty(&[room], value.dtype(), value.ctx())?
-                    }
-                };
-                self.packed = Some(buf.clone());
-                buf
-            }
-        };
-        // The bucket is sent before it holds its limit, and a packed value is under
-        // ALONE_BYTES: the room above always suffices.
-        if self.filled + n + 1 > buf.size() {
-            return Err(invalid(
-                "kvstore push",
-                format!(
-                    "the bucket's packed buffer of {} elements has no room for {n} more after {}",
-                    buf.size(),
-                    self.filled
-                ),
-            ));
-        }
-        buf.slice(self.filled, self.filled + n)?
-            .reshape(value.shape())
-    }
-}
-
-/// Values at least this large (bytes) go across processes as soon as they are pushed, each in
-/// an allreduce of its own, read where they lie; smaller ones are packed into a bucket's buffer.
-/// Packing costs a copy at the push and one out of the sums, as long as the collective itself
-/// from about 64 KB on (MPI's 64 KB sum took 17 µs on two processes of one host), while a
-/// collective of its own costs microseconds of latency: packed, 64 keys of 1 MB each took three
-/// times as long as 64 of MPI's own sums.
-const ALONE_BYTES: usize = 64 << 10;
-
-/// How many bytes a bucket collects before it is sent (`MXRS_KVSTORE_BUCKET_BYTES`, 4 MiB by
-/// default; it must be the same on every rank).
-fn bucket_limit() -> usize {
-    static LIMIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *LIMIT.get_or_init(|| {
-        std::env::var("MXRS_KVSTORE_BUCKET_BYTES")
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(4 << 20)
-    })
 }
 
 /// A key-value store over one runtime's engine.
