@@ -3,6 +3,9 @@
 //!
 //! `cargo build --release --features mpi --example kvstore_bench && mpiexec -n 2 target/release/examples/kvstore_bench [--json] [--max-bytes N]`
 //!
+//! Two ranks on one host sum through shared memory; to time them as between machines, make
+//! MPICH (over UCX) send through TCP: `MPIR_CVAR_NOLOCAL=1 UCX_TLS=tcp,self mpiexec ...`.
+//!
 //! Per payload (1 KB to 64 MB, float32), the mean seconds of a push and a pull of one key
 //! waited for (the store's whole round, as a trainer uses it: the array pulled into is the one
 //! the store keeps, `init_shared`, so the sum over the ranks lands in it), of a `pushpull` of
