@@ -11,7 +11,9 @@
 //! after a barrier seeing them all; staleness counted as the updates a gradient did not see; a
 //! failed update on rank 0 reported to the rank that pushed it; pulls in flight together, each
 //! reply landing in its own key's array while another key's is held back; and a dead rank 0,
-//! or one alive that never answers, failing a pull within the timeout.
+//! or one alive that never answers, failing a pull within the timeout. The sums, the optimizer
+//! and the errors run again, and payloads up to 4 MB through both kinds, with MPICH sending
+//! through TCP as between machines.
 #![cfg(feature = "mpi")]
 
 use std::process::Command;
@@ -100,12 +102,30 @@ fn bits(v: &[f32]) -> String {
         .join(",")
 }
 
+/// MPICH's hints (over UCX) to send through TCP even between ranks of one host, as between
+/// machines: its network path, where a large message waits for the receiver's progress (a
+/// rendezvous) instead of going through shared memory. Other MPI libraries ignore them.
+const OVER_TCP: &[(&str, &str)] = &[("MPIR_CVAR_NOLOCAL", "1"), ("UCX_TLS", "tcp,self")];
+
 #[test]
 fn sums_optimizers_and_errors_across_two_ranks() {
     if in_rank() || !have_mpiexec() {
         return;
     }
-    let (ok, out, err) = launch("sums_optimizers_and_errors_rank", &[]);
+    check_sums_optimizers_and_errors(&[]);
+}
+
+#[test]
+fn sums_optimizers_and_errors_across_two_ranks_over_tcp() {
+    if in_rank() || !have_mpiexec() {
+        return;
+    }
+    check_sums_optimizers_and_errors(OVER_TCP);
+}
+
+/// Runs `sums_optimizers_and_errors_rank` on two ranks with `env` and checks what they print.
+fn check_sums_optimizers_and_errors(env: &[(&str, &str)]) {
+    let (ok, out, err) = launch("sums_optimizers_and_errors_rank", env);
     assert!(ok, "the ranks failed:\n{out}\n{err}");
     for r in 0..2 {
         assert_eq!(lines(&out, r, "workers"), vec!["2"], "{out}");
@@ -472,6 +492,135 @@ fn many_small_buckets_reuse_their_packed_buffers_and_sum_exactly() {
     for r in 0..2 {
         assert_eq!(lines(&out, r, "rounds"), vec!["5 of 5 exact"], "{out}");
     }
+}
+
+#[test]
+fn large_values_sum_and_travel_exactly_over_shared_memory_and_tcp() {
+    if in_rank() || !have_mpiexec() {
+        return;
+    }
+    for env in [&[][..], OVER_TCP] {
+        let mut env = env.to_vec();
+        env.push(("MXRS_KVSTORE_TIMEOUT", "60"));
+        let (ok, out, err) = launch("large_values_rank", &env);
+        assert!(ok, "the ranks failed ({env:?}):\n{out}\n{err}");
+        for r in 0..2 {
+            // Each size summed exactly by push + pull and by pushpull, three rounds.
+            assert_eq!(
+                lines(&out, r, "sync"),
+                vec!["1024 4096 65536 1048576 exact"],
+                "{env:?}\n{out}"
+            );
+            // Rank 0 applied its 3 pushes and rank 1's 3 of the 4 MB gradient.
+            assert_eq!(lines(&out, r, "async"), vec!["exact"], "{env:?}\n{out}");
+        }
+        // The optimizer's weights bit for bit the same on both ranks.
+        let w = lines(&out, 0, "weights");
+        assert_eq!(w.len(), 1, "{out}");
+        assert_eq!(w, lines(&out, 1, "weights"), "{env:?}");
+    }
+}
+
+/// Element `i` of rank `rank`'s value in round `round`: integers, so that any order of the sum
+/// gives the same float.
+fn large_grad(round: usize, i: usize, rank: usize) -> f32 {
+    ((i * 13 + round * 5 + rank * 3) % 1000) as f32
+}
+
+/// Payloads from 4 KB to 4 MB through `dist_sync` (alone at their push from 64 KB, packed below;
+/// push + pull and `pushpull`) and a 4 MB gradient each rank sends to rank 0 through
+/// `dist_async`: messages large enough that MPI moves them in several pieces.
+#[test]
+fn large_values_rank() {
+    if !in_rank() {
+        return;
+    }
+    let rt = rt();
+    let host = Context::cpu(0);
+    let kv = KVStore::create(&rt, "dist_sync").unwrap();
+    let rank = kv.rank();
+    let sizes = [1024usize, 4096, 65536, 1 << 20];
+    let mut exact = true;
+    for (k, &n) in sizes.iter().enumerate() {
+        let stored = rt.zeros(&[n], ndarray_ops::DType::F32, host).unwrap();
+        kv.init(k as i32, &stored).unwrap();
+        let out = rt.zeros(&[n], ndarray_ops::DType::F32, host).unwrap();
+        for round in 0..3 {
+            let v = (0..n).map(|i| large_grad(round, i, rank)).collect();
+            let g = rt.from_vec(v, &[n], host).unwrap();
+            match round % 2 {
+                0 => {
+                    kv.push(k as i32, &[&g], 0).unwrap();
+                    kv.pull(k as i32, &[&out], 0).unwrap();
+                }
+                _ => kv.pushpull(k as i32, &[&g], &[&out], 0).unwrap(),
+            }
+            let got = values(&out);
+            exact &= (0..n).all(|i| got[i] == large_grad(round, i, 0) + large_grad(round, i, 1));
+        }
+    }
+    let verdict = if exact { "exact" } else { "wrong" };
+    let list: Vec<String> = sizes.iter().map(|n| n.to_string()).collect();
+    println!("rank{rank} sync {} {verdict}", list.join(" "));
+
+    // An optimizer's step on a 4 MB weight: the same bits on both ranks.
+    let w = rt
+        .from_vec(vec![0.5f32; 1 << 20], &[1 << 20], host)
+        .unwrap();
+    kv.init("w", &w).unwrap();
+    let sgd = Sgd {
+        lr: 0.1,
+        momentum: 0.9,
+        wd: 0.0,
+    };
+    kv.set_optimizer(Optimizer::sgd(sgd)).unwrap();
+    for round in 0..2 {
+        let v = (0..1 << 20)
+            .map(|i| large_grad(round, i, rank) * 1e-3)
+            .collect();
+        let g = rt.from_vec(v, &[1 << 20], host).unwrap();
+        kv.push("w", &[&g], 0).unwrap();
+    }
+    kv.pull("w", &[&w], 0).unwrap();
+    let got = values(&w);
+    let digest = got.iter().fold(0u64, |h, x| {
+        (h ^ u64::from(x.to_bits())).wrapping_mul(0x0100_0000_01b3)
+    });
+    println!("rank{rank} weights {digest:016x}");
+    kv.barrier().unwrap();
+    drop(kv);
+
+    // dist_async: both ranks push a 4 MB gradient three times; rank 0 adds each as it comes.
+    let kv = KVStore::create(&rt, "dist_async").unwrap();
+    let n = 1 << 20;
+    let a = rt.zeros(&[n], ndarray_ops::DType::F32, host).unwrap();
+    kv.init("a", &a).unwrap();
+    kv.set_updater(
+        |_: &ndarray_ops::kvstore::Key, merged: &NDArray, stored: &NDArray| {
+            stored.add_inplace(merged)
+        },
+    )
+    .unwrap();
+    for round in 0..3 {
+        let v = (0..n).map(|i| large_grad(round, i, rank)).collect();
+        let g = rt.from_vec(v, &[n], host).unwrap();
+        kv.push("a", &[&g], 0).unwrap();
+    }
+    kv.barrier().unwrap();
+    kv.pull("a", &[&a], 0).unwrap();
+    let got = values(&a);
+    let want = |i: usize| -> f32 {
+        (0..3)
+            .flat_map(|round| (0..2).map(move |r| large_grad(round, i, r)))
+            .sum()
+    };
+    let verdict = if (0..n).all(|i| got[i] == want(i)) {
+        "exact"
+    } else {
+        "wrong"
+    };
+    println!("rank{rank} async {verdict}");
+    kv.barrier().unwrap();
 }
 
 /// Round `round`, key `k`, element `i` of rank `rank`'s gradient.
