@@ -720,7 +720,7 @@ fn a_rank_that_dies_fails_the_job_within_the_timeout() {
     }
     // Either MPI's launcher ends the job when a rank exits early, or the survivor's sum times
     // out: never a hang.
-    a_death_ends_the_job("a_dying_rank", "rank0 finished", &[]);
+    a_death_ends_the_job("a_dying_rank", "rank0 finished", &[], 1);
 }
 
 #[test]
@@ -729,29 +729,40 @@ fn a_dead_rank_fails_the_job_within_the_timeout_over_tcp() {
         return;
     }
     // Over a network the dead peer's connection closes instead of going quiet.
-    a_death_ends_the_job("a_dying_rank", "rank0 finished", OVER_TCP);
-    a_death_ends_the_job("a_dead_async_server", "rank1 finished", OVER_TCP);
+    a_death_ends_the_job("a_dying_rank", "rank0 finished", OVER_TCP, 3);
+    a_death_ends_the_job("a_dead_async_server", "rank1 finished", OVER_TCP, 3);
 }
 
 /// Launches rank test `name`, in which a rank dies, with a 3 s timeout and `env`: the job must
-/// fail within a minute, the survivor must not print `survivor_done`, and the output must say
-/// why (MPI's launcher's report of the dead rank, or the survivor's timeout).
-fn a_death_ends_the_job(name: &str, survivor_done: &str, env: &[(&str, &str)]) {
-    let start = Instant::now();
+/// fail within a minute and the survivor must not print `survivor_done`, and the output must say
+/// why (MPI's launcher's report of the dead rank, the survivor's timeout, or, over a network,
+/// MPI's own report of the survivor's failed send to the dead rank). MPICH's launcher, killing
+/// the survivor, at times loses every rank's last words (over TCP about one job in twelve), so
+/// the job runs up to `tries` times until one says why; every run must end as above.
+fn a_death_ends_the_job(name: &str, survivor_done: &str, env: &[(&str, &str)], tries: usize) {
     let mut env = env.to_vec();
     env.push(("MXRS_KVSTORE_TIMEOUT", "3"));
-    let (ok, out, err) = launch(name, &env);
-    assert!(
-        job_failed(ok, &err),
-        "the job should have failed:\n{out}\n{err}"
-    );
-    assert!(start.elapsed() < Duration::from_secs(60), "{out}\n{err}");
-    assert!(!out.contains(survivor_done), "{out}\n{err}");
-    let said = format!("{out}{err}");
-    assert!(
-        said.contains("BAD TERMINATION") || said.contains("did not complete within"),
-        "no word of the dead rank:\n{said}"
-    );
+    let mut said = String::new();
+    for _ in 0..tries {
+        let start = Instant::now();
+        let (ok, out, err) = launch(name, &env);
+        assert!(
+            job_failed(ok, &err),
+            "the job should have failed:\n{out}\n{err}"
+        );
+        assert!(start.elapsed() < Duration::from_secs(60), "{out}\n{err}");
+        assert!(!out.contains(survivor_done), "{out}\n{err}");
+        said = format!("{out}{err}");
+        let words = [
+            "BAD TERMINATION",
+            "did not complete within",
+            "Fatal error in",
+        ];
+        if words.iter().any(|word| said.contains(word)) {
+            return;
+        }
+    }
+    panic!("no word of the dead rank in {tries} runs; the last:\n{said}");
 }
 
 #[test]
@@ -976,7 +987,7 @@ fn a_dead_rank_0_fails_a_dist_async_pull_within_the_timeout() {
     if in_rank() || !have_mpiexec() {
         return;
     }
-    a_death_ends_the_job("a_dead_async_server", "rank1 finished", &[]);
+    a_death_ends_the_job("a_dead_async_server", "rank1 finished", &[], 1);
 }
 
 #[test]
