@@ -54,6 +54,26 @@ fn init_then_pull_gives_the_value_into_every_output() {
 }
 
 #[test]
+fn broadcast_stores_the_value_and_copies_it_out() {
+    let rt = rt();
+    for kind in ["local", "device"] {
+        let kv = KVStore::create(&rt, kind).unwrap();
+        let v = arr(&rt, &[4.0, 5.0], Context::cpu(1));
+        let outs: Vec<NDArray> = (0..2)
+            .map(|d| rt.zeros(&[2], v.dtype(), Context::cpu(d)).unwrap())
+            .collect();
+        let refs: Vec<&NDArray> = outs.iter().collect();
+        kv.broadcast("w", &v, &refs, 0).unwrap();
+        for o in &outs {
+            assert_eq!(values(o), vec![4.0, 5.0], "{kind}");
+        }
+        // Stored as init stores: a second broadcast of the key is refused, naming it.
+        let err = kv.broadcast("w", &v, &refs, 0).unwrap_err().to_string();
+        assert!(err.contains("'w' is already initialized"), "{err}");
+    }
+}
+
+#[test]
 fn a_push_of_several_devices_values_stores_their_sum() {
     for kind in ["local", "device"] {
         let rt = rt();

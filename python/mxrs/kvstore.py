@@ -46,6 +46,9 @@ def _pairs(key: Any, value: Any) -> list[tuple[Any, list[NDArray]]]:
 class KVStore:
     """A key-value store; make one with :func:`create`."""
 
+    #: The capability :meth:`is_capable` names for running an optimizer in the store.
+    OPTIMIZER = "optimizer"
+
     def __init__(self, kind: str = "local") -> None:
         self._kv = _native.KVStore(kind)
         self._updater: Callable[..., None] | None = None
@@ -81,6 +84,20 @@ class KVStore:
         processes every rank starts from rank 0's value."""
         for k, vs in _pairs(key, value):
             self._kv.init(k, vs[0])
+
+    def broadcast(self, key: Any, value: Any, out: Any, priority: int = 0) -> None:
+        """Stores ``value`` under ``key`` (or each of a list of keys) and copies it into ``out``
+        (an array or a list of them, per key), as MXNet 1.9's ``broadcast``: across processes
+        every rank's ``out`` gets rank 0's value."""
+        self.init(key, value)
+        self.pull(key, out=out, priority=priority)
+
+    def is_capable(self, capability: str) -> bool:
+        """Whether the store can do ``capability``: :attr:`OPTIMIZER` (every kind runs an
+        optimizer where it keeps the weights)."""
+        if capability.lower() == self.OPTIMIZER:
+            return True
+        raise ValueError(f"unknown capability {capability!r} (known: {self.OPTIMIZER!r})")
 
     def push(self, key: Any, value: Any, priority: int = 0) -> None:
         """Sums the arrays given for ``key`` and updates its value from the sum."""

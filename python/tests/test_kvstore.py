@@ -1,7 +1,7 @@
 """mx.kv within one process, with the cases of MXNet 1.9.1's test_kvstore.py: one key and
 lists of keys, the sum of one value per device, an updater, str keys, the optimizer through the
-store against its formula, optimizer states saved and restored, clear errors; and Module
-training through a store equal to training without one."""
+store against its formula, optimizer states saved and restored, broadcast, clear errors; and
+Module training through a store equal to training without one."""
 
 from __future__ import annotations
 
@@ -119,6 +119,23 @@ def test_optimizer_through_the_store_and_its_states(tmp_path: Path) -> None:
     np.testing.assert_array_equal(run(b, range(3, 6)), end)
     c = store(middle)
     assert not np.array_equal(run(c, range(3, 6)), end), "the momentum made no difference"
+
+
+def test_broadcast_and_capabilities() -> None:
+    kv = mx.kv.create()
+    devices = [mx.cpu(i) for i in range(2)]
+    outs = [mx.nd.zeros(SHAPE, ctx=d) for d in devices]
+    kv.broadcast("w", mx.nd.ones(SHAPE) * 3, out=outs)
+    for o in outs:
+        check(o, 3)
+    # A list of keys, one value and one output each.
+    outs = [mx.nd.zeros(SHAPE) for _ in KEYS]
+    kv.broadcast(KEYS, [mx.nd.ones(SHAPE) * k for k in KEYS], out=outs)
+    for k, o in zip(KEYS, outs):
+        check(o, k)
+    assert kv.is_capable(mx.kv.KVStore.OPTIMIZER)
+    with pytest.raises(ValueError, match="unknown capability 'sparse'"):
+        kv.is_capable("sparse")
 
 
 def test_mistakes_are_errors() -> None:

@@ -353,6 +353,20 @@ impl KVStore {
         self.init_entry(key.into(), value, true)
     }
 
+    /// Stores a copy of `value` under `key` and copies it into every array of `outs`, as
+    /// MXNet's `broadcast`: across processes every rank's `outs` get rank 0's value.
+    pub fn broadcast(
+        &self,
+        key: impl Into<Key>,
+        value: &NDArray,
+        outs: &[&NDArray],
+        priority: i32,
+    ) -> Result<()> {
+        let key = key.into();
+        self.init(key.clone(), value)?;
+        self.pull(key, outs, priority)
+    }
+
     fn init_entry(&self, key: Key, value: &NDArray, share: bool) -> Result<()> {
         self.flush("init")?;
         let mut entries = self.entries.lock();
