@@ -273,7 +273,7 @@ unsafe fn output_in<L: Lanes>(
             if a == 1 && !second {
                 break;
             }
-            let mut s = [e[0]; 4];
+            let mut s = [l.splat(0.0); 4];
             for (q, value) in s.iter_mut().enumerate() {
                 *value = match a {
                     0 => l.add(l.add(e[q], e[4 + q]), e[8 + q]),
@@ -324,7 +324,7 @@ fn spread<L: Lanes>(l: L, a: L::V, b: L::V) -> [L::V; 4] {
 /// `a - b` (`sub`) or `a + b`, element by element.
 #[inline(always)]
 fn across<L: Lanes>(l: L, a: [L::V; 4], b: [L::V; 4], sub: bool) -> [L::V; 4] {
-    let mut out = a;
+    let mut out = [l.splat(0.0); 4];
     for (q, value) in out.iter_mut().enumerate() {
         *value = match sub {
             true => l.sub(a[q], b[q]),
