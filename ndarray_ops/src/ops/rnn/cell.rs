@@ -63,6 +63,9 @@ pub(super) fn lstm_row_scalar<T: Real>(row: LstmRow<'_, T>) {
     }
 }
 
+/// Hidden units a forward row's two passes take at a time (a multiple of every vector width).
+const PARK: usize = 256;
+
 /// The formula a vector at a time through [`crate::ops::vecmath`]'s sigmoid and tanh (the
 /// functions the unfused pass calls over whole blocks), a masked vector for a ragged end.
 impl SimdOp for LstmRow<'_, f32> {
@@ -89,32 +92,51 @@ impl SimdOp for LstmRow<'_, f32> {
         let input = input.map(|s| s.as_mut_ptr());
         let kept = kept.map(|k| k.map(|s| s.as_mut_ptr()));
         let (cell, next, out) = (cell.as_mut_ptr(), next.as_mut_ptr(), out.as_mut_ptr());
-        for j in (0..w).step_by(lanes) {
-            let at = Lanes::new(ops, w, j);
-            // SAFETY: every run holds `w` elements (asserted above), so the lanes `at` keeps
-            // lie inside each; the written runs came as `&mut`, nothing else borrows them.
-            unsafe {
-                let mut v = [ops.zero(); 4];
-                for q in 0..4 {
-                    let x = ops.add(at.load(input[q]), at.load(bx[q].as_ptr()));
-                    v[q] = ops.add(x, at.load(bh[q].as_ptr()));
-                }
-                let i = Sigmoid::apply(isa, v[0]);
-                let f = Sigmoid::apply(isa, v[1]);
-                let g = Tanh::apply(isa, v[2]);
-                let o = Sigmoid::apply(isa, v[3]);
-                let c = ops.add(ops.mul(f, at.load(cell)), ops.mul(i, g));
-                let tc = Tanh::apply(isa, c);
-                let h = ops.mul(o, tc);
-                at.store(c, cell);
-                at.store(h, next);
-                at.store(h, out);
-                if let Some([kc, ktc]) = kept {
-                    for (q, a) in [i, f, g, o].into_iter().enumerate() {
-                        at.store(a, input[q]);
+        // Two passes over each chunk of the row: the gates and the new cell, then the cell's
+        // tanh and the state, the output gate parked between them. In one pass, each vector's
+        // chain (four activations, the cell, its tanh) was longer than the core overlapped
+        // with the next vector's: 32 rows of 256 units took about 18 µs on one core of a Zen 4,
+        // in two about 15 (the same bits: each element's arithmetic is unchanged).
+        let mut park = [0f32; PARK];
+        for j0 in (0..w).step_by(PARK) {
+            let end = (j0 + PARK).min(w);
+            for j in (j0..end).step_by(lanes) {
+                let at = Lanes::new(ops, w, j);
+                // SAFETY: every run holds `w` elements (asserted above), so the lanes `at`
+                // keeps lie inside each, and `park` holds those from `j0`; the written runs
+                // came as `&mut`, nothing else borrows them.
+                unsafe {
+                    let mut v = [ops.zero(); 4];
+                    for q in 0..4 {
+                        let x = ops.add(at.load(input[q]), at.load(bx[q].as_ptr()));
+                        v[q] = ops.add(x, at.load(bh[q].as_ptr()));
                     }
-                    at.store(c, kc);
-                    at.store(tc, ktc);
+                    let i = Sigmoid::apply(isa, v[0]);
+                    let f = Sigmoid::apply(isa, v[1]);
+                    let g = Tanh::apply(isa, v[2]);
+                    let o = Sigmoid::apply(isa, v[3]);
+                    let c = ops.add(ops.mul(f, at.load(cell)), ops.mul(i, g));
+                    at.store(c, cell);
+                    at.from(j0).store(o, park.as_mut_ptr());
+                    if let Some([kc, _]) = kept {
+                        for (q, a) in [i, f, g, o].into_iter().enumerate() {
+                            at.store(a, input[q]);
+                        }
+                        at.store(c, kc);
+                    }
+                }
+            }
+            for j in (j0..end).step_by(lanes) {
+                let at = Lanes::new(ops, w, j);
+                // SAFETY: as above.
+                unsafe {
+                    let tc = Tanh::apply(isa, at.load(cell));
+                    let h = ops.mul(at.from(j0).load(park.as_ptr()), tc);
+                    at.store(h, next);
+                    at.store(h, out);
+                    if let Some([_, ktc]) = kept {
+                        at.store(tc, ktc);
+                    }
                 }
             }
         }
@@ -246,6 +268,16 @@ impl<O: NumOps<f32>> Lanes<O> {
     fn new(ops: O, w: usize, j: usize) -> Self {
         let mask = ops.first_n_mask((w - j).min(ops.len()));
         Lanes { ops, mask, j }
+    }
+
+    /// The same lanes counted from `j0` (at most `j`): for a buffer that holds a run's
+    /// elements from `j0` on.
+    #[inline(always)]
+    fn from(self, j0: usize) -> Self {
+        Lanes {
+            j: self.j - j0,
+            ..self
+        }
     }
 
     /// # Safety

@@ -1,5 +1,6 @@
 //! The recurrence's pieces against plain formulas.
 
+use super::weights::Packs;
 use super::{Attrs, Pass, Real, Rnn};
 
 /// `param_count` (checked, used to refuse attributes) and the slots the kernels lay the
@@ -270,13 +271,20 @@ fn every_cut_into_units_gives_the_same_layer() {
 
 /// Layers run two at a time as a wavefront (on a pool of two threads) give the same bits as
 /// the same layers one after the other, in every mode, for a pair alone and a pair with a
-/// layer above it, with samples of full, partial and zero length, kept trace or not: the
-/// upper layer's input projection made step by step in two parts, or a step of either layer
-/// run before what it reads, shows here. (Float64, on `matrixmultiply`, runs layer by layer.)
+/// layer above it, with samples of full, partial and zero length, kept trace or not, with and
+/// without kept packs, of one unit a step and of two (whose last upper step the two threads
+/// share, where its scratch allows: not GRU's of 65 units): the upper layer's input projection
+/// made step by step in two parts, or a step of either layer run before what it reads, shows
+/// here. (Float64, on `matrixmultiply`, runs layer by layer.)
 #[test]
 fn layers_in_pairs_are_the_layers_one_after_the_other() {
-    fn run<T: Real + Copy + std::fmt::Debug>(mode: &str, layers: usize, keep: bool) -> Vec<Vec<T>> {
-        let (steps, nb, input, hidden) = (6, 3, 7, 40);
+    fn run<T: Real + Copy + std::fmt::Debug>(
+        mode: &str,
+        layers: usize,
+        keep: bool,
+        (hidden, packed): (usize, bool),
+    ) -> Vec<Vec<T>> {
+        let (steps, nb, input) = (6, 3, 7);
         let attrs = Attrs::new()
             .with("mode", mode)
             .with("num_layers", layers)
@@ -285,7 +293,12 @@ fn layers_in_pairs_are_the_layers_one_after_the_other() {
         let value =
             |i: usize, scale: f64| T::from_f64(((i * 7919 % 1000) as f64 / 500.0 - 1.0) * scale);
         let params: Vec<T> = (0..r.slots(input).1).map(|i| value(i, 0.3)).collect();
+        let mut packs = Packs::default();
         let pass = Pass::new(r, &[steps, nb, input], &params, Some(vec![6, 2, 0]));
+        let pass = match packed {
+            true => pass.with_packs(packs.at((1, 1))),
+            false => pass,
+        };
         let x: Vec<T> = (0..steps * nb * input)
             .map(|i| value(i + 11, 1.0))
             .collect();
@@ -360,8 +373,10 @@ fn layers_in_pairs_are_the_layers_one_after_the_other() {
     for mode in ["rnn_relu", "rnn_tanh", "lstm", "gru"] {
         for layers in [2, 3] {
             for keep in [false, true] {
-                run::<f32>(mode, layers, keep);
-                run::<f64>(mode, layers, keep);
+                for size in [(40, false), (40, true), (64, true), (65, true)] {
+                    run::<f32>(mode, layers, keep, size);
+                    run::<f64>(mode, layers, keep, size);
+                }
             }
         }
     }
