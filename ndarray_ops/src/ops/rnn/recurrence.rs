@@ -439,29 +439,32 @@ impl<'a, T: Real> Pass<'a, T> {
             };
             weights[p].product(&mat(x, nb, s.input), &mut c, false);
         };
-        // The upper layer's last step, which the leader would otherwise watch, cut into the
-        // pass's units (two, as many as threads): the leader makes the whole projection of its
+        // The upper layer's last step, which the leader would otherwise watch, cut into two
+        // units of hidden units (for 64 or more): the leader makes the whole projection of its
         // row, then each thread runs a unit (a two-layer LSTM of 256 units: 11.37 -> 11.23 ms a
         // pass, with the cells' two passes). Only with kept packs: the units' weights are
         // packed apart from the whole step's (1 MiB more for that LSTM), once for all passes;
         // packed at every pass, they would cost about what the cut saves.
-        let last = self.steps - 1;
-        let halves = (self.units == 2
-            && self.packs.is_some()
-            && self.scratch_for(self.units) <= self.scratch_for(1))
-        .then(|| upper.cut(self.units, self.step_weights((l + 1, 0), self.units)));
+        let (last, units) = (self.steps - 1, units_for(self.r.hidden));
+        let halves =
+            (units == 2 && self.packs.is_some() && self.scratch_for(units) <= self.scratch_for(1))
+                .then(|| upper.cut(units, self.step_weights((l + 1, 0), units)));
         // Each thread packs the weights it multiplies by before the first step, both at once:
         // packed at its first product, the follower's started a step behind and ended one.
         rayon::join(
             || {
                 lower.prepare();
                 weights[0].prepare();
-                halves.as_ref().inspect(|h| h.prepare_unit(0));
+                if let Some(h) = &halves {
+                    h.prepare_unit(0);
+                }
             },
             || {
                 upper.prepare();
                 weights[1].prepare();
-                halves.as_ref().inspect(|h| h.prepare_unit(1));
+                if let Some(h) = &halves {
+                    h.prepare_unit(1);
+                }
             },
         );
         // The leader's first step beside the rest of its projection, then the wavefront from
@@ -761,8 +764,8 @@ struct LayerSteps<'p, 'a, T> {
 
 impl<'a, T: Real> LayerSteps<'_, 'a, T> {
     /// Unit `u` of step `step`. Its products need only the state before; the LSTM adds its
-    /// hidden projections onto the input projections in the trace and runs its cell as one
-    /// fused pass per sample ([`Real::lstm_row`]); the other modes keep their hidden
+    /// hidden projections onto the input projections in the trace and runs its cell fused,
+    /// a call per sample ([`Real::lstm_row`]); the other modes keep their hidden
     /// projections gate after gate over every sample, so that each activation is one call over
     /// the whole block.
     fn run(&self, step: usize, u: usize) {
