@@ -1,6 +1,6 @@
 //! One LSTM step of one sample over a run of hidden units, fused: the biases, the four gates'
-//! activations, the new cell, its tanh and the new state in one pass through registers. As
-//! separate passes (the biases, each activation over its block, the cell, the state, the
+//! activations and the new cell, then its tanh and the new state, in one call whose two
+//! passes over each chunk of the run stay in the first-level cache. As separate passes (the biases, each activation over its block, the cell, the state, the
 //! copies to the output and the next state) each went back to memory, and they took a sixth of
 //! an LSTM's forward pass. The arithmetic is the unfused formula's, operation for operation,
 //! so both give the same bits; the biases are added in MXNet's order, after the input and
