@@ -35,6 +35,7 @@ use crate::resources::{KernelRes, Resource, StateSlot};
 use crate::symbol::grad;
 use crate::{DType, Element};
 
+mod backward_steps;
 mod cell;
 mod kernels;
 mod real;

@@ -1,10 +1,11 @@
-//! The recurrence itself: a pass over the sequence and one step of it, forward and backward.
+//! The recurrence forward: a pass over the sequence, its layers one at a time or two at once,
+//! and one step of it (the backward steps are `backward_steps`).
 
 use std::ops::Range;
 
 use ndarray::s;
 
-use super::cell::{LstmGradRow, LstmRow};
+use super::cell::LstmRow;
 use super::*;
 use crate::ops::lockstep::{lockstep, wavefront};
 use crate::ops::par::wide;
@@ -117,7 +118,7 @@ pub(super) fn unit_cols(hidden: usize, units: usize, u: usize) -> Range<usize> {
 /// # Safety
 /// The row lies inside the buffer, and nobody else reads or writes these columns while the
 /// slices live.
-unsafe fn gate_cols<'s, T>(
+pub(super) unsafe fn gate_cols<'s, T>(
     p: Shared<T>,
     at: usize,
     h: usize,
@@ -136,7 +137,7 @@ unsafe fn gate_cols<'s, T>(
 /// The first `parts` blocks of `h` of the row at `at` of `buf` (a trace's gates or extra
 /// values), each over the columns `cols` (the rest empty), to read: [`gate_cols`]'s shared
 /// twin.
-fn row_cols<'s, T>(
+pub(super) fn row_cols<'s, T>(
     buf: &'s [T],
     (at, h): (usize, usize),
     parts: usize,
@@ -152,7 +153,7 @@ fn row_cols<'s, T>(
 ///
 /// # Safety
 /// The block lies inside the buffer, and nobody else reads or writes it while the view lives.
-unsafe fn block_mut<'s, T>(
+pub(super) unsafe fn block_mut<'s, T>(
     p: Shared<T>,
     rows: usize,
     width: usize,
@@ -584,166 +585,6 @@ impl<'a, T: Real> Pass<'a, T> {
             })
             .collect()
     }
-
-    /// The backward recurrence of direction `d` of layer `l`, from its last step in the
-    /// direction's order to its first: `y` is the layer's output and `dy` its gradient,
-    /// `trace` the direction's; `dh` (and LSTM's `dc`) come in as the final states' gradients
-    /// and leave as the initial states'. Leaves every step's gate gradients in `dgx` / `dgh`
-    /// (the input and hidden projections', `(T*N, G*H)`; `dgh` only for GRU, empty otherwise,
-    /// the hidden projection's then being `dgx`) and the state each step started from in
-    /// `hprev` `(T*N, H)`. `scratch` holds `2 * N * H`.
-    ///
-    /// As in [`Pass::forward_layer`], a step is one round of [`lockstep`] units over runs of
-    /// hidden units. Unit `u` of round `s` first finishes the state gradient the round before
-    /// left (its hidden units' part of `dgh_t' W_h`, which needs every unit's gate gradients
-    /// of that step), then runs its hidden units' gates backward for this round's step; one
-    /// round more finishes the initial state's gradient.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn backward_steps(
-        &self,
-        (l, d): (usize, usize),
-        (y, dy): (&[T], &[T]),
-        trace: &[T],
-        (h0, c0): (&[T], &[T]),
-        (dh, dc): (&mut [T], &mut [T]),
-        (dgx, dgh, hprev): (&mut [T], &mut [T], &mut [T]),
-        scratch: &mut [T],
-    ) {
-        let r = self.r;
-        let (h, gh, nb, steps, ew) = (r.hidden, r.gh(), self.batch, self.steps, self.extra());
-        let (rows, width, gates, units) = (steps * nb, self.width(), gh / h, self.units);
-        let s = self.slot(l, d);
-        let st = (l * r.dirs + d) * nb * h;
-        let (gate_buf, extra) = trace.split_at(rows * gh);
-        let wh = mat(&self.params[s.wh..], gh, h);
-        let blocks: Vec<Weights<'_, T>> = (0..units)
-            .map(|u| Weights::new(wh.slice_move(s![.., unit_cols(h, units, u)]), self.packs))
-            .collect();
-        let (through, bypass) = scratch.split_at_mut(nb * h);
-        // Only GRU's hidden projection has gate gradients of its own; the other modes' are
-        // the input projection's.
-        let split = !dgh.is_empty();
-        let (pgx, pgh, php) = (
-            Shared::new(dgx.as_mut_ptr()),
-            Shared::new(if split {
-                dgh.as_mut_ptr()
-            } else {
-                dgx.as_mut_ptr()
-            }),
-            Shared::new(hprev.as_mut_ptr()),
-        );
-        let (pdh, pdc) = (Shared::new(dh.as_mut_ptr()), Shared::new(dc.as_mut_ptr()));
-        let (pth, pby) = (
-            Shared::new(through.as_mut_ptr()),
-            Shared::new(bypass.as_mut_ptr()),
-        );
-        let (lstm, gru) = (r.lstm(), matches!(r.mode, Mode::Gru));
-        lockstep(steps + 1, units, |round, u| {
-            let cols = unit_cols(h, units, u);
-            let w = cols.len();
-            // The unit's `w` elements of a buffer from `at` on (`at` names a sample's row
-            // plus `cols.start`).
-            // SAFETY: sample `n`'s columns `cols` of the state gradients, the bypass, the
-            // projection back, the cell gradient and the previous states lie inside their
-            // buffers (sized from the same dimensions), and this unit alone touches them
-            // during the round.
-            let own = |p: Shared<T>, at: usize| unsafe {
-                std::slice::from_raw_parts_mut(p.get().add(at), w)
-            };
-            if round > 0 {
-                // The state gradient after step `t`: back through the hidden projection, plus
-                // GRU's bypass; samples past their length carry theirs unchanged.
-                let t = time(d, steps - round, steps);
-                // SAFETY: that step's gate gradients are only read during this round (every
-                // unit of the round before has written its columns of them).
-                let dg_t = unsafe { pgh.piece(t, nb * gh) };
-                let dg_t = mat(dg_t, nb, gh);
-                if !gru && (0..nb).all(|n| t < self.lens[n]) {
-                    // Nothing to add, no sample to leave as it was: straight into `dh`.
-                    // SAFETY: as for `own`.
-                    blocks[u].product(&dg_t, &mut unsafe { block_mut(pdh, nb, h, &cols) }, false);
-                } else {
-                    // SAFETY: as for `own`.
-                    blocks[u].product(&dg_t, &mut unsafe { block_mut(pth, nb, h, &cols) }, false);
-                    for n in (0..nb).filter(|&n| t < self.lens[n]) {
-                        let at = n * h + cols.start;
-                        let dhn = own(pdh, at);
-                        dhn.copy_from_slice(own(pth, at));
-                        if gru {
-                            dhn.iter_mut()
-                                .zip(&*own(pby, at))
-                                .for_each(|(g, &b)| *g = *g + b);
-                        }
-                    }
-                }
-            }
-            if round == steps {
-                return;
-            }
-            let t = time(d, steps - 1 - round, steps);
-            // The state's whole gradient, carried plus the output's, for the modes that take it
-            // as a slice (the LSTM's row sums the two itself): no allocation per round there.
-            let mut dh_f = vec![T::zero(); if lstm { 0 } else { w }];
-            for n in 0..nb {
-                let row = t * nb + n;
-                // SAFETY: row `row`'s columns `cols` of each gate's gradients are this unit's
-                // alone during the round.
-                let (gx, gh_row) = unsafe {
-                    (
-                        gate_cols(pgx, row * gh, h, &cols, gates),
-                        gate_cols(pgh, row * gh, h, &cols, if split { gates } else { 0 }),
-                    )
-                };
-                let hp_row = own(php, row * h + cols.start);
-                if t >= self.lens[n] {
-                    gx.into_iter()
-                        .chain(gh_row)
-                        .for_each(|g| g.fill(T::default()));
-                    hp_row.fill(T::default());
-                    continue;
-                }
-                let prev = self.before(d, t, n).map(|p| p * nb + n);
-                match prev {
-                    Some(p) => hp_row.copy_from_slice(&y[p * width + d * h + cols.start..][..w]),
-                    None => hp_row.copy_from_slice(&h0[st + n * h + cols.start..][..w]),
-                }
-                let c_prev: &[T] = match (lstm, prev) {
-                    (false, _) => &[],
-                    (true, Some(p)) => &extra[p * ew + cols.start..][..w],
-                    (true, None) => &c0[st + n * h + cols.start..][..w],
-                };
-                let dhn = own(pdh, n * h + cols.start);
-                let dy_row = &dy[row * width + d * h + cols.start..][..w];
-                if lstm {
-                    T::lstm_grad_row(LstmGradRow {
-                        dh: (dhn, dy_row),
-                        dc: own(pdc, n * h + cols.start),
-                        gates: row_cols(gate_buf, (row * gh, h), gates, &cols),
-                        tc: row_cols(extra, (row * ew, h), ew / h, &cols)[1],
-                        c_prev,
-                        dgates: gx,
-                    });
-                    continue;
-                }
-                for ((f, &a), &b) in dh_f.iter_mut().zip(&*dhn).zip(dy_row) {
-                    *f = a + b;
-                }
-                // GRU's part that bypasses the hidden projection waits in the bypass buffer
-                // for the next round.
-                let by = own(pby, n * h + cols.start);
-                step_backward(
-                    r.mode,
-                    &dh_f,
-                    row_cols(gate_buf, (row * gh, h), gates, &cols),
-                    row_cols(extra, (row * ew, h), ew / h, &cols),
-                    hp_row,
-                    gx,
-                    gh_row,
-                    by,
-                );
-            }
-        });
-    }
 }
 
 /// One direction of one layer set up to run its steps ([`Pass::layer_steps`]): what its
@@ -996,56 +837,6 @@ impl<T: Real> Unit<'_, '_, T> {
                 _ => hn.copy_from_slice(g(0)),
             }
             out.copy_from_slice(hn);
-        }
-    }
-}
-
-/// The gradient through one step of one sample over a run of hidden units, for the modes
-/// without a cell (LSTM's is [`Real::lstm_grad_row`]). In: `dh` the gradient of the step's
-/// output state (carried plus the layer output's), the step's gates `g` and extra values `e`,
-/// the state before it `h_prev`. Out: each gate's gradients of the input projection `dgx`
-/// and, for GRU, of the hidden projection `dgh` (they differ in its candidate; the other
-/// modes' are the same, and `dgh` is not written), and GRU's part of the previous state's
-/// gradient that bypasses the hidden projection (`z * dh`) to `dh_direct`.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn step_backward<T: Real>(
-    mode: Mode,
-    dh: &[T],
-    g: [&[T]; 4],
-    e: [&[T]; 4],
-    h_prev: &[T],
-    dgx: [&mut [T]; 4],
-    dgh: [&mut [T]; 4],
-    dh_direct: &mut [T],
-) {
-    let one = T::one();
-    for j in 0..dh.len() {
-        match mode {
-            Mode::Gru => {
-                let (r, z, n) = (g[0][j], g[1][j], g[2][j]);
-                let dn = dh[j] * (one - z) * (one - n * n);
-                let dz = dh[j] * (h_prev[j] - n) * z * (one - z);
-                let dr = dn * e[0][j] * r * (one - r);
-                for (k, v) in [dr, dz, dn].into_iter().enumerate() {
-                    dgx[k][j] = v;
-                }
-                dgh[0][j] = dr;
-                dgh[1][j] = dz;
-                dgh[2][j] = dn * r;
-                dh_direct[j] = dh[j] * z;
-            }
-            Mode::Tanh => {
-                let y = g[0][j];
-                dgx[0][j] = dh[j] * (one - y * y);
-            }
-            Mode::Relu => {
-                dgx[0][j] = if g[0][j] > T::zero() {
-                    dh[j]
-                } else {
-                    T::zero()
-                };
-            }
-            Mode::Lstm => unreachable!("the LSTM's step gradient is its own row"),
         }
     }
 }
