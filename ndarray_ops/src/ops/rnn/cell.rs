@@ -1,10 +1,11 @@
 //! One LSTM step of one sample over a run of hidden units, fused: the biases, the four gates'
 //! activations and the new cell, then its tanh and the new state, in one call whose two
-//! passes over each chunk of the run stay in the first-level cache. As separate passes (the biases, each activation over its block, the cell, the state, the
-//! copies to the output and the next state) each went back to memory, and they took a sixth of
-//! an LSTM's forward pass. The arithmetic is the unfused formula's, operation for operation,
-//! so both give the same bits; the biases are added in MXNet's order, after the input and
-//! hidden projections' sum `s_q` (the step's product adds the one onto the other):
+//! passes over each chunk of the run stay in the first-level cache. As separate passes (the
+//! biases, each activation over its block, the cell, the state, the copies to the output and
+//! the next state) each went back to memory, and they took a sixth of an LSTM's forward pass.
+//! The arithmetic is the unfused formula's, operation for operation, so both give the same
+//! bits; the biases are added in MXNet's order, after the input and hidden projections' sum
+//! `s_q` (the step's product adds the one onto the other):
 //!
 //! ```text
 //! v_q = (s_q + bx_q) + bh_q                    for the gates q = i, f, g, o
