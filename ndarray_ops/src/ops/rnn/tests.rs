@@ -184,15 +184,21 @@ fn the_vectorized_lstm_gradient_row_is_the_scalar_one() {
     }
 }
 
-/// A layer's steps cut into 1, 2, 3 or 5 units of hidden units give the same results, forward
-/// (output, trace, final states) and backward (gate gradients, previous states, initial
-/// states' gradients), in every mode, both directions, with samples of full, partial and
-/// zero length, in float32 (the packed GEMM) and float64: a unit that reads or writes a
-/// column outside its own, or a step that starts before the one before it ends, shows here.
+/// A layer's steps cut into 1, 2, 3 or 5 units give the same results, forward (output, trace,
+/// final states) and backward (gate gradients, previous states, initial states' gradients;
+/// cut by hidden units for 3 samples, by samples for 41), in every mode, both directions,
+/// with samples of full, partial and zero length, in float32 (the packed GEMM) and float64: a
+/// unit that reads or writes a column or sample outside its own, or a step that starts before
+/// the one before it ends, shows here.
 #[test]
 fn every_cut_into_units_gives_the_same_layer() {
-    fn run<T: Real + Copy + std::fmt::Debug>(mode: &str, dirs: usize, units: usize) -> Vec<Vec<T>> {
-        let (steps, nb, input, hidden) = (5, 3, 7, 40);
+    fn run<T: Real + Copy + std::fmt::Debug>(
+        mode: &str,
+        dirs: usize,
+        units: usize,
+        nb: usize,
+    ) -> Vec<Vec<T>> {
+        let (steps, input, hidden) = (5, 7, 40);
         let attrs = Attrs::new()
             .with("mode", mode)
             .with("num_layers", 1)
@@ -202,7 +208,8 @@ fn every_cut_into_units_gives_the_same_layer() {
         let value =
             |i: usize, scale: f64| T::from_f64(((i * 7919 % 1000) as f64 / 500.0 - 1.0) * scale);
         let params: Vec<T> = (0..r.slots(input).1).map(|i| value(i, 0.3)).collect();
-        let mut pass = Pass::new(r, &[steps, nb, input], &params, Some(vec![5, 2, 0]));
+        let lens = (0..nb).map(|n| [5, 2, 0][n % 3]).collect();
+        let mut pass = Pass::new(r, &[steps, nb, input], &params, Some(lens));
         pass.units = units;
         let x: Vec<T> = (0..steps * nb * input)
             .map(|i| value(i + 11, 1.0))
@@ -250,19 +257,23 @@ fn every_cut_into_units_gives_the_same_layer() {
         }
         got
     }
-    for mode in ["rnn_relu", "rnn_tanh", "lstm", "gru"] {
+    // Three samples cut every way by hidden units; 41, by samples (at least 8 a unit).
+    for (mode, nb) in ["rnn_relu", "rnn_tanh", "lstm", "gru"]
+        .into_iter()
+        .flat_map(|m| [(m, 3), (m, 41)])
+    {
         for dirs in [1, 2] {
-            let (one32, one64) = (run::<f32>(mode, dirs, 1), run::<f64>(mode, dirs, 1));
+            let (one32, one64) = (run::<f32>(mode, dirs, 1, nb), run::<f64>(mode, dirs, 1, nb));
             for units in [2, 3, 5] {
                 assert_eq!(
-                    run::<f32>(mode, dirs, units),
+                    run::<f32>(mode, dirs, units, nb),
                     one32,
-                    "{mode}, {dirs} directions, {units} units, f32"
+                    "{mode}, {dirs} directions, {units} units, {nb} samples, f32"
                 );
                 assert_eq!(
-                    run::<f64>(mode, dirs, units),
+                    run::<f64>(mode, dirs, units, nb),
                     one64,
-                    "{mode}, {dirs} directions, {units} units, f64"
+                    "{mode}, {dirs} directions, {units} units, {nb} samples, f64"
                 );
             }
         }
