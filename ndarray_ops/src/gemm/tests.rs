@@ -3,7 +3,8 @@
 //! with `a` and `c` cut into batches as a convolution over a run of images cuts them.
 
 use super::{
-    available, block_columns, depth_step, sgemm, sgemm_packing, Batches, Mat, KC, MC, MR, NR,
+    aliases, available, block_columns, depth_step, sgemm, sgemm_packing, Batches, Mat, KC, MC, MR,
+    NR,
 };
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 use super::{Isa, Strip};
@@ -142,6 +143,53 @@ fn products_across_block_edges_and_threads_match_the_triple_loop() {
         for layouts in [[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1], [2, 2, 2]] {
             for beta in [0.0, 1.0] {
                 check(m, k, n, layouts, beta);
+            }
+        }
+    }
+}
+
+/// Rows of `a` a multiple of 4 KiB apart, which the product copies block by block before the
+/// kernel reads them, give the bits of the same rows read where they lie (1040 floats apart),
+/// and the triple loop's sums: over blocks of depth and of rows, with `c` added to or not.
+#[test]
+fn rows_a_multiple_of_4_kib_apart_give_the_bits_of_rows_elsewhere() {
+    if !available() {
+        return;
+    }
+    assert!(aliases(1024) && aliases(2048) && !aliases(1040) && !aliases(512));
+    for (m, k, n) in [
+        (MC + MR + 5, 1024, 2 * NR + 3),
+        (30, 600, 40),
+        (7, 1024, 300),
+    ] {
+        let b = Stored::new(k, n, 0, 2);
+        let run = |ld: usize, beta: f32| {
+            let a: Vec<f32> = (0..m * ld)
+                .map(|i| val(i % ld * 7919 + i / ld, 1))
+                .collect();
+            let mut c: Vec<f32> = (0..m * n).map(|i| val(i, 3)).collect();
+            let (av, cv) = (
+                Mat::row_major(a.as_ptr(), ld),
+                Mat::row_major(c.as_mut_ptr(), n),
+            );
+            // SAFETY: AVX-512 checked above; `a` holds `m` rows `ld` apart of at least `k`
+            // floats, `b` and `c` are allocated at their strides.
+            unsafe { sgemm(m, k, n, av, b.view(), beta, cv) };
+            (a, c)
+        };
+        for beta in [0.0, 1.0] {
+            let ((a, aliased), (_, apart)) = (run(1024, beta), run(1040, beta));
+            assert_eq!(aliased, apart, "{m}x{k}x{n}, beta {beta}");
+            for (i, j) in [(0, 0), (m - 1, n - 1), (m / 2, n / 3)] {
+                let want: f64 = (0..k)
+                    .map(|p| a[i * 1024 + p] as f64 * b.get(p, j) as f64)
+                    .sum::<f64>()
+                    + f64::from(beta) * f64::from(val(i * n + j, 3));
+                let got = f64::from(aliased[i * n + j]);
+                assert!(
+                    (got - want).abs() <= 1e-5 * (k as f64 + 1.0),
+                    "c[{i},{j}] {got} != {want}"
+                );
             }
         }
     }
