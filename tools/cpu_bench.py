@@ -1,7 +1,7 @@
 """mxrs beside PyTorch on this machine's CPU, alternating, with ratios: the CPU table of
 docs/benchmarks.md.
 
-    cargo build --release --example run_model
+    cargo build --release --example run_model --example cpu_peak
     python tools/cpu_bench.py [--rounds 3] [--iters 10] [--rows resnet18_v1:1,lstm2:32] [--json]
 
 Run it with a Python that has torch and torchvision (`pip install torch torchvision` in a venv;
@@ -11,7 +11,9 @@ fresh process (forward from `run_model` bound for inference, forward+backward fr
 `run_model --train`), and reports per step the median (and min-max) forward and forward+backward
 times of each, mxrs / PyTorch, and the GFLOP/s each reaches (multiply-adds counted on the
 PyTorch model, two FLOPs each; a training step counted as three forward passes) beside the
-cores' measured GEMM peak (`--gemm` of the baseline script: MKL's 2048x2048 product).
+cores' measured GEMM peak (`--gemm` of the baseline script: MKL's 2048x2048 product) and their
+multiply-add limit (`cpu_peak`: independent vector multiply-adds in registers on every core),
+with each time's share of that limit.
 
 The LSTM row runs a graph of one fused RNN node (2 layers of 256 LSTM units over 35 steps of
 256 inputs), written here in MXNet's JSON and shaped by `run_model` from its data alone.
@@ -29,6 +31,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_MODEL = os.path.join(ROOT, "target", "release", "examples", "run_model")
+CPU_PEAK = os.path.join(ROOT, "target", "release", "examples", "cpu_peak")
 BASELINE = os.path.join(ROOT, "tools", "torch_cpu_baseline.py")
 ROWS = "resnet18_v1:1,resnet50_v1:1,resnet18_v1:16,mobilenet1.0:1,lstm2:32"
 
@@ -96,7 +99,9 @@ def main() -> None:
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     peak = run_json([sys.executable, BASELINE, "--gemm"])
+    limit = run_json([CPU_PEAK, "--json"])
     report: dict = {"gemm_peak_gflops": round(peak["gemm_2048_gflops"], 1),
+                    "fma_peak_gflops": limit["fma_peak_gflops"],
                     "torch": peak["torch"], "torch_threads": peak["threads"],
                     "rounds": a.rounds, "iters": a.iters, "rows": []}
     with tempfile.TemporaryDirectory() as graphs:
@@ -123,6 +128,9 @@ def main() -> None:
                 entry[f"ratio_{step}"] = round(med[f"mxrs_{step}"] / med[f"torch_{step}"], 3)
                 entry[f"mxrs_{step}_gflops"] = round(mult * flops / med[f"mxrs_{step}"] * 1e3, 1)
                 entry[f"torch_{step}_gflops"] = round(mult * flops / med[f"torch_{step}"] * 1e3, 1)
+                for who in ("mxrs", "torch"):
+                    entry[f"{who}_{step}_of_fma_peak"] = round(
+                        entry[f"{who}_{step}_gflops"] / limit["fma_peak_gflops"], 3)
             report["rows"].append(entry)
             if not a.json:
                 print(
@@ -134,7 +142,8 @@ def main() -> None:
     if a.json:
         print(json.dumps(report))
     else:
-        print(f"GEMM peak {report['gemm_peak_gflops']} GFLOP/s (MKL, 2048x2048)")
+        print(f"GEMM peak {report['gemm_peak_gflops']} GFLOP/s (MKL, 2048x2048), "
+              f"multiply-add limit {report['fma_peak_gflops']} GFLOP/s ({limit['isa']})")
 
 
 if __name__ == "__main__":
