@@ -35,8 +35,9 @@ struct Args {
     json: bool,
 }
 
-/// Rounds of a thread's chains per trial (about 0.1 s at 100 GFLOP/s with AVX-512).
-const ROUNDS: usize = 1 << 18;
+/// Rounds of a thread's chains per trial: 6.4 GFLOP with AVX-512, about 55 ms at 116 GFLOP/s,
+/// so that starting the threads (tens of microseconds) is lost in the trial's time.
+const ROUNDS: usize = 1 << 23;
 
 /// The vector instruction set the loop runs on, and its lanes of `f32`.
 #[derive(Clone, Copy, Debug)]
