@@ -4,10 +4,11 @@
 //!
 //! `cargo run --release --example cpu_peak -- [--threads N] [--json]`
 //!
-//! Each thread runs a loop of independent chains of fused multiply-adds on vectors, 24 with
-//! AVX-512F where the CPU has it, else 12 with AVX2 and FMA: more than the multiply-add's
-//! latency needs on x86 cores of the last decade (two units of four cycles need eight). The best
-//! of several trials is reported: a shared machine only ever makes a trial slower.
+//! Each thread runs a loop of independent chains of fused multiply-adds on vectors of the
+//! instruction set the kernels use (`MXRS_CPU` picks it as for them): 24 with AVX-512F, 12 with
+//! AVX2 and FMA, more than the multiply-add's latency needs on x86 cores of the last decade (two
+//! units of four cycles need eight). The best of several trials is reported: a shared machine
+//! only ever makes a trial slower.
 
 #[path = "common/cli.rs"]
 #[allow(dead_code)]
@@ -27,9 +28,6 @@ struct Args {
     /// Trials of each figure (the best is reported)
     #[arg(long, default_value_t = 5, value_parser = cli::positive)]
     trials: usize,
-    /// Measure AVX2 with FMA even where the CPU has AVX-512F
-    #[arg(long)]
-    avx2: bool,
     /// Print one JSON line instead of text
     #[arg(long)]
     json: bool,
@@ -47,20 +45,14 @@ enum Isa {
 }
 
 impl Isa {
-    /// The widest set this CPU has (not AVX-512 with `narrow`).
-    fn detect(narrow: bool) -> Option<Isa> {
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = narrow;
-        #[cfg(target_arch = "x86_64")]
-        {
-            if !narrow && is_x86_feature_detected!("avx512f") {
-                return Some(Isa::Avx512);
-            }
-            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-                return Some(Isa::Avx2);
-            }
+    /// The set the library's kernels run with here: the widest this CPU has, or the one
+    /// `MXRS_CPU` names (`avx2` times the AVX2 kernels' limit on an AVX-512 machine).
+    fn of_kernels() -> Option<Isa> {
+        match ndarray_ops::cpu_vector_isa()? {
+            "avx512" => Some(Isa::Avx512),
+            "avx2" => Some(Isa::Avx2),
+            _ => None,
         }
-        None
     }
 
     /// Floats multiplied and added per round of a thread's chains: the vector's lanes times
@@ -84,7 +76,7 @@ impl Isa {
     /// compiler keeps the work.
     fn run(self, rounds: usize) -> f32 {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `detect` found the instruction set each function is compiled for.
+        // SAFETY: the library runs its kernels with this set, which it found on this CPU.
         unsafe {
             match self {
                 Isa::Avx512 => chains_avx512(rounds),
@@ -170,8 +162,11 @@ fn main() {
             .map(usize::from)
             .unwrap_or(1)
     });
-    let Some(isa) = Isa::detect(args.avx2) else {
-        eprintln!("cpu_peak: this CPU has neither AVX-512F nor AVX2 with FMA to measure");
+    let Some(isa) = Isa::of_kernels() else {
+        eprintln!(
+            "cpu_peak: the kernels take the portable path here (no AVX2 with FMA, or \
+             MXRS_CPU=none): no vector multiply-adds to measure"
+        );
         std::process::exit(1);
     };
     let one = peak(isa, 1, args.trials);

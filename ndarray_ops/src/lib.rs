@@ -57,6 +57,15 @@ pub use trainer::{DataParallel, Sgd};
 pub use engine;
 pub use storage;
 
+/// The vector instruction set the CPU kernels run with here: `"avx512"` or `"avx2"` (the widest
+/// this CPU has, or the one `MXRS_CPU` names), or `None` where they take the portable path.
+pub fn cpu_vector_isa() -> Option<&'static str> {
+    gemm::isa().map(|isa| match isa {
+        gemm::Isa::Avx512 => "avx512",
+        gemm::Isa::Avx2 => "avx2",
+    })
+}
+
 /// The cuDNN version GPU convolutions run on (`9_14_00` for 9.14.0), or `None` where they take
 /// the im2col path: the `cuda` feature is off, the library cannot be loaded, or `MXRS_CUDNN=0`.
 pub fn cudnn_version() -> Option<usize> {
