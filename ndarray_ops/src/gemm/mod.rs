@@ -50,11 +50,13 @@ mod avx512;
 mod caches;
 mod epilogue;
 mod isa;
+mod strassen;
 
 use std::cell::RefCell;
 
 pub(crate) use epilogue::{normalized, Epilogue, Norm};
 pub(crate) use isa::{available, avx512, half_l2_floats, isa, Isa};
+pub(crate) use strassen::Strassen;
 
 /// Rows of the micro-kernel's tile of `c` (broadcast values of `a` per step of depth).
 pub(crate) const MR: usize = 12;

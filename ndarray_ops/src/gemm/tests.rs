@@ -444,3 +444,57 @@ fn depth_blocks_are_equal_and_at_most_kc() {
         );
     }
 }
+
+#[test]
+fn strassen_products_match_the_triple_loop() {
+    if !available() {
+        return;
+    }
+    // (m, k, n, rows of c apart): a step of an LSTM's gate (c's rows a gate block apart),
+    // shapes with ragged tiles in each half, a depth over two blocks.
+    for (m, k, n, ldc) in [
+        (32, 256, 256, 1024),
+        (16, 256, 128, 128),
+        (40, 300, 192, 200),
+        (8, 1100, 64, 64),
+    ] {
+        let a = Stored::new(m, k, 0, 1);
+        let b = Stored::new(k, n, 0, 2);
+        // SAFETY: `b`'s elements at its strides.
+        let split = unsafe { super::Strassen::new(k, n, b.view()) };
+        assert_eq!(split.dim(), (k, n));
+        for add in [false, true] {
+            let old: Vec<f32> = (0..m * ldc).map(|i| val(i, 4)).collect();
+            let mut c = old.clone();
+            if !add {
+                c.iter_mut().for_each(|v| *v = f32::NAN);
+            }
+            // SAFETY: `a` and `c` hold `m x k` and `m x n` elements at these strides.
+            unsafe { split.product(m, a.view(), Mat::row_major(c.as_mut_ptr(), ldc), add) };
+            for i in 0..m {
+                for j in 0..n {
+                    let mut want: f64 = (0..k)
+                        .map(|p| a.get(i, p) as f64 * b.get(p, j) as f64)
+                        .sum();
+                    if add {
+                        want += old[i * ldc + j] as f64;
+                    }
+                    let got = c[i * ldc + j] as f64;
+                    assert!(
+                        (got - want).abs() <= 1e-5 * (k as f64 + 1.0),
+                        "c[{i},{j}] = {got}, want {want} ({m}x{k}x{n}, add {add})"
+                    );
+                }
+            }
+            // Columns past `n` in each row are not touched.
+            for i in 0..m {
+                for j in n..ldc {
+                    assert_eq!(c[i * ldc + j].to_bits(), {
+                        let v = if add { old[i * ldc + j] } else { f32::NAN };
+                        v.to_bits()
+                    });
+                }
+            }
+        }
+    }
+}

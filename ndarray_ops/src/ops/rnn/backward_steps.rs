@@ -50,9 +50,15 @@ impl<T: Real> Pass<'_, T> {
         let wh = mat(&self.params[s.wh..], gh, h);
         let cut = BackCut::new(nb, h, units);
         let blocks: Vec<Weights<'_, T>> = match cut {
-            BackCut::Samples { .. } => vec![Weights::new(wh, self.packs)],
+            BackCut::Samples { .. } => vec![Weights::new(wh, self.packs, false)],
             BackCut::Hidden { .. } => (0..units)
-                .map(|u| Weights::new(wh.slice_move(s![.., unit_cols(h, units, u)]), self.packs))
+                .map(|u| {
+                    Weights::new(
+                        wh.slice_move(s![.., unit_cols(h, units, u)]),
+                        self.packs,
+                        false,
+                    )
+                })
                 .collect(),
         };
         let (through, bypass) = scratch.split_at_mut(nb * h);

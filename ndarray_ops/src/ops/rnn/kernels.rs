@@ -196,6 +196,7 @@ pub(super) fn rnn_kernel(
     res: &mut KernelRes,
 ) -> KResult {
     let r = Rnn::parse(op, attrs).map_err(|e| e.to_string())?;
+    strassen_setting()?;
     let x = &ins[0];
     let lens = lengths(&r, ins, x.shape[0], x.shape[1])?;
     with_float!(x.dtype, T => {
@@ -323,6 +324,7 @@ pub(super) fn rnn_backward_kernel(
     res: &mut KernelRes,
 ) -> KResult {
     let r = Rnn::parse(op, attrs).map_err(|e| e.to_string())?;
+    strassen_setting()?;
     let heads = r.outputs();
     let fwd = &ins[heads..];
     let x = &fwd[0];

@@ -47,7 +47,7 @@ pub(crate) use kernels::{masks_lost, sequence_lengths};
 pub(crate) use real::Real;
 use real::{mat, mat_mut, sum_rows};
 pub(crate) use recurrence::{time, Pass};
-use weights::{Packs, Weights};
+use weights::{strassen_setting, Packs, Weights};
 
 attr_enum! {
     /// The recurrence of one layer.

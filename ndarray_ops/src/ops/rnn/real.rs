@@ -22,6 +22,24 @@ pub(crate) trait Real: Element + num_traits::Float {
     fn packs() -> bool {
         false
     }
+    /// Whether an `m x k x n` product runs on Strassen's split here ([`gemm::Strassen`]).
+    fn splits(_m: usize, _k: usize, _n: usize) -> bool {
+        false
+    }
+    /// `b` split and packed for [`Real::gemm_split`], where that runs.
+    fn split(_b: &ArrayView2<'_, Self>) -> Option<gemm::Strassen> {
+        None
+    }
+    /// `c = a b` (with `add`, `c += a b`) by Strassen's split of `b`, on the calling thread
+    /// alone or (`wide`) on the pool's threads; false (nothing done) where it cannot run.
+    fn gemm_split(
+        _a: &ArrayView2<'_, Self>,
+        _b: &gemm::Strassen,
+        _c: &mut ArrayViewMut2<'_, Self>,
+        (_add, _wide): (bool, bool),
+    ) -> bool {
+        false
+    }
     /// One LSTM step of one sample over a run of hidden units ([`LstmRow`]).
     fn lstm_row(row: LstmRow<'_, Self>) {
         lstm_row_scalar(row);
@@ -71,14 +89,53 @@ impl Real for f32 {
         if !gemm::available() {
             return None;
         }
-        let ((k, n), st) = (b.dim(), b.strides());
-        let at = gemm::Mat {
-            ptr: b.as_ptr(),
-            rs: st[0],
-            cs: st[1],
-        };
+        let (k, n) = b.dim();
         // SAFETY: the view's elements, at its strides; the GEMM runs here.
-        Some(unsafe { gemm::Packed::new(k, n, at) })
+        Some(unsafe { gemm::Packed::new(k, n, at(b)) })
+    }
+
+    fn splits(m: usize, k: usize, n: usize) -> bool {
+        gemm::available() && gemm::Strassen::fits(m, k, n)
+    }
+
+    fn split(b: &ArrayView2<'_, f32>) -> Option<gemm::Strassen> {
+        let (k, n) = b.dim();
+        if !Self::splits(16, k, n) {
+            return None;
+        }
+        // SAFETY: the view's elements, at its strides; the GEMM runs here.
+        Some(unsafe { gemm::Strassen::new(k, n, at(b)) })
+    }
+
+    fn gemm_split(
+        a: &ArrayView2<'_, f32>,
+        b: &gemm::Strassen,
+        c: &mut ArrayViewMut2<'_, f32>,
+        (add, wide): (bool, bool),
+    ) -> bool {
+        let ((m, k), n) = (a.dim(), b.dim().1);
+        if !Self::splits(m, k, n)
+            || b.dim().0 != k
+            || c.dim() != (m, n)
+            || a.strides()[1] != 1
+            || c.strides()[1] != 1
+        {
+            return false;
+        }
+        let cm = gemm::Mat {
+            ptr: c.as_mut_ptr(),
+            rs: c.strides()[0],
+            cs: 1,
+        };
+        // SAFETY: the views' elements at their strides, rows contiguous (checked above); `c`
+        // apart from `a` and `b`; the GEMM runs here.
+        unsafe {
+            match wide {
+                true => b.product_wide(m, at(a), cm, add),
+                false => b.product(m, at(a), cm, add),
+            }
+        };
+        true
     }
 
     fn gemm_packed(
@@ -122,6 +179,16 @@ impl Real for f64 {
 
     fn sigmoid_all(xs: &mut [f64]) {
         xs.iter_mut().for_each(|x| *x = 1.0 / (1.0 + (-*x).exp()));
+    }
+}
+
+/// The GEMM's view of `v`'s elements.
+fn at(v: &ArrayView2<'_, f32>) -> gemm::Mat<*const f32> {
+    let st = v.strides();
+    gemm::Mat {
+        ptr: v.as_ptr(),
+        rs: st[0],
+        cs: st[1],
     }
 }
 

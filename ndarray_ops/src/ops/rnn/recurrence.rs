@@ -26,6 +26,9 @@ pub(crate) struct Pass<'a, T> {
     pub(super) units: usize,
     /// Weights packed by earlier passes over the same parameters, where the node keeps them.
     pub(super) packs: Option<&'a Packs>,
+    /// Whether products of the shapes it fits run on Strassen's split ([`Weights`]): on
+    /// unless `MXRS_RNN_STRASSEN` turns it off.
+    pub(super) strassen: bool,
 }
 
 /// Step `s` of direction `d` is time `t`: forward in time, or backward from the end.
@@ -51,6 +54,7 @@ impl<'a, T> Pass<'a, T> {
             lens: lens.unwrap_or_else(|| vec![steps; batch]),
             units: units_for(r.hidden),
             packs: None,
+            strassen: strassen_setting().unwrap_or(true),
         }
     }
 
@@ -89,6 +93,13 @@ impl<'a, T> Pass<'a, T> {
     /// step's extra values.
     pub(crate) fn trace_len(&self) -> usize {
         self.steps * self.batch * (self.r.gh() + self.extra())
+    }
+}
+
+impl<'a, T: Real> Pass<'a, T> {
+    /// `view` as weights the steps multiply by.
+    pub(super) fn weights(&self, view: ArrayView2<'a, T>) -> Weights<'a, T> {
+        Weights::new(view, self.packs, self.strassen)
     }
 }
 
@@ -231,7 +242,7 @@ impl<'a, T: Real> Pass<'a, T> {
         let m = gates.len() / gh;
         let wx = mat(&self.params[s.wx..], gh, s.input);
         let (x, mut c) = (mat(input, m, s.input), mat_mut(gates, m, gh));
-        let weights = Weights::new(wx.reversed_axes(), self.packs);
+        let weights = self.weights(wx.reversed_axes());
         match wide {
             true => weights.product_wide(&x, &mut c),
             false => weights.product(&x, &mut c, false),
@@ -421,7 +432,7 @@ impl<'a, T: Real> Pass<'a, T> {
         let parts = [0..cut, cut..gh];
         let weights = parts
             .clone()
-            .map(|c| Weights::new(wx.slice_move(s![c, ..]).reversed_axes(), self.packs));
+            .map(|c| self.weights(wx.slice_move(s![c, ..]).reversed_axes()));
         let project = |t: usize, p: usize| {
             // SAFETY: row `t` of the lower layer's output is written by its step `t`, which
             // has finished (the wavefront's order), and is only read from then on; part `p` of
@@ -455,14 +466,14 @@ impl<'a, T: Real> Pass<'a, T> {
         rayon::join(
             || {
                 lower.prepare();
-                weights[0].prepare();
+                weights[0].prepare(nb);
                 if let Some(h) = &halves {
                     h.prepare_unit(0);
                 }
             },
             || {
                 upper.prepare();
-                weights[1].prepare();
+                weights[1].prepare(nb);
                 if let Some(h) = &halves {
                     h.prepare_unit(1);
                 }
@@ -568,18 +579,22 @@ impl<'a, T: Real> Pass<'a, T> {
 
     /// Direction `d` of layer `l`'s hidden weights as its steps' `units` multiply by them: unit
     /// `u`'s product for gate `q` at `u * G + q`, the gate's rows of `W_h` for the unit's
-    /// hidden units, transposed.
+    /// hidden units, transposed; or, for an LSTM's step in one unit, all of `W_h` transposed as
+    /// one block (its gates' columns of the trace are one run: one product instead of `G`, and
+    /// one set of Strassen's sums of the state).
     fn step_weights(&self, (l, d): (usize, usize), units: usize) -> Vec<Weights<'a, T>> {
         let (h, gh) = (self.r.hidden, self.r.gh());
         let wh = mat(&self.params[self.slot(l, d).wh..], gh, h);
+        if units == 1 && self.r.lstm() {
+            return vec![self.weights(wh.reversed_axes())];
+        }
         (0..units)
             .flat_map(|u| {
                 let c = unit_cols(h, units, u);
                 (0..gh / h).map(move |q| {
-                    Weights::new(
+                    self.weights(
                         wh.slice_move(s![q * h + c.start..q * h + c.end, ..])
                             .reversed_axes(),
-                        self.packs,
                     )
                 })
             })
@@ -592,7 +607,7 @@ impl<'a, T: Real> Pass<'a, T> {
 struct LayerSteps<'p, 'a, T> {
     unit: Unit<'p, 'a, T>,
     /// Unit `u`'s product for gate `q`, at `u * G + q`: the gate's rows of `W_h` for the unit's
-    /// hidden units, transposed.
+    /// hidden units, transposed (or [`Pass::step_weights`]' one block of an LSTM's one unit).
     blocks: Vec<Weights<'a, T>>,
     /// The state before a step and after it, by turns: its place in `hy`, then a spare.
     bufs: [Shared<T>; 2],
@@ -632,7 +647,16 @@ impl<'a, T: Real> LayerSteps<'_, 'a, T> {
         };
         let t = time(unit.d, step, p.steps);
         let lhs = mat(h_prev, nb, h);
-        for q in 0..gates {
+        let whole = lstm && self.blocks.len() == self.units;
+        if whole {
+            // One block for all gates (an LSTM in one unit): the step's whole rows of the
+            // trace.
+            let at = Shared::new(unit.gates.get().wrapping_add(t * nb * gh));
+            // SAFETY: the step's rows of the trace, this unit's alone during the step.
+            let mut rows = unsafe { block_mut(at, nb, gh, &(0..gh)) };
+            self.blocks[u].product(&lhs, &mut rows, true);
+        }
+        for q in (0..gates).filter(|_| !whole) {
             let weights = &self.blocks[u * gates + q];
             match lstm {
                 // The LSTM adds its hidden projections onto the input projections in the
@@ -659,15 +683,15 @@ impl<'a, T: Real> LayerSteps<'_, 'a, T> {
     /// Packs every unit's weights now instead of at each one's first product.
     fn prepare(&self) {
         for w in &self.blocks {
-            w.prepare();
+            w.prepare(self.unit.pass.batch);
         }
     }
 
     /// Packs unit `u`'s weights now.
     fn prepare_unit(&self, u: usize) {
-        let gates = self.blocks.len() / self.units;
-        for w in &self.blocks[u * gates..(u + 1) * gates] {
-            w.prepare();
+        let per = self.blocks.len() / self.units;
+        for w in &self.blocks[u * per..(u + 1) * per] {
+            w.prepare(self.unit.pass.batch);
         }
     }
 

@@ -392,3 +392,72 @@ fn layers_in_pairs_are_the_layers_one_after_the_other() {
         }
     }
 }
+
+/// An LSTM whose products fit Strassen's split (batch 16, 256 inputs and hidden units) gives,
+/// with the split, the plain products' results to within rounding, run as a wavefront of two
+/// layers (a pool of two threads) and layer by layer (three): outputs, final states and the
+/// kept trace; and not their exact bits, so that the split is known to have run.
+#[test]
+fn strassen_steps_match_the_plain_products() {
+    if !f32::splits(16, 256, 128) {
+        return;
+    }
+    let run = |strassen: bool, threads: usize| -> Vec<Vec<f32>> {
+        let (steps, nb, input, hidden, layers) = (4, 16, 256, 256, 2);
+        let attrs = Attrs::new()
+            .with("mode", "lstm")
+            .with("num_layers", layers)
+            .with("state_size", hidden);
+        let r = Rnn::parse("RNN", &attrs).unwrap();
+        let value = |i: usize, scale: f32| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * scale;
+        let params: Vec<f32> = (0..r.slots(input).1).map(|i| value(i, 0.1)).collect();
+        let mut packs = Packs::default();
+        let mut pass =
+            Pass::new(r, &[steps, nb, input], &params, None).with_packs(packs.at((1, 1)));
+        pass.strassen = strassen;
+        let x: Vec<f32> = (0..steps * nb * input)
+            .map(|i| value(i + 11, 1.0))
+            .collect();
+        let state = layers * nb * hidden;
+        let h0: Vec<f32> = (0..state).map(|i| value(i + 3, 1.0)).collect();
+        let c0: Vec<f32> = (0..state).map(|i| value(i + 5, 1.0)).collect();
+        let (ll, tl) = (pass.layer_len(), pass.trace_len());
+        let (mut ys, mut traces) = (vec![0.0; layers * ll], vec![0.0; layers * tl]);
+        let (mut hy, mut cy) = (vec![0.0; state], vec![0.0; state]);
+        let mut scratch = vec![0.0; pass.step_scratch()];
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            assert_eq!(pass.pairs(), threads == 2);
+            let (mid, top) = ys.split_at_mut((layers - 1) * ll);
+            pass.forward_layers(
+                &x,
+                (mid, top),
+                &mut traces,
+                (&h0, &c0),
+                (&mut hy, &mut cy),
+                &mut scratch,
+                true,
+            )
+        })
+        .unwrap();
+        vec![ys, hy, cy, traces]
+    };
+    for threads in [2, 3] {
+        let (plain, split) = (run(false, threads), run(true, threads));
+        assert_ne!(plain, split, "{threads} threads: the split did not run");
+        for (what, (p, s)) in ["outputs", "final states", "cells", "traces"]
+            .iter()
+            .zip(plain.iter().zip(&split))
+        {
+            let worst = p
+                .iter()
+                .zip(s)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0, f32::max);
+            assert!(worst <= 2e-5, "{threads} threads, {what}: off by {worst}");
+        }
+    }
+}
