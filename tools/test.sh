@@ -6,11 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 cargo test --workspace --release
-# The products, Winograd's transforms, convolutions and fused graphs again with the AVX2
-# kernels, on a CPU that would otherwise run them with AVX-512 (where it has neither, MXRS_CPU
+# The products (Strassen's split among them), Winograd's transforms, convolutions and fused
+# graphs again with the AVX2 kernels, on a CPU that would otherwise run them with AVX-512 (where it has neither, MXRS_CPU
 # says so and they run as above). Selected across the workspace, as built above: a selection by
 # package resolves features apart and builds the crates again.
-MXRS_CPU=avx2 cargo test --workspace --release --lib -- gemm winograd
+MXRS_CPU=avx2 cargo test --workspace --release --lib -- gemm winograd strassen
 MXRS_CPU=avx2 cargo test --workspace --release --test fusion --test nn --test rnn --test gradient \
   --test layers
 
