@@ -49,6 +49,8 @@ impl<T: Real> Pass<'_, T> {
         let (gate_buf, extra) = trace.split_at(rows * gh);
         let wh = mat(&self.params[s.wh..], gh, h);
         let cut = BackCut::new(nb, h, units);
+        // Plain products (no Strassen's split): split, these shapes (depth `G*H`, a unit's
+        // columns) made a two-layer LSTM's training step 0.5-1% slower.
         let blocks: Vec<Weights<'_, T>> = match cut {
             BackCut::Samples { .. } => vec![Weights::new(wh, self.packs, false)],
             BackCut::Hidden { .. } => (0..units)

@@ -194,6 +194,9 @@ impl<'a, T: Real> Pass<'a, T> {
     /// pool of two threads, in one direction, with no dropout between layers (its mask is
     /// drawn between one layer and the next), and where the products give the same sums cut
     /// into steps as whole ([`Real::packs`]; `matrixmultiply`'s may differ in the last bit).
+    /// Products on Strassen's split ([`Weights`]) sum in an order that follows their shape, so
+    /// with it the pairs agree with the layers one by one to within rounding, as the plain
+    /// products' results do with the split's.
     /// With more threads, cutting each step along the hidden units keeps them all busy.
     pub(crate) fn pairs(&self) -> bool {
         T::packs()
@@ -373,7 +376,8 @@ impl<'a, T: Real> Pass<'a, T> {
     /// `outputs` are the two layers' outputs (the lower's is the upper's input), `traces` the
     /// two layers' traces one after the other; the rest as [`Pass::forward_layer`]'s. The
     /// products and cells are those of two calls of `forward_layer`, element for element, so
-    /// the results are the same bits.
+    /// the results are the same bits (within rounding where the products run on Strassen's
+    /// split, which cuts them by their own shapes).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn forward_pair(
         &self,
