@@ -40,6 +40,7 @@ pub mod ops;
 pub mod plan;
 mod resources;
 mod runtime;
+mod switches;
 pub mod symbol;
 mod trainer;
 

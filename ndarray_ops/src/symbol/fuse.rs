@@ -40,17 +40,7 @@ pub const FUSED_ATTR: &str = "__fused__";
 /// Whether fusion is on, as `MXRS_FUSION` says: `0`, `off` or `false` turn it off; `1`, `on`,
 /// `true` or unset leave it on.
 pub fn enabled_from_env() -> Result<bool> {
-    match std::env::var("MXRS_FUSION") {
-        Err(_) => Ok(true),
-        Ok(v) => match v.trim().to_ascii_lowercase().as_str() {
-            "0" | "off" | "false" => Ok(false),
-            "1" | "on" | "true" | "" => Ok(true),
-            _ => Err(invalid(
-                "MXRS_FUSION",
-                format!("{v:?} is neither on (`1`, `on`, `true`) nor off (`0`, `off`, `false`)"),
-            )),
-        },
-    }
+    crate::switches::switch("MXRS_FUSION").map_err(|reason| invalid("MXRS_FUSION", reason))
 }
 
 /// What the pass fused: per fused node, its op and the nodes it replaced.

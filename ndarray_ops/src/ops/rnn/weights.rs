@@ -68,16 +68,9 @@ fn get_or_make<T, P>(
 /// error, which the first RNN op reports.
 pub(crate) fn strassen_setting() -> Result<bool, String> {
     static ON: OnceLock<Result<bool, String>> = OnceLock::new();
-    ON.get_or_init(|| match std::env::var("MXRS_RNN_STRASSEN") {
-        Err(_) => Ok(true),
-        Ok(v) => match v.trim().to_ascii_lowercase().as_str() {
-            "1" | "on" | "true" | "" => Ok(true),
-            "0" | "off" | "false" => Ok(false),
-            _ => Err(format!(
-                "MXRS_RNN_STRASSEN={v:?} is neither on (`1`, `on`, `true`) nor off (`0`, \
-                 `off`, `false`)"
-            )),
-        },
+    ON.get_or_init(|| {
+        crate::switches::switch("MXRS_RNN_STRASSEN")
+            .map_err(|reason| format!("MXRS_RNN_STRASSEN={reason}"))
     })
     .clone()
 }

@@ -97,16 +97,9 @@ impl Problem {
 /// first convolution that would run here reports.
 fn enabled() -> Result<bool, String> {
     static ON: OnceLock<Result<bool, String>> = OnceLock::new();
-    ON.get_or_init(|| match std::env::var("MXRS_CONV_WINOGRAD") {
-        Err(_) => Ok(true),
-        Ok(v) => match v.trim().to_ascii_lowercase().as_str() {
-            "1" | "on" | "true" | "" => Ok(true),
-            "0" | "off" | "false" => Ok(false),
-            _ => Err(format!(
-                "MXRS_CONV_WINOGRAD={v:?} is neither on (`1`, `on`, `true`) nor off (`0`, \
-                 `off`, `false`)"
-            )),
-        },
+    ON.get_or_init(|| {
+        crate::switches::switch("MXRS_CONV_WINOGRAD")
+            .map_err(|reason| format!("MXRS_CONV_WINOGRAD={reason}"))
     })
     .clone()
 }
