@@ -4,8 +4,10 @@ docs/benchmarks.md.
     cargo build --release --example run_model --example cpu_peak
     python tools/cpu_bench.py [--rounds 3] [--iters 10] [--rows resnet18_v1:1,lstm2:32] [--json]
 
-Run it with a Python that has torch and torchvision (`pip install torch torchvision` in a venv;
-never needed to build or test mxrs). For each row (model and batch) it runs `run_model` and
+Run it with a Python that has torch and torchvision, or with `--venv DIR`: it then runs itself
+with the Python of the venv at DIR, making that venv first where it lacks them (`python -m venv`,
+`pip install torch torchvision` from PyPI: about 5.5 GB with the CUDA libraries its wheels
+bring, which it does not use on the CPU). PyTorch is never needed to build or test mxrs. For each row (model and batch) it runs `run_model` and
 `tools/torch_cpu_baseline.py --model` one after the other, `--rounds` times, each in a
 fresh process (forward from `run_model` bound for inference, forward+backward from
 `run_model --train`), and reports per step the median (and min-max) forward and forward+backward
@@ -91,13 +93,46 @@ def spread(values: list[float]) -> dict:
     }
 
 
+def has_torch(python: str) -> bool:
+    """Whether `python` imports torch and torchvision."""
+    probe = [python, "-c", "import torch, torchvision"]
+    return subprocess.run(probe, check=False, capture_output=True).returncode == 0
+
+
+def into_venv(venv: str, argv: list[str]) -> None:
+    """Runs this script again, with `argv`, on the Python of the venv at `venv`, made first
+    (with torch and torchvision from PyPI) where it lacks them; does not return."""
+    python = os.path.join(os.path.abspath(venv), "bin", "python")
+    if not os.path.exists(python) or not has_torch(python):
+        print(f"making {venv}: a venv with torch and torchvision (about 5.5 GB from PyPI)",
+              file=sys.stderr, flush=True)
+        subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+        pip = [python, "-m", "pip", "install", "--quiet"]
+        subprocess.run(pip + ["--upgrade", "pip"], check=True)
+        subprocess.run(pip + ["torch", "torchvision"], check=True)
+        if not has_torch(python):
+            sys.exit(f"cpu_bench: {python} still cannot import torch and torchvision")
+    os.execv(python, [python, os.path.abspath(__file__), *argv])
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--rows", default=ROWS)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--venv", metavar="DIR",
+                   help="run with the Python of the venv at DIR, made there with torch and "
+                        "torchvision where it lacks them")
     a = p.parse_args()
+    if a.venv is not None:
+        rest = sys.argv[1:]
+        at = next(i for i, v in enumerate(rest) if v == "--venv" or v.startswith("--venv="))
+        del rest[at:at + (1 if "=" in rest[at] else 2)]
+        into_venv(a.venv, rest)
+    if not has_torch(sys.executable):
+        sys.exit(f"cpu_bench: {sys.executable} cannot import torch and torchvision; run it with "
+                 "a Python that can, or with --venv DIR to make one")
     peak = run_json([sys.executable, BASELINE, "--gemm"])
     limit = run_json([CPU_PEAK, "--json"])
     report: dict = {"gemm_peak_gflops": round(peak["gemm_2048_gflops"], 1),
