@@ -122,11 +122,7 @@ impl Real for f32 {
         {
             return false;
         }
-        let cm = gemm::Mat {
-            ptr: c.as_mut_ptr(),
-            rs: c.strides()[0],
-            cs: 1,
-        };
+        let cm = at_mut(c);
         // SAFETY: the views' elements at their strides, rows contiguous (checked above); `c`
         // apart from `a` and `b`; the GEMM runs here.
         unsafe {
@@ -148,17 +144,7 @@ impl Real for f32 {
         if !gemm::available() || b.dim().0 != k || c.dim() != (m, n) {
             return false;
         }
-        let (sa, sc) = (a.strides(), (c.strides()[0], c.strides()[1]));
-        let am = gemm::Mat {
-            ptr: a.as_ptr(),
-            rs: sa[0],
-            cs: sa[1],
-        };
-        let cm = gemm::Mat {
-            ptr: c.as_mut_ptr(),
-            rs: sc.0,
-            cs: sc.1,
-        };
+        let (am, cm) = (at(a), at_mut(c));
         let beta = if add { 1.0 } else { 0.0 };
         // SAFETY: the views' elements at their strides (`c`'s own, apart from `a` and `b`);
         // the GEMM runs here (checked above).
@@ -189,6 +175,16 @@ fn at(v: &ArrayView2<'_, f32>) -> gemm::Mat<*const f32> {
         ptr: v.as_ptr(),
         rs: st[0],
         cs: st[1],
+    }
+}
+
+/// The GEMM's view of `v`'s elements, to write.
+fn at_mut(v: &mut ArrayViewMut2<'_, f32>) -> gemm::Mat<*mut f32> {
+    let (rs, cs) = (v.strides()[0], v.strides()[1]);
+    gemm::Mat {
+        ptr: v.as_mut_ptr(),
+        rs,
+        cs,
     }
 }
 
