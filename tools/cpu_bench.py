@@ -7,7 +7,9 @@ docs/benchmarks.md.
 Run it with a Python that has torch and torchvision, or with `--venv DIR`: it then runs itself
 with the Python of the venv at DIR, making that venv first where it lacks them (`python -m venv`,
 `pip install torch torchvision` from PyPI: about 5.5 GB with the CUDA libraries its wheels
-bring, which it does not use on the CPU). PyTorch is never needed to build or test mxrs. For each row (model and batch) it runs `run_model` and
+bring, which it does not use on the CPU). PyTorch is never needed to build or test mxrs.
+
+For each row (model and batch) it runs `run_model` and
 `tools/torch_cpu_baseline.py --model` one after the other, `--rounds` times, each in a
 fresh process (forward from `run_model` bound for inference, forward+backward from
 `run_model --train`), and reports per step the median (and min-max) forward and forward+backward
@@ -125,11 +127,9 @@ def main() -> None:
                    help="run with the Python of the venv at DIR, made there with torch and "
                         "torchvision where it lacks them")
     a = p.parse_args()
-    if a.venv is not None:
-        rest = sys.argv[1:]
-        at = next(i for i, v in enumerate(rest) if v == "--venv" or v.startswith("--venv="))
-        del rest[at:at + (1 if "=" in rest[at] else 2)]
-        into_venv(a.venv, rest)
+    # Once running on the venv's Python (its `sys.prefix`), the same arguments go on here.
+    if a.venv is not None and os.path.realpath(sys.prefix) != os.path.realpath(a.venv):
+        into_venv(a.venv, sys.argv[1:])
     if not has_torch(sys.executable):
         sys.exit(f"cpu_bench: {sys.executable} cannot import torch and torchvision; run it with "
                  "a Python that can, or with --venv DIR to make one")
