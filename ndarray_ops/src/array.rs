@@ -32,6 +32,8 @@ pub(crate) struct Chunk {
     var: Var,
     ctx: Context,
     ptr: usize,
+    /// The chunk's length: an array over fewer bytes is a view of part of it.
+    bytes: usize,
     /// What keeps the memory alive; released by the var's delete op.
     owner: Option<Owner>,
 }
@@ -131,6 +133,7 @@ impl NDArray {
             var: rt.engine().new_var(),
             ctx,
             ptr,
+            bytes: shape.iter().product::<usize>() * dtype.size(),
             owner: Some(owner),
         };
         NDArray {
@@ -253,6 +256,26 @@ impl NDArray {
         &self.chunk.var
     }
 
+    /// Whether this array spans its whole chunk, so that a write of every element replaces
+    /// everything its var holds. A view of part of the chunk does not: an op writing it is an
+    /// update of the var (it reads it too), so a failure the var holds stops that op and stays,
+    /// instead of being cleared by a write that left the rest of the chunk as the failed op
+    /// left it.
+    pub fn spans_chunk(&self) -> bool {
+        self.offset == 0 && self.size() * self.dtype.size() == self.chunk.bytes
+    }
+
+    /// The vars of those of `arrays` that are views of part of their chunk: an op writing them
+    /// lists these among its reads too (see [`NDArray::spans_chunk`]).
+    pub(crate) fn partial_vars<'a>(
+        arrays: impl IntoIterator<Item = &'a NDArray>,
+    ) -> impl Iterator<Item = &'a Var> {
+        arrays
+            .into_iter()
+            .filter(|a| !a.spans_chunk())
+            .map(NDArray::var)
+    }
+
     /// Where autograd recorded it.
     pub(crate) fn entry(&self) -> Option<&Arc<crate::autograd::Entry>> {
         self.entry.as_ref()
@@ -288,7 +311,7 @@ impl NDArray {
         }
     }
 
-    fn push(
+    pub(crate) fn push(
         &self,
         name: &'static str,
         reads: &[&NDArray],
@@ -299,7 +322,8 @@ impl NDArray {
         let op = Op::sync(name, move |_| f().map_err(Into::into))
             .on(self.ctx())
             .writes(writes.iter().map(|a| a.var()))
-            .reads(reads.iter().map(|a| a.var()));
+            .reads(reads.iter().map(|a| a.var()))
+            .reads(NDArray::partial_vars(writes.iter().copied()));
         // Fills, writes from the host and reads back: each moves the arrays' bytes once.
         let bytes = reads
             .iter()
@@ -338,7 +362,8 @@ impl NDArray {
         let pool = self.runtime().storage(self.ctx());
         let op = crate::gpu::cuda::fill_op(self.tensor(), value, pool)
             .on(self.ctx())
-            .write(self.var());
+            .write(self.var())
+            .reads(NDArray::partial_vars([self]));
         Ok(self.runtime().engine().push(op)?)
     }
 
@@ -580,7 +605,8 @@ impl NDArray {
         .on(dst.ctx())
         .prop(prop)
         .read(self.var())
-        .write(dst.var());
+        .write(dst.var())
+        .reads(NDArray::partial_vars([dst]));
         Ok(cheap_copy_if_small(op, self.size() * self.dtype.size()))
     }
 }
@@ -591,7 +617,10 @@ impl NDArray {
     fn device_copy_op<'a>(&'a self, dst: &'a NDArray, name: &'static str) -> Result<Op<'a>> {
         let op =
             crate::gpu::cuda::copy_op(name, self.tensor(), dst.tensor(), self.ctx(), dst.ctx());
-        Ok(op.read(self.var()).write(dst.var()))
+        Ok(op
+            .read(self.var())
+            .write(dst.var())
+            .reads(NDArray::partial_vars([dst])))
     }
 
     #[cfg(not(feature = "cuda"))]

@@ -287,3 +287,56 @@ fn a_failed_scratch_allocation_is_reported_once_and_the_next_call_runs() {
     let got = conv(&x, &w).to_vec::<f64>().unwrap();
     assert!(got == want, "the convolution after the failure differs");
 }
+
+/// A write through a view of part of a failed array does not clear its failure: the read of the
+/// whole raises it (the rest holds memory no op wrote). Only a write of every element (a fill of
+/// the whole, a copy into it, an op writing it as `out`) replaces what the failed op left, and
+/// the array then reads back as written.
+#[test]
+fn a_partial_write_keeps_a_failed_array_failed_and_a_whole_write_clears_it() {
+    let rt = common::threaded_runtime(3);
+    let table = rt
+        .from_vec(vec![1.0f32; ROWS * 6], &[ROWS, 6], CPU)
+        .unwrap();
+    let raise = Attrs::new().with("mode", "raise");
+    let failed = || {
+        let idx = rt
+            .from_vec(vec![0.0f32, ROWS as f32 + 3.0], &[2], CPU)
+            .unwrap();
+        invoke("take", &[&table, &idx], &raise, None)
+            .unwrap()
+            .remove(0)
+    };
+    // Each way of writing a view of one row: a fill, a copy, an op's `out`.
+    let a = failed();
+    a.at(0).unwrap().fill(1.0).unwrap();
+    expect_take_failure(a.to_vec::<f32>().unwrap_err());
+    let a = failed();
+    let src = rt.from_vec(vec![5.0f32; 6], &[6], CPU).unwrap();
+    src.copy_into(&a.at(1).unwrap()).unwrap();
+    expect_take_failure(a.to_vec::<f32>().unwrap_err());
+    let a = failed();
+    let twos = rt.from_vec(vec![2.0f32; 6], &[6], CPU).unwrap();
+    invoke(
+        "negative",
+        &[&twos],
+        &Attrs::new(),
+        Some(&[&a.at(0).unwrap()]),
+    )
+    .unwrap();
+    expect_take_failure(a.to_vec::<f32>().unwrap_err());
+    rt.wait_all().unwrap();
+
+    let a = failed();
+    a.fill(4.0).unwrap();
+    assert_eq!(a.to_vec::<f32>().unwrap(), vec![4.0f32; 12]);
+    let a = failed();
+    let src = rt.from_vec(vec![3.0f32; 12], &[2, 6], CPU).unwrap();
+    src.copy_into(&a).unwrap();
+    assert_eq!(a.to_vec::<f32>().unwrap(), vec![3.0f32; 12]);
+    let a = failed();
+    invoke("negative", &[&src], &Attrs::new(), Some(&[&a])).unwrap();
+    assert_eq!(a.to_vec::<f32>().unwrap(), vec![-3.0f32; 12]);
+    // The failures were the vars' to report; the overwritten ones are still the engine's.
+    let _ = rt.wait_all();
+}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import types
 from collections.abc import Callable
 from typing import Any
@@ -61,3 +62,6 @@ def install_ops(
             elif name not in namespace:
                 namespace[name] = fn
     namespace.update(op=op, _internal=internal, contrib=contrib)
+    # Importable by name too (``import mxnet.ndarray.op``, ``from mxnet.ndarray import op``).
+    for module in (op, internal, contrib):
+        sys.modules.setdefault(module.__name__, module)

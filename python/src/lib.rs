@@ -14,7 +14,7 @@ mod symbol;
 use std::sync::{Arc, OnceLock};
 
 use ndarray_ops::ops::signature::AttrType;
-use ndarray_ops::{autograd, invoke_on, Attrs, DType, GradReq, NDArray, NdError, Runtime};
+use ndarray_ops::{autograd, invoke_on, Attrs, DType, GradReq, NDArray, NdError, Runtime, Span};
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
@@ -232,6 +232,29 @@ impl Array {
     /// Sets every element to `value`.
     fn _fill(&self, value: f64) -> PyResult<()> {
         self.with(|a| a.fill(value)).map_err(err)
+    }
+
+    /// Writes `value` (or sets the number `value`) into the strided region of this array given
+    /// per axis as `(start, step, count)`: one op on the engine that updates only that region.
+    fn _assign_region(
+        &self,
+        spans: Vec<(usize, isize, usize)>,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let spans: Vec<Span> = spans
+            .into_iter()
+            .map(|(start, step, count)| Span { start, step, count })
+            .collect();
+        match value.cast::<Array>() {
+            Ok(v) => {
+                let v = v.get().handle();
+                self.with(|a| a.assign_region(&spans, &v)).map_err(err)
+            }
+            Err(_) => {
+                let v: f64 = value.extract()?;
+                self.with(|a| a.fill_region(&spans, v)).map_err(err)
+            }
+        }
     }
 
     /// Whether both are views of the same memory block.

@@ -251,7 +251,8 @@ pub(crate) fn prepare(
             .writes(rng.iter().map(|r| &r.rng_var))
             .writes(also_writes)
             .writes(state_writes)
-            .reads(inputs.iter().map(|a| a.var()).chain(state_reads));
+            .reads(inputs.iter().map(|a| a.var()).chain(state_reads))
+            .reads(NDArray::partial_vars(&outputs));
         push(engine_op)?;
         return Ok(outputs);
     }
@@ -302,7 +303,8 @@ pub(crate) fn prepare(
     })
     .on(ctx)
     .writes(writes)
-    .reads(inputs.iter().map(|a| a.var()).chain(state_reads));
+    .reads(inputs.iter().map(|a| a.var()).chain(state_reads))
+    .reads(NDArray::partial_vars(&outputs));
     let elements: usize = inputs.iter().map(|a| a.size()).sum::<usize>()
         + outputs.iter().map(NDArray::size).sum::<usize>();
     let engine_op = if alone { engine_op.alone() } else { engine_op };

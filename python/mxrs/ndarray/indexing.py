@@ -5,8 +5,8 @@ Reading: an integer or a step-1 slice on the first axis alone is a view sharing 
 MXNet); anything else is the ``slice`` op, then a reshape that drops the axes indexed by an
 integer and adds those given ``None``; an NDArray index takes rows (``take``), a tuple of
 NDArrays gathers elements (``gather_nd``). Writing: into a first-axis view, by a copy or a fill;
-elsewhere through the ``slice`` of the key read back, changed and written whole (correct, but it
-waits for the array)."""
+elsewhere with integers and slices, by a strided region write on the engine; with array indices,
+through numpy (read back, changed and written whole)."""
 
 from __future__ import annotations
 
@@ -92,23 +92,84 @@ def get_item(x: NDArray, key: Any) -> NDArray:
     return out.reshape(shape) if tuple(shape) != out.shape else out
 
 
+def _spans(x: NDArray, items: list[Any]) -> tuple[list[tuple[int, int, int]], list[int]]:
+    """The region a basic key selects, per axis as (first index, step, count), and the shape
+    numpy gives the selection (axes indexed by an integer dropped, ``None`` axes added)."""
+    spans, shape = [], []
+    axis = 0
+    for k in items:
+        if k is None:
+            shape.append(1)
+            continue
+        n = x.shape[axis]
+        if isinstance(k, slice):
+            s, e, st = k.indices(n)
+            count = len(range(s, e, st))
+            spans.append((s if count else 0, st, count))
+            shape.append(count)
+        elif isinstance(k, (int, np.integer)) and not isinstance(k, bool):
+            i = int(k) + n if k < 0 else int(k)
+            if not 0 <= i < n:
+                raise IndexError(f"index {k} is out of bounds for axis {axis} of size {n}")
+            spans.append((i, 1, 1))
+        else:
+            raise MXNetError(f"index {k!r} of type {type(k).__name__} is not supported")
+        axis += 1
+    return spans, shape
+
+
+def _value_of_shape(x: NDArray, value: Any, shape: list[int]) -> NDArray:
+    """``value`` as an array of ``x``'s dtype and device broadcast to ``shape`` (numpy's rule:
+    trailing axes line up; a one-element value fills any shape)."""
+    if not isinstance(value, NDArray):
+        a = np.asarray(value)
+        if np.iscomplexobj(a):
+            raise TypeError("complex values cannot be written into an NDArray")
+        return array(np.broadcast_to(a, shape), ctx=x.context, dtype=x._dtype)
+    v = value if value._dtype == x._dtype else value.astype(x._dtype)
+    want = 1
+    for d in shape:
+        want *= d
+    if v.size == want:
+        return v.reshape(shape) if v.shape != tuple(shape) else v
+    if v.ndim < len(shape):
+        v = v.reshape((1,) * (len(shape) - v.ndim) + v.shape)
+    return v.broadcast_to(tuple(shape))
+
+
 def set_item(x: NDArray, key: Any, value: Any) -> None:
-    """``x[key] = value``."""
+    """``x[key] = value``: every write is an op on the engine that writes only the selected
+    elements (a copy into a first-axis view, or a strided region write), ordered by ``x``'s
+    var like any other write."""
     view = _first_axis_view(x, key) if not isinstance(key, tuple) or key == () else None
     if key == slice(None) or key is Ellipsis or key == ():
         view = x
     if view is not None:
-        if isinstance(value, NDArray):
-            if value.shape != view.shape:
-                value = value.broadcast_to(view.shape)
-            value.copyto(view)
-        elif isinstance(value, (int, float, np.number, bool)):
+        if isinstance(value, (int, float, np.number, bool)) and not isinstance(value, complex):
             view._fill(float(value))
         else:
-            array(
-                np.broadcast_to(np.asarray(value), view.shape), ctx=x.context, dtype=x._dtype
-            ).copyto(view)
+            _value_of_shape(x, value, list(view.shape)).copyto(view)
         return
-    whole = x.asnumpy()
-    whole[key] = value.asnumpy() if isinstance(value, NDArray) else value
-    array(whole, ctx=x.context, dtype=x._dtype).copyto(x)
+    advanced = isinstance(key, (NDArray, list, np.ndarray)) or (
+        isinstance(key, tuple) and any(isinstance(k, (NDArray, list, np.ndarray)) for k in key)
+    )
+    if advanced:
+        # Indices given as arrays: written through numpy and copied back whole.
+        whole = x.asnumpy()
+        k = tuple(_np_key(i) for i in key) if isinstance(key, tuple) else _np_key(key)
+        whole[k] = value.asnumpy() if isinstance(value, NDArray) else value
+        array(whole, ctx=x.context, dtype=x._dtype).copyto(x)
+        return
+    spans, shape = _spans(x, _expand(key, x.ndim))
+    if isinstance(value, (int, float, np.number, bool)) and not isinstance(value, complex):
+        x._assign_region(spans, float(value))
+        return
+    v = _value_of_shape(x, value, shape)
+    v = v.reshape([c for _, _, c in spans]) if spans else v
+    if v._shares_memory(x):
+        v = v.copy()
+    x._assign_region(spans, v)
+
+
+def _np_key(k: Any) -> Any:
+    return k.asnumpy().astype(np.int64) if isinstance(k, NDArray) else k
