@@ -96,12 +96,16 @@ fn save_to(path: &Path, arrays: &[&NDArray], names: &[&str]) -> Result<()> {
 /// file beside it, which is flushed to the disk and then renamed over `path`. If anything fails
 /// (a disk full, an array whose producing op failed), the temporary file is removed and `path`
 /// keeps whatever it held before. A `path` that exists and is not a regular file (a device, a
-/// pipe) is written directly, as renaming over it would replace it.
+/// pipe) is written directly, as renaming over it would replace it. A symbolic link is followed
+/// (the file it points to is replaced, the link stays), and a file replaced keeps its
+/// permissions.
 pub fn write_atomically(
     op: &str,
     path: &Path,
     write: impl FnOnce(&mut BufWriter<std::fs::File>) -> Result<()>,
 ) -> Result<()> {
+    let target = follow_links(path);
+    let path = target.as_path();
     let special = std::fs::metadata(path).is_ok_and(|m| !m.is_file());
     if special {
         let file = std::fs::OpenOptions::new()
@@ -126,6 +130,10 @@ pub fn write_atomically(
     let tmp = path.with_file_name(tmp_name);
     let file = std::fs::File::create(&tmp)
         .map_err(|e| file_error(op, path, "cannot create a temporary file beside", e))?;
+    if let Ok(old) = std::fs::metadata(path) {
+        // Best effort, as `cp -p` would: a file system without permissions keeps its default.
+        let _ = std::fs::set_permissions(&tmp, old.permissions());
+    }
     let mut w = BufWriter::new(file);
     let written = write(&mut w).and_then(|()| {
         let file = w
@@ -139,6 +147,28 @@ pub fn write_atomically(
         let _ = std::fs::remove_file(&tmp);
     }
     written
+}
+
+/// The file `path` names once symbolic links are followed (a dangling link: the path it
+/// points to, made relative to the link's folder); `path` itself when it is no link.
+fn follow_links(path: &Path) -> std::path::PathBuf {
+    let mut at = path.to_path_buf();
+    // A bound on the chain, as the system puts one: a loop of links ends here.
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.file_type().is_symlink() => match std::fs::read_link(&at) {
+                Ok(next) => {
+                    at = match at.parent() {
+                        Some(dir) if next.is_relative() => dir.join(next),
+                        _ => next,
+                    }
+                }
+                Err(_) => return at,
+            },
+            _ => return at,
+        }
+    }
+    at
 }
 
 /// Writes arrays (waiting for their pending writes) and their names (empty, or one per array)

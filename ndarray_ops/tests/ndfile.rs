@@ -509,6 +509,45 @@ fn a_failed_save_leaves_the_previous_file_whole() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A save through a symbolic link replaces the file the link points to and keeps the link; a
+/// file replaced keeps its permissions.
+#[cfg(unix)]
+#[test]
+fn a_save_follows_links_and_keeps_permissions() {
+    use std::os::unix::fs::PermissionsExt;
+    let rt = runtime();
+    let dir = std::env::temp_dir().join(format!("mxrs-ndfile-links-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let real = dir.join("real.params");
+    let link = dir.join("link.params");
+    let a = rt.from_vec(vec![1.0f32, 2.0], &[2], CPU).unwrap();
+    ndfile::save(&real, &[("w", &a)]).unwrap();
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o640)).unwrap();
+    std::os::unix::fs::symlink("real.params", &link).unwrap();
+
+    let b = rt.from_vec(vec![5.0f32, 6.0, 7.0], &[3], CPU).unwrap();
+    ndfile::save(&link, &[("w", &b)]).unwrap();
+    let meta = std::fs::symlink_metadata(&link).unwrap();
+    assert!(
+        meta.file_type().is_symlink(),
+        "the link was replaced by a file"
+    );
+    let loaded = ndfile::load(&real, &rt, CPU).unwrap().into_named().unwrap();
+    assert_eq!(loaded["w"].to_vec::<f32>().unwrap(), vec![5.0, 6.0, 7.0]);
+    let mode = std::fs::metadata(&real).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o640, "the saved file's permissions changed");
+    // A dangling link: the file it names is made.
+    let dangling = dir.join("dangling.params");
+    std::os::unix::fs::symlink("made.params", &dangling).unwrap();
+    ndfile::save(&dangling, &[("w", &a)]).unwrap();
+    assert!(std::fs::symlink_metadata(&dangling)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(dir.join("made.params").is_file());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// An array past the memory limit is refused from its header, naming the file and the array,
 /// before its bytes are read; a smaller one in the same runtime then loads.
 #[test]

@@ -31,6 +31,7 @@ for _mxnet, _ours in _MXNET_ENV.items():
         _os.environ[_ours] = _value
 
 from . import (
+    attribute,
     autograd,
     base,
     context,
@@ -41,26 +42,33 @@ from . import (
     metric,
     model,
     module,
+    name,
     ndarray,
+    operator,
     optimizer,
     profiler,
     random,
+    runtime,
     symbol,
     test_utils,
+    util,
 )
 from . import initializer as init
 from . import kvstore as kv
 from . import module as mod
 from . import ndarray as nd
 from . import symbol as sym
+from .attribute import AttrScope
 from .base import MXNetError
-from .context import Context, cpu, cpu_pinned, current_context, gpu
+from .context import Context, cpu, cpu_pinned, current_context, gpu, num_gpus
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AttrScope",
     "Context",
     "MXNetError",
+    "attribute",
     "autograd",
     "base",
     "context",
@@ -78,12 +86,17 @@ __all__ = [
     "mod",
     "model",
     "module",
+    "name",
     "nd",
     "ndarray",
+    "num_gpus",
+    "operator",
     "optimizer",
     "profiler",
     "random",
+    "runtime",
     "sym",
     "symbol",
     "test_utils",
+    "util",
 ]

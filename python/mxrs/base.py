@@ -15,7 +15,86 @@ MXNetError = _native.MXNetError
 """The error the runtime raises: a bad call, a failed op (raised when its result is read), a
 bad file. Its message is the runtime's."""
 
-__all__ = ["MXNetError", "attr_str", "dtype_name", "install_ops"]
+__all__ = [
+    "MXNetError",
+    "NotImplementedForSymbol",
+    "NotSupportedForSparseNDArray",
+    "attr_str",
+    "data_dir",
+    "data_dir_default",
+    "dtype_name",
+    "install_ops",
+    "integer_types",
+    "mx_real_t",
+    "numeric_types",
+    "py_str",
+    "string_types",
+]
+
+#: The types MXNet code tests numbers and strings against.
+string_types = (str,)
+integer_types = (int, np.integer)
+numeric_types = (float, int, np.generic)
+#: MXNet's default real type.
+mx_real_t = np.float32
+
+
+def py_str(x: bytes | str) -> str:
+    """Bytes (UTF-8) or a string as a string."""
+    return x.decode("utf-8") if isinstance(x, bytes) else x
+
+
+def _as_list(obj: Any) -> list:
+    """``obj`` itself when it is a list or tuple (as a list), else ``[obj]``."""
+    return list(obj) if isinstance(obj, (list, tuple)) else [obj]
+
+
+class NotImplementedForSymbol(MXNetError):  # type: ignore[misc, valid-type]
+    """Raised by an NDArray function that a Symbol does not have."""
+
+    def __init__(self, function: Any, alias: str | None = None, *args: Any) -> None:
+        name = getattr(function, "__name__", str(function))
+        self.function, self.alias = name, alias
+        self.arg_types = [str(type(a)) for a in args]
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        msg = f"Function {self.function}"
+        if self.alias:
+            msg += f' (namely operator "{self.alias}")'
+        if self.arg_types:
+            msg += " with arguments (" + ", ".join(self.arg_types) + ")"
+        return msg + " is not implemented for Symbol and only available in NDArray."
+
+
+class NotSupportedForSparseNDArray(MXNetError):  # type: ignore[misc, valid-type]
+    """Raised by a function that a sparse NDArray does not support."""
+
+    def __init__(self, function: Any, alias: str | None = None, *args: Any) -> None:
+        name = getattr(function, "__name__", str(function))
+        self.function, self.alias = name, alias
+        self.arg_types = [str(type(a)) for a in args]
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        msg = f"Function {self.function}"
+        if self.alias:
+            msg += f' (namely operator "{self.alias}")'
+        return msg + " is not supported for SparseNDArray and only available in NDArray."
+
+
+def data_dir_default() -> str:
+    """Where data sets and models are kept unless ``MXNET_HOME`` says otherwise."""
+    import os
+
+    return os.path.join(os.path.expanduser("~"), ".mxnet")
+
+
+def data_dir() -> str:
+    """``MXNET_HOME``, else ``data_dir_default()``."""
+    import os
+
+    return os.getenv("MXNET_HOME", data_dir_default())
 
 
 def dtype_name(dtype: Any) -> str:

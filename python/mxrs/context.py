@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 
-__all__ = ["Context", "cpu", "cpu_pinned", "current_context", "gpu"]
+__all__ = ["Context", "cpu", "cpu_pinned", "current_context", "gpu", "num_gpus"]
 
 _DEVTYPES = {1: "cpu", 2: "gpu", 3: "cpu_pinned", 5: "cpu_shared"}
 _DEVIDS = {v: k for k, v in _DEVTYPES.items()}
@@ -86,3 +86,10 @@ def current_context() -> Context:
     """The default device of this thread: the innermost ``with ctx:`` block's, else the CPU."""
     value: Context | None = getattr(Context._local, "value", None)
     return value if value is not None else Context("cpu", 0)
+
+
+def num_gpus() -> int:
+    """How many GPUs the runtime can use (0 in a build without the GPU back end)."""
+    from . import _native
+
+    return int(_native.num_gpus())

@@ -4,7 +4,12 @@ checks of an op's forward and backward passes."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
+import numbers
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -12,22 +17,52 @@ import numpy as np
 from . import ndarray as nd
 from .context import Context, current_context
 from .ndarray.ndarray import NDArray
+from .runtime import Features
 from .symbol.symbol import Symbol
+from .util import getenv, setenv, use_np
 
 __all__ = [
+    "Features",
     "almost_equal",
     "assert_almost_equal",
+    "assert_almost_equal_ignore_nan",
+    "assert_almost_equal_with_err",
     "assert_exception",
+    "assign_each",
+    "assign_each2",
     "check_numeric_gradient",
     "check_symbolic_backward",
     "check_symbolic_forward",
+    "collapse_sum_like",
+    "default_atols",
     "default_context",
+    "default_dtype",
+    "default_numeric_eps",
+    "default_rtols",
+    "discard_stderr",
+    "effective_dtype",
+    "environment",
+    "get_atol",
+    "get_etol",
+    "get_rtol",
+    "get_tolerance",
+    "get_tols",
+    "getenv",
+    "list_gpus",
+    "np_reduce",
     "rand_ndarray",
     "rand_shape_2d",
     "rand_shape_3d",
     "rand_shape_nd",
+    "random_arrays",
+    "random_sample",
+    "random_uniform_arrays",
+    "retry",
     "same",
+    "same_array",
     "set_default_context",
+    "setenv",
+    "use_np",
 ]
 
 _DEFAULT: list[Context] = []
@@ -52,19 +87,86 @@ def same(a: Any, b: Any) -> bool:
     return bool(np.array_equal(_np(a), _np(b)))
 
 
+def default_dtype() -> type:
+    """The dtype tests make their data in."""
+    return np.float32
+
+
+def default_rtols() -> dict[np.dtype, float]:
+    """The relative tolerance of a comparison, by the dtype of its data."""
+    loose = {np.float16: 1e-2, np.float32: 1e-4, np.float64: 1e-5}
+    exact = (np.bool_, np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64)
+    return {**{np.dtype(t): v for t, v in loose.items()}, **{np.dtype(t): 0 for t in exact}}
+
+
+def default_atols() -> dict[np.dtype, float]:
+    """The absolute tolerance of a comparison, by the dtype of its data."""
+    loose = {np.float16: 1e-1, np.float32: 1e-3, np.float64: 1e-20}
+    exact = (np.bool_, np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64)
+    return {**{np.dtype(t): v for t, v in loose.items()}, **{np.dtype(t): 0 for t in exact}}
+
+
+def default_numeric_eps() -> dict[np.dtype, float]:
+    """The step of finite differences, by dtype (powers of two: the step is exact)."""
+    return {
+        np.dtype(np.float16): 2.0**-6,
+        np.dtype(np.float32): 2.0**-9,
+        np.dtype(np.float64): 2.0**-14,
+    }
+
+
+def effective_dtype(dat: Any) -> np.dtype:
+    """The dtype whose tolerance a comparison of ``dat`` uses (its own: the kernels here keep
+    float32's precision)."""
+    return np.dtype(dat.dtype)
+
+
+def get_tolerance(dat: Any, tol: float | None, default_tol: dict) -> float:
+    """``tol``, else the default for ``dat``'s dtype (0 for a number)."""
+    if tol is not None:
+        return tol
+    if isinstance(dat, numbers.Number):
+        return 0
+    return default_tol.get(effective_dtype(dat), 0)
+
+
+def get_tols(x: Any, y: Any, rtol: float | None, atol: float | None) -> tuple[float, float]:
+    """The tolerances of comparing ``x`` and ``y``: the given ones, else the looser of the two
+    dtypes' defaults."""
+    rtol = max(get_tolerance(x, rtol, default_rtols()), get_tolerance(y, rtol, default_rtols()))
+    atol = max(get_tolerance(x, atol, default_atols()), get_tolerance(y, atol, default_atols()))
+    return rtol, atol
+
+
+def get_rtol(rtol: float | None = None, dtype: Any = np.float32) -> float:
+    """``rtol``, else ``dtype``'s default."""
+    return default_rtols().get(np.dtype(dtype), 0) if rtol is None else rtol
+
+
+def get_atol(atol: float | None = None, dtype: Any = np.float32) -> float:
+    """``atol``, else ``dtype``'s default."""
+    return default_atols().get(np.dtype(dtype), 0) if atol is None else atol
+
+
+def get_etol(etol: float | None = None) -> float:
+    """The share of elements a comparison may miss (0 unless given)."""
+    return 0 if etol is None else etol
+
+
 def almost_equal(
-    a: Any, b: Any, rtol: float | None = None, atol: float | None = None, equal_nan: bool = False
+    a: Any,
+    b: Any,
+    rtol: float | None = None,
+    atol: float | None = None,
+    equal_nan: bool = False,
+    use_broadcast: bool = True,
 ) -> bool:
-    """Whether ``|a - b| <= atol + rtol * |b|`` everywhere (defaults 1e-5 and 1e-20)."""
-    return bool(
-        np.allclose(
-            _np(a),
-            _np(b),
-            rtol=1e-5 if rtol is None else rtol,
-            atol=1e-20 if atol is None else atol,
-            equal_nan=equal_nan,
-        )
-    )
+    """Whether ``|a - b| <= atol + rtol * |b|`` everywhere (tolerances by dtype by default)."""
+    rtol, atol = get_tols(a, b, rtol, atol)
+    x, y = _np(a), _np(b)
+    if not use_broadcast and x.shape != y.shape:
+        return False
+    return bool(np.allclose(x, y, rtol=rtol, atol=atol, equal_nan=equal_nan))
 
 
 def assert_almost_equal(
@@ -74,17 +176,196 @@ def assert_almost_equal(
     atol: float | None = None,
     names: tuple[str, str] = ("a", "b"),
     equal_nan: bool = False,
+    use_broadcast: bool = True,
+    mismatches: tuple[int, int] = (10, 10),
 ) -> None:
     """Raises ``AssertionError`` naming the worst element unless ``almost_equal``."""
+    rtol, atol = get_tols(a, b, rtol, atol)
     x, y = _np(a), _np(b)
+    if not use_broadcast and x.shape != y.shape:
+        raise AssertionError(f"{names[0]} has shape {x.shape}, {names[1]} {y.shape}")
     np.testing.assert_allclose(
-        x,
-        y,
-        rtol=1e-5 if rtol is None else rtol,
-        atol=1e-20 if atol is None else atol,
-        equal_nan=equal_nan,
-        err_msg=f"{names[0]} and {names[1]} differ",
+        x, y, rtol=rtol, atol=atol, equal_nan=equal_nan, err_msg=f"{names[0]} and {names[1]} differ"
     )
+
+
+def assert_almost_equal_ignore_nan(
+    a: Any, b: Any, rtol: float | None = None, atol: float | None = None, names: Any = ("a", "b")
+) -> None:
+    """``assert_almost_equal`` over the elements where neither is NaN."""
+    x, y = np.copy(_np(a)), np.copy(_np(b))
+    nan = np.logical_or(np.isnan(x), np.isnan(y))
+    x[nan], y[nan] = 0, 0
+    assert_almost_equal(x, y, rtol, atol, names)
+
+
+def assert_almost_equal_with_err(
+    a: Any,
+    b: Any,
+    rtol: float | None = None,
+    atol: float | None = None,
+    etol: float | None = None,
+    names: tuple[str, str] = ("a", "b"),
+    equal_nan: bool = False,
+    mismatches: tuple[int, int] = (10, 10),
+) -> None:
+    """Raises unless at most a share ``etol`` of the elements are outside the tolerances."""
+    rtol, atol = get_tols(a, b, rtol, atol)
+    x, y = _np(a), _np(b)
+    close = np.isclose(x, y, rtol=rtol, atol=atol, equal_nan=equal_nan)
+    share = 1.0 - float(np.mean(close)) if close.size else 0.0
+    if share > get_etol(etol):
+        raise AssertionError(
+            f"{names[0]} and {names[1]} differ in {share:.2%} of the elements (allowed {etol})"
+        )
+
+
+def same_array(array1: NDArray, array2: NDArray) -> bool:
+    """Whether the two arrays share memory: a change through one shows through the other."""
+    array1[:] += 1
+    shared = same(array1.asnumpy(), array2.asnumpy())
+    array1[:] -= 1
+    return shared and same(array1.asnumpy(), array2.asnumpy())
+
+
+def np_reduce(dat: np.ndarray, axis: Any, keepdims: bool, numpy_reduce_func: Callable) -> Any:
+    """``numpy_reduce_func`` over ``axis`` (an int, a list or None: all), one axis at a time,
+    keeping the reduced axes as length 1 when ``keepdims``."""
+    axes = [axis] if isinstance(axis, int) else (range(dat.ndim) if axis is None else list(axis))
+    axes = sorted(a % dat.ndim if dat.ndim else a for a in axes)
+    out = dat
+    for a in reversed(axes):
+        out = numpy_reduce_func(out, axis=a)
+    if keepdims:
+        shape = list(dat.shape)
+        for a in axes:
+            shape[a] = 1
+        out = np.reshape(out, shape)
+    return out
+
+
+def random_arrays(*shapes: Sequence[int]) -> Any:
+    """Normal random numpy arrays of the default dtype, one per shape (an empty shape gives a
+    0-d array); one array alone is returned as it is."""
+    arrays = [np.array(np.random.randn(*s), dtype=default_dtype()) for s in shapes]
+    return arrays[0] if len(arrays) == 1 else arrays
+
+
+def random_uniform_arrays(*shapes: Sequence[int], **kwargs: Any) -> list[np.ndarray]:
+    """Uniform random numpy arrays in [low, high), one per shape."""
+    low, high = kwargs.pop("low", 0.0), kwargs.pop("high", 1.0)
+    dtype = kwargs.pop("dtype", default_dtype())
+    if kwargs:
+        raise TypeError(f"unexpected arguments: {sorted(kwargs)}")
+    return [np.random.uniform(low, high, size=s).astype(dtype) for s in shapes]
+
+
+def random_sample(population: Sequence[Any], k: int) -> list:
+    """``k`` distinct elements of ``population`` in random order (numpy's generator)."""
+    if not 0 <= k <= len(population):
+        raise ValueError(f"random_sample: k={k} for a population of {len(population)}")
+    picked = np.random.permutation(len(population))[:k]
+    return [population[i] for i in picked]
+
+
+def assign_each(the_input: np.ndarray, function: Callable | None) -> np.ndarray:
+    """``function`` applied to every element (a copy when ``function`` is None)."""
+    if function is None:
+        return np.array(the_input)
+    return np.vectorize(function)(the_input).astype(np.asarray(the_input).dtype)
+
+
+def assign_each2(input1: np.ndarray, input2: np.ndarray, function: Callable | None) -> np.ndarray:
+    """``function`` applied to every pair of elements of two arrays of one shape."""
+    if function is None:
+        return np.array(input1)
+    return np.vectorize(function)(input1, input2).astype(np.asarray(input1).dtype)
+
+
+def collapse_sum_like(a: np.ndarray, shape: Sequence[int]) -> np.ndarray:
+    """``a`` summed over the axes that broadcasting ``shape`` to ``a.shape`` added or widened."""
+    shape = tuple(shape)
+    if int(np.prod(shape)) == 0 or a.size == 0:
+        return np.zeros(shape, dtype=a.dtype)
+    lead = a.ndim - len(shape)
+    axes = list(range(lead)) + [lead + i for i, d in enumerate(shape) if d != a.shape[lead + i]]
+    return np.sum(a, axis=tuple(axes)).reshape(shape)
+
+
+@contextmanager
+def discard_stderr() -> Iterator[None]:
+    """Sends what is written to the process's standard error (native code's too) nowhere
+    while the block runs."""
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        yield
+        return
+    saved = os.dup(fd)
+    try:
+        with open(os.devnull, "w") as sink:
+            os.dup2(sink.fileno(), fd)
+            yield
+    finally:
+        os.dup2(saved, fd)
+        os.close(saved)
+
+
+@contextmanager
+def environment(*args: Any) -> Iterator[None]:
+    """Sets environment variables for the block (``environment(name, value)`` or
+    ``environment({name: value, ...})``; a value of None unsets one) and restores them after,
+    once every pushed op has run. The runtime reads its settings when it starts: a variable
+    it reads at start takes effect only in a process that starts inside the block."""
+    if len(args) == 1 and isinstance(args[0], dict):
+        wanted = dict(args[0])
+    elif len(args) == 2:
+        wanted = {args[0]: args[1]}
+    else:
+        raise TypeError("environment takes a dict, or a name and a value")
+    saved = {k: os.environ.get(k) for k in wanted}
+
+    def apply(values: dict[str, Any]) -> None:
+        for k, v in values.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = str(v)
+
+    apply(wanted)
+    try:
+        yield
+    finally:
+        nd.waitall()
+        apply(saved)
+
+
+def retry(n: int) -> Callable:
+    """A decorator: runs the test up to ``n`` times, failing only when every run fails."""
+    if n <= 0:
+        raise ValueError("retry needs n > 0")
+
+    def decorate(f: Callable) -> Callable:
+        @functools.wraps(f)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            for attempt in range(n):
+                try:
+                    return f(*args, **kwargs)
+                except AssertionError:
+                    if attempt == n - 1:
+                        raise
+            return None
+
+        return run
+
+    return decorate
+
+
+def list_gpus() -> list[int]:
+    """The ids of the GPUs the runtime sees."""
+    from .context import num_gpus
+
+    return list(range(num_gpus()))
 
 
 def assert_exception(

@@ -343,6 +343,60 @@ pub(crate) fn handles(list: &[Py<Array>]) -> Vec<NDArray> {
 
 /// Makes an array on `(dev_type, dev_id)` from native-order bytes (one copy, made with the
 /// GIL held: the bytes are the caller's object's).
+/// How many GPUs the runtime can use.
+#[pyfunction]
+fn num_gpus() -> usize {
+    storage::gpu_count()
+}
+
+/// The features of this build and machine, by MXNet's names (`mx.runtime.Features`): what the
+/// package was built with and what the CPU offers that the kernels use.
+#[pyfunction]
+fn features() -> Vec<(&'static str, bool)> {
+    #[cfg(target_arch = "x86_64")]
+    let cpu = [
+        ("CPU_SSE", is_x86_feature_detected!("sse")),
+        ("CPU_SSE2", is_x86_feature_detected!("sse2")),
+        ("CPU_SSE3", is_x86_feature_detected!("sse3")),
+        ("CPU_SSE4_1", is_x86_feature_detected!("sse4.1")),
+        ("CPU_SSE4_2", is_x86_feature_detected!("sse4.2")),
+        ("CPU_SSE4A", is_x86_feature_detected!("sse4a")),
+        ("CPU_AVX", is_x86_feature_detected!("avx")),
+        ("CPU_AVX2", is_x86_feature_detected!("avx2")),
+        ("F16C", is_x86_feature_detected!("f16c")),
+    ];
+    #[cfg(not(target_arch = "x86_64"))]
+    let cpu: [(&'static str, bool); 0] = [];
+    let gpu = cfg!(feature = "cuda");
+    let mut out = vec![
+        ("CUDA", gpu),
+        ("CUDNN", gpu),
+        ("NCCL", false),
+        ("CUDA_RTC", gpu),
+        ("TENSORRT", false),
+        ("OPENMP", false),
+        ("SSE", cfg!(target_arch = "x86_64")),
+        ("JEMALLOC", false),
+        ("BLAS_OPEN", false),
+        ("BLAS_ATLAS", false),
+        ("BLAS_MKL", false),
+        ("BLAS_APPLE", false),
+        ("LAPACK", false),
+        ("MKLDNN", false),
+        ("OPENCV", false),
+        ("CAFFE", false),
+        ("PROFILER", true),
+        ("DIST_KVSTORE", cfg!(feature = "mpi")),
+        ("CXX14", false),
+        ("INT64_TENSOR_SIZE", true),
+        ("SIGNAL_HANDLER", false),
+        ("DEBUG", cfg!(debug_assertions)),
+        ("TVM_OP", false),
+    ];
+    out.extend(cpu);
+    out
+}
+
 #[pyfunction]
 fn from_bytes(
     data: &[u8],
@@ -451,6 +505,21 @@ fn load(
     let (rt, ctx) = (runtime()?, context(dev_type, dev_id)?);
     let loaded = py
         .detach(|| ndarray_ops::ndfile::load(path, &rt, ctx))
+        .map_err(err)?;
+    Ok((loaded.arrays.into_iter().map(wrap).collect(), loaded.names))
+}
+
+/// Reads the bytes of an MXNet NDArray file onto `(dev_type, dev_id)`, as `load` does.
+#[pyfunction]
+fn load_bytes(
+    py: Python<'_>,
+    data: Vec<u8>,
+    dev_type: &str,
+    dev_id: u32,
+) -> PyResult<(Vec<Array>, Vec<String>)> {
+    let (rt, ctx) = (runtime()?, context(dev_type, dev_id)?);
+    let loaded = py
+        .detach(|| ndarray_ops::ndfile::read_arrays(&mut data.as_slice(), &rt, ctx))
         .map_err(err)?;
     Ok((loaded.arrays.into_iter().map(wrap).collect(), loaded.names))
 }
@@ -607,6 +676,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MXNetError", m.py().get_type::<MXNetError>())?;
     m.add_class::<Array>()?;
     m.add_function(wrap_pyfunction!(from_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(num_gpus, m)?)?;
+    m.add_function(wrap_pyfunction!(load_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(features, m)?)?;
     m.add_function(wrap_pyfunction!(empty, m)?)?;
     m.add_function(wrap_pyfunction!(invoke, m)?)?;
     m.add_function(wrap_pyfunction!(binary, m)?)?;

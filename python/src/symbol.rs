@@ -139,6 +139,11 @@ impl Sym {
         sym(self.s.get_internals())
     }
 
+    /// The inputs of the output nodes, as one symbol (None for variables).
+    fn get_children(&self) -> Option<Sym> {
+        self.s.get_children().map(sym)
+    }
+
     /// The number of outputs.
     fn num_outputs(&self) -> usize {
         self.s.outputs().len()

@@ -32,6 +32,18 @@ pub fn gpu_available() -> bool {
         .unwrap_or(false)
 }
 
+/// How many GPUs can be used here (0 without a CUDA driver).
+pub fn gpu_count() -> usize {
+    if !driver_loadable() {
+        return 0;
+    }
+    catch_unwind(|| match result::init() {
+        Ok(()) => CudaContext::device_count().map_or(0, |n| n.max(0) as usize),
+        Err(_) => 0,
+    })
+    .unwrap_or(0)
+}
+
 pub(crate) struct CudaDevice {
     ctx: Context,
     cuda: Arc<CudaContext>,

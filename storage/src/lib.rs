@@ -30,7 +30,7 @@ mod trace;
 
 pub use context::{Context, DeviceType, ParseContextError};
 #[cfg(feature = "cuda")]
-pub use cuda::gpu_available;
+pub use cuda::{gpu_available, gpu_count};
 pub use device::ALIGN;
 pub use error::StorageError;
 pub use manager::{Handle, PoolKind, StorageManager};
@@ -43,4 +43,10 @@ pub use trace::{ReplayReport, Trace, TraceEvent};
 #[cfg(not(feature = "cuda"))]
 pub fn gpu_available() -> bool {
     false
+}
+
+/// How many GPUs can be used here (always 0 without the `cuda` feature).
+#[cfg(not(feature = "cuda"))]
+pub fn gpu_count() -> usize {
+    0
 }

@@ -216,6 +216,17 @@ impl Symbol {
         })
     }
 
+    /// The inputs of this symbol's output nodes, in order, as one symbol (MXNet's
+    /// `get_children`); `None` when they have none (the outputs are variables).
+    pub fn get_children(&self) -> Option<Symbol> {
+        let outputs: Vec<NodeEntry> = self
+            .outputs
+            .iter()
+            .flat_map(|e| e.node.inputs.iter().cloned())
+            .collect();
+        (!outputs.is_empty()).then_some(Symbol { outputs })
+    }
+
     /// Every output of every node (visible ones), in graph order.
     pub fn get_internals(&self) -> Symbol {
         let g = self.indexed();

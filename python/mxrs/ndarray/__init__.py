@@ -4,7 +4,9 @@ function (``mx.nd.FullyConnected``, ``mx.nd.softmax``, ...), written from the op
 from __future__ import annotations
 
 from ..base import install_ops
-from . import random
+from . import functions, random
+from .fluent import attach
+from .functions import *
 from .ndarray import (
     NDArray,
     arange,
@@ -27,8 +29,9 @@ from .ndarray import (
 from .register import op_function
 
 install_ops("mxrs.ndarray", globals(), op_function)
+attach(NDArray, globals())
 
-__all__ = [
+__all__ = functions.__all__ + [
     "NDArray",
     "arange",
     "array",

@@ -34,6 +34,9 @@ __all__ = [
 
 _SUPPORTED = ("float32", "float64", "int32", "int64", "uint8")
 
+#: Python's ``slice``, under the name MXNet's indexing code gives it.
+py_slice = slice
+
 
 #: The array type: native, so that its arithmetic operators run without a Python frame; the
 #: methods of ``_NDArrayMethods`` below are added to it.
@@ -238,25 +241,36 @@ class _NDArrayMethods:
         return self._detach()
 
     def reshape(self, *shape: Any, **kwargs: Any) -> NDArray:
-        """A view with a new shape (0 keeps a dimension, -1 infers one), sharing memory."""
+        """A view with a new shape, sharing memory; MXNet's codes 0, -1, -2, -3, -4 (see
+        ``Reshape``) and ``reverse=True``."""
         if len(shape) == 1 and isinstance(shape[0], (list, tuple)):
             shape = tuple(shape[0])
         if "shape" in kwargs:
             shape = tuple(kwargs.pop("shape"))
-        if kwargs.get("reverse"):
-            return invoke("Reshape", [self], {"shape": shape, "reverse": True})
-        return self._reshape(_resolve_shape(self.shape, shape))
+        return self._reshape(_resolve_shape(self.shape, shape, bool(kwargs.get("reverse"))))
 
     def reshape_like(self, other: NDArray) -> NDArray:
         """A view with ``other``'s shape."""
         return self.reshape(other.shape)
 
-    def flatten(self) -> NDArray:
-        """The array as (first axis, everything else)."""
+    def flatten(self, inplace: bool = False) -> NDArray:
+        """The array as (first axis, everything else); ``inplace``: a view sharing memory."""
+        if inplace:
+            rest = 1
+            for d in self.shape[1:]:
+                rest *= d
+            return self._reshape([self.shape[0] if self.shape else 1, rest])
         return invoke("Flatten", [self])
 
-    def expand_dims(self, axis: int) -> NDArray:
-        """A new axis of length 1 at ``axis``."""
+    def expand_dims(self, axis: int, inplace: bool = False) -> NDArray:
+        """A new axis of length 1 at ``axis``; ``inplace``: a view sharing memory."""
+        if inplace:
+            n = self.ndim + 1
+            if not -n <= axis < n:
+                raise MXNetError(f"expand_dims: axis {axis} is out of range for {n} axes")
+            shape = list(self.shape)
+            shape.insert(axis % n, 1)
+            return self._reshape(shape)
         return invoke("expand_dims", [self], {"axis": axis})
 
     def broadcast_to(self, shape: Sequence[int]) -> NDArray:
@@ -456,8 +470,16 @@ class _NDArrayMethods:
         """Log-softmax along ``axis``."""
         return self._fluent("log_softmax", axis=axis)
 
-    def squeeze(self, axis: Any = None) -> NDArray:
-        """Axes of length 1 removed."""
+    def squeeze(self, axis: Any = None, inplace: bool = False) -> NDArray:
+        """Axes of length 1 removed (``axis``: those only); ``inplace``: a view sharing memory."""
+        if inplace:
+            n = self.ndim
+            axes = range(n) if axis is None else ([axis] if isinstance(axis, int) else axis)
+            drop = {a % n for a in axes if axis is not None or self.shape[a] == 1}
+            if any(self.shape[a] != 1 for a in drop):
+                raise MXNetError(f"squeeze: axes {sorted(drop)} of {self.shape} are not all 1")
+            shape = [d for a, d in enumerate(self.shape) if a not in drop]
+            return self._reshape(shape or [1])
         return self._fluent("squeeze", axis=axis)
 
     def tile(self, reps: Sequence[int]) -> NDArray:
@@ -493,24 +515,76 @@ def _graft(methods: type, onto: type) -> None:
 _graft(_NDArrayMethods, NDArray)
 
 
-def _resolve_shape(old: tuple[int, ...], new: Sequence[int]) -> list[int]:
-    """MXNet's reshape codes for the method form: 0 keeps the input's dimension, -1 infers one."""
-    out = [old[i] if d == 0 and i < len(old) else int(d) for i, d in enumerate(new)]
-    if out.count(-1) > 1:
-        raise MXNetError(f"reshape: more than one -1 in {tuple(new)}")
-    if -1 in out:
+def _resolve_shape(old: tuple[int, ...], new: Sequence[int], reverse: bool = False) -> list[int]:
+    """MXNet's reshape codes: 0 copies the input's dimension, -1 infers one from the rest, -2
+    copies every remaining dimension, -3 merges the next two input dimensions, -4 splits one
+    into the next two values (one of them may be -1). ``reverse`` reads both from the right."""
+    if reverse:
+        return _resolve_shape(old[::-1], list(new)[::-1])[::-1]
+    out: list[int] = []
+    src, i, codes = 0, 0, list(new)
+    infer_at = -1
+
+    def bad(why: str) -> MXNetError:
+        return MXNetError(f"reshape: shape {tuple(new)} does not fit an array of {old}: {why}")
+
+    while i < len(codes):
+        d = int(codes[i])
+        if d == 0:
+            if src >= len(old):
+                raise bad("a 0 past the input's axes")
+            out.append(old[src])
+            src += 1
+        elif d == -1:
+            if infer_at >= 0:
+                raise bad("more than one -1")
+            infer_at = len(out)
+            out.append(-1)
+            src += 1
+        elif d == -2:
+            out.extend(old[src:])
+            src = len(old)
+        elif d == -3:
+            if src + 1 >= len(old):
+                raise bad("a -3 needs two input axes")
+            out.append(old[src] * old[src + 1])
+            src += 2
+        elif d == -4:
+            if i + 2 >= len(codes) or src >= len(old):
+                raise bad("a -4 needs an input axis and two values after it")
+            a, b = int(codes[i + 1]), int(codes[i + 2])
+            whole = old[src]
+            if a == -1 and b > 0:
+                a = whole // b
+            elif b == -1 and a > 0:
+                b = whole // a
+            if a * b != whole:
+                raise bad(f"{whole} does not split into {a} x {b}")
+            out += [a, b]
+            src += 1
+            i += 2
+        elif d > 0:
+            out.append(d)
+            src += 1
+        else:
+            raise bad(f"code {d} is not one of 0, -1, -2, -3, -4")
+        i += 1
+    total = 1
+    for d in old:
+        total *= d
+    if infer_at >= 0:
         known = 1
-        for d in out:
-            if d != -1:
+        for k, d in enumerate(out):
+            if k != infer_at:
                 known *= d
-        total = 1
-        for d in old:
-            total *= d
         if known == 0 or total % known:
-            raise MXNetError(f"reshape: shape {tuple(new)} does not fit an array of {old}")
-        out[out.index(-1)] = total // known
-    if any(d < 0 for d in out):
-        raise MXNetError(f"reshape: shape {tuple(new)} has a negative size")
+            raise bad("the -1 cannot be inferred")
+        out[infer_at] = total // known
+    size = 1
+    for d in out:
+        size *= d
+    if size != total:
+        raise bad(f"{size} elements for {total}")
     return out
 
 
@@ -540,6 +614,8 @@ def array(source: Any, ctx: Context | None = None, dtype: Any = None) -> NDArray
         name = "float32"
     if name not in _SUPPORTED:
         raise MXNetError(f"dtype {name} is not supported ({', '.join(_SUPPORTED)})")
+    if np.iscomplexobj(source):
+        raise TypeError("array: complex values have no NDArray dtype (give their real part)")
     a = np.ascontiguousarray(np.asarray(source, dtype=name))
     c = _ctx(ctx)
     return _native.from_bytes(a.tobytes(), list(a.shape), name, c.device_type, c.device_id)

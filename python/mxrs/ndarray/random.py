@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Union
 
-from ..base import dtype_name
+import numpy as np
+
+from ..base import MXNetError, dtype_name
 from ..context import Context, current_context
 from .ndarray import NDArray, invoke
 
@@ -57,7 +59,18 @@ def randint(
     ctx: Context | None = None,
     out: NDArray | None = None,
 ) -> NDArray:
-    """Whole numbers drawn uniformly from [low, high)."""
+    """Whole numbers drawn uniformly from [low, high). Bounds the dtype cannot hold are
+    refused (rather than saturated)."""
+    name = dtype_name(dtype)
+    info = np.iinfo(name) if name in ("int8", "uint8", "int32", "int64") else None
+    # The draw is made in float64, exact for whole numbers up to 2**53.
+    top = min(info.max + 1, 2**53) if info is not None else 2**53
+    bottom = max(info.min, -(2**53)) if info is not None else -(2**53)
+    if not bottom <= int(low) < int(high) <= top:
+        raise MXNetError(
+            f"randint: [{low}, {high}) is empty or does not fit in {name} "
+            f"([{bottom}, {top}) can be drawn); give dtype='int64' for wider bounds"
+        )
     draw = uniform(float(low), float(high), shape, "float64", ctx)
     result = invoke("floor", [draw]).astype(dtype)
     if out is not None:

@@ -29,7 +29,8 @@ def _doc(sig: dict[str, Any]) -> str:
 
 def op_function(sig: dict[str, Any], op: str) -> Callable[..., Any]:
     input_names: list[str] = list(sig["inputs"])
-    attr_names = {a[0] for a in sig["attrs"]}
+    attr_order: list[str] = [a[0] for a in sig["attrs"]]
+    attr_names = set(attr_order)
     variadic: bool = sig["variadic"]
     counts_inputs = "num_args" in attr_names
 
@@ -42,21 +43,33 @@ def op_function(sig: dict[str, Any], op: str) -> Callable[..., Any]:
             if len(positional) == 1 and isinstance(positional[0], (list, tuple)):
                 inputs = list(positional.pop(0))
         else:
-            for i, x in enumerate(positional[: len(input_names)]):
-                if not isinstance(x, NDArray) and x is not None:
-                    raise TypeError(
-                        f"{op}: input {input_names[i]} must be an NDArray, got {type(x).__name__}"
-                    )
-            given = positional[: len(input_names)]
-            positional = positional[len(input_names) :]
+            # Inputs come first, by position (None: not given) or by name; the positional
+            # values after them are attributes, in the order MXNet's generated functions take.
+            given: list[Any] = []
+            while positional and len(given) < len(input_names):
+                if not isinstance(positional[0], NDArray) and positional[0] is not None:
+                    break
+                given.append(positional.pop(0))
             for i, iname in enumerate(input_names):
                 x = given[i] if i < len(given) else kwargs.pop(iname, None)
                 if x is not None:
+                    if not isinstance(x, NDArray):
+                        raise TypeError(
+                            f"{op}: input {iname} must be an NDArray, got {type(x).__name__}"
+                        )
                     inputs.append(x)
+        if positional and variadic:
+            raise TypeError(f"{op}: its inputs are arrays; pass attributes by name")
         if positional:
-            raise TypeError(
-                f"{op}: {len(positional)} positional argument(s) left over; pass attributes by name"
-            )
+            if len(positional) > len(attr_order):
+                raise TypeError(
+                    f"{op}: {len(positional)} positional values after the inputs; it takes "
+                    f"at most {len(attr_order)} ({', '.join(attr_order)})"
+                )
+            for k, v in zip(attr_order, positional):
+                if k in kwargs:
+                    raise TypeError(f"{op}: attribute {k!r} given by position and by name")
+                kwargs[k] = v
         attrs = {}
         for k, v in kwargs.items():
             if k not in attr_names and not k.startswith("__"):

@@ -6,11 +6,13 @@ written from the op signatures as ``mx.nd``'s functions are."""
 from __future__ import annotations
 
 from ..base import install_ops
+from ..ndarray.fluent import attach
 from .executor import Executor
 from .register import op_function
 from .symbol import Group, Symbol, Variable, load, load_json, var
 
 install_ops("mxrs.symbol", globals(), op_function)
+attach(Symbol, globals())
 
 __all__ = [
     "Executor",

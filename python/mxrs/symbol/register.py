@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _native
+from ..attribute import AttrScope
 from ..base import MXNetError, attr_str
 from ..ndarray.register import _doc
 from .symbol import Symbol, Variable, _Names, _wrap
@@ -17,20 +18,27 @@ __all__ = ["op_function"]
 
 def op_function(sig: dict[str, Any], op: str) -> Callable[..., Symbol]:
     input_names: list[str] = list(sig["inputs"])
-    attr_names = {a[0] for a in sig["attrs"]}
+    attr_order: list[str] = [a[0] for a in sig["attrs"]]
+    attr_names = set(attr_order)
     variadic: bool = sig["variadic"]
     counts_inputs = "num_args" in attr_names
 
     def fn(*args: Any, name: str | None = None, attr: Any = None, **kwargs: Any) -> Symbol:
         given: dict[str, Symbol] = {}
         listed: list[Symbol] = []
-        for a in args:
-            if not isinstance(a, Symbol):
-                raise TypeError(
-                    f"{op}: positional arguments must be Symbols, got "
-                    f"{type(a).__name__}; pass attributes by name"
-                )
-            listed.append(a)
+        rest = list(args)
+        while rest and isinstance(rest[0], Symbol):
+            listed.append(rest.pop(0))
+        # The positional values after the inputs are attributes, in MXNet's order.
+        if rest and (variadic or len(rest) > len(attr_order)):
+            raise TypeError(
+                f"{op}: {len(rest)} positional values after the inputs; it takes at most "
+                f"{0 if variadic else len(attr_order)}: pass attributes by name"
+            )
+        for k, v in zip(attr_order, rest):
+            if k in kwargs:
+                raise TypeError(f"{op}: attribute {k!r} given by position and by name")
+            kwargs[k] = v
         attrs: dict[str, Any] = {}
         for k, v in kwargs.items():
             if isinstance(v, Symbol):
@@ -63,7 +71,7 @@ def op_function(sig: dict[str, Any], op: str) -> Callable[..., Symbol]:
                     inputs.append(given[iname])
                 else:
                     inputs.append(Variable(f"{node}_{iname}"))
-        merged = dict(attr or {})
+        merged = AttrScope.current.get(attr)
         merged.update(attrs)
         pairs = [(k, attr_str(v)) for k, v in merged.items()]
         return _wrap(_native.Sym.op(op, node, [s._h for s in inputs], pairs))

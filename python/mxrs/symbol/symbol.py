@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import numbers
-import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import _native
-from ..base import MXNetError, attr_str, dtype_name
+from ..base import MXNetError, NotImplementedForSymbol, attr_str, dtype_name
 from ..context import Context, current_context
 
 if TYPE_CHECKING:
@@ -21,21 +21,14 @@ __all__ = ["Group", "Symbol", "Variable", "load", "load_json", "var"]
 
 
 class _Names:
-    """Default node names as MXNet makes them: the op's name in lower case and a counter
-    (``fullyconnected0``), per thread."""
-
-    _local = threading.local()
+    """Default node names as MXNet makes them: the current name manager's (``mx.name``), by
+    default the op's name in lower case and a counter (``fullyconnected0``), per thread."""
 
     @classmethod
     def get(cls, name: str | None, hint: str) -> str:
-        if name is not None:
-            return name
-        counts = getattr(cls._local, "counts", None)
-        if counts is None:
-            counts = cls._local.counts = {}
-        k = counts.get(hint, 0)
-        counts[hint] = k + 1
-        return f"{hint}{k}"
+        from ..name import NameManager
+
+        return NameManager.current.get(name, hint)
 
 
 def _wrap(handle: Any) -> Symbol:
@@ -47,7 +40,11 @@ def _wrap(handle: Any) -> Symbol:
 def _apply(
     op: str, inputs: Sequence[Symbol], attrs: dict[str, Any] | None, name: str | None
 ) -> Symbol:
-    pairs = [(k, attr_str(v)) for k, v in (attrs or {}).items() if v is not None]
+    from ..attribute import AttrScope
+
+    merged = AttrScope.current.get(None)
+    merged.update(attrs or {})
+    pairs = [(k, attr_str(v)) for k, v in merged.items() if v is not None]
     node = _Names.get(name, op.lower())
     return _wrap(_native.Sym.op(op, node, [s._h for s in inputs], pairs))
 
@@ -115,6 +112,55 @@ class Symbol:
     def get_internals(self) -> Symbol:
         """Every node's outputs, as MXNet's ``get_internals`` (index by ``<node>_output``)."""
         return _wrap(self._h.get_internals())
+
+    def get_children(self) -> Symbol | None:
+        """The inputs of this symbol's output nodes, grouped; None for a variable."""
+        h = self._h.get_children()
+        return None if h is None else _wrap(h)
+
+    def attr_dict(self) -> dict[str, dict[str, str]]:
+        """The attributes of every node of the graph that has some, by node name."""
+        nodes = json.loads(self.tojson())["nodes"]
+        return {n["name"]: dict(n["attrs"]) for n in nodes if n.get("attrs")}
+
+    def copy(self) -> Symbol:
+        """A copy of the graph."""
+        return self.__copy__()
+
+    def reshape(self, *args: Any, **kwargs: Any) -> Symbol:
+        """``mx.sym.reshape`` of this symbol."""
+        from . import op
+
+        return op.Reshape(self, *args, **kwargs)
+
+    # An NDArray's methods that a graph has no values for: MXNet's Symbol raises on them too.
+    def asnumpy(self) -> Any:
+        """Not for a symbol: raises ``NotImplementedForSymbol``."""
+        raise NotImplementedForSymbol(self.asnumpy, None)
+
+    def asscalar(self) -> Any:
+        """Not for a symbol: raises ``NotImplementedForSymbol``."""
+        raise NotImplementedForSymbol(self.asscalar, None)
+
+    def astype(self, *args: Any, **kwargs: Any) -> Any:
+        """Not for a symbol: raises ``NotImplementedForSymbol``."""
+        raise NotImplementedForSymbol(self.astype, None)
+
+    def as_in_context(self, *args: Any, **kwargs: Any) -> Any:
+        """Not for a symbol: raises ``NotImplementedForSymbol``."""
+        raise NotImplementedForSymbol(self.as_in_context, None)
+
+    def detach(self) -> Any:
+        """Not for a symbol: raises ``NotImplementedForSymbol``."""
+        raise NotImplementedForSymbol(self.detach, None)
+
+    def backward(self, *args: Any, **kwargs: Any) -> Any:
+        """Not for a symbol: raises ``NotImplementedForSymbol``."""
+        raise NotImplementedForSymbol(self.backward, None)
+
+    def wait_to_read(self) -> Any:
+        """Not for a symbol: raises ``NotImplementedForSymbol``."""
+        raise NotImplementedForSymbol(self.wait_to_read, None)
 
     def __repr__(self) -> str:
         name = self.name
@@ -293,7 +339,9 @@ def Variable(
     """A variable: an input or parameter of the graph, bound to an array by name."""
     if not isinstance(name, str):
         raise TypeError("a variable's name must be a string")
-    attrs = dict(attr or {})
+    from ..attribute import AttrScope
+
+    attrs = AttrScope.current.get(attr)
     if shape is not None:
         attrs["__shape__"] = attr_str(tuple(shape))
     if lr_mult is not None:
