@@ -61,6 +61,18 @@ from . import symbol as sym
 from .attribute import AttrScope
 from .base import MXNetError
 from .context import Context, cpu, cpu_pinned, current_context, gpu, num_gpus
+from .util import (
+    is_np_array,
+    is_np_shape,
+    np_array,
+    np_shape,
+    set_np_shape,
+    use_np,
+    use_np_array,
+    use_np_shape,
+)
+
+rnd = random
 
 __version__ = "0.1.0"
 
@@ -78,6 +90,8 @@ __all__ = [
     "engine",
     "gpu",
     "init",
+    "is_np_array",
+    "is_np_shape",
     "initializer",
     "io",
     "kv",
@@ -88,15 +102,22 @@ __all__ = [
     "module",
     "name",
     "nd",
+    "np_array",
+    "np_shape",
     "ndarray",
     "num_gpus",
     "operator",
     "optimizer",
     "profiler",
     "random",
+    "rnd",
     "runtime",
+    "set_np_shape",
     "sym",
     "symbol",
     "test_utils",
+    "use_np",
+    "use_np_array",
+    "use_np_shape",
     "util",
 ]

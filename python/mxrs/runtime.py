@@ -4,8 +4,12 @@
 from __future__ import annotations
 
 import collections
+from typing import TYPE_CHECKING
 
 from . import _native
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = ["Feature", "Features", "feature_list"]
 
@@ -41,7 +45,7 @@ class Features(collections.OrderedDict):
 
     instance: Features | None = None
 
-    def __new__(cls) -> Features:
+    def __new__(cls) -> Self:
         if cls.instance is None:
             cls.instance = super().__new__(cls)
             super(Features, cls.instance).__init__((f.name, f) for f in feature_list())

@@ -5,65 +5,33 @@ checks of an op's forward and backward passes."""
 from __future__ import annotations
 
 import functools
+import json  # noqa: F401 - the imports are exported too (see below)
+import logging  # noqa: F401
 import numbers
 import os
 import sys
+import time  # noqa: F401
+from collections import OrderedDict  # noqa: F401
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+import numpy.random as rnd  # noqa: F401
+import numpy.testing as npt  # noqa: F401
+
+import mxrs as mx  # noqa: F401
 
 from . import ndarray as nd
 from .context import Context, current_context
+from .ndarray import array  # noqa: F401
 from .ndarray.ndarray import NDArray
-from .runtime import Features
+from .runtime import Features  # noqa: F401
 from .symbol.symbol import Symbol
-from .util import getenv, setenv, use_np
+from .util import getenv, setenv, use_np  # noqa: F401
 
-__all__ = [
-    "Features",
-    "almost_equal",
-    "assert_almost_equal",
-    "assert_almost_equal_ignore_nan",
-    "assert_almost_equal_with_err",
-    "assert_exception",
-    "assign_each",
-    "assign_each2",
-    "check_numeric_gradient",
-    "check_symbolic_backward",
-    "check_symbolic_forward",
-    "collapse_sum_like",
-    "default_atols",
-    "default_context",
-    "default_dtype",
-    "default_numeric_eps",
-    "default_rtols",
-    "discard_stderr",
-    "effective_dtype",
-    "environment",
-    "get_atol",
-    "get_etol",
-    "get_rtol",
-    "get_tolerance",
-    "get_tols",
-    "getenv",
-    "list_gpus",
-    "np_reduce",
-    "rand_ndarray",
-    "rand_shape_2d",
-    "rand_shape_3d",
-    "rand_shape_nd",
-    "random_arrays",
-    "random_sample",
-    "random_uniform_arrays",
-    "retry",
-    "same",
-    "same_array",
-    "set_default_context",
-    "setenv",
-    "use_np",
-]
+# No ``__all__``: MXNet's tests take this module's names by ``from mxnet.test_utils import *``,
+# and rely on getting its imports too (``mx``, ``np``, ``rnd``, ``npt``, ``os``, ...).
 
 _DEFAULT: list[Context] = []
 

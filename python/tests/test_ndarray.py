@@ -26,9 +26,10 @@ def test_creation_matches_numpy() -> None:
     same(mx.nd.zeros_like(x), np.zeros((3, 4)))
     same(mx.nd.ones_like(x), np.ones((3, 4)))
     assert mx.nd.empty((5, 2)).shape == (5, 2)
-    # Lists default to float32, as in MXNet; numpy arrays keep a supported dtype.
+    # Lists and numpy arrays of any dtype default to float32, as in MXNet 1.9.1.
     assert mx.nd.array([1, 2, 3]).dtype == np.float32
-    assert mx.nd.array(np.arange(3, dtype=np.int64)).dtype == np.int64
+    assert mx.nd.array(np.arange(3, dtype=np.int64)).dtype == np.float32
+    assert mx.nd.array(np.arange(3, dtype=np.int64), dtype="int64").dtype == np.int64
     assert mx.nd.array([1, 2], dtype="float64").dtype == np.float64
 
 

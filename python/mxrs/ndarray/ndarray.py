@@ -129,6 +129,20 @@ class _NDArrayMethods:
         return "default"
 
     @property
+    def writable(self) -> bool:
+        """Whether the array may be written (always: no array here is read-only)."""
+        return True
+
+    def tostype(self, stype: str) -> NDArray:
+        """A copy in storage type ``stype``: ``default`` (dense). The sparse storage types
+        (``row_sparse``, ``csr``) are not available here and are refused."""
+        if stype != "default":
+            raise MXNetError(
+                f"tostype: storage type {stype!r} is not available (only dense, 'default')"
+            )
+        return self.copy()
+
+    @property
     def T(self) -> NDArray:
         """The transpose (axes reversed)."""
         return invoke("transpose", [self])
@@ -601,17 +615,12 @@ def _unpickle(values: np.ndarray, device_type: str, device_id: int) -> NDArray:
 
 def array(source: Any, ctx: Context | None = None, dtype: Any = None) -> NDArray:
     """An array with the values of ``source`` (a numpy array, a list, a number or an NDArray).
-    The dtype is ``dtype``, else the source's when it is an NDArray or numpy array of a
-    supported type, else float32 (as MXNet)."""
+    The dtype is ``dtype``, else the source's when it is an NDArray, else float32 (MXNet's
+    rule: a numpy array of another dtype is converted unless ``dtype`` says otherwise)."""
     if isinstance(source, NDArray):
         out = source.as_in_context(_ctx(ctx)) if ctx is not None else source.copy()
         return out.astype(dtype) if dtype is not None else out
-    if dtype is not None:
-        name = dtype_name(dtype)
-    elif isinstance(source, np.ndarray) and source.dtype.name in _SUPPORTED:
-        name = source.dtype.name
-    else:
-        name = "float32"
+    name = dtype_name(dtype) if dtype is not None else "float32"
     if name not in _SUPPORTED:
         raise MXNetError(f"dtype {name} is not supported ({', '.join(_SUPPORTED)})")
     if np.iscomplexobj(source):
