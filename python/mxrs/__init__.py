@@ -36,12 +36,14 @@ from . import (
     base,
     context,
     engine,
+    executor,
     initializer,
     io,
     kvstore,
     metric,
     model,
     module,
+    monitor,
     name,
     ndarray,
     operator,
@@ -56,6 +58,7 @@ from . import (
 from . import initializer as init
 from . import kvstore as kv
 from . import module as mod
+from . import monitor as mon
 from . import ndarray as nd
 from . import symbol as sym
 from .attribute import AttrScope
@@ -88,23 +91,26 @@ __all__ = [
     "cpu_pinned",
     "current_context",
     "engine",
+    "executor",
     "gpu",
     "init",
-    "is_np_array",
-    "is_np_shape",
     "initializer",
     "io",
+    "is_np_array",
+    "is_np_shape",
     "kv",
     "kvstore",
     "metric",
     "mod",
     "model",
     "module",
+    "mon",
+    "monitor",
     "name",
     "nd",
+    "ndarray",
     "np_array",
     "np_shape",
-    "ndarray",
     "num_gpus",
     "operator",
     "optimizer",

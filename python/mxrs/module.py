@@ -78,14 +78,20 @@ class BaseModule:
             force_init=force_init,
         )
         self.init_optimizer(kvstore=kvstore, optimizer=optimizer, optimizer_params=optimizer_params)
+        if monitor is not None:
+            self.install_monitor(monitor)
         metric = metric_mod.create(eval_metric)
         for epoch in range(begin_epoch, num_epoch):
             tic = time.time()
             metric.reset()
             train_data.reset()
             for nbatch, batch in enumerate(train_data):
+                if monitor is not None:
+                    monitor.tic()
                 self.forward_backward(batch)
                 self.update()
+                if monitor is not None:
+                    monitor.toc_print()
                 self.update_metric(metric, batch.label)
                 for cb in _callbacks(batch_end_callback):
                     cb(_BatchEnd(epoch, nbatch, metric))
@@ -381,6 +387,10 @@ class Module(BaseModule):
                 kv.pull(n, out=args[n])
             kv.set_updater(self._updater)
         self.optimizer_initialized = True
+
+    def install_monitor(self, mon: Any) -> None:
+        """Has ``mon`` (an ``mx.monitor.Monitor``) watch the bound executor."""
+        mon.install(self._executor)
 
     def forward(self, data_batch: DataBatch, is_train: bool | None = None) -> None:
         """Copies the batch in and pushes the forward pass (training mode by default when

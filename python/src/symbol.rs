@@ -139,6 +139,34 @@ impl Sym {
         sym(self.s.get_internals())
     }
 
+    /// Every node in graph order (each after its inputs): its name, its op's name (`null` for
+    /// a variable), its visible outputs, its inputs as (node index, output index) and their
+    /// names (`data`, `weight`, ...; empty for a variable).
+    #[allow(clippy::type_complexity)]
+    fn nodes(&self) -> Vec<(String, String, usize, Vec<(usize, usize)>, Vec<String>)> {
+        let g = self.s.indexed();
+        g.nodes
+            .iter()
+            .zip(&g.inputs)
+            .map(|(n, inputs)| {
+                let names = match n.op {
+                    Some(def) => ndarray_ops::ops::signature::input_names(def.name, &n.attrs)
+                        .map(|v| v.iter().map(|s| s.to_string()).collect())
+                        .unwrap_or_default(),
+                    None => Vec::new(),
+                };
+                let op = n.op.map_or("null", |d| d.name).to_string();
+                (
+                    n.name.clone(),
+                    op,
+                    n.num_visible_outputs(),
+                    inputs.clone(),
+                    names,
+                )
+            })
+            .collect()
+    }
+
     /// The inputs of the output nodes, as one symbol (None for variables).
     fn get_children(&self) -> Option<Sym> {
         self.s.get_children().map(sym)

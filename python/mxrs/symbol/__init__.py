@@ -7,14 +7,16 @@ from __future__ import annotations
 
 from ..base import install_ops
 from ..ndarray.fluent import attach
+from . import functions
 from .executor import Executor
+from .functions import *
 from .register import op_function
 from .symbol import Group, Symbol, Variable, load, load_json, var
 
 install_ops("mxrs.symbol", globals(), op_function)
 attach(Symbol, globals())
 
-__all__ = [
+__all__ = functions.__all__ + [
     "Executor",
     "Group",
     "Symbol",

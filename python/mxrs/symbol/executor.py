@@ -4,7 +4,7 @@ in when the engine has run them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import _native
@@ -121,6 +121,8 @@ class Executor:
         }
         self.grad_dict: dict[str, NDArray] = handle.grad_dict()
         self.aux_dict: dict[str, NDArray] = handle.aux_dict()
+        self._monitor: tuple[Callable[[str, NDArray], Any], bool] | None = None
+        self._monitor_exe: Executor | None = None
 
     @property
     def arg_arrays(self) -> list[NDArray]:
@@ -156,7 +158,48 @@ class Executor:
             else:
                 dst[:] = value
         self._h.forward(bool(is_train))
+        if self._monitor is not None:
+            self._run_monitor(bool(is_train))
         return self.outputs
+
+    def set_monitor_callback(
+        self, callback: Callable[[str, NDArray], Any], monitor_all: bool = False
+    ) -> None:
+        """Calls ``callback(name, array)`` after each forward pass for every op's outputs
+        (``<node>_output``, ...), in graph order; with ``monitor_all``, each op's inputs
+        before its outputs too (the input's own name, then ``<node>_<input>``)."""
+        self._monitor = (callback, bool(monitor_all))
+
+    def _run_monitor(self, is_train: bool) -> None:
+        # The graph's every entry, computed by an executor of its internals bound to this
+        # one's argument and auxiliary arrays (the same arrays: it sees the same values).
+        callback, monitor_all = self._monitor  # type: ignore[misc]
+        internals = self._symbol.get_internals()
+        if self._monitor_exe is None:
+            self._monitor_exe = bind(
+                internals, self._ctx, args=dict(self.arg_dict), aux_states=dict(self.aux_dict)
+            )
+        values = self._monitor_exe.forward(is_train)
+        names = internals.list_outputs()
+        nodes = self._symbol.handle.nodes()
+        entry: dict[tuple[int, int], tuple[str, NDArray]] = {}
+        k = 0
+        for i, (_, _, visible, _, _) in enumerate(nodes):
+            for j in range(visible):
+                entry[(i, j)] = (names[k], values[k])
+                k += 1
+        for i, (node, op, visible, inputs, input_names) in enumerate(nodes):
+            if op == "null":
+                continue
+            if monitor_all:
+                for n, src in enumerate(inputs):
+                    if tuple(src) in entry:
+                        name, value = entry[tuple(src)]
+                        arg = input_names[n] if n < len(input_names) else f"arg{n}"
+                        callback(name, value)
+                        callback(f"{node}_{arg}", value)
+            for j in range(visible):
+                callback(*entry[(i, j)])
 
     def backward(
         self, out_grads: NDArray | Sequence[NDArray] | None = None, is_train: bool = True
