@@ -51,7 +51,7 @@ pub use config::{env, EngineBuilder, EngineConfig, EngineKind};
 pub use error::{BoxError, EngineError, OpFailure, OpResult};
 pub use naive::NaiveEngine;
 pub use op::{Completion, FnProperty, Op, RunContext};
-pub use profiler::{OpStats, ProfileEvent, Profiler};
+pub use profiler::{Mark, OpStats, ProfileEvent, Profiler, UserMark};
 pub use storage::Context;
 pub use threaded::ThreadedEngine;
 pub use var::Var;

@@ -3,6 +3,10 @@
 //! PyTorch's `key_averages`). When no profiler is configured the engine holds `None` and the
 //! only cost is one branch per op.
 //!
+//! Programs add marks of their own (MXNet's profiler domains, tasks, frames, events, counters
+//! and markers): spans of time, counter values and instants, each under a domain, written into
+//! the same trace. They are rare (a few per step), so they share one list.
+//!
 //! Recording is per thread: each thread appends to a log of its own (its lock is only ever
 //! contended by a reader), so workers never wait on each other to record, and an op's name is
 //! kept as the op's `Cow` (a static name costs no allocation). Times are raw readings of the
@@ -62,6 +66,45 @@ impl OpStats {
     }
 }
 
+/// What a program marks in the trace (see [`Profiler::mark_span`] and its siblings).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Mark {
+    /// A span of time (a task, a frame, an event), in ns since the profiler started.
+    Span {
+        /// When it started.
+        start_ns: u64,
+        /// When it ended.
+        end_ns: u64,
+    },
+    /// A counter's new value, at `at_ns`.
+    Counter {
+        /// When it changed.
+        at_ns: u64,
+        /// The value from then on.
+        value: f64,
+    },
+    /// A moment, with its scope (`process`, `global`, `thread`).
+    Instant {
+        /// When.
+        at_ns: u64,
+        /// What it concerns.
+        scope: String,
+    },
+}
+
+/// A program's mark: its domain, name, what it marks and the thread that marked it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UserMark {
+    /// The domain it belongs to (a trace process of its own).
+    pub domain: String,
+    /// Its name.
+    pub name: String,
+    /// What it marks.
+    pub mark: Mark,
+    /// The thread that marked it.
+    pub thread: u64,
+}
+
 /// A run as a thread records it: raw clock readings, the name as the op holds it.
 struct Record {
     name: Cow<'static, str>,
@@ -88,6 +131,8 @@ pub struct Profiler {
     running: AtomicBool,
     /// Every thread's log, in the order threads first recorded.
     logs: Mutex<Vec<Arc<ThreadLog>>>,
+    /// What programs marked, in the order they marked it.
+    marks: Mutex<Vec<UserMark>>,
     output: Option<PathBuf>,
 }
 
@@ -158,6 +203,7 @@ impl Profiler {
             origin,
             running: AtomicBool::new(true),
             logs: Mutex::new(Vec::new()),
+            marks: Mutex::new(Vec::new()),
             output,
         }
     }
@@ -182,6 +228,47 @@ impl Profiler {
         for log in self.logs.lock().iter() {
             log.records.lock().clear();
         }
+        self.marks.lock().clear();
+    }
+
+    /// Nanoseconds since the profiler started: where a span marked later starts.
+    pub fn now_ns(&self) -> u64 {
+        self.ns(self.clock.raw())
+    }
+
+    fn mark(&self, domain: &str, name: &str, mark: Mark) {
+        if self.is_running() {
+            self.marks.lock().push(UserMark {
+                domain: domain.to_string(),
+                name: name.to_string(),
+                mark,
+                thread: thread_no(),
+            });
+        }
+    }
+
+    /// Marks a span from `start_ns` (a [`Profiler::now_ns`] reading) to now, while running.
+    pub fn mark_span(&self, domain: &str, name: &str, start_ns: u64) {
+        let end_ns = self.now_ns().max(start_ns);
+        self.mark(domain, name, Mark::Span { start_ns, end_ns });
+    }
+
+    /// Marks a counter's new value, now, while running.
+    pub fn mark_counter(&self, domain: &str, name: &str, value: f64) {
+        let at_ns = self.now_ns();
+        self.mark(domain, name, Mark::Counter { at_ns, value });
+    }
+
+    /// Marks a moment, now, while running.
+    pub fn mark_instant(&self, domain: &str, name: &str, scope: &str) {
+        let at_ns = self.now_ns();
+        let scope = scope.to_string();
+        self.mark(domain, name, Mark::Instant { at_ns, scope });
+    }
+
+    /// What programs marked, in the order they marked it.
+    pub fn marks(&self) -> Vec<UserMark> {
+        self.marks.lock().clone()
     }
 
     /// The reading an op's run starts from, or `None` while paused.
@@ -306,7 +393,8 @@ impl Profiler {
     }
 
     /// The trace as Chrome trace-event JSON: one complete ("X") event per op, one process per
-    /// device, one track per thread.
+    /// device, one track per thread; then the programs' marks, one process per domain (spans
+    /// as complete events, counters as counter events, instants as instant events).
     pub fn chrome_trace(&self) -> serde_json::Value {
         let events = self.events();
         let mut out = Vec::with_capacity(events.len() + 16);
@@ -328,6 +416,25 @@ impl Profiler {
                 "ts": e.start_ns as f64 / 1000.0,
                 "dur": (e.end_ns.saturating_sub(e.start_ns)) as f64 / 1000.0,
             }));
+        }
+        let us = |ns: u64| ns as f64 / 1000.0;
+        for m in self.marks() {
+            let (pid, tid, name) = (&m.domain, m.thread, &m.name);
+            out.push(match &m.mark {
+                Mark::Span { start_ns, end_ns } => serde_json::json!({
+                    "ph": "X", "name": name, "cat": pid, "pid": pid, "tid": tid,
+                    "ts": us(*start_ns), "dur": us(end_ns - start_ns),
+                }),
+                Mark::Counter { at_ns, value } => serde_json::json!({
+                    "ph": "C", "name": name, "cat": pid, "pid": pid, "tid": tid,
+                    "ts": us(*at_ns), "args": { name: value },
+                }),
+                Mark::Instant { at_ns, scope } => serde_json::json!({
+                    "ph": "i", "name": name, "cat": pid, "pid": pid, "tid": tid,
+                    "ts": us(*at_ns),
+                    "s": match scope.as_str() { "global" => "g", "thread" => "t", _ => "p" },
+                }),
+            });
         }
         serde_json::json!({ "traceEvents": out, "displayTimeUnit": "ns" })
     }
@@ -440,6 +547,35 @@ mod tests {
         assert!(p.events().is_empty() && p.summary().is_empty());
         run(&p, "d", Context::cpu(0));
         assert_eq!(p.events().len(), 1);
+    }
+
+    /// Programs' marks come back in order and go into the trace by kind, under their domain;
+    /// paused, none is kept; reset forgets them.
+    #[test]
+    fn marks_of_spans_counters_and_instants() {
+        let p = Profiler::new(None);
+        let t0 = p.now_ns();
+        std::thread::sleep(std::time::Duration::from_micros(50));
+        p.mark_span("py", "task", t0);
+        p.mark_counter("py", "count", 6.0);
+        p.mark_instant("py", "start", "process");
+        p.pause();
+        p.mark_counter("py", "count", 7.0);
+        p.resume();
+        let marks = p.marks();
+        assert_eq!(marks.len(), 3);
+        match &marks[0].mark {
+            Mark::Span { start_ns, end_ns } => assert!(*end_ns >= start_ns + 50_000),
+            other => panic!("{other:?}"),
+        }
+        let trace = p.chrome_trace();
+        let events = trace["traceEvents"].as_array().unwrap();
+        let kinds: Vec<_> = events.iter().map(|e| e["ph"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["X", "C", "i"]);
+        assert_eq!(events[1]["args"]["count"], 6.0);
+        assert!(events.iter().all(|e| e["pid"] == "py"));
+        p.reset();
+        assert!(p.marks().is_empty());
     }
 
     /// A thread recording for two profilers keeps their runs apart, and drops its log of a

@@ -42,6 +42,15 @@ class DataBatch:
         self.data, self.label, self.pad, self.index = data, label, pad, index
         self.provide_data, self.provide_label = provide_data, provide_label
 
+    def __str__(self) -> str:
+        def shapes(arrays: list[NDArray] | None) -> str:
+            return "None" if arrays is None else str([a.shape for a in arrays])
+
+        return (
+            f"{type(self).__name__}: data shapes: {shapes(self.data)} "
+            f"label shapes: {shapes(self.label)}"
+        )
+
 
 class DataIter:
     """An iterator of ``DataBatch`` that can start over (``reset``)."""
@@ -64,7 +73,8 @@ class DataIter:
 
 
 def _named(data: Any, default: str) -> list[tuple[str, np.ndarray]]:
-    if data is None:
+    # MXNet's naming: one array is ``default``; several, ``_0_default``, ``_1_default``, ...
+    if data is None or (isinstance(data, list) and not data):
         return []
     if isinstance(data, (np.ndarray, NDArray, list)) and not (
         isinstance(data, list) and data and isinstance(data[0], (np.ndarray, NDArray))
@@ -73,7 +83,8 @@ def _named(data: Any, default: str) -> list[tuple[str, np.ndarray]]:
     if isinstance(data, dict):
         items = list(data.items())
     else:
-        items = [(default if i == 0 else f"_{i}_{default}", d) for i, d in enumerate(data)]
+        several = len(data) > 1
+        items = [(f"_{i}_{default}" if several else default, d) for i, d in enumerate(data)]
     return [(k, v.asnumpy() if isinstance(v, NDArray) else np.asarray(v)) for k, v in items]
 
 

@@ -51,12 +51,13 @@ class KVStore:
 
     def __init__(self, kind: str = "local") -> None:
         self._kv = _native.KVStore(kind)
+        self._type = kind
         self._updater: Callable[..., None] | None = None
 
     @property
     def type(self) -> str:
         """The kind, as given to :func:`create`."""
-        return self._kv.kind
+        return self._type
 
     @property
     def rank(self) -> int:

@@ -108,6 +108,83 @@ fn profiler_dump(py: Python<'_>, path: &str) -> PyResult<()> {
     }
 }
 
+/// Nanoseconds since the profiler started (where a span marked later starts).
+#[pyfunction]
+fn profiler_now() -> PyResult<u64> {
+    let rt = profiler()?;
+    Ok(rt.engine().profiler().map_or(0, |p| p.now_ns()))
+}
+
+/// Marks what `kind` says in the trace, under `domain`: a `span` from `start` (a
+/// `profiler_now` reading) to now, a `counter`'s new `value`, an `instant` of `scope`.
+#[pyfunction]
+#[pyo3(signature = (kind, domain, name, start=0, value=0.0, scope="process"))]
+fn profiler_mark(
+    kind: &str,
+    domain: &str,
+    name: &str,
+    start: u64,
+    value: f64,
+    scope: &str,
+) -> PyResult<()> {
+    let rt = profiler()?;
+    let Some(p) = rt.engine().profiler() else {
+        return Ok(());
+    };
+    match kind {
+        "span" => p.mark_span(domain, name, start),
+        "counter" => p.mark_counter(domain, name, value),
+        "instant" => p.mark_instant(domain, name, scope),
+        other => {
+            return Err(MXNetError::new_err(format!(
+                "profiler: unknown mark {other:?} (span, counter, instant)"
+            )))
+        }
+    }
+    Ok(())
+}
+
+/// Per op name and device, then per marked span name and domain: (domain, name, count, total
+/// ns, min ns, max ns). Ops are under the domain `operator`.
+#[pyfunction]
+fn profiler_stats() -> PyResult<Vec<(String, String, u64, u64, u64, u64)>> {
+    let rt = profiler()?;
+    let Some(p) = rt.engine().profiler() else {
+        return Ok(Vec::new());
+    };
+    let mut out: Vec<_> = p
+        .summary()
+        .into_iter()
+        .map(|s| {
+            (
+                "operator".to_string(),
+                s.name,
+                s.count,
+                s.total_ns,
+                s.min_ns,
+                s.max_ns,
+            )
+        })
+        .collect();
+    let mut spans: std::collections::BTreeMap<(String, String), (u64, u64, u64, u64)> =
+        std::collections::BTreeMap::new();
+    for m in p.marks() {
+        if let engine::Mark::Span { start_ns, end_ns } = m.mark {
+            let ns = end_ns - start_ns;
+            let e = spans
+                .entry((m.domain, m.name))
+                .or_insert((0, 0, u64::MAX, 0));
+            *e = (e.0 + 1, e.1 + ns, e.2.min(ns), e.3.max(ns));
+        }
+    }
+    out.extend(
+        spans
+            .into_iter()
+            .map(|((d, n), (c, t, lo, hi))| (d, n, c, t, lo, hi)),
+    );
+    Ok(out)
+}
+
 /// Forgets what the profiler recorded.
 #[pyfunction]
 fn profiler_reset() -> PyResult<()> {
@@ -677,6 +754,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Array>()?;
     m.add_function(wrap_pyfunction!(from_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(num_gpus, m)?)?;
+    m.add_function(wrap_pyfunction!(profiler_now, m)?)?;
+    m.add_function(wrap_pyfunction!(profiler_mark, m)?)?;
+    m.add_function(wrap_pyfunction!(profiler_stats, m)?)?;
     m.add_function(wrap_pyfunction!(load_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(features, m)?)?;
     m.add_function(wrap_pyfunction!(empty, m)?)?;

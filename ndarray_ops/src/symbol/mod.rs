@@ -216,13 +216,18 @@ impl Symbol {
         })
     }
 
-    /// The inputs of this symbol's output nodes, in order, as one symbol (MXNet's
-    /// `get_children`); `None` when they have none (the outputs are variables).
+    /// The inputs of this symbol's output nodes (each node once, in order), as one symbol
+    /// (MXNet's `get_children`); `None` when they have none (the outputs are variables).
     pub fn get_children(&self) -> Option<Symbol> {
-        let outputs: Vec<NodeEntry> = self
-            .outputs
-            .iter()
-            .flat_map(|e| e.node.inputs.iter().cloned())
+        let mut seen: Vec<&Arc<Node>> = Vec::new();
+        for e in &self.outputs {
+            if !seen.iter().any(|n| Arc::ptr_eq(n, &e.node)) {
+                seen.push(&e.node);
+            }
+        }
+        let outputs: Vec<NodeEntry> = seen
+            .into_iter()
+            .flat_map(|n| n.inputs.iter().cloned())
             .collect();
         (!outputs.is_empty()).then_some(Symbol { outputs })
     }

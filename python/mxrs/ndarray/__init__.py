@@ -30,6 +30,8 @@ from .register import op_function
 
 install_ops("mxrs.ndarray", globals(), op_function)
 attach(NDArray, globals())
+for _name, _fn in functions.CONTRIB.items():
+    setattr(contrib, _name, _fn)
 
 __all__ = functions.__all__ + [
     "NDArray",

@@ -190,14 +190,11 @@ def moveaxis(
     n = tensor.ndim
     if len(src) != len(dst):
         raise ValueError("moveaxis: source and destination need as many axes")
-    try:
-        src = [int(a) + n if a < 0 else int(a) for a in src]
-        dst = [int(a) + n if a < 0 else int(a) for a in dst]
-        for a in src + dst:
-            if not 0 <= a < n:
-                raise IndexError(a)
-    except IndexError as e:
-        raise IndexError(f"moveaxis: axis {e} is out of range for {n} axes") from None
+    for a in src + dst:
+        if not -n <= int(a) < n:
+            raise ValueError(f"moveaxis: axis {a} is out of range for {n} axes")
+    src = [int(a) % n for a in src]
+    dst = [int(a) % n for a in dst]
     if len(set(src)) != len(src) or len(set(dst)) != len(dst):
         raise ValueError("moveaxis: repeated axes")
     order = [a for a in range(n) if a not in src]
@@ -279,3 +276,26 @@ def load_frombuffer(buf: bytes) -> list[NDArray] | dict[str, NDArray]:
     c = current_context()
     arrays, names = _native.load_bytes(bytes(buf), c.device_type, c.device_id)
     return dict(zip(names, arrays)) if names else list(arrays)
+
+
+# ---- mx.nd.contrib's functions written in terms of ops ------------------------------------
+
+
+def isinf(data: NDArray) -> NDArray:
+    """1 where the value is infinite (either sign), else 0."""
+    return invoke("_equal_scalar", [invoke("abs", [data])], {"scalar": float("inf")})
+
+
+def isnan(data: NDArray) -> NDArray:
+    """1 where the value is NaN, else 0."""
+    return invoke("broadcast_not_equal", [data, data])
+
+
+def isfinite(data: NDArray) -> NDArray:
+    """1 where the value is neither infinite nor NaN, else 0."""
+    finite = invoke("_not_equal_scalar", [invoke("abs", [data])], {"scalar": float("inf")})
+    return invoke("broadcast_mul", [finite, invoke("broadcast_equal", [data, data])])
+
+
+#: The functions above, by name, that ``mx.nd.contrib`` holds.
+CONTRIB = {"isinf": isinf, "isnan": isnan, "isfinite": isfinite}

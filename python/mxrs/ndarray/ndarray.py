@@ -167,6 +167,8 @@ class _NDArrayMethods:
         return f"\n{self.asnumpy()!s}\n<NDArray {shape} @{self.context}>"
 
     def __bool__(self) -> bool:
+        if self.size == 0:
+            return False
         if self.size != 1:
             raise ValueError(
                 "the truth value of an NDArray with more than one element is ambiguous"

@@ -178,8 +178,11 @@ class Symbol:
 
     # ---- composition ----------------------------------------------------------------------
 
-    def __call__(self, *args: Symbol, **kwargs: Symbol) -> Symbol:
-        """This graph with its variables replaced: by name (keywords) or in argument order."""
+    def __call__(self, *args: Symbol, **kwargs: Any) -> Symbol:
+        """This graph with its variables replaced: by name (keywords) or in argument order.
+        ``name`` is accepted as in MXNet, where it names only a lone op's node: the graph's
+        nodes keep theirs."""
+        kwargs.pop("name", None)
         names = self.list_arguments()
         mapping = dict(zip(names, args))
         mapping.update(kwargs)
@@ -317,6 +320,16 @@ class Symbol:
 
     def __le__(self, o: Any) -> Symbol:
         return self._binary(o, "_lesser_equal", "_lesser_equal_scalar")
+
+    def __bool__(self) -> bool:
+        raise NotImplementedForSymbol(self.__bool__, "bool")
+
+    def __abs__(self) -> Symbol:
+        return _apply("abs", [self], None, None)
+
+    def __reduce__(self) -> tuple:
+        # Pickled as its JSON, as MXNet does.
+        return (load_json, (self.tojson(),))
 
     def __copy__(self) -> Symbol:
         return _wrap(self._h)
