@@ -37,6 +37,20 @@ class AttrScope(metaclass=_Current):
         out.update(attr or {})
         return out
 
+    def for_op(self, attr: dict[str, str] | None) -> dict[str, str]:
+        """``get(attr)`` for an op's node: the scope's plain keys hidden as ``__key__`` (an op
+        refuses attributes it does not take; hidden ones it keeps), ``attr`` as given."""
+        out = {k if k.startswith("__") else f"__{k}__": v for k, v in self._attr.items()}
+        out.update(attr or {})
+        return out
+
+    def for_variable(self, attr: dict[str, str] | None) -> dict[str, str]:
+        """``get(attr)`` for a variable: every key as given and hidden (``ctx_group`` and
+        ``__ctx_group__``), as MXNet keeps both."""
+        out = self.get(attr)
+        out.update({f"__{k}__": v for k, v in out.items() if not k.startswith("__")})
+        return out
+
     def __enter__(self) -> Self:
         self._old = AttrScope.current
         merged = dict(self._old._attr)

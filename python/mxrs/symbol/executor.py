@@ -167,7 +167,7 @@ class Executor:
     ) -> None:
         """Calls ``callback(name, array)`` after each forward pass for every op's outputs
         (``<node>_output``, ...), in graph order; with ``monitor_all``, each op's inputs
-        before its outputs too (the input's own name, then ``<node>_<input>``)."""
+        before its outputs too (``<node>_<input>``, a variable under its own name first)."""
         self._monitor = (callback, bool(monitor_all))
 
     def _run_monitor(self, is_train: bool) -> None:
@@ -192,12 +192,15 @@ class Executor:
             if op == "null":
                 continue
             if monitor_all:
-                for n, src in enumerate(inputs):
-                    if tuple(src) in entry:
-                        name, value = entry[tuple(src)]
-                        arg = input_names[n] if n < len(input_names) else f"arg{n}"
+                for n, (src, index) in enumerate(inputs):
+                    if (src, index) not in entry:
+                        continue
+                    name, value = entry[(src, index)]
+                    if nodes[src][1] == "null":
+                        # A variable is reported under its own name first, as MXNet does.
                         callback(name, value)
-                        callback(f"{node}_{arg}", value)
+                    arg = input_names[n] if n < len(input_names) else f"arg{n}"
+                    callback(f"{node}_{arg}", value)
             for j in range(visible):
                 callback(*entry[(i, j)])
 

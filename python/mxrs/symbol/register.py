@@ -71,7 +71,7 @@ def op_function(sig: dict[str, Any], op: str) -> Callable[..., Symbol]:
                     inputs.append(given[iname])
                 else:
                     inputs.append(Variable(f"{node}_{iname}"))
-        merged = AttrScope.current.get(attr)
+        merged = AttrScope.current.for_op(attr)
         merged.update(attrs)
         pairs = [(k, attr_str(v)) for k, v in merged.items()]
         return _wrap(_native.Sym.op(op, node, [s._h for s in inputs], pairs))

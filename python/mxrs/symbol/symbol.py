@@ -42,7 +42,7 @@ def _apply(
 ) -> Symbol:
     from ..attribute import AttrScope
 
-    merged = AttrScope.current.get(None)
+    merged = AttrScope.current.for_op(None)
     merged.update(attrs or {})
     pairs = [(k, attr_str(v)) for k, v in merged.items() if v is not None]
     node = _Names.get(name, op.lower())
@@ -70,8 +70,10 @@ class Symbol:
         return self._h
 
     def attr(self, key: str) -> str | None:
-        """Attribute ``key`` of the node (one output), or None."""
-        return dict(self._h.attrs()).get(key)
+        """Attribute ``key`` of the node (one output), or None; a plain key also finds the
+        hidden ``__key__`` an attribute scope gave an op."""
+        attrs = dict(self._h.attrs())
+        return attrs.get(key, attrs.get(f"__{key}__"))
 
     def list_attr(self) -> dict[str, str]:
         """The node's attributes (one output)."""
@@ -354,7 +356,7 @@ def Variable(
         raise TypeError("a variable's name must be a string")
     from ..attribute import AttrScope
 
-    attrs = AttrScope.current.get(attr)
+    attrs = AttrScope.current.for_variable(attr)
     if shape is not None:
         attrs["__shape__"] = attr_str(tuple(shape))
     if lr_mult is not None:

@@ -1,0 +1,308 @@
+"""What MXNet code calls, beyond the ops themselves: positional attributes, MXNet's reshape
+codes, in-place views, the free functions of mx.nd and mx.sym, dtype rules of mx.nd.array,
+name and attribute scopes, Symbol's children, attributes, pickling and refusals, the monitor,
+the profiler's objects, mx.runtime, mx.util and the test helpers. Every expected value here was
+produced by MXNet 1.9.1 (the same calls, run with MXNET_SUBGRAPH_BACKEND=NONE)."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import mxrs as mx
+import numpy as np
+import pytest
+
+
+def same(x: mx.nd.NDArray, a: object) -> None:
+    np.testing.assert_array_equal(x.asnumpy(), np.asarray(a))
+
+
+# ---- op functions -------------------------------------------------------------------------
+
+
+def test_attributes_may_follow_the_inputs_by_position() -> None:
+    same(mx.nd.clip(mx.nd.array([-1, 0.5, 2]), 0, 1), [0, 0.5, 1])
+    same(mx.nd.one_hot(mx.nd.array([1, 0]), 3, 5, -1), [[-1, 5, -1], [5, -1, -1]])
+    with pytest.raises(TypeError, match="by position and by name"):
+        mx.nd.clip(mx.nd.array([1.0]), 0, a_min=1)
+    with pytest.raises(TypeError, match="positional values"):
+        mx.nd.relu(mx.nd.array([1.0]), 3)
+    s = mx.sym.clip(mx.sym.Variable("x"), 0, 1)
+    assert s.list_attr()["a_min"] == "0" and s.list_attr()["a_max"] == "1"
+
+
+@pytest.mark.parametrize(
+    "codes, reverse, shape",
+    [
+        ((0, -1), False, (2, 60)),
+        ((-2,), False, (2, 3, 4, 5)),
+        ((2, -2), False, (2, 3, 4, 5)),
+        ((-3, -2), False, (6, 4, 5)),
+        ((-4, 1, 2, -2), False, (1, 2, 3, 4, 5)),
+        ((2, -4, -1, 3, -2), False, (2, 1, 3, 4, 5)),
+        ((0, 0, -3), False, (2, 3, 20)),
+        ((-1, 5), True, (24, 5)),
+        ((0, -1), True, (4, 30)),
+        ((-3, -1), False, (6, 20)),
+    ],
+)
+def test_reshape_takes_mxnet_s_codes(codes: tuple, reverse: bool, shape: tuple) -> None:
+    x = mx.nd.array(np.arange(120).reshape(2, 3, 4, 5))
+    y = x.reshape(codes, reverse=reverse)
+    assert y.shape == shape
+    same(y, np.arange(120).reshape(shape))
+
+
+def test_in_place_flatten_squeeze_and_expand_dims_are_views() -> None:
+    x = mx.nd.zeros((2, 1, 3))
+    for view, shape in [
+        (x.flatten(inplace=True), (2, 3)),
+        (x.squeeze(inplace=True), (2, 3)),
+        (x.squeeze(axis=1, inplace=True), (2, 3)),
+        (x.expand_dims(0, inplace=True), (1, 2, 1, 3)),
+    ]:
+        assert view.shape == shape
+        view[:] = 7
+        same(x, np.full((2, 1, 3), 7))
+        x[:] = 0
+    with pytest.raises(mx.MXNetError):
+        x.squeeze(axis=0, inplace=True)
+
+
+def test_free_functions_of_nd_take_arrays_and_numbers() -> None:
+    same(mx.nd.maximum(mx.nd.array([1, 5]), 3), [3, 5])
+    same(mx.nd.power(2, mx.nd.array([1, 3])), [2, 8])
+    same(mx.nd.modulo(7, mx.nd.array([4, 5])), [3, 2])
+    same(mx.nd.subtract(10, mx.nd.array([1, 2])), [9, 8])
+    same(mx.nd.greater(2, mx.nd.array([1, 3])), [1, 0])
+    same(mx.nd.logical_xor(mx.nd.array([0, 2]), 1), [1, 0])
+    assert mx.nd.maximum(2, 3) == 3
+    same(mx.nd.linspace(0, 1, 5), [0, 0.25, 0.5, 0.75, 1])
+    same(mx.nd.linspace(0, 1, 4, endpoint=False), [0, 0.25, 0.5, 0.75])
+    same(mx.nd.eye(3, 4, 1), np.eye(3, 4, 1))
+    assert mx.nd.moveaxis(mx.nd.zeros((4, 1, 2, 3)), [3, 0], [1, 0]).shape == (4, 3, 1, 2)
+    with pytest.raises(ValueError):
+        mx.nd.moveaxis(mx.nd.zeros((1, 2, 3)), 3, 0)
+    parts = mx.nd.split_v2(mx.nd.zeros((6, 4)), (1, 4), axis=0)
+    assert [p.shape for p in parts] == [(1, 4), (3, 4), (2, 4)]
+    out = mx.nd.zeros((2, 3))
+    mx.nd.onehot_encode(mx.nd.array([2, 0]), out)
+    same(out, [[0, 0, 1], [1, 0, 0]])
+    same(mx.nd.contrib.isnan(mx.nd.array([np.nan, 1, np.inf])), [1, 0, 0])
+    same(mx.nd.contrib.isinf(mx.nd.array([np.nan, 1, -np.inf])), [0, 0, 1])
+    same(mx.nd.contrib.isfinite(mx.nd.array([np.nan, 1, np.inf])), [0, 1, 0])
+
+
+def test_free_functions_of_sym() -> None:
+    a, b = mx.sym.Variable("a"), mx.sym.Variable("b")
+    out = mx.sym.Group([mx.sym.maximum(a, b), mx.sym.pow(a, 2), mx.sym.minimum(3, b)])
+    got = out.eval(a=mx.nd.array([1, 4]), b=mx.nd.array([2, 2]))
+    for g, want in zip(got, [[2, 4], [1, 16], [2, 2]]):
+        same(g, want)
+    assert mx.sym.maximum(2, 3) == 3
+
+
+def test_array_makes_float32_unless_told_as_mxnet() -> None:
+    assert mx.nd.array(np.arange(3, dtype=np.int64)).dtype == np.float32
+    assert mx.nd.array(np.zeros(2, dtype=np.float64)).dtype == np.float32
+    assert mx.nd.array(mx.nd.zeros(2, dtype="int32")).dtype == np.int32
+    with pytest.raises(TypeError, match="complex"):
+        mx.nd.array(np.array([1 + 1j]))
+    assert not bool(mx.nd.array([])) and bool(mx.nd.ones((1,)))
+
+
+def test_randint_refuses_bounds_its_dtype_cannot_hold() -> None:
+    with pytest.raises(mx.MXNetError, match="int32"):
+        mx.nd.random.randint(0, 2**40, shape=(3,))
+    x = mx.nd.random.randint(2**33, 2**33 + 5, shape=(50,), dtype="int64").asnumpy()
+    assert x.dtype == np.int64 and x.min() >= 2**33 and x.max() < 2**33 + 5
+
+
+def test_load_frombuffer_reads_what_save_wrote(tmp_path: object) -> None:
+    path = f"{tmp_path}/a.nd"
+    mx.nd.save(path, {"w": mx.nd.array([1, 2]), "b": mx.nd.array([[3]])})
+    with open(path, "rb") as f:
+        loaded = mx.nd.load_frombuffer(f.read())
+    same(loaded["w"], [1, 2])
+    same(loaded["b"], [[3]])
+    with pytest.raises(mx.MXNetError):
+        mx.nd.load_frombuffer(b"not an ndarray file")
+
+
+# ---- symbols ------------------------------------------------------------------------------
+
+
+def test_name_and_attribute_scopes() -> None:
+    data = mx.sym.Variable("data")
+    with mx.name.Prefix("net_"):
+        fc = mx.sym.FullyConnected(data, num_hidden=4)
+        act = mx.sym.Activation(fc, act_type="relu", name="act")
+    assert act.list_arguments() == [
+        "data",
+        "net_fullyconnected0_weight",
+        "net_fullyconnected0_bias",
+    ]
+    assert act.list_outputs() == ["net_act_output"]
+    with mx.name.NameManager():
+        assert mx.sym.relu(data).name == "relu0"
+    with mx.AttrScope(ctx_group="4", __tag__="great"):
+        v = mx.sym.Variable("v", attr={"__tag__": "no"})
+        with mx.AttrScope(__inner__="1"):
+            f2 = mx.sym.FullyConnected(v, num_hidden=2, name="f2")
+    assert (v.attr("ctx_group"), v.attr("__tag__")) == ("4", "no")
+    assert (f2.attr("ctx_group"), f2.attr("__inner__"), f2.attr("__tag__")) == ("4", "1", "great")
+    assert mx.sym.Variable("outside").attr("ctx_group") is None
+    with pytest.raises(ValueError):
+        mx.AttrScope(x=1)
+
+
+def test_children_attributes_pickling_and_refusals() -> None:
+    data = mx.sym.Variable("data")
+    fc1 = mx.sym.FullyConnected(data=data, name="fc1", num_hidden=10)
+    net = mx.sym.FullyConnected(data=fc1, name="fc2", num_hidden=100)
+    assert net.get_children().list_outputs() == ["fc1_output", "fc2_weight", "fc2_bias"]
+    assert net.get_children().get_children().list_outputs() == ["data", "fc1_weight", "fc1_bias"]
+    assert net.get_children()["fc2_weight"].get_children() is None
+    sliced = mx.sym.SliceChannel(data, num_outputs=3, name="slice")
+    assert sliced.get_children().list_outputs() == ["data"]
+    assert net.attr_dict()["fc2"]["num_hidden"] == "100"
+    again = pickle.loads(pickle.dumps(net))
+    assert again.tojson() == net.tojson()
+    with pytest.raises(mx.base.NotImplementedForSymbol):
+        bool(data)
+    with pytest.raises(mx.base.NotImplementedForSymbol):
+        data.asnumpy()
+    magnitude = abs(data)
+    assert magnitude.list_outputs() == [magnitude.name + "_output"]
+    composed = net(data=mx.sym.Variable("x"), name="ignored")
+    assert composed.list_arguments()[0] == "x"
+
+
+def test_fluent_methods_of_arrays_and_symbols() -> None:
+    x = mx.nd.array([[1, -2], [3, -4]])
+    same(x.abs(), [[1, 2], [3, 4]])
+    same(x.clip(-1, 1), [[1, -1], [1, -1]])
+    same(x.flip(axis=1), [[-2, 1], [-4, 3]])
+    s = mx.sym.Variable("s").sin()
+    same(s.eval(s=mx.nd.array([0.0]))[0], [0])
+
+
+# ---- executors, monitor, profiler -----------------------------------------------------------
+
+
+def test_monitor_callback_names_follow_mxnet() -> None:
+    data = mx.sym.Variable("data", shape=(2, 3))
+    fc = mx.sym.FullyConnected(data, num_hidden=4, name="fc")
+    act = mx.sym.Activation(fc, act_type="relu", name="act")
+    exe = act.simple_bind(mx.cpu(), grad_req="null")
+    names: list[str] = []
+    exe.set_monitor_callback(lambda n, a: names.append(n))
+    exe.forward()
+    assert names == ["fc_output", "act_output"]
+    names.clear()
+    exe.set_monitor_callback(lambda n, a: names.append(n), monitor_all=True)
+    exe.forward()
+    assert names[:7] == [
+        "data",
+        "fc_data",
+        "fc_weight",
+        "fc_weight",
+        "fc_bias",
+        "fc_bias",
+        "fc_output",
+    ]
+    assert names[-1] == "act_output"
+    mon = mx.mon.Monitor(1, pattern="fc.*")
+    exe2 = act.simple_bind(mx.cpu(), grad_req="null")
+    exe2.arg_dict["fc_weight"][:] = 2
+    mon.install(exe2)
+    mon.tic()
+    exe2.forward()
+    stats = mon.toc()
+    assert [(s, n) for s, n, _ in stats] == [(1, "fc_output"), (1, "fc_weight"), (1, "fc_bias")]
+    # The statistic is the root mean square: 2 for a weight of twos.
+    assert float(stats[1][2]) == pytest.approx(2.0)
+
+
+def test_profiler_objects_are_marked_in_the_trace(tmp_path: object) -> None:
+    path = f"{tmp_path}/trace.json"
+    mx.profiler.set_config(filename=path)
+    mx.profiler.set_state("run")
+    mx.profiler.dumps(reset=True)
+    domain = mx.profiler.Domain("PythonDomain")
+    task = mx.profiler.Task(domain, "work")
+    task.start()
+    (mx.nd.ones((10, 10)) + 1).wait_to_read()
+    task.stop()
+    counter = mx.profiler.Counter(domain, "items", 5)
+    counter += 2
+    mx.profiler.Marker(domain, "here").mark("process")
+    event = mx.profiler.Event("step")
+    event.start()
+    event.stop()
+    mx.profiler.dump()
+    stats = json.loads(mx.profiler.dumps(format="json"))
+    mx.profiler.set_state("stop")
+    with open(path) as f:
+        events = json.load(f)["traceEvents"]
+    mine = [e for e in events if e.get("pid") == "PythonDomain"]
+    assert [(e["ph"], e["name"]) for e in mine] == [
+        ("X", "work"),
+        ("C", "items"),
+        ("C", "items"),
+        ("i", "here"),
+    ]
+    assert mine[2]["args"]["items"] == 7
+    assert stats["Time"]["PythonDomain"]["work"]["Count"] == 1
+    assert stats["Time"]["event"]["step"]["Count"] == 1
+    assert stats["Time"]["operator"]["_plus_scalar"]["Count"] >= 1
+    assert set(stats) == {"Time", "Memory", "Unit"}
+
+
+# ---- runtime, util, test helpers ----------------------------------------------------------
+
+
+def test_runtime_features_and_numpy_mode_switches() -> None:
+    features = mx.runtime.Features()
+    assert features is mx.runtime.Features()
+    assert features.is_enabled("PROFILER") and not features.is_enabled("MKLDNN")
+    assert features.is_enabled("CUDA") == (mx.runtime.Features()["CUDA"].enabled)
+    with pytest.raises(RuntimeError):
+        features.is_enabled("NO_SUCH_FEATURE")
+    assert not mx.is_np_shape() and not mx.is_np_array()
+    with mx.np_shape(False):
+        pass
+    with pytest.raises(mx.MXNetError, match="numpy mode"), mx.np_shape(True):
+        pass
+
+    @mx.use_np
+    def numpy_mode() -> None:
+        pass
+
+    with pytest.raises(mx.MXNetError, match="numpy mode"):
+        numpy_mode()
+
+
+def test_test_helpers_mxnet_s_tests_import() -> None:
+    from mxrs import test_utils as tu
+
+    with tu.environment("MXRS_SOME_SETTING", "on"):
+        assert tu.getenv("MXRS_SOME_SETTING") == "on"
+    assert tu.getenv("MXRS_SOME_SETTING") is None
+    a = np.arange(24.0).reshape(2, 3, 4)
+    np.testing.assert_array_equal(
+        tu.np_reduce(a, (0, 2), True, np.sum), a.sum((0, 2), keepdims=True)
+    )
+    picked = tu.random_sample(list(range(10)), 4)
+    assert len(set(picked)) == 4 and set(picked) <= set(range(10))
+    assert tu.default_numeric_eps()[np.dtype(np.float32)] == 2.0**-9
+    # Tolerances by dtype, as MXNet's: float32 compares to 1e-4 relative, 1e-3 absolute.
+    tu.assert_almost_equal(np.float32([1.0]), np.float32([1.00005]))
+    with pytest.raises(AssertionError):
+        tu.assert_almost_equal(np.float64([1.0]), np.float64([1.00005]))
+    with tu.discard_stderr():
+        pass
+    assert tu.same_array(mx.nd.zeros(3), mx.nd.zeros(3)) is False
+    x = mx.nd.zeros(3)
+    assert tu.same_array(x, x[:]) is True
