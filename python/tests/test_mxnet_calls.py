@@ -306,3 +306,21 @@ def test_test_helpers_mxnet_s_tests_import() -> None:
     assert tu.same_array(mx.nd.zeros(3), mx.nd.zeros(3)) is False
     x = mx.nd.zeros(3)
     assert tu.same_array(x, x[:]) is True
+
+
+def test_none_inputs_none_attributes_copies_and_binds_as_mxnet() -> None:
+    x = mx.nd.array([[1, 2, 3], [4, 5, 6]])
+    same(mx.nd.slice_axis(x, axis=1, begin=1, end=None), [[2, 3], [5, 6]])
+    y = mx.nd.zeros((2,), dtype="float64")
+    mx.nd.array([1.5, 2]).copyto(y)
+    assert y.dtype == np.float64
+    same(y, [1.5, 2])
+    a, b = mx.sym.Variable("a"), mx.sym.Variable("b")
+    # simple_bind's keywords that are not shapes are ignored, as MXNet's are.
+    exe = (a == b).simple_bind(mx.cpu(), a=(2,), b=(2,), axis=1, mode="clip")
+    exe.forward(a=mx.nd.array([1, 2]), b=mx.nd.array([1, 3]))
+    same(exe.outputs[0], [1, 0])
+    conv = mx.sym.Convolution(
+        mx.sym.Variable("x"), mx.sym.Variable("w"), None, num_filter=2, kernel=(1, 1), no_bias=True
+    )
+    assert conv.list_arguments() == ["x", "w"]

@@ -241,7 +241,9 @@ class _NDArrayMethods:
         if isinstance(other, NDArray):
             if other._shares_memory(self) and other.shape == self.shape:
                 return other
-            self._copy_into(other)
+            # As MXNet's copy, a destination of another dtype gets the values converted.
+            src = self if other._dtype == self._dtype else self.astype(other._dtype)
+            src._copy_into(other)
             return other
         c = Context(other)
         return self._copy_to(c.device_type, c.device_id)

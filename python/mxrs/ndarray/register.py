@@ -31,6 +31,7 @@ def op_function(sig: dict[str, Any], op: str) -> Callable[..., Any]:
     input_names: list[str] = list(sig["inputs"])
     attr_order: list[str] = [a[0] for a in sig["attrs"]]
     attr_names = set(attr_order)
+    nullable = {a[0] for a in sig["attrs"] if a[2]}
     variadic: bool = sig["variadic"]
     counts_inputs = "num_args" in attr_names
 
@@ -77,6 +78,9 @@ def op_function(sig: dict[str, Any], op: str) -> Callable[..., Any]:
                     f"{op}: unknown attribute {k!r} ({op} takes "
                     f"{', '.join(sorted(attr_names)) or 'none'})"
                 )
+            # None means "not given", or the value None where the attribute takes one.
+            if v is None and k in nullable:
+                v = "None"
             attrs[k] = v
         if counts_inputs and "num_args" not in attrs:
             attrs["num_args"] = len(inputs)

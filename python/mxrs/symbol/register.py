@@ -20,6 +20,7 @@ def op_function(sig: dict[str, Any], op: str) -> Callable[..., Symbol]:
     input_names: list[str] = list(sig["inputs"])
     attr_order: list[str] = [a[0] for a in sig["attrs"]]
     attr_names = set(attr_order)
+    nullable = {a[0] for a in sig["attrs"] if a[2]}
     variadic: bool = sig["variadic"]
     counts_inputs = "num_args" in attr_names
 
@@ -27,8 +28,12 @@ def op_function(sig: dict[str, Any], op: str) -> Callable[..., Symbol]:
         given: dict[str, Symbol] = {}
         listed: list[Symbol] = []
         rest = list(args)
-        while rest and isinstance(rest[0], Symbol):
+        # Inputs by position: symbols, or None for an input not given.
+        while rest and (isinstance(rest[0], Symbol) or rest[0] is None):
+            if len(listed) >= len(input_names) and not variadic:
+                break
             listed.append(rest.pop(0))
+        listed = [x for x in listed if x is not None]
         # The positional values after the inputs are attributes, in MXNet's order.
         if rest and (variadic or len(rest) > len(attr_order)):
             raise TypeError(
@@ -46,8 +51,9 @@ def op_function(sig: dict[str, Any], op: str) -> Callable[..., Symbol]:
                     raise MXNetError(f"{op}: no input named {k!r} (inputs: {input_names})")
                 given[k] = v
             elif k in attr_names or k.startswith("__"):
-                if v is not None:
-                    attrs[k] = v
+                # None means "not given", or the value None where the attribute takes one.
+                if v is not None or k in nullable:
+                    attrs[k] = "None" if v is None else v
             else:
                 raise MXNetError(
                     f"{op}: unknown attribute {k!r} ({op} takes "

@@ -236,6 +236,8 @@ class Symbol:
         ``"cheap"`` or ``"off"``; ``None`` follows ``MXRS_BACKWARD_MIRROR``)."""
         from .executor import bind
 
+        # As MXNet, keywords whose values are not shapes (tuples, lists) are ignored.
+        shapes = {k: v for k, v in shapes.items() if isinstance(v, (tuple, list))}
         return bind(self, ctx, shapes=shapes, grad_req=grad_req, type_dict=type_dict, mirror=mirror)
 
     def bind(
@@ -310,6 +312,15 @@ class Symbol:
 
     def __neg__(self) -> Symbol:
         return self * -1.0
+
+    def __eq__(self, o: object) -> Symbol:  # type: ignore[override]
+        return self._binary(o, "_equal", "_equal_scalar")
+
+    def __ne__(self, o: object) -> Symbol:  # type: ignore[override]
+        return self._binary(o, "_not_equal", "_not_equal_scalar")
+
+    def __hash__(self) -> int:
+        return id(self)
 
     def __gt__(self, o: Any) -> Symbol:
         return self._binary(o, "_greater", "_greater_scalar")
