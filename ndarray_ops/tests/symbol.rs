@@ -446,3 +446,47 @@ fn deconvolution_and_bilinear_upsampling_weights_follow_from_the_data() {
     assert_eq!(args["deconv_bias"].shape(), [6]);
     assert_eq!(exec.outputs()[0].shape(), [2, 6, 30, 30]);
 }
+
+/// Variables given no dtype take their layer's data's, as MXNet's type inference gives them
+/// (`float64` data binds `float64` weights and biases, through a chain of layers); indices pass
+/// nothing on, and what stays unknown is float32.
+#[test]
+fn weights_take_the_dtype_of_their_layer_s_data() {
+    let data = Symbol::var("data");
+    let layer = |x: &Symbol, name: &str, n: usize| {
+        let (w, b) = (
+            Symbol::var(&format!("{name}_weight")),
+            Symbol::var(&format!("{name}_bias")),
+        );
+        let attrs = Attrs::new().with("num_hidden", n);
+        Symbol::op("FullyConnected", name, &[x, &w, &b], attrs).unwrap()
+    };
+    let fc2 = layer(&layer(&data, "fc1", 3), "fc2", 2);
+    let rows = Symbol::op(
+        "take",
+        "rows",
+        &[&Symbol::var("table"), &Symbol::var("idx")],
+        Attrs::new(),
+    )
+    .unwrap();
+    let shapes = HashMap::from([
+        ("data".to_string(), vec![4, 5]),
+        ("table".to_string(), vec![6, 2]),
+        ("idx".to_string(), vec![3]),
+    ]);
+    let dtypes = HashMap::from([
+        ("data".to_string(), DType::F64),
+        ("idx".to_string(), DType::I64),
+    ]);
+    let g = Symbol::group(&[fc2, rows]);
+    let inf = infer(&g, &shapes, &dtypes).unwrap();
+    let dtype_of = |name: &str| {
+        let n = inf.graph.nodes.iter().position(|n| n.name == name).unwrap();
+        inf.dtypes[inf.graph.entry(n, 0)]
+    };
+    for name in ["fc1_weight", "fc1_bias", "fc2_weight", "fc2_bias", "fc2"] {
+        assert_eq!(dtype_of(name), DType::F64, "{name}");
+    }
+    assert_eq!(dtype_of("table"), DType::F32);
+    assert_eq!(dtype_of("idx"), DType::I64);
+}

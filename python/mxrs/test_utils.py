@@ -498,3 +498,101 @@ def check_numeric_gradient(
             atol if atol is not None else 1e-6,
             (f"symbolic gradient of {k}", "numeric"),
         )
+
+
+def check_consistency(
+    sym: Symbol | Sequence[Symbol],
+    ctx_list: Sequence[dict[str, Any]],
+    scale: float = 1.0,
+    grad_req: Any = "write",
+    arg_params: dict[str, Any] | None = None,
+    aux_params: dict[str, Any] | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    raise_on_err: bool = True,
+    ground_truth: dict[str, Any] | None = None,
+    equal_nan: bool = False,
+    use_uniform: bool = False,
+    rand_type: Any = np.float64,
+) -> dict[str, Any]:
+    """Runs one symbol (or one per entry) bound as each entry of ``ctx_list`` says (``ctx``,
+    the input shapes, ``type_dict``) on the same random inputs, and checks that their outputs
+    (and, unless ``grad_req`` is ``null``, their gradients after a backward pass from the
+    first executor's outputs) agree with those of the most precise one, or with
+    ``ground_truth``. Returns the reference values by name."""
+    if len(ctx_list) < 2:
+        raise ValueError("check_consistency needs at least two contexts")
+    syms = [sym] * len(ctx_list) if isinstance(sym, Symbol) else list(sym)
+    output_names, arg_names = syms[0].list_outputs(), syms[0].list_arguments()
+    exes = []
+    for s, ctx in zip(syms, ctx_list):
+        if s.list_arguments() != arg_names or s.list_outputs() != output_names:
+            raise ValueError("check_consistency: the symbols differ in arguments or outputs")
+        exes.append(s.simple_bind(grad_req=grad_req, **ctx))
+    arg_params = dict(arg_params or {})
+    aux_params = dict(aux_params or {})
+    # Inputs are drawn in name order, so that a seed gives the same inputs.
+    for name, arr in sorted(exes[0].arg_dict.items()):
+        if name not in arg_params:
+            if use_uniform:
+                values = np.random.uniform(-0.92 * scale, 0.92 * scale, size=arr.shape)
+            else:
+                values = np.random.normal(size=arr.shape, scale=scale)
+            arg_params[name] = values.astype(rand_type)
+    for name in exes[0].aux_dict:
+        aux_params.setdefault(name, 0)
+    for exe in exes:
+        for name, arr in exe.arg_dict.items():
+            arr[:] = arg_params[name]
+        for name, arr in exe.aux_dict.items():
+            arr[:] = aux_params[name]
+        if grad_req == "add":
+            for arr in exe.grad_arrays:
+                if arr is not None:
+                    arr[:] = 0
+
+    def size_of(dtype: Any) -> int:
+        return np.dtype(dtype).itemsize
+
+    dtypes = [np.dtype(exe.outputs[0].dtype) for exe in exes]
+    ref = int(np.argmax([size_of(d) for d in dtypes]))
+    truth = ground_truth
+    if truth is None:
+        truth = dict(exes[ref].output_dict)
+        if grad_req != "null":
+            truth.update(exes[ref].grad_dict)
+
+    def compare(arr: Any, want: Any, what: str) -> None:
+        try:
+            assert_almost_equal(arr, want, rtol=rtol, atol=atol, equal_nan=equal_nan)
+        except AssertionError:
+            if raise_on_err:
+                raise
+            print(f"check_consistency: {what} differs")
+
+    for exe in exes:
+        exe.forward(is_train=False)
+    for i, exe in enumerate(exes):
+        if i != ref:
+            for name, arr in zip(output_names, exe.outputs):
+                compare(arr, truth[name], f"output {name} of context {i}")
+    if grad_req != "null":
+        for exe in exes:
+            exe.forward(is_train=True)
+        # The head gradients: the first executor's outputs, in the least precise dtype.
+        least = [
+            min((e.outputs[k].dtype for e in exes), key=size_of) for k in range(len(output_names))
+        ]
+        heads = [out.astype(dt).asnumpy() for out, dt in zip(exes[0].outputs, least)]
+        for exe in exes:
+            exe.backward(
+                [nd.array(h, ctx=exe._ctx, dtype=o.dtype) for h, o in zip(heads, exe.outputs)]
+            )
+        for i, exe in enumerate(exes):
+            if i == ref:
+                continue
+            for name, arr in zip(output_names + arg_names, exe.outputs + exe.grad_arrays):
+                if truth.get(name) is None:
+                    continue
+                compare(arr, truth[name], f"{name} of context {i} after backward")
+    return truth

@@ -324,3 +324,24 @@ def test_none_inputs_none_attributes_copies_and_binds_as_mxnet() -> None:
         mx.sym.Variable("x"), mx.sym.Variable("w"), None, num_filter=2, kernel=(1, 1), no_bias=True
     )
     assert conv.list_arguments() == ["x", "w"]
+
+
+def test_check_consistency_compares_bindings_and_debug_str_totals() -> None:
+    from mxrs.test_utils import check_consistency
+
+    x = mx.sym.Variable("x")
+    y = mx.sym.FullyConnected(x, num_hidden=3, name="fc")
+    ctx = [
+        {"ctx": mx.cpu(), "x": (2, 4), "type_dict": {"x": np.float64}},
+        {"ctx": mx.cpu(), "x": (2, 4), "type_dict": {"x": np.float32}},
+    ]
+    truth = check_consistency(y, ctx)
+    assert set(truth) >= {"fc_output", "x", "fc_weight", "fc_bias"}
+    with pytest.raises(AssertionError):
+        check_consistency([y, mx.sym.relu(y, name="fc")], ctx, ground_truth=None)
+    # MXNet's closing line of debug_str, which scripts parse; gradients need more memory.
+    data = mx.sym.Variable("data")
+    for _ in range(4):
+        data = data * data
+    lines = data.simple_bind(mx.cpu(), data=(64, 1024)).debug_str().splitlines()
+    assert lines[-1].startswith("Total ") and lines[-1].endswith(" MB allocated")

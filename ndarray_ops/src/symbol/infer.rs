@@ -162,6 +162,39 @@ pub fn infer_partial(
 
 type Shapes = Vec<Option<Vec<usize>>>;
 
+/// Dtypes of the variables none was given for, as MXNet infers them for the usual layers: a
+/// variable that feeds an op takes the dtype of that op's first input whose dtype is known
+/// when it is a floating one (a layer's weights take its data's: `float64` data binds `float64`
+/// weights), in graph order, so a chain of layers passes it on; an integer one (indices)
+/// passes nothing. What stays unknown is float32.
+fn variable_dtypes(g: &IndexedGraph, types: &mut [Option<DType>]) {
+    for (i, n) in g.nodes.iter().enumerate() {
+        if n.is_variable() {
+            continue;
+        }
+        let known = g.inputs[i].iter().find_map(|&(s, x)| types[g.entry(s, x)]);
+        let Some(t) = known.filter(|t| t.is_float()) else {
+            continue;
+        };
+        for &(s, x) in &g.inputs[i] {
+            if g.nodes[s].is_variable() {
+                types[g.entry(s, x)].get_or_insert(t);
+            }
+        }
+        if n.attrs.get("dtype").is_none() {
+            // The node's outputs, for the ops after it; the forward rule sets them for good.
+            for k in 0..n.num_outputs() {
+                types[g.entry(i, k)].get_or_insert(t);
+            }
+        }
+    }
+    for (i, n) in g.nodes.iter().enumerate() {
+        if n.is_variable() {
+            types[g.entry(i, 0)].get_or_insert(DType::F32);
+        }
+    }
+}
+
 /// Sizes that stand in for unknown dimensions when an op's own inference is probed: distinct per
 /// dimension (so that no two unknowns look equal) and divisible by the small counts that split
 /// an axis (SliceChannel, Reshape's -4).
@@ -348,14 +381,12 @@ fn fixed_point(
             check_size(s, &format!("variable '{}'", n.name))?;
         }
         shapes[e] = given;
-        types[e] = Some(
-            dtypes
-                .get(&n.name)
-                .copied()
-                .or_else(|| n.attrs.get("__dtype__").and_then(dtype_code))
-                .unwrap_or(DType::F32),
-        );
+        types[e] = dtypes
+            .get(&n.name)
+            .copied()
+            .or_else(|| n.attrs.get("__dtype__").and_then(dtype_code));
     }
+    variable_dtypes(&g, &mut types);
     let mut st = State {
         g: &g,
         shapes,
