@@ -299,6 +299,15 @@ impl NDArray {
         Arc::ptr_eq(&self.chunk, &other.chunk)
     }
 
+    /// Whether both are the same elements of the same chunk (one view, perhaps two handles):
+    /// copying one into the other changes nothing.
+    pub fn same_view(&self, other: &NDArray) -> bool {
+        self.shares_chunk(other)
+            && self.offset == other.offset
+            && self.shape == other.shape
+            && self.dtype == other.dtype
+    }
+
     pub(crate) fn tensor(&self) -> TensorRef {
         TensorRef {
             buf: RawBuf {

@@ -144,10 +144,13 @@ fn profiler_mark(
     Ok(())
 }
 
-/// Per op name and device, then per marked span name and domain: (domain, name, count, total
-/// ns, min ns, max ns). Ops are under the domain `operator`.
+/// One row of the profiler's statistics: (domain, name, count, total ns, min ns, max ns).
+type StatRow = (String, String, u64, u64, u64, u64);
+
+/// Per op name, then per marked span name and domain, a [`StatRow`]. Ops are under the domain
+/// `operator`.
 #[pyfunction]
-fn profiler_stats() -> PyResult<Vec<(String, String, u64, u64, u64, u64)>> {
+fn profiler_stats() -> PyResult<Vec<StatRow>> {
     let rt = profiler()?;
     let Some(p) = rt.engine().profiler() else {
         return Ok(Vec::new());
@@ -332,6 +335,11 @@ impl Array {
                 self.with(|a| a.fill_region(&spans, v)).map_err(err)
             }
         }
+    }
+
+    /// Whether both are the same elements of the same memory block.
+    fn _same_view(&self, other: &Array) -> bool {
+        self.handle().same_view(&other.handle())
     }
 
     /// Whether both are views of the same memory block.

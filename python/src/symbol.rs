@@ -11,6 +11,10 @@ use pyo3::prelude::*;
 
 use crate::{attrs_of, context, dtype, err, runtime, wrap, Array, MXNetError};
 
+/// One node of a graph as Python sees it (see `Sym::nodes`): name, op, visible outputs, inputs
+/// as (node index, output index), input names.
+type NodeRow = (String, String, usize, Vec<(usize, usize)>, Vec<String>);
+
 /// A graph: the outputs of some nodes.
 #[pyclass(module = "mxrs._native", name = "Sym", frozen)]
 pub(crate) struct Sym {
@@ -142,8 +146,7 @@ impl Sym {
     /// Every node in graph order (each after its inputs): its name, its op's name (`null` for
     /// a variable), its visible outputs, its inputs as (node index, output index) and their
     /// names (`data`, `weight`, ...; empty for a variable).
-    #[allow(clippy::type_complexity)]
-    fn nodes(&self) -> Vec<(String, String, usize, Vec<(usize, usize)>, Vec<String>)> {
+    fn nodes(&self) -> Vec<NodeRow> {
         let g = self.s.indexed();
         g.nodes
             .iter()

@@ -345,3 +345,17 @@ def test_check_consistency_compares_bindings_and_debug_str_totals() -> None:
         data = data * data
     lines = data.simple_bind(mx.cpu(), data=(64, 1024)).debug_str().splitlines()
     assert lines[-1].startswith("Total ") and lines[-1].endswith(" MB allocated")
+
+
+def test_rows_of_one_array_copy_into_each_other_and_0d_sources_keep_their_shape() -> None:
+    a_np = np.arange(16, dtype=np.float32).reshape(4, 4)
+    a = mx.nd.array(a_np)
+    a_np[0] = a_np[1]
+    a[0] = a[1]
+    a_np[2, :] = a_np[3]
+    a[2, :] = a[3]
+    same(a, a_np)
+    assert mx.nd.array(np.ones([])).shape == ()
+    x = mx.nd.zeros((3,))
+    x[0] = np.array([5.0])
+    same(x, [5, 0, 0])

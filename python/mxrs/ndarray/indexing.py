@@ -125,6 +125,8 @@ def _value_of_shape(x: NDArray, value: Any, shape: list[int]) -> NDArray:
         a = np.asarray(value)
         if np.iscomplexobj(a):
             raise TypeError("complex values cannot be written into an NDArray")
+        if a.size == int(np.prod(shape)):
+            a = a.reshape(shape)
         return array(np.broadcast_to(a, shape), ctx=x.context, dtype=x._dtype)
     v = value if value._dtype == x._dtype else value.astype(x._dtype)
     want = 1

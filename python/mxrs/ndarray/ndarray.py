@@ -239,9 +239,11 @@ class _NDArrayMethods:
     def copyto(self, other: Context | NDArray) -> NDArray:
         """A copy on device ``other``, or the values written into array ``other``."""
         if isinstance(other, NDArray):
-            if other._shares_memory(self) and other.shape == self.shape:
+            if other._same_view(self):
                 return other
-            # As MXNet's copy, a destination of another dtype gets the values converted.
+            # As MXNet's copy, a destination of another dtype gets the values converted. A
+            # source in the same memory (another row of one array) is copied as any other: the
+            # copy op updates the shared var, and tolerates the overlap.
             src = self if other._dtype == self._dtype else self.astype(other._dtype)
             src._copy_into(other)
             return other
@@ -629,7 +631,9 @@ def array(source: Any, ctx: Context | None = None, dtype: Any = None) -> NDArray
         raise MXNetError(f"dtype {name} is not supported ({', '.join(_SUPPORTED)})")
     if np.iscomplexobj(source):
         raise TypeError("array: complex values have no NDArray dtype (give their real part)")
-    a = np.ascontiguousarray(np.asarray(source, dtype=name))
+    # ``ascontiguousarray`` would make a 0-d source 1-d; MXNet keeps its shape ``()``.
+    a = np.asarray(source, dtype=name)
+    a = np.ascontiguousarray(a) if a.ndim else a.reshape(())
     c = _ctx(ctx)
     return _native.from_bytes(a.tobytes(), list(a.shape), name, c.device_type, c.device_id)
 
