@@ -134,6 +134,16 @@ class NDArrayIter(DataIter):
         """Names and batch shapes of the labels."""
         return [DataDesc(k, (self.batch_size, *v.shape[1:]), v.dtype) for k, v in self.label]
 
+    @property
+    def idx(self) -> np.ndarray:
+        """The order this epoch takes the examples in (shuffled or not)."""
+        return self._order
+
+    @property
+    def cursor(self) -> int:
+        """Where the last batch began (``-batch_size`` before the first), as MXNet counts."""
+        return self._cursor - self.batch_size
+
     def reset(self) -> None:
         order = np.random.permutation(self.num_data) if self.shuffle else np.arange(self.num_data)
         self._order = np.concatenate([self._carry, order]) if self.last == "roll_over" else order
@@ -152,7 +162,8 @@ class NDArrayIter(DataIter):
             if self.last == "roll_over":
                 self._carry = idx
                 raise StopIteration
-            idx = np.concatenate([idx, self._order[:pad]])
+            # From the start again, as many times as it takes (a batch larger than the data).
+            idx = np.concatenate([idx, np.resize(self._order, pad)])
         self._cursor = start + self.batch_size
 
         def take(items: list[tuple[str, np.ndarray]]) -> list[NDArray]:

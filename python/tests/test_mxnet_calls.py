@@ -359,3 +359,20 @@ def test_rows_of_one_array_copy_into_each_other_and_0d_sources_keep_their_shape(
     x = mx.nd.zeros((3,))
     x[0] = np.array([5.0])
     same(x, [5, 0, 0])
+
+
+def test_ndarray_iter_names_pads_and_shuffles_as_mxnet() -> None:
+    it = mx.io.NDArrayIter([np.zeros((4, 2)), np.ones((4, 3))], [], batch_size=2)
+    assert [d.name for d in it.provide_data] == ["_0_data", "_1_data"]
+    assert it.provide_label == []
+    data = np.arange(10)
+    big = mx.io.NDArrayIter(data=data, batch_size=205, shuffle=False, last_batch_handle="pad")
+    want = np.concatenate((np.tile(data, 20), np.arange(5)))
+    np.testing.assert_array_equal(big.next().data[0].asnumpy(), want)
+    shuffled = mx.io.NDArrayIter(data[:, None], batch_size=1, shuffle=True)
+    order = shuffled.idx
+    got = [int(b.data[0].asnumpy()[0, 0]) for b in shuffled]
+    assert got == [int(i) for i in order] and sorted(got) == list(range(10))
+    assert str(mx.io.DataBatch(data=[mx.nd.ones((2, 3))])) == (
+        "DataBatch: data shapes: [(2, 3)] label shapes: None"
+    )
