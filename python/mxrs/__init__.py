@@ -54,6 +54,7 @@ from . import (
     symbol,
     test_utils,
     util,
+    visualization,
 )
 from . import initializer as init
 from . import kvstore as kv
@@ -61,6 +62,7 @@ from . import module as mod
 from . import monitor as mon
 from . import ndarray as nd
 from . import symbol as sym
+from . import visualization as viz
 from .attribute import AttrScope
 from .base import MXNetError
 from .context import Context, cpu, cpu_pinned, current_context, gpu, num_gpus
@@ -126,4 +128,6 @@ __all__ = [
     "use_np_array",
     "use_np_shape",
     "util",
+    "visualization",
+    "viz",
 ]

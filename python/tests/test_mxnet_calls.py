@@ -376,3 +376,24 @@ def test_ndarray_iter_names_pads_and_shuffles_as_mxnet() -> None:
     assert str(mx.io.DataBatch(data=[mx.nd.ones((2, 3))])) == (
         "DataBatch: data shapes: [(2, 3)] label shapes: None"
     )
+
+
+def test_print_summary_prints_mxnet_s_table(capsys: pytest.CaptureFixture) -> None:
+    # fixtures/mxnet_print_summary.txt is what MXNet 1.9.1 printed for this graph and shape.
+    from pathlib import Path
+
+    data = mx.sym.Variable("data")
+    c = mx.sym.Convolution(data, kernel=(3, 3), num_filter=8, name="conv")
+    b = mx.sym.BatchNorm(c, name="bn")
+    f = mx.sym.FullyConnected(mx.sym.Flatten(b, name="flat"), num_hidden=10, name="fc")
+    mx.viz.print_summary(f, shape={"data": (1, 3, 8, 8)})
+    want = (Path(__file__).parent / "fixtures" / "mxnet_print_summary.txt").read_text()
+    assert capsys.readouterr().out == want
+    import importlib.util
+
+    if importlib.util.find_spec("graphviz") is None:
+        with pytest.raises(ImportError, match="graphviz"):
+            mx.viz.plot_network(f)
+    else:
+        source = mx.viz.plot_network(f, shape={"data": (1, 3, 8, 8)}).source
+        assert "Convolution" in source and "8x6x6" in source and "conv_weight" not in source
