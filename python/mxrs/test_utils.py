@@ -380,19 +380,31 @@ def rand_ndarray(
     return nd.array(values, ctx=ctx or default_context(), dtype=dtype or "float32")
 
 
+def _dtype_of(v: Any, dtype: Any) -> Any:
+    # MXNet's ``dtype="asnumpy"``: each value keeps its own dtype.
+    return _np(v).dtype if isinstance(dtype, str) and dtype == "asnumpy" else dtype
+
+
 def _location(sym: Symbol, location: Any, dtype: Any) -> dict[str, np.ndarray]:
     names = sym.list_arguments()
     if isinstance(location, dict):
-        return {k: _np(v).astype(dtype) for k, v in location.items()}
-    return {k: _np(v).astype(dtype) for k, v in zip(names, location)}
+        if set(location) != set(names):
+            raise ValueError(
+                f"the location's names {sorted(location)} are not the symbol's arguments "
+                f"{sorted(names)}"
+            )
+        items = list(location.items())
+    else:
+        items = list(zip(names, location))
+    return {k: _np(v).astype(_dtype_of(v, dtype)) for k, v in items}
 
 
 def _aux(sym: Symbol, aux_states: Any, dtype: Any) -> dict[str, np.ndarray]:
     if aux_states is None:
         return {}
-    if isinstance(aux_states, dict):
-        return {k: _np(v).astype(dtype) for k, v in aux_states.items()}
-    return {k: _np(v).astype(dtype) for k, v in zip(sym.list_auxiliary_states(), aux_states)}
+    if not isinstance(aux_states, dict):
+        aux_states = dict(zip(sym.list_auxiliary_states(), aux_states))
+    return {k: _np(v).astype(_dtype_of(v, dtype)) for k, v in aux_states.items()}
 
 
 def _bind(
@@ -407,18 +419,22 @@ def _bind(
 def check_symbolic_forward(
     sym: Symbol,
     location: Any,
-    expected: Sequence[Any],
-    rtol: float = 1e-4,
+    expected: Sequence[Any] | dict[str, Any],
+    rtol: float | None = None,
     atol: float | None = None,
     aux_states: Any = None,
     ctx: Context | None = None,
     equal_nan: bool = False,
     dtype: Any = np.float32,
 ) -> list[np.ndarray]:
-    """Runs ``sym`` forward at ``location`` and compares its outputs with ``expected``."""
+    """Runs ``sym`` forward at ``location`` (a list in argument order or a dict by name) and
+    compares its outputs with ``expected`` (a list, or a dict by output name); ``dtype``: the
+    inputs' dtype, or ``"asnumpy"`` to keep each one's own. Tolerances by dtype unless given."""
     ctx = ctx or default_context()
     ex = _bind(sym, _location(sym, location, dtype), _aux(sym, aux_states, dtype), ctx, "null")
     outs = [o.asnumpy() for o in ex.forward(is_train=False)]
+    if isinstance(expected, dict):
+        expected = [expected[k] for k in sym.list_outputs()]
     for i, (got, want) in enumerate(zip(outs, expected)):
         assert_almost_equal(got, _np(want), rtol, atol, (f"output {i}", "expected"), equal_nan)
     return outs
@@ -427,27 +443,36 @@ def check_symbolic_forward(
 def check_symbolic_backward(
     sym: Symbol,
     location: Any,
-    out_grads: Sequence[Any],
+    out_grads: Any,
     expected: Any,
-    rtol: float = 1e-5,
+    rtol: float | None = None,
     atol: float | None = None,
     aux_states: Any = None,
     grad_req: Any = "write",
     ctx: Context | None = None,
+    grad_stypes: Any = None,
     equal_nan: bool = False,
     dtype: Any = np.float32,
 ) -> dict[str, np.ndarray]:
-    """Runs ``sym`` forward and backward with ``out_grads`` and compares the arguments'
-    gradients with ``expected`` (a dict by name or a list in argument order)."""
+    """Runs ``sym`` forward and backward with ``out_grads`` (a list, or a dict by output name)
+    and compares the arguments' gradients with ``expected`` (a dict by name or a list in
+    argument order; None for one not to check)."""
     ctx = ctx or default_context()
+    if grad_stypes and any(t != "default" for t in grad_stypes.values()):
+        raise ValueError("check_symbolic_backward: only dense (default) gradients exist here")
     loc = _location(sym, location, dtype)
     ex = _bind(sym, loc, _aux(sym, aux_states, dtype), ctx, grad_req)
+    if isinstance(out_grads, dict):
+        out_grads = [out_grads[k] for k in sym.list_outputs()]
     ex.forward(is_train=True)
-    ex.backward([nd.array(_np(g), ctx=ctx, dtype=dtype) for g in out_grads])
+    heads = [nd.array(_np(g), ctx=ctx, dtype=_dtype_of(g, dtype)) for g in out_grads]
+    ex.backward(heads)
     if not isinstance(expected, dict):
         expected = dict(zip(sym.list_arguments(), expected))
-    got = {k: ex.grad_dict[k].asnumpy() for k in expected}
+    got = {k: ex.grad_dict[k].asnumpy() for k in expected if k in ex.grad_dict}
     for k, want in expected.items():
+        if want is None or k not in got:
+            continue
         assert_almost_equal(
             got[k], _np(want), rtol, atol, (f"gradient of {k}", "expected"), equal_nan
         )
@@ -458,44 +483,55 @@ def check_numeric_gradient(
     sym: Symbol,
     location: Any,
     aux_states: Any = None,
-    numeric_eps: float = 1e-4,
-    rtol: float = 1e-2,
+    numeric_eps: float | None = None,
+    rtol: float | None = None,
     atol: float | None = None,
-    grad_nodes: Sequence[str] | None = None,
+    grad_nodes: Any = None,
+    use_forward_train: bool = True,
     ctx: Context | None = None,
-    dtype: Any = np.float64,
+    grad_stype_dict: Any = None,
+    dtype: Any = np.float32,
 ) -> None:
     """Compares the symbolic gradient of ``sum(outputs * random projection)`` with central
-    differences, for every argument in ``grad_nodes`` (default: all)."""
+    differences, for every argument in ``grad_nodes`` (default: all; a dict gives each its
+    gradient request). ``numeric_eps`` defaults by dtype (``default_numeric_eps``), the
+    tolerances too; float64 is the dtype for a tight check."""
     ctx = ctx or default_context()
     loc = _location(sym, location, dtype)
     aux = _aux(sym, aux_states, dtype)
-    nodes = list(grad_nodes or loc.keys())
+    eps = numeric_eps if numeric_eps is not None else default_numeric_eps()[np.dtype(dtype)]
+    if isinstance(grad_nodes, dict):
+        nodes = list(grad_nodes)
+    else:
+        nodes = list(grad_nodes or loc.keys())
     ex = _bind(sym, loc, aux, ctx, {k: ("write" if k in nodes else "null") for k in loc})
-    outs = ex.forward(is_train=True)
+    outs = ex.forward(is_train=use_forward_train)
     rng = np.random.RandomState(11)
-    proj = [rng.uniform(-1, 1, o.shape).astype(dtype) for o in outs]
-    ex.backward([nd.array(p, ctx=ctx, dtype=dtype) for p in proj])
+    proj = [rng.uniform(-1, 1, o.shape).astype(o.dtype) for o in outs]
+    ex.backward([nd.array(p, ctx=ctx, dtype=p.dtype) for p in proj])
     symbolic = {k: ex.grad_dict[k].asnumpy() for k in nodes}
 
     def value(at: dict[str, np.ndarray]) -> float:
         e = _bind(sym, at, aux, ctx, "null")
-        return float(sum((o.asnumpy() * p).sum() for o, p in zip(e.forward(is_train=True), proj)))
+        values = e.forward(is_train=use_forward_train)
+        return float(sum((o.asnumpy().astype(np.float64) * p).sum() for o, p in zip(values, proj)))
 
     for k in nodes:
-        numeric = np.zeros_like(loc[k])
+        numeric = np.zeros(loc[k].shape, dtype=np.float64)
         flat = numeric.reshape(-1)
         for i in range(flat.size):
             plus = {n: v.copy() for n, v in loc.items()}
             minus = {n: v.copy() for n, v in loc.items()}
-            plus[k].reshape(-1)[i] += numeric_eps / 2
-            minus[k].reshape(-1)[i] -= numeric_eps / 2
-            flat[i] = (value(plus) - value(minus)) / numeric_eps
+            plus[k].reshape(-1)[i] += eps / 2
+            minus[k].reshape(-1)[i] -= eps / 2
+            flat[i] = (value(plus) - value(minus)) / eps
         assert_almost_equal(
-            symbolic[k],
+            symbolic[k].astype(np.float64),
             numeric,
-            rtol,
-            atol if atol is not None else 1e-6,
+            rtol if rtol is not None else get_rtol(None, dtype),
+            atol
+            if atol is not None
+            else (1e-6 if np.dtype(dtype) == np.float64 else get_atol(None, dtype)),
             (f"symbolic gradient of {k}", "numeric"),
         )
 

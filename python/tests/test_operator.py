@@ -29,7 +29,7 @@ def test_activation(act: str, ref) -> None:
     x = u(3, 4) + 0.05 * np.sign(u(3, 4))  # away from relu's kink
     sym = mx.sym.Activation(mx.sym.var("x"), act_type=act)
     check_symbolic_forward(sym, [x], [ref(x)], rtol=1e-5, atol=1e-6, dtype=np.float64)
-    check_numeric_gradient(sym, [x], numeric_eps=1e-6, rtol=1e-5)
+    check_numeric_gradient(sym, [x], numeric_eps=1e-6, rtol=1e-5, dtype=np.float64)
 
 
 def test_leaky_relu_and_elu() -> None:
@@ -37,10 +37,10 @@ def test_leaky_relu_and_elu() -> None:
     x[np.abs(x) < 0.05] = 0.3
     leaky = mx.sym.LeakyReLU(mx.sym.var("x"), act_type="leaky", slope=0.1)
     check_symbolic_forward(leaky, [x], [np.where(x > 0, x, 0.1 * x)], dtype=np.float64)
-    check_numeric_gradient(leaky, [x], numeric_eps=1e-6, rtol=1e-5)
+    check_numeric_gradient(leaky, [x], numeric_eps=1e-6, rtol=1e-5, dtype=np.float64)
     elu = mx.sym.LeakyReLU(mx.sym.var("x"), act_type="elu", slope=0.5)
     check_symbolic_forward(elu, [x], [np.where(x > 0, x, 0.5 * (np.exp(x) - 1))], dtype=np.float64)
-    check_numeric_gradient(elu, [x], numeric_eps=1e-6, rtol=1e-5)
+    check_numeric_gradient(elu, [x], numeric_eps=1e-6, rtol=1e-5, dtype=np.float64)
 
 
 @pytest.mark.parametrize("axis", [-1, 0, 1])
@@ -59,7 +59,11 @@ def test_softmax_and_log_softmax(axis: int) -> None:
         dtype=np.float64,
     )
     check_numeric_gradient(
-        mx.sym.softmax(mx.sym.var("x"), axis=axis), [x], numeric_eps=1e-6, rtol=1e-5
+        mx.sym.softmax(mx.sym.var("x"), axis=axis),
+        [x],
+        numeric_eps=1e-6,
+        rtol=1e-5,
+        dtype=np.float64,
     )
 
 
@@ -89,7 +93,7 @@ def test_convolution(stride: int, pad: int) -> None:
     )
     loc = {"x": x, "c_weight": w, "c_bias": b}
     check_symbolic_forward(sym, loc, [conv2d(x, w, b, stride, pad)], rtol=1e-6, dtype=np.float64)
-    check_numeric_gradient(sym, loc, numeric_eps=1e-6, rtol=1e-5)
+    check_numeric_gradient(sym, loc, numeric_eps=1e-6, rtol=1e-5, dtype=np.float64)
 
 
 @pytest.mark.parametrize("pool_type", ["max", "avg"])
@@ -99,7 +103,7 @@ def test_pooling(pool_type: str) -> None:
     blocks = x.reshape(2, 3, 3, 2, 3, 2)
     want = blocks.max(axis=(3, 5)) if pool_type == "max" else blocks.mean(axis=(3, 5))
     check_symbolic_forward(sym, [x], [want], dtype=np.float64)
-    check_numeric_gradient(sym, [x], numeric_eps=1e-6, rtol=1e-5)
+    check_numeric_gradient(sym, [x], numeric_eps=1e-6, rtol=1e-5, dtype=np.float64)
     g = mx.sym.Pooling(mx.sym.var("x"), global_pool=True, pool_type=pool_type, kernel=(1, 1))
     full = x.max(axis=(2, 3)) if pool_type == "max" else x.mean(axis=(2, 3))
     check_symbolic_forward(g, [x], [full[:, :, None, None]], dtype=np.float64)
@@ -120,7 +124,9 @@ def test_batch_norm_training_forward_and_gradient() -> None:
         grad_req="null",
     )
     assert_almost_equal(ex.forward(is_train=True)[0], want, rtol=1e-6, atol=1e-8)
-    check_numeric_gradient(sym, loc, aux_states=aux, numeric_eps=1e-6, rtol=1e-4, atol=1e-6)
+    check_numeric_gradient(
+        sym, loc, aux_states=aux, numeric_eps=1e-6, rtol=1e-4, atol=1e-6, dtype=np.float64
+    )
 
 
 def test_fully_connected_without_flatten_and_embedding() -> None:
@@ -128,7 +134,7 @@ def test_fully_connected_without_flatten_and_embedding() -> None:
     sym = mx.sym.FullyConnected(mx.sym.var("x"), num_hidden=5, flatten=False, name="f")
     loc = {"x": x, "f_weight": w, "f_bias": b}
     check_symbolic_forward(sym, loc, [x @ w.T + b], rtol=1e-6, dtype=np.float64)
-    check_numeric_gradient(sym, loc, numeric_eps=1e-6, rtol=1e-5)
+    check_numeric_gradient(sym, loc, numeric_eps=1e-6, rtol=1e-5, dtype=np.float64)
     idx, table = np.array([[0, 3], [2, 2]], dtype=np.float64), u(4, 3)
     emb = mx.sym.Embedding(mx.sym.var("i"), input_dim=4, output_dim=3, name="e")
     check_symbolic_forward(
@@ -140,19 +146,27 @@ def test_concat_split_transpose_and_reductions_gradients() -> None:
     a, b = u(2, 3), u(2, 2)
     cat = mx.sym.concat(mx.sym.var("a"), mx.sym.var("b"), dim=1)
     check_symbolic_forward(cat, [a, b], [np.concatenate([a, b], 1)], dtype=np.float64)
-    check_numeric_gradient(cat * cat, [a, b], numeric_eps=1e-6, rtol=1e-5)
+    check_numeric_gradient(cat * cat, [a, b], numeric_eps=1e-6, rtol=1e-5, dtype=np.float64)
     x = u(2, 3, 4)
     parts = mx.sym.SliceChannel(mx.sym.var("x"), num_outputs=2, axis=2)
     check_symbolic_forward(parts, [x], np.split(x, 2, axis=2), dtype=np.float64)
     check_numeric_gradient(
-        mx.sym.transpose(mx.sym.var("x"), axes=(2, 0, 1)), [x], numeric_eps=1e-6, rtol=1e-5
+        mx.sym.transpose(mx.sym.var("x"), axes=(2, 0, 1)),
+        [x],
+        numeric_eps=1e-6,
+        rtol=1e-5,
+        dtype=np.float64,
     )
     for op in ("sum", "mean", "max"):
         s = getattr(mx.sym, op)(mx.sym.var("x"), axis=1)
-        check_numeric_gradient(s, [x], numeric_eps=1e-6, rtol=1e-5)
+        check_numeric_gradient(s, [x], numeric_eps=1e-6, rtol=1e-5, dtype=np.float64)
     y = u(1, 3, 1)
     check_numeric_gradient(
-        mx.sym.broadcast_mul(mx.sym.var("x"), mx.sym.var("y")), [x, y], numeric_eps=1e-6, rtol=1e-5
+        mx.sym.broadcast_mul(mx.sym.var("x"), mx.sym.var("y")),
+        [x, y],
+        numeric_eps=1e-6,
+        rtol=1e-5,
+        dtype=np.float64,
     )
 
 

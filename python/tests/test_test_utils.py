@@ -45,7 +45,9 @@ def test_numeric_gradient_of_layers() -> None:
         "fc_weight": rng.uniform(-1, 1, (3, 4)),
         "fc_bias": rng.uniform(-1, 1, (3,)),
     }
-    tu.check_numeric_gradient(net, loc, numeric_eps=1e-6, rtol=1e-5)
+    tu.check_numeric_gradient(net, loc, numeric_eps=1e-6, rtol=1e-5, dtype=np.float64)
     conv = mx.sym.Convolution(data, kernel=(2, 2), num_filter=2, no_bias=True, name="c")
     loc = {"data": rng.uniform(-1, 1, (1, 2, 3, 3)), "c_weight": rng.uniform(-1, 1, (2, 2, 2, 2))}
-    tu.check_numeric_gradient(mx.sym.sigmoid(conv), loc, numeric_eps=1e-6, rtol=1e-5)
+    tu.check_numeric_gradient(
+        mx.sym.sigmoid(conv), loc, numeric_eps=1e-6, rtol=1e-5, dtype=np.float64
+    )
