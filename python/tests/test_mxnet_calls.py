@@ -77,6 +77,7 @@ def test_free_functions_of_nd_take_arrays_and_numbers() -> None:
     same(mx.nd.subtract(10, mx.nd.array([1, 2])), [9, 8])
     same(mx.nd.greater(2, mx.nd.array([1, 3])), [1, 0])
     same(mx.nd.logical_xor(mx.nd.array([0, 2]), 1), [1, 0])
+    same(mx.nd.logical_not(mx.nd.array([0, 2, -1])), [1, 0, 0])
     assert mx.nd.maximum(2, 3) == 3
     same(mx.nd.linspace(0, 1, 5), [0, 0.25, 0.5, 0.75, 1])
     same(mx.nd.linspace(0, 1, 4, endpoint=False), [0, 0.25, 0.5, 0.75])
@@ -101,6 +102,9 @@ def test_free_functions_of_sym() -> None:
     for g, want in zip(got, [[2, 4], [1, 16], [2, 2]]):
         same(g, want)
     assert mx.sym.maximum(2, 3) == 3
+    x = mx.sym.Variable("x")
+    same((x - True).eval(x=mx.nd.array([2, 3]))[0], [1, 2])
+    same(mx.sym.logical_not(x).eval(x=mx.nd.array([0, 1]))[0], [1, 0])
 
 
 def test_array_makes_float32_unless_told_as_mxnet() -> None:

@@ -31,6 +31,7 @@ __all__ = [
     "linspace",
     "load_frombuffer",
     "logical_and",
+    "logical_not",
     "logical_or",
     "logical_xor",
     "maximum",
@@ -167,6 +168,11 @@ def logical_and(lhs: Any, rhs: Any) -> Any:
     """1 where both are non-zero, else 0, broadcasting."""
     op = _compare(lambda a, b: bool(a) and bool(b))
     return _binary(lhs, rhs, "broadcast_logical_and", None, None, op)
+
+
+def logical_not(data: NDArray, out: NDArray | None = None, **kwargs: Any) -> NDArray:
+    """1 where the value is zero, else 0 (no gradient flows through it)."""
+    return invoke("_equal_scalar", [data], {"scalar": 0.0}, out=out)
 
 
 def logical_or(lhs: Any, rhs: Any) -> Any:

@@ -12,7 +12,7 @@ from typing import Any
 from ..base import MXNetError
 from .symbol import Symbol, _apply
 
-__all__ = ["full", "hypot", "maximum", "minimum", "pow", "power", "split_v2"]
+__all__ = ["full", "hypot", "logical_not", "maximum", "minimum", "pow", "power", "split_v2"]
 
 
 def _binary(
@@ -57,6 +57,11 @@ pow = power
 def hypot(left: Any, right: Any) -> Any:
     """``sqrt(left ** 2 + right ** 2)``."""
     return _binary(left, right, "_hypot", "_hypot_scalar", "_hypot_scalar", math.hypot)
+
+
+def logical_not(data: Symbol, name: str | None = None, **kwargs: Any) -> Symbol:
+    """1 where the value is zero, else 0 (no gradient flows through it)."""
+    return _apply("_equal_scalar", [data], {"scalar": 0.0}, name)
 
 
 def full(

@@ -276,7 +276,7 @@ class Symbol:
             a, b = (other, self) if reflect else (self, other)
             return _apply(array_op, [a, b], None, None)
         if isinstance(other, numbers.Number):
-            return _apply(scalar_op, [self], {"scalar": other}, None)
+            return _apply(scalar_op, [self], {"scalar": float(other)}, None)
         raise TypeError(f"a Symbol and a {type(other).__name__} cannot be combined")
 
     def __add__(self, o: Any) -> Symbol:
