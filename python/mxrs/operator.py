@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from . import _native
 
-__all__ = ["get_all_registered_operators", "get_operator_arguments"]
+__all__ = ["OperatorArguments", "get_all_registered_operators", "get_operator_arguments"]
 
 
 def get_all_registered_operators() -> list[str]:
@@ -35,6 +35,11 @@ def get_operator_arguments(op_name: str) -> OperatorArguments:
             names = list(sig["inputs"]) + [a[0] for a in sig["attrs"]]
             types = [kind] * len(sig["inputs"])
             for _, ty, or_none, default, _ in sig["attrs"]:
+                # MXNet's spelling: choices quoted, ``bool`` as ``boolean``.
+                if ty.startswith("{"):
+                    ty = "{" + ", ".join(f"'{c.strip()}'" for c in ty.strip("{}").split(",")) + "}"
+                elif ty == "bool":
+                    ty = "boolean"
                 t = f"{ty} or None" if or_none else ty
                 types.append(
                     f"{t}, required" if default is None else f"{t}, optional, default={default}"

@@ -401,3 +401,27 @@ def test_print_summary_prints_mxnet_s_table(capsys: pytest.CaptureFixture) -> No
     else:
         source = mx.viz.plot_network(f, shape={"data": (1, 3, 8, 8)}).source
         assert "Convolution" in source and "8x6x6" in source and "conv_weight" not in source
+
+
+def test_operator_arguments_and_head_gradients_of_another_dtype() -> None:
+    from mxrs.operator import OperatorArguments, get_operator_arguments
+
+    args = get_operator_arguments("FullyConnected")
+    assert isinstance(args, OperatorArguments) and args.narg == 6
+    assert args.names == ["data", "weight", "bias", "num_hidden", "no_bias", "flatten"]
+    assert args.types[3:] == [
+        "int, required",
+        "boolean, optional, default=0",
+        "boolean, optional, default=1",
+    ]
+    assert get_operator_arguments("Activation").types[1] == (
+        "{'relu', 'sigmoid', 'softrelu', 'softsign', 'tanh'}, required"
+    )
+    assert "FullyConnected" in mx.operator.get_all_registered_operators()
+    x = mx.sym.Variable("x")
+    exe = (x * 2).simple_bind(mx.cpu(), x=(2,))
+    exe.forward(is_train=True, x=mx.nd.array([1, 2]))
+    exe.backward(mx.nd.array([1, 1], dtype="float64"))
+    same(exe.grad_dict["x"], [2, 2])
+    parts = mx.sym.split_v2(x, (1, 3), axis=0).eval(x=mx.nd.zeros((5, 2)))
+    assert [p.shape for p in parts] == [(1, 2), (2, 2), (2, 2)]

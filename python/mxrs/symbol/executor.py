@@ -212,6 +212,11 @@ class Executor:
             self._h.backward(None)
             return
         grads = [out_grads] if isinstance(out_grads, NDArray) else list(out_grads)
+        # As MXNet, a head gradient of another dtype than its output is converted.
+        grads = [
+            g if o is None or g.dtype == o.dtype else g.astype(o.dtype)
+            for g, o in zip(grads, self.outputs + [None] * len(grads))
+        ]
         self._h.backward([g.handle for g in grads])
 
     def copy_params_from(

@@ -97,7 +97,8 @@ def split_v2(
     bounds = [0, *[int(i) for i in indices_or_sections]]
     parts = []
     for k, b in enumerate(bounds):
-        end = bounds[k + 1] if k + 1 < len(bounds) else None
+        # The last part runs to the axis's end: slice_axis's end of None.
+        end = bounds[k + 1] if k + 1 < len(bounds) else "None"
         part = _apply("slice_axis", [ary], {"axis": axis, "begin": b, "end": end}, None)
         if squeeze_axis:
             part = _apply("squeeze", [part], {"axis": axis}, None)
