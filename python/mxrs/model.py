@@ -3,12 +3,18 @@
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 from . import ndarray as nd
 from . import symbol as sym
 from .base import MXNetError
 from .ndarray.ndarray import NDArray
 
-__all__ = ["load_checkpoint", "save_checkpoint"]
+__all__ = ["BatchEndParam", "load_checkpoint", "load_params", "save_checkpoint"]
+
+#: What a batch-end callback gets: the epoch, the batch's number in it, the metric and the
+#: caller's locals (None here).
+BatchEndParam = namedtuple("BatchEndParams", ["epoch", "nbatch", "eval_metric", "locals"])
 
 
 def save_checkpoint(
@@ -32,6 +38,12 @@ def load_checkpoint(
 ) -> tuple[sym.Symbol, dict[str, NDArray], dict[str, NDArray]]:
     """Reads a checkpoint: ``(symbol, arg_params, aux_params)``."""
     symbol = sym.load(f"{prefix}-symbol.json")
+    arg, aux = load_params(prefix, epoch)
+    return symbol, arg, aux
+
+
+def load_params(prefix: str, epoch: int) -> tuple[dict[str, NDArray], dict[str, NDArray]]:
+    """Reads a checkpoint's parameters: ``(arg_params, aux_params)``."""
     loaded = nd.load(f"{prefix}-{epoch:04d}.params")
     if not isinstance(loaded, dict):
         raise MXNetError(f"{prefix}-{epoch:04d}.params holds arrays without names")
@@ -44,4 +56,4 @@ def load_checkpoint(
             aux[name] = value
         else:
             raise MXNetError(f"{key!r} in {prefix}-{epoch:04d}.params is neither arg: nor aux:")
-    return symbol, arg, aux
+    return arg, aux

@@ -94,7 +94,7 @@ class BaseModule:
                     monitor.toc_print()
                 self.update_metric(metric, batch.label)
                 for cb in _callbacks(batch_end_callback):
-                    cb(_BatchEnd(epoch, nbatch, metric))
+                    cb(model.BatchEndParam(epoch, nbatch, metric, None))
             for name, value in metric.get_name_value():
                 self.logger.info("Epoch[%d] Train-%s=%f", epoch, name, value)
             self.logger.info("Epoch[%d] Time cost=%.3f", epoch, time.time() - tic)
@@ -161,13 +161,6 @@ def _callbacks(cb: Any) -> list:
     if cb is None:
         return []
     return list(cb) if isinstance(cb, (list, tuple)) else [cb]
-
-
-class _BatchEnd:
-    """What a batch-end callback gets (MXNet's ``BatchEndParam``)."""
-
-    def __init__(self, epoch: int, nbatch: int, eval_metric: metric_mod.EvalMetric) -> None:
-        self.epoch, self.nbatch, self.eval_metric, self.locals = epoch, nbatch, eval_metric, None
 
 
 class Module(BaseModule):

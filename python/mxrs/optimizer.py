@@ -26,6 +26,8 @@ class Optimizer:
         lr_mult: dict | None = None,
         wd_mult: dict | None = None,
         param_idx2name: dict | None = None,
+        lr_scheduler: Any = None,
+        begin_num_update: int = 0,
         **kwargs: Any,
     ) -> None:
         self.lr, self.wd, self.rescale_grad = learning_rate, wd, rescale_grad
@@ -33,16 +35,31 @@ class Optimizer:
         self.lr_mult: dict = dict(lr_mult or {})
         self.wd_mult: dict = dict(wd_mult or {})
         self.idx2name: dict = dict(param_idx2name or {})
-        self.num_update = 0
+        self.lr_scheduler = lr_scheduler
+        if lr_scheduler is not None:
+            lr_scheduler.base_lr = learning_rate
+        # As MXNet counts: each weight's updates apart; ``num_update`` is the most any has had.
+        self.begin_num_update = self.num_update = begin_num_update
+        self._index_update_count: dict = {}
 
     @property
     def learning_rate(self) -> float:
-        """The base learning rate."""
-        return self.lr
+        """The learning rate now: the scheduler's for ``num_update``, else the base rate."""
+        return self.lr_scheduler(self.num_update) if self.lr_scheduler is not None else self.lr
 
     def set_learning_rate(self, lr: float) -> None:
-        """Sets the base learning rate."""
+        """Sets the base learning rate (refused under a scheduler, which sets it)."""
+        if self.lr_scheduler is not None:
+            raise UserWarning(
+                "set_learning_rate: the optimizer's lr_scheduler sets its learning rate"
+            )
         self.lr = lr
+
+    def _update_count(self, index: Any) -> None:
+        """Counts one more update of weight ``index``."""
+        k = self._index_update_count.get(index, self.begin_num_update) + 1
+        self._index_update_count[index] = k
+        self.num_update = max(self.num_update, k)
 
     def set_lr_mult(self, args_lr_mult: dict) -> None:
         """Learning-rate multipliers by parameter name or index."""
@@ -58,7 +75,7 @@ class Optimizer:
         return table.get(self.idx2name.get(index), 1.0)
 
     def _lr(self, index: Any) -> float:
-        return self.lr * self._mult(self.lr_mult, index)
+        return self.learning_rate * self._mult(self.lr_mult, index)
 
     def _wd(self, index: Any) -> float:
         return self.wd * self._mult(self.wd_mult, index)
@@ -101,7 +118,7 @@ class SGD(Optimizer):
         return zeros(weight.shape, weight.context, weight.dtype)
 
     def update(self, index: Any, weight: NDArray, grad: NDArray, state: Any) -> None:
-        self.num_update += 1
+        self._update_count(index)
         attrs = self._common(index)
         if state is None:
             invoke("sgd_update", [weight, grad], attrs, out=weight)
@@ -121,7 +138,7 @@ class NAG(Optimizer):
         return zeros(weight.shape, weight.context, weight.dtype) if self.momentum else None
 
     def update(self, index: Any, weight: NDArray, grad: NDArray, state: Any) -> None:
-        self.num_update += 1
+        self._update_count(index)
         lr = self._lr(index)
         g = self._grad(index, grad, weight)
         if state is None:
@@ -144,7 +161,6 @@ class Adam(Optimizer):
     ) -> None:
         super().__init__(learning_rate=learning_rate, **kwargs)
         self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
-        self._counts: dict = {}
 
     def create_state(self, index: Any, weight: NDArray) -> Any:
         return (
@@ -153,8 +169,8 @@ class Adam(Optimizer):
         )
 
     def update(self, index: Any, weight: NDArray, grad: NDArray, state: Any) -> None:
-        self.num_update += 1
-        t = self._counts[index] = self._counts.get(index, 0) + 1
+        self._update_count(index)
+        t = self._index_update_count[index]
         attrs = self._common(index)
         attrs["lr"] *= (1.0 - self.beta2**t) ** 0.5 / (1.0 - self.beta1**t)
         attrs.update(beta1=self.beta1, beta2=self.beta2, epsilon=self.epsilon)
@@ -183,7 +199,7 @@ class RMSProp(Optimizer):
         return zeros(weight.shape, weight.context, weight.dtype)
 
     def update(self, index: Any, weight: NDArray, grad: NDArray, state: Any) -> None:
-        self.num_update += 1
+        self._update_count(index)
         lr = self._lr(index)
         g = self._grad(index, grad, weight)
         state[:] = self.gamma1 * state + (1.0 - self.gamma1) * g * g

@@ -425,3 +425,53 @@ def test_operator_arguments_and_head_gradients_of_another_dtype() -> None:
     same(exe.grad_dict["x"], [2, 2])
     parts = mx.sym.split_v2(x, (1, 3), axis=0).eval(x=mx.nd.zeros((5, 2)))
     assert [p.shape for p in parts] == [(1, 2), (2, 2), (2, 2)]
+
+
+def test_lr_schedulers_and_optimizer_update_counts_as_mxnet() -> None:
+    sched = mx.lr_scheduler
+    f = sched.FactorScheduler(step=3, factor=0.5, base_lr=1.0)
+    assert [f(n) for n in range(12)] == [1, 1, 1, 1, 0.5, 0.5, 0.5, 0.25, 0.25, 0.25, 0.125, 0.125]
+    m = sched.MultiFactorScheduler(step=[2, 5], factor=0.1, base_lr=1.0)
+    assert [round(m(n), 6) for n in range(8)] == [1, 1, 1, 0.1, 0.1, 0.1, 0.01, 0.01]
+    p = sched.PolyScheduler(
+        10, base_lr=1.0, pwr=2, final_lr=0.1, warmup_steps=2, warmup_begin_lr=0.5
+    )
+    want = [0.5, 0.75, 1.0, 0.789062, 0.60625, 0.451562, 0.325, 0.226562, 0.15625, 0.114063]
+    assert [round(p(n), 6) for n in range(13)] == want + [0.1, 0.1, 0.1]
+    c = sched.CosineScheduler(max_update=8, base_lr=2.0, final_lr=0.0)
+    assert [round(c(n), 6) for n in range(5)] == [2.0, 1.92388, 1.707107, 1.382683, 1.0]
+    # Two weights, four steps: num_update counts steps, not calls; the rate halves every 2.
+    opt = mx.optimizer.SGD(
+        learning_rate=1.0, lr_scheduler=sched.FactorScheduler(step=2, factor=0.5)
+    )
+    upd = mx.optimizer.get_updater(opt)
+    w = [mx.nd.ones(2), mx.nd.ones(2)]
+    for _ in range(4):
+        for i in range(2):
+            upd(i, mx.nd.ones(2), w[i])
+    assert opt.num_update == 4 and opt.learning_rate == 0.5
+    same(w[0], [-2, -2])
+    with pytest.raises(UserWarning):
+        opt.set_learning_rate(0.1)
+
+
+def test_callbacks_log_and_checkpoint(tmp_path: object, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+    import os
+
+    metric = mx.metric.Accuracy()
+    metric.update([mx.nd.array([1, 0])], [mx.nd.array([[0.1, 0.9], [0.8, 0.2]])])
+    speed = mx.callback.Speedometer(batch_size=4, frequent=2)
+    with caplog.at_level(logging.INFO, logger="mxrs.callback"):
+        for nbatch in range(5):
+            speed(mx.model.BatchEndParam(0, nbatch, metric, None))
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2 and "samples/sec" in lines[0] and "accuracy=1.000000" in lines[0]
+    prefix = os.path.join(str(tmp_path), "net")
+    save = mx.callback.do_checkpoint(prefix, period=2)
+    net = mx.sym.FullyConnected(mx.sym.Variable("data"), num_hidden=2, name="fc")
+    for epoch in range(3):
+        save(epoch, net, {"fc_weight": mx.nd.ones((2, 3))}, {})
+    assert sorted(os.listdir(str(tmp_path))) == ["net-0002.params", "net-symbol.json"]
+    _, arg, _ = mx.model.load_checkpoint(prefix, 2)
+    same(arg["fc_weight"], np.ones((2, 3)))
