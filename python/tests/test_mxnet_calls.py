@@ -475,3 +475,56 @@ def test_callbacks_log_and_checkpoint(tmp_path: object, caplog: pytest.LogCaptur
     assert sorted(os.listdir(str(tmp_path))) == ["net-0002.params", "net-symbol.json"]
     _, arg, _ = mx.model.load_checkpoint(prefix, 2)
     same(arg["fc_weight"], np.ones((2, 3)))
+
+
+def test_metrics_give_mxnet_s_values() -> None:
+    # The values MXNet 1.9.1's metrics gave for the same inputs (two updates each).
+    rng = np.random.RandomState(3)
+    labels = [mx.nd.array(rng.randint(0, 2, 8)), mx.nd.array(rng.randint(0, 2, 8))]
+    preds = [mx.nd.array(rng.dirichlet([1, 1], 8)), mx.nd.array(rng.dirichlet([1, 1], 8))]
+    reg_l, reg_p = [mx.nd.array(rng.rand(6))], [mx.nd.array(rng.rand(6))]
+    multi_l, multi_p = (
+        [mx.nd.array(rng.randint(0, 4, 10))],
+        [mx.nd.array(rng.dirichlet([1] * 4, 10))],
+    )
+    cases = [
+        ("acc", {}, labels, preds, "accuracy", 0.125),
+        ("top_k_accuracy", {"top_k": 2}, multi_l, multi_p, "top_k_accuracy_2", 0.3),
+        ("f1", {}, labels, preds, "f1", 0.125),
+        ("f1", {"average": "micro"}, labels, preds, "f1", 0.125),
+        ("mcc", {}, labels, preds, "mcc", -0.746032),
+        ("mcc", {"average": "micro"}, labels, preds, "mcc", -0.746032),
+        ("mae", {}, reg_l, reg_p, "mae", 0.241365),
+        ("mse", {}, reg_l, reg_p, "mse", 0.098569),
+        ("rmse", {}, reg_l, reg_p, "rmse", 0.313957),
+        ("ce", {}, multi_l, multi_p, "cross-entropy", 2.142495),
+        ("nll_loss", {}, multi_l, multi_p, "nll-loss", 2.142495),
+        ("pearsonr", {}, reg_l, reg_p, "pearsonr", -0.465516),
+        ("pearsonr", {"average": "micro"}, reg_l * 2, reg_p * 2, "pearsonr", -0.465516),
+        ("pcc", {}, multi_l, multi_p, "pcc", -0.197332),
+        ("loss", {}, reg_l, reg_p, "loss", 0.334855),
+        ("perplexity", {"ignore_label": None}, multi_l, multi_p, "perplexity", 8.520667),
+        ("perplexity", {"ignore_label": 1}, multi_l, multi_p, "perplexity", 7.293305),
+    ]
+    for key, kwargs, lab, pred, name, value in cases:
+        m = mx.metric.create(key, **kwargs)
+        m.update(lab, pred)
+        m.update(lab, pred)
+        got_name, got = m.get()
+        assert got_name == name and got == pytest.approx(value, rel=1e-6, abs=1e-6), key
+        assert m.get_global_name_value()[0][0] == name
+    both = mx.metric.create(["acc", "mse"])
+    both.update(labels, preds)
+    assert both.get()[0] == ["accuracy", "mse"] and both.get()[1][1] == pytest.approx(0.3255712)
+    custom = mx.metric.CustomMetric(
+        lambda y, p: (float((y == p.argmax(1)).sum()), len(y)), name="mine"
+    )
+    custom.update(labels, preds)
+    assert custom.get() == ("mine", 0.125)
+    acc = mx.metric.Accuracy()
+    acc.update(labels, preds)
+    acc.reset_local()
+    assert np.isnan(acc.get()[1]) and acc.get_global()[1] == 0.125
+    assert acc.get_config() == {
+        "axis": 1, "metric": "Accuracy", "name": "accuracy", "output_names": None, "label_names": None
+    }  # fmt: skip
