@@ -276,6 +276,9 @@ class Module(BaseModule):
             return
         ex = self._executor
         init = initializer if initializer is not None else init_mod.Uniform(0.01)
+        # Each parameter is described with its variable's attributes, so that a variable's own
+        # ``init`` (its ``__init__`` attribute) wins, as in MXNet.
+        attrs = self.symbol.attr_dict()
         for names, bound, given in (
             (self.param_names, ex.arg_dict, arg_params),
             (self.aux_names, ex.aux_dict, aux_params),
@@ -286,7 +289,7 @@ class Module(BaseModule):
                 elif given is not None and not allow_missing:
                     raise MXNetError(f"init_params: {n} is missing from the parameters given")
                 else:
-                    init(n, bound[n])
+                    init(init_mod.InitDesc(n, attrs.get(n, {})), bound[n])
             if given is not None and not allow_extra:
                 extra = sorted(set(given) - set(names))
                 if extra:

@@ -133,8 +133,11 @@ def test_initializers() -> None:
     g = mx.nd.zeros((4,))
     mx.init.Normal()("bn_gamma", g)
     np.testing.assert_array_equal(g.asnumpy(), 1)
-    mx.init.Constant(0.5)("w", g)
+    mx.init.Constant(0.5)("w_weight", g)
     np.testing.assert_array_equal(g.asnumpy(), 0.5)
+    # A name no rule covers is refused, as MXNet refuses it.
+    with pytest.raises(ValueError, match="no initialization rule for w"):
+        mx.init.Constant(0.5)("w", g)
 
 
 def digits() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -528,3 +528,34 @@ def test_metrics_give_mxnet_s_values() -> None:
     assert acc.get_config() == {
         "axis": 1, "metric": "Accuracy", "name": "accuracy", "output_names": None, "label_names": None
     }  # fmt: skip
+
+
+def test_initializers_as_mxnet() -> None:
+    w = mx.nd.zeros((2, 1, 4, 4))
+    mx.init.Bilinear()._init_weight("up", w)
+    corner, middle = [0.0625, 0.1875, 0.1875, 0.0625], [0.1875, 0.5625, 0.5625, 0.1875]
+    np.testing.assert_allclose(w.asnumpy()[1, 0], [corner, middle, middle, corner])
+    b = mx.nd.zeros((8,))
+    mx.init.LSTMBias(2.0)._init_weight("lstm_bias", b)
+    same(b, [0, 0, 2, 2, 0, 0, 0, 0])
+    assert mx.init.MSRAPrelu().dumps() == '["msraprelu", {"factor_type": "avg", "slope": 0.25}]'
+    assert mx.init.create('["uniform", {"scale": 0.5}]') == mx.init.Uniform(0.5)
+    # A variable's own init wins over the module's initializer.
+    weight = mx.sym.Variable("fc_weight", init=mx.init.Constant(0.25))
+    fc = mx.sym.FullyConnected(mx.sym.Variable("data"), weight, num_hidden=3, name="fc")
+    mod = mx.mod.Module(fc, label_names=None)
+    mod.bind([("data", (2, 4))])
+    mod.init_params(mx.init.Uniform(1.0))
+    args, _ = mod.get_params()
+    same(args["fc_weight"], np.full((3, 4), 0.25))
+    same(args["fc_bias"], np.zeros(3))
+    q = mx.nd.zeros((3, 5))
+    mx.init.Orthogonal(scale=1.0)._init_weight("q_weight", q)
+    np.testing.assert_allclose(q.asnumpy() @ q.asnumpy().T, np.eye(3), atol=1e-5)
+    table = mx.nd.zeros((2, 2))
+    mixed = mx.init.Mixed(["fc.*", ".*"], [mx.init.One(), mx.init.Zero()])
+    mixed("fc_weight", table)
+    same(table, np.ones((2, 2)))
+    loaded = mx.init.Load({"arg:fc_weight": mx.nd.full((2, 2), 3.0)}, default_init=mx.init.Zero())
+    loaded("fc_weight", table)
+    same(table, np.full((2, 2), 3))
