@@ -13,12 +13,15 @@ import logging
 import math
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .ndarray import random as ndrandom
 from .ndarray.ndarray import NDArray, load
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = [
     "Bilinear",
