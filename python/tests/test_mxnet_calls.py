@@ -559,3 +559,49 @@ def test_initializers_as_mxnet() -> None:
     loaded = mx.init.Load({"arg:fc_weight": mx.nd.full((2, 2), 3.0)}, default_init=mx.init.Zero())
     loaded("fc_weight", table)
     same(table, np.full((2, 2), 3))
+
+
+def test_optimizers_step_as_mxnet() -> None:
+    # Each row: the first five weights after three steps from the same start and gradients
+    # (clip_gradient 0.8), as MXNet 1.9.1's optimizers left them.
+    want = {
+        "adagrad": [-0.26897, 0.90797, -0.64523, 0.78186, 0.02975],
+        "adadelta": [-0.49878, 0.73901, -0.57424, 0.79717, -0.0161],
+        "adamax": [-0.55151, 0.74663, -0.58884, 0.83762, -0.02212],
+        "nadam": [-0.55289, 0.74337, -0.58726, 0.83663, -0.02261],
+        "signum": [-0.24921, 1.0289, -0.87631, 0.72423, -0.12333],
+        "signum0.0": [-0.25465, 0.83894, -0.6847, 0.73461, 0.07679],
+        "ftrl": [0.01978, 0.37505, -0.27612, 0.21307, -0.00779],
+        "ftml": [-0.29249, 0.90157, -0.65061, 0.80176, 0.03526],
+        "dcasgd0.0": [-0.42828, 0.87531, -0.62167, 0.71998, -0.0377],
+        "ccsgd0.9": [-0.37868, 1.05878, -0.69338, 0.72767, -0.08051],
+        "test": [-1.2855, 0.05941, -0.40122, 1.56086, 0.11038],
+    }
+    cases = [
+        ("adagrad", {"learning_rate": 0.1, "wd": 0.01}),
+        ("adadelta", {"wd": 0.01}),
+        ("adamax", {"wd": 0.01}),
+        ("nadam", {"wd": 0.01}),
+        ("signum", {"learning_rate": 0.1, "wd": 0.01, "wd_lh": 0.05}),
+        ("signum", {"learning_rate": 0.1, "momentum": 0.0, "wd": 0.01}),
+        ("ftrl", {"wd": 0.01}),
+        ("ftml", {"learning_rate": 0.1, "wd": 0.01}),
+        ("dcasgd", {"learning_rate": 0.1, "momentum": 0.0, "wd": 0.01}),
+        ("ccsgd", {"learning_rate": 0.1, "momentum": 0.9}),
+        ("test", {"rescale_grad": 0.5}),
+    ]
+    rng = np.random.RandomState(5)
+    w0 = rng.uniform(-1, 1, (3, 4)).astype(np.float32)
+    grads = [rng.uniform(-1, 1, (3, 4)).astype(np.float32) for _ in range(3)]
+    for name, kwargs in cases:
+        kwargs = dict(kwargs)
+        opt = mx.optimizer.create(
+            name, rescale_grad=kwargs.pop("rescale_grad", 1.0), clip_gradient=0.8, **kwargs
+        )
+        w = mx.nd.array(w0)
+        state = opt.create_state(0, w)
+        for g in grads:
+            opt.update(0, w, mx.nd.array(g), state)
+        key = name + str(kwargs.get("momentum", ""))
+        np.testing.assert_allclose(w.asnumpy().ravel()[:5], want[key], atol=2e-5, err_msg=key)
+    assert isinstance(mx.optimizer.Optimizer.create_optimizer("adagrad"), mx.optimizer.AdaGrad)
