@@ -605,3 +605,35 @@ def test_optimizers_step_as_mxnet() -> None:
         key = name + str(kwargs.get("momentum", ""))
         np.testing.assert_allclose(w.asnumpy().ravel()[:5], want[key], atol=2e-5, err_msg=key)
     assert isinstance(mx.optimizer.Optimizer.create_optimizer("adagrad"), mx.optimizer.AdaGrad)
+
+
+def test_csv_resize_and_prefetching_iterators_as_mxnet(tmp_path: object) -> None:
+    data_csv, label_csv = f"{tmp_path}/d.csv", f"{tmp_path}/l.csv"
+    np.savetxt(data_csv, np.arange(20).reshape(5, 4), delimiter=",")
+    np.savetxt(label_csv, np.arange(5), delimiter=",")
+    it = mx.io.CSVIter(data_csv=data_csv, data_shape=(2, 2), label_csv=label_csv, batch_size=2)
+    got = [(b.data[0].asnumpy().ravel().tolist(), b.label[0].asnumpy().tolist(), b.pad) for b in it]
+    assert got[2] == ([16, 17, 18, 19, 0, 1, 2, 3], [4, 0], 1) and len(got) == 3
+    assert repr(it.provide_data) == "[DataDesc[data,(2, 2, 2),<class 'numpy.float32'>,NCHW]]"
+    resized = mx.io.ResizeIter(mx.io.NDArrayIter(np.arange(6), batch_size=2), 5)
+    assert [b.data[0].asnumpy().tolist() for b in resized] == [
+        [0, 1],
+        [2, 3],
+        [4, 5],
+        [0, 1],
+        [2, 3],
+    ]
+    both = mx.io.PrefetchingIter(
+        [
+            mx.io.NDArrayIter(np.arange(4), batch_size=2),
+            mx.io.NDArrayIter(np.arange(4) + 10, batch_size=2, data_name="x"),
+        ],
+        rename_data=[{"data": "a"}, {"x": "b"}],
+    )
+    batches = [[d.asnumpy().tolist() for d in b.data] for b in both]
+    assert batches == [[[0, 1], [10, 11]], [[2, 3], [12, 13]]]
+    assert [d.name for d in both.provide_data] == ["a", "b"]
+    # The iterator protocol MXNet code drives by hand.
+    plain = mx.io.NDArrayIter(np.arange(3), batch_size=2)
+    assert plain.iter_next() and plain.getdata()[0].asnumpy().tolist() == [0, 1]
+    assert plain.iter_next() and plain.getpad() == 1 and not plain.iter_next()
