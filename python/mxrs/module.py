@@ -6,6 +6,7 @@ iterator."""
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -19,6 +20,8 @@ from .base import MXNetError
 from .context import Context, current_context
 from .io import DataBatch, DataDesc, DataIter
 from .ndarray.ndarray import NDArray, concatenate
+from .ndarray.ndarray import load as nd_load
+from .ndarray.ndarray import save as nd_save
 from .symbol.executor import Executor
 from .symbol.symbol import Symbol
 
@@ -37,7 +40,138 @@ def _names_shapes(descs: Sequence[Any] | None) -> list[tuple[str, tuple]]:
 
 
 class BaseModule:
-    """What every module offers on top of forward, backward and update."""
+    """What every module offers on top of forward, backward and update. A module type gives
+    the methods and properties below that raise ``NotImplementedError`` here."""
+
+    def _missing(self, what: str) -> NotImplementedError:
+        return NotImplementedError(f"{type(self).__name__} does not give {what}")
+
+    # ---- what a module type gives ------------------------------------------------------------
+
+    @property
+    def symbol(self) -> Symbol:
+        """The graph."""
+        raise self._missing("symbol")
+
+    @property
+    def data_names(self) -> list[str]:
+        """The names of the data inputs."""
+        raise self._missing("data_names")
+
+    @property
+    def output_names(self) -> list[str]:
+        """The names of the outputs."""
+        raise self._missing("output_names")
+
+    @property
+    def data_shapes(self) -> list[DataDesc]:
+        """The data inputs' descriptions."""
+        raise self._missing("data_shapes")
+
+    @property
+    def label_shapes(self) -> list[DataDesc]:
+        """The labels' descriptions."""
+        raise self._missing("label_shapes")
+
+    @property
+    def output_shapes(self) -> list[tuple[str, tuple]]:
+        """The outputs' names and shapes."""
+        raise self._missing("output_shapes")
+
+    def bind(self, data_shapes: Any, label_shapes: Any = None, **kwargs: Any) -> None:
+        """Allocates what the shapes need."""
+        raise self._missing("bind")
+
+    def init_params(self, initializer: Any = None, *args: Any, **kwargs: Any) -> None:
+        """Fills the parameters."""
+        raise self._missing("init_params")
+
+    def init_optimizer(self, *args: Any, **kwargs: Any) -> None:
+        """Sets the optimizer."""
+        raise self._missing("init_optimizer")
+
+    def get_params(self) -> tuple[dict[str, NDArray], dict[str, NDArray]]:
+        """The parameters and auxiliary states."""
+        raise self._missing("get_params")
+
+    def set_params(self, arg_params: dict, aux_params: dict, **kwargs: Any) -> None:
+        """Sets the parameters and auxiliary states."""
+        raise self._missing("set_params")
+
+    def forward(self, data_batch: DataBatch, is_train: bool | None = None) -> None:
+        """A forward pass."""
+        raise self._missing("forward")
+
+    def backward(self, out_grads: Any = None) -> None:
+        """A backward pass."""
+        raise self._missing("backward")
+
+    def update(self) -> None:
+        """An optimizer step."""
+        raise self._missing("update")
+
+    def get_outputs(self, merge_multi_context: bool = True) -> list[NDArray]:
+        """The outputs of the last forward pass."""
+        raise self._missing("get_outputs")
+
+    def get_input_grads(self, merge_multi_context: bool = True) -> list[NDArray]:
+        """The data's gradients."""
+        raise self._missing("get_input_grads")
+
+    def update_metric(self, eval_metric: Any, labels: Any, pad: int = 0) -> None:
+        """Accumulates a metric over the last outputs."""
+        raise self._missing("update_metric")
+
+    def install_monitor(self, mon: Any) -> None:
+        """Has a monitor watch the module's executors."""
+        raise self._missing("install_monitor")
+
+    def get_states(self, merge_multi_context: bool = True) -> list[NDArray]:
+        """The states of a stateful graph (none here: states are bound as inputs)."""
+        return []
+
+    def set_states(self, states: Any = None, value: Any = None) -> None:
+        """Sets the states of a stateful graph (none here)."""
+        if states or value is not None:
+            raise MXNetError(f"{type(self).__name__} has no states to set")
+
+    # ---- what every module offers on top -------------------------------------------------------
+
+    def prepare(self, data_batch: DataBatch, sparse_row_id_fn: Any = None) -> None:
+        """Readies the module for a batch (with dense storage, nothing to do)."""
+
+    def iter_predict(
+        self, eval_data: DataIter, num_batch: int | None = None, reset: bool = True, **kwargs: Any
+    ) -> Any:
+        """Yields ``(outputs, batch number, batch)`` over ``eval_data``, padding dropped."""
+        if reset:
+            eval_data.reset()
+        for nbatch, batch in enumerate(eval_data):
+            if num_batch is not None and nbatch == num_batch:
+                return
+            self.forward(batch, is_train=False)
+            keep = batch.data[0].shape[0] - batch.pad
+            yield [o[0:keep] for o in self.get_outputs()], nbatch, batch
+
+    def save_params(self, fname: str) -> None:
+        """Writes the parameters as MXNet does (``arg:NAME``, ``aux:NAME``)."""
+        arg, aux = self.get_params()
+        params = {f"arg:{k}": v for k, v in arg.items()}
+        params.update({f"aux:{k}": v for k, v in aux.items()})
+        nd_save(fname, params)
+
+    def load_params(self, fname: str) -> None:
+        """Reads parameters ``save_params`` (or MXNet) wrote."""
+        loaded = nd_load(fname)
+        if not isinstance(loaded, dict):
+            raise MXNetError(f"load_params: {fname} holds arrays without names")
+        arg, aux = {}, {}
+        for key, value in loaded.items():
+            kind, _, name = key.partition(":")
+            if kind not in ("arg", "aux"):
+                raise MXNetError(f"load_params: {key!r} in {fname} is neither arg: nor aux:")
+            (arg if kind == "arg" else aux)[name] = value
+        self.set_params(arg, aux)
 
     def fit(
         self,
@@ -157,6 +291,18 @@ class BaseModule:
         return merged[0] if len(merged) == 1 else merged
 
 
+def _write_whole(fname: str, data: bytes) -> None:
+    # A temporary file beside the target, renamed over it: a failed write loses nothing.
+    tmp = f"{fname}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, fname)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
 def _callbacks(cb: Any) -> list:
     if cb is None:
         return []
@@ -186,12 +332,12 @@ class Module(BaseModule):
                     "across contexts is the Rust DataParallel trainer's)"
                 )
             context = context[0]
-        self.symbol = symbol
+        self._symbol = symbol
         self.logger = logger
         self.context = context if context is not None else current_context()
         args = symbol.list_arguments()
-        self.data_names = list(data_names)
-        self.label_names = [n for n in (label_names or []) if n in args]
+        self._data_names = list(data_names)
+        self._label_names = [n for n in (label_names or []) if n in args]
         for n in self.data_names:
             if n not in args:
                 raise MXNetError(f"Module: data {n!r} is not an argument of the symbol ({args})")
@@ -206,6 +352,26 @@ class Module(BaseModule):
         self._aux_params: dict[str, NDArray] = {}
         self._updater: opt_mod.Updater | None = None
         self._kvstore: kv_mod.KVStore | None = None
+
+    @property
+    def symbol(self) -> Symbol:
+        """The graph."""
+        return self._symbol
+
+    @property
+    def data_names(self) -> list[str]:
+        """The names of the data inputs."""
+        return self._data_names
+
+    @property
+    def label_names(self) -> list[str]:
+        """The names of the labels (those the graph takes)."""
+        return self._label_names
+
+    @property
+    def output_names(self) -> list[str]:
+        """The names of the outputs."""
+        return self._symbol.list_outputs()
 
     # ---- binding ---------------------------------------------------------------------------
 
@@ -334,6 +500,8 @@ class Module(BaseModule):
         """Writes ``PREFIX-symbol.json`` and ``PREFIX-EPOCH.params``."""
         arg, aux = self.get_params()
         model.save_checkpoint(prefix, epoch, self.symbol, arg, aux)
+        if save_optimizer_states:
+            self.save_optimizer_states(f"{prefix}-{epoch:04d}.states")
 
     @staticmethod
     def load(prefix: str, epoch: int, load_optimizer_states: bool = False, **kwargs: Any) -> Module:
@@ -342,7 +510,42 @@ class Module(BaseModule):
         mod = Module(sym, **kwargs)
         mod._arg_params, mod._aux_params = arg, aux
         mod.params_initialized = True
+        if load_optimizer_states:
+            mod._preload_opt_states = f"{prefix}-{epoch:04d}.states"
         return mod
+
+    def save_optimizer_states(self, fname: str) -> None:
+        """Writes the optimizer's states (pickled, as MXNet's updater does), whole or not at
+        all."""
+        if self._kvstore is not None:
+            self._kvstore.save_optimizer_states(fname)
+            return
+        if self._updater is None:
+            raise MXNetError("save_optimizer_states: call init_optimizer first")
+        _write_whole(fname, self._updater.get_states())
+
+    def load_optimizer_states(self, fname: str) -> None:
+        """Reads the optimizer's states ``save_optimizer_states`` wrote."""
+        if self._kvstore is not None:
+            self._kvstore.load_optimizer_states(fname)
+            return
+        if self._updater is None:
+            raise MXNetError("load_optimizer_states: call init_optimizer first")
+        with open(fname, "rb") as f:
+            self._updater.set_states(f.read())
+
+    def borrow_optimizer(self, shared_module: Module) -> None:
+        """Uses ``shared_module``'s optimizer (and store), which must be initialized."""
+        if not shared_module.optimizer_initialized:
+            raise MXNetError("borrow_optimizer: the shared module has no optimizer yet")
+        self._updater, self._kvstore = shared_module._updater, shared_module._kvstore
+        self.optimizer_initialized = True
+
+    def reshape(self, data_shapes: Any, label_shapes: Any = None) -> None:
+        """Binds anew for other input shapes, keeping the parameters."""
+        feeds = dict(_names_shapes(data_shapes))
+        feeds.update(_names_shapes(label_shapes))
+        self._exec = self._executor.reshape(**feeds)
 
     # ---- training --------------------------------------------------------------------------
 
@@ -383,6 +586,10 @@ class Module(BaseModule):
                 kv.pull(n, out=args[n])
             kv.set_updater(self._updater)
         self.optimizer_initialized = True
+        preload = getattr(self, "_preload_opt_states", None)
+        if preload is not None:
+            self.load_optimizer_states(preload)
+            self._preload_opt_states = None
 
     def install_monitor(self, mon: Any) -> None:
         """Has ``mon`` (an ``mx.monitor.Monitor``) watch the bound executor."""

@@ -637,3 +637,47 @@ def test_csv_resize_and_prefetching_iterators_as_mxnet(tmp_path: object) -> None
     plain = mx.io.NDArrayIter(np.arange(3), batch_size=2)
     assert plain.iter_next() and plain.getdata()[0].asnumpy().tolist() == [0, 1]
     assert plain.iter_next() and plain.getpad() == 1 and not plain.iter_next()
+
+
+def test_module_protocol_params_files_and_optimizer_states(tmp_path: object) -> None:
+    import os
+
+    data = mx.sym.Variable("data")
+    net = mx.sym.SoftmaxOutput(mx.sym.FullyConnected(data, num_hidden=3, name="fc"), name="softmax")
+    mod = mx.mod.Module(net)
+    assert mod.data_names == ["data"] and mod.label_names == ["softmax_label"]
+    assert mod.output_names == ["softmax_output"] and mod.symbol is net
+    mod.bind([("data", (4, 5))], [("softmax_label", (4,))])
+    mod.init_params(mx.init.Xavier())
+    sgd = (("learning_rate", 0.1), ("momentum", 0.9))
+    mod.init_optimizer(optimizer="sgd", optimizer_params=sgd)
+    batch = mx.io.DataBatch([mx.nd.ones((4, 5))], [mx.nd.array([0, 1, 2, 0])])
+    mod.forward_backward(batch)
+    mod.update()
+    path = os.path.join(str(tmp_path), "m")
+    mod.save_checkpoint(path, 1, save_optimizer_states=True)
+    assert os.path.exists(path + "-0001.states")
+    again = mx.mod.Module.load(path, 1, load_optimizer_states=True)
+    again.bind([("data", (4, 5))], [("softmax_label", (4,))])
+    again.init_optimizer(optimizer="sgd", optimizer_params=sgd)
+    # The same momentum: one more identical step gives identical weights.
+    mod.forward_backward(batch)
+    mod.update()
+    again.forward_backward(batch)
+    again.update()
+    np.testing.assert_allclose(
+        mod.get_params()[0]["fc_weight"].asnumpy(), again.get_params()[0]["fc_weight"].asnumpy()
+    )
+    mod.save_params(path + ".params")
+    fresh = mx.mod.Module(net)
+    fresh.bind([("data", (4, 5))], [("softmax_label", (4,))])
+    fresh.init_params()
+    fresh.load_params(path + ".params")
+    same(fresh.get_params()[0]["fc_bias"], mod.get_params()[0]["fc_bias"].asnumpy())
+    outs = [
+        o[0].shape
+        for o, _, _ in fresh.iter_predict(mx.io.NDArrayIter(np.ones((6, 5)), batch_size=4))
+    ]
+    assert outs == [(4, 3), (2, 3)]
+    with pytest.raises(NotImplementedError):
+        mx.mod.BaseModule().forward(batch)
