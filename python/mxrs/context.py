@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -21,15 +21,33 @@ class Context:
 
     _local = threading.local()
 
+    #: MXNet's device codes: by code and by name.
+    devtype2str: ClassVar[dict[int, str]] = dict(_DEVTYPES)
+    devstr2type: ClassVar[dict[str, int]] = dict(_DEVIDS)
+
     def __init__(self, device_type: str | Context, device_id: int = 0) -> None:
         if isinstance(device_type, Context):
-            self.device_type, self.device_id = device_type.device_type, device_type.device_id
+            self._typeid = _DEVIDS[device_type.device_type]
+            self.device_id = device_type.device_id
+            self._old: list = []
             return
         if device_type not in _DEVIDS:
             raise ValueError(f"unknown device type {device_type!r} (cpu, gpu, cpu_pinned)")
-        self.device_type = device_type
+        self._typeid = _DEVIDS[device_type]
         self.device_id = int(device_id)
-        self._old: list = []
+        self._old = []
+
+    @property
+    def device_type(self) -> str:
+        """The device's kind: ``cpu``, ``gpu`` or ``cpu_pinned``."""
+        return _DEVTYPES[self._typeid]
+
+    def empty_cache(self) -> None:
+        """Hands the memory the device's pool keeps cached back to the device, once every
+        pushed op has run."""
+        from . import _native
+
+        _native.empty_cache(self.device_type, self.device_id)
 
     @property
     def device_typeid(self) -> int:

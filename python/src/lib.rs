@@ -428,6 +428,16 @@ pub(crate) fn handles(list: &[Py<Array>]) -> Vec<NDArray> {
 
 /// Makes an array on `(dev_type, dev_id)` from native-order bytes (one copy, made with the
 /// GIL held: the bytes are the caller's object's).
+/// Returns every block the device's pool keeps cached to the device (MXNet's `empty_cache`),
+/// once every pushed op has run.
+#[pyfunction]
+fn empty_cache(py: Python<'_>, dev_type: &str, dev_id: u32) -> PyResult<()> {
+    let (rt, ctx) = (runtime()?, context(dev_type, dev_id)?);
+    py.detach(|| rt.wait_all()).map_err(err)?;
+    rt.storage(ctx).release_all();
+    Ok(())
+}
+
 /// How many GPUs the runtime can use.
 #[pyfunction]
 fn num_gpus() -> usize {
@@ -762,6 +772,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Array>()?;
     m.add_function(wrap_pyfunction!(from_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(num_gpus, m)?)?;
+    m.add_function(wrap_pyfunction!(empty_cache, m)?)?;
     m.add_function(wrap_pyfunction!(profiler_now, m)?)?;
     m.add_function(wrap_pyfunction!(profiler_mark, m)?)?;
     m.add_function(wrap_pyfunction!(profiler_stats, m)?)?;

@@ -681,3 +681,13 @@ def test_module_protocol_params_files_and_optimizer_states(tmp_path: object) -> 
     assert outs == [(4, 3), (2, 3)]
     with pytest.raises(NotImplementedError):
         mx.mod.BaseModule().forward(batch)
+
+
+def test_context_names_and_empty_cache() -> None:
+    c = mx.Context(mx.cpu(1))
+    assert (c.device_type, c.device_typeid, c.device_id) == ("cpu", 1, 1)
+    assert mx.Context.devtype2str[2] == "gpu" and mx.Context.devstr2type["cpu_pinned"] == 3
+    x = mx.nd.ones((256, 256)) * 2
+    del x
+    mx.cpu().empty_cache()
+    same(mx.nd.ones((2,)) + 1, [2, 2])
