@@ -51,6 +51,38 @@ fn elementwise_operands_fill_each_others_unknown_dimensions() {
     assert_eq!(shape_of(&i, "b"), [12, 10]);
 }
 
+/// MXNet's `test_transpose_infer_shape_back` and `_mixed`: `_ones` of unknown dimensions
+/// (-1, as 0) take them back through a transpose from what its output meets.
+#[test]
+fn transpose_passes_known_dimensions_both_ways() {
+    let ones = |shape: &str, name: &str| {
+        Symbol::op("_ones", name, &[], Attrs::new().with("shape", shape)).unwrap()
+    };
+    let known = ones("(2, 3)", "known");
+    let open = ones("(-1, -1)", "open");
+    let t = op("transpose", &[&open], Attrs::new());
+    let i = inferred(&op("elemwise_add", &[&known, &t], Attrs::new()));
+    assert_eq!(shape_of(&i, "open"), [3, 2]);
+    let half = ones("(3, -1)", "half");
+    let t = op("transpose", &[&half], Attrs::new());
+    let i = inferred(&op(
+        "elemwise_add",
+        &[&ones("(2, -1)", "other"), &t],
+        Attrs::new(),
+    ));
+    assert_eq!(shape_of(&i, "half"), [3, 2]);
+    assert_eq!(shape_of(&i, "other"), [2, 3]);
+    // With axes: output axis k is input axis axes[k].
+    let d = var("d", "(0, 3, 0)");
+    let t = op("transpose", &[&d], Attrs::new().with("axes", "(1, 0, 2)"));
+    let i = inferred(&op(
+        "elemwise_add",
+        &[&t, &var("e", "(3, 5, 7)")],
+        Attrs::new(),
+    ));
+    assert_eq!(shape_of(&i, "d"), [5, 3, 7]);
+}
+
 #[test]
 fn fully_connected_takes_its_datas_batch_from_its_output() {
     let a = var("a", "(0, 10)");

@@ -293,11 +293,16 @@ fn infer_fill(op: &str, attrs: &Attrs, _s: &[Vec<usize>], _d: &[DType]) -> Infer
     let shape = attrs
         .ints(op, "shape")?
         .ok_or_else(|| invalid(op, "attribute shape is required"))?;
-    if shape.iter().any(|&d| d < 0) {
+    // -1, as 0, is a dimension left unknown, which a graph's inference fills from what the
+    // output meets (MXNet takes both).
+    if shape.iter().any(|&d| d < -1) {
         return Err(invalid(op, format!("shape {shape:?} has a negative size")));
     }
     let dt = attrs.dtype(op)?;
-    Ok((vec![shape.iter().map(|&d| d as usize).collect()], vec![dt]))
+    Ok((
+        vec![shape.iter().map(|&d| d.max(0) as usize).collect()],
+        vec![dt],
+    ))
 }
 
 /// `_zeros`, `_ones`, and `zeros_like`/`ones_like` (whose input only gives the shape).

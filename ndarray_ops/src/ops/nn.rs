@@ -744,6 +744,7 @@ pub(super) fn ops() -> &'static [OpDef] {
             &[0],
             false
         )
+        .partial(super::partial_shapes::transpose)
         .grad(grad::transpose)
         .on_gpu(gpu::shape::transpose),
         def!(

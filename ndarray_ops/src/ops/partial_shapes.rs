@@ -237,6 +237,36 @@ pub(super) fn same_shape(_op: &str, _attrs: &Attrs, ins: &Known, outs: &Known) -
     })
 }
 
+/// transpose: output axis `k` is input axis `axes[k]`, so each side's known dimensions give
+/// the other's (a begin state of unknown size takes it from what the transposed one meets).
+pub(super) fn transpose(op: &str, attrs: &Attrs, ins: &Known, outs: &Known) -> Found {
+    let x = ins.first().cloned().flatten();
+    let y = outs.first().cloned().flatten();
+    let Some(ndim) = x.as_ref().or(y.as_ref()).map(Vec::len) else {
+        return inputs(vec![None]);
+    };
+    let axes = super::nn::transpose_axes(op, attrs, ndim)?;
+    if axes.len() != ndim || axes.iter().any(|&a| a >= ndim) {
+        return inputs(vec![None]);
+    }
+    let mut input = x.unwrap_or_else(|| vec![0; ndim]);
+    let mut output = y.unwrap_or_else(|| vec![0; ndim]);
+    if input.len() != ndim || output.len() != ndim {
+        return inputs(vec![None]);
+    }
+    for (k, &a) in axes.iter().enumerate() {
+        if input[a] == 0 {
+            input[a] = output[k];
+        } else if output[k] == 0 {
+            output[k] = input[a];
+        }
+    }
+    Ok(Partial {
+        inputs: vec![Some(input)],
+        outputs: vec![Some(output)],
+    })
+}
+
 /// LeakyReLU: prelu's gamma, when not given, has one slope per channel (axis 1).
 pub(super) fn prelu(_op: &str, _attrs: &Attrs, ins: &Known, _outs: &Known) -> Found {
     let mut out = vec![None; ins.len()];
