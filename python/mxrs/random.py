@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from . import _native
-from .ndarray.random import normal, randint, uniform
+from .ndarray.random import exponential, normal, randint, randn, shuffle, uniform
 
-__all__ = ["normal", "randint", "seed", "uniform"]
+__all__ = ["exponential", "normal", "randint", "randn", "seed", "shuffle", "uniform"]
 
 
 def seed(seed_state: int, ctx: Any = "all") -> None:

@@ -691,3 +691,22 @@ def test_context_names_and_empty_cache() -> None:
     del x
     mx.cpu().empty_cache()
     same(mx.nd.ones((2,)) + 1, [2, 2])
+
+
+def test_shuffle_exponential_randn_and_like_samplers() -> None:
+    x = mx.nd.arange(20).reshape((10, 2))
+    mx.random.seed(3)
+    a = mx.random.shuffle(x).asnumpy()
+    mx.random.seed(3)
+    b = mx.random.shuffle(x).asnumpy()
+    np.testing.assert_array_equal(a, b)
+    assert sorted(a[:, 0].tolist()) == list(range(0, 20, 2)) and (a[:, 1] == a[:, 0] + 1).all()
+    assert not np.array_equal(a, x.asnumpy()) or not np.array_equal(
+        mx.random.shuffle(x).asnumpy(), a
+    )
+    # The mean of 20000 exponential draws of scale 2 is 2 within a few standard errors (0.014).
+    e = mx.nd.random.exponential(2.0, shape=(20000,)).asnumpy()
+    assert e.min() >= 0 and abs(e.mean() - 2.0) < 0.1
+    assert mx.random.randn(2, 3).shape == (2, 3)
+    like = mx.nd.random.uniform_like(mx.nd.zeros((2, 2), dtype="float64"), low=5, high=6)
+    assert like.dtype == np.float64 and (like.asnumpy() >= 5).all()

@@ -12,7 +12,17 @@ from ..base import MXNetError, dtype_name
 from ..context import Context, current_context
 from .ndarray import NDArray, invoke
 
-__all__ = ["normal", "randint", "uniform"]
+__all__ = [
+    "exponential",
+    "exponential_like",
+    "normal",
+    "normal_like",
+    "randint",
+    "randn",
+    "shuffle",
+    "uniform",
+    "uniform_like",
+]
 
 Shape = Union[int, Sequence[int]]
 
@@ -77,3 +87,48 @@ def randint(
         result.copyto(out)
         return out
     return result
+
+
+def randn(*shape: int, loc: float = 0.0, scale: float = 1.0, **kwargs: Any) -> NDArray:
+    """Normal draws of the shape given by the positional arguments (``randn(2, 3)``)."""
+    return normal(loc, scale, shape or (1,), **kwargs)
+
+
+def exponential(
+    scale: float = 1.0,
+    shape: Shape = (1,),
+    dtype: Any = None,
+    ctx: Context | None = None,
+    out: NDArray | None = None,
+) -> NDArray:
+    """Draws from the exponential distribution of mean ``scale``: ``-scale * log(1 - U)`` of
+    uniform draws ``U`` from the same seeded generator."""
+    u = uniform(0.0, 1.0, shape, "float64", ctx)
+    draw = invoke("log", [invoke("_rminus_scalar", [u], {"scalar": 1.0})])
+    result = invoke("_mul_scalar", [draw], {"scalar": -float(scale)}).astype(dtype_name(dtype))
+    if out is not None:
+        result.copyto(out)
+        return out
+    return result
+
+
+def shuffle(data: NDArray, out: NDArray | None = None, **kwargs: Any) -> NDArray:
+    """``data`` with its rows (first axis) in a random order from the seeded generator: the
+    order of a sort of uniform keys, so every order is as likely."""
+    keys = uniform(0.0, 1.0, (data.shape[0],), "float64", data.context)
+    order = invoke("argsort", [keys], {"axis": 0, "dtype": "int64"})
+    return invoke("take", [data, order], {"axis": 0}, out=out)
+
+
+def _like(sampler: Any) -> Any:
+    def sample(data: NDArray, *args: Any, **kwargs: Any) -> NDArray:
+        return sampler(*args, shape=data.shape, dtype=data.dtype, ctx=data.context, **kwargs)
+
+    sample.__name__ = f"{sampler.__name__}_like"
+    sample.__doc__ = f"``{sampler.__name__}`` draws of ``data``'s shape, dtype and device."
+    return sample
+
+
+uniform_like = _like(uniform)
+normal_like = _like(normal)
+exponential_like = _like(exponential)
