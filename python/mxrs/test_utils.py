@@ -5,8 +5,9 @@ checks of an op's forward and backward passes."""
 from __future__ import annotations
 
 import functools
-import json  # noqa: F401 - the imports are exported too (see below)
-import logging  # noqa: F401
+import json
+import logging  # noqa: F401 - the imports are exported too (see below)
+import math
 import numbers
 import os
 import sys
@@ -24,6 +25,7 @@ import mxrs as mx  # noqa: F401
 
 from . import ndarray as nd
 from .context import Context, current_context
+from .io import DataIter
 from .ndarray import array  # noqa: F401
 from .ndarray.ndarray import NDArray
 from .runtime import Features  # noqa: F401
@@ -632,3 +634,165 @@ def check_consistency(
                     continue
                 compare(arr, truth[name], f"{name} of context {i} after backward")
     return truth
+
+
+# ---- more of the helpers MXNet's tests import ---------------------------------------------
+
+
+def simple_forward(
+    sym: Symbol, ctx: Context | None = None, is_train: bool = False, **inputs: Any
+) -> Any:
+    """``sym``'s outputs as numpy arrays for numpy ``inputs`` by name (one output alone)."""
+    ctx = ctx or default_context()
+    ex = sym.bind(ctx, args={k: nd.array(v, ctx=ctx) for k, v in inputs.items()})
+    outs = [o.asnumpy() for o in ex.forward(is_train=is_train)]
+    return outs[0] if len(outs) == 1 else outs
+
+
+def same_symbol_structure(sym1: Symbol, sym2: Symbol) -> bool:
+    """Whether the two graphs have the same op at every node position."""
+    nodes1 = json.loads(sym1.tojson())["nodes"]
+    nodes2 = json.loads(sym2.tojson())["nodes"]
+    return all(a["op"] == b["op"] for a, b in zip(nodes1, nodes2))
+
+
+def checkShapes(a: Any, b: Any) -> None:
+    """Raises ``AssertionError`` unless the two have one shape."""
+    if _np(a).shape != _np(b).shape:
+        raise AssertionError(f"a.shape = {_np(a).shape} and b.shape = {_np(b).shape} are not equal")
+
+
+def assert_allclose(
+    a: Any, b: Any, rtol: float = 1e-7, atol: float = 0, equal_nan: bool = True
+) -> None:
+    """numpy's ``assert_allclose`` with MXNet's defaults (NaNs equal)."""
+    np.testing.assert_allclose(_np(a), _np(b), rtol=rtol, atol=atol, equal_nan=equal_nan)
+
+
+def compare_ndarray_tuple(
+    t1: Any, t2: Any, rtol: float | None = None, atol: float | None = None
+) -> None:
+    """``assert_almost_equal`` of two arrays, or of two nested tuples of them, element by
+    element; None on either side is not compared."""
+    if t1 is None or t2 is None:
+        return
+    if isinstance(t1, tuple):
+        for a, b in zip(t1, t2):
+            compare_ndarray_tuple(a, b, rtol, atol)
+    else:
+        assert_almost_equal(t1, t2, rtol=rtol, atol=atol)
+
+
+def create_vector(size: int, dtype: Any = np.int64) -> NDArray:
+    """``0, 1, ..., size - 1``."""
+    return nd.arange(0, size, dtype=dtype)
+
+
+def create_2d_tensor(rows: int, columns: int, dtype: Any = np.int64) -> NDArray:
+    """Row ``i`` holds ``i`` in each of ``columns`` columns."""
+    return nd.arange(0, rows, dtype=dtype).reshape((rows, 1)).broadcast_to((rows, columns))
+
+
+def get_identity_mat(size: int) -> NDArray:
+    """The ``size`` x ``size`` identity."""
+    return nd.array(np.eye(size))
+
+
+def get_identity_mat_batch(size: int) -> NDArray:
+    """Two ``size`` x ``size`` identities, stacked."""
+    return nd.array(np.stack([np.eye(size)] * 2))
+
+
+def rand_coord_2d(x_low: int, x_high: int, y_low: int, y_high: int) -> tuple[int, int]:
+    """A random point of ``[x_low, x_high) x [y_low, y_high)``."""
+    return (
+        int(np.random.randint(x_low, x_high, dtype=np.int64)),
+        int(np.random.randint(y_low, y_high, dtype=np.int64)),
+    )
+
+
+def new_orthonormal_matrix_2d(n: int) -> np.ndarray:
+    """A random ``n`` x ``n`` orthonormal matrix (the Q of a random symmetric matrix)."""
+    x = np.random.randn(n, n)
+    return np.linalg.qr(x.T @ x)[0]
+
+
+def is_op_runnable() -> bool:
+    """Whether ops run on the current device (every op has a CPU and a GPU kernel here)."""
+    return True
+
+
+def gen_buckets_probs_with_ppf(ppf: Callable[[float], float], nbuckets: int) -> tuple[list, list]:
+    """``nbuckets`` buckets of equal probability of the distribution with quantile function
+    ``ppf``: ``([(low, high), ...], [1 / nbuckets, ...])``."""
+    if nbuckets <= 0:
+        raise ValueError("gen_buckets_probs_with_ppf needs at least one bucket")
+    edges = [ppf(i / float(nbuckets)) for i in range(nbuckets + 1)]
+    return list(zip(edges[:-1], edges[1:])), [1.0 / nbuckets] * nbuckets
+
+
+def mean_check(
+    generator: Callable[[int], Any], mu: float, sigma: float, nsamples: int = 1000000
+) -> bool:
+    """Whether the mean of ``generator(nsamples)`` is within three standard errors of ``mu``."""
+    mean = float(np.mean(_np(generator(nsamples))))
+    return abs(mean - mu) < 3 * sigma / math.sqrt(nsamples)
+
+
+def var_check(generator: Callable[[int], Any], sigma: float, nsamples: int = 1000000) -> bool:
+    """Whether the sample variance of ``generator(nsamples)`` is within three of its standard
+    errors of ``sigma ** 2``."""
+    var = float(np.var(_np(generator(nsamples)), ddof=1))
+    return abs(var - sigma**2) < 3 * math.sqrt(2 * sigma**4 / (nsamples - 1))
+
+
+def chi_square_check(
+    generator: Callable[[int], Any], buckets: list, probs: Sequence[float], nsamples: int = 1000000
+) -> tuple[float, np.ndarray, np.ndarray]:
+    """Pearson's chi-square test of ``generator(nsamples)`` against ``probs`` over ``buckets``
+    (``(low, high)`` ranges, or the values of a discrete distribution): ``(p value, observed,
+    expected)``. Needs scipy, as MXNet's does."""
+    import scipy.stats
+
+    if len(probs) != len(buckets):
+        raise ValueError("chi_square_check: one probability per bucket")
+    samples = _np(generator(nsamples)).ravel()
+    expected = (nsamples * np.asarray(probs, dtype=np.float32)).astype(np.int64)
+    if isinstance(buckets[0], (list, tuple)):
+        observed = np.array([((samples >= lo) & (samples < hi)).sum() for lo, hi in buckets])
+    else:
+        observed = np.array([(samples == b).sum() for b in buckets])
+    _, p = scipy.stats.chisquare(f_obs=observed, f_exp=expected)
+    return float(p), observed, expected
+
+
+def verify_generator(
+    generator: Callable[[int], Any],
+    buckets: list,
+    probs: Sequence[float],
+    nsamples: int = 1000000,
+    nrepeat: int = 5,
+    success_rate: float = 0.2,
+    alpha: float = 0.05,
+) -> list[float]:
+    """``chi_square_check`` ``nrepeat`` times; raises unless a share ``success_rate`` of the
+    runs has p above ``alpha``. Returns the p values."""
+    runs = [chi_square_check(generator, buckets, probs, nsamples) for _ in range(nrepeat)]
+    ps = [p for p, _, _ in runs]
+    if sum(p > alpha for p in ps) < nrepeat * success_rate:
+        raise AssertionError(f"generator test failed: chi-square p values {ps} for {buckets}")
+    return ps
+
+
+class DummyIter(DataIter):
+    """An iterator giving the first batch of ``real_iter`` for ever (for timing)."""
+
+    def __init__(self, real_iter: DataIter) -> None:
+        super().__init__(real_iter.batch_size)
+        self.real_iter = real_iter
+        self.provide_data = real_iter.provide_data
+        self.provide_label = real_iter.provide_label
+        self.the_batch = next(real_iter)
+
+    def next(self) -> Any:
+        return self.the_batch

@@ -710,3 +710,24 @@ def test_shuffle_exponential_randn_and_like_samplers() -> None:
     assert mx.random.randn(2, 3).shape == (2, 3)
     like = mx.nd.random.uniform_like(mx.nd.zeros((2, 2), dtype="float64"), low=5, high=6)
     assert like.dtype == np.float64 and (like.asnumpy() >= 5).all()
+
+
+def test_more_test_helpers() -> None:
+    from mxrs import test_utils as tu
+
+    x = mx.sym.Variable("x")
+    np.testing.assert_array_equal(tu.simple_forward(x * 2, x=np.array([1.0, 2.0])), [2, 4])
+    assert tu.same_symbol_structure(mx.sym.relu(x), mx.sym.relu(mx.sym.Variable("y")))
+    assert not tu.same_symbol_structure(mx.sym.relu(x), mx.sym.sigmoid(x))
+    rng = np.random.RandomState(0)
+    assert tu.mean_check(lambda n: rng.normal(1.0, 2.0, n), 1.0, 2.0, nsamples=20000)
+    assert not tu.mean_check(lambda n: rng.normal(1.5, 2.0, n), 1.0, 2.0, nsamples=20000)
+    assert tu.var_check(lambda n: rng.normal(0.0, 2.0, n), 2.0, nsamples=20000)
+    buckets, probs = tu.gen_buckets_probs_with_ppf(lambda q: q, 4)
+    assert buckets == [(0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0)] and probs == [0.25] * 4
+    tu.compare_ndarray_tuple((mx.nd.ones(2), (mx.nd.zeros(1),)), (np.ones(2), (np.zeros(1),)))
+    with pytest.raises(AssertionError):
+        tu.compare_ndarray_tuple(mx.nd.ones(2), np.zeros(2))
+    dummy = tu.DummyIter(mx.io.NDArrayIter(np.arange(6), batch_size=2))
+    assert dummy.next() is dummy.next()
+    np.testing.assert_array_equal(tu.create_2d_tensor(2, 3).asnumpy(), [[0, 0, 0], [1, 1, 1]])
