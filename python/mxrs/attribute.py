@@ -5,14 +5,27 @@ AttrScope(ctx_group="dev1"):`` adds ``ctx_group`` to each variable and op made i
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .name import _Current
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-__all__ = ["AttrScope"]
+__all__ = ["HIDDEN_KEYS", "AttrScope", "hidden_forms"]
+
+#: The graph attributes MXNet keeps under both their plain and their ``__name__`` names, on
+#: variables and ops alike (the runtime lets them pass on any op).
+HIDDEN_KEYS = ("ctx_group", "lr_mult", "wd_mult", "force_mirroring", "mirror_stage")
+
+
+def hidden_forms(key: str, value: Any) -> dict[str, str]:
+    """A hidden key's two forms: ``{key: value, __key__: value}``."""
+    return {key: str(value), f"__{key}__": str(value)}
+
+
+def _hide(key: str) -> str:
+    return key if key.startswith("__") else f"__{key}__"
 
 
 class AttrScope(metaclass=_Current):
@@ -38,17 +51,20 @@ class AttrScope(metaclass=_Current):
         return out
 
     def for_op(self, attr: dict[str, str] | None) -> dict[str, str]:
-        """``get(attr)`` for an op's node: the scope's plain keys hidden as ``__key__`` (an op
-        refuses attributes it does not take; hidden ones it keeps), ``attr`` as given."""
-        out = {k if k.startswith("__") else f"__{k}__": v for k, v in self._attr.items()}
-        out.update(attr or {})
+        """``get(attr)`` for an op's node: MXNet's hidden keys (``lr_mult``, ``ctx_group``, ...)
+        under both their names, other plain keys hidden as ``__key__`` (an op refuses plain
+        attributes it does not take; hidden ones it keeps)."""
+        out: dict[str, str] = {}
+        for k, v in self.get(attr).items():
+            out.update(hidden_forms(k, v) if k in HIDDEN_KEYS else {_hide(k): v})
         return out
 
     def for_variable(self, attr: dict[str, str] | None) -> dict[str, str]:
-        """``get(attr)`` for a variable: every key as given and hidden (``ctx_group`` and
-        ``__ctx_group__``), as MXNet keeps both."""
-        out = self.get(attr)
-        out.update({f"__{k}__": v for k, v in out.items() if not k.startswith("__")})
+        """``get(attr)`` for a variable: every key as given, MXNet's hidden keys also as
+        ``__key__``, as MXNet keeps both."""
+        out: dict[str, str] = {}
+        for k, v in self.get(attr).items():
+            out.update(hidden_forms(k, v) if k in HIDDEN_KEYS else {k: v})
         return out
 
     def __enter__(self) -> Self:

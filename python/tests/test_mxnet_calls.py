@@ -731,3 +731,23 @@ def test_more_test_helpers() -> None:
     dummy = tu.DummyIter(mx.io.NDArrayIter(np.arange(6), batch_size=2))
     assert dummy.next() is dummy.next()
     np.testing.assert_array_equal(tu.create_2d_tensor(2, 3).asnumpy(), [[0, 0, 0], [1, 1, 1]])
+
+
+def test_hidden_attribute_keys_as_mxnet() -> None:
+    # MXNet's test_attr.py cases: lr_mult and the like under both names, on variables and ops.
+    with mx.AttrScope(group="4", data="great"):
+        data = mx.sym.Variable(
+            "data", attr={"dtype": "data", "group": "1", "force_mirroring": "True"}, lr_mult=1
+        )
+        other = mx.sym.Variable("data2")
+    assert other.attr("group") == "4" and data.attr("group") == "1"
+    assert data.attr("lr_mult") == "1" and data.attr("__lr_mult__") == "1"
+    assert data.attr("force_mirroring") == "True" and data.attr("__force_mirroring__") == "True"
+    var = mx.sym.Variable("x", attr={"mood": "angry"})
+    conv = mx.sym.Convolution(
+        data=var, name="conv", kernel=(1, 1), num_filter=1, attr={"__mood__": "so so"}, lr_mult=1
+    )
+    attrs = conv.attr_dict()
+    assert attrs["conv"]["lr_mult"] == "1" and attrs["conv"]["__lr_mult__"] == "1"
+    assert attrs["conv_weight"]["__mood__"] == "so so" and attrs["x"] == {"mood": "angry"}
+    assert mx.init.Constant(mx.nd.ones((2,))).dumps() == '["constant", {"value": [1.0, 1.0]}]'

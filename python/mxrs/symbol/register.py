@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _native
-from ..attribute import AttrScope
+from ..attribute import HIDDEN_KEYS, AttrScope, hidden_forms
 from ..base import MXNetError, attr_str
 from ..ndarray.register import _doc
 from .symbol import Symbol, Variable, _Names, _wrap
@@ -45,11 +45,14 @@ def op_function(sig: dict[str, Any], op: str) -> Callable[..., Symbol]:
                 raise TypeError(f"{op}: attribute {k!r} given by position and by name")
             kwargs[k] = v
         attrs: dict[str, Any] = {}
+        hidden: dict[str, str] = {}
         for k, v in kwargs.items():
             if isinstance(v, Symbol):
                 if k not in input_names and not variadic:
                     raise MXNetError(f"{op}: no input named {k!r} (inputs: {input_names})")
                 given[k] = v
+            elif k in HIDDEN_KEYS and k not in attr_names:
+                hidden.update(hidden_forms(k, v))
             elif k in attr_names or k.startswith("__"):
                 # None means "not given", or the value None where the attribute takes one.
                 if v is not None or k in nullable:
@@ -76,8 +79,10 @@ def op_function(sig: dict[str, Any], op: str) -> Callable[..., Symbol]:
                 elif iname in given:
                     inputs.append(given[iname])
                 else:
-                    inputs.append(Variable(f"{node}_{iname}"))
+                    # A variable made for an input carries the op's ``attr``, as in MXNet.
+                    inputs.append(Variable(f"{node}_{iname}", attr=attr))
         merged = AttrScope.current.for_op(attr)
+        merged.update(hidden)
         merged.update(attrs)
         pairs = [(k, attr_str(v)) for k, v in merged.items()]
         return _wrap(_native.Sym.op(op, node, [s._h for s in inputs], pairs))

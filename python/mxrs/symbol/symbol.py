@@ -365,15 +365,15 @@ def Variable(
     """A variable: an input or parameter of the graph, bound to an array by name."""
     if not isinstance(name, str):
         raise TypeError("a variable's name must be a string")
-    from ..attribute import AttrScope
+    from ..attribute import AttrScope, hidden_forms
 
     attrs = AttrScope.current.for_variable(attr)
     if shape is not None:
         attrs["__shape__"] = attr_str(tuple(shape))
     if lr_mult is not None:
-        attrs["__lr_mult__"] = str(lr_mult)
+        attrs.update(hidden_forms("lr_mult", lr_mult))
     if wd_mult is not None:
-        attrs["__wd_mult__"] = str(wd_mult)
+        attrs.update(hidden_forms("wd_mult", wd_mult))
     if dtype is not None:
         codes = {"float32": 0, "float64": 1, "uint8": 3, "int32": 4, "int64": 6}
         attrs["__dtype__"] = str(codes[dtype_name(dtype)])

@@ -224,21 +224,33 @@ pub fn doc(op: &str, attr: &str) -> &'static str {
     docs::doc(op, attr)
 }
 
+/// The graph attributes MXNet also keeps under their plain names beside `__name__` (NNVM's
+/// hidden keys): a node may carry them whatever its op.
+pub const HIDDEN_KEYS: [&str; 5] = [
+    "ctx_group",
+    "lr_mult",
+    "wd_mult",
+    "force_mirroring",
+    "mirror_stage",
+];
+
 /// Refuses an attribute the op does not take, naming the ones it does: a misspelt attribute
 /// would otherwise be ignored, and the op would compute something else than asked. Attributes
-/// starting with `__` are the graph's own (context groups, training mode, dtype pins) and
-/// `num_args` is how variadic ops count their inputs; both always pass. Backward ops are not
-/// checked (their attributes are their forward node's).
+/// starting with `__` are the graph's own (context groups, training mode, dtype pins), the
+/// [`HIDDEN_KEYS`] are those under their plain names, and `num_args` is how variadic ops count
+/// their inputs; all of them pass. Backward ops are not checked (their attributes are their
+/// forward node's).
 pub(crate) fn check_names(def: &OpDef, attrs: &Attrs) -> Result<()> {
     let op = def.name;
     let Some(sig) = signature(op) else {
         return Ok(());
     };
-    match attrs
-        .iter()
-        .map(|(k, _)| k)
-        .find(|k| !k.starts_with("__") && *k != "num_args" && sig.attr(k).is_none())
-    {
+    match attrs.iter().map(|(k, _)| k).find(|k| {
+        !k.starts_with("__")
+            && *k != "num_args"
+            && !HIDDEN_KEYS.contains(k)
+            && sig.attr(k).is_none()
+    }) {
         None => Ok(()),
         Some(key) => {
             let takes: Vec<&str> = sig.attrs.iter().map(|a| a.name).collect();
