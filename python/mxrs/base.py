@@ -49,12 +49,14 @@ def _as_list(obj: Any) -> list:
     return list(obj) if isinstance(obj, (list, tuple)) else [obj]
 
 
-class NotImplementedForSymbol(MXNetError):  # type: ignore[misc, valid-type]
-    """Raised by an NDArray function that a Symbol does not have."""
+class _NotForThisType(MXNetError):  # type: ignore[misc, valid-type]
+    """A function the array or graph it was called on does not have."""
+
+    _tail = ""
 
     def __init__(self, function: Any, alias: str | None = None, *args: Any) -> None:
-        name = getattr(function, "__name__", str(function))
-        self.function, self.alias = name, alias
+        self.function = getattr(function, "__name__", str(function))
+        self.alias = alias
         self.arg_types = [str(type(a)) for a in args]
         super().__init__(self._message())
 
@@ -64,23 +66,19 @@ class NotImplementedForSymbol(MXNetError):  # type: ignore[misc, valid-type]
             msg += f' (namely operator "{self.alias}")'
         if self.arg_types:
             msg += " with arguments (" + ", ".join(self.arg_types) + ")"
-        return msg + " is not implemented for Symbol and only available in NDArray."
+        return msg + self._tail
 
 
-class NotSupportedForSparseNDArray(MXNetError):  # type: ignore[misc, valid-type]
+class NotImplementedForSymbol(_NotForThisType):  # type: ignore[misc, valid-type]
+    """Raised by an NDArray function that a Symbol does not have."""
+
+    _tail = " is not implemented for Symbol and only available in NDArray."
+
+
+class NotSupportedForSparseNDArray(_NotForThisType):  # type: ignore[misc, valid-type]
     """Raised by a function that a sparse NDArray does not support."""
 
-    def __init__(self, function: Any, alias: str | None = None, *args: Any) -> None:
-        name = getattr(function, "__name__", str(function))
-        self.function, self.alias = name, alias
-        self.arg_types = [str(type(a)) for a in args]
-        super().__init__(self._message())
-
-    def _message(self) -> str:
-        msg = f"Function {self.function}"
-        if self.alias:
-            msg += f' (namely operator "{self.alias}")'
-        return msg + " is not supported for SparseNDArray and only available in NDArray."
+    _tail = " is not supported for SparseNDArray and only available in NDArray."
 
 
 def data_dir_default() -> str:

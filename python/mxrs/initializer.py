@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import registry
 from .ndarray import random as ndrandom
 from .ndarray.ndarray import NDArray, load
 
@@ -60,39 +61,6 @@ class InitDesc(str):
         desc.attrs = dict(attrs or {})
         desc.global_init = global_init
         return desc
-
-
-_REGISTRY: dict[str, type] = {}
-
-
-def register(klass: type) -> type:
-    """Makes an initializer class known to ``create`` by its name in lower case."""
-    _REGISTRY[klass.__name__.lower()] = klass
-    return klass
-
-
-def alias(*names: str) -> Callable[[type], type]:
-    """Makes an initializer class known to ``create`` by more names."""
-
-    def add(klass: type) -> type:
-        for n in names:
-            _REGISTRY[n.lower()] = klass
-        return klass
-
-    return add
-
-
-def create(init: Any, *args: Any, **kwargs: Any) -> Initializer:
-    """An initializer: itself, by name, or from the JSON ``dumps`` wrote
-    (``'["uniform", {"scale": 0.1}]'``)."""
-    if isinstance(init, Initializer):
-        return init
-    if isinstance(init, str) and init.lstrip().startswith("["):
-        name, kw = json.loads(init)
-        return create(name, **kw)
-    if not isinstance(init, str) or init.lower() not in _REGISTRY:
-        raise ValueError(f"unknown initializer {init!r} (one of {sorted(_REGISTRY)})")
-    return _REGISTRY[init.lower()](*args, **kwargs)
 
 
 # Name endings and what they start as, in the order they are tried.
@@ -190,6 +158,11 @@ class Initializer:
             "bias, gamma, beta and the moving statistics; give the variable an init "
             "(mx.sym.Variable(name, init=mx.init.Zero()))"
         )
+
+
+register = registry.get_register_func(Initializer, "initializer")
+alias = registry.get_alias_func(Initializer, "initializer")
+create = registry.get_create_func(Initializer, "initializer")
 
 
 @register

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from . import registry
 from .ndarray.ndarray import NDArray
 
 __all__ = [
@@ -145,31 +146,14 @@ class EvalMetric:
         return self._pairs(*self.get_global())
 
 
-_REGISTRY: dict[str, type] = {}
-
-
-def register(klass: type) -> type:
-    """Makes a metric class known to ``create`` by its name in lower case."""
-    _REGISTRY[klass.__name__.lower()] = klass
-    return klass
-
-
-def alias(*names: str) -> Callable[[type], type]:
-    """Makes a metric class known to ``create`` by more names."""
-
-    def add(klass: type) -> type:
-        for n in names:
-            _REGISTRY[n.lower()] = klass
-        return klass
-
-    return add
+register = registry.get_register_func(EvalMetric, "metric")
+alias = registry.get_alias_func(EvalMetric, "metric")
+_create = registry.get_create_func(EvalMetric, "metric")
 
 
 def create(metric: Any, *args: Any, **kwargs: Any) -> EvalMetric:
     """A metric: itself, by name, a ``CustomMetric`` of a function, or a composite of a list."""
-    if isinstance(metric, EvalMetric):
-        return metric
-    if callable(metric) and not isinstance(metric, type):
+    if callable(metric) and not isinstance(metric, (type, EvalMetric)):
         return CustomMetric(metric, *args, **kwargs)
     if isinstance(metric, (list, tuple)):
         composite = CompositeEvalMetric()
@@ -178,10 +162,8 @@ def create(metric: Any, *args: Any, **kwargs: Any) -> EvalMetric:
         return composite
     if isinstance(metric, type) and issubclass(metric, EvalMetric):
         return metric(*args, **kwargs)
-    if not isinstance(metric, str) or metric.lower() not in _REGISTRY:
-        raise ValueError(f"unknown metric {metric!r} (one of {sorted(_REGISTRY)})")
     kwargs.pop("metric", None)
-    return _REGISTRY[metric.lower()](*args, **kwargs)
+    return _create(metric, *args, **kwargs)
 
 
 @register

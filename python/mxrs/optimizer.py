@@ -217,10 +217,7 @@ class Adam(Optimizer):
         self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
 
     def create_state(self, index: Any, weight: NDArray) -> Any:
-        return (
-            zeros(weight.shape, weight.context, weight.dtype),
-            zeros(weight.shape, weight.context, weight.dtype),
-        )
+        return _zeros_like(weight, 2)
 
     def update(self, index: Any, weight: NDArray, grad: NDArray, state: Any) -> None:
         self._update_count(index)
@@ -258,6 +255,11 @@ class RMSProp(Optimizer):
         g = self._grad(index, grad, weight)
         state[:] = self.gamma1 * state + (1.0 - self.gamma1) * g * g
         weight[:] = weight - lr * g / (state + self.epsilon).sqrt()
+
+
+def _zeros_like(weight: NDArray, n: int) -> tuple[NDArray, ...]:
+    """``n`` arrays of zeros of the weight's shape, device and dtype (an optimizer's state)."""
+    return tuple(zeros(weight.shape, weight.context, weight.dtype) for _ in range(n))
 
 
 def _clipped(opt: Optimizer, grad: NDArray) -> NDArray:
@@ -315,10 +317,7 @@ class Adamax(Optimizer):
         self.beta1, self.beta2 = beta1, beta2
 
     def create_state(self, index: Any, weight: NDArray) -> Any:
-        return (
-            zeros(weight.shape, weight.context, weight.dtype),
-            zeros(weight.shape, weight.context, weight.dtype),
-        )
+        return _zeros_like(weight, 2)
 
     def update(self, index: Any, weight: NDArray, grad: NDArray, state: Any) -> None:
         self._update_count(index)
@@ -351,10 +350,7 @@ class Nadam(Optimizer):
         self.m_schedule = 1.0
 
     def create_state(self, index: Any, weight: NDArray) -> Any:
-        return (
-            zeros(weight.shape, weight.context, weight.dtype),
-            zeros(weight.shape, weight.context, weight.dtype),
-        )
+        return _zeros_like(weight, 2)
 
     def update(self, index: Any, weight: NDArray, grad: NDArray, state: Any) -> None:
         self._update_count(index)
@@ -431,7 +427,7 @@ class FTML(Optimizer):
         self.beta1, self.beta2, self.epsilon = beta1, beta2, epsilon
 
     def create_state(self, index: Any, weight: NDArray) -> Any:
-        return tuple(zeros(weight.shape, weight.context, weight.dtype) for _ in range(3))
+        return _zeros_like(weight, 3)
 
     def update(self, index: Any, weight: NDArray, grad: NDArray, state: Any) -> None:
         self._update_count(index)

@@ -244,7 +244,32 @@ class NDArrayIter(DataIter):
         )
 
 
-class ResizeIter(DataIter):
+class _Wrapper(DataIter):
+    """An iterator over batches another makes: ``iter_next`` sets ``current_batch``, which
+    ``next`` and the ``get*`` methods give."""
+
+    current_batch: DataBatch | None = None
+
+    def next(self) -> DataBatch:
+        if not self.iter_next():
+            raise StopIteration
+        assert self.current_batch is not None
+        return self.current_batch
+
+    def getdata(self) -> list[NDArray]:
+        return self.current_batch.data  # type: ignore[union-attr]
+
+    def getlabel(self) -> list[NDArray] | None:
+        return self.current_batch.label  # type: ignore[union-attr]
+
+    def getindex(self) -> Any:
+        return self.current_batch.index  # type: ignore[union-attr]
+
+    def getpad(self) -> int:
+        return self.current_batch.pad  # type: ignore[union-attr]
+
+
+class ResizeIter(_Wrapper):
     """``data_iter`` as ``size`` batches an epoch, starting it over when it runs out (with
     ``reset_internal``, at each ``reset`` too)."""
 
@@ -273,26 +298,8 @@ class ResizeIter(DataIter):
         self.cur += 1
         return True
 
-    def next(self) -> DataBatch:
-        if not self.iter_next():
-            raise StopIteration
-        assert self.current_batch is not None
-        return self.current_batch
 
-    def getdata(self) -> list[NDArray]:
-        return self.current_batch.data  # type: ignore[union-attr]
-
-    def getlabel(self) -> list[NDArray] | None:
-        return self.current_batch.label  # type: ignore[union-attr]
-
-    def getindex(self) -> Any:
-        return self.current_batch.index  # type: ignore[union-attr]
-
-    def getpad(self) -> int:
-        return self.current_batch.pad  # type: ignore[union-attr]
-
-
-class PrefetchingIter(DataIter):
+class PrefetchingIter(_Wrapper):
     """Reads the next batch of each of ``iters`` on a thread of its own while the current one
     is used; a batch joins their data and labels (renamed by ``rename_data`` /
     ``rename_label``, one dict per iterator)."""
@@ -359,24 +366,6 @@ class PrefetchingIter(DataIter):
         )
         self._pending = [self._pool.submit(self._fetch, it) for it in self.iters]
         return True
-
-    def next(self) -> DataBatch:
-        if not self.iter_next():
-            raise StopIteration
-        assert self.current_batch is not None
-        return self.current_batch
-
-    def getdata(self) -> list[NDArray]:
-        return self.current_batch.data  # type: ignore[union-attr]
-
-    def getlabel(self) -> list[NDArray] | None:
-        return self.current_batch.label  # type: ignore[union-attr]
-
-    def getindex(self) -> Any:
-        return self.current_batch.index  # type: ignore[union-attr]
-
-    def getpad(self) -> int:
-        return self.current_batch.pad  # type: ignore[union-attr]
 
 
 class CSVIter(NDArrayIter):
