@@ -751,3 +751,19 @@ def test_hidden_attribute_keys_as_mxnet() -> None:
     assert attrs["conv"]["lr_mult"] == "1" and attrs["conv"]["__lr_mult__"] == "1"
     assert attrs["conv_weight"]["__mood__"] == "so so" and attrs["x"] == {"mood": "angry"}
     assert mx.init.Constant(mx.nd.ones((2,))).dumps() == '["constant", {"value": [1.0, 1.0]}]'
+
+
+def test_slice_assign_and_crop_assign_as_mxnet() -> None:
+    x = mx.nd.array(np.arange(12).reshape(3, 4))
+    assert x.slice_assign(mx.nd.ones((2, 2)), (0, 1), (2, 3), (None, None)) is x
+    same(x, [[0, 1, 1, 3], [4, 1, 1, 7], [8, 9, 10, 11]])
+    x.slice_assign_scalar(7, (1, None), (3, None), (1, 2))
+    same(x, [[0, 1, 1, 3], [7, 1, 7, 7], [7, 9, 7, 11]])
+    a = mx.nd.array(np.arange(12).reshape(3, 4))
+    b = mx.nd._internal._crop_assign(a, mx.nd.zeros((1, 2)), begin=(2, 1), end=(3, 3))
+    same(a, np.arange(12).reshape(3, 4))
+    same(b, [[0, 1, 2, 3], [4, 5, 6, 7], [8, 0, 0, 11]])
+    c = mx.nd._internal._slice_assign_scalar(a, scalar=5, begin=(0, 0), end=(1, 4), step=(1, 2))
+    same(c, [[5, 1, 5, 3], [4, 5, 6, 7], [8, 9, 10, 11]])
+    mx.nd._internal._slice_assign(a, mx.nd.full((3, 1), 9), begin=(0, 3), end=(3, 4), out=a)
+    same(a[:, 3], [9, 9, 9])

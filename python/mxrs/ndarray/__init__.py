@@ -7,6 +7,7 @@ from ..base import install_ops
 from . import functions, random
 from .fluent import attach
 from .functions import *
+from .indexing import internal_slice_assign, internal_slice_assign_scalar
 from .ndarray import (
     NDArray,
     arange,
@@ -30,6 +31,14 @@ from .register import op_function
 
 install_ops("mxrs.ndarray", globals(), op_function)
 attach(NDArray, globals())
+# MXNet's in-place region writes, under their op names (engine ops of ``indexing.py``).
+for _name, _fn in (
+    ("_slice_assign", internal_slice_assign),
+    ("_crop_assign", internal_slice_assign),
+    ("_slice_assign_scalar", internal_slice_assign_scalar),
+    ("_crop_assign_scalar", internal_slice_assign_scalar),
+):
+    setattr(_internal, _name, _fn)
 for _name, _fn in functions.CONTRIB.items():
     setattr(contrib, _name, _fn)
 

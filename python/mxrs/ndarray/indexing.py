@@ -175,3 +175,66 @@ def set_item(x: NDArray, key: Any, value: Any) -> None:
 
 def _np_key(k: Any) -> Any:
     return k.asnumpy().astype(np.int64) if isinstance(k, NDArray) else k
+
+
+def _region_spans(x: NDArray, begin: Any, end: Any, step: Any = ()) -> list[tuple[int, int, int]]:
+    """The region MXNet's ``slice`` attributes select (per axis from the first; None, or an
+    axis not given, is the whole axis), as spans ``(first, step, count)``."""
+    begin, end = tuple(begin), tuple(end)
+    step = tuple(step or ())
+    spans = []
+    for axis, n in enumerate(x.shape):
+        b = begin[axis] if axis < len(begin) else None
+        e = end[axis] if axis < len(end) else None
+        s = step[axis] if axis < len(step) else None
+        start, stop, stride = slice(b, e, s).indices(n)
+        count = len(range(start, stop, stride))
+        spans.append((start if count else 0, stride, count))
+    return spans
+
+
+def slice_assign(x: NDArray, rhs: Any, begin: Any, end: Any, step: Any = ()) -> NDArray:
+    """Writes ``rhs`` into the region of ``x`` the slice selects, in place; returns ``x``."""
+    spans = _region_spans(x, begin, end, step)
+    if isinstance(rhs, (int, float, np.number, bool)) and not isinstance(rhs, complex):
+        x._assign_region(spans, float(rhs))
+        return x
+    v = _value_of_shape(x, rhs, [c for _, _, c in spans])
+    if v._shares_memory(x):
+        v = v.copy()
+    x._assign_region(spans, v)
+    return x
+
+
+def internal_slice_assign(
+    lhs: NDArray,
+    rhs: NDArray,
+    begin: Any = (),
+    end: Any = (),
+    step: Any = (),
+    out: Any = None,
+    **_: Any,
+) -> NDArray:
+    """``_slice_assign`` (``_crop_assign``): ``lhs`` with ``rhs`` in the slice's region, written
+    into ``out`` (``lhs`` itself when ``out`` is ``lhs``; a copy when not given)."""
+    target = out if out is not None else lhs.copy()
+    if target is not lhs and not target._same_view(lhs):
+        lhs.copyto(target)
+    return slice_assign(target, rhs, begin, end, step)
+
+
+def internal_slice_assign_scalar(
+    data: NDArray,
+    scalar: float = 0.0,
+    begin: Any = (),
+    end: Any = (),
+    step: Any = (),
+    out: Any = None,
+    **_: Any,
+) -> NDArray:
+    """``_slice_assign_scalar`` (``_crop_assign_scalar``): ``data`` with ``scalar`` in the
+    slice's region, written into ``out`` as ``internal_slice_assign`` does."""
+    target = out if out is not None else data.copy()
+    if target is not data and not target._same_view(data):
+        data.copyto(target)
+    return slice_assign(target, float(scalar), begin, end, step)

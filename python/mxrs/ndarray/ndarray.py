@@ -405,6 +405,20 @@ class _NDArrayMethods:
 
         set_item(self, key, value)
 
+    def slice_assign(self, rhs: Any, begin: Any, end: Any, step: Any) -> NDArray:
+        """Writes ``rhs`` into the region ``slice(begin, end, step)`` selects, in place (one
+        engine op); returns this array."""
+        from .indexing import slice_assign
+
+        return slice_assign(self, rhs, begin, end, step)
+
+    def slice_assign_scalar(self, value: float, begin: Any, end: Any, step: Any) -> NDArray:
+        """Sets the region ``slice(begin, end, step)`` selects to ``value``, in place; returns
+        this array."""
+        from .indexing import slice_assign
+
+        return slice_assign(self, float(value), begin, end, step)
+
     # ---- common ops as methods (MXNet's fluent methods) -----------------------------------
 
     def _fluent(self, op: str, **attrs: Any) -> NDArray:
