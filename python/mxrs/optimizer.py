@@ -145,10 +145,7 @@ class Optimizer:
     def _grad(self, index: Any, grad: NDArray, weight: NDArray) -> NDArray:
         """The gradient rescaled, clipped, plus the weight decay, as the fused update ops
         compute it (for the optimizers written with elementwise ops)."""
-        g = grad * self.rescale_grad
-        if self.clip_gradient is not None:
-            g = g.clip(-self.clip_gradient, self.clip_gradient)
-        return g + self._wd(index) * weight
+        return _clipped(self, grad) + self._wd(index) * weight
 
     def create_state(self, index: Any, weight: NDArray) -> Any:
         """The per-parameter state (momentum, moments), or None."""

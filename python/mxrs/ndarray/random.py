@@ -31,6 +31,14 @@ def _shape(shape: Shape) -> tuple:
     return (shape,) if isinstance(shape, int) else tuple(shape)
 
 
+def _into(result: NDArray, out: NDArray | None) -> NDArray:
+    """``result``, or its values copied into ``out`` when given (for samplers made of ops)."""
+    if out is None:
+        return result
+    result.copyto(out)
+    return out
+
+
 def _ctx(ctx: Context | None) -> Context:
     return current_context() if ctx is None else ctx
 
@@ -83,10 +91,7 @@ def randint(
         )
     draw = uniform(float(low), float(high), shape, "float64", ctx)
     result = invoke("floor", [draw]).astype(dtype)
-    if out is not None:
-        result.copyto(out)
-        return out
-    return result
+    return _into(result, out)
 
 
 def randn(*shape: int, loc: float = 0.0, scale: float = 1.0, **kwargs: Any) -> NDArray:
@@ -106,10 +111,7 @@ def exponential(
     u = uniform(0.0, 1.0, shape, "float64", ctx)
     draw = invoke("log", [invoke("_rminus_scalar", [u], {"scalar": 1.0})])
     result = invoke("_mul_scalar", [draw], {"scalar": -float(scale)}).astype(dtype_name(dtype))
-    if out is not None:
-        result.copyto(out)
-        return out
-    return result
+    return _into(result, out)
 
 
 def shuffle(data: NDArray, out: NDArray | None = None, **kwargs: Any) -> NDArray:
