@@ -27,12 +27,10 @@ pub mod autograd;
 mod dtype;
 mod error;
 mod executor;
+mod files;
 pub mod fuzz;
 pub(crate) mod gemm;
-// Compiled without the `cuda` feature too: the op table names each op's GPU kernel, and the
-// tests run the kernels on a host emulator. Only the driver (`gpu::cuda`) needs the feature.
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-mod gpu;
+mod imperative;
 pub mod kvstore;
 pub mod ndfile;
 mod operators;
@@ -48,14 +46,15 @@ mod trainer;
 pub use array::NDArray;
 pub use dtype::{DType, Element};
 pub use error::{NdError, Result};
-pub use executor::{BindOptions, Executor, GradReq, MemoryPlanning, MemoryReport};
-pub use kvstore::KVStore;
-pub use ops::{invoke, invoke_on, Attrs};
+pub use executor::{BindOptions, Executor, MemoryPlanning, MemoryReport};
+pub use imperative::{invoke, invoke_on};
+pub use kvstore::{KVStore, Sgd};
+pub use ops::{Attrs, GradReq};
 pub use region::Span;
 pub use resources::Resource;
 pub use runtime::Runtime;
 pub use symbol::Symbol;
-pub use trainer::{DataParallel, Sgd};
+pub use trainer::DataParallel;
 
 pub use engine;
 pub use storage;
@@ -73,8 +72,8 @@ pub fn cpu_vector_isa() -> Option<&'static str> {
 /// the im2col path: the `cuda` feature is off, the library cannot be loaded, or `MXRS_CUDNN=0`.
 pub fn cudnn_version() -> Option<usize> {
     #[cfg(feature = "cuda")]
-    if gpu::cudnn::available() {
-        return Some(gpu::cudnn::version());
+    if ops::gpu::cudnn::available() {
+        return Some(ops::gpu::cudnn::version());
     }
     None
 }

@@ -3,8 +3,9 @@
 
 use std::ops::{Add, Div, Mul, Sub};
 
+use crate::imperative::invoke;
 use crate::ops::names::op_name;
-use crate::ops::{invoke, Attrs};
+use crate::ops::Attrs;
 use crate::{NDArray, Result};
 
 fn one(name: &str, inputs: &[&NDArray], attrs: &Attrs) -> Result<NDArray> {

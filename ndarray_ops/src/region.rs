@@ -59,7 +59,7 @@ impl NDArray {
             Source::Array(_) => "_slice_assign",
             Source::Scalar(_) => "_slice_assign_scalar",
         };
-        crate::autograd::check_write(op, self)?;
+        crate::array::tape::check_write(op, self)?;
         check_spans(op, self.shape(), spans)?;
         if !self.ctx().is_cpu() {
             return Err(invalid(

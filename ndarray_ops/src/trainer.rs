@@ -21,20 +21,10 @@ use std::sync::Arc;
 use storage::Context;
 
 use crate::error::{invalid, shape_error, Result};
-use crate::executor::{BindOptions, Executor, GradReq, MemoryReport};
-use crate::kvstore::{KVStore, Optimizer};
+use crate::executor::{BindOptions, Executor, MemoryReport};
+use crate::kvstore::{KVStore, Optimizer, Sgd};
+use crate::ops::GradReq;
 use crate::{NDArray, Runtime, Symbol};
-
-/// Stochastic gradient descent with momentum and weight decay (MXNet's `sgd_mom_update`).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Sgd {
-    /// Learning rate.
-    pub lr: f64,
-    /// Momentum (0 for plain SGD).
-    pub momentum: f64,
-    /// Weight decay.
-    pub wd: f64,
-}
 
 /// A parameter: its arrays on every device (its store key is its name).
 struct Param {

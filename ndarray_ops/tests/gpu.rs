@@ -2,7 +2,7 @@
 //! train_digits networks give the CPU's outputs and gradients on `gpu(0)`; data-parallel training
 //! over a GPU and a CPU matches the CPU alone; copies round-trip; a GPU over its memory limit
 //! fails its bind clearly. Every test skips, saying so, where no GPU can be used (the kernels
-//! themselves are checked on every machine by the host emulator in `src/gpu/tests.rs`).
+//! themselves are checked on every machine by the host emulator in `src/ops/gpu/tests.rs`).
 
 #![cfg(feature = "cuda")]
 

@@ -86,7 +86,7 @@ fn array(
         .unwrap();
     match dtype {
         DType::F32 => a,
-        d => ops::invoke("Cast", &[&a], &Attrs::new().with("dtype", d.name()), None)
+        d => ndarray_ops::invoke("Cast", &[&a], &Attrs::new().with("dtype", d.name()), None)
             .unwrap()
             .remove(0),
     }
@@ -101,7 +101,7 @@ fn run(
 ) -> Result<Outcome, String> {
     let refs: Vec<&NDArray> = arrays.iter().collect();
     let run = catch_unwind(AssertUnwindSafe(|| {
-        let outs = match ops::invoke_on(rt, Context::cpu(0), op, &refs, attrs, None) {
+        let outs = match ndarray_ops::invoke_on(rt, Context::cpu(0), op, &refs, attrs, None) {
             Ok(outs) => outs,
             Err(e) => return Outcome::Refused(e.to_string()),
         };
@@ -538,7 +538,7 @@ fn roi_pooling_backward_refuses_an_argmax_outside_the_plane() {
         (0.5, false),
     ] {
         let argmax = arr(vec![at], &[1, 1, 1, 1]);
-        let out = ops::invoke(
+        let out = ndarray_ops::invoke(
             "_backward_ROIPooling",
             &[&g, &rois, &argmax, &data],
             &attrs,

@@ -20,7 +20,8 @@ use storage::plan::SolverKind;
 use storage::Context;
 
 use crate::error::{invalid, shape_error, some_names, NdError, Result};
-use crate::ops::{prepare, Attrs, Call, IS_TRAIN};
+use crate::imperative::{prepare, Call};
+use crate::ops::{Attrs, GradReq, IS_TRAIN};
 use crate::resources::OpState;
 use crate::symbol::fuse::FusionReport;
 use crate::symbol::mirror::{Mirror, MirrorReport};
@@ -28,17 +29,6 @@ use crate::symbol::Inferred;
 use crate::{NDArray, Runtime, Symbol};
 
 use memory::Arena;
-
-/// What `backward` does with an argument's gradient (MXNet's `grad_req`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum GradReq {
-    /// Overwrite the gradient array.
-    Write,
-    /// Add to the gradient array (accumulate over several forward and backward passes).
-    Add,
-    /// No gradient.
-    Null,
-}
 
 /// How a bound graph's internal entries get memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -682,7 +672,7 @@ mod tests {
         let y = Symbol::op("Convolution", "y", &refs, attrs).unwrap();
         for (wrt, want) in [(vec!["w", "b"], 1u64), (vec!["data", "w", "b"], 0)] {
             let wrt: Vec<String> = wrt.into_iter().map(String::from).collect();
-            let g = crate::symbol::grad::gradient(&y, &wrt).unwrap().indexed();
+            let g = crate::symbol::gradient(&y, &wrt).unwrap().indexed();
             let unread = unread_outputs(&g);
             let backward = g
                 .nodes

@@ -41,11 +41,12 @@ use storage::Context;
 
 use bucket::{bucket_limit, Bucket, Pending, ALONE_BYTES};
 pub use key::Key;
-pub use optimizer::{Optimizer, Updater};
+pub use optimizer::{Optimizer, Sgd, Updater};
 
 use crate::error::{invalid, shape_error, Result};
+use crate::imperative::{prepare, Call};
 use crate::ops::names::op_name;
-use crate::ops::{prepare, Attrs, Call};
+use crate::ops::Attrs;
 use crate::{ndfile, NDArray, Runtime};
 
 /// Where a store keeps its values and runs its sums and updates.

@@ -6,10 +6,21 @@ use std::collections::BTreeMap;
 
 use super::Key;
 use crate::error::{invalid, Result};
+use crate::imperative::invoke;
 use crate::ops::names::op_name;
-use crate::ops::{invoke, Attrs};
-use crate::trainer::Sgd;
+use crate::ops::Attrs;
 use crate::NDArray;
+
+/// Stochastic gradient descent with momentum and weight decay (MXNet's `sgd_mom_update`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sgd {
+    /// Learning rate.
+    pub lr: f64,
+    /// Momentum (0 for plain SGD).
+    pub momentum: f64,
+    /// Weight decay.
+    pub wd: f64,
+}
 
 /// A store-side update: `update(key, merged, stored)` changes `stored` from the value pushed for
 /// `key` (summed over the devices that pushed it). It runs on the thread that pushed, and should

@@ -11,10 +11,10 @@ use super::{
     check_against_forward, named_forward, same_dtypes, same_shapes, Arity, Attrs, OpDef, TensorRef,
 };
 use crate::error::{shape_error, Result};
-use crate::gpu;
+use crate::ops::gpu;
+use crate::ops::grad;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
-use crate::symbol::grad;
 use crate::{DType, Element};
 
 // ---- add_n ----------------------------------------------------------------------------------

@@ -11,10 +11,10 @@ use super::params::{attr_enum, op_params, Params, Positive, Window};
 use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, Result};
 use crate::gemm::{sgemm_then, Batches, Epilogue, Mat, Norm};
-use crate::gpu;
+use crate::ops::gpu;
+use crate::ops::grad;
 use crate::ops::{Infer, KResult};
 use crate::resources::{KernelRes, Resource};
-use crate::symbol::grad;
 use crate::{DType, Element};
 
 attr_enum! {

@@ -9,9 +9,9 @@ use super::par::{for_ranges, wide, Shared, Walk};
 use super::vecmath::{Sigmoid, Tanh};
 use super::{same_dtypes, same_shapes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{shape_error, Result};
-use crate::gpu;
+use crate::ops::gpu;
+use crate::ops::grad;
 use crate::resources::KernelRes;
-use crate::symbol::grad;
 use crate::{DType, Element};
 
 /// Numpy broadcasting of two shapes.

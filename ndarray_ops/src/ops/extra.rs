@@ -10,10 +10,10 @@ use super::par::{for_ranges, Shared};
 use super::params::{attr_enum, op_params, Params, PositiveInt};
 use super::{norm_axes, same_dtypes, same_shapes, Arity, Attrs, OpDef, TensorRef, MAX_ELEMENTS};
 use crate::error::{invalid, shape_error, Result};
-use crate::gpu;
+use crate::ops::gpu;
+use crate::ops::grad;
 use crate::ops::{Infer, KResult};
 use crate::resources::{KernelRes, Resource};
-use crate::symbol::grad;
 use crate::{DType, Element};
 
 // ---- LeakyReLU -------------------------------------------------------------------------------

@@ -31,9 +31,9 @@ use super::stochastic::{bn_forward, bn_inference_map, infer_bn};
 use super::tensor::RawBuf;
 use super::{lookup, same_dtypes, same_shapes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, Result};
+use crate::ops::grad;
 use crate::ops::{Infer, KResult};
 use crate::resources::{KernelRes, Resource};
-use crate::symbol::grad;
 use crate::DType;
 
 /// The fused op of a convolution (with a bias or without), BatchNorm and perhaps ReLU.

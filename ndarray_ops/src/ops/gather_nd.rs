@@ -12,10 +12,10 @@
 use super::gather::strides;
 use super::{Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
-use crate::gpu;
+use crate::ops::gpu;
+use crate::ops::grad;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
-use crate::symbol::grad;
 use crate::{DType, Element};
 
 /// The `shape` attribute of scatter_nd and `_backward_gather_nd` (the indexed array's shape).

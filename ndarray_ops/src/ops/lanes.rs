@@ -5,10 +5,10 @@
 use super::params::{attr_enum, op_params, Params, PositiveInt};
 use super::{norm_axes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
-use crate::gpu;
+use crate::ops::gpu;
+use crate::ops::grad;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
-use crate::symbol::grad;
 use crate::{DType, Element};
 
 // ---- pick(data, index): one element per lane along an axis ------------------------------------

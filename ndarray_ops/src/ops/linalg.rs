@@ -6,9 +6,9 @@ use ndarray::{ArrayView2, ArrayViewMut2, ShapeBuilder};
 use super::params::{op_params, Params};
 use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{shape_error, Result};
-use crate::gpu;
+use crate::ops::gpu;
+use crate::ops::grad;
 use crate::resources::KernelRes;
-use crate::symbol::grad;
 use crate::{DType, Element};
 
 /// (rows, inner, cols) of `op(a) x op(b)` for 2-D `a` and `b`.

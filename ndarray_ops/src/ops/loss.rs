@@ -11,10 +11,10 @@ use super::nn::Normalization;
 use super::params::{op_params, Params};
 use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{shape_error, Result};
-use crate::gpu;
+use crate::ops::gpu;
+use crate::ops::grad;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
-use crate::symbol::grad;
 use crate::{DType, Element};
 
 /// Whether `op` is a loss head that ignores head gradients.

@@ -15,10 +15,10 @@ use super::par::{for_ranges, Shared};
 use super::params::{op_params, Params};
 use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, Result};
-use crate::gpu;
+use crate::ops::gpu;
+use crate::ops::grad;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
-use crate::symbol::grad;
 use crate::{DType, Element};
 
 /// What a function's derivative is written in.

@@ -16,6 +16,10 @@ mod extra;
 pub(crate) mod fused;
 pub(crate) mod gather;
 mod gather_nd;
+// Compiled without the `cuda` feature too: the op table names each op's GPU kernel, and the
+// tests run the kernels on a host emulator. Only the driver (`gpu::cuda`) needs the feature.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) mod gpu;
 mod implicit_conv;
 pub(crate) mod lanes;
 mod linalg;
@@ -71,34 +75,32 @@ pub(crate) use {
     vision::{plane_taps, PlaneTaps},
 };
 
-use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::RangeInclusive;
-use std::rc::Rc;
 use std::sync::{Arc, OnceLock};
 
-use engine::Op;
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 
-use crate::array::NDArray;
 use crate::error::{invalid, shape_error, NdError, Result};
-use crate::gpu::ops::GpuKernel;
-use crate::resources::{DeviceResources, KernelRes, OpState, Resource, StateSlot};
-use crate::runtime::Runtime;
-use crate::symbol::grad::GradFn;
+use crate::ops::gpu::ops::GpuKernel;
+use crate::resources::{KernelRes, Resource};
 use crate::DType;
 use norm::{GroupNormParams, LayerNormParams};
 use params::Params;
 use stochastic::BatchNormParams;
 
 mod attrs;
-mod invoke;
+mod cheap;
+pub(crate) mod grad;
+pub mod graph;
 mod tensor;
 
 pub use attrs::*;
-pub use invoke::*;
+pub use cheap::*;
+pub(crate) use graph::GradFn;
+pub use graph::{GradReq, Node, NodeEntry};
 pub(crate) use tensor::*;
 
 /// How many inputs an op takes.
@@ -243,7 +245,7 @@ impl OpDef {
     }
 
     /// This op with a GPU kernel ([`OpDef::gpu`]).
-    pub(crate) const fn on_gpu(self, kernel: crate::gpu::ops::KernelFn) -> OpDef {
+    pub(crate) const fn on_gpu(self, kernel: crate::ops::gpu::ops::KernelFn) -> OpDef {
         OpDef {
             gpu: Some(GpuKernel::Plain(kernel)),
             ..self
@@ -251,7 +253,7 @@ impl OpDef {
     }
 
     /// This op with a GPU kernel that keeps state between a forward node and its backward node.
-    pub(crate) const fn on_gpu_stateful(self, kernel: crate::gpu::ops::StatefulFn) -> OpDef {
+    pub(crate) const fn on_gpu_stateful(self, kernel: crate::ops::gpu::ops::StatefulFn) -> OpDef {
         OpDef {
             gpu: Some(GpuKernel::Stateful(kernel)),
             ..self

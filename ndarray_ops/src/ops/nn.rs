@@ -8,9 +8,9 @@ use super::params::{attr_enum, op_params, Params, PositiveInt};
 use super::reduce::fold_run;
 use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
-use crate::gpu;
+use crate::ops::gpu;
+use crate::ops::grad;
 use crate::resources::KernelRes;
-use crate::symbol::grad;
 use crate::{DType, Element};
 
 fn e2s(e: crate::NdError) -> String {

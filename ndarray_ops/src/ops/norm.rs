@@ -22,10 +22,10 @@ use super::params::{attr_enum, op_params, Params, PositiveInt};
 use super::reduce::fold_run;
 use super::{check_against_forward, norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
-use crate::gpu;
+use crate::ops::gpu;
+use crate::ops::grad;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
-use crate::symbol::grad;
 use crate::{DType, Element};
 
 /// `outer * inner` groups of `len` elements each, `inner` apart.

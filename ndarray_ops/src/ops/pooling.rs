@@ -22,10 +22,10 @@ use super::params::{attr_enum, op_params, Params, Window};
 use super::reduce::fold_run;
 use super::{Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, Result};
-use crate::gpu;
+use crate::ops::gpu;
+use crate::ops::grad;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
-use crate::symbol::grad;
 use crate::{DType, Element};
 
 attr_enum! {

@@ -5,9 +5,9 @@ use super::par::{for_ranges, Shared};
 use super::params::{op_params, Params};
 use super::{norm_axes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::Result;
-use crate::gpu;
+use crate::ops::gpu;
+use crate::ops::grad;
 use crate::resources::KernelRes;
-use crate::symbol::grad;
 use crate::{DType, Element};
 
 op_params! {

@@ -9,10 +9,10 @@ use super::params::{op_params, Params, Window};
 use super::vision::{check_nchw, positive};
 use super::{Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, Result};
-use crate::gpu;
+use crate::ops::gpu;
+use crate::ops::grad;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
-use crate::symbol::grad;
 use crate::{DType, Element};
 
 fn check_rois(op: &str, s: &[usize]) -> Result<()> {

@@ -4,10 +4,10 @@
 use super::params::{attr_enum, op_params, Params, Positive, PositiveInt};
 use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, Result};
-use crate::gpu;
+use crate::ops::gpu;
+use crate::ops::grad;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
-use crate::symbol::grad;
 use crate::DType;
 
 op_params! {

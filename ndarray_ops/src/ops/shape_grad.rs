@@ -2,7 +2,7 @@
 //! back into place) and `take`'s (rows scatter-added into the table's gradient).
 
 use super::{check_against_forward, named_forward, Arity, Attrs, OpDef, TensorRef};
-use crate::gpu;
+use crate::ops::gpu;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::{DType, Element};

@@ -9,10 +9,10 @@
 use super::params::{attr_enum, op_params, Params as _};
 use super::{norm_axes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, Result};
-use crate::gpu;
+use crate::ops::gpu;
+use crate::ops::grad;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
-use crate::symbol::grad;
 use crate::{DType, Element};
 
 struct Params {

@@ -13,10 +13,10 @@ use super::par::{for_ranges, Shared};
 use super::params::{attr_enum, op_params, Params};
 use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
-use crate::gpu;
+use crate::ops::gpu;
+use crate::ops::grad;
 use crate::ops::{Infer, KResult};
 use crate::resources::{KernelRes, Resource};
-use crate::symbol::grad;
 use crate::{DType, Element};
 
 /// The training-mode attribute.
@@ -73,7 +73,7 @@ impl Bn {
 pub(crate) fn bn_settings(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Bn> {
     let a = BatchNormParams::get(op, attrs)?;
     let axis = norm_axes(op, &[a.axis], shape.len())?[0];
-    let mirrored = attrs.bool(op, crate::symbol::mirror::MIRROR_ATTR, false)?;
+    let mirrored = attrs.bool(op, super::graph::MIRROR_ATTR, false)?;
     Ok(Bn {
         layout: (
             shape[..axis].iter().product(),

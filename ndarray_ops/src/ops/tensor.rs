@@ -26,14 +26,9 @@ pub(crate) struct Tensors {
 }
 
 impl Tensors {
-    pub(super) fn new(inputs: &[&NDArray], outputs: &[NDArray]) -> Tensors {
-        let mut all = Vec::with_capacity(inputs.len() + outputs.len());
-        all.extend(inputs.iter().map(|a| a.tensor()));
-        all.extend(outputs.iter().map(NDArray::tensor));
-        Tensors {
-            all,
-            inputs: inputs.len(),
-        }
+    /// The first `inputs` of `all` are the inputs; the rest, the outputs.
+    pub(crate) fn new(all: Vec<TensorRef>, inputs: usize) -> Tensors {
+        Tensors { all, inputs }
     }
 
     /// The inputs (a kernel runner may point one at a copy) and the outputs.

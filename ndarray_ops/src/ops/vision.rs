@@ -10,10 +10,10 @@ use super::par::{for_ranges, Shared};
 use super::params::{attr_enum, int32s, op_params, Params, PositiveInt, Window};
 use super::{Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
-use crate::gpu;
+use crate::ops::gpu;
+use crate::ops::grad;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
-use crate::symbol::grad;
 use crate::{DType, Element};
 
 pub(super) fn check_nchw(op: &str, arg: &str, x: &[usize], d: DType) -> Result<()> {

@@ -277,7 +277,7 @@ fn rebuild(
             let names: Vec<String> = f.members.iter().map(|&m| g.nodes[m].name.clone()).collect();
             let def = lookup(f.op)?;
             let attrs = f.attrs.with(FUSED_ATTR, names.join(","));
-            new[i] = Some(Symbol::node(def, &n.name, attrs, inputs)?);
+            new[i] = Some(Node::new(def, &n.name, attrs, inputs)?);
             report.fused.push((def.name, names));
             continue;
         }
@@ -290,13 +290,7 @@ fn rebuild(
             .zip(&g.inputs[i])
             .map(|(e, &src)| entry(&new, e, src))
             .collect();
-        new[i] = Some(Arc::new(Node {
-            op: n.op,
-            name: n.name.clone(),
-            attrs: n.attrs.clone(),
-            inputs,
-            outputs: n.outputs,
-        }));
+        new[i] = Some(n.with_inputs(inputs));
     }
     let outputs = symbol
         .outputs()

@@ -101,17 +101,11 @@ impl Symbol {
                 if !inputs.is_empty() {
                     return Err(bad(format!("{at} is a variable but has inputs")));
                 }
-                Arc::new(Node {
-                    op: None,
-                    name,
-                    attrs,
-                    inputs,
-                    outputs: (1, 1),
-                })
+                Node::variable(&name, attrs)
             } else {
                 let def = lookup(op)
                     .map_err(|_| bad(format!("{at} uses op '{op}', which is not registered")))?;
-                Symbol::node(def, &name, attrs, inputs).map_err(|e| bad(format!("{at}: {e}")))?
+                Node::new(def, &name, attrs, inputs).map_err(|e| bad(format!("{at}: {e}")))?
             };
             nodes.push(node);
         }
@@ -181,7 +175,7 @@ impl Symbol {
     /// `path`, so a failed save leaves what `path` held.
     pub fn save(&self, path: impl AsRef<std::path::Path>) -> Result<()> {
         let text = self.to_json();
-        crate::ndfile::write_atomically("Symbol::save", path.as_ref(), |w| {
+        crate::files::write_atomically("Symbol::save", path.as_ref(), |w| {
             use std::io::Write;
             w.write_all(text.as_bytes()).map_err(|e| NdError::Invalid {
                 op: "Symbol::save".into(),

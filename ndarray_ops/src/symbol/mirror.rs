@@ -39,9 +39,7 @@ use crate::ops::StateUse;
 use crate::resources::Resource;
 use crate::DType;
 
-/// The attribute marking a mirror node (BatchNorm's mirror reads it to leave the moving
-/// statistics alone; the plan's drawing marks its buffers).
-pub const MIRROR_ATTR: &str = "__mirror__";
+pub use crate::ops::graph::MIRROR_ATTR;
 
 /// How much of the forward pass to recompute during backward.
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
@@ -298,7 +296,7 @@ impl Copies<'_> {
                 .op
                 .ok_or_else(|| invalid("mirror", "a variable cannot be recomputed"))?;
             let attrs = node.attrs.clone().with(MIRROR_ATTR, true);
-            let copy = Symbol::node(def, &format!("{}_mirror", node.name), attrs, entries)?;
+            let copy = Node::new(def, &format!("{}_mirror", node.name), attrs, entries)?;
             self.made[fam as usize].insert(i, copy);
             self.cost += self.costs[i];
             stack.pop();
@@ -370,7 +368,7 @@ pub(crate) fn with_mirrors(
             .zip(&node.inputs)
             .all(|(a, b)| Arc::ptr_eq(&a.node, &b.node));
         if !same {
-            rebuilt[i] = Some(Symbol::node(def, &node.name, node.attrs.clone(), inputs)?);
+            rebuilt[i] = Some(Node::new(def, &node.name, node.attrs.clone(), inputs)?);
         }
     }
     let outputs = full

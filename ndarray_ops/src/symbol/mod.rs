@@ -7,7 +7,7 @@
 //! MXNet's dumps.
 
 pub mod fuse;
-pub(crate) mod grad;
+mod gradient;
 mod infer;
 mod json;
 pub mod mirror;
@@ -17,73 +17,14 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
-use crate::error::{invalid, NdError, Result};
+use crate::error::{invalid, Result};
 use crate::ops::names::op_name;
-use crate::ops::{lookup, num_outputs, Arity, Attrs, OpDef};
+use crate::ops::{lookup, Attrs};
+pub use crate::ops::{Node, NodeEntry};
 
-pub use grad::{gradient, head_grad_names};
+pub use gradient::{gradient, head_grad_names};
 pub use infer::{infer, infer_partial, Inferred};
 pub use place::{place, Placed, CTX_GROUP};
-
-/// A node: an op applied to entries of other nodes, or a variable (no op).
-pub struct Node {
-    /// The op; `None` for a variable.
-    pub op: Option<&'static OpDef>,
-    /// The node's name.
-    pub name: String,
-    /// Attributes (for variables: `__shape__`, `__dtype__`, ...).
-    pub attrs: Attrs,
-    /// Inputs.
-    pub inputs: Vec<NodeEntry>,
-    outputs: (usize, usize),
-}
-
-impl Drop for Node {
-    /// Releases a chain of nodes one link at a time: a graph a million nodes deep (a recorded
-    /// imperative loop) would otherwise drop recursively and overflow the stack.
-    fn drop(&mut self) {
-        let mut stack = std::mem::take(&mut self.inputs);
-        while let Some(entry) = stack.pop() {
-            if let Ok(mut node) = Arc::try_unwrap(entry.node) {
-                stack.append(&mut node.inputs);
-            }
-        }
-    }
-}
-
-impl Node {
-    /// Outputs, hidden ones included.
-    pub fn num_outputs(&self) -> usize {
-        self.outputs.0
-    }
-
-    /// Outputs users see.
-    pub fn num_visible_outputs(&self) -> usize {
-        self.outputs.1
-    }
-
-    /// Whether it is a variable.
-    pub fn is_variable(&self) -> bool {
-        self.op.is_none()
-    }
-
-    /// The op's name, or `null` for a variable (as MXNet's JSON writes it).
-    pub fn op_name(&self) -> &str {
-        self.op.map_or("null", |d| d.name)
-    }
-}
-
-/// One output of a node. `version` counts writes to a variable (MXNet marks inputs an op mutates
-/// with version 1).
-#[derive(Clone)]
-pub struct NodeEntry {
-    /// The node.
-    pub node: Arc<Node>,
-    /// Which output.
-    pub index: usize,
-    /// Version (see above).
-    pub version: u32,
-}
 
 /// A list of node outputs.
 #[derive(Clone)]
@@ -99,13 +40,7 @@ impl Symbol {
 
     /// A variable with attributes (`__shape__` as `(2, 3)`, `__dtype__` as MXNet's code).
     pub fn var_with(name: &str, attrs: Attrs) -> Symbol {
-        let node = Arc::new(Node {
-            op: None,
-            name: name.to_string(),
-            attrs,
-            inputs: vec![],
-            outputs: (1, 1),
-        });
+        let node = Node::variable(name, attrs);
         Symbol {
             outputs: vec![NodeEntry {
                 node,
@@ -136,7 +71,7 @@ impl Symbol {
                 }
             }
         }
-        let node = Symbol::node(def, name, attrs, entries)?;
+        let node = Node::new(def, name, attrs, entries)?;
         let visible = node.num_visible_outputs();
         Ok(Symbol {
             outputs: (0..visible)
@@ -147,42 +82,6 @@ impl Symbol {
                 })
                 .collect(),
         })
-    }
-
-    pub(crate) fn node(
-        def: &'static OpDef,
-        name: &str,
-        attrs: Attrs,
-        inputs: Vec<NodeEntry>,
-    ) -> Result<Arc<Node>> {
-        let ok = match def.arity {
-            Arity::Exactly(n) => inputs.len() == n,
-            Arity::AtLeast(n) => inputs.len() >= n,
-        };
-        if !ok {
-            return Err(invalid(
-                def.name,
-                format!(
-                    "node '{name}' has {} inputs; the op takes {}",
-                    inputs.len(),
-                    def.arity
-                ),
-            ));
-        }
-        let in_node = |e| match e {
-            NdError::Invalid { op, reason } => invalid(&op, format!("node '{name}': {reason}")),
-            other => other,
-        };
-        crate::ops::signature::check_names(def, &attrs).map_err(in_node)?;
-        let outputs = num_outputs(def, &attrs)?;
-        crate::ops::signature::check_values(def, &attrs).map_err(in_node)?;
-        Ok(Arc::new(Node {
-            op: Some(def),
-            name: name.to_string(),
-            attrs,
-            inputs,
-            outputs,
-        }))
     }
 
     /// A symbol of these outputs.
@@ -341,13 +240,7 @@ impl Symbol {
                         },
                     })
                     .collect();
-                Arc::new(Node {
-                    op: n.op,
-                    name: n.name.clone(),
-                    attrs: n.attrs.clone(),
-                    inputs,
-                    outputs: n.outputs,
-                })
+                n.with_inputs(inputs)
             };
             rebuilt.push(node);
         }
@@ -378,7 +271,7 @@ impl Symbol {
         for (k, e) in self.outputs.iter().enumerate() {
             let key = (Arc::as_ptr(&e.node) as usize, e.index);
             if e.node.is_variable() || seen.contains(&key) {
-                let node = Symbol::node(
+                let node = Node::new(
                     copy,
                     &format!("{}_copy{k}", e.node.name),
                     Attrs::new(),

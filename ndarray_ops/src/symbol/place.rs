@@ -134,7 +134,7 @@ pub fn place(
                     version: 0,
                 };
                 let name = format!("{}_{k}_copy_to_{to}", g.nodes[s].name);
-                let c = Symbol::node(copy_def, &name, Attrs::new(), vec![src])?;
+                let c = Node::new(copy_def, &name, Attrs::new(), vec![src])?;
                 device_of.insert(Arc::as_ptr(&c) as usize, to);
                 copies.insert((s, k, to), c.clone());
                 c
@@ -160,7 +160,7 @@ pub fn place(
                         dev[i],
                     )?);
                 }
-                Symbol::node(def, &node.name, node.attrs.clone(), inputs)?
+                Node::new(def, &node.name, node.attrs.clone(), inputs)?
             }
         };
         device_of.insert(Arc::as_ptr(&new) as usize, dev[i]);

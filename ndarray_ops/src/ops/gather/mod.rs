@@ -22,10 +22,10 @@ use super::params::{attr_enum, int32s, op_params, Params, PositiveInt};
 use super::permute::permute;
 use super::{norm_axes, times, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
-use crate::gpu;
+use crate::ops::gpu;
+use crate::ops::grad;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
-use crate::symbol::grad;
 use crate::{DType, Element};
 
 mod layout;

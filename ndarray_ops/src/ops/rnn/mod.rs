@@ -29,10 +29,10 @@ use super::params::{attr_enum, op_params, Params, Positive};
 use super::stochastic::dropout_mask;
 use super::{Arity, Attrs, OpDef, StateUse, TensorRef, IS_TRAIN};
 use crate::error::{invalid, shape_error, NdError, Result};
-use crate::gpu;
+use crate::ops::gpu;
+use crate::ops::grad;
 use crate::ops::{Infer, KResult};
 use crate::resources::{KernelRes, Resource, StateSlot};
-use crate::symbol::grad;
 use crate::{DType, Element};
 
 mod backward_steps;

@@ -396,7 +396,7 @@ pub(super) fn unary_domain(op: &str) -> (f32, f32) {
 /// and ones_like.
 pub(super) fn unary_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)) {
     use crate::ops::math::{find, Deriv};
-    for &op in crate::gpu::ops::UNARY {
+    for &op in crate::ops::gpu::ops::UNARY {
         let (lo, hi) = unary_domain(op);
         let mut x = random(rng, &[3, 7]);
         x.1.iter_mut()
@@ -519,7 +519,7 @@ pub(super) fn head_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Ve
     // in `random_generators_draw_their_distributions_from_the_seed`).
     let seeded = Attrs::new()
         .with("shape", "(3, 4)")
-        .with(crate::gpu::nn::SEED, 7);
+        .with(crate::ops::gpu::nn::SEED, 7);
     let uniform = seeded.clone().with("low", 0.25).with("high", 0.25);
     check("_random_uniform", uniform, vec![]);
     check(

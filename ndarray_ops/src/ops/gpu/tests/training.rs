@@ -22,7 +22,7 @@ pub(super) fn dropout_masks_hold_the_cpus_values_at_the_rate_asked() {
         let attrs = Attrs::new()
             .with("p", p)
             .with(IS_TRAIN, true)
-            .with(crate::gpu::nn::SEED, seed);
+            .with(crate::ops::gpu::nn::SEED, seed);
         let def = lookup("Dropout").expect("registered");
         let kernel = def.gpu.expect("gpu kernel");
         let stream = HostStream::new(lib);
@@ -256,7 +256,7 @@ pub(super) fn random_generators_draw_their_distributions_from_the_seed() {
             .with("shape", format!("({n},)"))
             .with(ka, a)
             .with(kb, b)
-            .with(crate::gpu::nn::SEED, seed);
+            .with(crate::ops::gpu::nn::SEED, seed);
         let def = lookup(op).expect("registered");
         let kernel = def.gpu.expect("gpu kernel");
         let stream = HostStream::new(lib);
@@ -436,10 +436,10 @@ pub(super) fn rnn_kept_state_serves_the_backward_pass_and_its_dropout_masks() {
         // A forward pass with another seed first: the kept state is the last pass's.
         let mut slot: StateSlot = None;
         for seed in [7u64, 8] {
-            let seeded = attrs.clone().with(crate::gpu::nn::SEED, seed);
+            let seeded = attrs.clone().with(crate::ops::gpu::nn::SEED, seed);
             emulate("RNN", &seeded, &ins, Some(&mut slot)).expect("forward");
         }
-        let fwd_attrs = attrs.clone().with(crate::gpu::nn::SEED, 8u64);
+        let fwd_attrs = attrs.clone().with(crate::ops::gpu::nn::SEED, 8u64);
         let fwd = emulate("RNN", &fwd_attrs, &ins, Some(&mut slot)).expect("forward");
         let bwd = emulate("_backward_RNN", &attrs, &bw_ins, Some(&mut slot)).expect("backward");
         assert!(
@@ -483,7 +483,7 @@ pub(super) fn layer_by_layer(
     heads: &[Input],
     seed: u64,
 ) -> (Vec<Input>, Vec<Input>) {
-    use crate::gpu::Stream;
+    use crate::ops::gpu::Stream;
     use crate::ops::rnn::{Pass, Rnn};
     let r = Rnn::parse("RNN", attrs).expect("attributes");
     let (l_count, dirs, h) = (r.layers, r.dirs, r.hidden);
@@ -528,18 +528,18 @@ pub(super) fn layer_by_layer(
     let lib = kernels().expect("a C++ compiler builds the kernels");
     let dropout = |l: usize, y: &[f32]| -> (Vec<f32>, Vec<f32>) {
         let (mut dropped, mut mask) = (vec![0f32; y.len()], vec![0f32; y.len()]);
-        let a = crate::gpu::nn::Dropout {
+        let a = crate::ops::gpu::nn::Dropout {
             n: y.len() as i64,
             out: dropped.as_mut_ptr(),
             mask: mask.as_mut_ptr(),
             x: y.as_ptr().cast_mut(),
-            seed: crate::gpu::rnn::layer_seed(seed, l) as i64,
+            seed: crate::ops::gpu::rnn::layer_seed(seed, l) as i64,
             p: r.p as f32,
             scale: (1.0 / (1.0 - r.p)) as f32,
         };
         let host = HostStream::new(lib);
         let s: &dyn Stream = &host;
-        s.run(crate::gpu::nn::k::dropout, y.len(), &a)
+        s.run(crate::ops::gpu::nn::k::dropout, y.len(), &a)
             .expect("dropout");
         (dropped, mask)
     };
@@ -628,7 +628,7 @@ pub(super) fn layer_by_layer(
 /// Each unary function's training graph (forward and gradient nodes) runs on the GPU.
 #[test]
 pub(super) fn unary_gradients_run_on_the_gpu() {
-    for &op in crate::gpu::ops::UNARY {
+    for &op in crate::ops::gpu::ops::UNARY {
         let data = crate::Symbol::var("data");
         let sym = crate::Symbol::op(op, "f", &[&data], Attrs::new()).expect("node");
         let train = crate::symbol::gradient(&sym, &["data".to_string()]).expect("gradient");

@@ -1,7 +1,19 @@
 //! Running an op imperatively: checking the call, inferring and allocating the outputs (or
 //! checking the ones given), and pushing one engine op that runs the CPU or GPU kernel.
 
-use super::*;
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use engine::Op;
+
+use crate::error::{invalid, shape_error, NdError, Result};
+use crate::ops::*;
+use crate::resources::{DeviceResources, KernelRes, OpState, Resource, StateSlot};
+use crate::runtime::Runtime;
+use crate::{DType, NDArray};
 
 /// Runs op `name` on `inputs` imperatively: checks the call now, returns the outputs at once
 /// and pushes the kernel to the engine. With `out`, writes into those arrays instead of new ones.
@@ -43,14 +55,14 @@ pub fn invoke_on(
         };
         prepare(rt, ctx, call, |op| rt.engine().push(op))
     };
-    let train = match crate::autograd::mode() {
+    let train = match crate::array::tape::mode() {
         Ok(train) => train,
         Err(false) => return push(attrs),
         // Training mode without recording: Dropout and BatchNorm behave as in training.
-        Err(true) => return push(&crate::autograd::recorded_attrs(attrs, true)),
+        Err(true) => return push(&crate::array::tape::recorded_attrs(attrs, true)),
     };
     for o in out.into_iter().flatten() {
-        crate::autograd::check_write(name, o)?;
+        crate::array::tape::check_write(name, o)?;
     }
     let in_graph = inputs.iter().any(|a| a.entry().is_some());
     if in_graph && out.is_some() {
@@ -60,39 +72,9 @@ pub fn invoke_on(
              that make new arrays (leave `out` out)",
         ));
     }
-    let attrs = crate::autograd::recorded_attrs(attrs, train);
+    let attrs = crate::array::tape::recorded_attrs(attrs, train);
     let outputs = push(&attrs)?;
-    crate::autograd::record_op(name, attrs, inputs, outputs)
-}
-
-/// Ops touching at most this many elements (inputs and outputs together) are marked cheap
-/// ([`engine::Op::cheap`]): a few microseconds at worst (a dot of 18x18 matrices), so when one is
-/// runnable at once the pushing thread runs it rather than paying a hand-over to a worker.
-pub const CHEAP_ELEMENTS: usize = 1024;
-
-/// Ops that only move memory (copies, fills, writes from the host, reads back) of at most this
-/// many bytes are cheap whatever their elements: a `memcpy` of 64 KiB takes a few
-/// microseconds, and a hand-over to a worker costs more. A push and pull of a 4 KiB key across
-/// two processes, its two copies handed to workers, took 13-22 µs; with them run where they
-/// were pushed, 6.6 µs.
-pub const CHEAP_COPY_BYTES: usize = 64 << 10;
-
-/// Marks `op` cheap when it touches at most [`CHEAP_ELEMENTS`] elements: the rule for the
-/// registry ops the NDArray layer pushes (those that only move memory go by their bytes,
-/// [`cheap_copy_if_small`]).
-pub(crate) fn cheap_if_small(op: Op<'_>, elements: usize) -> Op<'_> {
-    match elements <= CHEAP_ELEMENTS {
-        true => op.cheap(),
-        false => op,
-    }
-}
-
-/// Marks an op that moves `bytes` of memory cheap when they are at most [`CHEAP_COPY_BYTES`].
-pub(crate) fn cheap_copy_if_small(op: Op<'_>, bytes: usize) -> Op<'_> {
-    match bytes <= CHEAP_COPY_BYTES {
-        true => op.cheap(),
-        false => op,
-    }
+    crate::array::tape::record_op(name, attrs, inputs, outputs)
 }
 
 /// One call of an op, as [`prepare`] takes it.
@@ -228,7 +210,10 @@ pub(crate) fn prepare(
             })
             .collect::<Result<_>>()?,
     };
-    let mut tensors = Tensors::new(inputs, &outputs);
+    let mut all = Vec::with_capacity(inputs.len() + outputs.len());
+    all.extend(inputs.iter().map(|a| a.tensor()));
+    all.extend(outputs.iter().map(NDArray::tensor));
+    let mut tensors = Tensors::new(all, inputs.len());
     let mutated = def
         .mutate_inputs
         .iter()
@@ -314,18 +299,18 @@ pub(crate) fn prepare(
 
 /// What runs an op on a GPU: a kernel of the GPU back end (`cuda` builds); nothing otherwise.
 #[cfg(feature = "cuda")]
-pub(super) type DeviceKernel = crate::gpu::ops::GpuKernel;
+pub(crate) type DeviceKernel = crate::ops::gpu::ops::GpuKernel;
 #[cfg(not(feature = "cuda"))]
-pub(super) type DeviceKernel = std::convert::Infallible;
+pub(crate) type DeviceKernel = std::convert::Infallible;
 
 /// The GPU kernel of `def` for these dtypes on `ctx`, or why there is none.
-pub(super) fn device_kernel(
+pub(crate) fn device_kernel(
     def: &OpDef,
     ctx: storage::Context,
     dtypes: impl IntoIterator<Item = DType>,
 ) -> Result<DeviceKernel> {
     #[cfg(feature = "cuda")]
-    return crate::gpu::ops::check(def, dtypes).map_err(|reason| NdError::Context {
+    return crate::ops::gpu::ops::check(def, dtypes).map_err(|reason| NdError::Context {
         op: def.name.into(),
         arg: "inputs".into(),
         found: ctx.to_string(),
@@ -341,7 +326,7 @@ pub(super) fn device_kernel(
 /// The engine op running a GPU kernel (without the vars and context, which the caller adds).
 #[cfg(feature = "cuda")]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn device_op<'a>(
+pub(crate) fn device_op<'a>(
     rt: &Arc<Runtime>,
     ctx: storage::Context,
     def: &'static OpDef,
@@ -352,12 +337,12 @@ pub(super) fn device_op<'a>(
     state: Option<Arc<Mutex<StateSlot>>>,
 ) -> Op<'a> {
     let pool = rt.storage(ctx);
-    crate::gpu::cuda::kernel_op(def, kernel, attrs.clone(), tensors, pool, rng, state)
+    crate::ops::gpu::cuda::kernel_op(def, kernel, attrs.clone(), tensors, pool, rng, state)
 }
 
 #[cfg(not(feature = "cuda"))]
 #[allow(clippy::too_many_arguments)]
-pub(super) fn device_op<'a>(
+pub(crate) fn device_op<'a>(
     _: &Arc<Runtime>,
     _: storage::Context,
     _: &'static OpDef,
@@ -371,21 +356,21 @@ pub(super) fn device_op<'a>(
 }
 
 /// Output shapes and dtypes, as an op's inference gives them.
-pub(super) type Inferred = (Vec<Vec<usize>>, Vec<DType>);
+pub(crate) type Inferred = (Vec<Vec<usize>>, Vec<DType>);
 
 /// The last inference made on this thread: inference is a pure function of the op, its
 /// attributes and its inputs' shapes and dtypes, and imperative code applies the same op to
 /// same-shaped arrays again and again (`x = &x + 1.0` in a loop), so a repeat skips building the
 /// shape lists and running the op's rule.
-pub(super) struct LastInference {
-    pub(super) def: &'static OpDef,
-    pub(super) attrs: Attrs,
-    pub(super) shapes: Vec<Vec<usize>>,
-    pub(super) dtypes: Vec<DType>,
-    pub(super) out: Rc<Inferred>,
+pub(crate) struct LastInference {
+    pub(crate) def: &'static OpDef,
+    pub(crate) attrs: Attrs,
+    pub(crate) shapes: Vec<Vec<usize>>,
+    pub(crate) dtypes: Vec<DType>,
+    pub(crate) out: Rc<Inferred>,
 }
 
-pub(super) fn infer_outputs(
+pub(crate) fn infer_outputs(
     def: &'static OpDef,
     attrs: &Attrs,
     inputs: &[&NDArray],
@@ -422,7 +407,7 @@ pub(super) fn infer_outputs(
 
 /// Runs a kernel, first copying any input that overlaps an output (unless it is exactly that
 /// output and the kernel handles that), so kernels never see partially aliased memory.
-pub(super) fn run_kernel(
+pub(crate) fn run_kernel(
     op: &str,
     kernel: KernelFn,
     alias_safe: bool,

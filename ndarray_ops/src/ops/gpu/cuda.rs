@@ -614,7 +614,7 @@ mod tests {
         use engine::{EngineBuilder, EngineKind, RunContext};
         use storage::{Context, StorageConfig};
 
-        use crate::gpu::elemwise::fill;
+        use crate::ops::gpu::elemwise::fill;
         use crate::{DType, Runtime};
 
         let name = "gpu::cuda::tests::a_device_fault_fails_later_waits_instead_of_hanging";

@@ -2,65 +2,19 @@
 //! are the original outputs followed by one gradient per argument.
 //!
 //! Nodes are visited in reverse graph order. Each op's gradient rule (its `OpDef::gradient`; the
-//! rules live here, by family: `math`, `nn`, `shape`) turns the gradients of its
+//! rules live with the ops, in `ops::grad`) turns the gradients of its
 //! outputs into backward nodes for its inputs; an entry used by several nodes gets the sum of
 //! their contributions (`add_n`). Loss ops (SoftmaxOutput) start their own gradient; every other
 //! graph output takes a head-gradient argument named `<node>_head_grad<k>`. Backward nodes read
 //! only what their rule names, so inputs the backward pass ignores are not kept alive by it.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use super::{Node, NodeEntry, Symbol};
 use crate::error::{invalid, Result};
-use crate::ops::math::Deriv;
-use crate::ops::{lookup, Attrs};
-
-mod math;
-mod nn;
-mod shape;
-
+use crate::ops::grad::{is_loss, make, out};
 use crate::ops::names::op_name;
-pub(crate) use math::*;
-pub(crate) use nn::*;
-pub(crate) use shape::*;
-
-/// A gradient rule: from a node and the gradients of its outputs (`None` where nothing
-/// flows back), the gradients of its inputs, as entries of new backward nodes.
-pub(crate) type GradFn = fn(&Arc<Node>, &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>>;
-
-fn out(node: &Arc<Node>, index: usize) -> NodeEntry {
-    NodeEntry {
-        node: node.clone(),
-        index,
-        version: 0,
-    }
-}
-
-fn make(op: &str, name: String, inputs: Vec<NodeEntry>, attrs: Attrs) -> Result<Arc<Node>> {
-    Symbol::node(lookup(op)?, &name, attrs, inputs)
-}
-
-fn need(node: &Node, og: &[Option<NodeEntry>]) -> Result<NodeEntry> {
-    og.first().cloned().flatten().ok_or_else(|| {
-        invalid(
-            node.op_name(),
-            format!("node '{}' has no output gradient", node.name),
-        )
-    })
-}
-
-/// One backward node `op` of `n`'s attributes, reading `ins`, whose outputs are the gradients
-/// of `n`'s inputs in order.
-fn backward_node(n: &Arc<Node>, op: &str, ins: Vec<NodeEntry>) -> Result<Vec<Option<NodeEntry>>> {
-    let bw = make(op, format!("{}_backward", n.name), ins, n.attrs.clone())?;
-    Ok((0..n.inputs.len()).map(|k| Some(out(&bw, k))).collect())
-}
-
-/// Whether an op starts its own gradient (a loss), ignoring head gradients.
-fn is_loss(op: &str) -> bool {
-    crate::ops::loss::is_loss(op)
-}
+use crate::ops::Attrs;
 
 /// Names of the head-gradient arguments `gradient` adds, with the output each belongs to.
 pub fn head_grad_names(sym: &Symbol) -> Vec<(String, usize)> {

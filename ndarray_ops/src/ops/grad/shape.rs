@@ -200,7 +200,7 @@ pub(crate) fn stack(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Optio
         .ints("stack", "axis")?
         .and_then(|v| v.first().copied())
         .unwrap_or(0);
-    let parts = Symbol::node(
+    let parts = Node::new(
         lookup(op_name!("SliceChannel"))?,
         &format!("{}_backward", n.name),
         Attrs::new()

@@ -11,8 +11,9 @@ use storage::Context;
 
 use super::emulate::{kernels, HostStream};
 use super::ops::{check as gpu_check, run};
-use crate::ops::{invoke, invoke_on, lookup, Attrs, IS_TRAIN};
+use crate::ops::{lookup, Attrs, IS_TRAIN};
 use crate::resources::StateSlot;
+use crate::{invoke, invoke_on};
 use crate::{DType, NDArray, Runtime};
 
 mod cases_index;

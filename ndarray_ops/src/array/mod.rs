@@ -13,6 +13,9 @@
 //! the pool only after every op on every region has finished. Ordering between regions that
 //! share addresses is the carver's job.
 
+mod make;
+pub(crate) mod tape;
+
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
@@ -69,7 +72,7 @@ pub struct NDArray {
     /// Bytes from the start of the chunk.
     offset: usize,
     /// Where autograd recorded it (`None` outside a recorded graph).
-    entry: Option<Arc<crate::autograd::Entry>>,
+    entry: Option<Arc<tape::Entry>>,
 }
 
 fn elements(op: &str, shape: &[usize], dtype: DType) -> Result<(usize, usize)> {
@@ -277,11 +280,11 @@ impl NDArray {
     }
 
     /// Where autograd recorded it.
-    pub(crate) fn entry(&self) -> Option<&Arc<crate::autograd::Entry>> {
+    pub(crate) fn entry(&self) -> Option<&Arc<tape::Entry>> {
         self.entry.as_ref()
     }
 
-    pub(crate) fn set_entry(&mut self, entry: Option<Arc<crate::autograd::Entry>>) {
+    pub(crate) fn set_entry(&mut self, entry: Option<Arc<tape::Entry>>) {
         self.entry = entry;
     }
 
@@ -344,7 +347,7 @@ impl NDArray {
 
     /// Sets every element to `value` (converted to the dtype).
     pub fn fill(&self, value: f64) -> Result<()> {
-        crate::autograd::check_write("fill", self)?;
+        tape::check_write("fill", self)?;
         if !self.ctx().is_cpu() {
             return self.fill_on_device(value);
         }
@@ -369,7 +372,7 @@ impl NDArray {
             });
         }
         let pool = self.runtime().storage(self.ctx());
-        let op = crate::gpu::cuda::fill_op(self.tensor(), value, pool)
+        let op = crate::ops::gpu::cuda::fill_op(self.tensor(), value, pool)
             .on(self.ctx())
             .write(self.var())
             .reads(NDArray::partial_vars([self]));
@@ -478,7 +481,7 @@ impl NDArray {
     pub fn wait_to_read(&self) -> Result<()> {
         self.runtime().engine().wait_for_var(self.var())?;
         #[cfg(feature = "cuda")]
-        crate::gpu::cuda::settle(self.ctx())?;
+        crate::ops::gpu::cuda::settle(self.ctx())?;
         Ok(())
     }
 
@@ -509,7 +512,7 @@ impl NDArray {
             ..self.clone()
         };
         let attrs = || Attrs::new().with("shape", format!("{shape:?}"));
-        crate::autograd::record_view("Reshape", attrs, self, view)
+        tape::record_view("Reshape", attrs, self, view)
     }
 
     /// Rows `start..end` of the first axis (shares the chunk).
@@ -542,7 +545,7 @@ impl NDArray {
                 .with("begin", start)
                 .with("end", end)
         };
-        crate::autograd::record_view("slice_axis", attrs, self, view)
+        tape::record_view("slice_axis", attrs, self, view)
     }
 
     /// Row `i` of the first axis, without that axis (shares the chunk).
@@ -559,7 +562,7 @@ impl NDArray {
             true => "_copy",
             false => "_CrossDeviceCopy",
         };
-        crate::autograd::record_view(op, Attrs::new, self, dst)
+        tape::record_view(op, Attrs::new, self, dst)
     }
 
     /// This array on `ctx`: itself if it is already there, else a copy.
@@ -573,7 +576,7 @@ impl NDArray {
 
     /// Copies this array's elements into `dst` (same shape and dtype, any context).
     pub fn copy_into(&self, dst: &NDArray) -> Result<()> {
-        crate::autograd::check_write("copy", dst)?;
+        tape::check_write("copy", dst)?;
         let op = self.copy_op(dst, "copy")?;
         Ok(self.runtime().engine().push(op)?)
     }
@@ -624,8 +627,13 @@ impl NDArray {
     /// The copy op between two contexts of which one at least is a GPU.
     #[cfg(feature = "cuda")]
     fn device_copy_op<'a>(&'a self, dst: &'a NDArray, name: &'static str) -> Result<Op<'a>> {
-        let op =
-            crate::gpu::cuda::copy_op(name, self.tensor(), dst.tensor(), self.ctx(), dst.ctx());
+        let op = crate::ops::gpu::cuda::copy_op(
+            name,
+            self.tensor(),
+            dst.tensor(),
+            self.ctx(),
+            dst.ctx(),
+        );
         Ok(op
             .read(self.var())
             .write(dst.var())

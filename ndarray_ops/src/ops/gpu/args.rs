@@ -176,25 +176,25 @@ macro_rules! kernel_args {
             pub(crate) struct $name {
                 $($(#[$fdoc])* pub(crate) $field: $ty,)*
             }
-            const _: () = assert!(std::mem::size_of::<$name>() <= $crate::gpu::args::MAX_ARGS_BYTES);
+            const _: () = assert!(std::mem::size_of::<$name>() <= $crate::ops::gpu::args::MAX_ARGS_BYTES);
         )*
         /// The kernels of this table, each with its argument struct.
         #[allow(non_upper_case_globals, dead_code)]
         pub(crate) mod k {
             $($(
                 #[doc = concat!("Kernel `", stringify!($kernel), "`, with [`", stringify!($name), "`](super::", stringify!($name), ").")]
-                pub(crate) const $kernel: $crate::gpu::args::Kernel<super::$name> =
-                    $crate::gpu::args::Kernel::new(stringify!($kernel));
+                pub(crate) const $kernel: $crate::ops::gpu::args::Kernel<super::$name> =
+                    $crate::ops::gpu::args::Kernel::new(stringify!($kernel));
             )+)*
         }
         /// Every struct of this table, as the device code declares it.
-        pub(crate) const DECLS: &[$crate::gpu::args::Decl] = &[$(
-            $crate::gpu::args::Decl {
+        pub(crate) const DECLS: &[$crate::ops::gpu::args::Decl] = &[$(
+            $crate::ops::gpu::args::Decl {
                 name: stringify!($name),
                 fields: &[$((
                     stringify!($field),
-                    <$ty as $crate::gpu::args::CType>::C,
-                    <$ty as $crate::gpu::args::CType>::SUFFIX,
+                    <$ty as $crate::ops::gpu::args::CType>::C,
+                    <$ty as $crate::ops::gpu::args::CType>::SUFFIX,
                 )),*],
                 kernels: &[$(stringify!($kernel)),+],
             },
