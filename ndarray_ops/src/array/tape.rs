@@ -27,6 +27,7 @@ pub(crate) struct Mode {
 }
 
 /// Whether this thread is recording.
+#[inline]
 pub fn is_recording() -> bool {
     MODE.with(Cell::get).recording
 }
@@ -159,6 +160,7 @@ pub(crate) fn leaf(value: &NDArray, grad: Option<(NDArray, GradReq)>) -> Arc<Ent
 }
 
 /// The training mode, when this thread records; `Err` with the training mode when it does not.
+#[inline]
 pub(crate) fn mode() -> std::result::Result<bool, bool> {
     let m = MODE.with(Cell::get);
     match m.recording {
@@ -168,6 +170,7 @@ pub(crate) fn mode() -> std::result::Result<bool, bool> {
 }
 
 /// Refuses an in-place write of `dst` by `op` while recording, when `dst` is recorded.
+#[inline]
 pub(crate) fn check_write(op: &str, dst: &NDArray) -> Result<()> {
     match is_recording() && dst.entry().is_some() {
         true => Err(invalid(

@@ -18,6 +18,7 @@ pub const CHEAP_COPY_BYTES: usize = 64 << 10;
 /// Marks `op` cheap when it touches at most [`CHEAP_ELEMENTS`] elements: the rule for the
 /// registry ops the NDArray layer pushes (those that only move memory go by their bytes,
 /// [`cheap_copy_if_small`]).
+#[inline]
 pub(crate) fn cheap_if_small(op: Op<'_>, elements: usize) -> Op<'_> {
     match elements <= CHEAP_ELEMENTS {
         true => op.cheap(),
@@ -26,6 +27,7 @@ pub(crate) fn cheap_if_small(op: Op<'_>, elements: usize) -> Op<'_> {
 }
 
 /// Marks an op that moves `bytes` of memory cheap when they are at most [`CHEAP_COPY_BYTES`].
+#[inline]
 pub(crate) fn cheap_copy_if_small(op: Op<'_>, bytes: usize) -> Op<'_> {
     match bytes <= CHEAP_COPY_BYTES {
         true => op.cheap(),

@@ -27,6 +27,7 @@ pub(crate) struct Tensors {
 
 impl Tensors {
     /// The first `inputs` of `all` are the inputs; the rest, the outputs.
+    #[inline]
     pub(crate) fn new(all: Vec<TensorRef>, inputs: usize) -> Tensors {
         Tensors { all, inputs }
     }
