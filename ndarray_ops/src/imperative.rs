@@ -284,7 +284,7 @@ pub(crate) fn prepare(
             stamped: &stamped,
         };
         let (ins, outs) = tensors.split();
-        run_kernel(op, kernel, alias_safe, &attrs2, ins, outs, &mut kres).map_err(Into::into)
+        run_kernel(def, kernel, alias_safe, &attrs2, ins, outs, &mut kres).map_err(Into::into)
     })
     .on(ctx)
     .writes(writes)
@@ -408,7 +408,7 @@ pub(crate) fn infer_outputs(
 /// Runs a kernel, first copying any input that overlaps an output (unless it is exactly that
 /// output and the kernel handles that), so kernels never see partially aliased memory.
 pub(crate) fn run_kernel(
-    op: &str,
+    def: &OpDef,
     kernel: KernelFn,
     alias_safe: bool,
     attrs: &Attrs,
@@ -436,5 +436,5 @@ pub(crate) fn run_kernel(
             scratch.push(copy);
         }
     }
-    kernel(op, attrs, ins, outs, res)
+    kernel(def, attrs, ins, outs, res)
 }

@@ -30,7 +30,7 @@ fn infer_add_n(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
 /// it is written; blocks are independent, so a large sum is split across threads. Each element
 /// is `((0 + x0) + x1) + ...`, in input order, as an element-at-a-time loop sums it.
 fn add_n_kernel(
-    _: &str,
+    _: &OpDef,
     _: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
@@ -85,12 +85,13 @@ fn infer_fc_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> 
 }
 
 fn fc_backward_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let (dy, x, w) = (&ins[0], &ins[1], &ins[2]);
     let (m, hidden, k) = super::fc_dims(x, w);
     crate::with_dtype!(dy.dtype, T => {
@@ -148,12 +149,13 @@ fn act_derivative(op: &str, attrs: &Attrs) -> Result<fn(f64) -> f64> {
 /// `dx = dy * f'(y)`, computed in f64 and rounded once. ReLU's derivative, 0 or 1, is exact in
 /// every type, so its product is taken in the array's own type, where the loop vectorizes.
 fn act_backward_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let f = act_derivative(op, attrs).map_err(|e| e.to_string())?;
     let relu = ActivationParams::get(op, attrs)
         .map_err(|e| e.to_string())?
@@ -232,12 +234,13 @@ pub(crate) fn softmax_output_scale(
 }
 
 fn softmax_output_backward_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let (p, label) = (&ins[0], &ins[1]);
     let (n, c) = (p.shape[0], p.shape[1]);
     // SAFETY: read access to the labels.
@@ -389,12 +392,13 @@ pub(super) unsafe fn col2im<T: Element>(
 }
 
 fn conv_backward_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let c = super::conv::conv_params(op, attrs).map_err(|e| e.to_string())?;
     let (dy, x, wt) = (&ins[0], &ins[1], &ins[2]);
     let dims = c.dims(&x.shape, &dy.shape);
@@ -554,12 +558,13 @@ pub(super) fn infer_bn_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[
 }
 
 fn bn_backward_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     bn_backward(op, attrs, &ins[0], None, &ins[1..], outs)
 }
 
@@ -683,12 +688,13 @@ fn infer_like_first(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer
 }
 
 fn softmax_backward_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let (g, y) = (&ins[0], &ins[1]);
     let (axis, temp) = super::softmax_axis(op, attrs, g.shape.len()).map_err(|e| e.to_string())?;
     let log = op == "_backward_log_softmax";
@@ -737,12 +743,13 @@ fn infer_reduce_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType])
 }
 
 fn reduce_backward_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let (g, o) = (&ins[0], &outs[0]);
     let shape = &o.shape;
     let axes = super::reduce::axes_of(op, attrs, shape.len()).map_err(|e| e.to_string())?;
@@ -800,7 +807,7 @@ fn infer_sum_to_like(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infe
 }
 
 fn sum_to_like_kernel(
-    _: &str,
+    _: &OpDef,
     _: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],

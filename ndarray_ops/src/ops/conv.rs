@@ -601,12 +601,13 @@ pub(super) fn from_phase<T: Copy>(phased: &[T], w: usize, s: usize, plane: &mut 
 }
 
 pub(super) fn conv_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     conv_then(op, attrs, ins, outs, None, res).map(|_| ())
 }
 

@@ -5,6 +5,7 @@
 use rten_simd::SimdUnaryOp;
 use rten_vecmath::Exp;
 
+use super::family::{Binary, Member};
 use super::par::{for_ranges, wide, Shared, Walk};
 use super::vecmath::{Sigmoid, Tanh};
 use super::{same_dtypes, same_shapes, Arity, Attrs, OpDef, TensorRef};
@@ -239,28 +240,6 @@ fn broadcast_rows<T: Element>(
     });
 }
 
-/// The broadcasting op a same-shape binary op computes (`_maximum` is `broadcast_maximum` on
-/// operands of one shape): kernels and gradient rules are written once, for the twin.
-pub(crate) fn broadcast_twin(op: &str) -> &str {
-    match op {
-        "_maximum" => "broadcast_maximum",
-        "_minimum" => "broadcast_minimum",
-        "_power" => "broadcast_power",
-        "_hypot" => "broadcast_hypot",
-        "_mod" => "broadcast_mod",
-        "_equal" => "broadcast_equal",
-        "_not_equal" => "broadcast_not_equal",
-        "_greater" => "broadcast_greater",
-        "_greater_equal" => "broadcast_greater_equal",
-        "_lesser" => "broadcast_lesser",
-        "_lesser_equal" => "broadcast_lesser_equal",
-        "_logical_and" => "broadcast_logical_and",
-        "_logical_or" => "broadcast_logical_or",
-        "_logical_xor" => "broadcast_logical_xor",
-        other => other,
-    }
-}
-
 /// MXNet's `mod`: the remainder with the divisor's sign (Python's `%`), and 0 for a zero divisor.
 pub(crate) fn modulo(a: f64, b: f64) -> f64 {
     if b == 0.0 {
@@ -278,53 +257,47 @@ fn truth<T: Element>(c: bool) -> T {
     T::from_f64(if c { 1.0 } else { 0.0 })
 }
 
-/// Runs `binary_map` with the op's function inlined into the loop (a function pointer per
+/// Runs `binary_map` with the member's function inlined into the loop (a function pointer per
 /// element would block vectorization: it cost 10x on a large add).
-fn binary_dispatch<T: Element>(
-    op: &str,
-    a: &TensorRef,
-    b: &TensorRef,
-    o: &TensorRef,
-) -> std::result::Result<(), String> {
-    let op = broadcast_twin(op);
+fn binary_dispatch<T: Element>(b: Binary, x: &TensorRef, y: &TensorRef, o: &TensorRef) {
     let zero = T::default();
     macro_rules! go {
         ($f:expr) => {
-            binary_map::<T>(a, b, o, $f)
+            binary_map::<T>(x, y, o, $f)
         };
     }
-    match op {
-        "broadcast_add" | "elemwise_add" => go!(T::add),
-        "broadcast_sub" | "elemwise_sub" => go!(T::sub),
-        "broadcast_mul" | "elemwise_mul" => go!(T::mul),
-        "broadcast_div" | "elemwise_div" => go!(T::div),
-        "broadcast_maximum" => go!(|a, b| if b > a { b } else { a }),
-        "broadcast_minimum" => go!(|a, b| if b < a { b } else { a }),
-        "broadcast_power" => go!(|a: T, b: T| T::from_f64(a.to_f64().powf(b.to_f64()))),
-        "broadcast_equal" => go!(|a, b| truth(a == b)),
-        "broadcast_not_equal" => go!(|a, b| truth(a != b)),
-        "broadcast_greater" => go!(|a, b| truth(a > b)),
-        "broadcast_greater_equal" => go!(|a, b| truth(a >= b)),
-        "broadcast_lesser" => go!(|a, b| truth(a < b)),
-        "broadcast_lesser_equal" => go!(|a, b| truth(a <= b)),
-        "broadcast_hypot" => go!(|a: T, b: T| T::from_f64(a.to_f64().hypot(b.to_f64()))),
-        "broadcast_mod" => go!(|a: T, b: T| T::from_f64(modulo(a.to_f64(), b.to_f64()))),
-        "broadcast_logical_and" => go!(move |a, b| truth(a != zero && b != zero)),
-        "broadcast_logical_or" => go!(move |a, b| truth(a != zero || b != zero)),
-        "broadcast_logical_xor" => go!(move |a, b| truth((a != zero) != (b != zero))),
-        _ => return Err(format!("no binary kernel for {op}")),
+    match b {
+        Binary::Add => go!(T::add),
+        Binary::Sub => go!(T::sub),
+        Binary::Mul => go!(T::mul),
+        Binary::Div => go!(T::div),
+        Binary::Maximum => go!(|a, b| if b > a { b } else { a }),
+        Binary::Minimum => go!(|a, b| if b < a { b } else { a }),
+        Binary::Power => go!(|a: T, b: T| T::from_f64(a.to_f64().powf(b.to_f64()))),
+        Binary::Equal => go!(|a, b| truth(a == b)),
+        Binary::NotEqual => go!(|a, b| truth(a != b)),
+        Binary::Greater => go!(|a, b| truth(a > b)),
+        Binary::GreaterEqual => go!(|a, b| truth(a >= b)),
+        Binary::Lesser => go!(|a, b| truth(a < b)),
+        Binary::LesserEqual => go!(|a, b| truth(a <= b)),
+        Binary::Hypot => go!(|a: T, b: T| T::from_f64(a.to_f64().hypot(b.to_f64()))),
+        Binary::Mod => go!(|a: T, b: T| T::from_f64(modulo(a.to_f64(), b.to_f64()))),
+        Binary::LogicalAnd => go!(move |a, b| truth(a != zero && b != zero)),
+        Binary::LogicalOr => go!(move |a, b| truth(a != zero || b != zero)),
+        Binary::LogicalXor => go!(move |a, b| truth((a != zero) != (b != zero))),
     }
-    Ok(())
 }
 
 fn binary_kernel(
-    op: &str,
+    def: &OpDef,
     _: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> std::result::Result<(), String> {
-    crate::with_dtype!(outs[0].dtype, T => binary_dispatch::<T>(op, &ins[0], &ins[1], &outs[0]))
+    let b = Member::binary(def)?;
+    crate::with_dtype!(outs[0].dtype, T => binary_dispatch::<T>(b, &ins[0], &ins[1], &outs[0]));
+    Ok(())
 }
 
 fn scalar_dispatch<T: Element>(
@@ -373,12 +346,13 @@ fn scalar_dispatch<T: Element>(
 }
 
 fn scalar_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> std::result::Result<(), String> {
+    let op = def.name;
     let s = scalar_of(op, attrs).map_err(|e| e.to_string())?;
     crate::with_dtype!(outs[0].dtype, T => scalar_dispatch::<T>(op, s, &ins[0], &outs[0]))
 }
@@ -442,12 +416,13 @@ pub(super) fn unary_dispatch<T: Element>(
 }
 
 fn unary_kernel(
-    op: &str,
+    def: &OpDef,
     _: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> std::result::Result<(), String> {
+    let op = def.name;
     crate::with_dtype!(outs[0].dtype, T => unary_dispatch::<T>(op, &ins[0], &outs[0]))
 }
 
@@ -466,89 +441,228 @@ pub(super) fn ops() -> &'static [OpDef] {
     const U: Arity = Arity::Exactly(1);
     const IP2: &[(usize, usize)] = &[(0, 0), (1, 0)];
     const IP1: &[(usize, usize)] = &[(0, 0)];
+    /// A broadcasting binary op: the operands broadcast to one shape.
+    const fn broadcast(b: Binary, ignores: &'static [usize]) -> OpDef {
+        def!(b.broadcast_name(), B, infer_broadcast, binary_kernel, inplace IP2, ignores ignores)
+            .member(Member::Binary(b))
+    }
     /// A same-shape binary op: both operands and the output have one shape, which inference
     /// may take from any of them.
-    const fn same(name: &'static str, ignores: &'static [usize]) -> OpDef {
-        def!(name, B, infer_same_shape, binary_kernel, inplace IP2, ignores ignores)
+    const fn same(b: Binary, ignores: &'static [usize]) -> OpDef {
+        def!(b.same_shape_name(), B, infer_same_shape, binary_kernel, inplace IP2, ignores ignores)
             .partial(super::partial_shapes::same_shape)
+            .member(Member::Binary(b))
     }
     static OPS: &[OpDef] = &[
-        def!("broadcast_add", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]).grad(grad::broadcast).on_gpu(gpu::elemwise::binary),
-        def!("broadcast_sub", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]).grad(grad::broadcast).on_gpu(gpu::elemwise::binary),
-        def!("broadcast_mul", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[]).grad(grad::broadcast).on_gpu(gpu::elemwise::binary),
-        def!("broadcast_div", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[]).grad(grad::broadcast).on_gpu(gpu::elemwise::binary),
-        def!("broadcast_maximum", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[]).grad(grad::broadcast_select).on_gpu(gpu::elemwise::binary),
-        def!("broadcast_minimum", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[]).grad(grad::broadcast_select).on_gpu(gpu::elemwise::binary),
-        def!("broadcast_power", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[]).grad(grad::broadcast_select).on_gpu(gpu::elemwise::binary),
-        def!("broadcast_equal", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]).grad(grad::none).on_gpu(gpu::elemwise::binary),
-        def!("broadcast_not_equal", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]).grad(grad::none).on_gpu(gpu::elemwise::binary),
-        def!("broadcast_greater", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]).grad(grad::none).on_gpu(gpu::elemwise::binary),
-        def!("broadcast_greater_equal", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]).grad(grad::none).on_gpu(gpu::elemwise::binary),
-        def!("broadcast_lesser", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]).grad(grad::none).on_gpu(gpu::elemwise::binary),
-        def!("broadcast_lesser_equal", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]).grad(grad::none).on_gpu(gpu::elemwise::binary),
-        def!("broadcast_hypot", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[]).grad(grad::broadcast_select).on_gpu(gpu::elemwise::binary),
-        def!("broadcast_mod", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[]).grad(grad::broadcast_select).on_gpu(gpu::elemwise::binary),
-        def!("broadcast_logical_and", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]).grad(grad::none).on_gpu(gpu::elemwise::binary),
-        def!("broadcast_logical_or", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]).grad(grad::none).on_gpu(gpu::elemwise::binary),
-        def!("broadcast_logical_xor", B, infer_broadcast, binary_kernel, inplace IP2, ignores &[0, 1]).grad(grad::none).on_gpu(gpu::elemwise::binary),
-        same("_maximum", &[]).grad(grad::broadcast_select).on_gpu(gpu::elemwise::binary),
-        same("_minimum", &[]).grad(grad::broadcast_select).on_gpu(gpu::elemwise::binary),
-        same("_power", &[]).grad(grad::broadcast_select).on_gpu(gpu::elemwise::binary),
-        same("_hypot", &[]).grad(grad::broadcast_select).on_gpu(gpu::elemwise::binary),
-        same("_mod", &[]).grad(grad::broadcast_select).on_gpu(gpu::elemwise::binary),
-        same("_equal", &[0, 1]).grad(grad::none).on_gpu(gpu::elemwise::binary),
-        same("_not_equal", &[0, 1]).grad(grad::none).on_gpu(gpu::elemwise::binary),
-        same("_greater", &[0, 1]).grad(grad::none).on_gpu(gpu::elemwise::binary),
-        same("_greater_equal", &[0, 1]).grad(grad::none).on_gpu(gpu::elemwise::binary),
-        same("_lesser", &[0, 1]).grad(grad::none).on_gpu(gpu::elemwise::binary),
-        same("_lesser_equal", &[0, 1]).grad(grad::none).on_gpu(gpu::elemwise::binary),
-        same("_logical_and", &[0, 1]).grad(grad::none).on_gpu(gpu::elemwise::binary),
-        same("_logical_or", &[0, 1]).grad(grad::none).on_gpu(gpu::elemwise::binary),
-        same("_logical_xor", &[0, 1]).grad(grad::none).on_gpu(gpu::elemwise::binary),
-        same("elemwise_add", &[0, 1]).grad(grad::add).on_gpu(gpu::elemwise::binary),
-        same("elemwise_sub", &[0, 1]).grad(grad::elemwise).on_gpu(gpu::elemwise::binary),
-        same("elemwise_mul", &[]).grad(grad::elemwise).on_gpu(gpu::elemwise::binary),
-        same("elemwise_div", &[]).grad(grad::elemwise).on_gpu(gpu::elemwise::binary),
-        def!("_plus_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]).grad(grad::scalar).on_gpu(gpu::elemwise::scalar),
-        def!("_minus_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]).grad(grad::scalar).on_gpu(gpu::elemwise::scalar),
-        def!("_rminus_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]).grad(grad::scalar).on_gpu(gpu::elemwise::scalar),
-        def!("_mul_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]).grad(grad::scalar).on_gpu(gpu::elemwise::scalar),
-        def!("_div_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]).grad(grad::scalar).on_gpu(gpu::elemwise::scalar),
-        def!("_rdiv_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[]).grad(grad::scalar).on_gpu(gpu::elemwise::scalar),
-        def!("_maximum_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[]).grad(grad::masked).on_gpu(gpu::elemwise::scalar),
-        def!("_minimum_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[]).grad(grad::masked).on_gpu(gpu::elemwise::scalar),
-        def!("_power_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[]).grad(grad::masked).on_gpu(gpu::elemwise::scalar),
-        def!("_equal_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]).grad(grad::none).on_gpu(gpu::elemwise::scalar),
-        def!("_greater_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]).grad(grad::none).on_gpu(gpu::elemwise::scalar),
-        def!("_lesser_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]).grad(grad::none).on_gpu(gpu::elemwise::scalar),
-        def!("_not_equal_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]).grad(grad::none).on_gpu(gpu::elemwise::scalar),
-        def!("_greater_equal_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]).grad(grad::none).on_gpu(gpu::elemwise::scalar),
-        def!("_lesser_equal_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]).grad(grad::none).on_gpu(gpu::elemwise::scalar),
-        def!("_rpower_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]).grad(grad::scalar).on_gpu(gpu::elemwise::scalar),
-        def!("_mod_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0]).grad(grad::scalar).on_gpu(gpu::elemwise::scalar),
-        def!("_hypot_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[]).grad(grad::scalar).on_gpu(gpu::elemwise::scalar),
-        def!("smooth_l1", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[]).grad(grad::scalar).on_gpu(gpu::elemwise::scalar),
+        broadcast(Binary::Add, &[0, 1])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        broadcast(Binary::Sub, &[0, 1])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        broadcast(Binary::Mul, &[])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        broadcast(Binary::Div, &[])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        broadcast(Binary::Maximum, &[])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        broadcast(Binary::Minimum, &[])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        broadcast(Binary::Power, &[])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        broadcast(Binary::Equal, &[0, 1])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        broadcast(Binary::NotEqual, &[0, 1])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        broadcast(Binary::Greater, &[0, 1])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        broadcast(Binary::GreaterEqual, &[0, 1])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        broadcast(Binary::Lesser, &[0, 1])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        broadcast(Binary::LesserEqual, &[0, 1])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        broadcast(Binary::Hypot, &[])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        broadcast(Binary::Mod, &[])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        broadcast(Binary::LogicalAnd, &[0, 1])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        broadcast(Binary::LogicalOr, &[0, 1])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        broadcast(Binary::LogicalXor, &[0, 1])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        same(Binary::Maximum, &[])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        same(Binary::Minimum, &[])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        same(Binary::Power, &[])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        same(Binary::Hypot, &[])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        same(Binary::Mod, &[])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        same(Binary::Equal, &[0, 1])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        same(Binary::NotEqual, &[0, 1])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        same(Binary::Greater, &[0, 1])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        same(Binary::GreaterEqual, &[0, 1])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        same(Binary::Lesser, &[0, 1])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        same(Binary::LesserEqual, &[0, 1])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        same(Binary::LogicalAnd, &[0, 1])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        same(Binary::LogicalOr, &[0, 1])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        same(Binary::LogicalXor, &[0, 1])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        same(Binary::Add, &[0, 1])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        same(Binary::Sub, &[0, 1])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        same(Binary::Mul, &[])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        same(Binary::Div, &[])
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary),
+        def!("_plus_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0])
+            .grad(grad::scalar)
+            .on_gpu(gpu::elemwise::scalar),
+        def!("_minus_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0])
+            .grad(grad::scalar)
+            .on_gpu(gpu::elemwise::scalar),
+        def!("_rminus_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0])
+            .grad(grad::scalar)
+            .on_gpu(gpu::elemwise::scalar),
+        def!("_mul_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0])
+            .grad(grad::scalar)
+            .on_gpu(gpu::elemwise::scalar),
+        def!("_div_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0])
+            .grad(grad::scalar)
+            .on_gpu(gpu::elemwise::scalar),
+        def!("_rdiv_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[])
+            .grad(grad::scalar)
+            .on_gpu(gpu::elemwise::scalar),
+        def!("_maximum_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[])
+            .grad(grad::masked)
+            .on_gpu(gpu::elemwise::scalar),
+        def!("_minimum_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[])
+            .grad(grad::masked)
+            .on_gpu(gpu::elemwise::scalar),
+        def!("_power_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[])
+            .grad(grad::masked)
+            .on_gpu(gpu::elemwise::scalar),
+        def!("_equal_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0])
+            .grad(grad::none)
+            .on_gpu(gpu::elemwise::scalar),
+        def!("_greater_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0])
+            .grad(grad::none)
+            .on_gpu(gpu::elemwise::scalar),
+        def!("_lesser_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0])
+            .grad(grad::none)
+            .on_gpu(gpu::elemwise::scalar),
+        def!("_not_equal_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0])
+            .grad(grad::none)
+            .on_gpu(gpu::elemwise::scalar),
+        def!("_greater_equal_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0])
+            .grad(grad::none)
+            .on_gpu(gpu::elemwise::scalar),
+        def!("_lesser_equal_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0])
+            .grad(grad::none)
+            .on_gpu(gpu::elemwise::scalar),
+        def!("_rpower_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0])
+            .grad(grad::scalar)
+            .on_gpu(gpu::elemwise::scalar),
+        def!("_mod_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0])
+            .grad(grad::scalar)
+            .on_gpu(gpu::elemwise::scalar),
+        def!("_hypot_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[])
+            .grad(grad::scalar)
+            .on_gpu(gpu::elemwise::scalar),
+        def!("smooth_l1", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[])
+            .grad(grad::scalar)
+            .on_gpu(gpu::elemwise::scalar),
         OpDef {
             aliases: &["identity"],
             gradient: Some(grad::identity),
             ..def!("_copy", U, infer_unary, unary_kernel, inplace IP1, ignores &[0])
-        }.on_gpu(gpu::ops::copy),
+        }
+        .on_gpu(gpu::ops::copy),
         // The copy the placement pass puts on an edge between devices; the executor runs it as an
         // engine copy op on the destination's copy workers (its kernel serves same-device calls).
         OpDef {
             backward_ignores: &[0],
             ..OpDef::new("_CrossDeviceCopy", U, infer_unary, super::copy_kernel)
-        }.grad(grad::identity).on_gpu(gpu::ops::copy),
-        def!("negative", U, infer_unary, unary_kernel, inplace IP1, ignores &[0]).grad(grad::unary).on_gpu(gpu::elemwise::unary),
-        def!("abs", U, infer_unary, unary_kernel, inplace IP1, ignores &[]).grad(grad::masked).on_gpu(gpu::elemwise::unary),
-        def!("square", U, infer_unary, unary_kernel, inplace IP1, ignores &[]).grad(grad::unary).on_gpu(gpu::elemwise::unary),
-        def!("relu", U, infer_unary, unary_kernel, inplace IP1, ignores &[]).grad(grad::unary).on_gpu(gpu::elemwise::activation),
-        def!("exp", U, infer_unary, unary_kernel, inplace IP1, ignores &[0]).grad(grad::unary).on_gpu(gpu::elemwise::unary),
-        def!("log", U, infer_unary, unary_kernel, inplace IP1, ignores &[]).grad(grad::unary).on_gpu(gpu::elemwise::unary),
-        def!("sqrt", U, infer_unary, unary_kernel, inplace IP1, ignores &[0]).grad(grad::unary).on_gpu(gpu::elemwise::unary),
-        def!("tanh", U, infer_unary, unary_kernel, inplace IP1, ignores &[0]).grad(grad::unary).on_gpu(gpu::elemwise::activation),
-        def!("sigmoid", U, infer_unary, unary_kernel, inplace IP1, ignores &[0]).grad(grad::unary).on_gpu(gpu::elemwise::activation),
-        def!("softrelu", U, infer_unary, unary_kernel, inplace IP1, ignores &[]).grad(grad::unary).on_gpu(gpu::elemwise::activation),
+        }
+        .grad(grad::identity)
+        .on_gpu(gpu::ops::copy),
+        def!("negative", U, infer_unary, unary_kernel, inplace IP1, ignores &[0])
+            .grad(grad::unary)
+            .on_gpu(gpu::elemwise::unary),
+        def!("abs", U, infer_unary, unary_kernel, inplace IP1, ignores &[])
+            .grad(grad::masked)
+            .on_gpu(gpu::elemwise::unary),
+        def!("square", U, infer_unary, unary_kernel, inplace IP1, ignores &[])
+            .grad(grad::unary)
+            .on_gpu(gpu::elemwise::unary),
+        def!("relu", U, infer_unary, unary_kernel, inplace IP1, ignores &[])
+            .grad(grad::unary)
+            .on_gpu(gpu::elemwise::activation),
+        def!("exp", U, infer_unary, unary_kernel, inplace IP1, ignores &[0])
+            .grad(grad::unary)
+            .on_gpu(gpu::elemwise::unary),
+        def!("log", U, infer_unary, unary_kernel, inplace IP1, ignores &[])
+            .grad(grad::unary)
+            .on_gpu(gpu::elemwise::unary),
+        def!("sqrt", U, infer_unary, unary_kernel, inplace IP1, ignores &[0])
+            .grad(grad::unary)
+            .on_gpu(gpu::elemwise::unary),
+        def!("tanh", U, infer_unary, unary_kernel, inplace IP1, ignores &[0])
+            .grad(grad::unary)
+            .on_gpu(gpu::elemwise::activation),
+        def!("sigmoid", U, infer_unary, unary_kernel, inplace IP1, ignores &[0])
+            .grad(grad::unary)
+            .on_gpu(gpu::elemwise::activation),
+        def!("softrelu", U, infer_unary, unary_kernel, inplace IP1, ignores &[])
+            .grad(grad::unary)
+            .on_gpu(gpu::elemwise::activation),
     ];
     OPS
 }

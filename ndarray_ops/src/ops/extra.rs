@@ -165,12 +165,13 @@ fn infer_leaky(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer 
 }
 
 fn leaky_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let kind = LeakyAct::of(op, attrs).map_err(|e| e.to_string())?;
     crate::with_dtype!(outs[0].dtype, T => {
         let (x, y) = (ins[0].ptr::<T>(), outs[0].ptr::<T>());
@@ -203,12 +204,13 @@ fn infer_leaky_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) 
 }
 
 fn leaky_backward_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let kind = LeakyAct::of(op, attrs).map_err(|e| e.to_string())?;
     crate::with_dtype!(outs[0].dtype, T => {
         let (g, x, dx) = (ins[0].ptr::<T>(), ins[1].ptr::<T>(), outs[0].ptr::<T>());
@@ -260,12 +262,13 @@ fn infer_stack(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer 
 }
 
 fn stack_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let o = &outs[0];
     let axis = stack_axis(op, attrs, o.shape.len()).map_err(|e| e.to_string())?;
     let es = o.dtype.size();
@@ -307,12 +310,13 @@ fn infer_fill(op: &str, attrs: &Attrs, _s: &[Vec<usize>], _d: &[DType]) -> Infer
 
 /// `_zeros`, `_ones`, and `zeros_like`/`ones_like` (whose input only gives the shape).
 pub(super) fn fill_kernel(
-    op: &str,
+    def: &OpDef,
     _: &Attrs,
     _ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let v = if matches!(op, "_ones" | "ones_like") {
         1.0
     } else {
@@ -373,12 +377,13 @@ fn infer_arange(op: &str, attrs: &Attrs, _s: &[Vec<usize>], _d: &[DType]) -> Inf
 }
 
 fn arange_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     _ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let (start, step, _, repeat) = arange_params(op, attrs).map_err(|e| e.to_string())?;
     crate::with_dtype!(outs[0].dtype, T => {
         // SAFETY: exclusive access to the output.
@@ -417,7 +422,7 @@ fn infer_where(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
 /// a mask, so the selecting loop is the same for every condition dtype; chunks split across
 /// threads.
 fn where_kernel(
-    _: &str,
+    _: &OpDef,
     _: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
@@ -640,15 +645,16 @@ fn infer_upsampling(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> I
 }
 
 fn upsampling_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     match bilinear_upsampling(op, attrs).map_err(|e| e.to_string())? {
-        Some(deconv) => deconv_kernel(op, &deconv, ins, outs, res),
-        None => super::gather::gather_kernel(op, attrs, ins, outs, res),
+        Some(deconv) => deconv_kernel(def, &deconv, ins, outs, res),
+        None => super::gather::gather_kernel(def, attrs, ins, outs, res),
     }
 }
 
@@ -685,12 +691,13 @@ fn infer_deconv(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer
 }
 
 fn deconv_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let (x, w, o) = (&ins[0], &ins[1], &outs[0]);
     let (n, cin, h, wd) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
     let (c, _) = deconv_geometry(op, attrs, (h, wd)).map_err(|e| e.to_string())?;
@@ -734,12 +741,13 @@ fn deconv_kernel(
 /// forward op scatters `W_g^T X_g` with col2im, so the backward op gathers the output gradient
 /// with im2col (`dcol`) and then `dX_g = W_g dcol` and `dW_g += X_g dcol^T`.
 fn deconv_backward_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let (dy, x, w) = (&ins[0], &ins[1], &ins[2]);
     let (n, cin, h, wd) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
     let (c, _) = deconv_geometry(op, attrs, (h, wd)).map_err(|e| e.to_string())?;

@@ -90,12 +90,13 @@ pub(crate) fn applies_relu(attrs: &Attrs) -> bool {
 }
 
 fn bn_relu_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     bn_forward(op, attrs, ins, outs, true)
 }
 
@@ -120,12 +121,13 @@ fn infer_bn_relu_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]
 }
 
 fn bn_relu_backward_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     bn_backward(op, attrs, &ins[0], Some(&ins[1]), &ins[2..], outs)
 }
 
@@ -140,12 +142,13 @@ fn infer_conv_bn(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infe
 }
 
 fn conv_bn_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let k = conv_inputs(op);
     let map = bn_inference_map(op, attrs, &outs[0].shape, &ins[k..k + 4], outs)?;
     let norm = map.as_deref().map(|m| (m, applies_relu(attrs)));
@@ -250,12 +253,13 @@ fn infer_elemwise(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Inf
 /// own per thread), and the last step's tile is copied to the output (so an output sharing an
 /// input's memory is safe: a tile is read before it is written).
 fn elemwise_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let prog = program(op, attrs, ins.len()).map_err(|e| e.to_string())?;
     let out = &outs[0];
     let (n, dtype) = (out.len(), out.dtype);
@@ -296,8 +300,7 @@ fn elemwise_kernel(
                         Arg::Step(i) => view(step_at(i)),
                     })
                     .collect();
-                if let Err(e) =
-                    (def.kernel)(def.name, step_attrs, &views, &[view(step_at(j))], &mut res)
+                if let Err(e) = (def.kernel)(def, step_attrs, &views, &[view(step_at(j))], &mut res)
                 {
                     let mut f = failure.lock().unwrap_or_else(|p| p.into_inner());
                     f.get_or_insert(format!("{op}: step {j} ({}): {e}", def.name));

@@ -144,12 +144,13 @@ pub(crate) fn starts_of(
 }
 
 fn gather_nd_kernel(
-    op: &str,
+    def: &OpDef,
     _: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let (x, y) = (&ins[0], &outs[0]);
     let starts = block_starts(op, &ins[1], &x.shape)?;
     let block = x.shape[ins[1].shape[0]..].iter().product::<usize>();
@@ -165,12 +166,13 @@ fn gather_nd_kernel(
 
 /// scatter_nd assigns, `_backward_gather_nd` adds.
 fn scatter_nd_kernel(
-    op: &str,
+    def: &OpDef,
     _: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let (g, y) = (&ins[0], &outs[0]);
     let starts = block_starts(op, &ins[1], &y.shape)?;
     let block = y.shape[ins[1].shape[0]..].iter().product::<usize>();
@@ -213,7 +215,7 @@ fn infer_batch_take(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer
 }
 
 fn batch_take_kernel(
-    _: &str,
+    _: &OpDef,
     _: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],

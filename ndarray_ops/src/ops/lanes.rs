@@ -104,12 +104,13 @@ pub(super) fn pick_sources(
 }
 
 pub(super) fn pick_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let sources = pick_sources(op, attrs, &ins[1], &ins[0].shape)?;
     read_from(&ins[0], &outs[0], &sources);
     Ok(())
@@ -123,12 +124,13 @@ pub(super) fn infer_pick_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: 
 }
 
 pub(super) fn pick_backward_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let sources = pick_sources(op, attrs, &ins[1], &outs[0].shape)?;
     scatter(&ins[0], &outs[0], &sources);
     Ok(())
@@ -254,12 +256,13 @@ pub(super) fn lengths_of(t: Option<&TensorRef>, x: &[usize], axis: usize) -> Vec
 }
 
 pub(super) fn sequence_mask_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let (_, axis, value) = mask_params(op, attrs).map_err(|e| e.to_string())?;
     // Its backward (`_backward_SequenceMask(ograd[, sequence_length])`) masks the gradient
     // with zeros.
@@ -382,12 +385,13 @@ pub(super) fn sequence_sources(op: &str, st: Steps, lengths: &[usize]) -> Vec<us
 }
 
 pub(super) fn sequence_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let (_, axis, _) = mask_params(op, attrs).map_err(|e| e.to_string())?;
     let x = &ins[0];
     let lengths = lengths_of(ins.get(1), &x.shape, axis);
@@ -416,12 +420,13 @@ pub(super) fn infer_sequence_last_backward(
 }
 
 pub(super) fn sequence_last_backward_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let (_, axis, _) = mask_params(op, attrs).map_err(|e| e.to_string())?;
     let shape = &outs[0].shape;
     let lengths = lengths_of(ins.get(2), shape, axis);
@@ -499,12 +504,13 @@ pub(super) fn depth_space_pairs(
 }
 
 pub(super) fn depth_space_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let b = block_size(op, attrs).map_err(|e| e.to_string())?;
     // Element `o` of the spread-out (space) array pairs with element `src` of the deep one.
     let (deep, to_space) = if op == "depth_to_space" {

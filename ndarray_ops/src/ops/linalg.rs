@@ -173,12 +173,13 @@ pub(crate) fn product(op: &str, attrs: &Attrs, a: &[usize], b: &[usize]) -> Resu
 }
 
 fn kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> std::result::Result<(), String> {
+    let op = def.name;
     let (a, b, c) = (&ins[0], &ins[1], &outs[0]);
     let p = product(op, attrs, &a.shape, &b.shape).map_err(|e| e.to_string())?;
     let (m, k, n) = p.dims;

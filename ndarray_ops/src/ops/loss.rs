@@ -81,12 +81,13 @@ fn infer_regression(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> I
 }
 
 fn regression_kernel(
-    op: &str,
+    def: &OpDef,
     _: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     if op == "LogisticRegressionOutput" {
         return crate::with_dtype!(outs[0].dtype, T => {
             super::elemwise::unary_dispatch::<T>("sigmoid", &ins[0], &outs[0])
@@ -106,12 +107,13 @@ fn infer_regression_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DTy
 }
 
 fn regression_backward_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let scale = grad_scale(op, attrs).map_err(|e| e.to_string())?;
     let label = &ins[1];
     let per_sample = label.len() / label.shape.first().copied().unwrap_or(1).max(1);
@@ -159,12 +161,13 @@ fn infer_make_loss(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> In
 
 /// `_backward_MakeLoss(out) -> d data`.
 fn make_loss_backward_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let v = make_loss_scale(op, attrs, &ins[0]).map_err(|e| e.to_string())?;
     crate::with_dtype!(outs[0].dtype, T => {
         // SAFETY: exclusive access to the output, which is not the input (not alias-safe).
@@ -218,12 +221,13 @@ fn scored_rows<T: Element>(
 }
 
 fn cross_entropy_kernel(
-    op: &str,
+    def: &OpDef,
     _: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let k = ins[0].shape[1];
     crate::with_dtype!(outs[0].dtype, T => {
         // SAFETY: read access to the inputs, exclusive access to the output.
@@ -242,12 +246,13 @@ fn infer_cross_entropy_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[
 }
 
 fn cross_entropy_backward_kernel(
-    op: &str,
+    def: &OpDef,
     _: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let k = ins[1].shape[1];
     crate::with_dtype!(outs[0].dtype, T => {
         // SAFETY: read access to the inputs, exclusive access to the output (not alias-safe).

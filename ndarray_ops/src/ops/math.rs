@@ -239,12 +239,13 @@ fn backward_fn(op: &str, attrs: &Attrs) -> Result<fn(f64) -> f64> {
 }
 
 fn math_kernel(
-    op: &str,
+    def: &OpDef,
     _: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     match crate::with_dtype!(outs[0].dtype, T => forward::<T>(op, &ins[0], &outs[0])) {
         true => Ok(()),
         false => Err(format!("{op} is not a unary math function")),
@@ -252,12 +253,13 @@ fn math_kernel(
 }
 
 fn backward_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let d = backward_fn(op, attrs).map_err(|e| e.to_string())?;
     crate::with_dtype!(outs[0].dtype, T => {
         let (sg, sv, so) = (
@@ -289,7 +291,7 @@ fn infer_cast(op: &str, attrs: &Attrs, s: &[Vec<usize>], _: &[DType]) -> Infer {
 }
 
 fn cast_kernel(
-    _: &str,
+    _: &OpDef,
     _: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
@@ -332,12 +334,13 @@ fn infer_hard_sigmoid(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) ->
 }
 
 fn hard_sigmoid_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let (alpha, beta) = hard_sigmoid_params(op, attrs).map_err(|e| e.to_string())?;
     crate::with_dtype!(outs[0].dtype, T => {
         super::elemwise::unary_map::<T>(&ins[0], &outs[0], |x| {

@@ -51,7 +51,7 @@ mod vision;
 mod winograd;
 
 pub(crate) use backward::softmax_output_scale;
-pub(crate) use elemwise::{broadcast_twin, scalar_of};
+pub(crate) use elemwise::scalar_of;
 pub(crate) use extra::bilinear_upsampling;
 pub(crate) use nn::softmax_axis;
 pub(crate) use reduce::norm_ord;
@@ -93,12 +93,14 @@ use stochastic::BatchNormParams;
 
 mod attrs;
 mod cheap;
+pub(crate) mod family;
 pub(crate) mod grad;
 pub mod graph;
 mod tensor;
 
 pub use attrs::*;
 pub use cheap::*;
+pub(crate) use family::{Binary, Member};
 pub(crate) use graph::GradFn;
 pub use graph::{GradReq, Node, NodeEntry};
 pub(crate) use tensor::*;
@@ -144,7 +146,8 @@ pub struct Partial {
     pub outputs: Vec<Option<Vec<usize>>>,
 }
 /// A CPU kernel: inputs and outputs (already allocated, inferred shapes).
-pub(crate) type KernelFn = fn(&str, &Attrs, &[TensorRef], &[TensorRef], &mut KernelRes) -> KResult;
+pub(crate) type KernelFn =
+    fn(&OpDef, &Attrs, &[TensorRef], &[TensorRef], &mut KernelRes) -> KResult;
 
 /// One registered op.
 pub struct OpDef {
@@ -185,6 +188,8 @@ pub struct OpDef {
     /// The GPU kernel (its launches on a stream; the `cuda` feature runs them on a device, the
     /// tests on a host emulator). `None`: the op runs on CPU arrays only.
     pub(crate) gpu: Option<GpuKernel>,
+    /// The op's member of a typed family ([`family`]); its kernels and rule match on it.
+    pub(crate) member: Member,
 }
 
 /// How an op takes part in a forward node's kept state ([`crate::resources::OpState`]).
@@ -227,6 +232,7 @@ impl OpDef {
             state: StateUse::No,
             gradient: None,
             gpu: None,
+            member: Member::None,
         }
     }
 
@@ -258,6 +264,11 @@ impl OpDef {
             gpu: Some(GpuKernel::Stateful(kernel)),
             ..self
         }
+    }
+
+    /// This op as a member of a typed family ([`OpDef::member`]).
+    pub(crate) const fn member(self, member: Member) -> OpDef {
+        OpDef { member, ..self }
     }
 
     /// This op with a rule for partial shapes ([`OpDef::infer_partial`]).
@@ -499,7 +510,7 @@ pub fn op_names() -> Vec<&'static str> {
 /// The kernel of identity ops (reshape family, Flatten, reshape_like): a copy, or nothing when
 /// the output already is the input.
 pub(crate) fn copy_kernel(
-    _: &str,
+    _: &OpDef,
     _: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],

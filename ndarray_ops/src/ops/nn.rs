@@ -95,12 +95,13 @@ fn infer_clip(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
 }
 
 fn map_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let (x, y) = (&ins[0], &outs[0]);
     match op {
         "Activation" => {
@@ -206,12 +207,13 @@ fn infer_softmax(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infe
 }
 
 fn softmax_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let (a, o) = (&ins[0], &outs[0]);
     let ((axis, temp), log) = match op {
         // MXNet's SoftmaxOutput normalizes over axis 1 (the class axis) by default.
@@ -340,12 +342,13 @@ fn infer_fc(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
 }
 
 fn fc_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let (x, w, y) = (&ins[0], &ins[1], &outs[0]);
     let (m, hidden, k) = super::fc_dims(x, w);
     crate::with_dtype!(y.dtype, T => {
@@ -398,12 +401,13 @@ fn infer_one_hot(op: &str, attrs: &Attrs, s: &[Vec<usize>], _d: &[DType]) -> Inf
 }
 
 fn one_hot_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let (depth, on, off) = one_hot_params(op, attrs).map_err(e2s)?;
     // SAFETY: read access to the indices.
     let idx = unsafe { ins[0].to_f64s() };
@@ -444,12 +448,13 @@ fn infer_transpose(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> In
 }
 
 fn transpose_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let axes = transpose_axes(op, attrs, ins[0].shape.len()).map_err(e2s)?;
     crate::with_dtype!(outs[0].dtype, T => {
         // SAFETY: read access to the input; exclusive access to the disjoint output.
@@ -542,7 +547,7 @@ fn infer_assign(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
 }
 
 fn assign_kernel(
-    _: &str,
+    _: &OpDef,
     _: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
@@ -553,12 +558,13 @@ fn assign_kernel(
 }
 
 fn update_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let p = UpdateParams::get(op, attrs).map_err(e2s)?;
     let (lr, wd, rescale, clip) = (
         f64::from(p.lr),

@@ -322,12 +322,13 @@ pub(super) fn infer_params(
 }
 
 fn norm_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let e = |e: NdError| e.to_string();
     let x = &ins[0];
     let (groups, scale, _, _) = layout(op, attrs, &x.shape).map_err(e)?;
@@ -405,12 +406,13 @@ fn infer_norm_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -
 }
 
 fn norm_backward_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let e = |e: NdError| e.to_string();
     let (groups, scale, scales, _) = layout(op, attrs, &ins[1].shape).map_err(e)?;
     let l2 = op == "_backward_L2Normalization";
@@ -629,12 +631,13 @@ fn infer_softmax_activation(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DTyp
 }
 
 fn softmax_activation_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let (groups, ..) = layout(op, attrs, &ins[0].shape).map_err(|e| e.to_string())?;
     // A softmax over each group: the groups are lanes along axis 1 of (outer, len, inner).
     super::nn::softmax(&ins[0], &outs[0], (&groups.shape(), 1, 1.0, false));
@@ -643,12 +646,13 @@ fn softmax_activation_kernel(
 
 /// `_backward_SoftmaxActivation(ograd, out) -> y * (g - sum(g y))` per group.
 fn softmax_activation_backward_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let (groups, ..) = layout(op, attrs, &ins[1].shape).map_err(|e| e.to_string())?;
     let lanes = (&groups.shape()[..], 1, 1.0, false);
     super::backward::softmax_grad(&ins[0], &ins[1], &outs[0], lanes);

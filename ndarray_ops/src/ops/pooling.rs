@@ -559,12 +559,13 @@ fn infer_pool(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
 }
 
 fn pool_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let (x, o) = (&ins[0], &outs[0]);
     let p = pool_params(op, attrs, &x.shape).map_err(|e| e.to_string())?;
     let pl = &Plane::new(&p, &x.shape, &o.shape);
@@ -616,12 +617,13 @@ fn infer_pool_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -
 }
 
 fn pool_backward_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let (dy, x) = (&ins[0], &ins[1]);
     let p = pool_params(op, attrs, &x.shape).map_err(|e| e.to_string())?;
     let pl = &Plane::new(&p, &x.shape, &dy.shape);

@@ -323,12 +323,13 @@ pub(crate) fn fold_run<S: Copy, A: Copy>(
 }
 
 fn kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> std::result::Result<(), String> {
+    let op = def.name;
     let (a, out) = (&ins[0], &outs[0]);
     crate::with_dtype!(a.dtype, T => {
         // SAFETY: the engine gives this op read access to the input; `run_kernel` copied it if it

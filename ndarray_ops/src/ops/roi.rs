@@ -131,12 +131,13 @@ fn rois_f64(t: &TensorRef) -> Vec<f64> {
 }
 
 fn roi_pooling_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let (pooled, scale) = roi_params(op, attrs).map_err(|e| e.to_string())?;
     let (x, y, arg) = (&ins[0], &outs[0], &outs[1]);
     let [n, c, h, w] = [x.shape[0], x.shape[1], x.shape[2], x.shape[3]];
@@ -184,12 +185,13 @@ fn roi_pooling_kernel(
 /// `_backward_ROIPooling(ograd, rois, argmax, data)`: each output gradient into the element its
 /// maximum came from.
 fn roi_pooling_backward_kernel(
-    op: &str,
+    def: &OpDef,
     _: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let (g, arg, dx) = (&ins[0], &ins[2], &outs[0]);
     let [c, hw] = [dx.shape[1], dx.shape[2] * dx.shape[3]];
     let rois = rois_f64(&ins[1]);
@@ -462,12 +464,13 @@ pub(crate) fn align_plan(
 }
 
 fn roi_align_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let p = align_params(op, attrs).map_err(|e| e.to_string())?;
     let (x, y) = (&ins[0], &outs[0]);
     let regions = align_regions(op, &p, &rois_f64(&ins[1]), y.shape[0], &x.shape)?;
@@ -496,12 +499,13 @@ fn roi_align_kernel(
 /// `_backward_ROIAlign(ograd, rois, data)`: each output gradient back onto the pixels its
 /// samples read.
 fn roi_align_backward_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let p = align_params(op, attrs).map_err(|e| e.to_string())?;
     let (g, dx) = (&ins[0], &outs[0]);
     let regions = align_regions(op, &p, &rois_f64(&ins[1]), g.shape[0], &dx.shape)?;

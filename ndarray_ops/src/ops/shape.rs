@@ -165,12 +165,13 @@ fn infer_concat(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer
 }
 
 fn concat_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let o = &outs[0];
     let axis = concat_axis(op, attrs, o.shape.len()).map_err(|e| e.to_string())?;
     let es = o.dtype.size();
@@ -232,12 +233,13 @@ fn infer_split(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer 
 }
 
 fn split_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let x = &ins[0];
     let (n, axis, _) = split_params(op, attrs, &x.shape).map_err(|e| e.to_string())?;
     let es = x.dtype.size();
@@ -421,12 +423,13 @@ fn infer_slice(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer 
 }
 
 fn slice_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let (x, o) = (&ins[0], &outs[0]);
     let r = slice_ranges(op, attrs, &x.shape).map_err(|e| e.to_string())?;
     let es = x.dtype.size();
@@ -528,12 +531,13 @@ fn infer_take(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
 }
 
 fn take_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let (table, idx) = if op == "Embedding" {
         (&ins[1], &ins[0])
     } else {

@@ -23,7 +23,7 @@ fn infer_slice_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) 
 }
 
 fn slice_backward_kernel(
-    _: &str,
+    _: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
@@ -54,12 +54,13 @@ fn infer_concat_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType])
 }
 
 fn concat_backward_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let g = &ins[0];
     let axis = super::shape::concat_axis(op, attrs, g.shape.len()).map_err(|e| e.to_string())?;
     let es = g.dtype.size();
@@ -119,7 +120,7 @@ fn infer_take_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -
 }
 
 fn take_backward_kernel(
-    _: &str,
+    _: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],

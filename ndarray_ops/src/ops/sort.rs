@@ -196,12 +196,13 @@ pub(crate) fn plan(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Plan> {
 }
 
 fn sort_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let x = &ins[0];
     let p = params(op, attrs, &x.shape).map_err(|e| e.to_string())?;
     // SAFETY: read access to the data.
@@ -252,12 +253,13 @@ fn infer_sort_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -
 }
 
 fn sort_backward_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let shape = &outs[0].shape;
     let p = params(op, attrs, shape).map_err(|e| e.to_string())?;
     let (_, lane, inner) = lanes(&p, shape);

@@ -128,12 +128,13 @@ pub(super) fn infer_bn(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -
 }
 
 fn bn_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     bn_forward(op, attrs, ins, outs, false)
 }
 
@@ -389,12 +390,13 @@ pub(crate) fn dropout_mask<T: Element>(rng: &mut rand::rngs::StdRng, p: f64, mas
 }
 
 fn dropout_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let e = |e: crate::NdError| e.to_string();
     let p = dropout_p(op, attrs).map_err(e)?;
     let active = dropout_active(op, attrs).map_err(e)?;
@@ -480,12 +482,13 @@ pub(crate) fn random_params(op: &str, attrs: &Attrs) -> Result<(f64, f64)> {
 }
 
 fn random_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     _ins: &[TensorRef],
     outs: &[TensorRef],
     res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let (a, b) = random_params(op, attrs).map_err(|e| e.to_string())?;
     let rng = res.rng()?;
     crate::with_dtype!(outs[0].dtype, T => {

@@ -161,23 +161,25 @@ fn adaptive_pass(op: &str, attrs: &Attrs, x: &TensorRef, y: &TensorRef, backward
 }
 
 fn adaptive_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     adaptive_pass(op, attrs, &ins[0], &outs[0], false)
 }
 
 /// `_backward_AdaptiveAvgPooling2D(ograd, data)`.
 fn adaptive_backward_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     adaptive_pass(op, attrs, &outs[0], &ins[0], true)
 }
 
@@ -368,23 +370,25 @@ fn resize_pass(op: &str, attrs: &Attrs, x: &TensorRef, y: &TensorRef, backward: 
 }
 
 fn resize_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     resize_pass(op, attrs, &ins[0], &outs[0], false)
 }
 
 /// `_backward_BilinearResize2D(ograd, data[, like])`: the data's gradient, and zeros for `like`.
 fn resize_backward_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     resize_pass(op, attrs, &outs[0], &ins[0], true)?;
     zero_like_gradient(outs.get(1));
     Ok(())
@@ -577,12 +581,13 @@ pub(crate) fn plane_taps(
 }
 
 fn crop_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     crop_pass(
         op,
         attrs,
@@ -596,12 +601,13 @@ fn crop_kernel(
 /// `_backward_Crop(ograd, data[, crop_like])`: the gradient inside the window, and zeros for
 /// `crop_like`.
 fn crop_backward_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     crop_pass(
         op,
         attrs,

@@ -371,12 +371,13 @@ pub(super) fn infer_gather(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType
 }
 
 pub(super) fn gather_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let e = |e: NdError| e.to_string();
     let rules = rules(op, attrs, &ins[0].shape, &outs[0].shape).map_err(e)?;
     let fill = fill_value(op, attrs).map_err(e)?;
@@ -430,12 +431,13 @@ fn forward_op<'a>(op: &str, attrs: &'a Attrs) -> Result<&'a str> {
 }
 
 fn backward_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let e = |e: NdError| e.to_string();
     let fwd = forward_op(op, attrs).map_err(e)?;
     check_backward(fwd, attrs, &outs[0].shape, &ins[0].shape).map_err(e)?;

@@ -208,6 +208,9 @@ pub(crate) fn source() -> &'static str {
     static SOURCE: OnceLock<String> = OnceLock::new();
     SOURCE.get_or_init(|| {
         let mut s = String::from(include_str!("kernels/common.cuh"));
+        s += "\n// The binary family's codes, written from ops/family.rs.\n";
+        s += &crate::ops::Binary::c_defines();
+        s += &format!("#define SMOOTH_L1 {}\n", super::elemwise::SMOOTH_L1);
         s += "\n// The kernels' arguments, written from gpu/args.rs and the op families' tables.\n";
         for decl in decls() {
             s += &decl.c();

@@ -8,6 +8,7 @@ use super::{ConvCall, ConvPass, ConvShape, Gemm, Stream};
 use crate::ops::conv::{conv_params, ConvDims};
 use crate::ops::pooling::{pool_params, PoolType};
 use crate::ops::KResult;
+use crate::ops::OpDef;
 use crate::ops::{Attrs, TensorRef};
 
 kernel_args! {
@@ -218,18 +219,19 @@ pub(super) fn im2col(
 }
 
 pub(crate) fn convolution(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let c = conv_params(op, attrs).map_err(e2s)?;
     let (x, wt, o) = (&ins[0], &ins[1], &outs[0]);
     let dims = c.dims(&x.shape, &o.shape);
     let pointers = [x.ptr(), wt.ptr(), o.ptr()];
     if !by_library(op, attrs, &c, &dims, ConvPass::Forward, pointers, s)? {
-        conv_forward_columns(op, attrs, &c, &dims, [x, wt, o], s)?;
+        conv_forward_columns(def, attrs, &c, &dims, [x, wt, o], s)?;
     }
     if c.bias {
         add_bias(s, o, &ins[2], (c.filters, dims.ho * dims.wo))?;
@@ -239,13 +241,14 @@ pub(crate) fn convolution(
 
 /// The forward pass by im2col and batched GEMMs.
 pub(super) fn conv_forward_columns(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     c: &crate::ops::conv::Conv,
     dims: &ConvDims,
     [x, wt, o]: [&TensorRef; 3],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let ConvDims {
         n,
         ch,
@@ -308,12 +311,13 @@ pub(super) fn conv_forward_columns(
 }
 
 pub(crate) fn convolution_backward(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let c = conv_params(op, attrs).map_err(e2s)?;
     let (dy, x, wt) = (&ins[0], &ins[1], &ins[2]);
     let dims = c.dims(&x.shape, &dy.shape);
@@ -323,7 +327,7 @@ pub(crate) fn convolution_backward(
     if !(by_library(op, attrs, &c, &dims, ConvPass::Data, data, s)?
         && by_library(op, attrs, &c, &dims, ConvPass::Filter, filter, s)?)
     {
-        conv_backward_columns(op, attrs, &c, &dims, [dy, x, wt], [Some(dx), Some(dw)], s)?;
+        conv_backward_columns(def, attrs, &c, &dims, [dy, x, wt], [Some(dx), Some(dw)], s)?;
     }
     if c.bias {
         let layout = (dims.n, c.filters, dims.ho * dims.wo);
@@ -336,12 +340,13 @@ pub(crate) fn convolution_backward(
 /// Deconvolution's output shape, filters as many as its input channels), so its forward pass is
 /// that convolution's data-gradient pass with the input as the output gradient.
 pub(crate) fn deconvolution(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let (x, wt, y) = (&ins[0], &ins[1], &outs[0]);
     let c =
         crate::ops::deconv_as_conv(op, attrs, (x.shape[2], x.shape[3]), x.shape[1]).map_err(e2s)?;
@@ -349,7 +354,7 @@ pub(crate) fn deconvolution(
     let pointers = [y.ptr(), wt.ptr(), x.ptr()];
     if !by_library(op, attrs, &c, &dims, ConvPass::Data, pointers, s)? {
         // The convolution's data (`y`) is read only for a filter gradient, not asked here.
-        conv_backward_columns(op, attrs, &c, &dims, [x, y, wt], [Some(y), None], s)?;
+        conv_backward_columns(def, attrs, &c, &dims, [x, y, wt], [Some(y), None], s)?;
     }
     if crate::ops::has_bias(op, attrs).map_err(e2s)? {
         add_bias(s, y, &ins[2], (y.shape[1], y.shape[2] * y.shape[3]))?;
@@ -361,12 +366,13 @@ pub(crate) fn deconvolution(
 /// convolution's forward pass over the output gradient, the weight's its filter gradient with
 /// the output gradient as data and the data as output gradient.
 pub(crate) fn deconvolution_backward(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let (dy, x, wt) = (&ins[0], &ins[1], &ins[2]);
     let c =
         crate::ops::deconv_as_conv(op, attrs, (x.shape[2], x.shape[3]), x.shape[1]).map_err(e2s)?;
@@ -381,7 +387,7 @@ pub(crate) fn deconvolution_backward(
         [dy.ptr(), wt.ptr(), dx.ptr()],
         s,
     )? {
-        conv_forward_columns(op, attrs, &c, &dims, [dy, wt, dx], s)?;
+        conv_forward_columns(def, attrs, &c, &dims, [dy, wt, dx], s)?;
     }
     if !by_library(
         op,
@@ -392,7 +398,7 @@ pub(crate) fn deconvolution_backward(
         [dy.ptr(), dw.ptr(), x.ptr()],
         s,
     )? {
-        conv_backward_columns(op, attrs, &c, &dims, [x, dy, wt], [None, Some(dw)], s)?;
+        conv_backward_columns(def, attrs, &c, &dims, [x, dy, wt], [None, Some(dw)], s)?;
     }
     if crate::ops::has_bias(op, attrs).map_err(e2s)? {
         let layout = (dy.shape[0], dy.shape[1], dy.shape[2] * dy.shape[3]);
@@ -403,22 +409,23 @@ pub(crate) fn deconvolution_backward(
 
 /// UpSampling: nearest is a gather, bilinear a depthwise Deconvolution (as on the CPU).
 pub(crate) fn upsampling(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     match crate::ops::bilinear_upsampling(op, attrs).map_err(e2s)? {
-        Some(deconv) => deconvolution(op, &deconv, ins, outs, s),
-        None => super::gather::gather(op, attrs, ins, outs, s),
+        Some(deconv) => deconvolution(def, &deconv, ins, outs, s),
+        None => super::gather::gather(def, attrs, ins, outs, s),
     }
 }
 
 /// The backward pass by im2col, GEMMs and col2im: the data's gradient, the filters' or both
 /// (Deconvolution asks for one at a time).
 pub(super) fn conv_backward_columns(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     c: &crate::ops::conv::Conv,
     dims: &ConvDims,
@@ -426,6 +433,7 @@ pub(super) fn conv_backward_columns(
     [dx, dw]: [Option<&TensorRef>; 2],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let ConvDims {
         n,
         ch,
@@ -585,12 +593,13 @@ pub(super) fn pool_args(
 }
 
 pub(crate) fn pooling(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let (x, o) = (&ins[0], &outs[0]);
     let n = o.len();
     let a = Pool {
@@ -603,12 +612,13 @@ pub(crate) fn pooling(
 }
 
 pub(crate) fn pooling_backward(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let (dy, x) = (&ins[0], &ins[1]);
     let n = x.len();
     let (ho, wo) = (dy.shape[2], dy.shape[3]);

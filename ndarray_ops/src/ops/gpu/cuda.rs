@@ -447,7 +447,7 @@ pub(crate) fn kernel_op<'a>(
         run_on_device(rctx, &pool, |s| {
             let (ins, outs) = tensors.split();
             run(
-                def.name,
+                def,
                 kernel,
                 def.alias_safe,
                 attrs,

@@ -6,7 +6,9 @@ use super::ops::{copy, e2s, UNARY};
 use super::reduce::channel_sum;
 use super::Stream;
 use crate::ops::elemwise::broadcast_strides;
+use crate::ops::family::{self, Member};
 use crate::ops::KResult;
+use crate::ops::OpDef;
 use crate::ops::{Attrs, TensorRef};
 
 kernel_args! {
@@ -30,7 +32,7 @@ kernel_args! {
         x: *mut f32,
         /// The right operand.
         y: *mut f32,
-        /// The operation ([`binary_code`]).
+        /// The operation (a [`family::Binary`] member's code).
         code: i64,
         /// Dims used.
         rank: i64,
@@ -183,12 +185,13 @@ pub(super) fn unary_code(op: &str) -> Option<usize> {
 }
 
 pub(crate) fn unary(
-    op: &str,
+    def: &OpDef,
     _: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let code = unary_code(op).ok_or_else(|| format!("{op} is not a unary function"))?;
     let n = outs[0].len();
     let x = (ptr(&ins[0]), std::ptr::null_mut());
@@ -197,12 +200,13 @@ pub(crate) fn unary(
 
 /// `_backward_math(ograd, v)`: the gradient through the function named by `fn`.
 pub(crate) fn unary_backward(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let f = attrs.get("fn").unwrap_or_default();
     let code = unary_code(f).ok_or_else(|| format!("{op}: {f:?} is not a unary function"))?;
     let n = outs[0].len();
@@ -232,52 +236,29 @@ pub(super) fn act_code(op: &str, attrs: &Attrs) -> Result<usize, String> {
 }
 
 pub(crate) fn activation(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let n = outs[0].len();
     let x = (ptr(&ins[0]), std::ptr::null_mut());
     map(s, k::act_fwd, ptr(&outs[0]), x, act_code(op, attrs)?, n)
 }
 
 pub(crate) fn activation_backward(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let n = outs[0].len();
     let x = (ptr(&ins[0]), ptr(&ins[1]));
     map(s, k::act_bwd, ptr(&outs[0]), x, act_code(op, attrs)?, n)
-}
-
-/// The `binary` kernel's code for `op`.
-pub(super) fn binary_code(op: &str) -> Option<usize> {
-    Some(match crate::ops::broadcast_twin(op) {
-        "elemwise_add" | "broadcast_add" => 0,
-        "elemwise_sub" | "broadcast_sub" => 1,
-        "elemwise_mul" | "broadcast_mul" => 2,
-        "elemwise_div" | "broadcast_div" => 3,
-        "broadcast_maximum" => 4,
-        "broadcast_minimum" => 5,
-        "broadcast_power" => 6,
-        "broadcast_equal" => 7,
-        "broadcast_not_equal" => 8,
-        "broadcast_greater" => 9,
-        "broadcast_greater_equal" => 10,
-        "broadcast_lesser" => 11,
-        "broadcast_lesser_equal" => 12,
-        "broadcast_hypot" => 13,
-        "broadcast_mod" => 14,
-        "broadcast_logical_and" => 15,
-        "broadcast_logical_or" => 16,
-        "broadcast_logical_xor" => 17,
-        _ => return None,
-    })
 }
 
 /// The most dims the `binary` kernel indexes (its arguments hold four dims and two strides each).
@@ -302,13 +283,14 @@ pub(super) fn broadcast_dims(a: &[usize], b: &[usize], out: &[usize]) -> Vec<[us
 }
 
 pub(crate) fn binary(
-    op: &str,
+    def: &OpDef,
     _: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
-    let code = binary_code(op).ok_or_else(|| format!("no binary kernel for {op}"))?;
+    let op = def.name;
+    let code = Member::binary(def)?.code();
     let (a, b, out) = (&ins[0], &ins[1], &outs[0]);
     let dims = broadcast_dims(&a.shape, &b.shape, &out.shape);
     if dims.len() > BINARY_RANK {
@@ -349,7 +331,7 @@ pub(super) fn multiply(
     b: *mut f32,
     n: usize,
 ) -> KResult {
-    let code = binary_code("elemwise_mul").ok_or("no binary kernel for elemwise_mul")?;
+    let code = family::Binary::Mul.code();
     let mut args = Binary {
         n: int(n),
         out,
@@ -368,39 +350,44 @@ pub(super) fn multiply(
 }
 
 pub(crate) fn scalar(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let value = crate::ops::scalar_of(op, attrs).map_err(e2s)?;
     scalar_with(s, op, &outs[0], &ins[0], value)
 }
 
 /// The `scalar` kernel's code for a scalar op (the `binary` kernel's codes), and whether the
 /// scalar is the left operand.
+/// The scalar kernels' code for `smooth_l1` (of `x` with sigma `y`), after the binary family's
+/// codes (`SMOOTH_L1` in the device code).
+pub(crate) const SMOOTH_L1: usize = family::Binary::ALL.len();
+
 pub(super) fn scalar_code(op: &str) -> Option<(usize, bool)> {
     Some(match op {
-        "_plus_scalar" => (0, false),
-        "_minus_scalar" => (1, false),
-        "_rminus_scalar" => (1, true),
-        "_mul_scalar" => (2, false),
-        "_div_scalar" => (3, false),
-        "_rdiv_scalar" => (3, true),
-        "_maximum_scalar" => (4, false),
-        "_minimum_scalar" => (5, false),
-        "_power_scalar" => (6, false),
-        "_rpower_scalar" => (6, true),
-        "_equal_scalar" => (7, false),
-        "_not_equal_scalar" => (8, false),
-        "_greater_scalar" => (9, false),
-        "_greater_equal_scalar" => (10, false),
-        "_lesser_scalar" => (11, false),
-        "_lesser_equal_scalar" => (12, false),
-        "_hypot_scalar" => (13, false),
-        "_mod_scalar" => (14, false),
-        "smooth_l1" => (18, false),
+        "_plus_scalar" => (family::Binary::Add.code(), false),
+        "_minus_scalar" => (family::Binary::Sub.code(), false),
+        "_rminus_scalar" => (family::Binary::Sub.code(), true),
+        "_mul_scalar" => (family::Binary::Mul.code(), false),
+        "_div_scalar" => (family::Binary::Div.code(), false),
+        "_rdiv_scalar" => (family::Binary::Div.code(), true),
+        "_maximum_scalar" => (family::Binary::Maximum.code(), false),
+        "_minimum_scalar" => (family::Binary::Minimum.code(), false),
+        "_power_scalar" => (family::Binary::Power.code(), false),
+        "_rpower_scalar" => (family::Binary::Power.code(), true),
+        "_equal_scalar" => (family::Binary::Equal.code(), false),
+        "_not_equal_scalar" => (family::Binary::NotEqual.code(), false),
+        "_greater_scalar" => (family::Binary::Greater.code(), false),
+        "_greater_equal_scalar" => (family::Binary::GreaterEqual.code(), false),
+        "_lesser_scalar" => (family::Binary::Lesser.code(), false),
+        "_lesser_equal_scalar" => (family::Binary::LesserEqual.code(), false),
+        "_hypot_scalar" => (family::Binary::Hypot.code(), false),
+        "_mod_scalar" => (family::Binary::Mod.code(), false),
+        "smooth_l1" => (SMOOTH_L1, false),
         _ => return None,
     })
 }
@@ -429,12 +416,13 @@ pub(super) fn scalar_with(
 
 /// clip and hard_sigmoid: an affine map, clamped.
 pub(crate) fn clamp(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let (scale, shift, lo, hi) = match op {
         "clip" => {
             let (lo, hi) = crate::ops::clip_bounds(op, attrs).map_err(e2s)?;
@@ -460,7 +448,7 @@ pub(crate) fn clamp(
 
 /// where(condition, x, y): the condition has x's shape or one value per row of x's first axis.
 pub(crate) fn select(
-    _: &str,
+    _: &OpDef,
     _: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
@@ -481,12 +469,13 @@ pub(crate) fn select(
 }
 
 pub(crate) fn one_hot(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let (depth, on, off) = crate::ops::one_hot_params(op, attrs).map_err(e2s)?;
     let n = outs[0].len();
     let a = OneHot {
@@ -502,13 +491,13 @@ pub(crate) fn one_hot(
 
 /// `_assign(variable, value)`: the value, into the variable.
 pub(crate) fn assign(
-    _: &str,
+    def: &OpDef,
     _: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
-    copy("_assign", &Attrs::new(), &ins[1..], outs, s)
+    copy(def, &Attrs::new(), &ins[1..], outs, s)
 }
 
 /// The `leaky_fwd` kernel's code and slope for LeakyReLU's `act_type` (prelu: leaky, its slopes
@@ -527,12 +516,13 @@ pub(super) fn leaky_code(op: &str, attrs: &Attrs) -> Result<(usize, f64), String
 /// LeakyReLU (`data[, gamma] -> out`) and its backward op (`(output gradient, data[, gamma]) ->
 /// data gradient[, gamma gradient]`; gamma: prelu's slopes).
 pub(crate) fn leaky_relu(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let (code, slope) = leaky_code(op, attrs)?;
     let n = outs[0].len();
     let forward = op == "LeakyReLU";

@@ -21,6 +21,7 @@ use super::{buckets, Stream};
 use crate::ops::gather::{walks, Walks};
 use crate::ops::shape::slice_walks;
 use crate::ops::KResult;
+use crate::ops::OpDef;
 use crate::ops::{Attrs, TensorRef};
 
 /// The most dims `gather_bwd` walks (its per-index arrays are this long).
@@ -62,12 +63,13 @@ kernel_args! {
 
 /// The op layer's entry for every op of the family.
 pub(crate) fn gather(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let e = |e: crate::NdError| e.to_string();
     let (x, y) = (&ins[0], &outs[0]);
     match op {
@@ -76,7 +78,7 @@ pub(crate) fn gather(
                 .get("__fwd__")
                 .ok_or_else(|| format!("{op}: attribute __fwd__ (the forward op) is required"))?;
             backward(
-                op,
+                def,
                 &walks(fwd, attrs, &y.shape, &x.shape).map_err(e)?,
                 x,
                 y,
@@ -85,10 +87,10 @@ pub(crate) fn gather(
         }
         "_backward_slice" => {
             let fwd = attrs.get("__slice_op__").unwrap_or("slice");
-            backward(op, &slice_walks(fwd, attrs, &y.shape).map_err(e)?, x, y, s)
+            backward(def, &slice_walks(fwd, attrs, &y.shape).map_err(e)?, x, y, s)
         }
         "slice" | "slice_axis" => forward(
-            op,
+            def,
             &slice_walks(op, attrs, &x.shape).map_err(e)?,
             0.0,
             x,
@@ -98,7 +100,7 @@ pub(crate) fn gather(
         _ => {
             let fill = crate::ops::gather::fill_value(op, attrs).map_err(e)?;
             forward(
-                op,
+                def,
                 &walks(op, attrs, &x.shape, &y.shape).map_err(e)?,
                 fill,
                 x,
@@ -131,13 +133,14 @@ fn forward_table(op: &str, w: &Walks) -> Result<Vec<i64>, String> {
 }
 
 fn forward(
-    op: &str,
+    def: &OpDef,
     w: &Walks,
     fill: f64,
     x: &TensorRef,
     y: &TensorRef,
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let n = y.len();
     if n == 0 {
         return Ok(());
@@ -177,7 +180,8 @@ fn backward_table(w: &Walks) -> Vec<i64> {
     t
 }
 
-fn backward(op: &str, w: &Walks, g: &TensorRef, dx: &TensorRef, s: &dyn Stream) -> KResult {
+fn backward(def: &OpDef, w: &Walks, g: &TensorRef, dx: &TensorRef, s: &dyn Stream) -> KResult {
+    let op = def.name;
     let dims = w.input.len().max(w.axes.len());
     if dims > GATHER_DIMS {
         return Err(format!(

@@ -12,6 +12,7 @@ use super::args::{int, kernel_args, ptr, Dim};
 use super::ops::fill_with;
 use super::Stream;
 use crate::ops::KResult;
+use crate::ops::OpDef;
 use crate::ops::{gather_nd_starts, Attrs, TensorRef};
 
 kernel_args! {
@@ -36,12 +37,13 @@ kernel_args! {
 
 /// The op layer's entry for gather_nd, scatter_nd and `_backward_gather_nd`.
 pub(crate) fn gather_nd(
-    op: &str,
+    def: &OpDef,
     _: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let (data, indices, y) = (&ins[0], &ins[1], &outs[0]);
     // The indexed array: the data of gather_nd, the output of the scatters.
     let indexed = if op == "gather_nd" { data } else { y };

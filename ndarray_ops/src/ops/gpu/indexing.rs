@@ -7,6 +7,7 @@ use super::ops::{e2s, fill_with};
 use super::reduce::{fold_partials, lane_parts, partial_doubles, total, FILLS_A_GPU};
 use super::Stream;
 use crate::ops::KResult;
+use crate::ops::OpDef;
 use crate::ops::{Attrs, TensorRef};
 
 kernel_args! {
@@ -176,12 +177,13 @@ pub(super) fn add_rows(s: &dyn Stream, r: Rows, per_pair: bool) -> KResult {
 /// take(table, indices), Embedding(indices, weight) and `_backward_take(ograd, indices,
 /// table)`: rows gathered, or their gradients added back row by row.
 pub(crate) fn take(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let (table, idx) = match op {
         "Embedding" => (&ins[1], &ins[0]),
         "take" => (&ins[0], &ins[1]),
@@ -231,12 +233,13 @@ pub(crate) fn take(
 /// of the data's layout around the axis picked from. batch_take is pick over the last axis,
 /// clipped.
 pub(crate) fn pick(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let backward = op == "_backward_pick";
     let data = if backward { &outs[0] } else { &ins[0] };
     let ([lanes, inner], wrap) = match op {
@@ -277,12 +280,13 @@ pub(crate) fn pick(
 /// `(ograd (1,), data, label) -> d data`. The CPU refuses a label that is not a class index, so
 /// the labels are read back and checked with its code (one wait for the device per call).
 pub(crate) fn cross_entropy(
-    op: &str,
+    def: &OpDef,
     _: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let backward = op == "_backward_softmax_cross_entropy";
     let (x, label) = if backward {
         (&ins[1], &ins[2])
@@ -333,12 +337,13 @@ pub(crate) fn cross_entropy(
 
 /// `_arange`: `start + step * (k / repeat)`, in double as the CPU computes it.
 pub(crate) fn arange(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     _: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let (start, step, _, repeat) = crate::ops::arange_params(op, attrs).map_err(e2s)?;
     let n = outs[0].len();
     let a = Arange {

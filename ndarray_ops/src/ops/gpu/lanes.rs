@@ -12,6 +12,7 @@ use super::ops::e2s;
 use super::reduce::{channel_sum, lane_parts};
 use super::Stream;
 use crate::ops::KResult;
+use crate::ops::OpDef;
 use crate::ops::{Attrs, TensorRef};
 
 kernel_args! {
@@ -231,12 +232,13 @@ impl Lanes {
 /// softmax and log_softmax over any axis at any temperature, and their backward ops
 /// (`(output gradient, output) -> data gradient`).
 pub(crate) fn softmax(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let x = &ins[0];
     let (axis, temp) = crate::ops::softmax_axis(op, attrs, x.shape.len()).map_err(e2s)?;
     let lanes = lane_args(&x.shape, axis, temp, op.ends_with("log_softmax"));
@@ -248,12 +250,13 @@ pub(crate) fn softmax(
 /// data to 2-D keeping it, or over the channels at each position) and its backward op, as
 /// softmax lanes.
 pub(crate) fn softmax_activation(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let x = &ins[0];
     use crate::ops::params::{Params, SoftmaxActivationParams, SoftmaxMode};
     let shape = match SoftmaxActivationParams::get(op, attrs).map_err(e2s)?.mode {
@@ -274,12 +277,13 @@ pub(crate) fn softmax_activation(
 /// InstanceNorm's images or a LayerNorm over a small batch, split into parts); gamma's and
 /// beta's gradients are per-channel sums over the grouping's layout.
 pub(crate) fn normalization(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     use crate::ops::Scale;
     let backward = op.starts_with("_backward_");
     let data = &ins[usize::from(backward)];

@@ -7,6 +7,7 @@ use super::ops::{e2s, fill_with};
 use super::reduce::{channel_partials, channel_sum, reduction_scratch, sum_axes, ChannelSums};
 use super::{Gemm, Stream};
 use crate::ops::params::{AdamParams, MomentumParams, Params, UpdateParams};
+use crate::ops::OpDef;
 use crate::ops::{fc_dims, Attrs, TensorRef};
 use crate::ops::{Bn, KResult};
 
@@ -270,12 +271,13 @@ pub(super) fn no_bias(op: &str, attrs: &Attrs) -> Result<bool, String> {
 }
 
 pub(crate) fn fully_connected(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let (x, w, y) = (&ins[0], &ins[1], &outs[0]);
     let (m, hidden, k) = fc_dims(x, w);
     s.gemm(&Gemm {
@@ -299,12 +301,13 @@ pub(crate) fn fully_connected(
 }
 
 pub(crate) fn fully_connected_backward(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let (dy, x, w) = (&ins[0], &ins[1], &ins[2]);
     let (m, hidden, k) = fc_dims(x, w);
     // dx = dy w; dw = dy^T x.
@@ -347,12 +350,13 @@ pub(super) fn bn_setup(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Bn, S
 }
 
 pub(crate) fn batch_norm(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let b = bn_setup(op, attrs, &ins[0].shape)?;
     let (outer, c, inner) = b.layout;
     let momentum = b.momentum;
@@ -397,12 +401,13 @@ pub(crate) fn batch_norm(
 }
 
 pub(crate) fn batch_norm_backward(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let (dy, x, gamma, mean, var) = (&ins[0], &ins[1], &ins[2], &ins[3], &ins[4]);
     let b = bn_setup(op, attrs, &x.shape)?;
     let (outer, c, inner) = b.layout;
@@ -444,7 +449,7 @@ pub(crate) fn batch_norm_backward(
 }
 
 pub(crate) fn softmax_output(
-    _: &str,
+    _: &OpDef,
     _: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
@@ -459,12 +464,13 @@ pub(crate) fn softmax_output(
 }
 
 pub(crate) fn softmax_output_backward(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let (p, label) = (&ins[0], &ins[1]);
     let classes = p.shape[1];
     // The labels are read back and checked, and the scale worked out, by the CPU's own code;
@@ -488,12 +494,13 @@ pub(crate) fn softmax_output_backward(
 }
 
 pub(crate) fn sgd(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let p = UpdateParams::get(op, attrs).map_err(e2s)?;
     let n = outs[0].len();
     let a = Sgd {
@@ -539,7 +546,7 @@ pub(super) fn around(shape: &[usize], axis: usize) -> (usize, usize, usize) {
 
 /// LogisticRegressionOutput's prediction: the data's sigmoid.
 pub(crate) fn logistic(
-    _: &str,
+    _: &OpDef,
     _: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
@@ -554,12 +561,13 @@ pub(crate) fn logistic(
 /// `_backward_*RegressionOutput(out, label) -> (d data, d label)`: `grad_scale` over the
 /// outputs per sample times the prediction's error (MAE: its sign); the label's gradient is 0.
 pub(crate) fn regression_backward(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let label = &ins[1];
     let per_sample = label.len() / label.shape.first().copied().unwrap_or(1).max(1);
     let scale = crate::ops::loss::grad_scale(op, attrs).map_err(e2s)?;
@@ -579,12 +587,13 @@ pub(crate) fn regression_backward(
 /// `_backward_MakeLoss(out) -> d data`: `grad_scale`, over the batch (`normalization=batch`) or
 /// over the count of outputs above `valid_thresh` (`valid`, counted on the device).
 pub(crate) fn make_loss_backward(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let (y, d) = (&ins[0], &outs[0]);
     use crate::ops::params::Normalization;
     let (scale, normalization, thresh) =
@@ -636,12 +645,13 @@ pub(super) fn seed_of(op: &str, attrs: &Attrs) -> Result<u64, String> {
 /// `_random_uniform` and `_random_normal`: each element a function of the seed and its index,
 /// as Dropout's masks (other numbers than the CPU's generator, the same distributions).
 pub(crate) fn random_fill(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     _: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let (a, b) = crate::ops::random_params(op, attrs).map_err(e2s)?;
     let n = outs[0].len();
     let args = RandomFill {
@@ -659,12 +669,13 @@ pub(crate) fn random_fill(
 /// so no generator state lives on the GPU; the masks differ from the CPU's (another generator)
 /// but hold the same values with the same probabilities.
 pub(crate) fn dropout(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let p = crate::ops::dropout_p(op, attrs).map_err(e2s)?;
     let active = crate::ops::dropout_active(op, attrs).map_err(e2s)? && p > 0.0;
     let (seed, p, keep) = match active {
@@ -686,12 +697,13 @@ pub(crate) fn dropout(
 
 /// adam_update(weight, grad, mean, var) -> (weight, mean, var).
 pub(crate) fn adam(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let (p, q) = (
         UpdateParams::get(op, attrs).map_err(e2s)?,
         AdamParams::get(op, attrs).map_err(e2s)?,

@@ -12,12 +12,12 @@ use crate::resources::StateSlot;
 use crate::DType;
 
 /// A GPU kernel: the op's name, attributes, inputs and outputs (device memory), the stream.
-pub(crate) type KernelFn = fn(&str, &Attrs, &[TensorRef], &[TensorRef], &dyn Stream) -> KResult;
+pub(crate) type KernelFn = fn(&OpDef, &Attrs, &[TensorRef], &[TensorRef], &dyn Stream) -> KResult;
 
 /// A GPU kernel of an op whose bound nodes keep state (`crate::ops::StateUse`): the same, and
 /// the node's state when the executor gave it one.
 pub(crate) type StatefulFn =
-    fn(&str, &Attrs, &[TensorRef], &[TensorRef], &dyn Stream, Option<&mut StateSlot>) -> KResult;
+    fn(&OpDef, &Attrs, &[TensorRef], &[TensorRef], &dyn Stream, Option<&mut StateSlot>) -> KResult;
 
 /// The GPU implementation of an op.
 #[derive(Clone, Copy)]
@@ -50,7 +50,7 @@ pub(crate) fn check(
 /// the bound node's kept state, for a stateful kernel.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
-    op: &str,
+    def: &OpDef,
     kernel: GpuKernel,
     alias_safe: bool,
     attrs: &Attrs,
@@ -70,8 +70,8 @@ pub(crate) fn run(
         }
     }
     match kernel {
-        GpuKernel::Plain(f) => f(op, attrs, ins, outs, s),
-        GpuKernel::Stateful(f) => f(op, attrs, ins, outs, s, state),
+        GpuKernel::Plain(f) => f(def, attrs, ins, outs, s),
+        GpuKernel::Stateful(f) => f(def, attrs, ins, outs, s, state),
     }
 }
 
@@ -85,7 +85,7 @@ pub(crate) fn fill_with(s: &dyn Stream, t: &TensorRef, value: f64) -> KResult {
 }
 
 pub(crate) fn copy(
-    _: &str,
+    _: &OpDef,
     _: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
@@ -99,12 +99,13 @@ pub(crate) fn copy(
 }
 
 pub(crate) fn fill(
-    op: &str,
+    def: &OpDef,
     _: &Attrs,
     _: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let one = matches!(op, "_ones" | "ones_like");
     fill_with(s, &outs[0], if one { 1.0 } else { 0.0 })
 }

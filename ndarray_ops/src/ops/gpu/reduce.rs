@@ -9,6 +9,7 @@ use super::Stream;
 use crate::ops::elemwise::broadcast_strides;
 use crate::ops::gather::strides;
 use crate::ops::KResult;
+use crate::ops::OpDef;
 use crate::ops::{Attrs, TensorRef};
 
 kernel_args! {
@@ -111,12 +112,13 @@ kernel_args! {
 /// max, min, prod, argmax, argmin (`reduce_lanes`, or split into parts over few long lanes) and
 /// norm (squares or magnitudes summed as `sum` sums, then a square root for ord 2).
 pub(crate) fn reduce_other(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let (x, out) = (&ins[0], &outs[0]);
     let nd = x.shape.len();
     if op == "norm" {
@@ -209,7 +211,7 @@ pub(crate) fn reduce_other(
 pub(super) const ADD_N_WIDTH: usize = 7;
 
 pub(crate) fn add_n(
-    _: &str,
+    _: &OpDef,
     _: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
@@ -464,12 +466,13 @@ pub(super) fn sum_axes(
 
 /// The reductions `sum` and `mean`.
 pub(crate) fn reduce(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let x = &ins[0];
     let axes = crate::ops::reduced_axes(op, attrs, x.shape.len()).map_err(e2s)?;
     let count: usize = axes.iter().map(|&a| x.shape[a]).product();
@@ -484,12 +487,13 @@ pub(crate) fn reduce(
 /// `_broadcast_backward` (sum's and mean's gradient): the output's gradient repeated along the
 /// reduced axes, divided by their size for mean.
 pub(crate) fn broadcast_backward(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let (g, o) = (&ins[0], &outs[0]);
     let shape = &o.shape;
     let axes = crate::ops::reduced_axes(op, attrs, shape.len()).map_err(e2s)?;
@@ -516,12 +520,13 @@ pub(crate) fn broadcast_backward(
 /// `_sum_to_like`: a broadcast operand's gradient, the output's gradient summed over the axes
 /// the operand was broadcast along.
 pub(crate) fn sum_to_like(
-    op: &str,
+    def: &OpDef,
     _: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let (g, o) = (&ins[0], &outs[0]);
     let lead = g.shape.len() - o.shape.len();
     let axes: Vec<usize> = (0..g.shape.len())

@@ -9,6 +9,7 @@ use super::args::{int, kernel_args, ptr, Dim};
 use super::ops::{e2s, fill_with};
 use super::{buckets, Stream};
 use crate::ops::KResult;
+use crate::ops::OpDef;
 use crate::ops::{plane_taps, Attrs, PlaneTaps, TensorRef};
 
 kernel_args! {
@@ -35,12 +36,13 @@ kernel_args! {
 
 /// The op layer's entry for the three ops and their gradients.
 pub(crate) fn resample(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     // Forward: (data[, like]) -> out; backward: (ograd, data[, like]) -> (ddata[, dlike]).
     let backward = op.starts_with("_backward_");
     let (x, y, like) = match backward {

@@ -22,6 +22,7 @@ use super::elemwise::fill;
 use super::{DeviceBlock, Gemm, Stream};
 use crate::ops::rnn::{Mode, Pass, Rnn};
 use crate::ops::KResult;
+use crate::ops::OpDef;
 use crate::ops::{Attrs, TensorRef};
 use crate::resources::StateSlot;
 
@@ -422,13 +423,14 @@ fn tensors(ts: &[TensorRef]) -> Vec<*mut f32> {
 
 /// `RNN(data, parameters, state[, state_cell][, sequence_length])`.
 pub(crate) fn rnn(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
     state: Option<&mut StateSlot>,
 ) -> KResult {
+    let op = def.name;
     let r = Rnn::parse(op, attrs).map_err(|e| e.to_string())?;
     let x = &ins[0];
     let p = Pass::new(r, &x.shape, &[], None);
@@ -501,13 +503,14 @@ pub(crate) fn rnn(
 
 /// `_backward_RNN(dy[, dhy[, dcy]], data, parameters, state[, state_cell][, sequence_length])`.
 pub(crate) fn rnn_backward(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
     state: Option<&mut StateSlot>,
 ) -> KResult {
+    let op = def.name;
     let r = Rnn::parse(op, attrs).map_err(|e| e.to_string())?;
     let heads = r.outputs();
     let x = &ins[heads];

@@ -11,20 +11,22 @@ use super::args::{int, kernel_args, ptr, Dim};
 use super::resample::{table, transpose};
 use super::{buckets, Stream};
 use crate::ops::KResult;
+use crate::ops::OpDef;
 use crate::ops::{align_plan, pooling_windows, Attrs, PlaneTaps, TensorRef};
 
 /// The op layer's entry for ROIPooling, ROIAlign and their gradients.
 pub(crate) fn roi(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let rois: Vec<f64> = s.download(&ins[1])?.into_iter().map(f64::from).collect();
     match op {
-        "ROIPooling" | "_backward_ROIPooling" => pooling(op, attrs, &rois, ins, outs, s),
-        _ => align(op, attrs, &rois, ins, outs, s),
+        "ROIPooling" | "_backward_ROIPooling" => pooling(def, attrs, &rois, ins, outs, s),
+        _ => align(def, attrs, &rois, ins, outs, s),
     }
 }
 
@@ -84,13 +86,14 @@ fn layout(n: usize, dst: &TensorRef, src: &TensorRef, out: &TensorRef, data: &[u
 /// ROIPooling `(data, rois) -> (out, argmax)`; `_backward_ROIPooling(ograd, rois, argmax,
 /// data) -> d data`.
 fn pooling(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     rois: &[f64],
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let backward = op == "_backward_ROIPooling";
     let data = if backward { &outs[0] } else { &ins[0] };
     let x = &data.shape;
@@ -144,13 +147,14 @@ fn pooling(
 
 /// `_contrib_ROIAlign(data, rois) -> out`; `_backward_ROIAlign(ograd, rois, data) -> d data`.
 fn align(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     rois: &[f64],
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let backward = op == "_backward_ROIAlign";
     let data = if backward { &outs[0] } else { &ins[0] };
     let x = &data.shape;

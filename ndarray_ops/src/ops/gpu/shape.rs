@@ -7,17 +7,19 @@ use super::ops::{e2s, fill_with};
 use super::{Gemm, Stream};
 use crate::ops::gather::strides;
 use crate::ops::KResult;
+use crate::ops::OpDef;
 use crate::ops::{Attrs, TensorRef};
 
 /// depth_to_space and space_to_depth: each a permutation of the data viewed with its blocks
 /// as axes of their own.
 pub(crate) fn depth_space(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let b = crate::ops::block_size(op, attrs).map_err(e2s)?;
     let x = &ins[0].shape;
     let (view, order): (Vec<usize>, [usize; 6]) = match op {
@@ -150,12 +152,13 @@ pub(super) fn strided_copy(
 
 /// transpose: the output's dims with the input's stride along each.
 pub(crate) fn transpose(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let x = &ins[0];
     let axes = crate::ops::transpose_axes(op, attrs, x.shape.len()).map_err(e2s)?;
     let steps = strides(&x.shape);
@@ -165,12 +168,13 @@ pub(crate) fn transpose(
 
 /// dot and batch_dot: one (batched) GEMM.
 pub(crate) fn matmul(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let p = crate::ops::product(op, attrs, &ins[0].shape, &ins[1].shape).map_err(e2s)?;
     let (m, k, n) = p.dims;
     let g = Gemm {
@@ -260,12 +264,13 @@ pub(super) fn blocks_along(
 
 /// SliceChannel: piece `j` of the axis into output `j`.
 pub(crate) fn split(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let x = &ins[0];
     let (pieces, axis, _) = crate::ops::split_params(op, attrs, &x.shape).map_err(e2s)?;
     let rows = x.shape[axis] / pieces;
@@ -274,12 +279,13 @@ pub(crate) fn split(
 
 /// Concat: each input after the one before along the axis.
 pub(crate) fn concat(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let o = &outs[0];
     let axis = crate::ops::concat_axis(op, attrs, o.shape.len()).map_err(e2s)?;
     blocks_along(
@@ -293,12 +299,13 @@ pub(crate) fn concat(
 
 /// `_backward_Concat(ograd, inputs...)`: each input's rows of the output gradient.
 pub(crate) fn concat_backward(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let g = &ins[0];
     let axis = crate::ops::concat_axis(op, attrs, g.shape.len()).map_err(e2s)?;
     blocks_along(
@@ -312,12 +319,13 @@ pub(crate) fn concat_backward(
 
 /// stack: input `j` is row `j` of the output's new axis.
 pub(crate) fn stack(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let o = &outs[0];
     let axis = crate::ops::stack_axis(op, attrs, o.shape.len()).map_err(e2s)?;
     blocks_along(s, o, axis, ins.iter().map(|x| (x.ptr(), 1)), true)
@@ -326,12 +334,13 @@ pub(crate) fn stack(
 /// SequenceMask, SequenceLast, SequenceReverse and the gradients of the first two: one
 /// `sequence` kernel, its mode by op; the lengths (when used) are the last input.
 pub(crate) fn sequence(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     let (_, axis, value) = crate::ops::sequence_params(op, attrs).map_err(e2s)?;
     // (mode, masked value, the data, its lengths)
     let (mode, value, data, lengths) = match op {

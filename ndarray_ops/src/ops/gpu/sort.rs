@@ -11,6 +11,7 @@ use super::ops::{e2s, fill_with};
 use super::Stream;
 use crate::ops::sort::plan;
 use crate::ops::KResult;
+use crate::ops::OpDef;
 use crate::ops::{Attrs, TensorRef};
 
 kernel_args! {
@@ -74,12 +75,13 @@ kernel_args! {
 
 /// The op layer's entry for topk, sort, argsort and `_backward_topk`.
 pub(crate) fn sort(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
+    let op = def.name;
     if op == "_backward_topk" {
         // (ograd, positions, data) -> the data's gradient.
         let dx = &outs[0];

@@ -160,74 +160,6 @@ pub(crate) fn scalar(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opti
     Ok(vec![Some(d)])
 }
 
-/// Same-shape binary arithmetic.
-pub(crate) fn elemwise(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
-    let g = need(n, og)?;
-    let (a, b, y) = (n.inputs[0].clone(), n.inputs[1].clone(), out(n, 0));
-    let name = |t: &str| format!("{}_backward_{t}", n.name);
-    Ok(match n.op_name() {
-        "elemwise_sub" => vec![
-            Some(g.clone()),
-            Some(op1(
-                op_name!("negative"),
-                name("rhs"),
-                vec![g],
-                Attrs::new(),
-            )?),
-        ],
-        "elemwise_mul" => vec![
-            Some(op1(
-                op_name!("elemwise_mul"),
-                name("lhs"),
-                vec![g.clone(), b],
-                Attrs::new(),
-            )?),
-            Some(op1(
-                op_name!("elemwise_mul"),
-                name("rhs"),
-                vec![g, a],
-                Attrs::new(),
-            )?),
-        ],
-        // d(a / b) = g / b and -g * y / b
-        "elemwise_div" => {
-            let da = op1(
-                op_name!("elemwise_div"),
-                name("lhs"),
-                vec![g.clone(), b.clone()],
-                Attrs::new(),
-            )?;
-            let gy = op1(
-                op_name!("elemwise_mul"),
-                name("gy"),
-                vec![g, y],
-                Attrs::new(),
-            )?;
-            let q = op1(
-                op_name!("elemwise_div"),
-                name("q"),
-                vec![gy, b],
-                Attrs::new(),
-            )?;
-            vec![
-                Some(da),
-                Some(op1(
-                    op_name!("negative"),
-                    name("rhs"),
-                    vec![q],
-                    Attrs::new(),
-                )?),
-            ]
-        }
-        other => {
-            return Err(invalid(
-                other,
-                format!("node '{}': no gradient rule", n.name),
-            ))
-        }
-    })
-}
-
 /// `dot` (2-D) and `batch_dot` with their transposes: each input gradient is another product of
 /// the output gradient with the other input.
 pub(crate) fn dot(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
@@ -274,73 +206,6 @@ pub(crate) fn reduction(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<O
     )?)])
 }
 
-/// Broadcasting arithmetic: each operand's gradient is summed back to the operand's shape.
-pub(crate) fn broadcast(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
-    let g = need(n, og)?;
-    let (a, b, y) = (n.inputs[0].clone(), n.inputs[1].clone(), out(n, 0));
-    let name = |t: &str| format!("{}_backward_{t}", n.name);
-    let to = |t: &str, x: NodeEntry, like: NodeEntry| {
-        op1(
-            op_name!("_sum_to_like"),
-            name(t),
-            vec![x, like],
-            Attrs::new(),
-        )
-    };
-    let (da, db) = match n.op_name() {
-        "broadcast_add" => (g.clone(), g),
-        "broadcast_sub" => (
-            g.clone(),
-            op1(op_name!("negative"), name("neg"), vec![g], Attrs::new())?,
-        ),
-        "broadcast_mul" => (
-            op1(
-                op_name!("broadcast_mul"),
-                name("gb"),
-                vec![g.clone(), b.clone()],
-                Attrs::new(),
-            )?,
-            op1(
-                op_name!("broadcast_mul"),
-                name("ga"),
-                vec![g, a.clone()],
-                Attrs::new(),
-            )?,
-        ),
-        // d(a / b) = g / b and -g * y / b
-        "broadcast_div" => {
-            let gy = op1(
-                op_name!("broadcast_mul"),
-                name("gy"),
-                vec![g.clone(), y],
-                Attrs::new(),
-            )?;
-            let q = op1(
-                op_name!("broadcast_div"),
-                name("q"),
-                vec![gy, b.clone()],
-                Attrs::new(),
-            )?;
-            (
-                op1(
-                    op_name!("broadcast_div"),
-                    name("gb"),
-                    vec![g, b.clone()],
-                    Attrs::new(),
-                )?,
-                op1(op_name!("negative"), name("neg"), vec![q], Attrs::new())?,
-            )
-        }
-        other => {
-            return Err(invalid(
-                other,
-                format!("node '{}': no gradient rule", n.name),
-            ))
-        }
-    };
-    Ok(vec![Some(to("lhs", da, a)?), Some(to("rhs", db, b)?)])
-}
-
 pub(crate) fn where_(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let g = need(n, og)?;
     let cond = n.inputs[0].clone();
@@ -371,83 +236,6 @@ pub(crate) fn none(n: &Arc<Node>, _og: &[Option<NodeEntry>]) -> Result<Vec<Optio
 pub(crate) fn add_n(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let g = need(n, og)?;
     Ok(vec![Some(g); n.inputs.len()])
-}
-
-/// broadcast_maximum/minimum (ties go to the left operand) and broadcast_power.
-pub(crate) fn broadcast_select(
-    n: &Arc<Node>,
-    og: &[Option<NodeEntry>],
-) -> Result<Vec<Option<NodeEntry>>> {
-    let g = need(n, og)?;
-    let (a, b, y) = (n.inputs[0].clone(), n.inputs[1].clone(), out(n, 0));
-    let name = |t: &str| format!("{}_backward_{t}", n.name);
-    let bin =
-        |t: &str, op: &str, x: NodeEntry, z: NodeEntry| op1(op, name(t), vec![x, z], Attrs::new());
-    let (da, db) = match crate::ops::broadcast_twin(n.op_name()) {
-        op @ ("broadcast_maximum" | "broadcast_minimum") => {
-            let (left, right) = if op == "broadcast_maximum" {
-                ("broadcast_greater_equal", "broadcast_lesser")
-            } else {
-                ("broadcast_lesser_equal", "broadcast_greater")
-            };
-            let ma = bin("ma", left, a.clone(), b.clone())?;
-            let mb = bin("mb", right, a.clone(), b.clone())?;
-            (
-                bin("ga", "broadcast_mul", g.clone(), ma)?,
-                bin("gb", "broadcast_mul", g, mb)?,
-            )
-        }
-        // d a^b = b a^(b-1) = b y / a, and y ln a
-        "broadcast_power" => {
-            let gy = bin("gy", "broadcast_mul", g, y)?;
-            let da = bin(
-                "da",
-                "broadcast_div",
-                bin("gyb", "broadcast_mul", gy.clone(), b.clone())?,
-                a.clone(),
-            )?;
-            let db = bin(
-                "db",
-                "broadcast_mul",
-                gy,
-                op1(op_name!("log"), name("ln"), vec![a.clone()], Attrs::new())?,
-            )?;
-            (da, db)
-        }
-        // d hypot(a, b) = a / y and b / y
-        "broadcast_hypot" => {
-            let gy = bin("gy", "broadcast_div", g, y)?;
-            (
-                bin("ga", "broadcast_mul", gy.clone(), a.clone())?,
-                bin("gb", "broadcast_mul", gy, b.clone())?,
-            )
-        }
-        // d mod(a, b) = 1 and -floor(a / b)
-        "broadcast_mod" => {
-            let q = bin("q", "broadcast_div", a.clone(), b.clone())?;
-            let fq = op1(op_name!("floor"), name("fq"), vec![q], Attrs::new())?;
-            let gb = bin("gb", "broadcast_mul", g.clone(), fq)?;
-            (
-                g,
-                op1(op_name!("negative"), name("db"), vec![gb], Attrs::new())?,
-            )
-        }
-        other => {
-            return Err(invalid(
-                other,
-                format!("node '{}': no gradient rule", n.name),
-            ))
-        }
-    };
-    let to = |t: &str, x: NodeEntry, like: NodeEntry| {
-        op1(
-            op_name!("_sum_to_like"),
-            name(t),
-            vec![x, like],
-            Attrs::new(),
-        )
-    };
-    Ok(vec![Some(to("lhs", da, a)?), Some(to("rhs", db, b)?)])
 }
 
 /// A value of reduction `n`'s output shape spread back over its input's shape.
@@ -538,11 +326,6 @@ pub(crate) fn product_or_norm(
         )?,
     };
     Ok(vec![Some(d)])
-}
-
-pub(crate) fn add(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
-    let g = need(n, og)?;
-    Ok(vec![Some(g.clone()), Some(g)])
 }
 
 pub(crate) fn identity(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {

@@ -189,12 +189,13 @@ impl<T: Real> Kept<T> {
 }
 
 pub(super) fn rnn_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let r = Rnn::parse(op, attrs).map_err(|e| e.to_string())?;
     strassen_setting()?;
     let x = &ins[0];
@@ -317,12 +318,13 @@ pub(crate) fn masks_lost(op: &str, r: &Rnn) -> String {
 }
 
 pub(super) fn rnn_backward_kernel(
-    op: &str,
+    def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     res: &mut KernelRes,
 ) -> KResult {
+    let op = def.name;
     let r = Rnn::parse(op, attrs).map_err(|e| e.to_string())?;
     strassen_setting()?;
     let heads = r.outputs();

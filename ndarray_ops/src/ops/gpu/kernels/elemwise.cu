@@ -6,37 +6,37 @@ KERNEL void fill(Fill a) {
     FOR_EACH(t, a.n) a.out[t] = a.value;
 }
 
-// x (op) y for the binary and scalar kernels' codes: 0 add, 1 sub, 2 mul, 3 div, 4 maximum,
-// 5 minimum, 6 power, 7 equal, 8 not_equal, 9 greater, 10 greater_equal, 11 lesser,
-// 12 lesser_equal (comparisons and logic give 1 or 0), 13 hypot, 14 mod (the divisor's sign,
-// 0 for a zero divisor, as MXNet), 15 logical_and, 16 logical_or, 17 logical_xor, 18 smooth_l1
-// of x with sigma y. Powers, hypot and mod in double, as the CPU kernels.
+// x (op) y for the binary and scalar kernels' codes: the binary family's members (BINARY_*,
+// written from the Rust enum; comparisons and logic give 1 or 0; mod takes the divisor's sign,
+// and 0 for a zero divisor, as MXNet), and SMOOTH_L1 of x with sigma y. Powers, hypot and mod in
+// double, as the CPU kernels.
 __device__ inline float apply2(i64 code, float x, float y) {
     switch (code) {
-        case 0: return x + y;
-        case 1: return x - y;
-        case 2: return x * y;
-        case 3: return x / y;
-        case 4: return y > x ? y : x;
-        case 5: return y < x ? y : x;
-        case 6: return (float)pow((double)x, (double)y);
-        case 7: return x == y ? 1.0f : 0.0f;
-        case 8: return x != y ? 1.0f : 0.0f;
-        case 9: return x > y ? 1.0f : 0.0f;
-        case 10: return x >= y ? 1.0f : 0.0f;
-        case 11: return x < y ? 1.0f : 0.0f;
-        case 12: return x <= y ? 1.0f : 0.0f;
-        case 13: return (float)hypot((double)x, (double)y);
-        case 14: {
+        case BINARY_ADD: return x + y;
+        case BINARY_SUB: return x - y;
+        case BINARY_MUL: return x * y;
+        case BINARY_DIV: return x / y;
+        case BINARY_MAXIMUM: return y > x ? y : x;
+        case BINARY_MINIMUM: return y < x ? y : x;
+        case BINARY_POWER: return (float)pow((double)x, (double)y);
+        case BINARY_EQUAL: return x == y ? 1.0f : 0.0f;
+        case BINARY_NOT_EQUAL: return x != y ? 1.0f : 0.0f;
+        case BINARY_GREATER: return x > y ? 1.0f : 0.0f;
+        case BINARY_GREATER_EQUAL: return x >= y ? 1.0f : 0.0f;
+        case BINARY_LESSER: return x < y ? 1.0f : 0.0f;
+        case BINARY_LESSER_EQUAL: return x <= y ? 1.0f : 0.0f;
+        case BINARY_HYPOT: return (float)hypot((double)x, (double)y);
+        case BINARY_MOD: {
             double b = y;
             if (b == 0.0) return 0.0f;
             double r = fmod((double)x, b);
             if (r != 0.0 && ((r < 0.0) != (b < 0.0))) r += b;
             return (float)r;
         }
-        case 15: return (x != 0.0f && y != 0.0f) ? 1.0f : 0.0f;
-        case 16: return (x != 0.0f || y != 0.0f) ? 1.0f : 0.0f;
-        case 17: return ((x != 0.0f) != (y != 0.0f)) ? 1.0f : 0.0f;
+        case BINARY_LOGICAL_AND: return (x != 0.0f && y != 0.0f) ? 1.0f : 0.0f;
+        case BINARY_LOGICAL_OR: return (x != 0.0f || y != 0.0f) ? 1.0f : 0.0f;
+        case BINARY_LOGICAL_XOR: return ((x != 0.0f) != (y != 0.0f)) ? 1.0f : 0.0f;
+        case SMOOTH_L1:
         default: {
             double v = x, s2 = (double)y * (double)y;
             return (float)(fabs(v) < 1.0 / s2 ? 0.5 * s2 * v * v : fabs(v) - 0.5 / s2);

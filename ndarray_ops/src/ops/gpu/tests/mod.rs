@@ -94,7 +94,7 @@ pub(super) fn emulate(
     let kernel = def.gpu.unwrap_or_else(|| panic!("{op} has no GPU kernel"));
     let stream = HostStream::new(lib);
     run(
-        def.name,
+        def,
         kernel,
         def.alias_safe,
         attrs,
@@ -164,7 +164,7 @@ pub(super) fn broadcasts_the_kernel_cannot_walk_are_refused_clearly() {
     rt.wait_all().expect("inputs ready");
     let def = lookup("broadcast_add").expect("registered");
     let err = run(
-        def.name,
+        def,
         def.gpu.expect("a GPU kernel"),
         def.alias_safe,
         &Attrs::new(),

@@ -29,7 +29,7 @@ pub(super) fn dropout_masks_hold_the_cpus_values_at_the_rate_asked() {
         let mut ins = vec![data.tensor()];
         let o: Vec<_> = outs.iter().map(NDArray::tensor).collect();
         run(
-            def.name,
+            def,
             kernel,
             def.alias_safe,
             &attrs,
@@ -87,7 +87,7 @@ pub(super) fn check_in_place(op: &str, attrs: &Attrs, inputs: &[Input]) {
     outs.extend(rest.iter().map(NDArray::tensor));
     let kernel = def.gpu.expect("gpu kernel");
     run(
-        def.name,
+        def,
         kernel,
         def.alias_safe,
         attrs,
@@ -261,7 +261,7 @@ pub(super) fn random_generators_draw_their_distributions_from_the_seed() {
         let kernel = def.gpu.expect("gpu kernel");
         let stream = HostStream::new(lib);
         run(
-            op,
+            def,
             kernel,
             def.alias_safe,
             &attrs,
@@ -737,7 +737,7 @@ pub(super) fn indices_the_cpu_refuses_are_refused_on_the_gpu_with_its_message() 
         let kernel = def.gpu.expect("a GPU kernel");
         let stream = HostStream::new(lib);
         let gpu = run(
-            def.name,
+            def,
             kernel,
             def.alias_safe,
             &attrs,
