@@ -442,126 +442,60 @@ pub(super) fn ops() -> &'static [OpDef] {
     const IP2: &[(usize, usize)] = &[(0, 0), (1, 0)];
     const IP1: &[(usize, usize)] = &[(0, 0)];
     /// A broadcasting binary op: the operands broadcast to one shape.
-    const fn broadcast(b: Binary, ignores: &'static [usize]) -> OpDef {
+    const fn broadcast(b: Binary) -> OpDef {
+        let ignores = b.backward_ignores();
         def!(b.broadcast_name(), B, infer_broadcast, binary_kernel, inplace IP2, ignores ignores)
             .member(Member::Binary(b))
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary)
     }
     /// A same-shape binary op: both operands and the output have one shape, which inference
     /// may take from any of them.
-    const fn same(b: Binary, ignores: &'static [usize]) -> OpDef {
+    const fn same(b: Binary) -> OpDef {
+        let ignores = b.backward_ignores();
         def!(b.same_shape_name(), B, infer_same_shape, binary_kernel, inplace IP2, ignores ignores)
             .partial(super::partial_shapes::same_shape)
             .member(Member::Binary(b))
+            .grad(grad::binary)
+            .on_gpu(gpu::elemwise::binary)
     }
     static OPS: &[OpDef] = &[
-        broadcast(Binary::Add, &[0, 1])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        broadcast(Binary::Sub, &[0, 1])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        broadcast(Binary::Mul, &[])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        broadcast(Binary::Div, &[])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        broadcast(Binary::Maximum, &[])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        broadcast(Binary::Minimum, &[])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        broadcast(Binary::Power, &[])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        broadcast(Binary::Equal, &[0, 1])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        broadcast(Binary::NotEqual, &[0, 1])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        broadcast(Binary::Greater, &[0, 1])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        broadcast(Binary::GreaterEqual, &[0, 1])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        broadcast(Binary::Lesser, &[0, 1])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        broadcast(Binary::LesserEqual, &[0, 1])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        broadcast(Binary::Hypot, &[])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        broadcast(Binary::Mod, &[])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        broadcast(Binary::LogicalAnd, &[0, 1])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        broadcast(Binary::LogicalOr, &[0, 1])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        broadcast(Binary::LogicalXor, &[0, 1])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        same(Binary::Maximum, &[])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        same(Binary::Minimum, &[])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        same(Binary::Power, &[])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        same(Binary::Hypot, &[])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        same(Binary::Mod, &[])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        same(Binary::Equal, &[0, 1])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        same(Binary::NotEqual, &[0, 1])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        same(Binary::Greater, &[0, 1])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        same(Binary::GreaterEqual, &[0, 1])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        same(Binary::Lesser, &[0, 1])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        same(Binary::LesserEqual, &[0, 1])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        same(Binary::LogicalAnd, &[0, 1])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        same(Binary::LogicalOr, &[0, 1])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        same(Binary::LogicalXor, &[0, 1])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        same(Binary::Add, &[0, 1])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        same(Binary::Sub, &[0, 1])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        same(Binary::Mul, &[])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
-        same(Binary::Div, &[])
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary),
+        broadcast(Binary::Add),
+        broadcast(Binary::Sub),
+        broadcast(Binary::Mul),
+        broadcast(Binary::Div),
+        broadcast(Binary::Maximum),
+        broadcast(Binary::Minimum),
+        broadcast(Binary::Power),
+        broadcast(Binary::Equal),
+        broadcast(Binary::NotEqual),
+        broadcast(Binary::Greater),
+        broadcast(Binary::GreaterEqual),
+        broadcast(Binary::Lesser),
+        broadcast(Binary::LesserEqual),
+        broadcast(Binary::Hypot),
+        broadcast(Binary::Mod),
+        broadcast(Binary::LogicalAnd),
+        broadcast(Binary::LogicalOr),
+        broadcast(Binary::LogicalXor),
+        same(Binary::Maximum),
+        same(Binary::Minimum),
+        same(Binary::Power),
+        same(Binary::Hypot),
+        same(Binary::Mod),
+        same(Binary::Equal),
+        same(Binary::NotEqual),
+        same(Binary::Greater),
+        same(Binary::GreaterEqual),
+        same(Binary::Lesser),
+        same(Binary::LesserEqual),
+        same(Binary::LogicalAnd),
+        same(Binary::LogicalOr),
+        same(Binary::LogicalXor),
+        same(Binary::Add),
+        same(Binary::Sub),
+        same(Binary::Mul),
+        same(Binary::Div),
         def!("_plus_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0])
             .grad(grad::scalar)
             .on_gpu(gpu::elemwise::scalar),

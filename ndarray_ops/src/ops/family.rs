@@ -152,6 +152,31 @@ impl Binary {
         }
     }
 
+    /// Inputs the member's backward pass does not read: neither operand where the gradient is
+    /// the output gradient itself (add, sub) or nothing (comparisons, logic).
+    pub(crate) const fn backward_ignores(self) -> &'static [usize] {
+        match self {
+            Binary::Add
+            | Binary::Sub
+            | Binary::Equal
+            | Binary::NotEqual
+            | Binary::Greater
+            | Binary::GreaterEqual
+            | Binary::Lesser
+            | Binary::LesserEqual
+            | Binary::LogicalAnd
+            | Binary::LogicalOr
+            | Binary::LogicalXor => &[0, 1],
+            Binary::Mul
+            | Binary::Div
+            | Binary::Maximum
+            | Binary::Minimum
+            | Binary::Power
+            | Binary::Hypot
+            | Binary::Mod => &[],
+        }
+    }
+
     /// The members' codes as C `#define`s (`#define BINARY_ADD 0`), for the device code.
     pub(crate) fn c_defines() -> String {
         Binary::ALL
