@@ -361,12 +361,12 @@ pub(crate) fn scalar(
     scalar_with(s, op, &outs[0], &ins[0], value)
 }
 
-/// The `scalar` kernel's code for a scalar op (the `binary` kernel's codes), and whether the
-/// scalar is the left operand.
 /// The scalar kernels' code for `smooth_l1` (of `x` with sigma `y`), after the binary family's
 /// codes (`SMOOTH_L1` in the device code).
 pub(crate) const SMOOTH_L1: usize = family::Binary::ALL.len();
 
+/// The `scalar` kernel's code for a scalar op (the `binary` kernel's codes), and whether the
+/// scalar is the left operand.
 pub(super) fn scalar_code(op: &str) -> Option<(usize, bool)> {
     Some(match op {
         "_plus_scalar" => (family::Binary::Add.code(), false),
