@@ -8,7 +8,8 @@ use super::par::{for_ranges, map_lanes, Shared};
 use super::params::Params;
 use super::stochastic::ChannelRuns;
 use super::{
-    check_against_forward, named_forward, same_dtypes, same_shapes, Arity, Attrs, OpDef, TensorRef,
+    check_against_forward, named_forward, same_dtypes, same_shapes, Arity, Attrs, OpDef, Outputs,
+    TensorRef,
 };
 use crate::error::{shape_error, Result};
 use crate::ops::gpu;
@@ -295,6 +296,14 @@ pub(super) fn ops() -> &'static [OpDef] {
                 &[]
             )
         }
+        .outputs(Outputs::By(|op, attrs| {
+            let n = if FullyConnectedParams::get(op, attrs)?.no_bias {
+                2
+            } else {
+                3
+            };
+            Ok((n, n))
+        }))
         .on_gpu(gpu::nn::fully_connected_backward),
         def!(
             "_backward_Activation",
@@ -316,6 +325,7 @@ pub(super) fn ops() -> &'static [OpDef] {
                 &[]
             )
         }
+        .outputs(Outputs::all(2))
         .on_gpu(gpu::nn::softmax_output_backward),
     ];
     OPS
@@ -522,6 +532,7 @@ pub(super) fn more_ops() -> &'static [OpDef] {
                 &[]
             )
         }
+        .outputs(Outputs::By(super::conv::grad_outputs))
         .on_gpu(gpu::conv::convolution_backward),
         OpDef {
             identity: true,
@@ -668,6 +679,7 @@ pub(super) fn norm_ops() -> &'static [OpDef] {
             &[]
         )
     }
+    .outputs(Outputs::all(3))
     .on_gpu(gpu::nn::batch_norm_backward)];
     OPS
 }

@@ -164,6 +164,13 @@ pub(crate) fn has_bias(op: &str, attrs: &Attrs) -> Result<bool> {
 
 /// A (de)convolution's parameters (parsed on the node's first run, then kept with its
 /// attributes).
+/// The backward op's outputs (Convolution's and Deconvolution's): the data's and the weight's
+/// gradients, and the bias's where there is one.
+pub(crate) fn grad_outputs(op: &str, attrs: &Attrs) -> Result<(usize, usize)> {
+    let n = if has_bias(op, attrs)? { 3 } else { 2 };
+    Ok((n, n))
+}
+
 pub(crate) fn conv_params(op: &str, attrs: &Attrs) -> Result<Conv> {
     attrs.parsed(op, parse_conv).map(|c| *c)
 }

@@ -8,7 +8,9 @@ use super::conv::{check_grouped_data, conv_params, Conv};
 use super::gather::{SampleType, UpSamplingParams};
 use super::par::{for_ranges, Shared};
 use super::params::{attr_enum, op_params, Params, PositiveInt};
-use super::{norm_axes, same_dtypes, same_shapes, Arity, Attrs, OpDef, TensorRef, MAX_ELEMENTS};
+use super::{
+    norm_axes, same_dtypes, same_shapes, Arity, Attrs, OpDef, Outputs, TensorRef, MAX_ELEMENTS,
+};
 use crate::error::{invalid, shape_error, Result};
 use crate::ops::gpu;
 use crate::ops::grad;
@@ -793,6 +795,15 @@ macro_rules! def {
     };
 }
 
+/// LeakyReLU's gradients: the data's, and with `prelu` gamma's.
+fn leaky_grad_outputs(op: &str, attrs: &Attrs) -> Result<(usize, usize)> {
+    let n = match LeakyReLUParams::get(op, attrs)?.act_type {
+        LeakyType::Prelu => 2,
+        _ => 1,
+    };
+    Ok((n, n))
+}
+
 pub(super) fn ops() -> &'static [OpDef] {
     static OPS: &[OpDef] = &[
         OpDef {
@@ -818,6 +829,7 @@ pub(super) fn ops() -> &'static [OpDef] {
             &[(0, 0)],
             true
         )
+        .outputs(Outputs::By(leaky_grad_outputs))
         .on_gpu(gpu::elemwise::leaky_relu),
         def!(
             "stack",
@@ -914,6 +926,7 @@ pub(super) fn ops() -> &'static [OpDef] {
                 false
             )
         }
+        .outputs(Outputs::By(super::conv::grad_outputs))
         .on_gpu(gpu::conv::deconvolution_backward),
     ];
     OPS

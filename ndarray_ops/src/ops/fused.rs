@@ -29,7 +29,7 @@ use super::conv::{conv_then, infer_conv};
 use super::par::for_ranges;
 use super::stochastic::{bn_forward, bn_inference_map, infer_bn};
 use super::tensor::RawBuf;
-use super::{lookup, same_dtypes, same_shapes, Arity, Attrs, OpDef, TensorRef};
+use super::{lookup, same_dtypes, same_shapes, Arity, Attrs, OpDef, Outputs, TensorRef};
 use crate::error::{invalid, shape_error, Result};
 use crate::ops::grad;
 use crate::ops::{Infer, KResult};
@@ -56,6 +56,7 @@ const fn conv_bn_def(bias: bool) -> OpDef {
         mutate_inputs: mutated,
         infer_partial: Some(super::partial_shapes::fused_convolution),
         resources: &[Resource::TempSpace],
+        outputs: Outputs::By(super::stochastic::bn_outputs),
         ..OpDef::new(
             conv_op(bias),
             Arity::Exactly(inputs),
@@ -334,6 +335,7 @@ pub(super) fn ops() -> &'static [OpDef] {
             backward_ignores: &[2, 3, 4],
             gradient: Some(grad::batch_norm),
             infer_partial: Some(super::partial_shapes::batch_norm),
+            outputs: Outputs::By(super::stochastic::bn_outputs),
             ..OpDef::new(
                 "_fused_BatchNormReLU",
                 Arity::Exactly(5),
@@ -343,6 +345,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         },
         OpDef {
             alias_safe: false,
+            outputs: Outputs::all(3),
             ..OpDef::new(
                 "_backward_fused_BatchNormReLU",
                 Arity::Exactly(6),

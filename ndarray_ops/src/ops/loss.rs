@@ -9,7 +9,7 @@
 
 use super::nn::Normalization;
 use super::params::{op_params, Params};
-use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
+use super::{same_dtypes, Arity, Attrs, OpDef, Outputs, TensorRef};
 use crate::error::{shape_error, Result};
 use crate::ops::gpu;
 use crate::ops::grad;
@@ -289,6 +289,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 regression_backward_kernel,
             )
         }
+        // The data's gradient and the label's.
+        .outputs(Outputs::all(2))
     }
     static OPS: &[OpDef] = &[
         regression("LinearRegressionOutput")

@@ -87,9 +87,6 @@ use crate::error::{invalid, shape_error, NdError, Result};
 use crate::ops::gpu::ops::GpuKernel;
 use crate::resources::{KernelRes, Resource};
 use crate::DType;
-use norm::{GroupNormParams, LayerNormParams};
-use params::Params;
-use stochastic::BatchNormParams;
 
 mod attrs;
 mod cheap;
@@ -190,6 +187,26 @@ pub struct OpDef {
     pub(crate) gpu: Option<GpuKernel>,
     /// The op's member of a typed family ([`family`]); its kernels and rule match on it.
     pub(crate) member: Member,
+    /// How many outputs a node has ([`num_outputs`]).
+    pub(crate) outputs: Outputs,
+}
+
+/// How many outputs a node of an op has: all of them, hidden ones included (what MXNet's files
+/// record in `node_row_ptr`: BatchNorm's saved statistics, Dropout's mask), and how many of
+/// them users see, in that order.
+#[derive(Clone, Copy)]
+pub(crate) enum Outputs {
+    /// The same counts whatever the attributes.
+    Fixed(usize, usize),
+    /// Counts that follow the attributes (a split's pieces, a bias gradient only with a bias).
+    By(fn(&str, &Attrs) -> Result<(usize, usize)>),
+}
+
+impl Outputs {
+    /// `n` outputs, every one visible.
+    pub(crate) const fn all(n: usize) -> Outputs {
+        Outputs::Fixed(n, n)
+    }
 }
 
 /// How an op takes part in a forward node's kept state ([`crate::resources::OpState`]).
@@ -233,6 +250,7 @@ impl OpDef {
             gradient: None,
             gpu: None,
             member: Member::None,
+            outputs: Outputs::Fixed(1, 1),
         }
     }
 
@@ -269,6 +287,11 @@ impl OpDef {
     /// This op as a member of a typed family ([`OpDef::member`]).
     pub(crate) const fn member(self, member: Member) -> OpDef {
         OpDef { member, ..self }
+    }
+
+    /// This op with these output counts ([`OpDef::outputs`]).
+    pub(crate) const fn outputs(self, outputs: Outputs) -> OpDef {
+        OpDef { outputs, ..self }
     }
 
     /// This op with a rule for partial shapes ([`OpDef::infer_partial`]).
@@ -405,91 +428,18 @@ pub(crate) fn times(op: &str, n: usize, k: usize) -> Result<usize> {
     })
 }
 
-/// A norm's visible outputs: the output, and with `output_mean_var` the statistics too.
-fn outputs(output_mean_var: bool) -> usize {
-    if output_mean_var {
-        3
-    } else {
-        1
-    }
+/// A norm's counts: the output and two hidden statistics, which `output_mean_var` shows.
+pub(crate) fn norm_outputs(output_mean_var: bool) -> (usize, usize) {
+    (3, if output_mean_var { 3 } else { 1 })
 }
 
 /// How many outputs a node of op `def` with `attrs` has, hidden ones included (what MXNet's
 /// files record in `node_row_ptr`), and how many of them are visible to users.
 pub fn num_outputs(def: &OpDef, attrs: &Attrs) -> Result<(usize, usize)> {
-    let op = def.name;
-    Ok(match op {
-        "SliceChannel" => {
-            let n = shape::SliceChannelParams::get(op, attrs)?.num_outputs.0;
-            (n, n)
-        }
-        "BatchNorm" => (3, outputs(BatchNormParams::get(op, attrs)?.output_mean_var)),
-        "Dropout" => (2, 1),
-        // The per-group statistics the backward op reads are hidden outputs, as in MXNet.
-        "LayerNorm" => (3, outputs(LayerNormParams::get(op, attrs)?.output_mean_var)),
-        "GroupNorm" => (3, outputs(GroupNormParams::get(op, attrs)?.output_mean_var)),
-        "InstanceNorm" => (3, 1),
-        // Values keep their indices as a hidden output, as in MXNet.
-        "sort" => (2, 1),
-        "topk" => match sort::TopkParams::get(op, attrs)?.ret_typ {
-            sort::RetTyp::Value => (2, 1),
-            sort::RetTyp::Both => (2, 2),
-            sort::RetTyp::Indices | sort::RetTyp::Mask => (1, 1),
-        },
-        "_backward_LinearRegressionOutput"
-        | "_backward_LogisticRegressionOutput"
-        | "_backward_MAERegressionOutput" => (2, 2),
-        "L2Normalization" => (2, 1),
-        "_backward_LayerNorm" | "_backward_InstanceNorm" | "_backward_GroupNorm" => (3, 3),
-        "Pooling" => match pooling::PoolingParams::get(op, attrs)?.pool_type {
-            pooling::PoolType::Max => (2, 1),
-            _ => (1, 1),
-        },
-        "sgd_mom_update" => (2, 1),
-        "_backward_LeakyReLU" => {
-            let n = match extra::LeakyReLUParams::get(op, attrs)?.act_type {
-                extra::LeakyType::Prelu => 2,
-                _ => 1,
-            };
-            (n, n)
-        }
-        "_backward_FullyConnected" => {
-            let n = if nn::FullyConnectedParams::get(op, attrs)?.no_bias {
-                2
-            } else {
-                3
-            };
-            (n, n)
-        }
-        "_backward_SoftmaxOutput" => (2, 2),
-        "_backward_BatchNorm" | "_backward_fused_BatchNormReLU" => (3, 3),
-        "_fused_BatchNormReLU" | "_fused_Convolution" | "_fused_ConvolutionBias" => {
-            (3, outputs(BatchNormParams::get(op, attrs)?.output_mean_var))
-        }
-        "_backward_Concat" => {
-            let n = output_count(op, attrs, "num_args")?;
-            (n, n)
-        }
-        "_backward_Convolution" | "_backward_Deconvolution" => {
-            let n = if conv::has_bias(op, attrs)? { 3 } else { 2 };
-            (n, n)
-        }
-        "adam_update" => (3, 1),
-        "ROIPooling" => (2, 1),
-        "_backward_BilinearResize2D" | "_backward_Crop" => {
-            let n = vision::grad_outputs(op, attrs)?;
-            (n, n)
-        }
-        "RNN" => {
-            let n = rnn::num_outputs(op, attrs)?;
-            (n, n)
-        }
-        "_backward_RNN" => {
-            let n = rnn::num_grad_outputs(op, attrs)?;
-            (n, n)
-        }
-        _ => (1, 1),
-    })
+    match def.outputs {
+        Outputs::Fixed(all, visible) => Ok((all, visible)),
+        Outputs::By(count) => count(def.name, attrs),
+    }
 }
 
 /// The op registered under `name`.

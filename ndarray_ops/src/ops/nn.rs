@@ -6,7 +6,7 @@ use rten_simd::SimdUnaryOp;
 use super::par::{for_ranges, map_lanes, Shared};
 use super::params::{attr_enum, op_params, Params, PositiveInt};
 use super::reduce::fold_run;
-use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef};
+use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, Outputs, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
 use crate::ops::gpu;
 use crate::ops::grad;
@@ -642,6 +642,8 @@ macro_rules! update {
         OpDef {
             inplace: &[(0, 0)],
             assign: $assign,
+            // The weight's new value, then each state's, hidden: users see the weight.
+            outputs: Outputs::Fixed($assign.len(), 1),
             ..OpDef::new($name, Arity::Exactly($arity), infer_update, update_kernel)
         }
     };

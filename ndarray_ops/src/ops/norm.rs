@@ -20,7 +20,9 @@
 use super::par::{for_ranges, map_lanes, wide, Shared};
 use super::params::{attr_enum, op_params, Params, PositiveInt};
 use super::reduce::fold_run;
-use super::{check_against_forward, norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef};
+use super::{
+    check_against_forward, norm_axes, same_dtypes, Arity, Attrs, OpDef, Outputs, TensorRef,
+};
 use crate::error::{invalid, shape_error, NdError, Result};
 use crate::ops::gpu;
 use crate::ops::grad;
@@ -691,13 +693,25 @@ pub(super) fn ops() -> &'static [OpDef] {
         }
     }
     static OPS: &[OpDef] = &[
+        // The per-group statistics the backward op reads are hidden outputs, as in MXNet.
         norm("LayerNorm")
+            .outputs(Outputs::By(|op, attrs| {
+                Ok(super::norm_outputs(
+                    LayerNormParams::get(op, attrs)?.output_mean_var,
+                ))
+            }))
             .grad(grad::normalization)
             .on_gpu(gpu::lanes::normalization),
         norm("InstanceNorm")
+            .outputs(Outputs::Fixed(3, 1))
             .grad(grad::normalization)
             .on_gpu(gpu::lanes::normalization),
         norm("GroupNorm")
+            .outputs(Outputs::By(|op, attrs| {
+                Ok(super::norm_outputs(
+                    GroupNormParams::get(op, attrs)?.output_mean_var,
+                ))
+            }))
             .grad(grad::normalization)
             .on_gpu(gpu::lanes::normalization),
         OpDef {
@@ -706,12 +720,19 @@ pub(super) fn ops() -> &'static [OpDef] {
             // Its backward reads the output and the norm, not the data.
             backward_ignores: &[0],
             gradient: Some(grad::normalization),
+            outputs: Outputs::Fixed(2, 1),
             ..norm("L2Normalization")
         }
         .on_gpu(gpu::lanes::normalization),
-        backward("_backward_LayerNorm", 5).on_gpu(gpu::lanes::normalization),
-        backward("_backward_InstanceNorm", 5).on_gpu(gpu::lanes::normalization),
-        backward("_backward_GroupNorm", 5).on_gpu(gpu::lanes::normalization),
+        backward("_backward_LayerNorm", 5)
+            .outputs(Outputs::all(3))
+            .on_gpu(gpu::lanes::normalization),
+        backward("_backward_InstanceNorm", 5)
+            .outputs(Outputs::all(3))
+            .on_gpu(gpu::lanes::normalization),
+        backward("_backward_GroupNorm", 5)
+            .outputs(Outputs::all(3))
+            .on_gpu(gpu::lanes::normalization),
         backward("_backward_L2Normalization", 3).on_gpu(gpu::lanes::normalization),
         OpDef {
             alias_safe: false,

@@ -20,7 +20,7 @@ use super::conv::{by_phase, check_layout, from_phase, out_len, Layout, Tap};
 use super::par::{for_ranges, Shared};
 use super::params::{attr_enum, op_params, Params, Window};
 use super::reduce::fold_run;
-use super::{Arity, Attrs, OpDef, TensorRef};
+use super::{Arity, Attrs, OpDef, Outputs, TensorRef};
 use crate::error::{invalid, shape_error, Result};
 use crate::ops::gpu;
 use crate::ops::grad;
@@ -668,11 +668,20 @@ fn pool_backward_kernel(
     Ok(())
 }
 
+/// Max pooling keeps where each maximum was as a hidden output, as in MXNet.
+fn pool_outputs(op: &str, attrs: &Attrs) -> Result<(usize, usize)> {
+    Ok(match PoolingParams::get(op, attrs)?.pool_type {
+        PoolType::Max => (2, 1),
+        _ => (1, 1),
+    })
+}
+
 pub(super) fn ops() -> &'static [OpDef] {
     static OPS: &[OpDef] = &[
         OpDef {
             alias_safe: false,
             gradient: Some(grad::pooling),
+            outputs: Outputs::By(pool_outputs),
             ..OpDef::new("Pooling", Arity::Exactly(1), infer_pool, pool_kernel)
         }
         .on_gpu(gpu::conv::pooling),

@@ -7,7 +7,7 @@
 use super::par::{for_ranges, Shared};
 use super::params::{op_params, Params, Window};
 use super::vision::{check_nchw, positive};
-use super::{Arity, Attrs, OpDef, TensorRef};
+use super::{Arity, Attrs, OpDef, Outputs, TensorRef};
 use crate::error::{invalid, shape_error, Result};
 use crate::ops::gpu;
 use crate::ops::grad;
@@ -543,6 +543,8 @@ pub(super) fn ops() -> &'static [OpDef] {
         OpDef {
             alias_safe: false,
             gradient: Some(grad::vision),
+            // Where each maximum was is a hidden output, as in MXNet.
+            outputs: Outputs::Fixed(2, 1),
             ..OpDef::new(
                 "ROIPooling",
                 Arity::Exactly(2),

@@ -2,7 +2,7 @@
 //! Embedding, and the reshape family (Reshape, expand_dims, squeeze), which are identities.
 
 use super::params::{attr_enum, op_params, Params, Positive, PositiveInt};
-use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef};
+use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, Outputs, TensorRef};
 use crate::error::{invalid, shape_error, Result};
 use crate::ops::gpu;
 use crate::ops::grad;
@@ -740,6 +740,12 @@ macro_rules! def {
     };
 }
 
+/// SliceChannel's pieces, every one visible.
+fn split_outputs(op: &str, attrs: &Attrs) -> Result<(usize, usize)> {
+    let n = SliceChannelParams::get(op, attrs)?.num_outputs.0;
+    Ok((n, n))
+}
+
 pub(super) fn ops() -> &'static [OpDef] {
     const IP1: &[(usize, usize)] = &[(0, 0)];
     static OPS: &[OpDef] = &[
@@ -769,6 +775,7 @@ pub(super) fn ops() -> &'static [OpDef] {
             false
         )
         .partial(super::partial_shapes::slice_channel)
+        .outputs(Outputs::By(split_outputs))
         .grad(grad::split)
         .on_gpu(gpu::shape::split),
         def!(

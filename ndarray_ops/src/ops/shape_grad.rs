@@ -1,7 +1,7 @@
 //! The shape ops' backward ops: `slice`'s and `Concat`'s (runs of the output gradient copied
 //! back into place) and `take`'s (rows scatter-added into the table's gradient).
 
-use super::{check_against_forward, named_forward, Arity, Attrs, OpDef, TensorRef};
+use super::{check_against_forward, named_forward, Arity, Attrs, OpDef, Outputs, TensorRef};
 use crate::ops::gpu;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
@@ -98,6 +98,11 @@ pub(super) fn shape_grad_ops() -> &'static [OpDef] {
         .on_gpu(gpu::gather::gather),
         OpDef {
             alias_safe: false,
+            // A gradient for each piece Concat joined.
+            outputs: Outputs::By(|op, attrs| {
+                let n = super::output_count(op, attrs, "num_args")?;
+                Ok((n, n))
+            }),
             ..OpDef::new(
                 "_backward_Concat",
                 Arity::AtLeast(2),

@@ -7,7 +7,7 @@
 //! where the value came from.
 
 use super::params::{attr_enum, op_params, Params as _};
-use super::{norm_axes, Arity, Attrs, OpDef, TensorRef};
+use super::{norm_axes, Arity, Attrs, OpDef, Outputs, TensorRef};
 use crate::error::{invalid, Result};
 use crate::ops::gpu;
 use crate::ops::grad;
@@ -291,6 +291,15 @@ pub(crate) fn returns_values(op: &str, attrs: &Attrs) -> bool {
     }
 }
 
+/// topk's counts: values keep their indices as a hidden output, as in MXNet.
+fn topk_outputs(op: &str, attrs: &Attrs) -> Result<(usize, usize)> {
+    Ok(match TopkParams::get(op, attrs)?.ret_typ {
+        RetTyp::Value => (2, 1),
+        RetTyp::Both => (2, 2),
+        RetTyp::Indices | RetTyp::Mask => (1, 1),
+    })
+}
+
 pub(super) fn ops() -> &'static [OpDef] {
     const fn def(name: &'static str) -> OpDef {
         OpDef {
@@ -299,8 +308,15 @@ pub(super) fn ops() -> &'static [OpDef] {
         }
     }
     static OPS: &[OpDef] = &[
-        def("topk").grad(grad::sort).on_gpu(gpu::sort::sort),
-        def("sort").grad(grad::sort).on_gpu(gpu::sort::sort),
+        def("topk")
+            .outputs(Outputs::By(topk_outputs))
+            .grad(grad::sort)
+            .on_gpu(gpu::sort::sort),
+        // The values keep their indices as a hidden output, as in MXNet.
+        def("sort")
+            .outputs(Outputs::Fixed(2, 1))
+            .grad(grad::sort)
+            .on_gpu(gpu::sort::sort),
         def("argsort").grad(grad::sort).on_gpu(gpu::sort::sort),
         OpDef {
             alias_safe: false,

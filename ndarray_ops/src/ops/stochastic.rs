@@ -11,7 +11,7 @@ use rand_distr::{Distribution, Normal};
 use super::bn_lanes;
 use super::par::{for_ranges, Shared};
 use super::params::{attr_enum, op_params, Params};
-use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, TensorRef};
+use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, Outputs, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
 use crate::ops::gpu;
 use crate::ops::grad;
@@ -508,6 +508,14 @@ fn random_kernel(
     Ok(())
 }
 
+/// BatchNorm's counts: the output, then the batch's mean and variance, hidden unless
+/// `output_mean_var` (also those of the fused ops that end in a BatchNorm).
+pub(crate) fn bn_outputs(op: &str, attrs: &Attrs) -> Result<(usize, usize)> {
+    Ok(super::norm_outputs(
+        BatchNormParams::get(op, attrs)?.output_mean_var,
+    ))
+}
+
 pub(super) fn ops() -> &'static [OpDef] {
     static OPS: &[OpDef] = &[
         OpDef {
@@ -515,6 +523,7 @@ pub(super) fn ops() -> &'static [OpDef] {
             mutate_inputs: &[3, 4],
             infer_partial: Some(super::partial_shapes::batch_norm),
             gradient: Some(grad::batch_norm),
+            outputs: Outputs::By(bn_outputs),
             ..OpDef::new("BatchNorm", Arity::Exactly(5), infer_bn, bn_kernel)
         }
         .on_gpu(gpu::nn::batch_norm),
@@ -523,6 +532,8 @@ pub(super) fn ops() -> &'static [OpDef] {
             alias_safe: false,
             resources: &[Resource::Random],
             gradient: Some(grad::dropout),
+            // The mask is a hidden output, as in MXNet.
+            outputs: Outputs::Fixed(2, 1),
             ..OpDef::new("Dropout", Arity::Exactly(1), infer_dropout, dropout_kernel)
         }
         .on_gpu(gpu::nn::dropout),

@@ -8,7 +8,7 @@
 
 use super::par::{for_ranges, Shared};
 use super::params::{attr_enum, int32s, op_params, Params, PositiveInt, Window};
-use super::{Arity, Attrs, OpDef, TensorRef};
+use super::{Arity, Attrs, OpDef, Outputs, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
 use crate::ops::gpu;
 use crate::ops::grad;
@@ -673,6 +673,10 @@ pub(super) fn ops() -> &'static [OpDef] {
                 resize_backward_kernel,
             )
         }
+        // A gradient for each input of the forward op: the data, and a shape input if any.
+        .outputs(Outputs::By(|op, attrs| {
+            resize_inputs(op, attrs).map(|n| (n, n))
+        }))
         .on_gpu(gpu::resample::resample),
         OpDef {
             alias_safe: false,
@@ -689,16 +693,11 @@ pub(super) fn ops() -> &'static [OpDef] {
                 crop_backward_kernel,
             )
         }
+        // A gradient for each input of the forward op: the data, and a shape input if any.
+        .outputs(Outputs::By(|op, attrs| {
+            crop_inputs(op, attrs).map(|n| (n, n))
+        }))
         .on_gpu(gpu::resample::resample),
     ];
     OPS
-}
-
-/// How many outputs `_backward_BilinearResize2D` and `_backward_Crop` have: the data's
-/// gradient, and the shape input's.
-pub(super) fn grad_outputs(op: &str, attrs: &Attrs) -> Result<usize> {
-    match op {
-        "_backward_Crop" => crop_inputs(op, attrs),
-        _ => resize_inputs(op, attrs),
-    }
 }

@@ -27,7 +27,7 @@ use rten_simd::{SimdOp, SimdUnaryOp};
 use super::par::Shared;
 use super::params::{attr_enum, op_params, Params, Positive};
 use super::stochastic::dropout_mask;
-use super::{Arity, Attrs, OpDef, StateUse, TensorRef, IS_TRAIN};
+use super::{Arity, Attrs, OpDef, Outputs, StateUse, TensorRef, IS_TRAIN};
 use crate::error::{invalid, shape_error, NdError, Result};
 use crate::ops::gpu;
 use crate::ops::grad;
@@ -252,16 +252,6 @@ impl Rnn {
     }
 }
 
-/// How many outputs an RNN node has (all visible, as in MXNet).
-pub(super) fn num_outputs(op: &str, attrs: &Attrs) -> Result<usize> {
-    Ok(Rnn::parse(op, attrs)?.outputs())
-}
-
-/// How many outputs `_backward_RNN` has: a gradient for each input but the sequence lengths.
-pub(super) fn num_grad_outputs(op: &str, attrs: &Attrs) -> Result<usize> {
-    Ok(Rnn::parse(op, attrs)?.grad_inputs())
-}
-
 /// How many of an RNN node's inputs get a gradient (the first ones).
 pub(crate) fn gradient_inputs(attrs: &Attrs) -> Result<usize> {
     Ok(Rnn::parse("RNN", attrs)?.grad_inputs())
@@ -405,6 +395,10 @@ pub(super) fn ops() -> &'static [OpDef] {
             resources: &[Resource::TempSpace, Resource::Random],
             state: StateUse::Keeps,
             gradient: Some(grad::rnn),
+            outputs: Outputs::By(|op, attrs| {
+                let n = Rnn::parse(op, attrs)?.outputs();
+                Ok((n, n))
+            }),
             ..OpDef::new("RNN", Arity::AtLeast(3), infer_rnn, rnn_kernel)
         }
         .on_gpu_stateful(gpu::rnn::rnn),
@@ -412,6 +406,11 @@ pub(super) fn ops() -> &'static [OpDef] {
             alias_safe: false,
             resources: &[Resource::TempSpace],
             state: StateUse::ReadsOf("RNN"),
+            // A gradient for each input but the sequence lengths.
+            outputs: Outputs::By(|op, attrs| {
+                let n = Rnn::parse(op, attrs)?.grad_inputs();
+                Ok((n, n))
+            }),
             ..OpDef::new(
                 "_backward_RNN",
                 Arity::AtLeast(4),
