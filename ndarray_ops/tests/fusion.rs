@@ -362,7 +362,8 @@ fn fusion_setting_is_read_from_the_environment() {
 }
 
 /// A program run imperatively equals its steps run one by one, over several tiles and a
-/// partial last one; programs that read what they cannot are refused when the node is made.
+/// partial last one; programs that read what they cannot, or run an op that is not pointwise,
+/// are refused when the node is made.
 #[test]
 fn an_elementwise_program_equals_its_steps_and_bad_ones_are_refused() {
     use ndarray_ops::{invoke, Attrs};
@@ -413,6 +414,11 @@ fn an_elementwise_program_equals_its_steps_and_bad_ones_are_refused() {
         (
             r#"[{"op":"sum","attrs":[],"args":[{"Input":0}]}]"#,
             "elementwise",
+        ),
+        // Same shape in and out, but each element reads another: not one a tile may run.
+        (
+            r#"[{"op":"reverse","attrs":[["axis","0"]],"args":[{"Input":0}]}]"#,
+            "not an elementwise op",
         ),
         (r#"[]"#, "no steps"),
         (r#"relu"#, "not a program"),

@@ -283,6 +283,7 @@ pub(super) fn ops() -> &'static [OpDef] {
             add_n_kernel,
             &[(0, 0)]
         )
+        .pointwise(true)
         .grad(grad::add_n)
         .on_gpu(gpu::reduce::add_n),
         OpDef {
@@ -313,6 +314,7 @@ pub(super) fn ops() -> &'static [OpDef] {
             act_backward_kernel,
             &[(0, 0)]
         )
+        .pointwise(true)
         .on_gpu(gpu::elemwise::activation_backward),
         OpDef {
             alias_safe: false,

@@ -8,7 +8,7 @@ use ndarray::{ArrayView2, ArrayViewMut2};
 
 use super::par::{for_ranges, Shared};
 use super::params::{attr_enum, op_params, Params, Positive, Window};
-use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
+use super::{same_dtypes, Arity, Attrs, Flops, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, Result};
 use crate::gemm::{sgemm_then, Batches, Epilogue, Mat, Norm};
 use crate::ops::gpu;
@@ -758,6 +758,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         gradient: Some(grad::convolution),
         ..OpDef::new("Convolution", Arity::AtLeast(2), infer_conv, conv_kernel)
     }
+    .cost(Flops::Window, 1.0)
     .on_gpu(gpu::conv::convolution)];
     OPS
 }

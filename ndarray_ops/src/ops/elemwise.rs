@@ -455,6 +455,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         let ignores = b.backward_ignores();
         def!(b.same_shape_name(), B, infer_same_shape, binary_kernel, inplace IP2, ignores ignores)
             .partial(super::partial_shapes::same_shape)
+            .pointwise(b.fused_elementwise())
             .member(Member::Binary(b))
             .grad(grad::binary)
             .on_gpu(gpu::elemwise::binary)
@@ -497,27 +498,35 @@ pub(super) fn ops() -> &'static [OpDef] {
         same(Binary::Mul),
         same(Binary::Div),
         def!("_plus_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0])
+            .pointwise(true)
             .grad(grad::scalar)
             .on_gpu(gpu::elemwise::scalar),
         def!("_minus_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0])
+            .pointwise(true)
             .grad(grad::scalar)
             .on_gpu(gpu::elemwise::scalar),
         def!("_rminus_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0])
+            .pointwise(true)
             .grad(grad::scalar)
             .on_gpu(gpu::elemwise::scalar),
         def!("_mul_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0])
+            .pointwise(true)
             .grad(grad::scalar)
             .on_gpu(gpu::elemwise::scalar),
         def!("_div_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0])
+            .pointwise(true)
             .grad(grad::scalar)
             .on_gpu(gpu::elemwise::scalar),
         def!("_rdiv_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[])
+            .pointwise(true)
             .grad(grad::scalar)
             .on_gpu(gpu::elemwise::scalar),
         def!("_maximum_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[])
+            .pointwise(true)
             .grad(grad::masked)
             .on_gpu(gpu::elemwise::scalar),
         def!("_minimum_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[])
+            .pointwise(true)
             .grad(grad::masked)
             .on_gpu(gpu::elemwise::scalar),
         def!("_power_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[])
@@ -568,33 +577,43 @@ pub(super) fn ops() -> &'static [OpDef] {
         .grad(grad::identity)
         .on_gpu(gpu::ops::copy),
         def!("negative", U, infer_unary, unary_kernel, inplace IP1, ignores &[0])
+            .pointwise(true)
             .grad(grad::unary)
             .on_gpu(gpu::elemwise::unary),
         def!("abs", U, infer_unary, unary_kernel, inplace IP1, ignores &[])
+            .pointwise(true)
             .grad(grad::masked)
             .on_gpu(gpu::elemwise::unary),
         def!("square", U, infer_unary, unary_kernel, inplace IP1, ignores &[])
+            .pointwise(true)
             .grad(grad::unary)
             .on_gpu(gpu::elemwise::unary),
         def!("relu", U, infer_unary, unary_kernel, inplace IP1, ignores &[])
+            .pointwise(true)
             .grad(grad::unary)
             .on_gpu(gpu::elemwise::activation),
         def!("exp", U, infer_unary, unary_kernel, inplace IP1, ignores &[0])
+            .pointwise(true)
             .grad(grad::unary)
             .on_gpu(gpu::elemwise::unary),
         def!("log", U, infer_unary, unary_kernel, inplace IP1, ignores &[])
+            .pointwise(true)
             .grad(grad::unary)
             .on_gpu(gpu::elemwise::unary),
         def!("sqrt", U, infer_unary, unary_kernel, inplace IP1, ignores &[0])
+            .pointwise(true)
             .grad(grad::unary)
             .on_gpu(gpu::elemwise::unary),
         def!("tanh", U, infer_unary, unary_kernel, inplace IP1, ignores &[0])
+            .pointwise(true)
             .grad(grad::unary)
             .on_gpu(gpu::elemwise::activation),
         def!("sigmoid", U, infer_unary, unary_kernel, inplace IP1, ignores &[0])
+            .pointwise(true)
             .grad(grad::unary)
             .on_gpu(gpu::elemwise::activation),
         def!("softrelu", U, infer_unary, unary_kernel, inplace IP1, ignores &[])
+            .pointwise(true)
             .grad(grad::unary)
             .on_gpu(gpu::elemwise::activation),
     ];

@@ -9,7 +9,8 @@ use super::gather::{SampleType, UpSamplingParams};
 use super::par::{for_ranges, Shared};
 use super::params::{attr_enum, op_params, Params, PositiveInt};
 use super::{
-    norm_axes, same_dtypes, same_shapes, Arity, Attrs, OpDef, Outputs, TensorRef, MAX_ELEMENTS,
+    norm_axes, same_dtypes, same_shapes, Arity, Attrs, Flops, OpDef, Outputs, TensorRef,
+    MAX_ELEMENTS,
 };
 use crate::error::{invalid, shape_error, Result};
 use crate::ops::gpu;
@@ -913,6 +914,7 @@ pub(super) fn ops() -> &'static [OpDef] {
                 false
             )
         }
+        .cost(Flops::Window, 1.0)
         .on_gpu(gpu::conv::deconvolution),
         OpDef {
             resources: &[Resource::TempSpace],

@@ -152,6 +152,20 @@ impl Binary {
         }
     }
 
+    /// Whether a fused elementwise program runs the same-shape op (`symbol::fuse`): the
+    /// arithmetic of a training graph's gradients and updates.
+    pub(crate) const fn fused_elementwise(self) -> bool {
+        matches!(
+            self,
+            Binary::Add
+                | Binary::Sub
+                | Binary::Mul
+                | Binary::Div
+                | Binary::Maximum
+                | Binary::Minimum
+        )
+    }
+
     /// Inputs the member's backward pass does not read: neither operand where the gradient is
     /// the output gradient itself (add, sub) or nothing (comparisons, logic).
     pub(crate) const fn backward_ignores(self) -> &'static [usize] {

@@ -29,7 +29,7 @@ use super::conv::{conv_then, infer_conv};
 use super::par::for_ranges;
 use super::stochastic::{bn_forward, bn_inference_map, infer_bn};
 use super::tensor::RawBuf;
-use super::{lookup, same_dtypes, same_shapes, Arity, Attrs, OpDef, Outputs, TensorRef};
+use super::{lookup, same_dtypes, same_shapes, Arity, Attrs, Flops, OpDef, Outputs, TensorRef};
 use crate::error::{invalid, shape_error, Result};
 use crate::ops::grad;
 use crate::ops::{Infer, KResult};
@@ -215,6 +215,15 @@ fn program(
             }
         }
         let def = lookup(&step.op)?;
+        if !def.pointwise {
+            return Err(invalid(
+                op,
+                format!(
+                    "step {j} ({}) is not an elementwise op a program may run",
+                    step.op
+                ),
+            ));
+        }
         let attrs = step
             .attrs
             .iter()
@@ -342,7 +351,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 infer_bn,
                 bn_relu_kernel,
             )
-        },
+        }
+        .cost(Flops::One, super::stochastic::BN_PASSES),
         OpDef {
             alias_safe: false,
             outputs: Outputs::all(3),

@@ -4,7 +4,7 @@
 use ndarray::{ArrayView2, ArrayViewMut2, ShapeBuilder};
 
 use super::params::{op_params, Params};
-use super::{same_dtypes, Arity, Attrs, OpDef, TensorRef};
+use super::{same_dtypes, Arity, Attrs, Flops, OpDef, TensorRef};
 use crate::error::{shape_error, Result};
 use crate::ops::gpu;
 use crate::ops::grad;
@@ -199,12 +199,14 @@ pub(super) fn ops() -> &'static [OpDef] {
             gradient: Some(grad::dot),
             ..OpDef::new("dot", Arity::Exactly(2), infer, kernel)
         }
+        .cost(Flops::Inner, 1.0)
         .on_gpu(gpu::shape::matmul),
         OpDef {
             alias_safe: false,
             gradient: Some(grad::dot),
             ..OpDef::new("batch_dot", Arity::Exactly(2), infer, kernel)
         }
+        .cost(Flops::Inner, 1.0)
         .on_gpu(gpu::shape::matmul),
     ];
     OPS

@@ -189,6 +189,45 @@ pub struct OpDef {
     pub(crate) member: Member,
     /// How many outputs a node has ([`num_outputs`]).
     pub(crate) outputs: Outputs,
+    /// Whether the kernel maps each element (or the elements at one position of same-shape
+    /// operands) on its own, so that a fused elementwise program may run it tile by tile
+    /// (`symbol::fuse`, `_fused_elemwise`).
+    pub(crate) pointwise: bool,
+    /// What the recomputation planner's cost model charges a node (`symbol::mirror`).
+    pub(crate) cost: Cost,
+}
+
+/// What a node of an op costs in the recomputation planner's model (`symbol::mirror`): its
+/// FLOPs per output element, and how many times it goes over its bytes against once for an
+/// elementwise op.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Cost {
+    /// FLOPs per output element.
+    pub(crate) flops: Flops,
+    /// Passes over the bytes it reads and writes.
+    pub(crate) passes: f64,
+}
+
+/// FLOPs per output element, from the shapes of a node's inputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Flops {
+    /// About one: elementwise ops, copies, reductions.
+    One,
+    /// A dot product over the weight's (input 1) dimensions after its first: a convolution's
+    /// input channels and window.
+    Window,
+    /// A dot product over the weight's (input 1) second dimension: FullyConnected.
+    WeightRow,
+    /// A dot product over the first input's last dimension: matrix products.
+    Inner,
+}
+
+impl Cost {
+    /// An elementwise op's: one FLOP per output element, one pass.
+    pub(crate) const ELEMENTWISE: Cost = Cost {
+        flops: Flops::One,
+        passes: 1.0,
+    };
 }
 
 /// How many outputs a node of an op has: all of them, hidden ones included (what MXNet's files
@@ -251,6 +290,8 @@ impl OpDef {
             gpu: None,
             member: Member::None,
             outputs: Outputs::Fixed(1, 1),
+            pointwise: false,
+            cost: Cost::ELEMENTWISE,
         }
     }
 
@@ -292,6 +333,19 @@ impl OpDef {
     /// This op with these output counts ([`OpDef::outputs`]).
     pub(crate) const fn outputs(self, outputs: Outputs) -> OpDef {
         OpDef { outputs, ..self }
+    }
+
+    /// This op marked as pointwise or not ([`OpDef::pointwise`]).
+    pub(crate) const fn pointwise(self, pointwise: bool) -> OpDef {
+        OpDef { pointwise, ..self }
+    }
+
+    /// This op with its cost in the recomputation planner's model ([`OpDef::cost`]).
+    pub(crate) const fn cost(self, flops: Flops, passes: f64) -> OpDef {
+        OpDef {
+            cost: Cost { flops, passes },
+            ..self
+        }
     }
 
     /// This op with a rule for partial shapes ([`OpDef::infer_partial`]).

@@ -6,7 +6,7 @@ use rten_simd::SimdUnaryOp;
 use super::par::{for_ranges, map_lanes, Shared};
 use super::params::{attr_enum, op_params, Params, PositiveInt};
 use super::reduce::fold_run;
-use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, Outputs, TensorRef};
+use super::{norm_axes, same_dtypes, Arity, Attrs, Flops, OpDef, Outputs, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
 use crate::ops::gpu;
 use crate::ops::grad;
@@ -662,6 +662,7 @@ pub(super) fn ops() -> &'static [OpDef] {
             &[0],
             true
         )
+        .pointwise(true)
         .grad(grad::activation)
         .on_gpu(gpu::elemwise::activation),
         def!(
@@ -729,6 +730,7 @@ pub(super) fn ops() -> &'static [OpDef] {
                 false
             )
         }
+        .cost(Flops::WeightRow, 1.0)
         .on_gpu(gpu::nn::fully_connected),
         def!(
             "one_hot",

@@ -20,7 +20,7 @@ use super::conv::{by_phase, check_layout, from_phase, out_len, Layout, Tap};
 use super::par::{for_ranges, Shared};
 use super::params::{attr_enum, op_params, Params, Window};
 use super::reduce::fold_run;
-use super::{Arity, Attrs, OpDef, Outputs, TensorRef};
+use super::{Arity, Attrs, Flops, OpDef, Outputs, TensorRef};
 use crate::error::{invalid, shape_error, Result};
 use crate::ops::gpu;
 use crate::ops::grad;
@@ -684,6 +684,9 @@ pub(super) fn ops() -> &'static [OpDef] {
             outputs: Outputs::By(pool_outputs),
             ..OpDef::new("Pooling", Arity::Exactly(1), infer_pool, pool_kernel)
         }
+        // Each input element is read under several windows (fitted to a ResNet-50 step's
+        // per-op times: see `symbol::mirror`).
+        .cost(Flops::One, 5.0)
         .on_gpu(gpu::conv::pooling),
         OpDef {
             alias_safe: false,

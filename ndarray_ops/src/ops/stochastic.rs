@@ -11,7 +11,7 @@ use rand_distr::{Distribution, Normal};
 use super::bn_lanes;
 use super::par::{for_ranges, Shared};
 use super::params::{attr_enum, op_params, Params};
-use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, Outputs, TensorRef};
+use super::{norm_axes, same_dtypes, Arity, Attrs, Flops, OpDef, Outputs, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
 use crate::ops::gpu;
 use crate::ops::grad;
@@ -508,6 +508,11 @@ fn random_kernel(
     Ok(())
 }
 
+/// BatchNorm's passes over its bytes in the recomputation planner's model: in training it
+/// reads its input for the batch statistics and again to normalize, with more arithmetic per
+/// element (fitted to a ResNet-50 step's per-op times: see `symbol::mirror`).
+pub(crate) const BN_PASSES: f64 = 2.5;
+
 /// BatchNorm's counts: the output, then the batch's mean and variance, hidden unless
 /// `output_mean_var` (also those of the fused ops that end in a BatchNorm).
 pub(crate) fn bn_outputs(op: &str, attrs: &Attrs) -> Result<(usize, usize)> {
@@ -526,6 +531,7 @@ pub(super) fn ops() -> &'static [OpDef] {
             outputs: Outputs::By(bn_outputs),
             ..OpDef::new("BatchNorm", Arity::Exactly(5), infer_bn, bn_kernel)
         }
+        .cost(Flops::One, BN_PASSES)
         .on_gpu(gpu::nn::batch_norm),
         OpDef {
             backward_ignores: &[0],

@@ -118,38 +118,6 @@ pub fn apply(symbol: &Symbol, inference: bool) -> Result<(Symbol, FusionReport)>
     rebuild(symbol, &g, groups)
 }
 
-/// Same-shape elementwise ops a `_fused_elemwise` program may run: their kernels map each
-/// element (or each pair of elements at one position) on its own.
-const POINTWISE: &[&str] = &[
-    "Activation",
-    "_backward_Activation",
-    "add_n",
-    "elemwise_add",
-    "elemwise_sub",
-    "elemwise_mul",
-    "elemwise_div",
-    "_maximum",
-    "_minimum",
-    "_plus_scalar",
-    "_minus_scalar",
-    "_rminus_scalar",
-    "_mul_scalar",
-    "_div_scalar",
-    "_rdiv_scalar",
-    "_maximum_scalar",
-    "_minimum_scalar",
-    "negative",
-    "abs",
-    "square",
-    "relu",
-    "exp",
-    "log",
-    "sqrt",
-    "tanh",
-    "sigmoid",
-    "softrelu",
-];
-
 /// The graph a bind runs (forward outputs first, `num_outputs` of them, then gradients) with
 /// its trees of elementwise nodes fused into `_fused_elemwise` nodes. A tree grows from a
 /// node to the elementwise nodes whose output only it reads, on the same side of the graph
@@ -160,7 +128,7 @@ pub fn apply_elementwise(symbol: &Symbol, num_outputs: usize) -> Result<(Symbol,
     let g = symbol.indexed();
     let readers = readers(&g);
     let forward = g.needed_by(&g.outputs[..num_outputs.min(g.outputs.len())]);
-    let pointwise = |i: usize| g.nodes[i].op.is_some_and(|d| POINTWISE.contains(&d.name));
+    let pointwise = |i: usize| g.nodes[i].op.is_some_and(|d| d.pointwise);
     let mut member = vec![false; g.nodes.len()];
     let mut groups = vec![];
     // From the last node back, so that each tree is found from its root.

@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 use super::{infer, IndexedGraph, Inferred, Node, NodeEntry, Symbol};
 use crate::error::{invalid, Result};
-use crate::ops::StateUse;
+use crate::ops::{Cost, Flops, StateUse};
 use crate::resources::Resource;
 use crate::DType;
 
@@ -152,21 +152,11 @@ pub struct MirrorReport {
 
 /// The cost model's rates, fitted to the per-op times of a ResNet-50 training step (batch 32,
 /// `run_model --train --profile` on a 2-vCPU VM): convolutions ran at 84 GFLOP/s, ReLU and
-/// additions moved 16-20 GB/s. Only the ratio between nodes matters, not the seconds.
+/// additions moved 16-20 GB/s. Only the ratio between nodes matters, not the seconds. Each op
+/// states its FLOPs per output element and its passes over its bytes in its definition
+/// (`OpDef::cost`, fitted in the same run: 2.5 for training BatchNorm, 5 for pooling).
 const FLOPS_PER_S: f64 = 84e9;
 const BYTES_PER_S: f64 = 16e9;
-
-/// How many times an op goes over its bytes, against once for an elementwise op (fitted in the
-/// same run): training BatchNorm reads its input for the batch statistics and again to
-/// normalize, with more arithmetic per element (2.5x); pooling reads each input under several
-/// windows (5x).
-fn passes(op: &str) -> f64 {
-    match op {
-        "BatchNorm" | "_fused_BatchNormReLU" => 2.5,
-        "Pooling" => 5.0,
-        _ => 1.0,
-    }
-}
 
 /// A training step's time over its forward pass's, measured on the same ResNet-50 step (the
 /// backward pass computes two gradients per convolution, and BatchNorm's backward reads more).
@@ -186,23 +176,19 @@ fn node_cost(g: &IndexedGraph, inf: &Inferred, i: usize) -> (f64, bool) {
         .chain((0..n.num_outputs()).map(|k| elems((i, k)) * size((i, k))))
         .sum();
     let weight = |k: usize| g.inputs[i].get(k).map(|&(s, o)| &inf.shapes[g.entry(s, o)]);
-    let per_out = match n.op.map(|d| d.name) {
+    let cost = n.op.map_or(Cost::ELEMENTWISE, |d| d.cost);
+    let per_out = match cost.flops {
+        Flops::One => 1.0,
         // Each output element: a dot product over the weight's input channels and window.
-        Some("Convolution" | "Deconvolution") => {
+        Flops::Window => {
             weight(1).map_or(1.0, |w| 2.0 * w.iter().skip(1).product::<usize>() as f64)
         }
-        Some("FullyConnected") => {
-            weight(1).map_or(1.0, |w| 2.0 * w.get(1).copied().unwrap_or(1) as f64)
-        }
-        Some("dot" | "batch_dot" | "linalg_gemm2") => {
-            weight(0).map_or(1.0, |a| 2.0 * a.last().copied().unwrap_or(1) as f64)
-        }
-        _ => 1.0,
+        Flops::WeightRow => weight(1).map_or(1.0, |w| 2.0 * w.get(1).copied().unwrap_or(1) as f64),
+        Flops::Inner => weight(0).map_or(1.0, |a| 2.0 * a.last().copied().unwrap_or(1) as f64),
     };
     let flops = per_out * out as f64;
-    let passes = n.op.map_or(1.0, |d| passes(d.name));
     (
-        flops / FLOPS_PER_S + passes * bytes as f64 / BYTES_PER_S,
+        flops / FLOPS_PER_S + cost.passes * bytes as f64 / BYTES_PER_S,
         per_out >= HEAVY,
     )
 }
