@@ -10,7 +10,6 @@
 mod backward;
 mod bn_lanes;
 pub(crate) mod conv;
-mod depthwise;
 pub(crate) mod elemwise;
 mod extra;
 pub(crate) mod fused;
@@ -20,7 +19,6 @@ mod gather_nd;
 // tests run the kernels on a host emulator. Only the driver (`gpu::cuda`) needs the feature.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) mod gpu;
-mod implicit_conv;
 pub(crate) mod lanes;
 mod linalg;
 mod lockstep;
@@ -48,19 +46,19 @@ pub(crate) mod sort;
 mod stochastic;
 mod vecmath;
 mod vision;
-mod winograd;
 
 pub(crate) use backward::softmax_output_scale;
+pub(crate) use conv::bilinear_upsampling;
 pub(crate) use elemwise::scalar_of;
-pub(crate) use extra::bilinear_upsampling;
 pub(crate) use nn::softmax_axis;
 pub(crate) use reduce::norm_ord;
 pub(crate) use rnn::gradient_inputs as rnn_gradient_inputs;
 pub use stochastic::IS_TRAIN;
 // What the GPU back end shares with the CPU kernels: attribute parsing and layouts.
 pub(crate) use {
+    conv::deconv_as_conv,
     conv::has_bias,
-    extra::{arange_params, deconv_as_conv, stack_axis, LeakyAct},
+    extra::{arange_params, stack_axis, LeakyAct},
     gather_nd::starts_of as gather_nd_starts,
     lanes::{block_size, mask_params as sequence_params, pick_layout, pick_wrap},
     linalg::{product, transposes},

@@ -9,7 +9,7 @@
 //! inference on partial inputs, and outputs that keep an input's shape, are found by the driver
 //! for every op (it probes the op's own inference); the rules here cover what probing cannot see.
 
-use super::conv::conv_params;
+use super::conv::{conv_params, partial::convolution};
 use super::extra::stack_axis;
 use super::params::{
     BatchNormParams, EmbeddingParams, FullyConnectedParams, Params, SliceChannelParams,
@@ -18,11 +18,13 @@ use super::shape::concat_axis;
 use super::{Attrs, Partial};
 use crate::error::Result;
 
-type Known = [Option<Vec<usize>>];
-type Found = Result<Partial>;
+/// What is known of the inputs or the outputs.
+pub(super) type Known = [Option<Vec<usize>>];
+/// What a rule proposes.
+pub(super) type Found = Result<Partial>;
 
 /// Proposals for the inputs only.
-fn inputs(proposed: Vec<Option<Vec<usize>>>) -> Found {
+pub(super) fn inputs(proposed: Vec<Option<Vec<usize>>>) -> Found {
     Ok(Partial {
         inputs: proposed,
         outputs: vec![],
@@ -97,76 +99,6 @@ pub(super) fn fully_connected(op: &str, attrs: &Attrs, ins: &Known, outs: &Known
         inputs: proposed,
         outputs: vec![output],
     })
-}
-
-/// Convolution: weight (num_filter, channels / num_group, kh, kw), bias (num_filter); back from
-/// the output, the data's batch and the spatial sizes that give the output's
-/// (`(out - 1) * stride + dilate * (kernel - 1) + 1 - 2 * pad`, as MXNet takes them).
-pub(super) fn convolution(op: &str, attrs: &Attrs, ins: &Known, outs: &Known) -> Found {
-    let c = conv_params(op, attrs)?;
-    let (filters, groups) = (c.filters, c.groups);
-    let kernel = [c.k.0, c.k.1];
-    let mut proposed = vec![None; ins.len()];
-    if let Some(Some(x)) = ins.first() {
-        if x.len() >= 2 && ins.len() > 1 {
-            let mut w = vec![filters, x[1] / groups];
-            w.extend(&kernel);
-            proposed[1] = Some(w);
-        }
-    }
-    if ins.len() > 2 {
-        proposed[2] = Some(vec![filters]);
-    }
-    if let Some(Some(y)) = outs.first() {
-        let spatial = kernel.len();
-        if y.len() == spatial + 2 {
-            let (stride, dilate, pad) = ([c.s.0, c.s.1], [c.d.0, c.d.1], [c.p.0, c.p.1]);
-            let channels = ins
-                .get(1)
-                .cloned()
-                .flatten()
-                .and_then(|w| w.get(1).map(|c| c * groups))
-                .unwrap_or(0);
-            let mut x = vec![y[0], channels];
-            for i in 0..spatial {
-                let size = match y[2 + i] {
-                    0 => 0,
-                    o => ((o - 1) * stride[i] + dilate[i] * (kernel[i].max(1) - 1) + 1)
-                        .saturating_sub(2 * pad[i]),
-                };
-                x.push(size);
-            }
-            proposed[0] = Some(x);
-        }
-    }
-    inputs(proposed)
-}
-
-/// Deconvolution: weight (channels, num_filter / num_group, kh, kw), bias (num_filter).
-pub(super) fn deconvolution(op: &str, attrs: &Attrs, ins: &Known, _outs: &Known) -> Found {
-    let c = conv_params(op, attrs)?;
-    let (filters, groups) = (c.filters, c.groups);
-    let kernel = [c.k.0, c.k.1];
-    let mut out = vec![None; ins.len()];
-    if let Some(Some(x)) = ins.first() {
-        if x.len() >= 2 && ins.len() > 1 {
-            let mut w = vec![x[1], filters / groups];
-            w.extend(kernel);
-            out[1] = Some(w);
-        }
-    }
-    if ins.len() > 2 {
-        out[2] = Some(vec![filters]);
-    }
-    inputs(out)
-}
-
-/// UpSampling: bilinear's weight is its Deconvolution's; nearest has no parameters.
-pub(super) fn upsampling(op: &str, attrs: &Attrs, ins: &Known, outs: &Known) -> Found {
-    match super::extra::bilinear_upsampling(op, attrs)? {
-        Some(deconv) => deconvolution(op, &deconv, ins, outs),
-        None => inputs(vec![None; ins.len()]),
-    }
 }
 
 /// BatchNorm: gamma, beta, moving mean and variance all have the channel count.

@@ -2,7 +2,7 @@
 //!
 //! Three layers, so that everything but the driver calls runs on any machine:
 //!
-//! * `kernels/*.cu`: the device code, CUDA C, one file per op family over `kernels/common.cuh`, every kernel a grid-stride loop over one argument struct ([`args`]);
+//! * `kernels/*.cu` (and the `.cu` of an op's own folder, as `conv/conv.cu`): the device code, CUDA C, one file per op family over `kernels/common.cuh`, every kernel a grid-stride loop over one argument struct ([`args`]);
 //! * [`ops`]: one function per op (MXNet's semantics, float32) that launches kernels and GEMMs on a
 //!   [`Stream`] — the same op list the CPU kernels implement for `train_digits` and ResNet;
 //! * the streams: [`cuda`] (the `cuda` feature) compiles the kernels with NVRTC, runs GEMMs with
@@ -11,7 +11,6 @@
 //!   and the kernels are checked against the CPU kernels on every machine (no GPU needed).
 
 pub(crate) mod args;
-pub(crate) mod conv;
 #[cfg(feature = "cuda")]
 pub(crate) mod cuda;
 #[cfg(feature = "cuda")]
@@ -43,7 +42,8 @@ const FAMILIES: &[&str] = &[
     include_str!("kernels/elemwise.cu"),
     include_str!("kernels/reduce.cu"),
     include_str!("kernels/nn.cu"),
-    include_str!("kernels/conv.cu"),
+    include_str!("../conv/conv.cu"),
+    include_str!("../pooling/pooling.cu"),
     include_str!("kernels/shape.cu"),
     include_str!("kernels/rnn.cu"),
     include_str!("kernels/indexing.cu"),
@@ -62,7 +62,8 @@ const ARG_TABLES: &[&[args::Decl]] = &[
     roi::DECLS,
     shape::DECLS,
     gather_nd::DECLS,
-    conv::DECLS,
+    crate::ops::conv::gpu::DECLS,
+    crate::ops::pooling::gpu::DECLS,
     reduce::DECLS,
     elemwise::DECLS,
     nn::DECLS,

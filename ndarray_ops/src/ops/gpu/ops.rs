@@ -75,7 +75,7 @@ pub(crate) fn run(
     }
 }
 
-pub(super) fn e2s(e: crate::NdError) -> String {
+pub(crate) fn e2s(e: crate::NdError) -> String {
     e.to_string()
 }
 

@@ -361,7 +361,7 @@ pub(super) fn fold_partials(
 }
 
 /// A per-channel sum over an `(outer, channels, inner)` layout into `out`, times `scale`.
-pub(super) fn channel_sum(
+pub(crate) fn channel_sum(
     s: &dyn Stream,
     out: *mut f32,
     src: *mut f32,
@@ -393,7 +393,7 @@ pub(super) fn total(
 }
 
 /// `out[t] += bias[c]` over the `n` elements of an `(outer, channels, inner)` layout.
-pub(super) fn add_bias(
+pub(crate) fn add_bias(
     s: &dyn Stream,
     out: &TensorRef,
     bias: &TensorRef,

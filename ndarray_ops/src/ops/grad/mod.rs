@@ -35,7 +35,7 @@ pub(crate) fn make(
     Node::new(lookup(op)?, &name, attrs, inputs)
 }
 
-fn need(node: &Node, og: &[Option<NodeEntry>]) -> Result<NodeEntry> {
+pub(crate) fn need(node: &Node, og: &[Option<NodeEntry>]) -> Result<NodeEntry> {
     og.first().cloned().flatten().ok_or_else(|| {
         invalid(
             node.op_name(),
@@ -46,7 +46,11 @@ fn need(node: &Node, og: &[Option<NodeEntry>]) -> Result<NodeEntry> {
 
 /// One backward node `op` of `n`'s attributes, reading `ins`, whose outputs are the gradients
 /// of `n`'s inputs in order.
-fn backward_node(n: &Arc<Node>, op: &str, ins: Vec<NodeEntry>) -> Result<Vec<Option<NodeEntry>>> {
+pub(crate) fn backward_node(
+    n: &Arc<Node>,
+    op: &str,
+    ins: Vec<NodeEntry>,
+) -> Result<Vec<Option<NodeEntry>>> {
     let bw = make(op, format!("{}_backward", n.name), ins, n.attrs.clone())?;
     Ok((0..n.inputs.len()).map(|k| Some(out(&bw, k))).collect())
 }

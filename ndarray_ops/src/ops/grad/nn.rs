@@ -1,4 +1,4 @@
-//! Gradient rules of the layers and heads: FullyConnected, Convolution, Pooling, BatchNorm,
+//! Gradient rules of the layers and heads: FullyConnected, Pooling, BatchNorm,
 //! Dropout, the activations, the norms, softmax, the vision and recurrent ops, the losses.
 
 use super::*;
@@ -36,36 +36,6 @@ pub(crate) fn softmax_output(
         n.attrs.clone(),
     )?;
     Ok(vec![Some(out(&bw, 0)), Some(out(&bw, 1))])
-}
-
-/// Convolution and Deconvolution: one backward op reading `(ograd, data, weight)`.
-pub(crate) fn convolution(
-    n: &Arc<Node>,
-    og: &[Option<NodeEntry>],
-) -> Result<Vec<Option<NodeEntry>>> {
-    let ins = vec![need(n, og)?, n.inputs[0].clone(), n.inputs[1].clone()];
-    backward_node(n, &format!("_backward_{}", n.op_name()), ins)
-}
-
-/// UpSampling: nearest is a gather op; bilinear is a Deconvolution, whose backward op takes
-/// that Deconvolution's attributes.
-pub(crate) fn upsampling(
-    n: &Arc<Node>,
-    og: &[Option<NodeEntry>],
-) -> Result<Vec<Option<NodeEntry>>> {
-    match crate::ops::bilinear_upsampling(n.op_name(), &n.attrs)? {
-        None => gather(n, og),
-        Some(deconv) => {
-            let ins = vec![need(n, og)?, n.inputs[0].clone(), n.inputs[1].clone()];
-            let bw = make(
-                op_name!("_backward_Deconvolution"),
-                format!("{}_backward", n.name),
-                ins,
-                deconv,
-            )?;
-            Ok(vec![Some(out(&bw, 0)), Some(out(&bw, 1))])
-        }
-    }
 }
 
 pub(crate) fn pooling(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {

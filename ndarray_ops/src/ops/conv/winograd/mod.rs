@@ -33,9 +33,9 @@
 
 use std::sync::OnceLock;
 
-use super::conv::{Conv, ConvDims};
-use super::par::{for_ranges, Shared};
+use super::{Conv, ConvDims};
 use crate::gemm::{sgemm_serial, Batches, Epilogue, Mat};
+use crate::ops::par::{for_ranges, Shared};
 use crate::resources::KernelRes;
 use crate::DType;
 

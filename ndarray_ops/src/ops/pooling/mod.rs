@@ -14,6 +14,8 @@
 //! Float planes keep their maxima and sums in their own type (as MXNet's kernels do); integer
 //! planes keep them in f64, so that a window's sum does not wrap. Planes split across threads.
 
+pub(crate) mod gpu;
+
 use std::ops::Range;
 
 use super::conv::{by_phase, check_layout, from_phase, out_len, Layout, Tap};
@@ -22,7 +24,6 @@ use super::params::{attr_enum, op_params, Params, Window};
 use super::reduce::fold_run;
 use super::{Arity, Attrs, Flops, OpDef, Outputs, TensorRef};
 use crate::error::{invalid, shape_error, Result};
-use crate::ops::gpu;
 use crate::ops::grad;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
@@ -687,7 +688,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         // Each input element is read under several windows (fitted to a ResNet-50 step's
         // per-op times: see `symbol::mirror`).
         .cost(Flops::One, 5.0)
-        .on_gpu(gpu::conv::pooling),
+        .on_gpu(gpu::pooling),
         OpDef {
             alias_safe: false,
             ..OpDef::new(
@@ -697,7 +698,7 @@ pub(super) fn ops() -> &'static [OpDef] {
                 pool_backward_kernel,
             )
         }
-        .on_gpu(gpu::conv::pooling_backward),
+        .on_gpu(gpu::pooling_backward),
     ];
     OPS
 }

@@ -13,8 +13,8 @@
 //! image, so that a group's weight gradient (summed over images) and its data gradient planes
 //! have one writer.
 
-use super::conv::{by_phase, from_phase, Conv, ConvDims, Tap};
-use super::par::{for_ranges, Shared};
+use super::{by_phase, from_phase, Conv, ConvDims, Tap};
+use crate::ops::par::{for_ranges, Shared};
 use crate::Element;
 
 /// Whether the direct kernels run this convolution: one input channel per group, and more than
@@ -67,7 +67,7 @@ pub(super) unsafe fn forward<T: Element>(
             }
             let b = bias.map(|b| b[f]);
             #[cfg(all(target_arch = "x86_64", not(miri)))]
-            if super::par::has_wide() {
+            if crate::ops::par::has_wide() {
                 // SAFETY: `has_wide` found the features this twin is compiled for.
                 unsafe { avx2::forward_plane(taps, weights, input, plane, d, b) };
                 continue;
@@ -150,7 +150,7 @@ pub(super) unsafe fn backward<T: Element>(
                     let grads = &mut grads[(f - g * d.fg) * taps.len()..][..taps.len()];
                     let inputs = (dy, input);
                     #[cfg(all(target_arch = "x86_64", not(miri)))]
-                    if super::par::has_wide() {
+                    if crate::ops::par::has_wide() {
                         // SAFETY: `has_wide` found the features this twin is compiled for.
                         unsafe { avx2::backward_plane(taps, weights, inputs, plane, grads, d) };
                         continue;

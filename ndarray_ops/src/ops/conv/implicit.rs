@@ -18,9 +18,9 @@
 use std::ops::Range;
 
 use super::backward::col2im;
-use super::conv::{by_phase, Conv, ConvDims, Tap};
-use super::par::{for_ranges, Shared};
+use super::{by_phase, Conv, ConvDims, Tap};
 use crate::gemm::{sgemm_packing, sgemm_then, transpose16, Batches, Epilogue, Mat, Source, NR};
+use crate::ops::par::{for_ranges, Shared};
 use crate::resources::KernelRes;
 use crate::DType;
 
