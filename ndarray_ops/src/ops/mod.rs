@@ -52,7 +52,6 @@ pub(crate) use conv::bilinear_upsampling;
 pub(crate) use elemwise::scalar_of;
 pub(crate) use nn::softmax_axis;
 pub(crate) use reduce::norm_ord;
-pub(crate) use rnn::gradient_inputs as rnn_gradient_inputs;
 pub use stochastic::IS_TRAIN;
 // What the GPU back end shares with the CPU kernels: attribute parsing and layouts.
 pub(crate) use {

@@ -324,7 +324,7 @@ pub(crate) fn binary(
 }
 
 /// `out = a * b` over `n` elements (buffers of equal length; `out` may be either).
-pub(super) fn multiply(
+pub(crate) fn multiply(
     s: &dyn Stream,
     out: *mut f32,
     a: *mut f32,

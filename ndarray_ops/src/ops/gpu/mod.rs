@@ -27,7 +27,6 @@ pub(crate) mod ops;
 mod ptx_cache;
 pub(crate) mod reduce;
 pub(crate) mod resample;
-pub(crate) mod rnn;
 pub(crate) mod roi;
 pub(crate) mod shape;
 pub(crate) mod sort;
@@ -45,7 +44,7 @@ const FAMILIES: &[&str] = &[
     include_str!("../conv/conv.cu"),
     include_str!("../pooling/pooling.cu"),
     include_str!("kernels/shape.cu"),
-    include_str!("kernels/rnn.cu"),
+    include_str!("../rnn/rnn.cu"),
     include_str!("kernels/indexing.cu"),
     include_str!("kernels/gather.cu"),
     include_str!("kernels/sort.cu"),
@@ -68,7 +67,7 @@ const ARG_TABLES: &[&[args::Decl]] = &[
     elemwise::DECLS,
     nn::DECLS,
     lanes::DECLS,
-    rnn::DECLS,
+    crate::ops::rnn::gpu::DECLS,
 ];
 
 /// A counting sort, for the tables of gradient kernels that gather instead of scattering: item

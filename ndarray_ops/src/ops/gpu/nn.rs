@@ -635,7 +635,7 @@ pub(crate) fn make_loss_backward(
 }
 
 /// The seed the engine op drew for a random op's kernel.
-pub(super) fn seed_of(op: &str, attrs: &Attrs) -> Result<u64, String> {
+pub(crate) fn seed_of(op: &str, attrs: &Attrs) -> Result<u64, String> {
     attrs
         .get(SEED)
         .and_then(|v| v.parse::<u64>().ok())

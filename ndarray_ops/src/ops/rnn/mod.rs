@@ -19,6 +19,10 @@
 //! backward node reads them. Without a kept trace — an imperative call, a forward pass not in
 //! training, a GPU node — the backward op first runs the forward pass again into its temp
 //! space: one more forward's work.
+//!
+//! Files: `mod.rs` the attributes, inference and op table; `recurrence.rs`, `cell.rs`,
+//! `kernels.rs`, `weights.rs`, `real.rs`, `backward_steps.rs` the CPU kernels; `grad.rs` the
+//! gradient rule; `gpu.rs` and `rnn.cu` the GPU kernels.
 
 use super::vecmath::{Sigmoid, Tanh};
 use ndarray::{ArrayView2, ArrayViewMut2};
@@ -29,14 +33,14 @@ use super::params::{attr_enum, op_params, Params, Positive};
 use super::stochastic::dropout_mask;
 use super::{Arity, Attrs, OpDef, Outputs, StateUse, TensorRef, IS_TRAIN};
 use crate::error::{invalid, shape_error, NdError, Result};
-use crate::ops::gpu;
-use crate::ops::grad;
 use crate::ops::{Infer, KResult};
 use crate::resources::{KernelRes, Resource, StateSlot};
 use crate::{DType, Element};
 
 mod backward_steps;
 mod cell;
+pub(crate) mod gpu;
+mod grad;
 mod kernels;
 mod real;
 mod recurrence;
@@ -401,7 +405,7 @@ pub(super) fn ops() -> &'static [OpDef] {
             }),
             ..OpDef::new("RNN", Arity::AtLeast(3), infer_rnn, rnn_kernel)
         }
-        .on_gpu_stateful(gpu::rnn::rnn),
+        .on_gpu_stateful(gpu::rnn),
         OpDef {
             alias_safe: false,
             resources: &[Resource::TempSpace],
@@ -418,7 +422,7 @@ pub(super) fn ops() -> &'static [OpDef] {
                 rnn_backward_kernel,
             )
         }
-        .on_gpu_stateful(gpu::rnn::rnn_backward),
+        .on_gpu_stateful(gpu::rnn_backward),
     ];
     OPS
 }

@@ -533,7 +533,7 @@ pub(super) fn layer_by_layer(
             out: dropped.as_mut_ptr(),
             mask: mask.as_mut_ptr(),
             x: y.as_ptr().cast_mut(),
-            seed: crate::ops::gpu::rnn::layer_seed(seed, l) as i64,
+            seed: crate::ops::rnn::gpu::layer_seed(seed, l) as i64,
             p: r.p as f32,
             scale: (1.0 / (1.0 - r.p)) as f32,
         };

@@ -1,4 +1,4 @@
-//! The fused RNN on the GPU: the CPU kernel's plan (`ops/rnn.rs`) with the stream's GEMMs and
+//! The fused RNN on the GPU: the CPU kernel's plan (`super`) with the stream's GEMMs and
 //! one kernel per step each way. Per layer and direction, every step's input projection is one
 //! GEMM and each step one hidden-projection GEMM plus `rnn_step_fwd`; backward, per step
 //! `rnn_step_bwd` and one GEMM for the state's gradient, then the weight, bias and input
@@ -17,9 +17,9 @@
 //! output one step back, or the initial state) instead of being gathered; the masks come from
 //! another generator (the same values with the same probabilities).
 
-use super::args::{int, kernel_args, Dim};
-use super::elemwise::fill;
-use super::{DeviceBlock, Gemm, Stream};
+use crate::ops::gpu::args::{int, kernel_args, Dim};
+use crate::ops::gpu::elemwise::fill;
+use crate::ops::gpu::{DeviceBlock, Gemm, Stream};
 use crate::ops::rnn::{Mode, Pass, Rnn};
 use crate::ops::KResult;
 use crate::ops::OpDef;
@@ -213,7 +213,7 @@ impl Masks {
     /// Draws layer `l`'s mask into `self.mask` and returns its output `y` (`len` elements) times
     /// it, in `self.dropped`.
     fn apply(&self, s: &dyn Stream, l: usize, y: *mut f32, len: usize) -> Result<*mut f32, String> {
-        let a = super::nn::Dropout {
+        let a = crate::ops::gpu::nn::Dropout {
             n: len as i64,
             out: self.dropped,
             mask: self.mask,
@@ -222,7 +222,7 @@ impl Masks {
             p: self.p as f32,
             scale: (1.0 / (1.0 - self.p)) as f32,
         };
-        s.run(super::nn::k::dropout, len, &a)?;
+        s.run(crate::ops::gpu::nn::k::dropout, len, &a)?;
         Ok(self.dropped)
     }
 }
@@ -437,7 +437,7 @@ pub(crate) fn rnn(
     let (i, o) = (tensors(ins), tensors(outs));
     let lens = lengths(s, &r, ins, p.steps)?;
     let seed = match r.drops() {
-        true => super::nn::seed_of(op, attrs)?,
+        true => crate::ops::gpu::nn::seed_of(op, attrs)?,
         false => 0,
     };
     let masks = match r.drops() {
@@ -556,7 +556,7 @@ pub(crate) fn rnn_backward(
 
     let (dx, dparams, dh0) = (o[0], o[1], o[2]);
     let dc0 = if r.lstm() { o[3] } else { std::ptr::null_mut() };
-    super::ops::fill_with(s, &outs[1], 0.0)?;
+    crate::ops::gpu::ops::fill_with(s, &outs[1], 0.0)?;
     let dg = floats(s, rows * 2 * gh)?;
     let (dh, dc) = (floats(s, nb * h)?, floats(s, nb * h)?);
     // Each sample's hidden-projection gate gradients at its first step (the one that read the
@@ -707,7 +707,7 @@ pub(crate) fn rnn_backward(
         }
         // What reached this layer went through the mask of the layer below's output.
         if let (true, Some(m)) = (l > 0, fwd.masks) {
-            super::elemwise::multiply(s, target, target, m.mask, p.layer_len())?;
+            crate::ops::gpu::elemwise::multiply(s, target, target, m.mask, p.layer_len())?;
         }
         dy = target;
     }
