@@ -182,7 +182,7 @@ fn lengths(s: &dyn Stream, r: &Rnn, ins: &[TensorRef], steps: usize) -> Result<*
 
 /// Layer `l`'s mask seed: the op's seed and the layer mixed (splitmix64's finalizer), so that
 /// the layers draw unrelated streams from the `dropout` kernel's hash.
-pub(super) fn layer_seed(seed: u64, l: usize) -> u64 {
+pub(crate) fn layer_seed(seed: u64, l: usize) -> u64 {
     let mut z = seed ^ (l as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
