@@ -1,9 +1,7 @@
 //! Backward ops (MXNet's `_backward_*` names) and the elementwise sum that aggregates gradients.
 
-use ndarray::{ArrayView2, ArrayViewMut2};
-
 use super::bn_lanes;
-use super::nn::{ActType, ActivationParams, FullyConnectedParams, Normalization};
+use super::nn::{ActType, ActivationParams, Normalization};
 use super::par::{for_ranges, map_lanes, Shared};
 use super::params::Params;
 use super::stochastic::ChannelRuns;
@@ -61,60 +59,6 @@ fn add_n_kernel(
                     .copy_from_slice(acc);
             }
         });
-    });
-    Ok(())
-}
-
-// ---- _backward_FullyConnected: (ograd, data, weight) -> (data grad, weight grad[, bias grad]) --
-
-fn infer_fc_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    let dt = same_dtypes(op, d)?;
-    let no_bias = FullyConnectedParams::get(op, attrs)?.no_bias;
-    let mut out = vec![s[1].clone(), s[2].clone()];
-    if !no_bias {
-        out.push(s[2].iter().take(1).copied().collect());
-    }
-    check_against_forward(
-        op,
-        "FullyConnected",
-        attrs,
-        (&out, &vec![dt; out.len()]),
-        &[(0, &s[0], d[0])],
-    )?;
-    let n = out.len();
-    Ok((out, vec![dt; n]))
-}
-
-fn fc_backward_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
-    let op = def.name;
-    let (dy, x, w) = (&ins[0], &ins[1], &ins[2]);
-    let (m, hidden, k) = super::fc_dims(x, w);
-    crate::with_dtype!(dy.dtype, T => {
-        // SAFETY: shapes come from inference over these buffers; outputs are disjoint from inputs.
-        unsafe {
-            let dyv = ArrayView2::from_shape_ptr((m, hidden), dy.ptr::<T>() as *const T);
-            let xv = ArrayView2::from_shape_ptr((m, k), x.ptr::<T>() as *const T);
-            let wv = ArrayView2::from_shape_ptr((hidden, k), w.ptr::<T>() as *const T);
-            let mut dx = ArrayViewMut2::from_shape_ptr((m, k), outs[0].ptr::<T>());
-            let mut dw = ArrayViewMut2::from_shape_ptr((hidden, k), outs[1].ptr::<T>());
-            T::gemm(&dyv, &wv, &mut dx);
-            T::gemm(&dyv.t(), &xv, &mut dw);
-            if !FullyConnectedParams::get(op, attrs).map_err(|e| e.to_string())?.no_bias {
-                let db = outs[2].slice_mut::<T>();
-                db.fill(T::default());
-                for row in dyv.rows() {
-                    for (b, v) in db.iter_mut().zip(row) {
-                        *b = b.add(*v);
-                    }
-                }
-            }
-        }
     });
     Ok(())
 }
@@ -286,26 +230,6 @@ pub(super) fn ops() -> &'static [OpDef] {
         .pointwise(true)
         .grad(grad::add_n)
         .on_gpu(gpu::reduce::add_n),
-        OpDef {
-            alias_safe: false,
-            ..def!(
-                "_backward_FullyConnected",
-                &[],
-                Arity::Exactly(3),
-                infer_fc_backward,
-                fc_backward_kernel,
-                &[]
-            )
-        }
-        .outputs(Outputs::By(|op, attrs| {
-            let n = if FullyConnectedParams::get(op, attrs)?.no_bias {
-                2
-            } else {
-                3
-            };
-            Ok((n, n))
-        }))
-        .on_gpu(gpu::nn::fully_connected_backward),
         def!(
             "_backward_Activation",
             &[],

@@ -12,6 +12,7 @@ mod bn_lanes;
 pub(crate) mod conv;
 pub(crate) mod elemwise;
 mod extra;
+mod fully_connected;
 pub(crate) mod fused;
 pub(crate) mod gather;
 mod gather_nd;
@@ -50,7 +51,7 @@ mod vision;
 pub(crate) use backward::softmax_output_scale;
 pub(crate) use conv::bilinear_upsampling;
 pub(crate) use elemwise::scalar_of;
-pub(crate) use nn::softmax_axis;
+pub(crate) use nn::{require_float, softmax_axis};
 pub(crate) use reduce::norm_ord;
 pub use stochastic::IS_TRAIN;
 // What the GPU back end shares with the CPU kernels: attribute parsing and layouts.
@@ -400,6 +401,7 @@ fn registry() -> &'static FxHashMap<&'static str, &'static OpDef> {
             .chain(reduce::ops())
             .chain(linalg::ops())
             .chain(nn::ops())
+            .chain(fully_connected::ops())
             .chain(shape::ops())
             .chain(conv::ops())
             .chain(pooling::ops())

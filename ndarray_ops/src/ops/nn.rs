@@ -4,12 +4,13 @@
 use rten_simd::SimdUnaryOp;
 
 use super::par::{for_ranges, map_lanes, Shared};
-use super::params::{attr_enum, op_params, Params, PositiveInt};
+use super::params::{attr_enum, op_params, Params};
 use super::reduce::fold_run;
-use super::{norm_axes, same_dtypes, Arity, Attrs, Flops, OpDef, Outputs, TensorRef};
+use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, Outputs, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
 use crate::ops::gpu;
 use crate::ops::grad;
+use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
 
@@ -17,7 +18,7 @@ fn e2s(e: crate::NdError) -> String {
     e.to_string()
 }
 
-fn require_float(op: &str, d: &[DType]) -> Result<DType> {
+pub(crate) fn require_float(op: &str, d: &[DType]) -> Result<DType> {
     let dt = same_dtypes(op, d)?;
     if dt.is_float() {
         Ok(dt)
@@ -289,90 +290,6 @@ fn softmax_lanes<T: Element, F: Element>(
         },
     );
 }
-
-// ---- FullyConnected -------------------------------------------------------------------------
-
-op_params! {
-    /// FullyConnected's attributes.
-    pub struct FullyConnectedParams for "FullyConnected" {
-        num_hidden: PositiveInt,
-        no_bias: bool,
-        flatten: bool,
-    }
-}
-
-fn infer_fc(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    let dt = require_float(op, d)?;
-    let a = FullyConnectedParams::get(op, attrs)?;
-    let no_bias = a.no_bias;
-    let want = if no_bias { 2 } else { 3 };
-    if s.len() != want {
-        return Err(invalid(
-            op,
-            format!(
-                "takes {want} inputs (data, weight{}) with no_bias={no_bias}, got {}",
-                if no_bias { "" } else { ", bias" },
-                s.len()
-            ),
-        ));
-    }
-    let (hidden, flatten) = (a.num_hidden.0, a.flatten);
-    let x = &s[0];
-    if x.is_empty() {
-        return Err(shape_error(op, "data", x.clone(), "at least 1 dimension"));
-    }
-    let (k, mut out) = if flatten {
-        (x[1..].iter().product(), vec![x[0]])
-    } else {
-        (x[x.len() - 1], x[..x.len() - 1].to_vec())
-    };
-    if s[1] != [hidden, k] {
-        return Err(shape_error(
-            op,
-            "weight",
-            s[1].clone(),
-            format!("[{hidden}, {k}] (num_hidden, input features of data {x:?})"),
-        ));
-    }
-    if !no_bias && s[2] != [hidden] {
-        return Err(shape_error(op, "bias", s[2].clone(), format!("[{hidden}]")));
-    }
-    out.push(hidden);
-    Ok((vec![out], vec![dt]))
-}
-
-fn fc_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
-    let op = def.name;
-    let (x, w, y) = (&ins[0], &ins[1], &outs[0]);
-    let (m, hidden, k) = super::fc_dims(x, w);
-    crate::with_dtype!(y.dtype, T => {
-        // SAFETY: shapes were inferred from these buffers; the output is disjoint from inputs.
-        unsafe {
-            let xv = ndarray::ArrayView2::from_shape_ptr((m, k), x.ptr::<T>() as *const T);
-            let wt = ndarray::ArrayView2::from_shape_ptr((k, hidden).strides((1, k)), w.ptr::<T>() as *const T);
-            let mut yv = ndarray::ArrayViewMut2::from_shape_ptr((m, hidden), y.ptr::<T>());
-            T::gemm(&xv, &wt, &mut yv);
-            if !FullyConnectedParams::get(op, attrs).map_err(e2s)?.no_bias {
-                let b = ins[2].slice::<T>();
-                for mut row in yv.rows_mut() {
-                    for (v, bias) in row.iter_mut().zip(b) {
-                        *v = v.add(*bias);
-                    }
-                }
-            }
-        }
-    });
-    Ok(())
-}
-
-use crate::ops::{Infer, KResult};
-use ndarray::ShapeBuilder;
 
 // ---- one_hot, transpose, Flatten ------------------------------------------------------------
 
@@ -716,22 +633,6 @@ pub(super) fn ops() -> &'static [OpDef] {
             )
         }
         .on_gpu(gpu::nn::softmax_output),
-        OpDef {
-            infer_partial: Some(super::partial_shapes::fully_connected),
-            gradient: Some(grad::fully_connected),
-            ..def!(
-                "FullyConnected",
-                Arity::AtLeast(2),
-                infer_fc,
-                fc_kernel,
-                &[],
-                false,
-                &[],
-                false
-            )
-        }
-        .cost(Flops::WeightRow, 1.0)
-        .on_gpu(gpu::nn::fully_connected),
         def!(
             "one_hot",
             Arity::Exactly(1),

@@ -24,6 +24,7 @@ use crate::DType;
 pub use super::conv::{ConvolutionParams, CudnnTune, DeconvolutionParams, Layout};
 pub use super::extra::{ArangeParams, StackParams};
 pub use super::extra::{LeakyReLUParams, LeakyType};
+pub use super::fully_connected::FullyConnectedParams;
 pub use super::gather::{
     BroadcastAxisParams, BroadcastLikeParams, BroadcastToParams, PadMode, PadParams, RepeatParams,
     ReverseParams, SampleType, SliceLikeParams, SwapAxisParams, TileParams, UpSamplingParams,
@@ -33,8 +34,8 @@ pub use super::linalg::DotParams;
 pub use super::loss::{MakeLossParams, RegressionParams};
 pub use super::math::{CastParams, HardSigmoidParams};
 pub use super::nn::{
-    ActType, ActivationParams, AdamParams, ClipParams, FullyConnectedParams, MomentumParams,
-    Normalization, OneHotParams, SoftmaxOutputParams, SoftmaxParams, TransposeParams, UpdateParams,
+    ActType, ActivationParams, AdamParams, ClipParams, MomentumParams, Normalization, OneHotParams,
+    SoftmaxOutputParams, SoftmaxParams, TransposeParams, UpdateParams,
 };
 pub use super::norm::{
     GroupNormParams, InstanceNormParams, L2Mode, L2NormalizationParams, LayerNormParams,

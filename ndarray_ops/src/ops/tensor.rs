@@ -105,10 +105,3 @@ impl TensorRef {
         self.buf.ptr == other.buf.ptr && self.buf.bytes == other.buf.bytes
     }
 }
-
-/// FullyConnected's sizes from its data and weight `(hidden, k)`: rows `m` (the data flattened to
-/// `k` columns), `hidden`, `k` — what its CPU and GPU kernels, forward and backward, work on.
-pub(crate) fn fc_dims(x: &TensorRef, w: &TensorRef) -> (usize, usize, usize) {
-    let (hidden, k) = (w.shape[0], w.shape[1]);
-    (x.len().checked_div(k).unwrap_or(0), hidden, k)
-}

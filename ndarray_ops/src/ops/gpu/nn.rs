@@ -4,11 +4,11 @@
 use super::args::{int, kernel_args, ptr, Dim};
 use super::elemwise::scalar_code;
 use super::ops::{e2s, fill_with};
-use super::reduce::{channel_partials, channel_sum, reduction_scratch, sum_axes, ChannelSums};
-use super::{Gemm, Stream};
+use super::reduce::{channel_partials, reduction_scratch, sum_axes, ChannelSums};
+use super::Stream;
 use crate::ops::params::{AdamParams, MomentumParams, Params, UpdateParams};
 use crate::ops::OpDef;
-use crate::ops::{fc_dims, Attrs, TensorRef};
+use crate::ops::{Attrs, TensorRef};
 use crate::ops::{Bn, KResult};
 
 kernel_args! {
@@ -263,86 +263,6 @@ kernel_args! {
         /// The high end, or the deviation.
         hi: f32,
     }
-}
-
-pub(super) fn no_bias(op: &str, attrs: &Attrs) -> Result<bool, String> {
-    use crate::ops::params::{FullyConnectedParams, Params};
-    Ok(FullyConnectedParams::get(op, attrs).map_err(e2s)?.no_bias)
-}
-
-pub(crate) fn fully_connected(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
-    let op = def.name;
-    let (x, w, y) = (&ins[0], &ins[1], &outs[0]);
-    let (m, hidden, k) = fc_dims(x, w);
-    s.gemm(&Gemm {
-        ta: false,
-        tb: true,
-        m,
-        n: hidden,
-        k,
-        a: x.ptr(),
-        lda: k,
-        b: w.ptr(),
-        ldb: k,
-        c: y.ptr(),
-        ldc: hidden,
-        beta: 0.0,
-    })?;
-    if !no_bias(op, attrs)? {
-        super::reduce::add_bias(s, y, &ins[2], (hidden, 1))?;
-    }
-    Ok(())
-}
-
-pub(crate) fn fully_connected_backward(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
-    let op = def.name;
-    let (dy, x, w) = (&ins[0], &ins[1], &ins[2]);
-    let (m, hidden, k) = fc_dims(x, w);
-    // dx = dy w; dw = dy^T x.
-    s.gemm(&Gemm {
-        ta: false,
-        tb: false,
-        m,
-        n: k,
-        k: hidden,
-        a: dy.ptr(),
-        lda: hidden,
-        b: w.ptr(),
-        ldb: k,
-        c: outs[0].ptr(),
-        ldc: k,
-        beta: 0.0,
-    })?;
-    s.gemm(&Gemm {
-        ta: true,
-        tb: false,
-        m: hidden,
-        n: k,
-        k: m,
-        a: dy.ptr(),
-        lda: hidden,
-        b: x.ptr(),
-        ldb: k,
-        c: outs[1].ptr(),
-        ldc: k,
-        beta: 0.0,
-    })?;
-    if !no_bias(op, attrs)? {
-        channel_sum(s, outs[2].ptr(), dy.ptr(), (m, hidden, 1), 1.0)?;
-    }
-    Ok(())
 }
 
 pub(super) fn bn_setup(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Bn, String> {

@@ -4,14 +4,6 @@
 use super::*;
 use crate::ops::names::op_name;
 
-pub(crate) fn fully_connected(
-    n: &Arc<Node>,
-    og: &[Option<NodeEntry>],
-) -> Result<Vec<Option<NodeEntry>>> {
-    let ins = vec![need(n, og)?, n.inputs[0].clone(), n.inputs[1].clone()];
-    backward_node(n, op_name!("_backward_FullyConnected"), ins)
-}
-
 pub(crate) fn activation(
     n: &Arc<Node>,
     og: &[Option<NodeEntry>],
