@@ -24,14 +24,14 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use super::backward::{bn_backward, infer_bn_backward};
+use super::batch_norm::{
+    bn_backward, bn_forward, bn_inference_map, infer_bn, infer_bn_backward, BN_PASSES,
+};
 use super::conv::{conv_then, infer_conv};
 use super::par::for_ranges;
-use super::stochastic::{bn_forward, bn_inference_map, infer_bn};
 use super::tensor::RawBuf;
 use super::{lookup, same_dtypes, same_shapes, Arity, Attrs, Flops, OpDef, Outputs, TensorRef};
 use crate::error::{invalid, shape_error, Result};
-use crate::ops::grad;
 use crate::ops::{Infer, KResult};
 use crate::resources::{KernelRes, Resource};
 use crate::DType;
@@ -56,7 +56,7 @@ const fn conv_bn_def(bias: bool) -> OpDef {
         mutate_inputs: mutated,
         infer_partial: Some(super::partial_shapes::fused_convolution),
         resources: &[Resource::TempSpace],
-        outputs: Outputs::By(super::stochastic::bn_outputs),
+        outputs: Outputs::By(super::batch_norm::bn_outputs),
         ..OpDef::new(
             conv_op(bias),
             Arity::Exactly(inputs),
@@ -342,9 +342,9 @@ pub(super) fn ops() -> &'static [OpDef] {
             inplace: &[(0, 0)],
             mutate_inputs: &[3, 4],
             backward_ignores: &[2, 3, 4],
-            gradient: Some(grad::batch_norm),
-            infer_partial: Some(super::partial_shapes::batch_norm),
-            outputs: Outputs::By(super::stochastic::bn_outputs),
+            gradient: Some(super::batch_norm::grad::batch_norm_relu),
+            infer_partial: Some(super::batch_norm::partial::batch_norm),
+            outputs: Outputs::By(super::batch_norm::bn_outputs),
             ..OpDef::new(
                 "_fused_BatchNormReLU",
                 Arity::Exactly(5),
@@ -352,7 +352,7 @@ pub(super) fn ops() -> &'static [OpDef] {
                 bn_relu_kernel,
             )
         }
-        .cost(Flops::One, super::stochastic::BN_PASSES),
+        .cost(Flops::One, BN_PASSES),
         OpDef {
             alias_safe: false,
             outputs: Outputs::all(3),

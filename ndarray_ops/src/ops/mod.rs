@@ -8,7 +8,7 @@
 //! kernel when the inputs are ready.
 
 mod backward;
-mod bn_lanes;
+pub(crate) mod batch_norm;
 pub(crate) mod conv;
 pub(crate) mod elemwise;
 mod extra;
@@ -69,7 +69,7 @@ pub(crate) use {
     reduce::axes_of as reduced_axes,
     roi::{align_plan, pooling_windows},
     shape::{concat_axis, split_params, take_layout, take_mode, take_row},
-    stochastic::{bn_settings, dropout_active, dropout_p, random_params, Bn},
+    stochastic::{dropout_active, dropout_p, random_params},
     vision::{plane_taps, PlaneTaps},
 };
 
@@ -406,9 +406,9 @@ fn registry() -> &'static FxHashMap<&'static str, &'static OpDef> {
             .chain(conv::ops())
             .chain(pooling::ops())
             .chain(stochastic::ops())
+            .chain(batch_norm::ops())
             .chain(backward::ops())
             .chain(backward::more_ops())
-            .chain(backward::norm_ops())
             .chain(backward::grad_ops())
             .chain(shape_grad::shape_grad_ops())
             .chain(shape_grad::take_grad_ops())

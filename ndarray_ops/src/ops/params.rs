@@ -21,6 +21,7 @@ use super::signature::signature;
 use super::{invalid, Attrs, Result};
 use crate::DType;
 
+pub use super::batch_norm::BatchNormParams;
 pub use super::conv::{ConvolutionParams, CudnnTune, DeconvolutionParams, Layout};
 pub use super::extra::{ArangeParams, StackParams};
 pub use super::extra::{LeakyReLUParams, LeakyType};
@@ -50,9 +51,7 @@ pub use super::shape::{
     SliceChannelParams, SliceParams, SqueezeParams, TakeMode, TakeParams,
 };
 pub use super::sort::{ArgsortParams, RetTyp, SortParams, TopkParams};
-pub use super::stochastic::{
-    BatchNormParams, DropoutMode, DropoutParams, NormalParams, UniformParams,
-};
+pub use super::stochastic::{DropoutMode, DropoutParams, NormalParams, UniformParams};
 pub use super::vision::{
     AdaptiveAvgPooling2DParams, BilinearResize2DParams, CropParams, ResizeMode,
 };

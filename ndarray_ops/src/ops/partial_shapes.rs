@@ -11,7 +11,7 @@
 
 use super::conv::{conv_params, partial::convolution};
 use super::extra::stack_axis;
-use super::params::{BatchNormParams, EmbeddingParams, Params, SliceChannelParams};
+use super::params::{EmbeddingParams, Params, SliceChannelParams};
 use super::shape::concat_axis;
 use super::{Attrs, Partial};
 use crate::error::Result;
@@ -42,25 +42,6 @@ pub(crate) fn merge(a: Option<Vec<usize>>, b: &Option<Vec<usize>>) -> Option<Vec
         ),
         (a, _) => a,
     }
-}
-
-/// BatchNorm: gamma, beta, moving mean and variance all have the channel count.
-pub(super) fn batch_norm(op: &str, attrs: &Attrs, ins: &Known, _outs: &Known) -> Found {
-    let mut out = vec![None; ins.len()];
-    if let Some(Some(x)) = ins.first() {
-        let axis = BatchNormParams::get(op, attrs)?.axis;
-        let axis = if axis < 0 {
-            axis + x.len() as i64
-        } else {
-            axis
-        };
-        if let Some(&c) = usize::try_from(axis).ok().and_then(|a| x.get(a)) {
-            for o in out.iter_mut().skip(1) {
-                *o = Some(vec![c]);
-            }
-        }
-    }
-    inputs(out)
 }
 
 /// A convolution fused with BatchNorm: the convolution's rule for data and weight (and the

@@ -41,6 +41,7 @@ const FAMILIES: &[&str] = &[
     include_str!("kernels/elemwise.cu"),
     include_str!("kernels/reduce.cu"),
     include_str!("kernels/nn.cu"),
+    include_str!("../batch_norm/batch_norm.cu"),
     include_str!("../conv/conv.cu"),
     include_str!("../pooling/pooling.cu"),
     include_str!("kernels/shape.cu"),
@@ -66,6 +67,7 @@ const ARG_TABLES: &[&[args::Decl]] = &[
     reduce::DECLS,
     elemwise::DECLS,
     nn::DECLS,
+    crate::ops::batch_norm::gpu::DECLS,
     lanes::DECLS,
     crate::ops::rnn::gpu::DECLS,
 ];

@@ -283,7 +283,7 @@ pub(super) fn partial_doubles(sums: usize, parts: usize) -> usize {
 
 /// What [`channel_partials`] sums per channel (`chan_partial`'s modes in `kernels/reduce.cu`).
 #[derive(Clone, Copy)]
-pub(super) enum ChannelSums {
+pub(crate) enum ChannelSums {
     /// The data.
     Plain,
     /// The data and its squares, two planes.
@@ -304,7 +304,7 @@ impl ChannelSums {
 /// Per-channel partial sums over an `(outer, channels, inner)` layout, folded until at most
 /// [`FOLD`] are left per channel and plane; returns where they are (doubles, planes one after
 /// another) and how many each channel has. `partials` holds [`partial_doubles`] doubles.
-pub(super) fn channel_partials(
+pub(crate) fn channel_partials(
     s: &dyn Stream,
     partials: *mut f32,
     sums: ChannelSums,
@@ -412,7 +412,7 @@ pub(crate) fn add_bias(
 
 /// Scratch for [`channel_partials`] of `sums` over `layout`, plus `extra` floats after it;
 /// returns (partials, extra).
-pub(super) fn reduction_scratch(
+pub(crate) fn reduction_scratch(
     s: &dyn Stream,
     sums: ChannelSums,
     (outer, channels, inner): (usize, usize, usize),
@@ -430,7 +430,7 @@ pub(super) fn reduction_scratch(
 /// axes in order. Where the kept axes are one block (bias-like sums, sums of everything) the
 /// sums run on the data in place as per-channel sums; otherwise the data is first permuted into
 /// scratch with the kept axes first.
-pub(super) fn sum_axes(
+pub(crate) fn sum_axes(
     s: &dyn Stream,
     op: &str,
     (src, shape): (*mut f32, &[usize]),

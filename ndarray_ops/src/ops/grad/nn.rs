@@ -41,39 +41,6 @@ pub(crate) fn pooling(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opt
     Ok(vec![Some(out(&bw, 0))])
 }
 
-/// BatchNorm, and BatchNorm fused with ReLU, whose backward node also reads the output (the
-/// sign of which is ReLU's mask).
-pub(crate) fn batch_norm(
-    n: &Arc<Node>,
-    og: &[Option<NodeEntry>],
-) -> Result<Vec<Option<NodeEntry>>> {
-    let relu = n.op_name() == op_name!("_fused_BatchNormReLU");
-    let mut ins = vec![need(n, og)?];
-    if relu {
-        ins.push(out(n, 0));
-    }
-    // Reads the mean and variance the forward pass used (its hidden outputs).
-    ins.extend([
-        n.inputs[0].clone(),
-        n.inputs[1].clone(),
-        out(n, 1),
-        out(n, 2),
-    ]);
-    let op = match relu {
-        true => op_name!("_backward_fused_BatchNormReLU"),
-        false => op_name!("_backward_BatchNorm"),
-    };
-    let bw = make(op, format!("{}_backward", n.name), ins, n.attrs.clone())?;
-    // No gradient for the moving statistics (auxiliary states).
-    Ok(vec![
-        Some(out(&bw, 0)),
-        Some(out(&bw, 1)),
-        Some(out(&bw, 2)),
-        None,
-        None,
-    ])
-}
-
 pub(crate) fn dropout(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     // The mask (hidden output 1) already holds 0 or 1 / (1 - p): the gradient is og * mask.
     Ok(vec![Some(op1(

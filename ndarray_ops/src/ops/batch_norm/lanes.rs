@@ -46,7 +46,7 @@ fn vectorized<R>(body: impl FnOnce() -> R) -> R {
             return unsafe { avx512(body) };
         }
     }
-    super::par::wide(body)
+    crate::ops::par::wide(body)
 }
 
 // ---- forward --------------------------------------------------------------------------------
@@ -56,7 +56,7 @@ pub(super) fn sum<T: Element>(x: &[T]) -> f64 {
     if let (Some(x), true) = (as_f32(x), lanes()) {
         return vectorized(|| sum_sq_lanes(x, None));
     }
-    super::stochastic::sum_zip(x, x, |v, _| v)
+    super::forward::sum_zip(x, x, |v, _| v)
 }
 
 /// `Σ (x - mean)²` over a run.
@@ -64,7 +64,7 @@ pub(super) fn squares<T: Element>(x: &[T], mean: f64) -> f64 {
     if let (Some(x), true) = (as_f32(x), lanes()) {
         return vectorized(|| sum_sq_lanes(x, Some(mean as f32)));
     }
-    super::stochastic::sum_zip(x, x, |v, _| (v - mean) * (v - mean))
+    super::forward::sum_zip(x, x, |v, _| (v - mean) * (v - mean))
 }
 
 /// `Σ x`, or with a mean `Σ (x - mean)²`, in blocks of sixteen lanes.
