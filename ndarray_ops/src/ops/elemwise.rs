@@ -5,10 +5,10 @@
 use rten_simd::SimdUnaryOp;
 use rten_vecmath::Exp;
 
-use super::family::{Binary, Member};
+use super::binary::{modulo, truth};
 use super::par::{for_ranges, wide, Shared, Walk};
 use super::vecmath::{Sigmoid, Tanh};
-use super::{same_dtypes, same_shapes, Arity, Attrs, OpDef, TensorRef};
+use super::{Arity, Attrs, OpDef, TensorRef};
 use crate::error::{shape_error, Result};
 use crate::ops::gpu;
 use crate::ops::grad;
@@ -45,26 +45,6 @@ pub(crate) fn broadcast_shape(op: &str, a: &[usize], b: &[usize]) -> Result<Vec<
         };
     }
     Ok(out)
-}
-
-fn infer_broadcast(
-    op: &str,
-    _: &Attrs,
-    s: &[Vec<usize>],
-    d: &[DType],
-) -> Result<(Vec<Vec<usize>>, Vec<DType>)> {
-    let dt = same_dtypes(op, d)?;
-    Ok((vec![broadcast_shape(op, &s[0], &s[1])?], vec![dt]))
-}
-
-fn infer_same_shape(
-    op: &str,
-    _: &Attrs,
-    s: &[Vec<usize>],
-    d: &[DType],
-) -> Result<(Vec<Vec<usize>>, Vec<DType>)> {
-    let dt = same_dtypes(op, d)?;
-    Ok((vec![same_shapes(op, s)?.to_vec()], vec![dt]))
 }
 
 fn infer_unary(
@@ -240,66 +220,6 @@ fn broadcast_rows<T: Element>(
     });
 }
 
-/// MXNet's `mod`: the remainder with the divisor's sign (Python's `%`), and 0 for a zero divisor.
-pub(crate) fn modulo(a: f64, b: f64) -> f64 {
-    if b == 0.0 {
-        return 0.0;
-    }
-    let r = a % b;
-    if r != 0.0 && (r < 0.0) != (b < 0.0) {
-        r + b
-    } else {
-        r
-    }
-}
-
-fn truth<T: Element>(c: bool) -> T {
-    T::from_f64(if c { 1.0 } else { 0.0 })
-}
-
-/// Runs `binary_map` with the member's function inlined into the loop (a function pointer per
-/// element would block vectorization: it cost 10x on a large add).
-fn binary_dispatch<T: Element>(b: Binary, x: &TensorRef, y: &TensorRef, o: &TensorRef) {
-    let zero = T::default();
-    macro_rules! go {
-        ($f:expr) => {
-            binary_map::<T>(x, y, o, $f)
-        };
-    }
-    match b {
-        Binary::Add => go!(T::add),
-        Binary::Sub => go!(T::sub),
-        Binary::Mul => go!(T::mul),
-        Binary::Div => go!(T::div),
-        Binary::Maximum => go!(|a, b| if b > a { b } else { a }),
-        Binary::Minimum => go!(|a, b| if b < a { b } else { a }),
-        Binary::Power => go!(|a: T, b: T| T::from_f64(a.to_f64().powf(b.to_f64()))),
-        Binary::Equal => go!(|a, b| truth(a == b)),
-        Binary::NotEqual => go!(|a, b| truth(a != b)),
-        Binary::Greater => go!(|a, b| truth(a > b)),
-        Binary::GreaterEqual => go!(|a, b| truth(a >= b)),
-        Binary::Lesser => go!(|a, b| truth(a < b)),
-        Binary::LesserEqual => go!(|a, b| truth(a <= b)),
-        Binary::Hypot => go!(|a: T, b: T| T::from_f64(a.to_f64().hypot(b.to_f64()))),
-        Binary::Mod => go!(|a: T, b: T| T::from_f64(modulo(a.to_f64(), b.to_f64()))),
-        Binary::LogicalAnd => go!(move |a, b| truth(a != zero && b != zero)),
-        Binary::LogicalOr => go!(move |a, b| truth(a != zero || b != zero)),
-        Binary::LogicalXor => go!(move |a, b| truth((a != zero) != (b != zero))),
-    }
-}
-
-fn binary_kernel(
-    def: &OpDef,
-    _: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> std::result::Result<(), String> {
-    let b = Member::binary(def)?;
-    crate::with_dtype!(outs[0].dtype, T => binary_dispatch::<T>(b, &ins[0], &ins[1], &outs[0]));
-    Ok(())
-}
-
 fn scalar_dispatch<T: Element>(
     op: &str,
     s: f64,
@@ -437,66 +357,9 @@ macro_rules! def {
 }
 
 pub(super) fn ops() -> &'static [OpDef] {
-    const B: Arity = Arity::Exactly(2);
     const U: Arity = Arity::Exactly(1);
-    const IP2: &[(usize, usize)] = &[(0, 0), (1, 0)];
     const IP1: &[(usize, usize)] = &[(0, 0)];
-    /// A broadcasting binary op: the operands broadcast to one shape.
-    const fn broadcast(b: Binary) -> OpDef {
-        let ignores = b.backward_ignores();
-        def!(b.broadcast_name(), B, infer_broadcast, binary_kernel, inplace IP2, ignores ignores)
-            .member(Member::Binary(b))
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary)
-    }
-    /// A same-shape binary op: both operands and the output have one shape, which inference
-    /// may take from any of them.
-    const fn same(b: Binary) -> OpDef {
-        let ignores = b.backward_ignores();
-        def!(b.same_shape_name(), B, infer_same_shape, binary_kernel, inplace IP2, ignores ignores)
-            .partial(super::partial_shapes::same_shape)
-            .pointwise(b.fused_elementwise())
-            .member(Member::Binary(b))
-            .grad(grad::binary)
-            .on_gpu(gpu::elemwise::binary)
-    }
     static OPS: &[OpDef] = &[
-        broadcast(Binary::Add),
-        broadcast(Binary::Sub),
-        broadcast(Binary::Mul),
-        broadcast(Binary::Div),
-        broadcast(Binary::Maximum),
-        broadcast(Binary::Minimum),
-        broadcast(Binary::Power),
-        broadcast(Binary::Equal),
-        broadcast(Binary::NotEqual),
-        broadcast(Binary::Greater),
-        broadcast(Binary::GreaterEqual),
-        broadcast(Binary::Lesser),
-        broadcast(Binary::LesserEqual),
-        broadcast(Binary::Hypot),
-        broadcast(Binary::Mod),
-        broadcast(Binary::LogicalAnd),
-        broadcast(Binary::LogicalOr),
-        broadcast(Binary::LogicalXor),
-        same(Binary::Maximum),
-        same(Binary::Minimum),
-        same(Binary::Power),
-        same(Binary::Hypot),
-        same(Binary::Mod),
-        same(Binary::Equal),
-        same(Binary::NotEqual),
-        same(Binary::Greater),
-        same(Binary::GreaterEqual),
-        same(Binary::Lesser),
-        same(Binary::LesserEqual),
-        same(Binary::LogicalAnd),
-        same(Binary::LogicalOr),
-        same(Binary::LogicalXor),
-        same(Binary::Add),
-        same(Binary::Sub),
-        same(Binary::Mul),
-        same(Binary::Div),
         def!("_plus_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0])
             .pointwise(true)
             .grad(grad::scalar)

@@ -9,6 +9,7 @@
 
 mod backward;
 pub(crate) mod batch_norm;
+pub(crate) mod binary;
 pub(crate) mod conv;
 pub(crate) mod elemwise;
 mod extra;
@@ -398,6 +399,7 @@ fn registry() -> &'static FxHashMap<&'static str, &'static OpDef> {
         let mut m = FxHashMap::default();
         for def in elemwise::ops()
             .iter()
+            .chain(binary::ops())
             .chain(reduce::ops())
             .chain(linalg::ops())
             .chain(nn::ops())

@@ -38,6 +38,7 @@ use crate::ops::TensorRef;
 /// The kernel families' source, after `kernels/common.cuh` and the argument structs (see
 /// [`args::source`]).
 const FAMILIES: &[&str] = &[
+    include_str!("../binary/binary.cu"),
     include_str!("kernels/elemwise.cu"),
     include_str!("kernels/reduce.cu"),
     include_str!("kernels/nn.cu"),
@@ -66,6 +67,7 @@ const ARG_TABLES: &[&[args::Decl]] = &[
     crate::ops::pooling::gpu::DECLS,
     reduce::DECLS,
     elemwise::DECLS,
+    crate::ops::binary::gpu::DECLS,
     nn::DECLS,
     crate::ops::batch_norm::gpu::DECLS,
     lanes::DECLS,

@@ -8,12 +8,10 @@ use super::math::Deriv;
 use super::{lookup, Attrs, Node, NodeEntry};
 use crate::error::{invalid, Result};
 
-mod binary;
 mod math;
 mod nn;
 mod shape;
 
-pub(crate) use binary::*;
 pub(crate) use math::*;
 pub(crate) use nn::*;
 pub(crate) use shape::*;

@@ -707,7 +707,7 @@ pub(crate) fn rnn_backward(
         }
         // What reached this layer went through the mask of the layer below's output.
         if let (true, Some(m)) = (l > 0, fwd.masks) {
-            crate::ops::gpu::elemwise::multiply(s, target, target, m.mask, p.layer_len())?;
+            crate::ops::binary::gpu::multiply(s, target, target, m.mask, p.layer_len())?;
         }
         dy = target;
     }

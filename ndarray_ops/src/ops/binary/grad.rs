@@ -2,16 +2,36 @@
 //! same-shape operands, matched exhaustively; the members' groups keep the backward nodes MXNet
 //! builds (a broadcasting op's gradients summed back to each operand's shape).
 
-use super::*;
+use std::sync::Arc;
+
+use super::Binary;
+use crate::error::{invalid, Result};
+use crate::ops::family::Member;
+use crate::ops::grad::*;
 use crate::ops::names::op_name;
-use crate::ops::{Binary, Member};
+use crate::ops::{Attrs, Node, NodeEntry};
+
+/// The gradient of a broadcasting binary op (`broadcast_add`, ...).
+pub(crate) fn broadcasting(
+    n: &Arc<Node>,
+    og: &[Option<NodeEntry>],
+) -> Result<Vec<Option<NodeEntry>>> {
+    binary(n, og, false)
+}
+
+/// The gradient of a same-shape binary op (`elemwise_add`, `_maximum`, ...).
+pub(crate) fn same_shaped(
+    n: &Arc<Node>,
+    og: &[Option<NodeEntry>],
+) -> Result<Vec<Option<NodeEntry>>> {
+    binary(n, og, true)
+}
 
 /// The gradient of a binary op, by its member.
-pub(crate) fn binary(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+fn binary(n: &Arc<Node>, og: &[Option<NodeEntry>], same: bool) -> Result<Vec<Option<NodeEntry>>> {
     let def =
         n.op.ok_or_else(|| invalid("gradient", "a variable has no gradient rule"))?;
     let member = Member::binary(def).map_err(|e| invalid(def.name, e))?;
-    let same = def.name == member.same_shape_name();
     match member {
         Binary::Add if same => add(n, og),
         Binary::Add | Binary::Sub | Binary::Mul | Binary::Div if same => same_shape(member, n, og),
