@@ -5,7 +5,6 @@
 use rten_simd::SimdUnaryOp;
 use rten_vecmath::Exp;
 
-use super::binary::{modulo, truth};
 use super::par::{for_ranges, wide, Shared, Walk};
 use super::vecmath::{Sigmoid, Tanh};
 use super::{Arity, Attrs, OpDef, TensorRef};
@@ -47,33 +46,13 @@ pub(crate) fn broadcast_shape(op: &str, a: &[usize], b: &[usize]) -> Result<Vec<
     Ok(out)
 }
 
-fn infer_unary(
+pub(crate) fn infer_unary(
     _: &str,
     _: &Attrs,
     s: &[Vec<usize>],
     d: &[DType],
 ) -> Result<(Vec<Vec<usize>>, Vec<DType>)> {
     Ok((vec![s[0].clone()], vec![d[0]]))
-}
-
-/// A scalar op's `scalar`: a double, and required although MXNet's table defaults it to 1 (an
-/// arithmetic op without its operand is a mistake worth an error); smooth_l1's sigma is a float,
-/// 1 by default.
-pub(crate) fn scalar_of(op: &str, attrs: &Attrs) -> Result<f64> {
-    match op {
-        "smooth_l1" => attrs.float(op, "scalar", Some(1.0)),
-        _ => attrs.f64(op, "scalar", None),
-    }
-}
-
-fn infer_scalar(
-    op: &str,
-    attrs: &Attrs,
-    s: &[Vec<usize>],
-    d: &[DType],
-) -> Result<(Vec<Vec<usize>>, Vec<DType>)> {
-    scalar_of(op, attrs)?;
-    infer_unary(op, attrs, s, d)
 }
 
 /// Row-major strides of `shape` aligned to `ndim` output dimensions, 0 where broadcast.
@@ -118,7 +97,7 @@ pub(super) fn binary_map<T: Element>(
     }
 }
 
-pub(super) fn unary_map<T: Element>(a: &TensorRef, out: &TensorRef, f: impl Fn(T) -> T + Sync) {
+pub(crate) fn unary_map<T: Element>(a: &TensorRef, out: &TensorRef, f: impl Fn(T) -> T + Sync) {
     let (sa, so) = (Shared::new(a.ptr::<T>()), Shared::new(out.ptr::<T>()));
     for_ranges(out.len(), 1, |lo, hi| {
         let (pa, po, f) = (sa.get(), so.get(), &f);
@@ -220,63 +199,6 @@ fn broadcast_rows<T: Element>(
     });
 }
 
-fn scalar_dispatch<T: Element>(
-    op: &str,
-    s: f64,
-    a: &TensorRef,
-    o: &TensorRef,
-) -> std::result::Result<(), String> {
-    let y = T::from_f64(s);
-    macro_rules! go {
-        ($f:expr) => {
-            unary_map::<T>(a, o, $f)
-        };
-    }
-    match op {
-        "_plus_scalar" => go!(|x: T| x.add(y)),
-        "_minus_scalar" => go!(|x: T| x.sub(y)),
-        "_rminus_scalar" => go!(|x: T| y.sub(x)),
-        "_mul_scalar" => go!(|x: T| x.mul(y)),
-        "_div_scalar" => go!(|x: T| x.div(y)),
-        "_rdiv_scalar" => go!(|x: T| y.div(x)),
-        "_maximum_scalar" => go!(|x: T| if y > x { y } else { x }),
-        "_minimum_scalar" => go!(|x: T| if y < x { y } else { x }),
-        "_power_scalar" => go!(|x: T| T::from_f64(x.to_f64().powf(s))),
-        "_equal_scalar" => go!(|x: T| truth(x == y)),
-        "_greater_scalar" => go!(|x: T| truth(x > y)),
-        "_lesser_scalar" => go!(|x: T| truth(x < y)),
-        "_not_equal_scalar" => go!(|x: T| truth(x != y)),
-        "_greater_equal_scalar" => go!(|x: T| truth(x >= y)),
-        "_lesser_equal_scalar" => go!(|x: T| truth(x <= y)),
-        "_rpower_scalar" => go!(|x: T| T::from_f64(s.powf(x.to_f64()))),
-        "_mod_scalar" => go!(|x: T| T::from_f64(modulo(x.to_f64(), s))),
-        "_hypot_scalar" => go!(|x: T| T::from_f64(x.to_f64().hypot(s))),
-        // Quadratic inside |x| < 1 / s^2, linear outside (Fast R-CNN's loss; `scalar` is sigma).
-        "smooth_l1" => go!(|x: T| {
-            let (x, s2) = (x.to_f64(), s * s);
-            T::from_f64(if x.abs() < 1.0 / s2 {
-                0.5 * s2 * x * x
-            } else {
-                x.abs() - 0.5 / s2
-            })
-        }),
-        _ => return Err(format!("no scalar kernel for {op}")),
-    }
-    Ok(())
-}
-
-fn scalar_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> std::result::Result<(), String> {
-    let op = def.name;
-    let s = scalar_of(op, attrs).map_err(|e| e.to_string())?;
-    crate::with_dtype!(outs[0].dtype, T => scalar_dispatch::<T>(op, s, &ins[0], &outs[0]))
-}
-
 fn softrelu(x: f64) -> f64 {
     // log(1 + e^x) without overflow for large x.
     if x > 20.0 {
@@ -360,71 +282,6 @@ pub(super) fn ops() -> &'static [OpDef] {
     const U: Arity = Arity::Exactly(1);
     const IP1: &[(usize, usize)] = &[(0, 0)];
     static OPS: &[OpDef] = &[
-        def!("_plus_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0])
-            .pointwise(true)
-            .grad(grad::scalar)
-            .on_gpu(gpu::elemwise::scalar),
-        def!("_minus_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0])
-            .pointwise(true)
-            .grad(grad::scalar)
-            .on_gpu(gpu::elemwise::scalar),
-        def!("_rminus_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0])
-            .pointwise(true)
-            .grad(grad::scalar)
-            .on_gpu(gpu::elemwise::scalar),
-        def!("_mul_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0])
-            .pointwise(true)
-            .grad(grad::scalar)
-            .on_gpu(gpu::elemwise::scalar),
-        def!("_div_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0])
-            .pointwise(true)
-            .grad(grad::scalar)
-            .on_gpu(gpu::elemwise::scalar),
-        def!("_rdiv_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[])
-            .pointwise(true)
-            .grad(grad::scalar)
-            .on_gpu(gpu::elemwise::scalar),
-        def!("_maximum_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[])
-            .pointwise(true)
-            .grad(grad::masked)
-            .on_gpu(gpu::elemwise::scalar),
-        def!("_minimum_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[])
-            .pointwise(true)
-            .grad(grad::masked)
-            .on_gpu(gpu::elemwise::scalar),
-        def!("_power_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[])
-            .grad(grad::masked)
-            .on_gpu(gpu::elemwise::scalar),
-        def!("_equal_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0])
-            .grad(grad::none)
-            .on_gpu(gpu::elemwise::scalar),
-        def!("_greater_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0])
-            .grad(grad::none)
-            .on_gpu(gpu::elemwise::scalar),
-        def!("_lesser_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0])
-            .grad(grad::none)
-            .on_gpu(gpu::elemwise::scalar),
-        def!("_not_equal_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0])
-            .grad(grad::none)
-            .on_gpu(gpu::elemwise::scalar),
-        def!("_greater_equal_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0])
-            .grad(grad::none)
-            .on_gpu(gpu::elemwise::scalar),
-        def!("_lesser_equal_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0])
-            .grad(grad::none)
-            .on_gpu(gpu::elemwise::scalar),
-        def!("_rpower_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0])
-            .grad(grad::scalar)
-            .on_gpu(gpu::elemwise::scalar),
-        def!("_mod_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[0])
-            .grad(grad::scalar)
-            .on_gpu(gpu::elemwise::scalar),
-        def!("_hypot_scalar", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[])
-            .grad(grad::scalar)
-            .on_gpu(gpu::elemwise::scalar),
-        def!("smooth_l1", U, infer_scalar, scalar_kernel, inplace IP1, ignores &[])
-            .grad(grad::scalar)
-            .on_gpu(gpu::elemwise::scalar),
         OpDef {
             aliases: &["identity"],
             gradient: Some(grad::identity),

@@ -13,6 +13,8 @@ pub(crate) enum Member {
     None,
     /// A binary arithmetic, comparison or logic op (see [`Binary`]).
     Binary(Binary),
+    /// An op of an array and a number (see [`Scalar`](super::scalar::Scalar)).
+    Scalar(super::scalar::Scalar),
 }
 
 impl Member {
@@ -21,7 +23,7 @@ impl Member {
     pub(crate) fn binary(def: &OpDef) -> Result<Binary, String> {
         match def.member {
             Member::Binary(b) => Ok(b),
-            Member::None => Err(format!("{} is not an op of the binary family", def.name)),
+            _ => Err(format!("{} is not an op of the binary family", def.name)),
         }
     }
 }

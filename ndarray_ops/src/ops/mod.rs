@@ -17,6 +17,7 @@ mod fully_connected;
 pub(crate) mod fused;
 pub(crate) mod gather;
 mod gather_nd;
+pub(crate) mod scalar;
 // Compiled without the `cuda` feature too: the op table names each op's GPU kernel, and the
 // tests run the kernels on a host emulator. Only the driver (`gpu::cuda`) needs the feature.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
@@ -51,7 +52,6 @@ mod vision;
 
 pub(crate) use backward::softmax_output_scale;
 pub(crate) use conv::bilinear_upsampling;
-pub(crate) use elemwise::scalar_of;
 pub(crate) use nn::{require_float, softmax_axis};
 pub(crate) use reduce::norm_ord;
 pub use stochastic::IS_TRAIN;
@@ -400,6 +400,7 @@ fn registry() -> &'static FxHashMap<&'static str, &'static OpDef> {
         for def in elemwise::ops()
             .iter()
             .chain(binary::ops())
+            .chain(scalar::ops())
             .chain(reduce::ops())
             .chain(linalg::ops())
             .chain(nn::ops())

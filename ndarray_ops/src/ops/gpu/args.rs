@@ -210,7 +210,7 @@ pub(crate) fn source() -> &'static str {
         let mut s = String::from(include_str!("kernels/common.cuh"));
         s += "\n// The binary family's codes, written from ops/family.rs.\n";
         s += &crate::ops::Binary::c_defines();
-        s += &format!("#define SMOOTH_L1 {}\n", super::elemwise::SMOOTH_L1);
+        s += &format!("#define SMOOTH_L1 {}\n", crate::ops::scalar::gpu::SMOOTH_L1);
         s += "\n// The kernels' arguments, written from gpu/args.rs and the op families' tables.\n";
         for decl in decls() {
             s += &decl.c();

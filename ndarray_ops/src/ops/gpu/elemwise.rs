@@ -5,7 +5,6 @@ use super::args::{int, kernel_args, ptr, Dim};
 use super::ops::{copy, e2s, UNARY};
 use super::reduce::channel_sum;
 use super::Stream;
-use crate::ops::family::{self};
 use crate::ops::KResult;
 use crate::ops::OpDef;
 use crate::ops::{Attrs, TensorRef};
@@ -19,22 +18,6 @@ kernel_args! {
         out: *mut f32,
         /// The value.
         value: f32,
-    }
-
-    /// `out = x (op) scalar`, or `scalar (op) x`.
-    struct Scalar [scalar] {
-        /// Elements.
-        n: i64,
-        /// The result (may be `x`).
-        out: *mut f32,
-        /// The array operand.
-        x: *mut f32,
-        /// The operation ([`scalar_code`]).
-        code: i64,
-        /// 1: the scalar is the left operand.
-        left: i64,
-        /// The scalar.
-        scalar: f32,
     }
 
     /// `out = scale * x + shift`, clamped to `[lo, hi]`.
@@ -236,71 +219,6 @@ pub(crate) fn activation_backward(
     let n = outs[0].len();
     let x = (ptr(&ins[0]), ptr(&ins[1]));
     map(s, k::act_bwd, ptr(&outs[0]), x, act_code(op, attrs)?, n)
-}
-
-pub(crate) fn scalar(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
-    let op = def.name;
-    let value = crate::ops::scalar_of(op, attrs).map_err(e2s)?;
-    scalar_with(s, op, &outs[0], &ins[0], value)
-}
-
-/// The scalar kernels' code for `smooth_l1` (of `x` with sigma `y`), after the binary family's
-/// codes (`SMOOTH_L1` in the device code).
-pub(crate) const SMOOTH_L1: usize = family::Binary::ALL.len();
-
-/// The `scalar` kernel's code for a scalar op (the `binary` kernel's codes), and whether the
-/// scalar is the left operand.
-pub(super) fn scalar_code(op: &str) -> Option<(usize, bool)> {
-    Some(match op {
-        "_plus_scalar" => (family::Binary::Add.code(), false),
-        "_minus_scalar" => (family::Binary::Sub.code(), false),
-        "_rminus_scalar" => (family::Binary::Sub.code(), true),
-        "_mul_scalar" => (family::Binary::Mul.code(), false),
-        "_div_scalar" => (family::Binary::Div.code(), false),
-        "_rdiv_scalar" => (family::Binary::Div.code(), true),
-        "_maximum_scalar" => (family::Binary::Maximum.code(), false),
-        "_minimum_scalar" => (family::Binary::Minimum.code(), false),
-        "_power_scalar" => (family::Binary::Power.code(), false),
-        "_rpower_scalar" => (family::Binary::Power.code(), true),
-        "_equal_scalar" => (family::Binary::Equal.code(), false),
-        "_not_equal_scalar" => (family::Binary::NotEqual.code(), false),
-        "_greater_scalar" => (family::Binary::Greater.code(), false),
-        "_greater_equal_scalar" => (family::Binary::GreaterEqual.code(), false),
-        "_lesser_scalar" => (family::Binary::Lesser.code(), false),
-        "_lesser_equal_scalar" => (family::Binary::LesserEqual.code(), false),
-        "_hypot_scalar" => (family::Binary::Hypot.code(), false),
-        "_mod_scalar" => (family::Binary::Mod.code(), false),
-        "smooth_l1" => (SMOOTH_L1, false),
-        _ => return None,
-    })
-}
-
-/// `out = x (op) value` for a scalar op's name, by the `scalar` kernel (which reads each index
-/// before writing it, so `out` may be `x`).
-pub(super) fn scalar_with(
-    s: &dyn Stream,
-    op: &str,
-    out: &TensorRef,
-    x: &TensorRef,
-    value: f64,
-) -> KResult {
-    let (code, left) = scalar_code(op).ok_or_else(|| format!("{op} is not a scalar op"))?;
-    let n = out.len();
-    let a = Scalar {
-        n: int(n),
-        out: ptr(out),
-        x: ptr(x),
-        code: int(code),
-        left: i64::from(left),
-        scalar: value as f32,
-    };
-    s.run(k::scalar, n, &a)
 }
 
 /// clip and hard_sigmoid: an affine map, clamped.

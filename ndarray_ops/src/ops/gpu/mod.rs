@@ -39,6 +39,7 @@ use crate::ops::TensorRef;
 /// [`args::source`]).
 const FAMILIES: &[&str] = &[
     include_str!("../binary/binary.cu"),
+    include_str!("../scalar/scalar.cu"),
     include_str!("kernels/elemwise.cu"),
     include_str!("kernels/reduce.cu"),
     include_str!("kernels/nn.cu"),
@@ -68,6 +69,7 @@ const ARG_TABLES: &[&[args::Decl]] = &[
     reduce::DECLS,
     elemwise::DECLS,
     crate::ops::binary::gpu::DECLS,
+    crate::ops::scalar::gpu::DECLS,
     nn::DECLS,
     crate::ops::batch_norm::gpu::DECLS,
     lanes::DECLS,

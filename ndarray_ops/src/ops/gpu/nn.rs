@@ -2,7 +2,6 @@
 //! lanes, the loss heads, Dropout and the random generators, and the optimizer updates.
 
 use super::args::{int, kernel_args, ptr};
-use super::elemwise::scalar_code;
 use super::ops::{e2s, fill_with};
 use super::reduce::sum_axes;
 use super::Stream;
@@ -317,16 +316,8 @@ pub(crate) fn make_loss_backward(
             let flags = s.scratch(n * 4 + 4)?.cast::<f32>();
             // SAFETY: the scratch holds n flags and then the count.
             let count = unsafe { flags.add(n) };
-            let (greater, _) = scalar_code("_greater_scalar").ok_or("no greater code")?;
-            let above = super::elemwise::Scalar {
-                n: n as i64,
-                out: flags,
-                x: y.ptr(),
-                code: greater as i64,
-                left: 0,
-                scalar: thresh as f32,
-            };
-            s.run(super::elemwise::k::scalar, n, &above)?;
+            let greater = crate::ops::scalar::Scalar::Greater;
+            crate::ops::scalar::gpu::scalar_on(s, greater, flags, y.ptr(), n, thresh)?;
             let all: Vec<usize> = (0..y.shape.len()).collect();
             sum_axes(s, op, (flags, &y.shape), &all, count, 1.0)?;
             let m = d.len();

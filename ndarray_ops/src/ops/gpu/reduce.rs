@@ -2,12 +2,13 @@
 //! of broadcasts (sums back to the input's shape).
 
 use super::args::{int, kernel_args, ptr, Dim};
-use super::elemwise::{map, scalar_with, unary_code};
+use super::elemwise::{map, unary_code};
 use super::ops::e2s;
 use super::shape::strided_copy;
 use super::Stream;
 use crate::ops::elemwise::broadcast_strides;
 use crate::ops::gather::strides;
+use crate::ops::scalar::Scalar;
 use crate::ops::KResult;
 use crate::ops::OpDef;
 use crate::ops::{Attrs, TensorRef};
@@ -514,7 +515,7 @@ pub(crate) fn broadcast_backward(
         return Ok(());
     }
     let count: usize = axes.iter().map(|&a| shape[a]).product();
-    scalar_with(s, "_mul_scalar", o, o, 1.0 / count.max(1) as f64)
+    crate::ops::scalar::gpu::scalar_with(s, Scalar::Mul, o, o, 1.0 / count.max(1) as f64)
 }
 
 /// `_sum_to_like`: a broadcast operand's gradient, the output's gradient summed over the axes

@@ -132,11 +132,6 @@ pub(crate) fn masked(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opti
                 Attrs::new(),
             )?
         }
-        "_maximum_scalar" => cmp(
-            "mask",
-            "_greater_scalar",
-            crate::ops::scalar_of(op, &n.attrs)?,
-        )?,
         // alpha where the output is strictly inside (0, 1)
         "hard_sigmoid" => {
             let (alpha, _) = crate::ops::math::hard_sigmoid_params(op, &n.attrs)?;
@@ -158,26 +153,6 @@ pub(crate) fn masked(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opti
                 Attrs::new(),
             )?;
             scaled(n, "slope", inside, alpha)?
-        }
-        "_minimum_scalar" => cmp(
-            "mask",
-            "_lesser_scalar",
-            crate::ops::scalar_of(op, &n.attrs)?,
-        )?,
-        // d x^s = s x^(s-1)
-        "_power_scalar" => {
-            let s = crate::ops::scalar_of(op, &n.attrs)?;
-            scaled(
-                n,
-                "coef",
-                op1(
-                    op_name!("_power_scalar"),
-                    name("pow"),
-                    vec![x.clone()],
-                    Attrs::new().with("scalar", s - 1.0),
-                )?,
-                s,
-            )?
         }
         other => {
             return Err(invalid(

@@ -6,15 +6,6 @@ KERNEL void fill(Fill a) {
     FOR_EACH(t, a.n) a.out[t] = a.value;
 }
 
-// out = x (op code) scalar, or scalar (op code) x where `left` is 1 (apply2's codes).
-KERNEL void scalar(Scalar a) {
-    float s = a.scalar;
-    FOR_EACH(t, a.n) {
-        float x = a.x[t];
-        a.out[t] = a.left ? apply2(a.code, s, x) : apply2(a.code, x, s);
-    }
-}
-
 // out = scale * x + shift clamped to [lo, hi], in double (clip: 1, 0, a_min, a_max;
 // hard_sigmoid: alpha, beta, 0, 1). NaN stays NaN, as in the CPU kernels.
 KERNEL void clamp_affine(ClampAffine a) {
