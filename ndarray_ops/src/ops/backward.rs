@@ -1,6 +1,6 @@
 //! Backward ops (MXNet's `_backward_*` names) and the elementwise sum that aggregates gradients.
 
-use super::nn::{ActType, ActivationParams, Normalization};
+use super::nn::Normalization;
 use super::par::{for_ranges, map_lanes, Shared};
 use super::params::Params;
 use super::{
@@ -57,64 +57,6 @@ fn add_n_kernel(
                     .copy_from_slice(acc);
             }
         });
-    });
-    Ok(())
-}
-
-// ---- _backward_Activation: (ograd, output) -> input grad -----------------------------------
-
-fn infer_act_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    let dt = same_dtypes(op, d)?;
-    act_derivative(op, attrs)?;
-    if s[0] != s[1] {
-        return Err(shape_error(
-            op,
-            "output",
-            s[1].clone(),
-            format!("{:?} like the gradient", s[0]),
-        ));
-    }
-    Ok((vec![s[0].clone()], vec![dt]))
-}
-
-/// dy/dx as a function of the output y, checked for the act types that have one.
-fn act_derivative(op: &str, attrs: &Attrs) -> Result<fn(f64) -> f64> {
-    Ok(match ActivationParams::get(op, attrs)?.act_type {
-        ActType::Relu => |y: f64| if y > 0.0 { 1.0 } else { 0.0 },
-        ActType::Sigmoid => |y: f64| y * (1.0 - y),
-        ActType::Tanh => |y: f64| 1.0 - y * y,
-        ActType::SoftRelu => |y: f64| 1.0 - (-y).exp(),
-        // y = x / (1 + |x|), so 1 + |x| = 1 / (1 - |y|) and dy/dx = (1 - |y|)^2.
-        ActType::Softsign => |y: f64| (1.0 - y.abs()) * (1.0 - y.abs()),
-    })
-}
-
-/// `dx = dy * f'(y)`, computed in f64 and rounded once. ReLU's derivative, 0 or 1, is exact in
-/// every type, so its product is taken in the array's own type, where the loop vectorizes.
-fn act_backward_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
-    let op = def.name;
-    let f = act_derivative(op, attrs).map_err(|e| e.to_string())?;
-    let relu = ActivationParams::get(op, attrs)
-        .map_err(|e| e.to_string())?
-        .act_type
-        == ActType::Relu;
-    let (dy, y, dx) = (&ins[0], &ins[1], &outs[0]);
-    crate::with_dtype!(dx.dtype, T => {
-        let (zero, one) = (T::default(), T::from_f64(1.0));
-        match relu {
-            true => super::elemwise::binary_map::<T>(dy, y, dx, move |g: T, y: T| {
-                g.mul(if y > zero { one } else { zero })
-            }),
-            false => super::elemwise::binary_map::<T>(dy, y, dx, move |g: T, y: T| {
-                T::from_f64(g.to_f64() * f(y.to_f64()))
-            }),
-        }
     });
     Ok(())
 }
@@ -228,16 +170,6 @@ pub(super) fn ops() -> &'static [OpDef] {
         .pointwise(true)
         .grad(grad::add_n)
         .on_gpu(gpu::reduce::add_n),
-        def!(
-            "_backward_Activation",
-            &[],
-            Arity::Exactly(2),
-            infer_act_backward,
-            act_backward_kernel,
-            &[(0, 0)]
-        )
-        .pointwise(true)
-        .on_gpu(gpu::elemwise::activation_backward),
         OpDef {
             alias_safe: false,
             ..def!(

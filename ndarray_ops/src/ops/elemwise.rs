@@ -1,17 +1,13 @@
-//! Elementwise ops: broadcasting binary arithmetic and comparisons, ops with a scalar, unary
-//! math. Kernels read and write through raw pointers, so an output that is exactly one of the
-//! inputs (the in-place forms) is safe.
-
-use rten_simd::SimdUnaryOp;
-use rten_vecmath::Exp;
+//! The elementwise loops the families share (a map of one array, a broadcasting map of two),
+//! numpy's broadcasting rule, and the copy ops (`_copy`, `_CrossDeviceCopy`). The loops read
+//! and write through raw pointers, so an output that is exactly one of the inputs (the in-place
+//! forms) is safe.
 
 use super::par::{for_ranges, wide, Shared, Walk};
-use super::vecmath::{Sigmoid, Tanh};
 use super::{Arity, Attrs, OpDef, TensorRef};
 use crate::error::{shape_error, Result};
 use crate::ops::gpu;
 use crate::ops::grad;
-use crate::resources::KernelRes;
 use crate::{DType, Element};
 
 /// Numpy broadcasting of two shapes.
@@ -68,7 +64,7 @@ pub(crate) fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
 }
 
 /// `out[i] = f(a[ia], b[ib])` with broadcasting.
-pub(super) fn binary_map<T: Element>(
+pub(crate) fn binary_map<T: Element>(
     a: &TensorRef,
     b: &TensorRef,
     out: &TensorRef,
@@ -109,32 +105,6 @@ pub(crate) fn unary_map<T: Element>(a: &TensorRef, out: &TensorRef, f: impl Fn(T
                 *po.add(i) = f(*pa.add(i));
             }
         })
-    });
-}
-
-/// `out = op(a)` over f32 arrays through vectorized functions (`rten-vecmath`'s exp, our
-/// [`super::vecmath`]'s tanh and sigmoid), which pick the widest instruction set the CPU has at
-/// run time (libm's calls go one element at a time): exp within 1 ulp of the correctly rounded
-/// result, tanh within 3, sigmoid within 4 (the
-/// `vectorized_exp_tanh_and_sigmoid_stay_within_their_ulps` test holds them to it). Chunks
-/// split across threads.
-fn vec_map(op: &(impl SimdUnaryOp<f32> + Sync), a: &TensorRef, out: &TensorRef) {
-    let (sa, so) = (Shared::new(a.ptr::<f32>()), Shared::new(out.ptr::<f32>()));
-    for_ranges(out.len(), 1, |lo, hi| {
-        let (pa, po) = (sa.get(), so.get());
-        // SAFETY: same length; disjoint ranges per call; the output is either exactly the input
-        // (one mutable slice) or disjoint from it (a shared and a mutable slice).
-        unsafe {
-            if pa == po {
-                op.map_mut(std::slice::from_raw_parts_mut(po.add(lo), hi - lo));
-            } else {
-                let dst = po.add(lo).cast::<std::mem::MaybeUninit<f32>>();
-                op.map(
-                    std::slice::from_raw_parts(pa.add(lo), hi - lo),
-                    std::slice::from_raw_parts_mut(dst, hi - lo),
-                );
-            }
-        }
     });
 }
 
@@ -199,94 +169,16 @@ fn broadcast_rows<T: Element>(
     });
 }
 
-fn softrelu(x: f64) -> f64 {
-    // log(1 + e^x) without overflow for large x.
-    if x > 20.0 {
-        x
-    } else {
-        x.exp().ln_1p()
-    }
-}
-
-/// Runs `unary_map` with the function `name` inlined into the loop (a call through a pointer
-/// per element blocks vectorization). The unary ops' names, plus `softsign`, which only
-/// `Activation` asks for. Single-precision floats keep their own precision for the
-/// transcendental functions (exp, tanh and sigmoid vectorized, see [`vec_map`]); other types
-/// go through f64.
-pub(super) fn unary_dispatch<T: Element>(
-    name: &str,
-    a: &TensorRef,
-    o: &TensorRef,
-) -> std::result::Result<(), String> {
-    if T::DTYPE == DType::F32 && matches!(name, "exp" | "tanh" | "sigmoid" | "log" | "sqrt") {
-        match name {
-            "exp" => vec_map(&Exp {}, a, o),
-            "tanh" => vec_map(&Tanh, a, o),
-            "sigmoid" => vec_map(&Sigmoid, a, o),
-            "log" => unary_map::<f32>(a, o, f32::ln),
-            _ => unary_map::<f32>(a, o, f32::sqrt),
-        }
-        return Ok(());
-    }
-    let zero = T::default();
-    macro_rules! go {
-        ($f:expr) => {
-            unary_map::<T>(a, o, $f)
-        };
-    }
-    macro_rules! via {
-        ($g:expr) => {
-            go!(|x: T| T::from_f64($g(x.to_f64())))
-        };
-    }
-    match name {
-        "_copy" => go!(|x| x),
-        "negative" => go!(move |x: T| zero.sub(x)),
-        "abs" => go!(move |x: T| if x < zero { zero.sub(x) } else { x }),
-        "square" => go!(|x: T| x.mul(x)),
-        "relu" => go!(move |x: T| if x > zero { x } else { zero }),
-        "exp" => via!(f64::exp),
-        "log" => via!(f64::ln),
-        "sqrt" => via!(f64::sqrt),
-        "tanh" => via!(f64::tanh),
-        "sigmoid" => via!(|x: f64| 1.0 / (1.0 + (-x).exp())),
-        "softrelu" => via!(softrelu),
-        "softsign" => via!(super::math::softsign),
-        _ => return Err(format!("no unary kernel for {name}")),
-    }
-    Ok(())
-}
-
-fn unary_kernel(
-    def: &OpDef,
-    _: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> std::result::Result<(), String> {
-    let op = def.name;
-    crate::with_dtype!(outs[0].dtype, T => unary_dispatch::<T>(op, &ins[0], &outs[0]))
-}
-
-macro_rules! def {
-    ($name:expr, $arity:expr, $infer:expr, $kernel:expr, inplace $inplace:expr, ignores $ign:expr) => {
-        OpDef {
-            inplace: $inplace,
-            backward_ignores: $ign,
-            ..OpDef::new($name, $arity, $infer, $kernel)
-        }
-    };
-}
-
 pub(super) fn ops() -> &'static [OpDef] {
     const U: Arity = Arity::Exactly(1);
-    const IP1: &[(usize, usize)] = &[(0, 0)];
     static OPS: &[OpDef] = &[
         OpDef {
             aliases: &["identity"],
-            gradient: Some(grad::identity),
-            ..def!("_copy", U, infer_unary, unary_kernel, inplace IP1, ignores &[0])
+            inplace: &[(0, 0)],
+            backward_ignores: &[0],
+            ..OpDef::new("_copy", U, infer_unary, super::copy_kernel)
         }
+        .grad(grad::identity)
         .on_gpu(gpu::ops::copy),
         // The copy the placement pass puts on an edge between devices; the executor runs it as an
         // engine copy op on the destination's copy workers (its kernel serves same-device calls).
@@ -296,46 +188,6 @@ pub(super) fn ops() -> &'static [OpDef] {
         }
         .grad(grad::identity)
         .on_gpu(gpu::ops::copy),
-        def!("negative", U, infer_unary, unary_kernel, inplace IP1, ignores &[0])
-            .pointwise(true)
-            .grad(grad::unary)
-            .on_gpu(gpu::elemwise::unary),
-        def!("abs", U, infer_unary, unary_kernel, inplace IP1, ignores &[])
-            .pointwise(true)
-            .grad(grad::masked)
-            .on_gpu(gpu::elemwise::unary),
-        def!("square", U, infer_unary, unary_kernel, inplace IP1, ignores &[])
-            .pointwise(true)
-            .grad(grad::unary)
-            .on_gpu(gpu::elemwise::unary),
-        def!("relu", U, infer_unary, unary_kernel, inplace IP1, ignores &[])
-            .pointwise(true)
-            .grad(grad::unary)
-            .on_gpu(gpu::elemwise::activation),
-        def!("exp", U, infer_unary, unary_kernel, inplace IP1, ignores &[0])
-            .pointwise(true)
-            .grad(grad::unary)
-            .on_gpu(gpu::elemwise::unary),
-        def!("log", U, infer_unary, unary_kernel, inplace IP1, ignores &[])
-            .pointwise(true)
-            .grad(grad::unary)
-            .on_gpu(gpu::elemwise::unary),
-        def!("sqrt", U, infer_unary, unary_kernel, inplace IP1, ignores &[0])
-            .pointwise(true)
-            .grad(grad::unary)
-            .on_gpu(gpu::elemwise::unary),
-        def!("tanh", U, infer_unary, unary_kernel, inplace IP1, ignores &[0])
-            .pointwise(true)
-            .grad(grad::unary)
-            .on_gpu(gpu::elemwise::activation),
-        def!("sigmoid", U, infer_unary, unary_kernel, inplace IP1, ignores &[0])
-            .pointwise(true)
-            .grad(grad::unary)
-            .on_gpu(gpu::elemwise::activation),
-        def!("softrelu", U, infer_unary, unary_kernel, inplace IP1, ignores &[])
-            .pointwise(true)
-            .grad(grad::unary)
-            .on_gpu(gpu::elemwise::activation),
     ];
     OPS
 }

@@ -15,6 +15,8 @@ pub(crate) enum Member {
     Binary(Binary),
     /// An op of an array and a number (see [`Scalar`](super::scalar::Scalar)).
     Scalar(super::scalar::Scalar),
+    /// A function of each element of one array (see [`Unary`](super::unary::Unary)).
+    Unary(super::unary::Unary),
 }
 
 impl Member {

@@ -89,9 +89,11 @@ fn regression_kernel(
 ) -> KResult {
     let op = def.name;
     if op == "LogisticRegressionOutput" {
-        return crate::with_dtype!(outs[0].dtype, T => {
-            super::elemwise::unary_dispatch::<T>("sigmoid", &ins[0], &outs[0])
+        let sigmoid = super::unary::Unary::Sigmoid;
+        crate::with_dtype!(outs[0].dtype, T => {
+            super::unary::kernel::forward::<T>(sigmoid, &ins[0], &outs[0])
         });
+        return Ok(());
     }
     super::copy_unless_same(&ins[0], &outs[0]);
     Ok(())

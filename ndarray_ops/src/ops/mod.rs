@@ -47,6 +47,7 @@ pub mod signature;
 mod simd;
 pub(crate) mod sort;
 mod stochastic;
+pub(crate) mod unary;
 mod vecmath;
 mod vision;
 
@@ -401,6 +402,7 @@ fn registry() -> &'static FxHashMap<&'static str, &'static OpDef> {
             .iter()
             .chain(binary::ops())
             .chain(scalar::ops())
+            .chain(unary::ops())
             .chain(reduce::ops())
             .chain(linalg::ops())
             .chain(nn::ops())

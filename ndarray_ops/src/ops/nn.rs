@@ -32,40 +32,7 @@ pub(crate) fn require_float(op: &str, d: &[DType]) -> Result<DType> {
     }
 }
 
-// ---- Activation / clip --------------------------------------------------------------------
-
-attr_enum! {
-    /// An Activation's function: its kernel is the elementwise op of that name.
-    pub enum ActType {
-        /// `max(x, 0)`.
-        Relu = "relu",
-        /// `1 / (1 + exp(-x))`.
-        Sigmoid = "sigmoid",
-        /// `tanh(x)`.
-        Tanh = "tanh",
-        /// `log(1 + exp(x))`.
-        SoftRelu = "softrelu",
-        /// `x / (1 + |x|)`.
-        Softsign = "softsign",
-    }
-}
-
-op_params! {
-    /// Activation's attributes.
-    pub struct ActivationParams for "Activation" {
-        act_type: ActType,
-    }
-}
-
-/// The elementwise op an Activation runs.
-fn act_type(op: &str, attrs: &Attrs) -> Result<&'static str> {
-    Ok(ActivationParams::get(op, attrs)?.act_type.word())
-}
-
-fn infer_activation(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    act_type(op, attrs)?;
-    Ok((vec![s[0].clone()], vec![require_float(op, d)?]))
-}
+// ---- clip ---------------------------------------------------------------------------------
 
 op_params! {
     /// clip's attributes.
@@ -95,29 +62,18 @@ fn infer_clip(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     Ok((vec![s[0].clone()], vec![d[0]]))
 }
 
-fn map_kernel(
+fn clip_kernel(
     def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
-    let op = def.name;
-    let (x, y) = (&ins[0], &outs[0]);
-    match op {
-        "Activation" => {
-            let kind = act_type(op, attrs).map_err(e2s)?;
-            crate::with_dtype!(y.dtype, T => super::elemwise::unary_dispatch::<T>(kind, x, y))
-        }
-        "clip" => {
-            let (lo, hi) = clip_bounds(op, attrs).map_err(e2s)?;
-            crate::with_dtype!(y.dtype, T => super::elemwise::unary_map::<T>(x, y, move |v: T| {
-                T::from_f64(v.to_f64().clamp(lo, hi))
-            }));
-            Ok(())
-        }
-        _ => Err(format!("no kernel for {op}")),
-    }
+    let (lo, hi) = clip_bounds(def.name, attrs).map_err(e2s)?;
+    crate::with_dtype!(outs[0].dtype, T => super::elemwise::unary_map::<T>(&ins[0], &outs[0], move |v: T| {
+        T::from_f64(v.to_f64().clamp(lo, hi))
+    }));
+    Ok(())
 }
 
 // ---- softmax family -----------------------------------------------------------------------
@@ -570,23 +526,10 @@ pub(super) fn ops() -> &'static [OpDef] {
     const IP1: &[(usize, usize)] = &[(0, 0)];
     static OPS: &[OpDef] = &[
         def!(
-            "Activation",
-            Arity::Exactly(1),
-            infer_activation,
-            map_kernel,
-            IP1,
-            false,
-            &[0],
-            true
-        )
-        .pointwise(true)
-        .grad(grad::activation)
-        .on_gpu(gpu::elemwise::activation),
-        def!(
             "clip",
             Arity::Exactly(1),
             infer_clip,
-            map_kernel,
+            clip_kernel,
             IP1,
             false,
             &[],

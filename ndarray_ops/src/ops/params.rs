@@ -35,8 +35,8 @@ pub use super::linalg::DotParams;
 pub use super::loss::{MakeLossParams, RegressionParams};
 pub use super::math::{CastParams, HardSigmoidParams};
 pub use super::nn::{
-    ActType, ActivationParams, AdamParams, ClipParams, MomentumParams, Normalization, OneHotParams,
-    SoftmaxOutputParams, SoftmaxParams, TransposeParams, UpdateParams,
+    AdamParams, ClipParams, MomentumParams, Normalization, OneHotParams, SoftmaxOutputParams,
+    SoftmaxParams, TransposeParams, UpdateParams,
 };
 pub use super::norm::{
     GroupNormParams, InstanceNormParams, L2Mode, L2NormalizationParams, LayerNormParams,
@@ -52,6 +52,7 @@ pub use super::shape::{
 };
 pub use super::sort::{ArgsortParams, RetTyp, SortParams, TopkParams};
 pub use super::stochastic::{DropoutMode, DropoutParams, NormalParams, UniformParams};
+pub use super::unary::{ActType, ActivationParams};
 pub use super::vision::{
     AdaptiveAvgPooling2DParams, BilinearResize2DParams, CropParams, ResizeMode,
 };

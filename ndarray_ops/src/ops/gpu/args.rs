@@ -211,6 +211,8 @@ pub(crate) fn source() -> &'static str {
         s += "\n// The binary family's codes, written from ops/family.rs.\n";
         s += &crate::ops::Binary::c_defines();
         s += &format!("#define SMOOTH_L1 {}\n", crate::ops::scalar::gpu::SMOOTH_L1);
+        s += "\n// The unary family's and the activations' codes, written from ops/unary.\n";
+        s += &crate::ops::unary::gpu::c_defines();
         s += "\n// The kernels' arguments, written from gpu/args.rs and the op families' tables.\n";
         for decl in decls() {
             s += &decl.c();

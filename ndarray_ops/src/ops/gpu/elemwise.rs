@@ -1,8 +1,8 @@
-//! Elementwise ops on the GPU: unary math and activations, binary arithmetic with broadcasting,
-//! scalar ops, clip, where, one_hot, LeakyReLU, and their gradients.
+//! Elementwise ops on the GPU outside the typed families: fill, clip and hard_sigmoid, where,
+//! one_hot, LeakyReLU and prelu with their gradients.
 
 use super::args::{int, kernel_args, ptr, Dim};
-use super::ops::{copy, e2s, UNARY};
+use super::ops::{copy, e2s};
 use super::reduce::channel_sum;
 use super::Stream;
 use crate::ops::KResult;
@@ -70,20 +70,16 @@ kernel_args! {
         off: f32,
     }
 
-    /// A function of each element (`act_fwd`, `unary_fwd`), or a gradient through it
-    /// (`act_bwd`, `unary_bwd`: `out = x * f'(at)`; `prelu_terms`: `out = x * at` where
-    /// `at <= 0`).
-    struct Map [act_fwd, act_bwd, unary_fwd, unary_bwd, prelu_terms] {
+    /// prelu's gamma gradient's terms: `out = ograd * data` where `data <= 0`, else 0.
+    struct PreluTerms [prelu_terms] {
         /// Elements.
         n: i64,
-        /// The result.
+        /// The terms.
         out: *mut f32,
-        /// The data, or the output's gradient.
-        x: *mut f32,
-        /// Where a derivative is taken (the output, or the data).
-        at: *mut f32,
-        /// The function: [`act_code`] or [`unary_code`].
-        code: i64,
+        /// The output's gradient.
+        ograd: *mut f32,
+        /// The data.
+        data: *mut f32,
     }
 
     /// LeakyReLU and prelu, and their data's gradient.
@@ -111,25 +107,6 @@ kernel_args! {
     }
 }
 
-/// `out = f(x)`, or `out = x * f'(at)`, by a [`Map`] kernel.
-pub(super) fn map(
-    s: &dyn Stream,
-    kernel: super::args::Kernel<Map>,
-    out: *mut f32,
-    (x, at): (*mut f32, *mut f32),
-    code: usize,
-    n: usize,
-) -> KResult {
-    let a = Map {
-        n: int(n),
-        out,
-        x,
-        at,
-        code: int(code),
-    };
-    s.run(kernel, n, &a)
-}
-
 /// Sets the `n` floats at `out` to `value`.
 pub(crate) fn fill(s: &dyn Stream, out: *mut f32, n: usize, value: f64) -> KResult {
     let a = Fill {
@@ -138,87 +115,6 @@ pub(crate) fn fill(s: &dyn Stream, out: *mut f32, n: usize, value: f64) -> KResu
         value: value as f32,
     };
     s.run(k::fill, n, &a)
-}
-
-pub(super) fn unary_code(op: &str) -> Option<usize> {
-    UNARY.iter().position(|u| *u == op)
-}
-
-pub(crate) fn unary(
-    def: &OpDef,
-    _: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
-    let op = def.name;
-    let code = unary_code(op).ok_or_else(|| format!("{op} is not a unary function"))?;
-    let n = outs[0].len();
-    let x = (ptr(&ins[0]), std::ptr::null_mut());
-    map(s, k::unary_fwd, ptr(&outs[0]), x, code, n)
-}
-
-/// `_backward_math(ograd, v)`: the gradient through the function named by `fn`.
-pub(crate) fn unary_backward(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
-    let op = def.name;
-    let f = attrs.get("fn").unwrap_or_default();
-    let code = unary_code(f).ok_or_else(|| format!("{op}: {f:?} is not a unary function"))?;
-    let n = outs[0].len();
-    let x = (ptr(&ins[0]), ptr(&ins[1]));
-    map(s, k::unary_bwd, ptr(&outs[0]), x, code, n)
-}
-
-pub(super) fn act_code(op: &str, attrs: &Attrs) -> Result<usize, String> {
-    let kind = match op {
-        "Activation" | "_backward_Activation" => {
-            use crate::ops::params::{ActivationParams, Params};
-            ActivationParams::get(op, attrs)
-                .map_err(e2s)?
-                .act_type
-                .word()
-        }
-        other => other,
-    };
-    Ok(match kind {
-        "relu" => 0,
-        "sigmoid" => 1,
-        "tanh" => 2,
-        "softrelu" => 3,
-        "softsign" => 4,
-        other => return Err(format!("{op}: act_type {other:?} has no GPU kernel")),
-    })
-}
-
-pub(crate) fn activation(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
-    let op = def.name;
-    let n = outs[0].len();
-    let x = (ptr(&ins[0]), std::ptr::null_mut());
-    map(s, k::act_fwd, ptr(&outs[0]), x, act_code(op, attrs)?, n)
-}
-
-pub(crate) fn activation_backward(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
-    let op = def.name;
-    let n = outs[0].len();
-    let x = (ptr(&ins[0]), ptr(&ins[1]));
-    map(s, k::act_bwd, ptr(&outs[0]), x, act_code(op, attrs)?, n)
 }
 
 /// clip and hard_sigmoid: an affine map, clamped.
@@ -358,7 +254,13 @@ pub(crate) fn leaky_relu(
             // Before the data's gradient, which may be written over the output's gradient:
             // each element's term, summed per gamma entry (one, one per channel, or each its own).
             let terms = s.scratch(n * 4)?.cast::<f32>();
-            map(s, k::prelu_terms, terms, (ptr(&ins[0]), ptr(data)), 0, n)?;
+            let t = PreluTerms {
+                n: int(n),
+                out: terms,
+                ograd: ptr(&ins[0]),
+                data: ptr(data),
+            };
+            s.run(k::prelu_terms, n, &t)?;
             let layout = match gamma.len() {
                 1 => (1, 1, n),
                 len if len == channels => (n / (channels * inner).max(1), channels, inner),

@@ -40,6 +40,7 @@ use crate::ops::TensorRef;
 const FAMILIES: &[&str] = &[
     include_str!("../binary/binary.cu"),
     include_str!("../scalar/scalar.cu"),
+    include_str!("../unary/unary.cu"),
     include_str!("kernels/elemwise.cu"),
     include_str!("kernels/reduce.cu"),
     include_str!("kernels/nn.cu"),
@@ -70,6 +71,7 @@ const ARG_TABLES: &[&[args::Decl]] = &[
     elemwise::DECLS,
     crate::ops::binary::gpu::DECLS,
     crate::ops::scalar::gpu::DECLS,
+    crate::ops::unary::gpu::DECLS,
     nn::DECLS,
     crate::ops::batch_norm::gpu::DECLS,
     lanes::DECLS,

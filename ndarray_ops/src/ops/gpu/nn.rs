@@ -258,10 +258,14 @@ pub(crate) fn logistic(
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
-    let n = outs[0].len();
-    let sigmoid = 1;
-    let x = (ins[0].ptr(), std::ptr::null_mut());
-    super::elemwise::map(s, super::elemwise::k::act_fwd, outs[0].ptr(), x, sigmoid, n)
+    use crate::ops::unary::{gpu::apply, Unary};
+    apply(
+        s,
+        Unary::Sigmoid,
+        outs[0].ptr(),
+        ins[0].ptr(),
+        outs[0].len(),
+    )
 }
 
 /// `_backward_*RegressionOutput(out, label) -> (d data, d label)`: `grad_scale` over the

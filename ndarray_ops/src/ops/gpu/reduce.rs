@@ -2,13 +2,14 @@
 //! of broadcasts (sums back to the input's shape).
 
 use super::args::{int, kernel_args, ptr, Dim};
-use super::elemwise::{map, unary_code};
 use super::ops::e2s;
 use super::shape::strided_copy;
 use super::Stream;
 use crate::ops::elemwise::broadcast_strides;
 use crate::ops::gather::strides;
 use crate::ops::scalar::Scalar;
+use crate::ops::unary::gpu::apply;
+use crate::ops::unary::Unary;
 use crate::ops::KResult;
 use crate::ops::OpDef;
 use crate::ops::{Attrs, TensorRef};
@@ -125,28 +126,17 @@ pub(crate) fn reduce_other(
     if op == "norm" {
         let axes = crate::ops::reduced_axes(op, attrs, nd).map_err(e2s)?;
         let (f, root) = match crate::ops::norm_ord(op, attrs).map_err(e2s)? {
-            1 => ("abs", false),
-            _ => ("square", true),
+            1 => (Unary::Abs, false),
+            _ => (Unary::Square, true),
         };
         let n = x.len();
         let mapped = s.scratch(n * 4)?.cast::<f32>();
-        let code = |f: &str| unary_code(f).ok_or_else(|| format!("{f} is not a unary function"));
-        let unary_fwd = super::elemwise::k::unary_fwd;
-        map(
-            s,
-            unary_fwd,
-            mapped,
-            (ptr(x), std::ptr::null_mut()),
-            code(f)?,
-            n,
-        )?;
+        apply(s, f, mapped, ptr(x), n)?;
         sum_axes(s, op, (mapped, &x.shape), &axes, out.ptr(), 1.0)?;
         if !root {
             return Ok(());
         }
-        let m = out.len();
-        let (at, to) = ((ptr(out), std::ptr::null_mut()), ptr(out));
-        return map(s, unary_fwd, to, at, code("sqrt")?, m);
+        return apply(s, Unary::Sqrt, ptr(out), ptr(out), out.len());
     }
     let code = match op {
         "max" => 0,

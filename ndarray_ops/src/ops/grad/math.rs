@@ -1,4 +1,4 @@
-//! Gradient rules of elementwise math, scalars, broadcasting arithmetic, products and reductions.
+//! Gradient rules of products, reductions, `where`, casts, and the helpers other rules build with.
 
 use super::*;
 use crate::ops::names::op_name;
@@ -20,43 +20,6 @@ pub(crate) fn scaled(n: &Node, tag: &str, g: NodeEntry, by: f64) -> Result<NodeE
         vec![g],
         Attrs::new().with("scalar", by),
     )
-}
-
-/// Unary math: each rule reuses forward ops on the output gradient, the input and the output.
-pub(crate) fn unary(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
-    let g = need(n, og)?;
-    let (x, y) = (n.inputs[0].clone(), out(n, 0));
-    let name = |t: &str| format!("{}_backward{t}", n.name);
-    let d = match n.op_name() {
-        "negative" => op1(op_name!("negative"), name(""), vec![g], Attrs::new())?,
-        "exp" => op1(op_name!("elemwise_mul"), name(""), vec![g, y], Attrs::new())?,
-        "log" => op1(op_name!("elemwise_div"), name(""), vec![g, x], Attrs::new())?,
-        "sqrt" => op1(
-            op_name!("elemwise_div"),
-            name(""),
-            vec![scaled(n, "half", g, 0.5)?, y],
-            Attrs::new(),
-        )?,
-        "square" => op1(
-            op_name!("elemwise_mul"),
-            name(""),
-            vec![scaled(n, "twice", x, 2.0)?, g],
-            Attrs::new(),
-        )?,
-        act @ ("relu" | "sigmoid" | "tanh" | "softrelu") => op1(
-            op_name!("_backward_Activation"),
-            name(""),
-            vec![g, y],
-            Attrs::new().with("act_type", act),
-        )?,
-        other => {
-            return Err(invalid(
-                other,
-                format!("node '{}': no gradient rule", n.name),
-            ))
-        }
-    };
-    Ok(vec![Some(d)])
 }
 
 /// `dot` (2-D) and `batch_dot` with their transposes: each input gradient is another product of
@@ -163,24 +126,6 @@ pub(crate) fn extremum(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Op
         name("out"),
         vec![spread("g", need(n, og)?)?, mask],
         Attrs::new(),
-    )?)])
-}
-
-/// The unary math functions (`ops::math`): one `_backward_math` node reading the value the
-/// derivative is written in; none for the flat ones.
-pub(crate) fn math(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
-    let op = n.op_name();
-    let at = match crate::ops::math::find(op).map(|m| m.deriv) {
-        Some(Deriv::Zero) => return Ok(vec![None]),
-        Some(Deriv::OfInput(_)) => n.inputs[0].clone(),
-        Some(Deriv::OfOutput(_)) => out(n, 0),
-        None => return Err(invalid(op, format!("node '{}': no gradient rule", n.name))),
-    };
-    Ok(vec![Some(op1(
-        op_name!("_backward_math"),
-        format!("{}_backward", n.name),
-        vec![need(n, og)?, at],
-        Attrs::new().with("fn", op),
     )?)])
 }
 

@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use super::math::Deriv;
 use super::{lookup, Attrs, Node, NodeEntry};
 use crate::error::{invalid, Result};
 

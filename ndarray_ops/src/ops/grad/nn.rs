@@ -4,19 +4,6 @@
 use super::*;
 use crate::ops::names::op_name;
 
-pub(crate) fn activation(
-    n: &Arc<Node>,
-    og: &[Option<NodeEntry>],
-) -> Result<Vec<Option<NodeEntry>>> {
-    let bw = make(
-        op_name!("_backward_Activation"),
-        format!("{}_backward", n.name),
-        vec![need(n, og)?, out(n, 0)],
-        n.attrs.clone(),
-    )?;
-    Ok(vec![Some(out(&bw, 0))])
-}
-
 pub(crate) fn softmax_output(
     n: &Arc<Node>,
     _og: &[Option<NodeEntry>],

@@ -113,13 +113,6 @@ pub(crate) fn masked(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opti
         )
     };
     let factor = match op {
-        // d|x| = x / |x|
-        "abs" => op1(
-            op_name!("elemwise_div"),
-            name("sign"),
-            vec![x.clone(), y],
-            Attrs::new(),
-        )?,
         "clip" => {
             let (lo, hi) = crate::ops::clip_bounds(op, &n.attrs)?;
             op1(

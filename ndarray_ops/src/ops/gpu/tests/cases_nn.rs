@@ -395,20 +395,18 @@ pub(super) fn unary_domain(op: &str) -> (f32, f32) {
 /// (`_backward_math`, at the input or the output as the gradient pass reads it); zeros_like
 /// and ones_like.
 pub(super) fn unary_cases(rng: &mut StdRng, check: &mut dyn FnMut(&str, Attrs, Vec<Input>)) {
-    use crate::ops::math::{find, Deriv};
-    for &op in crate::ops::gpu::ops::UNARY {
+    use crate::ops::unary::{Deriv, Unary};
+    for m in Unary::ALL {
+        let op = m.name();
         let (lo, hi) = unary_domain(op);
         let mut x = random(rng, &[3, 7]);
         x.1.iter_mut()
             .for_each(|v| *v = lo + (*v + 1.0) * 0.5 * (hi - lo));
         check(op, Attrs::new(), vec![x.clone()]);
-        let at = match find(op).map(|m| m.deriv) {
-            Some(Deriv::OfInput(_)) => x.1.clone(),
-            Some(Deriv::OfOutput(_)) => {
-                let f = find(op).expect("listed").f;
-                x.1.iter().map(|&v| f(f64::from(v)) as f32).collect()
-            }
-            _ => continue,
+        let at = match m.deriv() {
+            Deriv::OfInput(_) => x.1.clone(),
+            Deriv::OfOutput(_) => x.1.iter().map(|&v| m.eval(f64::from(v)) as f32).collect(),
+            Deriv::Zero => continue,
         };
         let g = random(rng, &[3, 7]);
         check(

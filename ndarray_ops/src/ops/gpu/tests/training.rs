@@ -628,7 +628,7 @@ pub(super) fn layer_by_layer(
 /// Each unary function's training graph (forward and gradient nodes) runs on the GPU.
 #[test]
 pub(super) fn unary_gradients_run_on_the_gpu() {
-    for &op in crate::ops::gpu::ops::UNARY {
+    for op in crate::ops::unary::Unary::ALL.map(|m| m.name()) {
         let data = crate::Symbol::var("data");
         let sym = crate::Symbol::op(op, "f", &[&data], Attrs::new()).expect("node");
         let train = crate::symbol::gradient(&sym, &["data".to_string()]).expect("gradient");
