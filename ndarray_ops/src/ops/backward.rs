@@ -147,38 +147,23 @@ fn softmax_output_backward_kernel(
     Ok(())
 }
 
-macro_rules! def {
-    ($name:expr, $aliases:expr, $arity:expr, $infer:expr, $kernel:expr, $inplace:expr) => {
-        OpDef {
-            aliases: $aliases,
-            inplace: $inplace,
-            ..OpDef::new($name, $arity, $infer, $kernel)
-        }
-    };
-}
-
 pub(super) fn ops() -> &'static [OpDef] {
     static OPS: &[OpDef] = &[
-        def!(
-            "add_n",
-            &["ElementWiseSum", "_grad_add"],
-            Arity::AtLeast(1),
-            infer_add_n,
-            add_n_kernel,
-            &[(0, 0)]
-        )
+        OpDef {
+            aliases: &["ElementWiseSum", "_grad_add"],
+            inplace: &[(0, 0)],
+            ..OpDef::new("add_n", Arity::AtLeast(1), infer_add_n, add_n_kernel)
+        }
         .pointwise(true)
         .grad(grad::add_n)
         .on_gpu(gpu::reduce::add_n),
         OpDef {
             alias_safe: false,
-            ..def!(
+            ..OpDef::new(
                 "_backward_SoftmaxOutput",
-                &[],
                 Arity::Exactly(2),
                 infer_softmax_output_backward,
                 softmax_output_backward_kernel,
-                &[]
             )
         }
         .outputs(Outputs::all(2))
@@ -205,13 +190,12 @@ pub(super) fn more_ops() -> &'static [OpDef] {
     static OPS: &[OpDef] = &[OpDef {
         identity: true,
         backward_ignores: &[1],
-        ..def!(
+        inplace: &[(0, 0)],
+        ..OpDef::new(
             "reshape_like",
-            &[],
             Arity::Exactly(2),
             infer_reshape_like,
             super::copy_kernel,
-            &[(0, 0)]
         )
     }
     .on_gpu(gpu::ops::copy)];
@@ -393,49 +377,41 @@ pub(super) fn grad_ops() -> &'static [OpDef] {
     static OPS: &[OpDef] = &[
         OpDef {
             alias_safe: false,
-            ..def!(
+            ..OpDef::new(
                 "_backward_softmax",
-                &[],
                 Arity::Exactly(2),
                 infer_like_first,
                 softmax_backward_kernel,
-                &[]
             )
         }
         .on_gpu(gpu::lanes::softmax),
         OpDef {
             alias_safe: false,
-            ..def!(
+            ..OpDef::new(
                 "_backward_log_softmax",
-                &[],
                 Arity::Exactly(2),
                 infer_like_first,
                 softmax_backward_kernel,
-                &[]
             )
         }
         .on_gpu(gpu::lanes::softmax),
         OpDef {
             alias_safe: false,
-            ..def!(
+            ..OpDef::new(
                 "_broadcast_backward",
-                &[],
                 Arity::Exactly(2),
                 infer_reduce_backward,
                 reduce_backward_kernel,
-                &[]
             )
         }
         .on_gpu(gpu::reduce::broadcast_backward),
         OpDef {
             alias_safe: false,
-            ..def!(
+            ..OpDef::new(
                 "_sum_to_like",
-                &[],
                 Arity::Exactly(2),
                 infer_sum_to_like,
                 sum_to_like_kernel,
-                &[]
             )
         }
         .on_gpu(gpu::reduce::sum_to_like),

@@ -512,17 +512,6 @@ fn truths(c: &TensorRef, start: usize, mask: &mut [bool]) {
     });
 }
 
-macro_rules! def {
-    ($name:expr, $aliases:expr, $arity:expr, $infer:expr, $kernel:expr, $inplace:expr, $alias_safe:expr) => {
-        OpDef {
-            aliases: $aliases,
-            inplace: $inplace,
-            alias_safe: $alias_safe,
-            ..OpDef::new($name, $arity, $infer, $kernel)
-        }
-    };
-}
-
 /// LeakyReLU's gradients: the data's, and with `prelu` gamma's.
 fn leaky_grad_outputs(op: &str, attrs: &Attrs) -> Result<(usize, usize)> {
     let n = match LeakyReLUParams::get(op, attrs)?.act_type {
@@ -537,79 +526,50 @@ pub(super) fn ops() -> &'static [OpDef] {
         OpDef {
             infer_partial: Some(super::partial_shapes::prelu),
             gradient: Some(grad::leaky_relu),
-            ..def!(
-                "LeakyReLU",
-                &[],
-                Arity::AtLeast(1),
-                infer_leaky,
-                leaky_kernel,
-                &[(0, 0)],
-                true
-            )
+            inplace: &[(0, 0)],
+            ..OpDef::new("LeakyReLU", Arity::AtLeast(1), infer_leaky, leaky_kernel)
         }
         .on_gpu(gpu::elemwise::leaky_relu),
-        def!(
-            "_backward_LeakyReLU",
-            &[],
-            Arity::AtLeast(2),
-            infer_leaky_backward,
-            leaky_backward_kernel,
-            &[(0, 0)],
-            true
-        )
+        OpDef {
+            inplace: &[(0, 0)],
+            ..OpDef::new(
+                "_backward_LeakyReLU",
+                Arity::AtLeast(2),
+                infer_leaky_backward,
+                leaky_backward_kernel,
+            )
+        }
         .outputs(Outputs::By(leaky_grad_outputs))
         .on_gpu(gpu::elemwise::leaky_relu),
-        def!(
-            "stack",
-            &[],
-            Arity::AtLeast(1),
-            infer_stack,
-            stack_kernel,
-            &[],
-            false
-        )
+        OpDef {
+            alias_safe: false,
+            ..OpDef::new("stack", Arity::AtLeast(1), infer_stack, stack_kernel)
+        }
         .partial(super::partial_shapes::stack)
         .grad(grad::stack)
         .on_gpu(gpu::shape::stack),
-        def!(
-            "_zeros",
-            &["zeros"],
-            Arity::Exactly(0),
-            infer_fill,
-            fill_kernel,
-            &[],
-            false
-        )
+        OpDef {
+            aliases: &["zeros"],
+            alias_safe: false,
+            ..OpDef::new("_zeros", Arity::Exactly(0), infer_fill, fill_kernel)
+        }
         .on_gpu(gpu::ops::fill),
-        def!(
-            "_ones",
-            &["ones"],
-            Arity::Exactly(0),
-            infer_fill,
-            fill_kernel,
-            &[],
-            false
-        )
+        OpDef {
+            aliases: &["ones"],
+            alias_safe: false,
+            ..OpDef::new("_ones", Arity::Exactly(0), infer_fill, fill_kernel)
+        }
         .on_gpu(gpu::ops::fill),
-        def!(
-            "_arange",
-            &["arange"],
-            Arity::Exactly(0),
-            infer_arange,
-            arange_kernel,
-            &[],
-            false
-        )
+        OpDef {
+            aliases: &["arange"],
+            alias_safe: false,
+            ..OpDef::new("_arange", Arity::Exactly(0), infer_arange, arange_kernel)
+        }
         .on_gpu(gpu::indexing::arange),
-        def!(
-            "where",
-            &[],
-            Arity::Exactly(3),
-            infer_where,
-            where_kernel,
-            &[(1, 0), (2, 0)],
-            true
-        )
+        OpDef {
+            inplace: &[(1, 0), (2, 0)],
+            ..OpDef::new("where", Arity::Exactly(3), infer_where, where_kernel)
+        }
         .grad(grad::where_)
         .on_gpu(gpu::elemwise::select),
     ];

@@ -497,125 +497,95 @@ fn update_kernel(
     Ok(())
 }
 
-macro_rules! def {
-    ($name:expr, $arity:expr, $infer:expr, $kernel:expr, $inplace:expr, $identity:expr, $ign:expr, $alias:expr) => {
-        OpDef {
-            inplace: $inplace,
-            identity: $identity,
-            backward_ignores: $ign,
-            alias_safe: $alias,
-            ..OpDef::new($name, $arity, $infer, $kernel)
-        }
-    };
-}
-
-/// An optimizer update: the weight (input 0) and states (inputs 2..) assigned their new values.
-macro_rules! update {
-    ($name:expr, $arity:expr, $assign:expr) => {
-        OpDef {
-            inplace: &[(0, 0)],
-            assign: $assign,
-            // The weight's new value, then each state's, hidden: users see the weight.
-            outputs: Outputs::Fixed($assign.len(), 1),
-            ..OpDef::new($name, Arity::Exactly($arity), infer_update, update_kernel)
-        }
-    };
+/// An optimizer update of `arity` inputs: the weight (input 0) and states (inputs 2..)
+/// assigned their new values (`assign`, as input-output pairs).
+const fn update(name: &'static str, arity: usize, assign: &'static [(usize, usize)]) -> OpDef {
+    OpDef {
+        inplace: &[(0, 0)],
+        assign,
+        // The weight's new value, then each state's, hidden: users see the weight.
+        outputs: Outputs::Fixed(assign.len(), 1),
+        ..OpDef::new(name, Arity::Exactly(arity), infer_update, update_kernel)
+    }
 }
 
 pub(super) fn ops() -> &'static [OpDef] {
     const IP1: &[(usize, usize)] = &[(0, 0)];
     static OPS: &[OpDef] = &[
-        def!(
-            "clip",
-            Arity::Exactly(1),
-            infer_clip,
-            clip_kernel,
-            IP1,
-            false,
-            &[],
-            true
-        )
+        OpDef {
+            inplace: IP1,
+            ..OpDef::new("clip", Arity::Exactly(1), infer_clip, clip_kernel)
+        }
         .grad(grad::masked)
         .on_gpu(gpu::elemwise::clamp),
-        def!(
-            "softmax",
-            Arity::Exactly(1),
-            infer_softmax,
-            softmax_kernel,
-            &[],
-            false,
-            &[0],
-            false
-        )
+        OpDef {
+            backward_ignores: &[0],
+            alias_safe: false,
+            ..OpDef::new("softmax", Arity::Exactly(1), infer_softmax, softmax_kernel)
+        }
         .grad(grad::softmax)
         .on_gpu(gpu::lanes::softmax),
-        def!(
-            "log_softmax",
-            Arity::Exactly(1),
-            infer_softmax,
-            softmax_kernel,
-            &[],
-            false,
-            &[0],
-            false
-        )
+        OpDef {
+            backward_ignores: &[0],
+            alias_safe: false,
+            ..OpDef::new(
+                "log_softmax",
+                Arity::Exactly(1),
+                infer_softmax,
+                softmax_kernel,
+            )
+        }
         .grad(grad::softmax)
         .on_gpu(gpu::lanes::softmax),
         OpDef {
             infer_partial: Some(super::partial_shapes::softmax_output),
             gradient: Some(grad::softmax_output),
-            ..def!(
+            backward_ignores: &[0],
+            alias_safe: false,
+            ..OpDef::new(
                 "SoftmaxOutput",
                 Arity::Exactly(2),
                 infer_softmax,
                 softmax_kernel,
-                &[],
-                false,
-                &[0],
-                false
             )
         }
         .on_gpu(gpu::nn::softmax_output),
-        def!(
-            "one_hot",
-            Arity::Exactly(1),
-            infer_one_hot,
-            one_hot_kernel,
-            &[],
-            false,
-            &[0],
-            false
-        )
+        OpDef {
+            backward_ignores: &[0],
+            alias_safe: false,
+            ..OpDef::new("one_hot", Arity::Exactly(1), infer_one_hot, one_hot_kernel)
+        }
         .grad(grad::none)
         .on_gpu(gpu::elemwise::one_hot),
-        def!(
-            "transpose",
-            Arity::Exactly(1),
-            infer_transpose,
-            transpose_kernel,
-            &[],
-            false,
-            &[0],
-            false
-        )
+        OpDef {
+            backward_ignores: &[0],
+            alias_safe: false,
+            ..OpDef::new(
+                "transpose",
+                Arity::Exactly(1),
+                infer_transpose,
+                transpose_kernel,
+            )
+        }
         .partial(super::partial_shapes::transpose)
         .grad(grad::transpose)
         .on_gpu(gpu::shape::transpose),
-        def!(
-            "Flatten",
-            Arity::Exactly(1),
-            infer_flatten,
-            super::copy_kernel,
-            IP1,
-            true,
-            &[0],
-            true
-        )
+        OpDef {
+            inplace: IP1,
+            identity: true,
+            backward_ignores: &[0],
+            ..OpDef::new(
+                "Flatten",
+                Arity::Exactly(1),
+                infer_flatten,
+                super::copy_kernel,
+            )
+        }
         .grad(grad::flatten)
         .on_gpu(gpu::ops::copy),
-        update!("sgd_update", 2, &[(0, 0)]).on_gpu(gpu::nn::sgd),
-        update!("sgd_mom_update", 3, &[(0, 0), (2, 1)]).on_gpu(gpu::nn::sgd),
-        update!("adam_update", 4, &[(0, 0), (2, 1), (3, 2)]).on_gpu(gpu::nn::adam),
+        update("sgd_update", 2, &[(0, 0)]).on_gpu(gpu::nn::sgd),
+        update("sgd_mom_update", 3, &[(0, 0), (2, 1)]).on_gpu(gpu::nn::sgd),
+        update("adam_update", 4, &[(0, 0), (2, 1), (3, 2)]).on_gpu(gpu::nn::adam),
         // `_assign(var, rhs)`: the variable's new value is `rhs`.
         OpDef {
             assign: &[(0, 0)],

@@ -395,40 +395,40 @@ fn kernel(
     Ok(())
 }
 
-macro_rules! def {
-    ($name:expr, $ign:expr) => {
-        OpDef {
-            backward_ignores: $ign,
-            alias_safe: false,
-            ..OpDef::new($name, Arity::Exactly(1), infer, kernel)
-        }
-    };
+/// A reduction's op: one input, its backward pass reading the input only where `ignores` does
+/// not list it.
+const fn reduction(name: &'static str, ignores: &'static [usize]) -> OpDef {
+    OpDef {
+        backward_ignores: ignores,
+        alias_safe: false,
+        ..OpDef::new(name, Arity::Exactly(1), infer, kernel)
+    }
 }
 
 pub(super) fn ops() -> &'static [OpDef] {
     static OPS: &[OpDef] = &[
-        def!("sum", &[0])
+        reduction("sum", &[0])
             .grad(grad::reduction)
             .on_gpu(gpu::reduce::reduce),
-        def!("mean", &[0])
+        reduction("mean", &[0])
             .grad(grad::reduction)
             .on_gpu(gpu::reduce::reduce),
-        def!("max", &[])
+        reduction("max", &[])
             .grad(grad::extremum)
             .on_gpu(gpu::reduce::reduce_other),
-        def!("min", &[])
+        reduction("min", &[])
             .grad(grad::extremum)
             .on_gpu(gpu::reduce::reduce_other),
-        def!("argmax", &[0])
+        reduction("argmax", &[0])
             .grad(grad::none)
             .on_gpu(gpu::reduce::reduce_other),
-        def!("argmin", &[0])
+        reduction("argmin", &[0])
             .grad(grad::none)
             .on_gpu(gpu::reduce::reduce_other),
-        def!("prod", &[])
+        reduction("prod", &[])
             .grad(grad::product_or_norm)
             .on_gpu(gpu::reduce::reduce_other),
-        def!("norm", &[])
+        reduction("norm", &[])
             .grad(grad::product_or_norm)
             .on_gpu(gpu::reduce::reduce_other),
     ];

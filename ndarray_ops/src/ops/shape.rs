@@ -727,19 +727,6 @@ fn infer_reshape(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infe
     Ok((vec![out], vec![d[0]]))
 }
 
-macro_rules! def {
-    ($name:expr, $aliases:expr, $arity:expr, $infer:expr, $kernel:expr, $inplace:expr, $identity:expr, $ign:expr, $alias_safe:expr) => {
-        OpDef {
-            aliases: $aliases,
-            inplace: $inplace,
-            identity: $identity,
-            backward_ignores: $ign,
-            alias_safe: $alias_safe,
-            ..OpDef::new($name, $arity, $infer, $kernel)
-        }
-    };
-}
-
 /// SliceChannel's pieces, every one visible.
 fn split_outputs(op: &str, attrs: &Attrs) -> Result<(usize, usize)> {
     let n = SliceChannelParams::get(op, attrs)?.num_outputs.0;
@@ -749,127 +736,91 @@ fn split_outputs(op: &str, attrs: &Attrs) -> Result<(usize, usize)> {
 pub(super) fn ops() -> &'static [OpDef] {
     const IP1: &[(usize, usize)] = &[(0, 0)];
     static OPS: &[OpDef] = &[
-        def!(
-            "Concat",
-            &["concat"],
-            Arity::AtLeast(1),
-            infer_concat,
-            concat_kernel,
-            &[],
-            false,
-            &[],
-            false
-        )
+        OpDef {
+            aliases: &["concat"],
+            alias_safe: false,
+            ..OpDef::new("Concat", Arity::AtLeast(1), infer_concat, concat_kernel)
+        }
         .partial(super::partial_shapes::concat)
         .grad(grad::concat)
         .on_gpu(gpu::shape::concat),
-        def!(
-            "SliceChannel",
-            &["split"],
-            Arity::Exactly(1),
-            infer_split,
-            split_kernel,
-            &[],
-            false,
-            &[0],
-            false
-        )
+        OpDef {
+            aliases: &["split"],
+            backward_ignores: &[0],
+            alias_safe: false,
+            ..OpDef::new("SliceChannel", Arity::Exactly(1), infer_split, split_kernel)
+        }
         .partial(super::partial_shapes::slice_channel)
         .outputs(Outputs::By(split_outputs))
         .grad(grad::split)
         .on_gpu(gpu::shape::split),
-        def!(
-            "slice",
-            &["crop"],
-            Arity::Exactly(1),
-            infer_slice,
-            slice_kernel,
-            &[],
-            false,
-            &[0],
-            false
-        )
+        OpDef {
+            aliases: &["crop"],
+            backward_ignores: &[0],
+            alias_safe: false,
+            ..OpDef::new("slice", Arity::Exactly(1), infer_slice, slice_kernel)
+        }
         .grad(grad::slice)
         .on_gpu(gpu::gather::gather),
-        def!(
-            "slice_axis",
-            &[],
-            Arity::Exactly(1),
-            infer_slice,
-            slice_kernel,
-            &[],
-            false,
-            &[0],
-            false
-        )
+        OpDef {
+            backward_ignores: &[0],
+            alias_safe: false,
+            ..OpDef::new("slice_axis", Arity::Exactly(1), infer_slice, slice_kernel)
+        }
         .grad(grad::slice)
         .on_gpu(gpu::gather::gather),
-        def!(
-            "take",
-            &[],
-            Arity::Exactly(2),
-            infer_take,
-            take_kernel,
-            &[],
-            false,
-            &[],
-            false
-        )
+        OpDef {
+            alias_safe: false,
+            ..OpDef::new("take", Arity::Exactly(2), infer_take, take_kernel)
+        }
         .grad(grad::take)
         .on_gpu(gpu::indexing::take),
         OpDef {
             infer_partial: Some(super::partial_shapes::embedding),
             gradient: Some(grad::embedding),
-            ..def!(
-                "Embedding",
-                &[],
-                Arity::Exactly(2),
-                infer_take,
-                take_kernel,
-                &[],
-                false,
-                &[1],
-                false
-            )
+            backward_ignores: &[1],
+            alias_safe: false,
+            ..OpDef::new("Embedding", Arity::Exactly(2), infer_take, take_kernel)
         }
         .on_gpu(gpu::indexing::take),
-        def!(
-            "Reshape",
-            &["reshape"],
-            Arity::Exactly(1),
-            infer_reshape,
-            super::copy_kernel,
-            IP1,
-            true,
-            &[0],
-            true
-        )
+        OpDef {
+            aliases: &["reshape"],
+            inplace: IP1,
+            identity: true,
+            backward_ignores: &[0],
+            ..OpDef::new(
+                "Reshape",
+                Arity::Exactly(1),
+                infer_reshape,
+                super::copy_kernel,
+            )
+        }
         .grad(grad::flatten)
         .on_gpu(gpu::ops::copy),
-        def!(
-            "expand_dims",
-            &[],
-            Arity::Exactly(1),
-            infer_reshape,
-            super::copy_kernel,
-            IP1,
-            true,
-            &[0],
-            true
-        )
+        OpDef {
+            inplace: IP1,
+            identity: true,
+            backward_ignores: &[0],
+            ..OpDef::new(
+                "expand_dims",
+                Arity::Exactly(1),
+                infer_reshape,
+                super::copy_kernel,
+            )
+        }
         .grad(grad::flatten)
         .on_gpu(gpu::ops::copy),
-        def!(
-            "squeeze",
-            &[],
-            Arity::Exactly(1),
-            infer_reshape,
-            super::copy_kernel,
-            IP1,
-            true,
-            &[0],
-            true
-        )
+        OpDef {
+            inplace: IP1,
+            identity: true,
+            backward_ignores: &[0],
+            ..OpDef::new(
+                "squeeze",
+                Arity::Exactly(1),
+                infer_reshape,
+                super::copy_kernel,
+            )
+        }
         .grad(grad::flatten)
         .on_gpu(gpu::ops::copy),
     ];
