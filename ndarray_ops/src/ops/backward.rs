@@ -284,7 +284,7 @@ fn reduce_backward_kernel(
     let shape = &o.shape;
     let axes = super::reduce::axes_of(op, attrs, shape.len()).map_err(|e| e.to_string())?;
     let count: usize = axes.iter().map(|&a| shape[a]).product();
-    let scale = if attrs.get("__reduce__") == Some("mean") {
+    let scale = if attrs.get("__reduce__") == Some(super::reduce::Reduce::Mean.name()) {
         1.0 / count.max(1) as f64
     } else {
         1.0

@@ -17,6 +17,8 @@ pub(crate) enum Member {
     Scalar(super::scalar::Scalar),
     /// A function of each element of one array (see [`Unary`](super::unary::Unary)).
     Unary(super::unary::Unary),
+    /// A reduction along axes (see [`Reduce`](super::reduce::Reduce)).
+    Reduce(super::reduce::Reduce),
 }
 
 impl Member {

@@ -54,7 +54,6 @@ mod vision;
 pub(crate) use backward::softmax_output_scale;
 pub(crate) use conv::bilinear_upsampling;
 pub(crate) use nn::{require_float, softmax_axis};
-pub(crate) use reduce::norm_ord;
 pub use stochastic::IS_TRAIN;
 // What the GPU back end shares with the CPU kernels: attribute parsing and layouts.
 pub(crate) use {

@@ -213,6 +213,7 @@ pub(crate) fn source() -> &'static str {
         s += &format!("#define SMOOTH_L1 {}\n", crate::ops::scalar::gpu::SMOOTH_L1);
         s += "\n// The unary family's and the activations' codes, written from ops/unary.\n";
         s += &crate::ops::unary::gpu::c_defines();
+        s += &crate::ops::reduce::Reduce::c_defines();
         s += "\n// The kernels' arguments, written from gpu/args.rs and the op families' tables.\n";
         for decl in decls() {
             s += &decl.c();

@@ -7,35 +7,13 @@ use super::shape::strided_copy;
 use super::Stream;
 use crate::ops::elemwise::broadcast_strides;
 use crate::ops::gather::strides;
+use crate::ops::reduce::Reduce;
 use crate::ops::scalar::Scalar;
-use crate::ops::unary::gpu::apply;
-use crate::ops::unary::Unary;
 use crate::ops::KResult;
 use crate::ops::OpDef;
 use crate::ops::{Attrs, TensorRef};
 
 kernel_args! {
-    /// Reductions along the lanes of an (outer, len, inner) layout, whole (`reduce_lanes`) or
-    /// in parts (`reduce_parts`, then `reduce_join`).
-    struct Lanes [reduce_lanes, reduce_parts, reduce_join] {
-        /// Threads: lanes, or (`reduce_parts`) lanes times parts.
-        n: i64,
-        /// One result per lane.
-        out: *mut f32,
-        /// The data.
-        x: *mut f32,
-        /// Two doubles per (lane, part).
-        partials: *mut f64,
-        /// Elements per lane.
-        len: i64,
-        /// Elements after the reduced axes.
-        inner: Dim,
-        /// 0 max, 1 min, 2 prod, 3 argmax, 4 argmin.
-        code: i64,
-        /// Parts per lane.
-        parts: i64,
-    }
-
     /// `out = ins[0] + ... + ins[count - 1]`.
     struct AddN [add_n] {
         /// Elements.
@@ -111,93 +89,6 @@ kernel_args! {
     }
 }
 
-/// max, min, prod, argmax, argmin (`reduce_lanes`, or split into parts over few long lanes) and
-/// norm (squares or magnitudes summed as `sum` sums, then a square root for ord 2).
-pub(crate) fn reduce_other(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
-    let op = def.name;
-    let (x, out) = (&ins[0], &outs[0]);
-    let nd = x.shape.len();
-    if op == "norm" {
-        let axes = crate::ops::reduced_axes(op, attrs, nd).map_err(e2s)?;
-        let (f, root) = match crate::ops::norm_ord(op, attrs).map_err(e2s)? {
-            1 => (Unary::Abs, false),
-            _ => (Unary::Square, true),
-        };
-        let n = x.len();
-        let mapped = s.scratch(n * 4)?.cast::<f32>();
-        apply(s, f, mapped, ptr(x), n)?;
-        sum_axes(s, op, (mapped, &x.shape), &axes, out.ptr(), 1.0)?;
-        if !root {
-            return Ok(());
-        }
-        return apply(s, Unary::Sqrt, ptr(out), ptr(out), out.len());
-    }
-    let code = match op {
-        "max" => 0,
-        "min" => 1,
-        "prod" => 2,
-        "argmax" => 3,
-        _ => 4,
-    };
-    let axes = match op {
-        // One axis, or none: the flattened data.
-        "argmax" | "argmin" => {
-            use crate::ops::params::{ArgExtremeParams, Params};
-            match ArgExtremeParams::get(op, attrs).map_err(e2s)?.axis {
-                None => (0..nd).collect(),
-                Some(a) => crate::ops::norm_axes(op, &[a], nd).map_err(e2s)?,
-            }
-        }
-        _ => crate::ops::reduced_axes(op, attrs, nd).map_err(e2s)?,
-    };
-    let count: usize = axes.iter().map(|&a| x.shape[a]).product();
-    let n = out.len();
-    let consecutive = axes.windows(2).all(|w| w[1] == w[0] + 1);
-    let (src, layout) = match (axes.first(), axes.last()) {
-        (Some(_), Some(&last)) if consecutive => {
-            let inner: usize = x.shape[last + 1..].iter().product();
-            (x.ptr(), (count, inner))
-        }
-        (Some(_), Some(_)) => {
-            // The kept axes first, the reduced ones last: each lane is contiguous.
-            let steps = strides(&x.shape);
-            let order = (0..nd)
-                .filter(|d| !axes.contains(d))
-                .chain(axes.iter().copied());
-            let moved = s.scratch(x.len() * 4)?.cast::<f32>();
-            strided_copy(s, op, moved, x.ptr(), order.map(|d| [x.shape[d], steps[d]]))?;
-            (moved, (count, 1))
-        }
-        _ => (x.ptr(), (1, 1)),
-    };
-    let mut a = Lanes {
-        n: int(n),
-        out: ptr(out),
-        x: src,
-        partials: std::ptr::null_mut(),
-        len: int(layout.0),
-        inner: Dim::new(layout.1.max(1)),
-        code,
-        parts: 1,
-    };
-    let split = lane_parts(n, layout.0);
-    if split == 1 {
-        return s.run(k::reduce_lanes, n, &a);
-    }
-    a.partials = s.scratch(n * split * 16)?.cast();
-    a.parts = int(split);
-    a.n = int(n * split);
-    s.run(k::reduce_parts, n * split, &a)?;
-    a.n = int(n);
-    s.run(k::reduce_join, n, &a)
-}
-
 /// Inputs the `add_n` kernel sums in one launch.
 pub(super) const ADD_N_WIDTH: usize = 7;
 
@@ -255,7 +146,7 @@ pub(super) const FILLS_A_GPU: usize = 1 << 16;
 /// How many parts each of `lanes` lanes of `len` elements is split into for a reduction along
 /// them (1: one thread per lane): where the lanes alone would not fill a GPU (a classifier's
 /// classes over a small batch, a whole array's maximum), as [`parts`] splits channels.
-pub(super) fn lane_parts(lanes: usize, len: usize) -> usize {
+pub(crate) fn lane_parts(lanes: usize, len: usize) -> usize {
     match lanes >= FILLS_A_GPU {
         true => 1,
         false => parts(lanes, len),
@@ -455,26 +346,6 @@ pub(crate) fn sum_axes(
     channel_sum(s, out, moved, (1, kept_size, n / kept_size.max(1)), scale)
 }
 
-/// The reductions `sum` and `mean`.
-pub(crate) fn reduce(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
-    let op = def.name;
-    let x = &ins[0];
-    let axes = crate::ops::reduced_axes(op, attrs, x.shape.len()).map_err(e2s)?;
-    let count: usize = axes.iter().map(|&a| x.shape[a]).product();
-    let scale = match op {
-        // Over nothing the sum is 0 and the scale infinite: NaN, as on the CPU.
-        "mean" => 1.0 / count as f64,
-        _ => 1.0,
-    };
-    sum_axes(s, op, (x.ptr(), &x.shape), &axes, outs[0].ptr(), scale)
-}
-
 /// `_broadcast_backward` (sum's and mean's gradient): the output's gradient repeated along the
 /// reduced axes, divided by their size for mean.
 pub(crate) fn broadcast_backward(
@@ -501,7 +372,7 @@ pub(crate) fn broadcast_backward(
         g.ptr(),
         shape.iter().zip(steps).map(|(&n, st)| [n, st]),
     )?;
-    if attrs.get("__reduce__") != Some("mean") {
+    if attrs.get("__reduce__") != Some(Reduce::Mean.name()) {
         return Ok(());
     }
     let count: usize = axes.iter().map(|&a| shape[a]).product();

@@ -111,7 +111,7 @@ kernel_args! {
 /// each with the source's stride along it (0 repeats the source, as a broadcast). Size-1 dims
 /// are dropped and neighbours the source steps through as one dim merged (a batch of matrix
 /// transposes is three dims, whatever the rank), for the `permute` kernel.
-pub(super) fn strided_copy(
+pub(crate) fn strided_copy(
     s: &dyn Stream,
     op: &str,
     dst: *mut f32,

@@ -1,4 +1,4 @@
-//! Gradient rules of products, reductions, `where`, casts, and the helpers other rules build with.
+//! Gradient rules of products, `where`, casts, and the helpers other rules build with.
 
 use super::*;
 use crate::ops::names::op_name;
@@ -58,16 +58,6 @@ pub(crate) fn dot(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<
     Ok(vec![Some(da), Some(db)])
 }
 
-pub(crate) fn reduction(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
-    let attrs = n.attrs.clone().with("__reduce__", n.op_name());
-    Ok(vec![Some(op1(
-        op_name!("_broadcast_backward"),
-        format!("{}_backward", n.name),
-        vec![need(n, og)?, n.inputs[0].clone()],
-        attrs,
-    )?)])
-}
-
 pub(crate) fn where_(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let g = need(n, og)?;
     let cond = n.inputs[0].clone();
@@ -100,35 +90,6 @@ pub(crate) fn add_n(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Optio
     Ok(vec![Some(g); n.inputs.len()])
 }
 
-/// A value of reduction `n`'s output shape spread back over its input's shape.
-pub(crate) fn spread(n: &Arc<Node>, tag: &str, v: NodeEntry) -> Result<NodeEntry> {
-    op1(
-        op_name!("_broadcast_backward"),
-        format!("{}_backward_{tag}", n.name),
-        vec![v, n.inputs[0].clone()],
-        n.attrs.clone().with("__reduce__", "sum"),
-    )
-}
-
-/// max/min over axes: the gradient goes to every element equal to the result.
-pub(crate) fn extremum(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
-    let x = n.inputs[0].clone();
-    let name = |t: &str| format!("{}_backward_{t}", n.name);
-    let spread = |t: &str, v: NodeEntry| spread(n, t, v);
-    let mask = op1(
-        op_name!("broadcast_equal"),
-        name("mask"),
-        vec![x.clone(), spread("y", out(n, 0))?],
-        Attrs::new(),
-    )?;
-    Ok(vec![Some(op1(
-        op_name!("elemwise_mul"),
-        name("out"),
-        vec![spread("g", need(n, og)?)?, mask],
-        Attrs::new(),
-    )?)])
-}
-
 /// Cast: the output gradient cast back to the input's dtype.
 pub(crate) fn cast(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     Ok(vec![Some(op1(
@@ -137,39 +98,6 @@ pub(crate) fn cast(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option
         vec![need(n, og)?, n.inputs[0].clone()],
         Attrs::new(),
     )?)])
-}
-
-/// prod: `y / x` spread back; norm: `x / y` (ord 2) or `sign(x)` (ord 1), times the spread
-/// output gradient.
-pub(crate) fn product_or_norm(
-    n: &Arc<Node>,
-    og: &[Option<NodeEntry>],
-) -> Result<Vec<Option<NodeEntry>>> {
-    let x = n.inputs[0].clone();
-    let name = |t: &str| format!("{}_backward_{t}", n.name);
-    let spread = |t: &str, v: NodeEntry| spread(n, t, v);
-    let g = spread("g", need(n, og)?)?;
-    let mul = |t: &str, a: NodeEntry, b: NodeEntry| {
-        op1(op_name!("elemwise_mul"), name(t), vec![a, b], Attrs::new())
-    };
-    let div = |t: &str, a: NodeEntry, b: NodeEntry| {
-        op1(op_name!("elemwise_div"), name(t), vec![a, b], Attrs::new())
-    };
-    let d = match (n.op_name(), crate::ops::norm_ord("norm", &n.attrs)?) {
-        ("prod", _) => div("out", mul("gy", g, spread("y", out(n, 0))?)?, x.clone())?,
-        (_, 2) => div("out", mul("gx", g, x.clone())?, spread("y", out(n, 0))?)?,
-        _ => mul(
-            "out",
-            g,
-            op1(
-                op_name!("sign"),
-                name("sign"),
-                vec![x.clone()],
-                Attrs::new(),
-            )?,
-        )?,
-    };
-    Ok(vec![Some(d)])
 }
 
 pub(crate) fn identity(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {

@@ -1,130 +1,12 @@
-//! Reductions along axes: sum, mean, prod, max, min, norm (L2 or L1), argmax, argmin (MXNet
-//! semantics: no axis reduces everything to shape `(1,)`; `keepdims` keeps reduced axes as 1).
+//! The reductions' CPU kernel: folds over merged groups of axes (interleaved lanes where the
+//! order changes only rounding), and the index of each lane's first extreme element.
 
-use super::par::{for_ranges, Shared};
-use super::params::{op_params, Params};
-use super::{norm_axes, Arity, Attrs, OpDef, TensorRef};
-use crate::error::Result;
-use crate::ops::gpu;
-use crate::ops::grad;
+use super::{axes_of, member, norm_ord, ArgExtremeParams, Reduce};
+use crate::ops::par::{for_ranges, Shared};
+use crate::ops::params::Params;
+use crate::ops::{norm_axes, Attrs, OpDef, TensorRef};
 use crate::resources::KernelRes;
-use crate::{DType, Element};
-
-op_params! {
-    /// The attributes of the reductions over axes.
-    pub struct ReduceParams for "sum", "mean", "prod", "max", "min" {
-        axis: Option<Vec<i64>>,
-        keepdims: bool,
-        exclude: bool,
-    }
-}
-
-op_params! {
-    /// norm's attributes.
-    pub struct NormParams for "norm" {
-        ord: i64,
-        axis: Option<Vec<i64>>,
-        out_dtype: Option<String>,
-        keepdims: bool,
-    }
-}
-
-op_params! {
-    /// The attributes of argmax and argmin.
-    pub struct ArgExtremeParams for "argmax", "argmin" {
-        axis: Option<i64>,
-        keepdims: bool,
-    }
-}
-
-/// The axes a reduction (or its backward op, which carries its attributes) reduces, sorted:
-/// `axis` (none or empty: all), or every other axis with `exclude` (which norm has not, so
-/// it reads as its default there).
-pub(crate) fn axes_of(op: &str, attrs: &Attrs, ndim: usize) -> Result<Vec<usize>> {
-    let a = ReduceParams::get(op, attrs)?;
-    let mut axes = match &a.axis {
-        None => (0..ndim).collect(),
-        Some(a) if a.is_empty() => (0..ndim).collect(),
-        Some(a) => norm_axes(op, a, ndim)?,
-    };
-    if a.exclude {
-        axes = (0..ndim).filter(|d| !axes.contains(d)).collect();
-    }
-    axes.sort_unstable();
-    Ok(axes)
-}
-
-fn out_shape(shape: &[usize], axes: &[usize], keepdims: bool) -> Vec<usize> {
-    let mut out = Vec::new();
-    for (d, &n) in shape.iter().enumerate() {
-        if !axes.contains(&d) {
-            out.push(n);
-        } else if keepdims {
-            out.push(1);
-        }
-    }
-    if out.is_empty() {
-        out.push(1);
-    }
-    out
-}
-
-fn infer(
-    op: &str,
-    attrs: &Attrs,
-    s: &[Vec<usize>],
-    d: &[DType],
-) -> Result<(Vec<Vec<usize>>, Vec<DType>)> {
-    let keep = match op {
-        "norm" => {
-            norm_ord(op, attrs)?;
-            let a = NormParams::get(op, attrs)?;
-            if a.out_dtype.is_some() {
-                return Err(crate::error::invalid(op, "out_dtype is not supported"));
-            }
-            a.keepdims
-        }
-        "argmax" | "argmin" => ArgExtremeParams::get(op, attrs)?.keepdims,
-        _ => ReduceParams::get(op, attrs)?.keepdims,
-    };
-    if matches!(op, "argmax" | "argmin") {
-        let (shape, empty) = match ArgExtremeParams::get(op, attrs)?.axis {
-            None => (vec![1], s[0].contains(&0)),
-            Some(a) => {
-                let ax = norm_axes(op, &[a], s[0].len())?;
-                (out_shape(&s[0], &ax, keep), s[0][ax[0]] == 0)
-            }
-        };
-        // As max and min: an empty lane has no extreme element to point at.
-        if empty {
-            return Err(crate::error::invalid(
-                op,
-                format!(
-                    "cannot take the index of an extreme of an empty axis of shape {:?}",
-                    s[0]
-                ),
-            ));
-        }
-        return Ok((vec![shape], vec![d[0]]));
-    }
-    let axes = axes_of(op, attrs, s[0].len())?;
-    if matches!(op, "max" | "min") && axes.iter().any(|&a| s[0][a] == 0) {
-        return Err(crate::error::invalid(
-            op,
-            format!("cannot reduce an empty axis of shape {:?}", s[0]),
-        ));
-    }
-    Ok((vec![out_shape(&s[0], &axes, keep)], vec![d[0]]))
-}
-
-/// `norm`'s order: 2 (the default) or 1.
-pub(crate) fn norm_ord(op: &str, attrs: &Attrs) -> Result<u8> {
-    match NormParams::get(op, attrs)?.ord {
-        2 => Ok(2),
-        1 => Ok(1),
-        o => Err(crate::error::invalid(op, format!("ord={o} is not 1 or 2"))),
-    }
-}
+use crate::Element;
 
 /// Reduces `x` (of shape `shape`) over `axes`: every output element (in the kept axes'
 /// row-major order) folds its inputs into `init` with `add`; partial folds join with `merge`.
@@ -322,117 +204,80 @@ pub(crate) fn fold_run<S: Copy, A: Copy>(
     tail.iter().fold(a, |a, &v| add(a, v))
 }
 
-fn kernel(
+pub(super) fn kernel(
     def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> std::result::Result<(), String> {
+    let m = member(def)?;
     let op = def.name;
+    let e2s = |e: crate::NdError| e.to_string();
     let (a, out) = (&ins[0], &outs[0]);
     crate::with_dtype!(a.dtype, T => {
         // SAFETY: the engine gives this op read access to the input; `run_kernel` copied it if it
         // overlapped the output.
         let x = unsafe { a.slice::<T>() };
-        if matches!(op, "argmax" | "argmin") {
-            // SAFETY: exclusive access to the output (disjoint from the input).
-            let dst = unsafe { out.slice_mut::<T>() };
-            let axis = ArgExtremeParams::get(op, attrs).map_err(|e| e.to_string())?.axis;
-            let lanes = match axis {
+        // SAFETY: exclusive access to the output (disjoint from the input).
+        let dst = unsafe { out.slice_mut::<T>() };
+        let arg_lanes = || -> std::result::Result<_, String> {
+            Ok(match ArgExtremeParams::get(op, attrs).map_err(e2s)?.axis {
                 None => (1, a.len(), 1),
                 Some(ax) => {
-                    let ax = norm_axes(op, &[ax], a.shape.len()).map_err(|e| e.to_string())?[0];
+                    let ax = norm_axes(op, &[ax], a.shape.len()).map_err(e2s)?[0];
                     let outer = a.shape[..ax].iter().product();
                     (outer, a.shape[ax], a.shape[ax + 1..].iter().product())
                 }
-            };
-            if op == "argmax" {
-                arg_extreme(x, lanes, |v, b| v > b, dst);
-            } else {
-                arg_extreme(x, lanes, |v, b| v < b, dst);
-            }
-            return Ok(());
-        }
-        let axes = axes_of(op, attrs, a.shape.len()).map_err(|e| e.to_string())?;
-        let which = match (op, norm_ord(op, attrs)) {
-            ("norm", Ok(1)) => "norm1",
-            _ => op,
+            })
         };
         let shape = &a.shape;
+        let axes = || axes_of(op, attrs, shape.len()).map_err(e2s);
         let (ninf, inf) = (T::from_f64(f64::NEG_INFINITY), T::from_f64(f64::INFINITY));
         let larger = |m: T, v: T| if v > m { v } else { m };
         let smaller = |m: T, v: T| if v < m { v } else { m };
-        let r: Vec<T> = match which {
-            // ord is checked at inference; squares and magnitudes summed in f64.
-            "norm" => reduce(x, shape, &axes, (0.0, true), |s, v: T| s + v.to_f64() * v.to_f64(), |s, t| s + t)
-                .into_iter()
-                .map(|s| T::from_f64(s.sqrt()))
-                .collect(),
-            "norm1" => reduce(x, shape, &axes, (0.0, true), |s, v: T| s + v.to_f64().abs(), |s, t| s + t)
-                .into_iter()
-                .map(T::from_f64)
-                .collect(),
-            "max" => reduce(x, shape, &axes, (ninf, false), larger, larger),
-            "min" => reduce(x, shape, &axes, (inf, false), smaller, smaller),
-            "prod" => reduce(x, shape, &axes, (T::from_f64(1.0), true), T::mul, T::mul),
-            _ => reduce(x, shape, &axes, (T::default(), true), T::add, T::add),
-        };
-        // SAFETY: exclusive access to the output (disjoint from the input).
-        let dst = unsafe { out.slice_mut::<T>() };
-        dst.copy_from_slice(&r);
-        if op == "mean" {
-            // The mean of nothing is NaN, as in NumPy (0 in an integer type).
-            match axes.iter().map(|&d| shape[d]).product::<usize>() {
-                0 => dst.fill(T::from_f64(f64::NAN)),
-                count => {
-                    let n = T::from_f64(count as f64);
-                    dst.iter_mut().for_each(|x| *x = x.div(n));
+        let sum = |axes: &[usize]| reduce(x, shape, axes, (T::default(), true), T::add, T::add);
+        let r: Vec<T> = match m {
+            Reduce::Argmax => {
+                arg_extreme(x, arg_lanes()?, |v, b| v > b, dst);
+                return Ok(());
+            }
+            Reduce::Argmin => {
+                arg_extreme(x, arg_lanes()?, |v, b| v < b, dst);
+                return Ok(());
+            }
+            Reduce::Sum => sum(&axes()?),
+            Reduce::Mean => {
+                let axes = axes()?;
+                let r = sum(&axes);
+                // The mean of nothing is NaN, as in NumPy (0 in an integer type).
+                match axes.iter().map(|&d| shape[d]).product::<usize>() {
+                    0 => vec![T::from_f64(f64::NAN); r.len()],
+                    count => {
+                        let n = T::from_f64(count as f64);
+                        r.into_iter().map(|x| x.div(n)).collect()
+                    }
                 }
             }
-        }
+            Reduce::Max => reduce(x, shape, &axes()?, (ninf, false), larger, larger),
+            Reduce::Min => reduce(x, shape, &axes()?, (inf, false), smaller, smaller),
+            Reduce::Prod => reduce(x, shape, &axes()?, (T::from_f64(1.0), true), T::mul, T::mul),
+            // ord is checked at inference; squares and magnitudes summed in f64.
+            Reduce::Norm => {
+                let (axes, root) = (axes()?, norm_ord(op, attrs).map_err(e2s)? == 2);
+                let add = move |s: f64, v: T| {
+                    let v = v.to_f64();
+                    s + if root { v * v } else { v.abs() }
+                };
+                let s = reduce(x, shape, &axes, (0.0, true), add, |s, t| s + t);
+                s.into_iter()
+                    .map(|s| T::from_f64(if root { s.sqrt() } else { s }))
+                    .collect()
+            }
+        };
+        dst.copy_from_slice(&r);
     });
     Ok(())
-}
-
-/// A reduction's op: one input, its backward pass reading the input only where `ignores` does
-/// not list it.
-const fn reduction(name: &'static str, ignores: &'static [usize]) -> OpDef {
-    OpDef {
-        backward_ignores: ignores,
-        alias_safe: false,
-        ..OpDef::new(name, Arity::Exactly(1), infer, kernel)
-    }
-}
-
-pub(super) fn ops() -> &'static [OpDef] {
-    static OPS: &[OpDef] = &[
-        reduction("sum", &[0])
-            .grad(grad::reduction)
-            .on_gpu(gpu::reduce::reduce),
-        reduction("mean", &[0])
-            .grad(grad::reduction)
-            .on_gpu(gpu::reduce::reduce),
-        reduction("max", &[])
-            .grad(grad::extremum)
-            .on_gpu(gpu::reduce::reduce_other),
-        reduction("min", &[])
-            .grad(grad::extremum)
-            .on_gpu(gpu::reduce::reduce_other),
-        reduction("argmax", &[0])
-            .grad(grad::none)
-            .on_gpu(gpu::reduce::reduce_other),
-        reduction("argmin", &[0])
-            .grad(grad::none)
-            .on_gpu(gpu::reduce::reduce_other),
-        reduction("prod", &[])
-            .grad(grad::product_or_norm)
-            .on_gpu(gpu::reduce::reduce_other),
-        reduction("norm", &[])
-            .grad(grad::product_or_norm)
-            .on_gpu(gpu::reduce::reduce_other),
-    ];
-    OPS
 }
 
 #[cfg(test)]
