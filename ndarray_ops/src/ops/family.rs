@@ -19,6 +19,9 @@ pub(crate) enum Member {
     Unary(super::unary::Unary),
     /// A reduction along axes (see [`Reduce`](super::reduce::Reduce)).
     Reduce(super::reduce::Reduce),
+    /// An op whose output elements are each one input element or a constant (see
+    /// [`Gather`](super::gather::Gather)).
+    Gather(super::gather::Gather),
 }
 
 impl Member {

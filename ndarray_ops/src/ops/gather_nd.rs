@@ -254,7 +254,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         OpDef {
             alias_safe: false,
             backward_ignores: &[0],
-            gradient: Some(grad::gather_nd),
+            gradient: Some(grad::scatter_nd),
             ..OpDef::new(
                 "scatter_nd",
                 Arity::Exactly(2),

@@ -542,7 +542,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         OpDef {
             inplace: &[(0, 0)],
             backward_ignores: &[0],
-            gradient: Some(grad::sequence),
+            gradient: Some(grad::sequence_mask),
             ..OpDef::new(
                 "SequenceMask",
                 Arity::AtLeast(1),
@@ -554,7 +554,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         OpDef {
             alias_safe: false,
             backward_ignores: &[0],
-            gradient: Some(grad::sequence),
+            gradient: Some(grad::sequence_last),
             ..OpDef::new(
                 "SequenceLast",
                 Arity::AtLeast(1),
@@ -573,7 +573,6 @@ pub(super) fn ops() -> &'static [OpDef] {
             )
         }
         .on_gpu(gpu::shape::sequence),
-        // Each the other's gradient.
         OpDef {
             alias_safe: false,
             backward_ignores: &[0],
@@ -584,12 +583,12 @@ pub(super) fn ops() -> &'static [OpDef] {
                 depth_space_kernel,
             )
         }
-        .grad(grad::depth_space)
+        .grad(grad::depth_to_space)
         .on_gpu(gpu::shape::depth_space),
         OpDef {
             alias_safe: false,
             backward_ignores: &[0],
-            gradient: Some(grad::depth_space),
+            gradient: Some(grad::space_to_depth),
             ..OpDef::new(
                 "space_to_depth",
                 Arity::Exactly(1),
@@ -609,7 +608,7 @@ pub(super) fn ops() -> &'static [OpDef] {
                 sequence_kernel,
             )
         }
-        .grad(grad::sequence)
+        .grad(grad::sequence_reverse)
         .on_gpu(gpu::shape::sequence),
         OpDef {
             inplace: &[(0, 0)],

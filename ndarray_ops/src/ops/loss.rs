@@ -296,13 +296,13 @@ pub(super) fn ops() -> &'static [OpDef] {
     }
     static OPS: &[OpDef] = &[
         regression("LinearRegressionOutput")
-            .grad(grad::loss)
+            .grad(grad::linear_regression)
             .on_gpu(gpu::ops::copy),
         regression("LogisticRegressionOutput")
-            .grad(grad::loss)
+            .grad(grad::logistic_regression)
             .on_gpu(gpu::nn::logistic),
         regression("MAERegressionOutput")
-            .grad(grad::loss)
+            .grad(grad::mae_regression)
             .on_gpu(gpu::ops::copy),
         regression_backward("_backward_LinearRegressionOutput")
             .on_gpu(gpu::nn::regression_backward),
@@ -312,7 +312,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         OpDef {
             identity: true,
             backward_ignores: &[0],
-            gradient: Some(grad::loss),
+            gradient: Some(grad::make_loss_scaled),
             ..OpDef::new(
                 "MakeLoss",
                 Arity::Exactly(1),
@@ -333,7 +333,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         .on_gpu(gpu::nn::make_loss_backward),
         OpDef {
             identity: true,
-            gradient: Some(grad::loss),
+            gradient: Some(grad::make_loss),
             ..OpDef::new(
                 "make_loss",
                 Arity::Exactly(1),
@@ -344,7 +344,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         .on_gpu(gpu::ops::copy),
         OpDef {
             alias_safe: false,
-            gradient: Some(grad::loss),
+            gradient: Some(grad::softmax_cross_entropy),
             ..OpDef::new(
                 "softmax_cross_entropy",
                 Arity::Exactly(2),

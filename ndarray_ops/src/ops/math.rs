@@ -51,7 +51,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         .on_gpu(gpu::ops::copy),
         OpDef {
             inplace: &[(0, 0)],
-            gradient: Some(grad::masked),
+            gradient: Some(grad::hard_sigmoid),
             ..OpDef::new(
                 "hard_sigmoid",
                 Arity::Exactly(1),

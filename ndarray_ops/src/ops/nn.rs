@@ -516,7 +516,7 @@ pub(super) fn ops() -> &'static [OpDef] {
             inplace: IP1,
             ..OpDef::new("clip", Arity::Exactly(1), infer_clip, clip_kernel)
         }
-        .grad(grad::masked)
+        .grad(grad::clip)
         .on_gpu(gpu::elemwise::clamp),
         OpDef {
             backward_ignores: &[0],

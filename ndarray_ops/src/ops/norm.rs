@@ -700,11 +700,11 @@ pub(super) fn ops() -> &'static [OpDef] {
                     LayerNormParams::get(op, attrs)?.output_mean_var,
                 ))
             }))
-            .grad(grad::normalization)
+            .grad(grad::layer_norm)
             .on_gpu(gpu::lanes::normalization),
         norm("InstanceNorm")
             .outputs(Outputs::Fixed(3, 1))
-            .grad(grad::normalization)
+            .grad(grad::instance_norm)
             .on_gpu(gpu::lanes::normalization),
         norm("GroupNorm")
             .outputs(Outputs::By(|op, attrs| {
@@ -712,14 +712,14 @@ pub(super) fn ops() -> &'static [OpDef] {
                     GroupNormParams::get(op, attrs)?.output_mean_var,
                 ))
             }))
-            .grad(grad::normalization)
+            .grad(grad::group_norm)
             .on_gpu(gpu::lanes::normalization),
         OpDef {
             arity: Arity::Exactly(1),
             infer_partial: None,
             // Its backward reads the output and the norm, not the data.
             backward_ignores: &[0],
-            gradient: Some(grad::normalization),
+            gradient: Some(grad::l2_normalization),
             outputs: Outputs::Fixed(2, 1),
             ..norm("L2Normalization")
         }
@@ -737,7 +737,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         OpDef {
             alias_safe: false,
             backward_ignores: &[0],
-            gradient: Some(grad::normalization),
+            gradient: Some(grad::softmax_activation),
             ..OpDef::new(
                 "SoftmaxActivation",
                 Arity::Exactly(1),

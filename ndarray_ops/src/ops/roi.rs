@@ -542,7 +542,7 @@ pub(super) fn ops() -> &'static [OpDef] {
     static OPS: &[OpDef] = &[
         OpDef {
             alias_safe: false,
-            gradient: Some(grad::vision),
+            gradient: Some(grad::roi_pooling),
             // Where each maximum was is a hidden output, as in MXNet.
             outputs: Outputs::Fixed(2, 1),
             ..OpDef::new(
@@ -565,7 +565,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         .on_gpu(gpu::roi::roi),
         OpDef {
             alias_safe: false,
-            gradient: Some(grad::vision),
+            gradient: Some(grad::roi_align),
             ..OpDef::new(
                 "_contrib_ROIAlign",
                 Arity::Exactly(2),

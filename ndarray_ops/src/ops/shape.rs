@@ -761,14 +761,14 @@ pub(super) fn ops() -> &'static [OpDef] {
             ..OpDef::new("slice", Arity::Exactly(1), infer_slice, slice_kernel)
         }
         .grad(grad::slice)
-        .on_gpu(gpu::gather::gather),
+        .on_gpu(gpu::gather::slice),
         OpDef {
             backward_ignores: &[0],
             alias_safe: false,
             ..OpDef::new("slice_axis", Arity::Exactly(1), infer_slice, slice_kernel)
         }
         .grad(grad::slice)
-        .on_gpu(gpu::gather::gather),
+        .on_gpu(gpu::gather::slice),
         OpDef {
             alias_safe: false,
             ..OpDef::new("take", Arity::Exactly(2), infer_take, take_kernel)

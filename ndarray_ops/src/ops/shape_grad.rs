@@ -95,7 +95,7 @@ pub(super) fn shape_grad_ops() -> &'static [OpDef] {
                 slice_backward_kernel,
             )
         }
-        .on_gpu(gpu::gather::gather),
+        .on_gpu(gpu::gather::backward_slice),
         OpDef {
             alias_safe: false,
             // A gradient for each piece Concat joined.

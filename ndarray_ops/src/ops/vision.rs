@@ -634,7 +634,7 @@ pub(super) fn ops() -> &'static [OpDef] {
     static OPS: &[OpDef] = &[
         OpDef {
             alias_safe: false,
-            gradient: Some(grad::vision),
+            gradient: Some(grad::adaptive_avg_pooling),
             ..OpDef::new(
                 "_contrib_AdaptiveAvgPooling2D",
                 Arity::Exactly(1),
@@ -655,7 +655,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         .on_gpu(gpu::resample::resample),
         OpDef {
             alias_safe: false,
-            gradient: Some(grad::vision),
+            gradient: Some(grad::bilinear_resize),
             ..OpDef::new(
                 "_contrib_BilinearResize2D",
                 Arity::AtLeast(1),
@@ -680,7 +680,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         .on_gpu(gpu::resample::resample),
         OpDef {
             alias_safe: false,
-            gradient: Some(grad::vision),
+            gradient: Some(grad::crop),
             ..OpDef::new("Crop", Arity::AtLeast(1), infer_crop, crop_kernel)
         }
         .on_gpu(gpu::resample::resample),

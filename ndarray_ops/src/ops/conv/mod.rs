@@ -393,6 +393,8 @@ pub(super) fn ops() -> &'static [OpDef] {
                 upsampling::upsampling_kernel,
             )
         }
+        // Nearest UpSampling is the gather family's.
+        .member(super::Member::Gather(super::gather::Gather::UpSampling))
         .on_gpu(gpu::upsampling),
     ];
     OPS

@@ -3,7 +3,7 @@
 
 use super::deconv::{deconv_kernel, infer_deconv};
 use crate::error::{invalid, Result};
-use crate::ops::gather::{SampleType, UpSamplingParams};
+use crate::ops::gather::{Gather, SampleType, UpSamplingParams};
 use crate::ops::params::Params;
 use crate::ops::{Attrs, Infer, KResult, OpDef, TensorRef};
 use crate::resources::KernelRes;
@@ -55,7 +55,7 @@ pub(super) fn infer_upsampling(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[D
                     format!("nearest takes one input, got {}", s.len()),
                 ));
             }
-            crate::ops::gather::infer_gather(op, attrs, s, d)
+            crate::ops::gather::infer_gather(Gather::UpSampling, attrs, s, d)
         }
     }
 }

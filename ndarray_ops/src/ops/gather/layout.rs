@@ -214,9 +214,9 @@ pub(crate) struct Walks {
 }
 
 /// The op's gather from data of shape `x` into an output of shape `out` as index lists.
-pub(crate) fn walks(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Result<Walks> {
-    let rules = rules(op, attrs, x, out)?;
-    let lists = rules.lay_out(op, |j| j)?;
+pub(crate) fn walks(m: Gather, attrs: &Attrs, x: &[usize], out: &[usize]) -> Result<Walks> {
+    let rules = rules(m, attrs, x, out)?;
+    let lists = rules.lay_out(m.name(), |j| j)?;
     let axes = rules.axes.iter().zip(lists);
     Ok(Walks {
         axes: axes

@@ -35,6 +35,102 @@ use layout::*;
 pub(crate) use layout::{walks, Walk, Walks};
 use rules::*;
 
+use super::family::Member;
+
+/// A member of the gather family, named for its op. Each one's output shape, index rules and
+/// gradient check match on it; `_backward_gather` names its forward member in `__fwd__`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Gather {
+    BroadcastTo,
+    BroadcastAxis,
+    BroadcastLike,
+    Tile,
+    Repeat,
+    Reverse,
+    SwapAxis,
+    Pad,
+    SliceLike,
+    /// Nearest UpSampling (registered with Convolution's folder, whose bilinear mode is a
+    /// Deconvolution).
+    UpSampling,
+}
+
+impl Gather {
+    /// Every member; those before [`Gather::UpSampling`] are registered here.
+    pub(crate) const ALL: [Gather; 10] = [
+        Gather::BroadcastTo,
+        Gather::BroadcastAxis,
+        Gather::BroadcastLike,
+        Gather::Tile,
+        Gather::Repeat,
+        Gather::Reverse,
+        Gather::SwapAxis,
+        Gather::Pad,
+        Gather::SliceLike,
+        Gather::UpSampling,
+    ];
+
+    /// The op's name: the family's one name table.
+    pub(crate) const fn name(self) -> &'static str {
+        match self {
+            Gather::BroadcastTo => "broadcast_to",
+            Gather::BroadcastAxis => "broadcast_axis",
+            Gather::BroadcastLike => "broadcast_like",
+            Gather::Tile => "tile",
+            Gather::Repeat => "repeat",
+            Gather::Reverse => "reverse",
+            Gather::SwapAxis => "SwapAxis",
+            Gather::Pad => "Pad",
+            Gather::SliceLike => "slice_like",
+            Gather::UpSampling => "UpSampling",
+        }
+    }
+
+    /// The member named `name` (the name table read backwards).
+    pub(crate) fn named(name: &str) -> Option<Gather> {
+        Gather::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    /// The op's other names.
+    const fn aliases(self) -> &'static [&'static str] {
+        match self {
+            Gather::BroadcastAxis => &["broadcast_axes"],
+            Gather::Reverse => &["flip"],
+            Gather::SwapAxis => &["swapaxes"],
+            Gather::Pad => &["pad"],
+            Gather::BroadcastTo
+            | Gather::BroadcastLike
+            | Gather::Tile
+            | Gather::Repeat
+            | Gather::SliceLike
+            | Gather::UpSampling => &[],
+        }
+    }
+
+    /// Its inputs: the data, and for two members a second whose shape is the output's.
+    const fn arity(self) -> usize {
+        match self {
+            Gather::BroadcastLike | Gather::SliceLike => 2,
+            Gather::BroadcastTo
+            | Gather::BroadcastAxis
+            | Gather::Tile
+            | Gather::Repeat
+            | Gather::Reverse
+            | Gather::SwapAxis
+            | Gather::Pad
+            | Gather::UpSampling => 1,
+        }
+    }
+}
+
+/// The member `def` is, as an error message where it is none.
+pub(crate) fn member(def: &OpDef) -> std::result::Result<Gather, String> {
+    match def.member {
+        Member::Gather(m) => Ok(m),
+        _ => Err(format!("{} is not an op of the gather family", def.name)),
+    }
+}
+
 /// Row-major strides of a dense `shape`, in elements.
 pub(crate) fn strides(shape: &[usize]) -> Vec<usize> {
     let mut s = vec![1; shape.len()];
@@ -125,10 +221,18 @@ op_params! {
 }
 
 /// The value Pad fills its border with in constant mode (the other gather ops fill nothing).
-pub(crate) fn fill_value(op: &str, attrs: &Attrs) -> Result<f64> {
-    match op {
-        "Pad" => Ok(PadParams::get(op, attrs)?.constant_value),
-        _ => Ok(0.0),
+pub(crate) fn fill_value(m: Gather, attrs: &Attrs) -> Result<f64> {
+    match m {
+        Gather::Pad => Ok(PadParams::get(m.name(), attrs)?.constant_value),
+        Gather::BroadcastTo
+        | Gather::BroadcastAxis
+        | Gather::BroadcastLike
+        | Gather::Tile
+        | Gather::Repeat
+        | Gather::Reverse
+        | Gather::SwapAxis
+        | Gather::SliceLike
+        | Gather::UpSampling => Ok(0.0),
     }
 }
 
@@ -139,11 +243,11 @@ fn positive(op: &str, key: &str, v: i64) -> Result<usize> {
     Ok(v as usize)
 }
 
-/// The output shape of `op` for its inputs' shapes.
-fn out_shape(op: &str, attrs: &Attrs, s: &[Vec<usize>]) -> Result<Vec<usize>> {
-    let x = &s[0];
-    Ok(match op {
-        "broadcast_to" => {
+/// The output shape of member `m` for its inputs' shapes.
+fn out_shape(m: Gather, attrs: &Attrs, s: &[Vec<usize>]) -> Result<Vec<usize>> {
+    let (x, op) = (&s[0], m.name());
+    Ok(match m {
+        Gather::BroadcastTo => {
             let want = &BroadcastToParams::get(op, attrs)?.shape;
             if want.len() != x.len() {
                 return Err(shape_error(
@@ -159,7 +263,7 @@ fn out_shape(op: &str, attrs: &Attrs, s: &[Vec<usize>]) -> Result<Vec<usize>> {
                 .map(|(&n, &w)| if w == 0 { n } else { w.max(0) as usize })
                 .collect()
         }
-        "broadcast_axis" => {
+        Gather::BroadcastAxis => {
             let p = BroadcastAxisParams::get(op, attrs)?;
             let (axes, sizes) = (&p.axis, &p.size);
             if axes.len() != sizes.len() {
@@ -174,7 +278,7 @@ fn out_shape(op: &str, attrs: &Attrs, s: &[Vec<usize>]) -> Result<Vec<usize>> {
             }
             out
         }
-        "broadcast_like" => {
+        Gather::BroadcastLike => {
             let rhs = &s[1];
             if rhs.len() != x.len() {
                 return Err(shape_error(
@@ -205,7 +309,7 @@ fn out_shape(op: &str, attrs: &Attrs, s: &[Vec<usize>]) -> Result<Vec<usize>> {
                 }
             }
         }
-        "tile" => {
+        Gather::Tile => {
             let reps = &TileParams::get(op, attrs)?.reps;
             if reps.iter().any(|&r| r < 0) {
                 return Err(invalid(op, format!("reps {reps:?} has a negative count")));
@@ -223,7 +327,7 @@ fn out_shape(op: &str, attrs: &Attrs, s: &[Vec<usize>]) -> Result<Vec<usize>> {
                 .map(|(&a, b)| times(op, a, b))
                 .collect::<Result<_>>()?
         }
-        "repeat" => {
+        Gather::Repeat => {
             let p = RepeatParams::get(op, attrs)?;
             let r = p.repeats;
             match p.axis {
@@ -236,28 +340,28 @@ fn out_shape(op: &str, attrs: &Attrs, s: &[Vec<usize>]) -> Result<Vec<usize>> {
                 }
             }
         }
-        "reverse" => {
+        Gather::Reverse => {
             norm_axes(op, &ReverseParams::get(op, attrs)?.axis, x.len())?;
             x.clone()
         }
-        "SwapAxis" => {
+        Gather::SwapAxis => {
             let (a, b) = swapped(op, attrs, x.len())?;
             let mut out = x.clone();
             out.swap(a, b);
             out
         }
-        "Pad" => {
+        Gather::Pad => {
             let widths = pad_widths(op, attrs, x.len())?;
             x.iter().zip(&widths).map(|(n, (b, a))| n + b + a).collect()
         }
-        "UpSampling" => {
+        Gather::UpSampling => {
             let k = upsampling_scale(op, attrs, x)?;
             let mut out = x.clone();
             out[2] = times(op, out[2], k)?;
             out[3] = times(op, out[3], k)?;
             out
         }
-        "slice_like" => {
+        Gather::SliceLike => {
             let like = &s[1];
             if like.len() != x.len() {
                 return Err(shape_error(
@@ -285,7 +389,6 @@ fn out_shape(op: &str, attrs: &Attrs, s: &[Vec<usize>]) -> Result<Vec<usize>> {
             }
             out
         }
-        other => return Err(invalid(other, "is not a gather op")),
     })
 }
 
@@ -351,12 +454,12 @@ fn broadcastable(op: &str, x: &[usize], out: &[usize]) -> Result<()> {
 
 /// Checks everything the kernel's walks will (without building them: they take memory in
 /// proportion to the output's axes, which shape inference, and planning a graph, must not).
-pub(super) fn infer_gather(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    let out = out_shape(op, attrs, s)?;
-    if matches!(op, "broadcast_to" | "broadcast_axis" | "broadcast_like") {
+pub(crate) fn infer_gather(m: Gather, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    let (out, op) = (out_shape(m, attrs, s)?, m.name());
+    if let Gather::BroadcastTo | Gather::BroadcastAxis | Gather::BroadcastLike = m {
         broadcastable(op, &s[0], &out)?;
     }
-    if op == "Pad" && PadParams::get(op, attrs)?.mode == PadMode::Reflect {
+    if m == Gather::Pad && PadParams::get(op, attrs)?.mode == PadMode::Reflect {
         let widths = pad_widths(op, attrs, s[0].len())?;
         if let Some(a) = (0..s[0].len()).find(|&a| widths[a].0.max(widths[a].1) >= s[0][a].max(1)) {
             return Err(shape_error(
@@ -370,18 +473,23 @@ pub(super) fn infer_gather(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType
     Ok((vec![out], vec![d[0]]))
 }
 
-pub(super) fn gather_kernel(
+/// Inference of member `M`'s op (its index a constant: inference receives only the op's name).
+fn infer<const M: usize>(_: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    infer_gather(Gather::ALL[M], attrs, s, d)
+}
+
+pub(crate) fn gather_kernel(
     def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
-    let op = def.name;
+    let m = member(def)?;
     let e = |e: NdError| e.to_string();
-    let rules = rules(op, attrs, &ins[0].shape, &outs[0].shape).map_err(e)?;
-    let fill = fill_value(op, attrs).map_err(e)?;
-    let plan = rules.plan(op).map_err(e)?;
+    let rules = rules(m, attrs, &ins[0].shape, &outs[0].shape).map_err(e)?;
+    let fill = fill_value(m, attrs).map_err(e)?;
+    let plan = rules.plan(m.name()).map_err(e)?;
     crate::with_dtype!(outs[0].dtype, T => {
         // SAFETY: read access to the data, exclusive access to the output, which is not the
         // data (the op is not alias-safe, so an overlapping input was copied first).
@@ -397,7 +505,7 @@ pub(super) fn gather_kernel(
 /// `_backward_gather(ograd, data)`, with the forward op in `__fwd__` and its attributes: each
 /// output gradient element added into the data element it read.
 fn infer_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    let fwd = forward_op(op, attrs)?;
+    let fwd = forward_member(op, attrs)?;
     check_backward(fwd, attrs, &s[1], &s[0])?;
     // The gradient is the data's, in the data's dtype.
     super::same_dtypes(op, d)?;
@@ -406,28 +514,46 @@ fn infer_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Inf
 
 /// Checks that an output gradient of shape `ograd` is what `fwd` makes of data of shape `data`,
 /// so that its rules read only inside the data.
-fn check_backward(fwd: &str, attrs: &Attrs, data: &[usize], ograd: &[usize]) -> Result<()> {
+pub(crate) fn check_backward(
+    fwd: Gather,
+    attrs: &Attrs,
+    data: &[usize],
+    ograd: &[usize],
+) -> Result<()> {
     let fits = match fwd {
         // Their output's shape comes from a second input, which the gradient does not see.
-        "broadcast_like" => data.len() == ograd.len() && broadcastable(fwd, data, ograd).is_ok(),
-        "slice_like" => data.len() == ograd.len() && ograd.iter().zip(data).all(|(g, x)| g <= x),
-        _ => out_shape(fwd, attrs, &[data.to_vec()])? == ograd,
+        Gather::BroadcastLike => {
+            data.len() == ograd.len() && broadcastable(fwd.name(), data, ograd).is_ok()
+        }
+        Gather::SliceLike => {
+            data.len() == ograd.len() && ograd.iter().zip(data).all(|(g, x)| g <= x)
+        }
+        Gather::BroadcastTo
+        | Gather::BroadcastAxis
+        | Gather::Tile
+        | Gather::Repeat
+        | Gather::Reverse
+        | Gather::SwapAxis
+        | Gather::Pad
+        | Gather::UpSampling => out_shape(fwd, attrs, &[data.to_vec()])? == ograd,
     };
     match fits {
         true => Ok(()),
         false => Err(shape_error(
-            fwd,
+            fwd.name(),
             "ograd",
             ograd,
-            format!("the shape {fwd} makes of data {data:?}"),
+            format!("the shape {} makes of data {data:?}", fwd.name()),
         )),
     }
 }
 
-fn forward_op<'a>(op: &str, attrs: &'a Attrs) -> Result<&'a str> {
-    attrs
+/// `_backward_gather`'s forward member, named by its `__fwd__`.
+pub(crate) fn forward_member(op: &str, attrs: &Attrs) -> Result<Gather> {
+    let fwd = attrs
         .get("__fwd__")
-        .ok_or_else(|| invalid(op, "attribute __fwd__ (the forward op) is required"))
+        .ok_or_else(|| invalid(op, "attribute __fwd__ (the forward op) is required"))?;
+    Gather::named(fwd).ok_or_else(|| invalid(op, format!("__fwd__ {fwd:?} is not a gather op")))
 }
 
 fn backward_kernel(
@@ -439,10 +565,10 @@ fn backward_kernel(
 ) -> KResult {
     let op = def.name;
     let e = |e: NdError| e.to_string();
-    let fwd = forward_op(op, attrs).map_err(e)?;
+    let fwd = forward_member(op, attrs).map_err(e)?;
     check_backward(fwd, attrs, &outs[0].shape, &ins[0].shape).map_err(e)?;
     let rules = rules(fwd, attrs, &outs[0].shape, &ins[0].shape).map_err(e)?;
-    let plan = rules.plan(fwd).map_err(e)?;
+    let plan = rules.plan(fwd.name()).map_err(e)?;
     crate::with_dtype!(outs[0].dtype, T => {
         // SAFETY: read access to the output gradient, exclusive access to d data (not
         // alias-safe).
@@ -473,43 +599,35 @@ fn backward_kernel(
 }
 
 pub(super) fn ops() -> &'static [OpDef] {
-    const fn gather(name: &'static str, aliases: &'static [&'static str], arity: usize) -> OpDef {
+    /// Member `M` of [`Gather::ALL`]'s op.
+    const fn def<const M: usize>() -> OpDef {
+        let m = Gather::ALL[M];
         OpDef {
-            aliases,
+            aliases: m.aliases(),
             alias_safe: false,
             // The second input (broadcast_like's rhs, slice_like's shape_like) gives a shape.
             backward_ignores: &[1],
-            ..OpDef::new(name, Arity::Exactly(arity), infer_gather, gather_kernel)
+            ..OpDef::new(
+                m.name(),
+                Arity::Exactly(m.arity()),
+                infer::<M>,
+                gather_kernel,
+            )
         }
+        .member(Member::Gather(m))
+        .grad(grad::gather)
+        .on_gpu(gpu::gather::gather)
     }
     static OPS: &[OpDef] = &[
-        gather("broadcast_to", &[], 1)
-            .grad(grad::gather)
-            .on_gpu(gpu::gather::gather),
-        gather("broadcast_axis", &["broadcast_axes"], 1)
-            .grad(grad::gather)
-            .on_gpu(gpu::gather::gather),
-        gather("broadcast_like", &[], 2)
-            .grad(grad::gather)
-            .on_gpu(gpu::gather::gather),
-        gather("tile", &[], 1)
-            .grad(grad::gather)
-            .on_gpu(gpu::gather::gather),
-        gather("repeat", &[], 1)
-            .grad(grad::gather)
-            .on_gpu(gpu::gather::gather),
-        gather("reverse", &["flip"], 1)
-            .grad(grad::gather)
-            .on_gpu(gpu::gather::gather),
-        gather("SwapAxis", &["swapaxes"], 1)
-            .grad(grad::gather)
-            .on_gpu(gpu::gather::gather),
-        gather("Pad", &["pad"], 1)
-            .grad(grad::gather)
-            .on_gpu(gpu::gather::gather),
-        gather("slice_like", &[], 2)
-            .grad(grad::gather)
-            .on_gpu(gpu::gather::gather),
+        def::<0>(),
+        def::<1>(),
+        def::<2>(),
+        def::<3>(),
+        def::<4>(),
+        def::<5>(),
+        def::<6>(),
+        def::<7>(),
+        def::<8>(),
         OpDef {
             alias_safe: false,
             ..OpDef::new(
@@ -519,7 +637,7 @@ pub(super) fn ops() -> &'static [OpDef] {
                 backward_kernel,
             )
         }
-        .on_gpu(gpu::gather::gather),
+        .on_gpu(gpu::gather::backward_gather),
     ];
     OPS
 }

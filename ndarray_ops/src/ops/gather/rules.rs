@@ -186,7 +186,8 @@ impl AxisRule {
 
 /// The rules of the op's gather from data of shape `x` into an output of shape `out` (checked
 /// by `out_shape` for a forward, by [`check_backward`] for a gradient).
-pub(super) fn rules(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Result<Rules> {
+pub(super) fn rules(m: Gather, attrs: &Attrs, x: &[usize], out: &[usize]) -> Result<Rules> {
+    let op = m.name();
     // Output axis `d` walking input axis `a` through `index`.
     let rule = |d: usize, a: usize, index: Index| AxisRule {
         from: Some(a),
@@ -195,8 +196,8 @@ pub(super) fn rules(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Resu
     };
     let same = |d: usize| rule(d, d, Index::Same);
     let mut input = x.to_vec();
-    let axes = match op {
-        "broadcast_to" | "broadcast_axis" | "broadcast_like" => {
+    let axes = match m {
+        Gather::BroadcastTo | Gather::BroadcastAxis | Gather::BroadcastLike => {
             broadcastable(op, x, out)?;
             (0..out.len())
                 .map(|d| match x[d] == out[d] {
@@ -205,7 +206,7 @@ pub(super) fn rules(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Resu
                 })
                 .collect()
         }
-        "tile" => {
+        Gather::Tile => {
             // Leading axes the input lacks read nothing (offset 0).
             let lead = out.len() - x.len();
             (0..out.len())
@@ -219,7 +220,7 @@ pub(super) fn rules(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Resu
                 })
                 .collect()
         }
-        "repeat" => {
+        Gather::Repeat => {
             // An empty output reads nothing, so 0 repeats needs no rule of its own.
             let p = RepeatParams::get(op, attrs)?;
             let r = p.repeats.max(1);
@@ -240,7 +241,7 @@ pub(super) fn rules(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Resu
                 }
             }
         }
-        "reverse" => {
+        Gather::Reverse => {
             let axes = norm_axes(op, &ReverseParams::get(op, attrs)?.axis, x.len())?;
             (0..out.len())
                 .map(|d| match axes.contains(&d) {
@@ -249,7 +250,7 @@ pub(super) fn rules(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Resu
                 })
                 .collect()
         }
-        "SwapAxis" => {
+        Gather::SwapAxis => {
             let (a, b) = swapped(op, attrs, x.len())?;
             (0..out.len())
                 .map(|d| {
@@ -264,7 +265,7 @@ pub(super) fn rules(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Resu
                 })
                 .collect()
         }
-        "Pad" => {
+        Gather::Pad => {
             let widths = pad_widths(op, attrs, x.len())?;
             let mode = PadParams::get(op, attrs)?.mode;
             (0..out.len())
@@ -274,7 +275,7 @@ pub(super) fn rules(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Resu
                 })
                 .collect()
         }
-        "UpSampling" => {
+        Gather::UpSampling => {
             let k = UpSamplingParams::get(op, attrs)?.scale.0;
             (0..out.len())
                 .map(|d| match d >= 2 {
@@ -283,8 +284,7 @@ pub(super) fn rules(op: &str, attrs: &Attrs, x: &[usize], out: &[usize]) -> Resu
                 })
                 .collect()
         }
-        "slice_like" => (0..out.len()).map(same).collect(),
-        other => return Err(invalid(other, "is not a gather op")),
+        Gather::SliceLike => (0..out.len()).map(same).collect(),
     };
     Ok(Rules { input, axes })
 }

@@ -2,9 +2,14 @@
 
 use super::*;
 
+/// The member named `op`.
+fn m(op: &str) -> Gather {
+    Gather::named(op).expect("a gather op")
+}
+
 fn offsets(op: &str, attrs: Attrs, x: &[usize]) -> (Vec<usize>, Vec<Option<usize>>) {
-    let out = out_shape(op, &attrs, &[x.to_vec()]).unwrap();
-    let maps = rules(op, &attrs, x, &out).unwrap();
+    let out = out_shape(m(op), &attrs, &[x.to_vec()]).unwrap();
+    let maps = rules(m(op), &attrs, x, &out).unwrap();
     let maps = maps.offset_maps(op).unwrap();
     (out, read(&maps, x))
 }
@@ -188,8 +193,8 @@ fn runs_read_and_sum_what_the_elements_would() {
         )
     });
     for (op, attrs, x) in cases.into_iter().chain(pads) {
-        let out = out_shape(op, &attrs, std::slice::from_ref(&x)).unwrap();
-        let maps = rules(op, &attrs, &x, &out)
+        let out = out_shape(m(op), &attrs, std::slice::from_ref(&x)).unwrap();
+        let maps = rules(m(op), &attrs, &x, &out)
             .unwrap()
             .offset_maps(op)
             .unwrap();
@@ -202,10 +207,10 @@ fn runs_read_and_sum_what_the_elements_would() {
         let by_elements = op == "SwapAxis" || flat_repeat;
         let runs = matches!(layout.row, Row::Runs(_));
         assert_eq!(runs, !by_elements, "{op} {attrs:?}");
-        let want = reference(&walks(op, &attrs, &x, &out).unwrap());
+        let want = reference(&walks(m(op), &attrs, &x, &out).unwrap());
         let mut readers = vec![0; x.iter().product()];
         want.iter().flatten().for_each(|&o| readers[o] += 1);
-        let injective = rules(op, &attrs, &x, &out).unwrap().injective();
+        let injective = rules(m(op), &attrs, &x, &out).unwrap().injective();
         assert_eq!(injective, readers.iter().all(|&n| n <= 1), "{op} {attrs:?}");
         assert_eq!(read(&maps, &x), want, "{op} {attrs:?}");
         // Gradient: every output element carries its own value, so a term added in the
@@ -228,8 +233,8 @@ fn runs_read_and_sum_what_the_elements_would() {
 #[test]
 fn permutations_go_to_the_transpose_kernel() {
     let plan = |op: &str, attrs: Attrs, x: &[usize]| {
-        let out = out_shape(op, &attrs, &[x.to_vec()]).unwrap();
-        rules(op, &attrs, x, &out).unwrap().plan(op).unwrap()
+        let out = out_shape(m(op), &attrs, &[x.to_vec()]).unwrap();
+        rules(m(op), &attrs, x, &out).unwrap().plan(op).unwrap()
     };
     let swap = Attrs::new().with("dim1", 0).with("dim2", 2);
     assert!(matches!(plan("SwapAxis", swap, &[2, 3, 4]), Plan::Permute(a) if a == [2, 1, 0]));
@@ -263,8 +268,8 @@ fn narrow_and_wide_maps_agree_and_reads_stay_inside_the_input() {
     ];
     let flat = |maps: &OffsetMaps, x: &[usize]| read(maps, x);
     for (op, attrs, x) in cases {
-        let out = out_shape(op, &attrs, std::slice::from_ref(&x)).unwrap();
-        let r = rules(op, &attrs, &x, &out).unwrap();
+        let out = out_shape(m(op), &attrs, std::slice::from_ref(&x)).unwrap();
+        let r = rules(m(op), &attrs, &x, &out).unwrap();
         let narrow = OffsetMaps::Narrow(r.layout(op).unwrap());
         let wide = OffsetMaps::Wide(r.layout(op).unwrap());
         assert_eq!(flat(&narrow, &r.input), flat(&wide, &r.input), "{op}");
@@ -272,20 +277,20 @@ fn narrow_and_wide_maps_agree_and_reads_stay_inside_the_input() {
     }
     // A reverse's output gradient longer than its data: the rule would read index -1.
     let attrs = Attrs::new().with("axis", 0);
-    let r = rules("reverse", &attrs, &[3], &[4]).unwrap();
+    let r = rules(m("reverse"), &attrs, &[3], &[4]).unwrap();
     let e = r.offset_maps("reverse").err().unwrap().to_string();
     assert!(
         e.contains("index 3 of an output axis reads past input axis 0, of size 3"),
         "{e}"
     );
-    let e = check_backward("reverse", &attrs, &[3], &[4])
+    let e = check_backward(m("reverse"), &attrs, &[3], &[4])
         .unwrap_err()
         .to_string();
     assert!(e.contains("[4]") && e.contains("data [3]"), "{e}");
-    assert!(check_backward("reverse", &attrs, &[3], &[3]).is_ok());
+    assert!(check_backward(m("reverse"), &attrs, &[3], &[3]).is_ok());
     let like = Attrs::new();
-    assert!(check_backward("broadcast_like", &like, &[1, 3], &[4, 3]).is_ok());
-    assert!(check_backward("broadcast_like", &like, &[2, 3], &[4, 3]).is_err());
-    assert!(check_backward("slice_like", &like, &[5, 3], &[4, 3]).is_ok());
-    assert!(check_backward("slice_like", &like, &[3, 3], &[4, 3]).is_err());
+    assert!(check_backward(m("broadcast_like"), &like, &[1, 3], &[4, 3]).is_ok());
+    assert!(check_backward(m("broadcast_like"), &like, &[2, 3], &[4, 3]).is_err());
+    assert!(check_backward(m("slice_like"), &like, &[5, 3], &[4, 3]).is_ok());
+    assert!(check_backward(m("slice_like"), &like, &[3, 3], &[4, 3]).is_err());
 }

@@ -61,7 +61,7 @@ kernel_args! {
     }
 }
 
-/// The op layer's entry for every op of the family.
+/// A member of the gather family (`ops::gather`).
 pub(crate) fn gather(
     def: &OpDef,
     attrs: &Attrs,
@@ -69,46 +69,62 @@ pub(crate) fn gather(
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
-    let op = def.name;
+    let m = crate::ops::gather::member(def)?;
     let e = |e: crate::NdError| e.to_string();
     let (x, y) = (&ins[0], &outs[0]);
-    match op {
-        "_backward_gather" => {
-            let fwd = attrs
-                .get("__fwd__")
-                .ok_or_else(|| format!("{op}: attribute __fwd__ (the forward op) is required"))?;
-            backward(
-                def,
-                &walks(fwd, attrs, &y.shape, &x.shape).map_err(e)?,
-                x,
-                y,
-                s,
-            )
-        }
-        "_backward_slice" => {
-            let fwd = attrs.get("__slice_op__").unwrap_or("slice");
-            backward(def, &slice_walks(fwd, attrs, &y.shape).map_err(e)?, x, y, s)
-        }
-        "slice" | "slice_axis" => forward(
-            def,
-            &slice_walks(op, attrs, &x.shape).map_err(e)?,
-            0.0,
-            x,
-            y,
-            s,
-        ),
-        _ => {
-            let fill = crate::ops::gather::fill_value(op, attrs).map_err(e)?;
-            forward(
-                def,
-                &walks(op, attrs, &x.shape, &y.shape).map_err(e)?,
-                fill,
-                x,
-                y,
-                s,
-            )
-        }
-    }
+    let fill = crate::ops::gather::fill_value(m, attrs).map_err(e)?;
+    let w = walks(m, attrs, &x.shape, &y.shape).map_err(e)?;
+    forward(def, &w, fill, x, y, s)
+}
+
+/// `_backward_gather`: each output gradient element added into the data element its forward
+/// member read.
+pub(crate) fn backward_gather(
+    def: &OpDef,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let e = |e: crate::NdError| e.to_string();
+    let (x, y) = (&ins[0], &outs[0]);
+    let fwd = crate::ops::gather::forward_member(def.name, attrs).map_err(e)?;
+    backward(
+        def,
+        &walks(fwd, attrs, &y.shape, &x.shape).map_err(e)?,
+        x,
+        y,
+        s,
+    )
+}
+
+/// slice and slice_axis: a walk of the data's selected region.
+pub(crate) fn slice(
+    def: &OpDef,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let e = |e: crate::NdError| e.to_string();
+    let (x, y) = (&ins[0], &outs[0]);
+    let w = slice_walks(def.name, attrs, &x.shape).map_err(e)?;
+    forward(def, &w, 0.0, x, y, s)
+}
+
+/// `_backward_slice`: the output gradient into the region its forward op (`__slice_op__`)
+/// read, zeros elsewhere.
+pub(crate) fn backward_slice(
+    def: &OpDef,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let e = |e: crate::NdError| e.to_string();
+    let (x, y) = (&ins[0], &outs[0]);
+    let fwd = attrs.get("__slice_op__").unwrap_or("slice");
+    backward(def, &slice_walks(fwd, attrs, &y.shape).map_err(e)?, x, y, s)
 }
 
 /// `[ndim, dims..., each axis's input offsets (-1: padding)...]`, refused when its memory

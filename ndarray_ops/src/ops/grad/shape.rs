@@ -98,68 +98,61 @@ pub(crate) fn split(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Optio
     )?)])
 }
 
-/// Gradients that are the output gradient times a mask or factor built from forward ops.
-pub(crate) fn masked(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
-    let g = need(n, og)?;
-    let (x, y) = (n.inputs[0].clone(), out(n, 0));
-    let op = n.op_name();
-    let name = |t: &str| format!("{}_backward_{t}", n.name);
-    let cmp = |t: &str, which: &str, v: f64| {
-        op1(
-            which,
-            name(t),
-            vec![x.clone()],
-            Attrs::new().with("scalar", v),
-        )
-    };
-    let factor = match op {
-        "clip" => {
-            let (lo, hi) = crate::ops::clip_bounds(op, &n.attrs)?;
-            op1(
-                op_name!("elemwise_mul"),
-                name("inside"),
-                vec![
-                    cmp("above", "_greater_scalar", lo)?,
-                    cmp("below", "_lesser_scalar", hi)?,
-                ],
-                Attrs::new(),
-            )?
-        }
-        // alpha where the output is strictly inside (0, 1)
-        "hard_sigmoid" => {
-            let (alpha, _) = crate::ops::math::hard_sigmoid_params(op, &n.attrs)?;
-            let on_output = |t: &str, which: &str, v: f64| {
-                op1(
-                    which,
-                    name(t),
-                    vec![y.clone()],
-                    Attrs::new().with("scalar", v),
-                )
-            };
-            let inside = op1(
-                op_name!("elemwise_mul"),
-                name("inside"),
-                vec![
-                    on_output("above", "_greater_scalar", 0.0)?,
-                    on_output("below", "_lesser_scalar", 1.0)?,
-                ],
-                Attrs::new(),
-            )?;
-            scaled(n, "slope", inside, alpha)?
-        }
-        other => {
-            return Err(invalid(
-                other,
-                format!("node '{}': no gradient rule", n.name),
-            ))
-        }
-    };
+/// The output gradient times `factor`, a mask or factor built from forward ops.
+fn masked(n: &Arc<Node>, g: NodeEntry, factor: NodeEntry) -> Result<Vec<Option<NodeEntry>>> {
     Ok(vec![Some(op1(
         op_name!("elemwise_mul"),
-        name("out"),
+        format!("{}_backward_out", n.name),
         vec![g, factor],
         Attrs::new(),
     )?)])
+}
+
+/// `v (cmp) bound`, a node named for `tag`.
+fn compared(n: &Arc<Node>, tag: &str, cmp: &str, v: NodeEntry, bound: f64) -> Result<NodeEntry> {
+    op1(
+        cmp,
+        format!("{}_backward_{tag}", n.name),
+        vec![v],
+        Attrs::new().with("scalar", bound),
+    )
+}
+
+/// clip: the output gradient where the input is strictly inside the bounds.
+pub(crate) fn clip(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+    let g = need(n, og)?;
+    let x = n.inputs[0].clone();
+    let (lo, hi) = crate::ops::clip_bounds(n.op_name(), &n.attrs)?;
+    let inside = op1(
+        op_name!("elemwise_mul"),
+        format!("{}_backward_inside", n.name),
+        vec![
+            compared(n, "above", op_name!("_greater_scalar"), x.clone(), lo)?,
+            compared(n, "below", op_name!("_lesser_scalar"), x, hi)?,
+        ],
+        Attrs::new(),
+    )?;
+    masked(n, g, inside)
+}
+
+/// hard_sigmoid: the output gradient times alpha where the output is strictly inside (0, 1).
+pub(crate) fn hard_sigmoid(
+    n: &Arc<Node>,
+    og: &[Option<NodeEntry>],
+) -> Result<Vec<Option<NodeEntry>>> {
+    let g = need(n, og)?;
+    let y = out(n, 0);
+    let (alpha, _) = crate::ops::math::hard_sigmoid_params(n.op_name(), &n.attrs)?;
+    let inside = op1(
+        op_name!("elemwise_mul"),
+        format!("{}_backward_inside", n.name),
+        vec![
+            compared(n, "above", op_name!("_greater_scalar"), y.clone(), 0.0)?,
+            compared(n, "below", op_name!("_lesser_scalar"), y, 1.0)?,
+        ],
+        Attrs::new(),
+    )?;
+    masked(n, g, scaled(n, "slope", inside, alpha)?)
 }
 
 pub(crate) fn stack(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
@@ -194,19 +187,22 @@ pub(crate) fn take(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option
 }
 
 /// gather_nd: the output gradient added back into the blocks read (a scatter that adds; the
-/// data gives the shape); scatter_nd: the output gradient gathered from the blocks written.
+/// data gives the shape); none for the indices.
 pub(crate) fn gather_nd(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
-    let (g, indices) = (need(n, og)?, n.inputs[1].clone());
+    let ins = vec![need(n, og)?, n.inputs[1].clone(), n.inputs[0].clone()];
     let name = format!("{}_backward", n.name);
-    let d = match n.op_name() {
-        "gather_nd" => op1(
-            op_name!("_backward_gather_nd"),
-            name,
-            vec![g, indices, n.inputs[0].clone()],
-            Attrs::new(),
-        )?,
-        _ => op1(op_name!("gather_nd"), name, vec![g, indices], Attrs::new())?,
-    };
+    let d = op1(op_name!("_backward_gather_nd"), name, ins, Attrs::new())?;
+    Ok(vec![Some(d), None])
+}
+
+/// scatter_nd: the output gradient gathered from the blocks written; none for the indices.
+pub(crate) fn scatter_nd(
+    n: &Arc<Node>,
+    og: &[Option<NodeEntry>],
+) -> Result<Vec<Option<NodeEntry>>> {
+    let ins = vec![need(n, og)?, n.inputs[1].clone()];
+    let name = format!("{}_backward", n.name);
+    let d = op1(op_name!("gather_nd"), name, ins, Attrs::new())?;
     Ok(vec![Some(d), None])
 }
 
@@ -224,23 +220,47 @@ pub(crate) fn gather(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opti
     Ok(grads)
 }
 
-/// SequenceMask: the output gradient with the masked steps zeroed; SequenceLast: it at each
-/// sequence's last step; SequenceReverse: it reversed back. None for the lengths.
-pub(crate) fn sequence(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
+/// One backward node `op` of the output gradient (and the data, with `data`) and the lengths
+/// where given; none for the lengths.
+fn sequence(
+    n: &Arc<Node>,
+    og: &[Option<NodeEntry>],
+    op: &str,
+    data: bool,
+) -> Result<Vec<Option<NodeEntry>>> {
     let mut ins = vec![need(n, og)?];
-    let op = match n.op_name() {
-        "SequenceMask" => "_backward_SequenceMask",
-        "SequenceReverse" => "SequenceReverse",
-        _ => {
-            ins.push(n.inputs[0].clone());
-            "_backward_SequenceLast"
-        }
-    };
+    if data {
+        ins.push(n.inputs[0].clone());
+    }
     ins.extend(n.inputs.get(1).cloned());
     let d = op1(op, format!("{}_backward", n.name), ins, n.attrs.clone())?;
     let mut grads = vec![Some(d)];
     grads.resize(n.inputs.len(), None);
     Ok(grads)
+}
+
+/// SequenceMask: the output gradient with the masked steps zeroed.
+pub(crate) fn sequence_mask(
+    n: &Arc<Node>,
+    og: &[Option<NodeEntry>],
+) -> Result<Vec<Option<NodeEntry>>> {
+    sequence(n, og, op_name!("_backward_SequenceMask"), false)
+}
+
+/// SequenceLast: the output gradient at each sequence's last step.
+pub(crate) fn sequence_last(
+    n: &Arc<Node>,
+    og: &[Option<NodeEntry>],
+) -> Result<Vec<Option<NodeEntry>>> {
+    sequence(n, og, op_name!("_backward_SequenceLast"), true)
+}
+
+/// SequenceReverse: the output gradient reversed back.
+pub(crate) fn sequence_reverse(
+    n: &Arc<Node>,
+    og: &[Option<NodeEntry>],
+) -> Result<Vec<Option<NodeEntry>>> {
+    sequence(n, og, op_name!("SequenceReverse"), false)
 }
 
 /// sort and topk returning values: each value's gradient back where it came from (the
@@ -260,22 +280,31 @@ pub(crate) fn sort(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option
     Ok(vec![Some(d)])
 }
 
-/// depth_to_space and space_to_depth: each the other's gradient.
-pub(crate) fn depth_space(
+/// One node of `op` on the output gradient, with the node's attributes.
+fn inverse(n: &Arc<Node>, og: &[Option<NodeEntry>], op: &str) -> Result<Vec<Option<NodeEntry>>> {
+    let name = format!("{}_backward", n.name);
+    Ok(vec![Some(op1(
+        op,
+        name,
+        vec![need(n, og)?],
+        n.attrs.clone(),
+    )?)])
+}
+
+/// depth_to_space: space_to_depth of the output gradient.
+pub(crate) fn depth_to_space(
     n: &Arc<Node>,
     og: &[Option<NodeEntry>],
 ) -> Result<Vec<Option<NodeEntry>>> {
-    let other = match n.op_name() {
-        "depth_to_space" => "space_to_depth",
-        _ => "depth_to_space",
-    };
-    let d = op1(
-        other,
-        format!("{}_backward", n.name),
-        vec![need(n, og)?],
-        n.attrs.clone(),
-    )?;
-    Ok(vec![Some(d)])
+    inverse(n, og, op_name!("space_to_depth"))
+}
+
+/// space_to_depth: depth_to_space of the output gradient.
+pub(crate) fn space_to_depth(
+    n: &Arc<Node>,
+    og: &[Option<NodeEntry>],
+) -> Result<Vec<Option<NodeEntry>>> {
+    inverse(n, og, op_name!("depth_to_space"))
 }
 
 /// pick: the output gradient back into the picked elements; none for the index.
