@@ -22,6 +22,8 @@ pub(crate) enum Member {
     /// An op whose output elements are each one input element or a constant (see
     /// [`Gather`](super::gather::Gather)).
     Gather(super::gather::Gather),
+    /// A normalization over groups of elements (see [`Norm`](super::norm::Norm)).
+    Norm(super::norm::Norm),
 }
 
 impl Member {

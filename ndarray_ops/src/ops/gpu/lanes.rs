@@ -288,7 +288,7 @@ pub(crate) fn normalization(
     let backward = op.starts_with("_backward_");
     let data = &ins[usize::from(backward)];
     let (groups, scale, _, _) = crate::ops::norm_layout(op, attrs, &data.shape).map_err(e2s)?;
-    let l2 = op.ends_with("L2Normalization");
+    let l2 = crate::ops::norm::member(def)? == crate::ops::norm::Norm::L2;
     let (per, layout) = match scale {
         Scale::ByPosition => (0, (groups.outer, groups.len, groups.inner)),
         // InstanceNorm and GroupNorm: groups are whole (sample, channel or group) runs.
