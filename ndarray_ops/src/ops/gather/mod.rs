@@ -514,12 +514,7 @@ fn infer_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Inf
 
 /// Checks that an output gradient of shape `ograd` is what `fwd` makes of data of shape `data`,
 /// so that its rules read only inside the data.
-pub(crate) fn check_backward(
-    fwd: Gather,
-    attrs: &Attrs,
-    data: &[usize],
-    ograd: &[usize],
-) -> Result<()> {
+fn check_backward(fwd: Gather, attrs: &Attrs, data: &[usize], ograd: &[usize]) -> Result<()> {
     let fits = match fwd {
         // Their output's shape comes from a second input, which the gradient does not see.
         Gather::BroadcastLike => {

@@ -5,6 +5,7 @@
 use super::kernel::forward;
 use super::Unary;
 use crate::error::{shape_error, Result};
+use crate::ops::elemwise::binary_map;
 use crate::ops::nn::require_float;
 use crate::ops::params::{attr_enum, op_params, Params};
 use crate::ops::{same_dtypes, Arity, Attrs, Infer, KResult, OpDef, TensorRef};
@@ -109,7 +110,6 @@ fn backward_kernel(
     let act = ActType::of(def.name, attrs).map_err(|e| e.to_string())?;
     let f = act.derivative();
     let (dy, y, dx) = (&ins[0], &ins[1], &outs[0]);
-    use crate::ops::elemwise::binary_map;
     crate::with_dtype!(dx.dtype, T => {
         let (zero, one) = (T::default(), T::from_f64(1.0));
         match act {

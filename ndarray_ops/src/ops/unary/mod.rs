@@ -423,67 +423,29 @@ fn infer_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Inf
     Ok((vec![s[0].clone()], vec![d[0]]))
 }
 
-pub(super) fn ops() -> &'static [OpDef] {
-    /// Member `M` of [`Unary::ALL`]'s op.
-    const fn def<const M: usize>() -> OpDef {
-        let m = Unary::ALL[M];
-        OpDef {
-            inplace: &[(0, 0)],
-            backward_ignores: m.backward_ignores(),
-            ..OpDef::new(
-                m.name(),
-                Arity::Exactly(1),
-                infer_unary,
-                kernel::unary_kernel,
-            )
-        }
-        .pointwise(m.fused_elementwise())
-        .member(Member::Unary(m))
-        .grad(grad::unary)
-        .on_gpu(gpu::unary)
+/// Member `m`'s op.
+const fn def(m: Unary) -> OpDef {
+    OpDef {
+        inplace: &[(0, 0)],
+        backward_ignores: m.backward_ignores(),
+        ..OpDef::new(
+            m.name(),
+            Arity::Exactly(1),
+            infer_unary,
+            kernel::unary_kernel,
+        )
     }
-    static OPS: [OpDef; 43] = [
-        def::<0>(),
-        def::<1>(),
-        def::<2>(),
-        def::<3>(),
-        def::<4>(),
-        def::<5>(),
-        def::<6>(),
-        def::<7>(),
-        def::<8>(),
-        def::<9>(),
-        def::<10>(),
-        def::<11>(),
-        def::<12>(),
-        def::<13>(),
-        def::<14>(),
-        def::<15>(),
-        def::<16>(),
-        def::<17>(),
-        def::<18>(),
-        def::<19>(),
-        def::<20>(),
-        def::<21>(),
-        def::<22>(),
-        def::<23>(),
-        def::<24>(),
-        def::<25>(),
-        def::<26>(),
-        def::<27>(),
-        def::<28>(),
-        def::<29>(),
-        def::<30>(),
-        def::<31>(),
-        def::<32>(),
-        def::<33>(),
-        def::<34>(),
-        def::<35>(),
-        def::<36>(),
-        def::<37>(),
-        def::<38>(),
-        def::<39>(),
-        OpDef {
+    .pointwise(m.fused_elementwise())
+    .member(Member::Unary(m))
+    .grad(grad::unary)
+    .on_gpu(gpu::unary)
+}
+
+pub(super) fn ops() -> &'static [OpDef] {
+    const MEMBERS: usize = Unary::ALL.len();
+    /// Every member's op, then `_backward_math` and Activation's two.
+    static OPS: [OpDef; MEMBERS + 3] = {
+        const BACKWARD_MATH: OpDef = OpDef {
             inplace: &[(0, 0)],
             ..OpDef::new(
                 "_backward_math",
@@ -492,10 +454,17 @@ pub(super) fn ops() -> &'static [OpDef] {
                 kernel::backward_kernel,
             )
         }
-        .on_gpu(gpu::backward),
-        activation::ACTIVATION,
-        activation::BACKWARD,
-    ];
+        .on_gpu(gpu::backward);
+        let mut ops = [BACKWARD_MATH; MEMBERS + 3];
+        let mut i = 0;
+        while i < MEMBERS {
+            ops[i] = def(Unary::ALL[i]);
+            i += 1;
+        }
+        ops[MEMBERS + 1] = activation::ACTIVATION;
+        ops[MEMBERS + 2] = activation::BACKWARD;
+        ops
+    };
     &OPS
 }
 
