@@ -24,6 +24,9 @@ pub(crate) enum Member {
     Gather(super::gather::Gather),
     /// A normalization over groups of elements (see [`Norm`](super::norm::Norm)).
     Norm(super::norm::Norm),
+    /// An op that draws its output from a distribution (see
+    /// [`Sampler`](super::stochastic::Sampler)).
+    Sampler(super::stochastic::Sampler),
 }
 
 impl Member {

@@ -80,22 +80,19 @@ fn infer_regression(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> I
     Ok((vec![x.clone()], vec![same_dtypes(op, d)?]))
 }
 
-fn regression_kernel(
-    def: &OpDef,
+/// LogisticRegressionOutput's prediction: the data's sigmoid (the other heads predict the data
+/// itself, a copy).
+fn logistic_kernel(
+    _: &OpDef,
     _: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
-    let op = def.name;
-    if op == "LogisticRegressionOutput" {
-        let sigmoid = super::unary::Unary::Sigmoid;
-        crate::with_dtype!(outs[0].dtype, T => {
-            super::unary::kernel::forward::<T>(sigmoid, &ins[0], &outs[0])
-        });
-        return Ok(());
-    }
-    super::copy_unless_same(&ins[0], &outs[0]);
+    let sigmoid = super::unary::Unary::Sigmoid;
+    crate::with_dtype!(outs[0].dtype, T => {
+        super::unary::kernel::forward::<T>(sigmoid, &ins[0], &outs[0])
+    });
     Ok(())
 }
 
@@ -108,19 +105,42 @@ fn infer_regression_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DTy
     Ok((vec![s[0].clone(), s[1].clone()], vec![dt; 2]))
 }
 
-fn regression_backward_kernel(
+/// The squared-error heads' gradient: the prediction's error.
+fn squared_backward_kernel(
     def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
+    regression_backward(def, attrs, ins, outs, false)
+}
+
+/// MAERegressionOutput's gradient: the sign of the prediction's error.
+fn mae_backward_kernel(
+    def: &OpDef,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    regression_backward(def, attrs, ins, outs, true)
+}
+
+/// `grad_scale` over the outputs per sample times the prediction's error, or (`mae`) its sign;
+/// zero for the label.
+fn regression_backward(
+    def: &OpDef,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    mae: bool,
+) -> KResult {
     let op = def.name;
     let scale = grad_scale(op, attrs).map_err(|e| e.to_string())?;
     let label = &ins[1];
     let per_sample = label.len() / label.shape.first().copied().unwrap_or(1).max(1);
     let k = scale / per_sample.max(1) as f64;
-    let mae = op == "_backward_MAERegressionOutput";
     crate::with_dtype!(outs[0].dtype, T => {
         // SAFETY: read access to the prediction and label, exclusive access to the gradients
         // (not planned in place: the op is not alias-safe).
@@ -154,11 +174,14 @@ fn make_loss_scale(op: &str, attrs: &Attrs, out: &TensorRef) -> Result<f64> {
     })
 }
 
-fn infer_make_loss(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    if op == "MakeLoss" {
-        make_loss_params(op, attrs)?;
-    }
+fn infer_make_loss(_: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     Ok((vec![s[0].clone()], vec![d[0]]))
+}
+
+/// MakeLoss's attributes are read here too, so that a malformed one fails at the call.
+fn infer_make_loss_scaled(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    make_loss_params(op, attrs)?;
+    infer_make_loss(op, attrs, s, d)
 }
 
 /// `_backward_MakeLoss(out) -> d data`.
@@ -273,42 +296,41 @@ fn cross_entropy_backward_kernel(
 }
 
 pub(super) fn ops() -> &'static [OpDef] {
-    const fn regression(name: &'static str) -> OpDef {
+    const fn regression(name: &'static str, kernel: super::KernelFn) -> OpDef {
         OpDef {
             infer_partial: Some(super::partial_shapes::label_like_data),
             inplace: &[(0, 0)],
             backward_ignores: &[0],
-            ..OpDef::new(name, Arity::Exactly(2), infer_regression, regression_kernel)
+            ..OpDef::new(name, Arity::Exactly(2), infer_regression, kernel)
         }
     }
-    const fn regression_backward(name: &'static str) -> OpDef {
+    const fn regression_backward(name: &'static str, kernel: super::KernelFn) -> OpDef {
         OpDef {
             alias_safe: false,
-            ..OpDef::new(
-                name,
-                Arity::Exactly(2),
-                infer_regression_backward,
-                regression_backward_kernel,
-            )
+            ..OpDef::new(name, Arity::Exactly(2), infer_regression_backward, kernel)
         }
         // The data's gradient and the label's.
         .outputs(Outputs::all(2))
     }
     static OPS: &[OpDef] = &[
-        regression("LinearRegressionOutput")
+        regression("LinearRegressionOutput", super::copy_kernel)
             .grad(grad::linear_regression)
             .on_gpu(gpu::ops::copy),
-        regression("LogisticRegressionOutput")
+        regression("LogisticRegressionOutput", logistic_kernel)
             .grad(grad::logistic_regression)
             .on_gpu(gpu::nn::logistic),
-        regression("MAERegressionOutput")
+        regression("MAERegressionOutput", super::copy_kernel)
             .grad(grad::mae_regression)
             .on_gpu(gpu::ops::copy),
-        regression_backward("_backward_LinearRegressionOutput")
+        regression_backward("_backward_LinearRegressionOutput", squared_backward_kernel)
             .on_gpu(gpu::nn::regression_backward),
-        regression_backward("_backward_LogisticRegressionOutput")
+        regression_backward(
+            "_backward_LogisticRegressionOutput",
+            squared_backward_kernel,
+        )
+        .on_gpu(gpu::nn::regression_backward),
+        regression_backward("_backward_MAERegressionOutput", mae_backward_kernel)
             .on_gpu(gpu::nn::regression_backward),
-        regression_backward("_backward_MAERegressionOutput").on_gpu(gpu::nn::regression_backward),
         OpDef {
             identity: true,
             backward_ignores: &[0],
@@ -316,7 +338,7 @@ pub(super) fn ops() -> &'static [OpDef] {
             ..OpDef::new(
                 "MakeLoss",
                 Arity::Exactly(1),
-                infer_make_loss,
+                infer_make_loss_scaled,
                 super::copy_kernel,
             )
         }

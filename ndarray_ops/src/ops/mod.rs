@@ -70,7 +70,7 @@ pub(crate) use {
     reduce::axes_of as reduced_axes,
     roi::{align_plan, pooling_windows},
     shape::{concat_axis, split_params, take_layout, take_mode, take_row},
-    stochastic::{dropout_active, dropout_p, random_params},
+    stochastic::{dropout_active, dropout_p},
     vision::{plane_taps, PlaneTaps},
 };
 

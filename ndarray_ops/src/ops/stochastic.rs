@@ -8,6 +8,7 @@
 use rand::Rng;
 use rand_distr::{Distribution, Normal};
 
+use super::family::Member;
 use super::params::{attr_enum, op_params, Params};
 use super::{Arity, Attrs, OpDef, Outputs, TensorRef};
 use crate::error::{invalid, NdError, Result};
@@ -146,13 +147,59 @@ op_params! {
     }
 }
 
+/// A member of the sampler family: the distribution an op draws from, named for its op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Sampler {
+    Uniform,
+    Normal,
+}
+
+impl Sampler {
+    /// Every member.
+    const ALL: [Sampler; 2] = [Sampler::Uniform, Sampler::Normal];
+
+    /// The op's name: the family's one name table.
+    const fn name(self) -> &'static str {
+        match self {
+            Sampler::Uniform => "_random_uniform",
+            Sampler::Normal => "_random_normal",
+        }
+    }
+
+    /// The member named `op` (inference receives the op's name).
+    fn of(op: &str) -> Result<Sampler> {
+        Sampler::ALL
+            .into_iter()
+            .find(|m| m.name() == op)
+            .ok_or_else(|| invalid(op, "is not a sampler"))
+    }
+
+    /// Its two parameters: uniform's (low, high), normal's (loc, scale).
+    pub(crate) fn params(self, attrs: &Attrs) -> Result<(f64, f64)> {
+        let op = self.name();
+        match self {
+            Sampler::Uniform => UniformParams::get(op, attrs).map(|p| (p.low, p.high)),
+            Sampler::Normal => NormalParams::get(op, attrs).map(|p| (p.loc, p.scale)),
+        }
+    }
+}
+
+/// The member `def` is, as an error message where it is none.
+pub(crate) fn sampler(def: &OpDef) -> std::result::Result<Sampler, String> {
+    match def.member {
+        Member::Sampler(m) => Ok(m),
+        _ => Err(format!("{} is not a sampler", def.name)),
+    }
+}
+
 fn infer_random(op: &str, attrs: &Attrs, _s: &[Vec<usize>], _d: &[DType]) -> Infer {
-    let (shape, dtype) = match op {
-        "_random_uniform" => {
+    let m = Sampler::of(op)?;
+    let (shape, dtype) = match m {
+        Sampler::Uniform => {
             let p = UniformParams::get(op, attrs)?;
             (p.shape.clone(), p.dtype)
         }
-        _ => {
+        Sampler::Normal => {
             let p = NormalParams::get(op, attrs)?;
             (p.shape.clone(), p.dtype)
         }
@@ -171,22 +218,17 @@ fn infer_random(op: &str, attrs: &Attrs, _s: &[Vec<usize>], _d: &[DType]) -> Inf
             ))
         }
     };
-    let (a, b) = random_params(op, attrs)?;
-    if op == "_random_uniform" && a > b {
-        return Err(invalid(op, format!("low {a} is above high {b}")));
-    }
-    if op == "_random_normal" && b < 0.0 {
-        return Err(invalid(op, format!("scale {b} is negative")));
+    let (a, b) = m.params(attrs)?;
+    match m {
+        Sampler::Uniform if a > b => {
+            return Err(invalid(op, format!("low {a} is above high {b}")));
+        }
+        Sampler::Normal if b < 0.0 => {
+            return Err(invalid(op, format!("scale {b} is negative")));
+        }
+        Sampler::Uniform | Sampler::Normal => {}
     }
     Ok((vec![shape.iter().map(|&d| d as usize).collect()], vec![dt]))
-}
-
-/// A sampler's two parameters: uniform's (low, high), normal's (loc, scale).
-pub(crate) fn random_params(op: &str, attrs: &Attrs) -> Result<(f64, f64)> {
-    match op {
-        "_random_uniform" => UniformParams::get(op, attrs).map(|p| (p.low, p.high)),
-        _ => NormalParams::get(op, attrs).map(|p| (p.loc, p.scale)),
-    }
 }
 
 fn random_kernel(
@@ -196,20 +238,23 @@ fn random_kernel(
     outs: &[TensorRef],
     res: &mut KernelRes,
 ) -> KResult {
-    let op = def.name;
-    let (a, b) = random_params(op, attrs).map_err(|e| e.to_string())?;
+    let (m, op) = (sampler(def)?, def.name);
+    let (a, b) = m.params(attrs).map_err(|e| e.to_string())?;
     let rng = res.rng()?;
     crate::with_dtype!(outs[0].dtype, T => {
         // SAFETY: exclusive access to the output.
         let out = unsafe { outs[0].slice_mut::<T>() };
-        if op == "_random_uniform" {
-            for v in out.iter_mut() {
-                *v = T::from_f64(a + (b - a) * rng.gen::<f64>());
+        match m {
+            Sampler::Uniform => {
+                for v in out.iter_mut() {
+                    *v = T::from_f64(a + (b - a) * rng.gen::<f64>());
+                }
             }
-        } else {
-            let normal = Normal::new(a, b).map_err(|e| format!("{op}: {e}"))?;
-            for v in out.iter_mut() {
-                *v = T::from_f64(normal.sample(rng));
+            Sampler::Normal => {
+                let normal = Normal::new(a, b).map_err(|e| format!("{op}: {e}"))?;
+                for v in out.iter_mut() {
+                    *v = T::from_f64(normal.sample(rng));
+                }
             }
         }
     });
@@ -233,24 +278,26 @@ pub(super) fn ops() -> &'static [OpDef] {
             alias_safe: false,
             resources: &[Resource::Random],
             ..OpDef::new(
-                "_random_uniform",
+                Sampler::Uniform.name(),
                 Arity::Exactly(0),
                 infer_random,
                 random_kernel,
             )
         }
+        .member(Member::Sampler(Sampler::Uniform))
         .on_gpu(gpu::nn::random_fill),
         OpDef {
             aliases: &["normal", "random_normal"],
             alias_safe: false,
             resources: &[Resource::Random],
             ..OpDef::new(
-                "_random_normal",
+                Sampler::Normal.name(),
                 Arity::Exactly(0),
                 infer_random,
                 random_kernel,
             )
         }
+        .member(Member::Sampler(Sampler::Normal))
         .on_gpu(gpu::nn::random_fill),
     ];
     OPS

@@ -353,14 +353,15 @@ pub(crate) fn random_fill(
     outs: &[TensorRef],
     s: &dyn Stream,
 ) -> KResult {
-    let op = def.name;
-    let (a, b) = crate::ops::random_params(op, attrs).map_err(e2s)?;
+    use crate::ops::stochastic::{sampler, Sampler};
+    let (m, op) = (sampler(def)?, def.name);
+    let (a, b) = m.params(attrs).map_err(e2s)?;
     let n = outs[0].len();
     let args = RandomFill {
         n: int(n),
         out: ptr(&outs[0]),
         seed: seed_of(op, attrs)? as i64,
-        normal: i64::from(op == "_random_normal"),
+        normal: i64::from(m == Sampler::Normal),
         lo: a as f32,
         hi: b as f32,
     };
