@@ -451,13 +451,28 @@ pub(crate) fn block_size(op: &str, attrs: &Attrs) -> Result<usize> {
 
 /// `depth_to_space` moves blocks of `b * b` channels into `b x b` pixel blocks, `(n, c, h, w)
 /// -> (n, c / b², h b, w b)`; `space_to_depth` undoes it.
-pub(super) fn infer_depth_space(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+fn infer_depth_to_space(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    infer_depth_space(op, attrs, s, d, true)
+}
+
+fn infer_space_to_depth(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    infer_depth_space(op, attrs, s, d, false)
+}
+
+/// Either op's output shape: `to_space` for depth_to_space.
+fn infer_depth_space(
+    op: &str,
+    attrs: &Attrs,
+    s: &[Vec<usize>],
+    d: &[DType],
+    to_space: bool,
+) -> Infer {
     let b = block_size(op, attrs)?;
     let x = &s[0];
     if x.len() != 4 {
         return Err(shape_error(op, "data", x, "(n, c, h, w)"));
     }
-    let out = if op == "depth_to_space" {
+    let out = if to_space {
         if !x[1].is_multiple_of(b * b) {
             return Err(shape_error(
                 op,
@@ -503,20 +518,40 @@ pub(super) fn depth_space_pairs(
     })
 }
 
-pub(super) fn depth_space_kernel(
+fn depth_to_space_kernel(
     def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
     outs: &[TensorRef],
     _res: &mut KernelRes,
 ) -> KResult {
-    let op = def.name;
-    let b = block_size(op, attrs).map_err(|e| e.to_string())?;
+    depth_space(def, attrs, ins, outs, true)
+}
+
+fn space_to_depth_kernel(
+    def: &OpDef,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    _res: &mut KernelRes,
+) -> KResult {
+    depth_space(def, attrs, ins, outs, false)
+}
+
+/// Either op: `to_space` for depth_to_space.
+fn depth_space(
+    def: &OpDef,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    to_space: bool,
+) -> KResult {
+    let b = block_size(def.name, attrs).map_err(|e| e.to_string())?;
     // Element `o` of the spread-out (space) array pairs with element `src` of the deep one.
-    let (deep, to_space) = if op == "depth_to_space" {
-        (&ins[0].shape, true)
+    let deep = if to_space {
+        &ins[0].shape
     } else {
-        (&outs[0].shape, false)
+        &outs[0].shape
     };
     let mut sources = vec![0; outs[0].len()];
     for (o, src) in depth_space_pairs(b, deep) {
@@ -579,12 +614,12 @@ pub(super) fn ops() -> &'static [OpDef] {
             ..OpDef::new(
                 "depth_to_space",
                 Arity::Exactly(1),
-                infer_depth_space,
-                depth_space_kernel,
+                infer_depth_to_space,
+                depth_to_space_kernel,
             )
         }
         .grad(grad::depth_to_space)
-        .on_gpu(gpu::shape::depth_space),
+        .on_gpu(gpu::shape::depth_to_space),
         OpDef {
             alias_safe: false,
             backward_ignores: &[0],
@@ -592,11 +627,11 @@ pub(super) fn ops() -> &'static [OpDef] {
             ..OpDef::new(
                 "space_to_depth",
                 Arity::Exactly(1),
-                infer_depth_space,
-                depth_space_kernel,
+                infer_space_to_depth,
+                space_to_depth_kernel,
             )
         }
-        .on_gpu(gpu::shape::depth_space),
+        .on_gpu(gpu::shape::space_to_depth),
         // Its own gradient: reversing twice is the identity.
         OpDef {
             alias_safe: false,

@@ -10,9 +10,8 @@ use crate::ops::KResult;
 use crate::ops::OpDef;
 use crate::ops::{Attrs, TensorRef};
 
-/// depth_to_space and space_to_depth: each a permutation of the data viewed with its blocks
-/// as axes of their own.
-pub(crate) fn depth_space(
+/// depth_to_space: a permutation of the data viewed with its blocks as axes of their own.
+pub(crate) fn depth_to_space(
     def: &OpDef,
     attrs: &Attrs,
     ins: &[TensorRef],
@@ -22,18 +21,35 @@ pub(crate) fn depth_space(
     let op = def.name;
     let b = crate::ops::block_size(op, attrs).map_err(e2s)?;
     let x = &ins[0].shape;
-    let (view, order): (Vec<usize>, [usize; 6]) = match op {
-        // (n, b, b, c, h, w) -> (n, c, h, b, w, b)
-        "depth_to_space" => (
-            vec![x[0], b, b, x[1] / (b * b), x[2], x[3]],
-            [0, 3, 4, 1, 5, 2],
-        ),
-        // (n, c, h, b, w, b) -> (n, b, b, c, h, w)
-        _ => (
-            vec![x[0], x[1], x[2] / b, b, x[3] / b, b],
-            [0, 3, 5, 1, 2, 4],
-        ),
-    };
+    // (n, b, b, c, h, w) -> (n, c, h, b, w, b)
+    let view = [x[0], b, b, x[1] / (b * b), x[2], x[3]];
+    permuted(s, op, (ins, outs), view, [0, 3, 4, 1, 5, 2])
+}
+
+/// space_to_depth: the inverse permutation of depth_to_space.
+pub(crate) fn space_to_depth(
+    def: &OpDef,
+    attrs: &Attrs,
+    ins: &[TensorRef],
+    outs: &[TensorRef],
+    s: &dyn Stream,
+) -> KResult {
+    let op = def.name;
+    let b = crate::ops::block_size(op, attrs).map_err(e2s)?;
+    let x = &ins[0].shape;
+    // (n, c, h, b, w, b) -> (n, b, b, c, h, w)
+    let view = [x[0], x[1], x[2] / b, b, x[3] / b, b];
+    permuted(s, op, (ins, outs), view, [0, 3, 5, 1, 2, 4])
+}
+
+/// The input seen as `view`, its axes copied out in `order`.
+fn permuted(
+    s: &dyn Stream,
+    op: &str,
+    (ins, outs): (&[TensorRef], &[TensorRef]),
+    view: [usize; 6],
+    order: [usize; 6],
+) -> KResult {
     let steps = strides(&view);
     let dims = order.map(|d| [view[d], steps[d]]);
     strided_copy(s, op, outs[0].ptr(), ins[0].ptr(), dims)
