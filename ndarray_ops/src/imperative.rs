@@ -44,7 +44,7 @@ pub fn invoke_on(
     out: Option<&[&NDArray]>,
 ) -> Result<Vec<NDArray>> {
     let push = |attrs: &Attrs| {
-        let call = Call {
+        let call = Invocation {
             name,
             inputs,
             attrs,
@@ -77,8 +77,8 @@ pub fn invoke_on(
     crate::array::tape::record_op(name, attrs, inputs, outputs)
 }
 
-/// One call of an op, as [`prepare`] takes it.
-pub(crate) struct Call<'c> {
+/// One invocation of an op on arrays, as [`prepare`] takes it.
+pub(crate) struct Invocation<'c> {
     pub(crate) name: &'c str,
     pub(crate) inputs: &'c [&'c NDArray],
     pub(crate) attrs: &'c Attrs,
@@ -99,10 +99,10 @@ pub(crate) struct Call<'c> {
 pub(crate) fn prepare(
     rt: &Arc<Runtime>,
     ctx: storage::Context,
-    call: Call<'_>,
+    call: Invocation<'_>,
     push: impl FnOnce(Op<'_>) -> std::result::Result<(), engine::EngineError>,
 ) -> Result<Vec<NDArray>> {
-    let Call {
+    let Invocation {
         name,
         inputs,
         attrs,
@@ -436,5 +436,13 @@ pub(crate) fn run_kernel(
             scratch.push(copy);
         }
     }
-    kernel(def, attrs, ins, outs, res)
+    kernel(
+        crate::ops::Call {
+            def,
+            attrs,
+            ins,
+            outs,
+        },
+        res,
+    )
 }

@@ -20,7 +20,7 @@ use storage::plan::SolverKind;
 use storage::Context;
 
 use crate::error::{invalid, shape_error, some_names, NdError, Result};
-use crate::imperative::{prepare, Call};
+use crate::imperative::{prepare, Invocation};
 use crate::ops::{Attrs, GradReq, IS_TRAIN};
 use crate::resources::OpState;
 use crate::symbol::fuse::FusionReport;
@@ -436,7 +436,7 @@ impl Executor {
             } else {
                 let attrs = &self.node_attrs[i][usize::from(is_train)];
                 let ctx = self.devices[i];
-                let call = Call {
+                let call = Invocation {
                     name: def.name,
                     inputs: &inputs,
                     attrs,
@@ -454,7 +454,7 @@ impl Executor {
                 let grad = &self.grads[k].1;
                 let (n, out) = g.outputs[self.num_outputs + k];
                 let entry = &self.entries[g.entry(n, out)];
-                let call = Call {
+                let call = Invocation {
                     name: "elemwise_add",
                     inputs: &[grad, entry],
                     attrs: &Attrs::new(),

@@ -44,7 +44,7 @@ pub use key::Key;
 pub use optimizer::{Optimizer, Sgd, Updater};
 
 use crate::error::{invalid, shape_error, Result};
-use crate::imperative::{prepare, Call};
+use crate::imperative::{prepare, Invocation};
 use crate::ops::names::op_name;
 use crate::ops::Attrs;
 use crate::{ndfile, NDArray, Runtime};
@@ -872,7 +872,7 @@ fn push_op(
     priority: i32,
 ) -> Result<()> {
     let rt = out.runtime().clone();
-    let call = Call {
+    let call = Invocation {
         name,
         inputs,
         attrs,

@@ -10,6 +10,7 @@ use super::{
 use crate::error::{shape_error, Result};
 use crate::ops::gpu;
 use crate::ops::grad;
+use crate::ops::Call;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
@@ -26,13 +27,8 @@ fn infer_add_n(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
 /// input (vectorized), then written, so that an output that is one of the inputs is read before
 /// it is written; blocks are independent, so a large sum is split across threads. Each element
 /// is `((0 + x0) + x1) + ...`, in input order, as an element-at-a-time loop sums it.
-fn add_n_kernel(
-    _: &OpDef,
-    _: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn add_n_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (_, _, ins, outs) = call.parts();
     const BLOCK: usize = 512;
     let n = outs[0].len();
     crate::with_dtype!(outs[0].dtype, T => {
@@ -118,13 +114,8 @@ pub(crate) fn softmax_output_scale(
     Ok((scale, ignore))
 }
 
-fn softmax_output_backward_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn softmax_output_backward_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (p, label) = (&ins[0], &ins[1]);
     let (n, c) = (p.shape[0], p.shape[1]);
@@ -217,13 +208,8 @@ fn infer_like_first(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer
     Ok((vec![s[0].clone()], vec![dt]))
 }
 
-fn softmax_backward_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn softmax_backward_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (g, y) = (&ins[0], &ins[1]);
     let (axis, temp) = super::softmax_axis(op, attrs, g.shape.len()).map_err(|e| e.to_string())?;
@@ -272,13 +258,8 @@ fn infer_reduce_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType])
     Ok((vec![s[1].clone()], vec![d[0]]))
 }
 
-fn reduce_backward_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn reduce_backward_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (g, o) = (&ins[0], &outs[0]);
     let shape = &o.shape;
@@ -336,13 +317,8 @@ fn infer_sum_to_like(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infe
     Ok((vec![like.clone()], vec![d[0]]))
 }
 
-fn sum_to_like_kernel(
-    _: &OpDef,
-    _: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn sum_to_like_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (_, _, ins, outs) = call.parts();
     let (g, o) = (&ins[0], &outs[0]);
     let (gs, os) = (&g.shape, &o.shape);
     let lead = gs.len() - os.len();

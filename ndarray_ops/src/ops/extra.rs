@@ -9,6 +9,7 @@ use super::{
 use crate::error::{invalid, shape_error, Result};
 use crate::ops::gpu;
 use crate::ops::grad;
+use crate::ops::Call;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
@@ -161,13 +162,8 @@ fn infer_leaky(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer 
     Ok((vec![s[0].clone()], vec![same_dtypes(op, d)?]))
 }
 
-fn leaky_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn leaky_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let kind = LeakyAct::of(op, attrs).map_err(|e| e.to_string())?;
     crate::with_dtype!(outs[0].dtype, T => {
@@ -200,13 +196,8 @@ fn infer_leaky_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) 
     Ok((s[1..].to_vec(), vec![dt; s.len() - 1]))
 }
 
-fn leaky_backward_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn leaky_backward_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let kind = LeakyAct::of(op, attrs).map_err(|e| e.to_string())?;
     crate::with_dtype!(outs[0].dtype, T => {
@@ -258,13 +249,8 @@ fn infer_stack(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer 
     Ok((vec![out], vec![dt]))
 }
 
-fn stack_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn stack_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let o = &outs[0];
     let axis = stack_axis(op, attrs, o.shape.len()).map_err(|e| e.to_string())?;
@@ -306,13 +292,8 @@ fn infer_fill(op: &str, attrs: &Attrs, _s: &[Vec<usize>], _d: &[DType]) -> Infer
 }
 
 /// `_zeros`, `_ones`, and `zeros_like`/`ones_like` (whose input only gives the shape).
-pub(super) fn fill_kernel(
-    def: &OpDef,
-    _: &Attrs,
-    _ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+pub(super) fn fill_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, _, _, outs) = call.parts();
     let op = def.name;
     let v = if matches!(op, "_ones" | "ones_like") {
         1.0
@@ -373,13 +354,8 @@ fn infer_arange(op: &str, attrs: &Attrs, _s: &[Vec<usize>], _d: &[DType]) -> Inf
     Ok((vec![vec![count * repeat]], vec![dt]))
 }
 
-fn arange_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    _ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn arange_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, _, outs) = call.parts();
     let op = def.name;
     let (start, step, _, repeat) = arange_params(op, attrs).map_err(|e| e.to_string())?;
     crate::with_dtype!(outs[0].dtype, T => {
@@ -418,13 +394,8 @@ fn infer_where(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
 /// over the first axis (each row then one copy). The condition is read a chunk at a time into
 /// a mask, so the selecting loop is the same for every condition dtype; chunks split across
 /// threads.
-fn where_kernel(
-    _: &OpDef,
-    _: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn where_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (_, _, ins, outs) = call.parts();
     const CHUNK: usize = 4096;
     let (c, o) = (&ins[0], &outs[0]);
     let row = if c.len() == o.len() {

@@ -20,6 +20,7 @@
 //!   in cache instead of going to memory as whole tensors. The members' kernels are the unfused
 //!   ones, so the results are the same bits.
 
+use crate::ops::Call;
 use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
@@ -90,13 +91,8 @@ pub(crate) fn applies_relu(attrs: &Attrs) -> bool {
     attrs.get("act_type") == Some("relu")
 }
 
-fn bn_relu_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn bn_relu_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     bn_forward(op, attrs, ins, outs, true)
 }
@@ -121,13 +117,8 @@ fn infer_bn_relu_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]
     infer_bn_backward(op, attrs, &shapes, &dtypes)
 }
 
-fn bn_relu_backward_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn bn_relu_backward_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     bn_backward(op, attrs, &ins[0], Some(&ins[1]), &ins[2..], outs)
 }
@@ -142,13 +133,8 @@ fn infer_conv_bn(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infe
     infer_bn(op, attrs, &bn_shapes, &[d[0]; 5])
 }
 
-fn conv_bn_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    res: &mut KernelRes,
-) -> KResult {
+fn conv_bn_kernel(call: Call, res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let k = conv_inputs(op);
     let map = bn_inference_map(op, attrs, &outs[0].shape, &ins[k..k + 4], outs)?;
@@ -262,13 +248,8 @@ fn infer_elemwise(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Inf
 /// kernel runs on tile-sized views of the inputs and of earlier steps' tiles (scratch of its
 /// own per thread), and the last step's tile is copied to the output (so an output sharing an
 /// input's memory is safe: a tile is read before it is written).
-fn elemwise_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn elemwise_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let prog = program(op, attrs, ins.len()).map_err(|e| e.to_string())?;
     let out = &outs[0];
@@ -310,8 +291,14 @@ fn elemwise_kernel(
                         Arg::Step(i) => view(step_at(i)),
                     })
                     .collect();
-                if let Err(e) = (def.kernel)(def, step_attrs, &views, &[view(step_at(j))], &mut res)
-                {
+                let outs = [view(step_at(j))];
+                let call = Call {
+                    def,
+                    attrs: step_attrs,
+                    ins: &views,
+                    outs: &outs,
+                };
+                if let Err(e) = (def.kernel)(call, &mut res) {
                     let mut f = failure.lock().unwrap_or_else(|p| p.into_inner());
                     f.get_or_insert(format!("{op}: step {j} ({}): {e}", def.name));
                     return;

@@ -14,6 +14,7 @@ use super::{Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
 use crate::ops::gpu;
 use crate::ops::grad;
+use crate::ops::Call;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
@@ -143,13 +144,8 @@ pub(crate) fn starts_of(
         .collect()
 }
 
-fn gather_nd_kernel(
-    def: &OpDef,
-    _: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _: &mut KernelRes,
-) -> KResult {
+fn gather_nd_kernel(call: Call, _: &mut KernelRes) -> KResult {
+    let (def, _, ins, outs) = call.parts();
     let op = def.name;
     let (x, y) = (&ins[0], &outs[0]);
     let starts = block_starts(op, &ins[1], &x.shape)?;
@@ -165,13 +161,8 @@ fn gather_nd_kernel(
 }
 
 /// scatter_nd assigns, `_backward_gather_nd` adds.
-fn scatter_nd_kernel(
-    def: &OpDef,
-    _: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _: &mut KernelRes,
-) -> KResult {
+fn scatter_nd_kernel(call: Call, _: &mut KernelRes) -> KResult {
+    let (def, _, ins, outs) = call.parts();
     let op = def.name;
     let (g, y) = (&ins[0], &outs[0]);
     let starts = block_starts(op, &ins[1], &y.shape)?;
@@ -214,13 +205,8 @@ fn infer_batch_take(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer
     Ok((vec![s[1].clone()], vec![d[0]]))
 }
 
-fn batch_take_kernel(
-    _: &OpDef,
-    _: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _: &mut KernelRes,
-) -> KResult {
+fn batch_take_kernel(call: Call, _: &mut KernelRes) -> KResult {
+    let (_, _, ins, outs) = call.parts();
     let (a, idx, y) = (&ins[0], &ins[1], &outs[0]);
     let lanes = a.shape.last().copied().unwrap_or(1).max(1);
     // SAFETY: read access to the indices.

@@ -7,6 +7,7 @@ use super::{norm_axes, Arity, Attrs, OpDef, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
 use crate::ops::gpu;
 use crate::ops::grad;
+use crate::ops::Call;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
@@ -103,13 +104,8 @@ pub(super) fn pick_sources(
     }))
 }
 
-pub(super) fn pick_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+pub(super) fn pick_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let sources = pick_sources(op, attrs, &ins[1], &ins[0].shape)?;
     read_from(&ins[0], &outs[0], &sources);
@@ -123,13 +119,8 @@ pub(super) fn infer_pick_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: 
     Ok((vec![s[2].clone()], vec![d[0]]))
 }
 
-pub(super) fn pick_backward_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+pub(super) fn pick_backward_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let sources = pick_sources(op, attrs, &ins[1], &outs[0].shape)?;
     scatter(&ins[0], &outs[0], &sources);
@@ -255,13 +246,8 @@ pub(super) fn lengths_of(t: Option<&TensorRef>, x: &[usize], axis: usize) -> Vec
     }
 }
 
-pub(super) fn sequence_mask_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+pub(super) fn sequence_mask_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (_, axis, value) = mask_params(op, attrs).map_err(|e| e.to_string())?;
     // Its backward (`_backward_SequenceMask(ograd[, sequence_length])`) masks the gradient
@@ -384,13 +370,8 @@ pub(super) fn sequence_sources(op: &str, st: Steps, lengths: &[usize]) -> Vec<us
     v
 }
 
-pub(super) fn sequence_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+pub(super) fn sequence_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (_, axis, _) = mask_params(op, attrs).map_err(|e| e.to_string())?;
     let x = &ins[0];
@@ -419,13 +400,8 @@ pub(super) fn infer_sequence_last_backward(
     Ok((vec![s[1].clone()], vec![d[0]]))
 }
 
-pub(super) fn sequence_last_backward_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+pub(super) fn sequence_last_backward_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (_, axis, _) = mask_params(op, attrs).map_err(|e| e.to_string())?;
     let shape = &outs[0].shape;
@@ -518,23 +494,13 @@ pub(super) fn depth_space_pairs(
     })
 }
 
-fn depth_to_space_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn depth_to_space_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     depth_space(def, attrs, ins, outs, true)
 }
 
-fn space_to_depth_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn space_to_depth_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     depth_space(def, attrs, ins, outs, false)
 }
 

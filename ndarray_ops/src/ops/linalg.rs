@@ -1,10 +1,11 @@
 //! Matrix products: `dot` (2-D with transposes; N-D flattens the leading axes of the left and
 //! the trailing axes of the right) and `batch_dot` (3-D, one product per leading index).
 
+use crate::ops::{Call, KResult};
 use ndarray::{ArrayView2, ArrayViewMut2, ShapeBuilder};
 
 use super::params::{op_params, Params};
-use super::{same_dtypes, Arity, Attrs, Flops, OpDef, TensorRef};
+use super::{same_dtypes, Arity, Attrs, Flops, OpDef};
 use crate::error::{shape_error, Result};
 use crate::ops::gpu;
 use crate::ops::grad;
@@ -172,13 +173,8 @@ pub(crate) fn product(op: &str, attrs: &Attrs, a: &[usize], b: &[usize]) -> Resu
     })
 }
 
-fn kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> std::result::Result<(), String> {
+fn kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (a, b, c) = (&ins[0], &ins[1], &outs[0]);
     let p = product(op, attrs, &a.shape, &b.shape).map_err(|e| e.to_string())?;

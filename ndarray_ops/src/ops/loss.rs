@@ -13,6 +13,7 @@ use super::{same_dtypes, Arity, Attrs, OpDef, Outputs, TensorRef};
 use crate::error::{shape_error, Result};
 use crate::ops::gpu;
 use crate::ops::grad;
+use crate::ops::Call;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
@@ -82,13 +83,8 @@ fn infer_regression(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> I
 
 /// LogisticRegressionOutput's prediction: the data's sigmoid (the other heads predict the data
 /// itself, a copy).
-fn logistic_kernel(
-    _: &OpDef,
-    _: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn logistic_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (_, _, ins, outs) = call.parts();
     let sigmoid = super::unary::Unary::Sigmoid;
     crate::with_dtype!(outs[0].dtype, T => {
         super::unary::kernel::forward::<T>(sigmoid, &ins[0], &outs[0])
@@ -106,24 +102,14 @@ fn infer_regression_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DTy
 }
 
 /// The squared-error heads' gradient: the prediction's error.
-fn squared_backward_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn squared_backward_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     regression_backward(def, attrs, ins, outs, false)
 }
 
 /// MAERegressionOutput's gradient: the sign of the prediction's error.
-fn mae_backward_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn mae_backward_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     regression_backward(def, attrs, ins, outs, true)
 }
 
@@ -185,13 +171,8 @@ fn infer_make_loss_scaled(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]
 }
 
 /// `_backward_MakeLoss(out) -> d data`.
-fn make_loss_backward_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn make_loss_backward_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let v = make_loss_scale(op, attrs, &ins[0]).map_err(|e| e.to_string())?;
     crate::with_dtype!(outs[0].dtype, T => {
@@ -245,13 +226,8 @@ fn scored_rows<T: Element>(
         .collect()
 }
 
-fn cross_entropy_kernel(
-    def: &OpDef,
-    _: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn cross_entropy_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, _, ins, outs) = call.parts();
     let op = def.name;
     let k = ins[0].shape[1];
     crate::with_dtype!(outs[0].dtype, T => {
@@ -270,13 +246,8 @@ fn infer_cross_entropy_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[
     Ok((vec![s[1].clone()], vec![same_dtypes(op, &d[..2])?]))
 }
 
-fn cross_entropy_backward_kernel(
-    def: &OpDef,
-    _: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn cross_entropy_backward_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, _, ins, outs) = call.parts();
     let op = def.name;
     let k = ins[1].shape[1];
     crate::with_dtype!(outs[0].dtype, T => {

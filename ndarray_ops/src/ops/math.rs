@@ -3,10 +3,11 @@
 //! backward op `_cast_like`), and `hard_sigmoid`, whose function has attributes.
 
 use super::params::{op_params, Params};
-use super::{Arity, Attrs, OpDef, TensorRef};
+use super::{Arity, Attrs, OpDef};
 use crate::error::Result;
 use crate::ops::gpu;
 use crate::ops::grad;
+use crate::ops::Call;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
@@ -95,13 +96,8 @@ fn infer_cast(op: &str, attrs: &Attrs, s: &[Vec<usize>], _: &[DType]) -> Infer {
     Ok((vec![s[0].clone()], vec![CastParams::get(op, attrs)?.dtype]))
 }
 
-fn cast_kernel(
-    _: &OpDef,
-    _: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn cast_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (_, _, ins, outs) = call.parts();
     crate::with_dtype!(ins[0].dtype, S => {
         crate::with_dtype!(outs[0].dtype, T => {
             // SAFETY: read access to the input, exclusive access to the output (a cast is never
@@ -138,13 +134,8 @@ fn infer_hard_sigmoid(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) ->
     infer_same(op, attrs, s, d)
 }
 
-fn hard_sigmoid_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn hard_sigmoid_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (alpha, beta) = hard_sigmoid_params(op, attrs).map_err(|e| e.to_string())?;
     crate::with_dtype!(outs[0].dtype, T => {

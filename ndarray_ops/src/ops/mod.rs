@@ -141,9 +141,29 @@ pub struct Partial {
     /// Proposed output shapes.
     pub outputs: Vec<Option<Vec<usize>>>,
 }
-/// A CPU kernel: inputs and outputs (already allocated, inferred shapes).
-pub(crate) type KernelFn =
-    fn(&OpDef, &Attrs, &[TensorRef], &[TensorRef], &mut KernelRes) -> KResult;
+/// One call of a kernel, on either device: the op, its attributes, its inputs and its outputs
+/// (allocated, of the inferred shapes).
+#[derive(Clone, Copy)]
+pub(crate) struct Call<'a> {
+    /// The op called.
+    pub def: &'a OpDef,
+    /// Its attributes.
+    pub attrs: &'a Attrs,
+    /// Its inputs.
+    pub ins: &'a [TensorRef],
+    /// Its outputs.
+    pub outs: &'a [TensorRef],
+}
+
+impl<'a> Call<'a> {
+    /// The op, attributes, inputs and outputs, for a kernel to take apart in one line.
+    pub(crate) fn parts(self) -> (&'a OpDef, &'a Attrs, &'a [TensorRef], &'a [TensorRef]) {
+        (self.def, self.attrs, self.ins, self.outs)
+    }
+}
+
+/// A CPU kernel: the call and the kernel's per-device resources.
+pub(crate) type KernelFn = fn(Call, &mut KernelRes) -> KResult;
 
 /// One registered op.
 pub struct OpDef {
@@ -516,13 +536,8 @@ pub fn op_names() -> Vec<&'static str> {
 
 /// The kernel of identity ops (reshape family, Flatten, reshape_like): a copy, or nothing when
 /// the output already is the input.
-pub(crate) fn copy_kernel(
-    _: &OpDef,
-    _: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> std::result::Result<(), String> {
+pub(crate) fn copy_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (_, _, ins, outs) = call.parts();
     copy_unless_same(&ins[0], &outs[0]);
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! Neural-network ops: activations, softmax family, FullyConnected, one_hot, transpose, Flatten,
 //! clip, and the optimizer updates that write into the weight (as MXNet's do).
 
+use crate::ops::Call;
 use rten_simd::SimdUnaryOp;
 
 use super::par::{for_ranges, map_lanes, Shared};
@@ -62,13 +63,8 @@ fn infer_clip(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     Ok((vec![s[0].clone()], vec![d[0]]))
 }
 
-fn clip_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn clip_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let (lo, hi) = clip_bounds(def.name, attrs).map_err(e2s)?;
     crate::with_dtype!(outs[0].dtype, T => super::elemwise::unary_map::<T>(&ins[0], &outs[0], move |v: T| {
         T::from_f64(v.to_f64().clamp(lo, hi))
@@ -163,13 +159,8 @@ fn infer_softmax(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infe
     Ok((vec![s[0].clone()], vec![dt]))
 }
 
-fn softmax_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn softmax_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (a, o) = (&ins[0], &outs[0]);
     let ((axis, temp), log) = match op {
@@ -273,13 +264,8 @@ fn infer_one_hot(op: &str, attrs: &Attrs, s: &[Vec<usize>], _d: &[DType]) -> Inf
     Ok((vec![out], vec![dt]))
 }
 
-fn one_hot_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn one_hot_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (depth, on, off) = one_hot_params(op, attrs).map_err(e2s)?;
     // SAFETY: read access to the indices.
@@ -320,13 +306,8 @@ fn infer_transpose(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> In
     Ok((vec![axes.iter().map(|&a| s[0][a]).collect()], vec![d[0]]))
 }
 
-fn transpose_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn transpose_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let axes = transpose_axes(op, attrs, ins[0].shape.len()).map_err(e2s)?;
     crate::with_dtype!(outs[0].dtype, T => {
@@ -419,24 +400,14 @@ fn infer_assign(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     Ok((vec![s[0].clone()], vec![d[0]]))
 }
 
-fn assign_kernel(
-    _: &OpDef,
-    _: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn assign_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (_, _, ins, outs) = call.parts();
     super::copy_unless_same(&ins[1], &outs[0]);
     Ok(())
 }
 
-fn update_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn update_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let p = UpdateParams::get(op, attrs).map_err(e2s)?;
     let (lr, wd, rescale, clip) = (

@@ -11,6 +11,7 @@ use super::{Arity, Attrs, OpDef, Outputs, TensorRef};
 use crate::error::{invalid, shape_error, Result};
 use crate::ops::gpu;
 use crate::ops::grad;
+use crate::ops::Call;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
@@ -130,13 +131,8 @@ fn rois_f64(t: &TensorRef) -> Vec<f64> {
     unsafe { t.to_f64s() }
 }
 
-fn roi_pooling_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _: &mut KernelRes,
-) -> KResult {
+fn roi_pooling_kernel(call: Call, _: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (pooled, scale) = roi_params(op, attrs).map_err(|e| e.to_string())?;
     let (x, y, arg) = (&ins[0], &outs[0], &outs[1]);
@@ -184,13 +180,8 @@ fn roi_pooling_kernel(
 
 /// `_backward_ROIPooling(ograd, rois, argmax, data)`: each output gradient into the element its
 /// maximum came from.
-fn roi_pooling_backward_kernel(
-    def: &OpDef,
-    _: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _: &mut KernelRes,
-) -> KResult {
+fn roi_pooling_backward_kernel(call: Call, _: &mut KernelRes) -> KResult {
+    let (def, _, ins, outs) = call.parts();
     let op = def.name;
     let (g, arg, dx) = (&ins[0], &ins[2], &outs[0]);
     let [c, hw] = [dx.shape[1], dx.shape[2] * dx.shape[3]];
@@ -463,13 +454,8 @@ pub(crate) fn align_plan(
     })
 }
 
-fn roi_align_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _: &mut KernelRes,
-) -> KResult {
+fn roi_align_kernel(call: Call, _: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let p = align_params(op, attrs).map_err(|e| e.to_string())?;
     let (x, y) = (&ins[0], &outs[0]);
@@ -498,13 +484,8 @@ fn roi_align_kernel(
 
 /// `_backward_ROIAlign(ograd, rois, data)`: each output gradient back onto the pixels its
 /// samples read.
-fn roi_align_backward_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _: &mut KernelRes,
-) -> KResult {
+fn roi_align_backward_kernel(call: Call, _: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let p = align_params(op, attrs).map_err(|e| e.to_string())?;
     let (g, dx) = (&ins[0], &outs[0]);

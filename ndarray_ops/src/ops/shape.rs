@@ -2,10 +2,11 @@
 //! Embedding, and the reshape family (Reshape, expand_dims, squeeze), which are identities.
 
 use super::params::{attr_enum, op_params, Params, Positive, PositiveInt};
-use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, Outputs, TensorRef};
+use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, Outputs};
 use crate::error::{invalid, shape_error, Result};
 use crate::ops::gpu;
 use crate::ops::grad;
+use crate::ops::Call;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::DType;
@@ -164,13 +165,8 @@ fn infer_concat(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer
     Ok((vec![out], vec![dt]))
 }
 
-fn concat_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn concat_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let o = &outs[0];
     let axis = concat_axis(op, attrs, o.shape.len()).map_err(|e| e.to_string())?;
@@ -232,13 +228,8 @@ fn infer_split(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer 
     Ok((vec![piece; n], vec![d[0]; n]))
 }
 
-fn split_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn split_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let x = &ins[0];
     let (n, axis, _) = split_params(op, attrs, &x.shape).map_err(|e| e.to_string())?;
@@ -422,13 +413,8 @@ fn infer_slice(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer 
     Ok((vec![r.iter().map(|a| a.len).collect()], vec![d[0]]))
 }
 
-fn slice_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn slice_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (x, o) = (&ins[0], &outs[0]);
     let r = slice_ranges(op, attrs, &x.shape).map_err(|e| e.to_string())?;
@@ -530,13 +516,8 @@ fn infer_take(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     Ok((vec![out], vec![dt]))
 }
 
-fn take_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn take_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (table, idx) = if op == "Embedding" {
         (&ins[1], &ins[0])

@@ -1,8 +1,9 @@
 //! The shape ops' backward ops: `slice`'s and `Concat`'s (runs of the output gradient copied
 //! back into place) and `take`'s (rows scatter-added into the table's gradient).
 
-use super::{check_against_forward, named_forward, Arity, Attrs, OpDef, Outputs, TensorRef};
+use super::{check_against_forward, named_forward, Arity, Attrs, OpDef, Outputs};
 use crate::ops::gpu;
+use crate::ops::Call;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
@@ -22,13 +23,8 @@ fn infer_slice_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) 
     Ok((vec![s[1].clone()], vec![d[0]]))
 }
 
-fn slice_backward_kernel(
-    _: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn slice_backward_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (_, attrs, ins, outs) = call.parts();
     let (g, o) = (&ins[0], &outs[0]);
     let fwd = attrs.get("__slice_op__").unwrap_or("slice");
     let r = super::shape::slice_ranges(fwd, attrs, &o.shape).map_err(|e| e.to_string())?;
@@ -53,13 +49,8 @@ fn infer_concat_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType])
     Ok((s[1..].to_vec(), d[1..].to_vec()))
 }
 
-fn concat_backward_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn concat_backward_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let g = &ins[0];
     let axis = super::shape::concat_axis(op, attrs, g.shape.len()).map_err(|e| e.to_string())?;
@@ -124,13 +115,8 @@ fn infer_take_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -
     Ok((vec![s[2].clone()], vec![d[0]]))
 }
 
-fn take_backward_kernel(
-    _: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn take_backward_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (_, attrs, ins, outs) = call.parts();
     let (g, idx, w) = (&ins[0], &ins[1], &outs[0]);
     let layout = super::shape::take_layout("_backward_take", attrs, &w.shape);
     let (outer, rows, inner) = layout.map_err(|e| e.to_string())?;

@@ -11,6 +11,7 @@ use super::{norm_axes, Arity, Attrs, OpDef, Outputs, TensorRef};
 use crate::error::{invalid, Result};
 use crate::ops::gpu;
 use crate::ops::grad;
+use crate::ops::Call;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
@@ -195,13 +196,8 @@ pub(crate) fn plan(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Plan> {
     })
 }
 
-fn sort_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn sort_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let x = &ins[0];
     let p = params(op, attrs, &x.shape).map_err(|e| e.to_string())?;
@@ -252,13 +248,8 @@ fn infer_sort_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -
     Ok((vec![s[2].clone()], vec![d[0]]))
 }
 
-fn sort_backward_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn sort_backward_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let shape = &outs[0].shape;
     let p = params(op, attrs, shape).map_err(|e| e.to_string())?;

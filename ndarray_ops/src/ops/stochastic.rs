@@ -5,12 +5,13 @@
 //! Training mode is the attribute `__is_train__` (the executor sets it from `forward(is_train)`;
 //! imperative callers pass it), as MXNet's op context carries `is_train`.
 
+use crate::ops::Call;
 use rand::Rng;
 use rand_distr::{Distribution, Normal};
 
 use super::family::Member;
 use super::params::{attr_enum, op_params, Params};
-use super::{Arity, Attrs, OpDef, Outputs, TensorRef};
+use super::{Arity, Attrs, OpDef, Outputs};
 use crate::error::{invalid, NdError, Result};
 use crate::ops::gpu;
 use crate::ops::grad;
@@ -98,13 +99,8 @@ pub(crate) fn dropout_mask<T: Element>(rng: &mut rand::rngs::StdRng, p: f64, mas
     }
 }
 
-fn dropout_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    res: &mut KernelRes,
-) -> KResult {
+fn dropout_kernel(call: Call, res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let e = |e: crate::NdError| e.to_string();
     let p = dropout_p(op, attrs).map_err(e)?;
@@ -231,13 +227,8 @@ fn infer_random(op: &str, attrs: &Attrs, _s: &[Vec<usize>], _d: &[DType]) -> Inf
     Ok((vec![shape.iter().map(|&d| d as usize).collect()], vec![dt]))
 }
 
-fn random_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    _ins: &[TensorRef],
-    outs: &[TensorRef],
-    res: &mut KernelRes,
-) -> KResult {
+fn random_kernel(call: Call, res: &mut KernelRes) -> KResult {
+    let (def, attrs, _, outs) = call.parts();
     let (m, op) = (sampler(def)?, def.name);
     let (a, b) = m.params(attrs).map_err(|e| e.to_string())?;
     let rng = res.rng()?;

@@ -12,6 +12,7 @@ use super::{Arity, Attrs, OpDef, Outputs, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
 use crate::ops::gpu;
 use crate::ops::grad;
+use crate::ops::Call;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
@@ -160,25 +161,15 @@ fn adaptive_pass(op: &str, attrs: &Attrs, x: &TensorRef, y: &TensorRef, backward
     Ok(())
 }
 
-fn adaptive_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _: &mut KernelRes,
-) -> KResult {
+fn adaptive_kernel(call: Call, _: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     adaptive_pass(op, attrs, &ins[0], &outs[0], false)
 }
 
 /// `_backward_AdaptiveAvgPooling2D(ograd, data)`.
-fn adaptive_backward_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _: &mut KernelRes,
-) -> KResult {
+fn adaptive_backward_kernel(call: Call, _: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     adaptive_pass(op, attrs, &outs[0], &ins[0], true)
 }
@@ -369,25 +360,15 @@ fn resize_pass(op: &str, attrs: &Attrs, x: &TensorRef, y: &TensorRef, backward: 
     Ok(())
 }
 
-fn resize_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _: &mut KernelRes,
-) -> KResult {
+fn resize_kernel(call: Call, _: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     resize_pass(op, attrs, &ins[0], &outs[0], false)
 }
 
 /// `_backward_BilinearResize2D(ograd, data[, like])`: the data's gradient, and zeros for `like`.
-fn resize_backward_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _: &mut KernelRes,
-) -> KResult {
+fn resize_backward_kernel(call: Call, _: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     resize_pass(op, attrs, &outs[0], &ins[0], true)?;
     zero_like_gradient(outs.get(1));
@@ -580,13 +561,8 @@ pub(crate) fn plane_taps(
     })
 }
 
-fn crop_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _: &mut KernelRes,
-) -> KResult {
+fn crop_kernel(call: Call, _: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     crop_pass(
         op,
@@ -600,13 +576,8 @@ fn crop_kernel(
 
 /// `_backward_Crop(ograd, data[, crop_like])`: the gradient inside the window, and zeros for
 /// `crop_like`.
-fn crop_backward_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _: &mut KernelRes,
-) -> KResult {
+fn crop_backward_kernel(call: Call, _: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     crop_pass(
         op,

@@ -4,7 +4,8 @@
 use super::forward::ChannelRuns;
 use super::lanes;
 use crate::ops::par::{for_ranges, Shared};
-use crate::ops::{check_against_forward, same_dtypes, Attrs, Infer, KResult, OpDef, TensorRef};
+use crate::ops::Call;
+use crate::ops::{check_against_forward, same_dtypes, Attrs, Infer, KResult, TensorRef};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
 
@@ -23,13 +24,8 @@ pub(crate) fn infer_bn_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[
     Ok((vec![s[1].clone(), s[2].clone(), s[2].clone()], vec![dt; 3]))
 }
 
-pub(super) fn bn_backward_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+pub(super) fn bn_backward_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     bn_backward(op, attrs, &ins[0], None, &ins[1..], outs)
 }

@@ -4,17 +4,13 @@
 use super::lanes;
 use super::{bn_settings, Bn};
 use crate::ops::par::{for_ranges, Shared};
-use crate::ops::{Attrs, KResult, OpDef, TensorRef};
+use crate::ops::Call;
+use crate::ops::{Attrs, KResult, TensorRef};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
 
-pub(super) fn bn_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+pub(super) fn bn_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     bn_forward(op, attrs, ins, outs, false)
 }

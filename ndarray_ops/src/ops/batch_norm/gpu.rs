@@ -6,7 +6,8 @@ use crate::ops::gpu::args::{int, kernel_args, ptr, Dim};
 use crate::ops::gpu::ops::e2s;
 use crate::ops::gpu::reduce::{channel_partials, reduction_scratch, ChannelSums};
 use crate::ops::gpu::Stream;
-use crate::ops::{Attrs, KResult, OpDef, TensorRef};
+use crate::ops::Call;
+use crate::ops::{Attrs, KResult};
 
 kernel_args! {
     /// BatchNorm's per-channel statistics and scale.
@@ -124,13 +125,8 @@ pub(super) fn bn_setup(op: &str, attrs: &Attrs, shape: &[usize]) -> Result<Bn, S
     super::bn_settings(op, attrs, shape).map_err(e2s)
 }
 
-pub(crate) fn batch_norm(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn batch_norm(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let b = bn_setup(op, attrs, &ins[0].shape)?;
     let (outer, c, inner) = b.layout;
@@ -175,13 +171,8 @@ pub(crate) fn batch_norm(
     s.run(k::bn_apply, n, &a)
 }
 
-pub(crate) fn batch_norm_backward(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn batch_norm_backward(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (dy, x, gamma, mean, var) = (&ins[0], &ins[1], &ins[2], &ins[3], &ins[4]);
     let b = bn_setup(op, attrs, &x.shape)?;

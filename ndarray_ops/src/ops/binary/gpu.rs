@@ -5,7 +5,8 @@ use crate::ops::elemwise::broadcast_strides;
 use crate::ops::family::{self, Member};
 use crate::ops::gpu::args::{int, kernel_args, ptr, Dim};
 use crate::ops::gpu::Stream;
-use crate::ops::{Attrs, KResult, OpDef, TensorRef};
+use crate::ops::Call;
+use crate::ops::KResult;
 
 kernel_args! {
     /// `out = x (op) y` with broadcasting.
@@ -52,13 +53,8 @@ pub(super) fn broadcast_dims(a: &[usize], b: &[usize], out: &[usize]) -> Vec<[us
     dims
 }
 
-pub(crate) fn binary(
-    def: &OpDef,
-    _: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn binary(call: Call, s: &dyn Stream) -> KResult {
+    let (def, _, ins, outs) = call.parts();
     let op = def.name;
     let code = Member::binary(def)?.code();
     let (a, b, out) = (&ins[0], &ins[1], &outs[0]);

@@ -3,7 +3,8 @@
 use super::Binary;
 use crate::ops::elemwise::binary_map;
 use crate::ops::family::Member;
-use crate::ops::{Attrs, OpDef, TensorRef};
+use crate::ops::TensorRef;
+use crate::ops::{Call, KResult};
 use crate::resources::KernelRes;
 use crate::Element;
 
@@ -55,13 +56,8 @@ fn binary_dispatch<T: Element>(b: Binary, x: &TensorRef, y: &TensorRef, o: &Tens
     }
 }
 
-pub(super) fn binary_kernel(
-    def: &OpDef,
-    _: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> std::result::Result<(), String> {
+pub(super) fn binary_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, _, ins, outs) = call.parts();
     let b = Member::binary(def)?;
     crate::with_dtype!(outs[0].dtype, T => binary_dispatch::<T>(b, &ins[0], &ins[1], &outs[0]));
     Ok(())

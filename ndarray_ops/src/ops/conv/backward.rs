@@ -2,13 +2,14 @@
 //! by the depthwise, implicit-GEMM or Winograd path where one applies, else one GEMM per image
 //! and group for each gradient (with col2im for the data's).
 
+use crate::ops::Call;
 use ndarray::{ArrayView2, ArrayViewMut2};
 
 use super::forward::im2col;
 use super::{conv_params, Conv, ConvDims, Tap};
 
 use crate::ops::par::{for_ranges, Shared};
-use crate::ops::{check_against_forward, same_dtypes, Attrs, Infer, KResult, OpDef, TensorRef};
+use crate::ops::{check_against_forward, same_dtypes, Attrs, Infer, KResult};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
 
@@ -80,13 +81,8 @@ pub(super) unsafe fn col2im<T: Element>(
     });
 }
 
-pub(super) fn conv_backward_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    res: &mut KernelRes,
-) -> KResult {
+pub(super) fn conv_backward_kernel(call: Call, res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let c = conv_params(op, attrs).map_err(|e| e.to_string())?;
     let (dy, x, wt) = (&ins[0], &ins[1], &ins[2]);

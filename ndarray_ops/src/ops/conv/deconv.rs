@@ -1,12 +1,13 @@
 //! Deconvolution, the transpose of Convolution (a GEMM, then col2im), and its backward op.
 
+use crate::ops::Call;
 use ndarray::{ArrayView2, ArrayViewMut2};
 
 use super::backward::{channel_sums, col2im};
 use super::forward::im2col;
 use super::{check_grouped_data, conv_params, Conv};
 use crate::error::{invalid, shape_error, Result};
-use crate::ops::{same_dtypes, Attrs, Infer, KResult, OpDef, TensorRef, MAX_ELEMENTS};
+use crate::ops::{same_dtypes, Attrs, Infer, KResult, MAX_ELEMENTS};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
 
@@ -118,13 +119,8 @@ pub(super) fn infer_deconv(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType
     Ok((vec![vec![x[0], c.filters, ho, wo]], vec![dt]))
 }
 
-pub(super) fn deconv_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    res: &mut KernelRes,
-) -> KResult {
+pub(super) fn deconv_kernel(call: Call, res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (x, w, o) = (&ins[0], &ins[1], &outs[0]);
     let (n, cin, h, wd) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
@@ -168,13 +164,8 @@ pub(super) fn deconv_kernel(
 /// grad])`, inferred as Convolution's (checked against the forward op of its own name). The
 /// forward op scatters `W_g^T X_g` with col2im, so the backward op gathers the output gradient
 /// with im2col (`dcol`) and then `dX_g = W_g dcol` and `dW_g += X_g dcol^T`.
-pub(super) fn deconv_backward_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    res: &mut KernelRes,
-) -> KResult {
+pub(super) fn deconv_backward_kernel(call: Call, res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (dy, x, w) = (&ins[0], &ins[1], &ins[2]);
     let (n, cin, h, wd) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);

@@ -1,13 +1,14 @@
 //! Convolution's forward kernel: im2col into the device's temp space plus one GEMM per image
 //! and group, or the implicit-GEMM, Winograd and depthwise paths where they apply.
 
+use crate::ops::Call;
 use ndarray::{ArrayView2, ArrayViewMut2};
 
 use super::{conv_params, Conv, ConvDims, Tap};
 use crate::error::Result;
 use crate::gemm::{sgemm_then, Batches, Epilogue, Mat, Norm};
 use crate::ops::par::{for_ranges, Shared};
-use crate::ops::{Attrs, KResult, OpDef, TensorRef};
+use crate::ops::{Attrs, KResult, TensorRef};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
 
@@ -46,13 +47,8 @@ pub(crate) unsafe fn im2col<T: Element>(
     });
 }
 
-pub(crate) fn conv_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    res: &mut KernelRes,
-) -> KResult {
+pub(crate) fn conv_kernel(call: Call, res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     conv_then(op, attrs, ins, outs, None, res).map(|_| ())
 }

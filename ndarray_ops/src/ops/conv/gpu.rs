@@ -6,6 +6,7 @@ use crate::ops::gpu::args::{int, kernel_args, Dim};
 use crate::ops::gpu::ops::{e2s, fill_with};
 use crate::ops::gpu::reduce::{add_bias, channel_sum};
 use crate::ops::gpu::{ConvCall, ConvPass, ConvShape, Gemm, Stream};
+use crate::ops::Call;
 use crate::ops::KResult;
 use crate::ops::OpDef;
 use crate::ops::{Attrs, TensorRef};
@@ -178,13 +179,8 @@ pub(super) fn im2col(
     s.run(k::im2col, n, &a)
 }
 
-pub(crate) fn convolution(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn convolution(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let c = conv_params(op, attrs).map_err(e2s)?;
     let (x, wt, o) = (&ins[0], &ins[1], &outs[0]);
@@ -270,13 +266,8 @@ pub(super) fn conv_forward_columns(
     Ok(())
 }
 
-pub(crate) fn convolution_backward(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn convolution_backward(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let c = conv_params(op, attrs).map_err(e2s)?;
     let (dy, x, wt) = (&ins[0], &ins[1], &ins[2]);
@@ -299,13 +290,8 @@ pub(crate) fn convolution_backward(
 /// Deconvolution: the transpose of the convolution `deconv_as_conv` describes (data of the
 /// Deconvolution's output shape, filters as many as its input channels), so its forward pass is
 /// that convolution's data-gradient pass with the input as the output gradient.
-pub(crate) fn deconvolution(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn deconvolution(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (x, wt, y) = (&ins[0], &ins[1], &outs[0]);
     let c =
@@ -325,13 +311,8 @@ pub(crate) fn deconvolution(
 /// `_backward_Deconvolution(ograd, data, weight)`: the data's gradient is the transposed
 /// convolution's forward pass over the output gradient, the weight's its filter gradient with
 /// the output gradient as data and the data as output gradient.
-pub(crate) fn deconvolution_backward(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn deconvolution_backward(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (dy, x, wt) = (&ins[0], &ins[1], &ins[2]);
     let c =
@@ -368,17 +349,17 @@ pub(crate) fn deconvolution_backward(
 }
 
 /// UpSampling: nearest is a gather, bilinear a depthwise Deconvolution (as on the CPU).
-pub(crate) fn upsampling(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
-    let op = def.name;
-    match crate::ops::bilinear_upsampling(op, attrs).map_err(e2s)? {
-        Some(deconv) => deconvolution(def, &deconv, ins, outs, s),
-        None => crate::ops::gpu::gather::gather(def, attrs, ins, outs, s),
+pub(crate) fn upsampling(call: Call, s: &dyn Stream) -> KResult {
+    let op = call.def.name;
+    match crate::ops::bilinear_upsampling(op, call.attrs).map_err(e2s)? {
+        Some(deconv) => deconvolution(
+            Call {
+                attrs: &deconv,
+                ..call
+            },
+            s,
+        ),
+        None => crate::ops::gpu::gather::gather(call, s),
     }
 }
 

@@ -5,7 +5,8 @@ use super::deconv::{deconv_kernel, infer_deconv};
 use crate::error::{invalid, Result};
 use crate::ops::gather::{Gather, SampleType, UpSamplingParams};
 use crate::ops::params::Params;
-use crate::ops::{Attrs, Infer, KResult, OpDef, TensorRef};
+use crate::ops::Call;
+use crate::ops::{Attrs, Infer, KResult};
 use crate::resources::KernelRes;
 use crate::DType;
 
@@ -60,16 +61,15 @@ pub(super) fn infer_upsampling(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[D
     }
 }
 
-pub(super) fn upsampling_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    res: &mut KernelRes,
-) -> KResult {
-    let op = def.name;
-    match bilinear_upsampling(op, attrs).map_err(|e| e.to_string())? {
-        Some(deconv) => deconv_kernel(def, &deconv, ins, outs, res),
-        None => crate::ops::gather::gather_kernel(def, attrs, ins, outs, res),
+pub(super) fn upsampling_kernel(call: Call, res: &mut KernelRes) -> KResult {
+    match bilinear_upsampling(call.def.name, call.attrs).map_err(|e| e.to_string())? {
+        Some(deconv) => deconv_kernel(
+            Call {
+                attrs: &deconv,
+                ..call
+            },
+            res,
+        ),
+        None => crate::ops::gather::gather_kernel(call, res),
     }
 }

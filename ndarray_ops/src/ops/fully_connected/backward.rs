@@ -1,11 +1,12 @@
 //! `_backward_FullyConnected`: `(ograd, data, weight) -> (data grad, weight grad[, bias grad])`,
 //! `dx = dy W`, `dW = dy^T x`, `db` the sum of `dy`'s rows.
 
+use crate::ops::Call;
 use ndarray::{ArrayView2, ArrayViewMut2};
 
 use super::{fc_dims, FullyConnectedParams};
 use crate::ops::params::Params;
-use crate::ops::{check_against_forward, same_dtypes, Attrs, Infer, KResult, OpDef, TensorRef};
+use crate::ops::{check_against_forward, same_dtypes, Attrs, Infer, KResult};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
 
@@ -27,13 +28,8 @@ pub(super) fn infer_fc_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[
     Ok((out, vec![dt; n]))
 }
 
-pub(super) fn fc_backward_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+pub(super) fn fc_backward_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (dy, x, w) = (&ins[0], &ins[1], &ins[2]);
     let (m, hidden, k) = fc_dims(x, w);

@@ -5,19 +5,15 @@ use crate::ops::gpu::ops::e2s;
 use crate::ops::gpu::reduce::{add_bias, channel_sum};
 use crate::ops::gpu::{Gemm, Stream};
 use crate::ops::params::Params;
-use crate::ops::{Attrs, KResult, OpDef, TensorRef};
+use crate::ops::Call;
+use crate::ops::{Attrs, KResult};
 
 fn no_bias(op: &str, attrs: &Attrs) -> Result<bool, String> {
     Ok(FullyConnectedParams::get(op, attrs).map_err(e2s)?.no_bias)
 }
 
-pub(crate) fn fully_connected(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn fully_connected(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (x, w, y) = (&ins[0], &ins[1], &outs[0]);
     let (m, hidden, k) = fc_dims(x, w);
@@ -41,13 +37,8 @@ pub(crate) fn fully_connected(
     Ok(())
 }
 
-pub(crate) fn fully_connected_backward(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn fully_connected_backward(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (dy, x, w) = (&ins[0], &ins[1], &ins[2]);
     let (m, hidden, k) = fc_dims(x, w);

@@ -10,6 +10,7 @@ pub(crate) mod gpu;
 mod grad;
 mod partial;
 
+use crate::ops::Call;
 use ndarray::ShapeBuilder;
 
 use super::params::{op_params, Params, PositiveInt};
@@ -75,13 +76,8 @@ fn infer_fc(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     Ok((vec![out], vec![dt]))
 }
 
-fn fc_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn fc_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (x, w, y) = (&ins[0], &ins[1], &outs[0]);
     let (m, hidden, k) = fc_dims(x, w);

@@ -20,10 +20,11 @@
 
 use super::params::{attr_enum, int32s, op_params, Params, PositiveInt};
 use super::permute::permute;
-use super::{norm_axes, times, Arity, Attrs, OpDef, TensorRef};
+use super::{norm_axes, times, Arity, Attrs, OpDef};
 use crate::error::{invalid, shape_error, NdError, Result};
 use crate::ops::gpu;
 use crate::ops::grad;
+use crate::ops::Call;
 use crate::ops::{Infer, KResult};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
@@ -478,13 +479,8 @@ fn infer<const M: usize>(_: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) 
     infer_gather(Gather::ALL[M], attrs, s, d)
 }
 
-pub(crate) fn gather_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+pub(crate) fn gather_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let m = member(def)?;
     let e = |e: NdError| e.to_string();
     let rules = rules(m, attrs, &ins[0].shape, &outs[0].shape).map_err(e)?;
@@ -551,13 +547,8 @@ pub(crate) fn forward_member(op: &str, attrs: &Attrs) -> Result<Gather> {
     Gather::named(fwd).ok_or_else(|| invalid(op, format!("__fwd__ {fwd:?} is not a gather op")))
 }
 
-fn backward_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn backward_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let e = |e: NdError| e.to_string();
     let fwd = forward_member(op, attrs).map_err(e)?;

@@ -5,9 +5,9 @@ use super::args::{int, kernel_args, ptr, Dim};
 use super::ops::{copy, e2s};
 use super::reduce::channel_sum;
 use super::Stream;
+use crate::ops::Attrs;
+use crate::ops::Call;
 use crate::ops::KResult;
-use crate::ops::OpDef;
-use crate::ops::{Attrs, TensorRef};
 
 kernel_args! {
     /// `out[t] = value`.
@@ -118,13 +118,8 @@ pub(crate) fn fill(s: &dyn Stream, out: *mut f32, n: usize, value: f64) -> KResu
 }
 
 /// clip and hard_sigmoid: an affine map, clamped.
-pub(crate) fn clamp(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn clamp(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (scale, shift, lo, hi) = match op {
         "clip" => {
@@ -150,13 +145,8 @@ pub(crate) fn clamp(
 }
 
 /// where(condition, x, y): the condition has x's shape or one value per row of x's first axis.
-pub(crate) fn select(
-    _: &OpDef,
-    _: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn select(call: Call, s: &dyn Stream) -> KResult {
+    let (_, _, ins, outs) = call.parts();
     let (c, o) = (&ins[0], &outs[0]);
     let n = o.len();
     let per_row = if c.len() == n { 1 } else { n / c.len().max(1) };
@@ -171,13 +161,8 @@ pub(crate) fn select(
     s.run(k::where_select, n, &a)
 }
 
-pub(crate) fn one_hot(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn one_hot(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (depth, on, off) = crate::ops::one_hot_params(op, attrs).map_err(e2s)?;
     let n = outs[0].len();
@@ -193,14 +178,16 @@ pub(crate) fn one_hot(
 }
 
 /// `_assign(variable, value)`: the value, into the variable.
-pub(crate) fn assign(
-    def: &OpDef,
-    _: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
-    copy(def, &Attrs::new(), &ins[1..], outs, s)
+pub(crate) fn assign(call: Call, s: &dyn Stream) -> KResult {
+    let attrs = Attrs::new();
+    copy(
+        Call {
+            attrs: &attrs,
+            ins: &call.ins[1..],
+            ..call
+        },
+        s,
+    )
 }
 
 /// The `leaky_fwd` kernel's code and slope for LeakyReLU's `act_type` (prelu: leaky, its slopes
@@ -218,13 +205,8 @@ pub(super) fn leaky_code(op: &str, attrs: &Attrs) -> Result<(usize, f64), String
 
 /// LeakyReLU (`data[, gamma] -> out`) and its backward op (`(output gradient, data[, gamma]) ->
 /// data gradient[, gamma gradient]`; gamma: prelu's slopes).
-pub(crate) fn leaky_relu(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn leaky_relu(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (code, slope) = leaky_code(op, attrs)?;
     let n = outs[0].len();

@@ -20,9 +20,10 @@ use super::reduce::lane_parts;
 use super::{buckets, Stream};
 use crate::ops::gather::{walks, Walks};
 use crate::ops::shape::slice_walks;
+use crate::ops::Call;
 use crate::ops::KResult;
 use crate::ops::OpDef;
-use crate::ops::{Attrs, TensorRef};
+use crate::ops::TensorRef;
 
 /// The most dims `gather_bwd` walks (its per-index arrays are this long).
 const GATHER_DIMS: usize = 8;
@@ -62,13 +63,8 @@ kernel_args! {
 }
 
 /// A member of the gather family (`ops::gather`).
-pub(crate) fn gather(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn gather(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let m = crate::ops::gather::member(def)?;
     let e = |e: crate::NdError| e.to_string();
     let (x, y) = (&ins[0], &outs[0]);
@@ -79,13 +75,8 @@ pub(crate) fn gather(
 
 /// `_backward_gather`: each output gradient element added into the data element its forward
 /// member read.
-pub(crate) fn backward_gather(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn backward_gather(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let e = |e: crate::NdError| e.to_string();
     let (x, y) = (&ins[0], &outs[0]);
     let fwd = crate::ops::gather::forward_member(def.name, attrs).map_err(e)?;
@@ -99,13 +90,8 @@ pub(crate) fn backward_gather(
 }
 
 /// slice and slice_axis: a walk of the data's selected region.
-pub(crate) fn slice(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn slice(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let e = |e: crate::NdError| e.to_string();
     let (x, y) = (&ins[0], &outs[0]);
     let w = slice_walks(def.name, attrs, &x.shape).map_err(e)?;
@@ -114,13 +100,8 @@ pub(crate) fn slice(
 
 /// `_backward_slice`: the output gradient into the region its forward op (`__slice_op__`)
 /// read, zeros elsewhere.
-pub(crate) fn backward_slice(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn backward_slice(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let e = |e: crate::NdError| e.to_string();
     let (x, y) = (&ins[0], &outs[0]);
     let fwd = attrs.get("__slice_op__").unwrap_or("slice");

@@ -6,14 +6,14 @@
 //! in position order (the gradient's adds; scatter_nd lists only the last position naming a
 //! block, which wins on the CPU) — no atomics, the CPU's order.
 
+use crate::ops::Call;
 use std::collections::HashMap;
 
 use super::args::{int, kernel_args, ptr, Dim};
 use super::ops::fill_with;
 use super::Stream;
+use crate::ops::gather_nd_starts;
 use crate::ops::KResult;
-use crate::ops::OpDef;
-use crate::ops::{gather_nd_starts, Attrs, TensorRef};
 
 kernel_args! {
     /// gather_nd and its scatters, by blocks (see `kernels/shape.cu`).
@@ -36,13 +36,8 @@ kernel_args! {
 }
 
 /// The op layer's entry for gather_nd, scatter_nd and `_backward_gather_nd`.
-pub(crate) fn gather_nd(
-    def: &OpDef,
-    _: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn gather_nd(call: Call, s: &dyn Stream) -> KResult {
+    let (def, _, ins, outs) = call.parts();
     let op = def.name;
     let (data, indices, y) = (&ins[0], &ins[1], &outs[0]);
     // The indexed array: the data of gather_nd, the output of the scatters.

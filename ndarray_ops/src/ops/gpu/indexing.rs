@@ -6,9 +6,8 @@ use super::lanes::lane_args;
 use super::ops::{e2s, fill_with};
 use super::reduce::{fold_partials, lane_parts, partial_doubles, total, FILLS_A_GPU};
 use super::Stream;
+use crate::ops::Call;
 use crate::ops::KResult;
-use crate::ops::OpDef;
-use crate::ops::{Attrs, TensorRef};
 
 kernel_args! {
     /// take / Embedding: `out` (outer, count, inner) = the rows of `table` (outer, rows, inner)
@@ -176,13 +175,8 @@ pub(super) fn add_rows(s: &dyn Stream, r: Rows, per_pair: bool) -> KResult {
 
 /// take(table, indices), Embedding(indices, weight) and `_backward_take(ograd, indices,
 /// table)`: rows gathered, or their gradients added back row by row.
-pub(crate) fn take(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn take(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (table, idx) = match op {
         "Embedding" => (&ins[1], &ins[0]),
@@ -232,13 +226,8 @@ pub(crate) fn take(
 /// pick and its gradient (`_backward_pick(ograd, index, data)`): one index per (outer, inner)
 /// of the data's layout around the axis picked from. batch_take is pick over the last axis,
 /// clipped.
-pub(crate) fn pick(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn pick(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let backward = op == "_backward_pick";
     let data = if backward { &outs[0] } else { &ins[0] };
@@ -279,13 +268,8 @@ pub(crate) fn pick(
 /// softmax_cross_entropy(data (n, k), label (n,)) -> (1,), and its gradient
 /// `(ograd (1,), data, label) -> d data`. The CPU refuses a label that is not a class index, so
 /// the labels are read back and checked with its code (one wait for the device per call).
-pub(crate) fn cross_entropy(
-    def: &OpDef,
-    _: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn cross_entropy(call: Call, s: &dyn Stream) -> KResult {
+    let (def, _, ins, outs) = call.parts();
     let op = def.name;
     let backward = op == "_backward_softmax_cross_entropy";
     let (x, label) = if backward {
@@ -336,13 +320,8 @@ pub(crate) fn cross_entropy(
 }
 
 /// `_arange`: `start + step * (k / repeat)`, in double as the CPU computes it.
-pub(crate) fn arange(
-    def: &OpDef,
-    attrs: &Attrs,
-    _: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn arange(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, _, outs) = call.parts();
     let op = def.name;
     let (start, step, _, repeat) = crate::ops::arange_params(op, attrs).map_err(e2s)?;
     let n = outs[0].len();

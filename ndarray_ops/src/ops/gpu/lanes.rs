@@ -11,9 +11,9 @@ use super::nn::around;
 use super::ops::e2s;
 use super::reduce::{channel_sum, lane_parts};
 use super::Stream;
+use crate::ops::Call;
 use crate::ops::KResult;
-use crate::ops::OpDef;
-use crate::ops::{Attrs, TensorRef};
+use crate::ops::TensorRef;
 
 kernel_args! {
     /// softmax (or log_softmax, or their gradient) along lanes of an (outer, len, inner)
@@ -231,13 +231,8 @@ impl Lanes {
 
 /// softmax and log_softmax over any axis at any temperature, and their backward ops
 /// (`(output gradient, output) -> data gradient`).
-pub(crate) fn softmax(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn softmax(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let x = &ins[0];
     let (axis, temp) = crate::ops::softmax_axis(op, attrs, x.shape.len()).map_err(e2s)?;
@@ -249,13 +244,8 @@ pub(crate) fn softmax(
 /// SoftmaxActivation (a softmax over the last axis, as MXNet's `instance` mode flattens the
 /// data to 2-D keeping it, or over the channels at each position) and its backward op, as
 /// softmax lanes.
-pub(crate) fn softmax_activation(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn softmax_activation(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let x = &ins[0];
     use crate::ops::params::{Params, SoftmaxActivationParams, SoftmaxMode};
@@ -276,13 +266,8 @@ pub(crate) fn softmax_activation(
 /// `ops::norm`'s groups of elements as lanes ([`over_lanes`]: a few long groups, such as an
 /// InstanceNorm's images or a LayerNorm over a small batch, split into parts); gamma's and
 /// beta's gradients are per-channel sums over the grouping's layout.
-pub(crate) fn normalization(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn normalization(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     use crate::ops::Scale;
     let backward = op.starts_with("_backward_");

@@ -6,9 +6,9 @@ use super::ops::{e2s, fill_with};
 use super::reduce::sum_axes;
 use super::Stream;
 use crate::ops::params::{AdamParams, MomentumParams, Params, UpdateParams};
+use crate::ops::Attrs;
+use crate::ops::Call;
 use crate::ops::KResult;
-use crate::ops::OpDef;
-use crate::ops::{Attrs, TensorRef};
 
 kernel_args! {
     /// SoftmaxOutput's gradient: `(prob - onehot(label)) * scale`.
@@ -154,13 +154,8 @@ kernel_args! {
     }
 }
 
-pub(crate) fn softmax_output(
-    _: &OpDef,
-    _: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn softmax_output(call: Call, s: &dyn Stream) -> KResult {
+    let (_, _, ins, outs) = call.parts();
     let shape = &ins[0].shape;
     // MXNet's SoftmaxOutput normalizes over axis 1 (the class axis), at no temperature (MXNet's
     // takes no such attribute).
@@ -169,13 +164,8 @@ pub(crate) fn softmax_output(
         .run(s, false)
 }
 
-pub(crate) fn softmax_output_backward(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn softmax_output_backward(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (p, label) = (&ins[0], &ins[1]);
     let classes = p.shape[1];
@@ -199,13 +189,8 @@ pub(crate) fn softmax_output_backward(
     fill_with(s, &outs[1], 0.0)
 }
 
-pub(crate) fn sgd(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn sgd(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let p = UpdateParams::get(op, attrs).map_err(e2s)?;
     let n = outs[0].len();
@@ -251,13 +236,8 @@ pub(super) fn around(shape: &[usize], axis: usize) -> (usize, usize, usize) {
 }
 
 /// LogisticRegressionOutput's prediction: the data's sigmoid.
-pub(crate) fn logistic(
-    _: &OpDef,
-    _: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn logistic(call: Call, s: &dyn Stream) -> KResult {
+    let (_, _, ins, outs) = call.parts();
     use crate::ops::unary::{gpu::apply, Unary};
     apply(
         s,
@@ -270,13 +250,8 @@ pub(crate) fn logistic(
 
 /// `_backward_*RegressionOutput(out, label) -> (d data, d label)`: `grad_scale` over the
 /// outputs per sample times the prediction's error (MAE: its sign); the label's gradient is 0.
-pub(crate) fn regression_backward(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn regression_backward(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let label = &ins[1];
     let per_sample = label.len() / label.shape.first().copied().unwrap_or(1).max(1);
@@ -296,13 +271,8 @@ pub(crate) fn regression_backward(
 
 /// `_backward_MakeLoss(out) -> d data`: `grad_scale`, over the batch (`normalization=batch`) or
 /// over the count of outputs above `valid_thresh` (`valid`, counted on the device).
-pub(crate) fn make_loss_backward(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn make_loss_backward(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (y, d) = (&ins[0], &outs[0]);
     use crate::ops::params::Normalization;
@@ -346,13 +316,8 @@ pub(crate) fn seed_of(op: &str, attrs: &Attrs) -> Result<u64, String> {
 
 /// `_random_uniform` and `_random_normal`: each element a function of the seed and its index,
 /// as Dropout's masks (other numbers than the CPU's generator, the same distributions).
-pub(crate) fn random_fill(
-    def: &OpDef,
-    attrs: &Attrs,
-    _: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn random_fill(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, _, outs) = call.parts();
     use crate::ops::stochastic::{sampler, Sampler};
     let (m, op) = (sampler(def)?, def.name);
     let (a, b) = m.params(attrs).map_err(e2s)?;
@@ -371,13 +336,8 @@ pub(crate) fn random_fill(
 /// Dropout: `data -> (out, mask)`. Each element's draw is a hash of the op's seed and its index,
 /// so no generator state lives on the GPU; the masks differ from the CPU's (another generator)
 /// but hold the same values with the same probabilities.
-pub(crate) fn dropout(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn dropout(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let p = crate::ops::dropout_p(op, attrs).map_err(e2s)?;
     let active = crate::ops::dropout_active(op, attrs).map_err(e2s)? && p > 0.0;
@@ -399,13 +359,8 @@ pub(crate) fn dropout(
 }
 
 /// adam_update(weight, grad, mean, var) -> (weight, mean, var).
-pub(crate) fn adam(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn adam(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (p, q) = (
         UpdateParams::get(op, attrs).map_err(e2s)?,

@@ -6,18 +6,18 @@
 //! CPU kernel of its op.
 
 use super::Stream;
+use crate::ops::Call;
 use crate::ops::KResult;
 use crate::ops::{Attrs, OpDef, TensorRef};
 use crate::resources::StateSlot;
 use crate::DType;
 
-/// A GPU kernel: the op's name, attributes, inputs and outputs (device memory), the stream.
-pub(crate) type KernelFn = fn(&OpDef, &Attrs, &[TensorRef], &[TensorRef], &dyn Stream) -> KResult;
+/// A GPU kernel: the call (its tensors in device memory) and the stream it launches on.
+pub(crate) type KernelFn = fn(Call, &dyn Stream) -> KResult;
 
 /// A GPU kernel of an op whose bound nodes keep state (`crate::ops::StateUse`): the same, and
 /// the node's state when the executor gave it one.
-pub(crate) type StatefulFn =
-    fn(&OpDef, &Attrs, &[TensorRef], &[TensorRef], &dyn Stream, Option<&mut StateSlot>) -> KResult;
+pub(crate) type StatefulFn = fn(Call, &dyn Stream, Option<&mut StateSlot>) -> KResult;
 
 /// The GPU implementation of an op.
 #[derive(Clone, Copy)]
@@ -70,8 +70,25 @@ pub(crate) fn run(
         }
     }
     match kernel {
-        GpuKernel::Plain(f) => f(def, attrs, ins, outs, s),
-        GpuKernel::Stateful(f) => f(def, attrs, ins, outs, s, state),
+        GpuKernel::Plain(f) => f(
+            Call {
+                def,
+                attrs,
+                ins,
+                outs,
+            },
+            s,
+        ),
+        GpuKernel::Stateful(f) => f(
+            Call {
+                def,
+                attrs,
+                ins,
+                outs,
+            },
+            s,
+            state,
+        ),
     }
 }
 
@@ -84,13 +101,8 @@ pub(crate) fn fill_with(s: &dyn Stream, t: &TensorRef, value: f64) -> KResult {
     super::elemwise::fill(s, t.ptr(), t.len(), value)
 }
 
-pub(crate) fn copy(
-    _: &OpDef,
-    _: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn copy(call: Call, s: &dyn Stream) -> KResult {
+    let (_, _, ins, outs) = call.parts();
     if ins[0].same_memory(&outs[0]) {
         return Ok(());
     }
@@ -98,13 +110,8 @@ pub(crate) fn copy(
     s.copy(ins[0].buf.ptr, outs[0].buf.ptr, bytes)
 }
 
-pub(crate) fn fill(
-    def: &OpDef,
-    _: &Attrs,
-    _: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn fill(call: Call, s: &dyn Stream) -> KResult {
+    let (def, _, _, outs) = call.parts();
     let op = def.name;
     let one = matches!(op, "_ones" | "ones_like");
     fill_with(s, &outs[0], if one { 1.0 } else { 0.0 })

@@ -9,9 +9,9 @@ use crate::ops::elemwise::broadcast_strides;
 use crate::ops::gather::strides;
 use crate::ops::reduce::Reduce;
 use crate::ops::scalar::Scalar;
+use crate::ops::Call;
 use crate::ops::KResult;
-use crate::ops::OpDef;
-use crate::ops::{Attrs, TensorRef};
+use crate::ops::TensorRef;
 
 kernel_args! {
     /// `out = ins[0] + ... + ins[count - 1]`.
@@ -92,13 +92,8 @@ kernel_args! {
 /// Inputs the `add_n` kernel sums in one launch.
 pub(super) const ADD_N_WIDTH: usize = 7;
 
-pub(crate) fn add_n(
-    _: &OpDef,
-    _: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn add_n(call: Call, s: &dyn Stream) -> KResult {
+    let (_, _, ins, outs) = call.parts();
     let n = outs[0].len();
     let sum = |dst: *mut f32, first: Option<*mut f32>, rest: &[TensorRef]| {
         let mut a = AddN {
@@ -348,13 +343,8 @@ pub(crate) fn sum_axes(
 
 /// `_broadcast_backward` (sum's and mean's gradient): the output's gradient repeated along the
 /// reduced axes, divided by their size for mean.
-pub(crate) fn broadcast_backward(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn broadcast_backward(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (g, o) = (&ins[0], &outs[0]);
     let shape = &o.shape;
@@ -381,13 +371,8 @@ pub(crate) fn broadcast_backward(
 
 /// `_sum_to_like`: a broadcast operand's gradient, the output's gradient summed over the axes
 /// the operand was broadcast along.
-pub(crate) fn sum_to_like(
-    def: &OpDef,
-    _: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn sum_to_like(call: Call, s: &dyn Stream) -> KResult {
+    let (def, _, ins, outs) = call.parts();
     let op = def.name;
     let (g, o) = (&ins[0], &outs[0]);
     let lead = g.shape.len() - o.shape.len();

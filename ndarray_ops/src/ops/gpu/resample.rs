@@ -8,9 +8,9 @@
 use super::args::{int, kernel_args, ptr, Dim};
 use super::ops::{e2s, fill_with};
 use super::{buckets, Stream};
+use crate::ops::Call;
 use crate::ops::KResult;
-use crate::ops::OpDef;
-use crate::ops::{plane_taps, Attrs, PlaneTaps, TensorRef};
+use crate::ops::{plane_taps, PlaneTaps, TensorRef};
 
 kernel_args! {
     /// Resampling one plane at a time: `dst[p, r]` = the weighted sum over row `r`'s taps of
@@ -35,13 +35,8 @@ kernel_args! {
 }
 
 /// The op layer's entry for the three ops and their gradients.
-pub(crate) fn resample(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn resample(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     // Forward: (data[, like]) -> out; backward: (ograd, data[, like]) -> (ddata[, dlike]).
     let backward = op.starts_with("_backward_");

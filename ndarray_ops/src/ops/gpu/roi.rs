@@ -10,18 +10,14 @@
 use super::args::{int, kernel_args, ptr, Dim};
 use super::resample::{table, transpose};
 use super::{buckets, Stream};
+use crate::ops::Call;
 use crate::ops::KResult;
 use crate::ops::OpDef;
 use crate::ops::{align_plan, pooling_windows, Attrs, PlaneTaps, TensorRef};
 
 /// The op layer's entry for ROIPooling, ROIAlign and their gradients.
-pub(crate) fn roi(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn roi(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let rois: Vec<f64> = s.download(&ins[1])?.into_iter().map(f64::from).collect();
     match op {

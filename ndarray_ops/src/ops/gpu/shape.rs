@@ -6,18 +6,13 @@ use super::nn::around;
 use super::ops::{e2s, fill_with};
 use super::{Gemm, Stream};
 use crate::ops::gather::strides;
+use crate::ops::Call;
 use crate::ops::KResult;
-use crate::ops::OpDef;
-use crate::ops::{Attrs, TensorRef};
+use crate::ops::TensorRef;
 
 /// depth_to_space: a permutation of the data viewed with its blocks as axes of their own.
-pub(crate) fn depth_to_space(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn depth_to_space(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let b = crate::ops::block_size(op, attrs).map_err(e2s)?;
     let x = &ins[0].shape;
@@ -27,13 +22,8 @@ pub(crate) fn depth_to_space(
 }
 
 /// space_to_depth: the inverse permutation of depth_to_space.
-pub(crate) fn space_to_depth(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn space_to_depth(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let b = crate::ops::block_size(op, attrs).map_err(e2s)?;
     let x = &ins[0].shape;
@@ -167,13 +157,8 @@ pub(crate) fn strided_copy(
 }
 
 /// transpose: the output's dims with the input's stride along each.
-pub(crate) fn transpose(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn transpose(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let x = &ins[0];
     let axes = crate::ops::transpose_axes(op, attrs, x.shape.len()).map_err(e2s)?;
@@ -183,13 +168,8 @@ pub(crate) fn transpose(
 }
 
 /// dot and batch_dot: one (batched) GEMM.
-pub(crate) fn matmul(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn matmul(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let p = crate::ops::product(op, attrs, &ins[0].shape, &ins[1].shape).map_err(e2s)?;
     let (m, k, n) = p.dims;
@@ -279,13 +259,8 @@ pub(super) fn blocks_along(
 }
 
 /// SliceChannel: piece `j` of the axis into output `j`.
-pub(crate) fn split(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn split(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let x = &ins[0];
     let (pieces, axis, _) = crate::ops::split_params(op, attrs, &x.shape).map_err(e2s)?;
@@ -294,13 +269,8 @@ pub(crate) fn split(
 }
 
 /// Concat: each input after the one before along the axis.
-pub(crate) fn concat(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn concat(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let o = &outs[0];
     let axis = crate::ops::concat_axis(op, attrs, o.shape.len()).map_err(e2s)?;
@@ -314,13 +284,8 @@ pub(crate) fn concat(
 }
 
 /// `_backward_Concat(ograd, inputs...)`: each input's rows of the output gradient.
-pub(crate) fn concat_backward(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn concat_backward(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let g = &ins[0];
     let axis = crate::ops::concat_axis(op, attrs, g.shape.len()).map_err(e2s)?;
@@ -334,13 +299,8 @@ pub(crate) fn concat_backward(
 }
 
 /// stack: input `j` is row `j` of the output's new axis.
-pub(crate) fn stack(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn stack(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let o = &outs[0];
     let axis = crate::ops::stack_axis(op, attrs, o.shape.len()).map_err(e2s)?;
@@ -349,13 +309,8 @@ pub(crate) fn stack(
 
 /// SequenceMask, SequenceLast, SequenceReverse and the gradients of the first two: one
 /// `sequence` kernel, its mode by op; the lengths (when used) are the last input.
-pub(crate) fn sequence(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn sequence(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (_, axis, value) = crate::ops::sequence_params(op, attrs).map_err(e2s)?;
     // (mode, masked value, the data, its lengths)

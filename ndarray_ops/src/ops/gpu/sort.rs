@@ -10,9 +10,8 @@ use super::indexing::Rows;
 use super::ops::{e2s, fill_with};
 use super::Stream;
 use crate::ops::sort::plan;
+use crate::ops::Call;
 use crate::ops::KResult;
-use crate::ops::OpDef;
-use crate::ops::{Attrs, TensorRef};
 
 kernel_args! {
     /// The sort keys of lanes padded to `padded` entries: `keys[l, j]` = the total-order key of
@@ -74,13 +73,8 @@ kernel_args! {
 }
 
 /// The op layer's entry for topk, sort, argsort and `_backward_topk`.
-pub(crate) fn sort(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn sort(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     if op == "_backward_topk" {
         // (ograd, positions, data) -> the data's gradient.

@@ -3,14 +3,10 @@
 //! SoftmaxActivation's softmax over its groups.
 
 use super::*;
+use crate::ops::Call;
 
-pub(super) fn norm_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+pub(super) fn norm_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let e = |e: NdError| e.to_string();
     let x = &ins[0];
@@ -63,13 +59,8 @@ pub(super) fn norm_kernel(
     Ok(())
 }
 
-pub(super) fn norm_backward_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+pub(super) fn norm_backward_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let e = |e: NdError| e.to_string();
     let (groups, scale, scales, _) = layout(op, attrs, &ins[1].shape).map_err(e)?;
@@ -281,13 +272,8 @@ mod avx2 {
     }
 }
 
-pub(super) fn softmax_activation_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+pub(super) fn softmax_activation_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (groups, ..) = layout(op, attrs, &ins[0].shape).map_err(|e| e.to_string())?;
     // A softmax over each group: the groups are lanes along axis 1 of (outer, len, inner).
@@ -296,13 +282,8 @@ pub(super) fn softmax_activation_kernel(
 }
 
 /// `_backward_SoftmaxActivation(ograd, out) -> y * (g - sum(g y))` per group.
-pub(super) fn softmax_activation_backward_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+pub(super) fn softmax_activation_backward_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (groups, ..) = layout(op, attrs, &ins[1].shape).map_err(|e| e.to_string())?;
     let lanes = (&groups.shape()[..], 1, 1.0, false);

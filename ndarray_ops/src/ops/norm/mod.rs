@@ -23,9 +23,7 @@ use super::family::Member;
 use super::par::{for_ranges, map_lanes, wide, Shared};
 use super::params::{attr_enum, op_params, Params, PositiveInt};
 use super::reduce::fold_run;
-use super::{
-    check_against_forward, norm_axes, same_dtypes, Arity, Attrs, OpDef, Outputs, TensorRef,
-};
+use super::{check_against_forward, norm_axes, same_dtypes, Arity, Attrs, OpDef, Outputs};
 use crate::error::{invalid, shape_error, NdError, Result};
 use crate::ops::gpu;
 use crate::ops::grad;

@@ -4,9 +4,9 @@ use super::{pool_params, PoolType};
 use crate::ops::gpu::args::{int, kernel_args, ptr, Dim};
 use crate::ops::gpu::ops::e2s;
 use crate::ops::gpu::Stream;
+use crate::ops::Attrs;
+use crate::ops::Call;
 use crate::ops::KResult;
-use crate::ops::OpDef;
-use crate::ops::{Attrs, TensorRef};
 
 kernel_args! {
     /// Pooling over planes (h, w) -> (ho, wo), and its gradient.
@@ -87,13 +87,8 @@ pub(super) fn pool_args(
     })
 }
 
-pub(crate) fn pooling(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn pooling(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (x, o) = (&ins[0], &outs[0]);
     let n = o.len();
@@ -106,13 +101,8 @@ pub(crate) fn pooling(
     s.run(k::pool_fwd, n, &a)
 }
 
-pub(crate) fn pooling_backward(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn pooling_backward(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (dy, x) = (&ins[0], &ins[1]);
     let n = x.len();

@@ -16,13 +16,14 @@
 
 pub(crate) mod gpu;
 
+use crate::ops::Call;
 use std::ops::Range;
 
 use super::conv::{by_phase, check_layout, from_phase, out_len, Layout, Tap};
 use super::par::{for_ranges, Shared};
 use super::params::{attr_enum, op_params, Params, Window};
 use super::reduce::fold_run;
-use super::{Arity, Attrs, Flops, OpDef, Outputs, TensorRef};
+use super::{Arity, Attrs, Flops, OpDef, Outputs};
 use crate::error::{invalid, shape_error, Result};
 use crate::ops::grad;
 use crate::ops::{Infer, KResult};
@@ -559,13 +560,8 @@ fn infer_pool(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     }
 }
 
-fn pool_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn pool_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (x, o) = (&ins[0], &outs[0]);
     let p = pool_params(op, attrs, &x.shape).map_err(|e| e.to_string())?;
@@ -617,13 +613,8 @@ fn infer_pool_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -
     Ok((vec![s[1].clone()], vec![d[1]]))
 }
 
-fn pool_backward_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn pool_backward_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let (dy, x) = (&ins[0], &ins[1]);
     let p = pool_params(op, attrs, &x.shape).map_err(|e| e.to_string())?;

@@ -12,7 +12,8 @@ use crate::ops::gpu::Stream;
 use crate::ops::params::Params;
 use crate::ops::unary::gpu::apply;
 use crate::ops::unary::Unary;
-use crate::ops::{norm_axes, reduced_axes, Attrs, KResult, OpDef, TensorRef};
+use crate::ops::Call;
+use crate::ops::{norm_axes, reduced_axes, KResult, TensorRef};
 
 kernel_args! {
     /// Reductions along the lanes of an (outer, len, inner) layout, whole (`reduce_lanes`) or
@@ -37,13 +38,8 @@ kernel_args! {
     }
 }
 
-pub(crate) fn reduce(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn reduce(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let (m, op) = (member(def)?, def.name);
     let (x, out) = (&ins[0], &outs[0]);
     let nd = x.shape.len();

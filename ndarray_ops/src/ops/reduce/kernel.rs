@@ -2,9 +2,10 @@
 //! order changes only rounding), and the index of each lane's first extreme element.
 
 use super::{axes_of, member, norm_ord, ArgExtremeParams, Reduce};
+use crate::ops::norm_axes;
 use crate::ops::par::{for_ranges, Shared};
 use crate::ops::params::Params;
-use crate::ops::{norm_axes, Attrs, OpDef, TensorRef};
+use crate::ops::{Call, KResult};
 use crate::resources::KernelRes;
 use crate::Element;
 
@@ -204,13 +205,8 @@ pub(crate) fn fold_run<S: Copy, A: Copy>(
     tail.iter().fold(a, |a, &v| add(a, v))
 }
 
-pub(super) fn kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> std::result::Result<(), String> {
+pub(super) fn kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let m = member(def)?;
     let op = def.name;
     let e2s = |e: crate::NdError| e.to_string();

@@ -21,9 +21,9 @@ use crate::ops::gpu::args::{int, kernel_args, Dim};
 use crate::ops::gpu::elemwise::fill;
 use crate::ops::gpu::{DeviceBlock, Gemm, Stream};
 use crate::ops::rnn::{Mode, Pass, Rnn};
+use crate::ops::Call;
 use crate::ops::KResult;
-use crate::ops::OpDef;
-use crate::ops::{Attrs, TensorRef};
+use crate::ops::TensorRef;
 use crate::resources::StateSlot;
 
 kernel_args! {
@@ -422,14 +422,8 @@ fn tensors(ts: &[TensorRef]) -> Vec<*mut f32> {
 }
 
 /// `RNN(data, parameters, state[, state_cell][, sequence_length])`.
-pub(crate) fn rnn(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-    state: Option<&mut StateSlot>,
-) -> KResult {
+pub(crate) fn rnn(call: Call, s: &dyn Stream, state: Option<&mut StateSlot>) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let r = Rnn::parse(op, attrs).map_err(|e| e.to_string())?;
     let x = &ins[0];
@@ -502,14 +496,8 @@ pub(crate) fn rnn(
 }
 
 /// `_backward_RNN(dy[, dhy[, dcy]], data, parameters, state[, state_cell][, sequence_length])`.
-pub(crate) fn rnn_backward(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-    state: Option<&mut StateSlot>,
-) -> KResult {
+pub(crate) fn rnn_backward(call: Call, s: &dyn Stream, state: Option<&mut StateSlot>) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let r = Rnn::parse(op, attrs).map_err(|e| e.to_string())?;
     let heads = r.outputs();

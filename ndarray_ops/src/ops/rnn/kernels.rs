@@ -2,6 +2,7 @@
 //! pass), and the backward pass (reading the kept trace, or running the forward pass again).
 
 use super::*;
+use crate::ops::Call;
 
 /// Runs `$body` with `$t` the float type of `$dtype` (inference refuses other dtypes).
 macro_rules! with_float {
@@ -188,13 +189,8 @@ impl<T: Real> Kept<T> {
     }
 }
 
-pub(super) fn rnn_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    res: &mut KernelRes,
-) -> KResult {
+pub(super) fn rnn_kernel(call: Call, res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let r = Rnn::parse(op, attrs).map_err(|e| e.to_string())?;
     strassen_setting()?;
@@ -317,13 +313,8 @@ pub(crate) fn masks_lost(op: &str, r: &Rnn) -> String {
     )
 }
 
-pub(super) fn rnn_backward_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    res: &mut KernelRes,
-) -> KResult {
+pub(super) fn rnn_backward_kernel(call: Call, res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
     let r = Rnn::parse(op, attrs).map_err(|e| e.to_string())?;
     strassen_setting()?;

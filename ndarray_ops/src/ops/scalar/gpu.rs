@@ -6,7 +6,8 @@ use crate::ops::binary::Binary;
 use crate::ops::gpu::args::{int, kernel_args, ptr};
 use crate::ops::gpu::ops::e2s;
 use crate::ops::gpu::Stream;
-use crate::ops::{Attrs, KResult, OpDef, TensorRef};
+use crate::ops::Call;
+use crate::ops::{KResult, TensorRef};
 
 kernel_args! {
     /// `out = x (op) scalar`, or `scalar (op) x`.
@@ -41,13 +42,8 @@ impl Scalar {
     }
 }
 
-pub(crate) fn scalar(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn scalar(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let m = member(def)?;
     let value = m.value(attrs).map_err(e2s)?;
     scalar_with(s, m, &outs[0], &ins[0], value)

@@ -3,7 +3,8 @@
 use super::{member, Scalar};
 use crate::ops::binary::{modulo, truth};
 use crate::ops::elemwise::unary_map;
-use crate::ops::{Attrs, KResult, OpDef, TensorRef};
+use crate::ops::Call;
+use crate::ops::{KResult, TensorRef};
 use crate::resources::KernelRes;
 use crate::Element;
 
@@ -46,13 +47,8 @@ fn dispatch<T: Element>(m: Scalar, s: f64, a: &TensorRef, o: &TensorRef) {
     }
 }
 
-pub(super) fn scalar_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+pub(super) fn scalar_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let m = member(def)?;
     let s = m.value(attrs).map_err(|e| e.to_string())?;
     crate::with_dtype!(outs[0].dtype, T => dispatch::<T>(m, s, &ins[0], &outs[0]));

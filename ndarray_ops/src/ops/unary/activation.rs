@@ -8,7 +8,8 @@ use crate::error::{shape_error, Result};
 use crate::ops::elemwise::binary_map;
 use crate::ops::nn::require_float;
 use crate::ops::params::{attr_enum, op_params, Params};
-use crate::ops::{same_dtypes, Arity, Attrs, Infer, KResult, OpDef, TensorRef};
+use crate::ops::Call;
+use crate::ops::{same_dtypes, Arity, Attrs, Infer, KResult, OpDef};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
 
@@ -70,13 +71,8 @@ fn infer_activation(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> I
     Ok((vec![s[0].clone()], vec![require_float(op, d)?]))
 }
 
-fn activation_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn activation_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let m = ActType::of(def.name, attrs)
         .map_err(|e| e.to_string())?
         .member();
@@ -100,13 +96,8 @@ fn infer_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Inf
 
 /// `dx = dy * f'(y)`, computed in f64 and rounded once. ReLU's derivative, 0 or 1, is exact in
 /// every type, so its product is taken in the array's own type, where the loop vectorizes.
-fn backward_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+fn backward_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let act = ActType::of(def.name, attrs).map_err(|e| e.to_string())?;
     let f = act.derivative();
     let (dy, y, dx) = (&ins[0], &ins[1], &outs[0]);

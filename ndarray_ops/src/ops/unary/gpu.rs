@@ -5,7 +5,8 @@ use super::{backward_member, member, ActType, Unary};
 use crate::ops::gpu::args::{int, kernel_args, ptr};
 use crate::ops::gpu::ops::e2s;
 use crate::ops::gpu::Stream;
-use crate::ops::{Attrs, KResult, OpDef, TensorRef};
+use crate::ops::Call;
+use crate::ops::KResult;
 
 kernel_args! {
     /// A function of each element (`unary_fwd`, `act_fwd`), or a gradient through it
@@ -75,49 +76,29 @@ pub(crate) fn apply(s: &dyn Stream, m: Unary, out: *mut f32, x: *mut f32, n: usi
     run(s, k::unary_fwd, out, (x, std::ptr::null_mut()), m.code(), n)
 }
 
-pub(crate) fn unary(
-    def: &OpDef,
-    _: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn unary(call: Call, s: &dyn Stream) -> KResult {
+    let (def, _, ins, outs) = call.parts();
     let m = member(def)?;
     apply(s, m, ptr(&outs[0]), ptr(&ins[0]), outs[0].len())
 }
 
 /// `_backward_math(ograd, v)`: the gradient through the member named by `fn`.
-pub(crate) fn backward(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn backward(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let (m, _) = backward_member(def.name, attrs).map_err(e2s)?;
     let x = (ptr(&ins[0]), ptr(&ins[1]));
     run(s, k::unary_bwd, ptr(&outs[0]), x, m.code(), outs[0].len())
 }
 
-pub(crate) fn activation(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn activation(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let code = act_code(ActType::of(def.name, attrs).map_err(e2s)?);
     let x = (ptr(&ins[0]), std::ptr::null_mut());
     run(s, k::act_fwd, ptr(&outs[0]), x, code, outs[0].len())
 }
 
-pub(crate) fn activation_backward(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+pub(crate) fn activation_backward(call: Call, s: &dyn Stream) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let code = act_code(ActType::of(def.name, attrs).map_err(e2s)?);
     let x = (ptr(&ins[0]), ptr(&ins[1]));
     run(s, k::act_bwd, ptr(&outs[0]), x, code, outs[0].len())

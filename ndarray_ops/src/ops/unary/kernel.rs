@@ -1,6 +1,7 @@
 //! The unary family's CPU kernels: one loop per member with its function inlined, and
 //! `_backward_math`'s product of the output gradient with a member's derivative.
 
+use crate::ops::Call;
 use rten_simd::SimdUnaryOp;
 use rten_vecmath::Exp;
 
@@ -8,7 +9,7 @@ use super::{backward_member, member, Unary};
 use crate::ops::elemwise::unary_map;
 use crate::ops::par::{for_ranges, Shared};
 use crate::ops::vecmath::{Sigmoid, Tanh};
-use crate::ops::{Attrs, KResult, OpDef, TensorRef};
+use crate::ops::{KResult, TensorRef};
 use crate::resources::KernelRes;
 use crate::{DType, Element};
 
@@ -109,26 +110,16 @@ fn vec_map(op: &(impl SimdUnaryOp<f32> + Sync), a: &TensorRef, out: &TensorRef) 
     });
 }
 
-pub(super) fn unary_kernel(
-    def: &OpDef,
-    _: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+pub(super) fn unary_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, _, ins, outs) = call.parts();
     let m = member(def)?;
     crate::with_dtype!(outs[0].dtype, T => forward::<T>(m, &ins[0], &outs[0]));
     Ok(())
 }
 
 /// `_backward_math(ograd, v)`: `ograd * f'(v)`, in f64, rounded once.
-pub(super) fn backward_kernel(
-    def: &OpDef,
-    attrs: &Attrs,
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    _res: &mut KernelRes,
-) -> KResult {
+pub(super) fn backward_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let (_, d) = backward_member(def.name, attrs).map_err(|e| e.to_string())?;
     crate::with_dtype!(outs[0].dtype, T => {
         let (sg, sv, so) = (
