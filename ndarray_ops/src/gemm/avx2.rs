@@ -17,13 +17,42 @@
 
 use std::arch::x86_64::*;
 
-use super::{Mat, Strip, MR, NR};
+use super::lanes::{accumulate, prefetch_tile, Lanes};
+use super::{Mat, Strip, NR};
 
-/// Steps of depth ahead that a strip read where `b` lies is prefetched (as in the AVX-512
-/// kernel: each step is a row of `b` on a page of its own). A step here takes half as long
-/// as there, so twice as many steps ahead are the same time ahead (on 64 x 576 x 3136, one
-/// core of a Zen 3: 8 steps 69-70 GFLOP/s, 16 to 64 steps 72-75).
-const AHEAD: usize = 16;
+/// The AVX2 register: 8 floats.
+pub(super) struct Avx2;
+
+impl Lanes for Avx2 {
+    type V = __m256;
+    const LANES: usize = 8;
+    /// A step here takes half as long as with AVX-512, so twice as many steps ahead are the
+    /// same time ahead (on 64 x 576 x 3136, one core of a Zen 3: 8 steps 69-70 GFLOP/s, 16 to
+    /// 64 steps 72-75).
+    const AHEAD: usize = 16;
+    #[inline(always)]
+    unsafe fn zero() -> __m256 {
+        _mm256_setzero_ps()
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> __m256 {
+        // SAFETY: the trait's contract.
+        unsafe { _mm256_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: __m256) {
+        // SAFETY: the trait's contract.
+        unsafe { _mm256_storeu_ps(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> __m256 {
+        _mm256_set1_ps(x)
+    }
+    #[inline(always)]
+    unsafe fn fma(a: __m256, b: __m256, c: __m256) -> __m256 {
+        _mm256_fmadd_ps(a, b, c)
+    }
+}
 
 /// Columns of one block: two 8-lane registers.
 const HALF: usize = NR / 2;
@@ -43,17 +72,8 @@ pub(super) unsafe fn kernel(
     nr: usize,
     add: bool,
 ) {
-    // The tile's rows of `c` are asked for before the depth loops, as the AVX-512 kernel does.
-    if c.rs == 1 {
-        for j in 0..nr {
-            _mm_prefetch::<_MM_HINT_T0>(c.at(0, j).ptr as *const i8);
-        }
-    } else {
-        for i in 0..mr {
-            _mm_prefetch::<_MM_HINT_T0>(c.at(i, 0).ptr as *const i8);
-            _mm_prefetch::<_MM_HINT_T0>(c.at(i, HALF).ptr as *const i8);
-        }
-    }
+    // SAFETY: the contract; compiled with AVX2 and FMA.
+    unsafe { prefetch_tile(c, mr, nr) };
     let (rows, count) = groups(mr);
     let mut b = b;
     for g in 0..count {
@@ -100,7 +120,7 @@ fn groups(mr: usize) -> (usize, usize) {
 
 /// One block: rows `..mr` (`mr <= R`) and columns `..nr` (`nr <= 16`) of `c` from `a`'s
 /// rows (in place, `acs == 1`, rows past `mr` reading row `mr - 1` again; or packed, steps
-/// [`MR`] apart) and a 16-wide half of a strip of `b`.
+/// [`super::MR`] apart) and a 16-wide half of a strip of `b`.
 ///
 /// # Safety
 /// The CPU has AVX2 and FMA; as [`kernel`] for the block's rows and columns.
@@ -114,80 +134,10 @@ unsafe fn block<const R: usize>(
     (mr, nr): (usize, usize),
     add: bool,
 ) {
-    let mut acc = [[_mm256_setzero_ps(); 2]; R];
-    if acs == 1 {
-        let rows: [*const f32; R] =
-            std::array::from_fn(|i| a.wrapping_offset(i.min(mr - 1) as isize * ars));
-        // SAFETY: element `p` of each row is inside `a`; the rest as the contract.
-        unsafe { depth(&mut acc, kc, b, |p, i| *rows[i].add(p)) };
-    } else {
-        // SAFETY: step `p` of the packed strip of `a`; the rest as the contract.
-        unsafe { depth(&mut acc, kc, b, |p, i| *a.add(p * MR + i)) };
-    }
+    // SAFETY: the contract; compiled with AVX2 and FMA.
+    let acc = unsafe { accumulate::<Avx2, R>(kc, (a, ars, acs), b, mr) };
     // SAFETY: the block's elements of `c` (the contract).
     unsafe { store(&acc, c, (mr, nr), add) };
-}
-
-/// The `kc` steps of depth into `acc` (see the AVX-512 kernel's `depth`), a 16-wide half of
-/// each step of `b`.
-///
-/// # Safety
-/// The CPU has AVX2 and FMA; `kc` steps of the half of `b` are valid to read (and to write at
-/// `b.fill`), and `a(p, i)` for `p < kc`, `i < R`.
-#[target_feature(enable = "avx2,fma")]
-#[inline]
-unsafe fn depth<const R: usize>(
-    acc: &mut [[__m256; 2]; R],
-    kc: usize,
-    b: Strip,
-    a: impl Fn(usize, usize) -> f32,
-) {
-    match b.fill {
-        None => {
-            for p in 0..kc {
-                // SAFETY: step `p` of the strip (the contract).
-                unsafe {
-                    let row = b.src.add(p * b.stride);
-                    let (b0, b1) = (_mm256_loadu_ps(row), _mm256_loadu_ps(row.add(8)));
-                    step(acc, (b0, b1), |i| a(p, i));
-                }
-            }
-        }
-        Some(fill) => {
-            for p in 0..kc {
-                // SAFETY: step `p` of the strip and of the packed strip being filled (the
-                // contract).
-                unsafe {
-                    let row = b.src.add(p * b.stride);
-                    let ahead = row.wrapping_add(AHEAD * b.stride) as *const i8;
-                    _mm_prefetch::<_MM_HINT_T0>(ahead);
-                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64));
-                    let (b0, b1) = (_mm256_loadu_ps(row), _mm256_loadu_ps(row.add(8)));
-                    _mm256_storeu_ps(fill.add(p * NR), b0);
-                    _mm256_storeu_ps(fill.add(p * NR + 8), b1);
-                    step(acc, (b0, b1), |i| a(p, i));
-                }
-            }
-        }
-    }
-}
-
-/// One step of depth: `R` broadcasts, `2 * R` FMAs (unrolled: `acc` stays in registers).
-///
-/// # Safety
-/// The CPU has AVX2 and FMA.
-#[target_feature(enable = "avx2,fma")]
-#[inline]
-unsafe fn step<const R: usize>(
-    acc: &mut [[__m256; 2]; R],
-    (b0, b1): (__m256, __m256),
-    a: impl Fn(usize) -> f32,
-) {
-    for (i, row) in acc.iter_mut().enumerate() {
-        let ai = _mm256_set1_ps(a(i));
-        row[0] = _mm256_fmadd_ps(ai, b0, row[0]);
-        row[1] = _mm256_fmadd_ps(ai, b1, row[1]);
-    }
 }
 
 /// A lane mask of the first `n` of 8 lanes (all lanes for `n >= 8`).

@@ -3,12 +3,41 @@
 
 use std::arch::x86_64::*;
 
-use super::{Mat, Offset, Strip, MR, NR};
+use super::lanes::{accumulate, prefetch_tile, Lanes};
+use super::{Mat, Offset, Strip, NR};
 
-/// Steps of depth ahead that a strip read where `b` lies is prefetched: each step is a row of
-/// `b` of its own, on a page of its own, which the hardware's prefetchers do not follow (a
-/// 64 x 576 x 3136 product on one core: 133 -> 150 GFLOP/s; 4 and 12 measured the same).
-const AHEAD: usize = 8;
+/// The AVX-512 register: 16 floats.
+pub(super) struct Avx512;
+
+impl Lanes for Avx512 {
+    type V = __m512;
+    const LANES: usize = 16;
+    /// Each step is a row of `b` of its own, on a page of its own (a 64 x 576 x 3136 product on
+    /// one core: 133 -> 150 GFLOP/s; 4 and 12 measured the same).
+    const AHEAD: usize = 8;
+    #[inline(always)]
+    unsafe fn zero() -> __m512 {
+        _mm512_setzero_ps()
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> __m512 {
+        // SAFETY: the trait's contract.
+        unsafe { _mm512_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: __m512) {
+        // SAFETY: the trait's contract.
+        unsafe { _mm512_storeu_ps(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> __m512 {
+        _mm512_set1_ps(x)
+    }
+    #[inline(always)]
+    unsafe fn fma(a: __m512, b: __m512, c: __m512) -> __m512 {
+        _mm512_fmadd_ps(a, b, c)
+    }
+}
 
 /// `c[..mr, ..nr] = a x b` (or `+=` with `add`) for `a` of `M` rows (`mr <= M <= MR`) and `b`
 /// a strip of `kc` rows of [`NR`] values ([`Strip`]: packed, or read where it lies and packed
@@ -18,7 +47,7 @@ const AHEAD: usize = 8;
 /// computed and not stored.
 ///
 /// # Safety
-/// The CPU has AVX-512F; the `mr x kc` elements of `a` at strides `ars`, `acs` (all [`MR`] rows
+/// The CPU has AVX-512F; the `mr x kc` elements of `a` at strides `ars`, `acs` (all [`super::MR`] rows
 /// when `acs != 1`) and `kc` steps of `b` are valid to read (and to write at `b.fill`); the
 /// tile's `mr x nr` elements of `c` are valid to read and write.
 #[target_feature(enable = "avx512f")]
@@ -31,31 +60,11 @@ pub(super) unsafe fn kernel<const M: usize>(
     nr: usize,
     add: bool,
 ) {
-    // The tile's rows of `c` are far apart and rarely cached: ask for them now, so they arrive
-    // while the depth loop runs instead of stalling the stores after it (1024^3: 62 -> 100
-    // GFLOP/s on one core).
-    if c.rs == 1 {
-        for j in 0..nr {
-            _mm_prefetch::<_MM_HINT_T0>(c.at(0, j).ptr as *const i8);
-        }
-    } else {
-        for i in 0..mr {
-            _mm_prefetch::<_MM_HINT_T0>(c.at(i, 0).ptr as *const i8);
-            _mm_prefetch::<_MM_HINT_T0>(c.at(i, 16).ptr as *const i8);
-        }
-    }
-    let mut acc = [[_mm512_setzero_ps(); 2]; M];
-    if acs == 1 {
-        // Unpacked: MR row pointers, each read along its row (a ragged strip's missing rows
-        // repeat its last one, so nothing past `a` is read).
-        let rows: [*const f32; M] =
-            std::array::from_fn(|i| a.wrapping_offset(i.min(mr - 1) as isize * ars));
-        // SAFETY: element `p` of each row is inside `a`; the rest as the contract.
-        unsafe { depth(&mut acc, kc, b, |p, i| *rows[i].add(p)) };
-    } else {
-        // SAFETY: step `p` of the packed strip of `a`; the rest as the contract.
-        unsafe { depth(&mut acc, kc, b, |p, i| *a.add(p * MR + i)) };
-    }
+    // SAFETY: the contract; compiled with AVX-512F.
+    let acc = unsafe {
+        prefetch_tile(c, mr, nr);
+        accumulate::<Avx512, M>(kc, (a, ars, acs), b, mr)
+    };
     if c.cs == 1 {
         // Rows of the tile are contiguous: masked loads and stores cover a ragged right edge.
         let lanes = |n: usize| -> __mmask16 { ((1u32 << n.min(16)) - 1) as __mmask16 };
@@ -133,71 +142,6 @@ pub(super) unsafe fn kernel<const M: usize>(
             unsafe { *e = if add { *e + v } else { v } };
         };
         (0..mr).for_each(|i| (0..nr).for_each(|j| store(i, j)));
-    }
-}
-
-/// The `kc` steps of depth into `acc`, `a(p, i)` giving row `i`'s value at step `p`; where
-/// the strip is filled on the way, each row of `b` is stored into it as it is loaded (two
-/// stores beside 24 FMAs: the copy costs nothing the FMA units wait for).
-///
-/// # Safety
-/// The CPU has AVX-512F; `kc` steps of `b` are valid to read (and write at `b.fill`), and
-/// `a(p, i)` for `p < kc`, `i < M`.
-#[target_feature(enable = "avx512f")]
-#[inline]
-unsafe fn depth<const M: usize>(
-    acc: &mut [[__m512; 2]; M],
-    kc: usize,
-    b: Strip,
-    a: impl Fn(usize, usize) -> f32,
-) {
-    match b.fill {
-        None => {
-            for p in 0..kc {
-                // SAFETY: step `p` of the strip (the contract); the CPU has AVX-512F.
-                unsafe {
-                    let row = b.src.add(p * b.stride);
-                    let (b0, b1) = (_mm512_loadu_ps(row), _mm512_loadu_ps(row.add(16)));
-                    step(acc, (b0, b1), |i| a(p, i));
-                }
-            }
-        }
-        Some(fill) => {
-            for p in 0..kc {
-                // SAFETY: step `p` of the strip and of the packed strip being filled (the
-                // contract); the CPU has AVX-512F.
-                unsafe {
-                    let row = b.src.add(p * b.stride);
-                    let ahead = row.wrapping_add(AHEAD * b.stride) as *const i8;
-                    _mm_prefetch::<_MM_HINT_T0>(ahead);
-                    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64));
-                    let (b0, b1) = (_mm512_loadu_ps(row), _mm512_loadu_ps(row.add(16)));
-                    _mm512_storeu_ps(fill.add(p * NR), b0);
-                    _mm512_storeu_ps(fill.add(p * NR + 16), b1);
-                    step(acc, (b0, b1), |i| a(p, i));
-                }
-            }
-        }
-    }
-}
-
-/// One step of depth: a row of `b` in two registers, each of the `M` values `a(i)` broadcast,
-/// `2 * M` FMAs. The loop over `acc` has a constant trip count and is unrolled, so `acc`
-/// stays in registers.
-///
-/// # Safety
-/// The CPU has AVX-512F.
-#[target_feature(enable = "avx512f")]
-#[inline]
-unsafe fn step<const M: usize>(
-    acc: &mut [[__m512; 2]; M],
-    (b0, b1): (__m512, __m512),
-    a: impl Fn(usize) -> f32,
-) {
-    for (i, row) in acc.iter_mut().enumerate() {
-        let ai = _mm512_set1_ps(a(i));
-        row[0] = _mm512_fmadd_ps(ai, b0, row[0]);
-        row[1] = _mm512_fmadd_ps(ai, b1, row[1]);
     }
 }
 

@@ -50,6 +50,8 @@ mod avx512;
 mod caches;
 mod epilogue;
 mod isa;
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+mod lanes;
 mod strassen;
 
 use std::cell::RefCell;
