@@ -1,13 +1,9 @@
-//! Backward ops (MXNet's `_backward_*` names) and the elementwise sum that aggregates gradients.
+//! The elementwise sum that aggregates gradients (add_n), reshape_like, and the backward ops of
+//! the reductions and of broadcasting (`_broadcast_backward`, `_sum_to_like`).
 
-use super::nn::Normalization;
-use super::par::{for_ranges, map_lanes, Shared};
-use super::params::Params;
-use super::{
-    check_against_forward, named_forward, same_dtypes, same_shapes, Arity, Attrs, OpDef, Outputs,
-    TensorRef,
-};
-use crate::error::{shape_error, Result};
+use super::par::{for_ranges, Shared};
+use super::{check_against_forward, named_forward, same_dtypes, same_shapes, Arity, Attrs, OpDef};
+use crate::error::shape_error;
 use crate::ops::gpu;
 use crate::ops::grad;
 use crate::ops::Call;
@@ -57,109 +53,15 @@ fn add_n_kernel(call: Call, _res: &mut KernelRes) -> KResult {
     Ok(())
 }
 
-// ---- _backward_SoftmaxOutput: (output, label) -> (data grad, label grad) ---------------------
-
-fn infer_softmax_output_backward(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    if s[0].len() != 2 || s[1] != [s[0][0]] {
-        return Err(shape_error(
-            op,
-            "label",
-            s[1].clone(),
-            format!(
-                "[{}] for a 2-D output {:?}",
-                s[0].first().copied().unwrap_or(0),
-                s[0]
-            ),
-        ));
-    }
-    Ok((vec![s[0].clone(), s[1].clone()], vec![d[0], d[1]]))
-}
-
-/// SoftmaxOutput's gradient scale and ignored label (with `use_ignore`), once its labels are
-/// checked: each names a class (its integer part, as MXNet reads it) unless it is ignored. A
-/// label outside `[0, classes)`, or NaN, would silently train towards nothing, so it is refused.
-/// The CPU kernel and the GPU path both ask this.
-pub(crate) fn softmax_output_scale(
-    op: &str,
-    attrs: &Attrs,
-    labels: &[f64],
-    classes: usize,
-) -> Result<(f64, Option<f64>)> {
-    let a = super::nn::SoftmaxOutputParams::get(op, attrs)?;
-    let scale = f64::from(a.grad_scale);
-    // With use_ignore, rows labelled ignore_label pass no gradient and do not count as valid.
-    let ignore = a.use_ignore.then_some(f64::from(a.ignore_label));
-    let ignored = |l: f64| ignore == Some(l);
-    let class = |l: f64| (0.0..classes as f64).contains(&l);
-    if let Some((i, l)) = labels
-        .iter()
-        .enumerate()
-        .find(|&(_, &l)| !ignored(l) && !class(l))
-    {
-        return Err(crate::error::invalid(
-            op,
-            format!(
-                "label {l} of row {i} is not a class in [0, {classes}) (rows to skip need \
-                 use_ignore=True with their ignore_label)"
-            ),
-        ));
-    }
-    // MXNet divides in float: grad_scale / count as 2.0f / 3.0f.
-    let per = |count: usize| f64::from(scale as f32 / count.max(1) as f32);
-    let scale = match a.normalization {
-        Normalization::Batch => per(labels.len()),
-        Normalization::Valid => per(labels.iter().filter(|&&l| !ignored(l)).count()),
-        Normalization::Null => scale,
-    };
-    Ok((scale, ignore))
-}
-
-fn softmax_output_backward_kernel(call: Call, _res: &mut KernelRes) -> KResult {
-    let (def, attrs, ins, outs) = call.parts();
-    let op = def.name;
-    let (p, label) = (&ins[0], &ins[1]);
-    let (n, c) = (p.shape[0], p.shape[1]);
-    // SAFETY: read access to the labels.
-    let labels = unsafe { label.to_f64s() };
-    let (scale, ignore) = softmax_output_scale(op, attrs, &labels, c).map_err(|e| e.to_string())?;
-    let ignored = |l: f64| ignore == Some(l);
-    crate::with_dtype!(p.dtype, T => {
-        // SAFETY: read access to the inputs, exclusive access to the disjoint outputs.
-        let (pv, g, lg) = unsafe { (p.slice::<T>(), outs[0].slice_mut::<T>(), outs[1].slice_mut::<T>()) };
-        for i in 0..n {
-            for j in 0..c {
-                let hit = if labels[i] as usize == j && labels[i] >= 0.0 { 1.0 } else { 0.0 };
-                let v = if ignored(labels[i]) { 0.0 } else { (pv[i * c + j].to_f64() - hit) * scale };
-                g[i * c + j] = T::from_f64(v);
-            }
-        }
-        lg.fill(T::default());
-    });
-    Ok(())
-}
-
 pub(super) fn ops() -> &'static [OpDef] {
-    static OPS: &[OpDef] = &[
-        OpDef {
-            aliases: &["ElementWiseSum", "_grad_add"],
-            inplace: &[(0, 0)],
-            ..OpDef::new("add_n", Arity::AtLeast(1), infer_add_n, add_n_kernel)
-        }
-        .pointwise(true)
-        .grad(grad::add_n)
-        .on_gpu(gpu::reduce::add_n),
-        OpDef {
-            alias_safe: false,
-            ..OpDef::new(
-                "_backward_SoftmaxOutput",
-                Arity::Exactly(2),
-                infer_softmax_output_backward,
-                softmax_output_backward_kernel,
-            )
-        }
-        .outputs(Outputs::all(2))
-        .on_gpu(gpu::nn::softmax_output_backward),
-    ];
+    static OPS: &[OpDef] = &[OpDef {
+        aliases: &["ElementWiseSum", "_grad_add"],
+        inplace: &[(0, 0)],
+        ..OpDef::new("add_n", Arity::AtLeast(1), infer_add_n, add_n_kernel)
+    }
+    .pointwise(true)
+    .grad(grad::add_n)
+    .on_gpu(gpu::reduce::add_n)];
     OPS
 }
 
@@ -191,62 +93,6 @@ pub(super) fn more_ops() -> &'static [OpDef] {
     }
     .on_gpu(gpu::ops::copy)];
     OPS
-}
-
-// ---- softmax / log_softmax: (ograd, output) -> input grad -----------------------------------
-
-fn infer_like_first(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    let dt = same_dtypes(op, &d[..2])?;
-    if s[0] != s[1] {
-        return Err(shape_error(
-            op,
-            "input 1",
-            s[1].clone(),
-            format!("{:?} like the gradient", s[0]),
-        ));
-    }
-    Ok((vec![s[0].clone()], vec![dt]))
-}
-
-fn softmax_backward_kernel(call: Call, _res: &mut KernelRes) -> KResult {
-    let (def, attrs, ins, outs) = call.parts();
-    let op = def.name;
-    let (g, y) = (&ins[0], &ins[1]);
-    let (axis, temp) = super::softmax_axis(op, attrs, g.shape.len()).map_err(|e| e.to_string())?;
-    let log = op == "_backward_log_softmax";
-    softmax_grad(g, y, &outs[0], (&g.shape, axis, temp, log));
-    Ok(())
-}
-
-/// The gradient of a softmax (`log`: log-softmax) along `axis` of `shape` at temperature
-/// `temp`: from the output gradient `g` and the forward output `y` into `dx`, which the caller
-/// has exclusive access to and which is disjoint from both.
-pub(crate) fn softmax_grad(
-    g: &TensorRef,
-    y: &TensorRef,
-    dx: &TensorRef,
-    (shape, axis, temp, log): (&[usize], usize, f64, bool),
-) {
-    crate::with_dtype!(g.dtype, T => {
-        // SAFETY: read access to the inputs, exclusive access to the disjoint output.
-        let (gv, yv, dx) = unsafe { (g.slice::<T>(), y.slice::<T>(), Shared::new(dx.ptr::<T>())) };
-        map_lanes(shape, axis, [gv, yv], dx, |_: &mut (), _, [g, y], dx| {
-            // y = log softmax: dx = (g - softmax * sum(g)) / temp; y = softmax:
-            // dx = y * (g - sum(g * y)) / temp.
-            let (g, y) = (|k: usize| g[k].to_f64(), |k: usize| y[k].to_f64());
-            let n = dx.len();
-            let total: f64 = match log {
-                true => (0..n).map(g).sum(),
-                false => (0..n).map(|k| g(k) * y(k)).sum(),
-            };
-            for (k, d) in dx.iter_mut().enumerate() {
-                *d = T::from_f64(match log {
-                    true => (g(k) - y(k).exp() * total) / temp,
-                    false => y(k) * (g(k) - total) / temp,
-                });
-            }
-        });
-    });
 }
 
 // ---- _broadcast_backward: spreads a reduced gradient back over the input's shape -----------
@@ -351,26 +197,6 @@ fn sum_to_like_kernel(call: Call, _res: &mut KernelRes) -> KResult {
 
 pub(super) fn grad_ops() -> &'static [OpDef] {
     static OPS: &[OpDef] = &[
-        OpDef {
-            alias_safe: false,
-            ..OpDef::new(
-                "_backward_softmax",
-                Arity::Exactly(2),
-                infer_like_first,
-                softmax_backward_kernel,
-            )
-        }
-        .on_gpu(gpu::lanes::softmax),
-        OpDef {
-            alias_safe: false,
-            ..OpDef::new(
-                "_backward_log_softmax",
-                Arity::Exactly(2),
-                infer_like_first,
-                softmax_backward_kernel,
-            )
-        }
-        .on_gpu(gpu::lanes::softmax),
         OpDef {
             alias_safe: false,
             ..OpDef::new(

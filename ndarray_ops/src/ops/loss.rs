@@ -7,8 +7,8 @@
 //! gradient is `grad_scale / m * (out - label)` (MAE: the sign of it), `m` being the outputs
 //! per sample (the label's size over its first dimension).
 
-use super::nn::Normalization;
 use super::params::{op_params, Params};
+use super::softmax::Normalization;
 use super::{same_dtypes, Arity, Attrs, OpDef, Outputs, TensorRef};
 use crate::error::{shape_error, Result};
 use crate::ops::gpu;

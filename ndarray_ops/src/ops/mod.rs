@@ -45,15 +45,15 @@ mod shape_grad;
 pub mod signature;
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 mod simd;
+pub(crate) mod softmax;
 pub(crate) mod sort;
 mod stochastic;
 pub(crate) mod unary;
 mod vecmath;
 mod vision;
 
-pub(crate) use backward::softmax_output_scale;
 pub(crate) use conv::bilinear_upsampling;
-pub(crate) use nn::{require_float, softmax_axis};
+pub(crate) use nn::require_float;
 pub use stochastic::IS_TRAIN;
 // What the GPU back end shares with the CPU kernels: attribute parsing and layouts.
 pub(crate) use {
@@ -425,6 +425,7 @@ fn registry() -> &'static FxHashMap<&'static str, &'static OpDef> {
             .chain(reduce::ops())
             .chain(linalg::ops())
             .chain(nn::ops())
+            .chain(softmax::ops())
             .chain(fully_connected::ops())
             .chain(shape::ops())
             .chain(conv::ops())

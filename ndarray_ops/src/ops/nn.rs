@@ -1,12 +1,10 @@
-//! Neural-network ops: activations, softmax family, FullyConnected, one_hot, transpose, Flatten,
-//! clip, and the optimizer updates that write into the weight (as MXNet's do).
+//! Neural-network ops: clip, one_hot, transpose, Flatten, and the optimizer updates that write
+//! into the weight (as MXNet's do).
 
 use crate::ops::Call;
-use rten_simd::SimdUnaryOp;
 
-use super::par::{for_ranges, map_lanes, Shared};
-use super::params::{attr_enum, op_params, Params};
-use super::reduce::fold_run;
+use super::par::for_ranges;
+use super::params::{op_params, Params};
 use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, Outputs, TensorRef};
 use crate::error::{invalid, shape_error, NdError, Result};
 use crate::ops::gpu;
@@ -70,172 +68,6 @@ fn clip_kernel(call: Call, _res: &mut KernelRes) -> KResult {
         T::from_f64(v.to_f64().clamp(lo, hi))
     }));
     Ok(())
-}
-
-// ---- softmax family -----------------------------------------------------------------------
-
-attr_enum! {
-    /// What a loss's gradient is divided by.
-    pub enum Normalization {
-        /// Nothing.
-        Null = "null",
-        /// The batch size.
-        Batch = "batch",
-        /// The count of valid (not ignored) samples.
-        Valid = "valid",
-    }
-}
-
-op_params! {
-    /// SoftmaxOutput's attributes.
-    pub struct SoftmaxOutputParams for "SoftmaxOutput" {
-        grad_scale: f32,
-        ignore_label: f32,
-        multi_output: bool,
-        use_ignore: bool,
-        preserve_shape: bool,
-        normalization: Normalization,
-        out_grad: bool,
-        smooth_alpha: f32,
-    }
-}
-
-op_params! {
-    /// The attributes of softmax and log_softmax.
-    pub struct SoftmaxParams for "softmax", "log_softmax" {
-        axis: i64,
-        temperature: Option<f64>,
-        use_length: Option<bool>,
-    }
-}
-
-/// A softmax's axis (of `ndim`) and temperature (1 when `None`).
-pub(crate) fn softmax_axis(op: &str, attrs: &Attrs, ndim: usize) -> Result<(usize, f64)> {
-    let a = SoftmaxParams::get(op, attrs)?;
-    if ndim == 0 {
-        return Err(invalid(op, "needs at least one dimension"));
-    }
-    Ok((
-        norm_axes(op, &[a.axis], ndim)?[0],
-        a.temperature.unwrap_or(1.0),
-    ))
-}
-
-fn infer_softmax(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    let dt = require_float(op, &d[..1])?;
-    if op == "SoftmaxOutput" {
-        let a = SoftmaxOutputParams::get(op, attrs)?;
-        // MXNet's options this op does not implement are refused rather than ignored.
-        for (key, on) in [
-            ("multi_output", a.multi_output),
-            ("preserve_shape", a.preserve_shape),
-            ("out_grad", a.out_grad),
-        ] {
-            if on {
-                return Err(invalid(
-                    op,
-                    format!("{key}=True is not supported (only {key}=false)"),
-                ));
-            }
-        }
-        if a.smooth_alpha != 0.0 {
-            return Err(invalid(
-                op,
-                "smooth_alpha (label smoothing) is not supported",
-            ));
-        }
-        // data (batch, classes...) and label (batch,): the output is the softmax of the data.
-        if s[0].is_empty() || s[1].first() != s[0].first() {
-            return Err(shape_error(
-                op,
-                "label",
-                s[1].clone(),
-                format!("the batch size of data {:?} as its first axis", s[0]),
-            ));
-        }
-        return Ok((vec![s[0].clone()], vec![dt]));
-    }
-    softmax_axis(op, attrs, s[0].len())?;
-    Ok((vec![s[0].clone()], vec![dt]))
-}
-
-fn softmax_kernel(call: Call, _res: &mut KernelRes) -> KResult {
-    let (def, attrs, ins, outs) = call.parts();
-    let op = def.name;
-    let (a, o) = (&ins[0], &outs[0]);
-    let ((axis, temp), log) = match op {
-        // MXNet's SoftmaxOutput normalizes over axis 1 (the class axis) by default.
-        "SoftmaxOutput" => ((1.min(a.shape.len() - 1), 1.0), false),
-        _ => (
-            softmax_axis(op, attrs, a.shape.len()).map_err(e2s)?,
-            op == "log_softmax",
-        ),
-    };
-    softmax(a, o, (&a.shape, axis, temp, log));
-    Ok(())
-}
-
-/// Softmax (`log`: log-softmax) of `a` along `axis` of `shape` at temperature `temp`, into
-/// `o`, which the caller has exclusive access to and which is disjoint from `a` (the kernels
-/// using it are not alias-safe, so the registry copies an aliased input). See
-/// [`softmax_lanes`].
-pub(crate) fn softmax(a: &TensorRef, o: &TensorRef, lanes: (&[usize], usize, f64, bool)) {
-    crate::with_dtype!(o.dtype, T => {
-        // SAFETY: read access to the input, exclusive access to the disjoint output.
-        let (x, y) = unsafe { (a.slice::<T>(), Shared::new(o.ptr::<T>())) };
-        if T::DTYPE == DType::F32 {
-            softmax_lanes::<T, f32>(x, y, lanes, |e| rten_vecmath::Exp {}.map_mut(e));
-        } else {
-            softmax_lanes::<T, f64>(x, y, lanes, |e| e.iter_mut().for_each(|v| *v = v.exp()));
-        }
-    });
-}
-
-/// Softmax (`log`: log-softmax) of every lane of `x` (of `shape`) along `axis` into `y`,
-/// computed in `F` (f32 arrays in f32 through the vectorized `exp`, others in f64): per lane
-/// s = x / temp - max, z = the sum of exp(s) (in f64, in interleaved partial sums), then
-/// exp(s) / z or s - ln z. Each element takes one exp; `exp` maps a lane to its exponentials
-/// in place. The output is disjoint from the input.
-fn softmax_lanes<T: Element, F: Element>(
-    x: &[T],
-    y: Shared<T>,
-    (shape, axis, temp, log): (&[usize], usize, f64, bool),
-    exp: impl Fn(&mut [F]) + Sync,
-) {
-    // `s` holds the shifted lane, `e` its exponentials where `s` is still needed (log-softmax).
-    map_lanes(
-        shape,
-        axis,
-        [x],
-        y,
-        |(s, e): &mut (Vec<F>, Vec<F>), _, [x], out| {
-            s.clear();
-            match temp {
-                1.0 => s.extend(x.iter().map(|v| F::from_f64(v.to_f64()))),
-                _ => s.extend(x.iter().map(|v| F::from_f64(v.to_f64() / temp))),
-            }
-            // The largest of the lane (NaNs passed over): which of equal zeros wins shifts nothing.
-            let larger = |m: F, v: F| if v > m { v } else { m };
-            let m = fold_run(s, F::from_f64(f64::NEG_INFINITY), larger, larger);
-            s.iter_mut().for_each(|v| *v = v.sub(m));
-            let sum = |e: &[F]| fold_run(e, 0.0, |z, v: F| z + v.to_f64(), |a, b| a + b);
-            if log {
-                e.clear();
-                e.extend_from_slice(s);
-                exp(e);
-                let lnz = F::from_f64(sum(e).ln());
-                for (o, v) in out.iter_mut().zip(s.iter()) {
-                    *o = T::from_f64(v.sub(lnz).to_f64());
-                }
-            } else {
-                exp(s);
-                let z = F::from_f64(sum(s));
-                for (o, v) in out.iter_mut().zip(s.iter()) {
-                    *o = T::from_f64(v.div(z).to_f64());
-                }
-            }
-        },
-    );
 }
 
 // ---- one_hot, transpose, Flatten ------------------------------------------------------------
@@ -489,38 +321,6 @@ pub(super) fn ops() -> &'static [OpDef] {
         }
         .grad(grad::clip)
         .on_gpu(gpu::elemwise::clamp),
-        OpDef {
-            backward_ignores: &[0],
-            alias_safe: false,
-            ..OpDef::new("softmax", Arity::Exactly(1), infer_softmax, softmax_kernel)
-        }
-        .grad(grad::softmax)
-        .on_gpu(gpu::lanes::softmax),
-        OpDef {
-            backward_ignores: &[0],
-            alias_safe: false,
-            ..OpDef::new(
-                "log_softmax",
-                Arity::Exactly(1),
-                infer_softmax,
-                softmax_kernel,
-            )
-        }
-        .grad(grad::softmax)
-        .on_gpu(gpu::lanes::softmax),
-        OpDef {
-            infer_partial: Some(super::partial_shapes::softmax_output),
-            gradient: Some(grad::softmax_output),
-            backward_ignores: &[0],
-            alias_safe: false,
-            ..OpDef::new(
-                "SoftmaxOutput",
-                Arity::Exactly(2),
-                infer_softmax,
-                softmax_kernel,
-            )
-        }
-        .on_gpu(gpu::nn::softmax_output),
         OpDef {
             backward_ignores: &[0],
             alias_safe: false,

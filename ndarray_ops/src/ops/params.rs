@@ -35,8 +35,7 @@ pub use super::linalg::DotParams;
 pub use super::loss::{MakeLossParams, RegressionParams};
 pub use super::math::{CastParams, HardSigmoidParams};
 pub use super::nn::{
-    AdamParams, ClipParams, MomentumParams, Normalization, OneHotParams, SoftmaxOutputParams,
-    SoftmaxParams, TransposeParams, UpdateParams,
+    AdamParams, ClipParams, MomentumParams, OneHotParams, TransposeParams, UpdateParams,
 };
 pub use super::norm::{
     GroupNormParams, InstanceNormParams, L2Mode, L2NormalizationParams, LayerNormParams,
@@ -50,6 +49,7 @@ pub use super::shape::{
     ConcatParams, EmbeddingParams, ExpandDimsParams, ReshapeParams, SliceAxisParams,
     SliceChannelParams, SliceParams, SqueezeParams, TakeMode, TakeParams,
 };
+pub use super::softmax::{Normalization, SoftmaxOutputParams, SoftmaxParams};
 pub use super::sort::{ArgsortParams, RetTyp, SortParams, TopkParams};
 pub use super::stochastic::{DropoutMode, DropoutParams, NormalParams, UniformParams};
 pub use super::unary::{ActType, ActivationParams};

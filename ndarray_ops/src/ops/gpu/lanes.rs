@@ -178,7 +178,7 @@ fn lane_figures<A: LaneArgs>(
 
 /// The lanes along `axis` of `shape` and the softmax kernels' arguments for them (the arrays
 /// left to [`Lanes::on`]).
-pub(super) fn lane_args(shape: &[usize], axis: usize, temp: f64, log: bool) -> Lanes {
+pub(crate) fn lane_args(shape: &[usize], axis: usize, temp: f64, log: bool) -> Lanes {
     let (outer, len, inner) = around(shape, axis);
     let count = outer * inner;
     let args = Softmax {
@@ -199,7 +199,7 @@ pub(super) fn lane_args(shape: &[usize], axis: usize, temp: f64, log: bool) -> L
 }
 
 /// Lanes a softmax normalizes, and the kernels' arguments.
-pub(super) struct Lanes {
+pub(crate) struct Lanes {
     count: usize,
     len: usize,
     args: Softmax,
@@ -207,7 +207,7 @@ pub(super) struct Lanes {
 
 impl Lanes {
     /// Sets the arrays: `out`, then the data (backward: the output's gradient, then the output).
-    pub(super) fn on(mut self, ts: &[&TensorRef]) -> Lanes {
+    pub(crate) fn on(mut self, ts: &[&TensorRef]) -> Lanes {
         let a = &mut self.args;
         for (slot, t) in [&mut a.out, &mut a.x, &mut a.y].into_iter().zip(ts) {
             *slot = ptr(t);
@@ -216,7 +216,7 @@ impl Lanes {
     }
 
     /// Runs the softmax (or, `backward`, its gradient) over the lanes ([`over_lanes`]).
-    pub(super) fn run(self, s: &dyn Stream, backward: bool) -> KResult {
+    pub(crate) fn run(self, s: &dyn Stream, backward: bool) -> KResult {
         over_lanes(s, self.args, (self.count, self.len), backward, &SOFTMAX)
     }
 
@@ -227,18 +227,6 @@ impl Lanes {
         let mut a = self.args;
         lane_figures(s, &mut a, (self.count, split), false, kernels)
     }
-}
-
-/// softmax and log_softmax over any axis at any temperature, and their backward ops
-/// (`(output gradient, output) -> data gradient`).
-pub(crate) fn softmax(call: Call, s: &dyn Stream) -> KResult {
-    let (def, attrs, ins, outs) = call.parts();
-    let op = def.name;
-    let x = &ins[0];
-    let (axis, temp) = crate::ops::softmax_axis(op, attrs, x.shape.len()).map_err(e2s)?;
-    let lanes = lane_args(&x.shape, axis, temp, op.ends_with("log_softmax"));
-    let ts: Vec<&TensorRef> = outs.iter().take(1).chain(ins).collect();
-    lanes.on(&ts).run(s, op.starts_with("_backward_"))
 }
 
 /// SoftmaxActivation (a softmax over the last axis, as MXNet's `instance` mode flattens the

@@ -1,4 +1,4 @@
-//! Layers and heads on the GPU: FullyConnected, BatchNorm, the softmax family and the norms over
+//! Layers and heads on the GPU: FullyConnected, BatchNorm, the norms over
 //! lanes, the loss heads, Dropout and the random generators, and the optimizer updates.
 
 use super::args::{int, kernel_args, ptr};
@@ -11,26 +11,6 @@ use crate::ops::Call;
 use crate::ops::KResult;
 
 kernel_args! {
-    /// SoftmaxOutput's gradient: `(prob - onehot(label)) * scale`.
-    struct SoftmaxOutputBwd [softmax_output_bwd] {
-        /// Elements.
-        n: i64,
-        /// The data's gradient.
-        dx: *mut f32,
-        /// The output (probabilities).
-        prob: *mut f32,
-        /// One label per row.
-        label: *mut f32,
-        /// Classes per row.
-        classes: i64,
-        /// 1: rows labelled `ignore` pass no gradient.
-        has_ignore: i64,
-        /// The gradient's scale.
-        scale: f32,
-        /// The ignored label.
-        ignore: f32,
-    }
-
     /// sgd_update and sgd_mom_update.
     struct Sgd [sgd, sgd_mom] {
         /// Elements.
@@ -152,41 +132,6 @@ kernel_args! {
         /// The high end, or the deviation.
         hi: f32,
     }
-}
-
-pub(crate) fn softmax_output(call: Call, s: &dyn Stream) -> KResult {
-    let (_, _, ins, outs) = call.parts();
-    let shape = &ins[0].shape;
-    // MXNet's SoftmaxOutput normalizes over axis 1 (the class axis), at no temperature (MXNet's
-    // takes no such attribute).
-    super::lanes::lane_args(shape, 1.min(shape.len() - 1), 1.0, false)
-        .on(&[&outs[0], &ins[0]])
-        .run(s, false)
-}
-
-pub(crate) fn softmax_output_backward(call: Call, s: &dyn Stream) -> KResult {
-    let (def, attrs, ins, outs) = call.parts();
-    let op = def.name;
-    let (p, label) = (&ins[0], &ins[1]);
-    let classes = p.shape[1];
-    // The labels are read back and checked, and the scale worked out, by the CPU's own code;
-    // the kernel then needs no error path.
-    let labels: Vec<f64> = s.download(label)?.into_iter().map(f64::from).collect();
-    let (scale, ignore) =
-        crate::ops::softmax_output_scale(op, attrs, &labels, classes).map_err(e2s)?;
-    let total = p.len();
-    let a = SoftmaxOutputBwd {
-        n: int(total),
-        dx: ptr(&outs[0]),
-        prob: ptr(p),
-        label: ptr(label),
-        classes: int(classes),
-        has_ignore: i64::from(ignore.is_some()),
-        scale: scale as f32,
-        ignore: ignore.unwrap_or(0.0) as f32,
-    };
-    s.run(k::softmax_output_bwd, total, &a)?;
-    fill_with(s, &outs[1], 0.0)
 }
 
 pub(crate) fn sgd(call: Call, s: &dyn Stream) -> KResult {

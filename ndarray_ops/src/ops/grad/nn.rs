@@ -1,21 +1,8 @@
 //! Gradient rules of the layers and heads: FullyConnected, Pooling, BatchNorm,
-//! Dropout, the activations, the norms, softmax, the vision ops, the losses.
+//! Dropout, the activations, the norms, the vision ops, the losses.
 
 use super::*;
 use crate::ops::names::op_name;
-
-pub(crate) fn softmax_output(
-    n: &Arc<Node>,
-    _og: &[Option<NodeEntry>],
-) -> Result<Vec<Option<NodeEntry>>> {
-    let bw = make(
-        op_name!("_backward_SoftmaxOutput"),
-        format!("{}_backward", n.name),
-        vec![out(n, 0), n.inputs[1].clone()],
-        n.attrs.clone(),
-    )?;
-    Ok(vec![Some(out(&bw, 0)), Some(out(&bw, 1))])
-}
 
 pub(crate) fn pooling(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
     let ins = vec![need(n, og)?, n.inputs[0].clone()];
@@ -35,20 +22,6 @@ pub(crate) fn dropout(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opt
         format!("{}_backward", n.name),
         vec![need(n, og)?, out(n, 1)],
         Attrs::new(),
-    )?)])
-}
-
-pub(crate) fn softmax(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Option<NodeEntry>>> {
-    let bw = if n.op_name() == "log_softmax" {
-        "_backward_log_softmax"
-    } else {
-        "_backward_softmax"
-    };
-    Ok(vec![Some(op1(
-        bw,
-        format!("{}_backward", n.name),
-        vec![need(n, og)?, out(n, 0)],
-        n.attrs.clone(),
     )?)])
 }
 

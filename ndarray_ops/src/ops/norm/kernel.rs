@@ -277,7 +277,7 @@ pub(super) fn softmax_activation_kernel(call: Call, _res: &mut KernelRes) -> KRe
     let op = def.name;
     let (groups, ..) = layout(op, attrs, &ins[0].shape).map_err(|e| e.to_string())?;
     // A softmax over each group: the groups are lanes along axis 1 of (outer, len, inner).
-    crate::ops::nn::softmax(&ins[0], &outs[0], (&groups.shape(), 1, 1.0, false));
+    crate::ops::softmax::softmax(&ins[0], &outs[0], (&groups.shape(), 1, 1.0, false));
     Ok(())
 }
 
@@ -287,6 +287,6 @@ pub(super) fn softmax_activation_backward_kernel(call: Call, _res: &mut KernelRe
     let op = def.name;
     let (groups, ..) = layout(op, attrs, &ins[1].shape).map_err(|e| e.to_string())?;
     let lanes = (&groups.shape()[..], 1, 1.0, false);
-    crate::ops::backward::softmax_grad(&ins[0], &ins[1], &outs[0], lanes);
+    crate::ops::softmax::softmax_grad(&ins[0], &ins[1], &outs[0], lanes);
     Ok(())
 }

@@ -11,7 +11,7 @@
 //!
 //! SoftmaxActivation (MXNet's older softmax: over the last axis, or over the channels at each
 //! position) groups as the others do, and hands its groups to the softmax kernel as lanes
-//! (`nn::softmax`, `backward::softmax_grad`).
+//! (`softmax::softmax`, `softmax::softmax_grad`).
 //!
 //! The forward pass keeps, as hidden outputs as MXNet does, each group's mean and
 //! `sqrt(var + eps)` (L2Normalization: the norm), which the backward op reads instead of

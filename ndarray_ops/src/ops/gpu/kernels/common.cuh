@@ -62,3 +62,8 @@ __device__ inline i64 channel_of(Dim inner, Dim channels, i64 t) {
     split(channels, split(inner, t, &r), &c);
     return c;
 }
+
+// The first element of lane `lane` of an (outer, len, inner) layout (its elements `inner` apart).
+__device__ inline i64 lane_start(i64 lane, i64 len, i64 inner) {
+    return (lane / inner) * len * inner + lane % inner;
+}
