@@ -21,10 +21,10 @@ pub(super) fn ops() -> &'static [OpDef] {
                 "zeros_like",
                 Arity::Exactly(1),
                 infer_same,
-                super::extra::fill_kernel,
+                super::creation::zeros_kernel,
             )
         }
-        .on_gpu(gpu::ops::fill),
+        .on_gpu(gpu::ops::zeros),
         OpDef {
             backward_ignores: &[0],
             gradient: Some(grad::none),
@@ -32,10 +32,10 @@ pub(super) fn ops() -> &'static [OpDef] {
                 "ones_like",
                 Arity::Exactly(1),
                 infer_same,
-                super::extra::fill_kernel,
+                super::creation::ones_kernel,
             )
         }
-        .on_gpu(gpu::ops::fill),
+        .on_gpu(gpu::ops::ones),
         // The input itself, behind which no gradient flows.
         OpDef {
             aliases: &["stop_gradient"],

@@ -7,12 +7,12 @@
 //! contexts, shapes, dtypes), allocates the outputs and pushes one engine op that runs the
 //! kernel when the inputs are ready.
 
-mod backward;
+mod add_n;
 pub(crate) mod batch_norm;
 pub(crate) mod binary;
 pub(crate) mod conv;
+mod creation;
 pub(crate) mod elemwise;
-mod extra;
 mod fully_connected;
 pub(crate) mod fused;
 pub(crate) mod gather;
@@ -23,6 +23,7 @@ pub(crate) mod scalar;
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) mod gpu;
 pub(crate) mod lanes;
+mod leaky_relu;
 mod linalg;
 mod lockstep;
 pub(crate) mod loss;
@@ -38,8 +39,10 @@ pub(crate) mod pooling;
 mod reduce;
 #[cfg(test)]
 mod reference;
+mod reshape_like;
 pub(crate) mod rnn;
 mod roi;
+mod select;
 pub(crate) mod shape;
 mod shape_grad;
 pub mod signature;
@@ -47,6 +50,7 @@ pub mod signature;
 mod simd;
 pub(crate) mod softmax;
 pub(crate) mod sort;
+mod stack;
 mod stochastic;
 pub(crate) mod unary;
 mod vecmath;
@@ -59,7 +63,7 @@ pub use stochastic::IS_TRAIN;
 pub(crate) use {
     conv::deconv_as_conv,
     conv::has_bias,
-    extra::{arange_params, stack_axis, LeakyAct},
+    creation::arange_params,
     gather_nd::starts_of as gather_nd_starts,
     lanes::{block_size, mask_params as sequence_params, pick_layout, pick_wrap},
     linalg::{product, transposes},
@@ -70,6 +74,7 @@ pub(crate) use {
     reduce::axes_of as reduced_axes,
     roi::{align_plan, pooling_windows},
     shape::{concat_axis, split_params, take_layout, take_mode, take_row},
+    stack::stack_axis,
     stochastic::{dropout_active, dropout_p},
     vision::{plane_taps, PlaneTaps},
 };
@@ -420,9 +425,11 @@ fn registry() -> &'static FxHashMap<&'static str, &'static OpDef> {
         for def in elemwise::ops()
             .iter()
             .chain(binary::ops())
+            .chain(binary::backward_ops())
             .chain(scalar::ops())
             .chain(unary::ops())
             .chain(reduce::ops())
+            .chain(reduce::backward_ops())
             .chain(linalg::ops())
             .chain(nn::ops())
             .chain(softmax::ops())
@@ -432,12 +439,14 @@ fn registry() -> &'static FxHashMap<&'static str, &'static OpDef> {
             .chain(pooling::ops())
             .chain(stochastic::ops())
             .chain(batch_norm::ops())
-            .chain(backward::ops())
-            .chain(backward::more_ops())
-            .chain(backward::grad_ops())
+            .chain(add_n::ops())
+            .chain(reshape_like::ops())
             .chain(shape_grad::shape_grad_ops())
             .chain(shape_grad::take_grad_ops())
-            .chain(extra::ops())
+            .chain(stack::ops())
+            .chain(creation::ops())
+            .chain(select::ops())
+            .chain(leaky_relu::ops())
             .chain(math::ops())
             .chain(norm::ops())
             .chain(loss::ops())

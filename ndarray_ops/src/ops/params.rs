@@ -23,14 +23,14 @@ use crate::DType;
 
 pub use super::batch_norm::BatchNormParams;
 pub use super::conv::{ConvolutionParams, CudnnTune, DeconvolutionParams, Layout};
-pub use super::extra::{ArangeParams, StackParams};
-pub use super::extra::{LeakyReLUParams, LeakyType};
+pub use super::creation::ArangeParams;
 pub use super::fully_connected::FullyConnectedParams;
 pub use super::gather::{
     BroadcastAxisParams, BroadcastLikeParams, BroadcastToParams, PadMode, PadParams, RepeatParams,
     ReverseParams, SampleType, SliceLikeParams, SwapAxisParams, TileParams, UpSamplingParams,
 };
 pub use super::lanes::{BlockParams, PickMode, PickParams, SequenceMaskParams, SequenceParams};
+pub use super::leaky_relu::{LeakyReLUParams, LeakyType};
 pub use super::linalg::DotParams;
 pub use super::loss::{MakeLossParams, RegressionParams};
 pub use super::math::{CastParams, HardSigmoidParams};
@@ -51,6 +51,7 @@ pub use super::shape::{
 };
 pub use super::softmax::{Normalization, SoftmaxOutputParams, SoftmaxParams};
 pub use super::sort::{ArgsortParams, RetTyp, SortParams, TopkParams};
+pub use super::stack::StackParams;
 pub use super::stochastic::{DropoutMode, DropoutParams, NormalParams, UniformParams};
 pub use super::unary::{ActType, ActivationParams};
 pub use super::vision::{

@@ -10,9 +10,9 @@
 //! for every op (it probes the op's own inference); the rules here cover what probing cannot see.
 
 use super::conv::{conv_params, partial::convolution};
-use super::extra::stack_axis;
 use super::params::{EmbeddingParams, Params, SliceChannelParams};
 use super::shape::concat_axis;
+use super::stack::stack_axis;
 use super::{Attrs, Partial};
 use crate::error::Result;
 

@@ -9,6 +9,8 @@
 pub(crate) mod gpu;
 mod grad;
 mod kernel;
+mod sum_to_like;
+pub(crate) use sum_to_like::backward_ops;
 
 pub(crate) use kernel::{modulo, truth};
 

@@ -110,9 +110,12 @@ pub(crate) fn copy(call: Call, s: &dyn Stream) -> KResult {
     s.copy(ins[0].buf.ptr, outs[0].buf.ptr, bytes)
 }
 
-pub(crate) fn fill(call: Call, s: &dyn Stream) -> KResult {
-    let (def, _, _, outs) = call.parts();
-    let op = def.name;
-    let one = matches!(op, "_ones" | "ones_like");
-    fill_with(s, &outs[0], if one { 1.0 } else { 0.0 })
+/// `_zeros` and `zeros_like`.
+pub(crate) fn zeros(call: Call, s: &dyn Stream) -> KResult {
+    fill_with(s, &call.outs[0], 0.0)
+}
+
+/// `_ones` and `ones_like`.
+pub(crate) fn ones(call: Call, s: &dyn Stream) -> KResult {
+    fill_with(s, &call.outs[0], 1.0)
 }

@@ -25,16 +25,6 @@ pub(crate) fn dropout(n: &Arc<Node>, og: &[Option<NodeEntry>]) -> Result<Vec<Opt
     )?)])
 }
 
-/// LeakyReLU: one backward node reading the output gradient, the data and prelu's gamma.
-pub(crate) fn leaky_relu(
-    n: &Arc<Node>,
-    og: &[Option<NodeEntry>],
-) -> Result<Vec<Option<NodeEntry>>> {
-    let mut ins = vec![need(n, og)?];
-    ins.extend(n.inputs.iter().cloned());
-    backward_node(n, op_name!("_backward_LeakyReLU"), ins)
-}
-
 /// LayerNorm, InstanceNorm, GroupNorm: one backward node `op` reading the output gradient,
 /// the data, gamma and the statistics the forward pass kept.
 fn with_statistics(

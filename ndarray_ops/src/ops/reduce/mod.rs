@@ -6,7 +6,9 @@
 //! Files: `mod.rs` the members, attributes, inference and op table; `kernel.rs` the CPU kernel;
 //! `grad.rs` the gradient rule; `gpu.rs` and `reduce.cu` the GPU kernels.
 
+mod backward;
 pub(crate) mod gpu;
+pub(crate) use backward::backward_ops;
 mod grad;
 mod kernel;
 
