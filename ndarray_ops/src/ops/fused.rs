@@ -20,6 +20,8 @@
 //!   in cache instead of going to memory as whole tensors. The members' kernels are the unfused
 //!   ones, so the results are the same bits.
 
+use super::conv::{conv_params, partial::convolution};
+use super::partial_shapes::{Found, Known};
 use crate::ops::Call;
 use std::sync::Mutex;
 
@@ -55,7 +57,7 @@ const fn conv_bn_def(bias: bool) -> OpDef {
     OpDef {
         alias_safe: false,
         mutate_inputs: mutated,
-        infer_partial: Some(super::partial_shapes::fused_convolution),
+        infer_partial: Some(partial_fused_convolution),
         resources: &[Resource::TempSpace],
         outputs: Outputs::By(super::batch_norm::bn_outputs),
         ..OpDef::new(
@@ -319,6 +321,19 @@ fn elemwise_kernel(call: Call, _res: &mut KernelRes) -> KResult {
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// A convolution fused with BatchNorm: the convolution's rule for data and weight (and the
+/// data's batch from the output), BatchNorm's parameters have the filter count.
+fn partial_fused_convolution(op: &str, attrs: &Attrs, ins: &Known, outs: &Known) -> Found {
+    let k = conv_inputs(op);
+    let mut found = convolution(op, attrs, &ins[..k.min(ins.len())], outs)?;
+    let filters = conv_params(op, attrs)?.filters;
+    found.inputs.resize(ins.len(), None);
+    for p in found.inputs.iter_mut().skip(k) {
+        *p = Some(vec![filters]);
+    }
+    Ok(found)
 }
 
 pub(super) fn ops() -> &'static [OpDef] {

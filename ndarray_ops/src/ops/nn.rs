@@ -1,6 +1,8 @@
 //! Neural-network ops: clip, one_hot, transpose, Flatten, and the optimizer updates that write
 //! into the weight (as MXNet's do).
 
+use super::partial_shapes::{inputs, Found, Known};
+use super::Partial;
 use crate::ops::Call;
 
 use super::par::for_ranges;
@@ -312,6 +314,36 @@ const fn update(name: &'static str, arity: usize, assign: &'static [(usize, usiz
     }
 }
 
+/// transpose: output axis `k` is input axis `axes[k]`, so each side's known dimensions give
+/// the other's (a begin state of unknown size takes it from what the transposed one meets).
+fn partial_transpose(op: &str, attrs: &Attrs, ins: &Known, outs: &Known) -> Found {
+    let x = ins.first().cloned().flatten();
+    let y = outs.first().cloned().flatten();
+    let Some(ndim) = x.as_ref().or(y.as_ref()).map(Vec::len) else {
+        return inputs(vec![None]);
+    };
+    let axes = transpose_axes(op, attrs, ndim)?;
+    if axes.len() != ndim || axes.iter().any(|&a| a >= ndim) {
+        return inputs(vec![None]);
+    }
+    let mut input = x.unwrap_or_else(|| vec![0; ndim]);
+    let mut output = y.unwrap_or_else(|| vec![0; ndim]);
+    if input.len() != ndim || output.len() != ndim {
+        return inputs(vec![None]);
+    }
+    for (k, &a) in axes.iter().enumerate() {
+        if input[a] == 0 {
+            input[a] = output[k];
+        } else if output[k] == 0 {
+            output[k] = input[a];
+        }
+    }
+    Ok(Partial {
+        inputs: vec![Some(input)],
+        outputs: vec![Some(output)],
+    })
+}
+
 pub(super) fn ops() -> &'static [OpDef] {
     const IP1: &[(usize, usize)] = &[(0, 0)];
     static OPS: &[OpDef] = &[
@@ -338,7 +370,7 @@ pub(super) fn ops() -> &'static [OpDef] {
                 transpose_kernel,
             )
         }
-        .partial(super::partial_shapes::transpose)
+        .partial(partial_transpose)
         .grad(grad::transpose)
         .on_gpu(gpu::shape::transpose),
         OpDef {

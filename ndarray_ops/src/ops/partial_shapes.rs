@@ -7,12 +7,12 @@
 //! The graph driver (`symbol::infer`) unifies every proposal with what it knows and reports a
 //! clash; a rule proposes freely and leaves a dimension 0 where it cannot tell. Forward
 //! inference on partial inputs, and outputs that keep an input's shape, are found by the driver
-//! for every op (it probes the op's own inference); the rules here cover what probing cannot see.
+//! for every op (it probes the op's own inference); the rules cover what probing cannot see. An
+//! op's own rule sits with the op (`conv/partial.rs`, `softmax`, `stack`, ...); this file holds
+//! their shared vocabulary, the rules several ops share, and those of the shape ops.
 
-use super::conv::{conv_params, partial::convolution};
 use super::params::{EmbeddingParams, Params, SliceChannelParams};
 use super::shape::concat_axis;
-use super::stack::stack_axis;
 use super::{Attrs, Partial};
 use crate::error::Result;
 
@@ -44,19 +44,6 @@ pub(crate) fn merge(a: Option<Vec<usize>>, b: &Option<Vec<usize>>) -> Option<Vec
     }
 }
 
-/// A convolution fused with BatchNorm: the convolution's rule for data and weight (and the
-/// data's batch from the output), BatchNorm's parameters have the filter count.
-pub(super) fn fused_convolution(op: &str, attrs: &Attrs, ins: &Known, outs: &Known) -> Found {
-    let k = super::fused::conv_inputs(op);
-    let mut found = convolution(op, attrs, &ins[..k.min(ins.len())], outs)?;
-    let filters = conv_params(op, attrs)?.filters;
-    found.inputs.resize(ins.len(), None);
-    for p in found.inputs.iter_mut().skip(k) {
-        *p = Some(vec![filters]);
-    }
-    Ok(found)
-}
-
 /// Embedding: weight (input_dim, output_dim); the indices have the output's shape but its last
 /// axis.
 pub(super) fn embedding(op: &str, attrs: &Attrs, ins: &Known, outs: &Known) -> Found {
@@ -73,17 +60,6 @@ pub(super) fn embedding(op: &str, attrs: &Attrs, ins: &Known, outs: &Known) -> F
     inputs(out)
 }
 
-/// SoftmaxOutput: the label has the data's batch axis.
-pub(super) fn softmax_output(_op: &str, _attrs: &Attrs, ins: &Known, _outs: &Known) -> Found {
-    let mut out = vec![None; ins.len()];
-    if let Some(Some(x)) = ins.first() {
-        if let (Some(&n), true) = (x.first(), ins.len() > 1) {
-            out[1] = Some(vec![n]);
-        }
-    }
-    inputs(out)
-}
-
 /// Same-shape ops: every input and output has the shape of all the known ones together.
 pub(super) fn same_shape(_op: &str, _attrs: &Attrs, ins: &Known, outs: &Known) -> Found {
     let all = ins.iter().chain(outs).fold(None, merge);
@@ -91,45 +67,6 @@ pub(super) fn same_shape(_op: &str, _attrs: &Attrs, ins: &Known, outs: &Known) -
         inputs: vec![all.clone(); ins.len()],
         outputs: vec![all; outs.len()],
     })
-}
-
-/// transpose: output axis `k` is input axis `axes[k]`, so each side's known dimensions give
-/// the other's (a begin state of unknown size takes it from what the transposed one meets).
-pub(super) fn transpose(op: &str, attrs: &Attrs, ins: &Known, outs: &Known) -> Found {
-    let x = ins.first().cloned().flatten();
-    let y = outs.first().cloned().flatten();
-    let Some(ndim) = x.as_ref().or(y.as_ref()).map(Vec::len) else {
-        return inputs(vec![None]);
-    };
-    let axes = super::nn::transpose_axes(op, attrs, ndim)?;
-    if axes.len() != ndim || axes.iter().any(|&a| a >= ndim) {
-        return inputs(vec![None]);
-    }
-    let mut input = x.unwrap_or_else(|| vec![0; ndim]);
-    let mut output = y.unwrap_or_else(|| vec![0; ndim]);
-    if input.len() != ndim || output.len() != ndim {
-        return inputs(vec![None]);
-    }
-    for (k, &a) in axes.iter().enumerate() {
-        if input[a] == 0 {
-            input[a] = output[k];
-        } else if output[k] == 0 {
-            output[k] = input[a];
-        }
-    }
-    Ok(Partial {
-        inputs: vec![Some(input)],
-        outputs: vec![Some(output)],
-    })
-}
-
-/// LeakyReLU: prelu's gamma, when not given, has one slope per channel (axis 1).
-pub(super) fn prelu(_op: &str, _attrs: &Attrs, ins: &Known, _outs: &Known) -> Found {
-    let mut out = vec![None; ins.len()];
-    if let (Some(Some(x)), Some(None)) = (ins.first(), ins.get(1)) {
-        out[1] = Some(vec![x.get(1).copied().unwrap_or(1)]);
-    }
-    inputs(out)
 }
 
 /// Regression outputs: a label not given has the data's shape (a given one may also drop the
@@ -211,20 +148,6 @@ pub(super) fn slice_channel(op: &str, attrs: &Attrs, _ins: &Known, outs: &Known)
         inputs: vec![input],
         outputs: vec![piece; outs.len()],
     })
-}
-
-/// stack: every input is the output without the new axis.
-pub(super) fn stack(op: &str, attrs: &Attrs, ins: &Known, outs: &Known) -> Found {
-    let mut one = ins.iter().fold(None, merge);
-    if let Some(Some(y)) = outs.first() {
-        if !y.is_empty() {
-            let axis = stack_axis(op, attrs, y.len())?;
-            let mut x = y.clone();
-            x.remove(axis);
-            one = merge(one, &Some(x));
-        }
-    }
-    inputs(vec![one; ins.len()])
 }
 
 /// Ops whose output is their input reinterpreted (Reshape, Flatten, expand_dims, ...) keep its

@@ -1,6 +1,7 @@
 //! stack: arrays of one shape joined along a new axis.
 
 use super::params::{op_params, Params};
+use super::partial_shapes::{inputs, merge, Found, Known};
 use super::{norm_axes, same_dtypes, same_shapes, Arity, Attrs, OpDef};
 use crate::error::Result;
 use crate::ops::gpu;
@@ -53,12 +54,26 @@ fn stack_kernel(call: Call, _res: &mut KernelRes) -> KResult {
     Ok(())
 }
 
+/// stack: every input is the output without the new axis.
+fn partial_stack(op: &str, attrs: &Attrs, ins: &Known, outs: &Known) -> Found {
+    let mut one = ins.iter().fold(None, merge);
+    if let Some(Some(y)) = outs.first() {
+        if !y.is_empty() {
+            let axis = stack_axis(op, attrs, y.len())?;
+            let mut x = y.clone();
+            x.remove(axis);
+            one = merge(one, &Some(x));
+        }
+    }
+    inputs(vec![one; ins.len()])
+}
+
 pub(super) fn ops() -> &'static [OpDef] {
     static OPS: &[OpDef] = &[OpDef {
         alias_safe: false,
         ..OpDef::new("stack", Arity::AtLeast(1), infer_stack, stack_kernel)
     }
-    .partial(super::partial_shapes::stack)
+    .partial(partial_stack)
     .grad(grad::stack)
     .on_gpu(gpu::shape::stack)];
     OPS

@@ -5,6 +5,7 @@ pub(crate) mod gpu;
 mod grad;
 
 use super::params::{attr_enum, op_params, Params};
+use super::partial_shapes::{inputs, Found, Known};
 use super::{same_dtypes, Arity, Attrs, OpDef, Outputs};
 use crate::error::{invalid, shape_error, Result};
 use crate::ops::Call;
@@ -233,10 +234,19 @@ fn leaky_grad_outputs(op: &str, attrs: &Attrs) -> Result<(usize, usize)> {
     Ok((n, n))
 }
 
+/// LeakyReLU: prelu's gamma, when not given, has one slope per channel (axis 1).
+fn partial_prelu(_op: &str, _attrs: &Attrs, ins: &Known, _outs: &Known) -> Found {
+    let mut out = vec![None; ins.len()];
+    if let (Some(Some(x)), Some(None)) = (ins.first(), ins.get(1)) {
+        out[1] = Some(vec![x.get(1).copied().unwrap_or(1)]);
+    }
+    inputs(out)
+}
+
 pub(super) fn ops() -> &'static [OpDef] {
     static OPS: &[OpDef] = &[
         OpDef {
-            infer_partial: Some(super::partial_shapes::prelu),
+            infer_partial: Some(partial_prelu),
             gradient: Some(grad::leaky_relu),
             inplace: &[(0, 0)],
             ..OpDef::new("LeakyReLU", Arity::AtLeast(1), infer_leaky, leaky_kernel)

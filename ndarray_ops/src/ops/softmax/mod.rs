@@ -14,6 +14,7 @@ mod kernel;
 pub(crate) use kernel::{softmax, softmax_grad, softmax_output_scale};
 
 use super::params::{attr_enum, op_params, Params};
+use super::partial_shapes::{inputs, Found, Known};
 use super::{norm_axes, require_float, same_dtypes, Arity, Attrs, OpDef, Outputs};
 use crate::error::{invalid, shape_error, Result};
 use crate::ops::Infer;
@@ -139,6 +140,17 @@ fn infer_softmax_output_backward(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DTy
     Ok((vec![s[0].clone(), s[1].clone()], vec![d[0], d[1]]))
 }
 
+/// SoftmaxOutput: the label has the data's batch axis.
+fn partial_softmax_output(_op: &str, _attrs: &Attrs, ins: &Known, _outs: &Known) -> Found {
+    let mut out = vec![None; ins.len()];
+    if let Some(Some(x)) = ins.first() {
+        if let (Some(&n), true) = (x.first(), ins.len() > 1) {
+            out[1] = Some(vec![n]);
+        }
+    }
+    inputs(out)
+}
+
 pub(super) fn ops() -> &'static [OpDef] {
     static OPS: &[OpDef] = &[
         OpDef {
@@ -166,7 +178,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         .grad(grad::log_softmax)
         .on_gpu(gpu::log_softmax),
         OpDef {
-            infer_partial: Some(super::partial_shapes::softmax_output),
+            infer_partial: Some(partial_softmax_output),
             gradient: Some(grad::softmax_output),
             backward_ignores: &[0],
             alias_safe: false,
