@@ -53,6 +53,7 @@ pub(crate) mod sort;
 mod stack;
 mod stochastic;
 pub(crate) mod unary;
+mod update;
 mod vecmath;
 mod vision;
 
@@ -432,6 +433,7 @@ fn registry() -> &'static FxHashMap<&'static str, &'static OpDef> {
             .chain(reduce::backward_ops())
             .chain(linalg::ops())
             .chain(nn::ops())
+            .chain(update::ops())
             .chain(softmax::ops())
             .chain(fully_connected::ops())
             .chain(shape::ops())

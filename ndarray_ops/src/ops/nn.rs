@@ -5,10 +5,9 @@ use super::partial_shapes::{inputs, Found, Known};
 use super::Partial;
 use crate::ops::Call;
 
-use super::par::for_ranges;
 use super::params::{op_params, Params};
-use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef, Outputs, TensorRef};
-use crate::error::{invalid, shape_error, NdError, Result};
+use super::{norm_axes, same_dtypes, Arity, Attrs, OpDef};
+use crate::error::{invalid, NdError, Result};
 use crate::ops::gpu;
 use crate::ops::grad;
 use crate::ops::{Infer, KResult};
@@ -161,159 +160,6 @@ fn infer_flatten(_: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
     Ok((vec![out], vec![d[0]]))
 }
 
-// ---- optimizer updates ----------------------------------------------------------------------
-
-/// The gradient as SGD sees it: rescaled, clipped, plus weight decay.
-fn prepared_grad(g: f64, w: f64, rescale: f64, clip: f64, wd: f64) -> f64 {
-    clipped(g * rescale, clip) + wd * w
-}
-
-/// The gradient as Adam sees it: rescaled plus weight decay, then clipped (MXNet's order).
-fn adam_grad(g: f64, w: f64, rescale: f64, clip: f64, wd: f64) -> f64 {
-    clipped(g * rescale + wd * w, clip)
-}
-
-/// `g` clamped to `[-clip, clip]`; a bound that is not positive turns clipping off.
-fn clipped(g: f64, clip: f64) -> f64 {
-    if clip > 0.0 {
-        g.clamp(-clip, clip)
-    } else {
-        g
-    }
-}
-
-op_params! {
-    /// What every optimizer update reads: its step and how the gradient is prepared first.
-    /// MXNet holds them as floats: 0.1 updates as 0.1f, even for float64 weights.
-    pub struct UpdateParams for "sgd_update", "sgd_mom_update", "adam_update" {
-        lr: f32,
-        wd: f32,
-        rescale_grad: f32,
-        clip_gradient: f32,
-    }
-}
-
-op_params! {
-    /// sgd_mom_update's momentum, beside [`UpdateParams`].
-    pub struct MomentumParams for "sgd_mom_update" { momentum: f32 }
-}
-
-op_params! {
-    /// adam_update's moment decays and epsilon, beside [`UpdateParams`].
-    pub struct AdamParams for "adam_update" { beta1: f32, beta2: f32, epsilon: f32 }
-}
-
-fn infer_update(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    let dt = require_float(op, d)?;
-    UpdateParams::get(op, attrs)?;
-    for (i, x) in s.iter().enumerate().skip(1) {
-        if *x != s[0] {
-            return Err(shape_error(
-                op,
-                format!("input {i}"),
-                x.clone(),
-                format!("the weight's shape {:?}", s[0]),
-            ));
-        }
-    }
-    // Outputs: the new weight, then the new optimizer states (callers pass the states as `out`
-    // to update them in place).
-    let outputs = s.len() - 1;
-    Ok((vec![s[0].clone(); outputs.max(1)], vec![dt; outputs.max(1)]))
-}
-
-fn infer_assign(op: &str, _: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    if s[1] != s[0] || d[1] != d[0] {
-        return Err(shape_error(
-            op,
-            "value",
-            s[1].clone(),
-            format!("the variable's shape {:?} and dtype {}", s[0], d[0]),
-        ));
-    }
-    Ok((vec![s[0].clone()], vec![d[0]]))
-}
-
-fn assign_kernel(call: Call, _res: &mut KernelRes) -> KResult {
-    let (_, _, ins, outs) = call.parts();
-    super::copy_unless_same(&ins[1], &outs[0]);
-    Ok(())
-}
-
-fn update_kernel(call: Call, _res: &mut KernelRes) -> KResult {
-    let (def, attrs, ins, outs) = call.parts();
-    let op = def.name;
-    let p = UpdateParams::get(op, attrs).map_err(e2s)?;
-    let (lr, wd, rescale, clip) = (
-        f64::from(p.lr),
-        f64::from(p.wd),
-        f64::from(p.rescale_grad),
-        f64::from(p.clip_gradient),
-    );
-    let n = outs[0].len();
-    // Elements are independent: a large update is split across threads by ranges, and each
-    // element is read and written by the one thread that owns its range.
-    crate::with_dtype!(outs[0].dtype, T => {
-        let r = |t: &TensorRef, i: usize| -> f64 {
-            // SAFETY: i < n = the shared length; raw reads tolerate outputs aliasing inputs;
-            // only this range's thread touches element i.
-            unsafe { (*t.ptr::<T>().add(i)).to_f64() }
-        };
-        let w = |t: &TensorRef, i: usize, v: f64| {
-            // SAFETY: as above, for writes.
-            unsafe { *t.ptr::<T>().add(i) = T::from_f64(v) }
-        };
-        match op {
-            "sgd_update" => for_ranges(n, 2, |lo, hi| {
-                for i in lo..hi {
-                    let wt = r(&ins[0], i);
-                    w(&outs[0], i, wt - lr * prepared_grad(r(&ins[1], i), wt, rescale, clip, wd));
-                }
-            }),
-            "sgd_mom_update" => {
-                let mom = f64::from(MomentumParams::get(op, attrs).map_err(e2s)?.momentum);
-                for_ranges(n, 3, |lo, hi| {
-                    for i in lo..hi {
-                        let wt = r(&ins[0], i);
-                        let m = mom * r(&ins[2], i) - lr * prepared_grad(r(&ins[1], i), wt, rescale, clip, wd);
-                        w(&outs[1], i, m);
-                        w(&outs[0], i, wt + m);
-                    }
-                });
-            }
-            "adam_update" => {
-                let a = AdamParams::get(op, attrs).map_err(e2s)?;
-                let (b1, b2, eps) = (f64::from(a.beta1), f64::from(a.beta2), f64::from(a.epsilon));
-                for_ranges(n, 4, |lo, hi| {
-                    for i in lo..hi {
-                        let wt = r(&ins[0], i);
-                        let g = adam_grad(r(&ins[1], i), wt, rescale, clip, wd);
-                        let mean = b1 * r(&ins[2], i) + (1.0 - b1) * g;
-                        let var = b2 * r(&ins[3], i) + (1.0 - b2) * g * g;
-                        w(&outs[1], i, mean);
-                        w(&outs[2], i, var);
-                        w(&outs[0], i, wt - lr * mean / (var.sqrt() + eps));
-                    }
-                });
-            }
-            _ => return Err(format!("no kernel for {op}")),
-        }
-    });
-    Ok(())
-}
-
-/// An optimizer update of `arity` inputs: the weight (input 0) and states (inputs 2..)
-/// assigned their new values (`assign`, as input-output pairs).
-const fn update(name: &'static str, arity: usize, assign: &'static [(usize, usize)]) -> OpDef {
-    OpDef {
-        inplace: &[(0, 0)],
-        assign,
-        // The weight's new value, then each state's, hidden: users see the weight.
-        outputs: Outputs::Fixed(assign.len(), 1),
-        ..OpDef::new(name, Arity::Exactly(arity), infer_update, update_kernel)
-    }
-}
-
 /// transpose: output axis `k` is input axis `axes[k]`, so each side's known dimensions give
 /// the other's (a begin state of unknown size takes it from what the transposed one meets).
 fn partial_transpose(op: &str, attrs: &Attrs, ins: &Known, outs: &Known) -> Found {
@@ -386,16 +232,6 @@ pub(super) fn ops() -> &'static [OpDef] {
         }
         .grad(grad::flatten)
         .on_gpu(gpu::ops::copy),
-        update("sgd_update", 2, &[(0, 0)]).on_gpu(gpu::nn::sgd),
-        update("sgd_mom_update", 3, &[(0, 0), (2, 1)]).on_gpu(gpu::nn::sgd),
-        update("adam_update", 4, &[(0, 0), (2, 1), (3, 2)]).on_gpu(gpu::nn::adam),
-        // `_assign(var, rhs)`: the variable's new value is `rhs`.
-        OpDef {
-            assign: &[(0, 0)],
-            backward_ignores: &[0, 1],
-            ..OpDef::new("_assign", Arity::Exactly(2), infer_assign, assign_kernel)
-        }
-        .on_gpu(gpu::elemwise::assign),
     ];
     OPS
 }

@@ -34,9 +34,7 @@ pub use super::leaky_relu::{LeakyReLUParams, LeakyType};
 pub use super::linalg::DotParams;
 pub use super::loss::{MakeLossParams, RegressionParams};
 pub use super::math::{CastParams, HardSigmoidParams};
-pub use super::nn::{
-    AdamParams, ClipParams, MomentumParams, OneHotParams, TransposeParams, UpdateParams,
-};
+pub use super::nn::{ClipParams, OneHotParams, TransposeParams};
 pub use super::norm::{
     GroupNormParams, InstanceNormParams, L2Mode, L2NormalizationParams, LayerNormParams,
     SoftmaxActivationParams, SoftmaxMode,
@@ -54,6 +52,7 @@ pub use super::sort::{ArgsortParams, RetTyp, SortParams, TopkParams};
 pub use super::stack::StackParams;
 pub use super::stochastic::{DropoutMode, DropoutParams, NormalParams, UniformParams};
 pub use super::unary::{ActType, ActivationParams};
+pub use super::update::{AdamParams, MomentumParams, UpdateParams};
 pub use super::vision::{
     AdaptiveAvgPooling2DParams, BilinearResize2DParams, CropParams, ResizeMode,
 };
