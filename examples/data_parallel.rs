@@ -196,8 +196,5 @@ fn run() -> Result<(), String> {
 }
 
 fn main() {
-    if let Err(e) = run() {
-        eprintln!("data_parallel: {e}");
-        std::process::exit(1);
-    }
+    cli::run_or_exit("data_parallel", run);
 }

@@ -19,10 +19,7 @@ use engine::EngineKind;
 use ndarray_ops::Runtime;
 
 fn main() {
-    if let Err(e) = run() {
-        eprintln!("imperative_digits: {e}");
-        std::process::exit(1);
-    }
+    cli::run_or_exit("imperative_digits", run);
 }
 
 /// Softmax regression on the digits data set with imperative NDArray ops and hand-written

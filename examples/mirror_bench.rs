@@ -50,18 +50,12 @@ struct Args {
 }
 
 fn main() {
-    if let Err(e) = run() {
-        eprintln!("mirror_bench: {e}");
-        std::process::exit(1);
-    }
+    cli::run_or_exit("mirror_bench", run);
 }
 
 fn run() -> Result<(), String> {
     let a = Args::parse();
-    let shapes = match a.shapes.is_empty() {
-        true => cli::sidecar_shapes(&a.file)?.1.unwrap_or_default(),
-        false => cli::shapes(a.shapes.clone())?,
-    };
+    let shapes = cli::given_or_sidecar(&a.file, &a.shapes)?;
     let err = |e: ndarray_ops::NdError| e.to_string();
     let sym = Symbol::load(&a.file).map_err(|e| format!("{}: {e}", a.file))?;
     let rt = Runtime::from_env(|b| b).map_err(err)?;

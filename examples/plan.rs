@@ -348,8 +348,5 @@ fn run() -> Result<(), String> {
 }
 
 fn main() {
-    if let Err(e) = run() {
-        eprintln!("plan: {e}");
-        std::process::exit(1);
-    }
+    cli::run_or_exit("plan", run);
 }

@@ -76,25 +76,13 @@ struct Args {
     graph: bool,
 }
 
-/// The shapes given with --shape, else those of the *-shapes.json file beside the graph.
-fn input_shapes(a: &Args) -> Result<HashMap<String, Vec<usize>>, String> {
-    if !a.shapes.is_empty() {
-        return cli::shapes(a.shapes.clone());
-    }
-    // Without one, the graph's own `__shape__` attributes are all there is.
-    Ok(cli::sidecar_shapes(&a.file)?.1.unwrap_or_default())
-}
-
 fn main() {
-    if let Err(e) = run() {
-        eprintln!("run_model: {e}");
-        std::process::exit(1);
-    }
+    cli::run_or_exit("run_model", run);
 }
 
 fn run() -> Result<(), String> {
     let a = Args::parse();
-    let shapes = input_shapes(&a)?;
+    let shapes = cli::given_or_sidecar(&a.file, &a.shapes)?;
     let err = |e: ndarray_ops::NdError| e.to_string();
     let text =
         std::fs::read_to_string(&a.file).map_err(|e| format!("cannot read {}: {e}", a.file))?;

@@ -84,3 +84,20 @@ pub fn sidecar_shapes(graph: &str) -> Result<(String, Option<Shapes>), String> {
     let shapes = serde_json::from_str(&text).map_err(|e| format!("{side}: {e}"))?;
     Ok((side, Some(shapes)))
 }
+
+/// The shapes given with `--shape`, else those of the `*-shapes.json` file beside the graph;
+/// with neither, none (the graph's own `__shape__` attributes are all there is).
+pub fn given_or_sidecar(graph: &str, given: &[(String, Vec<usize>)]) -> Result<Shapes, String> {
+    if !given.is_empty() {
+        return shapes(given.to_vec());
+    }
+    Ok(sidecar_shapes(graph)?.1.unwrap_or_default())
+}
+
+/// Runs an example's body; its error is printed as `name: error` and the process exits with 1.
+pub fn run_or_exit(name: &str, run: impl FnOnce() -> Result<(), String>) {
+    if let Err(e) = run() {
+        eprintln!("{name}: {e}");
+        std::process::exit(1);
+    }
+}
