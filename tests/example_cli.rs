@@ -2,6 +2,7 @@
 //! the model examples refuse an input shape given twice.
 
 #[path = "../examples/common/cli.rs"]
+#[allow(dead_code)] // `run_or_exit` ends the process: the examples exercise it, not a test
 mod cli;
 
 use engine::EngineKind;
@@ -82,5 +83,25 @@ fn a_graphs_shapes_file_is_read_from_beside_it_and_a_broken_one_is_named() {
     // A graph not named *-symbol.json has no shapes file, rather than being read as one.
     let (_, none) = cli::sidecar_shapes(&side.to_string_lossy()).unwrap();
     assert_eq!(none, None);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn shapes_given_win_over_the_shapes_file_and_a_graph_without_either_has_none() {
+    let dir = std::env::temp_dir().join(format!("mxrs-given-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let graph = dir.join("net-symbol.json").to_string_lossy().into_owned();
+    // Neither given nor beside the graph: no shapes (the graph's own are all there is).
+    assert!(cli::given_or_sidecar(&graph, &[]).unwrap().is_empty());
+    std::fs::write(dir.join("net-shapes.json"), r#"{"data": [32, 784]}"#).unwrap();
+    let found = cli::given_or_sidecar(&graph, &[]).unwrap();
+    assert_eq!(found["data"], vec![32, 784]);
+    // Given shapes are taken as they are, the file not read.
+    let given = [("data".to_string(), vec![1, 784])];
+    let found = cli::given_or_sidecar(&graph, &given).unwrap();
+    assert_eq!((found.len(), &found["data"]), (1, &vec![1, 784]));
+    // Given twice: refused, as the examples' --shape is.
+    let twice = [given[0].clone(), given[0].clone()];
+    assert!(cli::given_or_sidecar(&graph, &twice).is_err());
     std::fs::remove_dir_all(&dir).unwrap();
 }
