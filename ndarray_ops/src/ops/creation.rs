@@ -25,8 +25,8 @@ fn infer_fill(op: &str, attrs: &Attrs, _s: &[Vec<usize>], _d: &[DType]) -> Infer
     ))
 }
 
-/// `_zeros`, `_ones`, and `zeros_like`/`ones_like` (whose input only gives the shape).
-/// `v` in every element of the output.
+/// `v` in every element of the output: `_zeros`, `_ones`, and `zeros_like`/`ones_like` (whose
+/// input only gives the shape).
 fn fill(call: Call, v: f64) -> KResult {
     let out = &call.outs[0];
     crate::with_dtype!(out.dtype, T => {
