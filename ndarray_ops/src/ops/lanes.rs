@@ -246,13 +246,20 @@ pub(super) fn lengths_of(t: Option<&TensorRef>, x: &[usize], axis: usize) -> Vec
     }
 }
 
-pub(super) fn sequence_mask_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+fn sequence_mask_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    mask(call, true)
+}
+
+/// `_backward_SequenceMask(ograd[, sequence_length])` masks the gradient with zeros.
+fn sequence_mask_backward_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    mask(call, false)
+}
+
+/// The steps past each sequence's length set to the attributes' value (`valued`) or to zero.
+fn mask(call: Call, valued: bool) -> KResult {
     let (def, attrs, ins, outs) = call.parts();
-    let op = def.name;
-    let (_, axis, value) = mask_params(op, attrs).map_err(|e| e.to_string())?;
-    // Its backward (`_backward_SequenceMask(ograd[, sequence_length])`) masks the gradient
-    // with zeros.
-    let value = if op == "SequenceMask" { value } else { 0.0 };
+    let (_, axis, value) = mask_params(def.name, attrs).map_err(|e| e.to_string())?;
+    let value = if valued { value } else { 0.0 };
     let x = &ins[0];
     let lengths = lengths_of(ins.get(1), &x.shape, axis);
     let past = masked(axis, &x.shape, &lengths);
@@ -347,9 +354,17 @@ pub(super) fn infer_sequence_reverse(
 
 /// For each output element, the data element it reads: SequenceLast the last step of its
 /// sequence (the first when a length is 0), SequenceReverse the mirror step within its length.
-pub(super) fn sequence_sources(op: &str, st: Steps, lengths: &[usize]) -> Vec<usize> {
+/// What SequenceLast and SequenceReverse read: each sequence's last step, or its steps up to
+/// its length in reverse order.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reorder {
+    Last,
+    Reverse,
+}
+
+fn sequence_sources(r: Reorder, st: Steps, lengths: &[usize]) -> Vec<usize> {
     let len = |n: usize| lengths[n].min(st.steps);
-    if op.ends_with("SequenceLast") {
+    if r == Reorder::Last {
         let mut v = Vec::with_capacity(st.batch * st.inner);
         for n in 0..st.batch {
             for i in 0..st.inner {
@@ -370,13 +385,21 @@ pub(super) fn sequence_sources(op: &str, st: Steps, lengths: &[usize]) -> Vec<us
     v
 }
 
-pub(super) fn sequence_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+fn sequence_last_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    reorder(call, Reorder::Last)
+}
+
+fn sequence_reverse_kernel(call: Call, _res: &mut KernelRes) -> KResult {
+    reorder(call, Reorder::Reverse)
+}
+
+/// SequenceLast or SequenceReverse of the data: a read of the steps `r` names.
+fn reorder(call: Call, r: Reorder) -> KResult {
     let (def, attrs, ins, outs) = call.parts();
-    let op = def.name;
-    let (_, axis, _) = mask_params(op, attrs).map_err(|e| e.to_string())?;
+    let (_, axis, _) = mask_params(def.name, attrs).map_err(|e| e.to_string())?;
     let x = &ins[0];
     let lengths = lengths_of(ins.get(1), &x.shape, axis);
-    let sources = sequence_sources(op, Steps::of(axis, &x.shape), &lengths);
+    let sources = sequence_sources(r, Steps::of(axis, &x.shape), &lengths);
     read_from(x, &outs[0], &sources);
     Ok(())
 }
@@ -406,7 +429,7 @@ pub(super) fn sequence_last_backward_kernel(call: Call, _res: &mut KernelRes) ->
     let (_, axis, _) = mask_params(op, attrs).map_err(|e| e.to_string())?;
     let shape = &outs[0].shape;
     let lengths = lengths_of(ins.get(2), shape, axis);
-    let sources = sequence_sources(op, Steps::of(axis, shape), &lengths);
+    let sources = sequence_sources(Reorder::Last, Steps::of(axis, shape), &lengths);
     scatter(&ins[0], &outs[0], &sources);
     Ok(())
 }
@@ -551,7 +574,7 @@ pub(super) fn ops() -> &'static [OpDef] {
                 sequence_mask_kernel,
             )
         }
-        .on_gpu(gpu::shape::sequence),
+        .on_gpu(gpu::shape::sequence_mask),
         OpDef {
             alias_safe: false,
             backward_ignores: &[0],
@@ -560,10 +583,10 @@ pub(super) fn ops() -> &'static [OpDef] {
                 "SequenceLast",
                 Arity::AtLeast(1),
                 infer_sequence_last,
-                sequence_kernel,
+                sequence_last_kernel,
             )
         }
-        .on_gpu(gpu::shape::sequence),
+        .on_gpu(gpu::shape::sequence_last),
         OpDef {
             alias_safe: false,
             ..OpDef::new(
@@ -573,7 +596,7 @@ pub(super) fn ops() -> &'static [OpDef] {
                 sequence_last_backward_kernel,
             )
         }
-        .on_gpu(gpu::shape::sequence),
+        .on_gpu(gpu::shape::sequence_last_backward),
         OpDef {
             alias_safe: false,
             backward_ignores: &[0],
@@ -606,21 +629,21 @@ pub(super) fn ops() -> &'static [OpDef] {
                 "SequenceReverse",
                 Arity::AtLeast(1),
                 infer_sequence_reverse,
-                sequence_kernel,
+                sequence_reverse_kernel,
             )
         }
         .grad(grad::sequence_reverse)
-        .on_gpu(gpu::shape::sequence),
+        .on_gpu(gpu::shape::sequence_reverse),
         OpDef {
             inplace: &[(0, 0)],
             ..OpDef::new(
                 "_backward_SequenceMask",
                 Arity::AtLeast(1),
                 infer_sequence_mask_backward,
-                sequence_mask_kernel,
+                sequence_mask_backward_kernel,
             )
         }
-        .on_gpu(gpu::shape::sequence),
+        .on_gpu(gpu::shape::sequence_mask_backward),
         OpDef {
             alias_safe: false,
             ..OpDef::new(

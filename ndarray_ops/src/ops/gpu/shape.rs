@@ -307,20 +307,41 @@ pub(crate) fn stack(call: Call, s: &dyn Stream) -> KResult {
     blocks_along(s, o, axis, ins.iter().map(|x| (x.ptr(), 1)), true)
 }
 
-/// SequenceMask, SequenceLast, SequenceReverse and the gradients of the first two: one
-/// `sequence` kernel, its mode by op; the lengths (when used) are the last input.
-pub(crate) fn sequence(call: Call, s: &dyn Stream) -> KResult {
+/// SequenceMask: the steps past each length set to the attributes' value.
+pub(crate) fn sequence_mask(call: Call, s: &dyn Stream) -> KResult {
+    let value = crate::ops::sequence_params(call.def.name, call.attrs)
+        .map_err(e2s)?
+        .2;
+    sequence(call, s, (0, value), 0)
+}
+
+/// `_backward_SequenceMask`: the gradient past each length set to zero.
+pub(crate) fn sequence_mask_backward(call: Call, s: &dyn Stream) -> KResult {
+    sequence(call, s, (0, 0.0), 0)
+}
+
+/// SequenceLast: each sequence's last step.
+pub(crate) fn sequence_last(call: Call, s: &dyn Stream) -> KResult {
+    sequence(call, s, (1, 0.0), 0)
+}
+
+/// SequenceReverse: each sequence's steps up to its length, reversed.
+pub(crate) fn sequence_reverse(call: Call, s: &dyn Stream) -> KResult {
+    sequence(call, s, (2, 0.0), 0)
+}
+
+/// `_backward_SequenceLast(ograd, data[, lengths])`: the gradient at each last step.
+pub(crate) fn sequence_last_backward(call: Call, s: &dyn Stream) -> KResult {
+    sequence(call, s, (3, 0.0), 1)
+}
+
+/// One `sequence` kernel in `mode` (with the masked value) over the input `data` (its shape
+/// gives the steps and batch); the lengths, when given, are the input after it.
+fn sequence(call: Call, s: &dyn Stream, (mode, value): (i64, f64), data: usize) -> KResult {
     let (def, attrs, ins, outs) = call.parts();
-    let op = def.name;
-    let (_, axis, value) = crate::ops::sequence_params(op, attrs).map_err(e2s)?;
-    // (mode, masked value, the data, its lengths)
-    let (mode, value, data, lengths) = match op {
-        "SequenceMask" => (0, value, &ins[0], ins.get(1)),
-        "_backward_SequenceMask" => (0, 0.0, &ins[0], ins.get(1)),
-        "SequenceLast" => (1, 0.0, &ins[0], ins.get(1)),
-        "SequenceReverse" => (2, 0.0, &ins[0], ins.get(1)),
-        _ => (3, 0.0, &ins[1], ins.get(2)),
-    };
+    let (_, axis, _) = crate::ops::sequence_params(def.name, attrs).map_err(e2s)?;
+    let lengths = ins.get(data + 1);
+    let data = &ins[data];
     let x = &data.shape;
     let (steps, batch) = match axis {
         0 => (x[0], x[1]),
