@@ -269,7 +269,7 @@ pub(super) fn ops() -> &'static [OpDef] {
                 batch_take_kernel,
             )
         }
-        .on_gpu(gpu::indexing::pick),
+        .on_gpu(gpu::indexing::batch_take),
     ];
     OPS
 }

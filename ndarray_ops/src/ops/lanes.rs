@@ -653,7 +653,7 @@ pub(super) fn ops() -> &'static [OpDef] {
                 pick_backward_kernel,
             )
         }
-        .on_gpu(gpu::indexing::pick),
+        .on_gpu(gpu::indexing::pick_backward),
     ];
     OPS
 }

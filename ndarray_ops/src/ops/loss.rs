@@ -355,7 +355,7 @@ pub(super) fn ops() -> &'static [OpDef] {
                 cross_entropy_backward_kernel,
             )
         }
-        .on_gpu(gpu::indexing::cross_entropy),
+        .on_gpu(gpu::indexing::cross_entropy_backward),
     ];
     OPS
 }

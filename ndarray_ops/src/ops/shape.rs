@@ -763,7 +763,7 @@ pub(super) fn ops() -> &'static [OpDef] {
             alias_safe: false,
             ..OpDef::new("Embedding", Arity::Exactly(2), infer_take, take_kernel)
         }
-        .on_gpu(gpu::indexing::take),
+        .on_gpu(gpu::indexing::embedding),
         OpDef {
             aliases: &["reshape"],
             inplace: IP1,

@@ -153,6 +153,6 @@ pub(super) fn take_grad_ops() -> &'static [OpDef] {
             take_backward_kernel,
         )
     }
-    .on_gpu(gpu::indexing::take)];
+    .on_gpu(gpu::indexing::take_backward)];
     OPS
 }

@@ -8,6 +8,7 @@ use super::reduce::{fold_partials, lane_parts, partial_doubles, total, FILLS_A_G
 use super::Stream;
 use crate::ops::Call;
 use crate::ops::KResult;
+use crate::ops::TensorRef;
 
 kernel_args! {
     /// take / Embedding: `out` (outer, count, inner) = the rows of `table` (outer, rows, inner)
@@ -173,46 +174,70 @@ pub(super) fn add_rows(s: &dyn Stream, r: Rows, per_pair: bool) -> KResult {
     s.run(k::take_runs, n, &a)
 }
 
-/// take(table, indices), Embedding(indices, weight) and `_backward_take(ograd, indices,
-/// table)`: rows gathered, or their gradients added back row by row.
+/// take(table, indices): rows of the table gathered.
 pub(crate) fn take(call: Call, s: &dyn Stream) -> KResult {
-    let (def, attrs, ins, outs) = call.parts();
-    let op = def.name;
-    let (table, idx) = match op {
-        "Embedding" => (&ins[1], &ins[0]),
-        "take" => (&ins[0], &ins[1]),
-        _ => (&outs[0], &ins[1]),
+    gather_rows(call, s, (&call.ins[0], &call.ins[1]))
+}
+
+/// Embedding(indices, weight): rows of the weight gathered.
+pub(crate) fn embedding(call: Call, s: &dyn Stream) -> KResult {
+    gather_rows(call, s, (&call.ins[1], &call.ins[0]))
+}
+
+/// `_backward_take(ograd, indices, table)`: the gradients added back row by row.
+pub(crate) fn take_backward(call: Call, s: &dyn Stream) -> KResult {
+    let (_, _, ins, outs) = call.parts();
+    let (outer, rows, inner, wrap) = take_rows(call, s, (&outs[0], &ins[1]))?;
+    fill_with(s, &outs[0], 0.0)?;
+    let r = Rows {
+        grad: ptr(&outs[0]),
+        ograd: ptr(&ins[0]),
+        idx: ptr(&ins[1]),
+        outer,
+        inner,
+        rows: rows.max(1),
+        count: ins[1].len(),
+        wrap,
     };
+    add_rows(s, r, false)
+}
+
+/// The table's layout around its indexed axis (outer, rows, inner) and whether indices wrap;
+/// with `mode=raise` the indices are checked on the host with the CPU's code first, so that
+/// the kernels clamp nothing.
+fn take_rows(
+    call: Call,
+    s: &dyn Stream,
+    (table, idx): (&TensorRef, &TensorRef),
+) -> Result<(usize, usize, usize, bool), String> {
+    let (def, attrs, _, _) = call.parts();
+    let op = def.name;
     let (outer, rows, inner) = crate::ops::take_layout(op, attrs, &table.shape).map_err(e2s)?;
     if rows == 0 && idx.len() > 0 {
         return Err(format!("{op}: cannot index an empty axis"));
     }
     let mode = crate::ops::take_mode(op, attrs).map_err(e2s)?;
-    let wrap = mode == crate::ops::params::TakeMode::Wrap;
     if mode == crate::ops::params::TakeMode::Raise {
-        // Checked on the host with the CPU's code; the kernel then clamps nothing.
         for i in s.download(idx)? {
             crate::ops::take_row(mode, f64::from(i), rows)?;
         }
     }
-    if op == "_backward_take" {
-        fill_with(s, &outs[0], 0.0)?;
-        let r = Rows {
-            grad: ptr(&outs[0]),
-            ograd: ptr(&ins[0]),
-            idx: ptr(idx),
-            outer,
-            inner,
-            rows: rows.max(1),
-            count: idx.len(),
-            wrap,
-        };
-        return add_rows(s, r, false);
-    }
-    let n = outs[0].len();
+    Ok((
+        outer,
+        rows,
+        inner,
+        mode == crate::ops::params::TakeMode::Wrap,
+    ))
+}
+
+/// Rows of `table` gathered by `idx` into the output.
+fn gather_rows(call: Call, s: &dyn Stream, (table, idx): (&TensorRef, &TensorRef)) -> KResult {
+    let (_, rows, inner, wrap) = take_rows(call, s, (table, idx))?;
+    let out = &call.outs[0];
+    let n = out.len();
     let a = Take {
         n: int(n),
-        out: ptr(&outs[0]),
+        out: ptr(out),
         table: ptr(table),
         idx: ptr(idx),
         inner: Dim::new(inner),
@@ -223,30 +248,48 @@ pub(crate) fn take(call: Call, s: &dyn Stream) -> KResult {
     s.run(k::take_fwd, n, &a)
 }
 
-/// pick and its gradient (`_backward_pick(ograd, index, data)`): one index per (outer, inner)
-/// of the data's layout around the axis picked from. batch_take is pick over the last axis,
-/// clipped.
+/// pick(data, index): one index per (outer, inner) of the data's layout around the axis picked
+/// from.
 pub(crate) fn pick(call: Call, s: &dyn Stream) -> KResult {
-    let (def, attrs, ins, outs) = call.parts();
-    let op = def.name;
-    let backward = op == "_backward_pick";
-    let data = if backward { &outs[0] } else { &ins[0] };
-    let ([lanes, inner], wrap) = match op {
-        "batch_take" => ([data.shape.last().copied().unwrap_or(1), 1], false),
-        _ => {
-            let (_, _, [_, lanes, inner]) =
-                crate::ops::pick_layout(op, attrs, &data.shape).map_err(e2s)?;
-            (
-                [lanes, inner],
-                crate::ops::pick_wrap(op, attrs).map_err(e2s)?,
-            )
-        }
-    };
+    picked(call, s, &call.ins[0], false)
+}
+
+/// `_backward_pick(ograd, index, data)`: the gradient added at each picked element.
+pub(crate) fn pick_backward(call: Call, s: &dyn Stream) -> KResult {
+    picked(call, s, &call.outs[0], true)
+}
+
+/// batch_take(data, index): pick over the last axis, clipped.
+pub(crate) fn batch_take(call: Call, s: &dyn Stream) -> KResult {
+    let data = &call.ins[0];
+    let lanes = data.shape.last().copied().unwrap_or(1);
+    run_pick(call, s, data, ([lanes, 1], false), false)
+}
+
+/// pick or its gradient, the layout and wrapping from the attributes.
+fn picked(call: Call, s: &dyn Stream, data: &TensorRef, backward: bool) -> KResult {
+    let (def, attrs, _, _) = call.parts();
+    let (_, _, [_, lanes, inner]) =
+        crate::ops::pick_layout(def.name, attrs, &data.shape).map_err(e2s)?;
+    let wrap = crate::ops::pick_wrap(def.name, attrs).map_err(e2s)?;
+    run_pick(call, s, data, ([lanes, inner], wrap), backward)
+}
+
+/// The `pick` kernel over `lanes` of `inner` elements of `data` (the gradient's output when
+/// `backward`, zeroed first).
+fn run_pick(
+    call: Call,
+    s: &dyn Stream,
+    data: &TensorRef,
+    ([lanes, inner], wrap): ([usize; 2], bool),
+    backward: bool,
+) -> KResult {
+    let (def, _, ins, outs) = call.parts();
     let n = ins[1].len();
     if lanes == 0 && n > 0 {
         return Err(format!(
-            "{op}: cannot pick from an empty axis (data {:?})",
-            data.shape
+            "{}: cannot pick from an empty axis (data {:?})",
+            def.name, data.shape
         ));
     }
     if backward {
@@ -265,13 +308,21 @@ pub(crate) fn pick(call: Call, s: &dyn Stream) -> KResult {
     s.run(k::pick, n, &a)
 }
 
-/// softmax_cross_entropy(data (n, k), label (n,)) -> (1,), and its gradient
-/// `(ograd (1,), data, label) -> d data`. The CPU refuses a label that is not a class index, so
-/// the labels are read back and checked with its code (one wait for the device per call).
+/// softmax_cross_entropy(data (n, k), label (n,)) -> (1,).
 pub(crate) fn cross_entropy(call: Call, s: &dyn Stream) -> KResult {
+    entropy(call, s, false)
+}
+
+/// `_backward_softmax_cross_entropy(ograd (1,), data, label) -> d data`.
+pub(crate) fn cross_entropy_backward(call: Call, s: &dyn Stream) -> KResult {
+    entropy(call, s, true)
+}
+
+/// The loss, or (`backward`) its gradient. The CPU refuses a label that is not a class index,
+/// so the labels are read back and checked with its code (one wait for the device per call).
+fn entropy(call: Call, s: &dyn Stream, backward: bool) -> KResult {
     let (def, _, ins, outs) = call.parts();
     let op = def.name;
-    let backward = op == "_backward_softmax_cross_entropy";
     let (x, label) = if backward {
         (&ins[1], &ins[2])
     } else {
