@@ -533,7 +533,7 @@ pub(super) fn ops() -> &'static [OpDef] {
                 roi_pooling_kernel,
             )
         }
-        .on_gpu(gpu::roi::roi),
+        .on_gpu(gpu::roi::roi_pooling),
         OpDef {
             alias_safe: false,
             ..OpDef::new(
@@ -543,7 +543,7 @@ pub(super) fn ops() -> &'static [OpDef] {
                 roi_pooling_backward_kernel,
             )
         }
-        .on_gpu(gpu::roi::roi),
+        .on_gpu(gpu::roi::roi_pooling_backward),
         OpDef {
             alias_safe: false,
             gradient: Some(grad::roi_align),
@@ -554,7 +554,7 @@ pub(super) fn ops() -> &'static [OpDef] {
                 roi_align_kernel,
             )
         }
-        .on_gpu(gpu::roi::roi),
+        .on_gpu(gpu::roi::roi_align),
         OpDef {
             alias_safe: false,
             ..OpDef::new(
@@ -564,7 +564,7 @@ pub(super) fn ops() -> &'static [OpDef] {
                 roi_align_backward_kernel,
             )
         }
-        .on_gpu(gpu::roi::roi),
+        .on_gpu(gpu::roi::roi_align_backward),
     ];
     OPS
 }

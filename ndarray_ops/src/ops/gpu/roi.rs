@@ -12,18 +12,34 @@ use super::resample::{table, transpose};
 use super::{buckets, Stream};
 use crate::ops::Call;
 use crate::ops::KResult;
-use crate::ops::OpDef;
-use crate::ops::{align_plan, pooling_windows, Attrs, PlaneTaps, TensorRef};
+use crate::ops::{align_plan, pooling_windows, PlaneTaps, TensorRef};
 
-/// The op layer's entry for ROIPooling, ROIAlign and their gradients.
-pub(crate) fn roi(call: Call, s: &dyn Stream) -> KResult {
-    let (def, attrs, ins, outs) = call.parts();
-    let op = def.name;
-    let rois: Vec<f64> = s.download(&ins[1])?.into_iter().map(f64::from).collect();
-    match op {
-        "ROIPooling" | "_backward_ROIPooling" => pooling(def, attrs, &rois, ins, outs, s),
-        _ => align(def, attrs, &rois, ins, outs, s),
-    }
+/// ROIPooling.
+pub(crate) fn roi_pooling(call: Call, s: &dyn Stream) -> KResult {
+    pooling(call, &rois(call, s)?, s, false)
+}
+
+/// `_backward_ROIPooling`.
+pub(crate) fn roi_pooling_backward(call: Call, s: &dyn Stream) -> KResult {
+    pooling(call, &rois(call, s)?, s, true)
+}
+
+/// `_contrib_ROIAlign`.
+pub(crate) fn roi_align(call: Call, s: &dyn Stream) -> KResult {
+    align(call, &rois(call, s)?, s, false)
+}
+
+/// `_backward_ROIAlign`.
+pub(crate) fn roi_align_backward(call: Call, s: &dyn Stream) -> KResult {
+    align(call, &rois(call, s)?, s, true)
+}
+
+/// The regions (input 1), read back: the windows are planned on the host with the CPU's code.
+fn rois(call: Call, s: &dyn Stream) -> Result<Vec<f64>, String> {
+    Ok(s.download(&call.ins[1])?
+        .into_iter()
+        .map(f64::from)
+        .collect())
 }
 
 kernel_args! {
@@ -81,16 +97,9 @@ fn layout(n: usize, dst: &TensorRef, src: &TensorRef, out: &TensorRef, data: &[u
 
 /// ROIPooling `(data, rois) -> (out, argmax)`; `_backward_ROIPooling(ograd, rois, argmax,
 /// data) -> d data`.
-fn pooling(
-    def: &OpDef,
-    attrs: &Attrs,
-    rois: &[f64],
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+fn pooling(call: Call, rois: &[f64], s: &dyn Stream, backward: bool) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
-    let backward = op == "_backward_ROIPooling";
     let data = if backward { &outs[0] } else { &ins[0] };
     let x = &data.shape;
     let (images, windows) = pooling_windows(op, attrs, rois, x)?;
@@ -142,16 +151,9 @@ fn pooling(
 }
 
 /// `_contrib_ROIAlign(data, rois) -> out`; `_backward_ROIAlign(ograd, rois, data) -> d data`.
-fn align(
-    def: &OpDef,
-    attrs: &Attrs,
-    rois: &[f64],
-    ins: &[TensorRef],
-    outs: &[TensorRef],
-    s: &dyn Stream,
-) -> KResult {
+fn align(call: Call, rois: &[f64], s: &dyn Stream, backward: bool) -> KResult {
+    let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
-    let backward = op == "_backward_ROIAlign";
     let data = if backward { &outs[0] } else { &ins[0] };
     let x = &data.shape;
     let plan = align_plan(op, attrs, rois, x)?;
