@@ -27,6 +27,8 @@ pub(crate) enum Member {
     /// An op that draws its output from a distribution (see
     /// [`Sampler`](super::stochastic::Sampler)).
     Sampler(super::stochastic::Sampler),
+    /// A resampling of image planes (see [`Resample`](super::vision::Resample)).
+    Resample(super::vision::Resample),
     /// An optimizer update (see [`Update`](super::update::Update)).
     Update(super::update::Update),
 }

@@ -6,6 +6,7 @@
 //! them with — one description of which inputs an output reads serves both ways, as MXNet's
 //! kernels do.
 
+use super::family::Member;
 use super::par::{for_ranges, Shared};
 use super::params::{attr_enum, int32s, op_params, Params, PositiveInt, Window};
 use super::{Arity, Attrs, OpDef, Outputs, TensorRef};
@@ -375,15 +376,52 @@ fn resize_backward_kernel(call: Call, _: &mut KernelRes) -> KResult {
     Ok(())
 }
 
-/// `(ograd, the forward inputs...)`, one gradient per forward input.
-fn infer_backward_like_inputs(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
-    let forward = match op {
-        "_backward_Crop" => "Crop",
-        "_backward_AdaptiveAvgPooling2D" => "_contrib_AdaptiveAvgPooling2D",
-        _ => "_contrib_BilinearResize2D",
-    };
-    super::check_against_forward(op, forward, attrs, (&s[1..], &d[1..]), &[(0, &s[0], d[0])])?;
+/// The three resampling ops, a typed family: each output element a weighted sum of the input
+/// plane's elements ([`plane_taps`]). The backward ops carry their forward op's member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Resample {
+    /// Crop: a window of the plane.
+    Crop,
+    /// `_contrib_BilinearResize2D`.
+    Bilinear,
+    /// `_contrib_AdaptiveAvgPooling2D`.
+    AdaptiveAvg,
+}
+
+impl Resample {
+    /// The forward op's name.
+    const fn name(self) -> &'static str {
+        match self {
+            Resample::Crop => "Crop",
+            Resample::Bilinear => "_contrib_BilinearResize2D",
+            Resample::AdaptiveAvg => "_contrib_AdaptiveAvgPooling2D",
+        }
+    }
+}
+
+/// `(ograd, the forward inputs...)`, one gradient per forward input of `forward`.
+fn backward_like_inputs(
+    forward: Resample,
+    op: &str,
+    attrs: &Attrs,
+    s: &[Vec<usize>],
+    d: &[DType],
+) -> Infer {
+    let fwd = forward.name();
+    super::check_against_forward(op, fwd, attrs, (&s[1..], &d[1..]), &[(0, &s[0], d[0])])?;
     Ok((s[1..].to_vec(), d[1..].to_vec()))
+}
+
+fn infer_crop_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    backward_like_inputs(Resample::Crop, op, attrs, s, d)
+}
+
+fn infer_resize_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    backward_like_inputs(Resample::Bilinear, op, attrs, s, d)
+}
+
+fn infer_adaptive_backward(op: &str, attrs: &Attrs, s: &[Vec<usize>], d: &[DType]) -> Infer {
+    backward_like_inputs(Resample::AdaptiveAvg, op, attrs, s, d)
 }
 
 // ---- Crop ---------------------------------------------------------------------------------
@@ -525,21 +563,19 @@ impl PlaneTaps {
 /// `like` is Crop's second input's shape. The average pool's weights are 1 / its window's
 /// size (the CPU divides the window's sum by it).
 pub(crate) fn plane_taps(
-    op: &str,
-    attrs: &Attrs,
+    r: Resample,
+    (op, attrs): (&str, &Attrs),
     x: &[usize],
     y: &[usize],
     like: Option<&[usize]>,
 ) -> Result<PlaneTaps> {
-    Ok(match op {
-        "Crop" | "_backward_Crop" => {
+    Ok(match r {
+        Resample::Crop => {
             let (out, taps) = crop_taps(op, attrs, x, like)?;
             PlaneTaps::of(out, taps)
         }
-        "_contrib_BilinearResize2D" | "_backward_BilinearResize2D" => {
-            PlaneTaps::of(y[2] * y[3], resize_taps(op, attrs, x, y)?)
-        }
-        "_contrib_AdaptiveAvgPooling2D" | "_backward_AdaptiveAvgPooling2D" => {
+        Resample::Bilinear => PlaneTaps::of(y[2] * y[3], resize_taps(op, attrs, x, y)?),
+        Resample::AdaptiveAvg => {
             let ((h, w), (oh, ow)) = ((x[2], x[3]), (y[2], y[3]));
             let mut p = PlaneTaps {
                 starts: vec![0],
@@ -557,7 +593,6 @@ pub(crate) fn plane_taps(
             }
             p
         }
-        _ => return Err(invalid(op, "is not a resampling op")),
     })
 }
 
@@ -604,6 +639,7 @@ fn zero_like_gradient(t: Option<&TensorRef>) {
 pub(super) fn ops() -> &'static [OpDef] {
     static OPS: &[OpDef] = &[
         OpDef {
+            member: Member::Resample(Resample::AdaptiveAvg),
             alias_safe: false,
             gradient: Some(grad::adaptive_avg_pooling),
             ..OpDef::new(
@@ -615,16 +651,18 @@ pub(super) fn ops() -> &'static [OpDef] {
         }
         .on_gpu(gpu::resample::resample),
         OpDef {
+            member: Member::Resample(Resample::AdaptiveAvg),
             alias_safe: false,
             ..OpDef::new(
                 "_backward_AdaptiveAvgPooling2D",
                 Arity::Exactly(2),
-                infer_backward_like_inputs,
+                infer_adaptive_backward,
                 adaptive_backward_kernel,
             )
         }
-        .on_gpu(gpu::resample::resample),
+        .on_gpu(gpu::resample::resample_backward),
         OpDef {
+            member: Member::Resample(Resample::Bilinear),
             alias_safe: false,
             gradient: Some(grad::bilinear_resize),
             ..OpDef::new(
@@ -636,11 +674,12 @@ pub(super) fn ops() -> &'static [OpDef] {
         }
         .on_gpu(gpu::resample::resample),
         OpDef {
+            member: Member::Resample(Resample::Bilinear),
             alias_safe: false,
             ..OpDef::new(
                 "_backward_BilinearResize2D",
                 Arity::AtLeast(2),
-                infer_backward_like_inputs,
+                infer_resize_backward,
                 resize_backward_kernel,
             )
         }
@@ -648,19 +687,21 @@ pub(super) fn ops() -> &'static [OpDef] {
         .outputs(Outputs::By(|op, attrs| {
             resize_inputs(op, attrs).map(|n| (n, n))
         }))
-        .on_gpu(gpu::resample::resample),
+        .on_gpu(gpu::resample::resample_backward),
         OpDef {
+            member: Member::Resample(Resample::Crop),
             alias_safe: false,
             gradient: Some(grad::crop),
             ..OpDef::new("Crop", Arity::AtLeast(1), infer_crop, crop_kernel)
         }
         .on_gpu(gpu::resample::resample),
         OpDef {
+            member: Member::Resample(Resample::Crop),
             alias_safe: false,
             ..OpDef::new(
                 "_backward_Crop",
                 Arity::AtLeast(2),
-                infer_backward_like_inputs,
+                infer_crop_backward,
                 crop_backward_kernel,
             )
         }
@@ -668,7 +709,7 @@ pub(super) fn ops() -> &'static [OpDef] {
         .outputs(Outputs::By(|op, attrs| {
             crop_inputs(op, attrs).map(|n| (n, n))
         }))
-        .on_gpu(gpu::resample::resample),
+        .on_gpu(gpu::resample::resample_backward),
     ];
     OPS
 }

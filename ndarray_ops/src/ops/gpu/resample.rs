@@ -8,6 +8,7 @@
 use super::args::{int, kernel_args, ptr, Dim};
 use super::ops::{e2s, fill_with};
 use super::{buckets, Stream};
+use crate::ops::family::Member;
 use crate::ops::Call;
 use crate::ops::KResult;
 use crate::ops::{plane_taps, PlaneTaps, TensorRef};
@@ -34,18 +35,35 @@ kernel_args! {
     }
 }
 
-/// The op layer's entry for the three ops and their gradients.
+/// Crop, BilinearResize2D and AdaptiveAvgPooling2D: `(data[, like]) -> out`.
 pub(crate) fn resample(call: Call, s: &dyn Stream) -> KResult {
+    run(call, s, false)
+}
+
+/// Their backward ops: `(ograd, data[, like]) -> (d data[, d like])`.
+pub(crate) fn resample_backward(call: Call, s: &dyn Stream) -> KResult {
+    run(call, s, true)
+}
+
+/// The op's member's taps, as a weighted sum forward or its transpose backward.
+fn run(call: Call, s: &dyn Stream, backward: bool) -> KResult {
     let (def, attrs, ins, outs) = call.parts();
     let op = def.name;
-    // Forward: (data[, like]) -> out; backward: (ograd, data[, like]) -> (ddata[, dlike]).
-    let backward = op.starts_with("_backward_");
+    let Member::Resample(r) = def.member else {
+        return Err(format!("{op} is not a resampling op"));
+    };
     let (x, y, like) = match backward {
         true => (&outs[0], &ins[0], ins.get(2)),
         false => (&ins[0], &outs[0], ins.get(1)),
     };
-    let plane =
-        plane_taps(op, attrs, &x.shape, &y.shape, like.map(|t| &t.shape[..])).map_err(e2s)?;
+    let plane = plane_taps(
+        r,
+        (op, attrs),
+        &x.shape,
+        &y.shape,
+        like.map(|t| &t.shape[..]),
+    )
+    .map_err(e2s)?;
     let planes = x.shape[0] * x.shape[1];
     let (inp, out) = (x.shape[2] * x.shape[3], y.shape[2] * y.shape[3]);
     if backward {
