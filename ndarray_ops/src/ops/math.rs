@@ -60,7 +60,7 @@ pub(super) fn ops() -> &'static [OpDef] {
                 hard_sigmoid_kernel,
             )
         }
-        .on_gpu(gpu::elemwise::clamp),
+        .on_gpu(gpu::elemwise::hard_sigmoid),
         // Cast's backward: the output gradient in the forward input's dtype.
         OpDef {
             backward_ignores: &[1],

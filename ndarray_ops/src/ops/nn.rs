@@ -198,7 +198,7 @@ pub(super) fn ops() -> &'static [OpDef] {
             ..OpDef::new("clip", Arity::Exactly(1), infer_clip, clip_kernel)
         }
         .grad(grad::clip)
-        .on_gpu(gpu::elemwise::clamp),
+        .on_gpu(gpu::elemwise::clip),
         OpDef {
             backward_ignores: &[0],
             alias_safe: false,

@@ -81,20 +81,21 @@ pub(crate) fn fill(s: &dyn Stream, out: *mut f32, n: usize, value: f64) -> KResu
     s.run(k::fill, n, &a)
 }
 
-/// clip and hard_sigmoid: an affine map, clamped.
-pub(crate) fn clamp(call: Call, s: &dyn Stream) -> KResult {
-    let (def, attrs, ins, outs) = call.parts();
-    let op = def.name;
-    let (scale, shift, lo, hi) = match op {
-        "clip" => {
-            let (lo, hi) = crate::ops::clip_bounds(op, attrs).map_err(e2s)?;
-            (1.0, 0.0, lo, hi)
-        }
-        _ => {
-            let (alpha, beta) = crate::ops::hard_sigmoid_params(op, attrs).map_err(e2s)?;
-            (alpha, beta, 0.0, 1.0)
-        }
-    };
+/// clip: the data clamped to `[a_min, a_max]`.
+pub(crate) fn clip(call: Call, s: &dyn Stream) -> KResult {
+    let (lo, hi) = crate::ops::clip_bounds(call.def.name, call.attrs).map_err(e2s)?;
+    clamp(call, s, (1.0, 0.0), (lo, hi))
+}
+
+/// hard_sigmoid: `alpha x + beta` clamped to `[0, 1]`.
+pub(crate) fn hard_sigmoid(call: Call, s: &dyn Stream) -> KResult {
+    let (alpha, beta) = crate::ops::hard_sigmoid_params(call.def.name, call.attrs).map_err(e2s)?;
+    clamp(call, s, (alpha, beta), (0.0, 1.0))
+}
+
+/// `scale x + shift`, clamped to `[lo, hi]`.
+fn clamp(call: Call, s: &dyn Stream, (scale, shift): (f64, f64), (lo, hi): (f64, f64)) -> KResult {
+    let (_, _, ins, outs) = call.parts();
     let n = outs[0].len();
     let a = ClampAffine {
         n: int(n),
