@@ -1,6 +1,6 @@
-//! Ops over lanes on the GPU: softmax and log_softmax over any axis (and the figures
-//! SoftmaxOutput, SoftmaxActivation and softmax_cross_entropy build on), and the normalizations
-//! over groups of elements (LayerNorm, InstanceNorm, GroupNorm, L2Normalization). Each runs one
+//! Ops over lanes on the GPU: the lane softmax (its launches, which the softmax family's entries
+//! in `ops/softmax/gpu.rs`, SoftmaxActivation and softmax_cross_entropy run), and the
+//! normalizations over groups of elements (LayerNorm, InstanceNorm, GroupNorm, L2Normalization). Each runs one
 //! thread per lane where the lanes alone fill a GPU; otherwise each lane is split into parts
 //! (`*_parts`), the parts joined per lane (`*_join`) and then one thread per element (`*_each`)
 //! writes the result from its lane's figures, so that a few long lanes (a classifier's classes
