@@ -3,6 +3,7 @@
 
 use crate::error::shape_error;
 use crate::ops::gpu;
+use crate::ops::par::Walk;
 use crate::ops::Call;
 use crate::ops::{Arity, Attrs, OpDef};
 use crate::ops::{Infer, KResult};
@@ -31,30 +32,15 @@ fn sum_to_like_kernel(call: Call, _res: &mut KernelRes) -> KResult {
     let (_, _, ins, outs) = call.parts();
     let (g, o) = (&ins[0], &outs[0]);
     let (gs, os) = (&g.shape, &o.shape);
-    let lead = gs.len() - os.len();
     // Each element of the gradient adds into the operand element it was broadcast from.
-    let mut ostride = vec![0usize; gs.len()];
-    let mut acc = 1;
-    for d in (0..os.len()).rev() {
-        ostride[d + lead] = if os[d] == 1 { 0 } else { acc };
-        acc *= os[d];
-    }
+    let ostride = crate::ops::elemwise::broadcast_strides(os, gs);
     crate::with_dtype!(o.dtype, T => {
         // SAFETY: read access to the gradient, exclusive access to the disjoint output.
         let (gv, out) = unsafe { (g.slice::<T>(), o.slice_mut::<T>()) };
         out.fill(T::default());
-        let mut idx = vec![0usize; gs.len()];
-        for v in gv {
-            let dst: usize = idx.iter().zip(&ostride).map(|(i, s)| i * s).sum();
-            out[dst] = out[dst].add(*v);
-            for d in (0..gs.len()).rev() {
-                idx[d] += 1;
-                if idx[d] < gs[d] {
-                    break;
-                }
-                idx[d] = 0;
-            }
-        }
+        Walk::new(gs, &ostride, &ostride).each(0, gv.len(), |k, dst, _| {
+            out[dst] = out[dst].add(gv[k]);
+        });
     });
     Ok(())
 }

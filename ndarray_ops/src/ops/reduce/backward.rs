@@ -2,6 +2,7 @@
 //! over the input's shape.
 
 use crate::ops::gpu;
+use crate::ops::par::Walk;
 use crate::ops::Call;
 use crate::ops::{check_against_forward, named_forward, Arity, Attrs, OpDef};
 use crate::ops::{Infer, KResult};
@@ -38,18 +39,9 @@ fn reduce_backward_kernel(call: Call, _res: &mut KernelRes) -> KResult {
     crate::with_dtype!(o.dtype, T => {
         // SAFETY: read access to the gradient, exclusive access to the disjoint output.
         let (gs, out) = unsafe { (g.slice::<T>(), o.slice_mut::<T>()) };
-        let mut idx = vec![0usize; shape.len()];
-        for v in out.iter_mut() {
-            let src: usize = idx.iter().zip(&gstride).map(|(i, s)| i * s).sum();
-            *v = T::from_f64(gs[src].to_f64() * scale);
-            for d in (0..shape.len()).rev() {
-                idx[d] += 1;
-                if idx[d] < shape[d] {
-                    break;
-                }
-                idx[d] = 0;
-            }
-        }
+        Walk::new(shape, &gstride, &gstride).each(0, out.len(), |k, src, _| {
+            out[k] = T::from_f64(gs[src].to_f64() * scale);
+        });
     });
     Ok(())
 }
